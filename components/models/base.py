@@ -1,0 +1,47 @@
+"""The one interface every predictor implements (roofline, tabular, llm).
+
+A predictor maps rows of the feature table (canonical measurement columns + analytical/static
+features + device catalog specs) to predictions named ``pred_<target>`` and, for classification,
+``pred_roofline_class``. It records the row keys it trained on so evaluation can exclude them.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Protocol, runtime_checkable
+
+import pandas as pd
+
+# Numeric targets any predictor may produce, named as the canonical measurement columns.
+NUMERIC_TARGETS: tuple[str, ...] = (
+    "duration_us",
+    "achieved_gbps",
+    "gflops",
+    "l1_hit_rate",
+    "l2_hit_rate",
+    "arith_intensity",
+)
+CLASS_TARGET = "roofline_class"
+
+
+@runtime_checkable
+class Predictor(Protocol):
+    family: str  # roofline | tabular | llm
+
+    @property
+    def targets(self) -> tuple[str, ...]:
+        """Targets this predictor produces (numeric names and/or ``roofline_class``)."""
+        ...
+
+    @property
+    def trained_on(self) -> frozenset[str]:
+        """measurement_ids of the rows used for fitting (empty for training-free models)."""
+        ...
+
+    def fit(self, features: pd.DataFrame) -> "Predictor": ...
+
+    def predict(self, features: pd.DataFrame) -> pd.DataFrame:
+        """Same index as ``features``; columns ``pred_<target>``."""
+        ...
+
+    def save(self, directory: Path) -> None: ...

@@ -1,0 +1,55 @@
+"""The ``kernelcast`` command line.
+
+Each subcommand lives in ``kernelcast/commands/<area>.py`` and imports heavy libraries (torch,
+ray, great_expectations, peft, mlflow) only inside its function body, so ``--help`` stays fast.
+"""
+
+from __future__ import annotations
+
+import typer
+
+from kernelcast.commands import (
+    bench,
+    devices,
+    evaluate,
+    features,
+    ingest,
+    mlflow_ui,
+    pipeline,
+    predict,
+    profile,
+    promote,
+    serve,
+    train,
+    validate,
+)
+
+app = typer.Typer(
+    name="kernelcast",
+    help="Predict GPU kernel runtime, bandwidth, GFLOP/s, cache hit rates and roofline class "
+    "from source or op + shapes and a GPU's spec.",
+    no_args_is_help=True,
+    pretty_exceptions_enable=False,
+)
+
+app.add_typer(devices.app, name="devices")
+app.add_typer(features.app, name="features")
+app.add_typer(bench.app, name="bench")
+app.command("ingest")(ingest.ingest_command)
+app.command("validate")(validate.validate_command)
+app.command("train")(train.train_command)
+app.command("evaluate")(evaluate.evaluate_command)
+app.command("promote")(promote.promote_command)
+app.command("predict")(predict.predict_command)
+app.command("serve")(serve.serve_command)
+app.command("profile")(profile.profile_command)
+app.command("pipeline")(pipeline.pipeline_command)
+app.command("mlflow-ui")(mlflow_ui.mlflow_ui_command)
+
+
+def main() -> None:
+    app()
+
+
+if __name__ == "__main__":
+    main()

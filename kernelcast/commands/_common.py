@@ -1,0 +1,43 @@
+"""Helpers shared by CLI commands: settings + environment, and clean user-facing errors."""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Callable
+from functools import wraps
+from typing import ParamSpec, TypeVar
+
+import typer
+
+from kernelcast.settings import Settings, get_settings
+
+P = ParamSpec("P")
+R = TypeVar("R")
+
+
+class UserError(Exception):
+    """Bad input from the user: printed as one clear line, exit code 2, no traceback."""
+
+
+def prepared_settings() -> Settings:
+    """Settings with the process environment configured (telemetry off, state under home)."""
+    from kernelcast.runtime import configure_environment
+
+    settings = get_settings()
+    configure_environment(settings)
+    return settings
+
+
+def clean_errors(func: Callable[P, R]) -> Callable[P, R]:
+    """Turn expected input errors into a one-line message instead of a traceback."""
+
+    @wraps(func)
+    def wrapper(*args: P.args, **kwargs: P.kwargs) -> R:
+        try:
+            return func(*args, **kwargs)
+        except (UserError, FileNotFoundError, ValueError, KeyError, LookupError) as exc:
+            message = exc.args[0] if isinstance(exc, KeyError) and exc.args else exc
+            typer.echo(f"error: {message}", err=True)
+            sys.exit(2)
+
+    return wrapper
