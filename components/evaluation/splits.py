@@ -1,0 +1,150 @@
+"""Train/test splits of the feature table, including the published splits of the field.
+
+Every split is a pure function of the table (deterministic hashing, no RNG state), returns one or
+more ``Fold``s of row labels, and guarantees no overlap between train and test; the grouped splits
+also guarantee that no kernel (or GPU) of the test side appears in training.
+
+- ``random``: 80/20 by measurement.
+- ``unseen-kernel``: 80/20 by kernel_id (a kernel's rows on every GPU stay together).
+- ``unseen-gpu``: leave-one-GPU-out, one fold per device with rows in a multi-GPU source.
+- ``neusight``: NeuSight ASPLOS'25 -- train on the per-GPU ``collect`` files of P4, P100, T4, V100,
+  A100 (training GPUs); test on the rows of its ``test/`` files measured on GPUs it never trained
+  on (H100, L4; A100-80GB PCIe is also unseen by the model and reported per device).
+- ``pipeweave-fp8``: PipeWeave FP8 GEMM -- train ``gemm_fp8_train.csv`` (H20, H800), test the
+  rows of ``gemm_fp8_test.csv`` on H100 and H200.
+- ``bolet-roofline``: Bolet et al.'s balanced roofline task on gpuFLOPBench -- one row per CUDA or
+  OpenMP kernel (its first launch in the HEAD profiling file), test = 170 bandwidth-bound + 170
+  compute-bound kernels drawn by program hash, train = kernels of the other programs only.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from dataclasses import dataclass
+
+import pandas as pd
+
+SPLITS: tuple[str, ...] = ("random", "unseen-kernel", "unseen-gpu", "neusight", "pipeweave-fp8", "bolet-roofline")
+NEUSIGHT_TRAIN_DEVICES: tuple[str, ...] = (
+    "Tesla P4", "Tesla P100-PCIE-16GB", "Tesla T4", "Tesla V100-PCIE-32GB", "NVIDIA A100-PCIE-40GB",
+    "NVIDIA A100 80GB PCIe",  # NeuSight's conv training file is the 80 GB card (MANIFEST)
+)
+PIPEWEAVE_FP8_TEST_DEVICES: tuple[str, ...] = ("NVIDIA H100", "NVIDIA H200")
+BOLET_PER_CLASS = 170
+
+
+@dataclass(frozen=True)
+class Fold:
+    name: str
+    train: pd.Index
+    test: pd.Index
+
+    def __post_init__(self) -> None:
+        overlap = self.train.intersection(self.test)
+        if len(overlap):
+            raise AssertionError(f"split {self.name}: {len(overlap)} rows in both train and test")
+
+
+def _unit_hash(values: pd.Series, salt: str) -> pd.Series:
+    """Deterministic value in [0, 1) per key: stable across runs, machines and row order."""
+
+    def h(value: object) -> float:
+        digest = hashlib.sha1(f"{salt}\x1f{value}".encode()).digest()
+        return int.from_bytes(digest[:8], "big") / 2**64
+
+    uniques = {v: h(v) for v in pd.unique(values.astype(str))}
+    return values.astype(str).map(uniques).astype("float64")
+
+
+def _device_ids(names: tuple[str, ...]) -> set[str]:
+    from components.devices import load_catalog
+
+    catalog = load_catalog()
+    return {catalog.resolve(name).id for name in names}
+
+
+def random_split(table: pd.DataFrame, test_share: float = 0.2) -> list[Fold]:
+    in_test = _unit_hash(table["measurement_id"], "random") < test_share
+    return [Fold("random", table.index[~in_test], table.index[in_test])]
+
+
+def unseen_kernel_split(table: pd.DataFrame, test_share: float = 0.2) -> list[Fold]:
+    in_test = _unit_hash(table["kernel_id"], "unseen-kernel") < test_share
+    return [Fold("unseen-kernel", table.index[~in_test], table.index[in_test])]
+
+
+def unseen_gpu_split(table: pd.DataFrame, min_devices_per_source: int = 2) -> list[Fold]:
+    """Leave one GPU out. Training keeps every source, so the held-out GPU is unseen everywhere."""
+    devices_per_source = table.groupby("source")["device_id"].nunique()
+    eligible = devices_per_source[devices_per_source >= min_devices_per_source].index
+    folds = []
+    for device in sorted(table.loc[table["source"].isin(eligible), "device_id"].unique()):
+        on_device = table["device_id"] == device
+        folds.append(Fold(f"unseen-gpu:{device}", table.index[~on_device], table.index[on_device]))
+    return folds
+
+
+def neusight_split(table: pd.DataFrame) -> list[Fold]:
+    rows = table[table["source"] == "neusight"]
+    train_devices = _device_ids(NEUSIGHT_TRAIN_DEVICES)
+    from_collect = rows["upstream_file"].str.contains("/train/collect/", regex=False)
+    from_test = rows["upstream_file"].str.contains("/dataset/test/", regex=False)
+    train = rows.index[from_collect & rows["device_id"].isin(train_devices)]
+    test = rows.index[from_test & ~rows["device_id"].isin(train_devices)]
+    return [Fold("neusight", train, test)]
+
+
+def pipeweave_fp8_split(table: pd.DataFrame) -> list[Fold]:
+    rows = table[(table["source"] == "pipeweave") & (table["family"] == "gemm")]
+    test_devices = _device_ids(PIPEWEAVE_FP8_TEST_DEVICES)
+    train = rows.index[rows["upstream_file"].str.endswith("gemm_fp8_train.csv")]
+    test = rows.index[rows["upstream_file"].str.endswith("gemm_fp8_test.csv") & rows["device_id"].isin(test_devices)]
+    return [Fold("pipeweave-fp8", train, test)]
+
+
+def bolet_kernel_rows(table: pd.DataFrame) -> pd.DataFrame:
+    """One row per gpuFLOPBench kernel: its first launch in the HEAD profiling file, labelled."""
+    rows = table[
+        (table["source"] == "gpuflopbench")
+        & ~table["upstream_file"].str.contains("_history/", regex=False)
+        & table["roofline_class_published"].notna()
+    ]
+    return rows.sort_values(["kernel_id", "upstream_row"]).drop_duplicates("kernel_id", keep="first")
+
+
+def bolet_roofline_split(table: pd.DataFrame, per_class: int = BOLET_PER_CLASS) -> list[Fold]:
+    """Balanced test of ``per_class`` kernels per class, drawn whole-program-first by hash."""
+    kernels = bolet_kernel_rows(table).copy()
+    kernels["_program_rank"] = _unit_hash(kernels["program"], "bolet")
+    kernels["_kernel_rank"] = _unit_hash(kernels["kernel_id"], "bolet-k")
+    kernels = kernels.sort_values(["_program_rank", "_kernel_rank"])
+    test_programs: set[str] = set()
+    taken = {"bandwidth": 0, "compute": 0}
+    test_index = []
+    for program, group in kernels.groupby("program", sort=False):
+        if all(count >= per_class for count in taken.values()):
+            break
+        wanted = []
+        for idx, label in zip(group.index, group["roofline_class_published"]):
+            if taken[label] < per_class:
+                taken[label] += 1
+                wanted.append(idx)
+        if wanted:
+            test_programs.add(program)
+            test_index.extend(wanted)
+    train = kernels.index[~kernels["program"].isin(test_programs)]
+    return [Fold("bolet-roofline", train, pd.Index(test_index))]
+
+
+def make_split(table: pd.DataFrame, name: str) -> list[Fold]:
+    builders = {
+        "random": random_split,
+        "unseen-kernel": unseen_kernel_split,
+        "unseen-gpu": unseen_gpu_split,
+        "neusight": neusight_split,
+        "pipeweave-fp8": pipeweave_fp8_split,
+        "bolet-roofline": bolet_roofline_split,
+    }
+    if name not in builders:
+        raise ValueError(f"unknown split {name!r}; choose one of {', '.join(SPLITS)}")
+    return builders[name](table)
