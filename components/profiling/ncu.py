@@ -36,8 +36,10 @@ WANTED_METRICS: dict[str, tuple[str, ...]] = {
     "hadd": ("sm__sass_thread_inst_executed_op_hadd_pred_on.sum",),
     "hmul": ("sm__sass_thread_inst_executed_op_hmul_pred_on.sum",),
     "hfma": ("sm__sass_thread_inst_executed_op_hfma_pred_on.sum",),
-    "tensor_fp16_fp32": ("sm__ops_path_tensor_src_fp16_dst_fp32.sum",),
-    "tensor_fp16_fp16": ("sm__ops_path_tensor_src_fp16_dst_fp16.sum",),
+    "tensor_fp16_fp32": ("sm__ops_path_tensor_src_fp16_dst_fp32.sum", "sm__ops_path_tensor_op_hmma_src_fp16_dst_fp32.sum",
+                         "sm__ops_path_tensor_op_hgmma_src_fp16_dst_fp32.sum"),
+    "tensor_fp16_fp16": ("sm__ops_path_tensor_src_fp16_dst_fp16.sum", "sm__ops_path_tensor_op_hmma_src_fp16_dst_fp16.sum",
+                         "sm__ops_path_tensor_op_hgmma_src_fp16_dst_fp16.sum"),
     "tensor_bf16_fp32": ("sm__ops_path_tensor_src_bf16_dst_fp32.sum",),
     "tensor_tf32_fp32": ("sm__ops_path_tensor_src_tf32_dst_fp32.sum",),
     "tensor_pipe_active_pct": ("sm__pipe_tensor_op_hmma_cycles_active.avg.pct_of_peak_sustained_active",
@@ -66,6 +68,11 @@ def available_metrics(ncu: str = "ncu") -> set[str]:
 def choose_metrics(available: set[str]) -> dict[str, str]:
     """role -> metric, keeping the first candidate whose base name (before the rollup) exists."""
     chosen = {}
+    # Tensor-pipe op counters are named per source/destination precision and differ between
+    # architectures and ncu versions: take every one this GPU offers, summed later as tensor FLOPs.
+    for base in sorted(available):
+        if base.startswith("sm__ops_path_tensor"):
+            chosen[f"tensor_ops:{base}"] = f"{base}.sum"
     for role, candidates in WANTED_METRICS.items():
         for metric in candidates:
             base = metric.split(".")[0]
@@ -94,7 +101,8 @@ def kernel_rows(raw_rows: list[dict[str, str]], roles: dict[str, str]) -> list[d
     """One dict per profiled kernel with role names as keys (numbers) plus the kernel name."""
     out = []
     for row in raw_rows:
-        record: dict[str, object] = {"ncu_id": int(row["ID"]), "kernel_name": row.get("Kernel Name", "")}
+        record: dict[str, object] = {"ncu_id": int(row["ID"]), "kernel_name": row.get("Kernel Name", ""),
+                                     "grid_dims": row.get("Grid Size"), "block_dims": row.get("Block Size")}
         for role, metric in roles.items():
             record[role] = _number(row.get(metric))
         out.append(record)
@@ -106,6 +114,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--suite", default="default")
     parser.add_argument("--out", type=Path, required=True, help="folder for ncu_raw.csv + ncu_roles.json")
     parser.add_argument("--limit", type=int, default=0)
+    parser.add_argument("--filter", default="", help="only cases whose id contains this text")
     parser.add_argument("--ncu", default="ncu")
     args = parser.parse_args(argv)
     args.out.mkdir(parents=True, exist_ok=True)
@@ -117,6 +126,8 @@ def main(argv: list[str] | None = None) -> int:
                sys.executable, "-m", "components.profiling.runner", "--backend", "ncu_target", "--suite", args.suite]
     if args.limit:
         command += ["--limit", str(args.limit)]
+    if args.filter:
+        command += ["--filter", args.filter]
     result = subprocess.run(command, capture_output=True, text=True)
     tmp = args.out / "ncu_raw.csv.tmp"
     tmp.write_text(result.stdout)

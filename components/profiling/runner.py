@@ -117,8 +117,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--warmup", type=int, default=5)
     parser.add_argument("--trials", type=int, default=25)
     parser.add_argument("--limit", type=int, default=0, help="only the first N cases (0 = all)")
+    parser.add_argument("--filter", default="", help="only cases whose id contains this text")
     args = parser.parse_args(argv)
-    cases = SUITES[args.suite]()
+    cases = [case for case in SUITES[args.suite]() if args.filter in case.case_id]
     if args.limit:
         cases = cases[: args.limit]
     if args.backend == "ncu_target":

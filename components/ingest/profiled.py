@@ -1,0 +1,131 @@
+"""Adapter for measurements kernelcast profiled itself (``kernelcast profile``; ``profiled-data/``).
+
+Root layout: one folder per run, each with a ``manifest.json`` (see components.profiling.records).
+CUDA-event timings become ``profiler=cuda_event`` rows (one per op case: the op's whole time, as
+NeuSight measures); Nsight Compute kernels become ``profiler=ncu`` rows (one per kernel, clocks
+locked, with DRAM bytes, executed FLOPs and L1/L2 hit rates -- the only source with hit rates).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+
+import pandas as pd
+
+from components.ingest.base import AdapterOutput, IngestError, require_dir
+from components.ingest.schema import KERNEL_COLUMNS, MEASUREMENT_COLUMNS, REJECT_COLUMNS, canonical_json, conform, stable_id
+
+SOURCE = "kernelcast"
+
+
+def _kernel_record(case: dict, kernel_name: str | None, position: int | None) -> dict[str, object]:
+    shape = canonical_json(case["shape"])
+    name = kernel_name or f"{case['op']}[{case['dtype']}]"
+    return {
+        "kernel_id": stable_id(SOURCE, case["family"], case["op"], case["dtype"], shape, kernel_name or "", position),
+        "source": SOURCE, "family": case["family"], "op": case["op"], "name": name, "language": "pytorch",
+        "program": None, "source_path": "components/profiling/suites.py", "source_text": None,
+        "shape_json": shape, "dtype": case["dtype"],
+    }
+
+
+def _grid(text: str | None) -> tuple[int | None, int | None, int | None]:
+    """ncu prints launch dims as "(8, 8, 4)"."""
+    if not text or not text.startswith("("):
+        return None, None, None
+    parts = [int(p) for p in text.strip("()").split(",")]
+    return parts[0], parts[1], parts[2]
+
+
+def _timing_rows(run: Path, entry: dict, device_id: str, raw_device: str) -> tuple[list, list, list, int]:
+    from components.profiling.records import read_timing
+
+    measurements, kernels, rejects = [], [], []
+    path = run / entry["file"]
+    records = read_timing(path)
+    for rec in records:
+        relpath = f"{run.name}/{entry['file']}"
+        if rec.error or not math.isfinite(rec.duration_us):
+            rejects.append({"source": SOURCE, "upstream_file": relpath, "upstream_row": rec.index,
+                            "reason": f"case failed on the GPU: {rec.error}", "raw": rec.case_id})
+            continue
+        kernel = _kernel_record(rec.case, None, None)
+        kernels.append(kernel)
+        measurements.append({
+            "kernel_id": kernel["kernel_id"], "device_id": device_id, "device_name_raw": raw_device,
+            "source": SOURCE, "upstream_file": relpath, "upstream_row": rec.index, "profiler": "cuda_event",
+            "clock_mode": entry.get("clock_mode", "unknown"), "run_id": entry["run_id"],
+            "params_json": canonical_json({**rec.case["shape"], "kernels": len(rec.kernel_names)}),
+            "duration_us": rec.duration_us, "duration_std_us": rec.duration_std_us, "n_trials": rec.n_trials,
+        })
+    return measurements, kernels, rejects, len(records)
+
+
+def _ncu_rows(run: Path, entry: dict, device_id: str, raw_device: str) -> tuple[list, list, int]:
+    from components.profiling.records import ncu_flops, read_ncu_run, read_timing
+
+    timing = read_timing(run / entry["timing"])
+    matched = read_ncu_run(run / entry["folder"], timing, entry.get("filter", ""))
+    measurements, kernels = [], []
+    for case, position, k, roles in matched:
+        kernel = _kernel_record(case.case, str(k["kernel_name"]), position)
+        kernels.append(kernel)
+        duration_us = k["duration_ns"] / 1000.0
+        dram_bytes = k["dram_read_bytes"] + k["dram_write_bytes"]
+        tensor_gemm = case.case["family"] in ("gemm", "bmm") and case.case["dtype"] != "fp32"
+        flops = ncu_flops(k, roles) if entry.get("tensor_counters_complete") or not tensor_gemm else math.nan
+        gx, gy, gz = _grid(k.get("grid_dims"))
+        bx, by, bz = _grid(k.get("block_dims"))
+        measurements.append({
+            "kernel_id": kernel["kernel_id"], "device_id": device_id, "device_name_raw": raw_device,
+            "source": SOURCE, "upstream_file": f"{run.name}/{entry['folder']}/ncu_raw.csv",
+            "upstream_row": int(k["ncu_id"]), "profiler": "ncu", "clock_mode": entry.get("clock_mode", "locked"),
+            "run_id": entry["run_id"],
+            "params_json": canonical_json({**case.case["shape"], "kernel_position": position}),
+            "grid_x": gx, "grid_y": gy, "grid_z": gz, "block_x": bx, "block_y": by, "block_z": bz,
+            "duration_us": duration_us, "n_trials": 1, "dram_bytes": dram_bytes,
+            "achieved_gbps": dram_bytes / (duration_us * 1e3), "flops": flops,
+            "gflops": flops / (duration_us * 1e3) if math.isfinite(flops) else math.nan,
+            "l1_hit_rate": k["l1_hit_pct"] / 100.0, "l2_hit_rate": k["l2_hit_pct"] / 100.0,
+            "arith_intensity": flops / dram_bytes if dram_bytes > 0 and math.isfinite(flops) else math.nan,
+        })
+    return measurements, kernels, len(matched)
+
+
+def ingest(root: Path, catalog) -> AdapterOutput:  # noqa: ANN001 -- catalog: components.devices.Catalog
+    require_dir(root, SOURCE)
+    measurements: list = []
+    kernels: list = []
+    rejects: list = []
+    rows_in = 0
+    runs = sorted(p.parent for p in root.glob("*/manifest.json"))
+    if not runs:
+        raise IngestError(f"{SOURCE}: no run folders with a manifest.json under {root}")
+    for run in runs:
+        try:
+            manifest = json.loads((run / "manifest.json").read_text())
+        except json.JSONDecodeError as exc:
+            raise IngestError(f"{run / 'manifest.json'}: not valid JSON ({exc})") from exc
+        raw_device = manifest["device_name"]
+        device_id = catalog.resolve(raw_device).id
+        for entry in manifest.get("timing", []):
+            m, k, r, n = _timing_rows(run, entry, device_id, raw_device)
+            measurements += m
+            kernels += k
+            rejects += r
+            rows_in += n
+        for entry in manifest.get("ncu", []):
+            try:
+                m, k, n = _ncu_rows(run, entry, device_id, raw_device)
+            except ValueError as exc:
+                raise IngestError(str(exc)) from exc
+            measurements += m
+            kernels += k
+            rows_in += n
+    kernel_frame = conform(pd.DataFrame(kernels), KERNEL_COLUMNS).drop_duplicates("kernel_id").reset_index(drop=True)
+    output = AdapterOutput(SOURCE, conform(pd.DataFrame(measurements), MEASUREMENT_COLUMNS), kernel_frame,
+                           conform(pd.DataFrame(rejects), REJECT_COLUMNS), rows_in)
+    output.check_balance()
+    return output
