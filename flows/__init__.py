@@ -1,0 +1,1 @@
+"""Prefect flows: thin orchestration over ``components``; Ray does the work."""

@@ -1,0 +1,1 @@
+"""MLflow Model Registry: logging, registration, threshold checks, champion/challenger aliases."""

@@ -1,0 +1,97 @@
+"""Shared fixtures for tests on real local services.
+
+Nothing here is autouse: unit tests stay fast and touch no service. Integration tests request
+``kc_home`` (a throw-away KERNELCAST_HOME with the environment pointed at it), ``prefect_harness``
+(ONE Prefect test server per session) and ``local_ray`` (ONE local Ray per session, its workers
+pointed at that Prefect server) -- each costs seconds to start, so a session pays it once.
+"""
+
+from __future__ import annotations
+
+import shutil
+import tempfile
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from kernelcast.settings import Settings
+
+# Prefect's test server needs ~10-20 s on a loaded 2-core box; its default (30 s) is too tight.
+PREFECT_STARTUP_TIMEOUT_S = 180
+
+# Variables that would point a test at a real, shared service instead of the throw-away one.
+_SERVICE_VARS = (
+    "PREFECT_API_URL", "PREFECT_API_KEY", "MLFLOW_TRACKING_URI", "MLFLOW_REGISTRY_URI",
+    "KERNELCAST_PREFECT_API_URL", "KERNELCAST_RAY_ADDRESS", "KERNELCAST_MLFLOW_TRACKING_URI",
+    "KERNELCAST_DVC_REMOTE_URL", "RAY_ADDRESS",
+)
+
+
+@pytest.fixture(scope="session")
+def kc_home() -> Iterator[Path]:
+    """A fresh KERNELCAST_HOME for the session, with every service's state and telemetry set.
+
+    Lives directly under /tmp, not pytest's deep tmp path: Ray's AF_UNIX socket paths under
+    ``<home>/ray/session_<timestamp>_<pid>/sockets/`` must stay below 107 bytes.
+    """
+    from kernelcast.runtime import TELEMETRY_OFF, configure_environment
+
+    home = Path(tempfile.mkdtemp(prefix="kc-", dir="/tmp"))
+    patch = pytest.MonkeyPatch()
+    try:
+        for var in _SERVICE_VARS:
+            patch.delenv(var, raising=False)
+        for key, value in TELEMETRY_OFF.items():
+            patch.setenv(key, value)
+        patch.setenv("KERNELCAST_HOME", str(home))
+        patch.setenv("KERNELCAST_RAY_NUM_CPUS", "2")
+        settings = Settings()
+        # Forced, not setdefault: a developer's own PREFECT_HOME / RAY_TMPDIR must not leak in.
+        patch.setenv("PREFECT_HOME", str(settings.prefect_home))
+        patch.setenv("RAY_TMPDIR", str(settings.ray_tmpdir))
+        patch.setenv("MLFLOW_TRACKING_URI", settings.tracking_uri())
+        patch.setenv("RAY_AUTH_MODE", "disabled")
+        configure_environment(settings)
+        yield home
+    finally:
+        patch.undo()
+        shutil.rmtree(home, ignore_errors=True)
+
+
+@pytest.fixture(scope="session")
+def kc_settings(kc_home: Path) -> Settings:
+    return Settings()
+
+
+@pytest.fixture(scope="session")
+def prefect_harness(kc_home: Path) -> Iterator[str]:
+    """One temporary Prefect API (sqlite) for the whole session; yields its URL."""
+    from prefect.settings import PREFECT_API_URL
+    from prefect.testing.utilities import prefect_test_harness
+
+    with prefect_test_harness(server_startup_timeout=PREFECT_STARTUP_TIMEOUT_S):
+        api_url = PREFECT_API_URL.value()
+        assert api_url, "prefect_test_harness did not set PREFECT_API_URL"
+        yield str(api_url)
+
+
+@pytest.fixture(scope="session")
+def local_ray(kc_settings: Settings, prefect_harness: str) -> Iterator[None]:
+    """One local Ray for the session; its workers talk to the session's Prefect server.
+
+    ``RayTaskRunner`` reuses an initialised Ray, so every flow test shares these workers. Shut
+    down with ``ray.shutdown()`` from this driver -- never ``ray stop``, which kills every Ray
+    process on the machine.
+    """
+    import ray
+
+    from flows.runtime import init_local_ray
+
+    if ray.is_initialized():
+        pytest.fail("Ray was already initialised before the local_ray fixture; it would ignore its settings")
+    init_local_ray(kc_settings, prefect_harness)
+    try:
+        yield
+    finally:
+        ray.shutdown()
