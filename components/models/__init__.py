@@ -1,0 +1,38 @@
+"""Predictors behind one interface (``base.Predictor``), loaded by the family in ``predictor.json``."""
+
+from __future__ import annotations
+
+import importlib
+import json
+from pathlib import Path
+
+from components.models.base import Predictor
+
+PREDICTOR_FILE = "predictor.json"
+
+# family -> "module:Class" whose ``load(directory)`` classmethod restores a saved predictor.
+# Imported lazily: the tabular and llm families pull in heavy libraries.
+LOADERS: dict[str, str] = {
+    "roofline": "components.models.roofline:RooflinePredictor",
+}
+
+
+def register_loader(family: str, target: str) -> None:
+    """Add a family (``"module:Class"``); its class must provide ``load(directory) -> Predictor``."""
+    LOADERS[family] = target
+
+
+def load_predictor(directory: Path) -> Predictor:
+    """Restore any saved predictor from ``directory`` by the family named in its predictor.json."""
+    path = Path(directory) / PREDICTOR_FILE
+    if not path.is_file():
+        raise FileNotFoundError(f"no {PREDICTOR_FILE} in {directory}")
+    family = json.loads(path.read_text()).get("family")
+    if family not in LOADERS:
+        raise ValueError(f"{path}: unknown predictor family {family!r}; known: {sorted(LOADERS)}")
+    module_name, _, class_name = LOADERS[family].partition(":")
+    cls = getattr(importlib.import_module(module_name), class_name)
+    return cls.load(Path(directory))
+
+
+__all__ = ["LOADERS", "PREDICTOR_FILE", "Predictor", "load_predictor", "register_loader"]

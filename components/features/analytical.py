@@ -1,0 +1,546 @@
+"""Analytical performance model: per-pipe demand, DRAM/L2 traffic, tiles and waves, roofline.
+
+Vectorised over a frame of measurement rows joined with their kernel (``family``, ``op``,
+``dtype``, ``shape_json``, ``params_json``, measured ``grid_*``/``block_*`` and, for counter
+sources, ``flops``/``dram_bytes``/``*_arith_intensity``). Every output column is prefixed:
+
+- ``f_``  derived from op + shapes + launch params + the device spec only (legitimate inputs for
+  every task, including roofline-class-from-source);
+- ``m_``  derived from measured hardware counters (Nsight Compute FLOP and DRAM-byte counts, as
+  gpuFLOPBench and our own ncu rows carry). Fine as runtime-prediction inputs "given profiling
+  data", but they nearly give the roofline class away: the class-from-source task must drop them.
+
+Rows a family's formulas do not cover keep NaN ``f_`` values and a ``feature_note`` saying why.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+from collections.abc import Iterable
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+# Bytes per element of each canonical dtype; "mixed"/"unknown" fall back to fp32's 4 bytes.
+ELEM_BYTES: dict[str, float] = {"fp64": 8, "fp32": 4, "tf32": 4, "fp16": 2, "bf16": 2, "fp8": 1, "int8": 1}
+
+# Elementwise cost per output element: (FMA-pipe FLOPs, special-function (MUFU/XU) ops, inputs read).
+# Why: PyTorch computes in fp32 "opmath"; transcendentals lower to MUFU (ex2/lg2/rcp/tanh) plus a few
+# FMA-pipe fix-up instructions; the "u" ops take a Python scalar, so they read one tensor, not two.
+ELEMENTWISE_COST: dict[str, tuple[float, float, float]] = {
+    "add": (1, 0, 2), "sub": (1, 0, 2), "mul": (1, 0, 2), "div": (2, 1, 2), "pow": (4, 2, 2),
+    "addu": (1, 0, 1), "subu": (1, 0, 1), "mulu": (1, 0, 1), "divu": (1, 0, 1), "powu": (4, 2, 1),
+    "relu": (1, 0, 1), "tanh": (6, 2, 1), "gelu": (12, 1, 1), "silu": (4, 2, 1), "sigmoid": (4, 2, 1),
+    "exp": (2, 1, 1), "log": (2, 1, 1), "sqrt": (1, 1, 1), "rsqrt": (1, 1, 1), "neg": (1, 0, 1),
+    "abs": (1, 0, 1), "copy": (0, 0, 1), "silu_and_mul": (5, 2, 2),
+}
+# Softmax per element: max, subtract, exp (1 MUFU ex2 + scale), sum, scale by 1/sum.
+SOFTMAX_COST: tuple[float, float] = (5.0, 1.0)
+# LayerNorm per element: mean add, (x-mean)^2 fma, normalise sub+mul, affine fma -> ~7; one rsqrt per row.
+LAYERNORM_FMA: float = 7.0
+# RMSNorm per element: square-accumulate fma, scale mul, weight mul -> ~4; one rsqrt per row.
+RMSNORM_FMA: float = 4.0
+
+# Tiling assumptions when the shape does not give them.
+GEMM_TILE: tuple[float, float] = (128.0, 128.0)  # cuBLAS/CUTLASS's most common output tile
+GEMM_THREADS: float = 256.0  # 8 warps per 128x128 tile
+GEMM_CTAS_PER_SM_CAP: float = 2.0  # ~128 regs/thread x 256 threads + K-panel smem: at most 2 CTAs per SM
+ELEMENTWISE_THREADS: float = 128.0  # at::native::vectorized_elementwise_kernel launches 128 threads
+ELEMENTWISE_ELEMS_PER_CTA: float = 512.0  # 128 threads x 4-wide vector (NeuSight grids: N / 512)
+ROW_THREADS: float = 128.0  # softmax_warp_forward / vectorized_layer_norm use 32x4 blocks
+MAX_CTAS_PER_SM: float = 32.0  # hardware CTA-slot limit on Ampere/Hopper (16 on older parts)
+MAX_THREADS_PER_SM: float = 2048.0  # fallback when the catalog lacks it
+SFU_OPS_PER_CLK_PER_SM: float = 16.0  # MUFU: 4 per SM sub-partition per clock since Volta (PipeWeave xuFp32=16)
+L2_OVER_DRAM: float = 2.0  # L2 bandwidth fallback: ~1.6x (A100) to 2.6x (H100) DRAM in PipeWeave's specs
+
+# Kernel Tuner benchmark_hub problem constants (kernels/*.h), used when params omit them.
+DEDISP_CHANNELS: float = 1536.0  # dedispersion.h: nr_channels
+DEDISP_MAX_SHIFT: float = 650.0  # dedispersion.h: max_shift
+
+# Canonical dimension -> accepted spellings (lower-case) in shape_json / params_json.
+DIM_ALIASES: dict[str, tuple[str, ...]] = {
+    "B": ("b", "batch", "batch_size", "bs"),
+    "M": ("m",),
+    "N": ("n", "numel", "elements", "n_elements"),
+    "K": ("k",),
+    "H": ("h", "hidden", "hidden_size", "cols"),
+    "E": ("e", "experts", "num_experts"),
+    "topk": ("topk", "top_k"),
+    "heads": ("heads", "num_heads", "nh"),
+    "seq": ("seq", "seq_len", "s", "sq"),
+    "seq_kv": ("seq_kv", "skv", "kv_len"),
+    "head_dim": ("head_dim", "d", "hd"),
+    "cin": ("input_channel", "in_channels", "c_in", "cin", "c"),
+    "cout": ("output_channel", "out_channels", "c_out", "cout"),
+    "ksize": ("kernel_szie", "kernel_size", "ksize", "r"),
+    "insize": ("input_size", "image_size", "hw", "in_size"),
+    "stride": ("stride",),
+    "pad": ("padding", "pad"),
+    "tile_m": ("block_size_m", "tile_m", "bm"),
+    "tile_n": ("block_size_n", "tile_n", "bn"),
+    "tile_k": ("block_size_k", "tile_k", "bk"),
+    "num_warps": ("num_warps",),
+    "num_stages": ("num_stages",),
+    "smem_kb": ("smem_size_kb", "smem_kb"),
+    "bsx": ("block_size_x",),
+    "bsy": ("block_size_y",),
+    "tsx": ("tile_size_x",),
+    "tsy": ("tile_size_y",),
+    "filter_w": ("filter_width",),
+    "filter_h": ("filter_height",),
+    "image_w": ("image_width", "width", "problem_size_x"),
+    "image_h": ("image_height", "height", "problem_size_y"),
+    "samples": ("nr_samples", "samples"),
+    "dms": ("nr_dms", "dms"),
+    "channels": ("nr_channels", "channels"),
+    "size_bytes": ("size", "size_bytes", "bytes"),
+}
+_ALIAS_TO_DIM: dict[str, str] = {alias: dim for dim, aliases in DIM_ALIASES.items() for alias in aliases}
+DIMS: tuple[str, ...] = tuple(DIM_ALIASES)
+_TILE_IN_NAME = re.compile(r"_(\d+)x(\d+)_")
+
+# Output columns (in order), so an all-uncovered frame still has the same schema.
+F_COLUMNS: tuple[str, ...] = (
+    "f_flops", "f_tensor_flops", "f_fma_flops", "f_sfu_ops", "f_uses_tensor", "f_precision_bytes",
+    "f_dram_bytes_min", "f_l2_bytes_tiled", "f_arith_intensity", "f_arith_intensity_tiled",
+    "f_tile_m", "f_tile_n", "f_ctas", "f_ctas_measured", "f_threads_per_cta", "f_ctas_per_sm",
+    "f_waves", "f_wave_efficiency", "f_busiest_sm_ctas", "f_sm_imbalance", "f_active_sm_fraction",
+    "f_peak_compute_flops", "f_ridge_point", "f_tensor_time_us", "f_fma_time_us", "f_sfu_time_us",
+    "f_dram_time_us", "f_l2_time_us", "f_compute_time_us", "f_tensor_cycles", "f_fma_cycles",
+    "f_sfu_cycles", "f_dram_cycles", "f_l2_cycles", "f_busiest_sm_cycles", "f_roofline_time_us",
+    "f_pipes_time_us", "f_compute_bound", "f_bound",
+)
+M_COLUMNS: tuple[str, ...] = (
+    "m_flops", "m_dram_bytes", "m_arith_intensity", "m_compute_time_us", "m_dram_time_us",
+    "m_roofline_time_us", "m_bound",
+)
+GEMM_LIKE: frozenset[str] = frozenset({"gemm", "bmm", "linear", "moe", "conv", "attention"})
+
+
+# ----------------------------------------------------------------------------------------------
+# Shapes
+# ----------------------------------------------------------------------------------------------
+def _loads(text: Any) -> dict[str, Any]:
+    if not isinstance(text, str) or not text:
+        return {}
+    try:
+        value = json.loads(text)
+    except ValueError:
+        return {}
+    return value if isinstance(value, dict) else {}
+
+
+def _dims_table(texts: list[Any]) -> np.ndarray:
+    """Canonical dims (len(texts) x len(DIMS)) of JSON objects; unknown keys and non-numbers ignored."""
+    table = np.full((len(texts), len(DIMS)), np.nan)
+    records = [_loads(t) for t in texts]
+    if not any(records):
+        return table
+    raw = pd.DataFrame.from_records(records)
+    position = {dim: i for i, dim in enumerate(DIMS)}
+    for column in raw.columns:
+        low = str(column).lower()
+        if low == "problem_size":  # Kernel Tuner: [x, y(, z)] -> image (conv) or samples/DMs (dedispersion)
+            sizes = raw[column].map(lambda v: list(v)[:2] if isinstance(v, list | tuple) else [math.nan, math.nan])
+            pair = np.array([[float(x) for x in (list(v) + [math.nan, math.nan])[:2]] for v in sizes], dtype="float64")
+            for dim, j in (("image_w", 0), ("image_h", 1), ("samples", 0), ("dms", 1)):
+                slot = table[:, position[dim]]
+                table[:, position[dim]] = np.where(np.isfinite(slot), slot, pair[:, j])
+            continue
+        dim = _ALIAS_TO_DIM.get(low)
+        if dim is None:
+            continue
+        values = raw[column]
+        if values.map(lambda v: isinstance(v, bool)).any():
+            values = values.where(~values.map(lambda v: isinstance(v, bool)))
+        numbers = pd.to_numeric(values, errors="coerce").to_numpy("float64")
+        slot = table[:, position[dim]]
+        table[:, position[dim]] = np.where(np.isfinite(slot), slot, numbers)  # first spelling wins
+    return table
+
+
+def _dims_of_series(texts: pd.Series) -> np.ndarray:
+    """Dims per row, parsing each distinct JSON text once (many measurements share one)."""
+    codes, uniques = pd.factorize(texts.astype(object).fillna(""))
+    table = _dims_table(list(uniques))
+    return table[codes] if len(codes) else np.empty((0, len(DIMS)))
+
+
+def parse_dims(shape_json: pd.Series, params_json: pd.Series) -> pd.DataFrame:
+    """Canonical numeric dims per row from the kernel's shape_json and the measurement's params_json.
+
+    A dim in params_json (what was launched) overrides the same dim in shape_json.
+    """
+    shape = _dims_of_series(shape_json)
+    params = _dims_of_series(params_json)
+    merged = np.where(np.isfinite(params), params, shape)
+    return pd.DataFrame(merged, columns=list(DIMS), index=shape_json.index)
+
+
+def _tile_from_names(names: pd.Series) -> tuple[np.ndarray, np.ndarray]:
+    """Output tile from cuBLAS kernel names such as ``ampere_sgemm_32x128_tn`` (NaN when absent)."""
+    extracted = names.astype("string").str.extract(_TILE_IN_NAME)
+    return (pd.to_numeric(extracted[0], errors="coerce").to_numpy("float64"),
+            pd.to_numeric(extracted[1], errors="coerce").to_numpy("float64"))
+
+
+# ----------------------------------------------------------------------------------------------
+# Devices
+# ----------------------------------------------------------------------------------------------
+def _peak(spec: Any, precision: str, tensor: bool) -> float:
+    try:
+        value = spec.peak_flops(precision, tensor=tensor)
+    except (KeyError, ValueError, LookupError, TypeError, AttributeError):
+        return math.nan
+    return float(value) if value is not None and float(value) > 0 else math.nan
+
+
+def _attr(spec: Any, names: Iterable[str], default: float = math.nan) -> float:
+    for name in names:
+        value = getattr(spec, name, None)
+        if value is not None:
+            try:
+                number = float(value)
+            except (TypeError, ValueError):
+                continue
+            if math.isfinite(number) and number > 0:
+                return number
+    return default
+
+
+DEVICE_COLUMNS: tuple[str, ...] = (
+    "sms", "clock_hz", "dram_Bps", "l2_Bps", "max_threads_sm", "sfu_ops_s",
+    "fma_fp32", "fma_fp64", "fma_fp16", "tensor_fp16", "tensor_bf16", "tensor_fp8", "tensor_tf32",
+    "tensor_fp64",
+)
+
+
+def device_table(device_ids: Iterable[str], catalog: Any) -> pd.DataFrame:
+    """Per device: the spec numbers the formulas need, in SI units (Hz, B/s, FLOP/s); NaN if unknown."""
+    records: dict[str, list[float]] = {}
+    for device_id in sorted({str(d) for d in device_ids if isinstance(d, str)}):
+        try:
+            spec = catalog.get(device_id)
+        except (KeyError, LookupError):
+            spec = None
+        if spec is None:
+            records[device_id] = [math.nan] * len(DEVICE_COLUMNS)
+            continue
+        sms = _attr(spec, ("sms", "num_sms", "compute_units"))
+        clock_hz = _attr(spec, ("boost_clock_mhz", "clock_mhz")) * 1e6
+        dram = _attr(spec, ("dram_gbps",)) * 1e9
+        l2 = _attr(spec, ("l2_gbps", "l2_bandwidth_gbps"), dram / 1e9 * L2_OVER_DRAM) * 1e9
+        records[device_id] = [
+            sms, clock_hz, dram, l2, _attr(spec, ("max_threads_per_sm",), MAX_THREADS_PER_SM),
+            sms * clock_hz * SFU_OPS_PER_CLK_PER_SM,
+            _peak(spec, "fp32", False), _peak(spec, "fp64", False), _peak(spec, "fp16", False),
+            _peak(spec, "fp16", True), _peak(spec, "bf16", True), _peak(spec, "fp8", True),
+            _peak(spec, "tf32", True), _peak(spec, "fp64", True),
+        ]
+    return pd.DataFrame.from_dict(records, orient="index", columns=list(DEVICE_COLUMNS), dtype="float64")
+
+
+# ----------------------------------------------------------------------------------------------
+# Per-family demand
+# ----------------------------------------------------------------------------------------------
+def _num(frame: pd.DataFrame, column: str) -> np.ndarray:
+    if column not in frame.columns:
+        return np.full(len(frame), np.nan)
+    return pd.to_numeric(frame[column], errors="coerce").to_numpy("float64")
+
+
+def _ceil_div(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    return np.ceil(a / b)
+
+
+def _or(value: np.ndarray, default: float | np.ndarray) -> np.ndarray:
+    return np.where(np.isfinite(value), value, default)
+
+
+def _family_demand(family: np.ndarray, op: np.ndarray, dtype: np.ndarray, d: pd.DataFrame,
+                   name_tile: tuple[np.ndarray, np.ndarray]) -> dict[str, np.ndarray]:
+    """Per row: pipe FLOPs, DRAM/L2 bytes, tiles, threads and CTA-per-SM caps, by family formulas."""
+    n = len(family)
+    nan = np.full(n, np.nan)
+    out = {k: nan.copy() for k in ("tensor", "fma", "sfu", "bytes_min", "bytes_l2", "ctas", "threads",
+                                   "cap", "tile_m", "tile_n", "gm", "gn", "gk", "gbatch")}
+    out["tensor_capable"] = np.zeros(n, dtype=bool)
+    e = np.array([ELEM_BYTES.get(str(t), 4.0) for t in dtype], dtype="float64")
+    # FP8 GEMMs (PipeWeave, DeepGEMM) write bf16 outputs.
+    e_out = np.where(e == 1.0, 2.0, e)
+    col = {k: d[k].to_numpy("float64") for k in d.columns}
+
+    def put(mask: np.ndarray, **values: np.ndarray | float) -> None:
+        for key, value in values.items():
+            out[key][mask] = np.broadcast_to(value, (n,))[mask] if np.ndim(value) else value
+
+    # ---- GEMM-like: express each as a batched GEMM (gbatch x gm x gn x gk) ----
+    B = _or(col["B"], 1.0)
+    is_gemm = np.isin(family, ["gemm", "bmm"])
+    put(is_gemm, gm=col["M"], gn=col["N"], gk=col["K"], gbatch=B)
+    is_linear = family == "linear"  # x[B, M, K] @ W[K, N]: the weight is shared across the batch
+    put(is_linear, gm=B * col["M"], gn=col["N"], gk=col["K"], gbatch=np.ones(n))
+    is_moe = family == "moe"  # fused-MoE: (M*topk) routed rows through per-expert [H->N] or [N->H] weights
+    w2 = np.char.startswith(op.astype(str), "w2")
+    moe_rows = col["M"] * _or(col["topk"], 1.0)
+    put(is_moe, gm=moe_rows, gn=np.where(w2, col["H"], col["N"]), gk=np.where(w2, col["N"], col["H"]),
+        gbatch=np.ones(n))
+    # NeuSight/PyTorch conv2d as implicit GEMM: rows = B*Ho*Wo, cols = Cout, depth = Cin*k*k.
+    is_conv_nn = (family == "conv") & np.isfinite(col["cin"])
+    ho = np.floor((col["insize"] + 2 * _or(col["pad"], 0.0) - col["ksize"]) / _or(col["stride"], 1.0)) + 1
+    put(is_conv_nn, gm=B * ho * ho, gn=col["cout"], gk=col["cin"] * col["ksize"] ** 2, gbatch=np.ones(n))
+    # Attention (FlashAttention-style): QK^T and PV GEMMs, softmax exp per score.
+    is_attn = family == "attention"
+    seq_kv = _or(col["seq_kv"], col["seq"])
+    heads = _or(col["heads"], col["H"])
+    put(is_attn, gm=col["seq"], gn=seq_kv, gk=2 * col["head_dim"], gbatch=B * heads)
+
+    gemm_like = is_gemm | is_linear | is_moe | is_conv_nn | is_attn
+    gm, gn, gk, gb = out["gm"], out["gn"], out["gk"], out["gbatch"]
+    flops = 2.0 * gb * gm * gn * gk
+    # Tile: the shape's own (Triton MoE) > the one in the cuBLAS kernel name > 128x128.
+    tm = _or(col["tile_m"], _or(name_tile[0], GEMM_TILE[0]))
+    tn = _or(col["tile_n"], _or(name_tile[1], GEMM_TILE[1]))
+    # MoE: only the experts actually routed to are read; each holds gn*gk weights.
+    experts_hit = np.where(is_moe, np.minimum(_or(col["E"], 1.0), moe_rows), 1.0)
+    weight_batch = np.where(is_gemm | is_attn, gb, experts_hit)
+    a_elems, b_elems, c_elems = gb * gm * gk, weight_batch * gk * gn, gb * gm * gn
+    bytes_min = e * (a_elems + b_elems) + e_out * c_elems
+    # Conv reads the input tensor once, not its im2col expansion (each pixel feeds k*k GEMM rows).
+    conv_in = B * col["cin"] * col["insize"] ** 2
+    bytes_min = np.where(is_conv_nn, e * (conv_in + b_elems) + e_out * c_elems, bytes_min)
+    # Tile re-reads: A's K-panel once per column of tiles, B's once per row of tiles (no L2 reuse).
+    m_tiles = np.where(is_moe, experts_hit * _ceil_div(moe_rows / experts_hit, tm), _ceil_div(gm, tm))
+    n_tiles = _ceil_div(gn, tn)
+    bytes_l2 = e * (a_elems * n_tiles + gb * n_tiles * tn * gk * m_tiles) + e_out * c_elems
+    bytes_l2 = np.maximum(bytes_l2, bytes_min)
+    threads = np.where(np.isfinite(col["num_warps"]), col["num_warps"] * 32.0, GEMM_THREADS)
+    put(gemm_like, tensor=flops, fma=np.zeros(n), sfu=np.where(is_attn, gb * gm * gn, 0.0), bytes_min=bytes_min,
+        bytes_l2=bytes_l2, ctas=gb * m_tiles * n_tiles, threads=threads, cap=GEMM_CTAS_PER_SM_CAP, tile_m=tm, tile_n=tn)
+    out["tensor_capable"] = gemm_like.copy()
+
+    # ---- Kernel Tuner 2D convolution (benchmark_hub convolution_milo): direct, fp32 FMA ----
+    is_conv_kt = (family == "conv") & ~is_conv_nn & np.isfinite(col["filter_w"])
+    w, h = _or(col["image_w"], 4096.0), _or(col["image_h"], 4096.0)
+    fw, fh = col["filter_w"], _or(col["filter_h"], col["filter_w"])
+    tile_w = _or(col["bsx"], 16.0) * _or(col["tsx"], 1.0)
+    tile_h = _or(col["bsy"], 16.0) * _or(col["tsy"], 1.0)
+    kt_ctas = _ceil_div(w, tile_w) * _ceil_div(h, tile_h)
+    kt_min = 4.0 * ((w + fw - 1) * (h + fh - 1) + w * h + fw * fh)
+    kt_l2 = 4.0 * (kt_ctas * (tile_w + fw - 1) * (tile_h + fh - 1) + w * h)  # halo re-read per CTA
+    put(is_conv_kt, tensor=np.zeros(n), fma=2.0 * w * h * fw * fh, sfu=np.zeros(n), bytes_min=kt_min,
+        bytes_l2=kt_l2, ctas=kt_ctas, threads=_or(col["bsx"], 16.0) * _or(col["bsy"], 16.0), cap=MAX_CTAS_PER_SM,
+        tile_m=tile_h, tile_n=tile_w)
+
+    # ---- Dedispersion (benchmark_hub): per (DM, sample) sum over channels of uint8 input, fp32 out ----
+    is_dd = family == "dedispersion"
+    samples, dms = _or(col["samples"], 25000.0), _or(col["dms"], 2048.0)
+    channels = _or(col["channels"], DEDISP_CHANNELS)
+    dd_min = channels * (samples + DEDISP_MAX_SHIFT) + 4.0 * samples * dms + 4.0 * dms * channels
+    dd_l2 = samples * dms * channels + 4.0 * samples * dms  # every (dm, sample) reads every channel's byte
+    tile_s = _or(col["bsx"], 1.0) * _or(col["tsx"], 1.0)
+    tile_d = _or(col["bsy"], 32.0) * _or(col["tsy"], 1.0)
+    put(is_dd, tensor=np.zeros(n), fma=samples * dms * channels, sfu=np.zeros(n), bytes_min=dd_min,
+        bytes_l2=dd_l2, ctas=_ceil_div(samples, tile_s) * _ceil_div(dms, tile_d),
+        threads=_or(col["bsx"], 1.0) * _or(col["bsy"], 32.0), cap=MAX_CTAS_PER_SM, tile_m=tile_d, tile_n=tile_s)
+
+    # ---- Elementwise ----
+    is_ew = family == "elementwise"
+    numel = _or(col["N"], B * col["H"])
+    cost = np.array([ELEMENTWISE_COST.get(str(o), (np.nan, np.nan, np.nan)) for o in op], dtype="float64").reshape(n, 3)
+    ew_bytes = e * numel * (cost[:, 2] + 1.0)
+    put(is_ew, tensor=np.zeros(n), fma=cost[:, 0] * numel, sfu=cost[:, 1] * numel, bytes_min=ew_bytes,
+        bytes_l2=ew_bytes, ctas=_ceil_div(numel, ELEMENTWISE_ELEMS_PER_CTA), threads=ELEMENTWISE_THREADS,
+        cap=MAX_CTAS_PER_SM)
+
+    # ---- Row-wise reductions: softmax, layernorm, rmsnorm over B rows of H ----
+    rows, cols_ = B, col["H"]
+    elems = rows * cols_
+    is_sm = family == "softmax"
+    # Short rows: one warp per row, 4 warps per CTA; long rows: one CTA per row.
+    row_ctas = np.where(cols_ <= 1024, _ceil_div(rows, 4.0), rows)
+    put(is_sm, tensor=np.zeros(n), fma=SOFTMAX_COST[0] * elems, sfu=SOFTMAX_COST[1] * elems,
+        bytes_min=2.0 * e * elems, bytes_l2=2.0 * e * elems, ctas=row_ctas, threads=ROW_THREADS, cap=MAX_CTAS_PER_SM)
+    is_ln = family == "layernorm"
+    put(is_ln, tensor=np.zeros(n), fma=LAYERNORM_FMA * elems, sfu=rows, bytes_min=e * (2.0 * elems + 2.0 * cols_),
+        bytes_l2=e * (2.0 * elems + 2.0 * cols_), ctas=rows, threads=ROW_THREADS, cap=MAX_CTAS_PER_SM)
+    is_rms = family == "rmsnorm"
+    put(is_rms, tensor=np.zeros(n), fma=RMSNORM_FMA * elems, sfu=rows, bytes_min=e * (2.0 * elems + cols_),
+        bytes_l2=e * (2.0 * elems + cols_), ctas=rows, threads=ROW_THREADS, cap=MAX_CTAS_PER_SM)
+    return out
+
+
+def _notes(family: np.ndarray, op: np.ndarray, covered: np.ndarray) -> np.ndarray:
+    """Why a row has no analytical features (None where it has them)."""
+    notes = np.full(len(family), None, dtype=object)
+    reasons = {
+        "program": "program: whole program, no op formula (measured-counter m_* features only where counters exist)",
+        "collective": "collective: needs an interconnect model (link bandwidth/topology), not in the device spec",
+    }
+    for i in np.flatnonzero(~covered):
+        fam = str(family[i])
+        if fam in reasons:
+            notes[i] = reasons[fam]
+        elif fam == "elementwise" and str(op[i]) not in ELEMENTWISE_COST:
+            notes[i] = f"elementwise op {op[i]!r} has no cost entry"
+        else:
+            notes[i] = f"family {fam!r}/op {op[i]!r}: no formula, or its shape lacks the dims it needs"
+    return notes
+
+
+# ----------------------------------------------------------------------------------------------
+# The model
+# ----------------------------------------------------------------------------------------------
+def _definition_flops(family: pd.Series, op: pd.Series, shape_json: pd.Series, fallback: np.ndarray) -> np.ndarray:
+    """FLOPs by op definition from ``components.ingest.derived.op_flops`` (one call per distinct kernel shape)."""
+    try:
+        from components.ingest.derived import op_flops
+    except ImportError:
+        return fallback
+    keys = (family.astype(object).fillna("").astype(str) + "\x1f" + op.astype(object).fillna("").astype(str)
+            + "\x1f" + shape_json.astype(object).fillna("").astype(str))
+    codes, uniques = pd.factorize(keys)
+    values = np.empty(len(uniques), dtype="float64")
+    for i, key in enumerate(uniques):
+        fam, name, shape = key.split("\x1f", 2)
+        try:
+            values[i] = float(op_flops(fam, name, _loads(shape)))
+        except (KeyError, ValueError, TypeError, ZeroDivisionError):
+            values[i] = math.nan
+    result = values[codes] if len(codes) else np.empty(0)
+    return np.where(np.isfinite(result) & (result > 0), result, fallback)
+
+
+def analytical_features(frame: pd.DataFrame, catalog: Any) -> pd.DataFrame:
+    """``f_*``/``m_*`` features and ``feature_note`` for each row of ``frame`` (same index).
+
+    ``frame`` needs ``device_id, family, op, dtype, shape_json, params_json``; optional measured launch
+    dims ``grid_*``/``block_*``, kernel ``name`` (tile hint) and counter columns ``flops, dram_bytes,
+    fp32_arith_intensity, fp64_arith_intensity, int_arith_intensity``.
+    """
+    n = len(frame)
+    idx = frame.index
+    family = frame["family"].astype(object).fillna("").astype(str).to_numpy()
+    op = frame["op"].astype(object).fillna("").astype(str).to_numpy()
+    dtype = frame["dtype"].astype(object).fillna("unknown").astype(str).to_numpy()
+    shape_json = frame["shape_json"] if "shape_json" in frame.columns else pd.Series([None] * n, index=idx)
+    params_json = frame["params_json"] if "params_json" in frame.columns else pd.Series([None] * n, index=idx)
+    dims = parse_dims(shape_json, params_json)
+    names = frame["name"] if "name" in frame.columns else pd.Series([None] * n, index=idx)
+    dem = _family_demand(family, op, dtype, dims, _tile_from_names(names))
+
+    dev = device_table(frame["device_id"].astype(object), catalog).reindex(frame["device_id"].astype(str).to_numpy())
+    dv = {c: dev[c].to_numpy("float64") for c in DEVICE_COLUMNS}
+    e = np.array([ELEM_BYTES.get(t, 4.0) for t in dtype], dtype="float64")
+
+    # Which tensor peak: the dtype's; fp32 GEMMs stay on the FMA pipe (PyTorch allow_tf32=False for
+    # matmul) except cuDNN convs, which use TF32 by default where the GPU has it.
+    tensor_peak = np.select(
+        [dtype == "fp16", dtype == "bf16", dtype == "fp8", dtype == "fp64", (dtype == "fp32") & (family == "conv")],
+        [dv["tensor_fp16"], dv["tensor_bf16"], _or(dv["tensor_fp8"], dv["tensor_bf16"]), dv["tensor_fp64"],
+         dv["tensor_tf32"]], default=np.nan)
+    fma_peak = np.where(dtype == "fp64", dv["fma_fp64"], dv["fma_fp32"])  # fp16/bf16 elementwise math runs in fp32
+    uses_tensor = dem["tensor_capable"] & np.isfinite(tensor_peak)
+    # Tensor-capable work on a GPU/precision without tensor cores runs on the FMA pipe.
+    fma_flops = np.where(dem["tensor_capable"] & ~uses_tensor, dem["tensor"], dem["fma"])
+    tensor_flops = np.where(uses_tensor, dem["tensor"], np.where(dem["tensor_capable"], 0.0, dem["tensor"]))
+    sfu_ops = dem["sfu"]
+    flops_pipes = tensor_flops + fma_flops
+    covered = np.isfinite(flops_pipes) & np.isfinite(dem["bytes_min"]) & (dem["bytes_min"] > 0)
+
+    flops = _definition_flops(frame["family"], frame["op"], shape_json, flops_pipes)
+    flops = np.where(covered, flops, np.nan)
+
+    # Launch geometry: the measured grid wins over the tile estimate.
+    grid = np.ones(n)
+    block = np.ones(n)
+    for axis in "xyz":
+        grid = grid * _or(_num(frame, f"grid_{axis}"), 1.0 if axis != "x" else np.nan)
+        block = block * _or(_num(frame, f"block_{axis}"), 1.0 if axis != "x" else np.nan)
+    ctas_measured = np.isfinite(grid) & (grid > 0)
+    ctas = np.where(ctas_measured, grid, dem["ctas"])
+    threads = np.where(np.isfinite(block) & (block > 0), block, dem["threads"])
+    # CTAs resident per SM: thread limit, hardware slot limit, and the family's register/smem cap.
+    ctas_per_sm = np.maximum(1.0, np.minimum.reduce([np.floor(dv["max_threads_sm"] / threads),
+                                                    np.full(n, MAX_CTAS_PER_SM), _or(dem["cap"], MAX_CTAS_PER_SM)]))
+    slots = dv["sms"] * ctas_per_sm
+    waves = np.ceil(ctas / slots)
+    wave_eff = ctas / (waves * slots)  # tail effect: share of CTA slots busy over all waves
+    busiest = np.ceil(ctas / dv["sms"])  # CTAs on the busiest SM (round-robin dispatch)
+    imbalance = busiest * dv["sms"] / ctas  # busiest-SM load over the mean SM load (>= 1)
+    active = np.minimum(ctas, dv["sms"]) / dv["sms"]
+
+    t_tensor = np.where(tensor_flops > 0, tensor_flops / tensor_peak, 0.0)
+    t_fma = np.where(fma_flops > 0, fma_flops / fma_peak, 0.0)
+    t_sfu = sfu_ops / dv["sfu_ops_s"]
+    t_dram = dem["bytes_min"] / dv["dram_Bps"]
+    t_l2 = dem["bytes_l2"] / dv["l2_Bps"]
+    t_compute = np.maximum.reduce([t_tensor, t_fma, t_sfu])
+    roofline = np.maximum(t_compute, t_dram)  # classic roofline: peak compute vs ideal DRAM traffic
+    # Pipe-aware bound: busiest SM's compute, plus tile re-reads through L2 (PipeWeave-style demand).
+    pipes = np.maximum.reduce([t_compute * imbalance, t_dram, t_l2])
+    compute_bound = t_compute >= t_dram
+    peak_compute = np.where(uses_tensor, tensor_peak, fma_peak)
+    clock = dv["clock_hz"]
+
+    f = {
+        "f_flops": flops, "f_tensor_flops": tensor_flops, "f_fma_flops": fma_flops, "f_sfu_ops": sfu_ops,
+        "f_uses_tensor": uses_tensor.astype("float64"), "f_precision_bytes": e,
+        "f_dram_bytes_min": dem["bytes_min"], "f_l2_bytes_tiled": dem["bytes_l2"],
+        "f_arith_intensity": flops / dem["bytes_min"], "f_arith_intensity_tiled": flops / dem["bytes_l2"],
+        "f_tile_m": dem["tile_m"], "f_tile_n": dem["tile_n"], "f_ctas": ctas,
+        "f_ctas_measured": ctas_measured.astype("float64"), "f_threads_per_cta": threads,
+        "f_ctas_per_sm": ctas_per_sm, "f_waves": waves, "f_wave_efficiency": wave_eff,
+        "f_busiest_sm_ctas": busiest, "f_sm_imbalance": imbalance, "f_active_sm_fraction": active,
+        "f_peak_compute_flops": peak_compute, "f_ridge_point": peak_compute / dv["dram_Bps"],
+        "f_tensor_time_us": t_tensor * 1e6, "f_fma_time_us": t_fma * 1e6, "f_sfu_time_us": t_sfu * 1e6,
+        "f_dram_time_us": t_dram * 1e6, "f_l2_time_us": t_l2 * 1e6, "f_compute_time_us": t_compute * 1e6,
+        "f_tensor_cycles": t_tensor * clock, "f_fma_cycles": t_fma * clock, "f_sfu_cycles": t_sfu * clock,
+        "f_dram_cycles": t_dram * clock, "f_l2_cycles": t_l2 * clock,
+        "f_busiest_sm_cycles": t_compute * imbalance * clock,
+        "f_roofline_time_us": roofline * 1e6, "f_pipes_time_us": pipes * 1e6,
+        "f_compute_bound": compute_bound.astype("float64"),
+    }
+    result = pd.DataFrame({k: np.where(covered, np.asarray(v, dtype="float64"), np.nan) for k, v in f.items()}, index=idx)
+    known = covered & np.isfinite(roofline)
+    result["f_bound"] = pd.Series(np.where(known, np.where(compute_bound, "compute", "bandwidth"), None),
+                                  index=idx, dtype="string")
+    result = pd.concat([result, _measured_counter_features(frame, dv)], axis=1)
+    notes = _notes(family, op, covered)
+    uncovered_device = covered & ~np.isfinite(roofline)
+    notes[uncovered_device] = "device not in the catalog or missing peak/bandwidth for this precision"
+    result["feature_note"] = pd.Series(notes, index=idx, dtype="string")
+    return result
+
+
+def _measured_counter_features(frame: pd.DataFrame, dv: dict[str, np.ndarray]) -> pd.DataFrame:
+    """``m_*``: roofline from measured FLOP/byte counters (FP32, FP64, integer, each against its own peak)."""
+    dram = _num(frame, "dram_bytes")
+    have = np.isfinite(dram) & (dram > 0)
+    fp32 = _or(_num(frame, "fp32_arith_intensity"), 0.0) * dram
+    fp64 = _or(_num(frame, "fp64_arith_intensity"), 0.0) * dram
+    ints = _or(_num(frame, "int_arith_intensity"), 0.0) * dram
+    total = _num(frame, "flops")
+    split_known = (fp32 + fp64) > 0
+    total = np.where(np.isfinite(total), total, np.where(split_known, fp32 + fp64, np.nan))
+    # Without a precision split, count all FLOPs at the FP32 FMA peak.
+    fp32 = np.where(split_known, fp32, _or(total, 0.0))
+    t_compute = np.maximum.reduce([fp32 / dv["fma_fp32"], fp64 / _or(dv["fma_fp64"], dv["fma_fp32"] / 64.0),
+                                   ints / (dv["fma_fp32"] / 2.0)])  # integer: one instr/clk/lane = half FMA FLOP rate
+    t_dram = dram / dv["dram_Bps"]
+    roof = np.maximum(t_compute, t_dram)
+    idx = frame.index
+    out = pd.DataFrame({
+        "m_flops": np.where(have, total, np.nan), "m_dram_bytes": np.where(have, dram, np.nan),
+        "m_arith_intensity": np.where(have, total / dram, np.nan),
+        "m_compute_time_us": np.where(have, t_compute * 1e6, np.nan),
+        "m_dram_time_us": np.where(have, t_dram * 1e6, np.nan),
+        "m_roofline_time_us": np.where(have, roof * 1e6, np.nan),
+    }, index=idx)
+    known = have & np.isfinite(roof)
+    out["m_bound"] = pd.Series(np.where(known, np.where(t_compute >= t_dram, "compute", "bandwidth"), None),
+                               index=idx, dtype="string")
+    return out

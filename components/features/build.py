@@ -1,0 +1,153 @@
+"""The feature table: one row per measurement, with targets, analytical, device and static features.
+
+Columns: keys/provenance (``measurement_id, kernel_id, device_id, source, family, op, dtype,
+upstream_file, run_id``), targets (canonical metric names), ``f_*``/``m_*`` analytical features
+(see ``analytical``), ``dev_*`` device-catalog features, ``s_*`` static-analysis features joined by
+``kernel_id`` and ``feature_note`` (why a row lacks features). No row is ever dropped.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from collections.abc import Callable, Mapping
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from components.features.analytical import analytical_features
+
+KEY_COLUMNS: tuple[str, ...] = (
+    "measurement_id", "kernel_id", "device_id", "source", "family", "op", "dtype", "upstream_file", "run_id",
+)
+TARGET_COLUMNS: tuple[str, ...] = (
+    "duration_us", "achieved_gbps", "gflops", "l1_hit_rate", "l2_hit_rate", "arith_intensity", "roofline_class",
+)
+# Measurement columns the formulas read (never written to the table as features themselves).
+_INPUT_COLUMNS: tuple[str, ...] = (
+    "params_json", "grid_x", "grid_y", "grid_z", "block_x", "block_y", "block_z", "flops", "dram_bytes",
+    "fp32_arith_intensity", "fp64_arith_intensity", "int_arith_intensity", "profiler",
+)
+_KERNEL_COLUMNS: tuple[str, ...] = ("kernel_id", "family", "op", "dtype", "shape_json", "name")
+
+
+def _joined(measurements: pd.DataFrame, kernels: pd.DataFrame) -> pd.DataFrame:
+    """Measurements with their kernel's family/op/dtype/shape (a left join: a missing kernel keeps its row)."""
+    kern = kernels.loc[:, [c for c in _KERNEL_COLUMNS if c in kernels.columns]].drop_duplicates("kernel_id")
+    frame = measurements.reset_index(drop=True).merge(kern, on="kernel_id", how="left", validate="many_to_one")
+    for column in ("family", "op", "dtype", "shape_json", "name"):
+        if column not in frame.columns:
+            frame[column] = pd.Series([None] * len(frame), dtype="string")
+    return frame
+
+
+def device_features(device_ids: pd.Series, catalog: Any,
+                    device_vector: Callable[[Any], Mapping[str, float]] | None = None) -> pd.DataFrame:
+    """``dev_*`` columns from ``components.devices.device_feature_vector`` (NaN for unknown devices)."""
+    if device_vector is None:
+        from components.devices import device_feature_vector as device_vector
+
+    table: dict[str, dict[str, float]] = {}
+    for device_id in sorted({d for d in device_ids.dropna().astype(str)}):
+        try:
+            spec = catalog.get(device_id)
+            if spec is None:
+                continue
+            vector = device_vector(spec)
+        except (KeyError, LookupError):
+            continue
+        table[device_id] = {(k if k.startswith("dev_") else f"dev_{k}"): float(v) for k, v in dict(vector).items()}
+    frame = pd.DataFrame.from_dict(table, orient="index", dtype="float64")
+    return frame.reindex(device_ids.astype(str).to_numpy()).set_index(device_ids.index)
+
+
+def _static_join(keys: pd.Series, static: pd.DataFrame | None) -> pd.DataFrame | None:
+    if static is None or static.empty:
+        return None
+    cols = [c for c in static.columns if c.startswith("s_")]
+    table = static.drop_duplicates("kernel_id").set_index("kernel_id")[cols]
+    return table.reindex(keys.astype(str).to_numpy()).set_index(keys.index)
+
+
+def build_feature_table(measurements: pd.DataFrame, kernels: pd.DataFrame, catalog: Any,
+                        static: pd.DataFrame | None = None,
+                        device_vector: Callable[[Any], Mapping[str, float]] | None = None) -> pd.DataFrame:
+    """One row per measurement, in the measurements' order (pure: no I/O).
+
+    ``device_vector`` maps a catalog spec to its features (default: ``components.devices.device_feature_vector``).
+    """
+    frame = _joined(measurements, kernels)
+    parts = [frame.reindex(columns=list(KEY_COLUMNS)), frame.reindex(columns=list(TARGET_COLUMNS))]
+    analytical = analytical_features(frame, catalog)
+    note = analytical.pop("feature_note")
+    missing_kernel = frame["family"].isna().to_numpy()
+    note = note.mask(missing_kernel, "kernel_id not in the kernels table")
+    parts.append(analytical)
+    parts.append(device_features(frame["device_id"], catalog, device_vector))
+    static_part = _static_join(frame["kernel_id"], static)
+    if static_part is not None:
+        parts.append(static_part)
+    table = pd.concat(parts, axis=1)
+    table["feature_note"] = note.astype("string")
+    return table.reset_index(drop=True)
+
+
+def _chunk_task(measurements: pd.DataFrame, kernels: pd.DataFrame, catalog: Any,
+                static: pd.DataFrame | None, device_vector: Any) -> pd.DataFrame:
+    return build_feature_table(measurements, kernels, catalog, static, device_vector)
+
+
+def build_features_parallel(measurements: pd.DataFrame, kernels: pd.DataFrame, catalog: Any,
+                            static: pd.DataFrame | None = None, n_chunks: int = 4,
+                            settings: Any = None,
+                            device_vector: Callable[[Any], Mapping[str, float]] | None = None) -> pd.DataFrame:
+    """``build_feature_table`` over ``n_chunks`` row chunks as Ray tasks; identical to the serial result."""
+    import ray
+
+    from kernelcast.runtime import init_ray
+    from kernelcast.settings import get_settings
+
+    if n_chunks <= 1 or len(measurements) < 2:
+        return build_feature_table(measurements, kernels, catalog, static, device_vector)
+    init_ray(settings or get_settings())
+    remote = ray.remote(num_cpus=1)(_chunk_task)
+    kernels_ref, catalog_ref = ray.put(kernels), ray.put(catalog)
+    static_ref = ray.put(static)
+    bounds = np.linspace(0, len(measurements), min(n_chunks, len(measurements)) + 1).astype(int)
+    futures = [remote.remote(measurements.iloc[lo:hi], kernels_ref, catalog_ref, static_ref, device_vector)
+               for lo, hi in zip(bounds[:-1], bounds[1:], strict=True) if hi > lo]
+    chunks = ray.get(futures)
+    table = pd.concat(chunks, ignore_index=True)
+    # Chunks may lack optional columns (e.g. no static row matched); align to the union, serial order.
+    return _align_dtypes(table)
+
+
+def _align_dtypes(table: pd.DataFrame) -> pd.DataFrame:
+    for column in table.columns:
+        if column.startswith(("f_", "m_", "dev_", "s_")) and table[column].dtype == object:
+            converted = pd.to_numeric(table[column], errors="coerce")
+            if converted.notna().sum() == table[column].notna().sum():
+                table[column] = converted
+    return table
+
+
+def write_features(df: pd.DataFrame, path: Path) -> Path:
+    """Atomic parquet write: a temporary file in the same folder, then rename."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    try:
+        df.to_parquet(tmp, index=False)
+        os.replace(tmp, path)
+    finally:
+        if tmp.exists():
+            tmp.unlink()
+    return path
+
+
+def coverage_summary(table: pd.DataFrame) -> pd.DataFrame:
+    """Rows and rows with a roofline time, per source and family (for the CLI's report)."""
+    has = table["f_roofline_time_us"].notna() | table["m_roofline_time_us"].notna()
+    return (table.assign(_has=has).groupby(["source", "family"], dropna=False)["_has"]
+            .agg(rows="size", with_roofline="sum").reset_index())

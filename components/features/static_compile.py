@@ -1,0 +1,159 @@
+"""NVRTC compilation of CUDA C++ to cubin, isolated in a subprocess with time and memory limits.
+
+NVRTC runs in-process and a pathological source (deep template recursion, a huge unrolled loop)
+can hang or exhaust memory, so each compile runs in a child Python that this module also serves
+as (``python static_compile.py`` reads one JSON request on stdin, writes one JSON reply on
+stdout). The parent applies ``RLIMIT_AS``/``RLIMIT_CPU`` in the child and a wall-clock timeout.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import os
+import re
+import subprocess
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+
+SUPPORTED_ARCHS: tuple[str, ...] = ("sm_75", "sm_80", "sm_86", "sm_87", "sm_89", "sm_90", "sm_100", "sm_120")
+DEFAULT_TIMEOUT_S: float = 120.0
+DEFAULT_MEMORY_BYTES: int = 8 << 30  # address space; NVRTC + ptxas reserve a lot of virtual memory
+CUDA_INCLUDE_ENV = "KERNELCAST_CUDA_INCLUDE"
+
+
+class CompileError(Exception):
+    """A source that NVRTC rejected (or that hit the time/memory limit); carries the compiler log."""
+
+    def __init__(self, name: str, log: str, reason: str = "compilation failed") -> None:
+        self.name = name
+        self.log = log
+        self.reason = reason
+        first = next((line for line in log.splitlines() if "error" in line), log.strip().splitlines()[0] if log.strip() else "")
+        super().__init__(f"{name}: {reason}: {first.strip()}" if first else f"{name}: {reason}")
+
+
+@dataclass
+class CompileResult:
+    cubin: bytes
+    log: str
+    lowered_names: dict[str, str] = field(default_factory=dict)
+    options: list[str] = field(default_factory=list)
+
+
+def check_arch(arch: str) -> str:
+    """Normalise 'sm90'/'90'/'sm_90' -> 'sm_90' and reject archs this NVRTC cannot target."""
+    digits = re.sub(r"^(sm_?|compute_?)", "", arch.strip().lower())
+    if not digits.isdigit():
+        raise ValueError(f"unknown arch {arch!r}; expected e.g. sm_90")
+    norm = f"sm_{digits}"
+    if norm not in SUPPORTED_ARCHS:
+        raise ValueError(f"arch {norm} not supported by NVRTC 13 (supported: {', '.join(SUPPORTED_ARCHS)})")
+    return norm
+
+
+def cuda_include_dirs() -> list[Path]:
+    """Folders with the CUDA runtime and CCCL headers (cuda_fp16.h, cub/, cuda/std/).
+
+    Order: ``$KERNELCAST_CUDA_INCLUDE`` (os.pathsep list), the pip wheels' ``nvidia/cu13/include``
+    on sys.path (nvidia-cuda-runtime, nvidia-cuda-crt, nvidia-cuda-cccl), then /usr/local/cuda.
+    """
+    found: list[Path] = []
+    env = os.environ.get(CUDA_INCLUDE_ENV, "")
+    roots = [Path(p) for p in env.split(os.pathsep) if p]
+    roots += [Path(p) / "nvidia" / "cu13" / "include" for p in sys.path if p]
+    roots.append(Path("/usr/local/cuda/include"))
+    for root in roots:
+        if root.is_dir() and root not in found:
+            found.append(root)
+            if (root / "cccl").is_dir():
+                found.append(root / "cccl")
+    return found
+
+
+def nvdisasm_path() -> Path:
+    """The nvdisasm binary from the nvidia-cuda-nvdisasm wheel (or PATH)."""
+    for p in sys.path:
+        cand = Path(p) / "nvidia" / "cu13" / "bin" / "nvdisasm"
+        if cand.is_file():
+            return cand
+    from shutil import which
+
+    hit = which("nvdisasm")
+    if hit:
+        return Path(hit)
+    raise FileNotFoundError("nvdisasm not found: install nvidia-cuda-nvdisasm")
+
+
+def build_options(arch: str, include_dirs: list[Path], defines: dict[str, str] | None = None) -> list[str]:
+    """NVRTC flags: real-arch cubin, unannotated helpers as device code, ptxas resource report."""
+    opts = [f"-arch={arch}", "-std=c++17", "-default-device", "-Xptxas=-v", "-w",
+            ]
+    opts += [f"-I{d}" for d in include_dirs]
+    opts += [f"-D{k}={v}" if v != "" else f"-D{k}" for k, v in sorted((defines or {}).items())]
+    return opts
+
+
+def _limit_child(memory_bytes: int, cpu_s: int) -> None:
+    import resource
+
+    resource.setrlimit(resource.RLIMIT_AS, (memory_bytes, memory_bytes))
+    resource.setrlimit(resource.RLIMIT_CPU, (cpu_s, cpu_s + 5))
+    resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
+
+
+def compile_to_cubin(source: str, name: str, options: list[str], name_expressions: list[str] | None = None,
+                     timeout_s: float = DEFAULT_TIMEOUT_S, memory_bytes: int = DEFAULT_MEMORY_BYTES) -> CompileResult:
+    """Compile ``source`` with NVRTC in a limited child process; raise CompileError on failure."""
+    request = json.dumps({"source": source, "name": name, "options": options,
+                          "name_expressions": name_expressions or []})
+    try:
+        proc = subprocess.run([sys.executable, "-I", str(Path(__file__).resolve())], input=request.encode(),
+                              capture_output=True, timeout=timeout_s,
+                              preexec_fn=lambda: _limit_child(memory_bytes, int(timeout_s) + 1))
+    except subprocess.TimeoutExpired as exc:
+        raise CompileError(name, f"NVRTC did not finish within {timeout_s:g} s", "time limit exceeded") from exc
+    if proc.returncode != 0 or not proc.stdout:
+        stderr = proc.stderr.decode(errors="replace")[-4000:]
+        reason = "compiler crashed or hit the memory limit" if proc.returncode < 0 or "MemoryError" in stderr \
+            or "bad_alloc" in stderr else f"compiler process failed (exit {proc.returncode})"
+        raise CompileError(name, stderr or reason, reason)
+    reply = json.loads(proc.stdout)
+    if not reply["ok"]:
+        raise CompileError(name, reply["log"])
+    return CompileResult(base64.b64decode(reply["cubin"]), reply["log"], reply["lowered"], options)
+
+
+def _worker() -> None:
+    """Child side: one NVRTC compilation, JSON in on stdin, JSON out on stdout."""
+    from cuda.bindings import nvrtc
+
+    req = json.loads(sys.stdin.buffer.read())
+    err, prog = nvrtc.nvrtcCreateProgram(req["source"].encode(), req["name"].encode(), 0, [], [])
+    for expr in req["name_expressions"]:
+        nvrtc.nvrtcAddNameExpression(prog, expr.encode())
+    opts = [o.encode() for o in req["options"]]
+    (status,) = nvrtc.nvrtcCompileProgram(prog, len(opts), opts)
+    _, size = nvrtc.nvrtcGetProgramLogSize(prog)
+    log_buf = b" " * size
+    nvrtc.nvrtcGetProgramLog(prog, log_buf)
+    log = log_buf.rstrip(b"\x00 ").decode(errors="replace")
+    reply: dict[str, object] = {"ok": status == nvrtc.nvrtcResult.NVRTC_SUCCESS, "log": log, "cubin": "", "lowered": {}}
+    if reply["ok"]:
+        _, size = nvrtc.nvrtcGetCUBINSize(prog)
+        cubin = b" " * size
+        nvrtc.nvrtcGetCUBIN(prog, cubin)
+        reply["cubin"] = base64.b64encode(cubin).decode()
+        lowered = {}
+        for expr in req["name_expressions"]:
+            res, low = nvrtc.nvrtcGetLoweredName(prog, expr.encode())
+            if res == nvrtc.nvrtcResult.NVRTC_SUCCESS:
+                lowered[expr] = low.decode() if isinstance(low, bytes) else str(low)
+        reply["lowered"] = lowered
+    nvrtc.nvrtcDestroyProgram(prog)
+    sys.stdout.write(json.dumps(reply))
+
+
+if __name__ == "__main__":
+    _worker()

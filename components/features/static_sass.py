@@ -1,0 +1,173 @@
+"""SASS of a cubin via ``nvdisasm -json``: per-function instruction classes and loop structure,
+plus per-kernel resources (registers, shared memory, spills) from the ptxas ``-v`` report."""
+
+from __future__ import annotations
+
+import json
+import re
+import subprocess
+import tempfile
+from dataclasses import dataclass, field
+from pathlib import Path
+
+INSTRUCTION_CLASSES: tuple[str, ...] = (
+    "fp32", "fp64", "fp16", "tensor", "int", "sfu", "global_ld", "global_st", "shared_ld", "shared_st",
+    "local_ld", "local_st", "atomic", "shuffle", "branch", "barrier", "convert", "texture", "other",
+)
+
+# Base opcode (text before the first '.') -> class. Uniform-datapath ops (U*) map like their
+# vector twins; the tensor family is matched by suffix below (HMMA, IMMA, DMMA, HGMMA, UTC*MMA...).
+_OPCODE_CLASS: dict[str, str] = {}
+for _cls, _ops in {
+    "fp32": "FADD FMUL FFMA FMNMX FSET FSETP FSEL FCHK FSWZADD FADD32I FMUL32I FFMA32I FCMP FRND32 FMNMX3 FADD2 FFMA2 FMUL2",
+    "fp64": "DADD DMUL DFMA DMNMX DSETP DSET",
+    "fp16": "HADD2 HMUL2 HFMA2 HMNMX2 HSETP2 HSET2 HADD2_F32 HFMA2_MMA HADD2_32I HMUL2_32I HFMA2_32I",
+    "int": "IADD3 IADD IADD32I IMAD IMADSP IMUL IMUL32I LOP3 LOP LOP32I SHF SHL SHR ISETP ISCADD LEA IABS IMNMX "
+           "VIMNMX VIMNMX3 POPC FLO BREV BMSK SGXT PRMT IDP IDP4A VABSDIFF VABSDIFF4 IMAD32I ISAD VIADD VIADDMNMX "
+           "ULOP3 UIADD3 UIMAD USHF ULEA UISETP UPRMT USEL UFLO UPOPC UBREV USGXT UBMSK ULOP UIABS UIMNMX UVIADD",
+    "sfu": "MUFU",
+    "global_ld": "LDG LD LDGSTS UBLKCP UTMALDG",
+    "global_st": "STG ST UTMASTG",
+    "shared_ld": "LDS LDSM",
+    "shared_st": "STS STSM",
+    "local_ld": "LDL",
+    "local_st": "STL",
+    "atomic": "ATOM ATOMS ATOMG RED REDG",
+    "shuffle": "SHFL VOTE VOTEU MATCH REDUX",
+    "branch": "BRA BRX BRXU JMP JMX CALL RET EXIT BREAK KILL BPT",
+    "barrier": "BAR BSYNC BSSY WARPSYNC MEMBAR DEPBAR ERRBAR SYNCS ARRIVES CCTL FENCE LDGDEPBAR WARPGROUP",
+    "convert": "F2F F2I I2F I2I F2FP I2FP F2IP FRND",
+    "texture": "TEX TLD TLD4 TMML TXD TXQ SULD SUST SUATOM SURED",
+}.items():
+    for _op in _ops.split():
+        _OPCODE_CLASS[_op] = _cls
+
+
+def classify_opcode(opcode: str, operands: str = "") -> str | None:
+    """Instruction class of a SASS opcode such as 'FFMA.FTZ' or 'LDG.E.128'; None for NOP."""
+    base = opcode.split(".")[0].upper()
+    if base == "NOP":
+        return None
+    if opcode.startswith("HFMA2.MMA") and "-RZ,RZ" in operands.replace(" ", ""):
+        return "other"  # ptxas idiom: 'HFMA2.MMA Rd, -RZ, RZ, imm' is a constant move, not FP16 math
+    if base.endswith("MMA"):
+        return "tensor"
+    return _OPCODE_CLASS.get(base, "other")
+
+
+@dataclass
+class FunctionSass:
+    name: str
+    instructions: dict[str, int]
+    loop_instructions: dict[str, int]
+    loops: dict[str, int]
+    total: int
+
+
+@dataclass
+class PtxasResources:
+    registers: int = 0
+    shared_bytes: int = 0
+    stack_bytes: int = 0
+    spill_store_bytes: int = 0
+    spill_load_bytes: int = 0
+    barriers: int = 0
+    constant_bytes: int = 0
+    entry: bool = False
+    extra: dict[str, int] = field(default_factory=dict)
+
+
+def run_nvdisasm(cubin: bytes, nvdisasm: Path, timeout_s: float = 120.0) -> list[dict]:
+    """Functions of a cubin as nvdisasm's JSON (list of {'function-name', 'sass-instructions'})."""
+    with tempfile.NamedTemporaryFile(suffix=".cubin") as fh:
+        fh.write(cubin)
+        fh.flush()
+        proc = subprocess.run([str(nvdisasm), "-json", fh.name], capture_output=True, timeout=timeout_s)
+    if proc.returncode != 0:
+        raise RuntimeError(f"nvdisasm failed: {proc.stderr.decode(errors='replace').strip()}")
+    doc = json.loads(proc.stdout)
+    return doc[1] if isinstance(doc, list) and len(doc) > 1 else []
+
+
+def loop_structure(instrs: list[dict]) -> tuple[dict[str, int], list[int]]:
+    """Loops from backward branches: each (target, source) pair whose target precedes the branch
+    is a loop body [target, source]; nesting depth of a loop = how many bodies contain it.
+    Returns loop stats and, per instruction, its loop depth. Instructions are 16 bytes (sm_70+).
+    """
+    bodies: set[tuple[int, int]] = set()
+    for idx, ins in enumerate(instrs):
+        if ins.get("opcode", "").split(".")[0] not in ("BRA", "JMP"):
+            continue
+        target = _branch_target(ins)
+        if target is not None and target < idx:  # target == idx is the trailing 'BRA self' padding idiom, not a loop
+            bodies.add((target, idx))
+    depth = [0] * len(instrs)
+    for lo, hi in bodies:
+        for k in range(lo, hi + 1):
+            depth[k] += 1
+    nest = max((max(depth[lo:hi + 1]) for lo, hi in bodies), default=0)
+    return {"count": len(bodies), "max_depth": nest}, depth
+
+
+def analyze_function(fn: dict) -> FunctionSass:
+    instrs = fn.get("sass-instructions", [])
+    counts = dict.fromkeys(INSTRUCTION_CLASSES, 0)
+    in_loop = dict.fromkeys(INSTRUCTION_CLASSES, 0)
+    loops, depth = loop_structure(instrs)
+    total = 0
+    for idx, (ins, d) in enumerate(zip(instrs, depth)):
+        cls = classify_opcode(ins.get("opcode", "NOP"), str(ins.get("operands", "")))
+        if cls is None or (cls == "branch" and _branch_target(ins) == idx):
+            continue  # NOP and the 'BRA .' after EXIT only pad the function
+        counts[cls] += 1
+        total += 1
+        if d:
+            in_loop[cls] += 1
+    return FunctionSass(fn.get("function-name", "?"), counts, in_loop, loops, total)
+
+
+def _branch_target(ins: dict) -> int | None:
+    """Instruction index a direct branch jumps to (operand is a function-relative byte offset)."""
+    try:
+        return int(str(ins.get("operands", "")).split(",")[-1].strip(), 16) // 16
+    except ValueError:
+        return None  # indirect branch (register operand) or no operand
+
+
+_PTXAS_FUNC = re.compile(r"(?:Compiling entry function|Function properties for)\s+'?([^'\s]+)'?")
+_PTXAS_NUM = re.compile(r"(\d+)\s+bytes\s+([a-z ]+?)(?:\[\d+\])?(?=,|$)")
+
+
+def parse_ptxas_log(log: str) -> dict[str, PtxasResources]:
+    """Per-function resources from the ``-Xptxas=-v`` report NVRTC puts in its log."""
+    out: dict[str, PtxasResources] = {}
+    current: PtxasResources | None = None
+    for line in log.splitlines():
+        m = _PTXAS_FUNC.search(line)
+        if m:
+            current = out.setdefault(m.group(1), PtxasResources())
+            if "entry function" in line:
+                current.entry = True
+            continue
+        if current is None:
+            continue
+        reg = re.search(r"Used (\d+) registers", line)
+        if reg:
+            current.registers = int(reg.group(1))
+        bar = re.search(r"used (\d+) barriers", line)
+        if bar:
+            current.barriers = int(bar.group(1))
+        for num, what in _PTXAS_NUM.findall(line):
+            what = what.strip()
+            value = int(num)
+            if what == "stack frame":
+                current.stack_bytes = value
+            elif what == "spill stores":
+                current.spill_store_bytes = value
+            elif what == "spill loads":
+                current.spill_load_bytes = value
+            elif what == "smem":
+                current.shared_bytes = value
+            elif what == "cmem":
+                current.constant_bytes += value
+    return out
