@@ -1,0 +1,426 @@
+"""Tabular predictor: one gradient-boosted (LightGBM) or MLP model per target on the feature table.
+
+Inputs are the analytical ``f_*``, device ``dev_*`` and static ``s_*`` columns (``m_*`` measured
+counters only with ``use_measured=True``) plus the kernel family and dtype as categorical codes.
+Device names/ids and kernel ids are never inputs, so a GPU or kernel the model never saw is just
+another point in spec/feature space.
+
+Targets are learned relative to a physical normaliser, in log space, the way PipeWeave learns
+efficiency instead of raw time: runtime as ``log(duration_us / f_roofline_time_us)``, bandwidth as
+``log(achieved_gbps / dev_dram_gbps)``, GFLOP/s against the op's peak, arithmetic intensity
+against the analytical one. A normaliser that is missing on a row falls back to 1 (the raw log
+value) and the row carries a ``k_norm_<target>`` flag so the trees can tell the two regimes apart.
+Hit rates are fractions, regressed directly and clipped to [0, 1]; the roofline class is a
+classifier. Runtime gets split-conformal intervals (``pred_duration_us_lo/hi``).
+"""
+
+from __future__ import annotations
+
+import gzip
+import hashlib
+import json
+import math
+import pickle
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from components.models.base import CLASS_TARGET, NUMERIC_TARGETS
+
+PREDICTOR_FILE = "predictor.json"
+TRAINED_ON_FILE = "trained_on.txt.gz"
+MODELS: tuple[str, ...] = ("lgbm", "mlp")
+CATEGORICAL: tuple[str, ...] = ("family", "dtype")
+SOURCE_PREFIXES: tuple[str, ...] = ("f_", "dev_", "s_")
+MEASURED_PREFIX = "m_"
+# Targets that are fractions: regressed as-is and clipped, never logged.
+FRACTION_TARGETS: frozenset[str] = frozenset({"l1_hit_rate", "l2_hit_rate"})
+# target -> (normaliser column, scale to the target's unit); first available wins per row.
+NORMALISERS: dict[str, tuple[tuple[str, float], ...]] = {
+    "duration_us": (("f_roofline_time_us", 1.0),),
+    "achieved_gbps": (("dev_dram_gbps", 1.0),),
+    "gflops": (("f_peak_compute_flops", 1e-9),),
+    "arith_intensity": (("f_arith_intensity", 1.0),),
+}
+MEASURED_NORMALISERS: dict[str, tuple[tuple[str, float], ...]] = {
+    "duration_us": (("m_roofline_time_us", 1.0),),
+    "arith_intensity": (("m_arith_intensity", 1.0),),
+}
+
+
+@dataclass
+class TabularConfig:
+    """Hyper-parameters (from params.yaml ``train:``); nothing here is tuned on a test split."""
+
+    model: str = "lgbm"
+    use_measured: bool = False  # m_* counters as inputs: only for "given profiling data" tasks
+    class_label: str = CLASS_TARGET  # column the classifier learns (bolet: roofline_class_published)
+    seed: int = 17
+    min_rows: int = 20  # a target with fewer labelled training rows is not modelled
+    max_train_rows: int | None = None  # deterministic subsample of the train side (by measurement_id)
+    conformal_alpha: float = 0.1  # 90% intervals
+    calibration_share: float = 0.2
+    n_estimators: int = 400
+    learning_rate: float = 0.05
+    num_leaves: int = 63
+    min_child_samples: int = 20
+    subsample: float = 0.8
+    colsample: float = 0.8
+    mlp_hidden: tuple[int, ...] = (128, 64)
+    mlp_max_iter: int = 200
+    mlp_alpha: float = 1e-4
+
+    def __post_init__(self) -> None:
+        if self.model not in MODELS:
+            raise ValueError(f"tabular model must be one of {', '.join(MODELS)}, not {self.model!r}")
+        if not 0 < self.conformal_alpha < 1:
+            raise ValueError(f"conformal_alpha must be in (0, 1), got {self.conformal_alpha}")
+        self.mlp_hidden = tuple(int(h) for h in self.mlp_hidden)
+
+    @classmethod
+    def from_params(cls, params: dict[str, Any], **overrides: Any) -> TabularConfig:
+        """Config from params.yaml's ``train:`` (or ``train: tabular:``) section plus overrides."""
+        section = dict(params.get("train", params) or {})
+        section.update(section.pop("tabular", {}) or {})
+        known = {f for f in cls.__dataclass_fields__}
+        values = {k: v for k, v in section.items() if k in known}
+        values.update({k: v for k, v in overrides.items() if v is not None})
+        return cls(**values)
+
+
+@dataclass
+class TargetJob:
+    """Everything one target's fit needs: picklable, so it can run as a Ray task."""
+
+    target: str
+    kind: str  # "regression" | "classification"
+    x: np.ndarray
+    y: np.ndarray
+    categorical: list[int]
+    config: TabularConfig
+    classes: list[str] = field(default_factory=list)
+
+
+def unit_hash(values: Iterable[object], salt: str) -> np.ndarray:
+    """Deterministic [0, 1) value per key, independent of row order and machine."""
+    out = []
+    for value in values:
+        digest = hashlib.sha1(f"{salt}\x1f{value}".encode()).digest()
+        out.append(int.from_bytes(digest[:8], "big") / 2**64)
+    return np.asarray(out, dtype="float64")
+
+
+def subsample_rows(features: pd.DataFrame, max_rows: int | None, salt: str = "tabular-subsample") -> pd.DataFrame:
+    """At most ``max_rows`` rows, chosen by hash of measurement_id (same rows on every run)."""
+    if max_rows is None or len(features) <= max_rows:
+        return features
+    rank = unit_hash(features["measurement_id"].astype(str), salt)
+    keep = np.argsort(rank, kind="stable")[:max_rows]
+    return features.iloc[np.sort(keep)]
+
+
+def _signed_log(values: np.ndarray) -> np.ndarray:
+    # Features span 1e-3..1e15; a monotone squash leaves trees unchanged and makes MLPs trainable.
+    return np.sign(values) * np.log1p(np.abs(values))
+
+
+def _numeric(features: pd.DataFrame, column: str) -> np.ndarray:
+    if column not in features.columns:
+        return np.full(len(features), np.nan)
+    return pd.to_numeric(features[column], errors="coerce").to_numpy(dtype="float64", na_value=np.nan)
+
+
+def select_feature_columns(features: pd.DataFrame, use_measured: bool) -> list[str]:
+    """Numeric f_/dev_/s_ (and m_ when allowed) columns with at least two distinct values."""
+    prefixes = SOURCE_PREFIXES + ((MEASURED_PREFIX,) if use_measured else ())
+    columns = []
+    for column in features.columns:
+        if not column.startswith(prefixes):
+            continue
+        values = pd.to_numeric(features[column], errors="coerce") if features[column].dtype == object else features[column]
+        if not pd.api.types.is_numeric_dtype(values) or pd.api.types.is_bool_dtype(values) and False:
+            continue
+        if values.nunique(dropna=True) < 2:
+            continue  # all-NaN or constant on the training side: carries nothing
+        columns.append(column)
+    return sorted(columns)
+
+
+def _normaliser(features: pd.DataFrame, target: str, use_measured: bool) -> tuple[np.ndarray, np.ndarray]:
+    """Per-row normaliser (1 where none is known) and the index of the normaliser used (-1 none)."""
+    options = NORMALISERS.get(target, ()) + (MEASURED_NORMALISERS.get(target, ()) if use_measured else ())
+    base = np.ones(len(features))
+    kind = np.full(len(features), -1.0)
+    for position, (column, scale) in enumerate(options):
+        values = _numeric(features, column) * scale
+        usable = (kind < 0) & np.isfinite(values) & (values > 0)
+        base[usable] = values[usable]
+        kind[usable] = position
+    return base, kind
+
+
+@dataclass
+class TabularPredictor:
+    """Per-target LightGBM/MLP models on analytical, device and static features."""
+
+    config: TabularConfig = field(default_factory=TabularConfig)
+    family: str = field(default="tabular", init=False)
+    feature_columns: list[str] = field(default_factory=list)
+    categories: dict[str, list[str]] = field(default_factory=dict)
+    models: dict[str, Any] = field(default_factory=dict)  # target -> lgb.Booster | sklearn estimator
+    classes: list[str] = field(default_factory=list)
+    conformal: dict[str, float] = field(default_factory=dict)  # {"alpha", "q_log", "n_cal"}
+    _trained_on: frozenset[str] = field(default_factory=frozenset)
+
+    # ------------------------------------------------------------------ protocol
+
+    @property
+    def targets(self) -> tuple[str, ...]:
+        return tuple(t for t in (*NUMERIC_TARGETS, CLASS_TARGET) if t in self.models)
+
+    @property
+    def trained_on(self) -> frozenset[str]:
+        return self._trained_on
+
+    def fit(self, features: pd.DataFrame,
+            executor: Callable[[Sequence[TargetJob]], list[Any]] | None = None) -> TabularPredictor:
+        """Fit every target that has enough labelled rows; ``executor`` maps jobs (Ray or serial)."""
+        run = executor or (lambda jobs: [fit_job(job) for job in jobs])
+        train = subsample_rows(features, self.config.max_train_rows).reset_index(drop=True)
+        if train.empty:
+            raise ValueError("no training rows")
+        self.feature_columns = select_feature_columns(train, self.config.use_measured)
+        self.categories = {c: sorted(train[c].dropna().astype(str).unique().tolist())
+                           for c in CATEGORICAL if c in train.columns}
+        # Split-conformal: the runtime model never sees its calibration slice. Grouped by kernel so
+        # the calibration residuals look like those of kernels the model has not seen.
+        group = train["kernel_id"] if "kernel_id" in train.columns else train["measurement_id"]
+        in_cal = unit_hash(group.astype(str), "tabular-calibration") < self.config.calibration_share
+        jobs = self._jobs(train, in_cal)
+        if not jobs:
+            raise ValueError("no target has enough labelled training rows "
+                             f"(min_rows={self.config.min_rows}); nothing to fit")
+        fitted = run(jobs)
+        self.models = {job.target: model for job, model in zip(jobs, fitted, strict=True)}
+        self._calibrate(train.loc[in_cal])
+        self._trained_on = frozenset(train["measurement_id"].astype(str))
+        return self
+
+    def predict(self, features: pd.DataFrame) -> pd.DataFrame:
+        x = self.design_matrix(features)
+        out = pd.DataFrame(index=features.index)
+        for target in NUMERIC_TARGETS:
+            if target not in self.models:
+                continue
+            out[f"pred_{target}"] = self._predict_target(target, features, x)
+            if target == "duration_us" and self.conformal:
+                spread = math.exp(self.conformal["q_log"])
+                out["pred_duration_us_lo"] = out["pred_duration_us"] / spread
+                out["pred_duration_us_hi"] = out["pred_duration_us"] * spread
+        if CLASS_TARGET in self.models:
+            proba = _predict_raw(self.models[CLASS_TARGET], x, classification=True)
+            if proba.ndim == 1:  # binary booster: probability of classes[1]
+                proba = np.column_stack([1 - proba, proba])
+            labels = np.asarray(self.classes, dtype=object)[proba.argmax(axis=1)]
+            out[f"pred_{CLASS_TARGET}"] = pd.Series(labels, index=features.index, dtype="string")
+        return out
+
+    # ------------------------------------------------------------------ design matrix
+
+    def design_matrix(self, features: pd.DataFrame) -> np.ndarray:
+        """Signed-log numeric features, normaliser flags, then integer category codes (-1 unseen)."""
+        columns = [_signed_log(_numeric(features, c)) for c in self.feature_columns]
+        for target in NORMALISERS:
+            columns.append(_normaliser(features, target, self.config.use_measured)[1])
+        for name, known in self.categories.items():
+            lookup = {value: code for code, value in enumerate(known)}
+            raw = features[name].astype("string") if name in features.columns else pd.Series(pd.NA, index=features.index)
+            columns.append(np.asarray([lookup.get(v, -1) if v is not pd.NA else -1 for v in raw], dtype="float64"))
+        return np.column_stack(columns) if columns else np.empty((len(features), 0))
+
+    def _categorical_positions(self) -> list[int]:
+        first = len(self.feature_columns) + len(NORMALISERS)
+        return list(range(first, first + len(self.categories)))
+
+    def _encode_target(self, target: str, features: pd.DataFrame) -> tuple[np.ndarray, np.ndarray]:
+        """(y in model space, mask of usable rows)."""
+        y = _numeric(features, target)
+        if target in FRACTION_TARGETS:
+            return y, np.isfinite(y)
+        base, _ = _normaliser(features, target, self.config.use_measured)
+        usable = np.isfinite(y) & (y > 0)
+        with np.errstate(divide="ignore", invalid="ignore"):
+            return np.log(y / base), usable
+
+    def _predict_target(self, target: str, features: pd.DataFrame, x: np.ndarray) -> np.ndarray:
+        raw = _predict_raw(self.models[target], x, classification=False)
+        if target in FRACTION_TARGETS:
+            return np.clip(raw, 0.0, 1.0)
+        base, _ = _normaliser(features, target, self.config.use_measured)
+        return base * np.exp(raw)
+
+    def _jobs(self, train: pd.DataFrame, in_cal: np.ndarray) -> list[TargetJob]:
+        x = self.design_matrix(train)
+        categorical = self._categorical_positions()
+        jobs = []
+        for target in NUMERIC_TARGETS:
+            if target not in train.columns:
+                continue
+            y, usable = self._encode_target(target, train)
+            if target == "duration_us":
+                usable = usable & ~in_cal
+            if usable.sum() >= self.config.min_rows:
+                jobs.append(TargetJob(target, "regression", x[usable], y[usable], categorical, self.config))
+        label_column = self.config.class_label
+        if label_column in train.columns:
+            labels = train[label_column].astype("string")
+            usable = labels.notna().to_numpy()
+            classes = sorted(labels[usable].unique().tolist())
+            if usable.sum() >= self.config.min_rows and len(classes) >= 2:
+                self.classes = classes
+                codes = labels[usable].map({c: i for i, c in enumerate(classes)}).to_numpy(dtype="int64")
+                jobs.append(TargetJob(CLASS_TARGET, "classification", x[usable], codes, categorical, self.config,
+                                      classes))
+        return jobs
+
+    def _calibrate(self, calibration: pd.DataFrame) -> None:
+        """q = the ceil((n+1)(1-alpha))/n quantile of |log(pred/true)| on the held-out slice."""
+        self.conformal = {}
+        if "duration_us" not in self.models or calibration.empty:
+            return
+        true = _numeric(calibration, "duration_us")
+        pred = self._predict_target("duration_us", calibration, self.design_matrix(calibration))
+        keep = np.isfinite(true) & (true > 0) & np.isfinite(pred) & (pred > 0)
+        scores = np.abs(np.log(pred[keep] / true[keep]))
+        n = scores.size
+        if n < 10:
+            return  # too few to calibrate honestly: no interval rather than a wrong one
+        level = min(1.0, math.ceil((n + 1) * (1 - self.config.conformal_alpha)) / n)
+        self.conformal = {"alpha": self.config.conformal_alpha,
+                          "q_log": float(np.quantile(scores, level, method="higher")), "n_cal": int(n)}
+
+    # ------------------------------------------------------------------ persistence
+
+    def save(self, directory: Path) -> None:
+        directory = Path(directory)
+        directory.mkdir(parents=True, exist_ok=True)
+        files = {}
+        for target, model in self.models.items():
+            if self.config.model == "lgbm":
+                name = f"model_{target}.txt"
+                model.save_model(str(directory / name))
+            else:
+                name = f"model_{target}.pkl"
+                (directory / name).write_bytes(pickle.dumps(model, protocol=pickle.HIGHEST_PROTOCOL))
+            files[target] = name
+        with gzip.open(directory / TRAINED_ON_FILE, "wt", encoding="utf-8") as handle:
+            handle.write("\n".join(sorted(self._trained_on)))
+        spec = {
+            "family": self.family, "config": asdict(self.config), "feature_columns": self.feature_columns,
+            "categories": self.categories, "classes": self.classes, "conformal": self.conformal,
+            "model_files": files, "trained_on_file": TRAINED_ON_FILE, "n_trained_on": len(self._trained_on),
+        }
+        (directory / PREDICTOR_FILE).write_text(json.dumps(spec, indent=2, sort_keys=True) + "\n")
+
+    @classmethod
+    def load(cls, directory: Path) -> TabularPredictor:
+        directory = Path(directory)
+        spec = json.loads((directory / PREDICTOR_FILE).read_text())
+        if spec.get("family") != "tabular":
+            raise ValueError(f"{directory}: predictor.json is for family {spec.get('family')!r}, not 'tabular'")
+        config = TabularConfig(**spec["config"])
+        models: dict[str, Any] = {}
+        for target, name in spec["model_files"].items():
+            if config.model == "lgbm":
+                import lightgbm as lgb
+
+                models[target] = lgb.Booster(model_file=str(directory / name))
+            else:
+                # Our own artifact, written by save(); never load one from an untrusted source.
+                models[target] = pickle.loads((directory / name).read_bytes())  # noqa: S301
+        with gzip.open(directory / spec["trained_on_file"], "rt", encoding="utf-8") as handle:
+            trained_on = frozenset(line for line in handle.read().split("\n") if line)
+        predictor = cls(config=config, feature_columns=list(spec["feature_columns"]),
+                        categories={k: list(v) for k, v in spec["categories"].items()}, models=models,
+                        classes=list(spec["classes"]), conformal=dict(spec["conformal"]))
+        predictor._trained_on = trained_on
+        return predictor
+
+
+# ---------------------------------------------------------------------- per-target fitting (pure)
+
+
+def fit_job(job: TargetJob) -> Any:
+    """Fit one target's model; single-threaded (Ray runs several of these side by side)."""
+    if job.config.model == "lgbm":
+        return _fit_lgbm(job)
+    return _fit_mlp(job)
+
+
+def _fit_lgbm(job: TargetJob) -> Any:
+    import lightgbm as lgb
+
+    cfg = job.config
+    common = dict(n_estimators=cfg.n_estimators, learning_rate=cfg.learning_rate, num_leaves=cfg.num_leaves,
+                  min_child_samples=cfg.min_child_samples, subsample=cfg.subsample, subsample_freq=1,
+                  colsample_bytree=cfg.colsample, random_state=cfg.seed, n_jobs=1, verbose=-1,
+                  deterministic=True, force_col_wise=True)
+    if job.kind == "classification":
+        # Balanced weights: the published roofline task scores balanced accuracy on a 50/50 test.
+        estimator = lgb.LGBMClassifier(class_weight="balanced", **common)
+    else:
+        estimator = lgb.LGBMRegressor(**common)
+    estimator.fit(job.x, job.y, categorical_feature=job.categorical or "auto")
+    return estimator.booster_
+
+
+def _mlp_matrix(x: np.ndarray, categorical: list[int], n_codes: list[int]) -> np.ndarray:
+    """Numeric columns (NaN -> 0 plus a missing flag) and one-hot categories, for the MLP."""
+    numeric_idx = [i for i in range(x.shape[1]) if i not in categorical]
+    numeric = x[:, numeric_idx]
+    missing = np.isnan(numeric).astype("float64")
+    parts = [np.nan_to_num(numeric, nan=0.0), missing]
+    for position, count in zip(categorical, n_codes, strict=True):
+        codes = x[:, position]
+        parts.append(np.column_stack([(codes == c).astype("float64") for c in range(count)]) if count else
+                     np.empty((len(x), 0)))
+    return np.column_stack(parts)
+
+
+class MLPModel:
+    """Scaler + sklearn MLP behind the same ``predict(x)`` as a LightGBM booster."""
+
+    def __init__(self, categorical: list[int], n_codes: list[int], estimator: Any, scaler: Any,
+                 classification: bool) -> None:
+        self.categorical, self.n_codes = categorical, n_codes
+        self.estimator, self.scaler, self.classification = estimator, scaler, classification
+
+    def predict(self, x: np.ndarray) -> np.ndarray:
+        design = self.scaler.transform(_mlp_matrix(x, self.categorical, self.n_codes))
+        if self.classification:
+            return self.estimator.predict_proba(design)
+        return self.estimator.predict(design)
+
+
+def _fit_mlp(job: TargetJob) -> MLPModel:
+    from sklearn.neural_network import MLPClassifier, MLPRegressor
+    from sklearn.preprocessing import StandardScaler
+
+    cfg = job.config
+    n_codes = [int(np.nanmax(job.x[:, i])) + 1 if np.isfinite(job.x[:, i]).any() else 0 for i in job.categorical]
+    design = _mlp_matrix(job.x, job.categorical, n_codes)
+    scaler = StandardScaler().fit(design)
+    kwargs = dict(hidden_layer_sizes=cfg.mlp_hidden, alpha=cfg.mlp_alpha, max_iter=cfg.mlp_max_iter,
+                  early_stopping=True, validation_fraction=0.1, n_iter_no_change=15, random_state=cfg.seed)
+    estimator = (MLPClassifier(**kwargs) if job.kind == "classification" else MLPRegressor(**kwargs))
+    estimator.fit(scaler.transform(design), job.y)
+    return MLPModel(job.categorical, n_codes, estimator, scaler, job.kind == "classification")
+
+
+def _predict_raw(model: Any, x: np.ndarray, classification: bool) -> np.ndarray:
+    """Booster.predict and MLPModel.predict share one signature; classifiers return probabilities."""
+    return np.asarray(model.predict(x), dtype="float64")
