@@ -29,6 +29,7 @@ DEVICE_HEADER_PATTERNS: tuple[str, ...] = (
     r"cuda_pipeline.*\.h",
     r"cuda_awbarrier.*\.h",
     r"math_constants\.h",
+    r"cuComplex\.h",
     r"sm_\d+_intrinsics\.h",
     r"curand_kernel\.h",
     r"curand_mtgp32_kernel\.h",
@@ -42,6 +43,7 @@ typedef signed char int8_t; typedef unsigned char uint8_t;
 typedef short int16_t; typedef unsigned short uint16_t;
 typedef int int32_t; typedef unsigned int uint32_t;
 typedef long long int64_t; typedef unsigned long long uint64_t;
+typedef unsigned int uint; typedef unsigned char uchar; typedef unsigned short ushort; typedef unsigned long ulong;
 typedef long long intptr_t; typedef unsigned long long uintptr_t; /* as cuda/std/cstdint */
 #ifndef INT_MAX
 #define CHAR_BIT 8
@@ -108,7 +110,9 @@ _INCLUDE_RE = re.compile(r'^[ \t]*#[ \t]*include[ \t]*([<"])([^>"]+)[>"]', re.M)
 _LAUNCH_RE = re.compile(r"\b([A-Za-z_]\w*)\s*<((?:[^<>;{}]|<[^<>;{}]*>)*)>\s*<<<")
 _IDENT_RE = re.compile(r"[A-Za-z_]\w*")
 # Marks of host-only code: kernel launches, runtime API calls, the C++ standard library, stdio.
-_HOST_ONLY = re.compile(r"<<<|\bstd\s*::|\bcuda[A-Z]\w*\s*\(|\b(?:malloc|free|fopen|fprintf|printf_s|exit)\s*\(")
+_HOST_ONLY = re.compile(r"<<<|\bstd\s*::|\bcuda[A-Z]\w*\s*\("
+                        r"|\b(?:malloc|free|fopen|fprintf|printf_s|exit|s?rand|strlen|sprintf|atoi|atof|strcmp|strcpy"
+                        r"|strncpy|perror|gettimeofday|memcpy|memset)\s*\(")
 _KEYWORDS_NOT_NAMES = {"if", "for", "while", "switch", "return", "sizeof", "decltype", "alignas", "__launch_bounds__",
                        "__attribute__", "__declspec", "operator", "static_assert", "defined"}
 

@@ -141,9 +141,9 @@ def select_feature_columns(features: pd.DataFrame, use_measured: bool) -> list[s
     for column in features.columns:
         if not column.startswith(prefixes):
             continue
-        values = pd.to_numeric(features[column], errors="coerce") if features[column].dtype == object else features[column]
-        if not pd.api.types.is_numeric_dtype(values) or pd.api.types.is_bool_dtype(values) and False:
-            continue
+        values = features[column]
+        if not pd.api.types.is_numeric_dtype(values):
+            continue  # labels such as f_bound: their numeric twin (f_compute_bound) is already a feature
         if values.nunique(dropna=True) < 2:
             continue  # all-NaN or constant on the training side: carries nothing
         columns.append(column)
@@ -193,6 +193,9 @@ class TabularPredictor:
         train = subsample_rows(features, self.config.max_train_rows).reset_index(drop=True)
         if train.empty:
             raise ValueError("no training rows")
+        if "measurement_id" not in train.columns or train["measurement_id"].isna().any():
+            # Without ids the evaluation harness cannot exclude rows the model has seen.
+            raise ValueError("training rows need a measurement_id (the leakage guard keys on it)")
         self.feature_columns = select_feature_columns(train, self.config.use_measured)
         self.categories = {c: sorted(train[c].dropna().astype(str).unique().tolist())
                            for c in CATEGORICAL if c in train.columns}
@@ -236,7 +239,9 @@ class TabularPredictor:
         columns = [_signed_log(_numeric(features, c)) for c in self.feature_columns]
         for target in NORMALISERS:
             columns.append(_normaliser(features, target, self.config.use_measured)[1])
-        for name, known in self.categories.items():
+        # Fixed CATEGORICAL order, not dict order: predictor.json is written with sorted keys.
+        for name in (c for c in CATEGORICAL if c in self.categories):
+            known = self.categories[name]
             lookup = {value: code for code, value in enumerate(known)}
             raw = features[name].astype("string") if name in features.columns else pd.Series(pd.NA, index=features.index)
             columns.append(np.asarray([lookup.get(v, -1) if v is not pd.NA else -1 for v in raw], dtype="float64"))

@@ -2,6 +2,78 @@
 
 from __future__ import annotations
 
+import json
+from pathlib import Path
+from typing import Annotated
+
 import typer
 
-app = typer.Typer(help="bench", no_args_is_help=True)
+from kernelcast.commands._common import UserError, clean_errors, prepared_settings
+
+app = typer.Typer(help="Benchmarks against the field's published numbers.", no_args_is_help=True)
+
+DEFAULT_BENCH_ROWS = 40_000  # params.yaml train.bench_max_train_rows overrides
+
+
+def _families(requested: list[str] | None) -> list[str]:
+    import importlib.util
+
+    available = ["roofline", "tabular"]
+    if importlib.util.find_spec("components.models.llm") is not None:
+        available.append("llm")
+    families = requested or available
+    unknown = [f for f in families if f not in available]
+    if unknown:
+        raise UserError(f"unknown or unavailable family {', '.join(unknown)}; available: {', '.join(available)}")
+    return families
+
+
+@app.command("accuracy")
+@clean_errors
+def accuracy_command(
+    family: Annotated[list[str] | None, typer.Option("--family", help="model family (repeatable; default: all)")] = None,
+    split: Annotated[list[str] | None, typer.Option("--split", help="split (repeatable; default: the published ones + unseen-kernel/gpu)")] = None,
+    json_file: Annotated[Path | None, typer.Option("--json", help="write the rows as JSON here")] = None,
+    features: Annotated[Path | None, typer.Option("--features", help="feature table (default: data_dir/features/features.parquet)")] = None,
+    max_train_rows: Annotated[int | None, typer.Option("--max-train-rows", min=100, help="subsample each train side (deterministic)")] = None,
+    max_folds: Annotated[int | None, typer.Option("--max-folds", min=1, help="leave-one-GPU-out folds to run")] = None,
+    ray: Annotated[bool, typer.Option("--ray/--no-ray", help="fit targets as Ray tasks")] = True,
+) -> None:
+    """Train each family on each split's train side, score the test side, compare with the papers."""
+    from components.devices import load_catalog
+    from components.evaluation.bench import BENCH_SPLITS, markdown_table, published_figures, run_accuracy_bench
+    from components.evaluation.harness import read_feature_table
+    from components.evaluation.splits import SPLITS
+    from components.models.tabular import TabularConfig
+    from components.training.tabular import make_predictor
+    from kernelcast.commands.train import read_params
+
+    families = _families(family)
+    splits = split or list(BENCH_SPLITS)
+    unknown = [s for s in splits if s not in SPLITS]
+    if unknown:
+        raise UserError(f"unknown split {', '.join(unknown)}; choose from {', '.join(SPLITS)}")
+    settings = prepared_settings()
+    params = read_params(settings.params_file)
+    train_params = params.get("train", {}) or {}
+    rows_cap = max_train_rows or int(train_params.get("bench_max_train_rows", DEFAULT_BENCH_ROWS))
+    folds_cap = max_folds or int(train_params.get("bench_unseen_gpu_folds", 3))
+    config = TabularConfig.from_params(params, max_train_rows=rows_cap)
+    table = read_feature_table(features or settings.data_dir / "features" / "features.parquet",
+                               settings.data_dir / "canonical")
+    catalog = load_catalog()
+
+    def factory(name: str, train, split_name: str):  # noqa: ANN001, ANN202 -- bench.Factory
+        return make_predictor(name, train, split_name, config, settings, use_ray=ray)
+
+    result = run_accuracy_bench(table, families, splits, factory, published_figures(lambda n: catalog.resolve(n).id),
+                                max_folds=folds_cap, log=lambda line: typer.echo(line, err=True))
+    result.notes.insert(0, f"train sides subsampled deterministically (hash of measurement_id) to at most "
+                           f"{rows_cap} rows; hyper-parameters fixed in params.yaml, none tuned on a test side")
+    typer.echo(markdown_table(result.rows))
+    for note in result.notes:
+        typer.echo(f"- {note}")
+    if json_file is not None:
+        json_file.parent.mkdir(parents=True, exist_ok=True)
+        json_file.write_text(json.dumps(result.to_json(), indent=2) + "\n")
+        typer.echo(f"wrote {json_file}")

@@ -1,0 +1,219 @@
+"""Evaluate any predictor on a split's test side and build the evaluation JSON.
+
+The one leakage guard lives here: rows whose measurement_id the predictor trained on are removed
+before scoring and counted as ``excluded_seen``. Targets the evaluated rows do not measure are
+left out of the report, never filled.
+
+JSON shape (fractions in [0, 1]; ``null`` where a figure cannot be computed)::
+
+    {"model", "split", "n", "excluded_seen",
+     "targets": {TARGET: {"mape", "median_ape", "within_10", "n"}},
+     "per_device": {DEVICE: {TARGET: {...}}},
+     "roofline": {"accuracy", "balanced_accuracy", "n"},            # only when labels exist
+     "intervals": {"duration_us": {"coverage", "nominal", "n"}}}     # only when predicted
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from components.evaluation.metrics import classification_report, interval_coverage, regression_report
+from components.evaluation.splits import Fold, make_split
+from components.models.base import CLASS_TARGET, NUMERIC_TARGETS, Predictor
+
+REPORT_KEYS: tuple[str, ...] = ("mape", "median_ape", "within_10", "n")
+# Columns the bolet split reads that the feature table does not carry; joined from canonical data.
+SPLIT_COLUMNS: dict[str, tuple[str, ...]] = {
+    "measurements": ("upstream_row", "roofline_class_published"),
+    "kernels": ("program",),
+}
+
+
+@dataclass
+class Evaluation:
+    report: dict[str, Any]
+    frame: pd.DataFrame  # evaluated rows: keys, targets, f_/dev_ columns used by plots, pred_*
+
+
+def class_label_column(split: str | None) -> str:
+    """Bolet et al. score their own labelling rule, so the bolet split is judged on it."""
+    return "roofline_class_published" if split == "bolet-roofline" else CLASS_TARGET
+
+
+def with_split_columns(table: pd.DataFrame, canonical_dir: Path | None) -> pd.DataFrame:
+    """Add ``program``, ``upstream_row``, ``roofline_class_published`` from the canonical tables if absent."""
+    missing_m = [c for c in SPLIT_COLUMNS["measurements"] if c not in table.columns]
+    missing_k = [c for c in SPLIT_COLUMNS["kernels"] if c not in table.columns]
+    if not (missing_m or missing_k):
+        return table
+    table = table.copy()
+    canonical_dir = Path(canonical_dir) if canonical_dir is not None else None
+    if missing_m:
+        path = canonical_dir / "measurements.parquet" if canonical_dir else None
+        if path is not None and path.is_file():
+            extra = pd.read_parquet(path, columns=["measurement_id", *missing_m]).drop_duplicates("measurement_id")
+            joined = table[["measurement_id"]].merge(extra, on="measurement_id", how="left")
+            for column in missing_m:
+                table[column] = joined[column].to_numpy()
+        else:
+            for column in missing_m:
+                table[column] = pd.Series(pd.NA, index=table.index, dtype="string")
+    if missing_k:
+        path = canonical_dir / "kernels.parquet" if canonical_dir else None
+        if path is not None and path.is_file():
+            extra = pd.read_parquet(path, columns=["kernel_id", *missing_k]).drop_duplicates("kernel_id")
+            joined = table[["kernel_id"]].merge(extra, on="kernel_id", how="left")
+            for column in missing_k:
+                table[column] = joined[column].to_numpy()
+        else:
+            for column in missing_k:
+                table[column] = pd.Series(pd.NA, index=table.index, dtype="string")
+    table["upstream_row"] = pd.to_numeric(table["upstream_row"], errors="coerce").astype("Int64")
+    return table
+
+
+def split_folds(table: pd.DataFrame, split: str) -> list[Fold]:
+    folds = make_split(table, split)
+    if not folds or all(len(f.test) == 0 for f in folds):
+        raise ValueError(f"split {split!r} has no test rows in this feature table "
+                         f"(sources present: {sorted(table['source'].dropna().unique().tolist())})")
+    return folds
+
+
+def evaluation_rows(table: pd.DataFrame, split: str | None) -> pd.DataFrame:
+    """The rows to score: the union of the split's test sides, or every row when ``split`` is None."""
+    if split is None:
+        return table
+    index = pd.Index([])
+    for fold in split_folds(table, split):
+        index = index.union(fold.test)
+    return table.loc[index]
+
+
+def _clean(value: Any) -> Any:
+    """JSON-safe: NaN/inf -> None, numpy scalars -> Python."""
+    if isinstance(value, dict):
+        return {str(k): _clean(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_clean(v) for v in value]
+    if isinstance(value, (np.integer,)):
+        return int(value)
+    if isinstance(value, (float, np.floating)):
+        return None if not math.isfinite(float(value)) else float(value)
+    return value
+
+
+def target_reports(frame: pd.DataFrame, targets: tuple[str, ...]) -> dict[str, dict[str, Any]]:
+    """Per-target regression figures over the rows that measure the target (others left out)."""
+    out = {}
+    for target in targets:
+        column = f"pred_{target}"
+        if target not in NUMERIC_TARGETS or target not in frame.columns or column not in frame.columns:
+            continue
+        report = regression_report(pd.to_numeric(frame[target], errors="coerce"),
+                                   pd.to_numeric(frame[column], errors="coerce"))
+        if report["n"]:
+            out[target] = {key: report[key] for key in REPORT_KEYS}
+    return out
+
+
+def roofline_report(frame: pd.DataFrame, label_column: str) -> dict[str, Any] | None:
+    column = f"pred_{CLASS_TARGET}"
+    if label_column not in frame.columns or column not in frame.columns:
+        return None
+    labelled = frame[frame[label_column].notna()]
+    if labelled.empty:
+        return None
+    predicted = labelled[column].astype(object).where(labelled[column].notna(), "none")
+    return classification_report(labelled[label_column].astype(object).to_numpy(), predicted.to_numpy())
+
+
+def evaluate_frame(frame: pd.DataFrame, targets: tuple[str, ...], *, model: str, split: str | None,
+                   excluded_seen: int) -> dict[str, Any]:
+    """The evaluation JSON from rows that already carry their ``pred_*`` columns."""
+    report: dict[str, Any] = {
+        "model": model, "split": split or "all", "n": int(len(frame)), "excluded_seen": int(excluded_seen),
+        "targets": target_reports(frame, targets), "per_device": {},
+    }
+    for device, rows in frame.groupby("device_id", sort=True):
+        per = target_reports(rows, targets)
+        if per:
+            report["per_device"][str(device)] = per
+    roofline = roofline_report(frame, class_label_column(split))
+    if roofline is not None and roofline["n"]:
+        report["roofline"] = roofline
+    if {"pred_duration_us_lo", "pred_duration_us_hi", "duration_us"} <= set(frame.columns):
+        measured = frame[pd.to_numeric(frame["duration_us"], errors="coerce").notna()]
+        coverage = interval_coverage(measured["duration_us"], measured["pred_duration_us_lo"],
+                                     measured["pred_duration_us_hi"])
+        nominal = frame.attrs.get("interval_nominal")
+        report["intervals"] = {"duration_us": {"coverage": coverage, "nominal": nominal, "n": int(len(measured))}}
+    return _clean(report)
+
+
+def evaluate_predictor(predictor: Predictor, table: pd.DataFrame, split: str | None, *,
+                       model: str, rows: pd.Index | None = None) -> Evaluation:
+    """Score ``predictor`` on the split's test side (or ``rows``), excluding rows it trained on."""
+    candidates = table.loc[rows] if rows is not None else evaluation_rows(table, split)
+    seen = candidates["measurement_id"].astype(str).isin(predictor.trained_on)
+    scored = candidates.loc[~seen]
+    predictions = predictor.predict(scored) if len(scored) else pd.DataFrame(index=scored.index)
+    frame = pd.concat([scored, predictions], axis=1)
+    conformal = getattr(predictor, "conformal", None) or {}
+    if "alpha" in conformal:
+        frame.attrs["interval_nominal"] = 1.0 - float(conformal["alpha"])
+    report = evaluate_frame(frame, tuple(predictor.targets), model=model, split=split,
+                            excluded_seen=int(seen.sum()))
+    return Evaluation(report, frame)
+
+
+def flat_metrics(report: dict[str, Any]) -> dict[str, float]:
+    """MLflow metric names (``<target>_<metric>``; ``runtime_mape``/``within_10``/
+    ``roofline_balanced_accuracy`` are the names params.yaml's promotion thresholds use)."""
+    metrics: dict[str, float] = {"n": float(report["n"]), "excluded_seen": float(report["excluded_seen"])}
+    for target, figures in report.get("targets", {}).items():
+        for key, value in figures.items():
+            if value is not None:
+                metrics[f"{target}_{key}"] = float(value)
+    duration = report.get("targets", {}).get("duration_us", {})
+    if duration.get("mape") is not None:
+        metrics["runtime_mape"] = float(duration["mape"])
+    if duration.get("within_10") is not None:
+        metrics["within_10"] = float(duration["within_10"])
+    for key, value in (report.get("roofline") or {}).items():
+        if value is not None:
+            metrics[f"roofline_{key}"] = float(value)
+    coverage = (report.get("intervals") or {}).get("duration_us", {}).get("coverage")
+    if coverage is not None:
+        metrics["duration_us_interval_coverage"] = float(coverage)
+    return metrics
+
+
+def log_evaluation_run(report: dict[str, Any], artifacts: list[Path], *, tracking_uri: str, experiment_id: str,
+                       tags: dict[str, str]) -> str:
+    """An MLflow evaluation run: the flat metrics, the JSON report and plots as artifacts; returns its id."""
+    import mlflow
+
+    mlflow.set_tracking_uri(tracking_uri)
+    with mlflow.start_run(experiment_id=experiment_id, run_name=f"evaluate-{report.get('split')}") as run:
+        mlflow.set_tags({"kind": "evaluation", **tags})
+        mlflow.log_params({"model": report.get("model"), "split": report.get("split")})
+        mlflow.log_metrics(flat_metrics(report))
+        mlflow.log_dict(report, "evaluation/report.json")
+        for path in artifacts:
+            mlflow.log_artifact(str(path), artifact_path="evaluation")
+        return str(run.info.run_id)
+
+
+def read_feature_table(path: Path, canonical_dir: Path | None) -> pd.DataFrame:
+    """The feature table with the columns every split needs (joined from canonical data if absent)."""
+    path = Path(path)
+    if not path.is_file():
+        raise FileNotFoundError(f"feature table not found: {path} (run `kernelcast features build` first)")
+    return with_split_columns(pd.read_parquet(path), canonical_dir)

@@ -1,0 +1,131 @@
+"""Evaluation plots (PNG, matplotlib Agg): predicted vs measured, error CDF per GPU, roofline chart.
+
+Each function takes the evaluated frame (rows + ``pred_*`` columns, see ``harness.Evaluation``)
+and writes one file; ``write_plots`` writes every plot the frame has data for.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+MAX_DEVICES_PER_PLOT = 8  # more lines than this are unreadable; the largest devices are kept
+
+
+def _pyplot() -> Any:
+    import matplotlib
+
+    matplotlib.use("Agg")  # headless: CI and Ray workers have no display
+    import matplotlib.pyplot as plt
+
+    return plt
+
+
+def _pairs(frame: pd.DataFrame, target: str) -> pd.DataFrame:
+    column = f"pred_{target}"
+    if target not in frame.columns or column not in frame.columns:
+        return pd.DataFrame(columns=["device_id", "true", "pred"])
+    pairs = pd.DataFrame({"device_id": frame["device_id"].astype(str),
+                          "true": pd.to_numeric(frame[target], errors="coerce"),
+                          "pred": pd.to_numeric(frame[column], errors="coerce")})
+    return pairs[np.isfinite(pairs["true"]) & np.isfinite(pairs["pred"]) & (pairs["true"] > 0) & (pairs["pred"] > 0)]
+
+
+def _top_devices(pairs: pd.DataFrame) -> list[str]:
+    return pairs["device_id"].value_counts().index[:MAX_DEVICES_PER_PLOT].tolist()
+
+
+def predicted_vs_measured(frame: pd.DataFrame, target: str, path: Path) -> Path | None:
+    """Log-log scatter with the y = x line and +-10% band, one colour per GPU."""
+    pairs = _pairs(frame, target)
+    if pairs.empty:
+        return None
+    plt = _pyplot()
+    fig, ax = plt.subplots(figsize=(6, 6))
+    for device in _top_devices(pairs):
+        rows = pairs[pairs["device_id"] == device]
+        ax.scatter(rows["true"], rows["pred"], s=6, alpha=0.5, label=f"{device} ({len(rows)})")
+    low, high = float(pairs[["true", "pred"]].min().min()), float(pairs[["true", "pred"]].max().max())
+    line = np.geomspace(low, high, 50)
+    ax.plot(line, line, "k-", lw=1)
+    ax.fill_between(line, line * 0.9, line * 1.1, color="grey", alpha=0.2, label="±10%")
+    ax.set(xscale="log", yscale="log", xlabel=f"measured {target}", ylabel=f"predicted {target}",
+           title=f"{target}: predicted vs measured")
+    ax.legend(fontsize=7, loc="upper left")
+    return _save(fig, plt, path)
+
+
+def error_cdf(frame: pd.DataFrame, target: str, path: Path) -> Path | None:
+    """Cumulative share of rows under each relative error, one curve per GPU."""
+    pairs = _pairs(frame, target)
+    if pairs.empty:
+        return None
+    plt = _pyplot()
+    fig, ax = plt.subplots(figsize=(6, 4))
+    for device in _top_devices(pairs):
+        rows = pairs[pairs["device_id"] == device]
+        errors = np.sort(np.abs(rows["pred"] - rows["true"]) / rows["true"])
+        ax.step(errors, np.arange(1, errors.size + 1) / errors.size, where="post", label=device)
+    ax.axvline(0.10, color="grey", ls="--", lw=1)
+    ax.set(xscale="log", xlabel="relative error", ylabel="share of kernels", ylim=(0, 1),
+           title=f"{target}: error CDF per GPU")
+    ax.legend(fontsize=7, loc="lower right")
+    return _save(fig, plt, path)
+
+
+def roofline_chart(frame: pd.DataFrame, path: Path) -> Path | None:
+    """Measured and predicted GFLOP/s against arithmetic intensity under the most common GPU's roofline."""
+    intensity_column = "arith_intensity" if "arith_intensity" in frame.columns else "f_arith_intensity"
+    if "gflops" not in frame.columns or intensity_column not in frame.columns:
+        return None
+    rows = frame[pd.to_numeric(frame["gflops"], errors="coerce") > 0]
+    intensity = pd.to_numeric(rows[intensity_column], errors="coerce")
+    if "f_arith_intensity" in rows.columns:
+        intensity = intensity.fillna(pd.to_numeric(rows["f_arith_intensity"], errors="coerce"))
+    rows = rows[np.isfinite(intensity) & (intensity > 0)]
+    if rows.empty:
+        return None
+    device = rows["device_id"].astype(str).value_counts().index[0]
+    rows = rows[rows["device_id"].astype(str) == device]
+    x = pd.to_numeric(rows[intensity_column], errors="coerce")
+    if "f_arith_intensity" in rows.columns:
+        x = x.fillna(pd.to_numeric(rows["f_arith_intensity"], errors="coerce"))
+    plt = _pyplot()
+    fig, ax = plt.subplots(figsize=(7, 5))
+    ax.scatter(x, rows["gflops"], s=8, alpha=0.6, label="measured")
+    if "pred_gflops" in rows.columns:
+        ax.scatter(x, rows["pred_gflops"], s=8, alpha=0.6, marker="x", label="predicted")
+    bandwidth = float(pd.to_numeric(rows.get("dev_dram_gbps"), errors="coerce").median()) if "dev_dram_gbps" in rows else np.nan
+    peak = float(pd.to_numeric(rows.get("f_peak_compute_flops"), errors="coerce").max() / 1e9) \
+        if "f_peak_compute_flops" in rows else np.nan
+    if np.isfinite(bandwidth) and np.isfinite(peak) and bandwidth > 0 and peak > 0:
+        span = np.geomspace(max(float(x.min()) / 2, 1e-3), float(x.max()) * 2, 200)
+        ax.plot(span, np.minimum(span * bandwidth, peak), "k-", lw=1.2, label=f"roofline ({bandwidth:.0f} GB/s)")
+    ax.set(xscale="log", yscale="log", xlabel="arithmetic intensity (FLOP/byte)", ylabel="GFLOP/s",
+           title=f"roofline: {device}")
+    ax.legend(fontsize=8)
+    return _save(fig, plt, path)
+
+
+def _save(fig: Any, plt: Any, path: Path) -> Path:
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path
+
+
+def write_plots(frame: pd.DataFrame, out_dir: Path, targets: tuple[str, ...] = ("duration_us", "achieved_gbps",
+                                                                                 "gflops")) -> list[Path]:
+    """Every plot the evaluated frame has data for; returns the files written."""
+    out_dir = Path(out_dir)
+    written: list[Path | None] = []
+    for target in targets:
+        written.append(predicted_vs_measured(frame, target, out_dir / f"pred_vs_measured_{target}.png"))
+        written.append(error_cdf(frame, target, out_dir / f"error_cdf_{target}.png"))
+    written.append(roofline_chart(frame, out_dir / "roofline.png"))
+    return [p for p in written if p is not None]

@@ -1,0 +1,365 @@
+"""Adapter for NeuSight (ASPLOS'25, sitar-lab/NeuSight): FP32 PyTorch op latencies on 8 NVIDIA GPUs.
+
+Upstream layout (relative to the repository root):
+
+- ``scripts/asplos/data/dataset/train/collect/<op>/p2.1.0/<GPU>.csv`` -- the training rows (80 files,
+  16 ops x 5 GPUs). The upstream training scripts read merged ``train/{bmm,linear,vec}.csv`` files,
+  which are the same rows; the snapshot lacks them, so the per-GPU files are the training set.
+- ``scripts/asplos/data/dataset/test/{bmm,elem,linear,ln,softmax,vec}.csv`` -- the published test
+  set. ``vec.csv`` is ``elem`` + ``ln`` + ``softmax`` again: rows repeat across files, kept apart by
+  ``run_id`` = the file they came from, because NeuSight's published split is defined by file.
+
+``Latency`` is milliseconds from ``torch.cuda.Event``: the mean of the 5 fastest of 25 runs
+(``neusight/Dataset/collect.py``), hence ``n_trials=25`` and ``profiler=cuda_event``. The GPUs
+were not clock-locked as far as upstream documents, hence ``clock_mode=unknown``.
+
+A kernel is op + shapes + dtype (fp32); the CUDA kernel the profiler saw (``Kernel Name``) differs
+per GPU, so it is a measurement parameter, not part of the kernel's identity.
+"""
+
+from __future__ import annotations
+
+import csv
+import math
+from collections.abc import Callable, Iterable
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from components.ingest.base import AdapterOutput, IngestError, require_dir
+from components.ingest.schema import (
+    KERNEL_COLUMNS,
+    MEASUREMENT_COLUMNS,
+    REJECT_COLUMNS,
+    canonical_json,
+    conform,
+    stable_id,
+)
+
+SOURCE = "neusight"
+DATASET_DIR = Path("scripts/asplos/data/dataset")
+TRAIN_GLOB = "train/collect/*/p2.1.0/*.csv"
+TEST_FILES: tuple[str, ...] = ("bmm", "elem", "linear", "ln", "softmax", "vec")
+N_TRIALS = 25  # mean of the 5 fastest of 25 timed runs
+RAW_LIMIT = 500  # characters of a raw row kept in rejects for audit
+
+COMMON_COLUMNS: tuple[str, ...] = (
+    "OPName", "Latency", "Device", "Kernel Name", "Grid x", "Grid y", "Grid z", "Block x", "Block y", "Block z",
+)
+GRID_COLUMNS: dict[str, str] = {
+    "Grid x": "grid_x", "Grid y": "grid_y", "Grid z": "grid_z",
+    "Block x": "block_x", "Block y": "block_y", "Block z": "block_z",
+}
+GEMM_SHAPE: tuple[str, ...] = ("B", "M", "N", "K")
+ROW_SHAPE: tuple[str, ...] = ("B", "H")
+# Upstream column -> shape key. ``Kernel_Szie`` is upstream's misspelling; the canonical key is spelled right.
+CONV_SHAPE: dict[str, str] = {
+    "B": "B", "Input_Channel": "Input_Channel", "Output_Channel": "Output_Channel", "Kernel_Szie": "Kernel_Size",
+    "Input_Size": "Input_Size", "Stride": "Stride", "Padding": "Padding",
+}
+ELEMENTWISE_OPS: frozenset[str] = frozenset(
+    {"add", "addu", "div", "divu", "mul", "mulu", "pow", "powu", "relu", "gelu", "tanh"}
+)
+FAMILY_OF_OP: dict[str, str] = {
+    "bmm": "bmm", "linear": "linear", "conv": "conv", "softmax": "softmax", "ln": "layernorm",
+    **{op: "elementwise" for op in ELEMENTWISE_OPS},
+}
+
+
+# ----------------------------------------------------------------------------------------------
+# CSV reading shared by the CSV-based adapters
+# ----------------------------------------------------------------------------------------------
+def read_csv_strings(path: Path, source: str, root: Path | None = None) -> tuple[pd.DataFrame, list[dict]]:
+    """Every cell of ``path`` as a string (index = 0-based data row) plus reject records for bad rows.
+
+    The fast path is pandas' C parser. A row with more fields than the header makes it fail; the
+    file is then re-read with the csv module so that only that row is rejected (with its row
+    number), not the whole file. An empty or undecodable file raises IngestError naming it.
+    """
+    label = path.relative_to(root).as_posix() if root is not None else str(path)
+    try:
+        frame = pd.read_csv(path, dtype=str, keep_default_na=False, na_filter=False, engine="c")
+        return frame, []
+    except pd.errors.EmptyDataError:
+        raise IngestError(f"{source}: {path}: empty file (no header row)") from None
+    except UnicodeDecodeError as exc:
+        raise IngestError(f"{source}: {path}: not UTF-8 text ({exc.reason} at byte {exc.start})") from None
+    except pd.errors.ParserError:
+        pass  # a malformed row somewhere: find it below, row by row
+    return _read_csv_slow(path, source, label)
+
+
+def _read_csv_slow(path: Path, source: str, label: str) -> tuple[pd.DataFrame, list[dict]]:
+    good: list[list[str]] = []
+    index: list[int] = []
+    bad: list[dict] = []
+    try:
+        with path.open(newline="", encoding="utf-8") as handle:
+            reader = csv.reader(handle, strict=True)
+            header = next(reader, None)
+            if not header:
+                raise IngestError(f"{source}: {path}: empty file (no header row)")
+            row = 0
+            for record in reader:
+                if not record:  # blank line: pandas skips these too, so they are not rows
+                    continue
+                if len(record) == len(header):
+                    good.append(record)
+                    index.append(row)
+                else:
+                    bad.append(reject(source, label, row, f"expected {len(header)} fields, found {len(record)}",
+                                      ",".join(record)))
+                row += 1
+    except csv.Error as exc:
+        # An unterminated quote (typically a truncated file) leaves no way to find the row boundaries.
+        raise IngestError(f"{source}: {path}: unreadable CSV near line {reader.line_num}: {exc}") from None
+    except UnicodeDecodeError as exc:
+        raise IngestError(f"{source}: {path}: not UTF-8 text ({exc.reason} at byte {exc.start})") from None
+    frame = pd.DataFrame(good, columns=header, index=pd.Index(index, dtype="int64"), dtype=str)
+    return frame, bad
+
+
+def reject(source: str, upstream_file: str, row: int, reason: str, raw: str) -> dict:
+    return {"source": source, "upstream_file": upstream_file, "upstream_row": row, "reason": reason,
+            "raw": raw[:RAW_LIMIT]}
+
+
+def raw_rows(frame: pd.DataFrame, mask: np.ndarray) -> list[str]:
+    """The selected rows re-joined as CSV-ish text for the rejects table."""
+    picked = frame.loc[mask]
+    if picked.empty:
+        return []
+    return picked.astype(str).agg(",".join, axis=1).tolist()
+
+
+def require_columns(frame: pd.DataFrame, columns: Iterable[str], path: Path, source: str) -> None:
+    missing = [c for c in columns if c not in frame.columns]
+    if missing:
+        raise IngestError(f"{source}: {path}: missing column(s) {', '.join(missing)} (has: {', '.join(frame.columns)})")
+
+
+def integer_columns(frame: pd.DataFrame, columns: Iterable[str]) -> tuple[pd.DataFrame, pd.Series]:
+    """Columns parsed as integers, and per row the first column that is missing or not an integer."""
+    parsed = pd.DataFrame(index=frame.index)
+    problem = pd.Series(pd.NA, index=frame.index, dtype="object")
+    for column in columns:
+        values = pd.to_numeric(frame[column].str.strip(), errors="coerce")
+        ok = values.notna() & np.isfinite(values) & (values == values.round())
+        problem = problem.where(problem.notna() | ok, column)
+        parsed[column] = values.where(ok).astype("Int64")
+    return parsed, problem
+
+
+def resolve_devices(names: pd.Series, catalog) -> pd.Series:  # noqa: ANN001 -- components.devices.Catalog
+    """Catalog id per row (resolving each distinct spelling once); <NA> where the name is unknown."""
+    ids: dict[str, object] = {}
+    for name in names.unique():
+        try:
+            ids[name] = catalog.resolve(name).id
+        except LookupError:
+            ids[name] = pd.NA
+    return names.map(ids).astype("string")
+
+
+def repeat_suffix(frame: pd.DataFrame, keys: list[str]) -> pd.Series:
+    """"" for the first row of a key, "/rep<k>" for the k-th repeat -- repeated measurements of one
+    configuration in one file stay distinct rows (the measurement key must be unique)."""
+    occurrence = frame.groupby(keys, sort=False, dropna=False).cumcount()
+    return pd.Series(np.where(occurrence > 0, "/rep" + occurrence.astype(str), ""), index=frame.index)
+
+
+def definition_flops(family: pd.Series, op: pd.Series, shape_json: pd.Series,
+                     shapes: dict[str, dict]) -> pd.Series:
+    """FLOPs by op definition (``components.ingest.derived.op_flops``), one call per distinct kernel."""
+    from components.ingest.derived import op_flops
+
+    keys = family.astype(str) + "\x1f" + op.astype(str) + "\x1f" + shape_json.astype(str)
+    values: dict[str, float] = {}
+    for key in keys.unique():
+        fam, name, shape = key.split("\x1f", 2)
+        try:
+            flops = float(op_flops(fam, name, shapes[shape]))
+        except (KeyError, ValueError):  # a family/op without a formula: unknown, never a guess
+            flops = math.nan
+        values[key] = flops if math.isfinite(flops) and flops > 0 else math.nan
+    return keys.map(values).astype("float64")
+
+
+def gflops_of(flops: pd.Series, duration_us: pd.Series) -> pd.Series:
+    """GFLOP/s from FLOPs and microseconds (``components.ingest.derived.gflops``)."""
+    from components.ingest.derived import gflops
+
+    return pd.Series(gflops(flops.to_numpy("float64"), duration_us.to_numpy("float64")), index=flops.index,
+                     dtype="float64")
+
+
+# ----------------------------------------------------------------------------------------------
+# NeuSight
+# ----------------------------------------------------------------------------------------------
+def _shape_spec(kind: str) -> dict[str, str]:
+    """Upstream shape column -> canonical key, by the op family the file holds."""
+    if kind in ("bmm", "linear"):
+        return {c: c for c in GEMM_SHAPE}
+    if kind == "conv":
+        return dict(CONV_SHAPE)
+    return {c: c for c in ROW_SHAPE}
+
+
+def _files(root: Path) -> list[tuple[Path, str, str]]:
+    """(path, kind, run_id) of every NeuSight data file, in a stable order; missing groups raise."""
+    dataset = require_dir(root / DATASET_DIR, SOURCE)
+    train = sorted(dataset.glob(TRAIN_GLOB))
+    if not train:
+        raise IngestError(f"{SOURCE}: no training files {dataset / TRAIN_GLOB}")
+    files = [(path, path.parent.parent.name, "train/collect") for path in train]
+    for stem in TEST_FILES:
+        path = dataset / "test" / f"{stem}.csv"
+        if not path.is_file():
+            raise IngestError(f"{SOURCE}: expected file is missing: {path}")
+        files.append((path, stem, f"test/{stem}"))
+    return files
+
+
+def _read_file(root: Path, path: Path, kind: str, run_id: str, catalog) -> tuple[pd.DataFrame, list[dict], int]:  # noqa: ANN001
+    """One upstream CSV -> (parsed good rows, reject records, rows in)."""
+    label = path.relative_to(root).as_posix()
+    frame, rejects = read_csv_strings(path, SOURCE, root)
+    rows_in = len(frame) + len(rejects)
+    spec = _shape_spec(kind)
+    require_columns(frame, [*COMMON_COLUMNS, *spec], path, SOURCE)
+
+    latency = pd.to_numeric(frame["Latency"].str.strip(), errors="coerce")
+    shapes, shape_problem = integer_columns(frame, spec)
+    launch, launch_problem = integer_columns(frame, GRID_COLUMNS)
+    op = frame["OPName"].str.strip()
+    family = op.map(FAMILY_OF_OP)
+    device_id = resolve_devices(frame["Device"].str.strip(), catalog)
+    large = frame["large"].str.strip().str.lower() if "large" in frame.columns else None
+
+    # First failing check wins, so each reject has one clear reason.
+    reason = pd.Series(pd.NA, index=frame.index, dtype="object")
+    checks: list[tuple[pd.Series, Callable[[pd.Index], pd.Series]]] = [
+        (latency.isna() | ~np.isfinite(latency.fillna(0)),
+         lambda idx: "Latency is not a number: " + frame.loc[idx, "Latency"].str.slice(0, 40).map(repr)),
+        (family.isna(), lambda idx: "unknown op " + op[idx].map(repr)),
+        (shape_problem.notna(), lambda idx: "shape column " + shape_problem[idx].astype(str) + " is not an integer"),
+        (launch_problem.notna(), lambda idx: "launch column " + launch_problem[idx].astype(str) + " is not an integer"),
+        (device_id.isna(), lambda idx: "unknown device " + frame.loc[idx, "Device"].str.strip().map(lambda s: f"'{s}'")),
+    ]
+    if large is not None:
+        checks.append((~large.isin(["true", "false"]),
+                       lambda idx: "large is not True/False: " + frame.loc[idx, "large"].map(repr)))
+    for failed, message in checks:
+        fresh = failed.fillna(True).astype(bool) & reason.isna()
+        if fresh.any():
+            reason[fresh] = message(frame.index[fresh])
+    bad = reason.notna().to_numpy()
+    for row, why, raw in zip(frame.index[bad], reason[bad], raw_rows(frame, bad), strict=True):
+        rejects.append(reject(SOURCE, label, int(row), str(why), raw))
+
+    keep = ~bad
+    good = pd.DataFrame({
+        "upstream_row": frame.index[keep].astype("int64"),
+        "op": op[keep], "family": family[keep], "device_id": device_id[keep],
+        "device_name_raw": frame.loc[keep, "Device"].str.strip(),
+        "kernel_name": frame.loc[keep, "Kernel Name"],
+        "n_kernels": frame.loc[keep, "Kernels"].str.count(";") if "Kernels" in frame.columns else pd.NA,
+        "duration_us": latency[keep] * 1000.0,
+        "large": (large[keep] == "true") if large is not None else pd.NA,
+    })
+    for upstream, key in spec.items():
+        good[f"shape:{key}"] = shapes.loc[keep, upstream]
+    for upstream, column in GRID_COLUMNS.items():
+        good[column] = launch.loc[keep, upstream]
+    good["upstream_file"] = label
+    good["run_id"] = run_id
+    good["shape_keys"] = ",".join(spec.values())
+    return good.reset_index(drop=True), rejects, rows_in
+
+
+def _shape_dicts(good: pd.DataFrame) -> tuple[pd.Series, dict[str, dict]]:
+    """shape_json per row, and the shape dict of each distinct shape_json (for op_flops)."""
+    texts = np.empty(len(good), dtype=object)
+    dicts: dict[str, dict] = {}
+    for keys, group in good.groupby("shape_keys", sort=False):
+        names = keys.split(",")
+        values = group[[f"shape:{k}" for k in names]].to_numpy(dtype="int64")
+        positions = good.index.get_indexer(group.index)
+        for pos, row in zip(positions, values, strict=True):
+            shape = dict(zip(names, (int(v) for v in row), strict=True))
+            text = canonical_json(shape)
+            dicts.setdefault(text, shape)
+            texts[pos] = text
+    return pd.Series(texts, index=good.index, dtype="object"), dicts
+
+
+def _params_json(good: pd.DataFrame, shape_json: pd.Series, shapes: dict[str, dict]) -> list[str]:
+    """Shape + the dominant CUDA kernel + how many kernels the op launched + NeuSight's ``large`` flag."""
+    out: list[str] = []
+    for text, name, n_kernels, large in zip(shape_json, good["kernel_name"], good["n_kernels"], good["large"],
+                                            strict=True):
+        params: dict[str, object] = {**shapes[text], "kernel_name": name}
+        if not pd.isna(n_kernels):
+            params["n_kernels"] = int(n_kernels)
+        if not pd.isna(large):
+            params["large"] = bool(large)
+        out.append(canonical_json(params))
+    return out
+
+
+def _kernel_table(good: pd.DataFrame, shape_json: pd.Series) -> pd.DataFrame:
+    kernels = pd.DataFrame({
+        "kernel_id": good["kernel_id"], "family": good["family"], "op": good["op"], "shape_json": shape_json,
+    }).drop_duplicates("kernel_id")
+    kernels["source"] = SOURCE
+    kernels["name"] = kernels["op"] + kernels["shape_json"] + "[fp32]"
+    kernels["language"] = "pytorch"
+    kernels["dtype"] = "fp32"
+    return conform(kernels, KERNEL_COLUMNS)
+
+
+def ingest(root: Path, catalog) -> AdapterOutput:  # noqa: ANN001 -- catalog: components.devices.Catalog
+    """Read NeuSight's train/collect and test CSVs under ``root`` into the canonical tables."""
+    root = require_dir(Path(root), SOURCE)
+    parts: list[pd.DataFrame] = []
+    rejects: list[dict] = []
+    rows_in = 0
+    for path, kind, run_id in _files(root):
+        good, bad, n = _read_file(root, path, kind, run_id, catalog)
+        parts.append(good)
+        rejects += bad
+        rows_in += n
+    good = pd.concat(parts, ignore_index=True) if parts else pd.DataFrame()
+    measurements, kernels = _canonical(good)
+    output = AdapterOutput(
+        SOURCE, measurements, kernels, conform(pd.DataFrame(rejects), REJECT_COLUMNS), rows_in,
+        notes=[
+            "Latency (ms) is torch.cuda.Event timing, mean of the 5 fastest of 25 runs: n_trials=25",
+            "run_id: train/collect = training files; test/<file> = NeuSight's published test file",
+            "test/vec.csv repeats elem+ln+softmax rows; they stay as separate rows (run_id differs)",
+        ],
+    )
+    output.check_balance()
+    return output
+
+
+def _canonical(good: pd.DataFrame) -> tuple[pd.DataFrame, pd.DataFrame]:
+    if good.empty:
+        return conform(pd.DataFrame(), MEASUREMENT_COLUMNS), conform(pd.DataFrame(), KERNEL_COLUMNS)
+    shape_json, shapes = _shape_dicts(good)
+    good["kernel_id"] = [stable_id(SOURCE, f, o, "fp32", s) for f, o, s in zip(good["family"], good["op"], shape_json,
+                                                                               strict=True)]
+    params_json = pd.Series(_params_json(good, shape_json, shapes), index=good.index)
+    good["params_json"] = params_json
+    run_id = good["run_id"] + repeat_suffix(good, ["kernel_id", "device_id", "params_json", "run_id"])
+    flops = definition_flops(good["family"], good["op"], shape_json, shapes)
+    measurements = pd.DataFrame({
+        "kernel_id": good["kernel_id"], "device_id": good["device_id"], "device_name_raw": good["device_name_raw"],
+        "source": SOURCE, "upstream_file": good["upstream_file"], "upstream_row": good["upstream_row"],
+        "profiler": "cuda_event", "clock_mode": "unknown", "run_id": run_id, "params_json": params_json,
+        **{column: good[column] for column in GRID_COLUMNS.values()},
+        "duration_us": good["duration_us"], "n_trials": N_TRIALS,
+        "flops": flops, "gflops": gflops_of(flops, good["duration_us"]),
+    })
+    return conform(measurements, MEASUREMENT_COLUMNS), _kernel_table(good, shape_json)

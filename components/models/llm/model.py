@@ -1,0 +1,470 @@
+"""LLMPredictor: LoRA on a causal LM + small heads on the mean-pooled last hidden state.
+
+Why heads and not decoding numbers: a 135M model writing "1234.5" token by token is slow (one
+forward per digit) and its digits are poorly calibrated; a linear head on the pooled state is one
+forward per kernel and trains with a plain MSE on log targets. The classification head replaces
+the answer-word choice for the fine-tuned scenario (zero/few-shot scoring lives in ``scenarios``).
+
+The same pieces (``build_module``, ``encode_frame``, ``train_epoch``, ``eval_loss``) drive the
+in-process ``fit`` here and the distributed Ray Train loop in ``components.training.llm``.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+from collections.abc import Iterator, Sequence
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+import pandas as pd
+
+from components.models.base import CLASS_TARGET, NUMERIC_TARGETS
+from components.models.llm.prompt import PromptError, build_prompt
+
+if TYPE_CHECKING:
+    import torch
+    from torch import nn
+
+FAMILY = "llm"
+PREDICTOR_FILE = "predictor.json"
+ADAPTER_DIR = "adapter"
+TOKENIZER_DIR = "tokenizer"
+HEADS_FILE = "heads.pt"
+# Spread over orders of magnitude: regress their natural log; hit rates are already in [0, 1].
+LOG_TARGETS: frozenset[str] = frozenset({"duration_us", "achieved_gbps", "gflops", "arith_intensity"})
+_LOG_FLOOR = 1e-12
+
+
+@dataclass
+class LLMConfig:
+    base: str | None = None  # None = embedded SmolLM2-135M; else an HF path/id
+    max_tokens: int = 256
+    lora_r: int = 8
+    lora_alpha: int = 16
+    lora_dropout: float = 0.05
+    target_modules: tuple[str, ...] = ("q_proj", "v_proj")
+    lr: float = 1e-3
+    epochs: int = 2
+    batch_size: int = 8
+    seed: int = 0
+    class_column: str = "roofline_class"  # bolet scenarios use roofline_class_published
+    numeric_targets: tuple[str, ...] = ("duration_us",)
+    predict_class: bool = True
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> LLMConfig:
+        data = dict(data)
+        for key in ("target_modules", "numeric_targets"):
+            if key in data:
+                data[key] = tuple(data[key])
+        return cls(**data)
+
+
+@dataclass
+class Encoded:
+    """Token ids per row plus standardized numeric targets (NaN = missing) and class ids (-1 = missing)."""
+
+    input_ids: list[list[int]]
+    y_num: np.ndarray  # (n, n_numeric) float32
+    y_cls: np.ndarray  # (n,) int64
+    notes: list[str] = field(default_factory=list)
+
+    def __len__(self) -> int:
+        return len(self.input_ids)
+
+    def subset(self, rows: Sequence[int]) -> Encoded:
+        return Encoded([self.input_ids[i] for i in rows], self.y_num[list(rows)], self.y_cls[list(rows)])
+
+
+@dataclass
+class TargetStats:
+    """Per numeric target: mean and std of its (log-)transformed training values."""
+
+    mean: dict[str, float]
+    std: dict[str, float]
+
+    @classmethod
+    def fit(cls, frame: pd.DataFrame, targets: Sequence[str]) -> TargetStats:
+        mean, std = {}, {}
+        for target in targets:
+            values = transform(target, frame[target].to_numpy(dtype="float64")) if target in frame else np.array([])
+            values = values[np.isfinite(values)]
+            mean[target] = float(values.mean()) if values.size else 0.0
+            std[target] = float(values.std()) if values.size > 1 and values.std() > 0 else 1.0
+        return cls(mean, std)
+
+
+def transform(target: str, values: np.ndarray) -> np.ndarray:
+    values = np.asarray(values, dtype="float64")
+    if target in LOG_TARGETS:
+        with np.errstate(invalid="ignore", divide="ignore"):
+            return np.where(values > 0, np.log(np.maximum(values, _LOG_FLOOR)), np.nan)
+    return values
+
+
+def inverse_transform(target: str, values: np.ndarray) -> np.ndarray:
+    return np.exp(values) if target in LOG_TARGETS else values
+
+
+# --------------------------------------------------------------------------- prompts from rows
+
+
+def _short_kernel_name(row: pd.Series) -> str | None:
+    """Identifier of the kernel (``ns::foo<T>(int, ...)`` -> ``foo``) to find its body in the source."""
+    for column in ("name", "op"):
+        value = row.get(column)
+        if isinstance(value, str) and value:
+            head = value.split("(", 1)[0].split("<", 1)[0].strip()
+            head = head.split("::")[-1].split()[-1] if head else head
+            if re.fullmatch(r"[A-Za-z_]\w*", head or ""):
+                return head
+    return None
+
+
+def _present(value: Any) -> bool:
+    return value is not None and not (isinstance(value, float) and math.isnan(value)) and value is not pd.NA
+
+
+def row_prompt(row: pd.Series, catalog: Any, config: LLMConfig, tokenizer: Any, *,
+               scenario: str = "fine-tune", profile_columns: Sequence[str] = (), question: bool = False) -> str:
+    """Prompt text for one feature-table row (source_text if present, else op/family/shape_json)."""
+    source = row.get("source_text")
+    source = source if isinstance(source, str | bytes) and len(source) else None
+    op_shapes: dict[str, Any] = {}
+    for column in ("family", "op", "dtype"):
+        if _present(row.get(column)):
+            op_shapes[column] = row.get(column)
+    if isinstance(row.get("shape_json"), str) and row.get("shape_json"):
+        op_shapes["shapes"] = json.loads(row["shape_json"])
+    if source is None and isinstance(row.get("name"), str) and row.get("name"):
+        op_shapes["signature"] = row["name"]  # no source shipped: the signature is all there is
+    launch = {c: int(row[c]) for c in ("grid_x", "grid_y", "grid_z", "block_x", "block_y", "block_z")
+              if c in row and _present(row[c])}
+    profile = {c: float(row[c]) if _present(row.get(c)) else None for c in profile_columns} or None
+    device = catalog.get(str(row["device_id"]))
+    name = _short_kernel_name(row) or str(row.get("kernel_id", "<unnamed>"))
+    prompt = build_prompt(source, op_shapes if source is None else None, launch, device, scenario,
+                          config.max_tokens, tokenizer, kernel_name=name, profile_metrics=profile,
+                          question=question)
+    return prompt.text
+
+
+def encode_frame(frame: pd.DataFrame, tokenizer: Any, config: LLMConfig, classes: Sequence[str],
+                 stats: TargetStats | None, catalog: Any | None = None) -> Encoded:
+    """Tokenize every row's prompt and attach standardized targets."""
+    if catalog is None:
+        from components.devices import load_catalog
+
+        catalog = load_catalog()
+    ids: list[list[int]] = []
+    notes: list[str] = []
+    for _, row in frame.iterrows():
+        try:
+            text = row_prompt(row, catalog, config, tokenizer)
+        except PromptError as exc:
+            raise PromptError(f"row {row.get('measurement_id', row.name)}: {exc}") from exc
+        ids.append(tokenizer.encode(text, add_special_tokens=True)[: config.max_tokens])
+    y_num = np.full((len(frame), len(config.numeric_targets)), np.nan, dtype="float32")
+    if stats is not None:
+        for j, target in enumerate(config.numeric_targets):
+            if target in frame:
+                values = transform(target, frame[target].to_numpy(dtype="float64"))
+                y_num[:, j] = (values - stats.mean[target]) / stats.std[target]
+    index = {label: i for i, label in enumerate(classes)}
+    labels = frame[config.class_column] if config.class_column in frame else pd.Series([None] * len(frame))
+    y_cls = np.array([index.get(v, -1) if isinstance(v, str) else -1 for v in labels], dtype="int64")
+    return Encoded(ids, y_num, y_cls, notes)
+
+
+# --------------------------------------------------------------------------- torch module
+
+
+def _module_class() -> type:
+    import torch
+    from torch import nn
+
+    class HeadedLM(nn.Module):
+        """LoRA-adapted decoder + regression/classification heads on the masked mean of its last layer."""
+
+        def __init__(self, peft_model: nn.Module, hidden: int, n_numeric: int, n_classes: int) -> None:
+            super().__init__()
+            self.lm = peft_model
+            self.reg_head = nn.Linear(hidden, n_numeric) if n_numeric else None
+            self.cls_head = nn.Linear(hidden, n_classes) if n_classes else None
+
+        def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+            # The decoder alone: the LM head's vocabulary projection (49k x seq) is never needed.
+            decoder = self.lm.get_base_model().model
+            hidden = decoder(input_ids=input_ids, attention_mask=attention_mask).last_hidden_state
+            mask = attention_mask.unsqueeze(-1).to(hidden.dtype)
+            pooled = (hidden * mask).sum(1) / mask.sum(1).clamp(min=1.0)
+            empty = pooled.new_zeros((pooled.shape[0], 0))
+            reg = self.reg_head(pooled) if self.reg_head is not None else empty
+            logits = self.cls_head(pooled) if self.cls_head is not None else empty
+            return reg, logits
+
+    return HeadedLM
+
+
+def build_module(config: LLMConfig, n_numeric: int, n_classes: int, base_path: str | None = None,
+                 adapter_dir: Path | None = None) -> nn.Module:
+    """Base LM (frozen) + fresh or saved LoRA adapter + heads; only LoRA and heads train."""
+    import torch
+    from peft import LoraConfig, PeftModel, get_peft_model
+
+    from components.models.llm.loader import load_base_model
+
+    torch.manual_seed(config.seed)
+    base, _ = load_base_model(base_path if base_path is not None else config.base)
+    if adapter_dir is not None:
+        lm = PeftModel.from_pretrained(base, str(adapter_dir), is_trainable=True)
+    else:
+        lora = LoraConfig(r=config.lora_r, lora_alpha=config.lora_alpha, lora_dropout=config.lora_dropout,
+                          target_modules=list(config.target_modules), bias="none")
+        lm = get_peft_model(base, lora)
+    return _module_class()(lm, int(base.config.hidden_size), n_numeric, n_classes)
+
+
+def trainable_state(module: nn.Module) -> dict[str, torch.Tensor]:
+    """Only the weights training changes (LoRA + heads): small enough to checkpoint every epoch."""
+    names = {name for name, p in module.named_parameters() if p.requires_grad}
+    return {k: v.detach().cpu().clone() for k, v in module.state_dict().items() if k in names}
+
+
+def batches(data: Encoded, batch_size: int, order: Sequence[int] | None = None,
+            pad_id: int = 0) -> Iterator[tuple[list[int], dict[str, torch.Tensor]]]:
+    """Right-padded batches (row indices, tensors) in ``order`` (default: as given)."""
+    import torch
+
+    order = list(order) if order is not None else list(range(len(data)))
+    for start in range(0, len(order), batch_size):
+        rows = order[start:start + batch_size]
+        width = max(len(data.input_ids[i]) for i in rows)
+        ids = torch.full((len(rows), width), pad_id, dtype=torch.long)
+        mask = torch.zeros((len(rows), width), dtype=torch.long)
+        for r, i in enumerate(rows):
+            seq = data.input_ids[i]
+            ids[r, : len(seq)] = torch.tensor(seq, dtype=torch.long)
+            mask[r, : len(seq)] = 1
+        yield rows, {
+            "input_ids": ids, "attention_mask": mask,
+            "y_num": torch.from_numpy(data.y_num[rows]), "y_cls": torch.from_numpy(data.y_cls[rows]),
+        }
+
+
+def batch_loss(module: nn.Module, batch: dict[str, torch.Tensor]) -> torch.Tensor:
+    """MSE over present numeric targets + cross-entropy over labelled rows."""
+    import torch
+    import torch.nn.functional as F
+
+    reg, logits = module(batch["input_ids"], batch["attention_mask"])
+    loss = reg.sum() * 0.0 + logits.sum() * 0.0  # keeps every head in the graph (DDP needs all grads)
+    if reg.shape[1]:
+        present = torch.isfinite(batch["y_num"])
+        if present.any():
+            loss = loss + F.mse_loss(reg[present], batch["y_num"][present])
+    if logits.shape[1]:
+        labelled = batch["y_cls"] >= 0
+        if labelled.any():
+            loss = loss + F.cross_entropy(logits[labelled], batch["y_cls"][labelled])
+    return loss
+
+
+def train_epoch(module: nn.Module, optimizer: Any, data: Encoded, batch_size: int, seed: int,
+                pad_id: int) -> float:
+    """One pass in a seeded shuffled order; mean batch loss."""
+    module.train()
+    order = np.random.default_rng(seed).permutation(len(data)).tolist()
+    losses = []
+    for _, batch in batches(data, batch_size, order, pad_id):
+        optimizer.zero_grad()
+        loss = batch_loss(module, batch)
+        loss.backward()
+        optimizer.step()
+        losses.append(float(loss.detach()))
+    return float(np.mean(losses)) if losses else math.nan
+
+
+def eval_loss(module: nn.Module, data: Encoded, batch_size: int, pad_id: int) -> float:
+    import torch
+
+    module.eval()
+    total, count = 0.0, 0
+    with torch.no_grad():
+        for rows, batch in batches(data, batch_size, None, pad_id):
+            total += float(batch_loss(module, batch)) * len(rows)
+            count += len(rows)
+    return total / count if count else math.nan
+
+
+def forward_all(module: nn.Module, data: Encoded, batch_size: int, pad_id: int) -> tuple[np.ndarray, np.ndarray]:
+    """(regression outputs, class logits) for every row, in row order; length-sorted batches."""
+    import torch
+
+    module.eval()
+    order = sorted(range(len(data)), key=lambda i: (len(data.input_ids[i]), i))
+    reg_out: dict[int, np.ndarray] = {}
+    cls_out: dict[int, np.ndarray] = {}
+    with torch.no_grad():
+        for rows, batch in batches(data, batch_size, order, pad_id):
+            reg, logits = module(batch["input_ids"], batch["attention_mask"])
+            for r, i in enumerate(rows):
+                reg_out[i], cls_out[i] = reg[r].numpy(), logits[r].numpy()
+    n = len(data)
+    return (np.stack([reg_out[i] for i in range(n)]) if n else np.zeros((0, 0)),
+            np.stack([cls_out[i] for i in range(n)]) if n else np.zeros((0, 0)))
+
+
+# --------------------------------------------------------------------------- predictor
+
+
+class LLMPredictor:
+    """Predictor protocol, family ``llm``. ``fit`` trains in-process; ``train_llm`` uses Ray Train."""
+
+    family = FAMILY
+
+    def __init__(self, config: LLMConfig | None = None) -> None:
+        self.config = config or LLMConfig()
+        self.classes: tuple[str, ...] = ()
+        self.stats: TargetStats | None = None
+        self.module: nn.Module | None = None
+        self.tokenizer: Any = None
+        self._trained_on: frozenset[str] = frozenset()
+        self.history: list[dict[str, float]] = []
+
+    @property
+    def targets(self) -> tuple[str, ...]:
+        return tuple(self.config.numeric_targets) + ((CLASS_TARGET,) if self.classes else ())
+
+    @property
+    def trained_on(self) -> frozenset[str]:
+        return self._trained_on
+
+    # -- preparation shared with the Ray Train driver
+    def prepare(self, train: pd.DataFrame) -> None:
+        """Fix targets, classes, target statistics and tokenizer from the training frame."""
+        from components.models.llm.loader import load_tokenizer
+
+        cfg = self.config
+        present = tuple(t for t in cfg.numeric_targets if t in train and train[t].notna().any())
+        unknown = set(cfg.numeric_targets) - set(NUMERIC_TARGETS)
+        if unknown:
+            raise ValueError(f"unknown numeric targets {sorted(unknown)}; choose from {NUMERIC_TARGETS}")
+        cfg.numeric_targets = present
+        if cfg.predict_class and cfg.class_column in train:
+            self.classes = tuple(sorted(v for v in train[cfg.class_column].dropna().unique()))
+        self.stats = TargetStats.fit(train, present)
+        if self.tokenizer is None:
+            self.tokenizer = load_tokenizer(cfg.base)
+        if "measurement_id" in train:
+            self._trained_on = frozenset(str(v) for v in train["measurement_id"].dropna())
+
+    def encode(self, frame: pd.DataFrame, catalog: Any | None = None) -> Encoded:
+        return encode_frame(frame, self.tokenizer, self.config, self.classes, self.stats, catalog)
+
+    @property
+    def pad_id(self) -> int:
+        return int(self.tokenizer.pad_token_id)
+
+    def fit(self, features: pd.DataFrame, val: pd.DataFrame | None = None) -> LLMPredictor:
+        """Single-process training (the Ray Train path is ``components.training.llm.train_llm``)."""
+        import torch
+
+        self.prepare(features)
+        train_data = self.encode(features)
+        val_data = self.encode(val) if val is not None and len(val) else None
+        self.module = build_module(self.config, len(self.config.numeric_targets), len(self.classes))
+        params = [p for p in self.module.parameters() if p.requires_grad]
+        optimizer = torch.optim.AdamW(params, lr=self.config.lr)
+        for epoch in range(self.config.epochs):
+            loss = train_epoch(self.module, optimizer, train_data, self.config.batch_size,
+                               self.config.seed + epoch, self.pad_id)
+            record = {"epoch": float(epoch), "train_loss": loss}
+            if val_data is not None:
+                record["val_loss"] = eval_loss(self.module, val_data, self.config.batch_size, self.pad_id)
+            self.history.append(record)
+        self.module.eval()
+        return self
+
+    def load_trainable(self, state: dict[str, torch.Tensor]) -> None:
+        """Build the module and load LoRA + head weights (from a Ray Train checkpoint)."""
+        self.module = build_module(self.config, len(self.config.numeric_targets), len(self.classes))
+        missing = set(state) - set(self.module.state_dict())
+        if missing:
+            raise ValueError(f"checkpoint has weights the module lacks: {sorted(missing)[:5]}")
+        self.module.load_state_dict(state, strict=False)
+        self.module.eval()
+
+    def predict(self, features: pd.DataFrame) -> pd.DataFrame:
+        if self.module is None:
+            raise RuntimeError("LLMPredictor is not fitted or loaded")
+        data = self.encode(features)
+        reg, logits = forward_all(self.module, data, self.config.batch_size, self.pad_id)
+        out = pd.DataFrame(index=features.index)
+        for j, target in enumerate(self.config.numeric_targets):
+            assert self.stats is not None
+            z = reg[:, j].astype("float64") * self.stats.std[target] + self.stats.mean[target]
+            out[f"pred_{target}"] = inverse_transform(target, z)
+        if self.classes:
+            out[f"pred_{CLASS_TARGET}"] = [self.classes[k] for k in logits.argmax(axis=1)]
+            shifted = logits - logits.max(axis=1, keepdims=True)
+            probs = np.exp(shifted) / np.exp(shifted).sum(axis=1, keepdims=True)
+            for k, label in enumerate(self.classes):
+                out[f"proba_{label}"] = probs[:, k]
+        return out
+
+    # -- persistence
+    def metadata(self) -> dict[str, Any]:
+        config = asdict(self.config)
+        return {
+            "family": FAMILY,
+            "config": config,
+            "classes": list(self.classes),
+            "stats": asdict(self.stats) if self.stats else None,
+            "trained_on": sorted(self._trained_on),
+            "history": self.history,
+        }
+
+    def save(self, directory: Path) -> None:
+        import torch
+
+        if self.module is None:
+            raise RuntimeError("nothing to save: LLMPredictor is not fitted")
+        directory = Path(directory)
+        directory.mkdir(parents=True, exist_ok=True)
+        self.module.lm.save_pretrained(str(directory / ADAPTER_DIR))
+        self.tokenizer.save_pretrained(str(directory / TOKENIZER_DIR))
+        heads = {k: v for k, v in trainable_state(self.module).items() if not k.startswith("lm.")}
+        torch.save(heads, directory / HEADS_FILE)
+        (directory / PREDICTOR_FILE).write_text(json.dumps(self.metadata(), indent=1))
+
+    @classmethod
+    def from_metadata(cls, meta: dict[str, Any]) -> LLMPredictor:
+        predictor = cls(LLMConfig.from_dict(meta["config"]))
+        predictor.classes = tuple(meta.get("classes") or ())
+        predictor.stats = TargetStats(**meta["stats"]) if meta.get("stats") else None
+        predictor._trained_on = frozenset(meta.get("trained_on") or ())
+        predictor.history = list(meta.get("history") or [])
+        return predictor
+
+    @classmethod
+    def load(cls, directory: Path) -> LLMPredictor:
+        import torch
+        from transformers import AutoTokenizer
+
+        directory = Path(directory)
+        meta = json.loads((directory / PREDICTOR_FILE).read_text())
+        if meta.get("family") != FAMILY:
+            raise ValueError(f"{directory}: family {meta.get('family')!r} is not {FAMILY!r}")
+        predictor = cls.from_metadata(meta)
+        predictor.tokenizer = AutoTokenizer.from_pretrained(str(directory / TOKENIZER_DIR))
+        module = build_module(predictor.config, len(predictor.config.numeric_targets), len(predictor.classes),
+                              adapter_dir=directory / ADAPTER_DIR)
+        module.load_state_dict(torch.load(directory / HEADS_FILE, weights_only=True), strict=False)
+        module.eval()
+        predictor.module = module
+        return predictor

@@ -1,0 +1,155 @@
+"""Tabular fits as Ray tasks: one task per target, single-threaded each, so targets fit side by side.
+
+The model code (``components.models.tabular``) stays pure; this module only decides where each
+``TargetJob`` runs. A local Ray is started on first use (``kernelcast.runtime.init_ray``); on a
+cluster the same tasks go to its workers.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+
+from components.models.tabular import TabularConfig, TabularPredictor, TargetJob, fit_job
+from kernelcast.settings import Settings
+
+
+def _fit_job_task(job: TargetJob) -> Any:
+    # Ray workers inherit OMP_NUM_THREADS=1 from init_ray's runtime_env; n_jobs=1 is set in fit_job.
+    return fit_job(job)
+
+
+def ray_executor(settings: Settings):  # noqa: ANN201 -- returns Callable[[Sequence[TargetJob]], list]
+    """An executor for ``TabularPredictor.fit`` that runs each target's fit as a Ray task."""
+
+    def run(jobs: Sequence[TargetJob]) -> list[Any]:
+        import ray
+
+        from kernelcast.runtime import init_ray
+
+        init_ray(settings)
+        remote = ray.remote(num_cpus=1, max_retries=0)(_fit_job_task)
+        return ray.get([remote.remote(job) for job in jobs])
+
+    return run
+
+
+def serial_executor(jobs: Sequence[TargetJob]) -> list[Any]:
+    return [fit_job(job) for job in jobs]
+
+
+@dataclass(frozen=True)
+class FitResult:
+    predictor: TabularPredictor
+    seconds: float
+    n_train: int
+
+
+def fit_tabular(train: pd.DataFrame, config: TabularConfig, settings: Settings | None = None,
+                use_ray: bool = True) -> FitResult:
+    """Fit a ``TabularPredictor`` on the train side; targets run as Ray tasks unless ``use_ray=False``."""
+    executor = ray_executor(settings) if use_ray and settings is not None else serial_executor
+    started = time.perf_counter()
+    predictor = TabularPredictor(config).fit(train, executor=executor)
+    return FitResult(predictor, time.perf_counter() - started, len(predictor.trained_on))
+
+
+# ---------------------------------------------------------------------- families, training runs
+
+
+def make_predictor(family: str, train: pd.DataFrame, split: str | None, config: TabularConfig,
+                   settings: Settings | None, use_ray: bool = True) -> tuple[Any, float]:
+    """Fit (or, for the roofline, just build) one family on a train side; returns (predictor, seconds)."""
+    from components.evaluation.harness import class_label_column
+
+    if family == "roofline":
+        from components.models.roofline import RooflinePredictor
+
+        # From source: measured counters would give the bolet task's answer away.
+        return RooflinePredictor(mode="classic", use_measured_counters=False), 0.0
+    if family == "tabular":
+        config = replace(config, class_label=class_label_column(split))
+        result = fit_tabular(train, config, settings, use_ray=use_ray)
+        return result.predictor, result.seconds
+    if family == "llm":
+        import importlib
+
+        module = importlib.import_module("components.models.llm")
+        fit = getattr(module, "fit_for_bench", None)
+        if fit is None:
+            raise ValueError("components.models.llm has no fit_for_bench(train, split, settings)")
+        started = time.perf_counter()
+        predictor = fit(train, split, settings)
+        return predictor, time.perf_counter() - started
+    raise ValueError(f"unknown model family {family!r}; choose roofline, tabular or llm")
+
+
+def file_md5(path: Path) -> str:
+    digest = hashlib.md5()  # noqa: S324 -- a dataset fingerprint (DVC uses md5 too), not security
+    with Path(path).open("rb") as handle:
+        for block in iter(lambda: handle.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def git_commit(root: Path) -> str:
+    """HEAD of the project checkout, or "unknown" outside a git work tree."""
+    import subprocess
+
+    try:
+        out = subprocess.run(["git", "-C", str(root), "rev-parse", "HEAD"], capture_output=True, text=True,
+                             timeout=10, check=True)
+        return out.stdout.strip()
+    except (OSError, subprocess.SubprocessError):
+        return "unknown"
+
+
+def experiment_id(settings: Settings, name: str) -> str:
+    """The experiment, created with its artifacts under KERNELCAST_HOME for a local store."""
+    from components.registry.mlflow_registry import ensure_experiment
+
+    uri = settings.tracking_uri()
+    local = uri.startswith(("sqlite:", "file:")) or "://" not in uri
+    return ensure_experiment(name, f"{settings.artifact_root()}/{name}" if local else None, uri)
+
+
+@dataclass(frozen=True)
+class TrainingRun:
+    run_id: str
+    model_uri: str | None
+    version: str | None
+    metrics: dict[str, float]
+
+
+def log_training_run(settings: Settings, predictor_dir: Path, *, params: dict[str, Any], metrics: dict[str, float],
+                     tags: dict[str, str], artifacts: list[Path], register: bool, family: str,
+                     experiment: str = "kernelcast") -> TrainingRun:
+    """One MLflow run: params, metrics, tags, plots; the predictor as a pyfunc model; a registry version."""
+    import mlflow
+    from mlflow import MlflowClient
+
+    from components.registry import mlflow_registry as reg
+
+    uri = settings.tracking_uri()
+    mlflow.set_tracking_uri(uri)
+    mlflow.set_registry_uri(uri)
+    with mlflow.start_run(experiment_id=experiment_id(settings, experiment),
+                          run_name=f"train-{family}-{tags.get('split', '')}") as run:
+        for path in artifacts:
+            mlflow.log_artifact(str(path), artifact_path="evaluation")
+        model_uri = reg.log_predictor(predictor_dir, metrics, params, {**tags, "family": family, "kind": "train"})
+        version = None
+        if register:
+            version = reg.register(model_uri, settings.registered_model, tracking_uri=uri)
+            client = MlflowClient(tracking_uri=uri, registry_uri=uri)
+            client.set_model_version_tag(settings.registered_model, version, "family", family)
+            for key in ("split", "dataset_md5", "git_commit"):
+                if key in tags:
+                    client.set_model_version_tag(settings.registered_model, version, key, tags[key])
+        return TrainingRun(run.info.run_id, model_uri, version, metrics)

@@ -1,0 +1,160 @@
+"""Evaluation harness (JSON shape, leakage guard), bench rows, plots, and the CLI's argument errors."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+from typer.testing import CliRunner
+
+from components.evaluation.bench import Published, markdown_table, rows_for
+from components.evaluation.harness import evaluate_predictor, flat_metrics, with_split_columns
+from components.evaluation.plots import write_plots
+
+
+class ScaledPredictor:
+    """Predicts 1.1 x the measured value (10% error everywhere); records what it was asked."""
+
+    family = "stub"
+
+    def __init__(self, trained_on: set[str], targets: tuple[str, ...] = ("duration_us", "l2_hit_rate",
+                                                                           "roofline_class")) -> None:
+        self._trained_on = frozenset(trained_on)
+        self._targets = targets
+        self.asked: set[str] = set()
+
+    @property
+    def targets(self) -> tuple[str, ...]:
+        return self._targets
+
+    @property
+    def trained_on(self) -> frozenset[str]:
+        return self._trained_on
+
+    def fit(self, features: pd.DataFrame) -> ScaledPredictor:
+        return self
+
+    def predict(self, features: pd.DataFrame) -> pd.DataFrame:
+        self.asked |= set(features["measurement_id"])
+        out = pd.DataFrame(index=features.index)
+        out["pred_duration_us"] = features["duration_us"] * 1.1
+        out["pred_duration_us_lo"] = features["duration_us"] * 0.5
+        out["pred_duration_us_hi"] = features["duration_us"] * 2.0
+        out["pred_l2_hit_rate"] = features["l2_hit_rate"]
+        out["pred_roofline_class"] = pd.Series("compute", index=features.index, dtype="string")
+        return out
+
+    def save(self, directory: Path) -> None:  # pragma: no cover - protocol completeness
+        raise NotImplementedError
+
+
+def _table(n: int = 40) -> pd.DataFrame:
+    rng = np.random.default_rng(0)
+    return pd.DataFrame({
+        "measurement_id": [f"m{i}" for i in range(n)],
+        "kernel_id": [f"k{i // 2}" for i in range(n)],
+        "device_id": ["h100" if i % 2 else "a100" for i in range(n)],
+        "source": "neusight", "family": ["bmm", "linear", "elementwise", "conv"] * (n // 4),
+        "duration_us": rng.uniform(5, 500, n),
+        "achieved_gbps": np.nan,  # not measured by this source: must be left out, never filled
+        "l2_hit_rate": np.where(np.arange(n) < n // 2, rng.uniform(0.2, 0.9, n), np.nan),
+        "roofline_class": ["compute" if i % 4 else "bandwidth" for i in range(n)],
+    })
+
+
+def test_report_shape_and_fractions() -> None:
+    table = _table()
+    evaluation = evaluate_predictor(ScaledPredictor(set()), table, None, model="stub")
+    report = evaluation.report
+    assert set(report) >= {"model", "split", "n", "excluded_seen", "targets", "per_device", "roofline"}
+    assert report["split"] == "all" and report["n"] == 40 and report["excluded_seen"] == 0
+    assert set(report["targets"]) == {"duration_us", "l2_hit_rate"}  # achieved_gbps not measured
+    duration = report["targets"]["duration_us"]
+    assert set(duration) == {"mape", "median_ape", "within_10", "n"}
+    assert duration["mape"] == pytest.approx(0.1) and duration["n"] == 40
+    assert report["targets"]["l2_hit_rate"]["n"] == 20
+    assert set(report["per_device"]) == {"a100", "h100"}
+    assert report["per_device"]["h100"]["duration_us"]["n"] == 20
+    assert report["roofline"]["accuracy"] == pytest.approx(0.75)
+    assert report["roofline"]["balanced_accuracy"] == pytest.approx(0.5)
+    assert report["intervals"]["duration_us"]["coverage"] == 1.0
+    for figures in report["targets"].values():
+        for key in ("mape", "median_ape", "within_10"):
+            assert 0.0 <= figures[key] <= 1.0
+    json.dumps(report, allow_nan=False)  # strict JSON: no NaN anywhere
+
+
+def test_rows_the_model_trained_on_are_excluded_and_counted() -> None:
+    table = _table()
+    seen = {f"m{i}" for i in range(0, 40, 3)}
+    predictor = ScaledPredictor(seen)
+    report = evaluate_predictor(predictor, table, None, model="stub").report
+    assert report["excluded_seen"] == len(seen)
+    assert report["n"] == 40 - len(seen)
+    assert not (predictor.asked & seen), "seen rows must not even be predicted"
+
+
+def test_split_test_side_and_canonical_join(tmp_path: Path) -> None:
+    table = _table()
+    canonical = tmp_path / "canonical"
+    canonical.mkdir()
+    pd.DataFrame({"measurement_id": table["measurement_id"], "upstream_row": range(40),
+                  "roofline_class_published": "compute"}).to_parquet(canonical / "measurements.parquet")
+    pd.DataFrame({"kernel_id": table["kernel_id"].unique(), "program": "p"}).to_parquet(canonical / "kernels.parquet")
+    joined = with_split_columns(table, canonical)
+    assert joined["program"].eq("p").all() and joined["upstream_row"].tolist() == list(range(40))
+    report = evaluate_predictor(ScaledPredictor(set()), joined, "unseen-kernel", model="stub").report
+    assert report["split"] == "unseen-kernel" and 0 < report["n"] < 40
+
+
+def test_flat_metrics_use_the_promotion_names() -> None:
+    report = evaluate_predictor(ScaledPredictor(set()), _table(), None, model="stub").report
+    metrics = flat_metrics(report)
+    assert metrics["runtime_mape"] == pytest.approx(0.1)
+    assert {"within_10", "roofline_balanced_accuracy", "duration_us_interval_coverage"} <= set(metrics)
+
+
+def test_bench_rows_carry_published_figures_per_op_family() -> None:
+    frame = evaluate_predictor(ScaledPredictor(set()), _table(), None, model="stub").frame
+    published = [Published("neusight", "family=bmm", "duration_us", "mape", 0.138, "NeuSight"),
+                 Published("neusight", "device=l4", "duration_us", "mape", 0.2, "x")]
+    rows = rows_for(frame, "neusight", "tabular", ("duration_us", "roofline_class"), published)
+    bmm = next(r for r in rows if r["target"] == "duration_us[family=bmm]" and r["metric"] == "mape")
+    assert bmm["ours"] == pytest.approx(0.1) and bmm["published"] == 0.138 and bmm["n"] == 10
+    missing = next(r for r in rows if r["target"] == "duration_us[device=l4]")
+    assert missing["ours"] is None and missing["n"] == 0  # a published figure we could not score
+    table = markdown_table(rows)
+    assert "duration_us[family=bmm]" in table and "13.8%" in table
+
+
+def test_plots_are_written(tmp_path: Path) -> None:
+    frame = evaluate_predictor(ScaledPredictor(set()), _table(), None, model="stub").frame
+    written = write_plots(frame, tmp_path)
+    names = {p.name for p in written}
+    assert {"pred_vs_measured_duration_us.png", "error_cdf_duration_us.png"} <= names
+    assert all(p.stat().st_size > 1000 for p in written)
+
+
+@pytest.mark.parametrize(("args", "fragment"), [
+    (["evaluate", "--model", "x", "--out", "r.txt"], "--out must be a .json"),
+    (["evaluate", "--model", "x", "--out", "r.json", "--source", "neusight"], "--source and --from"),
+    (["evaluate", "--model", "x", "--out", "r.json", "--split", "nope"], "unknown split"),
+    (["evaluate", "--model", "/no/such/dir", "--out", "r.json", "--features", "/no/such.parquet"], "not found"),
+    (["train", "--family", "gpt"], "--family must be one of"),
+    (["train", "--split", "nope"], "unknown split"),
+    (["bench", "accuracy", "--split", "nope"], "unknown split"),
+    (["bench", "accuracy", "--family", "gpt"], "unknown or unavailable family"),
+])
+def test_cli_argument_errors_are_one_line(args: list[str], fragment: str, tmp_path: Path,
+                                          monkeypatch: pytest.MonkeyPatch) -> None:
+    from kernelcast.cli import app
+
+    monkeypatch.setenv("KERNELCAST_HOME", str(tmp_path / "home"))
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", f"sqlite:///{tmp_path / 'mlflow.db'}")
+    result = CliRunner().invoke(app, args)
+    assert result.exit_code == 2, result.output
+    lines = [line for line in result.output.strip().splitlines() if line.strip()]
+    assert len(lines) == 1 and lines[0].startswith("error:") and fragment in lines[0], result.output
