@@ -17,7 +17,11 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:
     from components.ingest.base import AdapterOutput
 
-SOURCES: tuple[str, ...] = ("neusight", "gpuflopbench", "kernelbench", "benchmark_hub", "pipeweave")
+SOURCES: tuple[str, ...] = ("neusight", "gpuflopbench", "kernelbench", "benchmark_hub", "pipeweave", "kernelcast")
+# Our own measurements (``kernelcast profile`` on lent GPUs) are project data, committed under
+# ``profiled-data/``; their adapter module is ``profiled``.
+MODULES: dict[str, str] = {"kernelcast": "profiled"}
+PROJECT_DATA_DIRS: dict[str, str] = {"kernelcast": "profiled-data"}
 
 Adapter = Callable[[Path, object], "AdapterOutput"]
 
@@ -50,9 +54,20 @@ def check_source(name: str) -> str:
 
 def get_adapter(name: str) -> Adapter:
     """The ``ingest(root, catalog) -> AdapterOutput`` function of source ``name``."""
-    module = import_module(f"components.ingest.{check_source(name)}")
+    module = import_module(f"components.ingest.{MODULES.get(check_source(name), name)}")
     return module.ingest
 
 
 def upstream(name: str) -> Upstream:
-    return UPSTREAMS[check_source(name)]
+    if check_source(name) not in UPSTREAMS:
+        raise ValueError(f"source {name!r} is this project's own data (no upstream repository to fetch)")
+    return UPSTREAMS[name]
+
+
+def default_root(name: str, datasets_dir: Path) -> Path:
+    """Where a source is read from by default: the public bundle, or the project's own data."""
+    from kernelcast.settings import PROJECT_ROOT
+
+    if check_source(name) in PROJECT_DATA_DIRS:
+        return PROJECT_ROOT / PROJECT_DATA_DIRS[name]
+    return datasets_dir / name

@@ -42,7 +42,7 @@ def params_sources(settings: Settings) -> list[str] | None:
 
 def resolve_roots(sources: list[str], from_dir: str | None, settings: Settings) -> dict[str, Path]:
     """Where each source is read from: --from (a directory or a URL to fetch), else datasets_dir."""
-    from components.ingest.registry import upstream
+    from components.ingest.registry import default_root, upstream
 
     if from_dir is not None and len(sources) != 1:
         raise UserError("--from reads one source: give exactly one --source with it")
@@ -55,7 +55,7 @@ def resolve_roots(sources: list[str], from_dir: str | None, settings: Settings) 
             typer.echo(f"fetching {from_dir} at {pinned.commit[:12]} into {settings.cache_dir}", err=True)
             roots[source] = fetch_upstream(from_dir, pinned.commit, settings.cache_dir)
             continue
-        root = Path(from_dir) if from_dir is not None else settings.datasets_dir / source
+        root = Path(from_dir) if from_dir is not None else default_root(source, settings.datasets_dir)
         if not root.is_dir():
             raise UserError(f"{source}: source directory not found: {root}")
         roots[source] = root.resolve()

@@ -96,8 +96,9 @@ def test_summary_counts_rows_and_rejects_per_device() -> None:
 
 
 def test_registry_names_and_pins() -> None:
-    assert SOURCES == ("neusight", "gpuflopbench", "kernelbench", "benchmark_hub", "pipeweave")
-    assert set(UPSTREAMS) == set(SOURCES)
+    assert SOURCES == ("neusight", "gpuflopbench", "kernelbench", "benchmark_hub", "pipeweave", "kernelcast")
+    assert set(UPSTREAMS) == set(SOURCES) - {"kernelcast"}  # our own profiled data has no upstream
+    assert callable(get_adapter("kernelcast"))
     assert all(len(u.commit) == 40 and int(u.commit, 16) >= 0 for u in UPSTREAMS.values())
     assert callable(get_adapter("neusight"))
     with pytest.raises(ValueError, match="valid sources: neusight, gpuflopbench"):

@@ -1,0 +1,61 @@
+"""The adapter for our own H100 measurements (profiled-data/), on the committed run and corrupted copies."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+
+from components.devices import load_catalog
+from components.ingest.base import IngestError
+from components.ingest.profiled import ingest
+from kernelcast.settings import PROJECT_ROOT
+
+RUN = PROJECT_ROOT / "profiled-data" / "h100-sxm-2026-11-22"
+
+
+def test_committed_h100_run_ingests_completely() -> None:
+    out = ingest(RUN.parent, load_catalog())
+    m = out.measurements
+    assert out.rows_in == len(m) + len(out.rejects)
+    assert set(m["device_id"]) == {"h100-sxm"}
+    by_profiler = m.groupby("profiler").size().to_dict()
+    assert by_profiler == {"cuda_event": 390, "ncu": 272}  # 2 x 195 cases; 199 + 73 kernels
+    ncu = m[m["profiler"] == "ncu"]
+    assert ncu["l2_hit_rate"].between(0, 1).all() and ncu["l1_hit_rate"].between(0, 1).all()
+    # An 8192^3 bf16 GEMM executes 2*8192^3 tensor FLOPs plus tile padding (cuBLAS picked 320x128
+    # tiles: 8192/320 pads to 8320 rows, +1.6%) -- and no double counting of counter families.
+    big = ncu[ncu["params_json"].str.contains('"K":8192,"M":8192,"N":8192')]
+    kernels = out.kernels.set_index("kernel_id").loc[big["kernel_id"]]
+    bf16 = big[(kernels["dtype"] == "bf16").to_numpy() & big["run_id"].str.endswith("tensor").to_numpy()]
+    assert len(bf16) == 1
+    assert 2 * 8192**3 <= bf16["flops"].iloc[0] <= 2 * 8192**2 * 8320 * 1.001
+
+
+def test_mismatched_kernel_order_is_an_error_naming_the_file(tmp_path: Path) -> None:
+    run = tmp_path / "run"
+    shutil.copytree(RUN, run)
+    lines = (run / "cuda_event.jsonl").read_text().splitlines()
+    lines[0], lines[2] = lines[2], lines[0]  # cases out of launch order
+    (run / "cuda_event.jsonl").write_text("\n".join(lines) + "\n")
+    with pytest.raises(IngestError, match="ncu_raw.csv"):
+        ingest(tmp_path, load_catalog())
+
+
+def test_truncated_timing_file_names_file_and_line(tmp_path: Path) -> None:
+    run = tmp_path / "run"
+    shutil.copytree(RUN, run)
+    manifest = json.loads((run / "manifest.json").read_text())
+    manifest["ncu"] = []
+    (run / "manifest.json").write_text(json.dumps(manifest))
+    text = (run / "cuda_event.jsonl").read_text()
+    (run / "cuda_event.jsonl").write_text(text[: len(text) // 2])
+    with pytest.raises(ValueError, match=r"cuda_event.jsonl: line \d+"):
+        ingest(tmp_path, load_catalog())
+
+
+def test_missing_root_is_a_clear_error(tmp_path: Path) -> None:
+    with pytest.raises(IngestError, match="not found"):
+        ingest(tmp_path / "nope", load_catalog())
