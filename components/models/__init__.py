@@ -14,6 +14,8 @@ PREDICTOR_FILE = "predictor.json"
 # Imported lazily: the tabular and llm families pull in heavy libraries.
 LOADERS: dict[str, str] = {
     "roofline": "components.models.roofline:RooflinePredictor",
+    "tabular": "components.models.tabular:TabularPredictor",
+    "llm": "components.models.llm.model:LLMPredictor",
 }
 
 

@@ -16,10 +16,13 @@ DEFAULT_BENCH_ROWS = 40_000  # params.yaml train.bench_max_train_rows overrides
 
 
 def _families(requested: list[str] | None) -> list[str]:
+    import importlib
     import importlib.util
 
     available = ["roofline", "tabular"]
-    if importlib.util.find_spec("components.models.llm") is not None:
+    # The llm family joins once it offers a bench entry point (a bounded fine-tune on 2 cores).
+    if importlib.util.find_spec("components.models.llm") is not None and hasattr(
+            importlib.import_module("components.models.llm"), "fit_for_bench"):
         available.append("llm")
     families = requested or available
     unknown = [f for f in families if f not in available]
