@@ -8,14 +8,13 @@ import pytest
 from typer.testing import CliRunner
 
 from kernelcast.cli import app
-from kernelcast.commands._common import UserError
-from kernelcast.commands.predict import parse_shape
+from components.serving.query import QueryError, parse_shape
 
 
 def test_parse_shape_and_its_errors() -> None:
     assert parse_shape("M=4096, N=1024,K=64") == {"M": 4096, "N": 1024, "K": 64}
     for bad in ("M=0", "M", "=4", "M=4x", ""):
-        with pytest.raises(UserError):
+        with pytest.raises(QueryError):
             parse_shape(bad)
 
 

@@ -1,0 +1,98 @@
+"""Score an op + shapes query on catalog GPUs: shared by `kernelcast predict` and the HTTP server.
+
+The query becomes a one-row canonical measurement per device (no metrics), goes through the same
+feature builder as training data, and is scored by any predictor (registry champion, a local
+predictor directory, or the training-free roofline).
+"""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+from typing import Any
+
+
+class QueryError(ValueError):
+    """A query the user must fix (bad op, shape, device); the message names the field."""
+
+
+FAMILY_OF_OP: dict[str, tuple[str, str]] = {
+    # --op value -> (family, op) as the canonical kernels table names them
+    "gemm": ("gemm", "matmul"), "matmul": ("gemm", "matmul"), "linear": ("linear", "linear"),
+    "bmm": ("bmm", "bmm"), "add": ("elementwise", "add"), "mul": ("elementwise", "mul"),
+    "gelu": ("elementwise", "gelu"), "relu": ("elementwise", "relu"), "tanh": ("elementwise", "tanh"),
+    "softmax": ("softmax", "softmax"), "layernorm": ("layernorm", "layer_norm"), "rmsnorm": ("rmsnorm", "rmsnorm"),
+}
+
+
+def parse_shape(text: str) -> dict[str, int]:
+    """``M=4096,N=4096,K=4096`` -> {"M": 4096, ...}; a clear error names the bad item."""
+    shape: dict[str, int] = {}
+    for item in filter(None, (part.strip() for part in text.split(","))):
+        name, sep, value = item.partition("=")
+        if not sep or not name.strip() or not value.strip().isdigit() or int(value) <= 0:
+            raise QueryError(f"--shape item {item!r}: expected NAME=positive integer, e.g. M=4096")
+        shape[name.strip()] = int(value)
+    if not shape:
+        raise QueryError("--shape is empty; e.g. --shape M=4096,N=4096,K=4096")
+    return shape
+
+
+def query_frames(op: str, shape: dict[str, int], dtype: str, device_ids: list[str]):  # noqa: ANN201
+    """One canonical (measurements, kernels) pair per device for the query."""
+    import pandas as pd
+
+    from components.ingest.schema import KERNEL_COLUMNS, MEASUREMENT_COLUMNS, canonical_json, conform, stable_id
+
+    if op not in FAMILY_OF_OP:
+        raise QueryError(f"--op {op!r}: choose one of {', '.join(sorted(FAMILY_OF_OP))}")
+    family, op_name = FAMILY_OF_OP[op]
+    shape_json = canonical_json(shape)
+    kernel_id = stable_id("query", family, op_name, dtype, shape_json)
+    kernels = conform(pd.DataFrame([{"kernel_id": kernel_id, "source": "query", "family": family, "op": op_name,
+                                     "name": f"{op_name}{shape}", "language": "op", "shape_json": shape_json,
+                                     "dtype": dtype}]), KERNEL_COLUMNS)
+    rows = [{"measurement_id": stable_id("query", kernel_id, d), "kernel_id": kernel_id, "device_id": d,
+             "source": "query", "params_json": shape_json, "run_id": "query"} for d in device_ids]
+    return conform(pd.DataFrame(rows), MEASUREMENT_COLUMNS), kernels
+
+
+def load_any_predictor(model: str):  # noqa: ANN201
+    """``roofline`` | a local predictor directory | an MLflow ``models:/`` URI (pyfunc)."""
+    if model == "roofline":
+        from components.models.roofline import RooflinePredictor
+
+        return RooflinePredictor()
+    if model.startswith("models:/") or model.startswith("runs:/"):
+        import mlflow.pyfunc
+
+        try:
+            return mlflow.pyfunc.load_model(model)
+        except Exception as exc:  # registry errors come in many types; the user needs one line
+            raise QueryError(f"--model {model}: cannot load from the MLflow registry ({exc})") from exc
+    from components.models import load_predictor
+
+    return load_predictor(Path(model))
+
+
+def score(predictor: Any, op: str, shape: dict[str, int], dtype: str, devices: list[str]) -> list[dict[str, Any]]:
+    """Predictions per device as plain dicts: {device, device_name, duration_us, ...}."""
+    from components.devices import load_catalog
+    from components.features.build import build_feature_table
+
+    catalog = load_catalog()
+    try:
+        specs = [catalog.resolve(name) for name in devices]
+    except LookupError as exc:
+        raise QueryError(str(exc.args[0] if exc.args else exc)) from exc
+    measurements, kernels = query_frames(op, shape, dtype, [s.id for s in specs])
+    predictions = predictor.predict(build_feature_table(measurements, kernels, catalog))
+    results = []
+    for spec, (_, row) in zip(specs, predictions.reset_index(drop=True).iterrows()):
+        result: dict[str, Any] = {"device": spec.id, "device_name": spec.name}
+        for column, value in row.items():
+            if str(column).startswith("pred_"):
+                result[str(column)[5:]] = value if isinstance(value, str) else (
+                    None if value is None or (isinstance(value, float) and math.isnan(value)) else float(value))
+        results.append(result)
+    return results
