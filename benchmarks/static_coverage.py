@@ -38,7 +38,9 @@ def failure_cause(exc: CompileError) -> str:
     m = re.search(r'error: identifier "([^"]+)" is undefined', log)
     if m:
         name = m.group(1)
-        return f"undefined identifier ({'CUDA host API' if name.startswith('cuda') else 'host/library symbol'})"
+        return (
+            f"undefined identifier ({'CUDA host API' if name.startswith('cuda') else 'host/library symbol'})"
+        )
     m = re.search(r"error: namespace \"(\w+)\" has no member", log)
     if m:
         return f"namespace {m.group(1)}:: member missing (host library)"
@@ -73,7 +75,9 @@ def analyze(path: Path, arch: str, source_id: str) -> tuple[Path, StaticReport |
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__)
     ap.add_argument("--arch", default="sm_90")
-    ap.add_argument("--sample", type=int, default=0, help="random sample of N gpuFLOPBench programs (0 = all)")
+    ap.add_argument(
+        "--sample", type=int, default=0, help="random sample of N gpuFLOPBench programs (0 = all)"
+    )
     ap.add_argument("--jobs", type=int, default=2, help="parallel compiles (each in its own subprocess)")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--json", type=Path, default=None, help="write per-file results here")
@@ -84,7 +88,9 @@ def main() -> None:
     programs = sorted(p for p in (gfb / "src").glob("*-cuda") if p.is_dir())
     if args.sample:
         programs = sorted(random.Random(args.seed).sample(programs, min(args.sample, len(programs))))
-    jobs: list[tuple[Path, str, str]] = [(cu, p.name, "gpuflopbench") for p in programs for cu in sorted(p.rglob("*.cu"))]
+    jobs: list[tuple[Path, str, str]] = [
+        (cu, p.name, "gpuflopbench") for p in programs for cu in sorted(p.rglob("*.cu"))
+    ]
     hub = datasets / "benchmark_hub" / "kernels"
     jobs += [(cu, cu.stem, "benchmark_hub") for cu in sorted(hub.rglob("*.cu"))]
 
@@ -103,27 +109,39 @@ def main() -> None:
         kernels = {(r[3], k.short_name) for r in ok for k in r[1].kernels}
         n_inst = sum(len(r[1].kernels) for r in ok)
         times = sorted(r[2] for r in rows if not (isinstance(r[1], StaticReport) and r[1].cached))
-        print(f"== {corpus}: files {len(ok)}/{len(rows)} compile; programs with >=1 compiled file "
-              f"{len(progs_ok)}/{len(progs_all)}; distinct kernels {len(kernels)} ({n_inst} compiled instances)")
+        print(
+            f"== {corpus}: files {len(ok)}/{len(rows)} compile; programs with >=1 compiled file "
+            f"{len(progs_ok)}/{len(progs_all)}; distinct kernels {len(kernels)} ({n_inst} compiled instances)"
+        )
         if times:
-            print(f"   uncached per-file time: median {times[len(times) // 2]:.2f} s, "
-                  f"p90 {times[int(len(times) * 0.9)]:.2f} s, max {times[-1]:.2f} s")
+            print(
+                f"   uncached per-file time: median {times[len(times) // 2]:.2f} s, "
+                f"p90 {times[int(len(times) * 0.9)]:.2f} s, max {times[-1]:.2f} s"
+            )
         causes = Counter(failure_cause(r[1]) for r in bad)
         for cause, n in causes.most_common(25):
             print(f"   {n:4d}  {cause}")
         if corpus == "gpuflopbench":
             csv_path = gfb / "cuda-profiling" / "profiling-data.csv"
             with csv_path.open() as fh:
-                profiled = {(r["targetName"], r["kernelName"]) for r in csv.DictReader(fh)
-                            if r["targetName"] in progs_all}
+                profiled = {
+                    (r["targetName"], r["kernelName"])
+                    for r in csv.DictReader(fh)
+                    if r["targetName"] in progs_all
+                }
             hit = profiled & kernels
-            print(f"   profiled (program, kernelName) pairs in swept programs: {len(hit)}/{len(profiled)} "
-                  f"have a static row")
+            print(
+                f"   profiled (program, kernelName) pairs in swept programs: {len(hit)}/{len(profiled)} "
+                f"have a static row"
+            )
         for path, res, secs, sid, _ in rows:
             entry: dict[str, object] = {"file": str(path), "source_id": sid, "seconds": round(secs, 3)}
             if isinstance(res, StaticReport):
-                entry.update(ok=True, kernels=[k.instance or k.short_name for k in res.kernels],
-                             uninstantiated=res.uninstantiated_templates)
+                entry.update(
+                    ok=True,
+                    kernels=[k.instance or k.short_name for k in res.kernels],
+                    uninstantiated=res.uninstantiated_templates,
+                )
             else:
                 entry.update(ok=False, cause=failure_cause(res), error=str(res))
             per_file.append(entry)

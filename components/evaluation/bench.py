@@ -140,7 +140,12 @@ def run_accuracy_bench(table: pd.DataFrame, families: Sequence[str], splits: Seq
     """Fit every family on every split's train side(s), score the test side(s), collect rows."""
     result = BenchResult()
     for split in splits:
-        folds = select_folds(table, split, max_folds)
+        try:
+            folds = select_folds(table, split, max_folds)
+        except (ValueError, KeyError) as exc:  # the table lacks this split's source: say so, go on
+            result.notes.append(f"{split}: skipped ({exc})")
+            log(f"{split}: skipped ({exc})")
+            continue
         if split == "unseen-gpu":
             result.notes.append(f"unseen-gpu: {len(folds)} leave-one-GPU-out folds "
                                 f"({', '.join(f.name.split(':', 1)[1] for f in folds)}), the largest by test rows")

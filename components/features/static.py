@@ -39,15 +39,29 @@ from components.features.static_compile import (
     cuda_include_dirs,
     nvdisasm_path,
 )
-from components.features.static_sass import INSTRUCTION_CLASSES, analyze_function, parse_ptxas_log, run_nvdisasm
+from components.features.static_sass import (
+    INSTRUCTION_CLASSES,
+    analyze_function,
+    parse_ptxas_log,
+    run_nvdisasm,
+)
 from components.features.static_source import prepare_source
 
 if TYPE_CHECKING:
     import pandas as pd
 
 __all__ = [
-    "CompileError", "KernelStatic", "StaticReport", "analyze_source", "analyze_file", "analyze_program",
-    "static_feature_frame", "kernel_key", "short_kernel_name", "kernel_instance", "INSTRUCTION_CLASSES",
+    "CompileError",
+    "KernelStatic",
+    "StaticReport",
+    "analyze_source",
+    "analyze_file",
+    "analyze_program",
+    "static_feature_frame",
+    "kernel_key",
+    "short_kernel_name",
+    "kernel_instance",
+    "INSTRUCTION_CLASSES",
 ]
 
 # Bump when extraction, options or parsing change, so cached reports are recomputed.
@@ -122,7 +136,7 @@ def short_kernel_name(symbol: str) -> str:
             while j < len(s) and s[j].isdigit():
                 j += 1
             n = int(s[i:j])
-            last = s[j:j + n]
+            last = s[j : j + n]
             i = j + n
             if not nested:
                 break
@@ -144,7 +158,13 @@ def short_kernel_name(symbol: str) -> str:
             if not nested:
                 break
         elif s[i] == "S":  # substitution (S_, S0_, St...)
-            i += 2 if i + 1 < len(s) and s[i + 1] in "tabsio" else s.find("_", i) + 1 - i if "_" in s[i:] else 1
+            i += (
+                2
+                if i + 1 < len(s) and s[i + 1] in "tabsio"
+                else s.find("_", i) + 1 - i
+                if "_" in s[i:]
+                else 1
+            )
         elif s[i] == "E":
             break
         else:
@@ -156,8 +176,11 @@ def kernel_instance(demangled: str) -> str:
     """'void hmax<__half2>(const T1 *, ...)' -> 'hmax<__half2>' (whitespace-normalised)."""
     head = demangled.split("(")[0].strip()
     head = re.sub(r"^(?:[\w:]+\s+)+(?=[\w:]+\s*(<|$))", "", head)  # drop return type
-    head = head.split("::")[-1] if "<" not in head else head[head.rfind("::", 0, head.find("<")) + 2
-                                                               if "::" in head[:head.find("<")] else 0:]
+    head = (
+        head.split("::")[-1]
+        if "<" not in head
+        else head[head.rfind("::", 0, head.find("<")) + 2 if "::" in head[: head.find("<")] else 0 :]
+    )
     return re.sub(r"\s+", "", head)
 
 
@@ -190,8 +213,9 @@ def _cache_store(key: str, payload: dict[str, Any]) -> None:
     os.replace(tmp, root / f"{key}.json")
 
 
-def _build_report(cubin: bytes, log: str, lowered: dict[str, str], name: str, arch: str,
-                  source_id: str) -> list[KernelStatic]:
+def _build_report(
+    cubin: bytes, log: str, lowered: dict[str, str], name: str, arch: str, source_id: str
+) -> list[KernelStatic]:
     resources = parse_ptxas_log(log)
     instance_of = {v: k for k, v in lowered.items()}
     kernels: list[KernelStatic] = []
@@ -204,21 +228,39 @@ def _build_report(cubin: bytes, log: str, lowered: dict[str, str], name: str, ar
         ins = dict(sass.instructions, total=sass.total)
         in_loop = dict(sass.loop_instructions, total=sum(sass.loop_instructions.values()))
         inst = instance_of.get(symbol)
-        kernels.append(KernelStatic(
-            name=symbol, short_name=short_kernel_name(symbol), instance=re.sub(r"\s+", "", inst) if inst else None,
-            registers=res.registers, shared_bytes=res.shared_bytes,
-            spills={"store_bytes": res.spill_store_bytes, "load_bytes": res.spill_load_bytes},
-            stack_bytes=res.stack_bytes, barriers=res.barriers, instructions=ins,
-            loop_instructions=in_loop, loops=sass.loops))
+        kernels.append(
+            KernelStatic(
+                name=symbol,
+                short_name=short_kernel_name(symbol),
+                instance=re.sub(r"\s+", "", inst) if inst else None,
+                registers=res.registers,
+                shared_bytes=res.shared_bytes,
+                spills={"store_bytes": res.spill_store_bytes, "load_bytes": res.spill_load_bytes},
+                stack_bytes=res.stack_bytes,
+                barriers=res.barriers,
+                instructions=ins,
+                loop_instructions=in_loop,
+                loops=sass.loops,
+            )
+        )
     kernels.sort(key=lambda k: k.name)
     return kernels
 
 
-def analyze_source(source: str, arch: str = "sm_90", kernel: str | None = None, name: str = "<string>",
-                   include_dirs: Iterable[Path | str] = (), *, path: Path | None = None,
-                   source_id: str | None = None, defines: Mapping[str, str] | None = None,
-                   timeout_s: float = DEFAULT_TIMEOUT_S, memory_bytes: int = DEFAULT_MEMORY_BYTES,
-                   use_cache: bool = True) -> StaticReport:
+def analyze_source(
+    source: str,
+    arch: str = "sm_90",
+    kernel: str | None = None,
+    name: str = "<string>",
+    include_dirs: Iterable[Path | str] = (),
+    *,
+    path: Path | None = None,
+    source_id: str | None = None,
+    defines: Mapping[str, str] | None = None,
+    timeout_s: float = DEFAULT_TIMEOUT_S,
+    memory_bytes: int = DEFAULT_MEMORY_BYTES,
+    use_cache: bool = True,
+) -> StaticReport:
     """Compile a CUDA program (host code is stripped, see static_source) and analyse its kernels.
 
     ``kernel`` keeps only kernels whose short name, instance or mangled name equals it (a
@@ -229,8 +271,11 @@ def analyze_source(source: str, arch: str = "sm_90", kernel: str | None = None, 
     prepared = prepare_source(source, path, incs)
     options = build_options(arch, cuda_include_dirs() + [p.resolve() for p in incs], dict(defines or {}))
     sid = source_id or (Path(name).stem if name != "<string>" else "<string>")
-    key = hashlib.sha256(json.dumps([CACHE_VERSION, prepared.text, prepared.name_expressions, options, name],
-                                    sort_keys=True).encode()).hexdigest()
+    key = hashlib.sha256(
+        json.dumps(
+            [CACHE_VERSION, prepared.text, prepared.name_expressions, options, name], sort_keys=True
+        ).encode()
+    ).hexdigest()
     payload = _cache_load(key) if use_cache else None
     cached = payload is not None
     if payload is None:
@@ -244,16 +289,23 @@ def analyze_source(source: str, arch: str = "sm_90", kernel: str | None = None, 
     report.cached = cached
     report.source_id = sid
     if kernel is not None:
-        report.kernels = [k for k in report.kernels if kernel in (k.short_name, k.name, k.instance)
-                          or (k.instance or "") == re.sub(r"\s+", "", kernel)]
+        report.kernels = [
+            k
+            for k in report.kernels
+            if kernel in (k.short_name, k.name, k.instance)
+            or (k.instance or "") == re.sub(r"\s+", "", kernel)
+        ]
         if not report.kernels:
             available = sorted({k.short_name for k in StaticReport.from_dict(payload["report"]).kernels})
-            raise LookupError(f"kernel {kernel!r} not found in {name}; available: {', '.join(available) or 'none'}")
+            raise LookupError(
+                f"kernel {kernel!r} not found in {name}; available: {', '.join(available) or 'none'}"
+            )
     return report
 
 
-def _compile_and_analyze(prepared: Any, name: str, arch: str, sid: str, options: list[str],
-                         timeout_s: float, memory_bytes: int) -> dict[str, Any]:
+def _compile_and_analyze(
+    prepared: Any, name: str, arch: str, sid: str, options: list[str], timeout_s: float, memory_bytes: int
+) -> dict[str, Any]:
     started = time.perf_counter()
     exprs = list(prepared.name_expressions)
     try:
@@ -268,20 +320,34 @@ def _compile_and_analyze(prepared: Any, name: str, arch: str, sid: str, options:
             result = compile_to_cubin(prepared.text, name, options, [], timeout_s, memory_bytes)
     except CompileError as exc:
         # Time/memory-limit failures may be load-dependent: do not cache them.
-        return {"error": {"name": exc.name, "log": exc.log, "reason": exc.reason},
-                "transient": exc.reason != "compilation failed"}
+        return {
+            "error": {"name": exc.name, "log": exc.log, "reason": exc.reason},
+            "transient": exc.reason != "compilation failed",
+        }
     kernels = _build_report(result.cubin, result.log, result.lowered_names, name, arch, sid)
     instantiated = {k.instance for k in kernels if k.instance}
-    report = StaticReport(name=name, arch=arch, source_id=sid, kernels=kernels,
-                          dropped_functions=prepared.dropped_functions, dropped_includes=prepared.dropped_includes,
-                          uninstantiated_templates=[e for e in prepared.name_expressions
-                                                    if re.sub(r"\s+", "", e) not in instantiated],
-                          compile_seconds=round(time.perf_counter() - started, 3))
+    report = StaticReport(
+        name=name,
+        arch=arch,
+        source_id=sid,
+        kernels=kernels,
+        dropped_functions=prepared.dropped_functions,
+        dropped_includes=prepared.dropped_includes,
+        uninstantiated_templates=[
+            e for e in prepared.name_expressions if re.sub(r"\s+", "", e) not in instantiated
+        ],
+        compile_seconds=round(time.perf_counter() - started, 3),
+    )
     return {"report": report.to_dict()}
 
 
-def analyze_file(path: Path | str, arch: str = "sm_90", kernel: str | None = None,
-                 include_dirs: Iterable[Path | str] = (), **kwargs: Any) -> StaticReport:
+def analyze_file(
+    path: Path | str,
+    arch: str = "sm_90",
+    kernel: str | None = None,
+    include_dirs: Iterable[Path | str] = (),
+    **kwargs: Any,
+) -> StaticReport:
     """Analyse a .cu file; its folder is searched for quoted includes first.
 
     ``source_id`` defaults to the folder name for gpuFLOPBench-style ``<program>-cuda/`` folders
@@ -292,11 +358,14 @@ def analyze_file(path: Path | str, arch: str = "sm_90", kernel: str | None = Non
         raise FileNotFoundError(f"no such file: {path}")
     if "source_id" not in kwargs:
         kwargs["source_id"] = path.parent.name if path.parent.name.endswith("-cuda") else path.stem
-    return analyze_source(path.read_text(errors="replace"), arch, kernel, str(path), include_dirs, path=path,
-                          **kwargs)
+    return analyze_source(
+        path.read_text(errors="replace"), arch, kernel, str(path), include_dirs, path=path, **kwargs
+    )
 
 
-def analyze_program(folder: Path | str, arch: str = "sm_90", **kwargs: Any) -> list[StaticReport | CompileError]:
+def analyze_program(
+    folder: Path | str, arch: str = "sm_90", **kwargs: Any
+) -> list[StaticReport | CompileError]:
     """Every .cu file of a gpuFLOPBench program folder (kernels may live in any of them)."""
     folder = Path(folder)
     results: list[StaticReport | CompileError] = []
@@ -324,9 +393,10 @@ def launch_features(kernel: KernelStatic, grid: tuple[int, ...], block: tuple[in
     }
 
 
-def static_feature_frame(reports: Iterable[StaticReport],
-                         launches: Mapping[str, tuple[tuple[int, ...], tuple[int, ...]]] | None = None,
-                         ) -> pd.DataFrame:
+def static_feature_frame(
+    reports: Iterable[StaticReport],
+    launches: Mapping[str, tuple[tuple[int, ...], tuple[int, ...]]] | None = None,
+) -> pd.DataFrame:
     """One row per compiled kernel with ``s_*`` feature columns.
 
     Key columns: ``kernel_key`` (see module doc), ``source_id``, ``kernel`` (short name),
@@ -342,11 +412,20 @@ def static_feature_frame(reports: Iterable[StaticReport],
             key = kernel_key(report.source_id, k.short_name)
             total = max(k.instructions.get("total", 0), 1)
             row: dict[str, Any] = {
-                "kernel_key": key, "source_id": report.source_id, "kernel": k.short_name,
-                "instance": k.instance, "symbol": k.name, "arch": report.arch,
-                "s_registers": k.registers, "s_shared_bytes": k.shared_bytes, "s_stack_bytes": k.stack_bytes,
-                "s_spill_store_bytes": k.spills["store_bytes"], "s_spill_load_bytes": k.spills["load_bytes"],
-                "s_barriers": k.barriers, "s_loops": k.loops["count"], "s_loop_depth": k.loops["max_depth"],
+                "kernel_key": key,
+                "source_id": report.source_id,
+                "kernel": k.short_name,
+                "instance": k.instance,
+                "symbol": k.name,
+                "arch": report.arch,
+                "s_registers": k.registers,
+                "s_shared_bytes": k.shared_bytes,
+                "s_stack_bytes": k.stack_bytes,
+                "s_spill_store_bytes": k.spills["store_bytes"],
+                "s_spill_load_bytes": k.spills["load_bytes"],
+                "s_barriers": k.barriers,
+                "s_loops": k.loops["count"],
+                "s_loop_depth": k.loops["max_depth"],
                 "s_total": k.instructions.get("total", 0),
                 "s_loop_total": k.loop_instructions.get("total", 0),
             }

@@ -30,7 +30,10 @@ class CompileError(Exception):
         self.name = name
         self.log = log
         self.reason = reason
-        first = next((line for line in log.splitlines() if "error" in line), log.strip().splitlines()[0] if log.strip() else "")
+        first = next(
+            (line for line in log.splitlines() if "error" in line),
+            log.strip().splitlines()[0] if log.strip() else "",
+        )
         super().__init__(f"{name}: {reason}: {first.strip()}" if first else f"{name}: {reason}")
 
 
@@ -88,8 +91,13 @@ def nvdisasm_path() -> Path:
 
 def build_options(arch: str, include_dirs: list[Path], defines: dict[str, str] | None = None) -> list[str]:
     """NVRTC flags: real-arch cubin, unannotated helpers as device code, ptxas resource report."""
-    opts = [f"-arch={arch}", "-std=c++17", "-default-device", "-Xptxas=-v", "-w",
-            ]
+    opts = [
+        f"-arch={arch}",
+        "-std=c++17",
+        "-default-device",
+        "-Xptxas=-v",
+        "-w",
+    ]
     opts += [f"-I{d}" for d in include_dirs]
     opts += [f"-D{k}={v}" if v != "" else f"-D{k}" for k, v in sorted((defines or {}).items())]
     return opts
@@ -103,21 +111,37 @@ def _limit_child(memory_bytes: int, cpu_s: int) -> None:
     resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
 
 
-def compile_to_cubin(source: str, name: str, options: list[str], name_expressions: list[str] | None = None,
-                     timeout_s: float = DEFAULT_TIMEOUT_S, memory_bytes: int = DEFAULT_MEMORY_BYTES) -> CompileResult:
+def compile_to_cubin(
+    source: str,
+    name: str,
+    options: list[str],
+    name_expressions: list[str] | None = None,
+    timeout_s: float = DEFAULT_TIMEOUT_S,
+    memory_bytes: int = DEFAULT_MEMORY_BYTES,
+) -> CompileResult:
     """Compile ``source`` with NVRTC in a limited child process; raise CompileError on failure."""
-    request = json.dumps({"source": source, "name": name, "options": options,
-                          "name_expressions": name_expressions or []})
+    request = json.dumps(
+        {"source": source, "name": name, "options": options, "name_expressions": name_expressions or []}
+    )
     try:
-        proc = subprocess.run([sys.executable, "-I", str(Path(__file__).resolve())], input=request.encode(),
-                              capture_output=True, timeout=timeout_s,
-                              preexec_fn=lambda: _limit_child(memory_bytes, int(timeout_s) + 1))
+        proc = subprocess.run(
+            [sys.executable, "-I", str(Path(__file__).resolve())],
+            input=request.encode(),
+            capture_output=True,
+            timeout=timeout_s,
+            preexec_fn=lambda: _limit_child(memory_bytes, int(timeout_s) + 1),
+        )
     except subprocess.TimeoutExpired as exc:
-        raise CompileError(name, f"NVRTC did not finish within {timeout_s:g} s", "time limit exceeded") from exc
+        raise CompileError(
+            name, f"NVRTC did not finish within {timeout_s:g} s", "time limit exceeded"
+        ) from exc
     if proc.returncode != 0 or not proc.stdout:
         stderr = proc.stderr.decode(errors="replace")[-4000:]
-        reason = "compiler crashed or hit the memory limit" if proc.returncode < 0 or "MemoryError" in stderr \
-            or "bad_alloc" in stderr else f"compiler process failed (exit {proc.returncode})"
+        reason = (
+            "compiler crashed or hit the memory limit"
+            if proc.returncode < 0 or "MemoryError" in stderr or "bad_alloc" in stderr
+            else f"compiler process failed (exit {proc.returncode})"
+        )
         raise CompileError(name, stderr or reason, reason)
     reply = json.loads(proc.stdout)
     if not reply["ok"]:
@@ -139,7 +163,12 @@ def _worker() -> None:
     log_buf = b" " * size
     nvrtc.nvrtcGetProgramLog(prog, log_buf)
     log = log_buf.rstrip(b"\x00 ").decode(errors="replace")
-    reply: dict[str, object] = {"ok": status == nvrtc.nvrtcResult.NVRTC_SUCCESS, "log": log, "cubin": "", "lowered": {}}
+    reply: dict[str, object] = {
+        "ok": status == nvrtc.nvrtcResult.NVRTC_SUCCESS,
+        "log": log,
+        "cubin": "",
+        "lowered": {},
+    }
     if reply["ok"]:
         _, size = nvrtc.nvrtcGetCUBINSize(prog)
         cubin = b" " * size

@@ -11,20 +11,40 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 INSTRUCTION_CLASSES: tuple[str, ...] = (
-    "fp32", "fp64", "fp16", "tensor", "int", "sfu", "global_ld", "global_st", "shared_ld", "shared_st",
-    "local_ld", "local_st", "atomic", "shuffle", "branch", "barrier", "convert", "texture", "other",
+    "fp32",
+    "fp64",
+    "fp16",
+    "tensor",
+    "int",
+    "sfu",
+    "global_ld",
+    "global_st",
+    "shared_ld",
+    "shared_st",
+    "local_ld",
+    "local_st",
+    "atomic",
+    "shuffle",
+    "branch",
+    "barrier",
+    "convert",
+    "texture",
+    "other",
 )
 
 # Base opcode (text before the first '.') -> class. Uniform-datapath ops (U*) map like their
 # vector twins; the tensor family is matched by suffix below (HMMA, IMMA, DMMA, HGMMA, UTC*MMA...).
 _OPCODE_CLASS: dict[str, str] = {}
 for _cls, _ops in {
-    "fp32": "FADD FMUL FFMA FMNMX FSET FSETP FSEL FCHK FSWZADD FADD32I FMUL32I FFMA32I FCMP FRND32 FMNMX3 FADD2 FFMA2 FMUL2",
+    "fp32": "FADD FMUL FFMA FMNMX FSET FSETP FSEL FCHK FSWZADD FADD32I FMUL32I FFMA32I FCMP FRND32 FMNMX3 "
+    "FADD2 FFMA2 FMUL2",
     "fp64": "DADD DMUL DFMA DMNMX DSETP DSET",
-    "fp16": "HADD2 HMUL2 HFMA2 HMNMX2 HSETP2 HSET2 HADD2_F32 HFMA2_MMA HADD2_32I HMUL2_32I HFMA2_32I",
-    "int": "IADD3 IADD IADD32I IMAD IMADSP IMUL IMUL32I LOP3 LOP LOP32I SHF SHL SHR ISETP ISCADD LEA IABS IMNMX "
-           "VIMNMX VIMNMX3 POPC FLO BREV BMSK SGXT PRMT IDP IDP4A VABSDIFF VABSDIFF4 IMAD32I ISAD VIADD VIADDMNMX "
-           "ULOP3 UIADD3 UIMAD USHF ULEA UISETP UPRMT USEL UFLO UPOPC UBREV USGXT UBMSK ULOP UIABS UIMNMX UVIADD",
+    "fp16": "HADD2 HMUL2 HFMA2 HMNMX2 HSETP2 HSET2 HADD2_F32 HFMA2_MMA HADD2_32I HMUL2_32I "
+    "HFMA2_32I",
+    "int": "IADD3 IADD IADD32I IMAD IMADSP IMUL IMUL32I LOP3 LOP LOP32I SHF SHL SHR ISETP ISCADD LEA "
+    "IABS IMNMX "
+    "VIMNMX VIMNMX3 POPC FLO BREV BMSK SGXT PRMT IDP IDP4A VABSDIFF VABSDIFF4 IMAD32I ISAD VIADD VIADDMNMX "
+    "ULOP3 UIADD3 UIMAD USHF ULEA UISETP UPRMT USEL UFLO UPOPC UBREV USGXT UBMSK ULOP UIABS UIMNMX UVIADD",
     "sfu": "MUFU",
     "global_ld": "LDG LD LDGSTS UBLKCP UTMALDG",
     "global_st": "STG ST UTMASTG",
@@ -99,13 +119,15 @@ def loop_structure(instrs: list[dict]) -> tuple[dict[str, int], list[int]]:
         if ins.get("opcode", "").split(".")[0] not in ("BRA", "JMP"):
             continue
         target = _branch_target(ins)
-        if target is not None and target < idx:  # target == idx is the trailing 'BRA self' padding idiom, not a loop
+        if (
+            target is not None and target < idx
+        ):  # target == idx is the trailing 'BRA self' padding idiom, not a loop
             bodies.add((target, idx))
     depth = [0] * len(instrs)
     for lo, hi in bodies:
         for k in range(lo, hi + 1):
             depth[k] += 1
-    nest = max((max(depth[lo:hi + 1]) for lo, hi in bodies), default=0)
+    nest = max((max(depth[lo : hi + 1]) for lo, hi in bodies), default=0)
     return {"count": len(bodies), "max_depth": nest}, depth
 
 
@@ -115,7 +137,7 @@ def analyze_function(fn: dict) -> FunctionSass:
     in_loop = dict.fromkeys(INSTRUCTION_CLASSES, 0)
     loops, depth = loop_structure(instrs)
     total = 0
-    for idx, (ins, d) in enumerate(zip(instrs, depth)):
+    for idx, (ins, d) in enumerate(zip(instrs, depth, strict=True)):
         cls = classify_opcode(ins.get("opcode", "NOP"), str(ins.get("operands", "")))
         if cls is None or (cls == "branch" and _branch_target(ins) == idx):
             continue  # NOP and the 'BRA .' after EXIT only pad the function

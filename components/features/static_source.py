@@ -43,7 +43,8 @@ typedef signed char int8_t; typedef unsigned char uint8_t;
 typedef short int16_t; typedef unsigned short uint16_t;
 typedef int int32_t; typedef unsigned int uint32_t;
 typedef long long int64_t; typedef unsigned long long uint64_t;
-typedef unsigned int uint; typedef unsigned char uchar; typedef unsigned short ushort; typedef unsigned long ulong;
+typedef unsigned int uint; typedef unsigned char uchar;
+typedef unsigned short ushort; typedef unsigned long ulong;
 typedef long long intptr_t; typedef unsigned long long uintptr_t; /* as cuda/std/cstdint */
 #ifndef INT_MAX
 #define CHAR_BIT 8
@@ -110,11 +111,27 @@ _INCLUDE_RE = re.compile(r'^[ \t]*#[ \t]*include[ \t]*([<"])([^>"]+)[>"]', re.M)
 _LAUNCH_RE = re.compile(r"\b([A-Za-z_]\w*)\s*<((?:[^<>;{}]|<[^<>;{}]*>)*)>\s*<<<")
 _IDENT_RE = re.compile(r"[A-Za-z_]\w*")
 # Marks of host-only code: kernel launches, runtime API calls, the C++ standard library, stdio.
-_HOST_ONLY = re.compile(r"<<<|\bstd\s*::|\bcuda[A-Z]\w*\s*\("
-                        r"|\b(?:malloc|free|fopen|fprintf|printf_s|exit|s?rand|strlen|sprintf|atoi|atof|strcmp|strcpy"
-                        r"|strncpy|perror|gettimeofday|memcpy|memset)\s*\(")
-_KEYWORDS_NOT_NAMES = {"if", "for", "while", "switch", "return", "sizeof", "decltype", "alignas", "__launch_bounds__",
-                       "__attribute__", "__declspec", "operator", "static_assert", "defined"}
+_HOST_ONLY = re.compile(
+    r"<<<|\bstd\s*::|\bcuda[A-Z]\w*\s*\("
+    r"|\b(?:malloc|free|fopen|fprintf|printf_s|exit|s?rand|strlen|sprintf|atoi|atof|strcmp|strcpy"
+    r"|strncpy|perror|gettimeofday|memcpy|memset)\s*\("
+)
+_KEYWORDS_NOT_NAMES = {
+    "if",
+    "for",
+    "while",
+    "switch",
+    "return",
+    "sizeof",
+    "decltype",
+    "alignas",
+    "__launch_bounds__",
+    "__attribute__",
+    "__declspec",
+    "operator",
+    "static_assert",
+    "defined",
+}
 
 
 @dataclass
@@ -132,8 +149,13 @@ def is_device_header(name: str) -> bool:
     return bool(_DEVICE_HEADER_RE.match(name.strip()))
 
 
-def inline_includes(text: str, base_dir: Path | None, include_dirs: tuple[Path, ...],
-                    prepared: PreparedSource, seen: set[Path] | None = None) -> str:
+def inline_includes(
+    text: str,
+    base_dir: Path | None,
+    include_dirs: tuple[Path, ...],
+    prepared: PreparedSource,
+    seen: set[Path] | None = None,
+) -> str:
     """Inline quoted includes recursively (once per file) and drop host-only system includes.
 
     Headers are inlined rather than left to NVRTC so the host-code filter applies to them too.
@@ -246,7 +268,7 @@ def _function_name(head: str) -> str:
             depth = max(0, depth - 1)
         elif ch == "(" and depth == 0:
             names = [m for m in _IDENT_RE.findall(head[:k]) if m not in _KEYWORDS_NOT_NAMES]
-            if names and "__launch_bounds__" not in head[k - 20:k]:
+            if names and "__launch_bounds__" not in head[k - 20 : k]:
                 return names[-1]
     names = _IDENT_RE.findall(head.split("(")[0])
     return names[-1] if names else ""
@@ -278,16 +300,22 @@ def _split_top_level(text: str, mask: bytearray, start: int, end: int, out: list
             head = _code_only(text, mask, seg_start, i)
             close = _matching_brace(text, mask, i)
             stripped = " ".join(head.split())
-            if re.match(r"^(inline\s+)?namespace\b[^=]*$", stripped) or re.match(r'^extern\s+"C"\s*$', stripped) or \
-                    (stripped.startswith("extern") and '"C' in head[:40] + text[seg_start:i]):
+            if (
+                re.match(r"^(inline\s+)?namespace\b[^=]*$", stripped)
+                or re.match(r'^extern\s+"C"\s*$', stripped)
+                or (stripped.startswith("extern") and '"C' in head[:40] + text[seg_start:i])
+            ):
                 out.append(_Segment(seg_start, i + 1, "open", head))
                 _split_top_level(text, mask, i + 1, close, out)
                 out.append(_Segment(close, close + 1, "close"))
                 i = close + 1
                 seg_start = i
                 continue
-            is_func = ")" in head and "=" not in head.split("(")[0] and not re.search(
-                r"\b(class|struct|union|enum)\b[^()]*$", head)
+            is_func = (
+                ")" in head
+                and "=" not in head.split("(")[0]
+                and not re.search(r"\b(class|struct|union|enum)\b[^()]*$", head)
+            )
             if re.search(r"\)\s*:\s*[^:]", head) and not is_func:
                 is_func = True  # constructor with initializer list
             if is_func:
@@ -325,7 +353,12 @@ def extract_device_code(text: str, prepared: PreparedSource) -> str:
             if "__global__" in head or "__device__" in head:
                 continue
             body = _code_only(text, mask, seg.start, seg.end)
-            if "__host__" in head or seg.name == "main" or "::" in head.split("(")[0] or _HOST_ONLY.search(body):
+            if (
+                "__host__" in head
+                or seg.name == "main"
+                or "::" in head.split("(")[0]
+                or _HOST_ONLY.search(body)
+            ):
                 keep[idx] = False  # host-only: launches kernels, calls the runtime API or the C++ library
             else:
                 candidates[idx] = seg.name
@@ -335,11 +368,18 @@ def extract_device_code(text: str, prepared: PreparedSource) -> str:
             keep[idx] = False
             if type_name:
                 candidates[idx] = type_name.group(1)
-        elif seg.kind == "decl" and re.search(r"\bstd\s*::|\b(FILE|cudaStream_t|cudaEvent_t|cublasHandle_t)\b", head):
+        elif seg.kind == "decl" and re.search(
+            r"\bstd\s*::|\b(FILE|cudaStream_t|cudaEvent_t|cublasHandle_t)\b", head
+        ):
             keep[idx] = False  # host-only globals and prototypes that NVRTC cannot parse
     # Pull in unannotated helpers referenced by kept code (fixpoint over the call graph).
-    used = set().union(*(_identifiers(_code_only(text, mask, s.start, s.end))
-                         for k, s in enumerate(segments) if keep[k])) if segments else set()
+    used = (
+        set().union(
+            *(_identifiers(_code_only(text, mask, s.start, s.end)) for k, s in enumerate(segments) if keep[k])
+        )
+        if segments
+        else set()
+    )
     changed = True
     while changed:
         changed = False
@@ -349,15 +389,16 @@ def extract_device_code(text: str, prepared: PreparedSource) -> str:
                 used |= _identifiers(_code_only(text, mask, segments[idx].start, segments[idx].end))
                 del candidates[idx]
                 changed = True
-    prepared.dropped_functions = sorted({segments[k].name for k in range(len(segments))
-                                         if not keep[k] and segments[k].kind == "func"})
+    prepared.dropped_functions = sorted(
+        {segments[k].name for k in range(len(segments)) if not keep[k] and segments[k].kind == "func"}
+    )
     pieces: list[str] = []
     cursor = 0
     for idx, seg in enumerate(segments):
         if not keep[idx]:
-            pieces.append(text[cursor:seg.start])
+            pieces.append(text[cursor : seg.start])
             # keep directives inside the dropped span so #if/#endif stay balanced
-            dropped = text[seg.start:seg.end]
+            dropped = text[seg.start : seg.end]
             pieces.append("\n" + _directives(dropped) + "\n")
             cursor = seg.end
     pieces.append(text[cursor:])
@@ -371,8 +412,11 @@ def _directives(text: str) -> str:
     out: list[str] = []
     i = 0
     while i < len(text):
-        if not mask[i] and text[i] == "#" and (i == 0 or text[:i].rstrip(" \t").endswith("\n") or
-                                                not text[:i].strip()):
+        if (
+            not mask[i]
+            and text[i] == "#"
+            and (i == 0 or text[:i].rstrip(" \t").endswith("\n") or not text[:i].strip())
+        ):
             j = i
             while j < len(text) and not mask[j]:
                 j += 1
@@ -389,8 +433,11 @@ def template_launches(text: str, kept_text: str) -> list[str]:
     """Name expressions for template kernels launched as ``k<args><<<...>>>`` in the program."""
     kept = code_mask(kept_text)
     code = _code_only(kept_text, kept, 0, len(kept_text))
-    template_kernels = set(re.findall(r"template\s*<[^{;]*?>\s*(?:static\s+)?__global__[^(;{]*?\b([A-Za-z_]\w*)\s*\(",
-                                      code, re.S))
+    template_kernels = set(
+        re.findall(
+            r"template\s*<[^{;]*?>\s*(?:static\s+)?__global__[^(;{]*?\b([A-Za-z_]\w*)\s*\(", code, re.S
+        )
+    )
     exprs: list[str] = []
     for m in _LAUNCH_RE.finditer(text):
         name, args = m.group(1), " ".join(m.group(2).split())
@@ -401,7 +448,9 @@ def template_launches(text: str, kept_text: str) -> list[str]:
     return exprs
 
 
-def prepare_source(text: str, path: Path | None = None, include_dirs: tuple[Path, ...] = ()) -> PreparedSource:
+def prepare_source(
+    text: str, path: Path | None = None, include_dirs: tuple[Path, ...] = ()
+) -> PreparedSource:
     """Whole program text -> device-only text NVRTC can compile, plus template name expressions."""
     prepared = PreparedSource(text="")
     seen: set[Path] = {path.resolve()} if path else set()

@@ -11,17 +11,37 @@ import typer
 
 from kernelcast.commands._common import clean_errors
 
-_TABLE_CLASSES = ("fp32", "fp64", "fp16", "tensor", "int", "sfu", "global_ld", "global_st", "shared_ld",
-                  "shared_st", "local_ld", "local_st", "atomic", "shuffle", "branch", "barrier")
+_TABLE_CLASSES = (
+    "fp32",
+    "fp64",
+    "fp16",
+    "tensor",
+    "int",
+    "sfu",
+    "global_ld",
+    "global_st",
+    "shared_ld",
+    "shared_st",
+    "local_ld",
+    "local_st",
+    "atomic",
+    "shuffle",
+    "branch",
+    "barrier",
+)
 
 
 @clean_errors
 def static_command(
     file: Annotated[Path, typer.Argument(help="CUDA source (.cu); host code is stripped before compiling")],
     arch: Annotated[str, typer.Option("--arch", help="target SM, e.g. sm_80, sm_90, sm_100")] = "sm_90",
-    kernel: Annotated[str | None, typer.Option("--kernel", help="only this kernel (short name or instance)")] = None,
+    kernel: Annotated[
+        str | None, typer.Option("--kernel", help="only this kernel (short name or instance)")
+    ] = None,
     json_out: Annotated[bool, typer.Option("--json", help="print JSON instead of a table")] = False,
-    include: Annotated[list[Path] | None, typer.Option("-I", "--include", help="extra include folder")] = None,
+    include: Annotated[
+        list[Path] | None, typer.Option("-I", "--include", help="extra include folder")
+    ] = None,
 ) -> None:
     """Compile FILE with NVRTC (no GPU needed) and report static features per kernel."""
     from components.features.static import CompileError, analyze_file
@@ -34,12 +54,24 @@ def static_command(
         sys.exit(2)
     if json_out:
         out = {
-            "file": str(file), "arch": report.arch, "source_id": report.source_id,
-            "kernels": {k.instance or k.name: {
-                "name": k.short_name, "symbol": k.name, "registers": k.registers, "shared_bytes": k.shared_bytes,
-                "spills": k.spills, "stack_bytes": k.stack_bytes, "barriers": k.barriers,
-                "instructions": k.instructions, "loop_instructions": k.loop_instructions, "loops": k.loops,
-            } for k in report.kernels},
+            "file": str(file),
+            "arch": report.arch,
+            "source_id": report.source_id,
+            "kernels": {
+                k.instance or k.name: {
+                    "name": k.short_name,
+                    "symbol": k.name,
+                    "registers": k.registers,
+                    "shared_bytes": k.shared_bytes,
+                    "spills": k.spills,
+                    "stack_bytes": k.stack_bytes,
+                    "barriers": k.barriers,
+                    "instructions": k.instructions,
+                    "loop_instructions": k.loop_instructions,
+                    "loops": k.loops,
+                }
+                for k in report.kernels
+            },
             "uninstantiated_templates": report.uninstantiated_templates,
         }
         typer.echo(json.dumps(out, indent=2))
@@ -57,10 +89,13 @@ def _print_table(report: object) -> None:
     typer.echo(header + "  top classes")
     for k in kernels:
         label = (k.instance or k.short_name)[:32]
-        top = sorted(((k.instructions[c], c) for c in _TABLE_CLASSES if k.instructions.get(c)), reverse=True)[:5]
+        top = sorted(((k.instructions[c], c) for c in _TABLE_CLASSES if k.instructions.get(c)), reverse=True)[
+            :5
+        ]
         spill = k.spills["store_bytes"] + k.spills["load_bytes"]
-        typer.echo(f"{label:<32} {k.registers:>4} {k.shared_bytes:>6} {spill:>5} {k.loops['count']:>5} "
-                   f"{k.loops['max_depth']:>5} {k.instructions['total']:>6}  "
-                   + " ".join(f"{c}={n}" for n, c in top))
+        typer.echo(
+            f"{label:<32} {k.registers:>4} {k.shared_bytes:>6} {spill:>5} {k.loops['count']:>5} "
+            f"{k.loops['max_depth']:>5} {k.instructions['total']:>6}  " + " ".join(f"{c}={n}" for n, c in top)
+        )
     for name in report.uninstantiated_templates:  # type: ignore[attr-defined]
         typer.echo(f"note: template launch {name} could not be instantiated", err=True)

@@ -31,7 +31,8 @@ def ensure_tabular_loader() -> None:
     """Registered tabular models are rebuilt through ``components.models.load_predictor``."""
     from components.models import LOADERS, register_loader
 
-    LOADERS.get("tabular") or register_loader("tabular", "components.models.tabular:TabularPredictor")
+    if "tabular" not in LOADERS:  # until components/models/__init__.py lists it
+        register_loader("tabular", "components.models.tabular:TabularPredictor")
 
 
 def pick_fold(folds: list[Any], fold: str | None) -> Any:

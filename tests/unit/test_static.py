@@ -159,7 +159,9 @@ def test_host_code_is_stripped_and_template_launches_instantiated(tmp_path: Path
 
 
 def test_prepare_source_keeps_directives_balanced() -> None:
-    src = "#ifdef FOO\nint host(){ return cudaGetLastError(); }\n#endif\n__global__ void k(int* a){ a[0]=1; }\n"
+    src = (
+        "#ifdef FOO\nint host(){ return cudaGetLastError(); }\n#endif\n__global__ void k(int* a){ a[0]=1; }\n"
+    )
     text = prepare_source(src).text
     assert "cudaGetLastError" not in text and "#ifdef FOO" in text and "#endif" in text
 
@@ -176,7 +178,9 @@ def test_name_helpers() -> None:
     assert short_kernel_name("_Z4kernPf") == "kern"
     assert short_kernel_name("_ZN2ns4kernIfLi256EEEvPT_") == "kern"
     assert short_kernel_name("_Z8fma_loopIfLi256EEvPT_i") == "fma_loop"
-    assert kernel_instance("void hmax<__half2>(const T1 *, const T1 *, T1 *, unsigned long)") == "hmax<__half2>"
+    assert (
+        kernel_instance("void hmax<__half2>(const T1 *, const T1 *, T1 *, unsigned long)") == "hmax<__half2>"
+    )
     assert kernel_instance("void SoAKernel<4096>(const ApplesOnTrees *, int *)") == "SoAKernel<4096>"
 
 
@@ -186,17 +190,31 @@ def test_sass_helpers() -> None:
     assert classify_opcode("LDG.E.128.CONSTANT") == "global_ld"
     assert classify_opcode("HFMA2.MMA", "R3, -RZ, RZ, 1.5, 0") == "other"
     assert classify_opcode("NOP") is None
-    instrs = [{"opcode": "IADD3"}, {"opcode": "FFMA"}, {"opcode": "BRA", "operands": "0x10"},
-              {"opcode": "BRA", "operands": "0x0"}, {"opcode": "EXIT"}, {"opcode": "BRA", "operands": "0x50"}]
+    instrs = [
+        {"opcode": "IADD3"},
+        {"opcode": "FFMA"},
+        {"opcode": "BRA", "operands": "0x10"},
+        {"opcode": "BRA", "operands": "0x0"},
+        {"opcode": "EXIT"},
+        {"opcode": "BRA", "operands": "0x50"},
+    ]
     loops, depth = loop_structure(instrs)
     assert loops == {"count": 2, "max_depth": 2} and depth[:5] == [1, 2, 2, 1, 0]
-    log = ("ptxas info    : Compiling entry function '_Z1kPf' for 'sm_90'\n"
-           "ptxas info    : Function properties for _Z1kPf\n"
-           "ptxas         .     16 bytes stack frame, 8 bytes spill stores, 4 bytes spill loads\n"
-           "ptxas info    : Used 40 registers, used 1 barriers, 16 bytes cumulative stack size, 1024 bytes smem\n")
+    log = (
+        "ptxas info    : Compiling entry function '_Z1kPf' for 'sm_90'\n"
+        "ptxas info    : Function properties for _Z1kPf\n"
+        "ptxas         .     16 bytes stack frame, 8 bytes spill stores, 4 bytes spill loads\n"
+        "ptxas info    : Used 40 registers, used 1 barriers, 16 bytes cumulative stack size, "
+        "1024 bytes smem\n"
+    )
     res = parse_ptxas_log(log)["_Z1kPf"]
-    assert (res.registers, res.shared_bytes, res.spill_store_bytes, res.spill_load_bytes, res.barriers) == \
-        (40, 1024, 8, 4, 1)
+    assert (res.registers, res.shared_bytes, res.spill_store_bytes, res.spill_load_bytes, res.barriers) == (
+        40,
+        1024,
+        8,
+        4,
+        1,
+    )
 
 
 def test_cli_json_and_error(tmp_path: Path) -> None:

@@ -204,13 +204,15 @@ class LocalChoiceScorer:
         scores = {}
         with torch.no_grad():
             cache = copy.deepcopy(self.prefix_cache) if use_prefix else None
-            out = self.model(input_ids=torch.tensor([query]), past_key_values=cache, use_cache=True)
+            # Only the last position's logits are needed: skips the 49k-vocab projection of every token.
+            out = self.model(input_ids=torch.tensor([query]), past_key_values=cache, use_cache=True, logits_to_keep=1)
             first = torch.log_softmax(out.logits[0, -1].float(), dim=-1)
             for label, ids in self.answer_ids.items():
                 logp = float(first[ids[0]])
                 if len(ids) > 1:  # the rest of a multi-token answer, continuing this prompt's cache
                     branch = copy.deepcopy(out.past_key_values)
-                    more = self.model(input_ids=torch.tensor([ids[:-1]]), past_key_values=branch, use_cache=True)
+                    more = self.model(input_ids=torch.tensor([ids[:-1]]), past_key_values=branch, use_cache=True,
+                                      logits_to_keep=len(ids) - 1)
                     logps = torch.log_softmax(more.logits[0].float(), dim=-1)
                     logp += float(sum(logps[k, ids[k + 1]] for k in range(len(ids) - 1)))
                 scores[label] = logp

@@ -1,0 +1,109 @@
+"""LLM predictor on the real embedded SmolLM2 weights: Ray Train (2 workers), reload, constrained choice.
+
+Slow: it loads a 135M model and trains LoRA for a few steps on 2 CPU cores (~2-3 min in all).
+"""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from kernelcast.settings import PROJECT_ROOT, Settings
+
+pytestmark = pytest.mark.slow
+N_PER_CLASS = 8  # 16 gpuFLOPBench kernels
+MAX_TOKENS = 96
+
+
+@pytest.fixture(scope="module")
+def llm_settings(kc_settings: Settings) -> Settings:
+    """The session's throw-away home, with the de-quantized model linked in (de-quantizing costs ~30-50 s)."""
+    from components.models.llm.loader import EMBEDDED_NAME, ensure_embedded_cache
+
+    cached = PROJECT_ROOT / ".kernelcast" / "cache" / "llm" / EMBEDDED_NAME
+    target = kc_settings.cache_dir / "llm" / EMBEDDED_NAME
+    target.parent.mkdir(parents=True, exist_ok=True)
+    if (cached / "config.json").is_file() and not target.exists():
+        target.symlink_to(cached, target_is_directory=True)
+    ensure_embedded_cache(kc_settings.cache_dir / "llm")
+    return kc_settings
+
+
+@pytest.fixture(scope="module")
+def kernels(llm_settings: Settings) -> pd.DataFrame:
+    """16 real gpuFLOPBench kernels with source (8 per class) from the bolet-roofline train side."""
+    from components.models.llm.scenarios import balanced_subsample, bolet_sides, load_bolet_table
+
+    train, _ = bolet_sides(load_bolet_table(llm_settings))
+    train = train[train["source_text"].notna()]
+    return balanced_subsample(train, N_PER_CLASS)
+
+
+@pytest.fixture(scope="module")
+def ray_session(llm_settings: Settings):
+    import ray
+
+    from flows.runtime import init_local_ray
+
+    started = not ray.is_initialized()
+    init_local_ray(llm_settings)
+    yield
+    if started:
+        ray.shutdown()  # only the Ray this test started; never `ray stop`
+
+
+def test_ray_train_two_workers_loss_decreases_and_reload_is_identical(
+    llm_settings: Settings, kernels: pd.DataFrame, ray_session: None, tmp_path: Path
+) -> None:
+    from mlflow.tracking import MlflowClient
+
+    from components.models import load_predictor, register_loader
+    from components.models.llm.model import LLMConfig, LLMPredictor
+    from components.training.llm import train_llm
+
+    assert len(kernels) == 2 * N_PER_CLASS
+    config = LLMConfig(class_column="roofline_class_published", numeric_targets=("duration_us",),
+                       lr=3e-3, seed=0)
+    val = kernels.iloc[::4]  # 4 kernels; a slice of the train side, never a test split
+    out_dir = train_llm(kernels, val, llm_settings, workers=2, epochs=3, max_tokens=MAX_TOKENS,
+                        batch_size=4, config=config, patience=3)
+
+    predictor = LLMPredictor.load(out_dir)
+    losses = [h["train_loss"] for h in predictor.history]
+    assert len(losses) >= 2 and losses[-1] < losses[0], f"train loss did not decrease: {losses}"
+    assert predictor.targets == ("duration_us", "roofline_class")
+    assert predictor.trained_on == frozenset(kernels["measurement_id"])
+
+    first = predictor.predict(kernels)
+    assert list(first.columns[:2]) == ["pred_duration_us", "pred_roofline_class"]
+    assert first.index.equals(kernels.index) and np.isfinite(first["pred_duration_us"]).all()
+    assert set(first["pred_roofline_class"]) <= {"bandwidth", "compute"}
+
+    copy_dir = tmp_path / "copy"
+    shutil.copytree(out_dir, copy_dir)
+    register_loader("llm", "components.models.llm.model:LLMPredictor")
+    again = load_predictor(copy_dir).predict(kernels)
+    pd.testing.assert_frame_equal(first, again, check_exact=True)
+
+    client = MlflowClient(tracking_uri=llm_settings.tracking_uri())
+    versions = client.search_model_versions(f"name='{llm_settings.registered_model}-llm'")
+    assert versions and versions[0].tags.get("family", "llm") == "llm"
+    run = client.get_run(versions[0].run_id)
+    assert run.data.tags["family"] == "llm" and "val_loss" in run.data.metrics
+
+
+def test_constrained_choice_scores_both_answers(llm_settings: Settings, kernels: pd.DataFrame) -> None:
+    from components.devices import load_catalog
+    from components.models.llm.loader import load_base_model
+    from components.models.llm.scenarios import SYSTEM, LocalChoiceScorer, run_prompt_scenario
+
+    model, tokenizer = load_base_model(None)
+    scorer = LocalChoiceScorer(model, tokenizer, [{"role": "system", "content": SYSTEM}])
+    result = run_prompt_scenario(kernels.head(2), "zero-shot", scorer, load_catalog(), tokenizer, 128)
+    assert result.n == 2 and 0.0 <= result.accuracy <= 1.0
+    scores = scorer.score("Kernel: k\nQuestion: Bandwidth or Compute?")
+    assert set(scores) == {"bandwidth", "compute"} and all(np.isfinite(v) and v < 0 for v in scores.values())
