@@ -16,7 +16,7 @@ from kernelcast.settings import PROJECT_ROOT, Settings
 
 pytestmark = pytest.mark.slow
 N_PER_CLASS = 8  # 16 gpuFLOPBench kernels
-MAX_TOKENS = 96
+MAX_TOKENS = 160
 
 
 @pytest.fixture(scope="module")
