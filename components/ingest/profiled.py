@@ -15,7 +15,15 @@ from pathlib import Path
 import pandas as pd
 
 from components.ingest.base import AdapterOutput, IngestError, require_dir
-from components.ingest.schema import KERNEL_COLUMNS, MEASUREMENT_COLUMNS, REJECT_COLUMNS, canonical_json, conform, stable_id
+from components.ingest.schema import (
+    KERNEL_COLUMNS,
+    MEASUREMENT_COLUMNS,
+    REJECT_COLUMNS,
+    canonical_json,
+    conform,
+    stable_id,
+    with_measurement_ids,
+)
 
 SOURCE = "kernelcast"
 
@@ -125,7 +133,10 @@ def ingest(root: Path, catalog) -> AdapterOutput:  # noqa: ANN001 -- catalog: co
             kernels += k
             rows_in += n
     kernel_frame = conform(pd.DataFrame(kernels), KERNEL_COLUMNS).drop_duplicates("kernel_id").reset_index(drop=True)
-    output = AdapterOutput(SOURCE, conform(pd.DataFrame(measurements), MEASUREMENT_COLUMNS), kernel_frame,
+    # Ids filled here too (the runner fills them for every source) so the adapter's output is
+    # complete on its own, e.g. for `kernelcast evaluate --source kernelcast --from DIR`.
+    measurement_frame = with_measurement_ids(conform(pd.DataFrame(measurements), MEASUREMENT_COLUMNS))
+    output = AdapterOutput(SOURCE, conform(measurement_frame, MEASUREMENT_COLUMNS), kernel_frame,
                            conform(pd.DataFrame(rejects), REJECT_COLUMNS), rows_in)
     output.check_balance()
     return output

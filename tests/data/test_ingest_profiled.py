@@ -21,6 +21,7 @@ def test_committed_h100_run_ingests_completely() -> None:
     m = out.measurements
     assert out.rows_in == len(m) + len(out.rejects)
     assert set(m["device_id"]) == {"h100-sxm"}
+    assert m["measurement_id"].notna().all() and m["measurement_id"].is_unique
     by_profiler = m.groupby("profiler").size().to_dict()
     assert by_profiler == {"cuda_event": 390, "ncu": 272}  # 2 x 195 cases; 199 + 73 kernels
     ncu = m[m["profiler"] == "ncu"]
