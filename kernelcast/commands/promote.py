@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+from pathlib import Path
 from typing import Annotated, Any
 
 import typer
@@ -30,6 +32,13 @@ def promote_command(
     model_name: Annotated[
         str | None, typer.Option("--model-name", help="registered model (default: settings.registered_model)")
     ] = None,
+    registration: Annotated[
+        Path | None, typer.Option("--registration", help="registration.json written by `kernelcast train`")
+    ] = None,
+    allow_challenger: Annotated[
+        bool, typer.Option("--allow-challenger", help="exit 0 when the version stays challenger (pipelines)")
+    ] = False,
+    report: Annotated[Path | None, typer.Option("--report", help="write the promotion result as JSON")] = None,
 ) -> None:
     """Make VERSION the challenger, and the champion if it meets params.yaml `register:` thresholds
     and beats the current champion (metrics are the ones logged with the version's run).
@@ -38,8 +47,18 @@ def promote_command(
     """
     from components.registry import mlflow_registry as registry
 
+    if registration is not None:
+        if version is not None or rollback:
+            raise UserError("--registration replaces --version; give one of them")
+        if not registration.is_file():
+            raise UserError(f"--registration {registration}: file not found (run `kernelcast train` first)")
+        recorded = json.loads(registration.read_text())
+        if recorded.get("version") is None:
+            raise UserError(f"--registration {registration}: the model was trained with --no-register")
+        version = int(recorded["version"])
+        model_name = model_name or recorded.get("model_name")
     if rollback == (version is not None):
-        raise UserError("give exactly one of --version N or --rollback")
+        raise UserError("give exactly one of --version N, --registration FILE or --rollback")
     settings = prepared_settings()
     name = model_name or settings.registered_model
     uri = settings.tracking_uri()
@@ -56,7 +75,12 @@ def promote_command(
     typer.echo(f"{name} v{result.version}: {status} ({result.reason}); champion is v{result.champion}")
     for failure in result.failures:
         typer.echo(f"  threshold failed: {failure}")
-    if not result.promoted:
+    if report is not None:
+        report.parent.mkdir(parents=True, exist_ok=True)
+        report.write_text(json.dumps({"model_name": name, "version": result.version, "promoted": result.promoted,
+                                      "champion": result.champion, "reason": result.reason,
+                                      "failures": list(result.failures)}, indent=2, sort_keys=True))
+    if not result.promoted and not allow_challenger:
         raise typer.Exit(code=1)
 
 

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+
 from datetime import datetime, timezone
 from enum import Enum
 from pathlib import Path
@@ -102,6 +104,10 @@ def train_command(
     typer.echo(f"mlflow run: {run.run_id}")
     if run.version is not None:
         typer.echo(f"registered: models:/{settings.registered_model}/{run.version}")
+    # What the register stage (`kernelcast promote --registration FILE`) needs, beside the model.
+    registration = {"model_name": settings.registered_model, "version": run.version, "run_id": run.run_id,
+                    "predictor_dir": str(out_dir), "split": split, "family": family}
+    (out_dir / "registration.json").write_text(json.dumps(registration, indent=2, sort_keys=True))
 
 
 def _pct(value: float | None) -> str:
