@@ -73,8 +73,13 @@ class TabularConfig:
     mlp_hidden: tuple[int, ...] = (128, 64)
     mlp_max_iter: int = 200
     mlp_alpha: float = 1e-4
+    # Families outside the model's scope: NCCL collectives have no per-GPU analytical model (their
+    # time depends on the interconnect, which the catalog does not describe). Not trained on, and
+    # predicted as unknown (NaN) rather than guessed -- evaluation then leaves them out.
+    exclude_families: tuple[str, ...] = ("collective",)
 
     def __post_init__(self) -> None:
+        self.exclude_families = tuple(self.exclude_families)
         if self.model not in MODELS:
             raise ValueError(f"tabular model must be one of {', '.join(MODELS)}, not {self.model!r}")
         if not 0 < self.conformal_alpha < 1:
@@ -190,7 +195,7 @@ class TabularPredictor:
             executor: Callable[[Sequence[TargetJob]], list[Any]] | None = None) -> TabularPredictor:
         """Fit every target that has enough labelled rows; ``executor`` maps jobs (Ray or serial)."""
         run = executor or (lambda jobs: [fit_job(job) for job in jobs])
-        train = subsample_rows(features, self.config.max_train_rows).reset_index(drop=True)
+        train = subsample_rows(self._in_scope(features), self.config.max_train_rows).reset_index(drop=True)
         if train.empty:
             raise ValueError("no training rows")
         if "measurement_id" not in train.columns or train["measurement_id"].isna().any():
@@ -213,7 +218,19 @@ class TabularPredictor:
         self._trained_on = frozenset(train["measurement_id"].astype(str))
         return self
 
+    def _in_scope(self, features: pd.DataFrame) -> pd.DataFrame:
+        if "family" not in features.columns or not self.config.exclude_families:
+            return features
+        return features[~features["family"].astype(str).isin(self.config.exclude_families)]
+
     def predict(self, features: pd.DataFrame) -> pd.DataFrame:
+        out = self._predict_all(features)
+        if "family" in features.columns and self.config.exclude_families:
+            out_of_scope = features["family"].astype(str).isin(self.config.exclude_families).to_numpy()
+            out.loc[out_of_scope, :] = None
+        return out
+
+    def _predict_all(self, features: pd.DataFrame) -> pd.DataFrame:
         x = self.design_matrix(features)
         out = pd.DataFrame(index=features.index)
         for target in NUMERIC_TARGETS:

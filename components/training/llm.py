@@ -200,7 +200,14 @@ def train_llm(
     except Exception:
         client.set_terminated(run_id, status="FAILED")
         raise
-    best_checkpoint, best_metrics = min(result.best_checkpoints, key=lambda pair: pair[1]["val_loss"])
+    candidates = list(result.best_checkpoints)
+    if not candidates and resume_from is not None:
+        # Resumed from a run that had already finished (or stopped early): nothing new was reported.
+        resumed = ray.train.Checkpoint.from_directory(str(resume_from))
+        candidates = [(resumed, torch.load(Path(resume_from) / STATE_FILE, weights_only=False)["history"][-1])]
+    if not candidates:
+        raise RuntimeError(f"Ray Train run llm-{run_id[:12]} reported no checkpoint")
+    best_checkpoint, best_metrics = min(candidates, key=lambda pair: pair[1]["val_loss"])
     with best_checkpoint.as_directory() as folder:
         state = torch.load(Path(folder) / STATE_FILE, weights_only=False)
     predictor.load_trainable(state["trainable"])

@@ -78,8 +78,19 @@ def _short(value: Any, limit: int = 200) -> str | None:
     return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
-def run_suite(frame: pd.DataFrame, expectations: list[Any], suite_name: str) -> tuple[dict[str, np.ndarray],
-                                                                                        list[ExpectationOutcome]]:
+def _display_kwargs(kwargs: dict[str, Any]) -> dict[str, Any]:
+    """Expectation kwargs for the report: long lists (catalog ids, schema columns) shown as counts."""
+    shown: dict[str, Any] = {}
+    for key, value in kwargs.items():
+        if key == "batch_id":
+            continue
+        shown[key] = f"{len(value)} values" if key in ("value_set", "column_list") else value
+    return shown
+
+
+def run_suite(
+    frame: pd.DataFrame, expectations: list[Any], suite_name: str
+) -> tuple[dict[str, np.ndarray], list[ExpectationOutcome]]:
     """Validate ``frame`` (index 0..n-1) with GX; return failing row positions per expectation name."""
     context = _ephemeral_context()
     asset = context.data_sources.add_pandas(f"{suite_name}_source").add_dataframe_asset(f"{suite_name}_asset")
@@ -110,9 +121,7 @@ def run_suite(frame: pd.DataFrame, expectations: list[Any], suite_name: str) -> 
             failing[name] = np.unique(np.concatenate([failing.get(name, np.empty(0, np.int64)), rows]))
         outcomes.append(ExpectationOutcome(
             name=name, expectation_type=config.type,
-            kwargs={k: v for k, v in config.kwargs.items() if k not in ("batch_id", "value_set", "column_list")}
-            | ({"value_set": f"{len(config.kwargs['value_set'])} values"} if "value_set" in config.kwargs else {})
-            | ({"columns": len(config.kwargs["column_list"])} if "column_list" in config.kwargs else {}),
+            kwargs=_display_kwargs(config.kwargs),
             success=bool(item.success), unexpected_count=int(len(rows)), table_level=table_level,
             observed=_short(res.get("observed_value")), error=error,
         ))

@@ -19,6 +19,11 @@ app = typer.Typer(help="LLM predictor: Bolet et al.'s roofline scenarios on gpuF
 ALL_SCENARIOS = ("profiled", "zero-shot", "few-shot", "fine-tune")
 
 
+@app.callback()
+def llm() -> None:
+    """LLM family commands (a group, so `kernelcast llm bolet` keeps its name with one command)."""
+
+
 @app.command("bolet")
 @clean_errors
 def bolet(
@@ -33,7 +38,7 @@ def bolet(
     out: Annotated[Path | None, typer.Option(help="results JSON (default: reports/llm-bolet-<time>.json)")] = None,
 ) -> None:
     """Score (i) profiled, (ii) zero-shot, (iii) few-shot, (iv) fine-tuned on the bolet-roofline test side."""
-    from components.models.llm.scenarios import run_bolet
+    from components.models.llm.scenarios import plot_results, run_bolet
 
     chosen = tuple(scenario or ALL_SCENARIOS)
     unknown = sorted(set(chosen) - set(ALL_SCENARIOS))
@@ -51,4 +56,5 @@ def bolet(
     for r in results:
         typer.echo(f"{r.scenario:10s} acc {r.accuracy:.3f}  bal-acc {r.balanced_accuracy:.3f}  n={r.n}  "
                    f"{r.per_kernel_s:.2f} s/kernel")
-    typer.echo(f"wrote {path}")
+    figure = plot_results(results, path.with_suffix(".png"))
+    typer.echo(f"wrote {path} and {figure}")

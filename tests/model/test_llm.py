@@ -89,11 +89,30 @@ def test_ray_train_two_workers_loss_decreases_and_reload_is_identical(
     again = load_predictor(copy_dir).predict(kernels)
     pd.testing.assert_frame_equal(first, again, check_exact=True)
 
+    # Resume from the epoch-0 checkpoint: only epoch 1 runs again, epoch 0's record is carried over.
+    epoch0 = _checkpoint_of_epoch(llm_settings, out_dir.name, 0)
+    resumed_dir = train_llm(kernels, val, llm_settings, workers=2, epochs=2, max_tokens=MAX_TOKENS,
+                            batch_size=4, config=LLMConfig(**{**config.__dict__}), patience=3,
+                            resume_from=epoch0, register_as="")
+    resumed = LLMPredictor.load(resumed_dir).history
+    assert [h["epoch"] for h in resumed] == [0.0, 1.0] and resumed[0] == predictor.history[0]
+
     client = MlflowClient(tracking_uri=llm_settings.tracking_uri())
     versions = client.search_model_versions(f"name='{llm_settings.registered_model}-llm'")
     assert versions and versions[0].tags.get("family", "llm") == "llm"
     run = client.get_run(versions[0].run_id)
     assert run.data.tags["family"] == "llm" and "val_loss" in run.data.metrics
+
+
+def _checkpoint_of_epoch(settings: Settings, run_id: str, epoch: int) -> Path:
+    import torch
+
+    from components.training.llm import STATE_FILE
+
+    for state_path in sorted((settings.state_dir / "ray-results" / f"llm-{run_id[:12]}").rglob(STATE_FILE)):
+        if torch.load(state_path, weights_only=False)["epoch"] == epoch:
+            return state_path.parent
+    raise AssertionError(f"no checkpoint of epoch {epoch} for run {run_id}")
 
 
 def test_constrained_choice_scores_both_answers(llm_settings: Settings, kernels: pd.DataFrame) -> None:
@@ -103,7 +122,7 @@ def test_constrained_choice_scores_both_answers(llm_settings: Settings, kernels:
 
     model, tokenizer = load_base_model(None)
     scorer = LocalChoiceScorer(model, tokenizer, [{"role": "system", "content": SYSTEM}])
-    result = run_prompt_scenario(kernels.head(2), "zero-shot", scorer, load_catalog(), tokenizer, 128)
+    result = run_prompt_scenario(kernels.head(2), "zero-shot", scorer, load_catalog(), tokenizer, 256)
     assert result.n == 2 and 0.0 <= result.accuracy <= 1.0
     scores = scorer.score("Kernel: k\nQuestion: Bandwidth or Compute?")
     assert set(scores) == {"bandwidth", "compute"} and all(np.isfinite(v) and v < 0 for v in scores.values())

@@ -42,6 +42,7 @@ PROFILE_COLUMNS: tuple[str, ...] = (
 )
 # Bolet's label thresholds (RTX 3080 balance points at base clock), from the upstream notebook.
 BOLET_SP_AI, BOLET_DP_AI, BOLET_INT_AI = 32.97, 0.515, 16.49
+PROFILED_EXTRA_TOKENS = 192
 PROFILING_CSV = "gpuflopbench/cuda-profiling/profiling-data.csv"
 
 
@@ -156,7 +157,10 @@ def balanced_subsample(frame: pd.DataFrame, per_class: int, column: str = "roofl
 def _messages_for(row: pd.Series, catalog: Any, tokenizer: Any, scenario: str, max_tokens: int) -> str:
     from components.models.llm.model import LLMConfig, row_prompt
 
-    return row_prompt(row, catalog, LLMConfig(max_tokens=max_tokens), tokenizer, scenario=scenario,
+    # The metrics section costs ~150-200 tokens (digits tokenize one by one); grant it on top so the
+    # profiled prompt shows as much source as the others.
+    budget = max_tokens + PROFILED_EXTRA_TOKENS if scenario == "profiled" else max_tokens
+    return row_prompt(row, catalog, LLMConfig(max_tokens=budget), tokenizer, scenario=scenario,
                       profile_columns=PROFILE_COLUMNS if scenario == "profiled" else (), question=True)
 
 
@@ -315,3 +319,27 @@ def run_bolet(settings: Settings, scenarios: tuple[str, ...], *, test_per_class:
         results.append(run_finetune_scenario(train, test, settings, per_class=ft_per_class, workers=ft_workers,
                                              epochs=ft_epochs, max_tokens=ft_max_tokens, batch_size=ft_batch_size))
     return results
+
+
+def plot_results(results: list[ScenarioResult], path: Path) -> Path:
+    """Bar chart: accuracy and balanced accuracy per scenario, chance (0.5) marked."""
+    import matplotlib
+
+    matplotlib.use("Agg")  # headless
+    import matplotlib.pyplot as plt
+
+    names = [r.scenario for r in results]
+    x = np.arange(len(names))
+    fig, ax = plt.subplots(figsize=(6, 3.5))
+    ax.bar(x - 0.2, [r.accuracy for r in results], 0.4, label="accuracy")
+    ax.bar(x + 0.2, [r.balanced_accuracy for r in results], 0.4, label="balanced accuracy")
+    ax.axhline(0.5, color="grey", linestyle="--", linewidth=1, label="chance")
+    ax.set_xticks(x, [f"{n}\n(n={r.n})" for n, r in zip(names, results)])
+    ax.set_ylim(0, 1)
+    ax.set_title("Bolet roofline scenarios, bolet-roofline test side")
+    ax.legend(loc="upper right", fontsize=8)
+    fig.tight_layout()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+    return path
