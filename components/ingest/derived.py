@@ -52,6 +52,12 @@ def roofline_class(intensity: object, ridge_point: object) -> pd.Series:
     return pd.Series(np.where(known, labels, None), dtype="string")
 
 
+def int_ridge_point(sms: float, lanes_per_sm: float, clock_mhz: float, dram_gbps: float) -> float:
+    """Integer ops per DRAM byte at the ridge: one int instruction per FP32 lane per cycle (no FMA
+    doubling) over DRAM bandwidth -- Bolet et al.'s convention (RTX 3080 at base clock: 16.49)."""
+    return sms * lanes_per_sm * clock_mhz * 1e6 / (dram_gbps * 1e9)
+
+
 def bolet_roofline_label(sp_ai: object, dp_ai: object, int_ai: object) -> pd.Series:
     """Bolet et al.'s exact rule: bandwidth-bound iff every intensity is below its RTX 3080 ridge."""
     sp, dp, it = _array(sp_ai), _array(dp_ai), _array(int_ai)

@@ -17,7 +17,13 @@ import numpy as np
 import pandas as pd
 
 from components.ingest.base import AdapterOutput, IngestError, require_dir, require_file
-from components.ingest.derived import achieved_gbps, arith_intensity, bolet_roofline_label, roofline_class
+from components.ingest.derived import (
+    achieved_gbps,
+    arith_intensity,
+    bolet_roofline_label,
+    int_ridge_point,
+    roofline_class,
+)
 from components.ingest.schema import (
     KERNEL_COLUMNS,
     MEASUREMENT_COLUMNS,
@@ -60,6 +66,12 @@ def _dims(text: str) -> tuple[int, int, int]:
 
 def _parse(row: dict[str, str]) -> dict[str, object]:
     """One profiled launch -> canonical values; raises ValueError with the reason."""
+    # csv.DictReader fills a short (truncated) row with None and files surplus fields under None.
+    short = [c for c in COLUMNS if row.get(c) is None]
+    if short:
+        raise ValueError(f"short row: no value for {short}")
+    if row.get(None):  # type: ignore[call-overload]
+        raise ValueError(f"row has {len(row[None])} fields beyond the header")  # type: ignore[index]
     values = {}
     for name in NUMERIC:
         raw = (row.get(name) or "").strip()
@@ -135,7 +147,11 @@ def _one_file(path: Path, relpath: str, run_id: str, catalog) -> tuple[list, lis
         try:
             values = _parse(row)
             device = catalog.resolve(row["device"])
-        except (ValueError, LookupError) as exc:
+        except LookupError:
+            rejects.append({"source": SOURCE, "upstream_file": relpath, "upstream_row": index,
+                            "reason": f"unknown device '{row['device']}'", "raw": str(row)[:500]})
+            continue
+        except ValueError as exc:
             reason = str(exc.args[0] if exc.args else exc)
             rejects.append({"source": SOURCE, "upstream_file": relpath, "upstream_row": index,
                             "reason": reason, "raw": str(row)[:500]})
@@ -168,14 +184,24 @@ def _one_file(path: Path, relpath: str, run_id: str, catalog) -> tuple[list, lis
     return measurements, rejects, pairs, len(rows)
 
 
+def _device_ridges(spec) -> tuple[float, float, float]:  # noqa: ANN001 -- devices.DeviceSpec
+    """(fp32, fp64, int) ridge points of a catalog device at its boost clock (vendor peak)."""
+    fp64 = spec.ridge_point("fp64") if spec.has_pipe("fp64") else float("nan")
+    return (spec.ridge_point("fp32"), fp64,
+            int_ridge_point(spec.sms, spec.fp32_lanes_per_sm, spec.boost_clock_mhz, spec.dram_gbps))
+
+
 def _ridge_class(frame: pd.DataFrame, catalog) -> pd.Series:  # noqa: ANN001
-    """Compute-bound if the FP32 or FP64 intensity reaches that precision's ridge on the device."""
-    ridges = {d: (catalog.get(d).ridge_point("fp32"), catalog.get(d).ridge_point("fp64")) for d in frame["device_id"].unique()}
-    sp_ridge = frame["device_id"].map(lambda d: ridges[d][0]).to_numpy("float64")
-    dp_ridge = frame["device_id"].map(lambda d: ridges[d][1]).to_numpy("float64")
-    sp = roofline_class(frame["_sp_ai"], sp_ridge).to_numpy()
-    dp = roofline_class(frame["_dp_ai"], dp_ridge).to_numpy()
-    return pd.Series(np.where((sp == "compute") | (dp == "compute"), "compute", "bandwidth"), dtype="string")
+    """Compute-bound if any of the FP32, FP64 or integer intensities reaches its ridge on the device
+    (the same any-pipe rule as Bolet et al., with the catalog's peaks instead of fixed thresholds)."""
+    ridges = {d: _device_ridges(catalog.get(d)) for d in frame["device_id"].unique()}
+    classes = [
+        roofline_class(frame[column], frame["device_id"].map(lambda d, i=i: ridges[d][i]).to_numpy("float64"))
+        .to_numpy()
+        for i, column in enumerate(("_sp_ai", "_dp_ai", "_int_ai"))
+    ]
+    compute = np.logical_or.reduce([c == "compute" for c in classes])
+    return pd.Series(np.where(compute, "compute", "bandwidth"), dtype="string")
 
 
 def ingest(root: Path, catalog) -> AdapterOutput:  # noqa: ANN001 -- catalog: components.devices.Catalog
