@@ -73,10 +73,13 @@ class TabularConfig:
     mlp_hidden: tuple[int, ...] = (128, 64)
     mlp_max_iter: int = 200
     mlp_alpha: float = 1e-4
-    # Families outside the model's scope: NCCL collectives have no per-GPU analytical model (their
-    # time depends on the interconnect, which the catalog does not describe). Not trained on, and
-    # predicted as unknown (NaN) rather than guessed -- evaluation then leaves them out.
-    exclude_families: tuple[str, ...] = ("collective",)
+    # Families outside the model's scope, neither trained on nor guessed (predicted NaN, so
+    # evaluation leaves them out and says how many it scored): NCCL collectives have no per-GPU
+    # analytical model (their time is the interconnect's, which the catalog does not describe), and
+    # whole programs (KernelBench modules, HeCBench kernels) have no op shape to compute features
+    # from -- their runtime is the source-reading (llm) path's job. The bolet-roofline class task
+    # brings programs back into scope (static features of their source).
+    exclude_families: tuple[str, ...] = ("collective", "program")
 
     def __post_init__(self) -> None:
         self.exclude_families = tuple(self.exclude_families)

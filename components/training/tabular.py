@@ -75,6 +75,8 @@ def make_predictor(family: str, train: pd.DataFrame, split: str | None, config: 
         return RooflinePredictor(mode="classic", use_measured_counters=False), 0.0
     if family == "tabular":
         config = replace(config, class_label=class_label_column(split))
+        if split == "bolet-roofline":  # classifying HeCBench programs is that task's whole point
+            config = replace(config, exclude_families=tuple(f for f in config.exclude_families if f != "program"))
         result = fit_tabular(train, config, settings, use_ray=use_ray)
         return result.predictor, result.seconds
     if family == "llm":

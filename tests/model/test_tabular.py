@@ -129,3 +129,14 @@ def test_subsample_is_deterministic_and_order_free(table: pd.DataFrame) -> None:
 def test_bad_model_name_is_a_value_error() -> None:
     with pytest.raises(ValueError, match="lgbm"):
         TabularConfig(model="xgb")
+
+
+def test_out_of_scope_families_are_not_trained_on_nor_guessed(fitted: TabularPredictor, sides) -> None:
+    _, test = sides
+    relabelled = test.head(20).copy()
+    relabelled.loc[relabelled.index[:5], "family"] = "collective"
+    relabelled.loc[relabelled.index[5:10], "family"] = "program"
+    predictions = fitted.predict(relabelled)
+    assert predictions.loc[relabelled.index[:10], "pred_duration_us"].isna().all()
+    assert predictions.loc[relabelled.index[10:], "pred_duration_us"].notna().all()
+    assert not fitted.trained_on & set(relabelled.loc[relabelled.index[:10], "measurement_id"])
