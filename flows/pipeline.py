@@ -20,7 +20,7 @@ from prefect import flow, task
 
 from kernelcast.settings import PROJECT_ROOT, Settings
 
-STAGES: tuple[str, ...] = ("ingest", "validate", "features", "train", "evaluate", "register")
+STAGES: tuple[str, ...] = ("ingest", "validate", "static", "features", "train", "evaluate", "register")
 
 
 class StageReport(TypedDict):

@@ -83,3 +83,32 @@ def _register_static() -> None:
 
 
 _register_static()
+
+
+@app.command("static-table")
+@clean_errors
+def static_table_command(
+    kernels_file: Annotated[Path | None, typer.Option("--kernels", help="kernels.parquet (default: data_dir/canonical)")] = None,
+    out_file: Annotated[Path | None, typer.Option("--out", help="default: data_dir/features/static.parquet")] = None,
+    arch: Annotated[str, typer.Option(help="target architecture for NVRTC")] = "sm_90",
+) -> None:
+    """Static features of every shipped CUDA kernel (NVRTC + nvdisasm, cached), keyed by kernel_id."""
+    import json
+    import os
+
+    import pandas as pd
+
+    from components.features.static_table import build_static_table
+
+    settings = prepared_settings()
+    kernels_path = kernels_file or settings.data_dir / "canonical" / "kernels.parquet"
+    if not kernels_path.is_file():
+        raise UserError(f"kernels table not found: {kernels_path} -- run `kernelcast ingest` first")
+    table, coverage = build_static_table(pd.read_parquet(kernels_path), settings.datasets_dir, arch)
+    out = out_file or settings.data_dir / "features" / "static.parquet"
+    out.parent.mkdir(parents=True, exist_ok=True)
+    tmp = out.with_suffix(".tmp.parquet")
+    table.to_parquet(tmp, index=False)
+    os.replace(tmp, out)
+    typer.echo(json.dumps(coverage, indent=1, sort_keys=True))
+    typer.echo(f"wrote {len(table)} kernels x {table.shape[1] - 1} static features -> {out}")
