@@ -14,6 +14,7 @@ from kernelcast.commands import (
     evaluate,
     features,
     ingest,
+    llm,
     mlflow_ui,
     pipeline,
     predict,
@@ -35,6 +36,7 @@ app = typer.Typer(
 app.add_typer(devices.app, name="devices")
 app.add_typer(features.app, name="features")
 app.add_typer(bench.app, name="bench")
+app.add_typer(llm.app, name="llm")
 app.command("ingest")(ingest.ingest_command)
 app.command("validate")(validate.validate_command)
 app.command("train")(train.train_command)

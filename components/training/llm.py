@@ -13,6 +13,7 @@ from __future__ import annotations
 import math
 import os
 import tempfile
+import time
 from dataclasses import asdict
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -79,7 +80,11 @@ def train_func(config: dict[str, Any]) -> None:
     params = [p for p in module.parameters() if p.requires_grad]
     optimizer = torch.optim.AdamW(params, lr=cfg.lr)
     start_epoch, best, bad_epochs, history = 0, math.inf, 0, []
+    # Ray's own checkpoint (a restarted worker group) wins; else the one the caller resumes from.
+    # (Ray Train v2 deprecates TorchTrainer(resume_from_checkpoint=...): it travels in the config.)
     checkpoint = ray.train.get_checkpoint()
+    if checkpoint is None and config.get("resume_from"):
+        checkpoint = ray.train.Checkpoint.from_directory(config["resume_from"])
     if checkpoint:
         with checkpoint.as_directory() as folder:
             state = torch.load(Path(folder) / STATE_FILE, weights_only=False)
@@ -92,12 +97,14 @@ def train_func(config: dict[str, Any]) -> None:
     for epoch in range(start_epoch, int(config["epochs"])):
         if bad_epochs >= patience:
             break  # resumed after an early stop: nothing left to do
+        started = time.perf_counter()
         train_loss = train_epoch(model, optimizer, train, cfg.batch_size, cfg.seed + epoch, config["pad_id"])
+        step_s = (time.perf_counter() - started) / max(math.ceil(len(train) / cfg.batch_size), 1)
         val_loss = eval_loss(module, val, cfg.batch_size, config["pad_id"]) if val is not None else train_loss
         improved = val_loss < best - 1e-4
         best, bad_epochs = (val_loss, 0) if improved else (best, bad_epochs + 1)
         metrics = {"epoch": epoch, "train_loss": train_loss, "val_loss": val_loss, "best_val_loss": best,
-                   "stopped_early": float(bad_epochs >= patience)}
+                   "stopped_early": float(bad_epochs >= patience), "s_per_step": step_s}
         history.append({k: float(v) for k, v in metrics.items()})
         if rank == 0:
             _log_mlflow(config.get("tracking_uri"), config.get("run_id"), metrics, epoch)
@@ -186,6 +193,7 @@ def train_llm(
             "train": _encoded_to_config(train_data), "val": _encoded_to_config(val_data) if val_data else None,
             "pad_id": predictor.pad_id, "epochs": epochs, "patience": patience,
             "tracking_uri": tracking_uri, "run_id": run_id,
+            "resume_from": str(resume_from) if resume_from else None,
         },
         scaling_config=ScalingConfig(num_workers=workers, use_gpu=gpu),
         run_config=RunConfig(
@@ -193,7 +201,6 @@ def train_llm(
             checkpoint_config=CheckpointConfig(num_to_keep=None),
             worker_runtime_env={"env_vars": {"OMP_NUM_THREADS": "1"}},
         ),
-        resume_from_checkpoint=ray.train.Checkpoint.from_directory(str(resume_from)) if resume_from else None,
     )
     try:
         result = trainer.fit()

@@ -45,14 +45,20 @@ def bolet(
     if unknown:
         raise UserError(f"unknown scenario(s) {unknown}; choose from {', '.join(ALL_SCENARIOS)}")
     settings = prepared_settings()
+    path = out or settings.reports_dir / f"llm-bolet-{time.strftime('%Y%m%d-%H%M%S')}.json"
+
+    def write(results: list) -> None:
+        report = {"split": "bolet-roofline", "test_per_class": test_per_class,
+                  "base": base or "embedded-smollm2-135m", "endpoint": settings.llm_endpoint,
+                  "max_tokens": max_tokens, "ft_per_class": ft_per_class, "ft_epochs": ft_epochs,
+                  "ft_max_tokens": ft_max_tokens, "results": [asdict(r) for r in results]}
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(json.dumps(report, indent=1, default=str))
+
     results = run_bolet(settings, chosen, test_per_class=test_per_class, max_tokens=max_tokens,
                         ft_per_class=ft_per_class, ft_workers=workers, ft_epochs=ft_epochs,
-                        ft_max_tokens=ft_max_tokens, endpoint=settings.llm_endpoint, base=base)
-    report = {"split": "bolet-roofline", "test_per_class": test_per_class, "base": base or "embedded-smollm2-135m",
-              "endpoint": settings.llm_endpoint, "results": [asdict(r) for r in results]}
-    path = out or settings.reports_dir / f"llm-bolet-{time.strftime('%Y%m%d-%H%M%S')}.json"
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps(report, indent=1, default=str))
+                        ft_max_tokens=ft_max_tokens, endpoint=settings.llm_endpoint, base=base, on_result=write)
+    write(results)
     for r in results:
         typer.echo(f"{r.scenario:10s} acc {r.accuracy:.3f}  bal-acc {r.balanced_accuracy:.3f}  n={r.n}  "
                    f"{r.per_kernel_s:.2f} s/kernel")

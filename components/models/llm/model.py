@@ -147,10 +147,18 @@ def row_prompt(row: pd.Series, catalog: Any, config: LLMConfig, tokenizer: Any, 
     profile = {c: float(row[c]) if _present(row.get(c)) else None for c in profile_columns} or None
     device = catalog.get(str(row["device_id"]))
     name = _short_kernel_name(row) or str(row.get("kernel_id", "<unnamed>"))
-    prompt = build_prompt(source, op_shapes if source is None else None, launch, device, scenario,
-                          config.max_tokens, tokenizer, kernel_name=name, profile_metrics=profile,
-                          question=question)
-    return prompt.text
+    def build(budget: int) -> str:
+        return build_prompt(source, op_shapes if source is None else None, launch, device, scenario, budget,
+                            tokenizer, kernel_name=name, profile_metrics=profile, question=question).text
+
+    try:
+        return build(config.max_tokens)
+    except PromptError as exc:
+        if "leaves no room" not in str(exc):
+            raise
+        # Mangled OpenMP names and signatures can outgrow a small budget on their own; give such a
+        # row twice the budget (callers cut token ids to max_tokens, dropping the source tail).
+        return build(2 * config.max_tokens)
 
 
 def encode_frame(frame: pd.DataFrame, tokenizer: Any, config: LLMConfig, classes: Sequence[str],

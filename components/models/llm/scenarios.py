@@ -17,6 +17,7 @@ import re
 import time
 import urllib.error
 import urllib.request
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -128,10 +129,15 @@ def load_bolet_table(settings: Settings) -> pd.DataFrame:
         return read_gpuflopbench(settings.datasets_dir)
     from components.devices import load_catalog
 
+    from components.ingest.schema import with_measurement_ids
+
     out = ingest(settings.datasets_dir / "gpuflopbench", load_catalog())
-    kernels = out.kernels.drop(columns=[c for c in ("source",) if c in out.kernels])
-    keep = [c for c in out.measurements.columns if c not in kernels.columns or c == "kernel_id"]
-    return out.measurements[keep].merge(kernels, on="kernel_id", how="left")
+    measurements = with_measurement_ids(out.measurements)  # the adapter leaves ids to the ingest runner
+    kernels = out.kernels.drop(columns=[c for c in ("source",) if c in out.kernels]).drop_duplicates("kernel_id")
+    keep = [c for c in measurements.columns if c not in kernels.columns or c == "kernel_id"]
+    joined = measurements[keep].merge(kernels, on="kernel_id", how="left")
+    joined.index = measurements.index  # split folds are row labels of this frame
+    return joined
 
 
 def bolet_sides(table: pd.DataFrame) -> tuple[pd.DataFrame, pd.DataFrame]:
@@ -294,7 +300,8 @@ def run_finetune_scenario(train: pd.DataFrame, test: pd.DataFrame, settings: Set
 def run_bolet(settings: Settings, scenarios: tuple[str, ...], *, test_per_class: int | None = None,
               max_tokens: int = 384, ft_per_class: int = 48, ft_workers: int = 2, ft_epochs: int = 2,
               ft_max_tokens: int = 192, ft_batch_size: int = 8, endpoint: str | None = None,
-              base: str | None = None) -> list[ScenarioResult]:
+              base: str | None = None,
+              on_result: Callable[[list[ScenarioResult]], None] | None = None) -> list[ScenarioResult]:
     """Run the chosen scenarios; ``test_per_class`` subsamples the 170+170 test side (stated in results)."""
     from components.devices import load_catalog
     from components.models.llm.loader import load_base_model, load_tokenizer
@@ -315,6 +322,8 @@ def run_bolet(settings: Settings, scenarios: tuple[str, ...], *, test_per_class:
                 prefix += few_shot_messages(settings.datasets_dir, catalog, tokenizer, max_tokens)
             chooser = EndpointChooser(endpoint, prefix) if endpoint else LocalChoiceScorer(model, tokenizer, prefix)
             results.append(run_prompt_scenario(test, scenario, chooser, catalog, tokenizer, max_tokens))
+            if on_result:
+                on_result(results)  # keep what is done if a later scenario fails
     if "fine-tune" in scenarios:
         results.append(run_finetune_scenario(train, test, settings, per_class=ft_per_class, workers=ft_workers,
                                              epochs=ft_epochs, max_tokens=ft_max_tokens, batch_size=ft_batch_size))
