@@ -148,8 +148,9 @@ def train_llm(
     """Fine-tune with Ray Train; save the best epoch's predictor; log + register it (tag family=llm).
 
     Returns the saved predictor directory (``settings.models_dir/llm/<mlflow run id>``).
-    ``register_as`` defaults to ``<settings.registered_model>-llm`` so an LLM version never
-    competes with the tabular champion by accident; pass "" to skip registering.
+    ``register_as`` defaults to ``settings.registered_model``: an LLM is one more version of
+    ``kernelcast`` (version tag ``family=llm``), and becomes champion only through ``promote``'s
+    threshold gate like any other; pass "" to skip registering.
     """
     import mlflow
     import ray
@@ -229,7 +230,10 @@ def train_llm(
                                   loader=LLM_LOADER, tracking_uri=tracking_uri)
         mlflow.log_dict({"checkpoint": str(best_checkpoint.path), "history": predictor.history},
                         "training_summary.json")
-    name = f"{settings.registered_model}-llm" if register_as is None else register_as
+    name = settings.registered_model if register_as is None else register_as
     if name:
-        register(model_uri, name, tracking_uri)
+        from mlflow import MlflowClient
+
+        version = register(model_uri, name, tracking_uri)
+        MlflowClient(tracking_uri=tracking_uri).set_model_version_tag(name, str(version), "family", "llm")
     return out_dir

@@ -98,8 +98,8 @@ def test_ray_train_two_workers_loss_decreases_and_reload_is_identical(
     assert [h["epoch"] for h in resumed] == [0.0, 1.0] and resumed[0] == predictor.history[0]
 
     client = MlflowClient(tracking_uri=llm_settings.tracking_uri())
-    versions = client.search_model_versions(f"name='{llm_settings.registered_model}-llm'")
-    assert versions and versions[0].tags.get("family", "llm") == "llm"
+    versions = client.search_model_versions(f"name='{llm_settings.registered_model}'")
+    assert versions and versions[0].tags.get("family") == "llm"
     run = client.get_run(versions[0].run_id)
     assert run.data.tags["family"] == "llm" and "val_loss" in run.data.metrics
 
