@@ -145,11 +145,11 @@ def test_check_thresholds_reads_bounds_from_params_yaml() -> None:  # pure: runs
     from kernelcast.settings import PROJECT_ROOT
 
     thresholds = yaml.safe_load((PROJECT_ROOT / "params.yaml").read_text())["register"]
-    passing = {"runtime_mape": 0.1, "within_10": 0.9, "roofline_balanced_accuracy": 0.95}
+    passing = {"runtime_mape": 0.1, "within_10": 0.9}
     assert reg.check_thresholds(passing, thresholds) == []
-    failures = reg.check_thresholds({"runtime_mape": 0.9, "within_10": 0.9}, thresholds)
+    failures = reg.check_thresholds({"runtime_mape": 0.9}, thresholds)
     assert len(failures) == 2 and failures[0].startswith("runtime_mape=0.9 violates")
-    assert "roofline_balanced_accuracy: missing" in failures[1]
+    assert "within_10: missing" in failures[1]
 
 
 @pytest.mark.slow
@@ -162,16 +162,16 @@ def test_promote_command_gates_on_params_yaml_and_rolls_back(tmp_path: Path, kc_
     uri = Settings().tracking_uri()  # the store `kernelcast promote` uses: under KERNELCAST_HOME
     reg.ensure_experiment("kernelcast-test", (kc_home / "mlflow" / "artifacts").as_uri(), uri)
     name, runner = "kc-cli", CliRunner()
-    passing = {"runtime_mape": 0.2, "within_10": 0.6, "roofline_balanced_accuracy": 0.9}
+    passing = {"runtime_mape": 0.2, "within_10": 0.6}
     v1 = _log_and_register(tmp_path, uri, name, passing)
-    v2 = _log_and_register(tmp_path, uri, name, {**passing, "roofline_balanced_accuracy": 0.5})
+    v2 = _log_and_register(tmp_path, uri, name, {**passing, "within_10": 0.1})
     v3 = _log_and_register(tmp_path, uri, name, {**passing, "runtime_mape": 0.1})
 
     def promote(*args: str) -> int:
         return runner.invoke(app, ["promote", "--model-name", name, *args]).exit_code
 
     assert promote("--version", v1) == 0
-    assert promote("--version", v2) == 1  # below min_roofline_balanced_accuracy
+    assert promote("--version", v2) == 1  # below min_within_10
     assert reg.alias_version(name, reg.CHAMPION, uri) == v1
     assert promote("--version", v3) == 0
     assert reg.alias_version(name, reg.CHAMPION, uri) == v3
