@@ -21,6 +21,7 @@ from typing import Any
 
 import pandas as pd
 
+from components.atomic import atomic_write
 from components.ingest.base import AdapterOutput, IngestError
 from components.ingest.registry import UPSTREAMS, get_adapter
 from components.ingest.schema import (
@@ -140,20 +141,6 @@ def summary_dict(result: IngestResult) -> dict[str, Any]:
     }
 
 
-def _atomic_write(path: Path, write: Callable[[Path], None]) -> None:
-    """Write through a temp file in the same folder, then rename: readers never see half a file."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    handle, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    os.close(handle)
-    try:
-        write(Path(tmp))
-        os.chmod(tmp, 0o644)  # mkstemp creates 0600; the tables are meant to be shared
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-
-
 def write_canonical(result: IngestResult, out_dir: Path) -> dict[str, Path]:
     """Write the three tables and summary.json (last, so its presence means the set is complete)."""
     out_dir = Path(out_dir)
@@ -163,11 +150,11 @@ def write_canonical(result: IngestResult, out_dir: Path) -> dict[str, Path]:
     for name, frame in frames.items():
         paths[name] = out_dir / name
         # One row group, no pandas index: the bytes depend on the rows alone.
-        _atomic_write(paths[name], lambda p, f=frame: f.to_parquet(p, index=False, engine="pyarrow",
+        atomic_write(paths[name], lambda p, f=frame: f.to_parquet(p, index=False, engine="pyarrow",
                                                                    compression="zstd", row_group_size=len(f) or 1))
     paths["summary.json"] = out_dir / "summary.json"
     text = json.dumps(summary_dict(result), indent=2, sort_keys=False) + "\n"
-    _atomic_write(paths["summary.json"], lambda p: p.write_text(text, encoding="utf-8"))
+    atomic_write(paths["summary.json"], lambda p: p.write_text(text, encoding="utf-8"))
     return paths
 
 

@@ -23,7 +23,6 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    import pandas as pd
     from mlflow import MlflowClient
     from mlflow.pyfunc import PyFuncModel
 

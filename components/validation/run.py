@@ -10,10 +10,7 @@ from __future__ import annotations
 
 import html
 import json
-import os
-import tempfile
 from collections import Counter
-from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -21,6 +18,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from components.atomic import atomic_write
 from components.validation.suites import (
     CatalogLike,
     Tolerances,
@@ -220,25 +218,12 @@ def validate_kernels(kernels: pd.DataFrame, params: dict[str, Any]) -> Validatio
 # Output
 
 
-def _atomic_write(path: Path, write: Callable[[Path], None]) -> None:
-    """Write through a temp file in the same folder, then rename: readers never see half a file."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    os.close(fd)
-    try:
-        write(Path(tmp))
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-
-
 def write_text_atomic(path: Path, text: str) -> None:
-    _atomic_write(path, lambda p: p.write_text(text, encoding="utf-8"))
+    atomic_write(path, lambda p: p.write_text(text, encoding="utf-8"))
 
 
 def write_parquet_atomic(path: Path, frame: pd.DataFrame) -> None:
-    _atomic_write(path, lambda p: frame.to_parquet(p, index=False))
+    atomic_write(path, lambda p: frame.to_parquet(p, index=False))
 
 
 def _table_html(rows: list[dict[str, Any]]) -> str:

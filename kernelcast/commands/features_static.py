@@ -9,26 +9,11 @@ from typing import Annotated
 
 import typer
 
+from components.features.static_sass import INSTRUCTION_CLASSES
 from kernelcast.commands._common import clean_errors
 
-_TABLE_CLASSES = (
-    "fp32",
-    "fp64",
-    "fp16",
-    "tensor",
-    "int",
-    "sfu",
-    "global_ld",
-    "global_st",
-    "shared_ld",
-    "shared_st",
-    "local_ld",
-    "local_st",
-    "atomic",
-    "shuffle",
-    "branch",
-    "barrier",
-)
+# The table shows the classes up to barriers; the JSON output keeps every class.
+_TABLE_CLASSES = INSTRUCTION_CLASSES[: INSTRUCTION_CLASSES.index("barrier") + 1]
 
 
 @clean_errors

@@ -192,7 +192,6 @@ def encode_frame(frame: pd.DataFrame, tokenizer: Any, config: LLMConfig, classes
 
 
 def _module_class() -> type:
-    import torch
     from torch import nn
 
     class HeadedLM(nn.Module):
