@@ -54,28 +54,25 @@ def with_split_columns(table: pd.DataFrame, canonical_dir: Path | None) -> pd.Da
         return table
     table = table.copy()
     canonical_dir = Path(canonical_dir) if canonical_dir is not None else None
-    if missing_m:
-        path = canonical_dir / "measurements.parquet" if canonical_dir else None
-        if path is not None and path.is_file():
-            extra = pd.read_parquet(path, columns=["measurement_id", *missing_m]).drop_duplicates("measurement_id")
-            joined = table[["measurement_id"]].merge(extra, on="measurement_id", how="left")
-            for column in missing_m:
-                table[column] = joined[column].to_numpy()
-        else:
-            for column in missing_m:
-                table[column] = pd.Series(pd.NA, index=table.index, dtype="string")
-    if missing_k:
-        path = canonical_dir / "kernels.parquet" if canonical_dir else None
-        if path is not None and path.is_file():
-            extra = pd.read_parquet(path, columns=["kernel_id", *missing_k]).drop_duplicates("kernel_id")
-            joined = table[["kernel_id"]].merge(extra, on="kernel_id", how="left")
-            for column in missing_k:
-                table[column] = joined[column].to_numpy()
-        else:
-            for column in missing_k:
-                table[column] = pd.Series(pd.NA, index=table.index, dtype="string")
+    _join_from(table, canonical_dir, "measurements.parquet", "measurement_id", missing_m)
+    _join_from(table, canonical_dir, "kernels.parquet", "kernel_id", missing_k)
     table["upstream_row"] = pd.to_numeric(table["upstream_row"], errors="coerce").astype("Int64")
     return table
+
+
+def _join_from(table: pd.DataFrame, canonical_dir: Path | None, file: str, key: str, columns: list[str]) -> None:
+    """Fill ``columns`` in place from a canonical table by ``key``; all-NA where that table is absent."""
+    if not columns:
+        return
+    path = canonical_dir / file if canonical_dir else None
+    if path is not None and path.is_file():
+        extra = pd.read_parquet(path, columns=[key, *columns]).drop_duplicates(key)
+        joined = table[[key]].merge(extra, on=key, how="left")
+        for column in columns:
+            table[column] = joined[column].to_numpy()
+    else:
+        for column in columns:
+            table[column] = pd.Series(pd.NA, index=table.index, dtype="string")
 
 
 def split_folds(table: pd.DataFrame, split: str) -> list[Fold]:

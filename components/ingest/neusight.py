@@ -133,6 +133,20 @@ def raw_rows(frame: pd.DataFrame, mask: np.ndarray) -> list[str]:
     return picked.astype(str).agg(",".join, axis=1).tolist()
 
 
+
+def apply_checks(frame: pd.DataFrame, checks: list, reason: pd.Series, source: str, label: str,
+                 rejects: list[dict]) -> np.ndarray:
+    """Give each row the reason of the first check it fails, append those rows to ``rejects``,
+    and return the mask of rejected rows. ``checks`` = [(failed mask, idx -> reason series)]."""
+    for failed, message in checks:
+        fresh = failed.fillna(True).astype(bool) & reason.isna()
+        if fresh.any():
+            reason[fresh] = message(frame.index[fresh])
+    bad = reason.notna().to_numpy()
+    for row, why, raw in zip(frame.index[bad], reason[bad], raw_rows(frame, bad), strict=True):
+        rejects.append(reject(source, label, int(row), str(why), raw))
+    return bad
+
 def require_columns(frame: pd.DataFrame, columns: Iterable[str], path: Path, source: str) -> None:
     missing = [c for c in columns if c not in frame.columns]
     if missing:
@@ -250,13 +264,7 @@ def _read_file(root: Path, path: Path, kind: str, run_id: str, catalog) -> tuple
     if large is not None:
         checks.append((~large.isin(["true", "false"]),
                        lambda idx: "large is not True/False: " + frame.loc[idx, "large"].map(repr)))
-    for failed, message in checks:
-        fresh = failed.fillna(True).astype(bool) & reason.isna()
-        if fresh.any():
-            reason[fresh] = message(frame.index[fresh])
-    bad = reason.notna().to_numpy()
-    for row, why, raw in zip(frame.index[bad], reason[bad], raw_rows(frame, bad), strict=True):
-        rejects.append(reject(SOURCE, label, int(row), str(why), raw))
+    bad = apply_checks(frame, checks, reason, SOURCE, label, rejects)
 
     keep = ~bad
     good = pd.DataFrame({

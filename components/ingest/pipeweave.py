@@ -31,11 +31,10 @@ import pandas as pd
 
 from components.ingest.base import AdapterOutput, IngestError, require_dir, require_file
 from components.ingest.neusight import (
+    apply_checks,
     definition_flops,
     gflops_of,
-    raw_rows,
     read_csv_strings,
-    reject,
     repeat_suffix,
     require_columns,
     resolve_devices,
@@ -203,13 +202,7 @@ def _read_table(root: Path, table: Table, catalog) -> tuple[pd.DataFrame, list[d
         (op.isna() | (op == ""), lambda idx: pd.Series("empty op name", index=idx)),
         (device_id.isna(), lambda idx: "unknown device " + raw_device[idx].map(lambda s: f"'{s}'")),
     ]
-    for failed, message in checks:
-        fresh = failed.fillna(True).astype(bool) & reason.isna()
-        if fresh.any():
-            reason[fresh] = message(frame.index[fresh])
-    bad = reason.notna().to_numpy()
-    for row, why, raw in zip(frame.index[bad], reason[bad], raw_rows(frame, bad), strict=True):
-        rejects.append(reject(SOURCE, label, int(row), str(why), raw))
+    bad = apply_checks(frame, checks, reason, SOURCE, label, rejects)
 
     keep = ~bad
     shape_dicts = [dict(zip(table.shape_columns, (int(v) for v in row), strict=True))
