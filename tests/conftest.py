@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from kernelcast.settings import Settings
+from kernelcast.settings import PROJECT_ROOT, Settings
 
 # Prefect's test server needs ~10-20 s on a loaded 2-core box; its default (30 s) is too tight.
 PREFECT_STARTUP_TIMEOUT_S = 180
@@ -95,3 +95,39 @@ def local_ray(kc_settings: Settings, prefect_harness: str) -> Iterator[None]:
         yield
     finally:
         ray.shutdown()
+
+
+@pytest.fixture(scope="session")
+def features_file(kc_settings: Settings) -> Path:
+    """Our own H100 measurements (profiled-data/) as canonical tables + a feature table in the session home."""
+    from components.devices import load_catalog
+    from components.features.build import build_feature_table, write_features
+    from components.ingest.profiled import ingest
+    from components.ingest.schema import with_measurement_ids
+
+    catalog = load_catalog()
+    output = ingest(PROJECT_ROOT / "profiled-data", catalog)
+    measurements = output.measurements
+    if measurements["measurement_id"].isna().any():
+        measurements = with_measurement_ids(measurements)
+    canonical = kc_settings.data_dir / "canonical"
+    canonical.mkdir(parents=True, exist_ok=True)
+    measurements.to_parquet(canonical / "measurements.parquet")
+    output.kernels.to_parquet(canonical / "kernels.parquet")
+    table = build_feature_table(measurements, output.kernels, catalog)
+    return write_features(table, kc_settings.data_dir / "features" / "features.parquet")
+
+
+@pytest.fixture(scope="session")
+def llm_settings(kc_settings: Settings) -> Settings:
+    """The session home with the embedded model de-quantized once (linked from the project's own
+    cache when a developer already has one; de-quantizing costs ~30-50 s on 2 cores)."""
+    from components.models.llm.loader import EMBEDDED_NAME, ensure_embedded_cache
+
+    cached = PROJECT_ROOT / ".kernelcast" / "cache" / "llm" / EMBEDDED_NAME
+    target = kc_settings.cache_dir / "llm" / EMBEDDED_NAME
+    target.parent.mkdir(parents=True, exist_ok=True)
+    if (cached / "config.json").is_file() and not target.exists():
+        target.symlink_to(cached, target_is_directory=True)
+    ensure_embedded_cache(kc_settings.cache_dir / "llm")
+    return kc_settings

@@ -12,11 +12,14 @@ import math
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import pandas as pd
 
-from components.evaluation.harness import class_label_column, evaluate_predictor, split_folds, target_reports
+from components.evaluation.harness import (
+    capped_rows, class_label_column, evaluate_predictor, split_folds, target_reports,
+)
 from components.evaluation.metrics import classification_report
 from components.evaluation.splits import Fold
 from components.models.base import CLASS_TARGET, NUMERIC_TARGETS, Predictor
@@ -136,9 +139,18 @@ def _row(split: str, family: str, target: str, metric: str, ours: float, n: int,
 
 def run_accuracy_bench(table: pd.DataFrame, families: Sequence[str], splits: Sequence[str], factory: Factory,
                        published: list[Published], max_folds: int = 3,
-                       log: Callable[[str], None] = lambda _: None) -> BenchResult:
-    """Fit every family on every split's train side(s), score the test side(s), collect rows."""
+                       log: Callable[[str], None] = lambda _: None, *, max_test_rows: int | None = None,
+                       canonical_dir: Path | None = None) -> BenchResult:
+    """Fit every family on every split's train side(s), score the test side(s), collect rows.
+
+    ``max_test_rows`` caps each fold's test side (by hash, identical rows for every family), for
+    families too slow to score tens of thousands of rows on a CPU; ``canonical_dir`` supplies the
+    kernel columns (source text) a family's predictor asks for.
+    """
     result = BenchResult()
+    if max_test_rows is not None:
+        result.notes.append(f"each fold's test side capped to {max_test_rows} rows (hash of measurement_id; "
+                            "the same rows for every family)")
     for split in splits:
         try:
             folds = select_folds(table, split, max_folds)
@@ -154,7 +166,9 @@ def run_accuracy_bench(table: pd.DataFrame, families: Sequence[str], splits: Seq
             for fold in folds:
                 started = time.perf_counter()
                 predictor, fit_seconds = factory(family, table.loc[fold.train], split)
-                evaluation = evaluate_predictor(predictor, table, split, model=family, rows=fold.test)
+                evaluation = evaluate_predictor(predictor, table, split, model=family,
+                                                rows=capped_rows(fold.test, table, max_test_rows),
+                                                canonical_dir=canonical_dir)
                 frames.append(evaluation.frame)
                 targets.update(predictor.targets)
                 result.timings.append({"split": split, "fold": fold.name, "family": family,

@@ -15,6 +15,7 @@ JSON shape (fractions in [0, 1]; ``null`` where a figure cannot be computed)::
 
 from __future__ import annotations
 
+import hashlib
 import math
 from dataclasses import dataclass
 from pathlib import Path
@@ -154,13 +155,51 @@ def evaluate_frame(frame: pd.DataFrame, targets: tuple[str, ...], *, model: str,
     return _clean(report)
 
 
+def attach_kernel_columns(frame: pd.DataFrame, columns: tuple[str, ...], canonical_dir: Path | None) -> pd.DataFrame:
+    """``frame`` plus kernel-table ``columns`` it lacks (e.g. ``source_text`` for the llm family).
+
+    The feature table leaves kernel source out (it would repeat a program's text on every launch
+    row); a predictor that reads it names the columns in ``kernel_columns`` and gets them joined here,
+    for the rows being scored only. Without a canonical kernels table the columns are all-NA and the
+    predictor falls back to what the feature row carries (op + shapes + signature).
+    """
+    missing = [c for c in columns if c not in frame.columns]
+    if not missing or frame.empty:
+        return frame
+    out = frame.copy()
+    path = Path(canonical_dir) / "kernels.parquet" if canonical_dir is not None else None
+    if path is None or not path.is_file():
+        for column in missing:
+            out[column] = pd.Series(pd.NA, index=out.index, dtype="string")
+        return out
+    ids = sorted(set(out["kernel_id"].dropna().astype(str)))
+    extra = pd.read_parquet(path, columns=["kernel_id", *missing], filters=[("kernel_id", "in", ids)])
+    joined = out[["kernel_id"]].merge(extra.drop_duplicates("kernel_id"), on="kernel_id", how="left")
+    for column in missing:
+        out[column] = joined[column].to_numpy()
+    return out
+
+
+def capped_rows(index: pd.Index, table: pd.DataFrame, max_rows: int | None, salt: str = "eval-cap") -> pd.Index:
+    """At most ``max_rows`` of ``index``, chosen by hash of measurement_id: the same rows for every
+    model and every run, so families scored under one cap are compared on identical rows."""
+    if max_rows is None or len(index) <= max_rows:
+        return index
+    keys = table.loc[index, "measurement_id"].astype(str)
+    rank = keys.map(lambda v: hashlib.sha1(f"{salt}\x1f{v}".encode()).hexdigest())
+    return pd.Index(rank.sort_values(kind="stable").index[:max_rows]).sort_values()
+
+
 def evaluate_predictor(predictor: Predictor, table: pd.DataFrame, split: str | None, *,
-                       model: str, rows: pd.Index | None = None) -> Evaluation:
+                       model: str, rows: pd.Index | None = None,
+                       canonical_dir: Path | None = None) -> Evaluation:
     """Score ``predictor`` on the split's test side (or ``rows``), excluding rows it trained on."""
     candidates = table.loc[rows] if rows is not None else evaluation_rows(table, split)
     seen = candidates["measurement_id"].astype(str).isin(predictor.trained_on)
     scored = candidates.loc[~seen]
-    predictions = predictor.predict(scored) if len(scored) else pd.DataFrame(index=scored.index)
+    needed = tuple(getattr(predictor, "kernel_columns", ()))
+    model_input = attach_kernel_columns(scored, needed, canonical_dir) if needed else scored
+    predictions = predictor.predict(model_input) if len(scored) else pd.DataFrame(index=scored.index)
     frame = pd.concat([scored, predictions], axis=1)
     conformal = getattr(predictor, "conformal", None) or {}
     if "alpha" in conformal:

@@ -14,7 +14,7 @@ import math
 import os
 import tempfile
 import time
-from dataclasses import asdict
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -171,6 +171,8 @@ def train_llm(
     predictor.prepare(train_frame)
     train_data = predictor.encode(train_frame)
     val_data = predictor.encode(val_frame) if val_frame is not None and len(val_frame) else None
+    if val_frame is not None:
+        predictor.mark_seen(val_frame)
     base_path = resolve_base(cfg.base, settings.cache_dir / "llm")  # de-quantize once, in the driver
 
     tracking_uri = settings.tracking_uri()
@@ -237,3 +239,67 @@ def train_llm(
         version = register(model_uri, name, tracking_uri)
         MlflowClient(tracking_uri=tracking_uri).set_model_version_tag(name, str(version), "family", "llm")
     return out_dir
+
+
+# --------------------------------------------------------------------------- from params.yaml
+
+
+@dataclass(frozen=True)
+class LLMRunParams:
+    """How one LLM fine-tune runs (params.yaml ``train.llm``), beside the model's own ``LLMConfig``."""
+
+    workers: int = 2
+    patience: int = 2
+    val_share: float = 0.15
+    # CPU budgets: a 135M model reads ~40-60 prompts/s forward on 2 cores and trains ~1 step of
+    # 8 prompts per several seconds, so train sides and scored test sides are capped (by hash, the
+    # same rows every run) and the caps are stated next to every figure.
+    max_train_rows: int | None = 512
+    max_test_rows: int | None = 300
+
+
+def llm_params(params: dict[str, Any]) -> tuple[Any, LLMRunParams]:
+    """``(LLMConfig, LLMRunParams)`` from params.yaml; unknown keys are an error, not ignored."""
+    from dataclasses import fields
+
+    from components.models.llm.model import LLMConfig
+
+    train = params.get("train") or {}
+    raw = dict(train.get("llm") or {})
+    run_keys = {f.name for f in fields(LLMRunParams)}
+    run = LLMRunParams(**{key: raw.pop(key) for key in list(raw) if key in run_keys})
+    config_keys = {f.name for f in fields(LLMConfig)}
+    unknown = sorted(set(raw) - config_keys)
+    if unknown:
+        raise ValueError(f"params.yaml train.llm: unknown key(s) {unknown}; "
+                         f"known: {sorted(config_keys | run_keys)}")
+    if raw.get("base") in ("", "embedded"):
+        raw["base"] = None  # the embedded SmolLM2-135M wheel
+    raw.setdefault("seed", int(train.get("seed", 0)))
+    return LLMConfig.from_dict(raw), run
+
+
+def fit_on_side(train_side: pd.DataFrame, split: str | None, settings: Settings, *, config: Any,
+                run: LLMRunParams, register_as: str | None = "", run_name: str = "llm-lora") -> tuple[Any, Path]:
+    """Fine-tune on a split's train side: capped subsample, kernel source joined, a validation
+    slice of that side for early stopping, Ray Train. Returns (loaded predictor, its directory)."""
+    from dataclasses import replace
+
+    from components.evaluation.harness import attach_kernel_columns, class_label_column
+    from components.models.llm.model import LLMPredictor
+    from components.models.tabular import subsample_rows
+
+    cfg = replace(config, class_column=class_label_column(split))
+    # A row that measures none of the targets the model learns would only add padding to batches.
+    wanted = [c for c in (*cfg.numeric_targets, *([cfg.class_column] if cfg.predict_class else ()))
+              if c in train_side]
+    teachable = train_side[train_side[wanted].notna().any(axis=1)] if wanted else train_side.iloc[0:0]
+    sample = subsample_rows(teachable, run.max_train_rows, salt="llm-subsample")
+    if sample.empty:
+        raise ValueError(f"split {split!r}: no train rows measure any of {wanted}")
+    sample = attach_kernel_columns(sample, LLMPredictor.kernel_columns, settings.data_dir / "canonical")
+    fit_side, val_side = split_validation(sample, share=run.val_share)
+    out_dir = train_llm(fit_side, val_side, settings, workers=run.workers, epochs=cfg.epochs,
+                        max_tokens=cfg.max_tokens, batch_size=cfg.batch_size, config=cfg, patience=run.patience,
+                        register_as=register_as, run_name=run_name)
+    return LLMPredictor.load(out_dir), out_dir

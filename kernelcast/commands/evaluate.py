@@ -78,7 +78,10 @@ def ingest_features(source: str, root: Path, settings: Any, params: dict[str, An
     # The bolet split reads these canonical columns, which the feature table does not carry.
     extra = validation.valid[["measurement_id", "upstream_row", "roofline_class_published"]]
     table = table.merge(extra.drop_duplicates("measurement_id"), on="measurement_id", how="left")
-    table = table.merge(output.kernels[["kernel_id", "program"]].drop_duplicates("kernel_id"), on="kernel_id",
+    # program for the bolet split; source_text for predictors that read source (llm): this table is
+    # one directory's rows in memory, never written, so carrying the text per row is fine here.
+    kernel_extra = [c for c in ("program", "source_text") if c in output.kernels.columns]
+    table = table.merge(output.kernels[["kernel_id", *kernel_extra]].drop_duplicates("kernel_id"), on="kernel_id",
                         how="left")
     return table, len(validation.quarantine)
 
@@ -92,9 +95,14 @@ def evaluate_command(
     split: Annotated[str | None, typer.Option("--split", help="score this split's test side (default: unseen-kernel; all rows with --source)")] = None,
     features: Annotated[Path | None, typer.Option("--features", help="feature table (default: data_dir/features/features.parquet)")] = None,
     log: Annotated[bool, typer.Option("--log/--no-log", help="record an MLflow evaluation run")] = True,
+    max_rows: Annotated[int | None, typer.Option("--max-rows", min=1, help=(
+        "score at most this many rows, chosen by hash of measurement_id (the same rows every run); "
+        "for the llm family on a CPU"))] = None,
 ) -> None:
     """Evaluate MODEL; rows it trained on are excluded and counted as excluded_seen."""
-    from components.evaluation.harness import evaluate_predictor, log_evaluation_run, read_feature_table
+    from components.evaluation.harness import (
+        capped_rows, evaluate_predictor, evaluation_rows, log_evaluation_run, read_feature_table,
+    )
     from components.evaluation.plots import write_plots
     from components.evaluation.splits import SPLITS
     from components.training.tabular import experiment_id
@@ -115,8 +123,13 @@ def evaluate_command(
         table = read_feature_table(features or settings.data_dir / "features" / "features.parquet",
                                    settings.data_dir / "canonical")
     predictor = load_model(model, settings.tracking_uri())
-    evaluation = evaluate_predictor(predictor, table, split, model=model)
+    candidates = evaluation_rows(table, split)
+    rows = capped_rows(candidates.index, table, max_rows)
+    evaluation = evaluate_predictor(predictor, table, split, model=model, rows=rows,
+                                    canonical_dir=settings.data_dir / "canonical")
     report = evaluation.report
+    if len(rows) < len(candidates):
+        report["subsampled_from"] = len(candidates)
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps(report, indent=2, sort_keys=False) + "\n")
 

@@ -18,26 +18,6 @@ from kernelcast.settings import PROJECT_ROOT, Settings
 pytestmark = pytest.mark.slow
 
 
-@pytest.fixture(scope="module")
-def features_file(kc_settings: Settings) -> Path:
-    from components.devices import load_catalog
-    from components.features.build import build_feature_table, write_features
-    from components.ingest.profiled import ingest
-    from components.ingest.schema import with_measurement_ids
-
-    catalog = load_catalog()
-    output = ingest(PROJECT_ROOT / "profiled-data", catalog)
-    measurements = output.measurements
-    if measurements["measurement_id"].isna().any():
-        measurements = with_measurement_ids(measurements)
-    canonical = kc_settings.data_dir / "canonical"
-    canonical.mkdir(parents=True, exist_ok=True)
-    measurements.to_parquet(canonical / "measurements.parquet")
-    output.kernels.to_parquet(canonical / "kernels.parquet")
-    table = build_feature_table(measurements, output.kernels, catalog)
-    return write_features(table, kc_settings.data_dir / "features" / "features.parquet")
-
-
 def test_train_register_then_evaluate_by_registry_uri(kc_settings: Settings, features_file: Path,
                                                       tmp_path: Path) -> None:
     import ray

@@ -12,25 +12,11 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from kernelcast.settings import PROJECT_ROOT, Settings
+from kernelcast.settings import Settings
 
 pytestmark = pytest.mark.slow
 N_PER_CLASS = 8  # 16 gpuFLOPBench kernels
 MAX_TOKENS = 160
-
-
-@pytest.fixture(scope="module")
-def llm_settings(kc_settings: Settings) -> Settings:
-    """The session's throw-away home, with the de-quantized model linked in (de-quantizing costs ~30-50 s)."""
-    from components.models.llm.loader import EMBEDDED_NAME, ensure_embedded_cache
-
-    cached = PROJECT_ROOT / ".kernelcast" / "cache" / "llm" / EMBEDDED_NAME
-    target = kc_settings.cache_dir / "llm" / EMBEDDED_NAME
-    target.parent.mkdir(parents=True, exist_ok=True)
-    if (cached / "config.json").is_file() and not target.exists():
-        target.symlink_to(cached, target_is_directory=True)
-    ensure_embedded_cache(kc_settings.cache_dir / "llm")
-    return kc_settings
 
 
 @pytest.fixture(scope="module")

@@ -158,3 +158,50 @@ def test_cli_argument_errors_are_one_line(args: list[str], fragment: str, tmp_pa
     assert result.exit_code == 2, result.output
     lines = [line for line in result.output.strip().splitlines() if line.strip()]
     assert len(lines) == 1 and lines[0].startswith("error:") and fragment in lines[0], result.output
+
+
+class SourceReadingPredictor(ScaledPredictor):
+    """Asks the harness for kernel source (as the llm family does) and records what it got."""
+
+    kernel_columns = ("source_text",)
+
+    def predict(self, features: pd.DataFrame) -> pd.DataFrame:
+        self.seen_sources = dict(zip(features["kernel_id"], features["source_text"]))
+        return super().predict(features)
+
+
+def test_kernel_source_is_joined_only_for_predictors_that_read_it(tmp_path: Path) -> None:
+    from components.evaluation.harness import attach_kernel_columns
+
+    table = _table(8)
+    canonical = tmp_path / "canonical"
+    canonical.mkdir()
+    kernels = pd.DataFrame({"kernel_id": ["k0", "k1", "k2", "k9"],
+                            "source_text": ["__global__ void a() {}", None, "__global__ void c() {}", "x"]})
+    kernels.to_parquet(canonical / "kernels.parquet")
+
+    reader = SourceReadingPredictor(set())
+    evaluation = evaluate_predictor(reader, table, None, model="stub", canonical_dir=canonical)
+    assert reader.seen_sources["k0"] == "__global__ void a() {}" and reader.seen_sources["k2"].endswith("c() {}")
+    assert pd.isna(reader.seen_sources["k1"]) and pd.isna(reader.seen_sources["k3"])  # no text / not in table
+    assert "source_text" not in evaluation.frame.columns  # the report frame stays light
+
+    # No canonical table: the column exists, all-NA, so the predictor falls back to op + shapes.
+    bare = attach_kernel_columns(table, ("source_text",), tmp_path / "missing")
+    assert bare["source_text"].isna().all() and len(bare) == len(table)
+    # A frame that already carries the column is left as it is.
+    carried = table.assign(source_text="mine")
+    assert attach_kernel_columns(carried, ("source_text",), canonical)["source_text"].eq("mine").all()
+
+
+def test_capped_rows_are_the_same_whatever_the_row_order() -> None:
+    from components.evaluation.harness import capped_rows
+
+    table = _table(40)
+    capped = capped_rows(table.index, table, 10)
+    assert len(capped) == 10 and capped.is_monotonic_increasing
+    shuffled = table.sample(frac=1.0, random_state=3)
+    again = capped_rows(shuffled.index, shuffled, 10)
+    assert set(table.loc[capped, "measurement_id"]) == set(shuffled.loc[again, "measurement_id"])
+    assert capped_rows(table.index, table, None).equals(table.index)
+    assert capped_rows(table.index, table, 100).equals(table.index)

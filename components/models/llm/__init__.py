@@ -1,12 +1,18 @@
 """LLM predictor family: LoRA on a causal LM (default: embedded SmolLM2-135M) + heads.
 
-Nothing heavy is imported here; ``load`` pulls in torch/transformers/peft only when called.
+Nothing heavy is imported here; ``load`` and ``fit_for_bench`` pull in torch/transformers/peft/ray
+only when called.
 """
 
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    import pandas as pd
+
+    from kernelcast.settings import Settings
 
 
 def load(directory: Path | str) -> Any:
@@ -16,4 +22,18 @@ def load(directory: Path | str) -> Any:
     return LLMPredictor.load(Path(directory))
 
 
-__all__ = ["load"]
+def fit_for_bench(train: pd.DataFrame, split: str | None, settings: Settings) -> Any:
+    """The ``kernelcast bench accuracy`` entry point: a Ray Train fine-tune on the split's train side
+    with params.yaml ``train.llm`` (capped to ``max_train_rows``), not registered."""
+    import yaml
+
+    from components.training.llm import fit_on_side, llm_params
+
+    params = yaml.safe_load(Path(settings.params_file).read_text()) or {}
+    config, run = llm_params(params)
+    predictor, _ = fit_on_side(train, split, settings, config=config, run=run, register_as="",
+                               run_name=f"llm-bench-{split}")
+    return predictor
+
+
+__all__ = ["fit_for_bench", "load"]

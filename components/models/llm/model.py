@@ -333,6 +333,9 @@ class LLMPredictor:
     """Predictor protocol, family ``llm``. ``fit`` trains in-process; ``train_llm`` uses Ray Train."""
 
     family = FAMILY
+    # Kernel-table columns the prompts read that the feature table does not carry; the evaluation
+    # harness joins them from the canonical kernels table for the rows it scores.
+    kernel_columns: tuple[str, ...] = ("source_text",)
 
     def __init__(self, config: LLMConfig | None = None) -> None:
         self.config = config or LLMConfig()
@@ -350,6 +353,11 @@ class LLMPredictor:
     @property
     def trained_on(self) -> frozenset[str]:
         return self._trained_on
+
+    def mark_seen(self, frame: pd.DataFrame) -> None:
+        """Also count ``frame``'s rows as seen (the early-stopping slice shaped the model too)."""
+        if "measurement_id" in frame:
+            self._trained_on = self._trained_on | frozenset(str(v) for v in frame["measurement_id"].dropna())
 
     # -- preparation shared with the Ray Train driver
     def prepare(self, train: pd.DataFrame) -> None:
