@@ -155,28 +155,33 @@ def evaluate_frame(frame: pd.DataFrame, targets: tuple[str, ...], *, model: str,
     return _clean(report)
 
 
-def attach_kernel_columns(frame: pd.DataFrame, columns: tuple[str, ...], canonical_dir: Path | None) -> pd.DataFrame:
-    """``frame`` plus kernel-table ``columns`` it lacks (e.g. ``source_text`` for the llm family).
+def attach_canonical_columns(frame: pd.DataFrame, canonical_dir: Path | None, *,
+                             kernels: tuple[str, ...] = (), measurements: tuple[str, ...] = ()) -> pd.DataFrame:
+    """``frame`` plus the canonical ``kernels``/``measurements`` columns it lacks, for its rows only.
 
-    The feature table leaves kernel source out (it would repeat a program's text on every launch
-    row); a predictor that reads it names the columns in ``kernel_columns`` and gets them joined here,
-    for the rows being scored only. Without a canonical kernels table the columns are all-NA and the
-    predictor falls back to what the feature row carries (op + shapes + signature).
+    The feature table leaves out what only a reader of the raw kernel needs (source text would
+    repeat a program's text on every launch row; shapes and launch parameters live in JSON). A
+    predictor that reads them (the llm family) names them in ``kernel_columns`` and
+    ``measurement_columns``. Without canonical tables the columns are all-NA and the predictor
+    falls back to what the feature row carries.
     """
-    missing = [c for c in columns if c not in frame.columns]
-    if not missing or frame.empty:
-        return frame
-    out = frame.copy()
-    path = Path(canonical_dir) / "kernels.parquet" if canonical_dir is not None else None
-    if path is None or not path.is_file():
+    out = frame
+    for file, key, wanted in (("kernels.parquet", "kernel_id", kernels),
+                              ("measurements.parquet", "measurement_id", measurements)):
+        missing = [c for c in wanted if c not in out.columns]
+        if not missing or out.empty:
+            continue
+        out = out.copy() if out is frame else out
+        path = Path(canonical_dir) / file if canonical_dir is not None else None
+        if path is None or not path.is_file():
+            for column in missing:
+                out[column] = pd.Series(pd.NA, index=out.index, dtype="object")
+            continue
+        ids = sorted(set(out[key].dropna().astype(str)))
+        extra = pd.read_parquet(path, columns=[key, *missing], filters=[(key, "in", ids)])
+        joined = out[[key]].merge(extra.drop_duplicates(key), on=key, how="left")
         for column in missing:
-            out[column] = pd.Series(pd.NA, index=out.index, dtype="string")
-        return out
-    ids = sorted(set(out["kernel_id"].dropna().astype(str)))
-    extra = pd.read_parquet(path, columns=["kernel_id", *missing], filters=[("kernel_id", "in", ids)])
-    joined = out[["kernel_id"]].merge(extra.drop_duplicates("kernel_id"), on="kernel_id", how="left")
-    for column in missing:
-        out[column] = joined[column].to_numpy()
+            out[column] = joined[column].to_numpy()
     return out
 
 
@@ -197,8 +202,9 @@ def evaluate_predictor(predictor: Predictor, table: pd.DataFrame, split: str | N
     candidates = table.loc[rows] if rows is not None else evaluation_rows(table, split)
     seen = candidates["measurement_id"].astype(str).isin(predictor.trained_on)
     scored = candidates.loc[~seen]
-    needed = tuple(getattr(predictor, "kernel_columns", ()))
-    model_input = attach_kernel_columns(scored, needed, canonical_dir) if needed else scored
+    model_input = attach_canonical_columns(scored, canonical_dir,
+                                           kernels=tuple(getattr(predictor, "kernel_columns", ())),
+                                           measurements=tuple(getattr(predictor, "measurement_columns", ())))
     predictions = predictor.predict(model_input) if len(scored) else pd.DataFrame(index=scored.index)
     frame = pd.concat([scored, predictions], axis=1)
     conformal = getattr(predictor, "conformal", None) or {}

@@ -254,7 +254,7 @@ class LLMRunParams:
     # CPU budgets: a 135M model reads ~40-60 prompts/s forward on 2 cores and trains ~1 step of
     # 8 prompts per several seconds, so train sides and scored test sides are capped (by hash, the
     # same rows every run) and the caps are stated next to every figure.
-    max_train_rows: int | None = 512
+    max_train_rows: int | None = 384
     max_test_rows: int | None = 300
 
 
@@ -285,7 +285,7 @@ def fit_on_side(train_side: pd.DataFrame, split: str | None, settings: Settings,
     slice of that side for early stopping, Ray Train. Returns (loaded predictor, its directory)."""
     from dataclasses import replace
 
-    from components.evaluation.harness import attach_kernel_columns, class_label_column
+    from components.evaluation.harness import attach_canonical_columns, class_label_column
     from components.models.llm.model import LLMPredictor
     from components.models.tabular import subsample_rows
 
@@ -297,7 +297,8 @@ def fit_on_side(train_side: pd.DataFrame, split: str | None, settings: Settings,
     sample = subsample_rows(teachable, run.max_train_rows, salt="llm-subsample")
     if sample.empty:
         raise ValueError(f"split {split!r}: no train rows measure any of {wanted}")
-    sample = attach_kernel_columns(sample, LLMPredictor.kernel_columns, settings.data_dir / "canonical")
+    sample = attach_canonical_columns(sample, settings.data_dir / "canonical", kernels=LLMPredictor.kernel_columns,
+                                      measurements=LLMPredictor.measurement_columns)
     fit_side, val_side = split_validation(sample, share=run.val_share)
     out_dir = train_llm(fit_side, val_side, settings, workers=run.workers, epochs=cfg.epochs,
                         max_tokens=cfg.max_tokens, batch_size=cfg.batch_size, config=cfg, patience=run.patience,

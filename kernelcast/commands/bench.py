@@ -67,15 +67,23 @@ def accuracy_command(
     def factory(name: str, train, split_name: str):  # noqa: ANN001, ANN202 -- bench.Factory
         return make_predictor(name, train, split_name, config, settings, use_ray=ray)
 
-    if max_test_rows is None and "llm" in families:
+    llm_note = None
+    if "llm" in families:
         from components.training.llm import llm_params
 
-        max_test_rows = llm_params(params)[1].max_test_rows  # a CPU scores ~50 LLM prompts/s
+        llm_config, llm_run = llm_params(params)
+        if max_test_rows is None:
+            max_test_rows = llm_run.max_test_rows  # a 2-core CPU reads ~3 LLM prompts/s
+        llm_note = (f"llm: {llm_config.base or 'embedded SmolLM2-135M'} + LoRA r={llm_config.lora_r}, "
+                    f"{llm_config.max_tokens}-token prompts, {llm_config.epochs} epochs on at most "
+                    f"{llm_run.max_train_rows} train rows (params.yaml train.llm), {llm_run.workers} Ray Train workers")
     result = run_accuracy_bench(table, families, splits, factory, published_figures(lambda n: catalog.resolve(n).id),
                                 max_folds=folds_cap, log=lambda line: typer.echo(line, err=True),
                                 max_test_rows=max_test_rows, canonical_dir=settings.data_dir / "canonical")
     result.notes.insert(0, f"train sides subsampled deterministically (hash of measurement_id) to at most "
                            f"{rows_cap} rows; hyper-parameters fixed in params.yaml, none tuned on a test side")
+    if llm_note:
+        result.notes.insert(1, llm_note)
     typer.echo(markdown_table(result.rows))
     for note in result.notes:
         typer.echo(f"- {note}")

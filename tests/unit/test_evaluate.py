@@ -171,7 +171,7 @@ class SourceReadingPredictor(ScaledPredictor):
 
 
 def test_kernel_source_is_joined_only_for_predictors_that_read_it(tmp_path: Path) -> None:
-    from components.evaluation.harness import attach_kernel_columns
+    from components.evaluation.harness import attach_canonical_columns
 
     table = _table(8)
     canonical = tmp_path / "canonical"
@@ -187,11 +187,18 @@ def test_kernel_source_is_joined_only_for_predictors_that_read_it(tmp_path: Path
     assert "source_text" not in evaluation.frame.columns  # the report frame stays light
 
     # No canonical table: the column exists, all-NA, so the predictor falls back to op + shapes.
-    bare = attach_kernel_columns(table, ("source_text",), tmp_path / "missing")
+    bare = attach_canonical_columns(table, tmp_path / "missing", kernels=("source_text",))
     assert bare["source_text"].isna().all() and len(bare) == len(table)
     # A frame that already carries the column is left as it is.
     carried = table.assign(source_text="mine")
-    assert attach_kernel_columns(carried, ("source_text",), canonical)["source_text"].eq("mine").all()
+    assert attach_canonical_columns(carried, canonical, kernels=("source_text",))["source_text"].eq("mine").all()
+
+    # Measurement columns (per-launch parameters) join by measurement_id.
+    pd.DataFrame({"measurement_id": ["m1", "m5"], "params_json": ['{"M": 64}', '{"M": 128}']}).to_parquet(
+        canonical / "measurements.parquet")
+    joined = attach_canonical_columns(table, canonical, measurements=("params_json",))
+    assert joined.set_index("measurement_id").loc[["m1", "m5"], "params_json"].tolist() == ['{"M": 64}', '{"M": 128}']
+    assert joined["params_json"].isna().sum() == len(table) - 2
 
 
 def test_capped_rows_are_the_same_whatever_the_row_order() -> None:

@@ -129,6 +129,22 @@ def _present(value: Any) -> bool:
     return value is not None and not (isinstance(value, float) and math.isnan(value)) and value is not pd.NA
 
 
+# Provenance in params_json that says nothing about the launch (or repeats the signature).
+_NON_LAUNCH_PARAMS: frozenset[str] = frozenset({"signature", "problem_set", "launch", "level"})
+
+
+def launch_parameters(params_json: Any) -> dict[str, Any]:
+    """Per-measurement parameters (shapes, tuning configuration, program arguments) from
+    ``params_json``; unreadable JSON gives none rather than failing the whole batch."""
+    if not isinstance(params_json, str) or not params_json:
+        return {}
+    try:
+        params = json.loads(params_json)
+    except ValueError:
+        return {}
+    return {k: v for k, v in params.items() if k not in _NON_LAUNCH_PARAMS} if isinstance(params, dict) else {}
+
+
 def row_prompt(row: pd.Series, catalog: Any, config: LLMConfig, tokenizer: Any, *,
                scenario: str = "fine-tune", profile_columns: Sequence[str] = (), question: bool = False) -> str:
     """Prompt text for one feature-table row (source_text if present, else op/family/shape_json)."""
@@ -142,8 +158,9 @@ def row_prompt(row: pd.Series, catalog: Any, config: LLMConfig, tokenizer: Any, 
         op_shapes["shapes"] = json.loads(row["shape_json"])
     if source is None and isinstance(row.get("name"), str) and row.get("name"):
         op_shapes["signature"] = row["name"]  # no source shipped: the signature is all there is
-    launch = {c: int(row[c]) for c in ("grid_x", "grid_y", "grid_z", "block_x", "block_y", "block_z")
-              if c in row and _present(row[c])}
+    launch: dict[str, Any] = {c: int(row[c]) for c in ("grid_x", "grid_y", "grid_z", "block_x", "block_y", "block_z")
+                              if c in row and _present(row[c])}
+    launch.update(launch_parameters(row.get("params_json")))
     profile = {c: float(row[c]) if _present(row.get(c)) else None for c in profile_columns} or None
     device = catalog.get(str(row["device_id"]))
     name = _short_kernel_name(row) or str(row.get("kernel_id", "<unnamed>"))
@@ -333,9 +350,13 @@ class LLMPredictor:
     """Predictor protocol, family ``llm``. ``fit`` trains in-process; ``train_llm`` uses Ray Train."""
 
     family = FAMILY
-    # Kernel-table columns the prompts read that the feature table does not carry; the evaluation
-    # harness joins them from the canonical kernels table for the rows it scores.
-    kernel_columns: tuple[str, ...] = ("source_text",)
+    # Canonical columns the prompts read that the feature table does not carry (source, shapes,
+    # launch geometry, per-measurement parameters such as NeuSight's B/M/N/K or a Kernel Tuner
+    # configuration); the evaluation harness joins them for the rows it scores.
+    kernel_columns: tuple[str, ...] = ("source_text", "shape_json", "name")
+    measurement_columns: tuple[str, ...] = (
+        "params_json", "grid_x", "grid_y", "grid_z", "block_x", "block_y", "block_z",
+    )
 
     def __init__(self, config: LLMConfig | None = None) -> None:
         self.config = config or LLMConfig()
