@@ -86,7 +86,14 @@ def score(predictor: Any, op: str, shape: dict[str, int], dtype: str, devices: l
     except LookupError as exc:
         raise QueryError(str(exc.args[0] if exc.args else exc)) from exc
     measurements, kernels = query_frames(op, shape, dtype, [s.id for s in specs])
-    predictions = predictor.predict(build_feature_table(measurements, kernels, catalog))
+    table = build_feature_table(measurements, kernels, catalog)
+    # The raw query beside its features: predictors that read the kernel itself (llm) need the
+    # shapes and name, which the feature table does not carry; the others ignore the columns.
+    raw = measurements[["measurement_id", "params_json"]].merge(
+        kernels[["kernel_id", "shape_json", "name"]], how="cross")
+    table = table.drop(columns=[c for c in ("params_json", "shape_json", "name") if c in table.columns])
+    table = table.merge(raw.drop(columns="kernel_id"), on="measurement_id", how="left")
+    predictions = predictor.predict(table)
     results = []
     for spec, (_, row) in zip(specs, predictions.reset_index(drop=True).iterrows()):
         result: dict[str, Any] = {"device": spec.id, "device_name": spec.name}

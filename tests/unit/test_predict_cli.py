@@ -39,3 +39,24 @@ def test_unknown_device_and_op_are_one_line_errors(tmp_path, monkeypatch) -> Non
     assert bad_device.exit_code == 2 and "H999" in bad_device.output
     bad_op = runner.invoke(app, ["predict", "--op", "conv9", "--shape", "M=1", "--device", "H100", "--model", "roofline"])
     assert bad_op.exit_code == 2 and "conv9" in bad_op.output
+
+
+def test_query_rows_carry_the_shapes_an_llm_prompt_reads() -> None:
+    """The feature table has no shapes; a predictor reading the kernel itself (llm) gets them."""
+    import pandas as pd
+
+    from components.devices import load_catalog
+    from components.models.llm.model import LLMConfig, row_prompt
+    from components.serving.query import score
+
+    class Recorder:
+        def predict(self, features: pd.DataFrame) -> pd.DataFrame:
+            self.seen = features
+            return pd.DataFrame({"pred_duration_us": [1.0] * len(features)}, index=features.index)
+
+    recorder = Recorder()
+    results = score(recorder, "bmm", {"B": 8, "M": 64, "N": 48, "K": 32}, "fp16", ["H100", "A100"])
+    assert [r["duration_us"] for r in results] == [1.0, 1.0] and len(recorder.seen) == 2
+    assert recorder.seen["f_flops"].notna().all()  # still the feature rows, in device order
+    text = row_prompt(recorder.seen.iloc[1], load_catalog(), LLMConfig(max_tokens=400), None)
+    assert '"M": 64' in text and '"N": 48' in text and "A100" in text and "bmm" in text
