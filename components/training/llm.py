@@ -30,14 +30,20 @@ LLM_LOADER = "components.models.llm:load"
 
 
 def _encoded_to_config(data: Any) -> dict[str, Any]:
-    return {"input_ids": data.input_ids, "y_num": data.y_num.tolist(), "y_cls": data.y_cls.tolist()}
+    raw = {"input_ids": data.input_ids, "y_num": data.y_num.tolist(), "y_cls": data.y_cls.tolist()}
+    if data.answer_start is not None:  # head="decode"
+        raw["answer_start"], raw["answer_digits"] = data.answer_start.tolist(), data.answer_digits.tolist()
+    return raw
 
 
 def _encoded_from_config(raw: dict[str, Any], n_numeric: int) -> Any:
     from components.models.llm.model import Encoded
 
     y_num = np.asarray(raw["y_num"], dtype="float32").reshape(len(raw["input_ids"]), n_numeric)
-    return Encoded(raw["input_ids"], y_num, np.asarray(raw["y_cls"], dtype="int64"))
+    decode = "answer_start" in raw
+    return Encoded(raw["input_ids"], y_num, np.asarray(raw["y_cls"], dtype="int64"), [],
+                   np.asarray(raw["answer_start"], dtype="int64") if decode else None,
+                   np.asarray(raw["answer_digits"], dtype="int64").reshape(-1, 3) if decode else None)
 
 
 def _shard(n: int, rank: int, world: int) -> list[int]:

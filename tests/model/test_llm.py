@@ -112,3 +112,34 @@ def test_constrained_choice_scores_both_answers(llm_settings: Settings, kernels:
     assert result.n == 2 and 0.0 <= result.accuracy <= 1.0
     scores = scorer.score("Kernel: k\nQuestion: Bandwidth or Compute?")
     assert set(scores) == {"bandwidth", "compute"} and all(np.isfinite(v) and v < 0 for v in scores.values())
+
+
+def test_decode_head_teacher_forces_digits_and_decodes_runtimes(llm_settings: Settings, kernels: pd.DataFrame) -> None:
+    """Constrained numeric decoding: the digit positions read the token before each answer digit;
+    a short in-process fit lowers the loss; predictions are 10**d.dd runtimes, never the truth read back."""
+    from components.models.llm.model import (
+        ANSWER_DIGIT_OFFSETS, LLMConfig, LLMPredictor, batches, digit_token_ids, format_log_runtime,
+    )
+
+    rows = kernels.head(8)
+    config = LLMConfig(head="decode", numeric_targets=("duration_us",), predict_class=False, max_tokens=96,
+                       epochs=3, batch_size=4, lr=3e-3, seed=0)
+    predictor = LLMPredictor(config)
+    predictor.prepare(rows)
+    data = predictor.encode(rows)
+    digit_ids = digit_token_ids(predictor.tokenizer)
+    _, batch = next(batches(data, 4, None, predictor.pad_id))
+    for r in range(4):
+        answer = format_log_runtime(float(rows["duration_us"].iloc[r]))
+        wanted = [digit_ids[int(answer[k])] for k in ANSWER_DIGIT_OFFSETS]
+        got = [int(batch["input_ids"][r, p + 1]) for p in batch["digit_positions"][r]]
+        assert got == wanted and batch["answer_digits"][r].tolist() == [int(answer[k]) for k in ANSWER_DIGIT_OFFSETS]
+
+    predictor.module = None
+    predictor.fit(rows)
+    losses = [h["train_loss"] for h in predictor.history]
+    assert losses[-1] < losses[0], f"decode loss did not decrease: {losses}"
+    predicted = predictor.predict(rows)["pred_duration_us"].to_numpy()
+    assert np.isfinite(predicted).all() and ((predicted >= 1.0) & (predicted <= 10 ** 9.99)).all()
+    exponents = np.log10(predicted)
+    assert np.allclose(exponents * 100, np.round(exponents * 100), atol=1e-6)  # exactly d.dd

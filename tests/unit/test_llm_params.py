@@ -26,3 +26,20 @@ def test_missing_section_gives_defaults_and_hub_ids_pass_through() -> None:
 def test_unknown_key_is_named() -> None:
     with pytest.raises(ValueError, match=r"train.llm: unknown key\(s\) \['lora_rank'\]"):
         llm_params({"train": {"llm": {"lora_rank": 8}}})
+
+
+def test_log_runtime_answers_round_trip_and_clamp() -> None:
+    import math
+
+    from components.models.llm.model import LLMConfig, format_log_runtime, parse_log_runtime
+
+    assert format_log_runtime(123.4) == "2.09"
+    assert parse_log_runtime([2, 0, 9]) == pytest.approx(10 ** 2.09)
+    assert format_log_runtime(0.4) == "0.00" and format_log_runtime(1e12) == "9.99"  # clamped
+    assert format_log_runtime(math.nan) is None and format_log_runtime(-3.0) is None
+    # "d.dd" loses at most half a step of 0.01 in log10: 1.16% relative error at worst.
+    for value in (1.7, 38.0, 4096.0, 2.5e6):
+        decoded = parse_log_runtime([int(c) for c in format_log_runtime(value).replace(".", "")])
+        assert abs(decoded / value - 1) < 0.0117
+    with pytest.raises(ValueError, match="head 'digits'"):
+        LLMConfig(head="digits")

@@ -105,3 +105,13 @@ def test_extract_kernel_body_picks_the_named_kernel_and_omp_regions() -> None:
     omp = "int main() {\n#pragma omp target teams distribute parallel for\nfor (int i=0;i<n;i++) { y[i] += x[i]; }\n}\n"
     assert "y[i] += x[i]" in extract_kernel_body(omp)
     assert extract_kernel_body("int f() { return 1; }") is None
+
+
+def test_kernel_names_that_end_in_a_namespace_fall_back_to_the_op() -> None:
+    import pandas as pd
+
+    from components.models.llm.model import _short_kernel_name
+
+    assert _short_kernel_name(pd.Series({"name": "void ns::foo<float>(int, float*)"})) == "foo"
+    assert _short_kernel_name(pd.Series({"name": "void at::native::(anonymous namespace)::k()", "op": "relu"})) == "relu"
+    assert _short_kernel_name(pd.Series({"name": "", "op": None})) is None

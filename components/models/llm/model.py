@@ -1,9 +1,12 @@
 """LLMPredictor: LoRA on a causal LM + small heads on the mean-pooled last hidden state.
 
-Why heads and not decoding numbers: a 135M model writing "1234.5" token by token is slow (one
-forward per digit) and its digits are poorly calibrated; a linear head on the pooled state is one
-forward per kernel and trains with a plain MSE on log targets. The classification head replaces
-the answer-word choice for the fine-tuned scenario (zero/few-shot scoring lives in ``scenarios``).
+Two ways to read a runtime out of the LM, chosen by ``LLMConfig.head`` (and by measurement; see
+the issue note): ``regression`` (default) puts a linear head on the pooled last hidden state, one
+forward per kernel, MSE on standardized log targets; ``decode`` is constrained numeric decoding:
+the LM writes log10(runtime in us) as ``d.dd`` after a fixed answer prefix, each digit chosen
+among the ten digit tokens only (trained with cross-entropy over those ten), three forwards per
+kernel. The classification head replaces the answer-word choice for the fine-tuned scenario
+(zero/few-shot scoring lives in ``scenarios``).
 
 The same pieces (``build_module``, ``encode_frame``, ``train_epoch``, ``eval_loss``) drive the
 in-process ``fit`` here and the distributed Ray Train loop in ``components.training.llm``.
@@ -37,6 +40,23 @@ HEADS_FILE = "heads.pt"
 # Spread over orders of magnitude: regress their natural log; hit rates are already in [0, 1].
 LOG_TARGETS: frozenset[str] = frozenset({"duration_us", "achieved_gbps", "gflops", "arith_intensity"})
 _LOG_FLOOR = 1e-12
+HEADS: tuple[str, ...] = ("regression", "decode")
+# Constrained decoding writes log10(duration_us) as "d.dd": 0.00 (1 us) .. 9.99 (~2.7 h).
+ANSWER_PREFIX = "\nAnswer: log10 of the runtime in microseconds = "
+DIGITS: tuple[str, ...] = tuple("0123456789")
+ANSWER_DIGIT_OFFSETS: tuple[int, ...] = (0, 2, 3)  # digit tokens of "d.dd" (offset 1 is the point)
+
+
+def format_log_runtime(duration_us: float) -> str | None:
+    """``"d.dd"`` = log10 of the runtime in us, clamped to [0, 9.99]; None when not measured."""
+    if not (isinstance(duration_us, int | float) and math.isfinite(duration_us) and duration_us > 0):
+        return None
+    return f"{min(max(math.log10(duration_us), 0.0), 9.99):.2f}"
+
+
+def parse_log_runtime(digits: Sequence[int]) -> float:
+    """Runtime in us from the three decoded digits of ``d.dd``."""
+    return float(10 ** (digits[0] + digits[1] / 10 + digits[2] / 100))
 
 
 @dataclass
@@ -54,6 +74,11 @@ class LLMConfig:
     class_column: str = "roofline_class"  # bolet scenarios use roofline_class_published
     numeric_targets: tuple[str, ...] = ("duration_us",)
     predict_class: bool = True
+    head: str = "regression"  # regression | decode (constrained numeric decoding of duration_us)
+
+    def __post_init__(self) -> None:
+        if self.head not in HEADS:
+            raise ValueError(f"LLMConfig.head {self.head!r}: choose one of {', '.join(HEADS)}")
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> LLMConfig:
@@ -72,12 +97,19 @@ class Encoded:
     y_num: np.ndarray  # (n, n_numeric) float32
     y_cls: np.ndarray  # (n,) int64
     notes: list[str] = field(default_factory=list)
+    # head="decode" only: where the answer starts in input_ids, and its three digits (-1 = unknown;
+    # rows with known digits carry the answer tokens, for teacher forcing).
+    answer_start: np.ndarray | None = None  # (n,) int64
+    answer_digits: np.ndarray | None = None  # (n, 3) int64
 
     def __len__(self) -> int:
         return len(self.input_ids)
 
     def subset(self, rows: Sequence[int]) -> Encoded:
-        return Encoded([self.input_ids[i] for i in rows], self.y_num[list(rows)], self.y_cls[list(rows)])
+        rows = list(rows)
+        return Encoded([self.input_ids[i] for i in rows], self.y_num[rows], self.y_cls[rows], [],
+                       None if self.answer_start is None else self.answer_start[rows],
+                       None if self.answer_digits is None else self.answer_digits[rows])
 
 
 @dataclass
@@ -119,9 +151,9 @@ def _short_kernel_name(row: pd.Series) -> str | None:
         value = row.get(column)
         if isinstance(value, str) and value:
             head = value.split("(", 1)[0].split("<", 1)[0].strip()
-            head = head.split("::")[-1].split()[-1] if head else head
-            if re.fullmatch(r"[A-Za-z_]\w*", head or ""):
-                return head
+            words = head.split("::")[-1].split()  # "void at::native::" ends in nothing: no name there
+            if words and re.fullmatch(r"[A-Za-z_]\w*", words[-1]):
+                return words[-1]
     return None
 
 
@@ -156,8 +188,8 @@ def row_prompt(row: pd.Series, catalog: Any, config: LLMConfig, tokenizer: Any, 
             op_shapes[column] = row.get(column)
     if isinstance(row.get("shape_json"), str) and row.get("shape_json"):
         op_shapes["shapes"] = json.loads(row["shape_json"])
-    if source is None and isinstance(row.get("name"), str) and row.get("name"):
-        op_shapes["signature"] = row["name"]  # no source shipped: the signature is all there is
+    if source is None and "shapes" not in op_shapes and isinstance(row.get("name"), str) and row.get("name"):
+        op_shapes["signature"] = row["name"]  # neither source nor shapes: the signature is all there is
     launch: dict[str, Any] = {c: int(row[c]) for c in ("grid_x", "grid_y", "grid_z", "block_x", "block_y", "block_z")
                               if c in row and _present(row[c])}
     launch.update(launch_parameters(row.get("params_json")))
@@ -168,14 +200,15 @@ def row_prompt(row: pd.Series, catalog: Any, config: LLMConfig, tokenizer: Any, 
         return build_prompt(source, op_shapes if source is None else None, launch, device, scenario, budget,
                             tokenizer, kernel_name=name, profile_metrics=profile, question=question).text
 
-    try:
-        return build(config.max_tokens)
-    except PromptError as exc:
-        if "leaves no room" not in str(exc):
-            raise
-        # Mangled OpenMP names and signatures can outgrow a small budget on their own; give such a
-        # row twice the budget (callers cut token ids to max_tokens, dropping the source tail).
-        return build(2 * config.max_tokens)
+    # Mangled names, long signatures and many launch parameters can outgrow a small budget on their
+    # own; such a row gets a larger one (callers cut token ids to max_tokens, dropping the tail).
+    for scale in (1, 2, 4, 8):
+        try:
+            return build(scale * config.max_tokens)
+        except PromptError as exc:
+            if "leaves no room" not in str(exc) or scale == 8:
+                raise
+    raise AssertionError("unreachable")
 
 
 def encode_frame(frame: pd.DataFrame, tokenizer: Any, config: LLMConfig, classes: Sequence[str],
@@ -202,7 +235,27 @@ def encode_frame(frame: pd.DataFrame, tokenizer: Any, config: LLMConfig, classes
     index = {label: i for i, label in enumerate(classes)}
     labels = frame[config.class_column] if config.class_column in frame else pd.Series([None] * len(frame))
     y_cls = np.array([index.get(v, -1) if isinstance(v, str) else -1 for v in labels], dtype="int64")
-    return Encoded(ids, y_num, y_cls, notes)
+    if config.head != "decode":
+        return Encoded(ids, y_num, y_cls, notes)
+    prefix = tokenizer.encode(ANSWER_PREFIX, add_special_tokens=False)
+    durations = frame["duration_us"].to_numpy(dtype="float64") if "duration_us" in frame else np.full(len(frame), np.nan)
+    starts, digits = np.zeros(len(ids), dtype="int64"), np.full((len(ids), 3), -1, dtype="int64")
+    for i, duration in enumerate(durations):
+        ids[i] = ids[i] + prefix
+        starts[i] = len(ids[i])
+        answer = format_log_runtime(float(duration))
+        if answer is not None:  # teacher forcing: the answer follows the prefix
+            ids[i] = ids[i] + tokenizer.encode(answer, add_special_tokens=False)
+            digits[i] = [int(answer[k]) for k in ANSWER_DIGIT_OFFSETS]
+    return Encoded(ids, y_num, y_cls, notes, starts, digits)
+
+
+def digit_token_ids(tokenizer: Any) -> list[int]:
+    """Token ids of "0".."9"; decoding needs each digit to be one token (true of SmolLM2/Llama/Qwen)."""
+    ids = [tokenizer.encode(d, add_special_tokens=False) for d in DIGITS]
+    if any(len(i) != 1 for i in ids):
+        raise ValueError("head='decode' needs single-token digits; this tokenizer splits them: use head='regression'")
+    return [i[0] for i in ids]
 
 
 # --------------------------------------------------------------------------- torch module
@@ -214,22 +267,35 @@ def _module_class() -> type:
     class HeadedLM(nn.Module):
         """LoRA-adapted decoder + regression/classification heads on the masked mean of its last layer."""
 
-        def __init__(self, peft_model: nn.Module, hidden: int, n_numeric: int, n_classes: int) -> None:
+        def __init__(self, peft_model: nn.Module, hidden: int, n_numeric: int, n_classes: int,
+                     digit_ids: Sequence[int] = ()) -> None:
             super().__init__()
             self.lm = peft_model
             self.reg_head = nn.Linear(hidden, n_numeric) if n_numeric else None
             self.cls_head = nn.Linear(hidden, n_classes) if n_classes else None
+            self.digit_ids = list(digit_ids)
 
-        def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-            # The decoder alone: the LM head's vocabulary projection (49k x seq) is never needed.
-            decoder = self.lm.get_base_model().model
-            hidden = decoder(input_ids=input_ids, attention_mask=attention_mask).last_hidden_state
+        def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor,
+                    digit_positions: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+            """(regression outputs, class logits, digit logits at ``digit_positions`` (B, P, 10))."""
+            import torch
+
+            # The decoder alone: the LM head's vocabulary projection (49k x seq) is never needed;
+            # decoding projects only the asked positions onto the ten digit rows of the LM head.
+            base = self.lm.get_base_model()
+            hidden = base.model(input_ids=input_ids, attention_mask=attention_mask).last_hidden_state
             mask = attention_mask.unsqueeze(-1).to(hidden.dtype)
             pooled = (hidden * mask).sum(1) / mask.sum(1).clamp(min=1.0)
             empty = pooled.new_zeros((pooled.shape[0], 0))
             reg = self.reg_head(pooled) if self.reg_head is not None else empty
             logits = self.cls_head(pooled) if self.cls_head is not None else empty
-            return reg, logits
+            digits = pooled.new_zeros((pooled.shape[0], 0, len(DIGITS)))
+            if digit_positions is not None and self.digit_ids:
+                rows = torch.arange(hidden.shape[0]).unsqueeze(1)
+                picked = hidden[rows, digit_positions.clamp(min=0, max=hidden.shape[1] - 1)]  # (B, P, H)
+                weight = base.get_output_embeddings().weight[self.digit_ids]  # (10, H)
+                digits = picked @ weight.T
+            return reg, logits, digits
 
     return HeadedLM
 
@@ -243,14 +309,17 @@ def build_module(config: LLMConfig, n_numeric: int, n_classes: int, base_path: s
     from components.models.llm.loader import load_base_model
 
     torch.manual_seed(config.seed)
-    base, _ = load_base_model(base_path if base_path is not None else config.base)
+    base, tokenizer = load_base_model(base_path if base_path is not None else config.base)
+    digit_ids: list[int] = []
+    if config.head == "decode":
+        n_numeric, digit_ids = 0, digit_token_ids(tokenizer)  # the LM head writes the runtime
     if adapter_dir is not None:
         lm = PeftModel.from_pretrained(base, str(adapter_dir), is_trainable=True)
     else:
         lora = LoraConfig(r=config.lora_r, lora_alpha=config.lora_alpha, lora_dropout=config.lora_dropout,
                           target_modules=list(config.target_modules), bias="none")
         lm = get_peft_model(base, lora)
-    return _module_class()(lm, int(base.config.hidden_size), n_numeric, n_classes)
+    return _module_class()(lm, int(base.config.hidden_size), n_numeric, n_classes, digit_ids)
 
 
 def trainable_state(module: nn.Module) -> dict[str, torch.Tensor]:
@@ -274,10 +343,16 @@ def batches(data: Encoded, batch_size: int, order: Sequence[int] | None = None,
             seq = data.input_ids[i]
             ids[r, : len(seq)] = torch.tensor(seq, dtype=torch.long)
             mask[r, : len(seq)] = 1
-        yield rows, {
+        batch = {
             "input_ids": ids, "attention_mask": mask,
             "y_num": torch.from_numpy(data.y_num[rows]), "y_cls": torch.from_numpy(data.y_cls[rows]),
         }
+        if data.answer_start is not None and data.answer_digits is not None:
+            # Logits at position p predict token p+1: digit k of the answer is read one before it.
+            offsets = torch.tensor(ANSWER_DIGIT_OFFSETS, dtype=torch.long) - 1
+            batch["digit_positions"] = torch.from_numpy(data.answer_start[rows]).unsqueeze(1) + offsets
+            batch["answer_digits"] = torch.from_numpy(data.answer_digits[rows])
+        yield rows, batch
 
 
 def batch_loss(module: nn.Module, batch: dict[str, torch.Tensor]) -> torch.Tensor:
@@ -285,8 +360,14 @@ def batch_loss(module: nn.Module, batch: dict[str, torch.Tensor]) -> torch.Tenso
     import torch
     import torch.nn.functional as F
 
-    reg, logits = module(batch["input_ids"], batch["attention_mask"])
-    loss = reg.sum() * 0.0 + logits.sum() * 0.0  # keeps every head in the graph (DDP needs all grads)
+    reg, logits, digits = module(batch["input_ids"], batch["attention_mask"], batch.get("digit_positions"))
+    # keeps every head in the graph (DDP needs all grads)
+    loss = reg.sum() * 0.0 + logits.sum() * 0.0 + digits.sum() * 0.0
+    if digits.shape[1]:
+        known = batch["answer_digits"][:, 0] >= 0
+        if known.any():
+            loss = loss + F.cross_entropy(digits[known].reshape(-1, len(DIGITS)),
+                                          batch["answer_digits"][known].reshape(-1))
     if reg.shape[1]:
         present = torch.isfinite(batch["y_num"])
         if present.any():
@@ -335,12 +416,46 @@ def forward_all(module: nn.Module, data: Encoded, batch_size: int, pad_id: int) 
     cls_out: dict[int, np.ndarray] = {}
     with torch.no_grad():
         for rows, batch in batches(data, batch_size, order, pad_id):
-            reg, logits = module(batch["input_ids"], batch["attention_mask"])
+            reg, logits, _ = module(batch["input_ids"], batch["attention_mask"])
             for r, i in enumerate(rows):
                 reg_out[i], cls_out[i] = reg[r].numpy(), logits[r].numpy()
     n = len(data)
     return (np.stack([reg_out[i] for i in range(n)]) if n else np.zeros((0, 0)),
             np.stack([cls_out[i] for i in range(n)]) if n else np.zeros((0, 0)))
+
+
+def decode_runtimes(module: nn.Module, data: Encoded, batch_size: int, pad_id: int, point_id: int) -> np.ndarray:
+    """Constrained greedy decoding of ``d.dd`` after each row's answer prefix: three forwards per
+    batch, each choosing among the ten digit tokens only (the point is forced). Runtimes in us."""
+    import torch
+
+    if data.answer_start is None:
+        raise ValueError("decode_runtimes needs rows encoded with head='decode'")
+    module.eval()
+    prompts = [ids[: int(start)] for ids, start in zip(data.input_ids, data.answer_start)]
+    out = np.full(len(data), np.nan)
+    order = sorted(range(len(data)), key=lambda i: (len(prompts[i]), i))
+    with torch.no_grad():
+        for start in range(0, len(order), batch_size):
+            rows = order[start:start + batch_size]
+            seqs = [list(prompts[i]) for i in rows]
+            chosen: list[list[int]] = [[] for _ in rows]
+            for step in range(len(ANSWER_DIGIT_OFFSETS)):
+                width = max(len(q) for q in seqs)
+                ids = torch.full((len(rows), width), pad_id, dtype=torch.long)
+                mask = torch.zeros((len(rows), width), dtype=torch.long)
+                for r, q in enumerate(seqs):
+                    ids[r, : len(q)] = torch.tensor(q, dtype=torch.long)
+                    mask[r, : len(q)] = 1
+                last = torch.tensor([[len(q) - 1] for q in seqs], dtype=torch.long)
+                _, _, digits = module(ids, mask, last)
+                picks = digits[:, 0].argmax(dim=-1).tolist()
+                for r, d in enumerate(picks):
+                    chosen[r].append(d)
+                    seqs[r] += [module.digit_ids[d]] + ([point_id] if step == 0 else [])
+            for r, i in enumerate(rows):
+                out[i] = parse_log_runtime(chosen[r])
+    return out
 
 
 # --------------------------------------------------------------------------- predictor
@@ -390,6 +505,9 @@ class LLMPredictor:
         unknown = set(cfg.numeric_targets) - set(NUMERIC_TARGETS)
         if unknown:
             raise ValueError(f"unknown numeric targets {sorted(unknown)}; choose from {NUMERIC_TARGETS}")
+        if cfg.head == "decode" and (tuple(cfg.numeric_targets) != ("duration_us",) or cfg.predict_class):
+            raise ValueError("head='decode' writes duration_us only: set numeric_targets [duration_us] "
+                             "and predict_class false")
         cfg.numeric_targets = present
         if cfg.predict_class and cfg.class_column in train:
             self.classes = tuple(sorted(v for v in train[cfg.class_column].dropna().unique()))
@@ -438,9 +556,13 @@ class LLMPredictor:
     def predict(self, features: pd.DataFrame) -> pd.DataFrame:
         if self.module is None:
             raise RuntimeError("LLMPredictor is not fitted or loaded")
-        data = self.encode(features)
-        reg, logits = forward_all(self.module, data, self.config.batch_size, self.pad_id)
+        data = self.encode(features.drop(columns=list(NUMERIC_TARGETS), errors="ignore"))  # never the answer
         out = pd.DataFrame(index=features.index)
+        if self.config.head == "decode":  # runtime only (prepare() refuses a class head with it)
+            point = self.tokenizer.encode(".", add_special_tokens=False)[0]
+            out["pred_duration_us"] = decode_runtimes(self.module, data, self.config.batch_size, self.pad_id, point)
+            return out
+        reg, logits = forward_all(self.module, data, self.config.batch_size, self.pad_id)
         for j, target in enumerate(self.config.numeric_targets):
             assert self.stats is not None
             z = reg[:, j].astype("float64") * self.stats.std[target] + self.stats.mean[target]
