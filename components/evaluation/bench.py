@@ -140,12 +140,14 @@ def _row(split: str, family: str, target: str, metric: str, ours: float, n: int,
 def run_accuracy_bench(table: pd.DataFrame, families: Sequence[str], splits: Sequence[str], factory: Factory,
                        published: list[Published], max_folds: int = 3,
                        log: Callable[[str], None] = lambda _: None, *, max_test_rows: int | None = None,
-                       canonical_dir: Path | None = None) -> BenchResult:
+                       canonical_dir: Path | None = None,
+                       on_progress: Callable[[BenchResult], None] | None = None) -> BenchResult:
     """Fit every family on every split's train side(s), score the test side(s), collect rows.
 
     ``max_test_rows`` caps each fold's test side (by hash, identical rows for every family), for
     families too slow to score tens of thousands of rows on a CPU; ``canonical_dir`` supplies the
-    kernel columns (source text) a family's predictor asks for.
+    kernel columns (source text) a family's predictor asks for. ``on_progress`` sees the result
+    after every (split, family), so an hour-long run that fails late keeps what it measured.
     """
     result = BenchResult()
     if max_test_rows is not None:
@@ -178,6 +180,8 @@ def run_accuracy_bench(table: pd.DataFrame, families: Sequence[str], splits: Seq
                 log(f"{fold.name} {family}: fit {fit_seconds:.1f}s, n_test={evaluation.report['n']}")
             frame = pd.concat(frames) if frames else pd.DataFrame()
             result.rows += rows_for(frame, split, family, sorted(targets), published)
+            if on_progress is not None:
+                on_progress(result)
     return result
 
 

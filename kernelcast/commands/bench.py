@@ -41,6 +41,7 @@ def accuracy_command(
     ray: Annotated[bool, typer.Option("--ray/--no-ray", help="fit targets as Ray tasks")] = True,
 ) -> None:
     """Train each family on each split's train side, score the test side, compare with the papers."""
+    from components.atomic import atomic_write
     from components.devices import load_catalog
     from components.evaluation.bench import BENCH_SPLITS, markdown_table, published_figures, run_accuracy_bench
     from components.evaluation.harness import read_feature_table
@@ -48,6 +49,9 @@ def accuracy_command(
     from components.models.tabular import TabularConfig
     from components.training.tabular import make_predictor
     from kernelcast.commands.train import read_params
+
+    def atomic_write_text(path: Path, text: str) -> None:
+        atomic_write(path, lambda tmp: tmp.write_text(text))
 
     families = _families(family)
     splits = split or list(BENCH_SPLITS)
@@ -77,17 +81,23 @@ def accuracy_command(
         llm_note = (f"llm: {llm_config.base or 'embedded SmolLM2-135M'} + LoRA r={llm_config.lora_r}, "
                     f"{llm_config.max_tokens}-token prompts, {llm_config.epochs} epochs on at most "
                     f"{llm_run.max_train_rows} train rows (params.yaml train.llm), {llm_run.workers} Ray Train workers")
+    header = [f"train sides subsampled deterministically (hash of measurement_id) to at most {rows_cap} rows; "
+              "hyper-parameters fixed in params.yaml, none tuned on a test side", *([llm_note] if llm_note else [])]
+
+    def save(partial) -> None:  # noqa: ANN001 -- BenchResult; written after every (split, family)
+        if json_file is not None:
+            payload = partial.to_json()
+            payload["notes"] = header + payload["notes"]
+            atomic_write_text(json_file, json.dumps(payload, indent=2) + "\n")
+
     result = run_accuracy_bench(table, families, splits, factory, published_figures(lambda n: catalog.resolve(n).id),
                                 max_folds=folds_cap, log=lambda line: typer.echo(line, err=True),
-                                max_test_rows=max_test_rows, canonical_dir=settings.data_dir / "canonical")
-    result.notes.insert(0, f"train sides subsampled deterministically (hash of measurement_id) to at most "
-                           f"{rows_cap} rows; hyper-parameters fixed in params.yaml, none tuned on a test side")
-    if llm_note:
-        result.notes.insert(1, llm_note)
+                                max_test_rows=max_test_rows, canonical_dir=settings.data_dir / "canonical",
+                                on_progress=save)
+    result.notes[:0] = header
     typer.echo(markdown_table(result.rows))
     for note in result.notes:
         typer.echo(f"- {note}")
     if json_file is not None:
-        json_file.parent.mkdir(parents=True, exist_ok=True)
-        json_file.write_text(json.dumps(result.to_json(), indent=2) + "\n")
+        atomic_write_text(json_file, json.dumps(result.to_json(), indent=2) + "\n")
         typer.echo(f"wrote {json_file}")

@@ -212,3 +212,22 @@ def test_capped_rows_are_the_same_whatever_the_row_order() -> None:
     assert set(table.loc[capped, "measurement_id"]) == set(shuffled.loc[again, "measurement_id"])
     assert capped_rows(table.index, table, None).equals(table.index)
     assert capped_rows(table.index, table, 100).equals(table.index)
+
+
+def test_bench_reports_progress_after_every_split_and_family() -> None:
+    """A late failure must not lose what an hour of fitting measured: each (split, family) is handed
+    to ``on_progress`` before the next starts."""
+    from components.evaluation.bench import run_accuracy_bench
+
+    table = _table(40).assign(upstream_file="x", program="p")
+    seen: list[int] = []
+
+    def factory(family: str, train: pd.DataFrame, split: str):  # noqa: ANN202
+        if split == "random" and family == "second":
+            raise RuntimeError("late failure")
+        return ScaledPredictor(set(train["measurement_id"])), 0.0
+
+    with pytest.raises(RuntimeError, match="late failure"):
+        run_accuracy_bench(table, ["first", "second"], ["unseen-kernel", "random"], factory, [],
+                           on_progress=lambda result: seen.append(len(result.rows)), max_test_rows=5)
+    assert len(seen) == 3 and seen[0] > 0 and seen == sorted(seen)  # 2 families x split 1, then split 2's first

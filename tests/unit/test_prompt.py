@@ -115,3 +115,14 @@ def test_kernel_names_that_end_in_a_namespace_fall_back_to_the_op() -> None:
     assert _short_kernel_name(pd.Series({"name": "void ns::foo<float>(int, float*)"})) == "foo"
     assert _short_kernel_name(pd.Series({"name": "void at::native::(anonymous namespace)::k()", "op": "relu"})) == "relu"
     assert _short_kernel_name(pd.Series({"name": "", "op": None})) is None
+
+
+def test_library_kernel_names_lose_their_argument_list_only() -> None:
+    from components.models.llm.model import without_arguments
+
+    assert without_arguments("void implicit_convolve_sgemm<float, 128, 5>(int, float const*, bool)") == \
+        "void implicit_convolve_sgemm<float, 128, 5>"
+    assert without_arguments("void (anonymous namespace)::softmax_warp_forward<float, 8>(float*, int)") == \
+        "void (anonymous namespace)::softmax_warp_forward<float, 8>"
+    assert without_arguments("ampere_sgemm_64x32_sliced1x4_tn") == "ampere_sgemm_64x32_sliced1x4_tn"
+    assert without_arguments("(int)") == "(int)"  # nothing but arguments: kept as is

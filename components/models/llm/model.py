@@ -165,6 +165,20 @@ def _present(value: Any) -> bool:
 _NON_LAUNCH_PARAMS: frozenset[str] = frozenset({"signature", "problem_set", "launch", "level"})
 
 
+def without_arguments(signature: str) -> str:
+    """``void ns::k<128, 5>(int, float const*)`` -> ``void ns::k<128, 5>``: the trailing argument
+    list goes (long, and says nothing the template does not); ``(anonymous namespace)`` stays."""
+    text = signature.rstrip()
+    if not text.endswith(")"):
+        return text
+    depth = 0
+    for i in range(len(text) - 1, -1, -1):
+        depth += {")": 1, "(": -1}.get(text[i], 0)
+        if depth == 0:
+            return text[:i].rstrip() or text
+    return text
+
+
 def launch_parameters(params_json: Any) -> dict[str, Any]:
     """Per-measurement parameters (shapes, tuning configuration, program arguments) from
     ``params_json``; unreadable JSON gives none rather than failing the whole batch."""
@@ -192,7 +206,11 @@ def row_prompt(row: pd.Series, catalog: Any, config: LLMConfig, tokenizer: Any, 
         op_shapes["signature"] = row["name"]  # neither source nor shapes: the signature is all there is
     launch: dict[str, Any] = {c: int(row[c]) for c in ("grid_x", "grid_y", "grid_z", "block_x", "block_y", "block_z")
                               if c in row and _present(row[c])}
-    launch.update(launch_parameters(row.get("params_json")))
+    shapes = op_shapes.get("shapes") or {}
+    for key, value in launch_parameters(row.get("params_json")).items():
+        if shapes.get(key) != value:  # the shapes are in the Operation line already
+            # A library kernel's argument list is long and says nothing its template does not.
+            launch[key] = without_arguments(value) if key == "kernel_name" and isinstance(value, str) else value
     profile = {c: float(row[c]) if _present(row.get(c)) else None for c in profile_columns} or None
     device = catalog.get(str(row["device_id"]))
     name = _short_kernel_name(row) or str(row.get("kernel_id", "<unnamed>"))

@@ -282,9 +282,9 @@ def build_prompt(
     tail_text = ("\n" + QUESTION) if question else ""
 
     def header(device_text: str) -> str:
-        head = [f"Kernel: {name}", device_text, launch_section(launch)]
-        if op_shapes:
-            head.append(op_section(op_shapes))
+        # Shapes right after the name: a prompt cut at max_tokens loses launch details, not the op.
+        head = [f"Kernel: {name}", *([op_section(op_shapes)] if op_shapes else []), device_text,
+                launch_section(launch)]
         if profile_metrics:
             head.append(profile_section(profile_metrics))
         if notes:
