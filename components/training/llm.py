@@ -257,9 +257,9 @@ class LLMRunParams:
     workers: int = 2
     patience: int = 2
     val_share: float = 0.15
-    # CPU budgets: a 135M model reads ~40-60 prompts/s forward on 2 cores and trains ~1 step of
-    # 8 prompts per several seconds, so train sides and scored test sides are capped (by hash, the
-    # same rows every run) and the caps are stated next to every figure.
+    # CPU budgets (measured on 2 cores, SmolLM2-135M): a forward reads ~3 prompts of 256 tokens a
+    # second, a LoRA step of 8 such prompts per worker takes ~15 s, so train sides and scored test
+    # sides are capped (by hash, the same rows every run) and the caps are stated with every figure.
     max_train_rows: int | None = 384
     max_test_rows: int | None = 300
 
