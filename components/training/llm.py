@@ -285,10 +285,10 @@ def llm_params(params: dict[str, Any]) -> tuple[Any, LLMRunParams]:
     return LLMConfig.from_dict(raw), run
 
 
-def fit_on_side(train_side: pd.DataFrame, split: str | None, settings: Settings, *, config: Any,
-                run: LLMRunParams, register_as: str | None = "", run_name: str = "llm-lora") -> tuple[Any, Path]:
-    """Fine-tune on a split's train side: capped subsample, kernel source joined, a validation
-    slice of that side for early stopping, Ray Train. Returns (loaded predictor, its directory)."""
+def fit_and_validation_sides(train_side: pd.DataFrame, split: str | None, settings: Settings, config: Any,
+                             run: LLMRunParams) -> tuple[Any, pd.DataFrame, pd.DataFrame]:
+    """``(config for the split, rows to fit, validation slice)`` from a split's train side: the
+    capped hash subsample, with kernel source, shapes and launch parameters joined."""
     from dataclasses import replace
 
     from components.evaluation.harness import attach_canonical_columns, class_label_column
@@ -306,6 +306,16 @@ def fit_on_side(train_side: pd.DataFrame, split: str | None, settings: Settings,
     sample = attach_canonical_columns(sample, settings.data_dir / "canonical", kernels=LLMPredictor.kernel_columns,
                                       measurements=LLMPredictor.measurement_columns)
     fit_side, val_side = split_validation(sample, share=run.val_share)
+    return cfg, fit_side, val_side
+
+
+def fit_on_side(train_side: pd.DataFrame, split: str | None, settings: Settings, *, config: Any,
+                run: LLMRunParams, register_as: str | None = "", run_name: str = "llm-lora") -> tuple[Any, Path]:
+    """Fine-tune on a split's train side (``fit_and_validation_sides``; the validation slice drives
+    early stopping) with Ray Train. Returns (loaded predictor, its directory)."""
+    from components.models.llm.model import LLMPredictor
+
+    cfg, fit_side, val_side = fit_and_validation_sides(train_side, split, settings, config, run)
     out_dir = train_llm(fit_side, val_side, settings, workers=run.workers, epochs=cfg.epochs,
                         max_tokens=cfg.max_tokens, batch_size=cfg.batch_size, config=cfg, patience=run.patience,
                         register_as=register_as, run_name=run_name)
