@@ -7,33 +7,26 @@ data are our own H100 measurements in ``profiled-data/`` turned into a feature t
 from __future__ import annotations
 
 import json
-import re
 from pathlib import Path
 
 import pytest
 from typer.testing import CliRunner
 
 from kernelcast.settings import PROJECT_ROOT, Settings
+from tests.integration.cli import train_and_register
 
 pytestmark = pytest.mark.slow
 
 
 def test_train_register_then_evaluate_by_registry_uri(kc_settings: Settings, features_file: Path,
                                                       tmp_path: Path) -> None:
-    import ray
     from mlflow import MlflowClient
 
     from kernelcast.cli import app
 
     runner = CliRunner()
-    try:
-        trained = runner.invoke(app, ["train", "--family", "tabular", "--split", "unseen-kernel",
-                                      "--out", str(tmp_path / "predictor")])
-    finally:
-        if ray.is_initialized():
-            ray.shutdown()  # this driver's Ray only; never `ray stop`
-    assert trained.exit_code == 0, trained.output
-    version = re.search(r"registered: models:/kernelcast/(\d+)", trained.output).group(1)
+    _, version = train_and_register(runner, ["--family", "tabular", "--split", "unseen-kernel"],
+                                    tmp_path / "predictor")
 
     client = MlflowClient(tracking_uri=kc_settings.tracking_uri())
     model_version = client.get_model_version("kernelcast", version)

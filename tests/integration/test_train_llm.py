@@ -9,7 +9,6 @@ come from a params file like the project's, with train.llm scaled down to a coup
 from __future__ import annotations
 
 import json
-import re
 from pathlib import Path
 
 import pytest
@@ -17,6 +16,7 @@ import yaml
 from typer.testing import CliRunner
 
 from kernelcast.settings import PROJECT_ROOT, Settings
+from tests.integration.cli import train_and_register
 
 pytestmark = pytest.mark.slow
 TRAIN_ROWS, TEST_ROWS = 24, 12
@@ -35,20 +35,13 @@ def small_llm_params(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
 
 def test_train_llm_registers_evaluates_and_goes_through_the_gate(
         llm_settings: Settings, features_file: Path, small_llm_params: Path, tmp_path: Path) -> None:
-    import ray
     from mlflow import MlflowClient
 
     from kernelcast.cli import app
 
     runner = CliRunner()
-    try:
-        trained = runner.invoke(app, ["train", "--model", "llm", "--split", "unseen-kernel",
-                                      "--out", str(tmp_path / "predictor")])
-    finally:
-        if ray.is_initialized():
-            ray.shutdown()  # this driver's Ray only; never `ray stop`
-    assert trained.exit_code == 0, trained.output
-    version = re.search(r"registered: models:/kernelcast/(\d+)", trained.output).group(1)
+    _, version = train_and_register(runner, ["--model", "llm", "--split", "unseen-kernel"],
+                                    tmp_path / "predictor")
 
     client = MlflowClient(tracking_uri=llm_settings.tracking_uri())
     model_version = client.get_model_version("kernelcast", version)
