@@ -182,13 +182,9 @@ def without_arguments(signature: str) -> str:
 def launch_parameters(params_json: Any) -> dict[str, Any]:
     """Per-measurement parameters (shapes, tuning configuration, program arguments) from
     ``params_json``; unreadable JSON gives none rather than failing the whole batch."""
-    if not isinstance(params_json, str) or not params_json:
-        return {}
-    try:
-        params = json.loads(params_json)
-    except ValueError:
-        return {}
-    return {k: v for k, v in params.items() if k not in _NON_LAUNCH_PARAMS} if isinstance(params, dict) else {}
+    from components.features.analytical import _loads  # the project's one lenient JSON-object reader
+
+    return {k: v for k, v in _loads(params_json).items() if k not in _NON_LAUNCH_PARAMS}
 
 
 def row_prompt(row: pd.Series, catalog: Any, config: LLMConfig, tokenizer: Any, *,
