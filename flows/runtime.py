@@ -5,6 +5,7 @@ including each Ray worker running a task -- would start its own temporary server
 loaded 2-core box). So a pipeline run starts ONE server on loopback and hands its URL to the Ray
 workers through ``runtime_env``. A configured server (``KERNELCAST_PREFECT_API_URL`` or
 ``PREFECT_API_URL``) or Ray cluster (``KERNELCAST_RAY_ADDRESS``) replaces the embedded default.
+Ray itself is started by ``components.runtime.ensure_ray``; only what is Prefect's lives here.
 """
 
 from __future__ import annotations
@@ -20,10 +21,10 @@ import urllib.request
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
-from kernelcast.runtime import TELEMETRY_OFF, configure_environment
-from kernelcast.settings import Settings
+from components.config import Settings
+from components.runtime import TELEMETRY_OFF, configure_environment, ray_init_kwargs
 
 if TYPE_CHECKING:
     from prefect_ray.task_runners import RayTaskRunner
@@ -142,64 +143,6 @@ def prefect_server(settings: Settings, startup_timeout_s: float = DEFAULT_STARTU
             yield api_url
     finally:
         _stop_process_group(process)
-
-
-def ray_init_kwargs(settings: Settings, prefect_api_url: str | None = None) -> dict[str, Any]:
-    """``ray.init`` keyword arguments for the configured cluster or a local Ray.
-
-    Workers get the Prefect API URL (so they never start their own server), one OpenMP thread
-    each (or two cores thrash), and telemetry off.
-    """
-    from prefect.settings import PREFECT_API_URL
-
-    api_url = prefect_api_url or PREFECT_API_URL.value()  # env var, profile or enclosing harness
-    if api_url and _is_loopback(api_url) and _is_remote(settings.ray_address):
-        raise ValueError(
-            f"Ray workers at {settings.ray_address} cannot reach the loopback Prefect API {api_url}; "
-            "set KERNELCAST_PREFECT_API_URL to a server they can reach"
-        )
-    env_vars = {**TELEMETRY_OFF, "OMP_NUM_THREADS": "1", "PREFECT_LOGGING_TO_API_ENABLED": "false"}
-    if api_url:
-        env_vars["PREFECT_API_URL"] = api_url
-    kwargs: dict[str, Any] = {"runtime_env": {"env_vars": env_vars}}
-    if settings.ray_address:
-        return kwargs  # the cluster owns its resources, temp dir and dashboard
-    kwargs.update(
-        num_cpus=settings.ray_num_cpus or os.cpu_count() or 1,
-        include_dashboard=False,
-        log_to_driver=False,
-        _temp_dir=str(settings.ray_tmpdir),
-    )
-    return kwargs
-
-
-def _is_loopback(url: str) -> bool:
-    from urllib.parse import urlsplit
-
-    return (urlsplit(url if "://" in url else f"//{url}").hostname or "") in ("127.0.0.1", "localhost", "::1")
-
-
-def _is_remote(ray_address: str | None) -> bool:
-    """A ``ray://host`` on another machine; ``auto`` and local addresses share our loopback."""
-    return bool(ray_address) and ray_address != "auto" and not _is_loopback(ray_address.removeprefix("ray://"))
-
-
-def init_local_ray(settings: Settings, prefect_api_url: str | None = None) -> None:
-    """Start (or connect to) Ray once with the same kwargs the task runner would use.
-
-    ``RayTaskRunner`` reuses an already initialised Ray instead of starting its own, so a caller
-    that runs several flows (a test session, a pipeline) pays Ray's ~5 s start-up once.
-    """
-    import ray
-
-    if ray.is_initialized():
-        return
-    configure_environment(settings)
-    kwargs = ray_init_kwargs(settings, prefect_api_url)
-    if settings.ray_address:
-        ray.init(address=settings.ray_address, **kwargs)
-    else:
-        ray.init(**kwargs)
 
 
 def ray_task_runner(settings: Settings, prefect_api_url: str | None = None) -> RayTaskRunner:

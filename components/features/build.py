@@ -105,12 +105,12 @@ def build_features_parallel(measurements: pd.DataFrame, kernels: pd.DataFrame, c
     """``build_feature_table`` over ``n_chunks`` row chunks as Ray tasks; identical to the serial result."""
     import ray
 
-    from kernelcast.runtime import init_ray
-    from kernelcast.settings import get_settings
+    from components.runtime import ensure_ray
+    from components.config import get_settings
 
     if n_chunks <= 1 or len(measurements) < 2:
         return build_feature_table(measurements, kernels, catalog, static, device_vector)
-    init_ray(settings or get_settings())
+    ensure_ray(settings or get_settings())
     remote = ray.remote(num_cpus=1)(_chunk_task)
     kernels_ref, catalog_ref = ray.put(kernels), ray.put(catalog)
     static_ref = ray.put(static)

@@ -190,7 +190,7 @@ def kernel_key(source_id: str, kernel_name: str) -> str:
 
 
 def _cache_root() -> Path:
-    from kernelcast.settings import get_settings
+    from components.config import get_settings
 
     return get_settings().cache_dir / "static"
 

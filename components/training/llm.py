@@ -22,7 +22,7 @@ import numpy as np
 import pandas as pd
 
 if TYPE_CHECKING:
-    from kernelcast.settings import Settings
+    from components.config import Settings
 
 STATE_FILE = "state.pt"
 LLM_EXPERIMENT = "kernelcast-llm"
@@ -167,8 +167,7 @@ def train_llm(
     from components.models.llm.loader import resolve_base
     from components.models.llm.model import LLMConfig, LLMPredictor
     from components.registry.mlflow_registry import ensure_experiment, log_predictor, register
-    from flows.runtime import init_local_ray
-    from kernelcast.runtime import configure_environment
+    from components.runtime import configure_environment, ensure_ray
 
     configure_environment(settings)
     cfg = config or LLMConfig()
@@ -194,7 +193,7 @@ def train_llm(
     for key, value in params.items():
         client.log_param(run_id, key, str(value)[:500])
 
-    init_local_ray(settings)
+    ensure_ray(settings)
     trainer = TorchTrainer(
         train_func,
         train_loop_config={

@@ -33,10 +33,10 @@ def kernels(llm_settings: Settings) -> pd.DataFrame:
 def ray_session(llm_settings: Settings):
     import ray
 
-    from flows.runtime import init_local_ray
+    from components.runtime import ensure_ray
 
     started = not ray.is_initialized()
-    init_local_ray(llm_settings)
+    ensure_ray(llm_settings)
     yield
     if started:
         ray.shutdown()  # only the Ray this test started; never `ray stop`

@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     import pandas as pd
 
-    from kernelcast.settings import Settings
+    from components.config import Settings
 
 
 def load(directory: Path | str) -> Any:

@@ -41,7 +41,7 @@ def embedded_model_dir() -> Path:
 
 
 def default_cache_root() -> Path:
-    from kernelcast.settings import get_settings
+    from components.config import get_settings
 
     return get_settings().cache_dir / "llm"
 

@@ -28,7 +28,7 @@ import pandas as pd
 from components.models.llm.prompt import ANSWERS, build_prompt
 
 if TYPE_CHECKING:
-    from kernelcast.settings import Settings
+    from components.config import Settings
 
 SYSTEM = ("You are a GPU performance expert. Using the roofline model, classify CUDA and OpenMP-offload "
           "kernels as Bandwidth-bound or Compute-bound on the given GPU.")

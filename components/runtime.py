@@ -1,0 +1,123 @@
+"""Process environment for the embedded services, and the one Ray start-up.
+
+``configure_environment`` switches telemetry off and points every service at the state folder;
+``ensure_ray`` connects to the configured Ray cluster or starts a local Ray, once per process, with
+the worker settings every caller needs (one OpenMP thread per worker, the Prefect API URL so a
+worker never starts its own server, telemetry off). Both are called explicitly by CLI commands,
+flows, stage functions and tests -- never at import time.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path
+from typing import Any
+from urllib.parse import urlsplit
+
+from components.config import Settings
+
+# Every service phones home unless told not to; nothing here may reach for the network.
+TELEMETRY_OFF: dict[str, str] = {
+    "DO_NOT_TRACK": "1",
+    "PREFECT_SERVER_ANALYTICS_ENABLED": "false",
+    "MLFLOW_DISABLE_TELEMETRY": "true",
+    "MLFLOW_ENABLE_TELEMETRY": "false",
+    "DVC_NO_ANALYTICS": "1",
+    "RAY_USAGE_STATS_ENABLED": "0",
+    "HF_HUB_OFFLINE": "1",
+    "TRANSFORMERS_OFFLINE": "1",
+    "HF_HUB_DISABLE_TELEMETRY": "1",
+    "GX_ANALYTICS_ENABLED": "false",
+    "TOKENIZERS_PARALLELISM": "false",
+}
+
+
+def configure_environment(settings: Settings) -> None:
+    """Point every embedded service at the state folder and switch telemetry off."""
+    for key, value in TELEMETRY_OFF.items():
+        os.environ.setdefault(key, value)
+    for folder in (settings.state_dir, settings.data_dir, settings.mlflow_dir, settings.prefect_home,
+                   settings.ray_tmpdir, settings.cache_dir, settings.models_dir, settings.reports_dir):
+        Path(folder).mkdir(parents=True, exist_ok=True)
+    os.environ.setdefault("PREFECT_HOME", str(settings.prefect_home))
+    # A loaded 2-core box needs longer than Prefect's 20 s default to start its temporary server.
+    os.environ.setdefault("PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS", "120")
+    os.environ.setdefault("PREFECT_LOGGING_TO_API_ENABLED", "false")
+    if settings.prefect_api_url:
+        os.environ["PREFECT_API_URL"] = settings.prefect_api_url
+    os.environ.setdefault("RAY_TMPDIR", str(settings.ray_tmpdir))
+    # Local Ray needs no token; a real cluster configures auth through RAY_AUTH_* itself.
+    if not settings.ray_address:
+        os.environ.setdefault("RAY_AUTH_MODE", "disabled")
+    os.environ.setdefault("MLFLOW_TRACKING_URI", settings.tracking_uri())
+
+
+def current_prefect_api_url() -> str | None:
+    """The Prefect API this process talks to: the env var, or -- when Prefect is already loaded --
+    its settings (a profile or an enclosing ``prefect_test_harness``). Never imports Prefect."""
+    if "prefect.settings" in sys.modules:
+        from prefect.settings import PREFECT_API_URL
+
+        value = PREFECT_API_URL.value()
+        if value:
+            return str(value)
+    return os.environ.get("PREFECT_API_URL") or None
+
+
+def _is_loopback(url: str) -> bool:
+    return (urlsplit(url if "://" in url else f"//{url}").hostname or "") in ("127.0.0.1", "localhost", "::1")
+
+
+def _is_remote(ray_address: str | None) -> bool:
+    """A ``ray://host`` on another machine; ``auto`` and local addresses share our loopback."""
+    return bool(ray_address) and ray_address != "auto" and not _is_loopback(ray_address.removeprefix("ray://"))
+
+
+def ray_init_kwargs(settings: Settings, prefect_api_url: str | None = None) -> dict[str, Any]:
+    """``ray.init`` keyword arguments (without ``address``) for the configured cluster or a local Ray.
+
+    Workers get the Prefect API URL (so they never start their own server), one OpenMP thread
+    each (or two cores thrash), and telemetry off. A local Ray gets this machine's cores (or
+    ``ray_num_cpus``), no dashboard and its temp dir under the state folder.
+    """
+    api_url = prefect_api_url or current_prefect_api_url()
+    if api_url and _is_loopback(api_url) and _is_remote(settings.ray_address):
+        raise ValueError(
+            f"Ray workers at {settings.ray_address} cannot reach the loopback Prefect API {api_url}; "
+            "set KERNELCAST_PREFECT_API_URL to a server they can reach"
+        )
+    env_vars = {**TELEMETRY_OFF, "OMP_NUM_THREADS": "1", "PREFECT_LOGGING_TO_API_ENABLED": "false"}
+    if api_url:
+        env_vars["PREFECT_API_URL"] = api_url
+    kwargs: dict[str, Any] = {"runtime_env": {"env_vars": env_vars}}
+    if settings.ray_address:
+        return kwargs  # the cluster owns its resources, temp dir and dashboard
+    kwargs.update(
+        num_cpus=settings.ray_num_cpus or os.cpu_count() or 1,
+        include_dashboard=False,
+        log_to_driver=False,
+        _temp_dir=str(settings.ray_tmpdir),
+    )
+    return kwargs
+
+
+def ensure_ray(settings: Settings, prefect_api_url: str | None = None) -> None:
+    """Connect to ``settings.ray_address`` or start a local Ray -- once; later calls do nothing.
+
+    Prefect's ``RayTaskRunner`` reuses an initialised Ray, so a caller running several flows (a
+    test session, a pipeline) pays Ray's ~5 s start-up once, with these worker settings.
+    """
+    import ray
+
+    if ray.is_initialized():
+        return
+    configure_environment(settings)
+    kwargs = ray_init_kwargs(settings, prefect_api_url)
+    if settings.ray_address:
+        ray.init(address=settings.ray_address, **kwargs)
+    else:
+        ray.init(**kwargs)
+
+
+__all__ = ["TELEMETRY_OFF", "configure_environment", "current_prefect_api_url", "ensure_ray", "ray_init_kwargs"]
