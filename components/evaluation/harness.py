@@ -15,7 +15,6 @@ JSON shape (fractions in [0, 1]; ``null`` where a figure cannot be computed)::
 
 from __future__ import annotations
 
-import hashlib
 import math
 from dataclasses import dataclass
 from pathlib import Path
@@ -27,6 +26,7 @@ import pandas as pd
 from components.evaluation.metrics import classification_report, interval_coverage, regression_report
 from components.evaluation.splits import Fold, make_split
 from components.models.base import CLASS_TARGET, NUMERIC_TARGETS, Predictor
+from components.sampling import capped_index
 
 REPORT_KEYS: tuple[str, ...] = ("mape", "median_ape", "within_10", "n")
 # Columns the bolet split reads that the feature table does not carry; joined from canonical data.
@@ -190,9 +190,7 @@ def capped_rows(index: pd.Index, table: pd.DataFrame, max_rows: int | None, salt
     model and every run, so families scored under one cap are compared on identical rows."""
     if max_rows is None or len(index) <= max_rows:
         return index
-    keys = table.loc[index, "measurement_id"].astype(str)
-    rank = keys.map(lambda v: hashlib.sha1(f"{salt}\x1f{v}".encode()).hexdigest())
-    return pd.Index(rank.sort_values(kind="stable").index[:max_rows]).sort_values()
+    return capped_index(index, table.loc[index, "measurement_id"], max_rows, salt)
 
 
 def evaluate_predictor(predictor: Predictor, table: pd.DataFrame, split: str | None, *,

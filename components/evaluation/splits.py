@@ -19,10 +19,11 @@ also guarantee that no kernel (or GPU) of the test side appears in training.
 
 from __future__ import annotations
 
-import hashlib
 from dataclasses import dataclass
 
 import pandas as pd
+
+from components.sampling import unit_hash_series as _unit_hash  # [0, 1) per key, by hash
 
 SPLITS: tuple[str, ...] = ("random", "unseen-kernel", "unseen-gpu", "neusight", "pipeweave-fp8", "bolet-roofline")
 NEUSIGHT_TRAIN_DEVICES: tuple[str, ...] = (
@@ -43,17 +44,6 @@ class Fold:
         overlap = self.train.intersection(self.test)
         if len(overlap):
             raise AssertionError(f"split {self.name}: {len(overlap)} rows in both train and test")
-
-
-def _unit_hash(values: pd.Series, salt: str) -> pd.Series:
-    """Deterministic value in [0, 1) per key: stable across runs, machines and row order."""
-
-    def h(value: object) -> float:
-        digest = hashlib.sha1(f"{salt}\x1f{value}".encode()).digest()
-        return int.from_bytes(digest[:8], "big") / 2**64
-
-    uniques = {v: h(v) for v in pd.unique(values.astype(str))}
-    return values.astype(str).map(uniques).astype("float64")
 
 
 def _device_ids(names: tuple[str, ...]) -> set[str]:

@@ -17,11 +17,10 @@ classifier. Runtime gets split-conformal intervals (``pred_duration_us_lo/hi``).
 from __future__ import annotations
 
 import gzip
-import hashlib
 import json
 import math
 import pickle
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -30,6 +29,7 @@ import numpy as np
 import pandas as pd
 
 from components.models.base import CLASS_TARGET, NUMERIC_TARGETS
+from components.sampling import subsample, unit_hash
 
 PREDICTOR_FILE = "predictor.json"
 TRAINED_ON_FILE = "trained_on.txt.gz"
@@ -113,22 +113,9 @@ class TargetJob:
     classes: list[str] = field(default_factory=list)
 
 
-def unit_hash(values: Iterable[object], salt: str) -> np.ndarray:
-    """Deterministic [0, 1) value per key, independent of row order and machine."""
-    out = []
-    for value in values:
-        digest = hashlib.sha1(f"{salt}\x1f{value}".encode()).digest()
-        out.append(int.from_bytes(digest[:8], "big") / 2**64)
-    return np.asarray(out, dtype="float64")
-
-
 def subsample_rows(features: pd.DataFrame, max_rows: int | None, salt: str = "tabular-subsample") -> pd.DataFrame:
     """At most ``max_rows`` rows, chosen by hash of measurement_id (same rows on every run)."""
-    if max_rows is None or len(features) <= max_rows:
-        return features
-    rank = unit_hash(features["measurement_id"].astype(str), salt)
-    keep = np.argsort(rank, kind="stable")[:max_rows]
-    return features.iloc[np.sort(keep)]
+    return subsample(features, max_rows, salt)
 
 
 def _signed_log(values: np.ndarray) -> np.ndarray:

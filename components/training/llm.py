@@ -127,11 +127,11 @@ def train_func(config: dict[str, Any]) -> None:
 
 def split_validation(train: pd.DataFrame, share: float = 0.15, key: str = "kernel_id") -> tuple[pd.DataFrame, pd.DataFrame]:
     """Validation slice of the train side, grouped by kernel and chosen by hash (deterministic)."""
-    import hashlib
+    from components.sampling import unit_hash
 
     keys = train[key].astype(str) if key in train else train.index.astype(str).to_series(index=train.index)
-    rank = keys.map(lambda v: int(hashlib.sha1(f"llm-val|{v}".encode()).hexdigest()[:8], 16) / 0xFFFFFFFF)
-    is_val = rank < share
+    # Historical draw: first 32 bits of sha1("llm-val|<key>") over 2**32 - 1.
+    is_val = unit_hash(keys, "llm-val", sep="|", bits=32, closed=True) < share
     return train[~is_val], train[is_val]
 
 
@@ -292,14 +292,14 @@ def fit_and_validation_sides(train_side: pd.DataFrame, split: str | None, settin
 
     from components.evaluation.harness import attach_canonical_columns, class_label_column
     from components.models.llm.model import LLMPredictor
-    from components.models.tabular import subsample_rows
+    from components.sampling import subsample
 
     cfg = replace(config, class_column=class_label_column(split))
     # A row that measures none of the targets the model learns would only add padding to batches.
     wanted = [c for c in (*cfg.numeric_targets, *([cfg.class_column] if cfg.predict_class else ()))
               if c in train_side]
     teachable = train_side[train_side[wanted].notna().any(axis=1)] if wanted else train_side.iloc[0:0]
-    sample = subsample_rows(teachable, run.max_train_rows, salt="llm-subsample")
+    sample = subsample(teachable, run.max_train_rows, salt="llm-subsample")
     if sample.empty:
         raise ValueError(f"split {split!r}: no train rows measure any of {wanted}")
     sample = attach_canonical_columns(sample, settings.data_dir / "canonical", kernels=LLMPredictor.kernel_columns,

@@ -150,11 +150,9 @@ def bolet_sides(table: pd.DataFrame) -> tuple[pd.DataFrame, pd.DataFrame]:
 def balanced_subsample(frame: pd.DataFrame, per_class: int, column: str = "roofline_class_published",
                        salt: str = "llm-sub") -> pd.DataFrame:
     """Deterministic (hash-ordered) ``per_class`` rows of each class; all rows if fewer."""
-    import hashlib
+    from components.sampling import balanced_sample
 
-    order = frame["kernel_id"].astype(str).map(lambda v: hashlib.sha1(f"{salt}|{v}".encode()).hexdigest())
-    ranked = frame.assign(_order=order).sort_values("_order")
-    return ranked.groupby(column, group_keys=False).head(per_class).drop(columns="_order").sort_index()
+    return balanced_sample(frame, per_class, column, salt, key="kernel_id", sep="|")
 
 
 # --------------------------------------------------------------------------- scoring
