@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 DEFAULT_CATALOG_PATH: Path = Path(__file__).with_name("catalog.yaml")
 
@@ -31,6 +31,46 @@ PRECISIONS: tuple[str, ...] = VECTOR_PRECISIONS + TENSOR_ONLY_PRECISIONS
 # matching so "Tesla_T4", "NVIDIA GeForce RTX 3080" and "AMD Instinct MI300X" need no alias.
 _PREFIXES: tuple[str, ...] = ("nvidia", "tesla", "geforce", "amd", "instinct", "radeon", "quadro")
 _SEPARATORS = re.compile(r"[\s_\-]+")
+
+
+# Per-architecture occupancy constants, used where an entry does not give them itself.
+# NVIDIA: "Technical Specifications per Compute Capability" table of the CUDA C++ Programming
+# Guide (maximum resident blocks / warps per SM; warp size 32 on every NVIDIA GPU).
+# https://docs.nvidia.com/cuda/cuda-c-programming-guide/index.html#features-and-technical-specifications
+_NVIDIA_MAX_CTAS_PER_SM: dict[str, int] = {
+    "6.0": 32, "6.1": 32, "6.2": 32, "7.0": 32, "7.2": 32, "7.5": 16, "8.0": 32, "8.6": 16, "8.7": 16,
+    "8.9": 24, "9.0": 32, "10.0": 32, "10.3": 32, "11.0": 32, "12.0": 32, "12.1": 32,
+}
+# AMD, per architecture: (wavefront size, max waves resident per CU, max workgroups per CU).
+# Waves per CU = waves per SIMD x SIMDs per CU as the AMDGPU LLVM backend models them
+# (getMaxWavesPerEU: 10 on gfx908, 8 on gfx90a/gfx94x/gfx950, 20 on gfx10 (RDNA1/2; 2 SIMD32 per
+# CU), 16 on gfx11/gfx12); workgroups per CU = the backend's getMaxWorkGroupsPerCU cap of 16
+# (https://llvm.org/docs/AMDGPUUsage.html). CDNA executes wave64 only; RDNA runs wave32 natively
+# (HIP's default there) and wave64 as two passes.
+_AMD_OCCUPANCY: dict[str, tuple[int, int, int]] = {
+    "gcn5": (64, 40, 16), "cdna1": (64, 40, 16), "cdna2": (64, 32, 16), "cdna3": (64, 32, 16),
+    "cdna4": (64, 32, 16), "rdna2": (32, 40, 16), "rdna3": (32, 32, 16), "rdna4": (32, 32, 16),
+}
+
+
+def architecture_defaults(entry: dict[str, Any]) -> dict[str, Any]:
+    """Occupancy fields an entry may omit (warp_size, max_ctas_per_sm, max_warps_per_sm), filled
+    from its vendor + compute capability / architecture; {} where no default is known."""
+    vendor = str(entry.get("vendor", "")).lower()
+    out: dict[str, Any] = {}
+    if vendor == "nvidia":
+        out["warp_size"] = 32
+        ctas = _NVIDIA_MAX_CTAS_PER_SM.get(str(entry.get("compute_capability", "")))
+        if ctas is not None:
+            out["max_ctas_per_sm"] = ctas
+        threads = entry.get("max_threads_per_sm")
+        if isinstance(threads, int) and threads > 0:
+            out["max_warps_per_sm"] = threads // 32
+    elif vendor == "amd":
+        known = _AMD_OCCUPANCY.get(str(entry.get("architecture", "")).lower())
+        if known is not None:
+            out["warp_size"], out["max_warps_per_sm"], out["max_ctas_per_sm"] = known
+    return out
 
 
 class CatalogError(ValueError):
@@ -92,14 +132,65 @@ class DeviceSpec(BaseModel):
     regs_per_sm: int = Field(gt=0)
     max_threads_per_sm: int = Field(gt=0)
     tdp_w: float = Field(gt=0)
+    # Occupancy limits (filled per architecture by ``architecture_defaults`` when omitted):
+    warp_size: int = Field(gt=0)  # threads per warp (NVIDIA 32) / wavefront (CDNA 64, RDNA 32)
+    max_ctas_per_sm: int = Field(gt=0)  # resident thread blocks (workgroups) per SM/CU
+    max_warps_per_sm: int = Field(gt=0)  # resident warps (waves) per SM/CU
+    l2_gbps: float | None = Field(default=None, gt=0)  # L2 bandwidth in GB/s where published
     peak_tflops: PeakTflops
     source: str = Field(min_length=1)
     notes: str | None = None
     aliases: tuple[str, ...] = ()
 
+    @model_validator(mode="before")
+    @classmethod
+    def _fill_architecture_defaults(cls, data: Any) -> Any:
+        if isinstance(data, dict):
+            missing = {k: v for k, v in architecture_defaults(data).items() if data.get(k) is None}
+            if missing:
+                data = {**data, **missing}
+        return data
+
     @property
     def dram_bytes_per_s(self) -> float:
         return self.dram_gbps * 1e9
+
+    @property
+    def lds_per_cu_kb(self) -> float:
+        """Shared memory (AMD: LDS) one SM/CU can give to resident blocks -- ``max_smem_per_sm_kb``."""
+        return self.max_smem_per_sm_kb
+
+    @property
+    def max_threads_per_cta(self) -> int:
+        """Largest block (workgroup): 1024 threads on every NVIDIA and AMD GPU in the catalog."""
+        return 1024
+
+    def unsupported_reason(self, dtype: str) -> str | None:
+        """Why this GPU cannot run ``dtype`` natively (no such hardware path), or None if it can.
+
+        A None answer for "mixed"/"unknown"/"int*" dtypes we cannot judge. fp16 on Pascal GP104
+        (P4) is native but slow (1/64 rate): that is a peak, not an absence, so it is supported.
+        """
+        precision = canonical_dtype(dtype)
+        if precision is None or precision == "fp32":
+            return None
+        if self.has_pipe(precision, tensor=None):
+            return None
+        arch = f"{self.name} ({self.architecture}, {self.compute_capability})"
+        if precision == "bf16":
+            return f"{arch} has no bf16 hardware (no bf16 vector or tensor/matrix pipe); bf16 would be emulated"
+        if precision == "fp8":
+            return (f"{arch} has no fp8 tensor/matrix cores (FP8 arrived with NVIDIA Ada/Hopper and AMD "
+                    "CDNA3); fp8 would be emulated through fp16/fp32")
+        if precision == "tf32":
+            return f"{arch} has no TF32 tensor cores; a TF32 matmul runs as plain FP32"
+        if precision == "fp4":
+            return f"{arch} has no fp4 tensor cores (FP4 arrived with NVIDIA Blackwell and AMD CDNA4)"
+        return f"{arch} has no {precision} pipe"
+
+    def supports(self, dtype: str) -> bool:
+        """True when ``dtype`` runs natively on this GPU (see ``unsupported_reason``)."""
+        return self.unsupported_reason(dtype) is None
 
     def peak_flops(self, precision: str, tensor: bool | None = False) -> float:
         """Peak rate in FLOP/s (OP/s for int8) of one precision's pipe.
@@ -137,6 +228,34 @@ class DeviceSpec(BaseModel):
         return self.peak_flops(precision, tensor) / self.dram_bytes_per_s
 
 
+# dtype spellings (torch, numpy, the datasets) -> catalog precision; None = cannot be judged.
+_DTYPE_ALIASES: dict[str, str | None] = {
+    "fp64": "fp64", "float64": "fp64", "double": "fp64", "f64": "fp64",
+    "fp32": "fp32", "float32": "fp32", "float": "fp32", "f32": "fp32",
+    "tf32": "tf32", "tensorfloat32": "tf32",
+    "fp16": "fp16", "float16": "fp16", "half": "fp16", "f16": "fp16",
+    "bf16": "bf16", "bfloat16": "bf16",
+    "fp8": "fp8", "float8": "fp8", "e4m3": "fp8", "e5m2": "fp8", "fp8e4m3": "fp8", "fp8e5m2": "fp8",
+    "float8e4m3fn": "fp8", "float8e5m2": "fp8", "float8e4m3fnuz": "fp8", "float8e5m2fnuz": "fp8",
+    "fp4": "fp4", "nvfp4": "fp4", "mxfp4": "fp4", "float4": "fp4", "float4e2m1fn": "fp4",
+    "int8": "int8", "i8": "int8", "uint8": "int8",
+    "mixed": None, "unknown": None, "": None,
+}
+
+
+def canonical_dtype(dtype: str | None) -> str | None:
+    """The catalog precision a dtype spelling runs on ("bfloat16" -> "bf16"); None when it cannot
+    be judged ("mixed", "unknown", integer types other than int8); ValueError for a non-dtype."""
+    if dtype is None:
+        return None
+    key = re.sub(r"[\s_\-.]", "", str(dtype).lower().removeprefix("torch."))
+    if key in _DTYPE_ALIASES:
+        return _DTYPE_ALIASES[key]
+    if re.fullmatch(r"u?int(16|32|64)|bool", key):
+        return None
+    raise ValueError(f"dtype {dtype!r}: not a known data type (e.g. fp32, fp16, bf16, fp8, tf32, fp64, int8)")
+
+
 def normalize_name(name: str) -> str:
     """Lookup key: lower case, vendor prefixes stripped, separators (space _ -) removed."""
     words = _SEPARATORS.split(name.strip().lower())
@@ -149,8 +268,11 @@ def normalize_name(name: str) -> str:
 class Catalog:
     """An immutable set of devices with name resolution."""
 
-    def __init__(self, devices: list[DeviceSpec], path: Path | None = None) -> None:
+    def __init__(self, devices: list[DeviceSpec], path: Path | None = None,
+                 user_files: dict[str, Path] | None = None) -> None:
         self.path = path
+        # device id -> the user spec file it came from (``kernelcast devices add``); packaged: absent.
+        self.user_files: dict[str, Path] = dict(user_files or {})
         self._by_id: dict[str, DeviceSpec] = {}
         self._by_key: dict[str, str] = {}  # normalized spelling -> device id
         for device in devices:
@@ -205,6 +327,10 @@ class Catalog:
     def __len__(self) -> int:
         return len(self._by_id)
 
+    def is_user(self, device_id: str) -> bool:
+        """True for a device added from the user folder rather than the packaged catalog."""
+        return device_id in self.user_files
+
 
 def _entry_label(index: int, entry: Any) -> str:
     if isinstance(entry, dict) and entry.get("id"):
@@ -212,14 +338,34 @@ def _entry_label(index: int, entry: Any) -> str:
     return f"entry #{index}"
 
 
-def _parse(path: Path) -> Catalog:
+def _describe(exc: ValidationError) -> list[str]:
+    """Pydantic errors as "field: problem" lines a user can act on."""
+    problems = []
+    for err in exc.errors():
+        where = ".".join(str(p) for p in err["loc"]) or "<entry>"
+        if err["type"] == "missing":
+            problems.append(f"missing field {where!r}")
+        elif err["type"] == "extra_forbidden":
+            problems.append(f"unknown key {where!r}")
+        else:
+            problems.append(f"{where}: {err['msg']}")
+    return problems
+
+
+def _read_yaml(path: Path, what: str) -> Any:
     try:
         # libyaml's loader parses the catalog ~10x faster than the pure-Python one where present.
-        document = yaml.load(path.read_text(), Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader))
+        return yaml.load(path.read_text(), Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader))
     except FileNotFoundError:
-        raise FileNotFoundError(f"device catalog {path}: file not found") from None
+        raise FileNotFoundError(f"{what} {path}: file not found") from None
+    except UnicodeDecodeError as exc:
+        raise CatalogError(f"{what} {path}: not UTF-8 text ({exc.reason})") from None
     except yaml.YAMLError as exc:
-        raise CatalogError(f"device catalog {path}: not valid YAML ({exc})") from exc
+        raise CatalogError(f"{what} {path}: not valid YAML ({exc})") from exc
+
+
+def _parse_devices(path: Path) -> list[DeviceSpec]:
+    document = _read_yaml(path, "device catalog")
     if not isinstance(document, dict) or not isinstance(document.get("devices"), list):
         raise CatalogError(f"device catalog {path}: expected a mapping with a 'devices:' list")
     devices: list[DeviceSpec] = []
@@ -231,7 +377,130 @@ def _parse(path: Path) -> Catalog:
                 f"{'.'.join(str(p) for p in err['loc']) or '<entry>'}: {err['msg']}" for err in exc.errors()
             )
             raise CatalogError(f"device catalog {path}: {_entry_label(index, entry)}: {problems}") from None
-    return Catalog(devices, path)
+    return devices
+
+
+def _parse(path: Path) -> Catalog:
+    return Catalog(_parse_devices(path), path)
+
+
+# ------------------------------------------------------------------ user-supplied specs
+
+
+class SpecError(CatalogError):
+    """A user device spec is missing fields or has implausible ones; ``problems`` lists each."""
+
+    def __init__(self, label: str, problems: list[str]) -> None:
+        super().__init__(f"{label}: {'; '.join(problems)}")
+        self.label = label
+        self.problems = problems
+
+
+# Ranges outside which a figure is a typo or a wrong unit, not a GPU (largest real values ~5x below).
+_PLAUSIBLE: dict[str, tuple[float, float]] = {
+    "sms": (1, 1024), "fp32_lanes_per_sm": (8, 512), "boost_clock_mhz": (100, 5000),
+    "base_clock_mhz": (50, 5000), "memory_gb": (0.25, 2048), "dram_gbps": (10, 20000), "l2_mb": (0.0625, 1024),
+    "llc_mb": (1, 4096), "l1_smem_per_sm_kb": (8, 2048), "max_smem_per_sm_kb": (8, 2048),
+    "max_smem_per_block_kb": (8, 2048), "regs_per_sm": (4096, 1 << 20), "max_threads_per_sm": (256, 8192),
+    "tdp_w": (5, 5000), "warp_size": (16, 64), "max_ctas_per_sm": (1, 128), "max_warps_per_sm": (4, 256),
+    "l2_gbps": (10, 200000),
+}
+FP32_TOLERANCE = 0.25  # published FP32 peak vs sms x lanes x 2 x boost clock
+
+
+def plausibility_problems(spec: DeviceSpec) -> list[str]:
+    """Fields of a schema-valid spec that cannot describe a real GPU (each named with its range)."""
+    problems: list[str] = []
+    for field, (low, high) in _PLAUSIBLE.items():
+        value = getattr(spec, field)
+        if value is not None and not (low <= value <= high):
+            unit = field.rsplit("_", 1)[-1] if field.endswith(("_mhz", "_gb", "_gbps", "_mb", "_kb", "_w")) else ""
+            problems.append(f"{field} = {value:g} is implausible (expected {low:g}..{high:g}{' ' + unit if unit else ''})")
+    derived = spec.sms * spec.fp32_lanes_per_sm * 2 * spec.boost_clock_mhz * 1e-6  # TFLOP/s
+    published = spec.peak_tflops.fp32
+    if abs(published - derived) > FP32_TOLERANCE * derived:
+        problems.append(
+            f"peak_tflops.fp32 = {published:g} is inconsistent with sms x fp32_lanes_per_sm x 2 x boost_clock_mhz "
+            f"= {spec.sms} x {spec.fp32_lanes_per_sm} x 2 x {spec.boost_clock_mhz:g} MHz = {derived:.3g} TFLOP/s "
+            f"(more than {FP32_TOLERANCE:.0%} apart)"
+        )
+    if spec.max_smem_per_block_kb > spec.max_smem_per_sm_kb:
+        problems.append(f"max_smem_per_block_kb ({spec.max_smem_per_block_kb:g}) exceeds max_smem_per_sm_kb "
+                        f"({spec.max_smem_per_sm_kb:g})")
+    if spec.memory_gb * 1e9 < 1:
+        problems.append("memory_gb must be positive")
+    for key, value in spec.peak_tflops.model_dump().items():
+        if value is not None and value > 100_000:
+            problems.append(f"peak_tflops.{key} = {value:g} TFLOP/s is implausible (dense peaks are below 100000)")
+    return problems
+
+
+def spec_from_mapping(data: Any, label: str = "device spec") -> DeviceSpec:
+    """A validated DeviceSpec from a full spec mapping (a parsed JSON/YAML object).
+
+    Same fields as a catalog entry (see catalog.yaml's header); occupancy fields default per
+    architecture. Raises SpecError naming every missing, unknown or implausible field.
+    """
+    if not isinstance(data, dict):
+        raise SpecError(label, [f"expected a mapping of spec fields, got {type(data).__name__}"])
+    try:
+        spec = DeviceSpec.model_validate(data)
+    except ValidationError as exc:
+        raise SpecError(label, _describe(exc)) from None
+    problems = plausibility_problems(spec)
+    if problems:
+        raise SpecError(label, problems)
+    return spec
+
+
+def read_spec_file(path: Path) -> list[DeviceSpec]:
+    """The device(s) of a user spec file: one mapping, or a ``devices:`` list like catalog.yaml."""
+    path = Path(path)
+    if path.suffix.lower() not in (".yaml", ".yml", ".json"):
+        raise SpecError(str(path), ["expected a .yaml, .yml or .json spec file"])
+    document = _read_yaml(path, "device spec")  # JSON is YAML
+    entries = document["devices"] if isinstance(document, dict) and "devices" in document else [document]
+    if not isinstance(entries, list) or not entries:
+        raise SpecError(str(path), ["'devices:' must be a non-empty list of spec mappings"])
+    return [spec_from_mapping(e, f"device spec {path}" + (f" {_entry_label(i, e)}" if len(entries) > 1 else ""))
+            for i, e in enumerate(entries)]
+
+
+def default_user_devices_dir() -> Path:
+    """``$KERNELCAST_HOME/devices``: where ``kernelcast devices add`` keeps user specs."""
+    from components.config import get_settings
+
+    return get_settings().state_dir / "devices"
+
+
+def _user_fingerprint(user_dir: Path | None) -> tuple:
+    if user_dir is None or not Path(user_dir).is_dir():
+        return ()
+    files = sorted(p for p in Path(user_dir).iterdir() if p.suffix.lower() in (".yaml", ".yml", ".json")
+                   and not p.name.startswith("."))
+    return tuple((p.name, p.stat().st_mtime_ns, p.stat().st_size) for p in files)
+
+
+def merge_user_devices(base: Catalog, user_dir: Path | None) -> Catalog:
+    """``base`` plus every device spec in ``user_dir`` (validated like ``spec_from_mapping``).
+
+    A user device may not reuse a packaged id or spelling: the error names the file and the clash.
+    """
+    if user_dir is None or not Path(user_dir).is_dir():
+        return base
+    devices = base.all()
+    user_files: dict[str, Path] = {}
+    for name, _, _ in _user_fingerprint(user_dir):
+        path = Path(user_dir) / name
+        for spec in read_spec_file(path):
+            if spec.id in user_files:
+                raise CatalogError(f"user device {path}: id {spec.id!r} is also defined in {user_files[spec.id]}")
+            devices.append(spec)
+            user_files[spec.id] = path
+    try:
+        return Catalog(devices, base.path, user_files)
+    except CatalogError as exc:
+        raise CatalogError(f"user devices in {user_dir}: {exc}") from None
 
 
 @lru_cache(maxsize=1)
@@ -239,11 +508,33 @@ def _default_catalog() -> Catalog:
     return _parse(DEFAULT_CATALOG_PATH)
 
 
-def load_catalog(path: Path | None = None) -> Catalog:
-    """The catalog at ``path`` (validated); the packaged catalog, parsed once, when None."""
-    if path is None:
-        return _default_catalog()
-    return _parse(Path(path))
+_DEFAULT = object()  # "the default user folder" (None means: no user devices)
+_merged_cache: dict[tuple, Catalog] = {}
+
+
+def load_catalog(path: Path | None = None, user_dir: Path | None | object = _DEFAULT) -> Catalog:
+    """The device catalog: packaged ``catalog.yaml`` (or ``path``) plus user-added devices.
+
+    ``user_dir``: folder of user spec files merged in. Its default is ``$KERNELCAST_HOME/devices``
+    for the packaged catalog and none for an explicit ``path``; pass None for the packaged
+    entries only. Parsed once per state of the user folder (files' names, sizes, mtimes).
+    """
+    if user_dir is _DEFAULT:
+        user_dir = default_user_devices_dir() if path is None else None
+    base = _default_catalog() if path is None else _parse(Path(path))
+    if user_dir is None:
+        return base
+    user_dir = Path(user_dir)  # type: ignore[arg-type]
+    fingerprint = _user_fingerprint(user_dir)
+    if not fingerprint:
+        return base
+    if path is not None:
+        return merge_user_devices(base, user_dir)
+    key = (str(user_dir.resolve()), fingerprint)
+    if key not in _merged_cache:
+        _merged_cache.clear()
+        _merged_cache[key] = merge_user_devices(base, user_dir)
+    return _merged_cache[key]
 
 
 # Precisions whose ridge points become features; "best" = tensor where present, else vector.
@@ -274,6 +565,10 @@ def device_feature_vector(spec: DeviceSpec) -> dict[str, float]:
         "dev_regs_per_sm": float(spec.regs_per_sm),
         "dev_max_threads_per_sm": float(spec.max_threads_per_sm),
         "dev_tdp_w": float(spec.tdp_w),
+        # Occupancy limits per SM/CU (counts, architecture constants -- transfer across GPUs).
+        "dev_warp_size": float(spec.warp_size),
+        "dev_max_ctas_per_sm": float(spec.max_ctas_per_sm),
+        "dev_max_warps_per_sm": float(spec.max_warps_per_sm),
         "dev_is_amd": 1.0 if spec.vendor == "amd" else 0.0,
         # Aggregate on-chip capacity: what a kernel's working set competes for.
         "dev_total_smem_mb": spec.sms * spec.max_smem_per_sm_kb / 1024.0,
