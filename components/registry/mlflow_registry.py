@@ -301,3 +301,28 @@ def load_model(name: str, alias: str = CHAMPION, tracking_uri: str | None = None
 def load_champion(name: str, tracking_uri: str | None = None) -> PyFuncModel:
     """What downstream services serve: ``models:/<name>@champion``."""
     return load_model(name, CHAMPION, tracking_uri)
+
+
+def load_registered_predictor(uri: str, tracking_uri: str | None = None) -> Any:
+    """The kernelcast predictor inside the pyfunc model at ``models:/...`` or ``runs:/...``.
+
+    Raises ``LookupError`` (one line naming the URI and the store) when MLflow cannot load it, and
+    ``TypeError`` when the model is not a kernelcast pyfunc wrapper.
+    """
+    import mlflow
+    import mlflow.pyfunc
+    from mlflow.exceptions import MlflowException
+
+    if tracking_uri:
+        mlflow.set_tracking_uri(tracking_uri)
+        mlflow.set_registry_uri(tracking_uri)
+    try:
+        wrapper = mlflow.pyfunc.load_model(uri)
+    except (MlflowException, OSError) as exc:
+        message = getattr(exc, "message", str(exc)) or type(exc).__name__
+        raise LookupError(f"cannot load {uri} from {tracking_uri or mlflow.get_tracking_uri()}: "
+                          f"{str(message).splitlines()[0]}") from exc
+    predictor = getattr(wrapper.unwrap_python_model(), "predictor", None)
+    if predictor is None:
+        raise TypeError(f"{uri} is not a kernelcast model (no predictor inside its pyfunc wrapper)")
+    return predictor

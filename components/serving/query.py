@@ -8,7 +8,6 @@ predictor directory, or the training-free roofline).
 from __future__ import annotations
 
 import math
-from pathlib import Path
 from typing import Any
 
 
@@ -58,21 +57,14 @@ def query_frames(op: str, shape: dict[str, int], dtype: str, device_ids: list[st
 
 
 def load_any_predictor(model: str):  # noqa: ANN201
-    """``roofline`` | a local predictor directory | an MLflow ``models:/`` URI (pyfunc)."""
-    if model == "roofline":
-        from components.models.roofline import RooflinePredictor
+    """``roofline`` | a local predictor directory | ``models:/`` / ``runs:/`` (``components.models.loading``)."""
+    from components.models.loading import ModelLoadError
+    from components.models.loading import load_any_predictor as load
 
-        return RooflinePredictor()
-    if model.startswith("models:/") or model.startswith("runs:/"):
-        import mlflow.pyfunc
-
-        try:
-            return mlflow.pyfunc.load_model(model)
-        except Exception as exc:  # registry errors come in many types; the user needs one line
-            raise QueryError(f"--model {model}: cannot load from the MLflow registry ({exc})") from exc
-    from components.models import load_predictor
-
-    return load_predictor(Path(model))
+    try:
+        return load(model)
+    except ModelLoadError as exc:
+        raise QueryError(f"--model {model}: {exc}") from exc
 
 
 def score(predictor: Any, op: str, shape: dict[str, int], dtype: str, devices: list[str]) -> list[dict[str, Any]]:
