@@ -21,3 +21,13 @@ def atomic_write(path: Path, write: Callable[[Path], None]) -> None:
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise
+
+
+def atomic_write_text(path: Path, text: str) -> None:
+    """``path.write_text(text)``, atomically."""
+    atomic_write(path, lambda tmp: tmp.write_text(text))
+
+
+def atomic_write_bytes(path: Path, data: bytes) -> None:
+    """``path.write_bytes(data)``, atomically."""
+    atomic_write(path, lambda tmp: tmp.write_bytes(data))

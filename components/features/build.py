@@ -134,15 +134,10 @@ def _align_dtypes(table: pd.DataFrame) -> pd.DataFrame:
 
 def write_features(df: pd.DataFrame, path: Path) -> Path:
     """Atomic parquet write: a temporary file in the same folder, then rename."""
+    from components.atomic import atomic_write
+
     path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    try:
-        df.to_parquet(tmp, index=False)
-        os.replace(tmp, path)
-    finally:
-        if tmp.exists():
-            tmp.unlink()
+    atomic_write(path, lambda tmp: df.to_parquet(tmp, index=False))
     return path
 
 

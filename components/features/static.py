@@ -205,12 +205,9 @@ def _cache_load(key: str) -> dict[str, Any] | None:
 
 def _cache_store(key: str, payload: dict[str, Any]) -> None:
     """Atomic write (temp file + rename) so parallel sweeps never see a half-written entry."""
-    root = _cache_root()
-    root.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=root, suffix=".tmp")
-    with os.fdopen(fd, "w") as fh:
-        json.dump(payload, fh)
-    os.replace(tmp, root / f"{key}.json")
+    from components.atomic import atomic_write_text
+
+    atomic_write_text(_cache_root() / f"{key}.json", json.dumps(payload))
 
 
 def _build_report(

@@ -16,10 +16,11 @@ import argparse
 import csv
 import io
 import json
-import os
 import subprocess
 import sys
 from pathlib import Path
+
+from components.atomic import atomic_write_text
 
 # role -> candidate metric names (first one this GPU offers wins). FLOP counts follow the ncu
 # roofline sections: FMA counts as 2 operations.
@@ -129,9 +130,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.filter:
         command += ["--filter", args.filter]
     result = subprocess.run(command, capture_output=True, text=True)
-    tmp = args.out / "ncu_raw.csv.tmp"
-    tmp.write_text(result.stdout)
-    os.replace(tmp, args.out / "ncu_raw.csv")
+    atomic_write_text(args.out / "ncu_raw.csv", result.stdout)
     (args.out / "ncu_stderr.txt").write_text(result.stderr[-20000:])
     print(f"ncu exit {result.returncode}; {len(parse_raw_csv(result.stdout))} kernels; missing roles: {missing}")
     return result.returncode

@@ -18,12 +18,12 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import statistics
 import sys
 import time
 from pathlib import Path
 
+from components.atomic import atomic_write
 from components.profiling.suites import SUITES, OpCase, build
 
 
@@ -129,8 +129,13 @@ def main(argv: list[str] | None = None) -> int:
         parser.error("--out is required for this backend")
     device = "cpu" if args.backend == "host" else "cuda"
     device_name = _device_name(device)
-    tmp = args.out.with_suffix(args.out.suffix + ".tmp")
-    with tmp.open("w") as sink:
+    atomic_write(args.out, lambda tmp: _record_cases(tmp, cases, args, device_name))
+    return 0
+
+
+def _record_cases(path: Path, cases: list[OpCase], args: argparse.Namespace, device_name: str) -> None:
+    """One JSON line per case, flushed as it is measured (a failing case is recorded, not dropped)."""
+    with path.open("w") as sink:
         for index, case in enumerate(cases):
             record: dict[str, object] = {"index": index, "case_id": case.case_id, "case": json.loads(case.to_json()),
                                          "device_name": device_name, "backend": args.backend}
@@ -144,8 +149,6 @@ def main(argv: list[str] | None = None) -> int:
                 record["error"] = f"{type(exc).__name__}: {exc}"
             sink.write(json.dumps(record) + "\n")
             sink.flush()
-    os.replace(tmp, args.out)
-    return 0
 
 
 if __name__ == "__main__":

@@ -37,10 +37,14 @@ DEFAULT_EXPERIMENT = "kernelcast"
 # --------------------------------------------------------------------------- logging + registering
 
 
-def _client(tracking_uri: str | None) -> MlflowClient:
+def mlflow_client(tracking_uri: str | None) -> MlflowClient:
+    """The project's one ``MlflowClient`` factory: tracking and registry on the same store."""
     from mlflow import MlflowClient
 
     return MlflowClient(tracking_uri=tracking_uri, registry_uri=tracking_uri)
+
+
+_client = mlflow_client
 
 
 def ensure_experiment(name: str, artifact_location: str | None, tracking_uri: str | None = None) -> str:

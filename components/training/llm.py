@@ -55,9 +55,9 @@ def _shard(n: int, rank: int, world: int) -> list[int]:
 def _log_mlflow(tracking_uri: str | None, run_id: str | None, metrics: dict[str, float], step: int) -> None:
     if not (tracking_uri and run_id):
         return
-    from mlflow.tracking import MlflowClient
+    from components.registry.mlflow_registry import mlflow_client
 
-    client = MlflowClient(tracking_uri=tracking_uri)
+    client = mlflow_client(tracking_uri)
     for key, value in metrics.items():
         if isinstance(value, float | int) and math.isfinite(value):
             client.log_metric(run_id, key, float(value), step=step)
@@ -166,7 +166,7 @@ def train_llm(
 
     from components.models.llm.loader import resolve_base
     from components.models.llm.model import LLMConfig, LLMPredictor
-    from components.registry.mlflow_registry import ensure_experiment, log_predictor, register
+    from components.registry.mlflow_registry import ensure_experiment, log_predictor, mlflow_client, register
     from components.runtime import configure_environment, ensure_ray
 
     configure_environment(settings)
@@ -183,9 +183,7 @@ def train_llm(
     tracking_uri = settings.tracking_uri()
     mlflow.set_tracking_uri(tracking_uri)
     experiment_id = ensure_experiment(LLM_EXPERIMENT, settings.artifact_root(), tracking_uri)
-    from mlflow.tracking import MlflowClient
-
-    client = MlflowClient(tracking_uri=tracking_uri)
+    client = mlflow_client(tracking_uri)
     run_id = client.create_run(experiment_id, run_name=run_name, tags={"family": "llm"}).info.run_id
     gpu = torch.cuda.is_available() if use_gpu is None else use_gpu
     params = {**{k: str(v) for k, v in asdict(cfg).items()}, "workers": workers, "use_gpu": gpu,
@@ -239,10 +237,8 @@ def train_llm(
                         "training_summary.json")
     name = settings.registered_model if register_as is None else register_as
     if name:
-        from mlflow import MlflowClient
-
         version = register(model_uri, name, tracking_uri)
-        MlflowClient(tracking_uri=tracking_uri).set_model_version_tag(name, str(version), "family", "llm")
+        mlflow_client(tracking_uri).set_model_version_tag(name, str(version), "family", "llm")
     return out_dir
 
 
