@@ -15,8 +15,6 @@ import time
 from dataclasses import replace
 from pathlib import Path
 
-import yaml
-
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
@@ -24,15 +22,15 @@ def main() -> None:
     parser.add_argument("--features", type=Path, default=None)
     args = parser.parse_args()
 
+    from components.config import get_settings, load_params
     from components.evaluation.harness import read_feature_table, split_folds
     from components.evaluation.metrics import regression_report
+    from components.runtime import configure_environment
     from components.training.llm import fit_and_validation_sides, fit_on_side, llm_params
-    from kernelcast.runtime import configure_environment
-    from kernelcast.settings import get_settings
 
     settings = get_settings()
     configure_environment(settings)
-    params = yaml.safe_load(Path(settings.params_file).read_text()) or {}
+    params = load_params(settings.params_file)
     config, run = llm_params(params)
     table = read_feature_table(args.features or settings.data_dir / "features" / "features.parquet",
                                settings.data_dir / "canonical")

@@ -263,16 +263,17 @@ def llm_params(params: dict[str, Any]) -> tuple[Any, LLMRunParams]:
     """``(LLMConfig, LLMRunParams)`` from params.yaml; unknown keys are an error, not ignored."""
     from dataclasses import fields
 
+    from components.config import ParamsError, section
     from components.models.llm.model import LLMConfig
 
-    train = params.get("train") or {}
+    train = section(params, "train")
     raw = dict(train.get("llm") or {})
     run_keys = {f.name for f in fields(LLMRunParams)}
     run = LLMRunParams(**{key: raw.pop(key) for key in list(raw) if key in run_keys})
     config_keys = {f.name for f in fields(LLMConfig)}
     unknown = sorted(set(raw) - config_keys)
     if unknown:
-        raise ValueError(f"params.yaml train.llm: unknown key(s) {unknown}; "
+        raise ParamsError(f"params.yaml train.llm: unknown key(s) {unknown}; "
                          f"known: {sorted(config_keys | run_keys)}")
     if raw.get("base") in ("", "embedded"):
         raw["base"] = None  # the embedded SmolLM2-135M wheel

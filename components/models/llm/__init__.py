@@ -25,11 +25,10 @@ def load(directory: Path | str) -> Any:
 def fit_for_bench(train: pd.DataFrame, split: str | None, settings: Settings) -> Any:
     """The ``kernelcast bench accuracy`` entry point: a Ray Train fine-tune on the split's train side
     with params.yaml ``train.llm`` (capped to ``max_train_rows``), not registered."""
-    import yaml
-
+    from components.config import load_params
     from components.training.llm import fit_on_side, llm_params
 
-    params = yaml.safe_load(Path(settings.params_file).read_text()) or {}
+    params = load_params(settings.params_file)
     config, run = llm_params(params)
     predictor, _ = fit_on_side(train, split, settings, config=config, run=run, register_as="",
                                run_name=f"llm-bench-{split}")
