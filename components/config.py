@@ -116,7 +116,7 @@ SECTION_KEYS: dict[str, frozenset[str]] = {
                            "max_failure_share", "drift_threshold"}),
     "features": frozenset({"roofline_efficiency"}),
     "train": frozenset({"seed", "families", "tabular", "llm", "bench_max_train_rows",
-                        "bench_unseen_gpu_folds"}),
+                        "bench_min_gpu_rows"}),
 }
 
 

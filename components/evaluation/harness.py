@@ -4,13 +4,22 @@ The one leakage guard lives here: rows whose measurement_id the predictor traine
 before scoring and counted as ``excluded_seen``. Targets the evaluated rows do not measure are
 left out of the report, never filled.
 
+Rows without a prediction are never dropped silently: every figure carries its coverage --
+``n_asked`` (rows that measure the target), ``n_predicted`` (of those, rows with a finite
+prediction; errors are computed over them, ``n`` == ``n_predicted``) and ``coverage`` =
+n_predicted / n_asked. A target the predictor claims but predicts for no row is reported with
+coverage 0 and ``null`` errors, not left out.
+
 JSON shape (fractions in [0, 1]; ``null`` where a figure cannot be computed)::
 
-    {"model", "split", "n", "excluded_seen",
-     "targets": {TARGET: {"mape", "median_ape", "within_10", "n"}},
+    {"model", "split", "n", "excluded_seen", "n_asked", "n_predicted", "coverage",
+     "targets": {TARGET: {"mape", "median_ape", "within_10", "n", "n_asked", "n_predicted", "coverage"}},
      "per_device": {DEVICE: {TARGET: {...}}},
-     "roofline": {"accuracy", "balanced_accuracy", "n"},            # only when labels exist
+     "roofline": {"accuracy", "balanced_accuracy", "n", "n_asked", "n_predicted", "coverage"},  # labels exist
      "intervals": {"duration_us": {"coverage", "nominal", "n"}}}     # only when predicted
+
+Top-level ``n_asked`` is the number of rows scored, ``n_predicted`` the rows with at least one
+finite prediction of any target the predictor claims.
 """
 
 from __future__ import annotations
@@ -28,7 +37,7 @@ from components.evaluation.splits import Fold, make_split
 from components.models.base import CLASS_TARGET, NUMERIC_TARGETS, Predictor
 from components.sampling import capped_index
 
-REPORT_KEYS: tuple[str, ...] = ("mape", "median_ape", "within_10", "n")
+REPORT_KEYS: tuple[str, ...] = ("mape", "median_ape", "within_10", "n", "n_asked", "n_predicted", "coverage")
 # Columns the bolet split reads that the feature table does not carry; joined from canonical data.
 SPLIT_COLUMNS: dict[str, tuple[str, ...]] = {
     "measurements": ("upstream_row", "roofline_class_published"),
@@ -107,43 +116,74 @@ def _clean(value: Any) -> Any:
     return value
 
 
+def _measured(values: pd.Series) -> pd.Series:
+    """True where a numeric truth can be scored (finite, non-zero: the rows relative error uses)."""
+    numbers = pd.to_numeric(values, errors="coerce").astype("float64")
+    return pd.Series(np.isfinite(numbers.to_numpy()) & (numbers.to_numpy() != 0), index=values.index)
+
+
+def coverage_figures(n_asked: int, n_predicted: int) -> dict[str, Any]:
+    """``n_asked``, ``n_predicted`` and their ratio (None when nothing was asked)."""
+    return {"n_asked": int(n_asked), "n_predicted": int(n_predicted),
+            "coverage": (n_predicted / n_asked) if n_asked else None}
+
+
 def target_reports(frame: pd.DataFrame, targets: tuple[str, ...]) -> dict[str, dict[str, Any]]:
-    """Per-target regression figures over the rows that measure the target (others left out)."""
+    """Per-target regression figures with their coverage.
+
+    Rows that do not measure a target are left out of it (never filled); rows that measure it but
+    have no finite prediction (no ``pred_`` column, NaN, a row the predictor did not return) count
+    in ``n_asked`` and not in ``n_predicted``. A target no row measures is left out.
+    """
     out = {}
     for target in targets:
-        column = f"pred_{target}"
-        if target not in NUMERIC_TARGETS or target not in frame.columns or column not in frame.columns:
+        if target not in NUMERIC_TARGETS or target not in frame.columns:
             continue
-        report = regression_report(pd.to_numeric(frame[target], errors="coerce"),
-                                   pd.to_numeric(frame[column], errors="coerce"))
-        if report["n"]:
-            out[target] = {key: report[key] for key in REPORT_KEYS}
+        asked = _measured(frame[target])
+        if not asked.any():
+            continue
+        column = f"pred_{target}"
+        prediction = (pd.to_numeric(frame[column], errors="coerce").astype("float64") if column in frame.columns
+                      else pd.Series(np.nan, index=frame.index))
+        predicted = asked & pd.Series(np.isfinite(prediction.to_numpy()), index=frame.index)
+        report = regression_report(pd.to_numeric(frame.loc[predicted, target], errors="coerce"),
+                                   prediction[predicted])
+        out[target] = {**{key: report[key] for key in ("mape", "median_ape", "within_10", "n")},
+                       **coverage_figures(int(asked.sum()), int(predicted.sum()))}
     return out
 
 
 def roofline_report(frame: pd.DataFrame, label_column: str) -> dict[str, Any] | None:
+    """Accuracy over the labelled rows; a row without a predicted class counts as wrong ("none")
+    and as not predicted in the coverage."""
     column = f"pred_{CLASS_TARGET}"
-    if label_column not in frame.columns or column not in frame.columns:
+    if label_column not in frame.columns:
         return None
     labelled = frame[frame[label_column].notna()]
     if labelled.empty:
         return None
-    predicted = labelled[column].astype(object).where(labelled[column].notna(), "none")
-    return classification_report(labelled[label_column].astype(object).to_numpy(), predicted.to_numpy())
+    raw = labelled[column] if column in labelled.columns else pd.Series(pd.NA, index=labelled.index, dtype="object")
+    predicted = raw.astype(object).where(raw.notna(), "none")
+    report = classification_report(labelled[label_column].astype(object).to_numpy(), predicted.to_numpy())
+    return {**report, **coverage_figures(report["n"], int(raw.notna().sum()))}
 
 
 def evaluate_frame(frame: pd.DataFrame, targets: tuple[str, ...], *, model: str, split: str | None,
                    excluded_seen: int) -> dict[str, Any]:
     """The evaluation JSON from rows that already carry their ``pred_*`` columns."""
+    claimed = [f"pred_{t}" for t in targets if f"pred_{t}" in frame.columns]
+    any_prediction = (frame[claimed].notna().any(axis=1) if claimed else pd.Series(False, index=frame.index))
     report: dict[str, Any] = {
         "model": model, "split": split or "all", "n": int(len(frame)), "excluded_seen": int(excluded_seen),
+        **coverage_figures(len(frame), int(any_prediction.sum())),
         "targets": target_reports(frame, targets), "per_device": {},
     }
     for device, rows in frame.groupby("device_id", sort=True):
         per = target_reports(rows, targets)
         if per:
             report["per_device"][str(device)] = per
-    roofline = roofline_report(frame, class_label_column(split))
+    claims_class = CLASS_TARGET in targets or f"pred_{CLASS_TARGET}" in frame.columns
+    roofline = roofline_report(frame, class_label_column(split)) if claims_class else None
     if roofline is not None and roofline["n"]:
         report["roofline"] = roofline
     if {"pred_duration_us_lo", "pred_duration_us_hi", "duration_us"} <= set(frame.columns):
@@ -217,6 +257,8 @@ def flat_metrics(report: dict[str, Any]) -> dict[str, float]:
     """MLflow metric names (``<target>_<metric>``; ``runtime_mape``/``within_10``/
     ``roofline_balanced_accuracy`` are the names params.yaml's promotion thresholds use)."""
     metrics: dict[str, float] = {"n": float(report["n"]), "excluded_seen": float(report["excluded_seen"])}
+    if report.get("coverage") is not None:
+        metrics["coverage"] = float(report["coverage"])
     for target, figures in report.get("targets", {}).items():
         for key, value in figures.items():
             if value is not None:

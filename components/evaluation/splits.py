@@ -6,7 +6,8 @@ also guarantee that no kernel (or GPU) of the test side appears in training.
 
 - ``random``: 80/20 by measurement.
 - ``unseen-kernel``: 80/20 by kernel_id (a kernel's rows on every GPU stay together).
-- ``unseen-gpu``: leave-one-GPU-out, one fold per device with rows in a multi-GPU source.
+- ``unseen-gpu``: leave-one-GPU-out, one fold per device with rows in a multi-GPU source (the bench
+  keeps those with at least ``bench_min_gpu_rows`` rows).
 - ``neusight``: NeuSight ASPLOS'25 -- train on the per-GPU ``collect`` files of P4, P100, T4, V100,
   A100 (training GPUs); test on the rows of its ``test/`` files measured on GPUs it never trained
   on (H100, L4; A100-80GB PCIe is also unseen by the model and reported per device).
@@ -63,12 +64,45 @@ def unseen_kernel_split(table: pd.DataFrame, test_share: float = 0.2) -> list[Fo
     return [Fold("unseen-kernel", table.index[~in_test], table.index[in_test])]
 
 
-def unseen_gpu_split(table: pd.DataFrame, min_devices_per_source: int = 2) -> list[Fold]:
-    """Leave one GPU out. Training keeps every source, so the held-out GPU is unseen everywhere."""
+def unseen_gpu_devices(table: pd.DataFrame, min_devices_per_source: int = 2) -> pd.DataFrame:
+    """The GPUs a leave-one-GPU-out fold can hold out, with their row counts.
+
+    A GPU qualifies when it has rows in a source that measured at least ``min_devices_per_source``
+    GPUs (a single-GPU source has nothing to transfer from). Columns: ``device_id``, ``rows`` (all
+    its rows in the table: the fold's test side), ``rows_<source>`` per source; sorted by device.
+    """
+    if table.empty:
+        return pd.DataFrame(columns=["device_id", "rows"])
     devices_per_source = table.groupby("source")["device_id"].nunique()
-    eligible = devices_per_source[devices_per_source >= min_devices_per_source].index
+    eligible_sources = devices_per_source[devices_per_source >= min_devices_per_source].index
+    eligible = sorted(table.loc[table["source"].isin(eligible_sources), "device_id"].dropna().unique())
+    rows = table[table["device_id"].isin(eligible)]
+    per_source = rows.groupby(["device_id", "source"]).size().unstack(fill_value=0)
+    per_source.columns = [f"rows_{source}" for source in per_source.columns]
+    counts = per_source.assign(rows=per_source.sum(axis=1)).reindex(eligible).fillna(0).astype("int64")
+    return counts.reset_index()[["device_id", "rows", *per_source.columns]]
+
+
+def unseen_gpu_split(table: pd.DataFrame, min_devices_per_source: int = 2, min_rows: int = 0,
+                     devices: tuple[str, ...] | None = None) -> list[Fold]:
+    """Leave one GPU out. Training keeps every source, so the held-out GPU is unseen everywhere.
+
+    One fold per eligible GPU (see ``unseen_gpu_devices``) with at least ``min_rows`` rows, or --
+    when ``devices`` names catalog ids -- exactly those GPUs, whatever their size (an id with no
+    eligible rows is a ValueError naming it and the GPUs there are).
+    """
+    counts = unseen_gpu_devices(table, min_devices_per_source)
+    if devices is not None:
+        known = set(counts["device_id"])
+        missing = [d for d in devices if d not in known]
+        if missing:
+            raise ValueError(f"no leave-one-GPU-out fold for {', '.join(missing)}: not a GPU of a multi-GPU "
+                             f"source in this feature table (GPUs there: {', '.join(sorted(known)) or 'none'})")
+        chosen = sorted(dict.fromkeys(devices))
+    else:
+        chosen = counts.loc[counts["rows"] >= min_rows, "device_id"].tolist()
     folds = []
-    for device in sorted(table.loc[table["source"].isin(eligible), "device_id"].unique()):
+    for device in chosen:
         on_device = table["device_id"] == device
         folds.append(Fold(f"unseen-gpu:{device}", table.index[~on_device], table.index[on_device]))
     return folds

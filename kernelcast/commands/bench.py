@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 from typing import Annotated
 
@@ -13,6 +14,7 @@ from kernelcast.commands._common import UserError, clean_errors, prepared_settin
 app = typer.Typer(help="Benchmarks against the field's published numbers.", no_args_is_help=True)
 
 DEFAULT_BENCH_ROWS = 40_000  # params.yaml train.bench_max_train_rows overrides
+DEFAULT_MIN_GPU_ROWS = 1_000  # params.yaml train.bench_min_gpu_rows overrides
 
 
 def _families(requested: list[str] | None) -> list[str]:
@@ -26,6 +28,19 @@ def _families(requested: list[str] | None) -> list[str]:
     return families
 
 
+def _command_line(family: list[str] | None, split: list[str] | None, device: list[str] | None,
+                  max_train_rows: int | None, min_gpu_rows: int | None, max_test_rows: int | None) -> str:
+    """The command that reproduces a table (shown above it in the README)."""
+    parts = ["kernelcast bench accuracy"]
+    parts += [f"--family {f}" for f in family or []] + [f"--split {s}" for s in split or []]
+    parts += [f"--device {d!r}" if " " in d else f"--device {d}" for d in device or []]
+    for flag, value in (("--max-train-rows", max_train_rows), ("--min-gpu-rows", min_gpu_rows),
+                        ("--max-test-rows", max_test_rows)):
+        if value is not None:
+            parts.append(f"{flag} {value}")
+    return " ".join(parts)
+
+
 @app.command("accuracy")
 @clean_errors
 def accuracy_command(
@@ -34,21 +49,34 @@ def accuracy_command(
     json_file: Annotated[Path | None, typer.Option("--json", help="write the rows as JSON here")] = None,
     features: Annotated[Path | None, typer.Option("--features", help="feature table (default: data_dir/features/features.parquet)")] = None,
     max_train_rows: Annotated[int | None, typer.Option("--max-train-rows", min=100, help="subsample each train side (deterministic)")] = None,
-    max_folds: Annotated[int | None, typer.Option("--max-folds", min=1, help="leave-one-GPU-out folds to run")] = None,
+    min_gpu_rows: Annotated[int | None, typer.Option("--min-gpu-rows", min=1, help=(
+        "leave-one-GPU-out: hold out every GPU with at least this many rows (default: params.yaml "
+        "train.bench_min_gpu_rows, 1000)"))] = None,
+    device: Annotated[list[str] | None, typer.Option("--device", help=(
+        "leave-one-GPU-out: hold out only these GPUs (catalog id or name; repeatable; needs --split unseen-gpu)"))] = None,
+    markdown: Annotated[Path | None, typer.Option("--markdown", help=(
+        "write the README accuracy section here: between <!-- bench:start --> and <!-- bench:end --> of an "
+        "existing file (e.g. README.md), or a new file"))] = None,
     max_test_rows: Annotated[int | None, typer.Option("--max-test-rows", min=10, help=(
         "cap each test side (deterministic; same rows for every family). Default: none, or "
         "params.yaml train.llm.max_test_rows when the llm family runs"))] = None,
-    ray: Annotated[bool, typer.Option("--ray/--no-ray", help="fit targets as Ray tasks")] = True,
+    ray: Annotated[bool, typer.Option("--ray/--no-ray", help=(
+        "Ray tasks: leave-one-GPU-out folds side by side (when Ray has more than one CPU), else each "
+        "target's fit"))] = True,
 ) -> None:
     """Train each family on each split's train side, score the test side, compare with the papers."""
     from components.atomic import atomic_write
     from components.devices import load_catalog
-    from components.evaluation.bench import BENCH_SPLITS, markdown_table, published_figures, run_accuracy_bench
+    from components.devices.catalog import UnknownDeviceError
+    from components.evaluation.bench import (
+        BENCH_SPLITS, check_markdown_target, markdown_table, published_figures, ray_fold_executor, readme_markdown,
+        run_accuracy_bench, write_markdown,
+    )
     from components.evaluation.harness import read_feature_table
-    from components.evaluation.splits import SPLITS
+    from components.evaluation.splits import SPLITS, unseen_gpu_devices
     from components.models.tabular import TabularConfig
     from components.training.tabular import make_predictor
-    from kernelcast.commands.train import read_params
+    from components.config import load_params as read_params
 
     def atomic_write_text(path: Path, text: str) -> None:
         atomic_write(path, lambda tmp: tmp.write_text(text))
@@ -58,18 +86,49 @@ def accuracy_command(
     unknown = [s for s in splits if s not in SPLITS]
     if unknown:
         raise UserError(f"unknown split {', '.join(unknown)}; choose from {', '.join(SPLITS)}")
+    if device and "unseen-gpu" not in splits:
+        raise UserError("--device chooses leave-one-GPU-out folds: add --split unseen-gpu")
+    if markdown is not None:
+        try:  # before an hour of fitting, not after
+            check_markdown_target(markdown)
+        except ValueError as exc:
+            raise UserError(f"--markdown: {exc}") from None
     settings = prepared_settings()
     params = read_params(settings.params_file)
     train_params = params.get("train", {}) or {}
     rows_cap = max_train_rows or int(train_params.get("bench_max_train_rows", DEFAULT_BENCH_ROWS))
-    folds_cap = max_folds or int(train_params.get("bench_unseen_gpu_folds", 3))
+    gpu_rows = min_gpu_rows or int(train_params.get("bench_min_gpu_rows", DEFAULT_MIN_GPU_ROWS))
     config = TabularConfig.from_params(params, max_train_rows=rows_cap)
     table = read_feature_table(features or settings.data_dir / "features" / "features.parquet",
                                settings.data_dir / "canonical")
     catalog = load_catalog()
+    devices = None
+    if device:
+        try:
+            devices = [catalog.resolve(name).id for name in device]
+        except UnknownDeviceError as exc:
+            raise UserError(f"--device: {exc}") from None
+        held_out = set(unseen_gpu_devices(table)["device_id"])
+        absent = [name for name, dev in zip(device, devices) if dev not in held_out]
+        if absent:
+            raise UserError(f"--device {', '.join(absent)}: no rows of a multi-GPU source in this feature table "
+                            f"(GPUs there: {', '.join(sorted(held_out)) or 'none'})")
 
     def factory(name: str, train, split_name: str):  # noqa: ANN001, ANN202 -- bench.Factory
         return make_predictor(name, train, split_name, config, settings, use_ray=ray)
+
+    def fold_factory(name: str, train, split_name: str):  # noqa: ANN001, ANN202 -- runs inside a Ray task
+        return make_predictor(name, train, split_name, config, settings, use_ray=False)
+
+    def start_ray() -> None:
+        from kernelcast.runtime import init_ray
+
+        init_ray(settings)
+
+    # Folds side by side as Ray tasks when Ray has more than one CPU to give (a cluster, or a local
+    # Ray on a multi-core machine); one after the other otherwise.
+    cores = settings.ray_num_cpus or os.cpu_count() or 1
+    fold_executor = ray_fold_executor(fold_factory, start_ray) if ray and (settings.ray_address or cores > 1) else None
 
     llm_note = None
     if "llm" in families:
@@ -91,9 +150,9 @@ def accuracy_command(
             atomic_write_text(json_file, json.dumps(payload, indent=2) + "\n")
 
     result = run_accuracy_bench(table, families, splits, factory, published_figures(lambda n: catalog.resolve(n).id),
-                                max_folds=folds_cap, log=lambda line: typer.echo(line, err=True),
+                                min_gpu_rows=gpu_rows, devices=devices, log=lambda line: typer.echo(line, err=True),
                                 max_test_rows=max_test_rows, canonical_dir=settings.data_dir / "canonical",
-                                on_progress=save)
+                                on_progress=save, fold_executor=fold_executor)
     result.notes[:0] = header
     typer.echo(markdown_table(result.rows))
     for note in result.notes:
@@ -101,3 +160,10 @@ def accuracy_command(
     if json_file is not None:
         atomic_write_text(json_file, json.dumps(result.to_json(), indent=2) + "\n")
         typer.echo(f"wrote {json_file}")
+    if markdown is not None:
+        try:
+            write_markdown(markdown, readme_markdown(result, _command_line(family, split, device, max_train_rows,
+                                                                           min_gpu_rows, max_test_rows)))
+        except ValueError as exc:
+            raise UserError(str(exc)) from None
+        typer.echo(f"wrote {markdown}")

@@ -73,8 +73,10 @@ def test_report_shape_and_fractions() -> None:
     assert report["split"] == "all" and report["n"] == 40 and report["excluded_seen"] == 0
     assert set(report["targets"]) == {"duration_us", "l2_hit_rate"}  # achieved_gbps not measured
     duration = report["targets"]["duration_us"]
-    assert set(duration) == {"mape", "median_ape", "within_10", "n"}
+    assert set(duration) == {"mape", "median_ape", "within_10", "n", "n_asked", "n_predicted", "coverage"}
     assert duration["mape"] == pytest.approx(0.1) and duration["n"] == 40
+    assert duration["n_asked"] == duration["n_predicted"] == 40 and duration["coverage"] == 1.0
+    assert report["n_asked"] == report["n_predicted"] == 40 and report["coverage"] == 1.0
     assert report["targets"]["l2_hit_rate"]["n"] == 20
     assert set(report["per_device"]) == {"a100", "h100"}
     assert report["per_device"]["h100"]["duration_us"]["n"] == 20
@@ -82,7 +84,7 @@ def test_report_shape_and_fractions() -> None:
     assert report["roofline"]["balanced_accuracy"] == pytest.approx(0.5)
     assert report["intervals"]["duration_us"]["coverage"] == 1.0
     for figures in report["targets"].values():
-        for key in ("mape", "median_ape", "within_10"):
+        for key in ("mape", "median_ape", "within_10", "coverage"):
             assert 0.0 <= figures[key] <= 1.0
     json.dumps(report, allow_nan=False)  # strict JSON: no NaN anywhere
 

@@ -1,0 +1,303 @@
+"""Accuracy bench: leave-one-GPU-out fold selection, coverage accounting, README section writing.
+
+Frames are shaped like the feature table (measurement/kernel/device ids, source, op family,
+upstream file, measured targets) with the sources' real spellings; predictors are small real
+classes, not mocks: they predict from the rows they are given.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from components.evaluation.bench import (
+    MARKER_END,
+    MARKER_START,
+    BenchResult,
+    check_markdown_target,
+    markdown_table,
+    readme_markdown,
+    rows_for,
+    run_accuracy_bench,
+    select_folds,
+    write_markdown,
+)
+from components.evaluation.harness import evaluate_predictor
+from components.evaluation.splits import unseen_gpu_devices, unseen_gpu_split
+
+# (source, device, rows): t4 (999) is one row short of a fold; rtx-3080's rows in gpuflopbench
+# (a single-GPU source) count towards its fold because benchmark_hub measured it among others.
+LAYOUT: tuple[tuple[str, str, int], ...] = (
+    ("neusight", "a100-pcie-40gb", 800), ("neusight", "h100-sxm5", 1200), ("neusight", "t4", 999),
+    ("benchmark_hub", "a100-pcie-40gb", 300), ("benchmark_hub", "rtx-3080", 700),
+    ("gpuflopbench", "rtx-3080", 500), ("kernelcast", "h100-pcie", 1500),
+)
+FAMILIES = {"neusight": ("bmm", "linear", "elementwise"), "benchmark_hub": ("gemm", "convolution"),
+            "gpuflopbench": ("program",), "kernelcast": ("softmax",)}
+
+
+def feature_table(layout: tuple[tuple[str, str, int], ...] = LAYOUT, seed: int = 0) -> pd.DataFrame:
+    rng = np.random.default_rng(seed)
+    parts = []
+    for source, device, n in layout:
+        families = FAMILIES[source]
+        parts.append(pd.DataFrame({
+            "measurement_id": [f"{source}:{device}:{i}" for i in range(n)],
+            "kernel_id": [f"{source}:k{i % 97}" for i in range(n)],
+            "device_id": device, "source": source,
+            "family": [families[i % len(families)] for i in range(n)],
+            "upstream_file": f"{source}/data.csv",
+            "duration_us": rng.uniform(5, 5000, n),
+            "achieved_gbps": rng.uniform(10, 2000, n) if source == "gpuflopbench" else np.nan,
+            "roofline_class": np.where(rng.uniform(size=n) < 0.5, "compute", "bandwidth"),
+            "f_flops": rng.uniform(1e6, 1e12, n),
+        }))
+    return pd.concat(parts, ignore_index=True)
+
+
+class DeviceErrorPredictor:
+    """Predicts ``duration_us * (1 + error[device])``; rows of ``missing`` devices get no prediction
+    (NaN), rows of ``dropped`` sources are not returned at all; remembers its training devices."""
+
+    family = "stub"
+
+    def __init__(self, train: pd.DataFrame, error: dict[str, float], missing: frozenset[str] = frozenset(),
+                 dropped: frozenset[str] = frozenset()) -> None:
+        self._trained_on = frozenset(train["measurement_id"].astype(str))
+        self.train_devices = frozenset(train["device_id"])
+        self.error, self.missing, self.dropped = error, missing, dropped
+
+    @property
+    def targets(self) -> tuple[str, ...]:
+        return ("duration_us", "roofline_class")
+
+    @property
+    def trained_on(self) -> frozenset[str]:
+        return self._trained_on
+
+    def fit(self, features: pd.DataFrame) -> DeviceErrorPredictor:
+        return self
+
+    def predict(self, features: pd.DataFrame) -> pd.DataFrame:
+        rows = features[~features["source"].isin(self.dropped)]
+        factor = 1.0 + rows["device_id"].map(self.error).fillna(0.0)
+        duration = (rows["duration_us"] * factor).where(~rows["device_id"].isin(self.missing))
+        return pd.DataFrame({"pred_duration_us": duration,
+                             "pred_roofline_class": pd.Series("compute", index=rows.index, dtype="string")})
+
+    def save(self, directory: Path) -> None:  # pragma: no cover - protocol completeness
+        raise NotImplementedError
+
+
+# ---------------------------------------------------------------------- fold selection
+
+
+def test_every_gpu_with_at_least_1000_rows_gets_a_fold_held_out_of_every_source() -> None:
+    table = feature_table()
+    counts = unseen_gpu_devices(table).set_index("device_id")
+    assert counts.loc["a100-pcie-40gb", "rows"] == 1100  # 800 neusight + 300 benchmark_hub
+    assert counts.loc["a100-pcie-40gb", "rows_benchmark_hub"] == 300
+    assert counts.loc["rtx-3080", "rows"] == 1200 and counts.loc["rtx-3080", "rows_gpuflopbench"] == 500
+    assert "h100-pcie" not in counts.index  # only in a single-GPU source: nothing to transfer from
+
+    folds = select_folds(table, "unseen-gpu", 1000)
+    assert [f.name for f in folds] == ["unseen-gpu:a100-pcie-40gb", "unseen-gpu:h100-sxm5", "unseen-gpu:rtx-3080"]
+    for fold in folds:
+        device = fold.name.split(":", 1)[1]
+        assert set(table.loc[fold.test, "device_id"]) == {device}
+        assert len(fold.test) == counts.loc[device, "rows"]  # every source's rows of that GPU
+        assert device not in set(table.loc[fold.train, "device_id"])
+        assert len(fold.train) + len(fold.test) == len(table)
+    # One row more qualifies t4; the rule is ">=", not ">".
+    assert "unseen-gpu:t4" in [f.name for f in select_folds(table, "unseen-gpu", 999)]
+
+
+def test_chosen_gpus_run_whatever_their_size_and_unknown_ones_are_named() -> None:
+    table = feature_table()
+    assert [f.name for f in unseen_gpu_split(table, devices=("t4",))] == ["unseen-gpu:t4"]
+    with pytest.raises(ValueError, match="p4.*GPUs there: a100-pcie-40gb, h100-sxm5, rtx-3080, t4"):
+        select_folds(table, "unseen-gpu", 1000, devices=["p4"])
+    with pytest.raises(ValueError, match=r"no GPU has at least 5000 rows \(largest: h100-sxm5 1200"):
+        select_folds(table, "unseen-gpu", 5000)
+
+
+def test_bench_reports_every_gpu_per_source_overall_and_the_median() -> None:
+    table = feature_table()
+    error = {"a100-pcie-40gb": 0.10, "h100-sxm5": 0.30, "rtx-3080": 0.20, "t4": 0.9}
+    trained: dict[str, frozenset[str]] = {}
+
+    def factory(family: str, train: pd.DataFrame, split: str):  # noqa: ANN202 -- bench.Factory
+        predictor = DeviceErrorPredictor(train, error)
+        held_out = sorted(set(table["device_id"]) - predictor.train_devices)
+        trained[",".join(held_out)] = predictor.train_devices
+        return predictor, 0.0
+
+    result = run_accuracy_bench(table, ["tabular"], ["unseen-gpu"], factory, [], min_gpu_rows=1000)
+    assert set(trained) == {"a100-pcie-40gb", "h100-sxm5", "rtx-3080"}  # exactly one GPU held out per fold
+    by_target = {(r["target"], r["metric"]): r for r in result.rows}
+    a100_hub = by_target[("duration_us[device=a100-pcie-40gb,source=benchmark_hub]", "mape")]
+    assert a100_hub["ours"] == pytest.approx(0.10) and a100_hub["n"] == 300 and a100_hub["coverage"] == 1.0
+    assert by_target[("duration_us[device=rtx-3080,source=gpuflopbench]", "mape")]["n"] == 500
+    assert by_target[("duration_us[device=h100-sxm5]", "mape")]["ours"] == pytest.approx(0.30)
+    median = by_target[("duration_us[median GPU]", "mape")]
+    assert median["ours"] == pytest.approx(0.20) and median["n"] == 3
+    worst = by_target[("duration_us[worst GPU=h100-sxm5]", "mape")]
+    assert worst["ours"] == pytest.approx(0.30)
+    assert not any("t4" in r["target"] for r in result.rows)  # below the rule: no fold
+    note = next(n for n in result.notes if n.startswith("unseen-gpu:"))
+    assert "3 leave-one-GPU-out folds" in note and "a100-pcie-40gb (benchmark_hub 300, neusight 800)" in note
+    assert "not held out: t4 999" in note
+    assert [t["fold"] for t in result.timings] == [f"unseen-gpu:{d}" for d in ("a100-pcie-40gb", "h100-sxm5",
+                                                                                "rtx-3080")]
+
+
+def test_parallel_fold_executor_is_used_for_the_families_that_fit() -> None:
+    """A fold executor gets the jobs of the parallel families only; the others run here."""
+    from components.evaluation.bench import serial_fold_executor
+
+    table = feature_table()
+    calls: list[tuple[str, int]] = []
+
+    def factory(family: str, train: pd.DataFrame, split: str):  # noqa: ANN202
+        return DeviceErrorPredictor(train, {}), 0.0
+
+    def executor(frame, jobs, on_done):  # noqa: ANN001, ANN202 -- a FoldExecutor
+        calls.append((jobs[0].family, len(jobs)))
+        return serial_fold_executor(factory)(frame, jobs, on_done)
+
+    serial = run_accuracy_bench(table, ["roofline", "tabular"], ["unseen-gpu"], factory, [], min_gpu_rows=1000)
+    parallel = run_accuracy_bench(table, ["roofline", "tabular"], ["unseen-gpu"], factory, [], min_gpu_rows=1000,
+                                  fold_executor=executor)
+    assert calls == [("tabular", 3)]
+    assert parallel.rows == serial.rows
+
+
+# ---------------------------------------------------------------------- coverage
+
+
+def test_rows_without_a_prediction_are_counted_not_dropped() -> None:
+    table = feature_table((("neusight", "t4", 40), ("benchmark_hub", "t4", 20), ("neusight", "a100-pcie-40gb", 40)))
+    # a100 rows get NaN predictions, benchmark_hub rows are not returned by the predictor at all.
+    predictor = DeviceErrorPredictor(table.iloc[:0], {"t4": 0.1}, missing=frozenset({"a100-pcie-40gb"}),
+                                     dropped=frozenset({"benchmark_hub"}))
+    evaluation = evaluate_predictor(predictor, table, None, model="stub")
+    report = evaluation.report
+    duration = report["targets"]["duration_us"]
+    assert (duration["n_asked"], duration["n_predicted"], duration["n"]) == (100, 40, 40)
+    assert duration["coverage"] == pytest.approx(0.4) and duration["mape"] == pytest.approx(0.1)
+    assert report["per_device"]["a100-pcie-40gb"]["duration_us"] == {
+        "mape": None, "median_ape": None, "within_10": None, "n": 0, "n_asked": 40, "n_predicted": 0,
+        "coverage": 0.0}
+    assert report["per_device"]["t4"]["duration_us"]["coverage"] == pytest.approx(40 / 60)
+    assert (report["n_asked"], report["n_predicted"]) == (100, 80)  # a100 rows still get a class
+    assert report["roofline"]["n_asked"] == 100 and report["roofline"]["coverage"] == pytest.approx(0.8)
+    assert "achieved_gbps" not in report["targets"]  # no row measures it: left out, not a 0% coverage
+    json.dumps(report, allow_nan=False)
+
+    rows = rows_for(evaluation.frame, "unseen-gpu", "tabular", predictor.targets, [])
+    by_target = {(r["target"], r["metric"]): r for r in rows}
+    assert by_target[("duration_us", "mape")]["coverage"] == pytest.approx(0.4)
+    hub = by_target[("duration_us[device=t4,source=benchmark_hub]", "mape")]
+    assert hub["ours"] is None and hub["n"] == 0 and hub["n_asked"] == 20 and hub["coverage"] == 0.0
+    median = by_target[("duration_us[median GPU]", "mape")]
+    assert median["n"] == 1 and median["n_asked"] == 2  # the GPU without any prediction is not a 0% error
+    table_md = markdown_table(rows)
+    header = table_md.splitlines()[0]
+    assert "coverage" in header
+    line = next(x for x in table_md.splitlines() if x.startswith("| unseen-gpu | duration_us | mape |"))
+    assert "| 40.0% |" in line
+
+
+def test_markdown_coverage_names_each_family_when_they_differ() -> None:
+    row = {"split": "unseen-kernel", "target": "duration_us", "scope": "", "metric": "mape", "n": 10,
+           "n_asked": 10, "published": None, "published_by": None}
+    rows = [dict(row, family="roofline", ours=0.5, coverage=1.0), dict(row, family="tabular", ours=0.1, coverage=0.9)]
+    line = markdown_table(rows).splitlines()[2]
+    assert "roofline 100.0% / tabular 90.0%" in line and "| 50.0% | 10.0% |" in line
+
+
+# ---------------------------------------------------------------------- README section
+
+
+def _bench_result() -> BenchResult:
+    table = feature_table()
+
+    def factory(family: str, train: pd.DataFrame, split: str):  # noqa: ANN202
+        return DeviceErrorPredictor(train, {"a100-pcie-40gb": 0.05, "h100-sxm5": 0.5, "rtx-3080": 0.15}), 0.0
+
+    return run_accuracy_bench(table, ["roofline", "tabular"], ["unseen-gpu"], factory, [], min_gpu_rows=1000)
+
+
+def test_readme_section_has_headline_per_gpu_and_every_figure() -> None:
+    section = readme_markdown(_bench_result(), "kernelcast bench accuracy --split unseen-gpu")
+    assert section.startswith("Generated by `kernelcast bench accuracy --split unseen-gpu`")
+    lines = section.splitlines()
+    assert any(x.startswith("| leave-one-GPU-out | median GPU | mape | 15.0% | 15.0% | 3 |") for x in lines)
+    assert any(x.startswith("| leave-one-GPU-out | worst GPU=h100-sxm5 | mape | 50.0% |") for x in lines)
+    gpu = next(x for x in lines if x.startswith("| a100-pcie-40gb |"))
+    assert gpu.startswith("| a100-pcie-40gb | 1100 | 5.0% | 5.0% |") and gpu.endswith("| 100.0% |")
+    assert any(x.startswith("| rtx-3080, gpuflopbench | 500 |") for x in lines)
+    assert "<details><summary>every figure</summary>" in section
+    assert "- unseen-gpu: 3 leave-one-GPU-out folds" in section
+
+
+def test_write_markdown_replaces_only_the_marked_section(tmp_path: Path) -> None:
+    readme = tmp_path / "README.md"
+    readme.write_text(f"# kernelcast\n\n## How good is it\n\n{MARKER_START}\nold table\n{MARKER_END}\n\n## Next\ntext\n")
+    write_markdown(readme, "| a | b |\n|---|---|\n")
+    text = readme.read_text()
+    assert text == f"# kernelcast\n\n## How good is it\n\n{MARKER_START}\n| a | b |\n|---|---|\n{MARKER_END}\n\n## Next\ntext\n"
+    write_markdown(readme, "| a | b |\n|---|---|\n")
+    assert readme.read_text() == text  # idempotent: regenerating changes nothing
+
+    fresh = tmp_path / "out" / "bench.md"
+    write_markdown(fresh, "table")
+    assert fresh.read_text() == f"{MARKER_START}\ntable\n{MARKER_END}\n"
+
+
+@pytest.mark.parametrize(("content", "fragment"), [
+    ("# no markers here\n", "has no <!-- bench:start --> ... <!-- bench:end --> section"),
+    (f"{MARKER_END}\nx\n{MARKER_START}\n", "has no"),
+    (f"{MARKER_START}\n{MARKER_END}\n{MARKER_START}\n{MARKER_END}\n", "more than one"),
+])
+def test_markdown_target_without_one_marked_section_is_refused_untouched(tmp_path: Path, content: str,
+                                                                          fragment: str) -> None:
+    readme = tmp_path / "README.md"
+    readme.write_text(content)
+    with pytest.raises(ValueError, match="README.md") as caught:
+        check_markdown_target(readme)
+    assert fragment in str(caught.value)
+    with pytest.raises(ValueError):
+        write_markdown(readme, "table")
+    assert readme.read_text() == content
+
+
+def test_cli_checks_the_markdown_target_and_devices_before_fitting(tmp_path: Path,
+                                                                   monkeypatch: pytest.MonkeyPatch) -> None:
+    from typer.testing import CliRunner
+
+    from kernelcast.cli import app
+
+    monkeypatch.setenv("KERNELCAST_HOME", str(tmp_path / "home"))
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", f"sqlite:///{tmp_path / 'mlflow.db'}")
+    readme = tmp_path / "README.md"
+    readme.write_text("# no markers\n")
+    features = tmp_path / "features.parquet"
+    feature_table().to_parquet(features)
+    cases = [
+        (["--markdown", str(readme)], "add both markers"),
+        (["--split", "neusight", "--device", "t4"], "--device chooses leave-one-GPU-out folds: add --split unseen-gpu"),
+        (["--split", "unseen-gpu", "--device", "no-such-gpu", "--features", str(features)], "--device"),
+        (["--split", "unseen-gpu", "--device", "Tesla P4", "--features", str(features)],
+         "--device Tesla P4: no rows of a multi-GPU source"),
+    ]
+    for args, fragment in cases:
+        result = CliRunner().invoke(app, ["bench", "accuracy", *args])
+        lines = [x for x in result.output.strip().splitlines() if x.strip()]
+        assert result.exit_code == 2 and len(lines) == 1 and lines[0].startswith("error:"), result.output
+        assert fragment in lines[0], result.output
+    assert readme.read_text() == "# no markers\n"
