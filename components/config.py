@@ -145,8 +145,8 @@ def check_params(params: Mapping[str, Any], source: str = "params.yaml") -> None
     """Reject unknown keys in every section that has a typed reader (error names the key)."""
     for name, allowed in SECTION_KEYS.items():
         section(params, name, source=source, allowed=allowed)
-    if "register" in params:
-        register_thresholds(params, source=source)
+    ingest_sources(params, source=source)
+    register_thresholds(params, source=source)
 
 
 def section(params: Mapping[str, Any], name: str, *, source: str = "params.yaml",
