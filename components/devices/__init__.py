@@ -18,6 +18,7 @@ from components.devices.catalog import (
     normalize_name,
     plausibility_problems,
     read_spec_file,
+    resolve_spec,
     spec_from_mapping,
 )
 
@@ -39,5 +40,6 @@ __all__ = [
     "normalize_name",
     "plausibility_problems",
     "read_spec_file",
+    "resolve_spec",
     "spec_from_mapping",
 ]

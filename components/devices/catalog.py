@@ -408,31 +408,40 @@ _PLAUSIBLE: dict[str, tuple[float, float]] = {
 FP32_TOLERANCE = 0.25  # published FP32 peak vs sms x lanes x 2 x boost clock
 
 
-def plausibility_problems(spec: DeviceSpec) -> list[str]:
-    """Fields of a schema-valid spec that cannot describe a real GPU (each named with its range)."""
+def _number_or_none(value: Any) -> float | None:
+    return float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else None
+
+
+def _figure_problems(values: dict[str, Any]) -> list[str]:
+    """Range and consistency problems of whatever numeric spec figures ``values`` holds."""
     problems: list[str] = []
     for field, (low, high) in _PLAUSIBLE.items():
-        value = getattr(spec, field)
+        value = _number_or_none(values.get(field))
         if value is not None and not (low <= value <= high):
-            unit = field.rsplit("_", 1)[-1] if field.endswith(("_mhz", "_gb", "_gbps", "_mb", "_kb", "_w")) else ""
-            problems.append(f"{field} = {value:g} is implausible (expected {low:g}..{high:g}{' ' + unit if unit else ''})")
-    derived = spec.sms * spec.fp32_lanes_per_sm * 2 * spec.boost_clock_mhz * 1e-6  # TFLOP/s
-    published = spec.peak_tflops.fp32
-    if abs(published - derived) > FP32_TOLERANCE * derived:
-        problems.append(
-            f"peak_tflops.fp32 = {published:g} is inconsistent with sms x fp32_lanes_per_sm x 2 x boost_clock_mhz "
-            f"= {spec.sms} x {spec.fp32_lanes_per_sm} x 2 x {spec.boost_clock_mhz:g} MHz = {derived:.3g} TFLOP/s "
-            f"(more than {FP32_TOLERANCE:.0%} apart)"
-        )
-    if spec.max_smem_per_block_kb > spec.max_smem_per_sm_kb:
-        problems.append(f"max_smem_per_block_kb ({spec.max_smem_per_block_kb:g}) exceeds max_smem_per_sm_kb "
-                        f"({spec.max_smem_per_sm_kb:g})")
-    if spec.memory_gb * 1e9 < 1:
-        problems.append("memory_gb must be positive")
-    for key, value in spec.peak_tflops.model_dump().items():
-        if value is not None and value > 100_000:
-            problems.append(f"peak_tflops.{key} = {value:g} TFLOP/s is implausible (dense peaks are below 100000)")
+            problems.append(f"{field} = {value:g} is implausible (expected {low:g}..{high:g})")
+    sms, lanes, clock = (_number_or_none(values.get(k)) for k in ("sms", "fp32_lanes_per_sm", "boost_clock_mhz"))
+    peaks = values.get("peak_tflops") if isinstance(values.get("peak_tflops"), dict) else {}
+    published = _number_or_none(peaks.get("fp32"))
+    if None not in (sms, lanes, clock, published) and sms * lanes * clock > 0:
+        derived = sms * lanes * 2 * clock * 1e-6  # TFLOP/s
+        if abs(published - derived) > FP32_TOLERANCE * derived:
+            problems.append(
+                f"peak_tflops.fp32 = {published:g} is inconsistent with sms x fp32_lanes_per_sm x 2 x boost_clock_mhz "
+                f"= {sms:g} x {lanes:g} x 2 x {clock:g} MHz = {derived:.3g} TFLOP/s (more than {FP32_TOLERANCE:.0%} apart)"
+            )
+    block, per_sm = _number_or_none(values.get("max_smem_per_block_kb")), _number_or_none(values.get("max_smem_per_sm_kb"))
+    if block is not None and per_sm is not None and block > per_sm:
+        problems.append(f"max_smem_per_block_kb ({block:g}) exceeds max_smem_per_sm_kb ({per_sm:g})")
+    for key, value in peaks.items():
+        number = _number_or_none(value)
+        if number is not None and number > 100_000:
+            problems.append(f"peak_tflops.{key} = {number:g} TFLOP/s is implausible (dense peaks are below 100000)")
     return problems
+
+
+def plausibility_problems(spec: DeviceSpec) -> list[str]:
+    """Fields of a schema-valid spec that cannot describe a real GPU (each named with its range)."""
+    return _figure_problems(spec.model_dump())
 
 
 def spec_from_mapping(data: Any, label: str = "device spec") -> DeviceSpec:
@@ -446,7 +455,9 @@ def spec_from_mapping(data: Any, label: str = "device spec") -> DeviceSpec:
     try:
         spec = DeviceSpec.model_validate(data)
     except ValidationError as exc:
-        raise SpecError(label, _describe(exc)) from None
+        flagged = {".".join(str(p) for p in err["loc"]) for err in exc.errors()}
+        extra = [p for p in _figure_problems(data) if p.split(" ", 1)[0] not in flagged]
+        raise SpecError(label, _describe(exc) + extra) from None
     problems = plausibility_problems(spec)
     if problems:
         raise SpecError(label, problems)
@@ -535,6 +546,29 @@ def load_catalog(path: Path | None = None, user_dir: Path | None | object = _DEF
         _merged_cache.clear()
         _merged_cache[key] = merge_user_devices(base, user_dir)
     return _merged_cache[key]
+
+
+def resolve_spec(ref: Any, catalog: Catalog | None = None) -> DeviceSpec:
+    """The DeviceSpec a prediction names: a catalog id/spelling, a full spec mapping (parsed
+    JSON/YAML), or the path of a spec file holding one device. Errors name what is wrong."""
+    if isinstance(ref, DeviceSpec):
+        return ref
+    if isinstance(ref, dict):
+        return spec_from_mapping(ref)
+    if isinstance(ref, Path) or (isinstance(ref, str) and ref.strip().lower().endswith((".yaml", ".yml", ".json"))):
+        specs = read_spec_file(Path(ref))
+        if len(specs) != 1:
+            raise SpecError(str(ref), [f"holds {len(specs)} devices; name one spec file per device"])
+        return specs[0]
+    if isinstance(ref, str) and ref.lstrip().startswith("{"):
+        import json
+
+        try:
+            data = json.loads(ref)
+        except json.JSONDecodeError as exc:
+            raise SpecError("device spec JSON", [f"not valid JSON ({exc.msg} at column {exc.colno})"]) from None
+        return spec_from_mapping(data, "device spec JSON")
+    return (catalog or load_catalog()).resolve(str(ref))
 
 
 # Precisions whose ridge points become features; "best" = tensor where present, else vector.
