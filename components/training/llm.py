@@ -37,7 +37,7 @@ def _encoded_to_config(data: Any) -> dict[str, Any]:
 
 
 def _encoded_from_config(raw: dict[str, Any], n_numeric: int) -> Any:
-    from components.models.llm.model import Encoded
+    from components.models.llm.encoding import Encoded
 
     y_num = np.asarray(raw["y_num"], dtype="float32").reshape(len(raw["input_ids"]), n_numeric)
     decode = "answer_start" in raw
@@ -69,9 +69,8 @@ def train_func(config: dict[str, Any]) -> None:
     import ray.train.torch
     import torch
 
-    from components.models.llm.model import (
-        LLMConfig, build_module, eval_loss, train_epoch, trainable_state,
-    )
+    from components.models.llm.encoding import LLMConfig
+    from components.models.llm.module import build_module, eval_loss, train_epoch, trainable_state
 
     torch.set_num_threads(int(os.environ.get("OMP_NUM_THREADS", "1")))
     context = ray.train.get_context()
