@@ -78,6 +78,9 @@ class BenchResult:
 Factory = Callable[[str, pd.DataFrame, str], tuple[Predictor, float]]
 
 DEFAULT_MIN_GPU_ROWS = 1000  # params.yaml train.bench_min_gpu_rows
+# Every GPU with enough rows is held out, also one whose sources measured no other GPU (its fold
+# then has no row of those sources in training: unseen GPU and unseen source; the note says so).
+BENCH_MIN_DEVICES_PER_SOURCE = 1
 # Families whose folds may run side by side as Ray tasks: the roofline has nothing to fit, and the
 # llm family is a Ray Train job itself.
 PARALLEL_FAMILIES: tuple[str, ...] = ("tabular",)
@@ -179,10 +182,11 @@ def select_folds(table: pd.DataFrame, split: str, min_gpu_rows: int = DEFAULT_MI
     GPUs named in ``devices`` (catalog ids) whatever their size."""
     if split != "unseen-gpu":
         return split_folds(table, split)
-    folds = unseen_gpu_split(table, min_rows=min_gpu_rows, devices=tuple(devices) if devices else None)
+    folds = unseen_gpu_split(table, BENCH_MIN_DEVICES_PER_SOURCE, min_rows=min_gpu_rows,
+                             devices=tuple(devices) if devices else None)
     if not folds:
-        counts = unseen_gpu_devices(table)
-        largest = counts.sort_values("rows", ascending=False).head(3)
+        counts = unseen_gpu_devices(table, BENCH_MIN_DEVICES_PER_SOURCE)
+        largest = counts.assign(_neg=-counts["rows"]).sort_values(["_neg", "device_id"]).head(3)
         raise ValueError(f"no GPU has at least {min_gpu_rows} rows (largest: "
                          + (", ".join(f"{d} {n}" for d, n in zip(largest["device_id"], largest["rows"])) or "none")
                          + ")")
@@ -191,14 +195,16 @@ def select_folds(table: pd.DataFrame, split: str, min_gpu_rows: int = DEFAULT_MI
 
 def unseen_gpu_note(table: pd.DataFrame, folds: list[Fold], min_gpu_rows: int, chosen: bool) -> str:
     """Which GPUs were held out (rows per source) and which were left out for having too few rows."""
-    counts = unseen_gpu_devices(table).set_index("device_id")
+    counts = unseen_gpu_devices(table, BENCH_MIN_DEVICES_PER_SOURCE).set_index("device_id")
+    devices_per_source = table.groupby("source")["device_id"].nunique()
     held = [f.name.split(":", 1)[1] for f in folds]
 
     def describe(device: str) -> str:
         row = counts.loc[device]
-        sources = ", ".join(f"{c.removeprefix('rows_')} {int(row[c])}" for c in counts.columns
-                            if c.startswith("rows_") and row[c])
-        return f"{device} ({sources})"
+        sources = [c.removeprefix("rows_") for c in counts.columns if c.startswith("rows_") and row[c]]
+        alone = [s for s in sources if devices_per_source.get(s, 0) < 2]
+        text = f"{device} ({', '.join(s + ' ' + str(int(row['rows_' + s])) for s in sources)})"
+        return text + (f" [only GPU of {', '.join(alone)}: that source is unseen too]" if alone else "")
 
     rule = "the GPUs asked for" if chosen else f"every GPU with at least {min_gpu_rows} rows"
     note = f"unseen-gpu: {len(folds)} leave-one-GPU-out folds, {rule}: {'; '.join(describe(d) for d in held)}"

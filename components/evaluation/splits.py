@@ -96,8 +96,10 @@ def unseen_gpu_split(table: pd.DataFrame, min_devices_per_source: int = 2, min_r
         known = set(counts["device_id"])
         missing = [d for d in devices if d not in known]
         if missing:
-            raise ValueError(f"no leave-one-GPU-out fold for {', '.join(missing)}: not a GPU of a multi-GPU "
-                             f"source in this feature table (GPUs there: {', '.join(sorted(known)) or 'none'})")
+            where = "a GPU of this feature table" if min_devices_per_source <= 1 else \
+                f"a GPU of a source with at least {min_devices_per_source} GPUs in this feature table"
+            raise ValueError(f"no leave-one-GPU-out fold for {', '.join(missing)}: not {where} "
+                             f"(GPUs there: {', '.join(sorted(known)) or 'none'})")
         chosen = sorted(dict.fromkeys(devices))
     else:
         chosen = counts.loc[counts["rows"] >= min_rows, "device_id"].tolist()

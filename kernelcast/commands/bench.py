@@ -69,8 +69,8 @@ def accuracy_command(
     from components.devices import load_catalog
     from components.devices.catalog import UnknownDeviceError
     from components.evaluation.bench import (
-        BENCH_SPLITS, check_markdown_target, markdown_table, published_figures, ray_fold_executor, readme_markdown,
-        run_accuracy_bench, write_markdown,
+        BENCH_MIN_DEVICES_PER_SOURCE, BENCH_SPLITS, check_markdown_target, markdown_table, published_figures,
+        ray_fold_executor, readme_markdown, run_accuracy_bench, write_markdown,
     )
     from components.evaluation.harness import read_feature_table
     from components.evaluation.splits import SPLITS, unseen_gpu_devices
@@ -108,10 +108,10 @@ def accuracy_command(
             devices = [catalog.resolve(name).id for name in device]
         except UnknownDeviceError as exc:
             raise UserError(f"--device: {exc}") from None
-        held_out = set(unseen_gpu_devices(table)["device_id"])
+        held_out = set(unseen_gpu_devices(table, BENCH_MIN_DEVICES_PER_SOURCE)["device_id"])
         absent = [name for name, dev in zip(device, devices) if dev not in held_out]
         if absent:
-            raise UserError(f"--device {', '.join(absent)}: no rows of a multi-GPU source in this feature table "
+            raise UserError(f"--device {', '.join(absent)}: no rows in this feature table "
                             f"(GPUs there: {', '.join(sorted(held_out)) or 'none'})")
 
     def factory(name: str, train, split_name: str):  # noqa: ANN001, ANN202 -- bench.Factory

@@ -29,8 +29,8 @@ from components.evaluation.bench import (
 from components.evaluation.harness import evaluate_predictor
 from components.evaluation.splits import unseen_gpu_devices, unseen_gpu_split
 
-# (source, device, rows): t4 (999) is one row short of a fold; rtx-3080's rows in gpuflopbench
-# (a single-GPU source) count towards its fold because benchmark_hub measured it among others.
+# (source, device, rows): t4 (999) is one row short of a fold; a100's fold holds it out of two
+# sources; h100-pcie is the only GPU of its source (held out all the same: unseen GPU and source).
 LAYOUT: tuple[tuple[str, str, int], ...] = (
     ("neusight", "a100-pcie-40gb", 800), ("neusight", "h100-sxm5", 1200), ("neusight", "t4", 999),
     ("benchmark_hub", "a100-pcie-40gb", 300), ("benchmark_hub", "rtx-3080", 700),
@@ -98,14 +98,17 @@ class DeviceErrorPredictor:
 
 def test_every_gpu_with_at_least_1000_rows_gets_a_fold_held_out_of_every_source() -> None:
     table = feature_table()
-    counts = unseen_gpu_devices(table).set_index("device_id")
+    counts = unseen_gpu_devices(table, min_devices_per_source=1).set_index("device_id")
     assert counts.loc["a100-pcie-40gb", "rows"] == 1100  # 800 neusight + 300 benchmark_hub
     assert counts.loc["a100-pcie-40gb", "rows_benchmark_hub"] == 300
     assert counts.loc["rtx-3080", "rows"] == 1200 and counts.loc["rtx-3080", "rows_gpuflopbench"] == 500
-    assert "h100-pcie" not in counts.index  # only in a single-GPU source: nothing to transfer from
+    assert counts.loc["h100-pcie", "rows"] == 1500
+    # The split's own default keeps GPUs of multi-GPU sources only; the bench holds out every GPU.
+    assert "h100-pcie" not in {f.name.split(":")[1] for f in unseen_gpu_split(table)}
 
     folds = select_folds(table, "unseen-gpu", 1000)
-    assert [f.name for f in folds] == ["unseen-gpu:a100-pcie-40gb", "unseen-gpu:h100-sxm5", "unseen-gpu:rtx-3080"]
+    assert [f.name for f in folds] == ["unseen-gpu:a100-pcie-40gb", "unseen-gpu:h100-pcie", "unseen-gpu:h100-sxm5",
+                                       "unseen-gpu:rtx-3080"]
     for fold in folds:
         device = fold.name.split(":", 1)[1]
         assert set(table.loc[fold.test, "device_id"]) == {device}
@@ -119,15 +122,15 @@ def test_every_gpu_with_at_least_1000_rows_gets_a_fold_held_out_of_every_source(
 def test_chosen_gpus_run_whatever_their_size_and_unknown_ones_are_named() -> None:
     table = feature_table()
     assert [f.name for f in unseen_gpu_split(table, devices=("t4",))] == ["unseen-gpu:t4"]
-    with pytest.raises(ValueError, match="p4.*GPUs there: a100-pcie-40gb, h100-sxm5, rtx-3080, t4"):
+    with pytest.raises(ValueError, match="p4.*GPUs there: a100-pcie-40gb, h100-pcie, h100-sxm5, rtx-3080, t4"):
         select_folds(table, "unseen-gpu", 1000, devices=["p4"])
-    with pytest.raises(ValueError, match=r"no GPU has at least 5000 rows \(largest: h100-sxm5 1200"):
+    with pytest.raises(ValueError, match=r"no GPU has at least 5000 rows \(largest: h100-pcie 1500, h100-sxm5 1200, rtx-3080 1200\)"):
         select_folds(table, "unseen-gpu", 5000)
 
 
 def test_bench_reports_every_gpu_per_source_overall_and_the_median() -> None:
     table = feature_table()
-    error = {"a100-pcie-40gb": 0.10, "h100-sxm5": 0.30, "rtx-3080": 0.20, "t4": 0.9}
+    error = {"a100-pcie-40gb": 0.10, "h100-sxm5": 0.30, "rtx-3080": 0.20, "h100-pcie": 0.22, "t4": 0.9}
     trained: dict[str, frozenset[str]] = {}
 
     def factory(family: str, train: pd.DataFrame, split: str):  # noqa: ANN202 -- bench.Factory
@@ -137,22 +140,23 @@ def test_bench_reports_every_gpu_per_source_overall_and_the_median() -> None:
         return predictor, 0.0
 
     result = run_accuracy_bench(table, ["tabular"], ["unseen-gpu"], factory, [], min_gpu_rows=1000)
-    assert set(trained) == {"a100-pcie-40gb", "h100-sxm5", "rtx-3080"}  # exactly one GPU held out per fold
+    assert set(trained) == {"a100-pcie-40gb", "h100-pcie", "h100-sxm5", "rtx-3080"}  # one GPU out per fold
     by_target = {(r["target"], r["metric"]): r for r in result.rows}
     a100_hub = by_target[("duration_us[device=a100-pcie-40gb,source=benchmark_hub]", "mape")]
     assert a100_hub["ours"] == pytest.approx(0.10) and a100_hub["n"] == 300 and a100_hub["coverage"] == 1.0
     assert by_target[("duration_us[device=rtx-3080,source=gpuflopbench]", "mape")]["n"] == 500
     assert by_target[("duration_us[device=h100-sxm5]", "mape")]["ours"] == pytest.approx(0.30)
     median = by_target[("duration_us[median GPU]", "mape")]
-    assert median["ours"] == pytest.approx(0.20) and median["n"] == 3
+    assert median["ours"] == pytest.approx(0.21) and median["n"] == 4
     worst = by_target[("duration_us[worst GPU=h100-sxm5]", "mape")]
     assert worst["ours"] == pytest.approx(0.30)
     assert not any("t4" in r["target"] for r in result.rows)  # below the rule: no fold
     note = next(n for n in result.notes if n.startswith("unseen-gpu:"))
-    assert "3 leave-one-GPU-out folds" in note and "a100-pcie-40gb (benchmark_hub 300, neusight 800)" in note
+    assert "4 leave-one-GPU-out folds" in note and "a100-pcie-40gb (benchmark_hub 300, neusight 800);" in note
+    assert "h100-pcie (kernelcast 1500) [only GPU of kernelcast: that source is unseen too]" in note
     assert "not held out: t4 999" in note
-    assert [t["fold"] for t in result.timings] == [f"unseen-gpu:{d}" for d in ("a100-pcie-40gb", "h100-sxm5",
-                                                                                "rtx-3080")]
+    assert [t["fold"] for t in result.timings] == [f"unseen-gpu:{d}" for d in ("a100-pcie-40gb", "h100-pcie",
+                                                                                "h100-sxm5", "rtx-3080")]
 
 
 def test_parallel_fold_executor_is_used_for_the_families_that_fit() -> None:
@@ -172,7 +176,7 @@ def test_parallel_fold_executor_is_used_for_the_families_that_fit() -> None:
     serial = run_accuracy_bench(table, ["roofline", "tabular"], ["unseen-gpu"], factory, [], min_gpu_rows=1000)
     parallel = run_accuracy_bench(table, ["roofline", "tabular"], ["unseen-gpu"], factory, [], min_gpu_rows=1000,
                                   fold_executor=executor)
-    assert calls == [("tabular", 3)]
+    assert calls == [("tabular", 4)]
     assert parallel.rows == serial.rows
 
 
@@ -227,7 +231,8 @@ def _bench_result() -> BenchResult:
     table = feature_table()
 
     def factory(family: str, train: pd.DataFrame, split: str):  # noqa: ANN202
-        return DeviceErrorPredictor(train, {"a100-pcie-40gb": 0.05, "h100-sxm5": 0.5, "rtx-3080": 0.15}), 0.0
+        return DeviceErrorPredictor(train, {"a100-pcie-40gb": 0.05, "h100-sxm5": 0.5, "rtx-3080": 0.15,
+                                            "h100-pcie": 0.25}), 0.0
 
     return run_accuracy_bench(table, ["roofline", "tabular"], ["unseen-gpu"], factory, [], min_gpu_rows=1000)
 
@@ -236,13 +241,13 @@ def test_readme_section_has_headline_per_gpu_and_every_figure() -> None:
     section = readme_markdown(_bench_result(), "kernelcast bench accuracy --split unseen-gpu")
     assert section.startswith("Generated by `kernelcast bench accuracy --split unseen-gpu`")
     lines = section.splitlines()
-    assert any(x.startswith("| leave-one-GPU-out | median GPU | mape | 15.0% | 15.0% | 3 |") for x in lines)
+    assert any(x.startswith("| leave-one-GPU-out | median GPU | mape | 20.0% | 20.0% | 4 |") for x in lines)
     assert any(x.startswith("| leave-one-GPU-out | worst GPU=h100-sxm5 | mape | 50.0% |") for x in lines)
     gpu = next(x for x in lines if x.startswith("| a100-pcie-40gb |"))
     assert gpu.startswith("| a100-pcie-40gb | 1100 | 5.0% | 5.0% |") and gpu.endswith("| 100.0% |")
     assert any(x.startswith("| rtx-3080, gpuflopbench | 500 |") for x in lines)
     assert "<details><summary>every figure</summary>" in section
-    assert "- unseen-gpu: 3 leave-one-GPU-out folds" in section
+    assert "- unseen-gpu: 4 leave-one-GPU-out folds" in section
 
 
 def test_write_markdown_replaces_only_the_marked_section(tmp_path: Path) -> None:
@@ -293,7 +298,7 @@ def test_cli_checks_the_markdown_target_and_devices_before_fitting(tmp_path: Pat
         (["--split", "neusight", "--device", "t4"], "--device chooses leave-one-GPU-out folds: add --split unseen-gpu"),
         (["--split", "unseen-gpu", "--device", "no-such-gpu", "--features", str(features)], "--device"),
         (["--split", "unseen-gpu", "--device", "Tesla P4", "--features", str(features)],
-         "--device Tesla P4: no rows of a multi-GPU source"),
+         "--device Tesla P4: no rows in this feature table"),
     ]
     for args, fragment in cases:
         result = CliRunner().invoke(app, ["bench", "accuracy", *args])
