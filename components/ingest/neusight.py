@@ -9,6 +9,15 @@ Upstream layout (relative to the repository root):
   set. ``vec.csv`` is ``elem`` + ``ln`` + ``softmax`` again: rows repeat across files, kept apart by
   ``run_id`` = the file they came from, because NeuSight's published split is defined by file.
 
+- ``scripts/asplos/data/dataset_amd/`` (read whenever present): NeuSight's AMD collection, the same
+  CSV layout measured with PyTorch 2.4.1 on ROCm (``AMD Instinct MI100``/``MI210``), but both sides
+  are per-GPU ``collect`` files: ``dataset_amd/{train,test}/collect/<op>/p<torch>/<GPU>.csv``. Its
+  merged copies (``train/collect/<op>.csv``, ``train/{elem,ln,softmax,vec}.csv``) repeat those rows
+  and are not read. ``run_id`` = ``amd/train/collect`` or ``amd/test/collect``; the NeuSight split
+  (``components.evaluation.splits``) keys on ``/dataset/`` paths, so AMD rows stay out of it and
+  serve leave-one-GPU-out instead. The AMD files lack ``Torch Version``/``CUDNN Version``/
+  ``Warps per SM``/``Blocks per SM``/``CUDA Version``, which this adapter does not read anyway.
+
 ``Latency`` is milliseconds from ``torch.cuda.Event``: the mean of the 5 fastest of 25 runs
 (``neusight/Dataset/collect.py``), hence ``n_trials=25`` and ``profiler=cuda_event``. The GPUs
 were not clock-locked as far as upstream documents, hence ``clock_mode=unknown``.
@@ -39,7 +48,9 @@ from components.ingest.schema import (
 
 SOURCE = "neusight"
 DATASET_DIR = Path("scripts/asplos/data/dataset")
+AMD_DATASET_DIR = Path("scripts/asplos/data/dataset_amd")
 TRAIN_GLOB = "train/collect/*/p2.1.0/*.csv"
+AMD_GLOB = "{side}/collect/*/p*/*.csv"  # per-GPU files of either side; the torch version folder varies
 TEST_FILES: tuple[str, ...] = ("bmm", "elem", "linear", "ln", "softmax", "vec")
 N_TRIALS = 25  # mean of the 5 fastest of 25 timed runs
 RAW_LIMIT = 500  # characters of a raw row kept in rejects for audit
@@ -232,6 +243,20 @@ def _files(root: Path) -> list[tuple[Path, str, str]]:
         if not path.is_file():
             raise IngestError(f"{SOURCE}: expected file is missing: {path}")
         files.append((path, stem, f"test/{stem}"))
+    return files + _amd_files(root)
+
+
+def _amd_files(root: Path) -> list[tuple[Path, str, str]]:
+    """(path, kind, run_id) of the AMD collection's per-GPU files; [] when the folder is absent."""
+    amd = root / AMD_DATASET_DIR
+    if not amd.is_dir():
+        return []
+    files: list[tuple[Path, str, str]] = []
+    for side in ("train", "test"):
+        for path in sorted(amd.glob(AMD_GLOB.format(side=side))):
+            files.append((path, path.parent.parent.name, f"amd/{side}/collect"))
+    if not files:
+        raise IngestError(f"{SOURCE}: {amd} exists but holds no per-GPU files {AMD_GLOB.format(side='{train,test}')}")
     return files
 
 
@@ -346,6 +371,8 @@ def ingest(root: Path, catalog) -> AdapterOutput:  # noqa: ANN001 -- catalog: co
             "Latency (ms) is torch.cuda.Event timing, mean of the 5 fastest of 25 runs: n_trials=25",
             "run_id: train/collect = training files; test/<file> = NeuSight's published test file",
             "test/vec.csv repeats elem+ln+softmax rows; they stay as separate rows (run_id differs)",
+            *(["dataset_amd/: AMD collection read (run_id amd/train/collect, amd/test/collect)"]
+              if (root / AMD_DATASET_DIR).is_dir() else []),
         ],
     )
     output.check_balance()

@@ -193,6 +193,66 @@ def test_neusight_missing_directory_is_clear(tmp_path: Path, catalog) -> None:  
         ns_ingest(tmp_path / "nowhere", catalog)
 
 
+# NeuSight's AMD collection (scripts/asplos/data/dataset_amd/) is withheld from the bundle. It is
+# rebuilt here as upstream lays it out: per-GPU collect files on both sides under a p2.4.1 folder,
+# the AMD header (no Torch/CUDNN/CUDA version or Warps/Blocks per SM columns), real NVIDIA rows
+# relabelled with the AMD device names, plus upstream's merged copies that must not be read twice.
+NS_AMD = Path("scripts/asplos/data/dataset_amd")
+AMD_DROP = ["Torch Version", "CUDNN Version", "Warps per SM", "Blocks per SM", "CUDA Version"]
+AMD_FILES = {  # AMD file (relative to dataset_amd) -> the real NVIDIA file its rows come from
+    "train/collect/add/p2.4.1/AMD Instinct MI100.csv": "train/collect/add/p2.1.0/Tesla T4.csv",
+    "train/collect/ln/p2.4.1/AMD Instinct MI210.csv": "train/collect/ln/p2.1.0/Tesla T4.csv",
+    "test/collect/bmm/p2.4.1/AMD Instinct MI100.csv": "train/collect/bmm/p2.1.0/Tesla T4.csv",
+    "test/collect/linear/p2.4.1/AMD Instinct MI210.csv": "train/collect/linear/p2.1.0/Tesla T4.csv",
+}
+
+
+def amd_copy(root: Path) -> None:
+    for rel, source in AMD_FILES.items():
+        frame = pd.read_csv(NEUSIGHT / NS_DATA / source, dtype=str, keep_default_na=False, nrows=ROWS)
+        frame = frame.drop(columns=[c for c in AMD_DROP if c in frame.columns])
+        frame["Device"] = Path(rel).stem
+        dst = root / NS_AMD / rel
+        dst.parent.mkdir(parents=True, exist_ok=True)
+        frame.to_csv(dst, index=False)
+    # Upstream's merged files repeat the per-GPU rows: the adapter must ignore them.
+    merged = pd.read_csv(root / NS_AMD / "train/collect/ln/p2.4.1/AMD Instinct MI210.csv", dtype=str)
+    merged.assign(large="True").to_csv(root / NS_AMD / "train/ln.csv", index=False)
+    merged.to_csv(root / NS_AMD / "train/collect/ln.csv", index=False)
+
+
+def test_neusight_reads_the_amd_collection_when_present(ns_root: Path, catalog) -> None:  # noqa: ANN001
+    without = ns_ingest(ns_root, catalog)
+    amd_copy(ns_root)
+    out = ns_ingest(ns_root, catalog)
+    m = out.measurements
+    amd = m[m["upstream_file"].str.contains("/dataset_amd/")]
+    assert out.rows_in == without.rows_in + len(AMD_FILES) * ROWS  # merged copies not read
+    assert len(amd) == len(AMD_FILES) * ROWS and len(out.rejects) == 0
+    assert set(amd["device_id"]) == {"mi100", "mi210"}
+    assert set(amd["device_name_raw"]) == {"AMD Instinct MI100", "AMD Instinct MI210"}
+    assert set(amd["run_id"].str.replace(r"/rep\d+$", "", regex=True)) == {"amd/train/collect", "amd/test/collect"}
+    assert any("dataset_amd" in note for note in out.notes)
+    # Same ops and shapes as the NVIDIA rows they came from -> the same kernel ids (one kernel table).
+    nvidia = m[m["upstream_file"] == (NS_DATA / "train/collect/bmm/p2.1.0/Tesla T4.csv").as_posix()]
+    amd_bmm = amd[amd["upstream_file"].str.contains("/bmm/")]
+    assert list(amd_bmm["kernel_id"]) == list(nvidia["kernel_id"])
+    assert amd_bmm["duration_us"].to_numpy() == pytest.approx(nvidia["duration_us"].to_numpy())
+    assert with_measurement_ids(m)["measurement_id"].is_unique
+    # The published NeuSight split stays NVIDIA-only; AMD rows serve the leave-one-GPU-out folds.
+    from components.evaluation.splits import neusight_split
+
+    table = m.merge(out.kernels[["kernel_id", "family"]], on="kernel_id")
+    (fold,) = neusight_split(table)
+    used = table.loc[fold.train.union(fold.test)]
+    assert not used["device_id"].isin(["mi100", "mi210"]).any() and len(fold.train) > 0
+
+
+def test_neusight_amd_folder_without_files_is_an_error(ns_root: Path, catalog) -> None:  # noqa: ANN001
+    (ns_root / NS_AMD / "train").mkdir(parents=True)
+    with pytest.raises(IngestError, match="dataset_amd"):
+        ns_ingest(ns_root, catalog)
+
 # ----------------------------------------------------------------------------------------------
 # PipeWeave
 # ----------------------------------------------------------------------------------------------
