@@ -14,21 +14,24 @@ Kernel keys (for joining with measured data), built by :func:`kernel_key`:
 - benchmark_hub: ``source_id`` is the source file stem (``convolution_milo``, ``dedispersion``),
   kernel = the ``kernel_name`` field of the cache file (``convolution_kernel``). Tunable
   parameters are preprocessor macros: pass them as ``defines`` (e.g. ``{"block_size_x": "32"}``).
+
+This module orchestrates one compile and its report; the parts live beside it: ``static_source``
+(host code stripped, launch sites harvested), ``static_compile`` (NVRTC), ``static_sass``
+(nvdisasm, instruction classes, loops), ``static_names`` (names from mangled symbols, join keys),
+``static_cache`` (results on disk), ``static_frames`` (reports as ``s_*`` feature rows). Their
+public names stay importable from here.
 """
 
 from __future__ import annotations
 
-import hashlib
-import json
-import os
 import re
-import tempfile
 import time
 from collections.abc import Iterable, Mapping
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
+from components.features.static_cache import cache_key, cache_load, cache_store, default_cache_dir
 from components.features.static_compile import (
     DEFAULT_MEMORY_BYTES,
     DEFAULT_TIMEOUT_S,
@@ -39,6 +42,8 @@ from components.features.static_compile import (
     cuda_include_dirs,
     nvdisasm_path,
 )
+from components.features.static_frames import launch_features, static_feature_frame
+from components.features.static_names import kernel_instance, kernel_key, short_kernel_name
 from components.features.static_sass import (
     INSTRUCTION_CLASSES,
     analyze_function,
@@ -46,9 +51,6 @@ from components.features.static_sass import (
     run_nvdisasm,
 )
 from components.features.static_source import prepare_source
-
-if TYPE_CHECKING:
-    import pandas as pd
 
 __all__ = [
     "CompileError",
@@ -62,10 +64,8 @@ __all__ = [
     "short_kernel_name",
     "kernel_instance",
     "INSTRUCTION_CLASSES",
+    "launch_features",
 ]
-
-# Bump when extraction, options or parsing change, so cached reports are recomputed.
-CACHE_VERSION = "static-v1"
 
 
 @dataclass
@@ -110,104 +110,6 @@ class StaticReport:
         body = dict(data)
         body["kernels"] = [KernelStatic(**k) for k in data["kernels"]]
         return cls(**body)
-
-
-def short_kernel_name(symbol: str) -> str:
-    """Unqualified function name from an Itanium-mangled (or plain/demangled) symbol.
-
-    '_Z4kernPf' -> 'kern'; '_ZN2ns4kernIfEEvPT_' -> 'kern'; 'void k<float>(float *)' -> 'k'.
-    Enough for kernels (no operators, constructors or local entities).
-    """
-    if not symbol.startswith("_Z"):
-        head = symbol.split("(")[0]
-        head = re.sub(r"<.*>", "", head).strip()
-        return head.split("::")[-1].split()[-1] if head else symbol
-    s = symbol[2:]
-    i = 1 if s.startswith("L") else 0
-    nested = i < len(s) and s[i] == "N"
-    if nested:
-        i += 1
-        while i < len(s) and s[i] in "rVK":
-            i += 1
-    last = ""
-    while i < len(s):
-        if s[i].isdigit():
-            j = i
-            while j < len(s) and s[j].isdigit():
-                j += 1
-            n = int(s[i:j])
-            last = s[j : j + n]
-            i = j + n
-            if not nested:
-                break
-        elif s[i] == "I":  # template args: skip to the matching E
-            depth, i = 1, i + 1
-            while i < len(s) and depth:
-                if s[i] == "L":  # literal L<type><value>E: its digits are a value, not a length
-                    i = s.find("E", i) + 1 or len(s)
-                    continue
-                if s[i].isdigit():
-                    j = i
-                    while j < len(s) and s[j].isdigit():
-                        j += 1
-                    i = j + int(s[i:j])
-                    continue
-                depth += s[i] in "INX"
-                depth -= s[i] == "E"
-                i += 1
-            if not nested:
-                break
-        elif s[i] == "S":  # substitution (S_, S0_, St...)
-            i += (
-                2
-                if i + 1 < len(s) and s[i + 1] in "tabsio"
-                else s.find("_", i) + 1 - i
-                if "_" in s[i:]
-                else 1
-            )
-        elif s[i] == "E":
-            break
-        else:
-            i += 1
-    return last or symbol
-
-
-def kernel_instance(demangled: str) -> str:
-    """'void hmax<__half2>(const T1 *, ...)' -> 'hmax<__half2>' (whitespace-normalised)."""
-    head = demangled.split("(")[0].strip()
-    head = re.sub(r"^(?:[\w:]+\s+)+(?=[\w:]+\s*(<|$))", "", head)  # drop return type
-    head = (
-        head.split("::")[-1]
-        if "<" not in head
-        else head[head.rfind("::", 0, head.find("<")) + 2 if "::" in head[: head.find("<")] else 0 :]
-    )
-    return re.sub(r"\s+", "", head)
-
-
-def kernel_key(source_id: str, kernel_name: str) -> str:
-    """Join key '<source_id>::<short kernel name>' (mangled, demangled or short names accepted)."""
-    return f"{source_id}::{short_kernel_name(kernel_name)}"
-
-
-def _cache_root() -> Path:
-    from components.config import get_settings
-
-    return get_settings().cache_dir / "static"
-
-
-def _cache_load(key: str) -> dict[str, Any] | None:
-    path = _cache_root() / f"{key}.json"
-    try:
-        return json.loads(path.read_text())
-    except (OSError, ValueError):
-        return None
-
-
-def _cache_store(key: str, payload: dict[str, Any]) -> None:
-    """Atomic write (temp file + rename) so parallel sweeps never see a half-written entry."""
-    from components.atomic import atomic_write_text
-
-    atomic_write_text(_cache_root() / f"{key}.json", json.dumps(payload))
 
 
 def _build_report(
@@ -257,8 +159,12 @@ def analyze_source(
     timeout_s: float = DEFAULT_TIMEOUT_S,
     memory_bytes: int = DEFAULT_MEMORY_BYTES,
     use_cache: bool = True,
+    cache_dir: Path | None = None,
 ) -> StaticReport:
     """Compile a CUDA program (host code is stripped, see static_source) and analyse its kernels.
+
+    Results are cached under ``cache_dir`` (default ``<KERNELCAST_HOME>/cache/static``) unless
+    ``use_cache`` is false.
 
     ``kernel`` keeps only kernels whose short name, instance or mangled name equals it (a
     LookupError lists the available ones). Raises CompileError with the NVRTC log on failure.
@@ -268,17 +174,14 @@ def analyze_source(
     prepared = prepare_source(source, path, incs)
     options = build_options(arch, cuda_include_dirs() + [p.resolve() for p in incs], dict(defines or {}))
     sid = source_id or (Path(name).stem if name != "<string>" else "<string>")
-    key = hashlib.sha256(
-        json.dumps(
-            [CACHE_VERSION, prepared.text, prepared.name_expressions, options, name], sort_keys=True
-        ).encode()
-    ).hexdigest()
-    payload = _cache_load(key) if use_cache else None
+    key = cache_key(prepared.text, prepared.name_expressions, options, name)
+    folder = (Path(cache_dir) if cache_dir is not None else default_cache_dir()) if use_cache else None
+    payload = cache_load(folder, key) if folder is not None else None
     cached = payload is not None
     if payload is None:
         payload = _compile_and_analyze(prepared, name, arch, sid, options, timeout_s, memory_bytes)
-        if use_cache and not payload.get("transient"):
-            _cache_store(key, payload)
+        if folder is not None and not payload.get("transient"):
+            cache_store(folder, key, payload)
     if "error" in payload:
         err = payload["error"]
         raise CompileError(err["name"], err["log"], err["reason"])
@@ -372,66 +275,3 @@ def analyze_program(
         except CompileError as exc:
             results.append(exc)
     return results
-
-
-def launch_features(kernel: KernelStatic, grid: tuple[int, ...], block: tuple[int, ...]) -> dict[str, float]:
-    """Static counts scaled by a launch: warps launched and per-block register/shared demand."""
-    import math
-
-    threads_per_block = math.prod(block)
-    blocks = math.prod(grid)
-    warps = blocks * math.ceil(threads_per_block / 32)
-    return {
-        "s_threads_per_block": threads_per_block,
-        "s_blocks": blocks,
-        "s_warps": warps,
-        "s_regs_per_block": kernel.registers * threads_per_block,
-        "s_warp_instructions": kernel.instructions["total"] * warps,  # one pass, loops not unrolled
-    }
-
-
-def static_feature_frame(
-    reports: Iterable[StaticReport],
-    launches: Mapping[str, tuple[tuple[int, ...], tuple[int, ...]]] | None = None,
-) -> pd.DataFrame:
-    """One row per compiled kernel with ``s_*`` feature columns.
-
-    Key columns: ``kernel_key`` (see module doc), ``source_id``, ``kernel`` (short name),
-    ``instance`` (template instantiation or None), ``symbol`` (mangled), ``arch``. Instruction
-    counts also appear as fractions of the total (``s_frac_<class>``). ``launches`` maps a
-    kernel_key to ``(grid, block)`` to add launch-scaled columns.
-    """
-    import pandas as pd
-
-    rows: list[dict[str, Any]] = []
-    for report in reports:
-        for k in report.kernels:
-            key = kernel_key(report.source_id, k.short_name)
-            total = max(k.instructions.get("total", 0), 1)
-            row: dict[str, Any] = {
-                "kernel_key": key,
-                "source_id": report.source_id,
-                "kernel": k.short_name,
-                "instance": k.instance,
-                "symbol": k.name,
-                "arch": report.arch,
-                "s_registers": k.registers,
-                "s_shared_bytes": k.shared_bytes,
-                "s_stack_bytes": k.stack_bytes,
-                "s_spill_store_bytes": k.spills["store_bytes"],
-                "s_spill_load_bytes": k.spills["load_bytes"],
-                "s_barriers": k.barriers,
-                "s_loops": k.loops["count"],
-                "s_loop_depth": k.loops["max_depth"],
-                "s_total": k.instructions.get("total", 0),
-                "s_loop_total": k.loop_instructions.get("total", 0),
-            }
-            for cls in INSTRUCTION_CLASSES:
-                row[f"s_{cls}"] = k.instructions.get(cls, 0)
-                row[f"s_loop_{cls}"] = k.loop_instructions.get(cls, 0)
-                row[f"s_frac_{cls}"] = k.instructions.get(cls, 0) / total
-            if launches and key in launches:
-                grid, block = launches[key]
-                row.update(launch_features(k, grid, block))
-            rows.append(row)
-    return pd.DataFrame(rows)

@@ -141,6 +141,19 @@ def test_cache_hit_returns_same_report() -> None:
     assert [k.to_dict() for k in first.kernels] == [k.to_dict() for k in second.kernels]
 
 
+def test_cache_lives_where_the_caller_says(tmp_path: Path) -> None:
+    folder = tmp_path / "static-cache"
+    default = tmp_path / "home" / "cache" / "static"
+    assert not analyze_source(SHARED, name="s.cu", cache_dir=folder).cached
+    assert analyze_source(SHARED, name="s.cu", cache_dir=folder).cached
+    entries = list(folder.iterdir())
+    assert len(entries) == 1 and entries[0].suffix == ".json" and json.loads(entries[0].read_text())["report"]
+    assert not default.exists()  # an explicit folder is the only one written
+    assert not analyze_source(SHARED, name="s.cu", cache_dir=folder, use_cache=False).cached
+    analyze_source(SHARED, name="other.cu")
+    assert len(list(default.iterdir())) == 1  # no folder named: <KERNELCAST_HOME>/cache/static
+
+
 def test_host_code_is_stripped_and_template_launches_instantiated(tmp_path: Path) -> None:
     path = tmp_path / "prog-cuda" / "main.cu"
     path.parent.mkdir()
