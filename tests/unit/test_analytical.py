@@ -209,6 +209,7 @@ def test_every_row_kept_with_a_note_when_uncovered(tmp_path) -> None:
     assert len(pd.read_parquet(out)) == len(table) and not list(out.parent.glob(".*tmp"))
 
 
+@pytest.mark.slow  # starts a local Ray
 def test_ray_path_equals_serial(kc_settings) -> None:
     import ray
 
