@@ -64,33 +64,59 @@ def with_split_columns(table: pd.DataFrame, canonical_dir: Path | None) -> pd.Da
         return table
     table = table.copy()
     canonical_dir = Path(canonical_dir) if canonical_dir is not None else None
-    _join_from(table, canonical_dir, "measurements.parquet", "measurement_id", missing_m)
-    _join_from(table, canonical_dir, "kernels.parquet", "kernel_id", missing_k)
+    absent = [name for name, columns in (("measurements.parquet", missing_m), ("kernels.parquet", missing_k))
+              if columns and not _join_from(table, canonical_dir, name, "measurement_id" if name.startswith("m")
+                                            else "kernel_id", columns)]
     table["upstream_row"] = pd.to_numeric(table["upstream_row"], errors="coerce").astype("Int64")
+    if absent:  # read back by split_folds when a split finds no test rows
+        table.attrs["split_columns_note"] = (
+            f"{', '.join(absent)} not found in {canonical_dir} (the canonical tables the feature table was built "
+            "from; the bolet split's labels and programs are joined from there)")
     return table
 
 
-def _join_from(table: pd.DataFrame, canonical_dir: Path | None, file: str, key: str, columns: list[str]) -> None:
-    """Fill ``columns`` in place from a canonical table by ``key``; all-NA where that table is absent."""
+def _join_from(table: pd.DataFrame, canonical_dir: Path | None, file: str, key: str, columns: list[str]) -> bool:
+    """Fill ``columns`` in place from a canonical table by ``key``; all-NA (and False) where that
+    table is absent."""
     if not columns:
-        return
+        return True
     path = canonical_dir / file if canonical_dir else None
     if path is not None and path.is_file():
         extra = pd.read_parquet(path, columns=[key, *columns]).drop_duplicates(key)
         joined = table[[key]].merge(extra, on=key, how="left")
         for column in columns:
             table[column] = joined[column].to_numpy()
-    else:
-        for column in columns:
-            table[column] = pd.Series(pd.NA, index=table.index, dtype="string")
+        return True
+    for column in columns:
+        table[column] = pd.Series(pd.NA, index=table.index, dtype="string")
+    return False
 
 
 def split_folds(table: pd.DataFrame, split: str) -> list[Fold]:
     folds = make_split(table, split)
     if not folds or all(len(f.test) == 0 for f in folds):
+        why = _bolet_missing(table) if split == "bolet-roofline" else None
         raise ValueError(f"split {split!r} has no test rows in this feature table "
-                         f"(sources present: {sorted(table['source'].dropna().unique().tolist())})")
+                         f"(sources present: {sorted(table['source'].dropna().unique().tolist())})"
+                         + (f": {why}" if why else ""))
     return folds
+
+
+def _bolet_missing(table: pd.DataFrame) -> str | None:
+    """Why the bolet split finds no kernel: which of its inputs the table lacks."""
+    rows = table[table["source"] == "gpuflopbench"]
+    if rows.empty:
+        return "no gpuflopbench rows"
+    note = table.attrs.get("split_columns_note")
+    head = rows[~rows["upstream_file"].astype("string").str.contains("_history/", regex=False).fillna(False)]
+    if head.empty:
+        return f"all {len(rows)} gpuflopbench rows come from _history/ files, none from the HEAD profiling file"
+    for column in ("roofline_class_published", "program"):
+        if column not in head.columns or head[column].isna().all():
+            return (f"none of the {len(head)} gpuflopbench HEAD rows has a {column}: "
+                    + (note or "the canonical tables hold no row with these measurement_id/kernel_id "
+                               "(re-ingested after the features were built?)"))
+    return None
 
 
 def evaluation_rows(table: pd.DataFrame, split: str | None) -> pd.DataFrame:

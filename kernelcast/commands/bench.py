@@ -41,6 +41,13 @@ def _command_line(family: list[str] | None, split: list[str] | None, device: lis
     return " ".join(parts)
 
 
+def _canonical_beside(features_path: Path, default: Path) -> Path:
+    """``<data>/canonical`` for a table at ``<data>/features/features.parquet`` when it is there: a
+    feature table from another state folder is scored with its own canonical tables."""
+    beside = Path(features_path).resolve().parent.parent / "canonical"
+    return beside if (beside / "measurements.parquet").is_file() else default
+
+
 @app.command("accuracy")
 @clean_errors
 def accuracy_command(
@@ -48,6 +55,9 @@ def accuracy_command(
     split: Annotated[list[str] | None, typer.Option("--split", help="split (repeatable; default: the published ones + unseen-kernel/gpu)")] = None,
     json_file: Annotated[Path | None, typer.Option("--json", help="write the rows as JSON here")] = None,
     features: Annotated[Path | None, typer.Option("--features", help="feature table (default: data_dir/features/features.parquet)")] = None,
+    canonical: Annotated[Path | None, typer.Option("--canonical", help=(
+        "canonical tables the feature table was built from (default: the canonical/ folder beside the "
+        "feature table's folder, else data_dir/canonical); the bolet split's labels are joined from there"))] = None,
     max_train_rows: Annotated[int | None, typer.Option("--max-train-rows", min=100, help="subsample each train side (deterministic)")] = None,
     min_gpu_rows: Annotated[int | None, typer.Option("--min-gpu-rows", min=1, help=(
         "leave-one-GPU-out: hold out every GPU with at least this many rows (default: params.yaml "
@@ -99,8 +109,11 @@ def accuracy_command(
     rows_cap = max_train_rows or int(train_params.get("bench_max_train_rows", DEFAULT_BENCH_ROWS))
     gpu_rows = min_gpu_rows or int(train_params.get("bench_min_gpu_rows", DEFAULT_MIN_GPU_ROWS))
     config = TabularConfig.from_params(params, max_train_rows=rows_cap)
-    table = read_feature_table(features or settings.data_dir / "features" / "features.parquet",
-                               settings.data_dir / "canonical")
+    features_path = features or settings.data_dir / "features" / "features.parquet"
+    canonical_dir = canonical or _canonical_beside(features_path, settings.data_dir / "canonical")
+    if canonical is not None and not (canonical / "measurements.parquet").is_file():
+        raise UserError(f"--canonical {canonical}: no measurements.parquet there (the folder `kernelcast ingest` wrote)")
+    table = read_feature_table(features_path, canonical_dir)
     catalog = load_catalog()
     devices = None
     if device:
@@ -151,7 +164,7 @@ def accuracy_command(
 
     result = run_accuracy_bench(table, families, splits, factory, published_figures(lambda n: catalog.resolve(n).id),
                                 min_gpu_rows=gpu_rows, devices=devices, log=lambda line: typer.echo(line, err=True),
-                                max_test_rows=max_test_rows, canonical_dir=settings.data_dir / "canonical",
+                                max_test_rows=max_test_rows, canonical_dir=canonical_dir,
                                 on_progress=save, fold_executor=fold_executor)
     result.notes[:0] = header
     typer.echo(markdown_table(result.rows))

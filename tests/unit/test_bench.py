@@ -306,3 +306,59 @@ def test_cli_checks_the_markdown_target_and_devices_before_fitting(tmp_path: Pat
         assert result.exit_code == 2 and len(lines) == 1 and lines[0].startswith("error:"), result.output
         assert fragment in lines[0], result.output
     assert readme.read_text() == "# no markers\n"
+
+
+# ---------------------------------------------------------------------- bolet split on a pipeline table
+
+
+def _gpuflopbench_tables(tmp_path: Path) -> tuple[pd.DataFrame, Path]:
+    """A feature table as `features build` writes it (no label, program or upstream_row columns)
+    and the canonical tables it was built from."""
+    n_programs, per_program = 120, 4
+    rows = []
+    for p in range(n_programs):
+        for k in range(per_program):
+            for launch, file in ((0, "cuda-profiling/profiling-data.csv"),
+                                 (1, "cuda-profiling/profiling-data.csv"),
+                                 (0, "_history/b05059d9/cuda-profiling/profiling-data.csv")):
+                rows.append({"measurement_id": f"g{p}-{k}-{launch}-{file[0]}", "kernel_id": f"gpuflopbench:p{p}:k{k}",
+                             "device_id": "rtx-3080", "source": "gpuflopbench", "family": "program",
+                             "upstream_file": file, "upstream_row": len(rows),
+                             "roofline_class_published": "compute" if (p + k) % 3 == 0 else "bandwidth",
+                             "duration_us": 10.0 + len(rows)})
+    full = pd.DataFrame(rows)
+    canonical = tmp_path / "data" / "canonical"
+    canonical.mkdir(parents=True)
+    full[["measurement_id", "upstream_row", "roofline_class_published"]].to_parquet(canonical / "measurements.parquet")
+    kernels = full[["kernel_id"]].drop_duplicates().assign(program=lambda f: f["kernel_id"].str.split(":").str[1])
+    kernels.to_parquet(canonical / "kernels.parquet")
+    features = full.drop(columns=["upstream_row", "roofline_class_published"])
+    features_dir = tmp_path / "data" / "features"
+    features_dir.mkdir()
+    features.to_parquet(features_dir / "features.parquet")
+    return features, features_dir / "features.parquet"
+
+
+def test_bolet_split_runs_on_a_pipeline_table_and_says_why_when_it_cannot(tmp_path: Path) -> None:
+    from components.evaluation.harness import read_feature_table
+    from kernelcast.commands.bench import _canonical_beside
+
+    _, features_path = _gpuflopbench_tables(tmp_path)
+    canonical = _canonical_beside(features_path, tmp_path / "elsewhere")
+    assert canonical == (tmp_path / "data" / "canonical").resolve()
+    table = read_feature_table(features_path, canonical)
+    (fold,) = select_folds(table, "bolet-roofline")
+    test = table.loc[fold.test]
+    assert len(test) > 0 and not test["upstream_file"].str.contains("_history/").any()
+    assert test["kernel_id"].is_unique  # one row per kernel: its first launch
+    assert set(table.loc[fold.train, "program"]).isdisjoint(set(test["program"]))
+
+    bare = read_feature_table(features_path, tmp_path / "elsewhere")
+    with pytest.raises(ValueError, match="no test rows") as caught:
+        select_folds(bare, "bolet-roofline")
+    message = str(caught.value)
+    assert "none of the 960 gpuflopbench HEAD rows has a roofline_class_published" in message
+    assert f"measurements.parquet, kernels.parquet not found in {tmp_path / 'elsewhere'}" in message
+    # The bench notes the skip with that reason and goes on.
+    result = run_accuracy_bench(bare, ["roofline"], ["bolet-roofline"], lambda *a: None, [])  # type: ignore[arg-type]
+    assert result.rows == [] and "not found in" in result.notes[0] and result.notes[0].startswith("bolet-roofline: skipped")
