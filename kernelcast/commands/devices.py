@@ -83,14 +83,18 @@ def list_command(
 @app.command("show")
 @clean_errors
 def show_command(
-    name: Annotated[str, typer.Argument(help="catalog id or any spelling, e.g. 'NVIDIA H100 80GB HBM3', 'Tesla T4'")],
+    name: Annotated[str, typer.Argument(help="catalog id or any spelling, e.g. 'NVIDIA H100 80GB HBM3', 'Tesla T4'; "
+                                             "or a spec file (.yaml/.json) to check it without adding it")],
     as_json: Annotated[bool, typer.Option("--json", help="print JSON instead of text")] = False,
 ) -> None:
     """Show every spec of one GPU, its derived ridge points, and the spec sheet it comes from."""
-    from components.devices import PRECISIONS, load_catalog
+    from components.devices import PRECISIONS, load_catalog, resolve_spec
 
-    spec = load_catalog().resolve(name)
+    catalog = load_catalog()
+    spec = resolve_spec(name, catalog)
     record = spec.model_dump(mode="json")
+    record["origin"] = ("spec file" if spec.id not in catalog.ids() or catalog.get(spec.id) != spec
+                        else "user" if catalog.is_user(spec.id) else "catalog")
     # Ridge points are derived, but they are what a user asks `show` for: where compute-bound starts.
     record["ridge_flop_per_byte"] = {
         p: round(spec.ridge_point(p, tensor=None), 2) for p in PRECISIONS if spec.has_pipe(p, tensor=None)

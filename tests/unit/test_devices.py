@@ -312,7 +312,7 @@ def test_cli_show_text_and_json() -> None:
     assert record["id"] == "t4" and record["sms"] == 40
     assert record["ridge_flop_per_byte"]["fp32"] == pytest.approx(8.1e12 / 320e9, abs=0.01)
     assert "bf16" not in record["ridge_flop_per_byte"]  # Turing has no bf16 pipe
-    assert record["source"].startswith("NVIDIA T4 datasheet")
+    assert record["source"].startswith("NVIDIA T4 datasheet") and record["origin"] == "catalog"
 
 
 def test_cli_unknown_device_is_one_line_exit_2() -> None:
@@ -569,6 +569,9 @@ def test_cli_add_list_show_remove(tmp_path: Path) -> None:
     spec_file = tmp_path / "x1.yaml"
     spec_file.write_text(yaml.safe_dump(_user_spec()))
     home = tmp_path / "home"
+    checked = runner.invoke(app, ["show", str(spec_file), "--json"], env={"KERNELCAST_HOME": str(home)})
+    assert checked.exit_code == 0, checked.output  # a spec file can be checked before it is added
+    assert json.loads(checked.output)["origin"] == "spec file" and json.loads(checked.output)["max_ctas_per_sm"] == 32
     added = runner.invoke(app, ["add", str(spec_file), "--home", str(home)])
     assert added.exit_code == 0, added.output
     stored = home / "devices" / "example-x1.yaml"
@@ -583,7 +586,8 @@ def test_cli_add_list_show_remove(tmp_path: Path) -> None:
     assert len(user_rows) == 1 and user_rows[0].rstrip().endswith("user")
     rows = {r["id"]: r for r in json.loads(runner.invoke(app, ["list", "--json"], env=env).output)}
     assert rows["example-x1"]["user"] is True and rows["h100-sxm"]["user"] is False
-    assert "Example GPU X1" in runner.invoke(app, ["show", "X1"], env=env).output
+    shown = runner.invoke(app, ["show", "X1", "--json"], env=env)
+    assert json.loads(shown.output)["name"] == "Example GPU X1" and json.loads(shown.output)["origin"] == "user"
     removed = runner.invoke(app, ["remove", "example-x1", "--home", str(home)])
     assert removed.exit_code == 0 and not stored.exists()
     packaged = runner.invoke(app, ["remove", "h100-sxm", "--home", str(home)])
