@@ -7,7 +7,8 @@ figures the papers report, on the same scope (per op family for NeuSight, per GP
 
 Leave-one-GPU-out (``unseen-gpu``) runs one fold per GPU with at least ``bench_min_gpu_rows`` rows
 (or the GPUs named), each holding that GPU out of every source's training rows; it reports a row
-per (held-out GPU, source), per GPU overall, per source pooled, and the median and worst GPU.
+per (held-out GPU, source), per GPU overall, per source and per op family pooled over the held-out
+GPUs, and the median and worst GPU.
 Folds are independent: a ``FoldExecutor`` runs them as Ray tasks side by side, or one by one.
 Every figure carries its coverage (rows predicted / rows asked), see ``harness``.
 """
@@ -226,6 +227,8 @@ def _scopes(frame: pd.DataFrame, split: str) -> list[tuple[str, pd.DataFrame]]:
             scopes += [(f"device={device},source={s}", part) for s, part in rows.groupby("source", sort=True)]
     if split in ("unseen-kernel", "random", "unseen-gpu"):
         scopes += [(f"source={s}", rows) for s, rows in frame.groupby("source", sort=True)]
+    if split == "unseen-gpu" and "family" in frame.columns:  # op families, pooled over the held-out GPUs
+        scopes += [(f"family={f}", rows) for f, rows in frame.groupby("family", sort=True)]
     return scopes
 
 

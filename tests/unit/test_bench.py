@@ -146,6 +146,7 @@ def test_bench_reports_every_gpu_per_source_overall_and_the_median() -> None:
     assert a100_hub["ours"] == pytest.approx(0.10) and a100_hub["n"] == 300 and a100_hub["coverage"] == 1.0
     assert by_target[("duration_us[device=rtx-3080,source=gpuflopbench]", "mape")]["n"] == 500
     assert by_target[("duration_us[device=h100-sxm5]", "mape")]["ours"] == pytest.approx(0.30)
+    assert by_target[("duration_us[family=program]", "mape")]["n"] == 500  # op family, pooled over the folds
     median = by_target[("duration_us[median GPU]", "mape")]
     assert median["ours"] == pytest.approx(0.21) and median["n"] == 4
     worst = by_target[("duration_us[worst GPU=h100-sxm5]", "mape")]
