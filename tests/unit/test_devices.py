@@ -546,7 +546,11 @@ def test_user_folder_merges_into_the_catalog(tmp_path: Path) -> None:
 
 
 def test_default_loader_includes_kernelcast_home_devices(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from components.config import get_settings
+    from components.devices import default_user_devices_dir
+
     monkeypatch.setenv("KERNELCAST_HOME", str(tmp_path))
+    assert default_user_devices_dir() == get_settings().state_dir / "devices"
     (tmp_path / "devices").mkdir()
     (tmp_path / "devices" / "x1.yaml").write_text(yaml.safe_dump(_user_spec()))
     assert load_catalog().resolve("Example GPU X1").id == "example-x1"
