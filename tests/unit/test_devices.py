@@ -279,6 +279,7 @@ def test_catalog_agrees_with_pipeweave_hardware_specs(catalog: Catalog) -> None:
         assert spec.max_smem_per_sm_kb == hw["sharedMemorySize"], spec.id
         assert spec.fp32_lanes_per_sm == hw["FmaFp32"], spec.id
         assert spec.dram_gbps == pytest.approx(hw["memBandwidth"], rel=0.03), spec.id
+        assert spec.l2_gbps == hw["l2CacheBandwidth"], spec.id  # l2_gbps is taken from these files
 
 
 # ------------------------------------------------------------------ CLI
