@@ -63,7 +63,8 @@ def accuracy_command(
         "leave-one-GPU-out: hold out every GPU with at least this many rows (default: params.yaml "
         "train.bench_min_gpu_rows, 1000)"))] = None,
     device: Annotated[list[str] | None, typer.Option("--device", help=(
-        "leave-one-GPU-out: hold out only these GPUs (catalog id or name; repeatable; needs --split unseen-gpu)"))] = None,
+        "leave-one-GPU-out: hold out only these GPUs (catalog id or name; repeatable; "
+        "needs --split unseen-gpu)"))] = None,
     markdown: Annotated[Path | None, typer.Option("--markdown", help=(
         "write the README accuracy section here: between <!-- bench:start --> and <!-- bench:end --> of an "
         "existing file (e.g. README.md), or a new file"))] = None,
@@ -112,7 +113,8 @@ def accuracy_command(
     features_path = features or settings.data_dir / "features" / "features.parquet"
     canonical_dir = canonical or _canonical_beside(features_path, settings.data_dir / "canonical")
     if canonical is not None and not (canonical / "measurements.parquet").is_file():
-        raise UserError(f"--canonical {canonical}: no measurements.parquet there (the folder `kernelcast ingest` wrote)")
+        raise UserError(f"--canonical {canonical}: no measurements.parquet there "
+                        "(the folder `kernelcast ingest` wrote)")
     table = read_feature_table(features_path, canonical_dir)
     catalog = load_catalog()
     devices = None
