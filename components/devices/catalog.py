@@ -328,6 +328,25 @@ class Catalog:
     def __len__(self) -> int:
         return len(self._by_id)
 
+    def with_devices(self, specs: list[DeviceSpec]) -> Catalog:
+        """This catalog plus ``specs`` (e.g. full specs a query names instead of catalog ids).
+
+        A spec identical to an entry already here is a no-op; one that reuses an id or spelling
+        with different figures raises CatalogError naming the clash.
+        """
+        extra: list[DeviceSpec] = []
+        for spec in specs:
+            known = self._by_id.get(spec.id)
+            if known is None:
+                if spec.id not in {e.id for e in extra}:
+                    extra.append(spec)
+            elif known != spec:
+                raise CatalogError(f"device spec {spec.id!r} differs from the catalog entry with that id; "
+                                   "give the spec another id")
+        if not extra:
+            return self
+        return Catalog(self.all() + extra, self.path, self.user_files)
+
     def is_user(self, device_id: str) -> bool:
         """True for a device added from the user folder rather than the packaged catalog."""
         return device_id in self.user_files

@@ -613,3 +613,14 @@ def test_cli_add_rejects_bad_specs_without_writing(tmp_path: Path) -> None:
     missing = runner.invoke(app, ["add", str(tmp_path / "nope.yaml"), "--home", str(home)])
     assert missing.exit_code == 2 and "not found" in missing.output
     assert not (home / "devices").exists() or not any((home / "devices").iterdir())
+
+
+def test_a_query_can_bring_its_own_spec(catalog: Catalog) -> None:
+    spec = resolve_spec(_user_spec())
+    extended = catalog.with_devices([spec, spec])
+    assert extended.resolve("X1") == spec and len(extended) == len(catalog) + 1 and "X1" not in catalog
+    assert catalog.with_devices([catalog.get("t4")]) is catalog  # already there: nothing to add
+    with pytest.raises(CatalogError, match="'h100-sxm' differs"):
+        catalog.with_devices([spec.model_copy(update={"id": "h100-sxm"})])
+    with pytest.raises(CatalogError, match="claimed by device 'h100-sxm'"):
+        catalog.with_devices([spec.model_copy(update={"aliases": ("H100",)})])
