@@ -161,6 +161,16 @@ class DeviceSpec(BaseModel):
         return self.max_smem_per_sm_kb
 
     @property
+    def max_resident_threads_per_sm(self) -> int:
+        """Thread slots by the hardware's warp/wave slots: ``max_warps_per_sm * warp_size``.
+
+        Equals ``max_threads_per_sm`` on NVIDIA and CDNA; on RDNA, ``max_threads_per_sm`` is what
+        HIP reports (2048) while wave32 fills at most 32-40 waves x 32 lanes -- use this one for
+        occupancy.
+        """
+        return self.max_warps_per_sm * self.warp_size
+
+    @property
     def max_threads_per_cta(self) -> int:
         """Largest block (workgroup): 1024 threads on every NVIDIA and AMD GPU in the catalog."""
         return 1024
