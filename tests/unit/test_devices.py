@@ -235,10 +235,16 @@ def dataset_device_names(root: Path) -> dict[str, set[str]]:
     for path in sorted((root / "benchmark_hub").glob("cachefiles/*/*.json.gz")):
         with gzip.open(path, "rt") as handle:
             # device_name precedes the large cache in these files; a regex avoids parsing 5 MB each.
-            match = re.search(r'"device_name"\s*:\s*"([^"]+)"', handle.read(4096))
+            match = re.search(r'"device_name"\s*:\s*"([^"]*)"', handle.read(4096))
         assert match, f"{path}: no device_name in its header"
-        # An empty device_name is resolved from the file name by the adapter (tested there).
-        names["benchmark_hub"].add(match.group(1))
+        # An empty device_name: the adapter takes the GPU from the file name, so must the scan.
+        if match.group(1):
+            names["benchmark_hub"].add(match.group(1))
+        else:
+            from components.ingest.benchmark_hub import device_from_file_name
+
+            found = device_from_file_name(path, load_catalog())
+            names["benchmark_hub"].add(found[1] if found else path.name)
     pipeweave = root / "pipeweave"
     pw = names.setdefault("pipeweave", set())
     for path in sorted(pipeweave.glob("dataset/gemm_fp8_*.csv")):
