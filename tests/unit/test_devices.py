@@ -222,6 +222,9 @@ def dataset_device_names(root: Path) -> dict[str, set[str]]:
     ns = names.setdefault("neusight", set())
     for path in sorted(neusight.glob("scripts/asplos/data/dataset/test/*.csv")):
         ns |= _csv_column(path, "Device")
+    # Per-GPU collect files are named after the GPU (NVIDIA train files; the AMD collection, when present).
+    for path in sorted(neusight.glob("scripts/asplos/data/dataset*/*/collect/*/*/*.csv")):
+        ns.add(path.stem)
     for path in sorted(neusight.rglob("device_configs/*.json")):
         ns.add(json.loads(path.read_text())["Device"])
         ns.add(path.stem.removesuffix("_TP"))
