@@ -4,6 +4,13 @@ Every dataset names GPUs its own way ("Tesla T4", "NVIDIA H100 80GB HBM3", "RTX 
 "AMD Radeon PRO W6600"); ``Catalog.resolve`` maps each spelling to one canonical entry so that
 measurements carry a catalog id, never a raw name. Specs drive the roofline model and the
 device feature vector, so loading validates them strictly and fails naming the bad entry.
+
+Users add GPUs the catalog lacks as spec files in ``$KERNELCAST_HOME/devices`` (``kernelcast
+devices add``); ``load_catalog()`` merges them. ``spec_from_mapping`` / ``resolve_spec`` turn a
+full spec (JSON/YAML mapping or file) into a DeviceSpec with the same validation, so a prediction
+can name a spec instead of a catalog id. Occupancy constants (warp size, resident CTAs/warps per
+SM or CU) default per architecture; ``DeviceSpec.supports(dtype)`` says whether a dtype has
+hardware on that GPU.
 """
 
 from __future__ import annotations
