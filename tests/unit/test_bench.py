@@ -149,7 +149,7 @@ def test_bench_reports_every_gpu_per_source_overall_and_the_median() -> None:
     assert by_target[("duration_us[device=h100-sxm5]", "mape")]["ours"] == pytest.approx(0.30)
     assert by_target[("duration_us[family=program]", "mape")]["n"] == 500  # op family, pooled over the folds
     median = by_target[("duration_us[median GPU]", "mape")]
-    assert median["ours"] == pytest.approx(0.21) and median["n"] == 4
+    assert median["ours"] == pytest.approx(0.21) and median["n"] == 4 and median["coverage"] == 1.0
     worst = by_target[("duration_us[worst GPU=h100-sxm5]", "mape")]
     assert worst["ours"] == pytest.approx(0.30)
     assert not any("t4" in r["target"] for r in result.rows)  # below the rule: no fold
@@ -210,7 +210,8 @@ def test_rows_without_a_prediction_are_counted_not_dropped() -> None:
     hub = by_target[("duration_us[device=t4,source=benchmark_hub]", "mape")]
     assert hub["ours"] is None and hub["n"] == 0 and hub["n_asked"] == 20 and hub["coverage"] == 0.0
     median = by_target[("duration_us[median GPU]", "mape")]
-    assert median["n"] == 1 and median["n_asked"] == 2  # the GPU without any prediction is not a 0% error
+    # The GPU without any prediction is not a 0% error: it lowers the median row's coverage (in GPUs).
+    assert median["n"] == 1 and median["n_asked"] == 2 and median["coverage"] == 0.5
     table_md = markdown_table(rows)
     header = table_md.splitlines()[0]
     assert "coverage" in header
