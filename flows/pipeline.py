@@ -18,7 +18,7 @@ from typing import TypedDict
 
 from prefect import flow, task
 
-from kernelcast.settings import PROJECT_ROOT, Settings
+from components.config import PROJECT_ROOT, Settings
 
 STAGES: tuple[str, ...] = ("ingest", "validate", "static", "features", "train", "evaluate", "register")
 

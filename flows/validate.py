@@ -2,7 +2,7 @@
 
 The task hands the Ray job folder paths, not DataFrames: the job reads the canonical parquet
 files where it runs, writes the validated folder, and returns only the summary dict -- so
-~330k rows never travel through Prefect or Ray's object store. ``kernelcast.runtime.init_ray``
+~330k rows never travel through Prefect or Ray's object store. ``components.runtime.ensure_ray``
 connects to the configured cluster or starts a local Ray (reused when already initialised).
 
     python -m flows.validate [IN_DIR] [OUT_DIR]
@@ -16,7 +16,7 @@ from typing import Any
 
 from prefect import flow, task
 
-from kernelcast.settings import Settings, get_settings
+from components.config import Settings, get_settings
 
 
 def validation_job(in_dir: str, out_dir: str, params_file: str, summary_path: str | None,
@@ -26,10 +26,12 @@ def validation_job(in_dir: str, out_dir: str, params_file: str, summary_path: st
 
     os.environ.setdefault("OMP_NUM_THREADS", "1")  # two cores thrash otherwise
     from components.devices import load_catalog
+    from components.config import load_params, validate_params
     from components.validation.run import validate_dir
-    from kernelcast.commands.validate import load_params
 
-    summary = validate_dir(Path(in_dir), Path(out_dir), load_catalog(), load_params(Path(params_file)),
+    params = load_params(Path(params_file))
+    validate_params(params, source=params_file)
+    summary = validate_dir(Path(in_dir), Path(out_dir), load_catalog(), params,
                            Path(summary_path) if summary_path else None,
                            Path(drift_against) if drift_against else None)
     summary["worker_pid"] = os.getpid()
@@ -42,9 +44,9 @@ def validate_task(in_dir: str, out_dir: str, params_file: str, summary_path: str
     """Run ``validation_job`` as a Ray task and wait for its summary."""
     import ray
 
-    from kernelcast.runtime import init_ray
+    from components.runtime import ensure_ray
 
-    init_ray(get_settings())
+    ensure_ray(get_settings())
     remote_job = ray.remote(num_cpus=1, max_retries=0)(validation_job)
     return ray.get(remote_job.remote(in_dir, out_dir, params_file, summary_path, drift_against))
 

@@ -1,7 +1,7 @@
 """Tabular fits as Ray tasks: one task per target, single-threaded each, so targets fit side by side.
 
 The model code (``components.models.tabular``) stays pure; this module only decides where each
-``TargetJob`` runs. A local Ray is started on first use (``kernelcast.runtime.init_ray``); on a
+``TargetJob`` runs. A local Ray is started on first use (``components.runtime.ensure_ray``); on a
 cluster the same tasks go to its workers.
 """
 
@@ -16,12 +16,12 @@ from typing import Any
 
 import pandas as pd
 
+from components.config import Settings
 from components.models.tabular import TabularConfig, TabularPredictor, TargetJob, fit_job
-from kernelcast.settings import Settings
 
 
 def _fit_job_task(job: TargetJob) -> Any:
-    # Ray workers inherit OMP_NUM_THREADS=1 from init_ray's runtime_env; n_jobs=1 is set in fit_job.
+    # Ray workers inherit OMP_NUM_THREADS=1 from ensure_ray's runtime_env; n_jobs=1 is set in fit_job.
     return fit_job(job)
 
 
@@ -31,9 +31,9 @@ def ray_executor(settings: Settings):  # noqa: ANN201 -- returns Callable[[Seque
     def run(jobs: Sequence[TargetJob]) -> list[Any]:
         import ray
 
-        from kernelcast.runtime import init_ray
+        from components.runtime import ensure_ray
 
-        init_ray(settings)
+        ensure_ray(settings)
         remote = ray.remote(num_cpus=1, max_retries=0)(_fit_job_task)
         return ray.get([remote.remote(job) for job in jobs])
 
@@ -110,48 +110,3 @@ def git_commit(root: Path) -> str:
         return out.stdout.strip()
     except (OSError, subprocess.SubprocessError):
         return "unknown"
-
-
-def experiment_id(settings: Settings, name: str) -> str:
-    """The experiment, created with its artifacts under KERNELCAST_HOME for a local store."""
-    from components.registry.mlflow_registry import ensure_experiment
-
-    uri = settings.tracking_uri()
-    local = uri.startswith(("sqlite:", "file:")) or "://" not in uri
-    return ensure_experiment(name, f"{settings.artifact_root()}/{name}" if local else None, uri)
-
-
-@dataclass(frozen=True)
-class TrainingRun:
-    run_id: str
-    model_uri: str | None
-    version: str | None
-    metrics: dict[str, float]
-
-
-def log_training_run(settings: Settings, predictor_dir: Path, *, params: dict[str, Any], metrics: dict[str, float],
-                     tags: dict[str, str], artifacts: list[Path], register: bool, family: str,
-                     experiment: str = "kernelcast") -> TrainingRun:
-    """One MLflow run: params, metrics, tags, plots; the predictor as a pyfunc model; a registry version."""
-    import mlflow
-    from mlflow import MlflowClient
-
-    from components.registry import mlflow_registry as reg
-
-    uri = settings.tracking_uri()
-    mlflow.set_tracking_uri(uri)
-    mlflow.set_registry_uri(uri)
-    with mlflow.start_run(experiment_id=experiment_id(settings, experiment),
-                          run_name=f"train-{family}-{tags.get('split', '')}") as run:
-        for path in artifacts:
-            mlflow.log_artifact(str(path), artifact_path="evaluation")
-        model_uri = reg.log_predictor(predictor_dir, metrics, params, {**tags, "family": family, "kind": "train"})
-        version = None
-        if register:
-            version = reg.register(model_uri, settings.registered_model, tracking_uri=uri)
-            client = MlflowClient(tracking_uri=uri, registry_uri=uri)
-            client.set_model_version_tag(settings.registered_model, version, "family", family)
-            for key in ("split", "dataset_md5", "git_commit"):
-                if key in tags:
-                    client.set_model_version_tag(settings.registered_model, version, key, tags[key])
-        return TrainingRun(run.info.run_id, model_uri, version, metrics)

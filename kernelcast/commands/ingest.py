@@ -8,7 +8,6 @@ directory, unreadable file, offline fetch).
 
 from __future__ import annotations
 
-import re
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated
 
@@ -18,48 +17,6 @@ from kernelcast.commands._common import UserError, clean_errors, prepared_settin
 
 if TYPE_CHECKING:
     import pandas as pd
-
-    from kernelcast.settings import Settings
-
-_REMOTE = re.compile(r"^(https?|git|ssh|file)://|^git@|\.git$")
-
-
-def params_sources(settings: Settings) -> list[str] | None:
-    """``ingest.sources`` from params.yaml (what the DVC stage declares), or None when absent."""
-    import yaml
-
-    path = settings.params_file
-    if not path.is_file():
-        return None
-    params = yaml.safe_load(path.read_text()) or {}
-    sources = (params.get("ingest") or {}).get("sources")
-    if sources is None:
-        return None
-    if not isinstance(sources, list) or not all(isinstance(s, str) for s in sources):
-        raise UserError(f"{path}: ingest.sources must be a list of source names")
-    return sources
-
-
-def resolve_roots(sources: list[str], from_dir: str | None, settings: Settings) -> dict[str, Path]:
-    """Where each source is read from: --from (a directory or a URL to fetch), else datasets_dir."""
-    from components.ingest.registry import default_root, upstream
-
-    if from_dir is not None and len(sources) != 1:
-        raise UserError("--from reads one source: give exactly one --source with it")
-    roots: dict[str, Path] = {}
-    for source in sources:
-        if from_dir is not None and _REMOTE.search(from_dir):
-            from components.ingest.run import fetch_upstream
-
-            pinned = upstream(source)
-            typer.echo(f"fetching {from_dir} at {pinned.commit[:12]} into {settings.cache_dir}", err=True)
-            roots[source] = fetch_upstream(from_dir, pinned.commit, settings.cache_dir)
-            continue
-        root = Path(from_dir) if from_dir is not None else default_root(source, settings.datasets_dir)
-        if not root.is_dir():
-            raise UserError(f"{source}: source directory not found: {root}")
-        roots[source] = root.resolve()
-    return roots
 
 
 def format_summary(table: pd.DataFrame, rows_in: dict[str, int]) -> str:
@@ -89,31 +46,28 @@ def ingest_command(
     out: Annotated[Path | None, typer.Option("--out", help="output folder [data_dir/canonical]")] = None,
 ) -> None:
     """Read public sources into canonical measurements/kernels/rejects tables + summary.json."""
+    from components.config import ingest_sources, load_params
+    from components.ingest.base import IngestError
     from components.ingest.registry import SOURCES, check_source
+    from components.ingest.stage import IngestInputs, ingest_stage
 
     settings = prepared_settings()
     sources = list(source or [])
     if all_sources:
         if from_dir is not None:
             raise UserError("--all reads every source from datasets_dir; --from needs a single --source")
-        sources = [*sources, *(params_sources(settings) or SOURCES)]
+        listed = ingest_sources(load_params(settings.params_file)) if settings.params_file.is_file() else None
+        sources = [*sources, *(listed or SOURCES)]
     if not sources:
         raise UserError(f"nothing to ingest: give --source NAME (one of {', '.join(SOURCES)}) or --all")
     sources = [check_source(s) for s in dict.fromkeys(sources)]
-    out_dir = out or settings.data_dir / "canonical"
-
-    from components.devices import load_catalog
-    from components.ingest.base import IngestError
-    from components.ingest.run import ingest_sources, summarise, unknown_devices, write_canonical
-
+    inputs = IngestInputs(sources=tuple(sources), out_dir=out or settings.data_dir / "canonical",
+                          datasets_dir=settings.datasets_dir, cache_dir=settings.cache_dir, from_location=from_dir)
     try:
-        roots = resolve_roots(sources, from_dir, settings)
-        result = ingest_sources(sources, roots, load_catalog(), progress=lambda m: typer.echo(m, err=True))
+        result = ingest_stage(inputs, progress=lambda m: typer.echo(m, err=True))
     except IngestError as exc:
         raise UserError(str(exc)) from None
-    write_canonical(result, out_dir)
-    typer.echo(format_summary(summarise(result), result.rows_in))
-    unknown = unknown_devices(result)
-    if unknown:
-        typer.echo(f"unknown devices (add them to the catalog): {', '.join(unknown)}", err=True)
-    typer.echo(f"wrote {out_dir} (measurements.parquet, kernels.parquet, rejects.parquet, summary.json)")
+    typer.echo(format_summary(result.summary, result.rows_in))
+    if result.unknown_devices:
+        typer.echo(f"unknown devices (add them to the catalog): {', '.join(result.unknown_devices)}", err=True)
+    typer.echo(f"wrote {result.out_dir} (measurements.parquet, kernels.parquet, rejects.parquet, summary.json)")

@@ -18,15 +18,10 @@ from kernelcast.commands._common import UserError, clean_errors, prepared_settin
 
 def load_params(path: Path) -> dict[str, Any]:
     """params.yaml as a dict; it must have the ``validate:`` keys the suites read."""
-    import yaml
+    from components.config import load_params as read_params, validate_params
 
-    if not path.is_file():
-        raise UserError(f"params file not found: {path}")
-    params = yaml.safe_load(path.read_text()) or {}
-    needed = ("bandwidth_tolerance", "flops_tolerance", "arith_intensity_rel_tol", "max_failure_share")
-    missing = [k for k in needed if k not in (params.get("validate") or {})]
-    if missing:
-        raise UserError(f"{path}: validate: is missing {', '.join(missing)}")
+    params = read_params(path)
+    validate_params(params, source=str(path))
     return params
 
 

@@ -1,0 +1,131 @@
+"""The evaluate stage: score a model on a split's test side (or on a freshly ingested source) and
+write the evaluation JSON; optionally record it as an MLflow evaluation run.
+
+``evaluate_stage`` is the one function behind ``kernelcast evaluate``, the DVC ``evaluate`` stage
+and the evaluate task of ``flows/evaluate_and_promote.py``. Rows from a source directory go
+through the same ingest -> validate -> features functions as the pipeline's stages.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from components.atomic import atomic_write
+
+if TYPE_CHECKING:
+    import pandas as pd
+
+    from components.config import Settings
+
+EXPERIMENT = "kernelcast"
+
+
+@dataclass(frozen=True)
+class EvaluateInputs:
+    model: str  # models:/name@alias, models:/name/N, runs:/..., a predictor folder, or "roofline"
+    out_file: Path  # the evaluation JSON
+    split: str | None = None  # default: unseen-kernel on the feature table, every row of a source
+    features_file: Path | None = None  # default: data_dir/features/features.parquet
+    source: str | None = None  # ingest this source from ``from_dir`` instead of reading the feature table
+    from_dir: Path | None = None
+    log: bool = True  # record an MLflow evaluation run (with plots beside the JSON)
+    max_rows: int | None = None  # at most this many rows, chosen by hash of measurement_id
+
+
+@dataclass(frozen=True)
+class EvaluateResult:
+    report: dict[str, Any]
+    out_file: Path
+    run_id: str | None  # the MLflow evaluation run, when logged
+    ingested_rows: int | None  # rows from ``source`` (None when the feature table was read)
+    quarantined: int | None  # of the source's rows, quarantined by validation
+
+
+def check_inputs(inputs: EvaluateInputs) -> None:
+    """A ValueError naming the input that is wrong."""
+    from components.evaluation.splits import SPLITS
+
+    if (inputs.source is None) != (inputs.from_dir is None):
+        raise ValueError("--source and --from go together")
+    if inputs.split is not None and inputs.split not in SPLITS:
+        raise ValueError(f"unknown split {inputs.split!r}; choose one of {', '.join(SPLITS)}")
+    if Path(inputs.out_file).suffix.lower() != ".json":
+        raise ValueError(f"--out must be a .json file, got {inputs.out_file}")
+
+
+def features_from_source(source: str, root: Path, params: dict[str, Any], static_file: Path | None = None,
+                         catalog: Any = None) -> tuple[pd.DataFrame, int]:
+    """One source directory through the ingest, validate and features stages' cores, in memory.
+
+    Returns (feature table with the columns the splits and source-reading predictors need, rows
+    quarantined by validation).
+    """
+    import pandas as pd
+
+    from components.devices import load_catalog
+    from components.features.stage import features_from_tables
+    from components.ingest.stage import ingest_tables
+    from components.validation.run import validate_measurements
+
+    if not Path(root).is_dir():
+        raise ValueError(f"--from {root}: not a directory")
+    catalog = catalog if catalog is not None else load_catalog()
+    output = ingest_tables([source], {source: Path(root)}, catalog)
+    validation = validate_measurements(output.measurements, catalog, params, kernels=output.kernels)
+    static = pd.read_parquet(static_file) if static_file is not None and Path(static_file).is_file() else None
+    table = features_from_tables(validation.valid, output.kernels, catalog, static)
+    # The bolet split reads these canonical columns, which the feature table does not carry.
+    extra = validation.valid[["measurement_id", "upstream_row", "roofline_class_published"]]
+    table = table.merge(extra.drop_duplicates("measurement_id"), on="measurement_id", how="left")
+    # program for the bolet split; source_text for predictors that read source (llm): this table is
+    # one directory's rows in memory, never written, so carrying the text per row is fine here.
+    kernel_extra = [c for c in ("program", "source_text") if c in output.kernels.columns]
+    table = table.merge(output.kernels[["kernel_id", *kernel_extra]].drop_duplicates("kernel_id"), on="kernel_id",
+                        how="left")
+    return table, len(validation.quarantine)
+
+
+def evaluate_stage(inputs: EvaluateInputs, settings: Settings, params: dict[str, Any]) -> EvaluateResult:
+    """Score the model on the chosen rows (rows it trained on are excluded and counted as
+    ``excluded_seen``), write the JSON report atomically, and log it unless ``inputs.log`` is off."""
+    from components.evaluation.harness import (
+        capped_rows, evaluate_predictor, evaluation_rows, log_evaluation_run, read_feature_table,
+    )
+    from components.evaluation.plots import write_plots
+    from components.models.loading import load_any_predictor
+    from components.registry.runs import experiment_id
+
+    check_inputs(inputs)
+    canonical = settings.data_dir / "canonical"
+    split, ingested, quarantined = inputs.split, None, None
+    if inputs.source is not None:
+        assert inputs.from_dir is not None  # check_inputs
+        table, quarantined = features_from_source(inputs.source, inputs.from_dir, params,
+                                                  settings.data_dir / "features" / "static.parquet")
+        ingested = len(table)
+    else:
+        split = split or "unseen-kernel"
+        table = read_feature_table(inputs.features_file or settings.data_dir / "features" / "features.parquet",
+                                   canonical)
+    predictor = load_any_predictor(inputs.model, settings.tracking_uri())
+    candidates = evaluation_rows(table, split)
+    rows = capped_rows(candidates.index, table, inputs.max_rows)
+    evaluation = evaluate_predictor(predictor, table, split, model=inputs.model, rows=rows, canonical_dir=canonical)
+    report = evaluation.report
+    if len(rows) < len(candidates):
+        report["subsampled_from"] = len(candidates)
+    out = Path(inputs.out_file)
+    text = json.dumps(report, indent=2, sort_keys=False) + "\n"
+    atomic_write(out, lambda tmp: tmp.write_text(text))
+
+    run_id = None
+    if inputs.log:
+        plots = write_plots(evaluation.frame, out.with_name(out.stem + "_plots"))
+        uri = settings.tracking_uri()
+        run_id = log_evaluation_run(report, plots, tracking_uri=uri,
+                                    experiment_id=experiment_id(EXPERIMENT, uri, settings.artifact_root()),
+                                    tags={"model_uri": inputs.model, "source": inputs.source or "features"})
+    return EvaluateResult(report, out, run_id, ingested, quarantined)

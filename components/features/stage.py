@@ -1,0 +1,112 @@
+"""The static and features stages: static features of the shipped CUDA kernels, and the feature table.
+
+``static_stage`` and ``features_stage`` are the functions behind ``kernelcast features static-table``
+/ ``kernelcast features build``, the DVC ``static`` / ``features`` stages and the tasks of
+``flows/features.py``. ``features_from_tables`` is the in-memory core, also used by the evaluate
+stage on a freshly ingested source.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import pandas as pd
+
+from components.atomic import atomic_write
+
+if TYPE_CHECKING:
+    from components.config import Settings
+
+
+# --------------------------------------------------------------------------- static
+
+
+@dataclass(frozen=True)
+class StaticInputs:
+    kernels_file: Path
+    out_file: Path
+    datasets_dir: Path  # where the kernels' CUDA sources live
+    arch: str = "sm_90"
+
+
+@dataclass(frozen=True)
+class StaticResult:
+    out_file: Path
+    kernels: int
+    features: int
+    coverage: dict[str, Any]
+
+
+def static_stage(inputs: StaticInputs) -> StaticResult:
+    """Compile every shipped CUDA kernel (NVRTC + nvdisasm, cached) and write its s_* features."""
+    from components.features.static_table import build_static_table
+
+    if not Path(inputs.kernels_file).is_file():
+        raise FileNotFoundError(f"kernels table not found: {inputs.kernels_file} -- run `kernelcast ingest` first")
+    table, coverage = build_static_table(pd.read_parquet(inputs.kernels_file), inputs.datasets_dir, inputs.arch)
+    atomic_write(inputs.out_file, lambda tmp: table.to_parquet(tmp, index=False))
+    return StaticResult(Path(inputs.out_file), len(table), table.shape[1] - 1, coverage)
+
+
+# --------------------------------------------------------------------------- features
+
+
+@dataclass(frozen=True)
+class FeatureInputs:
+    measurements_file: Path
+    kernels_file: Path
+    out_file: Path
+    static_file: Path | None = None  # s_* static features by kernel_id; None: no static features
+    chunks: int = 1  # row chunks computed as Ray tasks (1 = in-process)
+
+
+@dataclass(frozen=True)
+class FeaturesResult:
+    out_file: Path
+    rows: int
+    columns: int
+    coverage: pd.DataFrame  # rows and rows with a roofline time, per source and family
+
+
+def locate_tables(folder: Path, canonical_dir: Path, hint: str = "") -> tuple[Path, Path]:
+    """(measurements, kernels) files: measurements from ``folder``, kernels from the same folder or
+    the canonical one. ``hint`` is appended to the error when the measurements are missing."""
+    measurements = Path(folder) / "measurements.parquet"
+    if not measurements.is_file():
+        raise FileNotFoundError(f"validated measurements not found: {measurements}{hint}")
+    for candidate in (Path(folder) / "kernels.parquet", Path(canonical_dir) / "kernels.parquet"):
+        if candidate.is_file():
+            return measurements, candidate
+    raise FileNotFoundError(f"kernels table not found in {folder} or {canonical_dir}")
+
+
+def features_from_tables(measurements: pd.DataFrame, kernels: pd.DataFrame, catalog: Any = None,
+                         static: pd.DataFrame | None = None, chunks: int = 1,
+                         settings: Settings | None = None) -> pd.DataFrame:
+    """The feature table (f_*/m_*/dev_*/s_*, one row per measurement) from tables in memory;
+    ``chunks`` > 1 computes row chunks as Ray tasks (identical result)."""
+    from components.devices import load_catalog
+    from components.features.build import build_feature_table, build_features_parallel
+
+    catalog = catalog if catalog is not None else load_catalog()
+    if chunks > 1:
+        return build_features_parallel(measurements, kernels, catalog, static, n_chunks=chunks, settings=settings)
+    return build_feature_table(measurements, kernels, catalog, static)
+
+
+def features_stage(inputs: FeatureInputs, catalog: Any = None, settings: Settings | None = None) -> FeaturesResult:
+    """Join measurements with kernels, compute every feature family and write the feature table."""
+    from components.features.build import coverage_summary, write_features
+
+    if inputs.static_file is not None and not Path(inputs.static_file).is_file():
+        raise FileNotFoundError(f"static features file not found: {inputs.static_file}")
+    for path in (inputs.measurements_file, inputs.kernels_file):
+        if not Path(path).is_file():
+            raise FileNotFoundError(f"{path}: not found")
+    static = pd.read_parquet(inputs.static_file) if inputs.static_file else None
+    table = features_from_tables(pd.read_parquet(inputs.measurements_file), pd.read_parquet(inputs.kernels_file),
+                                 catalog, static, inputs.chunks, settings)
+    out = write_features(table, inputs.out_file)
+    return FeaturesResult(Path(out), len(table), table.shape[1], coverage_summary(table))

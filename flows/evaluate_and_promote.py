@@ -1,0 +1,76 @@
+"""Prefect flow: evaluate a trained version on the evaluation split, then gate it for ``champion``.
+
+The tasks wrap ``components.evaluation.stage.evaluate_stage`` and
+``components.registry.promote.promote_stage`` -- the calls behind ``kernelcast evaluate`` /
+``kernelcast promote`` and the DVC ``evaluate`` / ``register`` stages. Promotion only talks to the
+registry, so it retries transient I/O; evaluation does not.
+
+    python -m flows.evaluate_and_promote REGISTRATION_JSON [EVAL_JSON]
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import Any
+
+from prefect import flow, task
+
+from components.config import Settings, get_settings
+from components.evaluation.stage import EvaluateInputs, EvaluateResult, evaluate_stage
+from components.registry.promote import PromoteInputs, PromoteResult, promote_stage
+from flows.retry import transient_only
+
+
+@task(name="evaluate")
+def evaluate_task(inputs: EvaluateInputs, settings: Settings, params: dict[str, Any]) -> EvaluateResult:
+    """``evaluate_stage``: score the model, write the JSON report, log an evaluation run."""
+    return evaluate_stage(inputs, settings, params)
+
+
+@task(name="promote", retries=2, retry_delay_seconds=5, retry_condition_fn=transient_only)
+def promote_task(inputs: PromoteInputs, thresholds: dict[str, float]) -> PromoteResult:
+    """``promote_stage``: challenger always; champion only through the params.yaml gate."""
+    return promote_stage(inputs, thresholds)
+
+
+@flow(name="evaluate-and-promote", log_prints=True)
+def evaluate_and_promote_flow(registration_file: str, out_file: str | None = None, split: str = "unseen-kernel",
+                              promotion_report: str | None = None) -> dict[str, Any]:
+    """Evaluate the predictor a ``registration.json`` names on ``split``, then promote its version.
+
+    Returns the evaluation's headline figures and the promotion outcome; a version that stays
+    challenger is a result, not a failure.
+    """
+    from components.config import load_params
+    from components.registry.promote import gate_thresholds
+    from components.registry.runs import read_registration
+
+    settings = get_settings()
+    params = load_params(settings.params_file)
+    thresholds = gate_thresholds(params, str(settings.params_file))  # before the evaluation, not after
+    registration = read_registration(Path(registration_file))
+    out = Path(out_file) if out_file else settings.data_dir / "eval" / f"{registration.family}-{split}.json"
+    evaluated = evaluate_task(EvaluateInputs(model=registration.predictor_dir, out_file=out, split=split),
+                              settings, params)
+    promoted = promote_task(PromoteInputs(tracking_uri=settings.tracking_uri(), registration=Path(registration_file),
+                                          default_model=settings.registered_model,
+                                          report=Path(promotion_report) if promotion_report else None), thresholds)
+    duration = evaluated.report.get("targets", {}).get("duration_us", {})
+    return {"evaluation": {"out_file": str(evaluated.out_file), "run_id": evaluated.run_id,
+                           "n": evaluated.report.get("n"), "runtime_mape": duration.get("mape"),
+                           "within_10": duration.get("within_10")},
+            "promotion": promoted.to_json()}
+
+
+def main(argv: list[str]) -> None:
+    from flows.runtime import prefect_server
+
+    if not argv:
+        raise SystemExit("usage: python -m flows.evaluate_and_promote REGISTRATION_JSON [EVAL_JSON]")
+    with prefect_server(get_settings()):
+        print(evaluate_and_promote_flow(*argv[:2]))
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])
