@@ -158,9 +158,11 @@ def accuracy_command(
     header = [f"train sides subsampled deterministically (hash of measurement_id) to at most {rows_cap} rows; "
               "hyper-parameters fixed in params.yaml, none tuned on a test side", *([llm_note] if llm_note else [])]
 
+    command = _command_line(family, split, device, max_train_rows, min_gpu_rows, max_test_rows)
+
     def save(partial) -> None:  # noqa: ANN001 -- BenchResult; written after every (split, family)
         if json_file is not None:
-            payload = partial.to_json()
+            payload = {"command": command, **partial.to_json()}
             payload["notes"] = header + payload["notes"]
             atomic_write_text(json_file, json.dumps(payload, indent=2) + "\n")
 
@@ -173,12 +175,48 @@ def accuracy_command(
     for note in result.notes:
         typer.echo(f"- {note}")
     if json_file is not None:
-        atomic_write_text(json_file, json.dumps(result.to_json(), indent=2) + "\n")
+        atomic_write_text(json_file, json.dumps({"command": command, **result.to_json()}, indent=2) + "\n")
         typer.echo(f"wrote {json_file}")
     if markdown is not None:
         try:
-            write_markdown(markdown, readme_markdown(result, _command_line(family, split, device, max_train_rows,
-                                                                           min_gpu_rows, max_test_rows)))
+            write_markdown(markdown, readme_markdown(result, command))
         except ValueError as exc:
             raise UserError(str(exc)) from None
         typer.echo(f"wrote {markdown}")
+
+
+@app.command("markdown")
+@clean_errors
+def markdown_command(
+    from_json: Annotated[Path, typer.Option("--from", help="the JSON `bench accuracy --json` wrote")],
+    out: Annotated[Path, typer.Option("--out", help=(
+        "write the README accuracy section here: between <!-- bench:start --> and <!-- bench:end --> of an "
+        "existing file (e.g. README.md), or a new file"))],
+) -> None:
+    """Rewrite the README accuracy section from a saved `bench accuracy --json` run (no refitting)."""
+    from components.evaluation.bench import BenchResult, readme_markdown, write_markdown
+
+    if not from_json.is_file():
+        raise UserError(f"--from {from_json}: file not found (write one with `kernelcast bench accuracy --json`)")
+    try:
+        payload = json.loads(from_json.read_text())
+    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+        raise UserError(f"--from {from_json}: not JSON ({exc})") from None
+    rows = payload.get("rows") if isinstance(payload, dict) else None
+    if not isinstance(rows, list) or not all(isinstance(r, dict) and {"split", "family", "target", "metric", "ours"}
+                                             <= set(r) for r in rows):
+        raise UserError(f"--from {from_json}: not a `bench accuracy --json` file (needs a rows list of "
+                        "split/family/target/metric/ours objects)")
+    for row in rows:  # files from before per-row scope and coverage
+        row.setdefault("scope", row["target"].partition("[")[2].rstrip("]"))
+        row.setdefault("coverage", None)
+        row.setdefault("n_asked", row.get("n", 0))
+        row.setdefault("published", None)
+        row.setdefault("published_by", None)
+        row.setdefault("n", 0)
+    result = BenchResult(rows, [str(n) for n in payload.get("notes", [])], list(payload.get("timings", [])))
+    try:
+        write_markdown(out, readme_markdown(result, str(payload.get("command") or "kernelcast bench accuracy")))
+    except ValueError as exc:
+        raise UserError(f"--out: {exc}") from None
+    typer.echo(f"wrote {out} ({len(rows)} figures from {from_json})")

@@ -367,3 +367,28 @@ def test_bolet_split_runs_on_a_pipeline_table_and_says_why_when_it_cannot(tmp_pa
     result = run_accuracy_bench(bare, ["roofline"], ["bolet-roofline"], lambda *a: None, [])  # type: ignore[arg-type]
     assert result.rows == [] and result.notes[0].startswith("bolet-roofline: skipped")
     assert "not found in" in result.notes[0]
+
+
+def test_bench_markdown_rewrites_the_readme_section_from_a_saved_run(tmp_path: Path,
+                                                                     monkeypatch: pytest.MonkeyPatch) -> None:
+    from typer.testing import CliRunner
+
+    from kernelcast.cli import app
+
+    monkeypatch.setenv("KERNELCAST_HOME", str(tmp_path / "home"))
+    result = _bench_result()
+    saved = tmp_path / "bench.json"
+    saved.write_text(json.dumps({"command": "kernelcast bench accuracy --split unseen-gpu", **result.to_json()}))
+    readme = tmp_path / "README.md"
+    readme.write_text(f"# kernelcast\n\n{MARKER_START}\nold\n{MARKER_END}\n\nrest\n")
+    run = CliRunner().invoke(app, ["bench", "markdown", "--from", str(saved), "--out", str(readme)])
+    assert run.exit_code == 0, run.output
+    expected = readme_markdown(result, "kernelcast bench accuracy --split unseen-gpu")
+    assert readme.read_text() == f"# kernelcast\n\n{MARKER_START}\n{expected}\n{MARKER_END}\n\nrest\n"
+
+    saved.write_text('{"rows": [{"split": "x"}]}')
+    bad = CliRunner().invoke(app, ["bench", "markdown", "--from", str(saved), "--out", str(readme)])
+    assert bad.exit_code == 2 and "not a `bench accuracy --json` file" in bad.output
+    missing = CliRunner().invoke(app, ["bench", "markdown", "--from", str(tmp_path / "no.json"), "--out", str(readme)])
+    assert missing.exit_code == 2 and "file not found" in missing.output
+    assert expected in readme.read_text()  # refused runs leave the README as it was
