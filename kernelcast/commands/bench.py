@@ -136,9 +136,9 @@ def accuracy_command(
         return make_predictor(name, train, split_name, config, settings, use_ray=False)
 
     def start_ray() -> None:
-        from kernelcast.runtime import init_ray
+        from components.runtime import ensure_ray
 
-        init_ray(settings)
+        ensure_ray(settings)
 
     # Folds side by side as Ray tasks when Ray has more than one CPU to give (a cluster, or a local
     # Ray on a multi-core machine); one after the other otherwise.
