@@ -28,12 +28,18 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from components.models import transfer
 from components.models.base import CLASS_TARGET, NUMERIC_TARGETS
+from components.models.transfer import RUNTIME_NORMALISERS
 from components.sampling import subsample, unit_hash
 
 PREDICTOR_FILE = "predictor.json"
 TRAINED_ON_FILE = "trained_on.txt.gz"
 MODELS: tuple[str, ...] = ("lgbm", "mlp")
+FEATURE_SETS: tuple[str, ...] = ("transfer", "absolute")
+# Internal target of the transfer model: measured DRAM traffic over the analytical minimum bytes.
+TRAFFIC_TARGET = "traffic_ratio"
+CALIBRATION_JOB = "duration_us@calibration"
 CATEGORICAL: tuple[str, ...] = ("family", "dtype")
 SOURCE_PREFIXES: tuple[str, ...] = ("f_", "dev_", "s_")
 MEASURED_PREFIX = "m_"
@@ -80,11 +86,30 @@ class TabularConfig:
     # from -- their runtime is the source-reading (llm) path's job. The bolet-roofline class task
     # brings programs back into scope (static features of their source).
     exclude_families: tuple[str, ...] = ("collective", "program")
+    # "transfer": learn efficiency against the roofline from counts and ratios that mean the same on
+    # every GPU (components.models.transfer), compose time from the GPU's peaks, derive GFLOP/s,
+    # bandwidth and intensity from that one runtime. "absolute": the stop-8 model (device peaks as
+    # inputs, one model per target) -- kept to show on the validation protocol why it lost.
+    feature_set: str = "transfer"
+    runtime_normaliser: str = "roofline"  # roofline | pipes (components.models.transfer.RUNTIME_NORMALISERS)
+    transfer_exclude: tuple[str, ...] = ()  # transferable inputs left out (chosen by the selection protocol)
+    monotone: bool = True  # physical monotone constraints on the runtime model (transfer.MONOTONE)
+    launch_floor: bool = True  # add a per-family launch/latency floor (µs) to the scaled roofline time
+    # Calibration slice for the intervals: these shares of kernels and of training GPUs are held out
+    # of an auxiliary fit, so residuals look like those on kernels and GPUs never seen.
+    calibration_device_share: float = 0.25
+    min_calibration_rows: int = 30  # a Mondrian category (family, out-of-range) needs this many
 
     def __post_init__(self) -> None:
         self.exclude_families = tuple(self.exclude_families)
+        self.transfer_exclude = tuple(self.transfer_exclude)
         if self.model not in MODELS:
             raise ValueError(f"tabular model must be one of {', '.join(MODELS)}, not {self.model!r}")
+        if self.feature_set not in FEATURE_SETS:
+            raise ValueError(f"tabular feature_set must be one of {', '.join(FEATURE_SETS)}, not {self.feature_set!r}")
+        if self.runtime_normaliser not in RUNTIME_NORMALISERS:
+            raise ValueError(f"tabular runtime_normaliser must be one of {', '.join(RUNTIME_NORMALISERS)}, "
+                             f"not {self.runtime_normaliser!r}")
         if not 0 < self.conformal_alpha < 1:
             raise ValueError(f"conformal_alpha must be in (0, 1), got {self.conformal_alpha}")
         self.mlp_hidden = tuple(int(h) for h in self.mlp_hidden)
@@ -111,6 +136,7 @@ class TargetJob:
     categorical: list[int]
     config: TabularConfig
     classes: list[str] = field(default_factory=list)
+    monotone: list[int] = field(default_factory=list)  # per design-matrix column, LightGBM's convention
 
 
 def subsample_rows(features: pd.DataFrame, max_rows: int | None, salt: str = "tabular-subsample") -> pd.DataFrame:
@@ -160,7 +186,7 @@ def _normaliser(features: pd.DataFrame, target: str, use_measured: bool) -> tupl
 
 @dataclass
 class TabularPredictor:
-    """Per-target LightGBM/MLP models on analytical, device and static features."""
+    """LightGBM/MLP models on analytical, device and static features (see TabularConfig.feature_set)."""
 
     config: TabularConfig = field(default_factory=TabularConfig)
     family: str = field(default="tabular", init=False)
@@ -168,13 +194,27 @@ class TabularPredictor:
     categories: dict[str, list[str]] = field(default_factory=dict)
     models: dict[str, Any] = field(default_factory=dict)  # target -> lgb.Booster | sklearn estimator
     classes: list[str] = field(default_factory=list)
-    conformal: dict[str, float] = field(default_factory=dict)  # {"alpha", "q_log", "n_cal"}
+    # {"alpha", "q_log", "n_cal"} plus, for the transfer model, "by_family" and "ood" quantiles.
+    conformal: dict[str, Any] = field(default_factory=dict)
+    floors: dict[str, float] = field(default_factory=dict)  # family -> launch floor (µs), transfer model
+    target_bounds: dict[str, list[float]] = field(default_factory=dict)  # learned-space clip range per target
+    ood: dict[str, dict[str, list[float]]] = field(default_factory=dict)  # family -> input -> [lo, hi]
     _trained_on: frozenset[str] = field(default_factory=frozenset)
 
     # ------------------------------------------------------------------ protocol
 
     @property
+    def transfer(self) -> bool:
+        return self.config.feature_set == "transfer"
+
+    @property
     def targets(self) -> tuple[str, ...]:
+        if self.transfer:
+            have = set(self.models)
+            derived = {"gflops", "achieved_gbps", "arith_intensity"} if "duration_us" in have else set()
+            if TRAFFIC_TARGET not in have:
+                derived -= {"achieved_gbps", "arith_intensity"}
+            return tuple(t for t in (*NUMERIC_TARGETS, CLASS_TARGET) if t in have or t in derived)
         return tuple(t for t in (*NUMERIC_TARGETS, CLASS_TARGET) if t in self.models)
 
     @property
@@ -191,22 +231,42 @@ class TabularPredictor:
         if "measurement_id" not in train.columns or train["measurement_id"].isna().any():
             # Without ids the evaluation harness cannot exclude rows the model has seen.
             raise ValueError("training rows need a measurement_id (the leakage guard keys on it)")
-        self.feature_columns = select_feature_columns(train, self.config.use_measured)
+        if self.transfer:
+            self.feature_columns = [c for c in select_transfer_columns(train) if c not in self.config.transfer_exclude]
+        else:
+            self.feature_columns = select_feature_columns(train, self.config.use_measured)
         self.categories = {c: sorted(train[c].dropna().astype(str).unique().tolist())
                            for c in CATEGORICAL if c in train.columns}
-        # Split-conformal: the runtime model never sees its calibration slice. Grouped by kernel so
-        # the calibration residuals look like those of kernels the model has not seen.
-        group = train["kernel_id"] if "kernel_id" in train.columns else train["measurement_id"]
-        in_cal = unit_hash(group.astype(str), "tabular-calibration") < self.config.calibration_share
+        in_cal = self._calibration_mask(train)
+        if self.transfer and self.config.launch_floor:
+            self.floors = transfer.launch_floors(train, _numeric(train, "duration_us"))
         jobs = self._jobs(train, in_cal)
         if not jobs:
             raise ValueError("no target has enough labelled training rows "
                              f"(min_rows={self.config.min_rows}); nothing to fit")
         fitted = run(jobs)
-        self.models = {job.target: model for job, model in zip(jobs, fitted, strict=True)}
-        self._calibrate(train.loc[in_cal])
+        models = {job.target: model for job, model in zip(jobs, fitted, strict=True)}
+        auxiliary = models.pop(CALIBRATION_JOB, None)
+        self.models = models
+        if self.transfer:
+            self._calibrate_transfer(train, in_cal, auxiliary)
+        else:
+            self._calibrate(train.loc[in_cal])
         self._trained_on = frozenset(train["measurement_id"].astype(str))
         return self
+
+    def _calibration_mask(self, train: pd.DataFrame) -> np.ndarray:
+        """Rows of the calibration slice: a share of kernels (and, transfer model, of whole GPUs)."""
+        group = train["kernel_id"] if "kernel_id" in train.columns else train["measurement_id"]
+        in_cal = unit_hash(group.astype(str), "tabular-calibration") < self.config.calibration_share
+        if self.transfer and "device_id" in train.columns and self.config.calibration_device_share > 0:
+            devices = pd.Series(sorted(train["device_id"].dropna().astype(str).unique()))
+            if len(devices) >= 2:
+                rank = pd.Series(unit_hash(devices, "tabular-calibration-gpu"), index=devices.to_numpy())
+                n_out = max(1, int(round(self.config.calibration_device_share * len(devices))))
+                held = set(rank.sort_values().index[:n_out])
+                in_cal = in_cal | train["device_id"].astype(str).isin(held).to_numpy()
+        return np.asarray(in_cal, dtype=bool)
 
     def _in_scope(self, features: pd.DataFrame) -> pd.DataFrame:
         if "family" not in features.columns or not self.config.exclude_families:
@@ -221,6 +281,8 @@ class TabularPredictor:
         return out
 
     def _predict_all(self, features: pd.DataFrame) -> pd.DataFrame:
+        if self.transfer:
+            return self._predict_transfer(features)
         x = self.design_matrix(features)
         out = pd.DataFrame(index=features.index)
         for target in NUMERIC_TARGETS:
@@ -231,21 +293,124 @@ class TabularPredictor:
                 spread = math.exp(self.conformal["q_log"])
                 out["pred_duration_us_lo"] = out["pred_duration_us"] / spread
                 out["pred_duration_us_hi"] = out["pred_duration_us"] * spread
-        if CLASS_TARGET in self.models:
-            proba = _predict_raw(self.models[CLASS_TARGET], x, classification=True)
-            if proba.ndim == 1:  # binary booster: probability of classes[1]
-                proba = np.column_stack([1 - proba, proba])
-            labels = np.asarray(self.classes, dtype=object)[proba.argmax(axis=1)]
-            out[f"pred_{CLASS_TARGET}"] = pd.Series(labels, index=features.index, dtype="string")
+        self._predict_class(out, x)
         return out
+
+    def _predict_class(self, out: pd.DataFrame, x: np.ndarray) -> None:
+        if CLASS_TARGET not in self.models:
+            return
+        proba = _predict_raw(self.models[CLASS_TARGET], x, classification=True)
+        if proba.ndim == 1:  # binary booster: probability of classes[1]
+            proba = np.column_stack([1 - proba, proba])
+        labels = np.asarray(self.classes, dtype=object)[proba.argmax(axis=1)]
+        out[f"pred_{CLASS_TARGET}"] = pd.Series(labels, index=out.index, dtype="string")
+
+    # ------------------------------------------------------------------ transfer model
+
+    def _runtime_base(self, features: pd.DataFrame) -> np.ndarray:
+        """Roofline time of THIS GPU plus the launch floor (µs): what the learned factor scales.
+
+        Why the floor sits inside: for a tiny kernel the factor is then ~1 on every GPU (the launch
+        dominates), for a large one it is the inverse efficiency; either way it transfers, and the
+        runtime stays monotone in the GPU's peaks.
+        """
+        base = transfer.runtime_normaliser(features, self.config.runtime_normaliser)
+        return base + transfer.floor_of(features, self.floors)
+
+    def _runtime_from_raw(self, features: pd.DataFrame, raw: np.ndarray) -> np.ndarray:
+        """Compose: (roofline time of THIS GPU + launch floor) x the learned, bounded slowdown."""
+        low, high = self.target_bounds.get("duration_us", [-np.inf, np.inf])
+        return self._runtime_base(features) * np.exp(np.clip(raw, low, high))
+
+    def _predict_transfer(self, features: pd.DataFrame) -> pd.DataFrame:
+        x = self.design_matrix(features)
+        out = pd.DataFrame(index=features.index)
+        if "duration_us" in self.models:
+            runtime = self._runtime_from_raw(features, _predict_raw(self.models["duration_us"], x, False))
+            out["pred_duration_us"] = runtime
+            flops, bytes_min = _numeric(features, "f_flops"), _numeric(features, "f_dram_bytes_min")
+            # One runtime, one FLOP count, one byte count: rates and intensity cannot contradict it.
+            with np.errstate(divide="ignore", invalid="ignore"):
+                out["pred_gflops"] = flops / (runtime * 1e3)
+                if TRAFFIC_TARGET in self.models:
+                    low, high = self.target_bounds.get(TRAFFIC_TARGET, [-np.inf, np.inf])
+                    ratio = np.exp(np.clip(_predict_raw(self.models[TRAFFIC_TARGET], x, False), low, high))
+                    traffic = bytes_min * ratio
+                    out["pred_achieved_gbps"] = traffic / (runtime * 1e3)
+                    out["pred_arith_intensity"] = flops / traffic
+            if self.conformal:
+                spread = np.exp(self._interval_q_log(features, x))
+                out["pred_duration_us_lo"] = runtime / spread
+                out["pred_duration_us_hi"] = runtime * spread
+            out["pred_ood"] = self._ood(features).astype("float64")
+        for target in sorted(FRACTION_TARGETS):
+            if target in self.models:
+                out[f"pred_{target}"] = self._predict_target(target, features, x)
+        self._predict_class(out, x)
+        notes = transfer.emulation_notes(features)
+        if any(n is not None for n in notes):
+            out["pred_note"] = pd.Series(notes, index=features.index, dtype="string")
+        return out
+
+    def _ood(self, features: pd.DataFrame) -> np.ndarray:
+        if not self.ood:
+            return np.zeros(len(features), dtype=bool)
+        return transfer.ood_flags(features, transfer.transfer_frame(features, self._static_columns()), self.ood)
+
+    def _interval_q_log(self, features: pd.DataFrame, x: np.ndarray) -> np.ndarray:
+        """Mondrian conformal: the family's quantile; an out-of-range query gets the wider OOD one."""
+        q_global = float(self.conformal["q_log"])
+        by_family = self.conformal.get("by_family", {})
+        families = (features["family"].astype(str) if "family" in features.columns
+                    else pd.Series("", index=features.index))
+        q = families.map(by_family).fillna(q_global).to_numpy(dtype="float64")
+        q_ood = self.conformal.get("ood")
+        if q_ood is not None:
+            q = np.where(self._ood(features), np.maximum(q, float(q_ood)), q)
+        return q
+
+    def _static_columns(self) -> list[str]:
+        return [c for c in self.feature_columns if c.startswith("s_")]
+
+    def _calibrate_transfer(self, train: pd.DataFrame, in_cal: np.ndarray, auxiliary: Any) -> None:
+        """Residuals of the auxiliary fit (never saw the calibration kernels and GPUs), per family."""
+        transfer_train = transfer.transfer_frame(train, self._static_columns())
+        self.ood = transfer.ood_ranges(train, transfer_train)
+        self.conformal = {}
+        if auxiliary is None or not in_cal.any():
+            return
+        cal = train.loc[in_cal]
+        true = _numeric(cal, "duration_us")
+        pred = self._runtime_from_raw(cal, _predict_raw(auxiliary, self.design_matrix(cal), False))
+        keep = np.isfinite(true) & (true > 0) & np.isfinite(pred) & (pred > 0)
+        scores = np.abs(np.log(pred[keep] / true[keep]))
+        if scores.size < 10:
+            return  # too few to calibrate honestly: no interval rather than a wrong one
+        alpha = self.config.conformal_alpha
+        families = cal["family"].astype(str).to_numpy()[keep] if "family" in cal.columns else np.full(scores.size, "")
+        # Out of range relative to what the auxiliary model trained on.
+        aux_ranges = transfer.ood_ranges(train.loc[~in_cal], transfer_train.loc[~in_cal])
+        flagged = transfer.ood_flags(cal, transfer_train.loc[in_cal], aux_ranges)[keep]
+        by_family = {f: _conformal_q(scores[families == f], alpha) for f in sorted(set(families))
+                     if (families == f).sum() >= self.config.min_calibration_rows}
+        q_global = _conformal_q(scores, alpha)
+        q_ood = (_conformal_q(scores[flagged], alpha) if flagged.sum() >= self.config.min_calibration_rows
+                 else max([q_global, *by_family.values()]))
+        self.conformal = {"alpha": alpha, "q_log": q_global, "n_cal": int(scores.size), "by_family": by_family,
+                          "ood": q_ood, "n_cal_ood": int(flagged.sum())}
 
     # ------------------------------------------------------------------ design matrix
 
     def design_matrix(self, features: pd.DataFrame) -> np.ndarray:
         """Signed-log numeric features, normaliser flags, then integer category codes (-1 unseen)."""
-        columns = [_signed_log(_numeric(features, c)) for c in self.feature_columns]
-        for target in NORMALISERS:
-            columns.append(_normaliser(features, target, self.config.use_measured)[1])
+        if self.transfer:
+            frame = transfer.transfer_frame(features, self._static_columns())
+            columns = [_signed_log(frame[c].to_numpy(dtype="float64")) if c in frame.columns
+                       else np.full(len(features), np.nan) for c in self.feature_columns]
+        else:
+            columns = [_signed_log(_numeric(features, c)) for c in self.feature_columns]
+            for target in NORMALISERS:
+                columns.append(_normaliser(features, target, self.config.use_measured)[1])
         # Fixed CATEGORICAL order, not dict order: predictor.json is written with sorted keys.
         for name in (c for c in CATEGORICAL if c in self.categories):
             known = self.categories[name]
@@ -254,8 +419,15 @@ class TabularPredictor:
             columns.append(np.asarray([lookup.get(v, -1) if v is not pd.NA else -1 for v in raw], dtype="float64"))
         return np.column_stack(columns) if columns else np.empty((len(features), 0))
 
+    def _monotone(self) -> list[int]:
+        """LightGBM monotone constraints over the design matrix (0 = free; categories free)."""
+        if not self.config.monotone:
+            return []
+        signs = [transfer.MONOTONE.get(c, 0) for c in self.feature_columns]
+        return signs + [0] * len(self.categories) if any(signs) else []
+
     def _categorical_positions(self) -> list[int]:
-        first = len(self.feature_columns) + len(NORMALISERS)
+        first = len(self.feature_columns) + (0 if self.transfer else len(NORMALISERS))
         return list(range(first, first + len(self.categories)))
 
     def _encode_target(self, target: str, features: pd.DataFrame) -> tuple[np.ndarray, np.ndarray]:
@@ -263,6 +435,16 @@ class TabularPredictor:
         y = _numeric(features, target)
         if target in FRACTION_TARGETS:
             return y, np.isfinite(y)
+        if self.transfer and target == "duration_us":
+            base = self._runtime_base(features)
+            with np.errstate(divide="ignore", invalid="ignore"):
+                return np.log(y / base), np.isfinite(y) & (y > 0) & np.isfinite(base)
+        if self.transfer and target == TRAFFIC_TARGET:
+            gbps, duration = _numeric(features, "achieved_gbps"), _numeric(features, "duration_us")
+            bytes_min = _numeric(features, "f_dram_bytes_min")
+            with np.errstate(divide="ignore", invalid="ignore"):
+                ratio = gbps * duration * 1e3 / bytes_min
+            return np.log(ratio), np.isfinite(ratio) & (ratio > 0)
         base, _ = _normaliser(features, target, self.config.use_measured)
         usable = np.isfinite(y) & (y > 0)
         with np.errstate(divide="ignore", invalid="ignore"):
@@ -279,14 +461,26 @@ class TabularPredictor:
         x = self.design_matrix(train)
         categorical = self._categorical_positions()
         jobs = []
-        for target in NUMERIC_TARGETS:
-            if target not in train.columns:
+        targets = (("duration_us", TRAFFIC_TARGET, *sorted(FRACTION_TARGETS)) if self.transfer
+                   else NUMERIC_TARGETS)
+        for target in targets:
+            if target != TRAFFIC_TARGET and target not in train.columns:
                 continue
             y, usable = self._encode_target(target, train)
-            if target == "duration_us":
+            if self.transfer and target in ("duration_us", TRAFFIC_TARGET) and usable.sum():
+                # The learned quantity is bounded: predictions are clipped to the range seen in training.
+                self.target_bounds[target] = [float(np.quantile(y[usable], 0.001)), float(np.quantile(y[usable], 0.999))]
+            monotone = self._monotone() if self.transfer and target == "duration_us" else []
+            if self.transfer and target == "duration_us":
+                aux = usable & ~in_cal
+                if aux.sum() >= self.config.min_rows and (usable & in_cal).sum() >= 10:
+                    jobs.append(TargetJob(CALIBRATION_JOB, "regression", x[aux], y[aux], categorical, self.config,
+                                          monotone=monotone))
+            elif target == "duration_us":
                 usable = usable & ~in_cal
             if usable.sum() >= self.config.min_rows:
-                jobs.append(TargetJob(target, "regression", x[usable], y[usable], categorical, self.config))
+                jobs.append(TargetJob(target, "regression", x[usable], y[usable], categorical, self.config,
+                                      monotone=monotone))
         label_column = self.config.class_label
         if label_column in train.columns:
             labels = train[label_column].astype("string")
@@ -311,9 +505,8 @@ class TabularPredictor:
         n = scores.size
         if n < 10:
             return  # too few to calibrate honestly: no interval rather than a wrong one
-        level = min(1.0, math.ceil((n + 1) * (1 - self.config.conformal_alpha)) / n)
         self.conformal = {"alpha": self.config.conformal_alpha,
-                          "q_log": float(np.quantile(scores, level, method="higher")), "n_cal": int(n)}
+                          "q_log": _conformal_q(scores, self.config.conformal_alpha), "n_cal": int(n)}
 
     # ------------------------------------------------------------------ persistence
 
@@ -334,6 +527,7 @@ class TabularPredictor:
         spec = {
             "family": self.family, "config": asdict(self.config), "feature_columns": self.feature_columns,
             "categories": self.categories, "classes": self.classes, "conformal": self.conformal,
+            "floors": self.floors, "target_bounds": self.target_bounds, "ood": self.ood,
             "model_files": files, "trained_on_file": TRAINED_ON_FILE, "n_trained_on": len(self._trained_on),
         }
         (directory / PREDICTOR_FILE).write_text(json.dumps(spec, indent=2, sort_keys=True) + "\n")
@@ -344,7 +538,8 @@ class TabularPredictor:
         spec = json.loads((directory / PREDICTOR_FILE).read_text())
         if spec.get("family") != "tabular":
             raise ValueError(f"{directory}: predictor.json is for family {spec.get('family')!r}, not 'tabular'")
-        config = TabularConfig(**spec["config"])
+        # A predictor saved before feature_set existed is the absolute model.
+        config = TabularConfig(**{"feature_set": "absolute", **spec["config"]})
         models: dict[str, Any] = {}
         for target, name in spec["model_files"].items():
             if config.model == "lgbm":
@@ -358,9 +553,24 @@ class TabularPredictor:
             trained_on = frozenset(line for line in handle.read().split("\n") if line)
         predictor = cls(config=config, feature_columns=list(spec["feature_columns"]),
                         categories={k: list(v) for k, v in spec["categories"].items()}, models=models,
-                        classes=list(spec["classes"]), conformal=dict(spec["conformal"]))
+                        classes=list(spec["classes"]), conformal=dict(spec["conformal"]),
+                        floors=dict(spec.get("floors", {})), target_bounds=dict(spec.get("target_bounds", {})),
+                        ood=dict(spec.get("ood", {})))
         predictor._trained_on = trained_on
         return predictor
+
+
+def _conformal_q(scores: np.ndarray, alpha: float) -> float:
+    """The ceil((n+1)(1-alpha))/n empirical quantile of the nonconformity scores."""
+    n = scores.size
+    level = min(1.0, math.ceil((n + 1) * (1 - alpha)) / n)
+    return float(np.quantile(scores, level, method="higher"))
+
+
+def select_transfer_columns(features: pd.DataFrame) -> list[str]:
+    """Transferable inputs (components.models.transfer) that vary on the training side."""
+    frame = transfer.transfer_frame(features)
+    return sorted(c for c in frame.columns if frame[c].nunique(dropna=True) >= 2)
 
 
 # ---------------------------------------------------------------------- per-target fitting (pure)
@@ -384,6 +594,9 @@ def _fit_lgbm(job: TargetJob) -> Any:
     if job.kind == "classification":
         # Balanced weights: the published roofline task scores balanced accuracy on a 50/50 test.
         estimator = lgb.LGBMClassifier(class_weight="balanced", **common)
+    elif job.monotone:
+        estimator = lgb.LGBMRegressor(monotone_constraints=job.monotone, monotone_constraints_method="advanced",
+                                      **common)
     else:
         estimator = lgb.LGBMRegressor(**common)
     estimator.fit(job.x, job.y, categorical_feature=job.categorical or "auto")

@@ -1,0 +1,223 @@
+"""Features that transfer to GPUs a model never saw, and the pieces that compose a runtime from them.
+
+Why: trees fed absolute device peaks (TFLOP/s, GB/s, clocks) learn "which training GPU is this" and
+cannot extrapolate to a faster one (NeuSight's unseen H100: 115% MAPE). Here the learned part is a
+bounded, dimensionless efficiency -- measured time over the analytical roofline time of the GPU
+asked about -- and its inputs are counts and ratios that mean the same thing on every GPU:
+
+- the kernel's own work: FLOPs, DRAM and tiled L2 bytes, arithmetic intensity, tile and CTA shape,
+  precision, family; static-analysis counts of its source (``s_*``);
+- how that work lands on the GPU's parallelism (counts, never rates): waves and tail efficiency,
+  CTAs per SM and on the busiest SM, SM imbalance, active-SM fraction, FLOPs and bytes per SM;
+- capacities relative to the working set: the DRAM footprint over L2 (and Infinity Cache) size,
+  shared memory and threads per SM.
+
+No input changes when only a GPU's compute or bandwidth changes, so the composed runtime
+``roofline_time * exp(efficiency model) + launch floor`` is proportional to the roofline time
+plus a constant: more compute or bandwidth, all else equal, can never predict a slower kernel.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+
+# Analytical columns that do not depend on the GPU's rates (only on the kernel and on SM counts).
+KERNEL_COLUMNS: tuple[str, ...] = (
+    "f_flops", "f_tensor_flops", "f_fma_flops", "f_sfu_ops", "f_uses_tensor", "f_precision_bytes",
+    "f_dram_bytes_min", "f_l2_bytes_tiled", "f_arith_intensity", "f_arith_intensity_tiled",
+    "f_tile_m", "f_tile_n", "f_ctas", "f_ctas_measured", "f_threads_per_cta", "f_ctas_per_sm",
+    "f_waves", "f_wave_efficiency", "f_busiest_sm_ctas", "f_sm_imbalance", "f_active_sm_fraction",
+)
+# Device columns that are counts or capacities per SM (never a rate, a clock or a total peak).
+DEVICE_COUNT_COLUMNS: tuple[str, ...] = (
+    "dev_fp32_lanes_per_sm", "dev_l1_smem_per_sm_kb", "dev_max_smem_per_sm_kb", "dev_regs_per_sm",
+    "dev_max_threads_per_sm", "dev_is_amd",
+)
+# Derived here from the columns above (all dimensionless or per-SM).
+DERIVED_COLUMNS: tuple[str, ...] = (
+    "t_flops_per_sm", "t_bytes_per_sm", "t_l2_over_dram_bytes", "t_footprint_over_l2",
+    "t_footprint_over_llc", "t_sfu_per_flop", "t_tensor_share", "t_base_over_boost_clock",
+    "t_tdp_w_per_peak_tflops",
+)
+# Direction of each input's effect on the learned slowdown (time over roofline), from physics: busier
+# SMs and more work per SM amortise launch and tail costs, a working set far beyond the caches gets
+# no help from them, power- or clock-capped parts fall further below peak. Imposed as monotone
+# constraints, they also stop trees from spending device-specific ratios (work per SM differs per
+# GPU for one kernel) on memorising each training GPU's offset -- which does not transfer.
+MONOTONE: dict[str, int] = {
+    "f_wave_efficiency": -1, "f_active_sm_fraction": -1, "f_sm_imbalance": 1,
+    "t_flops_per_sm": -1, "t_bytes_per_sm": -1, "t_footprint_over_l2": 1, "t_footprint_over_llc": 1,
+    "t_base_over_boost_clock": -1, "t_tdp_w_per_peak_tflops": -1,
+}
+# Columns used to flag a query as outside the training data (per family ranges).
+OOD_COLUMNS: tuple[str, ...] = ("f_flops", "f_dram_bytes_min", "f_arith_intensity", "f_waves", "t_flops_per_sm")
+# Normalisers the runtime can be learned against: both scale with 1/peak, so composition stays monotone.
+RUNTIME_NORMALISERS: dict[str, str] = {"roofline": "f_roofline_time_us", "pipes": "f_pipes_time_us"}
+
+
+def _col(frame: pd.DataFrame, name: str) -> np.ndarray:
+    if name not in frame.columns:
+        return np.full(len(frame), np.nan)
+    return pd.to_numeric(frame[name], errors="coerce").to_numpy(dtype="float64", na_value=np.nan)
+
+
+def _ratio(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    with np.errstate(divide="ignore", invalid="ignore"):
+        out = a / b
+    return np.where(np.isfinite(out), out, np.nan)
+
+
+def derived_features(frame: pd.DataFrame) -> pd.DataFrame:
+    """The ``t_*`` ratios of ``DERIVED_COLUMNS`` for each row (NaN where an input is missing)."""
+    sms = _col(frame, "dev_sms")
+    flops, dram, l2_bytes = _col(frame, "f_flops"), _col(frame, "f_dram_bytes_min"), _col(frame, "f_l2_bytes_tiled")
+    l2_capacity = _col(frame, "dev_l2_mb") * 1e6
+    llc = _col(frame, "dev_llc_mb")
+    llc_capacity = np.where(llc > 0, llc * 1e6 + l2_capacity, l2_capacity)
+    return pd.DataFrame({
+        "t_flops_per_sm": _ratio(flops, sms),
+        "t_bytes_per_sm": _ratio(dram, sms),
+        "t_l2_over_dram_bytes": _ratio(l2_bytes, dram),
+        "t_footprint_over_l2": _ratio(dram, l2_capacity),
+        "t_footprint_over_llc": _ratio(dram, llc_capacity),
+        "t_sfu_per_flop": _ratio(_col(frame, "f_sfu_ops"), flops),
+        "t_tensor_share": _ratio(_col(frame, "f_tensor_flops"), flops),
+        # How far below its boost clock a GPU sustains under load: power-capped inference cards
+        # (P4, T4, L4) rated at a low base clock reach a small share of their spec-sheet peak.
+        "t_base_over_boost_clock": _ratio(_col(frame, "dev_base_clock_mhz"), _col(frame, "dev_boost_clock_mhz")),
+        # Power budget per unit of the kernel's peak: a card with few watts per TFLOP of the pipe
+        # it uses cannot hold that pipe at full clock.
+        "t_tdp_w_per_peak_tflops": _ratio(_col(frame, "dev_tdp_w"), _col(frame, "f_peak_compute_flops") / 1e12),
+    }, index=frame.index)
+
+
+def transfer_frame(frame: pd.DataFrame, static_columns: list[str] | None = None) -> pd.DataFrame:
+    """Every transferable numeric input of ``frame``: kernel, per-SM device, derived and static columns."""
+    parts = {c: _col(frame, c) for c in (*KERNEL_COLUMNS, *DEVICE_COUNT_COLUMNS)}
+    out = pd.DataFrame(parts, index=frame.index)
+    out = pd.concat([out, derived_features(frame)], axis=1)
+    static = static_columns if static_columns is not None else sorted(c for c in frame.columns if c.startswith("s_"))
+    if static:
+        out = pd.concat([out, pd.DataFrame({c: _col(frame, c) for c in static}, index=frame.index)], axis=1)
+    return out
+
+
+def runtime_normaliser(frame: pd.DataFrame, which: str) -> np.ndarray:
+    """The analytical time (µs) runtime is learned against; NaN where the op has no formula."""
+    if which not in RUNTIME_NORMALISERS:
+        raise ValueError(f"runtime normaliser must be one of {', '.join(RUNTIME_NORMALISERS)}, not {which!r}")
+    values = _col(frame, RUNTIME_NORMALISERS[which])
+    return np.where(np.isfinite(values) & (values > 0), values, np.nan)
+
+
+def launch_floors(frame: pd.DataFrame, duration: np.ndarray, min_rows: int = 50) -> dict[str, float]:
+    """Launch/latency floors in µs, per ``source|family`` and per ``family`` (the lowest source's).
+
+    Why: a launch costs the same few µs on every GPU, so tiny kernels do not speed up on a faster
+    one; how much fixed cost a measurement carries depends on how it was timed (NeuSight's PyTorch
+    eager calls timed with CUDA events carry ~25-55 µs of framework overhead, PipeWeave's and our
+    kernel timings ~3-5 µs). So the floor is estimated per source and family: 0.9 x the 10th-
+    percentile runtime of the rows with the smallest roofline times (the lowest 5%), when those
+    are overhead-dominated (roofline time under half that runtime), else 0. A query from no known
+    source gets its family's lowest floor: a kernel's own launch cost. A constant added to the
+    scaled roofline time keeps the composition monotone in the GPU's peaks.
+    """
+    roof = _col(frame, "f_roofline_time_us")
+    families = frame["family"].astype(str).to_numpy() if "family" in frame.columns else np.full(len(frame), "")
+    sources = frame["source"].astype(str).to_numpy() if "source" in frame.columns else np.full(len(frame), "")
+    ok = np.isfinite(duration) & (duration > 0) & np.isfinite(roof) & (roof > 0)
+    floors: dict[str, float] = {}
+    for source, family in sorted(set(zip(sources[ok], families[ok]))):
+        rows = ok & (sources == source) & (families == family)
+        if rows.sum() < min_rows:
+            continue
+        smallest = rows & (roof <= np.quantile(roof[rows], 0.05))
+        runtime = float(np.quantile(duration[smallest], 0.10))
+        overhead_dominated = float(np.median(roof[smallest])) < 0.5 * runtime
+        floors[f"{source}|{family}"] = 0.9 * runtime if overhead_dominated else 0.0
+    for family in sorted(set(families[ok])):
+        per_source = [v for k, v in floors.items() if k.endswith(f"|{family}")]
+        if per_source:
+            floors[family] = min(per_source)
+    return floors
+
+
+def floor_of(frame: pd.DataFrame, floors: dict[str, float]) -> np.ndarray:
+    """Each row's floor: its source and family's, else its family's, else 0."""
+    if not floors or "family" not in frame.columns:
+        return np.zeros(len(frame))
+    family = frame["family"].astype(str)
+    source = frame["source"].astype(str) if "source" in frame.columns else pd.Series("", index=frame.index)
+    by_source = (source + "|" + family).map(floors)
+    return by_source.fillna(family.map(floors)).fillna(0.0).to_numpy(dtype="float64")
+
+
+def ood_ranges(frame: pd.DataFrame, transfer: pd.DataFrame, lo: float = 0.005, hi: float = 0.995
+               ) -> dict[str, dict[str, list[float]]]:
+    """Per family, the [lo, hi] quantile range of each ``OOD_COLUMNS`` input on the training side."""
+    families = frame["family"].astype(str) if "family" in frame.columns else pd.Series("", index=frame.index)
+    ranges: dict[str, dict[str, list[float]]] = {}
+    for family, index in families.groupby(families).groups.items():
+        part = transfer.loc[index]
+        entry = {}
+        for column in OOD_COLUMNS:
+            values = part[column].to_numpy(dtype="float64") if column in part.columns else np.array([])
+            values = values[np.isfinite(values)]
+            if values.size:
+                entry[column] = [float(np.quantile(values, lo)), float(np.quantile(values, hi))]
+        ranges[str(family)] = entry
+    return ranges
+
+
+def ood_flags(frame: pd.DataFrame, transfer: pd.DataFrame, ranges: dict[str, dict[str, list[float]]]) -> np.ndarray:
+    """True where the family was never trained on or an input lies outside its training range."""
+    families = frame["family"].astype(str).to_numpy() if "family" in frame.columns else np.full(len(frame), "")
+    flags = np.zeros(len(frame), dtype=bool)
+    for family in set(families):
+        rows = families == family
+        entry = ranges.get(family)
+        if entry is None:
+            flags[rows] = True
+            continue
+        for column, (low, high) in entry.items():
+            values = transfer[column].to_numpy(dtype="float64")[rows]
+            # A relative margin: values a hair outside the quantile range are not a new regime.
+            outside = np.isfinite(values) & ((values < low - 0.25 * abs(low)) | (values > high + 0.25 * abs(high)))
+            flags[np.flatnonzero(rows)[outside]] = True
+    return flags
+
+
+NATIVE_DTYPE_PEAKS: dict[str, tuple[str, ...]] = {
+    # dtype -> device peak columns any one of which means native hardware support
+    "bf16": ("dev_peak_bf16_tflops", "dev_peak_bf16_tensor_tflops"),
+    "fp8": ("dev_peak_fp8_tensor_tflops",),
+    "fp16": ("dev_peak_fp16_tflops", "dev_peak_fp16_tensor_tflops"),
+    "fp64": ("dev_peak_fp64_tflops", "dev_peak_fp64_tensor_tflops"),
+    "tf32": ("dev_peak_tf32_tensor_tflops",),
+}
+
+
+def emulation_notes(frame: pd.DataFrame) -> np.ndarray:
+    """A note for each row whose dtype the GPU cannot run natively (None elsewhere).
+
+    bf16 on V100/T4 or fp8 before Ada/Hopper runs through conversions on the FP32 pipe (if at all):
+    the prediction is then an emulation estimate and says so, rather than a silent number.
+    """
+    notes = np.full(len(frame), None, dtype=object)
+    if "dtype" not in frame.columns:
+        return notes
+    dtypes = frame["dtype"].astype(str).to_numpy()
+    for dtype, columns in NATIVE_DTYPE_PEAKS.items():
+        rows = dtypes == dtype
+        present = [c for c in columns if c in frame.columns]
+        if not rows.any() or not present:
+            continue
+        peaks = np.column_stack([_col(frame, c) for c in present])
+        known = np.isfinite(peaks).any(axis=1)
+        native = np.nan_to_num(peaks, nan=0.0).max(axis=1) > 0
+        for i in np.flatnonzero(rows & known & ~native):
+            device = frame["device_id"].iloc[i] if "device_id" in frame.columns else "this GPU"
+            notes[i] = (f"{dtype} is not native on {device}: emulation estimate (converted and computed "
+                        f"on the FP32 pipe)")
+    return notes
