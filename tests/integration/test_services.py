@@ -1,23 +1,26 @@
 """The embedded services, for real, on throw-away state: Prefect + Ray, DVC, Great Expectations.
 
 Each test exercises the behaviour kernelcast relies on, so it fails if the service (or our
-wiring of it) is broken: tasks really run in Ray workers, the loopback Prefect server really
-starts and stops, ``dvc repro`` really skips unchanged stages and a clone really reproduces the
-data, GX really reports the failing rows.
+wiring of it) is broken -- on OUR code: our ingest-validate flow really runs its tasks in Ray
+workers and reports to the session server, the loopback Prefect server really starts and stops,
+``dvc repro`` of our dvc.yaml really skips unchanged stages, reruns a stage whose command changed
+and a clone really reproduces the data, our GX suite really names the failing rows.
 """
 
 from __future__ import annotations
 
 import os
+import shutil
 import subprocess
 import sys
-import textwrap
+import tempfile
+from collections.abc import Iterator
 from pathlib import Path
 
 import pandas as pd
 import pytest
 
-from kernelcast.settings import Settings
+from components.config import Settings
 
 pytestmark = pytest.mark.slow
 
@@ -25,36 +28,37 @@ pytestmark = pytest.mark.slow
 # --------------------------------------------------------------------------- Prefect + Ray
 
 
-def test_square_sum_flow_runs_its_tasks_in_ray_workers(local_ray: None, kc_settings: Settings) -> None:
-    from flows.smoke import run_square_sum
-
-    values = [1, 2, 3, 4, 5, 6]
-    report = run_square_sum(values, kc_settings)
-
-    assert report["squares"] == [v * v for v in values]
-    assert report["total"] == 91
-    assert report["flow_pid"] == os.getpid()  # the flow itself runs in this process...
-    assert os.getpid() not in report["task_pids"]  # ...its tasks do not
-    for pid in set(report["task_pids"]):  # and the processes they ran in are Ray workers
-        assert Path(f"/proc/{pid}/cmdline").read_bytes().startswith(b"ray::"), pid
-
-
-def test_square_sum_flow_run_is_recorded_by_the_session_server(
-    local_ray: None, kc_settings: Settings, prefect_harness: str
+def test_ingest_validate_flow_runs_on_ray_and_is_recorded_by_the_server(
+    local_ray: None, kc_settings: Settings, prefect_harness: str, tmp_path: Path
 ) -> None:
+    """Our ingest-validate flow through the real engine: its tasks run in Ray workers (RayTaskRunner),
+    write the canonical and validated tables, and the session server records every run."""
     from prefect import get_client
     from prefect.client.schemas.filters import FlowFilter, FlowFilterName
 
-    from flows.smoke import run_square_sum
+    from flows.ingest_validate import ingest_validate_flow
+    from flows.runtime import ray_task_runner
 
-    run_square_sum([7], kc_settings)
+    canonical, validated = tmp_path / "canonical", tmp_path / "validated"
+    report = ingest_validate_flow.with_options(task_runner=ray_task_runner(kc_settings))(
+        ["kernelcast"], str(canonical), str(validated), str(tmp_path / "summary.json"))
+
+    assert report["ingest"]["rows_in"] == {"kernelcast": 662} and report["ingest"]["rows"] == 662
+    summary = report["validate"]
+    assert summary["rows_in"] == 662 == summary["rows_valid"] + summary["rows_quarantined"]
+    assert len(pd.read_parquet(canonical / "measurements.parquet")) == 662
+    assert len(pd.read_parquet(validated / "measurements.parquet")) == summary["rows_valid"]
+    pid = summary["worker_pid"]  # the validation ran as a Ray job, not in this process
+    assert pid != os.getpid() and Path(f"/proc/{pid}/cmdline").read_bytes().startswith(b"ray::"), pid
+
     with get_client(sync_client=True) as client:
         assert str(client.api_url).rstrip("/") == prefect_harness.rstrip("/")
-        runs = client.read_flow_runs(flow_filter=FlowFilter(name=FlowFilterName(any_=["square-sum"])))
+        runs = client.read_flow_runs(flow_filter=FlowFilter(name=FlowFilterName(any_=["ingest-validate"])))
         task_runs = client.read_task_runs()
     assert runs and all(run.state is not None and run.state.is_completed() for run in runs)
     # Task runs are reported from inside the Ray workers, so they reached this server too.
-    assert any(tr.name.startswith("square") for tr in task_runs)
+    completed = {tr.name.rsplit("-", 1)[0] for tr in task_runs if tr.state is not None and tr.state.is_completed()}
+    assert {"ingest", "validate-measurements"} <= completed, completed
 
 
 def test_prefect_server_starts_on_loopback_and_stops(kc_settings: Settings) -> None:
@@ -81,125 +85,132 @@ def test_prefect_server_starts_on_loopback_and_stops(kc_settings: Settings) -> N
 
 # --------------------------------------------------------------------------- DVC
 
-_PREPARE = """\
-import json, sys, yaml
-n = yaml.safe_load(open("params.yaml"))["prepare"]["n"]
-open("raw.csv", "w").write("x\\n" + "".join(f"{i}\\n" for i in range(n)))
-"""
-_FEATURIZE = """\
-import yaml
-scale = yaml.safe_load(open("params.yaml"))["featurize"]["scale"]
-rows = open("raw.csv").read().split()[1:]
-open("features.csv", "w").write("x2\\n" + "".join(f"{int(r) * scale}\\n" for r in rows))
-"""
 
-
-def _dvc_yaml(python: str) -> str:
-    return textwrap.dedent(f"""\
-        stages:
-          prepare:
-            cmd: {python} prepare.py
-            deps: [prepare.py]
-            params: [prepare.n]
-            outs: [raw.csv]
-          featurize:
-            cmd: {python} featurize.py
-            deps: [featurize.py, raw.csv]
-            params: [featurize.scale]
-            outs: [features.csv]
-        """)
-
-
-def _sh(args: list[str], cwd: Path) -> str:
+def _sh(args: list[str], cwd: Path, env: dict[str, str] | None = None) -> str:
     env = {**os.environ, "DVC_NO_ANALYTICS": "1", "GIT_AUTHOR_NAME": "kc", "GIT_AUTHOR_EMAIL": "kc@localhost",
-           "GIT_COMMITTER_NAME": "kc", "GIT_COMMITTER_EMAIL": "kc@localhost"}
-    done = subprocess.run(args, cwd=cwd, env=env, capture_output=True, text=True, timeout=300)
+           "GIT_COMMITTER_NAME": "kc", "GIT_COMMITTER_EMAIL": "kc@localhost", **(env or {})}
+    done = subprocess.run(args, cwd=cwd, env=env, capture_output=True, text=True, timeout=600)
     assert done.returncode == 0, f"{' '.join(args)} failed:\n{done.stdout}\n{done.stderr}"
     return done.stdout + done.stderr
 
 
-def test_dvc_repro_push_clone_pull_reproduces_and_skips_unchanged(tmp_path: Path, kc_home: Path) -> None:
+# What a checkout of the project needs to run its own dvc.yaml (data and state stay out).
+_PROJECT_FILES = ("dvc.yaml", "params.yaml", "pyproject.toml", "components", "kernelcast", "flows", "profiled-data")
+
+
+def _project_copy(root: Path) -> Path:
+    """This project's code, dvc.yaml and params.yaml in ``root/main``, with ``ingest.sources`` cut to
+    our own profiled data (662 rows) and ``../shared/datasets`` a folder of empty sources."""
+    import yaml
+
+    from components.config import PROJECT_ROOT
+
+    repo = root / "main"
+    repo.mkdir(parents=True)
+    for name in _PROJECT_FILES:
+        source = PROJECT_ROOT / name
+        if source.is_dir():
+            shutil.copytree(source, repo / name, ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
+        else:
+            shutil.copy2(source, repo / name)
+    params = yaml.safe_load((repo / "params.yaml").read_text())
+    params["ingest"]["sources"] = ["kernelcast"]
+    (repo / "params.yaml").write_text(yaml.safe_dump(params, sort_keys=False))
+    for source in ("neusight", "gpuflopbench", "kernelbench", "benchmark_hub", "pipeweave"):
+        (root / "shared" / "datasets" / source).mkdir(parents=True)
+    return repo
+
+
+@pytest.fixture
+def short_tmp() -> Iterator[Path]:
+    """A folder directly under /tmp: the stages' local Ray keeps its AF_UNIX sockets under
+    ``<project>/.kernelcast/ray``, and those paths must stay below 107 bytes."""
+    root = Path(tempfile.mkdtemp(prefix="kcd-", dir="/tmp"))
+    try:
+        yield root
+    finally:
+        shutil.rmtree(root, ignore_errors=True)
+
+
+def test_our_dvc_pipeline_reproduces_skips_and_reruns_on_code_changes(short_tmp: Path, kc_home: Path) -> None:
+    """``dvc repro`` of OUR dvc.yaml (ingest -> validate -> static -> features) on a small subset:
+    every stage runs, a second repro skips them all, pushing and pulling a clone restores the data
+    byte for byte, and editing a CLI command module (a code dep) reruns exactly its stage and those
+    downstream of it."""
     dvc = str(Path(sys.executable).with_name("dvc"))
-    repo, remote, clone = tmp_path / "repo", tmp_path / "remote", tmp_path / "clone"
-    repo.mkdir()
-    _sh(["git", "init", "-q", "-b", "main"], repo)
-    _sh([dvc, "init", "-q"], repo)
-    _sh([dvc, "remote", "add", "-d", "local", str(remote)], repo)
-    (repo / "prepare.py").write_text(_PREPARE)
-    (repo / "featurize.py").write_text(_FEATURIZE)
-    (repo / "params.yaml").write_text("prepare:\n  n: 50\nfeaturize:\n  scale: 3\n")
-    (repo / "dvc.yaml").write_text(_dvc_yaml(sys.executable))
+    tmp_path = short_tmp
+    repo = _project_copy(tmp_path)
+    home = repo / ".kernelcast"  # dvc.yaml's paths are the default home's
+    env = {  # the stage commands run the copy's code, on the copy's params, with throw-away state
+        "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}",
+        "PYTHONPATH": str(repo), "KERNELCAST_HOME": str(home), "RAY_TMPDIR": str(home / "ray"),
+        "KERNELCAST_DATASETS_DIR": str(tmp_path / "shared" / "datasets"),
+    }
+    _sh(["git", "init", "-q", "-b", "main"], repo, env)
+    _sh([dvc, "init", "-q"], repo, env)
+    _sh([dvc, "remote", "add", "-d", "local", str(tmp_path / "remote")], repo, env)
+    (repo / ".gitignore").write_text("__pycache__/\n/.kernelcast/ray\n/.kernelcast/mlflow\n/.kernelcast/prefect\n"
+                                     "/.kernelcast/cache\n/.kernelcast/models\n/.kernelcast/reports\n")
 
-    first = _sh([dvc, "repro"], repo)
-    assert "Running stage 'prepare'" in first and "Running stage 'featurize'" in first
-    assert (repo / "features.csv").read_text().splitlines()[:3] == ["x2", "0", "3"]
-    _sh(["git", "add", "-A"], repo)
-    _sh(["git", "commit", "-q", "-m", "pipeline"], repo)
-    _sh([dvc, "push", "-q"], repo)
+    first = _sh([dvc, "repro", "features"], repo, env)
+    for stage in ("ingest", "validate", "static", "features"):
+        assert f"Running stage '{stage}'" in first, first
+    data = repo / ".kernelcast" / "data"
+    assert len(pd.read_parquet(data / "canonical" / "measurements.parquet")) == 662
+    features = pd.read_parquet(data / "features" / "features.parquet")
+    assert len(features) == len(pd.read_parquet(data / "validated" / "measurements.parquet")) > 600
+    _sh(["git", "add", "-A"], repo, env)
+    _sh(["git", "commit", "-q", "-m", "pipeline"], repo, env)
+    _sh([dvc, "push", "-q"], repo, env)
 
-    # A fresh clone has no data until `dvc pull`, which restores it byte for byte.
-    _sh(["git", "clone", "-q", str(repo), str(clone)], tmp_path)
-    assert not (clone / "features.csv").exists()
-    _sh([dvc, "pull", "-q"], clone)
-    for name in ("raw.csv", "features.csv"):
-        assert (clone / name).read_bytes() == (repo / name).read_bytes()
+    second = _sh([dvc, "repro", "features"], repo, env)
+    assert "Running stage" not in second, second
 
-    # Unchanged deps and params: nothing reruns.
-    second = _sh([dvc, "repro"], repo)
-    assert "Running stage" not in second
-    assert "didn't change, skipping" in second
+    clone = tmp_path / "clone"
+    _sh(["git", "clone", "-q", str(repo), str(clone)], tmp_path, env)
+    _sh([dvc, "pull", "-q", "features"], clone, env)
+    assert (clone / ".kernelcast/data/features/features.parquet").read_bytes() == \
+        (data / "features" / "features.parquet").read_bytes()
 
-    # A changed param reruns only the stage that declares it.
-    (repo / "params.yaml").write_text("prepare:\n  n: 50\nfeaturize:\n  scale: 5\n")
-    third = _sh([dvc, "repro"], repo)
-    assert "Running stage 'featurize'" in third and "Running stage 'prepare'" not in third
-    assert (repo / "features.csv").read_text().splitlines()[:3] == ["x2", "0", "5"]
+    # A change to the validate command's module (not under components/) reruns validate and the
+    # stages after it, not ingest; a change to the promote command touches none of these.
+    command = repo / "kernelcast" / "commands" / "validate.py"
+    command.write_text(command.read_text() + "\n# edited\n")
+    (repo / "kernelcast" / "commands" / "promote.py").write_text(
+        (repo / "kernelcast" / "commands" / "promote.py").read_text() + "\n# edited\n")
+    third = _sh([dvc, "repro", "features"], repo, env)
+    assert "Running stage 'validate'" in third and "Running stage 'ingest'" not in third, third
+    # validate writes the same rows again, so DVC sees its output unchanged and skips what follows.
+    assert "Running stage 'static'" not in third
 
 
 # --------------------------------------------------------------------------- Great Expectations
 
 
-def _measurement_frame() -> pd.DataFrame:
-    return pd.DataFrame({
-        "measurement_id": [f"m{i}" for i in range(6)],
-        "device_id": ["h100-sxm"] * 3 + ["a100-sxm4-40gb"] * 3,
-        "duration_us": [12.5, 3.0, 480.0, 7.25, 19.0, 1.5],
-        "l2_hit_rate": [0.5, 0.9, 0.1, 0.0, 1.0, 0.75],
-    })
+def test_our_gx_suite_names_the_bad_rows_of_real_measurements(kc_home: Path) -> None:
+    """Our measurement suite (``components/validation/suites.py``) through GX on real rows: the
+    clean excerpt passes; each planted defect comes back as its row under the expectation we named."""
+    from components.devices import load_catalog
+    from components.validation.run import run_suite
+    from components.validation.suites import Tolerances, add_check_columns, measurement_expectations
+    from tests.unit.test_validation import PARAMS, real_excerpt
 
+    catalog = load_catalog()
+    measurements, kernels = real_excerpt()
+    expectations = measurement_expectations(sorted(str(i) for i in catalog.ids()), Tolerances.from_params(PARAMS))
 
-def _validate(frame: pd.DataFrame) -> object:
-    import great_expectations as gx
-    import great_expectations.expectations as gxe
+    failing, outcomes = run_suite(add_check_columns(measurements, catalog, kernels), expectations, "measurements")
+    assert failing == {} and all(o.success for o in outcomes) and len(outcomes) == len(expectations)
 
-    context = gx.get_context(mode="ephemeral")
-    asset = context.data_sources.add_pandas("frames").add_dataframe_asset("measurements")
-    batch = asset.add_batch_definition_whole_dataframe("all")
-    suite = context.suites.add(gx.ExpectationSuite(name="measurements"))
-    suite.add_expectation(gxe.ExpectColumnValuesToNotBeNull(column="device_id"))
-    suite.add_expectation(gxe.ExpectColumnValuesToBeBetween(column="duration_us", min_value=0, strict_min=True))
-    suite.add_expectation(gxe.ExpectColumnValuesToBeBetween(column="l2_hit_rate", min_value=0, max_value=1))
-    suite.add_expectation(gxe.ExpectColumnValuesToBeUnique(column="measurement_id"))
-    validation = context.validation_definitions.add(
-        gx.ValidationDefinition(name="measurements", data=batch, suite=suite)
-    )
-    return validation.run(batch_parameters={"dataframe": frame}, result_format={"result_format": "COMPLETE"})
-
-
-def test_gx_suite_passes_clean_rows_and_names_the_bad_ones(kc_home: Path) -> None:
-    clean = _measurement_frame()
-    assert _validate(clean).success
-
-    bad = clean.copy()
+    bad = measurements.copy()
     bad.loc[1, "duration_us"] = -4.0
     bad.loc[4, "l2_hit_rate"] = 1.7
-    bad.loc[5, "device_id"] = None
-    result = _validate(bad)
-
-    assert not result.success
-    failing = {
-        r.expectation_config.kwargs["column"]: sorted(r.result["unexpected_index_list"])
-        for r in result.results
-        if not r.success
-    }
-    assert failing == {"duration_us": [1], "l2_hit_rate": [4], "device_id": [5]}
+    bad.loc[5, "device_id"] = "no-such-gpu"
+    bad.loc[7, "measurement_id"] = bad.loc[8, "measurement_id"]
+    failing, outcomes = run_suite(add_check_columns(bad, catalog, kernels), expectations, "measurements")
+    found = {name: sorted(int(r) for r in rows) for name, rows in failing.items()}
+    assert found["duration_us_positive"] == [1]
+    assert found["l2_hit_rate_in_0_1"] == [4]
+    assert found["device_id_in_catalog"] == [5]
+    assert found["unique_measurement_id"] == [7, 8]  # every copy of a duplicate key
+    assert not any(o.table_level for o in outcomes)
