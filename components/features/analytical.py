@@ -19,6 +19,7 @@ import json
 import math
 import re
 from collections.abc import Iterable
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -51,8 +52,12 @@ GEMM_CTAS_PER_SM_CAP: float = 2.0  # ~128 regs/thread x 256 threads + K-panel sm
 ELEMENTWISE_THREADS: float = 128.0  # at::native::vectorized_elementwise_kernel launches 128 threads
 ELEMENTWISE_ELEMS_PER_CTA: float = 512.0  # 128 threads x 4-wide vector (NeuSight grids: N / 512)
 ROW_THREADS: float = 128.0  # softmax_warp_forward / vectorized_layer_norm use 32x4 blocks
-MAX_CTAS_PER_SM: float = 32.0  # hardware CTA-slot limit on Ampere/Hopper (16 on older parts)
-MAX_THREADS_PER_SM: float = 2048.0  # fallback when the catalog lacks it
+# Occupancy limits come from the catalog per GPU (max_ctas_per_sm: 32 on Pascal-Volta, Ampere
+# GA100 and Hopper, 16 on Turing and GA10x, 24 on Ada; AMD 16 workgroups per CU; resident threads
+# = warp/wave slots x warp size, so wave32 RDNA is not credited with HIP's nominal 2048). These are
+# the fallbacks for a device without them.
+MAX_CTAS_PER_SM: float = 32.0
+MAX_THREADS_PER_SM: float = 2048.0
 SFU_OPS_PER_CLK_PER_SM: float = 16.0  # MUFU: 4 per SM sub-partition per clock since Volta (PipeWeave xuFp32=16)
 L2_OVER_DRAM: float = 2.0  # L2 bandwidth fallback: ~1.6x (A100) to 2.6x (H100) DRAM in PipeWeave's specs
 
@@ -212,7 +217,7 @@ def _attr(spec: Any, names: Iterable[str], default: float = math.nan) -> float:
 
 
 DEVICE_COLUMNS: tuple[str, ...] = (
-    "sms", "clock_hz", "dram_Bps", "l2_Bps", "max_threads_sm", "sfu_ops_s",
+    "sms", "clock_hz", "dram_Bps", "l2_Bps", "max_threads_sm", "max_ctas_sm", "sfu_ops_s",
     "fma_fp32", "fma_fp64", "fma_fp16", "tensor_fp16", "tensor_bf16", "tensor_fp8", "tensor_tf32",
     "tensor_fp64",
 )
@@ -234,7 +239,8 @@ def device_table(device_ids: Iterable[str], catalog: Any) -> pd.DataFrame:
         dram = _attr(spec, ("dram_gbps",)) * 1e9
         l2 = _attr(spec, ("l2_gbps", "l2_bandwidth_gbps"), dram / 1e9 * L2_OVER_DRAM) * 1e9
         records[device_id] = [
-            sms, clock_hz, dram, l2, _attr(spec, ("max_threads_per_sm",), MAX_THREADS_PER_SM),
+            sms, clock_hz, dram, l2, _attr(spec, ("max_resident_threads_per_sm", "max_threads_per_sm"), MAX_THREADS_PER_SM),
+            _attr(spec, ("max_ctas_per_sm",), MAX_CTAS_PER_SM),
             sms * clock_hz * SFU_OPS_PER_CLK_PER_SM,
             _peak(spec, "fp32", False), _peak(spec, "fp64", False), _peak(spec, "fp16", False),
             _peak(spec, "fp16", True), _peak(spec, "bf16", True), _peak(spec, "fp8", True),
@@ -260,50 +266,59 @@ def _or(value: np.ndarray, default: float | np.ndarray) -> np.ndarray:
     return np.where(np.isfinite(value), value, default)
 
 
-def _family_demand(family: np.ndarray, op: np.ndarray, dtype: np.ndarray, d: pd.DataFrame,
-                   name_tile: tuple[np.ndarray, np.ndarray]) -> dict[str, np.ndarray]:
-    """Per row: pipe FLOPs, DRAM/L2 bytes, tiles, threads and CTA-per-SM caps, by family formulas."""
-    n = len(family)
-    nan = np.full(n, np.nan)
-    out = {k: nan.copy() for k in ("tensor", "fma", "sfu", "bytes_min", "bytes_l2", "ctas", "threads",
-                                   "cap", "tile_m", "tile_n", "gm", "gn", "gk", "gbatch")}
-    out["tensor_capable"] = np.zeros(n, dtype=bool)
-    e = np.array([ELEM_BYTES.get(str(t), 4.0) for t in dtype], dtype="float64")
-    # FP8 GEMMs (PipeWeave, DeepGEMM) write bf16 outputs.
-    e_out = np.where(e == 1.0, 2.0, e)
-    col = {k: d[k].to_numpy("float64") for k in d.columns}
+Demand = dict[str, np.ndarray]
+DEMAND_KEYS: tuple[str, ...] = ("tensor", "fma", "sfu", "bytes_min", "bytes_l2", "ctas", "threads", "cap", "tile_m",
+                                "tile_n", "gm", "gn", "gk", "gbatch")
 
-    def put(mask: np.ndarray, **values: np.ndarray | float) -> None:
-        for key, value in values.items():
-            out[key][mask] = np.broadcast_to(value, (n,))[mask] if np.ndim(value) else value
 
-    # ---- GEMM-like: express each as a batched GEMM (gbatch x gm x gn x gk) ----
+@dataclass(frozen=True)
+class FamilyInputs:
+    """What every family formula reads: the rows' family/op, dims, element sizes and name tiles."""
+
+    family: np.ndarray
+    op: np.ndarray
+    col: dict[str, np.ndarray]  # canonical dim -> values (NaN where absent)
+    e: np.ndarray  # bytes per input element
+    e_out: np.ndarray  # bytes per output element (FP8 GEMMs write bf16)
+    name_tile: tuple[np.ndarray, np.ndarray]
+
+    @property
+    def n(self) -> int:
+        return len(self.family)
+
+
+def _gemm_like(x: FamilyInputs) -> tuple[np.ndarray, Demand]:
+    """GEMM, BMM, linear, fused MoE, implicit-GEMM conv and attention, each as a batched GEMM."""
+    n, col, family, op = x.n, x.col, x.family, x.op
     B = _or(col["B"], 1.0)
+    gm, gn, gk, gb = (np.full(n, np.nan) for _ in range(4))
+
+    def put(mask: np.ndarray, m: np.ndarray, nn: np.ndarray, k: np.ndarray, batch: np.ndarray) -> None:
+        for target, value in ((gm, m), (gn, nn), (gk, k), (gb, batch)):
+            target[mask] = np.broadcast_to(value, (n,))[mask]
+
     is_gemm = np.isin(family, ["gemm", "bmm"])
-    put(is_gemm, gm=col["M"], gn=col["N"], gk=col["K"], gbatch=B)
+    put(is_gemm, col["M"], col["N"], col["K"], B)
     is_linear = family == "linear"  # x[B, M, K] @ W[K, N]: the weight is shared across the batch
-    put(is_linear, gm=B * col["M"], gn=col["N"], gk=col["K"], gbatch=np.ones(n))
+    put(is_linear, B * col["M"], col["N"], col["K"], np.ones(n))
     is_moe = family == "moe"  # fused-MoE: (M*topk) routed rows through per-expert [H->N] or [N->H] weights
     w2 = np.char.startswith(op.astype(str), "w2")
     moe_rows = col["M"] * _or(col["topk"], 1.0)
-    put(is_moe, gm=moe_rows, gn=np.where(w2, col["H"], col["N"]), gk=np.where(w2, col["N"], col["H"]),
-        gbatch=np.ones(n))
+    put(is_moe, moe_rows, np.where(w2, col["H"], col["N"]), np.where(w2, col["N"], col["H"]), np.ones(n))
     # NeuSight/PyTorch conv2d as implicit GEMM: rows = B*Ho*Wo, cols = Cout, depth = Cin*k*k.
-    is_conv_nn = (family == "conv") & np.isfinite(col["cin"])
+    is_conv = (family == "conv") & np.isfinite(col["cin"])
     ho = np.floor((col["insize"] + 2 * _or(col["pad"], 0.0) - col["ksize"]) / _or(col["stride"], 1.0)) + 1
-    put(is_conv_nn, gm=B * ho * ho, gn=col["cout"], gk=col["cin"] * col["ksize"] ** 2, gbatch=np.ones(n))
+    put(is_conv, B * ho * ho, col["cout"], col["cin"] * col["ksize"] ** 2, np.ones(n))
     # Attention (FlashAttention-style): QK^T and PV GEMMs, softmax exp per score.
     is_attn = family == "attention"
-    seq_kv = _or(col["seq_kv"], col["seq"])
-    heads = _or(col["heads"], col["H"])
-    put(is_attn, gm=col["seq"], gn=seq_kv, gk=2 * col["head_dim"], gbatch=B * heads)
+    put(is_attn, col["seq"], _or(col["seq_kv"], col["seq"]), 2 * col["head_dim"], B * _or(col["heads"], col["H"]))
 
-    gemm_like = is_gemm | is_linear | is_moe | is_conv_nn | is_attn
-    gm, gn, gk, gb = out["gm"], out["gn"], out["gk"], out["gbatch"]
+    mask = is_gemm | is_linear | is_moe | is_conv | is_attn
+    e, e_out = x.e, x.e_out
     flops = 2.0 * gb * gm * gn * gk
     # Tile: the shape's own (Triton MoE) > the one in the cuBLAS kernel name > 128x128.
-    tm = _or(col["tile_m"], _or(name_tile[0], GEMM_TILE[0]))
-    tn = _or(col["tile_n"], _or(name_tile[1], GEMM_TILE[1]))
+    tm = _or(col["tile_m"], _or(x.name_tile[0], GEMM_TILE[0]))
+    tn = _or(col["tile_n"], _or(x.name_tile[1], GEMM_TILE[1]))
     # MoE: only the experts actually routed to are read; each holds gn*gk weights.
     experts_hit = np.where(is_moe, np.minimum(_or(col["E"], 1.0), moe_rows), 1.0)
     weight_batch = np.where(is_gemm | is_attn, gb, experts_hit)
@@ -311,65 +326,97 @@ def _family_demand(family: np.ndarray, op: np.ndarray, dtype: np.ndarray, d: pd.
     bytes_min = e * (a_elems + b_elems) + e_out * c_elems
     # Conv reads the input tensor once, not its im2col expansion (each pixel feeds k*k GEMM rows).
     conv_in = B * col["cin"] * col["insize"] ** 2
-    bytes_min = np.where(is_conv_nn, e * (conv_in + b_elems) + e_out * c_elems, bytes_min)
+    bytes_min = np.where(is_conv, e * (conv_in + b_elems) + e_out * c_elems, bytes_min)
     # Tile re-reads: A's K-panel once per column of tiles, B's once per row of tiles (no L2 reuse).
     m_tiles = np.where(is_moe, experts_hit * _ceil_div(moe_rows / experts_hit, tm), _ceil_div(gm, tm))
     n_tiles = _ceil_div(gn, tn)
-    bytes_l2 = e * (a_elems * n_tiles + gb * n_tiles * tn * gk * m_tiles) + e_out * c_elems
-    bytes_l2 = np.maximum(bytes_l2, bytes_min)
+    bytes_l2 = np.maximum(e * (a_elems * n_tiles + gb * n_tiles * tn * gk * m_tiles) + e_out * c_elems, bytes_min)
     threads = np.where(np.isfinite(col["num_warps"]), col["num_warps"] * 32.0, GEMM_THREADS)
-    put(gemm_like, tensor=flops, fma=np.zeros(n), sfu=np.where(is_attn, gb * gm * gn, 0.0), bytes_min=bytes_min,
-        bytes_l2=bytes_l2, ctas=gb * m_tiles * n_tiles, threads=threads, cap=GEMM_CTAS_PER_SM_CAP, tile_m=tm, tile_n=tn)
-    out["tensor_capable"] = gemm_like.copy()
+    return mask, dict(tensor=flops, fma=np.zeros(n), sfu=np.where(is_attn, gb * gm * gn, 0.0), bytes_min=bytes_min,
+                      bytes_l2=bytes_l2, ctas=gb * m_tiles * n_tiles, threads=threads,
+                      cap=np.full(n, GEMM_CTAS_PER_SM_CAP), tile_m=tm, tile_n=tn, gm=gm, gn=gn, gk=gk, gbatch=gb)
 
-    # ---- Kernel Tuner 2D convolution (benchmark_hub convolution_milo): direct, fp32 FMA ----
-    is_conv_kt = (family == "conv") & ~is_conv_nn & np.isfinite(col["filter_w"])
+
+def _kernel_tuner_conv(x: FamilyInputs) -> tuple[np.ndarray, Demand]:
+    """Kernel Tuner 2D convolution (benchmark_hub convolution_milo): direct, fp32 FMA, halo per CTA."""
+    col, n = x.col, x.n
+    mask = (x.family == "conv") & ~np.isfinite(col["cin"]) & np.isfinite(col["filter_w"])
     w, h = _or(col["image_w"], 4096.0), _or(col["image_h"], 4096.0)
     fw, fh = col["filter_w"], _or(col["filter_h"], col["filter_w"])
     tile_w = _or(col["bsx"], 16.0) * _or(col["tsx"], 1.0)
     tile_h = _or(col["bsy"], 16.0) * _or(col["tsy"], 1.0)
-    kt_ctas = _ceil_div(w, tile_w) * _ceil_div(h, tile_h)
-    kt_min = 4.0 * ((w + fw - 1) * (h + fh - 1) + w * h + fw * fh)
-    kt_l2 = 4.0 * (kt_ctas * (tile_w + fw - 1) * (tile_h + fh - 1) + w * h)  # halo re-read per CTA
-    put(is_conv_kt, tensor=np.zeros(n), fma=2.0 * w * h * fw * fh, sfu=np.zeros(n), bytes_min=kt_min,
-        bytes_l2=kt_l2, ctas=kt_ctas, threads=_or(col["bsx"], 16.0) * _or(col["bsy"], 16.0), cap=MAX_CTAS_PER_SM,
-        tile_m=tile_h, tile_n=tile_w)
+    ctas = _ceil_div(w, tile_w) * _ceil_div(h, tile_h)
+    bytes_min = 4.0 * ((w + fw - 1) * (h + fh - 1) + w * h + fw * fh)
+    bytes_l2 = 4.0 * (ctas * (tile_w + fw - 1) * (tile_h + fh - 1) + w * h)  # halo re-read per CTA
+    return mask, dict(tensor=np.zeros(n), fma=2.0 * w * h * fw * fh, sfu=np.zeros(n), bytes_min=bytes_min,
+                      bytes_l2=bytes_l2, ctas=ctas, threads=_or(col["bsx"], 16.0) * _or(col["bsy"], 16.0),
+                      cap=np.full(n, np.nan), tile_m=tile_h, tile_n=tile_w)
 
-    # ---- Dedispersion (benchmark_hub): per (DM, sample) sum over channels of uint8 input, fp32 out ----
-    is_dd = family == "dedispersion"
+
+def _dedispersion(x: FamilyInputs) -> tuple[np.ndarray, Demand]:
+    """Dedispersion (benchmark_hub): per (DM, sample) a sum over channels of uint8 input, fp32 out."""
+    col, n = x.col, x.n
     samples, dms = _or(col["samples"], 25000.0), _or(col["dms"], 2048.0)
     channels = _or(col["channels"], DEDISP_CHANNELS)
-    dd_min = channels * (samples + DEDISP_MAX_SHIFT) + 4.0 * samples * dms + 4.0 * dms * channels
-    dd_l2 = samples * dms * channels + 4.0 * samples * dms  # every (dm, sample) reads every channel's byte
+    bytes_min = channels * (samples + DEDISP_MAX_SHIFT) + 4.0 * samples * dms + 4.0 * dms * channels
+    bytes_l2 = samples * dms * channels + 4.0 * samples * dms  # every (dm, sample) reads every channel's byte
     tile_s = _or(col["bsx"], 1.0) * _or(col["tsx"], 1.0)
     tile_d = _or(col["bsy"], 32.0) * _or(col["tsy"], 1.0)
-    put(is_dd, tensor=np.zeros(n), fma=samples * dms * channels, sfu=np.zeros(n), bytes_min=dd_min,
-        bytes_l2=dd_l2, ctas=_ceil_div(samples, tile_s) * _ceil_div(dms, tile_d),
-        threads=_or(col["bsx"], 1.0) * _or(col["bsy"], 32.0), cap=MAX_CTAS_PER_SM, tile_m=tile_d, tile_n=tile_s)
+    return x.family == "dedispersion", dict(
+        tensor=np.zeros(n), fma=samples * dms * channels, sfu=np.zeros(n), bytes_min=bytes_min, bytes_l2=bytes_l2,
+        ctas=_ceil_div(samples, tile_s) * _ceil_div(dms, tile_d), threads=_or(col["bsx"], 1.0) * _or(col["bsy"], 32.0),
+        cap=np.full(n, np.nan), tile_m=tile_d, tile_n=tile_s)
 
-    # ---- Elementwise ----
-    is_ew = family == "elementwise"
-    numel = _or(col["N"], B * col["H"])
-    cost = np.array([ELEMENTWISE_COST.get(str(o), (np.nan, np.nan, np.nan)) for o in op], dtype="float64").reshape(n, 3)
-    ew_bytes = e * numel * (cost[:, 2] + 1.0)
-    put(is_ew, tensor=np.zeros(n), fma=cost[:, 0] * numel, sfu=cost[:, 1] * numel, bytes_min=ew_bytes,
-        bytes_l2=ew_bytes, ctas=_ceil_div(numel, ELEMENTWISE_ELEMS_PER_CTA), threads=ELEMENTWISE_THREADS,
-        cap=MAX_CTAS_PER_SM)
 
-    # ---- Row-wise reductions: softmax, layernorm, rmsnorm over B rows of H ----
-    rows, cols_ = B, col["H"]
-    elems = rows * cols_
-    is_sm = family == "softmax"
-    # Short rows: one warp per row, 4 warps per CTA; long rows: one CTA per row.
-    row_ctas = np.where(cols_ <= 1024, _ceil_div(rows, 4.0), rows)
-    put(is_sm, tensor=np.zeros(n), fma=SOFTMAX_COST[0] * elems, sfu=SOFTMAX_COST[1] * elems,
-        bytes_min=2.0 * e * elems, bytes_l2=2.0 * e * elems, ctas=row_ctas, threads=ROW_THREADS, cap=MAX_CTAS_PER_SM)
-    is_ln = family == "layernorm"
-    put(is_ln, tensor=np.zeros(n), fma=LAYERNORM_FMA * elems, sfu=rows, bytes_min=e * (2.0 * elems + 2.0 * cols_),
-        bytes_l2=e * (2.0 * elems + 2.0 * cols_), ctas=rows, threads=ROW_THREADS, cap=MAX_CTAS_PER_SM)
-    is_rms = family == "rmsnorm"
-    put(is_rms, tensor=np.zeros(n), fma=RMSNORM_FMA * elems, sfu=rows, bytes_min=e * (2.0 * elems + cols_),
-        bytes_l2=e * (2.0 * elems + cols_), ctas=rows, threads=ROW_THREADS, cap=MAX_CTAS_PER_SM)
+def _elementwise(x: FamilyInputs) -> tuple[np.ndarray, Demand]:
+    """Elementwise: per-element FMA/MUFU cost and inputs read from ELEMENTWISE_COST."""
+    col, n = x.col, x.n
+    numel = _or(col["N"], _or(col["B"], 1.0) * col["H"])
+    cost = np.array([ELEMENTWISE_COST.get(str(o), (np.nan, np.nan, np.nan)) for o in x.op], dtype="float64").reshape(n, 3)
+    traffic = x.e * numel * (cost[:, 2] + 1.0)
+    return x.family == "elementwise", dict(
+        tensor=np.zeros(n), fma=cost[:, 0] * numel, sfu=cost[:, 1] * numel, bytes_min=traffic, bytes_l2=traffic,
+        ctas=_ceil_div(numel, ELEMENTWISE_ELEMS_PER_CTA), threads=np.full(n, ELEMENTWISE_THREADS), cap=np.full(n, np.nan))
+
+
+def _row_reductions(x: FamilyInputs) -> tuple[np.ndarray, Demand]:
+    """Softmax, layernorm and rmsnorm over B rows of H."""
+    col, n, e, family = x.col, x.n, x.e, x.family
+    rows, cols = _or(col["B"], 1.0), col["H"]
+    elems = rows * cols
+    is_sm, is_ln, is_rms = family == "softmax", family == "layernorm", family == "rmsnorm"
+    # Softmax: short rows one warp per row, 4 warps per CTA; long rows one CTA per row.
+    ctas = np.where(is_sm, np.where(cols <= 1024, _ceil_div(rows, 4.0), rows), rows)
+    fma = np.select([is_sm, is_ln, is_rms], [SOFTMAX_COST[0] * elems, LAYERNORM_FMA * elems, RMSNORM_FMA * elems], np.nan)
+    sfu = np.where(is_sm, SOFTMAX_COST[1] * elems, rows)  # norms: one rsqrt per row
+    traffic = np.select([is_sm, is_ln, is_rms], [2.0 * e * elems, e * (2.0 * elems + 2.0 * cols),
+                                                 e * (2.0 * elems + cols)], np.nan)
+    return is_sm | is_ln | is_rms, dict(tensor=np.zeros(n), fma=fma, sfu=sfu, bytes_min=traffic, bytes_l2=traffic,
+                                        ctas=ctas, threads=np.full(n, ROW_THREADS), cap=np.full(n, np.nan))
+
+
+# One formula per family group; a row takes the first group whose mask covers it.
+FAMILY_FORMULAS = (_gemm_like, _kernel_tuner_conv, _dedispersion, _elementwise, _row_reductions)
+
+
+def _family_demand(family: np.ndarray, op: np.ndarray, dtype: np.ndarray, d: pd.DataFrame,
+                   name_tile: tuple[np.ndarray, np.ndarray]) -> dict[str, np.ndarray]:
+    """Per row: pipe FLOPs, DRAM/L2 bytes, tiles, threads and a CTA-per-SM cap (NaN = the GPU's limit)."""
+    n = len(family)
+    e = np.array([ELEM_BYTES.get(str(t), 4.0) for t in dtype], dtype="float64")
+    inputs = FamilyInputs(family=family, op=op, col={k: d[k].to_numpy("float64") for k in d.columns}, e=e,
+                          e_out=np.where(e == 1.0, 2.0, e), name_tile=name_tile)
+    out = {k: np.full(n, np.nan) for k in DEMAND_KEYS}
+    out["tensor_capable"] = np.zeros(n, dtype=bool)
+    taken = np.zeros(n, dtype=bool)
+    for formula in FAMILY_FORMULAS:
+        mask, values = formula(inputs)
+        mask = mask & ~taken
+        for key, value in values.items():
+            out[key][mask] = np.broadcast_to(value, (n,))[mask]
+        if formula is _gemm_like:
+            out["tensor_capable"] = mask.copy()
+        taken |= mask
     return out
 
 
@@ -465,7 +512,8 @@ def analytical_features(frame: pd.DataFrame, catalog: Any) -> pd.DataFrame:
     threads = np.where(np.isfinite(block) & (block > 0), block, dem["threads"])
     # CTAs resident per SM: thread limit, hardware slot limit, and the family's register/smem cap.
     ctas_per_sm = np.maximum(1.0, np.minimum.reduce([np.floor(dv["max_threads_sm"] / threads),
-                                                    np.full(n, MAX_CTAS_PER_SM), _or(dem["cap"], MAX_CTAS_PER_SM)]))
+                                                    _or(dv["max_ctas_sm"], MAX_CTAS_PER_SM),
+                                                    _or(dem["cap"], MAX_CTAS_PER_SM)]))
     slots = dv["sms"] * ctas_per_sm
     waves = np.ceil(ctas / slots)
     wave_eff = ctas / (waves * slots)  # tail effect: share of CTA slots busy over all waves
