@@ -35,8 +35,12 @@ def promote_task(inputs: PromoteInputs, thresholds: dict[str, float]) -> Promote
 
 
 @flow(name="evaluate-and-promote", log_prints=True)
-def evaluate_and_promote_flow(registration_file: str, out_file: str | None = None, split: str = "unseen-kernel",
-                              promotion_report: str | None = None) -> dict[str, Any]:
+def evaluate_and_promote_flow(
+    registration_file: str,
+    out_file: str | None = None,
+    split: str = "unseen-kernel",
+    promotion_report: str | None = None,
+) -> dict[str, Any]:
     """Evaluate the predictor a ``registration.json`` names on ``split``, then promote its version.
 
     Returns the evaluation's headline figures and the promotion outcome; a version that stays
@@ -51,16 +55,29 @@ def evaluate_and_promote_flow(registration_file: str, out_file: str | None = Non
     thresholds = gate_thresholds(params, str(settings.params_file))  # before the evaluation, not after
     registration = read_registration(Path(registration_file))
     out = Path(out_file) if out_file else settings.data_dir / "eval" / f"{registration.family}-{split}.json"
-    evaluated = evaluate_task(EvaluateInputs(model=registration.predictor_dir, out_file=out, split=split),
-                              settings, params)
-    promoted = promote_task(PromoteInputs(tracking_uri=settings.tracking_uri(), registration=Path(registration_file),
-                                          default_model=settings.registered_model,
-                                          report=Path(promotion_report) if promotion_report else None), thresholds)
+    evaluated = evaluate_task(
+        EvaluateInputs(model=registration.predictor_dir, out_file=out, split=split), settings, params
+    )
+    promoted = promote_task(
+        PromoteInputs(
+            tracking_uri=settings.tracking_uri(),
+            registration=Path(registration_file),
+            default_model=settings.registered_model,
+            report=Path(promotion_report) if promotion_report else None,
+        ),
+        thresholds,
+    )
     duration = evaluated.report.get("targets", {}).get("duration_us", {})
-    return {"evaluation": {"out_file": str(evaluated.out_file), "run_id": evaluated.run_id,
-                           "n": evaluated.report.get("n"), "runtime_mape": duration.get("mape"),
-                           "within_10": duration.get("within_10")},
-            "promotion": promoted.to_json()}
+    return {
+        "evaluation": {
+            "out_file": str(evaluated.out_file),
+            "run_id": evaluated.run_id,
+            "n": evaluated.report.get("n"),
+            "runtime_mape": duration.get("mape"),
+            "within_10": duration.get("within_10"),
+        },
+        "promotion": promoted.to_json(),
+    }
 
 
 def main(argv: list[str]) -> None:

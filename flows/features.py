@@ -17,7 +17,13 @@ from prefect import flow, task
 
 from components.config import Settings, get_settings
 from components.features.stage import (
-    FeatureInputs, FeaturesResult, StaticInputs, StaticResult, features_stage, locate_tables, static_stage,
+    FeatureInputs,
+    FeaturesResult,
+    StaticInputs,
+    StaticResult,
+    features_stage,
+    locate_tables,
+    static_stage,
 )
 
 
@@ -33,28 +39,48 @@ def features_task(inputs: FeatureInputs, settings: Settings | None = None) -> Fe
     return features_stage(inputs, settings=settings)
 
 
-def feature_inputs(validated_dir: Path, canonical_dir: Path, static_file: Path | None, out_file: Path,
-                   chunks: int) -> FeatureInputs:
+def feature_inputs(
+    validated_dir: Path, canonical_dir: Path, static_file: Path | None, out_file: Path, chunks: int
+) -> FeatureInputs:
     """Inputs of the features task: measurements from ``validated_dir``, kernels from there or canonical."""
     measurements, kernels = locate_tables(validated_dir, canonical_dir)
     return FeatureInputs(measurements, kernels, out_file, static_file, chunks)
 
 
 @flow(name="features", log_prints=True)
-def features_flow(validated_dir: str | None = None, out_file: str | None = None, static: bool = True,
-                  chunks: int = 4, arch: str = "sm_90") -> dict[str, Any]:
+def features_flow(
+    validated_dir: str | None = None,
+    out_file: str | None = None,
+    static: bool = True,
+    chunks: int = 4,
+    arch: str = "sm_90",
+) -> dict[str, Any]:
     """Static table (unless ``static`` is off) then the feature table, under data_dir by default."""
     settings = get_settings()
     static_file = None
     report: dict[str, Any] = {}
     if static:
-        built = static_task(StaticInputs(settings.data_dir / "canonical" / "kernels.parquet",
-                                         settings.data_dir / "static" / "static.parquet", settings.datasets_dir, arch))
+        built = static_task(
+            StaticInputs(
+                settings.data_dir / "canonical" / "kernels.parquet",
+                settings.data_dir / "static" / "static.parquet",
+                settings.datasets_dir,
+                arch,
+            )
+        )
         static_file = built.out_file
-        report["static"] = {"kernels": built.kernels, "features": built.features, "out_file": str(built.out_file)}
-    inputs = feature_inputs(Path(validated_dir) if validated_dir else settings.data_dir / "validated",
-                            settings.data_dir / "canonical", static_file, Path(out_file) if out_file else settings.data_dir / "features" / "features.parquet",
-                            chunks)
+        report["static"] = {
+            "kernels": built.kernels,
+            "features": built.features,
+            "out_file": str(built.out_file),
+        }
+    inputs = feature_inputs(
+        Path(validated_dir) if validated_dir else settings.data_dir / "validated",
+        settings.data_dir / "canonical",
+        static_file,
+        Path(out_file) if out_file else settings.data_dir / "features" / "features.parquet",
+        chunks,
+    )
     table = features_task(inputs, settings)
     report["features"] = {"rows": table.rows, "columns": table.columns, "out_file": str(table.out_file)}
     return report

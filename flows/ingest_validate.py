@@ -26,19 +26,29 @@ def ingest_task(inputs: IngestInputs) -> IngestStageResult:
     return ingest_stage(inputs, progress=print)
 
 
-def ingest_inputs(settings: Settings, sources: list[str] | None = None, out_dir: str | None = None) -> IngestInputs:
+def ingest_inputs(
+    settings: Settings, sources: list[str] | None = None, out_dir: str | None = None
+) -> IngestInputs:
     """Inputs for ``sources`` (default: params.yaml ``ingest.sources``, else every source)."""
     from components.config import ingest_sources, load_params
     from components.ingest.registry import SOURCES
 
     chosen = sources or ingest_sources(load_params(settings.params_file)) or list(SOURCES)
-    return IngestInputs(sources=tuple(chosen), out_dir=Path(out_dir) if out_dir else settings.data_dir / "canonical",
-                        datasets_dir=settings.datasets_dir, cache_dir=settings.cache_dir)
+    return IngestInputs(
+        sources=tuple(chosen),
+        out_dir=Path(out_dir) if out_dir else settings.data_dir / "canonical",
+        datasets_dir=settings.datasets_dir,
+        cache_dir=settings.cache_dir,
+    )
 
 
 @flow(name="ingest-validate", log_prints=True)
-def ingest_validate_flow(sources: list[str] | None = None, canonical_dir: str | None = None,
-                         validated_dir: str | None = None, summary_path: str | None = None) -> dict[str, Any]:
+def ingest_validate_flow(
+    sources: list[str] | None = None,
+    canonical_dir: str | None = None,
+    validated_dir: str | None = None,
+    summary_path: str | None = None,
+) -> dict[str, Any]:
     """Ingest ``sources`` into ``canonical_dir``, then validate into ``validated_dir`` (defaults
     under data_dir). Returns ``{"ingest": {...}, "validate": summary}``; a failed validation is
     reported (``passed`` false), not raised."""
@@ -47,11 +57,21 @@ def ingest_validate_flow(sources: list[str] | None = None, canonical_dir: str | 
     settings = get_settings()
     inputs = ingest_inputs(settings, sources, canonical_dir)
     ingested = ingest_task(inputs)
-    summary = validate_task(str(ingested.out_dir), validated_dir or str(settings.data_dir / "validated"),
-                            str(settings.params_file), summary_path)
-    return {"ingest": {"rows": ingested.rows, "rows_in": ingested.rows_in, "out_dir": str(ingested.out_dir),
-                       "unknown_devices": ingested.unknown_devices},
-            "validate": summary}
+    summary = validate_task(
+        str(ingested.out_dir),
+        validated_dir or str(settings.data_dir / "validated"),
+        str(settings.params_file),
+        summary_path,
+    )
+    return {
+        "ingest": {
+            "rows": ingested.rows,
+            "rows_in": ingested.rows_in,
+            "out_dir": str(ingested.out_dir),
+            "unknown_devices": ingested.unknown_devices,
+        },
+        "validate": summary,
+    }
 
 
 def main(argv: list[str]) -> None:

@@ -11,8 +11,15 @@ from __future__ import annotations
 from typing import Any
 
 # Deterministic: the same input fails the same way on every attempt.
-BAD_INPUT: tuple[type[BaseException], ...] = (FileNotFoundError, NotADirectoryError, IsADirectoryError,
-                                              PermissionError, ValueError, LookupError, TypeError)
+BAD_INPUT: tuple[type[BaseException], ...] = (
+    FileNotFoundError,
+    NotADirectoryError,
+    IsADirectoryError,
+    PermissionError,
+    ValueError,
+    LookupError,
+    TypeError,
+)
 
 
 def is_transient(error: BaseException) -> bool:

@@ -26,17 +26,30 @@ def train_task(inputs: TrainInputs, settings: Settings, params: dict[str, Any]) 
 
 
 @flow(name="train", log_prints=True)
-def train_flow(family: str = "tabular", split: str = "unseen-kernel", features_file: str | None = None,
-               out_dir: str | None = None, register_version: bool = True, max_train_rows: int | None = None,
-               use_ray: bool = True) -> dict[str, Any]:
+def train_flow(
+    family: str = "tabular",
+    split: str = "unseen-kernel",
+    features_file: str | None = None,
+    out_dir: str | None = None,
+    register_version: bool = True,
+    max_train_rows: int | None = None,
+    use_ray: bool = True,
+) -> dict[str, Any]:
     """Train ``family`` on ``split``; returns the run, the registered version and the test figures."""
     from components.config import load_params
 
     settings = get_settings()
-    inputs = TrainInputs(features_file=Path(features_file) if features_file
-                         else settings.data_dir / "features" / "features.parquet",
-                         family=family, split=split, out_dir=Path(out_dir) if out_dir else None, register=register_version,
-                         max_train_rows=max_train_rows, use_ray=use_ray)
+    inputs = TrainInputs(
+        features_file=Path(features_file)
+        if features_file
+        else settings.data_dir / "features" / "features.parquet",
+        family=family,
+        split=split,
+        out_dir=Path(out_dir) if out_dir else None,
+        register=register_version,
+        max_train_rows=max_train_rows,
+        use_ray=use_ray,
+    )
     result = train_task(inputs, settings, load_params(settings.params_file))
     return summary(result)
 
@@ -44,10 +57,18 @@ def train_flow(family: str = "tabular", split: str = "unseen-kernel", features_f
 def summary(result: TrainResult) -> dict[str, Any]:
     """What a caller (the evaluate-and-promote flow, a log line) needs from a training run."""
     duration = result.report.get("targets", {}).get("duration_us", {})
-    return {"family": result.family, "split": result.split, "fold": result.fold, "run_id": result.run_id,
-            "model_uri": result.model_uri, "predictor_dir": str(result.predictor_dir),
-            "registration_file": str(result.registration_file), "n_test": result.report.get("n"),
-            "runtime_mape": duration.get("mape"), "within_10": duration.get("within_10")}
+    return {
+        "family": result.family,
+        "split": result.split,
+        "fold": result.fold,
+        "run_id": result.run_id,
+        "model_uri": result.model_uri,
+        "predictor_dir": str(result.predictor_dir),
+        "registration_file": str(result.registration_file),
+        "n_test": result.report.get("n"),
+        "runtime_mape": duration.get("mape"),
+        "within_10": duration.get("within_10"),
+    }
 
 
 def main(argv: list[str]) -> None:

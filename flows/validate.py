@@ -25,8 +25,8 @@ def validation_job(in_dir: str, out_dir: str, params_file: str, summary_path: st
     import os
 
     os.environ.setdefault("OMP_NUM_THREADS", "1")  # two cores thrash otherwise
-    from components.devices import load_catalog
     from components.config import load_params, validate_params
+    from components.devices import load_catalog
     from components.validation.run import validate_dir
 
     params = load_params(Path(params_file))

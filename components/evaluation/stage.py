@@ -56,8 +56,9 @@ def check_inputs(inputs: EvaluateInputs) -> None:
         raise ValueError(f"--out must be a .json file, got {inputs.out_file}")
 
 
-def features_from_source(source: str, root: Path, params: dict[str, Any], static_file: Path | None = None,
-                         catalog: Any = None) -> tuple[pd.DataFrame, int]:
+def features_from_source(
+    source: str, root: Path, params: dict[str, Any], static_file: Path | None = None, catalog: Any = None
+) -> tuple[pd.DataFrame, int]:
     """One source directory through the ingest, validate and features stages' cores, in memory.
 
     Returns (feature table with the columns the splits and source-reading predictors need, rows
@@ -83,8 +84,9 @@ def features_from_source(source: str, root: Path, params: dict[str, Any], static
     # program for the bolet split; source_text for predictors that read source (llm): this table is
     # one directory's rows in memory, never written, so carrying the text per row is fine here.
     kernel_extra = [c for c in ("program", "source_text") if c in output.kernels.columns]
-    table = table.merge(output.kernels[["kernel_id", *kernel_extra]].drop_duplicates("kernel_id"), on="kernel_id",
-                        how="left")
+    table = table.merge(
+        output.kernels[["kernel_id", *kernel_extra]].drop_duplicates("kernel_id"), on="kernel_id", how="left"
+    )
     return table, len(validation.quarantine)
 
 
@@ -92,7 +94,11 @@ def evaluate_stage(inputs: EvaluateInputs, settings: Settings, params: dict[str,
     """Score the model on the chosen rows (rows it trained on are excluded and counted as
     ``excluded_seen``), write the JSON report atomically, and log it unless ``inputs.log`` is off."""
     from components.evaluation.harness import (
-        capped_rows, evaluate_predictor, evaluation_rows, log_evaluation_run, read_feature_table,
+        capped_rows,
+        evaluate_predictor,
+        evaluation_rows,
+        log_evaluation_run,
+        read_feature_table,
     )
     from components.evaluation.plots import write_plots
     from components.models.loading import load_any_predictor
@@ -103,17 +109,21 @@ def evaluate_stage(inputs: EvaluateInputs, settings: Settings, params: dict[str,
     split, ingested, quarantined = inputs.split, None, None
     if inputs.source is not None:
         assert inputs.from_dir is not None  # check_inputs
-        table, quarantined = features_from_source(inputs.source, inputs.from_dir, params,
-                                                  settings.data_dir / "features" / "static.parquet")
+        table, quarantined = features_from_source(
+            inputs.source, inputs.from_dir, params, settings.data_dir / "features" / "static.parquet"
+        )
         ingested = len(table)
     else:
         split = split or "unseen-kernel"
-        table = read_feature_table(inputs.features_file or settings.data_dir / "features" / "features.parquet",
-                                   canonical)
+        table = read_feature_table(
+            inputs.features_file or settings.data_dir / "features" / "features.parquet", canonical
+        )
     predictor = load_any_predictor(inputs.model, settings.tracking_uri())
     candidates = evaluation_rows(table, split)
     rows = capped_rows(candidates.index, table, inputs.max_rows)
-    evaluation = evaluate_predictor(predictor, table, split, model=inputs.model, rows=rows, canonical_dir=canonical)
+    evaluation = evaluate_predictor(
+        predictor, table, split, model=inputs.model, rows=rows, canonical_dir=canonical
+    )
     report = evaluation.report
     if len(rows) < len(candidates):
         report["subsampled_from"] = len(candidates)
@@ -125,7 +135,11 @@ def evaluate_stage(inputs: EvaluateInputs, settings: Settings, params: dict[str,
     if inputs.log:
         plots = write_plots(evaluation.frame, out.with_name(out.stem + "_plots"))
         uri = settings.tracking_uri()
-        run_id = log_evaluation_run(report, plots, tracking_uri=uri,
-                                    experiment_id=experiment_id(EXPERIMENT, uri, settings.artifact_root()),
-                                    tags={"model_uri": inputs.model, "source": inputs.source or "features"})
+        run_id = log_evaluation_run(
+            report,
+            plots,
+            tracking_uri=uri,
+            experiment_id=experiment_id(EXPERIMENT, uri, settings.artifact_root()),
+            tags={"model_uri": inputs.model, "source": inputs.source or "features"},
+        )
     return EvaluateResult(report, out, run_id, ingested, quarantined)

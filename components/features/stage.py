@@ -44,8 +44,12 @@ def static_stage(inputs: StaticInputs) -> StaticResult:
     from components.features.static_table import build_static_table
 
     if not Path(inputs.kernels_file).is_file():
-        raise FileNotFoundError(f"kernels table not found: {inputs.kernels_file} -- run `kernelcast ingest` first")
-    table, coverage = build_static_table(pd.read_parquet(inputs.kernels_file), inputs.datasets_dir, inputs.arch)
+        raise FileNotFoundError(
+            f"kernels table not found: {inputs.kernels_file} -- run `kernelcast ingest` first"
+        )
+    table, coverage = build_static_table(
+        pd.read_parquet(inputs.kernels_file), inputs.datasets_dir, inputs.arch
+    )
     atomic_write(inputs.out_file, lambda tmp: table.to_parquet(tmp, index=False))
     return StaticResult(Path(inputs.out_file), len(table), table.shape[1] - 1, coverage)
 
@@ -82,9 +86,14 @@ def locate_tables(folder: Path, canonical_dir: Path, hint: str = "") -> tuple[Pa
     raise FileNotFoundError(f"kernels table not found in {folder} or {canonical_dir}")
 
 
-def features_from_tables(measurements: pd.DataFrame, kernels: pd.DataFrame, catalog: Any = None,
-                         static: pd.DataFrame | None = None, chunks: int = 1,
-                         settings: Settings | None = None) -> pd.DataFrame:
+def features_from_tables(
+    measurements: pd.DataFrame,
+    kernels: pd.DataFrame,
+    catalog: Any = None,
+    static: pd.DataFrame | None = None,
+    chunks: int = 1,
+    settings: Settings | None = None,
+) -> pd.DataFrame:
     """The feature table (f_*/m_*/dev_*/s_*, one row per measurement) from tables in memory;
     ``chunks`` > 1 computes row chunks as Ray tasks (identical result)."""
     from components.devices import load_catalog
@@ -92,11 +101,15 @@ def features_from_tables(measurements: pd.DataFrame, kernels: pd.DataFrame, cata
 
     catalog = catalog if catalog is not None else load_catalog()
     if chunks > 1:
-        return build_features_parallel(measurements, kernels, catalog, static, n_chunks=chunks, settings=settings)
+        return build_features_parallel(
+            measurements, kernels, catalog, static, n_chunks=chunks, settings=settings
+        )
     return build_feature_table(measurements, kernels, catalog, static)
 
 
-def features_stage(inputs: FeatureInputs, catalog: Any = None, settings: Settings | None = None) -> FeaturesResult:
+def features_stage(
+    inputs: FeatureInputs, catalog: Any = None, settings: Settings | None = None
+) -> FeaturesResult:
     """Join measurements with kernels, compute every feature family and write the feature table."""
     from components.features.build import coverage_summary, write_features
 
@@ -106,7 +119,13 @@ def features_stage(inputs: FeatureInputs, catalog: Any = None, settings: Setting
         if not Path(path).is_file():
             raise FileNotFoundError(f"{path}: not found")
     static = pd.read_parquet(inputs.static_file) if inputs.static_file else None
-    table = features_from_tables(pd.read_parquet(inputs.measurements_file), pd.read_parquet(inputs.kernels_file),
-                                 catalog, static, inputs.chunks, settings)
+    table = features_from_tables(
+        pd.read_parquet(inputs.measurements_file),
+        pd.read_parquet(inputs.kernels_file),
+        catalog,
+        static,
+        inputs.chunks,
+        settings,
+    )
     out = write_features(table, inputs.out_file)
     return FeaturesResult(Path(out), len(table), table.shape[1], coverage_summary(table))

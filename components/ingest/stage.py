@@ -48,8 +48,13 @@ def is_remote(location: str) -> bool:
     return bool(_REMOTE.search(location))
 
 
-def resolve_roots(sources: list[str] | tuple[str, ...], from_location: str | None, datasets_dir: Path,
-                  cache_dir: Path, progress: Callable[[str], None] | None = None) -> dict[str, Path]:
+def resolve_roots(
+    sources: list[str] | tuple[str, ...],
+    from_location: str | None,
+    datasets_dir: Path,
+    cache_dir: Path,
+    progress: Callable[[str], None] | None = None,
+) -> dict[str, Path]:
     """Where each source is read from: ``from_location`` (a directory, or a URL fetched at the pinned
     commit), else its default folder. A ValueError names a missing directory."""
     from components.ingest.registry import default_root, upstream
@@ -73,8 +78,12 @@ def resolve_roots(sources: list[str] | tuple[str, ...], from_location: str | Non
     return roots
 
 
-def ingest_tables(sources: list[str] | tuple[str, ...], roots: dict[str, Path], catalog: Any = None,
-                  progress: Callable[[str], None] | None = None) -> Any:
+def ingest_tables(
+    sources: list[str] | tuple[str, ...],
+    roots: dict[str, Path],
+    catalog: Any = None,
+    progress: Callable[[str], None] | None = None,
+) -> Any:
     """Adapters -> merged canonical tables in memory (``components.ingest.run.IngestResult``)."""
     from components.devices import load_catalog
     from components.ingest.registry import check_source
@@ -85,8 +94,9 @@ def ingest_tables(sources: list[str] | tuple[str, ...], roots: dict[str, Path], 
     return ingest_sources(names, roots, catalog if catalog is not None else load_catalog(), progress=progress)
 
 
-def ingest_stage(inputs: IngestInputs, catalog: Any = None,
-                 progress: Callable[[str], None] | None = None) -> IngestStageResult:
+def ingest_stage(
+    inputs: IngestInputs, catalog: Any = None, progress: Callable[[str], None] | None = None
+) -> IngestStageResult:
     """Read ``inputs.sources`` and write measurements/kernels/rejects.parquet and summary.json.
 
     Raises ``components.ingest.base.IngestError`` when a source cannot be read at all, ValueError
@@ -101,5 +111,11 @@ def ingest_stage(inputs: IngestInputs, catalog: Any = None,
     roots = resolve_roots(sources, inputs.from_location, inputs.datasets_dir, inputs.cache_dir, progress)
     result = ingest_tables(sources, roots, catalog, progress)
     paths = write_canonical(result, inputs.out_dir)
-    return IngestStageResult(out_dir=Path(inputs.out_dir), roots=roots, rows_in=dict(result.rows_in),
-                             summary=summarise(result), unknown_devices=unknown_devices(result), paths=paths)
+    return IngestStageResult(
+        out_dir=Path(inputs.out_dir),
+        roots=roots,
+        rows_in=dict(result.rows_in),
+        summary=summarise(result),
+        unknown_devices=unknown_devices(result),
+        paths=paths,
+    )

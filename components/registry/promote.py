@@ -42,8 +42,14 @@ class PromoteResult:
     report: Path | None = None
 
     def to_json(self) -> dict[str, Any]:
-        return {"model_name": self.model_name, "version": self.version, "promoted": self.promoted,
-                "champion": self.champion, "reason": self.reason, "failures": list(self.failures)}
+        return {
+            "model_name": self.model_name,
+            "version": self.version,
+            "promoted": self.promoted,
+            "champion": self.champion,
+            "reason": self.reason,
+            "failures": list(self.failures),
+        }
 
 
 def gate_thresholds(params: Mapping[str, Any], source: str = "params.yaml") -> dict[str, float]:
@@ -64,7 +70,9 @@ def _target(inputs: PromoteInputs) -> tuple[str, str | None]:
             raise ValueError("--registration replaces --version; give one of them")
         recorded = read_registration(inputs.registration)
         if recorded.version is None:
-            raise ValueError(f"--registration {inputs.registration}: the model was trained with --no-register")
+            raise ValueError(
+                f"--registration {inputs.registration}: the model was trained with --no-register"
+            )
         version, name = recorded.version, name or recorded.model_name
     if inputs.rollback == (version is not None):
         raise ValueError("give exactly one of --version N, --registration FILE or --rollback")
@@ -87,8 +95,15 @@ def promote_stage(inputs: PromoteInputs, thresholds: Mapping[str, float] | None 
     if not version_exists(name, version, inputs.tracking_uri):
         raise LookupError(f"model {name!r} has no version {version} in {inputs.tracking_uri}")
     outcome = registry.promote(name, version, None, dict(thresholds), tracking_uri=inputs.tracking_uri)
-    result = PromoteResult(name, outcome.version, outcome.promoted, outcome.champion, outcome.reason,
-                           tuple(outcome.failures), report=inputs.report)
+    result = PromoteResult(
+        name,
+        outcome.version,
+        outcome.promoted,
+        outcome.champion,
+        outcome.reason,
+        tuple(outcome.failures),
+        report=inputs.report,
+    )
     if inputs.report is not None:
         text = json.dumps(result.to_json(), indent=2, sort_keys=True)
         atomic_write(inputs.report, lambda tmp: tmp.write_text(text))

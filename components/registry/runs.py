@@ -49,32 +49,56 @@ def tag_version(name: str, version: str, tags: Mapping[str, str], tracking_uri: 
         client.set_model_version_tag(name, str(version), key, value)
 
 
-def log_training_run(predictor_dir: Path, *, tracking_uri: str, experiment: str, registered_model: str,
-                     params: dict[str, Any], metrics: dict[str, float], tags: dict[str, str],
-                     artifacts: list[Path], register: bool, family: str) -> TrainingRun:
+def log_training_run(
+    predictor_dir: Path,
+    *,
+    tracking_uri: str,
+    experiment: str,
+    registered_model: str,
+    params: dict[str, Any],
+    metrics: dict[str, float],
+    tags: dict[str, str],
+    artifacts: list[Path],
+    register: bool,
+    family: str,
+) -> TrainingRun:
     """One MLflow run: params, metrics, tags, plots; the predictor as a pyfunc model; a registry version
     tagged with its family and the run's split, dataset and commit. ``experiment`` is an experiment id
     (``experiment_id``)."""
     import mlflow
-
     from components.registry import mlflow_registry as reg
 
     mlflow.set_tracking_uri(tracking_uri)
     mlflow.set_registry_uri(tracking_uri)
-    with mlflow.start_run(experiment_id=experiment, run_name=f"train-{family}-{tags.get('split', '')}") as run:
+    with mlflow.start_run(
+        experiment_id=experiment, run_name=f"train-{family}-{tags.get('split', '')}"
+    ) as run:
         for path in artifacts:
             mlflow.log_artifact(str(path), artifact_path="evaluation")
-        model_uri = reg.log_predictor(predictor_dir, metrics, params, {**tags, "family": family, "kind": "train"})
+        model_uri = reg.log_predictor(
+            predictor_dir, metrics, params, {**tags, "family": family, "kind": "train"}
+        )
         version = None
         if register:
             version = reg.register(model_uri, registered_model, tracking_uri=tracking_uri)
-            tag_version(registered_model, version,
-                        {"family": family, **{k: tags[k] for k in VERSION_TAGS if k in tags}}, tracking_uri)
+            tag_version(
+                registered_model,
+                version,
+                {"family": family, **{k: tags[k] for k in VERSION_TAGS if k in tags}},
+                tracking_uri,
+            )
         return TrainingRun(run.info.run_id, model_uri, version, metrics)
 
 
-def complete_training_run(run_id: str, *, tracking_uri: str, registered_model: str | None,
-                          metrics: Mapping[str, float], tags: Mapping[str, str], artifacts: list[Path]) -> str | None:
+def complete_training_run(
+    run_id: str,
+    *,
+    tracking_uri: str,
+    registered_model: str | None,
+    metrics: Mapping[str, float],
+    tags: Mapping[str, str],
+    artifacts: list[Path],
+) -> str | None:
     """Add test-side scores, tags and plots to a run another component opened (Ray Train's), and tag
     the version registered from it. Returns that version (None when none was registered)."""
     client = _client(tracking_uri)
@@ -141,6 +165,11 @@ def read_registration(path: Path) -> Registration:
     if missing:
         raise ValueError(f"{path}: missing {', '.join(missing)}")
     version = raw.get("version")
-    return Registration(model_name=str(raw["model_name"]), version=None if version is None else str(version),
-                        run_id=str(raw["run_id"]), predictor_dir=str(raw.get("predictor_dir", "")),
-                        split=str(raw.get("split", "")), family=str(raw.get("family", "")))
+    return Registration(
+        model_name=str(raw["model_name"]),
+        version=None if version is None else str(version),
+        run_id=str(raw["run_id"]),
+        predictor_dir=str(raw.get("predictor_dir", "")),
+        split=str(raw.get("split", "")),
+        family=str(raw.get("family", "")),
+    )

@@ -96,8 +96,12 @@ def _provenance(features_file: Path, split: str) -> dict[str, str]:
     return {"split": split, "dataset_md5": file_md5(features_file), "git_commit": git_commit(PROJECT_ROOT)}
 
 
-def train_stage(inputs: TrainInputs, settings: Settings, params: dict[str, Any],
-                progress: Callable[[str], None] | None = None) -> TrainResult:
+def train_stage(
+    inputs: TrainInputs,
+    settings: Settings,
+    params: dict[str, Any],
+    progress: Callable[[str], None] | None = None,
+) -> TrainResult:
     """Train, score, log, register; write ``<predictor dir>/registration.json``. ``progress`` gets one
     line before the fit starts (what is trained on how many rows)."""
     from components.evaluation.harness import read_feature_table, split_folds
@@ -111,8 +115,14 @@ def train_stage(inputs: TrainInputs, settings: Settings, params: dict[str, Any],
     return _train_classic(inputs, table, chosen, settings, params, say)
 
 
-def _train_classic(inputs: TrainInputs, table: pd.DataFrame, chosen: Fold, settings: Settings,
-                   params: dict[str, Any], say: Callable[[str], None]) -> TrainResult:
+def _train_classic(
+    inputs: TrainInputs,
+    table: pd.DataFrame,
+    chosen: Fold,
+    settings: Settings,
+    params: dict[str, Any],
+    say: Callable[[str], None],
+) -> TrainResult:
     from components.evaluation.harness import capped_rows, evaluate_predictor, flat_metrics
     from components.evaluation.plots import write_plots
     from components.models.tabular import TabularConfig
@@ -120,39 +130,79 @@ def _train_classic(inputs: TrainInputs, table: pd.DataFrame, chosen: Fold, setti
     from components.training.tabular import make_predictor
 
     family, split = inputs.family, inputs.split
-    config = TabularConfig.from_params(params, model=inputs.model, use_measured=inputs.measured_features,
-                                       max_train_rows=inputs.max_train_rows)
+    config = TabularConfig.from_params(
+        params,
+        model=inputs.model,
+        use_measured=inputs.measured_features,
+        max_train_rows=inputs.max_train_rows,
+    )
     say(f"training {family} ({config.model}) on {chosen.name}: {len(chosen.train)} train rows")
-    predictor, seconds = make_predictor(family, table.loc[chosen.train], split, config, settings,
-                                        use_ray=inputs.use_ray)
+    predictor, seconds = make_predictor(
+        family, table.loc[chosen.train], split, config, settings, use_ray=inputs.use_ray
+    )
     stamp = _stamp()
     out_dir = Path(inputs.out_dir or settings.models_dir / f"{family}-{split}-{stamp}")
     predictor.save(out_dir)
     rows = capped_rows(chosen.test, table, inputs.max_test_rows)
     evaluation = evaluate_predictor(predictor, table, split, model=str(out_dir), rows=rows)
     plots = write_plots(evaluation.frame, settings.reports_dir / f"train-{family}-{split}-{stamp}")
-    metrics = {**flat_metrics(evaluation.report), "train_seconds": seconds,
-               "n_train": float(len(predictor.trained_on))}
+    metrics = {
+        **flat_metrics(evaluation.report),
+        "train_seconds": seconds,
+        "n_train": float(len(predictor.trained_on)),
+    }
     learner = config.model if family == "tabular" else "classic"
-    run_params = {"family": family, "model": learner, "split": split, "fold": chosen.name,
-                  "features_file": str(inputs.features_file), **{f"cfg_{k}": v for k, v in vars(config).items()}}
+    run_params = {
+        "family": family,
+        "model": learner,
+        "split": split,
+        "fold": chosen.name,
+        "features_file": str(inputs.features_file),
+        **{f"cfg_{k}": v for k, v in vars(config).items()},
+    }
     uri = settings.tracking_uri()
-    run = log_training_run(out_dir, tracking_uri=uri,
-                           experiment=experiment_id(EXPERIMENT, uri, settings.artifact_root()),
-                           registered_model=settings.registered_model, params=run_params, metrics=metrics,
-                           tags=_provenance(inputs.features_file, split), artifacts=plots,
-                           register=inputs.register, family=family)
-    registration = write_registration(Registration(settings.registered_model, run.version, run.run_id,
-                                                   str(out_dir), split, family), out_dir)
-    return TrainResult(family=family, model=learner, split=split, fold=chosen.name, predictor_dir=out_dir,
-                       registration_file=registration, run_id=run.run_id, model_name=settings.registered_model,
-                       version=run.version, report=evaluation.report, metrics=metrics, seconds=seconds,
-                       n_train=len(chosen.train), n_test_available=len(chosen.test),
-                       max_test_rows=inputs.max_test_rows)
+    run = log_training_run(
+        out_dir,
+        tracking_uri=uri,
+        experiment=experiment_id(EXPERIMENT, uri, settings.artifact_root()),
+        registered_model=settings.registered_model,
+        params=run_params,
+        metrics=metrics,
+        tags=_provenance(inputs.features_file, split),
+        artifacts=plots,
+        register=inputs.register,
+        family=family,
+    )
+    registration = write_registration(
+        Registration(settings.registered_model, run.version, run.run_id, str(out_dir), split, family), out_dir
+    )
+    return TrainResult(
+        family=family,
+        model=learner,
+        split=split,
+        fold=chosen.name,
+        predictor_dir=out_dir,
+        registration_file=registration,
+        run_id=run.run_id,
+        model_name=settings.registered_model,
+        version=run.version,
+        report=evaluation.report,
+        metrics=metrics,
+        seconds=seconds,
+        n_train=len(chosen.train),
+        n_test_available=len(chosen.test),
+        max_test_rows=inputs.max_test_rows,
+    )
 
 
-def _train_llm(inputs: TrainInputs, table: pd.DataFrame, chosen: Fold, settings: Settings,
-               params: dict[str, Any], say: Callable[[str], None]) -> TrainResult:
+def _train_llm(
+    inputs: TrainInputs,
+    table: pd.DataFrame,
+    chosen: Fold,
+    settings: Settings,
+    params: dict[str, Any],
+    say: Callable[[str], None],
+) -> TrainResult:
     """LoRA fine-tune on the fold's train side (Ray Train), score its test side, and record the
     scores on the training run, so ``promote`` gates the LLM version like any other."""
     import shutil
@@ -164,36 +214,69 @@ def _train_llm(inputs: TrainInputs, table: pd.DataFrame, chosen: Fold, settings:
 
     split = inputs.split
     config, run = llm_params(params)
-    run = replace(run, max_train_rows=inputs.max_train_rows or run.max_train_rows,
-                  max_test_rows=inputs.max_test_rows or run.max_test_rows)
-    say(f"training llm ({config.base or 'embedded SmolLM2-135M'}, LoRA r={config.lora_r}) on {chosen.name}: "
-        f"{len(chosen.train)} train rows, at most {run.max_train_rows} used; {run.workers} Ray Train workers")
-    predictor, trained_dir = fit_on_side(table.loc[chosen.train], split, settings, config=config, run=run,
-                                         register_as=settings.registered_model if inputs.register else "",
-                                         run_name=f"train-llm-{split}")
+    run = replace(
+        run,
+        max_train_rows=inputs.max_train_rows or run.max_train_rows,
+        max_test_rows=inputs.max_test_rows or run.max_test_rows,
+    )
+    say(
+        f"training llm ({config.base or 'embedded SmolLM2-135M'}, LoRA r={config.lora_r}) on {chosen.name}: "
+        f"{len(chosen.train)} train rows, at most {run.max_train_rows} used; {run.workers} Ray Train workers"
+    )
+    predictor, trained_dir = fit_on_side(
+        table.loc[chosen.train],
+        split,
+        settings,
+        config=config,
+        run=run,
+        register_as=settings.registered_model if inputs.register else "",
+        run_name=f"train-llm-{split}",
+    )
     out_dir = Path(trained_dir)
     if inputs.out_dir is not None:
         shutil.copytree(trained_dir, inputs.out_dir, dirs_exist_ok=True)
         out_dir = Path(inputs.out_dir)
     rows = capped_rows(chosen.test, table, run.max_test_rows)
-    evaluation = evaluate_predictor(predictor, table, split, model=str(out_dir), rows=rows,
-                                    canonical_dir=settings.data_dir / "canonical")
+    evaluation = evaluate_predictor(
+        predictor, table, split, model=str(out_dir), rows=rows, canonical_dir=settings.data_dir / "canonical"
+    )
     plots = write_plots(evaluation.frame, settings.reports_dir / f"train-llm-{split}-{_stamp()}")
 
     run_id = Path(trained_dir).name  # train_llm saves under models_dir/llm/<mlflow run id>
     steps = [h["s_per_step"] for h in predictor.history if "s_per_step" in h]
-    metrics = {**flat_metrics(evaluation.report), "n_train": float(len(predictor.trained_on)),
-               "n_test_available": float(len(chosen.test))}
+    metrics = {
+        **flat_metrics(evaluation.report),
+        "n_train": float(len(predictor.trained_on)),
+        "n_test_available": float(len(chosen.test)),
+    }
     if steps:
         metrics["s_per_step"] = float(sum(steps) / len(steps))
     tags = {**_provenance(inputs.features_file, split), "fold": chosen.name, "kind": "train"}
-    version = complete_training_run(run_id, tracking_uri=settings.tracking_uri(),
-                                    registered_model=settings.registered_model if inputs.register else None,
-                                    metrics=metrics, tags=tags, artifacts=plots)
-    registration = write_registration(Registration(settings.registered_model, version, run_id, str(out_dir),
-                                                   split, "llm"), out_dir)
-    return TrainResult(family="llm", model=str(config.base or "embedded"), split=split, fold=chosen.name,
-                       predictor_dir=out_dir, registration_file=registration, run_id=run_id,
-                       model_name=settings.registered_model, version=version, report=evaluation.report,
-                       metrics=metrics, seconds=float("nan"), n_train=len(chosen.train),
-                       n_test_available=len(chosen.test), max_test_rows=run.max_test_rows)
+    version = complete_training_run(
+        run_id,
+        tracking_uri=settings.tracking_uri(),
+        registered_model=settings.registered_model if inputs.register else None,
+        metrics=metrics,
+        tags=tags,
+        artifacts=plots,
+    )
+    registration = write_registration(
+        Registration(settings.registered_model, version, run_id, str(out_dir), split, "llm"), out_dir
+    )
+    return TrainResult(
+        family="llm",
+        model=str(config.base or "embedded"),
+        split=split,
+        fold=chosen.name,
+        predictor_dir=out_dir,
+        registration_file=registration,
+        run_id=run_id,
+        model_name=settings.registered_model,
+        version=version,
+        report=evaluation.report,
+        metrics=metrics,
+        seconds=float("nan"),
+        n_train=len(chosen.train),
+        n_test_available=len(chosen.test),
+        max_test_rows=run.max_test_rows,
+    )

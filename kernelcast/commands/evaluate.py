@@ -41,15 +41,17 @@ def evaluate_command(
     result = evaluate_stage(inputs, settings, load_params(settings.params_file))
     report = result.report
     if result.ingested_rows is not None:
-        typer.echo(f"{source}: {result.ingested_rows} rows ingested ({result.quarantined} quarantined by validation)")
+        typer.echo(f"{source}: {result.ingested_rows} rows ingested "
+                   f"({result.quarantined} quarantined by validation)")
     if result.run_id is not None:
         typer.echo(f"mlflow evaluation run: {result.run_id}")
     for target, figures in report["targets"].items():
         typer.echo(f"{target:16s} n={figures['n']:6d} MAPE={_pct(figures['mape'])} "
                    f"median={_pct(figures['median_ape'])} within10={_pct(figures['within_10'])}")
     if "roofline" in report:
-        typer.echo(f"roofline class   n={report['roofline']['n']:6d} acc={_pct(report['roofline']['accuracy'])} "
-                   f"balanced={_pct(report['roofline']['balanced_accuracy'])}")
+        roofline = report["roofline"]
+        typer.echo(f"roofline class   n={roofline['n']:6d} acc={_pct(roofline['accuracy'])} "
+                   f"balanced={_pct(roofline['balanced_accuracy'])}")
     typer.echo(f"{report['n']} rows scored, {report['excluded_seen']} excluded as seen in training -> {out}")
 
 

@@ -72,8 +72,9 @@ def static_table_command(
     from components.features.stage import StaticInputs, static_stage
 
     settings = prepared_settings()
-    result = static_stage(StaticInputs(kernels_file=kernels_file or settings.data_dir / "canonical" / "kernels.parquet",
-                                       out_file=out_file or settings.data_dir / "features" / "static.parquet",
-                                       datasets_dir=settings.datasets_dir, arch=arch))
+    inputs = StaticInputs(kernels_file=kernels_file or settings.data_dir / "canonical" / "kernels.parquet",
+                          out_file=out_file or settings.data_dir / "features" / "static.parquet",
+                          datasets_dir=settings.datasets_dir, arch=arch)
+    result = static_stage(inputs)
     typer.echo(json.dumps(result.coverage, indent=1, sort_keys=True))
     typer.echo(f"wrote {result.kernels} kernels x {result.features} static features -> {result.out_file}")

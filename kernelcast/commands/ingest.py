@@ -62,12 +62,15 @@ def ingest_command(
         raise UserError(f"nothing to ingest: give --source NAME (one of {', '.join(SOURCES)}) or --all")
     sources = [check_source(s) for s in dict.fromkeys(sources)]
     inputs = IngestInputs(sources=tuple(sources), out_dir=out or settings.data_dir / "canonical",
-                          datasets_dir=settings.datasets_dir, cache_dir=settings.cache_dir, from_location=from_dir)
+                          datasets_dir=settings.datasets_dir, cache_dir=settings.cache_dir,
+                          from_location=from_dir)
     try:
         result = ingest_stage(inputs, progress=lambda m: typer.echo(m, err=True))
     except IngestError as exc:
         raise UserError(str(exc)) from None
     typer.echo(format_summary(result.summary, result.rows_in))
     if result.unknown_devices:
-        typer.echo(f"unknown devices (add them to the catalog): {', '.join(result.unknown_devices)}", err=True)
-    typer.echo(f"wrote {result.out_dir} (measurements.parquet, kernels.parquet, rejects.parquet, summary.json)")
+        typer.echo(f"unknown devices (add them to the catalog): {', '.join(result.unknown_devices)}",
+                   err=True)
+    typer.echo(f"wrote {result.out_dir} "
+               "(measurements.parquet, kernels.parquet, rejects.parquet, summary.json)")

@@ -42,13 +42,15 @@ def promote_command(
                            default_model=settings.registered_model,
                            version=None if version is None else str(version), registration=registration,
                            rollback=rollback, report=report)
-    thresholds = None if rollback else gate_thresholds(load_params(settings.params_file), str(settings.params_file))
+    params_file = settings.params_file
+    thresholds = None if rollback else gate_thresholds(load_params(params_file), str(params_file))
     result = promote_stage(inputs, thresholds)
     if result.rolled_back:
         typer.echo(f"{result.model_name}: champion -> v{result.champion} ({result.reason})")
         return
     status = "champion" if result.promoted else "challenger only"
-    typer.echo(f"{result.model_name} v{result.version}: {status} ({result.reason}); champion is v{result.champion}")
+    typer.echo(f"{result.model_name} v{result.version}: {status} ({result.reason}); "
+               f"champion is v{result.champion}")
     for failure in result.failures:
         typer.echo(f"  threshold failed: {failure}")
     if not result.promoted and not allow_challenger:

@@ -48,8 +48,8 @@ def train_command(
         raise UserError(f"unknown split {split!r}; choose one of {', '.join(SPLITS)}")
     settings = prepared_settings()
     inputs = TrainInputs(features_file=features or settings.data_dir / "features" / "features.parquet",
-                         family=family, model="lgbm" if model is TabularModel.llm else model.value, split=split,
-                         fold=fold, out_dir=out, register=register, max_train_rows=max_train_rows,
+                         family=family, model="lgbm" if model is TabularModel.llm else model.value,
+                         split=split, fold=fold, out_dir=out, register=register, max_train_rows=max_train_rows,
                          max_test_rows=max_test_rows, measured_features=measured_features, use_ray=ray)
     result = train_stage(inputs, settings, load_params(settings.params_file), progress=typer.echo)
 

@@ -57,7 +57,8 @@ def test_ingest_validate_flow_runs_on_ray_and_is_recorded_by_the_server(
         task_runs = client.read_task_runs()
     assert runs and all(run.state is not None and run.state.is_completed() for run in runs)
     # Task runs are reported from inside the Ray workers, so they reached this server too.
-    completed = {tr.name.rsplit("-", 1)[0] for tr in task_runs if tr.state is not None and tr.state.is_completed()}
+    completed = {tr.name.rsplit("-", 1)[0] for tr in task_runs
+                 if tr.state is not None and tr.state.is_completed()}
     assert {"ingest", "validate-measurements"} <= completed, completed
 
 
@@ -95,7 +96,8 @@ def _sh(args: list[str], cwd: Path, env: dict[str, str] | None = None) -> str:
 
 
 # What a checkout of the project needs to run its own dvc.yaml (data and state stay out).
-_PROJECT_FILES = ("dvc.yaml", "params.yaml", "pyproject.toml", "components", "kernelcast", "flows", "profiled-data")
+_PROJECT_FILES = ("dvc.yaml", "params.yaml", "pyproject.toml", "components", "kernelcast", "flows",
+                  "profiled-data")
 
 
 def _project_copy(root: Path) -> Path:
@@ -149,8 +151,8 @@ def test_our_dvc_pipeline_reproduces_skips_and_reruns_on_code_changes(short_tmp:
     _sh(["git", "init", "-q", "-b", "main"], repo, env)
     _sh([dvc, "init", "-q"], repo, env)
     _sh([dvc, "remote", "add", "-d", "local", str(tmp_path / "remote")], repo, env)
-    (repo / ".gitignore").write_text("__pycache__/\n/.kernelcast/ray\n/.kernelcast/mlflow\n/.kernelcast/prefect\n"
-                                     "/.kernelcast/cache\n/.kernelcast/models\n/.kernelcast/reports\n")
+    state = ("ray", "mlflow", "prefect", "cache", "models", "reports")  # run state, not pipeline data
+    (repo / ".gitignore").write_text("__pycache__/\n" + "".join(f"/.kernelcast/{name}\n" for name in state))
 
     first = _sh([dvc, "repro", "features"], repo, env)
     for stage in ("ingest", "validate", "static", "features"):
@@ -197,9 +199,11 @@ def test_our_gx_suite_names_the_bad_rows_of_real_measurements(kc_home: Path) -> 
 
     catalog = load_catalog()
     measurements, kernels = real_excerpt()
-    expectations = measurement_expectations(sorted(str(i) for i in catalog.ids()), Tolerances.from_params(PARAMS))
+    device_ids = sorted(str(i) for i in catalog.ids())
+    expectations = measurement_expectations(device_ids, Tolerances.from_params(PARAMS))
 
-    failing, outcomes = run_suite(add_check_columns(measurements, catalog, kernels), expectations, "measurements")
+    checked = add_check_columns(measurements, catalog, kernels)
+    failing, outcomes = run_suite(checked, expectations, "measurements")
     assert failing == {} and all(o.success for o in outcomes) and len(outcomes) == len(expectations)
 
     bad = measurements.copy()

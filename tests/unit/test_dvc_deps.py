@@ -56,8 +56,13 @@ def imported_modules(path: Path) -> set[str]:
         elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
             names.add(node.module)
             names.update(f"{node.module}.{alias.name}" for alias in node.names)  # submodules
-    return {parent for name in names if name.split(".")[0] in PACKAGES for parent in _with_parents(name)
-            if _module_file(parent) is not None}
+    return {
+        parent
+        for name in names
+        if name.split(".")[0] in PACKAGES
+        for parent in _with_parents(name)
+        if _module_file(parent) is not None
+    }
 
 
 def code_closure(start: list[Path]) -> set[Path]:
@@ -88,12 +93,18 @@ def test_stage_deps_cover_every_module_its_command_runs(stage: str) -> None:
     module = command_module(spec["cmd"])
     assert module.is_file(), f"{stage}: {module} not found"
     deps = [PROJECT_ROOT / d for d in spec.get("deps", []) if not str(d).startswith("${")]
-    missing_deps = [str(d.relative_to(PROJECT_ROOT)) for d in deps if not d.exists() and "/.kernelcast/" not in
-                    f"/{d.relative_to(PROJECT_ROOT)}"]
+    missing_deps = [
+        str(d.relative_to(PROJECT_ROOT))
+        for d in deps
+        if not d.exists() and "/.kernelcast/" not in f"/{d.relative_to(PROJECT_ROOT)}"
+    ]
     assert not missing_deps, f"{stage}: deps that do not exist: {missing_deps}"
-    closure = code_closure([module]) | {PROJECT_ROOT / e for e in ENTRY}  # the entry point itself, not its closure
-    uncovered = sorted(str(f.relative_to(PROJECT_ROOT)) for f in closure
-                       if not any(f == d or d in f.parents for d in deps))
+    closure = code_closure([module]) | {
+        PROJECT_ROOT / e for e in ENTRY
+    }  # the entry point itself, not its closure
+    uncovered = sorted(
+        str(f.relative_to(PROJECT_ROOT)) for f in closure if not any(f == d or d in f.parents for d in deps)
+    )
     assert not uncovered, f"dvc.yaml stage {stage!r} runs code it does not list as deps: {uncovered}"
 
 

@@ -64,16 +64,22 @@ def ingested(chain: Chain):  # noqa: ANN201
 def validated(chain: Chain, ingested) -> dict:  # noqa: ANN001
     from flows.validate import validation_job
 
-    return validation_job(str(ingested.out_dir), str(chain.validated), str(chain.settings.params_file),
-                          str(chain.root / "validation-summary.json"), None)
+    return validation_job(
+        str(ingested.out_dir),
+        str(chain.validated),
+        str(chain.settings.params_file),
+        str(chain.root / "validation-summary.json"),
+        None,
+    )
 
 
 @pytest.fixture(scope="module")
 def features(chain: Chain, validated: dict):  # noqa: ANN201
     from flows.features import feature_inputs, features_task
 
-    inputs = feature_inputs(chain.validated, chain.settings.data_dir / "canonical", None,
-                            chain.root / "features.parquet", 1)
+    inputs = feature_inputs(
+        chain.validated, chain.settings.data_dir / "canonical", None, chain.root / "features.parquet", 1
+    )
     return features_task.fn(inputs, chain.settings)
 
 
@@ -82,8 +88,13 @@ def trained(chain: Chain, features):  # noqa: ANN001, ANN201
     from components.training.stage import TrainInputs
     from flows.train import train_task
 
-    inputs = TrainInputs(features_file=features.out_file, family="tabular", split="unseen-kernel",
-                         out_dir=chain.root / "predictor", use_ray=False)
+    inputs = TrainInputs(
+        features_file=features.out_file,
+        family="tabular",
+        split="unseen-kernel",
+        out_dir=chain.root / "predictor",
+        use_ray=False,
+    )
     return train_task.fn(inputs, chain.settings, chain.params)
 
 
@@ -116,11 +127,19 @@ def test_static_task_compiles_a_real_cuda_program(tmp_path: Path) -> None:
     from components.features.stage import StaticInputs
     from flows.features import static_task
 
-    kernels = pd.DataFrame({"kernel_id": ["k-adam"], "source": ["gpuflopbench"], "language": ["cuda"],
-                            "program": ["adam-cuda"], "op": ["adam"]})
+    kernels = pd.DataFrame(
+        {
+            "kernel_id": ["k-adam"],
+            "source": ["gpuflopbench"],
+            "language": ["cuda"],
+            "program": ["adam-cuda"],
+            "op": ["adam"],
+        }
+    )
     kernels.to_parquet(tmp_path / "kernels.parquet")
-    result = static_task.fn(StaticInputs(tmp_path / "kernels.parquet", tmp_path / "static" / "static.parquet",
-                                         DATASETS, "sm_90"))
+    result = static_task.fn(
+        StaticInputs(tmp_path / "kernels.parquet", tmp_path / "static" / "static.parquet", DATASETS, "sm_90")
+    )
     table = pd.read_parquet(result.out_file)
     assert result.kernels == 1 and table["kernel_id"].tolist() == ["k-adam"]
     assert result.features == table.shape[1] - 1 > 5
@@ -150,7 +169,9 @@ def test_train_task_logs_registers_and_writes_one_registration(chain: Chain, tra
     client = MlflowClient(tracking_uri=chain.settings.tracking_uri())
     version = client.get_model_version("kernelcast", trained.version)
     assert version.tags["family"] == "tabular" and version.tags["split"] == "unseen-kernel"
-    assert client.get_run(trained.run_id).data.metrics["runtime_mape"] == pytest.approx(trained.metrics["runtime_mape"])
+    assert client.get_run(trained.run_id).data.metrics["runtime_mape"] == pytest.approx(
+        trained.metrics["runtime_mape"]
+    )
 
 
 def test_evaluate_task_scores_the_trained_predictor_like_training_did(chain: Chain, trained) -> None:  # noqa: ANN001
@@ -158,9 +179,17 @@ def test_evaluate_task_scores_the_trained_predictor_like_training_did(chain: Cha
     from flows.evaluate_and_promote import evaluate_task
 
     out = chain.root / "eval" / "tabular.json"
-    result = evaluate_task.fn(EvaluateInputs(model=str(trained.predictor_dir), out_file=out, split="unseen-kernel",
-                                             features_file=trained_features(chain), log=False),
-                              chain.settings, chain.params)
+    result = evaluate_task.fn(
+        EvaluateInputs(
+            model=str(trained.predictor_dir),
+            out_file=out,
+            split="unseen-kernel",
+            features_file=trained_features(chain),
+            log=False,
+        ),
+        chain.settings,
+        chain.params,
+    )
     assert result.run_id is None and json.loads(out.read_text()) == result.report
     assert result.report["targets"]["duration_us"]["mape"] == pytest.approx(trained.metrics["runtime_mape"])
 
@@ -169,8 +198,13 @@ def test_evaluate_task_ingests_a_source_through_the_stage_functions(chain: Chain
     from components.evaluation.stage import EvaluateInputs
     from flows.evaluate_and_promote import evaluate_task
 
-    inputs = EvaluateInputs(model=str(trained.predictor_dir), out_file=chain.root / "eval" / "fresh.json",
-                            source="profiled", from_dir=PROJECT_ROOT / "profiled-data", log=False)
+    inputs = EvaluateInputs(
+        model=str(trained.predictor_dir),
+        out_file=chain.root / "eval" / "fresh.json",
+        source="profiled",
+        from_dir=PROJECT_ROOT / "profiled-data",
+        log=False,
+    )
     result = evaluate_task.fn(inputs, chain.settings, chain.params)
     assert result.ingested_rows == 662 and result.quarantined == 0
     # Every row it trained on is excluded; the rest are the unseen-kernel test side again.
@@ -183,8 +217,9 @@ def test_promote_task_gates_the_registered_version(chain: Chain, trained) -> Non
     from flows.evaluate_and_promote import promote_task
 
     report = chain.root / "eval" / "promotion.json"
-    inputs = PromoteInputs(tracking_uri=chain.settings.tracking_uri(), registration=trained.registration_file,
-                           report=report)
+    inputs = PromoteInputs(
+        tracking_uri=chain.settings.tracking_uri(), registration=trained.registration_file, report=report
+    )
     result = promote_task.fn(inputs, gate_thresholds(chain.params))
     passes = trained.metrics["runtime_mape"] <= 0.35 and trained.metrics["within_10"] >= 0.30
     assert result.version == trained.version and result.promoted == passes
@@ -200,10 +235,14 @@ def test_promote_stage_refuses_conflicting_or_missing_inputs(chain: Chain, tmp_p
     with pytest.raises(ValueError, match="exactly one of"):
         promote_stage(PromoteInputs(tracking_uri=uri), {"max_runtime_mape": 0.3})
     with pytest.raises(FileNotFoundError, match="registration file not found"):
-        promote_stage(PromoteInputs(tracking_uri=uri, registration=tmp_path / "none.json"), {"max_runtime_mape": 0.3})
+        promote_stage(
+            PromoteInputs(tracking_uri=uri, registration=tmp_path / "none.json"), {"max_runtime_mape": 0.3}
+        )
     (tmp_path / "bad.json").write_text("{not json")
     with pytest.raises(ValueError, match="bad.json: not valid JSON"):
-        promote_stage(PromoteInputs(tracking_uri=uri, registration=tmp_path / "bad.json"), {"max_runtime_mape": 0.3})
+        promote_stage(
+            PromoteInputs(tracking_uri=uri, registration=tmp_path / "bad.json"), {"max_runtime_mape": 0.3}
+        )
     with pytest.raises(ValueError, match="refusing to promote without a gate"):
         gate_thresholds({"train": {}})
 
