@@ -195,6 +195,33 @@ def test_atomic_write_leaves_nothing_behind_on_failure(tmp_path: Path) -> None:
     assert sorted(p.name for p in target.parent.iterdir()) == ["out.json"]  # no temp file left
 
 
+def test_atomic_write_dir_replaces_or_keeps_a_whole_folder(tmp_path: Path) -> None:
+    from components.atomic import atomic_write_dir
+
+    target = tmp_path / "model"
+
+    def version(text: str):  # noqa: ANN202
+        def write(folder: Path) -> None:
+            (folder / "a.txt").write_text(text)
+            (folder / "b.txt").write_text(text)
+        return write
+
+    atomic_write_dir(target, version("one"))
+    atomic_write_dir(target, version("two"), replace_existing=False)  # a finished copy is kept
+    assert (target / "a.txt").read_text() == "one"
+    atomic_write_dir(target, version("three"))
+    assert {p.name: p.read_text() for p in target.iterdir()} == {"a.txt": "three", "b.txt": "three"}
+
+    def fail(folder: Path) -> None:
+        (folder / "a.txt").write_text("half")
+        raise RuntimeError("killed")
+
+    with pytest.raises(RuntimeError, match="killed"):
+        atomic_write_dir(target, fail)
+    assert (target / "a.txt").read_text() == "three"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["model"]  # no temp folder left
+
+
 # --------------------------------------------------------------------------- model loading
 
 

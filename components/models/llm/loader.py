@@ -9,8 +9,6 @@ from __future__ import annotations
 
 import importlib.util
 import os
-import shutil
-import tempfile
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -70,7 +68,7 @@ def _dequantized_copy(model: PreTrainedModel) -> PreTrainedModel:
 def ensure_embedded_cache(cache_root: Path | None = None) -> Path:
     """De-quantize the GGUF once into a safetensors folder; return that folder.
 
-    Written to a temporary sibling folder and moved into place with ``os.replace`` so that a
+    Written to a temporary sibling folder and moved into place (``components.atomic``) so that a
     concurrent or interrupted writer never leaves a half-written model behind.
     """
     target = embedded_cache_dir(cache_root)
@@ -78,23 +76,20 @@ def ensure_embedded_cache(cache_root: Path | None = None) -> Path:
         return target
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
+    from components.atomic import atomic_write_dir
+
     source = embedded_model_dir()
-    target.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{EMBEDDED_NAME}-", dir=target.parent))
-    try:
+
+    def write(tmp: Path) -> None:
         tokenizer = AutoTokenizer.from_pretrained(str(source), gguf_file=EMBEDDED_GGUF)
         model = _dequantized_copy(AutoModelForCausalLM.from_pretrained(str(source), gguf_file=EMBEDDED_GGUF))
         model.save_pretrained(str(tmp), safe_serialization=True)
         tokenizer.save_pretrained(str(tmp))
-        try:
-            os.replace(tmp, target)
-        except OSError:
-            # Another process won the race and the target exists already: keep theirs.
-            if not (target / "config.json").is_file():
-                raise
-    finally:
-        if tmp.exists():
-            shutil.rmtree(tmp, ignore_errors=True)
+
+    # Another process may win the race: its finished copy is kept.
+    atomic_write_dir(target, write, replace_existing=False)
+    if not (target / "config.json").is_file():
+        raise ModelLoadError(f"{target} exists but holds no de-quantized model; remove it and retry")
     return target
 
 
