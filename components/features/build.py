@@ -19,8 +19,12 @@ import pandas as pd
 from components.features.analytical import analytical_features
 
 KEY_COLUMNS: tuple[str, ...] = (
-    "measurement_id", "kernel_id", "device_id", "source", "family", "op", "dtype", "upstream_file", "run_id",
+    "measurement_id", "kernel_id", "device_id", "source", "family", "op", "dtype", "upstream_file", "upstream_row",
+    "run_id", "program",
 )
+# Labels a published task scores against (Bolet et al.'s rule), carried so every split runs on the
+# feature table alone, without re-joining the canonical tables.
+LABEL_COLUMNS: tuple[str, ...] = ("roofline_class_published",)
 TARGET_COLUMNS: tuple[str, ...] = (
     "duration_us", "achieved_gbps", "gflops", "l1_hit_rate", "l2_hit_rate", "arith_intensity", "roofline_class",
 )
@@ -29,14 +33,14 @@ _INPUT_COLUMNS: tuple[str, ...] = (
     "params_json", "grid_x", "grid_y", "grid_z", "block_x", "block_y", "block_z", "flops", "dram_bytes",
     "fp32_arith_intensity", "fp64_arith_intensity", "int_arith_intensity", "profiler",
 )
-_KERNEL_COLUMNS: tuple[str, ...] = ("kernel_id", "family", "op", "dtype", "shape_json", "name")
+_KERNEL_COLUMNS: tuple[str, ...] = ("kernel_id", "family", "op", "dtype", "shape_json", "name", "program")
 
 
 def _joined(measurements: pd.DataFrame, kernels: pd.DataFrame) -> pd.DataFrame:
     """Measurements with their kernel's family/op/dtype/shape (a left join: a missing kernel keeps its row)."""
     kern = kernels.loc[:, [c for c in _KERNEL_COLUMNS if c in kernels.columns]].drop_duplicates("kernel_id")
     frame = measurements.reset_index(drop=True).merge(kern, on="kernel_id", how="left", validate="many_to_one")
-    for column in ("family", "op", "dtype", "shape_json", "name"):
+    for column in ("family", "op", "dtype", "shape_json", "name", "program"):
         if column not in frame.columns:
             frame[column] = pd.Series([None] * len(frame), dtype="string")
     return frame
@@ -78,7 +82,8 @@ def build_feature_table(measurements: pd.DataFrame, kernels: pd.DataFrame, catal
     ``device_vector`` maps a catalog spec to its features (default: ``components.devices.device_feature_vector``).
     """
     frame = _joined(measurements, kernels)
-    parts = [frame.reindex(columns=list(KEY_COLUMNS)), frame.reindex(columns=list(TARGET_COLUMNS))]
+    parts = [frame.reindex(columns=list(KEY_COLUMNS)), frame.reindex(columns=list(TARGET_COLUMNS)),
+             frame.reindex(columns=list(LABEL_COLUMNS))]
     analytical = analytical_features(frame, catalog)
     note = analytical.pop("feature_note")
     missing_kernel = frame["family"].isna().to_numpy()

@@ -72,10 +72,14 @@ def score(predictor: Any, op: str, shape: dict[str, int], dtype: str, devices: l
     from components.devices import load_catalog
     from components.features.build import build_feature_table
 
+    from components.devices import resolve_spec
+
     catalog = load_catalog()
     try:
-        specs = [catalog.resolve(name) for name in devices]
-    except LookupError as exc:
+        # A catalog name, or a full spec (a spec file's path or a JSON object) for a GPU the catalog lacks.
+        specs = [resolve_spec(name, catalog) for name in devices]
+        catalog = catalog.with_devices([s for s in specs if s.id not in catalog.ids()])
+    except (LookupError, ValueError) as exc:
         raise QueryError(str(exc.args[0] if exc.args else exc)) from exc
     measurements, kernels = query_frames(op, shape, dtype, [s.id for s in specs])
     table = build_feature_table(measurements, kernels, catalog)

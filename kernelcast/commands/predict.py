@@ -16,7 +16,7 @@ from kernelcast.commands._common import UserError, clean_errors, prepared_settin
 def predict_command(
     op: Annotated[str, typer.Option(help="op: gemm, bmm, linear, add, mul, gelu, relu, tanh, softmax, layernorm")],
     shape: Annotated[str, typer.Option(help="sizes, e.g. M=4096,N=4096,K=4096 (bmm adds B; rows ops use B,H)")],
-    device: Annotated[list[str], typer.Option(help="GPU name or alias (repeatable), e.g. H100, MI300X")],
+    device: Annotated[list[str], typer.Option(help="GPU name or alias, or a spec file (.yaml/.json) for a GPU the catalog lacks (repeatable), e.g. H100, MI300X")],
     dtype: Annotated[str, typer.Option(help="fp32 | fp16 | bf16 | fp8")] = "fp32",
     model: Annotated[str, typer.Option(help="models:/kernelcast@champion, a predictor dir, or 'roofline'")] = (
         "models:/kernelcast@champion"),
