@@ -38,6 +38,7 @@ def bolet(
     out: Annotated[Path | None, typer.Option(help="results JSON (default: reports/llm-bolet-<time>.json)")] = None,
 ) -> None:
     """Score (i) profiled, (ii) zero-shot, (iii) few-shot, (iv) fine-tuned on the bolet-roofline test side."""
+    from components.atomic import atomic_write
     from components.models.llm.scenarios import plot_results, run_bolet
 
     chosen = tuple(scenario or ALL_SCENARIOS)
@@ -52,8 +53,8 @@ def bolet(
                   "base": base or "embedded-smollm2-135m", "endpoint": settings.llm_endpoint,
                   "max_tokens": max_tokens, "ft_per_class": ft_per_class, "ft_epochs": ft_epochs,
                   "ft_max_tokens": ft_max_tokens, "results": [asdict(r) for r in results]}
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(json.dumps(report, indent=1, default=str))
+        text = json.dumps(report, indent=1, default=str)
+        atomic_write(path, lambda tmp: tmp.write_text(text))
 
     results = run_bolet(settings, chosen, test_per_class=test_per_class, max_tokens=max_tokens,
                         ft_per_class=ft_per_class, ft_workers=workers, ft_epochs=ft_epochs,

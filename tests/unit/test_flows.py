@@ -267,3 +267,18 @@ def trained_rows(trained) -> set[str]:  # noqa: ANN001
     from components.models import load_predictor
 
     return set(load_predictor(trained.predictor_dir).trained_on)
+
+
+def test_every_deployment_entrypoint_is_a_flow_of_ours() -> None:
+    """infra/prefect.yaml names flows that exist (a removed flow must take its deployment with it)."""
+    import importlib
+
+    import yaml
+    from prefect import Flow
+
+    deployments = yaml.safe_load((PROJECT_ROOT / "infra" / "prefect.yaml").read_text())["deployments"]
+    assert len(deployments) >= 5
+    for deployment in deployments:
+        path, _, name = deployment["entrypoint"].partition(":")
+        module = importlib.import_module(path.removesuffix(".py").replace("/", "."))
+        assert isinstance(getattr(module, name), Flow), deployment["entrypoint"]
