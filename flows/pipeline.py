@@ -4,6 +4,11 @@ DVC owns *what* is versioned and whether a stage must rerun (its deps/params cha
 owns *running* it (ordering, retries, logs, the run history in the UI). Stages that parallelise
 dispatch their work to Ray themselves (validation, features, training). A failed stage can be
 rerun alone: ``kernelcast pipeline --from-stage features``.
+
+Every stage's command (``kernelcast ingest``, ``validate``, ``features``, ``train``, ``evaluate``,
+``promote``) calls the same stage function as the tasks of the per-stage flows
+(``flows/ingest_validate.py``, ``features.py``, ``train.py``, ``evaluate_and_promote.py``); this flow
+runs them through DVC instead, so an unchanged stage is skipped and every output is versioned.
 """
 
 from __future__ import annotations
