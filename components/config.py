@@ -108,8 +108,9 @@ class ParamsError(ValueError):
     """params.yaml is missing, unreadable, or has a key or value its reader does not accept."""
 
 
-# Keys each typed section may hold. ``train`` nests ``tabular`` and ``llm``, whose own readers
-# (``components.models.tabular.TabularConfig``, ``components.training.llm.llm_params``) check them.
+# Keys each typed section may hold. ``train`` nests ``tabular`` and ``llm``, whose keys are the
+# fields of their readers (``components.models.tabular.TabularConfig``; ``LLMConfig`` +
+# ``LLMRunParams`` for ``components.training.llm.llm_params``).
 SECTION_KEYS: dict[str, frozenset[str]] = {
     "ingest": frozenset({"sources"}),
     "validate": frozenset({"bandwidth_tolerance", "flops_tolerance", "arith_intensity_rel_tol",
@@ -141,28 +142,48 @@ def load_params(path: Path | str | None = None) -> dict[str, Any]:
     return params
 
 
+def _nested_section_keys(name: str) -> frozenset[str]:
+    """Keys of a section nested in ``train:``, from the dataclasses that read it (imported only
+    when the section is present)."""
+    from dataclasses import fields
+
+    if name == "tabular":
+        from components.models.tabular import TabularConfig
+
+        return frozenset(f.name for f in fields(TabularConfig))
+    from components.models.llm.encoding import LLMConfig
+    from components.training.llm import LLMRunParams
+
+    return frozenset(f.name for f in (*fields(LLMConfig), *fields(LLMRunParams)))
+
+
 def check_params(params: Mapping[str, Any], source: str = "params.yaml") -> None:
     """Reject unknown keys in every section that has a typed reader (error names the key)."""
     for name, allowed in SECTION_KEYS.items():
         section(params, name, source=source, allowed=allowed)
+    train = section(params, "train", source=source)
+    for nested in ("tabular", "llm"):
+        if train.get(nested) is not None:
+            section(train, nested, source=source, allowed=_nested_section_keys(nested), label=f"train.{nested}")
     ingest_sources(params, source=source)
     register_thresholds(params, source=source)
 
 
 def section(params: Mapping[str, Any], name: str, *, source: str = "params.yaml",
-            allowed: frozenset[str] | set[str] | None = None) -> dict[str, Any]:
+            allowed: frozenset[str] | set[str] | None = None, label: str | None = None) -> dict[str, Any]:
     """``params[name]`` as a dict ({} when absent); ``allowed`` (default: ``SECTION_KEYS``) bounds
-    its keys."""
+    its keys. ``label`` names the section in errors (default ``name``; e.g. ``train.llm``)."""
+    label = label or name
     raw = params.get(name)
     if raw is None:
         return {}
     if not isinstance(raw, Mapping):
-        raise ParamsError(f"{source}: '{name}:' must be a mapping, got {type(raw).__name__}")
+        raise ParamsError(f"{source}: '{label}:' must be a mapping, got {type(raw).__name__}")
     allowed = SECTION_KEYS.get(name) if allowed is None else allowed
     if allowed is not None:
         unknown = sorted(set(raw) - set(allowed))
         if unknown:
-            raise ParamsError(f"{source}: unknown key {name}.{unknown[0]}"
+            raise ParamsError(f"{source}: unknown key {label}.{unknown[0]}"
                               + (f" (and {', '.join(unknown[1:])})" if unknown[1:] else "")
                               + f"; known: {', '.join(sorted(allowed))}")
     return dict(raw)
