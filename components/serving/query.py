@@ -72,6 +72,8 @@ def score(predictor: Any, op: str, shape: dict[str, int], dtype: str, devices: l
     from components.devices import load_catalog
     from components.features.build import build_feature_table
 
+    import pandas as pd
+
     from components.devices import resolve_spec
 
     catalog = load_catalog()
@@ -95,7 +97,8 @@ def score(predictor: Any, op: str, shape: dict[str, int], dtype: str, devices: l
         result: dict[str, Any] = {"device": spec.id, "device_name": spec.name}
         for column, value in row.items():
             if str(column).startswith("pred_"):
-                result[str(column)[5:]] = value if isinstance(value, str) else (
-                    None if value is None or (isinstance(value, float) and math.isnan(value)) else float(value))
+                # Strings (class, note) as they are; missing values (None, NaN, pd.NA) as None.
+                missing = value is None or value is pd.NA or (isinstance(value, float) and math.isnan(value))
+                result[str(column)[5:]] = None if missing else (value if isinstance(value, str) else float(value))
         results.append(result)
     return results

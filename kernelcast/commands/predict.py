@@ -41,3 +41,10 @@ def predict_command(
         cells = [r.get(k) for k in keys]
         typer.echo(f"{r['device']:<16}" + "".join(
             f"{c:>18}" if isinstance(c, str) or c is None else f"{c:>18.4g}" for c in cells))
+    # What the numbers cannot claim: a query outside the training data, a dtype the GPU emulates.
+    for r in results:
+        if r.get("ood"):
+            typer.echo(f"note: {r['device']}: the query lies outside the shapes this model was trained on; "
+                       "the interval is the wider out-of-range one")
+        if r.get("note"):
+            typer.echo(f"note: {r['device']}: {r['note']}")
