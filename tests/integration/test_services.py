@@ -200,18 +200,20 @@ def test_our_gx_suite_names_the_bad_rows_of_real_measurements(kc_home: Path) -> 
     catalog = load_catalog()
     measurements, kernels = real_excerpt()
     device_ids = sorted(str(i) for i in catalog.ids())
-    expectations = measurement_expectations(device_ids, Tolerances.from_params(PARAMS))
+
+    def expectations() -> list:  # a GX expectation belongs to one suite: a fresh set per run
+        return measurement_expectations(device_ids, Tolerances.from_params(PARAMS))
 
     checked = add_check_columns(measurements, catalog, kernels)
-    failing, outcomes = run_suite(checked, expectations, "measurements")
-    assert failing == {} and all(o.success for o in outcomes) and len(outcomes) == len(expectations)
+    failing, outcomes = run_suite(checked, expectations(), "measurements")
+    assert failing == {} and all(o.success for o in outcomes) and len(outcomes) == len(expectations())
 
     bad = measurements.copy()
     bad.loc[1, "duration_us"] = -4.0
     bad.loc[4, "l2_hit_rate"] = 1.7
     bad.loc[5, "device_id"] = "no-such-gpu"
     bad.loc[7, "measurement_id"] = bad.loc[8, "measurement_id"]
-    failing, outcomes = run_suite(add_check_columns(bad, catalog, kernels), expectations, "measurements")
+    failing, outcomes = run_suite(add_check_columns(bad, catalog, kernels), expectations(), "measurements")
     found = {name: sorted(int(r) for r in rows) for name, rows in failing.items()}
     assert found["duration_us_positive"] == [1]
     assert found["l2_hit_rate_in_0_1"] == [4]
