@@ -40,6 +40,7 @@ def evaluate_and_promote_flow(
     out_file: str | None = None,
     split: str = "unseen-kernel",
     promotion_report: str | None = None,
+    features_file: str | None = None,
 ) -> dict[str, Any]:
     """Evaluate the predictor a ``registration.json`` names on ``split``, then promote its version.
 
@@ -56,7 +57,14 @@ def evaluate_and_promote_flow(
     registration = read_registration(Path(registration_file))
     out = Path(out_file) if out_file else settings.data_dir / "eval" / f"{registration.family}-{split}.json"
     evaluated = evaluate_task(
-        EvaluateInputs(model=registration.predictor_dir, out_file=out, split=split), settings, params
+        EvaluateInputs(
+            model=registration.predictor_dir,
+            out_file=out,
+            split=split,
+            features_file=Path(features_file) if features_file else None,
+        ),
+        settings,
+        params,
     )
     promoted = promote_task(
         PromoteInputs(
