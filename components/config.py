@@ -6,7 +6,10 @@ local Ray, MLflow sqlite store, DVC local remote) is replaced by configuration a
 
 ``params.yaml`` is read by ``load_params`` only. Sections with a typed reader here (``ingest``,
 ``validate``, ``features``, ``train``, ``register``) reject unknown keys with an error naming the
-key, so a typo never silently falls back to a default.
+key, so a typo never silently falls back to a default. ``train.tabular`` and ``train.llm`` are
+checked by their own readers (``TabularConfig.from_params``, ``components.training.llm.llm_params``):
+this module sits at the bottom of the import graph and imports nothing from models, training,
+evaluation or registry, so a stage's code deps stay what its command really runs.
 """
 
 from __future__ import annotations
@@ -108,9 +111,10 @@ class ParamsError(ValueError):
     """params.yaml is missing, unreadable, or has a key or value its reader does not accept."""
 
 
-# Keys each typed section may hold. ``train`` nests ``tabular`` and ``llm``, whose keys are the
-# fields of their readers (``components.models.tabular.TabularConfig``; ``LLMConfig`` +
-# ``LLMRunParams`` for ``components.training.llm.llm_params``).
+# Keys each typed section may hold. ``train`` nests ``tabular`` and ``llm``, whose keys their own
+# readers check (``components.models.tabular.TabularConfig.from_params``;
+# ``components.training.llm.llm_params``): importing them here would make every command -- and
+# every DVC stage -- depend on the model code.
 SECTION_KEYS: dict[str, frozenset[str]] = {
     "ingest": frozenset({"sources"}),
     "validate": frozenset({"bandwidth_tolerance", "flops_tolerance", "arith_intensity_rel_tol",
@@ -142,29 +146,16 @@ def load_params(path: Path | str | None = None) -> dict[str, Any]:
     return params
 
 
-def _nested_section_keys(name: str) -> frozenset[str]:
-    """Keys of a section nested in ``train:``, from the dataclasses that read it (imported only
-    when the section is present)."""
-    from dataclasses import fields
-
-    if name == "tabular":
-        from components.models.tabular import TabularConfig
-
-        return frozenset(f.name for f in fields(TabularConfig))
-    from components.models.llm.encoding import LLMConfig
-    from components.training.llm import LLMRunParams
-
-    return frozenset(f.name for f in (*fields(LLMConfig), *fields(LLMRunParams)))
-
-
 def check_params(params: Mapping[str, Any], source: str = "params.yaml") -> None:
-    """Reject unknown keys in every section that has a typed reader (error names the key)."""
+    """Reject unknown keys in every section that has a typed reader (error names the key).
+
+    ``train.tabular`` / ``train.llm`` are only checked to be mappings here; their keys are checked
+    by their readers when a stage reads them."""
     for name, allowed in SECTION_KEYS.items():
         section(params, name, source=source, allowed=allowed)
     train = section(params, "train", source=source)
     for nested in ("tabular", "llm"):
-        if train.get(nested) is not None:
-            section(train, nested, source=source, allowed=_nested_section_keys(nested), label=f"train.{nested}")
+        section(train, nested, source=source, allowed=None, label=f"train.{nested}")
     ingest_sources(params, source=source)
     register_thresholds(params, source=source)
 

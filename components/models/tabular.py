@@ -116,10 +116,28 @@ class TabularConfig:
 
     @classmethod
     def from_params(cls, params: dict[str, Any], **overrides: Any) -> TabularConfig:
-        """Config from params.yaml's ``train:`` (or ``train: tabular:``) section plus overrides."""
+        """Config from params.yaml's ``train:`` merged with ``train: tabular:`` (which wins), plus overrides.
+
+        ``train:`` also holds keys other readers own (bench caps, families; checked by
+        ``components.config``), so only its keys naming a field are taken. Every key under
+        ``train.tabular:`` must name a field: an unknown one is a ``ParamsError`` (a ValueError)
+        naming it, so a typo never silently falls back to a default.
+        """
+        from dataclasses import fields
+
+        from components.config import ParamsError
+
         section = dict(params.get("train", params) or {})
-        section.update(section.pop("tabular", {}) or {})
-        known = {f for f in cls.__dataclass_fields__}
+        tabular = section.pop("tabular", None) or {}
+        if not isinstance(tabular, dict):
+            raise ParamsError(f"params.yaml train.tabular: must be a mapping, got {type(tabular).__name__}")
+        known = {f.name for f in fields(cls)}
+        unknown = sorted(str(k) for k in set(tabular) - known)
+        if unknown:
+            raise ParamsError(f"params.yaml train.tabular: unknown key {unknown[0]!r}"
+                              + (f" (and {', '.join(map(repr, unknown[1:]))})" if unknown[1:] else "")
+                              + f" (known: {', '.join(sorted(known))})")
+        section.update(tabular)
         values = {k: v for k, v in section.items() if k in known}
         values.update({k: v for k, v in overrides.items() if v is not None})
         return cls(**values)

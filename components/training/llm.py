@@ -266,14 +266,15 @@ def llm_params(params: dict[str, Any]) -> tuple[Any, LLMRunParams]:
     from components.models.llm.model import LLMConfig
 
     train = section(params, "train")
-    raw = dict(train.get("llm") or {})
+    raw = section(train, "llm", allowed=None, label="train.llm")
     run_keys = {f.name for f in fields(LLMRunParams)}
-    run = LLMRunParams(**{key: raw.pop(key) for key in list(raw) if key in run_keys})
     config_keys = {f.name for f in fields(LLMConfig)}
-    unknown = sorted(set(raw) - config_keys)
+    unknown = sorted(str(key) for key in set(raw) - config_keys - run_keys)
     if unknown:
-        raise ParamsError(f"params.yaml train.llm: unknown key(s) {unknown}; "
-                         f"known: {sorted(config_keys | run_keys)}")
+        raise ParamsError(f"params.yaml train.llm: unknown key {unknown[0]!r}"
+                          + (f" (and {', '.join(map(repr, unknown[1:]))})" if unknown[1:] else "")
+                          + f" (known: {', '.join(sorted(config_keys | run_keys))})")
+    run = LLMRunParams(**{key: raw.pop(key) for key in list(raw) if key in run_keys})
     if raw.get("base") in ("", "embedded"):
         raw["base"] = None  # the embedded SmolLM2-135M wheel
     raw.setdefault("seed", int(train.get("seed", 0)))

@@ -131,6 +131,25 @@ def test_bad_model_name_is_a_value_error() -> None:
         TabularConfig(model="xgb")
 
 
+def test_from_params_refuses_an_unknown_train_tabular_key() -> None:
+    with pytest.raises(ValueError, match=r"params.yaml train.tabular: unknown key 'n_estimator' \(known: .*n_estimators"):
+        TabularConfig.from_params({"train": {"tabular": {"model": "lgbm", "n_estimator": 3}}})
+    with pytest.raises(ValueError, match="train.tabular: must be a mapping, got list"):
+        TabularConfig.from_params({"train": {"tabular": [1, 2]}})
+
+
+def test_from_params_merges_train_with_tabular_and_skips_other_readers_keys() -> None:
+    import yaml
+
+    params = {"train": {"seed": 3, "families": ["tabular"], "bench_max_train_rows": 10, "bench_min_gpu_rows": 5,
+                        "tabular": {"n_estimators": 7, "seed": 4}}}
+    config = TabularConfig.from_params(params, max_train_rows=99, model=None)
+    assert (config.seed, config.n_estimators, config.max_train_rows, config.model) == (4, 7, 99, "lgbm")
+    assert TabularConfig.from_params({"train": {"seed": 5}}).seed == 5  # train: alone still reaches the config
+    project = TabularConfig.from_params(yaml.safe_load((PROJECT_ROOT / "params.yaml").read_text()))
+    assert project.n_estimators == 400 and project.seed == 17
+
+
 def test_out_of_scope_families_are_not_trained_on_nor_guessed(fitted: TabularPredictor, sides) -> None:
     _, test = sides
     relabelled = test.head(20).copy()

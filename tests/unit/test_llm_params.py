@@ -24,8 +24,10 @@ def test_missing_section_gives_defaults_and_hub_ids_pass_through() -> None:
 
 
 def test_unknown_key_is_named() -> None:
-    with pytest.raises(ValueError, match=r"train.llm: unknown key\(s\) \['lora_rank'\]"):
+    with pytest.raises(ValueError, match=r"params.yaml train.llm: unknown key 'lora_rank' \(known: .*lora_r, "):
         llm_params({"train": {"llm": {"lora_rank": 8}}})
+    with pytest.raises(ValueError, match="'train.llm:' must be a mapping, got list"):
+        llm_params({"train": {"llm": [1, 2]}})
 
 
 def test_log_runtime_answers_round_trip_and_clamp() -> None:
