@@ -1,7 +1,7 @@
 """Choose the tabular model's features, learner and size on the TRAIN side only, holding out whole GPUs.
 
     .venv/bin/python benchmarks/model_selection.py --features .kernelcast/data/features/features.parquet \
-        --split unseen-kernel --split neusight --out benchmarks/results/model_selection.json
+        --split unseen-kernel --split neusight [--candidates refine] --out benchmarks/results/model_selection.json
 
 For each split, its train side (never its test side) is cut into leave-one-GPU-out folds: the
 fastest training GPU, the highest-bandwidth one and two more by hash
@@ -26,7 +26,7 @@ def main() -> int:
 
     from components.config import load_params
     from components.evaluation.splits import make_split
-    from components.models.selection import report_json, select
+    from components.models.selection import CANDIDATE_SETS, report_json, select
     from components.models.tabular import TabularConfig
 
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
@@ -34,6 +34,8 @@ def main() -> int:
     parser.add_argument("--split", action="append", default=None, help="whose train side (repeatable)")
     parser.add_argument("--out", type=Path, default=None)
     parser.add_argument("--max-train-rows", type=int, default=40000)
+    parser.add_argument("--candidates", choices=("broad", "refine"), default="broad",
+                        help="broad: feature sets, normalisers, learners; refine: around the broad winner")
     args = parser.parse_args()
     if not args.features.is_file():
         print(f"error: --features {args.features}: no such file (run `kernelcast features build`)", file=sys.stderr)
@@ -43,7 +45,7 @@ def main() -> int:
     results = {}
     for split in args.split or ["unseen-kernel"]:
         fold = make_split(table, split)[0]
-        report = select(table.loc[fold.train], base, max_train_rows=args.max_train_rows,
+        report = select(table.loc[fold.train], base, CANDIDATE_SETS[args.candidates], max_train_rows=args.max_train_rows,
                         log=lambda line, s=split: print(f"[{s}] {line}", flush=True))
         results[split] = json.loads(report_json(report))
         print(f"[{split}] held out {', '.join(report.folds)}; chosen: {report.chosen} ({report.seconds:.0f} s)")

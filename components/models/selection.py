@@ -38,7 +38,6 @@ PER_SM = ("t_flops_per_sm", "t_bytes_per_sm", "f_active_sm_fraction", "f_sm_imba
 DEFAULT_CANDIDATES: tuple[Candidate, ...] = (
     Candidate("absolute", {"feature_set": "absolute"}),
     Candidate("transfer", {"feature_set": "transfer"}),
-    Candidate("transfer-unconstrained", {"feature_set": "transfer", "monotone": False}),
     Candidate("transfer-kernel", {"feature_set": "transfer", "transfer_exclude": DEVICE_LEVEL}),
     Candidate("transfer-kernel-unconstrained", {"feature_set": "transfer", "transfer_exclude": DEVICE_LEVEL,
                                                 "monotone": False}),
@@ -47,9 +46,20 @@ DEFAULT_CANDIDATES: tuple[Candidate, ...] = (
                                          "runtime_normaliser": "pipes"}),
     Candidate("transfer-minimal-no-floor", {"feature_set": "transfer", "transfer_exclude": DEVICE_LEVEL + PER_SM,
                                             "launch_floor": False}),
+    # sklearn's MLP on 2 cores: a capped number of epochs keeps the protocol under an hour.
     Candidate("transfer-minimal-mlp", {"feature_set": "transfer", "transfer_exclude": DEVICE_LEVEL + PER_SM,
-                                       "model": "mlp"}),
+                                       "model": "mlp", "mlp_max_iter": 60}),
 )
+_WINNER = {"feature_set": "transfer", "transfer_exclude": DEVICE_LEVEL + PER_SM, "runtime_normaliser": "pipes"}
+# Round 2: around round 1's winner (lowest mean of the two train sides' medians), its constraints
+# and tree size.
+REFINE_CANDIDATES: tuple[Candidate, ...] = (
+    Candidate("transfer-minimal-pipes", dict(_WINNER)),
+    Candidate("transfer-minimal-pipes-unconstrained", {**_WINNER, "monotone": False}),
+    Candidate("transfer-minimal-pipes-small-trees", {**_WINNER, "num_leaves": 31, "min_child_samples": 50}),
+    Candidate("transfer-minimal-pipes-large-trees", {**_WINNER, "num_leaves": 127, "n_estimators": 800}),
+)
+CANDIDATE_SETS: dict[str, tuple[Candidate, ...]] = {"broad": DEFAULT_CANDIDATES, "refine": REFINE_CANDIDATES}
 
 
 @dataclass

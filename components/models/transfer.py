@@ -37,7 +37,7 @@ DEVICE_COUNT_COLUMNS: tuple[str, ...] = (
 # Derived here from the columns above (all dimensionless or per-SM).
 DERIVED_COLUMNS: tuple[str, ...] = (
     "t_flops_per_sm", "t_bytes_per_sm", "t_l2_over_dram_bytes", "t_footprint_over_l2",
-    "t_footprint_over_llc", "t_sfu_per_flop", "t_tensor_share", "t_base_over_boost_clock",
+    "t_footprint_over_llc", "t_sfu_per_flop", "t_tensor_share", "t_flops_per_cta", "t_base_over_boost_clock",
     "t_tdp_w_per_peak_tflops",
 )
 # Direction of each input's effect on the learned slowdown (time over roofline), from physics: busier
@@ -47,7 +47,7 @@ DERIVED_COLUMNS: tuple[str, ...] = (
 # GPU for one kernel) on memorising each training GPU's offset -- which does not transfer.
 MONOTONE: dict[str, int] = {
     "f_wave_efficiency": -1, "f_active_sm_fraction": -1, "f_sm_imbalance": 1,
-    "t_flops_per_sm": -1, "t_bytes_per_sm": -1, "t_footprint_over_l2": 1, "t_footprint_over_llc": 1,
+    "t_flops_per_sm": -1, "t_bytes_per_sm": -1, "t_flops_per_cta": -1, "t_footprint_over_l2": 1, "t_footprint_over_llc": 1,
     "t_base_over_boost_clock": -1, "t_tdp_w_per_peak_tflops": -1,
 }
 # Columns used to flag a query as outside the training data (per family ranges).
@@ -83,6 +83,8 @@ def derived_features(frame: pd.DataFrame) -> pd.DataFrame:
         "t_footprint_over_llc": _ratio(dram, llc_capacity),
         "t_sfu_per_flop": _ratio(_col(frame, "f_sfu_ops"), flops),
         "t_tensor_share": _ratio(_col(frame, "f_tensor_flops"), flops),
+        # Work per CTA (for a GEMM tile: 2 x tile area x K): long K-loops amortise prologue/epilogue.
+        "t_flops_per_cta": _ratio(flops, _col(frame, "f_ctas")),
         # How far below its boost clock a GPU sustains under load: power-capped inference cards
         # (P4, T4, L4) rated at a low base clock reach a small share of their spec-sheet peak.
         "t_base_over_boost_clock": _ratio(_col(frame, "dev_base_clock_mhz"), _col(frame, "dev_boost_clock_mhz")),
