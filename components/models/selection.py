@@ -59,6 +59,10 @@ REFINE_CANDIDATES: tuple[Candidate, ...] = (
     Candidate("transfer-minimal-pipes-small-trees", {**_WINNER, "num_leaves": 31, "min_child_samples": 50}),
     Candidate("transfer-minimal-pipes-large-trees", {**_WINNER, "num_leaves": 127, "n_estimators": 800}),
 )
+_DEFAULTS = TabularConfig()
+SEARCHED_DEFAULTS: dict[str, Any] = {name: getattr(_DEFAULTS, name) for name in (
+    "model", "feature_set", "runtime_normaliser", "transfer_exclude", "monotone", "launch_floor", "num_leaves",
+    "min_child_samples", "n_estimators", "mlp_max_iter")}
 CANDIDATE_SETS: dict[str, tuple[Candidate, ...]] = {"broad": DEFAULT_CANDIDATES, "refine": REFINE_CANDIDATES}
 
 
@@ -122,7 +126,9 @@ def select(train: pd.DataFrame, base: TabularConfig, candidates: Sequence[Candid
         raise ValueError("no training GPU has enough rows to hold out; cannot run the selection protocol")
     report = SelectionReport(folds=held)
     for candidate in candidates:
-        config = replace(base, **candidate.overrides, max_train_rows=max_train_rows)
+        # Every searched field starts from the code default, not from params.yaml (which holds the
+        # last winner), so a candidate means the same thing in every run.
+        config = replace(base, **{**SEARCHED_DEFAULTS, **candidate.overrides}, max_train_rows=max_train_rows)
         per_gpu: dict[str, float] = {}
         for device in held:
             on_device = scope["device_id"].astype(str) == device
