@@ -63,7 +63,17 @@ _DEFAULTS = TabularConfig()
 SEARCHED_DEFAULTS: dict[str, Any] = {name: getattr(_DEFAULTS, name) for name in (
     "model", "feature_set", "runtime_normaliser", "transfer_exclude", "monotone", "launch_floor", "num_leaves",
     "min_child_samples", "n_estimators", "mlp_max_iter")}
-CANDIDATE_SETS: dict[str, tuple[Candidate, ...]] = {"broad": DEFAULT_CANDIDATES, "refine": REFINE_CANDIDATES}
+_CHOSEN = {**_WINNER, "num_leaves": 31, "min_child_samples": 50}
+# Round 3: the refine winner against an overlapping-pipes normaliser, with the PipeWeave train side
+# (two GPUs) in the protocol too.
+OVERLAP_CANDIDATES: tuple[Candidate, ...] = (
+    Candidate("transfer-minimal-pipes-small-trees", dict(_CHOSEN)),
+    Candidate("transfer-minimal-overlap-small-trees", {**_CHOSEN, "runtime_normaliser": "pipes-overlap"}),
+    Candidate("transfer-kernel-overlap-small-trees", {**_CHOSEN, "runtime_normaliser": "pipes-overlap",
+                                                      "transfer_exclude": DEVICE_LEVEL}),
+)
+CANDIDATE_SETS: dict[str, tuple[Candidate, ...]] = {"broad": DEFAULT_CANDIDATES, "refine": REFINE_CANDIDATES,
+                                                    "overlap": OVERLAP_CANDIDATES}
 
 
 @dataclass
