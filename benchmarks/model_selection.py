@@ -34,8 +34,8 @@ def main() -> int:
     parser.add_argument("--split", action="append", default=None, help="whose train side (repeatable)")
     parser.add_argument("--out", type=Path, default=None)
     parser.add_argument("--max-train-rows", type=int, default=40000)
-    parser.add_argument("--candidates", choices=("broad", "refine", "overlap"), default="broad",
-                        help="broad: feature sets, normalisers, learners; refine: around the broad winner; overlap: p-norm pipes normaliser")
+    parser.add_argument("--candidates", choices=("broad", "refine", "overlap", "l2"), default="broad",
+                        help="broad: feature sets, normalisers, learners; refine: around the broad winner; overlap: p-norm pipes normaliser; l2: pipes vs roofline after the L2 fallback fix")
     args = parser.parse_args()
     if not args.features.is_file():
         print(f"error: --features {args.features}: no such file (run `kernelcast features build`)", file=sys.stderr)

@@ -72,8 +72,16 @@ OVERLAP_CANDIDATES: tuple[Candidate, ...] = (
     Candidate("transfer-kernel-overlap-small-trees", {**_CHOSEN, "runtime_normaliser": "pipes-overlap",
                                                       "transfer_exclude": DEVICE_LEVEL}),
 )
+# Round 4, with an L2-bandwidth fallback of max(2 x DRAM, SMs x clock x 16 (Hopper 32) B) in place
+# of 2 x DRAM (GDDR parts such as L4 look L2-bound on every tiled GEMM under the latter): pipes vs
+# roofline. It lost on the train sides to the 2 x DRAM fallback (pipes 32.4 / 28.8 / 27.5% against
+# 31.6 / 25.6 / 27.5%; L4 held out 31.2% against 25.1%), so the fallback stayed as it was.
+L2_CANDIDATES: tuple[Candidate, ...] = (
+    Candidate("transfer-minimal-pipes-small-trees", dict(_CHOSEN)),
+    Candidate("transfer-minimal-roofline-small-trees", {**_CHOSEN, "runtime_normaliser": "roofline"}),
+)
 CANDIDATE_SETS: dict[str, tuple[Candidate, ...]] = {"broad": DEFAULT_CANDIDATES, "refine": REFINE_CANDIDATES,
-                                                    "overlap": OVERLAP_CANDIDATES}
+                                                    "overlap": OVERLAP_CANDIDATES, "l2": L2_CANDIDATES}
 
 
 @dataclass
