@@ -124,7 +124,7 @@ def runtime_normaliser(frame: pd.DataFrame, which: str) -> np.ndarray:
 
 
 def launch_floors(frame: pd.DataFrame, duration: np.ndarray, min_rows: int = 50) -> dict[str, float]:
-    """Launch/latency floors in µs, per ``source|family`` and per ``family`` (the lowest source's).
+    """Launch/latency floors in µs, per ``source|family``, and ``*`` for a source never seen.
 
     Why: a launch costs the same few µs on every GPU, so tiny kernels do not speed up on a faster
     one; how much fixed cost a measurement carries depends on how it was timed (NeuSight's PyTorch
@@ -132,7 +132,7 @@ def launch_floors(frame: pd.DataFrame, duration: np.ndarray, min_rows: int = 50)
     kernel timings ~3-5 µs). So the floor is estimated per source and family: 0.9 x the 10th-
     percentile runtime of the rows with the smallest roofline times (the lowest 5%), when those
     are overhead-dominated (roofline time under half that runtime), else 0. A query from no known
-    source gets its family's lowest floor: a kernel's own launch cost. A constant added to the
+    source gets the lowest floor of all: a kernel's own launch cost. A constant added to the
     scaled roofline time keeps the composition monotone in the GPU's peaks.
     """
     roof = _col(frame, "f_roofline_time_us")
@@ -148,21 +148,25 @@ def launch_floors(frame: pd.DataFrame, duration: np.ndarray, min_rows: int = 50)
         runtime = float(np.quantile(duration[smallest], 0.10))
         overhead_dominated = float(np.median(roof[smallest])) < 0.5 * runtime
         floors[f"{source}|{family}"] = 0.9 * runtime if overhead_dominated else 0.0
-    for family in sorted(set(families[ok])):
-        per_source = [v for k, v in floors.items() if k.endswith(f"|{family}")]
-        if per_source:
-            floors[family] = min(per_source)
+    # A measurement from no known source (a user's query, a new profiler): a bare kernel launch,
+    # the lowest floor any source shows -- not NeuSight's framework overhead for the same family.
+    positive = [v for v in floors.values() if v > 0]
+    if positive:
+        floors[UNKNOWN_SOURCE_FLOOR] = min(positive)
     return floors
 
 
+UNKNOWN_SOURCE_FLOOR = "*"
+
+
 def floor_of(frame: pd.DataFrame, floors: dict[str, float]) -> np.ndarray:
-    """Each row's floor: its source and family's, else its family's, else 0."""
+    """Each row's floor: its source and family's, else a bare kernel launch's (the lowest), else 0."""
     if not floors or "family" not in frame.columns:
         return np.zeros(len(frame))
     family = frame["family"].astype(str)
     source = frame["source"].astype(str) if "source" in frame.columns else pd.Series("", index=frame.index)
     by_source = (source + "|" + family).map(floors)
-    return by_source.fillna(family.map(floors)).fillna(0.0).to_numpy(dtype="float64")
+    return by_source.fillna(floors.get(UNKNOWN_SOURCE_FLOOR, 0.0)).to_numpy(dtype="float64")
 
 
 def ood_ranges(frame: pd.DataFrame, transfer: pd.DataFrame, lo: float = 0.005, hi: float = 0.995

@@ -139,3 +139,20 @@ def test_launch_floor_comes_from_the_smallest_kernels(fitted: TabularPredictor, 
         source, family = key.split("|")
         runtimes = train_table.loc[(train_table["source"] == source) & (train_table["family"] == family), "duration_us"]
         assert 0 <= floor < runtimes.min()
+
+
+def test_a_query_from_no_known_source_gets_a_bare_launch_floor() -> None:
+    """A user's query carries no source's timing overhead (NeuSight's eager calls: ~25 us)."""
+    from components.models.transfer import UNKNOWN_SOURCE_FLOOR, floor_of, launch_floors
+
+    rows = []
+    for source, overhead in (("neusight", 25.0), ("pipeweave", 4.0)):
+        for i in range(200):
+            rows.append({"source": source, "family": "elementwise" if source == "neusight" else "gemm",
+                         "f_roofline_time_us": 0.01 * (i + 1), "duration_us": overhead + 0.01 * (i + 1)})
+    frame = pd.DataFrame(rows)
+    floors = launch_floors(frame, frame["duration_us"].to_numpy())
+    assert 20 < floors["neusight|elementwise"] < 25 and 3 < floors["pipeweave|gemm"] < 4
+    assert floors[UNKNOWN_SOURCE_FLOOR] == floors["pipeweave|gemm"]
+    query = pd.DataFrame([{"source": "query", "family": "elementwise"}, {"source": "neusight", "family": "elementwise"}])
+    np.testing.assert_allclose(floor_of(query, floors), [floors["pipeweave|gemm"], floors["neusight|elementwise"]])
