@@ -24,6 +24,36 @@ FAMILY_OF_OP: dict[str, tuple[str, str]] = {
 }
 
 
+# Per family: the sets of dimensions a query may give (any one set, complete, and nothing else),
+# as the analytical formulas read them. Why: a missing dimension leaves the op without a formula
+# -- a query without K would get no answer, or a guess, instead of an error naming K.
+SHAPE_DIMS: dict[str, tuple[tuple[str, ...], ...]] = {
+    "gemm": (("M", "N", "K"), ("B", "M", "N", "K")),
+    "linear": (("M", "N", "K"), ("B", "M", "N", "K")),
+    "bmm": (("B", "M", "N", "K"),),
+    "elementwise": (("N",), ("B", "H")),  # numel, or rows x columns
+    "softmax": (("B", "H"),),
+    "layernorm": (("B", "H"),),
+    "rmsnorm": (("B", "H"),),
+}
+
+
+def check_shape(op: str, shape: dict[str, int]) -> None:
+    """A QueryError naming the missing or unknown dimensions of ``op``'s shape, with the accepted sets."""
+    options = SHAPE_DIMS[FAMILY_OF_OP[op][0]]
+    if any(set(shape) == set(dims) for dims in options):
+        return
+    # Name the problems against the closest accepted set (most dimensions in common).
+    closest = max(options, key=lambda dims: (len(set(dims) & set(shape)), -len(dims)))
+    missing = [d for d in closest if d not in shape]
+    unknown = sorted(d for d in shape if not any(d in dims for dims in options))
+    extra = sorted(d for d in shape if d not in closest and d not in unknown)
+    problems = ([f"missing {', '.join(missing)}"] if missing else []) + (
+        [f"unknown {', '.join(unknown)}"] if unknown else []) + ([f"{', '.join(extra)} does not go with {', '.join(d for d in closest if d in shape)}"] if extra else [])
+    accepted = " or ".join(", ".join(dims) for dims in options)
+    raise QueryError(f"--shape for --op {op}: {'; '.join(problems)}; {op} takes {accepted}")
+
+
 def parse_shape(text: str) -> dict[str, int]:
     """``M=4096,N=4096,K=4096`` -> {"M": 4096, ...}; a clear error names the bad item."""
     shape: dict[str, int] = {}
@@ -45,6 +75,7 @@ def query_frames(op: str, shape: dict[str, int], dtype: str, device_ids: list[st
 
     if op not in FAMILY_OF_OP:
         raise QueryError(f"--op {op!r}: choose one of {', '.join(sorted(FAMILY_OF_OP))}")
+    check_shape(op, shape)
     family, op_name = FAMILY_OF_OP[op]
     shape_json = canonical_json(shape)
     kernel_id = stable_id("query", family, op_name, dtype, shape_json)

@@ -37,8 +37,13 @@ def evaluate_command(
         check_inputs(inputs)
     except ValueError as exc:
         raise UserError(str(exc)) from None
+    from components.ingest.base import IngestError
+
     settings = prepared_settings()
-    result = evaluate_stage(inputs, settings, load_params(settings.params_file))
+    try:
+        result = evaluate_stage(inputs, settings, load_params(settings.params_file))
+    except IngestError as exc:  # --from names a folder that is not the source's upstream layout
+        raise UserError(str(exc)) from None
     report = result.report
     if result.ingested_rows is not None:
         typer.echo(f"{source}: {result.ingested_rows} rows ingested "

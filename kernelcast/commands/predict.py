@@ -40,7 +40,7 @@ def predict_command(
     for r in results:
         cells = [r.get(k) for k in keys]
         typer.echo(f"{r['device']:<16}" + "".join(
-            f"{c:>18}" if isinstance(c, str) or c is None else f"{c:>18.4g}" for c in cells))
+            f"{c:>18}" if isinstance(c, str) else f"{'-':>18}" if c is None else f"{c:>18.4g}" for c in cells))
     # What the numbers cannot claim: a query outside the training data, a dtype the GPU emulates.
     for r in results:
         if r.get("ood"):

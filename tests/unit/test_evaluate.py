@@ -145,6 +145,9 @@ def test_plots_are_written(tmp_path: Path) -> None:
     (["evaluate", "--model", "x", "--out", "r.json", "--source", "neusight"], "--source and --from"),
     (["evaluate", "--model", "x", "--out", "r.json", "--split", "nope"], "unknown split"),
     (["evaluate", "--model", "/no/such/dir", "--out", "r.json", "--features", "/no/such.parquet"], "not found"),
+    # A --from folder that is not the source's upstream layout (here: empty).
+    (["evaluate", "--model", "roofline", "--out", "r.json", "--source", "pipeweave", "--from", "."],
+     "source directory not found"),
     (["train", "--family", "gpt"], "--family must be one of"),
     (["train", "--split", "nope"], "unknown split"),
     (["bench", "accuracy", "--split", "nope"], "unknown split"),

@@ -60,3 +60,16 @@ def test_query_rows_carry_the_shapes_an_llm_prompt_reads() -> None:
     assert recorder.seen["f_flops"].notna().all()  # still the feature rows, in device order
     text = row_prompt(recorder.seen.iloc[1], load_catalog(), LLMConfig(max_tokens=400), None)
     assert '"M": 64' in text and '"N": 48' in text and "A100" in text and "bmm" in text
+
+
+@pytest.mark.parametrize(("shape", "fragments"), [
+    ("M=64,N=64", ("missing K", "M, N, K")),
+    ("N=1000,Q=3", ("unknown Q",)),
+])
+def test_a_shape_missing_or_adding_a_dimension_is_a_one_line_error(shape: str, fragments: tuple[str, ...], tmp_path,
+                                                                    monkeypatch) -> None:
+    monkeypatch.setenv("KERNELCAST_HOME", str(tmp_path))
+    op = "gemm" if "M=" in shape else "add"
+    result = CliRunner().invoke(app, ["predict", "--op", op, "--shape", shape, "--device", "H100", "--model", "roofline"])
+    assert result.exit_code == 2, result.output
+    assert "Traceback" not in result.output and all(f in result.output for f in fragments), result.output
