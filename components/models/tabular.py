@@ -356,11 +356,12 @@ class TabularPredictor:
                     traffic = bytes_min * ratio
                     out["pred_achieved_gbps"] = traffic / (runtime * 1e3)
                     out["pred_arith_intensity"] = flops / traffic
+            ood = self._ood(features)
             if self.conformal:
-                spread = np.exp(self._interval_q_log(features, x))
+                spread = np.exp(self._interval_q_log(features, ood))
                 out["pred_duration_us_lo"] = runtime / spread
                 out["pred_duration_us_hi"] = runtime * spread
-            out["pred_ood"] = self._ood(features).astype("float64")
+            out["pred_ood"] = ood.astype("float64")
         for target in sorted(FRACTION_TARGETS):
             if target in self.models:
                 out[f"pred_{target}"] = self._predict_target(target, features, x)
@@ -375,7 +376,7 @@ class TabularPredictor:
             return np.zeros(len(features), dtype=bool)
         return transfer.ood_flags(features, transfer.transfer_frame(features, self._static_columns()), self.ood)
 
-    def _interval_q_log(self, features: pd.DataFrame, x: np.ndarray) -> np.ndarray:
+    def _interval_q_log(self, features: pd.DataFrame, ood: np.ndarray) -> np.ndarray:
         """Mondrian conformal: the family's quantile; an out-of-range query gets the wider OOD one."""
         q_global = float(self.conformal["q_log"])
         by_family = self.conformal.get("by_family", {})
@@ -384,7 +385,7 @@ class TabularPredictor:
         q = families.map(by_family).fillna(q_global).to_numpy(dtype="float64")
         q_ood = self.conformal.get("ood")
         if q_ood is not None:
-            q = np.where(self._ood(features), np.maximum(q, float(q_ood)), q)
+            q = np.where(ood, np.maximum(q, float(q_ood)), q)
         return q
 
     def _static_columns(self) -> list[str]:
