@@ -10,7 +10,12 @@ flows, stage functions and tests -- never at import time.
 from __future__ import annotations
 
 import os
+import signal
+import subprocess
 import sys
+import time
+from collections.abc import Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
@@ -120,4 +125,99 @@ def ensure_ray(settings: Settings, prefect_api_url: str | None = None) -> None:
         ray.init(**kwargs)
 
 
-__all__ = ["TELEMETRY_OFF", "configure_environment", "current_prefect_api_url", "ensure_ray", "ray_init_kwargs"]
+class Terminated(KeyboardInterrupt):
+    """SIGTERM, raised like Ctrl-C so every ``finally`` (servers, Ray, child processes) runs."""
+
+
+@contextmanager
+def stop_on_signals() -> Iterator[None]:
+    """Turn SIGTERM into ``Terminated`` (SIGINT already raises ``KeyboardInterrupt``) for the body.
+
+    Without it SIGTERM ends Python at once and the Prefect server, Ray and stage processes this
+    run started would outlive it. Only the main thread can install handlers; elsewhere a no-op.
+    """
+    import threading
+
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def _raise(signum: int, _frame: object) -> None:
+        raise Terminated(f"stopped by signal {signal.Signals(signum).name}")
+
+    previous = signal.signal(signal.SIGTERM, _raise)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+
+
+def die_with_parent() -> None:
+    """``preexec_fn`` for a service we start: the kernel SIGTERMs it when its parent dies, even by
+    SIGKILL, so a crashed run leaves no server behind (Linux; elsewhere a no-op)."""
+    if not sys.platform.startswith("linux"):
+        return
+    import ctypes
+
+    PR_SET_PDEATHSIG = 1
+    ctypes.CDLL("libc.so.6", use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGTERM)
+
+
+def _tree(pid: int) -> list[Any]:
+    import psutil  # a Ray dependency
+
+    try:
+        root = psutil.Process(pid)
+        return [root, *root.children(recursive=True)]
+    except psutil.NoSuchProcess:
+        return []
+
+
+def stop_process_tree(process: subprocess.Popen[Any], grace_s: float = 10.0) -> None:
+    """Stop a child started with ``start_new_session=True``: its process group, and any
+    descendant that left the group (a local Ray driver makes itself a group leader), TERM then KILL."""
+    import psutil
+
+    if process.poll() is not None:
+        return
+    members = _tree(process.pid)
+    for sig in (signal.SIGTERM, signal.SIGKILL):
+        try:
+            os.killpg(process.pid, sig)
+        except (ProcessLookupError, PermissionError):
+            pass
+        for member in members:
+            try:
+                member.send_signal(sig)
+            except psutil.NoSuchProcess:
+                pass
+        _, alive = psutil.wait_procs(members, timeout=grace_s)
+        if not alive:
+            break
+        members = alive
+    try:
+        process.wait(timeout=grace_s)
+    except subprocess.TimeoutExpired:
+        pass
+
+
+def run_stopping_with_us(command: Sequence[str], *, cwd: Path | str | None = None,
+                         env: Mapping[str, str] | None = None, timeout_s: float | None = None,
+                         ) -> subprocess.CompletedProcess[str]:
+    """``subprocess.run`` with output captured, in a session of its own that is stopped (whole
+    tree) when the caller is interrupted, times out or raises -- a stage never outlives its run."""
+    process = subprocess.Popen(list(command), cwd=cwd, env=dict(env) if env is not None else None,
+                               stdout=subprocess.PIPE, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                               text=True, start_new_session=True, preexec_fn=die_with_parent)
+    started = time.monotonic()
+    try:
+        output, _ = process.communicate(timeout=timeout_s)
+    except BaseException:
+        stop_process_tree(process)
+        raise
+    if timeout_s is not None and time.monotonic() - started > timeout_s:  # pragma: no cover - communicate raised
+        raise subprocess.TimeoutExpired(list(command), timeout_s)
+    return subprocess.CompletedProcess(list(command), process.returncode, output, "")
+
+
+__all__ = ["TELEMETRY_OFF", "Terminated", "die_with_parent", "run_stopping_with_us", "stop_on_signals", "stop_process_tree", "configure_environment", "current_prefect_api_url", "ensure_ray", "ray_init_kwargs"]

@@ -1,41 +1,58 @@
-"""The whole pipeline as one Prefect flow: each task reproduces one DVC stage, in order.
+"""The whole pipeline as one Prefect flow: each task reproduces one DVC stage, in dvc.yaml's order.
 
-DVC owns *what* is versioned and whether a stage must rerun (its deps/params changed); Prefect
-owns *running* it (ordering, retries, logs, the run history in the UI). Stages that parallelise
-dispatch their work to Ray themselves (validation, features, training). A failed stage can be
-rerun alone: ``kernelcast pipeline --from-stage features``.
+The stage graph has ONE definition, ``dvc.yaml``: the stage list, their order and their outputs are
+read from it (``components.pipeline_graph``), never listed here. DVC owns *what* is versioned and
+whether a stage must rerun (its deps/params changed); Prefect owns *running* it (ordering, retries
+on I/O, logs, the run history in the UI). Stages that parallelise dispatch their work to Ray
+themselves (validation, features, training).
 
-Every stage's command (``kernelcast ingest``, ``validate``, ``features``, ``train``, ``evaluate``,
-``promote``) calls the same stage function as the tasks of the per-stage flows
-(``flows/ingest_validate.py``, ``features.py``, ``train.py``, ``evaluate_and_promote.py``); this flow
-runs them through DVC instead, so an unchanged stage is skipped and every output is versioned.
+Reliability:
+- a stage's command runs in a session of its own, stopped with the run (SIGINT/SIGTERM, a crash);
+- a failing stage stops the chain (``StageFailed`` names it and the end of its output); DVC records
+  a stage in ``dvc.lock`` only once its command succeeded and the stage functions write atomically,
+  so nothing half-written is taken for done and a rerun redoes exactly the unfinished stages;
+- one run per state folder (``components.pipeline_lock``);
+- ``KERNELCAST_FAULT_AFTER_STAGE=<stage>`` kills the run (SIGKILL) right after that stage: the
+  crash the resume test injects.
 """
 
 from __future__ import annotations
 
 import os
 import shutil
-import subprocess
+import signal
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
-from typing import TypedDict
+from typing import Any, TypedDict
 
 from prefect import flow, task
+from prefect.tasks import exponential_backoff
 
 from components.config import PROJECT_ROOT, Settings
 
-STAGES: tuple[str, ...] = ("ingest", "validate", "static", "features", "train", "evaluate", "register")
+FAULT_ENV = "KERNELCAST_FAULT_AFTER_STAGE"
 
 
 class StageReport(TypedDict):
     stage: str
+    action: str  # "ran" | "skipped" (DVC found its deps, params and outputs unchanged)
     seconds: float
+    rows: int | None
     output_tail: str
 
 
 class StageFailed(RuntimeError):
-    """A DVC stage's command failed; carries the stage name and the end of its output."""
+    """A DVC stage's command failed: the message names the stage, ``tail`` is the end of its output."""
+
+    def __init__(self, message: str, stage: str = "", tail: str = "") -> None:
+        super().__init__(message)
+        self.stage = stage
+        self.tail = tail
+
+    def __reduce__(self) -> tuple[Any, ...]:  # Prefect may pickle a task's exception
+        return (StageFailed, (str(self), self.stage, self.tail))
 
 
 def _dvc() -> list[str]:
@@ -48,57 +65,129 @@ def _stage_env() -> dict[str, str]:
     """Stage commands (``kernelcast ...``) must resolve to this venv's entry point."""
     env = dict(os.environ)
     env["PATH"] = f"{Path(sys.executable).parent}{os.pathsep}{env.get('PATH', '')}"
+    env.pop(FAULT_ENV, None)
     return env
 
 
+def _action(output: str, stage: str) -> str:
+    return "ran" if f"Running stage '{stage}'" in output else "skipped"
+
+
 @task(name="dvc-repro", retries=0)
-def reproduce_stage(stage: str, project_root: str, force: bool = False) -> StageReport:
-    """``dvc repro --single-item STAGE``: runs the stage only if its deps or params changed."""
+def reproduce_stage(stage: str, project_root: str, force: bool = False,
+                    outs: tuple[str, ...] = ()) -> StageReport:
+    """``dvc repro --single-item STAGE``: runs the stage only if its deps or params changed.
+
+    Not retried: a stage that failed on its input fails again; one that failed on I/O is rerun by
+    rerunning the pipeline, which redoes only that stage and those after it.
+    """
+    from components.pipeline_progress import output_rows
+    from components.runtime import run_stopping_with_us
+
     start = time.monotonic()
     command = [*_dvc(), "repro", "--single-item", stage] + (["--force"] if force else [])
-    result = subprocess.run(command, cwd=project_root, env=_stage_env(), capture_output=True, text=True)
-    tail = (result.stdout + result.stderr)[-4000:]
-    print(tail)
+    result = run_stopping_with_us(command, cwd=project_root, env=_stage_env())
+    tail = (result.stdout or "")[-4000:]
     if result.returncode != 0:
-        raise StageFailed(f"stage {stage!r} failed (exit {result.returncode}):\n{tail}")
-    return {"stage": stage, "seconds": round(time.monotonic() - start, 1), "output_tail": tail[-800:]}
+        raise StageFailed(f"stage {stage!r} failed (exit {result.returncode}); later stages not run; "
+                          f"fix it and rerun `kernelcast pipeline` (finished stages are skipped)", stage, tail)
+    return {"stage": stage, "action": _action(result.stdout or "", stage),
+            "seconds": round(time.monotonic() - start, 1), "rows": output_rows(Path(project_root), outs),
+            "output_tail": tail[-800:]}
 
 
-@task(name="dvc-push", retries=2, retry_delay_seconds=5)
+@task(name="dvc-push", retries=3, retry_delay_seconds=exponential_backoff(backoff_factor=5), retry_jitter_factor=0.5)
 def push_outputs(project_root: str) -> str:
-    """Push every stage output to the default DVC remote (I/O: retried)."""
-    result = subprocess.run([*_dvc(), "push"], cwd=project_root, env=_stage_env(), capture_output=True, text=True)
+    """Push every stage output to the default DVC remote (pure I/O: retried with backoff)."""
+    from components.runtime import run_stopping_with_us
+
+    result = run_stopping_with_us([*_dvc(), "push"], cwd=project_root, env=_stage_env())
     if result.returncode != 0:
-        raise RuntimeError(f"dvc push failed:\n{result.stderr[-2000:]}")
-    return result.stdout.strip().splitlines()[-1] if result.stdout.strip() else "pushed"
+        raise OSError(f"dvc push failed:\n{(result.stdout or '')[-2000:]}")
+    lines = (result.stdout or "").strip().splitlines()
+    return lines[-1] if lines else "pushed"
 
 
-@flow(name="kernelcast-pipeline", log_prints=True)
-def pipeline_flow(stages: list[str], project_root: str, force: bool = False, push: bool = True) -> list[StageReport]:
-    """Reproduce ``stages`` in order; stop at the first failure (later stages need its outputs)."""
-    reports = [reproduce_stage(stage, project_root, force) for stage in stages]
-    if push:
-        print(push_outputs(project_root))
+def _inject_fault(stage: str) -> None:
+    if os.environ.get(FAULT_ENV) == stage:
+        print(f"{FAULT_ENV}={stage}: killing this run (SIGKILL) to simulate a crash", flush=True)
+        os.kill(os.getpid(), signal.SIGKILL)
+
+
+@flow(name="kernelcast-pipeline", log_prints=False)
+def pipeline_flow(stages: list[str] | None = None, project_root: str | None = None, force: bool = False,
+                  push: bool = True, lock: bool = True) -> list[StageReport]:
+    """Reproduce ``stages`` (default: every stage of dvc.yaml) in dvc.yaml's order; stop at the first
+    failure (later stages need its outputs). ``lock`` takes the state folder's lock (a deployment
+    run); ``run_pipeline`` holds it already."""
+    from contextlib import nullcontext
+
+    from components.config import get_settings
+    from components.pipeline_graph import read_stages, select_stages
+    from components.pipeline_lock import pipeline_lock
+    from components.pipeline_progress import Progress
+
+    root = Path(project_root) if project_root else PROJECT_ROOT
+    graph = {s.name: s for s in read_stages(root / "dvc.yaml")}
+    chosen = select_stages(root / "dvc.yaml", only=stages) if stages else list(graph)
+    progress = Progress(total=len(chosen), echo=lambda line: print(line, flush=True))
+    reports: list[StageReport] = []
+    with pipeline_lock(get_settings().state_dir, "kernelcast-pipeline flow") if lock else nullcontext():
+        for stage in chosen:
+            progress.start(stage)
+            report = reproduce_stage(stage, str(root), force, graph[stage].outs)
+            progress.finish(stage, report["action"], report["seconds"], report["rows"])
+            reports.append(report)
+            _inject_fault(stage)
+        if push:
+            print(f"dvc push: {push_outputs(str(root))}", flush=True)
     return reports
 
 
-def select_stages(from_stage: str | None, only: list[str] | None) -> list[str]:
-    if only:
-        unknown = [s for s in only if s not in STAGES]
-        if unknown:
-            raise ValueError(f"unknown stage(s) {unknown}; stages are {', '.join(STAGES)}")
-        return [s for s in STAGES if s in only]
-    if from_stage is None:
-        return list(STAGES)
-    if from_stage not in STAGES:
-        raise ValueError(f"unknown stage {from_stage!r}; stages are {', '.join(STAGES)}")
-    return list(STAGES[STAGES.index(from_stage):])
+def verdict(project_root: Path, settings: Settings) -> list[str]:
+    """The closing lines: the promotion outcome and where to look (MLflow UI, reports)."""
+    import json
+
+    from components.pipeline_graph import read_stages
+
+    lines: list[str] = []
+    reports = [out for s in read_stages(project_root / "dvc.yaml") for out in s.outs if out.endswith(".json")]
+    promotion = next((project_root / r for r in reports if Path(r).name == "promotion.json"), None)
+    if promotion is not None and promotion.is_file():
+        outcome = json.loads(promotion.read_text())
+        version = f"{outcome.get('model_name')} v{outcome.get('version')}"
+        if outcome.get("promoted"):
+            lines.append(f"verdict: {version} PROMOTED to champion ({outcome.get('reason')})")
+        else:
+            failures = "; ".join(str(f) for f in outcome.get("failures") or []) or outcome.get("reason")
+            lines.append(f"verdict: {version} stays challenger; champion is v{outcome.get('champion')} ({failures})")
+    else:
+        lines.append("verdict: no promotion report (the register stage did not run)")
+    uri = settings.tracking_uri()
+    ui = uri if uri.startswith("http") else f"http://127.0.0.1:5000 after `kernelcast mlflow-ui` (store {uri})"
+    lines.append(f"MLflow UI: {ui}")
+    lines.append("reports: " + ", ".join(str(project_root / r) for r in reports))
+    return lines
 
 
 def run_pipeline(settings: Settings, stages: list[str], force: bool = False, push: bool = True,
-                 project_root: Path = PROJECT_ROOT) -> list[StageReport]:
-    """Start (or reuse) the Prefect API, then run the flow."""
+                 project_root: Path = PROJECT_ROOT, echo: Callable[[str], None] = print) -> list[StageReport]:
+    """Take the state folder's lock, start (or reuse) the Prefect API, then run the flow.
+
+    SIGTERM/SIGINT stop everything this run started: the flow's stage process tree and the
+    Prefect server, each by its process group.
+    """
+    from components.pipeline_lock import pipeline_lock
+    from components.runtime import stop_on_signals
     from flows.runtime import prefect_server
 
-    with prefect_server(settings):
-        return pipeline_flow(stages, str(project_root), force, push)
+    with stop_on_signals(), pipeline_lock(settings.state_dir, " ".join(["kernelcast pipeline", *sys.argv[2:]])):
+        echo(f"pipeline: {len(stages)} stages from {project_root / 'dvc.yaml'} ({', '.join(stages)})")
+        with prefect_server(settings) as api_url:
+            echo(f"Prefect API: {api_url}")
+            reports = pipeline_flow(stages, str(project_root), force, push, lock=False)
+    return reports
+
+
+def wall_times(reports: list[StageReport]) -> dict[str, Any]:
+    return {r["stage"]: r["seconds"] for r in reports}

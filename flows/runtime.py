@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from components.config import Settings
-from components.runtime import TELEMETRY_OFF, configure_environment, ray_init_kwargs
+from components.runtime import TELEMETRY_OFF, configure_environment, die_with_parent, ray_init_kwargs
 
 if TYPE_CHECKING:
     from prefect_ray.task_runners import RayTaskRunner
@@ -135,7 +135,7 @@ def prefect_server(settings: Settings, startup_timeout_s: float = DEFAULT_STARTU
     with log_path.open("wb") as log:
         process = subprocess.Popen(
             command, env=_server_env(settings), stdout=log, stderr=subprocess.STDOUT,
-            stdin=subprocess.DEVNULL, start_new_session=True,
+            stdin=subprocess.DEVNULL, start_new_session=True, preexec_fn=die_with_parent,
         )
     try:
         _wait_healthy(process, api_url, startup_timeout_s, log_path)
