@@ -1,0 +1,150 @@
+"""The feature table of op questions, built with vectorised numpy for all questions x devices at once.
+
+Why not ``components.features.build.build_feature_table``: it parses each question's shape from
+JSON text and looks FLOPs up per distinct kernel in Python -- right for ingested data, ~100x too
+slow for a server answering thousands of questions per request or the >= 1M predictions/s the
+batch path aims at. Here a question is already numbers (a dims matrix in
+``components.features.analytical.DIMS`` order), so the same formulas run as array operations.
+
+The formulas are the analytical model's own (``_family_demand`` and the composition below mirror
+``analytical_features`` for rows without measured launch or counters); ``tests/unit/test_serving_
+questions.py`` checks this table against ``build_feature_table`` column by column, so the two
+cannot drift apart silently.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from components.features import analytical as an
+
+QUERY_SOURCE = "query"
+
+
+def _device_arrays(specs: Sequence[Any]) -> tuple[dict[str, np.ndarray], pd.DataFrame]:
+    """Per distinct spec: the analytical device numbers and the ``dev_*`` feature vector."""
+    from components.devices import Catalog, device_feature_vector
+
+    catalog = Catalog(list(specs))
+    table = an.device_table([s.id for s in specs], catalog).reindex([s.id for s in specs])
+    dev = pd.DataFrame([{(k if k.startswith("dev_") else f"dev_{k}"): float(v)
+                         for k, v in device_feature_vector(s).items()} for s in specs])
+    return {c: table[c].to_numpy("float64") for c in an.DEVICE_COLUMNS}, dev
+
+
+def _definition_flops(family: np.ndarray, op: np.ndarray, col: dict[str, np.ndarray],
+                      fallback: np.ndarray) -> np.ndarray:
+    """``components.ingest.derived.op_flops`` as array arithmetic for the op families questions name."""
+    from components.ingest.derived import ELEMENTWISE_FLOPS_PER_ELEMENT, ROW_OP_FLOPS_PER_ELEMENT
+
+    b = an._or(col["B"], 1.0)
+    out = np.full(len(family), np.nan)
+    gemm = np.isin(family, ["gemm", "linear", "bmm"])
+    out[gemm] = (2.0 * b * col["M"] * col["N"] * col["K"])[gemm]
+    elementwise = family == "elementwise"
+    if elementwise.any():
+        per = np.array([ELEMENTWISE_FLOPS_PER_ELEMENT.get(str(o), np.nan) for o in op], dtype="float64")
+        numel = np.where(np.isfinite(col["N"]), col["N"], col["B"] * col["H"])
+        out[elementwise] = (per * numel)[elementwise]
+    for fam, per_element in ROW_OP_FLOPS_PER_ELEMENT.items():
+        rows = family == fam
+        out[rows] = (per_element * col["B"] * col["H"])[rows]
+    return np.where(np.isfinite(out) & (out > 0), out, fallback)
+
+
+def op_feature_table(family: np.ndarray, op: np.ndarray, dtype: np.ndarray, dims: np.ndarray,
+                     device_index: np.ndarray, specs: Sequence[Any]) -> pd.DataFrame:
+    """The feature table (``f_*``, ``m_*``, ``dev_*``, keys) of op questions, one row per question.
+
+    ``family``/``op``/``dtype``: string arrays (canonical family, op and dtype); ``dims``: float
+    matrix ``len(family) x len(DIMS)`` (NaN = absent); ``device_index``: each row's position in
+    ``specs`` (the distinct DeviceSpecs asked about).
+    """
+    n = len(family)
+    family, op, dtype = (np.asarray(a, dtype=object).astype(str) for a in (family, op, dtype))
+    device_index = np.asarray(device_index, dtype="int64")
+    dims_frame = pd.DataFrame(dims, columns=list(an.DIMS))
+    no_tile = (np.full(n, np.nan), np.full(n, np.nan))
+    dem = an._family_demand(family, op, dtype, dims_frame, no_tile)
+    per_device, dev_features = _device_arrays(specs)
+    dv = {c: v[device_index] for c, v in per_device.items()}
+    e = pd.Series(dtype).map(an.ELEM_BYTES).fillna(4.0).to_numpy("float64")
+
+    # From here on: analytical_features' composition, for rows without a measured grid or counters.
+    tensor_peak = np.select(
+        [dtype == "fp16", dtype == "bf16", dtype == "fp8", dtype == "fp64", (dtype == "fp32") & (family == "conv")],
+        [dv["tensor_fp16"], dv["tensor_bf16"], an._or(dv["tensor_fp8"], dv["tensor_bf16"]), dv["tensor_fp64"],
+         dv["tensor_tf32"]], default=np.nan)
+    fma_peak = np.where(dtype == "fp64", dv["fma_fp64"], dv["fma_fp32"])
+    uses_tensor = dem["tensor_capable"] & np.isfinite(tensor_peak)
+    fma_flops = np.where(dem["tensor_capable"] & ~uses_tensor, dem["tensor"], dem["fma"])
+    tensor_flops = np.where(uses_tensor, dem["tensor"], np.where(dem["tensor_capable"], 0.0, dem["tensor"]))
+    sfu_ops = dem["sfu"]
+    flops_pipes = tensor_flops + fma_flops
+    covered = np.isfinite(flops_pipes) & np.isfinite(dem["bytes_min"]) & (dem["bytes_min"] > 0)
+    col = {k: dims_frame[k].to_numpy("float64") for k in ("B", "M", "N", "K", "H")}
+    flops = np.where(covered, _definition_flops(family, op, col, flops_pipes), np.nan)
+
+    ctas, threads = dem["ctas"], dem["threads"]
+    with np.errstate(divide="ignore", invalid="ignore"):
+        ctas_per_sm = np.maximum(1.0, np.minimum.reduce([np.floor(dv["max_threads_sm"] / threads),
+                                                        an._or(dv["max_ctas_sm"], an.MAX_CTAS_PER_SM),
+                                                        an._or(dem["cap"], an.MAX_CTAS_PER_SM)]))
+        slots = dv["sms"] * ctas_per_sm
+        waves = np.ceil(ctas / slots)
+        wave_eff = ctas / (waves * slots)
+        busiest = np.ceil(ctas / dv["sms"])
+        imbalance = busiest * dv["sms"] / ctas
+        active = np.minimum(ctas, dv["sms"]) / dv["sms"]
+        t_tensor = np.where(tensor_flops > 0, tensor_flops / tensor_peak, 0.0)
+        t_fma = np.where(fma_flops > 0, fma_flops / fma_peak, 0.0)
+        t_sfu = sfu_ops / dv["sfu_ops_s"]
+        t_dram = dem["bytes_min"] / dv["dram_Bps"]
+        t_l2 = dem["bytes_l2"] / dv["l2_Bps"]
+        t_compute = np.maximum.reduce([t_tensor, t_fma, t_sfu])
+        roofline = np.maximum(t_compute, t_dram)
+        pipes = np.maximum.reduce([t_compute * imbalance, t_dram, t_l2])
+        compute_bound = t_compute >= t_dram
+        peak_compute = np.where(uses_tensor, tensor_peak, fma_peak)
+        clock = dv["clock_hz"]
+        f = {
+            "f_flops": flops, "f_tensor_flops": tensor_flops, "f_fma_flops": fma_flops, "f_sfu_ops": sfu_ops,
+            "f_uses_tensor": uses_tensor.astype("float64"), "f_precision_bytes": e,
+            "f_dram_bytes_min": dem["bytes_min"], "f_l2_bytes_tiled": dem["bytes_l2"],
+            "f_arith_intensity": flops / dem["bytes_min"], "f_arith_intensity_tiled": flops / dem["bytes_l2"],
+            "f_tile_m": dem["tile_m"], "f_tile_n": dem["tile_n"], "f_ctas": ctas,
+            "f_ctas_measured": np.zeros(n), "f_threads_per_cta": threads,
+            "f_ctas_per_sm": ctas_per_sm, "f_waves": waves, "f_wave_efficiency": wave_eff,
+            "f_busiest_sm_ctas": busiest, "f_sm_imbalance": imbalance, "f_active_sm_fraction": active,
+            "f_peak_compute_flops": peak_compute, "f_ridge_point": peak_compute / dv["dram_Bps"],
+            "f_tensor_time_us": t_tensor * 1e6, "f_fma_time_us": t_fma * 1e6, "f_sfu_time_us": t_sfu * 1e6,
+            "f_dram_time_us": t_dram * 1e6, "f_l2_time_us": t_l2 * 1e6, "f_compute_time_us": t_compute * 1e6,
+            "f_tensor_cycles": t_tensor * clock, "f_fma_cycles": t_fma * clock, "f_sfu_cycles": t_sfu * clock,
+            "f_dram_cycles": t_dram * clock, "f_l2_cycles": t_l2 * clock,
+            "f_busiest_sm_cycles": t_compute * imbalance * clock,
+            "f_roofline_time_us": roofline * 1e6, "f_pipes_time_us": pipes * 1e6,
+            "f_compute_bound": compute_bound.astype("float64"),
+        }
+    columns: dict[str, Any] = {
+        "device_id": np.array([s.id for s in specs], dtype=object)[device_index],
+        "source": np.full(n, QUERY_SOURCE, dtype=object), "family": family.astype(object),
+        "op": op.astype(object), "dtype": dtype.astype(object),
+    }
+    columns.update({k: np.where(covered, np.asarray(v, dtype="float64"), np.nan) for k, v in f.items()})
+    known = covered & np.isfinite(roofline)
+    columns["f_bound"] = pd.array(np.where(known, np.where(compute_bound, "compute", "bandwidth"), None), dtype="string")
+    for name in an.M_COLUMNS[:-1]:
+        columns[name] = np.full(n, np.nan)
+    columns["m_bound"] = pd.array([None] * n, dtype="string")
+    table = pd.DataFrame(columns)
+    dev = dev_features.to_numpy("float64")[device_index]
+    table = pd.concat([table, pd.DataFrame(dev, columns=dev_features.columns)], axis=1)
+    notes = np.full(n, None, dtype=object)
+    notes[~covered] = "no analytical formula for this op and shape"
+    notes[covered & ~np.isfinite(roofline)] = "device missing peak/bandwidth for this precision"
+    table["feature_note"] = pd.array(notes, dtype="string")
+    return table
