@@ -38,6 +38,7 @@ from components.features.static_compile import (
     CompileError,
     build_options,
     check_arch,
+    compile_arch,
     compile_to_cubin,
     cuda_include_dirs,
     nvdisasm_path,
@@ -54,6 +55,7 @@ from components.features.static_source import prepare_source
 
 __all__ = [
     "CompileError",
+    "NoKernelError",
     "KernelStatic",
     "StaticReport",
     "analyze_source",
@@ -101,6 +103,9 @@ class StaticReport:
     uninstantiated_templates: list[str] = field(default_factory=list)
     compile_seconds: float = 0.0
     cached: bool = False
+    requested_arch: str = ""  # the arch asked for, when NVRTC compiled for another (see arch_note)
+    arch_note: str | None = None
+    defines: dict[str, str] = field(default_factory=dict)  # -D macros the compile used (defaults + given)
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -110,6 +115,39 @@ class StaticReport:
         body = dict(data)
         body["kernels"] = [KernelStatic(**k) for k in data["kernels"]]
         return cls(**body)
+
+
+class NoKernelError(CompileError):
+    """A source that compiled but holds no kernel to analyse; the message says why."""
+
+    def __init__(self, name: str, why: str) -> None:
+        super().__init__(name, "", "no kernel found")
+        self.why = why
+        self.args = (f"{name}: no kernel found: {why}",)
+
+    def __str__(self) -> str:
+        return str(self.args[0])
+
+
+def _no_kernel_reason(source: str, prepared: Any, report: StaticReport) -> str:
+    """Why a compiled source produced no kernel, in one sentence a user can act on."""
+    if "__global__" not in prepared.text:
+        if "__global__" in source:
+            return "its __global__ functions were removed with the host code (defined inside a host-only block?)"
+        return "the file defines no __global__ function (host code only?)"
+    templates = sorted(set(re.findall(
+        r"template\s*<[^{;]*?>\s*(?:static\s+)?__global__\s*(?:__launch_bounds__\s*\([^()]*\)\s*)?"
+        r"[^(;{]*?\b([A-Za-z_]\w*)\s*\(", prepared.text, re.S)))
+    if report.uninstantiated_templates:
+        return ("template kernel launches " + ", ".join(report.uninstantiated_templates[:4])
+                + " could not be instantiated (their template arguments name types or constants this file does "
+                  "not define; pass them with -D or add an explicit instantiation)")
+    if templates:
+        return ("template kernel(s) " + ", ".join(templates[:4]) + " are never instantiated: no launch site "
+                "k<...><<<...>>> with arguments this file defines was found; add one or an explicit instantiation "
+                "such as 'template __global__ void " + templates[0] + "<float>(...);'")
+    return ("no __global__ function survived preprocessing: kernels declared through a macro (#define GLOBAL "
+            "__global__) or compiled out by #if/#ifdef (pass the macros with -D)")
 
 
 def _build_report(
@@ -169,10 +207,12 @@ def analyze_source(
     ``kernel`` keeps only kernels whose short name, instance or mangled name equals it (a
     LookupError lists the available ones). Raises CompileError with the NVRTC log on failure.
     """
-    arch = check_arch(arch)
+    requested = check_arch(arch)
+    arch, arch_note = compile_arch(requested)
     incs = tuple(Path(p) for p in include_dirs)
-    prepared = prepare_source(source, path, incs)
-    options = build_options(arch, cuda_include_dirs() + [p.resolve() for p in incs], dict(defines or {}))
+    prepared = prepare_source(source, path, incs, dict(defines or {}))
+    defines = {**prepared.default_defines, **dict(defines or {})}
+    options = build_options(arch, cuda_include_dirs() + [p.resolve() for p in incs], defines)
     sid = source_id or (Path(name).stem if name != "<string>" else "<string>")
     key = cache_key(prepared.text, prepared.name_expressions, options, name)
     folder = (Path(cache_dir) if cache_dir is not None else default_cache_dir()) if use_cache else None
@@ -184,10 +224,13 @@ def analyze_source(
             cache_store(folder, key, payload)
     if "error" in payload:
         err = payload["error"]
-        raise CompileError(err["name"], err["log"], err["reason"])
+        raise CompileError(err["name"], err["log"], err["reason"], hint=_hint(prepared, err["log"]))
     report = StaticReport.from_dict(payload["report"])
     report.cached = cached
     report.source_id = sid
+    report.requested_arch, report.arch_note, report.defines = requested, arch_note, defines
+    if not report.kernels:
+        raise NoKernelError(name, _no_kernel_reason(source, prepared, report))
     if kernel is not None:
         report.kernels = [
             k
@@ -203,6 +246,31 @@ def analyze_source(
     return report
 
 
+def _hint(prepared: Any, log: str) -> str | None:
+    """What a user can do about a failed compile: the include path or macros it lacked."""
+    hints = []
+    if prepared.missing_includes:
+        hints.append("include " + ", ".join(f'"{n}"' for n in prepared.missing_includes[:3])
+                     + " not found: pass its folder with -I")
+    undefined = re.findall(r'identifier "([A-Z][A-Z0-9_]*)" is undefined', log)
+    if undefined:
+        hints.append("macro " + ", ".join(sorted(set(undefined))[:3]) + " undefined: pass it with -D NAME=VALUE")
+    if "#error" in log and prepared.required_macros:
+        hints.append("the source requires -D " + " or ".join(prepared.required_macros[:3]))
+    return "; ".join(hints) or None
+
+
+MAX_SINGLE_TRIES = 12  # instantiations tried one by one after a failed joint compile
+
+
+def _compiles(text: str, name: str, options: list[str], expr: str, timeout_s: float, memory_bytes: int) -> bool:
+    try:
+        compile_to_cubin(text, name, options, [expr], timeout_s, memory_bytes)
+    except CompileError:
+        return False
+    return True
+
+
 def _compile_and_analyze(
     prepared: Any, name: str, arch: str, sid: str, options: list[str], timeout_s: float, memory_bytes: int
 ) -> dict[str, Any]:
@@ -214,10 +282,13 @@ def _compile_and_analyze(
         except CompileError as first:
             if not exprs or first.reason != "compilation failed":
                 raise
-            # A harvested launch site may name host-only template arguments; fall back to
-            # compiling the non-template kernels only.
-            exprs = []
+            # One harvested instantiation may not compile (a type the file lacks): keep those that
+            # do, each tried alone (a few compiles, only on this path), and the plain kernels.
             result = compile_to_cubin(prepared.text, name, options, [], timeout_s, memory_bytes)
+            exprs = [e for e in exprs[:MAX_SINGLE_TRIES] if _compiles(prepared.text, name, options, e, timeout_s,
+                                                                     memory_bytes)]
+            if exprs:
+                result = compile_to_cubin(prepared.text, name, options, exprs, timeout_s, memory_bytes)
     except CompileError as exc:
         # Time/memory-limit failures may be load-dependent: do not cache them.
         return {
@@ -246,20 +317,31 @@ def analyze_file(
     arch: str = "sm_90",
     kernel: str | None = None,
     include_dirs: Iterable[Path | str] = (),
+    *,
+    build_defaults: bool = True,
     **kwargs: Any,
 ) -> StaticReport:
     """Analyse a .cu file; its folder is searched for quoted includes first.
 
     ``source_id`` defaults to the folder name for gpuFLOPBench-style ``<program>-cuda/`` folders
-    and to the file stem otherwise.
+    and to the file stem otherwise. With ``build_defaults``, ``-D``/``-I`` flags of a Makefile or
+    CMakeLists.txt beside the file (or one folder up) are used where the caller gave none
+    (static_build); given ``defines`` win over them.
     """
+    from components.features.static_build import build_file_defaults
+
     path = Path(path)
     if not path.is_file():
         raise FileNotFoundError(f"no such file: {path}")
     if "source_id" not in kwargs:
         kwargs["source_id"] = path.parent.name if path.parent.name.endswith("-cuda") else path.stem
+    includes = [Path(p) for p in include_dirs]
+    if build_defaults:
+        found = build_file_defaults(path)
+        kwargs["defines"] = {**found.defines, **dict(kwargs.get("defines") or {})}
+        includes += [d for d in found.include_dirs if d not in includes]
     return analyze_source(
-        path.read_text(errors="replace"), arch, kernel, str(path), include_dirs, path=path, **kwargs
+        path.read_text(errors="replace"), arch, kernel, str(path), includes, path=path, **kwargs
     )
 
 
@@ -272,6 +354,9 @@ def analyze_program(
     for cu in sorted(folder.rglob("*.cu")):
         try:
             results.append(analyze_file(cu, arch, source_id=folder.name, **kwargs))
+        except NoKernelError as exc:
+            if "__global__" in cu.read_text(errors="replace"):
+                results.append(exc)  # a host-only file (main.cu launching kernels defined elsewhere) is no failure
         except CompileError as exc:
             results.append(exc)
     return results

@@ -16,7 +16,7 @@ from typing import Any
 from components.atomic import atomic_write_text
 
 # Bump when extraction, options or parsing change, so cached reports are recomputed.
-CACHE_VERSION = "static-v1"
+CACHE_VERSION = "static-v2"  # v2: launch sites resolved (static_templates), guard defaults
 
 
 def default_cache_dir() -> Path:

@@ -9,6 +9,7 @@ stdout). The parent applies ``RLIMIT_AS``/``RLIMIT_CPU`` in the child and a wall
 from __future__ import annotations
 
 import base64
+import functools
 import json
 import os
 import re
@@ -16,8 +17,13 @@ import subprocess
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
-SUPPORTED_ARCHS: tuple[str, ...] = ("sm_75", "sm_80", "sm_86", "sm_87", "sm_89", "sm_90", "sm_100", "sm_120")
+# What NVRTC 13 (the compiler this project uses: the ``nvidia-cuda-nvrtc`` wheel through
+# ``cuda-bindings``) targets; the live list comes from ``nvrtcGetSupportedArchs`` when it loads.
+SUPPORTED_ARCHS: tuple[str, ...] = (
+    "sm_75", "sm_80", "sm_86", "sm_87", "sm_88", "sm_89", "sm_90", "sm_100", "sm_103", "sm_110", "sm_120", "sm_121",
+)
 DEFAULT_TIMEOUT_S: float = 120.0
 DEFAULT_MEMORY_BYTES: int = 8 << 30  # address space; NVRTC + ptxas reserve a lot of virtual memory
 CUDA_INCLUDE_ENV = "KERNELCAST_CUDA_INCLUDE"
@@ -26,15 +32,17 @@ CUDA_INCLUDE_ENV = "KERNELCAST_CUDA_INCLUDE"
 class CompileError(Exception):
     """A source that NVRTC rejected (or that hit the time/memory limit); carries the compiler log."""
 
-    def __init__(self, name: str, log: str, reason: str = "compilation failed") -> None:
+    def __init__(self, name: str, log: str, reason: str = "compilation failed", hint: str | None = None) -> None:
         self.name = name
         self.log = log
         self.reason = reason
+        self.hint = hint
         first = next(
             (line for line in log.splitlines() if "error" in line),
             log.strip().splitlines()[0] if log.strip() else "",
         )
-        super().__init__(f"{name}: {reason}: {first.strip()}" if first else f"{name}: {reason}")
+        message = f"{name}: {reason}: {first.strip()}" if first else f"{name}: {reason}"
+        super().__init__(f"{message} ({hint})" if hint else message)
 
 
 @dataclass
@@ -45,15 +53,70 @@ class CompileResult:
     options: list[str] = field(default_factory=list)
 
 
+@functools.lru_cache(maxsize=1)
+def supported_archs() -> tuple[str, ...]:
+    """Real architectures the installed NVRTC emits SASS for (CUDA 13 dropped sm_50..sm_72)."""
+    try:
+        from cuda.bindings import nvrtc
+
+        status, archs = nvrtc.nvrtcGetSupportedArchs()
+        if status == nvrtc.nvrtcResult.NVRTC_SUCCESS and archs:
+            return tuple(f"sm_{int(a)}" for a in archs)
+    except Exception:  # noqa: BLE001 -- no NVRTC wheel: the static list still names the targets
+        pass
+    return SUPPORTED_ARCHS
+
+
+def _arch_number(arch: str) -> int:
+    return int(arch.removeprefix("sm_"))
+
+
 def check_arch(arch: str) -> str:
-    """Normalise 'sm90'/'90'/'sm_90' -> 'sm_90' and reject archs this NVRTC cannot target."""
-    digits = re.sub(r"^(sm_?|compute_?)", "", arch.strip().lower())
-    if not digits.isdigit():
-        raise ValueError(f"unknown arch {arch!r}; expected e.g. sm_90")
-    norm = f"sm_{digits}"
-    if norm not in SUPPORTED_ARCHS:
-        raise ValueError(f"arch {norm} not supported by NVRTC 13 (supported: {', '.join(SUPPORTED_ARCHS)})")
-    return norm
+    """Normalise 'sm90'/'90'/'sm_90'/'compute_70'/'7.0' -> 'sm_90'; reject what is no NVIDIA SM.
+
+    Any SM from sm_30 on is accepted: :func:`compile_arch` maps one this NVRTC cannot emit (Pascal
+    sm_60, Volta sm_70, ...) to the nearest it can.
+    """
+    text = arch.strip().lower()
+    if re.fullmatch(r"\d+\.\d+", text):  # a compute capability, as the device catalog writes it
+        text = text.replace(".", "")
+    digits = re.sub(r"^(sm_?|compute_?)", "", text)
+    if not digits.isdigit() or not 30 <= int(digits) < 1000:
+        raise ValueError(f"unknown arch {arch!r}; expected an NVIDIA SM such as sm_60, sm_70, sm_90 or 9.0")
+    return f"sm_{int(digits)}"
+
+
+def compile_arch(arch: str) -> tuple[str, str | None]:
+    """(the arch NVRTC compiles for, a note when it is not ``arch`` itself).
+
+    An arch older than the oldest NVRTC target compiles for that oldest one (sm_75 on NVRTC 13):
+    the instruction mix of the same source is close (same ISA family since Volta), registers and
+    scheduling may differ. An arch between targets takes the nearest older target (same major
+    preferred: sm_72 -> sm_70 is gone, so sm_75 when nothing older exists).
+    """
+    norm = check_arch(arch)
+    targets = supported_archs()
+    if norm in targets:
+        return norm, None
+    number = _arch_number(norm)
+    older = [t for t in targets if _arch_number(t) <= number]
+    chosen = max(older, key=_arch_number) if older else min(targets, key=_arch_number)
+    return chosen, (f"{norm} is not a target of the installed NVRTC (targets: {targets[0]}..{targets[-1]}); "
+                    f"SASS compiled for {chosen}, the nearest it supports")
+
+
+def arch_for_device(spec: Any) -> tuple[str, str | None]:
+    """(compile arch, note) for a catalog GPU: its compute capability, mapped by :func:`compile_arch`.
+
+    AMD GPUs have no SASS: their CUDA source is analysed as NVIDIA sm_90 code (the instruction
+    mix stands in for the HIP ISA's) and the note says so.
+    """
+    if getattr(spec, "vendor", "nvidia") != "nvidia":
+        chosen, _ = compile_arch("sm_90")
+        return chosen, (f"{spec.name} is an AMD GPU ({spec.compute_capability}): instruction mix taken from "
+                        f"NVIDIA {chosen} SASS of the same source")
+    chosen, note = compile_arch(str(spec.compute_capability))
+    return chosen, (f"{spec.name}: {note}" if note else None)
 
 
 def cuda_include_dirs() -> list[Path]:

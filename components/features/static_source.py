@@ -143,6 +143,8 @@ class PreparedSource:
     dropped_functions: list[str] = field(default_factory=list)
     dropped_includes: list[str] = field(default_factory=list)
     missing_includes: list[str] = field(default_factory=list)
+    default_defines: dict[str, str] = field(default_factory=dict)  # implied by #error guards (static_build)
+    required_macros: list[str] = field(default_factory=list)  # #ifndef M / #error: only the user knows M
 
 
 def is_device_header(name: str) -> bool:
@@ -449,13 +451,25 @@ def template_launches(text: str, kept_text: str) -> list[str]:
 
 
 def prepare_source(
-    text: str, path: Path | None = None, include_dirs: tuple[Path, ...] = ()
+    text: str, path: Path | None = None, include_dirs: tuple[Path, ...] = (),
+    defines: dict[str, str] | None = None,
 ) -> PreparedSource:
-    """Whole program text -> device-only text NVRTC can compile, plus template name expressions."""
+    """Whole program text -> device-only text NVRTC can compile, plus template name expressions.
+
+    ``defines`` (the user's -D macros) only inform the defaults: macros an ``#error`` guard
+    demands are defaulted to the guard's first alternative (static_build.guard_defaults).
+    """
+    from components.features.static_build import guard_defaults
+    from components.features.static_templates import resolve_launches
+
     prepared = PreparedSource(text="")
     seen: set[Path] = {path.resolve()} if path else set()
     inlined = inline_includes(text, path.parent if path else None, include_dirs, prepared, seen)
+    prepared.default_defines, prepared.required_macros = guard_defaults(inlined, dict(defines or {}))
     device = extract_device_code(inlined, prepared)
-    prepared.name_expressions = template_launches(inlined, device)
+    try:
+        prepared.name_expressions = resolve_launches(inlined, device)
+    except (RecursionError, ValueError, IndexError):  # a launch site too odd to rewrite: take it verbatim
+        prepared.name_expressions = template_launches(inlined, device)
     prepared.text = PRELUDE + "#line 1\n" + device
     return prepared

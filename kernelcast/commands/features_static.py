@@ -19,20 +19,43 @@ _TABLE_CLASSES = INSTRUCTION_CLASSES[: INSTRUCTION_CLASSES.index("barrier") + 1]
 @clean_errors
 def static_command(
     file: Annotated[Path, typer.Argument(help="CUDA source (.cu); host code is stripped before compiling")],
-    arch: Annotated[str, typer.Option("--arch", help="target SM, e.g. sm_80, sm_90, sm_100")] = "sm_90",
+    arch: Annotated[str, typer.Option("--arch", help="target SM (sm_60 ... sm_120, or a compute capability such as "
+                                      "7.0); one NVRTC cannot emit compiles for the nearest it can, and says so")] = "sm_90",
     kernel: Annotated[
         str | None, typer.Option("--kernel", help="only this kernel (short name or instance)")
     ] = None,
     json_out: Annotated[bool, typer.Option("--json", help="print JSON instead of a table")] = False,
     include: Annotated[
-        list[Path] | None, typer.Option("-I", "--include", help="extra include folder")
+        list[Path] | None, typer.Option("-I", "--include", help="extra include folder (repeatable)")
     ] = None,
+    define: Annotated[
+        list[str] | None, typer.Option("-D", "--define", help="macro NAME or NAME=VALUE (repeatable)")
+    ] = None,
+    build_defaults: Annotated[bool, typer.Option(
+        "--build-defaults/--no-build-defaults",
+        help="take -D/-I from a Makefile/CMakeLists.txt beside FILE and default #error-guarded macros")] = True,
 ) -> None:
     """Compile FILE with NVRTC (no GPU needed) and report static features per kernel."""
-    from components.features.static import CompileError, analyze_file
+    from components.features.static import CompileError, NoKernelError, analyze_file
+    from kernelcast.commands._common import UserError
+
+    if not file.is_file():
+        raise UserError(f"FILE {file}: no such file")
+    for folder in include or ():
+        if not folder.is_dir():
+            raise UserError(f"-I {folder}: no such folder")
+    defines = parse_defines(define or ())
+    from components.features.static_compile import check_arch
 
     try:
-        report = analyze_file(file, arch, kernel, include_dirs=tuple(include or ()))
+        check_arch(arch)
+    except ValueError as exc:
+        raise UserError(f"--arch: {exc}") from None
+    try:
+        report = analyze_file(file, arch, kernel, include_dirs=tuple(include or ()), defines=defines,
+                              build_defaults=build_defaults)
+    except NoKernelError as exc:
+        raise UserError(str(exc)) from None
     except CompileError as exc:
         typer.echo(f"error: {exc}", err=True)
         typer.echo(exc.log.rstrip(), err=True)
@@ -41,6 +64,9 @@ def static_command(
         out = {
             "file": str(file),
             "arch": report.arch,
+            "requested_arch": report.requested_arch,
+            "arch_note": report.arch_note,
+            "defines": report.defines,
             "source_id": report.source_id,
             "kernels": {
                 k.instance or k.name: {
@@ -64,12 +90,29 @@ def static_command(
     _print_table(report)
 
 
+def parse_defines(items: tuple[str, ...] | list[str]) -> dict[str, str]:
+    """['N=1024', 'FLOAT'] -> {'N': '1024', 'FLOAT': ''}; a malformed name is a UserError naming it."""
+    import re
+
+    from kernelcast.commands._common import UserError
+
+    out: dict[str, str] = {}
+    for item in items:
+        name, _, value = item.partition("=")
+        if not re.fullmatch(r"[A-Za-z_]\w*", name.strip()):
+            raise UserError(f"-D {item!r}: expected NAME or NAME=VALUE with NAME a C identifier")
+        out[name.strip()] = value
+    return out
+
+
 def _print_table(report: object) -> None:
     kernels = report.kernels  # type: ignore[attr-defined]
     if not kernels:
         typer.echo("no kernels compiled (template kernels need a launch site k<...><<<...>>> in the file)")
         return
     typer.echo(f"{len(kernels)} kernel(s), {report.arch}")  # type: ignore[attr-defined]
+    if report.arch_note:  # type: ignore[attr-defined]
+        typer.echo(f"note: {report.arch_note}", err=True)  # type: ignore[attr-defined]
     header = f"{'kernel':<32} {'regs':>4} {'smem':>6} {'spill':>5} {'loops':>5} {'depth':>5} {'total':>6}"
     typer.echo(header + "  top classes")
     for k in kernels:
