@@ -1,0 +1,251 @@
+/**
+ * Infer a kernel's launch configuration from a launch site in the same file:
+ * `k<<<grid, block[, shared[, stream]]>>>(...)`, `hipLaunchKernelGGL(k, grid, block, shared, stream, ...)`
+ * or `cudaLaunchKernel((void*)k, grid, block, args, shared, stream)`.
+ *
+ * grid/block may be literals, `dim3(...)` expressions, or variables and macros defined earlier in
+ * the file (`dim3 grid((n + 255) / 256)`, `#define BLOCK 256`). Runtime values (`atoi(argv[1])`)
+ * cannot be known from the text: the user supplies them in `kernelcast.defines`, and we say which
+ * name was missing rather than guess.
+ */
+import { CValue, evalC, EvalError } from "./cexpr";
+import { isIdentChar, lineOf, maskCode, matchBracket, splitTopLevel } from "./cmask";
+
+export type Dim3 = [number, number, number];
+
+export interface LaunchConfig {
+  grid: Dim3;
+  block: Dim3;
+  shared_bytes?: number;
+  /** Template arguments at the launch site (`k<float, 4><<<...>>>` -> "float, 4"). */
+  templateArgs?: string;
+  /** 0-based line of the launch site the configuration came from. */
+  line: number;
+}
+
+export interface LaunchFailure {
+  reason: string;
+  line?: number;
+}
+
+interface LaunchSite {
+  offset: number;
+  templateArgs?: string;
+  grid: string;
+  block: string;
+  shared?: string;
+}
+
+interface Binding {
+  offset: number;
+  expr?: string;
+  dim3?: string[];
+}
+
+const MAX_THREADS_PER_BLOCK = 1024;
+
+/** Every launch site of `kernel` in `masked` text, in file order. */
+export function findLaunchSites(masked: string, kernel: string): LaunchSite[] {
+  const sites: LaunchSite[] = [];
+  const chevrons = /<<</g;
+  let m: RegExpExecArray | null;
+  while ((m = chevrons.exec(masked)) !== null) {
+    let k = m.index - 1;
+    while (k >= 0 && /\s/.test(masked[k])) k--;
+    let templateArgs: string | undefined;
+    if (masked[k] === ">") {
+      const open = matchBackward(masked, k);
+      if (open < 0) continue;
+      templateArgs = masked.slice(open + 1, k).trim();
+      k = open - 1;
+      while (k >= 0 && /\s/.test(masked[k])) k--;
+    }
+    const nameEnd = k + 1;
+    while (k >= 0 && (isIdentChar(masked[k]) || masked[k] === ":")) k--;
+    const name = masked.slice(k + 1, nameEnd).split("::").pop();
+    if (name !== kernel) continue;
+    const close = masked.indexOf(">>>", m.index + 3);
+    if (close < 0) continue;
+    const args = splitTopLevel(masked.slice(m.index + 3, close));
+    if (args.length < 2) continue;
+    sites.push({ offset: k + 1, templateArgs, grid: args[0], block: args[1], shared: args[2] });
+  }
+  const calls = /\b(hipLaunchKernelGGL|cudaLaunchKernel)\s*\(/g;
+  while ((m = calls.exec(masked)) !== null) {
+    const open = m.index + m[0].length - 1;
+    const close = matchBracket(masked, open);
+    if (close < 0) continue;
+    const args = splitTopLevel(masked.slice(open + 1, close));
+    // (void*)k, (k<float>), k -> name and template args
+    const target = args[0].replace(/^\(\s*void\s*\*\s*\)/, "").replace(/^\((.*)\)$/s, "$1").replace(/^&/, "").trim();
+    const t = /^([\w:]+)\s*(?:<(.*)>)?$/s.exec(target);
+    if (!t || t[1].split("::").pop() !== kernel) continue;
+    const shared = m[1] === "hipLaunchKernelGGL" ? args[3] : args[4];
+    sites.push({ offset: m.index, templateArgs: t[2]?.trim(), grid: args[1] ?? "", block: args[2] ?? "", shared });
+  }
+  return sites.sort((a, b) => a.offset - b.offset);
+}
+
+function matchBackward(masked: string, close: number): number {
+  let depth = 0;
+  for (let i = close; i >= 0; i--) {
+    if (masked[i] === ">") depth++;
+    else if (masked[i] === "<") {
+      depth--;
+      if (depth === 0) return i;
+    } else if (masked[i] === ";" || masked[i] === "{" || masked[i] === "}") return -1;
+  }
+  return -1;
+}
+
+/** Macros, constants, variables and dim3s defined in the file, each with where it was set. */
+export function collectBindings(masked: string): Map<string, Binding[]> {
+  const out = new Map<string, Binding[]>();
+  const add = (name: string, b: Binding): void => {
+    const list = out.get(name) ?? [];
+    list.push(b);
+    out.set(name, list);
+  };
+  // Object-like macros (#define N 1024); function-like ones (#define F(x) ...) are skipped.
+  const defines = /^[ \t]*#[ \t]*define[ \t]+([A-Za-z_]\w*)(?!\()[ \t]*((?:[^\n\\]|\\\n)*)/gm;
+  let m: RegExpExecArray | null;
+  while ((m = defines.exec(masked)) !== null) {
+    add(m[1], { offset: m.index, expr: m[2].replace(/\\\n/g, " ").trim() });
+  }
+  // dim3 g(a, b), dim3 g = dim3(a, b), dim3 g{a, b}, dim3 g = {a, b}
+  const dims = /\bdim3\s+([A-Za-z_]\w*)\s*(?:=\s*(?:dim3\s*)?)?([({])/g;
+  while ((m = dims.exec(masked)) !== null) {
+    const open = m.index + m[0].length - 1;
+    const close = matchBracket(masked, open);
+    if (close < 0) continue;
+    add(m[1], { offset: m.index, dim3: splitTopLevel(masked.slice(open + 1, close)) });
+  }
+  // Scalar declarations and assignments: `const int n = 1 << 20;`, `blocks = (n + 255) / 256;`.
+  const statements = /(?:^|[;{}(\n])\s*((?:(?:const|constexpr|static|unsigned|signed|long|short|int|size_t|auto|float|double|u?int(?:8|16|32|64)_t|uint|std::size_t)\s+)*)([A-Za-z_]\w*(?:\s*=[^;{}]*?)?(?:\s*,\s*[A-Za-z_]\w*\s*=[^;{}]*?)*)\s*;/g;
+  while ((m = statements.exec(masked)) !== null) {
+    const body = m[2];
+    const start = m.index + m[0].indexOf(body);
+    if (!m[1] && !/^[A-Za-z_]\w*\s*=[^=]/.test(body)) continue;
+    for (const part of splitTopLevel(body)) {
+      const eq = /^([A-Za-z_]\w*)\s*=([^=][\s\S]*)$/.exec(part);
+      if (eq) add(eq[1], { offset: start, expr: eq[2].trim() });
+    }
+    statements.lastIndex = m.index + m[0].length - 1; // the `;` may open the next statement
+  }
+  return out;
+}
+
+/** Values the user supplied (kernelcast.defines) for names the file cannot give. */
+export type UserValues = Record<string, string | number>;
+
+class Scope {
+  private readonly active = new Set<string>();
+  constructor(private readonly bindings: Map<string, Binding[]>, private readonly user: UserValues) {}
+
+  /** The binding of `name` in force at `offset`: the last one set before it. */
+  private bindingAt(name: string, offset: number): Binding | undefined {
+    const list = this.bindings.get(name);
+    if (!list) return undefined;
+    let best: Binding | undefined;
+    for (const b of list) if (b.offset < offset && (!best || b.offset > best.offset)) best = b;
+    return best;
+  }
+
+  scalar(expr: string, offset: number): CValue {
+    return evalC(expr, (name) => this.lookup(name, offset));
+  }
+
+  private lookup(name: string, offset: number): CValue | undefined {
+    if (this.active.has(name)) return undefined; // self-reference (n = n * 2): not a constant
+    const b = this.bindingAt(name, offset);
+    this.active.add(name);
+    try {
+      if (b?.expr !== undefined && b.expr !== "") {
+        try {
+          return this.scalar(b.expr, b.offset);
+        } catch (err) {
+          if (!(err instanceof EvalError) || !(name in this.user)) throw err;
+        }
+      }
+      if (name in this.user) return evalC(String(this.user[name]), (n) => this.lookup(n, offset));
+      return undefined;
+    } finally {
+      this.active.delete(name);
+    }
+  }
+
+  dim3(expr: string, offset: number): Dim3 {
+    const text = expr.trim();
+    const ctor = /^dim3\s*([({])([\s\S]*)[)}]$/.exec(text);
+    let parts: string[];
+    let at = offset;
+    if (ctor) {
+      parts = splitTopLevel(ctor[2]);
+    } else if (/^[A-Za-z_]\w*$/.test(text) && this.bindingAt(text, offset)?.dim3) {
+      const b = this.bindingAt(text, offset)!;
+      parts = b.dim3!;
+      at = b.offset;
+    } else {
+      parts = [text];
+    }
+    if (parts.length === 0 || parts.length > 3 || parts.some((p) => p === "")) {
+      throw new EvalError(`'${text}' is not a 1-3 component size`);
+    }
+    const dims = parts.map((p) => {
+      const v = this.scalar(p, at);
+      const n = Math.trunc(v.v);
+      if (!Number.isFinite(n) || n < 1) throw new EvalError(`'${p}' evaluates to ${v.v}, not a positive size`);
+      return n;
+    });
+    while (dims.length < 3) dims.push(1);
+    return dims as Dim3;
+  }
+}
+
+/**
+ * The launch configuration of `kernel` from its first launch site that evaluates, or a failure
+ * saying why none did (no site, or the name a site depends on that the file does not define).
+ */
+export function inferLaunch(text: string, kernel: string, user: UserValues = {}, masked: string = maskCode(text)): LaunchConfig | LaunchFailure {
+  const sites = findLaunchSites(masked, kernel);
+  if (sites.length === 0) return { reason: `no launch of ${kernel} (<<<grid, block>>>) in this file` };
+  const scope = new Scope(collectBindings(masked), user);
+  let firstFailure: LaunchFailure | undefined;
+  for (const site of sites) {
+    const line = lineOf(text, site.offset);
+    try {
+      const grid = scope.dim3(site.grid, site.offset);
+      const block = scope.dim3(site.block, site.offset);
+      const threads = block[0] * block[1] * block[2];
+      if (threads > MAX_THREADS_PER_BLOCK) {
+        throw new EvalError(`block ${block.join("x")} has ${threads} threads, more than ${MAX_THREADS_PER_BLOCK}`);
+      }
+      const config: LaunchConfig = { grid, block, line };
+      if (site.templateArgs) config.templateArgs = site.templateArgs;
+      if (site.shared !== undefined && site.shared.trim() !== "") {
+        const shared = Math.trunc(scope.scalar(site.shared, site.offset).v);
+        if (shared > 0) config.shared_bytes = shared;
+      }
+      return config;
+    } catch (err) {
+      if (!(err instanceof EvalError)) throw err;
+      firstFailure ??= { reason: `the launch on line ${line + 1} ${err.message}`, line };
+    }
+  }
+  return firstFailure!;
+}
+
+export function isLaunchConfig(x: LaunchConfig | LaunchFailure): x is LaunchConfig {
+  return (x as LaunchConfig).grid !== undefined;
+}
+
+/** Parse a user-entered size: "256", "128,4", "[64, 64, 1]", "64x64". */
+export function parseDim3(input: string | number[] | undefined | null): Dim3 | undefined {
+  if (input === undefined || input === null) return undefined;
+  const parts = Array.isArray(input) ? input.map(String) : input.replace(/[[\]()\s]/g, "").split(/[,x×]/);
+  if (parts.length < 1 || parts.length > 3 || parts.some((p) => !/^\d+$/.test(p))) return undefined;
+  const dims = parts.map(Number);
+  if (dims.some((d) => d < 1)) return undefined;
+  while (dims.length < 3) dims.push(1);
+  return dims as Dim3;
+}

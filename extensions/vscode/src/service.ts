@@ -1,0 +1,113 @@
+/**
+ * Editor-independent glue: from a file's text and the user's settings to a /v1/predict question
+ * per kernel (or the reason there is none), and a cache so unchanged kernels are not re-asked
+ * every time the editor refreshes its CodeLenses.
+ */
+import { KernelcastClient, PredictResponse } from "./client";
+import { detectLanguage, extractKernelSource, findKernels, KernelInfo } from "./extract";
+import { cmaskCache } from "./memo";
+import { Dim3, inferLaunch, isLaunchConfig, LaunchConfig } from "./launch";
+import { buildPredictBody, buildSourceKernel, KernelQuery, LaunchSpec, PredictBody } from "./request";
+
+export interface Settings {
+  serverUrl: string;
+  apiKey?: string;
+  devices: string[];
+  /** "" lets the server decide (it infers the dtype from the source). */
+  dtype?: string;
+  /** Values for macros/variables the file leaves to run time; sent as launch.defines too. */
+  defines: Record<string, string>;
+  /** Fallback launch when the file has no launch site the extension can evaluate. */
+  grid?: Dim3;
+  block?: Dim3;
+  model?: string;
+}
+
+export type KernelPlan =
+  | { ok: true; kernel: KernelInfo; query: KernelQuery; launch: LaunchSpec; launchFrom: string }
+  | { ok: false; kernel: KernelInfo; reason: string };
+
+export interface PlanOptions {
+  fileName?: string;
+  languageId?: string;
+  readInclude?: (name: string) => string | undefined;
+  /** A launch the user entered for this kernel; wins over everything else. */
+  override?: { grid: Dim3; block: Dim3 };
+}
+
+/** All kernels in `text`, each with its question or the reason it cannot be asked. */
+export function planKernels(text: string, settings: Settings, opts: PlanOptions = {}): KernelPlan[] {
+  const masked = cmaskCache(text);
+  return findKernels(text, masked).map((k) => planKernel(text, k, settings, opts, masked));
+}
+
+export function planKernel(text: string, kernel: KernelInfo, settings: Settings, opts: PlanOptions = {}, masked = cmaskCache(text)): KernelPlan {
+  let launch: Pick<LaunchConfig, "grid" | "block" | "shared_bytes" | "templateArgs">;
+  let launchFrom: string;
+  const inferred = inferLaunch(text, kernel.name, settings.defines, masked);
+  if (opts.override) {
+    launch = { ...opts.override, templateArgs: isLaunchConfig(inferred) ? inferred.templateArgs : undefined };
+    launchFrom = "entered by you";
+  } else if (isLaunchConfig(inferred)) {
+    launch = inferred;
+    launchFrom = `launch on line ${inferred.line + 1}`;
+  } else if (settings.grid && settings.block) {
+    launch = { grid: settings.grid, block: settings.block };
+    launchFrom = `kernelcast.launch settings (${inferred.reason})`;
+  } else {
+    return {
+      ok: false,
+      kernel,
+      reason: `no launch configuration for ${kernel.name}: ${inferred.reason}. Click to enter grid and block, or set kernelcast.defines / kernelcast.launch`,
+    };
+  }
+  if (kernel.template && !launch.templateArgs) {
+    return { ok: false, kernel, reason: `${kernel.name} is a template: launch it once in this file (k<float><<<...>>>) so kernelcast knows its arguments` };
+  }
+  const query = buildSourceKernel({
+    source: extractKernelSource(text, kernel, opts.readInclude, masked),
+    language: detectLanguage(text, opts.fileName, opts.languageId),
+    kernelName: kernel.name,
+    launch,
+    dtype: settings.dtype || undefined,
+    defines: settings.defines,
+  });
+  return { ok: true, kernel, query, launch: query.launch!, launchFrom };
+}
+
+export function predictBody(query: KernelQuery, settings: Settings): PredictBody {
+  return buildPredictBody([query], settings.devices, settings.model || undefined);
+}
+
+/**
+ * Answers by request body. A settled failure is dropped so the next refresh retries; successes
+ * stay (bounded, oldest out first) until the settings change and the cache is cleared.
+ */
+export class PredictionCache {
+  private readonly entries = new Map<string, Promise<PredictResponse>>();
+
+  constructor(private readonly maxEntries = 256) {}
+
+  get(client: KernelcastClient, body: PredictBody): Promise<PredictResponse> {
+    const key = `${client.baseUrl}\n${JSON.stringify(body)}`;
+    const hit = this.entries.get(key);
+    if (hit) {
+      this.entries.delete(key);
+      this.entries.set(key, hit); // most recently used last
+      return hit;
+    }
+    const pending = client.predict(body);
+    pending.catch(() => this.entries.delete(key));
+    this.entries.set(key, pending);
+    while (this.entries.size > this.maxEntries) this.entries.delete(this.entries.keys().next().value as string);
+    return pending;
+  }
+
+  clear(): void {
+    this.entries.clear();
+  }
+
+  get size(): number {
+    return this.entries.size;
+  }
+}
