@@ -17,8 +17,8 @@ DTYPES = ("fp32", "fp16", "bf16")
 
 @dataclass(frozen=True)
 class OpCase:
-    family: str  # gemm | bmm | linear | elementwise | softmax | layernorm
-    op: str  # matmul | bmm | linear | add | mul | gelu | relu | tanh | softmax | layer_norm
+    family: str  # gemm | bmm | linear | elementwise | softmax | layernorm | rmsnorm
+    op: str  # matmul | bmm | linear | add | mul | gelu | relu | tanh | softmax | layer_norm | rmsnorm
     dtype: str  # fp32 | fp16 | bf16
     shape: tuple[tuple[str, int], ...]  # ordered (name, size) pairs, e.g. (("M", 4096), ...)
 
@@ -93,6 +93,12 @@ def build(case: OpCase, device: str) -> Callable[[], Any]:
     if case.family == "gemm":
         a, b = make(s["M"], s["K"]), make(s["K"], s["N"])
         return lambda: torch.matmul(a, b)
+    if case.family == "linear":
+        x, w, bias = make(s["M"], s["K"]), make(s["N"], s["K"]), make(s["N"])
+        return lambda: torch.nn.functional.linear(x, w, bias)
+    if case.family == "rmsnorm":
+        x, weight = make(s["B"], s["H"]), make(s["H"])
+        return lambda: torch.nn.functional.rms_norm(x, (s["H"],), weight)
     if case.family == "bmm":
         a, b = make(s["B"], s["M"], s["K"]), make(s["B"], s["K"], s["N"])
         return lambda: torch.bmm(a, b)

@@ -1,0 +1,127 @@
+"""Profiled rows: one canonical record per measured (device, case[, kernel], backend, run), with provenance.
+
+Every backend writes the same row shape, so ingest, validation and the scheduler never care which
+tool measured a row. A row's id is a stable hash of device + case (+ kernel position) + backend +
+run, so a chunk that is measured twice (a retried worker, a resumed run) yields the same ids and
+the reader can prove nothing was lost or duplicated.
+
+A run folder (what ``kernelcast profile`` writes; ``components/ingest/profiled.py`` reads):
+    manifest.json              format, device, backend, suite, tool + version, chunk list, report
+    chunks/<chunk_id>.jsonl    one row per line; each file written atomically by the job that measured it
+    raw/<chunk_id>/...         the tool's own output for that chunk (ncu CSV, rocprofv3 CSVs), for audit
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+import statistics
+from collections.abc import Iterable, Sequence
+from pathlib import Path
+from typing import Any
+
+from components.atomic import atomic_write_text
+
+ROWS_FORMAT = "kernelcast-rows/1"
+BACKENDS: tuple[str, ...] = ("events", "ncu", "rocprofv3", "host")
+# How each backend's durations were taken (kept apart downstream: never mix replayed, clock-locked
+# counter runs with free-running event timings).
+CLOCK_MODES: tuple[str, ...] = ("boost", "locked", "base", "host", "unknown")
+# Canonical ``profiler`` value of each backend in the measurements table.
+PROFILER_OF_BACKEND: dict[str, str] = {"events": "cuda_event", "ncu": "ncu", "rocprofv3": "rocprofv3", "host": "host"}
+
+# Metric keys a row may carry (None when the backend does not measure them; never a guess).
+METRIC_KEYS: tuple[str, ...] = (
+    "duration_us", "duration_mean_us", "duration_std_us", "duration_min_us", "duration_max_us", "duration_iqr_us",
+    "dram_read_bytes", "dram_write_bytes", "flops", "flops_fp64", "flops_fp32", "flops_fp16", "flops_tensor",
+    "tensor_ops", "l1_hit_rate", "l2_hit_rate",
+)
+
+
+def row_id(device: str, case_id: str, backend: str, run_id: str, kernel_position: int | None = None) -> str:
+    """Stable id of one row: the same measurement in a retried or resumed job gets the same id."""
+    parts = [device, case_id, backend, run_id, "" if kernel_position is None else str(kernel_position)]
+    return hashlib.sha1("\x1f".join(parts).encode("utf-8")).hexdigest()[:20]
+
+
+def timing_stats(samples_us: Sequence[float]) -> dict[str, float]:
+    """Median and spread of repeated timings (the row's ``duration_us`` is the median)."""
+    if not samples_us:
+        raise ValueError("no timing samples")
+    ordered = sorted(samples_us)
+    quartiles = statistics.quantiles(ordered, n=4) if len(ordered) >= 2 else [ordered[0]] * 3
+    return {
+        "duration_us": statistics.median(ordered), "duration_mean_us": statistics.fmean(ordered),
+        "duration_std_us": statistics.pstdev(ordered), "duration_min_us": ordered[0],
+        "duration_max_us": ordered[-1], "duration_iqr_us": quartiles[2] - quartiles[0],
+    }
+
+
+def _plain(value: Any) -> Any:
+    """JSON-safe: NaN/inf become null (a missing metric is null, never a number)."""
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    if hasattr(value, "item"):
+        return _plain(value.item())
+    if isinstance(value, dict):
+        return {k: _plain(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_plain(v) for v in value]
+    return value
+
+
+def write_chunk(path: Path, rows: Iterable[dict[str, Any]]) -> int:
+    """Write a chunk's rows atomically (readers see all of them or none); returns the count."""
+    lines = [json.dumps(_plain(r), sort_keys=True) for r in rows]
+    atomic_write_text(path, "".join(line + "\n" for line in lines))
+    return len(lines)
+
+
+class RowsError(ValueError):
+    """A run folder whose rows cannot be read consistently; names the file and line."""
+
+
+def read_chunk(path: Path) -> list[dict[str, Any]]:
+    rows = []
+    for number, line in enumerate(path.read_text().splitlines(), start=1):
+        if not line.strip():
+            continue
+        try:
+            row = json.loads(line)
+        except json.JSONDecodeError as exc:
+            raise RowsError(f"{path}: line {number}: not JSON ({exc})") from exc
+        if not isinstance(row, dict) or "row_id" not in row:
+            raise RowsError(f"{path}: line {number}: not a profiled row (no row_id)")
+        rows.append(row)
+    return rows
+
+
+def read_rows(run_dir: Path) -> list[dict[str, Any]]:
+    """Every row of a run folder, in chunk order. The same row id twice is an error, not a silent pick."""
+    seen: dict[str, Path] = {}
+    rows: list[dict[str, Any]] = []
+    for path in sorted((Path(run_dir) / "chunks").glob("*.jsonl")):
+        for row in read_chunk(path):
+            if row["row_id"] in seen:
+                raise RowsError(f"{path}: row {row['row_id']} duplicates one in {seen[row['row_id']].name}")
+            seen[row["row_id"]] = path
+            rows.append(row)
+    return rows
+
+
+def read_manifest(run_dir: Path) -> dict[str, Any]:
+    path = Path(run_dir) / "manifest.json"
+    try:
+        manifest = json.loads(path.read_text())
+    except FileNotFoundError:
+        raise RowsError(f"{path}: missing (not a run folder)") from None
+    except json.JSONDecodeError as exc:
+        raise RowsError(f"{path}: not valid JSON ({exc})") from exc
+    if not isinstance(manifest, dict):
+        raise RowsError(f"{path}: expected a JSON object")
+    return manifest
+
+
+def write_manifest(run_dir: Path, manifest: dict[str, Any]) -> None:
+    atomic_write_text(Path(run_dir) / "manifest.json", json.dumps(_plain(manifest), indent=2, sort_keys=True) + "\n")
