@@ -1,52 +1,469 @@
-"""FastAPI app: the prediction service downstream tools (editor extension, planners) call.
+"""The HTTP prediction service (FastAPI): versioned ``/v1`` API, safe to expose.
 
-    POST /predict {"op": "gemm", "shape": {"M": 4096, "N": 4096, "K": 4096}, "dtype": "bf16",
-                   "devices": ["H100", "MI300X"]}
-    GET  /devices      the catalog ids
-    GET  /health       liveness + which model is loaded
+    POST /v1/predict {"kernels": [K, ...], "devices": ["H100", {full spec}, ...]}
+    POST /v1/rank    {"kernels": [K, ...] | "workload": [{"kernel": K, "count": n}], "devices": [...] | "all",
+                      "prices": {"H100": 2.5}}
+    GET  /v1/devices, /healthz, /readyz (503 until a model is loaded), /openapi.json, /docs
 
-The predictor is loaded once at start-up (``create_app(predictor_uri)``), not per request.
+K = {"dtype": ..., and one kernel form: "op" + "shape" | "source" + "language" + "launch" | "module"}.
+Contract: /tmp/team/interfaces.md (the VS Code extension is built against it).
+
+Safety: the request body is capped (413) before it is read in full; kernels, devices and
+kernels x devices are capped (422); each request has a time limit (504) and the number in flight
+is capped (429); an optional API key (401); module questions (which trace user code in a sandbox)
+are refused unless the operator allows them; every error is ``{"error": {"code", "message",
+"field"}}`` -- never a stack trace -- and the server keeps serving. The champion is re-resolved
+every ``poll_s`` seconds (a cheap registry query) and a new version swapped in without a restart.
 """
 
-from __future__ import annotations
+# No ``from __future__ import annotations``: FastAPI reads the endpoints' annotations, and the
+# names they use (Request, the body models) are imported inside create_app, not at module level.
+import asyncio
+import hmac
+import logging
+import threading
+from dataclasses import dataclass
+from typing import Annotated, Any, Literal
 
-from typing import Any
+from pydantic import BaseModel, ConfigDict, Field
 
-from pydantic import BaseModel, Field
+from components.serving.questions import MAX_MODULE_CHARS, MAX_SOURCE_CHARS
+
+log = logging.getLogger("kernelcast.serve")
+
+
+@dataclass(frozen=True)
+class ServerLimits:
+    max_body_bytes: int = 1 << 20  # 1 MiB: a few kernel sources and device specs
+    max_kernels: int = 256
+    max_devices: int = 128  # the whole catalog (96 GPUs) fits: rank "all"
+    max_questions: int = 4096  # kernels x distinct devices
+    request_timeout_s: float = 20.0  # source compilation included
+    max_in_flight: int = 32
+    poll_s: float = 5.0
+
+
+# ------------------------------------------------------------------------------------------ schema
+
+Dim = Annotated[int, Field(ge=1, le=2**24)]
+
+
+class Launch(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    grid: list[Annotated[int, Field(ge=1, le=2**31 - 1)]] = Field(min_length=1, max_length=3,
+                                                                   description="[gx, gy, gz]")
+    block: list[Annotated[int, Field(ge=1, le=1024)]] = Field(min_length=1, max_length=3,
+                                                               description="[bx, by, bz]")
+    kernel: str | None = Field(default=None, max_length=256, pattern=r"^[A-Za-z_][A-Za-z0-9_]*$",
+                               description="the __global__ function to analyse (default: the only one)")
+    defines: dict[Annotated[str, Field(max_length=64)], str | int | float] | None = Field(
+        default=None, max_length=64, description='-D macros, e.g. {"N": "1024"}')
+    shared_bytes: int | None = Field(default=None, ge=0, le=1 << 20, description="dynamic shared memory")
+
+
+class Kernel(BaseModel):
+    """One kernel: a dtype and exactly one form (op + shape | source + language + launch | module)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    dtype: str | None = Field(default=None, max_length=32, description="fp32, fp16, bf16, fp8, tf32, fp64, int8")
+    op: str | None = Field(default=None, max_length=32, description="gemm, linear, bmm, add, gelu, softmax, ...")
+    shape: dict[Annotated[str, Field(max_length=16)], Dim] | None = Field(
+        default=None, max_length=8, description='sizes, e.g. {"M": 4096, "N": 4096, "K": 4096}')
+    source: str | None = Field(default=None, max_length=MAX_SOURCE_CHARS, description="CUDA/HIP kernel text")
+    language: Literal["cuda", "hip"] | None = None
+    launch: Launch | None = None
+    module: str | None = Field(default=None, max_length=MAX_MODULE_CHARS,
+                               description="text of a KernelBench-style PyTorch module (when the server allows it)")
+
+    def fields(self) -> dict[str, Any]:
+        data = self.model_dump(exclude_none=True)
+        if "launch" in data:
+            data["launch"] = self.launch.model_dump(exclude_none=True) if self.launch else None
+        return data
+
+
+Device = str | dict[str, Any]
 
 
 class PredictRequest(BaseModel):
-    op: str = Field(description="gemm, bmm, linear, add, mul, gelu, relu, tanh, softmax, layernorm")
-    shape: dict[str, int] = Field(description='sizes, e.g. {"M": 4096, "N": 4096, "K": 4096}')
-    dtype: str = "fp32"
-    devices: list[str] = Field(min_length=1, description="GPU names or aliases from the catalog")
+    model_config = ConfigDict(extra="forbid")
+
+    kernels: list[Kernel] = Field(min_length=1)
+    devices: list[Annotated[str, Field(max_length=128)] | dict[str, Any]] = Field(
+        min_length=1, description="catalog names/aliases or full device specs")
+    model: str | None = Field(default=None, max_length=256,
+                              description="omit for the served model; 'roofline' for the training-free baseline")
 
 
-def create_app(model_uri: str) -> Any:
-    from fastapi import FastAPI, HTTPException
+class WorkloadItem(BaseModel):
+    model_config = ConfigDict(extra="forbid")
 
-    from components.devices import load_catalog
-    from components.serving.query import QueryError, load_any_predictor, score
+    kernel: Kernel
+    count: int = Field(default=1, ge=1, le=10**12)
 
-    predictor = load_any_predictor(model_uri)
-    app = FastAPI(title="kernelcast", description="GPU kernel performance prediction")
 
-    @app.get("/health")
-    def health() -> dict[str, str]:
-        return {"status": "ok", "model": model_uri}
+class RankRequest(BaseModel):
+    model_config = ConfigDict(extra="forbid")
 
-    @app.get("/devices")
-    def devices() -> list[str]:
-        return load_catalog().ids()
+    kernels: list[Kernel] | None = Field(default=None, min_length=1)
+    workload: list[WorkloadItem] | None = Field(default=None, min_length=1)
+    devices: list[Annotated[str, Field(max_length=128)] | dict[str, Any]] | Literal["all"] = "all"
+    prices: dict[Annotated[str, Field(max_length=128)], Annotated[float, Field(gt=0, lt=1e6)]] | None = None
+    model: str | None = Field(default=None, max_length=256)
 
-    @app.post("/predict")
-    def predict(request: PredictRequest) -> dict[str, Any]:
-        if any(value <= 0 for value in request.shape.values()):
-            raise HTTPException(status_code=422, detail=f"shape sizes must be positive: {request.shape}")
+
+class Answer(BaseModel):
+    model_config = ConfigDict(extra="allow")
+
+    kernel: int
+    device: str
+    device_name: str
+    kind: str
+    duration_us: float | None = None
+    duration_us_lo: float | None = None
+    duration_us_hi: float | None = None
+    achieved_gbps: float | None = None
+    gflops: float | None = None
+    l1_hit_rate: float | None = None
+    l2_hit_rate: float | None = None
+    arith_intensity: float | None = None
+    roofline_class: str | None = None
+    bound_pipe: str | None = None
+    roofline_us: float | None = None
+    headroom: float | None = None
+    ood: bool | None = None
+    note: str | None = None
+    model_version: str
+    breakdown: str | None = None
+
+
+class PredictResponse(BaseModel):
+    model_version: str
+    predictions: list[Answer]
+
+
+class RankEntry(BaseModel):
+    model_config = ConfigDict(extra="allow")
+
+    device: str
+    device_name: str
+    total_us: float | None
+    total_us_lo: float | None
+    total_us_hi: float | None
+    usd_per_hour: float | None = None
+    usd_per_run: float | None = None
+    rank: int
+
+
+class RankResponse(BaseModel):
+    model_version: str
+    ranked_by: Literal["time", "cost"]
+    ranking: list[RankEntry]
+
+
+class ErrorBody(BaseModel):
+    code: str
+    message: str
+    field: str | None = None
+
+
+class ErrorResponse(BaseModel):
+    error: ErrorBody
+
+
+# ------------------------------------------------------------------------------------------ app
+
+
+class ApiError(Exception):
+    def __init__(self, status: int, code: str, message: str, field: str | None = None) -> None:
+        super().__init__(message)
+        self.status, self.code, self.message, self.field = status, code, message, field
+
+
+class BodyLimit:
+    """ASGI middleware: 413 once a request body passes ``limit`` bytes (declared or streamed)."""
+
+    def __init__(self, app: Any, limit: int) -> None:
+        self.app, self.limit = app, limit
+
+    async def __call__(self, scope: dict, receive: Any, send: Any) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        declared = dict(scope.get("headers") or []).get(b"content-length")
+        if declared is not None and (not declared.isdigit() or int(declared) > self.limit):
+            await _send_error(send, 413, "body_too_large", f"request body over {self.limit:,} bytes")
+            return
+        seen = 0
+
+        async def limited() -> dict:
+            nonlocal seen
+            message = await receive()
+            if message["type"] == "http.request":
+                seen += len(message.get("body", b""))
+                if seen > self.limit:
+                    raise _TooLarge()
+            return message
+
         try:
-            results = score(predictor, request.op, request.shape, request.dtype, request.devices)
-        except QueryError as exc:
-            raise HTTPException(status_code=422, detail=str(exc)) from exc
-        return {"model": model_uri, "predictions": results}
+            await self.app(scope, limited, send)
+        except _TooLarge:
+            await _send_error(send, 413, "body_too_large", f"request body over {self.limit:,} bytes")
 
+
+class _TooLarge(Exception):
+    pass
+
+
+async def _send_error(send: Any, status: int, code: str, message: str) -> None:
+    import json
+
+    body = json.dumps({"error": {"code": code, "message": message, "field": None}}).encode()
+    await send({"type": "http.response.start", "status": status,
+                "headers": [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())]})
+    await send({"type": "http.response.body", "body": body})
+
+
+def _first_field(errors: list[dict[str, Any]]) -> tuple[str | None, str]:
+    """('kernels[0].shape.K', 'kernels[0].shape.K: Input should be ...; ...') from pydantic errors."""
+    def path(loc: tuple) -> str:
+        text = ""
+        for part in loc:
+            if part in ("body",):
+                continue
+            text += f"[{part}]" if isinstance(part, int) else (f".{part}" if text else str(part))
+        return text or "body"
+
+    described = []
+    for error in errors[:5]:
+        loc = tuple(p for p in error.get("loc", ()) if not (isinstance(p, str) and ("[" in p or p in (
+            "str", "dict[str,any]", "list[...]"))))
+        described.append(f"{path(loc)}: {error.get('msg', 'invalid')}")
+    first = errors[0] if errors else {}
+    loc = tuple(p for p in first.get("loc", ()) if not (isinstance(p, str) and "[" in p))
+    return (path(loc) if errors else None), "; ".join(described) + (" ..." if len(errors) > 5 else "")
+
+
+def create_app(model: str = "models:/kernelcast@champion", *, api_key: str | None = None,
+               allow_modules: bool = False, limits: ServerLimits | None = None,
+               tracking_uri: str | None = None, poll: bool = True) -> Any:
+    from fastapi import Depends, FastAPI, Request
+    from fastapi.exceptions import RequestValidationError
+    from fastapi.responses import JSONResponse
+    from starlette.exceptions import HTTPException as StarletteHTTPException
+
+    from components.serving.models import ModelHolder
+    from components.serving.query import QueryError
+
+    limits = limits or ServerLimits()
+    holder = ModelHolder(model, tracking_uri)
+    stop = threading.Event()
+    in_flight = asyncio.Semaphore(limits.max_in_flight)
+    roofline_holder: dict[str, Any] = {}
+
+    async def lifespan(app: Any) -> Any:
+        await asyncio.to_thread(holder.refresh)
+        if holder.model is None:
+            log.warning("no model loaded yet (%s); /readyz answers 503 until one is", holder.error)
+        thread = threading.Thread(target=holder.poll, args=(limits.poll_s, stop), daemon=True,
+                                  name="kernelcast-model-poll")
+        if poll:
+            thread.start()
+        yield
+        stop.set()
+
+    app = FastAPI(title="kernelcast", version="1",
+                  description="Predict GPU kernel runtime, bandwidth, GFLOP/s, cache hit rates, roofline class and "
+                              "bound pipe from op + shapes, CUDA/HIP source, or a PyTorch module, on any GPU spec.",
+                  lifespan=lifespan,
+                  responses={400: {"model": ErrorResponse}, 401: {"model": ErrorResponse},
+                             413: {"model": ErrorResponse}, 422: {"model": ErrorResponse},
+                             429: {"model": ErrorResponse}, 503: {"model": ErrorResponse},
+                             504: {"model": ErrorResponse}})
+    app.state.holder = holder
+    app.state.limits = limits
+
+    def error(status: int, code: str, message: str, field: str | None = None) -> JSONResponse:
+        return JSONResponse({"error": {"code": code, "message": message, "field": field}}, status_code=status)
+
+    @app.exception_handler(ApiError)
+    async def _api_error(_: Request, exc: ApiError) -> JSONResponse:
+        return error(exc.status, exc.code, exc.message, exc.field)
+
+    @app.exception_handler(RequestValidationError)
+    async def _invalid(_: Request, exc: RequestValidationError) -> JSONResponse:
+        errors = list(exc.errors())
+        if any(e.get("type") == "json_invalid" for e in errors):
+            detail = next(e for e in errors if e.get("type") == "json_invalid")
+            return error(400, "malformed_json", f"request body is not valid JSON: {detail.get('ctx', {}).get('error', detail.get('msg'))}")
+        field, message = _first_field(errors)
+        return error(422, "invalid_request", message, field)
+
+    @app.exception_handler(StarletteHTTPException)
+    async def _http(_: Request, exc: StarletteHTTPException) -> JSONResponse:
+        code = {404: "not_found", 405: "method_not_allowed"}.get(exc.status_code, "http_error")
+        return error(exc.status_code, code, str(exc.detail))
+
+    @app.exception_handler(Exception)
+    async def _internal(_: Request, exc: Exception) -> JSONResponse:
+        log.exception("internal error answering a request")
+        return error(500, "internal", "internal error answering this request; the server log has the details")
+
+    def authorised(request: Request) -> None:
+        if api_key is None:
+            return
+        header = request.headers.get("authorization", "")
+        given = header[7:].strip() if header.lower().startswith("bearer ") else request.headers.get("x-api-key", "")
+        if not given or not hmac.compare_digest(given.encode(), api_key.encode()):
+            raise ApiError(401, "unauthorized", "missing or wrong API key (Authorization: Bearer <key>)")
+
+    def predictor_for(requested: str | None) -> tuple[Any, str]:
+        loaded = holder.model
+        if requested in (None, "", model) or (loaded is not None and requested == loaded.version):
+            if loaded is None:
+                raise ApiError(503, "not_ready", f"no model loaded yet: {holder.error or 'loading'}")
+            return loaded.predictor, loaded.version
+        if requested == "roofline":
+            if "roofline" not in roofline_holder:
+                from components.models.roofline import RooflinePredictor
+
+                roofline_holder["roofline"] = RooflinePredictor()
+            return roofline_holder["roofline"], "roofline"
+        raise ApiError(400, "unknown_model", f"model {requested!r}: this server serves {model!r} "
+                       "(or 'roofline'); omit model for the served one", "model")
+
+    def check_batch(n_kernels: int, specs: list[Any]) -> None:
+        if n_kernels > limits.max_kernels:
+            raise ApiError(422, "too_many_kernels", f"{n_kernels} kernels; at most {limits.max_kernels} per request",
+                           "kernels")
+        if len(specs) > limits.max_devices:
+            raise ApiError(422, "too_many_devices", f"{len(specs)} distinct devices; at most {limits.max_devices}",
+                           "devices")
+        if n_kernels * len(specs) > limits.max_questions:
+            raise ApiError(422, "batch_too_large", f"{n_kernels} kernels x {len(specs)} devices = "
+                           f"{n_kernels * len(specs)} predictions; at most {limits.max_questions} per request", "kernels")
+
+    def check_kernels(kernels: list[Kernel], prefix: str) -> list[dict[str, Any]]:
+        fields = []
+        for i, kernel in enumerate(kernels):
+            data = kernel.fields()
+            if "module" in data:
+                if not allow_modules:
+                    raise ApiError(422, "modules_disabled", "module questions are disabled on this server (they "
+                                   "trace user code; the operator enables them with --allow-modules)",
+                                   f"{prefix}[{i}].module")
+                if "\n" not in data["module"] and data["module"].strip().endswith(".py"):
+                    raise ApiError(422, "invalid_request", "module: send the module's text, not a path (the "
+                                   "server never reads its own files for a request)", f"{prefix}[{i}].module")
+            fields.append(data)
+        return fields
+
+    def devices_of(devices: Any) -> list[Any]:
+        from components.serving.rank import resolve_devices
+
+        from components.serving.rank import UnknownDevice
+
+        try:
+            return resolve_devices(devices)
+        except QueryError as exc:
+            message = str(exc)
+            field = message.split(":", 1)[0] if message.startswith("devices") else "devices"
+            code = "unknown_device" if isinstance(exc, UnknownDevice) else "invalid_device"
+            raise ApiError(422, code, message, field) from None
+
+    async def run(work: Any) -> Any:
+        if in_flight.locked():
+            raise ApiError(429, "busy", f"{limits.max_in_flight} requests in flight; retry shortly")
+        async with in_flight:
+            try:
+                return await asyncio.wait_for(asyncio.to_thread(work), timeout=limits.request_timeout_s)
+            except TimeoutError:
+                raise ApiError(504, "timeout", f"request took over {limits.request_timeout_s:g} s; "
+                               "send fewer kernels or devices") from None
+
+    def query_error(exc: QueryError, n_devices: int, prefix: str) -> ApiError:
+        from components.serving.questions import kernel_error
+
+        message, field = kernel_error(str(exc), n_devices, prefix, ".kernel" if prefix == "workload" else "")
+        return ApiError(422, "invalid_kernel", message, field)
+
+    @app.get("/healthz", tags=["service"])
+    def healthz() -> dict[str, str]:
+        return {"status": "ok"}
+
+    @app.get("/readyz", tags=["service"], responses={503: {"model": ErrorResponse}})
+    def readyz() -> Any:
+        loaded = holder.model
+        if loaded is None:
+            return JSONResponse({"status": "not_ready", "model_version": None,
+                                 "error": {"code": "not_ready", "message": holder.error or "loading", "field": None}},
+                                status_code=503)
+        return {"status": "ready", "model_version": loaded.version}
+
+    @app.get("/v1/devices", tags=["v1"], dependencies=[Depends(authorised)])
+    def devices() -> dict[str, Any]:
+        from components.devices import load_catalog
+
+        return {"devices": [{"id": s.id, "name": s.name, "vendor": s.vendor, "arch": s.architecture,
+                             "compute_capability": s.compute_capability, "sms": s.sms, "memory_gb": s.memory_gb,
+                             "dram_gbps": s.dram_gbps, "l2_mb": s.l2_mb, "aliases": list(s.aliases),
+                             "peak_tflops": s.peak_tflops.model_dump(exclude_none=True)}
+                            for s in load_catalog().all()]}
+
+    @app.post("/v1/predict", tags=["v1"], response_model=PredictResponse, dependencies=[Depends(authorised)])
+    async def predict(body: PredictRequest) -> Any:
+        from components.serving.questions import answer_questions, parse_questions
+
+        predictor, version = predictor_for(body.model)
+        kernels = check_kernels(body.kernels, "kernels")
+        specs = devices_of(body.devices)
+        check_batch(len(kernels), specs)
+
+        def work() -> list[dict[str, Any]]:
+            rows = [{**kernel, "device": spec} for kernel in kernels for spec in specs]
+            try:
+                answers = answer_questions(predictor, parse_questions(rows), model_version=version,
+                                           allow_modules=allow_modules)
+            except QueryError as exc:
+                raise query_error(exc, len(specs), "kernels") from None
+            for answer in answers:
+                answer["kernel"] = answer.pop("question") // len(specs)
+            return answers
+
+        return {"model_version": version, "predictions": await run(work)}
+
+    @app.post("/v1/rank", tags=["v1"], response_model=RankResponse, dependencies=[Depends(authorised)])
+    async def rank(body: RankRequest) -> Any:
+        from components.serving.rank import rank as rank_devices
+
+        if (body.kernels is None) == (body.workload is None):
+            raise ApiError(422, "invalid_request", "give exactly one of kernels or workload", "kernels")
+        prefix = "kernels" if body.kernels is not None else "workload"
+        items = body.kernels or [w.kernel for w in body.workload or []]
+        counts = [1] * len(items) if body.kernels is not None else [w.count for w in body.workload or []]
+        predictor, version = predictor_for(body.model)
+        kernels = check_kernels(items, prefix)
+        specs = devices_of(body.devices)
+        check_batch(len(kernels), specs)
+
+        def work() -> tuple[list[dict[str, Any]], str]:
+            try:
+                return rank_devices(predictor, kernels, counts, specs, body.prices, model_version=version,
+                                    allow_modules=allow_modules)
+            except QueryError as exc:
+                if str(exc).startswith("prices"):
+                    raise ApiError(422, "invalid_price", str(exc), str(exc).split(" ", 1)[0].rstrip(":")) from None
+                raise query_error(exc, len(specs), prefix) from None
+
+        ranking, ranked_by = await run(work)
+        return {"model_version": version, "ranked_by": ranked_by, "ranking": ranking}
+
+    return _wrap(app, limits)
+
+
+def _wrap(app: Any, limits: ServerLimits) -> Any:
+    """The FastAPI app with the body-size middleware outermost (so 413 comes before parsing)."""
+    app.add_middleware(BodyLimit, limit=limits.max_body_bytes)
     return app

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -172,8 +173,10 @@ class _DeviceResolver:
         self._cache: dict[str, Any] = {}
 
     def __call__(self, name: Any, spec: Any, where: str) -> Any:
-        from components.devices import CatalogError, spec_from_mapping
+        from components.devices import CatalogError, DeviceSpec, spec_from_mapping
 
+        if isinstance(name, DeviceSpec) and _absent(spec):
+            return name  # already resolved (the server resolves a request's devices once)
         if _absent(name) == _absent(spec):
             raise QueryError(f"{where}: give exactly one of device (a catalog name) or device_spec (a full spec)")
         if not _absent(name):
@@ -502,3 +505,16 @@ def answer_frame(predictor: Any, frame: Any, *, model_version: str, allow_module
                                allow_modules=allow_modules)
     columns = list(ANSWER_KEYS) + sorted({k for a in answers for k in a} - set(ANSWER_KEYS))
     return pd.DataFrame(answers, columns=columns)
+
+
+_QUESTION_REF = re.compile(r"^question (\d+)((?:\.[A-Za-z_][\w]*|\[\d+\])*)")
+
+
+def kernel_error(message: str, n_devices: int, prefix: str = "kernels", inner: str = "") -> tuple[str, str | None]:
+    """A parse error about row ``k*n_devices+d`` restated about ``kernels[k]``: (message, field path)."""
+    match = _QUESTION_REF.match(message)
+    if not match:
+        return message, None
+    kernel = int(match[1]) // max(1, n_devices)
+    field_path = f"{prefix}[{kernel}]{inner}{match[2]}"
+    return field_path + message[match.end():], field_path

@@ -1,0 +1,125 @@
+"""Rank GPUs for a workload (kernels with counts) by predicted time, optionally by cost per run.
+
+Shared by ``kernelcast rank`` and ``POST /v1/rank``: the workload's kernels are asked on every
+device as ordinary questions (``components.serving.questions``), then summed per device.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from components.serving.query import QueryError
+
+MAX_COUNT = 10**12  # times one kernel runs in a workload
+
+
+class UnknownDevice(QueryError):
+    """A device name the catalog does not know (the message suggests the closest ones)."""
+
+
+def resolve_devices(devices: Sequence[Any] | str, where: str = "devices") -> list[Any]:
+    """DeviceSpecs for catalog names and full specs (or ``"all"``), duplicates collapsed by id."""
+    from components.devices import CatalogError, DeviceSpec, load_catalog, spec_from_mapping
+
+    catalog = load_catalog()
+    if isinstance(devices, str):
+        if devices.strip().lower() != "all":
+            raise QueryError(f"{where}: give a list of devices or \"all\"")
+        return catalog.all()
+    specs: dict[str, Any] = {}
+    for i, device in enumerate(devices):
+        try:
+            if isinstance(device, DeviceSpec):
+                spec = device
+            elif isinstance(device, Mapping):
+                spec = spec_from_mapping(dict(device), f"{where}[{i}]")
+            elif isinstance(device, str) and device.strip().lower() == "all":
+                for known in catalog.all():
+                    specs.setdefault(known.id, known)
+                continue
+            elif isinstance(device, str):
+                spec = catalog.resolve(device)
+            else:
+                raise QueryError(f"{where}[{i}]: expected a catalog name or a full spec object")
+        except LookupError as exc:
+            raise UnknownDevice(f"{where}[{i}]: {exc.args[0] if exc.args else exc}") from None
+        except CatalogError as exc:
+            raise QueryError(str(exc)) from None
+        known = specs.get(spec.id) or (catalog._by_id.get(spec.id) if isinstance(device, Mapping) else None)
+        if known is not None and known != spec:
+            raise QueryError(f"{where}[{i}]: id {spec.id!r} already names a device with other figures; "
+                             "give the spec another id")
+        specs.setdefault(spec.id, spec)
+    if not specs:
+        raise QueryError(f"{where}: empty; name at least one GPU")
+    return list(specs.values())
+
+
+def price_table(prices: Mapping[str, Any] | None, specs: Sequence[Any]) -> dict[str, float]:
+    """USD/hour per device id; a price for a device not asked about, or not a positive number, is an error."""
+    if not prices:
+        return {}
+    from components.devices import load_catalog
+
+    catalog = load_catalog()
+    by_id = {s.id: s for s in specs}
+    table: dict[str, float] = {}
+    for name, value in prices.items():
+        device_id = name if name in by_id else None
+        if device_id is None:
+            try:
+                device_id = catalog.resolve(str(name)).id
+            except LookupError:
+                device_id = None
+        if device_id not in by_id:
+            raise QueryError(f"prices.{name}: not one of the devices being ranked")
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 < float(value) < 1e6 \
+                or not math.isfinite(float(value)):
+            raise QueryError(f"prices.{name} = {value!r}: expected a positive USD/hour below 1,000,000")
+        table[device_id] = float(value)
+    return table
+
+
+def rank_answers(answers: Sequence[Mapping[str, Any]], counts: Sequence[int], n_devices: int,
+                 prices: Mapping[str, float]) -> list[dict[str, Any]]:
+    """Sum count x time per device over answers laid out kernel-major (kernel k, device d at k*n+d)."""
+    totals: dict[str, dict[str, Any]] = {}
+    for position, answer in enumerate(answers):
+        count = counts[position // n_devices]
+        entry = totals.setdefault(answer["device"], {"device": answer["device"], "device_name": answer["device_name"],
+                                                      "total_us": 0.0, "total_us_lo": 0.0, "total_us_hi": 0.0})
+        for key, source in (("total_us", "duration_us"), ("total_us_lo", "duration_us_lo"),
+                            ("total_us_hi", "duration_us_hi")):
+            value = answer.get(source)
+            entry[key] = None if value is None or entry[key] is None else entry[key] + count * float(value)
+    ranking = list(totals.values())
+    for entry in ranking:
+        price = prices.get(entry["device"])
+        if prices:
+            entry["usd_per_hour"] = price
+            entry["usd_per_run"] = (None if price is None or entry["total_us"] is None
+                                    else entry["total_us"] * 1e-6 / 3600.0 * price)
+    by_cost = bool(prices)
+    key = "usd_per_run" if by_cost else "total_us"
+    ranking.sort(key=lambda e: (e.get(key) is None, e.get(key) if e.get(key) is not None else 0.0, e["device"]))
+    for position, entry in enumerate(ranking, start=1):
+        entry["rank"] = position
+    return ranking
+
+
+def rank(predictor: Any, kernels: Sequence[Mapping[str, Any]], counts: Sequence[int], specs: Sequence[Any],
+         prices: Mapping[str, Any] | None, *, model_version: str, allow_modules: bool = False
+         ) -> tuple[list[dict[str, Any]], str]:
+    """(ranking, ranked_by): ``kernels`` are question fields without a device; ``counts`` per kernel."""
+    from components.serving.questions import answer_questions, parse_questions
+
+    for i, count in enumerate(counts):
+        if isinstance(count, bool) or not isinstance(count, int) or not 1 <= count <= MAX_COUNT:
+            raise QueryError(f"workload[{i}].count = {count!r}: expected an integer from 1 to {MAX_COUNT:,}")
+    table = price_table(prices, specs)
+    rows = [{**dict(kernel), "device": spec} for kernel in kernels for spec in specs]
+    answers = answer_questions(predictor, parse_questions(rows), model_version=model_version,
+                               allow_modules=allow_modules)
+    return rank_answers(answers, counts, len(specs), table), ("cost" if table else "time")
