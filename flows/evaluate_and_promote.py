@@ -41,9 +41,14 @@ def evaluate_and_promote_flow(
     split: str = "unseen-kernel",
     promotion_report: str | None = None,
     features_file: str | None = None,
+    fold_splits: list[str] | None = None,
+    fold_families: list[str] | None = None,
 ) -> dict[str, Any]:
     """Evaluate the predictor a ``registration.json`` names on ``split``, then promote its version.
 
+    ``fold_splits`` (e.g. ``["unseen-gpu"]``) also evaluates ``fold_families`` (default: the
+    registered family and the roofline) on every fold of those splits, one Ray task per (fold,
+    family) -- ``flows.evaluate_folds`` -- into ``reports/evaluation-folds.json``.
     Returns the evaluation's headline figures and the promotion outcome; a version that stays
     challenger is a result, not a failure.
     """
@@ -66,6 +71,16 @@ def evaluate_and_promote_flow(
         settings,
         params,
     )
+    folds = None
+    if fold_splits:
+        from flows.evaluate_folds import evaluate_folds_task, unseen_gpu_quality
+
+        folds_report = evaluate_folds_task(
+            str(features_file or settings.data_dir / "features" / "features.parquet"),
+            fold_families or list(dict.fromkeys(["roofline", registration.family])), list(fold_splits),
+            str(settings.reports_dir / "evaluation-folds.json"), settings, params)
+        folds = {"out_file": str(settings.reports_dir / "evaluation-folds.json"),
+                 "unseen_gpu": unseen_gpu_quality(folds_report, registration.family)}
     promoted = promote_task(
         PromoteInputs(
             tracking_uri=settings.tracking_uri(),
@@ -85,6 +100,7 @@ def evaluate_and_promote_flow(
             "within_10": duration.get("within_10"),
         },
         "promotion": promoted.to_json(),
+        "folds": folds,
     }
 
 

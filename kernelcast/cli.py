@@ -10,6 +10,7 @@ import typer
 
 from kernelcast.commands import (
     bench,
+    deploy,
     devices,
     evaluate,
     features,
@@ -46,6 +47,7 @@ app.command("predict")(predict.predict_command)
 app.command("serve")(serve.serve_command)
 app.command("profile")(profile.profile_command)
 app.command("pipeline")(pipeline.pipeline_command)
+app.command("deploy")(deploy.deploy_command)
 app.command("mlflow-ui")(mlflow_ui.mlflow_ui_command)
 
 

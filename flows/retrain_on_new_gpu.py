@@ -1,0 +1,183 @@
+"""Prefect flow: a GPU joined the fleet -> profile it, validate, retrain, evaluate, promote.
+
+1. The fleet (Ray nodes by accelerator type, or the operator's list) against the catalog and the
+   devices that have measurements (``components.pipeline_fleet``).
+2. Each fleet GPU without measurements and with a node of its type is profiled there
+   (``flows.profile.profile_device``, placed by accelerator type).
+3. The data stages of dvc.yaml (everything ``train`` depends on: ingest, validate, static,
+   features) rerun through DVC -- only those whose inputs changed, i.e. from ingest on when a new
+   run folder landed under ``profiled-data/``.
+4. ``flows.retrain`` retrains the families whose inputs changed; ``flows.evaluate_and_promote``
+   evaluates each new version and gates it for ``champion``.
+5. A GPU nobody can profile (in the fleet list, no node, no data) is predicted from its spec alone:
+   the report quotes the error the last evaluation measured on GPUs held out of training
+   (leave-one-GPU-out), from ``reports/evaluation-folds.json`` or the committed
+   ``benchmarks/results/bench_accuracy.json``.
+
+    python -m flows.retrain_on_new_gpu [FLEET_FILE]
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import inspect
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+from prefect import flow, task
+
+from components.config import PROJECT_ROOT, Settings, get_settings
+from flows.retry import transient_only
+
+BENCH_REPORT = PROJECT_ROOT / "benchmarks" / "results" / "bench_accuracy.json"
+
+
+@task(name="fleet", retries=2, retry_delay_seconds=5, retry_condition_fn=transient_only)
+def fleet_task(settings: Settings, fleet_file: str | None, use_ray: bool) -> list[Any]:
+    """Accelerators of the Ray cluster's alive nodes, plus the operator's list (I/O: retried)."""
+    from components.pipeline_fleet import nodes_from_file, nodes_from_ray
+
+    fleet = []
+    if use_ray:
+        import ray
+
+        from components.runtime import ensure_ray
+
+        ensure_ray(settings)
+        fleet += nodes_from_ray(ray.nodes())
+    if fleet_file:
+        fleet += nodes_from_file(Path(fleet_file))
+    return fleet
+
+
+@task(name="profile-new-gpu")
+def profile_new_gpu_task(device: str, accelerator: str, backend: str, suite: str, out_dir: str,
+                         options: dict[str, Any]) -> dict[str, Any]:
+    """``flows.profile.profile_device`` for one GPU, placed on a node of its accelerator type.
+
+    Only the arguments its signature accepts are passed, so this stays a thin caller of it.
+    """
+    from flows.profile import profile_device
+
+    offered = {"out_dir": out_dir, "accelerator": accelerator, "accelerator_type": accelerator, **options}
+    parameters = inspect.signature(profile_device).parameters
+    takes_any = any(p.kind is inspect.Parameter.VAR_KEYWORD for p in parameters.values())
+    kwargs = {k: v for k, v in offered.items() if takes_any or k in parameters}
+    result = profile_device(device, backend, suite, **kwargs)
+    if hasattr(result, "to_json"):
+        result = result.to_json()
+    elif not isinstance(result, dict):
+        result = {"result": result if isinstance(result, (str, int, float, list)) else repr(result)}
+    return {"device": device, "accelerator": accelerator, **result}
+
+
+def spec_only_quality(settings: Settings, family: str | None = None) -> dict[str, Any] | None:
+    """What the last evaluation measured on GPUs held out of training: the fold report of the last
+    ``evaluate_and_promote`` with unseen-gpu folds, else the committed accuracy benchmark."""
+    from flows.evaluate_folds import unseen_gpu_quality
+
+    for path in (settings.reports_dir / "evaluation-folds.json", BENCH_REPORT):
+        try:
+            report = json.loads(Path(path).read_text())
+        except (OSError, json.JSONDecodeError):
+            continue
+        quality = unseen_gpu_quality(report, family) or unseen_gpu_quality(report)
+        if quality is not None:
+            return {**quality, "source": str(path)}
+    return None
+
+
+def data_stages(project_root: Path, until: str = "train") -> list[str]:
+    """The dvc.yaml stages ``until`` depends on, transitively, in graph order."""
+    from components.pipeline_graph import read_stages
+
+    stages = {s.name: s for s in read_stages(project_root / "dvc.yaml")}
+    needed: set[str] = set()
+    frontier = list(stages[until].upstream) if until in stages else []
+    while frontier:
+        name = frontier.pop()
+        if name not in needed:
+            needed.add(name)
+            frontier += stages[name].upstream
+    return [name for name in stages if name in needed]
+
+
+@flow(name="retrain-on-new-gpu", log_prints=True)
+def retrain_on_new_gpu_flow(
+    fleet_file: str | None = None,
+    gpus: list[str] | None = None,
+    use_ray: bool = True,
+    backend: str = "ncu",
+    suite: str = "default",
+    profiled_dir: str | None = None,
+    profile_options: dict[str, Any] | None = None,
+    retrain: bool = True,
+    fold_splits: list[str] | None = None,
+    project_root: str | None = None,
+) -> dict[str, Any]:
+    """Profile fleet GPUs that have no measurements, then validate, retrain, evaluate and promote.
+
+    ``gpus`` are catalog names to report on even without a node (an operator's "do we cover X?").
+    ``retrain`` off stops after profiling (the run folders are still ingested next time).
+    Returns the plan, the profiled runs, the retrain and promotion outcomes, and for every GPU
+    nobody can profile the spec-only quality measured on unseen GPUs.
+    """
+    from components.devices import load_catalog
+    from components.pipeline_fleet import measured_devices, plan_new_gpus
+    from components.pipeline_lock import pipeline_lock
+
+    settings = get_settings()
+    root = Path(project_root) if project_root else PROJECT_ROOT
+    report: dict[str, Any] = {}
+    with pipeline_lock(settings.state_dir, "retrain-on-new-gpu flow"):
+        fleet = fleet_task(settings, fleet_file, use_ray)
+        plan = plan_new_gpus(load_catalog(), fleet, measured_devices(settings.data_dir / "canonical"), gpus)
+        report["plan"] = plan.to_json()
+        print(f"fleet: {len(fleet)} accelerator(s); to profile: {sorted(plan.to_profile) or 'none'}; "
+              f"spec only: {plan.unprofilable or 'none'}; unknown to the catalog: {plan.unknown or 'none'}")
+        runs_root = Path(profiled_dir) if profiled_dir else root / "profiled-data"
+        stamp = dt.datetime.now(dt.timezone.utc).strftime("%Y%m%dT%H%M%SZ")
+        report["profiled"] = [
+            profile_new_gpu_task(device, nodes[0].accelerator, backend, suite,
+                                 str(runs_root / f"{device}-{backend}-{stamp}"), profile_options or {})
+            for device, nodes in plan.to_profile.items()
+        ]
+        if report["profiled"] and retrain:
+            report["retrain"] = _retrain_evaluate_promote(root, fold_splits)
+        quality = spec_only_quality(settings)
+        report["spec_only"] = {device: quality for device in plan.unprofilable}
+        for device in plan.unprofilable:
+            figure = (f"{100 * quality['mape']:.1f}% mean runtime error ({quality['family']}, "
+                      f"{quality.get('n')} rows; {quality['source']})") if quality else "no evaluation yet"
+            print(f"{device}: no node to profile it on; predicted from its spec alone -- on GPUs held out "
+                  f"of training the last evaluation measured {figure}")
+    return report
+
+
+def _retrain_evaluate_promote(root: Path, fold_splits: list[str] | None) -> dict[str, Any]:
+    from flows.evaluate_and_promote import evaluate_and_promote_flow
+    from flows.pipeline import pipeline_flow
+    from flows.retrain import retrain_flow
+
+    stages = data_stages(root)
+    data = pipeline_flow(stages, str(root), push=False, lock=False)
+    trained = retrain_flow()
+    outcomes = {}
+    for family, info in trained.items():
+        if info.get("action") == "trained":
+            outcomes[family] = evaluate_and_promote_flow(info["registration_file"], fold_splits=fold_splits)
+    return {"data_stages": [{k: r[k] for k in ("stage", "action", "rows", "seconds")} for r in data],
+            "trained": trained, "evaluate_and_promote": outcomes}
+
+
+def main(argv: list[str]) -> None:
+    from flows.runtime import prefect_server
+
+    with prefect_server(get_settings()):
+        print(json.dumps(retrain_on_new_gpu_flow(argv[0] if argv else None), indent=2, default=str))
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])
