@@ -141,8 +141,12 @@ def summary_dict(result: IngestResult) -> dict[str, Any]:
     }
 
 
-def write_canonical(result: IngestResult, out_dir: Path) -> dict[str, Path]:
-    """Write the three tables and summary.json (last, so its presence means the set is complete)."""
+def write_canonical(result: IngestResult, out_dir: Path,
+                    after_first: Callable[[], None] | None = None) -> dict[str, Path]:
+    """Write the three tables and summary.json (last, so its presence means the set is complete).
+
+    This writes the tables of ``result`` alone; ``commit_canonical`` is what an ingest uses (it
+    keeps other sources' rows). ``after_first`` runs after the first table (fault injection)."""
     out_dir = Path(out_dir)
     frames = {"measurements.parquet": result.measurements, "kernels.parquet": result.kernels,
               "rejects.parquet": result.rejects}
@@ -152,10 +156,268 @@ def write_canonical(result: IngestResult, out_dir: Path) -> dict[str, Path]:
         # One row group, no pandas index: the bytes depend on the rows alone.
         atomic_write(paths[name], lambda p, f=frame: f.to_parquet(p, index=False, engine="pyarrow",
                                                                    compression="zstd", row_group_size=len(f) or 1))
+        if after_first is not None and name == "measurements.parquet":
+            after_first()
     paths["summary.json"] = out_dir / "summary.json"
     text = json.dumps(summary_dict(result), indent=2, sort_keys=False) + "\n"
     atomic_write(paths["summary.json"], lambda p: p.write_text(text, encoding="utf-8"))
     return paths
+
+
+# ----------------------------------------------------------------------------------------------
+# The canonical folder as partitions: adding a source never loses another's rows
+# ----------------------------------------------------------------------------------------------
+# Layout: ``<out>/parts/<key>/{measurements,kernels,rejects}.parquet + part.json``, one partition
+# per public source (key = source) and per profiled run (key = ``kernelcast@<run folder>``), and
+# beside them the merged tables every reader uses (measurements/kernels/rejects.parquet,
+# summary.json). An ingest replaces only its own partitions: it builds the whole new folder in a
+# sibling temp folder (unchanged partitions hard-linked) and swaps it in with one atomic rename, so
+# a process killed at any moment leaves the previous complete folder (or the new complete one).
+PARTS_DIR = "parts"
+PART_META = "part.json"
+# Sources whose rows are partitioned per run (a profiled run replaces that run's rows only).
+RUN_PARTITIONED: frozenset[str] = frozenset({"kernelcast"})
+# Test-only fault injection: when this variable names a point below, the process SIGKILLs itself
+# there (tests/integration/test_ingest_partitions.py proves a kill leaves complete tables).
+FAULT_ENV = "KERNELCAST_FAULT_INJECT"
+FAULT_POINTS: tuple[str, ...] = ("ingest-part-written", "ingest-merged-half-written", "ingest-before-swap",
+                                 "ingest-after-swap")
+_RENAME_EXCHANGE = 2  # linux/fs.h
+
+
+def fault_point(name: str) -> None:
+    """Fault injection for tests: SIGKILL this process at ``name`` when FAULT_ENV says so."""
+    if os.environ.get(FAULT_ENV) == name:
+        import signal
+
+        os.kill(os.getpid(), signal.SIGKILL)
+
+
+@dataclass
+class Part:
+    """One source's (or one profiled run's) canonical rows."""
+
+    key: str
+    source: str
+    measurements: pd.DataFrame
+    kernels: pd.DataFrame
+    rejects: pd.DataFrame
+    rows_in: int
+    notes: list[str] = field(default_factory=list)
+
+
+def _run_of(upstream_file: pd.Series, run_id: pd.Series | None = None) -> pd.Series:
+    """The run folder a profiled row came from: the first component of its upstream_file."""
+    files = upstream_file.astype("string").fillna("")
+    first = files.str.split("/", n=1).str[0].where(files.str.contains("/", regex=False), "")
+    if run_id is not None:
+        first = first.where(first != "", run_id.astype("string").fillna(""))
+    return first.fillna("").astype(str)
+
+
+def part_key(source: str, run: str | None = None) -> str:
+    """``source``, or ``source@run`` for a run-partitioned source (run made path-safe)."""
+    if not run:
+        return source
+    return f"{source}@{re.sub(r'[^A-Za-z0-9_.-]+', '_', run).strip('_.') or 'run'}"
+
+
+def split_parts(result: IngestResult) -> list[Part]:
+    """The result cut into partitions: one per source, one per run for run-partitioned sources."""
+    parts: list[Part] = []
+    for source in sorted(result.rows_in):
+        m = result.measurements[result.measurements["source"] == source]
+        k = result.kernels[result.kernels["source"] == source]
+        r = result.rejects[result.rejects["source"] == source]
+        notes = list(result.notes.get(source, []))
+        if source not in RUN_PARTITIONED:
+            parts.append(Part(source, source, m, k, r, int(result.rows_in[source]), notes))
+            continue
+        m_runs = _run_of(m["upstream_file"], m["run_id"])
+        r_runs = _run_of(r["upstream_file"])
+        runs = sorted(set(m_runs) | set(r_runs)) or [""]
+        for i, run in enumerate(runs):
+            pm, pr = m[(m_runs == run).to_numpy()], r[(r_runs == run).to_numpy()]
+            used = set(pm["kernel_id"].astype(str))
+            pk = k[k["kernel_id"].astype(str).isin(used) | (i == 0 and ~k["kernel_id"].astype(str).isin(
+                set(m["kernel_id"].astype(str))))]
+            parts.append(Part(part_key(source, run), source, pm, pk, pr, len(pm) + len(pr), notes if i == 0 else []))
+    return parts
+
+
+def _write_part(part: Part, folder: Path) -> None:
+    folder.mkdir(parents=True, exist_ok=True)
+    for name, frame in (("measurements.parquet", part.measurements), ("kernels.parquet", part.kernels),
+                        ("rejects.parquet", part.rejects)):
+        frame.reset_index(drop=True).to_parquet(folder / name, index=False, engine="pyarrow", compression="zstd",
+                                                row_group_size=len(frame) or 1)
+    meta = {"key": part.key, "source": part.source, "rows_in": part.rows_in, "measurements": len(part.measurements),
+            "rejects": len(part.rejects), "notes": part.notes}
+    (folder / PART_META).write_text(json.dumps(meta, indent=2) + "\n", encoding="utf-8")
+
+
+def _read_part(folder: Path) -> Part:
+    try:
+        meta = json.loads((folder / PART_META).read_text())
+        return Part(str(meta["key"]), str(meta["source"]),
+                    conform(pd.read_parquet(folder / "measurements.parquet"), MEASUREMENT_COLUMNS),
+                    conform(pd.read_parquet(folder / "kernels.parquet"), KERNEL_COLUMNS),
+                    conform(pd.read_parquet(folder / "rejects.parquet"), REJECT_COLUMNS),
+                    int(meta["rows_in"]), [str(n) for n in meta.get("notes", [])])
+    except (OSError, KeyError, ValueError) as exc:
+        raise IngestError(f"{folder}: unreadable canonical partition ({exc}); re-ingest its source") from None
+
+
+def existing_parts(out_dir: Path) -> dict[str, Path | Part]:
+    """The partitions already in ``out_dir``: folders under parts/, or -- a folder written before
+    partitions existed -- its merged tables cut per source (so that data is kept too)."""
+    out_dir = Path(out_dir)
+    parts_dir = out_dir / PARTS_DIR
+    if parts_dir.is_dir():
+        return {p.name: p for p in sorted(parts_dir.iterdir()) if p.is_dir() and (p / PART_META).is_file()}
+    if not all((out_dir / name).is_file() for name in TABLES):
+        return {}
+    summary_path = out_dir / "summary.json"
+    by_source = json.loads(summary_path.read_text()).get("by_source", {}) if summary_path.is_file() else {}
+    m = conform(pd.read_parquet(out_dir / "measurements.parquet"), MEASUREMENT_COLUMNS)
+    k = conform(pd.read_parquet(out_dir / "kernels.parquet"), KERNEL_COLUMNS)
+    r = conform(pd.read_parquet(out_dir / "rejects.parquet"), REJECT_COLUMNS)
+    sources = sorted(set(m["source"].dropna().astype(str)) | set(r["source"].dropna().astype(str)))
+    rows_in = {s: int(by_source.get(s, {}).get("rows_in", ((m["source"] == s).sum() + (r["source"] == s).sum())))
+               for s in sources}
+    notes = {s: list(by_source.get(s, {}).get("notes", [])) for s in sources}
+    legacy = IngestResult(m, k, r, rows_in, notes)
+    return {part.key: part for part in split_parts(legacy)}
+
+
+def merge_parts(parts: list[Part]) -> IngestResult:
+    """Partitions -> the merged canonical tables (a source's runs counted together)."""
+    by_source: dict[str, list[Part]] = {}
+    for part in parts:
+        by_source.setdefault(part.source, []).append(part)
+    outputs = [AdapterOutput(source,
+                             pd.concat([p.measurements for p in group], ignore_index=True),
+                             pd.concat([p.kernels for p in group], ignore_index=True),
+                             pd.concat([p.rejects for p in group], ignore_index=True),
+                             sum(p.rows_in for p in group), [n for p in group for n in p.notes])
+               for source, group in sorted(by_source.items())]
+    return merge_outputs(outputs)
+
+
+def _link_tree(src: Path, dst: Path) -> None:
+    """Hard-link a partition's files (never modified in place, only replaced), copy if links fail."""
+    dst.mkdir(parents=True, exist_ok=True)
+    for path in src.iterdir():
+        try:
+            os.link(path, dst / path.name)
+        except OSError:
+            shutil.copy2(path, dst / path.name)
+
+
+def _swap_in(new: Path, target: Path) -> None:
+    """Put folder ``new`` at ``target`` in one atomic step (RENAME_EXCHANGE where the kernel and
+    filesystem have it); afterwards ``new`` holds the previous folder, or nothing."""
+    if not target.exists():
+        os.rename(new, target)
+        return
+    import ctypes
+
+    libc = ctypes.CDLL(None, use_errno=True)
+    renameat2 = getattr(libc, "renameat2", None)
+    if renameat2 is not None:
+        at_fdcwd = -100
+        if renameat2(at_fdcwd, os.fsencode(new), at_fdcwd, os.fsencode(target), _RENAME_EXCHANGE) == 0:
+            return
+    # No atomic exchange here: move the old folder aside first. A kill between the two renames
+    # leaves ``<target>.old`` and no target; recover_canonical() puts it back on the next run.
+    aside = target.with_name(f".{target.name}.old")
+    if aside.exists():
+        shutil.rmtree(aside)
+    os.rename(target, aside)
+    os.rename(new, target)
+    os.rename(aside, new) if not new.exists() else shutil.rmtree(aside)
+
+
+def recover_canonical(out_dir: Path) -> None:
+    """Undo what a killed ingest left: temp folders removed, a folder moved aside put back."""
+    out_dir = Path(out_dir)
+    aside = out_dir.with_name(f".{out_dir.name}.old")
+    if aside.is_dir() and not out_dir.exists():
+        os.rename(aside, out_dir)
+    elif aside.is_dir():
+        shutil.rmtree(aside, ignore_errors=True)
+    for stale in out_dir.parent.glob(f".{out_dir.name}.*.tmp"):
+        shutil.rmtree(stale, ignore_errors=True)
+
+
+class _Lock:
+    """An exclusive lock beside the canonical folder: two ingests never merge from the same old state."""
+
+    def __init__(self, out_dir: Path) -> None:
+        self.path = Path(out_dir).with_name(f".{Path(out_dir).name}.lock")
+
+    def __enter__(self) -> _Lock:
+        import fcntl
+
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        self.handle = open(self.path, "a")  # noqa: SIM115 -- held until __exit__
+        fcntl.flock(self.handle, fcntl.LOCK_EX)
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        import fcntl
+
+        fcntl.flock(self.handle, fcntl.LOCK_UN)
+        self.handle.close()
+
+
+@dataclass
+class CommitResult:
+    paths: dict[str, Path]
+    replaced: list[str]  # partition keys written by this ingest
+    kept: list[str]  # partition keys carried over unchanged
+    merged: IngestResult
+
+
+def commit_canonical(result: IngestResult, out_dir: Path) -> CommitResult:
+    """Replace the partitions of ``result``'s sources (runs) in ``out_dir``, keep every other one,
+    rewrite the merged tables; all of it lands in one atomic swap of the folder."""
+    out_dir = Path(out_dir)
+    out_dir.parent.mkdir(parents=True, exist_ok=True)
+    with _Lock(out_dir):
+        recover_canonical(out_dir)
+        new_parts = split_parts(result)
+        new_keys = {p.key for p in new_parts}
+        ingested = set(result.rows_in)
+        old = existing_parts(out_dir)
+
+        def replaced_by_this_ingest(key: str, part: Path | Part) -> bool:
+            source = part.source if isinstance(part, Part) else key.split("@", 1)[0]
+            return key in new_keys or (source in ingested and source not in RUN_PARTITIONED)
+
+        kept = {key: part for key, part in old.items() if not replaced_by_this_ingest(key, part)}
+        tmp = Path(tempfile.mkdtemp(prefix=f".{out_dir.name}.", suffix=".tmp", dir=out_dir.parent))
+        try:
+            for key, part in kept.items():
+                if isinstance(part, Part):
+                    _write_part(part, tmp / PARTS_DIR / key)
+                else:
+                    _link_tree(part, tmp / PARTS_DIR / key)
+            for part in new_parts:
+                _write_part(part, tmp / PARTS_DIR / part.key)
+            fault_point("ingest-part-written")
+            everything = [p if isinstance(p, Part) else _read_part(p) for p in kept.values()] + new_parts
+            merged = merge_parts(everything)
+            paths = write_canonical(merged, tmp, after_first=lambda: fault_point("ingest-merged-half-written"))
+            os.chmod(tmp, 0o755)  # mkdtemp makes 0700; the tables are shared
+            fault_point("ingest-before-swap")
+            _swap_in(tmp, out_dir)
+            fault_point("ingest-after-swap")
+        finally:
+            if tmp.exists():
+                shutil.rmtree(tmp, ignore_errors=True)
+    return CommitResult({name: out_dir / path.name for name, path in paths.items()},
+                        sorted(new_keys), sorted(kept), merged)
 
 
 # ----------------------------------------------------------------------------------------------

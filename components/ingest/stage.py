@@ -38,6 +38,11 @@ class IngestStageResult:
     summary: pd.DataFrame  # rows and rejects per (source, device)
     unknown_devices: list[str]
     paths: dict[str, Path] = field(default_factory=dict)
+    # The canonical folder after this ingest: partitions written now, partitions kept from before
+    # (other sources and runs, untouched), and its total measurement rows.
+    replaced: list[str] = field(default_factory=list)
+    kept: list[str] = field(default_factory=list)
+    total_rows: int = 0
 
     @property
     def rows(self) -> int:
@@ -97,25 +102,30 @@ def ingest_tables(
 def ingest_stage(
     inputs: IngestInputs, catalog: Any = None, progress: Callable[[str], None] | None = None
 ) -> IngestStageResult:
-    """Read ``inputs.sources`` and write measurements/kernels/rejects.parquet and summary.json.
+    """Read ``inputs.sources`` into the canonical folder: their partitions (a profiled run's: that
+    run's) are replaced, every other source's rows kept, and the merged
+    measurements/kernels/rejects.parquet and summary.json rewritten -- one atomic swap of the folder.
 
     Raises ``components.ingest.base.IngestError`` when a source cannot be read at all, ValueError
     for an unknown source or a missing directory.
     """
     from components.ingest.registry import check_source
-    from components.ingest.run import summarise, unknown_devices, write_canonical
+    from components.ingest.run import commit_canonical, summarise, unknown_devices
 
     if not inputs.sources:
         raise ValueError("nothing to ingest: no sources given")
     sources = [check_source(s) for s in dict.fromkeys(inputs.sources)]
     roots = resolve_roots(sources, inputs.from_location, inputs.datasets_dir, inputs.cache_dir, progress)
     result = ingest_tables(sources, roots, catalog, progress)
-    paths = write_canonical(result, inputs.out_dir)
+    committed = commit_canonical(result, inputs.out_dir)
     return IngestStageResult(
         out_dir=Path(inputs.out_dir),
         roots=roots,
         rows_in=dict(result.rows_in),
         summary=summarise(result),
         unknown_devices=unknown_devices(result),
-        paths=paths,
+        paths=committed.paths,
+        replaced=committed.replaced,
+        kept=committed.kept,
+        total_rows=len(committed.merged.measurements),
     )

@@ -74,6 +74,9 @@ def accuracy_command(
     ray: Annotated[bool, typer.Option("--ray/--no-ray", help=(
         "Ray tasks: leave-one-GPU-out folds side by side (when Ray has more than one CPU), else each "
         "target's fit"))] = True,
+    calibration_rows: Annotated[list[int] | None, typer.Option("--calibration-rows", help=(
+        "calibration tier: with --split unseen-gpu, give each held-out GPU K rows of the calibration suite "
+        "and score its other kernels (repeatable: 0 25 100 400 gives the curve; components/evaluation/calibration.py)"))] = None,
 ) -> None:
     """Train each family on each split's train side, score the test side, compare with the papers."""
     from components.atomic import atomic_write
@@ -92,6 +95,15 @@ def accuracy_command(
     def atomic_write_text(path: Path, text: str) -> None:
         atomic_write(path, lambda tmp: tmp.write_text(text))
 
+    if calibration_rows is not None:  # checked before any fitting
+        from components.evaluation.calibration import check_ks
+
+        try:
+            calibration_rows = list(check_ks(calibration_rows))
+        except ValueError as exc:
+            raise UserError(str(exc)) from None
+        if split != ["unseen-gpu"] or (family and family != ["tabular"]) or markdown is not None:
+            raise UserError("--calibration-rows runs on --split unseen-gpu alone, the tabular family, without --markdown")
     families = _families(family)
     splits = split or list(BENCH_SPLITS)
     unknown = [s for s in splits if s not in SPLITS]
@@ -128,6 +140,15 @@ def accuracy_command(
         if absent:
             raise UserError(f"--device {', '.join(absent)}: no rows in this feature table "
                             f"(GPUs there: {', '.join(sorted(held_out)) or 'none'})")
+
+    if calibration_rows is not None:
+        from components.evaluation.calibration import run_cli_bench
+
+        command = _command_line(family, split, device, max_train_rows, min_gpu_rows, max_test_rows)
+        command += "".join(f" --calibration-rows {k}" for k in calibration_rows)
+        run_cli_bench(table, calibration_rows, params, config, rows_cap, gpu_rows, devices, max_test_rows, command,
+                      json_file, echo=typer.echo, log=lambda line: typer.echo(line, err=True))
+        return
 
     def factory(name: str, train, split_name: str):  # noqa: ANN001, ANN202 -- bench.Factory
         return make_predictor(name, train, split_name, config, settings, use_ray=ray)

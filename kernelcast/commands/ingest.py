@@ -74,3 +74,5 @@ def ingest_command(
                    err=True)
     typer.echo(f"wrote {result.out_dir} "
                "(measurements.parquet, kernels.parquet, rejects.parquet, summary.json)")
+    typer.echo(f"replaced {', '.join(result.replaced) or 'nothing'}; kept {', '.join(result.kept) or 'nothing'}; "
+               f"{result.total_rows} rows in all")
