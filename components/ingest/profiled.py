@@ -1,6 +1,8 @@
 """Adapter for measurements kernelcast profiled itself (``kernelcast profile``; ``profiled-data/``).
 
-Root layout: one folder per run, each with a ``manifest.json`` (see components.profiling.records).
+Root layout: one folder per run, each with a ``manifest.json``: the rows format of
+``kernelcast profile`` (``"format": "kernelcast-rows/1"``, components/profiling/rows.py: one row per
+case or kernel, any backend) or the first runs' layout (components.profiling.records).
 CUDA-event timings become ``profiler=cuda_event`` rows (one per op case: the op's whole time, as
 NeuSight measures); Nsight Compute kernels become ``profiler=ncu`` rows (one per kernel, clocks
 locked, with DRAM bytes, executed FLOPs and L1/L2 hit rates -- the only source with hit rates).
@@ -102,13 +104,92 @@ def _ncu_rows(run: Path, entry: dict, device_id: str, raw_device: str) -> tuple[
     return measurements, kernels, len(matched)
 
 
+# Canonical ``profiler`` of each backend of a rows-format run (components/profiling/rows.py).
+PROFILER_OF_BACKEND = {"events": "cuda_event", "ncu": "ncu", "rocprofv3": "rocprofv3", "host": "host"}
+
+
+def _row_kernel(case: dict, row: dict) -> dict[str, object]:
+    """Kernel record of a rows-format case: op cases as before; CUDA source, Triton, KernelBench programs."""
+    if case["kind"] == "op":
+        return _kernel_record(case, row.get("kernel_name"), row.get("kernel_position"))
+    name = row.get("kernel_name") or case.get("name") or case["case_id"]
+    family = {"source": "program", "triton": "program", "program": "program"}[case["kind"]]
+    return {"kernel_id": stable_id(SOURCE, case["case_id"], row.get("kernel_name") or "", row.get("kernel_position")),
+            "source": SOURCE, "family": family, "op": case.get("name") or case["case_id"], "name": name,
+            "language": case.get("language", "pytorch"), "program": case.get("path") or case.get("name"),
+            "source_path": case.get("path"), "source_text": case.get("source"),
+            "shape_json": canonical_json(case["shape"]) if case.get("shape") else None, "dtype": case.get("dtype", "unknown")}
+
+
+def _dims(value: object) -> tuple[int | None, int | None, int | None]:
+    if isinstance(value, str):
+        return _grid(value)
+    if isinstance(value, (list, tuple)) and value:
+        parts = [int(v) for v in value] + [1, 1]
+        return parts[0], parts[1], parts[2]
+    return None, None, None
+
+
+def _rows_run(run: Path, manifest: dict, catalog) -> tuple[list, list, list, int]:  # noqa: ANN001
+    """A rows-format run folder: one measurement per valid row; failed, quarantined and host rows rejected."""
+    from components.profiling.records import quarantined_ids, read_rows
+
+    try:
+        rows = read_rows(run)
+    except ValueError as exc:
+        raise IngestError(str(exc)) from exc
+    quarantined = quarantined_ids(run)
+    measurements, kernels, rejects = [], [], []
+    for index, row in enumerate(rows):
+        relpath = f"{run.name}/chunks/{row.get('chunk_id', '?')}.jsonl"
+        reason = (f"case failed on the device: {row['error']}" if row.get("error") else
+                  f"failed validation: {', '.join(quarantined[row['row_id']])}" if row["row_id"] in quarantined else
+                  "host CPU measurement: not a catalog GPU (kept in the run folder only)" if row["backend"] == "host"
+                  else None)
+        spec = None
+        if reason is None:
+            try:
+                spec = catalog.resolve(row["device"])
+            except LookupError:
+                reason = f"device {row['device']!r} is not in the catalog"
+        if reason is not None:
+            rejects.append({"source": SOURCE, "upstream_file": relpath, "upstream_row": index, "reason": reason,
+                            "raw": row["case_id"]})
+            continue
+        case = row["case"]
+        kernel = _row_kernel(case, row)
+        kernels.append(kernel)
+        duration_us = float(row["duration_us"])
+        reads, writes = row.get("dram_read_bytes"), row.get("dram_write_bytes")
+        dram = float(reads) + float(writes) if reads is not None and writes is not None else math.nan
+        flops = float(row["flops"]) if row.get("flops") is not None else math.nan
+        rate = lambda value: float(value) / (duration_us * 1e3) if value is not None else math.nan  # noqa: E731
+        (gx, gy, gz), (bx, by, bz) = _dims(row.get("grid")), _dims(row.get("block"))
+        measurements.append({
+            "kernel_id": kernel["kernel_id"], "device_id": spec.id, "device_name_raw": row["device_name"],
+            "source": SOURCE, "upstream_file": relpath, "upstream_row": index,
+            "profiler": PROFILER_OF_BACKEND[row["backend"]], "clock_mode": row["clock_mode"], "run_id": row["run_id"],
+            "params_json": canonical_json({**(case.get("shape") or {}), "case": case["case_id"],
+                                           "kernel_position": row.get("kernel_position")}),
+            "grid_x": gx, "grid_y": gy, "grid_z": gz, "block_x": bx, "block_y": by, "block_z": bz,
+            "duration_us": duration_us, "duration_std_us": row.get("duration_std_us"), "n_trials": row["repeats"],
+            "dram_bytes": dram, "achieved_gbps": dram / (duration_us * 1e3), "flops": flops,
+            "gflops": flops / (duration_us * 1e3), "fp32_gflops": rate(row.get("flops_fp32")),
+            "fp64_gflops": rate(row.get("flops_fp64")),
+            "l1_hit_rate": row.get("l1_hit_rate"), "l2_hit_rate": row.get("l2_hit_rate"),
+            "arith_intensity": flops / dram if dram and dram > 0 else math.nan,
+        })
+    return measurements, kernels, rejects, len(rows)
+
+
 def ingest(root: Path, catalog) -> AdapterOutput:  # noqa: ANN001 -- catalog: components.devices.Catalog
     require_dir(root, SOURCE)
     measurements: list = []
     kernels: list = []
     rejects: list = []
     rows_in = 0
-    runs = sorted(p.parent for p in root.glob("*/manifest.json"))
+    # ``root`` is a folder of runs, or one run folder itself.
+    runs = [root] if (root / "manifest.json").is_file() else sorted(p.parent for p in root.glob("*/manifest.json"))
     if not runs:
         raise IngestError(f"{SOURCE}: no run folders with a manifest.json under {root}")
     for run in runs:
@@ -116,6 +197,10 @@ def ingest(root: Path, catalog) -> AdapterOutput:  # noqa: ANN001 -- catalog: co
             manifest = json.loads((run / "manifest.json").read_text())
         except json.JSONDecodeError as exc:
             raise IngestError(f"{run / 'manifest.json'}: not valid JSON ({exc})") from exc
+        if manifest.get("format") == "kernelcast-rows/1":
+            m, k, r, n = _rows_run(run, manifest, catalog)
+            measurements, kernels, rejects, rows_in = measurements + m, kernels + k, rejects + r, rows_in + n
+            continue
         raw_device = manifest["device_name"]
         device_id = catalog.resolve(raw_device).id
         for entry in manifest.get("timing", []):

@@ -129,3 +129,50 @@ def read_ncu_run(folder: Path, timing: list[CaseRecord], case_filter: str) -> li
 
 def suite_case_ids(suite: str) -> list[str]:
     return [case.case_id for case in SUITES[suite]()]
+
+
+# --------------------------------------------------------------------------- profiled rows (format
+# "kernelcast-rows/1", components/profiling/rows.py): read here so the ingest adapter's imports stay
+# inside the modules dvc.yaml's ingest stage lists.
+
+ROWS_FORMAT = "kernelcast-rows/1"
+
+
+class RowsError(ProfileDataError):
+    """A run folder whose rows cannot be read consistently; names the file and line."""
+
+
+def read_chunk(path: Path) -> list[dict]:
+    rows = []
+    for number, line in enumerate(path.read_text().splitlines(), start=1):
+        if not line.strip():
+            continue
+        try:
+            row = json.loads(line)
+        except json.JSONDecodeError as exc:
+            raise RowsError(f"{path}: line {number}: not JSON ({exc})") from exc
+        if not isinstance(row, dict) or "row_id" not in row:
+            raise RowsError(f"{path}: line {number}: not a profiled row (no row_id)")
+        rows.append(row)
+    return rows
+
+
+def read_rows(run_dir: Path) -> list[dict]:
+    """Every row of a run folder, in chunk order. The same row id twice is an error, not a silent pick."""
+    seen: dict[str, Path] = {}
+    rows: list[dict] = []
+    for path in sorted((Path(run_dir) / "chunks").glob("*.jsonl")):
+        for row in read_chunk(path):
+            if row["row_id"] in seen:
+                raise RowsError(f"{path}: row {row['row_id']} duplicates one in {seen[row['row_id']].name}")
+            seen[row["row_id"]] = path
+            rows.append(row)
+    return rows
+
+
+def quarantined_ids(run_dir: Path) -> dict[str, list[str]]:
+    """Row id -> failed expectations, from the run's ``quarantine.jsonl`` (written by profile_device)."""
+    path = Path(run_dir) / "quarantine.jsonl"
+    if not path.is_file():
+        return {}
+    return {r["row_id"]: r.get("failed_expectations", []) for r in read_chunk(path)}

@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from components.atomic import atomic_write_text
+from components.profiling.records import RowsError, read_chunk, read_rows  # noqa: F401 -- re-exported
 
 ROWS_FORMAT = "kernelcast-rows/1"
 BACKENDS: tuple[str, ...] = ("events", "ncu", "rocprofv3", "host")
@@ -76,38 +77,6 @@ def write_chunk(path: Path, rows: Iterable[dict[str, Any]]) -> int:
     lines = [json.dumps(_plain(r), sort_keys=True) for r in rows]
     atomic_write_text(path, "".join(line + "\n" for line in lines))
     return len(lines)
-
-
-class RowsError(ValueError):
-    """A run folder whose rows cannot be read consistently; names the file and line."""
-
-
-def read_chunk(path: Path) -> list[dict[str, Any]]:
-    rows = []
-    for number, line in enumerate(path.read_text().splitlines(), start=1):
-        if not line.strip():
-            continue
-        try:
-            row = json.loads(line)
-        except json.JSONDecodeError as exc:
-            raise RowsError(f"{path}: line {number}: not JSON ({exc})") from exc
-        if not isinstance(row, dict) or "row_id" not in row:
-            raise RowsError(f"{path}: line {number}: not a profiled row (no row_id)")
-        rows.append(row)
-    return rows
-
-
-def read_rows(run_dir: Path) -> list[dict[str, Any]]:
-    """Every row of a run folder, in chunk order. The same row id twice is an error, not a silent pick."""
-    seen: dict[str, Path] = {}
-    rows: list[dict[str, Any]] = []
-    for path in sorted((Path(run_dir) / "chunks").glob("*.jsonl")):
-        for row in read_chunk(path):
-            if row["row_id"] in seen:
-                raise RowsError(f"{path}: row {row['row_id']} duplicates one in {seen[row['row_id']].name}")
-            seen[row["row_id"]] = path
-            rows.append(row)
-    return rows
 
 
 def read_manifest(run_dir: Path) -> dict[str, Any]:

@@ -18,7 +18,14 @@ from typing import Any
 from components.profiling.backends import BACKEND_NAMES
 from components.profiling.cases import Case, chunked, load_cases, read_suite
 from components.profiling.rows import ROWS_FORMAT, read_manifest, read_rows, write_manifest
-from components.profiling.schedule import FAULT_ENV, ChunkJob, placement_for, run_jobs, run_jobs_local
+from components.profiling.schedule import (
+    FAULT_ENV,
+    ChunkJob,
+    check_available,
+    placement_for,
+    run_jobs,
+    run_jobs_local,
+)
 
 
 class ProfilingError(RuntimeError):
@@ -144,10 +151,12 @@ def profile_run(inputs: ProfileInputs) -> ProfileResult:
                                                             "num_gpus": placement.num_gpus},
         "scheduler": "ray" if inputs.use_ray else "local",
     }
+    if inputs.use_ray:  # an absent device is reported before anything is written
+        _start_ray(inputs.ray_address)
+        check_available(placement)
     (run_dir / "chunks").mkdir(parents=True, exist_ok=True)
     write_manifest(run_dir, manifest)
     if inputs.use_ray:
-        _start_ray(inputs.ray_address)
         report = run_jobs(jobs, placement, timeout_s=inputs.timeout_s, max_retries=inputs.max_retries)
     else:
         report = run_jobs_local(jobs)
