@@ -222,17 +222,25 @@ def ingest_sources(params: Mapping[str, Any], source: str = "params.yaml") -> li
     return sources
 
 
-def register_thresholds(params: Mapping[str, Any], source: str = "params.yaml") -> dict[str, float]:
-    """``register:`` as ``{max_<metric>|min_<metric>: bound}``; {} when absent."""
-    raw = section(params, "register", source=source, allowed=None)
-    out: dict[str, float] = {}
-    for key, value in raw.items():
-        if not str(key).startswith(("max_", "min_")):
-            raise ParamsError(f"{source}: unknown key register.{key}; thresholds are max_<metric> or min_<metric>")
-        try:
-            out[str(key)] = float(value)
-        except (TypeError, ValueError):
-            raise ParamsError(f"{source}: register.{key} must be a number, got {value!r}") from None
+REGISTER_KEYS: frozenset[str] = frozenset({"tolerance", "guarded", "splits", "evaluation"})
+
+
+def register_thresholds(params: Mapping[str, Any], source: str = "params.yaml") -> dict[str, dict[str, float]]:
+    """``register.splits:`` as ``{split: {max_<metric>|min_<metric>: bound}}``; {} when absent. The
+    whole gate (guarded metrics, tolerance, evaluation caps) is read by
+    ``components.registry.gate.read_policy``."""
+    raw = section(params, "register", source=source, allowed=REGISTER_KEYS)
+    splits = section(raw, "splits", source=source, allowed=None, label="register.splits")
+    out: dict[str, dict[str, float]] = {}
+    for split in splits:
+        for key, value in section(splits, split, source=source, allowed=None, label=f"register.splits.{split}").items():
+            if not str(key).startswith(("max_", "min_")):
+                raise ParamsError(f"{source}: unknown key register.splits.{split}.{key}; "
+                                  "thresholds are max_<metric> or min_<metric>")
+            try:
+                out.setdefault(str(split), {})[str(key)] = float(value)
+            except (TypeError, ValueError):
+                raise ParamsError(f"{source}: register.splits.{split}.{key} must be a number, got {value!r}") from None
     return out
 
 

@@ -18,6 +18,7 @@ from prefect import flow, task
 
 from components.config import Settings, get_settings
 from components.evaluation.stage import EvaluateInputs, EvaluateResult, evaluate_stage
+from components.registry.gate import GatePolicy
 from components.registry.promote import PromoteInputs, PromoteResult, promote_stage
 from flows.retry import transient_only
 
@@ -29,7 +30,7 @@ def evaluate_task(inputs: EvaluateInputs, settings: Settings, params: dict[str, 
 
 
 @task(name="promote", retries=2, retry_delay_seconds=5, retry_condition_fn=transient_only)
-def promote_task(inputs: PromoteInputs, thresholds: dict[str, float]) -> PromoteResult:
+def promote_task(inputs: PromoteInputs, thresholds: GatePolicy) -> PromoteResult:
     """``promote_stage``: challenger always; champion only through the params.yaml gate."""
     return promote_stage(inputs, thresholds)
 
@@ -66,6 +67,19 @@ def evaluate_and_promote_flow(
             model=registration.predictor_dir,
             out_file=out,
             split=split,
+            features_file=Path(features_file) if features_file else None,
+        ),
+        settings,
+        params,
+    )
+    # The promotion gate's report (every split of params.yaml register.splits), attached to the
+    # version as its eval_report: what promote_task judges.
+    evaluate_task(
+        EvaluateInputs(
+            model=registration.predictor_dir,
+            out_file=out.with_name(f"{registration.family}-gate.json"),
+            gate=True,
+            registration=Path(registration_file),
             features_file=Path(features_file) if features_file else None,
         ),
         settings,

@@ -19,6 +19,7 @@ if TYPE_CHECKING:
     import pandas as pd
 
     from components.config import Settings
+    from components.evaluation.report import ExecutorFactory
 
 EXPERIMENT = "kernelcast"
 
@@ -33,6 +34,8 @@ class EvaluateInputs:
     from_dir: Path | None = None
     log: bool = True  # record an MLflow evaluation run (with plots beside the JSON)
     max_rows: int | None = None  # at most this many rows, chosen by hash of measurement_id
+    gate: bool = False  # the promotion gate's report: every split of params.yaml register.splits
+    registration: Path | None = None  # gate: judge the version a registration.json names (replaces model)
 
 
 @dataclass(frozen=True)
@@ -50,6 +53,11 @@ def check_inputs(inputs: EvaluateInputs) -> None:
 
     if (inputs.source is None) != (inputs.from_dir is None):
         raise ValueError("--source and --from go together")
+    if inputs.gate and (inputs.source is not None or inputs.split is not None or inputs.max_rows is not None):
+        raise ValueError("--gate scores the splits of params.yaml register.splits under its caps; "
+                         "it does not go with --source, --split or --max-rows")
+    if inputs.registration is not None and not inputs.gate:
+        raise ValueError("--registration goes with --gate (the promotion gate's report of that version)")
     if inputs.split is not None and inputs.split not in SPLITS:
         raise ValueError(f"unknown split {inputs.split!r}; choose one of {', '.join(SPLITS)}")
     if Path(inputs.out_file).suffix.lower() != ".json":
@@ -90,9 +98,17 @@ def features_from_source(
     return table, len(validation.quarantine)
 
 
-def evaluate_stage(inputs: EvaluateInputs, settings: Settings, params: dict[str, Any]) -> EvaluateResult:
+def evaluate_stage(inputs: EvaluateInputs, settings: Settings, params: dict[str, Any],
+                   fold_executor: ExecutorFactory | None = None) -> EvaluateResult:
     """Score the model on the chosen rows (rows it trained on are excluded and counted as
-    ``excluded_seen``), write the JSON report atomically, and log it unless ``inputs.log`` is off."""
+    ``excluded_seen``), write the JSON report atomically, and log it unless ``inputs.log`` is off.
+
+    With ``inputs.gate`` it writes the promotion gate's report instead (``gate_stage``);
+    ``fold_executor`` (e.g. ``functools.partial(bench.ray_fold_executor, start_ray=...)``) runs its
+    refit folds side by side; None runs them one after the other here.
+    """
+    if inputs.gate:
+        return gate_stage(inputs, settings, params, fold_executor)
     from components.evaluation.harness import (
         capped_rows,
         evaluate_predictor,
@@ -143,3 +159,95 @@ def evaluate_stage(inputs: EvaluateInputs, settings: Settings, params: dict[str,
             tags={"model_uri": inputs.model, "source": inputs.source or "features"},
         )
     return EvaluateResult(report, out, run_id, ingested, quarantined)
+
+
+# --------------------------------------------------------------------------- the promotion gate's report
+
+
+@dataclass(frozen=True)
+class Candidate:
+    """What the gate evaluates: a predictor reference and, when registered, which version it is."""
+
+    model: str  # what load_any_predictor reads
+    model_name: str | None
+    version: str | None
+    trained_split: str | None
+    run_id: str | None  # the training run (the report is attached to it)
+
+
+def resolve_candidate(inputs: EvaluateInputs, tracking_uri: str) -> Candidate:
+    """From ``--registration`` (the pipeline), a ``models:/name/N`` URI, or a predictor folder (its
+    registration.json when it has one)."""
+    from components.registry.runs import REGISTRATION_FILE, read_registration
+
+    registration = inputs.registration
+    if registration is None and Path(inputs.model).is_dir() and (Path(inputs.model) / REGISTRATION_FILE).is_file():
+        registration = Path(inputs.model) / REGISTRATION_FILE
+    if registration is not None:
+        recorded = read_registration(registration)
+        return Candidate(recorded.predictor_dir or inputs.model, recorded.model_name, recorded.version,
+                         recorded.split or None, recorded.run_id)
+    if inputs.model.startswith("models:/"):
+        from components.registry.mlflow_registry import mlflow_client
+
+        name, _, ref = inputs.model.removeprefix("models:/").partition("/")
+        client = mlflow_client(tracking_uri)
+        if "@" in name:
+            name, _, alias = name.partition("@")
+            found = client.get_model_version_by_alias(name, alias)
+        else:
+            found = client.get_model_version(name, ref)
+        return Candidate(inputs.model, name, str(found.version), found.tags.get("split"), found.run_id)
+    return Candidate(inputs.model, None, None, None, None)
+
+
+def gate_stage(inputs: EvaluateInputs, settings: Settings, params: dict[str, Any],
+               fold_executor: ExecutorFactory | None = None) -> EvaluateResult:
+    """The gate report of one candidate over every split of params.yaml ``register.splits`` (caps from
+    ``register.evaluation``), written atomically; when the candidate is a registered version and
+    ``inputs.log`` is on, attached to its training run and named by its ``eval_report`` tag."""
+    from components.evaluation.harness import read_feature_table
+    from components.evaluation.report import gate_report
+    from components.models.loading import load_any_predictor
+    from components.registry.gate import read_policy
+    from components.registry.lineage import dataset_version
+
+    check_inputs(inputs)
+    policy = read_policy(params, str(settings.params_file))  # before any work: no gate, no report
+    uri = settings.tracking_uri()
+    candidate = resolve_candidate(inputs, uri)
+    features = Path(inputs.features_file or settings.data_dir / "features" / "features.parquet")
+    canonical = settings.data_dir / "canonical"
+    table = read_feature_table(features, canonical)
+    predictor = load_any_predictor(candidate.model, uri)
+    from components.config import PROJECT_ROOT
+
+    identity = {"model_name": candidate.model_name, "model_version": candidate.version,
+                "training_run": candidate.run_id, "features_file": str(features),
+                "dataset_version": dataset_version(features, PROJECT_ROOT)}
+    report = gate_report(predictor, table, tuple(policy.splits), policy.evaluation, model=candidate.model,
+                         trained_split=candidate.trained_split, canonical_dir=canonical,
+                         executor_factory=fold_executor, identity=identity)
+    report["policy"] = policy.to_json()
+    out = Path(inputs.out_file)
+    text = json.dumps(report, indent=2, sort_keys=False) + "\n"
+    atomic_write(out, lambda tmp: tmp.write_text(text))
+    if inputs.log and candidate.version is not None and candidate.run_id is not None:
+        attach_gate_report(out, candidate, uri)
+    return EvaluateResult(report, out, candidate.run_id if inputs.log else None, None, None)
+
+
+def attach_gate_report(path: Path, candidate: Candidate, tracking_uri: str) -> str:
+    """Log the report into the version's training run and point the version's ``eval_report`` tag at
+    it (the lineage a downstream service reads); returns the artifact URI."""
+    from components.registry.mlflow_registry import mlflow_client
+
+    client = mlflow_client(tracking_uri)
+    assert candidate.run_id is not None and candidate.version is not None and candidate.model_name is not None
+    client.log_artifact(candidate.run_id, str(path), "evaluation")
+    artifact = f"runs:/{candidate.run_id}/evaluation/{Path(path).name}"
+    client.set_model_version_tag(candidate.model_name, candidate.version, "eval_report", artifact)
+    report = json.loads(Path(path).read_text())
+    client.set_model_version_tag(candidate.model_name, candidate.version, "eval_complete",
+                                 str(bool(report.get("complete"))).lower())
+    return artifact

@@ -1,24 +1,21 @@
-"""MLflow Model Registry: log a predictor as a pyfunc model, register it, promote it by alias.
+"""MLflow Model Registry: log a predictor as a pyfunc model, register it, read its aliases.
 
 Aliases are the contract with downstream services, which load ``models:/<name>@champion``:
 
 - ``challenger``: the latest version that went through ``promote`` (passed or not);
-- ``champion``: set ONLY when a version meets every threshold in ``params.yaml`` (``register:``)
-  AND beats the current champion on the primary metric;
+- ``champion``: set ONLY through the gate of ``components.registry.promote`` (params.yaml
+  ``register:``: thresholds per split and target, no guarded metric worse than the champion's);
 - ``previous-champion``: the champion it replaced, so ``rollback`` is one alias move.
 
-Thresholds are data: ``max_<metric>`` is an upper bound (lower is better), ``min_<metric>`` a lower
-bound (higher is better), e.g. ``max_runtime_mape: 0.35`` bounds the metric ``runtime_mape``.
-The metrics a version was judged on are stored on the version as ``kc.metric.<name>`` tags, so
-the next candidate is compared with the champion's own evaluation, not with a search over runs.
+The metrics a version was judged on are stored on the version as ``kc.metric.<split>/<metric>``
+tags, so the next candidate is compared with the champion's own evaluation, not with a search
+over runs.
 """
 
 from __future__ import annotations
 
-import json
 from collections.abc import Mapping
 from contextlib import nullcontext
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -99,7 +96,9 @@ def log_predictor(
     """
     import mlflow
 
-    from components.registry.pyfunc import PREDICTOR_ARTIFACT, KernelcastPyfunc, resolve_loader
+    from components.registry.pyfunc import (
+        PREDICTOR_ARTIFACT, KernelcastPyfunc, input_example, resolve_loader, signature,
+    )
 
     predictor_dir = Path(predictor_dir)
     if not predictor_dir.is_dir():
@@ -119,11 +118,14 @@ def log_predictor(
         mlflow.log_params(dict(params))
         mlflow.log_metrics({k: float(v) for k, v in metrics.items()})
         mlflow.set_tags(dict(tags))
+        run_id = mlflow.active_run().info.run_id
         info = mlflow.pyfunc.log_model(
             name="model",
             python_model=KernelcastPyfunc(),
             artifacts={PREDICTOR_ARTIFACT: str(predictor_dir)},
-            model_config={"loader": loader},
+            model_config={"loader": loader, "model_version": f"runs:/{run_id}/model"},
+            signature=signature(),
+            input_example=input_example(),
             pip_requirements=_pip_requirements(),
         )
     return str(info.model_uri)
@@ -138,158 +140,55 @@ def register(model_uri: str, name: str, tracking_uri: str | None = None) -> str:
     return str(mlflow.register_model(model_uri, name).version)
 
 
-# --------------------------------------------------------------------------- thresholds
-
-
-def _bound(key: str) -> tuple[str, str]:
-    """``max_runtime_mape`` -> (``runtime_mape``, ``max``)."""
-    kind, _, metric = key.partition("_")
-    if kind not in ("max", "min") or not metric:
-        raise ValueError(f"threshold {key!r} must start with 'max_' or 'min_'")
-    return metric, kind
-
-
-def higher_is_better_from(thresholds: Mapping[str, float]) -> dict[str, bool]:
-    """Direction of every thresholded metric: ``min_`` bounds mean higher is better."""
-    return {metric: kind == "min" for metric, kind in map(_bound, thresholds)}
-
-
-def check_thresholds(metrics: Mapping[str, float], thresholds: Mapping[str, float]) -> list[str]:
-    """Human-readable failures; empty when every threshold is met. A missing metric fails."""
-    failures: list[str] = []
-    for key, limit in thresholds.items():
-        metric, kind = _bound(key)
-        if metric not in metrics:
-            failures.append(f"{metric}: missing (needed for {key}={limit})")
-            continue
-        value = float(metrics[metric])
-        if (kind == "max" and not value <= limit) or (kind == "min" and not value >= limit):
-            relation = "<=" if kind == "max" else ">="
-            failures.append(f"{metric}={value:.4g} violates {metric} {relation} {limit}")
-    return failures
-
-
-def beats(
-    candidate: Mapping[str, float],
-    incumbent: Mapping[str, float],
-    primary_metric: str,
-    higher_is_better: bool,
-) -> bool:
-    """Strictly better on the primary metric (a tie keeps the incumbent)."""
-    if primary_metric not in incumbent:
-        return True  # nothing recorded to defend: any passing candidate may take over
-    if primary_metric not in candidate:
-        return False
-    new, old = float(candidate[primary_metric]), float(incumbent[primary_metric])
-    return new > old if higher_is_better else new < old
-
-
 # --------------------------------------------------------------------------- aliases
 
 
-@dataclass(frozen=True)
-class PromotionResult:
-    name: str
-    version: str
-    promoted: bool
-    champion: str | None
-    previous_champion: str | None
-    failures: list[str] = field(default_factory=list)
-    reason: str = ""
+class RegistryUnreachable(LookupError):
+    """The tracking/registry store cannot be reached; the message names its URI."""
+
+
+def check_reachable(tracking_uri: str, timeout_s: float = 5.0) -> None:
+    """Fail fast, in one line naming the URI, when the registry cannot be reached.
+
+    Why: MLflow's HTTP client retries with back-off for minutes before it gives up, and a sqlite
+    URI whose folder does not exist fails deep inside SQLAlchemy.
+    """
+    from urllib.error import URLError
+    from urllib.request import urlopen
+
+    if tracking_uri.startswith(("http://", "https://")):
+        try:
+            with urlopen(f"{tracking_uri.rstrip('/')}/health", timeout=timeout_s) as response:  # noqa: S310
+                if response.status != 200:
+                    raise RegistryUnreachable(f"MLflow registry at {tracking_uri} is not healthy "
+                                              f"(GET /health -> {response.status})")
+        except (URLError, OSError) as exc:
+            reason = getattr(exc, "reason", exc)
+            raise RegistryUnreachable(f"MLflow registry at {tracking_uri} cannot be reached ({reason})") from None
+    elif tracking_uri.startswith("sqlite:///"):
+        folder = Path(tracking_uri.removeprefix("sqlite:///")).parent
+        if not folder.is_dir():
+            raise RegistryUnreachable(f"MLflow registry at {tracking_uri} cannot be reached "
+                                      f"(folder {folder} does not exist)")
 
 
 def alias_version(name: str, alias: str, tracking_uri: str | None = None) -> str | None:
-    """Version number behind ``name@alias``, or None when the alias is not set."""
+    """Version number behind ``name@alias``, or None when the alias (or the model) is not set."""
     from mlflow.exceptions import MlflowException
 
     try:
         return str(_client(tracking_uri).get_model_version_by_alias(name, alias).version)
-    except MlflowException:
-        return None
+    except MlflowException as exc:
+        if exc.error_code in ("RESOURCE_DOES_NOT_EXIST", "INVALID_PARAMETER_VALUE", "NOT_FOUND"):
+            return None
+        raise
 
 
 def version_metrics(name: str, version: str, tracking_uri: str | None = None) -> dict[str, float]:
-    """Metrics a version was judged on: its ``kc.metric.*`` tags, else its source run's metrics."""
-    client = _client(tracking_uri)
-    model_version = client.get_model_version(name, version)
-    tagged = {
-        key.removeprefix(METRIC_TAG_PREFIX): float(value)
-        for key, value in model_version.tags.items()
-        if key.startswith(METRIC_TAG_PREFIX)
-    }
-    if tagged or not model_version.run_id:
-        return tagged
-    return {key: float(value) for key, value in client.get_run(model_version.run_id).data.metrics.items()}
-
-
-def promote(
-    name: str,
-    version: str | int,
-    metrics: Mapping[str, float] | None,
-    thresholds: Mapping[str, float],
-    *,
-    primary_metric: str | None = None,
-    higher_is_better: Mapping[str, bool] | None = None,
-    tracking_uri: str | None = None,
-) -> PromotionResult:
-    """Make ``version`` the challenger; make it champion only if it passes and beats the champion.
-
-    ``metrics`` None reads the version's recorded metrics (its run's). ``primary_metric`` defaults
-    to the first thresholded metric (``runtime_mape`` in ``params.yaml``); its direction comes
-    from the threshold's ``max_``/``min_`` prefix unless ``higher_is_better`` says otherwise.
-    """
-    client = _client(tracking_uri)
-    version = str(version)
-    metrics = dict(metrics) if metrics is not None else version_metrics(name, version, tracking_uri)
-    directions = {**higher_is_better_from(thresholds), **(higher_is_better or {})}
-    if primary_metric is None:
-        if not thresholds:
-            raise ValueError("promotion needs at least one threshold or an explicit primary_metric")
-        primary_metric = _bound(next(iter(thresholds)))[0]
-
-    for key, value in metrics.items():
-        client.set_model_version_tag(name, version, f"{METRIC_TAG_PREFIX}{key}", str(float(value)))
-    client.set_model_version_tag(name, version, "kc.thresholds", json.dumps(dict(thresholds), sort_keys=True))
-    client.set_registered_model_alias(name, CHALLENGER, version)
-
-    champion = alias_version(name, CHAMPION, tracking_uri)
-    previous = alias_version(name, PREVIOUS_CHAMPION, tracking_uri)
-    failures = check_thresholds(metrics, thresholds)
-    if failures:
-        client.set_model_version_tag(name, version, "kc.promotion", "rejected: thresholds")
-        return PromotionResult(name, version, False, champion, previous, failures, "thresholds not met")
-    if champion == version:
-        return PromotionResult(name, version, False, champion, previous, [], "already champion")
-    if champion is not None:
-        incumbent = version_metrics(name, champion, tracking_uri)
-        if not beats(metrics, incumbent, primary_metric, directions.get(primary_metric, False)):
-            client.set_model_version_tag(name, version, "kc.promotion", f"rejected: does not beat v{champion}")
-            reason = (f"{primary_metric}={metrics.get(primary_metric)} does not beat champion "
-                      f"v{champion} ({incumbent.get(primary_metric)})")
-            return PromotionResult(name, version, False, champion, previous, [], reason)
-        client.set_registered_model_alias(name, PREVIOUS_CHAMPION, champion)
-        previous = champion
-    client.set_registered_model_alias(name, CHAMPION, version)
-    client.set_model_version_tag(name, version, "kc.promotion", "champion")
-    return PromotionResult(name, version, True, version, previous, [], "passed thresholds and beat champion"
-                           if previous else "passed thresholds; first champion")
-
-
-def rollback(name: str, tracking_uri: str | None = None) -> PromotionResult:
-    """Point ``champion`` back at ``previous-champion``; the demoted version is tagged.
-
-    ``previous-champion`` is cleared so a second rollback fails loudly instead of flip-flopping.
-    """
-    client = _client(tracking_uri)
-    previous = alias_version(name, PREVIOUS_CHAMPION, tracking_uri)
-    if previous is None:
-        raise LookupError(f"model {name!r} has no {PREVIOUS_CHAMPION!r} alias to roll back to")
-    demoted = alias_version(name, CHAMPION, tracking_uri)
-    client.set_registered_model_alias(name, CHAMPION, previous)
-    client.delete_registered_model_alias(name, PREVIOUS_CHAMPION)
-    if demoted is not None:
-        client.set_model_version_tag(name, demoted, "kc.promotion", f"rolled back to v{previous}")
-    return PromotionResult(name, previous, True, previous, None, [], f"rolled back from v{demoted}")
+    """Metrics a version was judged on: its ``kc.metric.*`` tags (``split/metric`` names)."""
+    model_version = _client(tracking_uri).get_model_version(name, version)
+    return {key.removeprefix(METRIC_TAG_PREFIX): float(value) for key, value in model_version.tags.items()
+            if key.startswith(METRIC_TAG_PREFIX)}
 
 
 def load_model(name: str, alias: str = CHAMPION, tracking_uri: str | None = None) -> PyFuncModel:

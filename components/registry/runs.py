@@ -16,8 +16,9 @@ from typing import Any
 from components.atomic import atomic_write
 
 REGISTRATION_FILE = "registration.json"
-# Run tags copied onto the registered version, so the registry alone tells what a version is.
-VERSION_TAGS: tuple[str, ...] = ("split", "dataset_md5", "git_commit")
+# Run tags copied onto the registered version, so the registry alone tells what a version is
+# (with ``family`` and ``training_run``: the lineage of ``components.registry.lineage``).
+VERSION_TAGS: tuple[str, ...] = ("split", "dataset_md5", "dataset_version", "git_commit")
 
 
 def _client(tracking_uri: str) -> Any:
@@ -84,7 +85,8 @@ def log_training_run(
             tag_version(
                 registered_model,
                 version,
-                {"family": family, **{k: tags[k] for k in VERSION_TAGS if k in tags}},
+                {"family": family, "training_run": run.info.run_id,
+                 **{k: tags[k] for k in VERSION_TAGS if k in tags}},
                 tracking_uri,
             )
         return TrainingRun(run.info.run_id, model_uri, version, metrics)
@@ -113,7 +115,8 @@ def complete_training_run(
     versions = client.search_model_versions(f"run_id='{run_id}'")
     version = str(versions[0].version) if versions else None
     if version is not None:
-        tag_version(registered_model, version, {k: tags[k] for k in VERSION_TAGS if k in tags}, tracking_uri)
+        tag_version(registered_model, version, {"training_run": run_id, **{k: tags[k] for k in VERSION_TAGS
+                                                                          if k in tags}}, tracking_uri)
     return version
 
 

@@ -91,9 +91,11 @@ def _stamp() -> str:
 
 def _provenance(features_file: Path, split: str) -> dict[str, str]:
     from components.config import PROJECT_ROOT
+    from components.registry.lineage import dataset_version
     from components.training.tabular import file_md5, git_commit
 
-    return {"split": split, "dataset_md5": file_md5(features_file), "git_commit": git_commit(PROJECT_ROOT)}
+    return {"split": split, "dataset_md5": file_md5(features_file), "git_commit": git_commit(PROJECT_ROOT),
+            "dataset_version": dataset_version(features_file, PROJECT_ROOT)}
 
 
 def train_stage(

@@ -16,7 +16,7 @@ from kernelcast.commands._common import UserError, clean_errors, prepared_settin
 
 @clean_errors
 def evaluate_command(
-    model: Annotated[str, typer.Option("--model", help="models:/kernelcast@champion, models:/kernelcast/3, a predictor dir or 'roofline'")],
+    model: Annotated[str | None, typer.Option("--model", help="models:/kernelcast@champion, models:/kernelcast/3, a predictor dir or 'roofline'")] = None,
     out: Annotated[Path, typer.Option("--out", help="evaluation report (JSON)")],
     source: Annotated[str | None, typer.Option("--source", help="ingest this source on the fly (with --from)")] = None,
     from_dir: Annotated[Path | None, typer.Option("--from", help="directory of the source in its upstream layout")] = None,
@@ -26,13 +26,20 @@ def evaluate_command(
     max_rows: Annotated[int | None, typer.Option("--max-rows", min=1, help=(
         "score at most this many rows, chosen by hash of measurement_id (the same rows every run); "
         "for the llm family on a CPU"))] = None,
+    gate: Annotated[bool, typer.Option("--gate", help=(
+        "write the promotion gate's report: every split of params.yaml register.splits (refits under "
+        "register.evaluation caps); attached to the registered version as its eval_report"))] = False,
+    registration: Annotated[Path | None, typer.Option("--registration", help=(
+        "with --gate: the version a registration.json (written by `kernelcast train`) names"))] = None,
 ) -> None:
     """Evaluate MODEL; rows it trained on are excluded and counted as excluded_seen."""
     from components.config import load_params
     from components.evaluation.stage import EvaluateInputs, check_inputs, evaluate_stage
 
-    inputs = EvaluateInputs(model=model, out_file=out, split=split, features_file=features, source=source,
-                            from_dir=from_dir, log=log, max_rows=max_rows)
+    inputs = EvaluateInputs(model=model or "", out_file=out, split=split, features_file=features, source=source,
+                            from_dir=from_dir, log=log, max_rows=max_rows, gate=gate, registration=registration)
+    if not model and registration is None:
+        raise UserError("--model is required (or --gate --registration FILE)")
     try:
         check_inputs(inputs)
     except ValueError as exc:
@@ -45,6 +52,9 @@ def evaluate_command(
     except IngestError as exc:  # --from names a folder that is not the source's upstream layout
         raise UserError(str(exc)) from None
     report = result.report
+    if gate:
+        _print_gate(report, out)
+        return
     if result.ingested_rows is not None:
         typer.echo(f"{source}: {result.ingested_rows} rows ingested "
                    f"({result.quarantined} quarantined by validation)")
@@ -62,3 +72,19 @@ def evaluate_command(
 
 def _pct(value: float | None) -> str:
     return "n/a" if value is None else f"{100 * value:.1f}%"
+
+
+def _print_gate(report: dict, out: Path) -> None:
+    who = (f"{report['model_name']} v{report['model_version']}" if report.get("model_version")
+           else str(report.get("model")))
+    typer.echo(f"gate report for {who} ({report.get('family')}; dataset {report.get('dataset_version')})")
+    for split, entry in report["splits"].items():
+        if entry["status"] != "ok":
+            typer.echo(f"{split:15s} {entry['status'].upper()}: {entry.get('note')}")
+            continue
+        metrics = entry["metrics"]
+        figures = [f"{name}={_pct(metrics.get(name))}" for name in ("runtime_mape", "within_10", "roofline_accuracy")
+                   if metrics.get(name) is not None]
+        typer.echo(f"{split:15s} {entry['mode']:8s} n={entry['n']:6d} {' '.join(figures)} ({entry['seconds']} s)")
+    state = "complete" if report.get("complete") else "INCOMPLETE (cannot promote)"
+    typer.echo(f"{state}; {report.get('seconds')} s -> {out}")

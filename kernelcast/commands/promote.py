@@ -1,4 +1,4 @@
-"""`kernelcast promote`: move the registry's `champion` alias, only through the threshold gate."""
+"""`kernelcast promote`: judge a version on its gate report and move `champion` only if every rule passes."""
 
 from __future__ import annotations
 
@@ -24,34 +24,51 @@ def promote_command(
     registration: Annotated[
         Path | None, typer.Option("--registration", help="registration.json written by `kernelcast train`")
     ] = None,
+    eval_report: Annotated[
+        Path | None, typer.Option("--eval-report", help=(
+            "judge on this gate report (default: the one `kernelcast evaluate --gate` attached to the version)"))
+    ] = None,
+    dry_run: Annotated[
+        bool, typer.Option("--dry-run", help="judge and print every rule; move no alias, record nothing")
+    ] = False,
     allow_challenger: Annotated[
         bool, typer.Option("--allow-challenger", help="exit 0 when the version stays challenger (pipelines)")
     ] = False,
-    report: Annotated[Path | None, typer.Option("--report", help="write the promotion result as JSON")] = None,
+    report: Annotated[Path | None, typer.Option("--report", help="write the decision as JSON")] = None,
 ) -> None:
-    """Make VERSION the challenger, and the champion if it meets params.yaml `register:` thresholds
-    and beats the current champion (metrics are the ones logged with the version's run).
+    """Judge VERSION on its gate evaluation report (params.yaml `register:`: thresholds per split and
+    target, no guarded metric worse than the champion's by more than the tolerance), print each
+    rule with its figure and verdict, record the decision on the version, and make it champion only
+    if every rule passes.
 
-    Exit code 0 when `champion` moved, 1 when the version was kept as challenger only.
+    Exit code 0 when `champion` moved (a dry run: when it would), 1 when the version stays challenger.
     """
     from components.config import load_params
-    from components.registry.promote import PromoteInputs, gate_thresholds, promote_stage
+    from components.registry.promote import PromoteInputs, gate_policy, promote_stage
 
     settings = prepared_settings()
     inputs = PromoteInputs(tracking_uri=settings.tracking_uri(), model_name=model_name,
                            default_model=settings.registered_model,
                            version=None if version is None else str(version), registration=registration,
-                           rollback=rollback, report=report)
+                           rollback=rollback, report=report, eval_report=eval_report, dry_run=dry_run,
+                           lock_dir=settings.state_dir / "locks")
     params_file = settings.params_file
-    thresholds = None if rollback else gate_thresholds(load_params(params_file), str(params_file))
-    result = promote_stage(inputs, thresholds)
+    policy = None if rollback else gate_policy(load_params(params_file), str(params_file))
+    result = promote_stage(inputs, policy)
     if result.rolled_back:
         typer.echo(f"{result.model_name}: champion -> v{result.champion} ({result.reason})")
+        return
+    for rule in result.rules:
+        typer.echo(f"  {rule.line()}")
+    if result.dry_run:
+        verdict = "would become champion" if result.would_promote else "would stay challenger"
+        typer.echo(f"{result.model_name} v{result.version}: DRY RUN, {verdict}; nothing moved "
+                   f"(champion is v{result.champion})")
+        if not result.would_promote and not allow_challenger:
+            raise typer.Exit(code=1)
         return
     status = "champion" if result.promoted else "challenger only"
     typer.echo(f"{result.model_name} v{result.version}: {status} ({result.reason}); "
                f"champion is v{result.champion}")
-    for failure in result.failures:
-        typer.echo(f"  threshold failed: {failure}")
     if not result.promoted and not allow_challenger:
         raise typer.Exit(code=1)

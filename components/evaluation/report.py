@@ -1,0 +1,178 @@
+"""The gate's evaluation report: one candidate judged on every split params.yaml ``register.splits`` names.
+
+Per split the candidate is scored one of two ways, and the report says which (``mode``):
+
+- ``artifact``: the registered predictor itself, on the split's test side (rows it trained on are
+  excluded by the harness). Used for the split it was trained on and for training-free families
+  (the roofline has nothing to leak).
+- ``refit``: the candidate's recipe (its own saved config) fitted on each fold's train side and
+  scored on that fold's test side -- the only honest way to score a model on GPUs or sources it
+  has seen (leave-one-GPU-out, the published splits). Train and test sides are capped
+  (``register.evaluation``) so the gate stays affordable on 2 cores; the caps are in the report.
+
+A split that cannot be scored is recorded with ``status`` "error" or "skipped" and a note, and the
+report is ``complete: false`` -- which never promotes.
+
+JSON shape::
+
+    {"kind": "kernelcast-gate-report", "model", "model_name", "model_version", "family",
+     "trained_split", "dataset_version", "complete", "caps", "seconds",
+     "splits": {SPLIT: {"status": "ok"|"error"|"skipped", "mode": "artifact"|"refit", "folds": [...],
+                        "n", "seconds", "metrics": {name: value}, "report": {harness JSON}, "note"}}}
+"""
+
+from __future__ import annotations
+
+import functools
+import statistics
+import time
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import pandas as pd
+
+from components.evaluation.bench import (
+    _REPORT_COLUMNS as REPORT_COLUMNS, Factory, FoldExecutor, FoldJob, FoldOutcome, serial_fold_executor,
+)
+from components.evaluation.harness import capped_rows, evaluate_frame, evaluate_predictor, flat_metrics, split_folds
+from components.evaluation.splits import Fold, unseen_gpu_devices, unseen_gpu_split
+from components.sampling import unit_hash_series
+
+if TYPE_CHECKING:
+    from components.models.base import Predictor
+    from components.registry.gate import EvaluationCaps
+
+REPORT_KIND = "kernelcast-gate-report"
+# Builds a fold executor around a factory: ``functools.partial(bench.ray_fold_executor, start_ray=...)``
+# runs refit folds as Ray tasks; None runs them one after the other in this process.
+ExecutorFactory = Callable[[Factory], FoldExecutor]
+REFIT_FAMILIES: tuple[str, ...] = ("tabular",)
+
+
+def _refit(config: Any, family: str, train: pd.DataFrame, split: str) -> tuple[Any, float]:
+    """Fit the candidate's own config on a train side, single-threaded (it may run inside a Ray task)."""
+    from components.training.tabular import make_predictor
+
+    return make_predictor(family, train, split, config, None, use_ray=False)
+
+
+def _score_as_is(predictor: Any, table: pd.DataFrame, job: FoldJob, model: str) -> FoldOutcome:
+    """The artifact on one fold's capped test side (rows it trained on excluded by the harness)."""
+    started = time.perf_counter()
+    evaluation = evaluate_predictor(predictor, table, job.split, model=model,
+                                    rows=capped_rows(job.fold.test, table, job.max_test_rows),
+                                    canonical_dir=job.canonical_dir)
+    frame = evaluation.frame
+    keep = [c for c in frame.columns if c in REPORT_COLUMNS or str(c).startswith("pred_")]
+    timing = {"split": job.split, "fold": job.fold.name, "family": job.family, "n_test": evaluation.report["n"],
+              "excluded_seen": evaluation.report["excluded_seen"], "total_s": round(time.perf_counter() - started, 1)}
+    return FoldOutcome(frame[keep], tuple(predictor.targets), timing)
+
+
+def gpu_folds(table: pd.DataFrame, caps: EvaluationCaps) -> list[Fold]:
+    """Leave-one-GPU-out folds under the caps: the GPUs ``gpu_folds`` names (those present), else at
+    most ``max_gpu_folds`` GPUs with ``min_gpu_rows`` rows, drawn by hash of the device id (the same
+    GPUs for every candidate, none picked by how well a model does on it)."""
+    counts = unseen_gpu_devices(table, 1)
+    eligible = counts.loc[counts["rows"] >= caps.min_gpu_rows, "device_id"].astype(str)
+    if caps.gpu_folds:
+        chosen = [d for d in caps.gpu_folds if d in set(counts["device_id"])]
+    else:
+        ranked = eligible.iloc[unit_hash_series(eligible, "gate-gpu").argsort(kind="stable")] if len(eligible) else eligible
+        chosen = list(ranked[: caps.max_gpu_folds] if caps.max_gpu_folds else ranked)
+    if not chosen:
+        raise ValueError(f"no GPU with at least {caps.min_gpu_rows} rows to hold out"
+                         + (f" (none of {', '.join(caps.gpu_folds)} is in the table)" if caps.gpu_folds else ""))
+    return unseen_gpu_split(table, 1, devices=tuple(chosen))
+
+
+def _folds(table: pd.DataFrame, split: str, caps: EvaluationCaps) -> list[Fold]:
+    return gpu_folds(table, caps) if split == "unseen-gpu" else split_folds(table, split)
+
+
+def _split_metrics(split: str, report: dict[str, Any], frame: pd.DataFrame) -> dict[str, float]:
+    metrics = flat_metrics(report)
+    if split == "unseen-gpu" and "pred_duration_us" in frame.columns:
+        per_gpu = [figures["duration_us"]["mape"] for figures in report.get("per_device", {}).values()
+                   if figures.get("duration_us", {}).get("mape") is not None]
+        if per_gpu:
+            metrics["median_gpu_runtime_mape"] = float(statistics.median(per_gpu))
+            metrics["worst_gpu_runtime_mape"] = float(max(per_gpu))
+    return metrics
+
+
+def evaluate_split(predictor: Predictor, table: pd.DataFrame, split: str, *, mode: str, caps: EvaluationCaps,
+                   model: str, canonical_dir: Path | None,
+                   executor_factory: ExecutorFactory | None = None) -> dict[str, Any]:
+    """One split's entry of the gate report (raises on a split the table cannot build)."""
+    started = time.perf_counter()
+    folds = _folds(table, split, caps)
+    family = getattr(predictor, "family", "model")
+    jobs = [FoldJob(split, family, fold, caps.max_test_rows, canonical_dir) for fold in folds]
+    if mode == "refit":
+        config = getattr(predictor, "config", None)
+        if config is None:
+            raise ValueError(f"the {family} predictor carries no config to refit")
+        from dataclasses import replace
+
+        factory: Factory = functools.partial(_refit, replace(config, max_train_rows=caps.max_train_rows))
+        parallel = executor_factory is not None and len(jobs) > 1
+        executor = executor_factory(factory) if parallel else serial_fold_executor(factory)
+        outcomes = executor(table, jobs, lambda _outcome: None)
+    else:  # the artifact itself: no train side to slice (run_fold would copy it for nothing)
+        outcomes = [_score_as_is(predictor, table, job, model) for job in jobs]
+    if len(outcomes) != len(jobs):
+        raise RuntimeError(f"{len(jobs) - len(outcomes)} of {len(jobs)} folds returned nothing")
+    frame = pd.concat([o.frame for o in outcomes]) if outcomes else pd.DataFrame()
+    targets = tuple(sorted({t for o in outcomes for t in o.targets}))
+    excluded = sum(int(o.timing.get("excluded_seen", 0)) for o in outcomes)  # refit folds never saw their test
+    report = evaluate_frame(frame, targets, model=model, split=split, excluded_seen=excluded)
+    return {
+        "status": "ok", "mode": mode, "folds": [fold.name for fold in folds], "n": report["n"],
+        "seconds": round(time.perf_counter() - started, 1), "metrics": _split_metrics(split, report, frame),
+        "report": report, "timings": [o.timing for o in outcomes], "note": None,
+    }
+
+
+def split_mode(predictor: Predictor, split: str, trained_split: str | None) -> str | None:
+    """``artifact``, ``refit`` or None (the family cannot be refitted affordably: not evaluated)."""
+    if not predictor.trained_on or split == trained_split:
+        return "artifact"
+    if getattr(predictor, "family", None) in REFIT_FAMILIES:
+        return "refit"
+    return None
+
+
+def gate_report(predictor: Predictor, table: pd.DataFrame, splits: Sequence[str], caps: EvaluationCaps, *,
+                model: str, trained_split: str | None, canonical_dir: Path | None = None,
+                executor_factory: ExecutorFactory | None = None, identity: dict[str, Any] | None = None,
+                progress: Callable[[str], None] = lambda _line: None) -> dict[str, Any]:
+    """The gate report for ``predictor`` over ``splits`` (see the module docstring)."""
+    started = time.perf_counter()
+    entries: dict[str, Any] = {}
+    for split in splits:
+        mode = split_mode(predictor, split, trained_split)
+        if mode is None:
+            entries[split] = {"status": "skipped", "mode": None, "metrics": {},
+                              "note": f"the {predictor.family} family is not refitted per fold by the gate "
+                                      f"(trained on {trained_split}); only that split can be scored"}
+        else:
+            try:
+                entries[split] = evaluate_split(predictor, table, split, mode=mode, caps=caps, model=model,
+                                                canonical_dir=canonical_dir, executor_factory=executor_factory)
+            except Exception as exc:  # noqa: BLE001 -- recorded: a failed split makes the report partial
+                message = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+                entries[split] = {"status": "error", "mode": mode, "metrics": {},
+                                  "note": f"{type(exc).__name__}: {message}"}
+        entry = entries[split]
+        progress(f"{split}: {entry['status']}"
+                 + (f" ({entry['mode']}, n={entry['n']}, {entry['seconds']} s)" if entry["status"] == "ok"
+                    else f" ({entry['note']})"))
+    return {
+        "kind": REPORT_KIND, **(identity or {}), "model": model, "family": getattr(predictor, "family", None),
+        "trained_split": trained_split,
+        "complete": all(entries[s]["status"] == "ok" for s in splits) and bool(splits),
+        "caps": {**vars(caps), "gpu_folds": list(caps.gpu_folds)},
+        "seconds": round(time.perf_counter() - started, 1), "splits": entries,
+    }
