@@ -7,7 +7,7 @@
  * declarations (`__device__` helpers, `__constant__` data, types, compile-time constants), and
  * the one kernel asked about; other kernels and host functions are left out.
  */
-import { isIdentChar, lineOf, maskCode, matchBracket } from "./cmask";
+import { isIdentChar, lineOf, maskCode, matchBracket, splitTopLevel } from "./cmask";
 
 export interface Chunk {
   /** Offset of the first non-blank character of the top-level item. */
@@ -251,4 +251,35 @@ export function extractKernelAt(
   const kernel = kernelAt(findKernels(text, masked), offset);
   if (!kernel) return undefined;
   return { kernel, source: extractKernelSource(text, kernel, readInclude, masked) };
+}
+
+/**
+ * `template __global__ void k<float, 4>(float *x, int n);` for a template kernel launched as
+ * `k<float><<<...>>>`: a template only produces code once instantiated, and the launch site that
+ * instantiated it is host code we do not send. Defaults fill arguments the launch left out.
+ */
+export function templateInstantiation(text: string, kernel: KernelInfo, templateArgs: string): string | undefined {
+  const masked = maskCode(text.slice(kernel.start, kernel.bodyOpen));
+  const m = /^\s*template\s*</.exec(masked);
+  if (!m) return undefined;
+  const close = matchBracket(masked, m[0].length - 1);
+  if (close < 0) return undefined;
+  const params = splitTopLevel(masked.slice(m[0].length, close)).filter((p) => p !== "");
+  const args = splitTopLevel(templateArgs).filter((a) => a !== "");
+  if (args.length > params.length) return undefined;
+  const values: string[] = [];
+  const names: string[] = [];
+  for (const [i, p] of params.entries()) {
+    const [decl, dflt] = p.split("=").map((s) => s.trim());
+    const name = /([A-Za-z_]\w*)\s*$/.exec(decl)?.[1];
+    const value = args[i] ?? dflt;
+    if (!name || value === undefined) return undefined;
+    names.push(name);
+    values.push(value);
+  }
+  // Substitute all parameters at once so an argument that spells another parameter's name stays put.
+  const subst = (s: string): string =>
+    s.replace(/\b[A-Za-z_]\w*\b/g, (w) => (names.includes(w) ? values[names.indexOf(w)] : w));
+  const kernelParams = splitTopLevel(kernel.params).filter((p) => p !== "").map((p) => subst(p.split("=")[0].trim()));
+  return `template __global__ void ${kernel.name}<${values.join(", ")}>(${kernelParams.join(", ")});`;
 }

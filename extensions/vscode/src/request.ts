@@ -64,19 +64,19 @@ export function normalizeDefines(defines: unknown): Record<string, string> {
   return out;
 }
 
-/** One CUDA/HIP kernel question. The kernel name carries launch-site template args (k<float>). */
+/** One CUDA/HIP kernel question (a template kernel's instantiation is in the source, not the name). */
 export function buildSourceKernel(opts: {
   source: string;
   language: "cuda" | "hip";
   kernelName: string;
-  launch: Pick<LaunchConfig, "grid" | "block" | "shared_bytes" | "templateArgs">;
+  launch: Pick<LaunchConfig, "grid" | "block" | "shared_bytes">;
   dtype?: string;
   defines?: Record<string, string>;
 }): KernelQuery {
   const launch: LaunchSpec = {
     grid: opts.launch.grid,
     block: opts.launch.block,
-    kernel: opts.launch.templateArgs ? `${opts.kernelName}<${opts.launch.templateArgs}>` : opts.kernelName,
+    kernel: opts.kernelName,
   };
   if (opts.launch.shared_bytes !== undefined) launch.shared_bytes = opts.launch.shared_bytes;
   if (opts.defines && Object.keys(opts.defines).length > 0) launch.defines = opts.defines;

@@ -4,7 +4,7 @@
  * every time the editor refreshes its CodeLenses.
  */
 import { KernelcastClient, PredictResponse } from "./client";
-import { detectLanguage, extractKernelSource, findKernels, KernelInfo } from "./extract";
+import { detectLanguage, extractKernelSource, findKernels, KernelInfo, templateInstantiation } from "./extract";
 import { cmaskCache } from "./memo";
 import { Dim3, inferLaunch, isLaunchConfig, LaunchConfig } from "./launch";
 import { buildPredictBody, buildSourceKernel, KernelQuery, LaunchSpec, PredictBody } from "./request";
@@ -64,8 +64,16 @@ export function planKernel(text: string, kernel: KernelInfo, settings: Settings,
   if (kernel.template && !launch.templateArgs) {
     return { ok: false, kernel, reason: `${kernel.name} is a template: launch it once in this file (k<float><<<...>>>) so kernelcast knows its arguments` };
   }
+  let source = extractKernelSource(text, kernel, opts.readInclude, masked);
+  if (kernel.template && launch.templateArgs) {
+    const instance = templateInstantiation(text, kernel, launch.templateArgs);
+    if (!instance) {
+      return { ok: false, kernel, reason: `cannot instantiate ${kernel.name}<${launch.templateArgs}>: its template parameters do not match the launch's arguments` };
+    }
+    source += instance + "\n";
+  }
   const query = buildSourceKernel({
-    source: extractKernelSource(text, kernel, opts.readInclude, masked),
+    source,
     language: detectLanguage(text, opts.fileName, opts.languageId),
     kernelName: kernel.name,
     launch,

@@ -1,0 +1,230 @@
+/**
+ * Against a REAL kernelcast server: spawns `kernelcast serve --model roofline` on a free port
+ * (KERNELCAST_BIN, else the repository's .venv/bin/kernelcast), waits for /readyz, sends the
+ * kernels the extension extracts from the fixtures, and stops the server's whole process group.
+ */
+import assert from "node:assert/strict";
+import { ChildProcess, spawn } from "node:child_process";
+import * as fs from "node:fs";
+import * as net from "node:net";
+import * as os from "node:os";
+import * as path from "node:path";
+import { after, before, describe, test } from "node:test";
+
+import { KernelcastClient, KernelcastError } from "../src/client";
+import { lensTitle } from "../src/format";
+import { buildModuleKernel, buildPredictBody, normalizeDevices } from "../src/request";
+import { planKernels, predictBody, Settings } from "../src/service";
+import { fixture } from "./helpers";
+
+const REPO = path.resolve(__dirname, "..", "..", "..", "..");
+const KERNELCAST_BIN = process.env.KERNELCAST_BIN || path.join(REPO, ".venv", "bin", "kernelcast");
+const STARTUP_TIMEOUT_MS = 120_000;
+
+interface Server {
+  url: string;
+  child: ChildProcess;
+  log: string[];
+  home: string;
+}
+
+async function freePort(): Promise<number> {
+  return new Promise((resolve, reject) => {
+    const srv = net.createServer();
+    srv.on("error", reject);
+    srv.listen(0, "127.0.0.1", () => {
+      const port = (srv.address() as net.AddressInfo).port;
+      srv.close(() => resolve(port));
+    });
+  });
+}
+
+async function startServer(extraArgs: string[] = [], extraEnv: Record<string, string> = {}): Promise<Server> {
+  assert.ok(fs.existsSync(KERNELCAST_BIN), `kernelcast not found at ${KERNELCAST_BIN}: build the venv or set KERNELCAST_BIN`);
+  const port = await freePort();
+  const home = fs.mkdtempSync(path.join(os.tmpdir(), "kc-vscode-"));
+  const log: string[] = [];
+  const child = spawn(KERNELCAST_BIN, ["serve", "--host", "127.0.0.1", "--port", String(port), "--model", "roofline", ...extraArgs], {
+    cwd: REPO,
+    env: { ...process.env, KERNELCAST_HOME: home, ...extraEnv },
+    detached: true, // its own process group, so stopping it stops everything it started
+    stdio: ["ignore", "pipe", "pipe"],
+  });
+  child.stdout!.on("data", (d) => log.push(String(d)));
+  child.stderr!.on("data", (d) => log.push(String(d)));
+  const server = { url: `http://127.0.0.1:${port}`, child, log, home };
+  const deadline = Date.now() + STARTUP_TIMEOUT_MS;
+  while (Date.now() < deadline) {
+    if (child.exitCode !== null) break;
+    try {
+      const r = await fetch(`${server.url}/readyz`, { signal: AbortSignal.timeout(2000) });
+      if (r.status === 200) return server;
+    } catch {
+      // not listening yet
+    }
+    await new Promise((r) => setTimeout(r, 250));
+  }
+  await stopServer(server);
+  throw new Error(`kernelcast serve did not become ready (exit ${child.exitCode}):\n${log.join("").slice(-3000)}`);
+}
+
+async function stopServer(server: Server): Promise<void> {
+  const { child } = server;
+  if (child.exitCode === null && child.pid !== undefined) {
+    const exited = new Promise<void>((r) => child.once("exit", () => r()));
+    try {
+      process.kill(-child.pid, "SIGTERM");
+    } catch {
+      // already gone
+    }
+    const timer = setTimeout(() => {
+      try {
+        process.kill(-child.pid!, "SIGKILL");
+      } catch {
+        // already gone
+      }
+    }, 10_000);
+    await exited;
+    clearTimeout(timer);
+  }
+  fs.rmSync(server.home, { recursive: true, force: true });
+}
+
+function settingsFor(server: Server, devices: string[] = ["H100"]): Settings {
+  return { serverUrl: server.url, devices: normalizeDevices(devices), defines: {} };
+}
+
+describe("against a real kernelcast server (roofline model)", { timeout: 180_000 }, () => {
+  let server: Server;
+  let client: KernelcastClient;
+
+  before(async () => {
+    server = await startServer();
+    client = new KernelcastClient({ serverUrl: server.url, timeoutMs: 60_000 });
+  });
+  after(async () => {
+    if (server) await stopServer(server);
+  });
+
+  test("readyz reports the loaded model", async () => {
+    assert.equal(await client.ready(), "roofline");
+  });
+
+  test("saxpy from a whole program: one answer per distinct device, bandwidth-bound, positive runtime", async () => {
+    const settings = settingsFor(server, ["H100", "MI300X", "h100"]);
+    const plan = planKernels(fixture("saxpy.cu"), settings, { fileName: "saxpy.cu" })[0];
+    assert.ok(plan.ok && plan.kernel.name === "saxpy");
+    const answer = await client.predict(predictBody(plan.query, settings));
+    assert.equal(answer.model_version, "roofline");
+    assert.equal(answer.predictions.length, 2, JSON.stringify(answer.predictions));
+    for (const p of answer.predictions) {
+      assert.equal(p.kernel, 0);
+      assert.ok(typeof p.duration_us === "number" && p.duration_us > 0, `duration ${p.duration_us}`);
+      // 2 FLOPs per 12 bytes moved: far left of every GPU's ridge point.
+      assert.equal(p.roofline_class, "bandwidth");
+      assert.ok(p.bound_pipe, "bound pipe named");
+    }
+    const devices = answer.predictions.map((p) => String(p.device).toLowerCase());
+    assert.ok(devices.some((d) => d.includes("h100")) && devices.some((d) => d.includes("mi300")), devices.join(","));
+    assert.match(lensTitle(answer.predictions), /^kernelcast: .*µs|ms .*-bound/);
+  });
+
+  test("a bigger launch of the same kernel is predicted slower", async () => {
+    const settings = settingsFor(server);
+    const text = fixture("saxpy.cu");
+    const small = planKernels(text, settings, { override: { grid: [64, 1, 1], block: [256, 1, 1] } })[0];
+    const large = planKernels(text, settings, { override: { grid: [65536, 1, 1], block: [256, 1, 1] } })[0];
+    assert.ok(small.ok && large.ok);
+    const [a, b] = await Promise.all([client.predict(predictBody(small.query, settings)), client.predict(predictBody(large.query, settings))]);
+    assert.ok(b.predictions[0].duration_us! > a.predictions[0].duration_us!, `${a.predictions[0].duration_us} vs ${b.predictions[0].duration_us}`);
+  });
+
+  test("every kernel the file launches is answered: dim3, shared memory, template instantiation", async () => {
+    const settings = settingsFor(server);
+    const plans = planKernels(fixture("saxpy.cu"), settings, { fileName: "saxpy.cu" }).filter((p) => p.ok);
+    assert.deepEqual(plans.map((p) => p.kernel.name), ["saxpy", "reduce_sum", "scale", "transpose"]);
+    for (const plan of plans) {
+      assert.ok(plan.ok);
+      const answer = await client.predict(predictBody(plan.query, settings));
+      assert.equal(answer.predictions.length, 1, plan.kernel.name);
+      assert.ok(answer.predictions[0].duration_us! > 0, `${plan.kernel.name}: ${JSON.stringify(answer.predictions[0])}`);
+    }
+  });
+
+  test("a HIP kernel launched with hipLaunchKernelGGL", async () => {
+    const settings = settingsFor(server, ["MI300X"]);
+    const [plan] = planKernels(fixture("vadd.hip"), settings, { fileName: "vadd.hip" });
+    assert.ok(plan.ok);
+    assert.equal(plan.query.language, "hip");
+    const answer = await client.predict(predictBody(plan.query, settings));
+    assert.ok(answer.predictions[0].duration_us! > 0);
+  });
+
+  test("an unknown device is a 4xx the user can read, naming the device", async () => {
+    const settings = settingsFor(server, ["H1000"]);
+    const [plan] = planKernels(fixture("saxpy.cu"), settings);
+    assert.ok(plan.ok);
+    await assert.rejects(client.predict(predictBody(plan.query, settings)), (e: unknown) => {
+      assert.ok(e instanceof KernelcastError, String(e));
+      assert.equal(e.kind, "rejected");
+      assert.ok(e.status! >= 400 && e.status! < 500);
+      assert.match(e.message, /H1000/);
+      return true;
+    });
+  });
+
+  test("a kernel that does not compile is rejected with a message, not a 500", async () => {
+    const settings = settingsFor(server);
+    const text = "__global__ void broken(float *x) {\n  x[threadIdx.x] = undefined_symbol + ;\n}\nvoid h() { broken<<<1, 32>>>(0); }\n";
+    const [plan] = planKernels(text, settings);
+    assert.ok(plan.ok);
+    await assert.rejects(client.predict(predictBody(plan.query, settings)), (e: unknown) => {
+      assert.ok(e instanceof KernelcastError, String(e));
+      assert.equal(e.kind, "rejected", e.message);
+      assert.ok(e.message.length > 20);
+      return true;
+    });
+  });
+
+  test("a PyTorch module on a server that has not enabled modules says so", async () => {
+    const body = buildPredictBody([buildModuleKernel(fixture("model.py"))], ["H100"]);
+    await assert.rejects(client.predict(body), (e: unknown) => {
+      assert.ok(e instanceof KernelcastError, String(e));
+      assert.equal(e.kind, "rejected");
+      assert.match(e.message, /module/i);
+      return true;
+    });
+  });
+
+  test("the device list for the picker, and the server still ready after the bad requests", async () => {
+    const devices = await client.devices();
+    assert.ok(devices.length > 3);
+    assert.ok(devices.some((d) => /h100/i.test(d.id)), devices.map((d) => d.id).join(","));
+    assert.equal(await client.ready(), "roofline");
+  });
+});
+
+describe("against a real kernelcast server with an API key", { timeout: 180_000 }, () => {
+  let server: Server;
+  const KEY = "kc-test-key-0123456789";
+
+  before(async () => {
+    server = await startServer(["--api-key-env", "KC_VSCODE_TEST_KEY"], { KC_VSCODE_TEST_KEY: KEY });
+  });
+  after(async () => {
+    if (server) await stopServer(server);
+  });
+
+  test("no key: told to set kernelcast.apiKey; wrong key: told it was refused; right key: answered", async () => {
+    const settings = settingsFor(server);
+    const [plan] = planKernels(fixture("saxpy.cu"), settings);
+    assert.ok(plan.ok);
+    const body = predictBody(plan.query, settings);
+    await assert.rejects(new KernelcastClient({ serverUrl: server.url }).predict(body),
+      (e: unknown) => e instanceof KernelcastError && e.kind === "auth" && /set kernelcast.apiKey/.test(e.message));
+    await assert.rejects(new KernelcastClient({ serverUrl: server.url, apiKey: "wrong" }).predict(body),
+      (e: unknown) => e instanceof KernelcastError && e.kind === "auth" && /was refused/.test(e.message));
+    const answer = await new KernelcastClient({ serverUrl: server.url, apiKey: KEY }).predict(body);
+    assert.equal(answer.predictions.length, 1);
+  });
+});
