@@ -31,6 +31,7 @@ from prefect import flow, task
 from prefect.tasks import exponential_backoff
 
 from components.config import PROJECT_ROOT, Settings
+from flows.retry import transient_only
 
 FAULT_ENV = "KERNELCAST_FAULT_AFTER_STAGE"
 
@@ -96,12 +97,23 @@ def reproduce_stage(stage: str, project_root: str, force: bool = False,
             "output_tail": tail[-800:]}
 
 
-@task(name="dvc-push", retries=3, retry_delay_seconds=exponential_backoff(backoff_factor=5), retry_jitter_factor=0.5)
-def push_outputs(project_root: str) -> str:
-    """Push every stage output to the default DVC remote (pure I/O: retried with backoff)."""
+@task(name="dvc-push", retries=3, retry_delay_seconds=exponential_backoff(backoff_factor=5), retry_jitter_factor=0.5,
+      retry_condition_fn=transient_only)
+def push_outputs(project_root: str, remote_url: str | None = None) -> str:
+    """Push every stage output to the DVC remote (pure I/O: retried with backoff): the default one
+    of ``.dvc/config``, or ``remote_url`` (``KERNELCAST_DVC_REMOTE_URL``, e.g. the team's
+    ``s3://kernelcast-dvc/cache``) registered as remote ``kernelcast`` in the untracked
+    ``.dvc/config.local``."""
     from components.runtime import run_stopping_with_us
 
-    result = run_stopping_with_us([*_dvc(), "push"], cwd=project_root, env=_stage_env())
+    target: list[str] = []
+    if remote_url:
+        added = run_stopping_with_us([*_dvc(), "remote", "add", "--local", "--force", "kernelcast", remote_url],
+                                     cwd=project_root, env=_stage_env())
+        if added.returncode != 0:
+            raise ValueError(f"KERNELCAST_DVC_REMOTE_URL={remote_url}: dvc refused it:\n{added.stdout[-1000:]}")
+        target = ["-r", "kernelcast"]
+    result = run_stopping_with_us([*_dvc(), "push", *target], cwd=project_root, env=_stage_env())
     if result.returncode != 0:
         raise OSError(f"dvc push failed:\n{(result.stdout or '')[-2000:]}")
     lines = (result.stdout or "").strip().splitlines()
@@ -140,7 +152,7 @@ def pipeline_flow(stages: list[str] | None = None, project_root: str | None = No
             reports.append(report)
             _inject_fault(stage)
         if push:
-            print(f"dvc push: {push_outputs(str(root))}", flush=True)
+            print(f"dvc push: {push_outputs(str(root), get_settings().dvc_remote_url)}", flush=True)
     return reports
 
 
