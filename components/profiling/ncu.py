@@ -1,10 +1,8 @@
 """Nsight Compute backend: collect per-kernel counters and turn them into canonical rows.
 
-Two halves:
-- on the GPU machine, ``main()`` discovers which wanted metrics this ncu/GPU offers
-  (``ncu --query-metrics``), then profiles ``runner --backend ncu_target`` with
-  ``--profile-from-start off --csv --page raw`` (stdlib only: the worker image has torch + ncu);
-- anywhere, ``parse_raw_csv`` and ``kernel_rows`` read that CSV back.
+- on the GPU machine, ``available_metrics`` / ``choose_metrics`` pick which wanted metrics this
+  ncu/GPU offers (``ncu --query-metrics``); the ncu backend (``backends/ncu.py``) profiles with them;
+- anywhere, ``parse_raw_csv`` and ``kernel_rows`` read the ``--csv --page raw`` output back.
 
 ncu durations are taken with clocks locked to base (ncu's default ``--clock-control base``) and
 under kernel replay, so they are kept apart from CUDA-event timings (``profiler`` = ``ncu``).
@@ -12,15 +10,9 @@ under kernel replay, so they are kept apart from CUDA-event timings (``profiler`
 
 from __future__ import annotations
 
-import argparse
 import csv
 import io
-import json
 import subprocess
-import sys
-from pathlib import Path
-
-from components.atomic import atomic_write_text
 
 # role -> candidate metric names (first one this GPU offers wins). FLOP counts follow the ncu
 # roofline sections: FMA counts as 2 operations.
@@ -108,33 +100,3 @@ def kernel_rows(raw_rows: list[dict[str, str]], roles: dict[str, str]) -> list[d
             record[role] = _number(row.get(metric))
         out.append(record)
     return out
-
-
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description="Profile a kernel suite under Nsight Compute")
-    parser.add_argument("--suite", default="default")
-    parser.add_argument("--out", type=Path, required=True, help="folder for ncu_raw.csv + ncu_roles.json")
-    parser.add_argument("--limit", type=int, default=0)
-    parser.add_argument("--filter", default="", help="only cases whose id contains this text")
-    parser.add_argument("--ncu", default="ncu")
-    args = parser.parse_args(argv)
-    args.out.mkdir(parents=True, exist_ok=True)
-    roles = choose_metrics(available_metrics(args.ncu))
-    missing = sorted(set(WANTED_METRICS) - set(roles))
-    (args.out / "ncu_roles.json").write_text(json.dumps({"roles": roles, "missing": missing}, indent=1))
-    command = [args.ncu, "--profile-from-start", "off", "--csv", "--page", "raw",
-               "--metrics", ",".join(sorted(set(roles.values()))),
-               sys.executable, "-m", "components.profiling.runner", "--backend", "ncu_target", "--suite", args.suite]
-    if args.limit:
-        command += ["--limit", str(args.limit)]
-    if args.filter:
-        command += ["--filter", args.filter]
-    result = subprocess.run(command, capture_output=True, text=True)
-    atomic_write_text(args.out / "ncu_raw.csv", result.stdout)
-    (args.out / "ncu_stderr.txt").write_text(result.stderr[-20000:])
-    print(f"ncu exit {result.returncode}; {len(parse_raw_csv(result.stdout))} kernels; missing roles: {missing}")
-    return result.returncode
-
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -1,0 +1,139 @@
+"""Suites as data, row ids, row validation, placement and the CLI's clear errors (no Ray, no GPU)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from components.profiling.cases import SuiteError, chunked, load_cases, suite_names
+
+
+def test_every_suite_file_loads_with_stable_unique_case_ids() -> None:
+    from components.config import get_settings
+
+    datasets = get_settings().datasets_dir
+    for name in suite_names():
+        if name == "active":
+            with pytest.raises(SuiteError, match="needs a model"):
+                load_cases(name)
+            continue
+        if name == "kernelbench" and not (datasets / "kernelbench").is_dir():
+            continue
+        if name == "triton":
+            pytest.importorskip("yaml")
+        cases = load_cases(name)
+        ids = [c.case_id for c in cases]
+        assert len(ids) == len(set(ids)), name
+        assert ids == [c.case_id for c in load_cases(name)], name
+    assert len(load_cases("ops")) > 800 and len(load_cases("smoke")) <= 16
+
+
+def test_bad_suites_are_named(tmp_path: Path) -> None:
+    with pytest.raises(SuiteError, match="--suite 'nope': no such suite; choose one of"):
+        load_cases("nope")
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("kind: ops\ngrids:\n  - family: gemm\n    op: matmul\n    dtypes: [fp13]\n    shapes: [{M: 1, N: 1, K: 1}]\n")
+    with pytest.raises(SuiteError, match=r"bad.yaml: grids\[0\]: dtype 'fp13'"):
+        load_cases(str(bad))
+    with pytest.raises(ValueError, match="--chunk-size 0"):
+        chunked([], 0)
+
+
+def test_cuda_source_suite_compiles_with_nvrtc_without_a_gpu() -> None:
+    """Real NVRTC (cuda-python) compiles every source-suite kernel to an sm_90 cubin; launching needs a GPU."""
+    pytest.importorskip("cuda.bindings.nvrtc")
+    from components.profiling.kernels_cuda import CudaSourceError, compile_cubin
+
+    for case in load_cases("source"):
+        cubin = compile_cubin(case.spec["source"], case.spec["name"], "sm_90")
+        assert cubin[:4] == b"\x7fELF", case.case_id
+    with pytest.raises(CudaSourceError, match="NVRTC could not compile broken"):
+        compile_cubin('extern "C" __global__ void broken( {', "broken", "sm_90")
+
+
+def test_row_ids_are_stable_and_distinguish_device_case_backend_run() -> None:
+    from components.profiling.rows import row_id
+
+    base = row_id("h100-sxm", "gemm.x", "ncu", "run1", 0)
+    assert base == row_id("h100-sxm", "gemm.x", "ncu", "run1", 0)
+    others = {row_id("h200", "gemm.x", "ncu", "run1", 0), row_id("h100-sxm", "gemm.y", "ncu", "run1", 0),
+              row_id("h100-sxm", "gemm.x", "events", "run1", 0), row_id("h100-sxm", "gemm.x", "ncu", "run2", 0),
+              row_id("h100-sxm", "gemm.x", "ncu", "run1", 1)}
+    assert base not in others and len(others) == 5
+
+
+def test_row_validation_quarantines_bad_rows_and_keeps_failed_cases() -> None:
+    from components.profiling.validate import validate_rows
+
+    good = {"row_id": "a", "run_id": "r", "device": "host", "device_name": "cpu", "backend": "host", "tool": "t",
+            "tool_version": "1", "clock_mode": "host", "case_id": "c", "duration_us": 5.0, "duration_std_us": 0.1,
+            "warmup": 1, "repeats": 3, "error": None}
+    failed_case = {**good, "row_id": "b", "duration_us": None, "error": "RuntimeError: OOM"}
+    bad_rate = {**good, "row_id": "c", "l2_hit_rate": 1.5}
+    no_time = {**good, "row_id": "d", "duration_us": None}
+    duplicate = {**good}
+    valid, quarantine, summary = validate_rows([good, failed_case, bad_rate, no_time, duplicate])
+    assert [r["row_id"] for r in valid] == ["b"]
+    reasons = {r["row_id"]: r["failed_expectations"] for r in quarantine if r["row_id"] != "a"}
+    assert reasons == {"c": ["l2_hit_rate_in_0_1"], "d": ["measured_or_error"]}
+    assert [r["failed_expectations"] for r in quarantine if r["row_id"] == "a"] == [["unique_row_id"]] * 2
+    assert summary["rows_in"] == 5 and summary["rows_valid"] + summary["rows_quarantined"] == 5
+
+
+def test_placement_by_accelerator_type() -> None:
+    from components.profiling.schedule import DeviceUnavailable, placement_for
+
+    h100 = placement_for("H100", "events")
+    assert h100.accelerator_type == "H100" and h100.num_gpus == 1 and h100.gpu_memory_gb == 80
+    assert h100.options(3)["resources"] == {"accelerator_type:H100": 0.001}
+    assert placement_for("mi300x", "rocprofv3").resource == "accelerator_type:AMD-Instinct-MI300X"
+    assert placement_for("host", "host").resource is None
+    with pytest.raises(DeviceUnavailable, match="--device GTX 9999: not a catalog GPU"):
+        placement_for("GTX 9999", "events")
+    with pytest.raises(DeviceUnavailable, match="host backend profiles --device host only"):
+        placement_for("host", "ncu")
+
+
+def test_profile_cli_errors_are_one_line(tmp_path: Path) -> None:
+    from typer.testing import CliRunner
+
+    from kernelcast.cli import app
+
+    runner = CliRunner()
+    for args, message in [
+        (["--device", "host", "--backend", "nvprof"], "--backend 'nvprof': choose one of events, ncu, rocprofv3, host"),
+        (["--device", "host", "--backend", "host", "--suite", "nope"], "--suite 'nope': no such suite"),
+        (["--device", "H100", "--backend", "host"], "the host backend profiles --device host only"),
+        (["--device", "host", "--backend", "host", "--suite", "active"], "needs a model to choose its cases"),
+    ]:
+        result = runner.invoke(app, ["profile", *args, "--no-ray", "--out", str(tmp_path / "run")])
+        assert result.exit_code == 2, result.output
+        assert message in result.output and "Traceback" not in result.output
+    assert not (tmp_path / "run").exists()
+
+
+def test_events_backend_without_a_gpu_is_reported_per_chunk(tmp_path: Path) -> None:
+    """In-process (no Ray) on this CPU-only machine: the run fails with the backend's reason."""
+    torch = pytest.importorskip("torch")
+    if torch.cuda.is_available():
+        pytest.skip("this machine has a GPU")
+    from components.profiling.run import ProfileInputs, ProfilingError, profile_run
+
+    with pytest.raises(ProfilingError, match="no GPU visible to torch on this machine"):
+        profile_run(ProfileInputs(device="H100", backend="events", suite="smoke", out_dir=tmp_path / "run",
+                                  use_ray=False))
+
+
+def test_active_learning_ranks_by_interval_width_and_needs_intervals() -> None:
+    import pandas as pd
+
+    from components.models.roofline import RooflinePredictor
+    from components.profiling.active import ActiveLearningError, choose, interval_widths
+    from components.profiling.cases import op_case
+
+    candidates = [op_case("gemm", "matmul", "fp16", {"M": m, "N": 1024, "K": 1024}) for m in (1, 64, 4096)]
+    widths = pd.Series([0.1, 0.9, float("inf")], index=[c.case_id for c in candidates])
+    assert [c.case_id for c in choose(widths, candidates, 2)] == [candidates[2].case_id, candidates[1].case_id]
+    with pytest.raises(ActiveLearningError, match="gives no runtime intervals"):
+        interval_widths(RooflinePredictor(), candidates, "h100-sxm")
