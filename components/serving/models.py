@@ -150,14 +150,18 @@ def local_copy(name: str, version: str, tracking_uri: str | None = None) -> Path
     target = _home() / "serving" / "models" / store / safe / str(version)
     if not (target / "predictor.json").is_file():
         _fetch_version(name, str(version), target, uri)
+        from components.serving.native import flatten_folder
+
+        flatten_folder(target)  # once per version: later loads need no LightGBM import
     return target
 
 
 def _load_folder(path: Path) -> Any:
     from components.models import load_predictor
+    from components.serving.native import load_flat_predictor
 
     try:
-        return load_predictor(path)
+        return load_flat_predictor(path) or load_predictor(path)
     except (FileNotFoundError, ValueError) as exc:
         raise QueryError(f"model folder {path}: {exc}") from None
 

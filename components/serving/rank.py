@@ -19,9 +19,13 @@ class UnknownDevice(QueryError):
     """A device name the catalog does not know (the message suggests the closest ones)."""
 
 
-def resolve_devices(devices: Sequence[Any] | str, where: str = "devices") -> list[Any]:
-    """DeviceSpecs for catalog names and full specs (or ``"all"``), duplicates collapsed by id."""
-    from components.devices import CatalogError, DeviceSpec, load_catalog, spec_from_mapping
+def resolve_devices(devices: Sequence[Any] | str, where: str = "devices", allow_files: bool = False) -> list[Any]:
+    """DeviceSpecs for catalog names and full specs (or ``"all"``), duplicates collapsed by id.
+
+    ``allow_files``: a name ending in .yaml/.json is a spec file to read (the CLI); the server never
+    reads its own files for a request, so there it is just an unknown name.
+    """
+    from components.devices import CatalogError, DeviceSpec, load_catalog, resolve_spec, spec_from_mapping
 
     catalog = load_catalog()
     if isinstance(devices, str):
@@ -39,14 +43,16 @@ def resolve_devices(devices: Sequence[Any] | str, where: str = "devices") -> lis
                 for known in catalog.all():
                     specs.setdefault(known.id, known)
                 continue
+            elif isinstance(device, str) and allow_files and device.strip().lower().endswith((".yaml", ".yml", ".json")):
+                spec = resolve_spec(device.strip(), catalog)
             elif isinstance(device, str):
                 spec = catalog.resolve(device)
             else:
                 raise QueryError(f"{where}[{i}]: expected a catalog name or a full spec object")
         except LookupError as exc:
             raise UnknownDevice(f"{where}[{i}]: {exc.args[0] if exc.args else exc}") from None
-        except CatalogError as exc:
-            raise QueryError(str(exc)) from None
+        except (CatalogError, OSError) as exc:
+            raise QueryError(f"{where}[{i}]: {exc}") from None
         known = specs.get(spec.id) or (catalog._by_id.get(spec.id) if isinstance(device, Mapping) else None)
         if known is not None and known != spec:
             raise QueryError(f"{where}[{i}]: id {spec.id!r} already names a device with other figures; "

@@ -1,50 +1,142 @@
-"""`kernelcast predict`: how fast will this op run on that GPU? (no GPU needed)
+"""`kernelcast predict`: how fast will this kernel run on that GPU? (no GPU needed)
 
     kernelcast predict --op gemm --shape M=4096,N=4096,K=4096 --dtype bf16 --device H100 --device MI300X
+    kernelcast predict saxpy.cu --launch 4096/256 --device all
+    kernelcast predict model.py --device H100                 # a KernelBench-style PyTorch module
+    kernelcast predict --batch questions.csv --device H100 --json
 """
 
 from __future__ import annotations
 
 import json
-from typing import Annotated
+from pathlib import Path
+from typing import Annotated, Any
 
 import typer
 
 from kernelcast.commands._common import UserError, clean_errors, prepared_settings
 
-@clean_errors
-def predict_command(
-    op: Annotated[str, typer.Option(help="op: gemm, bmm, linear, add, mul, gelu, relu, tanh, softmax, layernorm")],
-    shape: Annotated[str, typer.Option(help="sizes, e.g. M=4096,N=4096,K=4096 (bmm adds B; rows ops use B,H)")],
-    device: Annotated[list[str], typer.Option(help="GPU name or alias, or a spec file (.yaml/.json) for a GPU the catalog lacks (repeatable), e.g. H100, MI300X")],
-    dtype: Annotated[str, typer.Option(help="fp32 | fp16 | bf16 | fp8")] = "fp32",
-    model: Annotated[str, typer.Option(help="models:/kernelcast@champion, a predictor dir, or 'roofline'")] = (
-        "models:/kernelcast@champion"),
-    as_json: Annotated[bool, typer.Option("--json", help="print JSON instead of a table")] = False,
-) -> None:
-    """Predict runtime, GFLOP/s, bandwidth and roofline class of an op on one or more GPUs."""
-    prepared_settings()
-    from components.serving.query import QueryError, load_any_predictor, parse_shape, score
+DEFAULT_MODEL = "models:/kernelcast@champion"
+
+
+def gather_questions(file: Path | None, op: str | None, shape: str | None, dtype: str | None, launch: str | None,
+                     kernel: str | None, define: list[str], batch: Path | None, device: list[str], *,
+                     allow_count: bool) -> Any:
+    """Rows from exactly one of: --op/--shape, a source/module FILE, or --batch."""
+    from components.serving.batch import expand, kernel_from_file, read_batch
+    from components.serving.query import parse_shape
+
+    forms = [name for name, given in (("--op/--shape", op or shape), ("FILE", file), ("--batch", batch)) if given]
+    if len(forms) != 1:
+        raise UserError("give exactly one of --op with --shape, a .cu/.hip/.py FILE, or --batch FILE"
+                        + (f" (got {' and '.join(forms)})" if forms else ""))
+    if batch is not None:
+        if dtype or launch or kernel or define:
+            raise UserError("--dtype/--launch/--kernel/--define do not apply to --batch (put them in the file)")
+        records = read_batch(batch, allow_count=allow_count)
+    elif file is not None:
+        record = kernel_from_file(file, launch, kernel, define)
+        if dtype:
+            record["dtype"] = dtype
+        records = [(file.name, record)]
+    else:
+        if not (op and shape):
+            raise UserError("--op and --shape go together, e.g. --op gemm --shape M=4096,N=4096,K=4096")
+        if launch or kernel or define:
+            raise UserError("--launch/--kernel/--define apply to a .cu/.hip FILE, not to --op")
+        records = [("--op/--shape", {"op": op, "shape": parse_shape(shape), "dtype": dtype or "fp32"})]
+    return expand(records, device)
+
+
+def answer(rows: Any, model: str, allow_modules: bool = True) -> tuple[list[dict[str, Any]], str]:
+    from components.serving.batch import restate
+    from components.serving.models import load_model
+    from components.serving.query import QueryError
+    from components.serving.questions import answer_questions, parse_questions
 
     try:
-        results = score(load_any_predictor(model), op, parse_shape(shape), dtype, device)
+        questions = parse_questions(rows.rows)
     except QueryError as exc:
-        raise UserError(str(exc)) from exc
+        raise UserError(restate(str(exc), rows.origins)) from None
+    loaded = load_model(model)
+    try:
+        answers = answer_questions(loaded.predictor, questions, model_version=loaded.version,
+                                   allow_modules=allow_modules)
+    except QueryError as exc:
+        raise UserError(restate(str(exc), rows.origins)) from None
+    return answers, loaded.version
+
+
+def _fmt(value: Any, digits: int = 4) -> str:
+    if value is None:
+        return "-"
+    if isinstance(value, bool):
+        return "yes" if value else "no"
+    if isinstance(value, float):
+        return f"{value:.{digits}g}"
+    return str(value)
+
+
+def render_table(answers: list[dict[str, Any]], labels: list[str] | None, kernel_of_row: list[int]) -> list[str]:
+    """A readable table: runtime with its interval, bound, headroom; then per-op breakdowns and notes."""
+    many = labels is not None and len(set(kernel_of_row)) > 1
+    header = (["kernel"] if many else []) + ["device", "runtime_us", "interval_us", "class", "bound", "headroom",
+                                             "GFLOP/s", "GB/s"]
+    body = []
+    for row, a in enumerate(answers):
+        interval = (f"{_fmt(a.get('duration_us_lo'))} - {_fmt(a.get('duration_us_hi'))}"
+                    if a.get("duration_us_lo") is not None else "-")
+        cells = ([labels[kernel_of_row[row]]] if many and labels else []) + [
+            a["device"], _fmt(a.get("duration_us")), interval, _fmt(a.get("roofline_class")), _fmt(a.get("bound_pipe")),
+            _fmt(a.get("headroom"), 3), _fmt(a.get("gflops")), _fmt(a.get("achieved_gbps"))]
+        body.append(cells)
+    widths = [max(len(str(r[i])) for r in [header, *body]) for i in range(len(header))]
+    lines = ["  ".join(str(c).ljust(w) if i < (2 if many else 1) else str(c).rjust(w)
+                       for i, (c, w) in enumerate(zip(r, widths, strict=True))) for r in [header, *body]]
+    for a in answers:
+        if a.get("breakdown"):
+            try:
+                ops = json.loads(a["breakdown"])
+            except (TypeError, ValueError):
+                ops = []
+            if ops:
+                lines.append(f"top ops on {a['device']}:")
+                for item in ops:
+                    lines.append(f"  {item.get('op', '?'):<32} x{_fmt(item.get('count'))}  "
+                                 f"{_fmt(item.get('duration_us'))} us  {_fmt(item.get('bound'))}")
+    for a in answers:
+        if a.get("ood"):
+            lines.append(f"note: {a['device']}: outside the shapes this model was trained on; the interval is the "
+                         "wider out-of-range one")
+        if a.get("note"):
+            lines.append(f"note: {a['device']}: {a['note']}")
+    return lines
+
+
+@clean_errors
+def predict_command(
+    file: Annotated[Path | None, typer.Argument(help="a .cu/.hip kernel source or a .py PyTorch module")] = None,
+    op: Annotated[str | None, typer.Option(help="op: gemm, linear, bmm, add, mul, gelu, silu, softmax, layernorm, ...")] = None,
+    shape: Annotated[str | None, typer.Option(help="sizes, e.g. M=4096,N=4096,K=4096 (bmm adds B; rows ops use B,H)")] = None,
+    device: Annotated[list[str] | None, typer.Option(help="GPU name/alias, a spec file (.yaml/.json), or 'all' (repeatable)")] = None,
+    dtype: Annotated[str | None, typer.Option(help="fp32 | fp16 | bf16 | fp8 | tf32 | fp64 | int8 (op default fp32)")] = None,
+    launch: Annotated[str | None, typer.Option(help="a source's launch: GRID/BLOCK (4096/256, 64,64/16,16) or JSON")] = None,
+    kernel: Annotated[str | None, typer.Option(help="the __global__ function of the source to predict")] = None,
+    define: Annotated[list[str] | None, typer.Option(help="-D macro for the source, NAME=VALUE (repeatable)")] = None,
+    batch: Annotated[Path | None, typer.Option(help="CSV or JSONL file of questions (columns: device, dtype, op, shape, ...)")] = None,
+    model: Annotated[str, typer.Option(help="models:/kernelcast@champion, a predictor dir, or 'roofline'")] = DEFAULT_MODEL,
+    as_json: Annotated[bool, typer.Option("--json", help="print JSON instead of a table")] = False,
+) -> None:
+    """Predict runtime (with its interval), roofline class, bound pipe and headroom on one or more GPUs."""
+    prepared_settings()
+    rows = gather_questions(file, op, shape, dtype, launch, kernel, define or [], batch, device or [],
+                            allow_count=False)
+    answers, version = answer(rows, model)
     if as_json:
-        typer.echo(json.dumps({"op": op, "shape": shape, "dtype": dtype, "model": model, "predictions": results},
-                              indent=2))
+        for a in answers:
+            a["kernel"] = rows.kernel_of_row[a["question"]]
+        typer.echo(json.dumps({"model_version": version, "predictions": answers}, indent=2))
         return
-    keys = [k for k in ("duration_us", "duration_us_lo", "duration_us_hi", "gflops", "achieved_gbps",
-                        "arith_intensity", "roofline_class") if any(k in r for r in results)]
-    typer.echo(f"{'device':<16}" + "".join(f"{k:>18}" for k in keys))
-    for r in results:
-        cells = [r.get(k) for k in keys]
-        typer.echo(f"{r['device']:<16}" + "".join(
-            f"{c:>18}" if isinstance(c, str) else f"{'-':>18}" if c is None else f"{c:>18.4g}" for c in cells))
-    # What the numbers cannot claim: a query outside the training data, a dtype the GPU emulates.
-    for r in results:
-        if r.get("ood"):
-            typer.echo(f"note: {r['device']}: the query lies outside the shapes this model was trained on; "
-                       "the interval is the wider out-of-range one")
-        if r.get("note"):
-            typer.echo(f"note: {r['device']}: {r['note']}")
+    for line in render_table(answers, rows.kernel_labels, rows.kernel_of_row):
+        typer.echo(line)
+    typer.echo(f"model: {version}")

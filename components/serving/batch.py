@@ -1,0 +1,158 @@
+"""Questions from files and command-line options, for ``kernelcast predict`` and ``kernelcast rank``.
+
+A batch file is CSV (a header row of question columns) or JSONL (one JSON object per line), with
+the columns of ``components.serving.questions.QUESTION_COLUMNS`` (+ ``count`` for a rank workload).
+A row without a device is asked on every ``--device``; errors name the file and line.
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+import re
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from components.serving.query import QueryError
+from components.serving.questions import QUESTION_COLUMNS
+
+SOURCE_LANGUAGES: dict[str, str] = {".cu": "cuda", ".cuh": "cuda", ".hip": "hip"}
+MODULE_SUFFIXES: tuple[str, ...] = (".py",)
+BATCH_SUFFIXES: tuple[str, ...] = (".csv", ".jsonl", ".ndjson")
+MAX_BATCH_ROWS = 1_000_000
+
+
+@dataclass
+class QuestionRows:
+    """Question rows (devices filled in), the origin of each (for errors), and each row's kernel index."""
+
+    rows: list[dict[str, Any]]
+    origins: list[str]
+    kernel_of_row: list[int]
+    counts: list[int]  # per kernel (rank)
+    kernel_labels: list[str]
+
+
+def read_batch(path: Path, *, allow_count: bool) -> list[tuple[str, dict[str, Any]]]:
+    """(origin, row) per record of a CSV or JSONL file; empty cells dropped."""
+    path = Path(path)
+    if path.suffix.lower() not in BATCH_SUFFIXES:
+        raise QueryError(f"--batch {path}: expected a .csv or .jsonl file")
+    if not path.is_file():
+        raise QueryError(f"--batch {path}: no such file")
+    allowed = set(QUESTION_COLUMNS) | ({"count"} if allow_count else set())
+    records: list[tuple[str, dict[str, Any]]] = []
+    with path.open(newline="", encoding="utf-8") as handle:
+        if path.suffix.lower() == ".csv":
+            reader = csv.DictReader(handle)
+            unknown = sorted(set(reader.fieldnames or []) - allowed)
+            if unknown:
+                raise QueryError(f"--batch {path}: unknown column {unknown[0]!r}; accepted: {', '.join(sorted(allowed))}")
+            for line, row in enumerate(reader, start=2):
+                records.append((f"{path.name} line {line}", {k: v for k, v in row.items() if k and v not in (None, "")}))
+        else:
+            for line, text in enumerate(handle, start=1):
+                if not text.strip():
+                    continue
+                try:
+                    row = json.loads(text)
+                except json.JSONDecodeError as exc:
+                    raise QueryError(f"--batch {path} line {line}: not valid JSON ({exc.msg})") from None
+                if not isinstance(row, dict):
+                    raise QueryError(f"--batch {path} line {line}: expected a JSON object")
+                unknown = sorted(set(row) - allowed)
+                if unknown:
+                    raise QueryError(f"--batch {path} line {line}: unknown field {unknown[0]!r}; "
+                                     f"accepted: {', '.join(sorted(allowed))}")
+                records.append((f"{path.name} line {line}", row))
+                if len(records) > MAX_BATCH_ROWS:
+                    break
+    if not records:
+        raise QueryError(f"--batch {path}: no questions in the file")
+    if len(records) > MAX_BATCH_ROWS:
+        raise QueryError(f"--batch {path}: more than {MAX_BATCH_ROWS:,} rows; split the file")
+    return records
+
+
+def parse_launch(text: str) -> dict[str, Any]:
+    """``--launch`` as JSON object text, or ``GRID/BLOCK`` such as ``4096/256`` or ``64,64/16,16``."""
+    text = text.strip()
+    if text.startswith("{"):
+        try:
+            value = json.loads(text)
+        except json.JSONDecodeError as exc:
+            raise QueryError(f"--launch: not valid JSON ({exc.msg})") from None
+        if not isinstance(value, dict):
+            raise QueryError("--launch: expected a JSON object")
+        return value
+    match = re.fullmatch(r"(\d+(?:,\d+){0,2})/(\d+(?:,\d+){0,2})", text.replace(" ", ""))
+    if not match:
+        raise QueryError(f"--launch {text!r}: expected GRID/BLOCK such as 4096/256 or 64,64/16,16, or a JSON object")
+    return {"grid": [int(v) for v in match[1].split(",")], "block": [int(v) for v in match[2].split(",")]}
+
+
+def kernel_from_file(path: Path, launch: str | None, kernel: str | None, defines: list[str]) -> dict[str, Any]:
+    """The kernel fields of a ``.cu``/``.hip`` source or a ``.py`` module file."""
+    path = Path(path)
+    suffix = path.suffix.lower()
+    if not path.is_file():
+        raise QueryError(f"{path}: no such file")
+    text = path.read_text(encoding="utf-8", errors="replace")
+    if suffix in MODULE_SUFFIXES:
+        if launch:
+            raise QueryError(f"--launch applies to a .cu/.hip source, not the module {path.name}")
+        return {"module": text}
+    if suffix not in SOURCE_LANGUAGES:
+        raise QueryError(f"{path}: expected a .cu/.cuh/.hip kernel source or a .py PyTorch module")
+    if not launch:
+        raise QueryError(f"{path.name}: a source needs --launch GRID/BLOCK (e.g. --launch 4096/256)")
+    spec = parse_launch(launch)
+    if kernel:
+        spec["kernel"] = kernel
+    if defines:
+        spec["defines"] = {}
+        for item in defines:
+            name, sep, value = item.partition("=")
+            if not sep or not name.strip():
+                raise QueryError(f"--define {item!r}: expected NAME=VALUE")
+            spec["defines"][name.strip()] = value.strip()
+    return {"source": text, "language": SOURCE_LANGUAGES[suffix], "launch": spec}
+
+
+def expand(records: list[tuple[str, dict[str, Any]]], devices: list[str]) -> QuestionRows:
+    """Each record on its own device, or on every ``devices`` entry ("all" = the catalog)."""
+    names: list[Any] = []
+    if devices:
+        from components.serving.rank import resolve_devices
+
+        names = resolve_devices(list(devices), "--device", allow_files=True)
+    rows, origins, kernel_of_row, counts, labels = [], [], [], [], []
+    for k, (origin, record) in enumerate(records):
+        count = record.pop("count", 1)
+        try:
+            counts.append(int(count))
+        except (TypeError, ValueError):
+            raise QueryError(f"{origin}: count {count!r} is not an integer") from None
+        labels.append(origin)
+        if record.get("device") or record.get("device_spec"):
+            rows.append(record)
+            origins.append(origin)
+            kernel_of_row.append(k)
+            continue
+        if not names:
+            raise QueryError(f"{origin}: no device; give the row a device column or pass --device")
+        for spec in names:
+            rows.append({**record, "device": spec})
+            origins.append(origin)
+            kernel_of_row.append(k)
+    return QuestionRows(rows, origins, kernel_of_row, counts, labels)
+
+
+def restate(message: str, origins: list[str]) -> str:
+    """``question N.field: ...`` -> ``<file> line L: field: ...`` (or the option that made the row)."""
+    match = re.match(r"^question (\d+)\.?", message)
+    if not match or int(match[1]) >= len(origins):
+        return message
+    rest = message[match.end():]
+    return f"{origins[int(match[1])]}: {rest.lstrip(': ')}"
