@@ -16,8 +16,8 @@ from kernelcast.commands._common import UserError, clean_errors, prepared_settin
 
 @clean_errors
 def evaluate_command(
-    model: Annotated[str | None, typer.Option("--model", help="models:/kernelcast@champion, models:/kernelcast/3, a predictor dir or 'roofline'")] = None,
     out: Annotated[Path, typer.Option("--out", help="evaluation report (JSON)")],
+    model: Annotated[str | None, typer.Option("--model", help="models:/kernelcast@champion, models:/kernelcast/3, a predictor dir or 'roofline'")] = None,
     source: Annotated[str | None, typer.Option("--source", help="ingest this source on the fly (with --from)")] = None,
     from_dir: Annotated[Path | None, typer.Option("--from", help="directory of the source in its upstream layout")] = None,
     split: Annotated[str | None, typer.Option("--split", help="score this split's test side (default: unseen-kernel; all rows with --source)")] = None,
