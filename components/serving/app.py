@@ -467,3 +467,25 @@ def _wrap(app: Any, limits: ServerLimits) -> Any:
     """The FastAPI app with the body-size middleware outermost (so 413 comes before parsing)."""
     app.add_middleware(BodyLimit, limit=limits.max_body_bytes)
     return app
+
+
+def run_server(config_json: str) -> None:
+    """Serve with uvicorn in this process (``kernelcast serve`` runs it as a child process group).
+
+    ``config_json``: {"host", "port", "model", "api_key_env", "allow_modules", "limits": {...}}. The
+    API key itself travels in the environment variable it names, never on a command line.
+    """
+    import json
+    import os
+
+    import uvicorn
+
+    config = json.loads(config_json)
+    api_key_env = config.get("api_key_env")
+    api_key = os.environ.get(api_key_env, "") if api_key_env else None
+    if api_key_env and not api_key:
+        raise SystemExit(f"error: --api-key-env {api_key_env}: the variable is unset or empty")
+    app = create_app(config.get("model") or "models:/kernelcast@champion", api_key=api_key,
+                     allow_modules=bool(config.get("allow_modules")), limits=ServerLimits(**config.get("limits", {})))
+    uvicorn.run(app, host=config.get("host", "127.0.0.1"), port=int(config.get("port", 8000)),
+                log_level=config.get("log_level", "info"), timeout_graceful_shutdown=5)

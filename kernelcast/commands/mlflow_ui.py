@@ -1,8 +1,11 @@
-"""`kernelcast mlflow-ui`: open the MLflow UI on the embedded (or configured) tracking store."""
+"""`kernelcast mlflow-ui`: open the MLflow UI on the embedded (or configured) tracking store.
+
+The MLflow server and its workers run as one child process group: SIGINT/SIGTERM to kernelcast
+stop all of them (MLflow's workers used to outlive it).
+"""
 
 from __future__ import annotations
 
-import subprocess
 import sys
 from typing import Annotated
 
@@ -17,6 +20,8 @@ def mlflow_ui_command(
 ) -> None:
     """Serve the MLflow UI for this installation's runs and registry."""
     settings = prepared_settings()
+    from components.serving.processes import run_process_group
+
     command = [
         sys.executable, "-m", "mlflow", "server",
         "--backend-store-uri", settings.tracking_uri(),
@@ -24,4 +29,5 @@ def mlflow_ui_command(
         "--host", host, "--port", str(port),
     ]
     typer.echo(f"MLflow UI on http://{host}:{port} (store: {settings.tracking_uri()})")
-    raise typer.Exit(code=subprocess.call(command))
+    code = run_process_group(command)
+    raise typer.Exit(code=0 if code in (128 + 2, 128 + 15) else code)
