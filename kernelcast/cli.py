@@ -10,6 +10,7 @@ import typer
 
 from kernelcast.commands import (
     bench,
+    calibrate,
     deploy,
     devices,
     evaluate,
@@ -46,6 +47,7 @@ app.command("promote")(promote.promote_command)
 app.command("predict")(predict.predict_command)
 app.command("serve")(serve.serve_command)
 app.command("profile")(profile.profile_command)
+app.command("calibrate")(calibrate.calibrate_command)
 app.command("pipeline")(pipeline.pipeline_command)
 app.command("deploy")(deploy.deploy_command)
 app.command("mlflow-ui")(mlflow_ui.mlflow_ui_command)

@@ -391,3 +391,106 @@ def run_cli_bench(table: pd.DataFrame, ks: Sequence[int], params: dict[str, Any]
         atomic_write_text(Path(json_file), json.dumps(payload, indent=2) + "\n")
         echo(f"wrote {json_file}")
     return result
+
+
+# ---------------------------------------------------------------------- serving: a stored correction per GPU
+
+CALIBRATION_DIR = "calibration"  # under KERNELCAST_HOME: <device_id>.json per calibrated GPU
+SERVING_METHODS: tuple[str, ...] = ("global", "group", "residual")
+
+
+@dataclass(frozen=True)
+class CalibrateResult:
+    device_id: str
+    method: str
+    n_rows: int
+    path: Any  # Path of the stored correction
+    mape_before: float  # on the calibration rows themselves (in-sample: a sanity figure, not accuracy)
+    mape_after: float
+    median_ape_before: float = math.nan
+    median_ape_after: float = math.nan
+
+
+def correction_path(home: Any, device_id: str) -> Any:
+    from pathlib import Path
+
+    return Path(home) / CALIBRATION_DIR / f"{device_id}.json"
+
+
+def calibrate_stage(device: str, from_dir: Any, predictor: Any, home: Any, params: dict[str, Any], *,
+                    method: str = "group", source: str = "kernelcast", catalog: Any = None) -> CalibrateResult:
+    """Fit ``method`` on the calibration rows of ``device`` in a profiled run folder (read through
+    the ingest -> validate -> features cores) against ``predictor``, store it under ``home``.
+
+    ValueError naming the input: unknown device, no rows of it in the folder, a method that cannot
+    be stored (the refit is a training run: ``kernelcast train`` with the rows added).
+    """
+    from pathlib import Path
+
+    from components.devices import load_catalog
+    from components.evaluation.stage import features_from_source
+    from components.models.calibration import fit_correction
+
+    if method not in SERVING_METHODS:
+        raise ValueError(f"--method {method!r}: a stored correction is one of {', '.join(SERVING_METHODS)}")
+    catalog = catalog if catalog is not None else load_catalog()
+    device_id = catalog.resolve(device).id
+    table, _ = features_from_source(source, Path(from_dir), params, catalog=catalog)
+    rows = table[table["device_id"].astype(str) == device_id]
+    rows = rows[_measured(rows)] if len(rows) else rows
+    if rows.empty:
+        found = ", ".join(sorted(set(table["device_id"].astype(str)))) or "none"
+        raise ValueError(f"--from {from_dir}: no measured rows of {device_id} (GPUs there: {found})")
+    predictions = predictor.predict(rows)
+    predicted = pd.to_numeric(predictions.get("pred_duration_us"), errors="coerce").to_numpy(dtype="float64")
+    inputs = rows.join(predictions.drop(columns=["pred_duration_us"], errors="ignore"), rsuffix="_pred")
+    correction = fit_correction(method, inputs, predicted, device_id=device_id,
+                                shrink=CalibrationParams.from_params(params).shrink)
+    if correction.n_rows == 0:
+        raise ValueError(f"the model predicts no runtime for the {len(rows)} rows of {device_id} in {from_dir}")
+    measured = pd.to_numeric(rows["duration_us"], errors="coerce").to_numpy(dtype="float64")
+    path = correction_path(home, device_id)
+    correction.save(path)
+    corrected = correction.apply(inputs, predicted)
+    return CalibrateResult(device_id, method, correction.n_rows, path, _mape(measured, predicted)[0],
+                           _mape(measured, corrected)[0], _median_ape(measured, predicted),
+                           _median_ape(measured, corrected))
+
+
+def _median_ape(measured: np.ndarray, predicted: np.ndarray) -> float:
+    ok = np.isfinite(measured) & (measured > 0) & np.isfinite(predicted)
+    return float(np.median(np.abs(predicted[ok] / measured[ok] - 1.0))) if ok.any() else math.nan
+
+
+def load_corrections(home: Any) -> dict[str, Any]:
+    """Every stored correction under ``home`` by device id (none stored: an empty dict)."""
+    from pathlib import Path
+
+    from components.models.calibration import Correction
+
+    folder = Path(home) / CALIBRATION_DIR
+    if not folder.is_dir():
+        return {}
+    return {path.stem: Correction.load(path) for path in sorted(folder.glob("*.json"))}
+
+
+def apply_corrections(rows: pd.DataFrame, predictions: pd.DataFrame, corrections: dict[str, Any]) -> pd.DataFrame:
+    """``predictions`` with each calibrated GPU's runtime (and interval) multiplied by its factor,
+    and the rates derived from the runtime (GFLOP/s, GB/s) divided by it."""
+    if not corrections or "device_id" not in rows.columns or "pred_duration_us" not in predictions.columns:
+        return predictions
+    out = predictions.copy()
+    factor = np.ones(len(rows))
+    devices = rows["device_id"].astype(str).to_numpy()
+    inputs = rows.join(predictions.drop(columns=["pred_duration_us"], errors="ignore"), rsuffix="_pred")
+    for device_id, correction in corrections.items():
+        on = devices == device_id
+        if on.any():
+            factor[on] = np.exp(correction.log_factor(inputs.loc[on]))
+    for column in ("pred_duration_us", "pred_duration_us_lo", "pred_duration_us_hi"):
+        if column in out.columns:
+            out[column] = pd.to_numeric(out[column], errors="coerce").to_numpy(dtype="float64") * factor
+    for column in ("pred_gflops", "pred_achieved_gbps"):
+        if column in out.columns:
+            out[column] = pd.to_numeric(out[column], errors="coerce").to_numpy(dtype="float64") / factor
+    return out

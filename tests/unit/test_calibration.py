@@ -151,3 +151,34 @@ def test_cli_rejects_a_negative_k(tmp_path: Path, monkeypatch: pytest.MonkeyPatc
     assert done.exit_code == 2 and "error: --calibration-rows must be whole numbers >= 0, got -1" in done.output
     done = CliRunner().invoke(app, ["bench", "accuracy", "--split", "neusight", "--calibration-rows", "25"])
     assert done.exit_code == 2 and "--split unseen-gpu" in done.output
+
+
+@pytest.mark.slow
+def test_calibrate_stores_a_correction_the_predictor_side_applies(tmp_path: Path) -> None:
+    """`kernelcast calibrate`'s stage on the committed H100 run, against the training-free roofline."""
+    from components.config import load_params
+    from components.evaluation.calibration import apply_corrections, calibrate_stage, load_corrections
+    from components.evaluation.stage import features_from_source
+    from components.models.roofline import RooflinePredictor
+    from kernelcast.settings import PROJECT_ROOT
+
+    params = load_params(PROJECT_ROOT / "params.yaml")
+    run = PROJECT_ROOT / "profiled-data"
+    result = calibrate_stage("NVIDIA H100 80GB HBM3", run, RooflinePredictor(), tmp_path, params, method="group")
+    assert result.device_id == "h100-sxm" and result.n_rows > 500 and result.path.is_file()
+    # The roofline is a lower bound: the H100's kernels run slower, the correction says so.
+    assert result.median_ape_after < result.median_ape_before
+    stored = load_corrections(tmp_path)
+    assert list(stored) == ["h100-sxm"] and stored["h100-sxm"].global_log > 0
+    table, _ = features_from_source("kernelcast", run, params)
+    rows = table.head(20)
+    predictions = RooflinePredictor().predict(rows)
+    corrected = apply_corrections(rows, predictions, stored)
+    ratio = corrected["pred_duration_us"] / predictions["pred_duration_us"]
+    assert (ratio > 1).all()
+    if "pred_gflops" in predictions.columns:
+        np.testing.assert_allclose(corrected["pred_gflops"] * ratio, predictions["pred_gflops"])
+    with pytest.raises(ValueError, match="no measured rows of a100-sxm4-80gb"):
+        calibrate_stage("A100 SXM4 80GB", run, RooflinePredictor(), tmp_path, params)
+    with pytest.raises(ValueError, match="a stored correction is one of"):
+        calibrate_stage("H100 SXM", run, RooflinePredictor(), tmp_path, params, method="refit")
