@@ -13,7 +13,7 @@ import { hoverMarkdown, lensTitle, summaryLine } from "./format";
 import { Dim3, parseDim3 } from "./launch";
 import { cmaskCache } from "./memo";
 import { buildModuleKernel, buildPredictBody, InputError, moduleProblem, normalizeDefines, normalizeDevices } from "./request";
-import { KernelPlan, planKernel, PredictionCache, predictBody, Settings } from "./service";
+import { askKernel, KernelPlan, planKernel, PredictionCache, Settings } from "./service";
 
 const SELECTOR: vscode.DocumentSelector = [
   { language: "cuda-cpp" },
@@ -127,8 +127,9 @@ class KernelcastExtension implements vscode.CodeLensProvider, vscode.HoverProvid
         lens.command = { title: `kernelcast: ${kernel.name} needs a launch config — click to enter grid/block`, tooltip: plan.reason, ...retry };
         return lens;
       }
-      const answer = await this.cache.get(this.client(settings), predictBody(plan.query, settings));
-      lens.command = { title: lensTitle(answer.predictions), tooltip: `${plan.launchFrom}; hover the kernel for details`, ...retry };
+      const { answer, note } = await askKernel(this.cache, this.client(settings), plan.query, settings);
+      const tooltip = `${plan.launchFrom}${note ? `; ${note}` : ""}; hover the kernel for details`;
+      lens.command = { title: lensTitle(answer.predictions), tooltip, ...retry };
     } catch (err) {
       lens.command = { title: `kernelcast: ${shortError(err)}`, tooltip: errorText(err), command: "kernelcast.refresh", arguments: [] };
     }
@@ -146,8 +147,8 @@ class KernelcastExtension implements vscode.CodeLensProvider, vscode.HoverProvid
       const settings = this.settings();
       const plan = this.plan(doc, kernel, settings);
       if (!plan.ok) return new vscode.Hover(new vscode.MarkdownString(`**kernelcast**: ${plan.reason}`));
-      const answer = await this.cache.get(this.client(settings), predictBody(plan.query, settings));
-      const md = hoverMarkdown(answer.predictions, { title: kernel.name, launch: plan.launch, launchFrom: plan.launchFrom, modelVersion: answer.model_version });
+      const { answer, note } = await askKernel(this.cache, this.client(settings), plan.query, settings);
+      const md = hoverMarkdown(answer.predictions, { title: kernel.name, launch: plan.launch, launchFrom: plan.launchFrom, modelVersion: answer.model_version, note });
       return new vscode.Hover(new vscode.MarkdownString(md));
     } catch (err) {
       return new vscode.Hover(new vscode.MarkdownString(`**kernelcast**: ${errorText(err)}`));
@@ -189,8 +190,8 @@ class KernelcastExtension implements vscode.CodeLensProvider, vscode.HoverProvid
         plan = this.plan(doc, kernel, settings);
         if (!plan.ok) throw new InputError(plan.reason);
       }
-      const answer = await this.cache.get(this.client(settings), predictBody(plan.query, settings));
-      this.report(`${kernel.name} (grid ${plan.launch.grid.join("×")}, block ${plan.launch.block.join("×")})`, answer.predictions);
+      const { answer, note } = await askKernel(this.cache, this.client(settings), plan.query, settings);
+      this.report(`${kernel.name} (grid ${plan.launch.grid.join("×")}, block ${plan.launch.block.join("×")})${note ? ` [${note}]` : ""}`, answer.predictions);
       this.changed.fire();
     } catch (err) {
       void vscode.window.showErrorMessage(errorText(err));

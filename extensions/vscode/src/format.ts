@@ -54,7 +54,8 @@ export function lensTitle(predictions: Prediction[]): string {
   if (predictions.length === 0) return "kernelcast: no prediction";
   const parts = predictions.map((p) => {
     const warn = p.ood ? " ⚠" : "";
-    return `${deviceLabel(p)} ${formatDuration(p.duration_us)} ${formatBound(p)}${warn}`;
+    // The catalog id (h100-sxm) is short enough for one line; the hover has the full name.
+    return `${p.device || deviceLabel(p)} ${formatDuration(p.duration_us)} ${formatBound(p)}${warn}`;
   });
   return `kernelcast: ${parts.join(" | ")}`;
 }
@@ -64,6 +65,7 @@ export interface HoverContext {
   launch?: LaunchSpec;
   launchFrom?: string;
   modelVersion?: string;
+  note?: string;
 }
 
 /** The hover: one table row per device, then launch, notes, module breakdown and model version. */
@@ -82,9 +84,11 @@ export function hoverMarkdown(predictions: Prediction[], ctx: HoverContext): str
     const shared = l.shared_bytes ? `, ${l.shared_bytes} B shared` : "";
     lines.push("", `launch: grid ${l.grid.join("×")}, block ${l.block.join("×")}${shared}${ctx.launchFrom ? ` (${escapeMd(ctx.launchFrom)})` : ""}`);
   }
+  if (ctx.note) lines.push("", `_${escapeMd(ctx.note)}_`);
   const notes = predictions.filter((p) => p.note).map((p) => `- ${escapeMd(deviceLabel(p))}: ${escapeMd(String(p.note))}`);
   if (notes.length) lines.push("", "notes:", ...notes);
-  const breakdown = breakdownLines(predictions[0]);
+  // A source answer's breakdown is the kernel itself; a module's lists the ops that matter.
+  const breakdown = predictions[0]?.kind === "module" ? breakdownLines(predictions[0]) : [];
   if (breakdown.length) lines.push("", `top ops on ${escapeMd(deviceLabel(predictions[0]))}:`, ...breakdown);
   const version = ctx.modelVersion || predictions.find((p) => p.model_version)?.model_version;
   if (version) lines.push("", `model: \`${version}\``);

@@ -3,7 +3,7 @@
  * per kernel (or the reason there is none), and a cache so unchanged kernels are not re-asked
  * every time the editor refreshes its CodeLenses.
  */
-import { KernelcastClient, PredictResponse } from "./client";
+import { KernelcastClient, KernelcastError, PredictResponse } from "./client";
 import { detectLanguage, extractKernelSource, findKernels, KernelInfo, templateInstantiation } from "./extract";
 import { cmaskCache } from "./memo";
 import { Dim3, inferLaunch, isLaunchConfig, LaunchConfig } from "./launch";
@@ -85,6 +85,37 @@ export function planKernel(text: string, kernel: KernelInfo, settings: Settings,
 
 export function predictBody(query: KernelQuery, settings: Settings): PredictBody {
   return buildPredictBody([query], settings.devices, settings.model || undefined);
+}
+
+export interface KernelAnswer {
+  answer: PredictResponse;
+  /** Said to the user beside the numbers (e.g. how the question had to be rephrased). */
+  note?: string;
+}
+
+const HIP_AS_CUDA_NOTE = "HIP kernel analysed as CUDA: this server does not compile HIP yet (the kernel syntax is the same)";
+/** Servers (by URL) that answered a "hip" question with "not analysed": ask them CUDA directly. */
+const hipRejectedBy = new Set<string>();
+
+function hipUnsupported(err: unknown): boolean {
+  return err instanceof KernelcastError && err.kind === "rejected" && /\bhip\b/i.test(err.message) && /\b(language|CUDA)\b/.test(err.message);
+}
+
+/**
+ * Ask the server about one kernel on the configured devices. A HIP kernel the server cannot
+ * compile as HIP is asked again as CUDA -- what the server's own error advises -- and the
+ * answer says so; any other failure is the caller's to show.
+ */
+export async function askKernel(cache: PredictionCache, client: KernelcastClient, query: KernelQuery, settings: Settings): Promise<KernelAnswer> {
+  const asCuda = (): Promise<PredictResponse> => cache.get(client, predictBody({ ...query, language: "cuda" }, settings));
+  if (query.language === "hip" && hipRejectedBy.has(client.baseUrl)) return { answer: await asCuda(), note: HIP_AS_CUDA_NOTE };
+  try {
+    return { answer: await cache.get(client, predictBody(query, settings)) };
+  } catch (err) {
+    if (query.language !== "hip" || !hipUnsupported(err)) throw err;
+    hipRejectedBy.add(client.baseUrl);
+    return { answer: await asCuda(), note: HIP_AS_CUDA_NOTE };
+  }
 }
 
 /**

@@ -37,7 +37,7 @@ test("bound: class and pipe, either alone, or a dash", () => {
 });
 
 test("CodeLens line names every device, its time and bound, and flags out-of-range answers", () => {
-  assert.equal(lensTitle([H100, MI300X]), "kernelcast: H100 SXM 12.3 µs bandwidth-bound (dram) | mi300x 1.83 ms compute-bound (tensor) ⚠");
+  assert.equal(lensTitle([H100, MI300X]), "kernelcast: h100-sxm 12.3 µs bandwidth-bound (dram) | mi300x 1.83 ms compute-bound (tensor) ⚠");
   assert.equal(lensTitle([]), "kernelcast: no prediction");
 });
 
@@ -55,6 +55,9 @@ test("hover table: one row per device, launch, notes, model version; markdown is
 
 test("module breakdown: top ops from the JSON text, at most 5; bad JSON shows nothing", () => {
   const rows = Array.from({ length: 7 }, (_, i) => ({ op: `op${i}`, count: i + 1, duration_us: 10 * (i + 1), bound: "dram" }));
+  const moduleMd = hoverMarkdown([{ ...H100, kind: "module", breakdown: JSON.stringify(rows) }], { title: "model.py" });
+  assert.match(moduleMd, /top ops on H100 SXM:\n- op0 ×1: 10\.0 µs \(dram\)/);
+  assert.ok(!hoverMarkdown([{ ...H100, breakdown: JSON.stringify(rows) }], { title: "k" }).includes("top ops"), "not for a source kernel");
   const lines = breakdownLines({ ...H100, breakdown: JSON.stringify(rows) });
   assert.equal(lines.length, 5);
   assert.equal(lines[0], "- op0 ×1: 10.0 µs (dram)");

@@ -14,8 +14,9 @@ import { after, before, describe, test } from "node:test";
 import { KernelcastClient, KernelcastError } from "../src/client";
 import { lensTitle } from "../src/format";
 import { buildModuleKernel, buildPredictBody, normalizeDevices } from "../src/request";
-import { planKernels, predictBody, Settings } from "../src/service";
-import { fixture } from "./helpers";
+import { askKernel, planKernels, predictBody, PredictionCache, Settings } from "../src/service";
+import { FIXTURES, fixture } from "./helpers";
+import * as stub from "./vscode-stub";
 
 const REPO = path.resolve(__dirname, "..", "..", "..", "..");
 const KERNELCAST_BIN = process.env.KERNELCAST_BIN || path.join(REPO, ".venv", "bin", "kernelcast");
@@ -156,8 +157,11 @@ describe("against a real kernelcast server (roofline model)", { timeout: 180_000
     const [plan] = planKernels(fixture("vadd.hip"), settings, { fileName: "vadd.hip" });
     assert.ok(plan.ok);
     assert.equal(plan.query.language, "hip");
-    const answer = await client.predict(predictBody(plan.query, settings));
+    const { answer, note } = await askKernel(new PredictionCache(), client, plan.query, settings);
     assert.ok(answer.predictions[0].duration_us! > 0);
+    assert.match(answer.predictions[0].device, /mi300/i);
+    // Either the server compiles HIP, or it said it does not and the kernel was asked as CUDA, visibly.
+    if (note !== undefined) assert.match(note, /HIP kernel analysed as CUDA/);
   });
 
   test("an unknown device is a 4xx the user can read, naming the device", async () => {
@@ -194,6 +198,22 @@ describe("against a real kernelcast server (roofline model)", { timeout: 180_000
       assert.match(e.message, /module/i);
       return true;
     });
+  });
+
+  test("through extension.ts (stand-in vscode API): the lens and hover show the server's answer", async () => {
+    stub.settings["kernelcast.serverUrl"] = server.url;
+    stub.settings["kernelcast.devices"] = ["H100", "MI300X"];
+    stub.loadExtension().activate(stub.stubContext());
+    const text = fixture("saxpy.cu");
+    const doc = stub.document(text, path.join(FIXTURES, "saxpy.cu"), "cuda-cpp");
+    const provider = stub.registered.codeLens[0] as { provideCodeLenses(d: unknown): unknown[]; resolveCodeLens(l: unknown): Promise<{ command?: { title: string } }> };
+    const lens = await provider.resolveCodeLens(provider.provideCodeLenses(doc)[0]);
+    assert.match(lens.command?.title ?? "", /^kernelcast: h100-sxm [\d.]+ (µs|ms) bandwidth-bound \(\w+\) \| mi300x [\d.]+ (µs|ms) bandwidth-bound/);
+    const hover = stub.registered.hover[0] as { provideHover(d: unknown, p: unknown): Promise<{ contents: { value: string } }> };
+    const md = (await hover.provideHover(doc, doc.positionAt(text.indexOf("saxpy(int n")))).contents.value;
+    assert.match(md, /\| NVIDIA H100[^|]* \| [\d.]+ (µs|ms) \|/);
+    assert.match(md, /launch: grid 4096×1×1, block 256×1×1 \(launch on line \d+\)/);
+    assert.match(md, /model: `roofline`/);
   });
 
   test("the device list for the picker, and the server still ready after the bad requests", async () => {
