@@ -22,6 +22,7 @@ from kernelcast.commands import (
     predict,
     profile,
     promote,
+    rank,
     serve,
     train,
     validate,
@@ -45,6 +46,7 @@ app.command("train")(train.train_command)
 app.command("evaluate")(evaluate.evaluate_command)
 app.command("promote")(promote.promote_command)
 app.command("predict")(predict.predict_command)
+app.command("rank")(rank.rank_command)
 app.command("serve")(serve.serve_command)
 app.command("profile")(profile.profile_command)
 app.command("calibrate")(calibrate.calibrate_command)
