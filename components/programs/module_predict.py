@@ -1,0 +1,188 @@
+"""Answer a whole-program question: a KernelBench-style PyTorch module on one or more GPUs.
+
+The module is traced in the sandbox (``trace``) into aten calls, each mapped to an op question
+(``ops``); every op x device is scored by the op-level predictor in one feature table
+(``program_features``); the program model (``overheads``) adds learned launch and framework
+overheads and a program-level correction. The answer carries the per-op breakdown (top ops by
+predicted time, each with its bound) and the program's roofline class and bounding pipe.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from components.programs.errors import ProgramError
+from components.programs.ops import ProgramOps, program_ops
+from components.programs.overheads import MODEL_FILE, ProgramModel, kind_sums
+
+PROGRAMS_DIR = "programs"  # under KERNELCAST_HOME/models: one program model per op-predictor basis
+ROOFLINE_BASIS = "roofline"
+BREAKDOWN_TOP = 8
+DTYPES: tuple[str, ...] = ("fp32", "fp16", "bf16", "fp64", "fp8")
+
+
+def basis_id(predictor: Any) -> str:
+    """What a program model was fitted on: ``roofline``, or the op predictor's family + training rows."""
+    family = str(getattr(predictor, "family", "") or "")
+    if predictor is None or family == "roofline":
+        return ROOFLINE_BASIS
+    cached = getattr(predictor, "_kernelcast_basis_id", None)
+    if cached:
+        return str(cached)
+    trained = sorted(getattr(predictor, "trained_on", frozenset()) or ())
+    digest = hashlib.sha1("\n".join(trained).encode()).hexdigest()[:12] if trained else "untrained"
+    value = f"{family or 'predictor'}-{digest}"
+    try:
+        predictor._kernelcast_basis_id = value  # hashing 10^5 ids once per loaded predictor, not per question
+    except AttributeError:
+        pass
+    return value
+
+
+def program_model_path(models_dir: Path, basis: str) -> Path:
+    return Path(models_dir) / PROGRAMS_DIR / f"{basis}.json"
+
+
+def resolve_program_model(op_predictor: Any, models_dir: Path | None = None) -> tuple[ProgramModel, bool]:
+    """The program model for this op predictor and whether it matches it (``False``: the roofline
+    basis model, or the untrained defaults, answers instead and the op predictor only gives the
+    breakdown). Looks at a model attached to the predictor, then ``models/programs/<basis>.json``,
+    then ``models/programs/roofline.json``."""
+    attached = getattr(op_predictor, "program_model", None)
+    if isinstance(attached, ProgramModel):
+        return attached, True
+    if models_dir is None:
+        from components.config import get_settings
+
+        models_dir = get_settings().models_dir
+    basis = basis_id(op_predictor)
+    for candidate in dict.fromkeys((basis, ROOFLINE_BASIS)):
+        path = program_model_path(models_dir, candidate)
+        if path.is_file():
+            try:
+                return ProgramModel.load(path), candidate == basis
+            except (ValueError, KeyError, TypeError, json.JSONDecodeError):
+                continue  # a stale or foreign file: fall through to the next basis
+    return ProgramModel.untrained(), basis == ROOFLINE_BASIS
+
+
+def _check_dtype(dtype: str | None) -> str | None:
+    if dtype is None or str(dtype).strip() == "":
+        return None
+    value = str(dtype).strip().lower()
+    if value not in DTYPES:
+        raise ProgramError(f"dtype {dtype!r}: a module question takes one of {', '.join(DTYPES)} "
+                           "(or none: the dtypes the module itself uses)")
+    return value
+
+
+def _short_shape(shape: tuple[tuple[str, float], ...]) -> str:
+    return ",".join(f"{k}={int(v) if float(v).is_integer() else round(v, 1)}" for k, v in shape)
+
+
+def program_frames(programs: list[ProgramOps], specs: list[Any], op_predictor: Any,
+                   model: ProgramModel, matches: bool) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """(op rows, program rows) for programs x specs; program rows carry ``pred_<kind>`` in the
+    program model's basis and ``predicted_us``."""
+    from components.devices import load_catalog
+    from components.programs.program_features import op_times, program_features
+
+    catalog = load_catalog()
+    extra = [s for s in specs if s.id not in catalog.ids()]
+    if extra:
+        catalog = catalog.with_devices(extra)
+    ids = [s.id for s in specs]
+    predictor = op_predictor if op_predictor is not None and getattr(op_predictor, "family", "") != "roofline" else None
+    times = op_times(programs, ids, catalog, predictor)
+    frame = program_features(programs, times, ids, catalog)
+    basis_column = "pred_us" if matches else "roof_us"
+    frame = frame.merge(kind_sums(times.frame, basis_column, "pred"), on=["program", "device_id"], how="left")
+    frame = frame.fillna({c: 0.0 for c in frame.columns if c.startswith("pred_") and c != "pred_sum_us"})
+    frame["predicted_us"] = model.predict(frame)
+    return times.frame, frame
+
+
+def predict_module(module: str, dtype: str | None, specs: list[Any], op_predictor: Any) -> list[dict[str, Any]]:
+    """One answer dict per spec for a KernelBench-style module (path or text); ProgramError when
+    the module cannot be traced or the question is malformed."""
+    from components.programs.trace import trace_module
+
+    dtype = _check_dtype(dtype)
+    if not specs:
+        raise ProgramError("a module question needs at least one device")
+    trace = trace_module(module)
+    from components.programs.program_features import with_dtype
+
+    program = with_dtype(program_ops(trace.ops), dtype)
+    model, matches = resolve_program_model(op_predictor)
+    times, frame = program_frames([program], list(specs), op_predictor, model, matches)
+    return [_answer(program, spec, times[times["device_id"] == spec.id], frame[frame["device_id"] == spec.id].iloc[0],
+                    model, matches, op_predictor, trace.name) for spec in specs]
+
+
+def _answer(program: ProgramOps, spec: Any, ops: pd.DataFrame, row: pd.Series, model: ProgramModel,
+            matches: bool, op_predictor: Any, name: str) -> dict[str, Any]:
+    duration = float(row["predicted_us"])
+    roof = float(row["roof_sum_us"])
+    ops = ops.assign(total_us=ops["pred_us"] * ops["count"], roof_total=ops["roof_us"] * ops["count"])
+    moved = float((ops["bytes_moved"] * ops["count"]).sum())
+    compute_time = float(ops.loc[ops["bound"] == "compute", "roof_total"].sum())
+    roofline_class = "compute" if compute_time >= roof - compute_time else "bandwidth"
+    gpu_part = float(row["pred_sum_us"]) if matches else roof
+    launch_dominated = gpu_part < 0.5 * duration
+    pipe_time = ops.groupby("pipe")["roof_total"].sum() if len(ops) else pd.Series(dtype=float)
+    bound_pipe = "launch" if launch_dominated or pipe_time.empty else str(pipe_time.idxmax())
+    top = ops.sort_values("total_us", ascending=False).head(BREAKDOWN_TOP)
+    breakdown = [{"op": f"{r.aten} [{r.kind}] {_short_shape(program.questions[int(r.question)].shape)}",
+                  "count": int(r.count), "duration_us": round(float(r.total_us), 3),
+                  "bound": "compute" if r.bound == "compute" else "bandwidth"} for r in top.itertuples()]
+    flops = _program_flops(ops)
+    notes = [f"{program.n_kernels} kernels from {program.n_aten} aten calls"]
+    if program.unmapped:
+        names = ", ".join(f"{k} x{v}" for k, v in program.unmapped.most_common(5))
+        notes.append(f"{sum(program.unmapped.values())} calls of unknown aten ops estimated by bytes moved ({names})")
+    if not model.fitted:
+        notes.append("no learned program model yet (run the train stage): op times plus default overheads")
+    elif not matches:
+        notes.append("program total from the roofline-basis program model (none fitted for this op predictor); "
+                     "the breakdown is the op predictor's")
+    uses_roofline = int((ops["pred_source"] == "roofline").sum()) if "pred_source" in ops else 0
+    if op_predictor is not None and getattr(op_predictor, "family", "") != "roofline" and uses_roofline:
+        notes.append(f"{uses_roofline} of {len(ops)} distinct ops outside the op model's scope: roofline time")
+    seconds = duration * 1e-6
+    ood = (not model.fitted) or bool(program.unmapped)
+    answer: dict[str, Any] = {
+        "question": 0, "device": spec.id, "device_name": spec.name, "kind": "module",
+        "duration_us": duration, "duration_us_lo": None, "duration_us_hi": None,
+        "achieved_gbps": moved / seconds / 1e9 if seconds > 0 else None,
+        "gflops": flops / seconds / 1e9 if seconds > 0 and flops > 0 else None,
+        "l1_hit_rate": None, "l2_hit_rate": None,
+        "arith_intensity": flops / moved if moved > 0 and flops > 0 else None,
+        "roofline_class": roofline_class, "bound_pipe": bound_pipe, "roofline_us": roof,
+        "headroom": duration / roof if roof > 0 else None, "ood": bool(ood), "note": "; ".join(notes),
+        "model_version": None, "breakdown": json.dumps(breakdown),
+    }
+    interval = _interval(model, duration)
+    if interval is not None:
+        answer["duration_us_lo"], answer["duration_us_hi"] = interval
+    return answer
+
+
+def _program_flops(ops: pd.DataFrame) -> float:
+    """FLOPs of the program's ops by their definitions (the analytical features' ``f_flops``)."""
+    return float((ops["flops"].fillna(0.0) * ops["count"]).sum()) if "flops" in ops.columns else 0.0
+
+
+def _interval(model: ProgramModel, duration: float) -> tuple[float, float] | None:
+    config = model.configs.get("eager")
+    q = getattr(config, "q_log", None) if config is not None else None
+    if q is None or not np.isfinite(q):
+        return None
+    return duration * math.exp(-q), duration * math.exp(q)

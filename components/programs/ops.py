@@ -1,0 +1,316 @@
+"""Map traced aten calls to op-level questions the op models answer.
+
+Each recorded aten call becomes one ``OpQuestion``: its kind (gemm, bmm, conv, elementwise,
+reduction, softmax, norm, pooling, attention, copy, rnn; ``free`` for views and metadata calls
+that launch no kernel), the canonical ``family``/``op``/shape the feature builder
+(``components.features.analytical``) computes FLOPs, bytes and roofline times from, and its dtype.
+
+Where no op formula fits (reductions, pooling, grouped convolutions, scans, anything unknown) the
+op is sent as a bytes-moved question: an elementwise ``copy`` whose traffic equals the bytes the
+call reads plus writes, so its roofline time is the honest DRAM-bound estimate. ``mapped`` is
+False for unknown aten ops, counted per program (``unmapped``) and named in the answer's note.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import Counter
+from dataclasses import dataclass, field
+from typing import Any
+
+from components.features.analytical import ELEMENTWISE_COST
+
+# aten dtype name -> canonical dtype; integer tensors take the float type of the same width so
+# the byte counts come out right (their math is never on a tensor pipe).
+DTYPES: dict[str, str] = {
+    "float32": "fp32", "float16": "fp16", "bfloat16": "bf16", "float64": "fp64", "float8_e4m3fn": "fp8",
+    "float8_e5m2": "fp8", "int64": "fp64", "int32": "fp32", "int16": "fp16", "int8": "int8", "uint8": "int8",
+    "bool": "int8", "complex64": "fp64",
+}
+ELEM_BYTES: dict[str, int] = {"fp64": 8, "fp32": 4, "fp16": 2, "bf16": 2, "fp8": 1, "int8": 1}
+
+# Calls that launch no kernel: metadata, allocation without a fill, splits returning views.
+FREE_OPS: frozenset[str] = frozenset({
+    "device", "_unsafe_view", "lift_fresh", "lift_fresh_copy", "detach", "_local_scalar_dense", "sym_size",
+    "sym_stride", "sym_numel", "unsafe_split", "unsafe_split_with_sizes", "empty", "empty_like", "empty_strided",
+    "_reshape_alias", "resize_", "set_", "is_same_size", "_has_compatible_shallow_copy_type", "dim", "size",
+    "stride", "numel", "is_contiguous", "item", "_to_copy_noop", "alias", "split", "split_with_sizes", "chunk",
+    "unbind", "view", "reshape", "t", "transpose", "permute", "expand", "squeeze", "unsqueeze", "select", "slice",
+    "as_strided", "narrow", "view_as_real", "view_as_complex", "_nested_tensor_from_mask",
+})
+GEMM_OPS: frozenset[str] = frozenset({"mm", "addmm", "_addmm_activation", "linear"})
+BMM_OPS: frozenset[str] = frozenset({"bmm", "baddbmm"})
+CONV_OPS: frozenset[str] = frozenset({"convolution", "_convolution", "conv2d", "conv1d", "conv3d",
+                                      "mkldnn_convolution", "cudnn_convolution"})
+ATTENTION_OPS: frozenset[str] = frozenset({
+    "_scaled_dot_product_flash_attention_for_cpu", "_scaled_dot_product_flash_attention",
+    "_scaled_dot_product_efficient_attention", "_scaled_dot_product_cudnn_attention", "_flash_attention_forward",
+    "_efficient_attention_forward", "scaled_dot_product_attention", "_scaled_dot_product_attention_math",
+})
+SOFTMAX_OPS: frozenset[str] = frozenset({"_softmax", "_log_softmax", "softmax", "log_softmax"})
+NORM_OPS: frozenset[str] = frozenset({"native_layer_norm", "native_batch_norm", "_native_batch_norm_legit",
+                                      "_native_batch_norm_legit_no_training", "native_group_norm",
+                                      "_fused_rms_norm", "rms_norm", "batch_norm", "layer_norm", "group_norm"})
+POOL_PREFIXES: tuple[str, ...] = ("max_pool", "avg_pool", "adaptive_avg_pool", "adaptive_max_pool", "_adaptive_avg_pool",
+                                  "fractional_max_pool", "lp_pool", "max_unpool")
+REDUCTION_OPS: frozenset[str] = frozenset({
+    "sum", "mean", "max", "min", "amax", "amin", "argmax", "argmin", "prod", "logsumexp", "linalg_vector_norm",
+    "norm", "var", "std", "var_mean", "std_mean", "cumsum", "cumprod", "cummax", "cummin", "logcumsumexp", "all",
+    "any", "nll_loss_forward", "nll_loss2d_forward", "smooth_l1_loss", "mse_loss", "l1_loss", "huber_loss",
+    "binary_cross_entropy", "binary_cross_entropy_with_logits", "kl_div", "soft_margin_loss", "sort", "topk",
+    "median", "mode", "kthvalue", "count_nonzero", "dist", "cosine_similarity", "_cdist_forward", "cross_entropy_loss",
+    "triplet_margin_loss", "margin_ranking_loss", "hinge_embedding_loss", "multilabel_margin_loss_forward",
+})
+COPY_OPS: frozenset[str] = frozenset({
+    "clone", "copy_", "_to_copy", "contiguous", "cat", "stack", "flip", "roll", "triu", "tril", "index", "index_select",
+    "gather", "scatter", "scatter_add", "index_put", "index_put_", "index_add", "repeat", "constant_pad_nd",
+    "reflection_pad2d", "replication_pad2d", "diag_embed", "diagonal_copy", "masked_select", "embedding",
+    "pixel_shuffle", "pixel_unshuffle", "upsample_nearest2d", "upsample_bilinear2d", "_unsafe_index", "im2col",
+    "col2im", "fill_", "zero_", "zeros_like", "ones_like", "full_like", "zeros", "ones", "full", "arange",
+    "scalar_tensor", "new_zeros", "new_ones", "new_full", "new_empty", "bernoulli_", "bernoulli", "randn", "rand",
+    "randn_like", "rand_like", "normal_", "uniform_", "native_dropout", "tensor", "eye", "linspace", "where",
+    "masked_fill", "masked_fill_", "diag", "unfold", "_unsafe_index_put", "slice_scatter", "select_scatter",
+})
+RNN_OPS: frozenset[str] = frozenset({"mkldnn_rnn_layer", "_cudnn_rnn", "lstm", "gru", "rnn_tanh", "rnn_relu",
+                                     "_thnn_fused_lstm_cell", "_thnn_fused_gru_cell"})
+# Elementwise aten op -> ELEMENTWISE_COST key (per-element FMA/MUFU cost); binary ops with a
+# scalar or a broadcast (much smaller) second operand take the one-input ("u") variant.
+ELEMENTWISE_MAP: dict[str, str] = {
+    "add": "add", "sub": "sub", "rsub": "sub", "mul": "mul", "div": "div", "pow": "pow", "relu": "relu",
+    "tanh": "tanh", "gelu": "gelu", "silu": "silu", "sigmoid": "sigmoid", "exp": "exp", "log": "log", "sqrt": "sqrt",
+    "rsqrt": "rsqrt", "neg": "neg", "abs": "abs", "leaky_relu": "relu", "hardtanh": "relu", "clamp": "relu",
+    "clamp_min": "relu", "clamp_max": "relu", "threshold": "relu", "hardswish": "mul", "hardsigmoid": "mul",
+    "minimum": "add", "maximum": "add", "eq": "add", "ne": "add", "lt": "add", "le": "add", "gt": "add", "ge": "add",
+    "logical_and": "add", "logical_or": "add", "logical_not": "neg", "sign": "neg", "reciprocal": "divu",
+    "mish": "gelu", "softplus": "exp", "elu": "exp", "selu": "exp", "celu": "exp", "glu": "sigmoid", "erf": "tanh",
+    "log1p": "log", "expm1": "exp", "log2": "log", "exp2": "exp", "sin": "tanh", "cos": "tanh", "atan": "tanh",
+    "floor": "neg", "ceil": "neg", "round": "neg", "trunc": "neg", "xlogy": "log", "addcmul": "add", "addcdiv": "div",
+    "lerp": "add", "fmod": "div", "remainder": "div", "square": "mul", "hardshrink": "relu", "softshrink": "relu",
+    "logit": "log", "sgn": "neg", "frac": "neg", "rrelu_with_noise": "relu", "prelu": "mul", "_prelu_kernel": "mul",
+    "nan_to_num": "relu", "silu_and_mul": "silu_and_mul", "bitwise_and": "add", "bitwise_or": "add",
+}
+KINDS: tuple[str, ...] = ("gemm", "bmm", "conv", "attention", "elementwise", "softmax", "norm", "reduction",
+                          "pooling", "copy", "rnn", "unmapped", "free")
+
+
+@dataclass(frozen=True)
+class OpQuestion:
+    """One traced aten call as an op-level question (``family``/``op``/``shape`` for the features)."""
+
+    aten: str
+    kind: str
+    family: str | None  # None for free ops
+    op: str | None
+    shape: tuple[tuple[str, float], ...]
+    dtype: str
+    bytes_moved: float  # tensors read + written, the bytes-moved fallback's traffic
+    mapped: bool = True  # False: an aten op this table does not know (bytes-moved fallback)
+
+    @property
+    def key(self) -> tuple[Any, ...]:
+        return (self.kind, self.family, self.op, self.shape, self.dtype, self.aten)
+
+
+def _numel(shape: list[int]) -> float:
+    return float(math.prod(shape)) if shape else 1.0
+
+
+def _dtype(entries: list[list[Any]]) -> str:
+    for shape, dtype, *_ in entries:
+        if dtype.startswith(("float", "bfloat", "complex")):
+            return DTYPES.get(dtype, "fp32")
+    return DTYPES.get(entries[0][1], "fp32") if entries else "fp32"
+
+
+def _bytes(entries: list[list[Any]]) -> float:
+    return sum(_numel(shape) * ELEM_BYTES.get(DTYPES.get(dtype, "fp32"), 4) for shape, dtype, *_ in entries)
+
+
+def _shape(**dims: float) -> tuple[tuple[str, float], ...]:
+    return tuple(sorted((k, float(v)) for k, v in dims.items()))
+
+
+def _bytes_moved(aten: str, kind: str, dtype: str, moved: float, mapped: bool = True) -> OpQuestion:
+    """A DRAM-bound estimate: an elementwise copy reading and writing ``moved`` bytes in total."""
+    elem = ELEM_BYTES.get(dtype, 4)
+    n = max(1.0, moved / (2.0 * elem))
+    return OpQuestion(aten, kind, "elementwise", "copy", _shape(N=round(n)), dtype, moved, mapped)
+
+
+def _scalar(op: dict[str, Any], index: int, default: Any) -> Any:
+    scalars = op.get("scalars") or []
+    value = scalars[index] if index < len(scalars) else None
+    return default if value is None else value
+
+
+def _conv(op: dict[str, Any], dtype: str, moved: float) -> OpQuestion:
+    inputs, outputs = op["inputs"], op["outputs"]
+    if len(inputs) < 2 or not outputs:
+        return _bytes_moved(op["aten"], "conv", dtype, moved, mapped=False)
+    x, w, y = inputs[0][0], inputs[1][0], outputs[0][0]
+    spatial = len(x) - 2
+    if spatial < 1 or len(w) != len(x) or len(y) != len(x):
+        return _bytes_moved(op["aten"], "conv", dtype, moved, mapped=False)
+    stride, padding, dilation = (_scalar(op, i, [1]) for i in (3, 4, 5))
+    transposed, groups = bool(_scalar(op, 6, False)), int(_scalar(op, 8, 1) or 1)
+    n, cin, cout = x[0], x[1], y[1]
+    kernel = w[2:]
+    if groups > 1:  # grouped/depthwise: a direct kernel, memory-bound in practice
+        return _bytes_moved(op["aten"], "conv", dtype, moved)
+    square = (spatial == 2 and x[2] == x[3] and kernel[0] == kernel[1] and len(set(stride)) == 1
+              and len(set(padding)) == 1 and set(dilation) == {1} and not transposed)
+    if square:
+        shape = _shape(B=n, cin=cin, cout=cout, ksize=kernel[0], input_size=x[2], stride=stride[0], pad=padding[0])
+        return OpQuestion(op["aten"], "conv", "conv", "conv2d", shape, dtype, moved)
+    # Everything else as the implicit GEMM with the same FLOPs: rows = N * output pixels (or input
+    # pixels for a transposed conv), depth = Cin * kernel taps; a 1x1 "conv" on a square image.
+    if transposed:
+        rows, cin_eq, cout_eq = _numel(x[2:]), cin, cout * _numel(kernel) / max(1, groups)
+    else:
+        rows, cin_eq, cout_eq = _numel(y[2:]), cin * _numel(kernel), cout
+    shape = _shape(B=n, cin=cin_eq, cout=cout_eq, ksize=1, input_size=math.sqrt(rows), stride=1, pad=0)
+    return OpQuestion(op["aten"], "conv", "conv", f"conv{spatial}d" + ("_transposed" if transposed else ""),
+                      shape, dtype, moved)
+
+
+def _gemm(op: dict[str, Any], dtype: str, moved: float) -> OpQuestion:
+    inputs = [i[0] for i in op["inputs"]]
+    out = op["outputs"][0][0] if op["outputs"] else None
+    aten = op["aten"]
+    if aten in BMM_OPS:
+        a, b = (inputs[1], inputs[2]) if aten == "baddbmm" and len(inputs) >= 3 else (inputs[0], inputs[1])
+        if len(a) == 3 and len(b) == 3:
+            return OpQuestion(aten, "bmm", "bmm", "bmm", _shape(B=a[0], M=a[1], N=b[2], K=a[2]), dtype, moved)
+        return _bytes_moved(aten, "bmm", dtype, moved, mapped=False)
+    mats = [s for s in inputs if len(s) == 2]
+    if len(mats) >= 2 and out is not None and len(out) == 2:
+        a, b = mats[-2], mats[-1]
+        return OpQuestion(aten, "gemm", "linear", "linear", _shape(M=out[0], N=out[1], K=a[1]), dtype, moved)
+    if aten == "linear" and len(inputs) >= 2 and out is not None:
+        k = inputs[0][-1]
+        return OpQuestion(aten, "gemm", "linear", "linear", _shape(M=_numel(out[:-1]), N=out[-1], K=k), dtype, moved)
+    return _bytes_moved(aten, "gemm", dtype, moved, mapped=False)
+
+
+def _attention(op: dict[str, Any], dtype: str, moved: float) -> OpQuestion:
+    q, k = op["inputs"][0][0], op["inputs"][1][0]
+    if len(q) == 4 and len(k) == 4:
+        shape = _shape(B=q[0], heads=q[1], seq=q[2], seq_kv=k[2], head_dim=q[3])
+        return OpQuestion(op["aten"], "attention", "attention", "sdpa", shape, dtype, moved)
+    return _bytes_moved(op["aten"], "attention", dtype, moved, mapped=False)
+
+
+def _rows_cols(shape: list[int], dim: int) -> tuple[float, float]:
+    dim = dim % len(shape) if shape else 0
+    cols = float(shape[dim]) if shape else 1.0
+    return _numel(shape) / max(cols, 1.0), cols
+
+
+def _norm(op: dict[str, Any], dtype: str, moved: float) -> OpQuestion:
+    aten = op["aten"]
+    x = op["inputs"][0][0] if op["inputs"] else []
+    if not x:
+        return _bytes_moved(aten, "norm", dtype, moved, mapped=False)
+    total = _numel(x)
+    if aten in ("native_layer_norm", "layer_norm", "_fused_rms_norm", "rms_norm"):
+        normalized = _scalar(op, 1, [x[-1]])
+        cols = _numel(list(normalized)) if isinstance(normalized, list) else float(x[-1])
+        family = "rmsnorm" if "rms" in aten else "layernorm"
+    elif "group_norm" in aten:
+        groups = float(_scalar(op, 6, 1) or 1)
+        cols = total / max(1.0, x[0] * groups)
+        family = "layernorm"
+    else:  # batch norm (training mode: statistics per channel over N x spatial)
+        cols = total / max(1.0, float(x[1]) if len(x) > 1 else 1.0)
+        family = "layernorm"
+    return OpQuestion(aten, "norm", family, "layer_norm" if family == "layernorm" else "rmsnorm",
+                      _shape(B=max(1.0, total / cols), H=cols), dtype, moved)
+
+
+def _elementwise(op: dict[str, Any], name: str, dtype: str, moved: float) -> OpQuestion:
+    out = op["outputs"][0][0] if op["outputs"] else (op["inputs"][0][0] if op["inputs"] else [1])
+    numel = _numel(out)
+    cost = ELEMENTWISE_MAP[name]
+    tensors = [i for i in op["inputs"] if _numel(i[0]) * 4 >= numel]  # full-size operands read
+    if cost in ("add", "sub", "mul", "div", "pow") and len(tensors) < 2:
+        cost += "u"
+    if cost not in ELEMENTWISE_COST:
+        cost = "copy"
+    return OpQuestion(op["aten"], "elementwise", "elementwise", cost, _shape(N=numel), dtype, moved)
+
+
+def _rnn(op: dict[str, Any], dtype: str, moved: float) -> OpQuestion:
+    """An RNN layer as its gate GEMM: rows = steps x batch, columns = gates x hidden, depth = input + hidden."""
+    mats = [i[0] for i in op["inputs"] if len(i[0]) == 2]
+    x = op["inputs"][0][0] if op["inputs"] else []
+    if len(mats) >= 2 and len(x) == 3:
+        gates, depth = mats[0][0], mats[0][1] + mats[1][1]
+        return OpQuestion(op["aten"], "rnn", "linear", "linear", _shape(M=x[0] * x[1], N=gates, K=depth), dtype, moved)
+    return _bytes_moved(op["aten"], "rnn", dtype, moved, mapped=False)
+
+
+def map_op(op: dict[str, Any]) -> OpQuestion:
+    """The op-level question for one recorded aten call (see the module docstring)."""
+    aten = str(op["aten"])
+    name = aten.rstrip("_") if aten.endswith("_") and not aten.startswith("_") else aten
+    entries = list(op.get("inputs") or []) + list(op.get("outputs") or [])
+    dtype = _dtype(entries)
+    moved = _bytes(op.get("inputs") or []) + _bytes(op.get("outputs") or [])
+    if op.get("view") or aten in FREE_OPS:
+        return OpQuestion(aten, "free", None, None, (), dtype, 0.0)
+    if aten in GEMM_OPS or aten in BMM_OPS:
+        return _gemm(op, dtype, moved)
+    if aten in CONV_OPS:
+        return _conv(op, dtype, moved)
+    if aten in ATTENTION_OPS:
+        return _attention(op, dtype, moved)
+    if aten in SOFTMAX_OPS and op.get("inputs"):
+        rows, cols = _rows_cols(op["inputs"][0][0], int(_scalar(op, 1, -1)))
+        return OpQuestion(aten, "softmax", "softmax", "softmax", _shape(B=rows, H=cols), dtype, moved)
+    if aten in NORM_OPS:
+        return _norm(op, dtype, moved)
+    if name in ELEMENTWISE_MAP:
+        return _elementwise(op, name, dtype, moved)
+    if aten.startswith(POOL_PREFIXES):
+        return _bytes_moved(aten, "pooling", dtype, moved)
+    if name in REDUCTION_OPS or aten in REDUCTION_OPS:
+        return _bytes_moved(aten, "reduction", dtype, moved)
+    if name in COPY_OPS or aten in COPY_OPS:
+        return _bytes_moved(aten, "copy", dtype, moved)
+    if aten in RNN_OPS:
+        return _rnn(op, dtype, moved)
+    return _bytes_moved(aten, "unmapped", dtype, moved, mapped=False)
+
+
+@dataclass
+class ProgramOps:
+    """A traced program's kernels, identical questions merged (``counts``)."""
+
+    questions: list[OpQuestion] = field(default_factory=list)
+    counts: list[int] = field(default_factory=list)
+    n_aten: int = 0  # every aten call, views included (each costs framework time on the CPU)
+    n_kernels: int = 0  # calls that launch a kernel
+    unmapped: Counter = field(default_factory=Counter)  # aten name -> calls sent as bytes-moved fallbacks
+    dtype: str = "fp32"  # the program's dominant floating dtype (by kernel count)
+
+
+def program_ops(ops: list[dict[str, Any]]) -> ProgramOps:
+    """Map and merge every recorded call of one trace."""
+    merged: dict[tuple[Any, ...], int] = {}
+    first: dict[tuple[Any, ...], OpQuestion] = {}
+    result = ProgramOps(n_aten=len(ops))
+    dtypes: Counter = Counter()
+    for op in ops:
+        question = map_op(op)
+        if question.kind == "free":
+            continue
+        result.n_kernels += 1
+        dtypes[question.dtype] += 1
+        if not question.mapped:
+            result.unmapped[question.aten] += 1
+        merged[question.key] = merged.get(question.key, 0) + 1
+        first.setdefault(question.key, question)
+    result.questions = [first[k] for k in merged]
+    result.counts = [merged[k] for k in merged]
+    result.dtype = dtypes.most_common(1)[0][0] if dtypes else "fp32"
+    return result

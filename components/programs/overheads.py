@@ -1,0 +1,165 @@
+"""Program-level model: from per-op times to a whole module's wall-clock time, learned from data.
+
+    gpu_us = sum over op kinds k of  S_k / eff_k  +  n_kernels * launch_us
+    cpu_us = n_aten * framework_us                     (eager PyTorch dispatch, per aten call)
+    time   = (gpu_us^p + cpu_us^p)^(1/p) * exp(r(x))
+
+``S_k`` is the summed op time of kind k from the basis (the op-level predictor, or the roofline),
+``eff_k`` a per-kind efficiency, ``launch_us`` the per-kernel floor, ``framework_us`` the CPU cost
+of one aten call -- GPU and CPU overlap, hence the smooth maximum (``p``). ``r`` is a small
+gradient-boosted residual on transferable program features (time shares per kind, kernel counts,
+logs of times; never a device id or a raw peak), so the model applies to GPUs it never saw.
+
+Fitted on KernelBench timings of training GPUs only, one model per run config (eager, and each
+torch.compile mode as a separate target). Saved as one JSON file (LightGBM residuals as text).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from components.programs.program_features import FEATURE_KINDS, transfer_features
+
+MODEL_FILE = "program_model.json"
+FORMAT_VERSION = 1
+SMOOTH_P = 4.0
+# Without a fitted model (a fresh install before the first train): per-kernel and per-call costs
+# typical of eager PyTorch on a CUDA GPU, used only with a note saying the total is not learned.
+DEFAULT_LAUNCH_US = 4.0
+DEFAULT_FRAMEWORK_US = 6.0
+RESIDUAL_PARAMS = {"objective": "regression_l2", "n_estimators": 150, "learning_rate": 0.05, "num_leaves": 8,
+                   "min_child_samples": 25, "subsample": 0.8, "subsample_freq": 1, "colsample_bytree": 0.8,
+                   "reg_lambda": 1.0, "verbose": -1, "n_jobs": 1}
+RESIDUAL_EXCLUDE: tuple[str, ...] = ("clock_ghz",)  # a per-GPU constant: lets trees memorise training GPUs
+
+
+@dataclass
+class ConfigModel:
+    """One run config's parameters (see the module docstring)."""
+
+    log_eff: dict[str, float]
+    launch_us: float
+    framework_us: float
+    residual: str | None = None  # LightGBM model text
+    features: list[str] = field(default_factory=list)
+    n_train: int = 0
+    devices: list[str] = field(default_factory=list)
+    _booster: Any = field(default=None, repr=False)
+
+    def base(self, frame: pd.DataFrame, basis: str) -> np.ndarray:
+        gpu = np.zeros(len(frame))
+        for kind in FEATURE_KINDS:
+            column = f"{basis}_{kind}"
+            if column in frame.columns:
+                gpu = gpu + frame[column].to_numpy("float64") * math.exp(-self.log_eff.get(kind, 0.0))
+        gpu = gpu + frame["n_kernels"].to_numpy("float64") * self.launch_us
+        cpu = frame["n_aten"].to_numpy("float64") * self.framework_us
+        return (gpu ** SMOOTH_P + cpu ** SMOOTH_P) ** (1.0 / SMOOTH_P)
+
+    def booster(self) -> Any:
+        if self._booster is None and self.residual:
+            import lightgbm as lgb
+
+            self._booster = lgb.Booster(model_str=self.residual)
+        return self._booster
+
+    def predict(self, frame: pd.DataFrame, basis: str) -> np.ndarray:
+        base = self.base(frame, basis)
+        booster = self.booster()
+        if booster is None:
+            return base
+        x = transfer_features(frame).reindex(columns=self.features, fill_value=0.0).to_numpy("float64")
+        return base * np.exp(booster.predict(x))
+
+    def to_json(self) -> dict[str, Any]:
+        return {"log_eff": self.log_eff, "launch_us": self.launch_us, "framework_us": self.framework_us,
+                "residual": self.residual, "features": self.features, "n_train": self.n_train, "devices": self.devices}
+
+
+@dataclass
+class ProgramModel:
+    """Per-config models and the basis they were fitted on ("roofline" or an op predictor's id)."""
+
+    basis: str
+    configs: dict[str, ConfigModel]
+    fitted: bool = True
+
+    def predict(self, frame: pd.DataFrame, config: str = "eager") -> np.ndarray:
+        model = self.configs.get(config) or self.configs["eager"]
+        return model.predict(frame, "pred")
+
+    def save(self, path: Path) -> Path:
+        from components.atomic import atomic_write_text
+
+        payload = {"format": FORMAT_VERSION, "basis": self.basis,
+                   "configs": {k: v.to_json() for k, v in self.configs.items()}}
+        Path(path).parent.mkdir(parents=True, exist_ok=True)
+        atomic_write_text(Path(path), json.dumps(payload) + "\n")
+        return Path(path)
+
+    @classmethod
+    def load(cls, path: Path) -> ProgramModel:
+        payload = json.loads(Path(path).read_text())
+        if payload.get("format") != FORMAT_VERSION:
+            raise ValueError(f"{path}: program model format {payload.get('format')!r}, expected {FORMAT_VERSION}")
+        configs = {k: ConfigModel(**v) for k, v in payload["configs"].items()}
+        return cls(str(payload["basis"]), configs)
+
+    @classmethod
+    def untrained(cls) -> ProgramModel:
+        return cls("any", {"eager": ConfigModel({}, DEFAULT_LAUNCH_US, DEFAULT_FRAMEWORK_US)}, fitted=False)
+
+
+def kind_sums(op_frame: pd.DataFrame, value: str, prefix: str) -> pd.DataFrame:
+    """Per (program, device): summed ``count * value`` per op kind, as ``<prefix>_<kind>`` columns."""
+    f = op_frame.assign(_t=op_frame[value] * op_frame["count"])
+    table = f.pivot_table(index=["program", "device_id"], columns="kind", values="_t", aggfunc="sum", fill_value=0.0)
+    return table.reindex(columns=list(FEATURE_KINDS), fill_value=0.0).add_prefix(f"{prefix}_").reset_index()
+
+
+def _fit_parametric(frame: pd.DataFrame, target: np.ndarray, kinds: Sequence[str]) -> ConfigModel:
+    """Least squares on log time for per-kind efficiencies, the launch floor and the per-call cost."""
+    from scipy.optimize import least_squares
+
+    active = [k for k in kinds if (frame[f"pred_{k}"] > 0).sum() >= 5]
+
+    def unpack(theta: np.ndarray) -> ConfigModel:
+        log_eff = {k: float(v) for k, v in zip(active, theta[:len(active)])}
+        return ConfigModel(log_eff, float(math.exp(theta[-2])), float(math.exp(theta[-1])))
+
+    def residuals(theta: np.ndarray) -> np.ndarray:
+        pred = unpack(theta).base(frame, "pred")
+        return np.log(np.maximum(pred, 1e-6)) - np.log(target)
+
+    theta0 = np.concatenate([np.zeros(len(active)), [math.log(DEFAULT_LAUNCH_US), math.log(DEFAULT_FRAMEWORK_US)]])
+    lower = np.concatenate([np.full(len(active), -3.0), [math.log(0.5), math.log(0.5)]])
+    upper = np.concatenate([np.full(len(active), 5.0), [math.log(200.0), math.log(200.0)]])
+    fit = least_squares(residuals, theta0, bounds=(lower, upper), loss="soft_l1", f_scale=0.3)
+    return unpack(fit.x)
+
+
+def fit_config(frame: pd.DataFrame, target: np.ndarray, *, residual: bool = True, seed: int = 17) -> ConfigModel:
+    """Fit one config's model on program rows (``pred_<kind>``, ``n_kernels``, ``n_aten`` + features)."""
+    keep = np.isfinite(target) & (target > 0)
+    frame, target = frame.loc[keep].reset_index(drop=True), target[keep]
+    model = _fit_parametric(frame, target, FEATURE_KINDS)
+    model.n_train = int(len(frame))
+    model.devices = sorted(frame["device_id"].astype(str).unique()) if "device_id" in frame else []
+    if residual and len(frame) >= 100:
+        import lightgbm as lgb
+
+        x = transfer_features(frame).drop(columns=list(RESIDUAL_EXCLUDE), errors="ignore")
+        y = np.log(target) - np.log(np.maximum(model.base(frame, "pred"), 1e-6))
+        reg = lgb.LGBMRegressor(**RESIDUAL_PARAMS, random_state=seed)
+        reg.fit(x.to_numpy("float64"), y)
+        model.residual = reg.booster_.model_to_string()
+        model.features = list(x.columns)
+    return model

@@ -1,0 +1,218 @@
+"""The sandboxed child that traces PyTorch modules: run only by ``components.programs.trace``.
+
+Protocol: one JSON object on stdin ``{"jobs": [{"name", "path"|"text"}, ...], "per_module_s",
+"memory_bytes"}``; one JSON line per job on the inherited protocol descriptor (fd 3 is never used
+by user code: the module's own prints go to stderr). Each line is ``{"index", "ok", "ops"|"error",
+"seconds"}``. Limits: the address space (RLIMIT_AS) for the whole child, a wall-clock alarm per
+module; the network is refused (a private network namespace where the kernel allows it, and
+``socket`` patched to refuse in any case). Tensors are fake: no data is ever allocated, and no GPU
+is touched.
+
+Imports only the standard library and torch (never the project), so the child starts fast.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import resource
+import signal
+import sys
+import time
+import traceback
+from typing import Any
+
+MAX_OPS = 200_000  # a module launching more kernels than this is refused (a runaway loop)
+
+
+class ModuleTimeout(BaseException):
+    """Raised by the alarm; a BaseException so user code's ``except Exception`` cannot swallow it."""
+
+
+class NetworkRefused(PermissionError):
+    pass
+
+
+def _refuse(*_args: Any, **_kwargs: Any) -> Any:
+    raise NetworkRefused("network access is disabled while tracing a module")
+
+
+def block_network() -> None:
+    """A private, empty network namespace when permitted; socket creation refused either way."""
+    try:
+        import ctypes
+
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.unshare(0x40000000)  # CLONE_NEWNET; fails quietly without the privilege
+    except (OSError, AttributeError):
+        pass
+    import socket
+
+    import _socket
+
+    class RefusedSocket(socket.socket):
+        def __init__(self, *args: Any, **kwargs: Any) -> None:
+            _refuse()
+
+    socket.socket = RefusedSocket  # type: ignore[misc]
+    _socket.socket = RefusedSocket  # type: ignore[misc]
+    for name in ("create_connection", "getaddrinfo", "gethostbyname", "gethostbyname_ex", "socketpair",
+                 "create_server", "fromfd"):
+        if hasattr(socket, name):
+            setattr(socket, name, _refuse)
+        if hasattr(_socket, name):
+            setattr(_socket, name, _refuse)
+
+
+def limit_memory(memory_bytes: int) -> None:
+    if memory_bytes > 0:
+        soft, hard = resource.getrlimit(resource.RLIMIT_AS)
+        cap = memory_bytes if hard == resource.RLIM_INFINITY else min(memory_bytes, hard)
+        resource.setrlimit(resource.RLIMIT_AS, (cap, hard))
+
+
+def _jsonable(value: Any) -> Any:
+    """Scalars and (nested) lists of them; anything else (tensors, objects) as None."""
+    if isinstance(value, bool) or value is None:
+        return value
+    if isinstance(value, (int, float, str)):
+        return value
+    if isinstance(value, (list, tuple)):
+        if len(value) > 16:
+            return None
+        return [_jsonable(v) for v in value]
+    try:  # torch.SymInt, torch.dtype, memory_format, ...
+        return str(value)
+    except Exception:  # noqa: BLE001 -- a repr that fails is just not recorded
+        return None
+
+
+def _recorder():  # noqa: ANN202
+    import torch
+    from torch.utils._python_dispatch import TorchDispatchMode
+    from torch.utils._pytree import tree_flatten
+
+    def describe(values: Any) -> list[list[Any]]:
+        flat, _ = tree_flatten(values)
+        return [[list(int(s) for s in v.shape), str(v.dtype).removeprefix("torch."), bool(v.is_contiguous())]
+                for v in flat if isinstance(v, torch.Tensor)]
+
+    class Recorder(TorchDispatchMode):
+        """Every aten call with its tensors' shapes/dtypes and its non-tensor arguments."""
+
+        def __init__(self) -> None:
+            super().__init__()
+            self.ops: list[dict[str, Any]] = []
+
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):  # noqa: ANN001, ANN204
+            kwargs = kwargs or {}
+            out = func(*args, **kwargs)
+            if len(self.ops) >= MAX_OPS:
+                raise RuntimeError(f"more than {MAX_OPS} aten calls: refusing to trace further")
+            scalars = [None if isinstance(a, torch.Tensor) or (isinstance(a, (list, tuple)) and any(
+                isinstance(x, torch.Tensor) for x in a)) else _jsonable(a) for a in args]
+            self.ops.append({
+                "aten": str(func.overloadpacket.__name__), "overload": str(func._overloadname),
+                "view": bool(func.is_view), "inputs": describe((args, kwargs)), "outputs": describe(out),
+                "scalars": scalars,
+                "kwargs": {k: _jsonable(v) for k, v in kwargs.items() if not isinstance(v, torch.Tensor)},
+            })
+            return out
+
+    return Recorder
+
+
+def trace_one(job: dict[str, Any], recorder_cls: Any) -> list[dict[str, Any]]:
+    import torch
+    from torch._subclasses.fake_tensor import FakeTensorMode
+
+    name = job.get("name") or "module"
+    if job.get("path"):
+        with open(job["path"], encoding="utf-8") as handle:
+            text = handle.read()
+        filename = job["path"]
+    else:
+        text, filename = job.get("text") or "", f"<{name}>"
+    code = compile(text, filename, "exec")
+    namespace: dict[str, Any] = {"__name__": "kernelcast_traced_module", "__file__": filename}
+    with FakeTensorMode(allow_non_fake_inputs=False):
+        exec(code, namespace)  # noqa: S102 -- the point of the sandbox
+        for needed in ("Model", "get_inputs", "get_init_inputs"):
+            if needed not in namespace:
+                raise LookupError(f"no {needed} defined (a KernelBench-style module needs class Model, "
+                                  "get_inputs() and get_init_inputs())")
+        try:
+            init_inputs = namespace["get_init_inputs"]()
+        except Exception as exc:  # noqa: BLE001
+            raise RuntimeError(f"get_init_inputs() failed: {type(exc).__name__}: {exc}") from exc
+        try:
+            model = namespace["Model"](*list(init_inputs or []))
+        except Exception as exc:  # noqa: BLE001
+            raise RuntimeError(f"Model(*get_init_inputs()) failed: {type(exc).__name__}: {exc}") from exc
+        try:
+            inputs = namespace["get_inputs"]()
+        except Exception as exc:  # noqa: BLE001
+            raise RuntimeError(f"get_inputs() failed: {type(exc).__name__}: {exc}") from exc
+        recorder = recorder_cls()
+        try:
+            with torch.no_grad(), recorder:
+                model(*list(inputs or []))
+        except Exception as exc:  # noqa: BLE001
+            raise RuntimeError(f"forward failed: {type(exc).__name__}: {exc}") from exc
+    return recorder.ops
+
+
+def _on_alarm(_signum: int, _frame: Any) -> None:
+    raise ModuleTimeout()
+
+
+def main() -> int:
+    protocol = os.fdopen(int(os.environ.get("KERNELCAST_TRACE_FD", "3")), "w", encoding="utf-8")
+    os.dup2(2, 1)  # user prints never reach the protocol channel
+    sys.stdout = sys.stderr
+    request = json.loads(sys.stdin.read() or "{}")
+    limit_memory(int(request.get("memory_bytes", 0)))
+    per_module = float(request.get("per_module_s", 60.0))
+    import torch  # before the network is cut: nothing to fetch, but keep the import path unchanged
+
+    torch.set_num_threads(1)
+    block_network()
+    recorder_cls = _recorder()
+    signal.signal(signal.SIGALRM, _on_alarm)
+    for index, job in enumerate(request.get("jobs", [])):
+        start = time.perf_counter()
+        result: dict[str, Any] = {"index": index}
+        try:
+            signal.setitimer(signal.ITIMER_REAL, per_module)
+            try:
+                result.update(ok=True, ops=trace_one(job, recorder_cls))
+            finally:
+                signal.setitimer(signal.ITIMER_REAL, 0)
+        except ModuleTimeout:
+            result.update(ok=False, reason="timeout", error=f"did not finish within {per_module:g} s (time limit)")
+        except MemoryError:
+            result.update(ok=False, reason="memory", error="ran out of memory (the tracer's memory limit)")
+        except SyntaxError as exc:
+            result.update(ok=False, reason="syntax", error=f"syntax error at line {exc.lineno}: {exc.msg}")
+        except NetworkRefused as exc:
+            result.update(ok=False, reason="network", error=str(exc))
+        except LookupError as exc:
+            result.update(ok=False, reason="interface", error=str(exc.args[0] if exc.args else exc))
+        except Exception as exc:  # noqa: BLE001 -- any failure of user code is reported, not raised
+            cause = exc.__cause__
+            text = f"{type(exc).__name__}: {exc}"
+            if isinstance(cause, NetworkRefused) or "network access is disabled" in text:
+                result.update(ok=False, reason="network", error="network access is disabled while tracing a module")
+            elif isinstance(cause, MemoryError) or "bad_alloc" in text or "out of memory" in text.lower():
+                result.update(ok=False, reason="memory", error="ran out of memory (the tracer's memory limit)")
+            else:
+                tail = traceback.format_exc(limit=-1).strip().splitlines()[-1]
+                result.update(ok=False, reason="error", error=str(exc) if isinstance(exc, RuntimeError) else tail)
+        result["seconds"] = round(time.perf_counter() - start, 3)
+        protocol.write(json.dumps(result) + "\n")
+        protocol.flush()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
