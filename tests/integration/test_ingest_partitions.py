@@ -143,13 +143,26 @@ def test_a_folder_from_before_partitions_is_kept(roots: dict[str, Path], tmp_pat
                                   legacy.reset_index(drop=True))
 
 
+# The ingest stage (what `kernelcast ingest`, the flow and DVC call) in a process of its own.
+_INGEST = """
+import sys
+from pathlib import Path
+from components.ingest.stage import IngestInputs, ingest_stage
+source, root, out = sys.argv[1:4]
+ingest_stage(IngestInputs(sources=(source,), out_dir=Path(out), datasets_dir=Path(out).parent,
+                          cache_dir=Path(out).parent, from_location=root))
+"""
+
+
 def _cli(args: list[str], home: Path, fault: str | None = None) -> subprocess.CompletedProcess[str]:
+    """``--source S --from DIR --out OUT`` through the ingest stage in a subprocess."""
+    options = dict(zip(args[::2], args[1::2], strict=True))
     env = {**os.environ, "KERNELCAST_HOME": str(home)}
     env.pop(FAULT_ENV, None)
     if fault:
         env[FAULT_ENV] = fault
-    return subprocess.run([sys.executable, "-m", "kernelcast.cli", "ingest", *args], env=env, cwd=PROJECT_ROOT,
-                          capture_output=True, text=True, timeout=300, check=False)
+    return subprocess.run([sys.executable, "-c", _INGEST, options["--source"], options["--from"], options["--out"]],
+                          env=env, cwd=PROJECT_ROOT, capture_output=True, text=True, timeout=300, check=False)
 
 
 def _snapshot(out: Path) -> dict[str, bytes]:
