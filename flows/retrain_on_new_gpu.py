@@ -20,7 +20,6 @@
 from __future__ import annotations
 
 import datetime as dt
-import inspect
 import json
 import sys
 from pathlib import Path
@@ -52,24 +51,38 @@ def fleet_task(settings: Settings, fleet_file: str | None, use_ray: bool) -> lis
     return fleet
 
 
-@task(name="profile-new-gpu")
-def profile_new_gpu_task(device: str, accelerator: str, backend: str, suite: str, out_dir: str,
-                         options: dict[str, Any]) -> dict[str, Any]:
-    """``flows.profile.profile_device`` for one GPU, placed on a node of its accelerator type.
+def _profile_on_node(device: str, backend: str, suite: str, out_dir: str, options: dict[str, Any]) -> dict[str, Any]:
+    """Runs in a Ray task on the chosen node: ``profile_device`` there, and which node that was."""
+    import ray
 
-    Only the arguments its signature accepts are passed, so this stays a thin caller of it.
-    """
     from flows.profile import profile_device
 
-    offered = {"out_dir": out_dir, "accelerator": accelerator, "accelerator_type": accelerator, **options}
-    parameters = inspect.signature(profile_device).parameters
-    takes_any = any(p.kind is inspect.Parameter.VAR_KEYWORD for p in parameters.values())
-    kwargs = {k: v for k, v in offered.items() if takes_any or k in parameters}
-    result = profile_device(device, backend, suite, **kwargs)
-    if hasattr(result, "to_json"):
-        result = result.to_json()
-    elif not isinstance(result, dict):
-        result = {"result": result if isinstance(result, (str, int, float, list)) else repr(result)}
+    node_id = ray.get_runtime_context().get_node_id()
+    # The host backend measures the machine it runs on, so it profiles the device "host" (a GPU
+    # stand-in on a machine without one); a GPU backend names the catalog GPU.
+    target = "host" if backend == "host" else device
+    result = profile_device(target, backend, suite, out_dir=out_dir, **options)
+    return {"node_id": node_id, "profiled_as": target, **(result if isinstance(result, dict) else {"result": result})}
+
+
+@task(name="profile-new-gpu")
+def profile_new_gpu_task(device: str, node_id: str, accelerator: str, backend: str, suite: str, out_dir: str,
+                         options: dict[str, Any], settings: Settings) -> dict[str, Any]:
+    """``flows.profile.profile_device`` for one GPU, run in a Ray task pinned to a node of its type.
+
+    The task itself takes no CPU (it waits on the profiling jobs ``profile_device`` dispatches,
+    which place themselves by accelerator type); it records the node it ran on.
+    """
+    import ray
+    from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+
+    from components.runtime import ensure_ray
+
+    ensure_ray(settings)
+    remote = ray.remote(_profile_on_node).options(
+        num_cpus=0, max_retries=0, resources={f"accelerator_type:{accelerator}": 0.001},
+        scheduling_strategy=NodeAffinitySchedulingStrategy(node_id=node_id, soft=False))
+    result = ray.get(remote.remote(device, backend, suite, out_dir, options))
     return {"device": device, "accelerator": accelerator, **result}
 
 
@@ -111,7 +124,7 @@ def retrain_on_new_gpu_flow(
     use_ray: bool = True,
     backend: str = "ncu",
     suite: str = "default",
-    profiled_dir: str | None = None,
+    profiled_dir: str | None = None,  # the versioned dataset new GPU rows join (default <project>/profiled-data)
     profile_options: dict[str, Any] | None = None,
     retrain: bool = True,
     fold_splits: list[str] | None = None,
@@ -137,11 +150,13 @@ def retrain_on_new_gpu_flow(
         report["plan"] = plan.to_json()
         print(f"fleet: {len(fleet)} accelerator(s); to profile: {sorted(plan.to_profile) or 'none'}; "
               f"spec only: {plan.unprofilable or 'none'}; unknown to the catalog: {plan.unknown or 'none'}")
-        runs_root = Path(profiled_dir) if profiled_dir else root / "profiled-data"
         stamp = dt.datetime.now(dt.timezone.utc).strftime("%Y%m%dT%H%M%SZ")
+        options = dict(profile_options or {})
+        if backend != "host":  # GPU rows join the versioned dataset the ingest stage reads; CPU rows never do
+            options.setdefault("dataset_dir", profiled_dir or str(root / "profiled-data"))
         report["profiled"] = [
-            profile_new_gpu_task(device, nodes[0].accelerator, backend, suite,
-                                 str(runs_root / f"{device}-{backend}-{stamp}"), profile_options or {})
+            profile_new_gpu_task(device, str(nodes[0].node_id), nodes[0].accelerator, backend, suite,
+                                 str(settings.data_dir / "profiles" / f"{device}-{backend}-{stamp}"), options, settings)
             for device, nodes in plan.to_profile.items()
         ]
         if report["profiled"] and retrain:
