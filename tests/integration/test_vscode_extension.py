@@ -20,9 +20,11 @@ STEP_TIMEOUT_S = 240
 
 
 def _run(cmd: list[str], env: dict[str, str]) -> str:
-    result = subprocess.run(cmd, cwd=EXTENSION, env=env, capture_output=True, text=True, timeout=STEP_TIMEOUT_S)
+    result = subprocess.run(cmd, cwd=EXTENSION, env=env, capture_output=True, text=True,
+                            timeout=STEP_TIMEOUT_S)
     output = result.stdout + result.stderr
-    assert result.returncode == 0, f"`{' '.join(cmd)}` in {EXTENSION} exited {result.returncode}:\n{output[-6000:]}"
+    assert result.returncode == 0, (
+        f"`{' '.join(cmd)}` in {EXTENSION} exited {result.returncode}:\n{output[-6000:]}")
     return output
 
 
@@ -30,9 +32,11 @@ def _run(cmd: list[str], env: dict[str, str]) -> str:
 def test_vscode_extension_builds_and_its_node_tests_pass_against_a_real_server() -> None:
     node, npm = shutil.which("node"), shutil.which("npm")
     if node is None or npm is None:
-        pytest.skip("node/npm are not installed on this machine: the VS Code extension is built and tested with them")
+        pytest.skip("node/npm are not installed on this machine: "
+                    "the VS Code extension (extensions/vscode) is built and tested with them")
     version = subprocess.run([node, "--version"], capture_output=True, text=True, check=True).stdout.strip()
-    assert int(version.lstrip("v").split(".")[0]) >= 20, f"the extension's tests need Node >= 20 (fetch, node --test); found {version}"
+    assert int(version.lstrip("v").split(".")[0]) >= 20, (
+        f"the extension's tests need Node >= 20 (fetch, node --test); found {version}")
     kernelcast = Path(sys.executable).parent / "kernelcast"
     assert kernelcast.exists(), f"{kernelcast} missing: install the project (pip install -e .) into this venv"
     env = {**os.environ, "KERNELCAST_BIN": str(kernelcast), "npm_config_audit": "false",
@@ -42,7 +46,8 @@ def test_vscode_extension_builds_and_its_node_tests_pass_against_a_real_server()
     _run([npm, "run", "build"], env)
     output = _run([npm, "test"], env)
 
-    counts = {key: int(value) for key, value in re.findall(r"^# (pass|fail|skipped|cancelled) (\d+)$", output, re.M)}
+    summary = re.findall(r"^# (pass|fail|skipped|cancelled) (\d+)$", output, re.M)
+    counts = {key: int(value) for key, value in summary}
     assert counts.get("fail") == 0 and counts.get("cancelled") == 0, output[-6000:]
     assert counts.get("skipped") == 0, f"no extension test may be skipped:\n{output[-6000:]}"
     assert counts.get("pass", 0) >= 40, f"fewer extension tests ran than exist:\n{output[-6000:]}"
