@@ -159,7 +159,8 @@ def _record(name: str, version: str, judgement: Judgement, policy: GatePolicy, d
     """The decision on the version: verdict, reason, every rule line, and the gated figures."""
     client = registry.mlflow_client(tracking_uri)
     named = {f"{split}/{key.partition('_')[2]}" for split, bounds in policy.splits.items() for key in bounds}
-    for key in sorted(named | set(policy.guarded)):
+    foreign = any(rule.rule.startswith("report is for") and not rule.passed for rule in judgement.rules)
+    for key in sorted(named | set(policy.guarded)) if not foreign else ():  # another version's figures: not its own
         if key in judgement.metrics:
             client.set_model_version_tag(name, version, f"{registry.METRIC_TAG_PREFIX}{key}",
                                          repr(judgement.metrics[key]))

@@ -1,180 +1,244 @@
-"""The MLflow Model Registry on a real sqlite store: log, register, alias, promote, roll back.
+"""The registry contract on a real sqlite MLflow store: the question-in/answer-out pyfunc, and promotion
+through the gate (pass, fail, dry run, rollback, concurrent promoters in separate processes,
+unreachable registry).
 
-The model is tiny but real: a least-squares fit of runtime on FLOPs and bytes, saved as a
-predictor directory and served back through the ``kernelcast`` pyfunc wrapper by alias.
+The model is the training-free roofline, logged once; each "candidate" is one more registered version
+of it, judged on a gate report written here (the real evaluate -> promote cycle, on a real `mlflow
+server`, is tests/integration/test_registry_service.py).
 """
 
 from __future__ import annotations
 
 import json
+import os
+import socket
+import subprocess
+import sys
+import textwrap
+import time
 from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
 
-import numpy as np
 import pandas as pd
 import pytest
+import yaml
+from typer.testing import CliRunner
 
+from components.config import PROJECT_ROOT
 from components.registry import mlflow_registry as reg
 
-LOADER = "tests.integration.test_registry:load_linear_predictor"
-THRESHOLDS = {"max_runtime_mape": 0.35, "min_within_10": 0.30}
+GATE = {
+    "tolerance": 0.02,
+    "splits": {"unseen-kernel": {"max_runtime_mape": 0.35, "min_within_10": 0.30}},
+    "guarded": ["unseen-kernel/runtime_mape", "unseen-kernel/within_10"],
+}
+OP_QUESTIONS = pd.DataFrame([
+    {"device": "H100", "dtype": "fp16", "op": "gemm", "shape": json.dumps({"M": 4096, "N": 4096, "K": 4096})},
+    {"device": "A100", "dtype": "fp32", "op": "add", "shape": json.dumps({"N": 1 << 24})},
+])
 
 
-class LinearRuntimePredictor:
-    """duration_us ~ a * gflop + b * mbytes + c: the smallest honest Predictor."""
+@dataclass
+class Store:
+    uri: str
+    root: Path
+    model_uri: str
+    params_file: Path
 
-    family = "tabular"
+    def version(self, name: str) -> str:
+        """One more registered version (the same logged roofline model)."""
+        return reg.register(self.model_uri, name, self.uri)
 
-    def __init__(self, coef: list[float] | None = None) -> None:
-        self.coef = coef or []
-
-    @property
-    def targets(self) -> tuple[str, ...]:
-        return ("duration_us",)
-
-    @property
-    def trained_on(self) -> frozenset[str]:
-        return frozenset()
-
-    @staticmethod
-    def _design(features: pd.DataFrame) -> np.ndarray:
-        return np.column_stack([features["gflop"], features["mbytes"], np.ones(len(features))])
-
-    def fit(self, features: pd.DataFrame) -> LinearRuntimePredictor:
-        coef, *_ = np.linalg.lstsq(self._design(features), features["duration_us"].to_numpy(), rcond=None)
-        self.coef = [float(c) for c in coef]
-        return self
-
-    def predict(self, features: pd.DataFrame) -> pd.DataFrame:
-        return pd.DataFrame({"pred_duration_us": self._design(features) @ np.asarray(self.coef)},
-                            index=features.index)
-
-    def save(self, directory: Path) -> None:
-        directory.mkdir(parents=True, exist_ok=True)
-        (directory / "linear.json").write_text(json.dumps({"coef": self.coef}))
-
-
-def load_linear_predictor(directory: Path) -> LinearRuntimePredictor:
-    return LinearRuntimePredictor(json.loads((Path(directory) / "linear.json").read_text())["coef"])
-
-
-def _frame() -> pd.DataFrame:
-    gflop = np.array([1.0, 2.0, 4.0, 8.0, 0.5])
-    mbytes = np.array([10.0, 5.0, 40.0, 20.0, 80.0])
-    return pd.DataFrame({"gflop": gflop, "mbytes": mbytes, "duration_us": 3.0 * gflop + 0.5 * mbytes + 2.0})
+    def report(self, name: str, version: str, mape: float, within_10: float, complete: bool = True) -> Path:
+        path = self.root / f"gate-{name}-{version}.json"
+        splits = {"unseen-kernel": {"status": "ok", "mode": "artifact",
+                                    "metrics": {"runtime_mape": mape, "within_10": within_10}}}
+        path.write_text(json.dumps({"kind": "kernelcast-gate-report", "model_name": name, "model_version": version,
+                                    "complete": complete, "splits": splits}))
+        return path
 
 
 @pytest.fixture(scope="module")
-def tracking_uri(kc_home: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
-    import mlflow
+def store(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Store]:
+    from components.models.roofline import RooflinePredictor
 
-    store = tmp_path_factory.mktemp("mlflow")
-    uri = f"sqlite:///{store / 'mlflow.db'}"
-    reg.ensure_experiment("kernelcast-test", (store / "artifacts").as_uri(), uri)
-    previous = mlflow.get_tracking_uri()
-    yield uri
-    mlflow.set_tracking_uri(previous)
-
-
-def _log_and_register(tmp_path: Path, tracking_uri: str, name: str, metrics: dict[str, float]) -> str:
-    predictor_dir = tmp_path / f"predictor-{len(list(tmp_path.iterdir()))}"
-    LinearRuntimePredictor().fit(_frame()).save(predictor_dir)
-    uri = reg.log_predictor(
-        predictor_dir, metrics, {"family": "tabular"}, {"split": "unseen_gpu"},
-        experiment="kernelcast-test", loader=LOADER, tracking_uri=tracking_uri,
-    )
-    return reg.register(uri, name, tracking_uri)
-
-
-@pytest.mark.slow
-def test_logged_model_is_served_back_by_alias(tmp_path: Path, tracking_uri: str) -> None:
-    from mlflow import MlflowClient
-
-    version = _log_and_register(tmp_path, tracking_uri, "kc-alias", {"runtime_mape": 0.2, "within_10": 0.5})
-    MlflowClient(tracking_uri=tracking_uri).set_registered_model_alias("kc-alias", "staging", version)
-
-    model = reg.load_model("kc-alias", "staging", tracking_uri)
-    frame = _frame()
-    predicted = model.predict(frame[["gflop", "mbytes"]])
-    np.testing.assert_allclose(predicted["pred_duration_us"].to_numpy(), frame["duration_us"].to_numpy(), rtol=1e-6)
-    # The recorded metrics are the run's, reachable from the version.
-    assert reg.version_metrics("kc-alias", version, tracking_uri) == {"runtime_mape": 0.2, "within_10": 0.5}
+    root = tmp_path_factory.mktemp("registry")
+    uri = f"sqlite:///{root / 'mlflow.db'}"
+    patch = pytest.MonkeyPatch()
+    patch.setenv("KERNELCAST_HOME", str(root / "home"))
+    patch.setenv("MLFLOW_TRACKING_URI", uri)
+    params = yaml.safe_load((PROJECT_ROOT / "params.yaml").read_text())
+    params["register"] = GATE
+    params_file = root / "params.yaml"
+    params_file.write_text(yaml.safe_dump(params))
+    patch.setenv("KERNELCAST_PARAMS_FILE", str(params_file))
+    try:
+        RooflinePredictor().save(root / "roofline")
+        reg.ensure_experiment("kernelcast-test", (root / "artifacts").as_uri(), uri)
+        model_uri = reg.log_predictor(root / "roofline", {}, {"family": "roofline"}, {"family": "roofline"},
+                                      experiment="kernelcast-test", tracking_uri=uri)
+        yield Store(uri, root, model_uri, params_file)
+    finally:
+        patch.undo()
 
 
-@pytest.mark.slow
-def test_champion_only_on_thresholds_and_improvement_then_rollback(tmp_path: Path, tracking_uri: str) -> None:
-    name = "kc-promote"
-    good = {"runtime_mape": 0.20, "within_10": 0.50}
-    v1 = _log_and_register(tmp_path, tracking_uri, name, good)
-    first = reg.promote(name, v1, None, THRESHOLDS, tracking_uri=tracking_uri)  # metrics read from the run
-    assert first.promoted and first.champion == v1 and first.previous_champion is None
-
-    # Fails a threshold: becomes challenger, champion unchanged.
-    failing = {"runtime_mape": 0.10, "within_10": 0.10}
-    v2 = _log_and_register(tmp_path, tracking_uri, name, failing)
-    second = reg.promote(name, v2, failing, THRESHOLDS, tracking_uri=tracking_uri)
-    assert not second.promoted and second.failures == ["within_10=0.1 violates within_10 >= 0.3"]
-    assert reg.alias_version(name, reg.CHAMPION, tracking_uri) == v1
-    assert reg.alias_version(name, reg.CHALLENGER, tracking_uri) == v2
-
-    # Passes but is worse than the champion on the primary metric: champion unchanged.
-    worse = {"runtime_mape": 0.30, "within_10": 0.60}
-    v3 = _log_and_register(tmp_path, tracking_uri, name, worse)
-    third = reg.promote(name, v3, worse, THRESHOLDS, tracking_uri=tracking_uri)
-    assert not third.promoted and "does not beat" in third.reason
-    assert reg.alias_version(name, reg.CHAMPION, tracking_uri) == v1
-
-    # Passes and beats it: new champion, the old one kept as previous-champion.
-    better = {"runtime_mape": 0.12, "within_10": 0.70}
-    v4 = _log_and_register(tmp_path, tracking_uri, name, better)
-    fourth = reg.promote(name, v4, better, THRESHOLDS, tracking_uri=tracking_uri)
-    assert fourth.promoted and fourth.previous_champion == v1
-    assert reg.alias_version(name, reg.CHAMPION, tracking_uri) == v4
-    assert reg.load_champion(name, tracking_uri).metadata.model_uuid is not None
-
-    # Rollback restores the previous champion, once.
-    rolled = reg.rollback(name, tracking_uri)
-    assert rolled.champion == v1 and reg.alias_version(name, reg.CHAMPION, tracking_uri) == v1
-    with pytest.raises(LookupError):
-        reg.rollback(name, tracking_uri)
-
-
-def test_check_thresholds_reads_bounds_from_params_yaml() -> None:  # pure: runs in `make test-fast`
-    import yaml
-
-    from kernelcast.settings import PROJECT_ROOT
-
-    thresholds = yaml.safe_load((PROJECT_ROOT / "params.yaml").read_text())["register"]
-    passing = {"runtime_mape": 0.1, "within_10": 0.9}
-    assert reg.check_thresholds(passing, thresholds) == []
-    failures = reg.check_thresholds({"runtime_mape": 0.9}, thresholds)
-    assert len(failures) == 2 and failures[0].startswith("runtime_mape=0.9 violates")
-    assert "within_10: missing" in failures[1]
-
-
-@pytest.mark.slow
-def test_promote_command_gates_on_params_yaml_and_rolls_back(tmp_path: Path, kc_home: Path) -> None:
-    from typer.testing import CliRunner
-
+def _promote(*args: str) -> tuple[int, str]:
     from kernelcast.cli import app
-    from kernelcast.settings import Settings
 
-    uri = Settings().tracking_uri()  # the store `kernelcast promote` uses: under KERNELCAST_HOME
-    reg.ensure_experiment("kernelcast-test", (kc_home / "mlflow" / "artifacts").as_uri(), uri)
-    name, runner = "kc-cli", CliRunner()
-    passing = {"runtime_mape": 0.2, "within_10": 0.6}
-    v1 = _log_and_register(tmp_path, uri, name, passing)
-    v2 = _log_and_register(tmp_path, uri, name, {**passing, "within_10": 0.1})
-    v3 = _log_and_register(tmp_path, uri, name, {**passing, "runtime_mape": 0.1})
+    result = CliRunner().invoke(app, ["promote", *args])
+    return result.exit_code, result.output
 
-    def promote(*args: str) -> int:
-        return runner.invoke(app, ["promote", "--model-name", name, *args]).exit_code
 
-    assert promote("--version", v1) == 0
-    assert promote("--version", v2) == 1  # below min_within_10
-    assert reg.alias_version(name, reg.CHAMPION, uri) == v1
-    assert promote("--version", v3) == 0
-    assert reg.alias_version(name, reg.CHAMPION, uri) == v3
-    assert promote("--rollback") == 0
-    assert reg.alias_version(name, reg.CHAMPION, uri) == v1
-    assert promote("--version", "99") == 2
+@pytest.mark.slow
+def test_registered_model_answers_questions_under_its_signature(store: Store) -> None:
+    import mlflow
+    from mlflow.exceptions import MlflowException
+
+    from components.serving.query import QueryError
+
+    version = store.version("kc-contract")
+    mlflow.set_tracking_uri(store.uri)
+    model = mlflow.pyfunc.load_model(f"models:/kc-contract/{version}")
+    inputs = {spec.name: (spec.type.name, spec.required) for spec in model.metadata.get_input_schema().inputs}
+    assert inputs == {name: ("string", False) for name in ("device", "device_spec", "dtype", "op", "shape", "source",
+                                                           "language", "launch", "module")}
+    answers = model.predict(OP_QUESTIONS)
+    assert answers["question"].tolist() == [0, 1] and answers["kind"].eq("op").all()
+    assert answers.loc[0, "device"] == "h100-sxm" and answers.loc[0, "roofline_class"] == "compute"
+    assert answers.loc[1, "roofline_class"] == "bandwidth" and answers["duration_us"].gt(0).all()
+    assert answers["model_version"].str.startswith("runs:/").all()
+    # The roofline runs AT its ceiling: no headroom by construction.
+    assert answers["headroom"].tolist() == pytest.approx([1.0, 1.0])
+
+    # Enforced: a column of the wrong type, and an old caller's feature table, are errors -- not answers.
+    with pytest.raises(MlflowException, match="shape"):
+        model.predict(OP_QUESTIONS.assign(shape=[1, 2]))
+    with pytest.raises(QueryError, match="none of the question columns"):
+        model.predict(pd.DataFrame({"f_flops": [1e9], "dev_dram_gbps": [3350.0]}))
+    with pytest.raises(QueryError, match="question 0"):
+        model.predict(OP_QUESTIONS.head(1).assign(op="gemmm"))
+
+
+@pytest.mark.slow
+def test_fail_pass_dry_run_and_rollback_through_the_cli(store: Store) -> None:
+    name = "kc-cli"
+    v1, v2, v3, v4 = (store.version(name) for _ in range(4))
+
+    # No evaluation report at all: never promoted.
+    code, out = _promote("--model-name", name, "--version", v1)
+    assert code == 1 and "FAIL  evaluation report present" in out
+    assert reg.alias_version(name, reg.CHAMPION, store.uri) is None
+
+    code, out = _promote("--model-name", name, "--version", v1, "--eval-report", str(store.report(name, v1, 0.25, 0.4)))
+    assert code == 0, out
+    assert "PASS  unseen-kernel/runtime_mape <= 0.35: 0.25" in out and f"v{v1}: champion" in out
+
+    # Fails a threshold: stays challenger, the decision and the failing rule are on the version.
+    code, out = _promote("--model-name", name, "--version", v2, "--eval-report", str(store.report(name, v2, 0.2, 0.1)))
+    assert code == 1 and "FAIL  unseen-kernel/within_10 >= 0.3: 0.1" in out
+    assert reg.alias_version(name, reg.CHAMPION, store.uri) == v1
+    assert reg.alias_version(name, reg.CHALLENGER, store.uri) == v2
+    tags = reg.mlflow_client(store.uri).get_model_version(name, v2).tags
+    assert tags["kc.promotion"] == "rejected" and "within_10 >= 0.3: 0.1" in tags["kc.promotion.rules"]
+
+    # A report for another version judges nothing.
+    code, out = _promote("--model-name", name, "--version", v3, "--eval-report", str(store.report(name, v1, 0.1, 0.9)))
+    assert code == 1 and f"FAIL  report is for {name} v{v3}: {name} v{v1}" in out
+
+    tags = reg.mlflow_client(store.uri).get_model_version(name, v3).tags
+    assert tags["kc.promotion"] == "rejected" and not reg.version_metrics(name, v3, store.uri)  # not its figures
+
+    # Dry run: every rule printed, nothing moved, nothing recorded.
+    good = str(store.report(name, v3, 0.15, 0.6))
+    code, out = _promote("--model-name", name, "--version", v3, "--eval-report", good, "--dry-run")
+    assert code == 0 and "DRY RUN, would become champion" in out and f"champion v{v1}'s 0.25 + 0.02" in out
+    assert reg.alias_version(name, reg.CHAMPION, store.uri) == v1
+    assert reg.mlflow_client(store.uri).get_model_version(name, v3).tags == tags
+
+    code, out = _promote("--model-name", name, "--version", v3, "--eval-report", good)
+    assert code == 0 and reg.alias_version(name, reg.CHAMPION, store.uri) == v3
+    assert reg.alias_version(name, reg.PREVIOUS_CHAMPION, store.uri) == v1
+    assert reg.version_metrics(name, v3, store.uri) == {"unseen-kernel/runtime_mape": 0.15,
+                                                        "unseen-kernel/within_10": 0.6}
+
+    # Worse than the champion by more than the tolerance on a guarded metric, though within the thresholds.
+    code, out = _promote("--model-name", name, "--version", v4, "--eval-report", str(store.report(name, v4, 0.2, 0.6)))
+    assert code == 1 and f"FAIL  unseen-kernel/runtime_mape <= champion v{v3}'s 0.15 + 0.02: 0.2" in out
+
+    code, out = _promote("--model-name", name, "--rollback")
+    assert code == 0 and f"champion -> v{v1}" in out
+    assert reg.alias_version(name, reg.CHAMPION, store.uri) == v1
+    assert reg.mlflow_client(store.uri).get_model_version(name, v3).tags["kc.promotion"] == f"rolled back to v{v1}"
+    code, out = _promote("--model-name", name, "--rollback")  # once only: no flip-flopping
+    assert code == 2 and "no 'previous-champion' alias" in out
+    code, out = _promote("--model-name", name, "--version", "99")
+    assert code == 2 and "has no version 99" in out
+
+
+CHILD = textwrap.dedent("""
+    import sys, time
+    from pathlib import Path
+    from components.registry.promote import PromoteInputs, gate_policy, promote_stage
+    from components.config import load_params
+    uri, name, version, report, start, locks = sys.argv[1:7]
+    policy = gate_policy(load_params())
+    while time.time() < float(start):  # every promoter starts judging at the same moment
+        time.sleep(0.005)
+    result = promote_stage(PromoteInputs(tracking_uri=uri, model_name=name, version=version,
+                                         eval_report=Path(report), lock_dir=Path(locks)), policy)
+    print("RESULT", version, result.promoted, result.champion)
+""")
+
+
+@pytest.mark.slow
+def test_concurrent_promotions_in_separate_processes_have_one_winner(store: Store) -> None:
+    """Two candidates that each beat the champion but each lose to the other (v2 better on MAPE,
+    v3 on within-10, each worse than the other by more than the tolerance): judged one after the
+    other, exactly one can win; without the lock both would be judged against v1 and both move it."""
+    name = "kc-race"
+    v1, v2, v3 = (store.version(name) for _ in range(3))
+    reg.mlflow_client(store.uri).set_registered_model_alias(name, reg.CHAMPION, v1)
+    client = reg.mlflow_client(store.uri)
+    for key, value in (("unseen-kernel/runtime_mape", 0.30), ("unseen-kernel/within_10", 0.40)):
+        client.set_model_version_tag(name, v1, f"{reg.METRIC_TAG_PREFIX}{key}", str(value))
+    reports = {v2: store.report(name, v2, 0.20, 0.40), v3: store.report(name, v3, 0.30, 0.60)}
+    start = time.time() + 8.0  # after both have imported mlflow
+    env = {**os.environ, "PYTHONPATH": str(PROJECT_ROOT)}
+    procs = [subprocess.Popen([sys.executable, "-c", CHILD, store.uri, name, v, str(reports[v]), str(start),
+                               str(store.root / "locks")], cwd=PROJECT_ROOT, env=env, stdout=subprocess.PIPE,
+                              stderr=subprocess.PIPE, text=True) for v in (v2, v3)]
+    outputs = [p.communicate(timeout=180) for p in procs]
+    assert all(p.returncode == 0 for p in procs), [err[-2000:] for _, err in outputs]
+    results = [line.split() for out, _ in outputs for line in out.splitlines() if line.startswith("RESULT")]
+    winners = [r[1] for r in results if r[2] == "True"]
+    assert len(results) == 2 and len(winners) == 1, results
+    winner, loser = winners[0], ({v2, v3} - set(winners)).pop()
+    assert reg.alias_version(name, reg.CHAMPION, store.uri) == winner
+    assert reg.alias_version(name, reg.PREVIOUS_CHAMPION, store.uri) == v1
+    tags = client.get_model_version(name, loser).tags
+    # The loser was judged against the winner (the lock serialised them), not against v1.
+    assert tags["kc.promotion"].startswith("rejected") and tags["kc.promotion.champion_before"] == winner
+
+
+def _closed_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def test_unreachable_registry_is_one_line_naming_the_uri(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    uri = f"http://127.0.0.1:{_closed_port()}"
+    monkeypatch.setenv("KERNELCAST_HOME", str(tmp_path / "home"))
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", uri)
+    started = time.perf_counter()
+    for args in (["--version", "1"], ["--rollback"], ["--version", "1", "--dry-run"]):
+        code, out = _promote(*args)
+        lines = [line for line in out.splitlines() if line.strip()]
+        assert code == 2 and len(lines) == 1, out
+        assert lines[0].startswith(f"error: MLflow registry at {uri} cannot be reached"), out
+    assert time.perf_counter() - started < 30  # no minutes of HTTP retries
+    missing = f"sqlite:///{tmp_path / 'no' / 'such' / 'mlflow.db'}"
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", missing)
+    code, out = _promote("--version", "1")
+    assert code == 2 and f"MLflow registry at {missing} cannot be reached" in out
