@@ -24,7 +24,7 @@ from prefect import flow, task
 
 from components.atomic import atomic_write_dir, atomic_write_text
 from components.config import PROJECT_ROOT, get_settings
-from components.profiling.run import ProfileInputs, ProfileResult, profile_run
+from components.profiling.run import ProfileInputs, ProfileResult, profile_params, profile_run
 from components.profiling.validate import validate_rows
 
 DEFAULT_DATASET = PROJECT_ROOT / "profiled-data"
@@ -82,16 +82,20 @@ def append_task(run_dir: Path, dataset_dir: Path) -> dict[str, Any]:
 
 @flow(name="profile-device", log_prints=True)
 def profile_device(device: str, backend: str = "events", suite: str = "smoke", *, dataset_dir: str | None = None,
-                   out_dir: str | None = None, ray_address: str | None = None, chunk_size: int = 8,
-                   timeout_s: float = 3600.0, model: str | None = None, warmup: int | None = None,
+                   out_dir: str | None = None, ray_address: str | None = None, chunk_size: int | None = None,
+                   timeout_s: float | None = None, model: str | None = None, warmup: int | None = None,
                    repeats: int | None = None, append: bool = True) -> dict[str, Any]:
     """Profile ``device`` (catalog GPU, or ``host``) with ``backend`` on ``suite``; validate; append.
 
     Host runs are appended only to an explicitly given ``dataset_dir`` (CPU rows are not GPU data).
     Returns a summary: run folder, rows, validation counts, where the rows went, the Ray report.
     """
+    defaults = profile_params()  # params.yaml `profile:` fills what the caller leaves out
     inputs = ProfileInputs(device=device, backend=backend, suite=suite, out_dir=Path(out_dir) if out_dir else None,
-                           chunk_size=chunk_size, timeout_s=timeout_s, ray_address=ray_address, model=model,
+                           chunk_size=chunk_size or int(defaults.get("chunk_size", 8)),
+                           timeout_s=timeout_s or float(defaults.get("timeout_s", 3600)),
+                           max_retries=int(defaults.get("max_retries", 3)),
+                           l2_flush=bool(defaults.get("l2_flush", True)), ray_address=ray_address, model=model,
                            warmup=warmup, repeats=repeats)
     result = profile_task(inputs)
     validation = validate_task(result.run_dir)

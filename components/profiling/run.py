@@ -63,6 +63,16 @@ class ProfileResult:
         return self.manifest["report"]
 
 
+PROFILE_KEYS = frozenset({"chunk_size", "timeout_s", "max_retries", "l2_flush"})
+
+
+def profile_params(params: dict[str, Any] | None = None) -> dict[str, Any]:
+    """The ``profile:`` section of params.yaml (unknown keys are an error naming the key)."""
+    from components.config import load_params, section
+
+    return section(params if params is not None else load_params(), "profile", allowed=PROFILE_KEYS)
+
+
 def default_run_id(device: str, backend: str, suite: str) -> str:
     stamp = dt.datetime.now(dt.timezone.utc).strftime("%Y%m%dT%H%M%S")
     return f"{device}-{backend}-{Path(suite).stem}-{stamp}".lower().replace(" ", "-")

@@ -24,11 +24,12 @@ def profile_command(
                                                            "an existing run of the same device/backend/suite resumes")] = None,
     ray_address: Annotated[str | None, typer.Option(help="Ray cluster address (default: KERNELCAST_RAY_ADDRESS or a local Ray)")] = None,
     no_ray: Annotated[bool, typer.Option("--no-ray", help="measure in this process instead of Ray jobs")] = False,
-    chunk_size: Annotated[int, typer.Option(help="cases per Ray job")] = 8,
+    chunk_size: Annotated[int | None, typer.Option(help="cases per Ray job (default: params.yaml profile.chunk_size)")] = None,
     warmup: Annotated[int | None, typer.Option(help="warm-up calls per case (default: the suite's)")] = None,
     repeats: Annotated[int | None, typer.Option(help="timed calls per case (default: the suite's)")] = None,
     no_l2_flush: Annotated[bool, typer.Option("--no-l2-flush", help="do not evict the L2 between timed calls")] = False,
-    timeout: Annotated[float, typer.Option(help="seconds to wait for the device's jobs before reporting it busy/absent")] = 3600.0,
+    timeout: Annotated[float | None, typer.Option(help="seconds to wait for the device's jobs before reporting it "
+                                                       "busy/absent (default: params.yaml profile.timeout_s)")] = None,
     case_filter: Annotated[str, typer.Option("--filter", help="only cases whose id contains this")] = "",
     limit: Annotated[int, typer.Option(help="only the first N cases (0 = all)")] = 0,
     model: Annotated[str | None, typer.Option(help="active suite: model whose widest intervals choose the cases")] = None,
@@ -36,13 +37,16 @@ def profile_command(
     """Profile a kernel suite on DEVICE and write a run folder that `kernelcast ingest` can read."""
     from components.profiling.backends import BackendUnavailable
     from components.profiling.cases import SuiteError
-    from components.profiling.run import ProfileInputs, ProfilingError, profile_run
+    from components.profiling.run import ProfileInputs, ProfilingError, profile_params, profile_run
     from components.profiling.schedule import DeviceUnavailable
 
     prepared_settings()
-    inputs = ProfileInputs(device=device, backend=backend, suite=suite, out_dir=out, chunk_size=chunk_size,
-                           warmup=warmup, repeats=repeats, l2_flush=not no_l2_flush, use_ray=not no_ray,
-                           ray_address=ray_address, timeout_s=timeout, case_filter=case_filter, limit=limit,
+    defaults = profile_params()
+    inputs = ProfileInputs(device=device, backend=backend, suite=suite, out_dir=out,
+                           chunk_size=chunk_size or int(defaults.get("chunk_size", 8)), warmup=warmup, repeats=repeats,
+                           l2_flush=not no_l2_flush and bool(defaults.get("l2_flush", True)), use_ray=not no_ray,
+                           ray_address=ray_address, timeout_s=timeout or float(defaults.get("timeout_s", 3600)),
+                           max_retries=int(defaults.get("max_retries", 3)), case_filter=case_filter, limit=limit,
                            model=model)
     try:
         result = profile_run(inputs)
