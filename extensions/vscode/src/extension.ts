@@ -13,7 +13,7 @@ import { hoverMarkdown, lensTitle, summaryLine } from "./format";
 import { Dim3, parseDim3 } from "./launch";
 import { cmaskCache } from "./memo";
 import { buildModuleKernel, buildPredictBody, InputError, moduleProblem, normalizeDefines, normalizeDevices } from "./request";
-import { askKernel, KernelPlan, planKernel, PredictionCache, Settings } from "./service";
+import { askKernel, KernelPlan, planKernel, PredictionCache, predictBody, Settings } from "./service";
 
 const SELECTOR: vscode.DocumentSelector = [
   { language: "cuda-cpp" },
@@ -23,6 +23,7 @@ const SELECTOR: vscode.DocumentSelector = [
 ];
 const PYTHON: vscode.DocumentSelector = [{ language: "python" }];
 const MAX_INCLUDE_BYTES = 1_000_000;
+const SETTLE_MS = 400;
 
 interface Overrides {
   [key: string]: { grid: Dim3; block: Dim3 };
@@ -117,7 +118,7 @@ class KernelcastExtension implements vscode.CodeLensProvider, vscode.HoverProvid
     });
   }
 
-  async resolveCodeLens(lens: vscode.CodeLens): Promise<vscode.CodeLens> {
+  async resolveCodeLens(lens: vscode.CodeLens, token?: vscode.CancellationToken): Promise<vscode.CodeLens> {
     const { kernel, doc } = lens as LensWithKernel;
     const retry = { command: "kernelcast.predictKernel", arguments: [doc.uri, kernel.start] };
     try {
@@ -126,6 +127,14 @@ class KernelcastExtension implements vscode.CodeLensProvider, vscode.HoverProvid
       if (!plan.ok) {
         lens.command = { title: `kernelcast: ${kernel.name} needs a launch config — click to enter grid/block`, tooltip: plan.reason, ...retry };
         return lens;
+      }
+      if (!this.cache.has(this.client(settings), predictBody(plan.query, settings))) {
+        // A kernel being typed changes on every keystroke: ask only once the text has settled.
+        await new Promise((r) => setTimeout(r, SETTLE_MS));
+        if (token?.isCancellationRequested) {
+          lens.command = { title: "kernelcast: …", ...retry };
+          return lens;
+        }
       }
       const { answer, note } = await askKernel(this.cache, this.client(settings), plan.query, settings);
       const tooltip = `${plan.launchFrom}${note ? `; ${note}` : ""}; hover the kernel for details`;

@@ -127,8 +127,16 @@ export class PredictionCache {
 
   constructor(private readonly maxEntries = 256) {}
 
+  has(client: KernelcastClient, body: PredictBody): boolean {
+    return this.entries.has(this.key(client, body));
+  }
+
+  private key(client: KernelcastClient, body: PredictBody): string {
+    return `${client.baseUrl}\n${JSON.stringify(body)}`;
+  }
+
   get(client: KernelcastClient, body: PredictBody): Promise<PredictResponse> {
-    const key = `${client.baseUrl}\n${JSON.stringify(body)}`;
+    const key = this.key(client, body);
     const hit = this.entries.get(key);
     if (hit) {
       this.entries.delete(key);

@@ -12,7 +12,7 @@ import * as path from "node:path";
 import { after, before, describe, test } from "node:test";
 
 import { KernelcastClient, KernelcastError } from "../src/client";
-import { lensTitle } from "../src/format";
+import { hoverMarkdown, lensTitle } from "../src/format";
 import { buildModuleKernel, buildPredictBody, normalizeDevices } from "../src/request";
 import { askKernel, planKernels, predictBody, PredictionCache, Settings } from "../src/service";
 import { FIXTURES, fixture } from "./helpers";
@@ -224,12 +224,12 @@ describe("against a real kernelcast server (roofline model)", { timeout: 180_000
   });
 });
 
-describe("against a real kernelcast server with an API key", { timeout: 180_000 }, () => {
+describe("against a real kernelcast server with an API key and modules enabled", { timeout: 240_000 }, () => {
   let server: Server;
   const KEY = "kc-test-key-0123456789";
 
   before(async () => {
-    server = await startServer(["--api-key-env", "KC_VSCODE_TEST_KEY"], { KC_VSCODE_TEST_KEY: KEY });
+    server = await startServer(["--api-key-env", "KC_VSCODE_TEST_KEY", "--allow-modules"], { KC_VSCODE_TEST_KEY: KEY });
   });
   after(async () => {
     if (server) await stopServer(server);
@@ -246,5 +246,17 @@ describe("against a real kernelcast server with an API key", { timeout: 180_000 
       (e: unknown) => e instanceof KernelcastError && e.kind === "auth" && /was refused/.test(e.message));
     const answer = await new KernelcastClient({ serverUrl: server.url, apiKey: KEY }).predict(body);
     assert.equal(answer.predictions.length, 1);
+  });
+
+  test("a KernelBench module (GEMM + ReLU): per-device time and the top ops, traced by the server", async () => {
+    const client = new KernelcastClient({ serverUrl: server.url, apiKey: KEY, timeoutMs: 120_000 });
+    const answer = await client.predict(buildPredictBody([buildModuleKernel(fixture("model.py"))], ["H100", "MI300X"]));
+    assert.equal(answer.predictions.length, 2);
+    for (const p of answer.predictions) {
+      assert.equal(p.kind, "module");
+      assert.ok(p.duration_us! > 0);
+    }
+    const md = hoverMarkdown(answer.predictions, { title: "model.py" });
+    assert.match(md, /top ops on [^:]+:\n- \S*(addmm|linear|gemm)/i, md);
   });
 });
