@@ -47,7 +47,7 @@ def _definition_flops(family: np.ndarray, op: np.ndarray, col: dict[str, np.ndar
     out[gemm] = (2.0 * b * col["M"] * col["N"] * col["K"])[gemm]
     elementwise = family == "elementwise"
     if elementwise.any():
-        per = np.array([ELEMENTWISE_FLOPS_PER_ELEMENT.get(str(o), np.nan) for o in op], dtype="float64")
+        per = pd.Series(op).map(ELEMENTWISE_FLOPS_PER_ELEMENT).to_numpy("float64", na_value=np.nan)
         numel = np.where(np.isfinite(col["N"]), col["N"], col["B"] * col["H"])
         out[elementwise] = (per * numel)[elementwise]
     for fam, per_element in ROW_OP_FLOPS_PER_ELEMENT.items():
@@ -65,7 +65,8 @@ def op_feature_table(family: np.ndarray, op: np.ndarray, dtype: np.ndarray, dims
     ``specs`` (the distinct DeviceSpecs asked about).
     """
     n = len(family)
-    family, op, dtype = (np.asarray(a, dtype=object).astype(str) for a in (family, op, dtype))
+    # Object arrays of str, compared elementwise below; no conversion to numpy unicode (slow per row).
+    family, op, dtype = (np.asarray(a, dtype=object) for a in (family, op, dtype))
     device_index = np.asarray(device_index, dtype="int64")
     dims_frame = pd.DataFrame(dims, columns=list(an.DIMS))
     no_tile = (np.full(n, np.nan), np.full(n, np.nan))
@@ -131,20 +132,20 @@ def op_feature_table(family: np.ndarray, op: np.ndarray, dtype: np.ndarray, dims
         }
     columns: dict[str, Any] = {
         "device_id": np.array([s.id for s in specs], dtype=object)[device_index],
-        "source": np.full(n, QUERY_SOURCE, dtype=object), "family": family.astype(object),
-        "op": op.astype(object), "dtype": dtype.astype(object),
+        "source": np.full(n, QUERY_SOURCE, dtype=object), "family": family, "op": op, "dtype": dtype,
     }
     columns.update({k: np.where(covered, np.asarray(v, dtype="float64"), np.nan) for k, v in f.items()})
     known = covered & np.isfinite(roofline)
-    columns["f_bound"] = pd.array(np.where(known, np.where(compute_bound, "compute", "bandwidth"), None), dtype="string")
+    # Labels as categoricals: built from integer codes, not one Python string per row.
+    columns["f_bound"] = pd.Categorical.from_codes(np.where(known, compute_bound.astype(np.int8), -1),
+                                                   categories=["bandwidth", "compute"])
     for name in an.M_COLUMNS[:-1]:
         columns[name] = np.full(n, np.nan)
-    columns["m_bound"] = pd.array([None] * n, dtype="string")
+    columns["m_bound"] = pd.Categorical.from_codes(np.full(n, -1), categories=["bandwidth", "compute"])
     table = pd.DataFrame(columns)
     dev = dev_features.to_numpy("float64")[device_index]
     table = pd.concat([table, pd.DataFrame(dev, columns=dev_features.columns)], axis=1)
-    notes = np.full(n, None, dtype=object)
-    notes[~covered] = "no analytical formula for this op and shape"
-    notes[covered & ~np.isfinite(roofline)] = "device missing peak/bandwidth for this precision"
-    table["feature_note"] = pd.array(notes, dtype="string")
+    note_codes = np.where(~covered, 0, np.where(~np.isfinite(roofline), 1, -1))
+    table["feature_note"] = pd.Categorical.from_codes(note_codes, categories=[
+        "no analytical formula for this op and shape", "device missing peak/bandwidth for this precision"])
     return table

@@ -44,6 +44,7 @@ class FlatTrees:
         self.objective, self.n_classes = objective, n_classes
         self.booster_file: Path | None = None  # the LightGBM text model these arrays came from
         self._booster: Any = None
+        self.threads: int | None = None  # LightGBM's num_threads for bulk predictions (None: its default)
 
     @classmethod
     def from_dump(cls, dump: dict[str, Any]) -> "FlatTrees":
@@ -164,7 +165,8 @@ class FlatTrees:
                     import lightgbm as lgb
 
                     self._booster = lgb.Booster(model_file=str(self.booster_file))
-                return np.asarray(self._booster.predict(np.asarray(x, dtype=np.float64)), dtype=np.float64)
+                options = {"num_threads": self.threads} if self.threads else {}
+                return np.asarray(self._booster.predict(np.asarray(x, dtype=np.float64), **options), dtype=np.float64)
             except ImportError:
                 self.booster_file = None
         raw = self.raw(x)

@@ -241,3 +241,25 @@ def markdown_command(
     except ValueError as exc:
         raise UserError(f"--out: {exc}") from None
     typer.echo(f"wrote {out} ({len(rows)} figures from {from_json})")
+
+
+@app.command("serve")
+@clean_errors
+def serve_bench_command(
+    model: Annotated[str, typer.Option(help="model to serve and time (models:/..., a predictor dir, or 'roofline')")] = (
+        "models:/kernelcast@champion"),
+    rows: Annotated[int, typer.Option(help="op questions in the raw batched-throughput run", min=1000)] = 1_000_000,
+    rate: Annotated[float, typer.Option(help="requests/s from the client process", min=1)] = 100.0,
+    seconds: Annotated[float, typer.Option(help="duration of the fixed-rate run (s)", min=1)] = 10.0,
+    llm_model: Annotated[str | None, typer.Option(help="a trained llm model for the llm latency (default: the "
+                                                       "embedded base with untrained heads)")] = None,
+    skip_llm: Annotated[bool, typer.Option(help="leave the llm latency out")] = False,
+    out: Annotated[Path, typer.Option(help="results JSON")] = Path("benchmarks/results/bench_serve.json"),
+) -> None:
+    """Serving speed: raw batched predictions/s (one thread), server p50/p99 at a fixed rate, a CUDA source query, llm."""
+    prepared_settings()
+    from components.serving.bench import run_bench, write_result
+
+    result = run_bench(model, rows=rows, rate=rate, seconds=seconds, llm_model=llm_model, skip_llm=skip_llm)
+    typer.echo(json.dumps(result, indent=2, sort_keys=True))
+    typer.echo(f"wrote {write_result(result, out)}")

@@ -1,0 +1,295 @@
+"""``kernelcast bench serve``: how fast the serving paths are (a benchmark, not a timed test).
+
+1. Raw batched prediction of the op-level model on ONE thread: N op questions (a mix of families,
+   shapes, dtypes and catalog GPUs) as arrays -> vectorised features (``featurise``) -> the model.
+   Reported per stage (featurise, model) and end to end, for the given model and for the
+   training-free roofline; for a LightGBM model both its compiled predictor and the numpy
+   flat-tree walk (``native``) that answers small requests without importing LightGBM.
+2. The HTTP server (a real uvicorn process) queried from a SEPARATE client process at a fixed
+   rate (default 100 requests/s, one op question each): p50/p95/p99/max latency, errors.
+3. A CUDA source question through the server (compile + static analysis included), sequentially.
+4. The llm path's latency: one op question answered by an LLMPredictor (embedded SmolLM2 + LoRA
+   heads; untrained weights cost the same as trained ones) -- or the one in ``llm_model``.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+SAXPY = """
+extern "C" __global__ void saxpy(int n, float a, const float* x, float* y) {
+    int i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < n) y[i] = a * x[i] + y[i];
+}
+"""
+
+OPS: tuple[tuple[str, str, str, tuple[str, ...]], ...] = (
+    # (question op, family, canonical op, dims drawn)
+    ("gemm", "gemm", "matmul", ("M", "N", "K")), ("linear", "linear", "linear", ("B", "M", "N", "K")),
+    ("bmm", "bmm", "bmm", ("B", "M", "N", "K")), ("add", "elementwise", "add", ("N",)),
+    ("gelu", "elementwise", "gelu", ("B", "H")), ("softmax", "softmax", "softmax", ("B", "H")),
+    ("layernorm", "layernorm", "layer_norm", ("B", "H")), ("rmsnorm", "rmsnorm", "rmsnorm", ("B", "H")),
+)
+DTYPES: tuple[str, ...] = ("fp32", "fp16", "bf16")
+
+
+def random_op_batch(n: int, specs: list[Any], seed: int = 0) -> dict[str, np.ndarray]:
+    """``n`` op questions as arrays: family, op, dtype, dims (n x DIMS) and a device index into ``specs``."""
+    from components.features.analytical import DIMS
+
+    rng = np.random.default_rng(seed)
+    which = rng.integers(0, len(OPS), n)
+    dims = np.full((n, len(DIMS)), np.nan)
+    position = {d: i for i, d in enumerate(DIMS)}
+    for k, (_, _, _, names) in enumerate(OPS):
+        rows = which == k
+        for name in names:
+            high = {"B": 64, "N": 1 << 24}.get(name, 8192)
+            dims[rows, position[name]] = rng.integers(1, high + 1, rows.sum())
+    return {"family": np.array([o[1] for o in OPS], dtype=object)[which],
+            "op": np.array([o[2] for o in OPS], dtype=object)[which],
+            "dtype": np.array(DTYPES, dtype=object)[rng.integers(0, len(DTYPES), n)],
+            "dims": dims, "device_index": rng.integers(0, len(specs), n)}
+
+
+def _single_thread(predictor: Any) -> None:
+    """LightGBM's predictor on one thread (the benchmark's rule), flat trees or boosters alike."""
+    for model in getattr(predictor, "models", {}).values():
+        if hasattr(model, "booster_file"):
+            model.threads = 1
+        elif hasattr(model, "params"):
+            model.params["num_threads"] = 1
+
+
+def raw_throughput(predictor: Any, n: int, chunk: int = 200_000, seed: int = 0) -> dict[str, Any]:
+    """Predictions per second: featurise, model, end to end (chunks of ``chunk`` rows)."""
+    from components.devices import load_catalog
+    from components.serving.featurise import op_feature_table
+
+    specs = load_catalog().all()
+    batch = random_op_batch(n, specs, seed)
+    featurise_s = model_s = 0.0
+    finite = 0
+    for start in range(0, n, chunk):
+        part = slice(start, start + chunk)
+        t0 = time.perf_counter()
+        table = op_feature_table(batch["family"][part], batch["op"][part], batch["dtype"][part], batch["dims"][part],
+                                 batch["device_index"][part], specs)
+        t1 = time.perf_counter()
+        out = predictor.predict(table)
+        t2 = time.perf_counter()
+        featurise_s += t1 - t0
+        model_s += t2 - t1
+        finite += int(np.isfinite(out["pred_duration_us"].to_numpy("float64")).sum())
+    return {"rows": n, "answered": finite, "featurise_rows_per_s": n / featurise_s, "model_rows_per_s": n / model_s,
+            "end_to_end_rows_per_s": n / (featurise_s + model_s), "featurise_s": featurise_s, "model_s": model_s}
+
+
+def flat_tree_rows_per_s(predictor: Any, n: int = 20_000) -> float | None:
+    """The numpy flat-tree walk alone (what small requests use), rows/s on ``n`` rows."""
+    from components.devices import load_catalog
+    from components.serving.featurise import op_feature_table
+    from components.serving.native import FlatTrees
+
+    models = getattr(predictor, "models", {})
+    if not models or not all(isinstance(m, FlatTrees) for m in models.values()):
+        return None
+    specs = load_catalog().all()
+    batch = random_op_batch(n, specs, seed=1)
+    table = op_feature_table(batch["family"], batch["op"], batch["dtype"], batch["dims"], batch["device_index"], specs)
+    x = predictor.design_matrix(table)
+    t0 = time.perf_counter()
+    for model in models.values():
+        model.raw(x)
+    return n / (time.perf_counter() - t0)
+
+
+# ------------------------------------------------------------------------------------------ server
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def start_server(model: str, port: int, *, env: dict[str, str] | None = None, timeout_s: float = 120.0
+                 ) -> subprocess.Popen:
+    """A real ``run_server`` process (own process group) on loopback, returned once /readyz says ready."""
+    import urllib.request
+
+    config = {"host": "127.0.0.1", "port": port, "model": model, "log_level": "warning",
+              "limits": {"request_timeout_s": 60.0}}
+    process = subprocess.Popen([sys.executable, "-c", "import sys; from components.serving.app import run_server; "
+                                "run_server(sys.argv[1])", json.dumps(config)],
+                               env={**os.environ, **(env or {})}, start_new_session=True,
+                               stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if process.poll() is not None:
+            raise RuntimeError(f"server exited: {process.stderr.read().decode(errors='replace')[-2000:]}")
+        try:
+            with urllib.request.urlopen(f"http://127.0.0.1:{port}/readyz", timeout=2) as response:
+                if response.status == 200:
+                    return process
+        except OSError:
+            pass
+        time.sleep(0.3)
+    stop_server(process)
+    raise RuntimeError(f"server not ready after {timeout_s:g} s")
+
+
+def stop_server(process: subprocess.Popen) -> None:
+    from components.serving.processes import stop_group
+
+    stop_group(process.pid, grace_s=10.0)
+    process.wait(timeout=30)
+
+
+CLIENT = r"""
+import http.client, json, sys, time
+port, rate, seconds, body = int(sys.argv[1]), float(sys.argv[2]), float(sys.argv[3]), sys.argv[4].encode()
+connection = http.client.HTTPConnection("127.0.0.1", port, timeout=30)
+headers = {"content-type": "application/json"}
+for _ in range(20):  # warm-up (connection, first-request costs)
+    connection.request("POST", "/v1/predict", body, headers); connection.getresponse().read()
+latencies, errors, n = [], 0, int(rate * seconds)
+start = time.perf_counter()
+for i in range(n):
+    due = start + i / rate
+    pause = due - time.perf_counter()
+    if pause > 0:
+        time.sleep(pause)
+    sent = time.perf_counter()
+    connection.request("POST", "/v1/predict", body, headers)
+    response = connection.getresponse(); response.read()
+    done = time.perf_counter()
+    errors += response.status != 200
+    # Latency from when the request was due: a slow answer delays the next ones, and that counts.
+    latencies.append((done - min(due, sent)) * 1e3)
+elapsed = time.perf_counter() - start
+print(json.dumps({"latencies_ms": latencies, "errors": errors, "achieved_rps": n / elapsed}))
+"""
+
+
+def _percentiles(values: list[float]) -> dict[str, float]:
+    array = np.asarray(values, dtype="float64")
+    return {"p50_ms": float(np.percentile(array, 50)), "p95_ms": float(np.percentile(array, 95)),
+            "p99_ms": float(np.percentile(array, 99)), "max_ms": float(array.max()), "n": int(array.size)}
+
+
+def server_latency(port: int, rate: float, seconds: float) -> dict[str, Any]:
+    """One op question per request at ``rate`` requests/s from a separate client process."""
+    body = json.dumps({"kernels": [{"op": "gemm", "shape": {"M": 4096, "N": 4096, "K": 4096}, "dtype": "bf16"}],
+                       "devices": ["H100"]})
+    result = subprocess.run([sys.executable, "-c", CLIENT, str(port), str(rate), str(seconds), body],
+                            capture_output=True, text=True, timeout=seconds * 10 + 120, check=True)
+    data = json.loads(result.stdout)
+    return {"rate_rps": rate, "achieved_rps": data["achieved_rps"], "errors": data["errors"],
+            **_percentiles(data["latencies_ms"])}
+
+
+def source_latency(port: int, repeats: int = 5) -> dict[str, Any]:
+    """A CUDA source question (saxpy; compile + static analysis included), sent ``repeats`` times."""
+    import urllib.error
+    import urllib.request
+
+    latencies, status, message = [], None, None
+    for i in range(repeats):
+        # A fresh -D each time: no cache can answer it, the compiler runs every time.
+        body = json.dumps({"kernels": [{"source": SAXPY, "language": "cuda",
+                                        "launch": {"grid": [4096], "block": [256], "defines": {"BENCH": str(i)}}}],
+                           "devices": ["H100"]}).encode()
+        request = urllib.request.Request(f"http://127.0.0.1:{port}/v1/predict", body,
+                                         {"content-type": "application/json"})
+        t0 = time.perf_counter()
+        try:
+            with urllib.request.urlopen(request, timeout=120) as response:
+                response.read()
+                status = response.status
+        except urllib.error.HTTPError as exc:
+            status, message = exc.code, json.loads(exc.read() or b"{}").get("error", {}).get("message")
+        latencies.append((time.perf_counter() - t0) * 1e3)
+        if status != 200:
+            return {"status": status, "unavailable": message}
+    return {"status": status, **_percentiles(latencies)}
+
+
+def llm_latency(llm_model: str | None, repeats: int = 5) -> dict[str, Any]:
+    """Seconds to answer one op question (two GPUs) with the llm family, after one warm-up."""
+    from components.serving.questions import answer_questions, parse_questions
+
+    try:
+        if llm_model:
+            from components.serving.models import load_model
+
+            predictor, what = load_model(llm_model).predictor, llm_model
+        else:
+            import pandas as pd
+
+            from components.models.llm.encoding import LLMConfig
+            from components.models.llm.model import LLMPredictor
+            from components.models.llm.module import build_module
+
+            predictor = LLMPredictor(LLMConfig(max_tokens=192, predict_class=False))
+            predictor.prepare(pd.DataFrame({"duration_us": [10.0, 100.0, 1000.0]}))
+            predictor.module = build_module(predictor.config, len(predictor.config.numeric_targets), 0)
+            predictor.module.eval()
+            what = "embedded SmolLM2-135M + LoRA heads (untrained weights: same cost as trained)"
+    except Exception as exc:  # noqa: BLE001 -- a missing optional model is reported, not fatal
+        return {"unavailable": f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"}
+    questions = parse_questions([{"op": "gemm", "shape": {"M": 4096, "N": 4096, "K": 4096}, "dtype": "bf16",
+                                  "device": d} for d in ("H100", "MI300X")])
+    answer_questions(predictor, questions, model_version="bench")
+    latencies = []
+    for _ in range(repeats):
+        t0 = time.perf_counter()
+        answer_questions(predictor, questions, model_version="bench")
+        latencies.append((time.perf_counter() - t0) * 1e3)
+    return {"model": what, "questions_per_call": len(questions), **_percentiles(latencies)}
+
+
+def run_bench(model: str, *, rows: int = 1_000_000, rate: float = 100.0, seconds: float = 10.0,
+              llm_model: str | None = None, skip_llm: bool = False) -> dict[str, Any]:
+    """Every figure of the module docstring, as one JSON-able dict."""
+    import platform
+
+    from components.serving.models import load_model
+    from components.models.roofline import RooflinePredictor
+
+    loaded = load_model(model)
+    _single_thread(loaded.predictor)
+    result: dict[str, Any] = {
+        "model_version": loaded.version, "machine": {"cpus": os.cpu_count(), "python": platform.python_version(),
+                                                     "load_average": list(os.getloadavg())},
+        "targets": {"raw_rows_per_s": 1_000_000, "server_p99_ms_at_100rps": 50.0},
+        "raw": {"model": raw_throughput(loaded.predictor, rows), "roofline": raw_throughput(RooflinePredictor(), rows)},
+    }
+    result["raw"]["flat_tree_walk_rows_per_s"] = flat_tree_rows_per_s(loaded.predictor)
+    port = _free_port()
+    server = start_server(model, port)
+    try:
+        result["server_op"] = server_latency(port, rate, seconds)
+        result["server_source"] = source_latency(port)
+    finally:
+        stop_server(server)
+    result["llm"] = {"skipped": True} if skip_llm else llm_latency(llm_model)
+    return result
+
+
+def write_result(result: dict[str, Any], path: Path) -> Path:
+    from components.atomic import atomic_write_text
+
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    atomic_write_text(path, json.dumps(result, indent=2, sort_keys=True) + "\n")
+    return path
