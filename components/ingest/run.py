@@ -236,12 +236,13 @@ def split_parts(result: IngestResult) -> list[Part]:
         m_runs = _run_of(m["upstream_file"], m["run_id"])
         r_runs = _run_of(r["upstream_file"])
         runs = sorted(set(m_runs) | set(r_runs)) or [""]
+        kernel_ids = k["kernel_id"].astype(str)
+        unused = ~kernel_ids.isin(set(m["kernel_id"].astype(str)))  # kept with the first run, never dropped
         for i, run in enumerate(runs):
             pm, pr = m[(m_runs == run).to_numpy()], r[(r_runs == run).to_numpy()]
-            used = set(pm["kernel_id"].astype(str))
-            pk = k[k["kernel_id"].astype(str).isin(used) | (i == 0 and ~k["kernel_id"].astype(str).isin(
-                set(m["kernel_id"].astype(str))))]
-            parts.append(Part(part_key(source, run), source, pm, pk, pr, len(pm) + len(pr), notes if i == 0 else []))
+            mine = kernel_ids.isin(set(pm["kernel_id"].astype(str))) | (unused if i == 0 else False)
+            parts.append(Part(part_key(source, run), source, pm, k[mine], pr, len(pm) + len(pr),
+                              notes if i == 0 else []))
     return parts
 
 
