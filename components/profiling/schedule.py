@@ -2,7 +2,7 @@
 
 - Placement: a GPU job asks for ``num_gpus=1`` and Ray's ``accelerator_type:<T>`` resource (Ray
   adds it to nodes it detects a GPU type on; KubeRay/``ray up`` node groups declare it), so an
-  H100 chunk runs only on an H100 node. A host job asks for one CPU.
+  H100 chunk runs only on an H100 node. A host job asks for one CPU on the node the run started on.
 - Idempotent: a job whose chunk file exists returns at once; rows have stable ids, and a chunk's
   file is written atomically by the attempt that finished it -- a worker killed mid-chunk leaves
   nothing behind, Ray retries the job (``max_retries``), and no row is lost or duplicated.
@@ -168,7 +168,15 @@ def run_jobs(jobs: list[ChunkJob], placement: Placement, *, timeout_s: float, ma
     from ray.exceptions import GetTimeoutError, RayError
 
     check_available(placement)
-    remote = ray.remote(measure_chunk).options(**placement.options(max_retries))
+    options = placement.options(max_retries)
+    if placement.resource is None:
+        # "host" is the machine this run was started on (a driver, or a Ray task pinned to a node):
+        # its chunks stay on that node, or they would time a different CPU.
+        from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+
+        options["scheduling_strategy"] = NodeAffinitySchedulingStrategy(
+            node_id=ray.get_runtime_context().get_node_id(), soft=False)
+    remote = ray.remote(measure_chunk).options(**options)
     pending = {remote.remote(job): job for job in jobs}
     report = ScheduleReport()
     deadline = time.monotonic() + timeout_s
