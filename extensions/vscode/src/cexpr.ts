@@ -9,6 +9,9 @@
 
 export class EvalError extends Error {}
 
+/** An EvalError that already names the variable to blame: outer lookups pass it on unchanged. */
+export class NamedEvalError extends EvalError {}
+
 export interface CValue {
   v: number;
   int: boolean;
@@ -49,7 +52,8 @@ function tokenize(src: string): Tok[] {
       i += num[0].length;
       continue;
     }
-    const id = /^[A-Za-z_]\w*(\s*::\s*[A-Za-z_]\w*)*/.exec(src.slice(i));
+    // dim3 members (grid.x) are one name: the launch scope knows them; other members stay unknown.
+    const id = /^[A-Za-z_]\w*(\s*::\s*[A-Za-z_]\w*)*(\.[xyz]\b)?/.exec(src.slice(i));
     if (id) {
       toks.push({ t: "id", v: id[0].replace(/\s+/g, "") });
       i += id[0].length;

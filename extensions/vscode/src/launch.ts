@@ -8,7 +8,7 @@
  * cannot be known from the text: the user supplies them in `kernelcast.defines`, and we say which
  * name was missing rather than guess.
  */
-import { CValue, evalC, EvalError } from "./cexpr";
+import { CValue, evalC, EvalError, NamedEvalError } from "./cexpr";
 import { isIdentChar, lineOf, maskCode, matchBracket, splitTopLevel } from "./cmask";
 
 export type Dim3 = [number, number, number];
@@ -40,6 +40,8 @@ interface Binding {
   offset: number;
   expr?: string;
   dim3?: string[];
+  /** Changed in a way we do not evaluate (n += 1, &n passed to scanf, i++): unknown from here on. */
+  mutated?: boolean;
 }
 
 const MAX_THREADS_PER_BLOCK = 1024;
@@ -120,6 +122,20 @@ export function collectBindings(masked: string): Map<string, Binding[]> {
     if (close < 0) continue;
     add(m[1], { offset: m.index, dim3: splitTopLevel(masked.slice(open + 1, close)) });
   }
+  // `dim3 g;` is 1x1x1 until its members are set (`g.x = n / 256;`).
+  const bareDims = /\bdim3\s+([A-Za-z_]\w*)\s*;/g;
+  while ((m = bareDims.exec(masked)) !== null) add(m[1], { offset: m.index, dim3: [] });
+  const members = /\b([A-Za-z_]\w*)\.([xyz])\s*=(?!=)\s*([^;{}]*);/g;
+  while ((m = members.exec(masked)) !== null) add(`${m[1]}.${m[2]}`, { offset: m.index, expr: m[3].trim() });
+  // Changes we cannot follow. A false alarm only costs an inferred launch, never a wrong one.
+  const mutations = [
+    /(?<![&\w)\]])&\s*([A-Za-z_]\w*(?:\.[xyz])?)\b(?!\s*(?:\[|->|\.(?![xyz]\b)))/g,
+    /\b([A-Za-z_]\w*(?:\.[xyz])?)\s*(?:\+\+|--|<<=|>>=|[-+*/%&|^]=)/g,
+    /(?:\+\+|--)\s*([A-Za-z_]\w*(?:\.[xyz])?)\b/g,
+  ];
+  for (const re of mutations) {
+    while ((m = re.exec(masked)) !== null) add(m[1], { offset: m.index, mutated: true });
+  }
   // Scalar declarations and assignments: `const int n = 1 << 20;`, `blocks = (n + 255) / 256;`.
   const statements = /(?:^|[;{}(\n])\s*((?:(?:const|constexpr|static|unsigned|signed|long|short|int|size_t|auto|float|double|u?int(?:8|16|32|64)_t|uint|std::size_t)\s+)*)([A-Za-z_]\w*(?:\s*=[^;{}]*?)?(?:\s*,\s*[A-Za-z_]\w*\s*=[^;{}]*?)*)\s*;/g;
   while ((m = statements.exec(masked)) !== null) {
@@ -140,7 +156,7 @@ export type UserValues = Record<string, string | number>;
 
 class Scope {
   private readonly active = new Set<string>();
-  constructor(private readonly bindings: Map<string, Binding[]>, private readonly user: UserValues) {}
+  constructor(private readonly bindings: Map<string, Binding[]>, private readonly user: UserValues, private readonly text: string) {}
 
   /** The binding of `name` in force at `offset`: the last one set before it. */
   private bindingAt(name: string, offset: number): Binding | undefined {
@@ -157,46 +173,80 @@ class Scope {
 
   private lookup(name: string, offset: number): CValue | undefined {
     if (this.active.has(name)) return undefined; // self-reference (n = n * 2): not a constant
-    const b = this.bindingAt(name, offset);
+    const user = this.userValue(name);
     this.active.add(name);
     try {
-      if (b?.expr !== undefined && b.expr !== "") {
+      const member = /^(\w+)\.([xyz])$/.exec(name);
+      if (member) return this.member(member[1], member[2] as "x" | "y" | "z", offset);
+      const b = this.bindingAt(name, offset);
+      if (b?.mutated && user === undefined) {
+        throw new NamedEvalError(`uses '${name}', which changes at run time (line ${lineOf(this.text, b.offset) + 1})`);
+      }
+      if (b?.expr !== undefined && b.expr !== "" && !b.mutated) {
         try {
           return this.scalar(b.expr, b.offset);
         } catch (err) {
-          if (!(err instanceof EvalError) || !(name in this.user)) throw err;
+          if (!(err instanceof EvalError)) throw err;
+          if (user === undefined) {
+            if (err instanceof NamedEvalError) throw err;
+            throw new NamedEvalError(`uses '${name}' (= ${b.expr.replace(/\s+/g, " ").slice(0, 60)}), which is only known at run time`);
+          }
         }
       }
-      if (name in this.user) return evalC(String(this.user[name]), (n) => this.lookup(n, offset));
+      if (user !== undefined) return evalC(user, (n) => this.lookup(n, offset));
       return undefined;
     } finally {
       this.active.delete(name);
     }
   }
 
+  private userValue(name: string): string | undefined {
+    return Object.prototype.hasOwnProperty.call(this.user, name) ? String(this.user[name]) : undefined;
+  }
+
+  /** `g.x` in an expression: its last assignment after g was declared, else g's own component. */
+  private member(name: string, c: "x" | "y" | "z", offset: number): CValue | undefined {
+    const dims = this.dim3Components(name, offset);
+    return dims ? { v: dims[["x", "y", "z"].indexOf(c)], int: true } : undefined;
+  }
+
+  /** A named dim3's three components in force at `offset`, or undefined when it is not a dim3. */
+  private dim3Components(name: string, offset: number): Dim3 | undefined {
+    const b = this.bindingAt(name, offset);
+    if (!b) return undefined;
+    if (b.mutated) throw new NamedEvalError(`uses '${name}', which changes at run time (line ${lineOf(this.text, b.offset) + 1})`);
+    if (!b.dim3) return undefined;
+    const parts = [...b.dim3];
+    if (parts.length > 3) throw new EvalError(`'${name}' is not a 1-3 component size`);
+    return (["x", "y", "z"] as const).map((c, i) => {
+      const set = this.bindingAt(`${name}.${c}`, offset);
+      if (set && set.offset > b.offset) {
+        if (set.mutated) throw new NamedEvalError(`uses '${name}.${c}', which changes at run time (line ${lineOf(this.text, set.offset) + 1})`);
+        return this.positive(set.expr ?? "", set.offset);
+      }
+      return parts[i] === undefined || parts[i] === "" ? 1 : this.positive(parts[i], b.offset);
+    }) as Dim3;
+  }
+
+  private positive(expr: string, at: number): number {
+    const v = this.scalar(expr, at);
+    const n = Math.trunc(v.v);
+    if (!Number.isFinite(n) || n < 1) throw new EvalError(`'${expr.trim()}' evaluates to ${v.v}, not a positive size`);
+    return n;
+  }
+
   dim3(expr: string, offset: number): Dim3 {
     const text = expr.trim();
-    const ctor = /^dim3\s*([({])([\s\S]*)[)}]$/.exec(text);
-    let parts: string[];
-    let at = offset;
-    if (ctor) {
-      parts = splitTopLevel(ctor[2]);
-    } else if (/^[A-Za-z_]\w*$/.test(text) && this.bindingAt(text, offset)?.dim3) {
-      const b = this.bindingAt(text, offset)!;
-      parts = b.dim3!;
-      at = b.offset;
-    } else {
-      parts = [text];
+    if (/^[A-Za-z_]\w*$/.test(text)) {
+      const named = this.dim3Components(text, offset);
+      if (named) return named;
     }
+    const ctor = /^dim3\s*([({])([\s\S]*)[)}]$/.exec(text);
+    const parts = ctor ? splitTopLevel(ctor[2]) : [text];
     if (parts.length === 0 || parts.length > 3 || parts.some((p) => p === "")) {
       throw new EvalError(`'${text}' is not a 1-3 component size`);
     }
-    const dims = parts.map((p) => {
-      const v = this.scalar(p, at);
-      const n = Math.trunc(v.v);
-      if (!Number.isFinite(n) || n < 1) throw new EvalError(`'${p}' evaluates to ${v.v}, not a positive size`);
-      return n;
-    });
+    const dims = parts.map((p) => this.positive(p, offset));
     while (dims.length < 3) dims.push(1);
     return dims as Dim3;
   }
@@ -209,7 +259,7 @@ class Scope {
 export function inferLaunch(text: string, kernel: string, user: UserValues = {}, masked: string = maskCode(text)): LaunchConfig | LaunchFailure {
   const sites = findLaunchSites(masked, kernel);
   if (sites.length === 0) return { reason: `no launch of ${kernel} (<<<grid, block>>>) in this file` };
-  const scope = new Scope(collectBindings(masked), user);
+  const scope = new Scope(collectBindings(masked), user, text);
   let firstFailure: LaunchFailure | undefined;
   for (const site of sites) {
     const line = lineOf(text, site.offset);

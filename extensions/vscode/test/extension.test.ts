@@ -43,7 +43,7 @@ test("a lens above every kernel; unreachable server and missing launch each say 
   assert.equal(resolved[0].command?.title, "kernelcast: server unreachable — click to retry");
   assert.match(resolved[0].command?.tooltip ?? "", new RegExp(`127.0.0.1:${closedPort} is unreachable`));
   assert.equal(resolved[4].command?.title, "kernelcast: runtime_sized needs a launch config — click to enter grid/block");
-  assert.match(resolved[4].command?.tooltip ?? "", /atoi\(\)/);
+  assert.match(resolved[4].command?.tooltip ?? "", /uses 'm' \(= atoi\(argv\[1\]\)\)/);
 });
 
 test("hover on a kernel signature only, with the error when there is no answer (stand-in vscode API)", async () => {

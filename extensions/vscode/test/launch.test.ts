@@ -57,7 +57,7 @@ test("named dim3 variables with two components", () => {
 test("a runtime size names the missing variable; a user value fills it", () => {
   const got = inferLaunch(SAXPY, "runtime_sized");
   assert.ok(!isLaunchConfig(got));
-  assert.match(got.reason, /line \d+ .*atoi\(\)/);
+  assert.match(got.reason, /line \d+ uses 'm' \(= atoi\(argv\[1\]\)\), which is only known at run time/);
   const l = launched(SAXPY, "runtime_sized", { m: 1000 });
   assert.deepEqual(l.grid, [8, 1, 1]);
   assert.deepEqual(l.block, [128, 1, 1]);
@@ -97,4 +97,32 @@ test("parseDim3 accepts the forms a user types and rejects the rest", () => {
   assert.equal(parseDim3("a,b"), undefined);
   assert.equal(parseDim3("1,2,3,4"), undefined);
   assert.equal(parseDim3(null), undefined);
+});
+
+test("dim3 members set after a bare declaration (ddbp-style) are followed; members read in expressions", () => {
+  const text = `__global__ void k(float *x) { }
+int main() {
+  dim3 threads(16, 16, 1);
+  dim3 blocks;
+  blocks.x = (1000 + threads.x - 1) / threads.x;
+  blocks.y = 4;
+  k<<<blocks, threads>>>(0);
+  blocks.x = 1;
+}
+`;
+  const l = launched(text, "k");
+  assert.deepEqual(l.grid, [63, 4, 1]);
+  assert.deepEqual(l.block, [16, 16, 1]);
+});
+
+test("a value changed in ways not followed (+=, ++, &n to scanf) is unknown, never its stale initial value", () => {
+  const scanf = "__global__ void k(float *x) { }\nint main() {\n int n = 1024;\n scanf(\"%d\", &n);\n k<<<n / 256, 256>>>(0);\n}\n";
+  const got = inferLaunch(scanf, "k");
+  assert.ok(!isLaunchConfig(got));
+  assert.match(got.reason, /uses 'n', which changes at run time \(line 4\)/);
+  assert.deepEqual(launched(scanf, "k", { n: 2048 }).grid, [8, 1, 1]);
+  const loop = "__global__ void k(float *x) { }\nvoid h() {\n for (int bs = 32; bs <= 1024; bs *= 2) k<<<4096 / bs, bs>>>(0);\n}\n";
+  assert.ok(!isLaunchConfig(inferLaunch(loop, "k")));
+  const member = "__global__ void k(float *x) { }\nvoid h() {\n dim3 g(8);\n g.x *= 2;\n k<<<g, 32>>>(0);\n}\n";
+  assert.match((inferLaunch(member, "k") as { reason: string }).reason, /'g.x', which changes at run time/);
 });

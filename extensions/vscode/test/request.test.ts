@@ -57,7 +57,7 @@ test("planning a file: a question per kernel with a launch, a reason for the one
   assert.ok(scale.query.source?.trimEnd().endsWith("template __global__ void scale<float, 4>(float *data, float factor, int n);"));
   const missing = plans[4];
   assert.ok(!missing.ok);
-  assert.match(missing.reason, /no launch configuration for runtime_sized: .*atoi\(\)/);
+  assert.match(missing.reason, /no launch configuration for runtime_sized: .*uses 'm' \(= atoi\(argv\[1\]\)\)/);
 });
 
 test("fallbacks: kernelcast.launch settings when inference fails; an entered launch wins over the file", () => {
