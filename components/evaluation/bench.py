@@ -31,7 +31,11 @@ from components.evaluation.harness import (
 from components.evaluation.splits import Fold, unseen_gpu_devices, unseen_gpu_split
 from components.models.base import CLASS_TARGET, NUMERIC_TARGETS, Predictor
 
-BENCH_SPLITS: tuple[str, ...] = ("neusight", "pipeweave-fp8", "bolet-roofline", "unseen-kernel", "unseen-gpu")
+BENCH_SPLITS: tuple[str, ...] = ("neusight", "pipeweave-fp8", "bolet-roofline", "unseen-kernel", "unseen-gpu",
+                                  "kernelbench")
+# Whole PyTorch programs, scored from the canonical tables (not the feature table) by
+# components.evaluation.kernelbench_bench; the CLI runs it beside run_accuracy_bench.
+PROGRAM_SPLITS: tuple[str, ...] = ("kernelbench",)
 NEUSIGHT_OP_FAMILIES: tuple[str, ...] = ("bmm", "linear", "elementwise")
 
 

@@ -129,7 +129,7 @@ def _fit_parametric(frame: pd.DataFrame, target: np.ndarray, kinds: Sequence[str
     """Least squares on log time for per-kind efficiencies, the launch floor and the per-call cost."""
     from scipy.optimize import least_squares
 
-    active = [k for k in kinds if (frame[f"pred_{k}"] > 0).sum() >= 5]
+    active = [k for k in kinds if f"pred_{k}" in frame.columns and (frame[f"pred_{k}"] > 0).sum() >= 5]
 
     def unpack(theta: np.ndarray) -> ConfigModel:
         log_eff = {k: float(v) for k, v in zip(active, theta[:len(active)])}

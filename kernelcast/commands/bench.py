@@ -83,8 +83,8 @@ def accuracy_command(
     from components.devices import load_catalog
     from components.devices.catalog import UnknownDeviceError
     from components.evaluation.bench import (
-        BENCH_MIN_DEVICES_PER_SOURCE, BENCH_SPLITS, check_markdown_target, markdown_table, published_figures,
-        ray_fold_executor, readme_markdown, run_accuracy_bench, write_markdown,
+        BENCH_MIN_DEVICES_PER_SOURCE, BENCH_SPLITS, PROGRAM_SPLITS, BenchResult, check_markdown_target,
+        markdown_table, published_figures, ray_fold_executor, readme_markdown, run_accuracy_bench, write_markdown,
     )
     from components.evaluation.harness import read_feature_table
     from components.evaluation.splits import SPLITS, unseen_gpu_devices
@@ -106,9 +106,11 @@ def accuracy_command(
             raise UserError("--calibration-rows runs on --split unseen-gpu alone, the tabular family, without --markdown")
     families = _families(family)
     splits = split or list(BENCH_SPLITS)
-    unknown = [s for s in splits if s not in SPLITS]
+    unknown = [s for s in splits if s not in SPLITS and s not in PROGRAM_SPLITS]
     if unknown:
-        raise UserError(f"unknown split {', '.join(unknown)}; choose from {', '.join(SPLITS)}")
+        raise UserError(f"unknown split {', '.join(unknown)}; choose from {', '.join((*SPLITS, *PROGRAM_SPLITS))}")
+    program_splits = [s for s in splits if s in PROGRAM_SPLITS]  # whole programs: from the canonical tables
+    splits = [s for s in splits if s not in PROGRAM_SPLITS]
     if device and "unseen-gpu" not in splits:
         raise UserError("--device chooses leave-one-GPU-out folds: add --split unseen-gpu")
     if markdown is not None:
@@ -127,7 +129,7 @@ def accuracy_command(
     if canonical is not None and not (canonical / "measurements.parquet").is_file():
         raise UserError(f"--canonical {canonical}: no measurements.parquet there "
                         "(the folder `kernelcast ingest` wrote)")
-    table = read_feature_table(features_path, canonical_dir)
+    table = read_feature_table(features_path, canonical_dir) if splits else None
     catalog = load_catalog()
     devices = None
     if device:
@@ -187,10 +189,15 @@ def accuracy_command(
             payload["notes"] = header + payload["notes"]
             atomic_write_text(json_file, json.dumps(payload, indent=2) + "\n")
 
-    result = run_accuracy_bench(table, families, splits, factory, published_figures(lambda n: catalog.resolve(n).id),
+    result = BenchResult() if not splits else run_accuracy_bench(table, families, splits, factory, published_figures(lambda n: catalog.resolve(n).id),
                                 min_gpu_rows=gpu_rows, devices=devices, log=lambda line: typer.echo(line, err=True),
                                 max_test_rows=max_test_rows, canonical_dir=canonical_dir,
                                 on_progress=save, fold_executor=fold_executor)
+    if program_splits:  # KernelBench leave-one-GPU-out (components/evaluation/kernelbench_bench.py)
+        from components.evaluation.kernelbench_bench import extend_result
+
+        extend_result(result, canonical_dir, settings.cache_dir, log=lambda line: typer.echo(line, err=True))
+        save(result)
     result.notes[:0] = header
     typer.echo(markdown_table(result.rows))
     for note in result.notes:

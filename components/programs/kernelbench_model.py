@@ -1,0 +1,95 @@
+"""Fit the program model on KernelBench timings: the table of traced programs x GPUs, and the fit.
+
+``program_table`` turns ``KernelBenchData`` into one row per (program, GPU, run config) with the
+program features in a basis (the op predictor's op times, or the roofline's) and the measured
+``duration_us``. ``fit_program_model`` fits one ``ConfigModel`` per config with enough rows.
+``fit_for_predictor`` is what the train stage calls: fit on the train side's KernelBench rows and
+save under ``models/programs/<basis>.json`` (and a copy in the predictor's folder).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Collection
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from components.programs.kernelbench_data import KernelBenchData
+from components.programs.ops import ProgramOps, program_ops
+from components.programs.overheads import MODEL_FILE, ConfigModel, ProgramModel, fit_config, kind_sums
+
+MIN_CONFIG_ROWS = 100  # a run config with fewer timed rows (or on one GPU only) gets no model
+MIN_CONFIG_DEVICES = 2
+
+
+def program_table(data: KernelBenchData, catalog: Any, op_predictor: Any = None) -> pd.DataFrame:
+    """Rows of ``data.rows`` with program features; ``pred_<kind>`` in the op predictor's basis
+    (the roofline's when None), ``roof_sum_us`` the trace roofline."""
+    from components.programs.program_features import op_times, program_features
+
+    kernel_ids = sorted(data.traces)
+    programs: list[ProgramOps] = [program_ops(data.traces[k].ops) for k in kernel_ids]
+    devices = sorted(set(data.rows["device_id"].astype(str)) & set(catalog.ids()))
+    predictor = op_predictor if op_predictor is not None and getattr(op_predictor, "family", "") != "roofline" else None
+    times = op_times(programs, devices, catalog, predictor)
+    features = program_features(programs, times, devices, catalog)
+    features = features.merge(kind_sums(times.frame, "pred_us", "pred"), on=["program", "device_id"], how="left")
+    features["kernel_id"] = [kernel_ids[p] for p in features["program"]]
+    features = features.drop(columns="program")
+    table = data.rows.drop(columns=[c for c in ("program",) if c in data.rows.columns]).merge(
+        features, on=["kernel_id", "device_id"], how="inner")
+    return table.fillna({c: 0.0 for c in table.columns if c.startswith("pred_")})
+
+
+def fit_program_model(table: pd.DataFrame, basis: str, *, residual: bool = True,
+                      log: Callable[[str], None] = lambda _: None) -> ProgramModel:
+    """One model per config with at least MIN_CONFIG_ROWS rows on MIN_CONFIG_DEVICES GPUs."""
+    configs: dict[str, ConfigModel] = {}
+    for config, rows in table.groupby("config", sort=True):
+        if len(rows) < MIN_CONFIG_ROWS or rows["device_id"].nunique() < MIN_CONFIG_DEVICES:
+            log(f"program model: {config} skipped ({len(rows)} rows on {rows['device_id'].nunique()} GPUs)")
+            continue
+        configs[str(config)] = fit_config(rows.reset_index(drop=True), rows["duration_us"].to_numpy("float64"),
+                                          residual=residual)
+    if "eager" not in configs:
+        raise ValueError("no eager KernelBench timings to fit the program model on")
+    return ProgramModel(basis, configs)
+
+
+def fit_for_predictor(predictor: Any, measurements: pd.DataFrame, kernels: pd.DataFrame, settings: Any, *,
+                      train_ids: Collection[str] | None = None, predictor_dir: Path | None = None,
+                      log: Callable[[str], None] = lambda _: None) -> list[Path]:
+    """Fit the program model for ``predictor`` (and the roofline basis) on the KernelBench rows whose
+    measurement ids are in ``train_ids`` (the fold's train side; all when None); save both under
+    ``models/programs/`` and the predictor's own one in ``predictor_dir``. Returns the files written."""
+    from components.devices import load_catalog
+    from components.programs.kernelbench_data import load_kernelbench
+    from components.programs.module_predict import ROOFLINE_BASIS, basis_id, program_model_path
+
+    rows = measurements[measurements["source"] == "kernelbench"]
+    if train_ids is not None:
+        rows = rows[rows["measurement_id"].isin(set(train_ids))]
+    if rows.empty:
+        log("program model: no KernelBench rows on the train side; not fitted")
+        return []
+    data = load_kernelbench(rows, kernels, settings.cache_dir, log=log)
+    catalog = load_catalog()
+    written: list[Path] = []
+    bases = [(ROOFLINE_BASIS, None)]
+    if predictor is not None and basis_id(predictor) != ROOFLINE_BASIS:
+        bases.append((basis_id(predictor), predictor))
+    for basis, op_predictor in bases:
+        table = program_table(data, catalog, op_predictor)
+        model = fit_program_model(table, basis, log=log)
+        written.append(model.save(program_model_path(settings.models_dir, basis)))
+        if predictor_dir is not None and op_predictor is predictor:
+            written.append(model.save(Path(predictor_dir) / MODEL_FILE))
+        log(f"program model ({basis}): {', '.join(f'{k} {v.n_train} rows' for k, v in model.configs.items())}")
+    return written
+
+
+def mape(pred: np.ndarray, true: np.ndarray) -> float:
+    ok = np.isfinite(pred) & np.isfinite(true) & (true > 0)
+    return float(np.mean(np.abs(pred[ok] - true[ok]) / true[ok])) if ok.any() else float("nan")

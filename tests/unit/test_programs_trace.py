@@ -1,0 +1,99 @@
+"""The sandboxed module tracer: real torch (CPU, fake tensors) in a real child process.
+
+One child traces every module of the batch (torch imports once); each case checks what the
+tracer recorded or the reason it gives.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from components.programs.errors import ProgramError
+from components.programs.ops import map_op
+from components.programs.trace import ModuleJob, module_job, trace_many, trace_module
+
+SMALL = '''
+import torch
+import torch.nn as nn
+
+class Model(nn.Module):
+    def __init__(self, features):
+        super().__init__()
+        self.fc = nn.Linear(features, 2 * features)
+    def forward(self, x):
+        return torch.relu(self.fc(x)).sum(dim=1)
+
+def get_inputs():
+    return [torch.randn(64, 128)]
+
+def get_init_inputs():
+    return [128]
+'''
+LOOP = "import torch\nwhile True:\n    pass\n"
+NETWORK = "import socket\nsocket.create_connection(('192.0.2.1', 80), timeout=1)\n"
+NO_MODEL = "import torch\n\ndef get_inputs():\n    return []\n"
+SYNTAX = "class Model(:\n    pass\n"
+HUGE = SMALL.replace("torch.randn(64, 128)", "torch.randn(1 << 40, 128)")  # 512 TiB: fake, never allocated
+
+
+@pytest.fixture(scope="module")
+def batch():
+    jobs = [ModuleJob("small", text=SMALL), ModuleJob("loop", text=LOOP), ModuleJob("net", text=NETWORK),
+            ModuleJob("nomodel", text=NO_MODEL), ModuleJob("syntax", text=SYNTAX), ModuleJob("huge", text=HUGE),
+            ModuleJob("after", text=SMALL)]
+    return {r.name: r for r in trace_many(jobs, per_module_s=6.0)}
+
+
+def test_a_small_module_traces_into_its_aten_kernels(batch):
+    result = batch["small"]
+    assert result.ok, result.error
+    kernels = [op["aten"] for op in result.ops if map_op(op).kind != "free"]  # views, x.device: no kernel
+    assert kernels == ["addmm", "relu", "sum"]
+    addmm = next(op for op in result.ops if op["aten"] == "addmm")
+    assert addmm["outputs"][0][:2] == [[64, 256], "float32"]
+
+
+def test_fake_tensors_never_allocate_the_data(batch):
+    # 2^40 x 128 floats would be 512 TiB: only fake tensors get through the memory limit.
+    assert batch["huge"].ok, batch["huge"].error
+    addmm = next(op for op in batch["huge"].ops if op["aten"] == "addmm")
+    assert addmm["outputs"][0][0] == [1 << 40, 256]
+
+
+def test_an_endless_loop_is_stopped_by_the_time_limit(batch):
+    assert not batch["loop"].ok
+    assert batch["loop"].reason == "timeout"
+    assert "time limit" in batch["loop"].error
+    assert batch["after"].ok  # the modules after it still trace
+
+
+def test_network_access_is_refused(batch):
+    assert not batch["net"].ok
+    assert batch["net"].reason == "network"
+    assert "network access is disabled" in batch["net"].error
+
+
+def test_a_module_without_model_names_what_is_missing(batch):
+    assert batch["nomodel"].reason == "interface"
+    assert "no Model defined" in batch["nomodel"].error
+
+
+def test_a_syntax_error_gives_the_line(batch):
+    assert batch["syntax"].reason == "syntax"
+    assert "line 1" in batch["syntax"].error
+
+
+def test_trace_module_raises_program_error_naming_the_file(tmp_path: Path):
+    path = tmp_path / "broken_module.py"
+    path.write_text(SYNTAX)
+    with pytest.raises(ProgramError, match="broken_module.py.*syntax error"):
+        trace_module(str(path), per_module_s=10.0)
+
+
+def test_a_missing_module_file_is_a_clear_error(tmp_path: Path):
+    with pytest.raises(ProgramError, match="no such module file"):
+        module_job(str(tmp_path / "absent.py"))
+    with pytest.raises(ProgramError, match="empty module text"):
+        module_job("   ")
