@@ -122,13 +122,15 @@ def _free_port() -> int:
         return int(s.getsockname()[1])
 
 
-def start_server(model: str, port: int, *, env: dict[str, str] | None = None, timeout_s: float = 120.0
-                 ) -> subprocess.Popen:
+def start_server(model: str, port: int, *, env: dict[str, str] | None = None, timeout_s: float = 120.0,
+                 limits: dict[str, Any] | None = None, api_key_env: str | None = None,
+                 allow_modules: bool = False) -> subprocess.Popen:
     """A real ``run_server`` process (own process group) on loopback, returned once /readyz says ready."""
     import urllib.request
 
     config = {"host": "127.0.0.1", "port": port, "model": model, "log_level": "warning",
-              "limits": {"request_timeout_s": 60.0}}
+              "api_key_env": api_key_env, "allow_modules": allow_modules,
+              "limits": {"request_timeout_s": 60.0, **(limits or {})}}
     process = subprocess.Popen([sys.executable, "-c", "import sys; from components.serving.app import run_server; "
                                 "run_server(sys.argv[1])", json.dumps(config)],
                                env={**os.environ, **(env or {})}, start_new_session=True,
@@ -151,7 +153,7 @@ def start_server(model: str, port: int, *, env: dict[str, str] | None = None, ti
 def stop_server(process: subprocess.Popen) -> None:
     from components.serving.processes import stop_group
 
-    stop_group(process.pid, grace_s=10.0)
+    stop_group(process.pid, grace_s=10.0, leader=process)
     process.wait(timeout=30)
 
 

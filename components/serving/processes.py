@@ -28,14 +28,21 @@ def _group_alive(pgid: int) -> bool:
     return True
 
 
-def stop_group(pgid: int, signum: int = signal.SIGTERM, grace_s: float = 10.0) -> None:
-    """Signal every process of group ``pgid``; SIGKILL whatever is left after ``grace_s``."""
+def stop_group(pgid: int, signum: int = signal.SIGTERM, grace_s: float = 10.0,
+               leader: subprocess.Popen | None = None) -> None:
+    """Signal every process of group ``pgid``; SIGKILL whatever is left after ``grace_s``.
+
+    ``leader``: our own child leading the group -- reaped while waiting, or as a zombie it would
+    keep the group "alive" for the whole grace period.
+    """
     try:
         os.killpg(pgid, signum)
     except ProcessLookupError:
         return
     deadline = time.monotonic() + grace_s
     while time.monotonic() < deadline:
+        if leader is not None:
+            leader.poll()
         if not _group_alive(pgid):
             return
         time.sleep(0.1)
@@ -70,11 +77,11 @@ def run_process_group(command: Sequence[str], *, env: Mapping[str, str] | None =
             except subprocess.TimeoutExpired:
                 if received:
                     # Forwarded already; give the group its grace period, then make sure.
-                    stop_group(child.pid, received[-1], grace_s)
+                    stop_group(child.pid, received[-1], grace_s, child)
                     code = child.wait()
                     break
     finally:
-        stop_group(child.pid, signal.SIGTERM, grace_s)  # workers the leader left behind
+        stop_group(child.pid, signal.SIGTERM, grace_s, child)  # workers the leader left behind
         for s, handler in previous.items():
             signal.signal(s, handler)
     return 128 + received[-1] if received else code
