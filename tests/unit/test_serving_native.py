@@ -1,0 +1,66 @@
+"""Flat numpy trees give what LightGBM gives, on a real model trained on our own H100 measurements."""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from components.config import PROJECT_ROOT
+from components.models.tabular import TabularConfig, TabularPredictor
+from components.serving.native import FlatTrees, flatten_folder, load_flat_predictor
+
+
+@pytest.fixture(scope="module")
+def trained(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, pd.DataFrame]:
+    from components.devices import load_catalog
+    from components.features.build import build_feature_table
+    from components.ingest.profiled import ingest
+    from components.ingest.schema import with_measurement_ids
+
+    catalog = load_catalog()
+    output = ingest(PROJECT_ROOT / "profiled-data", catalog)
+    measurements = output.measurements
+    if measurements["measurement_id"].isna().any():
+        measurements = with_measurement_ids(measurements)
+    table = build_feature_table(measurements, output.kernels, catalog)
+    folder = tmp_path_factory.mktemp("model") / "tabular"
+    # Small but real: family and dtype enter as categorical features, so categorical splits occur.
+    TabularPredictor(TabularConfig(n_estimators=60, num_leaves=15, min_child_samples=5, min_rows=10)).fit(table).save(folder)
+    return folder, table
+
+
+def test_flat_trees_equal_lightgbm(trained, tmp_path: Path) -> None:
+    import lightgbm as lgb
+
+    folder, table = trained
+    copy = tmp_path / "copy"
+    shutil.copytree(folder, copy)
+    written = flatten_folder(copy)
+    assert written and all(p.suffix == ".npz" for p in written)
+    reference = TabularPredictor.load(folder)
+    flat = load_flat_predictor(copy)
+    assert flat is not None and all(isinstance(m, FlatTrees) for m in flat.models.values())
+    x = reference.design_matrix(table)
+    # NaNs and unseen category codes (-1) on purpose: the missing-value rules must match too.
+    noisy = x.copy()
+    rng = np.random.default_rng(0)
+    noisy[rng.random(noisy.shape) < 0.1] = np.nan
+    noisy[:, -1] = np.where(rng.random(len(noisy)) < 0.2, -1, noisy[:, -1])
+    for target, booster in reference.models.items():
+        assert isinstance(booster, lgb.Booster)
+        for matrix in (x, noisy):
+            expected = booster.predict(matrix)
+            got = flat.models[target].raw(matrix)[:, 0] if flat.models[target].n_classes == 1 else \
+                flat.models[target].predict(matrix)
+            assert np.allclose(got, expected, rtol=1e-12, atol=1e-12), target
+    assert any(flat.models[t].categorical.any() for t in flat.models), "no categorical split was exercised"
+    pd.testing.assert_frame_equal(flat.predict(table), reference.predict(table))
+
+
+def test_a_folder_without_flat_files_is_not_taken_for_flat(trained) -> None:
+    folder, _ = trained
+    assert load_flat_predictor(folder) is None  # the ordinary loader then reads it with LightGBM
