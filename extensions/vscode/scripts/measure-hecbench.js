@@ -4,7 +4,8 @@
 const fs = require("fs");
 const path = require("path");
 const { findKernels } = require("../out/src/extract");
-const { inferLaunch, isLaunchConfig } = require("../out/src/launch");
+const { isLaunchConfig } = require("../out/src/launch");
+const { planKernel } = require("../out/src/service");
 
 const root = process.argv[2] || path.resolve(__dirname, "../../../../shared/datasets/gpuflopbench");
 const csv = fs.readFileSync(path.join(root, "cuda-profiling/profiling-data.csv"), "utf8").split("\n");
@@ -31,8 +32,12 @@ for (const k of seen.values()) {
   const hit = filesOf.get(dir).find(([, text]) => findKernels(text).some((x) => x.name === k.kernel));
   if (!hit) continue;
   counts.found++;
-  const got = inferLaunch(hit[1], k.kernel);
-  if (!isLaunchConfig(got)) continue;
+  // As the extension does: this file first, then the files beside it.
+  const kernel = findKernels(hit[1]).find((x) => x.name === k.kernel);
+  const siblings = () => filesOf.get(dir).filter(([f]) => f !== hit[0]).map(([f, text]) => ({ name: path.basename(f), text }));
+  const plan = planKernel(hit[1], kernel, { serverUrl: "http://unused", devices: ["H100"], defines: {} }, { siblings });
+  if (!plan.ok) continue;
+  const got = plan.launch;
   counts.inferred++;
   const same = (a, b) => a.every((v, i) => v === b[i]);
   if (same(got.grid, k.grid) && same(got.block, k.block)) counts.exact++;

@@ -243,7 +243,7 @@ class Parser {
     if (name === "true") return { v: 1, int: true };
     if (name === "false") return { v: 0, int: true };
     const v = this.resolve(name);
-    if (v === undefined) throw new EvalError(`uses '${name}', which is not a compile-time constant in this file`);
+    if (v === undefined) throw new EvalError(`uses '${name}', whose value is not in the file (a parameter or run-time value)`);
     return v;
   }
 

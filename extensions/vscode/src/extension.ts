@@ -24,6 +24,8 @@ const SELECTOR: vscode.DocumentSelector = [
 const PYTHON: vscode.DocumentSelector = [{ language: "python" }];
 const MAX_INCLUDE_BYTES = 1_000_000;
 const SETTLE_MS = 400;
+const SOURCE_FILE = /\.(cu|cuh|hip|cpp|cc|cxx|c|h|hpp)$/i;
+const MAX_SIBLINGS = 40;
 
 interface Overrides {
   [key: string]: { grid: Dim3; block: Dim3 };
@@ -91,6 +93,7 @@ class KernelcastExtension implements vscode.CodeLensProvider, vscode.HoverProvid
       fileName: doc.fileName,
       languageId: doc.languageId,
       readInclude,
+      siblings: dir ? () => siblingSources(dir, doc.uri.fsPath) : undefined,
       override: this.overrides()[this.overrideKey(doc, kernel)],
     });
   }
@@ -271,6 +274,27 @@ class KernelcastExtension implements vscode.CodeLensProvider, vscode.HoverProvid
 interface LensWithKernel extends vscode.CodeLens {
   kernel: KernelInfo;
   doc: vscode.TextDocument;
+}
+
+/** Source files beside `self` (a kernel in kernels.cu is often launched from main.cu). */
+function siblingSources(dir: string, self: string): Array<{ name: string; text: string }> {
+  const out: Array<{ name: string; text: string }> = [];
+  let names: string[];
+  try {
+    names = fs.readdirSync(dir).filter((n) => SOURCE_FILE.test(n)).sort().slice(0, MAX_SIBLINGS);
+  } catch {
+    return out;
+  }
+  for (const name of names) {
+    const file = path.join(dir, name);
+    if (file === self) continue;
+    try {
+      if (fs.statSync(file).size <= MAX_INCLUDE_BYTES) out.push({ name, text: fs.readFileSync(file, "utf8") });
+    } catch {
+      // unreadable: skipped
+    }
+  }
+  return out;
 }
 
 function sameDims(a: Dim3, b: Dim3): boolean {

@@ -6,7 +6,7 @@
 import { KernelcastClient, KernelcastError, PredictResponse } from "./client";
 import { detectLanguage, extractKernelSource, findKernels, KernelInfo, templateInstantiation } from "./extract";
 import { cmaskCache } from "./memo";
-import { Dim3, inferLaunch, isLaunchConfig, LaunchConfig } from "./launch";
+import { Dim3, inferLaunch, isLaunchConfig, LaunchConfig, LaunchFailure } from "./launch";
 import { buildPredictBody, buildSourceKernel, KernelQuery, LaunchSpec, PredictBody } from "./request";
 
 export interface Settings {
@@ -33,6 +33,24 @@ export interface PlanOptions {
   readInclude?: (name: string) => string | undefined;
   /** A launch the user entered for this kernel; wins over everything else. */
   override?: { grid: Dim3; block: Dim3 };
+  /** Other source files of the folder, searched when this one never launches the kernel. */
+  siblings?: () => Array<{ name: string; text: string }>;
+}
+
+const NO_SITE = /^no launch of /;
+
+/** The kernel's launch from this file, else from the first sibling file that launches it. */
+function findLaunch(text: string, kernel: KernelInfo, settings: Settings, opts: PlanOptions, masked: string): { launch: LaunchConfig | LaunchFailure; file?: string } {
+  const own = inferLaunch(text, kernel.name, settings.defines, masked);
+  if (isLaunchConfig(own) || !NO_SITE.test(own.reason) || !opts.siblings) return { launch: own };
+  let failure: { launch: LaunchFailure; file?: string } | undefined;
+  for (const sibling of opts.siblings()) {
+    if (!sibling.text.includes(kernel.name)) continue;
+    const got = inferLaunch(sibling.text, kernel.name, settings.defines);
+    if (isLaunchConfig(got)) return { launch: got, file: sibling.name };
+    if (!NO_SITE.test(got.reason)) failure ??= { launch: { ...got, reason: `${sibling.name}: ${got.reason}` }, file: sibling.name };
+  }
+  return failure ?? { launch: { reason: `no launch of ${kernel.name} (<<<grid, block>>>) in this file or the files beside it` } };
 }
 
 /** All kernels in `text`, each with its question or the reason it cannot be asked. */
@@ -44,13 +62,13 @@ export function planKernels(text: string, settings: Settings, opts: PlanOptions 
 export function planKernel(text: string, kernel: KernelInfo, settings: Settings, opts: PlanOptions = {}, masked = cmaskCache(text)): KernelPlan {
   let launch: Pick<LaunchConfig, "grid" | "block" | "shared_bytes" | "templateArgs">;
   let launchFrom: string;
-  const inferred = inferLaunch(text, kernel.name, settings.defines, masked);
+  const { launch: inferred, file } = findLaunch(text, kernel, settings, opts, masked);
   if (opts.override) {
     launch = { ...opts.override, templateArgs: isLaunchConfig(inferred) ? inferred.templateArgs : undefined };
     launchFrom = "entered by you";
   } else if (isLaunchConfig(inferred)) {
     launch = inferred;
-    launchFrom = `launch on line ${inferred.line + 1}`;
+    launchFrom = `launch on line ${inferred.line + 1}${file ? ` of ${file}` : ""}`;
   } else if (settings.grid && settings.block) {
     launch = { grid: settings.grid, block: settings.block };
     launchFrom = `kernelcast.launch settings (${inferred.reason})`;
@@ -62,7 +80,7 @@ export function planKernel(text: string, kernel: KernelInfo, settings: Settings,
     };
   }
   if (kernel.template && !launch.templateArgs) {
-    return { ok: false, kernel, reason: `${kernel.name} is a template: launch it once in this file (k<float><<<...>>>) so kernelcast knows its arguments` };
+    return { ok: false, kernel, reason: `${kernel.name} is a template and no launch spells its arguments (${kernel.name}<float><<<...>>>): kernelcast cannot instantiate it` };
   }
   let source = extractKernelSource(text, kernel, opts.readInclude, masked);
   if (kernel.template && launch.templateArgs) {

@@ -102,3 +102,20 @@ test("the cache (with a stand-in client) asks once per body and forgets failures
   await cache.get(client, { ...body, devices: ["L4"] });
   assert.equal(cache.size, 2, "bounded: the oldest entry went out");
 });
+
+test("a kernel launched from another file of the folder: that launch is used and named", () => {
+  const kernels = "#define TPB 128\n__global__ void axpy(float *y, const float *x, int n) { }\n";
+  const main = '#include "kernels.h"\n#define TPB 128\nint main() {\n  const int n = 1 << 16;\n  axpy<<<(n + TPB - 1) / TPB, TPB>>>(0, 0, n);\n}\n';
+  const siblings = () => [{ name: "util.cu", text: "int unrelated;" }, { name: "main.cu", text: main }];
+  const [plan] = planKernels(kernels, SETTINGS, { siblings });
+  assert.ok(plan.ok, JSON.stringify(plan));
+  assert.deepEqual(plan.launch.grid, [512, 1, 1]);
+  assert.equal(plan.launchFrom, "launch on line 5 of main.cu");
+  const wrapper = "void launch(float *y, const float *x, int n) { axpy<<<(n + 255) / 256, 256>>>(y, x, n); }\n";
+  const [needsN] = planKernels(kernels, SETTINGS, { siblings: () => [{ name: "wrap.cu", text: wrapper }] });
+  assert.ok(!needsN.ok);
+  assert.match(needsN.reason, /wrap\.cu: the launch on line 1 uses 'n', whose value is not in the file/);
+  const [none] = planKernels(kernels, SETTINGS, { siblings: () => [] });
+  assert.ok(!none.ok);
+  assert.match(none.reason, /no launch of axpy .* in this file or the files beside it/);
+});
