@@ -24,9 +24,21 @@ from flows.retry import transient_only
 
 
 @task(name="evaluate")
-def evaluate_task(inputs: EvaluateInputs, settings: Settings, params: dict[str, Any]) -> EvaluateResult:
-    """``evaluate_stage``: score the model, write the JSON report, log an evaluation run."""
-    return evaluate_stage(inputs, settings, params)
+def evaluate_task(inputs: EvaluateInputs, settings: Settings, params: dict[str, Any],
+                  ray_folds: bool = False) -> EvaluateResult:
+    """``evaluate_stage``: score the model, write the JSON report, log an evaluation run.
+
+    ``ray_folds``: the gate's refit folds run as Ray tasks, one per (split fold, family).
+    """
+    executor = None
+    if ray_folds:
+        from functools import partial
+
+        from components.evaluation.bench import ray_fold_executor
+        from components.runtime import ensure_ray
+
+        executor = partial(ray_fold_executor, start_ray=lambda: ensure_ray(settings))
+    return evaluate_stage(inputs, settings, params, executor)
 
 
 @task(name="promote", retries=2, retry_delay_seconds=5, retry_condition_fn=transient_only)
@@ -84,6 +96,7 @@ def evaluate_and_promote_flow(
         ),
         settings,
         params,
+        ray_folds=True,
     )
     folds = None
     if fold_splits:

@@ -172,7 +172,8 @@ def verdict(project_root: Path, settings: Settings) -> list[str]:
             lines.append(f"verdict: {version} PROMOTED to champion ({outcome.get('reason')})")
         else:
             failures = "; ".join(str(f) for f in outcome.get("failures") or []) or outcome.get("reason")
-            lines.append(f"verdict: {version} stays challenger; champion is v{outcome.get('champion')} ({failures})")
+            champion = f"v{outcome['champion']}" if outcome.get("champion") else "none yet"
+            lines.append(f"verdict: {version} stays challenger (champion: {champion}); failed: {failures}")
     else:
         lines.append("verdict: no promotion report (the register stage did not run)")
     uri = settings.tracking_uri()
