@@ -183,7 +183,7 @@ def profile_run(inputs: ProfileInputs) -> ProfileResult:
     write_manifest(run_dir, manifest)
     if not rows and (report.failed or report.timed_out):
         why = next(iter(report.failed.values()), None) or (
-            f"{len(report.timed_out)} chunk(s) not finished within {inputs.timeout_s:.0f} s "
+            f"{len(report.timed_out)} chunk(s) not finished within {inputs.timeout_s:g} s "
             f"(device {placement.device} busy or absent)")
         raise ProfilingError(f"profiling {placement.device} with {inputs.backend} produced no rows: {why}")
     return ProfileResult(run_dir, manifest, rows)

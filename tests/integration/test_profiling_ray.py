@@ -86,6 +86,24 @@ def test_an_absent_device_is_reported_not_waited_on(local_ray: None, tmp_path: P
     assert not (tmp_path / "run").exists()
 
 
+def test_jobs_not_done_within_the_timeout_are_reported_busy(local_ray: None, tmp_path: Path) -> None:
+    """A device whose jobs do not finish in time (busy GPU, slow node) is reported, not waited on."""
+    from components.profiling.run import ProfilingError
+
+    with pytest.raises(ProfilingError, match=r"chunk\(s\) not finished within 0.2 s \(device host busy or absent\)"):
+        _slow_host_run(tmp_path / "run")
+    manifest = json.loads((tmp_path / "run" / "manifest.json").read_text())
+    assert manifest["status"] == "partial" and manifest["report"]["timed_out"]
+
+
+def _slow_host_run(out: Path):  # noqa: ANN202
+    from components.profiling.run import ProfileInputs, profile_run
+
+    # 200 repeats of the smoke suite cannot finish in 0.2 s.
+    return profile_run(ProfileInputs(device="host", backend="host", suite="smoke", out_dir=out, chunk_size=CHUNK,
+                                     repeats=200, warmup=1, timeout_s=0.2))
+
+
 def _dvc(repo: Path, *args: str) -> str:
     result = subprocess.run([sys.executable, "-m", "dvc", *args], cwd=repo, capture_output=True, text=True)
     assert result.returncode == 0, result.stderr
