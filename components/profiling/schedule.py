@@ -2,7 +2,8 @@
 
 - Placement: a GPU job asks for ``num_gpus=1`` and Ray's ``accelerator_type:<T>`` resource (Ray
   adds it to nodes it detects a GPU type on; KubeRay/``ray up`` node groups declare it), so an
-  H100 chunk runs only on an H100 node. A host job asks for one CPU on the node the run started on.
+  H100 chunk runs only on an H100 node; where nodes declare ``gpu_memory_gb``, a job also claims
+  its GPU's memory (catalog). A host job asks for one CPU on the node the run started on.
 - Idempotent: a job whose chunk file exists returns at once; rows have stable ids, and a chunk's
   file is written atomically by the attempt that finished it -- a worker killed mid-chunk leaves
   nothing behind, Ray retries the job (``max_retries``), and no row is lost or duplicated.
@@ -28,6 +29,11 @@ from components.profiling.rows import write_chunk
 FAULT_ENV = "KERNELCAST_TEST_ONLY_FAULT_EXIT_CHUNK"
 
 
+# Custom resource GPU node groups declare (GB of GPU memory per node): jobs then claim their GPU's
+# memory too, so a node never runs more profiling jobs than its GPUs hold.
+GPU_MEMORY_RESOURCE = "gpu_memory_gb"
+
+
 class DeviceUnavailable(RuntimeError):
     """The device to profile is not in the cluster (or no node offers its accelerator type)."""
 
@@ -44,11 +50,15 @@ class Placement:
     def resource(self) -> str | None:
         return f"accelerator_type:{self.accelerator_type}" if self.accelerator_type else None
 
-    def options(self, max_retries: int) -> dict[str, Any]:
+    def options(self, max_retries: int, memory_resource: bool = False) -> dict[str, Any]:
+        """Ray task options. ``memory_resource``: the cluster's GPU nodes declare a ``gpu_memory_gb``
+        custom resource (infra node groups do), so a job also claims its GPU's memory there."""
         opts: dict[str, Any] = {"num_cpus": self.num_cpus, "num_gpus": self.num_gpus, "max_retries": max_retries,
                                 "retry_exceptions": False}
         if self.resource:
             opts["resources"] = {self.resource: 0.001}
+            if memory_resource and self.gpu_memory_gb:
+                opts["resources"][GPU_MEMORY_RESOURCE] = self.gpu_memory_gb
         return opts
 
 
@@ -168,7 +178,7 @@ def run_jobs(jobs: list[ChunkJob], placement: Placement, *, timeout_s: float, ma
     from ray.exceptions import GetTimeoutError, RayError
 
     check_available(placement)
-    options = placement.options(max_retries)
+    options = placement.options(max_retries, memory_resource=GPU_MEMORY_RESOURCE in ray.cluster_resources())
     if placement.resource is None:
         # "host" is the machine this run was started on (a driver, or a Ray task pinned to a node):
         # its chunks stay on that node, or they would time a different CPU.

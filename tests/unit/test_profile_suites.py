@@ -87,6 +87,7 @@ def test_placement_by_accelerator_type() -> None:
     h100 = placement_for("H100", "events")
     assert h100.accelerator_type == "H100" and h100.num_gpus == 1 and h100.gpu_memory_gb == 80
     assert h100.options(3)["resources"] == {"accelerator_type:H100": 0.001}
+    assert h100.options(3, memory_resource=True)["resources"] == {"accelerator_type:H100": 0.001, "gpu_memory_gb": 80}
     assert placement_for("mi300x", "rocprofv3").resource == "accelerator_type:AMD-Instinct-MI300X"
     assert placement_for("host", "host").resource is None
     with pytest.raises(DeviceUnavailable, match="--device GTX 9999: not a catalog GPU"):
