@@ -372,6 +372,19 @@ class _Lock:
         self.handle.close()
 
 
+def _check_own_folder(out_dir: Path) -> None:
+    """The folder is swapped whole: refuse one holding anything but the canonical tables."""
+    if not out_dir.exists():
+        return
+    if not out_dir.is_dir():
+        raise IngestError(f"--out {out_dir}: not a folder")
+    ours = {*TABLES, "summary.json", PARTS_DIR}
+    foreign = sorted(p.name for p in out_dir.iterdir() if p.name not in ours)
+    if foreign:
+        raise IngestError(f"--out {out_dir} holds other files ({', '.join(foreign[:3])}"
+                          f"{', ...' if len(foreign) > 3 else ''}): give the canonical tables a folder of their own")
+
+
 @dataclass
 class CommitResult:
     paths: dict[str, Path]
@@ -387,6 +400,7 @@ def commit_canonical(result: IngestResult, out_dir: Path) -> CommitResult:
     out_dir.parent.mkdir(parents=True, exist_ok=True)
     with _Lock(out_dir):
         recover_canonical(out_dir)
+        _check_own_folder(out_dir)
         new_parts = split_parts(result)
         new_keys = {p.key for p in new_parts}
         ingested = set(result.rows_in)

@@ -209,3 +209,15 @@ def test_issue_regression_gpuflopbench_after_pipeweave_via_cli(roots: dict[str, 
     counts = _by_source(out)
     assert counts["gpuflopbench"] == 6 and counts["pipeweave"] > 0
     assert "kept pipeweave" in done.output
+
+
+def test_a_folder_holding_other_files_is_refused(roots: dict[str, Path], tmp_path: Path) -> None:
+    """The canonical folder is replaced whole, so --out pointing at a user's folder must not wipe it."""
+    from components.ingest.base import IngestError
+
+    out = tmp_path / "mine"
+    out.mkdir()
+    (out / "notes.txt").write_text("keep me")
+    with pytest.raises(IngestError, match="holds other files \\(notes.txt\\)"):
+        _ingest("gpuflopbench", roots["gpuflopbench"], out, tmp_path)
+    assert (out / "notes.txt").read_text() == "keep me" and not (out / "measurements.parquet").exists()
