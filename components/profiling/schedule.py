@@ -165,7 +165,16 @@ def measure_chunk(job: ChunkJob) -> dict[str, Any]:
     backend = get_backend(job.backend)
     backend.check()
     _inject_fault(job, cases, ctx)
-    rows = backend.measure(cases, ctx)
+    # A case this backend cannot measure (CUDA source on AMD, a program on the host) is a row with
+    # the reason, never a silent gap.
+    supported = [c for c in cases if c.kind in backend.kinds]
+    rows = backend.measure(supported, ctx) if supported else []
+    if len(supported) < len(cases):
+        from components.profiling.backends.base import unsupported
+
+        env = backend.environment()
+        rows += [unsupported(ctx, env, job.backend, c, f"{job.backend} backend cannot measure {c.kind} cases")
+                 for c in cases if c.kind not in backend.kinds]
     for row in rows:
         row["chunk_id"] = job.chunk_id
     written = write_chunk(target, rows)

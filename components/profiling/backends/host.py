@@ -36,7 +36,7 @@ class HostBackend:
         rows = []
         for case in cases:
             if case.kind not in self.kinds:
-                rows.append(unsupported(ctx, env, self.name, case, f"host backend measures op cases, not {case.kind}"))
+                rows.append(unsupported(ctx, env, self.name, case, f"host backend cannot measure {case.kind} cases"))
                 continue
             row = base_row(ctx, env, self.name, case)
             try:
