@@ -236,3 +236,34 @@ def test_bench_reports_progress_after_every_split_and_family() -> None:
         run_accuracy_bench(table, ["first", "second"], ["unseen-kernel", "random"], factory, [],
                            on_progress=lambda result: seen.append(len(result.rows)), max_test_rows=5)
     assert len(seen) == 3 and seen[0] > 0 and seen == sorted(seen)  # 2 families x split 1, then split 2's first
+
+
+def test_gate_report_scores_every_split_and_a_split_that_cannot_be_built_makes_it_partial() -> None:
+    """The promotion gate's report: the artifact where it is honest (its own split, or nothing it
+    trained on), and a split the table lacks (no NeuSight rows here) recorded as an error -- a
+    partial report, which never promotes."""
+    from components.evaluation.report import gate_report, split_mode
+    from components.registry.gate import EvaluationCaps
+
+    table = _table(40).assign(upstream_file="x", program="p")
+    caps = EvaluationCaps(max_train_rows=None, max_test_rows=6, max_gpu_folds=1, min_gpu_rows=1)
+    trained = ScaledPredictor({"m0", "m1"})
+    assert split_mode(trained, "unseen-kernel", "unseen-kernel") == "artifact"
+    assert split_mode(trained, "random", "unseen-kernel") is None  # stub family: no refit recipe
+    assert split_mode(ScaledPredictor(set()), "unseen-gpu", "unseen-kernel") == "artifact"  # training-free
+
+    lines: list[str] = []
+    report = gate_report(ScaledPredictor(set()), table, ("unseen-kernel", "unseen-gpu", "neusight"), caps,
+                         model="stub", trained_split="unseen-kernel", identity={"model_version": "7"},
+                         progress=lines.append)
+    assert report["kind"] == "kernelcast-gate-report" and report["model_version"] == "7"
+    assert report["complete"] is False and len(lines) == 3
+    uk, gpu, neusight = (report["splits"][s] for s in ("unseen-kernel", "unseen-gpu", "neusight"))
+    assert uk["status"] == "ok" and uk["mode"] == "artifact" and uk["n"] <= 6  # capped test side
+    assert uk["metrics"]["runtime_mape"] == pytest.approx(0.1)
+    assert gpu["status"] == "ok" and len(gpu["folds"]) == 1 and gpu["metrics"]["worst_gpu_runtime_mape"] == pytest.approx(0.1)
+    assert neusight["status"] == "error" and "no test rows" in neusight["note"]
+    json.dumps(report, allow_nan=False)
+
+    skipped = gate_report(trained, table, ("random",), caps, model="stub", trained_split="unseen-kernel")
+    assert skipped["complete"] is False and skipped["splits"]["random"]["status"] == "skipped"
