@@ -70,8 +70,6 @@ def test_train_llm_registers_evaluates_and_goes_through_the_gate(
                                    "--allow-challenger", "--report", str(promotion)])
     assert promoted.exit_code == 0, promoted.output
     result = json.loads(promotion.read_text())
-    thresholds = yaml.safe_load(small_llm_params.read_text())["register"]
-    meets = metrics["runtime_mape"] <= thresholds["max_runtime_mape"] and metrics["within_10"] >= thresholds["min_within_10"]
-    if not meets:  # an LLM that misses the thresholds never becomes champion
-        assert result["promoted"] is False and result["failures"]
+    # Judged like any version: without a gate report (`evaluate --gate`) it never becomes champion.
+    assert result["promoted"] is False and "evaluation report present" in result["failures"][0]
     assert str(client.get_model_version_by_alias("kernelcast", "challenger").version) == version
