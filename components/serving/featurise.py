@@ -25,8 +25,28 @@ from components.features import analytical as an
 QUERY_SOURCE = "query"
 
 
+_DEVICE_CACHE: dict[tuple[Any, ...], tuple[dict[str, np.ndarray], pd.DataFrame]] = {}
+
+
 def _device_arrays(specs: Sequence[Any]) -> tuple[dict[str, np.ndarray], pd.DataFrame]:
-    """Per distinct spec: the analytical device numbers and the ``dev_*`` feature vector."""
+    """Per distinct spec: the analytical device numbers and the ``dev_*`` feature vector (cached per
+    spec set: a server asks about the same few GPUs again and again)."""
+    try:
+        key: tuple[Any, ...] | None = tuple(specs)
+        hash(key)
+    except TypeError:
+        key = None
+    if key is not None and key in _DEVICE_CACHE:
+        return _DEVICE_CACHE[key]
+    result = _device_arrays_uncached(specs)
+    if key is not None:
+        if len(_DEVICE_CACHE) > 256:
+            _DEVICE_CACHE.clear()
+        _DEVICE_CACHE[key] = result
+    return result
+
+
+def _device_arrays_uncached(specs: Sequence[Any]) -> tuple[dict[str, np.ndarray], pd.DataFrame]:
     from components.devices import Catalog, device_feature_vector
 
     catalog = Catalog(list(specs))
