@@ -36,6 +36,7 @@ class KernelBenchBench:
     rows: list[dict[str, Any]] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
     predictions: pd.DataFrame | None = None  # every scored row: keys, target, both predictions
+    reasons: pd.DataFrame | None = None  # timing rows without a prediction, and why
 
 
 def _row(family: str, scope: str, metric: str, value: float | None, n: int, n_asked: int) -> dict[str, Any]:
@@ -60,6 +61,7 @@ def scope_of(level: str, device: str, config: str) -> str:
 
 def run_kernelbench_bench(measurements: pd.DataFrame, kernels: pd.DataFrame, cache_dir: Path, *,
                           configs: list[str] | None = None, kernel_ids: list[str] | None = None,
+                          min_held_out_rows: int = MIN_HELD_OUT_ROWS, min_train_rows: int = 50,
                           log: Callable[[str], None] = lambda _: None) -> KernelBenchBench:
     """Leave-one-GPU-out per (config, GPU), scored per level; see the module docstring."""
     from components.devices import load_catalog
@@ -70,6 +72,7 @@ def run_kernelbench_bench(measurements: pd.DataFrame, kernels: pd.DataFrame, cac
     data = load_kernelbench(measurements, kernels, cache_dir, log=log, kernel_ids=kernel_ids)
     catalog = load_catalog()
     table = program_table(data, catalog)
+    result.reasons = data.reasons
     asked = pd.concat([data.rows[["kernel_id", "device_id", "config", "level"]],
                        data.reasons[["kernel_id", "device_id", "config", "level"]]], ignore_index=True)
     n_rows, n_reasons = len(asked), len(data.reasons)
@@ -82,16 +85,16 @@ def run_kernelbench_bench(measurements: pd.DataFrame, kernels: pd.DataFrame, cac
     for config in wanted:
         rows = table[table["config"] == config]
         counts = rows.groupby("device_id").size()
-        held = sorted(counts[counts >= MIN_HELD_OUT_ROWS].index)
+        held = sorted(counts[counts >= min_held_out_rows].index)
         if rows["device_id"].nunique() < 2 or not held:
             result.notes.append(f"{SPLIT} {config}: skipped ({len(rows)} rows on {rows['device_id'].nunique()} GPUs)")
             continue
         for device in held:
             train = rows[rows["device_id"] != device]
-            if train["device_id"].nunique() < 1 or len(train) < 50:
+            if train["device_id"].nunique() < 2 or len(train) < min_train_rows:
                 result.notes.append(f"{SPLIT} {config} {device}: too few training rows ({len(train)})")
                 continue
-            model = fit_program_model(train.assign(config="eager"), "roofline")
+            model = fit_program_model(train.assign(config="eager"), "roofline", min_rows=min_train_rows)
             test = rows[rows["device_id"] == device].reset_index(drop=True)
             scored.append(test.assign(pred_model=model.predict(test), pred_roofline=test["roof_sum_us"].to_numpy()))
             log(f"{SPLIT} {config} held out {device}: trained on {len(train)} rows "

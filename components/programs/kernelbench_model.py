@@ -43,12 +43,12 @@ def program_table(data: KernelBenchData, catalog: Any, op_predictor: Any = None)
     return table.fillna({c: 0.0 for c in table.columns if c.startswith("pred_")})
 
 
-def fit_program_model(table: pd.DataFrame, basis: str, *, residual: bool = True,
+def fit_program_model(table: pd.DataFrame, basis: str, *, residual: bool = True, min_rows: int = MIN_CONFIG_ROWS,
                       log: Callable[[str], None] = lambda _: None) -> ProgramModel:
-    """One model per config with at least MIN_CONFIG_ROWS rows on MIN_CONFIG_DEVICES GPUs."""
+    """One model per config with at least ``min_rows`` rows on MIN_CONFIG_DEVICES GPUs."""
     configs: dict[str, ConfigModel] = {}
     for config, rows in table.groupby("config", sort=True):
-        if len(rows) < MIN_CONFIG_ROWS or rows["device_id"].nunique() < MIN_CONFIG_DEVICES:
+        if len(rows) < min_rows or rows["device_id"].nunique() < MIN_CONFIG_DEVICES:
             log(f"program model: {config} skipped ({len(rows)} rows on {rows['device_id'].nunique()} GPUs)")
             continue
         configs[str(config)] = fit_config(rows.reset_index(drop=True), rows["duration_us"].to_numpy("float64"),
@@ -93,3 +93,29 @@ def fit_for_predictor(predictor: Any, measurements: pd.DataFrame, kernels: pd.Da
 def mape(pred: np.ndarray, true: np.ndarray) -> float:
     ok = np.isfinite(pred) & np.isfinite(true) & (true > 0)
     return float(np.mean(np.abs(pred[ok] - true[ok]) / true[ok])) if ok.any() else float("nan")
+
+
+def fit_after_training(predictor: Any, train_side: pd.DataFrame, settings: Any, predictor_dir: Path,
+                       log: Callable[[str], None] = lambda _: None) -> list[Path]:
+    """The train stage's hook: fit the program models on the KernelBench rows of the fold's train
+    side (canonical tables under ``settings.data_dir``). A missing table or KernelBench source is
+    said and skipped -- module questions then answer with the roofline-basis or untrained model."""
+    canonical = Path(settings.data_dir) / "canonical"
+    paths = [canonical / "measurements.parquet", canonical / "kernels.parquet"]
+    if not all(p.is_file() for p in paths) or "measurement_id" not in train_side.columns:
+        log(f"program model: skipped (no canonical tables in {canonical})")
+        return []
+    ids = set(train_side.loc[train_side["source"] == "kernelbench", "measurement_id"].astype(str))
+    if not ids:
+        log("program model: skipped (no KernelBench rows on the train side)")
+        return []
+    measurements = pd.read_parquet(paths[0], columns=["measurement_id", "kernel_id", "device_id", "source",
+                                                      "params_json", "duration_us"])
+    kernels = pd.read_parquet(paths[1], columns=["kernel_id", "source", "program", "source_text"])
+    kernels = kernels[kernels["source"] == "kernelbench"]
+    try:
+        return fit_for_predictor(predictor, measurements, kernels, settings, train_ids=ids,
+                                 predictor_dir=predictor_dir, log=log)
+    except ValueError as exc:  # e.g. no eager timings on this side: say so, the op model stands
+        log(f"program model: not fitted ({exc})")
+        return []

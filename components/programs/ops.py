@@ -89,8 +89,11 @@ ELEMENTWISE_MAP: dict[str, str] = {
     "logit": "log", "sgn": "neg", "frac": "neg", "rrelu_with_noise": "relu", "prelu": "mul", "_prelu_kernel": "mul",
     "nan_to_num": "relu", "silu_and_mul": "silu_and_mul", "bitwise_and": "add", "bitwise_or": "add",
 }
-KINDS: tuple[str, ...] = ("gemm", "bmm", "conv", "attention", "elementwise", "softmax", "norm", "reduction",
-                          "pooling", "copy", "rnn", "unmapped", "free")
+KINDS: tuple[str, ...] = ("gemm", "bmm", "conv", "conv_grouped", "conv_transposed", "attention", "elementwise",
+                          "softmax", "norm", "batchnorm", "reduction", "scan", "pooling", "copy", "rnn", "unmapped",
+                          "free")
+# Scans run one pass per row with little parallelism (cumsum/cumprod), unlike reductions.
+SCAN_OPS: frozenset[str] = frozenset({"cumsum", "cumprod", "cummax", "cummin", "logcumsumexp"})
 
 
 @dataclass(frozen=True)
@@ -144,6 +147,9 @@ def _scalar(op: dict[str, Any], index: int, default: Any) -> Any:
 
 
 def _conv(op: dict[str, Any], dtype: str, moved: float) -> OpQuestion:
+    """Convolutions as the implicit GEMM with their FLOPs and bytes (kinds: ``conv``, ``conv_grouped``
+    for grouped/depthwise, ``conv_transposed``: cuDNN picks different algorithms for each, so each
+    kind gets its own learned efficiency)."""
     inputs, outputs = op["inputs"], op["outputs"]
     if len(inputs) < 2 or not outputs:
         return _bytes_moved(op["aten"], "conv", dtype, moved, mapped=False)
@@ -152,25 +158,28 @@ def _conv(op: dict[str, Any], dtype: str, moved: float) -> OpQuestion:
     if spatial < 1 or len(w) != len(x) or len(y) != len(x):
         return _bytes_moved(op["aten"], "conv", dtype, moved, mapped=False)
     stride, padding, dilation = (_scalar(op, i, [1]) for i in (3, 4, 5))
-    transposed, groups = bool(_scalar(op, 6, False)), int(_scalar(op, 8, 1) or 1)
+    transposed, groups = bool(_scalar(op, 6, False)), max(1, int(_scalar(op, 8, 1) or 1))
     n, cin, cout = x[0], x[1], y[1]
     kernel = w[2:]
-    if groups > 1:  # grouped/depthwise: a direct kernel, memory-bound in practice
-        return _bytes_moved(op["aten"], "conv", dtype, moved)
+    kind = "conv_transposed" if transposed else ("conv_grouped" if groups > 1 else "conv")
+    name = f"conv{spatial}d" + ("_transposed" if transposed else "")
+    # A grouped conv is `groups` independent convs: batch N*groups of Cin/groups -> Cout/groups.
+    batch, cin_g, cout_g = n * groups, cin / groups, cout / groups
     square = (spatial == 2 and x[2] == x[3] and kernel[0] == kernel[1] and len(set(stride)) == 1
               and len(set(padding)) == 1 and set(dilation) == {1} and not transposed)
     if square:
-        shape = _shape(B=n, cin=cin, cout=cout, ksize=kernel[0], input_size=x[2], stride=stride[0], pad=padding[0])
-        return OpQuestion(op["aten"], "conv", "conv", "conv2d", shape, dtype, moved)
-    # Everything else as the implicit GEMM with the same FLOPs: rows = N * output pixels (or input
-    # pixels for a transposed conv), depth = Cin * kernel taps; a 1x1 "conv" on a square image.
+        shape = _shape(B=batch, cin=cin_g, cout=cout_g, ksize=kernel[0], input_size=x[2], stride=stride[0],
+                       pad=padding[0])
+        return OpQuestion(op["aten"], kind, "conv", name, shape, dtype, moved)
+    # Everything else as a 1x1 conv on a square image with the same FLOPs: rows = output pixels
+    # (input pixels for a transposed conv, which scatters each input pixel through the kernel),
+    # depth = input channels x kernel taps.
     if transposed:
-        rows, cin_eq, cout_eq = _numel(x[2:]), cin, cout * _numel(kernel) / max(1, groups)
+        rows, depth, cols = _numel(x[2:]), cin_g, cout_g * _numel(kernel)
     else:
-        rows, cin_eq, cout_eq = _numel(y[2:]), cin * _numel(kernel), cout
-    shape = _shape(B=n, cin=cin_eq, cout=cout_eq, ksize=1, input_size=math.sqrt(rows), stride=1, pad=0)
-    return OpQuestion(op["aten"], "conv", "conv", f"conv{spatial}d" + ("_transposed" if transposed else ""),
-                      shape, dtype, moved)
+        rows, depth, cols = _numel(y[2:]), cin_g * _numel(kernel), cout_g
+    shape = _shape(B=batch, cin=depth, cout=cols, ksize=1, input_size=math.sqrt(rows), stride=1, pad=0)
+    return OpQuestion(op["aten"], kind, "conv", name, shape, dtype, moved)
 
 
 def _gemm(op: dict[str, Any], dtype: str, moved: float) -> OpQuestion:
@@ -223,7 +232,8 @@ def _norm(op: dict[str, Any], dtype: str, moved: float) -> OpQuestion:
     else:  # batch norm (training mode: statistics per channel over N x spatial)
         cols = total / max(1.0, float(x[1]) if len(x) > 1 else 1.0)
         family = "layernorm"
-    return OpQuestion(aten, "norm", family, "layer_norm" if family == "layernorm" else "rmsnorm",
+    kind = "batchnorm" if "batch_norm" in aten else "norm"
+    return OpQuestion(aten, kind, family, "layer_norm" if family == "layernorm" else "rmsnorm",
                       _shape(B=max(1.0, total / cols), H=cols), dtype, moved)
 
 
@@ -240,7 +250,8 @@ def _elementwise(op: dict[str, Any], name: str, dtype: str, moved: float) -> OpQ
 
 
 def _rnn(op: dict[str, Any], dtype: str, moved: float) -> OpQuestion:
-    """An RNN layer as its gate GEMM: rows = steps x batch, columns = gates x hidden, depth = input + hidden."""
+    """An RNN layer as its gate GEMM: rows = steps x batch, columns = gates x hidden (x directions),
+    depth = input + hidden. (Its time steps run one after the other: the ``rnn`` kind learns that.)"""
     mats = [i[0] for i in op["inputs"] if len(i[0]) == 2]
     x = op["inputs"][0][0] if op["inputs"] else []
     if len(mats) >= 2 and len(x) == 3:
@@ -273,6 +284,8 @@ def map_op(op: dict[str, Any]) -> OpQuestion:
         return _elementwise(op, name, dtype, moved)
     if aten.startswith(POOL_PREFIXES):
         return _bytes_moved(aten, "pooling", dtype, moved)
+    if aten in SCAN_OPS:
+        return _bytes_moved(aten, "scan", dtype, moved)
     if name in REDUCTION_OPS or aten in REDUCTION_OPS:
         return _bytes_moved(aten, "reduction", dtype, moved)
     if name in COPY_OPS or aten in COPY_OPS:

@@ -38,6 +38,7 @@ DEFAULT_FRAMEWORK_US = 6.0
 RESIDUAL_PARAMS = {"objective": "regression_l2", "n_estimators": 150, "learning_rate": 0.05, "num_leaves": 8,
                    "min_child_samples": 25, "subsample": 0.8, "subsample_freq": 1, "colsample_bytree": 0.8,
                    "reg_lambda": 1.0, "verbose": -1, "n_jobs": 1}
+PARAM_TERMS: tuple[str, ...] = (*FEATURE_KINDS, "lowpar")  # time sums with a learned weight each
 RESIDUAL_EXCLUDE: tuple[str, ...] = ("clock_ghz",)  # a per-GPU constant: lets trees memorise training GPUs
 
 
@@ -48,6 +49,9 @@ class ConfigModel:
     log_eff: dict[str, float]
     launch_us: float
     framework_us: float
+    # Overheads scale as (DRAM GB/s / 1000)^-host_beta: newer, faster GPUs ship in hosts with faster
+    # CPUs, so per-call costs fall with the GPU generation (one shared exponent, learned).
+    host_beta: float = 0.0
     residual: str | None = None  # LightGBM model text
     features: list[str] = field(default_factory=list)
     n_train: int = 0
@@ -56,12 +60,15 @@ class ConfigModel:
 
     def base(self, frame: pd.DataFrame, basis: str) -> np.ndarray:
         gpu = np.zeros(len(frame))
-        for kind in FEATURE_KINDS:
+        for kind in PARAM_TERMS:
             column = f"{basis}_{kind}"
             if column in frame.columns:
                 gpu = gpu + frame[column].to_numpy("float64") * math.exp(-self.log_eff.get(kind, 0.0))
-        gpu = gpu + frame["n_kernels"].to_numpy("float64") * self.launch_us
-        cpu = frame["n_aten"].to_numpy("float64") * self.framework_us
+        host = np.ones(len(frame))
+        if "dram_gbps" in frame.columns and self.host_beta:
+            host = np.power(np.clip(frame["dram_gbps"].to_numpy("float64"), 50.0, 20000.0) / 1000.0, -self.host_beta)
+        gpu = gpu + frame["n_kernels"].to_numpy("float64") * self.launch_us * host
+        cpu = frame["n_aten"].to_numpy("float64") * self.framework_us * host
         return (gpu ** SMOOTH_P + cpu ** SMOOTH_P) ** (1.0 / SMOOTH_P)
 
     def booster(self) -> Any:
@@ -81,6 +88,7 @@ class ConfigModel:
 
     def to_json(self) -> dict[str, Any]:
         return {"log_eff": self.log_eff, "launch_us": self.launch_us, "framework_us": self.framework_us,
+                "host_beta": self.host_beta,
                 "residual": self.residual, "features": self.features, "n_train": self.n_train, "devices": self.devices}
 
 
@@ -119,10 +127,16 @@ class ProgramModel:
 
 
 def kind_sums(op_frame: pd.DataFrame, value: str, prefix: str) -> pd.DataFrame:
-    """Per (program, device): summed ``count * value`` per op kind, as ``<prefix>_<kind>`` columns."""
+    """Per (program, device): summed ``count * value`` per op kind, as ``<prefix>_<kind>`` columns,
+    and ``<prefix>_lowpar``: the extra time of kernels too small to occupy every SM
+    (``time * (1/active_fraction - 1)``; its weight is learned like an efficiency)."""
     f = op_frame.assign(_t=op_frame[value] * op_frame["count"])
     table = f.pivot_table(index=["program", "device_id"], columns="kind", values="_t", aggfunc="sum", fill_value=0.0)
-    return table.reindex(columns=list(FEATURE_KINDS), fill_value=0.0).add_prefix(f"{prefix}_").reset_index()
+    table = table.reindex(columns=list(FEATURE_KINDS), fill_value=0.0)
+    active = f["active"] if "active" in f.columns else pd.Series(1.0, index=f.index)
+    lowpar = f.assign(_l=f["_t"] * (1.0 / active - 1.0)).groupby(["program", "device_id"])["_l"].sum()
+    table["lowpar"] = lowpar.reindex(table.index).fillna(0.0)
+    return table.add_prefix(f"{prefix}_").reset_index()
 
 
 def _fit_parametric(frame: pd.DataFrame, target: np.ndarray, kinds: Sequence[str]) -> ConfigModel:
@@ -133,15 +147,17 @@ def _fit_parametric(frame: pd.DataFrame, target: np.ndarray, kinds: Sequence[str
 
     def unpack(theta: np.ndarray) -> ConfigModel:
         log_eff = {k: float(v) for k, v in zip(active, theta[:len(active)])}
-        return ConfigModel(log_eff, float(math.exp(theta[-2])), float(math.exp(theta[-1])))
+        return ConfigModel(log_eff, float(math.exp(theta[-3])), float(math.exp(theta[-2])), float(theta[-1]))
 
     def residuals(theta: np.ndarray) -> np.ndarray:
         pred = unpack(theta).base(frame, "pred")
         return np.log(np.maximum(pred, 1e-6)) - np.log(target)
 
-    theta0 = np.concatenate([np.zeros(len(active)), [math.log(DEFAULT_LAUNCH_US), math.log(DEFAULT_FRAMEWORK_US)]])
-    lower = np.concatenate([np.full(len(active), -3.0), [math.log(0.5), math.log(0.5)]])
-    upper = np.concatenate([np.full(len(active), 5.0), [math.log(200.0), math.log(200.0)]])
+    beta = 0.0 if "dram_gbps" in frame.columns else None
+    theta0 = np.concatenate([np.zeros(len(active)), [math.log(DEFAULT_LAUNCH_US), math.log(DEFAULT_FRAMEWORK_US),
+                                                     0.0]])
+    lower = np.concatenate([np.full(len(active), -3.0), [math.log(0.5), math.log(0.5), -1e-9 if beta is None else -1.0]])
+    upper = np.concatenate([np.full(len(active), 5.0), [math.log(200.0), math.log(200.0), 1e-9 if beta is None else 1.0]])
     fit = least_squares(residuals, theta0, bounds=(lower, upper), loss="soft_l1", f_scale=0.3)
     return unpack(fit.x)
 
@@ -150,7 +166,7 @@ def fit_config(frame: pd.DataFrame, target: np.ndarray, *, residual: bool = True
     """Fit one config's model on program rows (``pred_<kind>``, ``n_kernels``, ``n_aten`` + features)."""
     keep = np.isfinite(target) & (target > 0)
     frame, target = frame.loc[keep].reset_index(drop=True), target[keep]
-    model = _fit_parametric(frame, target, FEATURE_KINDS)
+    model = _fit_parametric(frame, target, PARAM_TERMS)
     model.n_train = int(len(frame))
     model.devices = sorted(frame["device_id"].astype(str).unique()) if "device_id" in frame else []
     if residual and len(frame) >= 100:

@@ -102,7 +102,9 @@ def op_times(programs: Sequence[ProgramOps], device_ids: Sequence[str], catalog:
                                "roof_us": roof, "pipes_us": pipes, "bound": bound,
                                "pred_us": np.where(has_pred, pred, roof),
                                "pred_source": np.where(has_pred, "op model", "roofline"), "pipe": pipe,
-                               "flops": pd.to_numeric(table["f_flops"], errors="coerce").to_numpy("float64")})
+                               "flops": pd.to_numeric(table["f_flops"], errors="coerce").to_numpy("float64"),
+                               "active": pd.to_numeric(table["f_active_sm_fraction"], errors="coerce")
+                               .fillna(1.0).clip(lower=1.0 / 64, upper=1.0).to_numpy("float64")})
     link_frame = pd.DataFrame(links, columns=["program", "question", "kernel_id"])
     q_info = pd.DataFrame([{"program": p, "question": q, "aten": programs[p].questions[q].aten,
                             "kind": programs[p].questions[q].kind, "family": programs[p].questions[q].family,

@@ -102,10 +102,13 @@ def _recorder():  # noqa: ANN202
         def __init__(self) -> None:
             super().__init__()
             self.ops: list[dict[str, Any]] = []
+            self.paused = 0
 
         def __torch_dispatch__(self, func, types, args=(), kwargs=None):  # noqa: ANN001, ANN204
             kwargs = kwargs or {}
             out = func(*args, **kwargs)
+            if self.paused:
+                return out
             if len(self.ops) >= MAX_OPS:
                 raise RuntimeError(f"more than {MAX_OPS} aten calls: refusing to trace further")
             scalars = [None if isinstance(a, torch.Tensor) or (isinstance(a, (list, tuple)) and any(
@@ -157,6 +160,55 @@ def trace_one(job: dict[str, Any], recorder_cls: Any) -> list[dict[str, Any]]:
         return _trace(code, filename, recorder_cls, real_weights=True)
 
 
+RNN_GATES = {"lstm": 4, "gru": 3, "rnn_tanh": 1, "rnn_relu": 1}
+
+
+class _RecordedVF:
+    """Stands in for ``torch.nn.modules.rnn._VF``: on CPU, ``_VF.lstm``/``gru`` decompose into one
+    cell per time step (thousands of aten calls), while CUDA eager runs one cuDNN RNN per layer.
+    Records one ``_cudnn_rnn`` call per layer (input, gate weights) and hides the decomposition."""
+
+    def __init__(self, vf: Any, recorder: Any) -> None:
+        self._vf, self._recorder = vf, recorder
+
+    def __getattr__(self, name: str) -> Any:
+        target = getattr(self._vf, name)
+        if name not in RNN_GATES:
+            return target
+
+        def call(*args: Any, **kwargs: Any) -> Any:
+            self._record(name, args)
+            self._recorder.paused += 1
+            try:
+                return target(*args, **kwargs)
+            finally:
+                self._recorder.paused -= 1
+
+        return call
+
+    def _record(self, name: str, args: tuple[Any, ...]) -> None:
+        import torch
+
+        x = args[0]
+        if not isinstance(x, torch.Tensor) or x.dim() != 3:
+            return  # packed sequences and cell calls: let the decomposition be recorded
+        hx = args[1][0] if isinstance(args[1], (list, tuple)) else args[1]
+        layers, bidirectional, batch_first = int(args[4]), bool(args[7]), bool(args[8])
+        dirs = 2 if bidirectional else 1
+        hidden = int(hx.shape[-1])
+        steps, batch = (x.shape[1], x.shape[0]) if batch_first else (x.shape[0], x.shape[1])
+        dtype = str(x.dtype).removeprefix("torch.")
+        gates = RNN_GATES[name] * hidden
+        for layer in range(layers):
+            width = int(x.shape[-1]) if layer == 0 else hidden * dirs
+            self._recorder.ops.append({
+                "aten": "_cudnn_rnn", "overload": name, "view": False,
+                "inputs": [[[int(steps), int(batch), width], dtype, True], [[gates * dirs, width], dtype, True],
+                           [[gates * dirs, hidden], dtype, True]],
+                "outputs": [[[int(steps), int(batch), hidden * dirs], dtype, True]],
+                "scalars": [name, layer, dirs], "kwargs": {}})
+
+
 def _trace(code: Any, filename: str, recorder_cls: Any, *, real_weights: bool) -> list[dict[str, Any]]:
     import contextlib
 
@@ -178,8 +230,15 @@ def _trace(code: Any, filename: str, recorder_cls: Any, *, real_weights: bool) -
         recorder = recorder_cls()
 
         def forward() -> None:
-            with torch.no_grad(), recorder:
-                model(*list(inputs or []))
+            import torch.nn.modules.rnn as rnn_module
+
+            original = rnn_module._VF
+            rnn_module._VF = _RecordedVF(original, recorder)
+            try:
+                with torch.no_grad(), recorder:
+                    model(*list(inputs or []))
+            finally:
+                rnn_module._VF = original
 
         _call("forward", forward)
     return recorder.ops

@@ -1,0 +1,130 @@
+"""predict_module on catalog GPUs (roofline op model, real sandbox), the trace cache and the
+KernelBench bench split on a tiny real subset (real timings from the bundled JSON files)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+from components.programs.errors import ProgramError
+
+KERNELBENCH = Path(__file__).resolve().parents[2].parent / "shared" / "datasets" / "kernelbench"
+MODULE = '''
+import torch
+import torch.nn as nn
+
+class Model(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.conv = nn.Conv2d(16, 32, 3)
+    def forward(self, x):
+        y = torch.relu(self.conv(x))
+        return torch.softmax(y.flatten(1), dim=1)
+
+def get_inputs():
+    return [torch.randn(32, 16, 64, 64)]
+
+def get_init_inputs():
+    return []
+'''
+ANSWER_KEYS = {"question", "device", "device_name", "kind", "duration_us", "duration_us_lo", "duration_us_hi",
+               "achieved_gbps", "gflops", "l1_hit_rate", "l2_hit_rate", "arith_intensity", "roofline_class",
+               "bound_pipe", "roofline_us", "headroom", "ood", "note", "model_version", "breakdown"}
+
+
+@pytest.fixture()
+def empty_home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    monkeypatch.setenv("KERNELCAST_HOME", str(tmp_path / "home"))
+    return tmp_path / "home"
+
+
+def test_predict_module_answers_per_catalog_gpu_with_a_breakdown(tmp_path: Path, empty_home: Path):
+    from components.devices import load_catalog
+    from components.models.roofline import RooflinePredictor
+    from components.programs.module_predict import predict_module
+
+    path = tmp_path / "conv_block.py"
+    path.write_text(MODULE)
+    catalog = load_catalog()
+    answers = predict_module(str(path), None, [catalog.resolve("H100"), catalog.resolve("T4")], RooflinePredictor())
+    assert [a["device"] for a in answers] == [catalog.resolve("H100").id, catalog.resolve("T4").id]
+    for answer in answers:
+        assert ANSWER_KEYS <= set(answer)
+        assert answer["kind"] == "module"
+        assert answer["roofline_class"] in ("compute", "bandwidth")
+        # Learned-or-default overheads come on top of the trace's roofline, never below it.
+        assert answer["duration_us"] >= answer["roofline_us"] > 0
+        breakdown = json.loads(answer["breakdown"])
+        assert {b["op"].split()[0] for b in breakdown} == {"convolution", "relu", "_softmax"}
+        assert [b["duration_us"] for b in breakdown] == sorted((b["duration_us"] for b in breakdown), reverse=True)
+        assert all(b["bound"] in ("compute", "bandwidth") and b["count"] == 1 for b in breakdown)
+        assert "no learned program model" in answer["note"]  # an empty home has none
+    h100, t4 = answers
+    assert t4["duration_us"] > h100["duration_us"]
+
+
+def test_predict_module_errors_name_the_problem(tmp_path: Path, empty_home: Path):
+    from components.devices import load_catalog
+    from components.models.roofline import RooflinePredictor
+    from components.programs.module_predict import predict_module
+
+    spec = [load_catalog().resolve("H100")]
+    with pytest.raises(ProgramError, match="dtype 'fp12'"):
+        predict_module(MODULE, "fp12", spec, RooflinePredictor())
+    path = tmp_path / "no_model.py"
+    path.write_text("import torch\n")
+    with pytest.raises(ProgramError, match="no_model.py: cannot trace the module: no Model defined"):
+        predict_module(str(path), None, spec, RooflinePredictor())
+
+
+def _tiny_kernelbench(problems: int = 8):  # noqa: ANN202
+    """Real eager timings of the first level-1 problems of the v0.1 tree, as the ingest adapter reads them."""
+    from components.devices import load_catalog
+    from components.ingest.kernelbench import ingest
+
+    out = ingest(KERNELBENCH, load_catalog())
+    kernels = out.kernels[out.kernels["source_text"].notna() & out.kernels["name"].str.endswith("@v0.1+")
+                          & out.kernels["program"].str.startswith("level1/")]
+    simple = kernels[kernels["op"].str.contains("ReLU|Sigmoid|Tanh|GELU|Softmax|Matmul", regex=True)]
+    chosen = simple.sort_values("name").head(problems)
+    measurements = out.measurements[out.measurements["kernel_id"].isin(set(chosen["kernel_id"]))]
+    measurements = measurements[measurements["params_json"].str.contains('"mode":"eager"')]
+    return measurements, chosen
+
+
+@pytest.mark.skipif(not KERNELBENCH.is_dir(), reason="shared KernelBench data not present")
+def test_kernelbench_bench_scores_every_held_out_gpu_beside_the_trace_roofline(tmp_path: Path):
+    from components.evaluation.kernelbench_bench import FAMILY_MODEL, FAMILY_ROOFLINE, run_kernelbench_bench
+    from components.programs import kernelbench_data
+
+    measurements, kernels = _tiny_kernelbench()
+    bench = run_kernelbench_bench(measurements, kernels, tmp_path / "cache", min_held_out_rows=3, min_train_rows=10)
+    rows = pd.DataFrame(bench.rows)
+    level1 = rows[rows["scope"].str.match(r"level=1,device=[^,]+$") & (rows["metric"] == "mape")]
+    assert set(level1["family"]) == {FAMILY_MODEL, FAMILY_ROOFLINE}
+    assert level1["target"].str.match(r"duration_us\[level=1,device=[a-z0-9-]+\]").all()
+    assert level1["ours"].notna().all() and level1["n"].gt(0).all()
+    # Every timing row is predicted or has a stated reason: the asked rows add up.
+    held = set(bench.predictions["device_id"])
+    timed = measurements[measurements["device_id"].isin(held)].groupby(["kernel_id", "device_id"]).ngroups
+    reasons = bench.reasons[bench.reasons["device_id"].isin(held)]
+    assert len(bench.predictions) + len(reasons) == timed
+    assert (level1["n"] <= level1["n_asked"]).all()
+    assert bench.notes and "with a stated reason" in bench.notes[0]
+    # The traces are cached by content: a second run traces nothing.
+    cached = kernelbench_data.cache_path(tmp_path / "cache")
+    assert cached.is_file()
+
+    def refuse(*_args, **_kwargs):  # noqa: ANN002, ANN003, ANN202
+        raise AssertionError("retraced a cached module")
+
+    original = kernelbench_data.trace_many
+    kernelbench_data.trace_many = refuse
+    try:
+        texts = dict(zip(kernels["kernel_id"], kernels["source_text"]))
+        assert all(r.ok for r in kernelbench_data.cached_traces(texts, tmp_path / "cache").values())
+    finally:
+        kernelbench_data.trace_many = original
