@@ -145,6 +145,11 @@ def _train_classic(
     stamp = _stamp()
     out_dir = Path(inputs.out_dir or settings.models_dir / f"{family}-{split}-{stamp}")
     predictor.save(out_dir)
+    # Whole-program questions: the program model on this predictor's op times, fitted on the train
+    # side's KernelBench timings, saved in out_dir and models/programs/ (components/programs).
+    from components.programs.kernelbench_model import fit_after_training
+
+    fit_after_training(predictor, table.loc[chosen.train], settings, out_dir, say)
     rows = capped_rows(chosen.test, table, inputs.max_test_rows)
     evaluation = evaluate_predictor(predictor, table, split, model=str(out_dir), rows=rows)
     plots = write_plots(evaluation.frame, settings.reports_dir / f"train-{family}-{split}-{stamp}")
