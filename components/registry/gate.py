@@ -224,7 +224,7 @@ def champion_rules(metrics: Mapping[str, float], champion: Mapping[str, float] |
                    policy: GatePolicy) -> list[Rule]:
     """No guarded metric worse than the champion's by more than the tolerance."""
     if champion_version is None:
-        return [Rule("no champion to defend", None, None, True, "first champion")]
+        return [Rule("no champion to defend", "none", None, True, "first champion")]
     rules = []
     for key in policy.guarded:
         higher = policy.direction(key)

@@ -140,6 +140,9 @@ def version_eval_report(name: str, version: str, tracking_uri: str) -> dict[str,
     uri = tags.get(EVAL_REPORT_TAG)
     if not uri:
         return None
+    import os
+
+    os.environ.setdefault("MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR", "false")  # one small JSON: no bar in the verdict
     mlflow.set_tracking_uri(tracking_uri)  # runs:/ artifact URIs resolve against the current store
     return mlflow.artifacts.load_dict(uri)
 

@@ -63,12 +63,15 @@ def promote_command(
     if result.dry_run:
         verdict = "would become champion" if result.would_promote else "would stay challenger"
         typer.echo(f"{result.model_name} v{result.version}: DRY RUN, {verdict}; nothing moved "
-                   f"(champion is v{result.champion})")
+                   f"({_champion(result.champion)})")
         if not result.would_promote and not allow_challenger:
             raise typer.Exit(code=1)
         return
     status = "champion" if result.promoted else "challenger only"
-    typer.echo(f"{result.model_name} v{result.version}: {status} ({result.reason}); "
-               f"champion is v{result.champion}")
+    typer.echo(f"{result.model_name} v{result.version}: {status} ({result.reason}); {_champion(result.champion)}")
     if not result.promoted and not allow_challenger:
         raise typer.Exit(code=1)
+
+
+def _champion(version: str | None) -> str:
+    return "no champion yet" if version is None else f"champion is v{version}"
