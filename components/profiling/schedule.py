@@ -4,9 +4,10 @@
   adds it to nodes it detects a GPU type on; KubeRay/``ray up`` node groups declare it), so an
   H100 chunk runs only on an H100 node; where nodes declare ``gpu_memory_gb``, a job also claims
   its GPU's memory (catalog). A host job asks for one CPU on the node the run started on.
-- Idempotent: a job whose chunk file exists returns at once; rows have stable ids, and a chunk's
-  file is written atomically by the attempt that finished it -- a worker killed mid-chunk leaves
-  nothing behind, Ray retries the job (``max_retries``), and no row is lost or duplicated.
+- Idempotent: rows have stable ids; a job returns its rows (and the tool's raw output) and the
+  driver writes the chunk's file atomically, once, when the job finishes -- so workers need no
+  shared disk, a worker killed mid-chunk leaves nothing behind, Ray retries the job
+  (``max_retries``), and no row is lost or duplicated. Chunks whose file exists are not resubmitted.
 - Partial results kept: every finished chunk is its own file; a failed chunk does not undo others.
 - Absent or busy devices are reported, not waited on forever: absent (no node offers the resource)
   fails before submitting; chunks not finished within ``timeout_s`` are cancelled and reported.
@@ -152,33 +153,59 @@ def _inject_fault(job: ChunkJob, cases: list[Case], ctx: MeasureContext) -> None
     os._exit(1)
 
 
+# Raw tool output a job sends back with its rows (ncu CSV, rocprofv3 CSVs); larger files are left out.
+MAX_RAW_BYTES = 64 * 1024 * 1024
+
+
 def measure_chunk(job: ChunkJob) -> dict[str, Any]:
-    """Measure one chunk into its file (atomic). Runs in a Ray worker (or in-process)."""
-    target = chunk_path(job.run_dir, job.chunk_id)
-    if target.exists():
-        return {"chunk_id": job.chunk_id, "rows": None, "reused": True}
+    """Measure one chunk; return its rows and the tool's raw output. Runs in a Ray worker on the
+    device's node (or in-process). The driver writes the chunk file, so workers need no shared disk."""
+    import tempfile
+
     os.environ.setdefault("OMP_NUM_THREADS", "1")
     cases = [Case.from_json(c) for c in job.cases]
-    ctx = MeasureContext(device=job.device, run_id=job.run_id, warmup=job.warmup, repeats=job.repeats,
-                         l2_flush=job.l2_flush, raw_dir=Path(job.run_dir) / "raw" / job.chunk_id,
-                         datasets_dir=Path(job.datasets_dir) if job.datasets_dir else None)
-    backend = get_backend(job.backend)
-    backend.check()
-    _inject_fault(job, cases, ctx)
-    # A case this backend cannot measure (CUDA source on AMD, a program on the host) is a row with
-    # the reason, never a silent gap.
-    supported = [c for c in cases if c.kind in backend.kinds]
-    rows = backend.measure(supported, ctx) if supported else []
-    if len(supported) < len(cases):
-        from components.profiling.backends.base import unsupported
+    with tempfile.TemporaryDirectory(prefix=f"kc-{job.chunk_id}-") as raw_dir:
+        ctx = MeasureContext(device=job.device, run_id=job.run_id, warmup=job.warmup, repeats=job.repeats,
+                             l2_flush=job.l2_flush, raw_dir=Path(raw_dir),
+                             datasets_dir=Path(job.datasets_dir) if job.datasets_dir else None)
+        backend = get_backend(job.backend)
+        backend.check()
+        _inject_fault(job, cases, ctx)
+        # A case this backend cannot measure (CUDA source on AMD, a program on the host) is a row
+        # with the reason, never a silent gap.
+        supported = [c for c in cases if c.kind in backend.kinds]
+        rows = backend.measure(supported, ctx) if supported else []
+        if len(supported) < len(cases):
+            from components.profiling.backends.base import unsupported
 
-        env = backend.environment()
-        rows += [unsupported(ctx, env, job.backend, c, f"{job.backend} backend cannot measure {c.kind} cases")
-                 for c in cases if c.kind not in backend.kinds]
+            env = backend.environment()
+            rows += [unsupported(ctx, env, job.backend, c, f"{job.backend} backend cannot measure {c.kind} cases")
+                     for c in cases if c.kind not in backend.kinds]
+        raw = {str(p.relative_to(raw_dir)): p.read_bytes() for p in sorted(Path(raw_dir).rglob("*"))
+               if p.is_file() and p.stat().st_size <= MAX_RAW_BYTES}
     for row in rows:
         row["chunk_id"] = job.chunk_id
-    written = write_chunk(target, rows)
-    return {"chunk_id": job.chunk_id, "rows": written, "reused": False, "pid": os.getpid()}
+    return {"chunk_id": job.chunk_id, "rows": rows, "raw": raw, "pid": os.getpid()}
+
+
+def save_chunk(job: ChunkJob, result: dict[str, Any]) -> int:
+    """Write a finished job's raw output, then its rows (atomically: the chunk file is all or nothing)."""
+    from components.atomic import atomic_write_bytes
+
+    for name, data in result.get("raw", {}).items():
+        atomic_write_bytes(Path(job.run_dir) / "raw" / job.chunk_id / name, data)
+    return write_chunk(chunk_path(job.run_dir, job.chunk_id), result["rows"])
+
+
+def _todo(jobs: list[ChunkJob], report: ScheduleReport) -> list[ChunkJob]:
+    """Jobs whose chunk file is not there yet (a resumed run measures only the rest)."""
+    todo = []
+    for job in jobs:
+        if chunk_path(job.run_dir, job.chunk_id).exists():
+            report.reused.append(job.chunk_id)
+        else:
+            todo.append(job)
+    return todo
 
 
 def run_jobs(jobs: list[ChunkJob], placement: Placement, *, timeout_s: float, max_retries: int = 3) -> ScheduleReport:
@@ -196,8 +223,8 @@ def run_jobs(jobs: list[ChunkJob], placement: Placement, *, timeout_s: float, ma
         options["scheduling_strategy"] = NodeAffinitySchedulingStrategy(
             node_id=ray.get_runtime_context().get_node_id(), soft=False)
     remote = ray.remote(measure_chunk).options(**options)
-    pending = {remote.remote(job): job for job in jobs}
     report = ScheduleReport()
+    pending = {remote.remote(job): job for job in _todo(jobs, report)}
     deadline = time.monotonic() + timeout_s
     while pending:
         remaining = deadline - time.monotonic()
@@ -211,10 +238,7 @@ def run_jobs(jobs: list[ChunkJob], placement: Placement, *, timeout_s: float, ma
             except (RayError, GetTimeoutError) as exc:
                 report.failed[job.chunk_id] = f"{type(exc).__name__}: {str(exc).strip().splitlines()[-1][:300]}"
                 continue
-            if result.get("reused"):
-                report.reused.append(job.chunk_id)
-            else:
-                report.done[job.chunk_id] = int(result["rows"])
+            report.done[job.chunk_id] = save_chunk(job, result)
     for ref, job in pending.items():  # busy (never scheduled) or too slow: reported, not waited on
         ray.cancel(ref, force=True)
         report.timed_out.append(job.chunk_id)
@@ -224,14 +248,11 @@ def run_jobs(jobs: list[ChunkJob], placement: Placement, *, timeout_s: float, ma
 def run_jobs_local(jobs: list[ChunkJob]) -> ScheduleReport:
     """The same jobs in this process, one after another (``--no-ray``; a laptop without Ray)."""
     report = ScheduleReport()
-    for job in jobs:
+    for job in _todo(jobs, report):
         try:
             result = measure_chunk(job)
         except Exception as exc:  # the chunk is reported; the others still run
             report.failed[job.chunk_id] = f"{type(exc).__name__}: {exc}"
             continue
-        if result.get("reused"):
-            report.reused.append(job.chunk_id)
-        else:
-            report.done[job.chunk_id] = int(result["rows"])
+        report.done[job.chunk_id] = save_chunk(job, result)
     return report

@@ -144,13 +144,14 @@ def test_a_chunk_job_records_cases_its_backend_cannot_measure(tmp_path: Path) ->
     """In-process chunk job on the host backend: op cases timed, a CUDA-source case a row with the reason."""
     pytest.importorskip("torch")
     from components.profiling.rows import read_rows
-    from components.profiling.schedule import ChunkJob, measure_chunk
+    from components.profiling.schedule import ChunkJob, ScheduleReport, _todo, measure_chunk, save_chunk
 
     cases = load_cases("smoke")[:2] + load_cases("source")[:1]
     job = ChunkJob(run_dir=str(tmp_path), chunk_id="0000-t", index=0, cases=[c.to_json() for c in cases],
                    backend="host", device="host", run_id="t", warmup=1, repeats=2, l2_flush=False)
-    assert measure_chunk(job)["rows"] == 3
+    assert save_chunk(job, measure_chunk(job)) == 3
     rows = {r["case_id"]: r for r in read_rows(tmp_path)}
     assert rows[cases[2].case_id]["error"] == "host backend cannot measure source cases"
     assert all(rows[c.case_id]["duration_us"] > 0 for c in cases[:2])
-    assert measure_chunk(job)["reused"] is True  # the chunk file exists: nothing is measured twice
+    report = ScheduleReport()
+    assert _todo([job], report) == [] and report.reused == ["0000-t"]  # the chunk file exists: not measured twice
