@@ -274,7 +274,8 @@ def _row(scope: str, metric: str, value: float, n: int, n_asked: int, family: st
 def run_calibration_bench(table: pd.DataFrame, devices: Sequence[str], ks: Sequence[int], fit: FitFn,
                           params: CalibrationParams, *, exclude_families: Sequence[str] = (),
                           max_test_rows: int | None = None,
-                          log: Callable[[str], None] = lambda _: None) -> CalibrationBench:
+                          log: Callable[[str], None] = lambda _: None,
+                          on_progress: Callable[[CalibrationBench], None] | None = None) -> CalibrationBench:
     """Leave each of ``devices`` out; per K, score the method chosen on the train side, and every
     candidate (reported, never used to choose)."""
     ks = check_ks(ks)
@@ -326,21 +327,45 @@ def run_calibration_bench(table: pd.DataFrame, devices: Sequence[str], ks: Seque
         log(f"calibration {device}: inner {', '.join(inner) or 'none'}; "
             + "; ".join(f"K={k} {chosen[k]} {100 * per_gpu[k][device][0]:.1f}%" for k in ks)
             + f" ({seconds:.0f} s)")
-    for k in ks:
-        scored = {d: v for d, v in per_gpu[k].items() if math.isfinite(v[0])}
-        if not scored:
-            continue
-        asked = len(per_gpu[k])
-        result.rows.append(_row(f"median GPU,calibration={k}", "mape",
-                                statistics.median(v[0] for v in scored.values()), len(scored), asked))
-        result.rows.append(_row(f"median GPU,calibration={k}", "within_10",
-                                statistics.median(v[1] for v in scored.values()), len(scored), asked))
-        for method in params.methods:
-            values = [v for v in per_method.get((k, method), {}).values() if math.isfinite(v)]
-            if values:
-                result.rows.append(_row(f"median GPU,calibration={k},method={method}", "mape",
-                                        statistics.median(values), len(values), asked))
+        if on_progress is not None:  # an hour-long run that dies late keeps the GPUs it measured
+            on_progress(result)
+    result.rows += median_rows(result.rows)
     return result
+
+
+def _scope_parts(scope: str) -> dict[str, str]:
+    return dict(p.split("=", 1) for p in scope.split(",") if "=" in p)
+
+
+def median_rows(rows: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Median-GPU rows per K (method chosen on the train side, and each candidate) from the
+    per-GPU rows; also merges the rows of runs over disjoint GPU sets."""
+    chosen: dict[tuple[int, str], dict[str, tuple[float | None, int]]] = {}
+    method_mape: dict[tuple[int, str], list[float]] = {}
+    asked: dict[int, set[str]] = {}
+    for row in rows:
+        parts = _scope_parts(str(row.get("scope", "")))
+        if "device" not in parts or "calibration" not in parts:
+            continue
+        k = int(parts["calibration"])
+        asked.setdefault(k, set()).add(parts["device"])
+        if "method" in parts:
+            if row["metric"] == "mape" and row["ours"] is not None:
+                method_mape.setdefault((k, parts["method"]), []).append(float(row["ours"]))
+        else:
+            chosen.setdefault((k, row["metric"]), {})[parts["device"]] = (row["ours"], row["n"])
+    out = []
+    for k in sorted(asked):
+        for metric in ("mape", "within_10"):
+            values = [float(v) for v, _ in chosen.get((k, metric), {}).values() if v is not None]
+            if values:
+                out.append(_row(f"median GPU,calibration={k}", metric, statistics.median(values), len(values),
+                                len(asked[k])))
+        for (kk, method), values in sorted(method_mape.items(), key=lambda i: (i[0][0], _ORDER.get(i[0][1], 99))):
+            if kk == k and values:
+                out.append(_row(f"median GPU,calibration={k},method={method}", "mape", statistics.median(values),
+                                len(values), len(asked[k])))
+    return out
 
 
 def curve_markdown(rows: Sequence[dict[str, Any]]) -> str:
@@ -379,16 +404,24 @@ def run_cli_bench(table: pd.DataFrame, ks: Sequence[int], params: dict[str, Any]
     calibration = CalibrationParams.from_params(params)
     folds = select_folds(table, "unseen-gpu", min_gpu_rows, devices)
     held = [f.name.split(":", 1)[1] for f in folds]
+    header = (f"train sides subsampled deterministically (hash of measurement_id) to at most "
+              f"{max_train_rows} in-scope rows; calibration rows added on top")
+
+    def save(partial: CalibrationBench) -> None:
+        if json_file is not None:
+            payload = {"command": command, "rows": partial.rows, "notes": [header, *partial.notes],
+                       "timings": partial.timings}
+            atomic_write_text(Path(json_file), json.dumps(payload, indent=2) + "\n")
+
     result = run_calibration_bench(table, held, ks, tabular_fit(config, max_train_rows), calibration,
-                                   exclude_families=config.exclude_families, max_test_rows=max_test_rows, log=log)
-    result.notes.insert(0, f"train sides subsampled deterministically (hash of measurement_id) to at most "
-                           f"{max_train_rows} in-scope rows; calibration rows added on top")
+                                   exclude_families=config.exclude_families, max_test_rows=max_test_rows, log=log,
+                                   on_progress=save)
+    result.notes.insert(0, header)
     echo(curve_markdown(result.rows))
     for note in result.notes:
         echo(f"- {note}")
     if json_file is not None:
-        payload = {"command": command, "rows": result.rows, "notes": result.notes, "timings": result.timings}
-        atomic_write_text(Path(json_file), json.dumps(payload, indent=2) + "\n")
+        save(CalibrationBench(result.rows, result.notes[1:], result.timings, result.chosen))
         echo(f"wrote {json_file}")
     return result
 
