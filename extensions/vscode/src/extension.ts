@@ -81,12 +81,16 @@ class KernelcastExtension implements vscode.CodeLensProvider, vscode.HoverProvid
     const dir = doc.uri.scheme === "file" ? path.dirname(doc.uri.fsPath) : undefined;
     const readInclude = dir
       ? (name: string): string | undefined => {
-          const file = path.resolve(dir, name);
-          try {
-            return fs.statSync(file).size <= MAX_INCLUDE_BYTES ? fs.readFileSync(file, "utf8") : undefined;
-          } catch {
-            return undefined;
+          // Beside the file first, then the include/ folders projects pass with -I.
+          for (const base of [dir, path.join(dir, "include"), path.join(dir, "..", "include")]) {
+            const file = path.resolve(base, name);
+            try {
+              if (fs.statSync(file).size <= MAX_INCLUDE_BYTES) return fs.readFileSync(file, "utf8");
+            } catch {
+              // not there: next place
+            }
           }
+          return undefined;
         }
       : undefined;
     return planKernel(doc.getText(), kernel, settings, {

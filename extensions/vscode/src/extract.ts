@@ -205,9 +205,9 @@ export function extractKernelSource(
   kernel: KernelInfo,
   readInclude?: (name: string) => string | undefined,
   masked: string = maskCode(text),
+  seen: Set<string> = new Set<string>(),
 ): string {
   const parts: string[] = [];
-  const seen = new Set<string>();
   for (const chunk of topLevelChunks(masked)) {
     if (chunk.start === kernel.start) {
       parts.push(text.slice(chunk.start, chunk.end));
@@ -218,6 +218,35 @@ export function extractKernelSource(
     }
   }
   return parts.join("\n") + "\n";
+}
+
+/** Does `text` `#include "…/name"` (the file a kernel lives in, included by its launcher)? */
+export function includeOffset(text: string, name: string): number {
+  const escaped = name.replace(/[.*+?^${}()|[\]\\]/g, "\\$&");
+  const m = new RegExp(`^[ \\t]*#[ \\t]*include[ \\t]*"(?:[^"]*/)?${escaped}"`, "m").exec(text);
+  return m ? m.index : -1;
+}
+
+/**
+ * What a file declares before it includes `name`: preprocessor lines and device-side items.
+ * A kernel kept in a header (kernels.h) often uses types and macros its includer defined
+ * first (`typedef float RealType;` in main.cu); without them it does not compile alone.
+ */
+export function includerContext(
+  text: string,
+  name: string,
+  readInclude?: (name: string) => string | undefined,
+  seen: Set<string> = new Set<string>(),
+): string {
+  const until = includeOffset(text, name);
+  if (until < 0) return "";
+  const masked = maskCode(text);
+  const parts: string[] = [];
+  for (const chunk of topLevelChunks(masked, 0, until)) {
+    if (chunk.kind === "pp") parts.push(inlineLocalInclude(text.slice(chunk.start, chunk.end), readInclude, seen));
+    else if (keepItem(masked, chunk)) parts.push(text.slice(chunk.start, chunk.end));
+  }
+  return parts.length ? parts.join("\n") + "\n" : "";
 }
 
 function inlineLocalInclude(

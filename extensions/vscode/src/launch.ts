@@ -200,6 +200,19 @@ class Scope {
     }
   }
 
+  /** `k<BLOCK, float>`: host constants become numbers (device code cannot see them); types stay. */
+  templateArgs(args: string, offset: number): string {
+    return splitTopLevel(args).map((a) => {
+      if (!/^[\w\s()+\-*/%<>:.]+$/.test(a) || /^(unsigned\s+|signed\s+)?[A-Za-z_][\w:]*$/.test(a) && !this.bindings.has(a)) return a;
+      try {
+        const v = this.scalar(a, offset);
+        return v.int ? String(v.v) : a;
+      } catch {
+        return a;
+      }
+    }).join(", ");
+  }
+
   private userValue(name: string): string | undefined {
     return Object.prototype.hasOwnProperty.call(this.user, name) ? String(this.user[name]) : undefined;
   }
@@ -271,7 +284,7 @@ export function inferLaunch(text: string, kernel: string, user: UserValues = {},
         throw new EvalError(`block ${block.join("x")} has ${threads} threads, more than ${MAX_THREADS_PER_BLOCK}`);
       }
       const config: LaunchConfig = { grid, block, line };
-      if (site.templateArgs) config.templateArgs = site.templateArgs;
+      if (site.templateArgs) config.templateArgs = scope.templateArgs(site.templateArgs, site.offset);
       if (site.shared !== undefined && site.shared.trim() !== "") {
         const shared = Math.trunc(scope.scalar(site.shared, site.offset).v);
         if (shared > 0) config.shared_bytes = shared;

@@ -4,7 +4,7 @@
  * every time the editor refreshes its CodeLenses.
  */
 import { KernelcastClient, KernelcastError, PredictResponse } from "./client";
-import { detectLanguage, extractKernelSource, findKernels, KernelInfo, templateInstantiation } from "./extract";
+import { detectLanguage, extractKernelSource, findKernels, includeOffset, includerContext, KernelInfo, templateInstantiation } from "./extract";
 import { cmaskCache } from "./memo";
 import { Dim3, inferLaunch, isLaunchConfig, LaunchConfig, LaunchFailure } from "./launch";
 import { buildPredictBody, buildSourceKernel, KernelQuery, LaunchSpec, PredictBody } from "./request";
@@ -59,7 +59,8 @@ export function planKernels(text: string, settings: Settings, opts: PlanOptions 
   return findKernels(text, masked).map((k) => planKernel(text, k, settings, opts, masked));
 }
 
-export function planKernel(text: string, kernel: KernelInfo, settings: Settings, opts: PlanOptions = {}, masked = cmaskCache(text)): KernelPlan {
+export function planKernel(text: string, kernel: KernelInfo, settings: Settings, options: PlanOptions = {}, masked = cmaskCache(text)): KernelPlan {
+  const opts = { ...options, siblings: options.siblings && once(options.siblings) };
   let launch: Pick<LaunchConfig, "grid" | "block" | "shared_bytes" | "templateArgs">;
   let launchFrom: string;
   const { launch: inferred, file } = findLaunch(text, kernel, settings, opts, masked);
@@ -82,7 +83,12 @@ export function planKernel(text: string, kernel: KernelInfo, settings: Settings,
   if (kernel.template && !launch.templateArgs) {
     return { ok: false, kernel, reason: `${kernel.name} is a template and no launch spells its arguments (${kernel.name}<float><<<...>>>): kernelcast cannot instantiate it` };
   }
-  let source = extractKernelSource(text, kernel, opts.readInclude, masked);
+  const seen = new Set<string>();
+  const base = (opts.fileName ?? "").split(/[\\/]/).pop() ?? "";
+  const includer = base && opts.siblings ? opts.siblings().find((f) => includeOffset(f.text, base) >= 0) : undefined;
+  const context = includer ? includerContext(includer.text, base, opts.readInclude, seen) : "";
+  let source = (context ? `// kernelcast: what ${includer!.name} declares before including ${base}\n${context}` : "") +
+    extractKernelSource(text, kernel, opts.readInclude, masked, seen);
   if (kernel.template && launch.templateArgs) {
     const instance = templateInstantiation(text, kernel, launch.templateArgs);
     if (!instance) {
@@ -99,6 +105,18 @@ export function planKernel(text: string, kernel: KernelInfo, settings: Settings,
     defines: settings.defines,
   });
   return { ok: true, kernel, query, launch: query.launch!, launchFrom };
+}
+
+function once<T>(f: () => T): () => T {
+  let done = false;
+  let value: T;
+  return () => {
+    if (!done) {
+      value = f();
+      done = true;
+    }
+    return value;
+  };
 }
 
 export function predictBody(query: KernelQuery, settings: Settings): PredictBody {

@@ -119,3 +119,25 @@ test("a kernel launched from another file of the folder: that launch is used and
   assert.ok(!none.ok);
   assert.match(none.reason, /no launch of axpy .* in this file or the files beside it/);
 });
+
+test("a kernel in a header gets what its includer declares first; shared headers are inlined once", () => {
+  const header = "__global__ void accumulate(RealType *e, int n) {\n  for (int i = 1; i < n; i++) e[0] += e[i];\n}\n";
+  const main = '#include "types.h"\ntypedef float RealType;\nconst int SIZE = 64;\nstatic int host_counter;\n#include "kernels.hpp"\nint main() { accumulate<<<1, 1>>>(0, SIZE); }\n';
+  const reads: string[] = [];
+  const readInclude = (name: string) => (reads.push(name), name === "types.h" ? "struct Vec { float x; };\n" : undefined);
+  const [plan] = planKernels(header, SETTINGS, { fileName: "/src/kernels.hpp", readInclude, siblings: () => [{ name: "main.cu", text: main }] });
+  assert.ok(plan.ok, JSON.stringify(plan));
+  const src = plan.query.source!;
+  assert.ok(src.indexOf("typedef float RealType;") < src.indexOf("__global__ void accumulate"), src);
+  assert.ok(src.includes("struct Vec") && src.includes("const int SIZE = 64;"));
+  assert.ok(!src.includes("host_counter") && !src.includes("int main"));
+  assert.match(src, /what main.cu declares before including kernels.hpp/);
+  assert.deepEqual(plan.launch.grid, [1, 1, 1]);
+});
+
+test("host constants in template arguments become numbers; types stay", () => {
+  const text = "#define TREE 16\ntemplate <int N, typename T>\n__global__ void k(T *x) { x[0] = N; }\nint main() {\n  const int width = TREE * 2;\n  k<width, float><<<4, 32>>>(0);\n}\n";
+  const [plan] = planKernels(text, SETTINGS);
+  assert.ok(plan.ok, JSON.stringify(plan));
+  assert.ok(plan.query.source!.trimEnd().endsWith("template __global__ void k<32, float>(float *x);"), plan.query.source);
+});
