@@ -132,7 +132,9 @@ class KernelcastExtension implements vscode.CodeLensProvider, vscode.HoverProvid
       const settings = this.settings();
       const plan = this.plan(doc, kernel, settings);
       if (!plan.ok) {
-        lens.command = { title: `kernelcast: ${kernel.name} needs a launch config — click to enter grid/block`, tooltip: plan.reason, ...retry };
+        lens.command = plan.needsLaunch
+          ? { title: `kernelcast: ${kernel.name} needs a launch config — click to enter grid/block`, tooltip: plan.reason, ...retry }
+          : { title: `kernelcast: ${plan.reason.slice(0, 110)}`, tooltip: plan.reason, command: "kernelcast.refresh", arguments: [] };
         return lens;
       }
       if (!this.cache.has(this.client(settings), predictBody(plan.query, settings))) {
@@ -193,6 +195,7 @@ class KernelcastExtension implements vscode.CodeLensProvider, vscode.HoverProvid
         return;
       }
       let plan = this.plan(doc, kernel, settings);
+      if (!plan.ok && !plan.needsLaunch) throw new InputError(`kernelcast: ${plan.reason}`);
       if (!plan.ok || offset !== undefined) {
         // Asked from the lens (or no launch known): let the user confirm or enter grid/block.
         const entered = await this.askLaunch(kernel, plan.ok ? plan.launch.grid : settings.grid, plan.ok ? plan.launch.block : settings.block, plan.ok ? undefined : plan.reason);

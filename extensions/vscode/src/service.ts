@@ -25,7 +25,7 @@ export interface Settings {
 
 export type KernelPlan =
   | { ok: true; kernel: KernelInfo; query: KernelQuery; launch: LaunchSpec; launchFrom: string }
-  | { ok: false; kernel: KernelInfo; reason: string };
+  | { ok: false; kernel: KernelInfo; reason: string; needsLaunch: boolean };
 
 export interface PlanOptions {
   fileName?: string;
@@ -78,10 +78,11 @@ export function planKernel(text: string, kernel: KernelInfo, settings: Settings,
       ok: false,
       kernel,
       reason: `no launch configuration for ${kernel.name}: ${inferred.reason}. Click to enter grid and block, or set kernelcast.defines / kernelcast.launch`,
+      needsLaunch: true,
     };
   }
   if (kernel.template && !launch.templateArgs) {
-    return { ok: false, kernel, reason: `${kernel.name} is a template and no launch spells its arguments (${kernel.name}<float><<<...>>>): kernelcast cannot instantiate it` };
+    return { ok: false, kernel, reason: `${kernel.name} is a template and no launch spells its arguments (${kernel.name}<float><<<...>>>): kernelcast cannot instantiate it`, needsLaunch: false };
   }
   const seen = new Set<string>();
   const base = (opts.fileName ?? "").split(/[\\/]/).pop() ?? "";
@@ -92,7 +93,7 @@ export function planKernel(text: string, kernel: KernelInfo, settings: Settings,
   if (kernel.template && launch.templateArgs) {
     const instance = templateInstantiation(text, kernel, launch.templateArgs);
     if (!instance) {
-      return { ok: false, kernel, reason: `cannot instantiate ${kernel.name}<${launch.templateArgs}>: its template parameters do not match the launch's arguments` };
+      return { ok: false, kernel, reason: `cannot instantiate ${kernel.name}<${launch.templateArgs}>: its template parameters do not match the launch's arguments`, needsLaunch: false };
     }
     source += instance + "\n";
   }

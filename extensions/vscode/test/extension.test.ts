@@ -79,3 +79,12 @@ test("a KernelBench module gets a 'predict this module' lens; other Python files
   assert.equal(lenses[0].command?.title, "kernelcast: predict this module");
   assert.equal(provider.provideCodeLenses(document("import os\n", "/tmp/x.py", "python")).length, 0);
 });
+
+test("a template kernel with deduced arguments: the lens says why, without asking for a launch (stand-in vscode API)", async () => {
+  const text = "template <typename T>\n__global__ void t(T *x) { x[0] = 1; }\nvoid h(float *p) { t<<<1, 32>>>(p); }\n";
+  const provider = registered.codeLens[0] as LensProvider;
+  const [lens] = provider.provideCodeLenses(document(text, "/tmp/t.cu", "cuda-cpp"));
+  const resolved = await provider.resolveCodeLens(lens);
+  assert.match(resolved.command?.title ?? "", /^kernelcast: t is a template and no launch spells its arguments/);
+  assert.equal(resolved.command?.command, "kernelcast.refresh");
+});
