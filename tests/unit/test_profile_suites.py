@@ -155,3 +155,42 @@ def test_a_chunk_job_records_cases_its_backend_cannot_measure(tmp_path: Path) ->
     assert all(rows[c.case_id]["duration_us"] > 0 for c in cases[:2])
     report = ScheduleReport()
     assert _todo([job], report) == [] and report.reused == ["0000-t"]  # the chunk file exists: not measured twice
+
+
+def test_events_backend_rows_with_a_mocked_gpu(monkeypatch: pytest.MonkeyPatch) -> None:
+    """GPU MOCKED: torch.cuda events/sync/name are replaced by CPU stand-ins and the ops built on the
+    CPU, to check the events backend's warm-up/repeat/flush loop and the rows it writes."""
+    import time
+
+    torch = pytest.importorskip("torch")
+    import components.profiling.launch as launch
+    from components.profiling.backends import MeasureContext
+    from components.profiling.backends.events import EventsBackend
+
+    class MockEvent:
+        def __init__(self, enable_timing: bool) -> None:
+            self.at = 0.0
+
+        def record(self) -> None:
+            self.at = time.perf_counter()
+
+        def synchronize(self) -> None:
+            pass
+
+        def elapsed_time(self, end: MockEvent) -> float:
+            return (end.at - self.at) * 1e3  # ms, like CUDA events
+
+    flushes: list[int] = []
+    real_build = launch.build_callable
+    monkeypatch.setattr(torch.cuda, "Event", MockEvent)
+    monkeypatch.setattr(torch.cuda, "synchronize", lambda: None)
+    monkeypatch.setattr(torch.cuda, "get_device_name", lambda index=0: "Mock GPU")
+    monkeypatch.setattr(launch, "build_callable", lambda case, device, datasets=None: real_build(case, "cpu"))
+    monkeypatch.setattr(launch, "l2_flusher", lambda device: lambda: flushes.append(1))
+    cases = load_cases("smoke")[:2]
+    rows = EventsBackend().measure(cases, MeasureContext("h100-sxm", "mock-run", warmup=2, repeats=4))
+    assert [r["case_id"] for r in rows] == [c.case_id for c in cases] and len(flushes) == 8  # flushed per repeat
+    for row in rows:
+        assert row["duration_min_us"] <= row["duration_us"] <= row["duration_max_us"] and row["duration_us"] > 0
+        assert row["backend"] == "events" and row["clock_mode"] == "boost" and row["l2_flush"] is True
+        assert (row["warmup"], row["repeats"], row["device_name"]) == (2, 4, "Mock GPU")
