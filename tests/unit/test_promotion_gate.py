@@ -114,3 +114,26 @@ def test_bad_policies_are_errors_naming_the_key(register: Any, fragment: str) ->
     with pytest.raises(PolicyError, match=None) as info:
         read_policy(params)
     assert fragment in str(info.value)
+
+
+def test_dataset_version_is_the_hash_dvc_records(tmp_path) -> None:  # noqa: ANN001
+    """Lineage: ``dataset_version`` of a feature table in a DVC output folder is the ``<md5>.dir`` DVC
+    itself computes for that folder (checked against dvc_data's own build); elsewhere the file's md5."""
+    from dvc_data.hashfile.build import build
+    from dvc_data.hashfile.db.local import LocalHashFileDB
+    from dvc_objects.fs.local import LocalFileSystem
+
+    from components.registry.lineage import dataset_version, dvc_dir_hash, file_md5
+
+    out = tmp_path / "data" / "features"
+    (out / "part").mkdir(parents=True)
+    (out / "features.parquet").write_bytes(b"PAR1" + bytes(range(256)) * 40)
+    (out / "part" / "extra.json").write_text('{"rows": 3}')
+    fs = LocalFileSystem()
+    _, _, tree = build(LocalHashFileDB(fs, str(tmp_path / "odb")), str(out), fs, "md5")
+    assert dvc_dir_hash(out) == tree.hash_info.value
+
+    (tmp_path / "dvc.yaml").write_text("stages:\n  features:\n    cmd: x\n    outs:\n      - data/features\n")
+    assert dataset_version(out / "features.parquet", tmp_path) == tree.hash_info.value
+    (tmp_path / "dvc.yaml").write_text("stages: {}\n")
+    assert dataset_version(out / "features.parquet", tmp_path) == f"md5:{file_md5(out / 'features.parquet')}"
