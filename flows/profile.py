@@ -81,15 +81,20 @@ def append_task(run_dir: Path, dataset_dir: Path) -> dict[str, Any]:
 
 
 @flow(name="profile-device", log_prints=True)
-def profile_device(device: str, backend: str = "events", suite: str = "smoke", *, dataset_dir: str | None = None,
+def profile_device(device: str | None = None, backend: str = "events", suite: str = "smoke", *, dataset_dir: str | None = None,
                    out_dir: str | None = None, ray_address: str | None = None, chunk_size: int | None = None,
                    timeout_s: float | None = None, model: str | None = None, warmup: int | None = None,
                    repeats: int | None = None, append: bool = True) -> dict[str, Any]:
     """Profile ``device`` (catalog GPU, or ``host``) with ``backend`` on ``suite``; validate; append.
 
-    Host runs are appended only to an explicitly given ``dataset_dir`` (CPU rows are not GPU data).
+    ``device`` None: the GPU this flow run's machine sees (a deployment on a GPU node). Host runs are
+    appended only to an explicitly given ``dataset_dir`` (CPU rows are not GPU data).
     Returns a summary: run folder, rows, validation counts, where the rows went, the Ray report.
     """
+    if device is None:
+        from components.profiling.schedule import local_device
+
+        device = local_device()
     defaults = profile_params()  # params.yaml `profile:` fills what the caller leaves out
     inputs = ProfileInputs(device=device, backend=backend, suite=suite, out_dir=Path(out_dir) if out_dir else None,
                            chunk_size=chunk_size or int(defaults.get("chunk_size", 8)),

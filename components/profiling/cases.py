@@ -65,7 +65,12 @@ def suite_names() -> list[str]:
     return sorted(p.stem for p in SUITES_DIR.glob("*.yaml"))
 
 
+# Earlier names still accepted (deployments, scripts): the first runs' "default" suite is now "ops".
+ALIASES: dict[str, str] = {"default": "ops", "tiny": "smoke"}
+
+
 def suite_path(name: str) -> Path:
+    name = ALIASES.get(name, name)
     path = Path(name) if name.endswith((".yaml", ".yml")) else SUITES_DIR / f"{name}.yaml"
     if not path.is_file():
         raise SuiteError(f"--suite {name!r}: no such suite; choose one of {', '.join(suite_names())} "

@@ -91,6 +91,28 @@ def placement_for(device: str, backend: str, catalog: Any | None = None) -> Plac
                      gpu_memory_gb=float(spec.memory_gb) if spec.memory_gb else None)
 
 
+def local_device(catalog: Any | None = None) -> str:
+    """The catalog id of the GPU this process sees (a deployment that names no device profiles the
+    GPU of the node it landed on)."""
+    try:
+        import torch
+
+        name = torch.cuda.get_device_name(0) if torch.cuda.is_available() else None
+    except ImportError:
+        name = None
+    if name is None:
+        raise DeviceUnavailable("no --device given and no GPU on this machine: name the device to profile")
+    if catalog is None:
+        from components.devices import load_catalog
+
+        catalog = load_catalog()
+    try:
+        return catalog.resolve(name).id
+    except LookupError:
+        raise DeviceUnavailable(f"this machine's GPU {name!r} is not in the catalog; add it first "
+                                "(kernelcast devices add)") from None
+
+
 def check_available(placement: Placement) -> None:
     """Raise ``DeviceUnavailable`` when no live node can ever run this placement."""
     import ray

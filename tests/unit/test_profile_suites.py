@@ -27,6 +27,7 @@ def test_every_suite_file_loads_with_stable_unique_case_ids() -> None:
         assert len(ids) == len(set(ids)), name
         assert ids == [c.case_id for c in load_cases(name)], name
     assert len(load_cases("ops")) > 800 and len(load_cases("smoke")) <= 16
+    assert load_cases("default") == load_cases("ops")  # the first runs' suite name still works
 
 
 def test_bad_suites_are_named(tmp_path: Path) -> None:
@@ -94,6 +95,12 @@ def test_placement_by_accelerator_type() -> None:
         placement_for("GTX 9999", "events")
     with pytest.raises(DeviceUnavailable, match="host backend profiles --device host only"):
         placement_for("host", "ncu")
+    torch = pytest.importorskip("torch")
+    if not torch.cuda.is_available():
+        from components.profiling.schedule import local_device
+
+        with pytest.raises(DeviceUnavailable, match="no --device given and no GPU on this machine"):
+            local_device()
 
 
 def test_profile_cli_errors_are_one_line(tmp_path: Path) -> None:
