@@ -182,3 +182,12 @@ def test_calibrate_stores_a_correction_the_predictor_side_applies(tmp_path: Path
         calibrate_stage("A100 SXM4 80GB", run, RooflinePredictor(), tmp_path, params)
     with pytest.raises(ValueError, match="a stored correction is one of"):
         calibrate_stage("H100 SXM", run, RooflinePredictor(), tmp_path, params, method="refit")
+
+
+def test_calibrate_cli_names_a_missing_folder(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from kernelcast.cli import app
+
+    monkeypatch.setenv("KERNELCAST_HOME", str(tmp_path))
+    done = CliRunner().invoke(app, ["calibrate", "--device", "H100 SXM", "--from", str(tmp_path / "nope"),
+                                    "--model", "roofline"])
+    assert done.exit_code == 2 and f"error: --from {tmp_path / 'nope'}: not a directory" in done.output
