@@ -13,10 +13,11 @@ rerun after a crash redoes exactly the families that had not finished.
 from __future__ import annotations
 
 import sys
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from prefect import flow, task
+from prefect import flow
 
 from components.config import Settings, get_settings
 
@@ -26,11 +27,31 @@ def family_out_dir(settings: Settings, family: str, split: str) -> Path:
     return settings.models_dir / "retrain" / f"{family}-{split}"
 
 
-@task(name="family-inputs-hash")
-def inputs_hash_task(features_file: str, params: dict[str, Any], family: str, split: str) -> str:
-    from components.pipeline_inputs import family_inputs_hash
+def retrain_families(settings: Settings, params: dict[str, Any], families: list[str], split: str,
+                     features: Path, force: bool, use_ray: bool, train: Callable[..., Any]) -> dict[str, Any]:
+    """The flow's body: hash each family's inputs, skip the current ones, ``train`` the others and
+    stamp them. ``train`` is ``flows.train.train_task`` (its ``.fn`` in unit tests)."""
+    from components.pipeline_inputs import family_inputs_hash, is_current, read_stamp, write_stamp
+    from components.training.stage import TrainInputs
+    from flows.train import summary
 
-    return family_inputs_hash(Path(features_file), params, family, split)
+    results: dict[str, Any] = {}
+    for family in families:
+        out_dir = family_out_dir(settings, family, split)
+        digest = family_inputs_hash(features, params, family, split)
+        if not force and is_current(out_dir, digest):
+            stamp = read_stamp(out_dir)
+            print(f"{family}: inputs unchanged since {stamp.get('version')}; skipped")
+            results[family] = {"action": "skipped", **stamp}
+            continue
+        print(f"{family}: inputs changed; training on {split}")
+        trained = train(TrainInputs(features_file=features, family=family, split=split, out_dir=out_dir,
+                                    use_ray=use_ray), settings, params)
+        info = summary(trained)
+        write_stamp(out_dir, digest, version=info["model_uri"], registration_file=info["registration_file"],
+                    run_id=info["run_id"], runtime_mape=info["runtime_mape"])
+        results[family] = {"action": "trained", **info}
+    return results
 
 
 @flow(name="retrain", log_prints=True)
@@ -46,34 +67,13 @@ def retrain_flow(
     Returns ``{family: {"action": "trained"|"skipped", "registration_file", "version", ...}}``.
     """
     from components.config import load_params
-    from components.pipeline_inputs import is_current, read_stamp, write_stamp
-    from components.training.stage import TrainInputs
-    from flows.train import summary, train_task
+    from flows.train import train_task
 
     settings = get_settings()
     params = load_params(settings.params_file)
     chosen = families or list((params.get("train") or {}).get("families") or ["tabular"])
     features = Path(features_file) if features_file else settings.data_dir / "features" / "features.parquet"
-    results: dict[str, Any] = {}
-    for family in chosen:
-        out_dir = family_out_dir(settings, family, split)
-        digest = inputs_hash_task(str(features), params, family, split)
-        if not force and is_current(out_dir, digest):
-            stamp = read_stamp(out_dir)
-            print(f"{family}: inputs unchanged since version {stamp.get('version')}; skipped")
-            results[family] = {"action": "skipped", **stamp}
-            continue
-        print(f"{family}: inputs changed; training on {split}")
-        trained = train_task(
-            TrainInputs(features_file=features, family=family, split=split, out_dir=out_dir, use_ray=use_ray),
-            settings,
-            params,
-        )
-        info = summary(trained)
-        write_stamp(out_dir, digest, version=info["model_uri"], registration_file=info["registration_file"],
-                    run_id=info["run_id"], runtime_mape=info["runtime_mape"])
-        results[family] = {"action": "trained", **info}
-    return results
+    return retrain_families(settings, params, chosen, split, features, force, use_ray, train_task)
 
 
 def main(argv: list[str]) -> None:

@@ -5,12 +5,15 @@ One run of the real command in a copy of the project (its own git + DVC repo, th
   SIGKILLs itself) -- and while it runs, a second pipeline on the same state folder is refused;
 - the crashed run leaves no Prefect server behind;
 - the rerun redoes only the unfinished stages (train, evaluate, register), shows progress lines
-  with rows and ends with the promotion verdict and where to look.
+  with rows and ends with the promotion verdict and where to look;
+- SIGTERM during a stage stops everything the run started (the stage's process tree with its local
+  Ray, the Prefect server) and exits 130.
 """
 
 from __future__ import annotations
 
 import os
+import signal
 import subprocess
 import sys
 import time
@@ -45,6 +48,24 @@ def _prefect_servers_under(home: Path) -> list[int]:
                 if proc.environ().get("PREFECT_HOME", "").startswith(str(home)):
                     found.append(proc.pid)
         except (psutil.NoSuchProcess, psutil.AccessDenied):
+            continue
+    return found
+
+
+def _ours(repo: Path) -> list[str]:
+    """Processes still running from this project copy (cwd, command line or PREFECT_HOME under it)."""
+    import psutil
+
+    found = []
+    for proc in psutil.process_iter(["pid", "cmdline", "cwd"]):
+        try:
+            if proc.pid == os.getpid():
+                continue
+            text = " ".join(proc.info["cmdline"] or [])
+            if str(repo) in text or str(proc.info["cwd"] or "").startswith(str(repo)) or \
+                    proc.environ().get("PREFECT_HOME", "").startswith(str(repo)):
+                found.append(f"{proc.pid} {text[:120]}")
+        except (psutil.NoSuchProcess, psutil.AccessDenied, psutil.ZombieProcess):
             continue
     return found
 
@@ -95,3 +116,19 @@ def test_pipeline_crash_resume_lock_and_verdict(short_tmp: Path) -> None:  # noq
     assert "promotion.json" in out.splitlines()[-1]
     assert not lock.exists()  # released on a clean exit
     print(f"crash run {crash_s:.0f} s, resume {resume_s:.0f} s\n{out}")
+
+    # SIGTERM while the train stage runs (its own process tree, with a local Ray): all of it stops.
+    stopped = subprocess.Popen([kernelcast, "pipeline", "--no-push", "--force", "--only", "train"], cwd=repo,
+                               env=env, text=True, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                               start_new_session=True)
+    deadline = time.monotonic() + 300
+    while time.monotonic() < deadline and not any("ray" in p and "raylet" in p for p in _ours(repo)):
+        time.sleep(0.5)  # until the stage's local Ray is up: the deepest tree there is to stop
+    assert any("raylet" in p for p in _ours(repo)), "the train stage never started its Ray"
+    stopped.send_signal(signal.SIGTERM)
+    term_out, _ = stopped.communicate(timeout=120)
+    assert stopped.returncode == 130, term_out
+    assert "pipeline interrupted" in term_out, term_out
+    time.sleep(3)
+    assert _ours(repo) == [], _ours(repo)
+    assert not lock.exists()

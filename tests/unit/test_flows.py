@@ -445,3 +445,21 @@ def test_a_failing_stage_stops_the_chain_with_its_name(tmp_path: Path) -> None:
     with pytest.raises(StageFailed, match=r"stage 'broken' failed \(exit \d+\); later stages not run") as caught:
         reproduce_stage.fn("broken", str(tmp_path))
     assert caught.value.stage == "broken" and "exited with 3" in caught.value.tail, caught.value.tail
+
+
+def test_retrain_trains_changed_families_once_and_skips_them_after(chain: Chain, features) -> None:  # noqa: ANN001
+    from flows.retrain import family_out_dir, retrain_families
+    from flows.train import train_task
+
+    def run(params: dict) -> dict:
+        return retrain_families(chain.settings, params, ["tabular"], "unseen-kernel", features.out_file,
+                                False, False, train_task.fn)
+
+    first = run(chain.params)
+    assert first["tabular"]["action"] == "trained" and first["tabular"]["model_uri"].startswith("models:/kernelcast/")
+    assert (family_out_dir(chain.settings, "tabular", "unseen-kernel") / "inputs.json").is_file()
+    assert run(chain.params)["tabular"]["action"] == "skipped"  # nothing changed: no second version
+    changed = {**chain.params, "train": {**chain.params["train"],
+                                         "tabular": {**chain.params["train"]["tabular"], "n_estimators": 50}}}
+    again = run(changed)
+    assert again["tabular"]["action"] == "trained" and again["tabular"]["model_uri"] != first["tabular"]["model_uri"]
