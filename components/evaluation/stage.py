@@ -215,6 +215,10 @@ def gate_stage(inputs: EvaluateInputs, settings: Settings, params: dict[str, Any
     check_inputs(inputs)
     policy = read_policy(params, str(settings.params_file))  # before any work: no gate, no report
     uri = settings.tracking_uri()
+    if inputs.log or inputs.model.startswith("models:/"):
+        from components.registry.mlflow_registry import check_reachable
+
+        check_reachable(uri)  # one line naming the URI now, not minutes of retries after the evaluation
     candidate = resolve_candidate(inputs, uri)
     features = Path(inputs.features_file or settings.data_dir / "features" / "features.parquet")
     canonical = settings.data_dir / "canonical"

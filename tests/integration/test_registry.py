@@ -237,6 +237,11 @@ def test_unreachable_registry_is_one_line_naming_the_uri(tmp_path: Path, monkeyp
         lines = [line for line in out.splitlines() if line.strip()]
         assert code == 2 and len(lines) == 1, out
         assert lines[0].startswith(f"error: MLflow registry at {uri} cannot be reached"), out
+    from kernelcast.cli import app
+
+    gate = CliRunner().invoke(app, ["evaluate", "--gate", "--model", "roofline", "--out", str(tmp_path / "g.json")])
+    assert gate.exit_code == 2 and gate.output.strip() == (
+        f"error: MLflow registry at {uri} cannot be reached ([Errno 111] Connection refused)"), gate.output
     assert time.perf_counter() - started < 30  # no minutes of HTTP retries
     missing = f"sqlite:///{tmp_path / 'no' / 'such' / 'mlflow.db'}"
     monkeypatch.setenv("MLFLOW_TRACKING_URI", missing)
