@@ -79,7 +79,14 @@ def fit_for_predictor(predictor: Any, measurements: pd.DataFrame, kernels: pd.Da
     written: list[Path] = []
     bases = [(ROOFLINE_BASIS, None)]
     if predictor is not None and basis_id(predictor) != ROOFLINE_BASIS:
-        bases.append((basis_id(predictor), predictor))
+        # The id of the predictor as it will be loaded (from its folder: MLflow copy, serving flat
+        # trees), which is what a module question sees.
+        reloaded = predictor
+        if predictor_dir is not None:
+            from components.models import load_predictor
+
+            reloaded = load_predictor(Path(predictor_dir))
+        bases.append((basis_id(reloaded), predictor))
     for basis, op_predictor in bases:
         table = program_table(data, catalog, op_predictor)
         model = fit_program_model(table, basis, log=log)

@@ -12,6 +12,7 @@ from __future__ import annotations
 import hashlib
 import json
 import math
+from dataclasses import asdict, is_dataclass
 from pathlib import Path
 from typing import Any
 
@@ -29,18 +30,27 @@ DTYPES: tuple[str, ...] = ("fp32", "fp16", "bf16", "fp64", "fp8")
 
 
 def basis_id(predictor: Any) -> str:
-    """What a program model was fitted on: ``roofline``, or the op predictor's family + training rows."""
+    """What a program model was fitted on: ``roofline``, or the op predictor's family + a fingerprint of
+    its fitted state (config, feature columns, conformal/floor numbers) -- the same for the predictor
+    the train stage fitted and for any copy loaded from its folder (MLflow, the serving flat trees)."""
     family = str(getattr(predictor, "family", "") or "")
     if predictor is None or family == "roofline":
         return ROOFLINE_BASIS
     cached = getattr(predictor, "_kernelcast_basis_id", None)
     if cached:
         return str(cached)
-    trained = sorted(getattr(predictor, "trained_on", frozenset()) or ())
-    digest = hashlib.sha1("\n".join(trained).encode()).hexdigest()[:12] if trained else "untrained"
-    value = f"{family or 'predictor'}-{digest}"
+    state = {}
+    for name in ("config", "feature_columns", "categories", "classes", "conformal", "floors", "target_bounds", "ood"):
+        value = getattr(predictor, name, None)
+        if value is not None:
+            state[name] = asdict(value) if is_dataclass(value) else value
+    if state:
+        text = json.dumps(state, sort_keys=True, default=str)
+    else:  # another family: the rows it was trained on
+        text = "\n".join(sorted(getattr(predictor, "trained_on", frozenset()) or ()))
+    value = f"{family or 'predictor'}-{hashlib.sha1(text.encode()).hexdigest()[:12]}"
     try:
-        predictor._kernelcast_basis_id = value  # hashing 10^5 ids once per loaded predictor, not per question
+        predictor._kernelcast_basis_id = value  # once per loaded predictor, not per question
     except AttributeError:
         pass
     return value

@@ -2,7 +2,7 @@
 
     gpu_us = sum over op kinds k of  S_k / eff_k  +  n_kernels * launch_us
     cpu_us = n_aten * framework_us                     (eager PyTorch dispatch, per aten call)
-    time   = (gpu_us^p + cpu_us^p)^(1/p) * exp(r(x))
+    time   = (gpu_us^p + cpu_us^p)^(1/p) * r(x)
 
 ``S_k`` is the summed op time of kind k from the basis (the op-level predictor, or the roofline),
 ``eff_k`` a per-kind efficiency, ``launch_us`` the per-kernel floor, ``framework_us`` the CPU cost
@@ -38,6 +38,7 @@ DEFAULT_FRAMEWORK_US = 6.0
 RESIDUAL_PARAMS = {"objective": "regression_l2", "n_estimators": 150, "learning_rate": 0.05, "num_leaves": 8,
                    "min_child_samples": 25, "subsample": 0.8, "subsample_freq": 1, "colsample_bytree": 0.8,
                    "reg_lambda": 1.0, "verbose": -1, "n_jobs": 1}
+RELATIVE_LOSS = True
 PARAM_TERMS: tuple[str, ...] = (*FEATURE_KINDS, "lowpar")  # time sums with a learned weight each
 RESIDUAL_EXCLUDE: tuple[str, ...] = ("clock_ghz",)  # a per-GPU constant: lets trees memorise training GPUs
 
@@ -84,7 +85,7 @@ class ConfigModel:
         if booster is None:
             return base
         x = transfer_features(frame).reindex(columns=self.features, fill_value=0.0).to_numpy("float64")
-        return base * np.exp(booster.predict(x))
+        return base * np.clip(booster.predict(x), 0.05, 50.0)
 
     def to_json(self) -> dict[str, Any]:
         return {"log_eff": self.log_eff, "launch_us": self.launch_us, "framework_us": self.framework_us,
@@ -150,8 +151,10 @@ def _fit_parametric(frame: pd.DataFrame, target: np.ndarray, kinds: Sequence[str
         return ConfigModel(log_eff, float(math.exp(theta[-3])), float(math.exp(theta[-2])), float(theta[-1]))
 
     def residuals(theta: np.ndarray) -> np.ndarray:
-        pred = unpack(theta).base(frame, "pred")
-        return np.log(np.maximum(pred, 1e-6)) - np.log(target)
+        pred = np.maximum(unpack(theta).base(frame, "pred"), 1e-6)
+        if RELATIVE_LOSS:  # the relative error itself, as MAPE scores it (an over-estimate costs more)
+            return pred / target - 1.0
+        return np.log(pred) - np.log(target)
 
     beta = 0.0 if "dram_gbps" in frame.columns else None
     theta0 = np.concatenate([np.zeros(len(active)), [math.log(DEFAULT_LAUNCH_US), math.log(DEFAULT_FRAMEWORK_US),
@@ -173,8 +176,10 @@ def fit_config(frame: pd.DataFrame, target: np.ndarray, *, residual: bool = True
         import lightgbm as lgb
 
         x = transfer_features(frame).drop(columns=list(RESIDUAL_EXCLUDE), errors="ignore")
-        y = np.log(target) - np.log(np.maximum(model.base(frame, "pred"), 1e-6))
-        reg = lgb.LGBMRegressor(**RESIDUAL_PARAMS, random_state=seed)
+        # The residual is a multiplicative ratio fitted with LightGBM's MAPE objective: the same
+        # relative error the evaluation scores (stored as its log so predict() stays exp(r)).
+        y = target / np.maximum(model.base(frame, "pred"), 1e-6)
+        reg = lgb.LGBMRegressor(**{**RESIDUAL_PARAMS, "objective": "mape"}, random_state=seed)
         reg.fit(x.to_numpy("float64"), y)
         model.residual = reg.booster_.model_to_string()
         model.features = list(x.columns)
