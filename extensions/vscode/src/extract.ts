@@ -239,7 +239,16 @@ export function includerContext(
   seen: Set<string> = new Set<string>(),
 ): string {
   const until = includeOffset(text, name);
-  if (until < 0) return "";
+  return until < 0 ? "" : deviceContext(text, until, readInclude, seen);
+}
+
+/** Preprocessor lines (local headers inlined, filtered the same way) and device-side items before `until`. */
+function deviceContext(
+  text: string,
+  until: number,
+  readInclude: ((name: string) => string | undefined) | undefined,
+  seen: Set<string>,
+): string {
   const masked = maskCode(text);
   const parts: string[] = [];
   for (const chunk of topLevelChunks(masked, 0, until)) {
@@ -260,7 +269,8 @@ function inlineLocalInclude(
   const body = readInclude(m[1]);
   if (body === undefined) return line;
   seen.add(m[1]);
-  return `// kernelcast: begin ${m[1]}\n${body}\n// kernelcast: end ${m[1]}`;
+  // Headers carry host code too (helpers, main-side classes): only their device side is kept.
+  return `// kernelcast: begin ${m[1]}\n${deviceContext(body, body.length, readInclude, seen)}// kernelcast: end ${m[1]}`;
 }
 
 /** "cuda" or "hip", from the file name, the editor's language id, and what the file includes. */
