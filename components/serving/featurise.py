@@ -84,6 +84,27 @@ def op_feature_table(family: np.ndarray, op: np.ndarray, dtype: np.ndarray, dims
     matrix ``len(family) x len(DIMS)`` (NaN = absent); ``device_index``: each row's position in
     ``specs`` (the distinct DeviceSpecs asked about).
     """
+    return table_of(op_feature_columns(family, op, dtype, dims, device_index, specs))
+
+
+def table_of(columns: dict[str, Any]) -> pd.DataFrame:
+    """``op_feature_columns``' arrays as the feature-table DataFrame (labels as categoricals)."""
+    n = len(columns["family"])
+    data = {k: v for k, v in columns.items() if not k.startswith("_")}
+    bound = columns["_bound_code"]
+    data["f_bound"] = pd.Categorical.from_codes(bound, categories=["bandwidth", "compute"])
+    data["m_bound"] = pd.Categorical.from_codes(np.full(n, -1), categories=["bandwidth", "compute"])
+    data["feature_note"] = pd.Categorical.from_codes(columns["_note_code"], categories=[
+        "no analytical formula for this op and shape", "device missing peak/bandwidth for this precision"])
+    return pd.DataFrame(data)
+
+
+def op_feature_columns(family: np.ndarray, op: np.ndarray, dtype: np.ndarray, dims: np.ndarray,
+                       device_index: np.ndarray, specs: Sequence[Any]) -> dict[str, Any]:
+    """The feature table's columns as numpy arrays (no DataFrame): what the fast model path reads.
+
+    Labels are integer codes: ``_bound_code`` (0 bandwidth, 1 compute, -1 unknown) and ``_note_code``.
+    """
     n = len(family)
     # Object arrays of str, compared elementwise below; no conversion to numpy unicode (slow per row).
     family, op, dtype = (np.asarray(a, dtype=object) for a in (family, op, dtype))
@@ -156,16 +177,11 @@ def op_feature_table(family: np.ndarray, op: np.ndarray, dtype: np.ndarray, dims
     }
     columns.update({k: np.where(covered, np.asarray(v, dtype="float64"), np.nan) for k, v in f.items()})
     known = covered & np.isfinite(roofline)
-    # Labels as categoricals: built from integer codes, not one Python string per row.
-    columns["f_bound"] = pd.Categorical.from_codes(np.where(known, compute_bound.astype(np.int8), -1),
-                                                   categories=["bandwidth", "compute"])
+    columns["_bound_code"] = np.where(known, compute_bound.astype(np.int8), -1)
     for name in an.M_COLUMNS[:-1]:
         columns[name] = np.full(n, np.nan)
-    columns["m_bound"] = pd.Categorical.from_codes(np.full(n, -1), categories=["bandwidth", "compute"])
-    table = pd.DataFrame(columns)
     dev = dev_features.to_numpy("float64")[device_index]
-    table = pd.concat([table, pd.DataFrame(dev, columns=dev_features.columns)], axis=1)
-    note_codes = np.where(~covered, 0, np.where(~np.isfinite(roofline), 1, -1))
-    table["feature_note"] = pd.Categorical.from_codes(note_codes, categories=[
-        "no analytical formula for this op and shape", "device missing peak/bandwidth for this precision"])
-    return table
+    for j, name in enumerate(dev_features.columns):
+        columns[name] = dev[:, j]
+    columns["_note_code"] = np.where(~covered, 0, np.where(~np.isfinite(roofline), 1, -1))
+    return columns

@@ -363,69 +363,96 @@ PIPE_TIMES: tuple[tuple[str, str], ...] = (("f_tensor_time_us", "tensor"), ("f_f
                                            ("f_l2_time_us", "l2"))
 
 
-def bound_pipes(table: Any, dtypes: np.ndarray, duration_us: np.ndarray, classes: np.ndarray) -> np.ndarray:
+def bound_pipes(cols: Any, dtypes: np.ndarray, duration_us: np.ndarray, classes: np.ndarray) -> np.ndarray:
     """The busiest pipe of the side the roofline class names (compute: tensor, fp32/fp64 FMA or sfu;
     bandwidth: dram or l2), or ``launch`` for a kernel whose roofline time is under LAUNCH_BOUND_US
-    and under half its predicted runtime; None where the op has no analytical times."""
-    times = np.column_stack([table[c].to_numpy("float64") for c, _ in PIPE_TIMES])
+    and under half its predicted runtime; None where the op has no analytical times.
+
+    ``cols``: the feature columns (a dict of arrays or the feature DataFrame)."""
+    times = np.column_stack([np.asarray(cols[c], dtype="float64") for c, _ in PIPE_TIMES])
     times = np.where(np.isfinite(times), times, -1.0)
     compute_side = np.asarray(classes, dtype=object) == "compute"
     compute = times[:, :3].argmax(axis=1)
     memory = 3 + times[:, 3:].argmax(axis=1)
     winner = np.where(compute_side, compute, memory)
     names = np.array([name for _, name in PIPE_TIMES], dtype=object)[winner]
-    names = np.where(names == "fma", np.where(dtypes == "fp64", "fp64", "fp32"), names)
-    roof = table["f_roofline_time_us"].to_numpy("float64")
+    names = np.where(names == "fma", np.where(np.asarray(dtypes) == "fp64", "fp64", "fp32"), names)
+    roof = np.asarray(cols["f_roofline_time_us"], dtype="float64")
     with np.errstate(invalid="ignore"):
         launch = (roof < LAUNCH_BOUND_US) & np.isfinite(duration_us) & (roof < 0.5 * duration_us)
     names = np.where(launch, "launch", names)
     return np.where(np.isfinite(roof), names, None)
 
 
-def _answer_ops(predictor: Any, questions: list[Question], model_version: str) -> list[dict[str, Any]]:
-    import pandas as pd
+BOUND_LABELS = np.array(["bandwidth", "compute", None], dtype=object)  # by code 0, 1, -1
+NOTE_LABELS = np.array(["no analytical formula for this op and shape",
+                        "device missing peak/bandwidth for this precision", None], dtype=object)
 
-    family = getattr(predictor, "family", "")
-    table = op_table(questions, raw=family not in ("tabular", "roofline"))
-    predicted = predictor.predict(table).reset_index(drop=True)
+
+def _predicted(predictor: Any, questions: list[Question], cols: dict[str, Any]) -> dict[str, np.ndarray]:
+    """``pred_*`` arrays: the array fast path for transfer tabular models, else ``predictor.predict``."""
+    from components.serving.fastpath import fast_model
+    from components.serving.featurise import table_of
+
+    fast = fast_model(predictor)
+    if fast is not None:
+        return fast.predict(cols)
+    table = table_of(cols)
+    if getattr(predictor, "family", "") not in ("tabular", "roofline"):
+        from components.ingest.schema import canonical_json
+
+        texts = [canonical_json(q.shape or {}) for q in questions]
+        table["measurement_id"] = [f"query-{q.index}" for q in questions]
+        table["kernel_id"] = [f"query-{q.kernel_key()}" for q in questions]
+        table["params_json"] = texts
+        table["shape_json"] = texts
+        table["name"] = [f"{q.op_name}{q.shape}" for q in questions]
+    frame = predictor.predict(table).reset_index(drop=True)
+    return {c: frame[c].to_numpy(dtype=object) for c in frame.columns}
+
+
+def _answer_ops(predictor: Any, questions: list[Question], model_version: str) -> list[dict[str, Any]]:
+    from components.serving.featurise import op_feature_columns
+
+    specs, device_index = _distinct_specs(questions)
+    cols = op_feature_columns(np.array([q.family for q in questions], dtype=object),
+                              np.array([q.op_name for q in questions], dtype=object),
+                              np.array([q.dtype for q in questions], dtype=object),
+                              _op_dims(questions), device_index, specs)
+    predicted = _predicted(predictor, questions, cols)
+    n = len(questions)
 
     def column(name: str) -> np.ndarray:
-        if name not in predicted.columns:
-            return np.full(len(questions), None, dtype=object)
-        return predicted[name].to_numpy(dtype=object)
+        return predicted[name] if name in predicted else np.full(n, None, dtype=object)
 
-    duration = pd.to_numeric(predicted.get("pred_duration_us", pd.Series(np.nan, index=predicted.index)),
-                             errors="coerce").to_numpy("float64")
-    roof = table["f_roofline_time_us"].to_numpy("float64")
-    dtypes = table["dtype"].to_numpy(dtype=object)
+    duration = np.array([_plain(v) if _plain(v) is not None else np.nan for v in column("pred_duration_us")],
+                        dtype="float64")
+    roof = np.asarray(cols["f_roofline_time_us"], dtype="float64")
     with np.errstate(divide="ignore", invalid="ignore"):
         headroom = duration / roof
-    klass = column("pred_roofline_class")
-    fallback_class = table["f_bound"].to_numpy(dtype=object)
-    classes = np.array([_plain(k) if _plain(k) is not None else _plain(f) for k, f in zip(klass, fallback_class)],
-                       dtype=object)
-    pipes = bound_pipes(table, dtypes, duration, classes)
+    fallback_class = BOUND_LABELS[cols["_bound_code"]]
+    classes = np.array([_plain(k) if _plain(k) is not None else f for k, f in
+                        zip(column("pred_roofline_class"), fallback_class)], dtype=object)
+    pipes = bound_pipes(cols, cols["dtype"], duration, classes)
     notes, ood = column("pred_note"), column("pred_ood")
-    feature_notes = table["feature_note"].to_numpy(dtype=object)
-    extra = [c for c in predicted.columns if c.startswith("pred_") and c.endswith(("_lo", "_hi"))
-             and c[5:] not in ANSWER_KEYS]
+    feature_notes = NOTE_LABELS[cols["_note_code"]]
+    extra = [c for c in predicted if c.startswith("pred_") and c.endswith(("_lo", "_hi")) and c[5:] not in ANSWER_KEYS]
+    metrics = {m: column(f"pred_{m}") for m in (*METRICS, "duration_us_lo", "duration_us_hi")}
     answers = []
     for row, question in enumerate(questions):
         answer = _blank(question, model_version)
-        for metric in METRICS:
-            answer[metric] = _plain(column(f"pred_{metric}")[row])
-        for bound in ("duration_us_lo", "duration_us_hi"):
-            answer[bound] = _plain(column(f"pred_{bound}")[row])
+        for metric, values in metrics.items():
+            answer[metric] = _plain(values[row])
         for name in extra:
-            answer[name[5:]] = _plain(column(name)[row])
+            answer[name[5:]] = _plain(predicted[name][row])
         answer["roofline_class"] = classes[row]
         answer["bound_pipe"] = pipes[row]
         answer["roofline_us"] = _plain(roof[row])
         answer["headroom"] = _plain(headroom[row])
         flag = _plain(ood[row])
         answer["ood"] = None if flag is None else bool(flag)
-        note = _plain(notes[row]) or _plain(feature_notes[row]) or question.device.unsupported_reason(question.dtype)
-        answer["note"] = note
+        answer["note"] = (_plain(notes[row]) or feature_notes[row]
+                          or question.device.unsupported_reason(question.dtype))
         answers.append(answer)
     return answers
 

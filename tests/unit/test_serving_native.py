@@ -64,3 +64,35 @@ def test_flat_trees_equal_lightgbm(trained, tmp_path: Path) -> None:
 def test_a_folder_without_flat_files_is_not_taken_for_flat(trained) -> None:
     folder, _ = trained
     assert load_flat_predictor(folder) is None  # the ordinary loader then reads it with LightGBM
+
+
+@pytest.mark.parametrize("flat_trees", [False, True])
+def test_the_array_fast_path_equals_the_predictor(trained, tmp_path: Path, flat_trees: bool) -> None:
+    """FastTransfer on numpy columns == TabularPredictor.predict on the feature DataFrame, column by column."""
+    from components.devices import load_catalog
+    from components.serving.bench import random_op_batch
+    from components.serving.fastpath import fast_model
+    from components.serving.featurise import op_feature_columns, table_of
+
+    folder, _ = trained
+    if flat_trees:
+        shutil.copytree(folder, tmp_path / "copy")
+        flatten_folder(tmp_path / "copy")
+        predictor = load_flat_predictor(tmp_path / "copy")
+    else:
+        predictor = TabularPredictor.load(folder)
+    specs = load_catalog().all()
+    batch = random_op_batch(600, specs, seed=3)
+    batch["dtype"][:40] = "fp8"  # emulation notes on GPUs without fp8
+    cols = op_feature_columns(batch["family"], batch["op"], batch["dtype"], batch["dims"], batch["device_index"], specs)
+    fast = fast_model(predictor).predict(cols)
+    reference = predictor.predict(table_of(cols))
+    assert set(fast) == set(reference.columns)
+    for column in reference.columns:
+        expected = reference[column].to_numpy(dtype=object)
+        got = fast[column]
+        if column == "pred_note":
+            assert [None if pd.isna(e) else e for e in expected] == list(got)
+        else:
+            assert np.allclose(np.asarray(got, dtype="float64"), np.asarray(expected, dtype="float64"),
+                               rtol=1e-12, equal_nan=True), column
