@@ -209,9 +209,17 @@ def load_flat_predictor(folder: Path) -> Any | None:
 
     config = TabularConfig(**{"feature_set": "absolute", **spec["config"]})
     # trained_on (the leakage guard's ids) is left out: serving never evaluates, and reading it costs.
-    return TabularPredictor(config=config, feature_columns=list(spec["feature_columns"]),
-                            categories={k: list(v) for k, v in spec["categories"].items()},
-                            models={t: FlatTrees.load(p) for t, p in files.items()},
-                            classes=list(spec["classes"]), conformal=dict(spec["conformal"]),
-                            floors=dict(spec.get("floors", {})), target_bounds=dict(spec.get("target_bounds", {})),
-                            ood=dict(spec.get("ood", {})))
+    predictor = TabularPredictor(config=config, feature_columns=list(spec["feature_columns"]),
+                                 categories={k: list(v) for k, v in spec["categories"].items()},
+                                 models={t: FlatTrees.load(p) for t, p in files.items()},
+                                 classes=list(spec["classes"]), conformal=dict(spec["conformal"]),
+                                 floors=dict(spec.get("floors", {})),
+                                 target_bounds=dict(spec.get("target_bounds", {})), ood=dict(spec.get("ood", {})))
+    if (folder / "roofline_class").is_dir():
+        # The whole-program roofline-class model saved beside the trees: loaded as TabularPredictor.load does.
+        try:
+            from components.models.roofline_class import RooflineClassModel
+        except ImportError:
+            return None  # a model this code cannot fully load natively: the ordinary loader decides
+        predictor.class_model = RooflineClassModel.load(folder / "roofline_class")
+    return predictor
