@@ -1,13 +1,12 @@
-"""Score an op + shapes query on catalog GPUs: shared by `kernelcast predict` and the HTTP server.
+"""Op + shapes: the accepted ops, dimensions and dtypes, their plausibility bounds, and shape parsing.
 
-The query becomes a one-row canonical measurement per device (no metrics), goes through the same
-feature builder as training data, and is scored by any predictor (registry champion, a local
-predictor directory, or the training-free roofline).
+Shared by ``components.serving.questions`` (the one question schema of ``kernelcast predict``, the
+HTTP server and the registered pyfunc) and by callers that build canonical query rows
+(``query_frames``: one canonical measurement per device, for the training feature builder).
 """
 
 from __future__ import annotations
 
-import math
 from typing import Any
 
 
@@ -146,40 +145,3 @@ def load_any_predictor(model: str):  # noqa: ANN201
         return load(model)
     except ModelLoadError as exc:
         raise QueryError(f"--model {model}: {exc}") from exc
-
-
-def score(predictor: Any, op: str, shape: dict[str, int], dtype: str, devices: list[str]) -> list[dict[str, Any]]:
-    """Predictions per device as plain dicts: {device, device_name, duration_us, ...}."""
-    from components.devices import load_catalog
-    from components.features.build import build_feature_table
-
-    import pandas as pd
-
-    from components.devices import resolve_spec
-
-    catalog = load_catalog()
-    try:
-        # A catalog name, or a full spec (a spec file's path or a JSON object) for a GPU the catalog lacks.
-        specs = [resolve_spec(name, catalog) for name in devices]
-        catalog = catalog.with_devices([s for s in specs if s.id not in catalog.ids()])
-    except (LookupError, ValueError) as exc:
-        raise QueryError(str(exc.args[0] if exc.args else exc)) from exc
-    measurements, kernels = query_frames(op, shape, dtype, [s.id for s in specs])
-    table = build_feature_table(measurements, kernels, catalog)
-    # The raw query beside its features: predictors that read the kernel itself (llm) need the
-    # shapes and name, which the feature table does not carry; the others ignore the columns.
-    raw = measurements[["measurement_id", "params_json"]].merge(
-        kernels[["kernel_id", "shape_json", "name"]], how="cross")
-    table = table.drop(columns=[c for c in ("params_json", "shape_json", "name") if c in table.columns])
-    table = table.merge(raw.drop(columns="kernel_id"), on="measurement_id", how="left")
-    predictions = predictor.predict(table)
-    results = []
-    for spec, (_, row) in zip(specs, predictions.reset_index(drop=True).iterrows()):
-        result: dict[str, Any] = {"device": spec.id, "device_name": spec.name}
-        for column, value in row.items():
-            if str(column).startswith("pred_"):
-                # Strings (class, note) as they are; missing values (None, NaN, pd.NA) as None.
-                missing = value is None or value is pd.NA or (isinstance(value, float) and math.isnan(value))
-                result[str(column)[5:]] = None if missing else (value if isinstance(value, str) else float(value))
-        results.append(result)
-    return results
