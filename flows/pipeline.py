@@ -156,8 +156,9 @@ def pipeline_flow(stages: list[str] | None = None, project_root: str | None = No
     return reports
 
 
-def verdict(project_root: Path, settings: Settings) -> list[str]:
-    """The closing lines: the promotion outcome and where to look (MLflow UI, reports)."""
+def verdict(project_root: Path, settings: Settings, since: float | None = None) -> list[str]:
+    """The closing lines: the promotion outcome and where to look (MLflow UI, reports). A decision
+    older than ``since`` (a ``time.time()``: this run's start) is labelled as an earlier run's."""
     import json
 
     from components.pipeline_graph import read_stages
@@ -168,6 +169,8 @@ def verdict(project_root: Path, settings: Settings) -> list[str]:
     if promotion is not None and promotion.is_file():
         outcome = json.loads(promotion.read_text())
         version = f"{outcome.get('model_name')} v{outcome.get('version')}"
+        if since is not None and promotion.stat().st_mtime < since:
+            version += " (decided by an earlier run; register was up to date)"
         if outcome.get("promoted"):
             lines.append(f"verdict: {version} PROMOTED to champion ({outcome.get('reason')})")
         else:

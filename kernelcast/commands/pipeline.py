@@ -26,7 +26,10 @@ def pipeline_command(
     from components.pipeline_lock import PipelineLocked
     from flows.pipeline import StageFailed, run_pipeline, verdict
 
+    import time
+
     settings = prepared_settings()
+    started = time.time()
     try:
         stages = select_stages(PROJECT_ROOT / "dvc.yaml", from_stage, only)
     except (StageGraphError, ValueError) as exc:
@@ -45,5 +48,5 @@ def pipeline_command(
     total = sum(report["seconds"] for report in reports)
     typer.echo("wall time per stage: " + ", ".join(f"{r['stage']} {r['seconds']:.0f} s ({r['action']})"
                                                    for r in reports) + f"; total {total:.0f} s")
-    for line in verdict(PROJECT_ROOT, settings):
+    for line in verdict(PROJECT_ROOT, settings, since=started):
         typer.echo(line)

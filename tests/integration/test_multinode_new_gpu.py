@@ -5,7 +5,9 @@ Cluster: a head with no CPUs (it schedules, like infra/kuberay.yaml's), a node d
 ``accelerator_type:L4`` (a catalog GPU with no measurements: the stand-in for a new GPU), and a
 node declaring ``accelerator_type:FAKEGPU`` (unknown to the catalog). ``retrain_on_new_gpu`` must
 find L4 in the fleet, profile it on the L4 node only (the profiling task records its node id), leave
-FAKEGPU alone as unknown, and report spec-only quality for MI300X (on the operator's list, no node).
+FAKEGPU alone as unknown, report spec-only quality for MI300X (on the operator's list, no node), and
+then -- in a copy of the project with our 662 H100 rows as its data -- rerun the DVC data stages,
+retrain, evaluate (the gate's folds as Ray tasks on the cluster) and judge the new version.
 Every Ray process of this cluster is stopped by PID at the end (never ``ray stop``).
 """
 
@@ -24,7 +26,7 @@ from pathlib import Path
 
 import pytest
 
-from components.config import PROJECT_ROOT
+from tests.integration.test_services import _project_copy, _sh
 
 pytestmark = pytest.mark.slow
 
@@ -34,7 +36,7 @@ from components.config import get_settings
 from flows.runtime import prefect_server
 from flows.retrain_on_new_gpu import retrain_on_new_gpu_flow
 with prefect_server(get_settings()):
-    report = retrain_on_new_gpu_flow(fleet_file=sys.argv[1], backend="host", suite="smoke", retrain=False)
+    report = retrain_on_new_gpu_flow(fleet_file=sys.argv[1], backend="host", suite="smoke", retrain=True)
 print("REPORT=" + json.dumps(report, default=str))
 """
 
@@ -105,15 +107,22 @@ def test_new_gpu_flow_profiles_only_on_the_matching_node_host_backend_stands_in_
     address, ray_env, root = cluster
     nodes = _node_ids(address, ray_env)
     assert set(nodes) == {"head", "fake-l4", "fake-unknown"}
-    home = root / "home"
+    repo = _project_copy(root / "project")  # ingest.sources cut to our own 662 H100 rows
+    home = repo / ".kernelcast"  # dvc.yaml's paths are the default home's
     fleet_file = root / "fleet.txt"
     fleet_file.write_text("# GPUs we own but have no node for yet\nMI300X\n")
     env = {**ray_env, "KERNELCAST_HOME": str(home), "KERNELCAST_RAY_ADDRESS": address,
-           "PYTHONPATH": str(PROJECT_ROOT), "PREFECT_HOME": str(home / "prefect"),
-           "MLFLOW_TRACKING_URI": f"sqlite:///{home / 'mlflow.db'}"}
+           "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}",
+           "PYTHONPATH": str(repo), "PREFECT_HOME": str(home / "prefect"),
+           "KERNELCAST_DATASETS_DIR": str(root / "project" / "shared" / "datasets"),
+           "MLFLOW_TRACKING_URI": f"sqlite:///{home / 'mlflow' / 'mlflow.db'}"}
+    dvc = str(Path(sys.executable).with_name("dvc"))
+    _sh(["git", "init", "-q", "-b", "main"], repo, env)
+    _sh([dvc, "init", "-q"], repo, env)
+    (repo / ".gitignore").write_text("__pycache__/\n/.kernelcast/\n")
     started = time.monotonic()
-    done = subprocess.run([sys.executable, "-c", _DRIVER, str(fleet_file)], cwd=PROJECT_ROOT, env=env,
-                          capture_output=True, text=True, timeout=600)
+    done = subprocess.run([sys.executable, "-c", _DRIVER, str(fleet_file)], cwd=repo, env=env,
+                          capture_output=True, text=True, timeout=900)
     seconds = time.monotonic() - started
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     report = json.loads(done.stdout.split("REPORT=", 1)[1])
@@ -130,4 +139,17 @@ def test_new_gpu_flow_profiles_only_on_the_matching_node_host_backend_stands_in_
     quality = report["spec_only"]["mi300x"]  # what the last evaluation measured on unseen GPUs
     assert quality["source"].endswith("bench_accuracy.json") and 0 < quality["mape"] < 1
     assert "mi300x: no node to profile it on; predicted from its spec alone" in done.stdout + done.stderr
-    print(f"new-GPU flow on the 3-node cluster: {seconds:.0f} s")
+
+    chain = report["retrain"]  # then validate (DVC data stages), retrain, evaluate, promote
+    assert [(d["stage"], d["action"]) for d in chain["data_stages"]] == [
+        ("ingest", "ran"), ("validate", "ran"), ("static", "ran"), ("features", "ran")]
+    assert chain["data_stages"][-1]["rows"] == 662
+    trained = chain["trained"]["tabular"]
+    assert trained["action"] == "trained" and trained["model_uri"] == "models:/kernelcast/1"
+    judged = chain["evaluate_and_promote"]["tabular"]
+    assert judged["evaluation"]["n"] == trained["n_test"] > 50
+    promotion = judged["promotion"]
+    assert promotion["version"] == "1"
+    # Our H100 rows alone cannot fill the gate's other splits: the version stays challenger, and says why.
+    assert not promotion["promoted"] and any("evaluation complete" in f for f in promotion["failures"])
+    print(f"new-GPU flow on the 3-node cluster, end to end: {seconds:.0f} s")
