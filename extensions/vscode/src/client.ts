@@ -64,6 +64,8 @@ export interface ClientOptions {
   timeoutMs?: number;
 }
 
+const STALE_SOCKET = new Set(["UND_ERR_SOCKET", "ECONNRESET", "EPIPE"]);
+
 export class KernelcastClient {
   readonly baseUrl: string;
   private readonly apiKey?: string;
@@ -106,14 +108,22 @@ export class KernelcastClient {
       headers.authorization = `Bearer ${this.apiKey}`;
       headers["x-api-key"] = this.apiKey;
     }
+    const send = (): Promise<Response> => fetch(url, {
+      method,
+      headers,
+      body: body === undefined ? undefined : JSON.stringify(body),
+      signal: AbortSignal.timeout(this.timeoutMs),
+    });
     let response: Response;
     try {
-      response = await fetch(url, {
-        method,
-        headers,
-        body: body === undefined ? undefined : JSON.stringify(body),
-        signal: AbortSignal.timeout(this.timeoutMs),
-      });
+      try {
+        response = await send();
+      } catch (err) {
+        // A kept-alive socket the server closed as we reused it: every call here is a pure
+        // question (no side effects), so asking once more is safe.
+        if (!STALE_SOCKET.has((err as { cause?: { code?: string } })?.cause?.code ?? "")) throw err;
+        response = await send();
+      }
     } catch (err) {
       throw networkError(this.baseUrl, url, err, this.timeoutMs);
     }

@@ -256,7 +256,8 @@ class KernelcastExtension implements vscode.CodeLensProvider, vscode.HoverProvid
       items = devices.map((d) => ({
         label: d.id,
         description: [d.name, d.vendor, d.arch].filter(Boolean).join(" · "),
-        picked: current.has(d.id.toLowerCase()) || (typeof d.name === "string" && current.has(d.name.toLowerCase())),
+        // "H100" in the settings is an alias of catalog id h100-sxm: tick it by any of its names.
+        picked: [d.id, d.name, ...(Array.isArray(d.aliases) ? d.aliases : [])].some((n) => typeof n === "string" && current.has(n.toLowerCase())),
       }));
     } catch (err) {
       void vscode.window.showErrorMessage(errorText(err));

@@ -63,3 +63,25 @@ test("a server that never answers times out with a clear message", async () => {
     srv.close();
   }
 });
+
+test("a connection the server drops mid-request is asked again once (stale keep-alive socket)", async () => {
+  const http = await import("node:http");
+  let requests = 0;
+  const srv = http.createServer((req, res) => {
+    requests++;
+    if (requests === 1) {
+      req.socket.destroy(); // what a server closing an idle kept-alive socket looks like to the client
+      return;
+    }
+    res.setHeader("content-type", "application/json");
+    res.end(JSON.stringify({ status: "ready", model_version: "roofline" }));
+  });
+  await new Promise<void>((r) => srv.listen(0, "127.0.0.1", r));
+  try {
+    const client = new KernelcastClient({ serverUrl: `http://127.0.0.1:${(srv.address() as net.AddressInfo).port}`, timeoutMs: 5000 });
+    assert.equal(await client.ready(), "roofline");
+    assert.equal(requests, 2);
+  } finally {
+    srv.close();
+  }
+});

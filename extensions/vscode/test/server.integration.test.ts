@@ -216,6 +216,21 @@ describe("against a real kernelcast server (roofline model)", { timeout: 180_000
     assert.match(md, /model: `roofline`/);
   });
 
+  test("'Pick devices' offers the server's catalog with the current ones ticked and saves the choice (stand-in vscode API)", async () => {
+    stub.settings["kernelcast.serverUrl"] = server.url;
+    stub.settings["kernelcast.devices"] = ["H100"];
+    let offered: Array<{ label: string; picked?: boolean }> = [];
+    stub.vscodeStub.window.pick = (items) => {
+      offered = items;
+      return items.filter((i) => /^(h100|mi300x)/i.test(i.label));
+    };
+    await stub.registered.commands.get("kernelcast.pickDevices")!();
+    assert.ok(offered.length > 3);
+    assert.deepEqual(offered.filter((i) => i.picked).map((i) => i.label.toLowerCase()).filter((l) => l.startsWith("h100")).length > 0, true);
+    const saved = stub.settings["kernelcast.devices"] as string[];
+    assert.ok(saved.some((d) => /^h100/i.test(d)) && saved.some((d) => /^mi300x/i.test(d)), saved.join(","));
+  });
+
   test("the device list for the picker, and the server still ready after the bad requests", async () => {
     const devices = await client.devices();
     assert.ok(devices.length > 3);

@@ -97,6 +97,9 @@ export const vscodeStub = {
     showWarningMessage: async (m: string) => (messages.push(`warning: ${m}`), undefined),
     showInformationMessage: async (m: string) => (messages.push(`info: ${m}`), undefined),
     activeTextEditor: undefined,
+    /** What the user "picks": set by a test; gets the items offered. */
+    pick: undefined as undefined | ((items: Array<{ label: string; picked?: boolean }>) => Array<{ label: string }>),
+    showQuickPick: async (items: Array<{ label: string; picked?: boolean }>) => vscodeStub.window.pick?.(items),
   },
 };
 
