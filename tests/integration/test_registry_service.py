@@ -97,7 +97,37 @@ def _questions() -> list[dict[str, str]]:
         {"device": "L4", "dtype": "fp32", "op": "softmax", "shape": json.dumps({"B": 4096, "H": 1024})},
         {"device_spec": json.dumps(spec), "dtype": "fp16", "op": "gemm",
          "shape": json.dumps({"M": 2048, "N": 2048, "K": 2048})},
+        # Whole programs: CUDA source (compiled and analysed, never run) and a PyTorch module (traced
+        # in the sandbox), answered by the same champion through the same columns.
+        {"device": "H100", "dtype": "fp32", "source": SAXPY, "language": "cuda",
+         "launch": json.dumps({"grid": [4096, 1, 1], "block": [256, 1, 1]})},
+        {"device": "H100", "dtype": "fp32", "module": MODULE},
     ]
+
+
+SAXPY = """
+__global__ void saxpy(int n, float a, const float* x, float* y) {
+  int i = blockIdx.x * blockDim.x + threadIdx.x;
+  if (i < n) y[i] = a * x[i] + y[i];
+}
+"""
+MODULE = """
+import torch
+
+class Model(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.fc = torch.nn.Linear(1024, 1024)
+
+    def forward(self, x):
+        return torch.relu(self.fc(x))
+
+def get_inputs():
+    return [torch.randn(64, 1024)]
+
+def get_init_inputs():
+    return []
+"""
 
 
 def test_train_evaluate_promote_against_a_server_then_a_downstream_process_predicts(
@@ -120,33 +150,31 @@ def test_train_evaluate_promote_against_a_server_then_a_downstream_process_predi
         assert result.exit_code == 0, result.output
         return result.output
 
-    versions = {}
-    for family in ("roofline", "tabular"):
-        out = run("train", "--family", family, "--split", "unseen-kernel", "--features", str(features_file),
-                  "--out", str(tmp_path / family), "--no-ray")
-        versions[family] = re.search(r"registered: models:/kernelcast/(\d+)", out).group(1)
-        registration = str(tmp_path / family / "registration.json")
-        out = run("evaluate", "--gate", "--registration", registration, "--features", str(features_file),
-                  "--out", str(tmp_path / f"{family}-gate.json"))
-        assert "complete;" in out, out
-        out = run("promote", "--registration", registration, "--allow-challenger")
-        assert "PASS  evaluation complete" in out
+    from components.registry.lineage import file_md5
+
+    out = run("train", "--family", "tabular", "--split", "unseen-kernel", "--features", str(features_file),
+              "--out", str(tmp_path / "tabular"), "--no-ray")
+    version = re.search(r"registered: models:/kernelcast/(\d+)", out).group(1)
+    registration = str(tmp_path / "tabular" / "registration.json")
+    out = run("evaluate", "--gate", "--registration", registration, "--features", str(features_file),
+              "--out", str(tmp_path / "gate.json"))
+    assert "complete;" in out, out
+    out = run("promote", "--registration", registration)
+    assert "PASS  evaluation complete: 2/2 splits" in out and f"kernelcast v{version}: champion" in out
 
     client = MlflowClient(tracking_uri=mlflow_server)
-    champion = client.get_model_version_by_alias("kernelcast", "champion")
-    tabular = client.get_model_version("kernelcast", versions["tabular"])
-    assert champion.version == tabular.version, tabular.tags.get("kc.promotion.rules")
-    # Lineage: every version says what trained it, on which data, and where its full evaluation is.
-    for version in (tabular, client.get_model_version("kernelcast", versions["roofline"])):
-        tags = version.tags
-        assert tags["git_commit"] and tags["dataset_version"].startswith(("md5:", "")) and tags["dataset_version"]
-        assert tags["training_run"] == version.run_id and tags["family"] in ("tabular", "roofline")
-        report = client.download_artifacts(version.run_id, "evaluation/" + Path(tags["eval_report"]).name,
-                                           str(tmp_path / f"dl-{version.version}"))
-        gate = json.loads(Path(report).read_text())
-        assert gate["model_version"] == version.version and set(gate["splits"]) == {"unseen-kernel", "random"}
-        assert gate["splits"]["random"]["mode"] == ("refit" if tags["family"] == "tabular" else "artifact")
-        assert "kc.promotion" in tags and tags["kc.metric.unseen-kernel/runtime_mape"]
+    tabular = client.get_model_version("kernelcast", version)
+    assert client.get_model_version_by_alias("kernelcast", "champion").version == version
+    # Lineage: the version says what trained it, on which data, and where its full evaluation is.
+    tags = tabular.tags
+    assert tags["family"] == "tabular" and tags["training_run"] == tabular.run_id and len(tags["git_commit"]) == 40
+    assert tags["dataset_version"] == f"md5:{file_md5(features_file)}"  # not in a DVC output folder here
+    assert tags["kc.promotion"] == "champion" and float(tags["kc.metric.random/runtime_mape"]) <= 0.6
+    report = client.download_artifacts(tabular.run_id, "evaluation/gate.json", str(tmp_path / "downloaded"))
+    assert tags["eval_report"] == f"runs:/{tabular.run_id}/evaluation/gate.json"
+    gate = json.loads(Path(report).read_text())
+    assert gate["model_version"] == version and gate["complete"] and set(gate["splits"]) == {"unseen-kernel", "random"}
+    assert gate["splits"]["random"]["mode"] == "refit" and gate["splits"]["unseen-kernel"]["mode"] == "artifact"
 
     # The downstream service: another process, another folder, only the server's URL.
     child = subprocess.run([sys.executable, "-c", DOWNSTREAM, mlflow_server, json.dumps(_questions())],
@@ -155,10 +183,13 @@ def test_train_evaluate_promote_against_a_server_then_a_downstream_process_predi
     assert child.returncode == 0, child.stderr[-3000:]
     line = next(line for line in child.stdout.splitlines() if line.startswith("ANSWERS "))
     answers = json.loads(line.removeprefix("ANSWERS "))
-    assert [a["question"] for a in answers] == [0, 1, 2]
+    assert [a["question"] for a in answers] == [0, 1, 2, 3, 4]
+    assert [a["kind"] for a in answers] == ["op", "op", "op", "source", "module"]
     assert [a["device"] for a in answers[:2]] == ["h100-sxm", "l4"] and answers[2]["device_name"] == "Made-up GPU"
     for answer in answers:
-        assert answer["kind"] == "op" and answer["duration_us"] > 0 and answer["roofline_us"] > 0
+        assert answer["duration_us"] > 0 and answer["model_version"] == f"runs:/{tabular.run_id}/model"
+    for answer in answers[:3]:
+        assert answer["roofline_us"] > 0 and answer["headroom"] > 0
         assert answer["duration_us_lo"] <= answer["duration_us"] <= answer["duration_us_hi"]  # tabular: intervals
-        assert answer["roofline_class"] in ("compute", "bandwidth") and answer["headroom"] > 0
-        assert answer["model_version"] == f"runs:/{tabular.run_id}/model"
+        assert answer["roofline_class"] in ("compute", "bandwidth")
+    assert json.loads(answers[4]["breakdown"])  # the module's top ops
