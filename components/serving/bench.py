@@ -91,20 +91,26 @@ def raw_throughput(predictor: Any, n: int, chunk: int = 200_000, seed: int = 0) 
         return np.asarray(out["pred_duration_us"], dtype="float64")
 
     model(featurise(slice(0, min(n, 2000))))  # warm-up, untimed: imports (LightGBM for bulk), first calls
-    featurise_s = model_s = 0.0
+    featurise_s = model_s = featurise_cpu = model_cpu = 0.0
     finite = 0
     for start in range(0, n, chunk):
-        t0 = time.perf_counter()
+        t0, c0 = time.perf_counter(), time.thread_time()
         features = featurise(slice(start, start + chunk))
-        t1 = time.perf_counter()
+        t1, c1 = time.perf_counter(), time.thread_time()
         duration = model(features)
-        t2 = time.perf_counter()
+        t2, c2 = time.perf_counter(), time.thread_time()
         featurise_s += t1 - t0
         model_s += t2 - t1
+        featurise_cpu += c1 - c0
+        model_cpu += c2 - c1
         finite += int(np.isfinite(duration).sum())
+    # Wall-clock rates, and rates per CPU second of this thread: on a shared, overloaded box the
+    # second is what one thread of its own would do.
     return {"rows": n, "answered": finite, "path": "arrays (fast path)" if fast is not None else "feature DataFrame",
             "featurise_rows_per_s": n / featurise_s, "model_rows_per_s": n / model_s,
-            "end_to_end_rows_per_s": n / (featurise_s + model_s), "featurise_s": featurise_s, "model_s": model_s}
+            "end_to_end_rows_per_s": n / (featurise_s + model_s), "featurise_s": featurise_s, "model_s": model_s,
+            "featurise_rows_per_cpu_s": n / featurise_cpu, "model_rows_per_cpu_s": n / max(model_cpu, 1e-9),
+            "end_to_end_rows_per_cpu_s": n / (featurise_cpu + model_cpu)}
 
 
 def flat_tree_rows_per_s(predictor: Any, n: int = 20_000) -> float | None:
@@ -202,15 +208,27 @@ def _percentiles(values: list[float]) -> dict[str, float]:
             "p99_ms": float(np.percentile(array, 99)), "max_ms": float(array.max()), "n": int(array.size)}
 
 
-def server_latency(port: int, rate: float, seconds: float) -> dict[str, Any]:
+def _cpu_seconds(pid: int) -> float:
+    """User + system CPU seconds of a process (Linux /proc), 0 where unavailable."""
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    except (OSError, ValueError, IndexError):
+        return 0.0
+
+
+def server_latency(port: int, rate: float, seconds: float, server_pid: int | None = None) -> dict[str, Any]:
     """One op question per request at ``rate`` requests/s from a separate client process."""
     body = json.dumps({"kernels": [{"op": "gemm", "shape": {"M": 4096, "N": 4096, "K": 4096}, "dtype": "bf16"}],
                        "devices": ["H100"]})
+    cpu_before = _cpu_seconds(server_pid) if server_pid else 0.0
     result = subprocess.run([sys.executable, "-c", CLIENT, str(port), str(rate), str(seconds), body],
                             capture_output=True, text=True, timeout=seconds * 10 + 120, check=True)
     data = json.loads(result.stdout)
+    served = len(data["latencies_ms"]) + 20  # + the client's warm-up requests
+    cpu_ms = (_cpu_seconds(server_pid) - cpu_before) * 1e3 / served if server_pid else None
     return {"rate_rps": rate, "achieved_rps": data["achieved_rps"], "errors": data["errors"],
-            **_percentiles(data["latencies_ms"])}
+            "server_cpu_ms_per_request": cpu_ms, **_percentiles(data["latencies_ms"])}
 
 
 def source_latency(port: int, repeats: int = 5) -> dict[str, Any]:
@@ -293,11 +311,12 @@ def run_bench(model: str, *, rows: int = 1_000_000, rate: float = 100.0, seconds
     port = _free_port()
     server = start_server(model, port)
     try:
-        result["server_op"] = server_latency(port, rate, seconds)
+        result["server_op"] = server_latency(port, rate, seconds, server.pid)
         result["server_source"] = source_latency(port)
     finally:
         stop_server(server)
     result["llm"] = {"skipped": True} if skip_llm else llm_latency(llm_model)
+    result["machine"]["load_average_after"] = list(os.getloadavg())
     return result
 
 
