@@ -49,16 +49,16 @@ export function normalizeDevices(devices: unknown): string[] {
   return out;
 }
 
-/** Defines from the setting as the strings the API takes ({"N": 1024} -> {"N": "1024"}). */
-export function normalizeDefines(defines: unknown): Record<string, string> {
+/** NAME: value settings as the strings the API takes ({"N": 1024} -> {"N": "1024"}). */
+export function normalizeDefines(defines: unknown, setting = "kernelcast.defines"): Record<string, string> {
   if (defines === undefined || defines === null) return {};
   if (typeof defines !== "object" || Array.isArray(defines)) {
-    throw new InputError("kernelcast.defines must be an object of NAME: value, e.g. {\"N\": 1024}");
+    throw new InputError(`${setting} must be an object of NAME: value, e.g. {"N": 1024}`);
   }
   const out: Record<string, string> = {};
   for (const [k, v] of Object.entries(defines as Record<string, unknown>)) {
-    if (!/^[A-Za-z_]\w*$/.test(k)) throw new InputError(`kernelcast.defines: '${k}' is not a C identifier`);
-    if (typeof v !== "string" && typeof v !== "number") throw new InputError(`kernelcast.defines.${k} must be a string or a number`);
+    if (!/^[A-Za-z_]\w*$/.test(k)) throw new InputError(`${setting}: '${k}' is not a C identifier`);
+    if (typeof v !== "string" && typeof v !== "number") throw new InputError(`${setting}.${k} must be a string or a number`);
     out[k] = String(v);
   }
   return out;

@@ -15,8 +15,11 @@ export interface Settings {
   devices: string[];
   /** "" lets the server decide (it infers the dtype from the source). */
   dtype?: string;
-  /** Values for macros/variables the file leaves to run time; sent as launch.defines too. */
+  /** Macros sent to the compiler (-D, launch.defines); they also size launches. */
   defines: Record<string, string>;
+  /** Values of run-time variables (n = atoi(argv[1])) for evaluating launches only: never sent,
+   * since as -D macros they would rewrite every identifier of that name (a parameter `n`). */
+  values?: Record<string, string>;
   /** Fallback launch when the file has no launch site the extension can evaluate. */
   grid?: Dim3;
   block?: Dim3;
@@ -41,12 +44,13 @@ const NO_SITE = /^no launch of /;
 
 /** The kernel's launch from this file, else from the first sibling file that launches it. */
 function findLaunch(text: string, kernel: KernelInfo, settings: Settings, opts: PlanOptions, masked: string): { launch: LaunchConfig | LaunchFailure; file?: string } {
-  const own = inferLaunch(text, kernel.name, settings.defines, masked);
+  const user = { ...settings.defines, ...(settings.values ?? {}) };
+  const own = inferLaunch(text, kernel.name, user, masked);
   if (isLaunchConfig(own) || !NO_SITE.test(own.reason) || !opts.siblings) return { launch: own };
   let failure: { launch: LaunchFailure; file?: string } | undefined;
   for (const sibling of opts.siblings()) {
     if (!sibling.text.includes(kernel.name)) continue;
-    const got = inferLaunch(sibling.text, kernel.name, settings.defines);
+    const got = inferLaunch(sibling.text, kernel.name, user);
     if (isLaunchConfig(got)) return { launch: got, file: sibling.name };
     if (!NO_SITE.test(got.reason)) failure ??= { launch: { ...got, reason: `${sibling.name}: ${got.reason}` }, file: sibling.name };
   }
@@ -77,7 +81,7 @@ export function planKernel(text: string, kernel: KernelInfo, settings: Settings,
     return {
       ok: false,
       kernel,
-      reason: `no launch configuration for ${kernel.name}: ${inferred.reason}. Click to enter grid and block, or set kernelcast.defines / kernelcast.launch`,
+      reason: `no launch configuration for ${kernel.name}: ${inferred.reason}. ${launchHint(inferred.reason)}`,
       needsLaunch: true,
     };
   }
@@ -106,6 +110,13 @@ export function planKernel(text: string, kernel: KernelInfo, settings: Settings,
     defines: settings.defines,
   });
   return { ok: true, kernel, query, launch: query.launch!, launchFrom };
+}
+
+/** What to do about a launch that does not evaluate: name the setting and the variable. */
+function launchHint(reason: string): string {
+  const name = /uses '([A-Za-z_]\w*)/.exec(reason)?.[1];
+  const value = name ? ` (e.g. {"${name}": 1048576})` : "";
+  return `Click to enter grid and block, or give the value in kernelcast.launchValues${value}, or set kernelcast.launch.grid/block`;
 }
 
 function once<T>(f: () => T): () => T {

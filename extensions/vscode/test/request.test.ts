@@ -20,6 +20,7 @@ test("defines: numbers become strings; non-identifiers and nested values are err
   assert.deepEqual(normalizeDefines(undefined), {});
   assert.throws(() => normalizeDefines({ "1N": 3 }), /'1N' is not a C identifier/);
   assert.throws(() => normalizeDefines({ N: [1] }), /kernelcast.defines.N/);
+  assert.throws(() => normalizeDefines({ n: {} }, "kernelcast.launchValues"), /kernelcast.launchValues.n must be/);
   assert.throws(() => normalizeDefines([1]), /must be an object/);
 });
 
@@ -57,7 +58,7 @@ test("planning a file: a question per kernel with a launch, a reason for the one
   assert.ok(scale.query.source?.trimEnd().endsWith("template __global__ void scale<float, 4>(float *data, float factor, int n);"));
   const missing = plans[4];
   assert.ok(!missing.ok);
-  assert.match(missing.reason, /no launch configuration for runtime_sized: .*uses 'm' \(= atoi\(argv\[1\]\)\)/);
+  assert.match(missing.reason, /no launch configuration for runtime_sized: .*uses 'm' \(= atoi\(argv\[1\]\)\).*kernelcast.launchValues \(e.g. \{"m": 1048576\}\)/);
 });
 
 test("fallbacks: kernelcast.launch settings when inference fails; an entered launch wins over the file", () => {
@@ -69,10 +70,14 @@ test("fallbacks: kernelcast.launch settings when inference fails; an entered lau
   const entered = planKernels(text, SETTINGS, { override: { grid: [7, 1, 1], block: [32, 1, 1] } })[0];
   assert.ok(entered.ok);
   assert.deepEqual([entered.launch.grid, entered.launch.block], [[7, 1, 1], [32, 1, 1]]);
-  const userValue = planKernels(text, { ...SETTINGS, defines: { m: "4096" } })[4];
+  const userValue = planKernels(text, { ...SETTINGS, values: { m: "4096" } })[4];
   assert.ok(userValue.ok);
   assert.deepEqual(userValue.launch.grid, [32, 1, 1]);
-  assert.deepEqual(userValue.query.launch?.defines, { m: "4096" });
+  // A run-time value is not a macro: as -Dm=4096 it would rewrite every identifier m.
+  assert.equal(userValue.query.launch?.defines, undefined);
+  const macro = planKernels(text, { ...SETTINGS, defines: { m: "4096" } })[4];
+  assert.ok(macro.ok);
+  assert.deepEqual(macro.query.launch?.defines, { m: "4096" });
 });
 
 test("the cache (with a stand-in client) asks once per body and forgets failures so the next refresh retries", async () => {
