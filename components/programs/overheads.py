@@ -39,6 +39,8 @@ RESIDUAL_PARAMS = {"objective": "regression_l2", "n_estimators": 150, "learning_
                    "min_child_samples": 25, "subsample": 0.8, "subsample_freq": 1, "colsample_bytree": 0.8,
                    "reg_lambda": 1.0, "verbose": -1, "n_jobs": 1}
 RELATIVE_LOSS = True
+CPU_GROUPS: dict[str, tuple[str, ...]] = {"conv": ("conv", "conv_grouped", "conv_transposed"), "gemm": ("gemm", "bmm"),
+                                          "norm": ("norm", "batchnorm"), "rnn": ("rnn",)}
 PARAM_TERMS: tuple[str, ...] = (*FEATURE_KINDS, "lowpar")  # time sums with a learned weight each
 RESIDUAL_EXCLUDE: tuple[str, ...] = ("clock_ghz",)  # a per-GPU constant: lets trees memorise training GPUs
 
@@ -53,6 +55,9 @@ class ConfigModel:
     # Overheads scale as (DRAM GB/s / 1000)^-host_beta: newer, faster GPUs ship in hosts with faster
     # CPUs, so per-call costs fall with the GPU generation (one shared exponent, learned).
     host_beta: float = 0.0
+    # Extra CPU cost per call of some kinds, as log multipliers of framework_us: cuDNN convolutions
+    # and cuBLAS calls choose algorithms and build descriptors on the host on every call.
+    cpu_log: dict[str, float] = field(default_factory=dict)
     residual: str | None = None  # LightGBM model text
     features: list[str] = field(default_factory=list)
     n_train: int = 0
@@ -69,7 +74,11 @@ class ConfigModel:
         if "dram_gbps" in frame.columns and self.host_beta:
             host = np.power(np.clip(frame["dram_gbps"].to_numpy("float64"), 50.0, 20000.0) / 1000.0, -self.host_beta)
         gpu = gpu + frame["n_kernels"].to_numpy("float64") * self.launch_us * host
-        cpu = frame["n_aten"].to_numpy("float64") * self.framework_us * host
+        calls = frame["n_aten"].to_numpy("float64").copy()
+        for group, log_mult in self.cpu_log.items():
+            n = sum(frame[f"n_{k}"].to_numpy("float64") for k in CPU_GROUPS[group] if f"n_{k}" in frame.columns)
+            calls = calls + n * (math.exp(log_mult) - 1.0)
+        cpu = calls * self.framework_us * host
         return (gpu ** SMOOTH_P + cpu ** SMOOTH_P) ** (1.0 / SMOOTH_P)
 
     def booster(self) -> Any:
@@ -89,7 +98,7 @@ class ConfigModel:
 
     def to_json(self) -> dict[str, Any]:
         return {"log_eff": self.log_eff, "launch_us": self.launch_us, "framework_us": self.framework_us,
-                "host_beta": self.host_beta,
+                "host_beta": self.host_beta, "cpu_log": self.cpu_log,
                 "residual": self.residual, "features": self.features, "n_train": self.n_train, "devices": self.devices}
 
 
@@ -141,14 +150,20 @@ def kind_sums(op_frame: pd.DataFrame, value: str, prefix: str) -> pd.DataFrame:
 
 
 def _fit_parametric(frame: pd.DataFrame, target: np.ndarray, kinds: Sequence[str]) -> ConfigModel:
-    """Least squares on log time for per-kind efficiencies, the launch floor and the per-call cost."""
+    """Least squares (relative error) for per-kind efficiencies, the launch floor, the per-call CPU
+    cost, its host scaling and the per-group extra CPU cost."""
     from scipy.optimize import least_squares
 
     active = [k for k in kinds if f"pred_{k}" in frame.columns and (frame[f"pred_{k}"] > 0).sum() >= 5]
+    groups = [g for g, ks in CPU_GROUPS.items()
+              if sum((frame[f"n_{k}"] > 0).sum() for k in ks if f"n_{k}" in frame.columns) >= 5]
+    n_k, n_g = len(active), len(groups)
 
     def unpack(theta: np.ndarray) -> ConfigModel:
-        log_eff = {k: float(v) for k, v in zip(active, theta[:len(active)])}
-        return ConfigModel(log_eff, float(math.exp(theta[-3])), float(math.exp(theta[-2])), float(theta[-1]))
+        log_eff = {k: float(v) for k, v in zip(active, theta[:n_k])}
+        cpu_log = {g: float(v) for g, v in zip(groups, theta[n_k:n_k + n_g])}
+        launch, framework, beta = theta[n_k + n_g:]
+        return ConfigModel(log_eff, float(math.exp(launch)), float(math.exp(framework)), float(beta), cpu_log)
 
     def residuals(theta: np.ndarray) -> np.ndarray:
         pred = np.maximum(unpack(theta).base(frame, "pred"), 1e-6)
@@ -156,11 +171,12 @@ def _fit_parametric(frame: pd.DataFrame, target: np.ndarray, kinds: Sequence[str
             return pred / target - 1.0
         return np.log(pred) - np.log(target)
 
-    beta = 0.0 if "dram_gbps" in frame.columns else None
-    theta0 = np.concatenate([np.zeros(len(active)), [math.log(DEFAULT_LAUNCH_US), math.log(DEFAULT_FRAMEWORK_US),
-                                                     0.0]])
-    lower = np.concatenate([np.full(len(active), -3.0), [math.log(0.5), math.log(0.5), -1e-9 if beta is None else -1.0]])
-    upper = np.concatenate([np.full(len(active), 5.0), [math.log(200.0), math.log(200.0), 1e-9 if beta is None else 1.0]])
+    has_host = "dram_gbps" in frame.columns
+    theta0 = np.concatenate([np.zeros(n_k + n_g), [math.log(DEFAULT_LAUNCH_US), math.log(DEFAULT_FRAMEWORK_US), 0.0]])
+    lower = np.concatenate([np.full(n_k, -3.0), np.full(n_g, -2.0),
+                            [math.log(0.5), math.log(0.5), -1.0 if has_host else -1e-9]])
+    upper = np.concatenate([np.full(n_k, 5.0), np.full(n_g, 4.0),
+                            [math.log(200.0), math.log(200.0), 1.0 if has_host else 1e-9]])
     fit = least_squares(residuals, theta0, bounds=(lower, upper), loss="soft_l1", f_scale=0.3)
     return unpack(fit.x)
 

@@ -172,4 +172,8 @@ def transfer_features(frame: pd.DataFrame) -> pd.DataFrame:
         out[f"share_{kind}"] = frame[f"roof_{kind}"] / roof
     out["fp32"] = (frame["dtype"] == "fp32").astype(float)
     out["clock_ghz"] = frame["clock_ghz"]
+    # GPU class, as ratios and orders of magnitude (never an id): the ridge point, and DRAM
+    # bandwidth as a proxy for the host generation that sets the per-call CPU overhead.
+    out["log_dram_gbps"] = np.log(frame["dram_gbps"].clip(lower=1.0))
+    out["ridge_flop_per_byte"] = frame["fp32_tflops"] * 1e3 / frame["dram_gbps"].clip(lower=1.0)
     return out.replace([math.inf, -math.inf], np.nan).fillna(0.0)
