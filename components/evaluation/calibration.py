@@ -286,7 +286,6 @@ def run_calibration_bench(table: pd.DataFrame, devices: Sequence[str], ks: Seque
         f"method per K chosen on {params.inner_gpus} training GPUs held out inside each fold (nested), "
         f"candidates {', '.join(params.methods)}; refit weight {params.refit_weight:g}")
     per_gpu: dict[int, dict[str, tuple[float, float, int, int]]] = {k: {} for k in ks}
-    per_method: dict[tuple[int, str], dict[str, float]] = {}
     k_max = max(ks)
     for device in devices:
         started = time.perf_counter()
@@ -314,7 +313,6 @@ def run_calibration_bench(table: pd.DataFrame, devices: Sequence[str], ks: Seque
         for k in ks:
             for method in params.methods:
                 mape, within, n = _mape(curve["measured"], curve["pred"][(k, method)])
-                per_method.setdefault((k, method), {})[device] = mape
                 result.rows.append(_row(f"device={device},calibration={k},method={method}", "mape", mape, n, n_asked))
             mape, within, n = _mape(curve["measured"], curve["pred"][(k, chosen[k])])
             per_gpu[k][device] = (mape, within, n, n_asked)
