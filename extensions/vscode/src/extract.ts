@@ -292,6 +292,20 @@ export function extractKernelAt(
   return { kernel, source: extractKernelSource(text, kernel, readInclude, masked) };
 }
 
+/** Names of the template parameters of the top-level item around `offset` (none if it is no template). */
+export function enclosingTemplateParams(masked: string, offset: number): string[] {
+  const chunk = topLevelChunks(masked).find((c) => offset >= c.start && offset < c.end);
+  if (!chunk) return [];
+  const m = /^\s*template\s*</.exec(masked.slice(chunk.start, chunk.end));
+  if (!m) return [];
+  const open = chunk.start + m[0].length - 1;
+  const close = matchBracket(masked, open);
+  if (close < 0) return [];
+  return splitTopLevel(masked.slice(open + 1, close))
+    .map((p) => /([A-Za-z_]\w*)\s*$/.exec(p.split("=")[0].trim())?.[1])
+    .filter((n): n is string => n !== undefined);
+}
+
 /**
  * `template __global__ void k<float, 4>(float *x, int n);` for a template kernel launched as
  * `k<float><<<...>>>`: a template only produces code once instantiated, and the launch site that

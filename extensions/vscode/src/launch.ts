@@ -10,6 +10,7 @@
  */
 import { CValue, evalC, EvalError, NamedEvalError } from "./cexpr";
 import { isIdentChar, lineOf, maskCode, matchBracket, splitTopLevel } from "./cmask";
+import { enclosingTemplateParams } from "./extract";
 
 export type Dim3 = [number, number, number];
 
@@ -284,7 +285,13 @@ export function inferLaunch(text: string, kernel: string, user: UserValues = {},
         throw new EvalError(`block ${block.join("x")} has ${threads} threads, more than ${MAX_THREADS_PER_BLOCK}`);
       }
       const config: LaunchConfig = { grid, block, line };
-      if (site.templateArgs) config.templateArgs = scope.templateArgs(site.templateArgs, site.offset);
+      if (site.templateArgs) {
+        // k<T><<<...>>> inside `template <typename T> void run()`: T is only known per caller.
+        const hostParams = enclosingTemplateParams(masked, site.offset);
+        const unbound = splitTopLevel(site.templateArgs).find((a) => hostParams.includes(a.trim()));
+        if (unbound) throw new EvalError(`instantiates ${kernel}<${site.templateArgs}> with '${unbound}', a template parameter of the host function around it`);
+        config.templateArgs = scope.templateArgs(site.templateArgs, site.offset);
+      }
       if (site.shared !== undefined && site.shared.trim() !== "") {
         const shared = Math.trunc(scope.scalar(site.shared, site.offset).v);
         if (shared > 0) config.shared_bytes = shared;

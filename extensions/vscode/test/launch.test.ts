@@ -126,3 +126,14 @@ test("a value changed in ways not followed (+=, ++, &n to scanf) is unknown, nev
   const member = "__global__ void k(float *x) { }\nvoid h() {\n dim3 g(8);\n g.x *= 2;\n k<<<g, 32>>>(0);\n}\n";
   assert.match((inferLaunch(member, "k") as { reason: string }).reason, /'g.x', which changes at run time/);
 });
+
+test("a launch inside a host template (k<T> with T per caller) is not a usable instantiation; a concrete one is", () => {
+  const text = "template <typename T>\n__global__ void k(T *x) { }\ntemplate <typename T>\nvoid run(T *p) { k<T><<<8, 64>>>(p); }\n";
+  const got = inferLaunch(text, "k");
+  assert.ok(!isLaunchConfig(got));
+  assert.match(got.reason, /instantiates k<T> with 'T', a template parameter of the host function around it/);
+  const withConcrete = text + "void other(double *p) { k<double><<<2, 32>>>(p); }\n";
+  const l = launched(withConcrete, "k");
+  assert.equal(l.templateArgs, "double");
+  assert.deepEqual(l.grid, [2, 1, 1]);
+});
