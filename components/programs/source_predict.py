@@ -25,9 +25,10 @@ COMPILE_TIMEOUT_S = 60.0
 COMPILE_MEMORY_BYTES = 4 << 30
 MAX_SOURCE_CHARS = 1_000_000
 MODEL_VERSION = "static-roofline"
-# Spread of measured / estimated runtime on gpuFLOPBench's bolet train side (RTX 3080): the 5th and
-# 95th percentiles of the ratio (calibrate_runtime in components.models.roofline_class).
-INTERVAL_LOW, INTERVAL_HIGH = 0.1, 10.0
+# Spread of measured / estimated runtime over gpuFLOPBench's bolet train side (416 compiled CUDA
+# kernels, RTX 3080): the 5th and 95th percentiles of the ratio after the median scaling. Wide,
+# honestly: loop trip counts are not in the SASS.
+INTERVAL_LOW, INTERVAL_HIGH = 0.1, 800.0
 
 
 def _check_inputs(source: Any, language: Any, launch: Any) -> tuple[str, dict[str, Any]]:
