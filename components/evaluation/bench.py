@@ -117,7 +117,10 @@ FoldExecutor = Callable[[pd.DataFrame, Sequence[FoldJob], Callable[[FoldOutcome]
 def run_fold(table: pd.DataFrame, job: FoldJob, factory: Factory) -> FoldOutcome:
     """Fit ``job.family`` on the fold's train side, score its (capped) test side."""
     started = time.perf_counter()
-    predictor, fit_seconds = factory(job.family, table.loc[job.fold.train], job.split)
+    train = table.loc[job.fold.train]
+    if job.canonical_dir is not None:  # where a family that reads source/launch columns joins them from
+        train.attrs["canonical_dir"] = str(job.canonical_dir)
+    predictor, fit_seconds = factory(job.family, train, job.split)
     evaluation = evaluate_predictor(predictor, table, job.split, model=job.family,
                                     rows=capped_rows(job.fold.test, table, job.max_test_rows),
                                     canonical_dir=job.canonical_dir)

@@ -217,7 +217,22 @@ class TabularPredictor:
     floors: dict[str, float] = field(default_factory=dict)  # family -> launch floor (µs), transfer model
     target_bounds: dict[str, list[float]] = field(default_factory=dict)  # learned-space clip range per target
     ood: dict[str, dict[str, list[float]]] = field(default_factory=dict)  # family -> input -> [lo, hi]
+    # Roofline class of whole-program (gpuFLOPBench) rows from source: components.models.roofline_class.
+    class_model: Any = None
     _trained_on: frozenset[str] = field(default_factory=frozenset)
+
+    @property
+    def kernel_columns(self) -> tuple[str, ...]:
+        """Canonical kernel columns the harness attaches for the class model (source text)."""
+        from components.models.roofline_class import KERNEL_COLUMNS
+
+        return KERNEL_COLUMNS if self.class_model is not None else ()
+
+    @property
+    def measurement_columns(self) -> tuple[str, ...]:
+        from components.models.roofline_class import MEASUREMENT_COLUMNS
+
+        return MEASUREMENT_COLUMNS if self.class_model is not None else ()
 
     # ------------------------------------------------------------------ protocol
 
@@ -271,6 +286,12 @@ class TabularPredictor:
         else:
             self._calibrate(train.loc[in_cal])
         self._trained_on = frozenset(train["measurement_id"].astype(str))
+        from components.models.roofline_class import fit_for_tabular, program_rows
+
+        self.class_model = fit_for_tabular(features, self.config.class_label)
+        if self.class_model is not None:  # its rows count as seen (the harness's leakage guard)
+            seen = features.loc[program_rows(features) & features[self.config.class_label].notna(), "measurement_id"]
+            self._trained_on = self._trained_on | frozenset(seen.astype(str))
         return self
 
     def _calibration_mask(self, train: pd.DataFrame) -> np.ndarray:
@@ -296,6 +317,27 @@ class TabularPredictor:
         if "family" in features.columns and self.config.exclude_families:
             out_of_scope = features["family"].astype(str).isin(self.config.exclude_families).to_numpy()
             out.loc[out_of_scope, :] = None
+        if self.class_model is not None:
+            from components.models.roofline_class import predict_for_tabular
+
+            classes = predict_for_tabular(self.class_model, features)
+            if len(classes):
+                if f"pred_{CLASS_TARGET}" not in out.columns:
+                    out[f"pred_{CLASS_TARGET}"] = pd.Series(pd.NA, index=out.index, dtype="string")
+                out[f"pred_{CLASS_TARGET}"] = out[f"pred_{CLASS_TARGET}"].astype("string")
+                out.loc[classes.index, f"pred_{CLASS_TARGET}"] = classes
+        if "program" in self.config.exclude_families and "family" in features.columns:
+            # Whole programs: a static estimate or a stated reason per row, never a silent NaN.
+            from components.programs.cuda_runtime import program_runtime
+
+            runtime = program_runtime(features)
+            if len(runtime):
+                out["pred_duration_us"] = pd.to_numeric(out.get("pred_duration_us"), errors="coerce")
+                out.loc[runtime.index, "pred_duration_us"] = runtime["pred_duration_us"].to_numpy()
+                notes = out["pred_note"].astype("string") if "pred_note" in out.columns else \
+                    pd.Series(pd.NA, index=out.index, dtype="string")
+                notes.loc[runtime.index] = runtime["pred_note"].to_numpy()
+                out["pred_note"] = notes
         return out
 
     def _predict_all(self, features: pd.DataFrame) -> pd.DataFrame:
@@ -549,6 +591,8 @@ class TabularPredictor:
             "floors": self.floors, "target_bounds": self.target_bounds, "ood": self.ood,
             "model_files": files, "trained_on_file": TRAINED_ON_FILE, "n_trained_on": len(self._trained_on),
         }
+        if self.class_model is not None:
+            self.class_model.save(directory / "roofline_class")
         (directory / PREDICTOR_FILE).write_text(json.dumps(spec, indent=2, sort_keys=True) + "\n")
 
     @classmethod
@@ -576,6 +620,10 @@ class TabularPredictor:
                         floors=dict(spec.get("floors", {})), target_bounds=dict(spec.get("target_bounds", {})),
                         ood=dict(spec.get("ood", {})))
         predictor._trained_on = trained_on
+        if (directory / "roofline_class").is_dir():
+            from components.models.roofline_class import RooflineClassModel
+
+            predictor.class_model = RooflineClassModel.load(directory / "roofline_class")
         return predictor
 
 
