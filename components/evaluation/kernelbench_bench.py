@@ -28,6 +28,7 @@ SPLIT = "kernelbench"
 FAMILY_MODEL = "programs"  # the program model (roofline-basis op times + learned overheads)
 FAMILY_ROOFLINE = "roofline"  # sum of per-op roofline times of the trace
 MIN_HELD_OUT_ROWS = 20  # a GPU with fewer rows in a config is not a fold of that config
+MIN_TRAIN_GPUS = 2  # leave-one-GPU-out needs at least this many other GPUs to learn a config from
 LEVELS: tuple[str, ...] = ("1", "2", "3")
 
 
@@ -78,7 +79,7 @@ def run_kernelbench_bench(measurements: pd.DataFrame, kernels: pd.DataFrame, cac
     n_rows, n_reasons = len(asked), len(data.reasons)
     reasons = Counter(_short(r) if r.startswith("cannot trace") else r for r in data.reasons["reason"])
     result.notes.append(f"{SPLIT}: {n_rows} (program, GPU, config) timings (mean over repeated files); "
-                        f"{len(table)} predicted, {n_reasons} with a stated reason: "
+                        f"{len(table)} in scope (traced), {n_reasons} with a stated reason: "
                         + "; ".join(f"{n} {why}" for why, n in reasons.most_common()))
     scored = []
     wanted = configs or sorted(table["config"].unique(), key=lambda c: (c != "eager", c))
@@ -91,8 +92,10 @@ def run_kernelbench_bench(measurements: pd.DataFrame, kernels: pd.DataFrame, cac
             continue
         for device in held:
             train = rows[rows["device_id"] != device]
-            if train["device_id"].nunique() < 2 or len(train) < min_train_rows:
-                result.notes.append(f"{SPLIT} {config} {device}: too few training rows ({len(train)})")
+            train_gpus = int((train["device_id"].value_counts() >= min_held_out_rows).sum())
+            if train_gpus < MIN_TRAIN_GPUS or len(train) < min_train_rows:
+                result.notes.append(f"{SPLIT} {mode_label(config)} held out {device}: not scored, {train_gpus} other "
+                                    f"GPU(s) with {min_held_out_rows}+ rows to learn from (needs {MIN_TRAIN_GPUS})")
                 continue
             model = fit_program_model(train.assign(config="eager"), "roofline", min_rows=min_train_rows)
             test = rows[rows["device_id"] == device].reset_index(drop=True)

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -21,6 +22,7 @@ import pandas as pd
 from components.programs.trace import DEFAULT_MEMORY_BYTES, TRACER_VERSION, ModuleJob, TraceResult, trace_many
 
 SOURCE = "kernelbench"
+TRACE_WORKERS = 2
 CACHE_NAME = "traces.parquet"
 PER_MODULE_S = 120.0  # bundled problems: generous, a loaded 2-core machine traces a ResNet in ~20 s
 # Failures that depend on the machine's load, not on the module: never cached, retried next run.
@@ -62,7 +64,9 @@ def cached_traces(texts: dict[str, str], cache_dir: Path, *, per_module_s: float
     if missing:
         log(f"tracing {len(missing)} KernelBench modules in the sandbox ({len(known)} cached)")
         jobs = [ModuleJob(name, text=texts[name]) for name in missing.values()]
-        results = trace_many(jobs, per_module_s=per_module_s, memory_bytes=DEFAULT_MEMORY_BYTES)
+        # Two children side by side: importing torch and tracing are single-threaded each.
+        results = trace_many(jobs, per_module_s=per_module_s, memory_bytes=DEFAULT_MEMORY_BYTES,
+                             workers=min(TRACE_WORKERS, os.cpu_count() or 1))
         new = pd.DataFrame([{"content_hash": digest, "name": r.name, "ok": r.ok, "reason": r.reason, "error": r.error,
                              "ops_json": json.dumps(r.ops, separators=(",", ":")), "seconds": r.seconds}
                             for digest, r in zip(missing, results)], columns=list(CACHE_COLUMNS))

@@ -39,6 +39,9 @@ RESIDUAL_PARAMS = {"objective": "regression_l2", "n_estimators": 150, "learning_
                    "min_child_samples": 25, "subsample": 0.8, "subsample_freq": 1, "colsample_bytree": 0.8,
                    "reg_lambda": 1.0, "verbose": -1, "n_jobs": 1}
 RELATIVE_LOSS = True
+MIN_GPU_ROWS = 20  # a training GPU counts towards the minimums below with at least this many rows
+MIN_HOST_GPUS = 3  # GPUs needed to learn the host exponent
+MIN_RESIDUAL_GPUS = 3  # GPUs needed for the residual trees (with fewer they learn one GPU's quirks)
 CPU_GROUPS: dict[str, tuple[str, ...]] = {"conv": ("conv", "conv_grouped", "conv_transposed"), "gemm": ("gemm", "bmm"),
                                           "norm": ("norm", "batchnorm"), "rnn": ("rnn",)}
 PARAM_TERMS: tuple[str, ...] = (*FEATURE_KINDS, "lowpar")  # time sums with a learned weight each
@@ -171,7 +174,10 @@ def _fit_parametric(frame: pd.DataFrame, target: np.ndarray, kinds: Sequence[str
             return pred / target - 1.0
         return np.log(pred) - np.log(target)
 
-    has_host = "dram_gbps" in frame.columns
+    # The host exponent needs GPUs of several generations to be identified: with fewer than
+    # MIN_HOST_GPUS training GPUs it is pinned to 0 (else it extrapolates wildly to a new GPU).
+    counts = frame["device_id"].value_counts() if "device_id" in frame.columns else pd.Series(dtype=int)
+    has_host = "dram_gbps" in frame.columns and int((counts >= MIN_GPU_ROWS).sum()) >= MIN_HOST_GPUS
     theta0 = np.concatenate([np.zeros(n_k + n_g), [math.log(DEFAULT_LAUNCH_US), math.log(DEFAULT_FRAMEWORK_US), 0.0]])
     lower = np.concatenate([np.full(n_k, -3.0), np.full(n_g, -2.0),
                             [math.log(0.5), math.log(0.5), -1.0 if has_host else -1e-9]])
@@ -188,7 +194,8 @@ def fit_config(frame: pd.DataFrame, target: np.ndarray, *, residual: bool = True
     model = _fit_parametric(frame, target, PARAM_TERMS)
     model.n_train = int(len(frame))
     model.devices = sorted(frame["device_id"].astype(str).unique()) if "device_id" in frame else []
-    if residual and len(frame) >= 100:
+    gpus = int((frame["device_id"].value_counts() >= MIN_GPU_ROWS).sum()) if "device_id" in frame else 0
+    if residual and len(frame) >= 100 and gpus >= MIN_RESIDUAL_GPUS:
         import lightgbm as lgb
 
         x = transfer_features(frame).drop(columns=list(RESIDUAL_EXCLUDE), errors="ignore")

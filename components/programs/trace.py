@@ -156,15 +156,31 @@ def _run_batch(jobs: Sequence[ModuleJob], per_module_s: float, memory_bytes: int
     return failed_at
 
 
-def trace_many(jobs: Sequence[ModuleJob], *, per_module_s: float = DEFAULT_PER_MODULE_S,
-               memory_bytes: int = DEFAULT_MEMORY_BYTES) -> list[TraceResult]:
-    """Trace every module (one child for all; a new one after a module kills or hangs its child)."""
+def _trace_serial(jobs: Sequence[ModuleJob], per_module_s: float, memory_bytes: int) -> list[TraceResult]:
     results: dict[int, TraceResult] = {}
     start = 0
     while start < len(jobs):
         failed = _run_batch(jobs[start:], per_module_s, memory_bytes, results, start)
         start = len(jobs) if failed is None else start + failed + 1
     return [results[i] for i in range(len(jobs))]
+
+
+def trace_many(jobs: Sequence[ModuleJob], *, per_module_s: float = DEFAULT_PER_MODULE_S,
+               memory_bytes: int = DEFAULT_MEMORY_BYTES, workers: int = 1) -> list[TraceResult]:
+    """Trace every module: ``workers`` children side by side, each tracing its share one after the
+    other (a fresh child after a module kills or hangs one). Results in ``jobs`` order."""
+    workers = max(1, min(int(workers), len(jobs)))
+    if workers == 1:
+        return _trace_serial(jobs, per_module_s, memory_bytes)
+    from concurrent.futures import ThreadPoolExecutor
+
+    shares = [list(range(i, len(jobs), workers)) for i in range(workers)]  # interleaved: sizes vary by level
+    with ThreadPoolExecutor(max_workers=workers) as pool:
+        parts = list(pool.map(lambda idx: _trace_serial([jobs[i] for i in idx], per_module_s, memory_bytes), shares))
+    out: dict[int, TraceResult] = {}
+    for idx, part in zip(shares, parts):
+        out.update(zip(idx, part))
+    return [out[i] for i in range(len(jobs))]
 
 
 def trace_module(module: str, *, name: str | None = None, per_module_s: float = DEFAULT_PER_MODULE_S,

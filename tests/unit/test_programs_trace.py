@@ -43,7 +43,10 @@ def batch():
     jobs = [ModuleJob("small", text=SMALL), ModuleJob("loop", text=LOOP), ModuleJob("net", text=NETWORK),
             ModuleJob("nomodel", text=NO_MODEL), ModuleJob("syntax", text=SYNTAX), ModuleJob("huge", text=HUGE),
             ModuleJob("after", text=SMALL)]
-    return {r.name: r for r in trace_many(jobs, per_module_s=6.0)}
+    # Two children side by side (the way the KernelBench cache traces); results come back in order.
+    results = trace_many(jobs, per_module_s=6.0, workers=2)
+    assert [r.name for r in results] == [j.name for j in jobs]
+    return {r.name: r for r in results}
 
 
 def test_a_small_module_traces_into_its_aten_kernels(batch):
