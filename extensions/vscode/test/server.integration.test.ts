@@ -1,99 +1,18 @@
 /**
- * Against a REAL kernelcast server: spawns `kernelcast serve --model roofline` on a free port
- * (KERNELCAST_BIN, else the repository's .venv/bin/kernelcast), waits for /readyz, sends the
- * kernels the extension extracts from the fixtures, and stops the server's whole process group.
+ * Against a REAL kernelcast server: a `kernelcast serve --model roofline` (server-harness.ts), asked
+ * the kernels the extension extracts from the fixtures.
  */
 import assert from "node:assert/strict";
-import { ChildProcess, spawn } from "node:child_process";
-import * as fs from "node:fs";
-import * as net from "node:net";
-import * as os from "node:os";
 import * as path from "node:path";
 import { after, before, describe, test } from "node:test";
 
 import { KernelcastClient, KernelcastError } from "../src/client";
-import { hoverMarkdown, lensTitle } from "../src/format";
-import { buildModuleKernel, buildPredictBody, normalizeDevices } from "../src/request";
-import { askKernel, planKernels, predictBody, PredictionCache, Settings } from "../src/service";
+import { lensTitle } from "../src/format";
+import { buildModuleKernel, buildPredictBody } from "../src/request";
+import { askKernel, planKernels, predictBody, PredictionCache } from "../src/service";
 import { FIXTURES, fixture } from "./helpers";
+import { Server, settingsFor, startServer, stopServer } from "./server-harness";
 import * as stub from "./vscode-stub";
-
-const REPO = path.resolve(__dirname, "..", "..", "..", "..");
-const KERNELCAST_BIN = process.env.KERNELCAST_BIN || path.join(REPO, ".venv", "bin", "kernelcast");
-const STARTUP_TIMEOUT_MS = 120_000;
-
-interface Server {
-  url: string;
-  child: ChildProcess;
-  log: string[];
-  home: string;
-}
-
-async function freePort(): Promise<number> {
-  return new Promise((resolve, reject) => {
-    const srv = net.createServer();
-    srv.on("error", reject);
-    srv.listen(0, "127.0.0.1", () => {
-      const port = (srv.address() as net.AddressInfo).port;
-      srv.close(() => resolve(port));
-    });
-  });
-}
-
-async function startServer(extraArgs: string[] = [], extraEnv: Record<string, string> = {}): Promise<Server> {
-  assert.ok(fs.existsSync(KERNELCAST_BIN), `kernelcast not found at ${KERNELCAST_BIN}: build the venv or set KERNELCAST_BIN`);
-  const port = await freePort();
-  const home = fs.mkdtempSync(path.join(os.tmpdir(), "kc-vscode-"));
-  const log: string[] = [];
-  const child = spawn(KERNELCAST_BIN, ["serve", "--host", "127.0.0.1", "--port", String(port), "--model", "roofline", ...extraArgs], {
-    cwd: REPO,
-    env: { ...process.env, KERNELCAST_HOME: home, ...extraEnv },
-    detached: true, // its own process group, so stopping it stops everything it started
-    stdio: ["ignore", "pipe", "pipe"],
-  });
-  child.stdout!.on("data", (d) => log.push(String(d)));
-  child.stderr!.on("data", (d) => log.push(String(d)));
-  const server = { url: `http://127.0.0.1:${port}`, child, log, home };
-  const deadline = Date.now() + STARTUP_TIMEOUT_MS;
-  while (Date.now() < deadline) {
-    if (child.exitCode !== null) break;
-    try {
-      const r = await fetch(`${server.url}/readyz`, { signal: AbortSignal.timeout(2000) });
-      if (r.status === 200) return server;
-    } catch {
-      // not listening yet
-    }
-    await new Promise((r) => setTimeout(r, 250));
-  }
-  await stopServer(server);
-  throw new Error(`kernelcast serve did not become ready (exit ${child.exitCode}):\n${log.join("").slice(-3000)}`);
-}
-
-async function stopServer(server: Server): Promise<void> {
-  const { child } = server;
-  if (child.exitCode === null && child.pid !== undefined) {
-    const exited = new Promise<void>((r) => child.once("exit", () => r()));
-    try {
-      process.kill(-child.pid, "SIGTERM");
-    } catch {
-      // already gone
-    }
-    const timer = setTimeout(() => {
-      try {
-        process.kill(-child.pid!, "SIGKILL");
-      } catch {
-        // already gone
-      }
-    }, 10_000);
-    await exited;
-    clearTimeout(timer);
-  }
-  fs.rmSync(server.home, { recursive: true, force: true });
-}
-
-function settingsFor(server: Server, devices: string[] = ["H100"]): Settings {
-  return { serverUrl: server.url, devices: normalizeDevices(devices), defines: {} };
-}
 
 describe("against a real kernelcast server (roofline model)", { timeout: 180_000 }, () => {
   let server: Server;
@@ -236,42 +155,5 @@ describe("against a real kernelcast server (roofline model)", { timeout: 180_000
     assert.ok(devices.length > 3);
     assert.ok(devices.some((d) => /h100/i.test(d.id)), devices.map((d) => d.id).join(","));
     assert.equal(await client.ready(), "roofline");
-  });
-});
-
-describe("against a real kernelcast server with an API key and modules enabled", { timeout: 240_000 }, () => {
-  let server: Server;
-  const KEY = "kc-test-key-0123456789";
-
-  before(async () => {
-    server = await startServer(["--api-key-env", "KC_VSCODE_TEST_KEY", "--allow-modules"], { KC_VSCODE_TEST_KEY: KEY });
-  });
-  after(async () => {
-    if (server) await stopServer(server);
-  });
-
-  test("no key: told to set kernelcast.apiKey; wrong key: told it was refused; right key: answered", async () => {
-    const settings = settingsFor(server);
-    const [plan] = planKernels(fixture("saxpy.cu"), settings);
-    assert.ok(plan.ok);
-    const body = predictBody(plan.query, settings);
-    await assert.rejects(new KernelcastClient({ serverUrl: server.url }).predict(body),
-      (e: unknown) => e instanceof KernelcastError && e.kind === "auth" && /set kernelcast.apiKey/.test(e.message));
-    await assert.rejects(new KernelcastClient({ serverUrl: server.url, apiKey: "wrong" }).predict(body),
-      (e: unknown) => e instanceof KernelcastError && e.kind === "auth" && /was refused/.test(e.message));
-    const answer = await new KernelcastClient({ serverUrl: server.url, apiKey: KEY }).predict(body);
-    assert.equal(answer.predictions.length, 1);
-  });
-
-  test("a KernelBench module (GEMM + ReLU): per-device time and the top ops, traced by the server", async () => {
-    const client = new KernelcastClient({ serverUrl: server.url, apiKey: KEY, timeoutMs: 120_000 });
-    const answer = await client.predict(buildPredictBody([buildModuleKernel(fixture("model.py"))], ["H100", "MI300X"]));
-    assert.equal(answer.predictions.length, 2);
-    for (const p of answer.predictions) {
-      assert.equal(p.kind, "module");
-      assert.ok(p.duration_us! > 0);
-    }
-    const md = hoverMarkdown(answer.predictions, { title: "model.py" });
-    assert.match(md, /top ops on [^:]+:\n- \S*(addmm|linear|gemm)/i, md);
   });
 });
