@@ -463,3 +463,24 @@ def test_retrain_trains_changed_families_once_and_skips_them_after(chain: Chain,
                                          "tabular": {**chain.params["train"]["tabular"], "n_estimators": 50}}}
     again = run(changed)
     assert again["tabular"]["action"] == "trained" and again["tabular"]["model_uri"] != first["tabular"]["model_uri"]
+
+
+def test_deploy_and_pipeline_commands_fail_in_one_clear_line(tmp_path: Path) -> None:
+    import os
+    import subprocess
+    import sys
+
+    from flows.runtime import free_port
+
+    kernelcast = str(Path(sys.executable).with_name("kernelcast"))
+    env = {**os.environ, "KERNELCAST_HOME": str(tmp_path / "home")}
+    env.pop("PREFECT_API_URL", None)
+    env.pop("KERNELCAST_PREFECT_API_URL", None)
+    port = free_port()  # nothing listens there
+    deploy = subprocess.run([kernelcast, "deploy", "--api-url", f"http://127.0.0.1:{port}/api"], env=env,
+                            capture_output=True, text=True, timeout=120)
+    assert deploy.returncode == 2 and "Traceback" not in deploy.stderr
+    assert deploy.stderr.strip() == f"error: --api-url http://127.0.0.1:{port}/api: no Prefect server answers there"
+    pipeline = subprocess.run([kernelcast, "pipeline", "--from-stage", "trian"], env=env,
+                              capture_output=True, text=True, timeout=120)
+    assert pipeline.returncode == 2 and pipeline.stderr.startswith("error: --from-stage trian: unknown stage;")
