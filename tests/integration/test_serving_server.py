@@ -261,3 +261,33 @@ def test_the_request_schema_fuzzed_from_openapi() -> None:
     for operation in operations:
         fuzz(operation)
     assert not failures, failures
+
+
+def test_kernelcast_mlflow_ui_stops_the_mlflow_server_and_its_workers(tmp_path: Path) -> None:
+    """Stopping `kernelcast mlflow-ui` used to leave `mlflow server` and its uvicorn workers running."""
+    from components.serving.bench import _free_port
+
+    port = _free_port()
+    env = {**os.environ, "KERNELCAST_HOME": str(tmp_path), "MLFLOW_TRACKING_URI": f"sqlite:///{tmp_path / 'm.db'}"}
+    process = subprocess.Popen([sys.executable, "-m", "kernelcast.cli", "mlflow-ui", "--port", str(port)], env=env,
+                               cwd=PROJECT_ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    group: list[str] = []
+    try:
+        deadline = time.monotonic() + 240
+        while time.monotonic() < deadline:
+            children = subprocess.run(["pgrep", "-P", str(process.pid)], capture_output=True, text=True).stdout.split()
+            if children:
+                # The MLflow server leads its own group; wait for its workers to join it.
+                group = subprocess.run(["pgrep", "-g", children[0]], capture_output=True, text=True).stdout.split()
+                if len(group) >= 2:
+                    break
+            time.sleep(0.5)
+        assert len(group) >= 2, "mlflow server and a worker should be running"
+        process.send_signal(signal.SIGTERM)
+        assert process.wait(timeout=120) == 0
+        left = [pid for pid in group if Path(f"/proc/{pid}").exists()
+                and Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"]
+        assert not left, f"processes of the MLflow UI outlived it: {left}"
+    finally:
+        if process.poll() is None:
+            process.kill()
