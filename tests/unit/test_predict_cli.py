@@ -177,3 +177,19 @@ def test_rank_cli_by_time_and_cost(tmp_path, monkeypatch) -> None:
     bad = _run(["rank", "--op", "gemm", "--shape", "M=1,N=1,K=1", "--price", "H100=cheap", *ROOF], tmp_path,
                monkeypatch)
     assert bad.exit_code == 2 and "--price" in bad.output
+
+
+def test_a_cuda_source_file_is_predicted_with_its_breakdown(tmp_path, monkeypatch) -> None:
+    kernel = tmp_path / "saxpy.cu"
+    kernel.write_text('extern "C" __global__ void saxpy(int n, float a, const float* x, float* y) {\n'
+                      "    int i = blockIdx.x * blockDim.x + threadIdx.x;\n    if (i < n) y[i] = a * x[i] + y[i];\n}\n")
+    result = _run(["predict", str(kernel), "--launch", "4096/256", "--device", "H100", "--device", "A100", "--json",
+                   *ROOF], tmp_path, monkeypatch)
+    assert result.exit_code == 0, result.output
+    rows = json.loads(result.output)["predictions"]
+    assert [r["kind"] for r in rows] == ["source", "source"] and [r["kernel"] for r in rows] == [0, 0]
+    assert all(r["duration_us"] > 0 and r["breakdown"] for r in rows)
+    broken = tmp_path / "broken.cu"
+    broken.write_text("__global__ void broken( {")
+    failed = _run(["predict", str(broken), "--launch", "1/32", "--device", "H100", *ROOF], tmp_path, monkeypatch)
+    assert failed.exit_code == 2 and "broken.cu" in failed.output and "Traceback" not in failed.output, failed.output
