@@ -9,8 +9,12 @@ cause (first NVRTC error, normalised).
 
 "no kernel found" files (a __global__ in the text, none compiled) count as failures with their
 reason; files without any __global__ (host-only main.cu) are counted apart, not as failures.
-Measured (sm_90, all 377 CUDA programs, cache cold) before and after issue 13's static work: see
-the numbers in the docstring of ``components/features/static_templates.py``'s caller report.
+
+Measured on the 377 gpuFLOPBench CUDA programs (584 .cu files, sm_90), issue 13 (before -> after):
+files with >= 1 compiled kernel 268 -> 302; files that compiled to no kernel and exited 0
+(templates never instantiated) 40 -> 0 (now 7 "no kernel found" errors saying why, and 118
+host-only files set apart); programs with a kernel 246 -> 278; template instances compiled
+from launch sites 175; profiled (program, kernelName) pairs with a static row 520 -> 590 of 855.
 """
 
 from __future__ import annotations

@@ -1,0 +1,84 @@
+"""Roofline class from source on a tiny real subset of gpuFLOPBench (ingested by its real adapter):
+features from kernel text, launch, arguments and signature; train-side CV selection; persistence."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from components.models import roofline_class as rc
+
+DATASETS = Path(__file__).resolve().parents[2].parent / "shared" / "datasets"
+
+
+@pytest.fixture(scope="module")
+def kernels() -> pd.DataFrame:
+    """One labelled row per kernel (first HEAD launch), canonical columns joined, ~50 programs."""
+    root = DATASETS / "gpuflopbench"
+    if not root.is_dir():
+        pytest.skip(f"dataset not present: {root}")
+    from components.devices import device_feature_vector, load_catalog
+    from components.ingest.gpuflopbench import ingest
+
+    catalog = load_catalog()
+    out = ingest(root, catalog)
+    m = out.measurements
+    m = m[~m["upstream_file"].str.contains("_history/") & m["roofline_class_published"].notna()]
+    m = m.sort_values(["kernel_id", "upstream_row"]).drop_duplicates("kernel_id")
+    rows = m.merge(out.kernels[["kernel_id", "op", "language", "program", "source_text", "family"]],
+                   on="kernel_id")
+    programs = sorted(rows["program"].unique())
+    chosen = set(programs[::12])  # a fixed ~8% of the programs, both languages
+    rows = rows[rows["program"].isin(chosen)].reset_index(drop=True)
+    device = device_feature_vector(catalog.resolve("rtx-3080"))
+    return rows.assign(**device)
+
+
+def test_kernel_text_finds_cuda_kernels_and_openmp_regions(kernels: pd.DataFrame) -> None:
+    found = [rc.kernel_text(r.source_text, r.language, r.op) for r in kernels.itertuples()]
+    share = pd.Series([t is not None for t in found]).groupby(kernels["language"].to_numpy()).mean()
+    assert share["cuda"] > 0.7 and share["openmp"] > 0.7
+    omp = next(t for t, lang in zip(found, kernels["language"], strict=True) if lang == "openmp" and t)
+    assert "for" in omp  # the offloaded loop follows the pragma at the symbol's line
+
+
+def test_features_are_source_launch_and_device_only(kernels: pd.DataFrame) -> None:
+    frame = rc.class_feature_frame(kernels)
+    assert len(frame) == len(kernels) and frame["l_threads"].notna().all()
+    assert frame["t_chars"].notna().mean() > 0.7
+    measured = {"duration_us", "dram_bytes", "flops", "arith_intensity", "achieved_gbps", "gflops"}
+    assert not measured & set(frame.columns)  # no profiled quantity leaks into the inputs
+
+
+def test_fit_selects_on_train_side_and_round_trips(kernels: pd.DataFrame, tmp_path: Path) -> None:
+    programs = sorted(kernels["program"].unique())
+    held = set(programs[::4])
+    train = kernels[~kernels["program"].isin(held)]
+    test = kernels[kernels["program"].isin(held)]
+    model = rc.fit_class_model(train, "roofline_class_published")
+    assert len(model.cv["candidates"]) == len(rc.CANDIDATES)
+    assert "TRAIN side only" in model.cv["protocol"]
+    texts, progs = rc.kernel_texts(train)
+    fitted = model.predict(rc.class_feature_frame(train), texts, progs)
+    y = train["roofline_class_published"].astype(str).to_numpy()
+    assert rc.balanced_accuracy((y == "compute").astype(int), (fitted.to_numpy() == "compute").astype(int)) > 0.6
+    model.save(tmp_path / "m")
+    again = rc.RooflineClassModel.load(tmp_path / "m")
+    t_texts, t_progs = rc.kernel_texts(test)
+    features = rc.class_feature_frame(test)
+    np.testing.assert_allclose(model.proba(features, t_texts, t_progs), again.proba(features, t_texts, t_progs))
+    assert set(again.predict(features, t_texts, t_progs)) <= {"bandwidth", "compute"}
+
+
+def test_tabular_hook_answers_program_rows_only(kernels: pd.DataFrame) -> None:
+    mixed = pd.concat([kernels.assign(measurement_id=kernels["kernel_id"]),
+                       pd.DataFrame({"family": ["gemm"], "source": ["neusight"], "measurement_id": ["x"]})],
+                      ignore_index=True)
+    model = rc.fit_for_tabular(mixed, "roofline_class_published")
+    assert model is not None
+    predicted = rc.predict_for_tabular(model, mixed)
+    assert len(predicted) == len(kernels) and mixed.index[-1] not in predicted.index
+    assert rc.fit_for_tabular(mixed.head(5), "roofline_class_published") is None  # too few: no model, no guess

@@ -1,0 +1,68 @@
+"""predict_source on real CUDA (a HeCBench program from gpuFLOPBench): compiled in the sandboxed
+NVRTC subprocess, never run; answers follow the shared answer schema; bad questions are ProgramErrors."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+pytest.importorskip("cuda.bindings.nvrtc")
+
+from components.devices import load_catalog  # noqa: E402
+from components.programs.errors import ProgramError  # noqa: E402
+from components.programs.source_predict import predict_source  # noqa: E402
+
+DATASETS = Path(__file__).resolve().parents[2].parent / "shared" / "datasets"
+BABELSTREAM = DATASETS / "gpuflopbench" / "src" / "babelstream-cuda" / "main.cu"
+ANSWER_KEYS = {"question", "device", "device_name", "kind", "duration_us", "duration_us_lo", "duration_us_hi",
+               "achieved_gbps", "gflops", "l1_hit_rate", "l2_hit_rate", "arith_intensity", "roofline_class",
+               "bound_pipe", "roofline_us", "headroom", "ood", "note", "model_version", "breakdown"}
+
+
+@pytest.fixture(scope="module")
+def source() -> str:
+    if not BABELSTREAM.is_file():
+        pytest.skip(f"dataset not present: {BABELSTREAM}")
+    return BABELSTREAM.read_text()
+
+
+def test_real_program_one_kernel_on_two_gpus(source: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("KERNELCAST_HOME", str(tmp_path))
+    catalog = load_catalog()
+    specs = [catalog.resolve("H100"), catalog.resolve("V100")]
+    launch = {"grid": [32768], "block": [1024], "kernel": "copy_kernel"}
+    h100, v100 = predict_source(source, "cuda", launch, "fp32", specs, None)
+    assert set(h100) == ANSWER_KEYS and h100["kind"] == "source" and h100["device"] == specs[0].id
+    # A copy kernel (template, instantiated from its launch site) streams memory: DRAM-bound.
+    assert h100["bound_pipe"] == "dram" and h100["roofline_class"] == "bandwidth"
+    assert 0 < h100["duration_us"] < v100["duration_us"]  # H100 has 3.7x V100's bandwidth
+    assert h100["duration_us_lo"] < h100["duration_us"] < h100["duration_us_hi"]
+    assert "sm_75" in v100["note"]  # Volta compiled as the nearest arch NVRTC 13 emits
+    (entry,) = json.loads(h100["breakdown"])
+    assert entry["op"] == "copy_kernel<float>" and entry["bound"] == "dram"
+
+
+def test_several_kernels_get_a_breakdown(source: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("KERNELCAST_HOME", str(tmp_path))
+    (answer,) = predict_source(source, "cuda", {"grid": [1024], "block": [256]}, None,
+                               [load_catalog().resolve("H100")], None)
+    ops = [entry["op"] for entry in json.loads(answer["breakdown"])]
+    assert len(ops) >= 4 and "copy_kernel<float>" in ops and "kernels in the source" in answer["note"]
+
+
+@pytest.mark.parametrize(("source", "language", "launch", "match"), [
+    ("__global__ void k(float* a) { a[0] = 1; }", "hip", {"grid": [1], "block": [1]}, "language"),
+    ("__global__ void k(float* a) { a[0] = 1; }", "fortran", {"grid": [1], "block": [1]}, "language"),
+    ("__global__ void k(float* a) { a[0] = 1; }", "cuda", {"grid": [1]}, "missing block"),
+    ("__global__ void k(float* a) { a[0] = 1; }", "cuda", {"grid": [1], "block": [2048]}, "at most 1024"),
+    ("__global__ void k(float* a) { a[0] = 1; }", "cuda", {"grid": [1], "block": [1], "kernel": "nope"}, "nope"),
+    ("int helper(int x) { return x; }", "cuda", {"grid": [1], "block": [1]}, "no __global__"),
+    ("__global__ void k(float* a) { a[0] = ; }", "cuda", {"grid": [1], "block": [1]}, "compilation failed"),
+])
+def test_bad_questions_are_program_errors(source: str, language: str, launch: dict, match: str,
+                                          tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("KERNELCAST_HOME", str(tmp_path))
+    with pytest.raises(ProgramError, match=match):
+        predict_source(source, language, launch, None, [load_catalog().resolve("H100")], None)
