@@ -480,7 +480,10 @@ def _program_answers(kind: str, predictor: Any, group: list[Question], model_ver
                                  f"(components.programs.module_predict: {exc})") from None
             results = predict_module(first.module, first.dtype, specs, predictor)
     except ProgramError as exc:
-        raise QueryError(f"question {first.index}.{kind}: {exc}") from None
+        message = str(exc)
+        if message.startswith(f"{kind}:"):  # the predictor names the field itself
+            message = message[len(kind) + 1:].lstrip()
+        raise QueryError(f"question {first.index}.{kind}: {message}") from None
     if len(results) != len(group):
         raise RuntimeError(f"{kind} predictor returned {len(results)} answers for {len(group)} devices")
     answers = []
