@@ -2,8 +2,9 @@
 
 Protocol: one JSON object on stdin ``{"jobs": [{"name", "path"|"text"}, ...], "per_module_s",
 "memory_bytes"}``; one JSON line per job on the inherited descriptor ``KERNELCAST_TRACE_FD`` (the
-module's own prints go to stderr), ``{"index", "ok", "ops"|"error", "reason", "seconds"}``. Limits: the address space (RLIMIT_AS) for the whole child, a wall-clock alarm per
-module; the network is refused (a private network namespace where the kernel allows it, and
+module's own prints go to stderr), ``{"index", "ok", "ops"|"error", "reason", "seconds"}``.
+Limits: the address space (RLIMIT_AS) for the whole child, a wall-clock alarm per module; the
+network is refused (a private network namespace where the kernel allows it, and
 ``socket`` patched to refuse in any case). Tensors are fake: no data is ever allocated, and no GPU
 is touched.
 

@@ -35,6 +35,7 @@ LOOP = "import torch\nwhile True:\n    pass\n"
 NETWORK = "import socket\nsocket.create_connection(('192.0.2.1', 80), timeout=1)\n"
 NO_MODEL = "import torch\n\ndef get_inputs():\n    return []\n"
 SYNTAX = "class Model(:\n    pass\n"
+MEMORY = "buffer = bytearray(10**11)\n"  # 100 GB of real (non-tensor) memory: over the address-space limit
 HUGE = SMALL.replace("torch.randn(64, 128)", "torch.randn(1 << 40, 128)")  # 512 TiB: fake, never allocated
 
 
@@ -42,7 +43,7 @@ HUGE = SMALL.replace("torch.randn(64, 128)", "torch.randn(1 << 40, 128)")  # 512
 def batch():
     jobs = [ModuleJob("small", text=SMALL), ModuleJob("loop", text=LOOP), ModuleJob("net", text=NETWORK),
             ModuleJob("nomodel", text=NO_MODEL), ModuleJob("syntax", text=SYNTAX), ModuleJob("huge", text=HUGE),
-            ModuleJob("after", text=SMALL)]
+            ModuleJob("memory", text=MEMORY), ModuleJob("after", text=SMALL)]
     # Two children side by side (the way the KernelBench cache traces); results come back in order.
     results = trace_many(jobs, per_module_s=6.0, workers=2)
     assert [r.name for r in results] == [j.name for j in jobs]
@@ -76,6 +77,12 @@ def test_network_access_is_refused(batch):
     assert not batch["net"].ok
     assert batch["net"].reason == "network"
     assert "network access is disabled" in batch["net"].error
+
+
+def test_real_allocations_hit_the_memory_limit(batch):
+    assert not batch["memory"].ok
+    assert batch["memory"].reason == "memory"
+    assert "memory limit" in batch["memory"].error
 
 
 def test_a_module_without_model_names_what_is_missing(batch):
