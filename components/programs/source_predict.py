@@ -100,7 +100,8 @@ def predict_source(source: str, language: str, launch: dict, dtype: str | None, 
     from components.features.static_compile import arch_for_device
 
     reports: dict[str, Any] = {}
-    classifier = _class_model()
+    # The class model the predictor carries (a tabular fit with gpuFLOPBench rows), else a saved one.
+    classifier = getattr(predictor, "class_model", None) or _class_model()
     answers = []
     for spec in specs:
         arch, arch_note = arch_for_device(spec)
@@ -109,26 +110,27 @@ def predict_source(source: str, language: str, launch: dict, dtype: str | None, 
         report = reports[arch]
         estimates = [(k, estimate_kernel(k.instance or k.short_name, k.instructions, k.loop_instructions,
                                          grid, block, spec, dtype)) for k in report.kernels]
-        answers.append(_answer(estimates, spec, arch_note, classifier, grid, block, len(report.kernels) > 1))
+        answers.append(_answer(estimates, spec, arch_note, classifier, grid, block, len(report.kernels) > 1, source))
     return answers
 
 
-def _kernel_class(classifier: Any, kernel: Any, estimate: Any, spec: Any, grid: tuple, block: tuple) -> str:
+def _kernel_class(classifier: Any, kernel: Any, estimate: Any, spec: Any, grid: tuple, block: tuple,
+                  source: str) -> str:
     if classifier is None:
         return estimate.roofline_class
     try:
-        return str(classifier.predict_kernel(kernel, grid, block, spec))
+        return str(classifier.predict_kernel(kernel, grid, block, spec, source, "cuda"))
     except Exception:  # noqa: BLE001 -- a model that cannot score this kernel: the estimate answers
         return estimate.roofline_class
 
 
 def _answer(estimates: list[tuple[Any, Any]], spec: Any, arch_note: str | None, classifier: Any,
-            grid: tuple, block: tuple, several: bool) -> dict[str, Any]:
+            grid: tuple, block: tuple, several: bool, source: str) -> dict[str, Any]:
     duration = sum(e.duration_us for _, e in estimates)
     roofline = sum(e.roofline_us for _, e in estimates)
     flops = sum(e.flops for _, e in estimates)
     dram = sum(e.dram_bytes for _, e in estimates)
-    classes = [_kernel_class(classifier, k, e, spec, grid, block) for k, e in estimates]
+    classes = [_kernel_class(classifier, k, e, spec, grid, block, source) for k, e in estimates]
     main = max(range(len(estimates)), key=lambda i: estimates[i][1].duration_us)
     notes = ["static estimate: loop bodies assumed to run 8 times each (trip counts are not in the SASS)"]
     if several:
