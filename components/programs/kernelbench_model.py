@@ -18,7 +18,9 @@ import pandas as pd
 
 from components.programs.kernelbench_data import KernelBenchData
 from components.programs.ops import ProgramOps, program_ops
-from components.programs.overheads import MODEL_FILE, ConfigModel, ProgramModel, fit_config, kind_sums
+from components.programs.overheads import (
+    MODEL_FILE, ConfigModel, ProgramModel, fit_config, gpu_grouped_q_log, kind_sums,
+)
 
 MIN_CONFIG_ROWS = 100  # a run config with fewer timed rows (or on one GPU only) gets no model
 MIN_CONFIG_DEVICES = 2
@@ -44,15 +46,18 @@ def program_table(data: KernelBenchData, catalog: Any, op_predictor: Any = None)
 
 
 def fit_program_model(table: pd.DataFrame, basis: str, *, residual: bool = True, min_rows: int = MIN_CONFIG_ROWS,
-                      log: Callable[[str], None] = lambda _: None) -> ProgramModel:
+                      interval: bool = False, log: Callable[[str], None] = lambda _: None) -> ProgramModel:
     """One model per config with at least ``min_rows`` rows on MIN_CONFIG_DEVICES GPUs."""
     configs: dict[str, ConfigModel] = {}
     for config, rows in table.groupby("config", sort=True):
         if len(rows) < min_rows or rows["device_id"].nunique() < MIN_CONFIG_DEVICES:
             log(f"program model: {config} skipped ({len(rows)} rows on {rows['device_id'].nunique()} GPUs)")
             continue
-        configs[str(config)] = fit_config(rows.reset_index(drop=True), rows["duration_us"].to_numpy("float64"),
-                                          residual=residual)
+        model = fit_config(rows.reset_index(drop=True), rows["duration_us"].to_numpy("float64"), residual=residual)
+        if interval and config == "eager":  # the answers module questions get (predict_module: eager)
+            model.q_log = gpu_grouped_q_log(rows.reset_index(drop=True), rows["duration_us"].to_numpy("float64"),
+                                            residual=residual)
+        configs[str(config)] = model
     if "eager" not in configs:
         raise ValueError("no eager KernelBench timings to fit the program model on")
     return ProgramModel(basis, configs)
@@ -89,7 +94,7 @@ def fit_for_predictor(predictor: Any, measurements: pd.DataFrame, kernels: pd.Da
         bases.append((basis_id(reloaded), predictor))
     for basis, op_predictor in bases:
         table = program_table(data, catalog, op_predictor)
-        model = fit_program_model(table, basis, log=log)
+        model = fit_program_model(table, basis, interval=True, log=log)
         written.append(model.save(program_model_path(settings.models_dir, basis)))
         if predictor_dir is not None and op_predictor is predictor:
             written.append(model.save(Path(predictor_dir) / MODEL_FILE))

@@ -60,11 +60,18 @@ def program_model_path(models_dir: Path, basis: str) -> Path:
     return Path(models_dir) / PROGRAMS_DIR / f"{basis}.json"
 
 
+def _eager_q(model: ProgramModel) -> float:
+    config = model.configs.get("eager")
+    q = getattr(config, "q_log", None)
+    return float(q) if q is not None and np.isfinite(q) else math.inf
+
+
 def resolve_program_model(op_predictor: Any, models_dir: Path | None = None) -> tuple[ProgramModel, bool]:
-    """The program model for this op predictor and whether it matches it (``False``: the roofline
-    basis model, or the untrained defaults, answers instead and the op predictor only gives the
-    breakdown). Looks at a model attached to the predictor, then ``models/programs/<basis>.json``,
-    then ``models/programs/roofline.json``."""
+    """The program model for this op predictor and whether it is in its basis (``False``: the
+    roofline-basis model, or the untrained defaults, answers the total and the op predictor only
+    gives the breakdown). Looks at a model attached to the predictor, then
+    ``models/programs/<basis>.json`` and ``models/programs/roofline.json``; when both exist, the one
+    with the smaller GPU-held-out error on the training GPUs (its interval width) answers."""
     attached = getattr(op_predictor, "program_model", None)
     if isinstance(attached, ProgramModel):
         return attached, True
@@ -73,13 +80,16 @@ def resolve_program_model(op_predictor: Any, models_dir: Path | None = None) -> 
 
         models_dir = get_settings().models_dir
     basis = basis_id(op_predictor)
+    found: list[tuple[ProgramModel, bool]] = []
     for candidate in dict.fromkeys((basis, ROOFLINE_BASIS)):
         path = program_model_path(models_dir, candidate)
         if path.is_file():
             try:
-                return ProgramModel.load(path), candidate == basis
+                found.append((ProgramModel.load(path), candidate == basis))
             except (ValueError, KeyError, TypeError, json.JSONDecodeError):
                 continue  # a stale or foreign file: fall through to the next basis
+    if found:
+        return min(found, key=lambda item: (_eager_q(item[0]), not item[1]))
     return ProgramModel.untrained(), basis == ROOFLINE_BASIS
 
 
@@ -161,8 +171,9 @@ def _answer(program: ProgramOps, spec: Any, ops: pd.DataFrame, row: pd.Series, m
     if not model.fitted:
         notes.append("no learned program model yet (run the train stage): op times plus default overheads")
     elif not matches:
-        notes.append("program total from the roofline-basis program model (none fitted for this op predictor); "
-                     "the breakdown is the op predictor's")
+        notes.append("program total from the roofline-basis program model (smaller error on held-out training "
+                     "GPUs than one on this op predictor's times, or none fitted for it); the breakdown is the "
+                     "op predictor's")
     uses_roofline = int((ops["pred_source"] == "roofline").sum()) if "pred_source" in ops else 0
     if op_predictor is not None and getattr(op_predictor, "family", "") != "roofline" and uses_roofline:
         notes.append(f"{uses_roofline} of {len(ops)} distinct ops outside the op model's scope: roofline time")

@@ -61,6 +61,9 @@ class ConfigModel:
     # Extra CPU cost per call of some kinds, as log multipliers of framework_us: cuDNN convolutions
     # and cuBLAS calls choose algorithms and build descriptors on the host on every call.
     cpu_log: dict[str, float] = field(default_factory=dict)
+    # 90% interval half-width in log space, from GPU-grouped cross-validation on the training GPUs
+    # (residuals on GPUs the fold did not see); None when too few GPUs.
+    q_log: float | None = None
     residual: str | None = None  # LightGBM model text
     features: list[str] = field(default_factory=list)
     n_train: int = 0
@@ -101,7 +104,7 @@ class ConfigModel:
 
     def to_json(self) -> dict[str, Any]:
         return {"log_eff": self.log_eff, "launch_us": self.launch_us, "framework_us": self.framework_us,
-                "host_beta": self.host_beta, "cpu_log": self.cpu_log,
+                "host_beta": self.host_beta, "cpu_log": self.cpu_log, "q_log": self.q_log,
                 "residual": self.residual, "features": self.features, "n_train": self.n_train, "devices": self.devices}
 
 
@@ -207,3 +210,26 @@ def fit_config(frame: pd.DataFrame, target: np.ndarray, *, residual: bool = True
         model.residual = reg.booster_.model_to_string()
         model.features = list(x.columns)
     return model
+
+
+INTERVAL_FOLDS = 3
+INTERVAL_QUANTILE = 0.9
+
+
+def gpu_grouped_q_log(frame: pd.DataFrame, target: np.ndarray, *, residual: bool = True) -> float | None:
+    """The 90% quantile of |log(predicted / measured)| on GPUs held out of the fit (GPUs split into
+    INTERVAL_FOLDS groups): the interval a new GPU's answer gets."""
+    keep = np.isfinite(target) & (target > 0)
+    frame, target = frame.loc[keep].reset_index(drop=True), target[keep]
+    devices = sorted(frame["device_id"].astype(str).unique()) if "device_id" in frame else []
+    if len(devices) < INTERVAL_FOLDS + 1:
+        return None
+    scores = []
+    for fold in range(INTERVAL_FOLDS):
+        held = set(devices[fold::INTERVAL_FOLDS])
+        test = frame["device_id"].astype(str).isin(held).to_numpy()
+        model = fit_config(frame.loc[~test].reset_index(drop=True), target[~test], residual=residual)
+        pred = model.predict(frame.loc[test].reset_index(drop=True), "pred")
+        scores.append(np.abs(np.log(np.maximum(pred, 1e-9) / target[test])))
+    values = np.concatenate(scores)
+    return float(np.quantile(values, INTERVAL_QUANTILE)) if values.size >= 30 else None
