@@ -50,7 +50,8 @@ def nodes_from_ray(nodes: Iterable[Mapping[str, Any]]) -> list[FleetNode]:
         label = (node.get("Labels") or {}).get(LABEL)
         if label:
             names.add(str(label))
-        fleet += [FleetNode(name, str(node.get("NodeID")), node.get("NodeManagerAddress")) for name in sorted(names)]
+        node_id, address = str(node.get("NodeID")), node.get("NodeManagerAddress")
+        fleet += [FleetNode(name, node_id, address) for name in sorted(names)]
     return fleet
 
 
@@ -115,4 +116,5 @@ def plan_new_gpus(catalog: Any, fleet: list[FleetNode], measured: set[str],
     return plan
 
 
-__all__ = ["FleetNode", "NewGpuPlan", "measured_devices", "nodes_from_file", "nodes_from_ray", "plan_new_gpus"]
+__all__ = ["FleetNode", "NewGpuPlan", "measured_devices", "nodes_from_file", "nodes_from_ray",
+           "plan_new_gpus"]

@@ -60,7 +60,8 @@ class Progress:
         return time.monotonic() - self.started
 
     def start(self, stage: str) -> None:
-        self.echo(f"[{self.done + 1}/{self.total}] {stage:<9} running ...  (elapsed {_clock(self.elapsed())})")
+        elapsed = _clock(self.elapsed())
+        self.echo(f"[{self.done + 1}/{self.total}] {stage:<9} running ...  (elapsed {elapsed})")
 
     def finish(self, stage: str, action: str, seconds: float, rows: int | None) -> None:
         self.done += 1

@@ -32,7 +32,8 @@ class DeploymentSpec:
     tags: tuple[str, ...] = ()
 
 
-def read_deployments(path: Path = PREFECT_YAML, only: list[str] | None = None) -> tuple[list[DeploymentSpec], list]:
+def read_deployments(path: Path = PREFECT_YAML,
+                     only: list[str] | None = None) -> tuple[list[DeploymentSpec], list]:
     """Deployments (and the file's pull steps) from a ``prefect.yaml``; errors name the deployment."""
     import yaml
 
@@ -44,7 +45,8 @@ def read_deployments(path: Path = PREFECT_YAML, only: list[str] | None = None) -
     names = [str(e.get("name")) for e in entries]
     unknown = [n for n in only or [] if n not in names]
     if unknown:
-        raise ValueError(f"--name {', '.join(unknown)}: no such deployment in {path}; it has {', '.join(names)}")
+        raise ValueError(f"--name {', '.join(unknown)}: no such deployment in {path}; "
+                         f"it has {', '.join(names)}")
     specs = []
     for entry in entries:
         name = str(entry.get("name"))
@@ -56,7 +58,8 @@ def read_deployments(path: Path = PREFECT_YAML, only: list[str] | None = None) -
         schedules = tuple(entry.get("schedules") or [])
         for schedule in schedules:
             if not any(k in schedule for k in ("cron", "interval", "rrule")):
-                raise ValueError(f"{path}: deployment {name!r} has a schedule without cron, interval or rrule")
+                raise ValueError(f"{path}: deployment {name!r} has a schedule without cron, "
+                                 "interval or rrule")
         specs.append(DeploymentSpec(
             name=name, entrypoint=str(entry["entrypoint"]), work_pool=str(pool["name"]),
             work_queue=pool.get("work_queue_name"),
@@ -89,7 +92,8 @@ def _schedule(entry: dict[str, Any]) -> Any:
     if "cron" in entry:
         schedule: Any = CronSchedule(cron=entry["cron"], timezone=timezone)
     elif "interval" in entry:
-        schedule = IntervalSchedule(interval=dt.timedelta(seconds=float(entry["interval"])), timezone=timezone)
+        every = dt.timedelta(seconds=float(entry["interval"]))
+        schedule = IntervalSchedule(interval=every, timezone=timezone)
     else:
         schedule = RRuleSchedule(rrule=entry["rrule"], timezone=timezone)
     return DeploymentScheduleCreate(schedule=schedule, active=bool(entry.get("active", True)))
@@ -136,9 +140,9 @@ def register(specs: list[DeploymentSpec], pull_steps: list, work_pool: str | Non
                 parameter_openapi_schema=parameter_schema(flow).model_dump(exclude_unset=True),
                 enforce_parameter_schema=True,
             )
-            registered.append({"name": f"{flow.name}/{spec.name}", "id": str(deployment_id), "work_pool": pool,
-                               "work_pool_created": created,
-                               "schedules": [s.get("cron") or s.get("interval") or s.get("rrule") for s in spec.schedules]})
+            schedules = [s.get("cron") or s.get("interval") or s.get("rrule") for s in spec.schedules]
+            registered.append({"name": f"{flow.name}/{spec.name}", "id": str(deployment_id),
+                               "work_pool": pool, "work_pool_created": created, "schedules": schedules})
     return registered
 
 

@@ -41,13 +41,15 @@ def evaluate_folds_task(features_file: str, families: list[str], splits: list[st
     table = read_feature_table(Path(features_file), settings.data_dir / "canonical")
     catalog = load_catalog()
 
-    def in_task(name: str, train, split: str):  # noqa: ANN001, ANN202 -- runs inside a Ray task: no nested Ray
+    # Runs inside a Ray task: fits in-process (no nested Ray).
+    def in_task(name: str, train, split: str):  # noqa: ANN001, ANN202
         return make_predictor(name, train, split, config, settings, use_ray=False)
 
     executor = ray_fold_executor(in_task, lambda: ensure_ray(settings))
-    result = run_accuracy_bench(table, families, splits, in_task, published_figures(lambda n: catalog.resolve(n).id),
-                                min_gpu_rows=gpu_rows, log=lambda line: print(line, flush=True),
-                                fold_executor=executor, parallel_families=[f for f in families if f in FOLD_FAMILIES])
+    published = published_figures(lambda n: catalog.resolve(n).id)
+    result = run_accuracy_bench(table, families, splits, in_task, published, min_gpu_rows=gpu_rows,
+                                log=lambda line: print(line, flush=True), fold_executor=executor,
+                                parallel_families=[f for f in families if f in FOLD_FAMILIES])
     payload = {"command": f"evaluate-folds families={families} splits={splits}", **result.to_json()}
     atomic_write_text(Path(out_file), json.dumps(payload, indent=2) + "\n")
     return payload
@@ -60,7 +62,8 @@ def unseen_gpu_quality(report: dict[str, Any], family: str | None = None) -> dic
             and r.get("target") == "duration_us" and not r.get("scope") and r.get("ours") is not None]
     by_family: dict[str, dict[str, Any]] = {}
     for row in rows:
-        by_family.setdefault(row["family"], {"family": row["family"], "n": row.get("n")})[row["metric"]] = row["ours"]
+        entry = by_family.setdefault(row["family"], {"family": row["family"], "n": row.get("n")})
+        entry[row["metric"]] = row["ours"]
     candidates = [v for k, v in by_family.items() if "mape" in v and (family is None or k == family)]
     if not candidates:
         return None

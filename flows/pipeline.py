@@ -90,15 +90,15 @@ def reproduce_stage(stage: str, project_root: str, force: bool = False,
     result = run_stopping_with_us(command, cwd=project_root, env=_stage_env())
     tail = (result.stdout or "")[-4000:]
     if result.returncode != 0:
-        raise StageFailed(f"stage {stage!r} failed (exit {result.returncode}); later stages not run; "
-                          f"fix it and rerun `kernelcast pipeline` (finished stages are skipped)", stage, tail)
+        raise StageFailed(f"stage {stage!r} failed (exit {result.returncode}); later stages not run; fix it "
+                          "and rerun `kernelcast pipeline` (finished stages are skipped)", stage, tail)
     return {"stage": stage, "action": _action(result.stdout or "", stage),
             "seconds": round(time.monotonic() - start, 1), "rows": output_rows(Path(project_root), outs),
             "output_tail": tail[-800:]}
 
 
-@task(name="dvc-push", retries=3, retry_delay_seconds=exponential_backoff(backoff_factor=5), retry_jitter_factor=0.5,
-      retry_condition_fn=transient_only)
+@task(name="dvc-push", retries=3, retry_delay_seconds=exponential_backoff(backoff_factor=5),
+      retry_jitter_factor=0.5, retry_condition_fn=transient_only)
 def push_outputs(project_root: str, remote_url: str | None = None) -> str:
     """Push every stage output to the DVC remote (pure I/O: retried with backoff): the default one
     of ``.dvc/config``, or ``remote_url`` (``KERNELCAST_DVC_REMOTE_URL``, e.g. the team's
@@ -108,10 +108,11 @@ def push_outputs(project_root: str, remote_url: str | None = None) -> str:
 
     target: list[str] = []
     if remote_url:
-        added = run_stopping_with_us([*_dvc(), "remote", "add", "--local", "--force", "kernelcast", remote_url],
-                                     cwd=project_root, env=_stage_env())
+        add = [*_dvc(), "remote", "add", "--local", "--force", "kernelcast", remote_url]
+        added = run_stopping_with_us(add, cwd=project_root, env=_stage_env())
         if added.returncode != 0:
-            raise ValueError(f"KERNELCAST_DVC_REMOTE_URL={remote_url}: dvc refused it:\n{added.stdout[-1000:]}")
+            why = added.stdout[-1000:]
+            raise ValueError(f"KERNELCAST_DVC_REMOTE_URL={remote_url}: dvc refused it:\n{why}")
         target = ["-r", "kernelcast"]
     result = run_stopping_with_us([*_dvc(), "push", *target], cwd=project_root, env=_stage_env())
     if result.returncode != 0:
@@ -180,7 +181,8 @@ def verdict(project_root: Path, settings: Settings, since: float | None = None) 
     else:
         lines.append("verdict: no promotion report (the register stage did not run)")
     uri = settings.tracking_uri()
-    ui = uri if uri.startswith("http") else f"http://127.0.0.1:5000 after `kernelcast mlflow-ui` (store {uri})"
+    ui = uri if uri.startswith("http") else \
+        f"http://127.0.0.1:5000 after `kernelcast mlflow-ui` (store {uri})"
     lines.append(f"MLflow UI: {ui}")
     lines.append("reports: " + ", ".join(str(project_root / r) for r in reports))
     return lines
@@ -197,7 +199,8 @@ def run_pipeline(settings: Settings, stages: list[str], force: bool = False, pus
     from components.runtime import stop_on_signals
     from flows.runtime import prefect_server
 
-    with stop_on_signals(), pipeline_lock(settings.state_dir, " ".join(["kernelcast pipeline", *sys.argv[2:]])):
+    command = " ".join(["kernelcast pipeline", *sys.argv[2:]])
+    with stop_on_signals(), pipeline_lock(settings.state_dir, command):
         echo(f"pipeline: {len(stages)} stages from {project_root / 'dvc.yaml'} ({', '.join(stages)})")
         with prefect_server(settings) as api_url:
             echo(f"Prefect API: {api_url}")

@@ -51,7 +51,8 @@ def fleet_task(settings: Settings, fleet_file: str | None, use_ray: bool) -> lis
     return fleet
 
 
-def _profile_on_node(device: str, backend: str, suite: str, out_dir: str, options: dict[str, Any]) -> dict[str, Any]:
+def _profile_on_node(device: str, backend: str, suite: str, out_dir: str,
+                     options: dict[str, Any]) -> dict[str, Any]:
     """Runs in a Ray task on the chosen node: ``profile_device`` there, and which node that was."""
     import ray
 
@@ -62,7 +63,8 @@ def _profile_on_node(device: str, backend: str, suite: str, out_dir: str, option
     # stand-in on a machine without one); a GPU backend names the catalog GPU.
     target = "host" if backend == "host" else device
     result = profile_device(target, backend, suite, out_dir=out_dir, **options)
-    return {"node_id": node_id, "profiled_as": target, **(result if isinstance(result, dict) else {"result": result})}
+    summary = result if isinstance(result, dict) else {"result": result}
+    return {"node_id": node_id, "profiled_as": target, **summary}
 
 
 @task(name="profile-new-gpu")
@@ -124,7 +126,7 @@ def retrain_on_new_gpu_flow(
     use_ray: bool = True,
     backend: str = "ncu",
     suite: str = "default",
-    profiled_dir: str | None = None,  # the versioned dataset new GPU rows join (default <project>/profiled-data)
+    profiled_dir: str | None = None,  # the dataset new GPU rows join (default <project>/profiled-data)
     profile_options: dict[str, Any] | None = None,
     retrain: bool = True,
     fold_splits: list[str] | None = None,
@@ -156,7 +158,8 @@ def retrain_on_new_gpu_flow(
             options.setdefault("dataset_dir", profiled_dir or str(root / "profiled-data"))
         report["profiled"] = [
             profile_new_gpu_task(device, str(nodes[0].node_id), nodes[0].accelerator, backend, suite,
-                                 str(settings.data_dir / "profiles" / f"{device}-{backend}-{stamp}"), options, settings)
+                                 str(settings.data_dir / "profiles" / f"{device}-{backend}-{stamp}"),
+                                 options, settings)
             for device, nodes in plan.to_profile.items()
         ]
         if report["profiled"] and retrain:

@@ -1,4 +1,4 @@
-"""`kernelcast deploy`: register infra/prefect.yaml's deployments (schedules, work pool) with a Prefect server."""
+"""`kernelcast deploy`: register infra/prefect.yaml's deployments (schedules, work pool) with Prefect."""
 
 from __future__ import annotations
 
@@ -12,11 +12,15 @@ from kernelcast.commands._common import UserError, clean_errors, prepared_settin
 
 @clean_errors
 def deploy_command(
-    prefect_file: Annotated[Path | None, typer.Option("--prefect-file", help="deployments file (default infra/prefect.yaml)")] = None,
-    name: Annotated[list[str] | None, typer.Option("--name", help="register just this deployment (repeatable)")] = None,
+    prefect_file: Annotated[Path | None, typer.Option(
+        "--prefect-file", help="deployments file (default infra/prefect.yaml)")] = None,
+    name: Annotated[list[str] | None, typer.Option(
+        "--name", help="register just this deployment (repeatable)")] = None,
     work_pool: Annotated[str | None, typer.Option("--work-pool", help=(
-        "register every deployment on this `process` work pool instead of the file's (one VM, no Kubernetes)"))] = None,
-    pool_type: Annotated[str, typer.Option("--pool-type", help="type of the file's work pool when it must be created")] = "kubernetes",
+        "register every deployment on this `process` work pool instead of the file's "
+        "(one VM, no Kubernetes)"))] = None,
+    pool_type: Annotated[str, typer.Option(
+        "--pool-type", help="type of the file's work pool when it must be created")] = "kubernetes",
     api_url: Annotated[str | None, typer.Option("--api-url", help=(
         "Prefect server (default: KERNELCAST_PREFECT_API_URL / PREFECT_API_URL)"))] = None,
 ) -> None:
