@@ -411,6 +411,46 @@ def _predicted(predictor: Any, questions: list[Question], cols: dict[str, Any]) 
     return {c: frame[c].to_numpy(dtype=object) for c in frame.columns}
 
 
+def _calibrated(predicted: dict[str, np.ndarray], questions: list[Question],
+                cols: dict[str, Any]) -> dict[str, np.ndarray]:
+    """``predicted`` with each calibrated GPU's runtime correction applied (``kernelcast calibrate``
+    stores one per GPU under the state folder); GPUs without one are untouched. Why here: a
+    correction fitted on a GPU's own calibration rows is the cheapest accuracy gain on that GPU."""
+    import pandas as pd
+
+    from components.config import get_settings
+    from components.evaluation.calibration import apply_corrections, load_corrections
+
+    asked = {q.device.id for q in questions}
+    corrections = {d: c for d, c in load_corrections(get_settings().state_dir).items() if d in asked}
+    if not corrections or "pred_duration_us" not in predicted:
+        return predicted
+    from components.serving.featurise import table_of
+
+    rows = table_of(cols)
+    rows["device_id"] = [q.device.id for q in questions]
+    rows["family"] = [q.family for q in questions]
+    frame = pd.DataFrame({k: pd.to_numeric(pd.Series(v), errors="coerce") if k.startswith("pred_duration")
+                          or k in ("pred_gflops", "pred_achieved_gbps") else pd.Series(v)
+                          for k, v in predicted.items()})
+    if "pred_roofline_class" not in frame.columns:
+        frame["pred_roofline_class"] = BOUND_LABELS[cols["_bound_code"]]
+    corrected = apply_corrections(rows, frame, corrections)
+    out = dict(predicted)
+    for column in ("pred_duration_us", "pred_duration_us_lo", "pred_duration_us_hi", "pred_gflops",
+                   "pred_achieved_gbps"):
+        if column in corrected.columns and column in predicted:
+            out[column] = corrected[column].to_numpy(dtype="float64")
+    notes = np.array(predicted.get("pred_note", np.full(len(questions), None, dtype=object)), dtype=object)
+    for i, q in enumerate(questions):
+        c = corrections.get(q.device.id)
+        if c is not None:
+            tag = f"runtime calibrated on {c.n_rows} profiled rows of this GPU ({c.method})"
+            notes[i] = f"{notes[i]}; {tag}" if _plain(notes[i]) else tag
+    out["pred_note"] = notes
+    return out
+
+
 def _answer_ops(predictor: Any, questions: list[Question], model_version: str) -> list[dict[str, Any]]:
     from components.serving.featurise import op_feature_columns
 
@@ -419,7 +459,7 @@ def _answer_ops(predictor: Any, questions: list[Question], model_version: str) -
                               np.array([q.op_name for q in questions], dtype=object),
                               np.array([q.dtype for q in questions], dtype=object),
                               _op_dims(questions), device_index, specs)
-    predicted = _predicted(predictor, questions, cols)
+    predicted = _calibrated(_predicted(predictor, questions, cols), questions, cols)
     n = len(questions)
 
     def column(name: str) -> np.ndarray:
