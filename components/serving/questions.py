@@ -346,15 +346,19 @@ def op_table(questions: list[Question], raw: bool = False) -> Any:
                              np.array([q.op_name for q in questions], dtype=object),
                              np.array([q.dtype for q in questions], dtype=object),
                              _op_dims(questions), device_index, specs)
-    if raw:
-        from components.ingest.schema import canonical_json
+    return _with_raw_query(table, questions) if raw else table
 
-        texts = [canonical_json(q.shape or {}) for q in questions]
-        table["measurement_id"] = [f"query-{q.index}" for q in questions]
-        table["kernel_id"] = [f"query-{q.kernel_key()}" for q in questions]
-        table["params_json"] = texts
-        table["shape_json"] = texts
-        table["name"] = [f"{q.op_name}{q.shape}" for q in questions]
+
+def _with_raw_query(table: Any, questions: list[Question]) -> Any:
+    """The shape text, ids and name beside the features: what predictors that read the kernel (llm) need."""
+    from components.ingest.schema import canonical_json
+
+    texts = [canonical_json(q.shape or {}) for q in questions]
+    table["measurement_id"] = [f"query-{q.index}" for q in questions]
+    table["kernel_id"] = [f"query-{q.kernel_key()}" for q in questions]
+    table["params_json"] = texts
+    table["shape_json"] = texts
+    table["name"] = [f"{q.op_name}{q.shape}" for q in questions]
     return table
 
 
@@ -399,14 +403,7 @@ def _predicted(predictor: Any, questions: list[Question], cols: dict[str, Any]) 
         return fast.predict(cols)
     table = table_of(cols)
     if getattr(predictor, "family", "") not in ("tabular", "roofline"):
-        from components.ingest.schema import canonical_json
-
-        texts = [canonical_json(q.shape or {}) for q in questions]
-        table["measurement_id"] = [f"query-{q.index}" for q in questions]
-        table["kernel_id"] = [f"query-{q.kernel_key()}" for q in questions]
-        table["params_json"] = texts
-        table["shape_json"] = texts
-        table["name"] = [f"{q.op_name}{q.shape}" for q in questions]
+        table = _with_raw_query(table, questions)
     frame = predictor.predict(table).reset_index(drop=True)
     return {c: frame[c].to_numpy(dtype=object) for c in frame.columns}
 
