@@ -28,7 +28,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from components.models.calibration import METHODS, fit_correction
+from components.models.calibration import METHODS, correction_path, fit_correction
 from components.sampling import unit_hash
 
 SUITE_SALT = "calibration-suite"
@@ -425,8 +425,9 @@ def run_cli_bench(table: pd.DataFrame, ks: Sequence[int], params: dict[str, Any]
 
 
 # ---------------------------------------------------------------------- serving: a stored correction per GPU
+# Storing, loading and applying a correction live in components.models.calibration (serving
+# imports them there, without the bench's imports).
 
-CALIBRATION_DIR = "calibration"  # under KERNELCAST_HOME: <device_id>.json per calibrated GPU
 SERVING_METHODS: tuple[str, ...] = ("global", "group", "residual")
 
 
@@ -442,10 +443,6 @@ class CalibrateResult:
     median_ape_after: float = math.nan
 
 
-def correction_path(home: Any, device_id: str) -> Any:
-    from pathlib import Path
-
-    return Path(home) / CALIBRATION_DIR / f"{device_id}.json"
 
 
 def calibrate_stage(device: str, from_dir: Any, predictor: Any, home: Any, params: dict[str, Any], *,
@@ -491,37 +488,3 @@ def calibrate_stage(device: str, from_dir: Any, predictor: Any, home: Any, param
 def _median_ape(measured: np.ndarray, predicted: np.ndarray) -> float:
     ok = np.isfinite(measured) & (measured > 0) & np.isfinite(predicted)
     return float(np.median(np.abs(predicted[ok] / measured[ok] - 1.0))) if ok.any() else math.nan
-
-
-def load_corrections(home: Any) -> dict[str, Any]:
-    """Every stored correction under ``home`` by device id (none stored: an empty dict)."""
-    from pathlib import Path
-
-    from components.models.calibration import Correction
-
-    folder = Path(home) / CALIBRATION_DIR
-    if not folder.is_dir():
-        return {}
-    return {path.stem: Correction.load(path) for path in sorted(folder.glob("*.json"))}
-
-
-def apply_corrections(rows: pd.DataFrame, predictions: pd.DataFrame, corrections: dict[str, Any]) -> pd.DataFrame:
-    """``predictions`` with each calibrated GPU's runtime (and interval) multiplied by its factor,
-    and the rates derived from the runtime (GFLOP/s, GB/s) divided by it."""
-    if not corrections or "device_id" not in rows.columns or "pred_duration_us" not in predictions.columns:
-        return predictions
-    out = predictions.copy()
-    factor = np.ones(len(rows))
-    devices = rows["device_id"].astype(str).to_numpy()
-    inputs = rows.join(predictions.drop(columns=["pred_duration_us"], errors="ignore"), rsuffix="_pred")
-    for device_id, correction in corrections.items():
-        on = devices == device_id
-        if on.any():
-            factor[on] = np.exp(correction.log_factor(inputs.loc[on]))
-    for column in ("pred_duration_us", "pred_duration_us_lo", "pred_duration_us_hi"):
-        if column in out.columns:
-            out[column] = pd.to_numeric(out[column], errors="coerce").to_numpy(dtype="float64") * factor
-    for column in ("pred_gflops", "pred_achieved_gbps"):
-        if column in out.columns:
-            out[column] = pd.to_numeric(out[column], errors="coerce").to_numpy(dtype="float64") / factor
-    return out

@@ -210,3 +210,42 @@ def _fit_residual(x: np.ndarray, y: np.ndarray, seed: int) -> str:
                               n_jobs=1, verbose=-1, deterministic=True, force_col_wise=True)
     model.fit(x, y)
     return model.booster_.model_to_string()
+
+
+# ---------------------------------------------------------------------- serving: a stored correction per GPU
+
+CALIBRATION_DIR = "calibration"  # under KERNELCAST_HOME: <device_id>.json per calibrated GPU
+
+
+def correction_path(home: Any, device_id: str) -> Path:
+    return Path(home) / CALIBRATION_DIR / f"{device_id}.json"
+
+
+def load_corrections(home: Any) -> dict[str, Any]:
+    """Every stored correction under ``home`` by device id (none stored: an empty dict)."""
+    folder = Path(home) / CALIBRATION_DIR
+    if not folder.is_dir():
+        return {}
+    return {path.stem: Correction.load(path) for path in sorted(folder.glob("*.json"))}
+
+
+def apply_corrections(rows: pd.DataFrame, predictions: pd.DataFrame, corrections: dict[str, Any]) -> pd.DataFrame:
+    """``predictions`` with each calibrated GPU's runtime (and interval) multiplied by its factor,
+    and the rates derived from the runtime (GFLOP/s, GB/s) divided by it."""
+    if not corrections or "device_id" not in rows.columns or "pred_duration_us" not in predictions.columns:
+        return predictions
+    out = predictions.copy()
+    factor = np.ones(len(rows))
+    devices = rows["device_id"].astype(str).to_numpy()
+    inputs = rows.join(predictions.drop(columns=["pred_duration_us"], errors="ignore"), rsuffix="_pred")
+    for device_id, correction in corrections.items():
+        on = devices == device_id
+        if on.any():
+            factor[on] = np.exp(correction.log_factor(inputs.loc[on]))
+    for column in ("pred_duration_us", "pred_duration_us_lo", "pred_duration_us_hi"):
+        if column in out.columns:
+            out[column] = pd.to_numeric(out[column], errors="coerce").to_numpy(dtype="float64") * factor
+    for column in ("pred_gflops", "pred_achieved_gbps"):
+        if column in out.columns:
+            out[column] = pd.to_numeric(out[column], errors="coerce").to_numpy(dtype="float64") / factor
+    return out

@@ -416,7 +416,7 @@ def _calibrated(predicted: dict[str, np.ndarray], questions: list[Question],
     import pandas as pd
 
     from components.config import get_settings
-    from components.evaluation.calibration import apply_corrections, load_corrections
+    from components.models.calibration import apply_corrections, load_corrections
 
     asked = {q.device.id for q in questions}
     corrections = {d: c for d, c in load_corrections(get_settings().state_dir).items() if d in asked}

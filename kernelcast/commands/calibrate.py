@@ -3,7 +3,7 @@
 Reads a profiled run folder (``kernelcast profile --suite calibration`` output, the layout
 ``kernelcast ingest --source kernelcast --from DIR`` reads), predicts its rows with the model, fits
 the correction (components/models/calibration.py) and stores it under KERNELCAST_HOME/calibration/
-<device>.json, where ``components.evaluation.calibration.apply_corrections`` finds it at serving time.
+<device>.json, where ``components.models.calibration.apply_corrections`` finds it at serving time.
 Exit codes: 0 stored; 2 bad input (unknown device, no rows of it, unknown method or model).
 """
 
