@@ -459,6 +459,16 @@ class RooflineClassModel:
     programs: list[str] = field(default_factory=list)
     cv: dict[str, Any] = field(default_factory=dict)  # the selection record (train side only)
     _vectorizer: Any = None
+    # The saved booster's text, built into a Booster on first use: loading a predictor for op
+    # questions (which never reach this model) must not pay LightGBM's ~1 s import.
+    _booster_text: str | None = None
+
+    def _lgbm(self) -> Any:
+        if self.booster is None and self._booster_text:
+            import lightgbm as lgb
+
+            self.booster = lgb.Booster(model_str=self._booster_text)
+        return self.booster
 
     def _matrix(self, features: pd.DataFrame, texts: list[str] | None, programs: list[str] | None) -> np.ndarray:
         frame = features.copy()
@@ -490,7 +500,7 @@ class RooflineClassModel:
               programs: list[str] | None = None) -> np.ndarray:
         x = self._matrix(features, texts, programs)
         if self.params.learner == "lgbm":
-            return np.asarray(self.booster.predict(x), dtype="float64")
+            return np.asarray(self._lgbm().predict(x), dtype="float64")
         lin = {k: np.asarray(v, dtype="float64") for k, v in self.linear.items()}
         x = np.where(np.isnan(x), lin["median"], x)
         z = ((x - lin["mean"]) / lin["scale"]) @ lin["coef"] + lin["intercept"][0]
@@ -522,21 +532,18 @@ class RooflineClassModel:
         directory = Path(directory)
         directory.mkdir(parents=True, exist_ok=True)
         spec = {"params": self.params.__dict__, "columns": self.columns, "cv": self.cv, "linear": self.linear,
-                "booster": self.booster.model_to_string() if self.booster is not None else None,
+                "booster": self.booster.model_to_string() if self.booster is not None else self._booster_text,
                 "texts": self.texts, "labels": self.labels, "programs": self.programs}
         atomic_write_text(directory / MODEL_FILE, json.dumps(spec))
 
     @classmethod
     def load(cls, directory: Path) -> RooflineClassModel:
         spec = json.loads((Path(directory) / MODEL_FILE).read_text())
-        booster = None
-        if spec.get("booster"):
-            import lightgbm as lgb
-
-            booster = lgb.Booster(model_str=spec["booster"])
-        return cls(ClassParams(**spec["params"]), list(spec["columns"]), booster, dict(spec.get("linear", {})),
-                   list(spec.get("texts", [])), list(spec.get("labels", [])), list(spec.get("programs", [])),
-                   dict(spec.get("cv", {})))
+        model = cls(ClassParams(**spec["params"]), list(spec["columns"]), None, dict(spec.get("linear", {})),
+                    list(spec.get("texts", [])), list(spec.get("labels", [])), list(spec.get("programs", [])),
+                    dict(spec.get("cv", {})))
+        model._booster_text = spec.get("booster") or None
+        return model
 
 
 def _fit_lgbm(x: np.ndarray, y: np.ndarray, params: ClassParams) -> Any:
