@@ -121,7 +121,9 @@ class DeviceSpec(BaseModel):
 
     id: str = Field(pattern=r"^[a-z0-9][a-z0-9\-]*$")
     name: str = Field(min_length=1)
-    vendor: Literal["nvidia", "amd"]
+    # Any vendor whose sheet gives the peaks (Intel: aiconfigurator's B60 sheet); occupancy defaults
+    # exist for NVIDIA and AMD only, so other vendors' entries give warp_size/max_*_per_sm themselves.
+    vendor: Literal["nvidia", "amd", "intel"]
     architecture: str = Field(min_length=1)
     compute_capability: str = Field(min_length=1)  # "9.0" on NVIDIA, gfx target on AMD
     sms: int = Field(gt=0)  # SMs (NVIDIA) or CUs (AMD)
