@@ -527,7 +527,7 @@ def test_spec_from_mapping_builds_a_device_with_defaults() -> None:
         ({"colour": "green"}, "unknown key 'colour'"),
         ({"peak_tflops": {"fp32": 46.1, "fp16_tensro": 1.0}}, "unknown key 'peak_tflops.fp16_tensro'"),
         ({"compute_capability": "13.0"}, "missing field 'max_ctas_per_sm'"),  # no default for an unknown CC
-        ({"vendor": "intel"}, "vendor: Input should be 'nvidia' or 'amd'"),
+        ({"vendor": "acme"}, "vendor: Input should be 'nvidia', 'amd' or 'intel'"),
         ({"max_smem_per_block_kb": 300}, "max_smem_per_block_kb (300) exceeds max_smem_per_sm_kb"),
     ],
 )
