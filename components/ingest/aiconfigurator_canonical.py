@@ -16,7 +16,8 @@ Sample: the full tables hold ~10M rows (~0.9M distinct kernels); the canonical t
 deduplicated sample of at most ``ingest.aiconfigurator_max_kernels`` kernels (params.yaml), chosen by a salted
 hash of ``kernel_id`` with the budget shared evenly between (family, op) groups (a small group is taken whole,
 its unused share goes to the others). Every measurement of a chosen kernel -- each GPU, each repeat -- is kept.
-The full tables stay readable through the readers (the measured store). ``rows_in`` counts the sampled rows;
+The full tables stay readable through the readers (the measured store). ``rows_in`` counts the sampled rows
+and the rejected ones (a shape with no work -- upstream's M = 0 GEMMs -- or a GPU neither catalog nor sheet gives);
 the notes give the full tables' sizes and what the readers dropped (unknown dtypes, bad latencies), by family.
 
 Devices: a GPU folder the catalog does not name is taken from its spec sheet (``systems/<gpu>.yaml``,
@@ -98,6 +99,23 @@ def _kernel_table(family: str, frame: pd.DataFrame) -> tuple[pd.DataFrame, np.nd
     kernels["kernel_id"] = [stable_id(SOURCE, family, op, dtype, shape) for op, dtype, shape in
                             zip(kernels["op"], kernels["dtype"], kernels["shape_json"], strict=True)]
     return kernels, codes
+
+
+# Shape keys that may be 0 (W: no sliding window); every other dimension must be >= 1 (all-reduce: >= 2 GPUs).
+MAY_BE_ZERO: frozenset[str] = frozenset({"W"})
+
+
+def shape_problems(family: str, frame: pd.DataFrame) -> pd.Series:
+    """Per row the first shape problem ("M = 0: no work", ...), <NA> where the shape is a real kernel.
+    Upstream's GEMM tables hold M = 0 rows (an empty product, timed at ~0.5 us): no kernel to learn from."""
+    problem = pd.Series(pd.NA, index=frame.index, dtype="object")
+    for key in SHAPES[family]:
+        values = pd.to_numeric(frame[key], errors="coerce")
+        floor = 0 if key in MAY_BE_ZERO else (2 if (family, key) == ("allreduce", "gpus") else 1)
+        bad = (values.isna() | (values < floor)) & problem.isna()
+        if bad.any():
+            problem[bad] = key + " = " + values[bad].astype(str) + f" (expected >= {floor}): no work to time"
+    return problem
 
 
 # ----------------------------------------------------------------------------------------------
@@ -276,9 +294,23 @@ def ingest(root: Path, catalog: Any, max_kernels: int | None | str = "params",
 
     kernels_by_family: dict[str, pd.DataFrame] = {}
     codes_by_family: dict[str, np.ndarray] = {}
-    for family, frame in frames.items():
-        if len(frame):
-            kernels_by_family[family], codes_by_family[family] = _kernel_table(family, frame)
+    shape_rejects: list[pd.DataFrame] = []
+    for family, frame in list(frames.items()):
+        if not len(frame):
+            continue
+        problem = shape_problems(family, frame)
+        if problem.notna().any():
+            bad = problem.notna().to_numpy()
+            shape_rejects.append(pd.DataFrame({
+                "source": SOURCE, "upstream_file": frame.loc[bad, "upstream_file"].astype(str),
+                "upstream_row": frame.loc[bad, "upstream_row"], "reason": family + ": " + problem[bad].astype(str),
+                "raw": frame.loc[bad, [*SHAPES[family], "dtype", "latency_us"]].astype(str).agg(",".join, axis=1)}))
+            frame = frame.loc[~bad].reset_index(drop=True)
+            frame.attrs = frames[family].attrs
+            frames[family] = frame
+            if not len(frame):
+                continue
+        kernels_by_family[family], codes_by_family[family] = _kernel_table(family, frame)
     all_kernels = pd.concat(kernels_by_family.values(), ignore_index=True)
     chosen = choose_kernels(all_kernels[["kernel_id", "family", "op"]], cap).to_numpy()
 
@@ -318,6 +350,7 @@ def ingest(root: Path, catalog: Any, max_kernels: int | None | str = "params",
         "reason": "unknown device '" + rows.loc[unknown, "device_name_raw"].astype(str) + "'",
         "raw": rows.loc[unknown, "params_json"].str.slice(0, RAW_LIMIT),
     })
+    rejects = pd.concat([*shape_rejects, rejects], ignore_index=True)
     good = rows.loc[~unknown].reset_index(drop=True)
     good["run_id"] = _repeat_run_ids(good)
     duration = good["latency_us"].astype("float64")
@@ -343,7 +376,7 @@ def ingest(root: Path, catalog: Any, max_kernels: int | None | str = "params",
             "(collector/helper.py): profiler=cuda_event, clock_mode=unknown",
             f"sample: at most {cap if cap is not None else 'all'} kernels by salted hash of kernel_id, shared "
             "evenly between (family, op) groups; every GPU and repeat of a chosen kernel kept; rows_in counts "
-            "the sampled rows",
+            "the sampled rows plus every rejected row (shapes without work, unknown GPUs)",
             *full_notes,
             "repeats: one kernel_id per (family, op, dtype, shape) measured under several framework/version/"
             "kernel_source (run_id); median relative spread (max-min)/median over (kernel, GPU) pairs with 2+ "
