@@ -167,43 +167,47 @@ def choose_kernels(kernels: pd.DataFrame, max_kernels: int | None) -> pd.Series:
 # ----------------------------------------------------------------------------------------------
 def resolve_devices(frame: pd.DataFrame, root: Path, catalog: Any) -> tuple[pd.Series, list, list[str]]:
     """Per row the catalog id (or the id of a sheet-derived spec; <NA> where neither), the sheet-derived
-    specs, and notes. The readers give a catalog id for known GPU folders and the folder name otherwise."""
+    specs, and notes. The readers give a catalog id for known GPU folders and the folder name otherwise; an
+    unknown folder is then looked up by the CUDA device name its tables recorded, and only then by its sheet."""
     from components.devices import SpecError, spec_from_aiconfigurator_sheet
     from components.ingest.aiconfigurator import systems_dir
 
-    ids: dict[str, object] = {}
+    def lookup(name: str) -> str | None:
+        for find in (catalog.get, catalog.resolve):
+            try:
+                return find(name).id
+            except LookupError:
+                continue
+        return None
+
+    ids: dict[tuple[str, str, str], object] = {}
+    sheets: dict[str, object] = {}
     specs: list = []
     notes: list[str] = []
-    pairs = frame[["device_id", "gpu_folder"]].astype(str).drop_duplicates()
-    for device, folder in zip(pairs["device_id"], pairs["gpu_folder"], strict=True):
-        if device in ids:
-            continue
-        try:
-            ids[device] = catalog.get(device).id
-            continue
-        except LookupError:
-            pass
-        try:
-            ids[device] = catalog.resolve(device).id
-            continue
-        except LookupError:
-            pass
-        sheet = systems_dir(root) / f"{folder}.yaml"
-        if not sheet.is_file():
-            ids[device] = pd.NA
-            notes.append(f"GPU folder {folder!r}: not in the catalog and no spec sheet {sheet.name}: rows rejected")
-            continue
-        try:
-            spec = spec_from_aiconfigurator_sheet(sheet, catalog)
-        except (SpecError, ValueError) as exc:
-            ids[device] = pd.NA
-            notes.append(f"GPU folder {folder!r}: not in the catalog; its sheet does not validate ({exc}): rows rejected")
-            continue
-        ids[device] = spec.id
-        specs.append(spec)
-        notes.append(f"GPU folder {folder!r}: not in the catalog, taken from its spec sheet {sheet.name} as "
-                     f"{spec.id!r} ({spec.notes})")
-    return frame["device_id"].astype(str).map(ids).astype("string"), specs, notes
+    keys = frame[["device_id", "gpu_folder", "device_name_raw"]].astype(str)
+    for device, folder, raw in keys.drop_duplicates().itertuples(index=False):
+        found = lookup(device) or lookup(raw)
+        if found is None and folder not in sheets:
+            sheets[folder] = pd.NA
+            sheet = systems_dir(root) / f"{folder}.yaml"
+            if not sheet.is_file():
+                notes.append(f"GPU folder {folder!r} ({raw}): not in the catalog and no spec sheet {sheet.name}: "
+                             "rows rejected")
+            else:
+                try:
+                    spec = spec_from_aiconfigurator_sheet(sheet, catalog)
+                except (SpecError, ValueError) as exc:
+                    notes.append(f"GPU folder {folder!r} ({raw}): not in the catalog; its sheet does not validate "
+                                 f"({exc}): rows rejected")
+                else:
+                    sheets[folder] = spec.id
+                    specs.append(spec)
+                    notes.append(f"GPU folder {folder!r} ({raw}): not in the catalog, taken from its spec sheet "
+                                 f"{sheet.name} as {spec.id!r} ({spec.notes})")
+        ids[(device, folder, raw)] = found if found is not None else sheets[folder]
+    per_row = pd.Series(list(zip(keys["device_id"], keys["gpu_folder"], keys["device_name_raw"], strict=True)),
+                        index=frame.index).map(ids)
+    return per_row.astype("string"), specs, notes
 
 
 # ----------------------------------------------------------------------------------------------
@@ -295,9 +299,22 @@ def ingest(root: Path, catalog: Any, max_kernels: int | None | str = "params",
     kernels_by_family: dict[str, pd.DataFrame] = {}
     codes_by_family: dict[str, np.ndarray] = {}
     shape_rejects: list[pd.DataFrame] = []
+    copies: dict[str, int] = {}
     for family, frame in list(frames.items()):
         if not len(frame):
             continue
+        # A row equal to an earlier one in every column but its file (same GPU, shape, dtype, framework,
+        # version *column*, kernel source and latency) is a copied table, not a second measurement: upstream
+        # ships e.g. L40S TRT-LLM custom all-reduce under 1.0.0, 1.3.0rc15 and 1.3.0rc20 folders byte for byte.
+        same = [c for c in ("device_id", "dtype", *SHAPES[family], *LABELS.get(family, ()), "phase", "framework",
+                            "version", "kernel_source", "latency_us") if c in frame.columns]
+        copied = frame.duplicated(same, keep="first").to_numpy()
+        copies[family] = int(copied.sum())
+        if copied.any():
+            attrs = frame.attrs
+            frame = frame.loc[~copied].reset_index(drop=True)
+            frame.attrs = attrs
+            frames[family] = frame
         problem = shape_problems(family, frame)
         if problem.notna().any():
             bad = problem.notna().to_numpy()
@@ -322,8 +339,9 @@ def ingest(root: Path, catalog: Any, max_kernels: int | None | str = "params",
         frame, codes = frames[family], codes_by_family[family]
         mine = chosen[offset:offset + len(kernels)]
         offset += len(kernels)
-        full_notes.append(f"{family}: {len(frame)} rows, {len(kernels)} kernels, "
-                          f"{int(mine.sum())} sampled; readers dropped {frame.attrs.get('dropped', 0)}")
+        full_notes.append(f"{family}: {len(frame)} rows, {len(kernels)} kernels, {int(mine.sum())} sampled; "
+                          f"readers dropped {frame.attrs.get('dropped', 0)}; {copies.get(family, 0)} copies of "
+                          "another table's rows left out")
         selected = mine[codes]
         rows = frame.loc[selected, [c for c in (*ROW_COLUMNS, "dtype", *SHAPES[family], *LABELS.get(family, ()))
                                     if c in frame.columns]].reset_index(drop=True)
