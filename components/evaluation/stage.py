@@ -97,7 +97,8 @@ def features_from_source(
     table = table.merge(
         output.kernels[["kernel_id", *kernel_extra]].drop_duplicates("kernel_id"), on="kernel_id", how="left"
     )
-    table.attrs["quarantined_by_device"] = quarantine_reasons(validation.quarantine)
+    table.attrs["quarantined_by_device"] = merge_reasons(quarantine_reasons(validation.quarantine),
+                                                         ingest_reject_reasons(output.rejects))
     table.attrs["extra_devices"] = [spec.id for spec in output.devices]
     return table, len(validation.quarantine)
 
@@ -111,6 +112,29 @@ def quarantine_reasons(quarantine: pd.DataFrame) -> dict[str, dict[str, int]]:
     out: dict[str, dict[str, int]] = {}
     for (device, reason), n in counts.items():
         out.setdefault(str(device), {})[str(reason)] = int(n)
+    return out
+
+
+def ingest_reject_reasons(rejects: pd.DataFrame) -> dict[str, dict[str, int]]:
+    """{device: {"rejected at ingest: <reason>": rows}}: a GPU neither the catalog nor the source describes
+    is keyed by the name the source gives it; other rejects (no device to blame) under "(ingest)"."""
+    import re
+
+    out: dict[str, dict[str, int]] = {}
+    for reason, n in rejects["reason"].astype(str).value_counts().items():
+        match = re.fullmatch(r"unknown device '(.*)'", str(reason))
+        device = match.group(1) if match else "(ingest)"
+        key = "rejected at ingest: " + ("unknown device (not in the catalog, no spec sheet)" if match else str(reason))
+        out.setdefault(device, {})[key] = out.get(device, {}).get(key, 0) + int(n)
+    return out
+
+
+def merge_reasons(*parts: dict[str, dict[str, int]]) -> dict[str, dict[str, int]]:
+    out: dict[str, dict[str, int]] = {}
+    for part in parts:
+        for device, reasons in part.items():
+            for reason, n in reasons.items():
+                out.setdefault(device, {})[reason] = out.get(device, {}).get(reason, 0) + n
     return out
 
 
@@ -140,7 +164,8 @@ def unanswered_by_device(frame: pd.DataFrame, targets: tuple[str, ...],
             counted = why.value_counts() if why is not None else {"no prediction from the model": int(missed.sum())}
             for reason, n in dict(counted).items():
                 reasons[str(reason)] = reasons.get(str(reason), 0) + int(n)
-        out[device] = {"n_asked": int(mine.sum()), "n_answered": int((mine & answered).sum()),
+        held_back = sum((quarantined or {}).get(device, {}).values())
+        out[device] = {"n_asked": int(mine.sum()) + held_back, "n_answered": int((mine & answered).sum()),
                        "not_answered": reasons}
     return out
 

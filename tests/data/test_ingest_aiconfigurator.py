@@ -239,3 +239,40 @@ def test_not_upstream_layout_is_a_clear_error(tmp_path: Path, catalog) -> None: 
     (tmp_path / "empty").mkdir()
     with pytest.raises(IngestError, match="systems/data"):
         run(tmp_path / "empty", catalog)
+
+
+def test_evaluate_reads_a_tree_in_upstream_layout_per_device(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """``kernelcast evaluate --source aiconfigurator --from DIR``: every table of the tree scored per GPU (the
+    training-free roofline as the predictor), a sheet-only GPU added to the catalog, and every row not
+    answered counted with its reason (no analytical formula yet, or a GPU nobody describes)."""
+    from typer.testing import CliRunner
+
+    from kernelcast.cli import app
+
+    root = make_tree(tmp_path / "aic", [FILES[2], FILES[4]])
+    path = root / SYSTEMS / "data/h20_3e/gemm/vllm/0.14.0/gemm_perf.parquet"
+    path.parent.mkdir(parents=True)
+    # A100 rows as a stand-in for an H20-3e's, 3x slower (its 148 TFLOP/s tensor peak is half the A100's 312: the
+    # A100's own times would be faster than this GPU's peak and be quarantined, rightly).
+    stand_in = raw(FILES[0]).head(40)
+    stand_in.assign(device="NVIDIA H20-3e", latency=stand_in["latency"] * 3).to_parquet(path, index=False)
+    (root / SYSTEMS / "h20_3e.yaml").write_text("gpu:\n  mem_bw: 4917000000000\n  mem_capacity: 151397597184\n"
+                                                "  float16_tc_flops: 148000000000000\n  power: 500\n  sm_version: 90\n")
+    unknown = root / SYSTEMS / "data/zz_gpu/gemm/vllm/0.14.0/gemm_perf.parquet"
+    unknown.parent.mkdir(parents=True)
+    raw(FILES[0]).head(7).assign(device="Acme Z1").to_parquet(unknown, index=False)
+    monkeypatch.setenv("KERNELCAST_HOME", str(tmp_path / "home"))
+    out = tmp_path / "eval.json"
+    result = CliRunner().invoke(app, ["evaluate", "--model", "roofline", "--source", "aiconfigurator", "--from",
+                                      str(root), "--out", str(out), "--no-log"])
+    assert result.exit_code == 0, result.output
+    report = json.loads(out.read_text())
+    by_device = report["coverage_by_device"]
+    assert report["devices_from_source"] == ["h20-3e"]
+    assert by_device["h20-3e"] == {"n_asked": 40, "n_answered": 40, "not_answered": {}}
+    assert by_device["a100-sxm4-80gb"]["n_answered"] == by_device["a100-sxm4-80gb"]["n_asked"] == len(raw(FILES[2]))
+    assert by_device["l40s"]["n_answered"] == 0 and by_device["l40s"]["not_answered"] == {
+        "family 'moe'/op 'moe': no formula, or its shape lacks the dims it needs": len(raw(FILES[4]))}
+    assert by_device["Acme Z1"] == {"n_asked": 7, "n_answered": 0, "not_answered": {
+        "rejected at ingest: unknown device (not in the catalog, no spec sheet)": 7}}
+    assert report["per_device"]["h20-3e"]["duration_us"]["n"] == 40
