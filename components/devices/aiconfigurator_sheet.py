@@ -205,7 +205,8 @@ def compare_with_catalog(path: Path, spec: DeviceSpec, rel_tol: float = 0.01) ->
     for field, sheet, ours in pairs:
         if isinstance(sheet, str) or isinstance(ours, str) or sheet is None or ours is None:
             if sheet != ours:
-                lines.append(f"{spec.id}: {field}: sheet {sheet} vs catalog {ours}")
+                shown = f"{sheet:g}" if isinstance(sheet, float) else sheet
+                lines.append(f"{spec.id}: {field}: sheet {shown} vs catalog {ours}")
             continue
         if abs(float(sheet) - float(ours)) > rel_tol * max(abs(float(ours)), 1e-12):
             lines.append(f"{spec.id}: {field}: sheet {float(sheet):g} vs catalog {float(ours):g} "
