@@ -213,16 +213,16 @@ def resolve_devices(frame: pd.DataFrame, root: Path, catalog: Any) -> tuple[pd.S
 # ----------------------------------------------------------------------------------------------
 # The adapter
 # ----------------------------------------------------------------------------------------------
-def _read_families(root: Path) -> dict[str, pd.DataFrame]:
-    from components.ingest.aiconfigurator import READERS
-
-    frames = {}
-    for family, reader in READERS.items():
-        frame = reader(root)
-        if len(frame):
-            frames[family] = frame
-        frames.setdefault(family, frame)
-    return frames
+def _slim(family: str, frame: pd.DataFrame) -> pd.DataFrame:
+    """The columns the sample needs, text as categories: a family's full table costs a fraction of its read
+    size while the next family is read (peak memory: one family's table, not all four)."""
+    keep = [c for c in (*ROW_COLUMNS, "dtype", *SHAPES[family], *LABELS.get(family, ())) if c in frame.columns]
+    slim = frame[keep].copy()
+    for column in keep:
+        if not pd.api.types.is_numeric_dtype(slim[column]):
+            slim[column] = slim[column].astype("category")
+    slim.attrs = dict(frame.attrs)
+    return slim
 
 
 def _flops(family: str, rows: pd.DataFrame) -> np.ndarray:
@@ -292,15 +292,16 @@ def ingest(root: Path, catalog: Any, max_kernels: int | None | str = "params",
         raise IngestError(f"{SOURCE}: {root}: no systems/data folder (expected upstream's layout "
                           "aic-core/src/aiconfigurator_core/systems/data/<gpu>/<op>/<framework>/<version>/)")
     cap = max_kernels_from_params() if max_kernels == "params" else max_kernels
-    frames = _read_families(root)
-    if not any(len(f) for f in frames.values()):
-        raise IngestError(f"{SOURCE}: {systems_dir(root) / 'data'}: no gemm/attention/moe/all-reduce tables")
+    from components.ingest.aiconfigurator import READERS
 
+    frames: dict[str, pd.DataFrame] = {}
     kernels_by_family: dict[str, pd.DataFrame] = {}
     codes_by_family: dict[str, np.ndarray] = {}
     shape_rejects: list[pd.DataFrame] = []
     copies: dict[str, int] = {}
-    for family, frame in list(frames.items()):
+    for family, reader in READERS.items():
+        frame = reader(root)
+        frames[family] = frame
         if not len(frame):
             continue
         # A row equal to an earlier one in every column but its file (same GPU, shape, dtype, framework,
@@ -328,6 +329,10 @@ def ingest(root: Path, catalog: Any, max_kernels: int | None | str = "params",
             if not len(frame):
                 continue
         kernels_by_family[family], codes_by_family[family] = _kernel_table(family, frame)
+        frames[family] = _slim(family, frame)
+        del frame
+    if not kernels_by_family:
+        raise IngestError(f"{SOURCE}: {systems_dir(root) / 'data'}: no gemm/attention/moe/all-reduce tables")
     all_kernels = pd.concat(kernels_by_family.values(), ignore_index=True)
     chosen = choose_kernels(all_kernels[["kernel_id", "family", "op"]], cap).to_numpy()
 
