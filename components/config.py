@@ -223,13 +223,16 @@ def ingest_sources(params: Mapping[str, Any], source: str = "params.yaml") -> li
     return sources
 
 
-def ingest_max_kernels(params: Mapping[str, Any], source_name: str, source: str = "params.yaml") -> int | None:
-    """``ingest.<source_name>_max_kernels``: the sample cap of a source too large to ingest whole (None: absent)."""
+def ingest_max_kernels(params: Mapping[str, Any], source_name: str,
+                       source: str = "params.yaml") -> int | None:
+    """``ingest.<source_name>_max_kernels``: the sample cap of a source too large to ingest whole (None:
+    absent)."""
     value = section(params, "ingest", source=source).get(f"{source_name}_max_kernels")
     if value is None:
         return None
     if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-        raise ParamsError(f"{source}: ingest.{source_name}_max_kernels must be a positive integer, got {value!r}")
+        raise ParamsError(f"{source}: ingest.{source_name}_max_kernels must be a positive integer, "
+                          f"got {value!r}")
     return value
 
 

@@ -22,7 +22,14 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from components.devices.catalog import Catalog, DeviceSpec, SpecError, _read_yaml, load_catalog, spec_from_mapping
+from components.devices.catalog import (
+    Catalog,
+    DeviceSpec,
+    SpecError,
+    _read_yaml,
+    load_catalog,
+    spec_from_mapping,
+)
 
 # Sheet key (``gpu.<key>``) -> catalog tensor pipe. float32_tc_flops is the sheet's only FP32 figure
 # (Intel's B60 sheet: 12.28 TFLOP/s, its vector FP32 rate): it bounds FP32, so it is the fp32 peak.
@@ -67,7 +74,8 @@ def read_sheet(path: Path) -> dict[str, Any]:
 
 
 def _positive(value: Any) -> bool:
-    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value) and value > 0
+    number = isinstance(value, (int, float)) and not isinstance(value, bool)
+    return number and math.isfinite(value) and value > 0
 
 
 def sheet_figures(sheet: Mapping[str, Any]) -> dict[str, Any]:
@@ -120,9 +128,9 @@ def pick_template(figures: Mapping[str, Any], catalog: Catalog) -> DeviceSpec | 
     return min(same, key=distance)
 
 
-def spec_from_aiconfigurator_sheet(path: Path, catalog: Catalog | None = None, *, device_id: str | None = None,
-                                   name: str | None = None, supplement: Mapping[str, Any] | None = None,
-                                   ) -> DeviceSpec:
+def spec_from_aiconfigurator_sheet(path: Path, catalog: Catalog | None = None, *,
+                                   device_id: str | None = None, name: str | None = None,
+                                   supplement: Mapping[str, Any] | None = None) -> DeviceSpec:
     """A validated DeviceSpec for the GPU of sheet ``path`` (see the module doc for the rules).
 
     ``device_id``/``name`` default to the sheet's file stem (``h20_sxm`` -> ``h20-sxm``);
@@ -158,8 +166,8 @@ def spec_from_aiconfigurator_sheet(path: Path, catalog: Catalog | None = None, *
             if base["peak_tflops"].get(key) is not None and key not in figures["peak_tflops"]:
                 peaks[key] = round(base["peak_tflops"][key] * scale, 3)
                 lent.append(key)
-        origin.append(f"structure, clocks, caches and vector pipes from catalog {template.id!r} (same vendor and "
-                      f"compute capability {template.compute_capability})"
+        origin.append(f"structure, clocks, caches and vector pipes from catalog {template.id!r} (same vendor "
+                      f"and compute capability {template.compute_capability})"
                       + (f"; {', '.join(lent)} = {template.id}'s x {scale:.3g} (sheet/{template.id} {pipe})"
                          if lent else ""))
     peaks.update(figures["peak_tflops"])
@@ -181,8 +189,8 @@ def spec_from_aiconfigurator_sheet(path: Path, catalog: Catalog | None = None, *
     if "fp32" not in peaks:
         missing.append("peak_tflops.fp32")
     if missing:
-        raise SpecError(label, [f"the sheet does not give {', '.join(missing)} and the catalog has no GPU of its "
-                                "vendor and compute capability to take them from: pass them as a supplement"])
+        raise SpecError(label, [f"the sheet does not give {', '.join(missing)} and the catalog has no GPU of "
+                                "its vendor and compute capability to take them from: pass them as a supplement"])
     return spec_from_mapping(entry, label)
 
 

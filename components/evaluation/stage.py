@@ -124,7 +124,8 @@ def ingest_reject_reasons(rejects: pd.DataFrame) -> dict[str, dict[str, int]]:
     for reason, n in rejects["reason"].astype(str).value_counts().items():
         match = re.fullmatch(r"unknown device '(.*)'", str(reason))
         device = match.group(1) if match else "(ingest)"
-        key = "rejected at ingest: " + ("unknown device (not in the catalog, no spec sheet)" if match else str(reason))
+        why = "unknown device (not in the catalog, no spec sheet)" if match else str(reason)
+        key = "rejected at ingest: " + why
         out.setdefault(device, {})[key] = out.get(device, {}).get(key, 0) + int(n)
     return out
 
@@ -161,7 +162,8 @@ def unanswered_by_device(frame: pd.DataFrame, targets: tuple[str, ...],
         if missed.any():
             why = (note[missed].astype(object).where(note[missed].notna(), "no prediction from the model")
                    if note is not None else None)
-            counted = why.value_counts() if why is not None else {"no prediction from the model": int(missed.sum())}
+            counted = (why.value_counts() if why is not None
+                       else {"no prediction from the model": int(missed.sum())})
             for reason, n in dict(counted).items():
                 reasons[str(reason)] = reasons.get(str(reason), 0) + int(n)
         held_back = sum((quarantined or {}).get(device, {}).values())

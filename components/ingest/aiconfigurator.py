@@ -70,7 +70,8 @@ def _read(files: Iterable[TableFile], columns: tuple[str, ...]) -> pd.DataFrame:
         upstream = f"{SYSTEMS_DIR}/data/{f.gpu_folder}/{f.op}/{f.framework}/{f.version}/{f.path.name}"
         frame["upstream_file"] = pd.Categorical([upstream] * len(frame))
         frame["upstream_row"] = np.arange(len(frame), dtype="int64")
-        device = frame.pop("device").astype(str) if "device" in frame else pd.Series(f.gpu_folder, index=frame.index)
+        device = (frame.pop("device").astype(str) if "device" in frame
+                  else pd.Series(f.gpu_folder, index=frame.index))
         frame["device_name_raw"] = device.astype("category")
         frame["gpu_folder"] = f.gpu_folder
         frame["device_id"] = f.device_id if f.device_id is not None else f.gpu_folder

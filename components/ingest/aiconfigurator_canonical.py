@@ -1,12 +1,12 @@
 """The ``aiconfigurator`` ingest adapter: NVIDIA AIConfigurator's measured tables -> the canonical tables.
 
 Reads upstream's layout (``systems/data/<gpu>/<op>/<framework>/<version>/<table>_perf.parquet``) through the
-readers of ``components.ingest.aiconfigurator`` (one reader; this module only maps their frames): GEMM in every
-dtype the readers name, context (prefill) and generation (decode) attention, fused MoE, NCCL and custom
+readers of ``components.ingest.aiconfigurator`` (one reader; this module only maps their frames): GEMM in
+every dtype the readers name, context (prefill) and generation (decode) attention, fused MoE, NCCL and custom
 all-reduce. Latency is milliseconds upstream, microseconds here.
 
-Identity and repeats: a kernel is (family, op, dtype, shape) -- the shape includes the attention KV-cache dtype
-and window and the MoE routing distribution. The same kernel measured on one GPU under several frameworks,
+Identity and repeats: a kernel is (family, op, dtype, shape) -- the shape includes the attention KV-cache
+dtype and window and the MoE routing distribution. The same kernel measured on one GPU under several frameworks,
 versions or kernel sources is kept as *repeats*: one measurement row each, all under one ``kernel_id``, with
 framework/version/kernel source in ``params_json`` and ``run_id`` (so their spread is the noise floor).
 Ops: ``gemm``; attention ``prefill`` | ``decode``; ``moe``; all-reduce ``nccl`` | ``custom`` (different
@@ -15,9 +15,11 @@ libraries, so different kernels; a framework's graph/eager custom variants are r
 Sample: the full tables hold ~10M rows (~0.9M distinct kernels); the canonical tables take a deterministic,
 deduplicated sample of at most ``ingest.aiconfigurator_max_kernels`` kernels (params.yaml), chosen by a salted
 hash of ``kernel_id`` with the budget shared evenly between (family, op) groups (a small group is taken whole,
-its unused share goes to the others). Every measurement of a chosen kernel -- each GPU, each repeat -- is kept.
+its unused share goes to the others). Every measurement of a chosen kernel -- each GPU, each repeat -- is
+kept.
 The full tables stay readable through the readers (the measured store). ``rows_in`` counts the sampled rows
-and the rejected ones (a shape with no work -- upstream's M = 0 GEMMs -- or a GPU neither catalog nor sheet gives);
+and the rejected ones (a shape with no work -- upstream's M = 0 GEMMs -- or a GPU neither catalog nor sheet
+gives);
 the notes give the full tables' sizes and what the readers dropped (unknown dtypes, bad latencies), by family.
 
 Devices: a GPU folder the catalog does not name is taken from its spec sheet (``systems/<gpu>.yaml``,
@@ -42,7 +44,8 @@ from components.ingest.schema import KERNEL_COLUMNS, MEASUREMENT_COLUMNS, REJECT
 SOURCE = "aiconfigurator"
 DEFAULT_MAX_KERNELS = 24_000
 SAMPLE_SALT = "aiconfigurator-sample-v1"
-PROFILER = "cuda_event"  # CUDA-graph replays timed with torch.cuda.Event (collector/helper.py benchmark_with_power)
+# CUDA-graph replays timed with torch.cuda.Event (collector/helper.py benchmark_with_power)
+PROFILER = "cuda_event"
 RAW_LIMIT = 500
 
 # family -> the shape keys of a kernel (physics.SHAPE_KEYS names) and the non-numeric identity keys.
@@ -123,7 +126,8 @@ def shape_problems(family: str, frame: pd.DataFrame) -> pd.Series:
 # ----------------------------------------------------------------------------------------------
 def group_quotas(sizes: dict[str, int], budget: int) -> dict[str, int]:
     """Share ``budget`` evenly between groups; a group smaller than its share is taken whole and what it
-    leaves is shared among the rest (water-filling). Deterministic: remainders go to the groups in name order."""
+    leaves is shared among the rest (water-filling). Deterministic: remainders go to the groups in name
+    order."""
     quotas = {name: 0 for name in sizes}
     remaining = max(int(budget), 0)
     open_groups = sorted(sizes, key=lambda name: (sizes[name], name))
@@ -168,7 +172,8 @@ def choose_kernels(kernels: pd.DataFrame, max_kernels: int | None) -> pd.Series:
 def resolve_devices(frame: pd.DataFrame, root: Path, catalog: Any) -> tuple[pd.Series, list, list[str]]:
     """Per row the catalog id (or the id of a sheet-derived spec; <NA> where neither), the sheet-derived
     specs, and notes. The readers give a catalog id for known GPU folders and the folder name otherwise; an
-    unknown folder is then looked up by the CUDA device name its tables recorded, and only then by its sheet."""
+    unknown folder is then looked up by the CUDA device name its tables recorded, and only then by its
+    sheet."""
     from components.devices import SpecError, spec_from_aiconfigurator_sheet
     from components.ingest.aiconfigurator import systems_dir
 
@@ -191,32 +196,36 @@ def resolve_devices(frame: pd.DataFrame, root: Path, catalog: Any) -> tuple[pd.S
             sheets[folder] = pd.NA
             sheet = systems_dir(root) / f"{folder}.yaml"
             if not sheet.is_file():
-                notes.append(f"GPU folder {folder!r} ({raw}): not in the catalog and no spec sheet {sheet.name}: "
-                             "rows rejected")
+                notes.append(f"GPU folder {folder!r} ({raw}): not in the catalog and no spec sheet "
+                             f"{sheet.name}: rows rejected")
             else:
                 try:
                     spec = spec_from_aiconfigurator_sheet(sheet, catalog)
                 except (SpecError, ValueError) as exc:
-                    notes.append(f"GPU folder {folder!r} ({raw}): not in the catalog; its sheet does not validate "
-                                 f"({exc}): rows rejected")
+                    notes.append(f"GPU folder {folder!r} ({raw}): not in the catalog; its sheet does not "
+                                 f"validate ({exc}): rows rejected")
                 else:
                     sheets[folder] = spec.id
                     specs.append(spec)
-                    notes.append(f"GPU folder {folder!r} ({raw}): not in the catalog, taken from its spec sheet "
-                                 f"{sheet.name} as {spec.id!r} ({spec.notes})")
+                    notes.append(f"GPU folder {folder!r} ({raw}): not in the catalog, taken from its spec "
+                                 f"sheet {sheet.name} as {spec.id!r} ({spec.notes})")
         ids[(device, folder, raw)] = found if found is not None else sheets[folder]
-    per_row = pd.Series(list(zip(keys["device_id"], keys["gpu_folder"], keys["device_name_raw"], strict=True)),
-                        index=frame.index).map(ids)
+    triples = zip(keys["device_id"], keys["gpu_folder"], keys["device_name_raw"], strict=True)
+    per_row = pd.Series(list(triples), index=frame.index).map(ids)
     return per_row.astype("string"), specs, notes
 
 
 # ----------------------------------------------------------------------------------------------
 # The adapter
 # ----------------------------------------------------------------------------------------------
+def _row_columns(family: str) -> tuple[str, ...]:
+    return (*ROW_COLUMNS, "dtype", *SHAPES[family], *LABELS.get(family, ()))
+
+
 def _slim(family: str, frame: pd.DataFrame) -> pd.DataFrame:
     """The columns the sample needs, text as categories: a family's full table costs a fraction of its read
     size while the next family is read (peak memory: one family's table, not all four)."""
-    keep = [c for c in (*ROW_COLUMNS, "dtype", *SHAPES[family], *LABELS.get(family, ())) if c in frame.columns]
+    keep = [c for c in _row_columns(family) if c in frame.columns]
     slim = frame[keep].copy()
     for column in keep:
         if not pd.api.types.is_numeric_dtype(slim[column]):
@@ -245,8 +254,8 @@ def _flops(family: str, rows: pd.DataFrame) -> np.ndarray:
 
 def _params_json(kernel_shapes: list[dict], codes: np.ndarray, rows: pd.DataFrame) -> list[str]:
     out = []
-    for code, framework, version, source in zip(codes, rows["framework"], rows["version"], rows["kernel_source"],
-                                                strict=True):
+    provenance = zip(codes, rows["framework"], rows["version"], rows["kernel_source"], strict=True)
+    for code, framework, version, source in provenance:
         params = {**kernel_shapes[code], "framework": str(framework), "version": str(version),
                   "kernel_source": str(source)}
         out.append(json.dumps(params, sort_keys=True, separators=(",", ":")))
@@ -255,7 +264,8 @@ def _params_json(kernel_shapes: list[dict], codes: np.ndarray, rows: pd.DataFram
 
 def _repeat_run_ids(rows: pd.DataFrame) -> pd.Series:
     """framework/version/kernel_source, plus /rep<k> for the k-th identical configuration in one file."""
-    base = rows["framework"].astype(str) + "/" + rows["version"].astype(str) + "/" + rows["kernel_source"].astype(str)
+    base = (rows["framework"].astype(str) + "/" + rows["version"].astype(str) + "/"
+            + rows["kernel_source"].astype(str))
     occurrence = pd.DataFrame({"k": rows["kernel_id"], "d": rows["device_id"], "p": rows["params_json"],
                                "b": base}).groupby(["k", "d", "p", "b"], sort=False, dropna=False).cumcount()
     return base + pd.Series(np.where(occurrence > 0, "/rep" + occurrence.astype(str), ""), index=rows.index)
@@ -306,9 +316,10 @@ def ingest(root: Path, catalog: Any, max_kernels: int | None | str = "params",
             continue
         # A row equal to an earlier one in every column but its file (same GPU, shape, dtype, framework,
         # version *column*, kernel source and latency) is a copied table, not a second measurement: upstream
-        # ships e.g. L40S TRT-LLM custom all-reduce under 1.0.0, 1.3.0rc15 and 1.3.0rc20 folders byte for byte.
-        same = [c for c in ("device_id", "dtype", *SHAPES[family], *LABELS.get(family, ()), "phase", "framework",
-                            "version", "kernel_source", "latency_us") if c in frame.columns]
+        # ships e.g. L40S TRT-LLM custom all-reduce under 1.0.0, 1.3.0rc15 and 1.3.0rc20 folders, byte for
+        # byte.
+        same = [c for c in ("device_id", "dtype", *SHAPES[family], *LABELS.get(family, ()), "phase",
+                            "framework", "version", "kernel_source", "latency_us") if c in frame.columns]
         copied = frame.duplicated(same, keep="first").to_numpy()
         copies[family] = int(copied.sum())
         if copied.any():
@@ -319,10 +330,11 @@ def ingest(root: Path, catalog: Any, max_kernels: int | None | str = "params",
         problem = shape_problems(family, frame)
         if problem.notna().any():
             bad = problem.notna().to_numpy()
+            raw_text = frame.loc[bad, [*SHAPES[family], "dtype", "latency_us"]].astype(str).agg(",".join, axis=1)
             shape_rejects.append(pd.DataFrame({
                 "source": SOURCE, "upstream_file": frame.loc[bad, "upstream_file"].astype(str),
-                "upstream_row": frame.loc[bad, "upstream_row"], "reason": family + ": " + problem[bad].astype(str),
-                "raw": frame.loc[bad, [*SHAPES[family], "dtype", "latency_us"]].astype(str).agg(",".join, axis=1)}))
+                "upstream_row": frame.loc[bad, "upstream_row"],
+                "reason": family + ": " + problem[bad].astype(str), "raw": raw_text}))
             frame = frame.loc[~bad].reset_index(drop=True)
             frame.attrs = frames[family].attrs
             frames[family] = frame
@@ -345,11 +357,11 @@ def ingest(root: Path, catalog: Any, max_kernels: int | None | str = "params",
         mine = chosen[offset:offset + len(kernels)]
         offset += len(kernels)
         full_notes.append(f"{family}: {len(frame)} rows, {len(kernels)} kernels, {int(mine.sum())} sampled; "
-                          f"readers dropped {frame.attrs.get('dropped', 0)}; {copies.get(family, 0)} copies of "
-                          "another table's rows left out")
+                          f"readers dropped {frame.attrs.get('dropped', 0)}; "
+                          f"{copies.get(family, 0)} copies of another table's rows left out")
         selected = mine[codes]
-        rows = frame.loc[selected, [c for c in (*ROW_COLUMNS, "dtype", *SHAPES[family], *LABELS.get(family, ()))
-                                    if c in frame.columns]].reset_index(drop=True)
+        columns = [c for c in _row_columns(family) if c in frame.columns]
+        rows = frame.loc[selected, columns].reset_index(drop=True)
         row_codes = codes[selected]
         picked = kernels[mine]
         # Re-number the kernels of this family's sample so row codes index ``picked``.
@@ -381,13 +393,15 @@ def ingest(root: Path, catalog: Any, max_kernels: int | None | str = "params",
         "kernel_id": good["kernel_id"], "device_id": good["device_id"],
         "device_name_raw": good["device_name_raw"].astype(str), "source": SOURCE,
         "upstream_file": good["upstream_file"].astype(str), "upstream_row": good["upstream_row"],
-        "profiler": PROFILER, "clock_mode": "unknown", "run_id": good["run_id"], "params_json": good["params_json"],
+        "profiler": PROFILER, "clock_mode": "unknown", "run_id": good["run_id"],
+        "params_json": good["params_json"],
         "duration_us": duration, "flops": good["flops"], "gflops": good["flops"] / duration / 1e3,
     })
     kernels = pd.concat(kernel_parts, ignore_index=True)
     kernels = pd.DataFrame({
         "kernel_id": kernels["kernel_id"], "source": SOURCE, "family": kernels["family"], "op": kernels["op"],
-        "name": kernels["family"] + "/" + kernels["op"] + kernels["shape_json"] + "[" + kernels["dtype"] + "]",
+        "name": (kernels["family"] + "/" + kernels["op"] + kernels["shape_json"] + "[" + kernels["dtype"]
+                 + "]"),
         "language": "op", "shape_json": kernels["shape_json"], "dtype": kernels["dtype"],
     })
     measurements = conform(measurements, MEASUREMENT_COLUMNS)
@@ -397,13 +411,13 @@ def ingest(root: Path, catalog: Any, max_kernels: int | None | str = "params",
         notes=[
             "latency (ms upstream) x 1000 = duration_us; CUDA-graph replays timed with torch.cuda.Event "
             "(collector/helper.py): profiler=cuda_event, clock_mode=unknown",
-            f"sample: at most {cap if cap is not None else 'all'} kernels by salted hash of kernel_id, shared "
-            "evenly between (family, op) groups; every GPU and repeat of a chosen kernel kept; rows_in counts "
-            "the sampled rows plus every rejected row (shapes without work, unknown GPUs)",
+            f"sample: at most {cap if cap is not None else 'all'} kernels by salted hash of kernel_id, "
+            "shared evenly between (family, op) groups; every GPU and repeat of a chosen kernel kept; "
+            "rows_in counts the sampled rows plus every rejected row (shapes without work, unknown GPUs)",
             *full_notes,
-            "repeats: one kernel_id per (family, op, dtype, shape) measured under several framework/version/"
-            "kernel_source (run_id); median relative spread (max-min)/median over (kernel, GPU) pairs with 2+ "
-            f"repeats: {noise_floor(measurements):.3f}",
+            "repeats: one kernel_id per (family, op, dtype, shape) measured under several framework/"
+            "version/kernel_source (run_id); median relative spread (max-min)/median over (kernel, GPU) "
+            f"pairs with 2+ repeats: {noise_floor(measurements):.3f}",
             *device_notes,
         ],
     )
