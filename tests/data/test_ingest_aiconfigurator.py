@@ -276,3 +276,39 @@ def test_evaluate_reads_a_tree_in_upstream_layout_per_device(tmp_path: Path, mon
     assert by_device["Acme Z1"] == {"n_asked": 7, "n_answered": 0, "not_answered": {
         "rejected at ingest: unknown device (not in the catalog, no spec sheet)": 7}}
     assert report["per_device"]["h20-3e"]["duration_us"]["n"] == 40
+
+
+def test_validate_and_features_accept_the_new_families(out, catalog) -> None:  # noqa: ANN001
+    """GX suites pass the subset (quantised dtypes and the attention/moe/allreduce families are known); the
+    feature table keeps every row: decode attention costed over its KV context, MoE and all-reduce (no
+    analytical formula yet) with NaN features and a note, never dropped."""
+    from components.config import load_params
+    from components.features.stage import features_from_tables
+    from components.validation.run import validate_kernels, validate_measurements
+
+    params = load_params()
+    measurements = with_measurement_ids(out.measurements)  # as the ingest stage's merge fills them
+    checked = validate_measurements(measurements, catalog, params, kernels=out.kernels)
+    assert len(checked.quarantine) == 0 and len(checked.valid) == len(measurements)
+    assert len(validate_kernels(out.kernels, params).quarantine) == 0
+    table = features_from_tables(checked.valid, out.kernels, catalog, None)
+    assert len(table) == len(out.measurements)
+    decode = table[(table["family"] == "attention") & (table["op"] == "decode")]
+    assert len(decode) and decode["f_flops"].notna().all()
+    # One query token over KV keys: 4 * B * H * D * KV FLOPs by the analytical formula (KV read from "KV").
+    kv = checked.valid.set_index("measurement_id").loc[decode["measurement_id"], "params_json"].map(json.loads)
+    expected = [4.0 * p["B"] * p["H"] * p["D"] * p["KV"] for p in kv]
+    assert decode["f_flops"].to_numpy() == pytest.approx(expected)
+    for family in ("moe", "allreduce"):
+        rows = table[table["family"] == family]
+        assert len(rows) and rows["f_roofline_time_us"].isna().all()
+        assert rows["feature_note"].str.contains("no formula").all()
+
+
+def test_sample_cap_is_a_params_key() -> None:
+    from components.config import ParamsError, ingest_max_kernels
+
+    assert ingest_max_kernels({"ingest": {"aiconfigurator_max_kernels": 500}}, "aiconfigurator") == 500
+    assert ingest_max_kernels({"ingest": {"sources": ["neusight"]}}, "aiconfigurator") is None
+    with pytest.raises(ParamsError, match="aiconfigurator_max_kernels must be a positive integer"):
+        ingest_max_kernels({"ingest": {"aiconfigurator_max_kernels": 0}}, "aiconfigurator")
