@@ -88,13 +88,15 @@ def test_registered_and_canonical(out) -> None:  # noqa: ANN001
     m, k = out.measurements, out.kernels
     assert list(m.columns) == list(MEASUREMENT_COLUMNS) and list(k.columns) == list(KERNEL_COLUMNS)
     # Every row of the subset, except the NCCL table's other collectives (all-gather, reduce-scatter, ...).
-    expected = sum(int((raw(f)["op_name"] == "all_reduce").sum()) if "/comm/" in f else len(raw(f)) for f in FILES[:7])
+    expected = sum(int((raw(f)["op_name"] == "all_reduce").sum()) if "/comm/" in f else len(raw(f))
+                   for f in FILES[:7])
     assert len(out.rejects) == 0 and out.rows_in == len(m) == expected
     assert set(m["device_id"]) == {"a100-sxm4-80gb", "l40s"}
     assert set(m["source"]) == {"aiconfigurator"} and set(m["profiler"]) == {"cuda_event"}
     assert with_measurement_ids(m)["measurement_id"].is_unique and m["kernel_id"].isin(k["kernel_id"]).all()
-    assert set(zip(k["family"], k["op"])) == {("gemm", "gemm"), ("attention", "prefill"), ("attention", "decode"),
-                                              ("moe", "moe"), ("allreduce", "nccl"), ("allreduce", "custom")}
+    assert set(zip(k["family"], k["op"])) == {("gemm", "gemm"), ("attention", "prefill"),
+                                              ("attention", "decode"), ("moe", "moe"), ("allreduce", "nccl"),
+                                              ("allreduce", "custom")}
     assert set(k["language"]) == {"op"} and k["kernel_id"].is_unique
 
 
@@ -111,7 +113,8 @@ def test_units_and_provenance_match_upstream(out) -> None:  # noqa: ANN001
     assert row["run_id"] == f"{upstream['framework']}/{upstream['version']}/{upstream['kernel_source']}"
     assert row["device_name_raw"] == upstream["device"] and row["device_id"] == "a100-sxm4-80gb"
     flops = 2.0 * upstream["m"] * upstream["n"] * upstream["k"]
-    assert row["flops"] == pytest.approx(flops) and row["gflops"] == pytest.approx(flops / row["duration_us"] / 1e3)
+    assert row["flops"] == pytest.approx(flops)
+    assert row["gflops"] == pytest.approx(flops / row["duration_us"] / 1e3)
 
 
 def test_decode_kv_is_isl_plus_step_and_prefill_is_square(out) -> None:  # noqa: ANN001
@@ -124,12 +127,14 @@ def test_decode_kv_is_isl_plus_step_and_prefill_is_square(out) -> None:  # noqa:
         kv = up["isl"] + up["step"]
         assert (shapes["KV"] == kv).all()
         assert (shapes["S"] == (1 if phase == "decode" else up["isl"])).all()
-        assert (shapes["B"] == up["batch_size"] * up["beam_width"]).all() and (shapes["D"] == up["head_dim"]).all()
+        assert (shapes["B"] == up["batch_size"] * up["beam_width"]).all()
+        assert (shapes["D"] == up["head_dim"]).all()
         assert (shapes["kv_dtype"].isin(["bf16", "fp8", "fp16"])).all()
         kernels = out.kernels.set_index("kernel_id").loc[rows["kernel_id"]]
         assert set(kernels["op"]) == {phase}
     decode = _rows(out, "a100_sxm/attention/trtllm/1.0.0/generation_attention_perf.parquet")
-    assert json.loads(decode.iloc[0]["params_json"])["KV"] > 1  # isl = 1 in this table: the step is the context
+    # isl = 1 in this table: the step is the context
+    assert json.loads(decode.iloc[0]["params_json"])["KV"] > 1
 
 
 def test_repeats_share_one_kernel_id(out) -> None:  # noqa: ANN001
@@ -137,7 +142,8 @@ def test_repeats_share_one_kernel_id(out) -> None:  # noqa: ANN001
     gemm = m[m["upstream_file"].str.contains("/gemm/")]
     per_kernel = gemm.groupby("kernel_id")["run_id"].agg(["size", "nunique"])
     # The same 9,240 shapes measured under vLLM 0.14.0 and SGLang 0.5.9: two repeats of each kernel.
-    assert len(per_kernel) == len(raw(FILES[0])) and (per_kernel["size"] == 2).all() and (per_kernel["nunique"] == 2).all()
+    assert len(per_kernel) == len(raw(FILES[0]))
+    assert (per_kernel["size"] == 2).all() and (per_kernel["nunique"] == 2).all()
     # Upstream's 1.3.0rc15 and rc20 custom all-reduce folders hold the same table (version column 1.0.0, same
     # latencies): a copy is not a repeat, so only the first file's rows are kept, and the copies are counted.
     custom = m[m["upstream_file"].str.contains("custom_allreduce")]
@@ -150,7 +156,8 @@ def test_repeats_share_one_kernel_id(out) -> None:  # noqa: ANN001
     assert any("median relative spread" in note for note in out.notes)
 
 
-def test_sample_is_deterministic_capped_and_keeps_every_repeat(tree: Path, catalog, out) -> None:  # noqa: ANN001
+def test_sample_is_deterministic_capped_and_keeps_every_repeat(
+        tree: Path, catalog, out) -> None:  # noqa: ANN001
     first, second = run(tree, catalog, max_kernels=300), run(tree, catalog, max_kernels=300)
     assert len(first.kernels) == 300
     assert first.kernels["kernel_id"].tolist() == second.kernels["kernel_id"].tolist()
@@ -207,24 +214,28 @@ def test_gpu_not_in_catalog_taken_from_its_sheet(tmp_path: Path, catalog) -> Non
     path = root / SYSTEMS / "data/h20_3e/moe/sglang/0.5.12/moe_perf.parquet"
     path.parent.mkdir(parents=True)
     raw(FILES[4]).assign(device="NVIDIA H20-3e").to_parquet(path, index=False)
-    sheet = ("gpu:\n  mem_bw: 4917000000000\n  mem_capacity: 151397597184\n  float16_tc_flops: 148000000000000\n"
-             "  int8_tc_flops: 296000000000000\n  fp8_tc_flops: 296000000000000\n  power: 500\n  sm_version: 90\n"
+    sheet = ("gpu:\n  mem_bw: 4917000000000\n  mem_capacity: 151397597184\n"
+             "  float16_tc_flops: 148000000000000\n  int8_tc_flops: 296000000000000\n"
+             "  fp8_tc_flops: 296000000000000\n  power: 500\n  sm_version: 90\n"
              "node:\n  intra_node_bw: 450000000000\n")
     (root / SYSTEMS / "h20_3e.yaml").write_text(sheet)
     result = run(root, catalog)
     (spec,) = result.devices
-    assert spec.id == "h20-3e" and spec.peak_tflops.fp8_tensor == pytest.approx(296.0) and spec.link_gbps == 450
+    assert spec.id == "h20-3e" and spec.link_gbps == 450
+    assert spec.peak_tflops.fp8_tensor == pytest.approx(296.0)
     assert "'h20'" in (spec.notes or "")  # the same-architecture template with the closest tensor peak
     assert set(result.measurements["device_id"]) == {"h20-3e"} and len(result.rejects) == 0
     assert any("h20_3e.yaml" in note and "h20-3e" in note for note in result.notes)
     # No sheet: the rows are rejected as an unknown device, named as the tables spell it.
     (root / SYSTEMS / "h20_3e.yaml").unlink()
     result = run(root, catalog)
-    assert len(result.measurements) == 0 and set(result.rejects["reason"]) == {"unknown device 'NVIDIA H20-3e'"}
+    assert len(result.measurements) == 0
+    assert set(result.rejects["reason"]) == {"unknown device 'NVIDIA H20-3e'"}
     assert any("no spec sheet h20_3e.yaml" in note for note in result.notes)
 
 
-def test_unknown_folder_of_a_catalog_gpu_resolves_by_its_device_name(tmp_path: Path, catalog) -> None:  # noqa: ANN001
+def test_unknown_folder_of_a_catalog_gpu_resolves_by_its_device_name(
+        tmp_path: Path, catalog) -> None:  # noqa: ANN001
     root = make_tree(tmp_path / "aic", [])
     path = root / SYSTEMS / "data/h20_sxm/moe/sglang/0.5.12/moe_perf.parquet"
     path.parent.mkdir(parents=True)
@@ -241,7 +252,8 @@ def test_not_upstream_layout_is_a_clear_error(tmp_path: Path, catalog) -> None: 
         run(tmp_path / "empty", catalog)
 
 
-def test_evaluate_reads_a_tree_in_upstream_layout_per_device(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_evaluate_reads_a_tree_in_upstream_layout_per_device(tmp_path: Path,
+                                                             monkeypatch: pytest.MonkeyPatch) -> None:
     """``kernelcast evaluate --source aiconfigurator --from DIR``: every table of the tree scored per GPU (the
     training-free roofline as the predictor), a sheet-only GPU added to the catalog, and every row not
     answered counted with its reason (no analytical formula yet, or a GPU nobody describes)."""
@@ -252,25 +264,27 @@ def test_evaluate_reads_a_tree_in_upstream_layout_per_device(tmp_path: Path, mon
     root = make_tree(tmp_path / "aic", [FILES[2], FILES[4]])
     path = root / SYSTEMS / "data/h20_3e/gemm/vllm/0.14.0/gemm_perf.parquet"
     path.parent.mkdir(parents=True)
-    # A100 rows as a stand-in for an H20-3e's, 3x slower (its 148 TFLOP/s tensor peak is half the A100's 312: the
-    # A100's own times would be faster than this GPU's peak and be quarantined, rightly).
+    # A100 rows as a stand-in for an H20-3e's, 3x slower (its 148 TFLOP/s tensor peak is half the A100's
+    # 312: the A100's own times would be faster than this GPU's peak and be quarantined, rightly).
     stand_in = raw(FILES[0]).head(40)
     stand_in.assign(device="NVIDIA H20-3e", latency=stand_in["latency"] * 3).to_parquet(path, index=False)
-    (root / SYSTEMS / "h20_3e.yaml").write_text("gpu:\n  mem_bw: 4917000000000\n  mem_capacity: 151397597184\n"
-                                                "  float16_tc_flops: 148000000000000\n  power: 500\n  sm_version: 90\n")
+    (root / SYSTEMS / "h20_3e.yaml").write_text(
+        "gpu:\n  mem_bw: 4917000000000\n  mem_capacity: 151397597184\n"
+        "  float16_tc_flops: 148000000000000\n  power: 500\n  sm_version: 90\n")
     unknown = root / SYSTEMS / "data/zz_gpu/gemm/vllm/0.14.0/gemm_perf.parquet"
     unknown.parent.mkdir(parents=True)
     raw(FILES[0]).head(7).assign(device="Acme Z1").to_parquet(unknown, index=False)
     monkeypatch.setenv("KERNELCAST_HOME", str(tmp_path / "home"))
     out = tmp_path / "eval.json"
-    result = CliRunner().invoke(app, ["evaluate", "--model", "roofline", "--source", "aiconfigurator", "--from",
-                                      str(root), "--out", str(out), "--no-log"])
+    result = CliRunner().invoke(app, ["evaluate", "--model", "roofline", "--source", "aiconfigurator",
+                                      "--from", str(root), "--out", str(out), "--no-log"])
     assert result.exit_code == 0, result.output
     report = json.loads(out.read_text())
     by_device = report["coverage_by_device"]
     assert report["devices_from_source"] == ["h20-3e"]
     assert by_device["h20-3e"] == {"n_asked": 40, "n_answered": 40, "not_answered": {}}
-    assert by_device["a100-sxm4-80gb"]["n_answered"] == by_device["a100-sxm4-80gb"]["n_asked"] == len(raw(FILES[2]))
+    a100 = by_device["a100-sxm4-80gb"]
+    assert a100["n_answered"] == a100["n_asked"] == len(raw(FILES[2]))
     assert by_device["l40s"]["n_answered"] == 0 and by_device["l40s"]["not_answered"] == {
         "family 'moe'/op 'moe': no formula, or its shape lacks the dims it needs": len(raw(FILES[4]))}
     assert by_device["Acme Z1"] == {"n_asked": 7, "n_answered": 0, "not_answered": {
@@ -296,7 +310,8 @@ def test_validate_and_features_accept_the_new_families(out, catalog) -> None:  #
     decode = table[(table["family"] == "attention") & (table["op"] == "decode")]
     assert len(decode) and decode["f_flops"].notna().all()
     # One query token over KV keys: 4 * B * H * D * KV FLOPs by the analytical formula (KV read from "KV").
-    kv = checked.valid.set_index("measurement_id").loc[decode["measurement_id"], "params_json"].map(json.loads)
+    valid = checked.valid.set_index("measurement_id")
+    kv = valid.loc[decode["measurement_id"], "params_json"].map(json.loads)
     expected = [4.0 * p["B"] * p["H"] * p["D"] * p["KV"] for p in kv]
     assert decode["f_flops"].to_numpy() == pytest.approx(expected)
     for family in ("moe", "allreduce"):

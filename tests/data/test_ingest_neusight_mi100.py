@@ -65,7 +65,8 @@ def test_every_mi100_row_is_canonical(out) -> None:  # noqa: ANN001
     assert len(out.rejects) == 0
     assert list(out.measurements.columns) == list(MEASUREMENT_COLUMNS)
     assert set(amd["device_id"]) == {"mi100"} and set(amd["device_name_raw"]) == {"AMD Instinct MI100"}
-    assert set(amd["run_id"].str.replace(r"/rep\d+$", "", regex=True)) == {"amd/train/collect", "amd/test/collect"}
+    runs = set(amd["run_id"].str.replace(r"/rep\d+$", "", regex=True))
+    assert runs == {"amd/train/collect", "amd/test/collect"}
     assert with_measurement_ids(out.measurements)["measurement_id"].is_unique
     families = amd["kernel_id"].map(out.kernels.set_index("kernel_id")["family"])
     assert set(families) == {"elementwise", "layernorm", "softmax", "bmm", "linear"}

@@ -29,8 +29,9 @@ node:
 # Xe2 (BMG-G21): 20 Xe-cores x 128 FP32 lanes at 2400 MHz, 18 MB L2 (Intel Arc Pro B60 product page);
 # the per-core register/shared-memory figures are illustrative (a supplement is whatever the user knows).
 B60_SUPPLEMENT = {
-    "vendor": "intel", "architecture": "xe2", "compute_capability": "bmg-g21", "sms": 20, "fp32_lanes_per_sm": 128,
-    "boost_clock_mhz": 2400, "memory_type": "GDDR6", "l2_mb": 18, "l1_smem_per_sm_kb": 256, "max_smem_per_sm_kb": 128,
+    "vendor": "intel", "architecture": "xe2", "compute_capability": "bmg-g21", "sms": 20,
+    "fp32_lanes_per_sm": 128, "boost_clock_mhz": 2400, "memory_type": "GDDR6", "l2_mb": 18,
+    "l1_smem_per_sm_kb": 256, "max_smem_per_sm_kb": 128,
     "max_smem_per_block_kb": 64, "regs_per_sm": 65536, "max_threads_per_sm": 1024, "warp_size": 16,
     "max_ctas_per_sm": 16, "max_warps_per_sm": 64,
 }
@@ -44,7 +45,8 @@ def catalog():  # noqa: ANN201
 @needs_sheets
 @pytest.mark.parametrize("stem", sorted(CATALOG_IDS))
 def test_real_sheet_gives_a_valid_spec_with_the_sheets_figures(stem: str, catalog) -> None:  # noqa: ANN001
-    spec = spec_from_aiconfigurator_sheet(SYSTEMS / f"{stem}.yaml", catalog, device_id=f"{stem.replace('_', '-')}-x")
+    spec = spec_from_aiconfigurator_sheet(SYSTEMS / f"{stem}.yaml", catalog,
+                                          device_id=f"{stem.replace('_', '-')}-x")
     ours = catalog.get(CATALOG_IDS[stem])
     assert spec.vendor == "nvidia" and spec.compute_capability == ours.compute_capability
     assert spec.architecture == ours.architecture
@@ -59,8 +61,8 @@ def test_real_sheet_gives_a_valid_spec_with_the_sheets_figures(stem: str, catalo
 def test_sheets_agree_with_the_catalog_except_known_differences(catalog) -> None:  # noqa: ANN001
     differences = [line for stem, cid in CATALOG_IDS.items()
                    for line in compare_with_catalog(SYSTEMS / f"{stem}.yaml", catalog.get(cid))]
-    # L40S: the sheet gives the memory nvidia-smi reports (46068 MiB), the catalog the marketed 48 GB; its link
-    # is PCIe 4.0 x16 (32 GB/s), which the catalog leaves out for PCIe-only parts (physics assumes the same).
+    # L40S: the sheet gives the memory nvidia-smi reports (46068 MiB), the catalog the marketed 48 GB; its
+    # link is PCIe 4.0 x16 (32 GB/s), which the catalog leaves out for PCIe-only parts (physics assumes so).
     assert differences == ["l40s: memory_gb: sheet 44.99 vs catalog 48 (-6.3%)",
                            "l40s: link_gbps: sheet 32 vs catalog None"]
 
@@ -73,14 +75,17 @@ def test_intel_sheet_needs_a_supplement_then_validates(tmp_path: Path, catalog) 
     assert "sms" in str(err.value) and "supplement" in str(err.value) and "b60.yaml" in str(err.value)
     spec = spec_from_aiconfigurator_sheet(sheet, catalog, supplement=B60_SUPPLEMENT)
     assert spec.id == "b60" and spec.vendor == "intel"
-    assert spec.peak_tflops.fp32 == pytest.approx(12.28) and spec.peak_tflops.fp16_tensor == pytest.approx(98.304)
+    assert spec.peak_tflops.fp32 == pytest.approx(12.28)
+    assert spec.peak_tflops.fp16_tensor == pytest.approx(98.304)
     assert spec.dram_gbps == pytest.approx(456.0) and spec.memory_gb == pytest.approx(24.0)
 
 
-def test_implausible_supplement_is_rejected_by_the_spec_checks(tmp_path: Path, catalog) -> None:  # noqa: ANN001
+def test_implausible_supplement_is_rejected_by_the_spec_checks(
+        tmp_path: Path, catalog) -> None:  # noqa: ANN001
     sheet = tmp_path / "b60.yaml"
     sheet.write_text(B60)
-    with pytest.raises(SpecError, match="peak_tflops.fp32"):  # 20 x 128 x 2 x 240 MHz is far from 12.28 TFLOP/s
+    # 20 x 128 x 2 x 240 MHz is far from 12.28 TFLOP/s
+    with pytest.raises(SpecError, match="peak_tflops.fp32"):
         spec_from_aiconfigurator_sheet(sheet, catalog, supplement={**B60_SUPPLEMENT, "boost_clock_mhz": 240})
 
 
@@ -89,7 +94,8 @@ def test_implausible_supplement_is_rejected_by_the_spec_checks(tmp_path: Path, c
     ("gpu: {mem_bw: 1.0e12}\n", "no peak"),
     ("- 1\n- 2\n", "'gpu:' section"),
 ])
-def test_sheet_without_its_figures_is_a_clear_error(tmp_path: Path, catalog, text: str, expected: str) -> None:  # noqa: ANN001
+def test_sheet_without_its_figures_is_a_clear_error(
+        tmp_path: Path, catalog, text: str, expected: str) -> None:  # noqa: ANN001
     sheet = tmp_path / "bad_gpu.yaml"
     sheet.write_text(text)
     with pytest.raises(SpecError, match=expected):
