@@ -10,7 +10,7 @@ from __future__ import annotations
 import csv
 import json
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -50,7 +50,10 @@ def read_batch(path: Path, *, allow_count: bool) -> list[tuple[str, dict[str, An
             if unknown:
                 raise QueryError(f"--batch {path}: unknown column {unknown[0]!r}; accepted: {', '.join(sorted(allowed))}")
             for line, row in enumerate(reader, start=2):
-                records.append((f"{path.name} line {line}", {k: v for k, v in row.items() if k and v not in (None, "")}))
+                record = {k: v for k, v in row.items() if k and v not in (None, "")}
+                if isinstance(record.get("shape"), str):
+                    record["shape"] = cli_shape(record["shape"])
+                records.append((f"{path.name} line {line}", record))
         else:
             for line, text in enumerate(handle, start=1):
                 if not text.strip():
@@ -73,6 +76,69 @@ def read_batch(path: Path, *, allow_count: bool) -> list[tuple[str, dict[str, An
     if len(records) > MAX_BATCH_ROWS:
         raise QueryError(f"--batch {path}: more than {MAX_BATCH_ROWS:,} rows; split the file")
     return records
+
+
+CLI_SHAPE = re.compile(r"^\s*[A-Za-z_]\w*\s*=\s*\d+\s*(?:,\s*[A-Za-z_]\w*\s*=\s*\d+\s*)*,?\s*$")
+
+
+def cli_shape(text: str) -> dict[str, int] | str:
+    """A CSV cell in the CLI's ``--shape`` syntax (``M=4096,N=4096,K=4096``) as a dict; anything else
+    (JSON object text) unchanged, for the question parser to read or reject."""
+    if not CLI_SHAPE.match(text):
+        return text
+    return {name.strip(): int(value) for name, _, value in (item.partition("=") for item in text.split(",")
+                                                             if item.strip())}
+
+
+@dataclass
+class RowError:
+    """A batch row that could not be answered: where it came from and why."""
+
+    row: str
+    error: str
+
+
+def answer_rows(predictor: Any, rows: QuestionRows, *, model_version: str, allow_modules: bool = True
+                ) -> tuple[list[dict[str, Any]], list[RowError]]:
+    """Answers of every row that can be answered (each with ``question`` = its row index) and the
+    rows that cannot, each with its error. Why: one bad row of a thousand-row file should cost that
+    row, not the file. A bad kernel fails all its rows (one per device) with one error."""
+    from components.serving.questions import answer_questions, parse_questions
+
+    questions, errors, failed = [], [], set()
+
+    def fail(row: int, message: str) -> None:
+        kernel = rows.kernel_of_row[row]
+        if "shape: not valid JSON" in message:
+            message += "; give NAME=VALUE items such as M=4096,N=4096,K=4096, or a JSON object"
+        if kernel not in failed:
+            failed.add(kernel)
+            errors.append(RowError(rows.origins[row], restate(message, rows.origins)))
+
+    try:
+        questions = parse_questions(rows.rows)
+    except QueryError:  # then row by row, to answer the rest
+        questions = []
+        for row, record in enumerate(rows.rows):
+            try:
+                (question,) = parse_questions([record])
+            except QueryError as exc:
+                fail(row, re.sub(r"^question 0", f"question {row}", str(exc)))
+                continue
+            questions.append(replace(question, index=row))
+    while True:
+        asked = [q for q in questions if rows.kernel_of_row[q.index] not in failed]
+        if not asked:
+            return [], sorted(errors, key=lambda e: rows.origins.index(e.row))
+        try:
+            answers = answer_questions(predictor, asked, model_version=model_version, allow_modules=allow_modules)
+        except QueryError as exc:
+            match = re.match(r"^question (\d+)", str(exc))
+            if not match or int(match[1]) >= len(rows.rows) or rows.kernel_of_row[int(match[1])] in failed:
+                raise
+            fail(int(match[1]), str(exc))
+            continue
+        return answers, sorted(errors, key=lambda e: rows.origins.index(e.row))
 
 
 def parse_launch(text: str) -> dict[str, Any]:

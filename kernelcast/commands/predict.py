@@ -94,12 +94,8 @@ def render_table(answers: list[dict[str, Any]], labels: list[str] | None, kernel
     lines = ["  ".join(str(c).ljust(w) if i < (2 if many else 1) else str(c).rjust(w)
                        for i, (c, w) in enumerate(zip(r, widths, strict=True))) for r in [header, *body]]
     for a in answers:
-        if a.get("breakdown"):
-            try:
-                ops = json.loads(a["breakdown"])
-            except (TypeError, ValueError):
-                ops = []
-            if ops:
+        ops = a.get("breakdown") or []
+        if isinstance(ops, list) and ops:
                 lines.append(f"top ops on {a['device']}:")
                 for item in ops:
                     lines.append(f"  {item.get('op', '?'):<32} x{_fmt(item.get('count'))}  "
@@ -131,12 +127,32 @@ def predict_command(
     prepared_settings()
     rows = gather_questions(file, op, shape, dtype, launch, kernel, define or [], batch, device or [],
                             allow_count=False)
-    answers, version = answer(rows, model)
+    errors: list[Any] = []
+    if batch is None:
+        answers, version = answer(rows, model)
+    else:  # a bad row costs that row: the rest are answered, the bad ones listed with their error
+        from components.serving.batch import answer_rows
+        from components.serving.models import load_model
+
+        loaded = load_model(model)
+        answers, errors = answer_rows(loaded.predictor, rows, model_version=loaded.version)
+        version = loaded.version
+    failed = (f"{len(errors)} of {len(rows.kernel_labels)} rows failed (listed above); the others are answered"
+              if errors else None)
     if as_json:
         for a in answers:
             a["kernel"] = rows.kernel_of_row[a["question"]]
-        typer.echo(json.dumps({"model_version": version, "predictions": answers}, indent=2))
-        return
-    for line in render_table(answers, rows.kernel_labels, rows.kernel_of_row):
-        typer.echo(line)
-    typer.echo(f"model: {version}")
+        report: dict[str, Any] = {"model_version": version, "predictions": answers}
+        if batch is not None:
+            report["errors"] = [{"row": e.row, "error": e.error} for e in errors]
+        typer.echo(json.dumps(report, indent=2))
+    else:
+        if answers:
+            for line in render_table(answers, rows.kernel_labels, [rows.kernel_of_row[a["question"]] for a in answers]):
+                typer.echo(line)
+        typer.echo(f"model: {version}")
+    for e in errors:
+        typer.echo(f"error: {e.error}", err=True)
+    if failed:
+        typer.echo(f"error: {failed}", err=True)
+        raise typer.Exit(1)
