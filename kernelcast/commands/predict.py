@@ -137,8 +137,9 @@ def predict_command(
         loaded = load_model(model)
         answers, errors = answer_rows(loaded.predictor, rows, model_version=loaded.version)
         version = loaded.version
-    failed = (f"{len(errors)} of {len(rows.kernel_labels)} rows failed (listed above); the others are answered"
-              if errors else None)
+    n_rows = len(rows.kernel_labels)
+    failed = None if not errors else (f"all {n_rows} rows failed" if len(errors) == n_rows else
+                                      f"{len(errors)} of {n_rows} rows failed; the other rows are answered")
     if as_json:
         for a in answers:
             a["kernel"] = rows.kernel_of_row[a["question"]]
