@@ -19,6 +19,7 @@ from typing import Any
 
 import numpy as np
 
+from components.serving.memory_fit import check_memory_fit
 from components.serving.query import (
     DTYPES,
     FAMILY_OF_OP,
@@ -549,6 +550,8 @@ def answer_questions(predictor: Any, questions: list[Question], *, model_version
                          "(they trace user code; the operator enables them with --allow-modules)")
     answers: dict[int, dict[str, Any]] = {}
     ops = [q for q in questions if q.kind == "op"]
+    for question in ops:  # refuse what cannot run on the GPU at all (components.serving.memory_fit)
+        check_memory_fit(question)
     if ops:
         for question, answer in zip(ops, _answer_ops(predictor, ops, model_version), strict=True):
             answers[id(question)] = answer
