@@ -470,10 +470,9 @@ def create_app(model: str = "models:/kernelcast@champion", *, api_key: str | Non
                 raise query_error(exc, len(specs), prefix) from None
 
         ranking, ranked_by = await run(work)
-        from components.serving.rank import unranked_prices
+        from components.serving.rank import rank_note
 
-        ignored = unranked_prices(body.prices, specs)
-        note = f"prices of GPUs not ranked ignored: {', '.join(ignored)}" if ignored else None
+        note = await asyncio.to_thread(rank_note, kernels, specs, body.prices)
         return {"model_version": version, "ranked_by": ranked_by, "ranking": ranking, "note": note}
 
     return _wrap(app, limits)

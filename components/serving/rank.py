@@ -156,7 +156,41 @@ def rank(predictor: Any, kernels: Sequence[Mapping[str, Any]], counts: Sequence[
         if isinstance(count, bool) or not isinstance(count, int) or not 1 <= count <= MAX_COUNT:
             raise QueryError(f"workload[{i}].count = {count!r}: expected an integer from 1 to {MAX_COUNT:,}")
     table = price_table(prices, specs)
+    misfits = set(too_small(kernels, specs))
+    if misfits and len(misfits) < len(specs):  # rank the GPUs the workload fits; rank_note names the others
+        specs = [s for s in specs if s.id not in misfits]
     rows = [{**dict(kernel), "device": spec} for kernel in kernels for spec in specs]
     answers = answer_questions(predictor, parse_questions(rows), model_version=model_version,
                                allow_modules=allow_modules)
     return rank_answers(answers, counts, len(specs), table), ("cost" if table else "time")
+
+
+def too_small(kernels: Sequence[Mapping[str, Any]], specs: Sequence[Any]) -> list[str]:
+    """Ids of the GPUs whose memory some op kernel of the workload does not fit
+    (``components.serving.memory_fit``); a kernel that does not parse is left to ``rank`` to report."""
+    from components.serving.memory_fit import check_memory_fit
+    from components.serving.questions import parse_questions
+
+    small = []
+    for spec in specs:
+        try:
+            for question in parse_questions([{**dict(k), "device": spec} for k in kernels if "op" in k]):
+                check_memory_fit(question)
+        except QueryError as exc:
+            if "does not fit" not in str(exc):
+                return []
+            small.append(spec.id)
+    return small
+
+
+def rank_note(kernels: Sequence[Mapping[str, Any]], specs: Sequence[Any], prices: Mapping[str, Any] | None
+              ) -> str | None:
+    """What the ranking left out, for the user: GPUs the workload does not fit, prices of GPUs not ranked."""
+    notes = []
+    small = too_small(kernels, specs)
+    if small and len(small) < len(specs):
+        notes.append(f"not ranked, the workload does not fit their memory: {', '.join(small)}")
+    ignored = unranked_prices(prices, specs)
+    if ignored:
+        notes.append(f"prices of GPUs not ranked ignored: {', '.join(ignored)}")
+    return "; ".join(notes) or None

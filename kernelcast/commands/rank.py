@@ -65,7 +65,7 @@ def rank_command(
     from components.serving.batch import restate
     from components.serving.models import load_model
     from components.serving.query import QueryError
-    from components.serving.rank import rank, resolve_devices, unranked_prices
+    from components.serving.rank import rank, rank_note, resolve_devices
 
     price_table = read_prices(price or [], prices)
     specs = resolve_devices(list(device) if device else "all", "--device", allow_files=True)
@@ -102,8 +102,7 @@ def rank_command(
         row_origins = [origins[i // len(specs)] for i in range(len(kernels) * len(specs))]
         raise UserError(restate(str(exc), row_origins)) from None
     shown = ranking[:top] if top else ranking
-    ignored = unranked_prices(price_table, specs)
-    note = f"prices of GPUs not ranked ignored: {', '.join(ignored)}" if ignored else None
+    note = rank_note(kernels, specs, price_table)
     if as_json:
         typer.echo(json.dumps({"model_version": loaded.version, "ranked_by": ranked_by, "ranking": shown,
                                "note": note}, indent=2))

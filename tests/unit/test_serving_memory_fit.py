@@ -45,3 +45,22 @@ def test_the_server_refuses_it_with_the_kernel_field() -> None:
     assert response.status_code == 422, response.text
     error = response.json()["error"]
     assert error["field"] == "kernels[0].shape" and "does not fit" in error["message"], error
+
+
+def test_rank_leaves_out_the_gpus_a_workload_does_not_fit_and_says_so(tmp_path, monkeypatch) -> None:
+    from typer.testing import CliRunner
+
+    from components.models.roofline import RooflinePredictor
+    from components.serving.rank import rank, rank_note, resolve_devices
+    from kernelcast.cli import app
+
+    big = {"op": "gemm", "shape": {"M": 100_000, "N": 100_000, "K": 20_000}, "dtype": "bf16"}  # 26 GiB
+    specs = resolve_devices(["H100", "T4", "L4"])
+    ranking, _ = rank(RooflinePredictor(), [big], [1], specs, None, model_version="roofline")
+    assert [e["device"] for e in ranking] == ["h100-sxm"]
+    assert rank_note([big], specs, None) == "not ranked, the workload does not fit their memory: t4, l4"
+    monkeypatch.setenv("KERNELCAST_HOME", str(tmp_path))
+    result = CliRunner().invoke(app, ["rank", "--op", "gemm", "--shape", "M=100000,N=100000,K=20000", "--dtype",
+                                      "bf16", "--device", "H100", "--device", "T4", "--model", "roofline"])
+    assert result.exit_code == 0, result.output
+    assert "note: not ranked, the workload does not fit their memory: t4" in result.output, result.output
