@@ -20,7 +20,7 @@ import signal
 import sys
 import time
 import traceback
-from typing import Any
+from typing import Any, Self
 
 MAX_OPS = 200_000  # a module launching more kernels than this is refused (a runaway loop)
 
@@ -237,7 +237,7 @@ class _FakeCuda:
     runs on a GPU). Why: many KernelBench-style modules move their own tensors with ``.cuda()`` or
     ``device="cuda"``; FakeTensorMode already makes factories with ``device="cuda"`` fake CUDA tensors."""
 
-    def __enter__(self) -> _FakeCuda:
+    def __enter__(self) -> Self:
         import torch
 
         self._saved = (torch.Tensor.to, torch.Tensor.cuda, torch.nn.Module.cuda)
@@ -279,7 +279,7 @@ class _FakeCuda:
         torch.Tensor.to, torch.Tensor.cuda, torch.nn.Module.cuda = to, tensor_cuda, module_cuda
         return self
 
-    def __exit__(self, *_exc: Any) -> None:
+    def __exit__(self, *_exc: object) -> None:
         import torch
 
         torch.Tensor.to, torch.Tensor.cuda, torch.nn.Module.cuda = self._saved
