@@ -34,8 +34,18 @@ class QuestionRows:
     kernel_labels: list[str]
 
 
-def read_batch(path: Path, *, allow_count: bool) -> list[tuple[str, dict[str, Any]]]:
-    """(origin, row) per record of a CSV or JSONL file; empty cells dropped."""
+@dataclass
+class RowError:
+    """A batch row that could not be answered: where it came from and why."""
+
+    row: str
+    error: str
+
+
+def read_batch(path: Path, *, allow_count: bool, row_errors: list[RowError] | None = None
+               ) -> list[tuple[str, dict[str, Any]]]:
+    """(origin, row) per record of a CSV or JSONL file; empty cells dropped. With ``row_errors``, a
+    JSONL line that is not a JSON object of question fields is listed there instead of stopping the file."""
     path = Path(path)
     if path.suffix.lower() not in BATCH_SUFFIXES:
         raise QueryError(f"--batch {path}: expected a .csv or .jsonl file")
@@ -59,23 +69,31 @@ def read_batch(path: Path, *, allow_count: bool) -> list[tuple[str, dict[str, An
                 if not text.strip():
                     continue
                 try:
-                    row = json.loads(text)
-                except json.JSONDecodeError as exc:
-                    raise QueryError(f"--batch {path} line {line}: not valid JSON ({exc.msg})") from None
-                if not isinstance(row, dict):
-                    raise QueryError(f"--batch {path} line {line}: expected a JSON object")
-                unknown = sorted(set(row) - allowed)
-                if unknown:
-                    raise QueryError(f"--batch {path} line {line}: unknown field {unknown[0]!r}; "
-                                     f"accepted: {', '.join(sorted(allowed))}")
-                records.append((f"{path.name} line {line}", row))
+                    records.append((f"{path.name} line {line}", _json_row(text, allowed)))
+                except QueryError as exc:
+                    if row_errors is None:
+                        raise QueryError(f"--batch {path} line {line}: {exc}") from None
+                    row_errors.append(RowError(f"{path.name} line {line}", f"{path.name} line {line}: {exc}"))
                 if len(records) > MAX_BATCH_ROWS:
                     break
-    if not records:
+    if not records and not row_errors:
         raise QueryError(f"--batch {path}: no questions in the file")
     if len(records) > MAX_BATCH_ROWS:
         raise QueryError(f"--batch {path}: more than {MAX_BATCH_ROWS:,} rows; split the file")
     return records
+
+
+def _json_row(text: str, allowed: set[str]) -> dict[str, Any]:
+    try:
+        row = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise QueryError(f"not valid JSON ({exc.msg})") from None
+    if not isinstance(row, dict):
+        raise QueryError("expected a JSON object")
+    unknown = sorted(set(row) - allowed)
+    if unknown:
+        raise QueryError(f"unknown field {unknown[0]!r}; accepted: {', '.join(sorted(allowed))}")
+    return row
 
 
 CLI_SHAPE = re.compile(r"^\s*[A-Za-z_]\w*\s*=\s*\d+\s*(?:,\s*[A-Za-z_]\w*\s*=\s*\d+\s*)*,?\s*$")
@@ -88,14 +106,6 @@ def cli_shape(text: str) -> dict[str, int] | str:
         return text
     return {name.strip(): int(value) for name, _, value in (item.partition("=") for item in text.split(",")
                                                              if item.strip())}
-
-
-@dataclass
-class RowError:
-    """A batch row that could not be answered: where it came from and why."""
-
-    row: str
-    error: str
 
 
 def answer_rows(predictor: Any, rows: QuestionRows, *, model_version: str, allow_modules: bool = True

@@ -21,7 +21,7 @@ DEFAULT_MODEL = "models:/kernelcast@champion"
 
 def gather_questions(file: Path | None, op: str | None, shape: str | None, dtype: str | None, launch: str | None,
                      kernel: str | None, define: list[str], batch: Path | None, device: list[str], *,
-                     allow_count: bool) -> Any:
+                     allow_count: bool, row_errors: list[Any] | None = None) -> Any:
     """Rows from exactly one of: --op/--shape, a source/module FILE, or --batch."""
     from components.serving.batch import expand, kernel_from_file, read_batch
     from components.serving.query import parse_shape
@@ -33,7 +33,7 @@ def gather_questions(file: Path | None, op: str | None, shape: str | None, dtype
     if batch is not None:
         if dtype or launch or kernel or define:
             raise UserError("--dtype/--launch/--kernel/--define do not apply to --batch (put them in the file)")
-        records = read_batch(batch, allow_count=allow_count)
+        records = read_batch(batch, allow_count=allow_count, row_errors=row_errors)
     elif file is not None:
         record = kernel_from_file(file, launch, kernel, define)
         if dtype:
@@ -109,6 +109,12 @@ def render_table(answers: list[dict[str, Any]], labels: list[str] | None, kernel
     return lines
 
 
+def _line_number(origin: str) -> int:
+    """``questions.csv line 12`` -> 12 (the order errors are listed in)."""
+    tail = origin.rsplit(" ", 1)[-1]
+    return int(tail) if tail.isdigit() else 0
+
+
 @clean_errors
 def predict_command(
     file: Annotated[Path | None, typer.Argument(help="a .cu/.hip kernel source or a .py PyTorch module")] = None,
@@ -125,9 +131,9 @@ def predict_command(
 ) -> None:
     """Predict runtime (with its interval), roofline class, bound pipe and headroom on one or more GPUs."""
     prepared_settings()
+    errors: list[Any] = []  # batch rows not answered, each with its error (the others are)
     rows = gather_questions(file, op, shape, dtype, launch, kernel, define or [], batch, device or [],
-                            allow_count=False)
-    errors: list[Any] = []
+                            allow_count=False, row_errors=errors)
     if batch is None:
         answers, version = answer(rows, model)
     else:  # a bad row costs that row: the rest are answered, the bad ones listed with their error
@@ -135,14 +141,18 @@ def predict_command(
         from components.serving.models import load_model
 
         loaded = load_model(model)
-        answers, errors = answer_rows(loaded.predictor, rows, model_version=loaded.version)
+        answers, failed_rows = answer_rows(loaded.predictor, rows, model_version=loaded.version) if rows.rows \
+            else ([], [])
+        errors = sorted(errors + failed_rows, key=lambda e: _line_number(e.row))
         version = loaded.version
-    n_rows = len(rows.kernel_labels)
+    n_rows = len(rows.kernel_labels) + len({e.row for e in errors} - set(rows.kernel_labels))
     failed = None if not errors else (f"all {n_rows} rows failed" if len(errors) == n_rows else
                                       f"{len(errors)} of {n_rows} rows failed; the other rows are answered")
     if as_json:
         for a in answers:
             a["kernel"] = rows.kernel_of_row[a["question"]]
+            if batch is not None:
+                a["row"] = rows.origins[a["question"]]  # the file line, as the errors name theirs
         report: dict[str, Any] = {"model_version": version, "predictions": answers}
         if batch is not None:
             report["errors"] = [{"row": e.row, "error": e.error} for e in errors]

@@ -86,3 +86,20 @@ def test_one_bad_batch_row_does_not_abort_the_file(tmp_path, monkeypatch) -> Non
     data = json.loads(as_json.stdout)
     assert [p["kernel"] for p in data["predictions"]] == [0, 3]
     assert [e["row"] for e in data["errors"]] == ["questions.csv line 3", "questions.csv line 4"]
+
+
+def test_a_bad_jsonl_line_is_listed_and_the_other_lines_answered(tmp_path, monkeypatch) -> None:
+    jsonl = tmp_path / "questions.jsonl"
+    jsonl.write_text(json.dumps({"op": "add", "shape": {"N": 4096}}) + "\n{not json\n"
+                     + json.dumps({"op": "gelu", "shape": "N=65536", "colour": "red"}) + "\n"
+                     + json.dumps({"op": "gemm", "shape": {"M": 64, "N": 64}}) + "\n"
+                     + json.dumps({"op": "softmax", "shape": {"B": 8, "H": 1024}}) + "\n")
+    result = _run(["predict", "--batch", str(jsonl), "--device", "L4", "--json", *ROOF], tmp_path, monkeypatch)
+    assert result.exit_code == 1, result.output
+    data = json.loads(result.stdout)
+    assert [p["row"] for p in data["predictions"]] == ["questions.jsonl line 1", "questions.jsonl line 5"]
+    assert [e["row"] for e in data["errors"]] == ["questions.jsonl line 2", "questions.jsonl line 3",
+                                                  "questions.jsonl line 4"]
+    assert "not valid JSON" in data["errors"][0]["error"] and "unknown field 'colour'" in data["errors"][1]["error"]
+    assert "missing K" in data["errors"][2]["error"]
+    assert "3 of 5 rows failed" in result.output
