@@ -196,8 +196,10 @@ def kernel_from_file(path: Path, launch: str | None, kernel: str | None, defines
     return {"source": text, "language": SOURCE_LANGUAGES[suffix], "launch": spec}
 
 
-def expand(records: list[tuple[str, dict[str, Any]]], devices: list[str]) -> QuestionRows:
-    """Each record on its own device, or on every ``devices`` entry ("all" = the catalog)."""
+def expand(records: list[tuple[str, dict[str, Any]]], devices: list[str],
+           row_errors: list[RowError] | None = None) -> QuestionRows:
+    """Each record on its own device, or on every ``devices`` entry ("all" = the catalog). With
+    ``row_errors``, a record without a device (and no ``devices``) is listed there, not raised."""
     names: list[Any] = []
     if devices:
         from components.serving.rank import resolve_devices
@@ -217,7 +219,11 @@ def expand(records: list[tuple[str, dict[str, Any]]], devices: list[str]) -> Que
             kernel_of_row.append(k)
             continue
         if not names:
-            raise QueryError(f"{origin}: no device; give the row a device column or pass --device")
+            message = f"{origin}: no device; give the row a device column or pass --device"
+            if row_errors is None or len(records) == 1:
+                raise QueryError(message)
+            row_errors.append(RowError(origin, message))
+            continue
         for spec in names:
             rows.append({**record, "device": spec})
             origins.append(origin)

@@ -45,7 +45,7 @@ def gather_questions(file: Path | None, op: str | None, shape: str | None, dtype
         if launch or kernel or define:
             raise UserError("--launch/--kernel/--define apply to a .cu/.hip FILE, not to --op")
         records = [("--op/--shape", {"op": op, "shape": parse_shape(shape), "dtype": dtype or "fp32"})]
-    return expand(records, device)
+    return expand(records, device, row_errors)
 
 
 def answer(rows: Any, model: str, allow_modules: bool = True) -> tuple[list[dict[str, Any]], str]:

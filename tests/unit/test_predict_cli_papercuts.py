@@ -103,3 +103,14 @@ def test_a_bad_jsonl_line_is_listed_and_the_other_lines_answered(tmp_path, monke
     assert "not valid JSON" in data["errors"][0]["error"] and "unknown field 'colour'" in data["errors"][1]["error"]
     assert "missing K" in data["errors"][2]["error"]
     assert "3 of 5 rows failed" in result.output
+
+
+def test_a_batch_row_without_a_device_is_listed_and_the_others_answered(tmp_path, monkeypatch) -> None:
+    csv_file = tmp_path / "questions.csv"
+    csv_file.write_text('op,shape,device\nadd,N=4096,H100\nadd,N=8192,\n')
+    result = _run(["predict", "--batch", str(csv_file), "--json", *ROOF], tmp_path, monkeypatch)
+    assert result.exit_code == 1, result.output
+    data = json.loads(result.stdout)
+    assert [p["row"] for p in data["predictions"]] == ["questions.csv line 2"]
+    assert data["errors"] == [{"row": "questions.csv line 3",
+                               "error": "questions.csv line 3: no device; give the row a device column or pass --device"}]
