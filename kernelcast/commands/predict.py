@@ -96,10 +96,10 @@ def render_table(answers: list[dict[str, Any]], labels: list[str] | None, kernel
     for a in answers:
         ops = a.get("breakdown") or []
         if isinstance(ops, list) and ops:
-                lines.append(f"top ops on {a['device']}:")
-                for item in ops:
-                    lines.append(f"  {item.get('op', '?'):<32} x{_fmt(item.get('count'))}  "
-                                 f"{_fmt(item.get('duration_us'))} us  {_fmt(item.get('bound'))}")
+            lines.append(f"top ops on {a['device']}:")
+            for item in ops:
+                lines.append(f"  {item.get('op', '?'):<32} x{_fmt(item.get('count'))}  "
+                             f"{_fmt(item.get('duration_us'))} us  {_fmt(item.get('bound'))}")
     for a in answers:
         if a.get("ood"):
             lines.append(f"note: {a['device']}: outside the shapes this model was trained on; the interval is the "
