@@ -167,7 +167,7 @@ def add_devices(spec_file: Path, user_dir: Path, replace: bool = False) -> list[
 @clean_errors
 def add_command(
     spec_file: Annotated[Path, typer.Argument(
-        help="YAML/JSON spec: the fields of a catalog.yaml entry (one mapping, or a 'devices:' list)")],
+        help="YAML/JSON spec (one mapping, or a 'devices:' list); every field, optional ones marked: docs/devices.md")],
     replace: Annotated[bool, typer.Option("--replace", help="overwrite a user device with the same id")] = False,
     home: Annotated[Path | None, typer.Option(help="state folder (default: KERNELCAST_HOME)")] = None,
 ) -> None:
