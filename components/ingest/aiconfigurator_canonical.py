@@ -271,9 +271,13 @@ def _repeat_run_ids(rows: pd.DataFrame) -> pd.Series:
     return base + pd.Series(np.where(occurrence > 0, "/rep" + occurrence.astype(str), ""), index=rows.index)
 
 
-def noise_floor(measurements: pd.DataFrame) -> float:
-    """Median over (kernel, GPU) pairs with 2+ repeats of (max - min) / median of their durations."""
-    grouped = measurements.groupby(["kernel_id", "device_id"], sort=False)["duration_us"]
+def noise_floor(measurements: pd.DataFrame, same_kernel_source: bool = False) -> float:
+    """Median over (kernel, GPU) pairs with 2+ repeats of (max - min) / median of their durations; with
+    ``same_kernel_source`` only repeats of one kernel source (other framework versions) count together."""
+    keys = [measurements["kernel_id"], measurements["device_id"]]
+    if same_kernel_source:
+        keys.append(measurements["run_id"].astype(str).str.split("/").str[2])
+    grouped = measurements["duration_us"].groupby(keys, sort=False)
     stats = grouped.agg(["size", "min", "max", "median"])
     stats = stats[stats["size"] >= 2]
     return float(((stats["max"] - stats["min"]) / stats["median"]).median()) if len(stats) else float("nan")
@@ -417,7 +421,8 @@ def ingest(root: Path, catalog: Any, max_kernels: int | None | str = "params",
             *full_notes,
             "repeats: one kernel_id per (family, op, dtype, shape) measured under several framework/"
             "version/kernel_source (run_id); median relative spread (max-min)/median over (kernel, GPU) "
-            f"pairs with 2+ repeats: {noise_floor(measurements):.3f}",
+            f"pairs with 2+ repeats: {noise_floor(measurements):.3f} (different kernel sources are different "
+            f"implementations); within one kernel source: {noise_floor(measurements, True):.3f}",
             *device_notes,
         ],
     )
