@@ -153,7 +153,7 @@ def test_repeats_share_one_kernel_id(out) -> None:  # noqa: ANN001
     from components.ingest.aiconfigurator_canonical import noise_floor
 
     assert 0.0 <= noise_floor(gemm) < 1.0
-    # vLLM 0.14.0 timed torch.nn.functional.linear, SGLang 0.5.9 its own kernel: no two repeats of this subset
+    # vLLM 0.14.0 (kernel source vllm_default) and SGLang 0.5.9 (sglang): no two repeats of this subset
     # share a kernel source, so the within-source spread has no pairs to measure.
     assert pd.isna(noise_floor(gemm, same_kernel_source=True))
     assert any("median relative spread" in note for note in out.notes)
