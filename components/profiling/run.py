@@ -20,6 +20,7 @@ from components.profiling.cases import Case, chunked, load_cases, read_suite
 from components.profiling.rows import ROWS_FORMAT, read_manifest, read_rows, write_manifest
 from components.profiling.schedule import (
     FAULT_ENV,
+    HOLD_ENV,
     ChunkJob,
     check_available,
     placement_for,
@@ -152,7 +153,8 @@ def profile_run(inputs: ProfileInputs) -> ProfileResult:
     jobs = [ChunkJob(run_dir=str(run_dir.resolve()), chunk_id=chunk_id(i, placement.device, inputs.backend, g),
                      index=i, cases=[c.to_json() for c in g], backend=inputs.backend, device=placement.device,
                      run_id=run_id, warmup=warmup, repeats=repeats, l2_flush=inputs.l2_flush,
-                     datasets_dir=str(get_settings().datasets_dir), fault=os.environ.get(FAULT_ENV))
+                     datasets_dir=str(get_settings().datasets_dir), fault=os.environ.get(FAULT_ENV),
+                     hold=os.environ.get(HOLD_ENV))
             for i, g in enumerate(groups)]
     manifest: dict[str, Any] = {
         **identity, "created": dt.datetime.now(dt.timezone.utc).isoformat(), "status": "running",
