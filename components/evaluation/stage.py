@@ -117,7 +117,7 @@ def evaluate_stage(inputs: EvaluateInputs, settings: Settings, params: dict[str,
         read_feature_table,
     )
     from components.evaluation.plots import write_plots
-    from components.models.loading import load_any_predictor
+    from components.registry.loading import load_any_predictor
     from components.registry.runs import experiment_id
 
     check_inputs(inputs)
@@ -208,7 +208,7 @@ def gate_stage(inputs: EvaluateInputs, settings: Settings, params: dict[str, Any
     ``inputs.log`` is on, attached to its training run and named by its ``eval_report`` tag."""
     from components.evaluation.harness import read_feature_table
     from components.evaluation.report import gate_report
-    from components.models.loading import load_any_predictor
+    from components.registry.loading import load_any_predictor
     from components.registry.gate import read_policy
     from components.registry.lineage import dataset_version
 

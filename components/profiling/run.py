@@ -11,6 +11,7 @@ from __future__ import annotations
 import datetime as dt
 import hashlib
 from collections import Counter
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -51,6 +52,10 @@ class ProfileInputs:
     case_filter: str = ""
     limit: int = 0
     model: str | None = None  # active-learning suites: the model whose intervals choose the cases
+    # Active-learning suites: ``chooser(model, device_id)`` -> ``select(candidates, budget)``. It asks the
+    # model, so it lives above profiling (``components.serving.active.interval_selector``); the caller
+    # that profiles an active suite passes it.
+    chooser: Callable[[str, str], Callable[[list[Case], int], list[Case]]] | None = None
 
 
 @dataclass
@@ -87,9 +92,9 @@ def chunk_id(index: int, device: str, backend: str, cases: list[Case]) -> str:
 def _select_cases(inputs: ProfileInputs, device_id: str) -> list[Case]:
     select = None
     if inputs.model is not None:
-        from components.profiling.active import interval_selector
-
-        select = interval_selector(inputs.model, device_id)
+        if inputs.chooser is None:
+            raise ValueError(f"--model {inputs.model}: no active-learning chooser given to choose the cases with")
+        select = inputs.chooser(inputs.model, device_id)
     cases = [c for c in load_cases(inputs.suite, select=select) if inputs.case_filter in c.case_id]
     if inputs.limit:
         cases = cases[: inputs.limit]

@@ -34,7 +34,7 @@ def _host_run(out: Path, **kwargs):  # noqa: ANN202
 def test_host_backend_through_ray_then_resume_and_ingest(local_ray: None, tmp_path: Path) -> None:
     from components.devices import load_catalog
     from components.ingest.profiled import ingest
-    from components.profiling.validate import validate_rows
+    from components.validation.profiled import validate_rows
 
     run = tmp_path / "profiles" / "host-smoke"
     result = _host_run(run)
