@@ -77,7 +77,7 @@ def run_kernelbench_bench(measurements: pd.DataFrame, kernels: pd.DataFrame, cac
     asked = pd.concat([data.rows[["kernel_id", "device_id", "config", "level"]],
                        data.reasons[["kernel_id", "device_id", "config", "level"]]], ignore_index=True)
     n_rows, n_reasons = len(asked), len(data.reasons)
-    reasons = Counter(_short(r) if r.startswith("cannot trace") else r for r in data.reasons["reason"])
+    reasons = Counter(reason_class(r) for r in data.reasons["reason"])
     result.notes.append(f"{SPLIT}: {n_rows} (program, GPU, config) timings (mean over repeated files); "
                         f"{len(table)} in scope (traced), {n_reasons} with a stated reason: "
                         + "; ".join(f"{n} {why}" for why, n in reasons.most_common()))
@@ -127,8 +127,11 @@ def run_kernelbench_bench(measurements: pd.DataFrame, kernels: pd.DataFrame, cac
     return result
 
 
-def _short(reason: str) -> str:
-    """``cannot trace: forward failed: ModuleNotFoundError: No module named 'einops'`` -> a short class."""
+def reason_class(reason: str) -> str:
+    """``cannot trace: forward failed: ModuleNotFoundError: No module named 'einops'`` -> a short class
+    (``cannot trace (No module named 'einops')``); other reasons as they are."""
+    if not reason.startswith("cannot trace"):
+        return reason
     text = reason.removeprefix("cannot trace: ")
     return "cannot trace (" + text.split(":", 2)[-1].strip()[:60] + ")"
 
