@@ -145,22 +145,31 @@ def summary_lines(bench: KernelBenchBench) -> list[str]:
     return out
 
 
-def extend_result(result: Any, canonical_dir: Path, cache_dir: Path, *,
-                  log: Callable[[str], None] = lambda _: None) -> KernelBenchBench:
-    """Run the KernelBench bench on ``canonical_dir``'s tables; append its rows and notes to
-    ``result`` (a ``bench.BenchResult``)."""
+def read_program_tables(canonical_dir: Path) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """(measurements, kernels) of the canonical tables with the columns the bench reads; a
+    FileNotFoundError saying what is missing (a table, or KernelBench rows in it)."""
     canonical_dir = Path(canonical_dir)
     paths = [canonical_dir / "measurements.parquet", canonical_dir / "kernels.parquet"]
     missing = [p for p in paths if not p.is_file()]
     if missing:
-        result.notes.append(f"{SPLIT}: skipped (no {missing[0].name} in {canonical_dir})")
-        return KernelBenchBench()
+        raise FileNotFoundError(f"no {missing[0].name} in {canonical_dir}")
     measurements = pd.read_parquet(paths[0], columns=["measurement_id", "kernel_id", "device_id", "source",
                                                       "params_json", "duration_us"])
     kernels = pd.read_parquet(paths[1], columns=["kernel_id", "source", "program", "source_text"])
     kernels = kernels[kernels["source"] == "kernelbench"]
     if not (measurements["source"] == "kernelbench").any():
-        result.notes.append(f"{SPLIT}: skipped (no KernelBench rows in {paths[0]})")
+        raise FileNotFoundError(f"no KernelBench rows in {paths[0]}")
+    return measurements, kernels
+
+
+def extend_result(result: Any, canonical_dir: Path, cache_dir: Path, *,
+                  log: Callable[[str], None] = lambda _: None) -> KernelBenchBench:
+    """Run the KernelBench bench on ``canonical_dir``'s tables; append its rows and notes to
+    ``result`` (a ``bench.BenchResult``)."""
+    try:
+        measurements, kernels = read_program_tables(canonical_dir)
+    except FileNotFoundError as exc:
+        result.notes.append(f"{SPLIT}: skipped ({exc})")
         return KernelBenchBench()
     bench = run_kernelbench_bench(measurements, kernels, cache_dir, log=log)
     result.rows += bench.rows

@@ -24,6 +24,8 @@ if TYPE_CHECKING:
     from components.evaluation.report import ExecutorFactory
 
 EXPERIMENT = "kernelcast"
+# The bench's program split: KernelBench programs, scored by components.evaluation.kernelbench_bench.
+PROGRAM_SPLIT = "kernelbench"
 
 
 @dataclass(frozen=True)
@@ -60,8 +62,8 @@ def check_inputs(inputs: EvaluateInputs) -> None:
                          "it does not go with --source, --split or --max-rows")
     if inputs.registration is not None and not inputs.gate:
         raise ValueError("--registration goes with --gate (the promotion gate's report of that version)")
-    if inputs.split is not None and inputs.split not in SPLITS:
-        raise ValueError(f"unknown split {inputs.split!r}; choose one of {', '.join(SPLITS)}")
+    if inputs.split is not None and inputs.split not in (*SPLITS, PROGRAM_SPLIT):
+        raise ValueError(f"unknown split {inputs.split!r}; choose one of {', '.join((*SPLITS, PROGRAM_SPLIT))}")
     if Path(inputs.out_file).suffix.lower() != ".json":
         raise ValueError(f"--out must be a .json file, got {inputs.out_file}")
 
@@ -201,13 +203,18 @@ def evaluate_stage(inputs: EvaluateInputs, settings: Settings, params: dict[str,
         table = read_feature_table(
             inputs.features_file or settings.data_dir / "features" / "features.parquet", canonical
         )
+        if split == PROGRAM_SPLIT:  # the model on the KernelBench rows; the programs as the bench scores them
+            table = table[table["source"] == PROGRAM_SPLIT]
     predictor = load_any_predictor(inputs.model, settings.tracking_uri())
-    candidates = evaluation_rows(table, split)
+    op_split = None if split == PROGRAM_SPLIT else split  # the program split scores every KernelBench row
+    candidates = evaluation_rows(table, op_split)
     rows = capped_rows(candidates.index, table, inputs.max_rows)
     evaluation = evaluate_predictor(
-        predictor, table, split, model=inputs.model, rows=rows, canonical_dir=canonical
+        predictor, table, op_split, model=inputs.model, rows=rows, canonical_dir=canonical
     )
     report = evaluation.report
+    if split == PROGRAM_SPLIT:
+        report["split"] = split
     if len(rows) < len(candidates):
         report["subsampled_from"] = len(candidates)
     # Rows scored but left without a runtime, by the reason the predictor stated (as the bench counts them).
@@ -217,6 +224,14 @@ def evaluate_stage(inputs: EvaluateInputs, settings: Settings, params: dict[str,
         programs = program_answers(frames.measurements, frames.kernels, settings.cache_dir)
         if programs is not None:
             report["programs"] = programs
+    elif split == PROGRAM_SPLIT:
+        from components.evaluation.kernelbench_bench import read_program_tables
+
+        try:
+            measurements, kernels = read_program_tables(canonical)
+        except FileNotFoundError as exc:
+            raise ValueError(f"--split {PROGRAM_SPLIT}: {exc} (run `kernelcast ingest --source kernelbench`)") from None
+        report["programs"] = program_answers(measurements, kernels, settings.cache_dir)
     out = Path(inputs.out_file)
     text = json.dumps(report, indent=2, sort_keys=False) + "\n"
     atomic_write(out, lambda tmp: tmp.write_text(text))

@@ -56,3 +56,14 @@ def test_rows_of_other_sources_are_not_programs(kernelbench: tuple[pd.DataFrame,
 
     measurements, kernels = kernelbench
     assert program_answers(measurements.assign(source="neusight"), kernels, tmp_path) is None
+
+
+def test_the_bench_program_split_is_a_split_evaluate_knows(tmp_path: Path) -> None:
+    from components.evaluation.kernelbench_bench import read_program_tables
+    from components.evaluation.stage import EvaluateInputs, check_inputs
+
+    check_inputs(EvaluateInputs(model="roofline", out_file=tmp_path / "r.json", split="kernelbench"))
+    with pytest.raises(ValueError, match=r"unknown split 'nope'; choose one of .*kernelbench"):
+        check_inputs(EvaluateInputs(model="roofline", out_file=tmp_path / "r.json", split="nope"))
+    with pytest.raises(FileNotFoundError, match="no measurements.parquet in"):
+        read_program_tables(tmp_path)
