@@ -125,6 +125,21 @@ def features_from_source(
     return frames.table, frames.quarantined
 
 
+PROGRAM_NOTE = "whole program: the op-level model does not answer it; the program model does (see programs)"
+
+
+def _program_rows_noted(frame: pd.DataFrame, programs_scored: bool) -> pd.DataFrame:
+    """``frame`` with PROGRAM_NOTE on whole-program rows the model left without a runtime or a reason,
+    when the program path scored them -- so no row is counted as 'no reason given' for that."""
+    import pandas as pd
+
+    if not programs_scored or "family" not in frame.columns:
+        return frame
+    notes = frame["pred_note"] if "pred_note" in frame.columns else pd.Series(pd.NA, index=frame.index, dtype="object")
+    silent = frame["family"].astype(str).eq("program") & notes.isna()
+    return frame.assign(pred_note=notes.astype("object").mask(silent, PROGRAM_NOTE))
+
+
 NOT_A_FOLD = "not scored: its GPU and run config make no leave-one-GPU-out fold (see the notes)"
 NO_DURATION = "no finite duration in the data"
 
@@ -217,8 +232,6 @@ def evaluate_stage(inputs: EvaluateInputs, settings: Settings, params: dict[str,
         report["split"] = split
     if len(rows) < len(candidates):
         report["subsampled_from"] = len(candidates)
-    # Rows scored but left without a runtime, by the reason the predictor stated (as the bench counts them).
-    report["unanswered"] = unpredicted_reasons(evaluation.frame)
     if frames is not None:  # whole programs: the bench's own scoring, never a silent 0 of N
         report["source_rows"] = frames.accounting()
         programs = program_answers(frames.measurements, frames.kernels, settings.cache_dir)
@@ -232,6 +245,8 @@ def evaluate_stage(inputs: EvaluateInputs, settings: Settings, params: dict[str,
         except FileNotFoundError as exc:
             raise ValueError(f"--split {PROGRAM_SPLIT}: {exc} (run `kernelcast ingest --source kernelbench`)") from None
         report["programs"] = program_answers(measurements, kernels, settings.cache_dir)
+    # Rows scored but left without a runtime, by the reason the predictor stated (as the bench counts them).
+    report["unanswered"] = unpredicted_reasons(_program_rows_noted(evaluation.frame, "programs" in report))
     out = Path(inputs.out_file)
     text = json.dumps(report, indent=2, sort_keys=False) + "\n"
     atomic_write(out, lambda tmp: tmp.write_text(text))

@@ -67,3 +67,15 @@ def test_the_bench_program_split_is_a_split_evaluate_knows(tmp_path: Path) -> No
         check_inputs(EvaluateInputs(model="roofline", out_file=tmp_path / "r.json", split="nope"))
     with pytest.raises(FileNotFoundError, match="no measurements.parquet in"):
         read_program_tables(tmp_path)
+
+
+def test_program_rows_the_op_model_leaves_silent_say_where_they_are_answered() -> None:
+    from components.evaluation.stage import PROGRAM_NOTE, _program_rows_noted
+    from components.models.cuda_runtime import unpredicted_reasons
+
+    frame = pd.DataFrame({"family": ["program", "program", "gemm", "gemm"], "duration_us": [5.0, 6.0, 7.0, 8.0],
+                          "pred_duration_us": [np.nan, np.nan, np.nan, 8.0],
+                          "pred_note": [pd.NA, "GPU not in the device catalog", pd.NA, pd.NA]})
+    assert unpredicted_reasons(_program_rows_noted(frame, True)) == {
+        PROGRAM_NOTE: 1, "GPU not in the device catalog": 1, "no reason given": 1}
+    assert unpredicted_reasons(_program_rows_noted(frame, False))["no reason given"] == 2  # no program path ran
