@@ -63,7 +63,8 @@ def check_inputs(inputs: EvaluateInputs) -> None:
     if inputs.registration is not None and not inputs.gate:
         raise ValueError("--registration goes with --gate (the promotion gate's report of that version)")
     if inputs.split is not None and inputs.split not in (*SPLITS, PROGRAM_SPLIT):
-        raise ValueError(f"unknown split {inputs.split!r}; choose one of {', '.join((*SPLITS, PROGRAM_SPLIT))}")
+        known = ", ".join((*SPLITS, PROGRAM_SPLIT))
+        raise ValueError(f"unknown split {inputs.split!r}; choose one of {known}")
     if Path(inputs.out_file).suffix.lower() != ".json":
         raise ValueError(f"--out must be a .json file, got {inputs.out_file}")
 
@@ -112,7 +113,8 @@ def source_frames(
     table = table.merge(
         output.kernels[["kernel_id", *kernel_extra]].drop_duplicates("kernel_id"), on="kernel_id", how="left"
     )
-    rejected = Counter(output.rejects["reason"].astype(str)) if "reason" in output.rejects.columns else Counter()
+    reasons = output.rejects["reason"].astype(str) if "reason" in output.rejects.columns else []
+    rejected = Counter(reasons)
     return SourceFrames(table, len(validation.quarantine), validation.valid, output.kernels,
                         rows_in=sum(output.rows_in.values()), rejected=dict(rejected.most_common()))
 
@@ -135,7 +137,8 @@ def _program_rows_noted(frame: pd.DataFrame, programs_scored: bool) -> pd.DataFr
 
     if not programs_scored or "family" not in frame.columns:
         return frame
-    notes = frame["pred_note"] if "pred_note" in frame.columns else pd.Series(pd.NA, index=frame.index, dtype="object")
+    notes = (frame["pred_note"] if "pred_note" in frame.columns
+             else pd.Series(pd.NA, index=frame.index, dtype="object"))
     silent = frame["family"].astype(str).eq("program") & notes.isna()
     return frame.assign(pred_note=notes.astype("object").mask(silent, PROGRAM_NOTE))
 
@@ -162,9 +165,9 @@ def program_answers(measurements: pd.DataFrame, kernels: pd.DataFrame, cache_dir
     key_columns = ["kernel_id", "device_id", "config"]
     scored = (set(bench.predictions[key_columns].itertuples(index=False, name=None))
               if bench.predictions is not None else set())
-    reasons = ({} if bench.reasons is None else
-               {(k, d, c): reason_class(r) for k, d, c, r in bench.reasons[[*key_columns, "reason"]].itertuples(
-                   index=False, name=None)})
+    stated = bench.reasons[[*key_columns, "reason"]] if bench.reasons is not None else None
+    reasons = ({} if stated is None else
+               {(k, d, c): reason_class(r) for k, d, c, r in stated.itertuples(index=False, name=None)})
     configs = rows["params_json"].map(lambda t: config_name(json.loads(t) if isinstance(t, str) else {}))
     finite = np.isfinite(pd.to_numeric(rows["duration_us"], errors="coerce").to_numpy("float64"))
     why: list[str | None] = []
@@ -210,7 +213,8 @@ def evaluate_stage(inputs: EvaluateInputs, settings: Settings, params: dict[str,
     frames = None
     if inputs.source is not None:
         assert inputs.from_dir is not None  # check_inputs
-        frames = source_frames(inputs.source, inputs.from_dir, params, settings.data_dir / "features" / "static.parquet")
+        static_file = settings.data_dir / "features" / "static.parquet"
+        frames = source_frames(inputs.source, inputs.from_dir, params, static_file)
         table, quarantined = frames.table, frames.quarantined
         ingested = len(table)
     else:
@@ -243,7 +247,8 @@ def evaluate_stage(inputs: EvaluateInputs, settings: Settings, params: dict[str,
         try:
             measurements, kernels = read_program_tables(canonical)
         except FileNotFoundError as exc:
-            raise ValueError(f"--split {PROGRAM_SPLIT}: {exc} (run `kernelcast ingest --source kernelbench`)") from None
+            raise ValueError(f"--split {PROGRAM_SPLIT}: {exc} "
+                             "(run `kernelcast ingest --source kernelbench`)") from None
         report["programs"] = program_answers(measurements, kernels, settings.cache_dir)
     # Rows scored but left without a runtime, by the reason the predictor stated (as the bench counts them).
     report["unanswered"] = unpredicted_reasons(_program_rows_noted(evaluation.frame, "programs" in report))

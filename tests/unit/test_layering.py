@@ -237,7 +237,8 @@ def test_a_planted_upward_import_fails_with_file_and_line(tmp_path: Path) -> Non
     edges = package_edges(root)
     low, high = floor_of("models"), floor_of("training")
     assert floor_violations(edges) == [
-        f"components/models/tabular.py:4: components.training.llm (models on floor {low} imports training on floor {high})"]
+        f"components/models/tabular.py:4: components.training.llm "
+        f"(models on floor {low} imports training on floor {high})"]
     # The same import pointing down passes.
     (root / "components/models/tabular.py").write_text("from components.config import Settings\n")
     assert floor_violations(package_edges(root)) == []
