@@ -237,6 +237,11 @@ def ingest_max_kernels(params: Mapping[str, Any], source_name: str,
 
 
 REGISTER_KEYS: frozenset[str] = frozenset({"tolerance", "guarded", "splits", "evaluation"})
+# The evaluation splits by name (built in components.evaluation.splits): params.yaml names them
+# (register.splits, train), and the registry's gate checks those names below the evaluation.
+SPLITS: tuple[str, ...] = (
+    "random", "unseen-kernel", "unseen-gpu", "neusight", "pipeweave-fp8", "bolet-roofline",
+)
 
 
 def register_thresholds(params: Mapping[str, Any], source: str = "params.yaml") -> dict[str, dict[str, float]]:

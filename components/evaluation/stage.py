@@ -9,6 +9,8 @@ through the same ingest -> validate -> features functions as the pipeline's stag
 from __future__ import annotations
 
 import json
+from collections import Counter
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -22,6 +24,8 @@ if TYPE_CHECKING:
     from components.evaluation.report import ExecutorFactory
 
 EXPERIMENT = "kernelcast"
+# The bench's program split: KernelBench programs, scored by components.evaluation.kernelbench_bench.
+PROGRAM_SPLIT = "kernelbench"
 
 
 @dataclass(frozen=True)
@@ -58,20 +62,34 @@ def check_inputs(inputs: EvaluateInputs) -> None:
                          "it does not go with --source, --split or --max-rows")
     if inputs.registration is not None and not inputs.gate:
         raise ValueError("--registration goes with --gate (the promotion gate's report of that version)")
-    if inputs.split is not None and inputs.split not in SPLITS:
-        raise ValueError(f"unknown split {inputs.split!r}; choose one of {', '.join(SPLITS)}")
+    if inputs.split is not None and inputs.split not in (*SPLITS, PROGRAM_SPLIT):
+        known = ", ".join((*SPLITS, PROGRAM_SPLIT))
+        raise ValueError(f"unknown split {inputs.split!r}; choose one of {known}")
     if Path(inputs.out_file).suffix.lower() != ".json":
         raise ValueError(f"--out must be a .json file, got {inputs.out_file}")
 
 
-def features_from_source(
-    source: str, root: Path, params: dict[str, Any], static_file: Path | None = None, catalog: Any = None
-) -> tuple[pd.DataFrame, int]:
-    """One source directory through the ingest, validate and features stages' cores, in memory.
+@dataclass(frozen=True)
+class SourceFrames:
+    """One source directory after the ingest, validate and features stages' cores, in memory."""
 
-    Returns (feature table with the columns the splits and source-reading predictors need, rows
-    quarantined by validation).
-    """
+    table: pd.DataFrame  # feature table (plus the columns the splits and source-reading predictors need)
+    quarantined: int  # rows quarantined by validation
+    measurements: pd.DataFrame  # the validated canonical measurements (what the program bench reads)
+    kernels: pd.DataFrame  # their canonical kernels
+    rows_in: int = 0  # upstream rows the adapter read
+    rejected: dict[str, int] | None = None  # rows the ingest rejected, by reason
+
+    def accounting(self) -> dict[str, Any]:
+        """Where every upstream row went: rejected at ingest (by reason), quarantined, or in the table."""
+        return {"rows_in": self.rows_in, "rejected_at_ingest": dict(self.rejected or {}),
+                "quarantined_by_validation": self.quarantined, "rows_validated": len(self.measurements)}
+
+
+def source_frames(
+    source: str, root: Path, params: dict[str, Any], static_file: Path | None = None, catalog: Any = None
+) -> SourceFrames:
+    """One source directory through the ingest, validate and features stages' cores, in memory."""
     import pandas as pd
 
     from components.devices import load_catalog
@@ -100,7 +118,75 @@ def features_from_source(
     table.attrs["quarantined_by_device"] = merge_reasons(quarantine_reasons(validation.quarantine),
                                                          ingest_reject_reasons(output.rejects))
     table.attrs["extra_devices"] = [spec.id for spec in output.devices]
-    return table, len(validation.quarantine)
+    reasons = output.rejects["reason"].astype(str) if "reason" in output.rejects.columns else []
+    rejected = Counter(reasons)
+    return SourceFrames(table, len(validation.quarantine), validation.valid, output.kernels,
+                        rows_in=sum(output.rows_in.values()), rejected=dict(rejected.most_common()))
+
+
+def features_from_source(
+    source: str, root: Path, params: dict[str, Any], static_file: Path | None = None, catalog: Any = None
+) -> tuple[pd.DataFrame, int]:
+    """(feature table, rows quarantined by validation) of one source directory (``source_frames``)."""
+    frames = source_frames(source, root, params, static_file, catalog)
+    return frames.table, frames.quarantined
+
+
+PROGRAM_NOTE = "whole program: the op-level model does not answer it; the program model does (see programs)"
+
+
+def _program_rows_noted(frame: pd.DataFrame, programs_scored: bool) -> pd.DataFrame:
+    """``frame`` with PROGRAM_NOTE on whole-program rows the model left without a runtime or a reason,
+    when the program path scored them -- so no row is counted as 'no reason given' for that."""
+    import pandas as pd
+
+    if not programs_scored or "family" not in frame.columns:
+        return frame
+    notes = (frame["pred_note"] if "pred_note" in frame.columns
+             else pd.Series(pd.NA, index=frame.index, dtype="object"))
+    silent = frame["family"].astype(str).eq("program") & notes.isna()
+    return frame.assign(pred_note=notes.astype("object").mask(silent, PROGRAM_NOTE))
+
+
+NOT_A_FOLD = "not scored: its GPU and run config make no leave-one-GPU-out fold (see the notes)"
+NO_DURATION = "no finite duration in the data"
+
+
+def program_answers(measurements: pd.DataFrame, kernels: pd.DataFrame, cache_dir: Path, *,
+                    log: Callable[[str], None] = lambda _: None) -> dict[str, Any] | None:
+    """The KernelBench programs among ``measurements`` scored the way ``bench accuracy --split
+    kernelbench`` scores them (the same function: leave-one-GPU-out program model beside the trace's
+    roofline), and every timing row without an answer counted by its reason. None: no such rows."""
+    import numpy as np
+    import pandas as pd
+
+    from components.evaluation.kernelbench_bench import SPLIT, reason_class, run_kernelbench_bench
+    from components.programs.kernelbench_data import SOURCE, config_name
+
+    rows = measurements[measurements["source"] == SOURCE]
+    if rows.empty:
+        return None
+    bench = run_kernelbench_bench(measurements, kernels, cache_dir, log=log)
+    key_columns = ["kernel_id", "device_id", "config"]
+    scored = (set(bench.predictions[key_columns].itertuples(index=False, name=None))
+              if bench.predictions is not None else set())
+    stated = bench.reasons[[*key_columns, "reason"]] if bench.reasons is not None else None
+    reasons = ({} if stated is None else
+               {(k, d, c): reason_class(r) for k, d, c, r in stated.itertuples(index=False, name=None)})
+    configs = rows["params_json"].map(lambda t: config_name(json.loads(t) if isinstance(t, str) else {}))
+    finite = np.isfinite(pd.to_numeric(rows["duration_us"], errors="coerce").to_numpy("float64"))
+    why: list[str | None] = []
+    for key, ok in zip(zip(rows["kernel_id"], rows["device_id"], configs), finite):
+        why.append(NO_DURATION if not ok else None if key in scored else reasons.get(key, NOT_A_FOLD))
+    unanswered = Counter(w for w in why if w is not None)
+    return {
+        "split": SPLIT,
+        "method": "leave-one-GPU-out program model per run config (components.evaluation.kernelbench_bench, "
+                  "as `kernelcast bench accuracy --split kernelbench`); the figures score the mean timing of "
+                  "each (program, GPU, config)",
+        "n_rows": len(rows), "n_answered": why.count(None), "unanswered": dict(unanswered.most_common()),
+        "figures": bench.rows, "notes": bench.notes,
+    }
 
 
 def quarantine_reasons(quarantine: pd.DataFrame) -> dict[str, dict[str, int]]:
@@ -200,30 +286,37 @@ def evaluate_stage(inputs: EvaluateInputs, settings: Settings, params: dict[str,
         read_feature_table,
     )
     from components.evaluation.plots import write_plots
-    from components.models.loading import load_any_predictor
+    from components.models.cuda_runtime import unpredicted_reasons
+    from components.registry.loading import load_any_predictor
     from components.registry.runs import experiment_id
 
     check_inputs(inputs)
     canonical = settings.data_dir / "canonical"
     split, ingested, quarantined = inputs.split, None, None
+    frames = None
     if inputs.source is not None:
         assert inputs.from_dir is not None  # check_inputs
-        table, quarantined = features_from_source(
-            inputs.source, inputs.from_dir, params, settings.data_dir / "features" / "static.parquet"
-        )
+        static_file = settings.data_dir / "features" / "static.parquet"
+        frames = source_frames(inputs.source, inputs.from_dir, params, static_file)
+        table, quarantined = frames.table, frames.quarantined
         ingested = len(table)
     else:
         split = split or "unseen-kernel"
         table = read_feature_table(
             inputs.features_file or settings.data_dir / "features" / "features.parquet", canonical
         )
+        if split == PROGRAM_SPLIT:  # the model on the KernelBench rows; the programs as the bench scores them
+            table = table[table["source"] == PROGRAM_SPLIT]
     predictor = load_any_predictor(inputs.model, settings.tracking_uri())
-    candidates = evaluation_rows(table, split)
+    op_split = None if split == PROGRAM_SPLIT else split  # the program split scores every KernelBench row
+    candidates = evaluation_rows(table, op_split)
     rows = capped_rows(candidates.index, table, inputs.max_rows)
     evaluation = evaluate_predictor(
-        predictor, table, split, model=inputs.model, rows=rows, canonical_dir=canonical
+        predictor, table, op_split, model=inputs.model, rows=rows, canonical_dir=canonical
     )
     report = evaluation.report
+    if split == PROGRAM_SPLIT:
+        report["split"] = split
     if len(rows) < len(candidates):
         report["subsampled_from"] = len(candidates)
     if inputs.source is not None:
@@ -231,6 +324,22 @@ def evaluate_stage(inputs: EvaluateInputs, settings: Settings, params: dict[str,
                                                             table.attrs.get("quarantined_by_device"))
         if table.attrs.get("extra_devices"):
             report["devices_from_source"] = list(table.attrs["extra_devices"])
+    if frames is not None:  # whole programs: the bench's own scoring, never a silent 0 of N
+        report["source_rows"] = frames.accounting()
+        programs = program_answers(frames.measurements, frames.kernels, settings.cache_dir)
+        if programs is not None:
+            report["programs"] = programs
+    elif split == PROGRAM_SPLIT:
+        from components.evaluation.kernelbench_bench import read_program_tables
+
+        try:
+            measurements, kernels = read_program_tables(canonical)
+        except FileNotFoundError as exc:
+            raise ValueError(f"--split {PROGRAM_SPLIT}: {exc} "
+                             "(run `kernelcast ingest --source kernelbench`)") from None
+        report["programs"] = program_answers(measurements, kernels, settings.cache_dir)
+    # Rows scored but left without a runtime, by the reason the predictor stated (as the bench counts them).
+    report["unanswered"] = unpredicted_reasons(_program_rows_noted(evaluation.frame, "programs" in report))
     out = Path(inputs.out_file)
     text = json.dumps(report, indent=2, sort_keys=False) + "\n"
     atomic_write(out, lambda tmp: tmp.write_text(text))
@@ -296,7 +405,7 @@ def gate_stage(inputs: EvaluateInputs, settings: Settings, params: dict[str, Any
     ``inputs.log`` is on, attached to its training run and named by its ``eval_report`` tag."""
     from components.evaluation.harness import read_feature_table
     from components.evaluation.report import gate_report
-    from components.models.loading import load_any_predictor
+    from components.registry.loading import load_any_predictor
     from components.registry.gate import read_policy
     from components.registry.lineage import dataset_version
 
