@@ -130,7 +130,7 @@ def run_fold(table: pd.DataFrame, job: FoldJob, factory: Factory) -> FoldOutcome
     timing = {"split": job.split, "fold": job.fold.name, "family": job.family,
               "n_train": len(predictor.trained_on), "n_test": report["n"], "coverage": report.get("coverage"),
               "fit_s": round(fit_seconds, 1), "total_s": round(time.perf_counter() - started, 1)}
-    from components.programs.cuda_runtime import unpredicted_reasons
+    from components.models.cuda_runtime import unpredicted_reasons
 
     # Test rows measured but left without a runtime, by the reason the predictor stated.
     timing["unpredicted_duration_us"] = unpredicted_reasons(frame)

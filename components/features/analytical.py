@@ -488,7 +488,7 @@ def analytical_features(frame: pd.DataFrame, catalog: Any) -> pd.DataFrame:
 
     # Which tensor peak: the dtype's; fp32 GEMMs stay on the FMA pipe (PyTorch allow_tf32=False for
     # matmul) except cuDNN convs, which use TF32 by default where the GPU has it.
-    # The quantised GEMM dtypes (components/opmodel/physics.GEMM_DTYPES) on their own pipes, falling back the
+    # The quantised GEMM dtypes (components/physics/roofline.GEMM_DTYPES) on their own pipes, falling back the
     # way physics.FALLBACK does: fp8 block-scaled = fp8; nvfp4 -> fp8 -> bf16; W8A8 int8 -> fp16; weight-only
     # int8/int4 de-quantise to bf16 (fp16 where no bf16); an explicit tf32 GEMM on the tf32 tensor pipe.
     fp8_or_bf16 = _or(dv["tensor_fp8"], dv["tensor_bf16"])

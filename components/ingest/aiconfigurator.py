@@ -3,7 +3,7 @@
 Upstream keeps ``aic-core/src/aiconfigurator_core/systems/data/<gpu>/<op>/<framework>/<version>/<table>_perf.parquet``
 (latency in ms) and each GPU's spec sheet as ``systems/<gpu>.yaml``. The readers here normalise the tables the op
 engine and the canonical adapter need -- GEMM, context/generation attention, MoE, all-reduce -- to the shape
-names of kernelcast's question schema (``components/opmodel/physics.py``), in microseconds, keeping framework,
+names of kernelcast's question schema (``components/physics/roofline.py``), in microseconds, keeping framework,
 version and kernel source as provenance. The same shape measured under several versions or kernels is kept
 as repeats (``medians`` folds them into one row with the spread); nothing is averaged away silently.
 """
@@ -21,7 +21,7 @@ SYSTEMS_DIR = "aic-core/src/aiconfigurator_core/systems"
 # upstream GPU folder -> catalog id (components/devices/catalog.yaml)
 GPU_FOLDERS: dict[str, str] = {"a100_sxm": "a100-sxm4-80gb", "h100_sxm": "h100-sxm", "h200_sxm": "h200",
                                "l40s": "l40s"}
-# upstream dtype spellings -> kernelcast's (components/opmodel/physics.GEMM_DTYPES); others are dropped, counted
+# upstream dtype spellings -> kernelcast's (components/physics/roofline.GEMM_DTYPES); others are dropped, counted
 DTYPE_NAMES: dict[str, str] = {"bfloat16": "bf16", "float16": "fp16", "half": "fp16", "fp16": "fp16", "bf16": "bf16",
                                "fp8": "fp8", "fp8_static": "fp8", "fp8_block": "fp8_block", "nvfp4": "nvfp4",
                                "sq": "int8", "int8": "int8", "int8_wo": "int8_wo", "int4_wo": "int4_wo",

@@ -235,8 +235,8 @@ def _slim(family: str, frame: pd.DataFrame) -> pd.DataFrame:
 
 
 def _flops(family: str, rows: pd.DataFrame) -> np.ndarray:
-    """FLOPs by op definition (``components.opmodel.physics.op_work``), per (dtype, kv dtype) group."""
-    from components.opmodel.physics import PhysicsError, op_work
+    """FLOPs by op definition (``components.physics.roofline.op_work``), per (dtype, kv dtype) group."""
+    from components.physics.roofline import PhysicsError, op_work
 
     out = np.full(len(rows), np.nan)
     keys = rows["dtype"].astype(str) + ("|" + rows["kv_dtype"].astype(str) if family == "attention" else "")

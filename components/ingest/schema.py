@@ -70,7 +70,7 @@ KERNEL_COLUMNS: dict[str, str] = {
     "source_text": "string",  # kernel/program source when the source ships it
     "shape_json": "string",  # op shapes (canonical JSON) for op kernels
     "dtype": "string",  # fp32 | fp16 | bf16 | fp8 | fp64 | int8 | mixed | unknown, and the quantised GEMM dtypes
-    # tf32 | fp8_block | nvfp4 | int8_wo | int4_wo (components/opmodel/physics.GEMM_DTYPES)
+    # tf32 | fp8_block | nvfp4 | int8_wo | int4_wo (components/physics/roofline.GEMM_DTYPES)
 }
 
 REJECT_COLUMNS: dict[str, str] = {

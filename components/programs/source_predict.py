@@ -3,7 +3,7 @@
 The source is compiled, never run: host code is stripped and NVRTC compiles the device code in a
 sandboxed subprocess with time and memory limits (components.features.static_compile); the SASS
 instruction mix, the launch and each GPU's spec give a roofline estimate per kernel
-(components.programs.cuda_estimate). The roofline class comes from the class model trained on
+(components.models.cuda_estimate). The roofline class comes from the class model trained on
 gpuFLOPBench's bolet train side (components.models.roofline_class) when one is saved, else from the
 estimate's bound pipe.
 
@@ -88,7 +88,7 @@ def predict_source(source: str, language: str, launch: dict, dtype: str | None, 
     ``predictor`` (the op-level model) is not used for source questions yet: kernels in source
     have no op shape its features need; the answer's ``model_version`` says what answered.
     """
-    from components.programs.cuda_estimate import estimate_kernel, launch_dims
+    from components.models.cuda_estimate import estimate_kernel, launch_dims
 
     _, launch = _check_inputs(source, language, launch)
     try:
@@ -129,7 +129,7 @@ def _loop_note(estimates: list[tuple[Any, Any]]) -> str:
     SASS), or that none has: then the per-thread instruction counts are exact. Why the interval stays
     the measured 0.1x-800x either way: it is the spread of all 416 bolet kernels, loop-free ones
     included, and no narrower spread has been measured for loop-free kernels yet."""
-    from components.programs.cuda_estimate import LOOP_TRIPS
+    from components.models.cuda_estimate import LOOP_TRIPS
 
     looped = [(k.instance or k.short_name, int(k.loops.get("count", 0)), int(k.loop_instructions.get("total", 0)))
               for k, _ in estimates if int(getattr(k, "loops", {}).get("count", 0)) > 0]

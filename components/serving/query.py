@@ -25,7 +25,7 @@ FAMILY_OF_OP: dict[str, tuple[str, str]] = {
     "silu": ("elementwise", "silu"), "sigmoid": ("elementwise", "sigmoid"), "exp": ("elementwise", "exp"),
     "log": ("elementwise", "log"), "sqrt": ("elementwise", "sqrt"), "rsqrt": ("elementwise", "rsqrt"),
     "neg": ("elementwise", "neg"), "abs": ("elementwise", "abs"), "copy": ("elementwise", "copy"),
-    # The LLM-serving families of the op engine (components/opmodel/physics.py): FlashAttention-style causal
+    # The LLM-serving families of the op engine (components/physics/roofline.py): FlashAttention-style causal
     # attention (prefill and decode), a fused MoE layer, and a tensor-parallel all-reduce.
     "attention": ("attention", "attention"), "moe": ("moe", "moe"), "allreduce": ("allreduce", "allreduce"),
     "all_reduce": ("allreduce", "allreduce"),
@@ -35,7 +35,7 @@ ENGINE_FAMILIES: frozenset[str] = frozenset({"attention", "moe", "allreduce"})
 
 # dtypes an op question may name (canonical spellings; "bfloat16", "float16", "half" ... map onto them).
 # fp8_block: fp8 with per-block scales (DeepSeek-style); nvfp4: 4-bit floats with fp8 block scales; int8: W8A8;
-# int8_wo / int4_wo: weight-only quantised GEMMs (bf16 math). components/opmodel/physics.py costs each.
+# int8_wo / int4_wo: weight-only quantised GEMMs (bf16 math). components/physics/roofline.py costs each.
 DTYPES: tuple[str, ...] = ("fp64", "fp32", "tf32", "fp16", "bf16", "fp8", "fp8_block", "nvfp4", "int8", "int8_wo",
                            "int4_wo")
 # dtypes that only GEMM-like ops (and MoE) take: quantisation formats of weights, not of activations.
@@ -105,7 +105,7 @@ def canonical_op_dtype(dtype: Any, field: str = "dtype") -> str:
 def shape_work(family: str, shape: dict[str, int], dtype: str) -> tuple[float, float]:
     """(FLOPs, bytes of operands + result) of an op by its shape: what the plausibility bounds check."""
     from components.features.analytical import ELEM_BYTES
-    from components.opmodel.physics import GEMM_DTYPE_TRAITS, op_work
+    from components.physics.roofline import GEMM_DTYPE_TRAITS, op_work
 
     g = {k: float(v) for k, v in shape.items()}
     if family in ("gemm", "linear", "bmm", "attention", "moe", "allreduce") and dtype in GEMM_DTYPE_TRAITS:

@@ -1,4 +1,4 @@
-"""The speed-of-light physics of the op engine's families (components/opmodel/physics.py)."""
+"""The speed-of-light physics of the op engine's families (components/physics/roofline.py)."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from components.devices import load_catalog
-from components.opmodel import physics
+from components.physics import roofline as physics
 
 
 @pytest.fixture(scope="module")
