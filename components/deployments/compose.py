@@ -1,0 +1,319 @@
+"""Compose a deployment's prefill and decode steps from per-op times; TTFT, TPOT, throughput, memory.
+
+Per layer and per GPU of a TP group: RMSNorm x2, QKV GEMM, (QK-norm), rotary, attention (GQA; causal
+prefill, decode against the growing KV cache; sliding-window layers capped at the window), O GEMM, the
+MLP (up/gate GEMM, SiLU x mul, down GEMM) or MoE (router GEMM, routed expert GEMMs, shared experts),
+two residual adds and two TP all-reduces; then the final norm, LM head and sampling. Every op goes
+through one ``OpTimeFn``; a learned per-step framework cost (:class:`FrameworkCost`) is added on top.
+Decode is integrated over the ``osl`` steps: attention is evaluated at ``DECODE_POINTS`` contexts
+spread over isl..isl+osl and averaged (the other ops do not depend on the context).
+"""
+
+from __future__ import annotations
+
+import inspect
+import math
+from collections import defaultdict
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+import numpy as np
+
+from components.deployments.config import STORE_BYTES, Deployment, DeploymentError
+from components.deployments.ops import OpTimeFn, link_gbps, roofline_op_time, sol_time
+
+MEMORY_HEADROOM = 0.9  # usable fraction of each GPU's memory (allocator, CUDA context, fragmentation)
+DECODE_POINTS = 8  # contexts at which decode attention is evaluated (midpoints of equal step ranges)
+ACT_BYTES = 2  # activations and all-reduce messages in 16-bit
+EMBED_BYTES = 2.0  # embeddings and LM head stay 16-bit in every quantised checkpoint we read
+STEADY, BATCH = "steady", "batch"
+
+
+class DoesNotFit(DeploymentError):
+    """Weights + KV cache + activations exceed the GPUs' memory: the refusal names what does not fit."""
+
+
+@dataclass(frozen=True)
+class FrameworkCost:
+    """Per-step serving-framework cost on top of the kernels, learned from measured runs.
+
+    step_us = const_us + per_layer_us * layers + per_token_us * tokens + kernel_scale_minus_1 * kernels_us,
+    for the prefill and decode steps separately. ``kernel_scale_minus_1`` corrects the op library's
+    average efficiency (what the runs' kernels reach over the op predictor's). TTFT in steady serving
+    (requests arriving while others decode) adds ``ttft_wait`` prefill-times of queueing.
+    """
+
+    prefill: tuple[float, float, float, float] = (0.0, 0.0, 0.0, 0.0)
+    decode: tuple[float, float, float, float] = (0.0, 0.0, 0.0, 0.0)
+    ttft_wait: float = 0.0
+    source: str = "none"
+    train_mape: dict[str, float] = field(default_factory=dict)
+
+    def step_us(self, phase: str, layers: float, tokens: float, kernels_us: float) -> float:
+        c0, c1, c2, c3 = self.prefill if phase == "prefill" else self.decode
+        return c0 + c1 * layers + c2 * tokens + c3 * kernels_us
+
+
+@dataclass
+class OpLine:
+    phase: str
+    kind: str  # breakdown label: gemm, attention, moe, allreduce, norm, activation, rotary, residual, ...
+    family: str
+    dtype: str
+    shape: dict[str, Any]
+    count: float  # how many times one step runs it (layers)
+    kv_dtype: str | None = None
+    time_us: float = 0.0  # per step, count included
+    floor_us: float = 0.0  # speed-of-light, count included
+    tier: str = "roofline"
+
+
+@dataclass
+class Answer:
+    ttft_ms: float
+    tpot_ms: float
+    e2e_ms: float
+    tokens_per_s: float  # output tokens per second per GPU
+    prefill_ms: float  # one prefill step of the whole batch (kernels + framework)
+    decode_step_ms: float  # one decode step at the batch, averaged over the output
+    breakdown: dict[str, dict[str, dict[str, float]]]
+    memory: dict[str, float]
+    interval: dict[str, list[float]]
+    notes: list[str]
+    tiers: dict[str, str]
+    deployment: dict[str, Any]
+
+    def to_json(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def _layer_ops(d: Deployment, phase: str, tokens: float, batch: float, q_len: np.ndarray | float,
+               ctx: np.ndarray | float, layers: float) -> list[OpLine]:
+    """One layer's ops on one GPU for ``tokens`` tokens (``batch`` sequences of ``q_len`` attending to ``ctx``)."""
+    m, tp, wd = d.model, d.tp, d.weight_dtype
+    hq = m.heads // tp
+    hkv = max(1, m.kv_heads // tp)
+    h, dh = m.hidden, m.head_dim
+    act = "bf16"
+    ops = [
+        OpLine(phase, "norm", "rmsnorm", act, {"B": tokens, "H": h}, 2 * layers),
+        OpLine(phase, "gemm", "gemm", wd, {"M": tokens, "N": (hq + 2 * hkv) * dh, "K": h}, layers),
+        OpLine(phase, "rotary", "elementwise", act, {"N": tokens * (hq + hkv) * dh, "op": "mul"}, layers),
+        OpLine(phase, "gemm", "gemm", wd, {"M": tokens, "N": h, "K": hq * dh}, layers),
+        OpLine(phase, "residual", "elementwise", act, {"N": tokens * h, "op": "add"}, 2 * layers),
+    ]
+    if m.qk_norm:
+        ops.append(OpLine(phase, "norm", "rmsnorm", act, {"B": tokens * (hq + hkv), "H": dh}, layers))
+    window = m.sliding_window
+    full_layers = layers * (1 - m.sliding_layers / m.layers)
+    win_layers = layers - full_layers
+    attn = {"B": batch, "H": hq, "HKV": hkv, "D": dh}
+    if full_layers:
+        ops.append(OpLine(phase, "attention", "attention", act, {**attn, "S": q_len, "KV": ctx}, full_layers,
+                          kv_dtype=d.kv_dtype))
+    if win_layers and window:
+        if phase == "decode":
+            ops.append(OpLine(phase, "attention", "attention", act,
+                              {**attn, "S": q_len, "KV": np.minimum(ctx, window)}, win_layers, kv_dtype=d.kv_dtype))
+        else:  # causal over the first `window` tokens, then every later query sees exactly `window` keys
+            w = float(min(window, np.max(q_len)))
+            ops.append(OpLine(phase, "attention", "attention", act, {**attn, "S": w, "KV": w}, win_layers,
+                              kv_dtype=d.kv_dtype))
+            rest = np.maximum(np.asarray(q_len, dtype="float64") - w, 0.0)
+            if float(np.max(rest)) > 0:
+                ops.append(OpLine(phase, "attention", "attention", act,
+                                  {**attn, "B": batch * rest, "S": 1.0, "KV": w}, win_layers, kv_dtype=d.kv_dtype))
+    dense_layers = layers * (1 - m.moe_layers / m.layers)
+    moe_layers = layers - dense_layers
+    if dense_layers:
+        inter = m.intermediate // tp
+        ops += [OpLine(phase, "gemm", "gemm", wd, {"M": tokens, "N": 2 * inter, "K": h}, dense_layers),
+                OpLine(phase, "activation", "elementwise", act, {"N": tokens * inter, "op": "silu_and_mul"},
+                       dense_layers),
+                OpLine(phase, "gemm", "gemm", wd, {"M": tokens, "N": h, "K": inter}, dense_layers)]
+    if moe_layers:
+        moe_tp = max(1, tp // d.ep)
+        ops += [OpLine(phase, "moe", "gemm", act, {"M": tokens, "N": m.experts, "K": h}, moe_layers),
+                OpLine(phase, "moe", "moe", wd, {"T": tokens, "E": m.experts, "topk": m.topk, "H": h,
+                                                 "I": m.moe_intermediate, "tp": moe_tp, "ep": d.ep}, moe_layers)]
+        if m.shared_experts:
+            inter = m.shared_experts * m.moe_intermediate // tp
+            ops += [OpLine(phase, "gemm", "gemm", wd, {"M": tokens, "N": 2 * inter, "K": h}, moe_layers),
+                    OpLine(phase, "activation", "elementwise", act, {"N": tokens * inter, "op": "silu_and_mul"},
+                           moe_layers),
+                    OpLine(phase, "gemm", "gemm", wd, {"M": tokens, "N": h, "K": inter}, moe_layers)]
+    if tp > 1:
+        ops.append(OpLine(phase, "allreduce", "allreduce", act, {"bytes": tokens * h * ACT_BYTES, "gpus": tp},
+                          2 * layers))
+    return ops
+
+
+def _head_ops(d: Deployment, phase: str, batch: float) -> list[OpLine]:
+    """Final norm, LM head (last token of each sequence; vocab-parallel over TP) and sampling."""
+    m = d.model
+    return [OpLine(phase, "norm", "rmsnorm", "bf16", {"B": batch, "H": m.hidden}, 1),
+            OpLine(phase, "lm_head", "gemm", "bf16", {"M": batch, "N": m.vocab // d.tp, "K": m.hidden}, 1),
+            OpLine(phase, "sampling", "elementwise", "fp32", {"N": batch * m.vocab, "op": "exp"}, 1)]
+
+
+def step_ops(d: Deployment, phase: str, batch: int, q_len: float, ctx: np.ndarray | float) -> list[OpLine]:
+    """Every op of one prefill or decode step of ``batch`` sequences on one GPU (all PP stages in turn)."""
+    tokens = batch * q_len
+    return _layer_ops(d, phase, tokens, batch, q_len, ctx, d.model.layers) + _head_ops(d, phase, batch)
+
+
+def _call(op_time: OpTimeFn, line: OpLine, spec: Any) -> tuple[np.ndarray, str]:
+    """One op's time (microseconds) and tier; the answer never goes below the speed-of-light floor."""
+    if line.family == "attention" and _takes_kv(op_time):
+        out = op_time(line.family, line.dtype, line.shape, spec, kv_dtype=line.kv_dtype)
+    else:
+        out = op_time(line.family, line.dtype, line.shape, spec)
+    tier = "roofline"
+    if hasattr(out, "duration_us"):  # an OpTimes from the op engine
+        tier = str(np.atleast_1d(getattr(out, "tier", np.array(["engine"])))[0])
+        out = out.duration_us
+    floor = sol_time(line.family, line.dtype, line.shape, spec, line.kv_dtype)
+    return np.maximum(np.asarray(out, dtype="float64"), floor), tier
+
+
+def _takes_kv(fn: OpTimeFn) -> bool:
+    try:
+        return "kv_dtype" in inspect.signature(fn).parameters
+    except (TypeError, ValueError):
+        return False
+
+
+def time_ops(lines: list[OpLine], spec: Any, op_time: OpTimeFn) -> float:
+    """Fill each line's per-step time (mean over decode context points); return the step's kernel time."""
+    total = 0.0
+    for line in lines:
+        t, line.tier = _call(op_time, line, spec)
+        line.time_us = float(np.mean(t)) * line.count
+        line.floor_us = float(np.mean(sol_time(line.family, line.dtype, line.shape, spec, line.kv_dtype))) * line.count
+        total += line.time_us
+    return total
+
+
+def memory_check(d: Deployment) -> dict[str, float]:
+    """Per-GPU GB of weights, KV cache (concurrency x (isl+osl)) and activations; DoesNotFit if over."""
+    m, spec = d.model, d.gpu
+    counts = m.parameter_counts()
+    per_gpu = d.tp * d.pp
+    quantised = sum(v for k, v in counts.items() if k != "embeddings")
+    weights = (quantised * STORE_BYTES[d.weight_dtype] + counts["embeddings"] * EMBED_BYTES) / per_gpu
+    hkv = max(1, m.kv_heads // d.tp)
+    seq = d.isl + d.osl
+    per_token_layer = 2 * hkv * m.head_dim * STORE_BYTES[d.kv_dtype]
+    full = m.layers - m.sliding_layers
+    kv_tokens = full * seq + m.sliding_layers * min(seq, m.sliding_window or seq)
+    kv = d.concurrency * kv_tokens * per_token_layer / d.pp
+    tokens = d.concurrency * d.isl
+    widest = max(m.intermediate, m.moe_intermediate * max(m.topk, 1), (m.heads + 2 * m.kv_heads) * m.head_dim)
+    activations = tokens * (2 * m.hidden + 2 * widest / d.tp) * ACT_BYTES + d.concurrency * m.vocab / d.tp * 4
+    budget = MEMORY_HEADROOM * float(spec.memory_gb) * 1e9
+    figures = {"weights_gb": weights / 1e9, "kv_cache_gb": kv / 1e9, "activations_gb": activations / 1e9,
+               "total_gb": (weights + kv + activations) / 1e9, "budget_gb": budget / 1e9,
+               "gpu_memory_gb": float(spec.memory_gb)}
+    if weights + kv + activations > budget:
+        need = []
+        if weights > budget:
+            need.append(f"the weights alone need {math.ceil(weights * per_gpu / budget)} GPUs")
+        raise DoesNotFit(
+            f"does not fit on {spec.id} x{per_gpu} (tp={d.tp}, pp={d.pp}): per GPU weights {weights / 1e9:.1f} GB "
+            f"+ KV cache {kv / 1e9:.1f} GB ({d.concurrency} x {seq} tokens, {d.kv_dtype}) + activations "
+            f"{activations / 1e9:.1f} GB = {(weights + kv + activations) / 1e9:.1f} GB > {budget / 1e9:.1f} GB "
+            f"({MEMORY_HEADROOM:g} x {spec.memory_gb:g} GB)" + (f"; {need[0]}" if need else ""))
+    return {k: round(v, 3) for k, v in figures.items()}
+
+
+def _breakdown(lines: list[OpLine]) -> dict[str, dict[str, float]]:
+    by: dict[str, float] = defaultdict(float)
+    for line in lines:
+        by[line.kind] += line.time_us
+    total = sum(by.values()) or 1.0
+    return {k: {"ms": round(v / 1e3, 4), "share": round(v / total, 4)} for k, v in sorted(by.items(), key=lambda x: -x[1])}
+
+
+def decode_contexts(isl: float, osl: int) -> np.ndarray:
+    """Context lengths at the midpoints of DECODE_POINTS equal ranges of the osl decode steps."""
+    points = min(DECODE_POINTS, max(osl, 1))
+    return isl + (np.arange(points) + 0.5) * osl / points
+
+
+@dataclass
+class Phases:
+    """Kernel-only step times and the lines behind them (before the framework cost)."""
+
+    prefill_kernels_us: float
+    decode_kernels_us: float
+    prefill_one_us: float  # one request's prefill (steady serving: what a new arrival waits for)
+    prefill: list[OpLine]
+    decode: list[OpLine]
+
+
+def compose_phases(d: Deployment, op_time: OpTimeFn | None = None, isl_mean: float | None = None) -> Phases:
+    """Kernel time of one prefill step (concurrency x isl), one decode step (averaged) and a lone prefill."""
+    op_time = op_time or roofline_op_time
+    spec, isl = d.gpu, float(isl_mean or d.isl)
+    prefill = step_ops(d, "prefill", d.concurrency, isl, isl)
+    decode = step_ops(d, "decode", d.concurrency, 1.0, decode_contexts(isl, d.osl))
+    one = step_ops(d, "prefill", 1, isl, isl)
+    pp_hop = (d.pp - 1) * 5.0  # one activation send per stage boundary (NVLink p2p, a few microseconds)
+    return Phases(time_ops(prefill, spec, op_time) + pp_hop, time_ops(decode, spec, op_time) + pp_hop,
+                  time_ops(one, spec, op_time) + pp_hop, prefill, decode)
+
+
+def answer(d: Deployment, op_time: OpTimeFn | None = None, framework: FrameworkCost | None = None,
+           workload: str = STEADY, isl_mean: float | None = None) -> Answer:
+    """TTFT, TPOT, e2e, per-GPU throughput, breakdowns and memory of a deployment (memory checked first).
+
+    ``workload``: "steady" (requests keep arriving: each new prefill stalls the running decodes, TTFT waits
+    for its own prefill) or "batch" (all requests start together: TTFT is the whole batch's prefill).
+    """
+    memory = memory_check(d)
+    fw = framework or default_framework()
+    ph = compose_phases(d, op_time, isl_mean)
+    layers = d.model.layers
+    prefill_us = ph.prefill_kernels_us + fw.step_us("prefill", layers, d.concurrency * d.isl, ph.prefill_kernels_us)
+    one_us = ph.prefill_one_us + fw.step_us("prefill", layers, d.isl, ph.prefill_one_us)
+    step_us = ph.decode_kernels_us + fw.step_us("decode", layers, d.concurrency, ph.decode_kernels_us)
+    notes = list(d.notes)
+    if d.tp > 1:
+        note = link_gbps(d.gpu)[1]
+        if note:
+            notes.append(note)
+    if workload == BATCH:
+        ttft_us, tpot_us = prefill_us, step_us
+    else:
+        # Steady serving: ~concurrency arrivals per request lifetime of osl steps; in aggregated mode each
+        # arrival's prefill stalls every running decode; disaggregated decode workers do not stall.
+        stall = one_us * d.concurrency / max(d.osl, 1) if d.mode == "agg" else 0.0
+        tpot_us = step_us + stall
+        ttft_us = one_us * (1.0 + fw.ttft_wait)
+    e2e_us = ttft_us + tpot_us * max(d.osl - 1, 0)
+    tokens_per_s = d.concurrency * d.osl / (e2e_us / 1e6) / d.gpus if workload == BATCH else \
+        d.concurrency / (tpot_us / 1e6) / d.gpus
+    spread = fw.train_mape or {}
+    interval = {k: [round(v * (1 - spread.get(k, 0.25)), 3), round(v * (1 + spread.get(k, 0.25)), 3)]
+                for k, v in (("ttft_ms", ttft_us / 1e3), ("tpot_ms", tpot_us / 1e3))}
+    tiers = {f"{line.phase}:{line.kind}:{line.family}": line.tier for line in ph.prefill + ph.decode}
+    notes.append(f"framework cost: {fw.source}")
+    return Answer(
+        ttft_ms=round(ttft_us / 1e3, 4), tpot_ms=round(tpot_us / 1e3, 4), e2e_ms=round(e2e_us / 1e3, 3),
+        tokens_per_s=round(tokens_per_s, 2), prefill_ms=round(prefill_us / 1e3, 4),
+        decode_step_ms=round(step_us / 1e3, 4),
+        breakdown={"prefill": _breakdown(ph.prefill), "decode": _breakdown(ph.decode)}, memory=memory,
+        interval=interval, notes=notes, tiers=tiers, deployment=describe(d))
+
+
+def describe(d: Deployment) -> dict[str, Any]:
+    return {"model": d.model.name, "gpu": d.gpu.id, "isl": d.isl, "osl": d.osl, "concurrency": d.concurrency,
+            "dtype": d.weight_dtype, "kv_dtype": d.kv_dtype, "tp": d.tp, "pp": d.pp, "ep": d.ep, "mode": d.mode,
+            "parameters_b": round(d.model.parameters / 1e9, 2)}
+
+
+def default_framework() -> FrameworkCost:
+    """The framework cost fitted on every PipeWeave GPU (see ``bench.fit_framework``); production only."""
+    from components.deployments.fitted import PRODUCTION_FRAMEWORK
+
+    return PRODUCTION_FRAMEWORK
