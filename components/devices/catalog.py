@@ -144,6 +144,9 @@ class DeviceSpec(BaseModel):
     max_ctas_per_sm: int = Field(gt=0)  # resident thread blocks (workgroups) per SM/CU
     max_warps_per_sm: int = Field(gt=0)  # resident warps (waves) per SM/CU
     l2_gbps: float | None = Field(default=None, gt=0)  # L2 bandwidth in GB/s where published
+    # GPU-to-GPU bandwidth per direction in GB/s (NVLink / Infinity Fabric) where the part has such a link;
+    # absent = PCIe only (components/opmodel/physics.py assumes the architecture's PCIe generation).
+    link_gbps: float | None = Field(default=None, gt=0)
     peak_tflops: PeakTflops
     source: str = Field(min_length=1)
     notes: str | None = None
