@@ -112,17 +112,8 @@ def _layer_ops(d: Deployment, phase: str, tokens: float, batch: float, q_len: np
         ops.append(OpLine(phase, "attention", "attention", act, {**attn, "S": q_len, "KV": ctx}, full_layers,
                           kv_dtype=d.kv_dtype))
     if win_layers and window:
-        if phase == "decode":
-            ops.append(OpLine(phase, "attention", "attention", act,
-                              {**attn, "S": q_len, "KV": np.minimum(ctx, window)}, win_layers, kv_dtype=d.kv_dtype))
-        else:  # causal over the first `window` tokens, then every later query sees exactly `window` keys
-            w = float(min(window, np.max(q_len)))
-            ops.append(OpLine(phase, "attention", "attention", act, {**attn, "S": w, "KV": w}, win_layers,
-                              kv_dtype=d.kv_dtype))
-            rest = np.maximum(np.asarray(q_len, dtype="float64") - w, 0.0)
-            if float(np.max(rest)) > 0:
-                ops.append(OpLine(phase, "attention", "attention", act,
-                                  {**attn, "B": batch * rest, "S": 1.0, "KV": w}, win_layers, kv_dtype=d.kv_dtype))
+        ops.append(OpLine(phase, "attention", "attention", act, {**attn, "S": q_len, "KV": ctx, "W": window},
+                          win_layers, kv_dtype=d.kv_dtype))
     dense_layers = layers * (1 - m.moe_layers / m.layers)
     moe_layers = layers - dense_layers
     if dense_layers:
