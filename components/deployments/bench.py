@@ -22,7 +22,13 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from components.deployments.compose import BATCH, STEADY, FrameworkCost, compose_phases, memory_check
+from components.deployments.compose import (
+    DoesNotFit,
+    FrameworkCost,
+    compose_phases,
+    memory_check,
+    steady_features,
+)
 from components.deployments.config import Deployment, DeploymentError, model_shape
 from components.deployments.data import (
     AllReduceTable,
@@ -110,8 +116,8 @@ def fit_pipeweave(train: pd.DataFrame) -> FrameworkCost:
                         train["layers"].to_numpy(float), train["batch"].to_numpy(float))
     fw = FrameworkCost(prefill=pre, decode=dec, source=f"PipeWeave runs on {', '.join(sorted(train['gpu'].unique()))}")
     pred = predict_pipeweave(train, fw)
-    mape = {"ttft_ms": _mape(pred["prefill_pred_ms"].to_numpy(), train["prefill_ms"].to_numpy()),
-            "tpot_ms": _mape(pred["decode_pred_ms"].to_numpy(), train["decode_ms"].to_numpy())}
+    mape = {"prefill": _mape(pred["prefill_pred_ms"].to_numpy(), train["prefill_ms"].to_numpy()),
+            "decode": _mape(pred["decode_pred_ms"].to_numpy(), train["decode_ms"].to_numpy())}
     return FrameworkCost(prefill=pre, decode=dec, source=fw.source, train_mape=mape)
 
 
@@ -180,7 +186,7 @@ def run_pipeweave_bench(datasets_dir: Path, catalog: Any, op_time: OpTimeFn | No
     bench.notes.append(f"{SPLIT_PIPEWEAVE}: {len(pred)} runs on {pred['gpu'].nunique()} GPUs, leave-one-GPU-out "
                        f"(framework cost refitted per fold on the other GPUs); total worse than the roofline "
                        f"composition on: {', '.join(worse) or 'none'}")
-    for line in pipeweave_summary(bench):
+    for line in summary(bench, SPLIT_PIPEWEAVE):
         log(line)
     return bench
 
@@ -199,13 +205,160 @@ def _published_mape(published: pd.DataFrame, method: str, scope: str, target: st
     return float(rows[f"MAPE_{target}(%)"].mean()) / 100.0
 
 
-def pipeweave_summary(bench: ServingBench) -> list[str]:
+# ---------------------------------------------------------------- AIConfigurator silicon ---------------
+
+SILICON_DTYPES = {"fp8": "fp8", "fp8_block": "fp8_block", "nvfp4": "nvfp4", "int4_wo": "int4_wo"}
+
+
+def _num(value: Any, default: int = 1) -> int:
+    return default if value is None or (isinstance(value, float) and not np.isfinite(value)) else int(value)
+
+
+def silicon_deployments(row: Mapping[str, Any], catalog: Any, datasets_dir: Path) -> tuple[Deployment, Deployment]:
+    """(prefill worker, decode worker) deployments of one silicon run; DeploymentError says why none."""
+    model = model_shape(str(row["model_path"]), datasets_dir)
+    spec = catalog.resolve(str(row["device_id"]))
+    quant = row.get("gemm_quant_mode")
+    dtype = SILICON_DTYPES.get(str(quant), "bf16") if isinstance(quant, str) else "bf16"
+    kv = "fp8" if str(row.get("precision")) in ("fp8", "fp4") else "bf16"
+    common = {"model": model, "gpu": spec, "isl": int(row["isl"]), "osl": int(row["osl"]), "weight_dtype": dtype,
+              "kv_dtype": kv, "mode": str(row["mode"])}
+
+    def worker(prefix: str, concurrency: Any) -> Deployment:
+        dp = _num(row.get(f"{prefix}attention_dp_size"))
+        if dp > 1:
+            raise DeploymentError(f"attention_dp_size {dp}: attention data parallelism is not modelled")
+        pp = _num(row.get(f"{prefix}pp_size"))
+        ep = _num(row.get(f"{prefix}moe_ep_size")) if model.is_moe else 1
+        return Deployment(**common, concurrency=_num(concurrency), tp=_num(row.get(f"{prefix}tp_size")), pp=pp,
+                          ep=max(ep, 1))
+
+    if row["mode"] == "disagg":
+        return worker("prefill_", row.get("prefill_batch_size")), worker("decode_", row.get("decode_batch_size"))
+    agg = worker("", row.get("batch_size"))
+    return agg, agg
+
+
+def compose_silicon(runs: pd.DataFrame, catalog: Any, datasets_dir: Path, op_time: OpTimeFn | None = None,
+                    log: Callable[[str], None] = lambda _: None) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """Kernel times per answerable run, and (id, reason) of the runs without an answer."""
+    fn = op_time or roofline_op_time
+    cache: dict[tuple, Any] = {}
+    answered, refused = [], []
+    for row in runs.to_dict("records"):
+        try:
+            pre, dec = silicon_deployments(row, catalog, datasets_dir)
+            memory_check(dec)
+            key_p = (pre.model.name, pre.gpu.id, pre.isl, pre.osl, pre.weight_dtype, pre.kv_dtype, pre.tp, pre.ep,
+                     pre.concurrency, dec.concurrency, dec.tp, dec.ep)
+            if key_p not in cache:
+                cache[key_p] = (compose_phases(pre, fn), compose_phases(dec, fn))
+            ph_p, ph_d = cache[key_p]
+        except DeploymentError as exc:
+            refused.append({"id": row["id"], "model_path": row["model_path"], "device_id": row["device_id"],
+                            "reason": _reason(exc)})
+            continue
+        answered.append({**row, "layers": pre.model.layers, "c": dec.concurrency, "prefill_c": pre.concurrency,
+                         "one_prefill_us": ph_p.prefill_one_us, "batch_prefill_us": ph_p.prefill_kernels_us,
+                         "decode_step_us": ph_d.decode_kernels_us, "one_prefill_roof_us": ph_p.floor_us(ph_p.one),
+                         "decode_roof_us": ph_d.floor_us(ph_d.decode)})
+    log(f"silicon: {len(answered)} runs composed, {len(refused)} without an answer")
+    return pd.DataFrame(answered), pd.DataFrame(refused)
+
+
+def _reason(exc: Exception) -> str:
+    """The reason without the run-specific figures, so reasons count across runs."""
+    text = str(exc)
+    if isinstance(exc, DoesNotFit):
+        return "does not fit: weights + KV cache (concurrency x (isl+osl)) + activations exceed 0.9 x GPU memory"
+    return text.split(":")[0] + ": " + text.split(":", 1)[1].split(";")[0].strip() if ":" in text else text
+
+
+def _steady_design(frame: pd.DataFrame) -> tuple[np.ndarray, np.ndarray]:
+    return steady_features(frame["one_prefill_us"].to_numpy(), frame["batch_prefill_us"].to_numpy(),
+                           frame["decode_step_us"].to_numpy(), frame["c"].to_numpy(float),
+                           frame["osl"].to_numpy(float), (frame["mode"] == "agg").to_numpy())
+
+
+def _relative_lstsq(x: np.ndarray, y: np.ndarray) -> np.ndarray:
+    w = 1.0 / y
+    coef, *_ = np.linalg.lstsq(x * w[:, None], y * w, rcond=None)
+    return coef
+
+
+def fit_steady(train: pd.DataFrame, base: FrameworkCost | None = None) -> FrameworkCost:
+    """The steady-serving TTFT/TPOT regressions fitted on ``train``'s silicon runs (relative least squares)."""
+    x_ttft, x_tpot = _steady_design(train)
+    ttft, tpot = train["silicon_ttft_ms"].to_numpy() * 1e3, train["silicon_tpot_ms"].to_numpy() * 1e3
+    c_ttft, c_tpot = _relative_lstsq(x_ttft, ttft), _relative_lstsq(x_tpot, tpot)
+    base = base or FrameworkCost()
+    mape = {**base.train_mape, "steady_ttft": _mape(x_ttft @ c_ttft, ttft), "steady_tpot": _mape(x_tpot @ c_tpot, tpot)}
+    source = f"AIConfigurator silicon runs on {', '.join(sorted(train['device_id'].unique()))} ({len(train)} runs)"
+    return FrameworkCost(prefill=base.prefill, decode=base.decode, steady_ttft=tuple(float(c) for c in c_ttft),
+                         steady_tpot=tuple(float(c) for c in c_tpot), steady_source=source, source=base.source,
+                         train_mape=mape)
+
+
+def predict_steady(frame: pd.DataFrame, fw: FrameworkCost) -> pd.DataFrame:
+    x_ttft, x_tpot = _steady_design(frame)
+    out = frame.copy()
+    floor_ttft, floor_tpot = frame["one_prefill_roof_us"].to_numpy(), frame["decode_roof_us"].to_numpy()
+    out["ttft_pred_ms"] = np.maximum(x_ttft @ np.asarray(fw.steady_ttft), floor_ttft) / 1e3
+    out["tpot_pred_ms"] = np.maximum(x_tpot @ np.asarray(fw.steady_tpot), floor_tpot) / 1e3
+    out["ttft_roof_ms"], out["tpot_roof_ms"] = floor_ttft / 1e3, floor_tpot / 1e3
+    return out
+
+
+def run_silicon_bench(datasets_dir: Path, catalog: Any, op_time: OpTimeFn | None = None,
+                      log: Callable[[str], None] = lambda _: None, runs: pd.DataFrame | None = None) -> ServingBench:
+    """H100 and H200 each held out of a fit on the other; TTFT/TPOT MAPE per GPU, model, precision, mode."""
+    runs = read_silicon_runs(datasets_dir) if runs is None else runs
+    composed, refused = compose_silicon(runs, catalog, datasets_dir, op_time, log=log)
+    folds = []
+    for device in sorted(composed["device_id"].unique()):
+        test = composed["device_id"] == device
+        if test.all():
+            continue
+        folds.append(predict_steady(composed[test], fit_steady(composed[~test])))
+    pred = pd.concat(folds, ignore_index=True)
+    pred["precision"] = pred["precision"].fillna("bf16")
+    asked = runs.assign(precision=runs["precision"].fillna("bf16"))
+    bench = ServingBench(predictions=pred)
+    for scope_col in ("", "device_id", "model_path", "precision", "mode", "backend"):
+        if not scope_col:
+            groups = [("", pred, len(asked))]
+        else:
+            groups = [(f"{scope_col.replace('_path', '').replace('_id', '')}={k}", g,
+                       int((asked[scope_col] == k).sum())) for k, g in pred.groupby(scope_col)]
+        for scope, g, n_asked in groups:
+            for target in ("ttft", "tpot"):
+                true = g[f"silicon_{target}_ms"].to_numpy()
+                bench.rows.append(_row(SPLIT_SILICON, FAMILY, f"{target}_ms", scope,
+                                       _mape(g[f"{target}_pred_ms"].to_numpy(), true), len(g), n_asked))
+                bench.rows.append(_row(SPLIT_SILICON, FAMILY_ROOFLINE, f"{target}_ms", scope,
+                                       _mape(g[f"{target}_roof_ms"].to_numpy(), true), len(g), n_asked))
+    reasons = refused["reason"].value_counts() if not refused.empty else pd.Series(dtype=int)
+    bench.notes.append(f"{SPLIT_SILICON}: {len(pred)} of {len(runs)} runs answered (each GPU held out of a fit on "
+                       "the other); not answered: " + "; ".join(f"{n} x {r}" for r, n in reasons.items()))
+    for line in summary(bench, SPLIT_SILICON):
+        log(line)
+    return bench
+
+
+def summary(bench: ServingBench, split: str) -> list[str]:
     lines = []
     for row in bench.rows:
-        if row["family"] == FAMILY:
+        if row["family"] == FAMILY and row["split"] == split:
             roof = next((r["ours"] for r in bench.rows if r["family"] == FAMILY_ROOFLINE
-                         and r["target"] == row["target"]), None)
-            pub = f"{row['published']:.1%}" if row["published"] is not None else "-"
-            lines.append(f"{row['target']:32s} ours {row['ours']:.1%}  roofline-comp {roof:.1%}  pipeweave {pub}  "
-                         f"n={row['n']}")
+                         and r["target"] == row["target"] and r["split"] == split), None)
+            pub = f"  published {row['published']:.1%}" if row["published"] is not None else ""
+            lines.append(f"{split} {row['target']:44s} ours {row['ours']:.1%}  roofline-comp {roof:.1%}{pub}  "
+                         f"n={row['n']}/{row['n_asked']}")
     return lines
+
+
+def fit_production(datasets_dir: Path, catalog: Any, op_time: OpTimeFn | None = None) -> FrameworkCost:
+    """The framework cost for production answers: PipeWeave steps on every GPU, steady serving on both silicon GPUs."""
+    composed = compose_pipeweave(read_pipeweave_runs(datasets_dir), catalog, datasets_dir, op_time)
+    silicon, _ = compose_silicon(read_silicon_runs(datasets_dir), catalog, datasets_dir, op_time)
+    return fit_steady(silicon, fit_pipeweave(composed))

@@ -27,6 +27,9 @@ DECODE_POINTS = 8  # contexts at which decode attention is evaluated (midpoints 
 ACT_BYTES = 2  # activations and all-reduce messages in 16-bit
 EMBED_BYTES = 2.0  # embeddings and LM head stay 16-bit in every quantised checkpoint we read
 STEADY, BATCH = "steady", "batch"
+# Servers prefill in chunks of at most this many tokens (vLLM/SGLang max_num_batched_tokens defaults are
+# 8k-16k): the activation memory of a prefill step is bounded by it, not by concurrency x isl.
+MAX_BATCHED_TOKENS = 16384
 
 
 class DoesNotFit(DeploymentError):
@@ -39,13 +42,18 @@ class FrameworkCost:
 
     step_us = const_us + per_layer_us * layers + per_token_us * tokens + kernel_scale_minus_1 * kernels_us,
     for the prefill and decode steps separately. ``kernel_scale_minus_1`` corrects the op library's
-    average efficiency (what the runs' kernels reach over the op predictor's). TTFT in steady serving
-    (requests arriving while others decode) adds ``ttft_wait`` prefill-times of queueing.
+    average efficiency (what the runs' kernels reach over the op predictor's). ``train_mape`` (prefill,
+    decode, steady_ttft, steady_tpot) is the fit's own error: the half-width of the answer's interval.
     """
 
     prefill: tuple[float, float, float, float] = (0.0, 0.0, 0.0, 0.0)
     decode: tuple[float, float, float, float] = (0.0, 0.0, 0.0, 0.0)
-    ttft_wait: float = 0.0
+    # Steady serving (requests keep arriving; learned on AIConfigurator's silicon runs), on kernel times:
+    # ttft = t0 + t1 * one request's prefill + t2 * the whole batch's prefill (agg) + t3 * decode step
+    # tpot = p0 + p1 * decode step + p2 * stall (agg: one prefill x concurrency / osl stalls every decode)
+    steady_ttft: tuple[float, float, float, float] | None = None
+    steady_tpot: tuple[float, float, float] | None = None
+    steady_source: str = "none"
     source: str = "none"
     train_mape: dict[str, float] = field(default_factory=dict)
 
@@ -198,9 +206,9 @@ def memory_check(d: Deployment) -> dict[str, float]:
     full = m.layers - m.sliding_layers
     kv_tokens = full * seq + m.sliding_layers * min(seq, m.sliding_window or seq)
     kv = d.concurrency * kv_tokens * per_token_layer / d.pp
-    tokens = d.concurrency * d.isl
+    tokens = min(d.concurrency * d.isl, MAX_BATCHED_TOKENS)
     widest = max(m.intermediate, m.moe_intermediate * max(m.topk, 1), (m.heads + 2 * m.kv_heads) * m.head_dim)
-    activations = tokens * (2 * m.hidden + 2 * widest / d.tp) * ACT_BYTES + d.concurrency * m.vocab / d.tp * 4
+    activations = tokens * (2 * m.hidden + 2 * widest / d.tp) * ACT_BYTES + min(d.concurrency, tokens) * m.vocab / d.tp * 4
     budget = MEMORY_HEADROOM * float(spec.memory_gb) * 1e9
     figures = {"weights_gb": weights / 1e9, "kv_cache_gb": kv / 1e9, "activations_gb": activations / 1e9,
                "total_gb": (weights + kv + activations) / 1e9, "budget_gb": budget / 1e9,
@@ -240,6 +248,11 @@ class Phases:
     prefill_one_us: float  # one request's prefill (steady serving: what a new arrival waits for)
     prefill: list[OpLine]
     decode: list[OpLine]
+    one: list[OpLine]
+
+    @staticmethod
+    def floor_us(lines: list[OpLine]) -> float:
+        return sum(line.floor_us for line in lines)
 
 
 def compose_phases(d: Deployment, op_time: OpTimeFn | None = None, isl_mean: float | None = None) -> Phases:
@@ -251,7 +264,7 @@ def compose_phases(d: Deployment, op_time: OpTimeFn | None = None, isl_mean: flo
     one = step_ops(d, "prefill", 1, isl, isl)
     pp_hop = (d.pp - 1) * 5.0  # one activation send per stage boundary (NVLink p2p, a few microseconds)
     return Phases(time_ops(prefill, spec, op_time) + pp_hop, time_ops(decode, spec, op_time) + pp_hop,
-                  time_ops(one, spec, op_time) + pp_hop, prefill, decode)
+                  time_ops(one, spec, op_time) + pp_hop, prefill, decode, one)
 
 
 def answer(d: Deployment, op_time: OpTimeFn | None = None, framework: FrameworkCost | None = None,
@@ -266,7 +279,6 @@ def answer(d: Deployment, op_time: OpTimeFn | None = None, framework: FrameworkC
     ph = compose_phases(d, op_time, isl_mean)
     layers = d.model.layers
     prefill_us = ph.prefill_kernels_us + fw.step_us("prefill", layers, d.concurrency * d.isl, ph.prefill_kernels_us)
-    one_us = ph.prefill_one_us + fw.step_us("prefill", layers, d.isl, ph.prefill_one_us)
     step_us = ph.decode_kernels_us + fw.step_us("decode", layers, d.concurrency, ph.decode_kernels_us)
     notes = list(d.notes)
     if d.tp > 1:
@@ -276,17 +288,15 @@ def answer(d: Deployment, op_time: OpTimeFn | None = None, framework: FrameworkC
     if workload == BATCH:
         ttft_us, tpot_us = prefill_us, step_us
     else:
-        # Steady serving: ~concurrency arrivals per request lifetime of osl steps; in aggregated mode each
-        # arrival's prefill stalls every running decode; disaggregated decode workers do not stall.
-        stall = one_us * d.concurrency / max(d.osl, 1) if d.mode == "agg" else 0.0
-        tpot_us = step_us + stall
-        ttft_us = one_us * (1.0 + fw.ttft_wait)
+        ttft_us, tpot_us = steady_times(d, ph, fw)
+        notes.append(f"steady serving cost: {fw.steady_source}")
     e2e_us = ttft_us + tpot_us * max(d.osl - 1, 0)
     tokens_per_s = d.concurrency * d.osl / (e2e_us / 1e6) / d.gpus if workload == BATCH else \
         d.concurrency / (tpot_us / 1e6) / d.gpus
     spread = fw.train_mape or {}
-    interval = {k: [round(v * (1 - spread.get(k, 0.25)), 3), round(v * (1 + spread.get(k, 0.25)), 3)]
-                for k, v in (("ttft_ms", ttft_us / 1e3), ("tpot_ms", tpot_us / 1e3))}
+    keys = ("prefill", "decode") if workload == BATCH else ("steady_ttft", "steady_tpot")
+    interval = {name: [round(v * (1 - spread.get(k, 0.5)), 3), round(v * (1 + spread.get(k, 0.5)), 3)]
+                for name, k, v in (("ttft_ms", keys[0], ttft_us / 1e3), ("tpot_ms", keys[1], tpot_us / 1e3))}
     tiers = {f"{line.phase}:{line.kind}:{line.family}": line.tier for line in ph.prefill + ph.decode}
     notes.append(f"framework cost: {fw.source}")
     return Answer(
@@ -295,6 +305,33 @@ def answer(d: Deployment, op_time: OpTimeFn | None = None, framework: FrameworkC
         decode_step_ms=round(step_us / 1e3, 4),
         breakdown={"prefill": _breakdown(ph.prefill), "decode": _breakdown(ph.decode)}, memory=memory,
         interval=interval, notes=notes, tiers=tiers, deployment=describe(d))
+
+
+def steady_times(d: Deployment, ph: Phases, fw: FrameworkCost) -> tuple[float, float]:
+    """(TTFT, TPOT) in microseconds of steady serving from the kernel times and the learned cost.
+
+    Without a learned steady cost: TTFT is one request's prefill, TPOT the decode step plus the stalls of
+    the other requests' prefills (aggregated mode: ~concurrency arrivals per request lifetime of osl steps).
+    """
+    agg = d.mode == "agg"
+    stall = ph.prefill_one_us * d.concurrency / max(d.osl, 1) if agg else 0.0
+    batch_prefill = ph.prefill_kernels_us if agg else 0.0
+    if fw.steady_ttft is None or fw.steady_tpot is None:
+        return ph.prefill_one_us, ph.decode_kernels_us + stall
+    t0, t1, t2, t3 = fw.steady_ttft
+    p0, p1, p2 = fw.steady_tpot
+    floor_ttft, floor_tpot = Phases.floor_us(ph.one), Phases.floor_us(ph.decode)
+    ttft = t0 + t1 * ph.prefill_one_us + t2 * batch_prefill + t3 * ph.decode_kernels_us
+    tpot = p0 + p1 * ph.decode_kernels_us + p2 * stall
+    return max(ttft, floor_ttft), max(tpot, floor_tpot)
+
+
+def steady_features(one_us: np.ndarray, batch_us: np.ndarray, step_us: np.ndarray, concurrency: np.ndarray,
+                    osl: np.ndarray, agg: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Design matrices of the steady TTFT and TPOT regressions (the same terms as :func:`steady_times`)."""
+    ones = np.ones(len(one_us))
+    stall = np.where(agg, one_us * concurrency / np.maximum(osl, 1), 0.0)
+    return (np.c_[ones, one_us, np.where(agg, batch_us, 0.0), step_us], np.c_[ones, step_us, stall])
 
 
 def describe(d: Deployment) -> dict[str, Any]:

@@ -97,7 +97,10 @@ def _key(name: str) -> str:
     stem = name.split("/")[-1].removesuffix(".json").removesuffix("_config")
     stem = stem.split("--")[-1].lower()
     stem = re.sub(r"^meta-", "", stem)
-    return re.sub(r"-(instruct|base|hf)$", "", stem)
+    previous = None
+    while previous != stem:  # "-Instruct-FP8" -> "": suffixes that do not change the shape
+        previous, stem = stem, re.sub(r"-(instruct|base|hf|fp8|nvfp4|fp4|awq|gptq)$", "", stem)
+    return stem
 
 
 @lru_cache(maxsize=4)

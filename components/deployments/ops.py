@@ -25,8 +25,9 @@ EFFICIENCY: dict[str, tuple[float, float]] = {
     "gemm": (0.70, 0.80), "moe": (0.55, 0.70), "attention": (0.55, 0.75), "allreduce": (1.0, 1.0),
     "elementwise": (0.5, 0.75), "rmsnorm": (0.5, 0.75),
 }
-LAUNCH_US = 4.0  # one kernel launch + tail, the floor of any op
-ALLREDUCE_LATENCY_US = 8.0  # per ring hop: NCCL/custom all-reduce start-up
+LAUNCH_US = 2.0  # one kernel of a CUDA graph (servers capture decode in graphs): launch gap + tail
+# Small-message all-reduce start-up: custom one-shot all-reduce over NVLink is ~5-10 us on 2-8 GPUs
+ALLREDUCE_BASE_US, ALLREDUCE_PER_GPU_US = 4.0, 1.0
 
 
 def link_gbps(spec: Any) -> tuple[float, str | None]:
@@ -72,7 +73,7 @@ def roofline_op_time(family: str, dtype: str, shape: Mapping[str, Any], spec: An
     eff_c, eff_m = EFFICIENCY.get(family, (0.5, 0.7))
     if family == "allreduce":
         gpus = _arr(shape, "gpus")
-        return np.where(gpus > 1, np.maximum(link, memory) + ALLREDUCE_LATENCY_US * gpus, 0.0)
+        return np.where(gpus > 1, np.maximum(link, memory) + ALLREDUCE_BASE_US + ALLREDUCE_PER_GPU_US * gpus, 0.0)
     return np.maximum(compute / eff_c, memory / eff_m) + LAUNCH_US
 
 
