@@ -72,11 +72,18 @@ def _features(layers: float, tokens: float, kernels: float) -> list[float]:
 
 def fit_step_cost(measured_us: np.ndarray, kernels_us: np.ndarray, layers: np.ndarray,
                   tokens: np.ndarray) -> tuple[float, float, float, float]:
-    """Least squares on relative error of ``measured = kernels + c0 + c1*layers + c2*tokens + c3*kernels``."""
+    """Least squares on relative error of ``measured = kernels + c0 + c1*layers + c2*tokens + c3*kernels``.
+
+    The overheads c0..c2 are bounded at >= 0 (a framework never makes a step faster than its kernels; a
+    negative intercept fitted on 16k-90k-token batches would make a short prompt's prefill negative); the
+    efficiency correction c3 stays within (-0.5, 1): kernels at most 2x faster than the op predictor says.
+    """
+    from scipy.optimize import lsq_linear
+
     x = np.array([_features(a, b, c) for a, b, c in zip(layers, tokens, kernels_us, strict=True)])
     w = 1.0 / measured_us
-    coef, *_ = np.linalg.lstsq(x * w[:, None], (measured_us - kernels_us) * w, rcond=None)
-    return tuple(float(c) for c in coef)  # type: ignore[return-value]
+    fit = lsq_linear(x * w[:, None], (measured_us - kernels_us) * w, bounds=([0, 0, 0, -0.5], [np.inf] * 3 + [1.0]))
+    return tuple(float(c) for c in fit.x)  # type: ignore[return-value]
 
 
 def _apply(coef: tuple[float, ...], layers: np.ndarray, tokens: np.ndarray, kernels: np.ndarray) -> np.ndarray:
@@ -281,9 +288,11 @@ def _steady_design(frame: pd.DataFrame) -> tuple[np.ndarray, np.ndarray]:
 
 
 def _relative_lstsq(x: np.ndarray, y: np.ndarray) -> np.ndarray:
+    """Relative least squares with every coefficient >= 0 (each term is a cost: none makes serving faster)."""
+    from scipy.optimize import lsq_linear
+
     w = 1.0 / y
-    coef, *_ = np.linalg.lstsq(x * w[:, None], y * w, rcond=None)
-    return coef
+    return lsq_linear(x * w[:, None], y * w, bounds=(0.0, np.inf)).x
 
 
 def fit_steady(train: pd.DataFrame, base: FrameworkCost | None = None) -> FrameworkCost:
@@ -362,3 +371,26 @@ def fit_production(datasets_dir: Path, catalog: Any, op_time: OpTimeFn | None = 
     composed = compose_pipeweave(read_pipeweave_runs(datasets_dir), catalog, datasets_dir, op_time)
     silicon, _ = compose_silicon(read_silicon_runs(datasets_dir), catalog, datasets_dir, op_time)
     return fit_steady(silicon, fit_pipeweave(composed))
+
+
+def production_block(fw: FrameworkCost) -> str:
+    """``fitted.py``'s assignment for ``fw`` (rounded coefficients)."""
+    def r(values: Any) -> tuple[float, ...]:
+        return tuple(round(float(x), 6) for x in values)
+
+    return (f"PRODUCTION_FRAMEWORK = FrameworkCost(\n    prefill={r(fw.prefill)},\n    decode={r(fw.decode)},\n"
+            f"    steady_ttft={r(fw.steady_ttft or ())},\n    steady_tpot={r(fw.steady_tpot or ())},\n"
+            f"    steady_source={fw.steady_source!r},\n    source={fw.source!r},\n"
+            f"    train_mape={ {k: round(v, 4) for k, v in fw.train_mape.items()} },\n)")
+
+
+if __name__ == "__main__":  # python -m components.deployments.bench --fit-production
+    import os
+    import sys
+
+    from components.devices import load_catalog
+
+    if sys.argv[1:] != ["--fit-production"]:
+        raise SystemExit("usage: python -m components.deployments.bench --fit-production")
+    datasets = Path(os.environ.get("KERNELCAST_DATASETS_DIR", Path(__file__).resolve().parents[3] / "shared/datasets"))
+    print(production_block(fit_production(datasets, load_catalog())))
