@@ -27,6 +27,7 @@ DECODE_POINTS = 8  # contexts at which decode attention is evaluated (midpoints 
 ACT_BYTES = 2  # activations and all-reduce messages in 16-bit
 EMBED_BYTES = 2.0  # embeddings and LM head stay 16-bit in every quantised checkpoint we read
 STEADY, BATCH = "steady", "batch"
+WORKLOADS = (STEADY, BATCH)
 # Servers prefill in chunks of at most this many tokens (vLLM/SGLang max_num_batched_tokens defaults are
 # 8k-16k): the activation memory of a prefill step is bounded by it, not by concurrency x isl.
 MAX_BATCHED_TOKENS = 16384
@@ -161,18 +162,18 @@ def step_ops(d: Deployment, phase: str, batch: int, q_len: float, ctx: np.ndarra
     return _layer_ops(d, phase, tokens, batch, q_len, ctx, d.model.layers) + _head_ops(d, phase, batch)
 
 
-def _call(op_time: OpTimeFn, line: OpLine, spec: Any) -> tuple[np.ndarray, str]:
-    """One op's time (microseconds) and tier; the answer never goes below the speed-of-light floor."""
-    if line.family == "attention" and _takes_kv(op_time):
-        out = op_time(line.family, line.dtype, line.shape, spec, kv_dtype=line.kv_dtype)
+def _call(op_time: OpTimeFn, family: str, dtype: str, kv_dtype: str | None, shape: dict[str, np.ndarray],
+          spec: Any) -> tuple[np.ndarray, str]:
+    """One batch of same-kind ops: times (microseconds, never below the speed-of-light floor) and the tier."""
+    if family == "attention" and _takes_kv(op_time):
+        out = op_time(family, dtype, shape, spec, kv_dtype=kv_dtype)
     else:
-        out = op_time(line.family, line.dtype, line.shape, spec)
+        out = op_time(family, dtype, shape, spec)
     tier = "roofline"
     if hasattr(out, "duration_us"):  # an OpTimes from the op engine
         tier = str(np.atleast_1d(getattr(out, "tier", np.array(["engine"])))[0])
         out = out.duration_us
-    floor = sol_time(line.family, line.dtype, line.shape, spec, line.kv_dtype)
-    return np.maximum(np.asarray(out, dtype="float64"), floor), tier
+    return np.asarray(out, dtype="float64"), tier
 
 
 def _takes_kv(fn: OpTimeFn) -> bool:
@@ -182,15 +183,39 @@ def _takes_kv(fn: OpTimeFn) -> bool:
         return False
 
 
+# A dimension one line of a group lacks takes its neutral value (physics: W=0 is no window).
+NEUTRAL = {"B": 1.0, "W": 0.0, "tp": 1.0, "ep": 1.0}
+
+
 def time_ops(lines: list[OpLine], spec: Any, op_time: OpTimeFn) -> float:
-    """Fill each line's per-step time (mean over decode context points); return the step's kernel time."""
-    total = 0.0
-    for line in lines:
-        t, line.tier = _call(op_time, line, spec)
-        line.time_us = float(np.mean(t)) * line.count
-        line.floor_us = float(np.mean(sol_time(line.family, line.dtype, line.shape, spec, line.kv_dtype))) * line.count
-        total += line.time_us
-    return total
+    """Fill each line's per-step time and floor (mean over decode context points); return the step's kernel time.
+
+    Lines of one (family, dtype, kv dtype, elementwise op) go to the op-time function as ONE call with
+    stacked shape arrays: a deployment is ~40 ops, a rank over the catalog thousands of them.
+    """
+    groups: dict[tuple, list[int]] = defaultdict(list)
+    for i, line in enumerate(lines):
+        groups[(line.family, line.dtype, line.kv_dtype, line.shape.get("op"))].append(i)
+    for (family, dtype, kv_dtype, op), members in groups.items():
+        arrays = [{k: np.atleast_1d(np.asarray(v, dtype="float64")) for k, v in lines[i].shape.items() if k != "op"}
+                  for i in members]
+        sizes = [max(len(a) for a in shape.values()) for shape in arrays]
+        keys = sorted({k for shape in arrays for k in shape})
+        stacked: dict[str, Any] = {k: np.concatenate([np.broadcast_to(shape.get(k, np.asarray([NEUTRAL.get(k, 0.0)])),
+                                                                      (n,)) for shape, n in zip(arrays, sizes, strict=True)])
+                                   for k in keys}
+        if op is not None:
+            stacked["op"] = op
+        times, tier = _call(op_time, family, dtype, kv_dtype, stacked, spec)
+        floors = sol_time(family, dtype, stacked, spec, kv_dtype)
+        times = np.maximum(times, floors)
+        bounds = np.cumsum([0, *sizes])
+        for j, i in enumerate(members):
+            part = slice(bounds[j], bounds[j + 1])
+            lines[i].time_us = float(np.mean(times[part])) * lines[i].count
+            lines[i].floor_us = float(np.mean(floors[part])) * lines[i].count
+            lines[i].tier = tier
+    return sum(line.time_us for line in lines)
 
 
 def memory_check(d: Deployment) -> dict[str, float]:
@@ -263,8 +288,9 @@ def compose_phases(d: Deployment, op_time: OpTimeFn | None = None, isl_mean: flo
     decode = step_ops(d, "decode", d.concurrency, 1.0, decode_contexts(isl, d.osl))
     one = step_ops(d, "prefill", 1, isl, isl)
     pp_hop = (d.pp - 1) * 5.0  # one activation send per stage boundary (NVLink p2p, a few microseconds)
-    return Phases(time_ops(prefill, spec, op_time) + pp_hop, time_ops(decode, spec, op_time) + pp_hop,
-                  time_ops(one, spec, op_time) + pp_hop, prefill, decode, one)
+    time_ops(prefill + decode + one, spec, op_time)  # one op-time call per kind of op for all three steps
+    return Phases(sum(x.time_us for x in prefill) + pp_hop, sum(x.time_us for x in decode) + pp_hop,
+                  sum(x.time_us for x in one) + pp_hop, prefill, decode, one)
 
 
 def answer(d: Deployment, op_time: OpTimeFn | None = None, framework: FrameworkCost | None = None,
@@ -281,6 +307,7 @@ def answer(d: Deployment, op_time: OpTimeFn | None = None, framework: FrameworkC
     prefill_us = ph.prefill_kernels_us + fw.step_us("prefill", layers, d.concurrency * d.isl, ph.prefill_kernels_us)
     step_us = ph.decode_kernels_us + fw.step_us("decode", layers, d.concurrency, ph.decode_kernels_us)
     notes = list(d.notes)
+    notes += _pipe_notes(d)
     if d.tp > 1:
         note = link_gbps(d.gpu)[1]
         if note:
@@ -305,6 +332,20 @@ def answer(d: Deployment, op_time: OpTimeFn | None = None, framework: FrameworkC
         decode_step_ms=round(step_us / 1e3, 4),
         breakdown={"prefill": _breakdown(ph.prefill), "decode": _breakdown(ph.decode)}, memory=memory,
         interval=interval, notes=notes, tiers=tiers, deployment=describe(d))
+
+
+def _pipe_notes(d: Deployment) -> list[str]:
+    """Say when the GPU lacks the weight dtype's pipe (the GEMMs run as the fallback dtype)."""
+    from components.opmodel.physics import PhysicsError, pipe_for
+
+    try:
+        choice = pipe_for(d.weight_dtype, d.gpu)
+    except PhysicsError as exc:
+        return [str(exc)]
+    if choice.emulated_from:
+        return [f"{d.gpu.id} has no {choice.emulated_from} pipe: GEMMs run as {choice.dtype} (weights stay "
+                f"{d.weight_dtype} in memory)"]
+    return []
 
 
 def steady_times(d: Deployment, ph: Phases, fw: FrameworkCost) -> tuple[float, float]:
