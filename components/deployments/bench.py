@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import statistics
 from collections import Counter
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -371,6 +371,23 @@ def fit_production(datasets_dir: Path, catalog: Any, op_time: OpTimeFn | None = 
     composed = compose_pipeweave(read_pipeweave_runs(datasets_dir), catalog, datasets_dir, op_time)
     silicon, _ = compose_silicon(read_silicon_runs(datasets_dir), catalog, datasets_dir, op_time)
     return fit_steady(silicon, fit_pipeweave(composed))
+
+
+def extend_result(result: Any, splits: Sequence[str], datasets_dir: Path, catalog: Any, *,
+                  log: Callable[[str], None] = lambda _: None) -> list[ServingBench]:
+    """Run the asked serving splits; append their rows and notes to ``result`` (a ``bench.BenchResult``)."""
+    benches = []
+    for split in splits:
+        runner = {SPLIT_PIPEWEAVE: run_pipeweave_bench, SPLIT_SILICON: run_silicon_bench}[split]
+        try:
+            bench = runner(Path(datasets_dir), catalog, log=log)
+        except (OSError, KeyError, ValueError) as exc:  # the datasets lack this source: say so, go on
+            result.notes.append(f"{split}: skipped ({exc})")
+            continue
+        result.rows += bench.rows
+        result.notes += bench.notes
+        benches.append(bench)
+    return benches
 
 
 def production_block(fw: FrameworkCost) -> str:
