@@ -12,7 +12,6 @@ Splits:
 
 from __future__ import annotations
 
-import statistics
 from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -70,8 +69,9 @@ def _features(layers: float, tokens: float, kernels: float) -> list[float]:
     return [1.0, layers, tokens, kernels]
 
 
-def fit_step_cost(measured_us: np.ndarray, kernels_us: np.ndarray, layers: np.ndarray,
-                  tokens: np.ndarray) -> tuple[float, float, float, float]:
+def fit_step_cost(
+    measured_us: np.ndarray, kernels_us: np.ndarray, layers: np.ndarray, tokens: np.ndarray
+) -> tuple[float, float, float, float]:
     """Least squares on relative error of ``measured = kernels + c0 + c1*layers + c2*tokens + c3*kernels``.
 
     The overheads c0..c2 are bounded at >= 0 (a framework never makes a step faster than its kernels; a
@@ -82,11 +82,15 @@ def fit_step_cost(measured_us: np.ndarray, kernels_us: np.ndarray, layers: np.nd
 
     x = np.array([_features(a, b, c) for a, b, c in zip(layers, tokens, kernels_us, strict=True)])
     w = 1.0 / measured_us
-    fit = lsq_linear(x * w[:, None], (measured_us - kernels_us) * w, bounds=([0, 0, 0, -0.5], [np.inf] * 3 + [1.0]))
+    fit = lsq_linear(
+        x * w[:, None], (measured_us - kernels_us) * w, bounds=([0, 0, 0, -0.5], [np.inf] * 3 + [1.0])
+    )
     return tuple(float(c) for c in fit.x)  # type: ignore[return-value]
 
 
-def _apply(coef: tuple[float, ...], layers: np.ndarray, tokens: np.ndarray, kernels: np.ndarray) -> np.ndarray:
+def _apply(
+    coef: tuple[float, ...], layers: np.ndarray, tokens: np.ndarray, kernels: np.ndarray
+) -> np.ndarray:
     return kernels + coef[0] + coef[1] * layers + coef[2] * tokens + coef[3] * kernels
 
 
@@ -96,8 +100,14 @@ def _mape(pred: np.ndarray, true: np.ndarray) -> float:
 
 # ---------------------------------------------------------------- PipeWeave ----------------------------
 
-def compose_pipeweave(runs: pd.DataFrame, catalog: Any, datasets_dir: Path, op_time: OpTimeFn | None = None,
-                      allreduce: Mapping[str, AllReduceTable] | None = None) -> pd.DataFrame:
+
+def compose_pipeweave(
+    runs: pd.DataFrame,
+    catalog: Any,
+    datasets_dir: Path,
+    op_time: OpTimeFn | None = None,
+    allreduce: Mapping[str, AllReduceTable] | None = None,
+) -> pd.DataFrame:
     """Per run: kernel and roofline times of one prefill (the whole batch) and one decode step."""
     tables = read_allreduce_tables(datasets_dir) if allreduce is None else allreduce
     fn = with_allreduce(op_time or roofline_op_time, tables)
@@ -105,36 +115,64 @@ def compose_pipeweave(runs: pd.DataFrame, catalog: Any, datasets_dir: Path, op_t
     for run in runs.itertuples():
         model = model_shape(run.model, datasets_dir)
         spec = catalog.resolve(run.device_id)
-        d = Deployment(model=model, gpu=spec, isl=int(round(run.isl)), osl=int(run.osl),
-                       concurrency=int(run.batch), tp=int(run.tp))
+        d = Deployment(
+            model=model, gpu=spec, isl=round(run.isl), osl=int(run.osl), concurrency=run.batch, tp=run.tp
+        )
         ph = compose_phases(d, fn, isl_mean=run.isl)
-        out.append({**run._asdict(), "layers": model.layers, "prefill_tokens": run.batch * run.isl,
-                    "prefill_kernels_us": ph.prefill_kernels_us, "decode_kernels_us": ph.decode_kernels_us,
-                    "prefill_roof_us": sum(x.floor_us for x in ph.prefill),
-                    "decode_roof_us": sum(x.floor_us for x in ph.decode)})
+        out.append(
+            {
+                **run._asdict(),
+                "layers": model.layers,
+                "prefill_tokens": run.batch * run.isl,
+                "prefill_kernels_us": ph.prefill_kernels_us,
+                "decode_kernels_us": ph.decode_kernels_us,
+                "prefill_roof_us": sum(x.floor_us for x in ph.prefill),
+                "decode_roof_us": sum(x.floor_us for x in ph.decode),
+            }
+        )
     frame = pd.DataFrame(out)
     return frame.drop(columns=["Index"], errors="ignore")
 
 
 def fit_pipeweave(train: pd.DataFrame) -> FrameworkCost:
-    pre = fit_step_cost(train["prefill_ms"].to_numpy() * 1e3, train["prefill_kernels_us"].to_numpy(),
-                        train["layers"].to_numpy(float), train["prefill_tokens"].to_numpy(float))
-    dec = fit_step_cost(train["decode_ms"].to_numpy() * 1e3, train["decode_kernels_us"].to_numpy(),
-                        train["layers"].to_numpy(float), train["batch"].to_numpy(float))
-    fw = FrameworkCost(prefill=pre, decode=dec, source=f"PipeWeave runs on {', '.join(sorted(train['gpu'].unique()))}")
+    pre = fit_step_cost(
+        train["prefill_ms"].to_numpy() * 1e3,
+        train["prefill_kernels_us"].to_numpy(),
+        train["layers"].to_numpy(float),
+        train["prefill_tokens"].to_numpy(float),
+    )
+    dec = fit_step_cost(
+        train["decode_ms"].to_numpy() * 1e3,
+        train["decode_kernels_us"].to_numpy(),
+        train["layers"].to_numpy(float),
+        train["batch"].to_numpy(float),
+    )
+    fw = FrameworkCost(
+        prefill=pre, decode=dec, source=f"PipeWeave runs on {', '.join(sorted(train['gpu'].unique()))}"
+    )
     pred = predict_pipeweave(train, fw)
-    mape = {"prefill": _mape(pred["prefill_pred_ms"].to_numpy(), train["prefill_ms"].to_numpy()),
-            "decode": _mape(pred["decode_pred_ms"].to_numpy(), train["decode_ms"].to_numpy())}
+    mape = {
+        "prefill": _mape(pred["prefill_pred_ms"].to_numpy(), train["prefill_ms"].to_numpy()),
+        "decode": _mape(pred["decode_pred_ms"].to_numpy(), train["decode_ms"].to_numpy()),
+    }
     return FrameworkCost(prefill=pre, decode=dec, source=fw.source, train_mape=mape)
 
 
 def predict_pipeweave(frame: pd.DataFrame, fw: FrameworkCost) -> pd.DataFrame:
     layers = frame["layers"].to_numpy(float)
     out = frame.copy()
-    out["prefill_pred_ms"] = _apply(fw.prefill, layers, frame["prefill_tokens"].to_numpy(float),
-                                    frame["prefill_kernels_us"].to_numpy()) / 1e3
-    out["decode_pred_ms"] = _apply(fw.decode, layers, frame["batch"].to_numpy(float),
-                                   frame["decode_kernels_us"].to_numpy()) / 1e3
+    out["prefill_pred_ms"] = (
+        _apply(
+            fw.prefill,
+            layers,
+            frame["prefill_tokens"].to_numpy(float),
+            frame["prefill_kernels_us"].to_numpy(),
+        )
+        / 1e3
+    )
+    out["decode_pred_ms"] = (
+        _apply(fw.decode, layers, frame["batch"].to_numpy(float), frame["decode_kernels_us"].to_numpy()) / 1e3
+    )
     out["total_pred_ms"] = out["prefill_pred_ms"] + out["osl"] * out["decode_pred_ms"]
     out["prefill_roof_ms"] = frame["prefill_roof_us"] / 1e3
     out["decode_roof_ms"] = frame["decode_roof_us"] / 1e3
@@ -142,13 +180,31 @@ def predict_pipeweave(frame: pd.DataFrame, fw: FrameworkCost) -> pd.DataFrame:
     return out
 
 
-def _row(split: str, family: str, target: str, scope: str, value: float | None, n: int, n_asked: int,
-         published: float | None = None, by: str | None = None) -> dict[str, Any]:
+def _row(
+    split: str,
+    family: str,
+    target: str,
+    scope: str,
+    value: float | None,
+    n: int,
+    n_asked: int,
+    published: float | None = None,
+    by: str | None = None,
+) -> dict[str, Any]:
     ok = value is not None and np.isfinite(value)
-    return {"split": split, "family": family, "target": f"{target}[{scope}]" if scope else target, "scope": scope,
-            "metric": "mape", "ours": round(float(value), 4) if ok else None, "n": int(n), "n_asked": int(n_asked),
-            "coverage": round(n / n_asked, 4) if n_asked else None,
-            "published": None if published is None else round(float(published), 4), "published_by": by}
+    return {
+        "split": split,
+        "family": family,
+        "target": f"{target}[{scope}]" if scope else target,
+        "scope": scope,
+        "metric": "mape",
+        "ours": round(float(value), 4) if ok else None,
+        "n": int(n),
+        "n_asked": int(n_asked),
+        "coverage": round(n / n_asked, 4) if n_asked else None,
+        "published": None if published is None else round(float(published), 4),
+        "published_by": by,
+    }
 
 
 @dataclass
@@ -158,10 +214,15 @@ class ServingBench:
     predictions: pd.DataFrame | None = None
 
 
-def run_pipeweave_bench(datasets_dir: Path, catalog: Any, op_time: OpTimeFn | None = None,
-                        log: Callable[[str], None] = lambda _: None) -> ServingBench:
+def run_pipeweave_bench(
+    datasets_dir: Path,
+    catalog: Any,
+    op_time: OpTimeFn | None = None,
+    log: Callable[[str], None] = lambda _: None,
+    runs: pd.DataFrame | None = None,
+) -> ServingBench:
     """Leave one GPU out: fit the framework cost on the other GPUs, score the held-out GPU's runs."""
-    runs = read_pipeweave_runs(datasets_dir)
+    runs = read_pipeweave_runs(datasets_dir) if runs is None else runs
     composed = compose_pipeweave(runs, catalog, datasets_dir, op_time)
     folds = []
     for gpu in sorted(composed["gpu"].unique()):
@@ -173,26 +234,47 @@ def run_pipeweave_bench(datasets_dir: Path, catalog: Any, op_time: OpTimeFn | No
     published = read_published(datasets_dir)
     targets = ("prefill", "decode", "total")
     for scope_col in ("", "gpu", "tp"):
-        groups = [("", pred)] if not scope_col else [(f"{scope_col}={k}", g) for k, g in pred.groupby(scope_col)]
+        groups = (
+            [("", pred)] if not scope_col else [(f"{scope_col}={k}", g) for k, g in pred.groupby(scope_col)]
+        )
         for scope, g in groups:
             for target in targets:
                 ours = _mape(g[f"{target}_pred_ms"].to_numpy(), g[f"{target}_ms"].to_numpy())
                 roof = _mape(g[f"{target}_roof_ms"].to_numpy(), g[f"{target}_ms"].to_numpy())
                 pub = _published_mape(published, "pipeweave", scope, target)
-                bench.rows.append(_row(SPLIT_PIPEWEAVE, FAMILY, f"{target}_ms", scope, ours, len(g), len(g), pub,
-                                       "PipeWeave (published)" if pub is not None else None))
-                bench.rows.append(_row(SPLIT_PIPEWEAVE, FAMILY_ROOFLINE, f"{target}_ms", scope, roof, len(g), len(g)))
+                bench.rows.append(
+                    _row(
+                        SPLIT_PIPEWEAVE,
+                        FAMILY,
+                        f"{target}_ms",
+                        scope,
+                        ours,
+                        len(g),
+                        len(g),
+                        pub,
+                        "PipeWeave (published)" if pub is not None else None,
+                    )
+                )
+                bench.rows.append(
+                    _row(SPLIT_PIPEWEAVE, FAMILY_ROOFLINE, f"{target}_ms", scope, roof, len(g), len(g))
+                )
                 for method in ("neusight", "habitat", "roofline"):
                     other = _published_mape(published, method, scope, target)
                     if other is not None:
-                        bench.rows.append(_row(SPLIT_PIPEWEAVE, f"published:{method}", f"{target}_ms", scope, other,
-                                               0, 0))
-    worse = [g for g, sub in pred.groupby("gpu")
-             if _mape(sub["total_pred_ms"].to_numpy(), sub["total_ms"].to_numpy())
-             > _mape(sub["total_roof_ms"].to_numpy(), sub["total_ms"].to_numpy())]
-    bench.notes.append(f"{SPLIT_PIPEWEAVE}: {len(pred)} runs on {pred['gpu'].nunique()} GPUs, leave-one-GPU-out "
-                       f"(framework cost refitted per fold on the other GPUs); total worse than the roofline "
-                       f"composition on: {', '.join(worse) or 'none'}")
+                        bench.rows.append(
+                            _row(SPLIT_PIPEWEAVE, f"published:{method}", f"{target}_ms", scope, other, 0, 0)
+                        )
+    worse = [
+        g
+        for g, sub in pred.groupby("gpu")
+        if _mape(sub["total_pred_ms"].to_numpy(), sub["total_ms"].to_numpy())
+        > _mape(sub["total_roof_ms"].to_numpy(), sub["total_ms"].to_numpy())
+    ]
+    bench.notes.append(
+        f"{SPLIT_PIPEWEAVE}: {len(pred)} runs on {pred['gpu'].nunique()} GPUs, leave-one-GPU-out "
+        f"(framework cost refitted per fold on the other GPUs); total worse than the roofline "
+        f"composition on: {', '.join(worse) or 'none'}"
+    )
     for line in summary(bench, SPLIT_PIPEWEAVE):
         log(line)
     return bench
@@ -221,15 +303,24 @@ def _num(value: Any, default: int = 1) -> int:
     return default if value is None or (isinstance(value, float) and not np.isfinite(value)) else int(value)
 
 
-def silicon_deployments(row: Mapping[str, Any], catalog: Any, datasets_dir: Path) -> tuple[Deployment, Deployment]:
+def silicon_deployments(
+    row: Mapping[str, Any], catalog: Any, datasets_dir: Path
+) -> tuple[Deployment, Deployment]:
     """(prefill worker, decode worker) deployments of one silicon run; DeploymentError says why none."""
     model = model_shape(str(row["model_path"]), datasets_dir)
     spec = catalog.resolve(str(row["device_id"]))
     quant = row.get("gemm_quant_mode")
     dtype = SILICON_DTYPES.get(str(quant), "bf16") if isinstance(quant, str) else "bf16"
     kv = "fp8" if str(row.get("precision")) in ("fp8", "fp4") else "bf16"
-    common = {"model": model, "gpu": spec, "isl": int(row["isl"]), "osl": int(row["osl"]), "weight_dtype": dtype,
-              "kv_dtype": kv, "mode": str(row["mode"])}
+    common = {
+        "model": model,
+        "gpu": spec,
+        "isl": int(row["isl"]),
+        "osl": int(row["osl"]),
+        "weight_dtype": dtype,
+        "kv_dtype": kv,
+        "mode": str(row["mode"]),
+    }
 
     def worker(prefix: str, concurrency: Any) -> Deployment:
         dp = _num(row.get(f"{prefix}attention_dp_size"))
@@ -237,17 +328,29 @@ def silicon_deployments(row: Mapping[str, Any], catalog: Any, datasets_dir: Path
             raise DeploymentError(f"attention_dp_size {dp}: attention data parallelism is not modelled")
         pp = _num(row.get(f"{prefix}pp_size"))
         ep = _num(row.get(f"{prefix}moe_ep_size")) if model.is_moe else 1
-        return Deployment(**common, concurrency=_num(concurrency), tp=_num(row.get(f"{prefix}tp_size")), pp=pp,
-                          ep=max(ep, 1))
+        return Deployment(
+            **common,
+            concurrency=_num(concurrency),
+            tp=_num(row.get(f"{prefix}tp_size")),
+            pp=pp,
+            ep=max(ep, 1),
+        )
 
     if row["mode"] == "disagg":
-        return worker("prefill_", row.get("prefill_batch_size")), worker("decode_", row.get("decode_batch_size"))
+        return worker("prefill_", row.get("prefill_batch_size")), worker(
+            "decode_", row.get("decode_batch_size")
+        )
     agg = worker("", row.get("batch_size"))
     return agg, agg
 
 
-def compose_silicon(runs: pd.DataFrame, catalog: Any, datasets_dir: Path, op_time: OpTimeFn | None = None,
-                    log: Callable[[str], None] = lambda _: None) -> tuple[pd.DataFrame, pd.DataFrame]:
+def compose_silicon(
+    runs: pd.DataFrame,
+    catalog: Any,
+    datasets_dir: Path,
+    op_time: OpTimeFn | None = None,
+    log: Callable[[str], None] = lambda _: None,
+) -> tuple[pd.DataFrame, pd.DataFrame]:
     """Kernel times per answerable run, and (id, reason) of the runs without an answer."""
     fn = op_time or roofline_op_time
     cache: dict[tuple, Any] = {}
@@ -256,19 +359,46 @@ def compose_silicon(runs: pd.DataFrame, catalog: Any, datasets_dir: Path, op_tim
         try:
             pre, dec = silicon_deployments(row, catalog, datasets_dir)
             memory_check(dec)
-            key_p = (pre.model.name, pre.gpu.id, pre.isl, pre.osl, pre.weight_dtype, pre.kv_dtype, pre.tp, pre.ep,
-                     pre.concurrency, dec.concurrency, dec.tp, dec.ep)
+            key_p = (
+                pre.model.name,
+                pre.gpu.id,
+                pre.isl,
+                pre.osl,
+                pre.weight_dtype,
+                pre.kv_dtype,
+                pre.tp,
+                pre.ep,
+                pre.concurrency,
+                dec.concurrency,
+                dec.tp,
+                dec.ep,
+            )
             if key_p not in cache:
                 cache[key_p] = (compose_phases(pre, fn), compose_phases(dec, fn))
             ph_p, ph_d = cache[key_p]
         except DeploymentError as exc:
-            refused.append({"id": row["id"], "model_path": row["model_path"], "device_id": row["device_id"],
-                            "reason": _reason(exc)})
+            refused.append(
+                {
+                    "id": row["id"],
+                    "model_path": row["model_path"],
+                    "device_id": row["device_id"],
+                    "reason": _reason(exc),
+                }
+            )
             continue
-        answered.append({**row, "layers": pre.model.layers, "c": dec.concurrency, "prefill_c": pre.concurrency,
-                         "one_prefill_us": ph_p.prefill_one_us, "batch_prefill_us": ph_p.prefill_kernels_us,
-                         "decode_step_us": ph_d.decode_kernels_us, "one_prefill_roof_us": ph_p.floor_us(ph_p.one),
-                         "decode_roof_us": ph_d.floor_us(ph_d.decode)})
+        answered.append(
+            {
+                **row,
+                "layers": pre.model.layers,
+                "c": dec.concurrency,
+                "prefill_c": pre.concurrency,
+                "one_prefill_us": ph_p.prefill_one_us,
+                "batch_prefill_us": ph_p.prefill_kernels_us,
+                "decode_step_us": ph_d.decode_kernels_us,
+                "one_prefill_roof_us": ph_p.floor_us(ph_p.one),
+                "decode_roof_us": ph_d.floor_us(ph_d.decode),
+            }
+        )
     log(f"silicon: {len(answered)} runs composed, {len(refused)} without an answer")
     return pd.DataFrame(answered), pd.DataFrame(refused)
 
@@ -277,14 +407,21 @@ def _reason(exc: Exception) -> str:
     """The reason without the run-specific figures, so reasons count across runs."""
     text = str(exc)
     if isinstance(exc, DoesNotFit):
-        return "does not fit: weights + KV cache (concurrency x (isl+osl)) + activations exceed 0.9 x GPU memory"
+        return (
+            "does not fit: weights + KV cache (concurrency x (isl+osl)) + activations exceed 0.9 x GPU memory"
+        )
     return text.split(":")[0] + ": " + text.split(":", 1)[1].split(";")[0].strip() if ":" in text else text
 
 
 def _steady_design(frame: pd.DataFrame) -> tuple[np.ndarray, np.ndarray]:
-    return steady_features(frame["one_prefill_us"].to_numpy(), frame["batch_prefill_us"].to_numpy(),
-                           frame["decode_step_us"].to_numpy(), frame["c"].to_numpy(float),
-                           frame["osl"].to_numpy(float), (frame["mode"] == "agg").to_numpy())
+    return steady_features(
+        frame["one_prefill_us"].to_numpy(),
+        frame["batch_prefill_us"].to_numpy(),
+        frame["decode_step_us"].to_numpy(),
+        frame["c"].to_numpy(float),
+        frame["osl"].to_numpy(float),
+        (frame["mode"] == "agg").to_numpy(),
+    )
 
 
 def _relative_lstsq(x: np.ndarray, y: np.ndarray) -> np.ndarray:
@@ -296,16 +433,29 @@ def _relative_lstsq(x: np.ndarray, y: np.ndarray) -> np.ndarray:
 
 
 def fit_steady(train: pd.DataFrame, base: FrameworkCost | None = None) -> FrameworkCost:
-    """The steady-serving TTFT/TPOT regressions fitted on ``train``'s silicon runs (relative least squares)."""
+    """The steady-serving TTFT/TPOT regressions fitted on ``train``'s silicon runs (relative least
+    squares)."""
     x_ttft, x_tpot = _steady_design(train)
     ttft, tpot = train["silicon_ttft_ms"].to_numpy() * 1e3, train["silicon_tpot_ms"].to_numpy() * 1e3
     c_ttft, c_tpot = _relative_lstsq(x_ttft, ttft), _relative_lstsq(x_tpot, tpot)
     base = base or FrameworkCost()
-    mape = {**base.train_mape, "steady_ttft": _mape(x_ttft @ c_ttft, ttft), "steady_tpot": _mape(x_tpot @ c_tpot, tpot)}
-    source = f"AIConfigurator silicon runs on {', '.join(sorted(train['device_id'].unique()))} ({len(train)} runs)"
-    return FrameworkCost(prefill=base.prefill, decode=base.decode, steady_ttft=tuple(float(c) for c in c_ttft),
-                         steady_tpot=tuple(float(c) for c in c_tpot), steady_source=source, source=base.source,
-                         train_mape=mape)
+    mape = {
+        **base.train_mape,
+        "steady_ttft": _mape(x_ttft @ c_ttft, ttft),
+        "steady_tpot": _mape(x_tpot @ c_tpot, tpot),
+    }
+    source = (
+        f"AIConfigurator silicon runs on {', '.join(sorted(train['device_id'].unique()))} ({len(train)} runs)"
+    )
+    return FrameworkCost(
+        prefill=base.prefill,
+        decode=base.decode,
+        steady_ttft=tuple(float(c) for c in c_ttft),
+        steady_tpot=tuple(float(c) for c in c_tpot),
+        steady_source=source,
+        source=base.source,
+        train_mape=mape,
+    )
 
 
 def predict_steady(frame: pd.DataFrame, fw: FrameworkCost) -> pd.DataFrame:
@@ -318,8 +468,13 @@ def predict_steady(frame: pd.DataFrame, fw: FrameworkCost) -> pd.DataFrame:
     return out
 
 
-def run_silicon_bench(datasets_dir: Path, catalog: Any, op_time: OpTimeFn | None = None,
-                      log: Callable[[str], None] = lambda _: None, runs: pd.DataFrame | None = None) -> ServingBench:
+def run_silicon_bench(
+    datasets_dir: Path,
+    catalog: Any,
+    op_time: OpTimeFn | None = None,
+    log: Callable[[str], None] = lambda _: None,
+    runs: pd.DataFrame | None = None,
+) -> ServingBench:
     """H100 and H200 each held out of a fit on the other; TTFT/TPOT MAPE per GPU, model, precision, mode."""
     runs = read_silicon_runs(datasets_dir) if runs is None else runs
     composed, refused = compose_silicon(runs, catalog, datasets_dir, op_time, log=log)
@@ -337,18 +492,44 @@ def run_silicon_bench(datasets_dir: Path, catalog: Any, op_time: OpTimeFn | None
         if not scope_col:
             groups = [("", pred, len(asked))]
         else:
-            groups = [(f"{scope_col.replace('_path', '').replace('_id', '')}={k}", g,
-                       int((asked[scope_col] == k).sum())) for k, g in pred.groupby(scope_col)]
+            groups = [
+                (
+                    f"{scope_col.replace('_path', '').replace('_id', '')}={k}",
+                    g,
+                    int((asked[scope_col] == k).sum()),
+                )
+                for k, g in pred.groupby(scope_col)
+            ]
         for scope, g, n_asked in groups:
             for target in ("ttft", "tpot"):
                 true = g[f"silicon_{target}_ms"].to_numpy()
-                bench.rows.append(_row(SPLIT_SILICON, FAMILY, f"{target}_ms", scope,
-                                       _mape(g[f"{target}_pred_ms"].to_numpy(), true), len(g), n_asked))
-                bench.rows.append(_row(SPLIT_SILICON, FAMILY_ROOFLINE, f"{target}_ms", scope,
-                                       _mape(g[f"{target}_roof_ms"].to_numpy(), true), len(g), n_asked))
+                bench.rows.append(
+                    _row(
+                        SPLIT_SILICON,
+                        FAMILY,
+                        f"{target}_ms",
+                        scope,
+                        _mape(g[f"{target}_pred_ms"].to_numpy(), true),
+                        len(g),
+                        n_asked,
+                    )
+                )
+                bench.rows.append(
+                    _row(
+                        SPLIT_SILICON,
+                        FAMILY_ROOFLINE,
+                        f"{target}_ms",
+                        scope,
+                        _mape(g[f"{target}_roof_ms"].to_numpy(), true),
+                        len(g),
+                        n_asked,
+                    )
+                )
     reasons = refused["reason"].value_counts() if not refused.empty else pd.Series(dtype=int)
-    bench.notes.append(f"{SPLIT_SILICON}: {len(pred)} of {len(runs)} runs answered (each GPU held out of a fit on "
-                       "the other); not answered: " + "; ".join(f"{n} x {r}" for r, n in reasons.items()))
+    bench.notes.append(
+        f"{SPLIT_SILICON}: {len(pred)} of {len(runs)} runs answered (each GPU held out of a fit on "
+        "the other); not answered: " + "; ".join(f"{n} x {r}" for r, n in reasons.items())
+    )
     for line in summary(bench, SPLIT_SILICON):
         log(line)
     return bench
@@ -358,23 +539,38 @@ def summary(bench: ServingBench, split: str) -> list[str]:
     lines = []
     for row in bench.rows:
         if row["family"] == FAMILY and row["split"] == split:
-            roof = next((r["ours"] for r in bench.rows if r["family"] == FAMILY_ROOFLINE
-                         and r["target"] == row["target"] and r["split"] == split), None)
+            roof = next(
+                (
+                    r["ours"]
+                    for r in bench.rows
+                    if r["family"] == FAMILY_ROOFLINE and r["target"] == row["target"] and r["split"] == split
+                ),
+                None,
+            )
             pub = f"  published {row['published']:.1%}" if row["published"] is not None else ""
-            lines.append(f"{split} {row['target']:44s} ours {row['ours']:.1%}  roofline-comp {roof:.1%}{pub}  "
-                         f"n={row['n']}/{row['n_asked']}")
+            lines.append(
+                f"{split} {row['target']:44s} ours {row['ours']:.1%}  roofline-comp {roof:.1%}{pub}  "
+                f"n={row['n']}/{row['n_asked']}"
+            )
     return lines
 
 
 def fit_production(datasets_dir: Path, catalog: Any, op_time: OpTimeFn | None = None) -> FrameworkCost:
-    """The framework cost for production answers: PipeWeave steps on every GPU, steady serving on both silicon GPUs."""
+    """The framework cost for production answers: PipeWeave steps on every GPU, steady serving on both
+    silicon GPUs."""
     composed = compose_pipeweave(read_pipeweave_runs(datasets_dir), catalog, datasets_dir, op_time)
     silicon, _ = compose_silicon(read_silicon_runs(datasets_dir), catalog, datasets_dir, op_time)
     return fit_steady(silicon, fit_pipeweave(composed))
 
 
-def extend_result(result: Any, splits: Sequence[str], datasets_dir: Path, catalog: Any, *,
-                  log: Callable[[str], None] = lambda _: None) -> list[ServingBench]:
+def extend_result(
+    result: Any,
+    splits: Sequence[str],
+    datasets_dir: Path,
+    catalog: Any,
+    *,
+    log: Callable[[str], None] = lambda _: None,
+) -> list[ServingBench]:
     """Run the asked serving splits; append their rows and notes to ``result`` (a ``bench.BenchResult``)."""
     benches = []
     for split in splits:
@@ -392,13 +588,16 @@ def extend_result(result: Any, splits: Sequence[str], datasets_dir: Path, catalo
 
 def production_block(fw: FrameworkCost) -> str:
     """``fitted.py``'s assignment for ``fw`` (rounded coefficients)."""
+
     def r(values: Any) -> tuple[float, ...]:
         return tuple(round(float(x), 6) for x in values)
 
-    return (f"PRODUCTION_FRAMEWORK = FrameworkCost(\n    prefill={r(fw.prefill)},\n    decode={r(fw.decode)},\n"
-            f"    steady_ttft={r(fw.steady_ttft or ())},\n    steady_tpot={r(fw.steady_tpot or ())},\n"
-            f"    steady_source={fw.steady_source!r},\n    source={fw.source!r},\n"
-            f"    train_mape={ {k: round(v, 4) for k, v in fw.train_mape.items()} },\n)")
+    return (
+        f"PRODUCTION_FRAMEWORK = FrameworkCost(\n    prefill={r(fw.prefill)},\n    decode={r(fw.decode)},\n"
+        f"    steady_ttft={r(fw.steady_ttft or ())},\n    steady_tpot={r(fw.steady_tpot or ())},\n"
+        f"    steady_source={fw.steady_source!r},\n    source={fw.source!r},\n"
+        f"    train_mape={ {k: round(v, 4) for k, v in fw.train_mape.items()} },\n)"
+    )
 
 
 if __name__ == "__main__":  # python -m components.deployments.bench --fit-production
@@ -409,5 +608,7 @@ if __name__ == "__main__":  # python -m components.deployments.bench --fit-produ
 
     if sys.argv[1:] != ["--fit-production"]:
         raise SystemExit("usage: python -m components.deployments.bench --fit-production")
-    datasets = Path(os.environ.get("KERNELCAST_DATASETS_DIR", Path(__file__).resolve().parents[3] / "shared/datasets"))
+    from components.config import DEFAULT_DATASETS_DIR
+
+    datasets = Path(os.environ.get("KERNELCAST_DATASETS_DIR", DEFAULT_DATASETS_DIR))
     print(production_block(fit_production(datasets, load_catalog())))

@@ -96,9 +96,17 @@ class Answer:
         return asdict(self)
 
 
-def _layer_ops(d: Deployment, phase: str, tokens: float, batch: float, q_len: np.ndarray | float,
-               ctx: np.ndarray | float, layers: float) -> list[OpLine]:
-    """One layer's ops on one GPU for ``tokens`` tokens (``batch`` sequences of ``q_len`` attending to ``ctx``)."""
+def _layer_ops(
+    d: Deployment,
+    phase: str,
+    tokens: float,
+    batch: float,
+    q_len: np.ndarray | float,
+    ctx: np.ndarray | float,
+    layers: float,
+) -> list[OpLine]:
+    """One layer's ops on one GPU for ``tokens`` tokens (``batch`` sequences of ``q_len`` attending to
+    ``ctx``)."""
     m, tp, wd = d.model, d.tp, d.weight_dtype
     hq = m.heads // tp
     hkv = max(1, m.kv_heads // tp)
@@ -118,42 +126,102 @@ def _layer_ops(d: Deployment, phase: str, tokens: float, batch: float, q_len: np
     win_layers = layers - full_layers
     attn = {"B": batch, "H": hq, "HKV": hkv, "D": dh}
     if full_layers:
-        ops.append(OpLine(phase, "attention", "attention", act, {**attn, "S": q_len, "KV": ctx}, full_layers,
-                          kv_dtype=d.kv_dtype))
+        ops.append(
+            OpLine(
+                phase,
+                "attention",
+                "attention",
+                act,
+                {**attn, "S": q_len, "KV": ctx},
+                full_layers,
+                kv_dtype=d.kv_dtype,
+            )
+        )
     if win_layers and window:
-        ops.append(OpLine(phase, "attention", "attention", act, {**attn, "S": q_len, "KV": ctx, "W": window},
-                          win_layers, kv_dtype=d.kv_dtype))
+        ops.append(
+            OpLine(
+                phase,
+                "attention",
+                "attention",
+                act,
+                {**attn, "S": q_len, "KV": ctx, "W": window},
+                win_layers,
+                kv_dtype=d.kv_dtype,
+            )
+        )
     dense_layers = layers * (1 - m.moe_layers / m.layers)
     moe_layers = layers - dense_layers
     if dense_layers:
         inter = m.intermediate // tp
-        ops += [OpLine(phase, "gemm", "gemm", wd, {"M": tokens, "N": 2 * inter, "K": h}, dense_layers),
-                OpLine(phase, "activation", "elementwise", act, {"N": tokens * inter, "op": "silu_and_mul"},
-                       dense_layers),
-                OpLine(phase, "gemm", "gemm", wd, {"M": tokens, "N": h, "K": inter}, dense_layers)]
+        ops += [
+            OpLine(phase, "gemm", "gemm", wd, {"M": tokens, "N": 2 * inter, "K": h}, dense_layers),
+            OpLine(
+                phase,
+                "activation",
+                "elementwise",
+                act,
+                {"N": tokens * inter, "op": "silu_and_mul"},
+                dense_layers,
+            ),
+            OpLine(phase, "gemm", "gemm", wd, {"M": tokens, "N": h, "K": inter}, dense_layers),
+        ]
     if moe_layers:
         moe_tp = max(1, tp // d.ep)
-        ops += [OpLine(phase, "moe", "gemm", act, {"M": tokens, "N": m.experts, "K": h}, moe_layers),
-                OpLine(phase, "moe", "moe", wd, {"T": tokens, "E": m.experts, "topk": m.topk, "H": h,
-                                                 "I": m.moe_intermediate, "tp": moe_tp, "ep": d.ep}, moe_layers)]
+        ops += [
+            OpLine(phase, "moe", "gemm", act, {"M": tokens, "N": m.experts, "K": h}, moe_layers),
+            OpLine(
+                phase,
+                "moe",
+                "moe",
+                wd,
+                {
+                    "T": tokens,
+                    "E": m.experts,
+                    "topk": m.topk,
+                    "H": h,
+                    "I": m.moe_intermediate,
+                    "tp": moe_tp,
+                    "ep": d.ep,
+                },
+                moe_layers,
+            ),
+        ]
         if m.shared_experts:
             inter = m.shared_experts * m.moe_intermediate // tp
-            ops += [OpLine(phase, "gemm", "gemm", wd, {"M": tokens, "N": 2 * inter, "K": h}, moe_layers),
-                    OpLine(phase, "activation", "elementwise", act, {"N": tokens * inter, "op": "silu_and_mul"},
-                           moe_layers),
-                    OpLine(phase, "gemm", "gemm", wd, {"M": tokens, "N": h, "K": inter}, moe_layers)]
+            ops += [
+                OpLine(phase, "gemm", "gemm", wd, {"M": tokens, "N": 2 * inter, "K": h}, moe_layers),
+                OpLine(
+                    phase,
+                    "activation",
+                    "elementwise",
+                    act,
+                    {"N": tokens * inter, "op": "silu_and_mul"},
+                    moe_layers,
+                ),
+                OpLine(phase, "gemm", "gemm", wd, {"M": tokens, "N": h, "K": inter}, moe_layers),
+            ]
     if tp > 1:
-        ops.append(OpLine(phase, "allreduce", "allreduce", act, {"bytes": tokens * h * ACT_BYTES, "gpus": tp},
-                          2 * layers))
+        ops.append(
+            OpLine(
+                phase,
+                "allreduce",
+                "allreduce",
+                act,
+                {"bytes": tokens * h * ACT_BYTES, "gpus": tp},
+                2 * layers,
+            )
+        )
     return ops
 
 
 def _head_ops(d: Deployment, phase: str, batch: float) -> list[OpLine]:
     """Final norm, LM head (last token of each sequence; vocab-parallel over TP) and sampling."""
     m = d.model
-    return [OpLine(phase, "norm", "rmsnorm", "bf16", {"B": batch, "H": m.hidden}, 1),
-            OpLine(phase, "lm_head", "gemm", "bf16", {"M": batch, "N": m.vocab // d.tp, "K": m.hidden}, 1),
-            OpLine(phase, "sampling", "elementwise", "fp32", {"N": batch * m.vocab, "op": "exp"}, 1)]
+    return [
+        OpLine(phase, "norm", "rmsnorm", "bf16", {"B": batch, "H": m.hidden}, 1),
+        OpLine(phase, "lm_head", "gemm", "bf16", {"M": batch, "N": m.vocab // d.tp, "K": m.hidden}, 1),
+        OpLine(phase, "sampling", "elementwise", "fp32", {"N": batch * m.vocab, "op": "exp"}, 1),
+    ]
 
 
 def step_ops(d: Deployment, phase: str, batch: int, q_len: float, ctx: np.ndarray | float) -> list[OpLine]:
@@ -162,8 +230,9 @@ def step_ops(d: Deployment, phase: str, batch: int, q_len: float, ctx: np.ndarra
     return _layer_ops(d, phase, tokens, batch, q_len, ctx, d.model.layers) + _head_ops(d, phase, batch)
 
 
-def _call(op_time: OpTimeFn, family: str, dtype: str, kv_dtype: str | None, shape: dict[str, np.ndarray],
-          spec: Any) -> tuple[np.ndarray, str]:
+def _call(
+    op_time: OpTimeFn, family: str, dtype: str, kv_dtype: str | None, shape: dict[str, np.ndarray], spec: Any
+) -> tuple[np.ndarray, str]:
     """One batch of same-kind ops: times (microseconds, never below the speed-of-light floor) and the tier."""
     if family == "attention" and _takes_kv(op_time):
         out = op_time(family, dtype, shape, spec, kv_dtype=kv_dtype)
@@ -188,7 +257,8 @@ NEUTRAL = {"B": 1.0, "W": 0.0, "tp": 1.0, "ep": 1.0}
 
 
 def time_ops(lines: list[OpLine], spec: Any, op_time: OpTimeFn) -> float:
-    """Fill each line's per-step time and floor (mean over decode context points); return the step's kernel time.
+    """Fill each line's per-step time and floor (mean over decode context points); return the step's
+    kernel time.
 
     Lines of one (family, dtype, kv dtype, elementwise op) go to the op-time function as ONE call with
     stacked shape arrays: a deployment is ~40 ops, a rank over the catalog thousands of them.
@@ -197,13 +267,21 @@ def time_ops(lines: list[OpLine], spec: Any, op_time: OpTimeFn) -> float:
     for i, line in enumerate(lines):
         groups[(line.family, line.dtype, line.kv_dtype, line.shape.get("op"))].append(i)
     for (family, dtype, kv_dtype, op), members in groups.items():
-        arrays = [{k: np.atleast_1d(np.asarray(v, dtype="float64")) for k, v in lines[i].shape.items() if k != "op"}
-                  for i in members]
+        arrays = [
+            {k: np.atleast_1d(np.asarray(v, dtype="float64")) for k, v in lines[i].shape.items() if k != "op"}
+            for i in members
+        ]
         sizes = [max(len(a) for a in shape.values()) for shape in arrays]
         keys = sorted({k for shape in arrays for k in shape})
-        stacked: dict[str, Any] = {k: np.concatenate([np.broadcast_to(shape.get(k, np.asarray([NEUTRAL.get(k, 0.0)])),
-                                                                      (n,)) for shape, n in zip(arrays, sizes, strict=True)])
-                                   for k in keys}
+        stacked: dict[str, Any] = {
+            k: np.concatenate(
+                [
+                    np.broadcast_to(shape.get(k, np.asarray([NEUTRAL.get(k, 0.0)])), (n,))
+                    for shape, n in zip(arrays, sizes, strict=True)
+                ]
+            )
+            for k in keys
+        }
         if op is not None:
             stacked["op"] = op
         times, tier = _call(op_time, family, dtype, kv_dtype, stacked, spec)
@@ -233,20 +311,31 @@ def memory_check(d: Deployment) -> dict[str, float]:
     kv = d.concurrency * kv_tokens * per_token_layer / d.pp
     tokens = min(d.concurrency * d.isl, MAX_BATCHED_TOKENS)
     widest = max(m.intermediate, m.moe_intermediate * max(m.topk, 1), (m.heads + 2 * m.kv_heads) * m.head_dim)
-    activations = tokens * (2 * m.hidden + 2 * widest / d.tp) * ACT_BYTES + min(d.concurrency, tokens) * m.vocab / d.tp * 4
+    activations = (
+        tokens * (2 * m.hidden + 2 * widest / d.tp) * ACT_BYTES
+        + min(d.concurrency, tokens) * m.vocab / d.tp * 4
+    )
     budget = MEMORY_HEADROOM * float(spec.memory_gb) * 1e9
-    figures = {"weights_gb": weights / 1e9, "kv_cache_gb": kv / 1e9, "activations_gb": activations / 1e9,
-               "total_gb": (weights + kv + activations) / 1e9, "budget_gb": budget / 1e9,
-               "gpu_memory_gb": float(spec.memory_gb)}
+    figures = {
+        "weights_gb": weights / 1e9,
+        "kv_cache_gb": kv / 1e9,
+        "activations_gb": activations / 1e9,
+        "total_gb": (weights + kv + activations) / 1e9,
+        "budget_gb": budget / 1e9,
+        "gpu_memory_gb": float(spec.memory_gb),
+    }
     if weights + kv + activations > budget:
         need = []
         if weights > budget:
             need.append(f"the weights alone need {math.ceil(weights * per_gpu / budget)} GPUs")
         raise DoesNotFit(
-            f"does not fit on {spec.id} x{per_gpu} (tp={d.tp}, pp={d.pp}): per GPU weights {weights / 1e9:.1f} GB "
+            f"does not fit on {spec.id} x{per_gpu} (tp={d.tp}, pp={d.pp}): per GPU weights "
+            f"{weights / 1e9:.1f} GB "
             f"+ KV cache {kv / 1e9:.1f} GB ({d.concurrency} x {seq} tokens, {d.kv_dtype}) + activations "
-            f"{activations / 1e9:.1f} GB = {(weights + kv + activations) / 1e9:.1f} GB > {budget / 1e9:.1f} GB "
-            f"({MEMORY_HEADROOM:g} x {spec.memory_gb:g} GB)" + (f"; {need[0]}" if need else ""))
+            f"{activations / 1e9:.1f} GB = {(weights + kv + activations) / 1e9:.1f} GB > "
+            f"{budget / 1e9:.1f} GB "
+            f"({MEMORY_HEADROOM:g} x {spec.memory_gb:g} GB)" + (f"; {need[0]}" if need else "")
+        )
     return {k: round(v, 3) for k, v in figures.items()}
 
 
@@ -255,7 +344,10 @@ def _breakdown(lines: list[OpLine]) -> dict[str, dict[str, float]]:
     for line in lines:
         by[line.kind] += line.time_us
     total = sum(by.values()) or 1.0
-    return {k: {"ms": round(v / 1e3, 4), "share": round(v / total, 4)} for k, v in sorted(by.items(), key=lambda x: -x[1])}
+    return {
+        k: {"ms": round(v / 1e3, 4), "share": round(v / total, 4)}
+        for k, v in sorted(by.items(), key=lambda x: -x[1])
+    }
 
 
 def decode_contexts(isl: float, osl: int) -> np.ndarray:
@@ -289,12 +381,23 @@ def compose_phases(d: Deployment, op_time: OpTimeFn | None = None, isl_mean: flo
     one = step_ops(d, "prefill", 1, isl, isl)
     pp_hop = (d.pp - 1) * 5.0  # one activation send per stage boundary (NVLink p2p, a few microseconds)
     time_ops(prefill + decode + one, spec, op_time)  # one op-time call per kind of op for all three steps
-    return Phases(sum(x.time_us for x in prefill) + pp_hop, sum(x.time_us for x in decode) + pp_hop,
-                  sum(x.time_us for x in one) + pp_hop, prefill, decode, one)
+    return Phases(
+        sum(x.time_us for x in prefill) + pp_hop,
+        sum(x.time_us for x in decode) + pp_hop,
+        sum(x.time_us for x in one) + pp_hop,
+        prefill,
+        decode,
+        one,
+    )
 
 
-def answer(d: Deployment, op_time: OpTimeFn | None = None, framework: FrameworkCost | None = None,
-           workload: str = STEADY, isl_mean: float | None = None) -> Answer:
+def answer(
+    d: Deployment,
+    op_time: OpTimeFn | None = None,
+    framework: FrameworkCost | None = None,
+    workload: str = STEADY,
+    isl_mean: float | None = None,
+) -> Answer:
     """TTFT, TPOT, e2e, per-GPU throughput, breakdowns and memory of a deployment (memory checked first).
 
     ``workload``: "steady" (requests keep arriving: each new prefill stalls the running decodes, TTFT waits
@@ -304,7 +407,9 @@ def answer(d: Deployment, op_time: OpTimeFn | None = None, framework: FrameworkC
     fw = framework or default_framework()
     ph = compose_phases(d, op_time, isl_mean)
     layers = d.model.layers
-    prefill_us = ph.prefill_kernels_us + fw.step_us("prefill", layers, d.concurrency * d.isl, ph.prefill_kernels_us)
+    prefill_us = ph.prefill_kernels_us + fw.step_us(
+        "prefill", layers, d.concurrency * d.isl, ph.prefill_kernels_us
+    )
     step_us = ph.decode_kernels_us + fw.step_us("decode", layers, d.concurrency, ph.decode_kernels_us)
     notes = list(d.notes)
     notes += _pipe_notes(d)
@@ -318,20 +423,33 @@ def answer(d: Deployment, op_time: OpTimeFn | None = None, framework: FrameworkC
         ttft_us, tpot_us = steady_times(d, ph, fw)
         notes.append(f"steady serving cost: {fw.steady_source}")
     e2e_us = ttft_us + tpot_us * max(d.osl - 1, 0)
-    tokens_per_s = d.concurrency * d.osl / (e2e_us / 1e6) / d.gpus if workload == BATCH else \
-        d.concurrency / (tpot_us / 1e6) / d.gpus
+    tokens_per_s = (
+        d.concurrency * d.osl / (e2e_us / 1e6) / d.gpus
+        if workload == BATCH
+        else d.concurrency / (tpot_us / 1e6) / d.gpus
+    )
     spread = fw.train_mape or {}
     keys = ("prefill", "decode") if workload == BATCH else ("steady_ttft", "steady_tpot")
-    interval = {name: [round(v * (1 - spread.get(k, 0.5)), 3), round(v * (1 + spread.get(k, 0.5)), 3)]
-                for name, k, v in (("ttft_ms", keys[0], ttft_us / 1e3), ("tpot_ms", keys[1], tpot_us / 1e3))}
+    interval = {
+        name: [round(v * (1 - spread.get(k, 0.5)), 3), round(v * (1 + spread.get(k, 0.5)), 3)]
+        for name, k, v in (("ttft_ms", keys[0], ttft_us / 1e3), ("tpot_ms", keys[1], tpot_us / 1e3))
+    }
     tiers = {f"{line.phase}:{line.kind}:{line.family}": line.tier for line in ph.prefill + ph.decode}
     notes.append(f"framework cost: {fw.source}")
     return Answer(
-        ttft_ms=round(ttft_us / 1e3, 4), tpot_ms=round(tpot_us / 1e3, 4), e2e_ms=round(e2e_us / 1e3, 3),
-        tokens_per_s=round(tokens_per_s, 2), prefill_ms=round(prefill_us / 1e3, 4),
+        ttft_ms=round(ttft_us / 1e3, 4),
+        tpot_ms=round(tpot_us / 1e3, 4),
+        e2e_ms=round(e2e_us / 1e3, 3),
+        tokens_per_s=round(tokens_per_s, 2),
+        prefill_ms=round(prefill_us / 1e3, 4),
         decode_step_ms=round(step_us / 1e3, 4),
-        breakdown={"prefill": _breakdown(ph.prefill), "decode": _breakdown(ph.decode)}, memory=memory,
-        interval=interval, notes=notes, tiers=tiers, deployment=describe(d))
+        breakdown={"prefill": _breakdown(ph.prefill), "decode": _breakdown(ph.decode)},
+        memory=memory,
+        interval=interval,
+        notes=notes,
+        tiers=tiers,
+        deployment=describe(d),
+    )
 
 
 def _pipe_notes(d: Deployment) -> list[str]:
@@ -343,8 +461,12 @@ def _pipe_notes(d: Deployment) -> list[str]:
     except PhysicsError as exc:
         return [str(exc)]
     if choice.emulated_from:
-        return [f"{d.gpu.id} has no {choice.emulated_from} pipe: GEMMs run as {choice.dtype} (weights stay "
-                f"{d.weight_dtype} in memory)"]
+        return [
+            (
+                f"{d.gpu.id} has no {choice.emulated_from} pipe: GEMMs run as {choice.dtype} (weights stay "
+                f"{d.weight_dtype} in memory)"
+            )
+        ]
     return []
 
 
@@ -367,8 +489,14 @@ def steady_times(d: Deployment, ph: Phases, fw: FrameworkCost) -> tuple[float, f
     return max(ttft, floor_ttft), max(tpot, floor_tpot)
 
 
-def steady_features(one_us: np.ndarray, batch_us: np.ndarray, step_us: np.ndarray, concurrency: np.ndarray,
-                    osl: np.ndarray, agg: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+def steady_features(
+    one_us: np.ndarray,
+    batch_us: np.ndarray,
+    step_us: np.ndarray,
+    concurrency: np.ndarray,
+    osl: np.ndarray,
+    agg: np.ndarray,
+) -> tuple[np.ndarray, np.ndarray]:
     """Design matrices of the steady TTFT and TPOT regressions (the same terms as :func:`steady_times`)."""
     ones = np.ones(len(one_us))
     stall = np.where(agg, one_us * concurrency / np.maximum(osl, 1), 0.0)
@@ -376,9 +504,20 @@ def steady_features(one_us: np.ndarray, batch_us: np.ndarray, step_us: np.ndarra
 
 
 def describe(d: Deployment) -> dict[str, Any]:
-    return {"model": d.model.name, "gpu": d.gpu.id, "isl": d.isl, "osl": d.osl, "concurrency": d.concurrency,
-            "dtype": d.weight_dtype, "kv_dtype": d.kv_dtype, "tp": d.tp, "pp": d.pp, "ep": d.ep, "mode": d.mode,
-            "parameters_b": round(d.model.parameters / 1e9, 2)}
+    return {
+        "model": d.model.name,
+        "gpu": d.gpu.id,
+        "isl": d.isl,
+        "osl": d.osl,
+        "concurrency": d.concurrency,
+        "dtype": d.weight_dtype,
+        "kv_dtype": d.kv_dtype,
+        "tp": d.tp,
+        "pp": d.pp,
+        "ep": d.ep,
+        "mode": d.mode,
+        "parameters_b": round(d.model.parameters / 1e9, 2),
+    }
 
 
 def default_framework() -> FrameworkCost:

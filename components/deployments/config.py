@@ -19,12 +19,27 @@ PIPEWEAVE_CONFIGS = Path("pipeweave/config")
 AIC_CONFIGS = Path("aiconfigurator/aic-core/src/aiconfigurator_core/model_configs")
 # Bytes per stored element of a weight / KV dtype (block-scaled formats carry their scales).
 STORE_BYTES: dict[str, float] = {
-    "fp32": 4.0, "bf16": 2.0, "fp16": 2.0, "fp8": 1.0, "fp8_block": 1.0 + 1 / 128, "int8": 1.0, "int8_wo": 1.0,
-    "int4_wo": 0.5 + 1 / 64, "nvfp4": 0.5 + 1 / 16,
+    "fp32": 4.0,
+    "bf16": 2.0,
+    "fp16": 2.0,
+    "fp8": 1.0,
+    "fp8_block": 1.0 + 1 / 128,
+    "int8": 1.0,
+    "int8_wo": 1.0,
+    "int4_wo": 0.5 + 1 / 64,
+    "nvfp4": 0.5 + 1 / 16,
 }
 DTYPE_ALIASES: dict[str, str] = {
-    "bfloat16": "bf16", "float16": "fp16", "half": "fp16", "float32": "fp32", "fp4": "nvfp4", "int4": "int4_wo",
-    "w4a16": "int4_wo", "w8a8": "int8", "float8": "fp8", "e4m3": "fp8",
+    "bfloat16": "bf16",
+    "float16": "fp16",
+    "half": "fp16",
+    "float32": "fp32",
+    "fp4": "nvfp4",
+    "int4": "int4_wo",
+    "w4a16": "int4_wo",
+    "w8a8": "int8",
+    "float8": "fp8",
+    "e4m3": "fp8",
 }
 MODES = ("agg", "disagg")
 
@@ -77,10 +92,14 @@ class ModelShape:
         expert = 3 * self.hidden * self.moe_intermediate
         dense_count = self.layers - self.moe_layers
         embed = self.vocab * self.hidden * (1 if self.tied_embeddings else 2)
-        return {"attention": float(attn * self.layers), "dense_mlp": float(dense_mlp * dense_count),
-                "experts": float(expert * self.experts * self.moe_layers),
-                "shared_experts": float(expert * self.shared_experts * self.moe_layers),
-                "router": float(self.hidden * self.experts * self.moe_layers), "embeddings": float(embed)}
+        return {
+            "attention": float(attn * self.layers),
+            "dense_mlp": float(dense_mlp * dense_count),
+            "experts": float(expert * self.experts * self.moe_layers),
+            "shared_experts": float(expert * self.shared_experts * self.moe_layers),
+            "router": float(self.hidden * self.experts * self.moe_layers),
+            "embeddings": float(embed),
+        }
 
     @property
     def parameters(self) -> float:
@@ -88,8 +107,10 @@ class ModelShape:
 
 
 def _datasets_dir() -> Path:
+    from components.config import DEFAULT_DATASETS_DIR
+
     env = os.environ.get("KERNELCAST_DATASETS_DIR")
-    return Path(env) if env else Path(__file__).resolve().parents[2].parent / "shared" / "datasets"
+    return Path(env) if env else DEFAULT_DATASETS_DIR
 
 
 def _key(name: str) -> str:
@@ -180,10 +201,16 @@ def _text_part(cfg: dict[str, Any]) -> dict[str, Any]:
 
 def _check_decoder(cfg: dict[str, Any]) -> None:
     archs = cfg.get("architectures") or []
-    if archs and not any(re.search(r"(ForCausalLM|LMHeadModel|ForConditionalGeneration)$", str(a)) for a in archs):
-        raise DeploymentError(f"model config field architectures: {archs} is not a decoder LLM (…ForCausalLM)")
+    if archs and not any(
+        re.search(r"(ForCausalLM|LMHeadModel|ForConditionalGeneration)$", str(a)) for a in archs
+    ):
+        raise DeploymentError(
+            f"model config field architectures: {archs} is not a decoder LLM (…ForCausalLM)"
+        )
     if cfg.get("is_encoder_decoder"):
-        raise DeploymentError("model config field is_encoder_decoder: an encoder-decoder model is not a decoder LLM")
+        raise DeploymentError(
+            "model config field is_encoder_decoder: an encoder-decoder model is not a decoder LLM"
+        )
     for name, reason in UNMODELLED_FIELDS.items():
         if cfg.get(name) not in (None, 0, False, ""):
             raise DeploymentError(f"model config field {name}: {reason}")
@@ -202,7 +229,9 @@ def model_shape(ref: str | Path | dict, datasets_dir: Path | None = None) -> Mod
     hidden = _int(cfg, "hidden_size", "n_embd", "d_model")
     heads = _int(cfg, "num_attention_heads", "n_head")
     if layers == 0 or hidden == 0 or heads == 0:
-        raise DeploymentError("model config field num_hidden_layers/hidden_size/num_attention_heads: must be > 0")
+        raise DeploymentError(
+            "model config field num_hidden_layers/hidden_size/num_attention_heads: must be > 0"
+        )
     kv_heads = _int(cfg, "num_key_value_heads", "num_kv_heads", default=heads) or heads
     head_dim = _int(cfg, "head_dim", default=hidden // heads) or hidden // heads
     vocab = _int(cfg, "vocab_size")
@@ -224,16 +253,30 @@ def model_shape(ref: str | Path | dict, datasets_dir: Path | None = None) -> Mod
     if use_window:
         sliding_layers = sum(t == "sliding_attention" for t in layer_types) if layer_types else layers
     return ModelShape(
-        name=name, layers=layers, hidden=hidden, heads=heads, kv_heads=kv_heads, head_dim=head_dim,
-        intermediate=intermediate, vocab=vocab, experts=experts, topk=topk, moe_intermediate=moe_inter,
-        shared_experts=shared, dense_layers=dense_layers, sliding_window=int(window) if sliding_layers else None,
-        sliding_layers=sliding_layers, tied_embeddings=bool(cfg.get("tie_word_embeddings", False)),
-        qk_norm=bool(cfg.get("use_qk_norm")) or "qwen3" in str(cfg.get("model_type", "")))
+        name=name,
+        layers=layers,
+        hidden=hidden,
+        heads=heads,
+        kv_heads=kv_heads,
+        head_dim=head_dim,
+        intermediate=intermediate,
+        vocab=vocab,
+        experts=experts,
+        topk=topk,
+        moe_intermediate=moe_inter,
+        shared_experts=shared,
+        dense_layers=dense_layers,
+        sliding_window=int(window) if sliding_layers else None,
+        sliding_layers=sliding_layers,
+        tied_embeddings=bool(cfg.get("tie_word_embeddings", False)),
+        qk_norm=bool(cfg.get("use_qk_norm")) or "qwen3" in str(cfg.get("model_type", "")),
+    )
 
 
 @dataclass(frozen=True)
 class Deployment:
-    """One serving question: a model on ``tp*pp`` GPUs of one kind, ``concurrency`` requests of isl in / osl out."""
+    """One serving question: a model on ``tp*pp`` GPUs of one kind, ``concurrency`` requests of isl in,
+    osl out."""
 
     model: ModelShape
     gpu: Any  # DeviceSpec
@@ -257,21 +300,28 @@ class Deployment:
             raise DeploymentError(f"mode {self.mode!r}: choose agg or disagg")
         object.__setattr__(self, "weight_dtype", canonical_dtype(self.weight_dtype, "dtype"))
         kv = self.kv_dtype or {"fp8": "fp8", "fp8_block": "fp8", "fp16": "fp16", "fp32": "fp32"}.get(
-            self.weight_dtype, "bf16")
+            self.weight_dtype, "bf16"
+        )
         object.__setattr__(self, "kv_dtype", canonical_dtype(kv, "kv dtype"))
         m = self.model
         if m.heads % self.tp:
             raise DeploymentError(f"tp {self.tp}: does not divide num_attention_heads {m.heads} of {m.name}")
         if m.kv_heads % self.tp and self.tp % m.kv_heads:
-            raise DeploymentError(f"tp {self.tp}: neither divides nor is a multiple of num_key_value_heads "
-                                  f"{m.kv_heads} of {m.name}")
+            raise DeploymentError(
+                f"tp {self.tp}: neither divides nor is a multiple of num_key_value_heads "
+                f"{m.kv_heads} of {m.name}"
+            )
         if self.pp > m.layers:
             raise DeploymentError(f"pp {self.pp}: more pipeline stages than num_hidden_layers {m.layers}")
         if self.ep > 1 and (not m.is_moe or m.experts % self.ep):
-            what = "a dense model has no experts" if not m.is_moe else f"does not divide num_experts {m.experts}"
+            what = (
+                "a dense model has no experts" if not m.is_moe else f"does not divide num_experts {m.experts}"
+            )
             raise DeploymentError(f"ep {self.ep}: {what}")
         if self.ep > self.tp * self.pp:
-            raise DeploymentError(f"ep {self.ep}: larger than the tp*pp={self.tp * self.pp} GPUs of the group")
+            raise DeploymentError(
+                f"ep {self.ep}: larger than the tp*pp={self.tp * self.pp} GPUs of the group"
+            )
 
     @property
     def gpus(self) -> int:

@@ -22,12 +22,25 @@ PIPEWEAVE_COLLECTIVE = Path("pipeweave/dataset/collective")
 SILICON_CSV = Path("aiconfigurator/aic-core/src/aiconfigurator_core/systems/silicon_sample.csv")
 # PipeWeave's GPU labels -> catalog ids (the hardware/*.json files name the parts).
 PIPEWEAVE_GPUS: dict[str, str] = {
-    "A100": "a100-sxm4-80gb", "A40": "a40", "H100": "h100-sxm", "H20": "h20", "H200": "h200", "H800": "h800",
-    "L20": "l20", "L40": "l40", "RTX_6000_Ada": "rtx-6000-ada", "RTX_A6000": "rtx-a6000",
-    "RTX_PRO_6000_S": "rtx-pro-6000-s", "RTX 6000 Ada": "rtx-6000-ada", "RTX PRO 6000 S": "rtx-pro-6000-s",
+    "A100": "a100-sxm4-80gb",
+    "A40": "a40",
+    "H100": "h100-sxm",
+    "H20": "h20",
+    "H200": "h200",
+    "H800": "h800",
+    "L20": "l20",
+    "L40": "l40",
+    "RTX_6000_Ada": "rtx-6000-ada",
+    "RTX_A6000": "rtx-a6000",
+    "RTX_PRO_6000_S": "rtx-pro-6000-s",
+    "RTX 6000 Ada": "rtx-6000-ada",
+    "RTX PRO 6000 S": "rtx-pro-6000-s",
 }
-PIPEWEAVE_MODELS: dict[str, str] = {"Qwen2.5-14B": "Qwen2.5-14B", "Qwen3-32B": "Qwen3-32B",
-                                    "Llama-3.1-70B": "Llama-3.1-70B"}
+PIPEWEAVE_MODELS: dict[str, str] = {
+    "Qwen2.5-14B": "Qwen2.5-14B",
+    "Qwen3-32B": "Qwen3-32B",
+    "Llama-3.1-70B": "Llama-3.1-70B",
+}
 SILICON_GPUS: dict[str, str] = {"h100_sxm": "h100-sxm", "h200_sxm": "h200"}
 PUBLISHED_METHODS = ("pipeweave", "neusight", "habitat", "roofline")
 
@@ -36,7 +49,8 @@ def read_pipeweave_runs(datasets_dir: Path) -> pd.DataFrame:
     """One row per (GPU, TP, run): medians over repeats, in milliseconds.
 
     Columns: gpu (PipeWeave label), device_id, tp, model, workload, batch, isl (mean prompt tokens =
-    total_prefill_tokens / batch), isl_max (the run's nominal input_len), osl, prefill_ms, decode_ms, total_ms,
+    total_prefill_tokens / batch), isl_max (the run's nominal input_len), osl, prefill_ms, decode_ms,
+    total_ms,
     repeats.
     """
     rows = []
@@ -50,21 +64,30 @@ def read_pipeweave_runs(datasets_dir: Path) -> pd.DataFrame:
         for run, group in frame.groupby("run_name"):
             model, workload = _split_run(str(run))
             first = group.iloc[0]
-            rows.append({
-                "gpu": gpu, "device_id": PIPEWEAVE_GPUS.get(gpu, gpu.lower()), "tp": tp, "model": model,
-                "workload": workload, "batch": int(first["batch_size"]),
-                "isl": float(first["total_prefill_tokens"]) / float(first["batch_size"]),
-                "isl_max": int(first["input_len"]), "osl": int(first["output_len"]),
-                "prefill_ms": float(group["prefill_latency"].median()) * 1e3,
-                "decode_ms": float(group["median_decode_latency"].median()) * 1e3,
-                "total_ms": float(group["total_latency"].median()) * 1e3, "repeats": len(group)})
+            rows.append(
+                {
+                    "gpu": gpu,
+                    "device_id": PIPEWEAVE_GPUS.get(gpu, gpu.lower()),
+                    "tp": tp,
+                    "model": model,
+                    "workload": workload,
+                    "batch": int(first["batch_size"]),
+                    "isl": float(first["total_prefill_tokens"]) / float(first["batch_size"]),
+                    "isl_max": int(first["input_len"]),
+                    "osl": int(first["output_len"]),
+                    "prefill_ms": float(group["prefill_latency"].median()) * 1e3,
+                    "decode_ms": float(group["median_decode_latency"].median()) * 1e3,
+                    "total_ms": float(group["total_latency"].median()) * 1e3,
+                    "repeats": len(group),
+                }
+            )
     return pd.DataFrame(rows)
 
 
 def _split_run(run: str) -> tuple[str, str]:
     for model in sorted(PIPEWEAVE_MODELS, key=len, reverse=True):
         if run.startswith(model + "-"):
-            return model, run[len(model) + 1:]
+            return model, run[len(model) + 1 :]
     model, _, workload = run.rpartition("-")
     return model, workload
 
@@ -80,8 +103,9 @@ def read_published(datasets_dir: Path) -> pd.DataFrame:
             frames.append(frame)
     if not frames:
         return pd.DataFrame()
-    out = pd.concat(frames, ignore_index=True).rename(columns={"Hardware": "gpu", "TP": "tp", "Model": "model",
-                                                              "Workload": "workload"})
+    out = pd.concat(frames, ignore_index=True).rename(
+        columns={"Hardware": "gpu", "TP": "tp", "Model": "model", "Workload": "workload"}
+    )
     return out
 
 
@@ -130,8 +154,13 @@ def read_allreduce_tables(datasets_dir: Path) -> dict[str, AllReduceTable]:
         frame = pd.read_csv(path)
         fits = {}
         for n, group in frame.groupby("num_workers"):
-            per_size = group.groupby("size").agg(low=("time_stats.all_reduce.min", "median"),
-                                                 med=("time_stats.all_reduce.median", "median")) * 1e3  # us
+            per_size = (
+                group.groupby("size").agg(
+                    low=("time_stats.all_reduce.min", "median"),
+                    med=("time_stats.all_reduce.median", "median"),
+                )
+                * 1e3
+            )  # us
             small = per_size[per_size.index < SMALL_MESSAGE]
             large = per_size[per_size.index >= LARGE_MESSAGE]
             if small.empty or large.empty:

@@ -12,7 +12,8 @@ PRODUCTION_FRAMEWORK = FrameworkCost(
     decode=(1745.674088, 0.0, 0.0, -0.043991),
     steady_ttft=(34040.689479, 1.270354, 0.044729, 5.470495),
     steady_tpot=(2786.474599, 0.726931, 0.509967),
-    steady_source='AIConfigurator silicon runs on h100-sxm, h200 (1284 runs)',
-    source='PipeWeave runs on A100, A40, H100, H20, H200, H800, L20, L40, RTX_6000_Ada, RTX_A6000, RTX_PRO_6000_S',
-    train_mape={'prefill': 0.1031, 'decode': 0.0782, 'steady_ttft': 0.4051, 'steady_tpot': 0.2603},
+    steady_source="AIConfigurator silicon runs on h100-sxm, h200 (1284 runs)",
+    source="PipeWeave runs on A100, A40, H100, H20, H200, H800, L20, L40, RTX_6000_Ada, RTX_A6000, "
+    "RTX_PRO_6000_S",
+    train_mape={"prefill": 0.1031, "decode": 0.0782, "steady_ttft": 0.4051, "steady_tpot": 0.2603},
 )

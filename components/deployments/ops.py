@@ -22,8 +22,12 @@ OpTimeFn = Callable[[str, str, Mapping[str, Any], Any], np.ndarray]
 ACT_BYTES = 2.0  # small ops (norms, adds, rotary, SiLU x mul) run on 16-bit activations
 # Fraction of peak a tuned library reaches on a large op (compute-bound, memory-bound), by family.
 EFFICIENCY: dict[str, tuple[float, float]] = {
-    "gemm": (0.70, 0.80), "moe": (0.55, 0.70), "attention": (0.55, 0.75), "allreduce": (1.0, 1.0),
-    "elementwise": (0.5, 0.75), "rmsnorm": (0.5, 0.75),
+    "gemm": (0.70, 0.80),
+    "moe": (0.55, 0.70),
+    "attention": (0.55, 0.75),
+    "allreduce": (1.0, 1.0),
+    "elementwise": (0.5, 0.75),
+    "rmsnorm": (0.5, 0.75),
 }
 LAUNCH_US = 2.0  # one kernel of a CUDA graph (servers capture decode in graphs): launch gap + tail
 # Small-message all-reduce start-up: custom one-shot all-reduce over NVLink is ~5-10 us on 2-8 GPUs
@@ -53,8 +57,9 @@ def small_op_work(family: str, shape: Mapping[str, Any]) -> tuple[np.ndarray, np
     raise ValueError(f"op family {family!r}: not composed")
 
 
-def _sol_parts(family: str, dtype: str, shape: Mapping[str, Any], spec: Any,
-               kv_dtype: str | None) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+def _sol_parts(
+    family: str, dtype: str, shape: Mapping[str, Any], spec: Any, kv_dtype: str | None
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """(compute, memory, link) speed-of-light microseconds: physics.roofline, or the small-op formulas."""
     if family in ("elementwise", "rmsnorm"):
         flops, nbytes = small_op_work(family, shape)
@@ -66,17 +71,22 @@ def _sol_parts(family: str, dtype: str, shape: Mapping[str, Any], spec: Any,
     return roof.compute_us, roof.memory_us, roof.link_us
 
 
-def roofline_op_time(family: str, dtype: str, shape: Mapping[str, Any], spec: Any,
-                     kv_dtype: str | None = None) -> np.ndarray:
+def roofline_op_time(
+    family: str, dtype: str, shape: Mapping[str, Any], spec: Any, kv_dtype: str | None = None
+) -> np.ndarray:
     """Speed-of-light time over a fixed library efficiency, plus one launch (microseconds)."""
     compute, memory, link = _sol_parts(family, dtype, shape, spec, kv_dtype)
     eff_c, eff_m = EFFICIENCY.get(family, (0.5, 0.7))
     if family == "allreduce":
         gpus = _arr(shape, "gpus")
-        return np.where(gpus > 1, np.maximum(link, memory) + ALLREDUCE_BASE_US + ALLREDUCE_PER_GPU_US * gpus, 0.0)
+        return np.where(
+            gpus > 1, np.maximum(link, memory) + ALLREDUCE_BASE_US + ALLREDUCE_PER_GPU_US * gpus, 0.0
+        )
     return np.maximum(compute / eff_c, memory / eff_m) + LAUNCH_US
 
 
-def sol_time(family: str, dtype: str, shape: Mapping[str, Any], spec: Any, kv_dtype: str | None = None) -> np.ndarray:
+def sol_time(
+    family: str, dtype: str, shape: Mapping[str, Any], spec: Any, kv_dtype: str | None = None
+) -> np.ndarray:
     """The launch-free speed-of-light time: the floor no prediction goes below (microseconds)."""
     return np.maximum.reduce(_sol_parts(family, dtype, shape, spec, kv_dtype))

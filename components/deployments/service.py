@@ -18,7 +18,8 @@ DEFAULT_TPS = (1, 2, 4, 8)
 
 
 def deployment_from(model: ModelShape, spec: Any, params: dict[str, Any]) -> Deployment:
-    """A :class:`Deployment` from plain parameters (isl, osl, concurrency, tp, pp, ep, dtype, kv_dtype, mode)."""
+    """A :class:`Deployment` from plain parameters (isl, osl, concurrency, tp, pp, ep, dtype, kv_dtype,
+    mode)."""
     allowed = {"isl", "osl", "concurrency", "tp", "pp", "ep", "dtype", "kv_dtype", "mode"}
     unknown = sorted(set(params) - allowed - {"workload"})
     if unknown:
@@ -32,8 +33,14 @@ def deployment_from(model: ModelShape, spec: Any, params: dict[str, Any]) -> Dep
         if isinstance(value, float) and value.is_integer():
             value = int(value)
         ints[name] = value
-    return Deployment(model=model, gpu=spec, weight_dtype=str(params.get("dtype") or "bf16"),
-                      kv_dtype=params.get("kv_dtype"), mode=str(params.get("mode") or "agg"), **ints)
+    return Deployment(
+        model=model,
+        gpu=spec,
+        weight_dtype=str(params.get("dtype") or "bf16"),
+        kv_dtype=params.get("kv_dtype"),
+        mode=str(params.get("mode") or "agg"),
+        **ints,
+    )
 
 
 def _workload(params: dict[str, Any]) -> str:
@@ -43,8 +50,9 @@ def _workload(params: dict[str, Any]) -> str:
     return workload
 
 
-def predict_deployment(config: Any, specs: Sequence[Any], params: dict[str, Any],
-                       op_time: OpTimeFn | None = None) -> list[dict[str, Any]]:
+def predict_deployment(
+    config: Any, specs: Sequence[Any], params: dict[str, Any], op_time: OpTimeFn | None = None
+) -> list[dict[str, Any]]:
     """One answer per GPU; a GPU the deployment does not fit on answers with ``refused`` (the reason)."""
     model = model_shape(config)
     workload = _workload(params)
@@ -65,9 +73,15 @@ def usd_per_mtok(usd_per_hour: float | None, tokens_per_s_per_gpu: float) -> flo
     return usd_per_hour / (tokens_per_s_per_gpu * 3600.0) * 1e6
 
 
-def rank_deployments(config: Any, specs: Sequence[Any], params: dict[str, Any], prices: dict[str, float],
-                     by: str = "tpot", tps: Sequence[int] | None = None,
-                     op_time: OpTimeFn | None = None) -> tuple[list[dict[str, Any]], int]:
+def rank_deployments(
+    config: Any,
+    specs: Sequence[Any],
+    params: dict[str, Any],
+    prices: dict[str, float],
+    by: str = "tpot",
+    tps: Sequence[int] | None = None,
+    op_time: OpTimeFn | None = None,
+) -> tuple[list[dict[str, Any]], int]:
     """Every GPU x TP option that fits, best first by TPOT, TTFT or cost per million output tokens.
 
     Returns (ranking, options that did not fit or could not be formed). Cost needs a price for the GPU:
@@ -83,8 +97,14 @@ def rank_deployments(config: Any, specs: Sequence[Any], params: dict[str, Any], 
     options = [tp for tp in (tps or DEFAULT_TPS) if model.heads % tp == 0]
     rows, skipped = [], 0
     for spec in specs:
-        price = next((price_of[n] for n in (spec.id.lower(), spec.name.lower(), *(a.lower() for a in spec.aliases))
-                      if n in price_of), None)
+        price = next(
+            (
+                price_of[n]
+                for n in (spec.id.lower(), spec.name.lower(), *(a.lower() for a in spec.aliases))
+                if n in price_of
+            ),
+            None,
+        )
         for tp in options:
             try:
                 d = deployment_from(model, spec, {**params, "tp": tp})
@@ -92,10 +112,20 @@ def rank_deployments(config: Any, specs: Sequence[Any], params: dict[str, Any], 
             except DeploymentError:
                 skipped += 1
                 continue
-            rows.append({"device": spec.id, "tp": tp, "gpus": d.gpus, "ttft_ms": a.ttft_ms, "tpot_ms": a.tpot_ms,
-                         "e2e_ms": a.e2e_ms, "tokens_per_s_per_gpu": a.tokens_per_s,
-                         "memory_gb_per_gpu": a.memory["total_gb"], "usd_per_hour": None if price is None else
-                         price * d.gpus, "usd_per_mtok": usd_per_mtok(price, a.tokens_per_s)})
+            rows.append(
+                {
+                    "device": spec.id,
+                    "tp": tp,
+                    "gpus": d.gpus,
+                    "ttft_ms": a.ttft_ms,
+                    "tpot_ms": a.tpot_ms,
+                    "e2e_ms": a.e2e_ms,
+                    "tokens_per_s_per_gpu": a.tokens_per_s,
+                    "memory_gb_per_gpu": a.memory["total_gb"],
+                    "usd_per_hour": None if price is None else price * d.gpus,
+                    "usd_per_mtok": usd_per_mtok(price, a.tokens_per_s),
+                }
+            )
     key = RANK_KEYS[by]
     rows.sort(key=lambda r: (r[key] is None, math.inf if r[key] is None else r[key]))
     for i, row in enumerate(rows, 1):

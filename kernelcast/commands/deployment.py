@@ -1,7 +1,7 @@
 """`kernelcast predict --llm` and `kernelcast rank --llm`: deployment questions (TTFT, TPOT, cost).
 
-    kernelcast predict --llm Llama-3.1-70B --isl 2048 --osl 256 --concurrency 32 --tp 4 --dtype fp8 --device H100
-    kernelcast rank --llm Llama-3.1-70B --isl 2048 --osl 256 --concurrency 32 --price H100=2.5 --by cost
+kernelcast predict --llm Llama-3.1-70B --isl 2048 --osl 256 --concurrency 32 --tp 4 --dtype fp8 --device H100
+kernelcast rank --llm Llama-3.1-70B --isl 2048 --osl 256 --concurrency 32 --price H100=2.5 --by cost
 """
 
 from __future__ import annotations
@@ -14,12 +14,32 @@ import typer
 from kernelcast.commands._common import UserError
 
 
-def llm_params(isl: int | None, osl: int | None, concurrency: int, tp: int, pp: int, ep: int, dtype: str | None,
-               kv_dtype: str | None, mode: str, workload: str) -> dict[str, Any]:
+def llm_params(
+    isl: int | None,
+    osl: int | None,
+    concurrency: int,
+    tp: int,
+    pp: int,
+    ep: int,
+    dtype: str | None,
+    kv_dtype: str | None,
+    mode: str,
+    workload: str,
+) -> dict[str, Any]:
     if isl is None or osl is None:
         raise UserError("--llm needs --isl and --osl (input and output tokens per request)")
-    return {"isl": isl, "osl": osl, "concurrency": concurrency, "tp": tp, "pp": pp, "ep": ep,
-            "dtype": dtype or "bf16", "kv_dtype": kv_dtype, "mode": mode, "workload": workload}
+    return {
+        "isl": isl,
+        "osl": osl,
+        "concurrency": concurrency,
+        "tp": tp,
+        "pp": pp,
+        "ep": ep,
+        "dtype": dtype or "bf16",
+        "kv_dtype": kv_dtype,
+        "mode": mode,
+        "workload": workload,
+    }
 
 
 def _specs(device: list[str] | None, default_all: bool) -> list[Any]:
@@ -51,17 +71,24 @@ def render_answer(a: dict[str, Any]) -> list[str]:
     d = a["deployment"]
     if "refused" in a:
         return [f"{d['model']} on {d['gpu']}: {a['refused']}"]
-    lines = [f"{d['model']} ({d['parameters_b']}B, {d['dtype']}, kv {d['kv_dtype']}) on {d['gpu']} x{d['tp'] * d['pp']} "
-             f"(tp={d['tp']}, pp={d['pp']}, ep={d['ep']}, {d['mode']}); isl {d['isl']}, osl {d['osl']}, "
-             f"concurrency {d['concurrency']}",
-             f"  TTFT {a['ttft_ms']:.4g} ms  [{a['interval']['ttft_ms'][0]:.4g} - {a['interval']['ttft_ms'][1]:.4g}]",
-             f"  TPOT {a['tpot_ms']:.4g} ms  [{a['interval']['tpot_ms'][0]:.4g} - {a['interval']['tpot_ms'][1]:.4g}]",
-             f"  e2e {a['e2e_ms']:.5g} ms per request; {a['tokens_per_s']:.4g} output tokens/s per GPU",
-             f"  memory per GPU: weights {a['memory']['weights_gb']:.3g} GB + KV {a['memory']['kv_cache_gb']:.3g} GB + "
-             f"activations {a['memory']['activations_gb']:.3g} GB = {a['memory']['total_gb']:.3g} of "
-             f"{a['memory']['budget_gb']:.3g} GB usable"]
+    ttft, tpot, mem = a["interval"]["ttft_ms"], a["interval"]["tpot_ms"], a["memory"]
+    head = (f"{d['model']} ({d['parameters_b']}B, {d['dtype']}, kv {d['kv_dtype']}) on {d['gpu']} "
+            f"x{d['tp'] * d['pp']} (tp={d['tp']}, pp={d['pp']}, ep={d['ep']}, {d['mode']}); "
+            f"isl {d['isl']}, osl {d['osl']}, concurrency {d['concurrency']}")
+    memory = (f"  memory per GPU: weights {mem['weights_gb']:.3g} GB + KV {mem['kv_cache_gb']:.3g} GB + "
+              f"activations {mem['activations_gb']:.3g} GB = {mem['total_gb']:.3g} of "
+              f"{mem['budget_gb']:.3g} GB usable")
+    lines = [
+        head,
+        f"  TTFT {a['ttft_ms']:.4g} ms  [{ttft[0]:.4g} - {ttft[1]:.4g}]",
+        f"  TPOT {a['tpot_ms']:.4g} ms  [{tpot[0]:.4g} - {tpot[1]:.4g}]",
+        f"  e2e {a['e2e_ms']:.5g} ms per request; {a['tokens_per_s']:.4g} output tokens/s per GPU",
+        memory,
+    ]
     for phase in ("prefill", "decode"):
-        parts = ", ".join(f"{k} {v['share']:.0%}" for k, v in a["breakdown"][phase].items() if v["share"] >= 0.01)
+        parts = ", ".join(
+            f"{k} {v['share']:.0%}" for k, v in a["breakdown"][phase].items() if v["share"] >= 0.01
+        )
         lines.append(f"  {phase} kernels: {parts}")
     tiers = sorted(set(a["tiers"].values()))
     lines.append(f"  op tiers: {', '.join(tiers)}")
@@ -69,8 +96,16 @@ def render_answer(a: dict[str, Any]) -> list[str]:
     return lines
 
 
-def rank_llm(config: str, device: list[str] | None, params: dict[str, Any], prices: dict[str, float], by: str,
-             tps: list[int] | None, top: int, as_json: bool) -> None:
+def rank_llm(
+    config: str,
+    device: list[str] | None,
+    params: dict[str, Any],
+    prices: dict[str, float],
+    by: str,
+    tps: list[int] | None,
+    top: int,
+    as_json: bool,
+) -> None:
     from components.deployments.config import DeploymentError
     from components.deployments.service import rank_deployments
 
@@ -84,16 +119,32 @@ def rank_llm(config: str, device: list[str] | None, params: dict[str, Any], pric
         typer.echo(json.dumps({"ranked_by": by, "ranking": shown, "options_not_fitting": skipped}, indent=2))
         return
     header = ["rank", "device", "tp", "ttft_ms", "tpot_ms", "tok/s/gpu", "mem_gb/gpu"] + (
-        ["usd/hour", "usd/Mtok"] if prices else [])
+        ["usd/hour", "usd/Mtok"] if prices else []
+    )
     body = []
     for r in shown:
-        cells = [str(r["rank"]), r["device"], str(r["tp"]), f"{r['ttft_ms']:.4g}", f"{r['tpot_ms']:.4g}",
-                 f"{r['tokens_per_s_per_gpu']:.4g}", f"{r['memory_gb_per_gpu']:.3g}"]
+        cells = [
+            str(r["rank"]),
+            r["device"],
+            str(r["tp"]),
+            f"{r['ttft_ms']:.4g}",
+            f"{r['tpot_ms']:.4g}",
+            f"{r['tokens_per_s_per_gpu']:.4g}",
+            f"{r['memory_gb_per_gpu']:.3g}",
+        ]
         if prices:
-            cells += ["-" if r["usd_per_hour"] is None else f"{r['usd_per_hour']:.3g}",
-                      "-" if r["usd_per_mtok"] is None else f"{r['usd_per_mtok']:.3g}"]
+            cells += [
+                "-" if r["usd_per_hour"] is None else f"{r['usd_per_hour']:.3g}",
+                "-" if r["usd_per_mtok"] is None else f"{r['usd_per_mtok']:.3g}",
+            ]
         body.append(cells)
     widths = [max(len(row[i]) for row in [header, *body]) for i in range(len(header))]
     for row in [header, *body]:
-        typer.echo("  ".join(c.ljust(w) if i == 1 else c.rjust(w) for i, (c, w) in enumerate(zip(row, widths, strict=True))))
-    typer.echo(f"ranked by {by}; {len(ranking)} GPU x TP options fit, {skipped} do not (memory, or TP vs heads)")
+        typer.echo(
+            "  ".join(
+                c.ljust(w) if i == 1 else c.rjust(w) for i, (c, w) in enumerate(zip(row, widths, strict=True))
+            )
+        )
+    typer.echo(
+        f"ranked by {by}; {len(ranking)} GPU x TP options fit, {skipped} do not (memory, or TP vs heads)"
+    )

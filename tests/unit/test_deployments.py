@@ -1,0 +1,275 @@
+"""LLM deployments: config parsing, memory refusal, composition sanity, the serving bench on real subsets."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pandas as pd
+import pytest
+from typer.testing import CliRunner
+
+from components.config import DEFAULT_DATASETS_DIR
+from components.deployments.bench import (
+    FAMILY,
+    FAMILY_ROOFLINE,
+    compose_pipeweave,
+    fit_pipeweave,
+    run_pipeweave_bench,
+    run_silicon_bench,
+)
+from components.deployments.compose import BATCH, DoesNotFit, answer, compose_phases, memory_check
+from components.deployments.config import Deployment, DeploymentError, model_shape
+from components.deployments.data import read_allreduce_tables, read_pipeweave_runs, read_silicon_runs
+from components.deployments.service import rank_deployments
+from components.devices import load_catalog
+from kernelcast.cli import app
+
+DATA = DEFAULT_DATASETS_DIR
+needs_data = pytest.mark.skipif(
+    not (DATA / "pipeweave" / "config").is_dir(), reason="public datasets not present"
+)
+LLAMA8B = {
+    "architectures": ["LlamaForCausalLM"],
+    "num_hidden_layers": 32,
+    "hidden_size": 4096,
+    "num_attention_heads": 32,
+    "num_key_value_heads": 8,
+    "intermediate_size": 14336,
+    "vocab_size": 128256,
+}
+
+
+@pytest.fixture(scope="module")
+def catalog():
+    return load_catalog()
+
+
+def test_config_text_parses_and_counts_parameters():
+    shape = model_shape(json.dumps(LLAMA8B))
+    assert (shape.layers, shape.heads, shape.kv_heads, shape.head_dim) == (32, 32, 8, 128)
+    assert not shape.is_moe
+    assert 7.5e9 < shape.parameters < 8.5e9  # Llama-3.1-8B has 8.03 B parameters
+
+
+@pytest.mark.parametrize(
+    ("config", "field"),
+    [
+        ({**LLAMA8B, "architectures": ["BertForMaskedLM"]}, "architectures"),
+        ({k: v for k, v in LLAMA8B.items() if k != "vocab_size"}, "vocab_size"),
+        ({**LLAMA8B, "kv_lora_rank": 512}, "kv_lora_rank"),
+        ({**LLAMA8B, "layer_types": ["linear_attention"] * 32}, "layer_types"),
+        ({**LLAMA8B, "num_hidden_layers": "many"}, "num_hidden_layers"),
+    ],
+)
+def test_config_errors_name_the_field(config, field):
+    with pytest.raises(DeploymentError, match=field) as info:
+        model_shape(config)
+    assert "\n" not in str(info.value)
+
+
+def test_bad_json_and_unknown_name_are_one_line_errors():
+    with pytest.raises(DeploymentError, match="not JSON"):
+        model_shape("{not json")
+    with pytest.raises(DeploymentError, match="not a file and not a bundled config"):
+        model_shape("No-Such-Model-7B")
+
+
+def test_tp_must_divide_heads(catalog):
+    with pytest.raises(DeploymentError, match=r"tp 3: does not divide num_attention_heads 32"):
+        Deployment(model=model_shape(LLAMA8B), gpu=catalog.resolve("h100-sxm"), isl=128, osl=16, tp=3)
+    with pytest.raises(DeploymentError, match="ep 2: a dense model has no experts"):
+        Deployment(model=model_shape(LLAMA8B), gpu=catalog.resolve("h100-sxm"), isl=128, osl=16, tp=2, ep=2)
+
+
+def test_memory_refusal_names_what_does_not_fit(catalog):
+    big = {
+        **LLAMA8B,
+        "num_hidden_layers": 80,
+        "hidden_size": 8192,
+        "num_attention_heads": 64,
+        "intermediate_size": 28672,
+    }  # Llama-3.1-70B's shape: 141 GB of bf16 weights
+    d = Deployment(model=model_shape(big), gpu=catalog.resolve("h100-sxm"), isl=2048, osl=256, concurrency=8)
+    with pytest.raises(DoesNotFit, match=r"weights .* GB .* > 72.0 GB.*the weights alone need 2 GPUs"):
+        memory_check(d)
+    assert memory_check(d.with_(tp=4))["weights_gb"] == pytest.approx(141 / 4, rel=0.05)
+    many = d.with_(tp=4, concurrency=512, isl=32768)
+    with pytest.raises(DoesNotFit, match="KV cache"):
+        memory_check(many)
+
+
+def test_composition_sanity(catalog):
+    h200 = catalog.resolve("h200")
+    d = Deployment(model=model_shape(LLAMA8B), gpu=h200, isl=1024, osl=128, concurrency=16)
+    short, long = compose_phases(d), compose_phases(d.with_(isl=16384))
+    assert long.decode_kernels_us > short.decode_kernels_us  # decode reads a longer KV cache
+    assert long.prefill_kernels_us > 10 * short.prefill_kernels_us  # 16x the tokens, attention quadratic
+    for line in short.prefill + short.decode:
+        assert line.time_us >= line.floor_us > 0 or line.family == "allreduce"
+    big = {
+        **LLAMA8B,
+        "num_hidden_layers": 64,
+        "hidden_size": 5120,
+        "num_attention_heads": 64,
+        "intermediate_size": 25600,
+    }
+    d32 = Deployment(model=model_shape(big), gpu=h200, isl=2048, osl=256, concurrency=8)
+    one, two = answer(d32), answer(d32.with_(tp=2))
+    assert two.tpot_ms < one.tpot_ms and two.ttft_ms < one.ttft_ms
+    assert "allreduce" in two.breakdown["decode"] and "allreduce" not in one.breakdown["decode"]
+    for phase in ("prefill", "decode"):
+        assert sum(v["share"] for v in one.breakdown[phase].values()) == pytest.approx(1.0, abs=0.01)
+    assert one.interval["tpot_ms"][0] < one.tpot_ms < one.interval["tpot_ms"][1]
+    batch = answer(d32, workload=BATCH)
+    assert batch.ttft_ms > answer(d32).ttft_ms * 0.5  # the whole batch's prefill, not one request's
+
+
+@needs_data
+def test_bundled_moe_and_sliding_window_configs(catalog):
+    qwen = model_shape("Qwen/Qwen3-235B-A22B")
+    assert (qwen.experts, qwen.topk, qwen.moe_intermediate, qwen.moe_layers) == (128, 8, 1536, 94)
+    assert 2.2e11 < qwen.parameters < 2.5e11
+    oss = model_shape("openai/gpt-oss-120b")
+    assert oss.sliding_window == 128 and oss.sliding_layers == 18
+    d = Deployment(
+        model=oss,
+        gpu=catalog.resolve("h200"),
+        isl=8192,
+        osl=64,
+        concurrency=8,
+        tp=4,
+        ep=4,
+        weight_dtype="nvfp4",
+    )
+    a = answer(d)
+    assert "moe" in a.breakdown["decode"]
+    assert any("no nvfp4 pipe" in note for note in a.notes)  # Hopper has no FP4 tensor pipe
+    with pytest.raises(DeploymentError, match="kv_lora_rank"):
+        model_shape("deepseek-ai/DeepSeek-V3")
+
+
+@needs_data
+def test_allreduce_fit_from_measured_tables():
+    tables = read_allreduce_tables(DATA)
+    h800 = tables["h800"]
+    small, large = h800(np.array([4096.0, 1 << 30]), np.array([8, 8]))
+    assert 5 < small < 100  # tens of microseconds for a small message
+    assert large > 100 * small  # a GB moves at bus bandwidth: milliseconds
+    assert 50 < h800.link_gbps() < 900  # NVLink-class bus bandwidth
+
+
+@needs_data
+def test_pipeweave_bench_on_a_subset(catalog):
+    runs = read_pipeweave_runs(DATA)
+    subset = runs[runs["gpu"].isin(["A100", "H100", "H200", "L40"]) & (runs["tp"] == 1)]
+    bench = run_pipeweave_bench(DATA, catalog, runs=subset)
+    rows = {(r["family"], r["target"]): r for r in bench.rows}
+    ours, roof = rows[(FAMILY, "total_ms")], rows[(FAMILY_ROOFLINE, "total_ms")]
+    assert ours["n"] == len(subset) == 8
+    assert ours["ours"] < roof["ours"]  # the learned framework cost beats the bare roofline sum
+    assert ours["ours"] < 0.35
+    assert rows[(FAMILY, "total_ms[gpu=H100]")]["published"] is not None  # PipeWeave's own figure beside ours
+
+
+@needs_data
+def test_framework_fit_never_sees_the_held_out_gpu(catalog):
+    runs = read_pipeweave_runs(DATA)
+    composed = compose_pipeweave(runs[runs["tp"] == 1], catalog, DATA)
+    without = fit_pipeweave(composed[composed["gpu"] != "H100"])
+    assert "H100" not in without.source.split(", ") and "A100" in without.source
+    assert all(c >= 0 for c in without.prefill[:3]) and all(c >= 0 for c in without.decode[:3])
+
+
+@needs_data
+def test_silicon_bench_counts_unanswered_runs(catalog):
+    runs = read_silicon_runs(DATA)
+    llama = runs[runs["model_path"].str.contains("Llama-3.1-8B") & (runs["mode"] == "agg")]
+    subset = llama.groupby("device_id").head(15)
+    mla = runs[runs["model_path"] == "deepseek-ai/DeepSeek-V3"].head(2)
+    bench = run_silicon_bench(DATA, catalog, runs=pd.concat([subset, mla]))
+    total = {r["target"]: r for r in bench.rows if r["family"] == FAMILY and r["scope"] == ""}
+    assert total["ttft_ms"]["n"] == 30 and total["ttft_ms"]["n_asked"] == 32
+    assert np.isfinite(total["tpot_ms"]["ours"])
+    assert any("2 x model config field kv_lora_rank" in n for n in bench.notes)
+
+
+@needs_data
+def test_rank_lists_fitting_options_only(catalog):
+    specs = [catalog.resolve(n) for n in ("h100-sxm", "h200", "l40s")]
+    ranking, skipped = rank_deployments(
+        "Llama-3.1-70B",
+        specs,
+        {"isl": 2048, "osl": 256, "concurrency": 16},
+        {"H100": 2.5, "h200": 3.5},
+        by="cost",
+    )
+    assert skipped > 0 and ranking
+    assert not any(r["device"] == "h100-sxm" and r["tp"] == 1 for r in ranking)  # 141 GB do not fit in 80
+    costs = [r["usd_per_mtok"] for r in ranking if r["usd_per_mtok"] is not None]
+    assert costs == sorted(costs) and ranking[0]["usd_per_mtok"] is not None
+    assert all(r["usd_per_mtok"] is None for r in ranking if r["device"] == "l40s")  # no price: ranked last
+
+
+@needs_data
+def test_cli_predict_and_rank_llm():
+    runner = CliRunner()
+    ok = runner.invoke(
+        app,
+        [
+            "predict",
+            "--llm",
+            "Llama-3.1-8B",
+            "--isl",
+            "1024",
+            "--osl",
+            "128",
+            "--concurrency",
+            "8",
+            "--device",
+            "H100",
+            "--json",
+        ],
+    )
+    assert ok.exit_code == 0, ok.output
+    first = json.loads(ok.output)["deployments"][0]
+    assert first["ttft_ms"] > 0 and first["tpot_ms"] > 0 and first["memory"]["weights_gb"] > 10
+    bad = runner.invoke(
+        app,
+        [
+            "predict",
+            "--llm",
+            "Llama-3.1-8B",
+            "--isl",
+            "1024",
+            "--osl",
+            "128",
+            "--tp",
+            "3",
+            "--device",
+            "H100",
+        ],
+    )
+    assert bad.exit_code == 2 and "tp 3" in bad.output and "Traceback" not in bad.output
+    ranked = runner.invoke(
+        app,
+        [
+            "rank",
+            "--llm",
+            "Llama-3.1-8B",
+            "--isl",
+            "512",
+            "--osl",
+            "64",
+            "--device",
+            "H100",
+            "--device",
+            "A100-SXM4-80GB",
+            "--by",
+            "ttft",
+            "--json",
+        ],
+    )
+    assert ranked.exit_code == 0, ranked.output
+    rows = json.loads(ranked.output)["ranking"]
+    assert [r["ttft_ms"] for r in rows] == sorted(r["ttft_ms"] for r in rows)
