@@ -173,6 +173,9 @@ def predict_pipeweave(frame: pd.DataFrame, fw: FrameworkCost) -> pd.DataFrame:
     out["decode_pred_ms"] = (
         _apply(fw.decode, layers, frame["batch"].to_numpy(float), frame["decode_kernels_us"].to_numpy()) / 1e3
     )
+    # never below the roofline: a negative efficiency correction cannot take a step under its floor
+    out["prefill_pred_ms"] = np.maximum(out["prefill_pred_ms"], frame["prefill_roof_us"] / 1e3)
+    out["decode_pred_ms"] = np.maximum(out["decode_pred_ms"], frame["decode_roof_us"] / 1e3)
     out["total_pred_ms"] = out["prefill_pred_ms"] + out["osl"] * out["decode_pred_ms"]
     out["prefill_roof_ms"] = frame["prefill_roof_us"] / 1e3
     out["decode_roof_ms"] = frame["decode_roof_us"] / 1e3

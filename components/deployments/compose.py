@@ -411,6 +411,9 @@ def answer(
         "prefill", layers, d.concurrency * d.isl, ph.prefill_kernels_us
     )
     step_us = ph.decode_kernels_us + fw.step_us("decode", layers, d.concurrency, ph.decode_kernels_us)
+    # never below the roofline: a negative efficiency correction cannot take a step under its floor
+    prefill_us = max(prefill_us, Phases.floor_us(ph.prefill))
+    step_us = max(step_us, Phases.floor_us(ph.decode))
     notes = list(d.notes)
     notes += _pipe_notes(d)
     if d.tp > 1:
