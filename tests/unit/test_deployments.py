@@ -273,3 +273,28 @@ def test_cli_predict_and_rank_llm():
     assert ranked.exit_code == 0, ranked.output
     rows = json.loads(ranked.output)["ranking"]
     assert [r["ttft_ms"] for r in rows] == sorted(r["ttft_ms"] for r in rows)
+
+
+def test_injected_op_time_and_its_tier_are_used(catalog):
+    from dataclasses import dataclass
+
+    from components.deployments.ops import roofline_op_time, with_small_ops
+
+    @dataclass
+    class Times:  # the op engine's answer shape: duration_us and a tier per row
+        duration_us: np.ndarray
+        tier: np.ndarray
+
+    asked = []
+
+    def engine(family, dtype, shape, spec, kv_dtype=None):
+        asked.append(family)
+        t = 2.0 * roofline_op_time(family, dtype, shape, spec, kv_dtype=kv_dtype)
+        return Times(t, np.full(len(t), "measured", dtype=object))
+
+    d = Deployment(model=model_shape(LLAMA8B), gpu=catalog.resolve("h100-sxm"), isl=512, osl=32, concurrency=4, tp=2)
+    base, slow = compose_phases(d), compose_phases(d, with_small_ops(engine))
+    assert slow.decode_kernels_us > 1.5 * base.decode_kernels_us
+    assert {"gemm", "attention", "allreduce"} <= set(asked) and "rmsnorm" not in asked
+    tiers = {line.family: line.tier for line in slow.decode}
+    assert tiers["gemm"] == "measured" and tiers["rmsnorm"] == "roofline"
