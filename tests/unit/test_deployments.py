@@ -292,7 +292,8 @@ def test_injected_op_time_and_its_tier_are_used(catalog):
         t = 2.0 * roofline_op_time(family, dtype, shape, spec, kv_dtype=kv_dtype)
         return Times(t, np.full(len(t), "measured", dtype=object))
 
-    d = Deployment(model=model_shape(LLAMA8B), gpu=catalog.resolve("h100-sxm"), isl=512, osl=32, concurrency=4, tp=2)
+    h100 = catalog.resolve("h100-sxm")
+    d = Deployment(model=model_shape(LLAMA8B), gpu=h100, isl=512, osl=32, concurrency=4, tp=2)
     base, slow = compose_phases(d), compose_phases(d, with_small_ops(engine))
     assert slow.decode_kernels_us > 1.5 * base.decode_kernels_us
     assert {"gemm", "attention", "allreduce"} <= set(asked) and "rmsnorm" not in asked
