@@ -142,8 +142,11 @@ def bundled_names(datasets_dir: Path | None = None) -> list[str]:
     return sorted(k for k in _bundled_index(str(datasets_dir or _datasets_dir())) if "/" not in k)
 
 
-def load_config_dict(ref: str | Path | dict, datasets_dir: Path | None = None) -> tuple[str, dict[str, Any]]:
-    """(name, config dict) from a dict, JSON text, a path, or a bundled model name."""
+def load_config_dict(
+    ref: str | Path | dict, datasets_dir: Path | None = None, allow_paths: bool = True
+) -> tuple[str, dict[str, Any]]:
+    """(name, config dict) from a dict, JSON text, a path (unless ``allow_paths`` is off: a server never
+    reads a file a client names), or a bundled model name."""
     if isinstance(ref, dict):
         return str(ref.get("_name_or_path") or ref.get("model_type") or "model"), ref
     text = str(ref).strip()
@@ -154,7 +157,7 @@ def load_config_dict(ref: str | Path | dict, datasets_dir: Path | None = None) -
             raise DeploymentError(f"model config text: not JSON ({exc.msg} at char {exc.pos})") from None
         return str(data.get("_name_or_path") or data.get("model_type") or "model"), data
     path = Path(text)
-    if not path.is_file():
+    if not allow_paths or not path.is_file():
         index = _bundled_index(str(datasets_dir or _datasets_dir()))
         path = index.get(text.lower()) or index.get(_key(text)) or Path()
         if not path.name:
@@ -220,9 +223,11 @@ def _check_decoder(cfg: dict[str, Any]) -> None:
         raise DeploymentError(f"model config field layer_types: {', '.join(odd)} layers are not modelled")
 
 
-def model_shape(ref: str | Path | dict, datasets_dir: Path | None = None) -> ModelShape:
+def model_shape(
+    ref: str | Path | dict, datasets_dir: Path | None = None, allow_paths: bool = True
+) -> ModelShape:
     """Parse a decoder LLM's HF config into a :class:`ModelShape` (one-line error otherwise)."""
-    name, raw = load_config_dict(ref, datasets_dir)
+    name, raw = load_config_dict(ref, datasets_dir, allow_paths)
     cfg = _text_part(raw)
     _check_decoder(cfg)
     layers = _int(cfg, "num_hidden_layers", "n_layer", "num_layers")

@@ -96,10 +96,12 @@ SMALL_OP_FAMILIES = ("elementwise", "rmsnorm")
 
 
 def with_small_ops(engine: Callable[..., Any]) -> OpTimeFn:
-    """An ``OpTimeFn`` that asks ``engine`` (e.g. ``OpEngine.predict``) for GEMM/attention/MoE/all-reduce
+    """An ``OpTimeFn`` asking ``engine`` (e.g. ``OpEngine.predict``) for GEMM/attention/MoE/all-reduce
     and answers the small ops (norms, adds, rotary, SiLU x mul, sampling) with :func:`roofline_op_time`."""
 
-    def op_time(family: str, dtype: str, shape: Mapping[str, Any], spec: Any, kv_dtype: str | None = None) -> Any:
+    def op_time(
+        family: str, dtype: str, shape: Mapping[str, Any], spec: Any, kv_dtype: str | None = None
+    ) -> Any:
         if family in SMALL_OP_FAMILIES:
             return roofline_op_time(family, dtype, shape, spec)
         if family == "attention":

@@ -51,10 +51,14 @@ def _workload(params: dict[str, Any]) -> str:
 
 
 def predict_deployment(
-    config: Any, specs: Sequence[Any], params: dict[str, Any], op_time: OpTimeFn | None = None
+    config: Any,
+    specs: Sequence[Any],
+    params: dict[str, Any],
+    op_time: OpTimeFn | None = None,
+    allow_paths: bool = True,
 ) -> list[dict[str, Any]]:
     """One answer per GPU; a GPU the deployment does not fit on answers with ``refused`` (the reason)."""
-    model = model_shape(config)
+    model = model_shape(config, allow_paths=allow_paths)
     workload = _workload(params)
     out = []
     for spec in specs:
@@ -81,6 +85,7 @@ def rank_deployments(
     by: str = "tpot",
     tps: Sequence[int] | None = None,
     op_time: OpTimeFn | None = None,
+    allow_paths: bool = True,
 ) -> tuple[list[dict[str, Any]], int]:
     """Every GPU x TP option that fits, best first by TPOT, TTFT or cost per million output tokens.
 
@@ -91,7 +96,7 @@ def rank_deployments(
         raise DeploymentError(f"--by {by!r}: choose {', '.join(RANK_KEYS)}")
     if by == "cost" and not prices:
         raise DeploymentError("--by cost needs prices (--price GPU=USD_PER_HOUR)")
-    model = model_shape(config)
+    model = model_shape(config, allow_paths=allow_paths)
     workload = _workload(params)
     price_of = {str(k).lower(): float(v) for k, v in prices.items()}
     options = [tp for tp in (tps or DEFAULT_TPS) if model.heads % tp == 0]

@@ -299,3 +299,30 @@ def test_injected_op_time_and_its_tier_are_used(catalog):
     assert {"gemm", "attention", "allreduce"} <= set(asked) and "rmsnorm" not in asked
     tiers = {line.family: line.tier for line in slow.decode}
     assert tiers["gemm"] == "measured" and tiers["rmsnorm"] == "roofline"
+
+
+@needs_data
+def test_api_deployment_form():
+    from fastapi.testclient import TestClient
+
+    from components.serving.app import create_app
+
+    with TestClient(create_app("roofline", poll=False)) as client:
+        body = {"deployment": {"model": "Llama-3.1-8B", "isl": 1024, "osl": 128, "concurrency": 8},
+                "devices": ["H100", "A100-SXM4-80GB"]}
+        answer = client.post("/v1/predict", json=body)
+        assert answer.status_code == 200, answer.text
+        deployments = answer.json()["deployments"]
+        assert [d["deployment"]["gpu"] for d in deployments] == ["h100-sxm", "a100-sxm4-80gb"]
+        assert deployments[0]["tpot_ms"] < deployments[1]["tpot_ms"]  # H100 reads weights faster
+        ranked = client.post("/v1/rank", json={**body, "devices": ["H100", "L4"], "prices": {"H100": 2.5}})
+        assert ranked.status_code == 200, ranked.text
+        assert ranked.json()["deployment_ranking"][0]["device"] == "h100-sxm"
+        bad = client.post("/v1/predict", json={**body, "deployment": {**body["deployment"], "tp": 3}})
+        assert bad.status_code == 422 and "tp 3" in bad.json()["error"]["message"]
+        path = client.post("/v1/predict", json={**body, "deployment": {**body["deployment"],
+                                                                      "model": "/etc/hostname"}})
+        assert path.status_code == 422  # a server never reads a file a client names
+        gemm = {"op": "gemm", "shape": {"M": 8, "N": 8, "K": 8}, "dtype": "bf16"}
+        both = client.post("/v1/predict", json={**body, "kernels": [gemm]})
+        assert both.status_code == 422 and "exactly one" in both.json()["error"]["message"]
