@@ -136,3 +136,64 @@ def rank_deployments(
     for i, row in enumerate(rows, 1):
         row["rank"] = i
     return rows, skipped
+
+
+BATCH_FIELDS = ("llm", "device", "isl", "osl", "concurrency", "tp", "pp", "ep", "dtype", "kv_dtype", "mode",
+                "workload")
+
+
+def read_deployment_batch(path: Any) -> list[tuple[str, dict[str, Any]]]:
+    """Rows of a CSV or JSONL file of deployments: (``file:line``, fields); ``llm`` and ``device`` per row."""
+    import json
+    from pathlib import Path
+
+    import pandas as pd
+
+    path = Path(path)
+    if path.suffix.lower() in (".jsonl", ".json"):
+        rows = []
+        for number, line in enumerate(path.read_text().splitlines(), 1):
+            if not line.strip():
+                continue
+            try:
+                rows.append((f"{path.name}:{number}", json.loads(line)))
+            except json.JSONDecodeError as exc:
+                raise DeploymentError(f"{path.name}:{number}: not JSON ({exc.msg})") from None
+    else:
+        frame = pd.read_csv(path, dtype=str, keep_default_na=False)
+        rows = [(f"{path.name}:{i + 2}", {k: v for k, v in r.items() if v != ""})
+                for i, r in enumerate(frame.to_dict("records"))]
+    out = []
+    for origin, row in rows:
+        if not isinstance(row, dict):
+            raise DeploymentError(f"{origin}: expected an object of deployment fields")
+        unknown = sorted(set(row) - set(BATCH_FIELDS))
+        if unknown:
+            raise DeploymentError(f"{origin}: unknown field {unknown[0]}; fields: {', '.join(BATCH_FIELDS)}")
+        for name in ("llm", "device", "isl", "osl"):
+            if name not in row:
+                raise DeploymentError(f"{origin}: {name} is missing")
+        fields = dict(row)
+        for name in ("isl", "osl", "concurrency", "tp", "pp", "ep"):
+            if name in fields:
+                try:
+                    fields[name] = int(float(fields[name]))
+                except (TypeError, ValueError):
+                    raise DeploymentError(f"{origin}: {name} {fields[name]!r} is not an integer") from None
+        out.append((origin, fields))
+    return out
+
+
+def predict_batch(rows: list[tuple[str, dict[str, Any]]], resolve: Any,
+                  op_time: OpTimeFn | None = None) -> list[dict[str, Any]]:
+    """Answer every row of :func:`read_deployment_batch`; an error names the row (``file:line``)."""
+    answers = []
+    for origin, row in rows:
+        params = {k: v for k, v in row.items() if k not in ("llm", "device")}
+        try:
+            spec = resolve(str(row["device"]))
+            result = predict_deployment(str(row["llm"]), [spec], params, op_time)[0]
+        except (DeploymentError, LookupError, ValueError) as exc:
+            raise DeploymentError(f"{origin}: {exc}") from None
+        answers.append({"row": origin, **result})
+    return answers

@@ -7,6 +7,7 @@ kernelcast rank --llm Llama-3.1-70B --isl 2048 --osl 256 --concurrency 32 --pric
 from __future__ import annotations
 
 import json
+from pathlib import Path
 from typing import Any
 
 import typer
@@ -63,6 +64,39 @@ def predict_llm(config: str, device: list[str] | None, params: dict[str, Any], a
         typer.echo(json.dumps({"deployments": answers}, indent=2))
         return
     for a in answers:
+        for line in render_answer(a):
+            typer.echo(line)
+
+
+def is_deployment_batch(path: Path) -> bool:
+    """A --batch file whose first row names an ``llm`` holds deployments."""
+    if not path.is_file():
+        return False
+    with path.open(errors="replace") as handle:
+        first = next((line for line in handle if line.strip()), "")
+    if path.suffix.lower() in (".jsonl", ".json"):
+        try:
+            return "llm" in json.loads(first)
+        except (json.JSONDecodeError, TypeError):
+            return False
+    return "llm" in [c.strip() for c in first.split(",")]
+
+
+def predict_llm_batch(path: Path, as_json: bool) -> None:
+    from components.deployments.config import DeploymentError
+    from components.deployments.service import predict_batch, read_deployment_batch
+    from components.devices import load_catalog
+
+    catalog = load_catalog()
+    try:
+        answers = predict_batch(read_deployment_batch(path), catalog.resolve)
+    except DeploymentError as exc:
+        raise UserError(str(exc)) from None
+    if as_json:
+        typer.echo(json.dumps({"deployments": answers}, indent=2))
+        return
+    for a in answers:
+        typer.echo(f"[{a['row']}]")
         for line in render_answer(a):
             typer.echo(line)
 

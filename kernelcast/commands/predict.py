@@ -141,6 +141,12 @@ def predict_command(
     """Predict runtime (with its interval), roofline class, bound pipe and headroom on one or more GPUs;
     with --llm, a deployment's TTFT, TPOT, throughput and memory."""
     prepared_settings()
+    if batch is not None and llm is None:
+        from kernelcast.commands.deployment import is_deployment_batch, predict_llm_batch
+
+        if is_deployment_batch(batch):  # rows with an `llm` column: deployments, not kernels
+            predict_llm_batch(batch, as_json)
+            return
     if llm is not None:
         from kernelcast.commands.deployment import llm_params, predict_llm
 

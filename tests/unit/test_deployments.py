@@ -326,3 +326,19 @@ def test_api_deployment_form():
         gemm = {"op": "gemm", "shape": {"M": 8, "N": 8, "K": 8}, "dtype": "bf16"}
         both = client.post("/v1/predict", json={**body, "kernels": [gemm]})
         assert both.status_code == 422 and "exactly one" in both.json()["error"]["message"]
+
+
+@needs_data
+def test_cli_batch_of_deployments(tmp_path):
+    good = tmp_path / "deployments.csv"
+    good.write_text("llm,device,isl,osl,concurrency,tp,dtype\nLlama-3.1-8B,H100,1024,128,8,1,bf16\n"
+                    "Qwen3-32B,H200,2048,256,16,2,fp8\n")
+    result = CliRunner().invoke(app, ["predict", "--batch", str(good), "--json"])
+    assert result.exit_code == 0, result.output
+    rows = json.loads(result.output)["deployments"]
+    assert [r["row"] for r in rows] == ["deployments.csv:2", "deployments.csv:3"]
+    assert rows[1]["deployment"]["tp"] == 2 and rows[1]["deployment"]["dtype"] == "fp8"
+    bad = tmp_path / "bad.jsonl"
+    bad.write_text('{"llm": "Llama-3.1-8B", "device": "H100", "isl": 1024, "osl": 128, "tp": 3}\n')
+    failed = CliRunner().invoke(app, ["predict", "--batch", str(bad)])
+    assert failed.exit_code == 2 and "bad.jsonl:1: tp 3" in failed.output
