@@ -412,10 +412,17 @@ def create_app(model: str = "models:/kernelcast@champion", *, api_key: str | Non
     async def run(work: Any) -> Any:
         if in_flight.locked():
             raise ApiError(429, "busy", f"{limits.max_in_flight} requests in flight; retry shortly")
+        from components.serving.deadline import Deadline, DeadlineExceeded, bound
+
         async with in_flight:
+            # The deadline travels into the worker thread (to_thread copies the context): on timeout it is
+            # cancelled, and the answering loops stop at their next step instead of working on for nobody.
+            deadline = Deadline.after(limits.request_timeout_s)
             try:
-                return await asyncio.wait_for(asyncio.to_thread(work), timeout=limits.request_timeout_s)
-            except TimeoutError:
+                with bound(deadline):
+                    return await asyncio.wait_for(asyncio.to_thread(work), timeout=limits.request_timeout_s)
+            except (TimeoutError, DeadlineExceeded):
+                deadline.cancel()
                 raise ApiError(504, "timeout", f"request took over {limits.request_timeout_s:g} s; "
                                "send fewer kernels or devices") from None
 

@@ -547,9 +547,12 @@ def answer_questions(predictor: Any, questions: list[Question], *, model_version
     if modules and not allow_modules:
         raise QueryError(f"question {modules[0].index}.module: module questions are disabled here "
                          "(they trace user code; the operator enables them with --allow-modules)")
+    from components.serving.deadline import check as check_deadline
+
     answers: dict[int, dict[str, Any]] = {}
     ops = [q for q in questions if q.kind == "op"]
     if ops:
+        check_deadline(f"question {ops[0].index} (op questions)")
         for question, answer in zip(ops, _answer_ops(predictor, ops, model_version), strict=True):
             answers[id(question)] = answer
     groups: dict[tuple[str, str], list[Question]] = {}
@@ -557,6 +560,7 @@ def answer_questions(predictor: Any, questions: list[Question], *, model_version
         if question.kind != "op":
             groups.setdefault((question.kind, question.kernel_key()), []).append(question)
     for (kind, _), group in groups.items():
+        check_deadline(f"question {group[0].index} ({kind})")
         for question, answer in zip(group, _program_answers(kind, predictor, group, model_version), strict=True):
             answers[id(question)] = answer
     return [answers[id(q)] for q in questions]
