@@ -22,10 +22,12 @@ import numpy as np
 import pandas as pd
 
 from components.deployments.compose import (
+    OVERHEADS,
     DoesNotFit,
     FrameworkCost,
     compose_phases,
     memory_check,
+    overhead_counts,
     steady_features,
 )
 from components.deployments.config import Deployment, DeploymentError, model_shape
@@ -36,7 +38,7 @@ from components.deployments.data import (
     read_published,
     read_silicon_runs,
 )
-from components.deployments.ops import OpTimeFn, roofline_op_time
+from components.deployments.ops import OpTimeFn, Timed, roofline_op_time
 
 SPLIT_PIPEWEAVE = "llm-serving-pipeweave"
 SPLIT_SILICON = "llm-serving-silicon"
@@ -50,7 +52,7 @@ def with_allreduce(base: OpTimeFn, tables: Mapping[str, AllReduceTable]) -> OpTi
 
     def op_time(family: str, dtype: str, shape: Mapping[str, Any], spec: Any, **kw: Any) -> np.ndarray:
         if family == "allreduce" and spec.id in tables:
-            return tables[spec.id](shape["bytes"], shape["gpus"])
+            return Timed(tables[spec.id](shape["bytes"], shape["gpus"]), "measured")
         return base(family, dtype, shape, spec, **kw) if kw else base(family, dtype, shape, spec)
 
     op_time.__signature__ = None  # type: ignore[attr-defined]
@@ -65,33 +67,47 @@ class Composed:
     reasons: Counter = field(default_factory=Counter)
 
 
-def _features(layers: float, tokens: float, kernels: float) -> list[float]:
-    return [1.0, layers, tokens, kernels]
+def _design(layers: np.ndarray, tokens: np.ndarray, kernels: np.ndarray, overheads: np.ndarray) -> np.ndarray:
+    """Columns of a step's framework cost: 1, layers, tokens, kernels, launches, all-reduces, x GPUs."""
+    return np.c_[np.ones(len(layers)), layers, tokens, kernels, overheads]
 
 
 def fit_step_cost(
-    measured_us: np.ndarray, kernels_us: np.ndarray, layers: np.ndarray, tokens: np.ndarray
-) -> tuple[float, float, float, float]:
-    """Least squares on relative error of ``measured = kernels + c0 + c1*layers + c2*tokens + c3*kernels``.
+    measured_us: np.ndarray,
+    kernels_us: np.ndarray,
+    layers: np.ndarray,
+    tokens: np.ndarray,
+    overheads: np.ndarray,
+) -> tuple[float, ...]:
+    """Least squares on relative error of ``measured = kernels + design @ c`` (see ``FrameworkCost``).
 
-    The overheads c0..c2 are bounded at >= 0 (a framework never makes a step faster than its kernels; a
-    negative intercept fitted on 16k-90k-token batches would make a short prompt's prefill negative); the
-    efficiency correction c3 stays within (-0.5, 1): kernels at most 2x faster than the op predictor says.
+    Every overhead (constant, per layer, per token, per launch, per all-reduce) is bounded at >= 0 (a
+    framework never makes a step faster than its kernels; a negative intercept fitted on 16k-90k-token
+    batches would make a short prompt's prefill negative); the efficiency correction c3 stays within
+    (-0.5, 1): kernels at most 2x faster than the op predictor says.
     """
     from scipy.optimize import lsq_linear
 
-    x = np.array([_features(a, b, c) for a, b, c in zip(layers, tokens, kernels_us, strict=True)])
+    x = _design(layers, tokens, kernels_us, overheads)
     w = 1.0 / measured_us
-    fit = lsq_linear(
-        x * w[:, None], (measured_us - kernels_us) * w, bounds=([0, 0, 0, -0.5], [np.inf] * 3 + [1.0])
-    )
-    return tuple(float(c) for c in fit.x)  # type: ignore[return-value]
+    lower = [0.0, 0.0, 0.0, -0.5, 0.0, 0.0, 0.0]
+    upper = [np.inf, np.inf, np.inf, 1.0, np.inf, np.inf, np.inf]
+    fit = lsq_linear(x * w[:, None], (measured_us - kernels_us) * w, bounds=(lower, upper))
+    return tuple(float(c) for c in _unseen_to_zero(fit.x, x))
 
 
 def _apply(
-    coef: tuple[float, ...], layers: np.ndarray, tokens: np.ndarray, kernels: np.ndarray
+    coef: tuple[float, ...],
+    layers: np.ndarray,
+    tokens: np.ndarray,
+    kernels: np.ndarray,
+    overheads: np.ndarray,
 ) -> np.ndarray:
-    return kernels + coef[0] + coef[1] * layers + coef[2] * tokens + coef[3] * kernels
+    return kernels + _design(layers, tokens, kernels, overheads) @ np.asarray(coef)
+
+
+def _overheads(frame: pd.DataFrame, prefix: str) -> np.ndarray:
+    return frame[[f"{prefix}_{name}" for name in OVERHEADS]].to_numpy(float)
 
 
 def _mape(pred: np.ndarray, true: np.ndarray) -> float:
@@ -128,10 +144,16 @@ def compose_pipeweave(
                 "decode_kernels_us": ph.decode_kernels_us,
                 "prefill_roof_us": sum(x.floor_us for x in ph.prefill),
                 "decode_roof_us": sum(x.floor_us for x in ph.decode),
+                **_named("prefill", overhead_counts(ph.prefill)),
+                **_named("decode", overhead_counts(ph.decode)),
             }
         )
     frame = pd.DataFrame(out)
     return frame.drop(columns=["Index"], errors="ignore")
+
+
+def _named(prefix: str, counts: np.ndarray) -> dict[str, float]:
+    return {f"{prefix}_{name}": float(v) for name, v in zip(OVERHEADS, counts, strict=True)}
 
 
 def fit_pipeweave(train: pd.DataFrame) -> FrameworkCost:
@@ -140,12 +162,14 @@ def fit_pipeweave(train: pd.DataFrame) -> FrameworkCost:
         train["prefill_kernels_us"].to_numpy(),
         train["layers"].to_numpy(float),
         train["prefill_tokens"].to_numpy(float),
+        _overheads(train, "prefill"),
     )
     dec = fit_step_cost(
         train["decode_ms"].to_numpy() * 1e3,
         train["decode_kernels_us"].to_numpy(),
         train["layers"].to_numpy(float),
         train["batch"].to_numpy(float),
+        _overheads(train, "decode"),
     )
     fw = FrameworkCost(
         prefill=pre, decode=dec, source=f"PipeWeave runs on {', '.join(sorted(train['gpu'].unique()))}"
@@ -167,11 +191,19 @@ def predict_pipeweave(frame: pd.DataFrame, fw: FrameworkCost) -> pd.DataFrame:
             layers,
             frame["prefill_tokens"].to_numpy(float),
             frame["prefill_kernels_us"].to_numpy(),
+            _overheads(frame, "prefill"),
         )
         / 1e3
     )
     out["decode_pred_ms"] = (
-        _apply(fw.decode, layers, frame["batch"].to_numpy(float), frame["decode_kernels_us"].to_numpy()) / 1e3
+        _apply(
+            fw.decode,
+            layers,
+            frame["batch"].to_numpy(float),
+            frame["decode_kernels_us"].to_numpy(),
+            _overheads(frame, "decode"),
+        )
+        / 1e3
     )
     # never below the roofline: a negative efficiency correction cannot take a step under its floor
     out["prefill_pred_ms"] = np.maximum(out["prefill_pred_ms"], frame["prefill_roof_us"] / 1e3)
@@ -331,10 +363,17 @@ def silicon_deployments(
             raise DeploymentError(f"attention_dp_size {dp}: attention data parallelism is not modelled")
         pp = _num(row.get(f"{prefix}pp_size"))
         ep = _num(row.get(f"{prefix}moe_ep_size")) if model.is_moe else 1
+        tp = _num(row.get(f"{prefix}tp_size"))
+        moe_world = _num(row.get(f"{prefix}moe_tp_size")) * ep if model.is_moe else tp
+        if moe_world > tp:  # e.g. tp 1 with moe_tp 2: the attention runs data-parallel over the 2 GPUs
+            raise DeploymentError(
+                f"moe_tp_size x moe_ep_size {moe_world} > tp_size {tp}: attention data parallelism is not "
+                "modelled"
+            )
         return Deployment(
             **common,
             concurrency=_num(concurrency),
-            tp=_num(row.get(f"{prefix}tp_size")),
+            tp=tp,
             pp=pp,
             ep=max(ep, 1),
         )
@@ -400,6 +439,8 @@ def compose_silicon(
                 "decode_step_us": ph_d.decode_kernels_us,
                 "one_prefill_roof_us": ph_p.floor_us(ph_p.one),
                 "decode_roof_us": ph_d.floor_us(ph_d.decode),
+                **_named("one", overhead_counts(ph_p.one)),
+                **_named("step", overhead_counts(ph_d.decode)),
             }
         )
     log(f"silicon: {len(answered)} runs composed, {len(refused)} without an answer")
@@ -410,9 +451,7 @@ def _reason(exc: Exception) -> str:
     """The reason without the run-specific figures, so reasons count across runs."""
     text = str(exc)
     if isinstance(exc, DoesNotFit):
-        return (
-            "does not fit: weights + KV cache (concurrency x (isl+osl)) + activations exceed 0.9 x GPU memory"
-        )
+        return "does not fit: weights + activations + one request's KV cache exceed 0.9 x GPU memory"
     return text.split(":")[0] + ": " + text.split(":", 1)[1].split(";")[0].strip() if ":" in text else text
 
 
@@ -424,6 +463,8 @@ def _steady_design(frame: pd.DataFrame) -> tuple[np.ndarray, np.ndarray]:
         frame["c"].to_numpy(float),
         frame["osl"].to_numpy(float),
         (frame["mode"] == "agg").to_numpy(),
+        _overheads(frame, "one"),
+        _overheads(frame, "step"),
     )
 
 
@@ -432,7 +473,13 @@ def _relative_lstsq(x: np.ndarray, y: np.ndarray) -> np.ndarray:
     from scipy.optimize import lsq_linear
 
     w = 1.0 / y
-    return lsq_linear(x * w[:, None], y * w, bounds=(0.0, np.inf)).x
+    return _unseen_to_zero(lsq_linear(x * w[:, None], y * w, bounds=(0.0, np.inf)).x, x)
+
+
+def _unseen_to_zero(coef: np.ndarray, x: np.ndarray) -> np.ndarray:
+    """A term the training runs never exercise (e.g. physics all-reduces where every TP run had a measured
+    table) gets no cost: its coefficient is otherwise arbitrary within its bounds."""
+    return np.where(np.any(x != 0, axis=0), coef, 0.0)
 
 
 def fit_steady(train: pd.DataFrame, base: FrameworkCost | None = None) -> FrameworkCost:

@@ -22,7 +22,9 @@ import numpy as np
 from components.deployments.config import STORE_BYTES, Deployment, DeploymentError
 from components.deployments.ops import OpTimeFn, link_gbps, roofline_op_time, sol_time
 
-MEMORY_HEADROOM = 0.9  # usable fraction of each GPU's memory (allocator, CUDA context, fragmentation)
+# Usable fraction of each GPU's memory: vLLM's gpu_memory_utilization default (SGLang/TensorRT-LLM reserve
+# about as much for the CUDA context, workspaces and fragmentation).
+MEMORY_HEADROOM = 0.9
 DECODE_POINTS = 8  # contexts at which decode attention is evaluated (midpoints of equal step ranges)
 ACT_BYTES = 2  # activations and all-reduce messages in 16-bit
 EMBED_BYTES = 2.0  # embeddings and LM head stay 16-bit in every quantised checkpoint we read
@@ -37,30 +39,40 @@ class DoesNotFit(DeploymentError):
     """Weights + KV cache + activations exceed the GPUs' memory: the refusal names what does not fit."""
 
 
+OVERHEADS = ("launches", "allreduces", "allreduce_gpus")  # per-step counts behind the fitted overheads
+
+
 @dataclass(frozen=True)
 class FrameworkCost:
     """Per-step serving-framework cost on top of the kernels, learned from measured runs.
 
-    step_us = const_us + per_layer_us * layers + per_token_us * tokens + kernel_scale_minus_1 * kernels_us,
-    for the prefill and decode steps separately. ``kernel_scale_minus_1`` corrects the op library's
-    average efficiency (what the runs' kernels reach over the op predictor's). ``train_mape`` (prefill,
-    decode, steady_ttft, steady_tpot) is the fit's own error: the half-width of the answer's interval.
+    step_us = c0 + c1 * layers + c2 * tokens + c3 * kernels_us + launch_us * kernels launched
+    + ar_us * all-reduces + ar_gpu_us * all-reduces x GPUs, for the prefill and decode steps separately.
+    ``c3`` corrects the op library's average efficiency; the last three are the kernel launch cost and the
+    all-reduce start-up latency (a + b * GPUs) of the all-reduces physics answers (a measured collective
+    table carries its own latency): parameters of the fit, learned on the training runs only.
+    ``train_mape`` (prefill, decode, steady_ttft, steady_tpot) is the fit's own error: the half-width of
+    the answer's interval.
     """
 
-    prefill: tuple[float, float, float, float] = (0.0, 0.0, 0.0, 0.0)
-    decode: tuple[float, float, float, float] = (0.0, 0.0, 0.0, 0.0)
+    prefill: tuple[float, ...] = (0.0,) * 7
+    decode: tuple[float, ...] = (0.0,) * 7
     # Steady serving (requests keep arriving; learned on AIConfigurator's silicon runs), on kernel times:
     # ttft = t0 + t1 * one request's prefill + t2 * the whole batch's prefill (agg) + t3 * decode step
+    #        + overheads of one request's prefill step (launches, all-reduces, all-reduce x GPUs)
     # tpot = p0 + p1 * decode step + p2 * stall (agg: one prefill x concurrency / osl stalls every decode)
-    steady_ttft: tuple[float, float, float, float] | None = None
-    steady_tpot: tuple[float, float, float] | None = None
+    #        + overheads of the decode step
+    steady_ttft: tuple[float, ...] | None = None
+    steady_tpot: tuple[float, ...] | None = None
     steady_source: str = "none"
     source: str = "none"
     train_mape: dict[str, float] = field(default_factory=dict)
 
-    def step_us(self, phase: str, layers: float, tokens: float, kernels_us: float) -> float:
-        c0, c1, c2, c3 = self.prefill if phase == "prefill" else self.decode
-        return c0 + c1 * layers + c2 * tokens + c3 * kernels_us
+    def step_us(
+        self, phase: str, layers: float, tokens: float, kernels_us: float, overheads: np.ndarray
+    ) -> float:
+        coef = np.asarray(self.prefill if phase == "prefill" else self.decode, dtype="float64")
+        return float(coef @ np.r_[1.0, layers, tokens, kernels_us, overheads])
 
 
 @dataclass
@@ -296,47 +308,76 @@ def time_ops(lines: list[OpLine], spec: Any, op_time: OpTimeFn) -> float:
     return sum(line.time_us for line in lines)
 
 
+GIB = 2**30  # a GPU's "80 GB" is 80 GiB of HBM (nvidia-smi: 81,559 MiB on an H100 SXM)
+
+
+def _kv_bytes_per_request(d: Deployment) -> float:
+    """KV cache of one request at its full context (isl + osl) on one GPU, at the KV dtype; sliding-window
+    layers keep only the window."""
+    m = d.model
+    hkv = max(1, m.kv_heads // d.tp)  # a TP wider than the KV heads replicates them: one head per GPU
+    seq = d.isl + d.osl
+    full = m.layers - m.sliding_layers
+    tokens = full * seq + m.sliding_layers * min(seq, m.sliding_window or seq)
+    return tokens * 2 * hkv * m.head_dim * STORE_BYTES[d.kv_dtype] / d.pp
+
+
 def memory_check(d: Deployment) -> dict[str, float]:
-    """Per-GPU GB of weights, KV cache (concurrency x (isl+osl)) and activations; DoesNotFit if over."""
+    """Per-GPU GB of weights, KV cache and activations. DoesNotFit only when the weights, the activations
+    and ONE request's full KV cache exceed the usable memory: with less room for the KV cache than
+    concurrency x (isl + osl) needs, a server (vLLM, SGLang, TensorRT-LLM page their KV cache) runs the
+    requests that fit at once and queues the rest -- that is noted (``concurrent_requests``), not refused.
+    """
     m, spec = d.model, d.gpu
     counts = m.parameter_counts()
     per_gpu = d.tp * d.pp
     quantised = sum(v for k, v in counts.items() if k != "embeddings")
     weights = (quantised * STORE_BYTES[d.weight_dtype] + counts["embeddings"] * EMBED_BYTES) / per_gpu
-    hkv = max(1, m.kv_heads // d.tp)
-    seq = d.isl + d.osl
-    per_token_layer = 2 * hkv * m.head_dim * STORE_BYTES[d.kv_dtype]
-    full = m.layers - m.sliding_layers
-    kv_tokens = full * seq + m.sliding_layers * min(seq, m.sliding_window or seq)
-    kv = d.concurrency * kv_tokens * per_token_layer / d.pp
+    per_request = _kv_bytes_per_request(d)
+    kv = d.concurrency * per_request
     tokens = min(d.concurrency * d.isl, MAX_BATCHED_TOKENS)
     widest = max(m.intermediate, m.moe_intermediate * max(m.topk, 1), (m.heads + 2 * m.kv_heads) * m.head_dim)
     activations = (
         tokens * (2 * m.hidden + 2 * widest / d.tp) * ACT_BYTES
         + min(d.concurrency, tokens) * m.vocab / d.tp * 4
     )
-    budget = MEMORY_HEADROOM * float(spec.memory_gb) * 1e9
+    budget = MEMORY_HEADROOM * float(spec.memory_gb) * GIB
+    room = budget - weights - activations
+    held = int(min(d.concurrency, room // per_request)) if room > 0 else 0
     figures = {
         "weights_gb": weights / 1e9,
-        "kv_cache_gb": kv / 1e9,
+        "kv_cache_gb": min(kv, max(room, 0.0)) / 1e9,
+        "kv_cache_wanted_gb": kv / 1e9,
         "activations_gb": activations / 1e9,
-        "total_gb": (weights + kv + activations) / 1e9,
+        "total_gb": (weights + activations + min(kv, max(room, 0.0))) / 1e9,
         "budget_gb": budget / 1e9,
-        "gpu_memory_gb": float(spec.memory_gb),
+        "gpu_memory_gb": float(spec.memory_gb) * GIB / 1e9,
+        "concurrent_requests": float(held),
     }
-    if weights + kv + activations > budget:
+    if held < 1:
         need = []
         if weights > budget:
             need.append(f"the weights alone need {math.ceil(weights * per_gpu / budget)} GPUs")
         raise DoesNotFit(
             f"does not fit on {spec.id} x{per_gpu} (tp={d.tp}, pp={d.pp}): per GPU weights "
-            f"{weights / 1e9:.1f} GB "
-            f"+ KV cache {kv / 1e9:.1f} GB ({d.concurrency} x {seq} tokens, {d.kv_dtype}) + activations "
-            f"{activations / 1e9:.1f} GB = {(weights + kv + activations) / 1e9:.1f} GB > "
-            f"{budget / 1e9:.1f} GB "
-            f"({MEMORY_HEADROOM:g} x {spec.memory_gb:g} GB)" + (f"; {need[0]}" if need else "")
+            f"{weights / 1e9:.1f} GB + activations {activations / 1e9:.1f} GB + one request's KV cache "
+            f"{per_request / 1e9:.2f} GB ({d.isl + d.osl} tokens, {d.kv_dtype}) > {budget / 1e9:.1f} GB "
+            f"({MEMORY_HEADROOM:g} x {spec.memory_gb:g} GiB)" + (f"; {need[0]}" if need else "")
         )
     return {k: round(v, 3) for k, v in figures.items()}
+
+
+def memory_notes(d: Deployment, memory: dict[str, float]) -> list[str]:
+    """Say when the KV cache holds fewer requests than the concurrency (the others wait for room)."""
+    held = int(memory["concurrent_requests"])
+    if held >= d.concurrency:
+        return []
+    note = (
+        f"KV cache: room for {held} of {d.concurrency} requests at {d.isl + d.osl} tokens "
+        f"({memory['kv_cache_wanted_gb']:.1f} GB wanted, {memory['kv_cache_gb']:.1f} GB free per GPU); "
+        "the server runs those and queues the rest (times assume all run at once)"
+    )
+    return [note]
 
 
 def _breakdown(lines: list[OpLine]) -> dict[str, dict[str, float]]:
@@ -370,6 +411,23 @@ class Phases:
     @staticmethod
     def floor_us(lines: list[OpLine]) -> float:
         return sum(line.floor_us for line in lines)
+
+    @staticmethod
+    def overheads(lines: list[OpLine]) -> np.ndarray:
+        return overhead_counts(lines)
+
+
+def overhead_counts(lines: list[OpLine]) -> np.ndarray:
+    """(kernels launched, all-reduces answered by physics, those all-reduces x GPUs) of one step.
+
+    The fitted launch and all-reduce latency multiply these; an all-reduce a measured table answered
+    already carries its latency, so it is not counted.
+    """
+    launches = sum(line.count for line in lines if line.time_us > 0)
+    physics_ar = [line for line in lines if line.family == "allreduce" and line.tier == "roofline"]
+    allreduces = sum(line.count for line in physics_ar)
+    gpus = sum(line.count * float(np.mean(line.shape["gpus"])) for line in physics_ar)
+    return np.array([launches, allreduces, gpus], dtype="float64")
 
 
 def compose_phases(d: Deployment, op_time: OpTimeFn | None = None, isl_mean: float | None = None) -> Phases:
@@ -408,13 +466,16 @@ def answer(
     ph = compose_phases(d, op_time, isl_mean)
     layers = d.model.layers
     prefill_us = ph.prefill_kernels_us + fw.step_us(
-        "prefill", layers, d.concurrency * d.isl, ph.prefill_kernels_us
+        "prefill", layers, d.concurrency * d.isl, ph.prefill_kernels_us, overhead_counts(ph.prefill)
     )
-    step_us = ph.decode_kernels_us + fw.step_us("decode", layers, d.concurrency, ph.decode_kernels_us)
+    step_us = ph.decode_kernels_us + fw.step_us(
+        "decode", layers, d.concurrency, ph.decode_kernels_us, overhead_counts(ph.decode)
+    )
     # never below the roofline: a negative efficiency correction cannot take a step under its floor
     prefill_us = max(prefill_us, Phases.floor_us(ph.prefill))
     step_us = max(step_us, Phases.floor_us(ph.decode))
     notes = list(d.notes)
+    notes += memory_notes(d, memory)
     notes += _pipe_notes(d)
     if d.tp > 1:
         note = link_gbps(d.gpu)[1]
@@ -484,11 +545,19 @@ def steady_times(d: Deployment, ph: Phases, fw: FrameworkCost) -> tuple[float, f
     batch_prefill = ph.prefill_kernels_us if agg else 0.0
     if fw.steady_ttft is None or fw.steady_tpot is None:
         return ph.prefill_one_us, ph.decode_kernels_us + stall
-    t0, t1, t2, t3 = fw.steady_ttft
-    p0, p1, p2 = fw.steady_tpot
+    x_ttft, x_tpot = steady_features(
+        np.array([ph.prefill_one_us]),
+        np.array([batch_prefill]),
+        np.array([ph.decode_kernels_us]),
+        np.array([float(d.concurrency)]),
+        np.array([float(d.osl)]),
+        np.array([agg]),
+        overhead_counts(ph.one)[None, :],
+        overhead_counts(ph.decode)[None, :],
+    )
     floor_ttft, floor_tpot = Phases.floor_us(ph.one), Phases.floor_us(ph.decode)
-    ttft = t0 + t1 * ph.prefill_one_us + t2 * batch_prefill + t3 * ph.decode_kernels_us
-    tpot = p0 + p1 * ph.decode_kernels_us + p2 * stall
+    ttft = float(x_ttft[0] @ np.asarray(fw.steady_ttft))
+    tpot = float(x_tpot[0] @ np.asarray(fw.steady_tpot))
     return max(ttft, floor_ttft), max(tpot, floor_tpot)
 
 
@@ -499,11 +568,17 @@ def steady_features(
     concurrency: np.ndarray,
     osl: np.ndarray,
     agg: np.ndarray,
+    one_overheads: np.ndarray,
+    step_overheads: np.ndarray,
 ) -> tuple[np.ndarray, np.ndarray]:
-    """Design matrices of the steady TTFT and TPOT regressions (the same terms as :func:`steady_times`)."""
+    """Design matrices of the steady TTFT and TPOT regressions (the terms of :func:`steady_times`);
+    ``*_overheads`` are :func:`overhead_counts` rows (n x 3) of one request's prefill and the decode step."""
     ones = np.ones(len(one_us))
     stall = np.where(agg, one_us * concurrency / np.maximum(osl, 1), 0.0)
-    return (np.c_[ones, one_us, np.where(agg, batch_us, 0.0), step_us], np.c_[ones, step_us, stall])
+    return (
+        np.c_[ones, one_us, np.where(agg, batch_us, 0.0), step_us, one_overheads],
+        np.c_[ones, step_us, stall, step_overheads],
+    )
 
 
 def describe(d: Deployment) -> dict[str, Any]:

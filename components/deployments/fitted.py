@@ -8,12 +8,11 @@ never use these: each fold refits on its own train side.
 from components.deployments.compose import FrameworkCost
 
 PRODUCTION_FRAMEWORK = FrameworkCost(
-    prefill=(0.0, 0.0, 5.401524, -0.139046),
-    decode=(1745.674088, 0.0, 0.0, -0.043991),
-    steady_ttft=(34040.689479, 1.270354, 0.044729, 5.470495),
-    steady_tpot=(2786.474599, 0.726931, 0.509967),
-    steady_source="AIConfigurator silicon runs on h100-sxm, h200 (1284 runs)",
-    source="PipeWeave runs on A100, A40, H100, H20, H200, H800, L20, L40, RTX_6000_Ada, RTX_A6000, "
-    "RTX_PRO_6000_S",
-    train_mape={"prefill": 0.1031, "decode": 0.0782, "steady_ttft": 0.4051, "steady_tpot": 0.2603},
+    prefill=(0.0, 0.0, 5.431199, -0.138996, 0.0, 0.0, 0.0),
+    decode=(3019.855546, 0.0, 0.0, -0.04057, 0.0, 0.0, 0.0),
+    steady_ttft=(18092.897972, 1.203819, 0.047706, 4.823173, 26.863047, 69.749158, 17.76117),
+    steady_tpot=(0.0, 0.504449, 0.56614, 8.946014, 0.0, 0.0),
+    steady_source="AIConfigurator silicon runs on h100-sxm, h200 (1311 runs)",
+    source="PipeWeave runs on A100, A40, H100, H20, H200, H800, L20, L40, RTX_6000_Ada, RTX_A6000, RTX_PRO_6000_S",
+    train_mape={"prefill": 0.1031, "decode": 0.0749, "steady_ttft": 0.4069, "steady_tpot": 0.2376},
 )

@@ -4,13 +4,14 @@
 arrays). The lead wires the op engine (measured > calibrated > spec tiers) in as the function; until
 then :func:`roofline_op_time` answers: the speed-of-light time of ``components.opmodel.physics`` (small
 ops: ``features.analytical``'s FLOP and byte formulas) divided by a fixed efficiency per family and bound,
-plus one kernel launch. The efficiencies are constants of the method, not fitted on
+plus nothing for the launch (a fitted per-kernel cost). The efficiencies are constants of the method, not fitted on
 any benchmark side: they say what fraction of peak a good library reaches on a large op.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -29,9 +30,17 @@ EFFICIENCY: dict[str, tuple[float, float]] = {
     "elementwise": (0.5, 0.75),
     "rmsnorm": (0.5, 0.75),
 }
-LAUNCH_US = 2.0  # one kernel of a CUDA graph (servers capture decode in graphs): launch gap + tail
-# Small-message all-reduce start-up: custom one-shot all-reduce over NVLink is ~5-10 us on 2-8 GPUs
-ALLREDUCE_BASE_US, ALLREDUCE_PER_GPU_US = 4.0, 1.0
+# No launch cost and no all-reduce start-up latency here: both are parameters of the framework-cost fit
+# (per kernel launched, per all-reduce and per all-reduce x GPU; ``compose.overhead_counts``), learned on
+# each fold's training runs only -- never constants chosen by looking at a benchmark.
+
+
+@dataclass(frozen=True)
+class Timed:
+    """Op times with the tier that answered them (what ``compose`` reads from an op engine too)."""
+
+    duration_us: np.ndarray
+    tier: str
 
 
 def link_gbps(spec: Any) -> tuple[float, str | None]:
@@ -74,15 +83,14 @@ def _sol_parts(
 def roofline_op_time(
     family: str, dtype: str, shape: Mapping[str, Any], spec: Any, kv_dtype: str | None = None
 ) -> np.ndarray:
-    """Speed-of-light time over a fixed library efficiency, plus one launch (microseconds)."""
+    """Speed-of-light time over a fixed library efficiency (microseconds; launch and all-reduce latency are
+    learned per step by the framework-cost fit)."""
     compute, memory, link = _sol_parts(family, dtype, shape, spec, kv_dtype)
     eff_c, eff_m = EFFICIENCY.get(family, (0.5, 0.7))
     if family == "allreduce":
         gpus = _arr(shape, "gpus")
-        return np.where(
-            gpus > 1, np.maximum(link, memory) + ALLREDUCE_BASE_US + ALLREDUCE_PER_GPU_US * gpus, 0.0
-        )
-    return np.maximum(compute / eff_c, memory / eff_m) + LAUNCH_US
+        return np.where(gpus > 1, np.maximum(link, memory), 0.0)
+    return np.maximum(compute / eff_c, memory / eff_m)
 
 
 def sol_time(
