@@ -27,7 +27,7 @@ import pandas as pd
 
 PREDICTOR_ARTIFACT = "predictor"
 QUESTION_COLUMNS: tuple[str, ...] = ("device", "device_spec", "dtype", "op", "shape", "source", "language", "launch",
-                                     "module")
+                                     "module", "deployment")  # deployment: serving.deployment_questions
 # Answer columns and their MLflow types (interfaces.md "The answer").
 ANSWER_COLUMNS: tuple[tuple[str, str], ...] = (
     ("question", "long"), ("device", "string"), ("device_name", "string"), ("kind", "string"),
@@ -99,5 +99,11 @@ class KernelcastPyfunc(mlflow.pyfunc.PythonModel):
             raise QueryError(f"model input has none of the question columns ({', '.join(QUESTION_COLUMNS)}); "
                              "send one row per question, e.g. device, dtype, op, shape")
         allow_modules = bool((params or {}).get("allow_modules", True))
+        from components.serving.deployment_questions import answer_mixed_frame, has_deployments
+
+        if has_deployments(model_input):  # an LLM deployment: answered by the composition
+            return answer_mixed_frame(self.predictor, model_input, model_version=self.model_version,
+                                      allow_modules=allow_modules)
+        model_input = model_input.drop(columns=["deployment"], errors="ignore")
         return answer_frame(self.predictor, model_input, model_version=self.model_version,
                             allow_modules=allow_modules)

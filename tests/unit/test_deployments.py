@@ -387,3 +387,48 @@ def test_cli_batch_of_deployments(tmp_path):
     bad.write_text('{"llm": "Llama-3.1-8B", "device": "H100", "isl": 1024, "osl": 128, "tp": 3}\n')
     failed = CliRunner().invoke(app, ["predict", "--batch", str(bad)])
     assert failed.exit_code == 2 and "bad.jsonl:1: tp 3" in failed.output
+
+
+@needs_data
+def test_registered_pyfunc_answers_the_deployment_form():
+    """The pyfunc (what models:/kernelcast@champion loads) answers a deployment row beside an op row, in the
+    rows' order; a deployment that does not fit answers with its refusal; a bad one is a one-line error."""
+    import json
+
+    import pandas as pd
+
+    from components.models.roofline import RooflinePredictor
+    from components.registry.pyfunc import QUESTION_COLUMNS, KernelcastPyfunc
+    from components.serving.query import QueryError
+
+    assert "deployment" in QUESTION_COLUMNS
+    model = KernelcastPyfunc()
+    model.predictor, model.model_version = RooflinePredictor(), "test"
+    llama = {"model": "Llama-3.1-8B", "isl": 1024, "osl": 128, "concurrency": 8}
+    rows = [
+        {
+            "device": "H100",
+            "dtype": "fp16",
+            "op": "gemm",
+            "shape": json.dumps({"M": 4096, "N": 4096, "K": 4096}),
+        },
+        {"device": "H200", "deployment": json.dumps(llama)},
+        {"device": "L4", "deployment": json.dumps({**llama, "model": "Llama-3.1-70B"})},
+    ]
+    out = model.predict(None, pd.DataFrame(rows))
+    assert out["question"].tolist() == [0, 1, 2] and out["kind"].tolist()[1:] == ["deployment"] * 2
+    assert out.loc[0, "kind"] == "op" and out.loc[0, "duration_us"] > 0
+    deployed = out.loc[1]
+    assert deployed["ttft_ms"] > 0 and deployed["tpot_ms"] > 0
+    assert deployed["duration_us"] == pytest.approx(
+        (deployed["ttft_ms"] + 127 * deployed["tpot_ms"]) * 1e3, rel=1e-3
+    )
+    assert deployed["duration_us_lo"] < deployed["duration_us"] < deployed["duration_us_hi"]
+    assert json.loads(deployed["breakdown"])["memory"]["weights_gb"] > 10
+    assert pd.isna(out.loc[2, "duration_us"]) and "does not fit" in out.loc[2, "note"]
+    with pytest.raises(QueryError, match=r"question 0.deployment: tp 3: does not divide"):
+        model.predict(None, pd.DataFrame([{"device": "H100", "deployment": json.dumps({**llama, "tp": 3})}]))
+    with pytest.raises(QueryError, match=r"question 0.deployment: unknown field 'gpu'"):
+        model.predict(
+            None, pd.DataFrame([{"device": "H100", "deployment": json.dumps({**llama, "gpu": "x"})}])
+        )
