@@ -123,18 +123,31 @@ def compose_pipeweave(
     datasets_dir: Path,
     op_time: OpTimeFn | None = None,
     allreduce: Mapping[str, AllReduceTable] | None = None,
+    refused: list[dict[str, Any]] | None = None,
 ) -> pd.DataFrame:
-    """Per run: kernel and roofline times of one prefill (the whole batch) and one decode step."""
+    """Per run: kernel and roofline times of one prefill (the whole batch) and one decode step.
+
+    With ``refused`` (a list), a run without an answer is appended there with its reason and skipped;
+    without, its error propagates."""
     tables = read_allreduce_tables(datasets_dir) if allreduce is None else allreduce
     fn = with_allreduce(op_time or roofline_op_time, tables)
     out = []
     for run in runs.itertuples():
-        model = model_shape(run.model, datasets_dir)
-        spec = catalog.resolve(run.device_id)
-        d = Deployment(
-            model=model, gpu=spec, isl=round(run.isl), osl=int(run.osl), concurrency=run.batch, tp=run.tp
-        )
-        ph = compose_phases(d, fn, isl_mean=run.isl)
+        try:
+            model = model_shape(run.model, datasets_dir)
+            spec = catalog.resolve(run.device_id)
+            d = Deployment(
+                model=model, gpu=spec, isl=round(run.isl), osl=int(run.osl), concurrency=run.batch, tp=run.tp
+            )
+            ph = compose_phases(d, fn, isl_mean=run.isl)
+        except (DeploymentError, LookupError) as exc:
+            if refused is None:
+                raise
+            refused.append(
+                {"id": f"{run.gpu}/tp{run.tp}/{run.model}-{run.workload}", "device_id": run.device_id,
+                 "reason": _reason(exc)}
+            )
+            continue
         out.append(
             {
                 **run._asdict(),
@@ -418,7 +431,7 @@ def compose_silicon(
             if key_p not in cache:
                 cache[key_p] = (compose_phases(pre, fn), compose_phases(dec, fn))
             ph_p, ph_d = cache[key_p]
-        except DeploymentError as exc:
+        except (DeploymentError, LookupError) as exc:
             refused.append(
                 {
                     "id": row["id"],

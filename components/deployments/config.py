@@ -127,7 +127,9 @@ def _key(name: str) -> str:
 @lru_cache(maxsize=4)
 def _bundled_index(root: str) -> dict[str, Path]:
     index: dict[str, Path] = {}
-    for folder in (Path(root) / PIPEWEAVE_CONFIGS, Path(root) / AIC_CONFIGS):
+    # a datasets folder, or one upstream tree's root (``kernelcast evaluate --from``)
+    tree = (PIPEWEAVE_CONFIGS.relative_to("pipeweave"), AIC_CONFIGS.relative_to("aiconfigurator"))
+    for folder in [Path(root) / f for f in (PIPEWEAVE_CONFIGS, AIC_CONFIGS, *tree)]:
         if not folder.is_dir():
             continue
         for path in sorted(folder.glob("*.json")):

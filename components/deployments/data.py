@@ -46,7 +46,12 @@ PUBLISHED_METHODS = ("pipeweave", "neusight", "habitat", "roofline")
 
 
 def read_pipeweave_runs(datasets_dir: Path) -> pd.DataFrame:
-    """One row per (GPU, TP, run): medians over repeats, in milliseconds.
+    """PipeWeave's runs in the datasets folder (:func:`read_pipeweave_tree` of ``datasets/pipeweave``)."""
+    return read_pipeweave_tree(Path(datasets_dir) / PIPEWEAVE_E2E.parent)
+
+
+def read_pipeweave_tree(root: Path) -> pd.DataFrame:
+    """One row per (GPU, TP, run) of a PipeWeave tree (``root/e2e/real``): medians over repeats, in ms.
 
     Columns: gpu (PipeWeave label), device_id, tp, model, workload, batch, isl (mean prompt tokens =
     total_prefill_tokens / batch), isl_max (the run's nominal input_len), osl, prefill_ms, decode_ms,
@@ -54,7 +59,7 @@ def read_pipeweave_runs(datasets_dir: Path) -> pd.DataFrame:
     repeats.
     """
     rows = []
-    for path in sorted((Path(datasets_dir) / PIPEWEAVE_E2E / "real").glob("e2e_*.jsonl")):
+    for path in sorted((Path(root) / PIPEWEAVE_E2E.name / "real").glob("e2e_*.jsonl")):
         match = re.match(r"e2e_(?:tp(\d+)_)?(.+)\.jsonl$", path.name)
         if not match:
             continue
@@ -111,7 +116,12 @@ def read_published(datasets_dir: Path) -> pd.DataFrame:
 
 def read_silicon_runs(datasets_dir: Path) -> pd.DataFrame:
     """AIConfigurator's measured serving runs with a catalog device_id column."""
-    frame = pd.read_csv(Path(datasets_dir) / SILICON_CSV)
+    return read_silicon_tree(Path(datasets_dir) / SILICON_CSV.parts[0])
+
+
+def read_silicon_tree(root: Path) -> pd.DataFrame:
+    """The silicon runs of an AIConfigurator tree (``root/aic-core/.../systems/silicon_sample.csv``)."""
+    frame = pd.read_csv(Path(root).joinpath(*SILICON_CSV.parts[1:]))
     frame["device_id"] = frame["system"].map(SILICON_GPUS).fillna(frame["system"])
     return frame
 
@@ -147,10 +157,12 @@ SMALL_MESSAGE = 64 * 1024
 LARGE_MESSAGE = 64 * 1024 * 1024
 
 
-def read_allreduce_tables(datasets_dir: Path) -> dict[str, AllReduceTable]:
-    """device_id -> its all-reduce fit (latency + bandwidth per group size) from PipeWeave's table."""
+def read_allreduce_tables(datasets_dir: Path, tree: bool = False) -> dict[str, AllReduceTable]:
+    """device_id -> its all-reduce fit (latency + bandwidth per group size) from PipeWeave's table
+    (``tree``: ``datasets_dir`` is a PipeWeave tree's root)."""
     tables: dict[str, AllReduceTable] = {}
-    for path in sorted((Path(datasets_dir) / PIPEWEAVE_COLLECTIVE).glob("*/all_reduce.csv")):
+    folder = Path(datasets_dir) / (PIPEWEAVE_COLLECTIVE.relative_to("pipeweave") if tree else PIPEWEAVE_COLLECTIVE)
+    for path in sorted(folder.glob("*/all_reduce.csv")):
         frame = pd.read_csv(path)
         fits = {}
         for n, group in frame.groupby("num_workers"):

@@ -432,3 +432,49 @@ def test_registered_pyfunc_answers_the_deployment_form():
         model.predict(
             None, pd.DataFrame([{"device": "H100", "deployment": json.dumps({**llama, "gpu": "x"})}])
         )
+
+
+@needs_data
+def test_evaluate_scores_the_serving_runs_of_an_upstream_tree(tmp_path, monkeypatch):
+    """`kernelcast evaluate --source aiconfigurator --from DIR` scores the tree's silicon runs per device;
+    a run without an answer (MLA, a GPU outside the catalog) is listed with its reason."""
+    from components.deployments.config import AIC_CONFIGS
+    from components.deployments.data import SILICON_CSV
+
+    runs = read_silicon_runs(DATA)
+    llama = runs[runs["model_path"] == "meta-llama/Llama-3.1-8B-Instruct"].head(6)
+    mla = runs[runs["model_path"].str.contains("DeepSeek", case=False)].head(2)
+    alien = llama.head(1).assign(system="zz9_sxm", id="alien-run")
+    subset = pd.concat([llama, mla, alien]).drop(columns=["device_id"])
+    csv = tmp_path.joinpath(*SILICON_CSV.parts[1:])
+    csv.parent.mkdir(parents=True)
+    subset.to_csv(csv, index=False)
+    configs = tmp_path / AIC_CONFIGS.relative_to("aiconfigurator")
+    configs.symlink_to(DATA / AIC_CONFIGS, target_is_directory=True)
+    monkeypatch.setenv("KERNELCAST_HOME", str(tmp_path / "home"))
+    out = tmp_path / "eval.json"
+    argv = [
+        "evaluate",
+        "--model",
+        "roofline",
+        "--source",
+        "aiconfigurator",
+        "--from",
+        str(tmp_path),
+        "--out",
+        str(out),
+    ]
+    result = CliRunner().invoke(app, [*argv, "--no-log"])
+    assert result.exit_code == 0, result.output
+    serving = json.loads(out.read_text())["serving"]
+    assert serving["n_asked"] == 9 and serving["n"] == 6
+    entry = (
+        serving["by_device"]["h100-sxm"]
+        if "h100-sxm" in serving["by_device"]
+        else serving["by_device"]["h200"]
+    )
+    assert 0 < entry["ttft_ms_mape"] < 5 and 0 < entry["tpot_ms_mape"] < 5
+    reasons = {row["id"]: row["reason"] for row in serving["unanswered"]}
+    assert "multi-head latent attention" in " ".join(reasons.values())
+    assert "alien-run" in reasons and "zz9" in reasons["alien-run"]
+    assert "not answered" in result.output and "serving runs: 6/9 answered" in result.output
