@@ -144,8 +144,11 @@ def compose_pipeweave(
             if refused is None:
                 raise
             refused.append(
-                {"id": f"{run.gpu}/tp{run.tp}/{run.model}-{run.workload}", "device_id": run.device_id,
-                 "reason": _reason(exc)}
+                {
+                    "id": f"{run.gpu}/tp{run.tp}/{run.model}-{run.workload}",
+                    "device_id": run.device_id,
+                    "reason": _reason(exc),
+                }
             )
             continue
         out.append(

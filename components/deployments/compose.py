@@ -124,6 +124,9 @@ def _layer_ops(
     hkv = max(1, m.kv_heads // tp)
     h, dh = m.hidden, m.head_dim
     act = "bf16"
+    if m.is_mla:
+        ops = _mla_ops(d, phase, tokens, batch, q_len, ctx, layers)
+        return ops + _mlp_ops(d, phase, tokens, layers)
     ops = [
         OpLine(phase, "norm", "rmsnorm", act, {"B": tokens, "H": h}, 2 * layers),
         OpLine(phase, "gemm", "gemm", wd, {"M": tokens, "N": (hq + 2 * hkv) * dh, "K": h}, layers),
@@ -161,6 +164,70 @@ def _layer_ops(
                 kv_dtype=d.kv_dtype,
             )
         )
+    return ops + _mlp_ops(d, phase, tokens, layers)
+
+
+def _mla_ops(
+    d: Deployment,
+    phase: str,
+    tokens: float,
+    batch: float,
+    q_len: np.ndarray | float,
+    ctx: np.ndarray | float,
+    layers: float,
+) -> list[OpLine]:
+    """Multi-head latent attention of one layer on one GPU (DeepSeek-V3's layout).
+
+    Projections: hidden -> q latent (q_lora_rank) -> per-head queries (nope + rope); hidden -> KV latent
+    (kv_lora_rank) + a shared rotary key (replicated on every TP rank). Prefill decompresses the latent
+    into per-head K (nope) and V and runs causal attention with head dim nope+rope (QK) and v (PV).
+    Decode runs absorbed: queries are mapped into the latent (a per-head BMM), attention is MQA over the
+    cached latent (one KV "head" of kv_lora_rank + rope, V being the latent itself), and the output is
+    mapped back out of the latent per head before the O projection.
+    """
+    m, tp, wd, act = d.model, d.tp, d.weight_dtype, "bf16"
+    hq, h = m.heads // tp, m.hidden
+    nope, rope, vd, lat = m.qk_nope_head_dim, m.qk_rope_head_dim, m.v_head_dim, m.kv_lora_rank
+    ops = [
+        OpLine(phase, "norm", "rmsnorm", act, {"B": tokens, "H": h}, 2 * layers),
+        OpLine(phase, "gemm", "gemm", wd, {"M": tokens, "N": lat + rope, "K": h}, layers),
+        OpLine(phase, "norm", "rmsnorm", act, {"B": tokens, "H": lat}, layers),
+        OpLine(phase, "rotary", "elementwise", act, {"N": tokens * (hq + 1) * rope, "op": "mul"}, layers),
+        OpLine(phase, "gemm", "gemm", wd, {"M": tokens, "N": h, "K": hq * vd}, layers),
+        OpLine(phase, "residual", "elementwise", act, {"N": tokens * h, "op": "add"}, 2 * layers),
+    ]
+    if m.q_lora_rank:
+        ops += [
+            OpLine(phase, "gemm", "gemm", wd, {"M": tokens, "N": m.q_lora_rank, "K": h}, layers),
+            OpLine(phase, "norm", "rmsnorm", act, {"B": tokens, "H": m.q_lora_rank}, layers),
+            OpLine(
+                phase, "gemm", "gemm", wd, {"M": tokens, "N": hq * (nope + rope), "K": m.q_lora_rank}, layers
+            ),
+        ]
+    else:
+        ops.append(OpLine(phase, "gemm", "gemm", wd, {"M": tokens, "N": hq * (nope + rope), "K": h}, layers))
+    if phase == "prefill":
+        # physics' attention has one head dim for QK and PV: their mean gives the FLOPs and bytes of both
+        attn = {"B": batch, "H": hq, "HKV": hq, "D": (nope + rope + vd) / 2, "S": q_len, "KV": ctx}
+        ops += [
+            OpLine(phase, "gemm", "gemm", wd, {"M": tokens, "N": hq * (nope + vd), "K": lat}, layers),
+            OpLine(phase, "attention", "attention", act, attn, layers, kv_dtype=d.kv_dtype),
+        ]
+    else:
+        # one cached latent row (lat + rope) serves as K and V: D = (lat + rope) / 2 gives its bytes once
+        attn = {"B": batch, "H": hq, "HKV": 1, "D": (lat + rope) / 2, "S": q_len, "KV": ctx}
+        ops += [
+            OpLine(phase, "gemm", "gemm", act, {"B": hq, "M": tokens, "N": lat, "K": nope}, layers),
+            OpLine(phase, "attention", "attention", act, attn, layers, kv_dtype=d.kv_dtype),
+            OpLine(phase, "gemm", "gemm", act, {"B": hq, "M": tokens, "N": vd, "K": lat}, layers),
+        ]
+    return ops
+
+
+def _mlp_ops(d: Deployment, phase: str, tokens: float, layers: float) -> list[OpLine]:
+    """The dense MLP or MoE block of one layer, and the layer's TP all-reduces."""
+    m, tp, wd, act, h = d.model, d.tp, d.weight_dtype, "bf16", d.model.hidden
+    ops: list[OpLine] = []
     dense_layers = layers * (1 - m.moe_layers / m.layers)
     moe_layers = layers - dense_layers
     if dense_layers:
@@ -315,11 +382,10 @@ def _kv_bytes_per_request(d: Deployment) -> float:
     """KV cache of one request at its full context (isl + osl) on one GPU, at the KV dtype; sliding-window
     layers keep only the window."""
     m = d.model
-    hkv = max(1, m.kv_heads // d.tp)  # a TP wider than the KV heads replicates them: one head per GPU
     seq = d.isl + d.osl
     full = m.layers - m.sliding_layers
     tokens = full * seq + m.sliding_layers * min(seq, m.sliding_window or seq)
-    return tokens * 2 * hkv * m.head_dim * STORE_BYTES[d.kv_dtype] / d.pp
+    return tokens * m.kv_elements_per_token_layer(d.tp) * STORE_BYTES[d.kv_dtype] / d.pp
 
 
 def memory_check(d: Deployment) -> dict[str, float]:

@@ -76,10 +76,28 @@ class ModelShape:
     sliding_layers: int = 0  # how many layers use the sliding window
     tied_embeddings: bool = False
     qk_norm: bool = False
+    # Multi-head latent attention (DeepSeek-V2/V3/R1, Kimi K2): K and V come from one cached latent of
+    # kv_lora_rank (+ a shared rotary key of qk_rope_head_dim); 0 = ordinary (GQA/MQA) attention.
+    kv_lora_rank: int = 0
+    q_lora_rank: int = 0  # 0: queries projected straight from the hidden state
+    qk_rope_head_dim: int = 0
+    qk_nope_head_dim: int = 0
+    v_head_dim: int = 0
 
     @property
     def is_moe(self) -> bool:
         return self.experts > 0
+
+    @property
+    def is_mla(self) -> bool:
+        return self.kv_lora_rank > 0
+
+    def kv_elements_per_token_layer(self, tp: int) -> float:
+        """KV-cache elements one token keeps per layer on one GPU: K and V of its KV heads, or MLA's
+        latent + rotary key (the same on every TP rank: the latent is not split over heads)."""
+        if self.is_mla:
+            return float(self.kv_lora_rank + self.qk_rope_head_dim)
+        return float(2 * max(1, self.kv_heads // tp) * self.head_dim)
 
     @property
     def moe_layers(self) -> int:
@@ -88,6 +106,17 @@ class ModelShape:
     def parameter_counts(self) -> dict[str, float]:
         """Weight elements by role (the whole model, before sharding)."""
         attn = self.hidden * self.head_dim * (2 * self.heads + 2 * self.kv_heads)
+        if self.is_mla:
+            qk = self.qk_nope_head_dim + self.qk_rope_head_dim
+            q = (
+                (self.hidden * self.q_lora_rank + self.q_lora_rank * self.heads * qk)
+                if self.q_lora_rank
+                else (self.hidden * self.heads * qk)
+            )
+            kv = self.hidden * (
+                self.kv_lora_rank + self.qk_rope_head_dim
+            ) + self.kv_lora_rank * self.heads * (self.qk_nope_head_dim + self.v_head_dim)
+            attn = q + kv + self.heads * self.v_head_dim * self.hidden
         dense_mlp = 3 * self.hidden * self.intermediate
         expert = 3 * self.hidden * self.moe_intermediate
         dense_count = self.layers - self.moe_layers
@@ -189,8 +218,6 @@ def _int(cfg: dict[str, Any], *names: str, default: int | None = None) -> int:
 
 # Fields that mark an attention/mixer the composition does not model (the reason names the field).
 UNMODELLED_FIELDS: dict[str, str] = {
-    "kv_lora_rank": "multi-head latent attention (MLA) is not modelled",
-    "q_lora_rank": "multi-head latent attention (MLA) is not modelled",
     "hybrid_override_pattern": "hybrid Mamba/attention layers are not modelled",
     "linear_attn_config": "linear attention layers are not modelled",
     "index_topk": "sparse (indexer) attention is not modelled",
@@ -241,6 +268,17 @@ def model_shape(
         )
     kv_heads = _int(cfg, "num_key_value_heads", "num_kv_heads", default=heads) or heads
     head_dim = _int(cfg, "head_dim", default=hidden // heads) or hidden // heads
+    mla = {}
+    if _int(cfg, "kv_lora_rank", default=0):
+        mla = {
+            "kv_lora_rank": _int(cfg, "kv_lora_rank"),
+            "q_lora_rank": _int(cfg, "q_lora_rank", default=0),
+            "qk_rope_head_dim": _int(cfg, "qk_rope_head_dim"),
+            "qk_nope_head_dim": _int(cfg, "qk_nope_head_dim"),
+            "v_head_dim": _int(cfg, "v_head_dim"),
+        }
+        head_dim = mla["qk_nope_head_dim"] + mla["qk_rope_head_dim"]
+        kv_heads = heads  # every query head has its own K/V, decompressed from the shared latent
     vocab = _int(cfg, "vocab_size")
     experts = _int(cfg, "num_experts", "num_local_experts", "n_routed_experts", default=0)
     topk = _int(cfg, "num_experts_per_tok", "experts_per_token", "moe_topk", default=0) if experts else 0
@@ -277,6 +315,7 @@ def model_shape(
         sliding_layers=sliding_layers,
         tied_embeddings=bool(cfg.get("tie_word_embeddings", False)),
         qk_norm=bool(cfg.get("use_qk_norm")) or "qwen3" in str(cfg.get("model_type", "")),
+        **mla,
     )
 
 

@@ -161,7 +161,9 @@ def read_allreduce_tables(datasets_dir: Path, tree: bool = False) -> dict[str, A
     """device_id -> its all-reduce fit (latency + bandwidth per group size) from PipeWeave's table
     (``tree``: ``datasets_dir`` is a PipeWeave tree's root)."""
     tables: dict[str, AllReduceTable] = {}
-    folder = Path(datasets_dir) / (PIPEWEAVE_COLLECTIVE.relative_to("pipeweave") if tree else PIPEWEAVE_COLLECTIVE)
+    folder = Path(datasets_dir) / (
+        PIPEWEAVE_COLLECTIVE.relative_to("pipeweave") if tree else PIPEWEAVE_COLLECTIVE
+    )
     for path in sorted(folder.glob("*/all_reduce.csv")):
         frame = pd.read_csv(path)
         fits = {}

@@ -138,8 +138,20 @@ def rank_deployments(
     return rows, skipped
 
 
-BATCH_FIELDS = ("llm", "device", "isl", "osl", "concurrency", "tp", "pp", "ep", "dtype", "kv_dtype", "mode",
-                "workload")
+BATCH_FIELDS = (
+    "llm",
+    "device",
+    "isl",
+    "osl",
+    "concurrency",
+    "tp",
+    "pp",
+    "ep",
+    "dtype",
+    "kv_dtype",
+    "mode",
+    "workload",
+)
 
 
 def read_deployment_batch(path: Any) -> list[tuple[str, dict[str, Any]]]:
@@ -161,8 +173,10 @@ def read_deployment_batch(path: Any) -> list[tuple[str, dict[str, Any]]]:
                 raise DeploymentError(f"{path.name}:{number}: not JSON ({exc.msg})") from None
     else:
         frame = pd.read_csv(path, dtype=str, keep_default_na=False)
-        rows = [(f"{path.name}:{i + 2}", {k: v for k, v in r.items() if v != ""})
-                for i, r in enumerate(frame.to_dict("records"))]
+        rows = [
+            (f"{path.name}:{i + 2}", {k: v for k, v in r.items() if v != ""})
+            for i, r in enumerate(frame.to_dict("records"))
+        ]
     out = []
     for origin, row in rows:
         if not isinstance(row, dict):
@@ -184,8 +198,9 @@ def read_deployment_batch(path: Any) -> list[tuple[str, dict[str, Any]]]:
     return out
 
 
-def predict_batch(rows: list[tuple[str, dict[str, Any]]], resolve: Any,
-                  op_time: OpTimeFn | None = None) -> list[dict[str, Any]]:
+def predict_batch(
+    rows: list[tuple[str, dict[str, Any]]], resolve: Any, op_time: OpTimeFn | None = None
+) -> list[dict[str, Any]]:
     """Answer every row of :func:`read_deployment_batch`; an error names the row (``file:line``)."""
     answers = []
     for origin, row in rows:

@@ -31,8 +31,9 @@ def _pipeweave(root: Path, catalog: Any, fw: Any) -> tuple[pd.DataFrame, pd.Data
     if runs.empty:
         raise FileNotFoundError(f"--from {root}: no e2e/real/e2e_*.jsonl serving runs (PipeWeave's layout)")
     refused: list[dict[str, Any]] = []
-    composed = compose_pipeweave(runs, catalog, root, allreduce=read_allreduce_tables(root, tree=True),
-                                 refused=refused)
+    composed = compose_pipeweave(
+        runs, catalog, root, allreduce=read_allreduce_tables(root, tree=True), refused=refused
+    )
     pred = predict_pipeweave(composed, fw) if not composed.empty else composed
     return runs, pred, pd.DataFrame(refused, columns=["id", "device_id", "reason"])
 
@@ -57,8 +58,9 @@ def _mape(pred: pd.Series, true: pd.Series) -> float | None:
     return round(float(np.mean(np.abs(p - t) / t)), 4)
 
 
-def score_serving_tree(source: str, root: Path, catalog: Any, framework: Any = None,
-                       log: Callable[[str], None] = lambda _: None) -> dict[str, Any]:
+def score_serving_tree(
+    source: str, root: Path, catalog: Any, framework: Any = None, log: Callable[[str], None] = lambda _: None
+) -> dict[str, Any]:
     """The serving section of an evaluation report for one tree (see the module docstring)."""
     from components.deployments.compose import default_framework
 
@@ -73,15 +75,18 @@ def score_serving_tree(source: str, root: Path, catalog: Any, framework: Any = N
         asked = int((runs["device_id"] == device).sum())
         entry: dict[str, Any] = {"n_asked": asked, "n": len(got), "coverage": round(len(got) / asked, 4)}
         for target in targets:
-            entry[f"{target}_mape"] = _mape(got[f"{target.removesuffix('_ms')}_pred_ms"], got[target]) if len(
-                got) else None
+            entry[f"{target}_mape"] = (
+                _mape(got[f"{target.removesuffix('_ms')}_pred_ms"], got[target]) if len(got) else None
+            )
         reasons = refused[refused["device_id"] == device]["reason"].value_counts()
         entry["not_answered"] = {str(k): int(v) for k, v in reasons.items()}
         devices[device] = entry
         figures = " ".join(f"{t}={entry[f'{t}_mape']:.1%}" for t in targets if entry[f"{t}_mape"] is not None)
         log(f"serving {device:16s} {len(got)}/{asked} answered {figures}")
-    overall = {f"{t}_mape": _mape(pred[f"{t.removesuffix('_ms')}_pred_ms"], pred[t]) if len(pred) else None
-               for t in targets}
+    overall = {
+        f"{t}_mape": _mape(pred[f"{t.removesuffix('_ms')}_pred_ms"], pred[t]) if len(pred) else None
+        for t in targets
+    }
     return {
         "source": source,
         "from": str(root),
@@ -93,5 +98,5 @@ def score_serving_tree(source: str, root: Path, catalog: Any, framework: Any = N
         "unanswered": refused.astype({"id": str}).to_dict("records"),
         "framework": fw.source + "; steady: " + fw.steady_source,
         "note": "production framework cost (components/deployments/fitted.py), fitted on the shared datasets' "
-                "runs: runs of those same trees are training runs for it",
+        "runs: runs of those same trees are training runs for it",
     }

@@ -57,7 +57,8 @@ def test_config_text_parses_and_counts_parameters():
     [
         ({**LLAMA8B, "architectures": ["BertForMaskedLM"]}, "architectures"),
         ({k: v for k, v in LLAMA8B.items() if k != "vocab_size"}, "vocab_size"),
-        ({**LLAMA8B, "kv_lora_rank": 512}, "kv_lora_rank"),
+        ({**LLAMA8B, "index_topk": 2048}, "index_topk"),
+        ({**LLAMA8B, "kv_lora_rank": 512}, "qk_rope_head_dim"),  # MLA needs its head dims
         ({**LLAMA8B, "layer_types": ["linear_attention"] * 32}, "layer_types"),
         ({**LLAMA8B, "num_hidden_layers": "many"}, "num_hidden_layers"),
     ],
@@ -164,8 +165,39 @@ def test_bundled_moe_and_sliding_window_configs(catalog):
     a = answer(d)
     assert "moe" in a.breakdown["decode"]
     assert any("no nvfp4 pipe" in note for note in a.notes)  # Hopper has no FP4 tensor pipe
-    with pytest.raises(DeploymentError, match="kv_lora_rank"):
-        model_shape("deepseek-ai/DeepSeek-V3")
+
+
+@needs_data
+def test_mla_composition_deepseek_v3(catalog):
+    """DeepSeek-V3: 671 B parameters, 187 M of attention per layer; the KV cache keeps one latent row
+    (512 + 64 elements) per token and layer on every TP rank; decode runs absorbed (per-head BMMs into and
+    out of the latent, MQA over it)."""
+    m = model_shape("deepseek-ai/DeepSeek-V3")
+    assert m.is_mla and m.parameters == pytest.approx(671e9, rel=0.01)
+    assert m.parameter_counts()["attention"] / m.layers == pytest.approx(187e6, rel=0.01)
+    assert m.kv_elements_per_token_layer(1) == m.kv_elements_per_token_layer(8) == 576
+    d = Deployment(
+        model=m,
+        gpu=catalog.resolve("h200"),
+        isl=1024,
+        osl=256,
+        concurrency=32,
+        tp=8,
+        ep=8,
+        weight_dtype="fp8_block",
+        kv_dtype="fp8",
+    )
+    memory = memory_check(d)
+    assert memory["kv_cache_gb"] == pytest.approx(32 * 1280 * 61 * 576 / 1e9, rel=0.01)
+    ph = compose_phases(d)
+    decode_attn = [x for x in ph.decode if x.kind == "attention"]
+    prefill_attn = [x for x in ph.prefill if x.kind == "attention"]
+    assert decode_attn[0].shape["HKV"] == 1 and prefill_attn[0].shape["HKV"] == 128 // 8
+    assert any(x.shape.get("B") == 128 // 8 for x in ph.decode if x.family == "gemm")  # absorbed BMMs
+    a = answer(d)
+    assert 0 < a.tpot_ms < a.ttft_ms * 10 and a.breakdown["decode"]["moe"]["share"] > 0.3
+    with pytest.raises(DeploymentError, match="index_topk"):
+        model_shape("zhipuai/GLM-5")
 
 
 @needs_data
@@ -226,12 +258,12 @@ def test_silicon_bench_counts_unanswered_runs(catalog):
     runs = read_silicon_runs(DATA)
     llama = runs[runs["model_path"].str.contains("Llama-3.1-8B") & (runs["mode"] == "agg")]
     subset = llama.groupby("device_id").head(15)
-    mla = runs[runs["model_path"] == "deepseek-ai/DeepSeek-V3"].head(2)
-    bench = run_silicon_bench(DATA, catalog, runs=pd.concat([subset, mla]))
+    sparse = runs[runs["model_path"] == "zhipuai/GLM-5"].head(2)
+    bench = run_silicon_bench(DATA, catalog, runs=pd.concat([subset, sparse]))
     total = {r["target"]: r for r in bench.rows if r["family"] == FAMILY and r["scope"] == ""}
     assert total["ttft_ms"]["n"] == 30 and total["ttft_ms"]["n_asked"] == 32
     assert np.isfinite(total["tpot_ms"]["ours"])
-    assert any("2 x model config field kv_lora_rank" in n for n in bench.notes)
+    assert any("2 x model config field index_topk" in n for n in bench.notes)
 
 
 @needs_data
@@ -437,13 +469,13 @@ def test_registered_pyfunc_answers_the_deployment_form():
 @needs_data
 def test_evaluate_scores_the_serving_runs_of_an_upstream_tree(tmp_path, monkeypatch):
     """`kernelcast evaluate --source aiconfigurator --from DIR` scores the tree's silicon runs per device;
-    a run without an answer (MLA, a GPU outside the catalog) is listed with its reason."""
+    a run without an answer (sparse indexer attention, a GPU outside the catalog) is listed with its reason."""
     from components.deployments.config import AIC_CONFIGS
     from components.deployments.data import SILICON_CSV
 
     runs = read_silicon_runs(DATA)
     llama = runs[runs["model_path"] == "meta-llama/Llama-3.1-8B-Instruct"].head(6)
-    mla = runs[runs["model_path"].str.contains("DeepSeek", case=False)].head(2)
+    mla = runs[runs["model_path"] == "zhipuai/GLM-5"].head(2)
     alien = llama.head(1).assign(system="zz9_sxm", id="alien-run")
     subset = pd.concat([llama, mla, alien]).drop(columns=["device_id"])
     csv = tmp_path.joinpath(*SILICON_CSV.parts[1:])
@@ -475,6 +507,6 @@ def test_evaluate_scores_the_serving_runs_of_an_upstream_tree(tmp_path, monkeypa
     )
     assert 0 < entry["ttft_ms_mape"] < 5 and 0 < entry["tpot_ms_mape"] < 5
     reasons = {row["id"]: row["reason"] for row in serving["unanswered"]}
-    assert "multi-head latent attention" in " ".join(reasons.values())
+    assert "sparse (indexer) attention" in " ".join(reasons.values())
     assert "alien-run" in reasons and "zz9" in reasons["alien-run"]
     assert "not answered" in result.output and "serving runs: 6/9 answered" in result.output
