@@ -395,6 +395,11 @@ def silicon_deployments(
         )
 
     if row["mode"] == "disagg":
+        if not np.isfinite(float(row.get("decode_batch_size") or np.nan)):
+            # only the total concurrency is recorded: how it splits over the decode workers is unknown
+            raise DeploymentError(
+                "decode_batch_size: missing for a disaggregated run (the per-worker concurrency is unknown)"
+            )
         return worker("prefill_", row.get("prefill_batch_size")), worker(
             "decode_", row.get("decode_batch_size")
         )
