@@ -475,9 +475,9 @@ def test_evaluate_scores_the_serving_runs_of_an_upstream_tree(tmp_path, monkeypa
 
     runs = read_silicon_runs(DATA)
     llama = runs[runs["model_path"] == "meta-llama/Llama-3.1-8B-Instruct"].head(6)
-    mla = runs[runs["model_path"] == "zhipuai/GLM-5"].head(2)
+    sparse = runs[runs["model_path"] == "zhipuai/GLM-5"].head(2)
     alien = llama.head(1).assign(system="zz9_sxm", id="alien-run")
-    subset = pd.concat([llama, mla, alien]).drop(columns=["device_id"])
+    subset = pd.concat([llama, sparse, alien]).drop(columns=["device_id"])
     csv = tmp_path.joinpath(*SILICON_CSV.parts[1:])
     csv.parent.mkdir(parents=True)
     subset.to_csv(csv, index=False)
