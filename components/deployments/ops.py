@@ -3,9 +3,10 @@
 ``OpTimeFn(family, dtype, shape_arrays, spec) -> microseconds`` (one value per element of the shape
 arrays). The lead wires the op engine (measured > calibrated > spec tiers) in as the function; until
 then :func:`roofline_op_time` answers: the speed-of-light time of ``components.opmodel.physics`` (small
-ops: ``features.analytical``'s FLOP and byte formulas) divided by a fixed efficiency per family and bound,
-plus nothing for the launch (a fitted per-kernel cost). The efficiencies are constants of the method, not fitted on
-any benchmark side: they say what fraction of peak a good library reaches on a large op.
+ops: ``features.analytical``'s FLOP and byte formulas) divided by a fixed efficiency per family and bound;
+no launch cost (the framework-cost fit learns one per kernel). The efficiencies are constants of the
+method, not fitted on any benchmark side: they say what fraction of peak a good library reaches on a
+large op.
 """
 
 from __future__ import annotations
