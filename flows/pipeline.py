@@ -1,7 +1,7 @@
 """The whole pipeline as one Prefect flow: each task reproduces one DVC stage, in dvc.yaml's order.
 
 The stage graph has ONE definition, ``dvc.yaml``: the stage list, their order and their outputs are
-read from it (``components.pipeline_graph``), never listed here. DVC owns *what* is versioned and
+read from it (``components.pipeline.graph``), never listed here. DVC owns *what* is versioned and
 whether a stage must rerun (its deps/params changed); Prefect owns *running* it (ordering, retries
 on I/O, logs, the run history in the UI). Stages that parallelise dispatch their work to Ray
 themselves (validation, features, training).
@@ -11,7 +11,7 @@ Reliability:
 - a failing stage stops the chain (``StageFailed`` names it and the end of its output); DVC records
   a stage in ``dvc.lock`` only once its command succeeded and the stage functions write atomically,
   so nothing half-written is taken for done and a rerun redoes exactly the unfinished stages;
-- one run per state folder (``components.pipeline_lock``);
+- one run per state folder (``components.pipeline.lock``);
 - ``KERNELCAST_FAULT_AFTER_STAGE=<stage>`` kills the run (SIGKILL) right after that stage: the
   crash the resume test injects.
 """
@@ -82,7 +82,7 @@ def reproduce_stage(stage: str, project_root: str, force: bool = False,
     Not retried: a stage that failed on its input fails again; one that failed on I/O is rerun by
     rerunning the pipeline, which redoes only that stage and those after it.
     """
-    from components.pipeline_progress import output_rows
+    from components.pipeline.progress import output_rows
     from components.runtime import run_stopping_with_us
 
     start = time.monotonic()
@@ -136,9 +136,9 @@ def pipeline_flow(stages: list[str] | None = None, project_root: str | None = No
     from contextlib import nullcontext
 
     from components.config import get_settings
-    from components.pipeline_graph import read_stages, select_stages
-    from components.pipeline_lock import pipeline_lock
-    from components.pipeline_progress import Progress
+    from components.pipeline.graph import read_stages, select_stages
+    from components.pipeline.lock import pipeline_lock
+    from components.pipeline.progress import Progress
 
     root = Path(project_root) if project_root else PROJECT_ROOT
     graph = {s.name: s for s in read_stages(root / "dvc.yaml")}
@@ -162,7 +162,7 @@ def verdict(project_root: Path, settings: Settings, since: float | None = None) 
     older than ``since`` (a ``time.time()``: this run's start) is labelled as an earlier run's."""
     import json
 
-    from components.pipeline_graph import read_stages
+    from components.pipeline.graph import read_stages
 
     lines: list[str] = []
     reports = [out for s in read_stages(project_root / "dvc.yaml") for out in s.outs if out.endswith(".json")]
@@ -195,7 +195,7 @@ def run_pipeline(settings: Settings, stages: list[str], force: bool = False, pus
     SIGTERM/SIGINT stop everything this run started: the flow's stage process tree and the
     Prefect server, each by its process group.
     """
-    from components.pipeline_lock import pipeline_lock
+    from components.pipeline.lock import pipeline_lock
     from components.runtime import stop_on_signals
     from flows.runtime import prefect_server
 

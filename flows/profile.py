@@ -25,9 +25,18 @@ from prefect import flow, task
 from components.atomic import atomic_write_dir, atomic_write_text
 from components.config import PROJECT_ROOT, get_settings
 from components.profiling.run import ProfileInputs, ProfileResult, profile_params, profile_run
-from components.profiling.validate import validate_rows
+from components.validation.profiled import validate_rows
 
 DEFAULT_DATASET = PROJECT_ROOT / "profiled-data"
+
+
+def _active_chooser(model: str | None):  # noqa: ANN202 -- the chooser ProfileInputs takes, or None
+    """The active-learning chooser (asks ``model``; lives in serving, above profiling) when a model is given."""
+    if model is None:
+        return None
+    from components.serving.active import interval_selector
+
+    return interval_selector
 
 
 @task(name="profile")
@@ -101,7 +110,7 @@ def profile_device(device: str | None = None, backend: str = "events", suite: st
                            timeout_s=timeout_s or float(defaults.get("timeout_s", 3600)),
                            max_retries=int(defaults.get("max_retries", 3)),
                            l2_flush=bool(defaults.get("l2_flush", True)), ray_address=ray_address, model=model,
-                           warmup=warmup, repeats=repeats)
+                           chooser=_active_chooser(model), warmup=warmup, repeats=repeats)
     result = profile_task(inputs)
     validation = validate_task(result.run_dir)
     summary: dict[str, Any] = {"run_dir": str(result.run_dir), "rows": result.manifest["rows"],

@@ -1,7 +1,7 @@
 """Prefect flow: retrain every family of params.yaml ``train.families`` whose inputs changed.
 
 A family's inputs (the feature table, its params.yaml keys, the split, the fitting code) are hashed
-(``components.pipeline_inputs``); a family whose last finished training had the same hash is
+(``components.pipeline.inputs``); a family whose last finished training had the same hash is
 skipped, the others are trained by ``flows.train.train_task`` -- ``train_stage``, the call behind
 ``kernelcast train`` -- each dispatching its own Ray jobs (tabular targets as Ray tasks, the llm
 family as a Ray Train job). The stamp is written only after a family trained and registered, so a
@@ -31,7 +31,7 @@ def retrain_families(settings: Settings, params: dict[str, Any], families: list[
                      features: Path, force: bool, use_ray: bool, train: Callable[..., Any]) -> dict[str, Any]:
     """The flow's body: hash each family's inputs, skip the current ones, ``train`` the others and
     stamp them. ``train`` is ``flows.train.train_task`` (its ``.fn`` in unit tests)."""
-    from components.pipeline_inputs import family_inputs_hash, is_current, read_stamp, write_stamp
+    from components.pipeline.inputs import family_inputs_hash, is_current, read_stamp, write_stamp
     from components.training.stage import TrainInputs
     from flows.train import summary
 

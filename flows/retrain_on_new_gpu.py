@@ -1,7 +1,7 @@
 """Prefect flow: a GPU joined the fleet -> profile it, validate, retrain, evaluate, promote.
 
 1. The fleet (Ray nodes by accelerator type, or the operator's list) against the catalog and the
-   devices that have measurements (``components.pipeline_fleet``).
+   devices that have measurements (``components.pipeline.fleet``).
 2. Each fleet GPU without measurements and with a node of its type is profiled there
    (``flows.profile.profile_device``, placed by accelerator type).
 3. The data stages of dvc.yaml (everything ``train`` depends on: ingest, validate, static,
@@ -36,7 +36,7 @@ BENCH_REPORT = PROJECT_ROOT / "benchmarks" / "results" / "bench_accuracy.json"
 @task(name="fleet", retries=2, retry_delay_seconds=5, retry_condition_fn=transient_only)
 def fleet_task(settings: Settings, fleet_file: str | None, use_ray: bool) -> list[Any]:
     """Accelerators of the Ray cluster's alive nodes, plus the operator's list (I/O: retried)."""
-    from components.pipeline_fleet import nodes_from_file, nodes_from_ray
+    from components.pipeline.fleet import nodes_from_file, nodes_from_ray
 
     fleet = []
     if use_ray:
@@ -106,7 +106,7 @@ def spec_only_quality(settings: Settings, family: str | None = None) -> dict[str
 
 def data_stages(project_root: Path, until: str = "train") -> list[str]:
     """The dvc.yaml stages ``until`` depends on, transitively, in graph order."""
-    from components.pipeline_graph import read_stages
+    from components.pipeline.graph import read_stages
 
     stages = {s.name: s for s in read_stages(project_root / "dvc.yaml")}
     needed: set[str] = set()
@@ -140,8 +140,8 @@ def retrain_on_new_gpu_flow(
     nobody can profile the spec-only quality measured on unseen GPUs.
     """
     from components.devices import load_catalog
-    from components.pipeline_fleet import measured_devices, plan_new_gpus
-    from components.pipeline_lock import pipeline_lock
+    from components.pipeline.fleet import measured_devices, plan_new_gpus
+    from components.pipeline.lock import pipeline_lock
 
     settings = get_settings()
     root = Path(project_root) if project_root else PROJECT_ROOT

@@ -34,7 +34,8 @@ import pandas as pd
 
 from components.evaluation.metrics import classification_report, interval_coverage, regression_report
 from components.evaluation.splits import Fold, make_split
-from components.models.base import CLASS_TARGET, NUMERIC_TARGETS, Predictor
+from components.ingest.canonical import attach_canonical_columns
+from components.models.base import CLASS_TARGET, NUMERIC_TARGETS, Predictor, class_label_column
 from components.sampling import capped_index
 
 REPORT_KEYS: tuple[str, ...] = ("mape", "median_ape", "within_10", "n", "n_asked", "n_predicted", "coverage")
@@ -49,11 +50,6 @@ SPLIT_COLUMNS: dict[str, tuple[str, ...]] = {
 class Evaluation:
     report: dict[str, Any]
     frame: pd.DataFrame  # evaluated rows: keys, targets, f_/dev_ columns used by plots, pred_*
-
-
-def class_label_column(split: str | None) -> str:
-    """Bolet et al. score their own labelling rule, so the bolet split is judged on it."""
-    return "roofline_class_published" if split == "bolet-roofline" else CLASS_TARGET
 
 
 def with_split_columns(table: pd.DataFrame, canonical_dir: Path | None) -> pd.DataFrame:
@@ -219,36 +215,6 @@ def evaluate_frame(frame: pd.DataFrame, targets: tuple[str, ...], *, model: str,
         nominal = frame.attrs.get("interval_nominal")
         report["intervals"] = {"duration_us": {"coverage": coverage, "nominal": nominal, "n": int(len(measured))}}
     return _clean(report)
-
-
-def attach_canonical_columns(frame: pd.DataFrame, canonical_dir: Path | None, *,
-                             kernels: tuple[str, ...] = (), measurements: tuple[str, ...] = ()) -> pd.DataFrame:
-    """``frame`` plus the canonical ``kernels``/``measurements`` columns it lacks, for its rows only.
-
-    The feature table leaves out what only a reader of the raw kernel needs (source text would
-    repeat a program's text on every launch row; shapes and launch parameters live in JSON). A
-    predictor that reads them (the llm family) names them in ``kernel_columns`` and
-    ``measurement_columns``. Without canonical tables the columns are all-NA and the predictor
-    falls back to what the feature row carries.
-    """
-    out = frame
-    for file, key, wanted in (("kernels.parquet", "kernel_id", kernels),
-                              ("measurements.parquet", "measurement_id", measurements)):
-        missing = [c for c in wanted if c not in out.columns]
-        if not missing or out.empty:
-            continue
-        out = out.copy() if out is frame else out
-        path = Path(canonical_dir) / file if canonical_dir is not None else None
-        if path is None or not path.is_file():
-            for column in missing:
-                out[column] = pd.Series(pd.NA, index=out.index, dtype="object")
-            continue
-        ids = sorted(set(out[key].dropna().astype(str)))
-        extra = pd.read_parquet(path, columns=[key, *missing], filters=[(key, "in", ids)])
-        joined = out[[key]].merge(extra.drop_duplicates(key), on=key, how="left")
-        for column in missing:
-            out[column] = joined[column].to_numpy()
-    return out
 
 
 def capped_rows(index: pd.Index, table: pd.DataFrame, max_rows: int | None, salt: str = "eval-cap") -> pd.Index:

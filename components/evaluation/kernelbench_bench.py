@@ -77,7 +77,7 @@ def run_kernelbench_bench(measurements: pd.DataFrame, kernels: pd.DataFrame, cac
     asked = pd.concat([data.rows[["kernel_id", "device_id", "config", "level"]],
                        data.reasons[["kernel_id", "device_id", "config", "level"]]], ignore_index=True)
     n_rows, n_reasons = len(asked), len(data.reasons)
-    reasons = Counter(_short(r) if r.startswith("cannot trace") else r for r in data.reasons["reason"])
+    reasons = Counter(reason_class(r) for r in data.reasons["reason"])
     result.notes.append(f"{SPLIT}: {n_rows} (program, GPU, config) timings (mean over repeated files); "
                         f"{len(table)} in scope (traced), {n_reasons} with a stated reason: "
                         + "; ".join(f"{n} {why}" for why, n in reasons.most_common()))
@@ -127,8 +127,11 @@ def run_kernelbench_bench(measurements: pd.DataFrame, kernels: pd.DataFrame, cac
     return result
 
 
-def _short(reason: str) -> str:
-    """``cannot trace: forward failed: ModuleNotFoundError: No module named 'einops'`` -> a short class."""
+def reason_class(reason: str) -> str:
+    """``cannot trace: forward failed: ModuleNotFoundError: No module named 'einops'`` -> a short class
+    (``cannot trace (No module named 'einops')``); other reasons as they are."""
+    if not reason.startswith("cannot trace"):
+        return reason
     text = reason.removeprefix("cannot trace: ")
     return "cannot trace (" + text.split(":", 2)[-1].strip()[:60] + ")"
 
@@ -142,22 +145,31 @@ def summary_lines(bench: KernelBenchBench) -> list[str]:
     return out
 
 
-def extend_result(result: Any, canonical_dir: Path, cache_dir: Path, *,
-                  log: Callable[[str], None] = lambda _: None) -> KernelBenchBench:
-    """Run the KernelBench bench on ``canonical_dir``'s tables; append its rows and notes to
-    ``result`` (a ``bench.BenchResult``)."""
+def read_program_tables(canonical_dir: Path) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """(measurements, kernels) of the canonical tables with the columns the bench reads; a
+    FileNotFoundError saying what is missing (a table, or KernelBench rows in it)."""
     canonical_dir = Path(canonical_dir)
     paths = [canonical_dir / "measurements.parquet", canonical_dir / "kernels.parquet"]
     missing = [p for p in paths if not p.is_file()]
     if missing:
-        result.notes.append(f"{SPLIT}: skipped (no {missing[0].name} in {canonical_dir})")
-        return KernelBenchBench()
+        raise FileNotFoundError(f"no {missing[0].name} in {canonical_dir}")
     measurements = pd.read_parquet(paths[0], columns=["measurement_id", "kernel_id", "device_id", "source",
                                                       "params_json", "duration_us"])
     kernels = pd.read_parquet(paths[1], columns=["kernel_id", "source", "program", "source_text"])
     kernels = kernels[kernels["source"] == "kernelbench"]
     if not (measurements["source"] == "kernelbench").any():
-        result.notes.append(f"{SPLIT}: skipped (no KernelBench rows in {paths[0]})")
+        raise FileNotFoundError(f"no KernelBench rows in {paths[0]}")
+    return measurements, kernels
+
+
+def extend_result(result: Any, canonical_dir: Path, cache_dir: Path, *,
+                  log: Callable[[str], None] = lambda _: None) -> KernelBenchBench:
+    """Run the KernelBench bench on ``canonical_dir``'s tables; append its rows and notes to
+    ``result`` (a ``bench.BenchResult``)."""
+    try:
+        measurements, kernels = read_program_tables(canonical_dir)
+    except FileNotFoundError as exc:
+        result.notes.append(f"{SPLIT}: skipped ({exc})")
         return KernelBenchBench()
     bench = run_kernelbench_bench(measurements, kernels, cache_dir, log=log)
     result.rows += bench.rows

@@ -53,10 +53,15 @@ REFIT_FAMILIES: tuple[str, ...] = ("tabular",)
 
 
 def _refit(config: Any, family: str, train: pd.DataFrame, split: str) -> tuple[Any, float]:
-    """Fit the candidate's own config on a train side, single-threaded (it may run inside a Ray task)."""
-    from components.training.tabular import make_predictor
+    """Fit the candidate's own config on a train side, single-threaded (it may run inside a Ray task):
+    the model's own fit, as the train stage runs it without Ray (no import of training: it sits above)."""
+    from components.models.tabular import TabularPredictor, config_for_split
 
-    return make_predictor(family, train, split, config, None, use_ray=False)
+    if family not in REFIT_FAMILIES:
+        raise ValueError(f"the {family} family is scored as it is, not refitted")
+    started = time.perf_counter()
+    predictor = TabularPredictor(config_for_split(config, split)).fit(train)
+    return predictor, time.perf_counter() - started
 
 
 def _score_as_is(predictor: Any, table: pd.DataFrame, job: FoldJob, model: str) -> FoldOutcome:

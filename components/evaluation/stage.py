@@ -9,6 +9,8 @@ through the same ingest -> validate -> features functions as the pipeline's stag
 from __future__ import annotations
 
 import json
+from collections import Counter
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -22,6 +24,8 @@ if TYPE_CHECKING:
     from components.evaluation.report import ExecutorFactory
 
 EXPERIMENT = "kernelcast"
+# The bench's program split: KernelBench programs, scored by components.evaluation.kernelbench_bench.
+PROGRAM_SPLIT = "kernelbench"
 
 
 @dataclass(frozen=True)
@@ -58,20 +62,34 @@ def check_inputs(inputs: EvaluateInputs) -> None:
                          "it does not go with --source, --split or --max-rows")
     if inputs.registration is not None and not inputs.gate:
         raise ValueError("--registration goes with --gate (the promotion gate's report of that version)")
-    if inputs.split is not None and inputs.split not in SPLITS:
-        raise ValueError(f"unknown split {inputs.split!r}; choose one of {', '.join(SPLITS)}")
+    if inputs.split is not None and inputs.split not in (*SPLITS, PROGRAM_SPLIT):
+        known = ", ".join((*SPLITS, PROGRAM_SPLIT))
+        raise ValueError(f"unknown split {inputs.split!r}; choose one of {known}")
     if Path(inputs.out_file).suffix.lower() != ".json":
         raise ValueError(f"--out must be a .json file, got {inputs.out_file}")
 
 
-def features_from_source(
-    source: str, root: Path, params: dict[str, Any], static_file: Path | None = None, catalog: Any = None
-) -> tuple[pd.DataFrame, int]:
-    """One source directory through the ingest, validate and features stages' cores, in memory.
+@dataclass(frozen=True)
+class SourceFrames:
+    """One source directory after the ingest, validate and features stages' cores, in memory."""
 
-    Returns (feature table with the columns the splits and source-reading predictors need, rows
-    quarantined by validation).
-    """
+    table: pd.DataFrame  # feature table (plus the columns the splits and source-reading predictors need)
+    quarantined: int  # rows quarantined by validation
+    measurements: pd.DataFrame  # the validated canonical measurements (what the program bench reads)
+    kernels: pd.DataFrame  # their canonical kernels
+    rows_in: int = 0  # upstream rows the adapter read
+    rejected: dict[str, int] | None = None  # rows the ingest rejected, by reason
+
+    def accounting(self) -> dict[str, Any]:
+        """Where every upstream row went: rejected at ingest (by reason), quarantined, or in the table."""
+        return {"rows_in": self.rows_in, "rejected_at_ingest": dict(self.rejected or {}),
+                "quarantined_by_validation": self.quarantined, "rows_validated": len(self.measurements)}
+
+
+def source_frames(
+    source: str, root: Path, params: dict[str, Any], static_file: Path | None = None, catalog: Any = None
+) -> SourceFrames:
+    """One source directory through the ingest, validate and features stages' cores, in memory."""
     import pandas as pd
 
     from components.devices import load_catalog
@@ -83,6 +101,8 @@ def features_from_source(
         raise ValueError(f"--from {root}: not a directory")
     catalog = catalog if catalog is not None else load_catalog()
     output = ingest_tables([source], {source: Path(root)}, catalog)
+    if output.devices:  # GPUs the source's own spec sheets describe (validated by the adapter)
+        catalog = catalog.with_devices(output.devices)
     validation = validate_measurements(output.measurements, catalog, params, kernels=output.kernels)
     static = pd.read_parquet(static_file) if static_file is not None and Path(static_file).is_file() else None
     table = features_from_tables(validation.valid, output.kernels, catalog, static)
@@ -95,7 +115,156 @@ def features_from_source(
     table = table.merge(
         output.kernels[["kernel_id", *kernel_extra]].drop_duplicates("kernel_id"), on="kernel_id", how="left"
     )
-    return table, len(validation.quarantine)
+    table.attrs["quarantined_by_device"] = merge_reasons(quarantine_reasons(validation.quarantine),
+                                                         ingest_reject_reasons(output.rejects))
+    table.attrs["extra_devices"] = [spec.id for spec in output.devices]
+    reasons = output.rejects["reason"].astype(str) if "reason" in output.rejects.columns else []
+    rejected = Counter(reasons)
+    return SourceFrames(table, len(validation.quarantine), validation.valid, output.kernels,
+                        rows_in=sum(output.rows_in.values()), rejected=dict(rejected.most_common()))
+
+
+def features_from_source(
+    source: str, root: Path, params: dict[str, Any], static_file: Path | None = None, catalog: Any = None
+) -> tuple[pd.DataFrame, int]:
+    """(feature table, rows quarantined by validation) of one source directory (``source_frames``)."""
+    frames = source_frames(source, root, params, static_file, catalog)
+    return frames.table, frames.quarantined
+
+
+PROGRAM_NOTE = "whole program: the op-level model does not answer it; the program model does (see programs)"
+
+
+def _program_rows_noted(frame: pd.DataFrame, programs_scored: bool) -> pd.DataFrame:
+    """``frame`` with PROGRAM_NOTE on whole-program rows the model left without a runtime or a reason,
+    when the program path scored them -- so no row is counted as 'no reason given' for that."""
+    import pandas as pd
+
+    if not programs_scored or "family" not in frame.columns:
+        return frame
+    notes = (frame["pred_note"] if "pred_note" in frame.columns
+             else pd.Series(pd.NA, index=frame.index, dtype="object"))
+    silent = frame["family"].astype(str).eq("program") & notes.isna()
+    return frame.assign(pred_note=notes.astype("object").mask(silent, PROGRAM_NOTE))
+
+
+NOT_A_FOLD = "not scored: its GPU and run config make no leave-one-GPU-out fold (see the notes)"
+NO_DURATION = "no finite duration in the data"
+
+
+def program_answers(measurements: pd.DataFrame, kernels: pd.DataFrame, cache_dir: Path, *,
+                    log: Callable[[str], None] = lambda _: None) -> dict[str, Any] | None:
+    """The KernelBench programs among ``measurements`` scored the way ``bench accuracy --split
+    kernelbench`` scores them (the same function: leave-one-GPU-out program model beside the trace's
+    roofline), and every timing row without an answer counted by its reason. None: no such rows."""
+    import numpy as np
+    import pandas as pd
+
+    from components.evaluation.kernelbench_bench import SPLIT, reason_class, run_kernelbench_bench
+    from components.programs.kernelbench_data import SOURCE, config_name
+
+    rows = measurements[measurements["source"] == SOURCE]
+    if rows.empty:
+        return None
+    bench = run_kernelbench_bench(measurements, kernels, cache_dir, log=log)
+    key_columns = ["kernel_id", "device_id", "config"]
+    scored = (set(bench.predictions[key_columns].itertuples(index=False, name=None))
+              if bench.predictions is not None else set())
+    stated = bench.reasons[[*key_columns, "reason"]] if bench.reasons is not None else None
+    reasons = ({} if stated is None else
+               {(k, d, c): reason_class(r) for k, d, c, r in stated.itertuples(index=False, name=None)})
+    configs = rows["params_json"].map(lambda t: config_name(json.loads(t) if isinstance(t, str) else {}))
+    finite = np.isfinite(pd.to_numeric(rows["duration_us"], errors="coerce").to_numpy("float64"))
+    why: list[str | None] = []
+    for key, ok in zip(zip(rows["kernel_id"], rows["device_id"], configs), finite):
+        why.append(NO_DURATION if not ok else None if key in scored else reasons.get(key, NOT_A_FOLD))
+    unanswered = Counter(w for w in why if w is not None)
+    return {
+        "split": SPLIT,
+        "method": "leave-one-GPU-out program model per run config (components.evaluation.kernelbench_bench, "
+                  "as `kernelcast bench accuracy --split kernelbench`); the figures score the mean timing of "
+                  "each (program, GPU, config)",
+        "n_rows": len(rows), "n_answered": why.count(None), "unanswered": dict(unanswered.most_common()),
+        "figures": bench.rows, "notes": bench.notes,
+    }
+
+
+def quarantine_reasons(quarantine: pd.DataFrame) -> dict[str, dict[str, int]]:
+    """{device: {"quarantined: <failed expectations>": rows}} of validation's quarantine table."""
+    if quarantine.empty:
+        return {}
+    reasons = "quarantined: " + quarantine["failed_expectations"].astype(str)
+    counts = reasons.groupby(quarantine["device_id"].astype(str)).value_counts()
+    out: dict[str, dict[str, int]] = {}
+    for (device, reason), n in counts.items():
+        out.setdefault(str(device), {})[str(reason)] = int(n)
+    return out
+
+
+def ingest_reject_reasons(rejects: pd.DataFrame) -> dict[str, dict[str, int]]:
+    """{device: {"rejected at ingest: <reason>": rows}}: a GPU neither the catalog nor the source describes
+    is keyed by the name the source gives it; other rejects (no device to blame) under "(ingest)"."""
+    import re
+
+    out: dict[str, dict[str, int]] = {}
+    for reason, n in rejects["reason"].astype(str).value_counts().items():
+        match = re.fullmatch(r"unknown device '(.*)'", str(reason))
+        device = match.group(1) if match else "(ingest)"
+        why = "unknown device (not in the catalog, no spec sheet)" if match else str(reason)
+        key = "rejected at ingest: " + why
+        out.setdefault(device, {})[key] = out.get(device, {}).get(key, 0) + int(n)
+    return out
+
+
+def merge_reasons(*parts: dict[str, dict[str, int]]) -> dict[str, dict[str, int]]:
+    out: dict[str, dict[str, int]] = {}
+    for part in parts:
+        for device, reasons in part.items():
+            for reason, n in reasons.items():
+                out.setdefault(device, {})[reason] = out.get(device, {}).get(reason, 0) + n
+    return out
+
+
+def unanswered_by_device(frame: pd.DataFrame, targets: tuple[str, ...],
+                         quarantined: dict[str, dict[str, int]] | None = None) -> dict[str, dict[str, Any]]:
+    """Per device: rows asked, rows answered (a finite prediction of some target) and, for the rest, why --
+    the row's feature note where it has one, else that the model gave no value -- plus the rows validation
+    quarantined before the model saw them."""
+    import numpy as np
+
+    claimed = [f"pred_{t}" for t in targets if f"pred_{t}" in frame.columns]
+    answered = np.zeros(len(frame), dtype=bool)
+    for column in claimed:
+        values = frame[column]
+        numeric = pd_numeric(values)
+        answered |= np.isfinite(numeric) if numeric is not None else values.notna().to_numpy()
+    note = frame["feature_note"] if "feature_note" in frame.columns else None
+    out: dict[str, dict[str, Any]] = {}
+    devices = frame["device_id"].astype(str).to_numpy()
+    for device in sorted(set(devices) | set(quarantined or {})):
+        mine = devices == device
+        missed = mine & ~answered
+        reasons: dict[str, int] = dict((quarantined or {}).get(device, {}))
+        if missed.any():
+            why = (note[missed].astype(object).where(note[missed].notna(), "no prediction from the model")
+                   if note is not None else None)
+            counted = (why.value_counts() if why is not None
+                       else {"no prediction from the model": int(missed.sum())})
+            for reason, n in dict(counted).items():
+                reasons[str(reason)] = reasons.get(str(reason), 0) + int(n)
+        held_back = sum((quarantined or {}).get(device, {}).values())
+        out[device] = {"n_asked": int(mine.sum()) + held_back, "n_answered": int((mine & answered).sum()),
+                       "not_answered": reasons}
+    return out
+
+
+def pd_numeric(values: pd.Series) -> Any:
+    """Float view of a prediction column (None for a non-numeric one, e.g. a predicted class)."""
+    import pandas as pd
+
+    if pd.api.types.is_numeric_dtype(values.dtype):
+        return pd.to_numeric(values, errors="coerce").to_numpy("float64")
+    return None
 
 
 def evaluate_stage(inputs: EvaluateInputs, settings: Settings, params: dict[str, Any],
@@ -117,35 +286,70 @@ def evaluate_stage(inputs: EvaluateInputs, settings: Settings, params: dict[str,
         read_feature_table,
     )
     from components.evaluation.plots import write_plots
-    from components.models.loading import load_any_predictor
+    from components.models.cuda_runtime import unpredicted_reasons
+    from components.registry.loading import load_any_predictor
     from components.registry.runs import experiment_id
 
     check_inputs(inputs)
+    from components.ingest.base import IngestError
+
     serving = _serving_section(inputs)  # LLM serving runs in the tree (pipeweave, aiconfigurator)
     if serving is not None and not _is_ingest_source(str(inputs.source)):  # a tree of serving runs only
         return _write_serving_only(inputs, serving)
     canonical = settings.data_dir / "canonical"
     split, ingested, quarantined = inputs.split, None, None
+    frames = None
     if inputs.source is not None:
         assert inputs.from_dir is not None  # check_inputs
-        table, quarantined = features_from_source(
-            inputs.source, inputs.from_dir, params, settings.data_dir / "features" / "static.parquet"
-        )
+        static_file = settings.data_dir / "features" / "static.parquet"
+        try:
+            frames = source_frames(inputs.source, inputs.from_dir, params, static_file)
+        except IngestError as exc:  # a tree of serving runs without the kernel tables: score those alone
+            if not (serving or {}).get("n_asked"):
+                raise
+            return _write_serving_only(inputs, serving or {}, f"no kernel rows ({exc})")
+        table, quarantined = frames.table, frames.quarantined
         ingested = len(table)
     else:
         split = split or "unseen-kernel"
         table = read_feature_table(
             inputs.features_file or settings.data_dir / "features" / "features.parquet", canonical
         )
+        if split == PROGRAM_SPLIT:  # the model on the KernelBench rows; the programs as the bench scores them
+            table = table[table["source"] == PROGRAM_SPLIT]
     predictor = load_any_predictor(inputs.model, settings.tracking_uri())
-    candidates = evaluation_rows(table, split)
+    op_split = None if split == PROGRAM_SPLIT else split  # the program split scores every KernelBench row
+    candidates = evaluation_rows(table, op_split)
     rows = capped_rows(candidates.index, table, inputs.max_rows)
     evaluation = evaluate_predictor(
-        predictor, table, split, model=inputs.model, rows=rows, canonical_dir=canonical
+        predictor, table, op_split, model=inputs.model, rows=rows, canonical_dir=canonical
     )
     report = evaluation.report
+    if split == PROGRAM_SPLIT:
+        report["split"] = split
     if len(rows) < len(candidates):
         report["subsampled_from"] = len(candidates)
+    if inputs.source is not None:
+        report["coverage_by_device"] = unanswered_by_device(evaluation.frame, tuple(predictor.targets),
+                                                            table.attrs.get("quarantined_by_device"))
+        if table.attrs.get("extra_devices"):
+            report["devices_from_source"] = list(table.attrs["extra_devices"])
+    if frames is not None:  # whole programs: the bench's own scoring, never a silent 0 of N
+        report["source_rows"] = frames.accounting()
+        programs = program_answers(frames.measurements, frames.kernels, settings.cache_dir)
+        if programs is not None:
+            report["programs"] = programs
+    elif split == PROGRAM_SPLIT:
+        from components.evaluation.kernelbench_bench import read_program_tables
+
+        try:
+            measurements, kernels = read_program_tables(canonical)
+        except FileNotFoundError as exc:
+            raise ValueError(f"--split {PROGRAM_SPLIT}: {exc} "
+                             "(run `kernelcast ingest --source kernelbench`)") from None
+        report["programs"] = program_answers(measurements, kernels, settings.cache_dir)
+    # Rows scored but left without a runtime, by the reason the predictor stated (as the bench counts them).
+    report["unanswered"] = unpredicted_reasons(_program_rows_noted(evaluation.frame, "programs" in report))
     if serving is not None:
         report["serving"] = serving
     out = Path(inputs.out_file)
@@ -189,9 +393,10 @@ def _serving_section(inputs: EvaluateInputs) -> dict[str, Any] | None:
         return {"source": inputs.source, "from": str(inputs.from_dir), "n_asked": 0, "note": f"no serving runs ({exc})"}
 
 
-def _write_serving_only(inputs: EvaluateInputs, serving: dict[str, Any]) -> EvaluateResult:
+def _write_serving_only(inputs: EvaluateInputs, serving: dict[str, Any],
+                        why: str = "no kernel rows from this source") -> EvaluateResult:
     report = {"model": inputs.model, "source": inputs.source, "n": 0, "targets": {}, "excluded_seen": 0,
-              "note": "deployments answered by the composition; no kernel rows from this source", "serving": serving}
+              "note": f"deployments answered by the composition; {why}", "serving": serving}
     out = Path(inputs.out_file)
     text = json.dumps(report, indent=2, sort_keys=False) + "\n"
     atomic_write(out, lambda tmp: tmp.write_text(text))
@@ -245,7 +450,7 @@ def gate_stage(inputs: EvaluateInputs, settings: Settings, params: dict[str, Any
     ``inputs.log`` is on, attached to its training run and named by its ``eval_report`` tag."""
     from components.evaluation.harness import read_feature_table
     from components.evaluation.report import gate_report
-    from components.models.loading import load_any_predictor
+    from components.registry.loading import load_any_predictor
     from components.registry.gate import read_policy
     from components.registry.lineage import dataset_version
 

@@ -28,6 +28,9 @@ DTYPE_NAMES: dict[str, str] = {"bfloat16": "bf16", "float16": "fp16", "half": "f
                                "float32": "fp32", "fp32": "fp32"}
 ELEMENT_BYTES: dict[str, float] = {"bf16": 2.0, "fp16": 2.0, "fp32": 4.0, "fp8": 1.0, "int8": 1.0}
 PROVENANCE: tuple[str, ...] = ("framework", "version", "kernel_source")
+# Where each row came from (kept when present, for the canonical adapter's measurements): the upstream path of
+# its file, its 0-based row there, the CUDA device name the table recorded (the GPU folder where it has none).
+ROW_PROVENANCE: tuple[str, ...] = ("gpu_folder", "upstream_file", "upstream_row", "device_name_raw")
 
 
 @dataclass(frozen=True)
@@ -63,7 +66,13 @@ def _read(files: Iterable[TableFile], columns: tuple[str, ...]) -> pd.DataFrame:
     frames = []
     for f in files:
         names = set(pq.read_schema(f.path).names)
-        frame = pq.read_table(f.path, columns=[c for c in columns if c in names]).to_pandas()
+        frame = pq.read_table(f.path, columns=[c for c in (*columns, "device") if c in names]).to_pandas()
+        upstream = f"{SYSTEMS_DIR}/data/{f.gpu_folder}/{f.op}/{f.framework}/{f.version}/{f.path.name}"
+        frame["upstream_file"] = pd.Categorical([upstream] * len(frame))
+        frame["upstream_row"] = np.arange(len(frame), dtype="int64")
+        device = (frame.pop("device").astype(str) if "device" in frame
+                  else pd.Series(f.gpu_folder, index=frame.index))
+        frame["device_name_raw"] = device.astype("category")
         frame["gpu_folder"] = f.gpu_folder
         frame["device_id"] = f.device_id if f.device_id is not None else f.gpu_folder
         # Older tables carry no framework/version columns: the folder names are the provenance.
@@ -85,7 +94,8 @@ def _dtypes(raw: pd.Series) -> tuple[pd.Series, int]:
 def _finish(frame: pd.DataFrame, keep: list[str], dropped: int, latency: str = "latency") -> pd.DataFrame:
     frame = frame.assign(latency_us=pd.to_numeric(frame[latency], errors="coerce") * 1000.0)
     bad = ~np.isfinite(frame["latency_us"]) | (frame["latency_us"] <= 0)
-    out = frame.loc[~bad, ["device_id", *keep, "latency_us", *PROVENANCE]].reset_index(drop=True)
+    rows = [c for c in ROW_PROVENANCE if c in frame.columns]
+    out = frame.loc[~bad, ["device_id", *keep, "latency_us", *PROVENANCE, *rows]].reset_index(drop=True)
     out.attrs["dropped"] = dropped + int(bad.sum())
     return out
 

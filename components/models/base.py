@@ -24,6 +24,11 @@ NUMERIC_TARGETS: tuple[str, ...] = (
 CLASS_TARGET = "roofline_class"
 
 
+def class_label_column(split: str | None) -> str:
+    """Bolet et al. score their own labelling rule, so the bolet split is judged (and fitted) on it."""
+    return "roofline_class_published" if split == "bolet-roofline" else CLASS_TARGET
+
+
 @runtime_checkable
 class Predictor(Protocol):
     family: str  # roofline | tabular | llm

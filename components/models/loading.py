@@ -1,7 +1,8 @@
-"""Load any predictor from what a user types: ``roofline``, a folder, ``models:/...`` or ``runs:/...``.
+"""Load a predictor that lives on this machine: ``roofline`` (training-free) or a saved folder.
 
-The one loader behind ``kernelcast evaluate``, ``predict``, ``serve`` and the HTTP app, so a model
-reference means the same thing everywhere.
+A registered model (``models:/...``, ``runs:/...``) is the registry's to load:
+``components.registry.loading.load_any_predictor`` reads every reference a user types and hands the
+local ones to ``load_local_predictor`` -- a model does not know where it is registered.
 """
 
 from __future__ import annotations
@@ -18,9 +19,8 @@ class ModelLoadError(ValueError):
     """A model reference that names nothing loadable; the message names the reference."""
 
 
-def load_any_predictor(model: str | Path, tracking_uri: str | None = None) -> Predictor:
-    """``roofline`` (training-free), a saved predictor folder, or an MLflow ``models:/``/``runs:/``
-    URI (the predictor inside its pyfunc wrapper, from ``tracking_uri`` or MLflow's current store)."""
+def load_local_predictor(model: str | Path) -> Predictor:
+    """``roofline`` or a saved predictor folder; a ``ModelLoadError`` naming the reference otherwise."""
     reference = str(model).strip()
     if not reference:
         raise ModelLoadError("model reference is empty: give 'roofline', a predictor folder, or a models:/ URI")
@@ -28,13 +28,6 @@ def load_any_predictor(model: str | Path, tracking_uri: str | None = None) -> Pr
         from components.models.roofline import RooflinePredictor
 
         return RooflinePredictor()
-    if reference.startswith(URI_SCHEMES):
-        from components.registry.mlflow_registry import load_registered_predictor
-
-        try:
-            return load_registered_predictor(reference, tracking_uri)
-        except (LookupError, TypeError) as exc:
-            raise ModelLoadError(str(exc)) from exc
     path = Path(reference).expanduser()
     if not path.is_dir():
         raise ModelLoadError(f"model {reference!r} is neither 'roofline', a models:/ or runs:/ URI, "
@@ -47,4 +40,4 @@ def load_any_predictor(model: str | Path, tracking_uri: str | None = None) -> Pr
         raise ModelLoadError(f"model {reference!r}: {exc}") from exc
 
 
-__all__ = ["ROOFLINE", "URI_SCHEMES", "ModelLoadError", "load_any_predictor"]
+__all__ = ["ROOFLINE", "URI_SCHEMES", "ModelLoadError", "load_local_predictor"]

@@ -672,7 +672,7 @@ def attach_inputs(frame: pd.DataFrame, canonical_dir: Path | None = None) -> pd.
     The feature table leaves source text and launch dimensions in the canonical tables; they are
     joined by kernel_id/measurement_id from ``canonical_dir`` (default ``<data>/canonical``).
     """
-    from components.evaluation.harness import attach_canonical_columns
+    from components.ingest.canonical import attach_canonical_columns
 
     if canonical_dir is None and frame.attrs.get("canonical_dir"):
         canonical_dir = Path(frame.attrs["canonical_dir"])

@@ -21,7 +21,7 @@ import json
 import math
 import pickle
 from collections.abc import Callable, Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -29,7 +29,7 @@ import numpy as np
 import pandas as pd
 
 from components.models import transfer
-from components.models.base import CLASS_TARGET, NUMERIC_TARGETS
+from components.models.base import CLASS_TARGET, NUMERIC_TARGETS, class_label_column
 from components.models.transfer import RUNTIME_NORMALISERS
 from components.sampling import subsample, unit_hash
 
@@ -141,6 +141,15 @@ class TabularConfig:
         values = {k: v for k, v in section.items() if k in known}
         values.update({k: v for k, v in overrides.items() if v is not None})
         return cls(**values)
+
+
+def config_for_split(config: TabularConfig, split: str | None) -> TabularConfig:
+    """``config`` as fitted on ``split``'s train side: the classifier learns the split's class label,
+    and on the bolet split (classifying HeCBench programs is that task's whole point) programs stay in."""
+    config = replace(config, class_label=class_label_column(split))
+    if split == "bolet-roofline":
+        config = replace(config, exclude_families=tuple(f for f in config.exclude_families if f != "program"))
+    return config
 
 
 @dataclass
@@ -328,7 +337,7 @@ class TabularPredictor:
                 out.loc[classes.index, f"pred_{CLASS_TARGET}"] = classes
         if "program" in self.config.exclude_families and "family" in features.columns:
             # Whole programs: a static estimate or a stated reason per row, never a silent NaN.
-            from components.programs.cuda_runtime import program_runtime
+            from components.models.cuda_runtime import program_runtime
 
             runtime = program_runtime(features)
             if len(runtime):

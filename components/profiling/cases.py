@@ -10,7 +10,7 @@ A suite file has a ``kind`` and the data for that kind:
   file glob, read from the datasets folder in place.
 - ``active``: a candidate grid (as ``ops``) plus a ``budget``; the cases actually measured are the
   ``budget`` candidates whose predicted interval on the GPU being profiled is widest
-  (``components/profiling/active.py``).
+  (``components/serving/active.py``).
 Every case has a stable ``case_id``: the same case in two runs or on two GPUs has the same id.
 """
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 import datetime as dt
 import hashlib
 from collections import Counter
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -20,6 +21,7 @@ from components.profiling.cases import Case, chunked, load_cases, read_suite
 from components.profiling.rows import ROWS_FORMAT, read_manifest, read_rows, write_manifest
 from components.profiling.schedule import (
     FAULT_ENV,
+    HOLD_ENV,
     ChunkJob,
     check_available,
     placement_for,
@@ -50,6 +52,10 @@ class ProfileInputs:
     case_filter: str = ""
     limit: int = 0
     model: str | None = None  # active-learning suites: the model whose intervals choose the cases
+    # Active-learning suites: ``chooser(model, device_id)`` -> ``select(candidates, budget)``. It asks the
+    # model, so it lives above profiling (``components.serving.active.interval_selector``); the caller
+    # that profiles an active suite passes it.
+    chooser: Callable[[str, str], Callable[[list[Case], int], list[Case]]] | None = None
 
 
 @dataclass
@@ -86,9 +92,9 @@ def chunk_id(index: int, device: str, backend: str, cases: list[Case]) -> str:
 def _select_cases(inputs: ProfileInputs, device_id: str) -> list[Case]:
     select = None
     if inputs.model is not None:
-        from components.profiling.active import interval_selector
-
-        select = interval_selector(inputs.model, device_id)
+        if inputs.chooser is None:
+            raise ValueError(f"--model {inputs.model}: no active-learning chooser given to choose the cases with")
+        select = inputs.chooser(inputs.model, device_id)
     cases = [c for c in load_cases(inputs.suite, select=select) if inputs.case_filter in c.case_id]
     if inputs.limit:
         cases = cases[: inputs.limit]
@@ -152,7 +158,8 @@ def profile_run(inputs: ProfileInputs) -> ProfileResult:
     jobs = [ChunkJob(run_dir=str(run_dir.resolve()), chunk_id=chunk_id(i, placement.device, inputs.backend, g),
                      index=i, cases=[c.to_json() for c in g], backend=inputs.backend, device=placement.device,
                      run_id=run_id, warmup=warmup, repeats=repeats, l2_flush=inputs.l2_flush,
-                     datasets_dir=str(get_settings().datasets_dir), fault=os.environ.get(FAULT_ENV))
+                     datasets_dir=str(get_settings().datasets_dir), fault=os.environ.get(FAULT_ENV),
+                     hold=os.environ.get(HOLD_ENV))
             for i, g in enumerate(groups)]
     manifest: dict[str, Any] = {
         **identity, "created": dt.datetime.now(dt.timezone.utc).isoformat(), "status": "running",

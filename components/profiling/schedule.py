@@ -28,6 +28,10 @@ from components.profiling.rows import write_chunk
 # Test-only fault injection: "<chunk_id>:<marker file>" makes the worker measuring that chunk exit
 # hard (os._exit) halfway through its first attempt -- to prove a killed worker loses nothing.
 FAULT_ENV = "KERNELCAST_TEST_ONLY_FAULT_EXIT_CHUNK"
+# Test-only hold: "<release file>" makes every job wait, before measuring, until that file exists --
+# an explicit event, so a test of the timeout does not race the machine's speed.
+HOLD_ENV = "KERNELCAST_TEST_ONLY_HOLD_CHUNKS_UNTIL"
+HOLD_POLL_S = 0.05
 
 
 # Custom resource GPU node groups declare (GB of GPU memory per node): jobs then claim their GPU's
@@ -143,6 +147,7 @@ class ChunkJob:
     l2_flush: bool
     datasets_dir: str | None = None
     fault: str | None = None  # FAULT_ENV's value, forwarded by the driver (tests only)
+    hold: str | None = None  # HOLD_ENV's value, forwarded by the driver (tests only)
 
 
 @dataclass
@@ -158,6 +163,14 @@ class ScheduleReport:
 
 def chunk_path(run_dir: Path | str, chunk_id: str) -> Path:
     return Path(run_dir) / "chunks" / f"{chunk_id}.jsonl"
+
+
+def _wait_for_release(job: ChunkJob) -> None:
+    """Test-only: block until the release file named by HOLD_ENV exists (never, for a timeout test)."""
+    if not job.hold:
+        return
+    while not Path(job.hold).exists():
+        time.sleep(HOLD_POLL_S)
 
 
 def _inject_fault(job: ChunkJob, cases: list[Case], ctx: MeasureContext) -> None:
@@ -185,6 +198,7 @@ def measure_chunk(job: ChunkJob) -> dict[str, Any]:
     import tempfile
 
     os.environ.setdefault("OMP_NUM_THREADS", "1")
+    _wait_for_release(job)
     cases = [Case.from_json(c) for c in job.cases]
     with tempfile.TemporaryDirectory(prefix=f"kc-{job.chunk_id}-") as raw_dir:
         ctx = MeasureContext(device=job.device, run_id=job.run_id, warmup=job.warmup, repeats=job.repeats,

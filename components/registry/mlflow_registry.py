@@ -97,7 +97,7 @@ def log_predictor(
     import mlflow
 
     from components.registry.pyfunc import (
-        PREDICTOR_ARTIFACT, KernelcastPyfunc, input_example, resolve_loader, signature,
+        ANSWERER, PREDICTOR_ARTIFACT, KernelcastPyfunc, input_example, resolve_loader, signature,
     )
 
     predictor_dir = Path(predictor_dir)
@@ -123,7 +123,7 @@ def log_predictor(
             name="model",
             python_model=KernelcastPyfunc(),
             artifacts={PREDICTOR_ARTIFACT: str(predictor_dir)},
-            model_config={"loader": loader, "model_version": f"runs:/{run_id}/model"},
+            model_config={"loader": loader, "answerer": ANSWERER, "model_version": f"runs:/{run_id}/model"},
             signature=signature(),
             input_example=input_example(),
             pip_requirements=_pip_requirements(),

@@ -11,6 +11,11 @@ The signature and an input example are logged with the model and MLflow enforces
 ``predict`` runs: a column of the wrong type is rejected, unknown columns are dropped, and a row
 that is not a complete question is a ``QueryError`` naming the row and the field.
 
+The container is generic: the loader that rebuilds the predictor and the module that answers
+questions with it (``ANSWERER``: the serving floor's ``answer_frame`` and ``QueryError``) are named
+in the model config and imported when the model is loaded -- the registry sits below serving, and
+a registered model runs the serving code of the kernelcast that loads it.
+
 A separate module because it imports mlflow at the top (a class must subclass ``PythonModel``);
 import it only where a model is logged or loaded. Pickled by reference, so loading a model needs
 kernelcast importable -- which any service that serves its predictions has anyway.
@@ -26,6 +31,12 @@ import mlflow.pyfunc
 import pandas as pd
 
 PREDICTOR_ARTIFACT = "predictor"
+# The module whose ``answer_frame(predictor, frame, model_version=, allow_modules=)`` answers question
+# rows and whose ``QueryError`` names a bad one; recorded in each model's config (``answerer``).
+ANSWERER = "components.serving.questions"
+# Rows with a ``deployment`` (an LLM deployment) are answered by the composition through this module (serving
+# floor, named like ANSWERER): ``has_deployments(frame)`` and ``answer_mixed_frame(predictor, frame, ...)``.
+DEPLOYMENT_ANSWERER = "components.serving.deployment_questions"
 QUESTION_COLUMNS: tuple[str, ...] = ("device", "device_spec", "dtype", "op", "shape", "source", "language", "launch",
                                      "module", "deployment")  # deployment: serving.deployment_questions
 # Answer columns and their MLflow types (interfaces.md "The answer").
@@ -84,9 +95,11 @@ class KernelcastPyfunc(mlflow.pyfunc.PythonModel):
         loader = resolve_loader(config["loader"])
         self.predictor = loader(Path(context.artifacts[PREDICTOR_ARTIFACT]))
         self.model_version = str(config.get("model_version") or "unknown")
+        self.answerer = str(config.get("answerer") or ANSWERER)  # models logged before it was recorded
 
     def predict(self, context: Any, model_input: pd.DataFrame, params: dict[str, Any] | None = None) -> Any:
-        from components.serving.questions import answer_frame
+        answers = importlib.import_module(getattr(self, "answerer", ANSWERER))
+        answer_frame, query_error = answers.answer_frame, answers.QueryError
 
         if not isinstance(model_input, pd.DataFrame):
             model_input = pd.DataFrame(model_input)
@@ -94,16 +107,13 @@ class KernelcastPyfunc(mlflow.pyfunc.PythonModel):
         if not present:
             # MLflow drops the columns the signature does not name (and with them the rows of a
             # frame that had only those): a feature-table caller would get an empty answer instead.
-            from components.serving.query import QueryError
-
-            raise QueryError(f"model input has none of the question columns ({', '.join(QUESTION_COLUMNS)}); "
-                             "send one row per question, e.g. device, dtype, op, shape")
+            raise query_error(f"model input has none of the question columns ({', '.join(QUESTION_COLUMNS)}); "
+                              "send one row per question, e.g. device, dtype, op, shape")
         allow_modules = bool((params or {}).get("allow_modules", True))
-        from components.serving.deployment_questions import answer_mixed_frame, has_deployments
-
-        if has_deployments(model_input):  # an LLM deployment: answered by the composition
-            return answer_mixed_frame(self.predictor, model_input, model_version=self.model_version,
-                                      allow_modules=allow_modules)
+        deployments = importlib.import_module(DEPLOYMENT_ANSWERER)
+        if deployments.has_deployments(model_input):  # an LLM deployment: answered by the composition
+            return deployments.answer_mixed_frame(self.predictor, model_input, model_version=self.model_version,
+                                                  allow_modules=allow_modules)
         model_input = model_input.drop(columns=["deployment"], errors="ignore")
         return answer_frame(self.predictor, model_input, model_version=self.model_version,
                             allow_modules=allow_modules)

@@ -123,8 +123,8 @@ class PredictRequest(BaseModel):
 
     kernels: list[Kernel] | None = Field(default=None, min_length=1)
     deployment: DeploymentForm | None = None
-    devices: list[Annotated[str, Field(max_length=128)] | dict[str, Any]] = Field(
-        min_length=1, description="catalog names/aliases or full device specs")
+    devices: list[Annotated[str, Field(max_length=128)] | dict[str, Any]] | Literal["all"] = Field(
+        min_length=1, description='catalog names/aliases or full device specs, or "all" (the catalog), as in /v1/rank')
     model: str | None = Field(default=None, max_length=256,
                               description="omit for the served model; 'roofline' for the training-free baseline")
 
@@ -145,6 +145,15 @@ class RankRequest(BaseModel):
     devices: list[Annotated[str, Field(max_length=128)] | dict[str, Any]] | Literal["all"] = "all"
     prices: dict[Annotated[str, Field(max_length=128)], Annotated[float, Field(gt=0, lt=1e6)]] | None = None
     model: str | None = Field(default=None, max_length=256)
+
+
+class BreakdownItem(BaseModel):
+    model_config = ConfigDict(extra="allow")
+
+    op: str
+    count: int
+    duration_us: float | None = None
+    bound: str | None = None
 
 
 class Answer(BaseModel):
@@ -169,7 +178,8 @@ class Answer(BaseModel):
     ood: bool | None = None
     note: str | None = None
     model_version: str
-    breakdown: str | None = None
+    breakdown: list[BreakdownItem] | None = Field(
+        default=None, description="module/source answers: the top ops (or kernels) by predicted time")
 
 
 class PredictResponse(BaseModel):
@@ -197,6 +207,7 @@ class RankResponse(BaseModel):
     ranking: list[RankEntry] = []
     deployment_ranking: list[dict[str, Any]] | None = None  # the deployment form: GPU x TP options that fit
     options_not_fitting: int | None = None
+    note: str | None = Field(default=None, description="e.g. prices given for GPUs not being ranked (ignored)")
 
 
 class ErrorBody(BaseModel):
@@ -313,13 +324,14 @@ def create_app(model: str = "models:/kernelcast@champion", *, api_key: str | Non
     app = FastAPI(title="kernelcast", version="1",
                   description="Predict GPU kernel runtime, bandwidth, GFLOP/s, cache hit rates, roofline class and "
                               "bound pipe from op + shapes, CUDA/HIP source, or a PyTorch module, on any GPU spec.",
-                  lifespan=lifespan,
+                  lifespan=lifespan, docs_url=None, redoc_url=None,
                   responses={400: {"model": ErrorResponse}, 401: {"model": ErrorResponse},
                              413: {"model": ErrorResponse}, 422: {"model": ErrorResponse},
                              429: {"model": ErrorResponse}, 503: {"model": ErrorResponse},
                              504: {"model": ErrorResponse}})
     app.state.holder = holder
     app.state.limits = limits
+    _self_hosted_docs(app)
 
     def error(status: int, code: str, message: str, field: str | None = None) -> JSONResponse:
         return JSONResponse({"error": {"code": code, "message": message, "field": field}}, status_code=status)
@@ -543,9 +555,33 @@ def create_app(model: str = "models:/kernelcast@champion", *, api_key: str | Non
                 raise query_error(exc, len(specs), prefix) from None
 
         ranking, ranked_by = await run(work)
-        return {"model_version": version, "ranked_by": ranked_by, "ranking": ranking}
+        from components.serving.rank import rank_note
+
+        note = await asyncio.to_thread(rank_note, kernels, specs, body.prices)
+        return {"model_version": version, "ranked_by": ranked_by, "ranking": ranking, "note": note}
 
     return _wrap(app, limits)
+
+
+DOCS_ASSETS = "/docs/assets"
+
+
+def _self_hosted_docs(app: Any) -> None:
+    """/docs (Swagger UI) with its script, style and icon served by this app from the pinned
+    ``swagger-ui-bundle`` package. Why: FastAPI's default page loads them from a CDN, which leaves
+    /docs blank on a machine without internet (clusters, air-gapped labs)."""
+    from fastapi.openapi.docs import get_swagger_ui_html
+    from fastapi.staticfiles import StaticFiles
+    from swagger_ui_bundle import swagger_ui_path
+
+    app.mount(DOCS_ASSETS, StaticFiles(directory=str(swagger_ui_path)), name="docs-assets")
+
+    @app.get("/docs", include_in_schema=False)
+    def docs() -> Any:
+        return get_swagger_ui_html(openapi_url=app.openapi_url, title=f"{app.title} API",
+                                   swagger_js_url=f"{DOCS_ASSETS}/swagger-ui-bundle.js",
+                                   swagger_css_url=f"{DOCS_ASSETS}/swagger-ui.css",
+                                   swagger_favicon_url=f"{DOCS_ASSETS}/favicon-32x32.png")
 
 
 def _wrap(app: Any, limits: ServerLimits) -> Any:

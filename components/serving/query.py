@@ -205,9 +205,9 @@ def query_frames(op: str, shape: dict[str, int], dtype: str, device_ids: list[st
 
 
 def load_any_predictor(model: str):  # noqa: ANN201
-    """``roofline`` | a local predictor directory | ``models:/`` / ``runs:/`` (``components.models.loading``)."""
-    from components.models.loading import ModelLoadError
-    from components.models.loading import load_any_predictor as load
+    """``roofline`` | a local predictor directory | ``models:/`` / ``runs:/`` (``components.registry.loading``)."""
+    from components.registry.loading import ModelLoadError
+    from components.registry.loading import load_any_predictor as load
 
     try:
         return load(model)

@@ -19,6 +19,7 @@ from typing import Any
 
 import numpy as np
 
+from components.serving.memory_fit import check_memory_fit
 from components.serving.query import (
     DTYPES,
     FAMILY_OF_OP,
@@ -529,8 +530,8 @@ def _program_answers(kind: str, predictor: Any, group: list[Question], model_ver
         for key, value in dict(result).items():
             if key in ("question", "device", "device_name", "kind", "model_version"):
                 continue
-            if key == "breakdown" and value is not None and not isinstance(value, str):
-                value = json.dumps(value)
+            if key == "breakdown" and isinstance(value, str):
+                value = json.loads(value)  # nested in every answer; answer_frame writes it as text for MLflow
             answer[key] = value if key in ("breakdown", "note", "roofline_class", "bound_pipe") else _plain(value)
         if answer.get("ood") is not None:
             answer["ood"] = bool(answer["ood"])
@@ -551,6 +552,8 @@ def answer_questions(predictor: Any, questions: list[Question], *, model_version
 
     answers: dict[int, dict[str, Any]] = {}
     ops = [q for q in questions if q.kind == "op"]
+    for question in ops:  # refuse what cannot run on the GPU at all (components.serving.memory_fit)
+        check_memory_fit(question)
     if ops:
         check_deadline(f"question {ops[0].index} (op questions)")
         for question, answer in zip(ops, _answer_ops(predictor, ops, model_version), strict=True):
@@ -575,7 +578,10 @@ def answer_frame(predictor: Any, frame: Any, *, model_version: str, allow_module
     answers = answer_questions(predictor, parse_questions(rows), model_version=model_version,
                                allow_modules=allow_modules)
     columns = list(ANSWER_KEYS) + sorted({k for a in answers for k in a} - set(ANSWER_KEYS))
-    return pd.DataFrame(answers, columns=columns)
+    frame = pd.DataFrame(answers, columns=columns)
+    # The pyfunc's output schema is flat (components.registry.pyfunc): the breakdown stays JSON text there.
+    frame["breakdown"] = [None if b is None else json.dumps(b) for b in frame["breakdown"]]
+    return frame
 
 
 _QUESTION_REF = re.compile(r"^question (\d+)((?:\.[A-Za-z_][\w]*|\[\d+\])*)")

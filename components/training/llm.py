@@ -287,7 +287,8 @@ def fit_and_validation_sides(train_side: pd.DataFrame, split: str | None, settin
     capped hash subsample, with kernel source, shapes and launch parameters joined."""
     from dataclasses import replace
 
-    from components.evaluation.harness import attach_canonical_columns, class_label_column
+    from components.ingest.canonical import attach_canonical_columns
+    from components.models.base import class_label_column
     from components.models.llm.model import LLMPredictor
     from components.sampling import subsample
 
@@ -316,3 +317,15 @@ def fit_on_side(train_side: pd.DataFrame, split: str | None, settings: Settings,
                         max_tokens=cfg.max_tokens, batch_size=cfg.batch_size, config=cfg, patience=run.patience,
                         register_as=register_as, run_name=run_name)
     return LLMPredictor.load(out_dir), out_dir
+
+
+def fit_for_bench(train: pd.DataFrame, split: str | None, settings: Settings) -> Any:
+    """The ``kernelcast bench accuracy`` entry point: a Ray Train fine-tune on the split's train side
+    with params.yaml ``train.llm`` (capped to ``max_train_rows``), not registered."""
+    from components.config import load_params
+
+    params = load_params(settings.params_file)
+    config, run = llm_params(params)
+    predictor, _ = fit_on_side(train, split, settings, config=config, run=run, register_as="",
+                               run_name=f"llm-bench-{split}")
+    return predictor

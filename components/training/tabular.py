@@ -10,14 +10,14 @@ from __future__ import annotations
 import hashlib
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import pandas as pd
 
 from components.config import Settings
-from components.models.tabular import TabularConfig, TabularPredictor, TargetJob, fit_job
+from components.models.tabular import TabularConfig, TabularPredictor, TargetJob, config_for_split, fit_job
 
 
 def _fit_job_task(job: TargetJob) -> Any:
@@ -66,28 +66,19 @@ def fit_tabular(train: pd.DataFrame, config: TabularConfig, settings: Settings |
 def make_predictor(family: str, train: pd.DataFrame, split: str | None, config: TabularConfig,
                    settings: Settings | None, use_ray: bool = True) -> tuple[Any, float]:
     """Fit (or, for the roofline, just build) one family on a train side; returns (predictor, seconds)."""
-    from components.evaluation.harness import class_label_column
-
     if family == "roofline":
         from components.models.roofline import RooflinePredictor
 
         # From source: measured counters would give the bolet task's answer away.
         return RooflinePredictor(mode="classic", use_measured_counters=False), 0.0
     if family == "tabular":
-        config = replace(config, class_label=class_label_column(split))
-        if split == "bolet-roofline":  # classifying HeCBench programs is that task's whole point
-            config = replace(config, exclude_families=tuple(f for f in config.exclude_families if f != "program"))
-        result = fit_tabular(train, config, settings, use_ray=use_ray)
+        result = fit_tabular(train, config_for_split(config, split), settings, use_ray=use_ray)
         return result.predictor, result.seconds
     if family == "llm":
-        import importlib
+        from components.training.llm import fit_for_bench
 
-        module = importlib.import_module("components.models.llm")
-        fit = getattr(module, "fit_for_bench", None)
-        if fit is None:
-            raise ValueError("components.models.llm has no fit_for_bench(train, split, settings)")
         started = time.perf_counter()
-        predictor = fit(train, split, settings)
+        predictor = fit_for_bench(train, split, settings)
         return predictor, time.perf_counter() - started
     raise ValueError(f"unknown model family {family!r}; choose roofline, tabular or llm")
 

@@ -31,7 +31,7 @@ def calibrate_command(
     """Fit and store a per-GPU runtime correction from that GPU's calibration rows."""
     from components.config import load_params
     from components.evaluation.calibration import calibrate_stage
-    from components.models.loading import load_any_predictor
+    from components.registry.loading import load_any_predictor
 
     settings = prepared_settings()
     if not from_dir.is_dir():

@@ -60,6 +60,9 @@ def evaluate_command(
     if result.ingested_rows is not None:
         typer.echo(f"{source}: {result.ingested_rows} rows ingested "
                    f"({result.quarantined} quarantined by validation)")
+        accounting = report.get("source_rows", {})
+        for why, count in accounting.get("rejected_at_ingest", {}).items():
+            typer.echo(f"  rejected at ingest, {count} of {accounting['rows_in']} upstream rows: {why}")
     if result.run_id is not None:
         typer.echo(f"mlflow evaluation run: {result.run_id}")
     for target, figures in report["targets"].items():
@@ -69,6 +72,10 @@ def evaluate_command(
         roofline = report["roofline"]
         typer.echo(f"roofline class   n={roofline['n']:6d} acc={_pct(roofline['accuracy'])} "
                    f"balanced={_pct(roofline['balanced_accuracy'])}")
+    for why, count in report.get("unanswered", {}).items():
+        typer.echo(f"  no runtime for {count} rows: {why}")
+    if "programs" in report:
+        _print_programs(report["programs"])
     typer.echo(f"{report['n']} rows scored, {report['excluded_seen']} excluded as seen in training -> {out}")
 
 
@@ -83,6 +90,16 @@ def _print_serving(serving: dict) -> None:
         for reason, n in entry["not_answered"].items():
             typer.echo(f"    not answered: {n} x {reason}")
     typer.echo(f"serving runs: {serving['n']}/{serving['n_asked']} answered ({serving['framework']})")
+
+
+def _print_programs(programs: dict) -> None:
+    typer.echo(f"programs ({programs['split']}): {programs['n_answered']} of {programs['n_rows']} timing rows answered "
+               "(leave-one-GPU-out program model, as `bench accuracy --split kernelbench`)")
+    for why, count in programs["unanswered"].items():
+        typer.echo(f"  not answered, {count} rows: {why}")
+    for row in programs["figures"]:
+        if row["metric"] == "mape" and "GPU" in row["scope"].split(",")[-1]:  # median / worst GPU per level
+            typer.echo(f"  {row['family']:9s} {row['scope']:40s} MAPE={_pct(row['ours'])}")
 
 
 def _pct(value: float | None) -> str:

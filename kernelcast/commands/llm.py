@@ -39,7 +39,7 @@ def bolet(
 ) -> None:
     """Score (i) profiled, (ii) zero-shot, (iii) few-shot, (iv) fine-tuned on the bolet-roofline test side."""
     from components.atomic import atomic_write
-    from components.models.llm.scenarios import plot_results, run_bolet
+    from components.training.llm_scenarios import plot_results, run_bolet
 
     chosen = tuple(scenario or ALL_SCENARIOS)
     unknown = sorted(set(chosen) - set(ALL_SCENARIOS))

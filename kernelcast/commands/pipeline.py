@@ -22,8 +22,8 @@ def pipeline_command(
     verdict and where to look. One run per state folder: a second is refused while one runs.
     """
     from components.config import PROJECT_ROOT
-    from components.pipeline_graph import StageGraphError, select_stages
-    from components.pipeline_lock import PipelineLocked
+    from components.pipeline.graph import StageGraphError, select_stages
+    from components.pipeline.lock import PipelineLocked
     from flows.pipeline import StageFailed, run_pipeline, verdict
 
     import time

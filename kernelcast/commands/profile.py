@@ -39,6 +39,7 @@ def profile_command(
     from components.profiling.cases import SuiteError
     from components.profiling.run import ProfileInputs, ProfilingError, profile_params, profile_run
     from components.profiling.schedule import DeviceUnavailable
+    from components.serving.active import interval_selector
 
     prepared_settings()
     defaults = profile_params()
@@ -47,7 +48,7 @@ def profile_command(
                            l2_flush=not no_l2_flush and bool(defaults.get("l2_flush", True)), use_ray=not no_ray,
                            ray_address=ray_address, timeout_s=timeout or float(defaults.get("timeout_s", 3600)),
                            max_retries=int(defaults.get("max_retries", 3)), case_filter=case_filter, limit=limit,
-                           model=model)
+                           model=model, chooser=interval_selector if model else None)
     try:
         result = profile_run(inputs)
     except (ProfilingError, DeviceUnavailable, BackendUnavailable, SuiteError) as exc:

@@ -22,7 +22,7 @@ MAX_TOKENS = 160
 @pytest.fixture(scope="module")
 def kernels(llm_settings: Settings) -> pd.DataFrame:
     """16 real gpuFLOPBench kernels with source (8 per class) from the bolet-roofline train side."""
-    from components.models.llm.scenarios import balanced_subsample, bolet_sides, load_bolet_table
+    from components.training.llm_scenarios import balanced_subsample, bolet_sides, load_bolet_table
 
     train, _ = bolet_sides(load_bolet_table(llm_settings))
     train = train[train["source_text"].notna()]
@@ -104,7 +104,7 @@ def _checkpoint_of_epoch(settings: Settings, run_id: str, epoch: int) -> Path:
 def test_constrained_choice_scores_both_answers(llm_settings: Settings, kernels: pd.DataFrame) -> None:
     from components.devices import load_catalog
     from components.models.llm.loader import load_base_model
-    from components.models.llm.scenarios import SYSTEM, LocalChoiceScorer, run_prompt_scenario
+    from components.training.llm_scenarios import SYSTEM, LocalChoiceScorer, run_prompt_scenario
 
     model, tokenizer = load_base_model(None)
     scorer = LocalChoiceScorer(model, tokenizer, [{"role": "system", "content": SYSTEM}])

@@ -1,5 +1,5 @@
 """components.config (settings, params.yaml reader), components.runtime (the one Ray start-up's
-arguments), components.sampling, components.atomic and components.models.loading."""
+arguments), components.sampling, components.atomic and components.registry.loading."""
 
 from __future__ import annotations
 
@@ -246,7 +246,7 @@ def test_atomic_write_dir_replaces_or_keeps_a_whole_folder(tmp_path: Path) -> No
 
 
 def test_load_any_predictor_roofline_folder_and_clear_errors(tmp_path: Path) -> None:
-    from components.models.loading import ModelLoadError, load_any_predictor
+    from components.registry.loading import ModelLoadError, load_any_predictor
     from components.models.roofline import RooflinePredictor
 
     assert isinstance(load_any_predictor("roofline"), RooflinePredictor)
@@ -266,7 +266,7 @@ def test_load_any_predictor_roofline_folder_and_clear_errors(tmp_path: Path) -> 
 @pytest.mark.slow
 def test_load_any_predictor_from_the_registry(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """A real sqlite MLflow store: models:/name/N, models:/name@alias and runs:/ give the predictor."""
-    from components.models.loading import ModelLoadError, load_any_predictor
+    from components.registry.loading import ModelLoadError, load_any_predictor
     from components.models.roofline import RooflinePredictor
     from components.registry.mlflow_registry import log_predictor, mlflow_client, register
 

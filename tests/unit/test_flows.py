@@ -307,7 +307,7 @@ def test_every_deployment_entrypoint_is_a_flow_of_ours() -> None:
 
 
 def test_stage_graph_is_read_from_dvc_yaml_in_dependency_order(tmp_path: Path) -> None:
-    from components.pipeline_graph import StageGraphError, read_stages, select_stages
+    from components.pipeline.graph import StageGraphError, read_stages, select_stages
 
     stages = read_stages(PROJECT_ROOT / "dvc.yaml")
     names = [s.name for s in stages]
@@ -340,7 +340,7 @@ def test_new_gpu_flow_reruns_exactly_the_data_stages_train_reads() -> None:
 _HOLD_LOCK = """
 import sys, time
 from pathlib import Path
-from components.pipeline_lock import pipeline_lock
+from components.pipeline.lock import pipeline_lock
 with pipeline_lock(Path(sys.argv[1]), "holder-under-test"):
     print("held", flush=True)
     time.sleep(60)
@@ -352,7 +352,7 @@ def test_pipeline_lock_refuses_a_live_holder_and_takes_over_from_a_dead_one(tmp_
     import subprocess
     import sys
 
-    from components.pipeline_lock import PipelineLocked, pipeline_lock
+    from components.pipeline.lock import PipelineLocked, pipeline_lock
 
     holder = subprocess.Popen([sys.executable, "-c", _HOLD_LOCK, str(tmp_path)], cwd=PROJECT_ROOT,
                               stdout=subprocess.PIPE, text=True)
@@ -373,7 +373,7 @@ def test_pipeline_lock_refuses_a_live_holder_and_takes_over_from_a_dead_one(tmp_
 
 def test_fleet_plan_profiles_gpus_with_a_node_and_reports_the_rest() -> None:
     from components.devices import load_catalog
-    from components.pipeline_fleet import FleetNode, nodes_from_ray, plan_new_gpus
+    from components.pipeline.fleet import FleetNode, nodes_from_ray, plan_new_gpus
 
     # ray.nodes() entries as Ray 2.60 returns them (the keys the plan reads).
     nodes = nodes_from_ray([
@@ -392,7 +392,7 @@ def test_fleet_plan_profiles_gpus_with_a_node_and_reports_the_rest() -> None:
 
 
 def test_family_inputs_hash_changes_with_the_features_or_the_familys_params(tmp_path: Path) -> None:
-    from components.pipeline_inputs import family_inputs_hash, is_current, write_stamp
+    from components.pipeline.inputs import family_inputs_hash, is_current, write_stamp
 
     features = tmp_path / "features.parquet"
     pd.DataFrame({"x": [1, 2]}).to_parquet(features)

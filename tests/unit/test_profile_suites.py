@@ -65,7 +65,7 @@ def test_row_ids_are_stable_and_distinguish_device_case_backend_run() -> None:
 
 
 def test_row_validation_quarantines_bad_rows_and_keeps_failed_cases() -> None:
-    from components.profiling.validate import validate_rows
+    from components.validation.profiled import validate_rows
 
     good = {"row_id": "a", "run_id": "r", "device": "host", "device_name": "cpu", "backend": "host", "tool": "t",
             "tool_version": "1", "clock_mode": "host", "case_id": "c", "duration_us": 5.0, "duration_std_us": 0.1,
@@ -137,8 +137,8 @@ def test_active_learning_ranks_by_interval_width_and_needs_intervals() -> None:
     import pandas as pd
 
     from components.models.roofline import RooflinePredictor
-    from components.profiling.active import ActiveLearningError, choose, interval_widths
     from components.profiling.cases import op_case
+    from components.serving.active import ActiveLearningError, choose, interval_widths
 
     candidates = [op_case("gemm", "matmul", "fp16", {"M": m, "N": 1024, "K": 1024}) for m in (1, 64, 4096)]
     widths = pd.Series([0.1, 0.9, float("inf")], index=[c.case_id for c in candidates])

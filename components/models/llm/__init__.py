@@ -1,18 +1,14 @@
 """LLM predictor family: LoRA on a causal LM (default: embedded SmolLM2-135M) + heads.
 
-Nothing heavy is imported here; ``load`` and ``fit_for_bench`` pull in torch/transformers/peft/ray
-only when called.
+Nothing heavy is imported here; ``load`` pulls in torch/transformers/peft only when called. How the
+family is fitted (the LoRA fine-tune on Ray Train, the bench's entry point) is training's business:
+``components.training.llm``.
 """
 
 from __future__ import annotations
 
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
-
-if TYPE_CHECKING:
-    import pandas as pd
-
-    from components.config import Settings
+from typing import Any
 
 
 def load(directory: Path | str) -> Any:
@@ -22,17 +18,4 @@ def load(directory: Path | str) -> Any:
     return LLMPredictor.load(Path(directory))
 
 
-def fit_for_bench(train: pd.DataFrame, split: str | None, settings: Settings) -> Any:
-    """The ``kernelcast bench accuracy`` entry point: a Ray Train fine-tune on the split's train side
-    with params.yaml ``train.llm`` (capped to ``max_train_rows``), not registered."""
-    from components.config import load_params
-    from components.training.llm import fit_on_side, llm_params
-
-    params = load_params(settings.params_file)
-    config, run = llm_params(params)
-    predictor, _ = fit_on_side(train, split, settings, config=config, run=run, register_as="",
-                               run_name=f"llm-bench-{split}")
-    return predictor
-
-
-__all__ = ["fit_for_bench", "load"]
+__all__ = ["load"]

@@ -6,6 +6,8 @@ from the ridge points); (ii) ``zero-shot``; (iii) ``few-shot`` with the 4 upstre
 (i)-(iii) pick the answer by constrained choice: the log-likelihood of each answer word after the
 chat prompt, with the local model, or by asking an OpenAI-compatible endpoint when
 ``KERNELCAST_LLM_ENDPOINT`` is set. Scores: accuracy + balanced accuracy on the test side.
+It lives with training (it runs the fine-tune and scores the scenarios): a model does not know how it
+is trained or evaluated.
 """
 
 from __future__ import annotations

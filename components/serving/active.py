@@ -55,7 +55,7 @@ def choose(widths: pd.Series, candidates: list[Case], budget: int) -> list[Case]
 
 def interval_selector(model: str, device_id: str) -> Callable[[list[Case], int], list[Case]]:
     """The ``select`` callable ``load_cases`` takes for an ``active`` suite."""
-    from components.models.loading import load_any_predictor
+    from components.registry.loading import load_any_predictor
 
     predictor = load_any_predictor(model)
 
