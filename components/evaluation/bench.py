@@ -36,6 +36,8 @@ BENCH_SPLITS: tuple[str, ...] = ("neusight", "pipeweave-fp8", "bolet-roofline", 
 # Whole PyTorch programs, scored from the canonical tables (not the feature table) by
 # components.evaluation.kernelbench_bench; the CLI runs it beside run_accuracy_bench.
 PROGRAM_SPLITS: tuple[str, ...] = ("kernelbench",)
+# LLM deployments scored on measured serving runs (components.deployments.bench); run when asked by name.
+SERVING_SPLITS: tuple[str, ...] = ("llm-serving-pipeweave", "llm-serving-silicon")
 NEUSIGHT_OP_FAMILIES: tuple[str, ...] = ("bmm", "linear", "elementwise")
 
 

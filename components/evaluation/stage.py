@@ -291,13 +291,23 @@ def evaluate_stage(inputs: EvaluateInputs, settings: Settings, params: dict[str,
     from components.registry.runs import experiment_id
 
     check_inputs(inputs)
+    from components.ingest.base import IngestError
+
+    serving = _serving_section(inputs)  # LLM serving runs in the tree (pipeweave, aiconfigurator)
+    if serving is not None and not _is_ingest_source(str(inputs.source)):  # a tree of serving runs only
+        return _write_serving_only(inputs, serving)
     canonical = settings.data_dir / "canonical"
     split, ingested, quarantined = inputs.split, None, None
     frames = None
     if inputs.source is not None:
         assert inputs.from_dir is not None  # check_inputs
         static_file = settings.data_dir / "features" / "static.parquet"
-        frames = source_frames(inputs.source, inputs.from_dir, params, static_file)
+        try:
+            frames = source_frames(inputs.source, inputs.from_dir, params, static_file)
+        except IngestError as exc:  # a tree of serving runs without the kernel tables: score those alone
+            if not (serving or {}).get("n_asked"):
+                raise
+            return _write_serving_only(inputs, serving or {}, f"no kernel rows ({exc})")
         table, quarantined = frames.table, frames.quarantined
         ingested = len(table)
     else:
@@ -340,6 +350,8 @@ def evaluate_stage(inputs: EvaluateInputs, settings: Settings, params: dict[str,
         report["programs"] = program_answers(measurements, kernels, settings.cache_dir)
     # Rows scored but left without a runtime, by the reason the predictor stated (as the bench counts them).
     report["unanswered"] = unpredicted_reasons(_program_rows_noted(evaluation.frame, "programs" in report))
+    if serving is not None:
+        report["serving"] = serving
     out = Path(inputs.out_file)
     text = json.dumps(report, indent=2, sort_keys=False) + "\n"
     atomic_write(out, lambda tmp: tmp.write_text(text))
@@ -356,6 +368,39 @@ def evaluate_stage(inputs: EvaluateInputs, settings: Settings, params: dict[str,
             tags={"model_uri": inputs.model, "source": inputs.source or "features"},
         )
     return EvaluateResult(report, out, run_id, ingested, quarantined)
+
+
+def _is_ingest_source(source: str) -> bool:
+    from components.ingest.registry import SOURCES
+
+    return source in SOURCES
+
+
+def _serving_section(inputs: EvaluateInputs) -> dict[str, Any] | None:
+    """The tree's LLM serving runs scored by the deployment composition (per device, with coverage and the
+    reason of every run not answered); None for a source without serving runs."""
+    from components.deployments.tree import SERVING_SOURCES, score_serving_tree
+
+    if inputs.source not in SERVING_SOURCES or inputs.from_dir is None:
+        return None
+    from components.devices import load_catalog
+
+    if not Path(inputs.from_dir).is_dir():
+        raise ValueError(f"--from {inputs.from_dir}: not a directory")
+    try:
+        return score_serving_tree(inputs.source, Path(inputs.from_dir), load_catalog())
+    except (OSError, KeyError) as exc:  # the tree lacks the serving files: the kernels may still be scored
+        return {"source": inputs.source, "from": str(inputs.from_dir), "n_asked": 0, "note": f"no serving runs ({exc})"}
+
+
+def _write_serving_only(inputs: EvaluateInputs, serving: dict[str, Any],
+                        why: str = "no kernel rows from this source") -> EvaluateResult:
+    report = {"model": inputs.model, "source": inputs.source, "n": 0, "targets": {}, "excluded_seen": 0,
+              "note": f"deployments answered by the composition; {why}", "serving": serving}
+    out = Path(inputs.out_file)
+    text = json.dumps(report, indent=2, sort_keys=False) + "\n"
+    atomic_write(out, lambda tmp: tmp.write_text(text))
+    return EvaluateResult(report, out, None, None, None)
 
 
 # --------------------------------------------------------------------------- the promotion gate's report

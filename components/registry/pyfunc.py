@@ -34,8 +34,11 @@ PREDICTOR_ARTIFACT = "predictor"
 # The module whose ``answer_frame(predictor, frame, model_version=, allow_modules=)`` answers question
 # rows and whose ``QueryError`` names a bad one; recorded in each model's config (``answerer``).
 ANSWERER = "components.serving.questions"
+# Rows with a ``deployment`` (an LLM deployment) are answered by the composition through this module (serving
+# floor, named like ANSWERER): ``has_deployments(frame)`` and ``answer_mixed_frame(predictor, frame, ...)``.
+DEPLOYMENT_ANSWERER = "components.serving.deployment_questions"
 QUESTION_COLUMNS: tuple[str, ...] = ("device", "device_spec", "dtype", "op", "shape", "source", "language", "launch",
-                                     "module")
+                                     "module", "deployment")  # deployment: serving.deployment_questions
 # Answer columns and their MLflow types (interfaces.md "The answer").
 ANSWER_COLUMNS: tuple[tuple[str, str], ...] = (
     ("question", "long"), ("device", "string"), ("device_name", "string"), ("kind", "string"),
@@ -107,5 +110,10 @@ class KernelcastPyfunc(mlflow.pyfunc.PythonModel):
             raise query_error(f"model input has none of the question columns ({', '.join(QUESTION_COLUMNS)}); "
                               "send one row per question, e.g. device, dtype, op, shape")
         allow_modules = bool((params or {}).get("allow_modules", True))
+        deployments = importlib.import_module(DEPLOYMENT_ANSWERER)
+        if deployments.has_deployments(model_input):  # an LLM deployment: answered by the composition
+            return deployments.answer_mixed_frame(self.predictor, model_input, model_version=self.model_version,
+                                                  allow_modules=allow_modules)
+        model_input = model_input.drop(columns=["deployment"], errors="ignore")
         return answer_frame(self.predictor, model_input, model_version=self.model_version,
                             allow_modules=allow_modules)

@@ -3,9 +3,13 @@
     POST /v1/predict {"kernels": [K, ...], "devices": ["H100", {full spec}, ...]}
     POST /v1/rank    {"kernels": [K, ...] | "workload": [{"kernel": K, "count": n}], "devices": [...] | "all",
                       "prices": {"H100": 2.5}}
+    POST /v1/predict {"deployment": D, "devices": [...]}         an LLM deployment: TTFT, TPOT, memory
+    POST /v1/rank    {"deployment": D, "devices": "all", "prices": {...}}   GPU x TP options that fit
     GET  /v1/devices, /healthz, /readyz (503 until a model is loaded), /openapi.json, /docs
 
 K = {"dtype": ..., and one kernel form: "op" + "shape" | "source" + "language" + "launch" | "module"}.
+D = {"model": bundled name | HF config.json object | its JSON text, "isl", "osl", "concurrency", "tp", "pp",
+     "ep", "dtype", "kv_dtype", "mode": agg|disagg, "workload": steady|batch; rank adds "tps", "by"}.
 Contract: /tmp/team/interfaces.md (the VS Code extension is built against it).
 
 Safety: the request body is capped (413) before it is read in full; kernels, devices and
@@ -85,12 +89,40 @@ class Kernel(BaseModel):
 
 
 Device = str | dict[str, Any]
+# Deployment answers come from the composition (components.deployments), not from the served model.
+DEPLOYMENT_VERSION = "deployment-composition"
+
+
+class DeploymentForm(BaseModel):
+    """An LLM deployment question (components.deployments): a model and a serving workload."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    model: Annotated[str, Field(max_length=64 * 1024)] | dict[str, Any] = Field(
+        description="a bundled model name, an HF config.json object, or its JSON text (no server paths)")
+    isl: int = Field(ge=1, le=1 << 20)
+    osl: int = Field(ge=1, le=1 << 20)
+    concurrency: int = Field(default=1, ge=1, le=1 << 16)
+    tp: int = Field(default=1, ge=1, le=1024)
+    pp: int = Field(default=1, ge=1, le=1024)
+    ep: int = Field(default=1, ge=1, le=1024)
+    dtype: str = Field(default="bf16", max_length=16)
+    kv_dtype: str | None = Field(default=None, max_length=16)
+    mode: Literal["agg", "disagg"] = "agg"
+    workload: Literal["steady", "batch"] = "steady"
+    tps: list[Annotated[int, Field(ge=1, le=1024)]] | None = Field(default=None, max_length=16,
+                                                                  description="rank: TP options")
+    by: Literal["tpot", "ttft", "cost"] = "tpot"
+
+    def params(self) -> dict[str, Any]:
+        return self.model_dump(exclude={"model", "tps", "by"})
 
 
 class PredictRequest(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
-    kernels: list[Kernel] = Field(min_length=1)
+    kernels: list[Kernel] | None = Field(default=None, min_length=1)
+    deployment: DeploymentForm | None = None
     devices: list[Annotated[str, Field(max_length=128)] | dict[str, Any]] | Literal["all"] = Field(
         min_length=1, description='catalog names/aliases or full device specs, or "all" (the catalog), as in /v1/rank')
     model: str | None = Field(default=None, max_length=256,
@@ -109,6 +141,7 @@ class RankRequest(BaseModel):
 
     kernels: list[Kernel] | None = Field(default=None, min_length=1)
     workload: list[WorkloadItem] | None = Field(default=None, min_length=1)
+    deployment: DeploymentForm | None = None
     devices: list[Annotated[str, Field(max_length=128)] | dict[str, Any]] | Literal["all"] = "all"
     prices: dict[Annotated[str, Field(max_length=128)], Annotated[float, Field(gt=0, lt=1e6)]] | None = None
     model: str | None = Field(default=None, max_length=256)
@@ -151,7 +184,8 @@ class Answer(BaseModel):
 
 class PredictResponse(BaseModel):
     model_version: str
-    predictions: list[Answer]
+    predictions: list[Answer] = []
+    deployments: list[dict[str, Any]] | None = None  # the deployment form's answers (one per device)
 
 
 class RankEntry(BaseModel):
@@ -169,8 +203,10 @@ class RankEntry(BaseModel):
 
 class RankResponse(BaseModel):
     model_version: str
-    ranked_by: Literal["time", "cost"]
-    ranking: list[RankEntry]
+    ranked_by: Literal["time", "cost", "tpot", "ttft"]
+    ranking: list[RankEntry] = []
+    deployment_ranking: list[dict[str, Any]] | None = None  # the deployment form: GPU x TP options that fit
+    options_not_fitting: int | None = None
     note: str | None = Field(default=None, description="e.g. prices given for GPUs not being ranked (ignored)")
 
 
@@ -408,6 +444,39 @@ def create_app(model: str = "models:/kernelcast@champion", *, api_key: str | Non
         message, field = kernel_error(str(exc), n_devices, prefix, ".kernel" if prefix == "workload" else "")
         return ApiError(422, "invalid_kernel", message, field)
 
+    async def deployment_answer(form: DeploymentForm, devices: Any) -> dict[str, Any]:
+        from components.deployments.config import DeploymentError
+        from components.deployments.service import predict_deployment
+
+        specs = devices_of(devices)
+        check_batch(1, specs)
+
+        def work() -> list[dict[str, Any]]:
+            try:
+                return predict_deployment(form.model, specs, form.params(), allow_paths=False)
+            except DeploymentError as exc:
+                raise ApiError(422, "invalid_deployment", str(exc), "deployment") from None
+
+        return {"model_version": DEPLOYMENT_VERSION, "predictions": [], "deployments": await run(work)}
+
+    async def deployment_rank(form: DeploymentForm, devices: Any, prices: dict[str, float]) -> dict[str, Any]:
+        from components.deployments.config import DeploymentError
+        from components.deployments.service import rank_deployments
+
+        specs = devices_of(devices)
+        check_batch(1, specs)
+
+        def work() -> tuple[list[dict[str, Any]], int]:
+            try:
+                return rank_deployments(form.model, specs, form.params(), prices, by=form.by, tps=form.tps,
+                                        allow_paths=False)
+            except DeploymentError as exc:
+                raise ApiError(422, "invalid_deployment", str(exc), "deployment") from None
+
+        ranking, skipped = await run(work)
+        return {"model_version": DEPLOYMENT_VERSION, "ranked_by": "cost" if form.by == "cost" else form.by,
+                "ranking": [], "deployment_ranking": ranking, "options_not_fitting": skipped}
+
     @app.get("/healthz", tags=["service"])
     def healthz() -> dict[str, str]:
         return {"status": "ok"}
@@ -435,6 +504,10 @@ def create_app(model: str = "models:/kernelcast@champion", *, api_key: str | Non
     async def predict(body: PredictRequest) -> Any:
         from components.serving.questions import answer_questions, parse_questions
 
+        if (body.kernels is None) == (body.deployment is None):
+            raise ApiError(422, "invalid_request", "give exactly one of kernels or deployment", "kernels")
+        if body.deployment is not None:
+            return await deployment_answer(body.deployment, body.devices)
         predictor, version = predictor_for(body.model)
         kernels = check_kernels(body.kernels, "kernels")
         specs = devices_of(body.devices)
@@ -457,6 +530,11 @@ def create_app(model: str = "models:/kernelcast@champion", *, api_key: str | Non
     async def rank(body: RankRequest) -> Any:
         from components.serving.rank import rank as rank_devices
 
+        if body.deployment is not None:
+            if body.kernels is not None or body.workload is not None:
+                raise ApiError(422, "invalid_request", "give exactly one of kernels, workload or deployment",
+                               "deployment")
+            return await deployment_rank(body.deployment, body.devices, body.prices or {})
         if (body.kernels is None) == (body.workload is None):
             raise ApiError(422, "invalid_request", "give exactly one of kernels or workload", "kernels")
         prefix = "kernels" if body.kernels is not None else "workload"

@@ -83,7 +83,7 @@ def accuracy_command(
     from components.devices import load_catalog
     from components.devices.catalog import UnknownDeviceError
     from components.evaluation.bench import (
-        BENCH_MIN_DEVICES_PER_SOURCE, BENCH_SPLITS, PROGRAM_SPLITS, BenchResult, check_markdown_target,
+        BENCH_MIN_DEVICES_PER_SOURCE, BENCH_SPLITS, PROGRAM_SPLITS, SERVING_SPLITS, BenchResult, check_markdown_target,
         markdown_table, published_figures, ray_fold_executor, readme_markdown, run_accuracy_bench, write_markdown,
     )
     from components.evaluation.harness import read_feature_table
@@ -106,11 +106,13 @@ def accuracy_command(
             raise UserError("--calibration-rows runs on --split unseen-gpu alone, the tabular family, without --markdown")
     families = _families(family)
     splits = split or list(BENCH_SPLITS)
-    unknown = [s for s in splits if s not in SPLITS and s not in PROGRAM_SPLITS]
+    unknown = [s for s in splits if s not in SPLITS and s not in PROGRAM_SPLITS and s not in SERVING_SPLITS]
     if unknown:
-        raise UserError(f"unknown split {', '.join(unknown)}; choose from {', '.join((*SPLITS, *PROGRAM_SPLITS))}")
+        raise UserError(f"unknown split {', '.join(unknown)}; choose from "
+                        f"{', '.join((*SPLITS, *PROGRAM_SPLITS, *SERVING_SPLITS))}")
     program_splits = [s for s in splits if s in PROGRAM_SPLITS]  # whole programs: from the canonical tables
-    splits = [s for s in splits if s not in PROGRAM_SPLITS]
+    serving_splits = [s for s in splits if s in SERVING_SPLITS]  # LLM deployments: from the datasets in place
+    splits = [s for s in splits if s not in PROGRAM_SPLITS and s not in SERVING_SPLITS]
     if device and "unseen-gpu" not in splits:
         raise UserError("--device chooses leave-one-GPU-out folds: add --split unseen-gpu")
     if markdown is not None:
@@ -197,6 +199,12 @@ def accuracy_command(
         from components.evaluation.kernelbench_bench import extend_result
 
         extend_result(result, canonical_dir, settings.cache_dir, log=lambda line: typer.echo(line, err=True))
+        save(result)
+    if serving_splits:  # LLM deployments on measured serving runs (components/deployments/bench.py)
+        from components.deployments.bench import extend_result as extend_serving
+
+        extend_serving(result, serving_splits, settings.datasets_dir, catalog,
+                       log=lambda line: typer.echo(line, err=True))
         save(result)
     result.notes[:0] = header
     typer.echo(markdown_table(result.rows))

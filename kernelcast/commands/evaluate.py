@@ -55,6 +55,8 @@ def evaluate_command(
     if gate:
         _print_gate(report, out)
         return
+    if "serving" in report:
+        _print_serving(report["serving"])
     if result.ingested_rows is not None:
         typer.echo(f"{source}: {result.ingested_rows} rows ingested "
                    f"({result.quarantined} quarantined by validation)")
@@ -75,6 +77,19 @@ def evaluate_command(
     if "programs" in report:
         _print_programs(report["programs"])
     typer.echo(f"{report['n']} rows scored, {report['excluded_seen']} excluded as seen in training -> {out}")
+
+
+def _print_serving(serving: dict) -> None:
+    """Serving runs of the tree: per device, answered/asked and each target's MAPE; reasons of the rest."""
+    if not serving.get("n_asked"):
+        typer.echo(f"serving runs: {serving.get('note', 'none')}")
+        return
+    for device, entry in serving["by_device"].items():
+        figures = " ".join(f"{k.removesuffix('_mape')}={_pct(v)}" for k, v in entry.items() if k.endswith("_mape"))
+        typer.echo(f"serving {device:16s} {entry['n']}/{entry['n_asked']} answered {figures}")
+        for reason, n in entry["not_answered"].items():
+            typer.echo(f"    not answered: {n} x {reason}")
+    typer.echo(f"serving runs: {serving['n']}/{serving['n_asked']} answered ({serving['framework']})")
 
 
 def _print_programs(programs: dict) -> None:

@@ -4,6 +4,7 @@
     kernelcast predict saxpy.cu --launch 4096/256 --device all
     kernelcast predict model.py --device H100                 # a KernelBench-style PyTorch module
     kernelcast predict --batch questions.csv --device H100 --json
+    kernelcast predict --llm Llama-3.1-70B --isl 2048 --osl 256 --concurrency 32 --tp 4 --device H100
 """
 
 from __future__ import annotations
@@ -128,9 +129,34 @@ def predict_command(
     batch: Annotated[Path | None, typer.Option(help="CSV or JSONL file of questions (columns: device, dtype, op, shape, ...)")] = None,
     model: Annotated[str, typer.Option(help="models:/kernelcast@champion, a predictor dir, or 'roofline'")] = DEFAULT_MODEL,
     as_json: Annotated[bool, typer.Option("--json", help="print JSON instead of a table")] = False,
+    llm: Annotated[str | None, typer.Option(help="deployment: an LLM's HF config.json (path, JSON text or bundled name)")] = None,
+    isl: Annotated[int | None, typer.Option(help="--llm: input tokens per request")] = None,
+    osl: Annotated[int | None, typer.Option(help="--llm: output tokens per request")] = None,
+    concurrency: Annotated[int, typer.Option(help="--llm: concurrent requests")] = 1,
+    tp: Annotated[int, typer.Option(help="--llm: tensor-parallel GPUs")] = 1,
+    pp: Annotated[int, typer.Option(help="--llm: pipeline stages")] = 1,
+    ep: Annotated[int, typer.Option(help="--llm: expert-parallel GPUs (MoE)")] = 1,
+    kv_dtype: Annotated[str | None, typer.Option(help="--llm: KV-cache dtype (default from --dtype)")] = None,
+    mode: Annotated[str, typer.Option(help="--llm: agg | disagg (separate prefill/decode workers)")] = "agg",
+    workload: Annotated[str, typer.Option(help="--llm: steady (requests keep arriving) | batch (all at once)")] = "steady",
 ) -> None:
-    """Predict runtime (with its interval), roofline class, bound pipe and headroom on one or more GPUs."""
+    """Predict runtime (with its interval), roofline class, bound pipe and headroom on one or more GPUs;
+    with --llm, a deployment's TTFT, TPOT, throughput and memory."""
     prepared_settings()
+    if batch is not None and llm is None:
+        from kernelcast.commands.deployment import is_deployment_batch, predict_llm_batch
+
+        if is_deployment_batch(batch):  # rows with an `llm` column: deployments, not kernels
+            predict_llm_batch(batch, as_json)
+            return
+    if llm is not None:
+        from kernelcast.commands.deployment import llm_params, predict_llm
+
+        if file or op or shape or batch or launch or kernel or define:
+            raise UserError("--llm is a question of its own: drop FILE/--op/--shape/--batch/--launch")
+        predict_llm(llm, device, llm_params(isl, osl, concurrency, tp, pp, ep, dtype, kv_dtype, mode, workload),
+                    as_json)
+        return
     errors: list[Any] = []  # batch rows not answered, each with its error (the others are)
     rows = gather_questions(file, op, shape, dtype, launch, kernel, define or [], batch, device or [],
                             allow_count=False, row_errors=errors)

@@ -3,6 +3,7 @@
     kernelcast rank --op gemm --shape M=8192,N=8192,K=8192 --dtype bf16            # every catalog GPU
     kernelcast rank --batch workload.csv --device H100 --device MI300X --device L40S \
         --price H100=2.5 --price MI300X=2.1 --price L40S=1.0                        # cost per run
+    kernelcast rank --llm Llama-3.1-70B --isl 2048 --osl 256 --concurrency 32 --by cost --price H100=2.5
 """
 
 from __future__ import annotations
@@ -59,9 +60,27 @@ def rank_command(
     top: Annotated[int, typer.Option(help="show the best N (0 = all)", min=0)] = 0,
     model: Annotated[str, typer.Option(help="models:/kernelcast@champion, a predictor dir, or 'roofline'")] = DEFAULT_MODEL,
     as_json: Annotated[bool, typer.Option("--json", help="print JSON instead of a table")] = False,
+    llm: Annotated[str | None, typer.Option(help="rank GPU x TP deployments of an LLM (HF config path/text/bundled name)")] = None,
+    isl: Annotated[int | None, typer.Option(help="--llm: input tokens per request")] = None,
+    osl: Annotated[int | None, typer.Option(help="--llm: output tokens per request")] = None,
+    concurrency: Annotated[int, typer.Option(help="--llm: concurrent requests")] = 1,
+    tp: Annotated[list[int] | None, typer.Option(help="--llm: TP options (repeatable; default 1, 2, 4, 8)")] = None,
+    kv_dtype: Annotated[str | None, typer.Option(help="--llm: KV-cache dtype")] = None,
+    mode: Annotated[str, typer.Option(help="--llm: agg | disagg")] = "agg",
+    workload: Annotated[str, typer.Option(help="--llm: steady | batch")] = "steady",
+    by: Annotated[str, typer.Option(help="--llm: rank by tpot | ttft | cost (cost per million output tokens)")] = "tpot",
 ) -> None:
-    """Rank GPUs by the predicted time of a kernel or workload (by cost per run when prices are given)."""
+    """Rank GPUs by the predicted time of a kernel or workload (by cost per run when prices are given);
+    with --llm, GPU x TP deployments that fit, by TPOT, TTFT or cost per million tokens."""
     prepared_settings()
+    if llm is not None:
+        from kernelcast.commands.deployment import llm_params, rank_llm
+
+        if file or op or shape or batch:
+            raise UserError("--llm is a question of its own: drop FILE/--op/--shape/--batch")
+        params = llm_params(isl, osl, concurrency, 1, 1, 1, dtype, kv_dtype, mode, workload)
+        rank_llm(llm, device, params, read_prices(price or [], prices), by, tp, top, as_json)
+        return
     from components.serving.batch import restate
     from components.serving.models import load_model
     from components.serving.query import QueryError

@@ -102,7 +102,7 @@ def test_registered_model_answers_questions_under_its_signature(store: Store) ->
     model = mlflow.pyfunc.load_model(f"models:/kc-contract/{version}")
     inputs = {spec.name: (spec.type.name, spec.required) for spec in model.metadata.get_input_schema().inputs}
     assert inputs == {name: ("string", False) for name in ("device", "device_spec", "dtype", "op", "shape", "source",
-                                                           "language", "launch", "module")}
+                                                           "language", "launch", "module", "deployment")}
     answers = model.predict(OP_QUESTIONS)
     assert answers["question"].tolist() == [0, 1] and answers["kind"].eq("op").all()
     assert answers.loc[0, "device"] == "h100-sxm" and answers.loc[0, "roofline_class"] == "compute"
@@ -118,6 +118,11 @@ def test_registered_model_answers_questions_under_its_signature(store: Store) ->
         model.predict(pd.DataFrame({"f_flops": [1e9], "dev_dram_gbps": [3350.0]}))
     with pytest.raises(QueryError, match="question 0"):
         model.predict(OP_QUESTIONS.head(1).assign(op="gemmm"))
+    # The deployment form through the same signature: an LLM deployment answered by the composition.
+    deployment = json.dumps({"model": "Llama-3.1-8B", "isl": 1024, "osl": 128, "concurrency": 8})
+    deployed = model.predict(pd.DataFrame([{"device": "H200", "deployment": deployment}]))
+    assert deployed.loc[0, "kind"] == "deployment" and deployed.loc[0, "ttft_ms"] > 0
+    assert deployed.loc[0, "duration_us"] > deployed.loc[0, "ttft_ms"] * 1e3
 
 
 @pytest.mark.slow

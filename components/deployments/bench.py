@@ -1,0 +1,685 @@
+"""Deployment benchmark: the composition scored on measured serving runs, one GPU held out at a time.
+
+Splits:
+- ``llm-serving-pipeweave``: PipeWeave's offline runs (11 GPUs, TP 1-8). For each held-out GPU the
+  framework cost is fitted on the OTHER GPUs' runs; MAPE of prefill, decode step and total per GPU and
+  per TP, beside PipeWeave's, NeuSight's, Habitat's and the roofline's published rows and beside our own
+  roofline composition (sum of speed-of-light op times, no framework cost).
+- ``llm-serving-silicon``: AIConfigurator's steady-serving runs on H100 and H200, each held out of a
+  fit on the other; TTFT and TPOT MAPE per model, precision and mode; every run answered or its reason
+  counted.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from components.deployments.compose import (
+    OVERHEADS,
+    DoesNotFit,
+    FrameworkCost,
+    compose_phases,
+    memory_check,
+    overhead_counts,
+    steady_features,
+)
+from components.deployments.config import Deployment, DeploymentError, model_shape
+from components.deployments.data import (
+    AllReduceTable,
+    read_allreduce_tables,
+    read_pipeweave_runs,
+    read_published,
+    read_silicon_runs,
+)
+from components.deployments.ops import OpTimeFn, Timed, roofline_op_time
+
+SPLIT_PIPEWEAVE = "llm-serving-pipeweave"
+SPLIT_SILICON = "llm-serving-silicon"
+SPLITS = (SPLIT_PIPEWEAVE, SPLIT_SILICON)
+FAMILY = "deployment"  # the composition with the learned framework cost
+FAMILY_ROOFLINE = "roofline-composition"  # sum of speed-of-light op times
+
+
+def with_allreduce(base: OpTimeFn, tables: Mapping[str, AllReduceTable]) -> OpTimeFn:
+    """``base`` with the all-reduce answered from a GPU's measured collective table where there is one."""
+
+    def op_time(family: str, dtype: str, shape: Mapping[str, Any], spec: Any, **kw: Any) -> np.ndarray:
+        if family == "allreduce" and spec.id in tables:
+            return Timed(tables[spec.id](shape["bytes"], shape["gpus"]), "measured")
+        return base(family, dtype, shape, spec, **kw) if kw else base(family, dtype, shape, spec)
+
+    op_time.__signature__ = None  # type: ignore[attr-defined]
+    return op_time
+
+
+@dataclass
+class Composed:
+    """Kernel-only and roofline step times of every run (microseconds), plus why a run has none."""
+
+    frame: pd.DataFrame
+    reasons: Counter = field(default_factory=Counter)
+
+
+def _design(layers: np.ndarray, tokens: np.ndarray, kernels: np.ndarray, overheads: np.ndarray) -> np.ndarray:
+    """Columns of a step's framework cost: 1, layers, tokens, kernels, launches, all-reduces, x GPUs."""
+    return np.c_[np.ones(len(layers)), layers, tokens, kernels, overheads]
+
+
+def fit_step_cost(
+    measured_us: np.ndarray,
+    kernels_us: np.ndarray,
+    layers: np.ndarray,
+    tokens: np.ndarray,
+    overheads: np.ndarray,
+) -> tuple[float, ...]:
+    """Least squares on relative error of ``measured = kernels + design @ c`` (see ``FrameworkCost``).
+
+    Every overhead (constant, per layer, per token, per launch, per all-reduce) is bounded at >= 0 (a
+    framework never makes a step faster than its kernels; a negative intercept fitted on 16k-90k-token
+    batches would make a short prompt's prefill negative); the efficiency correction c3 stays within
+    (-0.5, 1): kernels at most 2x faster than the op predictor says.
+    """
+    from scipy.optimize import lsq_linear
+
+    x = _design(layers, tokens, kernels_us, overheads)
+    w = 1.0 / measured_us
+    lower = [0.0, 0.0, 0.0, -0.5, 0.0, 0.0, 0.0]
+    upper = [np.inf, np.inf, np.inf, 1.0, np.inf, np.inf, np.inf]
+    fit = lsq_linear(x * w[:, None], (measured_us - kernels_us) * w, bounds=(lower, upper))
+    return tuple(float(c) for c in _unseen_to_zero(fit.x, x))
+
+
+def _apply(
+    coef: tuple[float, ...],
+    layers: np.ndarray,
+    tokens: np.ndarray,
+    kernels: np.ndarray,
+    overheads: np.ndarray,
+) -> np.ndarray:
+    return kernels + _design(layers, tokens, kernels, overheads) @ np.asarray(coef)
+
+
+def _overheads(frame: pd.DataFrame, prefix: str) -> np.ndarray:
+    return frame[[f"{prefix}_{name}" for name in OVERHEADS]].to_numpy(float)
+
+
+def _mape(pred: np.ndarray, true: np.ndarray) -> float:
+    return float(np.mean(np.abs(pred - true) / true))
+
+
+# ---------------------------------------------------------------- PipeWeave ----------------------------
+
+
+def compose_pipeweave(
+    runs: pd.DataFrame,
+    catalog: Any,
+    datasets_dir: Path,
+    op_time: OpTimeFn | None = None,
+    allreduce: Mapping[str, AllReduceTable] | None = None,
+    refused: list[dict[str, Any]] | None = None,
+) -> pd.DataFrame:
+    """Per run: kernel and roofline times of one prefill (the whole batch) and one decode step.
+
+    With ``refused`` (a list), a run without an answer is appended there with its reason and skipped;
+    without, its error propagates."""
+    tables = read_allreduce_tables(datasets_dir) if allreduce is None else allreduce
+    fn = with_allreduce(op_time or roofline_op_time, tables)
+    out = []
+    for run in runs.itertuples():
+        try:
+            model = model_shape(run.model, datasets_dir)
+            spec = catalog.resolve(run.device_id)
+            d = Deployment(
+                model=model, gpu=spec, isl=round(run.isl), osl=int(run.osl), concurrency=run.batch, tp=run.tp
+            )
+            ph = compose_phases(d, fn, isl_mean=run.isl)
+        except (DeploymentError, LookupError) as exc:
+            if refused is None:
+                raise
+            refused.append(
+                {
+                    "id": f"{run.gpu}/tp{run.tp}/{run.model}-{run.workload}",
+                    "device_id": run.device_id,
+                    "reason": _reason(exc),
+                }
+            )
+            continue
+        out.append(
+            {
+                **run._asdict(),
+                "layers": model.layers,
+                "prefill_tokens": run.batch * run.isl,
+                "prefill_kernels_us": ph.prefill_kernels_us,
+                "decode_kernels_us": ph.decode_kernels_us,
+                "prefill_roof_us": sum(x.floor_us for x in ph.prefill),
+                "decode_roof_us": sum(x.floor_us for x in ph.decode),
+                **_named("prefill", overhead_counts(ph.prefill)),
+                **_named("decode", overhead_counts(ph.decode)),
+            }
+        )
+    frame = pd.DataFrame(out)
+    return frame.drop(columns=["Index"], errors="ignore")
+
+
+def _named(prefix: str, counts: np.ndarray) -> dict[str, float]:
+    return {f"{prefix}_{name}": float(v) for name, v in zip(OVERHEADS, counts, strict=True)}
+
+
+def fit_pipeweave(train: pd.DataFrame) -> FrameworkCost:
+    pre = fit_step_cost(
+        train["prefill_ms"].to_numpy() * 1e3,
+        train["prefill_kernels_us"].to_numpy(),
+        train["layers"].to_numpy(float),
+        train["prefill_tokens"].to_numpy(float),
+        _overheads(train, "prefill"),
+    )
+    dec = fit_step_cost(
+        train["decode_ms"].to_numpy() * 1e3,
+        train["decode_kernels_us"].to_numpy(),
+        train["layers"].to_numpy(float),
+        train["batch"].to_numpy(float),
+        _overheads(train, "decode"),
+    )
+    fw = FrameworkCost(
+        prefill=pre, decode=dec, source=f"PipeWeave runs on {', '.join(sorted(train['gpu'].unique()))}"
+    )
+    pred = predict_pipeweave(train, fw)
+    mape = {
+        "prefill": _mape(pred["prefill_pred_ms"].to_numpy(), train["prefill_ms"].to_numpy()),
+        "decode": _mape(pred["decode_pred_ms"].to_numpy(), train["decode_ms"].to_numpy()),
+    }
+    return FrameworkCost(prefill=pre, decode=dec, source=fw.source, train_mape=mape)
+
+
+def predict_pipeweave(frame: pd.DataFrame, fw: FrameworkCost) -> pd.DataFrame:
+    layers = frame["layers"].to_numpy(float)
+    out = frame.copy()
+    out["prefill_pred_ms"] = (
+        _apply(
+            fw.prefill,
+            layers,
+            frame["prefill_tokens"].to_numpy(float),
+            frame["prefill_kernels_us"].to_numpy(),
+            _overheads(frame, "prefill"),
+        )
+        / 1e3
+    )
+    out["decode_pred_ms"] = (
+        _apply(
+            fw.decode,
+            layers,
+            frame["batch"].to_numpy(float),
+            frame["decode_kernels_us"].to_numpy(),
+            _overheads(frame, "decode"),
+        )
+        / 1e3
+    )
+    # never below the roofline: a negative efficiency correction cannot take a step under its floor
+    out["prefill_pred_ms"] = np.maximum(out["prefill_pred_ms"], frame["prefill_roof_us"] / 1e3)
+    out["decode_pred_ms"] = np.maximum(out["decode_pred_ms"], frame["decode_roof_us"] / 1e3)
+    out["total_pred_ms"] = out["prefill_pred_ms"] + out["osl"] * out["decode_pred_ms"]
+    out["prefill_roof_ms"] = frame["prefill_roof_us"] / 1e3
+    out["decode_roof_ms"] = frame["decode_roof_us"] / 1e3
+    out["total_roof_ms"] = out["prefill_roof_ms"] + out["osl"] * out["decode_roof_ms"]
+    return out
+
+
+def _row(
+    split: str,
+    family: str,
+    target: str,
+    scope: str,
+    value: float | None,
+    n: int,
+    n_asked: int,
+    published: float | None = None,
+    by: str | None = None,
+) -> dict[str, Any]:
+    ok = value is not None and np.isfinite(value)
+    return {
+        "split": split,
+        "family": family,
+        "target": f"{target}[{scope}]" if scope else target,
+        "scope": scope,
+        "metric": "mape",
+        "ours": round(float(value), 4) if ok else None,
+        "n": int(n),
+        "n_asked": int(n_asked),
+        "coverage": round(n / n_asked, 4) if n_asked else None,
+        "published": None if published is None else round(float(published), 4),
+        "published_by": by,
+    }
+
+
+@dataclass
+class ServingBench:
+    rows: list[dict[str, Any]] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+    predictions: pd.DataFrame | None = None
+
+
+def run_pipeweave_bench(
+    datasets_dir: Path,
+    catalog: Any,
+    op_time: OpTimeFn | None = None,
+    log: Callable[[str], None] = lambda _: None,
+    runs: pd.DataFrame | None = None,
+) -> ServingBench:
+    """Leave one GPU out: fit the framework cost on the other GPUs, score the held-out GPU's runs."""
+    runs = read_pipeweave_runs(datasets_dir) if runs is None else runs
+    composed = compose_pipeweave(runs, catalog, datasets_dir, op_time)
+    folds = []
+    for gpu in sorted(composed["gpu"].unique()):
+        test = composed["gpu"] == gpu
+        fw = fit_pipeweave(composed[~test])
+        folds.append(predict_pipeweave(composed[test], fw))
+    pred = pd.concat(folds, ignore_index=True)
+    bench = ServingBench(predictions=pred)
+    published = read_published(datasets_dir)
+    targets = ("prefill", "decode", "total")
+    for scope_col in ("", "gpu", "tp"):
+        groups = (
+            [("", pred)] if not scope_col else [(f"{scope_col}={k}", g) for k, g in pred.groupby(scope_col)]
+        )
+        for scope, g in groups:
+            for target in targets:
+                ours = _mape(g[f"{target}_pred_ms"].to_numpy(), g[f"{target}_ms"].to_numpy())
+                roof = _mape(g[f"{target}_roof_ms"].to_numpy(), g[f"{target}_ms"].to_numpy())
+                pub = _published_mape(published, "pipeweave", scope, target)
+                bench.rows.append(
+                    _row(
+                        SPLIT_PIPEWEAVE,
+                        FAMILY,
+                        f"{target}_ms",
+                        scope,
+                        ours,
+                        len(g),
+                        len(g),
+                        pub,
+                        "PipeWeave (published)" if pub is not None else None,
+                    )
+                )
+                bench.rows.append(
+                    _row(SPLIT_PIPEWEAVE, FAMILY_ROOFLINE, f"{target}_ms", scope, roof, len(g), len(g))
+                )
+                for method in ("neusight", "habitat", "roofline"):
+                    other = _published_mape(published, method, scope, target)
+                    if other is not None:
+                        bench.rows.append(
+                            _row(SPLIT_PIPEWEAVE, f"published:{method}", f"{target}_ms", scope, other, 0, 0)
+                        )
+    worse = [
+        g
+        for g, sub in pred.groupby("gpu")
+        if _mape(sub["total_pred_ms"].to_numpy(), sub["total_ms"].to_numpy())
+        > _mape(sub["total_roof_ms"].to_numpy(), sub["total_ms"].to_numpy())
+    ]
+    bench.notes.append(
+        f"{SPLIT_PIPEWEAVE}: {len(pred)} runs on {pred['gpu'].nunique()} GPUs, leave-one-GPU-out "
+        f"(framework cost refitted per fold on the other GPUs); total worse than the roofline "
+        f"composition on: {', '.join(worse) or 'none'}"
+    )
+    for line in summary(bench, SPLIT_PIPEWEAVE):
+        log(line)
+    return bench
+
+
+def _published_mape(published: pd.DataFrame, method: str, scope: str, target: str) -> float | None:
+    """Mean of a method's published per-run MAPE over the scope's runs (fractions)."""
+    if published.empty:
+        return None
+    rows = published[published["method"] == method]
+    if scope.startswith("gpu="):
+        rows = rows[rows["gpu"] == scope[4:]]
+    elif scope.startswith("tp="):
+        rows = rows[rows["tp"] == int(scope[3:])]
+    if rows.empty:
+        return None
+    return float(rows[f"MAPE_{target}(%)"].mean()) / 100.0
+
+
+# ---------------------------------------------------------------- AIConfigurator silicon ---------------
+
+SILICON_DTYPES = {"fp8": "fp8", "fp8_block": "fp8_block", "nvfp4": "nvfp4", "int4_wo": "int4_wo"}
+
+
+def _num(value: Any, default: int = 1) -> int:
+    return default if value is None or (isinstance(value, float) and not np.isfinite(value)) else int(value)
+
+
+def silicon_deployments(
+    row: Mapping[str, Any], catalog: Any, datasets_dir: Path
+) -> tuple[Deployment, Deployment]:
+    """(prefill worker, decode worker) deployments of one silicon run; DeploymentError says why none."""
+    model = model_shape(str(row["model_path"]), datasets_dir)
+    spec = catalog.resolve(str(row["device_id"]))
+    quant = row.get("gemm_quant_mode")
+    dtype = SILICON_DTYPES.get(str(quant), "bf16") if isinstance(quant, str) else "bf16"
+    kv = "fp8" if str(row.get("precision")) in ("fp8", "fp4") else "bf16"
+    common = {
+        "model": model,
+        "gpu": spec,
+        "isl": int(row["isl"]),
+        "osl": int(row["osl"]),
+        "weight_dtype": dtype,
+        "kv_dtype": kv,
+        "mode": str(row["mode"]),
+    }
+
+    def worker(prefix: str, concurrency: Any) -> Deployment:
+        dp = _num(row.get(f"{prefix}attention_dp_size"))
+        if dp > 1:
+            raise DeploymentError(f"attention_dp_size {dp}: attention data parallelism is not modelled")
+        pp = _num(row.get(f"{prefix}pp_size"))
+        ep = _num(row.get(f"{prefix}moe_ep_size")) if model.is_moe else 1
+        tp = _num(row.get(f"{prefix}tp_size"))
+        moe_world = _num(row.get(f"{prefix}moe_tp_size")) * ep if model.is_moe else tp
+        if moe_world > tp:  # e.g. tp 1 with moe_tp 2: the attention runs data-parallel over the 2 GPUs
+            raise DeploymentError(
+                f"moe_tp_size x moe_ep_size {moe_world} > tp_size {tp}: attention data parallelism is not "
+                "modelled"
+            )
+        return Deployment(
+            **common,
+            concurrency=_num(concurrency),
+            tp=tp,
+            pp=pp,
+            ep=max(ep, 1),
+        )
+
+    if row["mode"] == "disagg":
+        if not np.isfinite(float(row.get("decode_batch_size") or np.nan)):
+            # only the total concurrency is recorded: how it splits over the decode workers is unknown
+            raise DeploymentError(
+                "decode_batch_size: missing for a disaggregated run (the per-worker concurrency is unknown)"
+            )
+        return worker("prefill_", row.get("prefill_batch_size")), worker(
+            "decode_", row.get("decode_batch_size")
+        )
+    agg = worker("", row.get("batch_size"))
+    return agg, agg
+
+
+def compose_silicon(
+    runs: pd.DataFrame,
+    catalog: Any,
+    datasets_dir: Path,
+    op_time: OpTimeFn | None = None,
+    log: Callable[[str], None] = lambda _: None,
+) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """Kernel times per answerable run, and (id, reason) of the runs without an answer."""
+    fn = op_time or roofline_op_time
+    cache: dict[tuple, Any] = {}
+    answered, refused = [], []
+    for row in runs.to_dict("records"):
+        try:
+            pre, dec = silicon_deployments(row, catalog, datasets_dir)
+            memory_check(dec)
+            key_p = (
+                pre.model.name,
+                pre.gpu.id,
+                pre.isl,
+                pre.osl,
+                pre.weight_dtype,
+                pre.kv_dtype,
+                pre.tp,
+                pre.ep,
+                pre.concurrency,
+                dec.concurrency,
+                dec.tp,
+                dec.ep,
+            )
+            if key_p not in cache:
+                cache[key_p] = (compose_phases(pre, fn), compose_phases(dec, fn))
+            ph_p, ph_d = cache[key_p]
+        except (DeploymentError, LookupError) as exc:
+            refused.append(
+                {
+                    "id": row["id"],
+                    "model_path": row["model_path"],
+                    "device_id": row["device_id"],
+                    "reason": _reason(exc),
+                }
+            )
+            continue
+        answered.append(
+            {
+                **row,
+                "layers": pre.model.layers,
+                "c": dec.concurrency,
+                "prefill_c": pre.concurrency,
+                "one_prefill_us": ph_p.prefill_one_us,
+                "batch_prefill_us": ph_p.prefill_kernels_us,
+                "decode_step_us": ph_d.decode_kernels_us,
+                "one_prefill_roof_us": ph_p.floor_us(ph_p.one),
+                "decode_roof_us": ph_d.floor_us(ph_d.decode),
+                **_named("one", overhead_counts(ph_p.one)),
+                **_named("step", overhead_counts(ph_d.decode)),
+            }
+        )
+    log(f"silicon: {len(answered)} runs composed, {len(refused)} without an answer")
+    return pd.DataFrame(answered), pd.DataFrame(refused)
+
+
+def _reason(exc: Exception) -> str:
+    """The reason without the run-specific figures, so reasons count across runs."""
+    text = str(exc)
+    if isinstance(exc, DoesNotFit):
+        return "does not fit: weights + activations + one request's KV cache exceed 0.9 x GPU memory"
+    return text.split(":")[0] + ": " + text.split(":", 1)[1].split(";")[0].strip() if ":" in text else text
+
+
+def _steady_design(frame: pd.DataFrame) -> tuple[np.ndarray, np.ndarray]:
+    return steady_features(
+        frame["one_prefill_us"].to_numpy(),
+        frame["batch_prefill_us"].to_numpy(),
+        frame["decode_step_us"].to_numpy(),
+        frame["c"].to_numpy(float),
+        frame["osl"].to_numpy(float),
+        (frame["mode"] == "agg").to_numpy(),
+        _overheads(frame, "one"),
+        _overheads(frame, "step"),
+    )
+
+
+def _relative_lstsq(x: np.ndarray, y: np.ndarray) -> np.ndarray:
+    """Relative least squares with every coefficient >= 0 (each term is a cost: none makes serving faster)."""
+    from scipy.optimize import lsq_linear
+
+    w = 1.0 / y
+    return _unseen_to_zero(lsq_linear(x * w[:, None], y * w, bounds=(0.0, np.inf)).x, x)
+
+
+def _unseen_to_zero(coef: np.ndarray, x: np.ndarray) -> np.ndarray:
+    """A term the training runs never exercise (e.g. physics all-reduces where every TP run had a measured
+    table) gets no cost: its coefficient is otherwise arbitrary within its bounds."""
+    return np.where(np.any(x != 0, axis=0), coef, 0.0)
+
+
+def fit_steady(train: pd.DataFrame, base: FrameworkCost | None = None) -> FrameworkCost:
+    """The steady-serving TTFT/TPOT regressions fitted on ``train``'s silicon runs (relative least
+    squares)."""
+    x_ttft, x_tpot = _steady_design(train)
+    ttft, tpot = train["silicon_ttft_ms"].to_numpy() * 1e3, train["silicon_tpot_ms"].to_numpy() * 1e3
+    c_ttft, c_tpot = _relative_lstsq(x_ttft, ttft), _relative_lstsq(x_tpot, tpot)
+    base = base or FrameworkCost()
+    mape = {
+        **base.train_mape,
+        "steady_ttft": _mape(x_ttft @ c_ttft, ttft),
+        "steady_tpot": _mape(x_tpot @ c_tpot, tpot),
+    }
+    source = (
+        f"AIConfigurator silicon runs on {', '.join(sorted(train['device_id'].unique()))} ({len(train)} runs)"
+    )
+    return FrameworkCost(
+        prefill=base.prefill,
+        decode=base.decode,
+        steady_ttft=tuple(float(c) for c in c_ttft),
+        steady_tpot=tuple(float(c) for c in c_tpot),
+        steady_source=source,
+        source=base.source,
+        train_mape=mape,
+    )
+
+
+def predict_steady(frame: pd.DataFrame, fw: FrameworkCost) -> pd.DataFrame:
+    x_ttft, x_tpot = _steady_design(frame)
+    out = frame.copy()
+    floor_ttft, floor_tpot = frame["one_prefill_roof_us"].to_numpy(), frame["decode_roof_us"].to_numpy()
+    out["ttft_pred_ms"] = np.maximum(x_ttft @ np.asarray(fw.steady_ttft), floor_ttft) / 1e3
+    out["tpot_pred_ms"] = np.maximum(x_tpot @ np.asarray(fw.steady_tpot), floor_tpot) / 1e3
+    out["ttft_roof_ms"], out["tpot_roof_ms"] = floor_ttft / 1e3, floor_tpot / 1e3
+    return out
+
+
+def run_silicon_bench(
+    datasets_dir: Path,
+    catalog: Any,
+    op_time: OpTimeFn | None = None,
+    log: Callable[[str], None] = lambda _: None,
+    runs: pd.DataFrame | None = None,
+) -> ServingBench:
+    """H100 and H200 each held out of a fit on the other; TTFT/TPOT MAPE per GPU, model, precision, mode."""
+    runs = read_silicon_runs(datasets_dir) if runs is None else runs
+    composed, refused = compose_silicon(runs, catalog, datasets_dir, op_time, log=log)
+    folds = []
+    for device in sorted(composed["device_id"].unique()):
+        test = composed["device_id"] == device
+        if test.all():
+            continue
+        folds.append(predict_steady(composed[test], fit_steady(composed[~test])))
+    pred = pd.concat(folds, ignore_index=True)
+    pred["precision"] = pred["precision"].fillna("bf16")
+    asked = runs.assign(precision=runs["precision"].fillna("bf16"))
+    bench = ServingBench(predictions=pred)
+    for scope_col in ("", "device_id", "model_path", "precision", "mode", "backend"):
+        if not scope_col:
+            groups = [("", pred, len(asked))]
+        else:
+            groups = [
+                (
+                    f"{scope_col.replace('_path', '').replace('_id', '')}={k}",
+                    g,
+                    int((asked[scope_col] == k).sum()),
+                )
+                for k, g in pred.groupby(scope_col)
+            ]
+        for scope, g, n_asked in groups:
+            for target in ("ttft", "tpot"):
+                true = g[f"silicon_{target}_ms"].to_numpy()
+                bench.rows.append(
+                    _row(
+                        SPLIT_SILICON,
+                        FAMILY,
+                        f"{target}_ms",
+                        scope,
+                        _mape(g[f"{target}_pred_ms"].to_numpy(), true),
+                        len(g),
+                        n_asked,
+                    )
+                )
+                bench.rows.append(
+                    _row(
+                        SPLIT_SILICON,
+                        FAMILY_ROOFLINE,
+                        f"{target}_ms",
+                        scope,
+                        _mape(g[f"{target}_roof_ms"].to_numpy(), true),
+                        len(g),
+                        n_asked,
+                    )
+                )
+    reasons = refused["reason"].value_counts() if not refused.empty else pd.Series(dtype=int)
+    bench.notes.append(
+        f"{SPLIT_SILICON}: {len(pred)} of {len(runs)} runs answered (each GPU held out of a fit on "
+        "the other); not answered: " + "; ".join(f"{n} x {r}" for r, n in reasons.items())
+    )
+    for line in summary(bench, SPLIT_SILICON):
+        log(line)
+    return bench
+
+
+def summary(bench: ServingBench, split: str) -> list[str]:
+    lines = []
+    for row in bench.rows:
+        if row["family"] == FAMILY and row["split"] == split:
+            roof = next(
+                (
+                    r["ours"]
+                    for r in bench.rows
+                    if r["family"] == FAMILY_ROOFLINE and r["target"] == row["target"] and r["split"] == split
+                ),
+                None,
+            )
+            pub = f"  published {row['published']:.1%}" if row["published"] is not None else ""
+            lines.append(
+                f"{split} {row['target']:44s} ours {row['ours']:.1%}  roofline-comp {roof:.1%}{pub}  "
+                f"n={row['n']}/{row['n_asked']}"
+            )
+    return lines
+
+
+def fit_production(datasets_dir: Path, catalog: Any, op_time: OpTimeFn | None = None) -> FrameworkCost:
+    """The framework cost for production answers: PipeWeave steps on every GPU, steady serving on both
+    silicon GPUs."""
+    composed = compose_pipeweave(read_pipeweave_runs(datasets_dir), catalog, datasets_dir, op_time)
+    silicon, _ = compose_silicon(read_silicon_runs(datasets_dir), catalog, datasets_dir, op_time)
+    return fit_steady(silicon, fit_pipeweave(composed))
+
+
+def extend_result(
+    result: Any,
+    splits: Sequence[str],
+    datasets_dir: Path,
+    catalog: Any,
+    *,
+    log: Callable[[str], None] = lambda _: None,
+) -> list[ServingBench]:
+    """Run the asked serving splits; append their rows and notes to ``result`` (a ``bench.BenchResult``)."""
+    benches = []
+    for split in splits:
+        runner = {SPLIT_PIPEWEAVE: run_pipeweave_bench, SPLIT_SILICON: run_silicon_bench}[split]
+        try:
+            bench = runner(Path(datasets_dir), catalog, log=log)
+        except (OSError, KeyError, ValueError) as exc:  # the datasets lack this source: say so, go on
+            result.notes.append(f"{split}: skipped ({exc})")
+            continue
+        result.rows += bench.rows
+        result.notes += bench.notes
+        benches.append(bench)
+    return benches
+
+
+def production_block(fw: FrameworkCost) -> str:
+    """``fitted.py``'s assignment for ``fw`` (rounded coefficients)."""
+
+    def r(values: Any) -> tuple[float, ...]:
+        return tuple(round(float(x), 6) for x in values)
+
+    return (
+        f"PRODUCTION_FRAMEWORK = FrameworkCost(\n    prefill={r(fw.prefill)},\n    decode={r(fw.decode)},\n"
+        f"    steady_ttft={r(fw.steady_ttft or ())},\n    steady_tpot={r(fw.steady_tpot or ())},\n"
+        f"    steady_source={fw.steady_source!r},\n    source={fw.source!r},\n"
+        f"    train_mape={ {k: round(v, 4) for k, v in fw.train_mape.items()} },\n)"
+    )
+
+
+if __name__ == "__main__":  # python -m components.deployments.bench --fit-production
+    import os
+    import sys
+
+    from components.devices import load_catalog
+
+    if sys.argv[1:] != ["--fit-production"]:
+        raise SystemExit("usage: python -m components.deployments.bench --fit-production")
+    from components.config import DEFAULT_DATASETS_DIR
+
+    datasets = Path(os.environ.get("KERNELCAST_DATASETS_DIR", DEFAULT_DATASETS_DIR))
+    print(production_block(fit_production(datasets, load_catalog())))

@@ -1,0 +1,671 @@
+"""Compose a deployment's prefill and decode steps from per-op times; TTFT, TPOT, throughput, memory.
+
+Per layer and per GPU of a TP group: RMSNorm x2, QKV GEMM, (QK-norm), rotary, attention (GQA; causal
+prefill, decode against the growing KV cache; sliding-window layers capped at the window), O GEMM, the
+MLP (up/gate GEMM, SiLU x mul, down GEMM) or MoE (router GEMM, routed expert GEMMs, shared experts),
+two residual adds and two TP all-reduces; then the final norm, LM head and sampling. Every op goes
+through one ``OpTimeFn``; a learned per-step framework cost (:class:`FrameworkCost`) is added on top.
+Decode is integrated over the ``osl`` steps: attention is evaluated at ``DECODE_POINTS`` contexts
+spread over isl..isl+osl and averaged (the other ops do not depend on the context).
+"""
+
+from __future__ import annotations
+
+import inspect
+import math
+from collections import defaultdict
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+import numpy as np
+
+from components.deployments.config import STORE_BYTES, Deployment, DeploymentError
+from components.deployments.ops import OpTimeFn, link_gbps, roofline_op_time, sol_time
+
+# Usable fraction of each GPU's memory: vLLM's gpu_memory_utilization default (SGLang/TensorRT-LLM reserve
+# about as much for the CUDA context, workspaces and fragmentation).
+MEMORY_HEADROOM = 0.9
+DECODE_POINTS = 8  # contexts at which decode attention is evaluated (midpoints of equal step ranges)
+ACT_BYTES = 2  # activations and all-reduce messages in 16-bit
+EMBED_BYTES = 2.0  # embeddings and LM head stay 16-bit in every quantised checkpoint we read
+STEADY, BATCH = "steady", "batch"
+WORKLOADS = (STEADY, BATCH)
+# Servers prefill in chunks of at most this many tokens (vLLM/SGLang max_num_batched_tokens defaults are
+# 8k-16k): the activation memory of a prefill step is bounded by it, not by concurrency x isl.
+MAX_BATCHED_TOKENS = 16384
+
+
+class DoesNotFit(DeploymentError):
+    """Weights + KV cache + activations exceed the GPUs' memory: the refusal names what does not fit."""
+
+
+OVERHEADS = ("launches", "allreduces", "allreduce_gpus")  # per-step counts behind the fitted overheads
+
+
+@dataclass(frozen=True)
+class FrameworkCost:
+    """Per-step serving-framework cost on top of the kernels, learned from measured runs.
+
+    step_us = c0 + c1 * layers + c2 * tokens + c3 * kernels_us + launch_us * kernels launched
+    + ar_us * all-reduces + ar_gpu_us * all-reduces x GPUs, for the prefill and decode steps separately.
+    ``c3`` corrects the op library's average efficiency; the last three are the kernel launch cost and the
+    all-reduce start-up latency (a + b * GPUs) of the all-reduces physics answers (a measured collective
+    table carries its own latency): parameters of the fit, learned on the training runs only.
+    ``train_mape`` (prefill, decode, steady_ttft, steady_tpot) is the fit's own error: the half-width of
+    the answer's interval.
+    """
+
+    prefill: tuple[float, ...] = (0.0,) * 7
+    decode: tuple[float, ...] = (0.0,) * 7
+    # Steady serving (requests keep arriving; learned on AIConfigurator's silicon runs), on kernel times:
+    # ttft = t0 + t1 * one request's prefill + t2 * the whole batch's prefill (agg) + t3 * decode step
+    #        + overheads of one request's prefill step (launches, all-reduces, all-reduce x GPUs)
+    # tpot = p0 + p1 * decode step + p2 * stall (agg: one prefill x concurrency / osl stalls every decode)
+    #        + overheads of the decode step
+    steady_ttft: tuple[float, ...] | None = None
+    steady_tpot: tuple[float, ...] | None = None
+    steady_source: str = "none"
+    source: str = "none"
+    train_mape: dict[str, float] = field(default_factory=dict)
+
+    def step_us(
+        self, phase: str, layers: float, tokens: float, kernels_us: float, overheads: np.ndarray
+    ) -> float:
+        coef = np.asarray(self.prefill if phase == "prefill" else self.decode, dtype="float64")
+        return float(coef @ np.r_[1.0, layers, tokens, kernels_us, overheads])
+
+
+@dataclass
+class OpLine:
+    phase: str
+    kind: str  # breakdown label: gemm, attention, moe, allreduce, norm, activation, rotary, residual, ...
+    family: str
+    dtype: str
+    shape: dict[str, Any]
+    count: float  # how many times one step runs it (layers)
+    kv_dtype: str | None = None
+    time_us: float = 0.0  # per step, count included
+    floor_us: float = 0.0  # speed-of-light, count included
+    tier: str = "roofline"
+
+
+@dataclass
+class Answer:
+    ttft_ms: float
+    tpot_ms: float
+    e2e_ms: float
+    tokens_per_s: float  # output tokens per second per GPU
+    prefill_ms: float  # one prefill step of the whole batch (kernels + framework)
+    decode_step_ms: float  # one decode step at the batch, averaged over the output
+    breakdown: dict[str, dict[str, dict[str, float]]]
+    memory: dict[str, float]
+    interval: dict[str, list[float]]
+    notes: list[str]
+    tiers: dict[str, str]
+    deployment: dict[str, Any]
+
+    def to_json(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def _layer_ops(
+    d: Deployment,
+    phase: str,
+    tokens: float,
+    batch: float,
+    q_len: np.ndarray | float,
+    ctx: np.ndarray | float,
+    layers: float,
+) -> list[OpLine]:
+    """One layer's ops on one GPU for ``tokens`` tokens (``batch`` sequences of ``q_len`` attending to
+    ``ctx``)."""
+    m, tp, wd = d.model, d.tp, d.weight_dtype
+    hq = m.heads // tp
+    hkv = max(1, m.kv_heads // tp)
+    h, dh = m.hidden, m.head_dim
+    act = "bf16"
+    if m.is_mla:
+        ops = _mla_ops(d, phase, tokens, batch, q_len, ctx, layers)
+        return ops + _mlp_ops(d, phase, tokens, layers)
+    ops = [
+        OpLine(phase, "norm", "rmsnorm", act, {"B": tokens, "H": h}, 2 * layers),
+        OpLine(phase, "gemm", "gemm", wd, {"M": tokens, "N": (hq + 2 * hkv) * dh, "K": h}, layers),
+        OpLine(phase, "rotary", "elementwise", act, {"N": tokens * (hq + hkv) * dh, "op": "mul"}, layers),
+        OpLine(phase, "gemm", "gemm", wd, {"M": tokens, "N": h, "K": hq * dh}, layers),
+        OpLine(phase, "residual", "elementwise", act, {"N": tokens * h, "op": "add"}, 2 * layers),
+    ]
+    if m.qk_norm:
+        ops.append(OpLine(phase, "norm", "rmsnorm", act, {"B": tokens * (hq + hkv), "H": dh}, layers))
+    window = m.sliding_window
+    full_layers = layers * (1 - m.sliding_layers / m.layers)
+    win_layers = layers - full_layers
+    attn = {"B": batch, "H": hq, "HKV": hkv, "D": dh}
+    if full_layers:
+        ops.append(
+            OpLine(
+                phase,
+                "attention",
+                "attention",
+                act,
+                {**attn, "S": q_len, "KV": ctx},
+                full_layers,
+                kv_dtype=d.kv_dtype,
+            )
+        )
+    if win_layers and window:
+        ops.append(
+            OpLine(
+                phase,
+                "attention",
+                "attention",
+                act,
+                {**attn, "S": q_len, "KV": ctx, "W": window},
+                win_layers,
+                kv_dtype=d.kv_dtype,
+            )
+        )
+    return ops + _mlp_ops(d, phase, tokens, layers)
+
+
+def _mla_ops(
+    d: Deployment,
+    phase: str,
+    tokens: float,
+    batch: float,
+    q_len: np.ndarray | float,
+    ctx: np.ndarray | float,
+    layers: float,
+) -> list[OpLine]:
+    """Multi-head latent attention of one layer on one GPU (DeepSeek-V3's layout).
+
+    Projections: hidden -> q latent (q_lora_rank) -> per-head queries (nope + rope); hidden -> KV latent
+    (kv_lora_rank) + a shared rotary key (replicated on every TP rank). Prefill decompresses the latent
+    into per-head K (nope) and V and runs causal attention with head dim nope+rope (QK) and v (PV).
+    Decode runs absorbed: queries are mapped into the latent (a per-head BMM), attention is MQA over the
+    cached latent (one KV "head" of kv_lora_rank + rope, V being the latent itself), and the output is
+    mapped back out of the latent per head before the O projection.
+    """
+    m, tp, wd, act = d.model, d.tp, d.weight_dtype, "bf16"
+    hq, h = m.heads // tp, m.hidden
+    nope, rope, vd, lat = m.qk_nope_head_dim, m.qk_rope_head_dim, m.v_head_dim, m.kv_lora_rank
+    ops = [
+        OpLine(phase, "norm", "rmsnorm", act, {"B": tokens, "H": h}, 2 * layers),
+        OpLine(phase, "gemm", "gemm", wd, {"M": tokens, "N": lat + rope, "K": h}, layers),
+        OpLine(phase, "norm", "rmsnorm", act, {"B": tokens, "H": lat}, layers),
+        OpLine(phase, "rotary", "elementwise", act, {"N": tokens * (hq + 1) * rope, "op": "mul"}, layers),
+        OpLine(phase, "gemm", "gemm", wd, {"M": tokens, "N": h, "K": hq * vd}, layers),
+        OpLine(phase, "residual", "elementwise", act, {"N": tokens * h, "op": "add"}, 2 * layers),
+    ]
+    if m.q_lora_rank:
+        ops += [
+            OpLine(phase, "gemm", "gemm", wd, {"M": tokens, "N": m.q_lora_rank, "K": h}, layers),
+            OpLine(phase, "norm", "rmsnorm", act, {"B": tokens, "H": m.q_lora_rank}, layers),
+            OpLine(
+                phase, "gemm", "gemm", wd, {"M": tokens, "N": hq * (nope + rope), "K": m.q_lora_rank}, layers
+            ),
+        ]
+    else:
+        ops.append(OpLine(phase, "gemm", "gemm", wd, {"M": tokens, "N": hq * (nope + rope), "K": h}, layers))
+    if phase == "prefill":
+        # physics' attention has one head dim for QK and PV: their mean gives the FLOPs and bytes of both
+        attn = {"B": batch, "H": hq, "HKV": hq, "D": (nope + rope + vd) / 2, "S": q_len, "KV": ctx}
+        ops += [
+            OpLine(phase, "gemm", "gemm", wd, {"M": tokens, "N": hq * (nope + vd), "K": lat}, layers),
+            OpLine(phase, "attention", "attention", act, attn, layers, kv_dtype=d.kv_dtype),
+        ]
+    else:
+        # one cached latent row (lat + rope) serves as K and V: D = (lat + rope) / 2 gives its bytes once
+        attn = {"B": batch, "H": hq, "HKV": 1, "D": (lat + rope) / 2, "S": q_len, "KV": ctx}
+        ops += [
+            OpLine(phase, "gemm", "gemm", act, {"B": hq, "M": tokens, "N": lat, "K": nope}, layers),
+            OpLine(phase, "attention", "attention", act, attn, layers, kv_dtype=d.kv_dtype),
+            OpLine(phase, "gemm", "gemm", act, {"B": hq, "M": tokens, "N": vd, "K": lat}, layers),
+        ]
+    return ops
+
+
+def _mlp_ops(d: Deployment, phase: str, tokens: float, layers: float) -> list[OpLine]:
+    """The dense MLP or MoE block of one layer, and the layer's TP all-reduces."""
+    m, tp, wd, act, h = d.model, d.tp, d.weight_dtype, "bf16", d.model.hidden
+    ops: list[OpLine] = []
+    dense_layers = layers * (1 - m.moe_layers / m.layers)
+    moe_layers = layers - dense_layers
+    if dense_layers:
+        inter = m.intermediate // tp
+        ops += [
+            OpLine(phase, "gemm", "gemm", wd, {"M": tokens, "N": 2 * inter, "K": h}, dense_layers),
+            OpLine(
+                phase,
+                "activation",
+                "elementwise",
+                act,
+                {"N": tokens * inter, "op": "silu_and_mul"},
+                dense_layers,
+            ),
+            OpLine(phase, "gemm", "gemm", wd, {"M": tokens, "N": h, "K": inter}, dense_layers),
+        ]
+    if moe_layers:
+        moe_tp = max(1, tp // d.ep)
+        ops += [
+            OpLine(phase, "moe", "gemm", act, {"M": tokens, "N": m.experts, "K": h}, moe_layers),
+            OpLine(
+                phase,
+                "moe",
+                "moe",
+                wd,
+                {
+                    "T": tokens,
+                    "E": m.experts,
+                    "topk": m.topk,
+                    "H": h,
+                    "I": m.moe_intermediate,
+                    "tp": moe_tp,
+                    "ep": d.ep,
+                },
+                moe_layers,
+            ),
+        ]
+        if m.shared_experts:
+            inter = m.shared_experts * m.moe_intermediate // tp
+            ops += [
+                OpLine(phase, "gemm", "gemm", wd, {"M": tokens, "N": 2 * inter, "K": h}, moe_layers),
+                OpLine(
+                    phase,
+                    "activation",
+                    "elementwise",
+                    act,
+                    {"N": tokens * inter, "op": "silu_and_mul"},
+                    moe_layers,
+                ),
+                OpLine(phase, "gemm", "gemm", wd, {"M": tokens, "N": h, "K": inter}, moe_layers),
+            ]
+    if tp > 1:
+        ops.append(
+            OpLine(
+                phase,
+                "allreduce",
+                "allreduce",
+                act,
+                {"bytes": tokens * h * ACT_BYTES, "gpus": tp},
+                2 * layers,
+            )
+        )
+    return ops
+
+
+def _head_ops(d: Deployment, phase: str, batch: float) -> list[OpLine]:
+    """Final norm, LM head (last token of each sequence; vocab-parallel over TP) and sampling."""
+    m = d.model
+    return [
+        OpLine(phase, "norm", "rmsnorm", "bf16", {"B": batch, "H": m.hidden}, 1),
+        OpLine(phase, "lm_head", "gemm", "bf16", {"M": batch, "N": m.vocab // d.tp, "K": m.hidden}, 1),
+        OpLine(phase, "sampling", "elementwise", "fp32", {"N": batch * m.vocab, "op": "exp"}, 1),
+    ]
+
+
+def step_ops(d: Deployment, phase: str, batch: int, q_len: float, ctx: np.ndarray | float) -> list[OpLine]:
+    """Every op of one prefill or decode step of ``batch`` sequences on one GPU (all PP stages in turn)."""
+    tokens = batch * q_len
+    return _layer_ops(d, phase, tokens, batch, q_len, ctx, d.model.layers) + _head_ops(d, phase, batch)
+
+
+def _call(
+    op_time: OpTimeFn, family: str, dtype: str, kv_dtype: str | None, shape: dict[str, np.ndarray], spec: Any
+) -> tuple[np.ndarray, str]:
+    """One batch of same-kind ops: times (microseconds, never below the speed-of-light floor) and the tier."""
+    if family == "attention" and _takes_kv(op_time):
+        out = op_time(family, dtype, shape, spec, kv_dtype=kv_dtype)
+    else:
+        out = op_time(family, dtype, shape, spec)
+    tier = "roofline"
+    if hasattr(out, "duration_us"):  # an OpTimes from the op engine
+        tier = str(np.atleast_1d(getattr(out, "tier", np.array(["engine"])))[0])
+        out = out.duration_us
+    return np.asarray(out, dtype="float64"), tier
+
+
+def _takes_kv(fn: OpTimeFn) -> bool:
+    try:
+        return "kv_dtype" in inspect.signature(fn).parameters
+    except (TypeError, ValueError):
+        return False
+
+
+# A dimension one line of a group lacks takes its neutral value (physics: W=0 is no window).
+NEUTRAL = {"B": 1.0, "W": 0.0, "tp": 1.0, "ep": 1.0}
+
+
+def time_ops(lines: list[OpLine], spec: Any, op_time: OpTimeFn) -> float:
+    """Fill each line's per-step time and floor (mean over decode context points); return the step's
+    kernel time.
+
+    Lines of one (family, dtype, kv dtype, elementwise op) go to the op-time function as ONE call with
+    stacked shape arrays: a deployment is ~40 ops, a rank over the catalog thousands of them.
+    """
+    groups: dict[tuple, list[int]] = defaultdict(list)
+    for i, line in enumerate(lines):
+        groups[(line.family, line.dtype, line.kv_dtype, line.shape.get("op"))].append(i)
+    for (family, dtype, kv_dtype, op), members in groups.items():
+        arrays = [
+            {k: np.atleast_1d(np.asarray(v, dtype="float64")) for k, v in lines[i].shape.items() if k != "op"}
+            for i in members
+        ]
+        sizes = [max(len(a) for a in shape.values()) for shape in arrays]
+        keys = sorted({k for shape in arrays for k in shape})
+        stacked: dict[str, Any] = {
+            k: np.concatenate(
+                [
+                    np.broadcast_to(shape.get(k, np.asarray([NEUTRAL.get(k, 0.0)])), (n,))
+                    for shape, n in zip(arrays, sizes, strict=True)
+                ]
+            )
+            for k in keys
+        }
+        if op is not None:
+            stacked["op"] = op
+        times, tier = _call(op_time, family, dtype, kv_dtype, stacked, spec)
+        floors = sol_time(family, dtype, stacked, spec, kv_dtype)
+        times = np.maximum(times, floors)
+        bounds = np.cumsum([0, *sizes])
+        for j, i in enumerate(members):
+            part = slice(bounds[j], bounds[j + 1])
+            lines[i].time_us = float(np.mean(times[part])) * lines[i].count
+            lines[i].floor_us = float(np.mean(floors[part])) * lines[i].count
+            lines[i].tier = tier
+    return sum(line.time_us for line in lines)
+
+
+GIB = 2**30  # a GPU's "80 GB" is 80 GiB of HBM (nvidia-smi: 81,559 MiB on an H100 SXM)
+
+
+def _kv_bytes_per_request(d: Deployment) -> float:
+    """KV cache of one request at its full context (isl + osl) on one GPU, at the KV dtype; sliding-window
+    layers keep only the window."""
+    m = d.model
+    seq = d.isl + d.osl
+    full = m.layers - m.sliding_layers
+    tokens = full * seq + m.sliding_layers * min(seq, m.sliding_window or seq)
+    return tokens * m.kv_elements_per_token_layer(d.tp) * STORE_BYTES[d.kv_dtype] / d.pp
+
+
+def memory_check(d: Deployment) -> dict[str, float]:
+    """Per-GPU GB of weights, KV cache and activations. DoesNotFit only when the weights, the activations
+    and ONE request's full KV cache exceed the usable memory: with less room for the KV cache than
+    concurrency x (isl + osl) needs, a server (vLLM, SGLang, TensorRT-LLM page their KV cache) runs the
+    requests that fit at once and queues the rest -- that is noted (``concurrent_requests``), not refused.
+    """
+    m, spec = d.model, d.gpu
+    counts = m.parameter_counts()
+    per_gpu = d.tp * d.pp
+    quantised = sum(v for k, v in counts.items() if k != "embeddings")
+    weights = (quantised * STORE_BYTES[d.weight_dtype] + counts["embeddings"] * EMBED_BYTES) / per_gpu
+    per_request = _kv_bytes_per_request(d)
+    kv = d.concurrency * per_request
+    tokens = min(d.concurrency * d.isl, MAX_BATCHED_TOKENS)
+    widest = max(m.intermediate, m.moe_intermediate * max(m.topk, 1), (m.heads + 2 * m.kv_heads) * m.head_dim)
+    activations = (
+        tokens * (2 * m.hidden + 2 * widest / d.tp) * ACT_BYTES
+        + min(d.concurrency, tokens) * m.vocab / d.tp * 4
+    )
+    budget = MEMORY_HEADROOM * float(spec.memory_gb) * GIB
+    room = budget - weights - activations
+    held = int(min(d.concurrency, room // per_request)) if room > 0 else 0
+    figures = {
+        "weights_gb": weights / 1e9,
+        "kv_cache_gb": min(kv, max(room, 0.0)) / 1e9,
+        "kv_cache_wanted_gb": kv / 1e9,
+        "activations_gb": activations / 1e9,
+        "total_gb": (weights + activations + min(kv, max(room, 0.0))) / 1e9,
+        "budget_gb": budget / 1e9,
+        "gpu_memory_gb": float(spec.memory_gb) * GIB / 1e9,
+        "concurrent_requests": float(held),
+    }
+    if held < 1:
+        need = []
+        if weights > budget:
+            need.append(f"the weights alone need {math.ceil(weights * per_gpu / budget)} GPUs")
+        raise DoesNotFit(
+            f"does not fit on {spec.id} x{per_gpu} (tp={d.tp}, pp={d.pp}): per GPU weights "
+            f"{weights / 1e9:.1f} GB + activations {activations / 1e9:.1f} GB + one request's KV cache "
+            f"{per_request / 1e9:.2f} GB ({d.isl + d.osl} tokens, {d.kv_dtype}) > {budget / 1e9:.1f} GB "
+            f"({MEMORY_HEADROOM:g} x {spec.memory_gb:g} GiB)" + (f"; {need[0]}" if need else "")
+        )
+    return {k: round(v, 3) for k, v in figures.items()}
+
+
+def memory_notes(d: Deployment, memory: dict[str, float]) -> list[str]:
+    """Say when the KV cache holds fewer requests than the concurrency (the others wait for room)."""
+    held = int(memory["concurrent_requests"])
+    if held >= d.concurrency:
+        return []
+    note = (
+        f"KV cache: room for {held} of {d.concurrency} requests at {d.isl + d.osl} tokens "
+        f"({memory['kv_cache_wanted_gb']:.1f} GB wanted, {memory['kv_cache_gb']:.1f} GB free per GPU); "
+        "the server runs those and queues the rest (times assume all run at once)"
+    )
+    return [note]
+
+
+def _breakdown(lines: list[OpLine]) -> dict[str, dict[str, float]]:
+    by: dict[str, float] = defaultdict(float)
+    for line in lines:
+        by[line.kind] += line.time_us
+    total = sum(by.values()) or 1.0
+    return {
+        k: {"ms": round(v / 1e3, 4), "share": round(v / total, 4)}
+        for k, v in sorted(by.items(), key=lambda x: -x[1])
+    }
+
+
+def decode_contexts(isl: float, osl: int) -> np.ndarray:
+    """Context lengths at the midpoints of DECODE_POINTS equal ranges of the osl decode steps."""
+    points = min(DECODE_POINTS, max(osl, 1))
+    return isl + (np.arange(points) + 0.5) * osl / points
+
+
+@dataclass
+class Phases:
+    """Kernel-only step times and the lines behind them (before the framework cost)."""
+
+    prefill_kernels_us: float
+    decode_kernels_us: float
+    prefill_one_us: float  # one request's prefill (steady serving: what a new arrival waits for)
+    prefill: list[OpLine]
+    decode: list[OpLine]
+    one: list[OpLine]
+
+    @staticmethod
+    def floor_us(lines: list[OpLine]) -> float:
+        return sum(line.floor_us for line in lines)
+
+    @staticmethod
+    def overheads(lines: list[OpLine]) -> np.ndarray:
+        return overhead_counts(lines)
+
+
+def overhead_counts(lines: list[OpLine]) -> np.ndarray:
+    """(kernels launched, all-reduces answered by physics, those all-reduces x GPUs) of one step.
+
+    The fitted launch and all-reduce latency multiply these; an all-reduce a measured table answered
+    already carries its latency, so it is not counted.
+    """
+    launches = sum(line.count for line in lines if line.time_us > 0)
+    physics_ar = [line for line in lines if line.family == "allreduce" and line.tier == "roofline"]
+    allreduces = sum(line.count for line in physics_ar)
+    gpus = sum(line.count * float(np.mean(line.shape["gpus"])) for line in physics_ar)
+    return np.array([launches, allreduces, gpus], dtype="float64")
+
+
+def compose_phases(d: Deployment, op_time: OpTimeFn | None = None, isl_mean: float | None = None) -> Phases:
+    """Kernel time of one prefill step (concurrency x isl), one decode step (averaged) and a lone prefill."""
+    op_time = op_time or roofline_op_time
+    spec, isl = d.gpu, float(isl_mean or d.isl)
+    prefill = step_ops(d, "prefill", d.concurrency, isl, isl)
+    decode = step_ops(d, "decode", d.concurrency, 1.0, decode_contexts(isl, d.osl))
+    one = step_ops(d, "prefill", 1, isl, isl)
+    pp_hop = (d.pp - 1) * 5.0  # one activation send per stage boundary (NVLink p2p, a few microseconds)
+    time_ops(prefill + decode + one, spec, op_time)  # one op-time call per kind of op for all three steps
+    return Phases(
+        sum(x.time_us for x in prefill) + pp_hop,
+        sum(x.time_us for x in decode) + pp_hop,
+        sum(x.time_us for x in one) + pp_hop,
+        prefill,
+        decode,
+        one,
+    )
+
+
+def answer(
+    d: Deployment,
+    op_time: OpTimeFn | None = None,
+    framework: FrameworkCost | None = None,
+    workload: str = STEADY,
+    isl_mean: float | None = None,
+) -> Answer:
+    """TTFT, TPOT, e2e, per-GPU throughput, breakdowns and memory of a deployment (memory checked first).
+
+    ``workload``: "steady" (requests keep arriving: each new prefill stalls the running decodes, TTFT waits
+    for its own prefill) or "batch" (all requests start together: TTFT is the whole batch's prefill).
+    """
+    memory = memory_check(d)
+    fw = framework or default_framework()
+    ph = compose_phases(d, op_time, isl_mean)
+    layers = d.model.layers
+    prefill_us = ph.prefill_kernels_us + fw.step_us(
+        "prefill", layers, d.concurrency * d.isl, ph.prefill_kernels_us, overhead_counts(ph.prefill)
+    )
+    step_us = ph.decode_kernels_us + fw.step_us(
+        "decode", layers, d.concurrency, ph.decode_kernels_us, overhead_counts(ph.decode)
+    )
+    # never below the roofline: a negative efficiency correction cannot take a step under its floor
+    prefill_us = max(prefill_us, Phases.floor_us(ph.prefill))
+    step_us = max(step_us, Phases.floor_us(ph.decode))
+    notes = list(d.notes)
+    notes += memory_notes(d, memory)
+    notes += _pipe_notes(d)
+    if d.tp > 1:
+        note = link_gbps(d.gpu)[1]
+        if note:
+            notes.append(note)
+    if workload == BATCH:
+        ttft_us, tpot_us = prefill_us, step_us
+    else:
+        ttft_us, tpot_us = steady_times(d, ph, fw)
+        notes.append(f"steady serving cost: {fw.steady_source}")
+    e2e_us = ttft_us + tpot_us * max(d.osl - 1, 0)
+    tokens_per_s = (
+        d.concurrency * d.osl / (e2e_us / 1e6) / d.gpus
+        if workload == BATCH
+        else d.concurrency / (tpot_us / 1e6) / d.gpus
+    )
+    spread = fw.train_mape or {}
+    keys = ("prefill", "decode") if workload == BATCH else ("steady_ttft", "steady_tpot")
+    interval = {
+        name: [round(v * (1 - spread.get(k, 0.5)), 3), round(v * (1 + spread.get(k, 0.5)), 3)]
+        for name, k, v in (("ttft_ms", keys[0], ttft_us / 1e3), ("tpot_ms", keys[1], tpot_us / 1e3))
+    }
+    tiers = {f"{line.phase}:{line.kind}:{line.family}": line.tier for line in ph.prefill + ph.decode}
+    notes.append(f"framework cost: {fw.source}")
+    return Answer(
+        ttft_ms=round(ttft_us / 1e3, 4),
+        tpot_ms=round(tpot_us / 1e3, 4),
+        e2e_ms=round(e2e_us / 1e3, 3),
+        tokens_per_s=round(tokens_per_s, 2),
+        prefill_ms=round(prefill_us / 1e3, 4),
+        decode_step_ms=round(step_us / 1e3, 4),
+        breakdown={"prefill": _breakdown(ph.prefill), "decode": _breakdown(ph.decode)},
+        memory=memory,
+        interval=interval,
+        notes=notes,
+        tiers=tiers,
+        deployment=describe(d),
+    )
+
+
+def _pipe_notes(d: Deployment) -> list[str]:
+    """Say when the GPU lacks the weight dtype's pipe (the GEMMs run as the fallback dtype)."""
+    from components.opmodel.physics import PhysicsError, pipe_for
+
+    try:
+        choice = pipe_for(d.weight_dtype, d.gpu)
+    except PhysicsError as exc:
+        return [str(exc)]
+    if choice.emulated_from:
+        return [
+            (
+                f"{d.gpu.id} has no {choice.emulated_from} pipe: GEMMs run as {choice.dtype} (weights stay "
+                f"{d.weight_dtype} in memory)"
+            )
+        ]
+    return []
+
+
+def steady_times(d: Deployment, ph: Phases, fw: FrameworkCost) -> tuple[float, float]:
+    """(TTFT, TPOT) in microseconds of steady serving from the kernel times and the learned cost.
+
+    Without a learned steady cost: TTFT is one request's prefill, TPOT the decode step plus the stalls of
+    the other requests' prefills (aggregated mode: ~concurrency arrivals per request lifetime of osl steps).
+    """
+    agg = d.mode == "agg"
+    stall = ph.prefill_one_us * d.concurrency / max(d.osl, 1) if agg else 0.0
+    batch_prefill = ph.prefill_kernels_us if agg else 0.0
+    if fw.steady_ttft is None or fw.steady_tpot is None:
+        return ph.prefill_one_us, ph.decode_kernels_us + stall
+    x_ttft, x_tpot = steady_features(
+        np.array([ph.prefill_one_us]),
+        np.array([batch_prefill]),
+        np.array([ph.decode_kernels_us]),
+        np.array([float(d.concurrency)]),
+        np.array([float(d.osl)]),
+        np.array([agg]),
+        overhead_counts(ph.one)[None, :],
+        overhead_counts(ph.decode)[None, :],
+    )
+    floor_ttft, floor_tpot = Phases.floor_us(ph.one), Phases.floor_us(ph.decode)
+    ttft = float(x_ttft[0] @ np.asarray(fw.steady_ttft))
+    tpot = float(x_tpot[0] @ np.asarray(fw.steady_tpot))
+    return max(ttft, floor_ttft), max(tpot, floor_tpot)
+
+
+def steady_features(
+    one_us: np.ndarray,
+    batch_us: np.ndarray,
+    step_us: np.ndarray,
+    concurrency: np.ndarray,
+    osl: np.ndarray,
+    agg: np.ndarray,
+    one_overheads: np.ndarray,
+    step_overheads: np.ndarray,
+) -> tuple[np.ndarray, np.ndarray]:
+    """Design matrices of the steady TTFT and TPOT regressions (the terms of :func:`steady_times`);
+    ``*_overheads`` are :func:`overhead_counts` rows (n x 3) of one request's prefill and the decode step."""
+    ones = np.ones(len(one_us))
+    stall = np.where(agg, one_us * concurrency / np.maximum(osl, 1), 0.0)
+    return (
+        np.c_[ones, one_us, np.where(agg, batch_us, 0.0), step_us, one_overheads],
+        np.c_[ones, step_us, stall, step_overheads],
+    )
+
+
+def describe(d: Deployment) -> dict[str, Any]:
+    return {
+        "model": d.model.name,
+        "gpu": d.gpu.id,
+        "isl": d.isl,
+        "osl": d.osl,
+        "concurrency": d.concurrency,
+        "dtype": d.weight_dtype,
+        "kv_dtype": d.kv_dtype,
+        "tp": d.tp,
+        "pp": d.pp,
+        "ep": d.ep,
+        "mode": d.mode,
+        "parameters_b": round(d.model.parameters / 1e9, 2),
+    }
+
+
+def default_framework() -> FrameworkCost:
+    """The framework cost fitted on every PipeWeave GPU (see ``bench.fit_framework``); production only."""
+    from components.deployments.fitted import PRODUCTION_FRAMEWORK
+
+    return PRODUCTION_FRAMEWORK

@@ -1,0 +1,377 @@
+"""A model's shape from its HF ``config.json`` and a deployment (model + workload + parallelism + GPU).
+
+Bundled configs are read in place from the datasets folder (PipeWeave's ``config/`` and AIConfigurator's
+``model_configs/``); a path or the JSON text itself works too. Anything we cannot compose (not a decoder
+LLM, an attention variant not modelled) is a one-line :class:`DeploymentError` naming the field.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+from dataclasses import dataclass, field, replace
+from functools import lru_cache
+from pathlib import Path
+from typing import Any
+
+PIPEWEAVE_CONFIGS = Path("pipeweave/config")
+AIC_CONFIGS = Path("aiconfigurator/aic-core/src/aiconfigurator_core/model_configs")
+# Bytes per stored element of a weight / KV dtype (block-scaled formats carry their scales).
+STORE_BYTES: dict[str, float] = {
+    "fp32": 4.0,
+    "bf16": 2.0,
+    "fp16": 2.0,
+    "fp8": 1.0,
+    "fp8_block": 1.0 + 1 / 128,
+    "int8": 1.0,
+    "int8_wo": 1.0,
+    "int4_wo": 0.5 + 1 / 64,
+    "nvfp4": 0.5 + 1 / 16,
+}
+DTYPE_ALIASES: dict[str, str] = {
+    "bfloat16": "bf16",
+    "float16": "fp16",
+    "half": "fp16",
+    "float32": "fp32",
+    "fp4": "nvfp4",
+    "int4": "int4_wo",
+    "w4a16": "int4_wo",
+    "w8a8": "int8",
+    "float8": "fp8",
+    "e4m3": "fp8",
+}
+MODES = ("agg", "disagg")
+
+
+class DeploymentError(ValueError):
+    """A deployment question we cannot answer: one line naming the input and what is wrong."""
+
+
+def canonical_dtype(text: str, what: str) -> str:
+    name = DTYPE_ALIASES.get(str(text).strip().lower(), str(text).strip().lower())
+    if name not in STORE_BYTES:
+        raise DeploymentError(f"{what} {text!r}: unknown dtype; choose from {', '.join(STORE_BYTES)}")
+    return name
+
+
+@dataclass(frozen=True)
+class ModelShape:
+    """What the composition needs of a decoder LLM. MoE fields are 0 for a dense model."""
+
+    name: str
+    layers: int
+    hidden: int
+    heads: int
+    kv_heads: int
+    head_dim: int
+    intermediate: int  # dense MLP width (dense layers; 0 when every layer is MoE)
+    vocab: int
+    experts: int = 0
+    topk: int = 0
+    moe_intermediate: int = 0
+    shared_experts: int = 0  # shared experts' total width is shared_experts * moe_intermediate
+    dense_layers: int = 0  # leading layers with a dense MLP in an MoE model (first_k_dense_replace)
+    sliding_window: int | None = None
+    sliding_layers: int = 0  # how many layers use the sliding window
+    tied_embeddings: bool = False
+    qk_norm: bool = False
+    # Multi-head latent attention (DeepSeek-V2/V3/R1, Kimi K2): K and V come from one cached latent of
+    # kv_lora_rank (+ a shared rotary key of qk_rope_head_dim); 0 = ordinary (GQA/MQA) attention.
+    kv_lora_rank: int = 0
+    q_lora_rank: int = 0  # 0: queries projected straight from the hidden state
+    qk_rope_head_dim: int = 0
+    qk_nope_head_dim: int = 0
+    v_head_dim: int = 0
+
+    @property
+    def is_moe(self) -> bool:
+        return self.experts > 0
+
+    @property
+    def is_mla(self) -> bool:
+        return self.kv_lora_rank > 0
+
+    def kv_elements_per_token_layer(self, tp: int) -> float:
+        """KV-cache elements one token keeps per layer on one GPU: K and V of its KV heads, or MLA's
+        latent + rotary key (the same on every TP rank: the latent is not split over heads)."""
+        if self.is_mla:
+            return float(self.kv_lora_rank + self.qk_rope_head_dim)
+        return float(2 * max(1, self.kv_heads // tp) * self.head_dim)
+
+    @property
+    def moe_layers(self) -> int:
+        return self.layers - self.dense_layers if self.is_moe else 0
+
+    def parameter_counts(self) -> dict[str, float]:
+        """Weight elements by role (the whole model, before sharding)."""
+        attn = self.hidden * self.head_dim * (2 * self.heads + 2 * self.kv_heads)
+        if self.is_mla:
+            qk = self.qk_nope_head_dim + self.qk_rope_head_dim
+            q = (
+                (self.hidden * self.q_lora_rank + self.q_lora_rank * self.heads * qk)
+                if self.q_lora_rank
+                else (self.hidden * self.heads * qk)
+            )
+            kv = self.hidden * (
+                self.kv_lora_rank + self.qk_rope_head_dim
+            ) + self.kv_lora_rank * self.heads * (self.qk_nope_head_dim + self.v_head_dim)
+            attn = q + kv + self.heads * self.v_head_dim * self.hidden
+        dense_mlp = 3 * self.hidden * self.intermediate
+        expert = 3 * self.hidden * self.moe_intermediate
+        dense_count = self.layers - self.moe_layers
+        embed = self.vocab * self.hidden * (1 if self.tied_embeddings else 2)
+        return {
+            "attention": float(attn * self.layers),
+            "dense_mlp": float(dense_mlp * dense_count),
+            "experts": float(expert * self.experts * self.moe_layers),
+            "shared_experts": float(expert * self.shared_experts * self.moe_layers),
+            "router": float(self.hidden * self.experts * self.moe_layers),
+            "embeddings": float(embed),
+        }
+
+    @property
+    def parameters(self) -> float:
+        return sum(self.parameter_counts().values())
+
+
+def _datasets_dir() -> Path:
+    from components.config import DEFAULT_DATASETS_DIR
+
+    env = os.environ.get("KERNELCAST_DATASETS_DIR")
+    return Path(env) if env else DEFAULT_DATASETS_DIR
+
+
+def _key(name: str) -> str:
+    """Spelling-insensitive model name: no org, no "meta-" prefix, no instruct/base suffix, lower case."""
+    stem = name.split("/")[-1].removesuffix(".json").removesuffix("_config")
+    stem = stem.split("--")[-1].lower()
+    stem = re.sub(r"^meta-", "", stem)
+    previous = None
+    while previous != stem:  # "-Instruct-FP8" -> "": suffixes that do not change the shape
+        previous, stem = stem, re.sub(r"-(instruct|base|hf|fp8|nvfp4|fp4|awq|gptq)$", "", stem)
+    return stem
+
+
+@lru_cache(maxsize=4)
+def _bundled_index(root: str) -> dict[str, Path]:
+    index: dict[str, Path] = {}
+    # a datasets folder, or one upstream tree's root (``kernelcast evaluate --from``)
+    tree = (PIPEWEAVE_CONFIGS.relative_to("pipeweave"), AIC_CONFIGS.relative_to("aiconfigurator"))
+    for folder in [Path(root) / f for f in (PIPEWEAVE_CONFIGS, AIC_CONFIGS, *tree)]:
+        if not folder.is_dir():
+            continue
+        for path in sorted(folder.glob("*.json")):
+            if path.name.endswith("_hf_quant_config.json"):
+                continue
+            index.setdefault(_key(path.name), path)
+            index.setdefault(path.name.removesuffix("_config.json").replace("--", "/").lower(), path)
+    return index
+
+
+def bundled_names(datasets_dir: Path | None = None) -> list[str]:
+    return sorted(k for k in _bundled_index(str(datasets_dir or _datasets_dir())) if "/" not in k)
+
+
+def load_config_dict(
+    ref: str | Path | dict, datasets_dir: Path | None = None, allow_paths: bool = True
+) -> tuple[str, dict[str, Any]]:
+    """(name, config dict) from a dict, JSON text, a path (unless ``allow_paths`` is off: a server never
+    reads a file a client names), or a bundled model name."""
+    if isinstance(ref, dict):
+        return str(ref.get("_name_or_path") or ref.get("model_type") or "model"), ref
+    text = str(ref).strip()
+    if text.startswith("{"):
+        try:
+            data = json.loads(text)
+        except json.JSONDecodeError as exc:
+            raise DeploymentError(f"model config text: not JSON ({exc.msg} at char {exc.pos})") from None
+        return str(data.get("_name_or_path") or data.get("model_type") or "model"), data
+    path = Path(text)
+    if not allow_paths or not path.is_file():
+        index = _bundled_index(str(datasets_dir or _datasets_dir()))
+        path = index.get(text.lower()) or index.get(_key(text)) or Path()
+        if not path.name:
+            close = [k for k in index if "/" not in k and _key(text)[:5] in k][:5]
+            hint = f"; close: {', '.join(close)}" if close else ""
+            raise DeploymentError(f"model {text!r}: not a file and not a bundled config{hint}")
+    try:
+        data = json.loads(path.read_text())
+    except (OSError, json.JSONDecodeError, UnicodeDecodeError) as exc:
+        raise DeploymentError(f"model config {path}: unreadable ({exc})") from None
+    if not isinstance(data, dict):
+        raise DeploymentError(f"model config {path}: not a JSON object")
+    return path.name.removesuffix(".json").removesuffix("_config").replace("--", "/"), data
+
+
+def _int(cfg: dict[str, Any], *names: str, default: int | None = None) -> int:
+    for name in names:
+        value = cfg.get(name)
+        if value is not None:
+            if isinstance(value, bool) or not isinstance(value, (int, float)) or value < 0:
+                raise DeploymentError(f"model config field {name}: {value!r} is not a non-negative integer")
+            return int(value)
+    if default is None:
+        raise DeploymentError(f"model config field {names[0]}: missing (a decoder LLM config has it)")
+    return default
+
+
+# Fields that mark an attention/mixer the composition does not model (the reason names the field).
+UNMODELLED_FIELDS: dict[str, str] = {
+    "hybrid_override_pattern": "hybrid Mamba/attention layers are not modelled",
+    "linear_attn_config": "linear attention layers are not modelled",
+    "index_topk": "sparse (indexer) attention is not modelled",
+}
+
+
+def _text_part(cfg: dict[str, Any]) -> dict[str, Any]:
+    """The language model's config: multimodal configs nest it under ``text_config``."""
+    if "num_hidden_layers" not in cfg and isinstance(cfg.get("text_config"), dict):
+        return {**cfg["text_config"], "architectures": cfg.get("architectures")}
+    return cfg
+
+
+def _check_decoder(cfg: dict[str, Any]) -> None:
+    archs = cfg.get("architectures") or []
+    if archs and not any(
+        re.search(r"(ForCausalLM|LMHeadModel|ForConditionalGeneration)$", str(a)) for a in archs
+    ):
+        raise DeploymentError(
+            f"model config field architectures: {archs} is not a decoder LLM (…ForCausalLM)"
+        )
+    if cfg.get("is_encoder_decoder"):
+        raise DeploymentError(
+            "model config field is_encoder_decoder: an encoder-decoder model is not a decoder LLM"
+        )
+    for name, reason in UNMODELLED_FIELDS.items():
+        if cfg.get(name) not in (None, 0, False, ""):
+            raise DeploymentError(f"model config field {name}: {reason}")
+    layer_types = cfg.get("layer_types") or []
+    odd = sorted({str(t) for t in layer_types} - {"full_attention", "sliding_attention"})
+    if odd:
+        raise DeploymentError(f"model config field layer_types: {', '.join(odd)} layers are not modelled")
+
+
+def model_shape(
+    ref: str | Path | dict, datasets_dir: Path | None = None, allow_paths: bool = True
+) -> ModelShape:
+    """Parse a decoder LLM's HF config into a :class:`ModelShape` (one-line error otherwise)."""
+    name, raw = load_config_dict(ref, datasets_dir, allow_paths)
+    cfg = _text_part(raw)
+    _check_decoder(cfg)
+    layers = _int(cfg, "num_hidden_layers", "n_layer", "num_layers")
+    hidden = _int(cfg, "hidden_size", "n_embd", "d_model")
+    heads = _int(cfg, "num_attention_heads", "n_head")
+    if layers == 0 or hidden == 0 or heads == 0:
+        raise DeploymentError(
+            "model config field num_hidden_layers/hidden_size/num_attention_heads: must be > 0"
+        )
+    kv_heads = _int(cfg, "num_key_value_heads", "num_kv_heads", default=heads) or heads
+    head_dim = _int(cfg, "head_dim", default=hidden // heads) or hidden // heads
+    mla = {}
+    if _int(cfg, "kv_lora_rank", default=0):
+        mla = {
+            "kv_lora_rank": _int(cfg, "kv_lora_rank"),
+            "q_lora_rank": _int(cfg, "q_lora_rank", default=0),
+            "qk_rope_head_dim": _int(cfg, "qk_rope_head_dim"),
+            "qk_nope_head_dim": _int(cfg, "qk_nope_head_dim"),
+            "v_head_dim": _int(cfg, "v_head_dim"),
+        }
+        head_dim = mla["qk_nope_head_dim"] + mla["qk_rope_head_dim"]
+        kv_heads = heads  # every query head has its own K/V, decompressed from the shared latent
+    vocab = _int(cfg, "vocab_size")
+    experts = _int(cfg, "num_experts", "num_local_experts", "n_routed_experts", default=0)
+    topk = _int(cfg, "num_experts_per_tok", "experts_per_token", "moe_topk", default=0) if experts else 0
+    intermediate = _int(cfg, "intermediate_size", "ffn_dim", "n_inner", default=4 * hidden)
+    moe_inter = _int(cfg, "moe_intermediate_size", default=intermediate) if experts else 0
+    if experts and topk == 0:
+        raise DeploymentError("model config field num_experts_per_tok: missing for an MoE model")
+    shared = _int(cfg, "n_shared_experts", "num_shared_experts", default=0) if experts else 0
+    shared_width = _int(cfg, "shared_expert_intermediate_size", "shared_intermediate_size", default=0)
+    if experts and shared == 0 and shared_width:
+        shared = max(1, round(shared_width / max(moe_inter, 1)))
+    dense_layers = min(_int(cfg, "first_k_dense_replace", default=0), layers) if experts else 0
+    window = cfg.get("sliding_window")
+    layer_types = cfg.get("layer_types") or []
+    use_window = bool(window) and cfg.get("use_sliding_window", True) is not False
+    sliding_layers = 0
+    if use_window:
+        sliding_layers = sum(t == "sliding_attention" for t in layer_types) if layer_types else layers
+    return ModelShape(
+        name=name,
+        layers=layers,
+        hidden=hidden,
+        heads=heads,
+        kv_heads=kv_heads,
+        head_dim=head_dim,
+        intermediate=intermediate,
+        vocab=vocab,
+        experts=experts,
+        topk=topk,
+        moe_intermediate=moe_inter,
+        shared_experts=shared,
+        dense_layers=dense_layers,
+        sliding_window=int(window) if sliding_layers else None,
+        sliding_layers=sliding_layers,
+        tied_embeddings=bool(cfg.get("tie_word_embeddings", False)),
+        qk_norm=bool(cfg.get("use_qk_norm")) or "qwen3" in str(cfg.get("model_type", "")),
+        **mla,
+    )
+
+
+@dataclass(frozen=True)
+class Deployment:
+    """One serving question: a model on ``tp*pp`` GPUs of one kind, ``concurrency`` requests of isl in,
+    osl out."""
+
+    model: ModelShape
+    gpu: Any  # DeviceSpec
+    isl: int
+    osl: int
+    concurrency: int = 1
+    weight_dtype: str = "bf16"
+    kv_dtype: str | None = None  # default: the weight dtype for 16-bit, fp8 stays fp8, fp4/int4 -> bf16
+    tp: int = 1
+    pp: int = 1
+    ep: int = 1
+    mode: str = "agg"
+    notes: tuple[str, ...] = field(default_factory=tuple)
+
+    def __post_init__(self) -> None:
+        for name in ("isl", "osl", "concurrency", "tp", "pp", "ep"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                raise DeploymentError(f"{name} {value!r}: must be a positive integer")
+        if self.mode not in MODES:
+            raise DeploymentError(f"mode {self.mode!r}: choose agg or disagg")
+        object.__setattr__(self, "weight_dtype", canonical_dtype(self.weight_dtype, "dtype"))
+        kv = self.kv_dtype or {"fp8": "fp8", "fp8_block": "fp8", "fp16": "fp16", "fp32": "fp32"}.get(
+            self.weight_dtype, "bf16"
+        )
+        object.__setattr__(self, "kv_dtype", canonical_dtype(kv, "kv dtype"))
+        m = self.model
+        if m.heads % self.tp:
+            raise DeploymentError(f"tp {self.tp}: does not divide num_attention_heads {m.heads} of {m.name}")
+        if m.kv_heads % self.tp and self.tp % m.kv_heads:
+            raise DeploymentError(
+                f"tp {self.tp}: neither divides nor is a multiple of num_key_value_heads "
+                f"{m.kv_heads} of {m.name}"
+            )
+        if self.pp > m.layers:
+            raise DeploymentError(f"pp {self.pp}: more pipeline stages than num_hidden_layers {m.layers}")
+        if self.ep > 1 and (not m.is_moe or m.experts % self.ep):
+            what = (
+                "a dense model has no experts" if not m.is_moe else f"does not divide num_experts {m.experts}"
+            )
+            raise DeploymentError(f"ep {self.ep}: {what}")
+        if self.ep > self.tp * self.pp:
+            raise DeploymentError(
+                f"ep {self.ep}: larger than the tp*pp={self.tp * self.pp} GPUs of the group"
+            )
+
+    @property
+    def gpus(self) -> int:
+        return self.tp * self.pp
+
+    def with_(self, **changes: Any) -> Deployment:
+        return replace(self, **changes)

@@ -1,0 +1,120 @@
+"""Per-op times for the composition: an injected ``OpTimeFn`` and the default built on the roofline.
+
+``OpTimeFn(family, dtype, shape_arrays, spec) -> microseconds`` (one value per element of the shape
+arrays). The lead wires the op engine (measured > calibrated > spec tiers) in as the function; until
+then :func:`roofline_op_time` answers: the speed-of-light time of ``components.opmodel.physics`` (small
+ops: ``features.analytical``'s FLOP and byte formulas) divided by a fixed efficiency per family and bound;
+no launch cost (the framework-cost fit learns one per kernel). The efficiencies are constants of the
+method, not fitted on any benchmark side: they say what fraction of peak a good library reaches on a
+large op.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from components.features.analytical import ELEMENTWISE_COST, RMSNORM_FMA
+
+OpTimeFn = Callable[[str, str, Mapping[str, Any], Any], np.ndarray]
+
+ACT_BYTES = 2.0  # small ops (norms, adds, rotary, SiLU x mul) run on 16-bit activations
+# Fraction of peak a tuned library reaches on a large op (compute-bound, memory-bound), by family.
+EFFICIENCY: dict[str, tuple[float, float]] = {
+    "gemm": (0.70, 0.80),
+    "moe": (0.55, 0.70),
+    "attention": (0.55, 0.75),
+    "allreduce": (1.0, 1.0),
+    "elementwise": (0.5, 0.75),
+    "rmsnorm": (0.5, 0.75),
+}
+# No launch cost and no all-reduce start-up latency here: both are parameters of the framework-cost fit
+# (per kernel launched, per all-reduce and per all-reduce x GPU; ``compose.overhead_counts``), learned on
+# each fold's training runs only -- never constants chosen by looking at a benchmark.
+
+
+@dataclass(frozen=True)
+class Timed:
+    """Op times with the tier that answered them (what ``compose`` reads from an op engine too)."""
+
+    duration_us: np.ndarray
+    tier: str
+
+
+def link_gbps(spec: Any) -> tuple[float, str | None]:
+    """GPU-to-GPU bandwidth per direction (GB/s) and a note when assumed: ``physics.link_gbps``."""
+    from components.opmodel.physics import link_gbps as physics_link
+
+    return physics_link(spec)
+
+
+def _arr(shape: Mapping[str, Any], key: str, default: float | None = None) -> np.ndarray:
+    return np.atleast_1d(np.asarray(shape.get(key, default), dtype="float64"))
+
+
+def small_op_work(family: str, shape: Mapping[str, Any]) -> tuple[np.ndarray, np.ndarray]:
+    """(FMA-pipe FLOPs, DRAM bytes) of elementwise and RMSNorm ops: ``features.analytical``'s formulas."""
+    if family == "elementwise":
+        numel = _arr(shape, "N")
+        fma, _, inputs = ELEMENTWISE_COST.get(str(shape.get("op", "add")), (1, 0, 2))
+        return fma * numel, ACT_BYTES * numel * (inputs + 1)
+    if family == "rmsnorm":
+        rows, cols = _arr(shape, "B", 1.0), _arr(shape, "H")
+        return RMSNORM_FMA * rows * cols, ACT_BYTES * (2 * rows * cols + cols)
+    raise ValueError(f"op family {family!r}: not composed")
+
+
+def _sol_parts(
+    family: str, dtype: str, shape: Mapping[str, Any], spec: Any, kv_dtype: str | None
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(compute, memory, link) speed-of-light microseconds: physics.roofline, or the small-op formulas."""
+    if family in ("elementwise", "rmsnorm"):
+        flops, nbytes = small_op_work(family, shape)
+        compute = flops / (float(spec.peak_tflops.fp32) * 1e12) * 1e6
+        return compute, nbytes / (float(spec.dram_gbps) * 1e9) * 1e6, np.zeros_like(compute)
+    from components.opmodel.physics import roofline
+
+    roof = roofline(family, dtype, shape, spec, kv_dtype=kv_dtype)
+    return roof.compute_us, roof.memory_us, roof.link_us
+
+
+def roofline_op_time(
+    family: str, dtype: str, shape: Mapping[str, Any], spec: Any, kv_dtype: str | None = None
+) -> np.ndarray:
+    """Speed-of-light time over a fixed library efficiency (microseconds; launch and all-reduce latency are
+    learned per step by the framework-cost fit)."""
+    compute, memory, link = _sol_parts(family, dtype, shape, spec, kv_dtype)
+    eff_c, eff_m = EFFICIENCY.get(family, (0.5, 0.7))
+    if family == "allreduce":
+        gpus = _arr(shape, "gpus")
+        return np.where(gpus > 1, np.maximum(link, memory), 0.0)
+    return np.maximum(compute / eff_c, memory / eff_m)
+
+
+def sol_time(
+    family: str, dtype: str, shape: Mapping[str, Any], spec: Any, kv_dtype: str | None = None
+) -> np.ndarray:
+    """The launch-free speed-of-light time: the floor no prediction goes below (microseconds)."""
+    return np.maximum.reduce(_sol_parts(family, dtype, shape, spec, kv_dtype))
+
+
+SMALL_OP_FAMILIES = ("elementwise", "rmsnorm")
+
+
+def with_small_ops(engine: Callable[..., Any]) -> OpTimeFn:
+    """An ``OpTimeFn`` asking ``engine`` (e.g. ``OpEngine.predict``) for GEMM/attention/MoE/all-reduce
+    and answers the small ops (norms, adds, rotary, SiLU x mul, sampling) with :func:`roofline_op_time`."""
+
+    def op_time(
+        family: str, dtype: str, shape: Mapping[str, Any], spec: Any, kv_dtype: str | None = None
+    ) -> Any:
+        if family in SMALL_OP_FAMILIES:
+            return roofline_op_time(family, dtype, shape, spec)
+        if family == "attention":
+            return engine(family, dtype, shape, spec, kv_dtype=kv_dtype)
+        return engine(family, dtype, shape, spec)
+
+    return op_time

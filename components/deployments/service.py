@@ -1,0 +1,214 @@
+"""Deployment questions as the CLI and the API ask them: answer one deployment on GPUs, rank GPUs x TP.
+
+Thin: parse and validate here (one-line :class:`DeploymentError`), compose in ``compose``.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from typing import Any
+
+from components.deployments.compose import STEADY, WORKLOADS, DoesNotFit, answer
+from components.deployments.config import Deployment, DeploymentError, ModelShape, model_shape
+from components.deployments.ops import OpTimeFn
+
+RANK_KEYS = {"tpot": "tpot_ms", "ttft": "ttft_ms", "cost": "usd_per_mtok"}
+DEFAULT_TPS = (1, 2, 4, 8)
+
+
+def deployment_from(model: ModelShape, spec: Any, params: dict[str, Any]) -> Deployment:
+    """A :class:`Deployment` from plain parameters (isl, osl, concurrency, tp, pp, ep, dtype, kv_dtype,
+    mode)."""
+    allowed = {"isl", "osl", "concurrency", "tp", "pp", "ep", "dtype", "kv_dtype", "mode"}
+    unknown = sorted(set(params) - allowed - {"workload"})
+    if unknown:
+        raise DeploymentError(f"deployment field {unknown[0]}: unknown; known: {', '.join(sorted(allowed))}")
+    for name in ("isl", "osl"):
+        if params.get(name) is None:
+            raise DeploymentError(f"{name}: required (input/output tokens per request)")
+    ints = {}
+    for name in ("isl", "osl", "concurrency", "tp", "pp", "ep"):
+        value = params.get(name, 1)
+        if isinstance(value, float) and value.is_integer():
+            value = int(value)
+        ints[name] = value
+    return Deployment(
+        model=model,
+        gpu=spec,
+        weight_dtype=str(params.get("dtype") or "bf16"),
+        kv_dtype=params.get("kv_dtype"),
+        mode=str(params.get("mode") or "agg"),
+        **ints,
+    )
+
+
+def _workload(params: dict[str, Any]) -> str:
+    workload = str(params.get("workload") or STEADY)
+    if workload not in WORKLOADS:
+        raise DeploymentError(f"workload {workload!r}: choose {' or '.join(WORKLOADS)}")
+    return workload
+
+
+def predict_deployment(
+    config: Any,
+    specs: Sequence[Any],
+    params: dict[str, Any],
+    op_time: OpTimeFn | None = None,
+    allow_paths: bool = True,
+) -> list[dict[str, Any]]:
+    """One answer per GPU; a GPU the deployment does not fit on answers with ``refused`` (the reason)."""
+    model = model_shape(config, allow_paths=allow_paths)
+    workload = _workload(params)
+    out = []
+    for spec in specs:
+        d = deployment_from(model, spec, params)
+        try:
+            out.append(answer(d, op_time, workload=workload).to_json())
+        except DoesNotFit as exc:
+            out.append({"deployment": {"model": model.name, "gpu": spec.id}, "refused": str(exc)})
+    return out
+
+
+def usd_per_mtok(usd_per_hour: float | None, tokens_per_s_per_gpu: float) -> float | None:
+    """Cost per million output tokens of one GPU at its price."""
+    if usd_per_hour is None or not tokens_per_s_per_gpu:
+        return None
+    return usd_per_hour / (tokens_per_s_per_gpu * 3600.0) * 1e6
+
+
+def rank_deployments(
+    config: Any,
+    specs: Sequence[Any],
+    params: dict[str, Any],
+    prices: dict[str, float],
+    by: str = "tpot",
+    tps: Sequence[int] | None = None,
+    op_time: OpTimeFn | None = None,
+    allow_paths: bool = True,
+) -> tuple[list[dict[str, Any]], int]:
+    """Every GPU x TP option that fits, best first by TPOT, TTFT or cost per million output tokens.
+
+    Returns (ranking, options that did not fit or could not be formed). Cost needs a price for the GPU:
+    options without one rank after those with one.
+    """
+    if by not in RANK_KEYS:
+        raise DeploymentError(f"--by {by!r}: choose {', '.join(RANK_KEYS)}")
+    if by == "cost" and not prices:
+        raise DeploymentError("--by cost needs prices (--price GPU=USD_PER_HOUR)")
+    model = model_shape(config, allow_paths=allow_paths)
+    workload = _workload(params)
+    price_of = {str(k).lower(): float(v) for k, v in prices.items()}
+    options = [tp for tp in (tps or DEFAULT_TPS) if model.heads % tp == 0]
+    rows, skipped = [], 0
+    for spec in specs:
+        price = next(
+            (
+                price_of[n]
+                for n in (spec.id.lower(), spec.name.lower(), *(a.lower() for a in spec.aliases))
+                if n in price_of
+            ),
+            None,
+        )
+        for tp in options:
+            try:
+                d = deployment_from(model, spec, {**params, "tp": tp})
+                a = answer(d, op_time, workload=workload)
+            except DeploymentError:
+                skipped += 1
+                continue
+            rows.append(
+                {
+                    "device": spec.id,
+                    "tp": tp,
+                    "gpus": d.gpus,
+                    "ttft_ms": a.ttft_ms,
+                    "tpot_ms": a.tpot_ms,
+                    "e2e_ms": a.e2e_ms,
+                    "tokens_per_s_per_gpu": a.tokens_per_s,
+                    "memory_gb_per_gpu": a.memory["total_gb"],
+                    "usd_per_hour": None if price is None else price * d.gpus,
+                    "usd_per_mtok": usd_per_mtok(price, a.tokens_per_s),
+                }
+            )
+    key = RANK_KEYS[by]
+    rows.sort(key=lambda r: (r[key] is None, math.inf if r[key] is None else r[key]))
+    for i, row in enumerate(rows, 1):
+        row["rank"] = i
+    return rows, skipped
+
+
+BATCH_FIELDS = (
+    "llm",
+    "device",
+    "isl",
+    "osl",
+    "concurrency",
+    "tp",
+    "pp",
+    "ep",
+    "dtype",
+    "kv_dtype",
+    "mode",
+    "workload",
+)
+
+
+def read_deployment_batch(path: Any) -> list[tuple[str, dict[str, Any]]]:
+    """Rows of a CSV or JSONL file of deployments: (``file:line``, fields); ``llm`` and ``device`` per row."""
+    import json
+    from pathlib import Path
+
+    import pandas as pd
+
+    path = Path(path)
+    if path.suffix.lower() in (".jsonl", ".json"):
+        rows = []
+        for number, line in enumerate(path.read_text().splitlines(), 1):
+            if not line.strip():
+                continue
+            try:
+                rows.append((f"{path.name}:{number}", json.loads(line)))
+            except json.JSONDecodeError as exc:
+                raise DeploymentError(f"{path.name}:{number}: not JSON ({exc.msg})") from None
+    else:
+        frame = pd.read_csv(path, dtype=str, keep_default_na=False)
+        rows = [
+            (f"{path.name}:{i + 2}", {k: v for k, v in r.items() if v != ""})
+            for i, r in enumerate(frame.to_dict("records"))
+        ]
+    out = []
+    for origin, row in rows:
+        if not isinstance(row, dict):
+            raise DeploymentError(f"{origin}: expected an object of deployment fields")
+        unknown = sorted(set(row) - set(BATCH_FIELDS))
+        if unknown:
+            raise DeploymentError(f"{origin}: unknown field {unknown[0]}; fields: {', '.join(BATCH_FIELDS)}")
+        for name in ("llm", "device", "isl", "osl"):
+            if name not in row:
+                raise DeploymentError(f"{origin}: {name} is missing")
+        fields = dict(row)
+        for name in ("isl", "osl", "concurrency", "tp", "pp", "ep"):
+            if name in fields:
+                try:
+                    fields[name] = int(float(fields[name]))
+                except (TypeError, ValueError):
+                    raise DeploymentError(f"{origin}: {name} {fields[name]!r} is not an integer") from None
+        out.append((origin, fields))
+    return out
+
+
+def predict_batch(
+    rows: list[tuple[str, dict[str, Any]]], resolve: Any, op_time: OpTimeFn | None = None
+) -> list[dict[str, Any]]:
+    """Answer every row of :func:`read_deployment_batch`; an error names the row (``file:line``)."""
+    answers = []
+    for origin, row in rows:
+        params = {k: v for k, v in row.items() if k not in ("llm", "device")}
+        try:
+            spec = resolve(str(row["device"]))
+            result = predict_deployment(str(row["llm"]), [spec], params, op_time)[0]
+        except (DeploymentError, LookupError, ValueError) as exc:
+            raise DeploymentError(f"{origin}: {exc}") from None
+        answers.append({"row": origin, **result})
+    return answers

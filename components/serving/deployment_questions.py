@@ -1,0 +1,99 @@
+"""The deployment form of a question row (the registered pyfunc): an LLM deployment on one GPU.
+
+A row whose ``deployment`` column holds a JSON object -- ``model`` (a bundled name or an HF config object;
+never a path: the model may be served), ``isl``, ``osl`` and optionally ``concurrency``, ``tp``, ``pp``,
+``ep``, ``dtype``, ``kv_dtype``, ``mode``, ``workload`` -- and a ``device`` (or ``device_spec``) is answered
+by the composition (``components.deployments``), not by the op model: ``kind`` "deployment",
+``duration_us`` the end-to-end latency of one request, its interval from the TTFT/TPOT intervals,
+``ttft_ms``/``tpot_ms``/``tokens_per_s`` beside, the whole answer (breakdown, memory, notes) as JSON text
+in ``breakdown``. A deployment that does not fit answers with no duration and the refusal as its note.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+DEPLOYMENT_COLUMN = "deployment"
+DEPLOYMENT_VERSION = "deployment-composition"
+DEPLOYMENT_FIELDS = ("model", "isl", "osl", "concurrency", "tp", "pp", "ep", "dtype", "kv_dtype", "mode",
+                     "workload")
+
+
+def has_deployments(frame: Any) -> bool:
+    return DEPLOYMENT_COLUMN in frame.columns and bool(frame[DEPLOYMENT_COLUMN].notna().any())
+
+
+def _fields(value: Any, where: str) -> dict[str, Any]:
+    from components.serving.query import QueryError
+
+    if isinstance(value, str):
+        try:
+            value = json.loads(value)
+        except json.JSONDecodeError as exc:
+            raise QueryError(f"{where}: not JSON ({exc.msg} at char {exc.pos})") from None
+    if not isinstance(value, dict):
+        raise QueryError(f"{where}: expected an object with fields {', '.join(DEPLOYMENT_FIELDS)}")
+    unknown = sorted(set(value) - set(DEPLOYMENT_FIELDS))
+    if unknown:
+        raise QueryError(f"{where}: unknown field {unknown[0]!r}; accepted: {', '.join(DEPLOYMENT_FIELDS)}")
+    if "model" not in value:
+        raise QueryError(f"{where}.model: required (a bundled model name or an HF config object)")
+    return value
+
+
+def answer_deployment_row(index: int, row: dict[str, Any], resolve: Any) -> dict[str, Any]:
+    """One question row with a deployment -> one answer row (QueryError naming the row otherwise)."""
+    from components.deployments.config import DeploymentError
+    from components.deployments.service import predict_deployment
+    from components.serving.query import QueryError
+
+    where = f"question {index}"
+    fields = _fields(row[DEPLOYMENT_COLUMN], f"{where}.{DEPLOYMENT_COLUMN}")
+    spec = resolve(row.get("device"), row.get("device_spec"), where)
+    params = {k: v for k, v in fields.items() if k != "model"}
+    try:
+        result = predict_deployment(fields["model"], [spec], params, allow_paths=False)[0]
+    except DeploymentError as exc:
+        raise QueryError(f"{where}.{DEPLOYMENT_COLUMN}: {exc}") from None
+    out: dict[str, Any] = {"question": index, "device": spec.id, "device_name": spec.name, "kind": "deployment",
+                           "model_version": DEPLOYMENT_VERSION}
+    if "refused" in result:
+        return {**out, "note": result["refused"]}
+    osl = int(result["deployment"]["osl"])
+    (ttft_lo, ttft_hi), (tpot_lo, tpot_hi) = result["interval"]["ttft_ms"], result["interval"]["tpot_ms"]
+    steps = max(osl - 1, 0)
+    return {
+        **out,
+        "duration_us": result["e2e_ms"] * 1e3,
+        "duration_us_lo": (ttft_lo + tpot_lo * steps) * 1e3,
+        "duration_us_hi": (ttft_hi + tpot_hi * steps) * 1e3,
+        "note": "; ".join(result["notes"]),
+        "breakdown": json.dumps(result, default=str),
+        "ttft_ms": result["ttft_ms"],
+        "tpot_ms": result["tpot_ms"],
+        "tokens_per_s": result["tokens_per_s"],
+    }
+
+
+def answer_mixed_frame(predictor: Any, frame: Any, *, model_version: str, allow_modules: bool = True) -> Any:
+    """Question rows where some carry a deployment: those through the composition, the others through
+    ``questions.answer_frame``; answers in the rows' order, ``question`` the row's position."""
+    import pandas as pd
+
+    from components.serving.questions import ANSWER_KEYS, _DeviceResolver, answer_frame
+
+    frame = frame.reset_index(drop=True)
+    mask = frame[DEPLOYMENT_COLUMN].notna()
+    resolve = _DeviceResolver()
+    answers = [answer_deployment_row(int(i), frame.loc[i].to_dict(), resolve) for i in frame.index[mask]]
+    parts = [pd.DataFrame(answers)]
+    if (~mask).any():
+        ops = frame.loc[~mask].drop(columns=[DEPLOYMENT_COLUMN])
+        other = answer_frame(predictor, ops.reset_index(drop=True), model_version=model_version,
+                             allow_modules=allow_modules)
+        other["question"] = ops.index.to_numpy()[other["question"].to_numpy(int)]
+        parts.append(other)
+    out = pd.concat(parts, ignore_index=True).sort_values("question", kind="stable").reset_index(drop=True)
+    columns = list(ANSWER_KEYS) + sorted(set(out.columns) - set(ANSWER_KEYS))
+    return out.reindex(columns=columns)

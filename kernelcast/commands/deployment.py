@@ -1,0 +1,184 @@
+"""`kernelcast predict --llm` and `kernelcast rank --llm`: deployment questions (TTFT, TPOT, cost).
+
+kernelcast predict --llm Llama-3.1-70B --isl 2048 --osl 256 --concurrency 32 --tp 4 --dtype fp8 --device H100
+kernelcast rank --llm Llama-3.1-70B --isl 2048 --osl 256 --concurrency 32 --price H100=2.5 --by cost
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import typer
+
+from kernelcast.commands._common import UserError
+
+
+def llm_params(
+    isl: int | None,
+    osl: int | None,
+    concurrency: int,
+    tp: int,
+    pp: int,
+    ep: int,
+    dtype: str | None,
+    kv_dtype: str | None,
+    mode: str,
+    workload: str,
+) -> dict[str, Any]:
+    if isl is None or osl is None:
+        raise UserError("--llm needs --isl and --osl (input and output tokens per request)")
+    return {
+        "isl": isl,
+        "osl": osl,
+        "concurrency": concurrency,
+        "tp": tp,
+        "pp": pp,
+        "ep": ep,
+        "dtype": dtype or "bf16",
+        "kv_dtype": kv_dtype,
+        "mode": mode,
+        "workload": workload,
+    }
+
+
+def _specs(device: list[str] | None, default_all: bool) -> list[Any]:
+    from components.serving.rank import resolve_devices
+
+    if not device and not default_all:
+        raise UserError("--llm needs --device (a catalog name, a spec file, or 'all')")
+    return resolve_devices(list(device) if device else "all", "--device", allow_files=True)
+
+
+def predict_llm(config: str, device: list[str] | None, params: dict[str, Any], as_json: bool) -> None:
+    from components.deployments.config import DeploymentError
+    from components.deployments.service import predict_deployment
+
+    specs = _specs(device, default_all=False)
+    try:
+        answers = predict_deployment(config, specs, params)
+    except DeploymentError as exc:
+        raise UserError(str(exc)) from None
+    if as_json:
+        typer.echo(json.dumps({"deployments": answers}, indent=2))
+        return
+    for a in answers:
+        for line in render_answer(a):
+            typer.echo(line)
+
+
+def is_deployment_batch(path: Path) -> bool:
+    """A --batch file whose first row names an ``llm`` holds deployments."""
+    if not path.is_file():
+        return False
+    with path.open(errors="replace") as handle:
+        first = next((line for line in handle if line.strip()), "")
+    if path.suffix.lower() in (".jsonl", ".json"):
+        try:
+            return "llm" in json.loads(first)
+        except (json.JSONDecodeError, TypeError):
+            return False
+    return "llm" in [c.strip() for c in first.split(",")]
+
+
+def predict_llm_batch(path: Path, as_json: bool) -> None:
+    from components.deployments.config import DeploymentError
+    from components.deployments.service import predict_batch, read_deployment_batch
+    from components.devices import load_catalog
+
+    catalog = load_catalog()
+    try:
+        answers = predict_batch(read_deployment_batch(path), catalog.resolve)
+    except DeploymentError as exc:
+        raise UserError(str(exc)) from None
+    if as_json:
+        typer.echo(json.dumps({"deployments": answers}, indent=2))
+        return
+    for a in answers:
+        typer.echo(f"[{a['row']}]")
+        for line in render_answer(a):
+            typer.echo(line)
+
+
+def render_answer(a: dict[str, Any]) -> list[str]:
+    d = a["deployment"]
+    if "refused" in a:
+        return [f"{d['model']} on {d['gpu']}: {a['refused']}"]
+    ttft, tpot, mem = a["interval"]["ttft_ms"], a["interval"]["tpot_ms"], a["memory"]
+    head = (f"{d['model']} ({d['parameters_b']}B, {d['dtype']}, kv {d['kv_dtype']}) on {d['gpu']} "
+            f"x{d['tp'] * d['pp']} (tp={d['tp']}, pp={d['pp']}, ep={d['ep']}, {d['mode']}); "
+            f"isl {d['isl']}, osl {d['osl']}, concurrency {d['concurrency']}")
+    memory = (f"  memory per GPU: weights {mem['weights_gb']:.3g} GB + KV {mem['kv_cache_gb']:.3g} GB + "
+              f"activations {mem['activations_gb']:.3g} GB = {mem['total_gb']:.3g} of "
+              f"{mem['budget_gb']:.3g} GB usable")
+    lines = [
+        head,
+        f"  TTFT {a['ttft_ms']:.4g} ms  [{ttft[0]:.4g} - {ttft[1]:.4g}]",
+        f"  TPOT {a['tpot_ms']:.4g} ms  [{tpot[0]:.4g} - {tpot[1]:.4g}]",
+        f"  e2e {a['e2e_ms']:.5g} ms per request; {a['tokens_per_s']:.4g} output tokens/s per GPU",
+        memory,
+    ]
+    for phase in ("prefill", "decode"):
+        parts = ", ".join(
+            f"{k} {v['share']:.0%}" for k, v in a["breakdown"][phase].items() if v["share"] >= 0.01
+        )
+        lines.append(f"  {phase} kernels: {parts}")
+    tiers = sorted(set(a["tiers"].values()))
+    lines.append(f"  op tiers: {', '.join(tiers)}")
+    lines += [f"  note: {n}" for n in a["notes"]]
+    return lines
+
+
+def rank_llm(
+    config: str,
+    device: list[str] | None,
+    params: dict[str, Any],
+    prices: dict[str, float],
+    by: str,
+    tps: list[int] | None,
+    top: int,
+    as_json: bool,
+) -> None:
+    from components.deployments.config import DeploymentError
+    from components.deployments.service import rank_deployments
+
+    specs = _specs(device, default_all=True)
+    try:
+        ranking, skipped = rank_deployments(config, specs, params, prices, by=by, tps=tps or None)
+    except DeploymentError as exc:
+        raise UserError(str(exc)) from None
+    shown = ranking[:top] if top else ranking
+    if as_json:
+        typer.echo(json.dumps({"ranked_by": by, "ranking": shown, "options_not_fitting": skipped}, indent=2))
+        return
+    header = ["rank", "device", "tp", "ttft_ms", "tpot_ms", "tok/s/gpu", "mem_gb/gpu"] + (
+        ["usd/hour", "usd/Mtok"] if prices else []
+    )
+    body = []
+    for r in shown:
+        cells = [
+            str(r["rank"]),
+            r["device"],
+            str(r["tp"]),
+            f"{r['ttft_ms']:.4g}",
+            f"{r['tpot_ms']:.4g}",
+            f"{r['tokens_per_s_per_gpu']:.4g}",
+            f"{r['memory_gb_per_gpu']:.3g}",
+        ]
+        if prices:
+            cells += [
+                "-" if r["usd_per_hour"] is None else f"{r['usd_per_hour']:.3g}",
+                "-" if r["usd_per_mtok"] is None else f"{r['usd_per_mtok']:.3g}",
+            ]
+        body.append(cells)
+    widths = [max(len(row[i]) for row in [header, *body]) for i in range(len(header))]
+    for row in [header, *body]:
+        typer.echo(
+            "  ".join(
+                c.ljust(w) if i == 1 else c.rjust(w) for i, (c, w) in enumerate(zip(row, widths, strict=True))
+            )
+        )
+    typer.echo(
+        f"ranked by {by}; {len(ranking)} GPU x TP options fit, {skipped} do not (memory, or TP vs heads)"
+    )
