@@ -584,7 +584,7 @@ def answer(
 
 def _pipe_notes(d: Deployment) -> list[str]:
     """Say when the GPU lacks the weight dtype's pipe (the GEMMs run as the fallback dtype)."""
-    from components.opmodel.physics import PhysicsError, pipe_for
+    from components.physics.roofline import PhysicsError, pipe_for
 
     try:
         choice = pipe_for(d.weight_dtype, d.gpu)

@@ -2,7 +2,7 @@
 
 ``OpTimeFn(family, dtype, shape_arrays, spec) -> microseconds`` (one value per element of the shape
 arrays). The lead wires the op engine (measured > calibrated > spec tiers) in as the function; until
-then :func:`roofline_op_time` answers: the speed-of-light time of ``components.opmodel.physics`` (small
+then :func:`roofline_op_time` answers: the speed-of-light time of ``components.physics.roofline`` (small
 ops: ``features.analytical``'s FLOP and byte formulas) divided by a fixed efficiency per family and bound;
 no launch cost (the framework-cost fit learns one per kernel). The efficiencies are constants of the
 method, not fitted on any benchmark side: they say what fraction of peak a good library reaches on a
@@ -46,7 +46,7 @@ class Timed:
 
 def link_gbps(spec: Any) -> tuple[float, str | None]:
     """GPU-to-GPU bandwidth per direction (GB/s) and a note when assumed: ``physics.link_gbps``."""
-    from components.opmodel.physics import link_gbps as physics_link
+    from components.physics.roofline import link_gbps as physics_link
 
     return physics_link(spec)
 
@@ -75,7 +75,7 @@ def _sol_parts(
         flops, nbytes = small_op_work(family, shape)
         compute = flops / (float(spec.peak_tflops.fp32) * 1e12) * 1e6
         return compute, nbytes / (float(spec.dram_gbps) * 1e9) * 1e6, np.zeros_like(compute)
-    from components.opmodel.physics import roofline
+    from components.physics.roofline import roofline
 
     roof = roofline(family, dtype, shape, spec, kv_dtype=kv_dtype)
     return roof.compute_us, roof.memory_us, roof.link_us
