@@ -45,6 +45,9 @@ class FlatTrees:
         self.booster_file: Path | None = None  # the LightGBM text model these arrays came from
         self._booster: Any = None
         self.threads: int | None = None  # LightGBM's num_threads for bulk predictions (None: its default)
+        # The same trees compiled to C (components.serving.compiled), when a compiler was there.
+        self.compiled: Any = None
+        self.compiled_note: str | None = None  # why there is no compiled copy (the numpy walk answers)
 
     @classmethod
     def from_dump(cls, dump: dict[str, Any]) -> "FlatTrees":
@@ -121,7 +124,23 @@ class FlatTrees:
         flat = cls(arrays, meta["objective"], int(meta["n_classes"]))
         source = Path(path).with_suffix(".txt")
         flat.booster_file = source if source.is_file() else None
+        flat.attach_compiled()
         return flat
+
+    def attach_compiled(self, cache_dir: Path | None = None) -> None:
+        """Use the compiled copy of these trees (compiled now if the cache has none): every prediction
+        then runs in C. ``KERNELCAST_COMPILED_TREES=0`` turns it off (the numpy walk / LightGBM answer)."""
+        import os
+
+        if os.environ.get("KERNELCAST_COMPILED_TREES", "1") == "0":
+            self.compiled, self.compiled_note = None, "compiled trees off (KERNELCAST_COMPILED_TREES=0)"
+            return
+        from components.serving.compiled import compile_trees, compiler
+
+        self.compiled = compile_trees(self, cache_dir)
+        if self.compiled is None:
+            self.compiled_note = ("no C compiler (cc/gcc/clang or $CC): trees walked in numpy" if compiler() is None
+                                  else "compiling the trees failed: trees walked in numpy")
 
     def raw(self, x: np.ndarray, chunk: int = 4096) -> np.ndarray:
         """Sum of leaf values per row (per class for multiclass: shape n x classes)."""
@@ -148,7 +167,9 @@ class FlatTrees:
                 go_left = np.where(is_default, self.default_left[at], numeric <= self.threshold[at])
                 categorical = self.categorical[at]
                 if categorical.any():
-                    codes = np.where(nan | (value < 0) | (value >= 64), -1, np.nan_to_num(value, nan=-1)).astype(np.int64)
+                    # LightGBM casts to int (truncation: -0.5 is category 0); NaN and negatives go right.
+                    codes = np.where(nan | (value <= -1) | (value >= 64), -1,
+                                     np.trunc(np.nan_to_num(value, nan=-1))).astype(np.int64)
                     bit = (self.cat_mask[at] >> np.clip(codes, 0, 63).astype(np.uint64)) & np.uint64(1)
                     go_left = np.where(categorical, (codes >= 0) & (bit == 1), go_left)
                 step = np.where(go_left, self.left[at], self.right[at])
@@ -159,6 +180,8 @@ class FlatTrees:
         return out
 
     def predict(self, x: np.ndarray) -> np.ndarray:
+        if self.compiled is not None:
+            return self._link(self.compiled.raw(x))
         if len(x) > BULK_ROWS and self.booster_file is not None:
             try:
                 if self._booster is None:
@@ -169,7 +192,10 @@ class FlatTrees:
                 return np.asarray(self._booster.predict(np.asarray(x, dtype=np.float64), **options), dtype=np.float64)
             except ImportError:
                 self.booster_file = None
-        raw = self.raw(x)
+        return self._link(self.raw(x))
+
+    def _link(self, raw: np.ndarray) -> np.ndarray:
+        """Raw scores -> what ``Booster.predict`` returns for the objective."""
         if self.objective == "binary":
             return 1.0 / (1.0 + np.exp(-raw[:, 0]))
         if self.objective in ("multiclass", "softmax"):
@@ -191,6 +217,7 @@ def flatten_folder(folder: Path) -> list[Path]:
         target = (folder / name).with_suffix(NPZ_SUFFIX)
         if not target.exists():
             FlatTrees.from_dump(lgb.Booster(model_file=str(folder / name)).dump_model()).save(target)
+        FlatTrees.load(target)  # compiles the trees into the state folder's cache, once per model
         written.append(target)
     return written
 
