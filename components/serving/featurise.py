@@ -67,7 +67,7 @@ def _definition_flops(family: np.ndarray, op: np.ndarray, col: dict[str, np.ndar
     out[gemm] = (2.0 * b * col["M"] * col["N"] * col["K"])[gemm]
     elementwise = family == "elementwise"
     if elementwise.any():
-        per = pd.Series(op).map(ELEMENTWISE_FLOPS_PER_ELEMENT).to_numpy("float64", na_value=np.nan)
+        per = an.map_labels(op, ELEMENTWISE_FLOPS_PER_ELEMENT, np.nan)
         numel = np.where(np.isfinite(col["N"]), col["N"], col["B"] * col["H"])
         out[elementwise] = (per * numel)[elementwise]
     for fam, per_element in ROW_OP_FLOPS_PER_ELEMENT.items():
@@ -114,7 +114,7 @@ def op_feature_columns(family: np.ndarray, op: np.ndarray, dtype: np.ndarray, di
     dem = an._family_demand(family, op, dtype, dims_frame, no_tile)
     per_device, dev_features = _device_arrays(specs)
     dv = {c: v[device_index] for c, v in per_device.items()}
-    e = pd.Series(dtype).map(an.ELEM_BYTES).fillna(4.0).to_numpy("float64")
+    e = an.map_labels(dtype, an.ELEM_BYTES, 4.0)
 
     # From here on: analytical_features' composition, for rows without a measured grid or counters.
     tensor_peak = np.select(
