@@ -62,8 +62,11 @@ def random_op_batch(n: int, specs: list[Any], seed: int = 0) -> dict[str, np.nda
 
 
 def _single_thread(predictor: Any) -> None:
-    """LightGBM's predictor on one thread (the benchmark's rule), flat trees or boosters alike."""
+    """LightGBM's predictor on one thread (the benchmark's rule), flat trees or boosters alike; flat
+    trees compiled first (in the foreground: a load only starts the compile in the background)."""
     for model in getattr(predictor, "models", {}).values():
+        if hasattr(model, "attach_compiled") and model.compiled is None:
+            model.attach_compiled(build=True)
         if hasattr(model, "booster_file"):
             model.threads = 1
         elif hasattr(model, "params"):

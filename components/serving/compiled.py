@@ -15,8 +15,11 @@ scores equal ``Booster.predict(raw_score=True)`` bit for bit (``tests/unit/test_
 
 The library is cached under ``$KERNELCAST_HOME/cache/compiled-trees/<hash>.so``, keyed by the
 hash of the tree arrays, this generator's version and the compiler command: compiled once per
-model (when a registry version is copied locally, or on first load), shared by every later load.
-No compiler, or a failed compile: ``None``, and the caller keeps the numpy walk.
+model, shared by every later load. Compiling 400 deep trees takes ~20 s on a busy 2-core box, so a
+load never waits for it: the first load of a model starts the compile in a detached background
+process (``start_background_compile``) and answers with the numpy walk / LightGBM until the
+library appears (``FlatTrees`` checks for it on later calls). ``kernelcast bench serve`` compiles
+in the foreground before timing. No compiler, or a failed compile: the numpy walk, with a note.
 """
 
 from __future__ import annotations
@@ -35,7 +38,7 @@ import numpy as np
 
 GENERATOR_VERSION = "1"
 CFLAGS: tuple[str, ...] = ("-O2", "-fPIC", "-shared", "-fno-fast-math", "-std=c99")
-ROW_BLOCK = 64  # rows per block: each tree's code stays hot in the instruction cache over a block
+ROW_BLOCK = 512  # rows per block, trees outermost: 1.7x rows/s over row by row (measured, 400 trees)
 _ZERO_LITERAL = "1.0000000000000000e-35"  # LightGBM's kZeroThreshold
 _LOADED: dict[str, "CompiledTrees"] = {}  # per-process: a library is loaded once per hash
 
@@ -197,6 +200,38 @@ def compile_trees(flat: Any, cache_dir: Path | None = None, *, build: bool = Tru
     return loaded
 
 
+def library_path(flat: Any, cache_dir: Path | None = None) -> Path | None:
+    """Where the compiled library of ``flat`` is (or will be) cached; None without a compiler."""
+    cc = compiler()
+    if cc is None:
+        return None
+    return (Path(cache_dir) if cache_dir is not None else default_cache_dir()) / f"{model_hash(flat, cc)}.so"
+
+
+def start_background_compile(npz_file: Path, library: Path) -> bool:
+    """Compile the trees of ``npz_file`` into ``library`` in a detached process (once: a fresh
+    ``.building`` marker beside the library means a compile is already running). True if started."""
+    import sys
+    import time
+
+    from components.config import PROJECT_ROOT
+
+    marker = library.with_name(f"{library.name}.building")
+    try:
+        if marker.is_file() and time.time() - marker.stat().st_mtime < 900:
+            return False
+        library.parent.mkdir(parents=True, exist_ok=True)
+        marker.write_text(str(os.getpid()))
+        env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(PROJECT_ROOT),
+                                                                         os.environ.get("PYTHONPATH")]))}
+        subprocess.Popen([sys.executable, "-m", "components.serving.compiled", str(npz_file), str(library.parent)],
+                         env=env, cwd=str(PROJECT_ROOT), start_new_session=True, stdin=subprocess.DEVNULL,
+                         stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        return True
+    except OSError:
+        return False
+
+
 def _build(source: str, library: Path, cc: str) -> None:
     """Compile ``source`` into ``library`` atomically (a temp name in the same folder, then a rename)."""
     library.parent.mkdir(parents=True, exist_ok=True)
@@ -210,3 +245,23 @@ def _build(source: str, library: Path, cc: str) -> None:
             os.replace(partial, library)
         finally:
             partial.unlink(missing_ok=True)
+
+
+def _main(argv: list[str]) -> int:
+    """``python -m components.serving.compiled MODEL.npz CACHE_DIR``: compile one model into the cache."""
+    from components.serving.native import FlatTrees
+
+    npz_file, cache_dir = Path(argv[0]), Path(argv[1])
+    flat = FlatTrees.load(npz_file, attach=False)
+    library = library_path(flat, cache_dir)
+    try:
+        return 0 if compile_trees(flat, cache_dir) is not None else 1
+    finally:
+        if library is not None:
+            library.with_name(f"{library.name}.building").unlink(missing_ok=True)
+
+
+if __name__ == "__main__":
+    import sys
+
+    raise SystemExit(_main(sys.argv[1:]))

@@ -48,6 +48,8 @@ class FlatTrees:
         # The same trees compiled to C (components.serving.compiled), when a compiler was there.
         self.compiled: Any = None
         self.compiled_note: str | None = None  # why there is no compiled copy (the numpy walk answers)
+        self._pending: Path | None = None  # where a background compile will put the library
+        self._cache_dir: Path | None = None
 
     @classmethod
     def from_dump(cls, dump: dict[str, Any]) -> "FlatTrees":
@@ -117,30 +119,48 @@ class FlatTrees:
         atomic_write(Path(path), write)
 
     @classmethod
-    def load(cls, path: Path) -> "FlatTrees":
+    def load(cls, path: Path, *, attach: bool = True) -> "FlatTrees":
         with np.load(path, allow_pickle=False) as data:
             arrays = {k: data[k] for k in data.files if k != "meta"}
             meta = json.loads(str(data["meta"]))
         flat = cls(arrays, meta["objective"], int(meta["n_classes"]))
         source = Path(path).with_suffix(".txt")
         flat.booster_file = source if source.is_file() else None
-        flat.attach_compiled()
+        if attach:
+            flat.attach_compiled(build=False)
+            if flat.compiled is None and flat._pending is not None:
+                from components.serving.compiled import start_background_compile
+
+                start_background_compile(Path(path), flat._pending)
         return flat
 
-    def attach_compiled(self, cache_dir: Path | None = None) -> None:
-        """Use the compiled copy of these trees (compiled now if the cache has none): every prediction
-        then runs in C. ``KERNELCAST_COMPILED_TREES=0`` turns it off (the numpy walk / LightGBM answer)."""
+    def attach_compiled(self, cache_dir: Path | None = None, *, build: bool = True) -> None:
+        """Use the compiled copy of these trees: every prediction then runs in C. ``build``: compile now
+        if the cache has none (seconds); else note where it will appear (``_pending``) and keep the numpy
+        walk / LightGBM until then. ``KERNELCAST_COMPILED_TREES=0`` turns compiled trees off."""
         import os
 
+        self._pending = None
         if os.environ.get("KERNELCAST_COMPILED_TREES", "1") == "0":
             self.compiled, self.compiled_note = None, "compiled trees off (KERNELCAST_COMPILED_TREES=0)"
             return
-        from components.serving.compiled import compile_trees, compiler
+        from components.serving.compiled import compile_trees, compiler, library_path
 
-        self.compiled = compile_trees(self, cache_dir)
-        if self.compiled is None:
-            self.compiled_note = ("no C compiler (cc/gcc/clang or $CC): trees walked in numpy" if compiler() is None
-                                  else "compiling the trees failed: trees walked in numpy")
+        self.compiled = compile_trees(self, cache_dir, build=build)
+        if self.compiled is not None:
+            self.compiled_note = None
+        elif compiler() is None:
+            self.compiled_note = "no C compiler (cc/gcc/clang or $CC): trees walked in numpy"
+        elif build:
+            self.compiled_note = "compiling the trees failed: trees walked in numpy"
+        else:
+            self._pending, self._cache_dir = library_path(self, cache_dir), cache_dir
+            self.compiled_note = "trees being compiled in the background: numpy walk / LightGBM until then"
+
+    def _check_pending(self) -> None:
+        """Pick up a library the background compile has finished since this model was loaded."""
+        if self._pending is not None and self._pending.is_file():
+            self.attach_compiled(self._cache_dir, build=False)
 
     def raw(self, x: np.ndarray, chunk: int = 4096) -> np.ndarray:
         """Sum of leaf values per row (per class for multiclass: shape n x classes)."""
@@ -180,6 +200,8 @@ class FlatTrees:
         return out
 
     def predict(self, x: np.ndarray) -> np.ndarray:
+        if self._pending is not None:
+            self._check_pending()
         if self.compiled is not None:
             return self._link(self.compiled.raw(x))
         if len(x) > BULK_ROWS and self.booster_file is not None:
@@ -217,7 +239,7 @@ def flatten_folder(folder: Path) -> list[Path]:
         target = (folder / name).with_suffix(NPZ_SUFFIX)
         if not target.exists():
             FlatTrees.from_dump(lgb.Booster(model_file=str(folder / name)).dump_model()).save(target)
-        FlatTrees.load(target)  # compiles the trees into the state folder's cache, once per model
+        FlatTrees.load(target)  # starts compiling the trees into the state folder's cache (once per model)
         written.append(target)
     return written
 

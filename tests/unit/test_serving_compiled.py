@@ -92,3 +92,23 @@ def test_no_compiler_falls_back_to_numpy_with_a_note(tmp_path, monkeypatch) -> N
     assert flat.compiled is None and "no C compiler" in (flat.compiled_note or "")
     grid = _grid(x, seed=1)[:5000]
     assert np.allclose(flat.predict(grid), booster.predict(grid), rtol=1e-12, atol=1e-12)
+
+
+def test_a_load_compiles_in_the_background_and_picks_the_library_up(tmp_path, monkeypatch) -> None:  # noqa: ANN001
+    import time
+
+    booster, x = _booster("regression", seed=6)
+    npz = tmp_path / "model_duration_us.npz"
+    FlatTrees.from_dump(booster.dump_model()).save(npz)
+    monkeypatch.setenv("KERNELCAST_HOME", str(tmp_path / "home"))
+    flat = FlatTrees.load(npz)  # never waits for the compiler
+    assert flat.compiled is None and flat._pending is not None and "background" in (flat.compiled_note or "")
+    grid = _grid(x, seed=2)[:3000]
+    assert np.allclose(flat.predict(grid), booster.predict(grid), rtol=1e-12, atol=1e-12)  # numpy walk meanwhile
+    deadline = time.monotonic() + 300
+    marker = flat._pending.with_name(flat._pending.name + ".building")
+    while (not flat._pending.is_file() or marker.exists()) and time.monotonic() < deadline:
+        time.sleep(0.5)
+    np.testing.assert_array_equal(flat.predict(grid), booster.predict(grid, raw_score=True))
+    assert flat.compiled is not None and flat.compiled.library.parent == tmp_path / "home" / "cache" / "compiled-trees"
+    assert not list(flat.compiled.library.parent.glob("*.building"))
