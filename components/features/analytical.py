@@ -265,7 +265,11 @@ def _ceil_div(a: np.ndarray, b: np.ndarray) -> np.ndarray:
 def map_labels(labels: Any, table: dict[str, Any], default: Any) -> np.ndarray:
     """``[table.get(str(v), default) for v in labels]`` as a float array, looked up once per distinct
     label (hash-factorised, no per-row Python): bulk serving maps millions of rows this way."""
-    codes, uniques = pd.factorize(np.asarray(labels, dtype=object), use_na_sentinel=False)
+    labels = np.asarray(labels, dtype=object)
+    if len(labels) <= 32:  # a handful of questions: a dict lookup per row beats factorising
+        return np.array([table.get(str(v), default) for v in labels], dtype="float64").reshape(
+            (len(labels), *np.shape(default)))
+    codes, uniques = pd.factorize(labels, use_na_sentinel=False)
     values = np.array([table.get(str(u), default) for u in uniques], dtype="float64")
     if values.ndim == 1:
         return values[codes] if len(uniques) else np.empty(len(codes))
@@ -409,12 +413,15 @@ def _row_reductions(x: FamilyInputs) -> tuple[np.ndarray, Demand]:
 FAMILY_FORMULAS = (_gemm_like, _kernel_tuner_conv, _dedispersion, _elementwise, _row_reductions)
 
 
-def _family_demand(family: np.ndarray, op: np.ndarray, dtype: np.ndarray, d: pd.DataFrame,
+def _family_demand(family: np.ndarray, op: np.ndarray, dtype: np.ndarray,
+                   d: pd.DataFrame | dict[str, np.ndarray],
                    name_tile: tuple[np.ndarray, np.ndarray]) -> dict[str, np.ndarray]:
     """Per row: pipe FLOPs, DRAM/L2 bytes, tiles, threads and a CTA-per-SM cap (NaN = the GPU's limit)."""
     n = len(family)
     e = map_labels(dtype, ELEM_BYTES, 4.0)
-    inputs = FamilyInputs(family=family, op=op, col={k: d[k].to_numpy("float64") for k in d.columns}, e=e,
+    # A dict of float arrays (serving) is taken as is: a DataFrame's per-column access costs ~0.1 ms each.
+    col = dict(d) if isinstance(d, dict) else {k: d[k].to_numpy("float64") for k in d.columns}
+    inputs = FamilyInputs(family=family, op=op, col=col, e=e,
                           e_out=np.where(e == 1.0, 2.0, e), name_tile=name_tile)
     out = {k: np.full(n, np.nan) for k in DEMAND_KEYS}
     out["tensor_capable"] = np.zeros(n, dtype=bool)

@@ -109,7 +109,8 @@ def op_feature_columns(family: np.ndarray, op: np.ndarray, dtype: np.ndarray, di
     # Object arrays of str, compared elementwise below; no conversion to numpy unicode (slow per row).
     family, op, dtype = (np.asarray(a, dtype=object) for a in (family, op, dtype))
     device_index = np.asarray(device_index, dtype="int64")
-    dims_frame = pd.DataFrame(dims, columns=list(an.DIMS))
+    dims = np.asarray(dims, dtype="float64")
+    dims_frame = {name: dims[:, j] for j, name in enumerate(an.DIMS)}  # columns as views: no DataFrame
     no_tile = (np.full(n, np.nan), np.full(n, np.nan))
     dem = an._family_demand(family, op, dtype, dims_frame, no_tile)
     per_device, dev_features = _device_arrays(specs)
@@ -128,7 +129,7 @@ def op_feature_columns(family: np.ndarray, op: np.ndarray, dtype: np.ndarray, di
     sfu_ops = dem["sfu"]
     flops_pipes = tensor_flops + fma_flops
     covered = np.isfinite(flops_pipes) & np.isfinite(dem["bytes_min"]) & (dem["bytes_min"] > 0)
-    col = {k: dims_frame[k].to_numpy("float64") for k in ("B", "M", "N", "K", "H")}
+    col = {k: dims_frame[k] for k in ("B", "M", "N", "K", "H")}
     flops = np.where(covered, _definition_flops(family, op, col, flops_pipes), np.nan)
 
     ctas, threads = dem["ctas"], dem["threads"]
