@@ -39,7 +39,7 @@ def test_readme_block_is_written_between_the_markers_only(roofline_raw: dict, tm
     assert "`kernelcast bench serve --rows 3000`" in block
     assert "compiled C (400 trees)" in block and "7.5 ms" in block
     expected = "met" if roofline_raw["end_to_end_rows_per_cpu_s"] >= 1e6 else "**not met**"
-    assert f": {expected} (champion at 100%" in block
+    assert f"end to end -- {expected} (" in block and "roofline model's rate -- met (100%)" in block
     readme = tmp_path / "README.md"
     readme.write_text(f"# title\n\nbefore\n{MARKER_START}\nold table\n{MARKER_END}\nafter\n")
     write_readme_block(readme, block)
