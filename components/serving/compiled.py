@@ -152,21 +152,48 @@ def default_cache_dir() -> Path:
     return get_settings().cache_dir / "compiled-trees"
 
 
+def sort_features(flat: Any) -> tuple[int, ...]:
+    """The columns a large batch is sorted by before the walk (primary first): the categorical-split
+    features, most split first, then the most split numeric feature. Why: rows that agree on them
+    take mostly the same paths, so the branch predictor is right far more often -- measured 2.2x rows/s
+    on the champion's 400 trees (random op questions: 215k -> 473k rows/CPU-s, the sort included).
+    Each row's answer is unchanged: rows are independent, and the output goes back in input order."""
+    if not len(flat.feature):  # every tree a single leaf: nothing to sort by
+        return ()
+    counts = np.bincount(flat.feature)  # the node arrays hold split nodes only (leaves are apart)
+    categorical = {int(f) for f in flat.feature[flat.categorical]}
+    by_count = [int(f) for f in np.argsort(-counts, kind="stable") if counts[f] > 0]
+    keys = [f for f in by_count if f in categorical][:2]
+    numeric = [f for f in by_count if f not in categorical][:1]
+    return tuple(keys + numeric)
+
+
+SORT_MIN_ROWS = 4 * ROW_BLOCK  # below this a sort costs more than it saves
+
+
 class CompiledTrees:
     """A loaded library: ``raw(x)`` = the ensemble's raw scores (n x classes)."""
 
-    def __init__(self, library: Path, n_features: int | None, n_classes: int) -> None:
+    def __init__(self, library: Path, n_classes: int, sort_keys: tuple[int, ...] = ()) -> None:
         self.library = library
         self._lib = ctypes.CDLL(str(library))
         self._fn = self._lib.kc_predict_raw
         self._fn.restype = None
         self._fn.argtypes = [ctypes.c_void_p, ctypes.c_int64, ctypes.c_int64, ctypes.c_void_p]
-        self.n_features, self.n_classes = n_features, n_classes
+        self.n_classes, self.sort_keys = n_classes, sort_keys
 
     def raw(self, x: np.ndarray) -> np.ndarray:
         x = np.ascontiguousarray(x, dtype=np.float64)
         if x.ndim == 1:
             x = x[None, :]
+        if len(x) >= SORT_MIN_ROWS and self.sort_keys and max(self.sort_keys) < x.shape[1]:
+            order = np.lexsort([x[:, k] for k in reversed(self.sort_keys)])  # last key is lexsort's primary
+            out = np.empty((len(x), self.n_classes), dtype=np.float64)
+            out[order] = self._walk(x[order])
+            return out
+        return self._walk(x)
+
+    def _walk(self, x: np.ndarray) -> np.ndarray:
         out = np.empty((len(x), self.n_classes), dtype=np.float64)
         if len(x):
             self._fn(x.ctypes.data, len(x), x.shape[1], out.ctypes.data)
@@ -193,7 +220,7 @@ def compile_trees(flat: Any, cache_dir: Path | None = None, *, build: bool = Tru
         except (OSError, subprocess.SubprocessError):
             return None
     try:
-        loaded = CompiledTrees(library, None, int(flat.n_classes))
+        loaded = CompiledTrees(library, int(flat.n_classes), sort_features(flat))
     except OSError:
         return None
     _LOADED[key] = loaded
