@@ -2,9 +2,10 @@
 
 1. Raw batched prediction of the op-level model on ONE thread: N op questions (a mix of families,
    shapes, dtypes and catalog GPUs) as arrays -> vectorised features (``featurise``) -> the model.
-   Reported per stage (featurise, model) and end to end, for the given model and for the
-   training-free roofline; for a LightGBM model both its compiled predictor and the numpy
-   flat-tree walk (``native``) that answers small requests without importing LightGBM.
+   Reported per stage (featurise, model) and end to end, per CPU-second of the thread and per
+   wall second, for the given model and for the training-free roofline; for flat trees the engine
+   (compiled C, compiled first in the foreground; else why not) and the numpy walk's rate.
+   ``--markdown README.md`` writes these figures as the README's speed table.
 2. The HTTP server (a real uvicorn process) queried from a SEPARATE client process at a fixed
    rate (default 100 requests/s, one op question each): p50/p95/p99/max latency, errors.
 3. A CUDA source question through the server (compile + static analysis included), sequentially.

@@ -8,6 +8,11 @@ children, missing-value rule and (categorical splits) a category bitmask. ``Flat
 walks every tree level by level with array operations and returns what ``Booster.predict`` returns
 (raw sum for regression; sigmoid/softmax for binary/multiclass), to float rounding --
 ``tests/unit/test_serving_native.py`` checks it against LightGBM on real rows.
+
+Where a C compiler is present the same arrays are also compiled (``components.serving.compiled``,
+cached per model under the state folder) and every prediction runs in C, bit-identical to LightGBM's
+raw scores and several times faster; the numpy walk (small batches) and LightGBM (bulk) remain the
+fallback while the compile runs in the background or when there is no compiler.
 """
 
 from __future__ import annotations
