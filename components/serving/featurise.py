@@ -176,7 +176,10 @@ def op_feature_columns(family: np.ndarray, op: np.ndarray, dtype: np.ndarray, di
         "device_id": np.array([s.id for s in specs], dtype=object)[device_index],
         "source": np.full(n, QUERY_SOURCE, dtype=object), "family": family, "op": op, "dtype": dtype,
     }
-    columns.update({k: np.where(covered, np.asarray(v, dtype="float64"), np.nan) for k, v in f.items()})
+    if covered.all():  # the usual case: every question has a formula; no masking pass over ~40 columns
+        columns.update({k: np.asarray(v, dtype="float64") for k, v in f.items()})
+    else:
+        columns.update({k: np.where(covered, np.asarray(v, dtype="float64"), np.nan) for k, v in f.items()})
     known = covered & np.isfinite(roofline)
     columns["_bound_code"] = np.where(known, compute_bound.astype(np.int8), -1)
     for name in an.M_COLUMNS[:-1]:
