@@ -265,6 +265,20 @@ def _ceil_div(a: np.ndarray, b: np.ndarray) -> np.ndarray:
     return np.ceil(a / b)
 
 
+def map_labels(labels: Any, table: dict[str, Any], default: Any) -> np.ndarray:
+    """``[table.get(str(v), default) for v in labels]`` as a float array, looked up once per distinct
+    label (hash-factorised, no per-row Python): bulk serving maps millions of rows this way."""
+    labels = np.asarray(labels, dtype=object)
+    if len(labels) <= 32:  # a handful of questions: a dict lookup per row beats factorising
+        return np.array([table.get(str(v), default) for v in labels], dtype="float64").reshape(
+            (len(labels), *np.shape(default)))
+    codes, uniques = pd.factorize(labels, use_na_sentinel=False)
+    values = np.array([table.get(str(u), default) for u in uniques], dtype="float64")
+    if values.ndim == 1:
+        return values[codes] if len(uniques) else np.empty(len(codes))
+    return values[codes] if len(uniques) else np.empty((len(codes), values.shape[1]))
+
+
 def _or(value: np.ndarray, default: float | np.ndarray) -> np.ndarray:
     return np.where(np.isfinite(value), value, default)
 
@@ -375,7 +389,7 @@ def _elementwise(x: FamilyInputs) -> tuple[np.ndarray, Demand]:
     """Elementwise: per-element FMA/MUFU cost and inputs read from ELEMENTWISE_COST."""
     col, n = x.col, x.n
     numel = _or(col["N"], _or(col["B"], 1.0) * col["H"])
-    cost = np.array([ELEMENTWISE_COST.get(str(o), (np.nan, np.nan, np.nan)) for o in x.op], dtype="float64").reshape(n, 3)
+    cost = map_labels(x.op, ELEMENTWISE_COST, (np.nan, np.nan, np.nan)).reshape(n, 3)
     traffic = x.e * numel * (cost[:, 2] + 1.0)
     return x.family == "elementwise", dict(
         tensor=np.zeros(n), fma=cost[:, 0] * numel, sfu=cost[:, 1] * numel, bytes_min=traffic, bytes_l2=traffic,
@@ -402,12 +416,15 @@ def _row_reductions(x: FamilyInputs) -> tuple[np.ndarray, Demand]:
 FAMILY_FORMULAS = (_gemm_like, _kernel_tuner_conv, _dedispersion, _elementwise, _row_reductions)
 
 
-def _family_demand(family: np.ndarray, op: np.ndarray, dtype: np.ndarray, d: pd.DataFrame,
+def _family_demand(family: np.ndarray, op: np.ndarray, dtype: np.ndarray,
+                   d: pd.DataFrame | dict[str, np.ndarray],
                    name_tile: tuple[np.ndarray, np.ndarray]) -> dict[str, np.ndarray]:
     """Per row: pipe FLOPs, DRAM/L2 bytes, tiles, threads and a CTA-per-SM cap (NaN = the GPU's limit)."""
     n = len(family)
-    e = np.array([ELEM_BYTES.get(str(t), 4.0) for t in dtype], dtype="float64")
-    inputs = FamilyInputs(family=family, op=op, col={k: d[k].to_numpy("float64") for k in d.columns}, e=e,
+    e = map_labels(dtype, ELEM_BYTES, 4.0)
+    # A dict of float arrays (serving) is taken as is: a DataFrame's per-column access costs ~0.1 ms each.
+    col = dict(d) if isinstance(d, dict) else {k: d[k].to_numpy("float64") for k in d.columns}
+    inputs = FamilyInputs(family=family, op=op, col=col, e=e,
                           e_out=np.where(e < 2.0, 2.0, e), name_tile=name_tile)
     out = {k: np.full(n, np.nan) for k in DEMAND_KEYS}
     out["tensor_capable"] = np.zeros(n, dtype=bool)

@@ -2,9 +2,10 @@
 
 1. Raw batched prediction of the op-level model on ONE thread: N op questions (a mix of families,
    shapes, dtypes and catalog GPUs) as arrays -> vectorised features (``featurise``) -> the model.
-   Reported per stage (featurise, model) and end to end, for the given model and for the
-   training-free roofline; for a LightGBM model both its compiled predictor and the numpy
-   flat-tree walk (``native``) that answers small requests without importing LightGBM.
+   Reported per stage (featurise, model) and end to end, per CPU-second of the thread and per
+   wall second, for the given model and for the training-free roofline; for flat trees the engine
+   (compiled C, compiled first in the foreground; else why not) and the numpy walk's rate.
+   ``--markdown README.md`` writes these figures as the README's speed table.
 2. The HTTP server (a real uvicorn process) queried from a SEPARATE client process at a fixed
    rate (default 100 requests/s, one op question each): p50/p95/p99/max latency, errors.
 3. A CUDA source question through the server (compile + static analysis included), sequentially.
@@ -62,8 +63,11 @@ def random_op_batch(n: int, specs: list[Any], seed: int = 0) -> dict[str, np.nda
 
 
 def _single_thread(predictor: Any) -> None:
-    """LightGBM's predictor on one thread (the benchmark's rule), flat trees or boosters alike."""
+    """LightGBM's predictor on one thread (the benchmark's rule), flat trees or boosters alike; flat
+    trees compiled first (in the foreground: a load only starts the compile in the background)."""
     for model in getattr(predictor, "models", {}).values():
+        if hasattr(model, "attach_compiled") and model.compiled is None:
+            model.attach_compiled(build=True)
         if hasattr(model, "booster_file"):
             model.threads = 1
         elif hasattr(model, "params"):
@@ -107,14 +111,30 @@ def raw_throughput(predictor: Any, n: int, chunk: int = 200_000, seed: int = 0) 
     # Wall-clock rates, and rates per CPU second of this thread: on a shared, overloaded box the
     # second is what one thread of its own would do.
     return {"rows": n, "answered": finite, "path": "arrays (fast path)" if fast is not None else "feature DataFrame",
+            "trees": tree_engine(predictor),
             "featurise_rows_per_s": n / featurise_s, "model_rows_per_s": n / model_s,
             "end_to_end_rows_per_s": n / (featurise_s + model_s), "featurise_s": featurise_s, "model_s": model_s,
             "featurise_rows_per_cpu_s": n / featurise_cpu, "model_rows_per_cpu_s": n / max(model_cpu, 1e-9),
             "end_to_end_rows_per_cpu_s": n / (featurise_cpu + model_cpu)}
 
 
-def flat_tree_rows_per_s(predictor: Any, n: int = 20_000) -> float | None:
-    """The numpy flat-tree walk alone (what small requests use), rows/s on ``n`` rows."""
+def tree_engine(predictor: Any) -> str | None:
+    """How the tree models of ``predictor`` run: compiled C, numpy walk (and why), or LightGBM."""
+    from components.serving.native import FlatTrees
+
+    models = list(getattr(predictor, "models", {}).values())
+    if not models:
+        return None
+    flats = [m for m in models if isinstance(m, FlatTrees)]
+    if len(flats) < len(models):
+        return "LightGBM Booster.predict"
+    if all(m.compiled is not None for m in flats):
+        return f"compiled C ({sum(len(m.roots) for m in flats)} trees)"
+    return "; ".join(sorted({m.compiled_note or "numpy flat-tree walk" for m in flats if m.compiled is None}))
+
+
+def flat_tree_rows_per_s(predictor: Any, n: int = 2_000) -> float | None:
+    """The numpy flat-tree walk alone (the fallback without a C compiler), rows/s on ``n`` rows."""
     from components.devices import load_catalog
     from components.serving.featurise import op_feature_table
     from components.serving.native import FlatTrees
@@ -304,9 +324,13 @@ def run_bench(model: str, *, rows: int = 1_000_000, rate: float = 100.0, seconds
     result: dict[str, Any] = {
         "model_version": loaded.version, "machine": {"cpus": os.cpu_count(), "python": platform.python_version(),
                                                      "load_average": list(os.getloadavg())},
-        "targets": {"raw_rows_per_s": 1_000_000, "server_p99_ms_at_100rps": 50.0},
+        "targets": {"end_to_end_rows_per_cpu_s": 1_000_000, "share_of_roofline_rate": 0.5,
+                    "server_p99_ms_at_100rps": 10.0},
         "raw": {"model": raw_throughput(loaded.predictor, rows), "roofline": raw_throughput(RooflinePredictor(), rows)},
     }
+    raw = result["raw"]
+    raw["model_over_roofline_end_to_end"] = (raw["model"]["end_to_end_rows_per_cpu_s"]
+                                             / raw["roofline"]["end_to_end_rows_per_cpu_s"])
     result["raw"]["flat_tree_walk_rows_per_s"] = flat_tree_rows_per_s(loaded.predictor)
     port = _free_port()
     server = start_server(model, port)
@@ -318,6 +342,75 @@ def run_bench(model: str, *, rows: int = 1_000_000, rate: float = 100.0, seconds
     result["llm"] = {"skipped": True} if skip_llm else llm_latency(llm_model)
     result["machine"]["load_average_after"] = list(os.getloadavg())
     return result
+
+
+MARKER_START, MARKER_END = "<!-- bench-serve:start -->", "<!-- bench-serve:end -->"
+
+
+def _rate(value: float | None) -> str:
+    if value is None:
+        return "n/a"
+    return f"{value / 1e6:.2f}M" if value >= 1e6 else f"{value / 1e3:.0f}k"
+
+
+def _ms(entry: dict[str, Any], key: str) -> str:
+    value = entry.get(key)
+    return "n/a" if value is None else (f"{value:.1f} ms" if value < 1000 else f"{value / 1000:.2f} s")
+
+
+def readme_block(result: dict[str, Any], command: str) -> str:
+    """The README's speed section (between the bench-serve markers) from one ``run_bench`` result."""
+    raw, targets = result["raw"], result["targets"]
+    model, roof = raw["model"], raw["roofline"]
+    load = result["machine"].get("load_average", [float("nan")])[0]
+    load_after = result["machine"].get("load_average_after", [float("nan")])[0]
+    goal, share = targets["end_to_end_rows_per_cpu_s"], targets["share_of_roofline_rate"]
+    fast_enough = model["end_to_end_rows_per_cpu_s"] >= goal
+    close_enough = raw["model_over_roofline_end_to_end"] >= share
+    lines = [
+        f"Speed, `{command}` ({model['rows']:,} op questions per path, one thread; rates per CPU-second of that "
+        f"thread; `benchmarks/results/bench_serve.json`), {result['model_version']}, on "
+        f"{result['machine']['cpus']} cores, load average {load:.1f} before / {load_after:.1f} after:", "",
+        "| figure | featurise /CPU-s | model /CPU-s | end to end /CPU-s | end to end /s (wall) |",
+        "|---|---|---|---|---|",
+    ]
+    for name, entry in ((f"tabular champion, trees: {model.get('trees') or 'n/a'}", model),
+                        ("roofline model (training-free)", roof)):
+        rates = [_rate(entry[f"{stage}_rows_per_cpu_s"]) for stage in ("featurise", "model", "end_to_end")]
+        lines.append(f"| {name} | {' | '.join(rates)} | {_rate(entry['end_to_end_rows_per_s'])} |")
+    lines += ["", f"Targets: >= {_rate(goal)} op questions per CPU-second end to end -- "
+              f"{'met' if fast_enough else '**not met**'} ({_rate(model['end_to_end_rows_per_cpu_s'])}); >= "
+              f"{share:.0%} of the roofline model's rate -- {'met' if close_enough else '**not met**'} "
+              f"({raw['model_over_roofline_end_to_end']:.0%}).", ""]
+    server, source, llm = result.get("server_op", {}), result.get("server_source", {}), result.get("llm", {})
+    lines += ["| figure | p50 | p99 | notes |", "|---|---|---|---|"]
+    if server:
+        cpu = server.get("server_cpu_ms_per_request")
+        lines.append(f"| server, one op question per request at {server['rate_rps']:g} req/s (separate client) | "
+                     f"{_ms(server, 'p50_ms')} | {_ms(server, 'p99_ms')} | "
+                     f"{server['achieved_rps']:.0f} req/s achieved, "
+                     f"{server['errors']} errors, {'n/a' if cpu is None else f'{cpu:.1f}'} server CPU-ms per request; "
+                     f"target p99 < {targets['server_p99_ms_at_100rps']:g} ms |")
+    if source:
+        what = source.get("unavailable") or f"{source.get('n', '')} requests"
+        lines.append(f"| server, CUDA source question (compile + static analysis) | {_ms(source, 'p50_ms')} | "
+                     f"{_ms(source, 'p99_ms')} | {what} |")
+    if llm and not llm.get("skipped"):
+        lines.append(f"| llm path, one op question on 2 GPUs | {_ms(llm, 'p50_ms')} | {_ms(llm, 'p99_ms')} | "
+                     f"{llm.get('unavailable') or llm.get('model', '')} |")
+    return "\n".join(lines)
+
+
+def write_readme_block(path: Path, section: str) -> None:
+    """Replace what lies between the bench-serve markers of ``path`` (both must be there, in order)."""
+    from components.atomic import atomic_write_text
+
+    path = Path(path)
+    text = path.read_text()
+    start, end = text.find(MARKER_START), text.find(MARKER_END)
+    if start < 0 or end < start:
+        raise ValueError(f"{path}: needs {MARKER_START} and then {MARKER_END} around the speed section")
+    atomic_write_text(path, text[:start] + f"{MARKER_START}\n{section.rstrip()}\n" + text[end:])
 
 
 def write_result(result: dict[str, Any], path: Path) -> Path:

@@ -17,7 +17,9 @@ from __future__ import annotations
 from typing import Any
 
 import numpy as np
+import pandas as pd
 
+from components.features.analytical import map_labels
 from components.models import transfer as tr
 
 
@@ -63,10 +65,7 @@ class FastTransfer:
         columns = [_signed_log(frame[c]) if c in frame else np.full(n, np.nan) for c in self.p.feature_columns]
         for name in (c for c in CATEGORICAL if c in self.p.categories):
             lookup = {value: code for code, value in enumerate(self.p.categories[name])}
-            values = cols[name]
-            uniques, inverse = np.unique(values.astype(str), return_inverse=True)
-            codes = np.array([lookup.get(u, -1) for u in uniques], dtype="float64")
-            columns.append(codes[inverse] if n else np.empty(0))
+            columns.append(map_labels(cols[name], lookup, -1.0))
         return np.column_stack(columns) if columns else np.empty((n, 0))
 
     def _floor(self, family: np.ndarray) -> np.ndarray:
@@ -74,9 +73,8 @@ class FastTransfer:
         if not floors:
             return np.zeros(len(family))
         default = floors.get(tr.UNKNOWN_SOURCE_FLOOR, 0.0)
-        uniques, inverse = np.unique(family.astype(str), return_inverse=True)
-        values = np.array([floors.get(f"query|{u}", default) for u in uniques], dtype="float64")
-        return values[inverse]
+        per_family = {key.split("|", 1)[1]: value for key, value in floors.items() if key.startswith("query|")}
+        return map_labels(family, per_family, default)
 
     def _normaliser(self, cols: dict[str, Any], n: int) -> np.ndarray:
         which = self.p.config.runtime_normaliser
@@ -93,9 +91,10 @@ class FastTransfer:
         flags = np.zeros(len(family), dtype=bool)
         if not self.p.ood:
             return flags
-        for fam in np.unique(family.astype(str)):
-            rows = family == fam
-            entry = self.p.ood.get(fam)
+        codes, uniques = pd.factorize(np.asarray(family, dtype=object), use_na_sentinel=False)
+        for k, fam in enumerate(uniques):
+            rows = codes == k
+            entry = self.p.ood.get(str(fam))
             if entry is None:
                 flags[rows] = True
                 continue
@@ -107,9 +106,9 @@ class FastTransfer:
 
     def _notes(self, cols: dict[str, Any], n: int) -> np.ndarray:
         notes = np.full(n, None, dtype=object)
-        dtypes = cols["dtype"].astype(str)
+        codes, uniques = pd.factorize(np.asarray(cols["dtype"], dtype=object), use_na_sentinel=False)
         for dtype, columns in tr.NATIVE_DTYPE_PEAKS.items():
-            rows = dtypes == dtype
+            rows = np.isin(codes, [k for k, u in enumerate(uniques) if str(u) == dtype])
             present = [c for c in columns if c in cols]
             if not rows.any() or not present:
                 continue
@@ -150,7 +149,7 @@ class FastTransfer:
             if p.conformal:
                 q_global = float(p.conformal["q_log"])
                 by_family = p.conformal.get("by_family", {})
-                q = np.array([by_family.get(str(f), q_global) for f in family], dtype="float64")
+                q = map_labels(family, by_family, q_global)
                 if p.conformal.get("ood") is not None:
                     q = np.where(ood, np.maximum(q, float(p.conformal["ood"])), q)
                 spread = np.exp(q)

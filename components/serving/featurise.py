@@ -67,7 +67,7 @@ def _definition_flops(family: np.ndarray, op: np.ndarray, col: dict[str, np.ndar
     out[gemm] = (2.0 * b * col["M"] * col["N"] * col["K"])[gemm]
     elementwise = family == "elementwise"
     if elementwise.any():
-        per = pd.Series(op).map(ELEMENTWISE_FLOPS_PER_ELEMENT).to_numpy("float64", na_value=np.nan)
+        per = an.map_labels(op, ELEMENTWISE_FLOPS_PER_ELEMENT, np.nan)
         numel = np.where(np.isfinite(col["N"]), col["N"], col["B"] * col["H"])
         out[elementwise] = (per * numel)[elementwise]
     for fam, per_element in ROW_OP_FLOPS_PER_ELEMENT.items():
@@ -109,12 +109,13 @@ def op_feature_columns(family: np.ndarray, op: np.ndarray, dtype: np.ndarray, di
     # Object arrays of str, compared elementwise below; no conversion to numpy unicode (slow per row).
     family, op, dtype = (np.asarray(a, dtype=object) for a in (family, op, dtype))
     device_index = np.asarray(device_index, dtype="int64")
-    dims_frame = pd.DataFrame(dims, columns=list(an.DIMS))
+    dims = np.asarray(dims, dtype="float64")
+    dims_frame = {name: dims[:, j] for j, name in enumerate(an.DIMS)}  # columns as views: no DataFrame
     no_tile = (np.full(n, np.nan), np.full(n, np.nan))
     dem = an._family_demand(family, op, dtype, dims_frame, no_tile)
     per_device, dev_features = _device_arrays(specs)
     dv = {c: v[device_index] for c, v in per_device.items()}
-    e = pd.Series(dtype).map(an.ELEM_BYTES).fillna(4.0).to_numpy("float64")
+    e = an.map_labels(dtype, an.ELEM_BYTES, 4.0)
 
     # From here on: analytical_features' composition, for rows without a measured grid or counters.
     tensor_peak = np.select(
@@ -128,7 +129,7 @@ def op_feature_columns(family: np.ndarray, op: np.ndarray, dtype: np.ndarray, di
     sfu_ops = dem["sfu"]
     flops_pipes = tensor_flops + fma_flops
     covered = np.isfinite(flops_pipes) & np.isfinite(dem["bytes_min"]) & (dem["bytes_min"] > 0)
-    col = {k: dims_frame[k].to_numpy("float64") for k in ("B", "M", "N", "K", "H")}
+    col = {k: dims_frame[k] for k in ("B", "M", "N", "K", "H")}
     flops = np.where(covered, _definition_flops(family, op, col, flops_pipes), np.nan)
 
     ctas, threads = dem["ctas"], dem["threads"]
@@ -175,7 +176,10 @@ def op_feature_columns(family: np.ndarray, op: np.ndarray, dtype: np.ndarray, di
         "device_id": np.array([s.id for s in specs], dtype=object)[device_index],
         "source": np.full(n, QUERY_SOURCE, dtype=object), "family": family, "op": op, "dtype": dtype,
     }
-    columns.update({k: np.where(covered, np.asarray(v, dtype="float64"), np.nan) for k, v in f.items()})
+    if covered.all():  # the usual case: every question has a formula; no masking pass over ~40 columns
+        columns.update({k: np.asarray(v, dtype="float64") for k, v in f.items()})
+    else:
+        columns.update({k: np.where(covered, np.asarray(v, dtype="float64"), np.nan) for k, v in f.items()})
     known = covered & np.isfinite(roofline)
     columns["_bound_code"] = np.where(known, compute_bound.astype(np.int8), -1)
     for name in an.M_COLUMNS[:-1]:

@@ -8,6 +8,11 @@ children, missing-value rule and (categorical splits) a category bitmask. ``Flat
 walks every tree level by level with array operations and returns what ``Booster.predict`` returns
 (raw sum for regression; sigmoid/softmax for binary/multiclass), to float rounding --
 ``tests/unit/test_serving_native.py`` checks it against LightGBM on real rows.
+
+Where a C compiler is present the same arrays are also compiled (``components.serving.compiled``,
+cached per model under the state folder) and every prediction runs in C, bit-identical to LightGBM's
+raw scores and several times faster; the numpy walk (small batches) and LightGBM (bulk) remain the
+fallback while the compile runs in the background or when there is no compiler.
 """
 
 from __future__ import annotations
@@ -45,6 +50,11 @@ class FlatTrees:
         self.booster_file: Path | None = None  # the LightGBM text model these arrays came from
         self._booster: Any = None
         self.threads: int | None = None  # LightGBM's num_threads for bulk predictions (None: its default)
+        # The same trees compiled to C (components.serving.compiled), when a compiler was there.
+        self.compiled: Any = None
+        self.compiled_note: str | None = None  # why there is no compiled copy (the numpy walk answers)
+        self._pending: Path | None = None  # where a background compile will put the library
+        self._cache_dir: Path | None = None
 
     @classmethod
     def from_dump(cls, dump: dict[str, Any]) -> "FlatTrees":
@@ -114,14 +124,48 @@ class FlatTrees:
         atomic_write(Path(path), write)
 
     @classmethod
-    def load(cls, path: Path) -> "FlatTrees":
+    def load(cls, path: Path, *, attach: bool = True) -> "FlatTrees":
         with np.load(path, allow_pickle=False) as data:
             arrays = {k: data[k] for k in data.files if k != "meta"}
             meta = json.loads(str(data["meta"]))
         flat = cls(arrays, meta["objective"], int(meta["n_classes"]))
         source = Path(path).with_suffix(".txt")
         flat.booster_file = source if source.is_file() else None
+        if attach:
+            flat.attach_compiled(build=False)
+            if flat.compiled is None and flat._pending is not None:
+                from components.serving.compiled import start_background_compile
+
+                start_background_compile(Path(path), flat._pending)
         return flat
+
+    def attach_compiled(self, cache_dir: Path | None = None, *, build: bool = True) -> None:
+        """Use the compiled copy of these trees: every prediction then runs in C. ``build``: compile now
+        if the cache has none (seconds); else note where it will appear (``_pending``) and keep the numpy
+        walk / LightGBM until then. ``KERNELCAST_COMPILED_TREES=0`` turns compiled trees off."""
+        import os
+
+        self._pending = None
+        if os.environ.get("KERNELCAST_COMPILED_TREES", "1") == "0":
+            self.compiled, self.compiled_note = None, "compiled trees off (KERNELCAST_COMPILED_TREES=0)"
+            return
+        from components.serving.compiled import compile_trees, compiler, library_path
+
+        self.compiled = compile_trees(self, cache_dir, build=build)
+        if self.compiled is not None:
+            self.compiled_note = None
+        elif compiler() is None:
+            self.compiled_note = "no C compiler (cc/gcc/clang or $CC): trees walked in numpy"
+        elif build:
+            self.compiled_note = "compiling the trees failed: trees walked in numpy"
+        else:
+            self._pending, self._cache_dir = library_path(self, cache_dir), cache_dir
+            self.compiled_note = "trees being compiled in the background: numpy walk / LightGBM until then"
+
+    def _check_pending(self) -> None:
+        """Pick up a library the background compile has finished since this model was loaded."""
+        if self._pending is not None and self._pending.is_file():
+            self.attach_compiled(self._cache_dir, build=False)
 
     def raw(self, x: np.ndarray, chunk: int = 4096) -> np.ndarray:
         """Sum of leaf values per row (per class for multiclass: shape n x classes)."""
@@ -148,7 +192,9 @@ class FlatTrees:
                 go_left = np.where(is_default, self.default_left[at], numeric <= self.threshold[at])
                 categorical = self.categorical[at]
                 if categorical.any():
-                    codes = np.where(nan | (value < 0) | (value >= 64), -1, np.nan_to_num(value, nan=-1)).astype(np.int64)
+                    # LightGBM casts to int (truncation: -0.5 is category 0); NaN and negatives go right.
+                    codes = np.where(nan | (value <= -1) | (value >= 64), -1,
+                                     np.trunc(np.nan_to_num(value, nan=-1))).astype(np.int64)
                     bit = (self.cat_mask[at] >> np.clip(codes, 0, 63).astype(np.uint64)) & np.uint64(1)
                     go_left = np.where(categorical, (codes >= 0) & (bit == 1), go_left)
                 step = np.where(go_left, self.left[at], self.right[at])
@@ -159,6 +205,10 @@ class FlatTrees:
         return out
 
     def predict(self, x: np.ndarray) -> np.ndarray:
+        if self._pending is not None:
+            self._check_pending()
+        if self.compiled is not None:
+            return self._link(self.compiled.raw(x))
         if len(x) > BULK_ROWS and self.booster_file is not None:
             try:
                 if self._booster is None:
@@ -169,7 +219,10 @@ class FlatTrees:
                 return np.asarray(self._booster.predict(np.asarray(x, dtype=np.float64), **options), dtype=np.float64)
             except ImportError:
                 self.booster_file = None
-        raw = self.raw(x)
+        return self._link(self.raw(x))
+
+    def _link(self, raw: np.ndarray) -> np.ndarray:
+        """Raw scores -> what ``Booster.predict`` returns for the objective."""
         if self.objective == "binary":
             return 1.0 / (1.0 + np.exp(-raw[:, 0]))
         if self.objective in ("multiclass", "softmax"):
@@ -191,6 +244,7 @@ def flatten_folder(folder: Path) -> list[Path]:
         target = (folder / name).with_suffix(NPZ_SUFFIX)
         if not target.exists():
             FlatTrees.from_dump(lgb.Booster(model_file=str(folder / name)).dump_model()).save(target)
+        FlatTrees.load(target)  # starts compiling the trees into the state folder's cache (once per model)
         written.append(target)
     return written
 

@@ -270,11 +270,27 @@ def serve_bench_command(
                                                        "embedded base with untrained heads)")] = None,
     skip_llm: Annotated[bool, typer.Option(help="leave the llm latency out")] = False,
     out: Annotated[Path, typer.Option(help="results JSON")] = Path("benchmarks/results/bench_serve.json"),
+    markdown: Annotated[Path | None, typer.Option(help=(
+        "write the speed table here, between <!-- bench-serve:start --> and <!-- bench-serve:end --> "
+        "(e.g. README.md)"))] = None,
 ) -> None:
-    """Serving speed: raw batched predictions/s (one thread), server p50/p99 at a fixed rate, a CUDA source query, llm."""
+    """Serving speed: per-stage rates per CPU-second (one thread), server p50/p99 at a fixed rate, a CUDA source
+    query, llm; optionally the README's speed table."""
     prepared_settings()
-    from components.serving.bench import run_bench, write_result
+    from components.serving.bench import readme_block, run_bench, write_readme_block, write_result
 
+    if markdown is not None and not markdown.is_file():
+        raise UserError(f"--markdown {markdown}: file not found")
     result = run_bench(model, rows=rows, rate=rate, seconds=seconds, llm_model=llm_model, skip_llm=skip_llm)
+    command = " ".join(["kernelcast bench serve", *([f"--model {model}"] if model != "models:/kernelcast@champion"
+                                                     else []), f"--rows {rows}", f"--rate {rate:g}",
+                        f"--seconds {seconds:g}", *(["--skip-llm"] if skip_llm else [])])
+    result["command"] = command
     typer.echo(json.dumps(result, indent=2, sort_keys=True))
     typer.echo(f"wrote {write_result(result, out)}")
+    if markdown is not None:
+        try:
+            write_readme_block(markdown, readme_block(result, command))
+        except (OSError, ValueError) as exc:
+            raise UserError(f"--markdown: {exc}") from None
+        typer.echo(f"wrote {markdown}")
