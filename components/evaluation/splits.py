@@ -26,7 +26,8 @@ import pandas as pd
 
 from components.sampling import unit_hash_series as _unit_hash  # [0, 1) per key, by hash
 
-SPLITS: tuple[str, ...] = ("random", "unseen-kernel", "unseen-gpu", "neusight", "pipeweave-fp8", "bolet-roofline")
+SPLITS: tuple[str, ...] = ("random", "unseen-kernel", "unseen-gpu", "neusight", "pipeweave-fp8", "bolet-roofline",
+                           "amd-source")
 NEUSIGHT_TRAIN_DEVICES: tuple[str, ...] = (
     "Tesla P4", "Tesla P100-PCIE-16GB", "Tesla T4", "Tesla V100-PCIE-32GB", "NVIDIA A100-PCIE-40GB",
     "NVIDIA A100 80GB PCIe",  # NeuSight's conv training file is the 80 GB card (MANIFEST)
@@ -162,6 +163,12 @@ def bolet_roofline_split(table: pd.DataFrame, per_class: int = BOLET_PER_CLASS) 
     return [Fold("bolet-roofline", train, pd.Index(test_index))]
 
 
+def _amd_source_split(table: pd.DataFrame) -> list[Fold]:
+    from components.evaluation.amd_source import amd_source_split  # its own module (HIP static features)
+
+    return amd_source_split(table)
+
+
 def make_split(table: pd.DataFrame, name: str) -> list[Fold]:
     builders = {
         "random": random_split,
@@ -170,6 +177,7 @@ def make_split(table: pd.DataFrame, name: str) -> list[Fold]:
         "neusight": neusight_split,
         "pipeweave-fp8": pipeweave_fp8_split,
         "bolet-roofline": bolet_roofline_split,
+        "amd-source": _amd_source_split,
     }
     if name not in builders:
         raise ValueError(f"unknown split {name!r}; choose one of {', '.join(SPLITS)}")

@@ -188,8 +188,9 @@ HIP_PRELUDE = r"""#include <hip/hip_runtime.h>
 def untranslatable_reason(source: str) -> str | None:
     """Why a CUDA source cannot go through the HIP translation, or None."""
     for pattern, why in _UNTRANSLATABLE:
-        if re.search(pattern, source):
-            return why
+        found = re.search(pattern + r"\w*", source)
+        if found:
+            return f"{why}: '{found.group(0).strip()}'"
     return None
 
 
