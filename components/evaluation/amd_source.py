@@ -37,7 +37,8 @@ def amd_source_split(table: pd.DataFrame, per_program: int | None = None) -> lis
     if not devices:
         raise ValueError(f"no AMD GPU among the {SOURCE} rows")
     hub = table[table["source"].eq(SOURCE) & table["config_id"].notna()]
-    kept = sampled_config_ids(zip(hub["program"].astype(str), hub["config_id"].astype(str)),
+    on_amd = hub[hub["device_id"].astype(str).isin(devices)]  # drawn from the HIP rows, as the static stage draws
+    kept = sampled_config_ids(zip(on_amd["program"].astype(str), on_amd["config_id"].astype(str)),
                               HIP_CONFIGS_PER_PROGRAM if per_program is None else per_program)
     chosen = pd.Series([(p, c) in kept for p, c in zip(hub["program"].astype(str), hub["config_id"].astype(str))],
                        index=hub.index)

@@ -72,11 +72,26 @@ def sample_configs(configs: Iterable[tuple[str, str]], per_program: int | None) 
 def compile_config(datasets_dir: Path, program: str, params_json: str, arch: str,
                    cache_dir: Path | None = None) -> Any:
     """The HIP static report of one benchmark_hub configuration (the tuned kernel only)."""
-    from components.features.static_hip import analyze_hip_file
+    from components.features.static_hip import analyze_hip_source
 
     rel, kernel = BENCHMARK_HUB_HIP[program]
-    return analyze_hip_file(datasets_dir / "benchmark_hub" / rel, arch, kernel, defines=config_defines(params_json),
-                            source_id=program, cache_dir=cache_dir)
+    path = datasets_dir / "benchmark_hub" / rel
+    text, defines = kernel_tuner_source(path.read_text(errors="replace"), config_defines(params_json))
+    return analyze_hip_source(text, arch, kernel, str(path), path=path, defines=defines, source_id=program,
+                              cache_dir=cache_dir)
+
+
+def kernel_tuner_source(text: str, defines: dict[str, str]) -> tuple[str, dict[str, str]]:
+    """The source as Kernel Tuner compiles it: a ``loop_unroll_factor_*`` parameter of 0 removes its
+    ``#pragma unroll <name>`` line (the compiler decides; clang rejects ``#pragma unroll 0``)."""
+    import re
+
+    out = dict(defines)
+    for name, value in defines.items():
+        if name.startswith("loop_unroll_factor") and value == "0":
+            text = re.sub(rf"^[ \t]*#[ \t]*pragma[ \t]+unroll[ \t]+{name}\b.*$", "", text, flags=re.M)
+            del out[name]
+    return text, out
 
 
 def _block(params_json: str) -> int:
@@ -124,9 +139,12 @@ def build_hip_config_table(measurements: pd.DataFrame, kernels: pd.DataFrame, ca
     rows = rows.assign(program=rows["kernel_id"].map(programs)).dropna(subset=["program"])
     rows = rows[rows["program"].isin(list(BENCHMARK_HUB_HIP))].drop_duplicates(["kernel_id", "params_json",
                                                                                  "device_id"])
-    chosen = set(sample_configs(zip(rows["program"], rows["params_json"]), per_program))
-    rows = rows[[(p, q) in chosen for p, q in zip(rows["program"], rows["params_json"])]]
     specs = {d: catalog.get(d) for d in rows["device_id"].unique()}
+    # The sample is drawn from the configurations an AMD GPU ran (the HIP rows), the same draw the
+    # amd-source split makes; every GPU's row of a drawn configuration gets its features.
+    on_amd = rows["device_id"].map(lambda d: specs[d].vendor == "amd")
+    chosen = set(sample_configs(zip(rows.loc[on_amd, "program"], rows.loc[on_amd, "params_json"]), per_program))
+    rows = rows[[(p, q) in chosen for p, q in zip(rows["program"], rows["params_json"])]]
     arch_of = {d: _shared_isa(hip_arch_for_device(s)[0] if s.vendor == "amd" else archs.get("nvidia", "gfx1030"))
                for d, s in specs.items()}
     jobs = sorted({(p, q, arch_of[d]) for p, q, d in zip(rows["program"], rows["params_json"], rows["device_id"])})
@@ -155,7 +173,8 @@ def build_hip_config_table(measurements: pd.DataFrame, kernels: pd.DataFrame, ca
 
 
 def gpuflopbench_hip_coverage(src_root: Path, archs: Sequence[str], programs: Sequence[str] | None = None,
-                              cache_dir: Path | None = None) -> dict[str, Any]:
+                              cache_dir: Path | None = None,
+                              on_file: Any = None) -> dict[str, Any]:
     """Which gpuFLOPBench CUDA files compile to AMDGPU ISA through the HIP translation, per arch.
 
     A file is compiled for the first arch; front-end failures (translation, a missing header, a
@@ -167,9 +186,9 @@ def gpuflopbench_hip_coverage(src_root: Path, archs: Sequence[str], programs: Se
     from components.features.static_hip import analyze_hip_file
 
     folders = sorted(p for p in src_root.iterdir() if p.is_dir() and p.name.endswith("-cuda"))
-    if programs is not None:
-        wanted = set(programs)
-        folders = [f for f in folders if f.name in wanted]
+    if programs is not None:  # in the order given (a hash order makes any prefix a fair sample)
+        by_name = {f.name: f for f in folders}
+        folders = [by_name[p] for p in programs if p in by_name]
     results: dict[str, dict[str, str]] = {}
     for folder in folders:
         for cu in sorted(folder.rglob("*.cu")):
@@ -190,9 +209,16 @@ def gpuflopbench_hip_coverage(src_root: Path, archs: Sequence[str], programs: Se
                 except CompileError as exc:
                     outcome[arch] = f"{exc.reason}: {_first_error(exc.log)}"
             results[f"{folder.name}/{cu.relative_to(folder)}"] = outcome
+            if on_file is not None:
+                on_file(results)
+    return coverage_summary(results, archs, len(folders))
+
+
+def coverage_summary(results: Mapping[str, Mapping[str, str]], archs: Sequence[str], programs: int) -> dict[str, Any]:
+    """Counts per arch (ok / reason kind) of per-file outcomes."""
     per_arch = {a: Counter("ok" if o[a] == "ok" else o[a].split(":")[0] for o in results.values()) for a in archs}
-    return {"files": len(results), "programs": len(folders), "per_arch": {a: dict(c) for a, c in per_arch.items()},
-            "results": results}
+    return {"files": len(results), "programs": programs, "per_arch": {a: dict(c) for a, c in per_arch.items()},
+            "results": dict(results)}
 
 
 def _first_error(log: str) -> str:
