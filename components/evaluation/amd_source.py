@@ -25,9 +25,9 @@ def amd_devices(table: pd.DataFrame) -> list[str]:
     return sorted(rows.loc[rows["dev_is_amd"].fillna(0) > 0, "device_id"].astype(str).unique())
 
 
-def amd_source_split(table: pd.DataFrame, per_program: int | None = None) -> list[Fold]:
+def amd_source_split(table: pd.DataFrame, share: float | None = None) -> list[Fold]:
     """One fold per AMD GPU of benchmark_hub: its sampled-configuration HIP rows vs every other GPU's rows."""
-    from components.features.static_hip_table import HIP_CONFIGS_PER_PROGRAM, sampled_config_ids
+    from components.features.static_hip_table import HIP_CONFIG_SHARE, sampled_config_ids
 
     if "source" not in table.columns or not table["source"].eq(SOURCE).any():
         raise ValueError(f"no {SOURCE} rows in the feature table")
@@ -39,7 +39,7 @@ def amd_source_split(table: pd.DataFrame, per_program: int | None = None) -> lis
     hub = table[table["source"].eq(SOURCE) & table["config_id"].notna()]
     on_amd = hub[hub["device_id"].astype(str).isin(devices)]  # drawn from the HIP rows, as the static stage draws
     kept = sampled_config_ids(zip(on_amd["program"].astype(str), on_amd["config_id"].astype(str)),
-                              HIP_CONFIGS_PER_PROGRAM if per_program is None else per_program)
+                              HIP_CONFIG_SHARE if share is None else share)
     chosen = pd.Series([(p, c) in kept for p, c in zip(hub["program"].astype(str), hub["config_id"].astype(str))],
                        index=hub.index)
     folds = []

@@ -73,7 +73,7 @@ def _config_ids(frame: pd.DataFrame) -> pd.Series:
     """A short id of each row's tuning configuration (benchmark_hub), so splits can pick configurations."""
     from components.features.static_hip_table import config_id
 
-    if "params_json" not in frame.columns:
+    if "params_json" not in frame.columns or "source" not in frame.columns:
         return pd.Series(pd.NA, index=frame.index, dtype="string")
     tuned = frame["source"].eq("benchmark_hub") & frame["params_json"].notna()
     ids = pd.Series(pd.NA, index=frame.index, dtype="string")

@@ -61,7 +61,7 @@ def _hip_config_rows(kernels: pd.DataFrame, canonical_dir: Path, datasets_dir: P
     """benchmark_hub's HIP tuning configurations (a hash-chosen sample, static_hip_table), or nothing
     -- with the reason in the coverage -- where no HIP compiler is installed."""
     from components.features.static_hip import hip_available
-    from components.features.static_hip_table import HIP_CONFIGS_PER_PROGRAM, build_hip_config_table
+    from components.features.static_hip_table import HIP_CONFIG_SHARE, build_hip_config_table
 
     measurements_file = canonical_dir / "measurements.parquet"
     if not hip_available():
@@ -71,7 +71,7 @@ def _hip_config_rows(kernels: pd.DataFrame, canonical_dir: Path, datasets_dir: P
     from components.devices import load_catalog
 
     measurements = pd.read_parquet(measurements_file, columns=["kernel_id", "params_json", "device_id", "source"])
-    return build_hip_config_table(measurements, kernels, load_catalog(), datasets_dir, HIP_CONFIGS_PER_PROGRAM)
+    return build_hip_config_table(measurements, kernels, load_catalog(), datasets_dir, HIP_CONFIG_SHARE, workers=2)
 
 
 # --------------------------------------------------------------------------- features

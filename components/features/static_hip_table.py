@@ -4,7 +4,7 @@ configuration, its tuning parameters as -D macros) and the HIP coverage of gpuFL
 benchmark_hub measures one kernel under thousands of tuning configurations; the AMD GPU's rows
 (W6600, gfx1032) ran the ``.cu.hip`` source. Each configuration compiles in ~0.6 s, so all of them
 (4362 convolution + 11130 dedispersion) would take hours on a small box: :func:`sample_configs`
-picks a deterministic, hash-chosen share (the caller says how many), and compiles are cached by
+picks a deterministic, hash-chosen share (``HIP_CONFIG_SHARE``), and compiles are cached by
 source, defines and architecture, so a rerun costs seconds.
 
 The ``s_*`` columns are the same as the CUDA static table's (static_frames) plus AMD occupancy:
@@ -23,8 +23,9 @@ from typing import Any
 
 import pandas as pd
 
-# Configurations compiled per benchmark_hub kernel (hash-chosen): 2 x 150 compiles, ~4 min once, cached after.
-HIP_CONFIGS_PER_PROGRAM = 150
+# Share of benchmark_hub's HIP configurations compiled (hash-chosen): 1% = ~160 of 15492, ~2 min once on a
+# quiet core (~0.7 s a compile), cached after.
+HIP_CONFIG_SHARE = 0.01
 # benchmark_hub cache folder -> (HIP source under kernels/, kernel name)
 BENCHMARK_HUB_HIP: dict[str, tuple[str, str]] = {
     "convolution_milo": ("kernels/convolution_milo.cu.hip", "convolution_kernel"),
@@ -44,29 +45,21 @@ def config_id(params_json: str) -> str:
     return hashlib.sha256(str(params_json).encode()).hexdigest()[:16]
 
 
-def config_hash(program: str, config: str, salt: str = "amd-source") -> int:
-    """Sampling order of a configuration (by its ``config_id``): the same on every run and in every table."""
-    return int(hashlib.sha256(f"{salt}|{program}|{config}".encode()).hexdigest()[:12], 16)
+def config_unit(program: str, config: str, salt: str = "amd-source") -> float:
+    """A configuration's place in [0, 1) (by its ``config_id``): the same on every run and in every table."""
+    return int(hashlib.sha256(f"{salt}|{program}|{config}".encode()).hexdigest()[:12], 16) / float(1 << 48)
 
 
-def sampled_config_ids(configs: Iterable[tuple[str, str]], per_program: int | None) -> set[tuple[str, str]]:
-    """(program, config_id) pairs :func:`sample_configs` keeps, from (program, config_id) pairs."""
-    by_program: dict[str, list[str]] = {}
-    for program, cid in set(configs):
-        by_program.setdefault(program, []).append(cid)
-    out = set()
-    for program, items in by_program.items():
-        items.sort(key=lambda c: config_hash(program, c))
-        out |= {(program, c) for c in (items if per_program is None else items[:per_program])}
-    return out
+def sampled_config_ids(configs: Iterable[tuple[str, str]], share: float | None) -> set[tuple[str, str]]:
+    """(program, config_id) pairs in the sample: those whose :func:`config_unit` is below ``share``
+    (None keeps all). A threshold, not a top-N, so a table with fewer rows (validation quarantined
+    some) draws the same configurations as the static stage did."""
+    return {(p, c) for p, c in set(configs) if share is None or config_unit(p, c) < share}
 
 
-def sample_configs(configs: Iterable[tuple[str, str]], per_program: int | None) -> list[tuple[str, str]]:
-    """(program, params_json) pairs, at most ``per_program`` per program, the smallest hashes first
-    (deterministic: the same sample on every run; None keeps all)."""
-    pairs = sorted(set(configs))
-    kept = sampled_config_ids(((p, config_id(q)) for p, q in pairs), per_program)
-    return [(p, q) for p, q in pairs if (p, config_id(q)) in kept]
+def sample_configs(configs: Iterable[tuple[str, str]], share: float | None) -> list[tuple[str, str]]:
+    """(program, params_json) pairs whose configuration is in the sample, sorted."""
+    return sorted((p, q) for p, q in set(configs) if share is None or config_unit(p, config_id(q)) < share)
 
 
 def compile_config(datasets_dir: Path, program: str, params_json: str, arch: str,
@@ -119,7 +112,7 @@ def _shared_isa(arch: str) -> str:
 
 
 def build_hip_config_table(measurements: pd.DataFrame, kernels: pd.DataFrame, catalog: Any, datasets_dir: Path,
-                           per_program: int | None = 200, archs: Mapping[str, str] | None = None,
+                           share: float | None = HIP_CONFIG_SHARE, archs: Mapping[str, str] | None = None,
                            cache_dir: Path | None = None, workers: int = 1) -> tuple[pd.DataFrame, dict[str, int]]:
     """(one row per (kernel_id, params_json, device_id) of benchmark_hub with s_* columns, coverage).
 
@@ -143,7 +136,7 @@ def build_hip_config_table(measurements: pd.DataFrame, kernels: pd.DataFrame, ca
     # The sample is drawn from the configurations an AMD GPU ran (the HIP rows), the same draw the
     # amd-source split makes; every GPU's row of a drawn configuration gets its features.
     on_amd = rows["device_id"].map(lambda d: specs[d].vendor == "amd")
-    chosen = set(sample_configs(zip(rows.loc[on_amd, "program"], rows.loc[on_amd, "params_json"]), per_program))
+    chosen = set(sample_configs(zip(rows.loc[on_amd, "program"], rows.loc[on_amd, "params_json"]), share))
     rows = rows[[(p, q) in chosen for p, q in zip(rows["program"], rows["params_json"])]]
     arch_of = {d: _shared_isa(hip_arch_for_device(s)[0] if s.vendor == "amd" else archs.get("nvidia", "gfx1030"))
                for d, s in specs.items()}
@@ -226,6 +219,5 @@ def _first_error(log: str) -> str:
     return line.split("error:", 1)[-1].strip()[:160]
 
 
-__all__ = ["BENCHMARK_HUB_HIP", "build_hip_config_table", "compile_config", "config_defines", "config_id",
-           "sampled_config_ids",
-           "gpuflopbench_hip_coverage", "sample_configs"]
+__all__ = ["BENCHMARK_HUB_HIP", "HIP_CONFIG_SHARE", "build_hip_config_table", "compile_config", "config_defines",
+           "config_id", "gpuflopbench_hip_coverage", "sample_configs", "sampled_config_ids"]

@@ -13,7 +13,8 @@ from components.devices import load_catalog
 
 DATASETS = Path(__file__).resolve().parents[2].parent / "shared" / "datasets"
 HUB = DATASETS / "benchmark_hub"
-needs_hip = pytest.mark.skipif(shutil.which("hipcc") is None or not Path("/usr/lib/x86_64-linux-gnu/amdgcn/bitcode/ockl.bc").is_file(),
+DEVICE_LIBS = Path("/usr/lib/x86_64-linux-gnu/amdgcn/bitcode/ockl.bc")
+needs_hip = pytest.mark.skipif(shutil.which("hipcc") is None or not DEVICE_LIBS.is_file(),
                                reason="HIP compiler absent: apt-get install hipcc rocm-device-libs")
 
 
@@ -37,13 +38,15 @@ def test_amd_source_split_holds_the_w6600_out_on_sampled_configurations(hub) -> 
 
     measurements, kernels = hub
     table = build_feature_table(measurements, kernels, load_catalog())
-    (fold,) = amd_source_split(table, per_program=5)
+    (fold,) = amd_source_split(table, share=0.002)
     test, train = table.loc[fold.test], table.loc[fold.train]
     assert fold.name == "amd-source:radeon-pro-w6600"
     assert set(test["device_id"]) == {"radeon-pro-w6600"} and "radeon-pro-w6600" not in set(train["device_id"])
-    assert test.groupby("program")["config_id"].nunique().to_dict() == {"convolution_milo": 5, "dedispersion_milo": 5}
+    drawn = test.groupby("program")["config_id"].nunique()
+    assert set(drawn.index) == {"convolution_milo", "dedispersion_milo"} and 10 <= drawn.sum() <= 60  # ~31 expected
+    assert len(test) == drawn.sum()  # one W6600 row per configuration
     # the same configurations every time (hash-chosen), and a larger sample contains the smaller
-    again = amd_source_split(table, per_program=8)[0]
+    again = amd_source_split(table, share=0.004)[0]
     assert set(table.loc[fold.test, "config_id"]) <= set(table.loc[again.test, "config_id"])
 
 
@@ -66,12 +69,13 @@ def test_sampled_configurations_compile_with_their_macros(hub, tmp_path: Path) -
     from components.features.static_hip_table import build_hip_config_table
 
     measurements, kernels = hub
-    table, coverage = build_hip_config_table(measurements, kernels, load_catalog(), DATASETS, per_program=2,
+    table, coverage = build_hip_config_table(measurements, kernels, load_catalog(), DATASETS, share=0.0003,
                                              cache_dir=tmp_path)
-    assert coverage["configs"] == 4 and coverage.get("compile_failures", 0) == 0
-    assert coverage["compiles"] == 4  # RDNA2 (W6600) and the NVIDIA rows share one gfx1030 compile
+    assert 1 <= coverage["configs"] <= 12 and coverage.get("compile_failures", 0) == 0
+    # RDNA2 (W6600) and the NVIDIA rows share one gfx1030 compile per configuration
+    assert coverage["compiles"] == coverage["configs"]
     w6600 = table[table["device_id"] == "radeon-pro-w6600"]
-    assert len(w6600) == 4 and (w6600["s_registers"] > 0).all() and (w6600["s_total"] > 0).all()
+    assert len(w6600) == coverage["configs"] and (w6600["s_registers"] > 0).all() and (w6600["s_total"] > 0).all()
     assert ((w6600["s_occupancy"] > 0) & (w6600["s_occupancy"] <= 1)).all()
     # the four GPUs of a configuration share its code features, occupancy is each GPU's own
     per_config = table.groupby("params_json")["s_total"].nunique()

@@ -20,7 +20,8 @@ from components.features.static_hip import (
 
 DATASETS = Path(__file__).resolve().parents[2].parent / "shared" / "datasets"
 CONV_HIP = DATASETS / "benchmark_hub" / "kernels" / "convolution_milo.cu.hip"
-needs_hip = pytest.mark.skipif(shutil.which("hipcc") is None or not Path("/usr/lib/x86_64-linux-gnu/amdgcn/bitcode/ockl.bc").is_file(),
+DEVICE_LIBS = Path("/usr/lib/x86_64-linux-gnu/amdgcn/bitcode/ockl.bc")
+needs_hip = pytest.mark.skipif(shutil.which("hipcc") is None or not DEVICE_LIBS.is_file(),
                                reason="HIP compiler absent: apt-get install hipcc rocm-device-libs")
 
 
