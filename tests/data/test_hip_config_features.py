@@ -80,3 +80,19 @@ def test_sampled_configurations_compile_with_their_macros(hub, tmp_path: Path) -
     # the four GPUs of a configuration share its code features, occupancy is each GPU's own
     per_config = table.groupby("params_json")["s_total"].nunique()
     assert (per_config == 1).all() and table["device_id"].nunique() >= 3
+
+
+def test_bench_scores_amd_source_per_kernel_beside_the_roofline(hub) -> None:
+    from components.evaluation.bench import run_accuracy_bench
+    from components.features.build import build_feature_table
+    from components.models.roofline import RooflinePredictor
+
+    measurements, kernels = hub
+    table = build_feature_table(measurements, kernels, load_catalog())
+    result = run_accuracy_bench(table, ["roofline"], ["amd-source"], lambda *_: (RooflinePredictor(), 0.0), [])
+    runtime = {r["target"]: r for r in result.rows if r["metric"] == "mape"}
+    ops = {"duration_us[op=convolution_kernel]", "duration_us[op=dedispersion_kernel]"}
+    assert ops <= set(runtime) and "duration_us[device=radeon-pro-w6600]" in runtime
+    assert runtime["duration_us"]["n"] == sum(runtime[o]["n"] for o in ops) > 0
+    # the roofline is a lower bound on runtime: its MAPE against measured time lies in (0, 100%)
+    assert 0 < runtime["duration_us"]["ours"] < 1
