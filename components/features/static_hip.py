@@ -221,6 +221,31 @@ def cuda_to_hip(source: str, path: Path | None = None, include_dirs: tuple[Path,
     return HIP_PRELUDE + "#line 1\n" + text + instances + "\n", dict(prepared.default_defines)
 
 
+def cuda_to_hip_whole(source: str, path: Path | None = None, include_dirs: tuple[Path, ...] = ()) -> str:
+    """The whole CUDA program (host code kept) as HIP: clang compiles host code with the real C++
+    library, so where extracting the device code failed (a kernel using a host-side type, a
+    ``std::`` helper) the whole file may still compile. Quoted headers are inlined so the renaming
+    reaches them; the CUDA runtime API is renamed to HIP's (``cudaMalloc`` -> ``hipMalloc``)."""
+    from components.features.static_source import PreparedSource, inline_includes
+
+    seen: set[Path] = {path.resolve()} if path else set()
+    text = inline_includes(source, path.parent if path else None, include_dirs, PreparedSource(text=""), seen)
+    text = re.sub(r"/\* kc: dropped <([^>]+)> \*/", r"#include <\1>", text)  # system headers: clang has them
+    why = untranslatable_reason(text)
+    if why:
+        raise CompileError(str(path or "question.cu"), why, "no HIP translation")
+
+    def header(match: re.Match[str]) -> str:
+        name = match.group(1).strip()
+        if name not in _HEADER_MAP:
+            return match.group(0)
+        return f"#include <{_HEADER_MAP[name]}>" if _HEADER_MAP[name] else f"/* kc: {name} (CUDA-only, dropped) */"
+
+    text = re.sub(r'^[ \t]*#[ \t]*include[ \t]*[<"]([^>"]+)[>"]', header, text, flags=re.M)
+    text = re.sub(r"\bcuda(?=[A-Z]\w*\b)", "hip", text)
+    return HIP_PRELUDE + "#line 1\n" + text + "\n"
+
+
 def hip_source_text(source: str) -> str:
     """A HIP source as compiled: the runtime header first (harmless when the file includes it too),
     so a kernel cut out of its file (the editor extension sends those) still has its builtins."""
@@ -336,9 +361,6 @@ def analyze_hip_source(
     Raises HipToolchainMissing (no compiler), CompileError (the compiler's log; reason 'no HIP
     translation' for CUDA that cannot be translated), NoKernelError, LookupError (``kernel`` absent).
     """
-    from components.features.static import NoKernelError, StaticReport
-    from components.features.static_cache import cache_load, cache_store, default_cache_dir
-
     requested = check_amd_arch(arch)
     chosen, arch_note = hip_compile_arch(requested)
     incs = [Path(p).resolve() for p in include_dirs] + ([path.parent.resolve()] if path else [])
@@ -350,6 +372,27 @@ def analyze_hip_source(
         text, all_defines = hip_source_text(source), given
     options = build_hip_options(chosen, incs, all_defines)
     sid = source_id or (Path(name).stem.split(".")[0] if name != "<string>" else "<string>")
+    payload, cached = _compiled(text, name, chosen, sid, options, timeout_s, memory_bytes, cache_dir, use_cache)
+    if from_cuda and payload.get("error", {}).get("reason") == "compilation failed":
+        # The extracted device code did not compile: try the whole program, host code and all.
+        try:
+            whole = cuda_to_hip_whole(source, path, tuple(incs))
+        except CompileError:
+            whole = None
+        if whole is not None:
+            second, again = _compiled(whole, name, chosen, sid, options, timeout_s, memory_bytes, cache_dir,
+                                      use_cache)
+            if "error" not in second:
+                payload, cached = second, again
+    return _report(payload, cached, name, sid, requested, arch_note, all_defines, kernel)
+
+
+def _compiled(text: str, name: str, chosen: str, sid: str, options: list[str], timeout_s: float,
+              memory_bytes: int, cache_dir: Path | None, use_cache: bool) -> tuple[dict[str, Any], bool]:
+    """(payload: {'report'} or {'error'}, from the cache?) of one compile, cached unless transient."""
+    from components.features.static import StaticReport
+    from components.features.static_cache import cache_load, cache_store, default_cache_dir
+
     folder = (Path(cache_dir) if cache_dir is not None else default_cache_dir()) if use_cache else None
     key = _cache_key(text, options, name)
     payload = cache_load(folder, key) if folder is not None else None
@@ -369,6 +412,14 @@ def analyze_hip_source(
                        "transient": exc.reason not in ("compilation failed", "no HIP translation")}
         if folder is not None and not payload.get("transient"):
             cache_store(folder, key, payload)
+    return payload, cached
+
+
+def _report(payload: dict[str, Any], cached: bool, name: str, sid: str, requested: str, arch_note: str | None,
+            all_defines: dict[str, str], kernel: str | None) -> Any:
+    """The StaticReport of a compile's payload (CompileError / NoKernelError / LookupError otherwise)."""
+    from components.features.static import NoKernelError, StaticReport
+
     if "error" in payload:
         err = payload["error"]
         raise CompileError(err["name"], err["log"], err["reason"])

@@ -129,6 +129,13 @@ int main() { std::vector<float> h(16); float* d; cudaMalloc(&d, 64); scale<float
     report = analyze_hip_source(cuda, "gfx90a", from_cuda=True, cache_dir=tmp_path)
     (k,) = report.kernels
     assert k.short_name == "scale" and k.instance == "scale<float>" and k.instructions["fp32"] >= 1
+    # gpuFLOPBench's jaccard: its extracted device code lacks the host's <vector>; the whole program compiles
+    jaccard = DATASETS / "gpuflopbench" / "src" / "jaccard-cuda" / "main.cu"
+    if jaccard.is_file():
+        from components.features.static_hip import analyze_hip_file
+
+        report = analyze_hip_file(jaccard, "gfx1030", "jaccard_row_sum", cache_dir=tmp_path)
+        assert report.kernels and all(k.extra["wave_size"] == 32 for k in report.kernels)
     with pytest.raises(CompileError, match="no HIP translation"):
         analyze_hip_source('__global__ void k(int* a) { asm("mov.u32 %0, 1;" : "=r"(a[0])); }', "gfx90a",
                            from_cuda=True, cache_dir=tmp_path)
