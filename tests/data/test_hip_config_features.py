@@ -42,6 +42,8 @@ def test_amd_source_split_holds_the_w6600_out_on_sampled_configurations(hub) -> 
     test, train = table.loc[fold.test], table.loc[fold.train]
     assert fold.name == "amd-source:radeon-pro-w6600"
     assert set(test["device_id"]) == {"radeon-pro-w6600"} and "radeon-pro-w6600" not in set(train["device_id"])
+    assert set(train["config_id"]) <= set(test["config_id"])  # only the drawn configurations (W6600 ran them all)
+    assert set(train["source"]) == {"benchmark_hub"} and len(train) >= len(test)
     drawn = test.groupby("program")["config_id"].nunique()
     assert set(drawn.index) == {"convolution_milo", "dedispersion_milo"} and 10 <= drawn.sum() <= 60  # ~31 expected
     assert len(test) == drawn.sum()  # one W6600 row per configuration
