@@ -232,7 +232,7 @@ def _answer(estimates: list[tuple[Any, Any]], spec: Any, arch_note: str | None, 
     dram = sum(e.dram_bytes for _, e in estimates)
     classes = [_kernel_class(classifier, k, e, spec, grid, block, source) for k, e in estimates]
     main = max(range(len(estimates)), key=lambda i: estimates[i][1].duration_us)
-    notes = ["static estimate: loop bodies assumed to run 8 times each (trip counts are not in the compiled code)"]
+    notes = ["static estimate: loop bodies assumed to run 8 times each (trip counts are not in the SASS)"]
     if several:
         notes.append(f"{len(estimates)} kernels in the source, each launched once with this grid and block "
                      "(name one with launch.kernel)")
