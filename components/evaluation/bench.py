@@ -242,6 +242,10 @@ def _scopes(frame: pd.DataFrame, split: str) -> list[tuple[str, pd.DataFrame]]:
         scopes += [(f"source={s}", rows) for s, rows in frame.groupby("source", sort=True)]
     if split == "unseen-gpu" and "family" in frame.columns:  # op families, pooled over the held-out GPUs
         scopes += [(f"family={f}", rows) for f, rows in frame.groupby("family", sort=True)]
+    if split == "amd-source":  # per HIP kernel on the held-out AMD GPU (components/evaluation/amd_source.py)
+        from components.evaluation.amd_source import kernel_scopes
+
+        scopes += kernel_scopes(frame)
     return scopes
 
 

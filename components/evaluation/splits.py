@@ -162,6 +162,12 @@ def bolet_roofline_split(table: pd.DataFrame, per_class: int = BOLET_PER_CLASS) 
     return [Fold("bolet-roofline", train, pd.Index(test_index))]
 
 
+def _amd_source_split(table: pd.DataFrame) -> list[Fold]:
+    from components.evaluation.amd_source import amd_source_split  # its own module (HIP static features)
+
+    return amd_source_split(table)
+
+
 def make_split(table: pd.DataFrame, name: str) -> list[Fold]:
     builders = {
         "random": random_split,
@@ -170,6 +176,7 @@ def make_split(table: pd.DataFrame, name: str) -> list[Fold]:
         "neusight": neusight_split,
         "pipeweave-fp8": pipeweave_fp8_split,
         "bolet-roofline": bolet_roofline_split,
+        "amd-source": _amd_source_split,
     }
     if name not in builders:
         raise ValueError(f"unknown split {name!r}; choose one of {', '.join(SPLITS)}")

@@ -66,12 +66,38 @@ def device_features(device_ids: pd.Series, catalog: Any,
     return frame.reindex(device_ids.astype(str).to_numpy()).set_index(device_ids.index)
 
 
-def _static_join(keys: pd.Series, static: pd.DataFrame | None) -> pd.DataFrame | None:
+CONFIG_KEYS: tuple[str, ...] = ("kernel_id", "params_json", "device_id")
+
+
+def _config_ids(frame: pd.DataFrame) -> pd.Series:
+    """A short id of each row's tuning configuration (benchmark_hub), so splits can pick configurations."""
+    from components.features.static_hip_table import config_id
+
+    if "params_json" not in frame.columns or "source" not in frame.columns:
+        return pd.Series(pd.NA, index=frame.index, dtype="string")
+    tuned = frame["source"].eq("benchmark_hub") & frame["params_json"].notna()
+    ids = pd.Series(pd.NA, index=frame.index, dtype="string")
+    ids[tuned] = [config_id(p) for p in frame.loc[tuned, "params_json"]]
+    return ids
+
+
+def _static_join(frame: pd.DataFrame, static: pd.DataFrame | None) -> pd.DataFrame | None:
+    """s_* columns per row: by kernel_id, or -- for static rows that carry ``params_json`` and
+    ``device_id`` (HIP tuning configurations, static_hip_table) -- by (kernel_id, params_json, device_id)."""
     if static is None or static.empty:
         return None
     cols = [c for c in static.columns if c.startswith("s_")]
-    table = static.drop_duplicates("kernel_id").set_index("kernel_id")[cols]
-    return table.reindex(keys.astype(str).to_numpy()).set_index(keys.index)
+    keys = frame["kernel_id"]
+    per_config = static["params_json"].notna() if "params_json" in static.columns else pd.Series(False, static.index)
+    by_kernel = static[~per_config].drop_duplicates("kernel_id").set_index("kernel_id")[cols]
+    out = by_kernel.reindex(keys.astype(str).to_numpy()).set_index(keys.index)
+    if per_config.any() and all(k in frame.columns for k in CONFIG_KEYS):
+        configs = static[per_config].drop_duplicates(list(CONFIG_KEYS))
+        index = pd.MultiIndex.from_frame(frame[list(CONFIG_KEYS)].astype("string").fillna(""))
+        table = configs.set_index(pd.MultiIndex.from_frame(configs[list(CONFIG_KEYS)].astype("string")))[cols]
+        matched = table.reindex(index).set_index(keys.index)
+        out = matched.combine_first(out)[cols]
+    return out
 
 
 def build_feature_table(measurements: pd.DataFrame, kernels: pd.DataFrame, catalog: Any,
@@ -90,10 +116,11 @@ def build_feature_table(measurements: pd.DataFrame, kernels: pd.DataFrame, catal
     note = note.mask(missing_kernel, "kernel_id not in the kernels table")
     parts.append(analytical)
     parts.append(device_features(frame["device_id"], catalog, device_vector))
-    static_part = _static_join(frame["kernel_id"], static)
+    static_part = _static_join(frame, static)
     if static_part is not None:
         parts.append(static_part)
     table = pd.concat(parts, axis=1)
+    table["config_id"] = _config_ids(frame)
     table["feature_note"] = note.astype("string")
     return table.reset_index(drop=True)
 

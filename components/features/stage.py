@@ -47,11 +47,31 @@ def static_stage(inputs: StaticInputs) -> StaticResult:
         raise FileNotFoundError(
             f"kernels table not found: {inputs.kernels_file} -- run `kernelcast ingest` first"
         )
-    table, coverage = build_static_table(
-        pd.read_parquet(inputs.kernels_file), inputs.datasets_dir, inputs.arch
-    )
+    kernels = pd.read_parquet(inputs.kernels_file)
+    table, coverage = build_static_table(kernels, inputs.datasets_dir, inputs.arch)
+    hip_rows, hip_coverage = _hip_config_rows(kernels, Path(inputs.kernels_file).parent, inputs.datasets_dir)
+    coverage["hip"] = hip_coverage
+    if not hip_rows.empty:
+        table = pd.concat([table, hip_rows], ignore_index=True)
     atomic_write(inputs.out_file, lambda tmp: table.to_parquet(tmp, index=False))
     return StaticResult(Path(inputs.out_file), len(table), table.shape[1] - 1, coverage)
+
+
+def _hip_config_rows(kernels: pd.DataFrame, canonical_dir: Path, datasets_dir: Path) -> tuple[pd.DataFrame, dict]:
+    """benchmark_hub's HIP tuning configurations (a hash-chosen sample, static_hip_table), or nothing
+    -- with the reason in the coverage -- where no HIP compiler is installed."""
+    from components.features.static_hip import hip_available
+    from components.features.static_hip_table import HIP_CONFIG_SHARE, build_hip_config_table
+
+    measurements_file = canonical_dir / "measurements.parquet"
+    if not hip_available():
+        return pd.DataFrame(), {"skipped": "no HIP compiler (apt-get install hipcc rocm-device-libs)"}
+    if not measurements_file.is_file():
+        return pd.DataFrame(), {"skipped": f"no {measurements_file} beside the kernels table"}
+    from components.devices import load_catalog
+
+    measurements = pd.read_parquet(measurements_file, columns=["kernel_id", "params_json", "device_id", "source"])
+    return build_hip_config_table(measurements, kernels, load_catalog(), datasets_dir, HIP_CONFIG_SHARE, workers=2)
 
 
 # --------------------------------------------------------------------------- features

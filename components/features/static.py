@@ -85,6 +85,8 @@ class KernelStatic:
     instructions: dict[str, int]  # by class + 'total'
     loop_instructions: dict[str, int]  # by class + 'total', instructions inside >= 1 loop
     loops: dict[str, int]  # {'count', 'max_depth'}
+    # Vendor-specific figures (HIP: sgprs, agprs, wave_size, waves per SIMD, VALU/SALU/... counts)
+    extra: dict[str, int] = field(default_factory=dict)
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)

@@ -1,4 +1,9 @@
-"""Answer a CUDA-source question: runtime, bound pipe and roofline class of its kernel(s) on GPUs.
+"""Answer a CUDA/HIP-source question: runtime, bound pipe and roofline class of its kernel(s) on GPUs.
+
+AMD GPUs: the HIP compiler (components.features.static_hip) compiles the source to the GPU's AMDGPU
+ISA -- CUDA source through the HIP translation, NVIDIA SASS standing in (the note says why) only when
+it does not translate or no HIP compiler is installed (a HIP source then is a one-line error naming
+it). NVIDIA GPUs: NVRTC, HIP source through a small CUDA shim (HIP on NVIDIA is CUDA).
 
 The source is compiled, never run: host code is stripped and NVRTC compiles the device code in a
 sandboxed subprocess with time and memory limits (components.features.static_compile); the SASS
@@ -39,9 +44,6 @@ def _check_inputs(source: Any, language: Any, launch: Any) -> tuple[str, dict[st
     lang = str(language or "").strip().lower()
     if lang not in LANGUAGES:
         raise ProgramError(f"language: {language!r}; expected one of {', '.join(LANGUAGES)}")
-    if lang == "hip":
-        raise ProgramError("language: hip is not analysed yet (the static analyser compiles CUDA with NVRTC); "
-                           "send the kernel as CUDA (the HIP kernel syntax is the same) with language 'cuda'")
     if isinstance(launch, str):
         try:
             launch = json.loads(launch)
@@ -72,6 +74,92 @@ def _compile(source: str, arch: str, defines: dict[str, str], kernel: str | None
         raise ProgramError(f"launch kernel: {exc.args[0] if exc.args else exc}") from None
 
 
+def _compile_hip(source: str, arch: str, defines: dict[str, str], kernel: str | None, from_cuda: bool) -> Any:
+    """The AMDGPU report of HIP source (or of CUDA source through the HIP translation)."""
+    from components.features.static import CompileError, NoKernelError
+    from components.features.static_hip import HipToolchainMissing, analyze_hip_source
+
+    name = "question.cu" if from_cuda else "question.hip"
+    try:
+        return analyze_hip_source(source, arch, kernel, name, defines={k: str(v) for k, v in defines.items()},
+                                  from_cuda=from_cuda, timeout_s=COMPILE_TIMEOUT_S, memory_bytes=COMPILE_MEMORY_BYTES)
+    except HipToolchainMissing as exc:
+        raise ProgramError(f"source: {exc}") from None
+    except NoKernelError as exc:
+        raise ProgramError(f"source: {exc.why}") from None
+    except CompileError as exc:
+        raise ProgramError(f"source: {str(exc).replace(name + ': ', '', 1)}") from None
+    except LookupError as exc:
+        raise ProgramError(f"launch kernel: {exc.args[0] if exc.args else exc}") from None
+
+
+# HIP's mask-less warp intrinsics and its old coordinate macros, as CUDA: HIP source on an NVIDIA GPU
+# is CUDA (hipcc compiles it with nvcc there), so NVRTC answers it through this shim.
+HIP_ON_NVIDIA_SHIM = r"""
+#define __shfl(v, ...) __shfl_sync(0xffffffffu, v, __VA_ARGS__)
+#define __shfl_up(v, ...) __shfl_up_sync(0xffffffffu, v, __VA_ARGS__)
+#define __shfl_down(v, ...) __shfl_down_sync(0xffffffffu, v, __VA_ARGS__)
+#define __shfl_xor(v, ...) __shfl_xor_sync(0xffffffffu, v, __VA_ARGS__)
+#define __ballot(p) __ballot_sync(0xffffffffu, p)
+#define __any(p) __any_sync(0xffffffffu, p)
+#define __all(p) __all_sync(0xffffffffu, p)
+#define hipThreadIdx_x threadIdx.x
+#define hipThreadIdx_y threadIdx.y
+#define hipThreadIdx_z threadIdx.z
+#define hipBlockIdx_x blockIdx.x
+#define hipBlockIdx_y blockIdx.y
+#define hipBlockIdx_z blockIdx.z
+#define hipBlockDim_x blockDim.x
+#define hipBlockDim_y blockDim.y
+#define hipBlockDim_z blockDim.z
+#define hipGridDim_x gridDim.x
+#define hipGridDim_y gridDim.y
+#define hipGridDim_z gridDim.z
+#line 1
+"""
+
+
+def _report_for(source: str, lang: str, launch: dict[str, Any], spec: Any,
+                reports: dict[tuple[str, str], Any]) -> tuple[Any, str | None]:
+    """(static report, note) for one GPU: AMD GPUs get AMDGPU ISA from the HIP compiler (CUDA source
+    through the HIP translation); NVIDIA GPUs get SASS from NVRTC (HIP source through a CUDA shim)."""
+    from components.features.static_compile import arch_for_device
+
+    defines, kernel = launch.get("defines") or {}, launch.get("kernel")
+    if getattr(spec, "vendor", "nvidia") == "amd":
+        from components.features.static_hip import hip_arch_for_device, hip_available
+
+        arch, arch_note = hip_arch_for_device(spec)
+        if lang == "hip" or hip_available():
+            key = ("hip-" + lang, arch)
+            if key not in reports:
+                try:
+                    reports[key] = _compile_hip(source, arch, defines, kernel, from_cuda=lang == "cuda")
+                except ProgramError as exc:
+                    if lang == "hip":
+                        raise
+                    reports[key] = exc  # CUDA that does not translate: NVIDIA SASS stands in (below)
+            report = reports[key]
+            if not isinstance(report, ProgramError):
+                notes = [f"AMDGPU {report.arch} ISA from the HIP compiler"
+                         + (" (CUDA source put through the HIP translation)" if lang == "cuda" else ""), arch_note]
+                return report, "; ".join(n for n in notes if n)
+            fallback = f"CUDA source not put through HIP ({str(report).removeprefix('source: ')})"
+        else:
+            fallback = "no HIP compiler on this server (hipcc / rocm-device-libs)"
+        arch, arch_note = arch_for_device(spec)
+        arch_note = f"{fallback}; {arch_note}"
+    else:
+        arch, arch_note = arch_for_device(spec)
+    key = ("cuda", arch)
+    if key not in reports:
+        text = HIP_ON_NVIDIA_SHIM + source if lang == "hip" else source
+        reports[key] = _compile(text, arch, defines, kernel)
+    if lang == "hip":
+        arch_note = "; ".join(n for n in ("HIP source compiled as CUDA for this NVIDIA GPU", arch_note) if n)
+    return reports[key], arch_note
+
+
 def _class_model() -> Any:
     try:
         from components.models.roofline_class import load_default_model
@@ -97,21 +185,33 @@ def predict_source(source: str, language: str, launch: dict, dtype: str | None, 
         raise ProgramError(str(exc)) from None
     if not specs:
         raise ProgramError("devices: none given")
-    from components.features.static_compile import arch_for_device
-
-    reports: dict[str, Any] = {}
+    lang = str(language).strip().lower()
+    reports: dict[tuple[str, str], Any] = {}
     # The class model the predictor carries (a tabular fit with gpuFLOPBench rows), else a saved one.
     classifier = getattr(predictor, "class_model", None) or _class_model()
     answers = []
     for spec in specs:
-        arch, arch_note = arch_for_device(spec)
-        if arch not in reports:
-            reports[arch] = _compile(source, arch, launch.get("defines") or {}, launch.get("kernel"))
-        report = reports[arch]
+        report, arch_note = _report_for(source, lang, launch, spec, reports)
+        if report.arch.startswith("gfx"):
+            arch_note = "; ".join(n for n in (arch_note, _occupancy_note(report, block, spec)) if n)
         estimates = [(k, estimate_kernel(k.instance or k.short_name, k.instructions, k.loop_instructions,
                                          grid, block, spec, dtype)) for k in report.kernels]
         answers.append(_answer(estimates, spec, arch_note, classifier, grid, block, len(report.kernels) > 1, source))
     return answers
+
+
+def _occupancy_note(report: Any, block: tuple, spec: Any) -> str | None:
+    """Registers, LDS and resident waves per CU of the main kernel on this AMD GPU, for this block."""
+    from components.features.static_amdgpu import occupancy
+
+    if not report.kernels:
+        return None
+    k = report.kernels[0]
+    occ = occupancy(report.arch, k.registers, int(k.extra.get("agprs", 0)), k.shared_bytes,
+                    math.prod(block), spec)
+    return (f"{k.short_name}: {k.registers} VGPRs, {k.extra.get('sgprs', 0)} SGPRs, {k.shared_bytes} B LDS, "
+            f"wave{k.extra.get('wave_size', spec.warp_size)}; {occ['waves_per_cu']:.0f} waves/CU resident "
+            f"({occ['occupancy']:.0%}, limited by {occ['limiter']})")
 
 
 def _kernel_class(classifier: Any, kernel: Any, estimate: Any, spec: Any, grid: tuple, block: tuple,

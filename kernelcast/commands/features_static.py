@@ -18,9 +18,12 @@ _TABLE_CLASSES = INSTRUCTION_CLASSES[: INSTRUCTION_CLASSES.index("barrier") + 1]
 
 @clean_errors
 def static_command(
-    file: Annotated[Path, typer.Argument(help="CUDA source (.cu); host code is stripped before compiling")],
+    file: Annotated[Path, typer.Argument(help="CUDA source (.cu; host code is stripped before compiling) or HIP "
+                                         "source (.hip, compiled for an AMD ISA)")],
     arch: Annotated[str, typer.Option("--arch", help="target SM (sm_60 ... sm_120, or a compute capability such as "
-                                      "7.0); one NVRTC cannot emit compiles for the nearest it can, and says so")] = "sm_90",
+                                      "7.0); one NVRTC cannot emit compiles for the nearest it can, and says so; "
+                                      "an AMD ISA (gfx908, gfx90a, gfx942, gfx1030: HIP compiler, default gfx90a "
+                                      "for .hip)")] = "sm_90",
     kernel: Annotated[
         str | None, typer.Option("--kernel", help="only this kernel (short name or instance)")
     ] = None,
@@ -35,7 +38,8 @@ def static_command(
         "--build-defaults/--no-build-defaults",
         help="take -D/-I from a Makefile/CMakeLists.txt beside FILE and default #error-guarded macros")] = True,
 ) -> None:
-    """Compile FILE with NVRTC (no GPU needed) and report static features per kernel."""
+    """Compile FILE with NVRTC -- or, for .hip / --arch gfx..., the HIP compiler -- (no GPU needed) and report
+    static features per kernel."""
     from components.features.static import CompileError, NoKernelError, analyze_file
     from kernelcast.commands._common import UserError
 
@@ -47,13 +51,28 @@ def static_command(
     defines = parse_defines(define or ())
     from components.features.static_compile import check_arch
 
+    hip = arch.strip().lower().startswith("gfx") or file.name.endswith(".hip")
     try:
-        check_arch(arch)
+        if hip:  # AMDGPU ISA from the HIP compiler (a .cu file goes through the HIP translation)
+            from components.features.static_hip import check_amd_arch
+
+            check_amd_arch("gfx90a" if arch == "sm_90" else arch)
+        else:
+            check_arch(arch)
     except ValueError as exc:
         raise UserError(f"--arch: {exc}") from None
     try:
-        report = analyze_file(file, arch, kernel, include_dirs=tuple(include or ()), defines=defines,
-                              build_defaults=build_defaults)
+        if hip:
+            from components.features.static_hip import HipToolchainMissing, analyze_hip_file
+
+            try:
+                report = analyze_hip_file(file, "gfx90a" if arch == "sm_90" else arch, kernel,
+                                          include_dirs=tuple(include or ()), defines=defines)
+            except HipToolchainMissing as exc:
+                raise UserError(str(exc)) from None
+        else:
+            report = analyze_file(file, arch, kernel, include_dirs=tuple(include or ()), defines=defines,
+                                  build_defaults=build_defaults)
     except NoKernelError as exc:
         raise UserError(str(exc)) from None
     except CompileError as exc:
@@ -80,6 +99,7 @@ def static_command(
                     "instructions": k.instructions,
                     "loop_instructions": k.loop_instructions,
                     "loops": k.loops,
+                    **({"amd": k.extra} if k.extra else {}),
                 }
                 for k in report.kernels
             },

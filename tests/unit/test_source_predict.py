@@ -53,7 +53,6 @@ def test_several_kernels_get_a_breakdown(source: str, tmp_path: Path, monkeypatc
 
 
 @pytest.mark.parametrize(("source", "language", "launch", "match"), [
-    ("__global__ void k(float* a) { a[0] = 1; }", "hip", {"grid": [1], "block": [1]}, "language"),
     ("__global__ void k(float* a) { a[0] = 1; }", "fortran", {"grid": [1], "block": [1]}, "language"),
     ("__global__ void k(float* a) { a[0] = 1; }", "cuda", {"grid": [1]}, "missing block"),
     ("__global__ void k(float* a) { a[0] = 1; }", "cuda", {"grid": [1], "block": [2048]}, "at most 1024"),

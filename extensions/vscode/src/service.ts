@@ -141,12 +141,15 @@ export interface KernelAnswer {
   note?: string;
 }
 
-const HIP_AS_CUDA_NOTE = "HIP kernel analysed as CUDA: this server does not compile HIP yet (the kernel syntax is the same)";
-/** Servers (by URL) that answered a "hip" question with "not analysed": ask them CUDA directly. */
+const HIP_AS_CUDA_NOTE = "HIP kernel analysed as CUDA: this server cannot compile HIP (no HIP compiler there; the kernel syntax is the same)";
+/** Servers (by URL) that answered a "hip" question with "not analysed" / "HIP compiler not found": ask them CUDA directly. */
 const hipRejectedBy = new Set<string>();
 
+/** HIP is sent as HIP (servers compile it to AMDGPU ISA); only a server that cannot -- an older one
+ * ("language: hip is not analysed") or one without the HIP compiler -- is asked again as CUDA. */
 function hipUnsupported(err: unknown): boolean {
-  return err instanceof KernelcastError && err.kind === "rejected" && /\bhip\b/i.test(err.message) && /\b(language|CUDA)\b/.test(err.message);
+  if (!(err instanceof KernelcastError) || err.kind !== "rejected") return false;
+  return /HIP compiler not found/i.test(err.message) || (/\bhip\b/i.test(err.message) && /\b(language|CUDA)\b/.test(err.message));
 }
 
 /**
