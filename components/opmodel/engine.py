@@ -138,14 +138,14 @@ class OpEngine:
         support = np.full(n, spec_support, dtype=object)
         q = self.intervals["spec"]
         q_lo, q_hi = np.full(n, q[0]), np.full(n, q[1])
+        from components.opmodel.calibrated import apply_shift, shift_for
         from components.opmodel.spec import regime
 
-        shift = self.calibrations.get(spec.id, {}).get(regime(family, eff_dtype, spec))
+        shift = shift_for(self.calibrations.get(spec.id, {}), regime(family, eff_dtype, spec))
         if shift is not None:
-            log_util = log_util + float(shift["log_shift"])
+            log_util = apply_shift(log_util, roof.time_us, shift)
             tier[:] = "calibrated"
-            support[:] = (f"{spec_support}; shifted {np.exp(-float(shift['log_shift'])):.3g}x by "
-                          f"{int(shift['rows'])} profiled rows of this GPU")
+            support[:] = f"{spec_support}; shifted by {int(shift['rows'])} profiled rows of this GPU"
             q = self.intervals["calibrated"]
             q_lo[:], q_hi[:] = q
         duration = roof.time_us / np.exp(np.clip(log_util, None, 0.0))
