@@ -48,13 +48,14 @@ class OpEngine:
 
     def __init__(self, measured: Any = None, spec_model: Any = None, calibrations: dict | None = None,
                  intervals: dict[str, tuple[float, float]] | None = None, meta: dict | None = None,
-                 store_dir: Path | None = None) -> None:
+                 store_dir: Path | None = None, fallback_util: float = FALLBACK_UTIL) -> None:
         self.measured = measured  # components.opmodel.measured.MeasuredTier | None
         self.spec_model = spec_model  # components.opmodel.spec.SpecModel | None
         self.calibrations = calibrations or {}  # device_id -> {regime: {"log_shift": x, "rows": n}}
         self.intervals = {**DEFAULT_INTERVALS, **(intervals or {})}
         self.meta = meta or {}
         self.store_dir = store_dir
+        self.fallback_util = fallback_util  # 1.0: the training-free roofline itself
 
     # ---------------------------------------------------------------------------------------- persistence
 
@@ -104,7 +105,7 @@ class OpEngine:
     def with_calibrations(self, calibrations: dict) -> OpEngine:
         """The same engine with more GPUs' calibrations (a GPU's newer calibration replaces its older one)."""
         return OpEngine(self.measured, self.spec_model, {**self.calibrations, **calibrations}, self.intervals,
-                        self.meta, self.store_dir)
+                        self.meta, self.store_dir, self.fallback_util)
 
     # ---------------------------------------------------------------------------------------- answering
 
@@ -122,7 +123,10 @@ class OpEngine:
             if key in model.priors or family in model.priors:
                 return (np.full(n, model.priors.get(key, model.priors.get(family))),
                         f"spec prior of {key} ({model.rows.get(key, 0):,} measured rows; no learned shape model)")
-        return np.full(n, np.log(FALLBACK_UTIL)), "no measured data or learned model: half the roofline speed"
+        if self.fallback_util >= 1.0:
+            return np.zeros(n), "the roofline (speed of light; no measured data or learned model asked for)"
+        return (np.full(n, np.log(self.fallback_util)),
+                f"no measured data or learned model: {self.fallback_util:.0%} of the roofline speed")
 
     def predict(self, family: str, dtype: str, shape: dict[str, Any], spec: Any,
                 kv_dtype: str | None = None) -> OpTimes:

@@ -38,6 +38,8 @@ def engine_for(predictor: Any) -> Any:
     from components.opmodel.calibrated import load_calibrations
     from components.opmodel.engine import ENGINE_FILE, OpEngine
 
+    if getattr(predictor, "family", None) == "roofline":
+        return OpEngine(fallback_util=1.0)  # the training-free roofline was asked for: no data, no model
     settings = get_settings()
     candidates = [getattr(predictor, "opmodel_dir", None), settings.models_dir / ENGINE_DIR]
     folder = next((Path(c) for c in candidates if c is not None and (Path(c) / ENGINE_FILE).is_file()), None)
