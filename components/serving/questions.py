@@ -590,6 +590,9 @@ def answer_questions(predictor: Any, questions: list[Question], *, model_version
     for (kind, _), group in groups.items():
         for question, answer in zip(group, _program_answers(kind, predictor, group, model_version), strict=True):
             answers[id(question)] = answer
+    for answer in answers.values():  # every answer has every key (program answers carry no tier)
+        for key in ANSWER_KEYS:
+            answer.setdefault(key, None)
     return [answers[id(q)] for q in questions]
 
 
