@@ -32,8 +32,7 @@ def get_init_inputs():
 '''
 ANSWER_KEYS = {"question", "device", "device_name", "kind", "duration_us", "duration_us_lo", "duration_us_hi",
                "achieved_gbps", "gflops", "l1_hit_rate", "l2_hit_rate", "arith_intensity", "roofline_class",
-               "bound_pipe", "roofline_us", "headroom", "ood", "note", "model_version", "breakdown", "tier",
-               "support"}
+               "bound_pipe", "roofline_us", "headroom", "ood", "note", "model_version", "breakdown"}
 
 
 @pytest.fixture()
