@@ -207,6 +207,16 @@ def _shape_of(family: str, frame: pd.DataFrame) -> dict[str, np.ndarray]:
     return {k: frame[k].to_numpy(dtype="float64") for k in (*keys[0], *keys[1]) if k in frame}
 
 
+IDENTITY_FIELDS: frozenset[str] = frozenset({"id", "name", "aliases", "source", "notes"})
+
+
+def physics_key(spec: Any) -> str:
+    """Everything of a spec but its names and provenance: two specs with one key are one GPU to the physics."""
+    import json
+
+    return json.dumps(spec.model_dump(exclude=set(IDENTITY_FIELDS)), sort_keys=True, default=str)
+
+
 class MeasuredTier:
     """The measured tables of every GPU in a store, resolved lazily per (family, device, dtype, kv_dtype)."""
 
@@ -222,6 +232,8 @@ class MeasuredTier:
                 full = (family, *key) if family == "attention" else (family, *key, None)
                 self.groups[full] = part
         self._tables: dict[tuple, SiteTable | None] = {}
+        # a GPU is its physics, not its name: a spec identical to a measured GPU's gets that GPU's answers
+        self.by_physics = {physics_key(spec): device for device, spec in specs.items()}
 
     def devices(self) -> set[str]:
         return {key[1] for key in self.groups}
@@ -237,10 +249,11 @@ class MeasuredTier:
 
     def resolve(self, family: str, dtype: str, shape: dict[str, np.ndarray], spec: Any, roof_time_us: np.ndarray,
                 kv_dtype: str | None = None) -> Resolved | None:
-        """None where this GPU has no measured rows of (family, dtype[, kv_dtype]); a spec that differs from the
-        GPU measured (same id, other peaks) is not that GPU."""
-        known = self.specs.get(spec.id)
-        if known is None or known != spec:
+        """None where this GPU has no measured rows of (family, dtype[, kv_dtype]). The GPU is found by its
+        physics (``physics_key``): a spec with the same id but other peaks is not the GPU measured, a renamed
+        copy of it is."""
+        device = self.by_physics.get(physics_key(spec))
+        if device is None:
             return None
-        table = self.table(family, spec.id, dtype, kv_dtype)
+        table = self.table(family, device, dtype, kv_dtype)
         return None if table is None else table.resolve(shape, roof_time_us)
