@@ -70,7 +70,8 @@ def _summary(results: list[dict[str, Any]]) -> dict[str, Any]:
 
 def unseen_gpu(store: dict[str, pd.DataFrame], datasets_root: Path | None, *, train_per_group: int = 3000,
                test_per_group: int | None = 2000, rounds: int | None = None,
-               params: dict[str, Any] | None = None, gpus: tuple[str, ...] | None = None) -> dict[str, Any]:
+               params: dict[str, Any] | None = None, gpus: tuple[str, ...] | None = None,
+               calibration_rows: tuple[int, ...] = ()) -> dict[str, Any]:
     """Leave-one-GPU-out of the spec tier over the store's GPUs."""
     from components.devices.catalog import load_catalog
     from components.opmodel import physics
@@ -81,7 +82,7 @@ def unseen_gpu(store: dict[str, pd.DataFrame], datasets_root: Path | None, *, tr
     specs = {str(d): catalog.get(str(d)) for f in rows.values() for d in f["device_id"].unique() if d in catalog}
     held_gpus = gpus or tuple(sorted({str(d) for f in ("gemm", "attention") if f in store
                                       for d in store[f]["device_id"].unique() if d in catalog}))
-    results = []
+    results, calibrated = [], []
     for held in held_gpus:
         train = {f: r[r["device_id"] != held] for f, r in rows.items()}
         model = spec_tier.fit(train, specs, **({"rounds": rounds} if rounds else {}), params=params)
@@ -103,9 +104,59 @@ def unseen_gpu(store: dict[str, pd.DataFrame], datasets_root: Path | None, *, tr
                 results.append({"family": family, "device": held, "dtype": "|".join(map(str, key[1:])),
                                 "n": len(part), "sum_ape": float(np.sum(np.abs(pred - true) / true)),
                                 "sum_roof": float(np.sum(np.abs(roof.time_us - true) / true))})
+        if calibration_rows:
+            calibrated.extend(_calibration_scores(model, store, held, specs[held], calibration_rows,
+                                                  test_per_group))
     out = _summary(results)
     out["groups"] = results
     out["caps"] = {"train_per_group": train_per_group, "test_per_group": test_per_group}
+    if calibrated:
+        frame = pd.DataFrame(calibrated)
+        out["calibration"] = frame.to_dict("records")
+        for k, part in frame.groupby("k"):
+            out["metrics"][f"calibrated_k{k}_median_gpu_runtime_mape"] = float(part["mape"].median())
+    return out
+
+
+def _calibration_scores(model: Any, store: dict[str, pd.DataFrame], held: str, spec: Any,
+                        ks: tuple[int, ...], test_per_group: int | None) -> list[dict[str, Any]]:
+    """K hash-chosen rows of the held-out GPU calibrate the spec tier; the GPU's other rows score it."""
+    from components.opmodel import physics
+    from components.opmodel import spec as spec_tier
+    from components.opmodel.calibrated import fit_calibration
+    from components.opmodel.engine import OpEngine
+
+    parts = []
+    for family in spec_tier.SPEC_FAMILIES:
+        frame = store.get(family)
+        if frame is None:
+            continue
+        rows = spec_tier.training_rows({family: frame[frame["device_id"] == held]}, None,
+                                       per_group=test_per_group or 10**9).get(family)
+        if rows is not None and not rows.empty:
+            parts.append(rows.assign(family=family))
+    if not parts:
+        return []
+    rows = pd.concat(parts, ignore_index=True)
+    dims = [c for c in ("M", "N", "K", "B", "S", "KV", "H", "HKV", "D", "W") if c in rows]
+    rows = rows.assign(_h=spec_tier.hash_fraction(rows.fillna({c: 0 for c in dims}), ["family", "dtype", *dims]))
+    rows = rows.sort_values("_h", kind="mergesort").reset_index(drop=True)
+    base = OpEngine(None, model)
+    out = []
+    for k in ks:
+        suite, test = rows.iloc[:k], rows.iloc[k:]
+        engine = base.with_calibrations({held: fit_calibration(base, suite, spec)})
+        apes = []
+        for (family, dtype), part in test.groupby(["family", "dtype"], sort=True):
+            for kv, inner in (part.groupby("kv_dtype", sort=True) if family == "attention" else [(None, part)]):
+                keys = physics.SHAPE_KEYS[family]
+                shape = {c: inner[c].to_numpy(dtype="float64") for c in (*keys[0], *keys[1]) if c in inner
+                         and inner[c].notna().all()}
+                got = engine.predict(family, dtype, shape, spec, kv_dtype=kv).duration_us
+                true = inner["latency_us"].to_numpy(dtype="float64")
+                apes.append(np.abs(got - true) / true)
+        out.append({"device": held, "k": k, "mape": float(np.mean(np.concatenate(apes))),
+                    "n": int(sum(len(a) for a in apes))})
     return out
 
 
