@@ -116,7 +116,7 @@ class ParamsError(ValueError):
 # ``components.training.llm.llm_params``): importing them here would make every command -- and
 # every DVC stage -- depend on the model code.
 SECTION_KEYS: dict[str, frozenset[str]] = {
-    "ingest": frozenset({"sources"}),
+    "ingest": frozenset({"sources", "aiconfigurator_max_kernels"}),
     "validate": frozenset({"bandwidth_tolerance", "flops_tolerance", "arith_intensity_rel_tol",
                            "max_failure_share", "drift_threshold"}),
     "features": frozenset({"roofline_efficiency"}),
@@ -157,6 +157,7 @@ def check_params(params: Mapping[str, Any], source: str = "params.yaml") -> None
     for nested in ("tabular", "llm"):
         section(train, nested, source=source, allowed=None, label=f"train.{nested}")
     ingest_sources(params, source=source)
+    ingest_max_kernels(params, "aiconfigurator", source=source)
     register_thresholds(params, source=source)
 
 
@@ -220,6 +221,19 @@ def ingest_sources(params: Mapping[str, Any], source: str = "params.yaml") -> li
     if not isinstance(sources, list) or not all(isinstance(s, str) for s in sources):
         raise ParamsError(f"{source}: ingest.sources must be a list of source names")
     return sources
+
+
+def ingest_max_kernels(params: Mapping[str, Any], source_name: str,
+                       source: str = "params.yaml") -> int | None:
+    """``ingest.<source_name>_max_kernels``: the sample cap of a source too large to ingest whole (None:
+    absent)."""
+    value = section(params, "ingest", source=source).get(f"{source_name}_max_kernels")
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise ParamsError(f"{source}: ingest.{source_name}_max_kernels must be a positive integer, "
+                          f"got {value!r}")
+    return value
 
 
 REGISTER_KEYS: frozenset[str] = frozenset({"tolerance", "guarded", "splits", "evaluation"})

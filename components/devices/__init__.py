@@ -1,5 +1,7 @@
 """GPU device catalog: specs as data (catalog.yaml) and name resolution for every dataset spelling."""
 
+from components.devices.aiconfigurator_sheet import compare_with_catalog, spec_from_aiconfigurator_sheet
+
 from components.devices.catalog import (
     DEFAULT_CATALOG_PATH,
     PRECISIONS,
@@ -33,6 +35,7 @@ __all__ = [
     "UnknownDeviceError",
     "architecture_defaults",
     "canonical_dtype",
+    "compare_with_catalog",
     "default_user_devices_dir",
     "device_feature_vector",
     "load_catalog",
@@ -41,5 +44,6 @@ __all__ = [
     "plausibility_problems",
     "read_spec_file",
     "resolve_spec",
+    "spec_from_aiconfigurator_sheet",
     "spec_from_mapping",
 ]

@@ -121,7 +121,9 @@ class DeviceSpec(BaseModel):
 
     id: str = Field(pattern=r"^[a-z0-9][a-z0-9\-]*$")
     name: str = Field(min_length=1)
-    vendor: Literal["nvidia", "amd"]
+    # Any vendor whose sheet gives the peaks (Intel: aiconfigurator's B60 sheet); occupancy defaults
+    # exist for NVIDIA and AMD only, so other vendors' entries give warp_size/max_*_per_sm themselves.
+    vendor: Literal["nvidia", "amd", "intel"]
     architecture: str = Field(min_length=1)
     compute_capability: str = Field(min_length=1)  # "9.0" on NVIDIA, gfx target on AMD
     sms: int = Field(gt=0)  # SMs (NVIDIA) or CUs (AMD)
@@ -144,6 +146,9 @@ class DeviceSpec(BaseModel):
     max_ctas_per_sm: int = Field(gt=0)  # resident thread blocks (workgroups) per SM/CU
     max_warps_per_sm: int = Field(gt=0)  # resident warps (waves) per SM/CU
     l2_gbps: float | None = Field(default=None, gt=0)  # L2 bandwidth in GB/s where published
+    # GPU-to-GPU bandwidth per direction in GB/s (NVLink / Infinity Fabric) where the part has such a link;
+    # absent = PCIe only (components/opmodel/physics.py assumes the architecture's PCIe generation).
+    link_gbps: float | None = Field(default=None, gt=0)
     peak_tflops: PeakTflops
     source: str = Field(min_length=1)
     notes: str | None = None
@@ -153,6 +158,9 @@ class DeviceSpec(BaseModel):
     @classmethod
     def _fill_architecture_defaults(cls, data: Any) -> Any:
         if isinstance(data, dict):
+            if isinstance(data.get("compute_capability"), (int, float)) and not isinstance(
+                    data["compute_capability"], bool):  # YAML reads an unquoted 8.9 as a number
+                data = {**data, "compute_capability": str(data["compute_capability"])}
             missing = {k: v for k, v in architecture_defaults(data).items() if data.get(k) is None}
             if missing:
                 data = {**data, **missing}
@@ -494,11 +502,31 @@ def spec_from_mapping(data: Any, label: str = "device spec") -> DeviceSpec:
     except ValidationError as exc:
         flagged = {".".join(str(p) for p in err["loc"]) for err in exc.errors()}
         extra = [p for p in _figure_problems(data) if p.split(" ", 1)[0] not in flagged]
-        raise SpecError(label, _describe(exc) + extra) from None
+        raise SpecError(label, _occupancy_explained(_describe(exc), data, flagged) + extra) from None
     problems = plausibility_problems(spec)
     if problems:
         raise SpecError(label, problems)
     return spec
+
+
+OCCUPANCY_FIELDS: tuple[str, ...] = ("warp_size", "max_ctas_per_sm", "max_warps_per_sm")
+
+
+def _occupancy_explained(problems: list[str], data: dict[str, Any], flagged: set[str]) -> list[str]:
+    """The optional occupancy fields are never reported as plainly missing: they default from the
+    vendor and compute capability (``architecture_defaults``). Dropped where those are themselves
+    missing or invalid (that is the problem to fix); otherwise the message says no default is known."""
+    known_root = not ({"vendor", "compute_capability", "architecture", "max_threads_per_sm"} & flagged)
+    out = []
+    for problem in problems:
+        field = next((f for f in OCCUPANCY_FIELDS if problem == f"missing field {f!r}"), None)
+        if field is None:
+            out.append(problem)
+        elif known_root:
+            out.append(f"{field}: optional where kernelcast knows the architecture, but no default is known for "
+                       f"vendor {data.get('vendor')!r} compute capability {data.get('compute_capability')!r} "
+                       f"architecture {data.get('architecture')!r}; give it (docs/devices.md)")
+    return out
 
 
 def read_spec_file(path: Path) -> list[DeviceSpec]:

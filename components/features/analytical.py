@@ -26,7 +26,10 @@ import numpy as np
 import pandas as pd
 
 # Bytes per element of each canonical dtype; "mixed"/"unknown" fall back to fp32's 4 bytes.
-ELEM_BYTES: dict[str, float] = {"fp64": 8, "fp32": 4, "tf32": 4, "fp16": 2, "bf16": 2, "fp8": 1, "int8": 1}
+ELEM_BYTES: dict[str, float] = {"fp64": 8, "fp32": 4, "tf32": 4, "fp16": 2, "bf16": 2, "fp8": 1, "int8": 1,
+                                "fp8_block": 1, "nvfp4": 0.5,
+                                # weight-only: bf16 activations (the weights' 1 / 0.5 byte is physics' business)
+                                "int8_wo": 2, "int4_wo": 2}
 
 # Elementwise cost per output element: (FMA-pipe FLOPs, special-function (MUFU/XU) ops, inputs read).
 # Why: PyTorch computes in fp32 "opmath"; transcendentals lower to MUFU (ex2/lg2/rcp/tanh) plus a few
@@ -76,7 +79,7 @@ DIM_ALIASES: dict[str, tuple[str, ...]] = {
     "topk": ("topk", "top_k"),
     "heads": ("heads", "num_heads", "nh"),
     "seq": ("seq", "seq_len", "s", "sq"),
-    "seq_kv": ("seq_kv", "skv", "kv_len"),
+    "seq_kv": ("seq_kv", "skv", "kv_len", "kv"),  # "KV": the question schema's context length (S = 1 decode)
     "head_dim": ("head_dim", "d", "hd"),
     "cin": ("input_channel", "in_channels", "c_in", "cin", "c"),
     "cout": ("output_channel", "out_channels", "c_out", "cout"),
@@ -219,7 +222,7 @@ def _attr(spec: Any, names: Iterable[str], default: float = math.nan) -> float:
 DEVICE_COLUMNS: tuple[str, ...] = (
     "sms", "clock_hz", "dram_Bps", "l2_Bps", "max_threads_sm", "max_ctas_sm", "sfu_ops_s",
     "fma_fp32", "fma_fp64", "fma_fp16", "tensor_fp16", "tensor_bf16", "tensor_fp8", "tensor_tf32",
-    "tensor_fp64",
+    "tensor_fp64", "tensor_int8", "tensor_fp4",
 )
 
 
@@ -244,7 +247,7 @@ def device_table(device_ids: Iterable[str], catalog: Any) -> pd.DataFrame:
             sms * clock_hz * SFU_OPS_PER_CLK_PER_SM,
             _peak(spec, "fp32", False), _peak(spec, "fp64", False), _peak(spec, "fp16", False),
             _peak(spec, "fp16", True), _peak(spec, "bf16", True), _peak(spec, "fp8", True),
-            _peak(spec, "tf32", True), _peak(spec, "fp64", True),
+            _peak(spec, "tf32", True), _peak(spec, "fp64", True), _peak(spec, "int8", True), _peak(spec, "fp4", True),
         ]
     return pd.DataFrame.from_dict(records, orient="index", columns=list(DEVICE_COLUMNS), dtype="float64")
 
@@ -405,7 +408,7 @@ def _family_demand(family: np.ndarray, op: np.ndarray, dtype: np.ndarray, d: pd.
     n = len(family)
     e = np.array([ELEM_BYTES.get(str(t), 4.0) for t in dtype], dtype="float64")
     inputs = FamilyInputs(family=family, op=op, col={k: d[k].to_numpy("float64") for k in d.columns}, e=e,
-                          e_out=np.where(e == 1.0, 2.0, e), name_tile=name_tile)
+                          e_out=np.where(e < 2.0, 2.0, e), name_tile=name_tile)
     out = {k: np.full(n, np.nan) for k in DEMAND_KEYS}
     out["tensor_capable"] = np.zeros(n, dtype=bool)
     taken = np.zeros(n, dtype=bool)
@@ -485,10 +488,17 @@ def analytical_features(frame: pd.DataFrame, catalog: Any) -> pd.DataFrame:
 
     # Which tensor peak: the dtype's; fp32 GEMMs stay on the FMA pipe (PyTorch allow_tf32=False for
     # matmul) except cuDNN convs, which use TF32 by default where the GPU has it.
+    # The quantised GEMM dtypes (components/opmodel/physics.GEMM_DTYPES) on their own pipes, falling back the
+    # way physics.FALLBACK does: fp8 block-scaled = fp8; nvfp4 -> fp8 -> bf16; W8A8 int8 -> fp16; weight-only
+    # int8/int4 de-quantise to bf16 (fp16 where no bf16); an explicit tf32 GEMM on the tf32 tensor pipe.
+    fp8_or_bf16 = _or(dv["tensor_fp8"], dv["tensor_bf16"])
     tensor_peak = np.select(
-        [dtype == "fp16", dtype == "bf16", dtype == "fp8", dtype == "fp64", (dtype == "fp32") & (family == "conv")],
-        [dv["tensor_fp16"], dv["tensor_bf16"], _or(dv["tensor_fp8"], dv["tensor_bf16"]), dv["tensor_fp64"],
-         dv["tensor_tf32"]], default=np.nan)
+        [dtype == "fp16", dtype == "bf16", np.isin(dtype, ["fp8", "fp8_block"]), dtype == "fp64",
+         (dtype == "fp32") & (family == "conv"), dtype == "nvfp4", dtype == "int8", np.isin(dtype, ["int8_wo", "int4_wo"]),
+         dtype == "tf32"],
+        [dv["tensor_fp16"], dv["tensor_bf16"], fp8_or_bf16, dv["tensor_fp64"],
+         dv["tensor_tf32"], _or(dv["tensor_fp4"], fp8_or_bf16), _or(dv["tensor_int8"], dv["tensor_fp16"]),
+         _or(dv["tensor_bf16"], dv["tensor_fp16"]), dv["tensor_tf32"]], default=np.nan)
     fma_peak = np.where(dtype == "fp64", dv["fma_fp64"], dv["fma_fp32"])  # fp16/bf16 elementwise math runs in fp32
     uses_tensor = dem["tensor_capable"] & np.isfinite(tensor_peak)
     # Tensor-capable work on a GPU/precision without tensor cores runs on the FMA pipe.

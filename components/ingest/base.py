@@ -25,6 +25,9 @@ class AdapterOutput:
     rejects: pd.DataFrame
     rows_in: int
     notes: list[str] = field(default_factory=list)
+    # GPUs the source describes itself (e.g. an aiconfigurator spec sheet of a GPU the catalog lacks),
+    # validated DeviceSpecs: whoever validates or featurises these rows adds them to its catalog.
+    devices: list = field(default_factory=list)
 
     def check_balance(self) -> None:
         """Nothing is lost: every input row is either canonical or rejected."""

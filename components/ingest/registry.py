@@ -17,10 +17,13 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:
     from components.ingest.base import AdapterOutput
 
-SOURCES: tuple[str, ...] = ("neusight", "gpuflopbench", "kernelbench", "benchmark_hub", "pipeweave", "kernelcast")
+SOURCES: tuple[str, ...] = ("neusight", "gpuflopbench", "kernelbench", "benchmark_hub", "pipeweave", "aiconfigurator",
+                             "kernelcast")
 # Our own measurements (``kernelcast profile`` on lent GPUs) are project data, committed under
 # ``profiled-data/``; their adapter module is ``profiled``.
-MODULES: dict[str, str] = {"kernelcast": "profiled"}
+# aiconfigurator's tables are read by ``aiconfigurator`` (shared with the op engine's measured store);
+# its canonical adapter is ``aiconfigurator_canonical``.
+MODULES: dict[str, str] = {"kernelcast": "profiled", "aiconfigurator": "aiconfigurator_canonical"}
 PROJECT_DATA_DIRS: dict[str, str] = {"kernelcast": "profiled-data"}
 
 Adapter = Callable[[Path, object], "AdapterOutput"]
@@ -42,6 +45,7 @@ UPSTREAMS: dict[str, Upstream] = {
     "kernelbench": Upstream("ScalingIntelligence/KernelBench", "423217d9fda91e0c2d67e4a43bf62f96f6d104f1"),
     "benchmark_hub": Upstream("AutoTuningAssociation/benchmark_hub", "8eeb99e7179e6838af95d392ac6c60cebfd8c434"),
     "pipeweave": Upstream("zksainx/pipeweave", "55e03178d15a79ca3fa8385a399fbcfb48771719"),
+    "aiconfigurator": Upstream("ai-dynamo/aiconfigurator", "095f58a51c4ca8e61b66ec108d86f223f8d559ce"),
 }
 
 

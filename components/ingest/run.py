@@ -47,6 +47,8 @@ class IngestResult:
     rejects: pd.DataFrame
     rows_in: dict[str, int]
     notes: dict[str, list[str]] = field(default_factory=dict)
+    # DeviceSpecs the sources described themselves (aiconfigurator spec sheets of GPUs the catalog lacks).
+    devices: list = field(default_factory=list)
 
     @property
     def sources(self) -> list[str]:
@@ -76,6 +78,7 @@ def merge_outputs(outputs: list[AdapterOutput]) -> IngestResult:
         rejects=_sorted(rejects, ["source", "upstream_file", "upstream_row", "reason"]),
         rows_in={o.source: o.rows_in for o in outputs},
         notes={o.source: list(o.notes) for o in outputs},
+        devices=[spec for o in outputs for spec in o.devices],
     )
 
 

@@ -23,7 +23,7 @@ MEASUREMENT_COLUMNS: dict[str, str] = {
     "kernel_id": "string",  # -> kernels.kernel_id
     "device_id": "string",  # catalog id (components.devices), never a dataset spelling
     "device_name_raw": "string",  # the spelling the source used, kept for audit
-    "source": "string",  # neusight | gpuflopbench | kernelbench | benchmark_hub | pipeweave | profiled
+    "source": "string",  # neusight | gpuflopbench | kernelbench | benchmark_hub | pipeweave | aiconfigurator | profiled
     "upstream_file": "string",  # path relative to the source root
     "upstream_row": "Int64",  # 0-based data row (or entry index) in that file
     "profiler": "string",  # ncu | cuda_event | kernel_tuner | torch_event | ...
@@ -61,7 +61,7 @@ KERNEL_COLUMNS: dict[str, str] = {
     "kernel_id": "string",
     "source": "string",
     "family": "string",  # gemm | bmm | linear | conv | elementwise | softmax | layernorm | rmsnorm |
-    # attention | moe | reduction | stencil | program (whole-program source) | ...
+    # attention | moe | allreduce | reduction | stencil | program (whole-program source) | ...
     "op": "string",  # op name within the family (add, gelu, sgemm, ...) or kernel name
     "name": "string",  # human-readable name (demangled kernel, problem file, op)
     "language": "string",  # cuda | hip | openmp | pytorch | op
@@ -69,7 +69,8 @@ KERNEL_COLUMNS: dict[str, str] = {
     "source_path": "string",  # path of the source file(s) relative to the source root
     "source_text": "string",  # kernel/program source when the source ships it
     "shape_json": "string",  # op shapes (canonical JSON) for op kernels
-    "dtype": "string",  # fp32 | fp16 | bf16 | fp8 | fp64 | mixed | unknown
+    "dtype": "string",  # fp32 | fp16 | bf16 | fp8 | fp64 | int8 | mixed | unknown, and the quantised GEMM dtypes
+    # tf32 | fp8_block | nvfp4 | int8_wo | int4_wo (components/opmodel/physics.GEMM_DTYPES)
 }
 
 REJECT_COLUMNS: dict[str, str] = {
@@ -82,7 +83,8 @@ REJECT_COLUMNS: dict[str, str] = {
 
 MEASUREMENT_KEY: tuple[str, ...] = ("kernel_id", "device_id", "params_json", "source", "run_id")
 FAMILIES_OP: frozenset[str] = frozenset(
-    {"gemm", "bmm", "linear", "conv", "elementwise", "softmax", "layernorm", "rmsnorm", "attention", "moe"}
+    {"gemm", "bmm", "linear", "conv", "elementwise", "softmax", "layernorm", "rmsnorm", "attention", "moe",
+     "allreduce"}
 )
 
 

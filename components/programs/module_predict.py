@@ -20,7 +20,7 @@ import numpy as np
 import pandas as pd
 
 from components.programs.errors import ProgramError
-from components.programs.ops import ProgramOps, program_ops
+from components.programs.ops import ProgramOps, display_name, program_ops
 from components.programs.overheads import MODEL_FILE, ProgramModel, kind_sums
 
 PROGRAMS_DIR = "programs"  # under KERNELCAST_HOME/models: one program model per op-predictor basis
@@ -149,9 +149,14 @@ def predict_module(module: str, dtype: str | None, specs: list[Any], op_predicto
 
 def _answer(program: ProgramOps, spec: Any, ops: pd.DataFrame, row: pd.Series, model: ProgramModel,
             matches: bool, op_predictor: Any, name: str) -> dict[str, Any]:
-    duration = float(row["predicted_us"])
     roof = float(row["roof_sum_us"])
     ops = ops.assign(total_us=ops["pred_us"] * ops["count"], roof_total=ops["roof_us"] * ops["count"])
+    # The program runs every op of its breakdown one after another on the GPU: its total is never
+    # below their sum (nor the roofline), whatever the program model's correction says.
+    floor = max(float(ops["total_us"].sum()), roof)
+    duration = float(row["predicted_us"])
+    raised = duration < floor
+    duration = max(duration, floor)
     moved = float((ops["bytes_moved"] * ops["count"]).sum())
     compute_time = float(ops.loc[ops["bound"] == "compute", "roof_total"].sum())
     roofline_class = "compute" if compute_time >= roof - compute_time else "bandwidth"
@@ -160,7 +165,8 @@ def _answer(program: ProgramOps, spec: Any, ops: pd.DataFrame, row: pd.Series, m
     pipe_time = ops.groupby("pipe")["roof_total"].sum() if len(ops) else pd.Series(dtype=float)
     bound_pipe = "launch" if launch_dominated or pipe_time.empty else str(pipe_time.idxmax())
     top = ops.sort_values("total_us", ascending=False).head(BREAKDOWN_TOP)
-    breakdown = [{"op": f"{r.aten} [{r.kind}] {_short_shape(program.questions[int(r.question)].shape)}",
+    breakdown = [{"op": f"{display_name(program.questions[int(r.question)])} [{r.kind}] "
+                        f"{_short_shape(program.questions[int(r.question)].shape)}",
                   "count": int(r.count), "duration_us": round(float(r.total_us), 3),
                   "bound": "compute" if r.bound == "compute" else "bandwidth"} for r in top.itertuples()]
     flops = _program_flops(ops)
@@ -177,6 +183,9 @@ def _answer(program: ProgramOps, spec: Any, ops: pd.DataFrame, row: pd.Series, m
     uses_roofline = int((ops["pred_source"] == "roofline").sum()) if "pred_source" in ops else 0
     if op_predictor is not None and getattr(op_predictor, "family", "") != "roofline" and uses_roofline:
         notes.append(f"{uses_roofline} of {len(ops)} distinct ops outside the op model's scope: roofline time")
+    if raised:
+        notes.append(f"program model's total ({float(row['predicted_us']):.4g} us) below its ops' GPU time: raised "
+                     f"to their sum, {floor:.4g} us")
     seconds = duration * 1e-6
     ood = (not model.fitted) or bool(program.unmapped)
     answer: dict[str, Any] = {
@@ -192,7 +201,7 @@ def _answer(program: ProgramOps, spec: Any, ops: pd.DataFrame, row: pd.Series, m
     }
     interval = _interval(model, duration)
     if interval is not None:
-        answer["duration_us_lo"], answer["duration_us_hi"] = interval
+        answer["duration_us_lo"], answer["duration_us_hi"] = max(interval[0], floor), max(interval[1], floor)
     return answer
 
 

@@ -108,6 +108,7 @@ class OpQuestion:
     dtype: str
     bytes_moved: float  # tensors read + written, the bytes-moved fallback's traffic
     mapped: bool = True  # False: an aten op this table does not know (bytes-moved fallback)
+    causal: bool = False  # attention under a causal mask (its seq_kv is the mean keys per query)
 
     @property
     def key(self) -> tuple[Any, ...]:
@@ -201,12 +202,46 @@ def _gemm(op: dict[str, Any], dtype: str, moved: float) -> OpQuestion:
     return _bytes_moved(aten, "gemm", dtype, moved, mapped=False)
 
 
+# Position of ``is_causal`` among each attention op's arguments (when not passed by keyword).
+CAUSAL_ARG: dict[str, int] = {
+    "scaled_dot_product_attention": 5, "_scaled_dot_product_attention_math": 5,
+    "_scaled_dot_product_flash_attention_for_cpu": 4, "_scaled_dot_product_flash_attention": 4,
+    "_scaled_dot_product_efficient_attention": 6, "_scaled_dot_product_cudnn_attention": 6,
+}
+
+
+def _is_causal(op: dict[str, Any]) -> bool:
+    value = (op.get("kwargs") or {}).get("is_causal")
+    if value is None and op["aten"] in CAUSAL_ARG:
+        value = _scalar(op, CAUSAL_ARG[op["aten"]], False)
+    return value is True or str(value).lower() == "true"
+
+
+def causal_keys(seq: float, seq_kv: float) -> float:
+    """Keys each query attends to on average under PyTorch's causal mask (top-left aligned: query i
+    sees keys 0..i): (seq+1)/2 for a square mask. Why: a causal kernel skips the masked blocks, so
+    its QK^T and PV FLOPs (and score traffic) are about half of the full attention's."""
+    if seq <= seq_kv:
+        return (seq + 1.0) / 2.0
+    return (seq_kv * (seq_kv + 1.0) / 2.0 + (seq - seq_kv) * seq_kv) / seq
+
+
 def _attention(op: dict[str, Any], dtype: str, moved: float) -> OpQuestion:
     q, k = op["inputs"][0][0], op["inputs"][1][0]
     if len(q) == 4 and len(k) == 4:
-        shape = _shape(B=q[0], heads=q[1], seq=q[2], seq_kv=k[2], head_dim=q[3])
-        return OpQuestion(op["aten"], "attention", "attention", "sdpa", shape, dtype, moved)
+        causal = _is_causal(op)
+        seq_kv = causal_keys(q[2], k[2]) if causal else k[2]
+        shape = _shape(B=q[0], heads=q[1], seq=q[2], seq_kv=seq_kv, head_dim=q[3])
+        return OpQuestion(op["aten"], "attention", "attention", "sdpa", shape, dtype, moved, causal=causal)
     return _bytes_moved(op["aten"], "attention", dtype, moved, mapped=False)
+
+
+def display_name(question: OpQuestion) -> str:
+    """The name a user wrote for an op: every SDPA backend (``_scaled_dot_product_flash_attention_for_cpu``
+    is the CPU tracer's) as ``scaled_dot_product_attention``, marked causal where it is."""
+    if question.aten in ATTENTION_OPS:
+        return "scaled_dot_product_attention" + (" (causal)" if question.causal else "")
+    return question.aten
 
 
 def _rows_cols(shape: list[int], dim: int) -> tuple[float, float]:

@@ -20,7 +20,7 @@ import signal
 import sys
 import time
 import traceback
-from typing import Any
+from typing import Any, Self
 
 MAX_OPS = 200_000  # a module launching more kernels than this is refused (a runaway loop)
 
@@ -210,7 +210,101 @@ class _RecordedVF:
                 "scalars": [name, layer, dirs], "kwargs": {}})
 
 
+def _cuda_target(device: Any, fake: bool) -> str | None:
+    """``"cuda:N"`` for a CUDA device argument (``"cuda"``, ``torch.device("cuda")``, ``0``) of a fake
+    tensor, ``"cpu"`` for a real one (the real-weights retry keeps its weights on the CPU); None for
+    any other device. The string form is the one FakeTensorMode accepts on a CPU-only build."""
+    import torch
+
+    if isinstance(device, int) and not isinstance(device, bool):
+        device = torch.device("cuda", device)
+    if isinstance(device, str) and device.startswith("cuda"):
+        device = torch.device(device)
+    if not isinstance(device, torch.device) or device.type != "cuda":
+        return None
+    return f"cuda:{device.index or 0}" if fake else "cpu"
+
+
+def _is_fake(tensor: Any) -> bool:
+    from torch._subclasses.fake_tensor import FakeTensor
+
+    return isinstance(tensor, FakeTensor)
+
+
+class _FakeCuda:
+    """While tracing: ``.cuda()``, ``.to("cuda")`` and ``Module.cuda()`` move fake tensors to a fake
+    CUDA device instead of initialising a CUDA runtime (this torch has none, and the tracer never
+    runs on a GPU). Why: many KernelBench-style modules move their own tensors with ``.cuda()`` or
+    ``device="cuda"``; FakeTensorMode already makes factories with ``device="cuda"`` fake CUDA tensors."""
+
+    def __enter__(self) -> Self:
+        import torch
+
+        self._saved = (torch.Tensor.to, torch.Tensor.cuda, torch.nn.Module.cuda)
+        original_to = torch.Tensor.to
+
+        def to(tensor: Any, *args: Any, **kwargs: Any) -> Any:
+            args = list(args)
+            device = kwargs.get("device", args[0] if args and not isinstance(args[0], (torch.dtype, torch.Tensor))
+                                else None)
+            target = _cuda_target(device, _is_fake(tensor))
+            if target is not None:
+                if "device" in kwargs:
+                    kwargs["device"] = target
+                else:
+                    args.pop(0)
+                    kwargs["device"] = target
+                    if args and isinstance(args[0], torch.dtype):
+                        kwargs["dtype"] = args.pop(0)
+            return original_to(tensor, *args, **kwargs)
+
+        def tensor_cuda(tensor: Any, device: Any = None, non_blocking: bool = False,
+                        memory_format: Any = torch.preserve_format) -> Any:
+            return to(tensor, device="cuda" if device is None else device, non_blocking=non_blocking,
+                      memory_format=memory_format)
+
+        def module_cuda(module: Any, device: Any = None) -> Any:
+            # Parameters and buffers replaced one by one: Module._apply cannot swap a fake CPU
+            # tensor for a fake CUDA one in place.
+            for sub in module.modules():
+                for name, param in list(sub._parameters.items()):
+                    if param is not None:
+                        sub._parameters[name] = torch.nn.Parameter(tensor_cuda(param.detach(), device),
+                                                                   requires_grad=param.requires_grad)
+                for name, buffer in list(sub._buffers.items()):
+                    if buffer is not None:
+                        sub._buffers[name] = tensor_cuda(buffer, device)
+            return module
+
+        torch.Tensor.to, torch.Tensor.cuda, torch.nn.Module.cuda = to, tensor_cuda, module_cuda
+        return self
+
+    def __exit__(self, *_exc: object) -> None:
+        import torch
+
+        torch.Tensor.to, torch.Tensor.cuda, torch.nn.Module.cuda = self._saved
+
+
+def _on_one_device(model: Any, inputs: Any) -> Any:
+    """Model and inputs on the fake GPU when either is there, as the KernelBench harness puts them
+    (``model.cuda()``, ``x.cuda()``); unchanged when neither touches CUDA."""
+    import torch
+
+    tensors = [*model.parameters(), *model.buffers()] if isinstance(model, torch.nn.Module) else []
+    values = list(inputs or [])
+    if not any(isinstance(t, torch.Tensor) and t.is_cuda for t in [*tensors, *values]):
+        return inputs
+    if isinstance(model, torch.nn.Module):
+        model.cuda()
+    return [v.cuda() if isinstance(v, torch.Tensor) and _is_fake(v) else v for v in values]
+
+
 def _trace(code: Any, filename: str, recorder_cls: Any, *, real_weights: bool) -> list[dict[str, Any]]:
+    with _FakeCuda():
+        return _trace_fake(code, filename, recorder_cls, real_weights=real_weights)
+
+
+def _trace_fake(code: Any, filename: str, recorder_cls: Any, *, real_weights: bool) -> list[dict[str, Any]]:
     import contextlib
 
     import torch
@@ -228,6 +322,8 @@ def _trace(code: Any, filename: str, recorder_cls: Any, *, real_weights: bool) -
         model = _call("Model(*get_init_inputs())", namespace["Model"], *list(init_inputs or []))
     with mode:
         inputs = _call("get_inputs()", namespace["get_inputs"])
+        if not real_weights:
+            inputs = _call("moving the module to the GPU", _on_one_device, model, inputs)
         recorder = recorder_cls()
 
         def forward() -> None:

@@ -91,8 +91,8 @@ class PredictRequest(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     kernels: list[Kernel] = Field(min_length=1)
-    devices: list[Annotated[str, Field(max_length=128)] | dict[str, Any]] = Field(
-        min_length=1, description="catalog names/aliases or full device specs")
+    devices: list[Annotated[str, Field(max_length=128)] | dict[str, Any]] | Literal["all"] = Field(
+        min_length=1, description='catalog names/aliases or full device specs, or "all" (the catalog), as in /v1/rank')
     model: str | None = Field(default=None, max_length=256,
                               description="omit for the served model; 'roofline' for the training-free baseline")
 
@@ -112,6 +112,15 @@ class RankRequest(BaseModel):
     devices: list[Annotated[str, Field(max_length=128)] | dict[str, Any]] | Literal["all"] = "all"
     prices: dict[Annotated[str, Field(max_length=128)], Annotated[float, Field(gt=0, lt=1e6)]] | None = None
     model: str | None = Field(default=None, max_length=256)
+
+
+class BreakdownItem(BaseModel):
+    model_config = ConfigDict(extra="allow")
+
+    op: str
+    count: int
+    duration_us: float | None = None
+    bound: str | None = None
 
 
 class Answer(BaseModel):
@@ -136,7 +145,8 @@ class Answer(BaseModel):
     ood: bool | None = None
     note: str | None = None
     model_version: str
-    breakdown: str | None = None
+    breakdown: list[BreakdownItem] | None = Field(
+        default=None, description="module/source answers: the top ops (or kernels) by predicted time")
 
 
 class PredictResponse(BaseModel):
@@ -161,6 +171,7 @@ class RankResponse(BaseModel):
     model_version: str
     ranked_by: Literal["time", "cost"]
     ranking: list[RankEntry]
+    note: str | None = Field(default=None, description="e.g. prices given for GPUs not being ranked (ignored)")
 
 
 class ErrorBody(BaseModel):
@@ -277,13 +288,14 @@ def create_app(model: str = "models:/kernelcast@champion", *, api_key: str | Non
     app = FastAPI(title="kernelcast", version="1",
                   description="Predict GPU kernel runtime, bandwidth, GFLOP/s, cache hit rates, roofline class and "
                               "bound pipe from op + shapes, CUDA/HIP source, or a PyTorch module, on any GPU spec.",
-                  lifespan=lifespan,
+                  lifespan=lifespan, docs_url=None, redoc_url=None,
                   responses={400: {"model": ErrorResponse}, 401: {"model": ErrorResponse},
                              413: {"model": ErrorResponse}, 422: {"model": ErrorResponse},
                              429: {"model": ErrorResponse}, 503: {"model": ErrorResponse},
                              504: {"model": ErrorResponse}})
     app.state.holder = holder
     app.state.limits = limits
+    _self_hosted_docs(app)
 
     def error(status: int, code: str, message: str, field: str | None = None) -> JSONResponse:
         return JSONResponse({"error": {"code": code, "message": message, "field": field}}, status_code=status)
@@ -376,10 +388,17 @@ def create_app(model: str = "models:/kernelcast@champion", *, api_key: str | Non
     async def run(work: Any) -> Any:
         if in_flight.locked():
             raise ApiError(429, "busy", f"{limits.max_in_flight} requests in flight; retry shortly")
+        from components.serving.deadline import Deadline, DeadlineExceeded, bound
+
         async with in_flight:
+            # The deadline travels into the worker thread (to_thread copies the context): on timeout it is
+            # cancelled, and the answering loops stop at their next step instead of working on for nobody.
+            deadline = Deadline.after(limits.request_timeout_s)
             try:
-                return await asyncio.wait_for(asyncio.to_thread(work), timeout=limits.request_timeout_s)
-            except TimeoutError:
+                with bound(deadline):
+                    return await asyncio.wait_for(asyncio.to_thread(work), timeout=limits.request_timeout_s)
+            except (TimeoutError, DeadlineExceeded):
+                deadline.cancel()
                 raise ApiError(504, "timeout", f"request took over {limits.request_timeout_s:g} s; "
                                "send fewer kernels or devices") from None
 
@@ -458,9 +477,33 @@ def create_app(model: str = "models:/kernelcast@champion", *, api_key: str | Non
                 raise query_error(exc, len(specs), prefix) from None
 
         ranking, ranked_by = await run(work)
-        return {"model_version": version, "ranked_by": ranked_by, "ranking": ranking}
+        from components.serving.rank import rank_note
+
+        note = await asyncio.to_thread(rank_note, kernels, specs, body.prices)
+        return {"model_version": version, "ranked_by": ranked_by, "ranking": ranking, "note": note}
 
     return _wrap(app, limits)
+
+
+DOCS_ASSETS = "/docs/assets"
+
+
+def _self_hosted_docs(app: Any) -> None:
+    """/docs (Swagger UI) with its script, style and icon served by this app from the pinned
+    ``swagger-ui-bundle`` package. Why: FastAPI's default page loads them from a CDN, which leaves
+    /docs blank on a machine without internet (clusters, air-gapped labs)."""
+    from fastapi.openapi.docs import get_swagger_ui_html
+    from fastapi.staticfiles import StaticFiles
+    from swagger_ui_bundle import swagger_ui_path
+
+    app.mount(DOCS_ASSETS, StaticFiles(directory=str(swagger_ui_path)), name="docs-assets")
+
+    @app.get("/docs", include_in_schema=False)
+    def docs() -> Any:
+        return get_swagger_ui_html(openapi_url=app.openapi_url, title=f"{app.title} API",
+                                   swagger_js_url=f"{DOCS_ASSETS}/swagger-ui-bundle.js",
+                                   swagger_css_url=f"{DOCS_ASSETS}/swagger-ui.css",
+                                   swagger_favicon_url=f"{DOCS_ASSETS}/favicon-32x32.png")
 
 
 def _wrap(app: Any, limits: ServerLimits) -> Any:

@@ -10,7 +10,7 @@ from __future__ import annotations
 import csv
 import json
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -34,8 +34,18 @@ class QuestionRows:
     kernel_labels: list[str]
 
 
-def read_batch(path: Path, *, allow_count: bool) -> list[tuple[str, dict[str, Any]]]:
-    """(origin, row) per record of a CSV or JSONL file; empty cells dropped."""
+@dataclass
+class RowError:
+    """A batch row that could not be answered: where it came from and why."""
+
+    row: str
+    error: str
+
+
+def read_batch(path: Path, *, allow_count: bool, row_errors: list[RowError] | None = None
+               ) -> list[tuple[str, dict[str, Any]]]:
+    """(origin, row) per record of a CSV or JSONL file; empty cells dropped. With ``row_errors``, a
+    JSONL line that is not a JSON object of question fields is listed there instead of stopping the file."""
     path = Path(path)
     if path.suffix.lower() not in BATCH_SUFFIXES:
         raise QueryError(f"--batch {path}: expected a .csv or .jsonl file")
@@ -50,29 +60,95 @@ def read_batch(path: Path, *, allow_count: bool) -> list[tuple[str, dict[str, An
             if unknown:
                 raise QueryError(f"--batch {path}: unknown column {unknown[0]!r}; accepted: {', '.join(sorted(allowed))}")
             for line, row in enumerate(reader, start=2):
-                records.append((f"{path.name} line {line}", {k: v for k, v in row.items() if k and v not in (None, "")}))
+                record = {k: v for k, v in row.items() if k and v not in (None, "")}
+                if isinstance(record.get("shape"), str):
+                    record["shape"] = cli_shape(record["shape"])
+                records.append((f"{path.name} line {line}", record))
         else:
             for line, text in enumerate(handle, start=1):
                 if not text.strip():
                     continue
                 try:
-                    row = json.loads(text)
-                except json.JSONDecodeError as exc:
-                    raise QueryError(f"--batch {path} line {line}: not valid JSON ({exc.msg})") from None
-                if not isinstance(row, dict):
-                    raise QueryError(f"--batch {path} line {line}: expected a JSON object")
-                unknown = sorted(set(row) - allowed)
-                if unknown:
-                    raise QueryError(f"--batch {path} line {line}: unknown field {unknown[0]!r}; "
-                                     f"accepted: {', '.join(sorted(allowed))}")
-                records.append((f"{path.name} line {line}", row))
+                    records.append((f"{path.name} line {line}", _json_row(text, allowed)))
+                except QueryError as exc:
+                    if row_errors is None:
+                        raise QueryError(f"--batch {path} line {line}: {exc}") from None
+                    row_errors.append(RowError(f"{path.name} line {line}", f"{path.name} line {line}: {exc}"))
                 if len(records) > MAX_BATCH_ROWS:
                     break
-    if not records:
+    if not records and not row_errors:
         raise QueryError(f"--batch {path}: no questions in the file")
     if len(records) > MAX_BATCH_ROWS:
         raise QueryError(f"--batch {path}: more than {MAX_BATCH_ROWS:,} rows; split the file")
     return records
+
+
+def _json_row(text: str, allowed: set[str]) -> dict[str, Any]:
+    try:
+        row = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise QueryError(f"not valid JSON ({exc.msg})") from None
+    if not isinstance(row, dict):
+        raise QueryError("expected a JSON object")
+    unknown = sorted(set(row) - allowed)
+    if unknown:
+        raise QueryError(f"unknown field {unknown[0]!r}; accepted: {', '.join(sorted(allowed))}")
+    return row
+
+
+CLI_SHAPE = re.compile(r"^\s*[A-Za-z_]\w*\s*=\s*\d+\s*(?:,\s*[A-Za-z_]\w*\s*=\s*\d+\s*)*,?\s*$")
+
+
+def cli_shape(text: str) -> dict[str, int] | str:
+    """A CSV cell in the CLI's ``--shape`` syntax (``M=4096,N=4096,K=4096``) as a dict; anything else
+    (JSON object text) unchanged, for the question parser to read or reject."""
+    if not CLI_SHAPE.match(text):
+        return text
+    return {name.strip(): int(value) for name, _, value in (item.partition("=") for item in text.split(",")
+                                                             if item.strip())}
+
+
+def answer_rows(predictor: Any, rows: QuestionRows, *, model_version: str, allow_modules: bool = True
+                ) -> tuple[list[dict[str, Any]], list[RowError]]:
+    """Answers of every row that can be answered (each with ``question`` = its row index) and the
+    rows that cannot, each with its error. Why: one bad row of a thousand-row file should cost that
+    row, not the file. A bad kernel fails all its rows (one per device) with one error."""
+    from components.serving.questions import answer_questions, parse_questions
+
+    questions, errors, failed = [], [], set()
+
+    def fail(row: int, message: str) -> None:
+        kernel = rows.kernel_of_row[row]
+        if "shape: not valid JSON" in message:
+            message += "; give NAME=VALUE items such as M=4096,N=4096,K=4096, or a JSON object"
+        if kernel not in failed:
+            failed.add(kernel)
+            errors.append(RowError(rows.origins[row], restate(message, rows.origins)))
+
+    try:
+        questions = parse_questions(rows.rows)
+    except QueryError:  # then row by row, to answer the rest
+        questions = []
+        for row, record in enumerate(rows.rows):
+            try:
+                (question,) = parse_questions([record])
+            except QueryError as exc:
+                fail(row, re.sub(r"^question 0", f"question {row}", str(exc)))
+                continue
+            questions.append(replace(question, index=row))
+    while True:
+        asked = [q for q in questions if rows.kernel_of_row[q.index] not in failed]
+        if not asked:
+            return [], sorted(errors, key=lambda e: rows.origins.index(e.row))
+        try:
+            answers = answer_questions(predictor, asked, model_version=model_version, allow_modules=allow_modules)
+        except QueryError as exc:
+            match = re.match(r"^question (\d+)", str(exc))
+            if not match or int(match[1]) >= len(rows.rows) or rows.kernel_of_row[int(match[1])] in failed:
+                raise
+            fail(int(match[1]), str(exc))
+            continue
+        return answers, sorted(errors, key=lambda e: rows.origins.index(e.row))
 
 
 def parse_launch(text: str) -> dict[str, Any]:
@@ -120,8 +196,10 @@ def kernel_from_file(path: Path, launch: str | None, kernel: str | None, defines
     return {"source": text, "language": SOURCE_LANGUAGES[suffix], "launch": spec}
 
 
-def expand(records: list[tuple[str, dict[str, Any]]], devices: list[str]) -> QuestionRows:
-    """Each record on its own device, or on every ``devices`` entry ("all" = the catalog)."""
+def expand(records: list[tuple[str, dict[str, Any]]], devices: list[str],
+           row_errors: list[RowError] | None = None) -> QuestionRows:
+    """Each record on its own device, or on every ``devices`` entry ("all" = the catalog). With
+    ``row_errors``, a record without a device (and no ``devices``) is listed there, not raised."""
     names: list[Any] = []
     if devices:
         from components.serving.rank import resolve_devices
@@ -141,7 +219,11 @@ def expand(records: list[tuple[str, dict[str, Any]]], devices: list[str]) -> Que
             kernel_of_row.append(k)
             continue
         if not names:
-            raise QueryError(f"{origin}: no device; give the row a device column or pass --device")
+            message = f"{origin}: no device; give the row a device column or pass --device"
+            if row_errors is None or len(records) == 1:
+                raise QueryError(message)
+            row_errors.append(RowError(origin, message))
+            continue
         for spec in names:
             rows.append({**record, "device": spec})
             origins.append(origin)

@@ -25,12 +25,26 @@ FAMILY_OF_OP: dict[str, tuple[str, str]] = {
     "silu": ("elementwise", "silu"), "sigmoid": ("elementwise", "sigmoid"), "exp": ("elementwise", "exp"),
     "log": ("elementwise", "log"), "sqrt": ("elementwise", "sqrt"), "rsqrt": ("elementwise", "rsqrt"),
     "neg": ("elementwise", "neg"), "abs": ("elementwise", "abs"), "copy": ("elementwise", "copy"),
+    # The LLM-serving families of the op engine (components/opmodel/physics.py): FlashAttention-style causal
+    # attention (prefill and decode), a fused MoE layer, and a tensor-parallel all-reduce.
+    "attention": ("attention", "attention"), "moe": ("moe", "moe"), "allreduce": ("allreduce", "allreduce"),
+    "all_reduce": ("allreduce", "allreduce"),
 }
+# Families the op engine answers (measured > calibrated > spec tiers); the others go to the champion.
+ENGINE_FAMILIES: frozenset[str] = frozenset({"attention", "moe", "allreduce"})
 
 # dtypes an op question may name (canonical spellings; "bfloat16", "float16", "half" ... map onto them).
-DTYPES: tuple[str, ...] = ("fp64", "fp32", "tf32", "fp16", "bf16", "fp8", "int8")
-# Plausibility bounds of one question: larger is a typo or an attack, not a kernel any GPU holds.
-MAX_DIM: int = 2**24  # 16,777,216 per dimension
+# fp8_block: fp8 with per-block scales (DeepSeek-style); nvfp4: 4-bit floats with fp8 block scales; int8: W8A8;
+# int8_wo / int4_wo: weight-only quantised GEMMs (bf16 math). components/opmodel/physics.py costs each.
+DTYPES: tuple[str, ...] = ("fp64", "fp32", "tf32", "fp16", "bf16", "fp8", "fp8_block", "nvfp4", "int8", "int8_wo",
+                           "int4_wo")
+# dtypes that only GEMM-like ops (and MoE) take: quantisation formats of weights, not of activations.
+GEMM_ONLY_DTYPES: frozenset[str] = frozenset({"fp8_block", "nvfp4", "int8_wo", "int4_wo"})
+# Plausibility bounds of one question: larger is a typo or an attack, not a kernel any GPU holds. They are on
+# the work (elements per tensor, bytes, FLOPs), not per dimension: an LLM activation of 8,192 tokens x 14,336 is
+# 117M elements in one dimension of an elementwise op, and a real question.
+MAX_DIM: int = 2**36  # one dimension (an all-reduce message in bytes, a flattened elementwise tensor)
+MAX_TENSOR_ELEMENTS: float = 2.0**36  # 64 Gi elements in one operand
 MAX_FLOPS: float = 1e18  # ~17 minutes of a 1 PFLOP/s tensor pipe for ONE kernel
 MAX_BYTES: float = 2.0**40  # 1 TiB of operands + result; the largest GPU holds 288 GB
 
@@ -46,6 +60,13 @@ SHAPE_DIMS: dict[str, tuple[tuple[str, ...], ...]] = {
     "softmax": (("B", "H"),),
     "layernorm": (("B", "H"),),
     "rmsnorm": (("B", "H"),),
+    # batch, query tokens per sequence, context length, query heads, KV heads, head dim (+ sliding window W)
+    "attention": (("B", "S", "KV", "H", "HKV", "D"), ("B", "S", "KV", "H", "HKV", "D", "W")),
+    # tokens, experts, experts per token, hidden, expert intermediate (+ tensor / expert parallel degree)
+    "moe": (("T", "E", "topk", "H", "I"), ("T", "E", "topk", "H", "I", "tp", "ep"),
+            ("T", "E", "topk", "H", "I", "tp"), ("T", "E", "topk", "H", "I", "ep")),
+    # message bytes per GPU, GPUs in the group
+    "allreduce": (("bytes", "gpus"),),
 }
 
 
@@ -69,6 +90,9 @@ def canonical_op_dtype(dtype: Any, field: str = "dtype") -> str:
     """``bfloat16`` -> ``bf16``; a QueryError naming the accepted list for anything else."""
     from components.devices import canonical_dtype
 
+    spelled = str(dtype).strip().lower()
+    if spelled in DTYPES:
+        return spelled
     try:
         precision = canonical_dtype(str(dtype))
     except ValueError:
@@ -81,26 +105,70 @@ def canonical_op_dtype(dtype: Any, field: str = "dtype") -> str:
 def shape_work(family: str, shape: dict[str, int], dtype: str) -> tuple[float, float]:
     """(FLOPs, bytes of operands + result) of an op by its shape: what the plausibility bounds check."""
     from components.features.analytical import ELEM_BYTES
+    from components.opmodel.physics import GEMM_DTYPE_TRAITS, op_work
 
-    e = ELEM_BYTES.get(dtype, 4.0)
     g = {k: float(v) for k, v in shape.items()}
-    if family in ("gemm", "linear", "bmm"):
-        b, m, n, k = g.get("B", 1.0), g["M"], g["N"], g["K"]
-        return 2.0 * b * m * n * k, e * b * (m * k + k * n + m * n)
+    if family in ("gemm", "linear", "bmm", "attention", "moe", "allreduce") and dtype in GEMM_DTYPE_TRAITS:
+        work = op_work("gemm" if family in ("linear", "bmm") else family, dtype, g)
+        return float(work.flops[0]), float(work.dram_bytes[0])
+    e = ELEM_BYTES.get(dtype, 4.0)
     numel = g["N"] if "N" in g else g.get("B", 1.0) * g["H"]
     return 16.0 * numel, 3.0 * e * numel
+
+
+def _largest_tensor(family: str, shape: dict[str, int]) -> float:
+    """Elements of the largest operand or result: the per-tensor plausibility bound."""
+    g = {k: float(v) for k, v in shape.items()}
+    b = g.get("B", 1.0)
+    if family in ("gemm", "linear", "bmm"):
+        return b * max(g["M"] * g["K"], g["K"] * g["N"], g["M"] * g["N"])
+    if family == "attention":
+        return b * max(g["S"] * g["H"], g["KV"] * g["HKV"]) * g["D"]
+    if family == "moe":
+        return max(g["T"] * g["H"], g["E"] * g["H"] * g["I"])
+    if family == "allreduce":
+        return g["bytes"]
+    return g["N"] if "N" in g else b * g["H"]
 
 
 def check_bounds(op: str, shape: dict[str, int], dtype: str, field: str = "shape") -> None:
     """A QueryError when a size is not an integer in [1, MAX_DIM] or the work exceeds MAX_FLOPS/MAX_BYTES."""
     for name, value in shape.items():
         if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= MAX_DIM:
-            raise QueryError(f"{field}.{name} = {value!r}: a size must be an integer from 1 to {MAX_DIM:,} (2**24)")
-    flops, nbytes = shape_work(FAMILY_OF_OP[op][0], shape, dtype)
+            raise QueryError(f"{field}.{name} = {value!r}: a size must be an integer from 1 to {MAX_DIM:,} (2**36)")
+    family = FAMILY_OF_OP[op][0]
+    if dtype in GEMM_ONLY_DTYPES and family not in ("gemm", "linear", "bmm", "moe"):
+        raise QueryError(f"{field.rsplit('.', 1)[0]}.dtype {dtype}: a weight quantisation format, for gemm, linear, bmm and moe only; "
+                         f"{op} takes one of {', '.join(d for d in DTYPES if d not in GEMM_ONLY_DTYPES)}")
+    _check_family_shape(family, shape, field)
+    elements = _largest_tensor(family, shape)
+    if elements > MAX_TENSOR_ELEMENTS:
+        raise QueryError(f"{field} for {op}: a tensor of {elements:.3g} elements exceeds the bound of 2**36 per tensor")
+    flops, nbytes = shape_work(family, shape, dtype)
     if flops > MAX_FLOPS:
         raise QueryError(f"{field} for {op}: {flops:.3g} FLOPs exceeds the bound of {MAX_FLOPS:.0e} FLOPs per kernel")
     if nbytes > MAX_BYTES:
         raise QueryError(f"{field} for {op}: {nbytes:.3g} bytes of operands exceeds the bound of 1 TiB (2**40 bytes)")
+
+
+def _check_family_shape(family: str, shape: dict[str, int], field: str) -> None:
+    """Relations between dimensions a real kernel of the family obeys (each error names the dimensions)."""
+    if family == "attention":
+        if shape["S"] > shape["KV"]:
+            raise QueryError(f"{field}: S = {shape['S']} query tokens cannot exceed the context KV = {shape['KV']} "
+                             "(S = KV is causal prefill, S = 1 decode)")
+        if shape["H"] % shape["HKV"]:
+            raise QueryError(f"{field}: H = {shape['H']} query heads must be a multiple of HKV = {shape['HKV']} "
+                             "KV heads (grouped-query attention)")
+    elif family == "moe":
+        if shape["topk"] > shape["E"]:
+            raise QueryError(f"{field}: topk = {shape['topk']} experts per token exceeds E = {shape['E']} experts")
+        if shape["E"] % shape.get("ep", 1):
+            raise QueryError(f"{field}: E = {shape['E']} experts must divide over ep = {shape['ep']} GPUs")
+        if shape["I"] % shape.get("tp", 1):
+            raise QueryError(f"{field}: I = {shape['I']} must divide over tp = {shape['tp']} GPUs")
+    elif family == "allreduce" and shape["gpus"] < 2:
+        raise QueryError(f"{field}.gpus = {shape['gpus']}: an all-reduce needs at least 2 GPUs")
 
 
 def parse_shape(text: str) -> dict[str, int]:

@@ -19,6 +19,7 @@ from typing import Any
 
 import numpy as np
 
+from components.serving.memory_fit import check_memory_fit
 from components.serving.query import (
     DTYPES,
     FAMILY_OF_OP,
@@ -560,8 +561,8 @@ def _program_answers(kind: str, predictor: Any, group: list[Question], model_ver
         for key, value in dict(result).items():
             if key in ("question", "device", "device_name", "kind", "model_version"):
                 continue
-            if key == "breakdown" and value is not None and not isinstance(value, str):
-                value = json.dumps(value)
+            if key == "breakdown" and isinstance(value, str):
+                value = json.loads(value)  # nested in every answer; answer_frame writes it as text for MLflow
             answer[key] = value if key in ("breakdown", "note", "roofline_class", "bound_pipe") else _plain(value)
         if answer.get("ood") is not None:
             answer["ood"] = bool(answer["ood"])
@@ -578,9 +579,14 @@ def answer_questions(predictor: Any, questions: list[Question], *, model_version
     if modules and not allow_modules:
         raise QueryError(f"question {modules[0].index}.module: module questions are disabled here "
                          "(they trace user code; the operator enables them with --allow-modules)")
+    from components.serving.deadline import check as check_deadline
+
     answers: dict[int, dict[str, Any]] = {}
     ops = [q for q in questions if q.kind == "op"]
+    for question in ops:  # refuse what cannot run on the GPU at all (components.serving.memory_fit)
+        check_memory_fit(question)
     if ops:
+        check_deadline(f"question {ops[0].index} (op questions)")
         for question, answer in zip(ops, _answer_ops(predictor, ops, model_version), strict=True):
             answers[id(question)] = answer
     groups: dict[tuple[str, str], list[Question]] = {}
@@ -588,6 +594,7 @@ def answer_questions(predictor: Any, questions: list[Question], *, model_version
         if question.kind != "op":
             groups.setdefault((question.kind, question.kernel_key()), []).append(question)
     for (kind, _), group in groups.items():
+        check_deadline(f"question {group[0].index} ({kind})")
         for question, answer in zip(group, _program_answers(kind, predictor, group, model_version), strict=True):
             answers[id(question)] = answer
     for answer in answers.values():  # every answer has every key (program answers carry no tier)
@@ -605,7 +612,10 @@ def answer_frame(predictor: Any, frame: Any, *, model_version: str, allow_module
     answers = answer_questions(predictor, parse_questions(rows), model_version=model_version,
                                allow_modules=allow_modules)
     columns = list(ANSWER_KEYS) + sorted({k for a in answers for k in a} - set(ANSWER_KEYS))
-    return pd.DataFrame(answers, columns=columns)
+    frame = pd.DataFrame(answers, columns=columns)
+    # The pyfunc's output schema is flat (components.registry.pyfunc): the breakdown stays JSON text there.
+    frame["breakdown"] = [None if b is None else json.dumps(b) for b in frame["breakdown"]]
+    return frame
 
 
 _QUESTION_REF = re.compile(r"^question (\d+)((?:\.[A-Za-z_][\w]*|\[\d+\])*)")

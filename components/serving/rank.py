@@ -63,8 +63,20 @@ def resolve_devices(devices: Sequence[Any] | str, where: str = "devices", allow_
     return list(specs.values())
 
 
+def _price_device_id(name: str, by_id: Mapping[str, Any], catalog: Any) -> str:
+    """The device id a price's name means: a ranked device's id, else a catalog name or alias."""
+    if name in by_id:
+        return name
+    try:
+        return catalog.resolve(str(name)).id
+    except LookupError:
+        raise QueryError(f"prices.{name}: not a GPU the catalog knows (nor one being ranked)") from None
+
+
 def price_table(prices: Mapping[str, Any] | None, specs: Sequence[Any]) -> dict[str, float]:
-    """USD/hour per device id; a price for a device not asked about, or not a positive number, is an error."""
+    """USD/hour per ranked device id. A price for a catalog GPU not being ranked is ignored (a shared
+    prices file names more GPUs than one question asks about; ``unranked_prices`` names them); a name
+    the catalog does not know, or a price that is not a positive number, is an error."""
     if not prices:
         return {}
     from components.devices import load_catalog
@@ -73,19 +85,31 @@ def price_table(prices: Mapping[str, Any] | None, specs: Sequence[Any]) -> dict[
     by_id = {s.id: s for s in specs}
     table: dict[str, float] = {}
     for name, value in prices.items():
-        device_id = name if name in by_id else None
-        if device_id is None:
-            try:
-                device_id = catalog.resolve(str(name)).id
-            except LookupError:
-                device_id = None
-        if device_id not in by_id:
-            raise QueryError(f"prices.{name}: not one of the devices being ranked")
         if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 < float(value) < 1e6 \
                 or not math.isfinite(float(value)):
             raise QueryError(f"prices.{name} = {value!r}: expected a positive USD/hour below 1,000,000")
-        table[device_id] = float(value)
+        device_id = _price_device_id(str(name), by_id, catalog)
+        if device_id in by_id:
+            table[device_id] = float(value)
     return table
+
+
+def unranked_prices(prices: Mapping[str, Any] | None, specs: Sequence[Any]) -> list[str]:
+    """The names in ``prices`` of catalog GPUs not being ranked (ignored by ``price_table``)."""
+    if not prices:
+        return []
+    from components.devices import load_catalog
+
+    catalog = load_catalog()
+    by_id = {s.id: s for s in specs}
+    ignored = []
+    for name in prices:
+        try:
+            if _price_device_id(str(name), by_id, catalog) not in by_id:
+                ignored.append(str(name))
+        except QueryError:
+            continue  # price_table reports it
+    return ignored
 
 
 def rank_answers(answers: Sequence[Mapping[str, Any]], counts: Sequence[int], n_devices: int,
@@ -107,9 +131,16 @@ def rank_answers(answers: Sequence[Mapping[str, Any]], counts: Sequence[int], n_
             entry["usd_per_hour"] = price
             entry["usd_per_run"] = (None if price is None or entry["total_us"] is None
                                     else entry["total_us"] * 1e-6 / 3600.0 * price)
-    by_cost = bool(prices)
-    key = "usd_per_run" if by_cost else "total_us"
-    ranking.sort(key=lambda e: (e.get(key) is None, e.get(key) if e.get(key) is not None else 0.0, e["device"]))
+    # Priced GPUs by cost per run first (when prices are given), then the rest by predicted time:
+    # a GPU without a price is still ranked by the objective the user can compare, never by name.
+    key = "usd_per_run" if prices else "total_us"
+
+    def order(entry: dict[str, Any]) -> tuple[bool, bool, float, str]:
+        primary, time = entry.get(key), entry.get("total_us")
+        value = primary if primary is not None else time
+        return primary is None, value is None, value if value is not None else 0.0, entry["device"]
+
+    ranking.sort(key=order)
     for position, entry in enumerate(ranking, start=1):
         entry["rank"] = position
     return ranking
@@ -125,7 +156,41 @@ def rank(predictor: Any, kernels: Sequence[Mapping[str, Any]], counts: Sequence[
         if isinstance(count, bool) or not isinstance(count, int) or not 1 <= count <= MAX_COUNT:
             raise QueryError(f"workload[{i}].count = {count!r}: expected an integer from 1 to {MAX_COUNT:,}")
     table = price_table(prices, specs)
+    misfits = set(too_small(kernels, specs))
+    if misfits and len(misfits) < len(specs):  # rank the GPUs the workload fits; rank_note names the others
+        specs = [s for s in specs if s.id not in misfits]
     rows = [{**dict(kernel), "device": spec} for kernel in kernels for spec in specs]
     answers = answer_questions(predictor, parse_questions(rows), model_version=model_version,
                                allow_modules=allow_modules)
     return rank_answers(answers, counts, len(specs), table), ("cost" if table else "time")
+
+
+def too_small(kernels: Sequence[Mapping[str, Any]], specs: Sequence[Any]) -> list[str]:
+    """Ids of the GPUs whose memory some op kernel of the workload does not fit
+    (``components.serving.memory_fit``); a kernel that does not parse is left to ``rank`` to report."""
+    from components.serving.memory_fit import check_memory_fit
+    from components.serving.questions import parse_questions
+
+    small = []
+    for spec in specs:
+        try:
+            for question in parse_questions([{**dict(k), "device": spec} for k in kernels if "op" in k]):
+                check_memory_fit(question)
+        except QueryError as exc:
+            if "does not fit" not in str(exc):
+                return []
+            small.append(spec.id)
+    return small
+
+
+def rank_note(kernels: Sequence[Mapping[str, Any]], specs: Sequence[Any], prices: Mapping[str, Any] | None
+              ) -> str | None:
+    """What the ranking left out, for the user: GPUs the workload does not fit, prices of GPUs not ranked."""
+    notes = []
+    small = too_small(kernels, specs)
+    if small and len(small) < len(specs):
+        notes.append(f"not ranked, the workload does not fit their memory: {', '.join(small)}")
+    ignored = unranked_prices(prices, specs)
+    if ignored:
+        notes.append(f"prices of GPUs not ranked ignored: {', '.join(ignored)}")
+    return "; ".join(notes) or None

@@ -29,10 +29,15 @@ PRECISIONS: tuple[str, ...] = ("fp64", "fp32", "tf32", "fp16", "bf16", "fp8", "i
 DTYPE_PRECISIONS: dict[str, tuple[str, ...]] = {
     "fp64": ("fp64",), "fp32": ("fp32", "tf32"), "fp16": ("fp16",), "bf16": ("bf16",), "fp8": ("fp8",),
     "int8": ("int8",),
+    # The quantised GEMM dtypes of components/opmodel/physics.GEMM_DTYPES: fp8 block-scaled runs on the fp8
+    # pipe, nvfp4 on fp4; weight-only int8/int4 kernels de-quantise to bf16 (fp16 where no bf16) for the math.
+    "tf32": ("tf32",), "fp8_block": ("fp8",), "nvfp4": ("fp4",), "int8_wo": ("bf16", "fp16"),
+    "int4_wo": ("bf16", "fp16"),
 }
 ROOFLINE_CLASSES: tuple[str, ...] = ("bandwidth", "compute")
 CLOCK_MODES: tuple[str, ...] = ("locked", "base", "boost", "unknown", "host")
-KERNEL_DTYPES: tuple[str, ...] = ("fp32", "fp16", "bf16", "fp8", "fp64", "int8", "mixed", "unknown")
+KERNEL_DTYPES: tuple[str, ...] = ("fp32", "fp16", "bf16", "fp8", "fp64", "int8", "tf32", "fp8_block", "nvfp4",
+                                  "int8_wo", "int4_wo", "mixed", "unknown")
 KERNEL_LANGUAGES: tuple[str, ...] = ("cuda", "hip", "openmp", "pytorch", "op", "triton")
 NON_NULL_KEYS: tuple[str, ...] = ("measurement_id", "kernel_id", "device_id", "source")
 

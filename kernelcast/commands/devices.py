@@ -19,7 +19,7 @@ if TYPE_CHECKING:
 
 app = typer.Typer(help="The GPU catalog: specs every prediction uses.", no_args_is_help=True)
 
-VENDORS = ("nvidia", "amd")
+VENDORS = ("nvidia", "amd", "intel")
 # (header, width, cell) for `devices list`; cells are pre-formatted strings.
 _COLUMNS: tuple[tuple[str, int], ...] = (
     ("id", 17), ("name", 50), ("vendor", 6), ("arch", 9), ("SMs", 4), ("boost MHz", 9),
@@ -64,7 +64,7 @@ def format_table(specs: list[DeviceSpec], user_ids: set[str] | frozenset[str] = 
 @app.command("list")
 @clean_errors
 def list_command(
-    vendor: Annotated[str | None, typer.Option(help="only this vendor: nvidia | amd")] = None,
+    vendor: Annotated[str | None, typer.Option(help="only this vendor: nvidia | amd | intel")] = None,
     as_json: Annotated[bool, typer.Option("--json", help="print JSON instead of a table")] = False,
 ) -> None:
     """List every GPU in the catalog."""
@@ -167,7 +167,7 @@ def add_devices(spec_file: Path, user_dir: Path, replace: bool = False) -> list[
 @clean_errors
 def add_command(
     spec_file: Annotated[Path, typer.Argument(
-        help="YAML/JSON spec: the fields of a catalog.yaml entry (one mapping, or a 'devices:' list)")],
+        help="YAML/JSON spec (one mapping, or a 'devices:' list); every field, optional ones marked: docs/devices.md")],
     replace: Annotated[bool, typer.Option("--replace", help="overwrite a user device with the same id")] = False,
     home: Annotated[Path | None, typer.Option(help="state folder (default: KERNELCAST_HOME)")] = None,
 ) -> None:

@@ -21,7 +21,7 @@ DEFAULT_MODEL = "models:/kernelcast@champion"
 
 def gather_questions(file: Path | None, op: str | None, shape: str | None, dtype: str | None, launch: str | None,
                      kernel: str | None, define: list[str], batch: Path | None, device: list[str], *,
-                     allow_count: bool) -> Any:
+                     allow_count: bool, row_errors: list[Any] | None = None) -> Any:
     """Rows from exactly one of: --op/--shape, a source/module FILE, or --batch."""
     from components.serving.batch import expand, kernel_from_file, read_batch
     from components.serving.query import parse_shape
@@ -33,7 +33,7 @@ def gather_questions(file: Path | None, op: str | None, shape: str | None, dtype
     if batch is not None:
         if dtype or launch or kernel or define:
             raise UserError("--dtype/--launch/--kernel/--define do not apply to --batch (put them in the file)")
-        records = read_batch(batch, allow_count=allow_count)
+        records = read_batch(batch, allow_count=allow_count, row_errors=row_errors)
     elif file is not None:
         record = kernel_from_file(file, launch, kernel, define)
         if dtype:
@@ -45,7 +45,7 @@ def gather_questions(file: Path | None, op: str | None, shape: str | None, dtype
         if launch or kernel or define:
             raise UserError("--launch/--kernel/--define apply to a .cu/.hip FILE, not to --op")
         records = [("--op/--shape", {"op": op, "shape": parse_shape(shape), "dtype": dtype or "fp32"})]
-    return expand(records, device)
+    return expand(records, device, row_errors)
 
 
 def answer(rows: Any, model: str, allow_modules: bool = True) -> tuple[list[dict[str, Any]], str]:
@@ -94,16 +94,12 @@ def render_table(answers: list[dict[str, Any]], labels: list[str] | None, kernel
     lines = ["  ".join(str(c).ljust(w) if i < (2 if many else 1) else str(c).rjust(w)
                        for i, (c, w) in enumerate(zip(r, widths, strict=True))) for r in [header, *body]]
     for a in answers:
-        if a.get("breakdown"):
-            try:
-                ops = json.loads(a["breakdown"])
-            except (TypeError, ValueError):
-                ops = []
-            if ops:
-                lines.append(f"top ops on {a['device']}:")
-                for item in ops:
-                    lines.append(f"  {item.get('op', '?'):<32} x{_fmt(item.get('count'))}  "
-                                 f"{_fmt(item.get('duration_us'))} us  {_fmt(item.get('bound'))}")
+        ops = a.get("breakdown") or []
+        if isinstance(ops, list) and ops:
+            lines.append(f"top ops on {a['device']}:")
+            for item in ops:
+                lines.append(f"  {item.get('op', '?'):<32} x{_fmt(item.get('count'))}  "
+                             f"{_fmt(item.get('duration_us'))} us  {_fmt(item.get('bound'))}")
     for a in answers:
         if a.get("ood"):
             lines.append(f"note: {a['device']}: outside the shapes this model was trained on; the interval is the "
@@ -111,6 +107,12 @@ def render_table(answers: list[dict[str, Any]], labels: list[str] | None, kernel
         if a.get("note"):
             lines.append(f"note: {a['device']}: {a['note']}")
     return lines
+
+
+def _line_number(origin: str) -> int:
+    """``questions.csv line 12`` -> 12 (the order errors are listed in)."""
+    tail = origin.rsplit(" ", 1)[-1]
+    return int(tail) if tail.isdigit() else 0
 
 
 @clean_errors
@@ -129,14 +131,39 @@ def predict_command(
 ) -> None:
     """Predict runtime (with its interval), roofline class, bound pipe and headroom on one or more GPUs."""
     prepared_settings()
+    errors: list[Any] = []  # batch rows not answered, each with its error (the others are)
     rows = gather_questions(file, op, shape, dtype, launch, kernel, define or [], batch, device or [],
-                            allow_count=False)
-    answers, version = answer(rows, model)
+                            allow_count=False, row_errors=errors)
+    if batch is None:
+        answers, version = answer(rows, model)
+    else:  # a bad row costs that row: the rest are answered, the bad ones listed with their error
+        from components.serving.batch import answer_rows
+        from components.serving.models import load_model
+
+        loaded = load_model(model)
+        answers, failed_rows = answer_rows(loaded.predictor, rows, model_version=loaded.version) if rows.rows \
+            else ([], [])
+        errors = sorted(errors + failed_rows, key=lambda e: _line_number(e.row))
+        version = loaded.version
+    n_rows = len(rows.kernel_labels) + len({e.row for e in errors} - set(rows.kernel_labels))
+    failed = None if not errors else (f"all {n_rows} rows failed" if len(errors) == n_rows else
+                                      f"{len(errors)} of {n_rows} rows failed; the other rows are answered")
     if as_json:
         for a in answers:
             a["kernel"] = rows.kernel_of_row[a["question"]]
-        typer.echo(json.dumps({"model_version": version, "predictions": answers}, indent=2))
-        return
-    for line in render_table(answers, rows.kernel_labels, rows.kernel_of_row):
-        typer.echo(line)
-    typer.echo(f"model: {version}")
+            if batch is not None:
+                a["row"] = rows.origins[a["question"]]  # the file line, as the errors name theirs
+        report: dict[str, Any] = {"model_version": version, "predictions": answers}
+        if batch is not None:
+            report["errors"] = [{"row": e.row, "error": e.error} for e in errors]
+        typer.echo(json.dumps(report, indent=2))
+    else:
+        if answers:
+            for line in render_table(answers, rows.kernel_labels, [rows.kernel_of_row[a["question"]] for a in answers]):
+                typer.echo(line)
+        typer.echo(f"model: {version}")
+    for e in errors:
+        typer.echo(f"error: {e.error}", err=True)
+    if failed:
+        typer.echo(f"error: {failed}", err=True)
+        raise typer.Exit(1)

@@ -65,7 +65,7 @@ def rank_command(
     from components.serving.batch import restate
     from components.serving.models import load_model
     from components.serving.query import QueryError
-    from components.serving.rank import rank, resolve_devices
+    from components.serving.rank import rank, rank_note, resolve_devices
 
     price_table = read_prices(price or [], prices)
     specs = resolve_devices(list(device) if device else "all", "--device", allow_files=True)
@@ -102,8 +102,10 @@ def rank_command(
         row_origins = [origins[i // len(specs)] for i in range(len(kernels) * len(specs))]
         raise UserError(restate(str(exc), row_origins)) from None
     shown = ranking[:top] if top else ranking
+    note = rank_note(kernels, specs, price_table)
     if as_json:
-        typer.echo(json.dumps({"model_version": loaded.version, "ranked_by": ranked_by, "ranking": shown}, indent=2))
+        typer.echo(json.dumps({"model_version": loaded.version, "ranked_by": ranked_by, "ranking": shown,
+                               "note": note}, indent=2))
         return
     header = ["rank", "device", "total_us", "interval_us"] + (["usd/hour", "usd/run"] if price_table else [])
     body = []
@@ -119,4 +121,9 @@ def rank_command(
     widths = [max(len(r[i]) for r in [header, *body]) for i in range(len(header))]
     for r in [header, *body]:
         typer.echo("  ".join(c.ljust(w) if i == 1 else c.rjust(w) for i, (c, w) in enumerate(zip(r, widths, strict=True))))
-    typer.echo(f"ranked by {'cost per run' if ranked_by == 'cost' else 'predicted time'}; model: {loaded.version}")
+    unpriced = "; GPUs without a price after the priced ones, by predicted time" if ranked_by == "cost" and any(
+        e.get("usd_per_hour") is None for e in ranking) else ""
+    typer.echo(f"ranked by {'cost per run' if ranked_by == 'cost' else 'predicted time'}{unpriced}; "
+               f"model: {loaded.version}")
+    if note:
+        typer.echo(f"note: {note}")

@@ -96,7 +96,8 @@ def test_summary_counts_rows_and_rejects_per_device() -> None:
 
 
 def test_registry_names_and_pins() -> None:
-    assert SOURCES == ("neusight", "gpuflopbench", "kernelbench", "benchmark_hub", "pipeweave", "kernelcast")
+    assert SOURCES == ("neusight", "gpuflopbench", "kernelbench", "benchmark_hub", "pipeweave", "aiconfigurator",
+                       "kernelcast")
     assert set(UPSTREAMS) == set(SOURCES) - {"kernelcast"}  # our own profiled data has no upstream
     assert callable(get_adapter("kernelcast"))
     assert all(len(u.commit) == 40 and int(u.commit, 16) >= 0 for u in UPSTREAMS.values())

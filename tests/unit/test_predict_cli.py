@@ -120,19 +120,30 @@ def test_batch_csv_and_jsonl_with_json_output(tmp_path, monkeypatch) -> None:
 
 @pytest.mark.parametrize(("content", "fragment"), [
     ('op,shape,colour\ngemm,"{}",red\n', "unknown column 'colour'"),
-    ('op,shape,dtype\ngemm,"{""M"": 4, ""N"": 4}",fp16\n', "questions.csv line 2: shape for op gemm: missing K"),
-    ('op,shape,dtype\ngemm,"{""M"": 4, ""N"": 4, ""K"": 4}",banana\n', "line 2: dtype 'banana'"),
-    ('op,shape\ngemm,"{""M"": 4, ""N"": 4, ""K"": 4}"\nadd,"{""N"": 1e12}"\n', "line 3: shape.N"),
     ('op,shape\n', "no questions"),
 ])
-def test_bad_batch_rows_are_one_line_errors_naming_the_line(content: str, fragment: str, tmp_path,
-                                                            monkeypatch) -> None:
+def test_bad_batch_files_are_one_line_errors(content: str, fragment: str, tmp_path, monkeypatch) -> None:
     csv_file = tmp_path / "questions.csv"
     csv_file.write_text(content)
     result = _run(["predict", "--batch", str(csv_file), "--device", "H100", *ROOF], tmp_path, monkeypatch)
     assert result.exit_code == 2, result.output
     assert "Traceback" not in result.output and fragment in result.output, result.output
     assert result.output.strip().startswith("error:") and len(result.output.strip().splitlines()) == 1
+
+
+@pytest.mark.parametrize(("content", "fragment"), [
+    ('op,shape,dtype\ngemm,"{""M"": 4, ""N"": 4}",fp16\n', "questions.csv line 2: shape for op gemm: missing K"),
+    ('op,shape,dtype\ngemm,"{""M"": 4, ""N"": 4, ""K"": 4}",banana\n', "line 2: dtype 'banana'"),
+    ('op,shape\ngemm,"{""M"": 4, ""N"": 4, ""K"": 4}"\nadd,"{""N"": 1e12}"\n', "line 3: shape.N"),
+    ('op,shape\nadd,"N=4x"\n', "line 2: shape: not valid JSON"),
+])
+def test_bad_batch_rows_are_listed_naming_the_line(content: str, fragment: str, tmp_path, monkeypatch) -> None:
+    csv_file = tmp_path / "questions.csv"
+    csv_file.write_text(content)
+    result = _run(["predict", "--batch", str(csv_file), "--device", "H100", *ROOF], tmp_path, monkeypatch)
+    assert result.exit_code == 1, result.output
+    assert "Traceback" not in result.output and "error: questions.csv line" in result.output, result.output
+    assert fragment in result.output and "rows failed" in result.output, result.output
 
 
 @pytest.mark.parametrize(("args", "fragment"), [

@@ -128,3 +128,47 @@ def test_kernelbench_bench_scores_every_held_out_gpu_beside_the_trace_roofline(t
         assert all(r.ok for r in kernelbench_data.cached_traces(texts, tmp_path / "cache").values())
     finally:
         kernelbench_data.trace_many = original
+
+
+SDPA_MODULE = '''
+import torch
+import torch.nn.functional as F
+
+class Model(torch.nn.Module):
+    def forward(self, q, k, v):
+        return F.scaled_dot_product_attention(q, k, v, is_causal=IS_CAUSAL)
+
+def get_inputs():
+    return [torch.randn(8, 16, 2048, 64, dtype=torch.float16) for _ in range(3)]
+
+def get_init_inputs():
+    return []
+'''
+
+
+def test_sdpa_module_total_never_below_its_ops_and_causal_halves_the_flops(empty_home: Path):
+    """The issue's case: a learned program model whose efficiency for attention is high put the
+    module's total (1,400 us) below its only op (3,552 us); causal attention was counted as full."""
+    from components.devices import load_catalog
+    from components.models.roofline import RooflinePredictor
+    from components.programs.module_predict import predict_module
+    from components.programs.overheads import ConfigModel, ProgramModel
+
+    spec = [load_catalog().resolve("H100")]
+    predictor = RooflinePredictor()
+    predictor.program_model = ProgramModel("roofline", {"eager": ConfigModel({"attention": 3.0}, 4.0, 6.0,
+                                                                             q_log=0.3)})
+    full, causal = (predict_module(SDPA_MODULE.replace("IS_CAUSAL", flag), "fp16", spec, predictor)[0]
+                    for flag in ("False", "True"))
+    for answer in (full, causal):
+        (op,) = answer["breakdown"] if isinstance(answer["breakdown"], list) else json.loads(answer["breakdown"])
+        assert op["op"].startswith("scaled_dot_product_attention"), op
+        assert ("(causal)" in op["op"]) == (answer is causal) and "_for_cpu" not in op["op"]
+        assert answer["duration_us"] >= op["duration_us"] - 1e-3 > 0, (answer["duration_us"], op)  # 3 decimals
+        assert answer["duration_us_lo"] >= op["duration_us"] - 1e-3
+        assert "raised to their sum" in answer["note"]
+        assert answer["duration_us"] >= answer["roofline_us"]
+    flops = 4 * 8 * 16 * 2048 * 2048 * 64  # QK^T and PV, 2 FLOPs per multiply-add
+    assert full["gflops"] * full["duration_us"] * 1e3 == pytest.approx(flops, rel=1e-6)
+    assert causal["gflops"] * causal["duration_us"] * 1e3 == pytest.approx(flops / 2, rel=0.01)
+    assert causal["roofline_us"] < 0.6 * full["roofline_us"]

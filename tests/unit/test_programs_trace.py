@@ -36,6 +36,29 @@ NETWORK = "import socket\nsocket.create_connection(('192.0.2.1', 80), timeout=1)
 NO_MODEL = "import torch\n\ndef get_inputs():\n    return []\n"
 SYNTAX = "class Model(:\n    pass\n"
 MEMORY = "buffer = bytearray(10**11)\n"  # 100 GB of real (non-tensor) memory: over the address-space limit
+# KernelBench-style modules that put their tensors on the GPU themselves, every way real ones do.
+CUDA_MODULE = """
+import torch
+import torch.nn as nn
+
+class Model(nn.Module):
+    def __init__(self, features):
+        super().__init__()
+        self.fc = nn.Linear(features, 2 * features).cuda()
+        self.bias = torch.zeros(2 * features, device="cuda")
+        self.scale = torch.ones(2 * features).to("cuda")
+    def forward(self, x):
+        y = self.fc(x) * self.scale + self.bias
+        return torch.relu(y).to(torch.device("cuda"), torch.float32).sum(dim=1)
+
+def get_inputs():
+    return [torch.randn(64, 128).cuda(), torch.randn(4).cuda(0)][:1]
+
+def get_init_inputs():
+    return [128]
+"""
+# Only the inputs on the GPU (the KernelBench harness moves the model there itself).
+CUDA_INPUTS = SMALL.replace("torch.randn(64, 128)", "torch.randn(64, 128, device='cuda')")
 HUGE = SMALL.replace("torch.randn(64, 128)", "torch.randn(1 << 40, 128)")  # 512 TiB: fake, never allocated
 
 
@@ -43,7 +66,8 @@ HUGE = SMALL.replace("torch.randn(64, 128)", "torch.randn(1 << 40, 128)")  # 512
 def batch():
     jobs = [ModuleJob("small", text=SMALL), ModuleJob("loop", text=LOOP), ModuleJob("net", text=NETWORK),
             ModuleJob("nomodel", text=NO_MODEL), ModuleJob("syntax", text=SYNTAX), ModuleJob("huge", text=HUGE),
-            ModuleJob("memory", text=MEMORY), ModuleJob("after", text=SMALL)]
+            ModuleJob("memory", text=MEMORY), ModuleJob("after", text=SMALL), ModuleJob("cuda", text=CUDA_MODULE),
+            ModuleJob("cuda_inputs", text=CUDA_INPUTS)]
     # Two children side by side (the way the KernelBench cache traces); results come back in order.
     results = trace_many(jobs, per_module_s=6.0, workers=2)
     assert [r.name for r in results] == [j.name for j in jobs]
@@ -57,6 +81,16 @@ def test_a_small_module_traces_into_its_aten_kernels(batch):
     assert kernels == ["addmm", "relu", "sum"]
     addmm = next(op for op in result.ops if op["aten"] == "addmm")
     assert addmm["outputs"][0][:2] == [[64, 256], "float32"]
+
+
+def test_a_module_moving_its_tensors_to_cuda_traces_as_fake_cuda_tensors(batch):
+    for name in ("cuda", "cuda_inputs"):
+        result = batch[name]
+        assert result.ok, f"{name}: {result.error}"
+        kernels = [op["aten"] for op in result.ops if map_op(op).kind != "free"]
+        assert "addmm" in kernels and "relu" in kernels and kernels[-1] == "sum", (name, kernels)
+        addmm = next(op for op in result.ops if op["aten"] == "addmm")
+        assert addmm["outputs"][0][:2] == [[64, 256], "float32"]
 
 
 def test_fake_tensors_never_allocate_the_data(batch):

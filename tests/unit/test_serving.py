@@ -79,7 +79,7 @@ def test_a_full_device_spec_is_a_device(client) -> None:
     ({"op": "gemm", "shape": {"M": 64, "N": 64, "K": 64, "Q": 1}}, "kernels[0].shape", "unknown Q"),
     ({"op": "gemm", "shape": {"M": 64, "N": 64, "K": 64}, "dtype": "banana"}, "kernels[0].dtype", "fp32"),
     ({"op": "gemm", "shape": {"M": 10**9, "N": 1, "K": 1}}, "kernels[0].shape.M", "16777216"),
-    ({"op": "gemm", "shape": {"M": 2**24, "N": 2**24, "K": 2**24}}, "kernels[0].shape", "FLOPs"),
+    ({"op": "gemm", "shape": {"M": 2**24, "N": 2**24, "K": 2**24}}, "kernels[0].shape", "2**36 per tensor"),
     ({"op": "gemm", "shape": {"M": -4, "N": 1, "K": 1}}, "kernels[0].shape.M", "greater than or equal to 1"),
     ({"op": "conv9", "shape": {"M": 1}}, "kernels[0].op", "conv9"),
     ({"op": "gemm", "shape": {"M": 1, "N": 1, "K": 1}, "colour": "red"}, "kernels[0].colour", "Extra inputs"),

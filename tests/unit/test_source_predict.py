@@ -66,3 +66,24 @@ def test_bad_questions_are_program_errors(source: str, language: str, launch: di
     monkeypatch.setenv("KERNELCAST_HOME", str(tmp_path))
     with pytest.raises(ProgramError, match=match):
         predict_source(source, language, launch, None, [load_catalog().resolve("H100")], None)
+
+
+SAXPY = ('extern "C" __global__ void saxpy(int n, float a, const float* x, float* y) {\n'
+         "    int i = blockIdx.x * blockDim.x + threadIdx.x;\n    if (i < n) y[i] = a * x[i] + y[i];\n}\n")
+GRID_STRIDE = ('extern "C" __global__ void scale(int n, float a, float* y) {\n'
+               "    for (int i = blockIdx.x * blockDim.x + threadIdx.x; i < n; i += blockDim.x * gridDim.x)\n"
+               "        y[i] = a * y[i];\n}\n")
+
+
+def test_a_kernel_without_a_loop_gets_no_loop_note_and_no_interval_below_its_roofline(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The issue's case: saxpy --launch 65536/256 answered 6.86-54,886 us, noting loop bodies on a loop-free kernel."""
+    monkeypatch.setenv("KERNELCAST_HOME", str(tmp_path))
+    (answer,) = predict_source(SAXPY, "cuda", {"grid": [65536], "block": [256]}, "fp32",
+                               [load_catalog().resolve("H100")], None)
+    assert "loop bodies assumed" not in answer["note"], answer["note"]
+    assert "no loops" in answer["note"]
+    assert answer["duration_us_lo"] >= answer["roofline_us"] > 0  # never below the roofline time
+    (looped,) = predict_source(GRID_STRIDE, "cuda", {"grid": [1024], "block": [256]}, "fp32",
+                               [load_catalog().resolve("H100")], None)
+    assert "scale: 1 loop" in looped["note"] and "run 8 times" in looped["note"], looped["note"]

@@ -27,8 +27,15 @@ export interface Prediction {
   ood?: boolean | null;
   note?: string | null;
   model_version?: string | null;
-  breakdown?: string | null;
+  breakdown?: BreakdownItem[] | string | null;  // a list; JSON text from older servers
   [key: string]: unknown;
+}
+
+export interface BreakdownItem {
+  op?: string;
+  count?: number;
+  duration_us?: number;
+  bound?: string;
 }
 
 export interface PredictResponse {

@@ -103,14 +103,17 @@ interface BreakdownRow {
   bound?: string;
 }
 
-/** Module/source answers carry "breakdown": JSON text of the top ops; show up to 5. */
+/** Module/source answers carry "breakdown": a list of the top ops (JSON text from servers before
+ * it was nested); show up to 5. */
 export function breakdownLines(p: Prediction | undefined): string[] {
-  if (!p || typeof p.breakdown !== "string" || p.breakdown === "") return [];
-  let rows: unknown;
-  try {
-    rows = JSON.parse(p.breakdown);
-  } catch {
-    return [];
+  if (!p || p.breakdown === null || p.breakdown === undefined || p.breakdown === "") return [];
+  let rows: unknown = p.breakdown;
+  if (typeof rows === "string") {
+    try {
+      rows = JSON.parse(rows);
+    } catch {
+      return [];
+    }
   }
   if (!Array.isArray(rows)) return [];
   return (rows as BreakdownRow[]).slice(0, 5).map((r) =>

@@ -61,6 +61,7 @@ test("module breakdown: top ops from the JSON text, at most 5; bad JSON shows no
   const lines = breakdownLines({ ...H100, breakdown: JSON.stringify(rows) });
   assert.equal(lines.length, 5);
   assert.equal(lines[0], "- op0 ×1: 10.0 µs (dram)");
+  assert.deepEqual(breakdownLines({ ...H100, breakdown: rows }), lines, "a nested list reads as the JSON text did");
   assert.deepEqual(breakdownLines({ ...H100, breakdown: "not json" }), []);
   assert.deepEqual(breakdownLines({ ...H100, breakdown: null }), []);
 });
