@@ -189,6 +189,41 @@ def design(family: str, frame: pd.DataFrame, specs: dict[str, Any]) -> tuple[np.
     return np.vstack(xs)[order], np.concatenate(ys)[order], np.concatenate(regimes)[order]
 
 
+PRIOR_ONLY_FAMILIES: tuple[str, ...] = ("moe", "allreduce")
+
+
+def fit_priors(model: SpecModel, store: dict[str, pd.DataFrame], specs: dict[str, Any]) -> SpecModel:
+    """Median log efficiency per regime (and per family) of the families the spec tier has no booster for
+    (MoE, all-reduce): their spec-tier answer is the roofline at the efficiency measured GPUs reached."""
+    for family in PRIOR_ONLY_FAMILIES:
+        frame = store.get(family)
+        if frame is None or frame.empty:
+            continue
+        keys = physics.SHAPE_KEYS[family]
+        logs, regimes = [], []
+        for (device, dtype), part in frame.groupby(["device_id", "dtype"], sort=True, observed=True):
+            if device not in specs:
+                continue
+            shape = {k: part[k].to_numpy(dtype="float64") for k in (*keys[0], *keys[1]) if k in part}
+            try:
+                roof = physics.roofline(family, dtype, shape, specs[device])
+            except physics.PhysicsError:
+                continue
+            util = np.clip(roof.time_us / part["latency_us"].to_numpy(dtype="float64"), 1e-4, 1.0)
+            ok = np.isfinite(util)
+            logs.append(np.log(util[ok]))
+            regimes.append(np.full(int(ok.sum()), regime(family, dtype, specs[device]), dtype=object))
+        if not logs:
+            continue
+        y, reg = np.concatenate(logs), np.concatenate(regimes)
+        model.priors[family] = float(np.median(y))
+        for name in np.unique(reg):
+            mask = reg == name
+            model.priors[str(name)] = float(np.median(y[mask]))
+            model.rows[str(name)] = int(mask.sum())
+    return model
+
+
 def fit(rows: dict[str, pd.DataFrame], specs: dict[str, Any], rounds: int = ROUNDS,
         params: dict[str, Any] | None = None) -> SpecModel:
     """One booster per family on every measured GPU's rows; priors per regime and per family."""

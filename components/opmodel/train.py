@@ -72,7 +72,7 @@ def train_engine(settings: Any, out_dir: Path, say: Callable[[str], None] = lamb
     from components.atomic import atomic_write_dir
     from components.devices.catalog import load_catalog
     from components.opmodel.engine import OpEngine
-    from components.opmodel.spec import fit, training_rows
+    from components.opmodel.spec import PRIOR_ONLY_FAMILIES, fit, fit_priors, training_rows
     from components.opmodel.store import load_store
 
     store_dir = ensure_store(settings, say)
@@ -84,6 +84,9 @@ def train_engine(settings: Any, out_dir: Path, say: Callable[[str], None] = lamb
     rows = training_rows(store, Path(settings.datasets_dir), per_group=PER_GROUP)
     specs = {str(d): catalog.get(str(d)) for f in rows.values() for d in f["device_id"].unique() if d in catalog}
     model = fit(rows, specs)
+    others = load_store(store_dir, PRIOR_ONLY_FAMILIES)
+    fit_priors(model, others, {**specs, **{str(d): catalog.get(str(d)) for f in others.values()
+                                         for d in f["device_id"].unique() if d in catalog}})
     engine = OpEngine.from_store(store_dir, model)
     intervals = measured_intervals(engine, store)
     engine = OpEngine(engine.measured, model, intervals=intervals,
