@@ -39,17 +39,33 @@ def _fit_level(x: np.ndarray, y: np.ndarray, parent: tuple[float, float], shrink
     return pa + float(da), pb + float(db)
 
 
-def fit_calibration(engine: Any, rows: pd.DataFrame, spec: Any) -> dict[str, dict[str, float]]:
+LOCAL_DIMS: dict[str, tuple[str, ...]] = {"gemm": ("M", "N", "K"), "attention": ("B", "S", "KV", "H", "HKV", "D")}
+LOCAL_NEIGHBOURS = 8
+LOCAL_SCALE = 1.5  # octaves: a calibration row this far away corrects with weight 1/e
+
+
+def local_coords(family: str, shape: dict[str, np.ndarray], n: int) -> np.ndarray:
+    """log2 of the family's size dimensions (the space the local correction measures distance in)."""
+    dims = LOCAL_DIMS.get(family, ())
+    if not dims:
+        return np.zeros((n, 0))
+    return np.column_stack([np.log2(np.broadcast_to(np.asarray(shape.get(d, 1.0), dtype="float64"), (n,)))
+                            for d in dims])
+
+
+def fit_calibration(engine: Any, rows: pd.DataFrame, spec: Any) -> dict[str, Any]:
     """Shifts per regime of one GPU from its measured rows: columns family, dtype, [kv_dtype], the shape's
-    dimensions, latency_us. The spec tier's prediction is the base (measured rows of this GPU are not used)."""
+    dimensions, latency_us. The spec tier's prediction is the base (measured rows of this GPU are not used).
+    What the shifts leave is kept per regime with each row's log shape (``_local``): a question near
+    calibration rows gets their residual too (``local_residual``)."""
     from components.opmodel import physics
     from components.opmodel.spec import regime
 
-    xs, ys, regimes = [], [], []
+    xs, ys, regimes, coords = [], [], [], []
     kv = rows["kv_dtype"] if "kv_dtype" in rows else pd.Series(None, index=rows.index, dtype=object)
-    frame = rows.assign(_kv=kv.astype(object).where(kv.notna(), None))
+    frame = rows.assign(_kv=kv.astype(object).where(kv.notna(), "-"))
     for (family, dtype, kv_dtype), part in frame.groupby(["family", "dtype", "_kv"], sort=True, dropna=False):
-        kv_dtype = None if kv_dtype is None or (isinstance(kv_dtype, float) and np.isnan(kv_dtype)) else kv_dtype
+        kv_dtype = None if kv_dtype == "-" else kv_dtype
         keys = physics.SHAPE_KEYS[family]
         shape = {k: part[k].to_numpy(dtype="float64") for k in (*keys[0], *keys[1]) if k in part and
                  part[k].notna().all()}
@@ -58,15 +74,20 @@ def fit_calibration(engine: Any, rows: pd.DataFrame, spec: Any) -> dict[str, dic
         measured = np.clip(roof.time_us / part["latency_us"].to_numpy(dtype="float64"), 1e-4, 1.0)
         xs.append(np.log2(np.maximum(roof.time_us, 1e-3)))
         ys.append(np.log(measured) - log_util)
-        regimes.append(np.full(len(part), regime(family, roof.choice.dtype, spec), dtype=object))
+        key = regime(family, roof.choice.dtype, spec)
+        if kv_dtype is not None and kv_dtype != dtype:
+            key = f"{key}|kv={kv_dtype}"
+        regimes.append(np.full(len(part), key, dtype=object))
+        coords.append((key, local_coords(family, shape, len(part))))
     if not xs:
         return {}
     x, y, reg = np.concatenate(xs), np.concatenate(ys), np.concatenate(regimes)
     ref = float(np.median(x))
     x = x - ref
-    out: dict[str, dict[str, float]] = {}
+    out: dict[str, Any] = {}
     root = _fit_level(x, y, (0.0, 0.0), SHRINK)
     out["*"] = {"log_shift": root[0], "slope": root[1], "ref": ref, "rows": int(len(y))}
+    fitted = root[0] + root[1] * x
     pipes = np.array(["|".join(r.split("|")[:2]) for r in reg], dtype=object)
     for pipe in np.unique(pipes):
         mask = pipes == pipe
@@ -76,12 +97,41 @@ def fit_calibration(engine: Any, rows: pd.DataFrame, spec: Any) -> dict[str, dic
             inner = reg == name
             leaf = _fit_level(x[inner], y[inner], level, SHRINK)
             out[str(name)] = {"log_shift": leaf[0], "slope": leaf[1], "ref": ref, "rows": int(inner.sum())}
+            fitted[inner] = leaf[0] + leaf[1] * x[inner]
+    residual = y - fitted
+    local: dict[str, dict[str, list]] = {}
+    for name in np.unique(reg):
+        mask = reg == name
+        local[str(name)] = {"coords": np.round(np.vstack([c for k, c in coords if k == name]), 4).tolist(),
+                            "residual": np.round(residual[mask], 5).tolist()}
+    out["_local"] = local
     return out
 
 
-def shift_for(calibration: dict[str, dict[str, float]], key: str) -> dict[str, float] | None:
+def local_residual(calibration: dict[str, Any], key: str, query: np.ndarray) -> np.ndarray:
+    """The calibration rows' leftover log-efficiency error near each question (0 where none is near):
+    inverse-distance mean over the nearest rows of the regime, fading with the distance to the nearest."""
+    entry = (calibration.get("_local") or {}).get(key)
+    n = len(query)
+    if not entry or not entry["residual"] or query.shape[1] == 0:
+        return np.zeros(n)
+    points = np.asarray(entry["coords"], dtype="float64")
+    resid = np.asarray(entry["residual"], dtype="float64")
+    if points.shape[1] != query.shape[1]:
+        return np.zeros(n)
+    dist = np.sqrt(((query[:, None, :] - points[None, :, :]) ** 2).sum(axis=2))
+    k = min(LOCAL_NEIGHBOURS, len(resid))
+    nearest = np.argpartition(dist, k - 1, axis=1)[:, :k] if len(resid) > k else np.tile(np.arange(len(resid)),
+                                                                                          (n, 1))
+    d = np.take_along_axis(dist, nearest, axis=1)
+    w = 1.0 / (d + 0.25) ** 2
+    mean = (w * resid[nearest]).sum(axis=1) / w.sum(axis=1)
+    return mean * np.exp(-d.min(axis=1) / LOCAL_SCALE)
+
+
+def shift_for(calibration: dict[str, Any], key: str) -> dict[str, float] | None:
     """The most specific level of ``calibration`` for regime ``key`` (regime, then family|pipe, then GPU-wide)."""
-    for candidate in (key, "|".join(key.split("|")[:2]), "*"):
+    for candidate in (key, "|".join(key.split("|")[:3]), "|".join(key.split("|")[:2]), "*"):
         if candidate in calibration:
             return calibration[candidate]
     return None

@@ -142,12 +142,17 @@ class OpEngine:
         support = np.full(n, spec_support, dtype=object)
         q = self.intervals["spec"]
         q_lo, q_hi = np.full(n, q[0]), np.full(n, q[1])
-        from components.opmodel.calibrated import apply_shift, shift_for
+        from components.opmodel.calibrated import apply_shift, local_coords, local_residual, shift_for
         from components.opmodel.spec import regime
 
-        shift = shift_for(self.calibrations.get(spec.id, {}), regime(family, eff_dtype, spec))
+        calibration = self.calibrations.get(spec.id, {})
+        key = regime(family, eff_dtype, spec)
+        if family == "attention" and kv_dtype is not None and kv_dtype != eff_dtype:
+            key = f"{key}|kv={kv_dtype}"
+        shift = shift_for(calibration, key)
         if shift is not None:
             log_util = apply_shift(log_util, roof.time_us, shift)
+            log_util = log_util + local_residual(calibration, key, local_coords(family, arrays, n))
             tier[:] = "calibrated"
             support[:] = f"{spec_support}; shifted by {int(shift['rows'])} profiled rows of this GPU"
             q = self.intervals["calibrated"]
