@@ -226,10 +226,10 @@ def gate_entry(split: str, store_dir: Path, datasets_root: Path | None, caps: di
     store = load_store(store_dir, ("gemm", "attention"))
     caps = caps or {}
     if split == "aiconfigurator-unseen-gpu":
-        result = unseen_gpu(store, datasets_root, train_per_group=caps.get("train_per_group", 1500),
-                            test_per_group=caps.get("test_per_group", 600), rounds=caps.get("rounds", 100))
+        result = unseen_gpu(store, datasets_root, train_per_group=caps.get("train_per_group", 1000),
+                            test_per_group=caps.get("test_per_group", 400), rounds=caps.get("rounds", 60))
     elif split == "aiconfigurator-unseen-shape":
-        result = unseen_shape(store, test_per_group=caps.get("test_per_group", 600))
+        result = unseen_shape(store, test_per_group=caps.get("test_per_group", 400))
     else:
         raise ValueError(f"unknown op-engine split {split!r}; choose one of {', '.join(OPMODEL_SPLITS)}")
     n = int(result["metrics"].get("n", 0))
