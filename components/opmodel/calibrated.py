@@ -159,3 +159,42 @@ def load_calibrations(home: Path) -> dict[str, dict[str, dict[str, float]]]:
             except (OSError, json.JSONDecodeError):
                 continue
     return out
+
+
+ENGINE_GEMM_FAMILIES: tuple[str, ...] = ("gemm", "linear", "bmm")
+
+
+def engine_rows(table: pd.DataFrame) -> pd.DataFrame:
+    """Rows of a profiled feature table the op engine answers (tensor-dtype GEMMs and attention), as the
+    calibration reads them: family, dtype, the shape's dimensions, latency_us. Empty when there are none."""
+    from components.features.analytical import parse_dims
+
+    needed = {"family", "dtype", "duration_us", "shape_json"}
+    if table.empty or not needed <= set(table.columns):
+        return pd.DataFrame()
+    family = table["family"].astype(str)
+    dtype = table["dtype"].astype(str)
+    keep = (family.isin(ENGINE_GEMM_FAMILIES) & ~dtype.isin(["fp32", "fp64"])) | (family == "attention")
+    rows = table[keep]
+    if rows.empty:
+        return pd.DataFrame()
+    params = rows["params_json"] if "params_json" in rows else pd.Series("{}", index=rows.index)
+    dims = parse_dims(rows["shape_json"], params)
+    out = dims.assign(family=np.where(family[keep].isin(ENGINE_GEMM_FAMILIES), "gemm", family[keep]),
+                      dtype=dtype[keep].to_numpy(),
+                      latency_us=pd.to_numeric(rows["duration_us"], errors="coerce").to_numpy())
+    out = out.drop(columns=[c for c in out.columns if out[c].isna().all()])
+    if "B" in out:  # a batch of one is no batch (one product, one answer)
+        out["B"] = out["B"].where(out["B"] != 1)
+        if out["B"].isna().all():
+            out = out.drop(columns="B")
+    return out[np.isfinite(out["latency_us"]) & (out["latency_us"] > 0)].reset_index(drop=True)
+
+
+def calibrate_engine(engine: Any, table: pd.DataFrame, spec: Any, home: Path) -> tuple[Path | None, int]:
+    """Fit and store the op engine's calibration of ``spec`` from a profiled table's engine rows
+    (``kernelcast calibrate``); (path, rows used), (None, 0) when the table has none."""
+    rows = engine_rows(table)
+    if rows.empty:
+        return None, 0
+    return save_calibration(home, spec.id, fit_calibration(engine, rows, spec)), len(rows)

@@ -98,3 +98,29 @@ def test_calibration_moves_the_spec_tier_toward_the_gpu_and_the_engine_round_tri
     calibrated.save(tmp_path / "engine")
     again = OpEngine.load(tmp_path / "engine").predict("gemm", "bf16", shape, h100)
     np.testing.assert_allclose(again.duration_us, after.duration_us, rtol=1e-12)
+
+
+def test_kernelcast_calibrate_rows_reach_the_engine_calibration(built, tmp_path) -> None:
+    """A profiled table (canonical columns, as ``kernelcast calibrate`` reads it) of linear/bmm/gemm rows in bf16
+    becomes the engine's calibration of that GPU; fp32 rows (the champion's) are left out."""
+    import json
+
+    import pandas as pd
+
+    from components.devices.catalog import load_catalog
+    from components.opmodel import spec as spec_tier
+    from components.opmodel.calibrated import calibrate_engine, engine_rows, load_calibrations
+    from components.opmodel.engine import OpEngine
+
+    gemm = _bf16(built[2]).iloc[::400]
+    names = np.array(["linear", "bmm", "gemm"], dtype=object)[np.arange(len(gemm)) % 3]
+    shapes = [json.dumps({"M": int(m), "N": int(n), "K": int(k), **({"B": 1} if f == "bmm" else {})})
+              for f, m, n, k in zip(names, gemm["M"], gemm["N"], gemm["K"])]
+    table = pd.DataFrame({"family": names, "dtype": "bf16", "shape_json": shapes, "params_json": "{}",
+                          "duration_us": gemm["latency_us"].to_numpy()})
+    table = pd.concat([table, table.head(3).assign(dtype="fp32")], ignore_index=True)
+    rows = engine_rows(table)
+    assert len(rows) == len(gemm) and set(rows["family"]) == {"gemm"} and "B" not in rows
+    engine = OpEngine(None, spec_tier.SpecModel(priors={"gemm": float(np.log(0.3))}))
+    path, used = calibrate_engine(engine, table, load_catalog().get("h100-sxm"), tmp_path)
+    assert used == len(gemm) and path is not None and "h100-sxm" in load_calibrations(tmp_path)
