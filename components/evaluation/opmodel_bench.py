@@ -1,10 +1,11 @@
 """The op engine's two benchmark splits on AIConfigurator's measured tables (``components/opmodel``).
 
-- ``aiconfigurator-unseen-gpu`` (spec tier): each GPU of the store held out of every source in turn -- the spec
-  model is fitted on the other GPUs' rows (and PipeWeave's FP8 GEMM train file) and scores the held-out GPU's
-  GEMM and attention rows from its spec sheet alone.
-- ``aiconfigurator-unseen-shape`` (measured tier): whole GEMM (N, K) sites, and whole attention (phase, H, HKV,
-  D, window, batch) groups, held out of a measured GPU by hash; the rest of that GPU's table answers them.
+- ``aiconfigurator-unseen-gpu`` (spec tier): each GPU of the store held out of every source in turn -- the
+  spec model is fitted on the other GPUs' rows (and PipeWeave's FP8 GEMM train file) and scores the held-out
+  GPU's GEMM and attention rows from its spec sheet alone.
+- ``aiconfigurator-unseen-shape`` (measured tier): whole GEMM (N, K) sites, and whole attention (phase, H,
+  HKV, D, window, batch) groups, held out of a measured GPU by hash; the rest of that GPU's table answers
+  them.
 
 Both report MAPE per family and per GPU beside the training-free roofline. Rows are capped by hash per
 (GPU, dtype) on both sides so the gate's cost stays small; the caps are in the report.
@@ -42,12 +43,13 @@ def _cap(frame: pd.DataFrame, keys: list[str], cap: int | None, salt: str) -> pd
         return frame
     h = hash_fraction(frame.assign(_salt=salt), [*keys, "_salt"])
     group = ["device_id", "dtype"] + (["kv_dtype"] if "kv_dtype" in frame else [])
-    rank = pd.Series(h, index=frame.index).groupby([frame[g] for g in group], observed=True).rank(method="first")
+    grouped = pd.Series(h, index=frame.index).groupby([frame[g] for g in group], observed=True)
+    rank = grouped.rank(method="first")
     return frame[rank.to_numpy() <= cap]
 
 
 def _summary(results: list[dict[str, Any]]) -> dict[str, Any]:
-    """Pooled metrics + per (family, GPU) rows from per-group results (family, device, n, sum_ape, sum_roof)."""
+    """Pooled metrics + per (family, GPU) rows from per-group results (family, device, n, sum_ape, ...)."""
     frame = pd.DataFrame(results)
     out: dict[str, Any] = {"metrics": {}, "per_gpu": {}}
     if frame.empty:
@@ -63,7 +65,8 @@ def _summary(results: list[dict[str, Any]]) -> dict[str, Any]:
                for d, r in per.iterrows()}
         out["per_gpu"][family] = gpu
         out["metrics"][f"worst_gpu_{family}_runtime_mape"] = max(g["mape"] for g in gpu.values())
-        out["metrics"][f"median_gpu_{family}_runtime_mape"] = float(statistics.median(g["mape"] for g in gpu.values()))
+        median = statistics.median(g["mape"] for g in gpu.values())
+        out["metrics"][f"median_gpu_{family}_runtime_mape"] = float(median)
     out["metrics"]["n"] = float(total)
     return out
 
@@ -79,7 +82,8 @@ def unseen_gpu(store: dict[str, pd.DataFrame], datasets_root: Path | None, *, tr
 
     catalog = load_catalog()
     rows = spec_tier.training_rows(store, datasets_root, per_group=train_per_group)
-    specs = {str(d): catalog.get(str(d)) for f in rows.values() for d in f["device_id"].unique() if d in catalog}
+    specs = {str(d): catalog.get(str(d)) for f in rows.values() for d in f["device_id"].unique()
+             if d in catalog}
     held_gpus = gpus or tuple(sorted({str(d) for f in ("gemm", "attention") if f in store
                                       for d in store[f]["device_id"].unique() if d in catalog}))
     results, calibrated = [], []
@@ -139,7 +143,8 @@ def _calibration_scores(model: Any, store: dict[str, pd.DataFrame], held: str, s
         return []
     rows = pd.concat(parts, ignore_index=True)
     dims = [c for c in ("M", "N", "K", "B", "S", "KV", "H", "HKV", "D", "W") if c in rows]
-    rows = rows.assign(_h=spec_tier.hash_fraction(rows.fillna({c: 0 for c in dims}), ["family", "dtype", *dims]))
+    filled = rows.fillna({c: 0 for c in dims})
+    rows = rows.assign(_h=spec_tier.hash_fraction(filled, ["family", "dtype", *dims]))
     rows = rows.sort_values("_h", kind="mergesort").reset_index(drop=True)
     base = OpEngine(None, model)
     out = []
@@ -148,7 +153,8 @@ def _calibration_scores(model: Any, store: dict[str, pd.DataFrame], held: str, s
         engine = base.with_calibrations({held: fit_calibration(base, suite, spec)})
         apes = []
         for (family, dtype), part in test.groupby(["family", "dtype"], sort=True):
-            for kv, inner in (part.groupby("kv_dtype", sort=True) if family == "attention" else [(None, part)]):
+            inners = part.groupby("kv_dtype", sort=True) if family == "attention" else [(None, part)]
+            for kv, inner in inners:
                 keys = physics.SHAPE_KEYS[family]
                 shape = {c: inner[c].to_numpy(dtype="float64") for c in (*keys[0], *keys[1]) if c in inner
                          and inner[c].notna().all()}
@@ -180,7 +186,10 @@ def unseen_shape(store: dict[str, pd.DataFrame], *, test_per_group: int | None =
         frame = store.get(family)
         if frame is None:
             continue
-        frame = frame[(frame["M"] >= 1)] if family == "gemm" else frame[(frame["S"] == 1) | (frame["S"] == frame["KV"])]
+        if family == "gemm":
+            frame = frame[frame["M"] >= 1]
+        else:
+            frame = frame[(frame["S"] == 1) | (frame["S"] == frame["KV"])]
         keys = ["device_id", "dtype"] + (["kv_dtype"] if family == "attention" else [])
         apes = []
         for key, part in frame.groupby(keys, sort=True, observed=True):
@@ -193,8 +202,9 @@ def unseen_shape(store: dict[str, pd.DataFrame], *, test_per_group: int | None =
             if not held.any() or held.all():
                 continue
             table = SiteTable(family, part[~held], spec, key[1], kv)
-            test = _cap(part[held], [c for c in part.columns if c in ("M", "N", "K", "B", "S", "KV", "H", "HKV", "D",
-                                                                         "W", "phase")], test_per_group, "shape")
+            dims = [c for c in part.columns
+                    if c in ("M", "N", "K", "B", "S", "KV", "H", "HKV", "D", "W", "phase")]
+            test = _cap(part[held], dims, test_per_group, "shape")
             shape = _shape(family, test)
             roof = physics.roofline(family, key[1], shape, spec, kv)
             got = table.resolve(shape, roof.time_us).duration_us
@@ -218,7 +228,8 @@ def unseen_shape(store: dict[str, pd.DataFrame], *, test_per_group: int | None =
     return out
 
 
-def gate_entry(split: str, store_dir: Path, datasets_root: Path | None, caps: dict[str, Any] | None = None) -> dict:
+def gate_entry(split: str, store_dir: Path, datasets_root: Path | None,
+               caps: dict[str, Any] | None = None) -> dict:
     """One gate-report entry (status ok + metrics) for an op-engine split."""
     from components.opmodel.store import load_store
 

@@ -2,10 +2,11 @@
 
 The spec tier errs on a new GPU mostly by a factor per regime (its tensor pipe reaches 70% where the training
 GPUs reached 85%) and by how that factor changes between launch-bound and pipe-bound kernels. From K measured
-rows the calibration learns, per (family, pipe) and per (family, pipe, dtype) regime, a shift of log efficiency
-``a + b * (log2 roofline_us - ref)``, each level shrunk toward its parent by its row count (``SHRINK`` pseudo
-rows; the root is the GPU-wide shift): a regime seen twice moves little. Plain JSON per GPU under
-``$KERNELCAST_HOME/opmodel/calibrations/<device>.json``; the engine applies it (``OpEngine.calibrations``).
+rows the calibration learns, per (family, pipe) and per (family, pipe, dtype) regime, a shift of log
+efficiency ``a + b * (log2 roofline_us - ref)``, each level shrunk toward its parent by its row count
+(``SHRINK`` pseudo rows; the root is the GPU-wide shift): a regime seen twice moves little. Plain JSON per GPU
+under ``$KERNELCAST_HOME/opmodel/calibrations/<device>.json``; the engine applies it
+(``OpEngine.calibrations``).
 """
 
 from __future__ import annotations
@@ -28,8 +29,10 @@ def calibration_dir(home: Path) -> Path:
     return Path(home).joinpath(*CALIBRATION_DIR)
 
 
-def _fit_level(x: np.ndarray, y: np.ndarray, parent: tuple[float, float], shrink: float) -> tuple[float, float]:
-    """(a, b) of y ~ a + b x, shrunk toward ``parent`` (ridge with ``shrink`` pseudo-rows on a, SLOPE_RIDGE on b)."""
+def _fit_level(x: np.ndarray, y: np.ndarray, parent: tuple[float, float],
+               shrink: float) -> tuple[float, float]:
+    """(a, b) of y ~ a + b x, shrunk toward ``parent`` (ridge: ``shrink`` pseudo-rows on a, SLOPE_RIDGE
+    on b)."""
     pa, pb = parent
     r = y - (pa + pb * x)
     n = len(r)
@@ -39,7 +42,8 @@ def _fit_level(x: np.ndarray, y: np.ndarray, parent: tuple[float, float], shrink
     return pa + float(da), pb + float(db)
 
 
-LOCAL_DIMS: dict[str, tuple[str, ...]] = {"gemm": ("M", "N", "K"), "attention": ("B", "S", "KV", "H", "HKV", "D")}
+LOCAL_DIMS: dict[str, tuple[str, ...]] = {"gemm": ("M", "N", "K"),
+                                          "attention": ("B", "S", "KV", "H", "HKV", "D")}
 LOCAL_NEIGHBOURS = 8
 LOCAL_SCALE = 1.5  # octaves: a calibration row this far away corrects with weight 1/e
 
@@ -121,8 +125,8 @@ def local_residual(calibration: dict[str, Any], key: str, query: np.ndarray) -> 
         return np.zeros(n)
     dist = np.sqrt(((query[:, None, :] - points[None, :, :]) ** 2).sum(axis=2))
     k = min(LOCAL_NEIGHBOURS, len(resid))
-    nearest = np.argpartition(dist, k - 1, axis=1)[:, :k] if len(resid) > k else np.tile(np.arange(len(resid)),
-                                                                                          (n, 1))
+    nearest = (np.argpartition(dist, k - 1, axis=1)[:, :k] if len(resid) > k
+               else np.tile(np.arange(len(resid)), (n, 1)))
     d = np.take_along_axis(dist, nearest, axis=1)
     w = 1.0 / (d + 0.25) ** 2
     mean = (w * resid[nearest]).sum(axis=1) / w.sum(axis=1)
@@ -130,7 +134,7 @@ def local_residual(calibration: dict[str, Any], key: str, query: np.ndarray) -> 
 
 
 def shift_for(calibration: dict[str, Any], key: str) -> dict[str, float] | None:
-    """The most specific level of ``calibration`` for regime ``key`` (regime, then family|pipe, then GPU-wide)."""
+    """The most specific level of ``calibration`` for regime ``key`` (regime, family|pipe, GPU-wide)."""
     for candidate in (key, "|".join(key.split("|")[:3]), "|".join(key.split("|")[:2]), "*"):
         if candidate in calibration:
             return calibration[candidate]

@@ -1,10 +1,11 @@
 """The op engine: one runtime per question from the best tier that can answer it, never against physics.
 
-Per row: **measured** (the GPU's own measured kernels near the question, ``measured.py``) > **calibrated** (the
-spec tier shifted by K profiled rows of the GPU, ``calibrated.py``) > **spec** (the efficiency learned across
-every measured GPU, ``spec.py``). Each tier gives an efficiency ``util = roofline time / runtime``; the runtime is
-``roofline / util``, clamped at the roofline (``physics.clamp``), so no rate derived from it exceeds a peak.
-The interval is each tier's held-out residual quantiles (log ratio measured/predicted), stored with the engine.
+Per row: **measured** (the GPU's own measured kernels near the question, ``measured.py``) > **calibrated**
+(the spec tier shifted by K profiled rows of the GPU, ``calibrated.py``) > **spec** (the efficiency learned
+across every measured GPU, ``spec.py``). Each tier gives an efficiency ``util = roofline time / runtime``; the
+runtime is ``roofline / util``, clamped at the roofline (``physics.clamp``), so no rate derived from it
+exceeds a peak. The interval is each tier's held-out residual quantiles (log ratio measured/predicted), stored
+with the engine.
 
 A folder holds the engine: ``store/`` (the measured store), ``spec.json`` + ``spec_<family>.txt`` (the spec
 model), ``calibrations.json`` (per GPU, per regime) and ``engine.json`` (intervals, provenance). No pickle.
@@ -24,7 +25,8 @@ from components.opmodel import physics
 
 ENGINE_FILE = "engine.json"
 TIERS: tuple[str, ...] = ("measured", "calibrated", "spec")
-# (low, high) quantiles of log(measured / predicted) per tier when no held-out figure was stored (wide on purpose)
+# (low, high) quantiles of log(measured / predicted) per tier when no held-out figure was stored (wide on
+# purpose)
 DEFAULT_INTERVALS: dict[str, tuple[float, float]] = {"exact": (-0.08, 0.08), "measured": (-0.15, 0.15),
                                                      "calibrated": (-0.25, 0.25), "spec": (-0.45, 0.45)}
 ENGINE_FAMILIES: tuple[str, ...] = ("gemm", "attention", "moe", "allreduce")
@@ -98,8 +100,8 @@ class OpEngine:
             folder / "calibrations.json").is_file() else {}
         intervals = {k: tuple(v) for k, v in info.get("intervals", {}).items()}
         if info.get("has_store") and (folder / "store").is_dir():
-            return cls.from_store(folder / "store", spec_model, calibrations=calibrations, intervals=intervals,
-                                  meta=info.get("meta"))
+            return cls.from_store(folder / "store", spec_model, calibrations=calibrations,
+                                  intervals=intervals, meta=info.get("meta"))
         return cls(None, spec_model, calibrations, intervals, info.get("meta"))
 
     def with_calibrations(self, calibrations: dict) -> OpEngine:
@@ -122,7 +124,8 @@ class OpEngine:
             key = regime(family, dtype, spec)
             if key in model.priors or family in model.priors:
                 return (np.full(n, model.priors.get(key, model.priors.get(family))),
-                        f"spec prior of {key} ({model.rows.get(key, 0):,} measured rows; no learned shape model)")
+                        f"spec prior of {key} ({model.rows.get(key, 0):,} measured rows; "
+                        "no learned shape model)")
         if self.fallback_util >= 1.0:
             return np.zeros(n), "the roofline (speed of light; no measured data or learned model asked for)"
         return (np.full(n, np.log(self.fallback_util)),
@@ -130,7 +133,7 @@ class OpEngine:
 
     def predict(self, family: str, dtype: str, shape: dict[str, Any], spec: Any,
                 kv_dtype: str | None = None) -> OpTimes:
-        """Runtimes of rows of one (family, dtype, GPU); ``shape`` maps dimension names to arrays or scalars."""
+        """Runtimes of rows of one (family, dtype, GPU); ``shape``: dimension name -> array or scalar."""
         if family in ("linear", "bmm"):
             family = "gemm"
         roof = physics.roofline(family, dtype, shape, spec, kv_dtype)
@@ -170,11 +173,11 @@ class OpEngine:
                                            if np.isfinite(s) else "measured kernel"
                                            for s in resolved.spread[exact]], dtype=object)
                 near = hit & ~exact
-                support[near] = np.array([f"interpolated from {k} measured site{'s' if k > 1 else ''} of this GPU "
-                                          f"({dist:.2g} octaves away)" if dist > 0 else
+                pairs = zip(resolved.neighbours[near], resolved.distance[near])
+                support[near] = np.array([f"interpolated from {k} measured site{'s' if k > 1 else ''} of "
+                                          f"this GPU ({dist:.2g} octaves away)" if dist > 0 else
                                           "interpolated along a measured sweep of this GPU"
-                                          for k, dist in zip(resolved.neighbours[near], resolved.distance[near])],
-                                         dtype=object)
+                                          for k, dist in pairs], dtype=object)
                 for mask, name in ((exact, "exact"), (near, "measured")):
                     q_lo[mask], q_hi[mask] = self.intervals[name]
         duration = physics.clamp(duration, roof)

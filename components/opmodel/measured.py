@@ -2,16 +2,16 @@
 
 The way upstream (AIConfigurator's ``perf_interp``, docs/design/perf_interp_design.md) resolves its tables:
 measured kernels are *sites*, each owning a *curve* along one axis -- GEMM: the (N, K) shape owns an M sweep;
-attention: the (H, HKV, D, window, batch) configuration owns a sequence sweep (S = KV prefill, KV decode).
-The interpolated quantity is the efficiency ``util = roofline time / measured time`` (smooth and bounded), and
+attention: the (H, HKV, D, window, batch) configuration owns a sequence sweep (S = KV prefill, KV decode). The
+interpolated quantity is the efficiency ``util = roofline time / measured time`` (smooth and bounded), and
 ``runtime = roofline(question) / util``:
 
-1. exact hit (the site and the curve point were measured) -> the measured median, verbatim;
-2. the question's site was measured -> its own curve, linear in log(curve axis);
-3. an unmeasured site -> inverse-distance blend (in log2 of the site axes) of the efficiencies of the nearest
-   measured sites whose curves cover the question, within ``gate`` octaves;
-4. past a curve's end by at most ``hold`` octaves -> the boundary efficiency held; farther, or no site near
-   -> no answer here (NaN): the engine falls through to the calibrated or spec tier.
+1. exact hit (the site and the curve point were measured) -> the measured median, verbatim; 2. the question's
+  site was measured -> its own curve, linear in log(curve axis); 3. an unmeasured site -> inverse-distance
+  blend (in log2 of the site axes) of the efficiencies of the nearest measured sites whose curves cover the
+  question, within ``gate`` octaves; 4. past a curve's end by at most ``hold`` octaves -> the boundary
+  efficiency held; farther, or no site near -> no answer here (NaN): the engine falls through to the
+  calibrated or spec tier.
 
 Everything is array work over (questions x candidate sites): candidate sites come from a padded table per
 categorical group, curve lookups are one ``np.searchsorted`` over all sites' keys.
@@ -138,7 +138,8 @@ class SiteTable:
         if not len(rows):
             return out
         if self.family == "gemm" and "B" in frame:
-            rows = rows[frame["B"].to_numpy(dtype="float64")[rows] == 1]  # batched products: no measured layout
+            # batched products: no measured layout
+            rows = rows[frame["B"].to_numpy(dtype="float64")[rows] == 1]
         q_coords = np.log2(frame.loc[rows, list(layout.site_axes)].to_numpy(dtype="float64"))
         q_logc = np.log2(frame.loc[rows, layout.curve_axis].to_numpy(dtype="float64"))
         cand = self.cat_sites[q_cat[rows].astype("int64")]  # (Q, C)
@@ -166,8 +167,8 @@ class SiteTable:
         eligible = covered & (dist <= layout.gate)
         d = np.where(own, 0.0, np.where(eligible, dist, np.inf))
         k = min(layout.neighbours, d.shape[1])
-        nearest = np.argpartition(d, k - 1, axis=1)[:, :k] if d.shape[1] > k else np.tile(np.arange(d.shape[1]),
-                                                                                             (len(rows), 1))
+        nearest = (np.argpartition(d, k - 1, axis=1)[:, :k] if d.shape[1] > k
+                   else np.tile(np.arange(d.shape[1]), (len(rows), 1)))
         nd = np.take_along_axis(d, nearest, axis=1)
         nu = np.take_along_axis(log_util, nearest, axis=1)
         with np.errstate(divide="ignore"):
@@ -188,14 +189,14 @@ class SiteTable:
         out.duration_us[rows] = duration
         out.exact[rows] = exact
         out.neighbours[rows] = np.where(ok, (weight > 0).sum(axis=1), 0)
-        out.distance[rows] = np.where(ok, np.where(has_own, 0.0, np.where(weight > 0, nd, np.inf).min(axis=1)),
-                                      np.nan)
+        nearest_used = np.where(weight > 0, nd, np.inf).min(axis=1)
+        out.distance[rows] = np.where(ok, np.where(has_own, 0.0, nearest_used), np.nan)
         out.spread[rows] = np.where(exact, self.spread[pos], np.nan)
         return out
 
 
 def _categories(frame: pd.DataFrame, columns: tuple[str, ...]) -> pd.Series:
-    """One text key per row of the categorical columns (numbers as integers: 64 and 64.0 are one head count)."""
+    """One text key per row of the categorical columns (numbers as integers: 64 and 64.0 are one count)."""
     if not columns:
         return pd.Series("", index=frame.index)
     parts = [frame[c].astype("int64").astype(str) if c != "phase" else frame[c].astype(str) for c in columns]
@@ -211,7 +212,7 @@ IDENTITY_FIELDS: frozenset[str] = frozenset({"id", "name", "aliases", "source", 
 
 
 def physics_key(spec: Any) -> str:
-    """Everything of a spec but its names and provenance: two specs with one key are one GPU to the physics."""
+    """Everything of a spec but its names and provenance: specs with one key are one GPU to the physics."""
     import json
 
     return json.dumps(spec.model_dump(exclude=set(IDENTITY_FIELDS)), sort_keys=True, default=str)
@@ -247,8 +248,8 @@ class MeasuredTier:
                                                                                     key[3])
         return self._tables[key]
 
-    def resolve(self, family: str, dtype: str, shape: dict[str, np.ndarray], spec: Any, roof_time_us: np.ndarray,
-                kv_dtype: str | None = None) -> Resolved | None:
+    def resolve(self, family: str, dtype: str, shape: dict[str, np.ndarray], spec: Any,
+                roof_time_us: np.ndarray, kv_dtype: str | None = None) -> Resolved | None:
         """None where this GPU has no measured rows of (family, dtype[, kv_dtype]). The GPU is found by its
         physics (``physics_key``): a spec with the same id but other peaks is not the GPU measured, a renamed
         copy of it is."""

@@ -1,15 +1,16 @@
 """The spec tier: the efficiency of a GPU known only by its spec sheet, learned across every measured GPU.
 
-The learned quantity is ``log(util)``, ``util = roofline time / measured time`` in (0, 1]: bounded, smooth, and
-what transfers between GPUs -- a 4096^3 bf16 GEMM reaches a similar fraction of its tensor peak on an A100 and an
-H100, while the microseconds differ 3x. The features are the ones that carry across GPUs (no raw peaks):
-log sizes, waves and tail of 128x128 output tiles over the SMs, arithmetic intensity over the GPU's ridge for the
-pipe that runs the dtype, the speed-of-light time itself (the launch-bound regime), bytes per SM, the dtype class.
-One small LightGBM booster per family (gemm, attention), saved as LightGBM's own text + JSON (no pickle).
+The learned quantity is ``log(util)``, ``util = roofline time / measured time`` in (0, 1]: bounded, smooth,
+and what transfers between GPUs -- a 4096^3 bf16 GEMM reaches a similar fraction of its tensor peak on an A100
+and an H100, while the microseconds differ 3x. The features are the ones that carry across GPUs (no raw
+peaks): log sizes, waves and tail of 128x128 output tiles over the SMs, arithmetic intensity over the GPU's
+ridge for the pipe that runs the dtype, the speed-of-light time itself (the launch-bound regime), bytes per
+SM, the dtype class. One small LightGBM booster per family (gemm, attention), saved as LightGBM's own text +
+JSON (no pickle).
 
 Where a (family, pipe, dtype) regime has few training rows the booster's answer is shrunk toward a prior, the
-median log efficiency of that regime over all GPUs (or of the family where the regime was never measured):
-``w = n / (n + SHRINK_ROWS)``. The support figure says how many rows the regime had and the weight it got.
+median log efficiency of that regime over all GPUs (or of the family where the regime was never measured): ``w
+= n / (n + SHRINK_ROWS)``. The support figure says how many rows the regime had and the weight it got.
 """
 
 from __future__ import annotations
@@ -30,7 +31,8 @@ TILE = 128.0  # output tile edge of the tensor-core GEMM kernels cuBLAS/CUTLASS 
 SHRINK_ROWS = 400.0  # a regime with this many training rows gets half its weight from the prior
 MIN_LOG_UTIL = float(np.log(1e-4))
 PARAMS: dict[str, Any] = {"objective": "l2", "learning_rate": 0.08, "num_leaves": 31, "min_data_in_leaf": 40,
-                          "feature_fraction": 0.9, "bagging_fraction": 0.8, "bagging_freq": 1, "lambda_l2": 1.0,
+                          "feature_fraction": 0.9, "bagging_fraction": 0.8, "bagging_freq": 1,
+                          "lambda_l2": 1.0,
                           "verbose": -1, "num_threads": 2, "seed": 7, "deterministic": True}
 ROUNDS = 150
 
@@ -103,15 +105,16 @@ class SpecModel:
         folder.mkdir(parents=True, exist_ok=True)
         for family, booster in self.boosters.items():
             (folder / f"spec_{family}.txt").write_text(booster.model_to_string())
-        (folder / "spec.json").write_text(json.dumps({"priors": self.priors, "rows": self.rows,
-                                                      "families": sorted(self.boosters)}, indent=1, sort_keys=True))
+        meta = {"priors": self.priors, "rows": self.rows, "families": sorted(self.boosters)}
+        (folder / "spec.json").write_text(json.dumps(meta, indent=1, sort_keys=True))
 
     @classmethod
     def load(cls, folder: Path) -> SpecModel:
         import lightgbm as lgb
 
         meta = json.loads((folder / "spec.json").read_text())
-        boosters = {f: lgb.Booster(model_str=(folder / f"spec_{f}.txt").read_text()) for f in meta["families"]}
+        boosters = {f: lgb.Booster(model_str=(folder / f"spec_{f}.txt").read_text())
+                    for f in meta["families"]}
         return cls(boosters, {k: float(v) for k, v in meta["priors"].items()},
                    {k: int(v) for k, v in meta["rows"].items()})
 
@@ -128,7 +131,8 @@ def hash_fraction(frame: pd.DataFrame, columns: list[str]) -> np.ndarray:
 def training_rows(store: dict[str, pd.DataFrame], datasets_root: Path | None = None,
                   per_group: int = 12_000) -> dict[str, pd.DataFrame]:
     """Per family: measured rows (device_id, dtype[, kv_dtype], shape, latency_us), at most ``per_group`` per
-    (device, dtype[, kv_dtype]) chosen by hash; PipeWeave's FP8 GEMM train file (H20, H800) joins the GEMMs."""
+    (device, dtype[, kv_dtype]) chosen by hash; PipeWeave's FP8 GEMM train file (H20, H800) joins the
+    GEMMs."""
     out = {}
     for family in SPEC_FAMILIES:
         frame = store.get(family)
@@ -169,7 +173,8 @@ def group_keys(family: str) -> list[str]:
     return ["device_id", "dtype"] + (["kv_dtype"] if family == "attention" else [])
 
 
-def design(family: str, frame: pd.DataFrame, specs: dict[str, Any]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+def design(family: str, frame: pd.DataFrame,
+           specs: dict[str, Any]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """(features, log util target, regime per row) of measured rows, grouped per (device, dtype[, kv])."""
     xs, ys, regimes = [], [], []
     index = []
@@ -177,8 +182,8 @@ def design(family: str, frame: pd.DataFrame, specs: dict[str, Any]) -> tuple[np.
         device, dtype = key[0], key[1]
         kv = key[2] if family == "attention" else None
         spec = specs[device]
-        shape = {k: part[k].to_numpy(dtype="float64") for k in (*physics.SHAPE_KEYS[family][0],
-                                                                  *physics.SHAPE_KEYS[family][1]) if k in part}
+        keys = (*physics.SHAPE_KEYS[family][0], *physics.SHAPE_KEYS[family][1])
+        shape = {k: part[k].to_numpy(dtype="float64") for k in keys if k in part}
         roof = physics.roofline(family, dtype, shape, spec, kv)
         util = np.clip(roof.time_us / part["latency_us"].to_numpy(dtype="float64"), 1e-4, 1.0)
         xs.append(features(family, dtype, shape, spec, roof, kv))

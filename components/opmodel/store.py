@@ -1,11 +1,12 @@
 """The measured store: one row per distinct kernel (device, family, dtype, shape) of the measured tables.
 
 ``build_store`` folds every repeat of a kernel (the same shape and dtype measured under several frameworks,
-versions or kernel sources) into its median latency, repeat count and spread (``components.ingest.aiconfigurator
-.medians``), and writes one parquet file per op family under a folder, atomically (a reader sees the old folder or
-the whole new one). Rows are sorted by their keys, so the files are the same bytes whatever order the tables were
-read in: the store is hash-deterministic, fit for DVC. ``load_store`` reads it back as ``{family: DataFrame}``.
-Why a store: the measured tier interpolates these rows at question time, and the spec tier learns from them.
+versions or kernel sources) into its median latency, repeat count and spread
+(``components.ingest.aiconfigurator.medians``), and writes one parquet file per op family under a folder,
+atomically (a reader sees the old folder or the whole new one). Rows are sorted by their keys, so the files
+are the same bytes whatever order the tables were read in: the store is hash-deterministic, fit for DVC.
+``load_store`` reads it back as ``{family: DataFrame}``. Why a store: the measured tier interpolates these
+rows at question time, and the spec tier learns from them.
 """
 
 from __future__ import annotations

@@ -1,7 +1,8 @@
 """Build the op engine the train stage saves beside the champion (``<predictor dir>/opmodel``) and under
-``$KERNELCAST_HOME/models/opmodel``: the measured store (built from the aiconfigurator tables when the state folder
-has none), the spec model fitted on a hash-chosen sample of every measured GPU, the measured tier's held-out
-residual quantiles as its interval."""
+``$KERNELCAST_HOME/models/opmodel``: the measured store (built from the aiconfigurator tables when the
+state folder has none), the spec model fitted on a hash-chosen sample of every measured GPU, the measured
+tier's held-out residual quantiles as its interval.
+"""
 
 from __future__ import annotations
 
@@ -82,7 +83,8 @@ def train_engine(settings: Any, out_dir: Path, say: Callable[[str], None] = lamb
     store = load_store(store_dir, STORE_FAMILIES_IN_ENGINE)
     catalog = load_catalog()
     rows = training_rows(store, Path(settings.datasets_dir), per_group=PER_GROUP)
-    specs = {str(d): catalog.get(str(d)) for f in rows.values() for d in f["device_id"].unique() if d in catalog}
+    specs = {str(d): catalog.get(str(d)) for f in rows.values() for d in f["device_id"].unique()
+             if d in catalog}
     model = fit(rows, specs)
     others = load_store(store_dir, PRIOR_ONLY_FAMILIES)
     fit_priors(model, others, {**specs, **{str(d): catalog.get(str(d)) for f in others.values()
@@ -101,6 +103,7 @@ def train_engine(settings: Any, out_dir: Path, say: Callable[[str], None] = lamb
 
     atomic_write_dir(Path(out_dir), write)
     atomic_write_dir(Path(settings.models_dir) / "opmodel", write)
-    say(f"op engine: spec model on {sum(len(r) for r in rows.values()):,} measured rows of {len(specs)} GPUs, "
+    n_rows = sum(len(r) for r in rows.values())
+    say(f"op engine: spec model on {n_rows:,} measured rows of {len(specs)} GPUs, "
         f"saved in {time.perf_counter() - started:.0f} s")
     return Path(out_dir)

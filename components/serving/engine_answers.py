@@ -1,10 +1,11 @@
-"""Op questions of the modern families answered by the op engine, and the one physics pass every op answer takes.
+"""Op questions of the modern families answered by the op engine, and the one physics pass every op answer
+takes.
 
 Which questions: GEMMs (``gemm``, ``linear``, ``bmm``: one product, one answer) in the tensor dtypes (tf32,
 fp16, bf16, fp8, fp8_block, nvfp4, int8, weight-only int8/int4) and every ``attention``, ``moe`` and
-``allreduce`` question. Which engine: the one saved in the champion's predictor folder (``opmodel/``), else the
-state folder's (``$KERNELCAST_HOME/models/opmodel``), else one built from the state folder's measured store
-(``$KERNELCAST_HOME/data/opmodel/store``), else a bare engine (roofline at a fixed efficiency, said so).
+``allreduce`` question. Which engine: the one saved in the champion's predictor folder (``opmodel/``), else
+the state folder's (``$KERNELCAST_HOME/models/opmodel``), else one built from the state folder's measured
+store (``$KERNELCAST_HOME/data/opmodel/store``), else a bare engine (roofline at a fixed efficiency, said so).
 
 The physics pass (``physics_pass``): whatever answered, the runtime is at least the roofline time; GFLOP/s,
 GB/s and intensity are derived from that one runtime (never above a peak); the roofline class is the side of
@@ -44,7 +45,8 @@ def engine_for(predictor: Any) -> Any:
     candidates = [getattr(predictor, "opmodel_dir", None), settings.models_dir / ENGINE_DIR]
     folder = next((Path(c) for c in candidates if c is not None and (Path(c) / ENGINE_FILE).is_file()), None)
     store = settings.data_dir / "opmodel" / "store"
-    key = str(folder) if folder is not None else (f"store:{store}" if (store / "store.json").is_file() else "bare")
+    has_store = (store / "store.json").is_file()
+    key = str(folder) if folder is not None else (f"store:{store}" if has_store else "bare")
     if key not in _CACHE:
         if folder is not None:
             _CACHE[key] = OpEngine.load(folder)
@@ -108,7 +110,7 @@ def _finite(value: Any) -> float | None:
 
 
 def gemm_physics_pass(answers: list[dict[str, Any]], questions: list[Any]) -> None:
-    """Champion-answered GEMMs (fp32/fp64): clamp at ``physics.roofline`` and derive rates from the runtime."""
+    """Champion-answered GEMMs (fp32/fp64): clamp at ``physics.roofline``, rates derived from the runtime."""
     from components.opmodel import physics
 
     for answer, q in zip(answers, questions, strict=True):
@@ -125,7 +127,8 @@ def gemm_physics_pass(answers: list[dict[str, Any]], questions: list[Any]) -> No
 
 def physics_pass(answers: list[dict[str, Any]], cols: dict[str, Any], rows: np.ndarray) -> None:
     """Champion answers of the analytical families: runtime >= the analytical roofline, rates derived from it,
-    the class the analytical bound's (the bound pipe then agrees with it). ``rows``: each answer's row in cols."""
+    the class the analytical bound's (the bound pipe then agrees with it). ``rows``: each answer's row in
+    cols."""
     roof = np.asarray(cols["f_roofline_time_us"], dtype="float64")[rows]
     flops = np.asarray(cols["f_flops"], dtype="float64")[rows]
     nbytes = np.asarray(cols["f_dram_bytes_min"], dtype="float64")[rows]

@@ -472,7 +472,8 @@ def _answer_ops(predictor: Any, questions: list[Question], model_version: str) -
     return [a for a in answers if a is not None]
 
 
-def _answer_champion_ops(predictor: Any, questions: list[Question], model_version: str) -> list[dict[str, Any]]:
+def _answer_champion_ops(predictor: Any, questions: list[Question],
+                         model_version: str) -> list[dict[str, Any]]:
     from components.serving.engine_answers import gemm_physics_pass, physics_pass
     from components.serving.featurise import op_feature_columns
 
@@ -519,7 +520,8 @@ def _answer_champion_ops(predictor: Any, questions: list[Question], model_versio
                           or question.device.unsupported_reason(question.dtype))
         calibrated = "runtime calibrated" in str(answer["note"] or "")
         answer["tier"] = "calibrated" if calibrated else "spec"
-        answer["support"] = f"the champion model ({model_version}){' with this GPU calibration' if calibrated else ''}"
+        with_calibration = " with this GPU's calibration" if calibrated else ""
+        answer["support"] = f"the champion model ({model_version}){with_calibration}"
         answers.append(answer)
     physics_pass(answers, cols, np.arange(n))
     gemm_physics_pass(answers, questions)
