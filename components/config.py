@@ -242,6 +242,9 @@ REGISTER_KEYS: frozenset[str] = frozenset({"tolerance", "guarded", "splits", "ev
 SPLITS: tuple[str, ...] = (
     "random", "unseen-kernel", "unseen-gpu", "neusight", "pipeweave-fp8", "bolet-roofline", "amd-source",
 )
+# The op engine's splits (components.evaluation.opmodel_bench): scored on AIConfigurator's tables, not the
+# feature table.
+OPMODEL_SPLITS: tuple[str, ...] = ("aiconfigurator-unseen-gpu", "aiconfigurator-unseen-shape")
 
 
 def register_thresholds(params: Mapping[str, Any], source: str = "params.yaml") -> dict[str, dict[str, float]]:

@@ -480,6 +480,11 @@ def calibrate_stage(device: str, from_dir: Any, predictor: Any, home: Any, param
     path = correction_path(home, device_id)
     correction.save(path)
     corrected = correction.apply(inputs, predicted)
+    # The op engine's calibrated tier (tensor GEMMs, attention) from the same rows, where the suite has any.
+    from components.opmodel.calibrated import calibrate_engine
+    from components.serving.engine_answers import engine_for
+
+    calibrate_engine(engine_for(predictor), rows, catalog.get(device_id), Path(home))
     return CalibrateResult(device_id, method, correction.n_rows, path, _mape(measured, predicted)[0],
                            _mape(measured, corrected)[0], _median_ape(measured, predicted),
                            _median_ape(measured, corrected))

@@ -151,6 +151,23 @@ def split_mode(predictor: Predictor, split: str, trained_split: str | None) -> s
     return None
 
 
+def _opmodel_entry(split: str, canonical_dir: Path | None) -> dict[str, Any]:
+    """The op engine's split, on the state folder's measured store (built when missing)."""
+    from components.config import get_settings
+    from components.evaluation.opmodel_bench import gate_entry
+    from components.opmodel.train import ensure_store
+
+    settings = get_settings()
+    try:
+        store = ensure_store(settings)
+        if store is None:
+            raise FileNotFoundError(f"no measured store and no {settings.datasets_dir / 'aiconfigurator'}")
+        return gate_entry(split, store, Path(settings.datasets_dir))
+    except Exception as exc:  # noqa: BLE001 -- recorded: a failed split makes the report partial
+        message = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        return {"status": "error", "mode": "refit", "metrics": {}, "note": f"{type(exc).__name__}: {message}"}
+
+
 def gate_report(predictor: Predictor, table: pd.DataFrame, splits: Sequence[str], caps: EvaluationCaps, *,
                 model: str, trained_split: str | None, canonical_dir: Path | None = None,
                 executor_factory: ExecutorFactory | None = None, identity: dict[str, Any] | None = None,
@@ -158,9 +175,13 @@ def gate_report(predictor: Predictor, table: pd.DataFrame, splits: Sequence[str]
     """The gate report for ``predictor`` over ``splits`` (see the module docstring)."""
     started = time.perf_counter()
     entries: dict[str, Any] = {}
+    from components.evaluation.opmodel_bench import OPMODEL_SPLITS
+
     for split in splits:
         mode = split_mode(predictor, split, trained_split)
-        if mode is None:
+        if split in OPMODEL_SPLITS:  # the op engine's splits: AIConfigurator's tables, not the feature table
+            entries[split] = _opmodel_entry(split, canonical_dir)
+        elif mode is None:
             entries[split] = {"status": "skipped", "mode": None, "metrics": {},
                               "note": f"the {predictor.family} family is not refitted per fold by the gate "
                                       f"(trained on {trained_split}); only that split can be scored"}

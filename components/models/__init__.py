@@ -34,7 +34,14 @@ def load_predictor(directory: Path) -> Predictor:
         raise ValueError(f"{path}: unknown predictor family {family!r}; known: {sorted(LOADERS)}")
     module_name, _, class_name = LOADERS[family].partition(":")
     cls = getattr(importlib.import_module(module_name), class_name)
-    return cls.load(Path(directory))
+    predictor = cls.load(Path(directory))
+    engine = Path(directory) / "opmodel"
+    if (engine / "engine.json").is_file():  # the op engine trained with it (components/opmodel)
+        try:
+            predictor.opmodel_dir = engine
+        except (AttributeError, TypeError):  # a frozen predictor: serving falls back to the state folder's
+            pass
+    return predictor
 
 
 __all__ = ["LOADERS", "PREDICTOR_FILE", "Predictor", "load_predictor", "register_loader"]

@@ -39,6 +39,16 @@ def op_tensors(family: str, op_name: str, shape: dict[str, int]) -> list[tuple[s
     if family in ("gemm", "bmm", "linear"):
         weight = [g["K"], g["N"]] if family == "linear" else [*batch, g["K"], g["N"]]
         return [("A", [*batch, g["M"], g["K"]]), ("B", weight), ("C", [*batch, g["M"], g["N"]])]
+    if family == "attention":
+        q = [g["B"], g["S"], g["H"], g["D"]]
+        kv = [g["B"], g["KV"], g["HKV"], g["D"]]
+        return [("Q", q), ("K", kv), ("V", kv), ("O", q)]
+    if family == "moe":
+        local = max(1, g["E"] // g.get("ep", 1))
+        return [("x", [g["T"], g["H"]]), ("W", [local, 3, g["H"], max(1, g["I"] // g.get("tp", 1))]),
+                ("out", [g["T"], g["H"]])]
+    if family == "allreduce":
+        return []  # a message in bytes, not elements: never near a GPU's memory within the bounds
     dims = [g["N"]] if "N" in g else [g.get("B", 1), g["H"]]
     inputs = [("x", dims), ("y", dims)] if family == "elementwise" and op_name in BINARY_ELEMENTWISE else [("x", dims)]
     return [*inputs, ("out", dims)]

@@ -35,7 +35,7 @@ QUESTION_COLUMNS: tuple[str, ...] = ("device", "device_spec", "dtype", "op", "sh
 ANSWER_KEYS: tuple[str, ...] = (
     "question", "device", "device_name", "kind", "duration_us", "duration_us_lo", "duration_us_hi", "achieved_gbps",
     "gflops", "l1_hit_rate", "l2_hit_rate", "arith_intensity", "roofline_class", "bound_pipe", "roofline_us",
-    "headroom", "ood", "note", "model_version", "breakdown",
+    "headroom", "ood", "note", "model_version", "breakdown", "tier", "support",
 )
 METRICS: tuple[str, ...] = ("duration_us", "achieved_gbps", "gflops", "l1_hit_rate", "l2_hit_rate", "arith_intensity")
 KINDS: tuple[str, ...] = ("op", "source", "module")
@@ -450,6 +450,31 @@ def _calibrated(predicted: dict[str, np.ndarray], questions: list[Question],
 
 
 def _answer_ops(predictor: Any, questions: list[Question], model_version: str) -> list[dict[str, Any]]:
+    """Modern families (tensor-dtype GEMMs, attention, MoE, all-reduce) by the op engine, the rest by the
+    champion; every answer through one physics pass (``components.serving.engine_answers``)."""
+    from components.serving.engine_answers import answer_with_engine, engine_for, uses_engine
+
+    modern = [i for i, q in enumerate(questions) if uses_engine(q.family, q.dtype)]
+    if not modern:
+        return _answer_champion_ops(predictor, questions, model_version)
+    answers: list[dict[str, Any] | None] = [None] * len(questions)
+    chosen = set(modern)
+    rest = [q for i, q in enumerate(questions) if i not in chosen]
+    for i, answer in zip((i for i in range(len(questions)) if i not in chosen),
+                         _answer_champion_ops(predictor, rest, model_version) if rest else [], strict=True):
+        answers[i] = answer
+    engine_rows = [questions[i] for i in modern]
+    for i, fields in zip(modern, answer_with_engine(engine_for(predictor), engine_rows), strict=True):
+        answer = _blank(questions[i], model_version)
+        answer.update(fields)
+        answer["note"] = answer.get("note") or questions[i].device.unsupported_reason(questions[i].dtype)
+        answers[i] = answer
+    return [a for a in answers if a is not None]
+
+
+def _answer_champion_ops(predictor: Any, questions: list[Question],
+                         model_version: str) -> list[dict[str, Any]]:
+    from components.serving.engine_answers import gemm_physics_pass, physics_pass
     from components.serving.featurise import op_feature_columns
 
     specs, device_index = _distinct_specs(questions)
@@ -469,8 +494,10 @@ def _answer_ops(predictor: Any, questions: list[Question], model_version: str) -
     with np.errstate(divide="ignore", invalid="ignore"):
         headroom = duration / roof
     fallback_class = BOUND_LABELS[cols["_bound_code"]]
-    classes = np.array([_plain(k) if _plain(k) is not None else f for k, f in
+    # the class is the analytical bound's where the features have one: it must agree with the bound pipe
+    classes = np.array([f if f is not None else _plain(k) for k, f in
                         zip(column("pred_roofline_class"), fallback_class)], dtype=object)
+    duration = np.where(np.isfinite(roof), np.fmax(duration, roof), duration)
     pipes = bound_pipes(cols, cols["dtype"], duration, classes)
     notes, ood = column("pred_note"), column("pred_ood")
     feature_notes = NOTE_LABELS[cols["_note_code"]]
@@ -491,7 +518,13 @@ def _answer_ops(predictor: Any, questions: list[Question], model_version: str) -
         answer["ood"] = None if flag is None else bool(flag)
         answer["note"] = (_plain(notes[row]) or feature_notes[row]
                           or question.device.unsupported_reason(question.dtype))
+        calibrated = "runtime calibrated" in str(answer["note"] or "")
+        answer["tier"] = "calibrated" if calibrated else "spec"
+        with_calibration = " with this GPU's calibration" if calibrated else ""
+        answer["support"] = f"the champion model ({model_version}){with_calibration}"
         answers.append(answer)
+    physics_pass(answers, cols, np.arange(n))
+    gemm_physics_pass(answers, questions)
     return answers
 
 
@@ -566,6 +599,9 @@ def answer_questions(predictor: Any, questions: list[Question], *, model_version
         check_deadline(f"question {group[0].index} ({kind})")
         for question, answer in zip(group, _program_answers(kind, predictor, group, model_version), strict=True):
             answers[id(question)] = answer
+    for answer in answers.values():  # every answer has every key (program answers carry no tier)
+        for key in ANSWER_KEYS:
+            answer.setdefault(key, None)
     return [answers[id(q)] for q in questions]
 
 

@@ -150,6 +150,11 @@ def _train_classic(
     from components.programs.kernelbench_model import fit_after_training
 
     fit_after_training(predictor, table.loc[chosen.train], settings, out_dir, say)
+    # Modern op questions (tensor GEMMs, attention, MoE, all-reduce): the op engine, saved in out_dir/opmodel
+    # so the registered champion carries it (components/opmodel).
+    from components.opmodel.train import train_engine
+
+    train_engine(settings, out_dir / "opmodel", say)
     rows = capped_rows(chosen.test, table, inputs.max_test_rows)
     evaluation = evaluate_predictor(predictor, table, split, model=str(out_dir), rows=rows)
     plots = write_plots(evaluation.frame, settings.reports_dir / f"train-{family}-{split}-{stamp}")

@@ -59,7 +59,8 @@ def test_query_rows_carry_the_shapes_an_llm_prompt_reads() -> None:
             return pd.DataFrame({"pred_duration_us": [1.0] * len(features)}, index=features.index)
 
     recorder = Recorder()
-    questions = parse_questions([{"op": "bmm", "shape": {"B": 8, "M": 64, "N": 48, "K": 32}, "dtype": "fp16",
+    # fp32: a vector-pipe product the champion answers (tensor-dtype GEMMs go to the op engine)
+    questions = parse_questions([{"op": "bmm", "shape": {"B": 8, "M": 64, "N": 48, "K": 32}, "dtype": "fp32",
                                   "device": d} for d in ("H100", "A100")])
     results = answer_questions(recorder, questions, model_version="test")
     assert [r["duration_us"] for r in results] == [1.0, 1.0] and len(recorder.seen) == 2

@@ -1,0 +1,204 @@
+"""The calibrated tier: K profiled rows of a GPU shift the spec tier's efficiency on that GPU.
+
+The spec tier errs on a new GPU mostly by a factor per regime (its tensor pipe reaches 70% where the training
+GPUs reached 85%) and by how that factor changes between launch-bound and pipe-bound kernels. From K measured
+rows the calibration learns, per (family, pipe) and per (family, pipe, dtype) regime, a shift of log
+efficiency ``a + b * (log2 roofline_us - ref)``, each level shrunk toward its parent by its row count
+(``SHRINK`` pseudo rows; the root is the GPU-wide shift): a regime seen twice moves little. Plain JSON per GPU
+under ``$KERNELCAST_HOME/opmodel/calibrations/<device>.json``; the engine applies it
+(``OpEngine.calibrations``).
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from components.atomic import atomic_write_text
+
+SHRINK = 8.0  # pseudo-rows pulling a regime's shift toward its parent's
+SLOPE_RIDGE = 30.0  # pseudo-rows of "no slope"
+CALIBRATION_DIR = ("opmodel", "calibrations")
+
+
+def calibration_dir(home: Path) -> Path:
+    return Path(home).joinpath(*CALIBRATION_DIR)
+
+
+def _fit_level(x: np.ndarray, y: np.ndarray, parent: tuple[float, float],
+               shrink: float) -> tuple[float, float]:
+    """(a, b) of y ~ a + b x, shrunk toward ``parent`` (ridge: ``shrink`` pseudo-rows on a, SLOPE_RIDGE
+    on b)."""
+    pa, pb = parent
+    r = y - (pa + pb * x)
+    n = len(r)
+    lhs = np.array([[n + shrink, x.sum()], [x.sum(), (x * x).sum() + SLOPE_RIDGE]])
+    rhs = np.array([r.sum(), (x * r).sum()])
+    da, db = np.linalg.solve(lhs, rhs)
+    return pa + float(da), pb + float(db)
+
+
+LOCAL_DIMS: dict[str, tuple[str, ...]] = {"gemm": ("M", "N", "K"),
+                                          "attention": ("B", "S", "KV", "H", "HKV", "D")}
+LOCAL_NEIGHBOURS = 8
+LOCAL_SCALE = 1.5  # octaves: a calibration row this far away corrects with weight 1/e
+
+
+def local_coords(family: str, shape: dict[str, np.ndarray], n: int) -> np.ndarray:
+    """log2 of the family's size dimensions (the space the local correction measures distance in)."""
+    dims = LOCAL_DIMS.get(family, ())
+    if not dims:
+        return np.zeros((n, 0))
+    return np.column_stack([np.log2(np.broadcast_to(np.asarray(shape.get(d, 1.0), dtype="float64"), (n,)))
+                            for d in dims])
+
+
+def fit_calibration(engine: Any, rows: pd.DataFrame, spec: Any) -> dict[str, Any]:
+    """Shifts per regime of one GPU from its measured rows: columns family, dtype, [kv_dtype], the shape's
+    dimensions, latency_us. The spec tier's prediction is the base (measured rows of this GPU are not used).
+    What the shifts leave is kept per regime with each row's log shape (``_local``): a question near
+    calibration rows gets their residual too (``local_residual``)."""
+    from components.opmodel import physics
+    from components.opmodel.spec import regime
+
+    xs, ys, regimes, coords = [], [], [], []
+    kv = rows["kv_dtype"] if "kv_dtype" in rows else pd.Series(None, index=rows.index, dtype=object)
+    frame = rows.assign(_kv=kv.astype(object).where(kv.notna(), "-"))
+    for (family, dtype, kv_dtype), part in frame.groupby(["family", "dtype", "_kv"], sort=True, dropna=False):
+        kv_dtype = None if kv_dtype == "-" else kv_dtype
+        keys = physics.SHAPE_KEYS[family]
+        shape = {k: part[k].to_numpy(dtype="float64") for k in (*keys[0], *keys[1]) if k in part and
+                 part[k].notna().all()}
+        roof = physics.roofline(family, dtype, shape, spec, kv_dtype)
+        log_util, _ = engine.spec_log_util(family, roof.choice.dtype, shape, spec, roof, kv_dtype)
+        measured = np.clip(roof.time_us / part["latency_us"].to_numpy(dtype="float64"), 1e-4, 1.0)
+        xs.append(np.log2(np.maximum(roof.time_us, 1e-3)))
+        ys.append(np.log(measured) - log_util)
+        key = regime(family, roof.choice.dtype, spec)
+        if kv_dtype is not None and kv_dtype != dtype:
+            key = f"{key}|kv={kv_dtype}"
+        regimes.append(np.full(len(part), key, dtype=object))
+        coords.append((key, local_coords(family, shape, len(part))))
+    if not xs:
+        return {}
+    x, y, reg = np.concatenate(xs), np.concatenate(ys), np.concatenate(regimes)
+    ref = float(np.median(x))
+    x = x - ref
+    out: dict[str, Any] = {}
+    root = _fit_level(x, y, (0.0, 0.0), SHRINK)
+    out["*"] = {"log_shift": root[0], "slope": root[1], "ref": ref, "rows": int(len(y))}
+    fitted = root[0] + root[1] * x
+    pipes = np.array(["|".join(r.split("|")[:2]) for r in reg], dtype=object)
+    for pipe in np.unique(pipes):
+        mask = pipes == pipe
+        level = _fit_level(x[mask], y[mask], root, SHRINK)
+        out[str(pipe)] = {"log_shift": level[0], "slope": level[1], "ref": ref, "rows": int(mask.sum())}
+        for name in np.unique(reg[mask]):
+            inner = reg == name
+            leaf = _fit_level(x[inner], y[inner], level, SHRINK)
+            out[str(name)] = {"log_shift": leaf[0], "slope": leaf[1], "ref": ref, "rows": int(inner.sum())}
+            fitted[inner] = leaf[0] + leaf[1] * x[inner]
+    residual = y - fitted
+    local: dict[str, dict[str, list]] = {}
+    for name in np.unique(reg):
+        mask = reg == name
+        local[str(name)] = {"coords": np.round(np.vstack([c for k, c in coords if k == name]), 4).tolist(),
+                            "residual": np.round(residual[mask], 5).tolist()}
+    out["_local"] = local
+    return out
+
+
+def local_residual(calibration: dict[str, Any], key: str, query: np.ndarray) -> np.ndarray:
+    """The calibration rows' leftover log-efficiency error near each question (0 where none is near):
+    inverse-distance mean over the nearest rows of the regime, fading with the distance to the nearest."""
+    entry = (calibration.get("_local") or {}).get(key)
+    n = len(query)
+    if not entry or not entry["residual"] or query.shape[1] == 0:
+        return np.zeros(n)
+    points = np.asarray(entry["coords"], dtype="float64")
+    resid = np.asarray(entry["residual"], dtype="float64")
+    if points.shape[1] != query.shape[1]:
+        return np.zeros(n)
+    dist = np.sqrt(((query[:, None, :] - points[None, :, :]) ** 2).sum(axis=2))
+    k = min(LOCAL_NEIGHBOURS, len(resid))
+    nearest = (np.argpartition(dist, k - 1, axis=1)[:, :k] if len(resid) > k
+               else np.tile(np.arange(len(resid)), (n, 1)))
+    d = np.take_along_axis(dist, nearest, axis=1)
+    w = 1.0 / (d + 0.25) ** 2
+    mean = (w * resid[nearest]).sum(axis=1) / w.sum(axis=1)
+    return mean * np.exp(-d.min(axis=1) / LOCAL_SCALE)
+
+
+def shift_for(calibration: dict[str, Any], key: str) -> dict[str, float] | None:
+    """The most specific level of ``calibration`` for regime ``key`` (regime, family|pipe, GPU-wide)."""
+    for candidate in (key, "|".join(key.split("|")[:3]), "|".join(key.split("|")[:2]), "*"):
+        if candidate in calibration:
+            return calibration[candidate]
+    return None
+
+
+def apply_shift(log_util: np.ndarray, roof_time_us: np.ndarray, shift: dict[str, float]) -> np.ndarray:
+    x = np.log2(np.maximum(roof_time_us, 1e-3)) - float(shift.get("ref", 0.0))
+    return log_util + float(shift["log_shift"]) + float(shift.get("slope", 0.0)) * x
+
+
+def save_calibration(home: Path, device_id: str, calibration: dict[str, dict[str, float]]) -> Path:
+    path = calibration_dir(home) / f"{device_id}.json"
+    atomic_write_text(path, json.dumps(calibration, indent=1, sort_keys=True) + "\n")
+    return path
+
+
+def load_calibrations(home: Path) -> dict[str, dict[str, dict[str, float]]]:
+    """``{device_id: calibration}`` of every GPU calibrated under ``home`` (unreadable files skipped)."""
+    folder = calibration_dir(home)
+    out = {}
+    if folder.is_dir():
+        for path in sorted(folder.glob("*.json")):
+            try:
+                out[path.stem] = json.loads(path.read_text())
+            except (OSError, json.JSONDecodeError):
+                continue
+    return out
+
+
+ENGINE_GEMM_FAMILIES: tuple[str, ...] = ("gemm", "linear", "bmm")
+
+
+def engine_rows(table: pd.DataFrame) -> pd.DataFrame:
+    """Rows of a profiled feature table the op engine answers (tensor-dtype GEMMs and attention), as the
+    calibration reads them: family, dtype, the shape's dimensions, latency_us. Empty when there are none."""
+    from components.features.analytical import parse_dims
+
+    needed = {"family", "dtype", "duration_us", "shape_json"}
+    if table.empty or not needed <= set(table.columns):
+        return pd.DataFrame()
+    family = table["family"].astype(str)
+    dtype = table["dtype"].astype(str)
+    keep = (family.isin(ENGINE_GEMM_FAMILIES) & ~dtype.isin(["fp32", "fp64"])) | (family == "attention")
+    rows = table[keep]
+    if rows.empty:
+        return pd.DataFrame()
+    params = rows["params_json"] if "params_json" in rows else pd.Series("{}", index=rows.index)
+    dims = parse_dims(rows["shape_json"], params)
+    out = dims.assign(family=np.where(family[keep].isin(ENGINE_GEMM_FAMILIES), "gemm", family[keep]),
+                      dtype=dtype[keep].to_numpy(),
+                      latency_us=pd.to_numeric(rows["duration_us"], errors="coerce").to_numpy())
+    out = out.drop(columns=[c for c in out.columns if out[c].isna().all()])
+    if "B" in out:  # a batch of one is no batch (one product, one answer)
+        out["B"] = out["B"].where(out["B"] != 1)
+        if out["B"].isna().all():
+            out = out.drop(columns="B")
+    return out[np.isfinite(out["latency_us"]) & (out["latency_us"] > 0)].reset_index(drop=True)
+
+
+def calibrate_engine(engine: Any, table: pd.DataFrame, spec: Any, home: Path) -> tuple[Path | None, int]:
+    """Fit and store the op engine's calibration of ``spec`` from a profiled table's engine rows
+    (``kernelcast calibrate``); (path, rows used), (None, 0) when the table has none."""
+    rows = engine_rows(table)
+    if rows.empty:
+        return None, 0
+    return save_calibration(home, spec.id, fit_calibration(engine, rows, spec)), len(rows)

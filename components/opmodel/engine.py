@@ -1,0 +1,187 @@
+"""The op engine: one runtime per question from the best tier that can answer it, never against physics.
+
+Per row: **measured** (the GPU's own measured kernels near the question, ``measured.py``) > **calibrated**
+(the spec tier shifted by K profiled rows of the GPU, ``calibrated.py``) > **spec** (the efficiency learned
+across every measured GPU, ``spec.py``). Each tier gives an efficiency ``util = roofline time / runtime``; the
+runtime is ``roofline / util``, clamped at the roofline (``physics.clamp``), so no rate derived from it
+exceeds a peak. The interval is each tier's held-out residual quantiles (log ratio measured/predicted), stored
+with the engine.
+
+A folder holds the engine: ``store/`` (the measured store), ``spec.json`` + ``spec_<family>.txt`` (the spec
+model), ``calibrations.json`` (per GPU, per regime) and ``engine.json`` (intervals, provenance). No pickle.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from components.opmodel import physics
+
+ENGINE_FILE = "engine.json"
+TIERS: tuple[str, ...] = ("measured", "calibrated", "spec")
+# (low, high) quantiles of log(measured / predicted) per tier when no held-out figure was stored (wide on
+# purpose)
+DEFAULT_INTERVALS: dict[str, tuple[float, float]] = {"exact": (-0.08, 0.08), "measured": (-0.15, 0.15),
+                                                     "calibrated": (-0.25, 0.25), "spec": (-0.45, 0.45)}
+ENGINE_FAMILIES: tuple[str, ...] = ("gemm", "attention", "moe", "allreduce")
+FALLBACK_UTIL = 0.5  # no store, no model: half the speed of light, said so in the note
+
+
+@dataclass
+class OpTimes:
+    duration_us: np.ndarray
+    lo: np.ndarray
+    hi: np.ndarray
+    tier: np.ndarray  # object: measured | calibrated | spec
+    support: np.ndarray  # object: what the answer rests on
+    bound_pipe: np.ndarray
+    note: np.ndarray  # object: emulation and the like, None where nothing to say
+    roof: physics.Roofline
+
+
+class OpEngine:
+    """Measured store + spec model + calibrations, answering whole batches with array work."""
+
+    def __init__(self, measured: Any = None, spec_model: Any = None, calibrations: dict | None = None,
+                 intervals: dict[str, tuple[float, float]] | None = None, meta: dict | None = None,
+                 store_dir: Path | None = None, fallback_util: float = FALLBACK_UTIL) -> None:
+        self.measured = measured  # components.opmodel.measured.MeasuredTier | None
+        self.spec_model = spec_model  # components.opmodel.spec.SpecModel | None
+        self.calibrations = calibrations or {}  # device_id -> {regime: {"log_shift": x, "rows": n}}
+        self.intervals = {**DEFAULT_INTERVALS, **(intervals or {})}
+        self.meta = meta or {}
+        self.store_dir = store_dir
+        self.fallback_util = fallback_util  # 1.0: the training-free roofline itself
+
+    # ---------------------------------------------------------------------------------------- persistence
+
+    @classmethod
+    def from_store(cls, store_dir: Path, spec_model: Any = None, **kwargs: Any) -> OpEngine:
+        from components.devices.catalog import load_catalog
+        from components.opmodel.measured import LAYOUTS, MeasuredTier
+        from components.opmodel.store import load_store
+
+        store = load_store(Path(store_dir), tuple(LAYOUTS))
+        catalog = load_catalog()
+        devices = {str(d) for frame in store.values() for d in frame["device_id"].unique()}
+        specs = {d: catalog.get(d) for d in devices if d in catalog}
+        return cls(MeasuredTier(store, specs), spec_model, store_dir=Path(store_dir), **kwargs)
+
+    def save(self, folder: Path) -> None:
+        """Write the engine into ``folder`` (created; the caller makes the whole predictor folder atomic)."""
+        folder = Path(folder)
+        folder.mkdir(parents=True, exist_ok=True)
+        if self.store_dir is not None and Path(self.store_dir).resolve() != (folder / "store").resolve():
+            shutil.copytree(self.store_dir, folder / "store", dirs_exist_ok=True)
+        if self.spec_model is not None:
+            self.spec_model.save(folder)
+        (folder / "calibrations.json").write_text(json.dumps(self.calibrations, indent=1, sort_keys=True))
+        (folder / ENGINE_FILE).write_text(json.dumps({"intervals": self.intervals, "meta": self.meta,
+                                                      "has_store": (folder / "store").is_dir(),
+                                                      "has_spec": self.spec_model is not None},
+                                                     indent=1, sort_keys=True))
+
+    @classmethod
+    def load(cls, folder: Path) -> OpEngine:
+        folder = Path(folder)
+        info = json.loads((folder / ENGINE_FILE).read_text())
+        spec_model = None
+        if info.get("has_spec") and (folder / "spec.json").is_file():
+            from components.opmodel.spec import SpecModel
+
+            spec_model = SpecModel.load(folder)
+        calibrations = json.loads((folder / "calibrations.json").read_text()) if (
+            folder / "calibrations.json").is_file() else {}
+        intervals = {k: tuple(v) for k, v in info.get("intervals", {}).items()}
+        if info.get("has_store") and (folder / "store").is_dir():
+            return cls.from_store(folder / "store", spec_model, calibrations=calibrations,
+                                  intervals=intervals, meta=info.get("meta"))
+        return cls(None, spec_model, calibrations, intervals, info.get("meta"))
+
+    def with_calibrations(self, calibrations: dict) -> OpEngine:
+        """The same engine with more GPUs' calibrations (a GPU's newer calibration replaces its older one)."""
+        return OpEngine(self.measured, self.spec_model, {**self.calibrations, **calibrations}, self.intervals,
+                        self.meta, self.store_dir, self.fallback_util)
+
+    # ---------------------------------------------------------------------------------------- answering
+
+    def spec_log_util(self, family: str, dtype: str, shape: dict[str, np.ndarray], spec: Any,
+                      roof: physics.Roofline, kv_dtype: str | None = None) -> tuple[np.ndarray, str]:
+        """The spec tier's log efficiency per row and its support text."""
+        n = len(roof.time_us)
+        model = self.spec_model
+        if model is not None and family in model.boosters:
+            return model.predict_log_util(family, dtype, shape, spec, roof, kv_dtype)
+        if model is not None:
+            from components.opmodel.spec import regime
+
+            key = regime(family, dtype, spec)
+            if key in model.priors or family in model.priors:
+                return (np.full(n, model.priors.get(key, model.priors.get(family))),
+                        f"spec prior of {key} ({model.rows.get(key, 0):,} measured rows; "
+                        "no learned shape model)")
+        if self.fallback_util >= 1.0:
+            return np.zeros(n), "the roofline (speed of light; no measured data or learned model asked for)"
+        return (np.full(n, np.log(self.fallback_util)),
+                f"no measured data or learned model: {self.fallback_util:.0%} of the roofline speed")
+
+    def predict(self, family: str, dtype: str, shape: dict[str, Any], spec: Any,
+                kv_dtype: str | None = None) -> OpTimes:
+        """Runtimes of rows of one (family, dtype, GPU); ``shape``: dimension name -> array or scalar."""
+        if family in ("linear", "bmm"):
+            family = "gemm"
+        roof = physics.roofline(family, dtype, shape, spec, kv_dtype)
+        n = len(roof.time_us)
+        eff_dtype = roof.choice.dtype
+        arrays = {k: np.broadcast_to(np.asarray(v, dtype="float64"), (n,)) for k, v in shape.items()}
+        log_util, spec_support = self.spec_log_util(family, eff_dtype, arrays, spec, roof, kv_dtype)
+        tier = np.full(n, "spec", dtype=object)
+        support = np.full(n, spec_support, dtype=object)
+        q = self.intervals["spec"]
+        q_lo, q_hi = np.full(n, q[0]), np.full(n, q[1])
+        from components.opmodel.calibrated import apply_shift, local_coords, local_residual, shift_for
+        from components.opmodel.spec import regime
+
+        calibration = self.calibrations.get(spec.id, {})
+        key = regime(family, eff_dtype, spec)
+        if family == "attention" and kv_dtype is not None and kv_dtype != eff_dtype:
+            key = f"{key}|kv={kv_dtype}"
+        shift = shift_for(calibration, key)
+        if shift is not None:
+            log_util = apply_shift(log_util, roof.time_us, shift)
+            log_util = log_util + local_residual(calibration, key, local_coords(family, arrays, n))
+            tier[:] = "calibrated"
+            support[:] = f"{spec_support}; shifted by {int(shift['rows'])} profiled rows of this GPU"
+            q = self.intervals["calibrated"]
+            q_lo[:], q_hi[:] = q
+        duration = roof.time_us / np.exp(np.clip(log_util, None, 0.0))
+        if self.measured is not None and family in ("gemm", "attention"):
+            resolved = self.measured.resolve(family, eff_dtype, arrays, spec, roof.time_us,
+                                             kv_dtype if family == "attention" else None)
+            if resolved is not None:
+                hit = np.isfinite(resolved.duration_us)
+                duration = np.where(hit, resolved.duration_us, duration)
+                tier[hit] = "measured"
+                exact = resolved.exact
+                support[exact] = np.array([f"measured kernel (median of its repeats; spread {s:.1%})"
+                                           if np.isfinite(s) else "measured kernel"
+                                           for s in resolved.spread[exact]], dtype=object)
+                near = hit & ~exact
+                pairs = zip(resolved.neighbours[near], resolved.distance[near])
+                support[near] = np.array([f"interpolated from {k} measured site{'s' if k > 1 else ''} of "
+                                          f"this GPU ({dist:.2g} octaves away)" if dist > 0 else
+                                          "interpolated along a measured sweep of this GPU"
+                                          for k, dist in pairs], dtype=object)
+                for mask, name in ((exact, "exact"), (near, "measured")):
+                    q_lo[mask], q_hi[mask] = self.intervals[name]
+        duration = physics.clamp(duration, roof)
+        lo = physics.clamp(duration * np.exp(q_lo), roof)
+        hi = np.maximum(duration * np.exp(q_hi), duration)
+        note = np.full(n, roof.note, dtype=object)
+        return OpTimes(duration, lo, hi, tier, support, roof.bound_pipe, note, roof)

@@ -1,0 +1,260 @@
+"""The measured tier: a GPU's own measured kernels, interpolated in efficiency space.
+
+The way upstream (AIConfigurator's ``perf_interp``, docs/design/perf_interp_design.md) resolves its tables:
+measured kernels are *sites*, each owning a *curve* along one axis -- GEMM: the (N, K) shape owns an M sweep;
+attention: the (H, HKV, D, window, batch) configuration owns a sequence sweep (S = KV prefill, KV decode). The
+interpolated quantity is the efficiency ``util = roofline time / measured time`` (smooth and bounded), and
+``runtime = roofline(question) / util``:
+
+1. exact hit (the site and the curve point were measured) -> the measured median, verbatim; 2. the question's
+  site was measured -> its own curve, linear in log(curve axis); 3. an unmeasured site -> inverse-distance
+  blend (in log2 of the site axes) of the efficiencies of the nearest measured sites whose curves cover the
+  question, within ``gate`` octaves; 4. past a curve's end by at most ``hold`` octaves -> the boundary
+  efficiency held; farther, or no site near -> no answer here (NaN): the engine falls through to the
+  calibrated or spec tier.
+
+Everything is array work over (questions x candidate sites): candidate sites come from a padded table per
+categorical group, curve lookups are one ``np.searchsorted`` over all sites' keys.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from components.opmodel import physics
+
+
+@dataclass(frozen=True)
+class Layout:
+    """How one family's measured rows form sites and curves."""
+
+    categorical: tuple[str, ...]  # must match exactly (beyond device/dtype)
+    site_axes: tuple[str, ...]  # blended across in log2 space
+    curve_axis: str  # the sweep each site owns
+    neighbours: int  # sites blended for an unmeasured site
+    power: float  # inverse-distance power
+    gate: float = 2.0  # octaves: farther sites do not transfer
+    hold: float = 1.0  # octaves past a curve's end where its boundary efficiency is held
+
+
+LAYOUTS: dict[str, Layout] = {
+    "gemm": Layout((), ("N", "K"), "M", neighbours=4, power=2.0),
+    # attention: batch is a site axis (linear in log B between the two bracketing batches)
+    "attention": Layout(("phase", "H", "HKV", "D", "W"), ("B",), "curve", neighbours=2, power=1.0),
+}
+KEY_STRIDE = 64.0  # > log2 of any curve value + hold: keys of different sites never interleave
+
+
+@dataclass
+class Resolved:
+    """Per question: the measured-tier runtime (NaN where it has no answer) and its support."""
+
+    duration_us: np.ndarray
+    exact: np.ndarray  # bool: a measured kernel, returned verbatim
+    neighbours: np.ndarray  # int: measured sites the answer rests on (0 = no answer)
+    distance: np.ndarray  # octaves to the nearest site used (0 = its own site)
+    spread: np.ndarray  # relative spread (max-min)/median of the exact hit's repeats, NaN elsewhere
+
+
+def attention_phase(s: np.ndarray, kv: np.ndarray) -> np.ndarray:
+    """prefill (S == KV), decode (S == 1) or chunk (anything else: no measured layout)."""
+    return np.where(s == 1, "decode", np.where(s == kv, "prefill", "chunk")).astype(object)
+
+
+def _with_curve(family: str, frame: pd.DataFrame) -> pd.DataFrame:
+    if family == "attention":
+        frame = frame.assign(curve=np.where(frame["phase"].to_numpy() == "decode", frame["KV"], frame["S"]))
+        frame = frame.assign(W=frame["W"] if "W" in frame else 0)
+    return frame
+
+
+class SiteTable:
+    """The measured kernels of one (family, device, dtype[, kv_dtype]) as sites + curves."""
+
+    def __init__(self, family: str, frame: pd.DataFrame, spec: Any, dtype: str, kv_dtype: str | None) -> None:
+        layout = LAYOUTS[family]
+        self.family, self.layout, self.spec, self.dtype, self.kv_dtype = family, layout, spec, dtype, kv_dtype
+        frame = _with_curve(family, frame)
+        dims = [*layout.site_axes, layout.curve_axis]
+        positive = np.all(frame[dims].to_numpy(dtype="float64") >= 1, axis=1)
+        if family == "attention":
+            positive &= frame["phase"].isin(["prefill", "decode"]).to_numpy()
+            positive &= ((frame["phase"] == "prefill") & (frame["S"] == frame["KV"])
+                         | (frame["phase"] == "decode")).to_numpy()
+        frame = frame[positive]
+        roof = physics.roofline(family, dtype, _shape_of(family, frame), spec, kv_dtype)
+        latency = frame["latency_us"].to_numpy(dtype="float64")
+        util = np.clip(roof.time_us / latency, 1e-6, 1.0)
+        cats = _categories(frame, layout.categorical)
+        site_cols = [cats.rename("_cat")] + [frame[a] for a in layout.site_axes]
+        sites = pd.concat(site_cols, axis=1).drop_duplicates().sort_values(["_cat", *layout.site_axes])
+        sites = sites.reset_index(drop=True)
+        self.cat_codes = {c: i for i, c in enumerate(pd.unique(sites["_cat"]))}
+        site_cat = sites["_cat"].map(self.cat_codes).to_numpy()
+        self.site_coords = np.log2(sites[list(layout.site_axes)].to_numpy(dtype="float64"))
+        site_index = pd.Series(np.arange(len(sites)),
+                               index=pd.MultiIndex.from_frame(sites)).reindex(
+            pd.MultiIndex.from_frame(pd.concat(site_cols, axis=1))).to_numpy()
+        logc = np.log2(frame[layout.curve_axis].to_numpy(dtype="float64"))
+        order = np.lexsort((logc, site_index))
+        self.keys = site_index[order] * KEY_STRIDE + logc[order]
+        self.log_util = np.log(util[order])
+        self.latency = latency[order]
+        spread = (frame["latency_max_us"] - frame["latency_min_us"]).to_numpy(dtype="float64") / latency
+        self.spread = spread[order]
+        n_sites = len(sites)
+        self.curve_lo = np.full(n_sites, np.inf)
+        self.curve_hi = np.full(n_sites, -np.inf)
+        np.minimum.at(self.curve_lo, site_index, logc)
+        np.maximum.at(self.curve_hi, site_index, logc)
+        # candidates of each categorical group, padded with -1
+        counts = np.bincount(site_cat, minlength=len(self.cat_codes))
+        width = int(counts.max()) if len(counts) else 0
+        self.cat_sites = np.full((len(self.cat_codes), max(width, 1)), -1, dtype="int64")
+        starts = np.concatenate([[0], np.cumsum(counts)[:-1]])
+        within = np.arange(n_sites) - starts[site_cat]
+        self.cat_sites[site_cat, within] = np.arange(n_sites)
+        self.n_rows = len(frame)
+
+    def resolve(self, shape: dict[str, np.ndarray], roof_time_us: np.ndarray) -> Resolved:
+        layout = self.layout
+        n = len(roof_time_us)
+        out = Resolved(np.full(n, np.nan), np.zeros(n, bool), np.zeros(n, "int64"), np.full(n, np.nan),
+                       np.full(n, np.nan))
+        if n == 0 or not len(self.keys):
+            return out
+        frame = pd.DataFrame({k: np.broadcast_to(np.asarray(v), (n,)) for k, v in shape.items()})
+        if self.family == "attention":
+            frame["phase"] = attention_phase(frame["S"].to_numpy(), frame["KV"].to_numpy())
+            frame = _with_curve("attention", frame)
+        cats = _categories(frame, layout.categorical)
+        q_cat = cats.map(self.cat_codes).to_numpy(dtype="float64")
+        known = np.isfinite(q_cat)
+        rows = np.flatnonzero(known)
+        if not len(rows):
+            return out
+        if self.family == "gemm" and "B" in frame:
+            # batched products: no measured layout
+            rows = rows[frame["B"].to_numpy(dtype="float64")[rows] == 1]
+        q_coords = np.log2(frame.loc[rows, list(layout.site_axes)].to_numpy(dtype="float64"))
+        q_logc = np.log2(frame.loc[rows, layout.curve_axis].to_numpy(dtype="float64"))
+        cand = self.cat_sites[q_cat[rows].astype("int64")]  # (Q, C)
+        valid = cand >= 0
+        safe = np.where(valid, cand, 0)
+        dist = np.sqrt(((self.site_coords[safe] - q_coords[:, None, :]) ** 2).sum(axis=2))
+        lo, hi = self.curve_lo[safe], self.curve_hi[safe]
+        covered = valid & (q_logc[:, None] >= lo - layout.hold) & (q_logc[:, None] <= hi + layout.hold)
+        clipped = np.clip(q_logc[:, None], lo, hi)
+        key = safe * KEY_STRIDE + clipped
+        right = np.clip(np.searchsorted(self.keys, key, side="right"), 1, len(self.keys))
+        left = right - 1
+        nxt = np.minimum(right, len(self.keys) - 1)
+        same = (self.keys[nxt] // KEY_STRIDE) == (self.keys[left] // KEY_STRIDE)
+        nxt = np.where(same & (self.keys[nxt] > self.keys[left]), nxt, left)
+        x0, x1 = self.keys[left] - safe * KEY_STRIDE, self.keys[nxt] - safe * KEY_STRIDE
+        with np.errstate(invalid="ignore", divide="ignore"):
+            t = np.where(x1 > x0, (clipped - x0) / (x1 - x0), 0.0)
+        # geometric: log efficiency is linear in log size both where a pipe binds (util flat) and where the
+        # launch binds (util proportional to size)
+        log_util = self.log_util[left] + np.clip(t, 0.0, 1.0) * (self.log_util[nxt] - self.log_util[left])
+        own = covered & (dist < 1e-9)
+        has_own = own.any(axis=1)
+        # blend: own site alone where measured; else the nearest covering sites within the gate
+        eligible = covered & (dist <= layout.gate)
+        d = np.where(own, 0.0, np.where(eligible, dist, np.inf))
+        k = min(layout.neighbours, d.shape[1])
+        nearest = (np.argpartition(d, k - 1, axis=1)[:, :k] if d.shape[1] > k
+                   else np.tile(np.arange(d.shape[1]), (len(rows), 1)))
+        nd = np.take_along_axis(d, nearest, axis=1)
+        nu = np.take_along_axis(log_util, nearest, axis=1)
+        with np.errstate(divide="ignore"):
+            weight = np.where(np.isfinite(nd), 1.0 / np.maximum(nd, 1e-6) ** layout.power, 0.0)
+        own_pick = np.take_along_axis(own, nearest, axis=1)
+        weight = np.where(has_own[:, None], own_pick.astype(float), weight)
+        total = weight.sum(axis=1)
+        with np.errstate(invalid="ignore", divide="ignore"):
+            blended = (weight * nu).sum(axis=1) / total
+        ok = total > 0
+        duration = np.where(ok, roof_time_us[rows] / np.clip(np.exp(blended), 1e-6, 1.0), np.nan)
+        # exact hits: own site, the curve point itself measured
+        own_site = np.where(own, safe, -1).max(axis=1)
+        exact_key = own_site * KEY_STRIDE + q_logc
+        pos = np.clip(np.searchsorted(self.keys, exact_key), 0, len(self.keys) - 1)
+        exact = has_own & (np.abs(self.keys[pos] - exact_key) < 1e-9)
+        duration = np.where(exact, self.latency[pos], duration)
+        out.duration_us[rows] = duration
+        out.exact[rows] = exact
+        out.neighbours[rows] = np.where(ok, (weight > 0).sum(axis=1), 0)
+        nearest_used = np.where(weight > 0, nd, np.inf).min(axis=1)
+        out.distance[rows] = np.where(ok, np.where(has_own, 0.0, nearest_used), np.nan)
+        out.spread[rows] = np.where(exact, self.spread[pos], np.nan)
+        return out
+
+
+def _categories(frame: pd.DataFrame, columns: tuple[str, ...]) -> pd.Series:
+    """One text key per row of the categorical columns (numbers as integers: 64 and 64.0 are one count)."""
+    if not columns:
+        return pd.Series("", index=frame.index)
+    parts = [frame[c].astype("int64").astype(str) if c != "phase" else frame[c].astype(str) for c in columns]
+    return pd.concat(parts, axis=1).agg("|".join, axis=1)
+
+
+def _shape_of(family: str, frame: pd.DataFrame) -> dict[str, np.ndarray]:
+    keys = physics.SHAPE_KEYS[family]
+    return {k: frame[k].to_numpy(dtype="float64") for k in (*keys[0], *keys[1]) if k in frame}
+
+
+IDENTITY_FIELDS: frozenset[str] = frozenset({"id", "name", "aliases", "source", "notes"})
+
+
+def physics_key(spec: Any) -> str:
+    """Everything of a spec but its names and provenance: specs with one key are one GPU to the physics."""
+    import json
+
+    return json.dumps(spec.model_dump(exclude=set(IDENTITY_FIELDS)), sort_keys=True, default=str)
+
+
+class MeasuredTier:
+    """The measured tables of every GPU in a store, resolved lazily per (family, device, dtype, kv_dtype)."""
+
+    def __init__(self, store: dict[str, pd.DataFrame], specs: dict[str, Any]) -> None:
+        self.specs = specs  # device_id -> DeviceSpec of the GPU the rows were measured on
+        self.groups: dict[tuple, pd.DataFrame] = {}
+        for family, frame in store.items():
+            if family not in LAYOUTS:
+                continue
+            keys = ["device_id", "dtype"] + (["kv_dtype"] if family == "attention" else [])
+            for key, part in frame.groupby(keys, sort=True, observed=True):
+                key = key if isinstance(key, tuple) else (key,)
+                full = (family, *key) if family == "attention" else (family, *key, None)
+                self.groups[full] = part
+        self._tables: dict[tuple, SiteTable | None] = {}
+        # a GPU is its physics, not its name: a spec identical to a measured GPU's gets that GPU's answers
+        self.by_physics = {physics_key(spec): device for device, spec in specs.items()}
+
+    def devices(self) -> set[str]:
+        return {key[1] for key in self.groups}
+
+    def table(self, family: str, device_id: str, dtype: str, kv_dtype: str | None) -> SiteTable | None:
+        key = (family, device_id, dtype, (kv_dtype or dtype) if family == "attention" else None)
+        if key not in self._tables:
+            part = self.groups.get(key)
+            spec = self.specs.get(device_id)
+            self._tables[key] = None if part is None or spec is None else SiteTable(family, part, spec, dtype,
+                                                                                    key[3])
+        return self._tables[key]
+
+    def resolve(self, family: str, dtype: str, shape: dict[str, np.ndarray], spec: Any,
+                roof_time_us: np.ndarray, kv_dtype: str | None = None) -> Resolved | None:
+        """None where this GPU has no measured rows of (family, dtype[, kv_dtype]). The GPU is found by its
+        physics (``physics_key``): a spec with the same id but other peaks is not the GPU measured, a renamed
+        copy of it is."""
+        device = self.by_physics.get(physics_key(spec))
+        if device is None:
+            return None
+        table = self.table(family, device, dtype, kv_dtype)
+        return None if table is None else table.resolve(shape, roof_time_us)

@@ -1,0 +1,250 @@
+"""The spec tier: the efficiency of a GPU known only by its spec sheet, learned across every measured GPU.
+
+The learned quantity is ``log(util)``, ``util = roofline time / measured time`` in (0, 1]: bounded, smooth,
+and what transfers between GPUs -- a 4096^3 bf16 GEMM reaches a similar fraction of its tensor peak on an A100
+and an H100, while the microseconds differ 3x. The features are the ones that carry across GPUs (no raw
+peaks): log sizes, waves and tail of 128x128 output tiles over the SMs, arithmetic intensity over the GPU's
+ridge for the pipe that runs the dtype, the speed-of-light time itself (the launch-bound regime), bytes per
+SM, the dtype class. One small LightGBM booster per family (gemm, attention), saved as LightGBM's own text +
+JSON (no pickle).
+
+Where a (family, pipe, dtype) regime has few training rows the booster's answer is shrunk toward a prior, the
+median log efficiency of that regime over all GPUs (or of the family where the regime was never measured): ``w
+= n / (n + SHRINK_ROWS)``. The support figure says how many rows the regime had and the weight it got.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from components.opmodel import physics
+
+SPEC_FAMILIES: tuple[str, ...] = ("gemm", "attention")
+DTYPE_CODES: dict[str, int] = {d: i for i, d in enumerate(physics.GEMM_DTYPE_TRAITS)}
+TILE = 128.0  # output tile edge of the tensor-core GEMM kernels cuBLAS/CUTLASS pick for large products
+SHRINK_ROWS = 400.0  # a regime with this many training rows gets half its weight from the prior
+MIN_LOG_UTIL = float(np.log(1e-4))
+PARAMS: dict[str, Any] = {"objective": "l2", "learning_rate": 0.08, "num_leaves": 31, "min_data_in_leaf": 40,
+                          "feature_fraction": 0.9, "bagging_fraction": 0.8, "bagging_freq": 1,
+                          "lambda_l2": 1.0,
+                          "verbose": -1, "num_threads": 2, "seed": 7, "deterministic": True}
+ROUNDS = 150
+
+
+def regime(family: str, dtype: str, spec: Any) -> str:
+    """The (family, pipe, dtype) regime a row belongs to: the unit of the prior and of calibration."""
+    choice = physics.pipe_for(dtype, spec)
+    return f"{family}|{choice.pipe}|{choice.dtype}"
+
+
+def features(family: str, dtype: str, shape: dict[str, np.ndarray], spec: Any, roof: physics.Roofline,
+             kv_dtype: str | None = None) -> np.ndarray:
+    """The transferable feature matrix of rows of one (family, dtype, GPU)."""
+    n = len(roof.time_us)
+    d = {k: np.broadcast_to(np.asarray(v, dtype="float64"), (n,)) for k, v in shape.items()}
+    sms = float(spec.sms)
+    ridge = roof.peak_flops / roof.peak_bps
+    with np.errstate(divide="ignore", invalid="ignore"):
+        intensity = np.where(roof.dram_bytes > 0, roof.flops / roof.dram_bytes, 1.0)
+    common = [np.log2(np.maximum(roof.time_us, 1e-6)), np.log2(np.maximum(intensity / ridge, 1e-9)),
+              np.log2(np.maximum(roof.flops, 1.0)), np.log2(np.maximum(roof.dram_bytes / sms, 1.0)),
+              np.log2(np.maximum(roof.compute_us / np.maximum(roof.memory_us, 1e-9), 1e-9)),
+              np.full(n, float(DTYPE_CODES.get(roof.choice.dtype, -1))),
+              np.full(n, float(roof.choice.tensor)), np.full(n, np.log2(sms))]
+    if family == "gemm":
+        b = d.get("B", np.ones(n))
+        m, nn, k = d["M"], d["N"], d["K"]
+        tiles = b * np.ceil(m / TILE) * np.ceil(nn / TILE)
+        waves = tiles / sms
+        tail = waves / np.ceil(waves)
+        own = [np.log2(m), np.log2(nn), np.log2(k), np.log2(b), np.log2(waves), tail, np.log2(np.ceil(waves))]
+    else:
+        b, s, kv, h, hkv, dd = d["B"], d["S"], d["KV"], d["H"], d["HKV"], d["D"]
+        w = d.get("W", np.zeros(n))
+        ctas = b * h * np.ceil(s / TILE)  # FlashAttention: one CTA per (batch, head, 128 query rows)
+        waves = ctas / sms
+        kv_code = float(DTYPE_CODES.get(kv_dtype or dtype, -1))
+        own = [np.log2(b), np.log2(s), np.log2(kv), np.log2(h), np.log2(h / hkv), np.log2(dd),
+               np.log2(np.where(w > 0, w, kv)), np.log2(waves), waves / np.ceil(waves), np.full(n, kv_code),
+               (s == 1).astype(float)]
+    return np.column_stack(common + own)
+
+
+@dataclass
+class SpecModel:
+    """One booster per family + the priors (median log efficiency per regime and per family)."""
+
+    boosters: dict[str, Any] = field(default_factory=dict)  # family -> lightgbm.Booster
+    priors: dict[str, float] = field(default_factory=dict)  # regime or family -> median log util
+    rows: dict[str, int] = field(default_factory=dict)  # regime -> training rows
+
+    def predict_log_util(self, family: str, dtype: str, shape: dict[str, np.ndarray], spec: Any,
+                         roof: physics.Roofline, kv_dtype: str | None = None) -> tuple[np.ndarray, str]:
+        """log(util) per row, and the support text (regime rows, weight given to the prior)."""
+        n = len(roof.time_us)
+        key = regime(family, dtype, spec)
+        prior = self.priors.get(key, self.priors.get(family, np.log(0.5)))
+        rows = self.rows.get(key, 0)
+        booster = self.boosters.get(family)
+        weight = rows / (rows + SHRINK_ROWS) if booster is not None else 0.0
+        if booster is None or rows == 0:
+            return np.full(n, prior), f"spec prior of {key} ({rows} training rows: no learned model)"
+        learned = booster.predict(features(family, dtype, shape, spec, roof, kv_dtype), num_threads=1)
+        value = weight * learned + (1.0 - weight) * prior
+        note = f"spec model ({rows:,} training rows of {key}"
+        note += f"; shrunk {1.0 - weight:.0%} toward its prior)" if weight < 0.95 else ")"
+        return np.clip(value, MIN_LOG_UTIL, 0.0), note
+
+    def save(self, folder: Path) -> None:
+        folder.mkdir(parents=True, exist_ok=True)
+        for family, booster in self.boosters.items():
+            (folder / f"spec_{family}.txt").write_text(booster.model_to_string())
+        meta = {"priors": self.priors, "rows": self.rows, "families": sorted(self.boosters)}
+        (folder / "spec.json").write_text(json.dumps(meta, indent=1, sort_keys=True))
+
+    @classmethod
+    def load(cls, folder: Path) -> SpecModel:
+        import lightgbm as lgb
+
+        meta = json.loads((folder / "spec.json").read_text())
+        boosters = {f: lgb.Booster(model_str=(folder / f"spec_{f}.txt").read_text())
+                    for f in meta["families"]}
+        return cls(boosters, {k: float(v) for k, v in meta["priors"].items()},
+                   {k: int(v) for k, v in meta["rows"].items()})
+
+
+# ------------------------------------------------------------------------------------------- training data
+
+
+def hash_fraction(frame: pd.DataFrame, columns: list[str]) -> np.ndarray:
+    """A deterministic number in [0, 1) per row from its key columns (the same row, the same number)."""
+    hashed = pd.util.hash_pandas_object(frame[columns], index=False).to_numpy()
+    return (hashed % np.uint64(1_000_003)).astype("float64") / 1_000_003.0
+
+
+def training_rows(store: dict[str, pd.DataFrame], datasets_root: Path | None = None,
+                  per_group: int = 12_000) -> dict[str, pd.DataFrame]:
+    """Per family: measured rows (device_id, dtype[, kv_dtype], shape, latency_us), at most ``per_group`` per
+    (device, dtype[, kv_dtype]) chosen by hash; PipeWeave's FP8 GEMM train file (H20, H800) joins the
+    GEMMs."""
+    out = {}
+    for family in SPEC_FAMILIES:
+        frame = store.get(family)
+        if frame is None or frame.empty:
+            continue
+        dims = [k for k in (*physics.SHAPE_KEYS[family][0], *physics.SHAPE_KEYS[family][1]) if k in frame]
+        frame = frame[(frame[dims] >= 0).all(axis=1)]
+        frame = frame[(frame[[k for k in dims if k != "W"]] >= 1).all(axis=1)]
+        if family == "attention":
+            frame = frame[(frame["S"] == 1) | (frame["S"] == frame["KV"])]
+        group = ["device_id", "dtype"] + (["kv_dtype"] if family == "attention" else [])
+        frame = frame.assign(_h=hash_fraction(frame, [*group, *dims]))
+        rank = frame.groupby(group, observed=True)["_h"].rank(method="first")
+        out[family] = frame[rank <= per_group].drop(columns="_h").reset_index(drop=True)
+    if datasets_root is not None and "gemm" in out:
+        extra = pipeweave_fp8(Path(datasets_root))
+        if extra is not None:
+            out["gemm"] = pd.concat([out["gemm"], extra], ignore_index=True)
+    return out
+
+
+def pipeweave_fp8(datasets_root: Path) -> pd.DataFrame | None:
+    """PipeWeave's FP8 GEMM *train* file (its test file is a held-out benchmark): H20 and H800 rows."""
+    from components.devices.catalog import load_catalog
+
+    path = datasets_root / "pipeweave" / "dataset" / "gemm_fp8_train.csv"
+    if not path.is_file():
+        return None
+    raw = pd.read_csv(path, usecols=["M", "N", "K", "avg_duration", "hardware"])
+    catalog = load_catalog()
+    ids = {h: catalog.resolve(h).id for h in raw["hardware"].unique()}
+    frame = pd.DataFrame({"device_id": raw["hardware"].map(ids), "dtype": "fp8", "M": raw["M"], "N": raw["N"],
+                          "K": raw["K"], "latency_us": raw["avg_duration"].astype("float64")})
+    return frame[(frame[["M", "N", "K"]] >= 1).all(axis=1) & (frame["latency_us"] > 0)].reset_index(drop=True)
+
+
+def group_keys(family: str) -> list[str]:
+    return ["device_id", "dtype"] + (["kv_dtype"] if family == "attention" else [])
+
+
+def design(family: str, frame: pd.DataFrame,
+           specs: dict[str, Any]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(features, log util target, regime per row) of measured rows, grouped per (device, dtype[, kv])."""
+    xs, ys, regimes = [], [], []
+    index = []
+    for key, part in frame.groupby(group_keys(family), sort=True, observed=True):
+        device, dtype = key[0], key[1]
+        kv = key[2] if family == "attention" else None
+        spec = specs[device]
+        keys = (*physics.SHAPE_KEYS[family][0], *physics.SHAPE_KEYS[family][1])
+        shape = {k: part[k].to_numpy(dtype="float64") for k in keys if k in part}
+        roof = physics.roofline(family, dtype, shape, spec, kv)
+        util = np.clip(roof.time_us / part["latency_us"].to_numpy(dtype="float64"), 1e-4, 1.0)
+        xs.append(features(family, dtype, shape, spec, roof, kv))
+        ys.append(np.log(util))
+        regimes.append(np.full(len(part), regime(family, dtype, spec), dtype=object))
+        index.append(part.index.to_numpy())
+    order = np.argsort(np.concatenate(index), kind="stable")
+    return np.vstack(xs)[order], np.concatenate(ys)[order], np.concatenate(regimes)[order]
+
+
+PRIOR_ONLY_FAMILIES: tuple[str, ...] = ("moe", "allreduce")
+
+
+def fit_priors(model: SpecModel, store: dict[str, pd.DataFrame], specs: dict[str, Any]) -> SpecModel:
+    """Median log efficiency per regime (and per family) of the families the spec tier has no booster for
+    (MoE, all-reduce): their spec-tier answer is the roofline at the efficiency measured GPUs reached."""
+    for family in PRIOR_ONLY_FAMILIES:
+        frame = store.get(family)
+        if frame is None or frame.empty:
+            continue
+        keys = physics.SHAPE_KEYS[family]
+        logs, regimes = [], []
+        for (device, dtype), part in frame.groupby(["device_id", "dtype"], sort=True, observed=True):
+            if device not in specs:
+                continue
+            shape = {k: part[k].to_numpy(dtype="float64") for k in (*keys[0], *keys[1]) if k in part}
+            try:
+                roof = physics.roofline(family, dtype, shape, specs[device])
+            except physics.PhysicsError:
+                continue
+            util = np.clip(roof.time_us / part["latency_us"].to_numpy(dtype="float64"), 1e-4, 1.0)
+            ok = np.isfinite(util)
+            logs.append(np.log(util[ok]))
+            regimes.append(np.full(int(ok.sum()), regime(family, dtype, specs[device]), dtype=object))
+        if not logs:
+            continue
+        y, reg = np.concatenate(logs), np.concatenate(regimes)
+        model.priors[family] = float(np.median(y))
+        for name in np.unique(reg):
+            mask = reg == name
+            model.priors[str(name)] = float(np.median(y[mask]))
+            model.rows[str(name)] = int(mask.sum())
+    return model
+
+
+def fit(rows: dict[str, pd.DataFrame], specs: dict[str, Any], rounds: int = ROUNDS,
+        params: dict[str, Any] | None = None) -> SpecModel:
+    """One booster per family on every measured GPU's rows; priors per regime and per family."""
+    import lightgbm as lgb
+
+    model = SpecModel()
+    for family, frame in rows.items():
+        frame = frame[frame["device_id"].isin(specs)]
+        if frame.empty:
+            continue
+        x, y, regimes = design(family, frame, specs)
+        model.priors[family] = float(np.median(y))
+        for name in np.unique(regimes):
+            mask = regimes == name
+            model.priors[str(name)] = float(np.median(y[mask]))
+            model.rows[str(name)] = int(mask.sum())
+        data = lgb.Dataset(x, y, free_raw_data=True)
+        model.boosters[family] = lgb.train({**PARAMS, **(params or {})}, data, num_boost_round=rounds)
+    return model

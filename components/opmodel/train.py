@@ -1,0 +1,109 @@
+"""Build the op engine the train stage saves beside the champion (``<predictor dir>/opmodel``) and under
+``$KERNELCAST_HOME/models/opmodel``: the measured store (built from the aiconfigurator tables when the
+state folder has none), the spec model fitted on a hash-chosen sample of every measured GPU, the measured
+tier's held-out residual quantiles as its interval.
+"""
+
+from __future__ import annotations
+
+import shutil
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+PER_GROUP = 3000  # training rows per (GPU, dtype[, kv dtype]) for the spec booster: ~1 min on 2 cores
+STORE_FAMILIES_IN_ENGINE: tuple[str, ...] = ("gemm", "attention")
+
+
+def state_store(settings: Any) -> Path:
+    return Path(settings.data_dir) / "opmodel" / "store"
+
+
+def ensure_store(settings: Any, say: Callable[[str], None] = lambda _: None) -> Path | None:
+    """The state folder's measured store, built from ``<datasets>/aiconfigurator`` when missing; None when
+    neither exists (the engine then has no measured tier)."""
+    from components.opmodel.store import MANIFEST_NAME, build_store
+
+    store = state_store(settings)
+    if (store / MANIFEST_NAME).is_file():
+        return store
+    root = Path(settings.datasets_dir) / "aiconfigurator"
+    if not root.is_dir():
+        return None
+    started = time.perf_counter()
+    rows = build_store(Path(settings.datasets_dir), store)
+    say(f"op engine: measured store built from {root} ({rows}) in {time.perf_counter() - started:.0f} s")
+    return store
+
+
+def measured_intervals(engine: Any, store: dict, quantiles: tuple[float, float] = (0.05, 0.95)) -> dict:
+    """(low, high) log-ratio quantiles of the measured tier on whole GEMM sites held out by hash (one GPU per
+    dtype, a fifth of its sites): the interval of an interpolated answer."""
+    from components.opmodel import physics
+    from components.opmodel.measured import SiteTable
+    from components.opmodel.spec import hash_fraction
+
+    gemm = store.get("gemm")
+    specs = engine.measured.specs if engine.measured is not None else {}
+    if gemm is None or not specs:
+        return {}
+    ratios = []
+    for (device, dtype), part in gemm[gemm["M"] >= 1].groupby(["device_id", "dtype"], sort=True):
+        if device not in specs or dtype != "bf16":
+            continue
+        held = hash_fraction(part, ["N", "K"]) < 0.2
+        table = SiteTable("gemm", part[~held], specs[device], dtype, None)
+        test = part[held]
+        shape = {k: test[k].to_numpy(dtype="float64") for k in ("M", "N", "K")}
+        roof = physics.roofline("gemm", dtype, shape, specs[device])
+        got = table.resolve(shape, roof.time_us).duration_us
+        ok = np.isfinite(got)
+        ratios.append(np.log(test["latency_us"].to_numpy()[ok] / got[ok]))
+    if not ratios:
+        return {}
+    r = np.concatenate(ratios)
+    return {"measured": (float(np.quantile(r, quantiles[0])), float(np.quantile(r, quantiles[1])))}
+
+
+def train_engine(settings: Any, out_dir: Path, say: Callable[[str], None] = lambda _: None) -> Path | None:
+    """Fit and save the engine into ``out_dir`` and ``$KERNELCAST_HOME/models/opmodel``; None without data."""
+    from components.atomic import atomic_write_dir
+    from components.devices.catalog import load_catalog
+    from components.opmodel.engine import OpEngine
+    from components.opmodel.spec import PRIOR_ONLY_FAMILIES, fit, fit_priors, training_rows
+    from components.opmodel.store import load_store
+
+    store_dir = ensure_store(settings, say)
+    if store_dir is None:
+        return None
+    started = time.perf_counter()
+    store = load_store(store_dir, STORE_FAMILIES_IN_ENGINE)
+    catalog = load_catalog()
+    rows = training_rows(store, Path(settings.datasets_dir), per_group=PER_GROUP)
+    specs = {str(d): catalog.get(str(d)) for f in rows.values() for d in f["device_id"].unique()
+             if d in catalog}
+    model = fit(rows, specs)
+    others = load_store(store_dir, PRIOR_ONLY_FAMILIES)
+    fit_priors(model, others, {**specs, **{str(d): catalog.get(str(d)) for f in others.values()
+                                         for d in f["device_id"].unique() if d in catalog}})
+    engine = OpEngine.from_store(store_dir, model)
+    intervals = measured_intervals(engine, store)
+    engine = OpEngine(engine.measured, model, intervals=intervals,
+                      meta={"spec_rows": {f: len(r) for f, r in rows.items()}, "devices": sorted(specs)})
+
+    def write(tmp: Path) -> None:
+        (tmp / "store").mkdir(parents=True, exist_ok=True)
+        for name in ("store.json", *(f"{f}.parquet" for f in STORE_FAMILIES_IN_ENGINE)):
+            if (store_dir / name).is_file():
+                shutil.copy2(store_dir / name, tmp / "store" / name)
+        engine.save(tmp)
+
+    atomic_write_dir(Path(out_dir), write)
+    atomic_write_dir(Path(settings.models_dir) / "opmodel", write)
+    n_rows = sum(len(r) for r in rows.values())
+    say(f"op engine: spec model on {n_rows:,} measured rows of {len(specs)} GPUs, "
+        f"saved in {time.perf_counter() - started:.0f} s")
+    return Path(out_dir)
