@@ -482,7 +482,7 @@ def calibrate_stage(device: str, from_dir: Any, predictor: Any, home: Any, param
     corrected = correction.apply(inputs, predicted)
     # The op engine's calibrated tier (tensor GEMMs, attention) from the same rows, where the suite has any.
     from components.opmodel.calibrated import calibrate_engine
-    from components.serving.engine_answers import engine_for
+    from components.opmodel.loading import engine_for
 
     calibrate_engine(engine_for(predictor), rows, catalog.get(device_id), Path(home))
     return CalibrateResult(device_id, method, correction.n_rows, path, _mape(measured, predicted)[0],

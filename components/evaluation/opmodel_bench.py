@@ -31,7 +31,7 @@ def _mape(pred: np.ndarray, true: np.ndarray) -> float:
 
 
 def _shape(family: str, frame: pd.DataFrame) -> dict[str, np.ndarray]:
-    from components.opmodel import physics
+    from components.physics import roofline as physics
 
     keys = physics.SHAPE_KEYS[family]
     return {k: frame[k].to_numpy(dtype="float64") for k in (*keys[0], *keys[1]) if k in frame}
@@ -78,7 +78,7 @@ def unseen_gpu(store: dict[str, pd.DataFrame], datasets_root: Path | None, *, tr
                calibration_rows: tuple[int, ...] = ()) -> dict[str, Any]:
     """Leave-one-GPU-out of the spec tier over the store's GPUs."""
     from components.devices.catalog import load_catalog
-    from components.opmodel import physics
+    from components.physics import roofline as physics
     from components.opmodel import spec as spec_tier
 
     catalog = load_catalog()
@@ -126,7 +126,7 @@ def unseen_gpu(store: dict[str, pd.DataFrame], datasets_root: Path | None, *, tr
 def _calibration_scores(model: Any, store: dict[str, pd.DataFrame], held: str, spec: Any,
                         ks: tuple[int, ...], test_per_group: int | None) -> list[dict[str, Any]]:
     """K hash-chosen rows of the held-out GPU calibrate the spec tier; the GPU's other rows score it."""
-    from components.opmodel import physics
+    from components.physics import roofline as physics
     from components.opmodel import spec as spec_tier
     from components.opmodel.calibrated import fit_calibration
     from components.opmodel.engine import OpEngine
@@ -178,7 +178,7 @@ def unseen_shape(store: dict[str, pd.DataFrame], *, test_per_group: int | None =
                  gpus: tuple[str, ...] | None = None) -> dict[str, Any]:
     """Whole sites held out of each measured GPU's table, answered by the measured tier from the rest."""
     from components.devices.catalog import load_catalog
-    from components.opmodel import physics
+    from components.physics import roofline as physics
     from components.opmodel.measured import SiteTable
 
     catalog = load_catalog()

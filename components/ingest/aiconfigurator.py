@@ -127,8 +127,8 @@ def read_attention(root: Path) -> pd.DataFrame:
             continue
         dtype, _ = _dtypes(raw["attn_dtype"])
         kv_dtype, _ = _dtypes(raw["kv_cache_dtype"] if "kv_cache_dtype" in raw else raw["attn_dtype"])
-        beam = pd.to_numeric(raw.get("beam_width", 1), errors="coerce").fillna(1)
-        step = pd.to_numeric(raw.get("step", 0), errors="coerce").fillna(0)
+        beam = pd.to_numeric(raw["beam_width"], errors="coerce").fillna(1) if "beam_width" in raw else 1
+        step = pd.to_numeric(raw["step"], errors="coerce").fillna(0) if "step" in raw else 0
         isl = pd.to_numeric(raw["isl"], errors="coerce")
         heads = pd.to_numeric(raw["num_heads"], errors="coerce")
         kv_heads = pd.to_numeric(raw["num_key_value_heads"], errors="coerce")
@@ -136,7 +136,8 @@ def read_attention(root: Path) -> pd.DataFrame:
                            B=pd.to_numeric(raw["batch_size"], errors="coerce") * beam,
                            S=isl if phase == "prefill" else 1, KV=isl + step, H=heads,
                            HKV=kv_heads.where(kv_heads > 0, heads), D=raw["head_dim"],
-                           W=pd.to_numeric(raw.get("window_size", 0), errors="coerce").fillna(0))
+                           W=(pd.to_numeric(raw["window_size"], errors="coerce").fillna(0)
+                              if "window_size" in raw else 0))
         keep = dtype.notna() & kv_dtype.notna()
         dropped += int((~keep).sum())
         parts.append(frame[keep])

@@ -62,7 +62,7 @@ def fit_calibration(engine: Any, rows: pd.DataFrame, spec: Any) -> dict[str, Any
     dimensions, latency_us. The spec tier's prediction is the base (measured rows of this GPU are not used).
     What the shifts leave is kept per regime with each row's log shape (``_local``): a question near
     calibration rows gets their residual too (``local_residual``)."""
-    from components.opmodel import physics
+    from components.physics import roofline as physics
     from components.opmodel.spec import regime
 
     xs, ys, regimes, coords = [], [], [], []

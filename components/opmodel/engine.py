@@ -21,7 +21,7 @@ from typing import Any
 
 import numpy as np
 
-from components.opmodel import physics
+from components.physics import roofline as physics
 
 ENGINE_FILE = "engine.json"
 TIERS: tuple[str, ...] = ("measured", "calibrated", "spec")

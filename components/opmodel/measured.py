@@ -25,7 +25,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from components.opmodel import physics
+from components.physics import roofline as physics
 
 
 @dataclass(frozen=True)

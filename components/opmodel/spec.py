@@ -23,7 +23,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from components.opmodel import physics
+from components.physics import roofline as physics
 
 SPEC_FAMILIES: tuple[str, ...] = ("gemm", "attention")
 DTYPE_CODES: dict[str, int] = {d: i for i, d in enumerate(physics.GEMM_DTYPE_TRAITS)}

@@ -42,7 +42,7 @@ def ensure_store(settings: Any, say: Callable[[str], None] = lambda _: None) -> 
 def measured_intervals(engine: Any, store: dict, quantiles: tuple[float, float] = (0.05, 0.95)) -> dict:
     """(low, high) log-ratio quantiles of the measured tier on whole GEMM sites held out by hash (one GPU per
     dtype, a fifth of its sites): the interval of an interpolated answer."""
-    from components.opmodel import physics
+    from components.physics import roofline as physics
     from components.opmodel.measured import SiteTable
     from components.opmodel.spec import hash_fraction
 

@@ -19,11 +19,11 @@ from typing import Any
 
 import numpy as np
 
-ENGINE_DIR = "opmodel"  # inside a predictor folder and under $KERNELCAST_HOME/models
+from components.opmodel.loading import engine_for  # noqa: F401  (the engine a predictor answers with)
+
 VECTOR_GEMM_DTYPES: tuple[str, ...] = ("fp32", "fp64")  # GEMMs on the vector pipes stay with the champion
 ENGINE_FAMILIES: tuple[str, ...] = ("attention", "moe", "allreduce")
 GEMM_NAMES: tuple[str, ...] = ("gemm", "linear", "bmm")
-_CACHE: dict[str, Any] = {}
 
 
 def uses_engine(family: str | None, dtype: str | None) -> bool:
@@ -31,32 +31,6 @@ def uses_engine(family: str | None, dtype: str | None) -> bool:
     if family in ENGINE_FAMILIES:
         return True
     return family in GEMM_NAMES and dtype not in VECTOR_GEMM_DTYPES
-
-
-def engine_for(predictor: Any) -> Any:
-    """The op engine for ``predictor`` (cached per folder), with the state folder's calibrations."""
-    from components.config import get_settings
-    from components.opmodel.calibrated import load_calibrations
-    from components.opmodel.engine import ENGINE_FILE, OpEngine
-
-    if getattr(predictor, "family", None) == "roofline":
-        return OpEngine(fallback_util=1.0)  # the training-free roofline was asked for: no data, no model
-    settings = get_settings()
-    candidates = [getattr(predictor, "opmodel_dir", None), settings.models_dir / ENGINE_DIR]
-    folder = next((Path(c) for c in candidates if c is not None and (Path(c) / ENGINE_FILE).is_file()), None)
-    store = settings.data_dir / "opmodel" / "store"
-    has_store = (store / "store.json").is_file()
-    key = str(folder) if folder is not None else (f"store:{store}" if has_store else "bare")
-    if key not in _CACHE:
-        if folder is not None:
-            _CACHE[key] = OpEngine.load(folder)
-        elif key.startswith("store:"):
-            _CACHE[key] = OpEngine.from_store(store)
-        else:
-            _CACHE[key] = OpEngine()
-    calibrations = load_calibrations(settings.state_dir)
-    engine = _CACHE[key]
-    return engine.with_calibrations(calibrations) if calibrations else engine
 
 
 def engine_shape(family: str, shape: dict[str, int]) -> tuple[str, dict[str, float]]:
@@ -71,7 +45,7 @@ def engine_shape(family: str, shape: dict[str, int]) -> tuple[str, dict[str, flo
 
 def answer_with_engine(engine: Any, questions: list[Any]) -> list[dict[str, Any]]:
     """Per question (same order): duration_us, lo/hi, tier, support, bound_pipe, roofline_us, rates, note."""
-    from components.opmodel import physics
+    from components.physics import roofline as physics
 
     groups: dict[tuple, list[int]] = {}
     shapes = []
@@ -111,7 +85,7 @@ def _finite(value: Any) -> float | None:
 
 def gemm_physics_pass(answers: list[dict[str, Any]], questions: list[Any]) -> None:
     """Champion-answered GEMMs (fp32/fp64): clamp at ``physics.roofline``, rates derived from the runtime."""
-    from components.opmodel import physics
+    from components.physics import roofline as physics
 
     for answer, q in zip(answers, questions, strict=True):
         if q.family not in GEMM_NAMES or answer.get("duration_us") is None:

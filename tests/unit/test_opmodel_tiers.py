@@ -48,7 +48,7 @@ def _bf16(gemm):
 
 def test_measured_tier_exact_hits_interpolated_sites_and_fall_through(built) -> None:
     from components.devices.catalog import load_catalog
-    from components.opmodel import physics
+    from components.physics import roofline as physics
     from components.opmodel.measured import SiteTable
     from components.opmodel.spec import hash_fraction
 

@@ -72,7 +72,7 @@ def _attention_grid() -> dict[str, np.ndarray]:
 
 
 def _check_possible(times, where: str) -> None:
-    from components.opmodel import physics
+    from components.physics import roofline as physics
 
     rates = physics.derive(times.duration_us, times.roof)
     assert np.all(np.isfinite(times.duration_us)), where
@@ -171,12 +171,12 @@ def test_emulation_is_never_faster_than_native(engine, catalog) -> None:
 
 def test_gemm_linear_and_bmm_of_one_batch_answer_alike(engine, catalog, tmp_path, monkeypatch) -> None:
     from components.models.roofline import RooflinePredictor
-    from components.serving import engine_answers
+    from components.opmodel import loading as opmodel_loading
     from components.serving.questions import answer_questions, parse_questions
 
     monkeypatch.setenv("KERNELCAST_HOME", str(tmp_path / "home"))
     engine.save(tmp_path / "home" / "models" / "opmodel")
-    engine_answers._CACHE.clear()
+    opmodel_loading._CACHE.clear()
 
     class Champion(RooflinePredictor):  # a champion that is not the roofline: the engine answers
         family = "tabular"
@@ -186,7 +186,7 @@ def test_gemm_linear_and_bmm_of_one_batch_answer_alike(engine, catalog, tmp_path
             for device in ("h100-sxm", "l40s", "b200")
             for op, extra in (("gemm", {}), ("linear", {}), ("bmm", {"B": 1}))]
     answers = answer_questions(Champion(), parse_questions(rows), model_version="t")
-    engine_answers._CACHE.clear()
+    opmodel_loading._CACHE.clear()
     for i in range(0, len(answers), 3):
         trio = answers[i:i + 3]
         assert len({a["duration_us"] for a in trio}) == 1 and len({a["tier"] for a in trio}) == 1, trio
