@@ -282,3 +282,15 @@ def test_load_any_predictor_from_the_registry(tmp_path: Path, monkeypatch: pytes
         assert isinstance(load_any_predictor(reference, uri), RooflinePredictor), reference
     with pytest.raises(ModelLoadError, match="cannot load models:/kc-test/99"):
         load_any_predictor("models:/kc-test/99", uri)
+
+
+def test_get_settings_follows_the_environment_and_hands_out_independent_copies(monkeypatch, tmp_path) -> None:
+    from components.config import get_settings
+
+    monkeypatch.setenv("KERNELCAST_HOME", str(tmp_path / "a"))
+    first = get_settings()
+    assert first.state_dir == tmp_path / "a"
+    first.home = tmp_path / "changed-by-a-caller"
+    assert get_settings().home == tmp_path / "a"  # a caller's change does not leak into the next call
+    monkeypatch.setenv("KERNELCAST_HOME", str(tmp_path / "b"))
+    assert get_settings().state_dir == tmp_path / "b"  # a changed variable is read anew
