@@ -118,7 +118,7 @@ def _project_copy(root: Path) -> Path:
     params = yaml.safe_load((repo / "params.yaml").read_text())
     params["ingest"]["sources"] = ["kernelcast"]
     (repo / "params.yaml").write_text(yaml.safe_dump(params, sort_keys=False))
-    for source in ("neusight", "gpuflopbench", "kernelbench", "benchmark_hub", "pipeweave"):
+    for source in ("neusight", "gpuflopbench", "kernelbench", "benchmark_hub", "pipeweave", "aiconfigurator"):
         (root / "shared" / "datasets" / source).mkdir(parents=True)
     return repo
 
