@@ -196,7 +196,11 @@ class DeviceSpec(BaseModel):
         A None answer for "mixed"/"unknown"/"int*" dtypes we cannot judge. fp16 on Pascal GP104
         (P4) is native but slow (1/64 rate): that is a peak, not an absence, so it is supported.
         """
-        precision = canonical_dtype(dtype)
+        if dtype in WEIGHT_ONLY_DTYPES:  # weights de-quantised on the fly: the math runs in bf16 or fp16
+            if self.has_pipe("bf16", tensor=None) or self.has_pipe("fp16", tensor=None):
+                return None
+            return f"{self.name} has no fp16/bf16 pipe for {dtype}'s math; it would run as fp32"
+        precision = canonical_dtype(QUANTISED_MATH.get(dtype, dtype))
         if precision is None or precision == "fp32":
             return None
         if self.has_pipe(precision, tensor=None):
@@ -253,6 +257,10 @@ class DeviceSpec(BaseModel):
         """Arithmetic intensity (FLOP per DRAM byte) where the roofline turns compute-bound."""
         return self.peak_flops(precision, tensor) / self.dram_bytes_per_s
 
+
+# Quantised GEMM formats (components/physics/roofline.py) -> the precision of their math pipe.
+QUANTISED_MATH: dict[str, str] = {"fp8_block": "fp8", "nvfp4": "fp4"}
+WEIGHT_ONLY_DTYPES: frozenset[str] = frozenset({"int8_wo", "int4_wo"})
 
 # dtype spellings (torch, numpy, the datasets) -> catalog precision; None = cannot be judged.
 _DTYPE_ALIASES: dict[str, str | None] = {

@@ -73,3 +73,13 @@ def test_an_unknown_family_or_missing_dimension_is_named() -> None:
         physics.op_work("attention", "bf16", {"B": 1, "S": 1, "KV": 8, "H": 8, "D": 64})
     with pytest.raises(physics.PhysicsError, match="family 'conv'"):
         physics.op_work("conv", "bf16", {})
+
+
+def test_every_gemm_dtype_gets_a_support_verdict_on_every_catalog_gpu(catalog) -> None:
+    # The answer's note asks the catalog whether a dtype is native; a quantised format must never crash it.
+    for spec in catalog.all():
+        for dtype in physics.GEMM_DTYPES:
+            reason = spec.unsupported_reason(dtype)
+            assert reason is None or spec.name in reason
+    assert catalog.resolve("H100").unsupported_reason("int4_wo") is None
+    assert "fp8" in catalog.resolve("A100").unsupported_reason("fp8_block")
