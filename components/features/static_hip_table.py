@@ -128,6 +128,8 @@ def build_hip_config_table(measurements: pd.DataFrame, kernels: pd.DataFrame, ca
 
     archs = dict(archs or {})
     rows = measurements[measurements["source"] == "benchmark_hub"][["kernel_id", "params_json", "device_id"]]
+    if rows.empty or "program" not in kernels.columns:  # no benchmark_hub rows ingested: nothing to compile
+        return pd.DataFrame(), {"skipped": "no benchmark_hub HIP configurations among the measurements"}
     programs = kernels.set_index("kernel_id")["program"]
     rows = rows.assign(program=rows["kernel_id"].map(programs)).dropna(subset=["program"])
     rows = rows[rows["program"].isin(list(BENCHMARK_HUB_HIP))].drop_duplicates(["kernel_id", "params_json",
