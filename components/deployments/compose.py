@@ -224,6 +224,16 @@ def _mla_ops(
     return ops
 
 
+
+def _gated_mlp(phase: str, tokens: Any, inter: int, hidden: int, weight_dtype: str, act: str,
+               count: float) -> list[OpLine]:
+    """A gated MLP (dense, or a MoE layer's shared experts): up+gate GEMM, SiLU x mul, down GEMM."""
+    return [
+        OpLine(phase, "gemm", "gemm", weight_dtype, {"M": tokens, "N": 2 * inter, "K": hidden}, count),
+        OpLine(phase, "activation", "elementwise", act, {"N": tokens * inter, "op": "silu_and_mul"}, count),
+        OpLine(phase, "gemm", "gemm", weight_dtype, {"M": tokens, "N": hidden, "K": inter}, count),
+    ]
+
 def _mlp_ops(d: Deployment, phase: str, tokens: float, layers: float) -> list[OpLine]:
     """The dense MLP or MoE block of one layer, and the layer's TP all-reduces."""
     m, tp, wd, act, h = d.model, d.tp, d.weight_dtype, "bf16", d.model.hidden
@@ -231,19 +241,7 @@ def _mlp_ops(d: Deployment, phase: str, tokens: float, layers: float) -> list[Op
     dense_layers = layers * (1 - m.moe_layers / m.layers)
     moe_layers = layers - dense_layers
     if dense_layers:
-        inter = m.intermediate // tp
-        ops += [
-            OpLine(phase, "gemm", "gemm", wd, {"M": tokens, "N": 2 * inter, "K": h}, dense_layers),
-            OpLine(
-                phase,
-                "activation",
-                "elementwise",
-                act,
-                {"N": tokens * inter, "op": "silu_and_mul"},
-                dense_layers,
-            ),
-            OpLine(phase, "gemm", "gemm", wd, {"M": tokens, "N": h, "K": inter}, dense_layers),
-        ]
+        ops += _gated_mlp(phase, tokens, m.intermediate // tp, h, wd, act, dense_layers)
     if moe_layers:
         moe_tp = max(1, tp // d.ep)
         ops += [
@@ -267,18 +265,7 @@ def _mlp_ops(d: Deployment, phase: str, tokens: float, layers: float) -> list[Op
         ]
         if m.shared_experts:
             inter = m.shared_experts * m.moe_intermediate // tp
-            ops += [
-                OpLine(phase, "gemm", "gemm", wd, {"M": tokens, "N": 2 * inter, "K": h}, moe_layers),
-                OpLine(
-                    phase,
-                    "activation",
-                    "elementwise",
-                    act,
-                    {"N": tokens * inter, "op": "silu_and_mul"},
-                    moe_layers,
-                ),
-                OpLine(phase, "gemm", "gemm", wd, {"M": tokens, "N": h, "K": inter}, moe_layers),
-            ]
+            ops += _gated_mlp(phase, tokens, inter, h, wd, act, moe_layers)
     if tp > 1:
         ops.append(
             OpLine(
