@@ -233,6 +233,7 @@ def _gated_mlp(phase: str, tokens: Any, inter: int, hidden: int, weight_dtype: s
         OpLine(phase, "gemm", "gemm", weight_dtype, {"M": tokens, "N": hidden, "K": inter}, count),
     ]
 
+
 def _mlp_ops(d: Deployment, phase: str, tokens: float, layers: float) -> list[OpLine]:
     """The dense MLP or MoE block of one layer, and the layer's TP all-reduces."""
     m, tp, wd, act, h = d.model, d.tp, d.weight_dtype, "bf16", d.model.hidden
