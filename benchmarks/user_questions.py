@@ -46,7 +46,8 @@ def measured_bf16_gemms(datasets: Path) -> pd.DataFrame:
 
 
 def _answers(predictor, version: str, rows: list[dict]) -> pd.DataFrame:  # noqa: ANN001
-    from components.serving.questions import answer_questions, parse_questions
+    from components.serving.question_forms import parse_questions
+    from components.serving.questions import answer_questions
 
     return pd.DataFrame(answer_questions(predictor, parse_questions(rows), model_version=version))
 

@@ -31,7 +31,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from components.serving.questions import MAX_MODULE_CHARS, MAX_SOURCE_CHARS
+from components.serving.question_forms import MAX_MODULE_CHARS, MAX_SOURCE_CHARS
 
 log = logging.getLogger("kernelcast.serve")
 
@@ -439,7 +439,7 @@ def create_app(model: str = "models:/kernelcast@champion", *, api_key: str | Non
                                "send fewer kernels or devices") from None
 
     def query_error(exc: QueryError, n_devices: int, prefix: str) -> ApiError:
-        from components.serving.questions import kernel_error
+        from components.serving.question_forms import kernel_error
 
         message, field = kernel_error(str(exc), n_devices, prefix, ".kernel" if prefix == "workload" else "")
         return ApiError(422, "invalid_kernel", message, field)
@@ -502,7 +502,8 @@ def create_app(model: str = "models:/kernelcast@champion", *, api_key: str | Non
 
     @app.post("/v1/predict", tags=["v1"], response_model=PredictResponse, dependencies=[Depends(authorised)])
     async def predict(body: PredictRequest) -> Any:
-        from components.serving.questions import answer_questions, parse_questions
+        from components.serving.question_forms import parse_questions
+        from components.serving.questions import answer_questions
 
         if (body.kernels is None) == (body.deployment is None):
             raise ApiError(422, "invalid_request", "give exactly one of kernels or deployment", "kernels")

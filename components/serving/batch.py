@@ -1,7 +1,7 @@
 """Questions from files and command-line options, for ``kernelcast predict`` and ``kernelcast rank``.
 
 A batch file is CSV (a header row of question columns) or JSONL (one JSON object per line), with
-the columns of ``components.serving.questions.QUESTION_COLUMNS`` (+ ``count`` for a rank workload).
+the columns of ``components.serving.question_forms.QUESTION_COLUMNS`` (+ ``count`` for a rank workload).
 A row without a device is asked on every ``--device``; errors name the file and line.
 """
 
@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from components.serving.query import QueryError
-from components.serving.questions import QUESTION_COLUMNS
+from components.serving.question_forms import QUESTION_COLUMNS
 
 SOURCE_LANGUAGES: dict[str, str] = {".cu": "cuda", ".cuh": "cuda", ".hip": "hip"}
 MODULE_SUFFIXES: tuple[str, ...] = (".py",)
@@ -113,7 +113,8 @@ def answer_rows(predictor: Any, rows: QuestionRows, *, model_version: str, allow
     """Answers of every row that can be answered (each with ``question`` = its row index) and the
     rows that cannot, each with its error. Why: one bad row of a thousand-row file should cost that
     row, not the file. A bad kernel fails all its rows (one per device) with one error."""
-    from components.serving.questions import answer_questions, parse_questions
+    from components.serving.question_forms import parse_questions
+    from components.serving.questions import answer_questions
 
     questions, errors, failed = [], [], set()
 

@@ -279,7 +279,8 @@ def source_latency(port: int, repeats: int = 5) -> dict[str, Any]:
 
 def llm_latency(llm_model: str | None, repeats: int = 5) -> dict[str, Any]:
     """Seconds to answer one op question (two GPUs) with the llm family, after one warm-up."""
-    from components.serving.questions import answer_questions, parse_questions
+    from components.serving.question_forms import parse_questions
+    from components.serving.questions import answer_questions
 
     try:
         if llm_model:

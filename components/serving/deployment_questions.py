@@ -81,7 +81,9 @@ def answer_mixed_frame(predictor: Any, frame: Any, *, model_version: str, allow_
     ``questions.answer_frame``; answers in the rows' order, ``question`` the row's position."""
     import pandas as pd
 
-    from components.serving.questions import ANSWER_KEYS, _DeviceResolver, answer_frame
+    from components.serving.answer_fields import ANSWER_KEYS
+    from components.serving.question_forms import _DeviceResolver
+    from components.serving.questions import answer_frame
 
     frame = frame.reset_index(drop=True)
     mask = frame[DEPLOYMENT_COLUMN].notna()

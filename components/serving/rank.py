@@ -150,7 +150,8 @@ def rank(predictor: Any, kernels: Sequence[Mapping[str, Any]], counts: Sequence[
          prices: Mapping[str, Any] | None, *, model_version: str, allow_modules: bool = False
          ) -> tuple[list[dict[str, Any]], str]:
     """(ranking, ranked_by): ``kernels`` are question fields without a device; ``counts`` per kernel."""
-    from components.serving.questions import answer_questions, parse_questions
+    from components.serving.question_forms import parse_questions
+    from components.serving.questions import answer_questions
 
     for i, count in enumerate(counts):
         if isinstance(count, bool) or not isinstance(count, int) or not 1 <= count <= MAX_COUNT:
@@ -169,7 +170,7 @@ def too_small(kernels: Sequence[Mapping[str, Any]], specs: Sequence[Any]) -> lis
     """Ids of the GPUs whose memory some op kernel of the workload does not fit
     (``components.serving.memory_fit``); a kernel that does not parse is left to ``rank`` to report."""
     from components.serving.memory_fit import check_memory_fit
-    from components.serving.questions import parse_questions
+    from components.serving.question_forms import parse_questions
 
     small = []
     for spec in specs:

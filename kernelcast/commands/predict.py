@@ -53,7 +53,8 @@ def answer(rows: Any, model: str, allow_modules: bool = True) -> tuple[list[dict
     from components.serving.batch import restate
     from components.serving.models import load_model
     from components.serving.query import QueryError
-    from components.serving.questions import answer_questions, parse_questions
+    from components.serving.question_forms import parse_questions
+    from components.serving.questions import answer_questions
 
     try:
         questions = parse_questions(rows.rows)

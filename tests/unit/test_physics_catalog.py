@@ -172,7 +172,8 @@ def test_emulation_is_never_faster_than_native(engine, catalog) -> None:
 def test_gemm_linear_and_bmm_of_one_batch_answer_alike(engine, catalog, tmp_path, monkeypatch) -> None:
     from components.models.roofline import RooflinePredictor
     from components.opmodel import loading as opmodel_loading
-    from components.serving.questions import answer_questions, parse_questions
+    from components.serving.question_forms import parse_questions
+    from components.serving.questions import answer_questions
 
     monkeypatch.setenv("KERNELCAST_HOME", str(tmp_path / "home"))
     engine.save(tmp_path / "home" / "models" / "opmodel")

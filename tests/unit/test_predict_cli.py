@@ -49,7 +49,8 @@ def test_query_rows_carry_the_shapes_an_llm_prompt_reads() -> None:
 
     from components.devices import load_catalog
     from components.models.llm.model import LLMConfig, row_prompt
-    from components.serving.questions import answer_questions, parse_questions
+    from components.serving.question_forms import parse_questions
+    from components.serving.questions import answer_questions
 
     class Recorder:
         family = "llm"

@@ -8,7 +8,8 @@ import pytest
 
 from components.models.calibration import Correction
 from components.models.roofline import RooflinePredictor
-from components.serving.questions import answer_questions, parse_questions
+from components.serving.question_forms import parse_questions
+from components.serving.questions import answer_questions
 
 
 def _answers(devices: list[str]) -> list[dict]:

@@ -11,6 +11,7 @@ from fastapi.testclient import TestClient
 from components.serving import questions as q
 from components.serving.app import ServerLimits, create_app
 from components.serving.deadline import Deadline, DeadlineExceeded, bound, check
+from components.serving.question_forms import parse_questions
 
 SAXPY = "__global__ void saxpy(int n, float a, const float* x, float* y) {\n" \
         "  int i = blockIdx.x * blockDim.x + threadIdx.x; if (i < n) y[i] = a * x[i] + y[i]; }\n"
@@ -56,7 +57,7 @@ def test_answering_stops_before_the_next_program_group_once_the_deadline_passed(
     deadline = Deadline.after(3600.0)
     deadline.cancel()
     with bound(deadline), pytest.raises(DeadlineExceeded, match="question 0 \\(source\\)"):
-        q.answer_questions(predictor, q.parse_questions(rows), model_version="roofline")
+        q.answer_questions(predictor, parse_questions(rows), model_version="roofline")
 
 
 def test_a_timed_out_request_is_a_504_and_its_source_is_never_compiled(monkeypatch) -> None:

@@ -5,7 +5,8 @@ from __future__ import annotations
 import pytest
 
 from components.serving.query import QueryError
-from components.serving.questions import answer_questions, parse_questions
+from components.serving.question_forms import parse_questions
+from components.serving.questions import answer_questions
 
 # A GEMM with 223.5 GiB of A: answered for a 24 GB L4 without a word before the check.
 HUGE = {"op": "gemm", "shape": {"M": 1_000_000, "N": 1000, "K": 60_000}, "dtype": "fp32"}

@@ -10,7 +10,10 @@ import pytest
 
 from components.models.roofline import RooflinePredictor
 from components.serving.query import QueryError, query_frames
-from components.serving.questions import ANSWER_KEYS, answer_frame, answer_questions, op_table, parse_questions
+from components.serving.answer_fields import ANSWER_KEYS
+from components.serving.op_answers import op_table
+from components.serving.question_forms import parse_questions
+from components.serving.questions import answer_frame, answer_questions
 
 SAMPLE = [
     ("gemm", {"M": 4096, "N": 4096, "K": 4096}, "bf16", "H100"),

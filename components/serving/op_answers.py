@@ -1,0 +1,234 @@
+"""Op questions answered in one vectorised batch: the feature columns (``components.serving.featurise``),
+the champion's (or the op engine's) prediction, each calibrated GPU's correction, the bound pipe, and
+one physics pass over every answer (``components.serving.engine_answers``).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from components.serving.answer_fields import ANSWER_KEYS, METRICS, _blank, _plain
+from components.serving.query import QueryError
+from components.serving.question_forms import Question
+
+# A kernel whose roofline time is this short is bound by its launch and latency, not by a pipe.
+LAUNCH_BOUND_US: float = 5.0
+
+
+def _op_dims(questions: list[Question]) -> np.ndarray:
+    from components.features.analytical import DIMS
+
+    position = {d: i for i, d in enumerate(DIMS)}
+    dims = np.full((len(questions), len(DIMS)), np.nan)
+    for row, question in enumerate(questions):
+        for name, value in (question.shape or {}).items():
+            dims[row, position[name]] = value
+    return dims
+
+
+def _distinct_specs(questions: list[Question]) -> tuple[list[Any], np.ndarray]:
+    """The distinct device specs asked about, and each question's position among them."""
+    specs: dict[str, Any] = {}
+    position: dict[str, int] = {}
+    index = np.empty(len(questions), dtype="int64")
+    for row, question in enumerate(questions):
+        spec = question.device
+        known = specs.get(spec.id)
+        if known is None:
+            specs[spec.id], position[spec.id] = spec, len(position)
+        elif known is not spec and known != spec:
+            raise QueryError(f"question {question.index}: device id {spec.id!r} names two different specs in one batch")
+        index[row] = position[spec.id]
+    return list(specs.values()), index
+
+
+def op_table(questions: list[Question], raw: bool = False) -> Any:
+    """The feature table of op questions (one row each, same order); ``raw`` adds the shape text an llm reads."""
+    from components.serving.featurise import op_feature_table
+
+    specs, device_index = _distinct_specs(questions)
+    table = op_feature_table(np.array([q.family for q in questions], dtype=object),
+                             np.array([q.op_name for q in questions], dtype=object),
+                             np.array([q.dtype for q in questions], dtype=object),
+                             _op_dims(questions), device_index, specs)
+    return _with_raw_query(table, questions) if raw else table
+
+
+def _with_raw_query(table: Any, questions: list[Question]) -> Any:
+    """The shape text, ids and name beside the features: what predictors that read the kernel (llm) need."""
+    from components.ingest.schema import canonical_json
+
+    texts = [canonical_json(q.shape or {}) for q in questions]
+    table["measurement_id"] = [f"query-{q.index}" for q in questions]
+    table["kernel_id"] = [f"query-{q.kernel_key()}" for q in questions]
+    table["params_json"] = texts
+    table["shape_json"] = texts
+    table["name"] = [f"{q.op_name}{q.shape}" for q in questions]
+    return table
+
+
+PIPE_TIMES: tuple[tuple[str, str], ...] = (("f_tensor_time_us", "tensor"), ("f_fma_time_us", "fma"),
+                                           ("f_sfu_time_us", "sfu"), ("f_dram_time_us", "dram"),
+                                           ("f_l2_time_us", "l2"))
+
+
+def bound_pipes(cols: Any, dtypes: np.ndarray, duration_us: np.ndarray, classes: np.ndarray) -> np.ndarray:
+    """The busiest pipe of the side the roofline class names (compute: tensor, fp32/fp64 FMA or sfu;
+    bandwidth: dram or l2), or ``launch`` for a kernel whose roofline time is under LAUNCH_BOUND_US
+    and under half its predicted runtime; None where the op has no analytical times.
+
+    ``cols``: the feature columns (a dict of arrays or the feature DataFrame)."""
+    times = np.column_stack([np.asarray(cols[c], dtype="float64") for c, _ in PIPE_TIMES])
+    times = np.where(np.isfinite(times), times, -1.0)
+    compute_side = np.asarray(classes, dtype=object) == "compute"
+    compute = times[:, :3].argmax(axis=1)
+    memory = 3 + times[:, 3:].argmax(axis=1)
+    winner = np.where(compute_side, compute, memory)
+    names = np.array([name for _, name in PIPE_TIMES], dtype=object)[winner]
+    names = np.where(names == "fma", np.where(np.asarray(dtypes) == "fp64", "fp64", "fp32"), names)
+    roof = np.asarray(cols["f_roofline_time_us"], dtype="float64")
+    with np.errstate(invalid="ignore"):
+        launch = (roof < LAUNCH_BOUND_US) & np.isfinite(duration_us) & (roof < 0.5 * duration_us)
+    names = np.where(launch, "launch", names)
+    return np.where(np.isfinite(roof), names, None)
+
+
+BOUND_LABELS = np.array(["bandwidth", "compute", None], dtype=object)  # by code 0, 1, -1
+NOTE_LABELS = np.array(["no analytical formula for this op and shape",
+                        "device missing peak/bandwidth for this precision", None], dtype=object)
+
+
+def _predicted(predictor: Any, questions: list[Question], cols: dict[str, Any]) -> dict[str, np.ndarray]:
+    """``pred_*`` arrays: the array fast path for transfer tabular models, else ``predictor.predict``."""
+    from components.serving.fastpath import fast_model
+    from components.serving.featurise import table_of
+
+    fast = fast_model(predictor)
+    if fast is not None:
+        return fast.predict(cols)
+    table = table_of(cols)
+    if getattr(predictor, "family", "") not in ("tabular", "roofline"):
+        table = _with_raw_query(table, questions)
+    frame = predictor.predict(table).reset_index(drop=True)
+    return {c: frame[c].to_numpy(dtype=object) for c in frame.columns}
+
+
+def _calibrated(predicted: dict[str, np.ndarray], questions: list[Question],
+                cols: dict[str, Any]) -> dict[str, np.ndarray]:
+    """``predicted`` with each calibrated GPU's runtime correction applied (``kernelcast calibrate``
+    stores one per GPU under the state folder); GPUs without one are untouched. Why here: a
+    correction fitted on a GPU's own calibration rows is the cheapest accuracy gain on that GPU."""
+    import pandas as pd
+
+    from components.config import get_settings
+    from components.models.calibration import apply_corrections, load_corrections
+
+    asked = {q.device.id for q in questions}
+    corrections = {d: c for d, c in load_corrections(get_settings().state_dir).items() if d in asked}
+    if not corrections or "pred_duration_us" not in predicted:
+        return predicted
+    from components.serving.featurise import table_of
+
+    rows = table_of(cols)
+    rows["device_id"] = [q.device.id for q in questions]
+    rows["family"] = [q.family for q in questions]
+    frame = pd.DataFrame({k: pd.to_numeric(pd.Series(v), errors="coerce") if k.startswith("pred_duration")
+                          or k in ("pred_gflops", "pred_achieved_gbps") else pd.Series(v)
+                          for k, v in predicted.items()})
+    if "pred_roofline_class" not in frame.columns:
+        frame["pred_roofline_class"] = BOUND_LABELS[cols["_bound_code"]]
+    corrected = apply_corrections(rows, frame, corrections)
+    out = dict(predicted)
+    for column in ("pred_duration_us", "pred_duration_us_lo", "pred_duration_us_hi", "pred_gflops",
+                   "pred_achieved_gbps"):
+        if column in corrected.columns and column in predicted:
+            out[column] = corrected[column].to_numpy(dtype="float64")
+    notes = np.array(predicted.get("pred_note", np.full(len(questions), None, dtype=object)), dtype=object)
+    for i, q in enumerate(questions):
+        c = corrections.get(q.device.id)
+        if c is not None:
+            tag = f"runtime calibrated on {c.n_rows} profiled rows of this GPU ({c.method})"
+            notes[i] = f"{notes[i]}; {tag}" if _plain(notes[i]) else tag
+    out["pred_note"] = notes
+    return out
+
+
+def _answer_ops(predictor: Any, questions: list[Question], model_version: str) -> list[dict[str, Any]]:
+    """Modern families (tensor-dtype GEMMs, attention, MoE, all-reduce) by the op engine, the rest by the
+    champion; every answer through one physics pass (``components.serving.engine_answers``)."""
+    from components.serving.engine_answers import answer_with_engine, engine_for, uses_engine
+
+    modern = [i for i, q in enumerate(questions) if uses_engine(q.family, q.dtype)]
+    if not modern:
+        return _answer_champion_ops(predictor, questions, model_version)
+    answers: list[dict[str, Any] | None] = [None] * len(questions)
+    chosen = set(modern)
+    rest = [q for i, q in enumerate(questions) if i not in chosen]
+    for i, answer in zip((i for i in range(len(questions)) if i not in chosen),
+                         _answer_champion_ops(predictor, rest, model_version) if rest else [], strict=True):
+        answers[i] = answer
+    engine_rows = [questions[i] for i in modern]
+    for i, fields in zip(modern, answer_with_engine(engine_for(predictor), engine_rows), strict=True):
+        answer = _blank(questions[i], model_version)
+        answer.update(fields)
+        answer["note"] = answer.get("note") or questions[i].device.unsupported_reason(questions[i].dtype)
+        answers[i] = answer
+    return [a for a in answers if a is not None]
+
+
+def _answer_champion_ops(predictor: Any, questions: list[Question],
+                         model_version: str) -> list[dict[str, Any]]:
+    from components.serving.engine_answers import gemm_physics_pass, physics_pass
+    from components.serving.featurise import op_feature_columns
+
+    specs, device_index = _distinct_specs(questions)
+    cols = op_feature_columns(np.array([q.family for q in questions], dtype=object),
+                              np.array([q.op_name for q in questions], dtype=object),
+                              np.array([q.dtype for q in questions], dtype=object),
+                              _op_dims(questions), device_index, specs)
+    predicted = _calibrated(_predicted(predictor, questions, cols), questions, cols)
+    n = len(questions)
+
+    def column(name: str) -> np.ndarray:
+        return predicted[name] if name in predicted else np.full(n, None, dtype=object)
+
+    duration = np.array([_plain(v) if _plain(v) is not None else np.nan for v in column("pred_duration_us")],
+                        dtype="float64")
+    roof = np.asarray(cols["f_roofline_time_us"], dtype="float64")
+    with np.errstate(divide="ignore", invalid="ignore"):
+        headroom = duration / roof
+    fallback_class = BOUND_LABELS[cols["_bound_code"]]
+    # the class is the analytical bound's where the features have one: it must agree with the bound pipe
+    classes = np.array([f if f is not None else _plain(k) for k, f in
+                        zip(column("pred_roofline_class"), fallback_class)], dtype=object)
+    duration = np.where(np.isfinite(roof), np.fmax(duration, roof), duration)
+    pipes = bound_pipes(cols, cols["dtype"], duration, classes)
+    notes, ood = column("pred_note"), column("pred_ood")
+    feature_notes = NOTE_LABELS[cols["_note_code"]]
+    extra = [c for c in predicted if c.startswith("pred_") and c.endswith(("_lo", "_hi")) and c[5:] not in ANSWER_KEYS]
+    metrics = {m: column(f"pred_{m}") for m in (*METRICS, "duration_us_lo", "duration_us_hi")}
+    answers = []
+    for row, question in enumerate(questions):
+        answer = _blank(question, model_version)
+        for metric, values in metrics.items():
+            answer[metric] = _plain(values[row])
+        for name in extra:
+            answer[name[5:]] = _plain(predicted[name][row])
+        answer["roofline_class"] = classes[row]
+        answer["bound_pipe"] = pipes[row]
+        answer["roofline_us"] = _plain(roof[row])
+        answer["headroom"] = _plain(headroom[row])
+        flag = _plain(ood[row])
+        answer["ood"] = None if flag is None else bool(flag)
+        answer["note"] = (_plain(notes[row]) or feature_notes[row]
+                          or question.device.unsupported_reason(question.dtype))
+        calibrated = "runtime calibrated" in str(answer["note"] or "")
+        answer["tier"] = "calibrated" if calibrated else "spec"
+        with_calibration = " with this GPU's calibration" if calibrated else ""
+        answer["support"] = f"the champion model ({model_version}){with_calibration}"
+        answers.append(answer)
+    physics_pass(answers, cols, np.arange(n))
+    gemm_physics_pass(answers, questions)
+    return answers
