@@ -24,10 +24,10 @@ sys.path.insert(0, str(ROOT))
 def main() -> int:
     import pandas as pd
 
-    from components.config import load_params
     from components.evaluation.splits import make_split
     from components.models.selection import CANDIDATE_SETS, report_json, select
     from components.models.tabular import TabularConfig
+    from components.platform.config import load_params
 
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--features", type=Path, required=True)
@@ -52,7 +52,7 @@ def main() -> int:
         for name, score in sorted(report.scores.items(), key=lambda kv: kv[1]["median"]):
             print(f"[{split}]   {name:<26} median {100 * score['median']:6.1f}%  worst {100 * score['worst']:6.1f}%")
     if args.out:
-        from components.atomic import atomic_write_text
+        from components.common.atomic import atomic_write_text
 
         atomic_write_text(args.out, json.dumps(results, indent=2, sort_keys=True) + "\n")
         print(f"wrote {args.out}")

@@ -133,8 +133,8 @@ def main() -> None:
     parser.add_argument("--out", type=Path, default=None, help="write the figures as JSON here too")
     args = parser.parse_args()
 
-    from components.config import get_settings
-    from components.runtime import configure_environment
+    from components.platform.config import get_settings
+    from components.platform.runtime import configure_environment
     from components.serving.query import load_any_predictor
 
     settings = get_settings()
@@ -149,7 +149,7 @@ def main() -> None:
     text = json.dumps(result, indent=2)
     print(text)
     if args.out is not None:
-        from components.atomic import atomic_write_text
+        from components.common.atomic import atomic_write_text
 
         atomic_write_text(args.out, text + "\n")
 

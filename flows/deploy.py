@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from components.config import PROJECT_ROOT
+from components.platform.config import PROJECT_ROOT
 
 PREFECT_YAML = PROJECT_ROOT / "infra" / "prefect.yaml"
 

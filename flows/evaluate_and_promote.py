@@ -16,8 +16,8 @@ from typing import Any
 
 from prefect import flow, task
 
-from components.config import Settings, get_settings
 from components.evaluation.stage import EvaluateInputs, EvaluateResult, evaluate_stage
+from components.platform.config import Settings, get_settings
 from components.registry.gate import GatePolicy
 from components.registry.promote import PromoteInputs, PromoteResult, promote_stage
 from flows.retry import transient_only
@@ -35,7 +35,7 @@ def evaluate_task(inputs: EvaluateInputs, settings: Settings, params: dict[str, 
         from functools import partial
 
         from components.evaluation.bench import ray_fold_executor
-        from components.runtime import ensure_ray
+        from components.platform.runtime import ensure_ray
 
         executor = partial(ray_fold_executor, start_ray=lambda: ensure_ray(settings))
     return evaluate_stage(inputs, settings, params, executor)
@@ -65,7 +65,7 @@ def evaluate_and_promote_flow(
     Returns the evaluation's headline figures and the promotion outcome; a version that stays
     challenger is a result, not a failure.
     """
-    from components.config import load_params
+    from components.platform.config import load_params
     from components.registry.promote import gate_thresholds
     from components.registry.runs import read_registration
 

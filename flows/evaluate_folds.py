@@ -15,7 +15,7 @@ from typing import Any
 
 from prefect import task
 
-from components.config import Settings
+from components.platform.config import Settings
 
 # Families whose folds each fit in one Ray task (the llm family is a Ray Train job of its own).
 FOLD_FAMILIES: tuple[str, ...] = ("roofline", "tabular")
@@ -26,12 +26,12 @@ def evaluate_folds_task(features_file: str, families: list[str], splits: list[st
                         settings: Settings, params: dict[str, Any], min_gpu_rows: int | None = None,
                         max_train_rows: int | None = None) -> dict[str, Any]:
     """Fit and score every (split fold, family) as Ray tasks; write ``out_file``; return the report."""
-    from components.atomic import atomic_write_text
+    from components.common.atomic import atomic_write_text
+    from components.devices import load_catalog
     from components.evaluation.bench import published_figures, ray_fold_executor, run_accuracy_bench
     from components.evaluation.harness import read_feature_table
-    from components.devices import load_catalog
     from components.models.tabular import TabularConfig
-    from components.runtime import ensure_ray
+    from components.platform.runtime import ensure_ray
     from components.training.tabular import make_predictor
 
     train_params = params.get("train") or {}

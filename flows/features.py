@@ -15,7 +15,6 @@ from typing import Any
 
 from prefect import flow, task
 
-from components.config import Settings, get_settings
 from components.features.stage import (
     FeatureInputs,
     FeaturesResult,
@@ -25,6 +24,7 @@ from components.features.stage import (
     locate_tables,
     static_stage,
 )
+from components.platform.config import Settings, get_settings
 
 
 @task(name="static-features")

@@ -15,8 +15,8 @@ from typing import Any
 
 from prefect import flow, task
 
-from components.config import Settings, get_settings
 from components.ingest.stage import IngestInputs, IngestStageResult, ingest_stage
+from components.platform.config import Settings, get_settings
 from flows.retry import transient_only
 
 
@@ -30,8 +30,8 @@ def ingest_inputs(
     settings: Settings, sources: list[str] | None = None, out_dir: str | None = None
 ) -> IngestInputs:
     """Inputs for ``sources`` (default: params.yaml ``ingest.sources``, else every source)."""
-    from components.config import ingest_sources, load_params
     from components.ingest.registry import SOURCES
+    from components.platform.config import ingest_sources, load_params
 
     chosen = sources or ingest_sources(load_params(settings.params_file)) or list(SOURCES)
     return IngestInputs(

@@ -30,7 +30,7 @@ from typing import Any, TypedDict
 from prefect import flow, task
 from prefect.tasks import exponential_backoff
 
-from components.config import PROJECT_ROOT, Settings
+from components.platform.config import PROJECT_ROOT, Settings
 from flows.retry import transient_only
 
 FAULT_ENV = "KERNELCAST_FAULT_AFTER_STAGE"
@@ -83,7 +83,7 @@ def reproduce_stage(stage: str, project_root: str, force: bool = False,
     rerunning the pipeline, which redoes only that stage and those after it.
     """
     from components.pipeline.progress import output_rows
-    from components.runtime import run_stopping_with_us
+    from components.platform.runtime import run_stopping_with_us
 
     start = time.monotonic()
     command = [*_dvc(), "repro", "--single-item", stage] + (["--force"] if force else [])
@@ -104,7 +104,7 @@ def push_outputs(project_root: str, remote_url: str | None = None) -> str:
     of ``.dvc/config``, or ``remote_url`` (``KERNELCAST_DVC_REMOTE_URL``, e.g. the team's
     ``s3://kernelcast-dvc/cache``) registered as remote ``kernelcast`` in the untracked
     ``.dvc/config.local``."""
-    from components.runtime import run_stopping_with_us
+    from components.platform.runtime import run_stopping_with_us
 
     target: list[str] = []
     if remote_url:
@@ -135,10 +135,10 @@ def pipeline_flow(stages: list[str] | None = None, project_root: str | None = No
     run); ``run_pipeline`` holds it already."""
     from contextlib import nullcontext
 
-    from components.config import get_settings
     from components.pipeline.graph import read_stages, select_stages
     from components.pipeline.lock import pipeline_lock
     from components.pipeline.progress import Progress
+    from components.platform.config import get_settings
 
     root = Path(project_root) if project_root else PROJECT_ROOT
     graph = {s.name: s for s in read_stages(root / "dvc.yaml")}
@@ -196,7 +196,7 @@ def run_pipeline(settings: Settings, stages: list[str], force: bool = False, pus
     Prefect server, each by its process group.
     """
     from components.pipeline.lock import pipeline_lock
-    from components.runtime import stop_on_signals
+    from components.platform.runtime import stop_on_signals
     from flows.runtime import prefect_server
 
     command = " ".join(["kernelcast pipeline", *sys.argv[2:]])

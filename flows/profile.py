@@ -22,8 +22,8 @@ from typing import Any
 
 from prefect import flow, task
 
-from components.atomic import atomic_write_dir, atomic_write_text
-from components.config import PROJECT_ROOT, get_settings
+from components.common.atomic import atomic_write_dir, atomic_write_text
+from components.platform.config import PROJECT_ROOT, get_settings
 from components.profiling.run import ProfileInputs, ProfileResult, profile_params, profile_run
 from components.validation.profiled import validate_rows
 

@@ -19,7 +19,7 @@ from typing import Any
 
 from prefect import flow
 
-from components.config import Settings, get_settings
+from components.platform.config import Settings, get_settings
 
 
 def family_out_dir(settings: Settings, family: str, split: str) -> Path:
@@ -66,7 +66,7 @@ def retrain_flow(
 
     Returns ``{family: {"action": "trained"|"skipped", "registration_file", "version", ...}}``.
     """
-    from components.config import load_params
+    from components.platform.config import load_params
     from flows.train import train_task
 
     settings = get_settings()

@@ -27,7 +27,7 @@ from typing import Any
 
 from prefect import flow, task
 
-from components.config import PROJECT_ROOT, Settings, get_settings
+from components.platform.config import PROJECT_ROOT, Settings, get_settings
 from flows.retry import transient_only
 
 BENCH_REPORT = PROJECT_ROOT / "benchmarks" / "results" / "bench_accuracy.json"
@@ -42,7 +42,7 @@ def fleet_task(settings: Settings, fleet_file: str | None, use_ray: bool) -> lis
     if use_ray:
         import ray
 
-        from components.runtime import ensure_ray
+        from components.platform.runtime import ensure_ray
 
         ensure_ray(settings)
         fleet += nodes_from_ray(ray.nodes())
@@ -78,7 +78,7 @@ def profile_new_gpu_task(device: str, node_id: str, accelerator: str, backend: s
     import ray
     from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
-    from components.runtime import ensure_ray
+    from components.platform.runtime import ensure_ray
 
     ensure_ray(settings)
     remote = ray.remote(_profile_on_node).options(

@@ -5,7 +5,7 @@ including each Ray worker running a task -- would start its own temporary server
 loaded 2-core box). So a pipeline run starts ONE server on loopback and hands its URL to the Ray
 workers through ``runtime_env``. A configured server (``KERNELCAST_PREFECT_API_URL`` or
 ``PREFECT_API_URL``) or Ray cluster (``KERNELCAST_RAY_ADDRESS``) replaces the embedded default.
-Ray itself is started by ``components.runtime.ensure_ray``; only what is Prefect's lives here.
+Ray itself is started by ``components.platform.runtime.ensure_ray``; only what is Prefect's lives here.
 """
 
 from __future__ import annotations
@@ -23,8 +23,8 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from components.config import Settings
-from components.runtime import TELEMETRY_OFF, configure_environment, die_with_parent, ray_init_kwargs
+from components.platform.config import Settings
+from components.platform.runtime import TELEMETRY_OFF, configure_environment, die_with_parent, ray_init_kwargs
 
 if TYPE_CHECKING:
     from prefect_ray.task_runners import RayTaskRunner

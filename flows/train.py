@@ -15,7 +15,7 @@ from typing import Any
 
 from prefect import flow, task
 
-from components.config import Settings, get_settings
+from components.platform.config import Settings, get_settings
 from components.training.stage import TrainInputs, TrainResult, train_stage
 
 
@@ -36,7 +36,7 @@ def train_flow(
     use_ray: bool = True,
 ) -> dict[str, Any]:
     """Train ``family`` on ``split``; returns the run, the registered version and the test figures."""
-    from components.config import load_params
+    from components.platform.config import load_params
 
     settings = get_settings()
     inputs = TrainInputs(

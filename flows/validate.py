@@ -2,7 +2,7 @@
 
 The task hands the Ray job folder paths, not DataFrames: the job reads the canonical parquet
 files where it runs, writes the validated folder, and returns only the summary dict -- so
-~330k rows never travel through Prefect or Ray's object store. ``components.runtime.ensure_ray``
+~330k rows never travel through Prefect or Ray's object store. ``components.platform.runtime.ensure_ray``
 connects to the configured cluster or starts a local Ray (reused when already initialised).
 
     python -m flows.validate [IN_DIR] [OUT_DIR]
@@ -16,7 +16,7 @@ from typing import Any
 
 from prefect import flow, task
 
-from components.config import Settings, get_settings
+from components.platform.config import Settings, get_settings
 
 
 def validation_job(in_dir: str, out_dir: str, params_file: str, summary_path: str | None,
@@ -25,8 +25,8 @@ def validation_job(in_dir: str, out_dir: str, params_file: str, summary_path: st
     import os
 
     os.environ.setdefault("OMP_NUM_THREADS", "1")  # two cores thrash otherwise
-    from components.config import load_params, validate_params
     from components.devices import load_catalog
+    from components.platform.config import load_params, validate_params
     from components.validation.run import validate_dir
 
     params = load_params(Path(params_file))
@@ -44,7 +44,7 @@ def validate_task(in_dir: str, out_dir: str, params_file: str, summary_path: str
     """Run ``validation_job`` as a Ray task and wait for its summary."""
     import ray
 
-    from components.runtime import ensure_ray
+    from components.platform.runtime import ensure_ray
 
     ensure_ray(get_settings())
     remote_job = ray.remote(num_cpus=1, max_retries=0)(validation_job)

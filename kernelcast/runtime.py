@@ -1,6 +1,6 @@
-"""Re-export of ``components.runtime`` for the CLI (environment and the one Ray start-up)."""
+"""Re-export of ``components.platform.runtime`` for the CLI (environment and the one Ray start-up)."""
 
-from components.runtime import TELEMETRY_OFF, configure_environment, ensure_ray
+from components.platform.runtime import TELEMETRY_OFF, configure_environment, ensure_ray
 
 init_ray = ensure_ray  # the CLI's historical name
 

@@ -35,7 +35,7 @@ def kc_home() -> Iterator[Path]:
     Lives directly under /tmp, not pytest's deep tmp path: Ray's AF_UNIX socket paths under
     ``<home>/ray/session_<timestamp>_<pid>/sockets/`` must stay below 107 bytes.
     """
-    from components.runtime import TELEMETRY_OFF, configure_environment
+    from components.platform.runtime import TELEMETRY_OFF, configure_environment
 
     home = Path(tempfile.mkdtemp(prefix="kc-", dir="/tmp"))
     patch = pytest.MonkeyPatch()
@@ -86,7 +86,7 @@ def local_ray(kc_settings: Settings, prefect_harness: str) -> Iterator[None]:
     """
     import ray
 
-    from components.runtime import ensure_ray
+    from components.platform.runtime import ensure_ray
 
     if ray.is_initialized():
         pytest.fail("Ray was already initialised before the local_ray fixture; it would ignore its settings")

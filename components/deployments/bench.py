@@ -679,7 +679,7 @@ if __name__ == "__main__":  # python -m components.deployments.bench --fit-produ
 
     if sys.argv[1:] != ["--fit-production"]:
         raise SystemExit("usage: python -m components.deployments.bench --fit-production")
-    from components.config import DEFAULT_DATASETS_DIR
+    from components.platform.config import DEFAULT_DATASETS_DIR
 
     datasets = Path(os.environ.get("KERNELCAST_DATASETS_DIR", DEFAULT_DATASETS_DIR))
     print(production_block(fit_production(datasets, load_catalog())))

@@ -136,7 +136,7 @@ class ModelShape:
 
 
 def _datasets_dir() -> Path:
-    from components.config import DEFAULT_DATASETS_DIR
+    from components.platform.config import DEFAULT_DATASETS_DIR
 
     env = os.environ.get("KERNELCAST_DATASETS_DIR")
     return Path(env) if env else DEFAULT_DATASETS_DIR

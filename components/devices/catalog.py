@@ -554,13 +554,13 @@ def default_user_devices_dir() -> Path:
     """``$KERNELCAST_HOME/devices``: where ``kernelcast devices add`` keeps user specs.
 
     Reads the one setting it needs directly (``Settings()`` costs ~4 ms, and ``load_catalog()``
-    sits on the prediction path); ``components.config.Settings.home`` supplies the default.
+    sits on the prediction path); ``components.platform.config.Settings.home`` supplies the default.
     """
     import os
 
     home = os.environ.get("KERNELCAST_HOME")
     if not home:
-        from components.config import Settings
+        from components.platform.config import Settings
 
         home = Settings.model_fields["home"].default
     return Path(home).resolve() / "devices"

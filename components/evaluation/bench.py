@@ -535,7 +535,7 @@ def write_markdown(path: Path, section: str) -> None:
     A missing file is created holding just the marked section; an existing file must carry both
     markers, in order, and only what lies between them is replaced.
     """
-    from components.atomic import atomic_write
+    from components.common.atomic import atomic_write
 
     text = check_markdown_target(path)
     block = f"{MARKER_START}\n{section.rstrip()}\n{MARKER_END}"

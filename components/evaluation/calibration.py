@@ -28,8 +28,8 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from components.common.sampling import unit_hash
 from components.models.calibration import METHODS, correction_path, fit_correction
-from components.sampling import unit_hash
 
 SUITE_SALT = "calibration-suite"
 REFIT = "refit"
@@ -67,7 +67,7 @@ class CalibrationParams:
     def from_params(cls, params: dict[str, Any]) -> CalibrationParams:
         from dataclasses import fields
 
-        from components.config import ParamsError
+        from components.platform.config import ParamsError
 
         raw = params.get("calibration") or {}
         if not isinstance(raw, dict):
@@ -396,7 +396,7 @@ def run_cli_bench(table: pd.DataFrame, ks: Sequence[int], params: dict[str, Any]
     import json
     from pathlib import Path
 
-    from components.atomic import atomic_write_text
+    from components.common.atomic import atomic_write_text
     from components.evaluation.bench import select_folds
 
     calibration = CalibrationParams.from_params(params)

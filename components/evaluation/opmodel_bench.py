@@ -21,7 +21,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from components.config import OPMODEL_SPLITS  # the names live below the registry, which checks them
+from components.platform.config import OPMODEL_SPLITS  # the names live below the registry, which checks them
 
 HELD_SHARE = 0.2  # of a GPU's GEMM sites / attention groups, by hash (unseen-shape)
 

@@ -32,11 +32,11 @@ from typing import TYPE_CHECKING, Any
 
 import pandas as pd
 
+from components.common.sampling import unit_hash_series
 from components.evaluation.bench import Factory, FoldExecutor, FoldJob, FoldOutcome, serial_fold_executor
 from components.evaluation.harness import capped_rows, evaluate_frame, evaluate_predictor, flat_metrics, split_folds
 from components.evaluation.splits import Fold, unseen_gpu_devices, unseen_gpu_split
 from components.models.base import CLASS_TARGET, NUMERIC_TARGETS
-from components.sampling import unit_hash_series
 
 if TYPE_CHECKING:
     from components.models.base import Predictor
@@ -153,9 +153,9 @@ def split_mode(predictor: Predictor, split: str, trained_split: str | None) -> s
 
 def _opmodel_entry(split: str, canonical_dir: Path | None) -> dict[str, Any]:
     """The op engine's split, on the state folder's measured store (built when missing)."""
-    from components.config import get_settings
     from components.evaluation.opmodel_bench import gate_entry
     from components.opmodel.train import ensure_store
+    from components.platform.config import get_settings
 
     settings = get_settings()
     try:

@@ -24,8 +24,8 @@ from dataclasses import dataclass
 
 import pandas as pd
 
-from components.config import SPLITS  # the names; each is built here
-from components.sampling import unit_hash_series as _unit_hash  # [0, 1) per key, by hash
+from components.common.sampling import unit_hash_series as _unit_hash  # [0, 1) per key, by hash
+from components.platform.config import SPLITS  # the names; each is built here
 
 NEUSIGHT_TRAIN_DEVICES: tuple[str, ...] = (
     "Tesla P4", "Tesla P100-PCIE-16GB", "Tesla T4", "Tesla V100-PCIE-32GB", "NVIDIA A100-PCIE-40GB",

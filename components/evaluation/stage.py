@@ -15,13 +15,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from components.atomic import atomic_write
+from components.common.atomic import atomic_write
 
 if TYPE_CHECKING:
     import pandas as pd
 
-    from components.config import Settings
     from components.evaluation.report import ExecutorFactory
+    from components.platform.config import Settings
 
 EXPERIMENT = "kernelcast"
 # The bench's program split: KernelBench programs, scored by components.evaluation.kernelbench_bench.
@@ -466,7 +466,7 @@ def gate_stage(inputs: EvaluateInputs, settings: Settings, params: dict[str, Any
     canonical = settings.data_dir / "canonical"
     table = read_feature_table(features, canonical)
     predictor = load_any_predictor(candidate.model, uri)
-    from components.config import PROJECT_ROOT
+    from components.platform.config import PROJECT_ROOT
 
     identity = {"model_name": candidate.model_name, "model_version": candidate.version,
                 "training_run": candidate.run_id, "features_file": str(features),

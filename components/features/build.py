@@ -137,8 +137,8 @@ def build_features_parallel(measurements: pd.DataFrame, kernels: pd.DataFrame, c
     """``build_feature_table`` over ``n_chunks`` row chunks as Ray tasks; identical to the serial result."""
     import ray
 
-    from components.runtime import ensure_ray
-    from components.config import get_settings
+    from components.platform.config import get_settings
+    from components.platform.runtime import ensure_ray
 
     if n_chunks <= 1 or len(measurements) < 2:
         return build_feature_table(measurements, kernels, catalog, static, device_vector)
@@ -166,7 +166,7 @@ def _align_dtypes(table: pd.DataFrame) -> pd.DataFrame:
 
 def write_features(df: pd.DataFrame, path: Path) -> Path:
     """Atomic parquet write: a temporary file in the same folder, then rename."""
-    from components.atomic import atomic_write
+    from components.common.atomic import atomic_write
 
     path = Path(path)
     atomic_write(path, lambda tmp: df.to_parquet(tmp, index=False))

@@ -14,10 +14,10 @@ from typing import TYPE_CHECKING, Any
 
 import pandas as pd
 
-from components.atomic import atomic_write
+from components.common.atomic import atomic_write
 
 if TYPE_CHECKING:
-    from components.config import Settings
+    from components.platform.config import Settings
 
 
 # --------------------------------------------------------------------------- static

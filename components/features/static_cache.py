@@ -13,7 +13,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from components.atomic import atomic_write_text
+from components.common.atomic import atomic_write_text
 
 # Bump when extraction, options or parsing change, so cached reports are recomputed.
 CACHE_VERSION = "static-v2"  # v2: launch sites resolved (static_templates), guard defaults
@@ -21,7 +21,7 @@ CACHE_VERSION = "static-v2"  # v2: launch sites resolved (static_templates), gua
 
 def default_cache_dir() -> Path:
     """``<KERNELCAST_HOME>/cache/static``: where a caller that names no folder caches."""
-    from components.config import get_settings
+    from components.platform.config import get_settings
 
     return get_settings().cache_dir / "static"
 

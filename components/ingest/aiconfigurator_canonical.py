@@ -285,7 +285,7 @@ def noise_floor(measurements: pd.DataFrame, same_kernel_source: bool = False) ->
 
 def max_kernels_from_params() -> int | None:
     """``ingest.aiconfigurator_max_kernels`` of params.yaml (DEFAULT_MAX_KERNELS without a params file)."""
-    from components.config import get_settings, ingest_max_kernels, load_params
+    from components.platform.config import get_settings, ingest_max_kernels, load_params
 
     path = get_settings().params_file
     if not path.is_file():

@@ -70,7 +70,7 @@ def upstream(name: str) -> Upstream:
 
 def default_root(name: str, datasets_dir: Path) -> Path:
     """Where a source is read from by default: the public bundle, or the project's own data."""
-    from components.config import PROJECT_ROOT
+    from components.platform.config import PROJECT_ROOT
 
     if check_source(name) in PROJECT_DATA_DIRS:
         return PROJECT_ROOT / PROJECT_DATA_DIRS[name]

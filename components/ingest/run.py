@@ -21,7 +21,7 @@ from typing import Any
 
 import pandas as pd
 
-from components.atomic import atomic_write
+from components.common.atomic import atomic_write
 from components.ingest.base import AdapterOutput, IngestError
 from components.ingest.registry import UPSTREAMS, get_adapter
 from components.ingest.schema import (

@@ -148,7 +148,7 @@ class Correction:
             raise CalibrationError(f"{where}: malformed correction ({exc})") from None
 
     def save(self, path: Path) -> None:
-        from components.atomic import atomic_write_text
+        from components.common.atomic import atomic_write_text
 
         atomic_write_text(Path(path), json.dumps(self.to_dict(), indent=1, sort_keys=True) + "\n")
 

@@ -527,7 +527,7 @@ class RooflineClassModel:
         return str(self.predict(class_feature_frame(frame), texts, ["<question>"]).iloc[0])
 
     def save(self, directory: Path) -> None:
-        from components.atomic import atomic_write_text
+        from components.common.atomic import atomic_write_text
 
         directory = Path(directory)
         directory.mkdir(parents=True, exist_ok=True)
@@ -600,7 +600,7 @@ def cross_validate(features: pd.DataFrame, labels: pd.Series, programs: pd.Serie
     """
     from sklearn.model_selection import GroupKFold
 
-    from components.sampling import unit_hash
+    from components.common.sampling import unit_hash
 
     y = labels.astype(str).map({LABELS[0]: 0, LABELS[1]: 1}).to_numpy("int64")
     progs = programs.astype(str).to_numpy()
@@ -657,7 +657,7 @@ def fit_class_model(train: pd.DataFrame, label_column: str, *, select: bool = Tr
 
 def load_default_model() -> RooflineClassModel | None:
     """The class model saved by the last bolet training run (``<models>/roofline_class``), if any."""
-    from components.config import get_settings
+    from components.platform.config import get_settings
 
     folder = get_settings().models_dir / "roofline_class"
     return RooflineClassModel.load(folder) if (folder / MODEL_FILE).is_file() else None
@@ -677,7 +677,7 @@ def attach_inputs(frame: pd.DataFrame, canonical_dir: Path | None = None) -> pd.
     if canonical_dir is None and frame.attrs.get("canonical_dir"):
         canonical_dir = Path(frame.attrs["canonical_dir"])
     if canonical_dir is None:
-        from components.config import get_settings
+        from components.platform.config import get_settings
 
         canonical_dir = get_settings().data_dir / "canonical"
     kernels = tuple(c for c in KERNEL_COLUMNS if c not in frame.columns)

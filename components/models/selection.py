@@ -18,8 +18,8 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from components.common.sampling import subsample, unit_hash
 from components.models.tabular import TabularConfig, TabularPredictor
-from components.sampling import subsample, unit_hash
 
 
 @dataclass(frozen=True)

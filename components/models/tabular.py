@@ -28,10 +28,10 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from components.common.sampling import subsample, unit_hash
 from components.models import transfer
 from components.models.base import CLASS_TARGET, NUMERIC_TARGETS, class_label_column
 from components.models.transfer import RUNTIME_NORMALISERS
-from components.sampling import subsample, unit_hash
 
 PREDICTOR_FILE = "predictor.json"
 TRAINED_ON_FILE = "trained_on.txt.gz"
@@ -119,13 +119,13 @@ class TabularConfig:
         """Config from params.yaml's ``train:`` merged with ``train: tabular:`` (which wins), plus overrides.
 
         ``train:`` also holds keys other readers own (bench caps, families; checked by
-        ``components.config``), so only its keys naming a field are taken. Every key under
+        ``components.platform.config``), so only its keys naming a field are taken. Every key under
         ``train.tabular:`` must name a field: an unknown one is a ``ParamsError`` (a ValueError)
         naming it, so a typo never silently falls back to a default.
         """
         from dataclasses import fields
 
-        from components.config import ParamsError
+        from components.platform.config import ParamsError
 
         section = dict(params.get("train", params) or {})
         tabular = section.pop("tabular", None) or {}

@@ -18,7 +18,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from components.atomic import atomic_write_text
+from components.common.atomic import atomic_write_text
 
 SHRINK = 8.0  # pseudo-rows pulling a regime's shift toward its parent's
 SLOPE_RIDGE = 30.0  # pseudo-rows of "no slope"

@@ -13,9 +13,9 @@ _CACHE: dict[str, Any] = {}
 
 def engine_for(predictor: Any) -> Any:
     """The op engine for ``predictor`` (cached per folder), with the state folder's calibrations."""
-    from components.config import get_settings
     from components.opmodel.calibrated import load_calibrations
     from components.opmodel.engine import ENGINE_FILE, OpEngine
+    from components.platform.config import get_settings
 
     if getattr(predictor, "family", None) == "roofline":
         return OpEngine(fallback_util=1.0)  # the training-free roofline was asked for: no data, no model

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from components.atomic import atomic_write_dir
+from components.common.atomic import atomic_write_dir
 
 STORE_FAMILIES: tuple[str, ...] = ("gemm", "attention", "moe", "allreduce")
 MANIFEST_NAME = "store.json"

@@ -70,7 +70,7 @@ def measured_intervals(engine: Any, store: dict, quantiles: tuple[float, float] 
 
 def train_engine(settings: Any, out_dir: Path, say: Callable[[str], None] = lambda _: None) -> Path | None:
     """Fit and save the engine into ``out_dir`` and ``$KERNELCAST_HOME/models/opmodel``; None without data."""
-    from components.atomic import atomic_write_dir
+    from components.common.atomic import atomic_write_dir
     from components.devices.catalog import load_catalog
     from components.opmodel.engine import OpEngine
     from components.opmodel.spec import PRIOR_ONLY_FAMILIES, fit, fit_priors, training_rows

@@ -16,8 +16,8 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from components.atomic import atomic_write_text
-from components.config import PROJECT_ROOT
+from components.common.atomic import atomic_write_text
+from components.platform.config import PROJECT_ROOT
 
 STAMP_NAME = "inputs.json"
 CODE_DIRS: tuple[str, ...] = ("components/models", "components/training")

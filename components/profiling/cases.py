@@ -206,7 +206,7 @@ def load_cases(name: str, *, datasets_dir: Path | None = None, select: Any = Non
     if kind == "triton":
         return triton_cases(data)
     if kind == "kernelbench":
-        from components.config import get_settings
+        from components.platform.config import get_settings
 
         return kernelbench_cases(data, datasets_dir or get_settings().datasets_dir)
     candidates = op_cases(data)

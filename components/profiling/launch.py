@@ -45,7 +45,7 @@ def build_program(case: Case, device: str, datasets_dir: Path | None) -> Callabl
     import torch
 
     if datasets_dir is None:
-        from components.config import get_settings
+        from components.platform.config import get_settings
 
         datasets_dir = get_settings().datasets_dir
     path = Path(datasets_dir) / case.spec["path"]

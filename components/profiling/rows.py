@@ -21,7 +21,7 @@ from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
-from components.atomic import atomic_write_text
+from components.common.atomic import atomic_write_text
 from components.profiling.records import RowsError, read_chunk, read_rows  # noqa: F401 -- re-exported
 
 ROWS_FORMAT = "kernelcast-rows/1"

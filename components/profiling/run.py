@@ -74,7 +74,7 @@ PROFILE_KEYS = frozenset({"chunk_size", "timeout_s", "max_retries", "l2_flush"})
 
 def profile_params(params: dict[str, Any] | None = None) -> dict[str, Any]:
     """The ``profile:`` section of params.yaml (unknown keys are an error naming the key)."""
-    from components.config import load_params, section
+    from components.platform.config import load_params, section
 
     return section(params if params is not None else load_params(), "profile", allowed=PROFILE_KEYS)
 
@@ -127,8 +127,8 @@ def _resume_or_new(run_dir: Path, identity: dict[str, Any]) -> None:
 
 
 def _start_ray(ray_address: str | None) -> None:
-    from components.config import get_settings
-    from components.runtime import ensure_ray
+    from components.platform.config import get_settings
+    from components.platform.runtime import ensure_ray
 
     settings = get_settings()
     if ray_address:
@@ -140,7 +140,7 @@ def profile_run(inputs: ProfileInputs) -> ProfileResult:
     """Measure ``inputs.suite`` on ``inputs.device`` with ``inputs.backend``; write and return the run folder."""
     import os
 
-    from components.config import get_settings
+    from components.platform.config import get_settings
 
     _check(inputs)
     placement = placement_for(inputs.device, inputs.backend)

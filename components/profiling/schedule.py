@@ -226,7 +226,7 @@ def measure_chunk(job: ChunkJob) -> dict[str, Any]:
 
 def save_chunk(job: ChunkJob, result: dict[str, Any]) -> int:
     """Write a finished job's raw output, then its rows (atomically: the chunk file is all or nothing)."""
-    from components.atomic import atomic_write_bytes
+    from components.common.atomic import atomic_write_bytes
 
     for name, data in result.get("raw", {}).items():
         atomic_write_bytes(Path(job.run_dir) / "raw" / job.chunk_id / name, data)

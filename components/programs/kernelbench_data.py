@@ -50,7 +50,7 @@ def _read_cache(path: Path) -> pd.DataFrame:
 def cached_traces(texts: dict[str, str], cache_dir: Path, *, per_module_s: float = PER_MODULE_S,
                   log: Callable[[str], None] = lambda _: None) -> dict[str, TraceResult]:
     """name -> TraceResult for every module text, tracing (in the sandbox) only texts not cached."""
-    from components.atomic import atomic_write
+    from components.common.atomic import atomic_write
 
     path = cache_path(cache_dir)
     cache = _read_cache(path)

@@ -76,7 +76,7 @@ def resolve_program_model(op_predictor: Any, models_dir: Path | None = None) -> 
     if isinstance(attached, ProgramModel):
         return attached, True
     if models_dir is None:
-        from components.config import get_settings
+        from components.platform.config import get_settings
 
         models_dir = get_settings().models_dir
     basis = basis_id(op_predictor)

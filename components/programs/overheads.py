@@ -121,7 +121,7 @@ class ProgramModel:
         return model.predict(frame, "pred")
 
     def save(self, path: Path) -> Path:
-        from components.atomic import atomic_write_text
+        from components.common.atomic import atomic_write_text
 
         payload = {"format": FORMAT_VERSION, "basis": self.basis,
                    "configs": {k: v.to_json() for k, v in self.configs.items()}}

@@ -81,7 +81,7 @@ def module_job(module: str, name: str | None = None) -> ModuleJob:
 
 
 def _child_env(protocol_fd: int) -> dict[str, str]:
-    from components.config import PROJECT_ROOT
+    from components.platform.config import PROJECT_ROOT
 
     env = {k: v for k, v in os.environ.items() if not k.lower().endswith("_proxy")}
     env.update(PYTHONPATH=str(PROJECT_ROOT), HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1", DO_NOT_TRACK="1",

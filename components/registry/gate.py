@@ -108,7 +108,7 @@ def read_policy(params: Mapping[str, Any], source: str = "params.yaml") -> GateP
 
     No section, or no split with a threshold, is an error: nothing is promoted without a gate.
     """
-    from components.config import OPMODEL_SPLITS, SPLITS
+    from components.platform.config import OPMODEL_SPLITS, SPLITS
 
     raw = params.get("register")
     if not isinstance(raw, Mapping) or not raw:

@@ -61,7 +61,7 @@ def _default_artifact_location(experiment: str, tracking_uri: str | None) -> str
     """Local stores keep artifacts under KERNELCAST_HOME; a tracking server picks its own."""
     import mlflow
 
-    from components.config import get_settings
+    from components.platform.config import get_settings
 
     uri = tracking_uri or mlflow.get_tracking_uri()
     if uri.startswith(("sqlite:", "file:")) or "://" not in uri:

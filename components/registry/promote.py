@@ -24,7 +24,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
-from components.atomic import atomic_write
+from components.common.atomic import atomic_write
 from components.registry import mlflow_registry as registry
 from components.registry.gate import GatePolicy, Judgement, Rule, judge, read_policy
 from components.registry.lock import promotion_lock
@@ -113,7 +113,7 @@ def _target(inputs: PromoteInputs) -> tuple[str, str | None]:
 def _lock_dir(inputs: PromoteInputs) -> Path:
     if inputs.lock_dir is not None:
         return Path(inputs.lock_dir)
-    from components.config import get_settings
+    from components.platform.config import get_settings
 
     return get_settings().state_dir / "locks"
 

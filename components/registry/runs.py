@@ -13,7 +13,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from components.atomic import atomic_write
+from components.common.atomic import atomic_write
 
 REGISTRATION_FILE = "registration.json"
 # Run tags copied onto the registered version, so the registry alone tells what a version is

@@ -404,7 +404,7 @@ def readme_block(result: dict[str, Any], command: str) -> str:
 
 def write_readme_block(path: Path, section: str) -> None:
     """Replace what lies between the bench-serve markers of ``path`` (both must be there, in order)."""
-    from components.atomic import atomic_write_text
+    from components.common.atomic import atomic_write_text
 
     path = Path(path)
     text = path.read_text()
@@ -415,7 +415,7 @@ def write_readme_block(path: Path, section: str) -> None:
 
 
 def write_result(result: dict[str, Any], path: Path) -> Path:
-    from components.atomic import atomic_write_text
+    from components.common.atomic import atomic_write_text
 
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)

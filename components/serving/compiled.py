@@ -147,7 +147,7 @@ def model_hash(flat: Any, compiler_path: str) -> str:
 
 
 def default_cache_dir() -> Path:
-    from components.config import get_settings
+    from components.platform.config import get_settings
 
     return get_settings().cache_dir / "compiled-trees"
 
@@ -241,7 +241,7 @@ def start_background_compile(npz_file: Path, library: Path) -> bool:
     import sys
     import time
 
-    from components.config import PROJECT_ROOT
+    from components.platform.config import PROJECT_ROOT
 
     marker = library.with_name(f"{library.name}.building")
     try:

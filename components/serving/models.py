@@ -41,13 +41,13 @@ class LoadedModel:
 
 
 def _home() -> Path:
-    from components.config import get_settings
+    from components.platform.config import get_settings
 
     return get_settings().state_dir
 
 
 def _tracking_uri() -> str:
-    from components.config import get_settings
+    from components.platform.config import get_settings
 
     return get_settings().tracking_uri()
 
@@ -97,7 +97,7 @@ def resolve_alias(name: str, alias: str, tracking_uri: str | None = None) -> str
 
     version = alias_version(name, alias, uri)
     try:
-        from components.atomic import atomic_write_text
+        from components.common.atomic import atomic_write_text
 
         data = json.loads(cache_file.read_text()) if cache_file.exists() else {}
         data[key] = {"version": version, "at": time.time()}

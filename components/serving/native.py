@@ -113,7 +113,7 @@ class FlatTrees:
                 "depth": np.asarray(self.depth)}
 
     def save(self, path: Path) -> None:
-        from components.atomic import atomic_write
+        from components.common.atomic import atomic_write
 
         meta = np.asarray(json.dumps({"objective": self.objective, "n_classes": self.n_classes}))
 

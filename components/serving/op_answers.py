@@ -122,8 +122,8 @@ def _calibrated(predicted: dict[str, np.ndarray], questions: list[Question],
     correction fitted on a GPU's own calibration rows is the cheapest accuracy gain on that GPU."""
     import pandas as pd
 
-    from components.config import get_settings
     from components.models.calibration import apply_corrections, load_corrections
+    from components.platform.config import get_settings
 
     asked = {q.device.id for q in questions}
     corrections = {d: c for d, c in load_corrections(get_settings().state_dir).items() if d in asked}

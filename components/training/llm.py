@@ -22,7 +22,7 @@ import numpy as np
 import pandas as pd
 
 if TYPE_CHECKING:
-    from components.config import Settings
+    from components.platform.config import Settings
 
 STATE_FILE = "state.pt"
 LLM_EXPERIMENT = "kernelcast-llm"
@@ -126,7 +126,7 @@ def train_func(config: dict[str, Any]) -> None:
 
 def split_validation(train: pd.DataFrame, share: float = 0.15, key: str = "kernel_id") -> tuple[pd.DataFrame, pd.DataFrame]:
     """Validation slice of the train side, grouped by kernel and chosen by hash (deterministic)."""
-    from components.sampling import unit_hash
+    from components.common.sampling import unit_hash
 
     keys = train[key].astype(str) if key in train else train.index.astype(str).to_series(index=train.index)
     # Historical draw: first 32 bits of sha1("llm-val|<key>") over 2**32 - 1.
@@ -165,8 +165,8 @@ def train_llm(
 
     from components.models.llm.loader import resolve_base
     from components.models.llm.model import LLMConfig, LLMPredictor
+    from components.platform.runtime import configure_environment, ensure_ray
     from components.registry.mlflow_registry import ensure_experiment, log_predictor, mlflow_client, register
-    from components.runtime import configure_environment, ensure_ray
 
     configure_environment(settings)
     cfg = config or LLMConfig()
@@ -262,8 +262,8 @@ def llm_params(params: dict[str, Any]) -> tuple[Any, LLMRunParams]:
     """``(LLMConfig, LLMRunParams)`` from params.yaml; unknown keys are an error, not ignored."""
     from dataclasses import fields
 
-    from components.config import ParamsError, section
     from components.models.llm.model import LLMConfig
+    from components.platform.config import ParamsError, section
 
     train = section(params, "train")
     raw = section(train, "llm", allowed=None, label="train.llm")
@@ -287,10 +287,10 @@ def fit_and_validation_sides(train_side: pd.DataFrame, split: str | None, settin
     capped hash subsample, with kernel source, shapes and launch parameters joined."""
     from dataclasses import replace
 
+    from components.common.sampling import subsample
     from components.ingest.canonical import attach_canonical_columns
     from components.models.base import class_label_column
     from components.models.llm.model import LLMPredictor
-    from components.sampling import subsample
 
     cfg = replace(config, class_column=class_label_column(split))
     # A row that measures none of the targets the model learns would only add padding to batches.
@@ -322,7 +322,7 @@ def fit_on_side(train_side: pd.DataFrame, split: str | None, settings: Settings,
 def fit_for_bench(train: pd.DataFrame, split: str | None, settings: Settings) -> Any:
     """The ``kernelcast bench accuracy`` entry point: a Ray Train fine-tune on the split's train side
     with params.yaml ``train.llm`` (capped to ``max_train_rows``), not registered."""
-    from components.config import load_params
+    from components.platform.config import load_params
 
     params = load_params(settings.params_file)
     config, run = llm_params(params)

@@ -30,7 +30,7 @@ import pandas as pd
 from components.models.llm.prompt import ANSWERS, build_prompt
 
 if TYPE_CHECKING:
-    from components.config import Settings
+    from components.platform.config import Settings
 
 SYSTEM = ("You are a GPU performance expert. Using the roofline model, classify CUDA and OpenMP-offload "
           "kernels as Bandwidth-bound or Compute-bound on the given GPU.")
@@ -152,7 +152,7 @@ def bolet_sides(table: pd.DataFrame) -> tuple[pd.DataFrame, pd.DataFrame]:
 def balanced_subsample(frame: pd.DataFrame, per_class: int, column: str = "roofline_class_published",
                        salt: str = "llm-sub") -> pd.DataFrame:
     """Deterministic (hash-ordered) ``per_class`` rows of each class; all rows if fewer."""
-    from components.sampling import balanced_sample
+    from components.common.sampling import balanced_sample
 
     return balanced_sample(frame, per_class, column, salt, key="kernel_id", sep="|")
 

@@ -18,8 +18,8 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     import pandas as pd
 
-    from components.config import Settings
     from components.evaluation.splits import Fold
+    from components.platform.config import Settings
 
 TRAINABLE_FAMILIES: tuple[str, ...] = ("tabular", "roofline", "llm")
 TABULAR_MODELS: tuple[str, ...] = ("lgbm", "mlp")
@@ -90,7 +90,7 @@ def _stamp() -> str:
 
 
 def _provenance(features_file: Path, split: str) -> dict[str, str]:
-    from components.config import PROJECT_ROOT
+    from components.platform.config import PROJECT_ROOT
     from components.registry.lineage import dataset_version
     from components.training.tabular import file_md5, git_commit
 

@@ -1,7 +1,7 @@
 """Tabular fits as Ray tasks: one task per target, single-threaded each, so targets fit side by side.
 
 The model code (``components.models.tabular``) stays pure; this module only decides where each
-``TargetJob`` runs. A local Ray is started on first use (``components.runtime.ensure_ray``); on a
+``TargetJob`` runs. A local Ray is started on first use (``components.platform.runtime.ensure_ray``); on a
 cluster the same tasks go to its workers.
 """
 
@@ -16,8 +16,8 @@ from typing import Any
 
 import pandas as pd
 
-from components.config import Settings
 from components.models.tabular import TabularConfig, TabularPredictor, TargetJob, config_for_split, fit_job
+from components.platform.config import Settings
 
 
 def _fit_job_task(job: TargetJob) -> Any:
@@ -31,7 +31,7 @@ def ray_executor(settings: Settings):  # noqa: ANN201 -- returns Callable[[Seque
     def run(jobs: Sequence[TargetJob]) -> list[Any]:
         import ray
 
-        from components.runtime import ensure_ray
+        from components.platform.runtime import ensure_ray
 
         ensure_ray(settings)
         remote = ray.remote(num_cpus=1, max_retries=0)(_fit_job_task)

@@ -18,7 +18,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from components.atomic import atomic_write
+from components.common.atomic import atomic_write
 from components.validation.suites import (
     CatalogLike,
     Tolerances,

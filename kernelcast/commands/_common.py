@@ -9,7 +9,7 @@ from typing import ParamSpec, TypeVar
 
 import typer
 
-from components.config import Settings, get_settings
+from components.platform.config import Settings, get_settings
 
 P = ParamSpec("P")
 R = TypeVar("R")
@@ -21,7 +21,7 @@ class UserError(Exception):
 
 def prepared_settings() -> Settings:
     """Settings with the process environment configured (telemetry off, state under home)."""
-    from components.runtime import configure_environment
+    from components.platform.runtime import configure_environment
 
     settings = get_settings()
     configure_environment(settings)

@@ -79,7 +79,7 @@ def accuracy_command(
         "and score its other kernels (repeatable: 0 25 100 400 gives the curve; components/evaluation/calibration.py)"))] = None,
 ) -> None:
     """Train each family on each split's train side, score the test side, compare with the papers."""
-    from components.atomic import atomic_write
+    from components.common.atomic import atomic_write
     from components.devices import load_catalog
     from components.devices.catalog import UnknownDeviceError
     from components.evaluation.bench import (
@@ -89,8 +89,8 @@ def accuracy_command(
     from components.evaluation.harness import read_feature_table
     from components.evaluation.splits import SPLITS, unseen_gpu_devices
     from components.models.tabular import TabularConfig
+    from components.platform.config import load_params as read_params
     from components.training.tabular import make_predictor
-    from components.config import load_params as read_params
 
     def atomic_write_text(path: Path, text: str) -> None:
         atomic_write(path, lambda tmp: tmp.write_text(text))
@@ -161,7 +161,7 @@ def accuracy_command(
         return make_predictor(name, train, split_name, config, settings, use_ray=False)
 
     def start_ray() -> None:
-        from components.runtime import ensure_ray
+        from components.platform.runtime import ensure_ray
 
         ensure_ray(settings)
 

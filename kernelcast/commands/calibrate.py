@@ -29,8 +29,8 @@ def calibrate_command(
     = "group",
 ) -> None:
     """Fit and store a per-GPU runtime correction from that GPU's calibration rows."""
-    from components.config import load_params
     from components.evaluation.calibration import calibrate_stage
+    from components.platform.config import load_params
     from components.registry.loading import load_any_predictor
 
     settings = prepared_settings()

@@ -29,7 +29,7 @@ def deploy_command(
     Needs a Prefect server that outlives this command (`prefect server start`, or the team's):
     deployments registered on a temporary server would vanish with it.
     """
-    from components.config import PROJECT_ROOT
+    from components.platform.config import PROJECT_ROOT
     from flows.deploy import PREFECT_YAML, read_deployments, register
     from flows.runtime import server_is_healthy
 

@@ -132,7 +132,7 @@ def add_devices(spec_file: Path, user_dir: Path, replace: bool = False) -> list[
     """
     import yaml
 
-    from components.atomic import atomic_write
+    from components.common.atomic import atomic_write
     from components.devices import Catalog, CatalogError, load_catalog, read_spec_file
 
     new = read_spec_file(spec_file)

@@ -33,8 +33,8 @@ def evaluate_command(
         "with --gate: the version a registration.json (written by `kernelcast train`) names"))] = None,
 ) -> None:
     """Evaluate MODEL; rows it trained on are excluded and counted as excluded_seen."""
-    from components.config import load_params
     from components.evaluation.stage import EvaluateInputs, check_inputs, evaluate_stage
+    from components.platform.config import load_params
 
     inputs = EvaluateInputs(model=model or "", out_file=out, split=split, features_file=features, source=source,
                             from_dir=from_dir, log=log, max_rows=max_rows, gate=gate, registration=registration)

@@ -46,10 +46,10 @@ def ingest_command(
     out: Annotated[Path | None, typer.Option("--out", help="output folder [data_dir/canonical]")] = None,
 ) -> None:
     """Read public sources into canonical measurements/kernels/rejects tables + summary.json."""
-    from components.config import ingest_sources, load_params
     from components.ingest.base import IngestError
     from components.ingest.registry import SOURCES, check_source
     from components.ingest.stage import IngestInputs, ingest_stage
+    from components.platform.config import ingest_sources, load_params
 
     settings = prepared_settings()
     sources = list(source or [])

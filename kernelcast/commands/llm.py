@@ -38,7 +38,7 @@ def bolet(
     out: Annotated[Path | None, typer.Option(help="results JSON (default: reports/llm-bolet-<time>.json)")] = None,
 ) -> None:
     """Score (i) profiled, (ii) zero-shot, (iii) few-shot, (iv) fine-tuned on the bolet-roofline test side."""
-    from components.atomic import atomic_write
+    from components.common.atomic import atomic_write
     from components.training.llm_scenarios import plot_results, run_bolet
 
     chosen = tuple(scenario or ALL_SCENARIOS)

@@ -21,9 +21,9 @@ def pipeline_command(
     Prints each stage as it goes (what DVC did, rows written, seconds, elapsed), then the promotion
     verdict and where to look. One run per state folder: a second is refused while one runs.
     """
-    from components.config import PROJECT_ROOT
     from components.pipeline.graph import StageGraphError, select_stages
     from components.pipeline.lock import PipelineLocked
+    from components.platform.config import PROJECT_ROOT
     from flows.pipeline import StageFailed, run_pipeline, verdict
 
     import time

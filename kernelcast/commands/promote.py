@@ -43,7 +43,7 @@ def promote_command(
 
     Exit code 0 when `champion` moved (a dry run: when it would), 1 when the version stays challenger.
     """
-    from components.config import load_params
+    from components.platform.config import load_params
     from components.registry.promote import PromoteInputs, gate_policy, promote_stage
 
     settings = prepared_settings()

@@ -36,8 +36,8 @@ def train_command(
     ray: Annotated[bool, typer.Option("--ray/--no-ray", help="fit targets as Ray tasks")] = True,
 ) -> None:
     """Train on the split's train side, score its test side, log an MLflow run and register a version."""
-    from components.config import load_params
     from components.evaluation.splits import SPLITS
+    from components.platform.config import load_params
     from components.training.stage import TrainInputs, train_stage
 
     if model is TabularModel.llm:

@@ -18,8 +18,8 @@ from kernelcast.commands._common import UserError, clean_errors, prepared_settin
 
 def load_params(path: Path) -> dict[str, Any]:
     """params.yaml as a dict; it must have the ``validate:`` keys the suites read."""
-    from components.config import load_params as read_params
-    from components.config import validate_params
+    from components.platform.config import load_params as read_params
+    from components.platform.config import validate_params
 
     params = read_params(path)
     validate_params(params, source=str(path))

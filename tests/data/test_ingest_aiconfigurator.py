@@ -299,8 +299,8 @@ def test_validate_and_features_accept_the_new_families(out, catalog) -> None:  #
     """GX suites pass the subset (quantised dtypes and the attention/moe/allreduce families are known); the
     feature table keeps every row: decode attention costed over its KV context, MoE and all-reduce (no
     analytical formula yet) with NaN features and a note, never dropped."""
-    from components.config import load_params
     from components.features.stage import features_from_tables
+    from components.platform.config import load_params
     from components.validation.run import validate_kernels, validate_measurements
 
     params = load_params()
@@ -324,7 +324,7 @@ def test_validate_and_features_accept_the_new_families(out, catalog) -> None:  #
 
 
 def test_sample_cap_is_a_params_key() -> None:
-    from components.config import ParamsError, ingest_max_kernels
+    from components.platform.config import ParamsError, ingest_max_kernels
 
     assert ingest_max_kernels({"ingest": {"aiconfigurator_max_kernels": 500}}, "aiconfigurator") == 500
     assert ingest_max_kernels({"ingest": {"sources": ["neusight"]}}, "aiconfigurator") is None

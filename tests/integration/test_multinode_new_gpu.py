@@ -26,14 +26,14 @@ from pathlib import Path
 
 import pytest
 
-from components.config import PROJECT_ROOT
+from components.platform.config import PROJECT_ROOT
 from tests.integration.test_services import _project_copy, _sh
 
 pytestmark = pytest.mark.slow
 
 _DRIVER = """
 import json, sys
-from components.config import get_settings
+from components.platform.config import get_settings
 from flows.runtime import prefect_server
 from flows.retrain_on_new_gpu import retrain_on_new_gpu_flow
 with prefect_server(get_settings()):

@@ -25,7 +25,7 @@ import pytest
 import yaml
 from typer.testing import CliRunner
 
-from components.config import PROJECT_ROOT
+from components.platform.config import PROJECT_ROOT
 from components.registry import mlflow_registry as reg
 
 GATE = {
@@ -184,8 +184,8 @@ def test_fail_pass_dry_run_and_rollback_through_the_cli(store: Store) -> None:
 CHILD = textwrap.dedent("""
     import sys, time
     from pathlib import Path
+    from components.platform.config import load_params
     from components.registry.promote import PromoteInputs, gate_policy, promote_stage
-    from components.config import load_params
     uri, name, version, report, start, locks = sys.argv[1:7]
     policy = gate_policy(load_params())
     while time.time() < float(start):  # every promoter starts judging at the same moment

@@ -26,7 +26,7 @@ import pytest
 import yaml
 from typer.testing import CliRunner
 
-from components.config import PROJECT_ROOT
+from components.platform.config import PROJECT_ROOT
 
 pytestmark = pytest.mark.slow
 

@@ -20,7 +20,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from components.config import Settings
+from components.platform.config import Settings
 
 pytestmark = pytest.mark.slow
 
@@ -105,7 +105,7 @@ def _project_copy(root: Path) -> Path:
     our own profiled data (662 rows) and ``../shared/datasets`` a folder of empty sources."""
     import yaml
 
-    from components.config import PROJECT_ROOT
+    from components.platform.config import PROJECT_ROOT
 
     repo = root / "main"
     repo.mkdir(parents=True)

@@ -24,7 +24,7 @@ from pathlib import Path
 
 import pytest
 
-from components.config import PROJECT_ROOT
+from components.platform.config import PROJECT_ROOT
 
 pytestmark = pytest.mark.slow
 NAME = "kernelcast-serving-test"

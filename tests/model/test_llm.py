@@ -33,7 +33,7 @@ def kernels(llm_settings: Settings) -> pd.DataFrame:
 def ray_session(llm_settings: Settings):
     import ray
 
-    from components.runtime import ensure_ray
+    from components.platform.runtime import ensure_ray
 
     started = not ray.is_initialized()
     ensure_ray(llm_settings)

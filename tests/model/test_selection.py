@@ -8,9 +8,9 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from components.config import DEFAULT_DATASETS_DIR
 from components.models.selection import Candidate, holdout_devices, select
 from components.models.tabular import TabularConfig
+from components.platform.config import DEFAULT_DATASETS_DIR
 
 COLLECT = Path("scripts/asplos/data/dataset/train/collect")
 GPUS = ("Tesla P4", "Tesla T4", "Tesla V100-PCIE-32GB", "NVIDIA A100-PCIE-40GB")

@@ -12,8 +12,8 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from components.config import PROJECT_ROOT
 from components.models.tabular import TabularConfig, TabularPredictor
+from components.platform.config import PROJECT_ROOT
 
 SMALL = dict(n_estimators=120, num_leaves=15, min_child_samples=10)
 # (op, shape, dtype) queries spanning launch-bound to compute-bound, tensor and FMA pipes.

@@ -1,5 +1,5 @@
-"""components.config (settings, params.yaml reader), components.runtime (the one Ray start-up's
-arguments), components.sampling, components.atomic and components.registry.loading."""
+"""components.platform.config (settings, params.yaml reader), components.platform.runtime (the one Ray start-up's
+arguments), components.common.sampling, components.common.atomic and components.registry.loading."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ import pandas as pd
 import pytest
 import yaml
 
-from components.config import (
+from components.platform.config import (
     PROJECT_ROOT,
     ParamsError,
     Settings,
@@ -74,7 +74,7 @@ def test_nested_train_sections_are_left_to_their_readers(tmp_path: Path) -> None
     model code, so every command (and DVC stage) need not depend on it."""
     import ast
 
-    import components.config as config
+    import components.platform.config as config
 
     params = {"train": {"tabular": {"n_estimator": 3}, "llm": {"lora_rank": 8}}}
     assert load_params(_write(tmp_path, params)) == params
@@ -112,7 +112,7 @@ def test_settings_derive_every_folder_from_home(tmp_path: Path, monkeypatch: pyt
 
 
 def test_local_ray_kwargs_pin_one_thread_and_the_state_folder(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    from components.runtime import ray_init_kwargs
+    from components.platform.runtime import ray_init_kwargs
 
     monkeypatch.setenv("KERNELCAST_HOME", str(tmp_path))
     monkeypatch.setenv("KERNELCAST_RAY_NUM_CPUS", "2")
@@ -127,7 +127,7 @@ def test_local_ray_kwargs_pin_one_thread_and_the_state_folder(tmp_path: Path, mo
 
 def test_cluster_kwargs_leave_resources_to_the_cluster_and_refuse_a_loopback_api(
         monkeypatch: pytest.MonkeyPatch) -> None:
-    from components.runtime import ray_init_kwargs
+    from components.platform.runtime import ray_init_kwargs
 
     monkeypatch.setenv("KERNELCAST_RAY_ADDRESS", "ray://head.example:10001")
     settings = Settings()
@@ -140,7 +140,7 @@ def test_cluster_kwargs_leave_resources_to_the_cluster_and_refuse_a_loopback_api
 
 
 def test_configure_environment_creates_the_state_folders(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    from components.runtime import configure_environment
+    from components.platform.runtime import configure_environment
 
     monkeypatch.setenv("KERNELCAST_HOME", str(tmp_path / "state"))
     for key in ("RAY_TMPDIR", "PREFECT_HOME", "RAY_AUTH_MODE", "DO_NOT_TRACK", "MLFLOW_TRACKING_URI"):
@@ -160,7 +160,7 @@ def _legacy_unit(value: object, salt: str) -> float:
 
 
 def test_unit_hash_is_the_published_draw_and_order_free() -> None:
-    from components.sampling import unit_hash, unit_hash_series
+    from components.common.sampling import unit_hash, unit_hash_series
 
     keys = [f"k{i}" for i in range(200)]
     assert unit_hash(keys, "random").tolist() == [_legacy_unit(k, "random") for k in keys]
@@ -177,7 +177,7 @@ def test_unit_hash_is_the_published_draw_and_order_free() -> None:
 
 
 def test_subsample_and_caps_pick_the_same_rows_whatever_the_row_order() -> None:
-    from components.sampling import balanced_sample, capped_index, subsample
+    from components.common.sampling import balanced_sample, capped_index, subsample
 
     table = pd.DataFrame({"measurement_id": [f"m{i}" for i in range(500)],
                           "kernel_id": [f"k{i % 50}" for i in range(500)],
@@ -199,7 +199,7 @@ def test_subsample_and_caps_pick_the_same_rows_whatever_the_row_order() -> None:
 
 
 def test_atomic_write_leaves_nothing_behind_on_failure(tmp_path: Path) -> None:
-    from components.atomic import atomic_write, atomic_write_text
+    from components.common.atomic import atomic_write, atomic_write_text
 
     target = tmp_path / "deep" / "out.json"
     atomic_write_text(target, '{"a": 1}')
@@ -216,7 +216,7 @@ def test_atomic_write_leaves_nothing_behind_on_failure(tmp_path: Path) -> None:
 
 
 def test_atomic_write_dir_replaces_or_keeps_a_whole_folder(tmp_path: Path) -> None:
-    from components.atomic import atomic_write_dir
+    from components.common.atomic import atomic_write_dir
 
     target = tmp_path / "model"
 
@@ -285,7 +285,7 @@ def test_load_any_predictor_from_the_registry(tmp_path: Path, monkeypatch: pytes
 
 
 def test_get_settings_follows_the_environment_and_hands_out_independent_copies(monkeypatch, tmp_path) -> None:
-    from components.config import get_settings
+    from components.platform.config import get_settings
 
     monkeypatch.setenv("KERNELCAST_HOME", str(tmp_path / "a"))
     first = get_settings()

@@ -9,7 +9,6 @@ import pandas as pd
 import pytest
 from typer.testing import CliRunner
 
-from components.config import DEFAULT_DATASETS_DIR
 from components.deployments.bench import (
     FAMILY,
     FAMILY_ROOFLINE,
@@ -23,6 +22,7 @@ from components.deployments.config import Deployment, DeploymentError, model_sha
 from components.deployments.data import read_allreduce_tables, read_pipeweave_runs, read_silicon_runs
 from components.deployments.service import rank_deployments
 from components.devices import load_catalog
+from components.platform.config import DEFAULT_DATASETS_DIR
 from kernelcast.cli import app
 
 DATA = DEFAULT_DATASETS_DIR

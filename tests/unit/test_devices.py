@@ -558,8 +558,8 @@ def test_user_folder_merges_into_the_catalog(tmp_path: Path) -> None:
 
 
 def test_default_loader_includes_kernelcast_home_devices(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    from components.config import get_settings
     from components.devices import default_user_devices_dir
+    from components.platform.config import get_settings
 
     monkeypatch.setenv("KERNELCAST_HOME", str(tmp_path))
     assert default_user_devices_dir() == get_settings().state_dir / "devices"

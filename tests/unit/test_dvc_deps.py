@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from components.config import PROJECT_ROOT
+from components.platform.config import PROJECT_ROOT
 
 PACKAGES = ("components", "flows", "kernelcast")
 ENTRY = ("kernelcast/__init__.py", "kernelcast/cli.py", "kernelcast/commands/__init__.py")

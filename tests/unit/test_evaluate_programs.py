@@ -9,7 +9,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from components.config import get_settings
+from components.platform.config import get_settings
 
 
 @pytest.fixture(scope="module")

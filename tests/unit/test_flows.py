@@ -17,7 +17,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from components.config import PROJECT_ROOT, Settings, load_params
+from components.platform.config import PROJECT_ROOT, Settings, load_params
 
 DATASETS = PROJECT_ROOT.parent / "shared" / "datasets"
 
@@ -43,7 +43,7 @@ def chain(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Chain]:
     for var in ("KERNELCAST_RAY_ADDRESS", "KERNELCAST_MLFLOW_TRACKING_URI", "MLFLOW_REGISTRY_URI"):
         patch.delenv(var, raising=False)
     try:
-        from components.runtime import configure_environment
+        from components.platform.runtime import configure_environment
 
         settings = Settings()
         configure_environment(settings)

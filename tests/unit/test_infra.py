@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from components.config import PROJECT_ROOT
+from components.platform.config import PROJECT_ROOT
 
 INFRA = PROJECT_ROOT / "infra"
 

@@ -88,7 +88,7 @@ def test_downward_and_relative_imports_pass(tmp_path: Path) -> None:
     for name in LAYERS:
         (tmp_path / name).mkdir()
     (tmp_path / "kernelcast" / "cli.py").write_text("import flows.x\nfrom components import y\n")
-    (tmp_path / "flows" / "f.py").write_text("from components.config import Settings\nfrom . import g\n")
+    (tmp_path / "flows" / "f.py").write_text("from components.platform.config import Settings\nfrom . import g\n")
     (tmp_path / "components" / "c.py").write_text("from .config import Settings\nimport pandas\n")
     assert upward_imports(tmp_path) == []
 
@@ -99,7 +99,7 @@ def test_downward_and_relative_imports_pass(tmp_path: Path) -> None:
 # not exist yet keep their declared place (opmodel: the op physics and tiers; deployments: LLM
 # serving configurations), so a branch adding them lands on a floor, not in a gap.
 FLOORS: tuple[frozenset[str], ...] = (
-    frozenset({"atomic", "config", "runtime", "sampling"}),  # the loose base modules: no domain
+    frozenset({"common", "platform"}),  # settings, environment, atomic writes, sampling: no domain
     frozenset({"devices"}),  # the GPU catalog
     frozenset({"physics"}),  # an op's work and roofline time on a spec (the one definition)
     frozenset({"profiling"}),  # measuring: cases, backends, the run folder's rows
@@ -122,7 +122,7 @@ def floor_of(package: str) -> int | None:
 
 
 def component_package(module: str) -> str | None:
-    """``components.models.tabular`` -> ``models``; ``components.config`` -> ``config``; else None."""
+    """``components.models.tabular`` -> ``models``; ``components.common.atomic`` -> ``common``; else None."""
     parts = module.split(".")
     return parts[1] if parts[0] == "components" and len(parts) > 1 else None
 
@@ -233,7 +233,7 @@ def test_a_planted_upward_import_fails_with_file_and_line(tmp_path: Path) -> Non
     root = _tree(tmp_path, {
         "components/models/tabular.py": "import os\n\ndef fit():\n    from components.training.llm import train\n",
         "components/training/llm.py": "from components.models.tabular import fit\n",
-        "components/config.py": "",
+        "components/platform/config.py": "",
     })
     edges = package_edges(root)
     low, high = floor_of("models"), floor_of("training")
@@ -241,7 +241,7 @@ def test_a_planted_upward_import_fails_with_file_and_line(tmp_path: Path) -> Non
         f"components/models/tabular.py:4: components.training.llm "
         f"(models on floor {low} imports training on floor {high})"]
     # The same import pointing down passes.
-    (root / "components/models/tabular.py").write_text("from components.config import Settings\n")
+    (root / "components/models/tabular.py").write_text("from components.platform.config import Settings\n")
     assert floor_violations(package_edges(root)) == []
 
 

@@ -10,7 +10,7 @@ from components.profiling.cases import SuiteError, chunked, load_cases, suite_na
 
 
 def test_every_suite_file_loads_with_stable_unique_case_ids() -> None:
-    from components.config import get_settings
+    from components.platform.config import get_settings
 
     datasets = get_settings().datasets_dir
     for name in suite_names():

@@ -34,7 +34,7 @@ GOOD_GPU = {"runtime_mape": 0.30}
 
 
 def test_project_params_hold_a_gate_over_the_published_splits() -> None:
-    from components.config import PROJECT_ROOT, load_params
+    from components.platform.config import PROJECT_ROOT, load_params
 
     policy = read_policy(load_params(PROJECT_ROOT / "params.yaml"))
     assert {"unseen-kernel", "unseen-gpu", "neusight", "pipeweave-fp8", "bolet-roofline"} <= set(policy.splits)

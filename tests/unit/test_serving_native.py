@@ -9,8 +9,8 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from components.config import PROJECT_ROOT
 from components.models.tabular import TabularConfig, TabularPredictor
+from components.platform.config import PROJECT_ROOT
 from components.serving.native import FlatTrees, flatten_folder, load_flat_predictor
 
 

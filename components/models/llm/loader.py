@@ -39,7 +39,7 @@ def embedded_model_dir() -> Path:
 
 
 def default_cache_root() -> Path:
-    from components.config import get_settings
+    from components.platform.config import get_settings
 
     return get_settings().cache_dir / "llm"
 
@@ -68,7 +68,7 @@ def _dequantized_copy(model: PreTrainedModel) -> PreTrainedModel:
 def ensure_embedded_cache(cache_root: Path | None = None) -> Path:
     """De-quantize the GGUF once into a safetensors folder; return that folder.
 
-    Written to a temporary sibling folder and moved into place (``components.atomic``) so that a
+    Written to a temporary sibling folder and moved into place (``components.common.atomic``) so that a
     concurrent or interrupted writer never leaves a half-written model behind.
     """
     target = embedded_cache_dir(cache_root)
@@ -76,7 +76,7 @@ def ensure_embedded_cache(cache_root: Path | None = None) -> Path:
         return target
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    from components.atomic import atomic_write_dir
+    from components.common.atomic import atomic_write_dir
 
     source = embedded_model_dir()
 

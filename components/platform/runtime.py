@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
-from components.config import Settings
+from components.platform.config import Settings
 
 # Every service phones home unless told not to; nothing here may reach for the network.
 TELEMETRY_OFF: dict[str, str] = {

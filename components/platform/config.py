@@ -25,7 +25,7 @@ from typing import Any, TypeVar
 from pydantic import Field
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
-PROJECT_ROOT: Path = Path(__file__).resolve().parent.parent
+PROJECT_ROOT: Path = Path(__file__).resolve().parents[2]  # components/platform/
 DEFAULT_DATASETS_DIR: Path = PROJECT_ROOT.parent / "shared" / "datasets"
 DEFAULT_PARAMS_FILE: Path = PROJECT_ROOT / "params.yaml"
 
