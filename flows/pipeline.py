@@ -13,7 +13,8 @@ Reliability:
   so nothing half-written is taken for done and a rerun redoes exactly the unfinished stages;
 - one run per state folder (``components.pipeline.lock``);
 - ``KERNELCAST_FAULT_AFTER_STAGE=<stage>`` kills the run (SIGKILL) right after that stage: the
-  crash the resume test injects.
+  crash the resume test injects; with ``KERNELCAST_TEST_ONLY_HOLD_CRASH_UNTIL=<file>`` only once
+  that file exists (the test's explicit event: a second run meets a live holder whatever the speed).
 """
 
 from __future__ import annotations
@@ -34,6 +35,7 @@ from components.platform.config import PROJECT_ROOT, Settings
 from flows.retry import transient_only
 
 FAULT_ENV = "KERNELCAST_FAULT_AFTER_STAGE"
+HOLD_CRASH_ENV = "KERNELCAST_TEST_ONLY_HOLD_CRASH_UNTIL"
 
 
 class StageReport(TypedDict):
@@ -67,6 +69,7 @@ def _stage_env() -> dict[str, str]:
     env = dict(os.environ)
     env["PATH"] = f"{Path(sys.executable).parent}{os.pathsep}{env.get('PATH', '')}"
     env.pop(FAULT_ENV, None)
+    env.pop(HOLD_CRASH_ENV, None)
     return env
 
 
@@ -123,6 +126,9 @@ def push_outputs(project_root: str, remote_url: str | None = None) -> str:
 
 def _inject_fault(stage: str) -> None:
     if os.environ.get(FAULT_ENV) == stage:
+        release = os.environ.get(HOLD_CRASH_ENV)
+        while release and not Path(release).exists():  # tests only: crash when the test says so
+            time.sleep(0.05)
         print(f"{FAULT_ENV}={stage}: killing this run (SIGKILL) to simulate a crash", flush=True)
         os.kill(os.getpid(), signal.SIGKILL)
 

@@ -92,14 +92,21 @@ def test_pipeline_crash_resume_lock_and_verdict(short_tmp: Path) -> None:  # noq
     kernelcast = str(Path(sys.executable).with_name("kernelcast"))
 
     started = time.monotonic()
+    # The crash waits for the release file: the second run below meets a live holder however fast the
+    # first run's stages are or however busy the machine (an explicit event, not a race with its stages).
+    release = root / "crash.release"
     crashing = subprocess.Popen([kernelcast, "pipeline", "--no-push"], cwd=repo, text=True,
-                                env=_env(repo, root, KERNELCAST_FAULT_AFTER_STAGE="features"),
+                                env=_env(repo, root, KERNELCAST_FAULT_AFTER_STAGE="features",
+                                         KERNELCAST_TEST_ONLY_HOLD_CRASH_UNTIL=str(release)),
                                 stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
     lock = repo / ".kernelcast" / "pipeline.lock"
-    while not lock.exists() and crashing.poll() is None:
-        time.sleep(0.2)
-    second = subprocess.run([kernelcast, "pipeline", "--no-push"], cwd=repo, env=env, text=True,
-                            capture_output=True, timeout=300)
+    try:
+        while not lock.exists() and crashing.poll() is None:
+            time.sleep(0.2)
+        second = subprocess.run([kernelcast, "pipeline", "--no-push"], cwd=repo, env=env, text=True,
+                                capture_output=True, timeout=300)
+    finally:
+        release.touch()  # whatever happened: the first run is never left waiting
     first_out, _ = crashing.communicate(timeout=900)
     crash_s = time.monotonic() - started
 

@@ -186,9 +186,10 @@ CHILD = textwrap.dedent("""
     from pathlib import Path
     from components.platform.config import load_params
     from components.registry.promote import PromoteInputs, gate_policy, promote_stage
-    uri, name, version, report, start, locks = sys.argv[1:7]
+    uri, name, version, report, barrier, locks = sys.argv[1:7]
     policy = gate_policy(load_params())
-    while time.time() < float(start):  # every promoter starts judging at the same moment
+    Path(barrier, f"ready-{version}").touch()
+    while not Path(barrier, "go").exists():  # every promoter starts judging at the same moment
         time.sleep(0.005)
     result = promote_stage(PromoteInputs(tracking_uri=uri, model_name=name, version=version,
                                          eval_report=Path(report), lock_dir=Path(locks)), policy)
@@ -197,10 +198,14 @@ CHILD = textwrap.dedent("""
 
 
 @pytest.mark.slow
-def test_concurrent_promotions_in_separate_processes_have_one_winner(store: Store) -> None:
+def test_concurrent_promotions_in_separate_processes_have_one_winner(store: Store, tmp_path: Path) -> None:
     """Two candidates that each beat the champion but each lose to the other (v2 better on MAPE,
     v3 on within-10, each worse than the other by more than the tolerance): judged one after the
-    other, exactly one can win; without the lock both would be judged against v1 and both move it."""
+    other, exactly one can win; without the lock both would be judged against v1 and both move it.
+
+    Both promoters are released together once both are ready (an explicit barrier, not a start time
+    8 s ahead that a busy machine's imports can overrun: then they would not overlap, and the test
+    would pass without testing the lock)."""
     name = "kc-race"
     v1, v2, v3 = (store.version(name) for _ in range(3))
     reg.mlflow_client(store.uri).set_registered_model_alias(name, reg.CHAMPION, v1)
@@ -208,12 +213,22 @@ def test_concurrent_promotions_in_separate_processes_have_one_winner(store: Stor
     for key, value in (("unseen-kernel/runtime_mape", 0.30), ("unseen-kernel/within_10", 0.40)):
         client.set_model_version_tag(name, v1, f"{reg.METRIC_TAG_PREFIX}{key}", str(value))
     reports = {v2: store.report(name, v2, 0.20, 0.40), v3: store.report(name, v3, 0.30, 0.60)}
-    start = time.time() + 8.0  # after both have imported mlflow
+    barrier = tmp_path / "barrier"
+    barrier.mkdir()
     env = {**os.environ, "PYTHONPATH": str(PROJECT_ROOT)}
-    procs = [subprocess.Popen([sys.executable, "-c", CHILD, store.uri, name, v, str(reports[v]), str(start),
+    procs = [subprocess.Popen([sys.executable, "-c", CHILD, store.uri, name, v, str(reports[v]), str(barrier),
                                str(store.root / "locks")], cwd=PROJECT_ROOT, env=env, stdout=subprocess.PIPE,
                               stderr=subprocess.PIPE, text=True) for v in (v2, v3)]
-    outputs = [p.communicate(timeout=180) for p in procs]
+    hang = time.monotonic() + 600  # only a hung child reaches this; it is no part of the outcome
+    try:
+        while (not all((barrier / f"ready-{v}").exists() for v in (v2, v3))
+               and all(p.poll() is None for p in procs) and time.monotonic() < hang):
+            time.sleep(0.05)
+        both_ready = all((barrier / f"ready-{v}").exists() for v in (v2, v3))
+    finally:
+        (barrier / "go").touch()  # released whatever happened: no child is left waiting
+    outputs = [p.communicate(timeout=600) for p in procs]
+    assert both_ready, [err[-2000:] for _, err in outputs]
     assert all(p.returncode == 0 for p in procs), [err[-2000:] for _, err in outputs]
     results = [line.split() for out, _ in outputs for line in out.splitlines() if line.startswith("RESULT")]
     winners = [r[1] for r in results if r[2] == "True"]
@@ -236,7 +251,18 @@ def test_unreachable_registry_is_one_line_naming_the_uri(tmp_path: Path, monkeyp
     uri = f"http://127.0.0.1:{_closed_port()}"
     monkeypatch.setenv("KERNELCAST_HOME", str(tmp_path / "home"))
     monkeypatch.setenv("MLFLOW_TRACKING_URI", uri)
-    started = time.perf_counter()
+    # MLflow's HTTP client retries with back-off for minutes; failing fast means it is never called.
+    # Counted on the real client (every call still goes through), not timed: a busy machine is slow.
+    import requests
+
+    mlflow_calls: list[str] = []
+    real_request = requests.Session.request
+
+    def counted(self, method, url, *args, **kwargs):  # noqa: ANN001, ANN002, ANN003, ANN202
+        mlflow_calls.append(f"{method} {url}")
+        return real_request(self, method, url, *args, **kwargs)
+
+    monkeypatch.setattr(requests.Session, "request", counted)
     for args in (["--version", "1"], ["--rollback"], ["--version", "1", "--dry-run"]):
         code, out = _promote(*args)
         lines = [line for line in out.splitlines() if line.strip()]
@@ -247,7 +273,7 @@ def test_unreachable_registry_is_one_line_naming_the_uri(tmp_path: Path, monkeyp
     gate = CliRunner().invoke(app, ["evaluate", "--gate", "--model", "roofline", "--out", str(tmp_path / "g.json")])
     assert gate.exit_code == 2 and gate.output.strip() == (
         f"error: MLflow registry at {uri} cannot be reached ([Errno 111] Connection refused)"), gate.output
-    assert time.perf_counter() - started < 30  # no minutes of HTTP retries
+    assert not [call for call in mlflow_calls if uri in call], mlflow_calls  # no minutes of HTTP retries
     missing = f"sqlite:///{tmp_path / 'no' / 'such' / 'mlflow.db'}"
     monkeypatch.setenv("MLFLOW_TRACKING_URI", missing)
     code, out = _promote("--version", "1")

@@ -338,12 +338,12 @@ def test_new_gpu_flow_reruns_exactly_the_data_stages_train_reads() -> None:
 
 
 _HOLD_LOCK = """
-import sys, time
+import sys
 from pathlib import Path
 from components.pipeline.lock import pipeline_lock
 with pipeline_lock(Path(sys.argv[1]), "holder-under-test"):
     print("held", flush=True)
-    time.sleep(60)
+    sys.stdin.read()  # held until the test kills it (an explicit event, not a 60 s sleep a busy box can outlast)
 """
 
 
@@ -355,7 +355,7 @@ def test_pipeline_lock_refuses_a_live_holder_and_takes_over_from_a_dead_one(tmp_
     from components.pipeline.lock import PipelineLocked, pipeline_lock
 
     holder = subprocess.Popen([sys.executable, "-c", _HOLD_LOCK, str(tmp_path)], cwd=PROJECT_ROOT,
-                              stdout=subprocess.PIPE, text=True)
+                              stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
     try:
         assert holder.stdout is not None and holder.stdout.readline().strip() == "held"
         with pytest.raises(PipelineLocked, match=rf"pipeline.lock: another pipeline run .*pid {holder.pid} .*holder-under-test"):
@@ -364,11 +364,56 @@ def test_pipeline_lock_refuses_a_live_holder_and_takes_over_from_a_dead_one(tmp_
     finally:
         holder.send_signal(signal.SIGKILL)  # a crash: the lock file stays, its flock dies
         holder.wait()
+        assert holder.stdin is not None and holder.stdout is not None
+        holder.stdin.close()
+        holder.stdout.close()
     assert (tmp_path / "pipeline.lock").exists()
     with pipeline_lock(tmp_path, "second") as info:
         assert info.stale_from is not None and info.stale_from["pid"] == holder.pid
         assert json.loads((tmp_path / "pipeline.lock").read_text())["command"] == "second"
     assert not (tmp_path / "pipeline.lock").exists()
+
+
+_CRASH_AFTER_FEATURES = """
+import sys, threading
+from flows.pipeline import _inject_fault
+
+def answer():
+    sys.stdin.readline()
+    print("alive", flush=True)
+
+threading.Thread(target=answer, daemon=True).start()
+print("at the crash point", flush=True)
+_inject_fault("features")
+print("survived", flush=True)
+"""
+
+
+def test_an_injected_crash_waits_for_its_release_file(tmp_path: Path) -> None:
+    """The e2e crash test's explicit event: the run dies (SIGKILL) right after the stage, but only once
+    the release file exists, so a second run started meanwhile always meets a live lock holder."""
+    import os
+    import signal
+    import subprocess
+    import sys
+
+    from flows.pipeline import FAULT_ENV, HOLD_CRASH_ENV
+
+    release = tmp_path / "crash.release"
+    env = {**os.environ, FAULT_ENV: "features", HOLD_CRASH_ENV: str(release), "PYTHONPATH": str(PROJECT_ROOT)}
+    child = subprocess.Popen([sys.executable, "-c", _CRASH_AFTER_FEATURES], cwd=PROJECT_ROOT, env=env,
+                             stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    try:
+        assert child.stdin is not None and child.stdout is not None
+        assert child.stdout.readline().strip() == "at the crash point"
+        child.stdin.write("ping\n")
+        child.stdin.flush()
+        # Held at the crash point (no release file yet): still alive to answer; a killed run answers nothing.
+        assert child.stdout.readline().strip() == "alive"
+    finally:
+        release.touch()
+    out, _ = child.communicate(timeout=120)
+    assert child.returncode == -signal.SIGKILL and "simulate a crash" in out and "survived" not in out
 
 
 def test_fleet_plan_profiles_gpus_with_a_node_and_reports_the_rest() -> None:
