@@ -25,7 +25,7 @@ from components.deployments.compose import (
     OVERHEADS,
     DoesNotFit,
     FrameworkCost,
-    compose_phases,
+    compose_many,
     memory_check,
     overhead_counts,
     steady_features,
@@ -125,13 +125,14 @@ def compose_pipeweave(
     allreduce: Mapping[str, AllReduceTable] | None = None,
     refused: list[dict[str, Any]] | None = None,
 ) -> pd.DataFrame:
-    """Per run: kernel and roofline times of one prefill (the whole batch) and one decode step.
+    """Per run: kernel and roofline times of one prefill (the whole batch) and one decode step (all runs of
+    a GPU timed in one batch per kind of op).
 
     With ``refused`` (a list), a run without an answer is appended there with its reason and skipped;
     without, its error propagates."""
     tables = read_allreduce_tables(datasets_dir) if allreduce is None else allreduce
     fn = with_allreduce(op_time or roofline_op_time, tables)
-    out = []
+    kept, deployments = [], []
     for run in runs.itertuples():
         try:
             model = model_shape(run.model, datasets_dir)
@@ -139,7 +140,6 @@ def compose_pipeweave(
             d = Deployment(
                 model=model, gpu=spec, isl=round(run.isl), osl=int(run.osl), concurrency=run.batch, tp=run.tp
             )
-            ph = compose_phases(d, fn, isl_mean=run.isl)
         except (DeploymentError, LookupError) as exc:
             if refused is None:
                 raise
@@ -151,21 +151,37 @@ def compose_pipeweave(
                 }
             )
             continue
-        out.append(
-            {
-                **run._asdict(),
-                "layers": model.layers,
-                "prefill_tokens": run.batch * run.isl,
-                "prefill_kernels_us": ph.prefill_kernels_us,
-                "decode_kernels_us": ph.decode_kernels_us,
-                "prefill_roof_us": sum(x.floor_us for x in ph.prefill),
-                "decode_roof_us": sum(x.floor_us for x in ph.decode),
-                **_named("prefill", overhead_counts(ph.prefill)),
-                **_named("decode", overhead_counts(ph.decode)),
-            }
-        )
+        kept.append(run)
+        deployments.append(d)
+    phases = compose_many(deployments, fn, [float(run.isl) for run in kept])
+    out = [
+        {
+            **run._asdict(),
+            "layers": d.model.layers,
+            "prefill_tokens": run.batch * run.isl,
+            "prefill_kernels_us": ph.prefill_kernels_us,
+            "decode_kernels_us": ph.decode_kernels_us,
+            "prefill_roof_us": sum(x.floor_us for x in ph.prefill),
+            "decode_roof_us": sum(x.floor_us for x in ph.decode),
+            **_named("prefill", overhead_counts(ph.prefill)),
+            **_named("decode", overhead_counts(ph.decode)),
+            **_tier_shares(ph.prefill + ph.decode),
+        }
+        for run, d, ph in zip(kept, deployments, phases, strict=True)
+    ]
     frame = pd.DataFrame(out)
     return frame.drop(columns=["Index"], errors="ignore")
+
+
+def _tier_shares(lines: list[Any]) -> dict[str, float]:
+    """Share of the kernel time each tier answered (``tier_measured``, ``tier_spec``, ``tier_roofline``)."""
+    total = sum(x.time_us for x in lines) or 1.0
+    shares: dict[str, float] = {}
+    for x in lines:
+        for name in x.tier.split("+"):
+            key = f"tier_{name}"
+            shares[key] = shares.get(key, 0.0) + x.time_us / total / len(x.tier.split("+"))
+    return shares
 
 
 def _named(prefix: str, counts: np.ndarray) -> dict[str, float]:
@@ -414,31 +430,17 @@ def compose_silicon(
     op_time: OpTimeFn | None = None,
     log: Callable[[str], None] = lambda _: None,
 ) -> tuple[pd.DataFrame, pd.DataFrame]:
-    """Kernel times per answerable run, and (id, reason) of the runs without an answer."""
+    """Kernel times per answerable run, and (id, reason) of the runs without an answer. Each distinct
+    (prefill worker, decode worker) pair is composed once; all of a GPU's in one batch per kind of op."""
     fn = op_time or roofline_op_time
-    cache: dict[tuple, Any] = {}
-    answered, refused = [], []
+    keys: dict[tuple, int] = {}
+    pairs: list[tuple[Deployment, Deployment]] = []
+    kept: list[tuple[dict[str, Any], int]] = []
+    refused = []
     for row in runs.to_dict("records"):
         try:
             pre, dec = silicon_deployments(row, catalog, datasets_dir)
             memory_check(dec)
-            key_p = (
-                pre.model.name,
-                pre.gpu.id,
-                pre.isl,
-                pre.osl,
-                pre.weight_dtype,
-                pre.kv_dtype,
-                pre.tp,
-                pre.ep,
-                pre.concurrency,
-                dec.concurrency,
-                dec.tp,
-                dec.ep,
-            )
-            if key_p not in cache:
-                cache[key_p] = (compose_phases(pre, fn), compose_phases(dec, fn))
-            ph_p, ph_d = cache[key_p]
         except (DeploymentError, LookupError) as exc:
             refused.append(
                 {
@@ -449,6 +451,19 @@ def compose_silicon(
                 }
             )
             continue
+        key = (
+            pre.model.name, pre.gpu.id, pre.isl, pre.osl, pre.weight_dtype, pre.kv_dtype, pre.tp, pre.ep,
+            pre.concurrency, dec.concurrency, dec.tp, dec.ep,
+        )
+        if key not in keys:
+            keys[key] = len(pairs)
+            pairs.append((pre, dec))
+        kept.append((row, keys[key]))
+    phases = compose_many([d for pair in pairs for d in pair], fn)
+    answered = []
+    for row, k in kept:
+        pre, dec = pairs[k]
+        ph_p, ph_d = phases[2 * k], phases[2 * k + 1]
         answered.append(
             {
                 **row,
@@ -462,6 +477,7 @@ def compose_silicon(
                 "decode_roof_us": ph_d.floor_us(ph_d.decode),
                 **_named("one", overhead_counts(ph_p.one)),
                 **_named("step", overhead_counts(ph_d.decode)),
+                **_tier_shares(ph_p.one + ph_d.decode),
             }
         )
     log(f"silicon: {len(answered)} runs composed, {len(refused)} without an answer")

@@ -298,17 +298,25 @@ def step_ops(d: Deployment, phase: str, batch: int, q_len: float, ctx: np.ndarra
 
 def _call(
     op_time: OpTimeFn, family: str, dtype: str, kv_dtype: str | None, shape: dict[str, np.ndarray], spec: Any
-) -> tuple[np.ndarray, str]:
-    """One batch of same-kind ops: times (microseconds, never below the speed-of-light floor) and the tier."""
+) -> tuple[np.ndarray, np.ndarray]:
+    """One batch of same-kind ops: times (microseconds) and the tier of each row (``measured``, ``spec``...
+    from an op engine; ``roofline`` from the fixed-efficiency roofline)."""
     if family == "attention" and _takes_kv(op_time):
         out = op_time(family, dtype, shape, spec, kv_dtype=kv_dtype)
     else:
         out = op_time(family, dtype, shape, spec)
-    tier = "roofline"
-    if hasattr(out, "duration_us"):  # an OpTimes from the op engine
-        tier = str(np.atleast_1d(getattr(out, "tier", np.array(["engine"])))[0])
-        out = out.duration_us
-    return np.asarray(out, dtype="float64"), tier
+    if hasattr(out, "duration_us"):  # an OpTimes from the op engine, or ops.Timed
+        times = np.asarray(out.duration_us, dtype="float64")
+        tier = np.broadcast_to(np.asarray(getattr(out, "tier", "engine"), dtype=object), times.shape)
+        return times, tier
+    times = np.asarray(out, dtype="float64")
+    return times, np.full(times.shape, "roofline", dtype=object)
+
+
+def _line_tier(tiers: np.ndarray) -> str:
+    """One line's tier: its rows' tier, or the tiers it mixes (decode attention at several contexts)."""
+    names = sorted({str(t) for t in tiers})
+    return names[0] if len(names) == 1 else "+".join(names)
 
 
 def _takes_kv(fn: OpTimeFn) -> bool:
@@ -350,7 +358,7 @@ def time_ops(lines: list[OpLine], spec: Any, op_time: OpTimeFn) -> float:
         }
         if op is not None:
             stacked["op"] = op
-        times, tier = _call(op_time, family, dtype, kv_dtype, stacked, spec)
+        times, tiers = _call(op_time, family, dtype, kv_dtype, stacked, spec)
         floors = sol_time(family, dtype, stacked, spec, kv_dtype)
         times = np.maximum(times, floors)
         bounds = np.cumsum([0, *sizes])
@@ -358,7 +366,7 @@ def time_ops(lines: list[OpLine], spec: Any, op_time: OpTimeFn) -> float:
             part = slice(bounds[j], bounds[j + 1])
             lines[i].time_us = float(np.mean(times[part])) * lines[i].count
             lines[i].floor_us = float(np.mean(floors[part])) * lines[i].count
-            lines[i].tier = tier
+            lines[i].tier = _line_tier(tiers[part])
     return sum(line.time_us for line in lines)
 
 
@@ -433,13 +441,16 @@ def memory_notes(d: Deployment, memory: dict[str, float]) -> list[str]:
     return [note]
 
 
-def _breakdown(lines: list[OpLine]) -> dict[str, dict[str, float]]:
+def _breakdown(lines: list[OpLine]) -> dict[str, dict[str, Any]]:
+    """Per op kind: ms per step, share of the step's kernel time, and the tier(s) that answered its ops."""
     by: dict[str, float] = defaultdict(float)
+    tiers: dict[str, set[str]] = defaultdict(set)
     for line in lines:
         by[line.kind] += line.time_us
+        tiers[line.kind].update(line.tier.split("+"))
     total = sum(by.values()) or 1.0
     return {
-        k: {"ms": round(v / 1e3, 4), "share": round(v / total, 4)}
+        k: {"ms": round(v / 1e3, 4), "share": round(v / total, 4), "tier": "+".join(sorted(tiers[k]))}
         for k, v in sorted(by.items(), key=lambda x: -x[1])
     }
 
@@ -483,15 +494,18 @@ def overhead_counts(lines: list[OpLine]) -> np.ndarray:
     return np.array([launches, allreduces, gpus], dtype="float64")
 
 
-def compose_phases(d: Deployment, op_time: OpTimeFn | None = None, isl_mean: float | None = None) -> Phases:
-    """Kernel time of one prefill step (concurrency x isl), one decode step (averaged) and a lone prefill."""
-    op_time = op_time or roofline_op_time
-    spec, isl = d.gpu, float(isl_mean or d.isl)
-    prefill = step_ops(d, "prefill", d.concurrency, isl, isl)
-    decode = step_ops(d, "decode", d.concurrency, 1.0, decode_contexts(isl, d.osl))
-    one = step_ops(d, "prefill", 1, isl, isl)
+def phase_lines(d: Deployment, isl_mean: float | None = None) -> tuple[list[OpLine], ...]:
+    """The (untimed) ops of one prefill step (concurrency x isl), one decode step and a lone prefill."""
+    isl = float(isl_mean or d.isl)
+    return (
+        step_ops(d, "prefill", d.concurrency, isl, isl),
+        step_ops(d, "decode", d.concurrency, 1.0, decode_contexts(isl, d.osl)),
+        step_ops(d, "prefill", 1, isl, isl),
+    )
+
+
+def _phases(d: Deployment, prefill: list[OpLine], decode: list[OpLine], one: list[OpLine]) -> Phases:
     pp_hop = (d.pp - 1) * 5.0  # one activation send per stage boundary (NVLink p2p, a few microseconds)
-    time_ops(prefill + decode + one, spec, op_time)  # one op-time call per kind of op for all three steps
     return Phases(
         sum(x.time_us for x in prefill) + pp_hop,
         sum(x.time_us for x in decode) + pp_hop,
@@ -502,21 +516,51 @@ def compose_phases(d: Deployment, op_time: OpTimeFn | None = None, isl_mean: flo
     )
 
 
+def compose_many(
+    deployments: list[Deployment], op_time: OpTimeFn | None = None, isl_means: list[float | None] | None = None
+) -> list[Phases]:
+    """:func:`compose_phases` of many deployments with ONE op-time call per kind of op and GPU: the op
+    engine is vectorised over shapes, so a catalog rank or a bench of a thousand runs costs a few calls per
+    GPU, not a few per deployment."""
+    op_time = op_time or roofline_op_time
+    means = isl_means or [None] * len(deployments)
+    lines = [phase_lines(d, m) for d, m in zip(deployments, means, strict=True)]
+    specs: list[Any] = []  # distinct GPUs (equal specs share one batch; a spec file with a catalog id not)
+    members: list[list[int]] = []
+    for i, d in enumerate(deployments):
+        k = next((k for k, spec in enumerate(specs) if spec.id == d.gpu.id and spec == d.gpu), None)
+        if k is None:
+            specs.append(d.gpu)
+            members.append([])
+            k = len(specs) - 1
+        members[k].append(i)
+    for spec, group in zip(specs, members, strict=True):
+        time_ops([x for i in group for part in lines[i] for x in part], spec, op_time)
+    return [_phases(d, *parts) for d, parts in zip(deployments, lines, strict=True)]
+
+
+def compose_phases(d: Deployment, op_time: OpTimeFn | None = None, isl_mean: float | None = None) -> Phases:
+    """Kernel time of one prefill step (concurrency x isl), one decode step (averaged) and a lone prefill."""
+    return compose_many([d], op_time, [isl_mean])[0]
+
+
 def answer(
     d: Deployment,
     op_time: OpTimeFn | None = None,
     framework: FrameworkCost | None = None,
     workload: str = STEADY,
     isl_mean: float | None = None,
+    phases: Phases | None = None,
 ) -> Answer:
     """TTFT, TPOT, e2e, per-GPU throughput, breakdowns and memory of a deployment (memory checked first).
+    ``phases``: the deployment's op times when already composed (``compose_many`` over a rank).
 
     ``workload``: "steady" (requests keep arriving: each new prefill stalls the running decodes, TTFT waits
     for its own prefill) or "batch" (all requests start together: TTFT is the whole batch's prefill).
     """
     memory = memory_check(d)
     fw = framework or default_framework()
-    ph = compose_phases(d, op_time, isl_mean)
+    ph = phases if phases is not None else compose_phases(d, op_time, isl_mean)
     layers = d.model.layers
     prefill_us = ph.prefill_kernels_us + fw.step_us(
         "prefill", layers, d.concurrency * d.isl, ph.prefill_kernels_us, overhead_counts(ph.prefill)
@@ -551,7 +595,10 @@ def answer(
         name: [round(v * (1 - spread.get(k, 0.5)), 3), round(v * (1 + spread.get(k, 0.5)), 3)]
         for name, k, v in (("ttft_ms", keys[0], ttft_us / 1e3), ("tpot_ms", keys[1], tpot_us / 1e3))
     }
-    tiers = {f"{line.phase}:{line.kind}:{line.family}": line.tier for line in ph.prefill + ph.decode}
+    tiers: dict[str, str] = {}
+    for line in ph.prefill + ph.decode:
+        key = f"{line.phase}:{line.kind}:{line.family}"
+        tiers[key] = "+".join(sorted({*tiers.get(key, line.tier).split("+"), *line.tier.split("+")}))
     notes.append(f"framework cost: {fw.source}")
     return Answer(
         ttft_ms=round(ttft_us / 1e3, 4),
