@@ -12,7 +12,7 @@ Splits:
 
 from __future__ import annotations
 
-from collections import Counter
+from collections import Counter, defaultdict
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -38,13 +38,24 @@ from components.deployments.data import (
     read_published,
     read_silicon_runs,
 )
-from components.deployments.ops import OpTimeFn, Timed, roofline_op_time
+from components.deployments.ops import (
+    ENGINE_SOURCE,
+    ROOFLINE_SOURCE,
+    OpTimeFn,
+    Timed,
+    engine_op_time,
+    has_data,
+    roofline_op_time,
+)
 
 SPLIT_PIPEWEAVE = "llm-serving-pipeweave"
 SPLIT_SILICON = "llm-serving-silicon"
 SPLITS = (SPLIT_PIPEWEAVE, SPLIT_SILICON)
 FAMILY = "deployment"  # the composition with the learned framework cost
 FAMILY_ROOFLINE = "roofline-composition"  # sum of speed-of-light op times
+FAMILY_ROOF_OPS = "deployment:roofline-ops"  # op times from the fixed-efficiency roofline (ops.EFFICIENCY)
+FAMILY_ENGINE = "deployment:engine"  # the op engine as the product answers (measured tier where stored)
+FAMILY_UNSEEN = "deployment:unseen-gpu"  # the chosen composition with the held-out GPU's kernels withheld
 
 
 def with_allreduce(base: OpTimeFn, tables: Mapping[str, AllReduceTable]) -> OpTimeFn:
@@ -279,6 +290,80 @@ class ServingBench:
     rows: list[dict[str, Any]] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
     predictions: pd.DataFrame | None = None
+    variants: dict[str, pd.DataFrame] = field(default_factory=dict)  # family -> predictions
+
+
+def op_sources(engine: Any) -> dict[str, Any]:
+    """The op-time functions a bench composes with: the fixed-efficiency roofline always; with an engine that
+    has data, the engine as the product answers (measured tier on GPUs in its store) and the engine blind
+    to every GPU's own kernels (spec tier only: the GPU treated as one no file has)."""
+    sources: dict[str, Any] = {ROOFLINE_SOURCE: roofline_op_time}
+    if has_data(engine):
+        sources[ENGINE_SOURCE] = engine_op_time(engine)
+        sources[UNSEEN] = engine_op_time(engine, unseen=_EVERY_GPU)
+    return sources
+
+
+class _Every(frozenset):
+    """Every GPU id (``engine_op_time``'s ``unseen``): the spec tier answers for all."""
+
+    def __contains__(self, item: object) -> bool:
+        return True
+
+
+_EVERY_GPU = _Every()
+UNSEEN = "engine-unseen"  # the op engine without the held-out GPU's measured kernels (spec tier)
+# Bench families per op source (FAMILY is the composition chosen per fold on its training side)
+SOURCE_FAMILY = {ROOFLINE_SOURCE: FAMILY_ROOF_OPS, ENGINE_SOURCE: FAMILY_ENGINE}
+
+
+def _aligned(frames: dict[str, pd.DataFrame], key: str) -> dict[str, pd.DataFrame]:
+    """The runs every source answered, in one order (a source may refuse a run the others answer)."""
+    common = set.intersection(*(set(f[key]) for f in frames.values()))
+    return {k: f[f[key].isin(common)].sort_values(key).reset_index(drop=True) for k, f in frames.items()}
+
+
+def choose_source(
+    frames: dict[str, pd.DataFrame],
+    group: str,
+    fit: Callable[[pd.DataFrame], Any],
+    predict: Callable[[pd.DataFrame, Any], pd.DataFrame],
+    targets: dict[str, str],
+) -> dict[str, str]:
+    """Per target (``{name: column of the truth}``; e.g. prefill and decode): the op source (roofline, or the
+    engine as the product answers) with the lower mean error over an inner leave-one-``group``-out of
+    ``frames`` -- which hold a fold's TRAINING runs only. Each phase's framework cost is fitted on its own
+    op times, so each phase may take its own source."""
+    errors: dict[str, dict[str, float]] = defaultdict(dict)
+    for source in (ROOFLINE_SOURCE, ENGINE_SOURCE):
+        frame = frames.get(source)
+        if frame is None or frame[group].nunique() < 2:
+            continue
+        preds = [predict(frame[frame[group] == g], fit(frame[frame[group] != g])) for g in sorted(frame[group].unique())]
+        for target, truth in targets.items():
+            errors[target][source] = float(
+                np.mean([_mape(p[f"{target}_pred_ms"].to_numpy(), p[truth].to_numpy()) for p in preds])
+            )
+    return {t: min(errors[t], key=errors[t].__getitem__) if errors[t] else ROOFLINE_SOURCE for t in targets}
+
+
+def _blind(choice: dict[str, str]) -> dict[str, str]:
+    return {t: UNSEEN if source == ENGINE_SOURCE else source for t, source in choice.items()}
+
+
+def _combine(preds: dict[str, pd.DataFrame], choice: dict[str, str], osl: bool) -> pd.DataFrame:
+    """One frame whose ``<target>_pred_ms`` come each from its chosen source (frames are aligned)."""
+    first = next(iter(choice.values()))
+    out = preds[first].copy()
+    for target, source in choice.items():
+        out[f"{target}_pred_ms"] = preds[source][f"{target}_pred_ms"].to_numpy()
+        out[f"{target}_source"] = source
+    if osl:
+        out["total_pred_ms"] = out["prefill_pred_ms"] + out["osl"] * out["decode_pred_ms"]
+    return out
+
+
+PW_TARGETS = ("prefill", "decode", "total")
 
 
 def run_pipeweave_bench(
@@ -287,25 +372,50 @@ def run_pipeweave_bench(
     op_time: OpTimeFn | None = None,
     log: Callable[[str], None] = lambda _: None,
     runs: pd.DataFrame | None = None,
+    engine: Any = None,
 ) -> ServingBench:
-    """Leave one GPU out: fit the framework cost on the other GPUs, score the held-out GPU's runs."""
+    """Leave one GPU out: per fold, choose the op source (roofline or engine) by an inner leave-one-GPU-out
+    on the training GPUs, fit the framework cost on the training GPUs with those op times, score the
+    held-out GPU's runs. Also scored per fold: each source on its own, and the engine blind to the held-out
+    GPU's kernels (spec tier) with the framework cost fitted on the engine's training-side times."""
     runs = read_pipeweave_runs(datasets_dir) if runs is None else runs
-    composed = compose_pipeweave(runs, catalog, datasets_dir, op_time)
-    folds = []
-    for gpu in sorted(composed["gpu"].unique()):
-        test = composed["gpu"] == gpu
-        fw = fit_pipeweave(composed[~test])
-        folds.append(predict_pipeweave(composed[test], fw))
-    pred = pd.concat(folds, ignore_index=True)
-    bench = ServingBench(predictions=pred)
+    runs = runs.assign(run_id=[f"{r.gpu}/tp{r.tp}/{r.model}/{r.workload}/{i}" for i, r in enumerate(runs.itertuples())])
+    sources = {ROOFLINE_SOURCE: op_time} if op_time is not None else op_sources(engine)
+    frames = _aligned(
+        {k: compose_pipeweave(runs, catalog, datasets_dir, fn) for k, fn in sources.items()}, "run_id"
+    )
+    folds: dict[str, list[pd.DataFrame]] = defaultdict(list)
+    chosen: dict[str, str] = {}
+    base = frames[ROOFLINE_SOURCE]
+    for gpu in sorted(base["gpu"].unique()):
+        test = base["gpu"] == gpu
+        fitted = {k: fit_pipeweave(f[~test]) for k, f in frames.items() if k != UNSEEN}
+        held = {}
+        for k, f in frames.items():
+            held[k] = predict_pipeweave(f[test], fitted[ENGINE_SOURCE if k == UNSEEN else k])
+            if k in SOURCE_FAMILY:
+                folds[SOURCE_FAMILY[k]].append(held[k])
+        choice = choose_source(
+            {k: f[~test] for k, f in frames.items()},
+            "gpu",
+            fit_pipeweave,
+            predict_pipeweave,
+            {"prefill": "prefill_ms", "decode": "decode_ms"},
+        )
+        chosen[gpu] = f"prefill {choice['prefill']}, decode {choice['decode']}"
+        folds[FAMILY].append(_combine(held, choice, osl=True))
+        if UNSEEN in held:  # the same choice, the held-out GPU's own kernels withheld (framework fit as chosen)
+            folds[FAMILY_UNSEEN].append(_combine(held, _blind(choice), osl=True))
+    preds = {family: pd.concat(parts, ignore_index=True) for family, parts in folds.items()}
+    pred = preds[FAMILY]
+    bench = ServingBench(predictions=pred, variants=preds)
     published = read_published(datasets_dir)
-    targets = ("prefill", "decode", "total")
     for scope_col in ("", "gpu", "tp"):
         groups = (
             [("", pred)] if not scope_col else [(f"{scope_col}={k}", g) for k, g in pred.groupby(scope_col)]
         )
         for scope, g in groups:
-            for target in targets:
+            for target in PW_TARGETS:
                 ours = _mape(g[f"{target}_pred_ms"].to_numpy(), g[f"{target}_ms"].to_numpy())
                 roof = _mape(g[f"{target}_roof_ms"].to_numpy(), g[f"{target}_ms"].to_numpy())
                 pub = _published_mape(published, "pipeweave", scope, target)
@@ -331,20 +441,58 @@ def run_pipeweave_bench(
                         bench.rows.append(
                             _row(SPLIT_PIPEWEAVE, f"published:{method}", f"{target}_ms", scope, other, 0, 0)
                         )
-    worse = [
-        g
-        for g, sub in pred.groupby("gpu")
-        if _mape(sub["total_pred_ms"].to_numpy(), sub["total_ms"].to_numpy())
-        > _mape(sub["total_roof_ms"].to_numpy(), sub["total_ms"].to_numpy())
-    ]
+    bench.rows += _variant_rows(SPLIT_PIPEWEAVE, preds, PW_TARGETS, ("", "gpu"), lambda col, k, g: len(g))
+    worse = {
+        family: [
+            g
+            for g, sub in p.groupby("gpu")
+            if _mape(sub["total_pred_ms"].to_numpy(), sub["total_ms"].to_numpy())
+            > _mape(sub["total_roof_ms"].to_numpy(), sub["total_ms"].to_numpy())
+        ]
+        for family, p in preds.items()
+    }
+    picks = Counter(chosen.values())
     bench.notes.append(
-        f"{SPLIT_PIPEWEAVE}: {len(pred)} runs on {pred['gpu'].nunique()} GPUs, leave-one-GPU-out "
-        f"(framework cost refitted per fold on the other GPUs); total worse than the roofline "
-        f"composition on: {', '.join(worse) or 'none'}"
+        f"{SPLIT_PIPEWEAVE}: {len(pred)} runs on {pred['gpu'].nunique()} GPUs, leave-one-GPU-out (op source "
+        "per phase chosen by inner leave-one-GPU-out and framework cost refitted per fold on the other GPUs "
+        f"only: {'; '.join(f'{k} in {n} folds' for k, n in sorted(picks.items()))}); total worse "
+        f"than the roofline composition on: {', '.join(worse[FAMILY]) or 'none'}"
+        + "".join(
+            f"; {family}: {', '.join(w) or 'none'}" for family, w in worse.items() if family != FAMILY
+        )
     )
     for line in summary(bench, SPLIT_PIPEWEAVE):
         log(line)
     return bench
+
+
+def _variant_rows(
+    split: str,
+    preds: dict[str, pd.DataFrame],
+    targets: Sequence[str],
+    scope_cols: Sequence[str],
+    asked: Callable[[str, Any, pd.DataFrame], int],
+) -> list[dict[str, Any]]:
+    """MAPE rows of each op-source variant (every family but the chosen one), overall and per scope."""
+    rows = []
+    for family, pred in preds.items():
+        if family == FAMILY:
+            continue
+        for col in scope_cols:
+            groups = [("", None, pred)] if not col else [(f"{_scope_name(col)}={k}", k, g) for k, g in pred.groupby(col)]
+            for scope, key, g in groups:
+                for target in targets:
+                    value = _mape(g[f"{target}_pred_ms"].to_numpy(), g[f"{_true(split, target)}"].to_numpy())
+                    rows.append(_row(split, family, f"{target}_ms", scope, value, len(g), asked(col, key, g)))
+    return rows
+
+
+def _scope_name(col: str) -> str:
+    return col.replace("_path", "").replace("_id", "")
+
+
+def _true(split: str, target: str) -> str:
+    return f"silicon_{target}_ms" if split == SPLIT_SILICON else f"{target}_ms"
 
 
 def _published_mape(published: pd.DataFrame, method: str, scope: str, target: str) -> float | None:
@@ -555,67 +703,92 @@ def predict_steady(frame: pd.DataFrame, fw: FrameworkCost) -> pd.DataFrame:
     return out
 
 
+SI_TARGETS = ("ttft", "tpot")
+SI_SCOPES = ("", "device_id", "model_path", "precision", "mode", "backend")
+
+
 def run_silicon_bench(
     datasets_dir: Path,
     catalog: Any,
     op_time: OpTimeFn | None = None,
     log: Callable[[str], None] = lambda _: None,
     runs: pd.DataFrame | None = None,
+    engine: Any = None,
 ) -> ServingBench:
-    """H100 and H200 each held out of a fit on the other; TTFT/TPOT MAPE per GPU, model, precision, mode."""
+    """H100 and H200 each held out of a fit on the other; TTFT/TPOT MAPE per GPU, model, precision, mode.
+    The op source is chosen per fold by an inner leave-one-model-out on the training GPU's runs (one
+    training GPU: no inner leave-one-GPU-out)."""
     runs = read_silicon_runs(datasets_dir) if runs is None else runs
-    composed, refused = compose_silicon(runs, catalog, datasets_dir, op_time, log=log)
-    folds = []
-    for device in sorted(composed["device_id"].unique()):
-        test = composed["device_id"] == device
+    sources = {ROOFLINE_SOURCE: op_time} if op_time is not None else op_sources(engine)
+    composed_by, refused_by = {}, {}
+    for k, fn in sources.items():
+        composed_by[k], refused_by[k] = compose_silicon(runs, catalog, datasets_dir, fn, log=log)
+    frames = _aligned(composed_by, "id")
+    refused = refused_by[ROOFLINE_SOURCE]
+    folds: dict[str, list[pd.DataFrame]] = defaultdict(list)
+    chosen: dict[str, str] = {}
+    base = frames[ROOFLINE_SOURCE]
+    for device in sorted(base["device_id"].unique()):
+        test = base["device_id"] == device
         if test.all():
             continue
-        folds.append(predict_steady(composed[test], fit_steady(composed[~test])))
-    pred = pd.concat(folds, ignore_index=True)
-    pred["precision"] = pred["precision"].fillna("bf16")
+        fitted = {k: fit_steady(f[~test]) for k, f in frames.items() if k != UNSEEN}
+        held = {}
+        for k, f in frames.items():
+            held[k] = predict_steady(f[test], fitted[ENGINE_SOURCE if k == UNSEEN else k])
+            if k in SOURCE_FAMILY:
+                folds[SOURCE_FAMILY[k]].append(held[k])
+        choice = choose_source(
+            {k: f[~test] for k, f in frames.items()},
+            "model_path",
+            fit_steady,
+            predict_steady,
+            {t: f"silicon_{t}_ms" for t in SI_TARGETS},
+        )
+        chosen[device] = f"TTFT {choice['ttft']}, TPOT {choice['tpot']}"
+        folds[FAMILY].append(_combine(held, choice, osl=False))
+        if UNSEEN in held:
+            folds[FAMILY_UNSEEN].append(_combine(held, _blind(choice), osl=False))
+    preds = {}
+    for family, parts in folds.items():
+        frame = pd.concat(parts, ignore_index=True)
+        preds[family] = frame.assign(precision=frame["precision"].fillna("bf16"))
+    pred = preds[FAMILY]
     asked = runs.assign(precision=runs["precision"].fillna("bf16"))
-    bench = ServingBench(predictions=pred)
-    for scope_col in ("", "device_id", "model_path", "precision", "mode", "backend"):
-        if not scope_col:
-            groups = [("", pred, len(asked))]
-        else:
-            groups = [
-                (
-                    f"{scope_col.replace('_path', '').replace('_id', '')}={k}",
-                    g,
-                    int((asked[scope_col] == k).sum()),
-                )
-                for k, g in pred.groupby(scope_col)
-            ]
-        for scope, g, n_asked in groups:
-            for target in ("ttft", "tpot"):
+    bench = ServingBench(predictions=pred, variants=preds)
+
+    def n_asked(col: str, key: Any, g: pd.DataFrame) -> int:
+        return len(asked) if not col else int((asked[col] == key).sum())
+
+    for scope_col in SI_SCOPES:
+        groups = (
+            [("", None, pred)]
+            if not scope_col
+            else [(f"{_scope_name(scope_col)}={k}", k, g) for k, g in pred.groupby(scope_col)]
+        )
+        for scope, key, g in groups:
+            for target in SI_TARGETS:
                 true = g[f"silicon_{target}_ms"].to_numpy()
-                bench.rows.append(
-                    _row(
-                        SPLIT_SILICON,
-                        FAMILY,
-                        f"{target}_ms",
-                        scope,
-                        _mape(g[f"{target}_pred_ms"].to_numpy(), true),
-                        len(g),
-                        n_asked,
+                for family, column in ((FAMILY, f"{target}_pred_ms"), (FAMILY_ROOFLINE, f"{target}_roof_ms")):
+                    bench.rows.append(
+                        _row(
+                            SPLIT_SILICON,
+                            family,
+                            f"{target}_ms",
+                            scope,
+                            _mape(g[column].to_numpy(), true),
+                            len(g),
+                            n_asked(scope_col, key, g),
+                        )
                     )
-                )
-                bench.rows.append(
-                    _row(
-                        SPLIT_SILICON,
-                        FAMILY_ROOFLINE,
-                        f"{target}_ms",
-                        scope,
-                        _mape(g[f"{target}_roof_ms"].to_numpy(), true),
-                        len(g),
-                        n_asked,
-                    )
-                )
+    bench.rows += _variant_rows(SPLIT_SILICON, preds, SI_TARGETS, ("", "device_id", "mode"), n_asked)
     reasons = refused["reason"].value_counts() if not refused.empty else pd.Series(dtype=int)
     bench.notes.append(
-        f"{SPLIT_SILICON}: {len(pred)} of {len(runs)} runs answered (each GPU held out of a fit on "
-        "the other); not answered: " + "; ".join(f"{n} x {r}" for r, n in reasons.items())
+        f"{SPLIT_SILICON}: {len(pred)} of {len(runs)} runs answered (each GPU held out of a fit on the other; "
+        "op source chosen by leave-one-model-out on the training GPU: "
+        + ", ".join(f"{d} held out: {c}" for d, c in sorted(chosen.items()))
+        + "); not answered: "
+        + "; ".join(f"{n} x {r}" for r, n in reasons.items())
     )
     for line in summary(bench, SPLIT_SILICON):
         log(line)
@@ -639,7 +812,26 @@ def summary(bench: ServingBench, split: str) -> list[str]:
                 f"{split} {row['target']:44s} ours {row['ours']:.1%}  roofline-comp {roof:.1%}{pub}  "
                 f"n={row['n']}/{row['n_asked']}"
             )
+        elif row["split"] == split and row["family"].startswith(f"{FAMILY}:") and not row["scope"]:
+            lines.append(f"{split} {row['target']:44s} {row['family']} {row['ours']:.1%}  n={row['n']}")
     return lines
+
+
+def bench_engine(predictor: Any = None) -> Any:
+    """The op engine of ``predictor`` (or the state folder's), None when there is none to load."""
+    from components.opmodel.loading import engine_for
+
+    try:
+        return engine_for(predictor)
+    except (OSError, ValueError) as exc:  # a broken engine folder: the bench says so and uses the roofline
+        return _Broken(str(exc))
+
+
+class _Broken:
+    measured = spec_model = None
+
+    def __init__(self, why: str) -> None:
+        self.why = why
 
 
 def fit_production(datasets_dir: Path, catalog: Any, op_time: OpTimeFn | None = None) -> FrameworkCost:
@@ -657,13 +849,18 @@ def extend_result(
     catalog: Any,
     *,
     log: Callable[[str], None] = lambda _: None,
+    engine: Any = None,
 ) -> list[ServingBench]:
-    """Run the asked serving splits; append their rows and notes to ``result`` (a ``bench.BenchResult``)."""
+    """Run the asked serving splits; append their rows and notes to ``result`` (a ``bench.BenchResult``).
+    ``engine``: the op engine to compose with (default: the state folder's, ``opmodel.loading``)."""
+    engine = bench_engine() if engine is None else engine
+    if not has_data(engine):
+        result.notes.append("serving splits: no op engine with data in the state folder: roofline op times only")
     benches = []
     for split in splits:
         runner = {SPLIT_PIPEWEAVE: run_pipeweave_bench, SPLIT_SILICON: run_silicon_bench}[split]
         try:
-            bench = runner(Path(datasets_dir), catalog, log=log)
+            bench = runner(Path(datasets_dir), catalog, log=log, engine=engine)
         except (OSError, KeyError, ValueError) as exc:  # the datasets lack this source: say so, go on
             result.notes.append(f"{split}: skipped ({exc})")
             continue
