@@ -834,12 +834,61 @@ class _Broken:
         self.why = why
 
 
-def fit_production(datasets_dir: Path, catalog: Any, op_time: OpTimeFn | None = None) -> FrameworkCost:
-    """The framework cost for production answers: PipeWeave steps on every GPU, steady serving on both
-    silicon GPUs."""
-    composed = compose_pipeweave(read_pipeweave_runs(datasets_dir), catalog, datasets_dir, op_time)
-    silicon, _ = compose_silicon(read_silicon_runs(datasets_dir), catalog, datasets_dir, op_time)
-    return fit_steady(silicon, fit_pipeweave(composed))
+def fit_framework(
+    pipeweave: dict[str, pd.DataFrame], silicon: dict[str, pd.DataFrame], sources: dict[str, str]
+) -> FrameworkCost:
+    """A framework cost whose parts are each fitted on their source's op times (``sources``: part ->
+    roofline | engine, for prefill, decode, steady_ttft, steady_tpot)."""
+    pre = fit_pipeweave(pipeweave[sources["prefill"]])
+    dec = fit_pipeweave(pipeweave[sources["decode"]])
+    ttft = fit_steady(silicon[sources["steady_ttft"]])
+    tpot = fit_steady(silicon[sources["steady_tpot"]])
+    return FrameworkCost(
+        prefill=pre.prefill,
+        decode=dec.decode,
+        steady_ttft=ttft.steady_ttft,
+        steady_tpot=tpot.steady_tpot,
+        steady_source=ttft.steady_source,
+        source=pre.source,
+        train_mape={
+            "prefill": pre.train_mape["prefill"],
+            "decode": dec.train_mape["decode"],
+            "steady_ttft": ttft.train_mape["steady_ttft"],
+            "steady_tpot": tpot.train_mape["steady_tpot"],
+        },
+        sources=dict(sources),
+    )
+
+
+def fit_production(datasets_dir: Path, catalog: Any, engine: Any = None) -> tuple[FrameworkCost, FrameworkCost]:
+    """(the production framework cost on the op sources chosen by inner cross-validation -- leave one
+    PipeWeave GPU out, leave one silicon model out -- and the one on the roofline alone, for a state
+    folder without an engine)."""
+    sources = {k: fn for k, fn in op_sources(engine).items() if k != UNSEEN}
+    runs = read_pipeweave_runs(datasets_dir)
+    pw = {k: compose_pipeweave(runs, catalog, datasets_dir, fn) for k, fn in sources.items()}
+    si_runs = read_silicon_runs(datasets_dir)
+    si = {k: compose_silicon(si_runs, catalog, datasets_dir, fn)[0] for k, fn in sources.items()}
+    pw_choice = choose_source(pw, "gpu", fit_pipeweave, predict_pipeweave, {"prefill": "prefill_ms", "decode": "decode_ms"})
+    si_choice = choose_source(
+        si, "model_path", fit_steady, predict_steady, {t: f"silicon_{t}_ms" for t in SI_TARGETS}
+    )
+    chosen = {**pw_choice, "steady_ttft": si_choice["ttft"], "steady_tpot": si_choice["tpot"]}
+    roofline = dict.fromkeys(("prefill", "decode", "steady_ttft", "steady_tpot"), ROOFLINE_SOURCE)
+    return fit_framework(pw, si, chosen), fit_framework(pw, si, roofline)
+
+
+def predict_frames(
+    kind: str, frames: dict[str, pd.DataFrame], fw: FrameworkCost
+) -> pd.DataFrame:
+    """Predictions of composed runs (``kind``: pipeweave | silicon) with each part on its own source's
+    frame (frames aligned on the same runs)."""
+    if kind == "pipeweave":
+        held = {s: predict_pipeweave(f, fw) for s, f in frames.items()}
+        choice = {"prefill": fw.source_of("prefill"), "decode": fw.source_of("decode")}
+        return _combine(held, choice, osl=True)
+    held = {s: predict_steady(f, fw) for s, f in frames.items()}
+    return _combine(held, {"ttft": fw.source_of("steady_ttft"), "tpot": fw.source_of("steady_tpot")}, osl=False)
 
 
 def extend_result(
@@ -870,17 +919,18 @@ def extend_result(
     return benches
 
 
-def production_block(fw: FrameworkCost) -> str:
+def production_block(fw: FrameworkCost, name: str = "PRODUCTION_FRAMEWORK") -> str:
     """``fitted.py``'s assignment for ``fw`` (rounded coefficients)."""
 
     def r(values: Any) -> tuple[float, ...]:
         return tuple(round(float(x), 6) for x in values)
 
     return (
-        f"PRODUCTION_FRAMEWORK = FrameworkCost(\n    prefill={r(fw.prefill)},\n    decode={r(fw.decode)},\n"
+        f"{name} = FrameworkCost(\n    prefill={r(fw.prefill)},\n    decode={r(fw.decode)},\n"
         f"    steady_ttft={r(fw.steady_ttft or ())},\n    steady_tpot={r(fw.steady_tpot or ())},\n"
         f"    steady_source={fw.steady_source!r},\n    source={fw.source!r},\n"
-        f"    train_mape={ {k: round(v, 4) for k, v in fw.train_mape.items()} },\n)"
+        f"    train_mape={ {k: round(v, 4) for k, v in fw.train_mape.items()} },\n"
+        f"    sources={fw.sources!r},\n)"
     )
 
 
@@ -895,4 +945,7 @@ if __name__ == "__main__":  # python -m components.deployments.bench --fit-produ
     from components.config import DEFAULT_DATASETS_DIR
 
     datasets = Path(os.environ.get("KERNELCAST_DATASETS_DIR", DEFAULT_DATASETS_DIR))
-    print(production_block(fit_production(datasets, load_catalog())))
+    chosen, roofline = fit_production(datasets, load_catalog(), bench_engine())
+    print(production_block(chosen))
+    print()
+    print(production_block(roofline, "PRODUCTION_FRAMEWORK_ROOFLINE"))

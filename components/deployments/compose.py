@@ -20,7 +20,15 @@ from typing import Any
 import numpy as np
 
 from components.deployments.config import STORE_BYTES, Deployment, DeploymentError
-from components.deployments.ops import OpTimeFn, link_gbps, roofline_op_time, sol_time
+from components.deployments.ops import (
+    ENGINE_SOURCE,
+    ROOFLINE_SOURCE,
+    OpTimeFn,
+    link_gbps,
+    production_op_time,
+    roofline_op_time,
+    sol_time,
+)
 
 # Usable fraction of each GPU's memory: vLLM's gpu_memory_utilization default (SGLang/TensorRT-LLM reserve
 # about as much for the CUDA context, workspaces and fragmentation).
@@ -67,6 +75,12 @@ class FrameworkCost:
     steady_source: str = "none"
     source: str = "none"
     train_mape: dict[str, float] = field(default_factory=dict)
+    # The op times each part was fitted on ("roofline" or "engine"), per part (prefill, decode, steady_ttft,
+    # steady_tpot): a part answers with the op times it was fitted on. Missing: the roofline.
+    sources: dict[str, str] = field(default_factory=dict)
+
+    def source_of(self, part: str) -> str:
+        return self.sources.get(part, ROOFLINE_SOURCE)
 
     def step_us(
         self, phase: str, layers: float, tokens: float, kernels_us: float, overheads: np.ndarray
@@ -544,33 +558,85 @@ def compose_phases(d: Deployment, op_time: OpTimeFn | None = None, isl_mean: flo
     return compose_many([d], op_time, [isl_mean])[0]
 
 
+def resolve_ops(
+    framework: FrameworkCost | None, op_time: OpTimeFn | None
+) -> tuple[FrameworkCost, dict[str, OpTimeFn]]:
+    """The framework cost and the op-time function of each source it names. Production (no ``op_time``):
+    the state folder's op engine with the framework cost fitted on it, or the roofline and its own fit
+    where there is no engine. A given ``op_time`` answers for every source."""
+    if op_time is not None:
+        return framework or default_framework(), {ROOFLINE_SOURCE: op_time, ENGINE_SOURCE: op_time}
+    fn, source = production_op_time()
+    if source == ENGINE_SOURCE:
+        return framework or default_framework(), {ROOFLINE_SOURCE: roofline_op_time, ENGINE_SOURCE: fn}
+    return framework or default_framework(engine=False), {
+        ROOFLINE_SOURCE: roofline_op_time,
+        ENGINE_SOURCE: roofline_op_time,
+    }
+
+
+PARTS = ("prefill", "decode", "steady_ttft", "steady_tpot")
+
+
+def answer_many(
+    deployments: list[Deployment],
+    op_time: OpTimeFn | None = None,
+    framework: FrameworkCost | None = None,
+    workload: str = STEADY,
+) -> list[Answer | DeploymentError]:
+    """:func:`answer` of many deployments, composed in one batch per GPU and op source (a rank); a
+    deployment that does not fit answers with its :class:`DoesNotFit`."""
+    fw, ops = resolve_ops(framework, op_time)
+    fits: list[int] = []
+    out: list[Answer | DeploymentError] = []
+    for i, d in enumerate(deployments):
+        try:
+            memory_check(d)
+        except DeploymentError as exc:
+            out.append(exc)
+            continue
+        fits.append(i)
+        out.append(None)  # type: ignore[arg-type]  # filled below
+    sources = {fw.source_of(p) for p in PARTS}
+    composed = {s: compose_many([deployments[i] for i in fits], ops[s]) for s in sources}
+    for j, i in enumerate(fits):
+        out[i] = answer(deployments[i], framework=fw, workload=workload, phases={s: composed[s][j] for s in sources})
+    return out
+
+
 def answer(
     d: Deployment,
     op_time: OpTimeFn | None = None,
     framework: FrameworkCost | None = None,
     workload: str = STEADY,
     isl_mean: float | None = None,
-    phases: Phases | None = None,
+    phases: dict[str, Phases] | None = None,
 ) -> Answer:
     """TTFT, TPOT, e2e, per-GPU throughput, breakdowns and memory of a deployment (memory checked first).
-    ``phases``: the deployment's op times when already composed (``compose_many`` over a rank).
 
     ``workload``: "steady" (requests keep arriving: each new prefill stalls the running decodes, TTFT waits
     for its own prefill) or "batch" (all requests start together: TTFT is the whole batch's prefill).
+    Each part (prefill, decode, steady TTFT/TPOT) answers with the op times its framework cost was fitted
+    on (``FrameworkCost.sources``); ``phases``: those op times per source when already composed
+    (:func:`answer_many`).
     """
     memory = memory_check(d)
-    fw = framework or default_framework()
-    ph = phases if phases is not None else compose_phases(d, op_time, isl_mean)
+    if phases is None:
+        fw, ops = resolve_ops(framework, op_time)
+        phases = {s: compose_phases(d, ops[s], isl_mean) for s in {fw.source_of(p) for p in PARTS}}
+    else:
+        fw = framework or default_framework()
+    pre, dec = phases[fw.source_of("prefill")], phases[fw.source_of("decode")]
     layers = d.model.layers
-    prefill_us = ph.prefill_kernels_us + fw.step_us(
-        "prefill", layers, d.concurrency * d.isl, ph.prefill_kernels_us, overhead_counts(ph.prefill)
+    prefill_us = pre.prefill_kernels_us + fw.step_us(
+        "prefill", layers, d.concurrency * d.isl, pre.prefill_kernels_us, overhead_counts(pre.prefill)
     )
-    step_us = ph.decode_kernels_us + fw.step_us(
-        "decode", layers, d.concurrency, ph.decode_kernels_us, overhead_counts(ph.decode)
+    step_us = dec.decode_kernels_us + fw.step_us(
+        "decode", layers, d.concurrency, dec.decode_kernels_us, overhead_counts(dec.decode)
     )
     # never below the roofline: a negative efficiency correction cannot take a step under its floor
-    prefill_us = max(prefill_us, Phases.floor_us(ph.prefill))
-    step_us = max(step_us, Phases.floor_us(ph.decode))
+    prefill_us = max(prefill_us, Phases.floor_us(pre.prefill))
+    step_us = max(step_us, Phases.floor_us(dec.decode))
     notes = list(d.notes)
     notes += memory_notes(d, memory)
     notes += _pipe_notes(d)
@@ -581,7 +647,9 @@ def answer(
     if workload == BATCH:
         ttft_us, tpot_us = prefill_us, step_us
     else:
-        ttft_us, tpot_us = steady_times(d, ph, fw)
+        ph_ttft, ph_tpot = phases[fw.source_of("steady_ttft")], phases[fw.source_of("steady_tpot")]
+        ttft_us, tpot_us = steady_times(d, ph_ttft, ph_tpot, fw)
+        pre, dec = ph_ttft, ph_tpot
         notes.append(f"steady serving cost: {fw.steady_source}")
     e2e_us = ttft_us + tpot_us * max(d.osl - 1, 0)
     tokens_per_s = (
@@ -596,7 +664,7 @@ def answer(
         for name, k, v in (("ttft_ms", keys[0], ttft_us / 1e3), ("tpot_ms", keys[1], tpot_us / 1e3))
     }
     tiers: dict[str, str] = {}
-    for line in ph.prefill + ph.decode:
+    for line in pre.prefill + dec.decode:
         key = f"{line.phase}:{line.kind}:{line.family}"
         tiers[key] = "+".join(sorted({*tiers.get(key, line.tier).split("+"), *line.tier.split("+")}))
     notes.append(f"framework cost: {fw.source}")
@@ -607,7 +675,7 @@ def answer(
         tokens_per_s=round(tokens_per_s, 2),
         prefill_ms=round(prefill_us / 1e3, 4),
         decode_step_ms=round(step_us / 1e3, 4),
-        breakdown={"prefill": _breakdown(ph.prefill), "decode": _breakdown(ph.decode)},
+        breakdown={"prefill": _breakdown(pre.prefill), "decode": _breakdown(dec.decode)},
         memory=memory,
         interval=interval,
         notes=notes,
@@ -634,28 +702,32 @@ def _pipe_notes(d: Deployment) -> list[str]:
     return []
 
 
-def steady_times(d: Deployment, ph: Phases, fw: FrameworkCost) -> tuple[float, float]:
-    """(TTFT, TPOT) in microseconds of steady serving from the kernel times and the learned cost.
+def steady_times(d: Deployment, ph: Phases, ph_tpot: Phases, fw: FrameworkCost) -> tuple[float, float]:
+    """(TTFT, TPOT) in microseconds of steady serving from the kernel times and the learned cost (TTFT on
+    ``ph``, TPOT on ``ph_tpot``: each with the op times its part was fitted on).
 
     Without a learned steady cost: TTFT is one request's prefill, TPOT the decode step plus the stalls of
     the other requests' prefills (aggregated mode: ~concurrency arrivals per request lifetime of osl steps).
     """
     agg = d.mode == "agg"
-    stall = ph.prefill_one_us * d.concurrency / max(d.osl, 1) if agg else 0.0
-    batch_prefill = ph.prefill_kernels_us if agg else 0.0
     if fw.steady_ttft is None or fw.steady_tpot is None:
-        return ph.prefill_one_us, ph.decode_kernels_us + stall
-    x_ttft, x_tpot = steady_features(
-        np.array([ph.prefill_one_us]),
-        np.array([batch_prefill]),
-        np.array([ph.decode_kernels_us]),
-        np.array([float(d.concurrency)]),
-        np.array([float(d.osl)]),
-        np.array([agg]),
-        overhead_counts(ph.one)[None, :],
-        overhead_counts(ph.decode)[None, :],
-    )
-    floor_ttft, floor_tpot = Phases.floor_us(ph.one), Phases.floor_us(ph.decode)
+        stall = ph_tpot.prefill_one_us * d.concurrency / max(d.osl, 1) if agg else 0.0
+        return ph.prefill_one_us, ph_tpot.decode_kernels_us + stall
+
+    def design(p: Phases) -> tuple[np.ndarray, np.ndarray]:
+        return steady_features(
+            np.array([p.prefill_one_us]),
+            np.array([p.prefill_kernels_us if agg else 0.0]),
+            np.array([p.decode_kernels_us]),
+            np.array([float(d.concurrency)]),
+            np.array([float(d.osl)]),
+            np.array([agg]),
+            overhead_counts(p.one)[None, :],
+            overhead_counts(p.decode)[None, :],
+        )
+
+    x_ttft, x_tpot = design(ph)[0], design(ph_tpot)[1]
+    floor_ttft, floor_tpot = Phases.floor_us(ph.one), Phases.floor_us(ph_tpot.decode)
     ttft = float(x_ttft[0] @ np.asarray(fw.steady_ttft))
     tpot = float(x_tpot[0] @ np.asarray(fw.steady_tpot))
     return max(ttft, floor_ttft), max(tpot, floor_tpot)
@@ -698,8 +770,9 @@ def describe(d: Deployment) -> dict[str, Any]:
     }
 
 
-def default_framework() -> FrameworkCost:
-    """The framework cost fitted on every PipeWeave GPU (see ``bench.fit_framework``); production only."""
-    from components.deployments.fitted import PRODUCTION_FRAMEWORK
+def default_framework(engine: bool = True) -> FrameworkCost:
+    """The production framework cost (``fitted.py``: every PipeWeave GPU and both silicon GPUs): the one
+    fitted on the op engine's times, or (``engine=False``) on the roofline's alone."""
+    from components.deployments.fitted import PRODUCTION_FRAMEWORK, PRODUCTION_FRAMEWORK_ROOFLINE
 
-    return PRODUCTION_FRAMEWORK
+    return PRODUCTION_FRAMEWORK if engine else PRODUCTION_FRAMEWORK_ROOFLINE

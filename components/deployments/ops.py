@@ -128,18 +128,26 @@ ROOFLINE_SOURCE, ENGINE_SOURCE = "roofline", "engine"  # which op times a framew
 def engine_op_time(engine: Any, unseen: frozenset[str] = frozenset()) -> OpTimeFn:
     """The op engine (``components.opmodel.engine.OpEngine``) as the composition's op-time function.
 
-    GEMM, attention, MoE and all-reduce go to ``engine.predict`` (its tier per row: measured where the GPU's
-    kernel tables hold the op, calibrated, else spec); norms, adds, rotary, SiLU x mul and sampling to
-    :func:`roofline_op_time`. A GPU in ``unseen`` is answered as one no file has: the engine without its
+    GEMM, attention and MoE go to ``engine.predict`` (its tier per row: measured where the GPU's kernel
+    tables hold the op, calibrated, else spec); norms, adds, rotary, SiLU x mul, sampling and the TP
+    all-reduce to :func:`roofline_op_time` (the all-reduce: the link's physics, its start-up latency fitted
+    with the framework cost; the engine's all-reduce is a one-number prior whose large-message time is
+    several times NVLink's, and the benches answer it from PipeWeave's measured collective tables). A GPU in ``unseen`` is answered as one no file has: the engine without its
     measured tables or calibration (spec tier only) -- what transfers to a GPU nobody measured.
     """
     from components.opmodel.engine import OpEngine
 
-    spec_only = OpEngine(None, engine.spec_model, None, engine.intervals, engine.meta, None, engine.fallback_util)
+    spec_only = OpEngine(
+        None, engine.spec_model, None, engine.intervals, engine.meta, None, engine.fallback_util
+    )
     seen = with_small_ops(engine.predict)
     blind = with_small_ops(spec_only.predict)
 
-    def op_time(family: str, dtype: str, shape: Mapping[str, Any], spec: Any, kv_dtype: str | None = None) -> Any:
+    def op_time(
+        family: str, dtype: str, shape: Mapping[str, Any], spec: Any, kv_dtype: str | None = None
+    ) -> Any:
+        if family == "allreduce":
+            return Timed(roofline_op_time(family, dtype, shape, spec), "roofline")
         fn = blind if spec.id in unseen else seen
         out = fn(family, dtype, shape, spec, kv_dtype=kv_dtype)
         if hasattr(out, "duration_us"):
