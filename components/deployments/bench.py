@@ -293,14 +293,15 @@ class ServingBench:
     variants: dict[str, pd.DataFrame] = field(default_factory=dict)  # family -> predictions
 
 
-def op_sources(engine: Any) -> dict[str, Any]:
+def op_sources(engine: Any, unseen: bool = True) -> dict[str, Any]:
     """The op-time functions a bench composes with: the fixed-efficiency roofline always; with an engine that
     has data, the engine as the product answers (measured tier on GPUs in its store) and the engine blind
     to every GPU's own kernels (spec tier only: the GPU treated as one no file has)."""
     sources: dict[str, Any] = {ROOFLINE_SOURCE: roofline_op_time}
     if has_data(engine):
         sources[ENGINE_SOURCE] = engine_op_time(engine)
-        sources[UNSEEN] = engine_op_time(engine, unseen=_EVERY_GPU)
+        if unseen:
+            sources[UNSEEN] = engine_op_time(engine, unseen=_EVERY_GPU)
     return sources
 
 
@@ -373,6 +374,7 @@ def run_pipeweave_bench(
     log: Callable[[str], None] = lambda _: None,
     runs: pd.DataFrame | None = None,
     engine: Any = None,
+    variants: bool = True,
 ) -> ServingBench:
     """Leave one GPU out: per fold, choose the op source (roofline or engine) by an inner leave-one-GPU-out
     on the training GPUs, fit the framework cost on the training GPUs with those op times, score the
@@ -380,7 +382,7 @@ def run_pipeweave_bench(
     GPU's kernels (spec tier) with the framework cost fitted on the engine's training-side times."""
     runs = read_pipeweave_runs(datasets_dir) if runs is None else runs
     runs = runs.assign(run_id=[f"{r.gpu}/tp{r.tp}/{r.model}/{r.workload}/{i}" for i, r in enumerate(runs.itertuples())])
-    sources = {ROOFLINE_SOURCE: op_time} if op_time is not None else op_sources(engine)
+    sources = {ROOFLINE_SOURCE: op_time} if op_time is not None else op_sources(engine, variants)
     frames = _aligned(
         {k: compose_pipeweave(runs, catalog, datasets_dir, fn) for k, fn in sources.items()}, "run_id"
     )
@@ -714,12 +716,13 @@ def run_silicon_bench(
     log: Callable[[str], None] = lambda _: None,
     runs: pd.DataFrame | None = None,
     engine: Any = None,
+    variants: bool = True,
 ) -> ServingBench:
     """H100 and H200 each held out of a fit on the other; TTFT/TPOT MAPE per GPU, model, precision, mode.
     The op source is chosen per fold by an inner leave-one-model-out on the training GPU's runs (one
     training GPU: no inner leave-one-GPU-out)."""
     runs = read_silicon_runs(datasets_dir) if runs is None else runs
-    sources = {ROOFLINE_SOURCE: op_time} if op_time is not None else op_sources(engine)
+    sources = {ROOFLINE_SOURCE: op_time} if op_time is not None else op_sources(engine, variants)
     composed_by, refused_by = {}, {}
     for k, fn in sources.items():
         composed_by[k], refused_by[k] = compose_silicon(runs, catalog, datasets_dir, fn, log=log)
@@ -917,6 +920,41 @@ def extend_result(
         result.notes += bench.notes
         benches.append(bench)
     return benches
+
+
+GATE_METRICS = {
+    SPLIT_PIPEWEAVE: ("prefill_ms", "decode_ms", "total_ms"),
+    SPLIT_SILICON: ("ttft_ms", "tpot_ms"),
+}
+
+
+def gate_entry(split: str, datasets_dir: Path, catalog: Any, engine: Any = None) -> dict[str, Any]:
+    """One gate-report entry (status ok + metrics) for a serving split: the bench as above, without the
+    per-source variants (the composition the product answers with only). Metrics: ``<target>_mape``,
+    ``worst_gpu_<target>_mape`` and ``coverage``."""
+    import time
+
+    started = time.perf_counter()
+    runner = {SPLIT_PIPEWEAVE: run_pipeweave_bench, SPLIT_SILICON: run_silicon_bench}.get(split)
+    if runner is None:
+        raise ValueError(f"unknown serving split {split!r}; choose one of {', '.join(SPLITS)}")
+    bench = runner(Path(datasets_dir), catalog, engine=engine, variants=False)
+    rows = [r for r in bench.rows if r["family"] == FAMILY]
+    metrics: dict[str, float] = {}
+    for target in GATE_METRICS[split]:
+        name = target.removesuffix("_ms")
+        overall = next(r for r in rows if r["target"] == target)
+        metrics[f"{name}_mape"] = float(overall["ours"])
+        per_gpu = [r["ours"] for r in rows if r["target"].startswith(f"{target}[") and r["scope"].split("=")[0]
+                   in ("gpu", "device")]
+        metrics[f"worst_gpu_{name}_mape"] = float(max(per_gpu))
+        metrics["coverage"] = float(overall["coverage"])
+        metrics["n"] = float(overall["n"])
+    return {
+        "status": "ok", "mode": "refit", "n": int(metrics["n"]),
+        "seconds": round(time.perf_counter() - started, 1), "metrics": metrics,
+        "report": {"notes": bench.notes}, "timings": [], "note": None,
+    }
 
 
 def production_block(fw: FrameworkCost, name: str = "PRODUCTION_FRAMEWORK") -> str:
