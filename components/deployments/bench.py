@@ -90,21 +90,44 @@ def fit_step_cost(
     tokens: np.ndarray,
     overheads: np.ndarray,
 ) -> tuple[float, ...]:
-    """Least squares on relative error of ``measured = kernels + design @ c`` (see ``FrameworkCost``).
+    """Least absolute relative error of ``measured = kernels + design @ c`` (see ``FrameworkCost``): the fit
+    minimises the training runs' MAPE, the figure the benches report.
 
     Every overhead (constant, per layer, per token, per launch, per all-reduce) is bounded at >= 0 (a
     framework never makes a step faster than its kernels; a negative intercept fitted on 16k-90k-token
     batches would make a short prompt's prefill negative); the efficiency correction c3 stays within
     (-0.5, 1): kernels at most 2x faster than the op predictor says.
     """
-    from scipy.optimize import lsq_linear
-
     x = _design(layers, tokens, kernels_us, overheads)
-    w = 1.0 / measured_us
     lower = [0.0, 0.0, 0.0, -0.5, 0.0, 0.0, 0.0]
-    upper = [np.inf, np.inf, np.inf, 1.0, np.inf, np.inf, np.inf]
-    fit = lsq_linear(x * w[:, None], (measured_us - kernels_us) * w, bounds=(lower, upper))
-    return tuple(float(c) for c in _unseen_to_zero(fit.x, x))
+    upper = [None, None, None, 1.0, None, None, None]
+    coef = relative_l1(x, measured_us - kernels_us, measured_us, list(zip(lower, upper, strict=True)))
+    return tuple(float(c) for c in _unseen_to_zero(coef, x))
+
+
+def relative_l1(
+    x: np.ndarray, target: np.ndarray, scale: np.ndarray, bounds: list[tuple[float | None, float | None]]
+) -> np.ndarray:
+    """``c`` within ``bounds`` minimising sum |x @ c - target| / scale: a linear program (HiGHS) with one
+    slack per run. Least absolute relative error is the estimator of the MAPE the benches score; relative
+    least squares pulls the fit towards the runs with the largest relative residuals."""
+    from scipy.optimize import linprog
+    from scipy.sparse import csr_matrix, hstack, identity, vstack
+
+    n, k = x.shape
+    a = csr_matrix(x / scale[:, None])
+    b = target / scale
+    eye = identity(n, format="csr")
+    result = linprog(
+        np.r_[np.zeros(k), np.ones(n)],
+        A_ub=vstack([hstack([a, -eye]), hstack([-a, -eye])]),
+        b_ub=np.r_[b, -b],
+        bounds=[*bounds, *[(0.0, None)] * n],
+        method="highs",
+    )
+    if not result.success:  # infeasible cannot happen (slacks absorb any residual); say so if it does
+        raise ValueError(f"framework-cost fit failed: {result.message}")
+    return np.asarray(result.x[:k], dtype="float64")
 
 
 def _apply(
@@ -656,11 +679,9 @@ def _steady_design(frame: pd.DataFrame) -> tuple[np.ndarray, np.ndarray]:
 
 
 def _relative_lstsq(x: np.ndarray, y: np.ndarray) -> np.ndarray:
-    """Relative least squares with every coefficient >= 0 (each term is a cost: none makes serving faster)."""
-    from scipy.optimize import lsq_linear
-
-    w = 1.0 / y
-    return _unseen_to_zero(lsq_linear(x * w[:, None], y * w, bounds=(0.0, np.inf)).x, x)
+    """Least absolute relative error (``relative_l1``) with every coefficient >= 0 (each term is a cost:
+    none makes serving faster)."""
+    return _unseen_to_zero(relative_l1(x, y, y, [(0.0, None)] * x.shape[1]), x)
 
 
 def _unseen_to_zero(coef: np.ndarray, x: np.ndarray) -> np.ndarray:
@@ -670,8 +691,8 @@ def _unseen_to_zero(coef: np.ndarray, x: np.ndarray) -> np.ndarray:
 
 
 def fit_steady(train: pd.DataFrame, base: FrameworkCost | None = None) -> FrameworkCost:
-    """The steady-serving TTFT/TPOT regressions fitted on ``train``'s silicon runs (relative least
-    squares)."""
+    """The steady-serving TTFT/TPOT regressions fitted on ``train``'s silicon runs (least absolute
+    relative error)."""
     x_ttft, x_tpot = _steady_design(train)
     ttft, tpot = train["silicon_ttft_ms"].to_numpy() * 1e3, train["silicon_tpot_ms"].to_numpy() * 1e3
     c_ttft, c_tpot = _relative_lstsq(x_ttft, ttft), _relative_lstsq(x_tpot, tpot)
@@ -1004,3 +1025,139 @@ if __name__ == "__main__":  # python -m components.deployments.bench --fit-produ
     print()
     print()
     print(production_block(roofline, "PRODUCTION_FRAMEWORK_ROOFLINE"))
+
+
+# ---------------------------------------------------------------- README section (its own marked block)
+
+SERVING_START = "<!-- serving:start -->"
+SERVING_END = "<!-- serving:end -->"
+_COLUMNS = (
+    (FAMILY, "kernelcast"),
+    (FAMILY_UNSEEN, "kernelcast, GPU unseen"),
+    (FAMILY_ENGINE, "engine ops"),
+    (FAMILY_ROOF_OPS, "roofline ops"),
+    (FAMILY_ROOFLINE, "roofline composition"),
+)
+_TITLES = {
+    SPLIT_PIPEWEAVE: "PipeWeave runs, leave-one-GPU-out",
+    SPLIT_SILICON: "AIConfigurator silicon runs (H100 <-> H200)",
+}
+
+
+def is_serving_note(note: str) -> bool:
+    return note.startswith((SPLIT_PIPEWEAVE, SPLIT_SILICON, "serving splits"))
+
+
+def _pct(value: Any) -> str:
+    return "-" if value is None else f"{float(value):.1%}"
+
+
+def _index(rows: Sequence[Mapping[str, Any]]) -> dict[tuple[str, str, str], Mapping[str, Any]]:
+    return {(r["split"], r["family"], r["target"]): r for r in rows}
+
+
+def serving_markdown(rows: Sequence[Mapping[str, Any]], notes: Sequence[str], command: str) -> str:
+    """The README's deployment tables from the serving splits' bench rows: the headline per split and
+    target, the PipeWeave runs per held-out GPU, the silicon runs per GPU, model, precision, mode and
+    backend; then the splits' notes."""
+    at = _index(rows)
+    splits = [s for s in SPLITS if any(r["split"] == s for r in rows)]
+    families = [(f, name) for f, name in _COLUMNS if any(r["family"] == f for r in rows)]
+    out = [
+        f"Generated by `{command}` (MAPE; per fold the op source of each phase is chosen and the framework "
+        "cost fitted on the training GPUs only; \"GPU unseen\": the held-out GPU's own kernel tables "
+        "withheld, spec tier only).",
+        "",
+    ]
+    header = ["split (held out)", "target", *(name for _, name in families), "published", "answered"]
+    out += ["| " + " | ".join(header) + " |", "|---|---|" + "---:|" * (len(header) - 2)]
+    for split in splits:
+        targets = PW_TARGETS if split == SPLIT_PIPEWEAVE else SI_TARGETS
+        for i, target in enumerate(targets):
+            key = f"{target}_ms"
+            main = at.get((split, FAMILY, key), {})
+            pub = main.get("published")
+            cells = [
+                _TITLES[split] if i == 0 else "",
+                target.upper() if split == SPLIT_SILICON else target,
+                *(_pct(at.get((split, f, key), {}).get("ours")) for f, _ in families),
+                f"{_pct(pub)} ({main.get('published_by', '').split(' ')[0]})" if pub is not None else "-",
+                f"{main.get('n', 0):,}/{main.get('n_asked', 0):,}",
+            ]
+            out.append("| " + " | ".join(cells) + " |")
+    if SPLIT_PIPEWEAVE in splits:
+        gpus = sorted({r["scope"][4:] for r in rows if r["split"] == SPLIT_PIPEWEAVE and r["scope"].startswith("gpu=")})
+        head = ["held-out GPU", "runs", "prefill", "decode", "total", "total, GPU unseen", "total, roofline ops",
+                "total, roofline composition", "total, PipeWeave (published)"]
+        out += ["", "PipeWeave runs per held-out GPU (kernelcast unless named):", ""]
+        out += ["| " + " | ".join(head) + " |", "|---|" + "---:|" * (len(head) - 1)]
+        for gpu in gpus:
+            def get(family: str, target: str) -> Mapping[str, Any]:
+                return at.get((SPLIT_PIPEWEAVE, family, f"{target}_ms[gpu={gpu}]"), {})
+
+            total = get(FAMILY, "total")
+            cells = [gpu, str(total.get("n", 0)), _pct(get(FAMILY, "prefill").get("ours")),
+                     _pct(get(FAMILY, "decode").get("ours")), _pct(total.get("ours")),
+                     _pct(get(FAMILY_UNSEEN, "total").get("ours")), _pct(get(FAMILY_ROOF_OPS, "total").get("ours")),
+                     _pct(get(FAMILY_ROOFLINE, "total").get("ours")), _pct(total.get("published"))]
+            out.append("| " + " | ".join(cells) + " |")
+    if SPLIT_SILICON in splits:
+        scopes = [r["scope"] for r in rows if r["split"] == SPLIT_SILICON and r["family"] == FAMILY
+                  and r["target"].startswith("ttft_ms[")]
+        head = ["scope", "answered", "TTFT", "TPOT", "TTFT, GPU unseen", "TPOT, GPU unseen",
+                "TTFT, roofline composition", "TPOT, roofline composition"]
+        out += ["", "<details><summary>silicon runs per GPU, model, precision, mode and backend</summary>", ""]
+        out += ["| " + " | ".join(head) + " |", "|---|" + "---:|" * (len(head) - 1)]
+        for scope in scopes:
+            def cell(family: str, target: str) -> str:
+                return _pct(at.get((SPLIT_SILICON, family, f"{target}_ms[{scope}]"), {}).get("ours"))
+
+            main = at[(SPLIT_SILICON, FAMILY, f"ttft_ms[{scope}]")]
+            out.append("| " + " | ".join([
+                scope, f"{main['n']:,}/{main['n_asked']:,}", cell(FAMILY, "ttft"), cell(FAMILY, "tpot"),
+                cell(FAMILY_UNSEEN, "ttft"), cell(FAMILY_UNSEEN, "tpot"), cell(FAMILY_ROOFLINE, "ttft"),
+                cell(FAMILY_ROOFLINE, "tpot")]) + " |")
+        out += ["", "</details>"]
+    if notes:
+        out += [""] + [f"- {note}" for note in notes]
+    return "\n".join(out)
+
+
+def check_serving_target(path: Path) -> None:
+    """ValueError naming ``path`` when it exists without one serving block (checked before the run)."""
+    text = Path(path).read_text() if Path(path).is_file() else ""
+    start, end = text.find(SERVING_START), text.find(SERVING_END)
+    if text and (start < 0 or end < start or text.count(SERVING_START) > 1):
+        raise ValueError(
+            f"{path} has no single {SERVING_START} ... {SERVING_END} section: add both markers (on their own "
+            "lines, in that order) where the deployment table goes"
+        )
+
+
+def write_serving_markdown(path: Path, section: str) -> None:
+    """Write ``section`` between the serving markers of ``path`` (atomically); ValueError naming the file
+    when it lacks them (the bench block's markers are another section)."""
+    from components.atomic import atomic_write
+
+    check_serving_target(path)
+    text = Path(path).read_text() if Path(path).is_file() else ""
+    start, end = text.find(SERVING_START), text.find(SERVING_END)
+    block = f"{SERVING_START}\n{section.rstrip()}\n{SERVING_END}"
+    new = block + "\n" if not text else text[:start] + block + text[end + len(SERVING_END):]
+    atomic_write(Path(path), lambda tmp: tmp.write_text(new))
+
+
+def write_readme(path: Path, result: Any, command: str, render: Callable[[Any, str], str],
+                 write_bench: Callable[[Path, str], None]) -> None:
+    """Write a bench run into a README: the serving splits' rows into the serving block, every other row
+    into the bench block (``render``/``write_bench``: ``evaluation.bench``'s); a run of serving splits
+    alone leaves the bench block as it is."""
+    serving = [r for r in result.rows if r["split"] in SPLITS]
+    others = [r for r in result.rows if r["split"] not in SPLITS]
+    if others or not serving:
+        rest = type(result)(rows=others, notes=[n for n in result.notes if not is_serving_note(n)],
+                            timings=getattr(result, "timings", []))
+        write_bench(path, render(rest, command))
+    if serving:
+        notes = [n for n in result.notes if is_serving_note(n)]
+        write_serving_markdown(path, serving_markdown(serving, notes, command))
