@@ -363,7 +363,10 @@ def choose_source(
         frame = frames.get(source)
         if frame is None or frame[group].nunique() < 2:
             continue
-        preds = [predict(frame[frame[group] == g], fit(frame[frame[group] != g])) for g in sorted(frame[group].unique())]
+        preds = [
+            predict(frame[frame[group] == g], fit(frame[frame[group] != g]))
+            for g in sorted(frame[group].unique())
+        ]
         for target, truth in targets.items():
             errors[target][source] = float(
                 np.mean([_mape(p[f"{target}_pred_ms"].to_numpy(), p[truth].to_numpy()) for p in preds])
@@ -404,7 +407,9 @@ def run_pipeweave_bench(
     held-out GPU's runs. Also scored per fold: each source on its own, and the engine blind to the held-out
     GPU's kernels (spec tier) with the framework cost fitted on the engine's training-side times."""
     runs = read_pipeweave_runs(datasets_dir) if runs is None else runs
-    runs = runs.assign(run_id=[f"{r.gpu}/tp{r.tp}/{r.model}/{r.workload}/{i}" for i, r in enumerate(runs.itertuples())])
+    runs = runs.assign(
+        run_id=[f"{r.gpu}/tp{r.tp}/{r.model}/{r.workload}/{i}" for i, r in enumerate(runs.itertuples())]
+    )
     sources = {ROOFLINE_SOURCE: op_time} if op_time is not None else op_sources(engine, variants)
     frames = _aligned(
         {k: compose_pipeweave(runs, catalog, datasets_dir, fn) for k, fn in sources.items()}, "run_id"
@@ -429,7 +434,7 @@ def run_pipeweave_bench(
         )
         chosen[gpu] = f"prefill {choice['prefill']}, decode {choice['decode']}"
         folds[FAMILY].append(_combine(held, choice, osl=True))
-        if UNSEEN in held:  # the same choice, the held-out GPU's own kernels withheld (framework fit as chosen)
+        if UNSEEN in held:  # the same choice, the held-out GPU's own kernels withheld (same framework fit)
             folds[FAMILY_UNSEEN].append(_combine(held, _blind(choice), osl=True))
     preds = {family: pd.concat(parts, ignore_index=True) for family, parts in folds.items()}
     pred = preds[FAMILY]
@@ -504,7 +509,11 @@ def _variant_rows(
         if family == FAMILY:
             continue
         for col in scope_cols:
-            groups = [("", None, pred)] if not col else [(f"{_scope_name(col)}={k}", k, g) for k, g in pred.groupby(col)]
+            groups = (
+                [("", None, pred)]
+                if not col
+                else [(f"{_scope_name(col)}={k}", k, g) for k, g in pred.groupby(col)]
+            )
             for scope, key, g in groups:
                 for target in targets:
                     value = _mape(g[f"{target}_pred_ms"].to_numpy(), g[f"{_true(split, target)}"].to_numpy())
@@ -808,7 +817,8 @@ def run_silicon_bench(
     bench.rows += _variant_rows(SPLIT_SILICON, preds, SI_TARGETS, ("", "device_id", "mode"), n_asked)
     reasons = refused["reason"].value_counts() if not refused.empty else pd.Series(dtype=int)
     bench.notes.append(
-        f"{SPLIT_SILICON}: {len(pred)} of {len(runs)} runs answered (each GPU held out of a fit on the other; "
+        f"{SPLIT_SILICON}: {len(pred)} of {len(runs)} runs answered (each GPU held out of a fit on the "
+        "other; "
         "op source chosen by leave-one-model-out on the training GPU: "
         + ", ".join(f"{d} held out: {c}" for d, c in sorted(chosen.items()))
         + "); not answered: "
@@ -884,7 +894,9 @@ def fit_framework(
     )
 
 
-def fit_production(datasets_dir: Path, catalog: Any, engine: Any = None) -> tuple[FrameworkCost, FrameworkCost]:
+def fit_production(
+    datasets_dir: Path, catalog: Any, engine: Any = None
+) -> tuple[FrameworkCost, FrameworkCost]:
     """(the production framework cost on the op sources chosen by inner cross-validation -- leave one
     PipeWeave GPU out, leave one silicon model out -- and the one on the roofline alone, for a state
     folder without an engine)."""
@@ -893,7 +905,9 @@ def fit_production(datasets_dir: Path, catalog: Any, engine: Any = None) -> tupl
     pw = {k: compose_pipeweave(runs, catalog, datasets_dir, fn) for k, fn in sources.items()}
     si_runs = read_silicon_runs(datasets_dir)
     si = {k: compose_silicon(si_runs, catalog, datasets_dir, fn)[0] for k, fn in sources.items()}
-    pw_choice = choose_source(pw, "gpu", fit_pipeweave, predict_pipeweave, {"prefill": "prefill_ms", "decode": "decode_ms"})
+    pw_choice = choose_source(
+        pw, "gpu", fit_pipeweave, predict_pipeweave, {"prefill": "prefill_ms", "decode": "decode_ms"}
+    )
     si_choice = choose_source(
         si, "model_path", fit_steady, predict_steady, {t: f"silicon_{t}_ms" for t in SI_TARGETS}
     )
@@ -912,7 +926,8 @@ def predict_frames(
         choice = {"prefill": fw.source_of("prefill"), "decode": fw.source_of("decode")}
         return _combine(held, choice, osl=True)
     held = {s: predict_steady(f, fw) for s, f in frames.items()}
-    return _combine(held, {"ttft": fw.source_of("steady_ttft"), "tpot": fw.source_of("steady_tpot")}, osl=False)
+    choice = {"ttft": fw.source_of("steady_ttft"), "tpot": fw.source_of("steady_tpot")}
+    return _combine(held, choice, osl=False)
 
 
 def extend_result(
@@ -928,7 +943,9 @@ def extend_result(
     ``engine``: the op engine to compose with (default: the state folder's, ``opmodel.loading``)."""
     engine = bench_engine() if engine is None else engine
     if not has_data(engine):
-        result.notes.append("serving splits: no op engine with data in the state folder: roofline op times only")
+        result.notes.append(
+            "serving splits: no op engine with data in the state folder: roofline op times only"
+        )
     benches = []
     for split in splits:
         runner = {SPLIT_PIPEWEAVE: run_pipeweave_bench, SPLIT_SILICON: run_silicon_bench}[split]
@@ -966,8 +983,11 @@ def gate_entry(split: str, datasets_dir: Path, catalog: Any, engine: Any = None)
         name = target.removesuffix("_ms")
         overall = next(r for r in rows if r["target"] == target)
         metrics[f"{name}_mape"] = float(overall["ours"])
-        per_gpu = [r["ours"] for r in rows if r["target"].startswith(f"{target}[") and r["scope"].split("=")[0]
-                   in ("gpu", "device")]
+        per_gpu = [
+            r["ours"]
+            for r in rows
+            if r["target"].startswith(f"{target}[") and r["scope"].split("=")[0] in ("gpu", "device")
+        ]
         metrics[f"worst_gpu_{name}_mape"] = float(max(per_gpu))
         metrics["coverage"] = float(overall["coverage"])
         metrics["n"] = float(overall["n"])
@@ -1086,9 +1106,11 @@ def serving_markdown(rows: Sequence[Mapping[str, Any]], notes: Sequence[str], co
             ]
             out.append("| " + " | ".join(cells) + " |")
     if SPLIT_PIPEWEAVE in splits:
-        gpus = sorted({r["scope"][4:] for r in rows if r["split"] == SPLIT_PIPEWEAVE and r["scope"].startswith("gpu=")})
-        head = ["held-out GPU", "runs", "prefill", "decode", "total", "total, GPU unseen", "total, roofline ops",
-                "total, roofline composition", "total, PipeWeave (published)"]
+        gpus = sorted(
+            {r["scope"][4:] for r in rows if r["split"] == SPLIT_PIPEWEAVE and r["scope"].startswith("gpu=")}
+        )
+        head = ["held-out GPU", "runs", "prefill", "decode", "total", "total, GPU unseen",
+                "total, roofline ops", "total, roofline composition", "total, PipeWeave (published)"]
         out += ["", "PipeWeave runs per held-out GPU (kernelcast unless named):", ""]
         out += ["| " + " | ".join(head) + " |", "|---|" + "---:|" * (len(head) - 1)]
         for gpu in gpus:
@@ -1098,7 +1120,8 @@ def serving_markdown(rows: Sequence[Mapping[str, Any]], notes: Sequence[str], co
             total = get(FAMILY, "total")
             cells = [gpu, str(total.get("n", 0)), _pct(get(FAMILY, "prefill").get("ours")),
                      _pct(get(FAMILY, "decode").get("ours")), _pct(total.get("ours")),
-                     _pct(get(FAMILY_UNSEEN, "total").get("ours")), _pct(get(FAMILY_ROOF_OPS, "total").get("ours")),
+                     _pct(get(FAMILY_UNSEEN, "total").get("ours")),
+                     _pct(get(FAMILY_ROOF_OPS, "total").get("ours")),
                      _pct(get(FAMILY_ROOFLINE, "total").get("ours")), _pct(total.get("published"))]
             out.append("| " + " | ".join(cells) + " |")
     if SPLIT_SILICON in splits:
@@ -1106,7 +1129,8 @@ def serving_markdown(rows: Sequence[Mapping[str, Any]], notes: Sequence[str], co
                   and r["target"].startswith("ttft_ms[")]
         head = ["scope", "answered", "TTFT", "TPOT", "TTFT, GPU unseen", "TPOT, GPU unseen",
                 "TTFT, roofline composition", "TPOT, roofline composition"]
-        out += ["", "<details><summary>silicon runs per GPU, model, precision, mode and backend</summary>", ""]
+        summary_line = "<details><summary>silicon runs per GPU, model, precision, mode and backend</summary>"
+        out += ["", summary_line, ""]
         out += ["| " + " | ".join(head) + " |", "|---|" + "---:|" * (len(head) - 1)]
         for scope in scopes:
             def cell(family: str, target: str) -> str:

@@ -531,7 +531,9 @@ def _phases(d: Deployment, prefill: list[OpLine], decode: list[OpLine], one: lis
 
 
 def compose_many(
-    deployments: list[Deployment], op_time: OpTimeFn | None = None, isl_means: list[float | None] | None = None
+    deployments: list[Deployment],
+    op_time: OpTimeFn | None = None,
+    isl_means: list[float | None] | None = None,
 ) -> list[Phases]:
     """:func:`compose_phases` of many deployments with ONE op-time call per kind of op and GPU: the op
     engine is vectorised over shapes, so a catalog rank or a bench of a thousand runs costs a few calls per
@@ -600,7 +602,8 @@ def answer_many(
     sources = {fw.source_of(p) for p in PARTS}
     composed = {s: compose_many([deployments[i] for i in fits], ops[s]) for s in sources}
     for j, i in enumerate(fits):
-        out[i] = answer(deployments[i], framework=fw, workload=workload, phases={s: composed[s][j] for s in sources})
+        phases = {s: composed[s][j] for s in sources}
+        out[i] = answer(deployments[i], framework=fw, workload=workload, phases=phases)
     return out
 
 

@@ -130,10 +130,12 @@ def engine_op_time(engine: Any, unseen: frozenset[str] = frozenset()) -> OpTimeF
 
     GEMM, attention and MoE go to ``engine.predict`` (its tier per row: measured where the GPU's kernel
     tables hold the op, calibrated, else spec); norms, adds, rotary, SiLU x mul, sampling and the TP
-    all-reduce to :func:`roofline_op_time` (the all-reduce: the link's physics, its start-up latency fitted
-    with the framework cost; the engine's all-reduce is a one-number prior whose large-message time is
-    several times NVLink's, and the benches answer it from PipeWeave's measured collective tables). A GPU in ``unseen`` is answered as one no file has: the engine without its
-    measured tables or calibration (spec tier only) -- what transfers to a GPU nobody measured.
+    all-reduce to :func:`roofline_op_time` (the link's physics, its start-up latency fitted with the
+    framework cost: the engine answers all-reduces with one median-efficiency prior, which made the
+    all-reduces 68% of a Llama-70B TP-4 prefill on an H100; the benches answer them from PipeWeave's
+    measured collective tables where a GPU has one). A GPU in ``unseen`` is answered as one no file has:
+    the engine without its measured tables or calibration (spec tier only) -- what transfers to a GPU
+    nobody measured.
     """
     from components.opmodel.engine import OpEngine
 
@@ -177,6 +179,8 @@ def production_op_time() -> tuple[OpTimeFn, str]:
 
         engine = engine_for(None)
         _PRODUCTION[key] = (
-            (engine_op_time(engine), ENGINE_SOURCE) if has_data(engine) else (roofline_op_time, ROOFLINE_SOURCE)
+            (engine_op_time(engine), ENGINE_SOURCE)
+            if has_data(engine)
+            else (roofline_op_time, ROOFLINE_SOURCE)
         )
     return _PRODUCTION[key]

@@ -118,7 +118,7 @@ def rank_deployments(
                 formed.append((deployment_from(model, spec, {**params, "tp": tp}), price))
             except DeploymentError:
                 skipped += 1
-    # every option composed at once: one op-engine call per kind of op and GPU (components.deployments.compose)
+    # every option composed at once: one op-engine call per kind of op and GPU (compose.answer_many)
     answers = answer_many([d for d, _ in formed], op_time, workload=workload)
     for (d, price), a in zip(formed, answers, strict=True):
         if isinstance(a, DeploymentError):

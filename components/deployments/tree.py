@@ -37,7 +37,9 @@ def _pipeweave(
     refused: list[dict[str, Any]] = []
     for source in sorted({fw.source_of(p) for p in ("prefill", "decode")}):
         refused = []
-        frames[source] = compose_pipeweave(runs, catalog, root, ops[source], allreduce=tables, refused=refused)
+        frames[source] = compose_pipeweave(
+            runs, catalog, root, ops[source], allreduce=tables, refused=refused
+        )
     composed = next(iter(frames.values()))
     pred = predict_frames("pipeweave", frames, fw) if not composed.empty else composed
     return runs, pred, pd.DataFrame(refused, columns=["id", "device_id", "reason"])
