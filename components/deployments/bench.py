@@ -341,6 +341,61 @@ UNSEEN = "engine-unseen"  # the op engine without the held-out GPU's measured ke
 SOURCE_FAMILY = {ROOFLINE_SOURCE: FAMILY_ROOF_OPS, ENGINE_SOURCE: FAMILY_ENGINE}
 
 
+_UNSEEN_ENGINES: dict[tuple[str, str], Any] = {}
+
+
+def unseen_engine(engine: Any, held: str, datasets_dir: Path) -> Any:
+    """``engine`` as it would be had no file measured ``held``: no measured tables, and the spec model (GEMM
+    and attention boosters, MoE and all-reduce priors) refitted without ``held``'s kernel rows, at the
+    production caps (``opmodel.train.PER_GROUP``, ``spec.ROUNDS``). Cached per (store, GPU)."""
+    from components.devices.catalog import load_catalog
+    from components.opmodel import spec as spec_tier
+    from components.opmodel.engine import OpEngine
+    from components.opmodel.store import load_store
+    from components.opmodel.train import PER_GROUP
+
+    key = (str(engine.store_dir), held)
+    if key not in _UNSEEN_ENGINES:
+        catalog = load_catalog()
+        store = load_store(Path(engine.store_dir), spec_tier.SPEC_FAMILIES)
+        rows = spec_tier.training_rows(store, Path(datasets_dir), per_group=PER_GROUP)
+        rows = {f: r[r["device_id"] != held] for f, r in rows.items()}
+        others = load_store(Path(engine.store_dir), spec_tier.PRIOR_ONLY_FAMILIES)
+        others = {f: r[r["device_id"] != held] for f, r in others.items()}
+        devices = {str(d) for frame in (*rows.values(), *others.values()) for d in frame["device_id"].unique()}
+        specs = {d: catalog.get(d) for d in devices if d in catalog}
+        model = spec_tier.fit_priors(spec_tier.fit(rows, specs), others, specs)
+        _UNSEEN_ENGINES[key] = OpEngine(None, model, None, engine.intervals, engine.meta, None,
+                                        engine.fallback_util)
+    return _UNSEEN_ENGINES[key]
+
+
+def spec_trained_on(engine: Any) -> set[str]:
+    """GPUs whose kernel rows trained the engine's spec model (its refit for an unseen fold drops them)."""
+    if engine is None or getattr(engine, "spec_model", None) is None or engine.store_dir is None:
+        return set()
+    return {str(d) for d in (engine.meta or {}).get("devices", [])}
+
+
+def _blind_refit(
+    frame: pd.DataFrame,
+    engine: Any,
+    datasets_dir: Path,
+    compose: Callable[[pd.DataFrame, OpTimeFn], pd.DataFrame],
+    key: str,
+    log: Callable[[str], None],
+) -> pd.DataFrame:
+    """The unseen-GPU frame with the rows of each GPU that trained the spec model recomposed by the engine
+    refitted without that GPU (``unseen_engine``): its kernel tables inform nothing of its own answers."""
+    trained = spec_trained_on(engine)
+    parts = [frame[~frame["device_id"].isin(trained)]]
+    for held in sorted(trained & set(frame["device_id"])):
+        log(f"unseen-GPU variant: spec tier refitted without {held}")
+        blind = engine_op_time(unseen_engine(engine, held, datasets_dir), unseen=_EVERY_GPU)
+        parts.append(compose(frame[frame["device_id"] == held], blind))
+    return pd.concat(parts, ignore_index=True).sort_values(key).reset_index(drop=True)
+
+
 def _aligned(frames: dict[str, pd.DataFrame], key: str) -> dict[str, pd.DataFrame]:
     """The runs every source answered, in one order (a source may refuse a run the others answer)."""
     common = set.intersection(*(set(f[key]) for f in frames.values()))
@@ -414,6 +469,13 @@ def run_pipeweave_bench(
     frames = _aligned(
         {k: compose_pipeweave(runs, catalog, datasets_dir, fn) for k, fn in sources.items()}, "run_id"
     )
+    if UNSEEN in frames:
+        asked = runs.set_index("run_id")
+
+        def recompose(part: pd.DataFrame, fn: OpTimeFn) -> pd.DataFrame:
+            return compose_pipeweave(asked.loc[part["run_id"]].reset_index(), catalog, datasets_dir, fn)
+
+        frames[UNSEEN] = _blind_refit(frames[UNSEEN], engine, datasets_dir, recompose, "run_id", log)
     folds: dict[str, list[pd.DataFrame]] = defaultdict(list)
     chosen: dict[str, str] = {}
     base = frames[ROOFLINE_SOURCE]
@@ -757,6 +819,13 @@ def run_silicon_bench(
     for k, fn in sources.items():
         composed_by[k], refused_by[k] = compose_silicon(runs, catalog, datasets_dir, fn, log=log)
     frames = _aligned(composed_by, "id")
+    if UNSEEN in frames:
+        asked = runs.set_index("id")
+
+        def recompose(part: pd.DataFrame, fn: OpTimeFn) -> pd.DataFrame:
+            return compose_silicon(asked.loc[part["id"]].reset_index(), catalog, datasets_dir, fn)[0]
+
+        frames[UNSEEN] = _blind_refit(frames[UNSEEN], engine, datasets_dir, recompose, "id", log)
     refused = refused_by[ROOFLINE_SOURCE]
     folds: dict[str, list[pd.DataFrame]] = defaultdict(list)
     chosen: dict[str, str] = {}
