@@ -197,3 +197,23 @@ def test_readme_serving_block_is_written_and_the_bench_block_left_alone(catalog,
     (tmp_path / "bare.md").write_text("no markers\n")
     with pytest.raises(ValueError, match="serving:start"):
         write_readme(tmp_path / "bare.md", result, "c", readme_markdown, write_markdown)
+
+
+@needs_data
+@pytest.mark.slow
+def test_unseen_engine_drops_the_held_out_gpus_kernels(engine):
+    """The unseen-GPU variant's engine: no measured tier, a spec model refitted without the held GPU's rows
+    (here only PipeWeave's FP8 GEMM train file is left: H20 and H800), cached per (store, GPU)."""
+    from components.deployments.bench import spec_trained_on, unseen_engine
+    from components.opmodel.engine import OpEngine
+    from components.opmodel.spec import SpecModel
+
+    with_spec = OpEngine(engine.measured, SpecModel(), meta={"devices": ["h100-sxm"]}, store_dir=engine.store_dir)
+    assert spec_trained_on(with_spec) == {"h100-sxm"} and spec_trained_on(engine) == set()
+    blind = unseen_engine(with_spec, "h100-sxm", DATA)
+    assert blind.measured is None and "gemm" in blind.spec_model.boosters
+    assert unseen_engine(with_spec, "h100-sxm", DATA) is blind
+    h100 = load_catalog().resolve("h100-sxm")
+    shape = {"M": np.array([512.0]), "N": np.array([4096.0]), "K": np.array([4096.0])}
+    assert list(blind.predict("gemm", "fp8", shape, h100).tier) == ["spec"]
+    assert list(with_spec.predict("gemm", "fp8", shape, h100).tier) == ["measured"]
