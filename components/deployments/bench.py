@@ -362,7 +362,8 @@ def unseen_engine(engine: Any, held: str, datasets_dir: Path) -> Any:
         rows = {f: r[r["device_id"] != held] for f, r in rows.items()}
         others = load_store(Path(engine.store_dir), spec_tier.PRIOR_ONLY_FAMILIES)
         others = {f: r[r["device_id"] != held] for f, r in others.items()}
-        devices = {str(d) for frame in (*rows.values(), *others.values()) for d in frame["device_id"].unique()}
+        frames = (*rows.values(), *others.values())
+        devices = {str(d) for frame in frames for d in frame["device_id"].unique()}
         specs = {d: catalog.get(d) for d in devices if d in catalog}
         model = spec_tier.fit_priors(spec_tier.fit(rows, specs), others, specs)
         _UNSEEN_ENGINES[key] = OpEngine(None, model, None, engine.intervals, engine.meta, None,

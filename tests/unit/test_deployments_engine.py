@@ -208,7 +208,9 @@ def test_unseen_engine_drops_the_held_out_gpus_kernels(engine):
     from components.opmodel.engine import OpEngine
     from components.opmodel.spec import SpecModel
 
-    with_spec = OpEngine(engine.measured, SpecModel(), meta={"devices": ["h100-sxm"]}, store_dir=engine.store_dir)
+    with_spec = OpEngine(
+        engine.measured, SpecModel(), meta={"devices": ["h100-sxm"]}, store_dir=engine.store_dir
+    )
     assert spec_trained_on(with_spec) == {"h100-sxm"} and spec_trained_on(engine) == set()
     blind = unseen_engine(with_spec, "h100-sxm", DATA)
     assert blind.measured is None and "gemm" in blind.spec_model.boosters
