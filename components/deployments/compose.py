@@ -20,7 +20,15 @@ from typing import Any
 import numpy as np
 
 from components.deployments.config import STORE_BYTES, Deployment, DeploymentError
-from components.deployments.ops import OpTimeFn, link_gbps, roofline_op_time, sol_time
+from components.deployments.ops import (
+    ENGINE_SOURCE,
+    ROOFLINE_SOURCE,
+    OpTimeFn,
+    link_gbps,
+    production_op_time,
+    roofline_op_time,
+    sol_time,
+)
 
 # Usable fraction of each GPU's memory: vLLM's gpu_memory_utilization default (SGLang/TensorRT-LLM reserve
 # about as much for the CUDA context, workspaces and fragmentation).
@@ -67,6 +75,12 @@ class FrameworkCost:
     steady_source: str = "none"
     source: str = "none"
     train_mape: dict[str, float] = field(default_factory=dict)
+    # The op times each part was fitted on ("roofline" or "engine"), per part (prefill, decode, steady_ttft,
+    # steady_tpot): a part answers with the op times it was fitted on. Missing: the roofline.
+    sources: dict[str, str] = field(default_factory=dict)
+
+    def source_of(self, part: str) -> str:
+        return self.sources.get(part, ROOFLINE_SOURCE)
 
     def step_us(
         self, phase: str, layers: float, tokens: float, kernels_us: float, overheads: np.ndarray
@@ -298,17 +312,25 @@ def step_ops(d: Deployment, phase: str, batch: int, q_len: float, ctx: np.ndarra
 
 def _call(
     op_time: OpTimeFn, family: str, dtype: str, kv_dtype: str | None, shape: dict[str, np.ndarray], spec: Any
-) -> tuple[np.ndarray, str]:
-    """One batch of same-kind ops: times (microseconds, never below the speed-of-light floor) and the tier."""
+) -> tuple[np.ndarray, np.ndarray]:
+    """One batch of same-kind ops: times (microseconds) and the tier of each row (``measured``, ``spec``...
+    from an op engine; ``roofline`` from the fixed-efficiency roofline)."""
     if family == "attention" and _takes_kv(op_time):
         out = op_time(family, dtype, shape, spec, kv_dtype=kv_dtype)
     else:
         out = op_time(family, dtype, shape, spec)
-    tier = "roofline"
-    if hasattr(out, "duration_us"):  # an OpTimes from the op engine
-        tier = str(np.atleast_1d(getattr(out, "tier", np.array(["engine"])))[0])
-        out = out.duration_us
-    return np.asarray(out, dtype="float64"), tier
+    if hasattr(out, "duration_us"):  # an OpTimes from the op engine, or ops.Timed
+        times = np.asarray(out.duration_us, dtype="float64")
+        tier = np.broadcast_to(np.asarray(getattr(out, "tier", "engine"), dtype=object), times.shape)
+        return times, tier
+    times = np.asarray(out, dtype="float64")
+    return times, np.full(times.shape, "roofline", dtype=object)
+
+
+def _line_tier(tiers: np.ndarray) -> str:
+    """One line's tier: its rows' tier, or the tiers it mixes (decode attention at several contexts)."""
+    names = sorted({str(t) for t in tiers})
+    return names[0] if len(names) == 1 else "+".join(names)
 
 
 def _takes_kv(fn: OpTimeFn) -> bool:
@@ -350,7 +372,7 @@ def time_ops(lines: list[OpLine], spec: Any, op_time: OpTimeFn) -> float:
         }
         if op is not None:
             stacked["op"] = op
-        times, tier = _call(op_time, family, dtype, kv_dtype, stacked, spec)
+        times, tiers = _call(op_time, family, dtype, kv_dtype, stacked, spec)
         floors = sol_time(family, dtype, stacked, spec, kv_dtype)
         times = np.maximum(times, floors)
         bounds = np.cumsum([0, *sizes])
@@ -358,7 +380,7 @@ def time_ops(lines: list[OpLine], spec: Any, op_time: OpTimeFn) -> float:
             part = slice(bounds[j], bounds[j + 1])
             lines[i].time_us = float(np.mean(times[part])) * lines[i].count
             lines[i].floor_us = float(np.mean(floors[part])) * lines[i].count
-            lines[i].tier = tier
+            lines[i].tier = _line_tier(tiers[part])
     return sum(line.time_us for line in lines)
 
 
@@ -433,13 +455,16 @@ def memory_notes(d: Deployment, memory: dict[str, float]) -> list[str]:
     return [note]
 
 
-def _breakdown(lines: list[OpLine]) -> dict[str, dict[str, float]]:
+def _breakdown(lines: list[OpLine]) -> dict[str, dict[str, Any]]:
+    """Per op kind: ms per step, share of the step's kernel time, and the tier(s) that answered its ops."""
     by: dict[str, float] = defaultdict(float)
+    tiers: dict[str, set[str]] = defaultdict(set)
     for line in lines:
         by[line.kind] += line.time_us
+        tiers[line.kind].update(line.tier.split("+"))
     total = sum(by.values()) or 1.0
     return {
-        k: {"ms": round(v / 1e3, 4), "share": round(v / total, 4)}
+        k: {"ms": round(v / 1e3, 4), "share": round(v / total, 4), "tier": "+".join(sorted(tiers[k]))}
         for k, v in sorted(by.items(), key=lambda x: -x[1])
     }
 
@@ -483,15 +508,18 @@ def overhead_counts(lines: list[OpLine]) -> np.ndarray:
     return np.array([launches, allreduces, gpus], dtype="float64")
 
 
-def compose_phases(d: Deployment, op_time: OpTimeFn | None = None, isl_mean: float | None = None) -> Phases:
-    """Kernel time of one prefill step (concurrency x isl), one decode step (averaged) and a lone prefill."""
-    op_time = op_time or roofline_op_time
-    spec, isl = d.gpu, float(isl_mean or d.isl)
-    prefill = step_ops(d, "prefill", d.concurrency, isl, isl)
-    decode = step_ops(d, "decode", d.concurrency, 1.0, decode_contexts(isl, d.osl))
-    one = step_ops(d, "prefill", 1, isl, isl)
+def phase_lines(d: Deployment, isl_mean: float | None = None) -> tuple[list[OpLine], ...]:
+    """The (untimed) ops of one prefill step (concurrency x isl), one decode step and a lone prefill."""
+    isl = float(isl_mean or d.isl)
+    return (
+        step_ops(d, "prefill", d.concurrency, isl, isl),
+        step_ops(d, "decode", d.concurrency, 1.0, decode_contexts(isl, d.osl)),
+        step_ops(d, "prefill", 1, isl, isl),
+    )
+
+
+def _phases(d: Deployment, prefill: list[OpLine], decode: list[OpLine], one: list[OpLine]) -> Phases:
     pp_hop = (d.pp - 1) * 5.0  # one activation send per stage boundary (NVLink p2p, a few microseconds)
-    time_ops(prefill + decode + one, spec, op_time)  # one op-time call per kind of op for all three steps
     return Phases(
         sum(x.time_us for x in prefill) + pp_hop,
         sum(x.time_us for x in decode) + pp_hop,
@@ -502,31 +530,116 @@ def compose_phases(d: Deployment, op_time: OpTimeFn | None = None, isl_mean: flo
     )
 
 
+def compose_many(
+    deployments: list[Deployment],
+    op_time: OpTimeFn | None = None,
+    isl_means: list[float | None] | None = None,
+) -> list[Phases]:
+    """:func:`compose_phases` of many deployments with ONE op-time call per kind of op and GPU: the op
+    engine is vectorised over shapes, so a catalog rank or a bench of a thousand runs costs a few calls per
+    GPU, not a few per deployment."""
+    op_time = op_time or roofline_op_time
+    means = isl_means or [None] * len(deployments)
+    lines = [phase_lines(d, m) for d, m in zip(deployments, means, strict=True)]
+    specs: list[Any] = []  # distinct GPUs (equal specs share one batch; a spec file with a catalog id not)
+    members: list[list[int]] = []
+    for i, d in enumerate(deployments):
+        k = next((k for k, spec in enumerate(specs) if spec.id == d.gpu.id and spec == d.gpu), None)
+        if k is None:
+            specs.append(d.gpu)
+            members.append([])
+            k = len(specs) - 1
+        members[k].append(i)
+    for spec, group in zip(specs, members, strict=True):
+        time_ops([x for i in group for part in lines[i] for x in part], spec, op_time)
+    return [_phases(d, *parts) for d, parts in zip(deployments, lines, strict=True)]
+
+
+def compose_phases(d: Deployment, op_time: OpTimeFn | None = None, isl_mean: float | None = None) -> Phases:
+    """Kernel time of one prefill step (concurrency x isl), one decode step (averaged) and a lone prefill."""
+    return compose_many([d], op_time, [isl_mean])[0]
+
+
+def resolve_ops(
+    framework: FrameworkCost | None, op_time: OpTimeFn | None
+) -> tuple[FrameworkCost, dict[str, OpTimeFn]]:
+    """The framework cost and the op-time function of each source it names. Production (no ``op_time``):
+    the state folder's op engine with the framework cost fitted on it, or the roofline and its own fit
+    where there is no engine. A given ``op_time`` answers for every source."""
+    if op_time is not None:
+        return framework or default_framework(), {ROOFLINE_SOURCE: op_time, ENGINE_SOURCE: op_time}
+    fn, source = production_op_time()
+    if source == ENGINE_SOURCE:
+        return framework or default_framework(), {ROOFLINE_SOURCE: roofline_op_time, ENGINE_SOURCE: fn}
+    return framework or default_framework(engine=False), {
+        ROOFLINE_SOURCE: roofline_op_time,
+        ENGINE_SOURCE: roofline_op_time,
+    }
+
+
+PARTS = ("prefill", "decode", "steady_ttft", "steady_tpot")
+
+
+def answer_many(
+    deployments: list[Deployment],
+    op_time: OpTimeFn | None = None,
+    framework: FrameworkCost | None = None,
+    workload: str = STEADY,
+) -> list[Answer | DeploymentError]:
+    """:func:`answer` of many deployments, composed in one batch per GPU and op source (a rank); a
+    deployment that does not fit answers with its :class:`DoesNotFit`."""
+    fw, ops = resolve_ops(framework, op_time)
+    fits: list[int] = []
+    out: list[Answer | DeploymentError] = []
+    for i, d in enumerate(deployments):
+        try:
+            memory_check(d)
+        except DeploymentError as exc:
+            out.append(exc)
+            continue
+        fits.append(i)
+        out.append(None)  # type: ignore[arg-type]  # filled below
+    sources = {fw.source_of(p) for p in PARTS}
+    composed = {s: compose_many([deployments[i] for i in fits], ops[s]) for s in sources}
+    for j, i in enumerate(fits):
+        phases = {s: composed[s][j] for s in sources}
+        out[i] = answer(deployments[i], framework=fw, workload=workload, phases=phases)
+    return out
+
+
 def answer(
     d: Deployment,
     op_time: OpTimeFn | None = None,
     framework: FrameworkCost | None = None,
     workload: str = STEADY,
     isl_mean: float | None = None,
+    phases: dict[str, Phases] | None = None,
 ) -> Answer:
     """TTFT, TPOT, e2e, per-GPU throughput, breakdowns and memory of a deployment (memory checked first).
 
     ``workload``: "steady" (requests keep arriving: each new prefill stalls the running decodes, TTFT waits
     for its own prefill) or "batch" (all requests start together: TTFT is the whole batch's prefill).
+    Each part (prefill, decode, steady TTFT/TPOT) answers with the op times its framework cost was fitted
+    on (``FrameworkCost.sources``); ``phases``: those op times per source when already composed
+    (:func:`answer_many`).
     """
     memory = memory_check(d)
-    fw = framework or default_framework()
-    ph = compose_phases(d, op_time, isl_mean)
+    if phases is None:
+        fw, ops = resolve_ops(framework, op_time)
+        phases = {s: compose_phases(d, ops[s], isl_mean) for s in {fw.source_of(p) for p in PARTS}}
+    else:
+        fw = framework or default_framework()
+    pre, dec = phases[fw.source_of("prefill")], phases[fw.source_of("decode")]
     layers = d.model.layers
-    prefill_us = ph.prefill_kernels_us + fw.step_us(
-        "prefill", layers, d.concurrency * d.isl, ph.prefill_kernels_us, overhead_counts(ph.prefill)
+    prefill_us = pre.prefill_kernels_us + fw.step_us(
+        "prefill", layers, d.concurrency * d.isl, pre.prefill_kernels_us, overhead_counts(pre.prefill)
     )
-    step_us = ph.decode_kernels_us + fw.step_us(
-        "decode", layers, d.concurrency, ph.decode_kernels_us, overhead_counts(ph.decode)
+    step_us = dec.decode_kernels_us + fw.step_us(
+        "decode", layers, d.concurrency, dec.decode_kernels_us, overhead_counts(dec.decode)
     )
     # never below the roofline: a negative efficiency correction cannot take a step under its floor
-    prefill_us = max(prefill_us, Phases.floor_us(ph.prefill))
-    step_us = max(step_us, Phases.floor_us(ph.decode))
+    prefill_us = max(prefill_us, Phases.floor_us(pre.prefill))
+    step_us = max(step_us, Phases.floor_us(dec.decode))
     notes = list(d.notes)
     notes += memory_notes(d, memory)
     notes += _pipe_notes(d)
@@ -537,7 +650,9 @@ def answer(
     if workload == BATCH:
         ttft_us, tpot_us = prefill_us, step_us
     else:
-        ttft_us, tpot_us = steady_times(d, ph, fw)
+        ph_ttft, ph_tpot = phases[fw.source_of("steady_ttft")], phases[fw.source_of("steady_tpot")]
+        ttft_us, tpot_us = steady_times(d, ph_ttft, ph_tpot, fw)
+        pre, dec = ph_ttft, ph_tpot
         notes.append(f"steady serving cost: {fw.steady_source}")
     e2e_us = ttft_us + tpot_us * max(d.osl - 1, 0)
     tokens_per_s = (
@@ -551,7 +666,10 @@ def answer(
         name: [round(v * (1 - spread.get(k, 0.5)), 3), round(v * (1 + spread.get(k, 0.5)), 3)]
         for name, k, v in (("ttft_ms", keys[0], ttft_us / 1e3), ("tpot_ms", keys[1], tpot_us / 1e3))
     }
-    tiers = {f"{line.phase}:{line.kind}:{line.family}": line.tier for line in ph.prefill + ph.decode}
+    tiers: dict[str, str] = {}
+    for line in pre.prefill + dec.decode:
+        key = f"{line.phase}:{line.kind}:{line.family}"
+        tiers[key] = "+".join(sorted({*tiers.get(key, line.tier).split("+"), *line.tier.split("+")}))
     notes.append(f"framework cost: {fw.source}")
     return Answer(
         ttft_ms=round(ttft_us / 1e3, 4),
@@ -560,7 +678,7 @@ def answer(
         tokens_per_s=round(tokens_per_s, 2),
         prefill_ms=round(prefill_us / 1e3, 4),
         decode_step_ms=round(step_us / 1e3, 4),
-        breakdown={"prefill": _breakdown(ph.prefill), "decode": _breakdown(ph.decode)},
+        breakdown={"prefill": _breakdown(pre.prefill), "decode": _breakdown(dec.decode)},
         memory=memory,
         interval=interval,
         notes=notes,
@@ -587,28 +705,32 @@ def _pipe_notes(d: Deployment) -> list[str]:
     return []
 
 
-def steady_times(d: Deployment, ph: Phases, fw: FrameworkCost) -> tuple[float, float]:
-    """(TTFT, TPOT) in microseconds of steady serving from the kernel times and the learned cost.
+def steady_times(d: Deployment, ph: Phases, ph_tpot: Phases, fw: FrameworkCost) -> tuple[float, float]:
+    """(TTFT, TPOT) in microseconds of steady serving from the kernel times and the learned cost (TTFT on
+    ``ph``, TPOT on ``ph_tpot``: each with the op times its part was fitted on).
 
     Without a learned steady cost: TTFT is one request's prefill, TPOT the decode step plus the stalls of
     the other requests' prefills (aggregated mode: ~concurrency arrivals per request lifetime of osl steps).
     """
     agg = d.mode == "agg"
-    stall = ph.prefill_one_us * d.concurrency / max(d.osl, 1) if agg else 0.0
-    batch_prefill = ph.prefill_kernels_us if agg else 0.0
     if fw.steady_ttft is None or fw.steady_tpot is None:
-        return ph.prefill_one_us, ph.decode_kernels_us + stall
-    x_ttft, x_tpot = steady_features(
-        np.array([ph.prefill_one_us]),
-        np.array([batch_prefill]),
-        np.array([ph.decode_kernels_us]),
-        np.array([float(d.concurrency)]),
-        np.array([float(d.osl)]),
-        np.array([agg]),
-        overhead_counts(ph.one)[None, :],
-        overhead_counts(ph.decode)[None, :],
-    )
-    floor_ttft, floor_tpot = Phases.floor_us(ph.one), Phases.floor_us(ph.decode)
+        stall = ph_tpot.prefill_one_us * d.concurrency / max(d.osl, 1) if agg else 0.0
+        return ph.prefill_one_us, ph_tpot.decode_kernels_us + stall
+
+    def design(p: Phases) -> tuple[np.ndarray, np.ndarray]:
+        return steady_features(
+            np.array([p.prefill_one_us]),
+            np.array([p.prefill_kernels_us if agg else 0.0]),
+            np.array([p.decode_kernels_us]),
+            np.array([float(d.concurrency)]),
+            np.array([float(d.osl)]),
+            np.array([agg]),
+            overhead_counts(p.one)[None, :],
+            overhead_counts(p.decode)[None, :],
+        )
+
+    x_ttft, x_tpot = design(ph)[0], design(ph_tpot)[1]
+    floor_ttft, floor_tpot = Phases.floor_us(ph.one), Phases.floor_us(ph_tpot.decode)
     ttft = float(x_ttft[0] @ np.asarray(fw.steady_ttft))
     tpot = float(x_tpot[0] @ np.asarray(fw.steady_tpot))
     return max(ttft, floor_ttft), max(tpot, floor_tpot)
@@ -651,8 +773,9 @@ def describe(d: Deployment) -> dict[str, Any]:
     }
 
 
-def default_framework() -> FrameworkCost:
-    """The framework cost fitted on every PipeWeave GPU (see ``bench.fit_framework``); production only."""
-    from components.deployments.fitted import PRODUCTION_FRAMEWORK
+def default_framework(engine: bool = True) -> FrameworkCost:
+    """The production framework cost (``fitted.py``: every PipeWeave GPU and both silicon GPUs): the one
+    fitted on the op engine's times, or (``engine=False``) on the roofline's alone."""
+    from components.deployments.fitted import PRODUCTION_FRAMEWORK, PRODUCTION_FRAMEWORK_ROOFLINE
 
-    return PRODUCTION_FRAMEWORK
+    return PRODUCTION_FRAMEWORK if engine else PRODUCTION_FRAMEWORK_ROOFLINE

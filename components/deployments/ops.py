@@ -41,7 +41,7 @@ class Timed:
     """Op times with the tier that answered them (what ``compose`` reads from an op engine too)."""
 
     duration_us: np.ndarray
-    tier: str
+    tier: Any  # one name, or one per row
 
 
 def link_gbps(spec: Any) -> tuple[float, str | None]:
@@ -118,3 +118,69 @@ def with_small_ops(engine: Callable[..., Any]) -> OpTimeFn:
         return engine(family, dtype, shape, spec)
 
     return op_time
+
+
+# ---------------------------------------------------------------- the op engine as the op-time function
+
+ROOFLINE_SOURCE, ENGINE_SOURCE = "roofline", "engine"  # which op times a framework cost was fitted on
+
+
+def engine_op_time(engine: Any, unseen: frozenset[str] = frozenset()) -> OpTimeFn:
+    """The op engine (``components.opmodel.engine.OpEngine``) as the composition's op-time function.
+
+    GEMM, attention and MoE go to ``engine.predict`` (its tier per row: measured where the GPU's kernel
+    tables hold the op, calibrated, else spec); norms, adds, rotary, SiLU x mul, sampling and the TP
+    all-reduce to :func:`roofline_op_time` (the link's physics, its start-up latency fitted with the
+    framework cost: the engine answers all-reduces with one median-efficiency prior, which made the
+    all-reduces 68% of a Llama-70B TP-4 prefill on an H100; the benches answer them from PipeWeave's
+    measured collective tables where a GPU has one). A GPU in ``unseen`` is answered as one no file has:
+    the engine without its measured tables or calibration (spec tier only) -- what transfers to a GPU
+    nobody measured.
+    """
+    from components.opmodel.engine import OpEngine
+
+    spec_only = OpEngine(
+        None, engine.spec_model, None, engine.intervals, engine.meta, None, engine.fallback_util
+    )
+    seen = with_small_ops(engine.predict)
+    blind = with_small_ops(spec_only.predict)
+
+    def op_time(
+        family: str, dtype: str, shape: Mapping[str, Any], spec: Any, kv_dtype: str | None = None
+    ) -> Any:
+        if family == "allreduce":
+            return Timed(roofline_op_time(family, dtype, shape, spec), "roofline")
+        fn = blind if spec.id in unseen else seen
+        out = fn(family, dtype, shape, spec, kv_dtype=kv_dtype)
+        if hasattr(out, "duration_us"):
+            return Timed(np.asarray(out.duration_us, dtype="float64"), np.asarray(out.tier, dtype=object))
+        return Timed(np.asarray(out, dtype="float64"), "roofline")
+
+    return op_time
+
+
+def has_data(engine: Any) -> bool:
+    """An engine with a measured store or a learned spec model (a bare one is the roofline at 50%)."""
+    return engine is not None and (engine.measured is not None or engine.spec_model is not None)
+
+
+_PRODUCTION: dict[str, tuple[OpTimeFn, str]] = {}
+
+
+def production_op_time() -> tuple[OpTimeFn, str]:
+    """(op-time function, source) for production answers: the op engine the state folder holds (the
+    champion's, ``components.opmodel.loading.engine_for``), or the fixed-efficiency roofline where there is
+    none -- each with the framework cost fitted on the same op times (``compose.default_framework``)."""
+    from components.platform.config import get_settings
+
+    key = str(get_settings().models_dir)
+    if key not in _PRODUCTION:
+        from components.opmodel.loading import engine_for
+
+        engine = engine_for(None)
+        _PRODUCTION[key] = (
+            (engine_op_time(engine), ENGINE_SOURCE)
+            if has_data(engine)
+            else (roofline_op_time, ROOFLINE_SOURCE)
+        )
+    return _PRODUCTION[key]

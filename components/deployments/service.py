@@ -9,7 +9,7 @@ import math
 from collections.abc import Sequence
 from typing import Any
 
-from components.deployments.compose import STEADY, WORKLOADS, DoesNotFit, answer
+from components.deployments.compose import STEADY, WORKLOADS, DoesNotFit, answer_many
 from components.deployments.config import Deployment, DeploymentError, ModelShape, model_shape
 from components.deployments.ops import OpTimeFn
 
@@ -60,13 +60,15 @@ def predict_deployment(
     """One answer per GPU; a GPU the deployment does not fit on answers with ``refused`` (the reason)."""
     model = model_shape(config, allow_paths=allow_paths)
     workload = _workload(params)
+    deployments = [deployment_from(model, spec, params) for spec in specs]
     out = []
-    for spec in specs:
-        d = deployment_from(model, spec, params)
-        try:
-            out.append(answer(d, op_time, workload=workload).to_json())
-        except DoesNotFit as exc:
-            out.append({"deployment": {"model": model.name, "gpu": spec.id}, "refused": str(exc)})
+    for d, a in zip(deployments, answer_many(deployments, op_time, workload=workload), strict=True):
+        if isinstance(a, DoesNotFit):
+            out.append({"deployment": {"model": model.name, "gpu": d.gpu.id}, "refused": str(a)})
+        elif isinstance(a, DeploymentError):
+            raise a
+        else:
+            out.append(a.to_json())
     return out
 
 
@@ -101,6 +103,7 @@ def rank_deployments(
     price_of = {str(k).lower(): float(v) for k, v in prices.items()}
     options = [tp for tp in (tps or DEFAULT_TPS) if model.heads % tp == 0]
     rows, skipped = [], 0
+    formed: list[tuple[Deployment, float | None]] = []
     for spec in specs:
         price = next(
             (
@@ -112,25 +115,29 @@ def rank_deployments(
         )
         for tp in options:
             try:
-                d = deployment_from(model, spec, {**params, "tp": tp})
-                a = answer(d, op_time, workload=workload)
+                formed.append((deployment_from(model, spec, {**params, "tp": tp}), price))
             except DeploymentError:
                 skipped += 1
-                continue
-            rows.append(
-                {
-                    "device": spec.id,
-                    "tp": tp,
-                    "gpus": d.gpus,
-                    "ttft_ms": a.ttft_ms,
-                    "tpot_ms": a.tpot_ms,
-                    "e2e_ms": a.e2e_ms,
-                    "tokens_per_s_per_gpu": a.tokens_per_s,
-                    "memory_gb_per_gpu": a.memory["total_gb"],
-                    "usd_per_hour": None if price is None else price * d.gpus,
-                    "usd_per_mtok": usd_per_mtok(price, a.tokens_per_s),
-                }
-            )
+    # every option composed at once: one op-engine call per kind of op and GPU (compose.answer_many)
+    answers = answer_many([d for d, _ in formed], op_time, workload=workload)
+    for (d, price), a in zip(formed, answers, strict=True):
+        if isinstance(a, DeploymentError):
+            skipped += 1
+            continue
+        rows.append(
+            {
+                "device": d.gpu.id,
+                "tp": d.tp,
+                "gpus": d.gpus,
+                "ttft_ms": a.ttft_ms,
+                "tpot_ms": a.tpot_ms,
+                "e2e_ms": a.e2e_ms,
+                "tokens_per_s_per_gpu": a.tokens_per_s,
+                "memory_gb_per_gpu": a.memory["total_gb"],
+                "usd_per_hour": None if price is None else price * d.gpus,
+                "usd_per_mtok": usd_per_mtok(price, a.tokens_per_s),
+            }
+        )
     key = RANK_KEYS[by]
     rows.sort(key=lambda r: (r[key] is None, math.inf if r[key] is None else r[key]))
     for i, row in enumerate(rows, 1):

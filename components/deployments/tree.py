@@ -23,28 +23,40 @@ SERVING_SOURCES = ("pipeweave", "aiconfigurator")
 TARGETS = {"pipeweave": ("prefill_ms", "decode_ms", "total_ms"), "aiconfigurator": ("ttft_ms", "tpot_ms")}
 
 
-def _pipeweave(root: Path, catalog: Any, fw: Any) -> tuple[pd.DataFrame, pd.DataFrame, pd.DataFrame]:
-    from components.deployments.bench import compose_pipeweave, predict_pipeweave
+def _pipeweave(
+    root: Path, catalog: Any, fw: Any, ops: dict[str, Any]
+) -> tuple[pd.DataFrame, pd.DataFrame, pd.DataFrame]:
+    from components.deployments.bench import compose_pipeweave, predict_frames
     from components.deployments.data import read_allreduce_tables, read_pipeweave_tree
 
     runs = read_pipeweave_tree(root)
     if runs.empty:
         raise FileNotFoundError(f"--from {root}: no e2e/real/e2e_*.jsonl serving runs (PipeWeave's layout)")
+    tables = read_allreduce_tables(root, tree=True)
+    frames: dict[str, pd.DataFrame] = {}
     refused: list[dict[str, Any]] = []
-    composed = compose_pipeweave(
-        runs, catalog, root, allreduce=read_allreduce_tables(root, tree=True), refused=refused
-    )
-    pred = predict_pipeweave(composed, fw) if not composed.empty else composed
+    for source in sorted({fw.source_of(p) for p in ("prefill", "decode")}):
+        refused = []
+        frames[source] = compose_pipeweave(
+            runs, catalog, root, ops[source], allreduce=tables, refused=refused
+        )
+    composed = next(iter(frames.values()))
+    pred = predict_frames("pipeweave", frames, fw) if not composed.empty else composed
     return runs, pred, pd.DataFrame(refused, columns=["id", "device_id", "reason"])
 
 
-def _silicon(root: Path, catalog: Any, fw: Any) -> tuple[pd.DataFrame, pd.DataFrame, pd.DataFrame]:
-    from components.deployments.bench import compose_silicon, predict_steady
+def _silicon(
+    root: Path, catalog: Any, fw: Any, ops: dict[str, Any]
+) -> tuple[pd.DataFrame, pd.DataFrame, pd.DataFrame]:
+    from components.deployments.bench import compose_silicon, predict_frames
     from components.deployments.data import read_silicon_tree
 
     runs = read_silicon_tree(root)
-    composed, refused = compose_silicon(runs, catalog, root)
-    pred = predict_steady(composed, fw) if not composed.empty else composed
+    frames: dict[str, pd.DataFrame] = {}
+    for source in sorted({fw.source_of(p) for p in ("steady_ttft", "steady_tpot")}):
+        frames[source], refused = compose_silicon(runs, catalog, root, ops[source])
+    composed = next(iter(frames.values()))
+    pred = predict_frames("silicon", frames, fw) if not composed.empty else composed
     if not pred.empty:
         pred = pred.rename(columns={"silicon_ttft_ms": "ttft_ms", "silicon_tpot_ms": "tpot_ms"})
     return runs, pred, refused.reindex(columns=["id", "device_id", "reason"])
@@ -62,12 +74,12 @@ def score_serving_tree(
     source: str, root: Path, catalog: Any, framework: Any = None, log: Callable[[str], None] = lambda _: None
 ) -> dict[str, Any]:
     """The serving section of an evaluation report for one tree (see the module docstring)."""
-    from components.deployments.compose import default_framework
+    from components.deployments.compose import resolve_ops
 
     if source not in SERVING_SOURCES:
         raise ValueError(f"--source {source!r}: serving runs come from {' or '.join(SERVING_SOURCES)}")
-    fw = framework or default_framework()
-    runs, pred, refused = (_pipeweave if source == "pipeweave" else _silicon)(Path(root), catalog, fw)
+    fw, ops = resolve_ops(framework, None)
+    runs, pred, refused = (_pipeweave if source == "pipeweave" else _silicon)(Path(root), catalog, fw, ops)
     targets = TARGETS[source]
     devices = {}
     for device in sorted(runs["device_id"].astype(str).unique()):

@@ -30,14 +30,15 @@ from components.evaluation.harness import (
 )
 from components.evaluation.splits import Fold, unseen_gpu_devices, unseen_gpu_split
 from components.models.base import CLASS_TARGET, NUMERIC_TARGETS, Predictor
+from components.platform.config import SERVING_SPLITS
 
 BENCH_SPLITS: tuple[str, ...] = ("neusight", "pipeweave-fp8", "bolet-roofline", "unseen-kernel", "unseen-gpu",
                                   "kernelbench")
 # Whole PyTorch programs, scored from the canonical tables (not the feature table) by
 # components.evaluation.kernelbench_bench; the CLI runs it beside run_accuracy_bench.
 PROGRAM_SPLITS: tuple[str, ...] = ("kernelbench",)
-# LLM deployments scored on measured serving runs (components.deployments.bench); run when asked by name.
-SERVING_SPLITS: tuple[str, ...] = ("llm-serving-pipeweave", "llm-serving-silicon")
+# LLM deployments scored on measured serving runs (components.deployments.bench; SERVING_SPLITS, named in
+# components.platform.config where the registry's gate checks them); run when asked by name.
 NEUSIGHT_OP_FAMILIES: tuple[str, ...] = ("bmm", "linear", "elementwise")
 
 

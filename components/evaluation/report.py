@@ -168,6 +168,20 @@ def _opmodel_entry(split: str, canonical_dir: Path | None) -> dict[str, Any]:
         return {"status": "error", "mode": "refit", "metrics": {}, "note": f"{type(exc).__name__}: {message}"}
 
 
+def _serving_entry(split: str, predictor: Predictor) -> dict[str, Any]:
+    """A serving split (components/deployments/bench.py) with the candidate's op engine, the datasets in
+    place."""
+    from components.deployments.bench import bench_engine, gate_entry
+    from components.devices import load_catalog
+    from components.platform.config import get_settings
+
+    try:
+        return gate_entry(split, Path(get_settings().datasets_dir), load_catalog(), bench_engine(predictor))
+    except Exception as exc:  # noqa: BLE001 -- recorded: a failed split makes the report partial
+        message = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        return {"status": "error", "mode": "refit", "metrics": {}, "note": f"{type(exc).__name__}: {message}"}
+
+
 def gate_report(predictor: Predictor, table: pd.DataFrame, splits: Sequence[str], caps: EvaluationCaps, *,
                 model: str, trained_split: str | None, canonical_dir: Path | None = None,
                 executor_factory: ExecutorFactory | None = None, identity: dict[str, Any] | None = None,
@@ -176,11 +190,14 @@ def gate_report(predictor: Predictor, table: pd.DataFrame, splits: Sequence[str]
     started = time.perf_counter()
     entries: dict[str, Any] = {}
     from components.evaluation.opmodel_bench import OPMODEL_SPLITS
+    from components.platform.config import SERVING_SPLITS
 
     for split in splits:
         mode = split_mode(predictor, split, trained_split)
         if split in OPMODEL_SPLITS:  # the op engine's splits: AIConfigurator's tables, not the feature table
             entries[split] = _opmodel_entry(split, canonical_dir)
+        elif split in SERVING_SPLITS:  # LLM deployments: the composition on measured serving runs
+            entries[split] = _serving_entry(split, predictor)
         elif mode is None:
             entries[split] = {"status": "skipped", "mode": None, "metrics": {},
                               "note": f"the {predictor.family} family is not refitted per fold by the gate "

@@ -257,6 +257,8 @@ SPLITS: tuple[str, ...] = (
 # The op engine's splits (components.evaluation.opmodel_bench): scored on AIConfigurator's tables, not the
 # feature table.
 OPMODEL_SPLITS: tuple[str, ...] = ("aiconfigurator-unseen-gpu", "aiconfigurator-unseen-shape")
+# LLM deployments scored on measured serving runs (components.deployments.bench): the datasets in place.
+SERVING_SPLITS: tuple[str, ...] = ("llm-serving-pipeweave", "llm-serving-silicon")
 
 
 def register_thresholds(params: Mapping[str, Any], source: str = "params.yaml") -> dict[str, dict[str, float]]:

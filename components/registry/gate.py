@@ -108,7 +108,7 @@ def read_policy(params: Mapping[str, Any], source: str = "params.yaml") -> GateP
 
     No section, or no split with a threshold, is an error: nothing is promoted without a gate.
     """
-    from components.platform.config import OPMODEL_SPLITS, SPLITS
+    from components.platform.config import OPMODEL_SPLITS, SERVING_SPLITS, SPLITS
 
     raw = params.get("register")
     if not isinstance(raw, Mapping) or not raw:
@@ -123,9 +123,9 @@ def read_policy(params: Mapping[str, Any], source: str = "params.yaml") -> GateP
                           f"refusing to promote without a gate")
     splits: dict[str, dict[str, float]] = {}
     for split, bounds in splits_raw.items():
-        if split not in SPLITS + OPMODEL_SPLITS:
+        if split not in SPLITS + OPMODEL_SPLITS + SERVING_SPLITS:
             raise PolicyError(f"{source}: register.splits.{split}: unknown split; choose from "
-                              f"{', '.join(SPLITS + OPMODEL_SPLITS)}")
+                              f"{', '.join(SPLITS + OPMODEL_SPLITS + SERVING_SPLITS)}")
         if not isinstance(bounds, Mapping) or not bounds:
             raise PolicyError(f"{source}: register.splits.{split} must map max_<metric>/min_<metric> to a bound")
         splits[str(split)] = {}

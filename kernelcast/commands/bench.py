@@ -117,7 +117,12 @@ def accuracy_command(
         raise UserError("--device chooses leave-one-GPU-out folds: add --split unseen-gpu")
     if markdown is not None:
         try:  # before an hour of fitting, not after
-            check_markdown_target(markdown)
+            if splits or not serving_splits:
+                check_markdown_target(markdown)
+            if serving_splits:
+                from components.deployments.bench import check_serving_target
+
+                check_serving_target(markdown)
         except ValueError as exc:
             raise UserError(f"--markdown: {exc}") from None
     settings = prepared_settings()
@@ -215,7 +220,9 @@ def accuracy_command(
         typer.echo(f"wrote {json_file}")
     if markdown is not None:
         try:
-            write_markdown(markdown, readme_markdown(result, command))
+            from components.deployments.bench import write_readme
+
+            write_readme(markdown, result, command, readme_markdown, write_markdown)
         except ValueError as exc:
             raise UserError(str(exc)) from None
         typer.echo(f"wrote {markdown}")
@@ -252,7 +259,10 @@ def markdown_command(
         row.setdefault("n", 0)
     result = BenchResult(rows, [str(n) for n in payload.get("notes", [])], list(payload.get("timings", [])))
     try:
-        write_markdown(out, readme_markdown(result, str(payload.get("command") or "kernelcast bench accuracy")))
+        from components.deployments.bench import write_readme
+
+        write_readme(out, result, str(payload.get("command") or "kernelcast bench accuracy"), readme_markdown,
+                     write_markdown)
     except ValueError as exc:
         raise UserError(f"--out: {exc}") from None
     typer.echo(f"wrote {out} ({len(rows)} figures from {from_json})")

@@ -121,7 +121,9 @@ def render_answer(a: dict[str, Any]) -> list[str]:
     ]
     for phase in ("prefill", "decode"):
         parts = ", ".join(
-            f"{k} {v['share']:.0%}" for k, v in a["breakdown"][phase].items() if v["share"] >= 0.01
+            f"{k} {v['share']:.0%}" + (f" ({v['tier']})" if v.get("tier") else "")
+            for k, v in a["breakdown"][phase].items()
+            if v["share"] >= 0.01
         )
         lines.append(f"  {phase} kernels: {parts}")
     tiers = sorted(set(a["tiers"].values()))
