@@ -120,27 +120,56 @@ class FastTransfer:
                             "computed on the FP32 pipe)")
         return notes
 
-    def predict(self, cols: dict[str, Any]) -> dict[str, np.ndarray]:
-        """``pred_*`` arrays, as ``TabularPredictor.predict`` would put them in its frame."""
+    def _walk_order(self, x: np.ndarray) -> np.ndarray | None:
+        """One row order for every compiled tree model of the predictor (sorting once, not per model):
+        the sort keys of the runtime model's trees, the biggest ensemble."""
+        compiled = [m.compiled for m in self.p.models.values() if getattr(m, "compiled", None) is not None]
+        if not compiled:
+            return None
+        from components.serving.compiled import walk_order
+
+        main = getattr(self.p.models.get("duration_us"), "compiled", None) or compiled[0]
+        return walk_order(x, main.sort_keys)
+
+    def predict(self, cols: dict[str, Any], stage_s: dict[str, float] | None = None) -> dict[str, np.ndarray]:
+        """``pred_*`` arrays, as ``TabularPredictor.predict`` would put them in its frame. ``stage_s``: where
+        to add the thread CPU seconds of each stage (``design``: transfer columns, design matrix and walk
+        order; ``trees``: every tree model; ``derive``: runtime, rates, interval, flags and notes)."""
+        import time
+
         from components.models.tabular import CLASS_TARGET, FRACTION_TARGETS, TRAFFIC_TARGET
 
         p = self.p
         n = len(cols["family"])
         family = cols["family"]
+        started = time.thread_time()
         frame = transfer_columns(cols, n)
         x = self.design(cols, frame, n)
+        order = self._walk_order(x)
+        designed = time.thread_time()
+        # Every tree model first, in one stretch (one walk order for all), then the arithmetic on top.
+        used = {"duration_us", TRAFFIC_TARGET, *FRACTION_TARGETS}
+        tree_targets = [t for t in p.models if t in used]
+        raw = {t: np.asarray(p.models[t].predict(x, order) if order is not None
+                             and getattr(p.models[t], "compiled", None) is not None
+                             else p.models[t].predict(x), dtype="float64") for t in tree_targets}
+        walked = time.thread_time()
+
+        def predict(target: str) -> np.ndarray:
+            return raw[target]
+
         out: dict[str, np.ndarray] = {}
         if "duration_us" in p.models:
             low, high = p.target_bounds.get("duration_us", [-np.inf, np.inf])
             base = self._normaliser(cols, n) + self._floor(family)
-            runtime = base * np.exp(np.clip(np.asarray(p.models["duration_us"].predict(x), dtype="float64"), low, high))
+            runtime = base * np.exp(np.clip(predict("duration_us"), low, high))
             out["pred_duration_us"] = runtime
             flops, bytes_min = _get(cols, "f_flops", n), _get(cols, "f_dram_bytes_min", n)
             with np.errstate(divide="ignore", invalid="ignore"):
                 out["pred_gflops"] = flops / (runtime * 1e3)
                 if TRAFFIC_TARGET in p.models:
                     low_t, high_t = p.target_bounds.get(TRAFFIC_TARGET, [-np.inf, np.inf])
-                    ratio = np.exp(np.clip(np.asarray(p.models[TRAFFIC_TARGET].predict(x), dtype="float64"),
+                    ratio = np.exp(np.clip(predict(TRAFFIC_TARGET),
                                            low_t, high_t))
                     traffic = bytes_min * ratio
                     out["pred_achieved_gbps"] = traffic / (runtime * 1e3)
@@ -158,7 +187,7 @@ class FastTransfer:
             out["pred_ood"] = ood.astype("float64")
         for target in sorted(FRACTION_TARGETS):
             if target in p.models:
-                out[f"pred_{target}"] = np.clip(np.asarray(p.models[target].predict(x), dtype="float64"), 0.0, 1.0)
+                out[f"pred_{target}"] = np.clip(predict(target), 0.0, 1.0)
         if CLASS_TARGET in p.models:
             proba = np.asarray(p.models[CLASS_TARGET].predict(x), dtype="float64")
             if proba.ndim == 1:
@@ -168,12 +197,19 @@ class FastTransfer:
         if any(v is not None for v in notes):
             out["pred_note"] = notes
         if p.config.exclude_families:
-            excluded = np.isin(family.astype(str), list(p.config.exclude_families))
+            excluded = np.zeros(n, dtype=bool)
+            for name in p.config.exclude_families:  # a few labels: one comparison each, no str conversion
+                excluded |= family == name
             for key, values in out.items():
                 if excluded.any():
                     values = values.astype(object) if values.dtype != object else values
                     values[excluded] = None
                     out[key] = values
+        if stage_s is not None:
+            done = time.thread_time()
+            for stage, seconds in (("design", designed - started), ("trees", walked - designed),
+                                   ("derive", done - walked)):
+                stage_s[stage] = stage_s.get(stage, 0.0) + seconds
         return out
 
 

@@ -50,13 +50,22 @@ def _grid(x: np.ndarray, seed: int) -> np.ndarray:
 
 
 @pytest.mark.parametrize("objective,extra", [("regression", {}), ("regression", {"zero_as_missing": True}),
-                                             ("binary", {}), ("multiclass", {})])
+                                             ("binary", {}), ("multiclass", {}),
+                                             # small trees: the branch-free (SIMD) form, NaN/zero rules included
+                                             ("regression", {"num_leaves": 4}),
+                                             ("regression", {"num_leaves": 5, "zero_as_missing": True}),
+                                             ("multiclass", {"num_leaves": 3})])
 def test_compiled_trees_equal_lightgbm(objective: str, extra: dict, tmp_path) -> None:  # noqa: ANN001
     booster, x = _booster(objective, seed=len(objective) + len(extra), **extra)
     flat = FlatTrees.from_dump(booster.dump_model())
     assert flat.categorical.any(), "no categorical split was exercised"
     compiled = compile_trees(flat, tmp_path)
     assert isinstance(compiled, CompiledTrees)
+    small = {"num_leaves": 31, **extra}["num_leaves"] <= 5
+    if small:  # every tree takes the branch-free form, and categorical splits are among its conditions
+        from components.serving.compiled import BRANCHLESS_MAX_SPLITS, _tree_nodes
+
+        assert all(len(_tree_nodes(flat, int(r))) <= BRANCHLESS_MAX_SPLITS for r in flat.roots if r >= 0)
     grid = _grid(x, seed=7)
     raw = booster.predict(grid, raw_score=True)
     got = compiled.raw(grid)
