@@ -265,14 +265,43 @@ def _ceil_div(a: np.ndarray, b: np.ndarray) -> np.ndarray:
     return np.ceil(a / b)
 
 
+def label_codes(labels: Any) -> tuple[np.ndarray, np.ndarray]:
+    """``(codes, distinct labels)`` of a label array: a ``pd.Categorical``'s own (free: bulk callers with
+    a few distinct labels pass them so), else hash-factorised (NaN/None is a label of its own)."""
+    if isinstance(labels, pd.Categorical):
+        categories = np.asarray(labels.categories, dtype=object)
+        codes = np.asarray(labels.codes, dtype=np.int64)
+        if (codes < 0).any():  # missing values: one more label at the end, as factorize would give
+            return np.where(codes < 0, len(categories), codes), np.append(categories, None)
+        return codes, categories
+    codes, uniques = pd.factorize(np.asarray(labels, dtype=object), use_na_sentinel=False)
+    return codes, np.asarray(uniques, dtype=object)
+
+
+def is_in(labels: Any, names: Iterable[str]) -> np.ndarray:
+    """``np.isin(labels, names)`` for object arrays and ``pd.Categorical`` (codes compared, not strings)."""
+    if isinstance(labels, pd.Categorical):
+        return np.asarray(labels.isin(list(names)))
+    return np.isin(labels, list(names))
+
+
+def starts_with(labels: Any, prefix: str) -> np.ndarray:
+    """Which labels start with ``prefix`` (tested once per distinct label)."""
+    codes, uniques = label_codes(labels)
+    return np.array([str(u).startswith(prefix) for u in uniques], dtype=bool)[codes] if len(uniques) else \
+        np.zeros(len(codes), dtype=bool)
+
+
 def map_labels(labels: Any, table: dict[str, Any], default: Any) -> np.ndarray:
     """``[table.get(str(v), default) for v in labels]`` as a float array, looked up once per distinct
-    label (hash-factorised, no per-row Python): bulk serving maps millions of rows this way."""
-    labels = np.asarray(labels, dtype=object)
+    label (hash-factorised, no per-row Python; a ``pd.Categorical``'s codes as they are): bulk serving
+    maps millions of rows this way."""
+    if not isinstance(labels, pd.Categorical):
+        labels = np.asarray(labels, dtype=object)
     if len(labels) <= 32:  # a handful of questions: a dict lookup per row beats factorising
         return np.array([table.get(str(v), default) for v in labels], dtype="float64").reshape(
             (len(labels), *np.shape(default)))
-    codes, uniques = pd.factorize(labels, use_na_sentinel=False)
+    codes, uniques = label_codes(labels)
     values = np.array([table.get(str(u), default) for u in uniques], dtype="float64")
     if values.ndim == 1:
         return values[codes] if len(uniques) else np.empty(len(codes))
@@ -314,12 +343,12 @@ def _gemm_like(x: FamilyInputs) -> tuple[np.ndarray, Demand]:
         for target, value in ((gm, m), (gn, nn), (gk, k), (gb, batch)):
             target[mask] = np.broadcast_to(value, (n,))[mask]
 
-    is_gemm = np.isin(family, ["gemm", "bmm"])
+    is_gemm = is_in(family, ["gemm", "bmm"])
     put(is_gemm, col["M"], col["N"], col["K"], B)
     is_linear = family == "linear"  # x[B, M, K] @ W[K, N]: the weight is shared across the batch
     put(is_linear, B * col["M"], col["N"], col["K"], np.ones(n))
     is_moe = family == "moe"  # fused-MoE: (M*topk) routed rows through per-expert [H->N] or [N->H] weights
-    w2 = np.char.startswith(op.astype(str), "w2")
+    w2 = starts_with(op, "w2")
     moe_rows = col["M"] * _or(col["topk"], 1.0)
     put(is_moe, moe_rows, np.where(w2, col["H"], col["N"]), np.where(w2, col["N"], col["H"]), np.ones(n))
     # NeuSight/PyTorch conv2d as implicit GEMM: rows = B*Ho*Wo, cols = Cout, depth = Cin*k*k.
@@ -414,6 +443,11 @@ def _row_reductions(x: FamilyInputs) -> tuple[np.ndarray, Demand]:
 
 # One formula per family group; a row takes the first group whose mask covers it.
 FAMILY_FORMULAS = (_gemm_like, _kernel_tuner_conv, _dedispersion, _elementwise, _row_reductions)
+# The families each formula can cover: a formula none of the rows' families needs is not evaluated.
+FORMULA_FAMILIES: dict[Any, tuple[str, ...]] = {
+    _gemm_like: ("gemm", "bmm", "linear", "moe", "conv", "attention"), _kernel_tuner_conv: ("conv",),
+    _dedispersion: ("dedispersion",), _elementwise: ("elementwise",),
+    _row_reductions: ("softmax", "layernorm", "rmsnorm")}
 
 
 def _family_demand(family: np.ndarray, op: np.ndarray, dtype: np.ndarray,
@@ -430,10 +464,12 @@ def _family_demand(family: np.ndarray, op: np.ndarray, dtype: np.ndarray,
     out["tensor_capable"] = np.zeros(n, dtype=bool)
     taken = np.zeros(n, dtype=bool)
     for formula in FAMILY_FORMULAS:
+        if not is_in(family, FORMULA_FAMILIES[formula]).any():
+            continue
         mask, values = formula(inputs)
         mask = mask & ~taken
         for key, value in values.items():
-            out[key][mask] = np.broadcast_to(value, (n,))[mask]
+            np.copyto(out[key], value, where=mask)  # no gather/scatter of the masked rows
         if formula is _gemm_like:
             out["tensor_capable"] = mask.copy()
         taken |= mask
@@ -501,8 +537,8 @@ def tensor_peak_of(family: np.ndarray, dtype: np.ndarray, dv: dict[str, np.ndarr
     tf32 GEMM on the tf32 tensor pipe."""
     fp8_or_bf16 = _or(dv["tensor_fp8"], dv["tensor_bf16"])
     return np.select(
-        [dtype == "fp16", dtype == "bf16", np.isin(dtype, ["fp8", "fp8_block"]), dtype == "fp64",
-         (dtype == "fp32") & (family == "conv"), dtype == "nvfp4", dtype == "int8", np.isin(dtype, ["int8_wo", "int4_wo"]),
+        [dtype == "fp16", dtype == "bf16", is_in(dtype, ["fp8", "fp8_block"]), dtype == "fp64",
+         (dtype == "fp32") & (family == "conv"), dtype == "nvfp4", dtype == "int8", is_in(dtype, ["int8_wo", "int4_wo"]),
          dtype == "tf32"],
         [dv["tensor_fp16"], dv["tensor_bf16"], fp8_or_bf16, dv["tensor_fp64"],
          dv["tensor_tf32"], _or(dv["tensor_fp4"], fp8_or_bf16), _or(dv["tensor_int8"], dv["tensor_fp16"]),

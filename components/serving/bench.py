@@ -56,9 +56,16 @@ def random_op_batch(n: int, specs: list[Any], seed: int = 0) -> dict[str, np.nda
         for name in names:
             high = {"B": 64, "N": 1 << 24}.get(name, 8192)
             dims[rows, position[name]] = rng.integers(1, high + 1, rows.sum())
-    return {"family": np.array([o[1] for o in OPS], dtype=object)[which],
-            "op": np.array([o[2] for o in OPS], dtype=object)[which],
-            "dtype": np.array(DTYPES, dtype=object)[rng.integers(0, len(DTYPES), n)],
+    # Labels as categoricals (codes into a few distinct names): how a bulk caller sweeping a design space
+    # holds them, and what the featuriser compares fastest (object arrays of str work too, slower).
+    import pandas as pd
+
+    def labels(names: list[str], codes: np.ndarray) -> pd.Categorical:
+        distinct = list(dict.fromkeys(names))
+        return pd.Categorical.from_codes(np.array([distinct.index(x) for x in names])[codes], categories=distinct)
+
+    return {"family": labels([o[1] for o in OPS], which), "op": labels([o[2] for o in OPS], which),
+            "dtype": labels(list(DTYPES), rng.integers(0, len(DTYPES), n)),
             "dims": dims, "device_index": rng.integers(0, len(specs), n)}
 
 

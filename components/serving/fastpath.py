@@ -17,9 +17,8 @@ from __future__ import annotations
 from typing import Any
 
 import numpy as np
-import pandas as pd
 
-from components.features.analytical import map_labels
+from components.features.analytical import label_codes, map_labels
 from components.models import transfer as tr
 
 
@@ -91,7 +90,7 @@ class FastTransfer:
         flags = np.zeros(len(family), dtype=bool)
         if not self.p.ood:
             return flags
-        codes, uniques = pd.factorize(np.asarray(family, dtype=object), use_na_sentinel=False)
+        codes, uniques = label_codes(family)
         for k, fam in enumerate(uniques):
             rows = codes == k
             entry = self.p.ood.get(str(fam))
@@ -106,7 +105,7 @@ class FastTransfer:
 
     def _notes(self, cols: dict[str, Any], n: int) -> np.ndarray:
         notes = np.full(n, None, dtype=object)
-        codes, uniques = pd.factorize(np.asarray(cols["dtype"], dtype=object), use_na_sentinel=False)
+        codes, uniques = label_codes(cols["dtype"])
         for dtype, columns in tr.NATIVE_DTYPE_PEAKS.items():
             rows = np.isin(codes, [k for k, u in enumerate(uniques) if str(u) == dtype])
             present = [c for c in columns if c in cols]
