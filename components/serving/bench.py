@@ -133,6 +133,95 @@ def raw_throughput(predictor: Any, n: int, chunk: int = CHUNK_ROWS, seed: int = 
             "model_stages_rows_per_cpu_s": {k: n / max(v, 1e-9) for k, v in stage_cpu.items()}}
 
 
+def engine_tier_rates(n: int = 200_000, seed: int = 0) -> dict[str, Any]:
+    """The op engine's tiers on bf16 GEMM questions (M, N, K up to 16k) on the GPUs its store measured, per
+    CPU-second of this thread: the measured tier's lookup (``MeasuredTier.resolve``) against the spec model it
+    replaces (``OpEngine.spec_log_util``) on the same rows and rooflines, and ``OpEngine.predict`` whole."""
+    from components.devices import load_catalog
+    from components.opmodel.loading import engine_for
+    from components.physics import roofline as physics
+
+    engine = engine_for(object())
+    measured = getattr(engine, "measured", None)
+    if measured is None:
+        return {"unavailable": "no measured op store in this state folder (train the op engine first)"}
+    catalog = load_catalog()
+    devices = sorted(d for d in measured.devices() if ("gemm", d, "bf16", None) in measured.groups)
+    if not devices:
+        return {"unavailable": "the measured store has no bf16 GEMM rows"}
+    rng = np.random.default_rng(seed)
+    per = max(1, n // len(devices))
+    cpu = {"measured": 0.0, "spec": 0.0, "engine": 0.0}
+    hits = 0
+    for device in devices:
+        spec = catalog.resolve(device)
+        shape = {k: rng.integers(1, 16_385, per).astype("float64") for k in ("M", "N", "K")}
+        roof = physics.roofline("gemm", "bf16", shape, spec)
+        engine.predict("gemm", "bf16", {k: v[:100] for k, v in shape.items()}, spec)  # warm-up: tables, boosters
+        c0 = time.thread_time()
+        resolved = measured.resolve("gemm", "bf16", shape, spec, roof.time_us)
+        c1 = time.thread_time()
+        engine.spec_log_util("gemm", "bf16", shape, spec, roof)
+        c2 = time.thread_time()
+        engine.predict("gemm", "bf16", shape, spec)
+        c3 = time.thread_time()
+        cpu["measured"] += c1 - c0
+        cpu["spec"] += c2 - c1
+        cpu["engine"] += c3 - c2
+        hits += 0 if resolved is None else int(np.isfinite(resolved.duration_us).sum())
+    rows = per * len(devices)
+    rates = {f"{k}_rows_per_cpu_s": rows / max(v, 1e-9) for k, v in cpu.items()}
+    return {"rows": rows, "devices": devices, "measured_hits": hits, **rates,
+            "measured_over_spec": rates["measured_rows_per_cpu_s"] / rates["spec_rows_per_cpu_s"]}
+
+
+LLM_DEPLOYMENT = {"isl": 2048, "osl": 256, "concurrency": 32, "tp": 4}
+
+
+def deployment_rates(repeats: int = 20, llm: str = "Llama-3.1-70B", device: str = "H100") -> dict[str, Any]:
+    """``kernelcast predict --llm`` answers per CPU-second (one deployment on one GPU, through the public
+    ``predict_deployment``), and the whole-catalog ranking (every GPU x TP option) of the same model."""
+    from components.deployments.service import predict_deployment, rank_deployments
+    from components.devices import load_catalog
+
+    catalog = load_catalog()
+    spec = catalog.resolve(device)
+    try:
+        predict_deployment(llm, [spec], LLM_DEPLOYMENT)  # warm-up: config, op engine, first calls
+    except Exception as exc:  # noqa: BLE001 -- reported, the rest of the bench goes on
+        return {"unavailable": f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"}
+    latencies = []
+    c0 = time.thread_time()
+    for _ in range(repeats):
+        t0 = time.perf_counter()
+        predict_deployment(llm, [spec], LLM_DEPLOYMENT)
+        latencies.append((time.perf_counter() - t0) * 1e3)
+    cpu = time.thread_time() - c0
+    specs = catalog.all()
+    params = {k: v for k, v in LLM_DEPLOYMENT.items() if k != "tp"}
+    t0, c1 = time.perf_counter(), time.thread_time()
+    ranked, skipped = rank_deployments(llm, specs, params, {})
+    rank_s, rank_cpu = time.perf_counter() - t0, time.thread_time() - c1
+    return {"llm": llm, "device": spec.id, "params": LLM_DEPLOYMENT, "deployments_per_cpu_s": repeats / cpu,
+            **_percentiles(latencies), "rank_gpus": len(specs), "rank_options": len(ranked) + skipped,
+            "rank_fitting": len(ranked), "rank_s": rank_s, "rank_cpu_s": rank_cpu}
+
+
+def single_question_latency(predictor: Any, repeats: int = 300) -> dict[str, Any]:
+    """One op question answered in process (parse, featurise, model, physics, the answer dict), one at a
+    time: what the server does per request without HTTP."""
+    from components.serving.questions import answer_questions, parse_questions
+
+    question = [{"op": "gemm", "shape": {"M": 4096, "N": 4096, "K": 4096}, "dtype": "fp32", "device": "H100"}]
+    answer_questions(predictor, parse_questions(question), model_version="bench")
+    latencies = []
+    for _ in range(repeats):
+        t0 = time.perf_counter()
+        answer_questions(predictor, parse_questions(question), model_version="bench")
+        latencies.append((time.perf_counter() - t0) * 1e3)
+    return {"question": question[0], **_percentiles(latencies)}
+
+
 def tree_engine(predictor: Any) -> str | None:
     """How the tree models of ``predictor`` run: compiled C, numpy walk (and why), or LightGBM."""
     from components.serving.native import FlatTrees

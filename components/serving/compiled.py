@@ -36,7 +36,7 @@ from typing import Any
 
 import numpy as np
 
-GENERATOR_VERSION = "3"
+GENERATOR_VERSION = "4"
 # -O3 -march=native: the branch-free trees become SIMD loops (AVX-512 popcount where the CPU has it); IEEE
 # comparisons kept (-fno-fast-math). The library is cached per CPU (``_cpu_id`` is in its hash).
 CFLAGS: tuple[str, ...] = ("-O3", "-march=native", "-fPIC", "-shared", "-fno-fast-math", "-std=c99")
@@ -123,33 +123,34 @@ def _tree_nodes(flat: Any, root: int) -> list[int]:
     return nodes
 
 
-def _branchless_tree(flat: Any, t: int, root: int, acc: str, lines: list[str]) -> set[int]:
-    """Tree ``t`` over the column-major block ``xb``: every condition evaluated, the exit leaf found by
-    bit vector; a loop the compiler turns into SIMD (8 rows per AVX-512 instruction). Returns the
-    features it reads (the entry transposes only those)."""
+def _branchless_tree(flat: Any, t: int, root: int, acc: str, lines: list[str], slots: dict[int, int]) -> None:
+    """Tree ``t`` over the column-major block ``xb`` (feature ``f`` in column ``slots[f]``, ``bs`` rows a
+    column): every condition evaluated, the exit leaf found by bit vector; a loop the compiler turns into
+    SIMD (8 rows per AVX-512 instruction). Adds the features it reads to ``slots``."""
     leaves, masks = _leaf_masks(flat, root)
     features = sorted({int(flat.feature[node]) for node, _ in masks})
+    for f in features:
+        slots.setdefault(f, len(slots))
     values = ", ".join(_literal(float(flat.leaf_value[leaf])) for leaf in leaves)
-    lines.append(f"static NOINLINE void tree_{t}(const double* const* rows, const double* restrict xb, int64_t m, "
-                 "double* restrict acc) {")
+    lines.append(f"static NOINLINE void tree_{t}(const double* const* rows, const double* restrict xb, int64_t bs, "
+                 "int64_t m, double* restrict acc) {")
     lines.append("  (void)rows;")
     lines.append(f"  static const double LEAF[{len(leaves)}] = {{{values}}};")
     lines.append("  for (int64_t i = 0; i < m; ++i) {")
-    lines += [f"    const double f{f} = xb[{f * ROW_BLOCK} + i];" for f in features]
+    lines += [f"    const double f{f} = xb[{slots[f]} * bs + i];" for f in features]
     lines.append("    uint64_t bv = ~0ULL;")
     for node, keep in masks:
         lines.append(f"    bv &= {_condition(flat, node, f'f{int(flat.feature[node])}')} ? ~0ULL : {keep}ULL;")
     lines.append(f"    {acc} += LEAF[__builtin_popcountll((bv & -bv) - 1)];")  # popcount(lowest bit - 1) = ctz
     lines.append("  }")
     lines.append("}")
-    return set(features)
 
 
 def _branching_tree(flat: Any, t: int, root: int, acc: str, lines: list[str]) -> None:
     """Tree ``t`` as nested ``if``s over row pointers: only the nodes on each row's path are evaluated."""
-    lines.append(f"static NOINLINE void tree_{t}(const double* const* rows, const double* restrict xb, int64_t m, "
-                 "double* restrict acc) {")
-    lines.append("  (void)xb;")
+    lines.append(f"static NOINLINE void tree_{t}(const double* const* rows, const double* restrict xb, int64_t bs, "
+                 "int64_t m, double* restrict acc) {")
+    lines.append("  (void)xb; (void)bs;")
     lines.append("  for (int64_t i = 0; i < m; ++i) {")
     lines.append("    const double* r = rows[i];")
     lines.append("    double v;")
@@ -177,33 +178,34 @@ def c_source(flat: Any) -> str:
     n_classes = int(flat.n_classes)
     lines = [PRELUDE]
     n_trees = len(flat.roots)
-    transposed: set[int] = set()
+    slots: dict[int, int] = {}  # feature -> its column in the block's column-major copy
     for t, root in enumerate(flat.roots):
         root = int(root)
         acc = f"acc[{(t % n_classes) * ROW_BLOCK} + i]"
         if root < 0:  # a single leaf
             lines.append(f"static NOINLINE void tree_{t}(const double* const* rows, const double* restrict xb, "
-                         "int64_t m, double* restrict acc) {")
-            lines.append(f"  (void)rows; (void)xb; for (int64_t i = 0; i < m; ++i) {acc} += "
+                         "int64_t bs, int64_t m, double* restrict acc) {")
+            lines.append(f"  (void)rows; (void)xb; (void)bs; for (int64_t i = 0; i < m; ++i) {acc} += "
                          f"{_literal(float(flat.leaf_value[~root]))};")
             lines.append("}")
         elif len(_tree_nodes(flat, root)) <= BRANCHLESS_MAX_SPLITS:
-            transposed |= _branchless_tree(flat, t, root, acc, lines)
+            _branchless_tree(flat, t, root, acc, lines, slots)
         else:
             _branching_tree(flat, t, root, acc, lines)
-    calls = "\n".join(f"    tree_{t}(rows, xb, m, acc);" for t in range(n_trees))
-    features = sorted(transposed)
-    copy = "".join(f"      xb[{f * ROW_BLOCK} + i] = r[{f}];\n" for f in features)
-    width = (max(features) + 1) if features else 1
+    calls = "\n".join(f"    tree_{t}(rows, xb, bs, m, acc);" for t in range(n_trees))
+    copy = "".join(f"      xb[{slot} * bs + i] = r[{f}];\n" for f, slot in slots.items())
+    width = max(len(slots), 1)
     lines.append(f"""
 int kc_n_trees(void) {{ return {n_trees}; }}
-int kc_n_features_read(void) {{ return {width}; }}
+int kc_n_columns_copied(void) {{ return {len(slots)}; }}
 /* out: n x {n_classes}, overwritten. order: NULL, or the permutation of 0..n-1 to walk the rows in
    (rows that take the same paths one after the other); out stays in input order. */
 int kc_predict_raw(const double* x, const int64_t* order, int64_t n, int64_t n_features, double* out) {{
   const double* rows[{ROW_BLOCK}];
   double acc[{ROW_BLOCK} * {n_classes}];
-  double* xb = malloc(sizeof(double) * {ROW_BLOCK} * {width});
+  /* the column-major copy: as many rows as one block needs (a single question: one row, a few bytes) */
+  int64_t bs = n < {ROW_BLOCK} ? (n > 0 ? n : 1) : {ROW_BLOCK};
+  double* xb = malloc(sizeof(double) * bs * {width});
   if (!xb) return -1;
   for (int64_t start = 0; start < n; start += {ROW_BLOCK}) {{
     int64_t m = n - start < {ROW_BLOCK} ? n - start : {ROW_BLOCK};
@@ -211,7 +213,7 @@ int kc_predict_raw(const double* x, const int64_t* order, int64_t n, int64_t n_f
       const double* r = x + (order ? order[start + i] : start + i) * n_features;
       rows[i] = r;
 {copy}    }}
-    for (int64_t i = 0; i < {ROW_BLOCK} * {n_classes}; ++i) acc[i] = 0.0;
+    for (int64_t i = 0; i < {ROW_BLOCK} * {n_classes}; ++i) acc[i] = 0.0;  /* acc: class c at c * ROW_BLOCK */
 {calls}
     for (int64_t i = 0; i < m; ++i) {{
       int64_t row = order ? order[start + i] : start + i;
