@@ -61,11 +61,17 @@ class FastTransfer:
     def design(self, cols: dict[str, Any], frame: dict[str, np.ndarray], n: int) -> np.ndarray:
         from components.models.tabular import CATEGORICAL, _signed_log
 
-        columns = [_signed_log(frame[c]) if c in frame else np.full(n, np.nan) for c in self.p.feature_columns]
-        for name in (c for c in CATEGORICAL if c in self.p.categories):
+        categorical = [c for c in CATEGORICAL if c in self.p.categories]
+        x = np.full((n, len(self.p.feature_columns) + len(categorical)), np.nan)
+        for j, c in enumerate(self.p.feature_columns):
+            # Absent from the question's columns (the static s_* of a source, for an op question) and not a
+            # ratio derived here: NaN, as prefilled -- no signed log of an all-NaN column.
+            if c in frame and (c in cols or c in tr.DERIVED_COLUMNS):
+                x[:, j] = _signed_log(frame[c])
+        for j, name in enumerate(categorical, start=len(self.p.feature_columns)):
             lookup = {value: code for code, value in enumerate(self.p.categories[name])}
-            columns.append(map_labels(cols[name], lookup, -1.0))
-        return np.column_stack(columns) if columns else np.empty((n, 0))
+            x[:, j] = map_labels(cols[name], lookup, -1.0)
+        return x
 
     def _floor(self, family: np.ndarray) -> np.ndarray:
         floors = self.p.floors
