@@ -36,7 +36,7 @@ from typing import Any
 
 import numpy as np
 
-GENERATOR_VERSION = "4"
+GENERATOR_VERSION = "5"
 # -O3 -march=native: the branch-free trees become SIMD loops (AVX-512 popcount where the CPU has it); IEEE
 # comparisons kept (-fno-fast-math). The library is cached per CPU (``_cpu_id`` is in its hash).
 CFLAGS: tuple[str, ...] = ("-O3", "-march=native", "-fPIC", "-shared", "-fno-fast-math", "-std=c99")
@@ -81,15 +81,17 @@ def _condition(flat: Any, node: int, value: str) -> str:
     return not_gt if float(flat.threshold[node]) >= 0.0 else le
 
 
-def _node_code(flat: Any, node: int, indent: int, lines: list[str]) -> None:
+def _node_code(flat: Any, node: int, indent: int, lines: list[str], column: dict[int, int] | None = None) -> None:
+    """Nested ``if``s from ``node`` down; feature ``f`` read as ``r[column[f]]`` (``r[f]`` without a map)."""
     pad = "  " * indent
     if node < 0:
         lines.append(f"{pad}v = {_literal(float(flat.leaf_value[~node]))};")
         return
-    lines.append(f"{pad}if ({_condition(flat, node, f'r[{int(flat.feature[node])}]')}) {{")
-    _node_code(flat, int(flat.left[node]), indent + 1, lines)
+    feature = int(flat.feature[node])
+    lines.append(f"{pad}if ({_condition(flat, node, f'r[{feature if column is None else column[feature]}]')}) {{")
+    _node_code(flat, int(flat.left[node]), indent + 1, lines, column)
     lines.append(f"{pad}}} else {{")
-    _node_code(flat, int(flat.right[node]), indent + 1, lines)
+    _node_code(flat, int(flat.right[node]), indent + 1, lines, column)
     lines.append(f"{pad}}}")
 
 
@@ -146,15 +148,16 @@ def _branchless_tree(flat: Any, t: int, root: int, acc: str, lines: list[str], s
     lines.append("}")
 
 
-def _branching_tree(flat: Any, t: int, root: int, acc: str, lines: list[str]) -> None:
-    """Tree ``t`` as nested ``if``s over row pointers: only the nodes on each row's path are evaluated."""
+def _branching_tree(flat: Any, t: int, root: int, acc: str, lines: list[str], packed: dict[int, int]) -> None:
+    """Tree ``t`` as nested ``if``s over the block's packed rows (feature ``f`` at ``packed[f]``): only the
+    nodes on each row's path are evaluated."""
     lines.append(f"static NOINLINE void tree_{t}(const double* const* rows, const double* restrict xb, int64_t bs, "
                  "int64_t m, double* restrict acc) {")
     lines.append("  (void)xb; (void)bs;")
     lines.append("  for (int64_t i = 0; i < m; ++i) {")
     lines.append("    const double* r = rows[i];")
     lines.append("    double v;")
-    _node_code(flat, root, 2, lines)
+    _node_code(flat, root, 2, lines, packed)
     lines.append(f"    {acc} += v;")
     lines.append("  }")
     lines.append("}")
@@ -179,6 +182,12 @@ def c_source(flat: Any) -> str:
     lines = [PRELUDE]
     n_trees = len(flat.roots)
     slots: dict[int, int] = {}  # feature -> its column in the block's column-major copy
+    # feature -> its place in the block's packed row-major copy (deep trees): only the features they split
+    # on, the most split first, so the hot ones share a cache line (not 72 columns over 9 lines a row)
+    deep = [int(r) for r in flat.roots if r >= 0 and len(_tree_nodes(flat, int(r))) > BRANCHLESS_MAX_SPLITS]
+    deep_nodes = [node for r in deep for node in _tree_nodes(flat, r)]
+    counts = np.bincount(flat.feature[deep_nodes], minlength=1) if deep_nodes else np.zeros(1, dtype=np.int64)
+    packed = {int(f): k for k, f in enumerate(f for f in np.argsort(-counts, kind="stable") if counts[f] > 0)}
     for t, root in enumerate(flat.roots):
         root = int(root)
         acc = f"acc[{(t % n_classes) * ROW_BLOCK} + i]"
@@ -191,13 +200,15 @@ def c_source(flat: Any) -> str:
         elif len(_tree_nodes(flat, root)) <= BRANCHLESS_MAX_SPLITS:
             _branchless_tree(flat, t, root, acc, lines, slots)
         else:
-            _branching_tree(flat, t, root, acc, lines)
+            _branching_tree(flat, t, root, acc, lines, packed)
     calls = "\n".join(f"    tree_{t}(rows, xb, bs, m, acc);" for t in range(n_trees))
     copy = "".join(f"      xb[{slot} * bs + i] = r[{f}];\n" for f, slot in slots.items())
+    copy += "".join(f"      p[{place}] = r[{f}];\n" for f, place in packed.items())
     width = max(len(slots), 1)
+    packed_width = max(len(packed), 1)
     lines.append(f"""
 int kc_n_trees(void) {{ return {n_trees}; }}
-int kc_n_columns_copied(void) {{ return {len(slots)}; }}
+int kc_n_columns_copied(void) {{ return {len(slots) + len(packed)}; }}
 /* out: n x {n_classes}, overwritten. order: NULL, or the permutation of 0..n-1 to walk the rows in
    (rows that take the same paths one after the other); out stays in input order. */
 int kc_predict_raw(const double* x, const int64_t* order, int64_t n, int64_t n_features, double* out) {{
@@ -205,13 +216,15 @@ int kc_predict_raw(const double* x, const int64_t* order, int64_t n, int64_t n_f
   double acc[{ROW_BLOCK} * {n_classes}];
   /* the column-major copy: as many rows as one block needs (a single question: one row, a few bytes) */
   int64_t bs = n < {ROW_BLOCK} ? (n > 0 ? n : 1) : {ROW_BLOCK};
-  double* xb = malloc(sizeof(double) * bs * {width});
+  double* xb = malloc(sizeof(double) * bs * ({width} + {packed_width}));
   if (!xb) return -1;
+  double* xp = xb + bs * {width};  /* the packed row-major copy: row i at xp + i * {packed_width} */
   for (int64_t start = 0; start < n; start += {ROW_BLOCK}) {{
     int64_t m = n - start < {ROW_BLOCK} ? n - start : {ROW_BLOCK};
     for (int64_t i = 0; i < m; ++i) {{
       const double* r = x + (order ? order[start + i] : start + i) * n_features;
-      rows[i] = r;
+      double* p = xp + i * {packed_width};
+      rows[i] = p;
 {copy}    }}
     for (int64_t i = 0; i < {ROW_BLOCK} * {n_classes}; ++i) acc[i] = 0.0;  /* acc: class c at c * ROW_BLOCK */
 {calls}
