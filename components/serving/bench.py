@@ -408,7 +408,8 @@ def llm_latency(llm_model: str | None, repeats: int = 5) -> dict[str, Any]:
             what = "embedded SmolLM2-135M + LoRA heads (untrained weights: same cost as trained)"
     except Exception as exc:  # noqa: BLE001 -- a missing optional model is reported, not fatal
         return {"unavailable": f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"}
-    questions = parse_questions([{"op": "gemm", "shape": {"M": 4096, "N": 4096, "K": 4096}, "dtype": "bf16",
+    # fp32: a bf16 GEMM would be answered by the op engine, never reaching the llm predictor
+    questions = parse_questions([{"op": "gemm", "shape": {"M": 4096, "N": 4096, "K": 4096}, "dtype": "fp32",
                                   "device": d} for d in ("H100", "MI300X")])
     answer_questions(predictor, questions, model_version="bench")
     latencies = []
