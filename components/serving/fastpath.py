@@ -93,34 +93,40 @@ class FastTransfer:
         return np.where(np.isfinite(values) & (values > 0), values, np.nan)
 
     def _ood(self, family: np.ndarray, frame: dict[str, np.ndarray]) -> np.ndarray:
-        flags = np.zeros(len(family), dtype=bool)
+        """Out of the training range: a family never trained on, or a value beyond its family's range by more
+        than a quarter of the bound. Bounds looked up per row by family code (one pass per column)."""
         if not self.p.ood:
-            return flags
+            return np.zeros(len(family), dtype=bool)
         codes, uniques = label_codes(family)
-        for k, fam in enumerate(uniques):
-            rows = codes == k
-            entry = self.p.ood.get(str(fam))
-            if entry is None:
-                flags[rows] = True
-                continue
-            for column, (low, high) in entry.items():
-                values = frame[column][rows] if column in frame else np.full(rows.sum(), np.nan)
-                outside = np.isfinite(values) & ((values < low - 0.25 * abs(low)) | (values > high + 0.25 * abs(high)))
-                flags[np.flatnonzero(rows)[outside]] = True
+        entries = [self.p.ood.get(str(u)) for u in uniques]
+        flags = np.array([e is None for e in entries], dtype=bool)[codes]
+        for column in sorted({c for e in entries if e for c in e}):
+            if column not in frame:
+                continue  # NaN: never outside
+            low = np.array([e[column][0] - 0.25 * abs(e[column][0]) if e and column in e else -np.inf
+                            for e in entries])[codes]
+            high = np.array([e[column][1] + 0.25 * abs(e[column][1]) if e and column in e else np.inf
+                             for e in entries])[codes]
+            values = frame[column]
+            flags |= np.isfinite(values) & ((values < low) | (values > high))
         return flags
 
-    def _notes(self, cols: dict[str, Any], n: int) -> np.ndarray:
-        notes = np.full(n, None, dtype=object)
+    def _notes(self, cols: dict[str, Any], n: int) -> np.ndarray | None:
+        """Emulation notes (a dtype not native on the GPU), or None when no row has one."""
+        notes: np.ndarray | None = None
         codes, uniques = label_codes(cols["dtype"])
         for dtype, columns in tr.NATIVE_DTYPE_PEAKS.items():
-            rows = np.isin(codes, [k for k, u in enumerate(uniques) if str(u) == dtype])
+            wanted = [k for k, u in enumerate(uniques) if str(u) == dtype]
             present = [c for c in columns if c in cols]
-            if not rows.any() or not present:
+            if not wanted or not present:  # no row asks in this dtype: no pass over the rows
                 continue
+            rows = np.isin(codes, wanted)
             peaks = np.column_stack([_get(cols, c, n) for c in present])
             known = np.isfinite(peaks).any(axis=1)
             native = np.nan_to_num(peaks, nan=0.0).max(axis=1) > 0
             for i in np.flatnonzero(rows & known & ~native):
+                if notes is None:
+                    notes = np.full(n, None, dtype=object)
                 notes[i] = (f"{dtype} is not native on {cols['device_id'][i]}: emulation estimate (converted and "
                             "computed on the FP32 pipe)")
         return notes
@@ -199,7 +205,7 @@ class FastTransfer:
                 proba = np.column_stack([1 - proba, proba])
             out[f"pred_{CLASS_TARGET}"] = np.asarray(p.classes, dtype=object)[proba.argmax(axis=1)]
         notes = self._notes(cols, n)
-        if any(v is not None for v in notes):
+        if notes is not None:
             out["pred_note"] = notes
         if p.config.exclude_families:
             excluded = np.zeros(n, dtype=bool)
