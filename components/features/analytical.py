@@ -538,16 +538,17 @@ def tensor_peak_of(family: np.ndarray, dtype: np.ndarray, dv: dict[str, np.ndarr
     fp8_or_bf16 = _or(dv["tensor_fp8"], dv["tensor_bf16"])
     return np.select(
         [dtype == "fp16", dtype == "bf16", is_in(dtype, ["fp8", "fp8_block"]), dtype == "fp64",
-         (dtype == "fp32") & (family == "conv"), dtype == "nvfp4", dtype == "int8", is_in(dtype, ["int8_wo", "int4_wo"]),
+         (dtype == "fp32") & (family == "conv"), dtype == "nvfp4", dtype == "int8",
+         is_in(dtype, ["int8_wo", "int4_wo"]),
          dtype == "tf32"],
         [dv["tensor_fp16"], dv["tensor_bf16"], fp8_or_bf16, dv["tensor_fp64"],
          dv["tensor_tf32"], _or(dv["tensor_fp4"], fp8_or_bf16), _or(dv["tensor_int8"], dv["tensor_fp16"]),
          _or(dv["tensor_bf16"], dv["tensor_fp16"]), dv["tensor_tf32"]], default=np.nan)
 
 
-def compose_features(family: np.ndarray, dtype: np.ndarray, dem: dict[str, np.ndarray], dv: dict[str, np.ndarray], *,
-                     definition_flops: np.ndarray | None = None, grid: np.ndarray | None = None,
-                     block: np.ndarray | None = None) -> Composed:
+def compose_features(family: np.ndarray, dtype: np.ndarray, dem: dict[str, np.ndarray],
+                     dv: dict[str, np.ndarray], *, definition_flops: np.ndarray | None = None,
+                     grid: np.ndarray | None = None, block: np.ndarray | None = None) -> Composed:
     """The ``f_*`` features from the per-family demand (``_family_demand``) and the device numbers (``dv``,
     one array per ``DEVICE_COLUMNS`` entry, row-aligned): pipes, tiles and waves, times, roofline.
 
@@ -558,7 +559,8 @@ def compose_features(family: np.ndarray, dtype: np.ndarray, dem: dict[str, np.nd
     n = len(family)
     e = map_labels(dtype, ELEM_BYTES, 4.0)
     tensor_peak = tensor_peak_of(family, dtype, dv)
-    fma_peak = np.where(dtype == "fp64", dv["fma_fp64"], dv["fma_fp32"])  # fp16/bf16 elementwise math runs in fp32
+    # fp16/bf16 elementwise math runs in fp32
+    fma_peak = np.where(dtype == "fp64", dv["fma_fp64"], dv["fma_fp32"])
     uses_tensor = dem["tensor_capable"] & np.isfinite(tensor_peak)
     # Tensor-capable work on a GPU/precision without tensor cores runs on the FMA pipe.
     fma_flops = np.where(dem["tensor_capable"] & ~uses_tensor, dem["tensor"], dem["fma"])
@@ -568,7 +570,8 @@ def compose_features(family: np.ndarray, dtype: np.ndarray, dem: dict[str, np.nd
     covered = np.isfinite(flops_pipes) & np.isfinite(dem["bytes_min"]) & (dem["bytes_min"] > 0)
     flops = flops_pipes
     if definition_flops is not None:
-        flops = np.where(np.isfinite(definition_flops) & (definition_flops > 0), definition_flops, flops_pipes)
+        by_definition = np.isfinite(definition_flops) & (definition_flops > 0)
+        flops = np.where(by_definition, definition_flops, flops_pipes)
     flops = np.where(covered, flops, np.nan)
 
     # Launch geometry: the measured grid wins over the tile estimate.
@@ -577,7 +580,9 @@ def compose_features(family: np.ndarray, dtype: np.ndarray, dem: dict[str, np.nd
         ctas = np.where(ctas_measured, grid, dem["ctas"])
     else:
         ctas_measured, ctas = np.zeros(n, dtype=bool), dem["ctas"]
-    threads = dem["threads"] if block is None else np.where(np.isfinite(block) & (block > 0), block, dem["threads"])
+    threads = dem["threads"]
+    if block is not None:
+        threads = np.where(np.isfinite(block) & (block > 0), block, threads)
     with np.errstate(divide="ignore", invalid="ignore"):
         # CTAs resident per SM: thread limit, hardware slot limit, and the family's register/smem cap.
         ctas_per_sm = np.maximum(1.0, np.minimum.reduce([np.floor(dv["max_threads_sm"] / threads),

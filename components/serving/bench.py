@@ -66,7 +66,8 @@ def random_op_batch(n: int, specs: list[Any], seed: int = 0) -> dict[str, np.nda
 
     def labels(names: list[str], codes: np.ndarray) -> pd.Categorical:
         distinct = list(dict.fromkeys(names))
-        return pd.Categorical.from_codes(np.array([distinct.index(x) for x in names])[codes], categories=distinct)
+        positions = np.array([distinct.index(x) for x in names])
+        return pd.Categorical.from_codes(positions[codes], categories=distinct)
 
     return {"family": labels([o[1] for o in OPS], which), "op": labels([o[2] for o in OPS], which),
             "dtype": labels(list(DTYPES), rng.integers(0, len(DTYPES), n)),
@@ -161,7 +162,8 @@ def engine_tier_rates(n: int = 200_000, seed: int = 0) -> dict[str, Any]:
         spec = catalog.resolve(device)
         shape = {k: rng.integers(1, 16_385, per).astype("float64") for k in ("M", "N", "K")}
         roof = physics.roofline("gemm", "bf16", shape, spec)
-        engine.predict("gemm", "bf16", {k: v[:100] for k, v in shape.items()}, spec)  # warm-up: tables, boosters
+        # warm-up: the GPU's site table, the spec boosters
+        engine.predict("gemm", "bf16", {k: v[:100] for k, v in shape.items()}, spec)
         c0 = time.thread_time()
         resolved = measured.resolve("gemm", "bf16", shape, spec, roof.time_us)
         c1 = time.thread_time()
@@ -482,7 +484,8 @@ def readme_block(result: dict[str, Any], command: str) -> str:
     close_enough = raw["model_over_roofline_end_to_end"] >= share
     shared = load > 0.5 * cpus or load_after > 0.5 * cpus
     lines = [
-        f"Speed, `{command}` ({model['rows']:,} op questions per path in chunks of {model.get('chunk_rows', 0):,}, "
+        f"Speed, `{command}` ({model['rows']:,} op questions per path in chunks of "
+        f"{model.get('chunk_rows', 0):,}, "
         f"one thread; rates per CPU-second of that thread; `benchmarks/results/bench_serve.json`), "
         f"{result['model_version']}, on {cpus} cores, load average {load:.1f} before / {load_after:.1f} after"
         + (" (a shared, loaded box: wall-clock figures and latencies are inflated; per-CPU-second rates much "
@@ -506,13 +509,14 @@ def readme_block(result: dict[str, Any], command: str) -> str:
     tiers = result.get("engine_tiers") or {}
     if tiers and not tiers.get("unavailable"):
         slower = tiers["measured_over_spec"] < targets.get("measured_over_spec", 1.0)
-        lines += ["", f"Op engine tiers, bf16 GEMMs on the {len(tiers['devices'])} GPUs with measured kernels "
-                  f"({tiers['rows']:,} questions, {tiers['measured_hits']:,} answered by the measured tier), per "
-                  f"CPU-second: measured-tier lookup {_rate(tiers['measured_rows_per_cpu_s'])}, the spec model it "
-                  f"replaces {_rate(tiers['spec_rows_per_cpu_s'])}, `OpEngine.predict` whole "
-                  f"{_rate(tiers['engine_rows_per_cpu_s'])} -- the measured tier "
-                  + ("**is slower than the model it replaces**." if slower else "is not slower than the model "
-                                                                                  "it replaces.")]
+        verdict = ("**is slower than the model it replaces**." if slower
+                   else "is not slower than the model it replaces.")
+        lines += ["", f"Op engine tiers, bf16 GEMMs on the {len(tiers['devices'])} GPUs with measured "
+                  f"kernels ({tiers['rows']:,} questions, {tiers['measured_hits']:,} answered by the "
+                  f"measured tier), per CPU-second: measured-tier lookup "
+                  f"{_rate(tiers['measured_rows_per_cpu_s'])}, the "
+                  f"spec model it replaces {_rate(tiers['spec_rows_per_cpu_s'])}, `OpEngine.predict` whole "
+                  f"{_rate(tiers['engine_rows_per_cpu_s'])} -- the measured tier " + verdict]
     elif tiers:
         lines += ["", f"Op engine tiers: {tiers['unavailable']}."]
     server, source, llm = result.get("server_op", {}), result.get("server_source", {}), result.get("llm", {})
@@ -523,11 +527,12 @@ def readme_block(result: dict[str, Any], command: str) -> str:
         lines.append(f"| server, one op question per request at {server['rate_rps']:g} req/s (separate client) | "
                      f"{_ms(server, 'p50_ms')} | {_ms(server, 'p99_ms')} | "
                      f"{server['achieved_rps']:.0f} req/s achieved, "
-                     f"{server['errors']} errors, {'n/a' if cpu is None else f'{cpu:.1f}'} server CPU-ms per request; "
+                     f"{server['errors']} errors, {'n/a' if cpu is None else f'{cpu:.1f}'} server CPU-ms per "
+                     "request; "
                      f"target p99 < {targets['server_p99_ms_at_100rps']:g} ms |")
     if single:
-        lines.append(f"| one op question in process (parse, features, champion, physics, answer), one at a time | "
-                     f"{_ms(single, 'p50_ms')} | {_ms(single, 'p99_ms')} | {single.get('n', '')} questions |")
+        lines.append("| one op question in process (parse, features, champion, physics, answer), one at a "
+                     f"time | {_ms(single, 'p50_ms')} | {_ms(single, 'p99_ms')} | {single.get('n', '')} questions |")
     if deployments and not deployments.get("unavailable"):
         lines.append(f"| `predict --llm` {deployments['llm']} on {deployments['device']} (isl/osl "
                      f"{deployments['params']['isl']}/{deployments['params']['osl']}, concurrency "
@@ -535,7 +540,8 @@ def readme_block(result: dict[str, Any], command: str) -> str:
                      f"{_ms(deployments, 'p50_ms')} | {_ms(deployments, 'p99_ms')} | "
                      f"{deployments['deployments_per_cpu_s']:.0f} deployments per CPU-second |")
         within = deployments["rank_s"] < targets.get("catalog_rank_s", 2.0)
-        lines.append(f"| whole-catalog ranking of {deployments['llm']} ({deployments['rank_gpus']} GPUs x TP options: "
+        lines.append(f"| whole-catalog ranking of {deployments['llm']} ({deployments['rank_gpus']} GPUs x TP "
+                     "options: "
                      f"{deployments['rank_options']} options, {deployments['rank_fitting']} fit) | "
                      f"{deployments['rank_s']:.2f} s | | {deployments['rank_cpu_s']:.2f} CPU-s; target < "
                      f"{targets.get('catalog_rank_s', 2.0):g} s -- {'met' if within else '**not met**'} |")

@@ -40,7 +40,8 @@ GENERATOR_VERSION = "6"
 # -O3 -march=native: the branch-free trees become SIMD loops (AVX-512 popcount where the CPU has it); IEEE
 # comparisons kept (-fno-fast-math). The library is cached per CPU (``_cpu_id`` is in its hash).
 CFLAGS: tuple[str, ...] = ("-O3", "-march=native", "-fPIC", "-shared", "-fno-fast-math", "-std=c99")
-PORTABLE_CFLAGS: tuple[str, ...] = ("-O3", "-fPIC", "-shared", "-fno-fast-math", "-std=c99")  # no -march=native
+# without -march=native (a compiler that does not know it)
+PORTABLE_CFLAGS: tuple[str, ...] = ("-O3", "-fPIC", "-shared", "-fno-fast-math", "-std=c99")
 ROW_BLOCK = 256  # rows per block, trees outermost (each tree walks the whole block)
 _ZERO_LITERAL = "1.0000000000000000e-35"  # LightGBM's kZeroThreshold
 _LOADED: dict[str, "CompiledTrees"] = {}  # per-process: a library is loaded once per hash
@@ -81,14 +82,16 @@ def _condition(flat: Any, node: int, value: str) -> str:
     return not_gt if float(flat.threshold[node]) >= 0.0 else le
 
 
-def _node_code(flat: Any, node: int, indent: int, lines: list[str], column: dict[int, int] | None = None) -> None:
+def _node_code(flat: Any, node: int, indent: int, lines: list[str],
+               column: dict[int, int] | None = None) -> None:
     """Nested ``if``s from ``node`` down; feature ``f`` read as ``r[column[f]]`` (``r[f]`` without a map)."""
     pad = "  " * indent
     if node < 0:
         lines.append(f"{pad}v = {_literal(float(flat.leaf_value[~node]))};")
         return
     feature = int(flat.feature[node])
-    lines.append(f"{pad}if ({_condition(flat, node, f'r[{feature if column is None else column[feature]}]')}) {{")
+    place = feature if column is None else column[feature]
+    lines.append(f"{pad}if ({_condition(flat, node, f'r[{place}]')}) {{")
     _node_code(flat, int(flat.left[node]), indent + 1, lines, column)
     lines.append(f"{pad}}} else {{")
     _node_code(flat, int(flat.right[node]), indent + 1, lines, column)
@@ -134,16 +137,18 @@ def _branchless_tree(flat: Any, t: int, root: int, acc: str, lines: list[str], s
     for f in features:
         slots.setdefault(f, len(slots))
     values = ", ".join(_literal(float(flat.leaf_value[leaf])) for leaf in leaves)
-    lines.append(f"static NOINLINE void tree_{t}(const double* const* rows, const double* restrict xb, int64_t bs, "
-                 "int64_t m, double* restrict acc) {")
+    lines.append(f"static NOINLINE void tree_{t}(const double* const* rows, const double* restrict xb, "
+                 "int64_t bs, int64_t m, double* restrict acc) {")
     lines.append("  (void)rows;")
     lines.append(f"  static const double LEAF[{len(leaves)}] = {{{values}}};")
     lines.append("  for (int64_t i = 0; i < m; ++i) {")
     lines += [f"    const double f{f} = xb[{slots[f]} * bs + i];" for f in features]
     lines.append("    uint64_t bv = ~0ULL;")
     for node, keep in masks:
-        lines.append(f"    bv &= {_condition(flat, node, f'f{int(flat.feature[node])}')} ? ~0ULL : {keep}ULL;")
-    lines.append(f"    {acc} += LEAF[__builtin_popcountll((bv & -bv) - 1)];")  # popcount(lowest bit - 1) = ctz
+        condition = _condition(flat, node, f"f{int(flat.feature[node])}")
+        lines.append(f"    bv &= {condition} ? ~0ULL : {keep}ULL;")
+    # popcount(lowest set bit - 1) = count of trailing zeros: the exit leaf (vectorises, unlike ctz)
+    lines.append(f"    {acc} += LEAF[__builtin_popcountll((bv & -bv) - 1)];")
     lines.append("  }")
     lines.append("}")
 
@@ -154,8 +159,8 @@ def _branching_trees(flat: Any, name: str, trees: list[tuple[int, int, str]], li
     ``packed[f]``), walked one after the other for each row in one loop: only the nodes on each row's
     path are evaluated, and the loop's own cost (row pointer, accumulator) is paid once per group. Each
     tree still adds to its row's sum in tree order."""
-    lines.append(f"static NOINLINE void {name}(const double* const* rows, const double* restrict xb, int64_t bs, "
-                 "int64_t m, double* restrict acc) {")
+    lines.append(f"static NOINLINE void {name}(const double* const* rows, const double* restrict xb, "
+                 "int64_t bs, int64_t m, double* restrict acc) {")
     lines.append("  (void)xb; (void)bs;")
     lines.append("  for (int64_t i = 0; i < m; ++i) {")
     lines.append("    const double* r = rows[i];")
@@ -218,8 +223,8 @@ def c_source(flat: Any) -> str:
         flush()
         units.append(f"tree_{t}")
         if root < 0:  # a single leaf
-            lines.append(f"static NOINLINE void tree_{t}(const double* const* rows, const double* restrict xb, "
-                         "int64_t bs, int64_t m, double* restrict acc) {")
+            lines.append(f"static NOINLINE void tree_{t}(const double* const* rows, "
+                         "const double* restrict xb, int64_t bs, int64_t m, double* restrict acc) {")
             lines.append(f"  (void)rows; (void)xb; (void)bs; for (int64_t i = 0; i < m; ++i) {acc} += "
                          f"{_literal(float(flat.leaf_value[~root]))};")
             lines.append("}")
@@ -274,7 +279,8 @@ def compiler() -> str | None:
 
 
 def model_hash(flat: Any, compiler_path: str) -> str:
-    digest = hashlib.sha256(f"{GENERATOR_VERSION}|{compiler_path}|{' '.join(CFLAGS)}|{ROW_BLOCK}|{_cpu_id()}|".encode())
+    digest = hashlib.sha256(
+        f"{GENERATOR_VERSION}|{compiler_path}|{' '.join(CFLAGS)}|{ROW_BLOCK}|{_cpu_id()}|".encode())
     digest.update(f"{flat.objective}|{flat.n_classes}|{flat.depth}".encode())
     for name, array in sorted(flat.arrays().items()):
         digest.update(name.encode())
@@ -347,7 +353,8 @@ class CompiledTrees:
         self._lib = ctypes.CDLL(str(library))
         self._fn = self._lib.kc_predict_raw
         self._fn.restype = ctypes.c_int
-        self._fn.argtypes = [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int64, ctypes.c_int64, ctypes.c_void_p]
+        self._fn.argtypes = [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int64, ctypes.c_int64,
+                             ctypes.c_void_p]
         self.n_classes, self.sort_keys = n_classes, sort_keys
 
     def raw(self, x: np.ndarray, order: np.ndarray | None = None) -> np.ndarray:

@@ -51,7 +51,8 @@ def _grid(x: np.ndarray, seed: int) -> np.ndarray:
 
 @pytest.mark.parametrize("objective,extra", [("regression", {}), ("regression", {"zero_as_missing": True}),
                                              ("binary", {}), ("multiclass", {}),
-                                             # small trees: the branch-free (SIMD) form, NaN/zero rules included
+                                             # small trees: the branch-free (SIMD) form, NaN/zero rules
+                                             # included
                                              ("regression", {"num_leaves": 4}),
                                              ("regression", {"num_leaves": 5, "zero_as_missing": True}),
                                              ("multiclass", {"num_leaves": 3})])
