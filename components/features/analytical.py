@@ -265,14 +265,43 @@ def _ceil_div(a: np.ndarray, b: np.ndarray) -> np.ndarray:
     return np.ceil(a / b)
 
 
+def label_codes(labels: Any) -> tuple[np.ndarray, np.ndarray]:
+    """``(codes, distinct labels)`` of a label array: a ``pd.Categorical``'s own (free: bulk callers with
+    a few distinct labels pass them so), else hash-factorised (NaN/None is a label of its own)."""
+    if isinstance(labels, pd.Categorical):
+        categories = np.asarray(labels.categories, dtype=object)
+        codes = np.asarray(labels.codes, dtype=np.int64)
+        if (codes < 0).any():  # missing values: one more label at the end, as factorize would give
+            return np.where(codes < 0, len(categories), codes), np.append(categories, None)
+        return codes, categories
+    codes, uniques = pd.factorize(np.asarray(labels, dtype=object), use_na_sentinel=False)
+    return codes, np.asarray(uniques, dtype=object)
+
+
+def is_in(labels: Any, names: Iterable[str]) -> np.ndarray:
+    """``np.isin(labels, names)`` for object arrays and ``pd.Categorical`` (codes compared, not strings)."""
+    if isinstance(labels, pd.Categorical):
+        return np.asarray(labels.isin(list(names)))
+    return np.isin(labels, list(names))
+
+
+def starts_with(labels: Any, prefix: str) -> np.ndarray:
+    """Which labels start with ``prefix`` (tested once per distinct label)."""
+    codes, uniques = label_codes(labels)
+    return np.array([str(u).startswith(prefix) for u in uniques], dtype=bool)[codes] if len(uniques) else \
+        np.zeros(len(codes), dtype=bool)
+
+
 def map_labels(labels: Any, table: dict[str, Any], default: Any) -> np.ndarray:
     """``[table.get(str(v), default) for v in labels]`` as a float array, looked up once per distinct
-    label (hash-factorised, no per-row Python): bulk serving maps millions of rows this way."""
-    labels = np.asarray(labels, dtype=object)
+    label (hash-factorised, no per-row Python; a ``pd.Categorical``'s codes as they are): bulk serving
+    maps millions of rows this way."""
+    if not isinstance(labels, pd.Categorical):
+        labels = np.asarray(labels, dtype=object)
     if len(labels) <= 32:  # a handful of questions: a dict lookup per row beats factorising
         return np.array([table.get(str(v), default) for v in labels], dtype="float64").reshape(
             (len(labels), *np.shape(default)))
-    codes, uniques = pd.factorize(labels, use_na_sentinel=False)
+    codes, uniques = label_codes(labels)
     values = np.array([table.get(str(u), default) for u in uniques], dtype="float64")
     if values.ndim == 1:
         return values[codes] if len(uniques) else np.empty(len(codes))
@@ -314,12 +343,12 @@ def _gemm_like(x: FamilyInputs) -> tuple[np.ndarray, Demand]:
         for target, value in ((gm, m), (gn, nn), (gk, k), (gb, batch)):
             target[mask] = np.broadcast_to(value, (n,))[mask]
 
-    is_gemm = np.isin(family, ["gemm", "bmm"])
+    is_gemm = is_in(family, ["gemm", "bmm"])
     put(is_gemm, col["M"], col["N"], col["K"], B)
     is_linear = family == "linear"  # x[B, M, K] @ W[K, N]: the weight is shared across the batch
     put(is_linear, B * col["M"], col["N"], col["K"], np.ones(n))
     is_moe = family == "moe"  # fused-MoE: (M*topk) routed rows through per-expert [H->N] or [N->H] weights
-    w2 = np.char.startswith(op.astype(str), "w2")
+    w2 = starts_with(op, "w2")
     moe_rows = col["M"] * _or(col["topk"], 1.0)
     put(is_moe, moe_rows, np.where(w2, col["H"], col["N"]), np.where(w2, col["N"], col["H"]), np.ones(n))
     # NeuSight/PyTorch conv2d as implicit GEMM: rows = B*Ho*Wo, cols = Cout, depth = Cin*k*k.
@@ -414,6 +443,11 @@ def _row_reductions(x: FamilyInputs) -> tuple[np.ndarray, Demand]:
 
 # One formula per family group; a row takes the first group whose mask covers it.
 FAMILY_FORMULAS = (_gemm_like, _kernel_tuner_conv, _dedispersion, _elementwise, _row_reductions)
+# The families each formula can cover: a formula none of the rows' families needs is not evaluated.
+FORMULA_FAMILIES: dict[Any, tuple[str, ...]] = {
+    _gemm_like: ("gemm", "bmm", "linear", "moe", "conv", "attention"), _kernel_tuner_conv: ("conv",),
+    _dedispersion: ("dedispersion",), _elementwise: ("elementwise",),
+    _row_reductions: ("softmax", "layernorm", "rmsnorm")}
 
 
 def _family_demand(family: np.ndarray, op: np.ndarray, dtype: np.ndarray,
@@ -430,10 +464,12 @@ def _family_demand(family: np.ndarray, op: np.ndarray, dtype: np.ndarray,
     out["tensor_capable"] = np.zeros(n, dtype=bool)
     taken = np.zeros(n, dtype=bool)
     for formula in FAMILY_FORMULAS:
+        if not is_in(family, FORMULA_FAMILIES[formula]).any():
+            continue
         mask, values = formula(inputs)
         mask = mask & ~taken
         for key, value in values.items():
-            out[key][mask] = np.broadcast_to(value, (n,))[mask]
+            np.copyto(out[key], value, where=mask)  # no gather/scatter of the masked rows
         if formula is _gemm_like:
             out["tensor_capable"] = mask.copy()
         taken |= mask
@@ -481,6 +517,117 @@ def _definition_flops(family: pd.Series, op: pd.Series, shape_json: pd.Series, f
     return np.where(np.isfinite(result) & (result > 0), result, fallback)
 
 
+@dataclass(frozen=True)
+class Composed:
+    """``compose_features``' answer: the ``f_*`` arrays (not yet masked), which rows a formula covers,
+    and the roofline time (s; NaN where the device lacks a peak or bandwidth)."""
+
+    features: dict[str, np.ndarray]
+    covered: np.ndarray
+    roofline: np.ndarray
+
+
+def tensor_peak_of(family: np.ndarray, dtype: np.ndarray, dv: dict[str, np.ndarray]) -> np.ndarray:
+    """The tensor-pipe peak each row's dtype runs at (NaN: no tensor pipe for it).
+
+    fp32 GEMMs stay on the FMA pipe (PyTorch allow_tf32=False for matmul) except cuDNN convs, which use
+    TF32 by default where the GPU has it. The quantised GEMM dtypes (components/physics/roofline.GEMM_DTYPES)
+    run on their own pipes, falling back the way physics.FALLBACK does: fp8 block-scaled = fp8; nvfp4 -> fp8
+    -> bf16; W8A8 int8 -> fp16; weight-only int8/int4 de-quantise to bf16 (fp16 where no bf16); an explicit
+    tf32 GEMM on the tf32 tensor pipe."""
+    fp8_or_bf16 = _or(dv["tensor_fp8"], dv["tensor_bf16"])
+    return np.select(
+        [dtype == "fp16", dtype == "bf16", is_in(dtype, ["fp8", "fp8_block"]), dtype == "fp64",
+         (dtype == "fp32") & (family == "conv"), dtype == "nvfp4", dtype == "int8",
+         is_in(dtype, ["int8_wo", "int4_wo"]),
+         dtype == "tf32"],
+        [dv["tensor_fp16"], dv["tensor_bf16"], fp8_or_bf16, dv["tensor_fp64"],
+         dv["tensor_tf32"], _or(dv["tensor_fp4"], fp8_or_bf16), _or(dv["tensor_int8"], dv["tensor_fp16"]),
+         _or(dv["tensor_bf16"], dv["tensor_fp16"]), dv["tensor_tf32"]], default=np.nan)
+
+
+def compose_features(family: np.ndarray, dtype: np.ndarray, dem: dict[str, np.ndarray],
+                     dv: dict[str, np.ndarray], *, definition_flops: np.ndarray | None = None,
+                     grid: np.ndarray | None = None, block: np.ndarray | None = None) -> Composed:
+    """The ``f_*`` features from the per-family demand (``_family_demand``) and the device numbers (``dv``,
+    one array per ``DEVICE_COLUMNS`` entry, row-aligned): pipes, tiles and waves, times, roofline.
+
+    The one definition of these formulas, over arrays: the feature build (``analytical_features``) and
+    serving (``components.serving.featurise``) both call it. ``definition_flops``: FLOPs by the op's
+    definition where known (NaN/<= 0 elsewhere: the pipes' FLOPs); ``grid``/``block``: the measured
+    launch (CTAs, threads per CTA; NaN or None where not measured: the tile estimate)."""
+    n = len(family)
+    e = map_labels(dtype, ELEM_BYTES, 4.0)
+    tensor_peak = tensor_peak_of(family, dtype, dv)
+    # fp16/bf16 elementwise math runs in fp32
+    fma_peak = np.where(dtype == "fp64", dv["fma_fp64"], dv["fma_fp32"])
+    uses_tensor = dem["tensor_capable"] & np.isfinite(tensor_peak)
+    # Tensor-capable work on a GPU/precision without tensor cores runs on the FMA pipe.
+    fma_flops = np.where(dem["tensor_capable"] & ~uses_tensor, dem["tensor"], dem["fma"])
+    tensor_flops = np.where(uses_tensor, dem["tensor"], np.where(dem["tensor_capable"], 0.0, dem["tensor"]))
+    sfu_ops = dem["sfu"]
+    flops_pipes = tensor_flops + fma_flops
+    covered = np.isfinite(flops_pipes) & np.isfinite(dem["bytes_min"]) & (dem["bytes_min"] > 0)
+    flops = flops_pipes
+    if definition_flops is not None:
+        by_definition = np.isfinite(definition_flops) & (definition_flops > 0)
+        flops = np.where(by_definition, definition_flops, flops_pipes)
+    flops = np.where(covered, flops, np.nan)
+
+    # Launch geometry: the measured grid wins over the tile estimate.
+    if grid is not None:
+        ctas_measured = np.isfinite(grid) & (grid > 0)
+        ctas = np.where(ctas_measured, grid, dem["ctas"])
+    else:
+        ctas_measured, ctas = np.zeros(n, dtype=bool), dem["ctas"]
+    threads = dem["threads"]
+    if block is not None:
+        threads = np.where(np.isfinite(block) & (block > 0), block, threads)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        # CTAs resident per SM: thread limit, hardware slot limit, and the family's register/smem cap.
+        ctas_per_sm = np.maximum(1.0, np.minimum.reduce([np.floor(dv["max_threads_sm"] / threads),
+                                                        _or(dv["max_ctas_sm"], MAX_CTAS_PER_SM),
+                                                        _or(dem["cap"], MAX_CTAS_PER_SM)]))
+        slots = dv["sms"] * ctas_per_sm
+        waves = np.ceil(ctas / slots)
+        wave_eff = ctas / (waves * slots)  # tail effect: share of CTA slots busy over all waves
+        busiest = np.ceil(ctas / dv["sms"])  # CTAs on the busiest SM (round-robin dispatch)
+        imbalance = busiest * dv["sms"] / ctas  # busiest-SM load over the mean SM load (>= 1)
+        active = np.minimum(ctas, dv["sms"]) / dv["sms"]
+
+        t_tensor = np.where(tensor_flops > 0, tensor_flops / tensor_peak, 0.0)
+        t_fma = np.where(fma_flops > 0, fma_flops / fma_peak, 0.0)
+        t_sfu = sfu_ops / dv["sfu_ops_s"]
+        t_dram = dem["bytes_min"] / dv["dram_Bps"]
+        t_l2 = dem["bytes_l2"] / dv["l2_Bps"]
+        t_compute = np.maximum.reduce([t_tensor, t_fma, t_sfu])
+        roofline = np.maximum(t_compute, t_dram)  # classic roofline: peak compute vs ideal DRAM traffic
+        # Pipe-aware bound: busiest SM's compute, plus tile re-reads through L2 (PipeWeave-style demand).
+        pipes = np.maximum.reduce([t_compute * imbalance, t_dram, t_l2])
+        compute_bound = t_compute >= t_dram
+        peak_compute = np.where(uses_tensor, tensor_peak, fma_peak)
+        clock = dv["clock_hz"]
+        f = {
+            "f_flops": flops, "f_tensor_flops": tensor_flops, "f_fma_flops": fma_flops, "f_sfu_ops": sfu_ops,
+            "f_uses_tensor": uses_tensor.astype("float64"), "f_precision_bytes": e,
+            "f_dram_bytes_min": dem["bytes_min"], "f_l2_bytes_tiled": dem["bytes_l2"],
+            "f_arith_intensity": flops / dem["bytes_min"], "f_arith_intensity_tiled": flops / dem["bytes_l2"],
+            "f_tile_m": dem["tile_m"], "f_tile_n": dem["tile_n"], "f_ctas": ctas,
+            "f_ctas_measured": ctas_measured.astype("float64"), "f_threads_per_cta": threads,
+            "f_ctas_per_sm": ctas_per_sm, "f_waves": waves, "f_wave_efficiency": wave_eff,
+            "f_busiest_sm_ctas": busiest, "f_sm_imbalance": imbalance, "f_active_sm_fraction": active,
+            "f_peak_compute_flops": peak_compute, "f_ridge_point": peak_compute / dv["dram_Bps"],
+            "f_tensor_time_us": t_tensor * 1e6, "f_fma_time_us": t_fma * 1e6, "f_sfu_time_us": t_sfu * 1e6,
+            "f_dram_time_us": t_dram * 1e6, "f_l2_time_us": t_l2 * 1e6, "f_compute_time_us": t_compute * 1e6,
+            "f_tensor_cycles": t_tensor * clock, "f_fma_cycles": t_fma * clock, "f_sfu_cycles": t_sfu * clock,
+            "f_dram_cycles": t_dram * clock, "f_l2_cycles": t_l2 * clock,
+            "f_busiest_sm_cycles": t_compute * imbalance * clock,
+            "f_roofline_time_us": roofline * 1e6, "f_pipes_time_us": pipes * 1e6,
+            "f_compute_bound": compute_bound.astype("float64"),
+        }
+    return Composed(features=f, covered=covered, roofline=roofline)
+
+
 def analytical_features(frame: pd.DataFrame, catalog: Any) -> pd.DataFrame:
     """``f_*``/``m_*`` features and ``feature_note`` for each row of ``frame`` (same index).
 
@@ -501,84 +648,15 @@ def analytical_features(frame: pd.DataFrame, catalog: Any) -> pd.DataFrame:
 
     dev = device_table(frame["device_id"].astype(object), catalog).reindex(frame["device_id"].astype(str).to_numpy())
     dv = {c: dev[c].to_numpy("float64") for c in DEVICE_COLUMNS}
-    e = np.array([ELEM_BYTES.get(t, 4.0) for t in dtype], dtype="float64")
-
-    # Which tensor peak: the dtype's; fp32 GEMMs stay on the FMA pipe (PyTorch allow_tf32=False for
-    # matmul) except cuDNN convs, which use TF32 by default where the GPU has it.
-    # The quantised GEMM dtypes (components/physics/roofline.GEMM_DTYPES) on their own pipes, falling back the
-    # way physics.FALLBACK does: fp8 block-scaled = fp8; nvfp4 -> fp8 -> bf16; W8A8 int8 -> fp16; weight-only
-    # int8/int4 de-quantise to bf16 (fp16 where no bf16); an explicit tf32 GEMM on the tf32 tensor pipe.
-    fp8_or_bf16 = _or(dv["tensor_fp8"], dv["tensor_bf16"])
-    tensor_peak = np.select(
-        [dtype == "fp16", dtype == "bf16", np.isin(dtype, ["fp8", "fp8_block"]), dtype == "fp64",
-         (dtype == "fp32") & (family == "conv"), dtype == "nvfp4", dtype == "int8", np.isin(dtype, ["int8_wo", "int4_wo"]),
-         dtype == "tf32"],
-        [dv["tensor_fp16"], dv["tensor_bf16"], fp8_or_bf16, dv["tensor_fp64"],
-         dv["tensor_tf32"], _or(dv["tensor_fp4"], fp8_or_bf16), _or(dv["tensor_int8"], dv["tensor_fp16"]),
-         _or(dv["tensor_bf16"], dv["tensor_fp16"]), dv["tensor_tf32"]], default=np.nan)
-    fma_peak = np.where(dtype == "fp64", dv["fma_fp64"], dv["fma_fp32"])  # fp16/bf16 elementwise math runs in fp32
-    uses_tensor = dem["tensor_capable"] & np.isfinite(tensor_peak)
-    # Tensor-capable work on a GPU/precision without tensor cores runs on the FMA pipe.
-    fma_flops = np.where(dem["tensor_capable"] & ~uses_tensor, dem["tensor"], dem["fma"])
-    tensor_flops = np.where(uses_tensor, dem["tensor"], np.where(dem["tensor_capable"], 0.0, dem["tensor"]))
-    sfu_ops = dem["sfu"]
-    flops_pipes = tensor_flops + fma_flops
-    covered = np.isfinite(flops_pipes) & np.isfinite(dem["bytes_min"]) & (dem["bytes_min"] > 0)
-
-    flops = _definition_flops(frame["family"], frame["op"], shape_json, flops_pipes)
-    flops = np.where(covered, flops, np.nan)
-
-    # Launch geometry: the measured grid wins over the tile estimate.
     grid = np.ones(n)
     block = np.ones(n)
-    for axis in "xyz":
+    for axis in "xyz":  # the measured launch, where the row has one
         grid = grid * _or(_num(frame, f"grid_{axis}"), 1.0 if axis != "x" else np.nan)
         block = block * _or(_num(frame, f"block_{axis}"), 1.0 if axis != "x" else np.nan)
-    ctas_measured = np.isfinite(grid) & (grid > 0)
-    ctas = np.where(ctas_measured, grid, dem["ctas"])
-    threads = np.where(np.isfinite(block) & (block > 0), block, dem["threads"])
-    # CTAs resident per SM: thread limit, hardware slot limit, and the family's register/smem cap.
-    ctas_per_sm = np.maximum(1.0, np.minimum.reduce([np.floor(dv["max_threads_sm"] / threads),
-                                                    _or(dv["max_ctas_sm"], MAX_CTAS_PER_SM),
-                                                    _or(dem["cap"], MAX_CTAS_PER_SM)]))
-    slots = dv["sms"] * ctas_per_sm
-    waves = np.ceil(ctas / slots)
-    wave_eff = ctas / (waves * slots)  # tail effect: share of CTA slots busy over all waves
-    busiest = np.ceil(ctas / dv["sms"])  # CTAs on the busiest SM (round-robin dispatch)
-    imbalance = busiest * dv["sms"] / ctas  # busiest-SM load over the mean SM load (>= 1)
-    active = np.minimum(ctas, dv["sms"]) / dv["sms"]
-
-    t_tensor = np.where(tensor_flops > 0, tensor_flops / tensor_peak, 0.0)
-    t_fma = np.where(fma_flops > 0, fma_flops / fma_peak, 0.0)
-    t_sfu = sfu_ops / dv["sfu_ops_s"]
-    t_dram = dem["bytes_min"] / dv["dram_Bps"]
-    t_l2 = dem["bytes_l2"] / dv["l2_Bps"]
-    t_compute = np.maximum.reduce([t_tensor, t_fma, t_sfu])
-    roofline = np.maximum(t_compute, t_dram)  # classic roofline: peak compute vs ideal DRAM traffic
-    # Pipe-aware bound: busiest SM's compute, plus tile re-reads through L2 (PipeWeave-style demand).
-    pipes = np.maximum.reduce([t_compute * imbalance, t_dram, t_l2])
-    compute_bound = t_compute >= t_dram
-    peak_compute = np.where(uses_tensor, tensor_peak, fma_peak)
-    clock = dv["clock_hz"]
-
-    f = {
-        "f_flops": flops, "f_tensor_flops": tensor_flops, "f_fma_flops": fma_flops, "f_sfu_ops": sfu_ops,
-        "f_uses_tensor": uses_tensor.astype("float64"), "f_precision_bytes": e,
-        "f_dram_bytes_min": dem["bytes_min"], "f_l2_bytes_tiled": dem["bytes_l2"],
-        "f_arith_intensity": flops / dem["bytes_min"], "f_arith_intensity_tiled": flops / dem["bytes_l2"],
-        "f_tile_m": dem["tile_m"], "f_tile_n": dem["tile_n"], "f_ctas": ctas,
-        "f_ctas_measured": ctas_measured.astype("float64"), "f_threads_per_cta": threads,
-        "f_ctas_per_sm": ctas_per_sm, "f_waves": waves, "f_wave_efficiency": wave_eff,
-        "f_busiest_sm_ctas": busiest, "f_sm_imbalance": imbalance, "f_active_sm_fraction": active,
-        "f_peak_compute_flops": peak_compute, "f_ridge_point": peak_compute / dv["dram_Bps"],
-        "f_tensor_time_us": t_tensor * 1e6, "f_fma_time_us": t_fma * 1e6, "f_sfu_time_us": t_sfu * 1e6,
-        "f_dram_time_us": t_dram * 1e6, "f_l2_time_us": t_l2 * 1e6, "f_compute_time_us": t_compute * 1e6,
-        "f_tensor_cycles": t_tensor * clock, "f_fma_cycles": t_fma * clock, "f_sfu_cycles": t_sfu * clock,
-        "f_dram_cycles": t_dram * clock, "f_l2_cycles": t_l2 * clock,
-        "f_busiest_sm_cycles": t_compute * imbalance * clock,
-        "f_roofline_time_us": roofline * 1e6, "f_pipes_time_us": pipes * 1e6,
-        "f_compute_bound": compute_bound.astype("float64"),
-    }
+    definition = _definition_flops(frame["family"], frame["op"], shape_json, np.full(n, np.nan))
+    composed = compose_features(family, dtype, dem, dv, definition_flops=definition, grid=grid, block=block)
+    f, covered, roofline = composed.features, composed.covered, composed.roofline
+    compute_bound = f["f_compute_bound"] > 0
     result = pd.DataFrame({k: np.where(covered, np.asarray(v, dtype="float64"), np.nan) for k, v in f.items()}, index=idx)
     known = covered & np.isfinite(roofline)
     result["f_bound"] = pd.Series(np.where(known, np.where(compute_bound, "compute", "bandwidth"), None),

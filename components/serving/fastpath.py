@@ -17,9 +17,8 @@ from __future__ import annotations
 from typing import Any
 
 import numpy as np
-import pandas as pd
 
-from components.features.analytical import map_labels
+from components.features.analytical import label_codes, map_labels
 from components.models import transfer as tr
 
 
@@ -62,11 +61,17 @@ class FastTransfer:
     def design(self, cols: dict[str, Any], frame: dict[str, np.ndarray], n: int) -> np.ndarray:
         from components.models.tabular import CATEGORICAL, _signed_log
 
-        columns = [_signed_log(frame[c]) if c in frame else np.full(n, np.nan) for c in self.p.feature_columns]
-        for name in (c for c in CATEGORICAL if c in self.p.categories):
+        categorical = [c for c in CATEGORICAL if c in self.p.categories]
+        x = np.full((n, len(self.p.feature_columns) + len(categorical)), np.nan)
+        for j, c in enumerate(self.p.feature_columns):
+            # Absent from the question's columns (the static s_* of a source, for an op question) and not a
+            # ratio derived here: NaN, as prefilled -- no signed log of an all-NaN column.
+            if c in frame and (c in cols or c in tr.DERIVED_COLUMNS):
+                x[:, j] = _signed_log(frame[c])
+        for j, name in enumerate(categorical, start=len(self.p.feature_columns)):
             lookup = {value: code for code, value in enumerate(self.p.categories[name])}
-            columns.append(map_labels(cols[name], lookup, -1.0))
-        return np.column_stack(columns) if columns else np.empty((n, 0))
+            x[:, j] = map_labels(cols[name], lookup, -1.0)
+        return x
 
     def _floor(self, family: np.ndarray) -> np.ndarray:
         floors = self.p.floors
@@ -88,59 +93,94 @@ class FastTransfer:
         return np.where(np.isfinite(values) & (values > 0), values, np.nan)
 
     def _ood(self, family: np.ndarray, frame: dict[str, np.ndarray]) -> np.ndarray:
-        flags = np.zeros(len(family), dtype=bool)
+        """Out of the training range: a family never trained on, or a value beyond its family's range by more
+        than a quarter of the bound. Bounds looked up per row by family code (one pass per column)."""
         if not self.p.ood:
-            return flags
-        codes, uniques = pd.factorize(np.asarray(family, dtype=object), use_na_sentinel=False)
-        for k, fam in enumerate(uniques):
-            rows = codes == k
-            entry = self.p.ood.get(str(fam))
-            if entry is None:
-                flags[rows] = True
-                continue
-            for column, (low, high) in entry.items():
-                values = frame[column][rows] if column in frame else np.full(rows.sum(), np.nan)
-                outside = np.isfinite(values) & ((values < low - 0.25 * abs(low)) | (values > high + 0.25 * abs(high)))
-                flags[np.flatnonzero(rows)[outside]] = True
+            return np.zeros(len(family), dtype=bool)
+        codes, uniques = label_codes(family)
+        entries = [self.p.ood.get(str(u)) for u in uniques]
+        flags = np.array([e is None for e in entries], dtype=bool)[codes]
+        for column in sorted({c for e in entries if e for c in e}):
+            if column not in frame:
+                continue  # NaN: never outside
+            low = np.array([e[column][0] - 0.25 * abs(e[column][0]) if e and column in e else -np.inf
+                            for e in entries])[codes]
+            high = np.array([e[column][1] + 0.25 * abs(e[column][1]) if e and column in e else np.inf
+                             for e in entries])[codes]
+            values = frame[column]
+            flags |= np.isfinite(values) & ((values < low) | (values > high))
         return flags
 
-    def _notes(self, cols: dict[str, Any], n: int) -> np.ndarray:
-        notes = np.full(n, None, dtype=object)
-        codes, uniques = pd.factorize(np.asarray(cols["dtype"], dtype=object), use_na_sentinel=False)
+    def _notes(self, cols: dict[str, Any], n: int) -> np.ndarray | None:
+        """Emulation notes (a dtype not native on the GPU), or None when no row has one."""
+        notes: np.ndarray | None = None
+        codes, uniques = label_codes(cols["dtype"])
         for dtype, columns in tr.NATIVE_DTYPE_PEAKS.items():
-            rows = np.isin(codes, [k for k, u in enumerate(uniques) if str(u) == dtype])
+            wanted = [k for k, u in enumerate(uniques) if str(u) == dtype]
             present = [c for c in columns if c in cols]
-            if not rows.any() or not present:
+            if not wanted or not present:  # no row asks in this dtype: no pass over the rows
                 continue
+            rows = np.isin(codes, wanted)
             peaks = np.column_stack([_get(cols, c, n) for c in present])
             known = np.isfinite(peaks).any(axis=1)
             native = np.nan_to_num(peaks, nan=0.0).max(axis=1) > 0
             for i in np.flatnonzero(rows & known & ~native):
+                if notes is None:
+                    notes = np.full(n, None, dtype=object)
                 notes[i] = (f"{dtype} is not native on {cols['device_id'][i]}: emulation estimate (converted and "
                             "computed on the FP32 pipe)")
         return notes
 
-    def predict(self, cols: dict[str, Any]) -> dict[str, np.ndarray]:
-        """``pred_*`` arrays, as ``TabularPredictor.predict`` would put them in its frame."""
+    def _walk_order(self, x: np.ndarray) -> np.ndarray | None:
+        """One row order for every compiled tree model of the predictor (sorting once, not per model):
+        the sort keys of the runtime model's trees, the biggest ensemble."""
+        compiled = [m.compiled for m in self.p.models.values() if getattr(m, "compiled", None) is not None]
+        if not compiled:
+            return None
+        from components.serving.compiled import walk_order
+
+        main = getattr(self.p.models.get("duration_us"), "compiled", None) or compiled[0]
+        return walk_order(x, main.sort_keys)
+
+    def predict(self, cols: dict[str, Any], stage_s: dict[str, float] | None = None) -> dict[str, np.ndarray]:
+        """``pred_*`` arrays, as ``TabularPredictor.predict`` would put them in its frame. ``stage_s``: where
+        to add the thread CPU seconds of each stage (``design``: transfer columns, design matrix and walk
+        order; ``trees``: every tree model; ``derive``: runtime, rates, interval, flags and notes)."""
+        import time
+
         from components.models.tabular import CLASS_TARGET, FRACTION_TARGETS, TRAFFIC_TARGET
 
         p = self.p
         n = len(cols["family"])
         family = cols["family"]
+        started = time.thread_time()
         frame = transfer_columns(cols, n)
         x = self.design(cols, frame, n)
+        order = self._walk_order(x)
+        designed = time.thread_time()
+        # Every tree model first, in one stretch (one walk order for all), then the arithmetic on top.
+        used = {"duration_us", TRAFFIC_TARGET, *FRACTION_TARGETS}
+        tree_targets = [t for t in p.models if t in used]
+        raw = {t: np.asarray(p.models[t].predict(x, order) if order is not None
+                             and getattr(p.models[t], "compiled", None) is not None
+                             else p.models[t].predict(x), dtype="float64") for t in tree_targets}
+        walked = time.thread_time()
+
+        def predict(target: str) -> np.ndarray:
+            return raw[target]
+
         out: dict[str, np.ndarray] = {}
         if "duration_us" in p.models:
             low, high = p.target_bounds.get("duration_us", [-np.inf, np.inf])
             base = self._normaliser(cols, n) + self._floor(family)
-            runtime = base * np.exp(np.clip(np.asarray(p.models["duration_us"].predict(x), dtype="float64"), low, high))
+            runtime = base * np.exp(np.clip(predict("duration_us"), low, high))
             out["pred_duration_us"] = runtime
             flops, bytes_min = _get(cols, "f_flops", n), _get(cols, "f_dram_bytes_min", n)
             with np.errstate(divide="ignore", invalid="ignore"):
                 out["pred_gflops"] = flops / (runtime * 1e3)
                 if TRAFFIC_TARGET in p.models:
                     low_t, high_t = p.target_bounds.get(TRAFFIC_TARGET, [-np.inf, np.inf])
-                    ratio = np.exp(np.clip(np.asarray(p.models[TRAFFIC_TARGET].predict(x), dtype="float64"),
+                    ratio = np.exp(np.clip(predict(TRAFFIC_TARGET),
                                            low_t, high_t))
                     traffic = bytes_min * ratio
                     out["pred_achieved_gbps"] = traffic / (runtime * 1e3)
@@ -158,22 +198,29 @@ class FastTransfer:
             out["pred_ood"] = ood.astype("float64")
         for target in sorted(FRACTION_TARGETS):
             if target in p.models:
-                out[f"pred_{target}"] = np.clip(np.asarray(p.models[target].predict(x), dtype="float64"), 0.0, 1.0)
+                out[f"pred_{target}"] = np.clip(predict(target), 0.0, 1.0)
         if CLASS_TARGET in p.models:
             proba = np.asarray(p.models[CLASS_TARGET].predict(x), dtype="float64")
             if proba.ndim == 1:
                 proba = np.column_stack([1 - proba, proba])
             out[f"pred_{CLASS_TARGET}"] = np.asarray(p.classes, dtype=object)[proba.argmax(axis=1)]
         notes = self._notes(cols, n)
-        if any(v is not None for v in notes):
+        if notes is not None:
             out["pred_note"] = notes
         if p.config.exclude_families:
-            excluded = np.isin(family.astype(str), list(p.config.exclude_families))
+            excluded = np.zeros(n, dtype=bool)
+            for name in p.config.exclude_families:  # a few labels: one comparison each, no str conversion
+                excluded |= family == name
             for key, values in out.items():
                 if excluded.any():
                     values = values.astype(object) if values.dtype != object else values
                     values[excluded] = None
                     out[key] = values
+        if stage_s is not None:
+            done = time.thread_time()
+            for stage, seconds in (("design", designed - started), ("trees", walked - designed),
+                                   ("derive", done - walked)):
+                stage_s[stage] = stage_s.get(stage, 0.0) + seconds
         return out
 
 

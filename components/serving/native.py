@@ -204,11 +204,13 @@ class FlatTrees:
                 out[start:start + len(block), c] = values[:, tree_class == c].sum(axis=1)
         return out
 
-    def predict(self, x: np.ndarray) -> np.ndarray:
+    def predict(self, x: np.ndarray, order: np.ndarray | None = None) -> np.ndarray:
+        """``Booster.predict(x)``. ``order``: the row order the compiled walk takes (speed only; see
+        ``compiled.walk_order``); computed per call when not given."""
         if self._pending is not None:
             self._check_pending()
         if self.compiled is not None:
-            return self._link(self.compiled.raw(x))
+            return self._link(self.compiled.raw(x, order))
         if len(x) > BULK_ROWS and self.booster_file is not None:
             try:
                 if self._booster is None:

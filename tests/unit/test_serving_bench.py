@@ -34,8 +34,19 @@ def test_readme_block_is_written_between_the_markers_only(roofline_raw: dict, tm
                       "model_over_roofline_end_to_end": 1.0},
               "server_op": {"rate_rps": 100.0, "achieved_rps": 99.0, "errors": 0, "server_cpu_ms_per_request": 2.0,
                             "p50_ms": 3.0, "p95_ms": 5.0, "p99_ms": 7.5, "max_ms": 9.0, "n": 1000},
-              "llm": {"skipped": True}}
+              "llm": {"skipped": True},
+              "engine_tiers": {"rows": 1000, "devices": ["h100-sxm"], "measured_hits": 990,
+                               "measured_rows_per_cpu_s": 7_000.0, "spec_rows_per_cpu_s": 350_000.0,
+                               "engine_rows_per_cpu_s": 6_500.0, "measured_over_spec": 0.02},
+              "single_question": {"p50_ms": 2.5, "p99_ms": 6.0, "n": 300},
+              "deployments": {"llm": "Llama-3.1-70B", "device": "h100-sxm",
+                              "params": {"isl": 2048, "osl": 256, "concurrency": 32, "tp": 4},
+                              "deployments_per_cpu_s": 230.0, "p50_ms": 4.0, "p99_ms": 9.0, "rank_gpus": 96,
+                              "rank_options": 384, "rank_fitting": 130, "rank_s": 0.75, "rank_cpu_s": 0.35}}
     block = readme_block(result, "kernelcast bench serve --rows 3000")
+    assert "measured-tier lookup 7k, the spec model it replaces 350k" in block
+    assert "**is slower than the model it replaces**" in block
+    assert "230 deployments per CPU-second" in block and "0.75 s" in block and "-- met |" in block
     assert "`kernelcast bench serve --rows 3000`" in block
     assert "compiled C (400 trees)" in block and "7.5 ms" in block
     expected = "met" if roofline_raw["end_to_end_rows_per_cpu_s"] >= 1e6 else "**not met**"
@@ -51,3 +62,19 @@ def test_readme_block_is_written_between_the_markers_only(roofline_raw: dict, tm
     (tmp_path / "bare.md").write_text("no markers\n")
     with pytest.raises(ValueError, match="bench-serve:start"):
         write_readme_block(tmp_path / "bare.md", block)
+
+
+def test_deployment_rates_time_the_public_composition() -> None:
+    from components.serving.bench import deployment_rates
+
+    rates = deployment_rates(repeats=2)
+    assert rates["deployments_per_cpu_s"] > 0 and rates["n"] == 2 and rates["p99_ms"] >= rates["p50_ms"] > 0
+    # every catalog GPU x TP option was asked; the 70B model fits on some of them, not on all
+    assert rates["rank_options"] >= rates["rank_gpus"] and 0 < rates["rank_fitting"] < rates["rank_options"]
+
+
+def test_engine_tier_rates_say_why_without_a_measured_store(tmp_path, monkeypatch) -> None:  # noqa: ANN001
+    from components.serving.bench import engine_tier_rates
+
+    monkeypatch.setenv("KERNELCAST_HOME", str(tmp_path))
+    assert "no measured op store" in engine_tier_rates(1000)["unavailable"]

@@ -50,13 +50,23 @@ def _grid(x: np.ndarray, seed: int) -> np.ndarray:
 
 
 @pytest.mark.parametrize("objective,extra", [("regression", {}), ("regression", {"zero_as_missing": True}),
-                                             ("binary", {}), ("multiclass", {})])
+                                             ("binary", {}), ("multiclass", {}),
+                                             # small trees: the branch-free (SIMD) form, NaN/zero rules
+                                             # included
+                                             ("regression", {"num_leaves": 4}),
+                                             ("regression", {"num_leaves": 5, "zero_as_missing": True}),
+                                             ("multiclass", {"num_leaves": 3})])
 def test_compiled_trees_equal_lightgbm(objective: str, extra: dict, tmp_path) -> None:  # noqa: ANN001
     booster, x = _booster(objective, seed=len(objective) + len(extra), **extra)
     flat = FlatTrees.from_dump(booster.dump_model())
     assert flat.categorical.any(), "no categorical split was exercised"
     compiled = compile_trees(flat, tmp_path)
     assert isinstance(compiled, CompiledTrees)
+    small = {"num_leaves": 31, **extra}["num_leaves"] <= 5
+    if small:  # every tree takes the branch-free form, and categorical splits are among its conditions
+        from components.serving.compiled import BRANCHLESS_MAX_SPLITS, _tree_nodes
+
+        assert all(len(_tree_nodes(flat, int(r))) <= BRANCHLESS_MAX_SPLITS for r in flat.roots if r >= 0)
     grid = _grid(x, seed=7)
     raw = booster.predict(grid, raw_score=True)
     got = compiled.raw(grid)
@@ -129,3 +139,25 @@ def test_large_batches_are_sorted_for_the_walk_and_answered_in_input_order(tmp_p
     # Row by row (never sorted) gives the same numbers: the order only changes speed.
     np.testing.assert_array_equal(np.concatenate([compiled.raw(grid[i:i + 100])[:, 0] for i in range(0, 3000, 100)]),
                                   raw[:3000])
+
+
+def test_walk_order_of_category_codes_groups_rows_and_changes_no_answer(tmp_path) -> None:  # noqa: ANN001
+    from components.serving.compiled import walk_order
+
+    booster, x = _booster("regression", seed=10)
+    flat = FlatTrees.from_dump(booster.dump_model())
+    compiled = compile_trees(flat, tmp_path)
+    grid = _grid(x, seed=12)
+    grid[:, 4] = np.random.default_rng(1).integers(-1, 12, len(grid))  # codes as a design matrix holds them
+    grid[:, 5] = np.random.default_rng(2).integers(0, 40, len(grid))
+    keys = (4, 5, 0)
+    order = walk_order(grid, keys)
+    assert order is not None and np.array_equal(np.sort(order), np.arange(len(grid)))
+    walked = grid[order]
+    pairs = walked[:, 4] * 100 + walked[:, 5]
+    assert (np.diff(pairs) >= 0).all()  # grouped by the categorical codes, primary first
+    within = walked[pairs == pairs[len(pairs) // 2], 0]
+    # then by the numeric key (to the float key's resolution: 0.0 and 1e-36 may swap), NaN last
+    finite = np.isfinite(within).sum()
+    assert (np.diff(within[:finite]) >= -1e-6).all() and np.isnan(within[finite:]).all()
+    np.testing.assert_array_equal(compiled.raw(grid, order)[:, 0], booster.predict(grid, raw_score=True))

@@ -83,6 +83,8 @@ def test_the_array_fast_path_equals_the_predictor(trained, tmp_path: Path, flat_
         predictor = TabularPredictor.load(folder)
     specs = load_catalog().all()
     batch = random_op_batch(600, specs, seed=3)
+    # family/op stay categoricals (the bulk form), dtype becomes an object array of str (the server's form)
+    batch["dtype"] = np.asarray(batch["dtype"], dtype=object)
     batch["dtype"][:40] = "fp8"  # emulation notes on GPUs without fp8
     cols = op_feature_columns(batch["family"], batch["op"], batch["dtype"], batch["dims"], batch["device_index"], specs)
     fast = fast_model(predictor).predict(cols)
@@ -96,3 +98,28 @@ def test_the_array_fast_path_equals_the_predictor(trained, tmp_path: Path, flat_
         else:
             assert np.allclose(np.asarray(got, dtype="float64"), np.asarray(expected, dtype="float64"),
                                rtol=1e-12, equal_nan=True), column
+
+
+def test_categorical_labels_featurise_exactly_as_strings() -> None:
+    """The bulk form (labels as pd.Categorical codes) and the server's (object arrays of str) give the same
+    feature columns, bit for bit, including families none of the formulas covers."""
+    from components.devices import load_catalog
+    from components.serving.bench import random_op_batch
+    from components.serving.featurise import op_feature_columns
+
+    specs = load_catalog().all()
+    batch = random_op_batch(3000, specs, seed=11)
+    as_str = {k: np.asarray(batch[k], dtype=object) for k in ("family", "op", "dtype")}
+    as_str["family"][:50] = "collective"  # no formula: NaN features, a note code
+    categorical = {k: pd.Categorical(v) for k, v in as_str.items()}
+    got = op_feature_columns(categorical["family"], categorical["op"], categorical["dtype"], batch["dims"],
+                             batch["device_index"], specs)
+    expected = op_feature_columns(as_str["family"], as_str["op"], as_str["dtype"], batch["dims"],
+                                  batch["device_index"], specs)
+    assert set(got) == set(expected)
+    for name, values in expected.items():
+        if np.asarray(values).dtype.kind == "f":
+            np.testing.assert_array_equal(np.asarray(got[name]), values, err_msg=name)
+        else:
+            assert list(np.asarray(got[name], dtype=object)) == list(np.asarray(values, dtype=object)), name
+    assert (got["_note_code"][:50] == 0).all()
