@@ -216,7 +216,8 @@ def deployment_rates(repeats: int = 20, llm: str = "Llama-3.1-70B", device: str 
 def single_question_latency(predictor: Any, repeats: int = 300) -> dict[str, Any]:
     """One op question answered in process (parse, featurise, model, physics, the answer dict), one at a
     time: what the server does per request without HTTP."""
-    from components.serving.questions import answer_questions, parse_questions
+    from components.serving.question_forms import parse_questions
+    from components.serving.questions import answer_questions
 
     question = [{"op": "gemm", "shape": {"M": 4096, "N": 4096, "K": 4096}, "dtype": "fp32", "device": "H100"}]
     answer_questions(predictor, parse_questions(question), model_version="bench")
