@@ -4,7 +4,12 @@ The spec tier errs on a new GPU mostly by a factor per regime (its tensor pipe r
 GPUs reached 85%) and by how that factor changes between launch-bound and pipe-bound kernels. From K measured
 rows the calibration learns, per (family, pipe) and per (family, pipe, dtype) regime, a shift of log
 efficiency ``a + b * (log2 roofline_us - ref)``, each level shrunk toward its parent by its row count
-(``SHRINK`` pseudo rows; the root is the GPU-wide shift): a regime seen twice moves little. Plain JSON per GPU
+(``SHRINK`` pseudo rows; the root is the GPU-wide shift): a regime seen twice moves little. What the shifts
+leave is fitted per family by a ridge regression on a few transferable features (``correction_features``: log
+roofline time and its square, intensity over the ridge, memory-bound, waves and tail, the spec tier's own
+log efficiency, log sizes), its strength chosen per GPU by leave-one-out over the K rows themselves
+(closed form), "no correction" among the choices -- so few rows correct little. Last, a question near
+calibration rows gets their leftover error (``local_residual``). Plain JSON per GPU
 under ``$KERNELCAST_HOME/opmodel/calibrations/<device>.json``; the engine applies it
 (``OpEngine.calibrations``).
 """
@@ -57,6 +62,66 @@ def local_coords(family: str, shape: dict[str, np.ndarray], n: int) -> np.ndarra
                             for d in dims])
 
 
+RIDGE_GRID: tuple[float, ...] = (1.0, 4.0, 16.0, 64.0, 256.0)  # pseudo-rows per feature; LOO picks one
+TILE = 128.0
+
+
+def correction_features(family: str, shape: dict[str, np.ndarray], roof: Any, spec: Any,
+                        spec_log_util: np.ndarray) -> np.ndarray:
+    """The features the per-GPU ridge correction reads (no GPU identity: the fit is of one GPU)."""
+    n = len(roof.time_us)
+    x = np.log2(np.maximum(roof.time_us, 1e-3))
+    ridge = roof.peak_flops / roof.peak_bps
+    with np.errstate(divide="ignore", invalid="ignore"):
+        intensity = np.where(roof.dram_bytes > 0, roof.flops / roof.dram_bytes, 1.0)
+    rel = np.clip(np.log2(np.maximum(intensity / ridge, 1e-9)), -12.0, 12.0)
+    sms = float(spec.sms)
+    arrays = {k: np.broadcast_to(np.asarray(v, dtype="float64"), (n,)) for k, v in shape.items()}
+    if family == "gemm":
+        b = arrays.get("B", np.ones(n))
+        tiles = b * np.ceil(arrays["M"] / TILE) * np.ceil(arrays["N"] / TILE)
+    else:
+        tiles = arrays["B"] * arrays["H"] * np.ceil(arrays["S"] / TILE)
+    waves = tiles / sms
+    sizes = local_coords(family, arrays, n)
+    cols = [x, x * x / 8.0, rel, (roof.memory_us >= roof.compute_us).astype(float), np.log2(waves),
+            waves / np.ceil(waves), spec_log_util, *sizes.T]
+    return np.column_stack(cols)
+
+
+def _fit_ridge(z: np.ndarray, r: np.ndarray) -> dict[str, Any] | None:
+    """Ridge of ``r`` on standardised ``z`` (free intercept); its strength by leave-one-out over the rows
+    (closed form: the hat matrix), None when no strength beats no correction at all."""
+    n = len(r)
+    if n < 8:
+        return None
+    mean, scale = z.mean(axis=0), z.std(axis=0)
+    scale = np.where(scale > 1e-9, scale, 1.0)
+    design_matrix = np.hstack([np.ones((n, 1)), (z - mean) / scale])
+    best_cv, best = float(np.mean(r ** 2)), None
+    for lam in RIDGE_GRID:
+        penalty = np.diag(np.r_[1e-6, np.full(z.shape[1], lam)])
+        try:
+            inverse = np.linalg.inv(design_matrix.T @ design_matrix + penalty)
+        except np.linalg.LinAlgError:
+            continue
+        coef = inverse @ design_matrix.T @ r
+        hat = np.einsum("ij,jk,ik->i", design_matrix, inverse, design_matrix)
+        cv = float(np.mean(((r - design_matrix @ coef) / np.maximum(1.0 - hat, 1e-3)) ** 2))
+        if cv < best_cv:
+            best_cv, best = cv, {"lambda": lam, "mean": mean.tolist(), "scale": scale.tolist(),
+                                 "intercept": float(coef[0]), "coef": coef[1:].tolist()}
+    return best
+
+
+def ridge_correction(model: dict[str, Any] | None, z: np.ndarray) -> np.ndarray:
+    """The fitted correction of log efficiency at features ``z`` (0 without a model)."""
+    if not model:
+        return np.zeros(len(z))
+    zs = (z - np.asarray(model["mean"])) / np.asarray(model["scale"])
+    return np.clip(float(model["intercept"]) + zs @ np.asarray(model["coef"]), -3.0, 3.0)
+
+
 def fit_calibration(engine: Any, rows: pd.DataFrame, spec: Any) -> dict[str, Any]:
     """Shifts per regime of one GPU from its measured rows: columns family, dtype, [kv_dtype], the shape's
     dimensions, latency_us. The spec tier's prediction is the base (measured rows of this GPU are not used).
@@ -65,7 +130,7 @@ def fit_calibration(engine: Any, rows: pd.DataFrame, spec: Any) -> dict[str, Any
     from components.physics import roofline as physics
     from components.opmodel.spec import regime
 
-    xs, ys, regimes, coords = [], [], [], []
+    xs, ys, regimes, coords, feats, families = [], [], [], [], [], []
     kv = rows["kv_dtype"] if "kv_dtype" in rows else pd.Series(None, index=rows.index, dtype=object)
     frame = rows.assign(_kv=kv.astype(object).where(kv.notna(), "-"))
     for (family, dtype, kv_dtype), part in frame.groupby(["family", "dtype", "_kv"], sort=True, dropna=False):
@@ -83,6 +148,8 @@ def fit_calibration(engine: Any, rows: pd.DataFrame, spec: Any) -> dict[str, Any
             key = f"{key}|kv={kv_dtype}"
         regimes.append(np.full(len(part), key, dtype=object))
         coords.append((key, local_coords(family, shape, len(part))))
+        feats.append(correction_features(family, shape, roof, spec, log_util))
+        families.append(np.full(len(part), family, dtype=object))
     if not xs:
         return {}
     x, y, reg = np.concatenate(xs), np.concatenate(ys), np.concatenate(regimes)
@@ -103,6 +170,16 @@ def fit_calibration(engine: Any, rows: pd.DataFrame, spec: Any) -> dict[str, Any
             out[str(name)] = {"log_shift": leaf[0], "slope": leaf[1], "ref": ref, "rows": int(inner.sum())}
             fitted[inner] = leaf[0] + leaf[1] * x[inner]
     residual = y - fitted
+    fams = np.concatenate(families)
+    by_family = {}
+    for family in np.unique(fams):
+        mask = fams == family
+        z = np.vstack([f for f, fam in zip(feats, families) if fam[0] == family])
+        ridge = _fit_ridge(z, residual[mask])
+        if ridge is not None:
+            by_family[str(family)] = ridge
+            residual[mask] = residual[mask] - ridge_correction(ridge, z)
+    out["_ridge"] = by_family
     local: dict[str, dict[str, list]] = {}
     for name in np.unique(reg):
         mask = reg == name
