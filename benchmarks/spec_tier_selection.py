@@ -64,7 +64,8 @@ def main() -> None:
     store = load_store(args.store, spec_tier.SPEC_FAMILIES)
     catalog = load_catalog()
     rows = spec_tier.training_rows(store, args.datasets, per_group=args.train_per_group)
-    specs = {str(d): catalog.get(str(d)) for f in rows.values() for d in f["device_id"].unique() if d in catalog}
+    specs = {str(d): catalog.get(str(d)) for f in rows.values() for d in f["device_id"].unique()
+             if d in catalog}
     gpus = sorted({str(d) for f in spec_tier.SPEC_FAMILIES if f in store
                    for d in store[f]["device_id"].unique() if d in catalog})
     cache: dict[tuple[frozenset, str], list[dict[str, Any]]] = {}
@@ -100,10 +101,10 @@ def main() -> None:
                             "outer_roofline_mape": _pooled(outer_result, family, "sum_roof"),
                             "inner_ranking": [(_name(c), round(_pooled(inner[_name(c)], family), 4))
                                               for c in ranked[:5]]}
-            print(f"outer {outer:16s} {family:9s} chose {fold[family]['chosen']:40s} "
-                  f"inner {fold[family]['inner_mape']:.3f} (original {fold[family]['inner_original_mape']:.3f})"
-                  f"  outer {fold[family]['outer_mape']:.3f} (roofline {fold[family]['outer_roofline_mape']:.3f})",
-                  flush=True)
+            got = fold[family]
+            print(f"outer {outer:16s} {family:9s} chose {got['chosen']:40s} "
+                  f"inner {got['inner_mape']:.3f} (original {got['inner_original_mape']:.3f})"
+                  f"  outer {got['outer_mape']:.3f} (roofline {got['outer_roofline_mape']:.3f})", flush=True)
         report["folds"][outer] = fold
     report["nested"] = {family: {"outer_mape": _pooled(outer_groups, family),
                                  "outer_roofline_mape": _pooled(outer_groups, family, "sum_roof")}

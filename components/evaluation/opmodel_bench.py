@@ -104,7 +104,8 @@ def score_held_gpu(model: Any, store: dict[str, pd.DataFrame], held: str, spec: 
 def unseen_gpu(store: dict[str, pd.DataFrame], datasets_root: Path | None, *, train_per_group: int = 3000,
                test_per_group: int | None = 2000, rounds: int | None = None,
                params: dict[str, Any] | None = None, gpus: tuple[str, ...] | None = None,
-               calibration_rows: tuple[int, ...] = (), configs: dict[str, Any] | None = None) -> dict[str, Any]:
+               calibration_rows: tuple[int, ...] = (),
+               configs: dict[str, Any] | None = None) -> dict[str, Any]:
     """Leave-one-GPU-out of the spec tier over the store's GPUs (``configs``: per family, default the
     spec tier's chosen ones)."""
     from components.devices.catalog import load_catalog

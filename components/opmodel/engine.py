@@ -145,8 +145,8 @@ class OpEngine:
         support = np.full(n, spec_support, dtype=object)
         q = self.intervals["spec"]
         q_lo, q_hi = np.full(n, q[0]), np.full(n, q[1])
-        from components.opmodel.calibrated import (apply_shift, correction_features, local_coords, local_residual,
-                                                   ridge_correction, shift_for)
+        from components.opmodel.calibrated import (apply_shift, correction_features, local_coords,
+                                                   local_residual, ridge_correction, shift_for)
         from components.opmodel.spec import regime
 
         calibration = self.calibrations.get(spec.id, {})

@@ -8,6 +8,11 @@ ridge for the pipe that runs the dtype, the speed-of-light time itself (the laun
 SM, the dtype class. One small LightGBM booster per family (gemm, attention), saved as LightGBM's own text +
 JSON (no pickle).
 
+The efficiency is learned against a *base* time, the roofline plus a per-regime kernel latency floor (the
+fixed cost of one kernel of the library, learned across the measured GPUs), and hedged toward that base on
+the way out; which of these physics a family uses is its ``SpecConfig``, chosen by nested leave-one-GPU-out
+(``benchmarks/spec_tier_selection.py``). The answer is never below the roofline (log util <= 0).
+
 Where a (family, pipe, dtype) regime has few training rows the booster's answer is shrunk toward a prior, the
 median log efficiency of that regime over all GPUs (or of the family where the regime was never measured): ``w
 = n / (n + SHRINK_ROWS)``. The support figure says how many rows the regime had and the weight it got.
@@ -79,9 +84,10 @@ class SpecConfig:
     @classmethod
     def from_dict(cls, data: dict[str, Any] | None) -> SpecConfig:
         data = data or {}
-        return cls(float(data.get("floor", 0.0)), bool(data.get("l2", False)), bool(data.get("identity", True)),
-                   float(data.get("hedge", 1.0)), int(data.get("num_leaves", 31)),
-                   int(data.get("min_data_in_leaf", 40)), bool(data.get("monotone", False)))
+        return cls(float(data.get("floor", 0.0)), bool(data.get("l2", False)),
+                   bool(data.get("identity", True)), float(data.get("hedge", 1.0)),
+                   int(data.get("num_leaves", 31)), int(data.get("min_data_in_leaf", 40)),
+                   bool(data.get("monotone", False)))
 
 
 ORIGINAL = SpecConfig()
@@ -110,7 +116,8 @@ def features(family: str, dtype: str, shape: dict[str, np.ndarray], spec: Any, r
         intensity = np.where(roof.dram_bytes > 0, roof.flops / roof.dram_bytes, 1.0)
     common = [np.log2(np.maximum(roof.time_us, 1e-6)), np.log2(np.maximum(intensity / ridge, 1e-9)),
               np.log2(np.maximum(roof.compute_us / np.maximum(roof.memory_us, 1e-9), 1e-9)),
-              np.full(n, float(DTYPE_CODES.get(roof.choice.dtype, -1))), np.full(n, float(roof.choice.tensor))]
+              np.full(n, float(DTYPE_CODES.get(roof.choice.dtype, -1))),
+              np.full(n, float(roof.choice.tensor))]
     if config.identity:
         common += [np.log2(np.maximum(roof.flops, 1.0)), np.log2(np.maximum(roof.dram_bytes / sms, 1.0)),
                    np.full(n, np.log2(sms))]
@@ -118,7 +125,8 @@ def features(family: str, dtype: str, shape: dict[str, np.ndarray], spec: Any, r
         common.append(np.log2(np.maximum(roof.time_us, 1e-6) / max(floor_us, 1e-3)))
     if config.l2:
         l2_bytes = float(getattr(spec, "l2_mb", None) or 0.0) * 1e6
-        common.append(np.log2(np.maximum(roof.dram_bytes, 1.0) / l2_bytes) if l2_bytes > 0 else np.full(n, 8.0))
+        fits = np.log2(np.maximum(roof.dram_bytes, 1.0) / l2_bytes) if l2_bytes > 0 else np.full(n, 8.0)
+        common.append(fits)
     if family == "gemm":
         b = d.get("B", np.ones(n))
         m, nn, k = d["M"], d["N"], d["K"]

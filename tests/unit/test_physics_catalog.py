@@ -115,7 +115,8 @@ def _scaled(spec, factor: float):
 
 SPEC_NOT_MONOTONE = ("the learned spec tier (trees on log efficiency) is not monotone by construction: a GPU "
                      "with every peak doubled, or a larger shape, can land in a leaf of lower efficiency "
-                     "(known gap)")
+                     "(known gap; SpecConfig(monotone=True) makes the spec tier monotone in the peaks, but "
+                     "the nested selection did not choose it)")
 
 
 @pytest.mark.xfail(strict=True, reason=SPEC_NOT_MONOTONE)
