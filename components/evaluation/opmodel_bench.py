@@ -138,8 +138,10 @@ def unseen_gpu(store: dict[str, pd.DataFrame], datasets_root: Path | None, *, tr
 
 
 def _calibration_scores(model: Any, store: dict[str, pd.DataFrame], held: str, spec: Any,
-                        ks: tuple[int, ...], test_per_group: int | None) -> list[dict[str, Any]]:
-    """K hash-chosen rows of the held-out GPU calibrate the spec tier; the GPU's other rows score it."""
+                        ks: tuple[int, ...], test_per_group: int | None,
+                        settings: Any = None) -> list[dict[str, Any]]:
+    """K hash-chosen rows of the held-out GPU calibrate the spec tier; the GPU's other rows score it
+    (``settings``: a CalibrationSettings for every K, default the chosen one of each K)."""
     from components.physics import roofline as physics
     from components.opmodel import spec as spec_tier
     from components.opmodel.calibrated import fit_calibration
@@ -165,7 +167,7 @@ def _calibration_scores(model: Any, store: dict[str, pd.DataFrame], held: str, s
     out = []
     for k in ks:
         suite, test = rows.iloc[:k], rows.iloc[k:]
-        engine = base.with_calibrations({held: fit_calibration(base, suite, spec)})
+        engine = base.with_calibrations({held: fit_calibration(base, suite, spec, settings)})
         apes = []
         for (family, dtype), part in test.groupby(["family", "dtype"], sort=True):
             inners = part.groupby("kv_dtype", sort=True) if family == "attention" else [(None, part)]

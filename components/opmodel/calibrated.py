@@ -20,14 +20,48 @@ import json
 from pathlib import Path
 from typing import Any
 
+from dataclasses import dataclass
+
 import numpy as np
 import pandas as pd
 
 from components.atomic import atomic_write_text
 
 SHRINK = 8.0  # pseudo-rows pulling a regime's shift toward its parent's
+LOCAL_SCALE = 1.5  # octaves: a calibration row this far away corrects with weight 1/e
 SLOPE_RIDGE = 30.0  # pseudo-rows of "no slope"
 CALIBRATION_DIR = ("opmodel", "calibrations")
+
+
+@dataclass(frozen=True)
+class CalibrationSettings:
+    """How much a calibration trusts its K rows: ``shrink`` pseudo-rows toward each level's parent, the
+    per-GPU ridge on or off, ``local_scale`` octaves of the local correction's reach (0 = none)."""
+
+    shrink: float = SHRINK
+    ridge: bool = True
+    local_scale: float = LOCAL_SCALE
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"shrink": self.shrink, "ridge": self.ridge, "local_scale": self.local_scale}
+
+
+DEFAULT_SETTINGS = CalibrationSettings()
+# Per number of calibration rows (the nearest in log wins): the settings the nested leave-one-GPU-out
+# selection chose most often (benchmarks/opmodel_calibration_selection.py; the ridge and the 3-octave local
+# reach on every fold, the shrinkage varying; per-fold choices in benchmarks/results/
+# opmodel_calibration_selection.json).
+CHOSEN_SETTINGS: dict[int, CalibrationSettings] = {
+    100: CalibrationSettings(shrink=8.0, ridge=True, local_scale=3.0),
+    400: CalibrationSettings(shrink=32.0, ridge=True, local_scale=3.0)}
+
+
+def settings_for(rows: int) -> CalibrationSettings:
+    """The chosen settings of the row count nearest (in log) to ``rows``."""
+    if not CHOSEN_SETTINGS:
+        return DEFAULT_SETTINGS
+    nearest = min(CHOSEN_SETTINGS, key=lambda k: abs(np.log(max(rows, 1)) - np.log(k)))
+    return CHOSEN_SETTINGS[nearest]
 
 
 def calibration_dir(home: Path) -> Path:
@@ -50,7 +84,6 @@ def _fit_level(x: np.ndarray, y: np.ndarray, parent: tuple[float, float],
 LOCAL_DIMS: dict[str, tuple[str, ...]] = {"gemm": ("M", "N", "K"),
                                           "attention": ("B", "S", "KV", "H", "HKV", "D")}
 LOCAL_NEIGHBOURS = 8
-LOCAL_SCALE = 1.5  # octaves: a calibration row this far away corrects with weight 1/e
 
 
 def local_coords(family: str, shape: dict[str, np.ndarray], n: int) -> np.ndarray:
@@ -122,7 +155,8 @@ def ridge_correction(model: dict[str, Any] | None, z: np.ndarray) -> np.ndarray:
     return np.clip(float(model["intercept"]) + zs @ np.asarray(model["coef"]), -3.0, 3.0)
 
 
-def fit_calibration(engine: Any, rows: pd.DataFrame, spec: Any) -> dict[str, Any]:
+def fit_calibration(engine: Any, rows: pd.DataFrame, spec: Any,
+                    settings: CalibrationSettings | None = None) -> dict[str, Any]:
     """Shifts per regime of one GPU from its measured rows: columns family, dtype, [kv_dtype], the shape's
     dimensions, latency_us. The spec tier's prediction is the base (measured rows of this GPU are not used).
     What the shifts leave is kept per regime with each row's log shape (``_local``): a question near
@@ -156,17 +190,19 @@ def fit_calibration(engine: Any, rows: pd.DataFrame, spec: Any) -> dict[str, Any
     ref = float(np.median(x))
     x = x - ref
     out: dict[str, Any] = {}
-    root = _fit_level(x, y, (0.0, 0.0), SHRINK)
+    settings = settings or settings_for(len(y))
+    shrink = settings.shrink
+    root = _fit_level(x, y, (0.0, 0.0), shrink)
     out["*"] = {"log_shift": root[0], "slope": root[1], "ref": ref, "rows": int(len(y))}
     fitted = root[0] + root[1] * x
     pipes = np.array(["|".join(r.split("|")[:2]) for r in reg], dtype=object)
     for pipe in np.unique(pipes):
         mask = pipes == pipe
-        level = _fit_level(x[mask], y[mask], root, SHRINK)
+        level = _fit_level(x[mask], y[mask], root, shrink)
         out[str(pipe)] = {"log_shift": level[0], "slope": level[1], "ref": ref, "rows": int(mask.sum())}
         for name in np.unique(reg[mask]):
             inner = reg == name
-            leaf = _fit_level(x[inner], y[inner], level, SHRINK)
+            leaf = _fit_level(x[inner], y[inner], level, shrink)
             out[str(name)] = {"log_shift": leaf[0], "slope": leaf[1], "ref": ref, "rows": int(inner.sum())}
             fitted[inner] = leaf[0] + leaf[1] * x[inner]
     residual = y - fitted
@@ -175,7 +211,7 @@ def fit_calibration(engine: Any, rows: pd.DataFrame, spec: Any) -> dict[str, Any
     for family in np.unique(fams):
         mask = fams == family
         z = np.vstack([f for f, fam in zip(feats, families) if fam[0] == family])
-        ridge = _fit_ridge(z, residual[mask])
+        ridge = _fit_ridge(z, residual[mask]) if settings.ridge else None
         if ridge is not None:
             by_family[str(family)] = ridge
             residual[mask] = residual[mask] - ridge_correction(ridge, z)
@@ -185,7 +221,8 @@ def fit_calibration(engine: Any, rows: pd.DataFrame, spec: Any) -> dict[str, Any
         mask = reg == name
         local[str(name)] = {"coords": np.round(np.vstack([c for k, c in coords if k == name]), 4).tolist(),
                             "residual": np.round(residual[mask], 5).tolist()}
-    out["_local"] = local
+    out["_local"] = local if settings.local_scale > 0 else {}
+    out["_settings"] = settings.as_dict()
     return out
 
 
@@ -207,7 +244,8 @@ def local_residual(calibration: dict[str, Any], key: str, query: np.ndarray) -> 
     d = np.take_along_axis(dist, nearest, axis=1)
     w = 1.0 / (d + 0.25) ** 2
     mean = (w * resid[nearest]).sum(axis=1) / w.sum(axis=1)
-    return mean * np.exp(-d.min(axis=1) / LOCAL_SCALE)
+    scale = float((calibration.get("_settings") or {}).get("local_scale", LOCAL_SCALE))
+    return mean * np.exp(-d.min(axis=1) / scale) if scale > 0 else np.zeros(n)
 
 
 def shift_for(calibration: dict[str, Any], key: str) -> dict[str, float] | None:

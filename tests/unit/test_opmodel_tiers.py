@@ -174,7 +174,8 @@ def test_calibration_ridge_corrects_what_the_shifts_leave_and_stays_off_with_few
     takes it up and beats the shifts alone; six rows fit no ridge at all."""
     from components.devices.catalog import load_catalog
     from components.opmodel import spec as spec_tier
-    from components.opmodel.calibrated import fit_calibration
+    from components.opmodel.calibrated import (CHOSEN_SETTINGS, CalibrationSettings, fit_calibration,
+                                               settings_for)
     from components.opmodel.engine import OpEngine
 
     gemm = _bf16(built[2])
@@ -193,3 +194,6 @@ def test_calibration_ridge_corrects_what_the_shifts_leave_and_stays_off_with_few
              (("ridge", with_ridge), ("shifts", without))}
     assert error["ridge"] < 0.9 * error["shifts"], error
     assert fit_calibration(engine, suite.iloc[:6], h100)["_ridge"] == {}
+    plain = fit_calibration(engine, suite, h100, CalibrationSettings(ridge=False, local_scale=0.0))
+    assert plain["_ridge"] == {} and plain["_local"] == {} and plain["_settings"]["local_scale"] == 0.0
+    assert settings_for(90) == CHOSEN_SETTINGS[100] and settings_for(500) == CHOSEN_SETTINGS[400]
