@@ -117,7 +117,8 @@ SPEC_NOT_MONOTONE = ("the learned spec tier (trees on log efficiency) is not mon
                      "with every peak doubled, or a larger shape, can land in a leaf of lower efficiency "
                      "(known gap; SpecConfig(monotone=True) makes the spec tier alone monotone in the "
                      "peaks -- the nested selection did not choose it -- and even with it a measured GPU's "
-                     "measured-tier answer can beat the spec tier's for the GPU with doubled peaks: A100 bf16)")
+                     "measured-tier answer can beat the spec tier's for the GPU with doubled peaks: "
+                     "A100 bf16)")
 
 
 @pytest.mark.xfail(strict=True, reason=SPEC_NOT_MONOTONE)
