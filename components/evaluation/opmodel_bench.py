@@ -72,13 +72,43 @@ def _summary(results: list[dict[str, Any]]) -> dict[str, Any]:
     return out
 
 
+def score_held_gpu(model: Any, store: dict[str, pd.DataFrame], held: str, spec: Any,
+                   test_per_group: int | None) -> list[dict[str, Any]]:
+    """Per (family, dtype[, kv]) group of ``held``'s rows (capped by hash): the spec tier's and the
+    roofline's summed absolute percentage errors."""
+    from components.physics import roofline as physics
+    from components.opmodel import spec as spec_tier
+
+    results = []
+    for family in spec_tier.SPEC_FAMILIES:
+        frame = store.get(family)
+        if frame is None:
+            continue
+        test = spec_tier.training_rows({family: frame[frame["device_id"] == held]}, None,
+                                       per_group=test_per_group or 10**9).get(family)
+        if test is None or test.empty:
+            continue
+        for key, part in test.groupby(spec_tier.group_keys(family), sort=True, observed=True):
+            kv = key[2] if family == "attention" else None
+            shape = _shape(family, part)
+            roof = physics.roofline(family, key[1], shape, spec, kv)
+            log_util, _ = model.predict_log_util(family, roof.choice.dtype, shape, spec, roof, kv)
+            pred = physics.clamp(roof.time_us / np.exp(log_util), roof)
+            true = part["latency_us"].to_numpy(dtype="float64")
+            results.append({"family": family, "device": held, "dtype": "|".join(map(str, key[1:])),
+                            "n": len(part), "sum_ape": float(np.sum(np.abs(pred - true) / true)),
+                            "sum_roof": float(np.sum(np.abs(roof.time_us - true) / true))})
+    return results
+
+
 def unseen_gpu(store: dict[str, pd.DataFrame], datasets_root: Path | None, *, train_per_group: int = 3000,
                test_per_group: int | None = 2000, rounds: int | None = None,
                params: dict[str, Any] | None = None, gpus: tuple[str, ...] | None = None,
-               calibration_rows: tuple[int, ...] = ()) -> dict[str, Any]:
-    """Leave-one-GPU-out of the spec tier over the store's GPUs."""
+               calibration_rows: tuple[int, ...] = (),
+               configs: dict[str, Any] | None = None) -> dict[str, Any]:
+    """Leave-one-GPU-out of the spec tier over the store's GPUs (``configs``: per family, default the
+    spec tier's chosen ones)."""
     from components.devices.catalog import load_catalog
-    from components.physics import roofline as physics
     from components.opmodel import spec as spec_tier
 
     catalog = load_catalog()
@@ -90,25 +120,9 @@ def unseen_gpu(store: dict[str, pd.DataFrame], datasets_root: Path | None, *, tr
     results, calibrated = [], []
     for held in held_gpus:
         train = {f: r[r["device_id"] != held] for f, r in rows.items()}
-        model = spec_tier.fit(train, specs, **({"rounds": rounds} if rounds else {}), params=params)
-        for family in spec_tier.SPEC_FAMILIES:
-            frame = store.get(family)
-            if frame is None:
-                continue
-            test = spec_tier.training_rows({family: frame[frame["device_id"] == held]}, None,
-                                           per_group=test_per_group or 10**9).get(family)
-            if test is None or test.empty:
-                continue
-            for key, part in test.groupby(spec_tier.group_keys(family), sort=True, observed=True):
-                kv = key[2] if family == "attention" else None
-                shape = _shape(family, part)
-                roof = physics.roofline(family, key[1], shape, specs[held], kv)
-                log_util, _ = model.predict_log_util(family, roof.choice.dtype, shape, specs[held], roof, kv)
-                pred = physics.clamp(roof.time_us / np.exp(log_util), roof)
-                true = part["latency_us"].to_numpy(dtype="float64")
-                results.append({"family": family, "device": held, "dtype": "|".join(map(str, key[1:])),
-                                "n": len(part), "sum_ape": float(np.sum(np.abs(pred - true) / true)),
-                                "sum_roof": float(np.sum(np.abs(roof.time_us - true) / true))})
+        model = spec_tier.fit(train, specs, **({"rounds": rounds} if rounds else {}), params=params,
+                              configs=configs)
+        results.extend(score_held_gpu(model, store, held, specs[held], test_per_group))
         if calibration_rows:
             calibrated.extend(_calibration_scores(model, store, held, specs[held], calibration_rows,
                                                   test_per_group))
@@ -124,8 +138,10 @@ def unseen_gpu(store: dict[str, pd.DataFrame], datasets_root: Path | None, *, tr
 
 
 def _calibration_scores(model: Any, store: dict[str, pd.DataFrame], held: str, spec: Any,
-                        ks: tuple[int, ...], test_per_group: int | None) -> list[dict[str, Any]]:
-    """K hash-chosen rows of the held-out GPU calibrate the spec tier; the GPU's other rows score it."""
+                        ks: tuple[int, ...], test_per_group: int | None,
+                        settings: Any = None) -> list[dict[str, Any]]:
+    """K hash-chosen rows of the held-out GPU calibrate the spec tier; the GPU's other rows score it
+    (``settings``: a CalibrationSettings for every K, default the chosen one of each K)."""
     from components.physics import roofline as physics
     from components.opmodel import spec as spec_tier
     from components.opmodel.calibrated import fit_calibration
@@ -151,7 +167,7 @@ def _calibration_scores(model: Any, store: dict[str, pd.DataFrame], held: str, s
     out = []
     for k in ks:
         suite, test = rows.iloc[:k], rows.iloc[k:]
-        engine = base.with_calibrations({held: fit_calibration(base, suite, spec)})
+        engine = base.with_calibrations({held: fit_calibration(base, suite, spec, settings)})
         apes = []
         for (family, dtype), part in test.groupby(["family", "dtype"], sort=True):
             inners = part.groupby("kv_dtype", sort=True) if family == "attention" else [(None, part)]

@@ -4,7 +4,12 @@ The spec tier errs on a new GPU mostly by a factor per regime (its tensor pipe r
 GPUs reached 85%) and by how that factor changes between launch-bound and pipe-bound kernels. From K measured
 rows the calibration learns, per (family, pipe) and per (family, pipe, dtype) regime, a shift of log
 efficiency ``a + b * (log2 roofline_us - ref)``, each level shrunk toward its parent by its row count
-(``SHRINK`` pseudo rows; the root is the GPU-wide shift): a regime seen twice moves little. Plain JSON per GPU
+(``SHRINK`` pseudo rows; the root is the GPU-wide shift): a regime seen twice moves little. What the shifts
+leave is fitted per family by a ridge regression on a few transferable features (``correction_features``: log
+roofline time and its square, intensity over the ridge, memory-bound, waves and tail, the spec tier's own
+log efficiency, log sizes), its strength chosen per GPU by leave-one-out over the K rows themselves
+(closed form), "no correction" among the choices -- so few rows correct little. Last, a question near
+calibration rows gets their leftover error (``local_residual``). Plain JSON per GPU
 under ``$KERNELCAST_HOME/opmodel/calibrations/<device>.json``; the engine applies it
 (``OpEngine.calibrations``).
 """
@@ -15,14 +20,48 @@ import json
 from pathlib import Path
 from typing import Any
 
+from dataclasses import dataclass
+
 import numpy as np
 import pandas as pd
 
 from components.common.atomic import atomic_write_text
 
 SHRINK = 8.0  # pseudo-rows pulling a regime's shift toward its parent's
+LOCAL_SCALE = 1.5  # octaves: a calibration row this far away corrects with weight 1/e
 SLOPE_RIDGE = 30.0  # pseudo-rows of "no slope"
 CALIBRATION_DIR = ("opmodel", "calibrations")
+
+
+@dataclass(frozen=True)
+class CalibrationSettings:
+    """How much a calibration trusts its K rows: ``shrink`` pseudo-rows toward each level's parent, the
+    per-GPU ridge on or off, ``local_scale`` octaves of the local correction's reach (0 = none)."""
+
+    shrink: float = SHRINK
+    ridge: bool = True
+    local_scale: float = LOCAL_SCALE
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"shrink": self.shrink, "ridge": self.ridge, "local_scale": self.local_scale}
+
+
+DEFAULT_SETTINGS = CalibrationSettings()
+# Per number of calibration rows (the nearest in log wins): the settings the nested leave-one-GPU-out
+# selection chose most often (benchmarks/opmodel_calibration_selection.py; the ridge and the 3-octave local
+# reach on every fold, the shrinkage varying; per-fold choices in benchmarks/results/
+# opmodel_calibration_selection.json).
+CHOSEN_SETTINGS: dict[int, CalibrationSettings] = {
+    100: CalibrationSettings(shrink=8.0, ridge=True, local_scale=3.0),
+    400: CalibrationSettings(shrink=32.0, ridge=True, local_scale=3.0)}
+
+
+def settings_for(rows: int) -> CalibrationSettings:
+    """The chosen settings of the row count nearest (in log) to ``rows``."""
+    if not CHOSEN_SETTINGS:
+        return DEFAULT_SETTINGS
+    nearest = min(CHOSEN_SETTINGS, key=lambda k: abs(np.log(max(rows, 1)) - np.log(k)))
+    return CHOSEN_SETTINGS[nearest]
 
 
 def calibration_dir(home: Path) -> Path:
@@ -45,7 +84,6 @@ def _fit_level(x: np.ndarray, y: np.ndarray, parent: tuple[float, float],
 LOCAL_DIMS: dict[str, tuple[str, ...]] = {"gemm": ("M", "N", "K"),
                                           "attention": ("B", "S", "KV", "H", "HKV", "D")}
 LOCAL_NEIGHBOURS = 8
-LOCAL_SCALE = 1.5  # octaves: a calibration row this far away corrects with weight 1/e
 
 
 def local_coords(family: str, shape: dict[str, np.ndarray], n: int) -> np.ndarray:
@@ -57,7 +95,68 @@ def local_coords(family: str, shape: dict[str, np.ndarray], n: int) -> np.ndarra
                             for d in dims])
 
 
-def fit_calibration(engine: Any, rows: pd.DataFrame, spec: Any) -> dict[str, Any]:
+RIDGE_GRID: tuple[float, ...] = (1.0, 4.0, 16.0, 64.0, 256.0)  # pseudo-rows per feature; LOO picks one
+TILE = 128.0
+
+
+def correction_features(family: str, shape: dict[str, np.ndarray], roof: Any, spec: Any,
+                        spec_log_util: np.ndarray) -> np.ndarray:
+    """The features the per-GPU ridge correction reads (no GPU identity: the fit is of one GPU)."""
+    n = len(roof.time_us)
+    x = np.log2(np.maximum(roof.time_us, 1e-3))
+    ridge = roof.peak_flops / roof.peak_bps
+    with np.errstate(divide="ignore", invalid="ignore"):
+        intensity = np.where(roof.dram_bytes > 0, roof.flops / roof.dram_bytes, 1.0)
+    rel = np.clip(np.log2(np.maximum(intensity / ridge, 1e-9)), -12.0, 12.0)
+    sms = float(spec.sms)
+    arrays = {k: np.broadcast_to(np.asarray(v, dtype="float64"), (n,)) for k, v in shape.items()}
+    if family == "gemm":
+        b = arrays.get("B", np.ones(n))
+        tiles = b * np.ceil(arrays["M"] / TILE) * np.ceil(arrays["N"] / TILE)
+    else:
+        tiles = arrays["B"] * arrays["H"] * np.ceil(arrays["S"] / TILE)
+    waves = tiles / sms
+    sizes = local_coords(family, arrays, n)
+    cols = [x, x * x / 8.0, rel, (roof.memory_us >= roof.compute_us).astype(float), np.log2(waves),
+            waves / np.ceil(waves), spec_log_util, *sizes.T]
+    return np.column_stack(cols)
+
+
+def _fit_ridge(z: np.ndarray, r: np.ndarray) -> dict[str, Any] | None:
+    """Ridge of ``r`` on standardised ``z`` (free intercept); its strength by leave-one-out over the rows
+    (closed form: the hat matrix), None when no strength beats no correction at all."""
+    n = len(r)
+    if n < 8:
+        return None
+    mean, scale = z.mean(axis=0), z.std(axis=0)
+    scale = np.where(scale > 1e-9, scale, 1.0)
+    design_matrix = np.hstack([np.ones((n, 1)), (z - mean) / scale])
+    best_cv, best = float(np.mean(r ** 2)), None
+    for lam in RIDGE_GRID:
+        penalty = np.diag(np.r_[1e-6, np.full(z.shape[1], lam)])
+        try:
+            inverse = np.linalg.inv(design_matrix.T @ design_matrix + penalty)
+        except np.linalg.LinAlgError:
+            continue
+        coef = inverse @ design_matrix.T @ r
+        hat = np.einsum("ij,jk,ik->i", design_matrix, inverse, design_matrix)
+        cv = float(np.mean(((r - design_matrix @ coef) / np.maximum(1.0 - hat, 1e-3)) ** 2))
+        if cv < best_cv:
+            best_cv, best = cv, {"lambda": lam, "mean": mean.tolist(), "scale": scale.tolist(),
+                                 "intercept": float(coef[0]), "coef": coef[1:].tolist()}
+    return best
+
+
+def ridge_correction(model: dict[str, Any] | None, z: np.ndarray) -> np.ndarray:
+    """The fitted correction of log efficiency at features ``z`` (0 without a model)."""
+    if not model:
+        return np.zeros(len(z))
+    zs = (z - np.asarray(model["mean"])) / np.asarray(model["scale"])
+    return np.clip(float(model["intercept"]) + zs @ np.asarray(model["coef"]), -3.0, 3.0)
+
+
+def fit_calibration(engine: Any, rows: pd.DataFrame, spec: Any,
+                    settings: CalibrationSettings | None = None) -> dict[str, Any]:
     """Shifts per regime of one GPU from its measured rows: columns family, dtype, [kv_dtype], the shape's
     dimensions, latency_us. The spec tier's prediction is the base (measured rows of this GPU are not used).
     What the shifts leave is kept per regime with each row's log shape (``_local``): a question near
@@ -65,7 +164,7 @@ def fit_calibration(engine: Any, rows: pd.DataFrame, spec: Any) -> dict[str, Any
     from components.physics import roofline as physics
     from components.opmodel.spec import regime
 
-    xs, ys, regimes, coords = [], [], [], []
+    xs, ys, regimes, coords, feats, families = [], [], [], [], [], []
     kv = rows["kv_dtype"] if "kv_dtype" in rows else pd.Series(None, index=rows.index, dtype=object)
     frame = rows.assign(_kv=kv.astype(object).where(kv.notna(), "-"))
     for (family, dtype, kv_dtype), part in frame.groupby(["family", "dtype", "_kv"], sort=True, dropna=False):
@@ -83,32 +182,47 @@ def fit_calibration(engine: Any, rows: pd.DataFrame, spec: Any) -> dict[str, Any
             key = f"{key}|kv={kv_dtype}"
         regimes.append(np.full(len(part), key, dtype=object))
         coords.append((key, local_coords(family, shape, len(part))))
+        feats.append(correction_features(family, shape, roof, spec, log_util))
+        families.append(np.full(len(part), family, dtype=object))
     if not xs:
         return {}
     x, y, reg = np.concatenate(xs), np.concatenate(ys), np.concatenate(regimes)
     ref = float(np.median(x))
     x = x - ref
     out: dict[str, Any] = {}
-    root = _fit_level(x, y, (0.0, 0.0), SHRINK)
+    settings = settings or settings_for(len(y))
+    shrink = settings.shrink
+    root = _fit_level(x, y, (0.0, 0.0), shrink)
     out["*"] = {"log_shift": root[0], "slope": root[1], "ref": ref, "rows": int(len(y))}
     fitted = root[0] + root[1] * x
     pipes = np.array(["|".join(r.split("|")[:2]) for r in reg], dtype=object)
     for pipe in np.unique(pipes):
         mask = pipes == pipe
-        level = _fit_level(x[mask], y[mask], root, SHRINK)
+        level = _fit_level(x[mask], y[mask], root, shrink)
         out[str(pipe)] = {"log_shift": level[0], "slope": level[1], "ref": ref, "rows": int(mask.sum())}
         for name in np.unique(reg[mask]):
             inner = reg == name
-            leaf = _fit_level(x[inner], y[inner], level, SHRINK)
+            leaf = _fit_level(x[inner], y[inner], level, shrink)
             out[str(name)] = {"log_shift": leaf[0], "slope": leaf[1], "ref": ref, "rows": int(inner.sum())}
             fitted[inner] = leaf[0] + leaf[1] * x[inner]
     residual = y - fitted
+    fams = np.concatenate(families)
+    by_family = {}
+    for family in np.unique(fams):
+        mask = fams == family
+        z = np.vstack([f for f, fam in zip(feats, families) if fam[0] == family])
+        ridge = _fit_ridge(z, residual[mask]) if settings.ridge else None
+        if ridge is not None:
+            by_family[str(family)] = ridge
+            residual[mask] = residual[mask] - ridge_correction(ridge, z)
+    out["_ridge"] = by_family
     local: dict[str, dict[str, list]] = {}
     for name in np.unique(reg):
         mask = reg == name
         local[str(name)] = {"coords": np.round(np.vstack([c for k, c in coords if k == name]), 4).tolist(),
                             "residual": np.round(residual[mask], 5).tolist()}
-    out["_local"] = local
+    out["_local"] = local if settings.local_scale > 0 else {}
+    out["_settings"] = settings.as_dict()
     return out
 
 
@@ -130,7 +244,8 @@ def local_residual(calibration: dict[str, Any], key: str, query: np.ndarray) -> 
     d = np.take_along_axis(dist, nearest, axis=1)
     w = 1.0 / (d + 0.25) ** 2
     mean = (w * resid[nearest]).sum(axis=1) / w.sum(axis=1)
-    return mean * np.exp(-d.min(axis=1) / LOCAL_SCALE)
+    scale = float((calibration.get("_settings") or {}).get("local_scale", LOCAL_SCALE))
+    return mean * np.exp(-d.min(axis=1) / scale) if scale > 0 else np.zeros(n)
 
 
 def shift_for(calibration: dict[str, Any], key: str) -> dict[str, float] | None:

@@ -145,7 +145,8 @@ class OpEngine:
         support = np.full(n, spec_support, dtype=object)
         q = self.intervals["spec"]
         q_lo, q_hi = np.full(n, q[0]), np.full(n, q[1])
-        from components.opmodel.calibrated import apply_shift, local_coords, local_residual, shift_for
+        from components.opmodel.calibrated import (apply_shift, correction_features, local_coords,
+                                                   local_residual, ridge_correction, shift_for)
         from components.opmodel.spec import regime
 
         calibration = self.calibrations.get(spec.id, {})
@@ -154,7 +155,12 @@ class OpEngine:
             key = f"{key}|kv={kv_dtype}"
         shift = shift_for(calibration, key)
         if shift is not None:
+            spec_only = log_util
             log_util = apply_shift(log_util, roof.time_us, shift)
+            ridge = (calibration.get("_ridge") or {}).get(family)
+            if ridge:
+                log_util = log_util + ridge_correction(
+                    ridge, correction_features(family, arrays, roof, spec, spec_only))
             log_util = log_util + local_residual(calibration, key, local_coords(family, arrays, n))
             tier[:] = "calibrated"
             support[:] = f"{spec_support}; shifted by {int(shift['rows'])} profiled rows of this GPU"

@@ -8,6 +8,11 @@ ridge for the pipe that runs the dtype, the speed-of-light time itself (the laun
 SM, the dtype class. One small LightGBM booster per family (gemm, attention), saved as LightGBM's own text +
 JSON (no pickle).
 
+The efficiency is learned against a *base* time, the roofline plus a per-regime kernel latency floor (the
+fixed cost of one kernel of the library, learned across the measured GPUs), and hedged toward that base on
+the way out; which of these physics a family uses is its ``SpecConfig``, chosen by nested leave-one-GPU-out
+(``benchmarks/spec_tier_selection.py``). The answer is never below the roofline (log util <= 0).
+
 Where a (family, pipe, dtype) regime has few training rows the booster's answer is shrunk toward a prior, the
 median log efficiency of that regime over all GPUs (or of the family where the regime was never measured): ``w
 = n / (n + SHRINK_ROWS)``. The support figure says how many rows the regime had and the weight it got.
@@ -30,11 +35,68 @@ DTYPE_CODES: dict[str, int] = {d: i for i, d in enumerate(physics.GEMM_DTYPE_TRA
 TILE = 128.0  # output tile edge of the tensor-core GEMM kernels cuBLAS/CUTLASS pick for large products
 SHRINK_ROWS = 400.0  # a regime with this many training rows gets half its weight from the prior
 MIN_LOG_UTIL = float(np.log(1e-4))
+MAX_LOG_UTIL = float(np.log(4.0))  # against the latency-floored base time a kernel may beat the base
+FLOOR_QUANTILE = 0.02  # the per-regime latency floor: this quantile of a GPU's measured times in the regime
 PARAMS: dict[str, Any] = {"objective": "l2", "learning_rate": 0.08, "num_leaves": 31, "min_data_in_leaf": 40,
                           "feature_fraction": 0.9, "bagging_fraction": 0.8, "bagging_freq": 1,
                           "lambda_l2": 1.0,
                           "verbose": -1, "num_threads": 2, "seed": 7, "deterministic": True}
 ROUNDS = 150
+
+
+@dataclass(frozen=True)
+class SpecConfig:
+    """How one family's spec booster sees a kernel (chosen by nested leave-one-GPU-out:
+    ``benchmarks/spec_tier_selection.py``).
+
+    - ``floor``: the share of the regime's per-kernel latency floor (the median over the training GPUs of
+      the fastest measured kernels of the regime: launch, prologue, epilogue -- a property of the kernel
+      library, not of a GPU's peaks) added to the roofline time to make the *base* the booster's efficiency
+      is learned against: ``base = roofline + floor * latency``. 0 = the bare roofline (the original tier).
+    - ``l2``: a feature ``log2(working set / L2 size)``: operands that fit the L2 are re-read from it across
+      CUDA-graph replays (L40S: 96 MB), so the DRAM roof over-states their time.
+    - ``identity``: keep the features that name the training GPU rather than the kernel (SM count, FLOPs,
+      bytes per SM). With three or four measured GPUs a tree splits on them to tell the GPUs apart; a GPU
+      never seen lands in whichever training GPU it resembles on that axis.
+    - ``hedge``: the learned log efficiency (after shrinkage) times this, < 1 pulls the answer toward the base
+      (the roofline plus the floor), where a new GPU's error is smaller (MAPE punishes too slow answers
+      without bound).
+    - ``monotone``: the learned efficiency against the base may only fall as the roofline time grows at a
+      fixed shape (LightGBM monotone constraint on the two time features). With the latency floor in the
+      base, that is physics (a kernel's time is floor + work / rate: more work at a fixed floor never raises
+      the efficiency against ``roofline + floor``), and it makes the answer monotone in the peaks: a GPU
+      with more of every peak changes only the roofline time, and ``base / efficiency`` can only shrink.
+    """
+
+    floor: float = 0.0
+    l2: bool = False
+    identity: bool = True
+    hedge: float = 1.0
+    num_leaves: int = 31
+    min_data_in_leaf: int = 40
+    monotone: bool = False
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"floor": self.floor, "l2": self.l2, "identity": self.identity, "hedge": self.hedge,
+                "num_leaves": self.num_leaves, "min_data_in_leaf": self.min_data_in_leaf,
+                "monotone": self.monotone}
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any] | None) -> SpecConfig:
+        data = data or {}
+        return cls(float(data.get("floor", 0.0)), bool(data.get("l2", False)),
+                   bool(data.get("identity", True)), float(data.get("hedge", 1.0)),
+                   int(data.get("num_leaves", 31)), int(data.get("min_data_in_leaf", 40)),
+                   bool(data.get("monotone", False)))
+
+
+ORIGINAL = SpecConfig()
+# The configuration the engine trains with, per family: the candidate the nested leave-one-GPU-out selection
+# (benchmarks/spec_tier_selection.py) chose on every outer fold's training GPUs.
+# (the latency floor and the hedge won every outer fold of both families; benchmarks/results/
+# spec_tier_selection.json holds each fold's inner ranking).
+CHOSEN: dict[str, SpecConfig] = {"gemm": SpecConfig(floor=1.0, l2=False, identity=False, hedge=0.7),
+                                 "attention": SpecConfig(floor=1.0, l2=True, identity=True, hedge=0.7)}
 
 
 def regime(family: str, dtype: str, spec: Any) -> str:
@@ -44,7 +106,7 @@ def regime(family: str, dtype: str, spec: Any) -> str:
 
 
 def features(family: str, dtype: str, shape: dict[str, np.ndarray], spec: Any, roof: physics.Roofline,
-             kv_dtype: str | None = None) -> np.ndarray:
+             kv_dtype: str | None = None, config: SpecConfig = ORIGINAL, floor_us: float = 0.0) -> np.ndarray:
     """The transferable feature matrix of rows of one (family, dtype, GPU)."""
     n = len(roof.time_us)
     d = {k: np.broadcast_to(np.asarray(v, dtype="float64"), (n,)) for k, v in shape.items()}
@@ -53,10 +115,18 @@ def features(family: str, dtype: str, shape: dict[str, np.ndarray], spec: Any, r
     with np.errstate(divide="ignore", invalid="ignore"):
         intensity = np.where(roof.dram_bytes > 0, roof.flops / roof.dram_bytes, 1.0)
     common = [np.log2(np.maximum(roof.time_us, 1e-6)), np.log2(np.maximum(intensity / ridge, 1e-9)),
-              np.log2(np.maximum(roof.flops, 1.0)), np.log2(np.maximum(roof.dram_bytes / sms, 1.0)),
               np.log2(np.maximum(roof.compute_us / np.maximum(roof.memory_us, 1e-9), 1e-9)),
               np.full(n, float(DTYPE_CODES.get(roof.choice.dtype, -1))),
-              np.full(n, float(roof.choice.tensor)), np.full(n, np.log2(sms))]
+              np.full(n, float(roof.choice.tensor))]
+    if config.identity:
+        common += [np.log2(np.maximum(roof.flops, 1.0)), np.log2(np.maximum(roof.dram_bytes / sms, 1.0)),
+                   np.full(n, np.log2(sms))]
+    if config.floor > 0:  # how far the kernel is from its latency floor
+        common.append(np.log2(np.maximum(roof.time_us, 1e-6) / max(floor_us, 1e-3)))
+    if config.l2:
+        l2_bytes = float(getattr(spec, "l2_mb", None) or 0.0) * 1e6
+        fits = np.log2(np.maximum(roof.dram_bytes, 1.0) / l2_bytes) if l2_bytes > 0 else np.full(n, 8.0)
+        common.append(fits)
     if family == "gemm":
         b = d.get("B", np.ones(n))
         m, nn, k = d["M"], d["N"], d["K"]
@@ -76,36 +146,66 @@ def features(family: str, dtype: str, shape: dict[str, np.ndarray], spec: Any, r
     return np.column_stack(common + own)
 
 
+def monotone_constraints(n_features: int, config: SpecConfig) -> list[int]:
+    """-1 on the features that move with the roofline time at a fixed shape (its log, and its log over the
+    latency floor), 0 elsewhere (the column order of ``features``)."""
+    out = [0] * n_features
+    if config.monotone:
+        out[0] = -1
+        if config.floor > 0:
+            out[5 + (3 if config.identity else 0)] = -1
+    return out
+
+
+def base_time(roof: physics.Roofline, config: SpecConfig, floor_us: float) -> np.ndarray:
+    """The time the booster's efficiency is learned against: the roofline plus a share of the latency
+    floor."""
+    return roof.time_us + config.floor * floor_us
+
+
 @dataclass
 class SpecModel:
-    """One booster per family + the priors (median log efficiency per regime and per family)."""
+    """One booster per family + the priors (median log efficiency per regime and per family), each family's
+    configuration and the per-regime latency floors its base time adds."""
 
     boosters: dict[str, Any] = field(default_factory=dict)  # family -> lightgbm.Booster
     priors: dict[str, float] = field(default_factory=dict)  # regime or family -> median log util
     rows: dict[str, int] = field(default_factory=dict)  # regime -> training rows
+    configs: dict[str, SpecConfig] = field(default_factory=dict)  # family -> how its booster sees a kernel
+    floors: dict[str, float] = field(default_factory=dict)  # regime or family -> latency floor (us)
+
+    def floor_of(self, family: str, key: str) -> float:
+        return float(self.floors.get(key, self.floors.get(family, 0.0)))
 
     def predict_log_util(self, family: str, dtype: str, shape: dict[str, np.ndarray], spec: Any,
                          roof: physics.Roofline, kv_dtype: str | None = None) -> tuple[np.ndarray, str]:
-        """log(util) per row, and the support text (regime rows, weight given to the prior)."""
+        """log(util) per row against the roofline (<= 0), and the support text (regime rows, weight given
+        to the prior)."""
         n = len(roof.time_us)
         key = regime(family, dtype, spec)
+        config = self.configs.get(family, ORIGINAL)
+        floor_us = self.floor_of(family, key)
+        to_roof = np.log(roof.time_us / np.maximum(base_time(roof, config, floor_us), 1e-12))
         prior = self.priors.get(key, self.priors.get(family, np.log(0.5)))
         rows = self.rows.get(key, 0)
         booster = self.boosters.get(family)
         weight = rows / (rows + SHRINK_ROWS) if booster is not None else 0.0
         if booster is None or rows == 0:
-            return np.full(n, prior), f"spec prior of {key} ({rows} training rows: no learned model)"
-        learned = booster.predict(features(family, dtype, shape, spec, roof, kv_dtype), num_threads=1)
-        value = weight * learned + (1.0 - weight) * prior
+            value = np.clip(to_roof + config.hedge * prior, MIN_LOG_UTIL, 0.0)
+            return value, f"spec prior of {key} ({rows} training rows: no learned model)"
+        x = features(family, dtype, shape, spec, roof, kv_dtype, config, floor_us)
+        learned = booster.predict(x, num_threads=1)
+        value = config.hedge * (weight * learned + (1.0 - weight) * prior)
         note = f"spec model ({rows:,} training rows of {key}"
         note += f"; shrunk {1.0 - weight:.0%} toward its prior)" if weight < 0.95 else ")"
-        return np.clip(value, MIN_LOG_UTIL, 0.0), note
+        return np.clip(to_roof + value, MIN_LOG_UTIL, 0.0), note
 
     def save(self, folder: Path) -> None:
         folder.mkdir(parents=True, exist_ok=True)
         for family, booster in self.boosters.items():
             (folder / f"spec_{family}.txt").write_text(booster.model_to_string())
-        meta = {"priors": self.priors, "rows": self.rows, "families": sorted(self.boosters)}
+        meta = {"priors": self.priors, "rows": self.rows, "families": sorted(self.boosters),
+                "configs": {f: c.as_dict() for f, c in self.configs.items()}, "floors": self.floors}
         (folder / "spec.json").write_text(json.dumps(meta, indent=1, sort_keys=True))
 
     @classmethod
@@ -116,7 +216,9 @@ class SpecModel:
         boosters = {f: lgb.Booster(model_str=(folder / f"spec_{f}.txt").read_text())
                     for f in meta["families"]}
         return cls(boosters, {k: float(v) for k, v in meta["priors"].items()},
-                   {k: int(v) for k, v in meta["rows"].items()})
+                   {k: int(v) for k, v in meta["rows"].items()},
+                   {f: SpecConfig.from_dict(c) for f, c in meta.get("configs", {}).items()},
+                   {k: float(v) for k, v in meta.get("floors", {}).items()})
 
 
 # ------------------------------------------------------------------------------------------- training data
@@ -173,22 +275,48 @@ def group_keys(family: str) -> list[str]:
     return ["device_id", "dtype"] + (["kv_dtype"] if family == "attention" else [])
 
 
-def design(family: str, frame: pd.DataFrame,
-           specs: dict[str, Any]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """(features, log util target, regime per row) of measured rows, grouped per (device, dtype[, kv])."""
-    xs, ys, regimes = [], [], []
-    index = []
+def _groups(family: str, frame: pd.DataFrame, specs: dict[str, Any]):
+    """(device, dtype, kv dtype, spec, shape, roofline, rows) per (device, dtype[, kv]) group of ``frame``."""
+    keys = (*physics.SHAPE_KEYS[family][0], *physics.SHAPE_KEYS[family][1])
     for key, part in frame.groupby(group_keys(family), sort=True, observed=True):
         device, dtype = key[0], key[1]
         kv = key[2] if family == "attention" else None
         spec = specs[device]
-        keys = (*physics.SHAPE_KEYS[family][0], *physics.SHAPE_KEYS[family][1])
         shape = {k: part[k].to_numpy(dtype="float64") for k in keys if k in part}
-        roof = physics.roofline(family, dtype, shape, spec, kv)
-        util = np.clip(roof.time_us / part["latency_us"].to_numpy(dtype="float64"), 1e-4, 1.0)
-        xs.append(features(family, dtype, shape, spec, roof, kv))
+        yield device, dtype, kv, spec, shape, physics.roofline(family, dtype, shape, spec, kv), part
+
+
+def latency_floors(family: str, frame: pd.DataFrame, specs: dict[str, Any]) -> dict[str, float]:
+    """Per regime (and for the family): the median over the measured GPUs of each GPU's fastest kernels of
+    that regime (its FLOOR_QUANTILE latency) -- the fixed cost of one kernel of that library."""
+    per: dict[str, dict[str, list[float]]] = {}
+    for device, dtype, _, spec, _, _, part in _groups(family, frame, specs):
+        key = regime(family, dtype, spec)
+        per.setdefault(key, {}).setdefault(device, []).extend(part["latency_us"].tolist())
+    out, everything = {}, []
+    for key, devices in per.items():
+        lows = [float(np.quantile(v, FLOOR_QUANTILE)) for v in devices.values()]
+        out[key] = float(np.median(lows))
+        everything.extend(lows)
+    if everything:
+        out[family] = float(np.median(everything))
+    return out
+
+
+def design(family: str, frame: pd.DataFrame, specs: dict[str, Any], config: SpecConfig = ORIGINAL,
+           floors: dict[str, float] | None = None) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(features, log util target against the base time, regime per row) of measured rows."""
+    floors = floors or {}
+    xs, ys, regimes = [], [], []
+    index = []
+    for _, dtype, kv, spec, shape, roof, part in _groups(family, frame, specs):
+        key = regime(family, dtype, spec)
+        floor_us = float(floors.get(key, floors.get(family, 0.0)))
+        base = base_time(roof, config, floor_us)
+        util = np.clip(base / part["latency_us"].to_numpy(dtype="float64"), 1e-4, np.exp(MAX_LOG_UTIL))
+        xs.append(features(family, dtype, shape, spec, roof, kv, config, floor_us))
         ys.append(np.log(util))
-        regimes.append(np.full(len(part), regime(family, dtype, spec), dtype=object))
+        regimes.append(np.full(len(part), key, dtype=object))
         index.append(part.index.to_numpy())
     order = np.argsort(np.concatenate(index), kind="stable")
     return np.vstack(xs)[order], np.concatenate(ys)[order], np.concatenate(regimes)[order]
@@ -230,21 +358,31 @@ def fit_priors(model: SpecModel, store: dict[str, pd.DataFrame], specs: dict[str
 
 
 def fit(rows: dict[str, pd.DataFrame], specs: dict[str, Any], rounds: int = ROUNDS,
-        params: dict[str, Any] | None = None) -> SpecModel:
-    """One booster per family on every measured GPU's rows; priors per regime and per family."""
+        params: dict[str, Any] | None = None, configs: dict[str, SpecConfig] | None = None) -> SpecModel:
+    """One booster per family on every measured GPU's rows; priors per regime and per family. ``configs``:
+    per family (default ``CHOSEN``)."""
     import lightgbm as lgb
 
+    configs = {**CHOSEN, **(configs or {})}
     model = SpecModel()
     for family, frame in rows.items():
         frame = frame[frame["device_id"].isin(specs)]
         if frame.empty:
             continue
-        x, y, regimes = design(family, frame, specs)
+        config = configs.get(family, ORIGINAL)
+        floors = latency_floors(family, frame, specs)
+        x, y, regimes = design(family, frame, specs, config, floors)
+        model.configs[family] = config
+        model.floors.update(floors)
         model.priors[family] = float(np.median(y))
         for name in np.unique(regimes):
             mask = regimes == name
             model.priors[str(name)] = float(np.median(y[mask]))
             model.rows[str(name)] = int(mask.sum())
         data = lgb.Dataset(x, y, free_raw_data=True)
-        model.boosters[family] = lgb.train({**PARAMS, **(params or {})}, data, num_boost_round=rounds)
+        tree = {"num_leaves": config.num_leaves, "min_data_in_leaf": config.min_data_in_leaf}
+        if config.monotone:
+            tree |= {"monotone_constraints": monotone_constraints(x.shape[1], config),
+                     "monotone_constraints_method": "advanced"}
+        model.boosters[family] = lgb.train({**PARAMS, **tree, **(params or {})}, data, num_boost_round=rounds)
     return model

@@ -128,3 +128,72 @@ def test_kernelcast_calibrate_rows_reach_the_engine_calibration(built, tmp_path)
     engine = OpEngine(None, spec_tier.SpecModel(priors={"gemm": float(np.log(0.3))}))
     path, used = calibrate_engine(engine, table, load_catalog().get("h100-sxm"), tmp_path)
     assert used == len(gemm) and path is not None and "h100-sxm" in load_calibrations(tmp_path)
+
+
+def test_spec_config_round_trips_floors_the_base_and_is_monotone_in_the_peaks(built, tmp_path) -> None:
+    """A spec model with the latency floor, the L2 feature, no GPU-naming features, a hedge and the monotone
+    constraint: saved and loaded it answers alike; never below the roofline; a GPU with every peak doubled
+    is never slower (the constraint's promise)."""
+    from components.devices.catalog import load_catalog
+    from components.physics import roofline as physics
+    from components.opmodel import spec as spec_tier
+
+    gemm = _bf16(built[2])
+    h100 = load_catalog().get("h100-sxm")
+    config = spec_tier.SpecConfig(floor=1.0, l2=True, identity=False, hedge=0.7, monotone=True)
+    model = spec_tier.fit({"gemm": gemm.iloc[::7]}, {"h100-sxm": h100}, rounds=20, configs={"gemm": config})
+    floor = model.floors["gemm|tensor|bf16"]
+    assert 1.0 < floor < 20.0 and model.configs["gemm"] == config  # a few microseconds per kernel
+    model.save(tmp_path)
+    again = spec_tier.SpecModel.load(tmp_path)
+    assert again.configs["gemm"] == config and again.floors == model.floors
+    test = gemm.iloc[3::11]
+    shape = {k: test[k].to_numpy(dtype="float64") for k in ("M", "N", "K")}
+    peaks = {k: (v * 2.0 if v is not None else None) for k, v in h100.peak_tflops.model_dump().items()}
+    faster = h100.model_copy(update={"id": "h100-x2", "dram_gbps": h100.dram_gbps * 2.0,
+                                     "peak_tflops": h100.peak_tflops.model_copy(update=peaks)})
+    times = {}
+    for gpu in (h100, faster):
+        roof = physics.roofline("gemm", "bf16", shape, gpu)
+        log_util, _ = model.predict_log_util("gemm", "bf16", shape, gpu, roof)
+        loaded, _ = again.predict_log_util("gemm", "bf16", shape, gpu, roof)
+        np.testing.assert_allclose(loaded, log_util, rtol=1e-12)
+        assert np.all(log_util <= 0.0)  # runtime = roofline / util >= roofline
+        times[gpu.id] = roof.time_us / np.exp(log_util)
+    assert np.all(times["h100-x2"] <= times["h100-sxm"] * (1 + 1e-9))
+    # the floor is what small kernels cost: the answer for a tiny GEMM is near it, not near the roofline
+    tiny = {"M": np.array([1.0]), "N": np.array([128.0]), "K": np.array([128.0])}
+    roof = physics.roofline("gemm", "bf16", tiny, h100)
+    log_util, _ = model.predict_log_util("gemm", "bf16", tiny, h100, roof)
+    assert roof.time_us[0] / np.exp(log_util[0]) > 0.5 * floor > 10 * roof.time_us[0]
+
+
+def test_calibration_ridge_corrects_what_the_shifts_leave_and_stays_off_with_few_rows(built) -> None:
+    """A flat spec prior errs on H100 GEMMs by the size regime (small kernels are latency-bound), which one
+    shift per regime cannot follow: the per-GPU ridge (its strength chosen by leave-one-out on the K rows)
+    takes it up and beats the shifts alone; six rows fit no ridge at all."""
+    from components.devices.catalog import load_catalog
+    from components.opmodel import spec as spec_tier
+    from components.opmodel.calibrated import (CHOSEN_SETTINGS, CalibrationSettings, fit_calibration,
+                                               settings_for)
+    from components.opmodel.engine import OpEngine
+
+    gemm = _bf16(built[2])
+    h100 = load_catalog().get("h100-sxm")
+    engine = OpEngine(None, spec_tier.SpecModel(priors={"gemm": float(np.log(0.3))}))
+    rows = gemm.assign(family="gemm").sample(n=700, random_state=5)
+    suite, test = rows.iloc[:200], rows.iloc[200:]
+    calibration = fit_calibration(engine, suite, h100)
+    assert "gemm" in calibration["_ridge"] and calibration["_ridge"]["gemm"]["lambda"] > 0
+    shape = {k: test[k].to_numpy(dtype="float64") for k in ("M", "N", "K")}
+    true = test["latency_us"].to_numpy()
+    with_ridge = engine.with_calibrations({"h100-sxm": calibration}).predict("gemm", "bf16", shape, h100)
+    without = engine.with_calibrations({"h100-sxm": {**calibration, "_ridge": {}}}).predict(
+        "gemm", "bf16", shape, h100)
+    error = {name: np.mean(np.abs(t.duration_us - true) / true) for name, t in
+             (("ridge", with_ridge), ("shifts", without))}
+    assert error["ridge"] < 0.9 * error["shifts"], error
+    assert fit_calibration(engine, suite.iloc[:6], h100)["_ridge"] == {}
+    plain = fit_calibration(engine, suite, h100, CalibrationSettings(ridge=False, local_scale=0.0))
+    assert plain["_ridge"] == {} and plain["_local"] == {} and plain["_settings"]["local_scale"] == 0.0
+    assert settings_for(90) == CHOSEN_SETTINGS[100] and settings_for(500) == CHOSEN_SETTINGS[400]
