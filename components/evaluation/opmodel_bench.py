@@ -167,55 +167,70 @@ def _calibration_scores(model: Any, store: dict[str, pd.DataFrame], held: str, s
     return out
 
 
+SITE_COLUMNS: dict[str, tuple[str, ...]] = {"gemm": ("N", "K"), "attention": ("phase", "H", "HKV", "D", "W", "B")}
+SHAPE_COLUMNS = ("M", "N", "K", "B", "S", "KV", "H", "HKV", "D", "W", "phase")
+
+
 def _held_sites(family: str, frame: pd.DataFrame) -> np.ndarray:
     from components.opmodel.spec import hash_fraction
 
-    site = ["N", "K"] if family == "gemm" else ["phase", "H", "HKV", "D", "W", "B"]
-    return hash_fraction(frame, site) < HELD_SHARE
+    return hash_fraction(frame, list(SITE_COLUMNS[family])) < HELD_SHARE
+
+
+def measured_groups(store: dict[str, pd.DataFrame], family: str, gpus: tuple[str, ...] | None = None):
+    """(key, rows, spec, kv_dtype) per measured (GPU, dtype[, kv_dtype]) table of ``family`` in the catalog,
+    with the rows the measured tier has a layout for (GEMM M >= 1; attention prefill S = KV or decode)."""
+    from components.devices.catalog import load_catalog
+
+    frame = store.get(family)
+    if frame is None:
+        return
+    catalog = load_catalog()
+    if family == "gemm":
+        frame = frame[frame["M"] >= 1]
+    else:
+        frame = frame[(frame["S"] == 1) | (frame["S"] == frame["KV"])]
+    keys = ["device_id", "dtype"] + (["kv_dtype"] if family == "attention" else [])
+    for key, part in frame.groupby(keys, sort=True, observed=True):
+        device = str(key[0])
+        if device not in catalog or (gpus and device not in gpus):
+            continue
+        yield key, part, catalog.get(device), (key[2] if family == "attention" else None)
+
+
+def score_group(family: str, part: pd.DataFrame, held: np.ndarray, spec: Any, dtype: str, kv: str | None,
+                test_per_group: int | None, layout: Any = None) -> tuple[np.ndarray, int, float]:
+    """The measured tier built from ``part[~held]`` answers ``part[held]`` (capped by hash): the APEs of the
+    answered rows, the rows asked, and the roofline's summed APE over the answered rows."""
+    from components.physics import roofline as physics
+    from components.opmodel.measured import SiteTable
+
+    table = SiteTable(family, part[~held], spec, dtype, kv, layout=layout)
+    test = _cap(part[held], [c for c in part.columns if c in SHAPE_COLUMNS], test_per_group, "shape")
+    shape = _shape(family, test)
+    roof = physics.roofline(family, dtype, shape, spec, kv)
+    got = table.resolve(shape, roof.time_us).duration_us
+    ok = np.isfinite(got)
+    true = test["latency_us"].to_numpy(dtype="float64")
+    ape = np.abs(got[ok] - true[ok]) / true[ok]
+    return ape, len(test), float(np.sum(np.abs(roof.time_us[ok] - true[ok]) / true[ok]))
 
 
 def unseen_shape(store: dict[str, pd.DataFrame], *, test_per_group: int | None = 2000,
                  gpus: tuple[str, ...] | None = None) -> dict[str, Any]:
     """Whole sites held out of each measured GPU's table, answered by the measured tier from the rest."""
-    from components.devices.catalog import load_catalog
-    from components.physics import roofline as physics
-    from components.opmodel.measured import SiteTable
-
-    catalog = load_catalog()
     results, median_ape = [], {}
     for family in ("gemm", "attention"):
-        frame = store.get(family)
-        if frame is None:
-            continue
-        if family == "gemm":
-            frame = frame[frame["M"] >= 1]
-        else:
-            frame = frame[(frame["S"] == 1) | (frame["S"] == frame["KV"])]
-        keys = ["device_id", "dtype"] + (["kv_dtype"] if family == "attention" else [])
         apes = []
-        for key, part in frame.groupby(keys, sort=True, observed=True):
-            device = str(key[0])
-            if device not in catalog or (gpus and device not in gpus):
-                continue
-            spec = catalog.get(device)
-            kv = key[2] if family == "attention" else None
+        for key, part, spec, kv in measured_groups(store, family, gpus):
             held = _held_sites(family, part)
             if not held.any() or held.all():
                 continue
-            table = SiteTable(family, part[~held], spec, key[1], kv)
-            dims = [c for c in part.columns
-                    if c in ("M", "N", "K", "B", "S", "KV", "H", "HKV", "D", "W", "phase")]
-            test = _cap(part[held], dims, test_per_group, "shape")
-            shape = _shape(family, test)
-            roof = physics.roofline(family, key[1], shape, spec, kv)
-            got = table.resolve(shape, roof.time_us).duration_us
-            ok = np.isfinite(got)
-            true = test["latency_us"].to_numpy(dtype="float64")
-            ape = np.abs(got[ok] - true[ok]) / true[ok]
+            ape, asked, sum_roof = score_group(family, part, held, spec, key[1], kv, test_per_group)
             apes.append(ape)
-            results.append({"family": family, "device": device, "dtype": "|".join(map(str, key[1:])),
-                            "n": int(ok.sum()), "coverage": float(ok.mean()), "sum_ape": float(ape.sum()),
-                            "sum_roof": float(np.sum(np.abs(roof.time_us[ok] - true[ok]) / true[ok]))})
+            results.append({"family": family, "device": str(key[0]), "dtype": "|".join(map(str, key[1:])),
+                            "n": len(ape), "coverage": len(ape) / asked if asked else 0.0,
+                            "sum_ape": float(ape.sum()), "sum_roof": sum_roof})
         if apes:
             median_ape[family] = float(np.median(np.concatenate(apes)))
     out = _summary(results)

@@ -39,12 +39,19 @@ class Layout:
     power: float  # inverse-distance power
     gate: float = 2.0  # octaves: farther sites do not transfer
     hold: float = 1.0  # octaves past a curve's end where its boundary efficiency is held
+    blend: str = "idw"  # "axes": bracket along each site axis on the measured grid first, IDW where none
+    axis_power: float = 1.0  # weight of an axis estimate: 1 / bracket width ** axis_power
+    one_sided: float = 0.0  # > 0: an axis bracketed on one side only holds its nearest site, at this weight
+    idw_share: float = 0.0  # "axes": share of the inverse-distance blend mixed into a bracketed answer
+    space: str = "util"  # what "axes" interpolates between sites: log util or log latency
 
 
 LAYOUTS: dict[str, Layout] = {
-    "gemm": Layout((), ("N", "K"), "M", neighbours=4, power=2.0),
+    # chosen on an inner split of each GPU's training sites (benchmarks/measured_tier_selection.py): bracket
+    # along N and along K on the measured grid (1 / width weights), IDW only where no axis brackets
+    "gemm": Layout(("block_aligned",), ("N", "K"), "M", neighbours=4, power=2.0, gate=3.0, blend="axes"),
     # attention: batch is a site axis (linear in log B between the two bracketing batches)
-    "attention": Layout(("phase", "H", "HKV", "D", "W"), ("B",), "curve", neighbours=2, power=1.0),
+    "attention": Layout(("phase", "H", "HKV", "D", "W"), ("B",), "curve", neighbours=2, power=1.0, blend="axes"),
 }
 KEY_STRIDE = 64.0  # > log2 of any curve value + hold: keys of different sites never interleave
 
@@ -65,7 +72,17 @@ def attention_phase(s: np.ndarray, kv: np.ndarray) -> np.ndarray:
     return np.where(s == 1, "decode", np.where(s == kv, "prefill", "chunk")).astype(object)
 
 
-def _with_curve(family: str, frame: pd.DataFrame) -> pd.DataFrame:
+BLOCK_SCALED = {"fp8_block": 128}  # dtype -> scale block edge: N or K off the block grid runs another kernel
+
+
+def _with_curve(family: str, frame: pd.DataFrame, dtype: str = "") -> pd.DataFrame:
+    if family == "gemm":
+        # block-scaled GEMMs: a shape off the scale-block grid falls back to a kernel tens of times slower
+        # (fp8_block on H100: N = 64 -> 90 us, N = 128 -> 4.4 us at M = 64), so the two never share efficiency
+        block = BLOCK_SCALED.get(dtype)
+        aligned = ((frame["N"].to_numpy() % block == 0) & (frame["K"].to_numpy() % block == 0)) if block \
+            else np.ones(len(frame), bool)
+        frame = frame.assign(block_aligned=aligned.astype("int64"))
     if family == "attention":
         frame = frame.assign(curve=np.where(frame["phase"].to_numpy() == "decode", frame["KV"], frame["S"]))
         frame = frame.assign(W=frame["W"] if "W" in frame else 0)
@@ -75,10 +92,11 @@ def _with_curve(family: str, frame: pd.DataFrame) -> pd.DataFrame:
 class SiteTable:
     """The measured kernels of one (family, device, dtype[, kv_dtype]) as sites + curves."""
 
-    def __init__(self, family: str, frame: pd.DataFrame, spec: Any, dtype: str, kv_dtype: str | None) -> None:
-        layout = LAYOUTS[family]
+    def __init__(self, family: str, frame: pd.DataFrame, spec: Any, dtype: str, kv_dtype: str | None,
+                 layout: Layout | None = None) -> None:
+        layout = layout or LAYOUTS[family]
         self.family, self.layout, self.spec, self.dtype, self.kv_dtype = family, layout, spec, dtype, kv_dtype
-        frame = _with_curve(family, frame)
+        frame = _with_curve(family, frame, dtype)
         dims = [*layout.site_axes, layout.curve_axis]
         positive = np.all(frame[dims].to_numpy(dtype="float64") >= 1, axis=1)
         if family == "attention":
@@ -103,6 +121,7 @@ class SiteTable:
         order = np.lexsort((logc, site_index))
         self.keys = site_index[order] * KEY_STRIDE + logc[order]
         self.log_util = np.log(util[order])
+        self.log_roof = np.log(roof.time_us[order])
         self.latency = latency[order]
         spread = (frame["latency_max_us"] - frame["latency_min_us"]).to_numpy(dtype="float64") / latency
         self.spread = spread[order]
@@ -130,7 +149,7 @@ class SiteTable:
         frame = pd.DataFrame({k: np.broadcast_to(np.asarray(v), (n,)) for k, v in shape.items()})
         if self.family == "attention":
             frame["phase"] = attention_phase(frame["S"].to_numpy(), frame["KV"].to_numpy())
-            frame = _with_curve("attention", frame)
+        frame = _with_curve(self.family, frame, self.dtype)
         cats = _categories(frame, layout.categorical)
         q_cat = cats.map(self.cat_codes).to_numpy(dtype="float64")
         known = np.isfinite(q_cat)
@@ -166,18 +185,19 @@ class SiteTable:
         # blend: own site alone where measured; else the nearest covering sites within the gate
         eligible = covered & (dist <= layout.gate)
         d = np.where(own, 0.0, np.where(eligible, dist, np.inf))
-        k = min(layout.neighbours, d.shape[1])
-        nearest = (np.argpartition(d, k - 1, axis=1)[:, :k] if d.shape[1] > k
-                   else np.tile(np.arange(d.shape[1]), (len(rows), 1)))
-        nd = np.take_along_axis(d, nearest, axis=1)
-        nu = np.take_along_axis(log_util, nearest, axis=1)
-        with np.errstate(divide="ignore"):
-            weight = np.where(np.isfinite(nd), 1.0 / np.maximum(nd, 1e-6) ** layout.power, 0.0)
-        own_pick = np.take_along_axis(own, nearest, axis=1)
-        weight = np.where(has_own[:, None], own_pick.astype(float), weight)
+        blended, weight, nd = _idw(d, log_util, own, has_own, layout)
+        if layout.blend == "axes":
+            value = log_util
+            if layout.space == "latency":  # log latency of each site at the question's curve point
+                log_roof = self.log_roof[left] + np.clip(t, 0.0, 1.0) * (self.log_roof[nxt] - self.log_roof[left])
+                value = log_roof - log_util
+            axes, found = _axis_brackets(self.site_coords[safe], q_coords, value, eligible, layout)
+            if layout.space == "latency":
+                axes = np.log(roof_time_us[rows]) - axes
+            take = found & ~has_own
+            mixed = (1.0 - layout.idw_share) * axes + layout.idw_share * np.where(np.isfinite(blended), blended, axes)
+            blended = np.where(take, mixed, blended)
         total = weight.sum(axis=1)
-        with np.errstate(invalid="ignore", divide="ignore"):
-            blended = (weight * nu).sum(axis=1) / total
         ok = total > 0
         duration = np.where(ok, roof_time_us[rows] / np.clip(np.exp(blended), 1e-6, 1.0), np.nan)
         # exact hits: own site, the curve point itself measured
@@ -195,12 +215,72 @@ class SiteTable:
         return out
 
 
+def _idw(d: np.ndarray, log_util: np.ndarray, own: np.ndarray, has_own: np.ndarray,
+         layout: Layout) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Inverse-distance blend of the ``layout.neighbours`` nearest eligible sites (distance ``d``, inf where
+    not eligible); the own site alone where it was measured. Returns (blend, weights, their distances)."""
+    k = min(layout.neighbours, d.shape[1])
+    nearest = (np.argpartition(d, k - 1, axis=1)[:, :k] if d.shape[1] > k
+               else np.tile(np.arange(d.shape[1]), (len(d), 1)))
+    nd = np.take_along_axis(d, nearest, axis=1)
+    nu = np.take_along_axis(log_util, nearest, axis=1)
+    with np.errstate(divide="ignore"):
+        weight = np.where(np.isfinite(nd), 1.0 / np.maximum(nd, 1e-6) ** layout.power, 0.0)
+    own_pick = np.take_along_axis(own, nearest, axis=1)
+    weight = np.where(has_own[:, None], own_pick.astype(float), weight)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        blended = (weight * nu).sum(axis=1) / weight.sum(axis=1)
+    return blended, weight, nd
+
+
+def _axis_brackets(coords: np.ndarray, q: np.ndarray, value: np.ndarray, eligible: np.ndarray,
+                   layout: Layout) -> tuple[np.ndarray, np.ndarray]:
+    """Per site axis, along the measured grid: the nearest eligible sites below and above the question that
+    share its other coordinates, ``value`` linear in log2 of that axis between them; the axes' estimates
+    averaged, each weighted by 1 / its bracket width in octaves (a tight bracket knows more). One-sided
+    axes (the question past the grid's edge on it) hold the nearest site's value at a lower weight.
+    coords: (Q, C, A) candidate sites, q: (Q, A), value/eligible: (Q, C). Returns (estimate, found)."""
+    n_axes = q.shape[1]
+    total = np.zeros(len(q))
+    acc = np.zeros(len(q))
+    for a in range(n_axes):
+        others = [b for b in range(n_axes) if b != a]
+        line = eligible.copy()
+        for b in others:
+            line &= np.abs(coords[:, :, b] - q[:, None, b]) < 1e-9
+        delta = coords[:, :, a] - q[:, None, a]
+        below = np.where(line & (delta < 0), delta, -np.inf)
+        above = np.where(line & (delta > 0), delta, np.inf)
+        lo, hi = below.argmax(axis=1), above.argmin(axis=1)
+        d_lo = -np.take_along_axis(below, lo[:, None], axis=1)[:, 0]
+        d_hi = np.take_along_axis(above, hi[:, None], axis=1)[:, 0]
+        v_lo = np.take_along_axis(value, lo[:, None], axis=1)[:, 0]
+        v_hi = np.take_along_axis(value, hi[:, None], axis=1)[:, 0]
+        both = np.isfinite(d_lo) & np.isfinite(d_hi)
+        with np.errstate(invalid="ignore", divide="ignore"):
+            inside = v_lo + d_lo / (d_lo + d_hi) * (v_hi - v_lo)
+        width = np.where(both, d_lo + d_hi, np.inf)
+        if layout.one_sided > 0:
+            nearest = np.where(d_lo <= d_hi, v_lo, v_hi)
+            near_d = np.minimum(d_lo, d_hi)
+            est = np.where(both, inside, nearest)
+            width = np.where(both, width, near_d / layout.one_sided)
+        else:
+            est = inside
+        w = np.where(np.isfinite(width), 1.0 / np.maximum(width, 1e-6) ** layout.axis_power, 0.0)
+        acc += np.where(w > 0, w * est, 0.0)
+        total += w
+    found = total > 0
+    with np.errstate(invalid="ignore", divide="ignore"):
+        return np.where(found, acc / total, np.nan), found
+
+
 def _categories(frame: pd.DataFrame, columns: tuple[str, ...]) -> pd.Series:
     """One text key per row of the categorical columns (numbers as integers: 64 and 64.0 are one count)."""
     if not columns:
         return pd.Series("", index=frame.index)
     parts = [frame[c].astype("int64").astype(str) if c != "phase" else frame[c].astype(str) for c in columns]
-    return pd.concat(parts, axis=1).agg("|".join, axis=1)
+    return parts[0].str.cat(parts[1:], sep="|") if len(parts) > 1 else parts[0]
 
 
 def _shape_of(family: str, frame: pd.DataFrame) -> dict[str, np.ndarray]:
