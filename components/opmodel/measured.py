@@ -161,10 +161,31 @@ class SiteTable:
             rows = rows[frame["B"].to_numpy(dtype="float64")[rows] == 1]
         q_coords = np.log2(frame.loc[rows, list(layout.site_axes)].to_numpy(dtype="float64"))
         q_logc = np.log2(frame.loc[rows, layout.curve_axis].to_numpy(dtype="float64"))
-        cand = self.cat_sites[q_cat[rows].astype("int64")]  # (Q, C)
+        # which sites can answer depends on the question's site only: found once per distinct site
+        site_key = np.column_stack([q_cat[rows], q_coords])
+        distinct, inverse = np.unique(site_key, axis=0, return_inverse=True)
+        inverse = inverse.reshape(-1)
+        cand = self.cat_sites[distinct[:, 0].astype("int64")]  # (U, C)
         valid = cand >= 0
+        dist = np.sqrt(((self.site_coords[np.where(valid, cand, 0)] - distinct[:, None, 1:]) ** 2).sum(axis=2))
+        # only sites within the gate can answer: keep the nearest W columns, W = the most any question has
+        # within it (the same answers, the curve lookups below on far fewer candidates)
+        within = valid & (dist <= layout.gate)
+        width = max(int(within.sum(axis=1).max()), 1)
+        if width > NEAREST_KEPT + 4 * len(layout.site_axes):
+            keep = _nearby_sites(self.site_coords[np.where(valid, cand, 0)], distinct[:, 1:], dist, within)
+            pad = keep < 0
+            keep = np.maximum(keep, 0)
+            within = np.take_along_axis(within, keep, axis=1) & ~pad
+            cand = np.take_along_axis(cand, keep, axis=1)
+            dist = np.take_along_axis(dist, keep, axis=1)
+        elif width < cand.shape[1]:
+            keep = np.argpartition(np.where(within, dist, np.inf), width - 1, axis=1)[:, :width]
+            within = np.take_along_axis(within, keep, axis=1)
+            cand = np.take_along_axis(cand, keep, axis=1)
+            dist = np.take_along_axis(dist, keep, axis=1)
+        valid, cand, dist = within[inverse], cand[inverse], dist[inverse]  # (Q, W)
         safe = np.where(valid, cand, 0)
-        dist = np.sqrt(((self.site_coords[safe] - q_coords[:, None, :]) ** 2).sum(axis=2))
         lo, hi = self.curve_lo[safe], self.curve_hi[safe]
         covered = valid & (q_logc[:, None] >= lo - layout.hold) & (q_logc[:, None] <= hi + layout.hold)
         clipped = np.clip(q_logc[:, None], lo, hi)
@@ -213,6 +234,35 @@ class SiteTable:
         out.distance[rows] = np.where(ok, np.where(has_own, 0.0, nearest_used), np.nan)
         out.spread[rows] = np.where(exact, self.spread[pos], np.nan)
         return out
+
+
+NEAREST_KEPT = 8  # sites kept per question beside the two nearest on each side of each site axis's line
+
+
+def _nearby_sites(coords: np.ndarray, q: np.ndarray, dist: np.ndarray, within: np.ndarray) -> np.ndarray:
+    """Column indices (U, W) of the candidates that can matter to a question's site: its NEAREST_KEPT nearest
+    within the gate (the inverse-distance fallback) and, per site axis, the two nearest on each side along
+    the line through it (the brackets, with a spare where one does not cover the curve point); -1 pads
+    repeats. coords: (U, C, A), q: (U, A), dist/within: (U, C)."""
+    picks = []
+    k = min(NEAREST_KEPT, dist.shape[1])
+    picks.append(np.argpartition(np.where(within, dist, np.inf), k - 1, axis=1)[:, :k])
+    for a in range(q.shape[1]):
+        line = within.copy()
+        for b in range(q.shape[1]):
+            if b != a:
+                line &= np.abs(coords[:, :, b] - q[:, None, b]) < 1e-9
+        delta = coords[:, :, a] - q[:, None, a]
+        for side in (delta < 0, delta > 0):
+            gap = np.where(line & side, np.abs(delta), np.inf)
+            two = min(2, gap.shape[1])
+            chosen = np.argpartition(gap, two - 1, axis=1)[:, :two]
+            ok = np.isfinite(np.take_along_axis(gap, chosen, axis=1))
+            picks.append(np.where(ok, chosen, -1))
+    keep = np.sort(np.concatenate(picks, axis=1), axis=1)
+    repeat = np.zeros_like(keep, dtype=bool)
+    repeat[:, 1:] = keep[:, 1:] == keep[:, :-1]
+    return np.where(repeat, -1, keep)
 
 
 def _idw(d: np.ndarray, log_util: np.ndarray, own: np.ndarray, has_own: np.ndarray,
