@@ -487,6 +487,9 @@ def readme_markdown(result: BenchResult, command: str = "kernelcast bench accura
         out += ["", "<details><summary>per held-out GPU and source</summary>", ""]
         out += _per_gpu_table([r for r in gpu_rows if "," in r["scope"]], families, "held-out GPU, source")
         out += ["", "</details>"]
+    from components.evaluation.opmodel_bench import markdown_section  # the op engine's splits, if run
+
+    out += markdown_section(rows)
     out += ["", "<details><summary>every figure</summary>", "", markdown_table(rows), "", "</details>"]
     if result.notes:
         out += [""] + [f"- {note}" for note in result.notes]

@@ -61,8 +61,11 @@ def _summary(results: list[dict[str, Any]]) -> dict[str, Any]:
     for family, part in frame.groupby("family"):
         out["metrics"][f"{family}_runtime_mape"] = float(part["sum_ape"].sum() / part["n"].sum())
         out["metrics"][f"{family}_roofline_mape"] = float(part["sum_roof"].sum() / part["n"].sum())
-        per = part.groupby("device")[["sum_ape", "sum_roof", "n"]].sum()
-        gpu = {d: {"mape": float(r.sum_ape / r.n), "roofline_mape": float(r.sum_roof / r.n), "n": int(r.n)}
+        if "coverage" in part:  # rows asked, where the tier may decline some
+            part = part.assign(asked=np.where(part["coverage"] > 0, part["n"] / part["coverage"], 0.0))
+        per = part.groupby("device")[[c for c in ("sum_ape", "sum_roof", "n", "asked") if c in part]].sum()
+        gpu = {d: {"mape": float(r.sum_ape / r.n), "roofline_mape": float(r.sum_roof / r.n), "n": int(r.n),
+                   **({"coverage": float(r.n / r.asked)} if "asked" in r and r.asked > 0 else {})}
                for d, r in per.iterrows()}
         out["per_gpu"][family] = gpu
         out["metrics"][f"worst_gpu_{family}_runtime_mape"] = max(g["mape"] for g in gpu.values())
@@ -264,3 +267,82 @@ def gate_entry(split: str, store_dir: Path, datasets_root: Path | None,
             "n": n, "seconds": round(time.perf_counter() - started, 1), "metrics": result["metrics"],
             "report": {"per_gpu": result.get("per_gpu", {}), "caps": result.get("caps")}, "timings": [],
             "note": None}
+
+
+# ------------------------------------------------------------------ `kernelcast bench accuracy` rows
+
+ENGINE_FAMILY = "op engine"  # the bench table's column for the engine's answer (tier per split)
+ROOFLINE_FAMILY = "roofline"
+SPLIT_TIERS = {"aiconfigurator-unseen-gpu": "spec tier", "aiconfigurator-unseen-shape": "measured tier"}
+
+
+def bench_rows(split: str, entry: dict[str, Any]) -> list[dict[str, Any]]:
+    """A gate entry (``gate_entry``) as accuracy-bench rows (``components.evaluation.bench`` row shape): runtime
+    MAPE per op family, per (op family, GPU), and the median/worst GPU, the engine beside the roofline."""
+    metrics, per_gpu = entry["metrics"], entry["report"]["per_gpu"]
+    rows: list[dict[str, Any]] = []
+
+    def add(scope: str, family: str, value: float | None, n: int, coverage: float | None = None,
+            metric: str = "mape") -> None:
+        ours = None if value is None else round(float(value), 4)
+        rows.append({"split": split, "family": family, "target": f"duration_us[{scope}]", "scope": scope,
+                     "metric": metric, "ours": ours, "n": int(n), "n_asked": int(round(n / coverage)) if coverage
+                     else int(n), "coverage": None if coverage is None else round(float(coverage), 4),
+                     "published": None, "published_by": None})
+
+    for op, gpus in sorted(per_gpu.items()):
+        n = sum(g["n"] for g in gpus.values())
+        asked = sum(g["n"] / g["coverage"] for g in gpus.values() if g.get("coverage"))
+        coverage = n / asked if asked else None
+        add(f"op={op}", ENGINE_FAMILY, metrics.get(f"{op}_runtime_mape"), n, coverage)
+        add(f"op={op}", ROOFLINE_FAMILY, metrics.get(f"{op}_roofline_mape"), n, coverage)
+        if f"{op}_median_ape" in metrics:
+            add(f"op={op}", ENGINE_FAMILY, metrics[f"{op}_median_ape"], n, coverage, metric="median_ape")
+        for device, g in sorted(gpus.items()):
+            add(f"op={op},device={device}", ENGINE_FAMILY, g["mape"], g["n"], g.get("coverage"))
+            add(f"op={op},device={device}", ROOFLINE_FAMILY, g["roofline_mape"], g["n"], g.get("coverage"))
+        worst = max(gpus, key=lambda d: gpus[d]["mape"])
+        add(f"op={op},median GPU", ENGINE_FAMILY, metrics.get(f"median_gpu_{op}_runtime_mape"), len(gpus))
+        add(f"op={op},worst GPU={worst}", ENGINE_FAMILY, gpus[worst]["mape"], gpus[worst]["n"])
+    return rows
+
+
+def extend_result(result: Any, splits: list[str], store_dir: Path, datasets_root: Path | None, *,
+                  log: Any = lambda _: None) -> None:
+    """Run the asked op-engine splits on the measured store at ``store_dir`` (the gate's caps); append their
+    rows and a note per split to ``result`` (a ``bench.BenchResult``)."""
+    for split in splits:
+        entry = gate_entry(split, Path(store_dir), datasets_root)
+        log(f"{split}: {entry['n']} rows, {entry['seconds']} s")
+        result.rows += bench_rows(split, entry)
+        caps = ", ".join(f"{k} {v}" for k, v in (entry["report"].get("caps") or {}).items())
+        result.notes.append(f"{split} ({SPLIT_TIERS.get(split, '')}, components/evaluation/opmodel_bench.py): "
+                            f"AIConfigurator's measured tables in {store_dir}, GPUs {', '.join(entry['folds'])}; "
+                            f"rows capped by hash per (GPU, dtype): {caps}")
+
+
+def markdown_section(rows: list[dict[str, Any]]) -> list[str]:
+    """README lines for the op-engine splits: one line per (split, op family, GPU) with the engine's and the
+    roofline's runtime MAPE, the rows and the share answered; [] when no such rows."""
+    ours = [r for r in rows if r["split"] in SPLIT_TIERS and r["metric"] in ("mape", "median_ape")]
+    if not ours:
+        return []
+    keyed: dict[tuple[str, str], dict[str, Any]] = {}
+    for row in ours:
+        entry = keyed.setdefault((row["split"], row["scope"]), {})
+        entry[(row["family"], row["metric"])] = row["ours"]
+        entry["n"], entry["coverage"] = row.get("n_asked", row["n"]), row.get("coverage")
+
+    def pct(value: Any) -> str:
+        return "–" if value is None else f"{100 * float(value):.1f}%"
+
+    lines = ["", "Op engine on AIConfigurator's measured tables (runtime MAPE; GPUs held out of every source for "
+             "unseen-gpu, whole GEMM (N, K) sites / attention groups held out of a measured GPU for unseen-shape):",
+             "", "| split | tier | scope | op engine | median APE | roofline | rows | answered |",
+             "|---|---|---|---|---|---|---|---|"]
+    for (split, scope), entry in keyed.items():
+        lines.append("| " + " | ".join([
+            split, SPLIT_TIERS[split], scope.replace("op=", "").replace("device=", "").replace(",", ", "),
+            pct(entry.get((ENGINE_FAMILY, "mape"))), pct(entry.get((ENGINE_FAMILY, "median_ape"))),
+            pct(entry.get((ROOFLINE_FAMILY, "mape"))), str(entry["n"]), pct(entry["coverage"])]) + " |")
+    return lines
