@@ -33,7 +33,8 @@ def candidates(family: str) -> dict[str, Layout]:
     base = replace(LAYOUTS[family], gate=2.0, blend="idw", axis_power=1.0, one_sided=0.0, idw_share=0.0,
                    space="util")
     plain = replace(base, categorical=tuple(c for c in base.categorical if c != "block_aligned"))
-    out = {BEFORE: replace(plain, neighbours=4 if family == "gemm" else 2, power=2.0 if family == "gemm" else 1.0)}
+    gemm = family == "gemm"
+    out = {BEFORE: replace(plain, neighbours=4 if gemm else 2, power=2.0 if gemm else 1.0)}
     if family == "gemm":
         out["idw+block"] = replace(out[BEFORE], categorical=base.categorical)
         out["idw-k8"] = replace(out[BEFORE], neighbours=8)

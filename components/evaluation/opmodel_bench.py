@@ -170,7 +170,8 @@ def _calibration_scores(model: Any, store: dict[str, pd.DataFrame], held: str, s
     return out
 
 
-SITE_COLUMNS: dict[str, tuple[str, ...]] = {"gemm": ("N", "K"), "attention": ("phase", "H", "HKV", "D", "W", "B")}
+SITE_COLUMNS: dict[str, tuple[str, ...]] = {"gemm": ("N", "K"),
+                                            "attention": ("phase", "H", "HKV", "D", "W", "B")}
 SHAPE_COLUMNS = ("M", "N", "K", "B", "S", "KV", "H", "HKV", "D", "W", "phase")
 
 
@@ -277,17 +278,19 @@ SPLIT_TIERS = {"aiconfigurator-unseen-gpu": "spec tier", "aiconfigurator-unseen-
 
 
 def bench_rows(split: str, entry: dict[str, Any]) -> list[dict[str, Any]]:
-    """A gate entry (``gate_entry``) as accuracy-bench rows (``components.evaluation.bench`` row shape): runtime
-    MAPE per op family, per (op family, GPU), and the median/worst GPU, the engine beside the roofline."""
+    """A gate entry (``gate_entry``) as accuracy-bench rows (``components.evaluation.bench``'s row shape):
+    runtime MAPE per op family, per (op family, GPU), and the median/worst GPU, the engine beside the
+    roofline."""
     metrics, per_gpu = entry["metrics"], entry["report"]["per_gpu"]
     rows: list[dict[str, Any]] = []
 
     def add(scope: str, family: str, value: float | None, n: int, coverage: float | None = None,
             metric: str = "mape") -> None:
         ours = None if value is None else round(float(value), 4)
+        asked = int(round(n / coverage)) if coverage else int(n)
         rows.append({"split": split, "family": family, "target": f"duration_us[{scope}]", "scope": scope,
-                     "metric": metric, "ours": ours, "n": int(n), "n_asked": int(round(n / coverage)) if coverage
-                     else int(n), "coverage": None if coverage is None else round(float(coverage), 4),
+                     "metric": metric, "ours": ours, "n": int(n), "n_asked": asked,
+                     "coverage": None if coverage is None else round(float(coverage), 4),
                      "published": None, "published_by": None})
 
     for op, gpus in sorted(per_gpu.items()):
@@ -316,9 +319,10 @@ def extend_result(result: Any, splits: list[str], store_dir: Path, datasets_root
         log(f"{split}: {entry['n']} rows, {entry['seconds']} s")
         result.rows += bench_rows(split, entry)
         caps = ", ".join(f"{k} {v}" for k, v in (entry["report"].get("caps") or {}).items())
-        result.notes.append(f"{split} ({SPLIT_TIERS.get(split, '')}, components/evaluation/opmodel_bench.py): "
-                            f"AIConfigurator's measured tables in {store_dir}, GPUs {', '.join(entry['folds'])}; "
-                            f"rows capped by hash per (GPU, dtype): {caps}")
+        tier = SPLIT_TIERS.get(split, "")
+        result.notes.append(f"{split} ({tier}, components/evaluation/opmodel_bench.py): "
+                            f"AIConfigurator's measured tables in {store_dir}, GPUs "
+                            f"{', '.join(entry['folds'])}; rows capped by hash per (GPU, dtype): {caps}")
 
 
 def markdown_section(rows: list[dict[str, Any]]) -> list[str]:
@@ -336,8 +340,9 @@ def markdown_section(rows: list[dict[str, Any]]) -> list[str]:
     def pct(value: Any) -> str:
         return "–" if value is None else f"{100 * float(value):.1f}%"
 
-    lines = ["", "Op engine on AIConfigurator's measured tables (runtime MAPE; GPUs held out of every source for "
-             "unseen-gpu, whole GEMM (N, K) sites / attention groups held out of a measured GPU for unseen-shape):",
+    lines = ["", "Op engine on AIConfigurator's measured tables (runtime MAPE; GPUs held out of every source "
+             "for unseen-gpu, whole GEMM (N, K) sites / attention groups held out of a measured GPU for "
+             "unseen-shape):",
              "", "| split | tier | scope | op engine | median APE | roofline | rows | answered |",
              "|---|---|---|---|---|---|---|---|"]
     for (split, scope), entry in keyed.items():

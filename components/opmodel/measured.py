@@ -51,7 +51,8 @@ LAYOUTS: dict[str, Layout] = {
     # along N and along K on the measured grid (1 / width weights), IDW only where no axis brackets
     "gemm": Layout(("block_aligned",), ("N", "K"), "M", neighbours=4, power=2.0, gate=3.0, blend="axes"),
     # attention: batch is a site axis (linear in log B between the two bracketing batches)
-    "attention": Layout(("phase", "H", "HKV", "D", "W"), ("B",), "curve", neighbours=2, power=1.0, blend="axes"),
+    "attention": Layout(("phase", "H", "HKV", "D", "W"), ("B",), "curve", neighbours=2, power=1.0,
+                        blend="axes"),
 }
 KEY_STRIDE = 64.0  # > log2 of any curve value + hold: keys of different sites never interleave
 
@@ -167,7 +168,8 @@ class SiteTable:
         inverse = inverse.reshape(-1)
         cand = self.cat_sites[distinct[:, 0].astype("int64")]  # (U, C)
         valid = cand >= 0
-        dist = np.sqrt(((self.site_coords[np.where(valid, cand, 0)] - distinct[:, None, 1:]) ** 2).sum(axis=2))
+        offset = self.site_coords[np.where(valid, cand, 0)] - distinct[:, None, 1:]
+        dist = np.sqrt((offset**2).sum(axis=2))
         # only sites within the gate can answer: keep the nearest W columns, W = the most any question has
         # within it (the same answers, the curve lookups below on far fewer candidates)
         within = valid & (dist <= layout.gate)
@@ -210,13 +212,15 @@ class SiteTable:
         if layout.blend == "axes":
             value = log_util
             if layout.space == "latency":  # log latency of each site at the question's curve point
-                log_roof = self.log_roof[left] + np.clip(t, 0.0, 1.0) * (self.log_roof[nxt] - self.log_roof[left])
+                step = self.log_roof[nxt] - self.log_roof[left]
+                log_roof = self.log_roof[left] + np.clip(t, 0.0, 1.0) * step
                 value = log_roof - log_util
             axes, found = _axis_brackets(self.site_coords[safe], q_coords, value, eligible, layout)
             if layout.space == "latency":
                 axes = np.log(roof_time_us[rows]) - axes
             take = found & ~has_own
-            mixed = (1.0 - layout.idw_share) * axes + layout.idw_share * np.where(np.isfinite(blended), blended, axes)
+            idw = np.where(np.isfinite(blended), blended, axes)
+            mixed = (1.0 - layout.idw_share) * axes + layout.idw_share * idw
             blended = np.where(take, mixed, blended)
         total = weight.sum(axis=1)
         ok = total > 0

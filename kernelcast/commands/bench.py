@@ -75,8 +75,8 @@ def accuracy_command(
         "Ray tasks: leave-one-GPU-out folds side by side (when Ray has more than one CPU), else each "
         "target's fit"))] = True,
     store: Annotated[Path | None, typer.Option("--store", help=(
-        "measured store for the op-engine splits aiconfigurator-unseen-shape / -unseen-gpu (default: the state "
-        "folder's data/opmodel/store, which `make pipeline` builds)"))] = None,
+        "measured store for the op-engine splits aiconfigurator-unseen-shape / -unseen-gpu (default: the "
+        "state folder's data/opmodel/store, which `make pipeline` builds)"))] = None,
     calibration_rows: Annotated[list[int] | None, typer.Option("--calibration-rows", help=(
         "calibration tier: with --split unseen-gpu, give each held-out GPU K rows of the calibration suite "
         "and score its other kernels (repeatable: 0 25 100 400 gives the curve; components/evaluation/calibration.py)"))] = None,
@@ -218,7 +218,7 @@ def accuracy_command(
 
         extend_result(result, canonical_dir, settings.cache_dir, log=lambda line: typer.echo(line, err=True))
         save(result)
-    if opmodel_splits:  # the op engine's tiers on AIConfigurator's tables (components/evaluation/opmodel_bench.py)
+    if opmodel_splits:  # the op engine on AIConfigurator's tables (components/evaluation/opmodel_bench.py)
         from components.evaluation.opmodel_bench import extend_result as extend_opmodel
 
         extend_opmodel(result, opmodel_splits, store_dir, Path(settings.datasets_dir),
