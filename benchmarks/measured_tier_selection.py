@@ -30,8 +30,8 @@ TIE = 0.0005  # MAPE differences below this are noise between candidates
 def candidates(family: str) -> dict[str, Layout]:
     """Today's default before this selection (inverse-distance blend of the nearest sites, 2-octave gate)
     and the grid-bracket variants; independent of what ``LAYOUTS`` holds now."""
-    base = replace(LAYOUTS[family], gate=2.0, blend="idw", axis_power=1.0, one_sided=0.0, idw_share=0.0,
-                   space="util")
+    base = (Layout(("block_aligned",), ("N", "K"), "M", neighbours=4, power=2.0) if family == "gemm"
+            else Layout(("phase", "H", "HKV", "D", "W"), ("B",), "curve", neighbours=2, power=1.0))
     plain = replace(base, categorical=tuple(c for c in base.categorical if c != "block_aligned"))
     gemm = family == "gemm"
     out = {BEFORE: replace(plain, neighbours=4 if gemm else 2, power=2.0 if gemm else 1.0)}
@@ -48,6 +48,13 @@ def candidates(family: str) -> dict[str, Layout]:
     best = replace(base, blend="axes")
     for share in (0.25, 0.5):
         out[f"axes-p1-mix{share:g}"] = replace(best, idw_share=share)
+    if family == "attention":  # query heads as a second site axis: bracket along B and along H (same KV heads)
+        heads = replace(best, categorical=("phase", "HKV", "D", "W"), site_axes=("B", "H"))
+        out["axes-BH"] = heads
+        out["axes-BH-p2"] = replace(heads, axis_power=2.0)
+        out["axes-BH-gate3"] = replace(heads, gate=3.0)
+        out["axes-BH-HKV"] = replace(best, categorical=("phase", "D", "W"), site_axes=("B", "H", "HKV"))
+        out["axes-BH-HKV-gate3"] = replace(out["axes-BH-HKV"], gate=3.0)
     for gate in (1.5, 3.0, 4.0):
         out[f"axes-p1-gate{gate:g}"] = replace(best, gate=gate)
         out[f"axes-p2-gate{gate:g}"] = replace(best, gate=gate, axis_power=2.0)
@@ -117,6 +124,8 @@ def main() -> None:
         for name, result in outer.items():
             print(f"outer {family:9s} {name:18s} " + " ".join(f"{k} {v:.4f}" for k, v in result.items()))
         report[family] = {"inner": inner, "choice": choice, "outer": outer}
+        print(f"choice {family}: {choice}; components/opmodel/measured.py LAYOUTS[{family!r}] "
+              f"{'is' if layouts[choice] == LAYOUTS[family] else 'is NOT'} this layout")
     print(json.dumps({f: {"choice": r["choice"], "outer": r["outer"]["chosen"]} for f, r in report.items()}))
 
 
