@@ -58,6 +58,11 @@ def candidates(family: str) -> dict[str, Layout]:
     for gate in (1.5, 3.0, 4.0):
         out[f"axes-p1-gate{gate:g}"] = replace(best, gate=gate)
         out[f"axes-p2-gate{gate:g}"] = replace(best, gate=gate, axis_power=2.0)
+    # the axis whose brackets agree weighs more ("whichever is smoother"), on the 3-octave layouts
+    for name in ("axes-p1-gate3", "axes-BH-HKV-gate3"):
+        if name in out:
+            for smooth in (0.01, 0.02, 0.05, 0.2):
+                out[f"{name}-smooth{smooth:g}"] = replace(out[name], smooth=smooth)
     return out
 
 

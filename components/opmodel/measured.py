@@ -43,17 +43,20 @@ class Layout:
     axis_power: float = 1.0  # weight of an axis estimate: 1 / bracket width ** axis_power
     one_sided: float = 0.0  # > 0: an axis bracketed on one side only holds its nearest site, at this weight
     idw_share: float = 0.0  # "axes": share of the inverse-distance blend mixed into a bracketed answer
+    smooth: float = 0.0  # > 0: an axis's weight also / (smooth + |log-util step across its bracket|)
     space: str = "util"  # what "axes" interpolates between sites: log util or log latency
 
 
 LAYOUTS: dict[str, Layout] = {
     # chosen on an inner split of each GPU's training sites (benchmarks/measured_tier_selection.py): bracket
-    # along N and along K on the measured grid (1 / width weights), IDW only where no axis brackets
-    "gemm": Layout(("block_aligned",), ("N", "K"), "M", neighbours=4, power=2.0, gate=3.0, blend="axes"),
+    # along N and along K on the measured grid (1 / width weights, more to the axis whose brackets agree), IDW
+    # only where no axis brackets
+    "gemm": Layout(("block_aligned",), ("N", "K"), "M", neighbours=4, power=2.0, gate=3.0, blend="axes",
+                   smooth=0.01),
     # attention: batch, query heads and KV heads are site axes, each bracketed on the grid at the others' values
-    # (inner split: 10.7% vs 24.6% for the nearest-batch blend)
+    # (inner split: 10.2% vs 24.6% for the nearest-batch blend)
     "attention": Layout(("phase", "D", "W"), ("B", "H", "HKV"), "curve", neighbours=2, power=1.0, gate=3.0,
-                        blend="axes"),
+                        blend="axes", smooth=0.01),
 }
 KEY_STRIDE = 64.0  # > log2 of any curve value + hold: keys of different sites never interleave
 
@@ -323,6 +326,8 @@ def _axis_brackets(coords: np.ndarray, q: np.ndarray, value: np.ndarray, eligibl
         else:
             est = inside
         w = np.where(np.isfinite(width), 1.0 / np.maximum(width, 1e-6) ** layout.axis_power, 0.0)
+        if layout.smooth > 0:  # trust the axis whose two brackets agree: less curvature between them
+            w = w / (layout.smooth + np.abs(np.where(both, v_hi - v_lo, 0.0)))
         acc += np.where(w > 0, w * est, 0.0)
         total += w
     found = total > 0
