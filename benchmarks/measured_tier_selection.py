@@ -48,7 +48,7 @@ def candidates(family: str) -> dict[str, Layout]:
     best = replace(base, blend="axes")
     for share in (0.25, 0.5):
         out[f"axes-p1-mix{share:g}"] = replace(best, idw_share=share)
-    if family == "attention":  # query heads as a second site axis: bracket along B and along H (same KV heads)
+    if family == "attention":  # query heads (and KV heads) as site axes beside the batch
         heads = replace(best, categorical=("phase", "HKV", "D", "W"), site_axes=("B", "H"))
         out["axes-BH"] = heads
         out["axes-BH-p2"] = replace(heads, axis_power=2.0)

@@ -53,7 +53,7 @@ LAYOUTS: dict[str, Layout] = {
     # only where no axis brackets
     "gemm": Layout(("block_aligned",), ("N", "K"), "M", neighbours=4, power=2.0, gate=3.0, blend="axes",
                    smooth=0.01),
-    # attention: batch, query heads and KV heads are site axes, each bracketed on the grid at the others' values
+    # attention: batch, query heads and KV heads are site axes, each bracketed at the others' values
     # (inner split: 10.2% vs 24.6% for the nearest-batch blend)
     "attention": Layout(("phase", "D", "W"), ("B", "H", "HKV"), "curve", neighbours=2, power=1.0, gate=3.0,
                         blend="axes", smooth=0.01),
