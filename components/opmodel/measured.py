@@ -7,14 +7,18 @@ interpolated quantity is the efficiency ``util = roofline time / measured time``
 ``runtime = roofline(question) / util``:
 
 1. exact hit (the site and the curve point were measured) -> the measured median, verbatim; 2. the question's
-  site was measured -> its own curve, linear in log(curve axis); 3. an unmeasured site -> inverse-distance
-  blend (in log2 of the site axes) of the efficiencies of the nearest measured sites whose curves cover the
-  question, within ``gate`` octaves; 4. past a curve's end by at most ``hold`` octaves -> the boundary
+  site was measured -> its own curve, linear in log(curve axis); 3. an unmeasured site -> bracketed along each
+  site axis on the measured grid (the nearest covering sites below and above it that share its other site
+  coordinates, linear in log2 of that axis; the axes' estimates weighted by 1 / bracket width and by how well
+  the two brackets agree), or, where no axis brackets it, an inverse-distance blend (in log2 of the site axes)
+  of the nearest covering sites; only sites within ``gate`` octaves; 4. past a curve's end by at most ``hold`` octaves -> the boundary
   efficiency held; farther, or no site near -> no answer here (NaN): the engine falls through to the
   calibrated or spec tier.
 
 Everything is array work over (questions x candidate sites): candidate sites come from a padded table per
-categorical group, curve lookups are one ``np.searchsorted`` over all sites' keys.
+categorical group, are chosen once per distinct question site (the nearest within the gate and the two nearest
+along each site axis's line), and curve lookups are one ``np.searchsorted`` over all sites' keys. The layouts
+are chosen on an inner split of each GPU's training sites by ``benchmarks/measured_tier_selection.py``.
 """
 
 from __future__ import annotations
