@@ -12,8 +12,8 @@ interpolated quantity is the efficiency ``util = roofline time / measured time``
   coordinates, linear in log2 of that axis; the axes' estimates weighted by 1 / bracket width and by how well
   the two brackets agree), or, where no axis brackets it, an inverse-distance blend (in log2 of the site axes)
   of the nearest covering sites; only sites within ``gate`` octaves; 4. past a curve's end by at most
-  ``hold`` octaves -> the boundary efficiency held; farther, or no site near -> no answer here (NaN): the engine falls through to the
-  calibrated or spec tier.
+  ``hold`` octaves -> the boundary efficiency held; farther, or no site near -> no answer here (NaN): the
+  engine falls through to the calibrated or spec tier.
 
 Everything is array work over (questions x candidate sites): candidate sites come from a padded table per
 categorical group, are chosen once per distinct question site (the nearest within the gate and the two nearest
