@@ -61,8 +61,11 @@ def _summary(results: list[dict[str, Any]]) -> dict[str, Any]:
     for family, part in frame.groupby("family"):
         out["metrics"][f"{family}_runtime_mape"] = float(part["sum_ape"].sum() / part["n"].sum())
         out["metrics"][f"{family}_roofline_mape"] = float(part["sum_roof"].sum() / part["n"].sum())
-        per = part.groupby("device")[["sum_ape", "sum_roof", "n"]].sum()
-        gpu = {d: {"mape": float(r.sum_ape / r.n), "roofline_mape": float(r.sum_roof / r.n), "n": int(r.n)}
+        if "coverage" in part:  # rows asked, where the tier may decline some
+            part = part.assign(asked=np.where(part["coverage"] > 0, part["n"] / part["coverage"], 0.0))
+        per = part.groupby("device")[[c for c in ("sum_ape", "sum_roof", "n", "asked") if c in part]].sum()
+        gpu = {d: {"mape": float(r.sum_ape / r.n), "roofline_mape": float(r.sum_roof / r.n), "n": int(r.n),
+                   **({"coverage": float(r.n / r.asked)} if "asked" in r and r.asked > 0 else {})}
                for d, r in per.iterrows()}
         out["per_gpu"][family] = gpu
         out["metrics"][f"worst_gpu_{family}_runtime_mape"] = max(g["mape"] for g in gpu.values())
@@ -183,55 +186,71 @@ def _calibration_scores(model: Any, store: dict[str, pd.DataFrame], held: str, s
     return out
 
 
+SITE_COLUMNS: dict[str, tuple[str, ...]] = {"gemm": ("N", "K"),
+                                            "attention": ("phase", "H", "HKV", "D", "W", "B")}
+SHAPE_COLUMNS = ("M", "N", "K", "B", "S", "KV", "H", "HKV", "D", "W", "phase")
+
+
 def _held_sites(family: str, frame: pd.DataFrame) -> np.ndarray:
     from components.opmodel.spec import hash_fraction
 
-    site = ["N", "K"] if family == "gemm" else ["phase", "H", "HKV", "D", "W", "B"]
-    return hash_fraction(frame, site) < HELD_SHARE
+    return hash_fraction(frame, list(SITE_COLUMNS[family])) < HELD_SHARE
+
+
+def measured_groups(store: dict[str, pd.DataFrame], family: str, gpus: tuple[str, ...] | None = None):
+    """(key, rows, spec, kv_dtype) per measured (GPU, dtype[, kv_dtype]) table of ``family`` in the catalog,
+    with the rows the measured tier has a layout for (GEMM M >= 1; attention prefill S = KV or decode)."""
+    from components.devices.catalog import load_catalog
+
+    frame = store.get(family)
+    if frame is None:
+        return
+    catalog = load_catalog()
+    if family == "gemm":
+        frame = frame[frame["M"] >= 1]
+    else:
+        frame = frame[(frame["S"] == 1) | (frame["S"] == frame["KV"])]
+    keys = ["device_id", "dtype"] + (["kv_dtype"] if family == "attention" else [])
+    for key, part in frame.groupby(keys, sort=True, observed=True):
+        device = str(key[0])
+        if device not in catalog or (gpus and device not in gpus):
+            continue
+        yield key, part, catalog.get(device), (key[2] if family == "attention" else None)
+
+
+def score_group(family: str, part: pd.DataFrame, held: np.ndarray, spec: Any, dtype: str, kv: str | None,
+                test_per_group: int | None, layout: Any = None) -> tuple[np.ndarray, int, float]:
+    """The measured tier built from ``part[~held]`` answers ``part[held]`` (capped by hash): the APEs of the
+    answered rows, the rows asked, and the roofline's summed APE over the answered rows."""
+    from components.physics import roofline as physics
+    from components.opmodel.measured import SiteTable
+
+    table = SiteTable(family, part[~held], spec, dtype, kv, layout=layout)
+    test = _cap(part[held], [c for c in part.columns if c in SHAPE_COLUMNS], test_per_group, "shape")
+    shape = _shape(family, test)
+    roof = physics.roofline(family, dtype, shape, spec, kv)
+    got = table.resolve(shape, roof.time_us).duration_us
+    ok = np.isfinite(got)
+    true = test["latency_us"].to_numpy(dtype="float64")
+    ape = np.abs(got[ok] - true[ok]) / true[ok]
+    return ape, len(test), float(np.sum(np.abs(roof.time_us[ok] - true[ok]) / true[ok]))
 
 
 def unseen_shape(store: dict[str, pd.DataFrame], *, test_per_group: int | None = 2000,
                  gpus: tuple[str, ...] | None = None) -> dict[str, Any]:
     """Whole sites held out of each measured GPU's table, answered by the measured tier from the rest."""
-    from components.devices.catalog import load_catalog
-    from components.physics import roofline as physics
-    from components.opmodel.measured import SiteTable
-
-    catalog = load_catalog()
     results, median_ape = [], {}
     for family in ("gemm", "attention"):
-        frame = store.get(family)
-        if frame is None:
-            continue
-        if family == "gemm":
-            frame = frame[frame["M"] >= 1]
-        else:
-            frame = frame[(frame["S"] == 1) | (frame["S"] == frame["KV"])]
-        keys = ["device_id", "dtype"] + (["kv_dtype"] if family == "attention" else [])
         apes = []
-        for key, part in frame.groupby(keys, sort=True, observed=True):
-            device = str(key[0])
-            if device not in catalog or (gpus and device not in gpus):
-                continue
-            spec = catalog.get(device)
-            kv = key[2] if family == "attention" else None
+        for key, part, spec, kv in measured_groups(store, family, gpus):
             held = _held_sites(family, part)
             if not held.any() or held.all():
                 continue
-            table = SiteTable(family, part[~held], spec, key[1], kv)
-            dims = [c for c in part.columns
-                    if c in ("M", "N", "K", "B", "S", "KV", "H", "HKV", "D", "W", "phase")]
-            test = _cap(part[held], dims, test_per_group, "shape")
-            shape = _shape(family, test)
-            roof = physics.roofline(family, key[1], shape, spec, kv)
-            got = table.resolve(shape, roof.time_us).duration_us
-            ok = np.isfinite(got)
-            true = test["latency_us"].to_numpy(dtype="float64")
-            ape = np.abs(got[ok] - true[ok]) / true[ok]
+            ape, asked, sum_roof = score_group(family, part, held, spec, key[1], kv, test_per_group)
             apes.append(ape)
-            results.append({"family": family, "device": device, "dtype": "|".join(map(str, key[1:])),
-                            "n": int(ok.sum()), "coverage": float(ok.mean()), "sum_ape": float(ape.sum()),
-                            "sum_roof": float(np.sum(np.abs(roof.time_us[ok] - true[ok]) / true[ok]))})
+            results.append({"family": family, "device": str(key[0]), "dtype": "|".join(map(str, key[1:])),
+                            "n": len(ape), "coverage": len(ape) / asked if asked else 0.0,
+                            "sum_ape": float(ape.sum()), "sum_roof": sum_roof})
         if apes:
             median_ape[family] = float(np.median(np.concatenate(apes)))
     out = _summary(results)
@@ -265,3 +284,86 @@ def gate_entry(split: str, store_dir: Path, datasets_root: Path | None,
             "n": n, "seconds": round(time.perf_counter() - started, 1), "metrics": result["metrics"],
             "report": {"per_gpu": result.get("per_gpu", {}), "caps": result.get("caps")}, "timings": [],
             "note": None}
+
+
+# ------------------------------------------------------------------ `kernelcast bench accuracy` rows
+
+ENGINE_FAMILY = "op engine"  # the bench table's column for the engine's answer (tier per split)
+ROOFLINE_FAMILY = "roofline"
+SPLIT_TIERS = {"aiconfigurator-unseen-gpu": "spec tier", "aiconfigurator-unseen-shape": "measured tier"}
+
+
+def bench_rows(split: str, entry: dict[str, Any]) -> list[dict[str, Any]]:
+    """A gate entry (``gate_entry``) as accuracy-bench rows (``components.evaluation.bench``'s row shape):
+    runtime MAPE per op family, per (op family, GPU), and the median/worst GPU, the engine beside the
+    roofline."""
+    metrics, per_gpu = entry["metrics"], entry["report"]["per_gpu"]
+    rows: list[dict[str, Any]] = []
+
+    def add(scope: str, family: str, value: float | None, n: int, coverage: float | None = None,
+            metric: str = "mape") -> None:
+        ours = None if value is None else round(float(value), 4)
+        asked = int(round(n / coverage)) if coverage else int(n)
+        rows.append({"split": split, "family": family, "target": f"duration_us[{scope}]", "scope": scope,
+                     "metric": metric, "ours": ours, "n": int(n), "n_asked": asked,
+                     "coverage": None if coverage is None else round(float(coverage), 4),
+                     "published": None, "published_by": None})
+
+    for op, gpus in sorted(per_gpu.items()):
+        n = sum(g["n"] for g in gpus.values())
+        asked = sum(g["n"] / g["coverage"] for g in gpus.values() if g.get("coverage"))
+        coverage = n / asked if asked else None
+        add(f"op={op}", ENGINE_FAMILY, metrics.get(f"{op}_runtime_mape"), n, coverage)
+        add(f"op={op}", ROOFLINE_FAMILY, metrics.get(f"{op}_roofline_mape"), n, coverage)
+        if f"{op}_median_ape" in metrics:
+            add(f"op={op}", ENGINE_FAMILY, metrics[f"{op}_median_ape"], n, coverage, metric="median_ape")
+        for device, g in sorted(gpus.items()):
+            add(f"op={op},device={device}", ENGINE_FAMILY, g["mape"], g["n"], g.get("coverage"))
+            add(f"op={op},device={device}", ROOFLINE_FAMILY, g["roofline_mape"], g["n"], g.get("coverage"))
+        worst = max(gpus, key=lambda d: gpus[d]["mape"])
+        add(f"op={op},median GPU", ENGINE_FAMILY, metrics.get(f"median_gpu_{op}_runtime_mape"), len(gpus))
+        add(f"op={op},worst GPU={worst}", ENGINE_FAMILY, gpus[worst]["mape"], gpus[worst]["n"])
+    return rows
+
+
+def extend_result(result: Any, splits: list[str], store_dir: Path, datasets_root: Path | None, *,
+                  log: Any = lambda _: None) -> None:
+    """Run the asked op-engine splits on the measured store at ``store_dir`` (the gate's caps); append their
+    rows and a note per split to ``result`` (a ``bench.BenchResult``)."""
+    for split in splits:
+        entry = gate_entry(split, Path(store_dir), datasets_root)
+        log(f"{split}: {entry['n']} rows, {entry['seconds']} s")
+        result.rows += bench_rows(split, entry)
+        caps = ", ".join(f"{k} {v}" for k, v in (entry["report"].get("caps") or {}).items())
+        tier = SPLIT_TIERS.get(split, "")
+        result.notes.append(f"{split} ({tier}, components/evaluation/opmodel_bench.py): "
+                            f"AIConfigurator's measured tables in {store_dir}, GPUs "
+                            f"{', '.join(entry['folds'])}; rows capped by hash per (GPU, dtype): {caps}")
+
+
+def markdown_section(rows: list[dict[str, Any]]) -> list[str]:
+    """README lines for the op-engine splits: one line per (split, op family, GPU) with the engine's and the
+    roofline's runtime MAPE, the rows and the share answered; [] when no such rows."""
+    ours = [r for r in rows if r["split"] in SPLIT_TIERS and r["metric"] in ("mape", "median_ape")]
+    if not ours:
+        return []
+    keyed: dict[tuple[str, str], dict[str, Any]] = {}
+    for row in ours:
+        entry = keyed.setdefault((row["split"], row["scope"]), {})
+        entry[(row["family"], row["metric"])] = row["ours"]
+        entry["n"], entry["coverage"] = row.get("n_asked", row["n"]), row.get("coverage")
+
+    def pct(value: Any) -> str:
+        return "–" if value is None else f"{100 * float(value):.1f}%"
+
+    lines = ["", "Op engine on AIConfigurator's measured tables (runtime MAPE; GPUs held out of every source "
+             "for unseen-gpu, whole GEMM (N, K) sites / attention groups held out of a measured GPU for "
+             "unseen-shape):",
+             "", "| split | tier | scope | op engine | median APE | roofline | rows | answered |",
+             "|---|---|---|---|---|---|---|---|"]
+    for (split, scope), entry in keyed.items():
+        lines.append("| " + " | ".join([
+            split, SPLIT_TIERS[split], scope.replace("op=", "").replace("device=", "").replace(",", ", "),
+            pct(entry.get((ENGINE_FAMILY, "mape"))), pct(entry.get((ENGINE_FAMILY, "median_ape"))),
+            pct(entry.get((ROOFLINE_FAMILY, "mape"))), str(entry["n"]), pct(entry["coverage"])]) + " |")
+    return lines

@@ -7,14 +7,18 @@ interpolated quantity is the efficiency ``util = roofline time / measured time``
 ``runtime = roofline(question) / util``:
 
 1. exact hit (the site and the curve point were measured) -> the measured median, verbatim; 2. the question's
-  site was measured -> its own curve, linear in log(curve axis); 3. an unmeasured site -> inverse-distance
-  blend (in log2 of the site axes) of the efficiencies of the nearest measured sites whose curves cover the
-  question, within ``gate`` octaves; 4. past a curve's end by at most ``hold`` octaves -> the boundary
-  efficiency held; farther, or no site near -> no answer here (NaN): the engine falls through to the
-  calibrated or spec tier.
+  site was measured -> its own curve, linear in log(curve axis); 3. an unmeasured site -> bracketed along each
+  site axis on the measured grid (the nearest covering sites below and above it that share its other site
+  coordinates, linear in log2 of that axis; the axes' estimates weighted by 1 / bracket width and by how well
+  the two brackets agree), or, where no axis brackets it, an inverse-distance blend (in log2 of the site axes)
+  of the nearest covering sites; only sites within ``gate`` octaves; 4. past a curve's end by at most
+  ``hold`` octaves -> the boundary efficiency held; farther, or no site near -> no answer here (NaN): the
+  engine falls through to the calibrated or spec tier.
 
 Everything is array work over (questions x candidate sites): candidate sites come from a padded table per
-categorical group, curve lookups are one ``np.searchsorted`` over all sites' keys.
+categorical group, are chosen once per distinct question site (the nearest within the gate and the two nearest
+along each site axis's line), and curve lookups are one ``np.searchsorted`` over all sites' keys. The layouts
+are chosen on an inner split of each GPU's training sites by ``benchmarks/measured_tier_selection.py``.
 """
 
 from __future__ import annotations
@@ -39,12 +43,24 @@ class Layout:
     power: float  # inverse-distance power
     gate: float = 2.0  # octaves: farther sites do not transfer
     hold: float = 1.0  # octaves past a curve's end where its boundary efficiency is held
+    blend: str = "idw"  # "axes": bracket along each site axis on the measured grid first, IDW where none
+    axis_power: float = 1.0  # weight of an axis estimate: 1 / bracket width ** axis_power
+    one_sided: float = 0.0  # > 0: an axis bracketed on one side only holds its nearest site, at this weight
+    idw_share: float = 0.0  # "axes": share of the inverse-distance blend mixed into a bracketed answer
+    smooth: float = 0.0  # > 0: an axis's weight also / (smooth + |log-util step across its bracket|)
+    space: str = "util"  # what "axes" interpolates between sites: log util or log latency
 
 
 LAYOUTS: dict[str, Layout] = {
-    "gemm": Layout((), ("N", "K"), "M", neighbours=4, power=2.0),
-    # attention: batch is a site axis (linear in log B between the two bracketing batches)
-    "attention": Layout(("phase", "H", "HKV", "D", "W"), ("B",), "curve", neighbours=2, power=1.0),
+    # chosen on an inner split of each GPU's training sites (benchmarks/measured_tier_selection.py): bracket
+    # along N and along K on the measured grid (1 / width weights, more to the axis whose brackets agree), IDW
+    # only where no axis brackets
+    "gemm": Layout(("block_aligned",), ("N", "K"), "M", neighbours=4, power=2.0, gate=3.0, blend="axes",
+                   smooth=0.01),
+    # attention: batch, query heads and KV heads are site axes, each bracketed at the others' values
+    # (inner split: 10.2% vs 24.6% for the nearest-batch blend)
+    "attention": Layout(("phase", "D", "W"), ("B", "H", "HKV"), "curve", neighbours=2, power=1.0, gate=3.0,
+                        blend="axes", smooth=0.01),
 }
 KEY_STRIDE = 64.0  # > log2 of any curve value + hold: keys of different sites never interleave
 
@@ -65,7 +81,17 @@ def attention_phase(s: np.ndarray, kv: np.ndarray) -> np.ndarray:
     return np.where(s == 1, "decode", np.where(s == kv, "prefill", "chunk")).astype(object)
 
 
-def _with_curve(family: str, frame: pd.DataFrame) -> pd.DataFrame:
+BLOCK_SCALED = {"fp8_block": 128}  # dtype -> scale block edge: N or K off the block grid runs another kernel
+
+
+def _with_curve(family: str, frame: pd.DataFrame, dtype: str = "") -> pd.DataFrame:
+    if family == "gemm":
+        # block-scaled GEMMs: a shape off the scale-block grid falls back to a kernel tens of times slower
+        # (fp8_block on H100: N = 64 -> 90 us, N = 128 -> 4.4 us at M = 64), so the two never share efficiency
+        block = BLOCK_SCALED.get(dtype)
+        aligned = ((frame["N"].to_numpy() % block == 0) & (frame["K"].to_numpy() % block == 0)) if block \
+            else np.ones(len(frame), bool)
+        frame = frame.assign(block_aligned=aligned.astype("int64"))
     if family == "attention":
         frame = frame.assign(curve=np.where(frame["phase"].to_numpy() == "decode", frame["KV"], frame["S"]))
         frame = frame.assign(W=frame["W"] if "W" in frame else 0)
@@ -75,10 +101,11 @@ def _with_curve(family: str, frame: pd.DataFrame) -> pd.DataFrame:
 class SiteTable:
     """The measured kernels of one (family, device, dtype[, kv_dtype]) as sites + curves."""
 
-    def __init__(self, family: str, frame: pd.DataFrame, spec: Any, dtype: str, kv_dtype: str | None) -> None:
-        layout = LAYOUTS[family]
+    def __init__(self, family: str, frame: pd.DataFrame, spec: Any, dtype: str, kv_dtype: str | None,
+                 layout: Layout | None = None) -> None:
+        layout = layout or LAYOUTS[family]
         self.family, self.layout, self.spec, self.dtype, self.kv_dtype = family, layout, spec, dtype, kv_dtype
-        frame = _with_curve(family, frame)
+        frame = _with_curve(family, frame, dtype)
         dims = [*layout.site_axes, layout.curve_axis]
         positive = np.all(frame[dims].to_numpy(dtype="float64") >= 1, axis=1)
         if family == "attention":
@@ -103,6 +130,7 @@ class SiteTable:
         order = np.lexsort((logc, site_index))
         self.keys = site_index[order] * KEY_STRIDE + logc[order]
         self.log_util = np.log(util[order])
+        self.log_roof = np.log(roof.time_us[order])
         self.latency = latency[order]
         spread = (frame["latency_max_us"] - frame["latency_min_us"]).to_numpy(dtype="float64") / latency
         self.spread = spread[order]
@@ -130,7 +158,7 @@ class SiteTable:
         frame = pd.DataFrame({k: np.broadcast_to(np.asarray(v), (n,)) for k, v in shape.items()})
         if self.family == "attention":
             frame["phase"] = attention_phase(frame["S"].to_numpy(), frame["KV"].to_numpy())
-            frame = _with_curve("attention", frame)
+        frame = _with_curve(self.family, frame, self.dtype)
         cats = _categories(frame, layout.categorical)
         q_cat = cats.map(self.cat_codes).to_numpy(dtype="float64")
         known = np.isfinite(q_cat)
@@ -142,10 +170,32 @@ class SiteTable:
             rows = rows[frame["B"].to_numpy(dtype="float64")[rows] == 1]
         q_coords = np.log2(frame.loc[rows, list(layout.site_axes)].to_numpy(dtype="float64"))
         q_logc = np.log2(frame.loc[rows, layout.curve_axis].to_numpy(dtype="float64"))
-        cand = self.cat_sites[q_cat[rows].astype("int64")]  # (Q, C)
+        # which sites can answer depends on the question's site only: found once per distinct site
+        site_key = np.column_stack([q_cat[rows], q_coords])
+        distinct, inverse = np.unique(site_key, axis=0, return_inverse=True)
+        inverse = inverse.reshape(-1)
+        cand = self.cat_sites[distinct[:, 0].astype("int64")]  # (U, C)
         valid = cand >= 0
+        offset = self.site_coords[np.where(valid, cand, 0)] - distinct[:, None, 1:]
+        dist = np.sqrt((offset**2).sum(axis=2))
+        # only sites within the gate can answer: keep the nearest W columns, W = the most any question has
+        # within it (the same answers, the curve lookups below on far fewer candidates)
+        within = valid & (dist <= layout.gate)
+        width = max(int(within.sum(axis=1).max()), 1)
+        if width > NEAREST_KEPT + 4 * len(layout.site_axes):
+            keep = _nearby_sites(self.site_coords[np.where(valid, cand, 0)], distinct[:, 1:], dist, within)
+            pad = keep < 0
+            keep = np.maximum(keep, 0)
+            within = np.take_along_axis(within, keep, axis=1) & ~pad
+            cand = np.take_along_axis(cand, keep, axis=1)
+            dist = np.take_along_axis(dist, keep, axis=1)
+        elif width < cand.shape[1]:
+            keep = np.argpartition(np.where(within, dist, np.inf), width - 1, axis=1)[:, :width]
+            within = np.take_along_axis(within, keep, axis=1)
+            cand = np.take_along_axis(cand, keep, axis=1)
+            dist = np.take_along_axis(dist, keep, axis=1)
+        valid, cand, dist = within[inverse], cand[inverse], dist[inverse]  # (Q, W)
         safe = np.where(valid, cand, 0)
-        dist = np.sqrt(((self.site_coords[safe] - q_coords[:, None, :]) ** 2).sum(axis=2))
         lo, hi = self.curve_lo[safe], self.curve_hi[safe]
         covered = valid & (q_logc[:, None] >= lo - layout.hold) & (q_logc[:, None] <= hi + layout.hold)
         clipped = np.clip(q_logc[:, None], lo, hi)
@@ -166,18 +216,21 @@ class SiteTable:
         # blend: own site alone where measured; else the nearest covering sites within the gate
         eligible = covered & (dist <= layout.gate)
         d = np.where(own, 0.0, np.where(eligible, dist, np.inf))
-        k = min(layout.neighbours, d.shape[1])
-        nearest = (np.argpartition(d, k - 1, axis=1)[:, :k] if d.shape[1] > k
-                   else np.tile(np.arange(d.shape[1]), (len(rows), 1)))
-        nd = np.take_along_axis(d, nearest, axis=1)
-        nu = np.take_along_axis(log_util, nearest, axis=1)
-        with np.errstate(divide="ignore"):
-            weight = np.where(np.isfinite(nd), 1.0 / np.maximum(nd, 1e-6) ** layout.power, 0.0)
-        own_pick = np.take_along_axis(own, nearest, axis=1)
-        weight = np.where(has_own[:, None], own_pick.astype(float), weight)
+        blended, weight, nd = _idw(d, log_util, own, has_own, layout)
+        if layout.blend == "axes":
+            value = log_util
+            if layout.space == "latency":  # log latency of each site at the question's curve point
+                step = self.log_roof[nxt] - self.log_roof[left]
+                log_roof = self.log_roof[left] + np.clip(t, 0.0, 1.0) * step
+                value = log_roof - log_util
+            axes, found = _axis_brackets(self.site_coords[safe], q_coords, value, eligible, layout)
+            if layout.space == "latency":
+                axes = np.log(roof_time_us[rows]) - axes
+            take = found & ~has_own
+            idw = np.where(np.isfinite(blended), blended, axes)
+            mixed = (1.0 - layout.idw_share) * axes + layout.idw_share * idw
+            blended = np.where(take, mixed, blended)
         total = weight.sum(axis=1)
-        with np.errstate(invalid="ignore", divide="ignore"):
-            blended = (weight * nu).sum(axis=1) / total
         ok = total > 0
         duration = np.where(ok, roof_time_us[rows] / np.clip(np.exp(blended), 1e-6, 1.0), np.nan)
         # exact hits: own site, the curve point itself measured
@@ -195,12 +248,103 @@ class SiteTable:
         return out
 
 
+NEAREST_KEPT = 8  # sites kept per question beside the two nearest on each side of each site axis's line
+
+
+def _nearby_sites(coords: np.ndarray, q: np.ndarray, dist: np.ndarray, within: np.ndarray) -> np.ndarray:
+    """Column indices (U, W) of the candidates that can matter to a question's site: its NEAREST_KEPT nearest
+    within the gate (the inverse-distance fallback) and, per site axis, the two nearest on each side along
+    the line through it (the brackets, with a spare where one does not cover the curve point); -1 pads
+    repeats. coords: (U, C, A), q: (U, A), dist/within: (U, C)."""
+    picks = []
+    k = min(NEAREST_KEPT, dist.shape[1])
+    picks.append(np.argpartition(np.where(within, dist, np.inf), k - 1, axis=1)[:, :k])
+    for a in range(q.shape[1]):
+        line = within.copy()
+        for b in range(q.shape[1]):
+            if b != a:
+                line &= np.abs(coords[:, :, b] - q[:, None, b]) < 1e-9
+        delta = coords[:, :, a] - q[:, None, a]
+        for side in (delta < 0, delta > 0):
+            gap = np.where(line & side, np.abs(delta), np.inf)
+            two = min(2, gap.shape[1])
+            chosen = np.argpartition(gap, two - 1, axis=1)[:, :two]
+            ok = np.isfinite(np.take_along_axis(gap, chosen, axis=1))
+            picks.append(np.where(ok, chosen, -1))
+    keep = np.sort(np.concatenate(picks, axis=1), axis=1)
+    repeat = np.zeros_like(keep, dtype=bool)
+    repeat[:, 1:] = keep[:, 1:] == keep[:, :-1]
+    return np.where(repeat, -1, keep)
+
+
+def _idw(d: np.ndarray, log_util: np.ndarray, own: np.ndarray, has_own: np.ndarray,
+         layout: Layout) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Inverse-distance blend of the ``layout.neighbours`` nearest eligible sites (distance ``d``, inf where
+    not eligible); the own site alone where it was measured. Returns (blend, weights, their distances)."""
+    k = min(layout.neighbours, d.shape[1])
+    nearest = (np.argpartition(d, k - 1, axis=1)[:, :k] if d.shape[1] > k
+               else np.tile(np.arange(d.shape[1]), (len(d), 1)))
+    nd = np.take_along_axis(d, nearest, axis=1)
+    nu = np.take_along_axis(log_util, nearest, axis=1)
+    with np.errstate(divide="ignore"):
+        weight = np.where(np.isfinite(nd), 1.0 / np.maximum(nd, 1e-6) ** layout.power, 0.0)
+    own_pick = np.take_along_axis(own, nearest, axis=1)
+    weight = np.where(has_own[:, None], own_pick.astype(float), weight)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        blended = (weight * nu).sum(axis=1) / weight.sum(axis=1)
+    return blended, weight, nd
+
+
+def _axis_brackets(coords: np.ndarray, q: np.ndarray, value: np.ndarray, eligible: np.ndarray,
+                   layout: Layout) -> tuple[np.ndarray, np.ndarray]:
+    """Per site axis, along the measured grid: the nearest eligible sites below and above the question that
+    share its other coordinates, ``value`` linear in log2 of that axis between them; the axes' estimates
+    averaged, each weighted by 1 / its bracket width in octaves (a tight bracket knows more). One-sided
+    axes (the question past the grid's edge on it) hold the nearest site's value at a lower weight.
+    coords: (Q, C, A) candidate sites, q: (Q, A), value/eligible: (Q, C). Returns (estimate, found)."""
+    n_axes = q.shape[1]
+    total = np.zeros(len(q))
+    acc = np.zeros(len(q))
+    for a in range(n_axes):
+        others = [b for b in range(n_axes) if b != a]
+        line = eligible.copy()
+        for b in others:
+            line &= np.abs(coords[:, :, b] - q[:, None, b]) < 1e-9
+        delta = coords[:, :, a] - q[:, None, a]
+        below = np.where(line & (delta < 0), delta, -np.inf)
+        above = np.where(line & (delta > 0), delta, np.inf)
+        lo, hi = below.argmax(axis=1), above.argmin(axis=1)
+        d_lo = -np.take_along_axis(below, lo[:, None], axis=1)[:, 0]
+        d_hi = np.take_along_axis(above, hi[:, None], axis=1)[:, 0]
+        v_lo = np.take_along_axis(value, lo[:, None], axis=1)[:, 0]
+        v_hi = np.take_along_axis(value, hi[:, None], axis=1)[:, 0]
+        both = np.isfinite(d_lo) & np.isfinite(d_hi)
+        with np.errstate(invalid="ignore", divide="ignore"):
+            inside = v_lo + d_lo / (d_lo + d_hi) * (v_hi - v_lo)
+        width = np.where(both, d_lo + d_hi, np.inf)
+        if layout.one_sided > 0:
+            nearest = np.where(d_lo <= d_hi, v_lo, v_hi)
+            near_d = np.minimum(d_lo, d_hi)
+            est = np.where(both, inside, nearest)
+            width = np.where(both, width, near_d / layout.one_sided)
+        else:
+            est = inside
+        w = np.where(np.isfinite(width), 1.0 / np.maximum(width, 1e-6) ** layout.axis_power, 0.0)
+        if layout.smooth > 0:  # trust the axis whose two brackets agree: less curvature between them
+            w = w / (layout.smooth + np.abs(np.where(both, v_hi - v_lo, 0.0)))
+        acc += np.where(w > 0, w * est, 0.0)
+        total += w
+    found = total > 0
+    with np.errstate(invalid="ignore", divide="ignore"):
+        return np.where(found, acc / total, np.nan), found
+
+
 def _categories(frame: pd.DataFrame, columns: tuple[str, ...]) -> pd.Series:
     """One text key per row of the categorical columns (numbers as integers: 64 and 64.0 are one count)."""
     if not columns:
         return pd.Series("", index=frame.index)
     parts = [frame[c].astype("int64").astype(str) if c != "phase" else frame[c].astype(str) for c in columns]
-    return pd.concat(parts, axis=1).agg("|".join, axis=1)
+    return parts[0].str.cat(parts[1:], sep="|") if len(parts) > 1 else parts[0]
 
 
 def _shape_of(family: str, frame: pd.DataFrame) -> dict[str, np.ndarray]:

@@ -74,6 +74,9 @@ def accuracy_command(
     ray: Annotated[bool, typer.Option("--ray/--no-ray", help=(
         "Ray tasks: leave-one-GPU-out folds side by side (when Ray has more than one CPU), else each "
         "target's fit"))] = True,
+    store: Annotated[Path | None, typer.Option("--store", help=(
+        "measured store for the op-engine splits aiconfigurator-unseen-shape / -unseen-gpu (default: the "
+        "state folder's data/opmodel/store, which `make pipeline` builds)"))] = None,
     calibration_rows: Annotated[list[int] | None, typer.Option("--calibration-rows", help=(
         "calibration tier: with --split unseen-gpu, give each held-out GPU K rows of the calibration suite "
         "and score its other kernels (repeatable: 0 25 100 400 gives the curve; components/evaluation/calibration.py)"))] = None,
@@ -89,6 +92,7 @@ def accuracy_command(
     from components.evaluation.harness import read_feature_table
     from components.evaluation.splits import SPLITS, unseen_gpu_devices
     from components.models.tabular import TabularConfig
+    from components.platform.config import OPMODEL_SPLITS
     from components.platform.config import load_params as read_params
     from components.training.tabular import make_predictor
 
@@ -106,10 +110,13 @@ def accuracy_command(
             raise UserError("--calibration-rows runs on --split unseen-gpu alone, the tabular family, without --markdown")
     families = _families(family)
     splits = split or list(BENCH_SPLITS)
-    unknown = [s for s in splits if s not in SPLITS and s not in PROGRAM_SPLITS and s not in SERVING_SPLITS]
+    unknown = [s for s in splits if s not in SPLITS and s not in PROGRAM_SPLITS and s not in SERVING_SPLITS
+               and s not in OPMODEL_SPLITS]
     if unknown:
         raise UserError(f"unknown split {', '.join(unknown)}; choose from "
-                        f"{', '.join((*SPLITS, *PROGRAM_SPLITS, *SERVING_SPLITS))}")
+                        f"{', '.join((*SPLITS, *PROGRAM_SPLITS, *SERVING_SPLITS, *OPMODEL_SPLITS))}")
+    opmodel_splits = [s for s in splits if s in OPMODEL_SPLITS]  # the op engine: AIConfigurator's store
+    splits = [s for s in splits if s not in OPMODEL_SPLITS]
     program_splits = [s for s in splits if s in PROGRAM_SPLITS]  # whole programs: from the canonical tables
     serving_splits = [s for s in splits if s in SERVING_SPLITS]  # LLM deployments: from the datasets in place
     splits = [s for s in splits if s not in PROGRAM_SPLITS and s not in SERVING_SPLITS]
@@ -127,6 +134,15 @@ def accuracy_command(
             raise UserError(f"--markdown: {exc}") from None
     settings = prepared_settings()
     params = read_params(settings.params_file)
+    store_dir = None
+    if opmodel_splits:  # checked before any fitting
+        from components.opmodel.store import MANIFEST_NAME
+        from components.opmodel.train import state_store
+
+        store_dir = store or state_store(settings)
+        if not (Path(store_dir) / MANIFEST_NAME).is_file():
+            raise UserError(f"--store {store_dir}: no measured store there (its {MANIFEST_NAME} is missing); "
+                            "`make pipeline` builds one in the state folder, or pass --store DIR")
     train_params = params.get("train", {}) or {}
     rows_cap = max_train_rows or int(train_params.get("bench_max_train_rows", DEFAULT_BENCH_ROWS))
     gpu_rows = min_gpu_rows or int(train_params.get("bench_min_gpu_rows", DEFAULT_MIN_GPU_ROWS))
@@ -189,6 +205,8 @@ def accuracy_command(
               "hyper-parameters fixed in params.yaml, none tuned on a test side", *([llm_note] if llm_note else [])]
 
     command = _command_line(family, split, device, max_train_rows, min_gpu_rows, max_test_rows)
+    if store is not None and opmodel_splits:
+        command += f" --store {store}"
 
     def save(partial) -> None:  # noqa: ANN001 -- BenchResult; written after every (split, family)
         if json_file is not None:
@@ -204,6 +222,12 @@ def accuracy_command(
         from components.evaluation.kernelbench_bench import extend_result
 
         extend_result(result, canonical_dir, settings.cache_dir, log=lambda line: typer.echo(line, err=True))
+        save(result)
+    if opmodel_splits:  # the op engine on AIConfigurator's tables (components/evaluation/opmodel_bench.py)
+        from components.evaluation.opmodel_bench import extend_result as extend_opmodel
+
+        extend_opmodel(result, opmodel_splits, store_dir, Path(settings.datasets_dir),
+                       log=lambda line: typer.echo(line, err=True))
         save(result)
     if serving_splits:  # LLM deployments on measured serving runs (components/deployments/bench.py)
         from components.deployments.bench import extend_result as extend_serving

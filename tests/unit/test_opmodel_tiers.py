@@ -197,3 +197,67 @@ def test_calibration_ridge_corrects_what_the_shifts_leave_and_stays_off_with_few
     plain = fit_calibration(engine, suite, h100, CalibrationSettings(ridge=False, local_scale=0.0))
     assert plain["_ridge"] == {} and plain["_local"] == {} and plain["_settings"]["local_scale"] == 0.0
     assert settings_for(90) == CHOSEN_SETTINGS[100] and settings_for(500) == CHOSEN_SETTINGS[400]
+
+
+def _held_out_gemm(built, dtype: str):
+    from components.devices.catalog import load_catalog
+    from components.physics import roofline as physics
+    from components.opmodel.spec import hash_fraction
+
+    gemm = built[2]
+    gemm = gemm[(gemm["dtype"] == dtype) & (gemm["M"] >= 1)]
+    h100 = load_catalog().get("h100-sxm")
+    held = hash_fraction(gemm, ["N", "K"]) < 0.2
+    test = gemm[held]
+    shape = {k: test[k].to_numpy(dtype="float64") for k in ("M", "N", "K")}
+    return gemm[~held], test, shape, physics.roofline("gemm", dtype, shape, h100).time_us, h100
+
+
+def test_grid_brackets_beat_the_nearest_site_blend_and_pruning_changes_no_answer(built, monkeypatch) -> None:
+    from dataclasses import replace
+
+    from components.opmodel import measured
+    from components.opmodel.measured import LAYOUTS, SiteTable
+
+    train, test, shape, roof, h100 = _held_out_gemm(built, "bf16")
+    true = test["latency_us"].to_numpy()
+    got = SiteTable("gemm", train, h100, "bf16", None).resolve(shape, roof)
+    before = replace(LAYOUTS["gemm"], categorical=(), blend="idw", gate=2.0)  # the default before selection
+    old = SiteTable("gemm", train, h100, "bf16", None, layout=before).resolve(shape, roof).duration_us
+    ape, old_ape = np.abs(got.duration_us - true) / true, np.abs(old - true) / true
+    assert np.isfinite(got.duration_us).all() and not got.exact.any()
+    assert ape.mean() < 0.8 * old_ape.mean() and np.median(ape) < 0.05
+    assert (got.duration_us >= roof * (1 - 1e-9)).all()  # never below the roofline
+    # the candidate pruning (nearest sites + line brackets) gives the answers of the search over every site
+    monkeypatch.setattr(measured, "NEAREST_KEPT", 10**6)
+    full = SiteTable("gemm", train, h100, "bf16", None).resolve(shape, roof).duration_us
+    np.testing.assert_allclose(got.duration_us, full, rtol=1e-12)
+
+
+def test_block_scaled_gemm_sites_never_borrow_across_the_scale_block_grid(built) -> None:
+    from dataclasses import replace
+
+    from components.devices.catalog import load_catalog
+    from components.physics import roofline as physics
+    from components.opmodel.measured import LAYOUTS, SiteTable
+
+    gemm = built[2]
+    gemm = gemm[(gemm["dtype"] == "fp8_block") & (gemm["M"] >= 1)]
+    aligned = ((gemm["N"] % 128 == 0) & (gemm["K"] % 128 == 0)).to_numpy()
+    h100 = load_catalog().get("h100-sxm")
+    # K = 64 is off the 128-wide scale-block grid: another (fallback) kernel, 2-3x slower in this table
+    test = gemm[(gemm["N"] == 128) & (gemm["K"] == 64)]
+    assert len(test) and (test["latency_us"].median() > 1.5 * gemm[aligned]["latency_us"].median())
+    shape = {k: test[k].to_numpy(dtype="float64") for k in ("M", "N", "K")}
+    roof = physics.roofline("gemm", "fp8_block", shape, h100).time_us
+    kept = SiteTable("gemm", gemm[aligned], h100, "fp8_block", None).resolve(shape, roof)
+    assert np.isnan(kept.duration_us).all() and (kept.neighbours == 0).all()  # the spec tier answers instead
+    plain = replace(LAYOUTS["gemm"], categorical=())
+    mixed = SiteTable("gemm", gemm[aligned], h100, "fp8_block", None, layout=plain).resolve(shape, roof)
+    assert np.isfinite(mixed.duration_us).all()  # without the split the aligned sites would answer it
+    # an aligned question is answered by aligned sites
+    inside = gemm[aligned].iloc[::50]
+    shape = {k: inside[k].to_numpy(dtype="float64") for k in ("M", "N", "K")}
+    got = SiteTable("gemm", gemm[aligned], h100, "fp8_block", None).resolve(
+        shape, physics.roofline("gemm", "fp8_block", shape, h100).time_us)
+    assert got.exact.all()
