@@ -34,7 +34,7 @@ def evaluate_task(inputs: EvaluateInputs, settings: Settings, params: dict[str, 
     if ray_folds:
         from functools import partial
 
-        from components.evaluation.bench import ray_fold_executor
+        from components.evaluation.folds import ray_fold_executor
         from components.platform.runtime import ensure_ray
 
         executor = partial(ray_fold_executor, start_ray=lambda: ensure_ray(settings))

@@ -1,6 +1,6 @@
 """Prefect task: the evaluation itself as Ray tasks, one per (split fold, family).
 
-``components.evaluation.bench.run_accuracy_bench`` with its ``ray_fold_executor``: each fold of
+``components.evaluation.bench.run_accuracy_bench`` with ``folds.ray_fold_executor``: each fold of
 each split (leave-one-GPU-out: one fold per GPU) is fitted and scored in its own single-CPU Ray
 task, so the held-out-GPU evaluation scales out over a cluster. The report (the same JSON as
 ``kernelcast bench accuracy --json``) is written atomically; its unseen-gpu rows are what the
@@ -28,7 +28,9 @@ def evaluate_folds_task(features_file: str, families: list[str], splits: list[st
     """Fit and score every (split fold, family) as Ray tasks; write ``out_file``; return the report."""
     from components.common.atomic import atomic_write_text
     from components.devices import load_catalog
-    from components.evaluation.bench import published_figures, ray_fold_executor, run_accuracy_bench
+    from components.evaluation.bench import run_accuracy_bench
+    from components.evaluation.folds import ray_fold_executor
+    from components.evaluation.published import published_figures
     from components.evaluation.harness import read_feature_table
     from components.models.tabular import TabularConfig
     from components.platform.runtime import ensure_ray

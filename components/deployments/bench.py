@@ -1244,8 +1244,8 @@ def write_serving_markdown(path: Path, section: str) -> None:
 def write_readme(path: Path, result: Any, command: str, render: Callable[[Any, str], str],
                  write_bench: Callable[[Path, str], None]) -> None:
     """Write a bench run into a README: the serving splits' rows into the serving block, every other row
-    into the bench block (``render``/``write_bench``: ``evaluation.bench``'s); a run of serving splits
-    alone leaves the bench block as it is."""
+    into the bench block (``render``/``write_bench``: ``evaluation.bench_markdown``'s); a run of serving
+    splits alone leaves the bench block as it is."""
     serving = [r for r in result.rows if r["split"] in SPLITS]
     others = [r for r in result.rows if r["split"] not in SPLITS]
     if others or not serving:

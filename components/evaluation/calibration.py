@@ -397,7 +397,7 @@ def run_cli_bench(table: pd.DataFrame, ks: Sequence[int], params: dict[str, Any]
     from pathlib import Path
 
     from components.common.atomic import atomic_write_text
-    from components.evaluation.bench import select_folds
+    from components.evaluation.folds import select_folds
 
     calibration = CalibrationParams.from_params(params)
     folds = select_folds(table, "unseen-gpu", min_gpu_rows, devices)

@@ -33,7 +33,7 @@ from typing import TYPE_CHECKING, Any
 import pandas as pd
 
 from components.common.sampling import unit_hash_series
-from components.evaluation.bench import Factory, FoldExecutor, FoldJob, FoldOutcome, serial_fold_executor
+from components.evaluation.folds import Factory, FoldExecutor, FoldJob, FoldOutcome, serial_fold_executor
 from components.evaluation.harness import capped_rows, evaluate_frame, evaluate_predictor, flat_metrics, split_folds
 from components.evaluation.splits import Fold, unseen_gpu_devices, unseen_gpu_split
 from components.models.base import CLASS_TARGET, NUMERIC_TARGETS
@@ -46,7 +46,7 @@ REPORT_KIND = "kernelcast-gate-report"
 # Columns an artifact-scored fold keeps for the report (as bench's refit folds do; features stay behind).
 REPORT_COLUMNS: tuple[str, ...] = ("measurement_id", "kernel_id", "device_id", "source", "family", "op", "dtype",
                                    CLASS_TARGET, "roofline_class_published", *NUMERIC_TARGETS)
-# Builds a fold executor around a factory: ``functools.partial(bench.ray_fold_executor, start_ray=...)``
+# Builds a fold executor around a factory: ``functools.partial(folds.ray_fold_executor, start_ray=...)``
 # runs refit folds as Ray tasks; None runs them one after the other in this process.
 ExecutorFactory = Callable[[Factory], FoldExecutor]
 REFIT_FAMILIES: tuple[str, ...] = ("tabular",)

@@ -273,7 +273,7 @@ def evaluate_stage(inputs: EvaluateInputs, settings: Settings, params: dict[str,
     ``excluded_seen``), write the JSON report atomically, and log it unless ``inputs.log`` is off.
 
     With ``inputs.gate`` it writes the promotion gate's report instead (``gate_stage``);
-    ``fold_executor`` (e.g. ``functools.partial(bench.ray_fold_executor, start_ray=...)``) runs its
+    ``fold_executor`` (e.g. ``functools.partial(folds.ray_fold_executor, start_ray=...)``) runs its
     refit folds side by side; None runs them one after the other here.
     """
     if inputs.gate:

@@ -85,14 +85,16 @@ def accuracy_command(
     from components.common.atomic import atomic_write
     from components.devices import load_catalog
     from components.devices.catalog import UnknownDeviceError
-    from components.evaluation.bench import (
-        BENCH_MIN_DEVICES_PER_SOURCE, BENCH_SPLITS, PROGRAM_SPLITS, SERVING_SPLITS, BenchResult, check_markdown_target,
-        markdown_table, published_figures, ray_fold_executor, readme_markdown, run_accuracy_bench, write_markdown,
+    from components.evaluation.bench import BENCH_SPLITS, PROGRAM_SPLITS, BenchResult, run_accuracy_bench
+    from components.evaluation.bench_markdown import (
+        check_markdown_target, markdown_table, readme_markdown, write_markdown,
     )
+    from components.evaluation.folds import BENCH_MIN_DEVICES_PER_SOURCE, ray_fold_executor
     from components.evaluation.harness import read_feature_table
+    from components.evaluation.published import published_figures
     from components.evaluation.splits import SPLITS, unseen_gpu_devices
     from components.models.tabular import TabularConfig
-    from components.platform.config import OPMODEL_SPLITS
+    from components.platform.config import OPMODEL_SPLITS, SERVING_SPLITS
     from components.platform.config import load_params as read_params
     from components.training.tabular import make_predictor
 
@@ -175,7 +177,7 @@ def accuracy_command(
                       json_file, echo=typer.echo, log=lambda line: typer.echo(line, err=True))
         return
 
-    def factory(name: str, train, split_name: str):  # noqa: ANN001, ANN202 -- bench.Factory
+    def factory(name: str, train, split_name: str):  # noqa: ANN001, ANN202 -- folds.Factory
         return make_predictor(name, train, split_name, config, settings, use_ray=ray)
 
     def fold_factory(name: str, train, split_name: str):  # noqa: ANN001, ANN202 -- runs inside a Ray task
@@ -261,7 +263,8 @@ def markdown_command(
         "existing file (e.g. README.md), or a new file"))],
 ) -> None:
     """Rewrite the README accuracy section from a saved `bench accuracy --json` run (no refitting)."""
-    from components.evaluation.bench import BenchResult, readme_markdown, write_markdown
+    from components.evaluation.bench import BenchResult
+    from components.evaluation.bench_markdown import readme_markdown, write_markdown
 
     if not from_json.is_file():
         raise UserError(f"--from {from_json}: file not found (write one with `kernelcast bench accuracy --json`)")

@@ -5,7 +5,8 @@ from __future__ import annotations
 import pandas as pd
 import pytest
 
-from components.evaluation.bench import ray_fold_executor, run_accuracy_bench
+from components.evaluation.bench import run_accuracy_bench
+from components.evaluation.folds import ray_fold_executor
 from tests.unit.test_bench import DeviceErrorPredictor, feature_table
 
 pytestmark = pytest.mark.slow
@@ -13,7 +14,7 @@ pytestmark = pytest.mark.slow
 ERROR = {"a100-pcie-40gb": 0.05, "h100-sxm5": 0.4, "rtx-3080": 0.15, "h100-pcie": 0.3}
 
 
-def _factory(family: str, train: pd.DataFrame, split: str):  # noqa: ANN202 -- bench.Factory
+def _factory(family: str, train: pd.DataFrame, split: str):  # noqa: ANN202 -- folds.Factory
     return DeviceErrorPredictor(train, ERROR, missing=frozenset({"rtx-3080"})), 0.0
 
 

@@ -14,18 +14,16 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from components.evaluation.bench import (
+from components.evaluation.bench import BenchResult, rows_for, run_accuracy_bench
+from components.evaluation.bench_markdown import (
     MARKER_END,
     MARKER_START,
-    BenchResult,
     check_markdown_target,
     markdown_table,
     readme_markdown,
-    rows_for,
-    run_accuracy_bench,
-    select_folds,
     write_markdown,
 )
+from components.evaluation.folds import select_folds
 from components.evaluation.harness import evaluate_predictor
 from components.evaluation.splits import unseen_gpu_devices, unseen_gpu_split
 
@@ -134,7 +132,7 @@ def test_bench_reports_every_gpu_per_source_overall_and_the_median() -> None:
     error = {"a100-pcie-40gb": 0.10, "h100-sxm5": 0.30, "rtx-3080": 0.20, "h100-pcie": 0.22, "t4": 0.9}
     trained: dict[str, frozenset[str]] = {}
 
-    def factory(family: str, train: pd.DataFrame, split: str):  # noqa: ANN202 -- bench.Factory
+    def factory(family: str, train: pd.DataFrame, split: str):  # noqa: ANN202 -- folds.Factory
         predictor = DeviceErrorPredictor(train, error)
         held_out = sorted(set(table["device_id"]) - predictor.train_devices)
         trained[",".join(held_out)] = predictor.train_devices
@@ -163,7 +161,7 @@ def test_bench_reports_every_gpu_per_source_overall_and_the_median() -> None:
 
 def test_parallel_fold_executor_is_used_for_the_families_that_fit() -> None:
     """A fold executor gets the jobs of the parallel families only; the others run here."""
-    from components.evaluation.bench import serial_fold_executor
+    from components.evaluation.folds import serial_fold_executor
 
     table = feature_table()
     calls: list[tuple[str, int]] = []

@@ -179,7 +179,8 @@ def test_params_gate_names_the_serving_splits():
 
 @needs_data
 def test_readme_serving_block_is_written_and_the_bench_block_left_alone(catalog, tmp_path: Path):
-    from components.evaluation.bench import BenchResult, readme_markdown, write_markdown
+    from components.evaluation.bench import BenchResult
+    from components.evaluation.bench_markdown import readme_markdown, write_markdown
 
     runs = read_pipeweave_runs(DATA)
     bench = run_pipeweave_bench(DATA, catalog, runs=runs[runs["gpu"].isin(["A100", "H100", "L40"])])

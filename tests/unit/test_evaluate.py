@@ -10,9 +10,11 @@ import pandas as pd
 import pytest
 from typer.testing import CliRunner
 
-from components.evaluation.bench import Published, markdown_table, rows_for
+from components.evaluation.bench import rows_for
+from components.evaluation.bench_markdown import markdown_table
 from components.evaluation.harness import evaluate_predictor, flat_metrics, with_split_columns
 from components.evaluation.plots import write_plots
+from components.evaluation.published import Published
 
 
 class ScaledPredictor:

@@ -28,7 +28,8 @@ def store_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 def test_unseen_shape_rows_sit_beside_the_roofline_per_gpu_and_render_in_the_readme(store_dir: Path) -> None:
-    from components.evaluation.bench import BenchResult, readme_markdown
+    from components.evaluation.bench import BenchResult
+    from components.evaluation.bench_markdown import readme_markdown
     from components.evaluation.opmodel_bench import ENGINE_FAMILY, ROOFLINE_FAMILY, extend_result
 
     result = BenchResult()
