@@ -19,12 +19,13 @@ def check_marked_block(path: Path, name: str) -> None:
     text = Path(path).read_text() if Path(path).is_file() else ""
     start, end = text.find(start_marker), text.find(end_marker)
     if text and (start < 0 or end < start or text.count(start_marker) > 1):
-        raise ValueError(f"{path} has no single {start_marker} ... {end_marker} section: add both markers (on "
-                         "their own lines, in that order) where the generated table goes")
+        raise ValueError(f"{path} has no single {start_marker} ... {end_marker} section: add both markers "
+                         "(on their own lines, in that order) where the generated table goes")
 
 
 def write_marked_block(path: Path, name: str, section: str) -> None:
-    """Replace the ``name`` block of ``path`` with ``section`` atomically (a missing file gets just the block)."""
+    """Replace the ``name`` block of ``path`` with ``section`` atomically (a missing file gets just the
+    block)."""
     from components.common.atomic import atomic_write
 
     check_marked_block(path, name)
