@@ -247,8 +247,15 @@ def accuracy_command(
     if markdown is not None:
         try:
             from components.deployments.bench import write_readme
+            from components.evaluation.opmodel_bench import split_opengine
 
-            write_readme(markdown, result, command, readme_markdown, write_markdown)
+            result, engine_rows, engine_notes = split_opengine(result)
+            if engine_rows:  # the op engine's own README block; the rest as before
+                from components.evaluation.opmodel_bench import write_opengine_markdown
+
+                write_opengine_markdown(markdown, engine_rows, engine_notes, command)
+            if result.rows or not engine_rows:
+                write_readme(markdown, result, command, readme_markdown, write_markdown)
         except ValueError as exc:
             raise UserError(str(exc)) from None
         typer.echo(f"wrote {markdown}")
