@@ -98,6 +98,29 @@ def _with_curve(family: str, frame: pd.DataFrame, dtype: str = "") -> pd.DataFra
     return frame
 
 
+def _empty(n: int) -> Resolved:
+    return Resolved(np.full(n, np.nan), np.zeros(n, bool), np.zeros(n, "int64"), np.full(n, np.nan),
+                    np.full(n, np.nan))
+
+
+def _question_columns(family: str, shape: dict[str, np.ndarray], n: int, dtype: str) -> dict[str, np.ndarray]:
+    """The question columns ``_with_curve`` adds to a frame, as plain arrays (no DataFrame per call)."""
+    columns = {k: np.broadcast_to(np.asarray(v), (n,)) for k, v in shape.items()}
+    if family == "gemm":
+        block = BLOCK_SCALED.get(dtype)
+        aligned = ((columns["N"] % block == 0) & (columns["K"] % block == 0)) if block else np.ones(n, bool)
+        columns["block_aligned"] = aligned.astype("int64")
+    if family == "attention":
+        columns["phase"] = attention_phase(columns["S"], columns["KV"])
+        columns["curve"] = np.where(columns["phase"] == "decode", columns["KV"], columns["S"])
+        if "W" not in columns:
+            columns["W"] = np.zeros(n, "int64")
+    return columns
+
+
+SITE_KEY_STRIDE = 4096.0  # > the span of log2 of any site coordinate (+ gate): categories never interleave
+
+
 class SiteTable:
     """The measured kernels of one (family, device, dtype[, kv_dtype]) as sites + curves."""
 
@@ -123,6 +146,8 @@ class SiteTable:
         self.cat_codes = {c: i for i, c in enumerate(pd.unique(sites["_cat"]))}
         site_cat = sites["_cat"].map(self.cat_codes).to_numpy()
         self.site_coords = np.log2(sites[list(layout.site_axes)].to_numpy(dtype="float64"))
+        # sites are sorted by (category, first site axis): one sorted key finds a category's run near a value
+        self.site_sort_key = site_cat * SITE_KEY_STRIDE + self.site_coords[:, 0]
         site_index = pd.Series(np.arange(len(sites)),
                                index=pd.MultiIndex.from_frame(sites)).reindex(
             pd.MultiIndex.from_frame(pd.concat(site_cols, axis=1))).to_numpy()
@@ -149,10 +174,78 @@ class SiteTable:
         self.n_rows = len(frame)
 
     def resolve(self, shape: dict[str, np.ndarray], roof_time_us: np.ndarray) -> Resolved:
+        """The measured tier's answer per question (see the module docstring). Candidate sites are found
+        per distinct question site on the sorted site coordinates: only sites within ``gate`` octaves on the
+        first site axis can be within the (Euclidean) gate, and those are one contiguous run of site indices
+        per category -- the same candidates, in the same order, as the whole category (``_reference_resolve``),
+        without the sites that cannot answer."""
         layout = self.layout
         n = len(roof_time_us)
-        out = Resolved(np.full(n, np.nan), np.zeros(n, bool), np.zeros(n, "int64"), np.full(n, np.nan),
-                       np.full(n, np.nan))
+        out = _empty(n)
+        if n == 0 or not len(self.keys):
+            return out
+        columns = _question_columns(self.family, shape, n, self.dtype)
+        q_cat = self._category_codes(columns, n)
+        rows = np.flatnonzero(np.isfinite(q_cat))
+        if not len(rows):
+            return out
+        if self.family == "gemm" and "B" in columns:
+            # batched products: no measured layout
+            rows = rows[np.asarray(columns["B"], dtype="float64")[rows] == 1]
+        q_coords = np.log2(np.column_stack([np.asarray(columns[a], dtype="float64")[rows]
+                                            for a in layout.site_axes]))
+        q_logc = np.log2(np.asarray(columns[layout.curve_axis], dtype="float64")[rows])
+        site_key = np.column_stack([q_cat[rows], q_coords])
+        distinct, inverse = np.unique(site_key, axis=0, return_inverse=True)
+        inverse = inverse.reshape(-1)
+        cand, valid, dist = self._gated_candidates(distinct)
+        return self._answer(out, rows, q_coords, q_logc, roof_time_us, distinct, inverse, cand, valid, dist)
+
+    def _category_codes(self, columns: dict[str, np.ndarray], n: int) -> np.ndarray:
+        """Per question: the code of its categorical group (float, NaN where no site has it), as
+        ``_categories`` + ``cat_codes`` give it, computed once per distinct combination."""
+        names = self.layout.categorical
+        if not names:
+            code = self.cat_codes.get("")
+            return np.full(n, np.nan if code is None else float(code))
+        parts = []
+        for c in names:
+            values = np.asarray(columns[c])
+            if c == "phase":
+                parts.append(values.astype(str))
+                continue
+            if values.dtype.kind == "f" and not np.isfinite(values).all():
+                # the text path's own failure (no integer for NaN/inf), not a silent wrong group
+                frame = pd.DataFrame({k: np.asarray(columns[k]) for k in names})
+                return _categories(frame, names).map(self.cat_codes).to_numpy(dtype="float64")
+            parts.append(values.astype("int64").astype(str))
+        combos, inverse = np.unique(np.column_stack(parts).astype(str), axis=0, return_inverse=True)
+        codes = np.array([self.cat_codes.get("|".join(combo), np.nan) for combo in combos], dtype="float64")
+        return codes[inverse.reshape(-1)]
+
+    def _gated_candidates(self, distinct: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """(U, W) candidate site indices (-1 pads), their validity and distance for each distinct question
+        site (category code, log2 site coordinates): the run of its category's sites, sorted by the first
+        site axis, within ``gate`` octaves of it on that axis."""
+        cat = distinct[:, 0].astype("int64")
+        origin = cat * SITE_KEY_STRIDE
+        slack = self.layout.gate + 1e-6  # wider than the gate: the Euclidean test below decides
+        lo = np.searchsorted(self.site_sort_key, origin + distinct[:, 1] - slack, side="left")
+        hi = np.searchsorted(self.site_sort_key, origin + distinct[:, 1] + slack, side="right")
+        width = max(int((hi - lo).max()), 1)
+        cand = lo[:, None] + np.arange(width)
+        valid = cand < hi[:, None]
+        cand = np.where(valid, cand, -1)
+        offset = self.site_coords[np.where(valid, cand, 0)] - distinct[:, None, 1:]
+        dist = np.sqrt((offset**2).sum(axis=2))
+        return cand, valid, dist
+
+    def _reference_resolve(self, shape: dict[str, np.ndarray], roof_time_us: np.ndarray) -> Resolved:
+        """The former algorithm (pandas question frame, every site of the category a candidate): kept only
+        to check ``resolve`` against (tests/unit/test_measured_fast_resolve.py)."""
+        layout = self.layout
+        n = len(roof_time_us)
+        out = _empty(n)
         if n == 0 or not len(self.keys):
             return out
         frame = pd.DataFrame({k: np.broadcast_to(np.asarray(v), (n,)) for k, v in shape.items()})
@@ -166,11 +259,9 @@ class SiteTable:
         if not len(rows):
             return out
         if self.family == "gemm" and "B" in frame:
-            # batched products: no measured layout
             rows = rows[frame["B"].to_numpy(dtype="float64")[rows] == 1]
         q_coords = np.log2(frame.loc[rows, list(layout.site_axes)].to_numpy(dtype="float64"))
         q_logc = np.log2(frame.loc[rows, layout.curve_axis].to_numpy(dtype="float64"))
-        # which sites can answer depends on the question's site only: found once per distinct site
         site_key = np.column_stack([q_cat[rows], q_coords])
         distinct, inverse = np.unique(site_key, axis=0, return_inverse=True)
         inverse = inverse.reshape(-1)
@@ -178,8 +269,13 @@ class SiteTable:
         valid = cand >= 0
         offset = self.site_coords[np.where(valid, cand, 0)] - distinct[:, None, 1:]
         dist = np.sqrt((offset**2).sum(axis=2))
-        # only sites within the gate can answer: keep the nearest W columns, W = the most any question has
-        # within it (the same answers, the curve lookups below on far fewer candidates)
+        return self._answer(out, rows, q_coords, q_logc, roof_time_us, distinct, inverse, cand, valid, dist)
+
+    def _answer(self, out: Resolved, rows: np.ndarray, q_coords: np.ndarray, q_logc: np.ndarray,
+                roof_time_us: np.ndarray, distinct: np.ndarray, inverse: np.ndarray, cand: np.ndarray,
+                valid: np.ndarray, dist: np.ndarray) -> Resolved:
+        """Curve lookups and blends of the questions ``rows`` given each distinct site's candidates."""
+        layout = self.layout
         within = valid & (dist <= layout.gate)
         width = max(int(within.sum(axis=1).max()), 1)
         if width > NEAREST_KEPT + 4 * len(layout.site_axes):
@@ -190,7 +286,7 @@ class SiteTable:
             cand = np.take_along_axis(cand, keep, axis=1)
             dist = np.take_along_axis(dist, keep, axis=1)
         elif width < cand.shape[1]:
-            keep = np.argpartition(np.where(within, dist, np.inf), width - 1, axis=1)[:, :width]
+            keep = _k_smallest(np.where(within, dist, np.inf), width)
             within = np.take_along_axis(within, keep, axis=1)
             cand = np.take_along_axis(cand, keep, axis=1)
             dist = np.take_along_axis(dist, keep, axis=1)
@@ -258,7 +354,7 @@ def _nearby_sites(coords: np.ndarray, q: np.ndarray, dist: np.ndarray, within: n
     repeats. coords: (U, C, A), q: (U, A), dist/within: (U, C)."""
     picks = []
     k = min(NEAREST_KEPT, dist.shape[1])
-    picks.append(np.argpartition(np.where(within, dist, np.inf), k - 1, axis=1)[:, :k])
+    picks.append(_k_smallest(np.where(within, dist, np.inf), k))
     for a in range(q.shape[1]):
         line = within.copy()
         for b in range(q.shape[1]):
@@ -277,12 +373,24 @@ def _nearby_sites(coords: np.ndarray, q: np.ndarray, dist: np.ndarray, within: n
     return np.where(repeat, -1, keep)
 
 
+def _k_smallest(x: np.ndarray, k: int) -> np.ndarray:
+    """Column indices (rows, k), ascending, of each row's k smallest values; ties go to the leftmost column.
+    Candidates are in site order, so which of equally distant sites is chosen no longer depends on how many
+    others the batch's candidate matrix holds (``np.argpartition`` breaks ties by its own work order)."""
+    k = min(k, x.shape[1])
+    kth = np.partition(x, k - 1, axis=1)[:, k - 1:k]
+    below = x < kth
+    tied = x == kth
+    take = below | (tied & (np.cumsum(tied, axis=1) <= k - below.sum(axis=1, keepdims=True)))
+    return np.nonzero(take)[1].reshape(len(x), k)
+
+
 def _idw(d: np.ndarray, log_util: np.ndarray, own: np.ndarray, has_own: np.ndarray,
          layout: Layout) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Inverse-distance blend of the ``layout.neighbours`` nearest eligible sites (distance ``d``, inf where
     not eligible); the own site alone where it was measured. Returns (blend, weights, their distances)."""
     k = min(layout.neighbours, d.shape[1])
-    nearest = (np.argpartition(d, k - 1, axis=1)[:, :k] if d.shape[1] > k
+    nearest = (_k_smallest(d, k) if d.shape[1] > k
                else np.tile(np.arange(d.shape[1]), (len(d), 1)))
     nd = np.take_along_axis(d, nearest, axis=1)
     nu = np.take_along_axis(log_util, nearest, axis=1)
