@@ -146,8 +146,18 @@ class SiteTable:
         self.cat_codes = {c: i for i, c in enumerate(pd.unique(sites["_cat"]))}
         site_cat = sites["_cat"].map(self.cat_codes).to_numpy()
         self.site_coords = np.log2(sites[list(layout.site_axes)].to_numpy(dtype="float64"))
-        # sites are sorted by (category, first site axis): one sorted key finds a category's run near a value
-        self.site_sort_key = site_cat * SITE_KEY_STRIDE + self.site_coords[:, 0]
+        # sites are sorted by (category, site axes): a *line* is a run of sites sharing the category and all
+        # site coordinates but the last; sorted keys find the lines near a question and the sites near it on
+        # each line (``_gated_candidates``)
+        prefix = np.column_stack([site_cat, self.site_coords[:, :-1]])
+        new_line = np.ones(len(prefix), bool)
+        new_line[1:] = (prefix[1:] != prefix[:-1]).any(axis=1)
+        line_of_site = np.cumsum(new_line) - 1
+        self.line_start = np.flatnonzero(new_line)
+        self.line_prefix = self.site_coords[self.line_start, :-1]
+        self.line_sort_key = (site_cat[self.line_start] * SITE_KEY_STRIDE
+                              + (self.line_prefix[:, 0] if self.line_prefix.shape[1] else 0.0))
+        self.site_line_key = line_of_site * SITE_KEY_STRIDE + self.site_coords[:, -1]
         site_index = pd.Series(np.arange(len(sites)),
                                index=pd.MultiIndex.from_frame(sites)).reindex(
             pd.MultiIndex.from_frame(pd.concat(site_cols, axis=1))).to_numpy()
@@ -225,20 +235,36 @@ class SiteTable:
 
     def _gated_candidates(self, distinct: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """(U, W) candidate site indices (-1 pads), their validity and distance for each distinct question
-        site (category code, log2 site coordinates): the run of its category's sites, sorted by the first
-        site axis, within ``gate`` octaves of it on that axis."""
-        cat = distinct[:, 0].astype("int64")
-        origin = cat * SITE_KEY_STRIDE
+        site (category code, log2 site coordinates): the sites within the gate, in site order. Only sites
+        within ``gate`` octaves on every axis can be within it: the lines near the question (first site axis
+        by one search, the others by a box test), then the run of each line near it on the last axis."""
+        n_distinct = len(distinct)
+        q = distinct[:, 1:]
         slack = self.layout.gate + 1e-6  # wider than the gate: the Euclidean test below decides
-        lo = np.searchsorted(self.site_sort_key, origin + distinct[:, 1] - slack, side="left")
-        hi = np.searchsorted(self.site_sort_key, origin + distinct[:, 1] + slack, side="right")
-        width = max(int((hi - lo).max()), 1)
-        cand = lo[:, None] + np.arange(width)
-        valid = cand < hi[:, None]
-        cand = np.where(valid, cand, -1)
-        offset = self.site_coords[np.where(valid, cand, 0)] - distinct[:, None, 1:]
-        dist = np.sqrt((offset**2).sum(axis=2))
-        return cand, valid, dist
+        origin = distinct[:, 0].astype("int64") * SITE_KEY_STRIDE
+        first = q[:, 0] if self.line_prefix.shape[1] else 0.0
+        l0 = np.searchsorted(self.line_sort_key, origin + first - slack, side="left")
+        l1 = np.searchsorted(self.line_sort_key, origin + first + slack, side="right")
+        pair_q, pair_line = _runs(np.arange(n_distinct), l0, l1 - l0)
+        if self.line_prefix.shape[1] > 1:
+            near = (np.abs(self.line_prefix[pair_line, 1:] - q[pair_q, 1:-1]) <= slack).all(axis=1)
+            pair_q, pair_line = pair_q[near], pair_line[near]
+        line_key = pair_line * SITE_KEY_STRIDE + q[pair_q, -1]
+        lo = np.searchsorted(self.site_line_key, line_key - slack, side="left")
+        hi = np.searchsorted(self.site_line_key, line_key + slack, side="right")
+        site_q, site = _runs(pair_q, lo, hi - lo)  # site_q ascending, sites ascending within each question
+        offset = self.site_coords[site] - q[site_q]
+        dist = np.sqrt((offset**2).sum(axis=1))
+        inside = dist <= self.layout.gate
+        site_q, site, dist = site_q[inside], site[inside], dist[inside]
+        per_q = np.bincount(site_q, minlength=n_distinct)
+        position = np.arange(len(site)) - np.repeat(np.cumsum(per_q) - per_q, per_q)
+        width = max(int(per_q.max()) if n_distinct else 0, 1)
+        cand = np.full((n_distinct, width), -1, dtype="int64")
+        dists = np.full((n_distinct, width), np.inf)
+        cand[site_q, position] = site
+        dists[site_q, position] = dist
+        return cand, cand >= 0, dists
 
     def _reference_resolve(self, shape: dict[str, np.ndarray], roof_time_us: np.ndarray) -> Resolved:
         """The former algorithm (pandas question frame, every site of the category a candidate): kept only
@@ -371,6 +397,15 @@ def _nearby_sites(coords: np.ndarray, q: np.ndarray, dist: np.ndarray, within: n
     repeat = np.zeros_like(keep, dtype=bool)
     repeat[:, 1:] = keep[:, 1:] == keep[:, :-1]
     return np.where(repeat, -1, keep)
+
+
+def _runs(owner: np.ndarray, start: np.ndarray, count: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Flattened runs ``start[i] .. start[i] + count[i] - 1``, each tagged with ``owner[i]``, in order."""
+    count = np.maximum(count, 0)
+    total = int(count.sum())
+    first = np.cumsum(count) - count
+    values = np.arange(total) - np.repeat(first, count) + np.repeat(start, count)
+    return np.repeat(owner, count), values
 
 
 def _k_smallest(x: np.ndarray, k: int) -> np.ndarray:
