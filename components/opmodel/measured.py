@@ -118,6 +118,7 @@ def _question_columns(family: str, shape: dict[str, np.ndarray], n: int, dtype: 
     return columns
 
 
+LINE_SLACK = 1e-6  # octaves: searches reach this far past a radius; the exact distance then decides
 SITE_KEY_STRIDE = 4096.0  # > the span of log2 of any site coordinate (+ gate): categories never interleave
 
 
@@ -158,6 +159,8 @@ class SiteTable:
         self.line_sort_key = (site_cat[self.line_start] * SITE_KEY_STRIDE
                               + (self.line_prefix[:, 0] if self.line_prefix.shape[1] else 0.0))
         self.site_line_key = line_of_site * SITE_KEY_STRIDE + self.site_coords[:, -1]
+        self.site_cat = site_cat.astype("int64")
+        self._axis_lines: dict[int, tuple] = {}  # built on first use (_line_index)
         site_index = pd.Series(np.arange(len(sites)),
                                index=pd.MultiIndex.from_frame(sites)).reindex(
             pd.MultiIndex.from_frame(pd.concat(site_cols, axis=1))).to_numpy()
@@ -208,6 +211,12 @@ class SiteTable:
         site_key = np.column_stack([q_cat[rows], q_coords])
         distinct, inverse = np.unique(site_key, axis=0, return_inverse=True)
         inverse = inverse.reshape(-1)
+        counts = self._within_counts(distinct)
+        if max(int(counts.max()), 1) > NEAREST_KEPT + 4 * len(layout.site_axes):
+            # many sites within the gate: only the nearest and the line brackets can matter (_nearby_sites)
+            cand, valid, dist = self._kept_sites(distinct)
+            return self._answer(out, rows, q_coords, q_logc, roof_time_us, distinct, inverse, cand, valid, dist,
+                                selected=True)
         cand, valid, dist = self._gated_candidates(distinct)
         return self._answer(out, rows, q_coords, q_logc, roof_time_us, distinct, inverse, cand, valid, dist)
 
@@ -257,14 +266,126 @@ class SiteTable:
         dist = np.sqrt((offset**2).sum(axis=1))
         inside = dist <= self.layout.gate
         site_q, site, dist = site_q[inside], site[inside], dist[inside]
+        return _scatter(site_q, site, dist, n_distinct)
+
+    def _line_pairs(self, distinct: np.ndarray, which: np.ndarray,
+                    radius: float) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """(question, line, half-width) of the lines that pass within ``radius`` (+ slack) of the distinct
+        question sites ``which``: half-width = how far along the last axis a site of the line can lie."""
+        q = distinct[:, 1:]
+        origin = distinct[which, 0].astype("int64") * SITE_KEY_STRIDE
+        first = q[which, 0] if self.line_prefix.shape[1] else 0.0
+        l0 = np.searchsorted(self.line_sort_key, origin + first - radius - LINE_SLACK, side="left")
+        l1 = np.searchsorted(self.line_sort_key, origin + first + radius + LINE_SLACK, side="right")
+        pair_q, pair_line = _runs(which, l0, l1 - l0)
+        squares = ((self.line_prefix[pair_line] - q[pair_q, :-1]) ** 2).sum(axis=1)
+        near = squares <= (radius + LINE_SLACK) ** 2
+        pair_q, pair_line, squares = pair_q[near], pair_line[near], squares[near]
+        return pair_q, pair_line, np.sqrt(np.maximum(radius**2 - squares, 0.0))
+
+    def _exact_within(self, distinct: np.ndarray, site_q: np.ndarray, site: np.ndarray,
+                      radius: float) -> tuple[np.ndarray, np.ndarray]:
+        """Distances (the formula every path uses) and whether each is within ``radius`` and the gate."""
+        offset = self.site_coords[site] - distinct[site_q, 1:]
+        dist = np.sqrt((offset**2).sum(axis=1))
+        return dist, (dist <= radius) & (dist <= self.layout.gate)
+
+    def _ball(self, distinct: np.ndarray, which: np.ndarray,
+              radius: float) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """Flat (question, site, distance) of the sites within ``radius`` of the question sites ``which``."""
+        pair_q, pair_line, half = self._line_pairs(distinct, which, radius)
+        centre = pair_line * SITE_KEY_STRIDE + distinct[pair_q, -1]
+        lo = np.searchsorted(self.site_line_key, centre - half - LINE_SLACK, side="left")
+        hi = np.searchsorted(self.site_line_key, centre + half + LINE_SLACK, side="right")
+        site_q, site = _runs(pair_q, lo, hi - lo)
+        dist, inside = self._exact_within(distinct, site_q, site, radius)
+        return site_q[inside], site[inside], dist[inside]
+
+    def _within_counts(self, distinct: np.ndarray) -> np.ndarray:
+        """Per distinct question site: how many sites lie within the gate. On each line the sites within are
+        one run along the last axis: the run's interior by search, only its ends by the exact distance."""
+        gate = self.layout.gate
+        pair_q, pair_line, half = self._line_pairs(distinct, np.arange(len(distinct)), gate)
+        centre = pair_line * SITE_KEY_STRIDE + distinct[pair_q, -1]
+        lo = np.searchsorted(self.site_line_key, centre - half - LINE_SLACK, side="left")
+        hi = np.searchsorted(self.site_line_key, centre + half + LINE_SLACK, side="right")
+        inner = np.maximum(half - LINE_SLACK, 0.0)
+        lo_in = np.clip(np.searchsorted(self.site_line_key, centre - inner, side="left"), lo, hi)
+        hi_in = np.clip(np.searchsorted(self.site_line_key, centre + inner, side="right"), lo_in, hi)
+        hi_in = np.where(half > LINE_SLACK, hi_in, lo_in)  # no sure interior: every site checked
+        counts = np.bincount(pair_q, weights=hi_in - lo_in, minlength=len(distinct))
+        edge_q, edge = _runs(np.concatenate([pair_q, pair_q]), np.concatenate([lo, hi_in]),
+                             np.concatenate([lo_in - lo, hi - hi_in]))
+        _, inside = self._exact_within(distinct, edge_q, edge, gate)
+        counts += np.bincount(edge_q[inside], minlength=len(distinct))
+        return counts.astype("int64")
+
+    def _line_index(self, axis: int) -> tuple[dict, np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+        """Sites sorted along ``axis`` within lines of equal category and other site coordinates: (line of a
+        rounded (category, other coordinates) key, sorted site ids, sorted keys, line starts, line stops)."""
+        if axis not in self._axis_lines:
+            coords = self.site_coords
+            others = [b for b in range(coords.shape[1]) if b != axis]
+            ident = np.column_stack([self.site_cat, _rounded(coords[:, others])])
+            order = np.lexsort((coords[:, axis], *[ident[:, j] for j in reversed(range(ident.shape[1]))]))
+            ident = ident[order]
+            new_line = np.ones(len(order), bool)
+            new_line[1:] = (ident[1:] != ident[:-1]).any(axis=1)
+            line = np.cumsum(new_line) - 1
+            starts = np.flatnonzero(new_line)
+            stops = np.append(starts[1:], len(order))
+            lookup = {tuple(row): i for i, row in enumerate(ident[starts].tolist())}
+            self._axis_lines[axis] = (lookup, order, line * SITE_KEY_STRIDE + coords[order, axis], starts, stops)
+        return self._axis_lines[axis]
+
+    def _line_picks(self, distinct: np.ndarray, axis: int) -> tuple[np.ndarray, np.ndarray]:
+        """Flat (question, site): the two nearest sites on each side of each question site along ``axis`` on
+        the line through it (the same other coordinates), within the gate (``_nearby_sites``'s brackets)."""
+        lookup, order, key, starts, stops = self._line_index(axis)
+        others = [b for b in range(distinct.shape[1] - 1) if b != axis]
+        ident = np.column_stack([distinct[:, 0].astype("int64"), _rounded(distinct[:, 1:][:, others])])
+        line = np.array([lookup.get(tuple(row), -1) for row in ident.tolist()], dtype="int64")
+        which = np.flatnonzero(line >= 0)
+        line = line[which]
+        centre = line * SITE_KEY_STRIDE + distinct[which, 1 + axis]
+        below = np.searchsorted(key, centre, side="left")
+        above = np.searchsorted(key, centre, side="right")
+        position = np.concatenate([below - 1, below - 2, above, above + 1])
+        owner = np.tile(which, 4)
+        ok = (position >= np.tile(starts[line], 4)) & (position < np.tile(stops[line], 4))
+        site_q, site = owner[ok], order[position[ok]]
+        _, inside = self._exact_within(distinct, site_q, site, self.layout.gate)
+        return site_q[inside], site[inside]
+
+    def _kept_sites(self, distinct: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """(U, W) candidates as ``_nearby_sites`` keeps them from the whole category, in site order: the
+        NEAREST_KEPT nearest within the gate (ties to the lower site) and the line brackets of every axis.
+        The nearest are searched within one octave first, within the gate only where that holds too few."""
+        n_distinct, n_sites = len(distinct), len(self.site_coords)
+        gate = self.layout.gate
+        radius = min(1.0, gate)
+        site_q, site, dist = self._ball(distinct, np.arange(n_distinct), radius)
+        enough = np.bincount(site_q, minlength=n_distinct) >= NEAREST_KEPT
+        retry = np.flatnonzero(~enough)
+        if len(retry) and radius < gate:
+            first = enough[site_q]
+            more_q, more, more_d = self._ball(distinct, retry, gate)
+            site_q = np.concatenate([site_q[first], more_q])
+            site = np.concatenate([site[first], more])
+            dist = np.concatenate([dist[first], more_d])
+        order = np.lexsort((site, dist, site_q))
+        site_q, site = site_q[order], site[order]
         per_q = np.bincount(site_q, minlength=n_distinct)
-        position = np.arange(len(site)) - np.repeat(np.cumsum(per_q) - per_q, per_q)
-        width = max(int(per_q.max()) if n_distinct else 0, 1)
-        cand = np.full((n_distinct, width), -1, dtype="int64")
-        dists = np.full((n_distinct, width), np.inf)
-        cand[site_q, position] = site
-        dists[site_q, position] = dist
-        return cand, cand >= 0, dists
+        rank = np.arange(len(site)) - np.repeat(np.cumsum(per_q) - per_q, per_q)
+        picked_q, picked = [site_q[rank < NEAREST_KEPT]], [site[rank < NEAREST_KEPT]]
+        for axis in range(distinct.shape[1] - 1):
+            line_q, line_site = self._line_picks(distinct, axis)
+            picked_q.append(line_q)
+            picked.append(line_site)
+        flat = np.unique(np.concatenate(picked_q) * n_sites + np.concatenate(picked))
+        site_q, site = flat // n_sites, flat % n_sites
+        dist, _ = self._exact_within(distinct, site_q, site, gate)
+        return _scatter(site_q, site, dist, n_distinct)
 
     def _reference_resolve(self, shape: dict[str, np.ndarray], roof_time_us: np.ndarray) -> Resolved:
         """The former algorithm (pandas question frame, every site of the category a candidate): kept only
@@ -299,12 +420,15 @@ class SiteTable:
 
     def _answer(self, out: Resolved, rows: np.ndarray, q_coords: np.ndarray, q_logc: np.ndarray,
                 roof_time_us: np.ndarray, distinct: np.ndarray, inverse: np.ndarray, cand: np.ndarray,
-                valid: np.ndarray, dist: np.ndarray) -> Resolved:
-        """Curve lookups and blends of the questions ``rows`` given each distinct site's candidates."""
+                valid: np.ndarray, dist: np.ndarray, selected: bool = False) -> Resolved:
+        """Curve lookups and blends of the questions ``rows`` given each distinct site's candidates
+        (``selected``: already the sites ``_nearby_sites`` would keep)."""
         layout = self.layout
         within = valid & (dist <= layout.gate)
         width = max(int(within.sum(axis=1).max()), 1)
-        if width > NEAREST_KEPT + 4 * len(layout.site_axes):
+        if selected:
+            pass
+        elif width > NEAREST_KEPT + 4 * len(layout.site_axes):
             keep = _nearby_sites(self.site_coords[np.where(valid, cand, 0)], distinct[:, 1:], dist, within)
             pad = keep < 0
             keep = np.maximum(keep, 0)
@@ -397,6 +521,24 @@ def _nearby_sites(coords: np.ndarray, q: np.ndarray, dist: np.ndarray, within: n
     repeat = np.zeros_like(keep, dtype=bool)
     repeat[:, 1:] = keep[:, 1:] == keep[:, :-1]
     return np.where(repeat, -1, keep)
+
+
+def _scatter(site_q: np.ndarray, site: np.ndarray, dist: np.ndarray,
+             n_distinct: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Flat (question, site, distance), questions ascending, as padded (U, W) candidates, validity, distance."""
+    per_q = np.bincount(site_q, minlength=n_distinct)
+    position = np.arange(len(site)) - np.repeat(np.cumsum(per_q) - per_q, per_q)
+    width = max(int(per_q.max()) if n_distinct else 0, 1)
+    cand = np.full((n_distinct, width), -1, dtype="int64")
+    dists = np.full((n_distinct, width), np.inf)
+    cand[site_q, position] = site
+    dists[site_q, position] = dist
+    return cand, cand >= 0, dists
+
+
+def _rounded(coords: np.ndarray) -> np.ndarray:
+    """log2 coordinates as integers (2**-20 octave): equal sizes are one key even an ulp apart."""
+    return np.round(coords * 2.0**20).astype("int64")
 
 
 def _runs(owner: np.ndarray, start: np.ndarray, count: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
