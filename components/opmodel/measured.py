@@ -205,6 +205,8 @@ class SiteTable:
         if self.family == "gemm" and "B" in columns:
             # batched products: no measured layout
             rows = rows[np.asarray(columns["B"], dtype="float64")[rows] == 1]
+            if not len(rows):  # every question batched (the former code failed on the empty site set)
+                return out
         q_coords = np.log2(np.column_stack([np.asarray(columns[a], dtype="float64")[rows]
                                             for a in layout.site_axes]))
         q_logc = np.log2(np.asarray(columns[layout.curve_axis], dtype="float64")[rows])
@@ -407,6 +409,8 @@ class SiteTable:
             return out
         if self.family == "gemm" and "B" in frame:
             rows = rows[frame["B"].to_numpy(dtype="float64")[rows] == 1]
+            if not len(rows):
+                return out
         q_coords = np.log2(frame.loc[rows, list(layout.site_axes)].to_numpy(dtype="float64"))
         q_logc = np.log2(frame.loc[rows, layout.curve_axis].to_numpy(dtype="float64"))
         site_key = np.column_stack([q_cat[rows], q_coords])
