@@ -362,24 +362,26 @@ class SiteTable:
     def _kept_sites(self, distinct: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """(U, W) candidates as ``_nearby_sites`` keeps them from the whole category, in site order: the
         NEAREST_KEPT nearest within the gate (ties to the lower site) and the line brackets of every axis.
-        The nearest are searched within one octave first, within the gate only where that holds too few."""
+        The nearest are searched within NEAREST_RADII first, within the whole gate only where those hold too
+        few."""
         n_distinct, n_sites = len(distinct), len(self.site_coords)
         gate = self.layout.gate
-        radius = min(1.0, gate)
-        site_q, site, dist = self._ball(distinct, np.arange(n_distinct), radius)
-        enough = np.bincount(site_q, minlength=n_distinct) >= NEAREST_KEPT
-        retry = np.flatnonzero(~enough)
-        if len(retry) and radius < gate:
-            first = enough[site_q]
-            more_q, more, more_d = self._ball(distinct, retry, gate)
-            site_q = np.concatenate([site_q[first], more_q])
-            site = np.concatenate([site[first], more])
-            dist = np.concatenate([dist[first], more_d])
-        order = np.lexsort((site, dist, site_q))
-        site_q, site = site_q[order], site[order]
-        per_q = np.bincount(site_q, minlength=n_distinct)
-        rank = np.arange(len(site)) - np.repeat(np.cumsum(per_q) - per_q, per_q)
-        picked_q, picked = [site_q[rank < NEAREST_KEPT]], [site[rank < NEAREST_KEPT]]
+        picked_q, picked = [], []
+        todo = np.arange(n_distinct)
+        for radius in [r for r in NEAREST_RADII if r < gate] + [gate]:
+            site_q, site, dist = self._ball(distinct, todo, radius)
+            cand, valid, dists = _scatter(np.searchsorted(todo, site_q), site, dist, len(todo))
+            done = (valid.sum(axis=1) >= NEAREST_KEPT) | (radius >= gate)
+            # the k nearest of those within the radius are the k nearest within the gate: all sites at
+            # the k-th distance lie inside it, so ties still go to the lower site (the columns' order)
+            near = _k_smallest(np.where(valid[done], dists[done], np.inf), NEAREST_KEPT)
+            chosen = np.take_along_axis(cand[done], near, axis=1)
+            owner = np.broadcast_to(todo[done][:, None], chosen.shape)
+            picked_q.append(owner[chosen >= 0])
+            picked.append(chosen[chosen >= 0])
+            todo = todo[~done]
+            if not len(todo):
+                break
         for axis in range(distinct.shape[1] - 1):
             line_q, line_site = self._line_picks(distinct, axis)
             picked_q.append(line_q)
@@ -498,6 +500,7 @@ class SiteTable:
         return out
 
 
+NEAREST_RADII = (0.75, 1.5)  # octaves: the nearest sites are searched within these first (_kept_sites)
 NEAREST_KEPT = 8  # sites kept per question beside the two nearest on each side of each site axis's line
 
 
