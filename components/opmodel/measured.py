@@ -156,8 +156,18 @@ class SiteTable:
         line_of_site = np.cumsum(new_line) - 1
         self.line_start = np.flatnonzero(new_line)
         self.line_prefix = self.site_coords[self.line_start, :-1]
-        self.line_sort_key = (site_cat[self.line_start] * SITE_KEY_STRIDE
-                              + (self.line_prefix[:, 0] if self.line_prefix.shape[1] else 0.0))
+        # lines are sorted by (category, prefix coordinates): at depth j the lines sharing the category and
+        # the first j prefix coordinates are a run (a group), sorted by prefix coordinate j within it
+        line_ident = np.column_stack([site_cat[self.line_start], self.line_prefix])
+        self.line_group: list[np.ndarray] = []  # depth j -> group id of each line
+        self.group_first_line: list[np.ndarray] = []  # depth j -> first line of each group
+        for depth in range(self.line_prefix.shape[1] + 1):
+            starts = np.ones(len(line_ident), bool)
+            starts[1:] = (line_ident[1:, :depth + 1] != line_ident[:-1, :depth + 1]).any(axis=1)
+            self.line_group.append(np.cumsum(starts) - 1)
+            self.group_first_line.append(np.flatnonzero(starts))
+        self.depth_key = [self.line_group[j] * SITE_KEY_STRIDE + self.line_prefix[:, j]
+                          for j in range(self.line_prefix.shape[1])]
         self.site_line_key = line_of_site * SITE_KEY_STRIDE + self.site_coords[:, -1]
         self.site_cat = site_cat.astype("int64")
         self._axis_lines: dict[int, tuple] = {}  # built on first use (_line_index)
@@ -246,44 +256,32 @@ class SiteTable:
 
     def _gated_candidates(self, distinct: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """(U, W) candidate site indices (-1 pads), their validity and distance for each distinct question
-        site (category code, log2 site coordinates): the sites within the gate, in site order. Only sites
-        within ``gate`` octaves on every axis can be within it: the lines near the question (first site axis
-        by one search, the others by a box test), then the run of each line near it on the last axis."""
-        n_distinct = len(distinct)
-        q = distinct[:, 1:]
-        slack = self.layout.gate + 1e-6  # wider than the gate: the Euclidean test below decides
-        origin = distinct[:, 0].astype("int64") * SITE_KEY_STRIDE
-        first = q[:, 0] if self.line_prefix.shape[1] else 0.0
-        l0 = np.searchsorted(self.line_sort_key, origin + first - slack, side="left")
-        l1 = np.searchsorted(self.line_sort_key, origin + first + slack, side="right")
-        pair_q, pair_line = _runs(np.arange(n_distinct), l0, l1 - l0)
-        if self.line_prefix.shape[1] > 1:
-            near = (np.abs(self.line_prefix[pair_line, 1:] - q[pair_q, 1:-1]) <= slack).all(axis=1)
-            pair_q, pair_line = pair_q[near], pair_line[near]
-        line_key = pair_line * SITE_KEY_STRIDE + q[pair_q, -1]
-        lo = np.searchsorted(self.site_line_key, line_key - slack, side="left")
-        hi = np.searchsorted(self.site_line_key, line_key + slack, side="right")
-        site_q, site = _runs(pair_q, lo, hi - lo)  # site_q ascending, sites ascending within each question
-        offset = self.site_coords[site] - q[site_q]
-        dist = np.sqrt((offset**2).sum(axis=1))
-        inside = dist <= self.layout.gate
-        site_q, site, dist = site_q[inside], site[inside], dist[inside]
-        return _scatter(site_q, site, dist, n_distinct)
+        site (category code, log2 site coordinates): every site within the gate, in site order."""
+        return _scatter(*self._ball(distinct, np.arange(len(distinct)), self.layout.gate), len(distinct))
 
     def _line_pairs(self, distinct: np.ndarray, which: np.ndarray,
                     radius: float) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """(question, line, half-width) of the lines that pass within ``radius`` (+ slack) of the distinct
-        question sites ``which``: half-width = how far along the last axis a site of the line can lie."""
+        question sites ``which``: half-width = how far along the last axis a site of the line can lie. Found
+        depth by depth: per group, the run of its lines within reach on the next prefix coordinate."""
         q = distinct[:, 1:]
-        origin = distinct[which, 0].astype("int64") * SITE_KEY_STRIDE
-        first = q[which, 0] if self.line_prefix.shape[1] else 0.0
-        l0 = np.searchsorted(self.line_sort_key, origin + first - radius - LINE_SLACK, side="left")
-        l1 = np.searchsorted(self.line_sort_key, origin + first + radius + LINE_SLACK, side="right")
-        pair_q, pair_line = _runs(which, l0, l1 - l0)
-        squares = ((self.line_prefix[pair_line] - q[pair_q, :-1]) ** 2).sum(axis=1)
-        near = squares <= (radius + LINE_SLACK) ** 2
-        pair_q, pair_line, squares = pair_q[near], pair_line[near], squares[near]
-        return pair_q, pair_line, np.sqrt(np.maximum(radius**2 - squares, 0.0))
+        reach = radius + LINE_SLACK
+        pair_q, group = which, distinct[which, 0].astype("int64")  # depth 0: the category's lines
+        squares = np.zeros(len(which))
+        for depth, key in enumerate(self.depth_key):
+            centre = group * SITE_KEY_STRIDE + q[pair_q, depth]
+            lo = np.searchsorted(key, centre - reach, side="left")
+            hi = np.searchsorted(key, centre + reach, side="right")
+            below = self.line_group[depth + 1]
+            first = below[np.minimum(lo, len(below) - 1)]
+            count = np.where(hi > lo, below[np.maximum(hi - 1, 0)] - first + 1, 0)
+            index, group = _runs(np.arange(len(pair_q)), first, count)
+            pair_q = pair_q[index]
+            line = self.group_first_line[depth + 1][group]
+            squares = squares[index] + (self.line_prefix[line, depth] - q[pair_q, depth]) ** 2
+            near = squares <= reach**2
+            pair_q, group, squares = pair_q[near], group[near], squares[near]
+        return pair_q, group, np.sqrt(np.maximum(radius**2 - squares, 0.0))
 
     def _exact_within(self, distinct: np.ndarray, site_q: np.ndarray, site: np.ndarray,
                       radius: float) -> tuple[np.ndarray, np.ndarray]:
