@@ -223,10 +223,14 @@ class SiteTable:
         site_key = np.column_stack([q_cat[rows], q_coords])
         distinct, inverse = np.unique(site_key, axis=0, return_inverse=True)
         inverse = inverse.reshape(-1)
-        counts = self._within_counts(distinct)
-        if max(int(counts.max()), 1) > NEAREST_KEPT + 4 * len(layout.site_axes):
+        threshold = NEAREST_KEPT + 4 * len(layout.site_axes)
+        every = np.arange(len(distinct))
+        # the first ball of the nearest-site search: more sites in it than the threshold already settles it
+        first = self._ball(distinct, every, NEAREST_RADII[0]) if NEAREST_RADII[0] < layout.gate else None
+        many = first is not None and int(np.bincount(first[0], minlength=len(distinct)).max()) > threshold
+        if many or max(int(self._within_counts(distinct).max()), 1) > threshold:
             # many sites within the gate: only the nearest and the line brackets can matter (_nearby_sites)
-            cand, valid, dist = self._kept_sites(distinct)
+            cand, valid, dist = self._kept_sites(distinct, first)
             return self._answer(out, rows, q_coords, q_logc, roof_time_us, distinct, inverse, cand, valid, dist,
                                 selected=True)
         cand, valid, dist = self._gated_candidates(distinct)
@@ -357,17 +361,22 @@ class SiteTable:
         _, inside = self._exact_within(distinct, site_q, site, self.layout.gate)
         return site_q[inside], site[inside]
 
-    def _kept_sites(self, distinct: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    def _kept_sites(self, distinct: np.ndarray,
+                    first: tuple[np.ndarray, np.ndarray, np.ndarray] | None = None
+                    ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """(U, W) candidates as ``_nearby_sites`` keeps them from the whole category, in site order: the
         NEAREST_KEPT nearest within the gate (ties to the lower site) and the line brackets of every axis.
         The nearest are searched within NEAREST_RADII first, within the whole gate only where those hold too
-        few."""
+        few; ``first``: the ball of the first radius around every question site, when already found."""
         n_distinct, n_sites = len(distinct), len(self.site_coords)
         gate = self.layout.gate
         picked_q, picked = [], []
         todo = np.arange(n_distinct)
         for radius in [r for r in NEAREST_RADII if r < gate] + [gate]:
-            site_q, site, dist = self._ball(distinct, todo, radius)
+            if first is not None and radius == NEAREST_RADII[0]:  # already searched for every question
+                site_q, site, dist = first
+            else:
+                site_q, site, dist = self._ball(distinct, todo, radius)
             cand, valid, dists = _scatter(np.searchsorted(todo, site_q), site, dist, len(todo))
             done = (valid.sum(axis=1) >= NEAREST_KEPT) | (radius >= gate)
             # the k nearest of those within the radius are the k nearest within the gate: all sites at
