@@ -228,7 +228,7 @@ class SiteTable:
         # the first ball of the nearest-site search: more sites in it than the threshold already settles it
         first = self._ball(distinct, every, NEAREST_RADII[0]) if NEAREST_RADII[0] < layout.gate else None
         many = first is not None and int(np.bincount(first[0], minlength=len(distinct)).max()) > threshold
-        if many or max(int(self._within_counts(distinct).max()), 1) > threshold:
+        if many or max(int(self._within_counts(distinct, threshold).max()), 1) > threshold:
             # many sites within the gate: only the nearest and the line brackets can matter (_nearby_sites)
             cand, valid, dist = self._kept_sites(distinct, first)
             return self._answer(out, rows, q_coords, q_logc, roof_time_us, distinct, inverse, cand, valid, dist,
@@ -305,14 +305,30 @@ class SiteTable:
         dist, inside = self._exact_within(distinct, site_q, site, radius)
         return site_q[inside], site[inside], dist[inside]
 
-    def _within_counts(self, distinct: np.ndarray) -> np.ndarray:
+    def _within_counts(self, distinct: np.ndarray, threshold: int | None = None) -> np.ndarray:
         """Per distinct question site: how many sites lie within the gate. On each line the sites within are
-        one run along the last axis: the run's interior by search, only its ends by the exact distance."""
+        one run along the last axis: the run's interior by search, only its ends by the exact distance.
+        ``threshold``: only whether a count exceeds it matters -- a site whose runs hold no more sites than
+        that gets their size (an upper bound, also not above the threshold) instead of its exact count."""
         gate = self.layout.gate
         pair_q, pair_line, half = self._line_pairs(distinct, np.arange(len(distinct)), gate)
         centre = pair_line * SITE_KEY_STRIDE + distinct[pair_q, -1]
         lo = np.searchsorted(self.site_line_key, centre - half - LINE_SLACK, side="left")
         hi = np.searchsorted(self.site_line_key, centre + half + LINE_SLACK, side="right")
+        if threshold is not None:
+            upper = np.bincount(pair_q, weights=hi - lo, minlength=len(distinct)).astype("int64")
+            unsure = upper > threshold
+            if not unsure.any():
+                return upper
+            keep = unsure[pair_q]
+            pair_q, half, centre, lo, hi = pair_q[keep], half[keep], centre[keep], lo[keep], hi[keep]
+            return np.where(unsure, self._run_counts(distinct, pair_q, half, centre, lo, hi), upper)
+        return self._run_counts(distinct, pair_q, half, centre, lo, hi)
+
+    def _run_counts(self, distinct: np.ndarray, pair_q: np.ndarray, half: np.ndarray, centre: np.ndarray,
+                    lo: np.ndarray, hi: np.ndarray) -> np.ndarray:
+        """Exact within-gate counts from each (question, line) pair's run [lo, hi) of candidate sites."""
+        gate = self.layout.gate
         inner = np.maximum(half - LINE_SLACK, 0.0)
         lo_in = np.clip(np.searchsorted(self.site_line_key, centre - inner, side="left"), lo, hi)
         hi_in = np.clip(np.searchsorted(self.site_line_key, centre + inner, side="right"), lo_in, hi)

@@ -68,8 +68,12 @@ def _kept_path(table, shape: dict, family: str) -> bool:
     everything = table.cat_sites[distinct[:, 0].astype("int64")]
     offset = table.site_coords[np.maximum(everything, 0)] - distinct[:, None, 1:]
     within = (everything >= 0) & (np.sqrt((offset**2).sum(axis=2)) <= table.layout.gate)
-    np.testing.assert_array_equal(table._within_counts(distinct), within.sum(axis=1))
-    return int(within.sum(axis=1).max()) > NEAREST_KEPT + 4 * len(table.layout.site_axes)
+    counts = within.sum(axis=1)
+    np.testing.assert_array_equal(table._within_counts(distinct), counts)
+    threshold = NEAREST_KEPT + 4 * len(table.layout.site_axes)
+    for cut in (threshold, 2, 40):  # the bounded counts tell the same sites apart at any cut
+        np.testing.assert_array_equal(table._within_counts(distinct, cut) > cut, counts > cut)
+    return int(counts.max()) > threshold
 
 
 def test_gemm_fast_resolve_matches_the_reference(store) -> None:
