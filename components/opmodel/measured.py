@@ -221,8 +221,7 @@ class SiteTable:
                                             for a in layout.site_axes]))
         q_logc = np.log2(np.asarray(columns[layout.curve_axis], dtype="float64")[rows])
         site_key = np.column_stack([q_cat[rows], q_coords])
-        distinct, inverse = np.unique(site_key, axis=0, return_inverse=True)
-        inverse = inverse.reshape(-1)
+        distinct, inverse = _unique_rows(site_key)
         threshold = NEAREST_KEPT + 4 * len(layout.site_axes)
         every = np.arange(len(distinct))
         # the first ball of the nearest-site search: more sites in it than the threshold already settles it
@@ -253,10 +252,17 @@ class SiteTable:
                 # the text path's own failure (no integer for NaN/inf), not a silent wrong group
                 frame = pd.DataFrame({k: np.asarray(columns[k]) for k in names})
                 return _categories(frame, names).map(self.cat_codes).to_numpy(dtype="float64")
-            parts.append(values.astype("int64").astype(str))
-        combos, inverse = np.unique(np.column_stack(parts).astype(str), axis=0, return_inverse=True)
-        codes = np.array([self.cat_codes.get("|".join(combo), np.nan) for combo in combos], dtype="float64")
-        return codes[inverse.reshape(-1)]
+            parts.append(values.astype("int64"))
+        # text keys once per distinct combination (phase by its code among the phases asked)
+        texts: list[np.ndarray | None] = [None] * len(parts)
+        for i, part in enumerate(parts):
+            if part.dtype.kind != "i":
+                texts[i], parts[i] = np.unique(part, return_inverse=True)
+        combos, inverse = _unique_rows(np.column_stack(parts).astype("int64"))
+        keys = ["|".join(str(v) if texts[i] is None else str(texts[i][v]) for i, v in enumerate(combo))
+                for combo in combos.tolist()]
+        codes = np.array([self.cat_codes.get(key, np.nan) for key in keys], dtype="float64")
+        return codes[inverse]
 
     def _gated_candidates(self, distinct: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """(U, W) candidate site indices (-1 pads), their validity and distance for each distinct question
@@ -551,6 +557,20 @@ def _nearby_sites(coords: np.ndarray, q: np.ndarray, dist: np.ndarray, within: n
     repeat = np.zeros_like(keep, dtype=bool)
     repeat[:, 1:] = keep[:, 1:] == keep[:, :-1]
     return np.where(repeat, -1, keep)
+
+
+def _unique_rows(a: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Distinct rows (lexicographic order) and each row's index among them: ``np.unique(axis=0)`` by one
+    lexsort instead of sorting the rows as bytes."""
+    if not len(a):
+        return a[:0], np.zeros(0, dtype="int64")
+    order = np.lexsort(a.T[::-1])
+    ordered = a[order]
+    new = np.ones(len(a), bool)
+    new[1:] = (ordered[1:] != ordered[:-1]).any(axis=1)
+    inverse = np.empty(len(a), dtype="int64")
+    inverse[order] = np.cumsum(new) - 1
+    return ordered[new], inverse
 
 
 def _scatter(site_q: np.ndarray, site: np.ndarray, dist: np.ndarray,
