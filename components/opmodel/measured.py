@@ -15,10 +15,11 @@ interpolated quantity is the efficiency ``util = roofline time / measured time``
   ``hold`` octaves -> the boundary efficiency held; farther, or no site near -> no answer here (NaN): the
   engine falls through to the calibrated or spec tier.
 
-Everything is array work over (questions x candidate sites): candidate sites come from a padded table per
-categorical group, are chosen once per distinct question site (the nearest within the gate and the two nearest
-along each site axis's line), and curve lookups are one ``np.searchsorted`` over all sites' keys. The layouts
-are chosen on an inner split of each GPU's training sites by ``benchmarks/measured_tier_selection.py``.
+Everything is array work over (questions x candidate sites): candidate sites are found by searches on the
+sorted site grid, once per distinct question site (the nearest within the gate and the two nearest along each
+site axis's line; ties to the lower site), and curve lookups are one ``np.searchsorted`` over all sites'
+keys. The layouts are chosen on an inner split of each GPU's training sites by
+``benchmarks/measured_tier_selection.py``.
 """
 
 from __future__ import annotations
@@ -198,10 +199,9 @@ class SiteTable:
 
     def resolve(self, shape: dict[str, np.ndarray], roof_time_us: np.ndarray) -> Resolved:
         """The measured tier's answer per question (see the module docstring). Candidate sites are found
-        per distinct question site on the sorted site coordinates: only sites within ``gate`` octaves on the
-        first site axis can be within the (Euclidean) gate, and those are one contiguous run of site indices
-        per category -- the same candidates, in the same order, as the whole category (``_reference_resolve``),
-        without the sites that cannot answer."""
+        per distinct question site by searches on the sorted site grid (the lines near it, then the run of
+        each line near it), never against every site of its category: the same sites, in the same order, as
+        the former algorithm (``_reference_resolve``) keeps, so the same answers."""
         layout = self.layout
         n = len(roof_time_us)
         out = _empty(n)
@@ -230,8 +230,8 @@ class SiteTable:
         if many or max(int(self._within_counts(distinct, threshold).max()), 1) > threshold:
             # many sites within the gate: only the nearest and the line brackets can matter (_nearby_sites)
             cand, valid, dist = self._kept_sites(distinct, first)
-            return self._answer(out, rows, q_coords, q_logc, roof_time_us, distinct, inverse, cand, valid, dist,
-                                selected=True)
+            return self._answer(out, rows, q_coords, q_logc, roof_time_us, distinct, inverse, cand, valid,
+                                dist, selected=True)
         cand, valid, dist = self._gated_candidates(distinct)
         return self._answer(out, rows, q_coords, q_logc, roof_time_us, distinct, inverse, cand, valid, dist)
 
@@ -361,7 +361,8 @@ class SiteTable:
             starts = np.flatnonzero(new_line)
             stops = np.append(starts[1:], len(order))
             lookup = {tuple(row): i for i, row in enumerate(ident[starts].tolist())}
-            self._axis_lines[axis] = (lookup, order, line * SITE_KEY_STRIDE + coords[order, axis], starts, stops)
+            keys = line * SITE_KEY_STRIDE + coords[order, axis]
+            self._axis_lines[axis] = (lookup, order, keys, starts, stops)
         return self._axis_lines[axis]
 
     def _line_picks(self, distinct: np.ndarray, axis: int) -> tuple[np.ndarray, np.ndarray]:
@@ -575,7 +576,8 @@ def _unique_rows(a: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
 
 def _scatter(site_q: np.ndarray, site: np.ndarray, dist: np.ndarray,
              n_distinct: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """Flat (question, site, distance), questions ascending, as padded (U, W) candidates, validity, distance."""
+    """Flat (question, site, distance), questions ascending, as padded (U, W) candidates, validity and
+    distance."""
     per_q = np.bincount(site_q, minlength=n_distinct)
     position = np.arange(len(site)) - np.repeat(np.cumsum(per_q) - per_q, per_q)
     width = max(int(per_q.max()) if n_distinct else 0, 1)
