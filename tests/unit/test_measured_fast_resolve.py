@@ -1,7 +1,8 @@
 """The measured tier's fast ``SiteTable.resolve`` (candidates found by search on the site grid, only the
 sites that can matter kept) against the former algorithm kept as ``_reference_resolve`` (every site of the
 category a candidate), on real H100 tables (GEMM bf16 and fp8_block, attention): exact hits, own-site curve
-points, off-grid and held-out sites, sites past the gate, unknown categories, batched GEMMs, one-question batches."""
+points, off-grid and held-out sites, sites past the gate, unknown categories, batched GEMMs, one-question
+batches."""
 
 from __future__ import annotations
 
