@@ -17,7 +17,8 @@ interpolated quantity is the efficiency ``util = roofline time / measured time``
 
 Everything is array work over (questions x candidate sites): candidate sites are found by searches on the
 sorted site grid, once per distinct question site (the nearest within the gate and the two nearest along each
-site axis's line; ties to the lower site), and curve lookups are one ``np.searchsorted`` over all sites'
+site axis's line; where equally distant sites tie for a last place, the former whole-category search answers,
+so its ``np.argpartition`` decides as before), and curve lookups are one ``np.searchsorted`` over all sites'
 keys. The layouts are chosen on an inner split of each GPU's training sites by
 ``benchmarks/measured_tier_selection.py``.
 """
@@ -229,11 +230,28 @@ class SiteTable:
         many = first is not None and int(np.bincount(first[0], minlength=len(distinct)).max()) > threshold
         if many or max(int(self._within_counts(distinct, threshold).max()), 1) > threshold:
             # many sites within the gate: only the nearest and the line brackets can matter (_nearby_sites)
-            cand, valid, dist = self._kept_sites(distinct, first)
-            return self._answer(out, rows, q_coords, q_logc, roof_time_us, distinct, inverse, cand, valid,
-                                dist, selected=True)
+            cand, valid, dist, tied = self._kept_sites(distinct, first)
+            out, tied_rows = self._answer(out, rows, q_coords, q_logc, roof_time_us, distinct, inverse, cand,
+                                          valid, dist, selected=True, tied_sites=tied)
+            return self._former_where_tied(out, shape, roof_time_us, tied_rows, True)
         cand, valid, dist = self._gated_candidates(distinct)
-        return self._answer(out, rows, q_coords, q_logc, roof_time_us, distinct, inverse, cand, valid, dist)
+        out, tied_rows = self._answer(out, rows, q_coords, q_logc, roof_time_us, distinct, inverse, cand, valid,
+                                      dist)
+        return self._former_where_tied(out, shape, roof_time_us, tied_rows, False)
+
+    def _former_where_tied(self, out: Resolved, shape: dict[str, np.ndarray], roof_time_us: np.ndarray,
+                           tied: np.ndarray, kept: bool) -> Resolved:
+        """The questions where equally distant sites compete for the last place of a selection (the
+        NEAREST_KEPT nearest, the ``neighbours`` blended): answered by the former algorithm, whose
+        ``np.argpartition`` decides which -- the same answers as before, not only the same rule."""
+        if not len(tied):
+            return out
+        n = len(roof_time_us)
+        sub = {k: np.broadcast_to(np.asarray(v), (n,))[tied] for k, v in shape.items()}
+        former = self._reference_resolve(sub, roof_time_us[tied], kept=kept)
+        for field in ("duration_us", "exact", "neighbours", "distance", "spread"):
+            getattr(out, field)[tied] = getattr(former, field)
+        return out
 
     def _category_codes(self, columns: dict[str, np.ndarray], n: int) -> np.ndarray:
         """Per question: the code of its categorical group (float, NaN where no site has it), as
@@ -386,15 +404,17 @@ class SiteTable:
 
     def _kept_sites(self, distinct: np.ndarray,
                     first: tuple[np.ndarray, np.ndarray, np.ndarray] | None = None
-                    ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+                    ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
         """(U, W) candidates as ``_nearby_sites`` keeps them from the whole category, in site order: the
         NEAREST_KEPT nearest within the gate (ties to the lower site) and the line brackets of every axis.
         The nearest are searched within NEAREST_RADII first, within the whole gate only where those hold too
-        few; ``first``: the ball of the first radius around every question site, when already found."""
+        few; ``first``: the ball of the first radius around every question site, when already found. Also
+        returns which question sites had equally distant sites competing for the last of those places."""
         n_distinct, n_sites = len(distinct), len(self.site_coords)
         gate = self.layout.gate
         picked_q, picked = [], []
         todo = np.arange(n_distinct)
+        tied = np.zeros(n_distinct, bool)
         for radius in [r for r in NEAREST_RADII if r < gate] + [gate]:
             if first is not None and radius == NEAREST_RADII[0]:  # already searched for every question
                 site_q, site, dist = first
@@ -404,7 +424,9 @@ class SiteTable:
             done = (valid.sum(axis=1) >= NEAREST_KEPT) | (radius >= gate)
             # the k nearest of those within the radius are the k nearest within the gate: all sites at
             # the k-th distance lie inside it, so ties still go to the lower site (the columns' order)
-            near = _k_smallest(np.where(valid[done], dists[done], np.inf), NEAREST_KEPT)
+            ranked = np.where(valid[done], dists[done], np.inf)
+            near = _k_smallest(ranked, NEAREST_KEPT)
+            tied[todo[done][_tied_at(ranked, NEAREST_KEPT)]] = True
             chosen = np.take_along_axis(cand[done], near, axis=1)
             owner = np.broadcast_to(todo[done][:, None], chosen.shape)
             picked_q.append(owner[chosen >= 0])
@@ -419,11 +441,14 @@ class SiteTable:
         flat = np.unique(np.concatenate(picked_q) * n_sites + np.concatenate(picked))
         site_q, site = flat // n_sites, flat % n_sites
         dist, _ = self._exact_within(distinct, site_q, site, gate)
-        return _scatter(site_q, site, dist, n_distinct)
+        return (*_scatter(site_q, site, dist, n_distinct), tied)
 
-    def _reference_resolve(self, shape: dict[str, np.ndarray], roof_time_us: np.ndarray) -> Resolved:
-        """The former algorithm (pandas question frame, every site of the category a candidate): kept only
-        to check ``resolve`` against (tests/unit/test_measured_fast_resolve.py)."""
+    def _reference_resolve(self, shape: dict[str, np.ndarray], roof_time_us: np.ndarray,
+                           kept: bool | None = None) -> Resolved:
+        """The former algorithm (pandas question frame, every site of the category a candidate, selections by
+        ``np.argpartition``): ``resolve`` checks against it (tests/unit/test_measured_fast_resolve.py) and
+        answers its tied questions by it. ``kept``: force the many-sites path (True) or the other (False), as
+        the whole batch chose it."""
         layout = self.layout
         n = len(roof_time_us)
         out = _empty(n)
@@ -452,27 +477,35 @@ class SiteTable:
         valid = cand >= 0
         offset = self.site_coords[np.where(valid, cand, 0)] - distinct[:, None, 1:]
         dist = np.sqrt((offset**2).sum(axis=2))
-        return self._answer(out, rows, q_coords, q_logc, roof_time_us, distinct, inverse, cand, valid, dist)
+        return self._answer(out, rows, q_coords, q_logc, roof_time_us, distinct, inverse, cand, valid, dist,
+                            former=True, kept=kept)[0]
 
     def _answer(self, out: Resolved, rows: np.ndarray, q_coords: np.ndarray, q_logc: np.ndarray,
                 roof_time_us: np.ndarray, distinct: np.ndarray, inverse: np.ndarray, cand: np.ndarray,
-                valid: np.ndarray, dist: np.ndarray, selected: bool = False) -> Resolved:
+                valid: np.ndarray, dist: np.ndarray, selected: bool = False, former: bool = False,
+                kept: bool | None = None, tied_sites: np.ndarray | None = None) -> tuple[Resolved, np.ndarray]:
         """Curve lookups and blends of the questions ``rows`` given each distinct site's candidates
-        (``selected``: already the sites ``_nearby_sites`` would keep)."""
+        (``selected``: already the sites ``_nearby_sites`` would keep; ``former``: selections as the former
+        algorithm made them, ``kept``: its path forced). Returns the answers and the questions whose blend
+        had equally distant sites competing for its last place where that place decides the answer
+        (``tied_sites``: distinct sites whose kept nearest sites had such a tie)."""
         layout = self.layout
+        smallest = _argpartition_smallest if former else _k_smallest
         within = valid & (dist <= layout.gate)
         width = max(int(within.sum(axis=1).max()), 1)
+        many = width > NEAREST_KEPT + 4 * len(layout.site_axes) if kept is None else kept
         if selected:
             pass
-        elif width > NEAREST_KEPT + 4 * len(layout.site_axes):
-            keep = _nearby_sites(self.site_coords[np.where(valid, cand, 0)], distinct[:, 1:], dist, within)
+        elif many:
+            keep = _nearby_sites(self.site_coords[np.where(valid, cand, 0)], distinct[:, 1:], dist, within,
+                                 smallest)
             pad = keep < 0
             keep = np.maximum(keep, 0)
             within = np.take_along_axis(within, keep, axis=1) & ~pad
             cand = np.take_along_axis(cand, keep, axis=1)
             dist = np.take_along_axis(dist, keep, axis=1)
         elif width < cand.shape[1]:
-            keep = _k_smallest(np.where(within, dist, np.inf), width)
+            keep = smallest(np.where(within, dist, np.inf), width)
             within = np.take_along_axis(within, keep, axis=1)
             cand = np.take_along_axis(cand, keep, axis=1)
             dist = np.take_along_axis(dist, keep, axis=1)
@@ -498,7 +531,8 @@ class SiteTable:
         # blend: own site alone where measured; else the nearest covering sites within the gate
         eligible = covered & (dist <= layout.gate)
         d = np.where(own, 0.0, np.where(eligible, dist, np.inf))
-        blended, weight, nd = _idw(d, log_util, own, has_own, layout)
+        blended, weight, nd = _idw(d, log_util, own, has_own, layout, smallest)
+        tied = _tied_at(d, layout.neighbours) & ~has_own  # the own site alone where measured: no tie counts
         if layout.blend == "axes":
             value = log_util
             if layout.space == "latency":  # log latency of each site at the question's curve point
@@ -512,6 +546,8 @@ class SiteTable:
             idw = np.where(np.isfinite(blended), blended, axes)
             mixed = (1.0 - layout.idw_share) * axes + layout.idw_share * idw
             blended = np.where(take, mixed, blended)
+            if layout.idw_share == 0:  # the blend's own value only where no axis brackets
+                tied &= ~take
         total = weight.sum(axis=1)
         ok = total > 0
         duration = np.where(ok, roof_time_us[rows] / np.clip(np.exp(blended), 1e-6, 1.0), np.nan)
@@ -527,21 +563,24 @@ class SiteTable:
         nearest_used = np.where(weight > 0, nd, np.inf).min(axis=1)
         out.distance[rows] = np.where(ok, np.where(has_own, 0.0, nearest_used), np.nan)
         out.spread[rows] = np.where(exact, self.spread[pos], np.nan)
-        return out
+        if tied_sites is not None:
+            tied |= tied_sites[inverse] & ~has_own
+        return out, rows[tied]
 
 
 NEAREST_RADII = (0.75, 1.5)  # octaves: the nearest sites are searched within these first (_kept_sites)
 NEAREST_KEPT = 8  # sites kept per question beside the two nearest on each side of each site axis's line
 
 
-def _nearby_sites(coords: np.ndarray, q: np.ndarray, dist: np.ndarray, within: np.ndarray) -> np.ndarray:
+def _nearby_sites(coords: np.ndarray, q: np.ndarray, dist: np.ndarray, within: np.ndarray,
+                  smallest: Any = None) -> np.ndarray:
     """Column indices (U, W) of the candidates that can matter to a question's site: its NEAREST_KEPT nearest
     within the gate (the inverse-distance fallback) and, per site axis, the two nearest on each side along
     the line through it (the brackets, with a spare where one does not cover the curve point); -1 pads
     repeats. coords: (U, C, A), q: (U, A), dist/within: (U, C)."""
     picks = []
     k = min(NEAREST_KEPT, dist.shape[1])
-    picks.append(_k_smallest(np.where(within, dist, np.inf), k))
+    picks.append((smallest or _k_smallest)(np.where(within, dist, np.inf), k))
     for a in range(q.shape[1]):
         line = within.copy()
         for b in range(q.shape[1]):
@@ -602,10 +641,23 @@ def _runs(owner: np.ndarray, start: np.ndarray, count: np.ndarray) -> tuple[np.n
     return np.repeat(owner, count), values
 
 
+def _argpartition_smallest(x: np.ndarray, k: int) -> np.ndarray:
+    """The former selection: which of equally distant sites wins is ``np.argpartition``'s."""
+    return np.argpartition(x, k - 1, axis=1)[:, :k]
+
+
+def _tied_at(x: np.ndarray, k: int) -> np.ndarray:
+    """Rows whose k-th and (k+1)-th smallest values are one finite value: a selection of k breaks a tie."""
+    if x.shape[1] <= k:
+        return np.zeros(len(x), bool)
+    part = np.partition(x, [k - 1, k], axis=1)
+    return np.isfinite(part[:, k]) & (part[:, k - 1] == part[:, k])
+
+
 def _k_smallest(x: np.ndarray, k: int) -> np.ndarray:
-    """Column indices (rows, k), ascending, of each row's k smallest values; ties go to the leftmost column.
-    Candidates are in site order, so which of equally distant sites is chosen no longer depends on how many
-    others the batch's candidate matrix holds (``np.argpartition`` breaks ties by its own work order)."""
+    """Column indices (rows, k), ascending, of each row's k smallest values; ties go to the leftmost column
+    (the lower site). Rows where a tie decides are answered again by the former algorithm
+    (``SiteTable._former_where_tied``), so this rule never reaches an answer."""
     k = min(k, x.shape[1])
     kth = np.partition(x, k - 1, axis=1)[:, k - 1:k]
     below = x < kth
@@ -615,11 +667,11 @@ def _k_smallest(x: np.ndarray, k: int) -> np.ndarray:
 
 
 def _idw(d: np.ndarray, log_util: np.ndarray, own: np.ndarray, has_own: np.ndarray,
-         layout: Layout) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+         layout: Layout, smallest: Any = None) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Inverse-distance blend of the ``layout.neighbours`` nearest eligible sites (distance ``d``, inf where
     not eligible); the own site alone where it was measured. Returns (blend, weights, their distances)."""
     k = min(layout.neighbours, d.shape[1])
-    nearest = (_k_smallest(d, k) if d.shape[1] > k
+    nearest = ((smallest or _k_smallest)(d, k) if d.shape[1] > k
                else np.tile(np.arange(d.shape[1]), (len(d), 1)))
     nd = np.take_along_axis(d, nearest, axis=1)
     nu = np.take_along_axis(log_util, nearest, axis=1)
