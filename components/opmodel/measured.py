@@ -235,8 +235,8 @@ class SiteTable:
                                           valid, dist, selected=True, tied_sites=tied)
             return self._former_where_tied(out, shape, roof_time_us, tied_rows, True)
         cand, valid, dist = self._gated_candidates(distinct)
-        out, tied_rows = self._answer(out, rows, q_coords, q_logc, roof_time_us, distinct, inverse, cand, valid,
-                                      dist)
+        out, tied_rows = self._answer(out, rows, q_coords, q_logc, roof_time_us, distinct, inverse, cand,
+                                      valid, dist)
         return self._former_where_tied(out, shape, roof_time_us, tied_rows, False)
 
     def _former_where_tied(self, out: Resolved, shape: dict[str, np.ndarray], roof_time_us: np.ndarray,
@@ -483,7 +483,8 @@ class SiteTable:
     def _answer(self, out: Resolved, rows: np.ndarray, q_coords: np.ndarray, q_logc: np.ndarray,
                 roof_time_us: np.ndarray, distinct: np.ndarray, inverse: np.ndarray, cand: np.ndarray,
                 valid: np.ndarray, dist: np.ndarray, selected: bool = False, former: bool = False,
-                kept: bool | None = None, tied_sites: np.ndarray | None = None) -> tuple[Resolved, np.ndarray]:
+                kept: bool | None = None,
+                tied_sites: np.ndarray | None = None) -> tuple[Resolved, np.ndarray]:
         """Curve lookups and blends of the questions ``rows`` given each distinct site's candidates
         (``selected``: already the sites ``_nearby_sites`` would keep; ``former``: selections as the former
         algorithm made them, ``kept``: its path forced). Returns the answers and the questions whose blend
