@@ -404,17 +404,20 @@ class SiteTable:
 
     def _kept_sites(self, distinct: np.ndarray,
                     first: tuple[np.ndarray, np.ndarray, np.ndarray] | None = None
-                    ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+                    ) -> tuple[np.ndarray, np.ndarray, np.ndarray, tuple]:
         """(U, W) candidates as ``_nearby_sites`` keeps them from the whole category, in site order: the
         NEAREST_KEPT nearest within the gate (ties to the lower site) and the line brackets of every axis.
         The nearest are searched within NEAREST_RADII first, within the whole gate only where those hold too
         few; ``first``: the ball of the first radius around every question site, when already found. Also
-        returns which question sites had equally distant sites competing for the last of those places."""
+        returns which question sites had equally distant sites competing for the last of those places, at
+        which distance, and whether one of them lies on a line through the question site."""
         n_distinct, n_sites = len(distinct), len(self.site_coords)
         gate = self.layout.gate
         picked_q, picked = [], []
         todo = np.arange(n_distinct)
         tied = np.zeros(n_distinct, bool)
+        tie_distance = np.full(n_distinct, np.nan)
+        tie_on_line = np.zeros(n_distinct, bool)
         for radius in [r for r in NEAREST_RADII if r < gate] + [gate]:
             if first is not None and radius == NEAREST_RADII[0]:  # already searched for every question
                 site_q, site, dist = first
@@ -426,7 +429,17 @@ class SiteTable:
             # the k-th distance lie inside it, so ties still go to the lower site (the columns' order)
             ranked = np.where(valid[done], dists[done], np.inf)
             near = _k_smallest(ranked, NEAREST_KEPT)
-            tied[todo[done][_tied_at(ranked, NEAREST_KEPT)]] = True
+            is_tied = _tied_at(ranked, NEAREST_KEPT)
+            if is_tied.any():
+                owners = todo[done][is_tied]
+                tied[owners] = True
+                kth = np.partition(ranked[is_tied], NEAREST_KEPT - 1, axis=1)[:, NEAREST_KEPT - 1]
+                tie_distance[owners] = kth
+                # a tied site on a line through the question could be an axis bracket: counts as deciding
+                members = ranked[is_tied] == kth[:, None]
+                offset = self.site_coords[np.maximum(cand[done][is_tied], 0)] - distinct[owners, None, 1:]
+                on_line = (np.abs(offset) < 1e-9).sum(axis=2) == offset.shape[2] - 1
+                tie_on_line[owners] = (members & on_line).any(axis=1)
             chosen = np.take_along_axis(cand[done], near, axis=1)
             owner = np.broadcast_to(todo[done][:, None], chosen.shape)
             picked_q.append(owner[chosen >= 0])
@@ -441,7 +454,7 @@ class SiteTable:
         flat = np.unique(np.concatenate(picked_q) * n_sites + np.concatenate(picked))
         site_q, site = flat // n_sites, flat % n_sites
         dist, _ = self._exact_within(distinct, site_q, site, gate)
-        return (*_scatter(site_q, site, dist, n_distinct), tied)
+        return (*_scatter(site_q, site, dist, n_distinct), (tied, tie_distance, tie_on_line))
 
     def _reference_resolve(self, shape: dict[str, np.ndarray], roof_time_us: np.ndarray,
                            kept: bool | None = None) -> Resolved:
@@ -484,7 +497,7 @@ class SiteTable:
                 roof_time_us: np.ndarray, distinct: np.ndarray, inverse: np.ndarray, cand: np.ndarray,
                 valid: np.ndarray, dist: np.ndarray, selected: bool = False, former: bool = False,
                 kept: bool | None = None,
-                tied_sites: np.ndarray | None = None) -> tuple[Resolved, np.ndarray]:
+                tied_sites: tuple | None = None) -> tuple[Resolved, np.ndarray]:
         """Curve lookups and blends of the questions ``rows`` given each distinct site's candidates
         (``selected``: already the sites ``_nearby_sites`` would keep; ``former``: selections as the former
         algorithm made them, ``kept``: its path forced). Returns the answers and the questions whose blend
@@ -565,7 +578,13 @@ class SiteTable:
         out.distance[rows] = np.where(ok, np.where(has_own, 0.0, nearest_used), np.nan)
         out.spread[rows] = np.where(exact, self.spread[pos], np.nan)
         if tied_sites is not None:
-            tied |= tied_sites[inverse] & ~has_own
+            # a tie for the last kept nearest site decides only if a tied site could be blended (fewer
+            # eligible sites nearer than it than the blend takes) or bracket an axis (on a line through it)
+            tie_site, tie_distance, tie_on_line = tied_sites
+            with np.errstate(invalid="ignore"):
+                nearer = (eligible & (dist < tie_distance[inverse][:, None])).sum(axis=1)
+            deciding = tie_on_line[inverse] | (nearer < layout.neighbours)
+            tied |= tie_site[inverse] & ~has_own & deciding
         return out, rows[tied]
 
 
