@@ -32,6 +32,7 @@ from components.deployments.data import read_pipeweave_runs
 from components.deployments.ops import engine_op_time, roofline_op_time
 from components.devices import load_catalog
 from components.platform.config import DEFAULT_DATASETS_DIR
+from tests.unit.test_deployments import LLAMA8B  # one config of the model both files ask about
 
 DATA = DEFAULT_DATASETS_DIR
 AIC = DATA / "aiconfigurator"
@@ -40,15 +41,6 @@ needs_data = pytest.mark.skipif(
     not (DATA / "pipeweave" / "config").is_dir() or not (AIC / TABLE).is_file(),
     reason="public datasets not present",
 )
-LLAMA8B = {
-    "architectures": ["LlamaForCausalLM"],
-    "num_hidden_layers": 32,
-    "hidden_size": 4096,
-    "num_attention_heads": 32,
-    "num_key_value_heads": 8,
-    "intermediate_size": 14336,
-    "vocab_size": 128256,
-}
 
 
 @pytest.fixture(scope="module")
