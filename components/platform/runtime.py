@@ -83,7 +83,10 @@ def ray_init_kwargs(settings: Settings, prefect_api_url: str | None = None) -> d
 
     Workers get the Prefect API URL (so they never start their own server), one OpenMP thread
     each (or two cores thrash), and telemetry off. A local Ray gets this machine's cores (or
-    ``ray_num_cpus``), no dashboard and its temp dir under the state folder.
+    ``ray_num_cpus``), no dashboard, its temp dir under the state folder, and workers at the
+    driver's priority: Ray nices them to 15 by default, and on a busy machine (a build beside the
+    pipeline, CI sharing its cores) nice-15 workers got ~3% of a core, so a 2-minute LoRA fit ran
+    for an hour. On a cluster the cluster's own setting stands.
     """
     api_url = prefect_api_url or current_prefect_api_url()
     if api_url and _is_loopback(api_url) and _is_remote(settings.ray_address):
@@ -102,6 +105,7 @@ def ray_init_kwargs(settings: Settings, prefect_api_url: str | None = None) -> d
         include_dashboard=False,
         log_to_driver=False,
         _temp_dir=str(settings.ray_tmpdir),
+        _system_config={"worker_niceness": 0},
     )
     return kwargs
 

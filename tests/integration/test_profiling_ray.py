@@ -76,6 +76,20 @@ def test_a_worker_killed_mid_chunk_loses_and_duplicates_nothing(local_ray: None,
     assert len(retried) == CHUNK and all(r["error"] is None for r in retried)
 
 
+def test_local_ray_workers_run_at_the_drivers_priority(local_ray: None) -> None:
+    """Ray nices its workers to 15 by default; under a busy loop per core they then got ~3% of a
+    core each and the suite's LoRA fit ran for an hour. The local Ray we start keeps them at 0."""
+    import os
+
+    import ray
+
+    @ray.remote
+    def worker_niceness() -> int:
+        return os.nice(0)
+
+    assert ray.get(worker_niceness.remote(), timeout=120) == os.nice(0) == 0
+
+
 def test_an_absent_device_is_reported_not_waited_on(local_ray: None, tmp_path: Path) -> None:
     from components.profiling.run import ProfileInputs, profile_run
     from components.profiling.schedule import DeviceUnavailable

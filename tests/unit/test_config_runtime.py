@@ -123,6 +123,7 @@ def test_local_ray_kwargs_pin_one_thread_and_the_state_folder(tmp_path: Path, mo
     assert env["PREFECT_API_URL"] == "http://127.0.0.1:4200/api"
     assert kwargs["num_cpus"] == 2 and kwargs["include_dashboard"] is False
     assert kwargs["_temp_dir"] == str(tmp_path.resolve() / "ray")
+    assert kwargs["_system_config"] == {"worker_niceness": 0}  # not Ray's nice 15: starved under load
 
 
 def test_cluster_kwargs_leave_resources_to_the_cluster_and_refuse_a_loopback_api(
