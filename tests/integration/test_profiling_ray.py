@@ -87,7 +87,8 @@ def test_local_ray_workers_run_at_the_drivers_priority(local_ray: None) -> None:
     def worker_niceness() -> int:
         return os.nice(0)
 
-    assert ray.get(worker_niceness.remote(), timeout=120) == os.nice(0) == 0
+    # Relative to the driver's own niceness: CI may itself run under nice; Ray's default adds 15.
+    assert ray.get(worker_niceness.remote(), timeout=120) == os.nice(0)
 
 
 def test_an_absent_device_is_reported_not_waited_on(local_ray: None, tmp_path: Path) -> None:
