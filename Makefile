@@ -7,7 +7,7 @@ STAMP := $(VENV)/.installed
 export DO_NOT_TRACK=1 DVC_NO_ANALYTICS=1 RAY_USAGE_STATS_ENABLED=0 MLFLOW_DISABLE_TELEMETRY=true \
        PREFECT_SERVER_ANALYTICS_ENABLED=false HF_HUB_OFFLINE=1
 
-.PHONY: help install hip-compiler pipeline test test-fast bench mlflow-ui clean-state
+.PHONY: help install hip-compiler pipeline test test-fast lint bench mlflow-ui clean-state
 
 help: ## list targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-12s %s\n", $$1, $$2}'
@@ -40,6 +40,10 @@ test: $(STAMP) hip-compiler ## run the whole test suite (unit, data, model, slow
 
 test-fast: $(STAMP) hip-compiler ## unit + data tests only (no slow integration)
 	$(PY) -m pytest -q -m "not slow"
+
+lint: $(STAMP) ## ruff check (rules in pyproject.toml) and ruff format --check
+	$(VENV)/bin/ruff check .
+	$(VENV)/bin/ruff format --check .
 
 bench: $(STAMP) ## accuracy table vs published numbers
 	$(VENV)/bin/kernelcast bench accuracy

@@ -32,23 +32,31 @@ def main() -> None:
     configure_environment(settings)
     params = load_params(settings.params_file)
     config, run = llm_params(params)
-    table = read_feature_table(args.features or settings.data_dir / "features" / "features.parquet",
-                               settings.data_dir / "canonical")
+    table = read_feature_table(
+        args.features or settings.data_dir / "features" / "features.parquet", settings.data_dir / "canonical"
+    )
     train_side = table.loc[split_folds(table, args.split)[0].train]
     results = {}
     for head in ("regression", "decode"):
         cfg = replace(config, head=head, predict_class=config.predict_class and head == "regression")
         _, _, val = fit_and_validation_sides(train_side, args.split, settings, cfg, run)
         started = time.perf_counter()
-        predictor, _ = fit_on_side(train_side, args.split, settings, config=cfg, run=run, run_name=f"llm-head-{head}")
+        predictor, _ = fit_on_side(
+            train_side, args.split, settings, config=cfg, run=run, run_name=f"llm-head-{head}"
+        )
         fit_s = time.perf_counter() - started
         started = time.perf_counter()
         predicted = predictor.predict(val)["pred_duration_us"]
         report = regression_report(val["duration_us"], predicted)
-        results[head] = {"val_n": report["n"], "val_mape": report["mape"], "val_median_ape": report["median_ape"],
-                         "val_within_10": report["within_10"], "fit_s": round(fit_s, 1),
-                         "s_per_row": round((time.perf_counter() - started) / max(len(val), 1), 3),
-                         "s_per_step": [h.get("s_per_step") for h in predictor.history]}
+        results[head] = {
+            "val_n": report["n"],
+            "val_mape": report["mape"],
+            "val_median_ape": report["median_ape"],
+            "val_within_10": report["within_10"],
+            "fit_s": round(fit_s, 1),
+            "s_per_row": round((time.perf_counter() - started) / max(len(val), 1), 3),
+            "s_per_step": [h.get("s_per_step") for h in predictor.history],
+        }
     print(json.dumps({"split": args.split, "heads": results}, indent=1))
 
 

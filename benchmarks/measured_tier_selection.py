@@ -22,7 +22,6 @@ import pandas as pd
 
 from components.opmodel.measured import LAYOUTS, Layout
 
-
 BEFORE = "idw (before)"
 TIE = 0.0005  # MAPE differences below this are noise between candidates
 
@@ -30,8 +29,11 @@ TIE = 0.0005  # MAPE differences below this are noise between candidates
 def candidates(family: str) -> dict[str, Layout]:
     """Today's default before this selection (inverse-distance blend of the nearest sites, 2-octave gate)
     and the grid-bracket variants; independent of what ``LAYOUTS`` holds now."""
-    base = (Layout(("block_aligned",), ("N", "K"), "M", neighbours=4, power=2.0) if family == "gemm"
-            else Layout(("phase", "H", "HKV", "D", "W"), ("B",), "curve", neighbours=2, power=1.0))
+    base = (
+        Layout(("block_aligned",), ("N", "K"), "M", neighbours=4, power=2.0)
+        if family == "gemm"
+        else Layout(("phase", "H", "HKV", "D", "W"), ("B",), "curve", neighbours=2, power=1.0)
+    )
     plain = replace(base, categorical=tuple(c for c in base.categorical if c != "block_aligned"))
     gemm = family == "gemm"
     out = {BEFORE: replace(plain, neighbours=4 if gemm else 2, power=2.0 if gemm else 1.0)}
@@ -76,8 +78,9 @@ def held_mask(family: str, frame: pd.DataFrame, salt: str | None) -> np.ndarray:
     return hash_fraction(frame.assign(_salt=salt), [*site, "_salt"]) < HELD_SHARE
 
 
-def score(store: dict[str, pd.DataFrame], family: str, layout: Layout, *, inner: bool,
-          cap: int | None) -> dict[str, float]:
+def score(
+    store: dict[str, pd.DataFrame], family: str, layout: Layout, *, inner: bool, cap: int | None
+) -> dict[str, float]:
     """Pooled MAPE, median APE and coverage of ``layout`` on the inner (train-side) or outer (test) split."""
     from components.evaluation.opmodel_bench import measured_groups, score_group
 
@@ -114,8 +117,10 @@ def main() -> None:
     store = load_store(store_dir, ("gemm", "attention"))
     report = {}
     for family in args.family or ("gemm", "attention"):
-        inner = {name: score(store, family, layout, inner=True, cap=args.cap)
-                 for name, layout in candidates(family).items()}
+        inner = {
+            name: score(store, family, layout, inner=True, cap=args.cap)
+            for name, layout in candidates(family).items()
+        }
         for name, result in inner.items():
             print(f"inner {family:9s} {name:18s} " + " ".join(f"{k} {v:.4f}" for k, v in result.items()))
         # the lowest inner MAPE among candidates answering at least as many questions as today's; ties
@@ -124,13 +129,17 @@ def main() -> None:
         best = min(r["mape"] for r in eligible.values())
         choice = next(n for n, r in eligible.items() if r["mape"] <= best + TIE)
         layouts = candidates(family)
-        outer = {"chosen": score(store, family, layouts[choice], inner=False, cap=args.cap),
-                 BEFORE: score(store, family, layouts[BEFORE], inner=False, cap=args.cap)}
+        outer = {
+            "chosen": score(store, family, layouts[choice], inner=False, cap=args.cap),
+            BEFORE: score(store, family, layouts[BEFORE], inner=False, cap=args.cap),
+        }
         for name, result in outer.items():
             print(f"outer {family:9s} {name:18s} " + " ".join(f"{k} {v:.4f}" for k, v in result.items()))
         report[family] = {"inner": inner, "choice": choice, "outer": outer}
-        print(f"choice {family}: {choice}; components/opmodel/measured.py LAYOUTS[{family!r}] "
-              f"{'is' if layouts[choice] == LAYOUTS[family] else 'is NOT'} this layout")
+        print(
+            f"choice {family}: {choice}; components/opmodel/measured.py LAYOUTS[{family!r}] "
+            f"{'is' if layouts[choice] == LAYOUTS[family] else 'is NOT'} this layout"
+        )
     print(json.dumps({f: {"choice": r["choice"], "outer": r["outer"]["chosen"]} for f, r in report.items()}))
 
 

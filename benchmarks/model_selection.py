@@ -34,23 +34,39 @@ def main() -> int:
     parser.add_argument("--split", action="append", default=None, help="whose train side (repeatable)")
     parser.add_argument("--out", type=Path, default=None)
     parser.add_argument("--max-train-rows", type=int, default=40000)
-    parser.add_argument("--candidates", choices=("broad", "refine", "overlap", "l2"), default="broad",
-                        help="broad: feature sets, normalisers, learners; refine: around the broad winner; overlap: p-norm pipes normaliser; l2: pipes vs roofline after the L2 fallback fix")
+    parser.add_argument(
+        "--candidates",
+        choices=("broad", "refine", "overlap", "l2"),
+        default="broad",
+        help="broad: feature sets, normalisers, learners; refine: around the broad winner; overlap: p-norm pipes normaliser; l2: pipes vs roofline after the L2 fallback fix",
+    )
     args = parser.parse_args()
     if not args.features.is_file():
-        print(f"error: --features {args.features}: no such file (run `kernelcast features build`)", file=sys.stderr)
+        print(
+            f"error: --features {args.features}: no such file (run `kernelcast features build`)",
+            file=sys.stderr,
+        )
         return 2
     table = pd.read_parquet(args.features)
     base = TabularConfig.from_params(load_params(ROOT / "params.yaml"))
     results = {}
     for split in args.split or ["unseen-kernel"]:
         fold = make_split(table, split)[0]
-        report = select(table.loc[fold.train], base, CANDIDATE_SETS[args.candidates], max_train_rows=args.max_train_rows,
-                        log=lambda line, s=split: print(f"[{s}] {line}", flush=True))
+        report = select(
+            table.loc[fold.train],
+            base,
+            CANDIDATE_SETS[args.candidates],
+            max_train_rows=args.max_train_rows,
+            log=lambda line, s=split: print(f"[{s}] {line}", flush=True),
+        )
         results[split] = json.loads(report_json(report))
-        print(f"[{split}] held out {', '.join(report.folds)}; chosen: {report.chosen} ({report.seconds:.0f} s)")
+        print(
+            f"[{split}] held out {', '.join(report.folds)}; chosen: {report.chosen} ({report.seconds:.0f} s)"
+        )
         for name, score in sorted(report.scores.items(), key=lambda kv: kv[1]["median"]):
-            print(f"[{split}]   {name:<26} median {100 * score['median']:6.1f}%  worst {100 * score['worst']:6.1f}%")
+            print(
+                f"[{split}]   {name:<26} median {100 * score['median']:6.1f}%  worst {100 * score['worst']:6.1f}%"
+            )
     if args.out:
         from components.common.atomic import atomic_write_text
 

@@ -24,7 +24,8 @@ from typing import Any
 
 CANDIDATES: tuple[dict[str, Any], ...] = tuple(
     {"shrink": shrink, "ridge": ridge, "local_scale": scale}
-    for shrink, ridge, scale in itertools.product((2.0, 8.0, 32.0), (True, False), (0.0, 1.5, 3.0)))
+    for shrink, ridge, scale in itertools.product((2.0, 8.0, 32.0), (True, False), (0.0, 1.5, 3.0))
+)
 KS: tuple[int, ...] = (100, 400)
 
 
@@ -53,10 +54,18 @@ def main() -> None:
     store = load_store(args.store, spec_tier.SPEC_FAMILIES)
     catalog = load_catalog()
     rows = spec_tier.training_rows(store, args.datasets, per_group=args.train_per_group)
-    specs = {str(d): catalog.get(str(d)) for f in rows.values() for d in f["device_id"].unique()
-             if d in catalog}
-    gpus = sorted({str(d) for f in spec_tier.SPEC_FAMILIES if f in store
-                   for d in store[f]["device_id"].unique() if d in catalog})
+    specs = {
+        str(d): catalog.get(str(d)) for f in rows.values() for d in f["device_id"].unique() if d in catalog
+    }
+    gpus = sorted(
+        {
+            str(d)
+            for f in spec_tier.SPEC_FAMILIES
+            if f in store
+            for d in store[f]["device_id"].unique()
+            if d in catalog
+        }
+    )
     models: dict[frozenset, Any] = {}
     scored: dict[tuple[frozenset, str, str], dict[int, float]] = {}
 
@@ -67,8 +76,15 @@ def main() -> None:
             if excluded not in models:
                 train = {f: r[~r["device_id"].isin(excluded)] for f, r in rows.items()}
                 models[excluded] = spec_tier.fit(train, specs, rounds=args.rounds)
-            got = _calibration_scores(models[excluded], store, held, specs[held], KS, args.test_per_group,
-                                      CalibrationSettings(**candidate))
+            got = _calibration_scores(
+                models[excluded],
+                store,
+                held,
+                specs[held],
+                KS,
+                args.test_per_group,
+                CalibrationSettings(**candidate),
+            )
             scored[key] = {r["k"]: r["mape"] for r in got}
         return scored[key]
 
@@ -77,27 +93,40 @@ def main() -> None:
         inner_gpus = [g for g in gpus if g != outer]
         fold = {}
         for k in KS:
-            inner = {_name(c): statistics.mean(mape(frozenset({outer, h}), h, c)[k] for h in inner_gpus)
-                     for c in CANDIDATES}
+            inner = {
+                _name(c): statistics.mean(mape(frozenset({outer, h}), h, c)[k] for h in inner_gpus)
+                for c in CANDIDATES
+            }
             best = min(CANDIDATES, key=lambda c: inner[_name(c)])
             outer_mape = mape(frozenset({outer}), outer, best)[k]
             default = mape(frozenset({outer}), outer, {"shrink": 8.0, "ridge": True, "local_scale": 1.5})[k]
-            fold[k] = {"chosen": _name(best), "inner_mape": inner[_name(best)], "outer_mape": outer_mape,
-                       "outer_default_mape": default}
-            print(f"K={k:4d} outer {outer:16s} chose {_name(best):32s} inner {inner[_name(best)]:.3f}  "
-                  f"outer {outer_mape:.3f} (default settings {default:.3f})", flush=True)
+            fold[k] = {
+                "chosen": _name(best),
+                "inner_mape": inner[_name(best)],
+                "outer_mape": outer_mape,
+                "outer_default_mape": default,
+            }
+            print(
+                f"K={k:4d} outer {outer:16s} chose {_name(best):32s} inner {inner[_name(best)]:.3f}  "
+                f"outer {outer_mape:.3f} (default settings {default:.3f})",
+                flush=True,
+            )
         report["folds"][outer] = fold
     report["nested"] = {}
     for k in KS:
         chosen = [report["folds"][g][k]["chosen"] for g in gpus]
         report["nested"][k] = {
             "median_gpu_mape": statistics.median(report["folds"][g][k]["outer_mape"] for g in gpus),
-            "median_gpu_default_mape": statistics.median(report["folds"][g][k]["outer_default_mape"]
-                                                         for g in gpus),
-            "chosen_by_vote": max(set(chosen), key=chosen.count)}
-        print(f"nested K={k}: median per-GPU MAPE {report['nested'][k]['median_gpu_mape']:.3f} "
-              f"(default settings {report['nested'][k]['median_gpu_default_mape']:.3f}); "
-              f"most chosen {report['nested'][k]['chosen_by_vote']}")
+            "median_gpu_default_mape": statistics.median(
+                report["folds"][g][k]["outer_default_mape"] for g in gpus
+            ),
+            "chosen_by_vote": max(set(chosen), key=chosen.count),
+        }
+        print(
+            f"nested K={k}: median per-GPU MAPE {report['nested'][k]['median_gpu_mape']:.3f} "
+            f"(default settings {report['nested'][k]['median_gpu_default_mape']:.3f}); "
+            f"most chosen {report['nested'][k]['chosen_by_vote']}"
+        )
     report["seconds"] = round(time.perf_counter() - started, 1)
     print(f"{report['seconds']} s")
     if args.out:

@@ -29,14 +29,18 @@ from typing import Any
 # the roofline time.
 CANDIDATES: tuple[dict[str, Any], ...] = tuple(
     {"floor": floor, "identity": identity, "l2": l2, "hedge": hedge, "monotone": monotone}
-    for floor, monotone, identity, l2, hedge in itertools.product((0.0, 1.0), (False, True), (True, False),
-                                                                  (False, True), (1.0, 0.7))
-    if floor > 0 or not monotone)  # monotone in the roofline time is physics only with the floor in the base
+    for floor, monotone, identity, l2, hedge in itertools.product(
+        (0.0, 1.0), (False, True), (True, False), (False, True), (1.0, 0.7)
+    )
+    if floor > 0 or not monotone
+)  # monotone in the roofline time is physics only with the floor in the base
 
 
 def _name(candidate: dict[str, Any]) -> str:
-    return (f"floor={candidate['floor']:g},identity={int(candidate['identity'])},l2={int(candidate['l2'])},"
-            f"hedge={candidate['hedge']:g},monotone={int(candidate['monotone'])}")
+    return (
+        f"floor={candidate['floor']:g},identity={int(candidate['identity'])},l2={int(candidate['l2'])},"
+        f"hedge={candidate['hedge']:g},monotone={int(candidate['monotone'])}"
+    )
 
 
 def _pooled(groups: list[dict[str, Any]], family: str, key: str = "sum_ape") -> float:
@@ -64,10 +68,18 @@ def main() -> None:
     store = load_store(args.store, spec_tier.SPEC_FAMILIES)
     catalog = load_catalog()
     rows = spec_tier.training_rows(store, args.datasets, per_group=args.train_per_group)
-    specs = {str(d): catalog.get(str(d)) for f in rows.values() for d in f["device_id"].unique()
-             if d in catalog}
-    gpus = sorted({str(d) for f in spec_tier.SPEC_FAMILIES if f in store
-                   for d in store[f]["device_id"].unique() if d in catalog})
+    specs = {
+        str(d): catalog.get(str(d)) for f in rows.values() for d in f["device_id"].unique() if d in catalog
+    }
+    gpus = sorted(
+        {
+            str(d)
+            for f in spec_tier.SPEC_FAMILIES
+            if f in store
+            for d in store[f]["device_id"].unique()
+            if d in catalog
+        }
+    )
     cache: dict[tuple[frozenset, str], list[dict[str, Any]]] = {}
 
     def scores(excluded: frozenset, candidate: dict[str, Any], held: str) -> list[dict[str, Any]]:
@@ -77,47 +89,64 @@ def main() -> None:
         if key not in cache:
             train = {f: r[~r["device_id"].isin(excluded)] for f, r in rows.items()}
             config = spec_tier.SpecConfig(**candidate)
-            model = spec_tier.fit(train, specs, rounds=args.rounds,
-                                  configs={f: config for f in spec_tier.SPEC_FAMILIES})
-            cache[key] = [g for gpu in excluded
-                          for g in score_held_gpu(model, store, gpu, specs[gpu], args.test_per_group)]
+            model = spec_tier.fit(
+                train, specs, rounds=args.rounds, configs={f: config for f in spec_tier.SPEC_FAMILIES}
+            )
+            cache[key] = [
+                g
+                for gpu in excluded
+                for g in score_held_gpu(model, store, gpu, specs[gpu], args.test_per_group)
+            ]
         return [g for g in cache[key] if g["device"] == held]
 
     report: dict[str, Any] = {"candidates": [_name(c) for c in CANDIDATES], "folds": {}}
     outer_groups: list[dict[str, Any]] = []
     for outer in gpus:
         inner_gpus = [g for g in gpus if g != outer]
-        inner = {_name(c): [g for h in inner_gpus for g in scores(frozenset({outer, h}), c, h)]
-                 for c in CANDIDATES}
+        inner = {
+            _name(c): [g for h in inner_gpus for g in scores(frozenset({outer, h}), c, h)] for c in CANDIDATES
+        }
         fold: dict[str, Any] = {}
         for family in spec_tier.SPEC_FAMILIES:
             ranked = sorted(CANDIDATES, key=lambda c: _pooled(inner[_name(c)], family))
             best = ranked[0]
             outer_result = [g for g in scores(frozenset({outer}), best, outer) if g["family"] == family]
             outer_groups.extend(outer_result)
-            fold[family] = {"chosen": _name(best), "inner_mape": _pooled(inner[_name(best)], family),
-                            "inner_original_mape": _pooled(inner[_name(CANDIDATES[0])], family),
-                            "outer_mape": _pooled(outer_result, family),
-                            "outer_roofline_mape": _pooled(outer_result, family, "sum_roof"),
-                            "inner_ranking": [(_name(c), round(_pooled(inner[_name(c)], family), 4))
-                                              for c in ranked[:5]]}
+            fold[family] = {
+                "chosen": _name(best),
+                "inner_mape": _pooled(inner[_name(best)], family),
+                "inner_original_mape": _pooled(inner[_name(CANDIDATES[0])], family),
+                "outer_mape": _pooled(outer_result, family),
+                "outer_roofline_mape": _pooled(outer_result, family, "sum_roof"),
+                "inner_ranking": [(_name(c), round(_pooled(inner[_name(c)], family), 4)) for c in ranked[:5]],
+            }
             got = fold[family]
-            print(f"outer {outer:16s} {family:9s} chose {got['chosen']:40s} "
-                  f"inner {got['inner_mape']:.3f} (original {got['inner_original_mape']:.3f})"
-                  f"  outer {got['outer_mape']:.3f} (roofline {got['outer_roofline_mape']:.3f})", flush=True)
+            print(
+                f"outer {outer:16s} {family:9s} chose {got['chosen']:40s} "
+                f"inner {got['inner_mape']:.3f} (original {got['inner_original_mape']:.3f})"
+                f"  outer {got['outer_mape']:.3f} (roofline {got['outer_roofline_mape']:.3f})",
+                flush=True,
+            )
         report["folds"][outer] = fold
-    report["nested"] = {family: {"outer_mape": _pooled(outer_groups, family),
-                                 "outer_roofline_mape": _pooled(outer_groups, family, "sum_roof")}
-                        for family in spec_tier.SPEC_FAMILIES}
+    report["nested"] = {
+        family: {
+            "outer_mape": _pooled(outer_groups, family),
+            "outer_roofline_mape": _pooled(outer_groups, family, "sum_roof"),
+        }
+        for family in spec_tier.SPEC_FAMILIES
+    }
     for family in spec_tier.SPEC_FAMILIES:
         votes: dict[str, list[float]] = {}
         for fold in report["folds"].values():
             votes.setdefault(fold[family]["chosen"], []).append(fold[family]["inner_mape"])
-        report["nested"][family]["chosen_by_vote"] = min(votes, key=lambda c: (-len(votes[c]),
-                                                                               sum(votes[c]) / len(votes[c])))
-        print(f"nested {family}: outer MAPE {report['nested'][family]['outer_mape']:.3f} "
-              f"(roofline {report['nested'][family]['outer_roofline_mape']:.3f}); "
-              f"most chosen {report['nested'][family]['chosen_by_vote']}")
+        report["nested"][family]["chosen_by_vote"] = min(
+            votes, key=lambda c: (-len(votes[c]), sum(votes[c]) / len(votes[c]))
+        )
+        print(
+            f"nested {family}: outer MAPE {report['nested'][family]['outer_mape']:.3f} "
+            f"(roofline {report['nested'][family]['outer_roofline_mape']:.3f}); "
+            f"most chosen {report['nested'][family]['chosen_by_vote']}"
+        )
     report["seconds"] = round(time.perf_counter() - started, 1)
     print(f"{report['seconds']} s")
     if args.out:

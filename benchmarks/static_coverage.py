@@ -32,8 +32,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from components.features.static import CompileError, NoKernelError, StaticReport, analyze_file  # noqa: E402
-from kernelcast.settings import get_settings  # noqa: E402
+from components.features.static import CompileError, NoKernelError, StaticReport, analyze_file
+from kernelcast.settings import get_settings
 
 
 def failure_cause(exc: CompileError) -> str:
@@ -77,7 +77,9 @@ def analyze(path: Path, arch: str, source_id: str) -> tuple[Path, StaticReport |
     start = time.perf_counter()
     defines = tuning_defaults(path) if "benchmark_hub" in str(path) else {}
     try:
-        res: StaticReport | CompileError | None = analyze_file(path, arch, source_id=source_id, defines=defines)
+        res: StaticReport | CompileError | None = analyze_file(
+            path, arch, source_id=source_id, defines=defines
+        )
     except NoKernelError as exc:
         # A host-only file (main.cu launching kernels defined in another file) is no failure.
         res = exc if "__global__" in path.read_text(errors="replace") else None
@@ -130,8 +132,10 @@ def main() -> None:
             f"{host_only} host-only files (no __global__) left out"
         )
         templated = sum(1 for r in ok for k in r[1].kernels if k.instance)
-        print(f"   template instances compiled from launch sites: {templated}; "
-              f"launch sites left uninstantiated: {sum(len(r[1].uninstantiated_templates) for r in ok)}")
+        print(
+            f"   template instances compiled from launch sites: {templated}; "
+            f"launch sites left uninstantiated: {sum(len(r[1].uninstantiated_templates) for r in ok)}"
+        )
         if times:
             print(
                 f"   uncached per-file time: median {times[len(times) // 2]:.2f} s, "

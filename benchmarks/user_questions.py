@@ -37,7 +37,9 @@ def measured_bf16_gemms(datasets: Path) -> pd.DataFrame:
     from components.ingest.aiconfigurator import medians, read_gemm
 
     gemm = read_gemm(datasets / "aiconfigurator")
-    gemm = gemm[(gemm["dtype"] == "bf16") & gemm["device_id"].isin(GPUS) & (gemm[["M", "N", "K"]] > 0).all(axis=1)]
+    gemm = gemm[
+        (gemm["dtype"] == "bf16") & gemm["device_id"].isin(GPUS) & (gemm[["M", "N", "K"]] > 0).all(axis=1)
+    ]
     truth = medians(gemm, ["device_id", "M", "N", "K"])
     vllm = gemm[gemm["kernel_source"].isin(VLLM_SOURCES)][["device_id", "M", "N", "K"]].drop_duplicates()
     chosen = truth.merge(vllm, on=["device_id", "M", "N", "K"])
@@ -45,7 +47,7 @@ def measured_bf16_gemms(datasets: Path) -> pd.DataFrame:
     return chosen.sort_values("rank").groupby("device_id", sort=True).head(PER_GPU).reset_index(drop=True)
 
 
-def _answers(predictor, version: str, rows: list[dict]) -> pd.DataFrame:  # noqa: ANN001
+def _answers(predictor, version: str, rows: list[dict]) -> pd.DataFrame:
     from components.serving.question_forms import parse_questions
     from components.serving.questions import answer_questions
 
@@ -66,19 +68,27 @@ def _physics_breaks(answers: pd.DataFrame, specs: dict) -> pd.Series:
         if a.get("gflops") is not None and a["gflops"] > max(peaks) * 1e3 * 1.001:
             broken.append("FLOP/s above every peak")
         pipe, klass = a.get("bound_pipe"), a.get("roofline_class")
-        if pipe in ("dram", "l2", "link") and klass == "compute" or pipe in ("tensor", "fp32", "fp64") and \
-                klass == "bandwidth":
+        if (pipe in ("dram", "l2", "link") and klass == "compute") or (
+            pipe in ("tensor", "fp32", "fp64") and klass == "bandwidth"
+        ):
             broken.append(f"class {klass} with pipe {pipe}")
         reasons.append("; ".join(broken))
     return pd.Series(reasons, index=answers.index)
 
 
-def score_gemms(predictor, version: str, datasets: Path) -> dict:  # noqa: ANN001
+def score_gemms(predictor, version: str, datasets: Path) -> dict:
     from components.devices import load_catalog
 
     chosen = measured_bf16_gemms(datasets)
-    rows = [{"op": "gemm", "shape": {"M": int(r.M), "N": int(r.N), "K": int(r.K)}, "dtype": "bf16",
-             "device": r.device_id} for r in chosen.itertuples()]
+    rows = [
+        {
+            "op": "gemm",
+            "shape": {"M": int(r.M), "N": int(r.N), "K": int(r.K)},
+            "dtype": "bf16",
+            "device": r.device_id,
+        }
+        for r in chosen.itertuples()
+    ]
     start = time.perf_counter()
     answers = _answers(predictor, version, rows)
     seconds = time.perf_counter() - start
@@ -87,20 +97,29 @@ def score_gemms(predictor, version: str, datasets: Path) -> dict:  # noqa: ANN00
     truth = chosen["latency_us"].to_numpy()
     pred = pd.to_numeric(answers["duration_us"], errors="coerce").to_numpy()
     roof = pd.to_numeric(answers["roofline_us"], errors="coerce").to_numpy()
-    out = {"questions": len(rows), "answered": int(np.isfinite(pred).sum()), "seconds": round(seconds, 2),
-           "impossible_answers": int((breaks != "").sum()), "per_gpu": {}}
+    out = {
+        "questions": len(rows),
+        "answered": int(np.isfinite(pred).sum()),
+        "seconds": round(seconds, 2),
+        "impossible_answers": int((breaks != "").sum()),
+        "per_gpu": {},
+    }
     tiers = answers["tier"] if "tier" in answers else pd.Series([None] * len(answers))
     for gpu in (*GPUS, "all"):
         k = np.ones(len(truth), bool) if gpu == "all" else (chosen["device_id"] == gpu).to_numpy()
         ape, roof_ape = np.abs(pred[k] - truth[k]) / truth[k], np.abs(roof[k] - truth[k]) / truth[k]
-        out["per_gpu"][gpu] = {"n": int(k.sum()), "mape": float(np.nanmean(ape)), "median_ape": float(np.nanmedian(ape)),
-                               "median_pred_over_measured": float(np.nanmedian(pred[k] / truth[k])),
-                               "roofline_mape": float(np.nanmean(roof_ape)),
-                               "tiers": {str(t): int(n) for t, n in tiers[k].value_counts(dropna=False).items()}}
+        out["per_gpu"][gpu] = {
+            "n": int(k.sum()),
+            "mape": float(np.nanmean(ape)),
+            "median_ape": float(np.nanmedian(ape)),
+            "median_pred_over_measured": float(np.nanmedian(pred[k] / truth[k])),
+            "roofline_mape": float(np.nanmean(roof_ape)),
+            "tiers": {str(t): int(n) for t, n in tiers[k].value_counts(dropna=False).items()},
+        }
     return out
 
 
-def sweep(predictor, version: str) -> dict:  # noqa: ANN001
+def sweep(predictor, version: str) -> dict:
     from components.devices import load_catalog
     from components.serving.query import DTYPES
 
@@ -111,18 +130,35 @@ def sweep(predictor, version: str) -> dict:  # noqa: ANN001
         for dtype in DTYPES:
             for m in sizes:
                 for n in (1024, 8192):
-                    rows.append({"op": "gemm", "shape": {"M": m, "N": n, "K": 4096}, "dtype": dtype, "device": spec.id})
+                    rows.append(
+                        {
+                            "op": "gemm",
+                            "shape": {"M": m, "N": n, "K": 4096},
+                            "dtype": dtype,
+                            "device": spec.id,
+                        }
+                    )
         for b, s, kv in ((1, 4096, 4096), (32, 1, 4096), (8, 512, 8192)):
-            rows.append({"op": "attention", "shape": {"B": b, "S": s, "KV": kv, "H": 32, "HKV": 8, "D": 128},
-                         "dtype": "bf16", "device": spec.id})
+            rows.append(
+                {
+                    "op": "attention",
+                    "shape": {"B": b, "S": s, "KV": kv, "H": 32, "HKV": 8, "D": 128},
+                    "dtype": "bf16",
+                    "device": spec.id,
+                }
+            )
     start = time.perf_counter()
     answers = _answers(predictor, version, rows)
     seconds = time.perf_counter() - start
     breaks = _physics_breaks(answers, {s.id: s for s in catalog.all()})
     kinds = breaks[breaks != ""].value_counts().to_dict()
-    return {"questions": len(rows), "seconds": round(seconds, 2), "impossible_answers": int((breaks != "").sum()),
-            "by_rule": {str(k): int(v) for k, v in kinds.items()},
-            "unanswered": int(pd.to_numeric(answers["duration_us"], errors="coerce").isna().sum())}
+    return {
+        "questions": len(rows),
+        "seconds": round(seconds, 2),
+        "impossible_answers": int((breaks != "").sum()),
+        "by_rule": {str(k): int(v) for k, v in kinds.items()},
+        "unanswered": int(pd.to_numeric(answers["duration_us"], errors="coerce").isna().sum()),
+    }
 
 
 def main() -> None:

@@ -32,8 +32,9 @@ class DeploymentSpec:
     tags: tuple[str, ...] = ()
 
 
-def read_deployments(path: Path = PREFECT_YAML,
-                     only: list[str] | None = None) -> tuple[list[DeploymentSpec], list]:
+def read_deployments(
+    path: Path = PREFECT_YAML, only: list[str] | None = None
+) -> tuple[list[DeploymentSpec], list]:
     """Deployments (and the file's pull steps) from a ``prefect.yaml``; errors name the deployment."""
     import yaml
 
@@ -45,8 +46,9 @@ def read_deployments(path: Path = PREFECT_YAML,
     names = [str(e.get("name")) for e in entries]
     unknown = [n for n in only or [] if n not in names]
     if unknown:
-        raise ValueError(f"--name {', '.join(unknown)}: no such deployment in {path}; "
-                         f"it has {', '.join(names)}")
+        raise ValueError(
+            f"--name {', '.join(unknown)}: no such deployment in {path}; it has {', '.join(names)}"
+        )
     specs = []
     for entry in entries:
         name = str(entry.get("name"))
@@ -58,15 +60,23 @@ def read_deployments(path: Path = PREFECT_YAML,
         schedules = tuple(entry.get("schedules") or [])
         for schedule in schedules:
             if not any(k in schedule for k in ("cron", "interval", "rrule")):
-                raise ValueError(f"{path}: deployment {name!r} has a schedule without cron, "
-                                 "interval or rrule")
-        specs.append(DeploymentSpec(
-            name=name, entrypoint=str(entry["entrypoint"]), work_pool=str(pool["name"]),
-            work_queue=pool.get("work_queue_name"),
-            description=entry.get("description"), parameters=dict(entry.get("parameters") or {}),
-            schedules=schedules, job_variables=dict(pool.get("job_variables") or {}),
-            concurrency_limit=entry.get("concurrency_limit"), tags=tuple(entry.get("tags") or ()),
-        ))
+                raise ValueError(
+                    f"{path}: deployment {name!r} has a schedule without cron, interval or rrule"
+                )
+        specs.append(
+            DeploymentSpec(
+                name=name,
+                entrypoint=str(entry["entrypoint"]),
+                work_pool=str(pool["name"]),
+                work_queue=pool.get("work_queue_name"),
+                description=entry.get("description"),
+                parameters=dict(entry.get("parameters") or {}),
+                schedules=schedules,
+                job_variables=dict(pool.get("job_variables") or {}),
+                concurrency_limit=entry.get("concurrency_limit"),
+                tags=tuple(entry.get("tags") or ()),
+            )
+        )
     return specs, list(document.get("pull") or [])
 
 
@@ -112,8 +122,13 @@ def ensure_work_pool(client: Any, name: str, pool_type: str) -> bool:
         return True
 
 
-def register(specs: list[DeploymentSpec], pull_steps: list, work_pool: str | None = None,
-             path: str | None = None, pool_type: str = "kubernetes") -> list[dict[str, Any]]:
+def register(
+    specs: list[DeploymentSpec],
+    pull_steps: list,
+    work_pool: str | None = None,
+    path: str | None = None,
+    pool_type: str = "kubernetes",
+) -> list[dict[str, Any]]:
     """Register every spec with the Prefect API this process points at; returns what was registered.
 
     A missing work pool is created with ``pool_type``; ``work_pool`` replaces the file's pool with a
@@ -132,18 +147,33 @@ def register(specs: list[DeploymentSpec], pull_steps: list, work_pool: str | Non
             created = ensure_work_pool(client, pool, "process" if work_pool else pool_type)
             flow_id = client.create_flow_from_name(flow.name)
             deployment_id = client.create_deployment(
-                flow_id=flow_id, name=spec.name, work_pool_name=pool, work_queue_name=spec.work_queue,
-                schedules=[_schedule(s) for s in spec.schedules], parameters=spec.parameters,
-                description=spec.description, entrypoint=spec.entrypoint, pull_steps=pull_steps or None,
-                path=path, job_variables=spec.job_variables if not work_pool else {},
-                concurrency_limit=spec.concurrency_limit, tags=list(spec.tags),
+                flow_id=flow_id,
+                name=spec.name,
+                work_pool_name=pool,
+                work_queue_name=spec.work_queue,
+                schedules=[_schedule(s) for s in spec.schedules],
+                parameters=spec.parameters,
+                description=spec.description,
+                entrypoint=spec.entrypoint,
+                pull_steps=pull_steps or None,
+                path=path,
+                job_variables=spec.job_variables if not work_pool else {},
+                concurrency_limit=spec.concurrency_limit,
+                tags=list(spec.tags),
                 parameter_openapi_schema=parameter_schema(flow).model_dump(exclude_unset=True),
                 enforce_parameter_schema=True,
             )
             schedules = [s.get("cron") or s.get("interval") or s.get("rrule") for s in spec.schedules]
-            registered.append({"name": f"{flow.name}/{spec.name}", "id": str(deployment_id),
-                               "work_pool": pool, "work_pool_created": created, "schedules": schedules})
+            registered.append(
+                {
+                    "name": f"{flow.name}/{spec.name}",
+                    "id": str(deployment_id),
+                    "work_pool": pool,
+                    "work_pool_created": created,
+                    "schedules": schedules,
+                }
+            )
     return registered
 
 
-__all__ = ["DeploymentSpec", "PREFECT_YAML", "load_flow", "read_deployments", "register"]
+__all__ = ["PREFECT_YAML", "DeploymentSpec", "load_flow", "read_deployments", "register"]

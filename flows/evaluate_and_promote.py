@@ -24,8 +24,9 @@ from flows.retry import transient_only
 
 
 @task(name="evaluate")
-def evaluate_task(inputs: EvaluateInputs, settings: Settings, params: dict[str, Any],
-                  ray_folds: bool = False) -> EvaluateResult:
+def evaluate_task(
+    inputs: EvaluateInputs, settings: Settings, params: dict[str, Any], ray_folds: bool = False
+) -> EvaluateResult:
     """``evaluate_stage``: score the model, write the JSON report, log an evaluation run.
 
     ``ray_folds``: the gate's refit folds run as Ray tasks, one per (split fold, family).
@@ -104,10 +105,16 @@ def evaluate_and_promote_flow(
 
         folds_report = evaluate_folds_task(
             str(features_file or settings.data_dir / "features" / "features.parquet"),
-            fold_families or list(dict.fromkeys(["roofline", registration.family])), list(fold_splits),
-            str(settings.reports_dir / "evaluation-folds.json"), settings, params)
-        folds = {"out_file": str(settings.reports_dir / "evaluation-folds.json"),
-                 "unseen_gpu": unseen_gpu_quality(folds_report, registration.family)}
+            fold_families or list(dict.fromkeys(["roofline", registration.family])),
+            list(fold_splits),
+            str(settings.reports_dir / "evaluation-folds.json"),
+            settings,
+            params,
+        )
+        folds = {
+            "out_file": str(settings.reports_dir / "evaluation-folds.json"),
+            "unseen_gpu": unseen_gpu_quality(folds_report, registration.family),
+        }
     promoted = promote_task(
         PromoteInputs(
             tracking_uri=settings.tracking_uri(),

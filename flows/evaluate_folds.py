@@ -22,16 +22,23 @@ FOLD_FAMILIES: tuple[str, ...] = ("roofline", "tabular")
 
 
 @task(name="evaluate-folds")
-def evaluate_folds_task(features_file: str, families: list[str], splits: list[str], out_file: str,
-                        settings: Settings, params: dict[str, Any], min_gpu_rows: int | None = None,
-                        max_train_rows: int | None = None) -> dict[str, Any]:
+def evaluate_folds_task(
+    features_file: str,
+    families: list[str],
+    splits: list[str],
+    out_file: str,
+    settings: Settings,
+    params: dict[str, Any],
+    min_gpu_rows: int | None = None,
+    max_train_rows: int | None = None,
+) -> dict[str, Any]:
     """Fit and score every (split fold, family) as Ray tasks; write ``out_file``; return the report."""
     from components.common.atomic import atomic_write_text
     from components.devices import load_catalog
     from components.evaluation.bench import run_accuracy_bench
     from components.evaluation.folds import ray_fold_executor
-    from components.evaluation.published import published_figures
     from components.evaluation.harness import read_feature_table
+    from components.evaluation.published import published_figures
     from components.models.tabular import TabularConfig
     from components.platform.runtime import ensure_ray
     from components.training.tabular import make_predictor
@@ -44,14 +51,22 @@ def evaluate_folds_task(features_file: str, families: list[str], splits: list[st
     catalog = load_catalog()
 
     # Runs inside a Ray task: fits in-process (no nested Ray).
-    def in_task(name: str, train, split: str):  # noqa: ANN001, ANN202
+    def in_task(name: str, train, split: str):
         return make_predictor(name, train, split, config, settings, use_ray=False)
 
     executor = ray_fold_executor(in_task, lambda: ensure_ray(settings))
     published = published_figures(lambda n: catalog.resolve(n).id)
-    result = run_accuracy_bench(table, families, splits, in_task, published, min_gpu_rows=gpu_rows,
-                                log=lambda line: print(line, flush=True), fold_executor=executor,
-                                parallel_families=[f for f in families if f in FOLD_FAMILIES])
+    result = run_accuracy_bench(
+        table,
+        families,
+        splits,
+        in_task,
+        published,
+        min_gpu_rows=gpu_rows,
+        log=lambda line: print(line, flush=True),
+        fold_executor=executor,
+        parallel_families=[f for f in families if f in FOLD_FAMILIES],
+    )
     payload = {"command": f"evaluate-folds families={families} splits={splits}", **result.to_json()}
     atomic_write_text(Path(out_file), json.dumps(payload, indent=2) + "\n")
     return payload
@@ -60,8 +75,14 @@ def evaluate_folds_task(features_file: str, families: list[str], splits: list[st
 def unseen_gpu_quality(report: dict[str, Any], family: str | None = None) -> dict[str, Any] | None:
     """Runtime error on GPUs held out of training (leave-one-GPU-out) from an evaluation report:
     ``{"family", "mape", "within_10", "n", "source"}`` for ``family`` (default: the best), or None."""
-    rows = [r for r in report.get("rows", []) if r.get("split") == "unseen-gpu"
-            and r.get("target") == "duration_us" and not r.get("scope") and r.get("ours") is not None]
+    rows = [
+        r
+        for r in report.get("rows", [])
+        if r.get("split") == "unseen-gpu"
+        and r.get("target") == "duration_us"
+        and not r.get("scope")
+        and r.get("ours") is not None
+    ]
     by_family: dict[str, dict[str, Any]] = {}
     for row in rows:
         entry = by_family.setdefault(row["family"], {"family": row["family"], "n": row.get("n")})

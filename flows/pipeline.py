@@ -78,8 +78,9 @@ def _action(output: str, stage: str) -> str:
 
 
 @task(name="dvc-repro", retries=0)
-def reproduce_stage(stage: str, project_root: str, force: bool = False,
-                    outs: tuple[str, ...] = ()) -> StageReport:
+def reproduce_stage(
+    stage: str, project_root: str, force: bool = False, outs: tuple[str, ...] = ()
+) -> StageReport:
     """``dvc repro --single-item STAGE``: runs the stage only if its deps or params changed.
 
     Not retried: a stage that failed on its input fails again; one that failed on I/O is rerun by
@@ -93,15 +94,28 @@ def reproduce_stage(stage: str, project_root: str, force: bool = False,
     result = run_stopping_with_us(command, cwd=project_root, env=_stage_env())
     tail = (result.stdout or "")[-4000:]
     if result.returncode != 0:
-        raise StageFailed(f"stage {stage!r} failed (exit {result.returncode}); later stages not run; fix it "
-                          "and rerun `kernelcast pipeline` (finished stages are skipped)", stage, tail)
-    return {"stage": stage, "action": _action(result.stdout or "", stage),
-            "seconds": round(time.monotonic() - start, 1), "rows": output_rows(Path(project_root), outs),
-            "output_tail": tail[-800:]}
+        raise StageFailed(
+            f"stage {stage!r} failed (exit {result.returncode}); later stages not run; fix it "
+            "and rerun `kernelcast pipeline` (finished stages are skipped)",
+            stage,
+            tail,
+        )
+    return {
+        "stage": stage,
+        "action": _action(result.stdout or "", stage),
+        "seconds": round(time.monotonic() - start, 1),
+        "rows": output_rows(Path(project_root), outs),
+        "output_tail": tail[-800:],
+    }
 
 
-@task(name="dvc-push", retries=3, retry_delay_seconds=exponential_backoff(backoff_factor=5),
-      retry_jitter_factor=0.5, retry_condition_fn=transient_only)
+@task(
+    name="dvc-push",
+    retries=3,
+    retry_delay_seconds=exponential_backoff(backoff_factor=5),
+    retry_jitter_factor=0.5,
+    retry_condition_fn=transient_only,
+)
 def push_outputs(project_root: str, remote_url: str | None = None) -> str:
     """Push every stage output to the DVC remote (pure I/O: retried with backoff): the default one
     of ``.dvc/config``, or ``remote_url`` (``KERNELCAST_DVC_REMOTE_URL``, e.g. the team's
@@ -134,8 +148,13 @@ def _inject_fault(stage: str) -> None:
 
 
 @flow(name="kernelcast-pipeline", log_prints=False)
-def pipeline_flow(stages: list[str] | None = None, project_root: str | None = None, force: bool = False,
-                  push: bool = True, lock: bool = True) -> list[StageReport]:
+def pipeline_flow(
+    stages: list[str] | None = None,
+    project_root: str | None = None,
+    force: bool = False,
+    push: bool = True,
+    lock: bool = True,
+) -> list[StageReport]:
     """Reproduce ``stages`` (default: every stage of dvc.yaml) in dvc.yaml's order; stop at the first
     failure (later stages need its outputs). ``lock`` takes the state folder's lock (a deployment
     run); ``run_pipeline`` holds it already."""
@@ -187,15 +206,22 @@ def verdict(project_root: Path, settings: Settings, since: float | None = None) 
     else:
         lines.append("verdict: no promotion report (the register stage did not run)")
     uri = settings.tracking_uri()
-    ui = uri if uri.startswith("http") else \
-        f"http://127.0.0.1:5000 after `kernelcast mlflow-ui` (store {uri})"
+    ui = (
+        uri if uri.startswith("http") else f"http://127.0.0.1:5000 after `kernelcast mlflow-ui` (store {uri})"
+    )
     lines.append(f"MLflow UI: {ui}")
     lines.append("reports: " + ", ".join(str(project_root / r) for r in reports))
     return lines
 
 
-def run_pipeline(settings: Settings, stages: list[str], force: bool = False, push: bool = True,
-                 project_root: Path = PROJECT_ROOT, echo: Callable[[str], None] = print) -> list[StageReport]:
+def run_pipeline(
+    settings: Settings,
+    stages: list[str],
+    force: bool = False,
+    push: bool = True,
+    project_root: Path = PROJECT_ROOT,
+    echo: Callable[[str], None] = print,
+) -> list[StageReport]:
     """Take the state folder's lock, start (or reuse) the Prefect API, then run the flow.
 
     SIGTERM/SIGINT stop everything this run started: the flow's stage process tree and the

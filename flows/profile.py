@@ -30,7 +30,7 @@ from components.validation.profiled import validate_rows
 DEFAULT_DATASET = PROJECT_ROOT / "profiled-data"
 
 
-def _active_chooser(model: str | None):  # noqa: ANN202 -- the chooser ProfileInputs takes, or None
+def _active_chooser(model: str | None):
     """The active-learning chooser (asks ``model``; lives in serving, above profiling) when a model is given."""
     if model is None:
         return None
@@ -51,7 +51,9 @@ def validate_task(run_dir: Path) -> dict[str, Any]:
     from components.profiling.rows import read_rows
 
     valid, quarantine, summary = validate_rows(read_rows(run_dir))
-    atomic_write_text(run_dir / "quarantine.jsonl", "".join(json.dumps(r, sort_keys=True) + "\n" for r in quarantine))
+    atomic_write_text(
+        run_dir / "quarantine.jsonl", "".join(json.dumps(r, sort_keys=True) + "\n" for r in quarantine)
+    )
     atomic_write_text(run_dir / "validation.json", json.dumps(summary, indent=2, sort_keys=True) + "\n")
     return summary
 
@@ -71,8 +73,12 @@ def version_dataset(dataset_dir: Path) -> str:
         return "not in a DVC repository"
     if not pointer.exists():
         return "dvc.yaml stage deps cover it (dvc repro re-ingests)"
-    result = subprocess.run([sys.executable, "-m", "dvc", "add", str(dataset_dir.resolve())], cwd=root,
-                            capture_output=True, text=True)
+    result = subprocess.run(
+        [sys.executable, "-m", "dvc", "add", str(dataset_dir.resolve())],
+        cwd=root,
+        capture_output=True,
+        text=True,
+    )
     if result.returncode != 0:
         raise RuntimeError(f"dvc add {dataset_dir} failed: {(result.stderr or result.stdout).strip()[-500:]}")
     return f"dvc add -> {pointer.name}"
@@ -83,17 +89,32 @@ def append_task(run_dir: Path, dataset_dir: Path) -> dict[str, Any]:
     """Copy the run folder into the dataset folder atomically (a run is added whole or not at all)."""
     target = dataset_dir / run_dir.name
     if target.resolve() != run_dir.resolve():
-        atomic_write_dir(target, lambda tmp: shutil.copytree(run_dir, tmp, dirs_exist_ok=True,
-                                                             ignore=shutil.ignore_patterns("raw")),
-                         replace_existing=True)
+        atomic_write_dir(
+            target,
+            lambda tmp: shutil.copytree(
+                run_dir, tmp, dirs_exist_ok=True, ignore=shutil.ignore_patterns("raw")
+            ),
+            replace_existing=True,
+        )
     return {"appended_to": str(target), "versioned": version_dataset(dataset_dir)}
 
 
 @flow(name="profile-device", log_prints=True)
-def profile_device(device: str | None = None, backend: str = "events", suite: str = "smoke", *, dataset_dir: str | None = None,
-                   out_dir: str | None = None, ray_address: str | None = None, chunk_size: int | None = None,
-                   timeout_s: float | None = None, model: str | None = None, warmup: int | None = None,
-                   repeats: int | None = None, append: bool = True) -> dict[str, Any]:
+def profile_device(
+    device: str | None = None,
+    backend: str = "events",
+    suite: str = "smoke",
+    *,
+    dataset_dir: str | None = None,
+    out_dir: str | None = None,
+    ray_address: str | None = None,
+    chunk_size: int | None = None,
+    timeout_s: float | None = None,
+    model: str | None = None,
+    warmup: int | None = None,
+    repeats: int | None = None,
+    append: bool = True,
+) -> dict[str, Any]:
     """Profile ``device`` (catalog GPU, or ``host``) with ``backend`` on ``suite``; validate; append.
 
     ``device`` None: the GPU this flow run's machine sees (a deployment on a GPU node). Host runs are
@@ -105,21 +126,37 @@ def profile_device(device: str | None = None, backend: str = "events", suite: st
 
         device = local_device()
     defaults = profile_params()  # params.yaml `profile:` fills what the caller leaves out
-    inputs = ProfileInputs(device=device, backend=backend, suite=suite, out_dir=Path(out_dir) if out_dir else None,
-                           chunk_size=chunk_size or int(defaults.get("chunk_size", 8)),
-                           timeout_s=timeout_s or float(defaults.get("timeout_s", 3600)),
-                           max_retries=int(defaults.get("max_retries", 3)),
-                           l2_flush=bool(defaults.get("l2_flush", True)), ray_address=ray_address, model=model,
-                           chooser=_active_chooser(model), warmup=warmup, repeats=repeats)
+    inputs = ProfileInputs(
+        device=device,
+        backend=backend,
+        suite=suite,
+        out_dir=Path(out_dir) if out_dir else None,
+        chunk_size=chunk_size or int(defaults.get("chunk_size", 8)),
+        timeout_s=timeout_s or float(defaults.get("timeout_s", 3600)),
+        max_retries=int(defaults.get("max_retries", 3)),
+        l2_flush=bool(defaults.get("l2_flush", True)),
+        ray_address=ray_address,
+        model=model,
+        chooser=_active_chooser(model),
+        warmup=warmup,
+        repeats=repeats,
+    )
     result = profile_task(inputs)
     validation = validate_task(result.run_dir)
-    summary: dict[str, Any] = {"run_dir": str(result.run_dir), "rows": result.manifest["rows"],
-                               "validation": validation, "report": result.report, "status": result.manifest["status"]}
+    summary: dict[str, Any] = {
+        "run_dir": str(result.run_dir),
+        "rows": result.manifest["rows"],
+        "validation": validation,
+        "report": result.report,
+        "status": result.manifest["status"],
+    }
     target = Path(dataset_dir) if dataset_dir else (None if device == "host" else DEFAULT_DATASET)
     if append and target is not None and validation["rows_valid"]:
         summary.update(append_task(result.run_dir, target))
-    print(f"profiled {device} ({backend}, {suite}): {summary['rows']} rows, {validation['rows_valid']} valid, "
-          f"{validation['rows_quarantined']} quarantined -> {summary.get('appended_to', result.run_dir)}")
+    print(
+        f"profiled {device} ({backend}, {suite}): {summary['rows']} rows, {validation['rows_valid']} valid, "
+        f"{validation['rows_quarantined']} quarantined -> {summary.get('appended_to', result.run_dir)}"
+    )
     return summary
 
 

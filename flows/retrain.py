@@ -27,8 +27,16 @@ def family_out_dir(settings: Settings, family: str, split: str) -> Path:
     return settings.models_dir / "retrain" / f"{family}-{split}"
 
 
-def retrain_families(settings: Settings, params: dict[str, Any], families: list[str], split: str,
-                     features: Path, force: bool, use_ray: bool, train: Callable[..., Any]) -> dict[str, Any]:
+def retrain_families(
+    settings: Settings,
+    params: dict[str, Any],
+    families: list[str],
+    split: str,
+    features: Path,
+    force: bool,
+    use_ray: bool,
+    train: Callable[..., Any],
+) -> dict[str, Any]:
     """The flow's body: hash each family's inputs, skip the current ones, ``train`` the others and
     stamp them. ``train`` is ``flows.train.train_task`` (its ``.fn`` in unit tests)."""
     from components.pipeline.inputs import family_inputs_hash, is_current, read_stamp, write_stamp
@@ -45,11 +53,20 @@ def retrain_families(settings: Settings, params: dict[str, Any], families: list[
             results[family] = {"action": "skipped", **stamp}
             continue
         print(f"{family}: inputs changed; training on {split}")
-        trained = train(TrainInputs(features_file=features, family=family, split=split, out_dir=out_dir,
-                                    use_ray=use_ray), settings, params)
+        trained = train(
+            TrainInputs(features_file=features, family=family, split=split, out_dir=out_dir, use_ray=use_ray),
+            settings,
+            params,
+        )
         info = summary(trained)
-        write_stamp(out_dir, digest, version=info["model_uri"], registration_file=info["registration_file"],
-                    run_id=info["run_id"], runtime_mape=info["runtime_mape"])
+        write_stamp(
+            out_dir,
+            digest,
+            version=info["model_uri"],
+            registration_file=info["registration_file"],
+            run_id=info["run_id"],
+            runtime_mape=info["runtime_mape"],
+        )
         results[family] = {"action": "trained", **info}
     return results
 

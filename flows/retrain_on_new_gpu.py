@@ -51,8 +51,9 @@ def fleet_task(settings: Settings, fleet_file: str | None, use_ray: bool) -> lis
     return fleet
 
 
-def _profile_on_node(device: str, backend: str, suite: str, out_dir: str,
-                     options: dict[str, Any]) -> dict[str, Any]:
+def _profile_on_node(
+    device: str, backend: str, suite: str, out_dir: str, options: dict[str, Any]
+) -> dict[str, Any]:
     """Runs in a Ray task on the chosen node: ``profile_device`` there, and which node that was."""
     import ray
 
@@ -68,8 +69,16 @@ def _profile_on_node(device: str, backend: str, suite: str, out_dir: str,
 
 
 @task(name="profile-new-gpu")
-def profile_new_gpu_task(device: str, node_id: str, accelerator: str, backend: str, suite: str, out_dir: str,
-                         options: dict[str, Any], settings: Settings) -> dict[str, Any]:
+def profile_new_gpu_task(
+    device: str,
+    node_id: str,
+    accelerator: str,
+    backend: str,
+    suite: str,
+    out_dir: str,
+    options: dict[str, Any],
+    settings: Settings,
+) -> dict[str, Any]:
     """``flows.profile.profile_device`` for one GPU, run in a Ray task pinned to a node of its type.
 
     The task itself takes no CPU (it waits on the profiling jobs ``profile_device`` dispatches,
@@ -82,8 +91,11 @@ def profile_new_gpu_task(device: str, node_id: str, accelerator: str, backend: s
 
     ensure_ray(settings)
     remote = ray.remote(_profile_on_node).options(
-        num_cpus=0, max_retries=0, resources={f"accelerator_type:{accelerator}": 0.001},
-        scheduling_strategy=NodeAffinitySchedulingStrategy(node_id=node_id, soft=False))
+        num_cpus=0,
+        max_retries=0,
+        resources={f"accelerator_type:{accelerator}": 0.001},
+        scheduling_strategy=NodeAffinitySchedulingStrategy(node_id=node_id, soft=False),
+    )
     result = ray.get(remote.remote(device, backend, suite, out_dir, options))
     return {"device": device, "accelerator": accelerator, **result}
 
@@ -150,16 +162,25 @@ def retrain_on_new_gpu_flow(
         fleet = fleet_task(settings, fleet_file, use_ray)
         plan = plan_new_gpus(load_catalog(), fleet, measured_devices(settings.data_dir / "canonical"), gpus)
         report["plan"] = plan.to_json()
-        print(f"fleet: {len(fleet)} accelerator(s); to profile: {sorted(plan.to_profile) or 'none'}; "
-              f"spec only: {plan.unprofilable or 'none'}; unknown to the catalog: {plan.unknown or 'none'}")
-        stamp = dt.datetime.now(dt.timezone.utc).strftime("%Y%m%dT%H%M%SZ")
+        print(
+            f"fleet: {len(fleet)} accelerator(s); to profile: {sorted(plan.to_profile) or 'none'}; "
+            f"spec only: {plan.unprofilable or 'none'}; unknown to the catalog: {plan.unknown or 'none'}"
+        )
+        stamp = dt.datetime.now(dt.UTC).strftime("%Y%m%dT%H%M%SZ")
         options = dict(profile_options or {})
         if backend != "host":  # GPU rows join the versioned dataset the ingest stage reads; CPU rows never do
             options.setdefault("dataset_dir", profiled_dir or str(root / "profiled-data"))
         report["profiled"] = [
-            profile_new_gpu_task(device, str(nodes[0].node_id), nodes[0].accelerator, backend, suite,
-                                 str(settings.data_dir / "profiles" / f"{device}-{backend}-{stamp}"),
-                                 options, settings)
+            profile_new_gpu_task(
+                device,
+                str(nodes[0].node_id),
+                nodes[0].accelerator,
+                backend,
+                suite,
+                str(settings.data_dir / "profiles" / f"{device}-{backend}-{stamp}"),
+                options,
+                settings,
+            )
             for device, nodes in plan.to_profile.items()
         ]
         if report["profiled"] and retrain:
@@ -167,10 +188,18 @@ def retrain_on_new_gpu_flow(
         quality = spec_only_quality(settings)
         report["spec_only"] = {device: quality for device in plan.unprofilable}
         for device in plan.unprofilable:
-            figure = (f"{100 * quality['mape']:.1f}% mean runtime error ({quality['family']}, "
-                      f"{quality.get('n')} rows; {quality['source']})") if quality else "no evaluation yet"
-            print(f"{device}: no node to profile it on; predicted from its spec alone -- on GPUs held out "
-                  f"of training the last evaluation measured {figure}")
+            figure = (
+                (
+                    f"{100 * quality['mape']:.1f}% mean runtime error ({quality['family']}, "
+                    f"{quality.get('n')} rows; {quality['source']})"
+                )
+                if quality
+                else "no evaluation yet"
+            )
+            print(
+                f"{device}: no node to profile it on; predicted from its spec alone -- on GPUs held out "
+                f"of training the last evaluation measured {figure}"
+            )
     return report
 
 
@@ -186,8 +215,11 @@ def _retrain_evaluate_promote(root: Path, fold_splits: list[str] | None) -> dict
     for family, info in trained.items():
         if info.get("action") == "trained":
             outcomes[family] = evaluate_and_promote_flow(info["registration_file"], fold_splits=fold_splits)
-    return {"data_stages": [{k: r[k] for k in ("stage", "action", "rows", "seconds")} for r in data],
-            "trained": trained, "evaluate_and_promote": outcomes}
+    return {
+        "data_stages": [{k: r[k] for k in ("stage", "action", "rows", "seconds")} for r in data],
+        "trained": trained,
+        "evaluate_and_promote": outcomes,
+    }
 
 
 def main(argv: list[str]) -> None:

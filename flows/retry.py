@@ -31,6 +31,6 @@ def transient_only(task: Any, task_run: Any, state: Any) -> bool:
     """``retry_condition_fn`` for Prefect tasks: retry only when the attempt failed on transient I/O."""
     try:
         state.result()
-    except BaseException as error:  # noqa: BLE001 -- the failed attempt's own exception
+    except BaseException as error:
         return is_transient(error)
     return False

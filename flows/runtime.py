@@ -134,8 +134,13 @@ def prefect_server(settings: Settings, startup_timeout_s: float = DEFAULT_STARTU
     command = [sys.executable, "-m", "prefect", "server", "start", "--host", "127.0.0.1", "--port", str(port)]
     with log_path.open("wb") as log:
         process = subprocess.Popen(
-            command, env=_server_env(settings), stdout=log, stderr=subprocess.STDOUT,
-            stdin=subprocess.DEVNULL, start_new_session=True, preexec_fn=die_with_parent,
+            command,
+            env=_server_env(settings),
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+            start_new_session=True,
+            preexec_fn=die_with_parent,
         )
     try:
         _wait_healthy(process, api_url, startup_timeout_s, log_path)

@@ -19,8 +19,9 @@ from prefect import flow, task
 from components.platform.config import Settings, get_settings
 
 
-def validation_job(in_dir: str, out_dir: str, params_file: str, summary_path: str | None,
-                   drift_against: str | None) -> dict[str, Any]:
+def validation_job(
+    in_dir: str, out_dir: str, params_file: str, summary_path: str | None, drift_against: str | None
+) -> dict[str, Any]:
     """What the Ray worker runs: the same stage as ``kernelcast validate``."""
     import os
 
@@ -31,16 +32,26 @@ def validation_job(in_dir: str, out_dir: str, params_file: str, summary_path: st
 
     params = load_params(Path(params_file))
     validate_params(params, source=params_file)
-    summary = validate_dir(Path(in_dir), Path(out_dir), load_catalog(), params,
-                           Path(summary_path) if summary_path else None,
-                           Path(drift_against) if drift_against else None)
+    summary = validate_dir(
+        Path(in_dir),
+        Path(out_dir),
+        load_catalog(),
+        params,
+        Path(summary_path) if summary_path else None,
+        Path(drift_against) if drift_against else None,
+    )
     summary["worker_pid"] = os.getpid()
     return summary
 
 
 @task(name="validate-measurements")
-def validate_task(in_dir: str, out_dir: str, params_file: str, summary_path: str | None = None,
-                  drift_against: str | None = None) -> dict[str, Any]:
+def validate_task(
+    in_dir: str,
+    out_dir: str,
+    params_file: str,
+    summary_path: str | None = None,
+    drift_against: str | None = None,
+) -> dict[str, Any]:
     """Run ``validation_job`` as a Ray task and wait for its summary."""
     import ray
 
@@ -52,8 +63,12 @@ def validate_task(in_dir: str, out_dir: str, params_file: str, summary_path: str
 
 
 @flow(name="validate", log_prints=False)
-def validate_flow(in_dir: str | None = None, out_dir: str | None = None, summary_path: str | None = None,
-                  drift_against: str | None = None) -> dict[str, Any]:
+def validate_flow(
+    in_dir: str | None = None,
+    out_dir: str | None = None,
+    summary_path: str | None = None,
+    drift_against: str | None = None,
+) -> dict[str, Any]:
     """Validate ``in_dir`` (default data_dir/canonical) into ``out_dir`` (default data_dir/validated).
 
     Returns the summary; a failed validation (``passed`` false) is reported, not raised, so the

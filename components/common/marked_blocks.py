@@ -19,8 +19,10 @@ def check_marked_block(path: Path, name: str) -> None:
     text = Path(path).read_text() if Path(path).is_file() else ""
     start, end = text.find(start_marker), text.find(end_marker)
     if text and (start < 0 or end < start or text.count(start_marker) > 1):
-        raise ValueError(f"{path} has no single {start_marker} ... {end_marker} section: add both markers "
-                         "(on their own lines, in that order) where the generated table goes")
+        raise ValueError(
+            f"{path} has no single {start_marker} ... {end_marker} section: add both markers "
+            "(on their own lines, in that order) where the generated table goes"
+        )
 
 
 def write_marked_block(path: Path, name: str, section: str) -> None:
@@ -33,5 +35,5 @@ def write_marked_block(path: Path, name: str, section: str) -> None:
     text = Path(path).read_text() if Path(path).is_file() else ""
     block = f"{start_marker}\n{section.rstrip()}\n{end_marker}"
     start, end = text.find(start_marker), text.find(end_marker)
-    new = block + "\n" if not text else text[:start] + block + text[end + len(end_marker):]
+    new = block + "\n" if not text else text[:start] + block + text[end + len(end_marker) :]
     atomic_write(Path(path), lambda tmp: tmp.write_text(new))

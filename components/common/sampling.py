@@ -28,8 +28,9 @@ def _unit(value: object, salt: str, sep: str, bits: int, closed: bool) -> float:
     return top / ((2**bits - 1) if closed else 2**bits)
 
 
-def unit_hash(values: Iterable[object], salt: str, *, sep: str = SEP, bits: int = 64,
-              closed: bool = False) -> np.ndarray:
+def unit_hash(
+    values: Iterable[object], salt: str, *, sep: str = SEP, bits: int = 64, closed: bool = False
+) -> np.ndarray:
     """A value in [0, 1) per key (``closed``: [0, 1], dividing by 2**bits - 1), from the first
     ``bits`` bits of the key's hash. Each distinct key is hashed once."""
     if bits % 8 or not 8 <= bits <= 64:
@@ -57,7 +58,9 @@ def hash_rank(values: pd.Series, salt: str, sep: str = SEP) -> pd.Series:
     return keys.map(uniques)
 
 
-def subsample(frame: pd.DataFrame, max_rows: int | None, salt: str, key: str = "measurement_id") -> pd.DataFrame:
+def subsample(
+    frame: pd.DataFrame, max_rows: int | None, salt: str, key: str = "measurement_id"
+) -> pd.DataFrame:
     """At most ``max_rows`` rows of ``frame``, the lowest ``unit_hash`` of ``key``, in frame order."""
     if max_rows is None or len(frame) <= max_rows:
         return frame
@@ -75,8 +78,9 @@ def capped_index(index: pd.Index, keys: pd.Series, max_rows: int | None, salt: s
     return pd.Index(rank.sort_values(kind="stable").index[:max_rows]).sort_values()
 
 
-def balanced_sample(frame: pd.DataFrame, per_class: int, column: str, salt: str, key: str = "kernel_id",
-                    sep: str = SEP) -> pd.DataFrame:
+def balanced_sample(
+    frame: pd.DataFrame, per_class: int, column: str, salt: str, key: str = "kernel_id", sep: str = SEP
+) -> pd.DataFrame:
     """The first ``per_class`` rows of each ``column`` class in hash order of ``key`` (all rows of
     a smaller class), in frame order."""
     order = hash_rank(frame[key], salt, sep)
@@ -84,5 +88,13 @@ def balanced_sample(frame: pd.DataFrame, per_class: int, column: str, salt: str,
     return ranked.groupby(column, group_keys=False).head(per_class).drop(columns="_order").sort_index()
 
 
-__all__ = ["SEP", "balanced_sample", "capped_index", "hash_hex", "hash_rank", "subsample", "unit_hash",
-           "unit_hash_series"]
+__all__ = [
+    "SEP",
+    "balanced_sample",
+    "capped_index",
+    "hash_hex",
+    "hash_rank",
+    "subsample",
+    "unit_hash",
+    "unit_hash_series",
+]

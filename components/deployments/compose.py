@@ -238,8 +238,9 @@ def _mla_ops(
     return ops
 
 
-def _gated_mlp(phase: str, tokens: Any, inter: int, hidden: int, weight_dtype: str, act: str,
-               count: float) -> list[OpLine]:
+def _gated_mlp(
+    phase: str, tokens: Any, inter: int, hidden: int, weight_dtype: str, act: str, count: float
+) -> list[OpLine]:
     """A gated MLP (dense, or a MoE layer's shared experts): up+gate GEMM, SiLU x mul, down GEMM."""
     return [
         OpLine(phase, "gemm", "gemm", weight_dtype, {"M": tokens, "N": 2 * inter, "K": hidden}, count),

@@ -15,17 +15,17 @@ PRODUCTION_FRAMEWORK = FrameworkCost(
     decode=(2078.233536, 0.0, 0.0, -0.005336, 0.0, 0.0, 0.0),
     steady_ttft=(1259.397918, 1.122982, 0.075184, 4.392271, 57.016585, 0.0, 36.551749),
     steady_tpot=(47.800328, 0.752826, 0.910346, 6.316711, 0.0, 0.55553),
-    steady_source='AIConfigurator silicon runs on h100-sxm, h200 (1485 runs)',
+    steady_source="AIConfigurator silicon runs on h100-sxm, h200 (1485 runs)",
     source=(
-        'PipeWeave runs on A100, A40, H100, H20, H200, H800, L20, L40, RTX_6000_Ada, RTX_A6000, '
-        'RTX_PRO_6000_S'
+        "PipeWeave runs on A100, A40, H100, H20, H200, H800, L20, L40, RTX_6000_Ada, RTX_A6000, "
+        "RTX_PRO_6000_S"
     ),
-    train_mape={'prefill': 0.0864, 'decode': 0.0713, 'steady_ttft': 0.3802, 'steady_tpot': 0.2026},
+    train_mape={"prefill": 0.0864, "decode": 0.0713, "steady_ttft": 0.3802, "steady_tpot": 0.2026},
     sources={
-        'prefill': 'engine',
-        'decode': 'roofline',
-        'steady_ttft': 'roofline',
-        'steady_tpot': 'roofline',
+        "prefill": "engine",
+        "decode": "roofline",
+        "steady_ttft": "roofline",
+        "steady_tpot": "roofline",
     },
 )
 
@@ -35,16 +35,16 @@ PRODUCTION_FRAMEWORK_ROOFLINE = FrameworkCost(
     decode=(2078.233536, 0.0, 0.0, -0.005336, 0.0, 0.0, 0.0),
     steady_ttft=(1259.397918, 1.122982, 0.075184, 4.392271, 57.016585, 0.0, 36.551749),
     steady_tpot=(47.800328, 0.752826, 0.910346, 6.316711, 0.0, 0.55553),
-    steady_source='AIConfigurator silicon runs on h100-sxm, h200 (1485 runs)',
+    steady_source="AIConfigurator silicon runs on h100-sxm, h200 (1485 runs)",
     source=(
-        'PipeWeave runs on A100, A40, H100, H20, H200, H800, L20, L40, RTX_6000_Ada, RTX_A6000, '
-        'RTX_PRO_6000_S'
+        "PipeWeave runs on A100, A40, H100, H20, H200, H800, L20, L40, RTX_6000_Ada, RTX_A6000, "
+        "RTX_PRO_6000_S"
     ),
-    train_mape={'prefill': 0.0991, 'decode': 0.0713, 'steady_ttft': 0.3802, 'steady_tpot': 0.2026},
+    train_mape={"prefill": 0.0991, "decode": 0.0713, "steady_ttft": 0.3802, "steady_tpot": 0.2026},
     sources={
-        'prefill': 'roofline',
-        'decode': 'roofline',
-        'steady_ttft': 'roofline',
-        'steady_tpot': 'roofline',
+        "prefill": "roofline",
+        "decode": "roofline",
+        "steady_ttft": "roofline",
+        "steady_tpot": "roofline",
     },
 )

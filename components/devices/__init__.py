@@ -1,7 +1,6 @@
 """GPU device catalog: specs as data (catalog.yaml) and name resolution for every dataset spelling."""
 
 from components.devices.aiconfigurator_sheet import compare_with_catalog, spec_from_aiconfigurator_sheet
-
 from components.devices.catalog import (
     DEFAULT_CATALOG_PATH,
     PRECISIONS,

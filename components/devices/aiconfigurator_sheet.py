@@ -34,23 +34,59 @@ from components.devices.catalog import (
 # Sheet key (``gpu.<key>``) -> catalog tensor pipe. float32_tc_flops is the sheet's only FP32 figure
 # (Intel's B60 sheet: 12.28 TFLOP/s, its vector FP32 rate): it bounds FP32, so it is the fp32 peak.
 SHEET_PEAKS: dict[str, str] = {
-    "bfloat16_tc_flops": "bf16_tensor", "float16_tc_flops": "fp16_tensor", "fp8_tc_flops": "fp8_tensor",
-    "int8_tc_flops": "int8_tensor", "fp4_tc_flops": "fp4_tensor", "float32_tc_flops": "fp32",
+    "bfloat16_tc_flops": "bf16_tensor",
+    "float16_tc_flops": "fp16_tensor",
+    "fp8_tc_flops": "fp8_tensor",
+    "int8_tc_flops": "int8_tensor",
+    "fp4_tc_flops": "fp4_tensor",
+    "float32_tc_flops": "fp32",
 }
 # sm_version -> (architecture, compute capability) as the catalog spells them.
 SM_ARCHITECTURES: dict[int, str] = {
-    60: "pascal", 61: "pascal", 70: "volta", 72: "volta", 75: "turing", 80: "ampere", 86: "ampere",
-    87: "ampere", 89: "ada", 90: "hopper", 100: "blackwell", 103: "blackwell", 110: "blackwell",
-    120: "blackwell", 121: "blackwell",
+    60: "pascal",
+    61: "pascal",
+    70: "volta",
+    72: "volta",
+    75: "turing",
+    80: "ampere",
+    86: "ampere",
+    87: "ampere",
+    89: "ada",
+    90: "hopper",
+    100: "blackwell",
+    103: "blackwell",
+    110: "blackwell",
+    120: "blackwell",
+    121: "blackwell",
 }
 # Tensor pipes a template lends (scaled) when the sheet omits them.
-_SCALED_PIPES: tuple[str, ...] = ("fp64_tensor", "tf32_tensor", "fp16_tensor", "bf16_tensor", "fp8_tensor",
-                                  "int8_tensor", "fp4_tensor")
+_SCALED_PIPES: tuple[str, ...] = (
+    "fp64_tensor",
+    "tf32_tensor",
+    "fp16_tensor",
+    "bf16_tensor",
+    "fp8_tensor",
+    "int8_tensor",
+    "fp4_tensor",
+)
 # Structural fields a sheet never gives.
 _STRUCTURE: tuple[str, ...] = (
-    "sms", "fp32_lanes_per_sm", "boost_clock_mhz", "base_clock_mhz", "memory_type", "l2_mb", "llc_mb",
-    "l1_smem_per_sm_kb", "max_smem_per_sm_kb", "max_smem_per_block_kb", "regs_per_sm", "max_threads_per_sm",
-    "warp_size", "max_ctas_per_sm", "max_warps_per_sm", "l2_gbps",
+    "sms",
+    "fp32_lanes_per_sm",
+    "boost_clock_mhz",
+    "base_clock_mhz",
+    "memory_type",
+    "l2_mb",
+    "llc_mb",
+    "l1_smem_per_sm_kb",
+    "max_smem_per_sm_kb",
+    "max_smem_per_block_kb",
+    "regs_per_sm",
+    "max_threads_per_sm",
+    "warp_size",
+    "max_ctas_per_sm",
+    "max_warps_per_sm",
+    "l2_gbps",
 )
 _VECTOR_PIPES: tuple[str, ...] = ("fp64", "fp32", "fp16", "bf16", "int8", "fp32_tensor")
 
@@ -81,9 +117,12 @@ def _positive(value: Any) -> bool:
 def sheet_figures(sheet: Mapping[str, Any]) -> dict[str, Any]:
     """What the sheet itself says, in catalog fields and units (TFLOP/s, GB/s, W)."""
     gpu, node = sheet["gpu"], sheet["node"]
-    out: dict[str, Any] = {"dram_gbps": float(gpu["mem_bw"]) / 1e9,
-                           "peak_tflops": {pipe: float(gpu[key]) / 1e12 for key, pipe in SHEET_PEAKS.items()
-                                           if _positive(gpu.get(key))}}
+    out: dict[str, Any] = {
+        "dram_gbps": float(gpu["mem_bw"]) / 1e9,
+        "peak_tflops": {
+            pipe: float(gpu[key]) / 1e12 for key, pipe in SHEET_PEAKS.items() if _positive(gpu.get(key))
+        },
+    }
     if _positive(gpu.get("mem_capacity")):
         out["memory_gb"] = round(float(gpu["mem_capacity"]) / 2**30, 2)  # GiB: the catalog's "80 GB" parts
     if _positive(gpu.get("power")):
@@ -115,22 +154,33 @@ def pick_template(figures: Mapping[str, Any], catalog: Catalog) -> DeviceSpec | 
     if vendor is None or cc is None or headline is None:
         return None
     pipe, value = headline
-    same = [d for d in catalog.all() if d.vendor == vendor and d.compute_capability == cc
-            and getattr(d.peak_tflops, pipe) is not None]
+    same = [
+        d
+        for d in catalog.all()
+        if d.vendor == vendor and d.compute_capability == cc and getattr(d.peak_tflops, pipe) is not None
+    ]
     if not same:
         return None
     dram = float(figures.get("dram_gbps") or 0.0)
 
     def distance(d: DeviceSpec) -> tuple[float, float, str]:  # tensor peak first, then DRAM bandwidth
-        return (abs(math.log(getattr(d.peak_tflops, pipe) / value)),
-                abs(math.log(d.dram_gbps / dram)) if dram > 0 else 0.0, d.id)
+        return (
+            abs(math.log(getattr(d.peak_tflops, pipe) / value)),
+            abs(math.log(d.dram_gbps / dram)) if dram > 0 else 0.0,
+            d.id,
+        )
 
     return min(same, key=distance)
 
 
-def spec_from_aiconfigurator_sheet(path: Path, catalog: Catalog | None = None, *,
-                                   device_id: str | None = None, name: str | None = None,
-                                   supplement: Mapping[str, Any] | None = None) -> DeviceSpec:
+def spec_from_aiconfigurator_sheet(
+    path: Path,
+    catalog: Catalog | None = None,
+    *,
+    device_id: str | None = None,
+    name: str | None = None,
+    supplement: Mapping[str, Any] | None = None,
+) -> DeviceSpec:
     """A validated DeviceSpec for the GPU of sheet ``path`` (see the module doc for the rules).
 
     ``device_id``/``name`` default to the sheet's file stem (``h20_sxm`` -> ``h20-sxm``);
@@ -144,13 +194,20 @@ def spec_from_aiconfigurator_sheet(path: Path, catalog: Catalog | None = None, *
     if catalog is None:
         catalog = load_catalog(user_dir=None)
     stem = path.stem
-    entry: dict[str, Any] = {"id": device_id or stem.lower().replace("_", "-"),
-                             "name": name or f"{stem} (aiconfigurator sheet)", "aliases": [stem]}
-    origin: list[str] = [f"from the sheet: {', '.join(sorted(k for k in figures if k != 'peak_tflops'))}, "
-                         f"peaks {', '.join(sorted(figures['peak_tflops']))}"]
+    entry: dict[str, Any] = {
+        "id": device_id or stem.lower().replace("_", "-"),
+        "name": name or f"{stem} (aiconfigurator sheet)",
+        "aliases": [stem],
+    }
+    origin: list[str] = [
+        f"from the sheet: {', '.join(sorted(k for k in figures if k != 'peak_tflops'))}, "
+        f"peaks {', '.join(sorted(figures['peak_tflops']))}"
+    ]
     peaks: dict[str, float] = {}
-    template = pick_template({**figures, **{k: supplement[k] for k in ("vendor", "compute_capability")
-                                            if k in supplement}}, catalog)
+    template = pick_template(
+        {**figures, **{k: supplement[k] for k in ("vendor", "compute_capability") if k in supplement}},
+        catalog,
+    )
     if template is not None:
         base = template.model_dump()
         for key in ("vendor", "architecture", "compute_capability", *_STRUCTURE):
@@ -166,10 +223,15 @@ def spec_from_aiconfigurator_sheet(path: Path, catalog: Catalog | None = None, *
             if base["peak_tflops"].get(key) is not None and key not in figures["peak_tflops"]:
                 peaks[key] = round(base["peak_tflops"][key] * scale, 3)
                 lent.append(key)
-        origin.append(f"structure, clocks, caches and vector pipes from catalog {template.id!r} (same vendor "
-                      f"and compute capability {template.compute_capability})"
-                      + (f"; {', '.join(lent)} = {template.id}'s x {scale:.3g} (sheet/{template.id} {pipe})"
-                         if lent else ""))
+        origin.append(
+            f"structure, clocks, caches and vector pipes from catalog {template.id!r} (same vendor "
+            f"and compute capability {template.compute_capability})"
+            + (
+                f"; {', '.join(lent)} = {template.id}'s x {scale:.3g} (sheet/{template.id} {pipe})"
+                if lent
+                else ""
+            )
+        )
     peaks.update(figures["peak_tflops"])
     entry.update({k: v for k, v in figures.items() if k != "peak_tflops"})
     if supplement:
@@ -182,21 +244,46 @@ def spec_from_aiconfigurator_sheet(path: Path, catalog: Catalog | None = None, *
         entry.pop("link_gbps", None)
     entry["notes"] = "; ".join(origin)
     entry["source"] = f"aiconfigurator system sheet {path.name} (ai-dynamo/aiconfigurator systems/)"
-    missing = [k for k in ("vendor", "architecture", "compute_capability", "sms", "fp32_lanes_per_sm",
-                           "boost_clock_mhz", "memory_gb", "memory_type", "l2_mb", "l1_smem_per_sm_kb",
-                           "max_smem_per_sm_kb", "max_smem_per_block_kb", "regs_per_sm", "max_threads_per_sm",
-                           "tdp_w") if entry.get(k) is None]
+    missing = [
+        k
+        for k in (
+            "vendor",
+            "architecture",
+            "compute_capability",
+            "sms",
+            "fp32_lanes_per_sm",
+            "boost_clock_mhz",
+            "memory_gb",
+            "memory_type",
+            "l2_mb",
+            "l1_smem_per_sm_kb",
+            "max_smem_per_sm_kb",
+            "max_smem_per_block_kb",
+            "regs_per_sm",
+            "max_threads_per_sm",
+            "tdp_w",
+        )
+        if entry.get(k) is None
+    ]
     if "fp32" not in peaks:
         missing.append("peak_tflops.fp32")
     if missing:
-        raise SpecError(label, [f"the sheet does not give {', '.join(missing)} and the catalog has no GPU of "
-                                "its vendor and compute capability to take them from: pass them as a supplement"])
+        raise SpecError(
+            label,
+            [
+                f"the sheet does not give {', '.join(missing)} and the catalog has no GPU of "
+                "its vendor and compute capability to take them from: pass them as a supplement"
+            ],
+        )
     return spec_from_mapping(entry, label)
 
 
 # Sheet figure -> the DeviceSpec attribute ``compare_with_catalog`` holds it against.
 _COMPARED: dict[str, str] = {
-    "dram_gbps": "dram_gbps", "memory_gb": "memory_gb", "tdp_w": "tdp_w", "link_gbps": "link_gbps",
+    "dram_gbps": "dram_gbps",
+    "memory_gb": "memory_gb",
+    "tdp_w": "tdp_w",
+    "link_gbps": "link_gbps",
     "compute_capability": "compute_capability",
 }
 
@@ -206,10 +293,15 @@ def compare_with_catalog(path: Path, spec: DeviceSpec, rel_tol: float = 0.01) ->
     (one line each: field, sheet value, catalog value); [] when they agree."""
     figures = sheet_figures(read_sheet(Path(path)))
     lines: list[str] = []
-    pairs: list[tuple[str, Any, Any]] = [(field, figures.get(field), getattr(spec, attr, None))
-                                         for field, attr in _COMPARED.items() if field in figures]
-    pairs += [(f"peak_tflops.{pipe}", value, getattr(spec.peak_tflops, pipe))
-              for pipe, value in figures["peak_tflops"].items()]
+    pairs: list[tuple[str, Any, Any]] = [
+        (field, figures.get(field), getattr(spec, attr, None))
+        for field, attr in _COMPARED.items()
+        if field in figures
+    ]
+    pairs += [
+        (f"peak_tflops.{pipe}", value, getattr(spec.peak_tflops, pipe))
+        for pipe, value in figures["peak_tflops"].items()
+    ]
     for field, sheet, ours in pairs:
         if isinstance(sheet, str) or isinstance(ours, str) or sheet is None or ours is None:
             if sheet != ours:
@@ -217,6 +309,8 @@ def compare_with_catalog(path: Path, spec: DeviceSpec, rel_tol: float = 0.01) ->
                 lines.append(f"{spec.id}: {field}: sheet {shown} vs catalog {ours}")
             continue
         if abs(float(sheet) - float(ours)) > rel_tol * max(abs(float(ours)), 1e-12):
-            lines.append(f"{spec.id}: {field}: sheet {float(sheet):g} vs catalog {float(ours):g} "
-                         f"({(float(sheet) / float(ours) - 1) * 100:+.1f}%)")
+            lines.append(
+                f"{spec.id}: {field}: sheet {float(sheet):g} vs catalog {float(ours):g} "
+                f"({(float(sheet) / float(ours) - 1) * 100:+.1f}%)"
+            )
     return lines

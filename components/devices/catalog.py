@@ -45,8 +45,22 @@ _SEPARATORS = re.compile(r"[\s_\-]+")
 # Guide (maximum resident blocks / warps per SM; warp size 32 on every NVIDIA GPU).
 # https://docs.nvidia.com/cuda/cuda-c-programming-guide/index.html#features-and-technical-specifications
 _NVIDIA_MAX_CTAS_PER_SM: dict[str, int] = {
-    "6.0": 32, "6.1": 32, "6.2": 32, "7.0": 32, "7.2": 32, "7.5": 16, "8.0": 32, "8.6": 16, "8.7": 16,
-    "8.9": 24, "9.0": 32, "10.0": 32, "10.3": 32, "11.0": 32, "12.0": 32, "12.1": 32,
+    "6.0": 32,
+    "6.1": 32,
+    "6.2": 32,
+    "7.0": 32,
+    "7.2": 32,
+    "7.5": 16,
+    "8.0": 32,
+    "8.6": 16,
+    "8.7": 16,
+    "8.9": 24,
+    "9.0": 32,
+    "10.0": 32,
+    "10.3": 32,
+    "11.0": 32,
+    "12.0": 32,
+    "12.1": 32,
 }
 # AMD, per architecture: (wavefront size, max waves resident per CU, max workgroups per CU).
 # Waves per CU = waves per SIMD x SIMDs per CU as the AMDGPU LLVM backend models them
@@ -55,8 +69,14 @@ _NVIDIA_MAX_CTAS_PER_SM: dict[str, int] = {
 # (https://llvm.org/docs/AMDGPUUsage.html). CDNA executes wave64 only; RDNA runs wave32 natively
 # (HIP's default there) and wave64 as two passes.
 _AMD_OCCUPANCY: dict[str, tuple[int, int, int]] = {
-    "gcn5": (64, 40, 16), "cdna1": (64, 40, 16), "cdna2": (64, 32, 16), "cdna3": (64, 32, 16),
-    "cdna4": (64, 32, 16), "rdna2": (32, 40, 16), "rdna3": (32, 32, 16), "rdna4": (32, 32, 16),
+    "gcn5": (64, 40, 16),
+    "cdna1": (64, 40, 16),
+    "cdna2": (64, 32, 16),
+    "cdna3": (64, 32, 16),
+    "cdna4": (64, 32, 16),
+    "rdna2": (32, 40, 16),
+    "rdna3": (32, 32, 16),
+    "rdna4": (32, 32, 16),
 }
 
 
@@ -159,7 +179,8 @@ class DeviceSpec(BaseModel):
     def _fill_architecture_defaults(cls, data: Any) -> Any:
         if isinstance(data, dict):
             if isinstance(data.get("compute_capability"), (int, float)) and not isinstance(
-                    data["compute_capability"], bool):  # YAML reads an unquoted 8.9 as a number
+                data["compute_capability"], bool
+            ):  # YAML reads an unquoted 8.9 as a number
                 data = {**data, "compute_capability": str(data["compute_capability"])}
             missing = {k: v for k, v in architecture_defaults(data).items() if data.get(k) is None}
             if missing:
@@ -207,15 +228,21 @@ class DeviceSpec(BaseModel):
             return None
         arch = f"{self.name} ({self.architecture}, {self.compute_capability})"
         if precision == "bf16":
-            return f"{arch} has no bf16 hardware (no bf16 vector or tensor/matrix pipe); bf16 would be emulated"
+            return (
+                f"{arch} has no bf16 hardware (no bf16 vector or tensor/matrix pipe); bf16 would be emulated"
+            )
         if precision == "fp8":
-            return (f"{arch} has no fp8 tensor/matrix cores (FP8 arrived with NVIDIA Ada/Hopper and AMD "
-                    "CDNA3); fp8 would be emulated through fp16/fp32")
+            return (
+                f"{arch} has no fp8 tensor/matrix cores (FP8 arrived with NVIDIA Ada/Hopper and AMD "
+                "CDNA3); fp8 would be emulated through fp16/fp32"
+            )
         if precision == "tf32":
             return f"{arch} has no TF32 tensor cores; a TF32 matmul runs as plain FP32"
         if precision == "fp4":
-            return (f"{arch} has no fp4 tensor cores (FP4 arrived with NVIDIA Blackwell and AMD CDNA4); fp4 would be "
-                    "emulated through a wider type")
+            return (
+                f"{arch} has no fp4 tensor cores (FP4 arrived with NVIDIA Blackwell and AMD CDNA4); fp4 would be "
+                "emulated through a wider type"
+            )
         return f"{arch} has no {precision} pipe"
 
     def supports(self, dtype: str) -> bool:
@@ -243,7 +270,11 @@ class DeviceSpec(BaseModel):
             value = getattr(peaks, key, None)
             if value is not None:
                 return float(value) * 1e12
-        pipe = "tensor" if tensor or precision in TENSOR_ONLY_PRECISIONS else ("any" if tensor is None else "vector")
+        pipe = (
+            "tensor"
+            if tensor or precision in TENSOR_ONLY_PRECISIONS
+            else ("any" if tensor is None else "vector")
+        )
         raise ValueError(f"device {self.id!r} has no {precision} {pipe} pipe")
 
     def has_pipe(self, precision: str, tensor: bool | None = False) -> bool:
@@ -264,16 +295,43 @@ WEIGHT_ONLY_DTYPES: frozenset[str] = frozenset({"int8_wo", "int4_wo"})
 
 # dtype spellings (torch, numpy, the datasets) -> catalog precision; None = cannot be judged.
 _DTYPE_ALIASES: dict[str, str | None] = {
-    "fp64": "fp64", "float64": "fp64", "double": "fp64", "f64": "fp64",
-    "fp32": "fp32", "float32": "fp32", "float": "fp32", "f32": "fp32",
-    "tf32": "tf32", "tensorfloat32": "tf32",
-    "fp16": "fp16", "float16": "fp16", "half": "fp16", "f16": "fp16",
-    "bf16": "bf16", "bfloat16": "bf16",
-    "fp8": "fp8", "float8": "fp8", "e4m3": "fp8", "e5m2": "fp8", "fp8e4m3": "fp8", "fp8e5m2": "fp8",
-    "float8e4m3fn": "fp8", "float8e5m2": "fp8", "float8e4m3fnuz": "fp8", "float8e5m2fnuz": "fp8",
-    "fp4": "fp4", "nvfp4": "fp4", "mxfp4": "fp4", "float4": "fp4", "float4e2m1fn": "fp4",
-    "int8": "int8", "i8": "int8", "uint8": "int8",
-    "mixed": None, "unknown": None, "": None,
+    "fp64": "fp64",
+    "float64": "fp64",
+    "double": "fp64",
+    "f64": "fp64",
+    "fp32": "fp32",
+    "float32": "fp32",
+    "float": "fp32",
+    "f32": "fp32",
+    "tf32": "tf32",
+    "tensorfloat32": "tf32",
+    "fp16": "fp16",
+    "float16": "fp16",
+    "half": "fp16",
+    "f16": "fp16",
+    "bf16": "bf16",
+    "bfloat16": "bf16",
+    "fp8": "fp8",
+    "float8": "fp8",
+    "e4m3": "fp8",
+    "e5m2": "fp8",
+    "fp8e4m3": "fp8",
+    "fp8e5m2": "fp8",
+    "float8e4m3fn": "fp8",
+    "float8e5m2": "fp8",
+    "float8e4m3fnuz": "fp8",
+    "float8e5m2fnuz": "fp8",
+    "fp4": "fp4",
+    "nvfp4": "fp4",
+    "mxfp4": "fp4",
+    "float4": "fp4",
+    "float4e2m1fn": "fp4",
+    "int8": "int8",
+    "i8": "int8",
+    "uint8": "int8",
+    "mixed": None,
+    "unknown": None,
+    "": None,
 }
 
 
@@ -302,8 +360,9 @@ def normalize_name(name: str) -> str:
 class Catalog:
     """An immutable set of devices with name resolution."""
 
-    def __init__(self, devices: list[DeviceSpec], path: Path | None = None,
-                 user_files: dict[str, Path] | None = None) -> None:
+    def __init__(
+        self, devices: list[DeviceSpec], path: Path | None = None, user_files: dict[str, Path] | None = None
+    ) -> None:
         self.path = path
         # device id -> the user spec file it came from (``kernelcast devices add``); packaged: absent.
         self.user_files: dict[str, Path] = dict(user_files or {})
@@ -374,8 +433,10 @@ class Catalog:
                 if spec.id not in {e.id for e in extra}:
                     extra.append(spec)
             elif known != spec:
-                raise CatalogError(f"device spec {spec.id!r} differs from the catalog entry with that id; "
-                                   "give the spec another id")
+                raise CatalogError(
+                    f"device spec {spec.id!r} differs from the catalog entry with that id; "
+                    "give the spec another id"
+                )
         if not extra:
             return self
         return Catalog(self.all() + extra, self.path, self.user_files)
@@ -451,11 +512,23 @@ class SpecError(CatalogError):
 
 # Ranges outside which a figure is a typo or a wrong unit, not a GPU (largest real values ~5x below).
 _PLAUSIBLE: dict[str, tuple[float, float]] = {
-    "sms": (1, 1024), "fp32_lanes_per_sm": (8, 512), "boost_clock_mhz": (100, 5000),
-    "base_clock_mhz": (50, 5000), "memory_gb": (0.25, 2048), "dram_gbps": (10, 20000), "l2_mb": (0.0625, 1024),
-    "llc_mb": (1, 4096), "l1_smem_per_sm_kb": (8, 2048), "max_smem_per_sm_kb": (8, 2048),
-    "max_smem_per_block_kb": (8, 2048), "regs_per_sm": (4096, 1 << 20), "max_threads_per_sm": (256, 8192),
-    "tdp_w": (5, 5000), "warp_size": (16, 64), "max_ctas_per_sm": (1, 128), "max_warps_per_sm": (4, 256),
+    "sms": (1, 1024),
+    "fp32_lanes_per_sm": (8, 512),
+    "boost_clock_mhz": (100, 5000),
+    "base_clock_mhz": (50, 5000),
+    "memory_gb": (0.25, 2048),
+    "dram_gbps": (10, 20000),
+    "l2_mb": (0.0625, 1024),
+    "llc_mb": (1, 4096),
+    "l1_smem_per_sm_kb": (8, 2048),
+    "max_smem_per_sm_kb": (8, 2048),
+    "max_smem_per_block_kb": (8, 2048),
+    "regs_per_sm": (4096, 1 << 20),
+    "max_threads_per_sm": (256, 8192),
+    "tdp_w": (5, 5000),
+    "warp_size": (16, 64),
+    "max_ctas_per_sm": (1, 128),
+    "max_warps_per_sm": (4, 256),
     "l2_gbps": (10, 200000),
 }
 FP32_TOLERANCE = 0.25  # published FP32 peak vs sms x lanes x 2 x boost clock
@@ -472,7 +545,9 @@ def _figure_problems(values: dict[str, Any]) -> list[str]:
         value = _number_or_none(values.get(field))
         if value is not None and not (low <= value <= high):
             problems.append(f"{field} = {value:g} is implausible (expected {low:g}..{high:g})")
-    sms, lanes, clock = (_number_or_none(values.get(k)) for k in ("sms", "fp32_lanes_per_sm", "boost_clock_mhz"))
+    sms, lanes, clock = (
+        _number_or_none(values.get(k)) for k in ("sms", "fp32_lanes_per_sm", "boost_clock_mhz")
+    )
     peaks = values.get("peak_tflops") if isinstance(values.get("peak_tflops"), dict) else {}
     published = _number_or_none(peaks.get("fp32"))
     if None not in (sms, lanes, clock, published) and sms * lanes * clock > 0:
@@ -482,13 +557,18 @@ def _figure_problems(values: dict[str, Any]) -> list[str]:
                 f"peak_tflops.fp32 = {published:g} is inconsistent with sms x fp32_lanes_per_sm x 2 x boost_clock_mhz "
                 f"= {sms:g} x {lanes:g} x 2 x {clock:g} MHz = {derived:.3g} TFLOP/s (more than {FP32_TOLERANCE:.0%} apart)"
             )
-    block, per_sm = _number_or_none(values.get("max_smem_per_block_kb")), _number_or_none(values.get("max_smem_per_sm_kb"))
+    block, per_sm = (
+        _number_or_none(values.get("max_smem_per_block_kb")),
+        _number_or_none(values.get("max_smem_per_sm_kb")),
+    )
     if block is not None and per_sm is not None and block > per_sm:
         problems.append(f"max_smem_per_block_kb ({block:g}) exceeds max_smem_per_sm_kb ({per_sm:g})")
     for key, value in peaks.items():
         number = _number_or_none(value)
         if number is not None and number > 100_000:
-            problems.append(f"peak_tflops.{key} = {number:g} TFLOP/s is implausible (dense peaks are below 100000)")
+            problems.append(
+                f"peak_tflops.{key} = {number:g} TFLOP/s is implausible (dense peaks are below 100000)"
+            )
     return problems
 
 
@@ -531,9 +611,11 @@ def _occupancy_explained(problems: list[str], data: dict[str, Any], flagged: set
         if field is None:
             out.append(problem)
         elif known_root:
-            out.append(f"{field}: optional where kernelcast knows the architecture, but no default is known for "
-                       f"vendor {data.get('vendor')!r} compute capability {data.get('compute_capability')!r} "
-                       f"architecture {data.get('architecture')!r}; give it (docs/devices.md)")
+            out.append(
+                f"{field}: optional where kernelcast knows the architecture, but no default is known for "
+                f"vendor {data.get('vendor')!r} compute capability {data.get('compute_capability')!r} "
+                f"architecture {data.get('architecture')!r}; give it (docs/devices.md)"
+            )
     return out
 
 
@@ -546,8 +628,10 @@ def read_spec_file(path: Path) -> list[DeviceSpec]:
     entries = document["devices"] if isinstance(document, dict) and "devices" in document else [document]
     if not isinstance(entries, list) or not entries:
         raise SpecError(str(path), ["'devices:' must be a non-empty list of spec mappings"])
-    return [spec_from_mapping(e, f"device spec {path}" + (f" {_entry_label(i, e)}" if len(entries) > 1 else ""))
-            for i, e in enumerate(entries)]
+    return [
+        spec_from_mapping(e, f"device spec {path}" + (f" {_entry_label(i, e)}" if len(entries) > 1 else ""))
+        for i, e in enumerate(entries)
+    ]
 
 
 def default_user_devices_dir() -> Path:
@@ -569,8 +653,11 @@ def default_user_devices_dir() -> Path:
 def _user_fingerprint(user_dir: Path | None) -> tuple:
     if user_dir is None or not Path(user_dir).is_dir():
         return ()
-    files = sorted(p for p in Path(user_dir).iterdir() if p.suffix.lower() in (".yaml", ".yml", ".json")
-                   and not p.name.startswith("."))
+    files = sorted(
+        p
+        for p in Path(user_dir).iterdir()
+        if p.suffix.lower() in (".yaml", ".yml", ".json") and not p.name.startswith(".")
+    )
     return tuple((p.name, p.stat().st_mtime_ns, p.stat().st_size) for p in files)
 
 
@@ -587,7 +674,9 @@ def merge_user_devices(base: Catalog, user_dir: Path | None) -> Catalog:
         path = Path(user_dir) / name
         for spec in read_spec_file(path):
             if spec.id in user_files:
-                raise CatalogError(f"user device {path}: id {spec.id!r} is also defined in {user_files[spec.id]}")
+                raise CatalogError(
+                    f"user device {path}: id {spec.id!r} is also defined in {user_files[spec.id]}"
+                )
             devices.append(spec)
             user_files[spec.id] = path
     try:
@@ -605,7 +694,7 @@ _DEFAULT = object()  # "the default user folder" (None means: no user devices)
 _merged_cache: dict[tuple, Catalog] = {}
 
 
-def load_catalog(path: Path | None = None, user_dir: Path | None | object = _DEFAULT) -> Catalog:
+def load_catalog(path: Path | None = None, user_dir: Path | object | None = _DEFAULT) -> Catalog:
     """The device catalog: packaged ``catalog.yaml`` (or ``path``) plus user-added devices.
 
     ``user_dir``: folder of user spec files merged in. Its default is ``$KERNELCAST_HOME/devices``
@@ -637,7 +726,9 @@ def resolve_spec(ref: Any, catalog: Catalog | None = None) -> DeviceSpec:
         return ref
     if isinstance(ref, dict):
         return spec_from_mapping(ref)
-    if isinstance(ref, Path) or (isinstance(ref, str) and ref.strip().lower().endswith((".yaml", ".yml", ".json"))):
+    if isinstance(ref, Path) or (
+        isinstance(ref, str) and ref.strip().lower().endswith((".yaml", ".yml", ".json"))
+    ):
         specs = read_spec_file(Path(ref))
         if len(specs) != 1:
             raise SpecError(str(ref), [f"holds {len(specs)} devices; name one spec file per device"])
@@ -648,14 +739,21 @@ def resolve_spec(ref: Any, catalog: Catalog | None = None) -> DeviceSpec:
         try:
             data = json.loads(ref)
         except json.JSONDecodeError as exc:
-            raise SpecError("device spec JSON", [f"not valid JSON ({exc.msg} at column {exc.colno})"]) from None
+            raise SpecError(
+                "device spec JSON", [f"not valid JSON ({exc.msg} at column {exc.colno})"]
+            ) from None
         return spec_from_mapping(data, "device spec JSON")
     return (catalog or load_catalog()).resolve(str(ref))
 
 
 # Precisions whose ridge points become features; "best" = tensor where present, else vector.
 _RIDGE_FEATURES: tuple[tuple[str, bool | None], ...] = (
-    ("fp64", False), ("fp32", False), ("fp16", None), ("bf16", None), ("tf32", None), ("fp8", None),
+    ("fp64", False),
+    ("fp32", False),
+    ("fp16", None),
+    ("bf16", None),
+    ("tf32", None),
+    ("fp8", None),
     ("int8", None),
 )
 

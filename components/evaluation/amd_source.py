@@ -24,7 +24,9 @@ def amd_devices(table: pd.DataFrame) -> list[str]:
     """AMD GPUs with benchmark_hub rows (``dev_is_amd`` of the feature table)."""
     rows = table[table["source"].eq(SOURCE)]
     if "dev_is_amd" not in rows.columns:
-        raise ValueError("the feature table has no dev_is_amd column (rebuild it with `kernelcast features build`)")
+        raise ValueError(
+            "the feature table has no dev_is_amd column (rebuild it with `kernelcast features build`)"
+        )
     return sorted(rows.loc[rows["dev_is_amd"].fillna(0) > 0, "device_id"].astype(str).unique())
 
 
@@ -36,16 +38,24 @@ def amd_source_split(table: pd.DataFrame, share: float | None = None) -> list[Fo
     if "source" not in table.columns or not table["source"].eq(SOURCE).any():
         raise ValueError(f"no {SOURCE} rows in the feature table")
     if "config_id" not in table.columns:
-        raise ValueError("the feature table has no config_id column (rebuild it with `kernelcast features build`)")
+        raise ValueError(
+            "the feature table has no config_id column (rebuild it with `kernelcast features build`)"
+        )
     devices = amd_devices(table)
     if not devices:
         raise ValueError(f"no AMD GPU among the {SOURCE} rows")
     hub = table[table["source"].eq(SOURCE) & table["config_id"].notna()]
-    on_amd = hub[hub["device_id"].astype(str).isin(devices)]  # drawn from the HIP rows, as the static stage draws
-    kept = sampled_config_ids(zip(on_amd["program"].astype(str), on_amd["config_id"].astype(str)),
-                              HIP_CONFIG_SHARE if share is None else share)
-    chosen = pd.Series([(p, c) in kept for p, c in zip(hub["program"].astype(str), hub["config_id"].astype(str))],
-                       index=hub.index)
+    on_amd = hub[
+        hub["device_id"].astype(str).isin(devices)
+    ]  # drawn from the HIP rows, as the static stage draws
+    kept = sampled_config_ids(
+        zip(on_amd["program"].astype(str), on_amd["config_id"].astype(str)),
+        HIP_CONFIG_SHARE if share is None else share,
+    )
+    chosen = pd.Series(
+        [(p, c) in kept for p, c in zip(hub["program"].astype(str), hub["config_id"].astype(str))],
+        index=hub.index,
+    )
     folds = []
     for device in devices:
         on_device = hub["device_id"].astype(str).eq(device).to_numpy()

@@ -29,15 +29,27 @@ from typing import Any
 import pandas as pd
 
 from components.evaluation.folds import (
-    DEFAULT_MIN_GPU_ROWS, Factory, FoldExecutor, FoldJob, FoldOutcome, select_folds, serial_fold_executor,
+    DEFAULT_MIN_GPU_ROWS,
+    Factory,
+    FoldExecutor,
+    FoldJob,
+    FoldOutcome,
+    select_folds,
+    serial_fold_executor,
     unseen_gpu_note,
 )
 from components.evaluation.harness import class_label_column, roofline_report, target_reports
 from components.evaluation.published import Published
 from components.models.base import CLASS_TARGET, NUMERIC_TARGETS
 
-BENCH_SPLITS: tuple[str, ...] = ("neusight", "pipeweave-fp8", "bolet-roofline", "unseen-kernel", "unseen-gpu",
-                                  "kernelbench")
+BENCH_SPLITS: tuple[str, ...] = (
+    "neusight",
+    "pipeweave-fp8",
+    "bolet-roofline",
+    "unseen-kernel",
+    "unseen-gpu",
+    "kernelbench",
+)
 # Whole PyTorch programs, scored from the canonical tables (not the feature table) by
 # components.evaluation.kernelbench_bench; the CLI runs it beside run_accuracy_bench.
 PROGRAM_SPLITS: tuple[str, ...] = ("kernelbench",)
@@ -93,26 +105,58 @@ def _gpu_summary(split: str, family: str, per_gpu: dict[str, dict[str, Any]]) ->
     GPUs scored, ``n_asked`` = GPUs held out, coverage = their ratio), so such GPUs lower its
     coverage instead of vanishing; the worst-GPU row carries that GPU's rows and coverage.
     """
-    scored = {d: r for d, r in per_gpu.items() if r.get("mape") is not None and math.isfinite(float(r["mape"]))}
+    scored = {
+        d: r for d, r in per_gpu.items() if r.get("mape") is not None and math.isfinite(float(r["mape"]))
+    }
     if not scored:
         return []
     mapes = {d: float(r["mape"]) for d, r in scored.items()}
     worst = max(mapes, key=lambda d: (mapes[d], d))
     n, asked = len(scored), len(per_gpu)
     rows = [
-        _row(split, family, "median GPU", "duration_us", "mape", statistics.median(mapes.values()), n, None,
-             n_asked=asked, coverage=n / asked),
-        _row(split, family, "median GPU", "duration_us", "within_10",
-             statistics.median(float(r["within_10"]) for r in scored.values()), n, None,
-             n_asked=asked, coverage=n / asked),
-        _row(split, family, f"worst GPU={worst}", "duration_us", "mape", mapes[worst], int(scored[worst]["n"]), None,
-             n_asked=int(scored[worst]["n_asked"]), coverage=scored[worst]["coverage"]),
+        _row(
+            split,
+            family,
+            "median GPU",
+            "duration_us",
+            "mape",
+            statistics.median(mapes.values()),
+            n,
+            None,
+            n_asked=asked,
+            coverage=n / asked,
+        ),
+        _row(
+            split,
+            family,
+            "median GPU",
+            "duration_us",
+            "within_10",
+            statistics.median(float(r["within_10"]) for r in scored.values()),
+            n,
+            None,
+            n_asked=asked,
+            coverage=n / asked,
+        ),
+        _row(
+            split,
+            family,
+            f"worst GPU={worst}",
+            "duration_us",
+            "mape",
+            mapes[worst],
+            int(scored[worst]["n"]),
+            None,
+            n_asked=int(scored[worst]["n_asked"]),
+            coverage=scored[worst]["coverage"],
+        ),
     ]
     return rows
 
 
-def rows_for(frame: pd.DataFrame, split: str, family: str, targets: Sequence[str],
-             published: list[Published]) -> list[dict[str, Any]]:
+def rows_for(
+    frame: pd.DataFrame, split: str, family: str, targets: Sequence[str], published: list[Published]
+) -> list[dict[str, Any]]:
     """Benchmark rows of one (split, family): our figure and its coverage per scope, the published
     figure beside it."""
     lookup = {(p.split, p.scope, p.target, p.metric): p for p in published}
@@ -125,12 +169,29 @@ def rows_for(frame: pd.DataFrame, split: str, family: str, targets: Sequence[str
         wanted = numeric if not scope else ("duration_us",)  # sub-scopes: runtime only, keeps the table short
         reports = target_reports(rows, tuple(t for t in wanted if t in numeric))
         for target, report in reports.items():
-            if split == "unseen-gpu" and target == "duration_us" and scope.startswith("device=") and "," not in scope:
+            if (
+                split == "unseen-gpu"
+                and target == "duration_us"
+                and scope.startswith("device=")
+                and "," not in scope
+            ):
                 per_gpu[scope.removeprefix("device=")] = report
             for metric in ("mape", "within_10"):
                 pub = lookup.get((split, scope, target, metric))
-                out.append(_row(split, family, scope, target, metric, report[metric], report["n"], pub,
-                                n_asked=report["n_asked"], coverage=report["coverage"]))
+                out.append(
+                    _row(
+                        split,
+                        family,
+                        scope,
+                        target,
+                        metric,
+                        report[metric],
+                        report["n"],
+                        pub,
+                        n_asked=report["n_asked"],
+                        coverage=report["coverage"],
+                    )
+                )
     if split == "unseen-gpu":
         out += _gpu_summary(split, family, per_gpu)
     if CLASS_TARGET in targets and len(frame):
@@ -138,35 +199,78 @@ def rows_for(frame: pd.DataFrame, split: str, family: str, targets: Sequence[str
         if report is not None and report["n"]:
             for metric in ("accuracy", "balanced_accuracy"):
                 pub = lookup.get((split, "", CLASS_TARGET, metric))
-                out.append(_row(split, family, "", CLASS_TARGET, metric, report[metric], report["n"], pub,
-                                n_asked=report["n_asked"], coverage=report["coverage"]))
+                out.append(
+                    _row(
+                        split,
+                        family,
+                        "",
+                        CLASS_TARGET,
+                        metric,
+                        report[metric],
+                        report["n"],
+                        pub,
+                        n_asked=report["n_asked"],
+                        coverage=report["coverage"],
+                    )
+                )
     # A published figure we could not score (e.g. the test side lacks that GPU) still gets a row.
     seen = {(r["split"], r["target"], r["metric"]) for r in out}
     for pub in published:
         name = CLASS_TARGET if pub.target == CLASS_TARGET else _target_name(pub.target, pub.scope)
         if pub.split == split and (split, name, pub.metric) not in seen:
             scope = "" if pub.target == CLASS_TARGET else pub.scope
-            out.append(_row(split, family, scope, pub.target, pub.metric, math.nan, 0, pub, n_asked=0, coverage=None))
+            out.append(
+                _row(split, family, scope, pub.target, pub.metric, math.nan, 0, pub, n_asked=0, coverage=None)
+            )
     return out
 
 
-def _row(split: str, family: str, scope: str, target: str, metric: str, ours: float | None, n: int,
-         pub: Published | None, *, n_asked: int, coverage: float | None) -> dict[str, Any]:
+def _row(
+    split: str,
+    family: str,
+    scope: str,
+    target: str,
+    metric: str,
+    ours: float | None,
+    n: int,
+    pub: Published | None,
+    *,
+    n_asked: int,
+    coverage: float | None,
+) -> dict[str, Any]:
     value = None if ours is None or not math.isfinite(float(ours)) else round(float(ours), 4)
     cov = None if coverage is None or not math.isfinite(float(coverage)) else round(float(coverage), 4)
-    return {"split": split, "family": family, "target": _target_name(target, scope), "scope": scope,
-            "metric": metric, "ours": value, "n": int(n), "n_asked": int(n_asked), "coverage": cov,
-            "published": pub.value if pub else None, "published_by": pub.by if pub else None}
+    return {
+        "split": split,
+        "family": family,
+        "target": _target_name(target, scope),
+        "scope": scope,
+        "metric": metric,
+        "ours": value,
+        "n": int(n),
+        "n_asked": int(n_asked),
+        "coverage": cov,
+        "published": pub.value if pub else None,
+        "published_by": pub.by if pub else None,
+    }
 
 
-def run_accuracy_bench(table: pd.DataFrame, families: Sequence[str], splits: Sequence[str], factory: Factory,
-                       published: list[Published], *, min_gpu_rows: int = DEFAULT_MIN_GPU_ROWS,
-                       devices: Sequence[str] | None = None,
-                       log: Callable[[str], None] = lambda _: None, max_test_rows: int | None = None,
-                       canonical_dir: Path | None = None,
-                       on_progress: Callable[[BenchResult], None] | None = None,
-                       fold_executor: FoldExecutor | None = None,
-                       parallel_families: Sequence[str] = PARALLEL_FAMILIES) -> BenchResult:
+def run_accuracy_bench(
+    table: pd.DataFrame,
+    families: Sequence[str],
+    splits: Sequence[str],
+    factory: Factory,
+    published: list[Published],
+    *,
+    min_gpu_rows: int = DEFAULT_MIN_GPU_ROWS,
+    devices: Sequence[str] | None = None,
+    log: Callable[[str], None] = lambda _: None,
+    max_test_rows: int | None = None,
+    canonical_dir: Path | None = None,
+    on_progress: Callable[[BenchResult], None] | None = None,
+    fold_executor: FoldExecutor | None = None,
+    parallel_families: Sequence[str] = PARALLEL_FAMILIES,
+) -> BenchResult:
     """Fit every family on every split's train side(s), score the test side(s), collect rows.
 
     ``min_gpu_rows``/``devices`` choose the leave-one-GPU-out folds (see ``select_folds``).
@@ -180,8 +284,10 @@ def run_accuracy_bench(table: pd.DataFrame, families: Sequence[str], splits: Seq
     """
     result = BenchResult()
     if max_test_rows is not None:
-        result.notes.append(f"each fold's test side capped to {max_test_rows} rows (hash of measurement_id; "
-                            "the same rows for every family)")
+        result.notes.append(
+            f"each fold's test side capped to {max_test_rows} rows (hash of measurement_id; "
+            "the same rows for every family)"
+        )
     serial = serial_fold_executor(factory)
     for split in splits:
         try:
@@ -204,14 +310,18 @@ def run_accuracy_bench(table: pd.DataFrame, families: Sequence[str], splits: Seq
                 timing = outcome.timing
                 result.timings.append(timing)
                 coverage = "" if timing["coverage"] is None else f", coverage={100 * timing['coverage']:.1f}%"
-                log(f"{timing['fold']} {family}: fit {timing['fit_s']:.1f}s, total {timing['total_s']:.1f}s, "
-                    f"n_test={timing['n_test']}{coverage}")
+                log(
+                    f"{timing['fold']} {family}: fit {timing['fit_s']:.1f}s, total {timing['total_s']:.1f}s, "
+                    f"n_test={timing['n_test']}{coverage}"
+                )
 
             started = time.perf_counter()
             outcomes = (fold_executor if parallel else serial)(table, jobs, done)
             if len(jobs) > 1:
-                result.notes.append(f"{split} {family}: {len(jobs)} folds in {time.perf_counter() - started:.0f} s "
-                                    + ("as parallel Ray tasks" if parallel else "one after the other"))
+                result.notes.append(
+                    f"{split} {family}: {len(jobs)} folds in {time.perf_counter() - started:.0f} s "
+                    + ("as parallel Ray tasks" if parallel else "one after the other")
+                )
             frames = [o.frame for o in outcomes]
             targets = sorted({t for o in outcomes for t in o.targets})
             frame = pd.concat(frames) if frames else pd.DataFrame()

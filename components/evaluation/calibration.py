@@ -57,11 +57,15 @@ class CalibrationParams:
             raise ValueError(f"calibration.suite_share must be in (0, 1), got {self.suite_share}")
         unknown = [m for m in self.methods if m not in CANDIDATES]
         if unknown or not self.methods:
-            raise ValueError(f"calibration.methods: unknown {', '.join(unknown) or '(empty)'}; "
-                             f"choose from {', '.join(CANDIDATES)}")
+            raise ValueError(
+                f"calibration.methods: unknown {', '.join(unknown) or '(empty)'}; "
+                f"choose from {', '.join(CANDIDATES)}"
+            )
         if self.refit_weight < 1 or self.shrink < 0 or self.inner_gpus < 1 or self.inner_max_test_rows < 10:
-            raise ValueError("calibration: refit_weight >= 1, shrink >= 0, inner_gpus >= 1 and "
-                             "inner_max_test_rows >= 10 are required")
+            raise ValueError(
+                "calibration: refit_weight >= 1, shrink >= 0, inner_gpus >= 1 and "
+                "inner_max_test_rows >= 10 are required"
+            )
 
     @classmethod
     def from_params(cls, params: dict[str, Any]) -> CalibrationParams:
@@ -75,7 +79,9 @@ class CalibrationParams:
         known = {f.name for f in fields(cls)}
         unknown = sorted(set(raw) - known)
         if unknown:
-            raise ParamsError(f"params.yaml calibration: unknown key {unknown[0]!r} (known: {', '.join(sorted(known))})")
+            raise ParamsError(
+                f"params.yaml calibration: unknown key {unknown[0]!r} (known: {', '.join(sorted(known))})"
+            )
         try:
             return cls(**raw)
         except (TypeError, ValueError) as exc:
@@ -103,8 +109,9 @@ def _measured(rows: pd.DataFrame) -> np.ndarray:
     return np.isfinite(y) & (y > 0)
 
 
-def draw_calibration_rows(device_rows: pd.DataFrame, k: int, share: float,
-                          exclude_families: Sequence[str] = ()) -> pd.Index:
+def draw_calibration_rows(
+    device_rows: pd.DataFrame, k: int, share: float, exclude_families: Sequence[str] = ()
+) -> pd.Index:
     """K suite rows of one GPU (fewer when it has fewer), in a fixed order.
 
     Only suite kernels with a measured runtime in the model's scope; round-robin over (source,
@@ -117,11 +124,14 @@ def draw_calibration_rows(device_rows: pd.DataFrame, k: int, share: float,
         pool = pool[~pool["family"].astype(str).isin(list(exclude_families))]
     if pool.empty:
         return pool.index
-    order = pd.DataFrame({
-        "group": pool["source"].astype(str) + "|" + pool["family"].astype(str),
-        "h": unit_hash(pool["kernel_id"].astype(str), SUITE_SALT + "-draw"),
-        "m": pool["measurement_id"].astype(str).to_numpy(),
-    }, index=pool.index).sort_values(["group", "h", "m"], kind="mergesort")
+    order = pd.DataFrame(
+        {
+            "group": pool["source"].astype(str) + "|" + pool["family"].astype(str),
+            "h": unit_hash(pool["kernel_id"].astype(str), SUITE_SALT + "-draw"),
+            "m": pool["measurement_id"].astype(str).to_numpy(),
+        },
+        index=pool.index,
+    ).sort_values(["group", "h", "m"], kind="mergesort")
     order["turn"] = order.groupby("group", sort=False).cumcount()
     order = order.sort_values(["turn", "h", "m"], kind="mergesort")
     return order.index[:k]
@@ -181,9 +191,18 @@ def _with_calibration_rows(train: pd.DataFrame, cal: pd.DataFrame, weight: float
     return pd.concat([train, *copies], ignore_index=True)
 
 
-def gpu_curve(train: pd.DataFrame, device_rows: pd.DataFrame, ks: Sequence[int], fit: FitFn,
-              params: CalibrationParams, *, base: Any = None, exclude_families: Sequence[str] = (),
-              max_test_rows: int | None = None, methods: Sequence[str] | None = None) -> dict[str, Any]:
+def gpu_curve(
+    train: pd.DataFrame,
+    device_rows: pd.DataFrame,
+    ks: Sequence[int],
+    fit: FitFn,
+    params: CalibrationParams,
+    *,
+    base: Any = None,
+    exclude_families: Sequence[str] = (),
+    max_test_rows: int | None = None,
+    methods: Sequence[str] | None = None,
+) -> dict[str, Any]:
     """Every candidate at every K on one held-out GPU.
 
     Returns {"scored": index, "measured": array, "pred": {(k, method): array}, "n_cal": {k: n}}.
@@ -208,7 +227,9 @@ def gpu_curve(train: pd.DataFrame, device_rows: pd.DataFrame, ks: Sequence[int],
         cal = device_rows.loc[cal_index]
         cal_pred_frame = base.predict(cal)
         cal_input = cal.join(cal_pred_frame.drop(columns=["pred_duration_us"], errors="ignore"))
-        cal_pred = pd.to_numeric(cal_pred_frame["pred_duration_us"], errors="coerce").to_numpy(dtype="float64")
+        cal_pred = pd.to_numeric(cal_pred_frame["pred_duration_us"], errors="coerce").to_numpy(
+            dtype="float64"
+        )
         for method in methods:
             if method == REFIT:
                 refitted = fit(_with_calibration_rows(train, cal, params.refit_weight))
@@ -220,8 +241,13 @@ def gpu_curve(train: pd.DataFrame, device_rows: pd.DataFrame, ks: Sequence[int],
     return out
 
 
-def inner_devices(train: pd.DataFrame, outer: str, params: CalibrationParams, k_max: int,
-                  exclude_families: Sequence[str] = ()) -> list[str]:
+def inner_devices(
+    train: pd.DataFrame,
+    outer: str,
+    params: CalibrationParams,
+    k_max: int,
+    exclude_families: Sequence[str] = (),
+) -> list[str]:
     """Training GPUs to hold out for the choice: enough suite rows for the largest K and scored
     rows in scope; ``inner_gpus`` of them in hash order (salted by the outer GPU)."""
     rows = train
@@ -237,16 +263,20 @@ def inner_devices(train: pd.DataFrame, outer: str, params: CalibrationParams, k_
     sources_of = rows.groupby("device_id")["source"].unique()
     fair = [d for d in eligible if all(per_source[s] >= 2 for s in sources_of[d])]
     ranked = sorted(fair, key=lambda d: unit_hash([d], f"calibration-inner-{outer}")[0])
-    return ranked[:params.inner_gpus]
+    return ranked[: params.inner_gpus]
 
 
-def choose_methods(curves: Sequence[dict[str, Any]], ks: Sequence[int], methods: Sequence[str]) -> dict[int, str]:
+def choose_methods(
+    curves: Sequence[dict[str, Any]], ks: Sequence[int], methods: Sequence[str]
+) -> dict[int, str]:
     """Per K, the candidate with the lowest median (over the inner GPUs) runtime MAPE."""
     chosen: dict[int, str] = {}
     for k in ks:
         scores = {}
         for method in methods:
-            values = [_mape(c["measured"], c["pred"][(k, method)])[0] for c in curves if (k, method) in c["pred"]]
+            values = [
+                _mape(c["measured"], c["pred"][(k, method)])[0] for c in curves if (k, method) in c["pred"]
+            ]
             values = [v for v in values if math.isfinite(v)]
             if values:
                 scores[method] = statistics.median(values)
@@ -262,20 +292,38 @@ class CalibrationBench:
     chosen: dict[str, dict[int, str]] = field(default_factory=dict)
 
 
-def _row(scope: str, metric: str, value: float, n: int, n_asked: int, family: str = "tabular",
-         **extra: Any) -> dict[str, Any]:
+def _row(
+    scope: str, metric: str, value: float, n: int, n_asked: int, family: str = "tabular", **extra: Any
+) -> dict[str, Any]:
     ours = None if value is None or not math.isfinite(float(value)) else round(float(value), 4)
-    return {"split": "unseen-gpu", "family": family, "target": f"duration_us[{scope}]", "scope": scope,
-            "metric": metric, "ours": ours, "n": int(n), "n_asked": int(n_asked),
-            "coverage": round(n / n_asked, 4) if n_asked else None, "published": None, "published_by": None,
-            **extra}
+    return {
+        "split": "unseen-gpu",
+        "family": family,
+        "target": f"duration_us[{scope}]",
+        "scope": scope,
+        "metric": metric,
+        "ours": ours,
+        "n": int(n),
+        "n_asked": int(n_asked),
+        "coverage": round(n / n_asked, 4) if n_asked else None,
+        "published": None,
+        "published_by": None,
+        **extra,
+    }
 
 
-def run_calibration_bench(table: pd.DataFrame, devices: Sequence[str], ks: Sequence[int], fit: FitFn,
-                          params: CalibrationParams, *, exclude_families: Sequence[str] = (),
-                          max_test_rows: int | None = None,
-                          log: Callable[[str], None] = lambda _: None,
-                          on_progress: Callable[[CalibrationBench], None] | None = None) -> CalibrationBench:
+def run_calibration_bench(
+    table: pd.DataFrame,
+    devices: Sequence[str],
+    ks: Sequence[int],
+    fit: FitFn,
+    params: CalibrationParams,
+    *,
+    exclude_families: Sequence[str] = (),
+    max_test_rows: int | None = None,
+    log: Callable[[str], None] = lambda _: None,
+    on_progress: Callable[[CalibrationBench], None] | None = None,
+) -> CalibrationBench:
     """Leave each of ``devices`` out; per K, score the method chosen on the train side, and every
     candidate (reported, never used to choose)."""
     ks = check_ks(ks)
@@ -284,15 +332,19 @@ def run_calibration_bench(table: pd.DataFrame, devices: Sequence[str], ks: Seque
         f"calibration: suite = kernels with hash(kernel_id) < {params.suite_share} (same kernels on every GPU); "
         f"K rows drawn from the held-out GPU's suite rows only, scored on its other kernels (same rows for every K); "
         f"method per K chosen on {params.inner_gpus} training GPUs held out inside each fold (nested), "
-        f"candidates {', '.join(params.methods)}; refit weight {params.refit_weight:g}")
+        f"candidates {', '.join(params.methods)}; refit weight {params.refit_weight:g}"
+    )
     per_gpu: dict[int, dict[str, tuple[float, float, int, int]]] = {k: {} for k in ks}
     k_max = max(ks)
     for device in devices:
         started = time.perf_counter()
         on_device = table["device_id"].astype(str) == device
         train, device_rows = table.loc[~on_device], table.loc[on_device]
-        in_scope = ~device_rows["family"].astype(str).isin(list(exclude_families)) if exclude_families \
+        in_scope = (
+            ~device_rows["family"].astype(str).isin(list(exclude_families))
+            if exclude_families
             else pd.Series(True, index=device_rows.index)
+        )
         if not (in_scope & pd.Series(_measured(device_rows), index=device_rows.index)).any():
             result.notes.append(f"calibration {device}: no runtime rows in the model's scope, not scored")
             continue
@@ -301,30 +353,60 @@ def run_calibration_bench(table: pd.DataFrame, devices: Sequence[str], ks: Seque
         curves = []
         for g in inner:
             on_g = train["device_id"].astype(str) == g
-            curves.append(gpu_curve(train.loc[~on_g], train.loc[on_g], ks, fit, params,
-                                    exclude_families=exclude_families, max_test_rows=params.inner_max_test_rows))
+            curves.append(
+                gpu_curve(
+                    train.loc[~on_g],
+                    train.loc[on_g],
+                    ks,
+                    fit,
+                    params,
+                    exclude_families=exclude_families,
+                    max_test_rows=params.inner_max_test_rows,
+                )
+            )
         chosen = choose_methods(curves, ks, params.methods) if curves else {k: "none" for k in ks}
         if not multi:
             chosen = {k: "none" for k in ks}
         result.chosen[device] = chosen
-        curve = gpu_curve(train, device_rows, ks, fit, params, exclude_families=exclude_families,
-                          max_test_rows=max_test_rows)
+        curve = gpu_curve(
+            train,
+            device_rows,
+            ks,
+            fit,
+            params,
+            exclude_families=exclude_families,
+            max_test_rows=max_test_rows,
+        )
         n_asked = int(np.isfinite(curve["measured"]).sum())
         for k in ks:
             for method in params.methods:
                 mape, within, n = _mape(curve["measured"], curve["pred"][(k, method)])
-                result.rows.append(_row(f"device={device},calibration={k},method={method}", "mape", mape, n, n_asked))
+                result.rows.append(
+                    _row(f"device={device},calibration={k},method={method}", "mape", mape, n, n_asked)
+                )
             mape, within, n = _mape(curve["measured"], curve["pred"][(k, chosen[k])])
             per_gpu[k][device] = (mape, within, n, n_asked)
             scope = f"device={device},calibration={k}"
-            result.rows.append(_row(scope, "mape", mape, n, n_asked, method=chosen[k], n_cal=curve["n_cal"][k]))
-            result.rows.append(_row(scope, "within_10", within, n, n_asked, method=chosen[k], n_cal=curve["n_cal"][k]))
+            result.rows.append(
+                _row(scope, "mape", mape, n, n_asked, method=chosen[k], n_cal=curve["n_cal"][k])
+            )
+            result.rows.append(
+                _row(scope, "within_10", within, n, n_asked, method=chosen[k], n_cal=curve["n_cal"][k])
+            )
         seconds = time.perf_counter() - started
-        result.timings.append({"fold": f"unseen-gpu:{device}", "inner": inner, "seconds": round(seconds, 1),
-                               "chosen": {str(k): m for k, m in chosen.items()}})
-        log(f"calibration {device}: inner {', '.join(inner) or 'none'}; "
+        result.timings.append(
+            {
+                "fold": f"unseen-gpu:{device}",
+                "inner": inner,
+                "seconds": round(seconds, 1),
+                "chosen": {str(k): m for k, m in chosen.items()},
+            }
+        )
+        log(
+            f"calibration {device}: inner {', '.join(inner) or 'none'}; "
             + "; ".join(f"K={k} {chosen[k]} {100 * per_gpu[k][device][0]:.1f}%" for k in ks)
-            + f" ({seconds:.0f} s)")
+            + f" ({seconds:.0f} s)"
+        )
         if on_progress is not None:  # an hour-long run that dies late keeps the GPUs it measured
             on_progress(result)
     result.rows += median_rows(result.rows)
@@ -357,12 +439,28 @@ def median_rows(rows: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
         for metric in ("mape", "within_10"):
             values = [float(v) for v, _ in chosen.get((k, metric), {}).values() if v is not None]
             if values:
-                out.append(_row(f"median GPU,calibration={k}", metric, statistics.median(values), len(values),
-                                len(asked[k])))
-        for (kk, method), values in sorted(method_mape.items(), key=lambda i: (i[0][0], _ORDER.get(i[0][1], 99))):
+                out.append(
+                    _row(
+                        f"median GPU,calibration={k}",
+                        metric,
+                        statistics.median(values),
+                        len(values),
+                        len(asked[k]),
+                    )
+                )
+        for (kk, method), values in sorted(
+            method_mape.items(), key=lambda i: (i[0][0], _ORDER.get(i[0][1], 99))
+        ):
             if kk == k and values:
-                out.append(_row(f"median GPU,calibration={k},method={method}", "mape", statistics.median(values),
-                                len(values), len(asked[k])))
+                out.append(
+                    _row(
+                        f"median GPU,calibration={k},method={method}",
+                        "mape",
+                        statistics.median(values),
+                        len(values),
+                        len(asked[k]),
+                    )
+                )
     return out
 
 
@@ -377,20 +475,39 @@ def curve_markdown(rows: Sequence[dict[str, Any]]) -> str:
         entry = medians.setdefault(int(parts["calibration"]), {})
         entry[parts.get("method", "chosen")] = row["ours"]
         entry["n"] = max(entry.get("n", 0), row["n"])
-    methods = sorted({m for e in medians.values() for m in e if m not in ("chosen", "n")}, key=lambda m: _ORDER.get(m, 99))
+    methods = sorted(
+        {m for e in medians.values() for m in e if m not in ("chosen", "n")}, key=lambda m: _ORDER.get(m, 99)
+    )
     header = ["K", "median GPU MAPE (method chosen on train GPUs)", *methods, "GPUs"]
     lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
     pct = lambda v: "–" if v is None else f"{100 * v:.1f}%"  # noqa: E731
     for k in sorted(medians):
         e = medians[k]
-        lines.append("| " + " | ".join([str(k), pct(e.get("chosen")), *(pct(e.get(m)) for m in methods),
-                                        str(e.get("n", 0))]) + " |")
+        lines.append(
+            "| "
+            + " | ".join(
+                [str(k), pct(e.get("chosen")), *(pct(e.get(m)) for m in methods), str(e.get("n", 0))]
+            )
+            + " |"
+        )
     return "\n".join(lines)
 
 
-def run_cli_bench(table: pd.DataFrame, ks: Sequence[int], params: dict[str, Any], config: Any, max_train_rows: int,
-                  min_gpu_rows: int, devices: Sequence[str] | None, max_test_rows: int | None, command: str,
-                  json_file: Any, *, echo: Callable[[str], None], log: Callable[[str], None]) -> CalibrationBench:
+def run_cli_bench(
+    table: pd.DataFrame,
+    ks: Sequence[int],
+    params: dict[str, Any],
+    config: Any,
+    max_train_rows: int,
+    min_gpu_rows: int,
+    devices: Sequence[str] | None,
+    max_test_rows: int | None,
+    command: str,
+    json_file: Any,
+    *,
+    echo: Callable[[str], None],
+    log: Callable[[str], None],
+) -> CalibrationBench:
     """``kernelcast bench accuracy --split unseen-gpu --calibration-rows K ...``: the folds of the
     leave-one-GPU-out bench, the curve printed, the rows written as the bench's JSON."""
     import json
@@ -402,18 +519,32 @@ def run_cli_bench(table: pd.DataFrame, ks: Sequence[int], params: dict[str, Any]
     calibration = CalibrationParams.from_params(params)
     folds = select_folds(table, "unseen-gpu", min_gpu_rows, devices)
     held = [f.name.split(":", 1)[1] for f in folds]
-    header = (f"train sides subsampled deterministically (hash of measurement_id) to at most "
-              f"{max_train_rows} in-scope rows; calibration rows added on top")
+    header = (
+        f"train sides subsampled deterministically (hash of measurement_id) to at most "
+        f"{max_train_rows} in-scope rows; calibration rows added on top"
+    )
 
     def save(partial: CalibrationBench) -> None:
         if json_file is not None:
-            payload = {"command": command, "rows": partial.rows, "notes": [header, *partial.notes],
-                       "timings": partial.timings}
+            payload = {
+                "command": command,
+                "rows": partial.rows,
+                "notes": [header, *partial.notes],
+                "timings": partial.timings,
+            }
             atomic_write_text(Path(json_file), json.dumps(payload, indent=2) + "\n")
 
-    result = run_calibration_bench(table, held, ks, tabular_fit(config, max_train_rows), calibration,
-                                   exclude_families=config.exclude_families, max_test_rows=max_test_rows, log=log,
-                                   on_progress=save)
+    result = run_calibration_bench(
+        table,
+        held,
+        ks,
+        tabular_fit(config, max_train_rows),
+        calibration,
+        exclude_families=config.exclude_families,
+        max_test_rows=max_test_rows,
+        log=log,
+        on_progress=save,
+    )
     result.notes.insert(0, header)
     echo(curve_markdown(result.rows))
     for note in result.notes:
@@ -443,10 +574,17 @@ class CalibrateResult:
     median_ape_after: float = math.nan
 
 
-
-
-def calibrate_stage(device: str, from_dir: Any, predictor: Any, home: Any, params: dict[str, Any], *,
-                    method: str = "group", source: str = "kernelcast", catalog: Any = None) -> CalibrateResult:
+def calibrate_stage(
+    device: str,
+    from_dir: Any,
+    predictor: Any,
+    home: Any,
+    params: dict[str, Any],
+    *,
+    method: str = "group",
+    source: str = "kernelcast",
+    catalog: Any = None,
+) -> CalibrateResult:
     """Fit ``method`` on the calibration rows of ``device`` in a profiled run folder (read through
     the ingest -> validate -> features cores) against ``predictor``, store it under ``home``.
 
@@ -472,10 +610,13 @@ def calibrate_stage(device: str, from_dir: Any, predictor: Any, home: Any, param
     predictions = predictor.predict(rows)
     predicted = pd.to_numeric(predictions.get("pred_duration_us"), errors="coerce").to_numpy(dtype="float64")
     inputs = rows.join(predictions.drop(columns=["pred_duration_us"], errors="ignore"), rsuffix="_pred")
-    correction = fit_correction(method, inputs, predicted, device_id=device_id,
-                                shrink=CalibrationParams.from_params(params).shrink)
+    correction = fit_correction(
+        method, inputs, predicted, device_id=device_id, shrink=CalibrationParams.from_params(params).shrink
+    )
     if correction.n_rows == 0:
-        raise ValueError(f"the model predicts no runtime for the {len(rows)} rows of {device_id} in {from_dir}")
+        raise ValueError(
+            f"the model predicts no runtime for the {len(rows)} rows of {device_id} in {from_dir}"
+        )
     measured = pd.to_numeric(rows["duration_us"], errors="coerce").to_numpy(dtype="float64")
     path = correction_path(home, device_id)
     correction.save(path)
@@ -485,9 +626,16 @@ def calibrate_stage(device: str, from_dir: Any, predictor: Any, home: Any, param
     from components.opmodel.loading import engine_for
 
     calibrate_engine(engine_for(predictor), rows, catalog.get(device_id), Path(home))
-    return CalibrateResult(device_id, method, correction.n_rows, path, _mape(measured, predicted)[0],
-                           _mape(measured, corrected)[0], _median_ape(measured, predicted),
-                           _median_ape(measured, corrected))
+    return CalibrateResult(
+        device_id,
+        method,
+        correction.n_rows,
+        path,
+        _mape(measured, predicted)[0],
+        _mape(measured, corrected)[0],
+        _median_ape(measured, predicted),
+        _median_ape(measured, corrected),
+    )
 
 
 def _median_ape(measured: np.ndarray, predicted: np.ndarray) -> float:

@@ -29,8 +29,18 @@ DEFAULT_MIN_GPU_ROWS = 1000  # params.yaml train.bench_min_gpu_rows
 # then has no row of those sources in training: unseen GPU and unseen source; the note says so).
 BENCH_MIN_DEVICES_PER_SOURCE = 1
 # Columns a fold sends back for the report (the feature columns stay where they were computed).
-_REPORT_COLUMNS: tuple[str, ...] = ("measurement_id", "kernel_id", "device_id", "source", "family", "op", "dtype",
-                                    CLASS_TARGET, "roofline_class_published", *NUMERIC_TARGETS)
+_REPORT_COLUMNS: tuple[str, ...] = (
+    "measurement_id",
+    "kernel_id",
+    "device_id",
+    "source",
+    "family",
+    "op",
+    "dtype",
+    CLASS_TARGET,
+    "roofline_class_published",
+    *NUMERIC_TARGETS,
+)
 
 
 @dataclass(frozen=True)
@@ -60,15 +70,27 @@ def run_fold(table: pd.DataFrame, job: FoldJob, factory: Factory) -> FoldOutcome
     if job.canonical_dir is not None:  # where a family that reads source/launch columns joins them from
         train.attrs["canonical_dir"] = str(job.canonical_dir)
     predictor, fit_seconds = factory(job.family, train, job.split)
-    evaluation = evaluate_predictor(predictor, table, job.split, model=job.family,
-                                    rows=capped_rows(job.fold.test, table, job.max_test_rows),
-                                    canonical_dir=job.canonical_dir)
+    evaluation = evaluate_predictor(
+        predictor,
+        table,
+        job.split,
+        model=job.family,
+        rows=capped_rows(job.fold.test, table, job.max_test_rows),
+        canonical_dir=job.canonical_dir,
+    )
     report = evaluation.report
     frame = evaluation.frame
     keep = [c for c in frame.columns if c in _REPORT_COLUMNS or str(c).startswith("pred_")]
-    timing = {"split": job.split, "fold": job.fold.name, "family": job.family,
-              "n_train": len(predictor.trained_on), "n_test": report["n"], "coverage": report.get("coverage"),
-              "fit_s": round(fit_seconds, 1), "total_s": round(time.perf_counter() - started, 1)}
+    timing = {
+        "split": job.split,
+        "fold": job.fold.name,
+        "family": job.family,
+        "n_train": len(predictor.trained_on),
+        "n_test": report["n"],
+        "coverage": report.get("coverage"),
+        "fit_s": round(fit_seconds, 1),
+        "total_s": round(time.perf_counter() - started, 1),
+    }
     from components.models.cuda_runtime import unpredicted_reasons
 
     # Test rows measured but left without a runtime, by the reason the predictor stated.
@@ -79,8 +101,9 @@ def run_fold(table: pd.DataFrame, job: FoldJob, factory: Factory) -> FoldOutcome
 def serial_fold_executor(factory: Factory) -> FoldExecutor:
     """Folds one after the other in this process."""
 
-    def run(table: pd.DataFrame, jobs: Sequence[FoldJob],
-            on_done: Callable[[FoldOutcome], None]) -> list[FoldOutcome]:
+    def run(
+        table: pd.DataFrame, jobs: Sequence[FoldJob], on_done: Callable[[FoldOutcome], None]
+    ) -> list[FoldOutcome]:
         outcomes = []
         for job in jobs:
             outcomes.append(run_fold(table, job, factory))
@@ -101,8 +124,9 @@ def ray_fold_executor(factory: Factory, start_ray: Callable[[], None]) -> FoldEx
     hands the single-threaded variant. ``start_ray`` is the project's Ray start-up (idempotent).
     """
 
-    def run(table: pd.DataFrame, jobs: Sequence[FoldJob],
-            on_done: Callable[[FoldOutcome], None]) -> list[FoldOutcome]:
+    def run(
+        table: pd.DataFrame, jobs: Sequence[FoldJob], on_done: Callable[[FoldOutcome], None]
+    ) -> list[FoldOutcome]:
         import ray
 
         start_ray()
@@ -127,20 +151,30 @@ def ray_fold_executor(factory: Factory, start_ray: Callable[[], None]) -> FoldEx
     return run
 
 
-def select_folds(table: pd.DataFrame, split: str, min_gpu_rows: int = DEFAULT_MIN_GPU_ROWS,
-                 devices: Sequence[str] | None = None) -> list[Fold]:
+def select_folds(
+    table: pd.DataFrame,
+    split: str,
+    min_gpu_rows: int = DEFAULT_MIN_GPU_ROWS,
+    devices: Sequence[str] | None = None,
+) -> list[Fold]:
     """The split's folds; for leave-one-GPU-out, one per GPU with >= ``min_gpu_rows`` rows, or the
     GPUs named in ``devices`` (catalog ids) whatever their size."""
     if split != "unseen-gpu":
         return split_folds(table, split)
-    folds = unseen_gpu_split(table, BENCH_MIN_DEVICES_PER_SOURCE, min_rows=min_gpu_rows,
-                             devices=tuple(devices) if devices else None)
+    folds = unseen_gpu_split(
+        table,
+        BENCH_MIN_DEVICES_PER_SOURCE,
+        min_rows=min_gpu_rows,
+        devices=tuple(devices) if devices else None,
+    )
     if not folds:
         counts = unseen_gpu_devices(table, BENCH_MIN_DEVICES_PER_SOURCE)
         largest = counts.assign(_neg=-counts["rows"]).sort_values(["_neg", "device_id"]).head(3)
-        raise ValueError(f"no GPU has at least {min_gpu_rows} rows (largest: "
-                         + (", ".join(f"{d} {n}" for d, n in zip(largest["device_id"], largest["rows"])) or "none")
-                         + ")")
+        raise ValueError(
+            f"no GPU has at least {min_gpu_rows} rows (largest: "
+            + (", ".join(f"{d} {n}" for d, n in zip(largest["device_id"], largest["rows"])) or "none")
+            + ")"
+        )
     return folds
 
 

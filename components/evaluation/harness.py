@@ -60,18 +60,26 @@ def with_split_columns(table: pd.DataFrame, canonical_dir: Path | None) -> pd.Da
         return table
     table = table.copy()
     canonical_dir = Path(canonical_dir) if canonical_dir is not None else None
-    absent = [name for name, columns in (("measurements.parquet", missing_m), ("kernels.parquet", missing_k))
-              if columns and not _join_from(table, canonical_dir, name, "measurement_id" if name.startswith("m")
-                                            else "kernel_id", columns)]
+    absent = [
+        name
+        for name, columns in (("measurements.parquet", missing_m), ("kernels.parquet", missing_k))
+        if columns
+        and not _join_from(
+            table, canonical_dir, name, "measurement_id" if name.startswith("m") else "kernel_id", columns
+        )
+    ]
     table["upstream_row"] = pd.to_numeric(table["upstream_row"], errors="coerce").astype("Int64")
     if absent:  # read back by split_folds when a split finds no test rows
         table.attrs["split_columns_note"] = (
             f"{', '.join(absent)} not found in {canonical_dir} (the canonical tables the feature table was built "
-            "from; the bolet split's labels and programs are joined from there)")
+            "from; the bolet split's labels and programs are joined from there)"
+        )
     return table
 
 
-def _join_from(table: pd.DataFrame, canonical_dir: Path | None, file: str, key: str, columns: list[str]) -> bool:
+def _join_from(
+    table: pd.DataFrame, canonical_dir: Path | None, file: str, key: str, columns: list[str]
+) -> bool:
     """Fill ``columns`` in place from a canonical table by ``key``; all-NA (and False) where that
     table is absent."""
     if not columns:
@@ -92,9 +100,11 @@ def split_folds(table: pd.DataFrame, split: str) -> list[Fold]:
     folds = make_split(table, split)
     if not folds or all(len(f.test) == 0 for f in folds):
         why = _bolet_missing(table) if split == "bolet-roofline" else None
-        raise ValueError(f"split {split!r} has no test rows in this feature table "
-                         f"(sources present: {sorted(table['source'].dropna().unique().tolist())})"
-                         + (f": {why}" if why else ""))
+        raise ValueError(
+            f"split {split!r} has no test rows in this feature table "
+            f"(sources present: {sorted(table['source'].dropna().unique().tolist())})"
+            + (f": {why}" if why else "")
+        )
     return folds
 
 
@@ -106,12 +116,16 @@ def _bolet_missing(table: pd.DataFrame) -> str | None:
     note = table.attrs.get("split_columns_note")
     head = rows[~rows["upstream_file"].astype("string").str.contains("_history/", regex=False).fillna(False)]
     if head.empty:
-        return f"all {len(rows)} gpuflopbench rows come from _history/ files, none from the HEAD profiling file"
+        return (
+            f"all {len(rows)} gpuflopbench rows come from _history/ files, none from the HEAD profiling file"
+        )
     for column in ("roofline_class_published", "program"):
         if column not in head.columns or head[column].isna().all():
-            return (f"none of the {len(head)} gpuflopbench HEAD rows has a {column}: "
-                    + (note or "the canonical tables hold no row with these measurement_id/kernel_id "
-                               "(re-ingested after the features were built?)"))
+            return f"none of the {len(head)} gpuflopbench HEAD rows has a {column}: " + (
+                note
+                or "the canonical tables hold no row with these measurement_id/kernel_id "
+                "(re-ingested after the features were built?)"
+            )
     return None
 
 
@@ -146,8 +160,11 @@ def _measured(values: pd.Series) -> pd.Series:
 
 def coverage_figures(n_asked: int, n_predicted: int) -> dict[str, Any]:
     """``n_asked``, ``n_predicted`` and their ratio (None when nothing was asked)."""
-    return {"n_asked": int(n_asked), "n_predicted": int(n_predicted),
-            "coverage": (n_predicted / n_asked) if n_asked else None}
+    return {
+        "n_asked": int(n_asked),
+        "n_predicted": int(n_predicted),
+        "coverage": (n_predicted / n_asked) if n_asked else None,
+    }
 
 
 def target_reports(frame: pd.DataFrame, targets: tuple[str, ...]) -> dict[str, dict[str, Any]]:
@@ -165,13 +182,19 @@ def target_reports(frame: pd.DataFrame, targets: tuple[str, ...]) -> dict[str, d
         if not asked.any():
             continue
         column = f"pred_{target}"
-        prediction = (pd.to_numeric(frame[column], errors="coerce").astype("float64") if column in frame.columns
-                      else pd.Series(np.nan, index=frame.index))
+        prediction = (
+            pd.to_numeric(frame[column], errors="coerce").astype("float64")
+            if column in frame.columns
+            else pd.Series(np.nan, index=frame.index)
+        )
         predicted = asked & pd.Series(np.isfinite(prediction.to_numpy()), index=frame.index)
-        report = regression_report(pd.to_numeric(frame.loc[predicted, target], errors="coerce"),
-                                   prediction[predicted])
-        out[target] = {**{key: report[key] for key in ("mape", "median_ape", "within_10", "n")},
-                       **coverage_figures(int(asked.sum()), int(predicted.sum()))}
+        report = regression_report(
+            pd.to_numeric(frame.loc[predicted, target], errors="coerce"), prediction[predicted]
+        )
+        out[target] = {
+            **{key: report[key] for key in ("mape", "median_ape", "within_10", "n")},
+            **coverage_figures(int(asked.sum()), int(predicted.sum())),
+        }
     return out
 
 
@@ -184,21 +207,30 @@ def roofline_report(frame: pd.DataFrame, label_column: str) -> dict[str, Any] | 
     labelled = frame[frame[label_column].notna()]
     if labelled.empty:
         return None
-    raw = labelled[column] if column in labelled.columns else pd.Series(pd.NA, index=labelled.index, dtype="object")
+    raw = (
+        labelled[column]
+        if column in labelled.columns
+        else pd.Series(pd.NA, index=labelled.index, dtype="object")
+    )
     predicted = raw.astype(object).where(raw.notna(), "none")
     report = classification_report(labelled[label_column].astype(object).to_numpy(), predicted.to_numpy())
     return {**report, **coverage_figures(report["n"], int(raw.notna().sum()))}
 
 
-def evaluate_frame(frame: pd.DataFrame, targets: tuple[str, ...], *, model: str, split: str | None,
-                   excluded_seen: int) -> dict[str, Any]:
+def evaluate_frame(
+    frame: pd.DataFrame, targets: tuple[str, ...], *, model: str, split: str | None, excluded_seen: int
+) -> dict[str, Any]:
     """The evaluation JSON from rows that already carry their ``pred_*`` columns."""
     claimed = [f"pred_{t}" for t in targets if f"pred_{t}" in frame.columns]
-    any_prediction = (frame[claimed].notna().any(axis=1) if claimed else pd.Series(False, index=frame.index))
+    any_prediction = frame[claimed].notna().any(axis=1) if claimed else pd.Series(False, index=frame.index)
     report: dict[str, Any] = {
-        "model": model, "split": split or "all", "n": int(len(frame)), "excluded_seen": int(excluded_seen),
+        "model": model,
+        "split": split or "all",
+        "n": len(frame),
+        "excluded_seen": int(excluded_seen),
         **coverage_figures(len(frame), int(any_prediction.sum())),
-        "targets": target_reports(frame, targets), "per_device": {},
+        "targets": target_reports(frame, targets),
+        "per_device": {},
     }
     for device, rows in frame.groupby("device_id", sort=True):
         per = target_reports(rows, targets)
@@ -210,14 +242,17 @@ def evaluate_frame(frame: pd.DataFrame, targets: tuple[str, ...], *, model: str,
         report["roofline"] = roofline
     if {"pred_duration_us_lo", "pred_duration_us_hi", "duration_us"} <= set(frame.columns):
         measured = frame[pd.to_numeric(frame["duration_us"], errors="coerce").notna()]
-        coverage = interval_coverage(measured["duration_us"], measured["pred_duration_us_lo"],
-                                     measured["pred_duration_us_hi"])
+        coverage = interval_coverage(
+            measured["duration_us"], measured["pred_duration_us_lo"], measured["pred_duration_us_hi"]
+        )
         nominal = frame.attrs.get("interval_nominal")
-        report["intervals"] = {"duration_us": {"coverage": coverage, "nominal": nominal, "n": int(len(measured))}}
+        report["intervals"] = {"duration_us": {"coverage": coverage, "nominal": nominal, "n": len(measured)}}
     return _clean(report)
 
 
-def capped_rows(index: pd.Index, table: pd.DataFrame, max_rows: int | None, salt: str = "eval-cap") -> pd.Index:
+def capped_rows(
+    index: pd.Index, table: pd.DataFrame, max_rows: int | None, salt: str = "eval-cap"
+) -> pd.Index:
     """At most ``max_rows`` of ``index``, chosen by hash of measurement_id: the same rows for every
     model and every run, so families scored under one cap are compared on identical rows."""
     if max_rows is None or len(index) <= max_rows:
@@ -225,23 +260,33 @@ def capped_rows(index: pd.Index, table: pd.DataFrame, max_rows: int | None, salt
     return capped_index(index, table.loc[index, "measurement_id"], max_rows, salt)
 
 
-def evaluate_predictor(predictor: Predictor, table: pd.DataFrame, split: str | None, *,
-                       model: str, rows: pd.Index | None = None,
-                       canonical_dir: Path | None = None) -> Evaluation:
+def evaluate_predictor(
+    predictor: Predictor,
+    table: pd.DataFrame,
+    split: str | None,
+    *,
+    model: str,
+    rows: pd.Index | None = None,
+    canonical_dir: Path | None = None,
+) -> Evaluation:
     """Score ``predictor`` on the split's test side (or ``rows``), excluding rows it trained on."""
     candidates = table.loc[rows] if rows is not None else evaluation_rows(table, split)
     seen = candidates["measurement_id"].astype(str).isin(predictor.trained_on)
     scored = candidates.loc[~seen]
-    model_input = attach_canonical_columns(scored, canonical_dir,
-                                           kernels=tuple(getattr(predictor, "kernel_columns", ())),
-                                           measurements=tuple(getattr(predictor, "measurement_columns", ())))
+    model_input = attach_canonical_columns(
+        scored,
+        canonical_dir,
+        kernels=tuple(getattr(predictor, "kernel_columns", ())),
+        measurements=tuple(getattr(predictor, "measurement_columns", ())),
+    )
     predictions = predictor.predict(model_input) if len(scored) else pd.DataFrame(index=scored.index)
     frame = pd.concat([scored, predictions], axis=1)
     conformal = getattr(predictor, "conformal", None) or {}
     if "alpha" in conformal:
         frame.attrs["interval_nominal"] = 1.0 - float(conformal["alpha"])
-    report = evaluate_frame(frame, tuple(predictor.targets), model=model, split=split,
-                            excluded_seen=int(seen.sum()))
+    report = evaluate_frame(
+        frame, tuple(predictor.targets), model=model, split=split, excluded_seen=int(seen.sum())
+    )
     return Evaluation(report, frame)
 
 
@@ -269,8 +314,14 @@ def flat_metrics(report: dict[str, Any]) -> dict[str, float]:
     return metrics
 
 
-def log_evaluation_run(report: dict[str, Any], artifacts: list[Path], *, tracking_uri: str, experiment_id: str,
-                       tags: dict[str, str]) -> str:
+def log_evaluation_run(
+    report: dict[str, Any],
+    artifacts: list[Path],
+    *,
+    tracking_uri: str,
+    experiment_id: str,
+    tags: dict[str, str],
+) -> str:
     """An MLflow evaluation run: the flat metrics, the JSON report and plots as artifacts; returns its id."""
     import mlflow
 

@@ -42,9 +42,19 @@ class KernelBenchBench:
 
 def _row(family: str, scope: str, metric: str, value: float | None, n: int, n_asked: int) -> dict[str, Any]:
     ok = value is not None and np.isfinite(value)
-    return {"split": SPLIT, "family": family, "target": f"duration_us[{scope}]", "scope": scope, "metric": metric,
-            "ours": round(float(value), 4) if ok else None, "n": int(n), "n_asked": int(n_asked),
-            "coverage": round(n / n_asked, 4) if n_asked else None, "published": None, "published_by": None}
+    return {
+        "split": SPLIT,
+        "family": family,
+        "target": f"duration_us[{scope}]",
+        "scope": scope,
+        "metric": metric,
+        "ours": round(float(value), 4) if ok else None,
+        "n": int(n),
+        "n_asked": int(n_asked),
+        "coverage": round(n / n_asked, 4) if n_asked else None,
+        "published": None,
+        "published_by": None,
+    }
 
 
 def _errors(pred: np.ndarray, true: np.ndarray) -> tuple[float, float]:
@@ -60,10 +70,17 @@ def scope_of(level: str, device: str, config: str) -> str:
     return f"level={level},device={device}" + ("" if config == "eager" else f",mode={mode_label(config)}")
 
 
-def run_kernelbench_bench(measurements: pd.DataFrame, kernels: pd.DataFrame, cache_dir: Path, *,
-                          configs: list[str] | None = None, kernel_ids: list[str] | None = None,
-                          min_held_out_rows: int = MIN_HELD_OUT_ROWS, min_train_rows: int = 50,
-                          log: Callable[[str], None] = lambda _: None) -> KernelBenchBench:
+def run_kernelbench_bench(
+    measurements: pd.DataFrame,
+    kernels: pd.DataFrame,
+    cache_dir: Path,
+    *,
+    configs: list[str] | None = None,
+    kernel_ids: list[str] | None = None,
+    min_held_out_rows: int = MIN_HELD_OUT_ROWS,
+    min_train_rows: int = 50,
+    log: Callable[[str], None] = lambda _: None,
+) -> KernelBenchBench:
     """Leave-one-GPU-out per (config, GPU), scored per level; see the module docstring."""
     from components.devices import load_catalog
     from components.programs.kernelbench_data import load_kernelbench
@@ -74,13 +91,20 @@ def run_kernelbench_bench(measurements: pd.DataFrame, kernels: pd.DataFrame, cac
     catalog = load_catalog()
     table = program_table(data, catalog)
     result.reasons = data.reasons
-    asked = pd.concat([data.rows[["kernel_id", "device_id", "config", "level"]],
-                       data.reasons[["kernel_id", "device_id", "config", "level"]]], ignore_index=True)
+    asked = pd.concat(
+        [
+            data.rows[["kernel_id", "device_id", "config", "level"]],
+            data.reasons[["kernel_id", "device_id", "config", "level"]],
+        ],
+        ignore_index=True,
+    )
     n_rows, n_reasons = len(asked), len(data.reasons)
     reasons = Counter(reason_class(r) for r in data.reasons["reason"])
-    result.notes.append(f"{SPLIT}: {n_rows} (program, GPU, config) timings (mean over repeated files); "
-                        f"{len(table)} in scope (traced), {n_reasons} with a stated reason: "
-                        + "; ".join(f"{n} {why}" for why, n in reasons.most_common()))
+    result.notes.append(
+        f"{SPLIT}: {n_rows} (program, GPU, config) timings (mean over repeated files); "
+        f"{len(table)} in scope (traced), {n_reasons} with a stated reason: "
+        + "; ".join(f"{n} {why}" for why, n in reasons.most_common())
+    )
     scored = []
     wanted = configs or sorted(table["config"].unique(), key=lambda c: (c != "eager", c))
     for config in wanted:
@@ -88,25 +112,43 @@ def run_kernelbench_bench(measurements: pd.DataFrame, kernels: pd.DataFrame, cac
         counts = rows.groupby("device_id").size()
         held = sorted(counts[counts >= min_held_out_rows].index)
         if rows["device_id"].nunique() < 2 or not held:
-            result.notes.append(f"{SPLIT} {config}: skipped ({len(rows)} rows on {rows['device_id'].nunique()} GPUs)")
+            result.notes.append(
+                f"{SPLIT} {config}: skipped ({len(rows)} rows on {rows['device_id'].nunique()} GPUs)"
+            )
             continue
         for device in held:
             train = rows[rows["device_id"] != device]
             train_gpus = int((train["device_id"].value_counts() >= min_held_out_rows).sum())
             if train_gpus < MIN_TRAIN_GPUS or len(train) < min_train_rows:
-                result.notes.append(f"{SPLIT} {mode_label(config)} held out {device}: not scored, {train_gpus} other "
-                                    f"GPU(s) with {min_held_out_rows}+ rows to learn from (needs {MIN_TRAIN_GPUS})")
+                result.notes.append(
+                    f"{SPLIT} {mode_label(config)} held out {device}: not scored, {train_gpus} other "
+                    f"GPU(s) with {min_held_out_rows}+ rows to learn from (needs {MIN_TRAIN_GPUS})"
+                )
                 continue
             model = fit_program_model(train.assign(config="eager"), "roofline", min_rows=min_train_rows)
             test = rows[rows["device_id"] == device].reset_index(drop=True)
-            scored.append(test.assign(pred_model=model.predict(test), pred_roofline=test["roof_sum_us"].to_numpy()))
-            log(f"{SPLIT} {config} held out {device}: trained on {len(train)} rows "
-                f"({train['device_id'].nunique()} GPUs), {len(test)} test rows")
+            scored.append(
+                test.assign(pred_model=model.predict(test), pred_roofline=test["roof_sum_us"].to_numpy())
+            )
+            log(
+                f"{SPLIT} {config} held out {device}: trained on {len(train)} rows "
+                f"({train['device_id'].nunique()} GPUs), {len(test)} test rows"
+            )
     if not scored:
         return result
     frame = pd.concat(scored, ignore_index=True)
-    result.predictions = frame[["kernel_id", "device_id", "config", "level", "duration_us", "pred_model",
-                                "pred_roofline", "n_kernels"]]
+    result.predictions = frame[
+        [
+            "kernel_id",
+            "device_id",
+            "config",
+            "level",
+            "duration_us",
+            "pred_model",
+            "pred_roofline",
+            "n_kernels",
+        ]
+    ]
     asked_counts = asked.groupby(["config", "level", "device_id"]).size()
     per_level: dict[tuple[str, str], dict[str, list[float]]] = {}
     for (config, level, device), part in frame.groupby(["config", "level", "device_id"], sort=True):
@@ -121,9 +163,14 @@ def run_kernelbench_bench(measurements: pd.DataFrame, kernels: pd.DataFrame, cac
     for (config, level), families in sorted(per_level.items()):
         scope = f"level={level}" + ("" if config == "eager" else f",mode={mode_label(config)}")
         for family, values in families.items():
-            result.rows.append(_row(family, f"{scope},median GPU", "mape", statistics.median(values), len(values),
-                                    len(values)))
-            result.rows.append(_row(family, f"{scope},worst GPU", "mape", max(values), len(values), len(values)))
+            result.rows.append(
+                _row(
+                    family, f"{scope},median GPU", "mape", statistics.median(values), len(values), len(values)
+                )
+            )
+            result.rows.append(
+                _row(family, f"{scope},worst GPU", "mape", max(values), len(values), len(values))
+            )
     return result
 
 
@@ -153,8 +200,9 @@ def read_program_tables(canonical_dir: Path) -> tuple[pd.DataFrame, pd.DataFrame
     missing = [p for p in paths if not p.is_file()]
     if missing:
         raise FileNotFoundError(f"no {missing[0].name} in {canonical_dir}")
-    measurements = pd.read_parquet(paths[0], columns=["measurement_id", "kernel_id", "device_id", "source",
-                                                      "params_json", "duration_us"])
+    measurements = pd.read_parquet(
+        paths[0], columns=["measurement_id", "kernel_id", "device_id", "source", "params_json", "duration_us"]
+    )
     kernels = pd.read_parquet(paths[1], columns=["kernel_id", "source", "program", "source_text"])
     kernels = kernels[kernels["source"] == "kernelbench"]
     if not (measurements["source"] == "kernelbench").any():
@@ -162,8 +210,9 @@ def read_program_tables(canonical_dir: Path) -> tuple[pd.DataFrame, pd.DataFrame
     return measurements, kernels
 
 
-def extend_result(result: Any, canonical_dir: Path, cache_dir: Path, *,
-                  log: Callable[[str], None] = lambda _: None) -> KernelBenchBench:
+def extend_result(
+    result: Any, canonical_dir: Path, cache_dir: Path, *, log: Callable[[str], None] = lambda _: None
+) -> KernelBenchBench:
     """Run the KernelBench bench on ``canonical_dir``'s tables; append its rows and notes to
     ``result`` (a ``bench.BenchResult``)."""
     try:

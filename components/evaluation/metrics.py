@@ -48,7 +48,13 @@ def regression_report(y_true: Sequence[float], y_pred: Sequence[float]) -> dict[
     """The per-target figures every evaluation JSON carries."""
     errors = relative_errors(y_true, y_pred)
     if not errors.size:
-        return {"mape": math.nan, "median_ape": math.nan, "within_10": math.nan, "within_20": math.nan, "n": 0}
+        return {
+            "mape": math.nan,
+            "median_ape": math.nan,
+            "within_10": math.nan,
+            "within_20": math.nan,
+            "n": 0,
+        }
     return {
         "mape": float(errors.mean()),
         "median_ape": float(np.median(errors)),

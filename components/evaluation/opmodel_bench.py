@@ -64,9 +64,15 @@ def _summary(results: list[dict[str, Any]]) -> dict[str, Any]:
         if "coverage" in part:  # rows asked, where the tier may decline some
             part = part.assign(asked=np.where(part["coverage"] > 0, part["n"] / part["coverage"], 0.0))
         per = part.groupby("device")[[c for c in ("sum_ape", "sum_roof", "n", "asked") if c in part]].sum()
-        gpu = {d: {"mape": float(r.sum_ape / r.n), "roofline_mape": float(r.sum_roof / r.n), "n": int(r.n),
-                   **({"coverage": float(r.n / r.asked)} if "asked" in r and r.asked > 0 else {})}
-               for d, r in per.iterrows()}
+        gpu = {
+            d: {
+                "mape": float(r.sum_ape / r.n),
+                "roofline_mape": float(r.sum_roof / r.n),
+                "n": int(r.n),
+                **({"coverage": float(r.n / r.asked)} if "asked" in r and r.asked > 0 else {}),
+            }
+            for d, r in per.iterrows()
+        }
         out["per_gpu"][family] = gpu
         out["metrics"][f"worst_gpu_{family}_runtime_mape"] = max(g["mape"] for g in gpu.values())
         median = statistics.median(g["mape"] for g in gpu.values())
@@ -75,20 +81,22 @@ def _summary(results: list[dict[str, Any]]) -> dict[str, Any]:
     return out
 
 
-def score_held_gpu(model: Any, store: dict[str, pd.DataFrame], held: str, spec: Any,
-                   test_per_group: int | None) -> list[dict[str, Any]]:
+def score_held_gpu(
+    model: Any, store: dict[str, pd.DataFrame], held: str, spec: Any, test_per_group: int | None
+) -> list[dict[str, Any]]:
     """Per (family, dtype[, kv]) group of ``held``'s rows (capped by hash): the spec tier's and the
     roofline's summed absolute percentage errors."""
-    from components.physics import roofline as physics
     from components.opmodel import spec as spec_tier
+    from components.physics import roofline as physics
 
     results = []
     for family in spec_tier.SPEC_FAMILIES:
         frame = store.get(family)
         if frame is None:
             continue
-        test = spec_tier.training_rows({family: frame[frame["device_id"] == held]}, None,
-                                       per_group=test_per_group or 10**9).get(family)
+        test = spec_tier.training_rows(
+            {family: frame[frame["device_id"] == held]}, None, per_group=test_per_group or 10**9
+        ).get(family)
         if test is None or test.empty:
             continue
         for key, part in test.groupby(spec_tier.group_keys(family), sort=True, observed=True):
@@ -98,17 +106,31 @@ def score_held_gpu(model: Any, store: dict[str, pd.DataFrame], held: str, spec: 
             log_util, _ = model.predict_log_util(family, roof.choice.dtype, shape, spec, roof, kv)
             pred = physics.clamp(roof.time_us / np.exp(log_util), roof)
             true = part["latency_us"].to_numpy(dtype="float64")
-            results.append({"family": family, "device": held, "dtype": "|".join(map(str, key[1:])),
-                            "n": len(part), "sum_ape": float(np.sum(np.abs(pred - true) / true)),
-                            "sum_roof": float(np.sum(np.abs(roof.time_us - true) / true))})
+            results.append(
+                {
+                    "family": family,
+                    "device": held,
+                    "dtype": "|".join(map(str, key[1:])),
+                    "n": len(part),
+                    "sum_ape": float(np.sum(np.abs(pred - true) / true)),
+                    "sum_roof": float(np.sum(np.abs(roof.time_us - true) / true)),
+                }
+            )
     return results
 
 
-def unseen_gpu(store: dict[str, pd.DataFrame], datasets_root: Path | None, *, train_per_group: int = 3000,
-               test_per_group: int | None = 2000, rounds: int | None = None,
-               params: dict[str, Any] | None = None, gpus: tuple[str, ...] | None = None,
-               calibration_rows: tuple[int, ...] = (),
-               configs: dict[str, Any] | None = None) -> dict[str, Any]:
+def unseen_gpu(
+    store: dict[str, pd.DataFrame],
+    datasets_root: Path | None,
+    *,
+    train_per_group: int = 3000,
+    test_per_group: int | None = 2000,
+    rounds: int | None = None,
+    params: dict[str, Any] | None = None,
+    gpus: tuple[str, ...] | None = None,
+    calibration_rows: tuple[int, ...] = (),
+    configs: dict[str, Any] | None = None,
+) -> dict[str, Any]:
     """Leave-one-GPU-out of the spec tier over the store's GPUs (``configs``: per family, default the
     spec tier's chosen ones)."""
     from components.devices.catalog import load_catalog
@@ -116,19 +138,31 @@ def unseen_gpu(store: dict[str, pd.DataFrame], datasets_root: Path | None, *, tr
 
     catalog = load_catalog()
     rows = spec_tier.training_rows(store, datasets_root, per_group=train_per_group)
-    specs = {str(d): catalog.get(str(d)) for f in rows.values() for d in f["device_id"].unique()
-             if d in catalog}
-    held_gpus = gpus or tuple(sorted({str(d) for f in ("gemm", "attention") if f in store
-                                      for d in store[f]["device_id"].unique() if d in catalog}))
+    specs = {
+        str(d): catalog.get(str(d)) for f in rows.values() for d in f["device_id"].unique() if d in catalog
+    }
+    held_gpus = gpus or tuple(
+        sorted(
+            {
+                str(d)
+                for f in ("gemm", "attention")
+                if f in store
+                for d in store[f]["device_id"].unique()
+                if d in catalog
+            }
+        )
+    )
     results, calibrated = [], []
     for held in held_gpus:
         train = {f: r[r["device_id"] != held] for f, r in rows.items()}
-        model = spec_tier.fit(train, specs, **({"rounds": rounds} if rounds else {}), params=params,
-                              configs=configs)
+        model = spec_tier.fit(
+            train, specs, **({"rounds": rounds} if rounds else {}), params=params, configs=configs
+        )
         results.extend(score_held_gpu(model, store, held, specs[held], test_per_group))
         if calibration_rows:
-            calibrated.extend(_calibration_scores(model, store, held, specs[held], calibration_rows,
-                                                  test_per_group))
+            calibrated.extend(
+                _calibration_scores(model, store, held, specs[held], calibration_rows, test_per_group)
+            )
     out = _summary(results)
     out["groups"] = results
     out["caps"] = {"train_per_group": train_per_group, "test_per_group": test_per_group}
@@ -140,23 +174,30 @@ def unseen_gpu(store: dict[str, pd.DataFrame], datasets_root: Path | None, *, tr
     return out
 
 
-def _calibration_scores(model: Any, store: dict[str, pd.DataFrame], held: str, spec: Any,
-                        ks: tuple[int, ...], test_per_group: int | None,
-                        settings: Any = None) -> list[dict[str, Any]]:
+def _calibration_scores(
+    model: Any,
+    store: dict[str, pd.DataFrame],
+    held: str,
+    spec: Any,
+    ks: tuple[int, ...],
+    test_per_group: int | None,
+    settings: Any = None,
+) -> list[dict[str, Any]]:
     """K hash-chosen rows of the held-out GPU calibrate the spec tier; the GPU's other rows score it
     (``settings``: a CalibrationSettings for every K, default the chosen one of each K)."""
-    from components.physics import roofline as physics
     from components.opmodel import spec as spec_tier
     from components.opmodel.calibrated import fit_calibration
     from components.opmodel.engine import OpEngine
+    from components.physics import roofline as physics
 
     parts = []
     for family in spec_tier.SPEC_FAMILIES:
         frame = store.get(family)
         if frame is None:
             continue
-        rows = spec_tier.training_rows({family: frame[frame["device_id"] == held]}, None,
-                                       per_group=test_per_group or 10**9).get(family)
+        rows = spec_tier.training_rows(
+            {family: frame[frame["device_id"] == held]}, None, per_group=test_per_group or 10**9
+        ).get(family)
         if rows is not None and not rows.empty:
             parts.append(rows.assign(family=family))
     if not parts:
@@ -176,18 +217,29 @@ def _calibration_scores(model: Any, store: dict[str, pd.DataFrame], held: str, s
             inners = part.groupby("kv_dtype", sort=True) if family == "attention" else [(None, part)]
             for kv, inner in inners:
                 keys = physics.SHAPE_KEYS[family]
-                shape = {c: inner[c].to_numpy(dtype="float64") for c in (*keys[0], *keys[1]) if c in inner
-                         and inner[c].notna().all()}
+                shape = {
+                    c: inner[c].to_numpy(dtype="float64")
+                    for c in (*keys[0], *keys[1])
+                    if c in inner and inner[c].notna().all()
+                }
                 got = engine.predict(family, dtype, shape, spec, kv_dtype=kv).duration_us
                 true = inner["latency_us"].to_numpy(dtype="float64")
                 apes.append(np.abs(got - true) / true)
-        out.append({"device": held, "k": k, "mape": float(np.mean(np.concatenate(apes))),
-                    "n": int(sum(len(a) for a in apes))})
+        out.append(
+            {
+                "device": held,
+                "k": k,
+                "mape": float(np.mean(np.concatenate(apes))),
+                "n": int(sum(len(a) for a in apes)),
+            }
+        )
     return out
 
 
-SITE_COLUMNS: dict[str, tuple[str, ...]] = {"gemm": ("N", "K"),
-                                            "attention": ("phase", "H", "HKV", "D", "W", "B")}
+SITE_COLUMNS: dict[str, tuple[str, ...]] = {
+    "gemm": ("N", "K"),
+    "attention": ("phase", "H", "HKV", "D", "W", "B"),
+}
 SHAPE_COLUMNS = ("M", "N", "K", "B", "S", "KV", "H", "HKV", "D", "W", "phase")
 
 
@@ -218,12 +270,20 @@ def measured_groups(store: dict[str, pd.DataFrame], family: str, gpus: tuple[str
         yield key, part, catalog.get(device), (key[2] if family == "attention" else None)
 
 
-def score_group(family: str, part: pd.DataFrame, held: np.ndarray, spec: Any, dtype: str, kv: str | None,
-                test_per_group: int | None, layout: Any = None) -> tuple[np.ndarray, int, float]:
+def score_group(
+    family: str,
+    part: pd.DataFrame,
+    held: np.ndarray,
+    spec: Any,
+    dtype: str,
+    kv: str | None,
+    test_per_group: int | None,
+    layout: Any = None,
+) -> tuple[np.ndarray, int, float]:
     """The measured tier built from ``part[~held]`` answers ``part[held]`` (capped by hash): the APEs of the
     answered rows, the rows asked, and the roofline's summed APE over the answered rows."""
-    from components.physics import roofline as physics
     from components.opmodel.measured import SiteTable
+    from components.physics import roofline as physics
 
     table = SiteTable(family, part[~held], spec, dtype, kv, layout=layout)
     test = _cap(part[held], [c for c in part.columns if c in SHAPE_COLUMNS], test_per_group, "shape")
@@ -236,8 +296,9 @@ def score_group(family: str, part: pd.DataFrame, held: np.ndarray, spec: Any, dt
     return ape, len(test), float(np.sum(np.abs(roof.time_us[ok] - true[ok]) / true[ok]))
 
 
-def unseen_shape(store: dict[str, pd.DataFrame], *, test_per_group: int | None = 2000,
-                 gpus: tuple[str, ...] | None = None) -> dict[str, Any]:
+def unseen_shape(
+    store: dict[str, pd.DataFrame], *, test_per_group: int | None = 2000, gpus: tuple[str, ...] | None = None
+) -> dict[str, Any]:
     """Whole sites held out of each measured GPU's table, answered by the measured tier from the rest."""
     results, median_ape = [], {}
     for family in ("gemm", "attention"):
@@ -248,9 +309,17 @@ def unseen_shape(store: dict[str, pd.DataFrame], *, test_per_group: int | None =
                 continue
             ape, asked, sum_roof = score_group(family, part, held, spec, key[1], kv, test_per_group)
             apes.append(ape)
-            results.append({"family": family, "device": str(key[0]), "dtype": "|".join(map(str, key[1:])),
-                            "n": len(ape), "coverage": len(ape) / asked if asked else 0.0,
-                            "sum_ape": float(ape.sum()), "sum_roof": sum_roof})
+            results.append(
+                {
+                    "family": family,
+                    "device": str(key[0]),
+                    "dtype": "|".join(map(str, key[1:])),
+                    "n": len(ape),
+                    "coverage": len(ape) / asked if asked else 0.0,
+                    "sum_ape": float(ape.sum()),
+                    "sum_roof": sum_roof,
+                }
+            )
         if apes:
             median_ape[family] = float(np.median(np.concatenate(apes)))
     out = _summary(results)
@@ -264,8 +333,9 @@ def unseen_shape(store: dict[str, pd.DataFrame], *, test_per_group: int | None =
     return out
 
 
-def gate_entry(split: str, store_dir: Path, datasets_root: Path | None,
-               caps: dict[str, Any] | None = None) -> dict:
+def gate_entry(
+    split: str, store_dir: Path, datasets_root: Path | None, caps: dict[str, Any] | None = None
+) -> dict:
     """One gate-report entry (status ok + metrics) for an op-engine split."""
     from components.opmodel.store import load_store
 
@@ -273,17 +343,29 @@ def gate_entry(split: str, store_dir: Path, datasets_root: Path | None,
     store = load_store(store_dir, ("gemm", "attention"))
     caps = caps or {}
     if split == "aiconfigurator-unseen-gpu":
-        result = unseen_gpu(store, datasets_root, train_per_group=caps.get("train_per_group", 1000),
-                            test_per_group=caps.get("test_per_group", 400), rounds=caps.get("rounds", 60))
+        result = unseen_gpu(
+            store,
+            datasets_root,
+            train_per_group=caps.get("train_per_group", 1000),
+            test_per_group=caps.get("test_per_group", 400),
+            rounds=caps.get("rounds", 60),
+        )
     elif split == "aiconfigurator-unseen-shape":
         result = unseen_shape(store, test_per_group=caps.get("test_per_group", 400))
     else:
         raise ValueError(f"unknown op-engine split {split!r}; choose one of {', '.join(OPMODEL_SPLITS)}")
     n = int(result["metrics"].get("n", 0))
-    return {"status": "ok", "mode": "refit", "folds": sorted({g["device"] for g in result.get("groups", [])}),
-            "n": n, "seconds": round(time.perf_counter() - started, 1), "metrics": result["metrics"],
-            "report": {"per_gpu": result.get("per_gpu", {}), "caps": result.get("caps")}, "timings": [],
-            "note": None}
+    return {
+        "status": "ok",
+        "mode": "refit",
+        "folds": sorted({g["device"] for g in result.get("groups", [])}),
+        "n": n,
+        "seconds": round(time.perf_counter() - started, 1),
+        "metrics": result["metrics"],
+        "report": {"per_gpu": result.get("per_gpu", {}), "caps": result.get("caps")},
+        "timings": [],
+        "note": None,
+    }
 
 
 # ------------------------------------------------------------------ `kernelcast bench accuracy` rows
@@ -300,14 +382,31 @@ def bench_rows(split: str, entry: dict[str, Any]) -> list[dict[str, Any]]:
     metrics, per_gpu = entry["metrics"], entry["report"]["per_gpu"]
     rows: list[dict[str, Any]] = []
 
-    def add(scope: str, family: str, value: float | None, n: int, coverage: float | None = None,
-            metric: str = "mape") -> None:
+    def add(
+        scope: str,
+        family: str,
+        value: float | None,
+        n: int,
+        coverage: float | None = None,
+        metric: str = "mape",
+    ) -> None:
         ours = None if value is None else round(float(value), 4)
         asked = int(round(n / coverage)) if coverage else int(n)
-        rows.append({"split": split, "family": family, "target": f"duration_us[{scope}]", "scope": scope,
-                     "metric": metric, "ours": ours, "n": int(n), "n_asked": asked,
-                     "coverage": None if coverage is None else round(float(coverage), 4),
-                     "published": None, "published_by": None})
+        rows.append(
+            {
+                "split": split,
+                "family": family,
+                "target": f"duration_us[{scope}]",
+                "scope": scope,
+                "metric": metric,
+                "ours": ours,
+                "n": int(n),
+                "n_asked": asked,
+                "coverage": None if coverage is None else round(float(coverage), 4),
+                "published": None,
+                "published_by": None,
+            }
+        )
 
     for op, gpus in sorted(per_gpu.items()):
         n = sum(g["n"] for g in gpus.values())
@@ -326,8 +425,9 @@ def bench_rows(split: str, entry: dict[str, Any]) -> list[dict[str, Any]]:
     return rows
 
 
-def extend_result(result: Any, splits: list[str], store_dir: Path, datasets_root: Path | None, *,
-                  log: Any = lambda _: None) -> None:
+def extend_result(
+    result: Any, splits: list[str], store_dir: Path, datasets_root: Path | None, *, log: Any = lambda _: None
+) -> None:
     """Run the asked op-engine splits on the measured store at ``store_dir`` (the gate's caps); append their
     rows and a note per split to ``result`` (a ``bench.BenchResult``)."""
     for split in splits:
@@ -336,9 +436,11 @@ def extend_result(result: Any, splits: list[str], store_dir: Path, datasets_root
         result.rows += bench_rows(split, entry)
         caps = ", ".join(f"{k} {v}" for k, v in (entry["report"].get("caps") or {}).items())
         tier = SPLIT_TIERS.get(split, "")
-        result.notes.append(f"{split} ({tier}, components/evaluation/opmodel_bench.py): "
-                            "AIConfigurator's measured tables (the measured store the train stage builds), GPUs "
-                            f"{', '.join(entry['folds'])}; rows capped by hash per (GPU, dtype): {caps}")
+        result.notes.append(
+            f"{split} ({tier}, components/evaluation/opmodel_bench.py): "
+            "AIConfigurator's measured tables (the measured store the train stage builds), GPUs "
+            f"{', '.join(entry['folds'])}; rows capped by hash per (GPU, dtype): {caps}"
+        )
 
 
 def markdown_section(rows: list[dict[str, Any]]) -> list[str]:
@@ -356,16 +458,32 @@ def markdown_section(rows: list[dict[str, Any]]) -> list[str]:
     def pct(value: Any) -> str:
         return "–" if value is None else f"{100 * float(value):.1f}%"
 
-    lines = ["", "Op engine on AIConfigurator's measured tables (runtime MAPE; GPUs held out of every source "
-             "for unseen-gpu, whole GEMM (N, K) sites / attention groups held out of a measured GPU for "
-             "unseen-shape):",
-             "", "| split | tier | scope | op engine | median APE | roofline | rows | answered |",
-             "|---|---|---|---|---|---|---|---|"]
+    lines = [
+        "",
+        "Op engine on AIConfigurator's measured tables (runtime MAPE; GPUs held out of every source "
+        "for unseen-gpu, whole GEMM (N, K) sites / attention groups held out of a measured GPU for "
+        "unseen-shape):",
+        "",
+        "| split | tier | scope | op engine | median APE | roofline | rows | answered |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
     for (split, scope), entry in keyed.items():
-        lines.append("| " + " | ".join([
-            split, SPLIT_TIERS[split], scope.replace("op=", "").replace("device=", "").replace(",", ", "),
-            pct(entry.get((ENGINE_FAMILY, "mape"))), pct(entry.get((ENGINE_FAMILY, "median_ape"))),
-            pct(entry.get((ROOFLINE_FAMILY, "mape"))), str(entry["n"]), pct(entry["coverage"])]) + " |")
+        lines.append(
+            "| "
+            + " | ".join(
+                [
+                    split,
+                    SPLIT_TIERS[split],
+                    scope.replace("op=", "").replace("device=", "").replace(",", ", "),
+                    pct(entry.get((ENGINE_FAMILY, "mape"))),
+                    pct(entry.get((ENGINE_FAMILY, "median_ape"))),
+                    pct(entry.get((ROOFLINE_FAMILY, "mape"))),
+                    str(entry["n"]),
+                    pct(entry["coverage"]),
+                ]
+            )
+            + " |"
+        )
     return lines
 
 
@@ -380,9 +498,11 @@ def split_opengine(result: Any) -> tuple[Any, list[dict[str, Any]], list[str]]:
     """(``result`` without the op-engine rows and notes, those rows, those notes)."""
     engine = [r for r in result.rows if r["split"] in OPMODEL_SPLITS]
     notes = [n for n in result.notes if is_opengine_note(n)]
-    rest = type(result)(rows=[r for r in result.rows if r["split"] not in OPMODEL_SPLITS],
-                        notes=[n for n in result.notes if not is_opengine_note(n)],
-                        timings=getattr(result, "timings", []))
+    rest = type(result)(
+        rows=[r for r in result.rows if r["split"] not in OPMODEL_SPLITS],
+        notes=[n for n in result.notes if not is_opengine_note(n)],
+        timings=getattr(result, "timings", []),
+    )
     return rest, engine, notes
 
 

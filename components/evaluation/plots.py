@@ -28,10 +28,16 @@ def _pairs(frame: pd.DataFrame, target: str) -> pd.DataFrame:
     column = f"pred_{target}"
     if target not in frame.columns or column not in frame.columns:
         return pd.DataFrame(columns=["device_id", "true", "pred"])
-    pairs = pd.DataFrame({"device_id": frame["device_id"].astype(str),
-                          "true": pd.to_numeric(frame[target], errors="coerce"),
-                          "pred": pd.to_numeric(frame[column], errors="coerce")})
-    return pairs[np.isfinite(pairs["true"]) & np.isfinite(pairs["pred"]) & (pairs["true"] > 0) & (pairs["pred"] > 0)]
+    pairs = pd.DataFrame(
+        {
+            "device_id": frame["device_id"].astype(str),
+            "true": pd.to_numeric(frame[target], errors="coerce"),
+            "pred": pd.to_numeric(frame[column], errors="coerce"),
+        }
+    )
+    return pairs[
+        np.isfinite(pairs["true"]) & np.isfinite(pairs["pred"]) & (pairs["true"] > 0) & (pairs["pred"] > 0)
+    ]
 
 
 def _top_devices(pairs: pd.DataFrame) -> list[str]:
@@ -52,8 +58,13 @@ def predicted_vs_measured(frame: pd.DataFrame, target: str, path: Path) -> Path 
     line = np.geomspace(low, high, 50)
     ax.plot(line, line, "k-", lw=1)
     ax.fill_between(line, line * 0.9, line * 1.1, color="grey", alpha=0.2, label="±10%")
-    ax.set(xscale="log", yscale="log", xlabel=f"measured {target}", ylabel=f"predicted {target}",
-           title=f"{target}: predicted vs measured")
+    ax.set(
+        xscale="log",
+        yscale="log",
+        xlabel=f"measured {target}",
+        ylabel=f"predicted {target}",
+        title=f"{target}: predicted vs measured",
+    )
     ax.legend(fontsize=7, loc="upper left")
     return _save(fig, plt, path)
 
@@ -70,8 +81,13 @@ def error_cdf(frame: pd.DataFrame, target: str, path: Path) -> Path | None:
         errors = np.sort(np.abs(rows["pred"] - rows["true"]) / rows["true"])
         ax.step(errors, np.arange(1, errors.size + 1) / errors.size, where="post", label=device)
     ax.axvline(0.10, color="grey", ls="--", lw=1)
-    ax.set(xscale="log", xlabel="relative error", ylabel="share of kernels", ylim=(0, 1),
-           title=f"{target}: error CDF per GPU")
+    ax.set(
+        xscale="log",
+        xlabel="relative error",
+        ylabel="share of kernels",
+        ylim=(0, 1),
+        title=f"{target}: error CDF per GPU",
+    )
     ax.legend(fontsize=7, loc="lower right")
     return _save(fig, plt, path)
 
@@ -98,14 +114,28 @@ def roofline_chart(frame: pd.DataFrame, path: Path) -> Path | None:
     ax.scatter(x, rows["gflops"], s=8, alpha=0.6, label="measured")
     if "pred_gflops" in rows.columns:
         ax.scatter(x, rows["pred_gflops"], s=8, alpha=0.6, marker="x", label="predicted")
-    bandwidth = float(pd.to_numeric(rows.get("dev_dram_gbps"), errors="coerce").median()) if "dev_dram_gbps" in rows else np.nan
-    peak = float(pd.to_numeric(rows.get("f_peak_compute_flops"), errors="coerce").max() / 1e9) \
-        if "f_peak_compute_flops" in rows else np.nan
+    bandwidth = (
+        float(pd.to_numeric(rows.get("dev_dram_gbps"), errors="coerce").median())
+        if "dev_dram_gbps" in rows
+        else np.nan
+    )
+    peak = (
+        float(pd.to_numeric(rows.get("f_peak_compute_flops"), errors="coerce").max() / 1e9)
+        if "f_peak_compute_flops" in rows
+        else np.nan
+    )
     if np.isfinite(bandwidth) and np.isfinite(peak) and bandwidth > 0 and peak > 0:
         span = np.geomspace(max(float(x.min()) / 2, 1e-3), float(x.max()) * 2, 200)
-        ax.plot(span, np.minimum(span * bandwidth, peak), "k-", lw=1.2, label=f"roofline ({bandwidth:.0f} GB/s)")
-    ax.set(xscale="log", yscale="log", xlabel="arithmetic intensity (FLOP/byte)", ylabel="GFLOP/s",
-           title=f"roofline: {device}")
+        ax.plot(
+            span, np.minimum(span * bandwidth, peak), "k-", lw=1.2, label=f"roofline ({bandwidth:.0f} GB/s)"
+        )
+    ax.set(
+        xscale="log",
+        yscale="log",
+        xlabel="arithmetic intensity (FLOP/byte)",
+        ylabel="GFLOP/s",
+        title=f"roofline: {device}",
+    )
     ax.legend(fontsize=8)
     return _save(fig, plt, path)
 
@@ -119,8 +149,9 @@ def _save(fig: Any, plt: Any, path: Path) -> Path:
     return path
 
 
-def write_plots(frame: pd.DataFrame, out_dir: Path, targets: tuple[str, ...] = ("duration_us", "achieved_gbps",
-                                                                                 "gflops")) -> list[Path]:
+def write_plots(
+    frame: pd.DataFrame, out_dir: Path, targets: tuple[str, ...] = ("duration_us", "achieved_gbps", "gflops")
+) -> list[Path]:
     """Every plot the evaluated frame has data for; returns the files written."""
     out_dir = Path(out_dir)
     written: list[Path | None] = []

@@ -34,7 +34,13 @@ import pandas as pd
 
 from components.common.sampling import unit_hash_series
 from components.evaluation.folds import Factory, FoldExecutor, FoldJob, FoldOutcome, serial_fold_executor
-from components.evaluation.harness import capped_rows, evaluate_frame, evaluate_predictor, flat_metrics, split_folds
+from components.evaluation.harness import (
+    capped_rows,
+    evaluate_frame,
+    evaluate_predictor,
+    flat_metrics,
+    split_folds,
+)
 from components.evaluation.splits import Fold, unseen_gpu_devices, unseen_gpu_split
 from components.models.base import CLASS_TARGET, NUMERIC_TARGETS
 
@@ -44,8 +50,18 @@ if TYPE_CHECKING:
 
 REPORT_KIND = "kernelcast-gate-report"
 # Columns an artifact-scored fold keeps for the report (as bench's refit folds do; features stay behind).
-REPORT_COLUMNS: tuple[str, ...] = ("measurement_id", "kernel_id", "device_id", "source", "family", "op", "dtype",
-                                   CLASS_TARGET, "roofline_class_published", *NUMERIC_TARGETS)
+REPORT_COLUMNS: tuple[str, ...] = (
+    "measurement_id",
+    "kernel_id",
+    "device_id",
+    "source",
+    "family",
+    "op",
+    "dtype",
+    CLASS_TARGET,
+    "roofline_class_published",
+    *NUMERIC_TARGETS,
+)
 # Builds a fold executor around a factory: ``functools.partial(folds.ray_fold_executor, start_ray=...)``
 # runs refit folds as Ray tasks; None runs them one after the other in this process.
 ExecutorFactory = Callable[[Factory], FoldExecutor]
@@ -67,13 +83,24 @@ def _refit(config: Any, family: str, train: pd.DataFrame, split: str) -> tuple[A
 def _score_as_is(predictor: Any, table: pd.DataFrame, job: FoldJob, model: str) -> FoldOutcome:
     """The artifact on one fold's capped test side (rows it trained on excluded by the harness)."""
     started = time.perf_counter()
-    evaluation = evaluate_predictor(predictor, table, job.split, model=model,
-                                    rows=capped_rows(job.fold.test, table, job.max_test_rows),
-                                    canonical_dir=job.canonical_dir)
+    evaluation = evaluate_predictor(
+        predictor,
+        table,
+        job.split,
+        model=model,
+        rows=capped_rows(job.fold.test, table, job.max_test_rows),
+        canonical_dir=job.canonical_dir,
+    )
     frame = evaluation.frame
     keep = [c for c in frame.columns if c in REPORT_COLUMNS or str(c).startswith("pred_")]
-    timing = {"split": job.split, "fold": job.fold.name, "family": job.family, "n_test": evaluation.report["n"],
-              "excluded_seen": evaluation.report["excluded_seen"], "total_s": round(time.perf_counter() - started, 1)}
+    timing = {
+        "split": job.split,
+        "fold": job.fold.name,
+        "family": job.family,
+        "n_test": evaluation.report["n"],
+        "excluded_seen": evaluation.report["excluded_seen"],
+        "total_s": round(time.perf_counter() - started, 1),
+    }
     return FoldOutcome(frame[keep], tuple(predictor.targets), timing)
 
 
@@ -86,11 +113,17 @@ def gpu_folds(table: pd.DataFrame, caps: EvaluationCaps) -> list[Fold]:
     if caps.gpu_folds:
         chosen = [d for d in caps.gpu_folds if d in set(counts["device_id"])]
     else:
-        ranked = eligible.iloc[unit_hash_series(eligible, "gate-gpu").argsort(kind="stable")] if len(eligible) else eligible
+        ranked = (
+            eligible.iloc[unit_hash_series(eligible, "gate-gpu").argsort(kind="stable")]
+            if len(eligible)
+            else eligible
+        )
         chosen = list(ranked[: caps.max_gpu_folds] if caps.max_gpu_folds else ranked)
     if not chosen:
-        raise ValueError(f"no GPU with at least {caps.min_gpu_rows} rows to hold out"
-                         + (f" (none of {', '.join(caps.gpu_folds)} is in the table)" if caps.gpu_folds else ""))
+        raise ValueError(
+            f"no GPU with at least {caps.min_gpu_rows} rows to hold out"
+            + (f" (none of {', '.join(caps.gpu_folds)} is in the table)" if caps.gpu_folds else "")
+        )
     return unseen_gpu_split(table, 1, devices=tuple(chosen))
 
 
@@ -101,17 +134,28 @@ def _folds(table: pd.DataFrame, split: str, caps: EvaluationCaps) -> list[Fold]:
 def _split_metrics(split: str, report: dict[str, Any], frame: pd.DataFrame) -> dict[str, float]:
     metrics = flat_metrics(report)
     if split == "unseen-gpu" and "pred_duration_us" in frame.columns:
-        per_gpu = [figures["duration_us"]["mape"] for figures in report.get("per_device", {}).values()
-                   if figures.get("duration_us", {}).get("mape") is not None]
+        per_gpu = [
+            figures["duration_us"]["mape"]
+            for figures in report.get("per_device", {}).values()
+            if figures.get("duration_us", {}).get("mape") is not None
+        ]
         if per_gpu:
             metrics["median_gpu_runtime_mape"] = float(statistics.median(per_gpu))
             metrics["worst_gpu_runtime_mape"] = float(max(per_gpu))
     return metrics
 
 
-def evaluate_split(predictor: Predictor, table: pd.DataFrame, split: str, *, mode: str, caps: EvaluationCaps,
-                   model: str, canonical_dir: Path | None,
-                   executor_factory: ExecutorFactory | None = None) -> dict[str, Any]:
+def evaluate_split(
+    predictor: Predictor,
+    table: pd.DataFrame,
+    split: str,
+    *,
+    mode: str,
+    caps: EvaluationCaps,
+    model: str,
+    canonical_dir: Path | None,
+    executor_factory: ExecutorFactory | None = None,
+) -> dict[str, Any]:
     """One split's entry of the gate report (raises on a split the table cannot build)."""
     started = time.perf_counter()
     folds = _folds(table, split, caps)
@@ -133,12 +177,20 @@ def evaluate_split(predictor: Predictor, table: pd.DataFrame, split: str, *, mod
         raise RuntimeError(f"{len(jobs) - len(outcomes)} of {len(jobs)} folds returned nothing")
     frame = pd.concat([o.frame for o in outcomes]) if outcomes else pd.DataFrame()
     targets = tuple(sorted({t for o in outcomes for t in o.targets}))
-    excluded = sum(int(o.timing.get("excluded_seen", 0)) for o in outcomes)  # refit folds never saw their test
+    excluded = sum(
+        int(o.timing.get("excluded_seen", 0)) for o in outcomes
+    )  # refit folds never saw their test
     report = evaluate_frame(frame, targets, model=model, split=split, excluded_seen=excluded)
     return {
-        "status": "ok", "mode": mode, "folds": [fold.name for fold in folds], "n": report["n"],
-        "seconds": round(time.perf_counter() - started, 1), "metrics": _split_metrics(split, report, frame),
-        "report": report, "timings": [o.timing for o in outcomes], "note": None,
+        "status": "ok",
+        "mode": mode,
+        "folds": [fold.name for fold in folds],
+        "n": report["n"],
+        "seconds": round(time.perf_counter() - started, 1),
+        "metrics": _split_metrics(split, report, frame),
+        "report": report,
+        "timings": [o.timing for o in outcomes],
+        "note": None,
     }
 
 
@@ -163,7 +215,7 @@ def _opmodel_entry(split: str, canonical_dir: Path | None) -> dict[str, Any]:
         if store is None:
             raise FileNotFoundError(f"no measured store and no {settings.datasets_dir / 'aiconfigurator'}")
         return gate_entry(split, store, Path(settings.datasets_dir))
-    except Exception as exc:  # noqa: BLE001 -- recorded: a failed split makes the report partial
+    except Exception as exc:
         message = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
         return {"status": "error", "mode": "refit", "metrics": {}, "note": f"{type(exc).__name__}: {message}"}
 
@@ -177,15 +229,24 @@ def _serving_entry(split: str, predictor: Predictor) -> dict[str, Any]:
 
     try:
         return gate_entry(split, Path(get_settings().datasets_dir), load_catalog(), bench_engine(predictor))
-    except Exception as exc:  # noqa: BLE001 -- recorded: a failed split makes the report partial
+    except Exception as exc:
         message = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
         return {"status": "error", "mode": "refit", "metrics": {}, "note": f"{type(exc).__name__}: {message}"}
 
 
-def gate_report(predictor: Predictor, table: pd.DataFrame, splits: Sequence[str], caps: EvaluationCaps, *,
-                model: str, trained_split: str | None, canonical_dir: Path | None = None,
-                executor_factory: ExecutorFactory | None = None, identity: dict[str, Any] | None = None,
-                progress: Callable[[str], None] = lambda _line: None) -> dict[str, Any]:
+def gate_report(
+    predictor: Predictor,
+    table: pd.DataFrame,
+    splits: Sequence[str],
+    caps: EvaluationCaps,
+    *,
+    model: str,
+    trained_split: str | None,
+    canonical_dir: Path | None = None,
+    executor_factory: ExecutorFactory | None = None,
+    identity: dict[str, Any] | None = None,
+    progress: Callable[[str], None] = lambda _line: None,
+) -> dict[str, Any]:
     """The gate report for ``predictor`` over ``splits`` (see the module docstring)."""
     started = time.perf_counter()
     entries: dict[str, Any] = {}
@@ -199,25 +260,50 @@ def gate_report(predictor: Predictor, table: pd.DataFrame, splits: Sequence[str]
         elif split in SERVING_SPLITS:  # LLM deployments: the composition on measured serving runs
             entries[split] = _serving_entry(split, predictor)
         elif mode is None:
-            entries[split] = {"status": "skipped", "mode": None, "metrics": {},
-                              "note": f"the {predictor.family} family is not refitted per fold by the gate "
-                                      f"(trained on {trained_split}); only that split can be scored"}
+            entries[split] = {
+                "status": "skipped",
+                "mode": None,
+                "metrics": {},
+                "note": f"the {predictor.family} family is not refitted per fold by the gate "
+                f"(trained on {trained_split}); only that split can be scored",
+            }
         else:
             try:
-                entries[split] = evaluate_split(predictor, table, split, mode=mode, caps=caps, model=model,
-                                                canonical_dir=canonical_dir, executor_factory=executor_factory)
-            except Exception as exc:  # noqa: BLE001 -- recorded: a failed split makes the report partial
+                entries[split] = evaluate_split(
+                    predictor,
+                    table,
+                    split,
+                    mode=mode,
+                    caps=caps,
+                    model=model,
+                    canonical_dir=canonical_dir,
+                    executor_factory=executor_factory,
+                )
+            except Exception as exc:
                 message = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-                entries[split] = {"status": "error", "mode": mode, "metrics": {},
-                                  "note": f"{type(exc).__name__}: {message}"}
+                entries[split] = {
+                    "status": "error",
+                    "mode": mode,
+                    "metrics": {},
+                    "note": f"{type(exc).__name__}: {message}",
+                }
         entry = entries[split]
-        progress(f"{split}: {entry['status']}"
-                 + (f" ({entry['mode']}, n={entry['n']}, {entry['seconds']} s)" if entry["status"] == "ok"
-                    else f" ({entry['note']})"))
+        progress(
+            f"{split}: {entry['status']}"
+            + (
+                f" ({entry['mode']}, n={entry['n']}, {entry['seconds']} s)"
+                if entry["status"] == "ok"
+                else f" ({entry['note']})"
+            )
+        )
     return {
-        "kind": REPORT_KIND, **(identity or {}), "model": model, "family": getattr(predictor, "family", None),
+        "kind": REPORT_KIND,
+        **(identity or {}),
+        "model": model,
+        "family": getattr(predictor, "family", None),
         "trained_split": trained_split,
         "complete": all(entries[s]["status"] == "ok" for s in splits) and bool(splits),
         "caps": {**vars(caps), "gpu_folds": list(caps.gpu_folds)},
-        "seconds": round(time.perf_counter() - started, 1), "splits": entries,
+        "seconds": round(time.perf_counter() - started, 1),
+        "splits": entries,
     }

@@ -28,7 +28,11 @@ from components.common.sampling import unit_hash_series as _unit_hash  # [0, 1) 
 from components.platform.config import SPLITS  # the names; each is built here
 
 NEUSIGHT_TRAIN_DEVICES: tuple[str, ...] = (
-    "Tesla P4", "Tesla P100-PCIE-16GB", "Tesla T4", "Tesla V100-PCIE-32GB", "NVIDIA A100-PCIE-40GB",
+    "Tesla P4",
+    "Tesla P100-PCIE-16GB",
+    "Tesla T4",
+    "Tesla V100-PCIE-32GB",
+    "NVIDIA A100-PCIE-40GB",
     "NVIDIA A100 80GB PCIe",  # NeuSight's conv training file is the 80 GB card (MANIFEST)
 )
 PIPEWEAVE_FP8_TEST_DEVICES: tuple[str, ...] = ("NVIDIA H100", "NVIDIA H200")
@@ -83,8 +87,12 @@ def unseen_gpu_devices(table: pd.DataFrame, min_devices_per_source: int = 2) -> 
     return counts.reset_index()[["device_id", "rows", *per_source.columns]]
 
 
-def unseen_gpu_split(table: pd.DataFrame, min_devices_per_source: int = 2, min_rows: int = 0,
-                     devices: tuple[str, ...] | None = None) -> list[Fold]:
+def unseen_gpu_split(
+    table: pd.DataFrame,
+    min_devices_per_source: int = 2,
+    min_rows: int = 0,
+    devices: tuple[str, ...] | None = None,
+) -> list[Fold]:
     """Leave one GPU out. Training keeps every source, so the held-out GPU is unseen everywhere.
 
     One fold per eligible GPU (see ``unseen_gpu_devices``) with at least ``min_rows`` rows, or --
@@ -96,10 +104,15 @@ def unseen_gpu_split(table: pd.DataFrame, min_devices_per_source: int = 2, min_r
         known = set(counts["device_id"])
         missing = [d for d in devices if d not in known]
         if missing:
-            where = "a GPU of this feature table" if min_devices_per_source <= 1 else \
-                f"a GPU of a source with at least {min_devices_per_source} GPUs in this feature table"
-            raise ValueError(f"no leave-one-GPU-out fold for {', '.join(missing)}: not {where} "
-                             f"(GPUs there: {', '.join(sorted(known)) or 'none'})")
+            where = (
+                "a GPU of this feature table"
+                if min_devices_per_source <= 1
+                else f"a GPU of a source with at least {min_devices_per_source} GPUs in this feature table"
+            )
+            raise ValueError(
+                f"no leave-one-GPU-out fold for {', '.join(missing)}: not {where} "
+                f"(GPUs there: {', '.join(sorted(known)) or 'none'})"
+            )
         chosen = sorted(dict.fromkeys(devices))
     else:
         chosen = counts.loc[counts["rows"] >= min_rows, "device_id"].tolist()
@@ -124,7 +137,9 @@ def pipeweave_fp8_split(table: pd.DataFrame) -> list[Fold]:
     rows = table[(table["source"] == "pipeweave") & (table["family"] == "gemm")]
     test_devices = _device_ids(PIPEWEAVE_FP8_TEST_DEVICES)
     train = rows.index[rows["upstream_file"].str.endswith("gemm_fp8_train.csv")]
-    test = rows.index[rows["upstream_file"].str.endswith("gemm_fp8_test.csv") & rows["device_id"].isin(test_devices)]
+    test = rows.index[
+        rows["upstream_file"].str.endswith("gemm_fp8_test.csv") & rows["device_id"].isin(test_devices)
+    ]
     return [Fold("pipeweave-fp8", train, test)]
 
 

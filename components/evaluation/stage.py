@@ -58,8 +58,10 @@ def check_inputs(inputs: EvaluateInputs) -> None:
     if (inputs.source is None) != (inputs.from_dir is None):
         raise ValueError("--source and --from go together")
     if inputs.gate and (inputs.source is not None or inputs.split is not None or inputs.max_rows is not None):
-        raise ValueError("--gate scores the splits of params.yaml register.splits under its caps; "
-                         "it does not go with --source, --split or --max-rows")
+        raise ValueError(
+            "--gate scores the splits of params.yaml register.splits under its caps; "
+            "it does not go with --source, --split or --max-rows"
+        )
     if inputs.registration is not None and not inputs.gate:
         raise ValueError("--registration goes with --gate (the promotion gate's report of that version)")
     if inputs.split is not None and inputs.split not in (*SPLITS, PROGRAM_SPLIT):
@@ -82,8 +84,12 @@ class SourceFrames:
 
     def accounting(self) -> dict[str, Any]:
         """Where every upstream row went: rejected at ingest (by reason), quarantined, or in the table."""
-        return {"rows_in": self.rows_in, "rejected_at_ingest": dict(self.rejected or {}),
-                "quarantined_by_validation": self.quarantined, "rows_validated": len(self.measurements)}
+        return {
+            "rows_in": self.rows_in,
+            "rejected_at_ingest": dict(self.rejected or {}),
+            "quarantined_by_validation": self.quarantined,
+            "rows_validated": len(self.measurements),
+        }
 
 
 def source_frames(
@@ -115,13 +121,20 @@ def source_frames(
     table = table.merge(
         output.kernels[["kernel_id", *kernel_extra]].drop_duplicates("kernel_id"), on="kernel_id", how="left"
     )
-    table.attrs["quarantined_by_device"] = merge_reasons(quarantine_reasons(validation.quarantine),
-                                                         ingest_reject_reasons(output.rejects))
+    table.attrs["quarantined_by_device"] = merge_reasons(
+        quarantine_reasons(validation.quarantine), ingest_reject_reasons(output.rejects)
+    )
     table.attrs["extra_devices"] = [spec.id for spec in output.devices]
     reasons = output.rejects["reason"].astype(str) if "reason" in output.rejects.columns else []
     rejected = Counter(reasons)
-    return SourceFrames(table, len(validation.quarantine), validation.valid, output.kernels,
-                        rows_in=sum(output.rows_in.values()), rejected=dict(rejected.most_common()))
+    return SourceFrames(
+        table,
+        len(validation.quarantine),
+        validation.valid,
+        output.kernels,
+        rows_in=sum(output.rows_in.values()),
+        rejected=dict(rejected.most_common()),
+    )
 
 
 def features_from_source(
@@ -142,8 +155,11 @@ def _program_rows_noted(frame: pd.DataFrame, programs_scored: bool) -> pd.DataFr
 
     if not programs_scored or "family" not in frame.columns:
         return frame
-    notes = (frame["pred_note"] if "pred_note" in frame.columns
-             else pd.Series(pd.NA, index=frame.index, dtype="object"))
+    notes = (
+        frame["pred_note"]
+        if "pred_note" in frame.columns
+        else pd.Series(pd.NA, index=frame.index, dtype="object")
+    )
     silent = frame["family"].astype(str).eq("program") & notes.isna()
     return frame.assign(pred_note=notes.astype("object").mask(silent, PROGRAM_NOTE))
 
@@ -152,8 +168,13 @@ NOT_A_FOLD = "not scored: its GPU and run config make no leave-one-GPU-out fold 
 NO_DURATION = "no finite duration in the data"
 
 
-def program_answers(measurements: pd.DataFrame, kernels: pd.DataFrame, cache_dir: Path, *,
-                    log: Callable[[str], None] = lambda _: None) -> dict[str, Any] | None:
+def program_answers(
+    measurements: pd.DataFrame,
+    kernels: pd.DataFrame,
+    cache_dir: Path,
+    *,
+    log: Callable[[str], None] = lambda _: None,
+) -> dict[str, Any] | None:
     """The KernelBench programs among ``measurements`` scored the way ``bench accuracy --split
     kernelbench`` scores them (the same function: leave-one-GPU-out program model beside the trace's
     roofline), and every timing row without an answer counted by its reason. None: no such rows."""
@@ -168,11 +189,17 @@ def program_answers(measurements: pd.DataFrame, kernels: pd.DataFrame, cache_dir
         return None
     bench = run_kernelbench_bench(measurements, kernels, cache_dir, log=log)
     key_columns = ["kernel_id", "device_id", "config"]
-    scored = (set(bench.predictions[key_columns].itertuples(index=False, name=None))
-              if bench.predictions is not None else set())
+    scored = (
+        set(bench.predictions[key_columns].itertuples(index=False, name=None))
+        if bench.predictions is not None
+        else set()
+    )
     stated = bench.reasons[[*key_columns, "reason"]] if bench.reasons is not None else None
-    reasons = ({} if stated is None else
-               {(k, d, c): reason_class(r) for k, d, c, r in stated.itertuples(index=False, name=None)})
+    reasons = (
+        {}
+        if stated is None
+        else {(k, d, c): reason_class(r) for k, d, c, r in stated.itertuples(index=False, name=None)}
+    )
     configs = rows["params_json"].map(lambda t: config_name(json.loads(t) if isinstance(t, str) else {}))
     finite = np.isfinite(pd.to_numeric(rows["duration_us"], errors="coerce").to_numpy("float64"))
     why: list[str | None] = []
@@ -182,10 +209,13 @@ def program_answers(measurements: pd.DataFrame, kernels: pd.DataFrame, cache_dir
     return {
         "split": SPLIT,
         "method": "leave-one-GPU-out program model per run config (components.evaluation.kernelbench_bench, "
-                  "as `kernelcast bench accuracy --split kernelbench`); the figures score the mean timing of "
-                  "each (program, GPU, config)",
-        "n_rows": len(rows), "n_answered": why.count(None), "unanswered": dict(unanswered.most_common()),
-        "figures": bench.rows, "notes": bench.notes,
+        "as `kernelcast bench accuracy --split kernelbench`); the figures score the mean timing of "
+        "each (program, GPU, config)",
+        "n_rows": len(rows),
+        "n_answered": why.count(None),
+        "unanswered": dict(unanswered.most_common()),
+        "figures": bench.rows,
+        "notes": bench.notes,
     }
 
 
@@ -225,8 +255,9 @@ def merge_reasons(*parts: dict[str, dict[str, int]]) -> dict[str, dict[str, int]
     return out
 
 
-def unanswered_by_device(frame: pd.DataFrame, targets: tuple[str, ...],
-                         quarantined: dict[str, dict[str, int]] | None = None) -> dict[str, dict[str, Any]]:
+def unanswered_by_device(
+    frame: pd.DataFrame, targets: tuple[str, ...], quarantined: dict[str, dict[str, int]] | None = None
+) -> dict[str, dict[str, Any]]:
     """Per device: rows asked, rows answered (a finite prediction of some target) and, for the rest, why --
     the row's feature note where it has one, else that the model gave no value -- plus the rows validation
     quarantined before the model saw them."""
@@ -246,15 +277,22 @@ def unanswered_by_device(frame: pd.DataFrame, targets: tuple[str, ...],
         missed = mine & ~answered
         reasons: dict[str, int] = dict((quarantined or {}).get(device, {}))
         if missed.any():
-            why = (note[missed].astype(object).where(note[missed].notna(), "no prediction from the model")
-                   if note is not None else None)
-            counted = (why.value_counts() if why is not None
-                       else {"no prediction from the model": int(missed.sum())})
+            why = (
+                note[missed].astype(object).where(note[missed].notna(), "no prediction from the model")
+                if note is not None
+                else None
+            )
+            counted = (
+                why.value_counts() if why is not None else {"no prediction from the model": int(missed.sum())}
+            )
             for reason, n in dict(counted).items():
                 reasons[str(reason)] = reasons.get(str(reason), 0) + int(n)
         held_back = sum((quarantined or {}).get(device, {}).values())
-        out[device] = {"n_asked": int(mine.sum()) + held_back, "n_answered": int((mine & answered).sum()),
-                       "not_answered": reasons}
+        out[device] = {
+            "n_asked": int(mine.sum()) + held_back,
+            "n_answered": int((mine & answered).sum()),
+            "not_answered": reasons,
+        }
     return out
 
 
@@ -267,8 +305,12 @@ def pd_numeric(values: pd.Series) -> Any:
     return None
 
 
-def evaluate_stage(inputs: EvaluateInputs, settings: Settings, params: dict[str, Any],
-                   fold_executor: ExecutorFactory | None = None) -> EvaluateResult:
+def evaluate_stage(
+    inputs: EvaluateInputs,
+    settings: Settings,
+    params: dict[str, Any],
+    fold_executor: ExecutorFactory | None = None,
+) -> EvaluateResult:
     """Score the model on the chosen rows (rows it trained on are excluded and counted as
     ``excluded_seen``), write the JSON report atomically, and log it unless ``inputs.log`` is off.
 
@@ -330,8 +372,9 @@ def evaluate_stage(inputs: EvaluateInputs, settings: Settings, params: dict[str,
     if len(rows) < len(candidates):
         report["subsampled_from"] = len(candidates)
     if inputs.source is not None:
-        report["coverage_by_device"] = unanswered_by_device(evaluation.frame, tuple(predictor.targets),
-                                                            table.attrs.get("quarantined_by_device"))
+        report["coverage_by_device"] = unanswered_by_device(
+            evaluation.frame, tuple(predictor.targets), table.attrs.get("quarantined_by_device")
+        )
         if table.attrs.get("extra_devices"):
             report["devices_from_source"] = list(table.attrs["extra_devices"])
     if frames is not None:  # whole programs: the bench's own scoring, never a silent 0 of N
@@ -345,8 +388,9 @@ def evaluate_stage(inputs: EvaluateInputs, settings: Settings, params: dict[str,
         try:
             measurements, kernels = read_program_tables(canonical)
         except FileNotFoundError as exc:
-            raise ValueError(f"--split {PROGRAM_SPLIT}: {exc} "
-                             "(run `kernelcast ingest --source kernelbench`)") from None
+            raise ValueError(
+                f"--split {PROGRAM_SPLIT}: {exc} (run `kernelcast ingest --source kernelbench`)"
+            ) from None
         report["programs"] = program_answers(measurements, kernels, settings.cache_dir)
     # Rows scored but left without a runtime, by the reason the predictor stated (as the bench counts them).
     report["unanswered"] = unpredicted_reasons(_program_rows_noted(evaluation.frame, "programs" in report))
@@ -390,13 +434,26 @@ def _serving_section(inputs: EvaluateInputs) -> dict[str, Any] | None:
     try:
         return score_serving_tree(inputs.source, Path(inputs.from_dir), load_catalog())
     except (OSError, KeyError) as exc:  # the tree lacks the serving files: the kernels may still be scored
-        return {"source": inputs.source, "from": str(inputs.from_dir), "n_asked": 0, "note": f"no serving runs ({exc})"}
+        return {
+            "source": inputs.source,
+            "from": str(inputs.from_dir),
+            "n_asked": 0,
+            "note": f"no serving runs ({exc})",
+        }
 
 
-def _write_serving_only(inputs: EvaluateInputs, serving: dict[str, Any],
-                        why: str = "no kernel rows from this source") -> EvaluateResult:
-    report = {"model": inputs.model, "source": inputs.source, "n": 0, "targets": {}, "excluded_seen": 0,
-              "note": f"deployments answered by the composition; {why}", "serving": serving}
+def _write_serving_only(
+    inputs: EvaluateInputs, serving: dict[str, Any], why: str = "no kernel rows from this source"
+) -> EvaluateResult:
+    report = {
+        "model": inputs.model,
+        "source": inputs.source,
+        "n": 0,
+        "targets": {},
+        "excluded_seen": 0,
+        "note": f"deployments answered by the composition; {why}",
+        "serving": serving,
+    }
     out = Path(inputs.out_file)
     text = json.dumps(report, indent=2, sort_keys=False) + "\n"
     atomic_write(out, lambda tmp: tmp.write_text(text))
@@ -423,12 +480,21 @@ def resolve_candidate(inputs: EvaluateInputs, tracking_uri: str) -> Candidate:
     from components.registry.runs import REGISTRATION_FILE, read_registration
 
     registration = inputs.registration
-    if registration is None and Path(inputs.model).is_dir() and (Path(inputs.model) / REGISTRATION_FILE).is_file():
+    if (
+        registration is None
+        and Path(inputs.model).is_dir()
+        and (Path(inputs.model) / REGISTRATION_FILE).is_file()
+    ):
         registration = Path(inputs.model) / REGISTRATION_FILE
     if registration is not None:
         recorded = read_registration(registration)
-        return Candidate(recorded.predictor_dir or inputs.model, recorded.model_name, recorded.version,
-                         recorded.split or None, recorded.run_id)
+        return Candidate(
+            recorded.predictor_dir or inputs.model,
+            recorded.model_name,
+            recorded.version,
+            recorded.split or None,
+            recorded.run_id,
+        )
     if inputs.model.startswith("models:/"):
         from components.registry.mlflow_registry import mlflow_client
 
@@ -443,16 +509,20 @@ def resolve_candidate(inputs: EvaluateInputs, tracking_uri: str) -> Candidate:
     return Candidate(inputs.model, None, None, None, None)
 
 
-def gate_stage(inputs: EvaluateInputs, settings: Settings, params: dict[str, Any],
-               fold_executor: ExecutorFactory | None = None) -> EvaluateResult:
+def gate_stage(
+    inputs: EvaluateInputs,
+    settings: Settings,
+    params: dict[str, Any],
+    fold_executor: ExecutorFactory | None = None,
+) -> EvaluateResult:
     """The gate report of one candidate over every split of params.yaml ``register.splits`` (caps from
     ``register.evaluation``), written atomically; when the candidate is a registered version and
     ``inputs.log`` is on, attached to its training run and named by its ``eval_report`` tag."""
     from components.evaluation.harness import read_feature_table
     from components.evaluation.report import gate_report
-    from components.registry.loading import load_any_predictor
     from components.registry.gate import read_policy
     from components.registry.lineage import dataset_version
+    from components.registry.loading import load_any_predictor
 
     check_inputs(inputs)
     policy = read_policy(params, str(settings.params_file))  # before any work: no gate, no report
@@ -468,12 +538,24 @@ def gate_stage(inputs: EvaluateInputs, settings: Settings, params: dict[str, Any
     predictor = load_any_predictor(candidate.model, uri)
     from components.platform.config import PROJECT_ROOT
 
-    identity = {"model_name": candidate.model_name, "model_version": candidate.version,
-                "training_run": candidate.run_id, "features_file": str(features),
-                "dataset_version": dataset_version(features, PROJECT_ROOT)}
-    report = gate_report(predictor, table, tuple(policy.splits), policy.evaluation, model=candidate.model,
-                         trained_split=candidate.trained_split, canonical_dir=canonical,
-                         executor_factory=fold_executor, identity=identity)
+    identity = {
+        "model_name": candidate.model_name,
+        "model_version": candidate.version,
+        "training_run": candidate.run_id,
+        "features_file": str(features),
+        "dataset_version": dataset_version(features, PROJECT_ROOT),
+    }
+    report = gate_report(
+        predictor,
+        table,
+        tuple(policy.splits),
+        policy.evaluation,
+        model=candidate.model,
+        trained_split=candidate.trained_split,
+        canonical_dir=canonical,
+        executor_factory=fold_executor,
+        identity=identity,
+    )
     report["policy"] = policy.to_json()
     out = Path(inputs.out_file)
     text = json.dumps(report, indent=2, sort_keys=False) + "\n"
@@ -494,6 +576,7 @@ def attach_gate_report(path: Path, candidate: Candidate, tracking_uri: str) -> s
     artifact = f"runs:/{candidate.run_id}/evaluation/{Path(path).name}"
     client.set_model_version_tag(candidate.model_name, candidate.version, "eval_report", artifact)
     report = json.loads(Path(path).read_text())
-    client.set_model_version_tag(candidate.model_name, candidate.version, "eval_complete",
-                                 str(bool(report.get("complete"))).lower())
+    client.set_model_version_tag(
+        candidate.model_name, candidate.version, "eval_complete", str(bool(report.get("complete"))).lower()
+    )
     return artifact

@@ -26,20 +26,48 @@ import numpy as np
 import pandas as pd
 
 # Bytes per element of each canonical dtype; "mixed"/"unknown" fall back to fp32's 4 bytes.
-ELEM_BYTES: dict[str, float] = {"fp64": 8, "fp32": 4, "tf32": 4, "fp16": 2, "bf16": 2, "fp8": 1, "int8": 1,
-                                "fp8_block": 1, "nvfp4": 0.5,
-                                # weight-only: bf16 activations (the weights' 1 / 0.5 byte is physics' business)
-                                "int8_wo": 2, "int4_wo": 2}
+ELEM_BYTES: dict[str, float] = {
+    "fp64": 8,
+    "fp32": 4,
+    "tf32": 4,
+    "fp16": 2,
+    "bf16": 2,
+    "fp8": 1,
+    "int8": 1,
+    "fp8_block": 1,
+    "nvfp4": 0.5,
+    # weight-only: bf16 activations (the weights' 1 / 0.5 byte is physics' business)
+    "int8_wo": 2,
+    "int4_wo": 2,
+}
 
 # Elementwise cost per output element: (FMA-pipe FLOPs, special-function (MUFU/XU) ops, inputs read).
 # Why: PyTorch computes in fp32 "opmath"; transcendentals lower to MUFU (ex2/lg2/rcp/tanh) plus a few
 # FMA-pipe fix-up instructions; the "u" ops take a Python scalar, so they read one tensor, not two.
 ELEMENTWISE_COST: dict[str, tuple[float, float, float]] = {
-    "add": (1, 0, 2), "sub": (1, 0, 2), "mul": (1, 0, 2), "div": (2, 1, 2), "pow": (4, 2, 2),
-    "addu": (1, 0, 1), "subu": (1, 0, 1), "mulu": (1, 0, 1), "divu": (1, 0, 1), "powu": (4, 2, 1),
-    "relu": (1, 0, 1), "tanh": (6, 2, 1), "gelu": (12, 1, 1), "silu": (4, 2, 1), "sigmoid": (4, 2, 1),
-    "exp": (2, 1, 1), "log": (2, 1, 1), "sqrt": (1, 1, 1), "rsqrt": (1, 1, 1), "neg": (1, 0, 1),
-    "abs": (1, 0, 1), "copy": (0, 0, 1), "silu_and_mul": (5, 2, 2),
+    "add": (1, 0, 2),
+    "sub": (1, 0, 2),
+    "mul": (1, 0, 2),
+    "div": (2, 1, 2),
+    "pow": (4, 2, 2),
+    "addu": (1, 0, 1),
+    "subu": (1, 0, 1),
+    "mulu": (1, 0, 1),
+    "divu": (1, 0, 1),
+    "powu": (4, 2, 1),
+    "relu": (1, 0, 1),
+    "tanh": (6, 2, 1),
+    "gelu": (12, 1, 1),
+    "silu": (4, 2, 1),
+    "sigmoid": (4, 2, 1),
+    "exp": (2, 1, 1),
+    "log": (2, 1, 1),
+    "sqrt": (1, 1, 1),
+    "rsqrt": (1, 1, 1),
+    "neg": (1, 0, 1),
+    "abs": (1, 0, 1),
+    "copy": (0, 0, 1),
+    "silu_and_mul": (5, 2, 2),
 }
 # Softmax per element: max, subtract, exp (1 MUFU ex2 + scale), sum, scale by 1/sum.
 SOFTMAX_COST: tuple[float, float] = (5.0, 1.0)
@@ -61,7 +89,9 @@ ROW_THREADS: float = 128.0  # softmax_warp_forward / vectorized_layer_norm use 3
 # the fallbacks for a device without them.
 MAX_CTAS_PER_SM: float = 32.0
 MAX_THREADS_PER_SM: float = 2048.0
-SFU_OPS_PER_CLK_PER_SM: float = 16.0  # MUFU: 4 per SM sub-partition per clock since Volta (PipeWeave xuFp32=16)
+SFU_OPS_PER_CLK_PER_SM: float = (
+    16.0  # MUFU: 4 per SM sub-partition per clock since Volta (PipeWeave xuFp32=16)
+)
 L2_OVER_DRAM: float = 2.0  # L2 bandwidth fallback: ~1.6x (A100) to 2.6x (H100) DRAM in PipeWeave's specs
 
 # Kernel Tuner benchmark_hub problem constants (kernels/*.h), used when params omit them.
@@ -112,18 +142,54 @@ _TILE_IN_NAME = re.compile(r"_(\d+)x(\d+)_")
 
 # Output columns (in order), so an all-uncovered frame still has the same schema.
 F_COLUMNS: tuple[str, ...] = (
-    "f_flops", "f_tensor_flops", "f_fma_flops", "f_sfu_ops", "f_uses_tensor", "f_precision_bytes",
-    "f_dram_bytes_min", "f_l2_bytes_tiled", "f_arith_intensity", "f_arith_intensity_tiled",
-    "f_tile_m", "f_tile_n", "f_ctas", "f_ctas_measured", "f_threads_per_cta", "f_ctas_per_sm",
-    "f_waves", "f_wave_efficiency", "f_busiest_sm_ctas", "f_sm_imbalance", "f_active_sm_fraction",
-    "f_peak_compute_flops", "f_ridge_point", "f_tensor_time_us", "f_fma_time_us", "f_sfu_time_us",
-    "f_dram_time_us", "f_l2_time_us", "f_compute_time_us", "f_tensor_cycles", "f_fma_cycles",
-    "f_sfu_cycles", "f_dram_cycles", "f_l2_cycles", "f_busiest_sm_cycles", "f_roofline_time_us",
-    "f_pipes_time_us", "f_compute_bound", "f_bound",
+    "f_flops",
+    "f_tensor_flops",
+    "f_fma_flops",
+    "f_sfu_ops",
+    "f_uses_tensor",
+    "f_precision_bytes",
+    "f_dram_bytes_min",
+    "f_l2_bytes_tiled",
+    "f_arith_intensity",
+    "f_arith_intensity_tiled",
+    "f_tile_m",
+    "f_tile_n",
+    "f_ctas",
+    "f_ctas_measured",
+    "f_threads_per_cta",
+    "f_ctas_per_sm",
+    "f_waves",
+    "f_wave_efficiency",
+    "f_busiest_sm_ctas",
+    "f_sm_imbalance",
+    "f_active_sm_fraction",
+    "f_peak_compute_flops",
+    "f_ridge_point",
+    "f_tensor_time_us",
+    "f_fma_time_us",
+    "f_sfu_time_us",
+    "f_dram_time_us",
+    "f_l2_time_us",
+    "f_compute_time_us",
+    "f_tensor_cycles",
+    "f_fma_cycles",
+    "f_sfu_cycles",
+    "f_dram_cycles",
+    "f_l2_cycles",
+    "f_busiest_sm_cycles",
+    "f_roofline_time_us",
+    "f_pipes_time_us",
+    "f_compute_bound",
+    "f_bound",
 )
 M_COLUMNS: tuple[str, ...] = (
-    "m_flops", "m_dram_bytes", "m_arith_intensity", "m_compute_time_us", "m_dram_time_us",
-    "m_roofline_time_us", "m_bound",
+    "m_flops",
+    "m_dram_bytes",
+    "m_arith_intensity",
+    "m_compute_time_us",
+    "m_dram_time_us",
+    "m_roofline_time_us",
+    "m_bound",
 )
 GEMM_LIKE: frozenset[str] = frozenset({"gemm", "bmm", "linear", "moe", "conv", "attention"})
 
@@ -152,8 +218,12 @@ def _dims_table(texts: list[Any]) -> np.ndarray:
     for column in raw.columns:
         low = str(column).lower()
         if low == "problem_size":  # Kernel Tuner: [x, y(, z)] -> image (conv) or samples/DMs (dedispersion)
-            sizes = raw[column].map(lambda v: list(v)[:2] if isinstance(v, list | tuple) else [math.nan, math.nan])
-            pair = np.array([[float(x) for x in (list(v) + [math.nan, math.nan])[:2]] for v in sizes], dtype="float64")
+            sizes = raw[column].map(
+                lambda v: list(v)[:2] if isinstance(v, list | tuple) else [math.nan, math.nan]
+            )
+            pair = np.array(
+                [[float(x) for x in (list(v) + [math.nan, math.nan])[:2]] for v in sizes], dtype="float64"
+            )
             for dim, j in (("image_w", 0), ("image_h", 1), ("samples", 0), ("dms", 1)):
                 slot = table[:, position[dim]]
                 table[:, position[dim]] = np.where(np.isfinite(slot), slot, pair[:, j])
@@ -191,8 +261,10 @@ def parse_dims(shape_json: pd.Series, params_json: pd.Series) -> pd.DataFrame:
 def _tile_from_names(names: pd.Series) -> tuple[np.ndarray, np.ndarray]:
     """Output tile from cuBLAS kernel names such as ``ampere_sgemm_32x128_tn`` (NaN when absent)."""
     extracted = names.astype("string").str.extract(_TILE_IN_NAME)
-    return (pd.to_numeric(extracted[0], errors="coerce").to_numpy("float64"),
-            pd.to_numeric(extracted[1], errors="coerce").to_numpy("float64"))
+    return (
+        pd.to_numeric(extracted[0], errors="coerce").to_numpy("float64"),
+        pd.to_numeric(extracted[1], errors="coerce").to_numpy("float64"),
+    )
 
 
 # ----------------------------------------------------------------------------------------------
@@ -220,9 +292,23 @@ def _attr(spec: Any, names: Iterable[str], default: float = math.nan) -> float:
 
 
 DEVICE_COLUMNS: tuple[str, ...] = (
-    "sms", "clock_hz", "dram_Bps", "l2_Bps", "max_threads_sm", "max_ctas_sm", "sfu_ops_s",
-    "fma_fp32", "fma_fp64", "fma_fp16", "tensor_fp16", "tensor_bf16", "tensor_fp8", "tensor_tf32",
-    "tensor_fp64", "tensor_int8", "tensor_fp4",
+    "sms",
+    "clock_hz",
+    "dram_Bps",
+    "l2_Bps",
+    "max_threads_sm",
+    "max_ctas_sm",
+    "sfu_ops_s",
+    "fma_fp32",
+    "fma_fp64",
+    "fma_fp16",
+    "tensor_fp16",
+    "tensor_bf16",
+    "tensor_fp8",
+    "tensor_tf32",
+    "tensor_fp64",
+    "tensor_int8",
+    "tensor_fp4",
 )
 
 
@@ -242,12 +328,23 @@ def device_table(device_ids: Iterable[str], catalog: Any) -> pd.DataFrame:
         dram = _attr(spec, ("dram_gbps",)) * 1e9
         l2 = _attr(spec, ("l2_gbps", "l2_bandwidth_gbps"), dram / 1e9 * L2_OVER_DRAM) * 1e9
         records[device_id] = [
-            sms, clock_hz, dram, l2, _attr(spec, ("max_resident_threads_per_sm", "max_threads_per_sm"), MAX_THREADS_PER_SM),
+            sms,
+            clock_hz,
+            dram,
+            l2,
+            _attr(spec, ("max_resident_threads_per_sm", "max_threads_per_sm"), MAX_THREADS_PER_SM),
             _attr(spec, ("max_ctas_per_sm",), MAX_CTAS_PER_SM),
             sms * clock_hz * SFU_OPS_PER_CLK_PER_SM,
-            _peak(spec, "fp32", False), _peak(spec, "fp64", False), _peak(spec, "fp16", False),
-            _peak(spec, "fp16", True), _peak(spec, "bf16", True), _peak(spec, "fp8", True),
-            _peak(spec, "tf32", True), _peak(spec, "fp64", True), _peak(spec, "int8", True), _peak(spec, "fp4", True),
+            _peak(spec, "fp32", False),
+            _peak(spec, "fp64", False),
+            _peak(spec, "fp16", False),
+            _peak(spec, "fp16", True),
+            _peak(spec, "bf16", True),
+            _peak(spec, "fp8", True),
+            _peak(spec, "tf32", True),
+            _peak(spec, "fp64", True),
+            _peak(spec, "int8", True),
+            _peak(spec, "fp4", True),
         ]
     return pd.DataFrame.from_dict(records, orient="index", columns=list(DEVICE_COLUMNS), dtype="float64")
 
@@ -288,8 +385,11 @@ def is_in(labels: Any, names: Iterable[str]) -> np.ndarray:
 def starts_with(labels: Any, prefix: str) -> np.ndarray:
     """Which labels start with ``prefix`` (tested once per distinct label)."""
     codes, uniques = label_codes(labels)
-    return np.array([str(u).startswith(prefix) for u in uniques], dtype=bool)[codes] if len(uniques) else \
-        np.zeros(len(codes), dtype=bool)
+    return (
+        np.array([str(u).startswith(prefix) for u in uniques], dtype=bool)[codes]
+        if len(uniques)
+        else np.zeros(len(codes), dtype=bool)
+    )
 
 
 def map_labels(labels: Any, table: dict[str, Any], default: Any) -> np.ndarray:
@@ -300,7 +400,8 @@ def map_labels(labels: Any, table: dict[str, Any], default: Any) -> np.ndarray:
         labels = np.asarray(labels, dtype=object)
     if len(labels) <= 32:  # a handful of questions: a dict lookup per row beats factorising
         return np.array([table.get(str(v), default) for v in labels], dtype="float64").reshape(
-            (len(labels), *np.shape(default)))
+            (len(labels), *np.shape(default))
+        )
     codes, uniques = label_codes(labels)
     values = np.array([table.get(str(u), default) for u in uniques], dtype="float64")
     if values.ndim == 1:
@@ -313,8 +414,22 @@ def _or(value: np.ndarray, default: float | np.ndarray) -> np.ndarray:
 
 
 Demand = dict[str, np.ndarray]
-DEMAND_KEYS: tuple[str, ...] = ("tensor", "fma", "sfu", "bytes_min", "bytes_l2", "ctas", "threads", "cap", "tile_m",
-                                "tile_n", "gm", "gn", "gk", "gbatch")
+DEMAND_KEYS: tuple[str, ...] = (
+    "tensor",
+    "fma",
+    "sfu",
+    "bytes_min",
+    "bytes_l2",
+    "ctas",
+    "threads",
+    "cap",
+    "tile_m",
+    "tile_n",
+    "gm",
+    "gn",
+    "gk",
+    "gbatch",
+)
 
 
 @dataclass(frozen=True)
@@ -357,7 +472,13 @@ def _gemm_like(x: FamilyInputs) -> tuple[np.ndarray, Demand]:
     put(is_conv, B * ho * ho, col["cout"], col["cin"] * col["ksize"] ** 2, np.ones(n))
     # Attention (FlashAttention-style): QK^T and PV GEMMs, softmax exp per score.
     is_attn = family == "attention"
-    put(is_attn, col["seq"], _or(col["seq_kv"], col["seq"]), 2 * col["head_dim"], B * _or(col["heads"], col["H"]))
+    put(
+        is_attn,
+        col["seq"],
+        _or(col["seq_kv"], col["seq"]),
+        2 * col["head_dim"],
+        B * _or(col["heads"], col["H"]),
+    )
 
     mask = is_gemm | is_linear | is_moe | is_conv | is_attn
     e, e_out = x.e, x.e_out
@@ -376,11 +497,26 @@ def _gemm_like(x: FamilyInputs) -> tuple[np.ndarray, Demand]:
     # Tile re-reads: A's K-panel once per column of tiles, B's once per row of tiles (no L2 reuse).
     m_tiles = np.where(is_moe, experts_hit * _ceil_div(moe_rows / experts_hit, tm), _ceil_div(gm, tm))
     n_tiles = _ceil_div(gn, tn)
-    bytes_l2 = np.maximum(e * (a_elems * n_tiles + gb * n_tiles * tn * gk * m_tiles) + e_out * c_elems, bytes_min)
+    bytes_l2 = np.maximum(
+        e * (a_elems * n_tiles + gb * n_tiles * tn * gk * m_tiles) + e_out * c_elems, bytes_min
+    )
     threads = np.where(np.isfinite(col["num_warps"]), col["num_warps"] * 32.0, GEMM_THREADS)
-    return mask, dict(tensor=flops, fma=np.zeros(n), sfu=np.where(is_attn, gb * gm * gn, 0.0), bytes_min=bytes_min,
-                      bytes_l2=bytes_l2, ctas=gb * m_tiles * n_tiles, threads=threads,
-                      cap=np.full(n, GEMM_CTAS_PER_SM_CAP), tile_m=tm, tile_n=tn, gm=gm, gn=gn, gk=gk, gbatch=gb)
+    return mask, dict(
+        tensor=flops,
+        fma=np.zeros(n),
+        sfu=np.where(is_attn, gb * gm * gn, 0.0),
+        bytes_min=bytes_min,
+        bytes_l2=bytes_l2,
+        ctas=gb * m_tiles * n_tiles,
+        threads=threads,
+        cap=np.full(n, GEMM_CTAS_PER_SM_CAP),
+        tile_m=tm,
+        tile_n=tn,
+        gm=gm,
+        gn=gn,
+        gk=gk,
+        gbatch=gb,
+    )
 
 
 def _kernel_tuner_conv(x: FamilyInputs) -> tuple[np.ndarray, Demand]:
@@ -394,9 +530,18 @@ def _kernel_tuner_conv(x: FamilyInputs) -> tuple[np.ndarray, Demand]:
     ctas = _ceil_div(w, tile_w) * _ceil_div(h, tile_h)
     bytes_min = 4.0 * ((w + fw - 1) * (h + fh - 1) + w * h + fw * fh)
     bytes_l2 = 4.0 * (ctas * (tile_w + fw - 1) * (tile_h + fh - 1) + w * h)  # halo re-read per CTA
-    return mask, dict(tensor=np.zeros(n), fma=2.0 * w * h * fw * fh, sfu=np.zeros(n), bytes_min=bytes_min,
-                      bytes_l2=bytes_l2, ctas=ctas, threads=_or(col["bsx"], 16.0) * _or(col["bsy"], 16.0),
-                      cap=np.full(n, np.nan), tile_m=tile_h, tile_n=tile_w)
+    return mask, dict(
+        tensor=np.zeros(n),
+        fma=2.0 * w * h * fw * fh,
+        sfu=np.zeros(n),
+        bytes_min=bytes_min,
+        bytes_l2=bytes_l2,
+        ctas=ctas,
+        threads=_or(col["bsx"], 16.0) * _or(col["bsy"], 16.0),
+        cap=np.full(n, np.nan),
+        tile_m=tile_h,
+        tile_n=tile_w,
+    )
 
 
 def _dedispersion(x: FamilyInputs) -> tuple[np.ndarray, Demand]:
@@ -409,9 +554,17 @@ def _dedispersion(x: FamilyInputs) -> tuple[np.ndarray, Demand]:
     tile_s = _or(col["bsx"], 1.0) * _or(col["tsx"], 1.0)
     tile_d = _or(col["bsy"], 32.0) * _or(col["tsy"], 1.0)
     return x.family == "dedispersion", dict(
-        tensor=np.zeros(n), fma=samples * dms * channels, sfu=np.zeros(n), bytes_min=bytes_min, bytes_l2=bytes_l2,
-        ctas=_ceil_div(samples, tile_s) * _ceil_div(dms, tile_d), threads=_or(col["bsx"], 1.0) * _or(col["bsy"], 32.0),
-        cap=np.full(n, np.nan), tile_m=tile_d, tile_n=tile_s)
+        tensor=np.zeros(n),
+        fma=samples * dms * channels,
+        sfu=np.zeros(n),
+        bytes_min=bytes_min,
+        bytes_l2=bytes_l2,
+        ctas=_ceil_div(samples, tile_s) * _ceil_div(dms, tile_d),
+        threads=_or(col["bsx"], 1.0) * _or(col["bsy"], 32.0),
+        cap=np.full(n, np.nan),
+        tile_m=tile_d,
+        tile_n=tile_s,
+    )
 
 
 def _elementwise(x: FamilyInputs) -> tuple[np.ndarray, Demand]:
@@ -421,8 +574,15 @@ def _elementwise(x: FamilyInputs) -> tuple[np.ndarray, Demand]:
     cost = map_labels(x.op, ELEMENTWISE_COST, (np.nan, np.nan, np.nan)).reshape(n, 3)
     traffic = x.e * numel * (cost[:, 2] + 1.0)
     return x.family == "elementwise", dict(
-        tensor=np.zeros(n), fma=cost[:, 0] * numel, sfu=cost[:, 1] * numel, bytes_min=traffic, bytes_l2=traffic,
-        ctas=_ceil_div(numel, ELEMENTWISE_ELEMS_PER_CTA), threads=np.full(n, ELEMENTWISE_THREADS), cap=np.full(n, np.nan))
+        tensor=np.zeros(n),
+        fma=cost[:, 0] * numel,
+        sfu=cost[:, 1] * numel,
+        bytes_min=traffic,
+        bytes_l2=traffic,
+        ctas=_ceil_div(numel, ELEMENTWISE_ELEMS_PER_CTA),
+        threads=np.full(n, ELEMENTWISE_THREADS),
+        cap=np.full(n, np.nan),
+    )
 
 
 def _row_reductions(x: FamilyInputs) -> tuple[np.ndarray, Demand]:
@@ -433,33 +593,54 @@ def _row_reductions(x: FamilyInputs) -> tuple[np.ndarray, Demand]:
     is_sm, is_ln, is_rms = family == "softmax", family == "layernorm", family == "rmsnorm"
     # Softmax: short rows one warp per row, 4 warps per CTA; long rows one CTA per row.
     ctas = np.where(is_sm, np.where(cols <= 1024, _ceil_div(rows, 4.0), rows), rows)
-    fma = np.select([is_sm, is_ln, is_rms], [SOFTMAX_COST[0] * elems, LAYERNORM_FMA * elems, RMSNORM_FMA * elems], np.nan)
+    fma = np.select(
+        [is_sm, is_ln, is_rms], [SOFTMAX_COST[0] * elems, LAYERNORM_FMA * elems, RMSNORM_FMA * elems], np.nan
+    )
     sfu = np.where(is_sm, SOFTMAX_COST[1] * elems, rows)  # norms: one rsqrt per row
-    traffic = np.select([is_sm, is_ln, is_rms], [2.0 * e * elems, e * (2.0 * elems + 2.0 * cols),
-                                                 e * (2.0 * elems + cols)], np.nan)
-    return is_sm | is_ln | is_rms, dict(tensor=np.zeros(n), fma=fma, sfu=sfu, bytes_min=traffic, bytes_l2=traffic,
-                                        ctas=ctas, threads=np.full(n, ROW_THREADS), cap=np.full(n, np.nan))
+    traffic = np.select(
+        [is_sm, is_ln, is_rms],
+        [2.0 * e * elems, e * (2.0 * elems + 2.0 * cols), e * (2.0 * elems + cols)],
+        np.nan,
+    )
+    return is_sm | is_ln | is_rms, dict(
+        tensor=np.zeros(n),
+        fma=fma,
+        sfu=sfu,
+        bytes_min=traffic,
+        bytes_l2=traffic,
+        ctas=ctas,
+        threads=np.full(n, ROW_THREADS),
+        cap=np.full(n, np.nan),
+    )
 
 
 # One formula per family group; a row takes the first group whose mask covers it.
 FAMILY_FORMULAS = (_gemm_like, _kernel_tuner_conv, _dedispersion, _elementwise, _row_reductions)
 # The families each formula can cover: a formula none of the rows' families needs is not evaluated.
 FORMULA_FAMILIES: dict[Any, tuple[str, ...]] = {
-    _gemm_like: ("gemm", "bmm", "linear", "moe", "conv", "attention"), _kernel_tuner_conv: ("conv",),
-    _dedispersion: ("dedispersion",), _elementwise: ("elementwise",),
-    _row_reductions: ("softmax", "layernorm", "rmsnorm")}
+    _gemm_like: ("gemm", "bmm", "linear", "moe", "conv", "attention"),
+    _kernel_tuner_conv: ("conv",),
+    _dedispersion: ("dedispersion",),
+    _elementwise: ("elementwise",),
+    _row_reductions: ("softmax", "layernorm", "rmsnorm"),
+}
 
 
-def _family_demand(family: np.ndarray, op: np.ndarray, dtype: np.ndarray,
-                   d: pd.DataFrame | dict[str, np.ndarray],
-                   name_tile: tuple[np.ndarray, np.ndarray]) -> dict[str, np.ndarray]:
+def _family_demand(
+    family: np.ndarray,
+    op: np.ndarray,
+    dtype: np.ndarray,
+    d: pd.DataFrame | dict[str, np.ndarray],
+    name_tile: tuple[np.ndarray, np.ndarray],
+) -> dict[str, np.ndarray]:
     """Per row: pipe FLOPs, DRAM/L2 bytes, tiles, threads and a CTA-per-SM cap (NaN = the GPU's limit)."""
     n = len(family)
     e = map_labels(dtype, ELEM_BYTES, 4.0)
     # A dict of float arrays (serving) is taken as is: a DataFrame's per-column access costs ~0.1 ms each.
     col = dict(d) if isinstance(d, dict) else {k: d[k].to_numpy("float64") for k in d.columns}
-    inputs = FamilyInputs(family=family, op=op, col=col, e=e,
-                          e_out=np.where(e < 2.0, 2.0, e), name_tile=name_tile)
+    inputs = FamilyInputs(
+        family=family, op=op, col=col, e=e, e_out=np.where(e < 2.0, 2.0, e), name_tile=name_tile
+    )
     out = {k: np.full(n, np.nan) for k in DEMAND_KEYS}
     out["tensor_capable"] = np.zeros(n, dtype=bool)
     taken = np.zeros(n, dtype=bool)
@@ -497,14 +678,21 @@ def _notes(family: np.ndarray, op: np.ndarray, covered: np.ndarray) -> np.ndarra
 # ----------------------------------------------------------------------------------------------
 # The model
 # ----------------------------------------------------------------------------------------------
-def _definition_flops(family: pd.Series, op: pd.Series, shape_json: pd.Series, fallback: np.ndarray) -> np.ndarray:
+def _definition_flops(
+    family: pd.Series, op: pd.Series, shape_json: pd.Series, fallback: np.ndarray
+) -> np.ndarray:
     """FLOPs by op definition from ``components.ingest.derived.op_flops`` (one call per distinct kernel shape)."""
     try:
         from components.ingest.derived import op_flops
     except ImportError:
         return fallback
-    keys = (family.astype(object).fillna("").astype(str) + "\x1f" + op.astype(object).fillna("").astype(str)
-            + "\x1f" + shape_json.astype(object).fillna("").astype(str))
+    keys = (
+        family.astype(object).fillna("").astype(str)
+        + "\x1f"
+        + op.astype(object).fillna("").astype(str)
+        + "\x1f"
+        + shape_json.astype(object).fillna("").astype(str)
+    )
     codes, uniques = pd.factorize(keys)
     values = np.empty(len(uniques), dtype="float64")
     for i, key in enumerate(uniques):
@@ -537,18 +725,42 @@ def tensor_peak_of(family: np.ndarray, dtype: np.ndarray, dv: dict[str, np.ndarr
     tf32 GEMM on the tf32 tensor pipe."""
     fp8_or_bf16 = _or(dv["tensor_fp8"], dv["tensor_bf16"])
     return np.select(
-        [dtype == "fp16", dtype == "bf16", is_in(dtype, ["fp8", "fp8_block"]), dtype == "fp64",
-         (dtype == "fp32") & (family == "conv"), dtype == "nvfp4", dtype == "int8",
-         is_in(dtype, ["int8_wo", "int4_wo"]),
-         dtype == "tf32"],
-        [dv["tensor_fp16"], dv["tensor_bf16"], fp8_or_bf16, dv["tensor_fp64"],
-         dv["tensor_tf32"], _or(dv["tensor_fp4"], fp8_or_bf16), _or(dv["tensor_int8"], dv["tensor_fp16"]),
-         _or(dv["tensor_bf16"], dv["tensor_fp16"]), dv["tensor_tf32"]], default=np.nan)
+        [
+            dtype == "fp16",
+            dtype == "bf16",
+            is_in(dtype, ["fp8", "fp8_block"]),
+            dtype == "fp64",
+            (dtype == "fp32") & (family == "conv"),
+            dtype == "nvfp4",
+            dtype == "int8",
+            is_in(dtype, ["int8_wo", "int4_wo"]),
+            dtype == "tf32",
+        ],
+        [
+            dv["tensor_fp16"],
+            dv["tensor_bf16"],
+            fp8_or_bf16,
+            dv["tensor_fp64"],
+            dv["tensor_tf32"],
+            _or(dv["tensor_fp4"], fp8_or_bf16),
+            _or(dv["tensor_int8"], dv["tensor_fp16"]),
+            _or(dv["tensor_bf16"], dv["tensor_fp16"]),
+            dv["tensor_tf32"],
+        ],
+        default=np.nan,
+    )
 
 
-def compose_features(family: np.ndarray, dtype: np.ndarray, dem: dict[str, np.ndarray],
-                     dv: dict[str, np.ndarray], *, definition_flops: np.ndarray | None = None,
-                     grid: np.ndarray | None = None, block: np.ndarray | None = None) -> Composed:
+def compose_features(
+    family: np.ndarray,
+    dtype: np.ndarray,
+    dem: dict[str, np.ndarray],
+    dv: dict[str, np.ndarray],
+    *,
+    definition_flops: np.ndarray | None = None,
+    grid: np.ndarray | None = None,
+    block: np.ndarray | None = None,
+) -> Composed:
     """The ``f_*`` features from the per-family demand (``_family_demand``) and the device numbers (``dv``,
     one array per ``DEVICE_COLUMNS`` entry, row-aligned): pipes, tiles and waves, times, roofline.
 
@@ -585,9 +797,16 @@ def compose_features(family: np.ndarray, dtype: np.ndarray, dem: dict[str, np.nd
         threads = np.where(np.isfinite(block) & (block > 0), block, threads)
     with np.errstate(divide="ignore", invalid="ignore"):
         # CTAs resident per SM: thread limit, hardware slot limit, and the family's register/smem cap.
-        ctas_per_sm = np.maximum(1.0, np.minimum.reduce([np.floor(dv["max_threads_sm"] / threads),
-                                                        _or(dv["max_ctas_sm"], MAX_CTAS_PER_SM),
-                                                        _or(dem["cap"], MAX_CTAS_PER_SM)]))
+        ctas_per_sm = np.maximum(
+            1.0,
+            np.minimum.reduce(
+                [
+                    np.floor(dv["max_threads_sm"] / threads),
+                    _or(dv["max_ctas_sm"], MAX_CTAS_PER_SM),
+                    _or(dem["cap"], MAX_CTAS_PER_SM),
+                ]
+            ),
+        )
         slots = dv["sms"] * ctas_per_sm
         waves = np.ceil(ctas / slots)
         wave_eff = ctas / (waves * slots)  # tail effect: share of CTA slots busy over all waves
@@ -608,21 +827,43 @@ def compose_features(family: np.ndarray, dtype: np.ndarray, dem: dict[str, np.nd
         peak_compute = np.where(uses_tensor, tensor_peak, fma_peak)
         clock = dv["clock_hz"]
         f = {
-            "f_flops": flops, "f_tensor_flops": tensor_flops, "f_fma_flops": fma_flops, "f_sfu_ops": sfu_ops,
-            "f_uses_tensor": uses_tensor.astype("float64"), "f_precision_bytes": e,
-            "f_dram_bytes_min": dem["bytes_min"], "f_l2_bytes_tiled": dem["bytes_l2"],
-            "f_arith_intensity": flops / dem["bytes_min"], "f_arith_intensity_tiled": flops / dem["bytes_l2"],
-            "f_tile_m": dem["tile_m"], "f_tile_n": dem["tile_n"], "f_ctas": ctas,
-            "f_ctas_measured": ctas_measured.astype("float64"), "f_threads_per_cta": threads,
-            "f_ctas_per_sm": ctas_per_sm, "f_waves": waves, "f_wave_efficiency": wave_eff,
-            "f_busiest_sm_ctas": busiest, "f_sm_imbalance": imbalance, "f_active_sm_fraction": active,
-            "f_peak_compute_flops": peak_compute, "f_ridge_point": peak_compute / dv["dram_Bps"],
-            "f_tensor_time_us": t_tensor * 1e6, "f_fma_time_us": t_fma * 1e6, "f_sfu_time_us": t_sfu * 1e6,
-            "f_dram_time_us": t_dram * 1e6, "f_l2_time_us": t_l2 * 1e6, "f_compute_time_us": t_compute * 1e6,
-            "f_tensor_cycles": t_tensor * clock, "f_fma_cycles": t_fma * clock, "f_sfu_cycles": t_sfu * clock,
-            "f_dram_cycles": t_dram * clock, "f_l2_cycles": t_l2 * clock,
+            "f_flops": flops,
+            "f_tensor_flops": tensor_flops,
+            "f_fma_flops": fma_flops,
+            "f_sfu_ops": sfu_ops,
+            "f_uses_tensor": uses_tensor.astype("float64"),
+            "f_precision_bytes": e,
+            "f_dram_bytes_min": dem["bytes_min"],
+            "f_l2_bytes_tiled": dem["bytes_l2"],
+            "f_arith_intensity": flops / dem["bytes_min"],
+            "f_arith_intensity_tiled": flops / dem["bytes_l2"],
+            "f_tile_m": dem["tile_m"],
+            "f_tile_n": dem["tile_n"],
+            "f_ctas": ctas,
+            "f_ctas_measured": ctas_measured.astype("float64"),
+            "f_threads_per_cta": threads,
+            "f_ctas_per_sm": ctas_per_sm,
+            "f_waves": waves,
+            "f_wave_efficiency": wave_eff,
+            "f_busiest_sm_ctas": busiest,
+            "f_sm_imbalance": imbalance,
+            "f_active_sm_fraction": active,
+            "f_peak_compute_flops": peak_compute,
+            "f_ridge_point": peak_compute / dv["dram_Bps"],
+            "f_tensor_time_us": t_tensor * 1e6,
+            "f_fma_time_us": t_fma * 1e6,
+            "f_sfu_time_us": t_sfu * 1e6,
+            "f_dram_time_us": t_dram * 1e6,
+            "f_l2_time_us": t_l2 * 1e6,
+            "f_compute_time_us": t_compute * 1e6,
+            "f_tensor_cycles": t_tensor * clock,
+            "f_fma_cycles": t_fma * clock,
+            "f_sfu_cycles": t_sfu * clock,
+            "f_dram_cycles": t_dram * clock,
+            "f_l2_cycles": t_l2 * clock,
             "f_busiest_sm_cycles": t_compute * imbalance * clock,
-            "f_roofline_time_us": roofline * 1e6, "f_pipes_time_us": pipes * 1e6,
+            "f_roofline_time_us": roofline * 1e6,
+            "f_pipes_time_us": pipes * 1e6,
             "f_compute_bound": compute_bound.astype("float64"),
         }
     return Composed(features=f, covered=covered, roofline=roofline)
@@ -646,7 +887,9 @@ def analytical_features(frame: pd.DataFrame, catalog: Any) -> pd.DataFrame:
     names = frame["name"] if "name" in frame.columns else pd.Series([None] * n, index=idx)
     dem = _family_demand(family, op, dtype, dims, _tile_from_names(names))
 
-    dev = device_table(frame["device_id"].astype(object), catalog).reindex(frame["device_id"].astype(str).to_numpy())
+    dev = device_table(frame["device_id"].astype(object), catalog).reindex(
+        frame["device_id"].astype(str).to_numpy()
+    )
     dv = {c: dev[c].to_numpy("float64") for c in DEVICE_COLUMNS}
     grid = np.ones(n)
     block = np.ones(n)
@@ -657,10 +900,13 @@ def analytical_features(frame: pd.DataFrame, catalog: Any) -> pd.DataFrame:
     composed = compose_features(family, dtype, dem, dv, definition_flops=definition, grid=grid, block=block)
     f, covered, roofline = composed.features, composed.covered, composed.roofline
     compute_bound = f["f_compute_bound"] > 0
-    result = pd.DataFrame({k: np.where(covered, np.asarray(v, dtype="float64"), np.nan) for k, v in f.items()}, index=idx)
+    result = pd.DataFrame(
+        {k: np.where(covered, np.asarray(v, dtype="float64"), np.nan) for k, v in f.items()}, index=idx
+    )
     known = covered & np.isfinite(roofline)
-    result["f_bound"] = pd.Series(np.where(known, np.where(compute_bound, "compute", "bandwidth"), None),
-                                  index=idx, dtype="string")
+    result["f_bound"] = pd.Series(
+        np.where(known, np.where(compute_bound, "compute", "bandwidth"), None), index=idx, dtype="string"
+    )
     result = pd.concat([result, _measured_counter_features(frame, dv)], axis=1)
     notes = _notes(family, op, covered)
     uncovered_device = covered & ~np.isfinite(roofline)
@@ -681,19 +927,31 @@ def _measured_counter_features(frame: pd.DataFrame, dv: dict[str, np.ndarray]) -
     total = np.where(np.isfinite(total), total, np.where(split_known, fp32 + fp64, np.nan))
     # Without a precision split, count all FLOPs at the FP32 FMA peak.
     fp32 = np.where(split_known, fp32, _or(total, 0.0))
-    t_compute = np.maximum.reduce([fp32 / dv["fma_fp32"], fp64 / _or(dv["fma_fp64"], dv["fma_fp32"] / 64.0),
-                                   ints / (dv["fma_fp32"] / 2.0)])  # integer: one instr/clk/lane = half FMA FLOP rate
+    t_compute = np.maximum.reduce(
+        [
+            fp32 / dv["fma_fp32"],
+            fp64 / _or(dv["fma_fp64"], dv["fma_fp32"] / 64.0),
+            ints / (dv["fma_fp32"] / 2.0),
+        ]
+    )  # integer: one instr/clk/lane = half FMA FLOP rate
     t_dram = dram / dv["dram_Bps"]
     roof = np.maximum(t_compute, t_dram)
     idx = frame.index
-    out = pd.DataFrame({
-        "m_flops": np.where(have, total, np.nan), "m_dram_bytes": np.where(have, dram, np.nan),
-        "m_arith_intensity": np.where(have, total / dram, np.nan),
-        "m_compute_time_us": np.where(have, t_compute * 1e6, np.nan),
-        "m_dram_time_us": np.where(have, t_dram * 1e6, np.nan),
-        "m_roofline_time_us": np.where(have, roof * 1e6, np.nan),
-    }, index=idx)
+    out = pd.DataFrame(
+        {
+            "m_flops": np.where(have, total, np.nan),
+            "m_dram_bytes": np.where(have, dram, np.nan),
+            "m_arith_intensity": np.where(have, total / dram, np.nan),
+            "m_compute_time_us": np.where(have, t_compute * 1e6, np.nan),
+            "m_dram_time_us": np.where(have, t_dram * 1e6, np.nan),
+            "m_roofline_time_us": np.where(have, roof * 1e6, np.nan),
+        },
+        index=idx,
+    )
     known = have & np.isfinite(roof)
-    out["m_bound"] = pd.Series(np.where(known, np.where(t_compute >= t_dram, "compute", "bandwidth"), None),
-                               index=idx, dtype="string")
+    out["m_bound"] = pd.Series(
+        np.where(known, np.where(t_compute >= t_dram, "compute", "bandwidth"), None),
+        index=idx,
+        dtype="string",
+    )
     return out

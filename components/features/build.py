@@ -8,9 +8,8 @@ upstream_file, run_id``), targets (canonical metric names), ``f_*``/``m_*`` anal
 
 from __future__ import annotations
 
-import os
-from pathlib import Path
 from collections.abc import Callable, Mapping
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -19,19 +18,45 @@ import pandas as pd
 from components.features.analytical import analytical_features
 
 KEY_COLUMNS: tuple[str, ...] = (
-    "measurement_id", "kernel_id", "device_id", "source", "family", "op", "dtype", "upstream_file", "upstream_row",
-    "run_id", "program",
+    "measurement_id",
+    "kernel_id",
+    "device_id",
+    "source",
+    "family",
+    "op",
+    "dtype",
+    "upstream_file",
+    "upstream_row",
+    "run_id",
+    "program",
 )
 # Labels a published task scores against (Bolet et al.'s rule), carried so every split runs on the
 # feature table alone, without re-joining the canonical tables.
 LABEL_COLUMNS: tuple[str, ...] = ("roofline_class_published",)
 TARGET_COLUMNS: tuple[str, ...] = (
-    "duration_us", "achieved_gbps", "gflops", "l1_hit_rate", "l2_hit_rate", "arith_intensity", "roofline_class",
+    "duration_us",
+    "achieved_gbps",
+    "gflops",
+    "l1_hit_rate",
+    "l2_hit_rate",
+    "arith_intensity",
+    "roofline_class",
 )
 # Measurement columns the formulas read (never written to the table as features themselves).
 _INPUT_COLUMNS: tuple[str, ...] = (
-    "params_json", "grid_x", "grid_y", "grid_z", "block_x", "block_y", "block_z", "flops", "dram_bytes",
-    "fp32_arith_intensity", "fp64_arith_intensity", "int_arith_intensity", "profiler",
+    "params_json",
+    "grid_x",
+    "grid_y",
+    "grid_z",
+    "block_x",
+    "block_y",
+    "block_z",
+    "flops",
+    "dram_bytes",
+    "fp32_arith_intensity",
+    "fp64_arith_intensity",
+    "int_arith_intensity",
+    "profiler",
 )
 _KERNEL_COLUMNS: tuple[str, ...] = ("kernel_id", "family", "op", "dtype", "shape_json", "name", "program")
 
@@ -39,15 +64,18 @@ _KERNEL_COLUMNS: tuple[str, ...] = ("kernel_id", "family", "op", "dtype", "shape
 def _joined(measurements: pd.DataFrame, kernels: pd.DataFrame) -> pd.DataFrame:
     """Measurements with their kernel's family/op/dtype/shape (a left join: a missing kernel keeps its row)."""
     kern = kernels.loc[:, [c for c in _KERNEL_COLUMNS if c in kernels.columns]].drop_duplicates("kernel_id")
-    frame = measurements.reset_index(drop=True).merge(kern, on="kernel_id", how="left", validate="many_to_one")
+    frame = measurements.reset_index(drop=True).merge(
+        kern, on="kernel_id", how="left", validate="many_to_one"
+    )
     for column in ("family", "op", "dtype", "shape_json", "name", "program"):
         if column not in frame.columns:
             frame[column] = pd.Series([None] * len(frame), dtype="string")
     return frame
 
 
-def device_features(device_ids: pd.Series, catalog: Any,
-                    device_vector: Callable[[Any], Mapping[str, float]] | None = None) -> pd.DataFrame:
+def device_features(
+    device_ids: pd.Series, catalog: Any, device_vector: Callable[[Any], Mapping[str, float]] | None = None
+) -> pd.DataFrame:
     """``dev_*`` columns from ``components.devices.device_feature_vector`` (NaN for unknown devices)."""
     if device_vector is None:
         from components.devices import device_feature_vector as device_vector
@@ -61,7 +89,9 @@ def device_features(device_ids: pd.Series, catalog: Any,
             vector = device_vector(spec)
         except (KeyError, LookupError):
             continue
-        table[device_id] = {(k if k.startswith("dev_") else f"dev_{k}"): float(v) for k, v in dict(vector).items()}
+        table[device_id] = {
+            (k if k.startswith("dev_") else f"dev_{k}"): float(v) for k, v in dict(vector).items()
+        }
     frame = pd.DataFrame.from_dict(table, orient="index", dtype="float64")
     return frame.reindex(device_ids.astype(str).to_numpy()).set_index(device_ids.index)
 
@@ -88,7 +118,9 @@ def _static_join(frame: pd.DataFrame, static: pd.DataFrame | None) -> pd.DataFra
         return None
     cols = [c for c in static.columns if c.startswith("s_")]
     keys = frame["kernel_id"]
-    per_config = static["params_json"].notna() if "params_json" in static.columns else pd.Series(False, static.index)
+    per_config = (
+        static["params_json"].notna() if "params_json" in static.columns else pd.Series(False, static.index)
+    )
     by_kernel = static[~per_config].drop_duplicates("kernel_id").set_index("kernel_id")[cols]
     out = by_kernel.reindex(keys.astype(str).to_numpy()).set_index(keys.index)
     if per_config.any() and all(k in frame.columns for k in CONFIG_KEYS):
@@ -100,16 +132,23 @@ def _static_join(frame: pd.DataFrame, static: pd.DataFrame | None) -> pd.DataFra
     return out
 
 
-def build_feature_table(measurements: pd.DataFrame, kernels: pd.DataFrame, catalog: Any,
-                        static: pd.DataFrame | None = None,
-                        device_vector: Callable[[Any], Mapping[str, float]] | None = None) -> pd.DataFrame:
+def build_feature_table(
+    measurements: pd.DataFrame,
+    kernels: pd.DataFrame,
+    catalog: Any,
+    static: pd.DataFrame | None = None,
+    device_vector: Callable[[Any], Mapping[str, float]] | None = None,
+) -> pd.DataFrame:
     """One row per measurement, in the measurements' order (pure: no I/O).
 
     ``device_vector`` maps a catalog spec to its features (default: ``components.devices.device_feature_vector``).
     """
     frame = _joined(measurements, kernels)
-    parts = [frame.reindex(columns=list(KEY_COLUMNS)), frame.reindex(columns=list(TARGET_COLUMNS)),
-             frame.reindex(columns=list(LABEL_COLUMNS))]
+    parts = [
+        frame.reindex(columns=list(KEY_COLUMNS)),
+        frame.reindex(columns=list(TARGET_COLUMNS)),
+        frame.reindex(columns=list(LABEL_COLUMNS)),
+    ]
     analytical = analytical_features(frame, catalog)
     note = analytical.pop("feature_note")
     missing_kernel = frame["family"].isna().to_numpy()
@@ -125,15 +164,25 @@ def build_feature_table(measurements: pd.DataFrame, kernels: pd.DataFrame, catal
     return table.reset_index(drop=True)
 
 
-def _chunk_task(measurements: pd.DataFrame, kernels: pd.DataFrame, catalog: Any,
-                static: pd.DataFrame | None, device_vector: Any) -> pd.DataFrame:
+def _chunk_task(
+    measurements: pd.DataFrame,
+    kernels: pd.DataFrame,
+    catalog: Any,
+    static: pd.DataFrame | None,
+    device_vector: Any,
+) -> pd.DataFrame:
     return build_feature_table(measurements, kernels, catalog, static, device_vector)
 
 
-def build_features_parallel(measurements: pd.DataFrame, kernels: pd.DataFrame, catalog: Any,
-                            static: pd.DataFrame | None = None, n_chunks: int = 4,
-                            settings: Any = None,
-                            device_vector: Callable[[Any], Mapping[str, float]] | None = None) -> pd.DataFrame:
+def build_features_parallel(
+    measurements: pd.DataFrame,
+    kernels: pd.DataFrame,
+    catalog: Any,
+    static: pd.DataFrame | None = None,
+    n_chunks: int = 4,
+    settings: Any = None,
+    device_vector: Callable[[Any], Mapping[str, float]] | None = None,
+) -> pd.DataFrame:
     """``build_feature_table`` over ``n_chunks`` row chunks as Ray tasks; identical to the serial result."""
     import ray
 
@@ -147,8 +196,11 @@ def build_features_parallel(measurements: pd.DataFrame, kernels: pd.DataFrame, c
     kernels_ref, catalog_ref = ray.put(kernels), ray.put(catalog)
     static_ref = ray.put(static)
     bounds = np.linspace(0, len(measurements), min(n_chunks, len(measurements)) + 1).astype(int)
-    futures = [remote.remote(measurements.iloc[lo:hi], kernels_ref, catalog_ref, static_ref, device_vector)
-               for lo, hi in zip(bounds[:-1], bounds[1:], strict=True) if hi > lo]
+    futures = [
+        remote.remote(measurements.iloc[lo:hi], kernels_ref, catalog_ref, static_ref, device_vector)
+        for lo, hi in zip(bounds[:-1], bounds[1:], strict=True)
+        if hi > lo
+    ]
     chunks = ray.get(futures)
     table = pd.concat(chunks, ignore_index=True)
     # Chunks may lack optional columns (e.g. no static row matched); align to the union, serial order.
@@ -176,5 +228,9 @@ def write_features(df: pd.DataFrame, path: Path) -> Path:
 def coverage_summary(table: pd.DataFrame) -> pd.DataFrame:
     """Rows and rows with a roofline time, per source and family (for the CLI's report)."""
     has = table["f_roofline_time_us"].notna() | table["m_roofline_time_us"].notna()
-    return (table.assign(_has=has).groupby(["source", "family"], dropna=False)["_has"]
-            .agg(rows="size", with_roofline="sum").reset_index())
+    return (
+        table.assign(_has=has)
+        .groupby(["source", "family"], dropna=False)["_has"]
+        .agg(rows="size", with_roofline="sum")
+        .reset_index()
+    )

@@ -57,7 +57,9 @@ def static_stage(inputs: StaticInputs) -> StaticResult:
     return StaticResult(Path(inputs.out_file), len(table), table.shape[1] - 1, coverage)
 
 
-def _hip_config_rows(kernels: pd.DataFrame, canonical_dir: Path, datasets_dir: Path) -> tuple[pd.DataFrame, dict]:
+def _hip_config_rows(
+    kernels: pd.DataFrame, canonical_dir: Path, datasets_dir: Path
+) -> tuple[pd.DataFrame, dict]:
     """benchmark_hub's HIP tuning configurations (a hash-chosen sample, static_hip_table), or nothing
     -- with the reason in the coverage -- where no HIP compiler is installed."""
     from components.features.static_hip import hip_available
@@ -70,8 +72,12 @@ def _hip_config_rows(kernels: pd.DataFrame, canonical_dir: Path, datasets_dir: P
         return pd.DataFrame(), {"skipped": f"no {measurements_file} beside the kernels table"}
     from components.devices import load_catalog
 
-    measurements = pd.read_parquet(measurements_file, columns=["kernel_id", "params_json", "device_id", "source"])
-    return build_hip_config_table(measurements, kernels, load_catalog(), datasets_dir, HIP_CONFIG_SHARE, workers=2)
+    measurements = pd.read_parquet(
+        measurements_file, columns=["kernel_id", "params_json", "device_id", "source"]
+    )
+    return build_hip_config_table(
+        measurements, kernels, load_catalog(), datasets_dir, HIP_CONFIG_SHARE, workers=2
+    )
 
 
 # --------------------------------------------------------------------------- features

@@ -54,19 +54,19 @@ from components.features.static_sass import (
 from components.features.static_source import prepare_source
 
 __all__ = [
+    "INSTRUCTION_CLASSES",
     "CompileError",
-    "NoKernelError",
     "KernelStatic",
+    "NoKernelError",
     "StaticReport",
-    "analyze_source",
     "analyze_file",
     "analyze_program",
-    "static_feature_frame",
-    "kernel_key",
-    "short_kernel_name",
+    "analyze_source",
     "kernel_instance",
-    "INSTRUCTION_CLASSES",
+    "kernel_key",
     "launch_features",
+    "short_kernel_name",
+    "static_feature_frame",
 ]
 
 
@@ -135,21 +135,37 @@ def _no_kernel_reason(source: str, prepared: Any, report: StaticReport) -> str:
     """Why a compiled source produced no kernel, in one sentence a user can act on."""
     if "__global__" not in prepared.text:
         if "__global__" in source:
-            return "its __global__ functions were removed with the host code (defined inside a host-only block?)"
+            return (
+                "its __global__ functions were removed with the host code (defined inside a host-only block?)"
+            )
         return "the file defines no __global__ function (host code only?)"
-    templates = sorted(set(re.findall(
-        r"template\s*<[^{;]*?>\s*(?:static\s+)?__global__\s*(?:__launch_bounds__\s*\([^()]*\)\s*)?"
-        r"[^(;{]*?\b([A-Za-z_]\w*)\s*\(", prepared.text, re.S)))
+    templates = sorted(
+        set(
+            re.findall(
+                r"template\s*<[^{;]*?>\s*(?:static\s+)?__global__\s*(?:__launch_bounds__\s*\([^()]*\)\s*)?"
+                r"[^(;{]*?\b([A-Za-z_]\w*)\s*\(",
+                prepared.text,
+                re.S,
+            )
+        )
+    )
     if report.uninstantiated_templates:
-        return ("template kernel launches " + ", ".join(report.uninstantiated_templates[:4])
-                + " could not be instantiated (their template arguments name types or constants this file does "
-                  "not define; pass them with -D or add an explicit instantiation)")
+        return (
+            "template kernel launches "
+            + ", ".join(report.uninstantiated_templates[:4])
+            + " could not be instantiated (their template arguments name types or constants this file does "
+            "not define; pass them with -D or add an explicit instantiation)"
+        )
     if templates:
-        return ("template kernel(s) " + ", ".join(templates[:4]) + " are never instantiated: no launch site "
-                "k<...><<<...>>> with arguments this file defines was found; add one or an explicit instantiation "
-                "such as 'template __global__ void " + templates[0] + "<float>(...);'")
-    return ("no __global__ function survived preprocessing: kernels declared through a macro (#define GLOBAL "
-            "__global__) or compiled out by #if/#ifdef (pass the macros with -D)")
+        return (
+            "template kernel(s) " + ", ".join(templates[:4]) + " are never instantiated: no launch site "
+            "k<...><<<...>>> with arguments this file defines was found; add one or an explicit instantiation "
+            "such as 'template __global__ void " + templates[0] + "<float>(...);'"
+        )
+    return (
+        "no __global__ function survived preprocessing: kernels declared through a macro (#define GLOBAL "
+        "__global__) or compiled out by #if/#ifdef (pass the macros with -D)"
+    )
 
 
 def _build_report(
@@ -252,11 +268,16 @@ def _hint(prepared: Any, log: str) -> str | None:
     """What a user can do about a failed compile: the include path or macros it lacked."""
     hints = []
     if prepared.missing_includes:
-        hints.append("include " + ", ".join(f'"{n}"' for n in prepared.missing_includes[:3])
-                     + " not found: pass its folder with -I")
+        hints.append(
+            "include "
+            + ", ".join(f'"{n}"' for n in prepared.missing_includes[:3])
+            + " not found: pass its folder with -I"
+        )
     undefined = re.findall(r'identifier "([A-Z][A-Z0-9_]*)" is undefined', log)
     if undefined:
-        hints.append("macro " + ", ".join(sorted(set(undefined))[:3]) + " undefined: pass it with -D NAME=VALUE")
+        hints.append(
+            "macro " + ", ".join(sorted(set(undefined))[:3]) + " undefined: pass it with -D NAME=VALUE"
+        )
     if "#error" in log and prepared.required_macros:
         hints.append("the source requires -D " + " or ".join(prepared.required_macros[:3]))
     return "; ".join(hints) or None
@@ -265,7 +286,9 @@ def _hint(prepared: Any, log: str) -> str | None:
 MAX_SINGLE_TRIES = 12  # instantiations tried one by one after a failed joint compile
 
 
-def _compiles(text: str, name: str, options: list[str], expr: str, timeout_s: float, memory_bytes: int) -> bool:
+def _compiles(
+    text: str, name: str, options: list[str], expr: str, timeout_s: float, memory_bytes: int
+) -> bool:
     try:
         compile_to_cubin(text, name, options, [expr], timeout_s, memory_bytes)
     except CompileError:
@@ -287,8 +310,11 @@ def _compile_and_analyze(
             # One harvested instantiation may not compile (a type the file lacks): keep those that
             # do, each tried alone (a few compiles, only on this path), and the plain kernels.
             result = compile_to_cubin(prepared.text, name, options, [], timeout_s, memory_bytes)
-            exprs = [e for e in exprs[:MAX_SINGLE_TRIES] if _compiles(prepared.text, name, options, e, timeout_s,
-                                                                     memory_bytes)]
+            exprs = [
+                e
+                for e in exprs[:MAX_SINGLE_TRIES]
+                if _compiles(prepared.text, name, options, e, timeout_s, memory_bytes)
+            ]
             if exprs:
                 result = compile_to_cubin(prepared.text, name, options, exprs, timeout_s, memory_bytes)
     except CompileError as exc:
@@ -358,7 +384,9 @@ def analyze_program(
             results.append(analyze_file(cu, arch, source_id=folder.name, **kwargs))
         except NoKernelError as exc:
             if "__global__" in cu.read_text(errors="replace"):
-                results.append(exc)  # a host-only file (main.cu launching kernels defined elsewhere) is no failure
+                results.append(
+                    exc
+                )  # a host-only file (main.cu launching kernels defined elsewhere) is no failure
         except CompileError as exc:
             results.append(exc)
     return results

@@ -30,7 +30,9 @@ AMD_CLASSES: tuple[str, ...] = ("valu", "salu", "vmem", "smem", "lds", "matrix",
 
 _TRANSCENDENTAL = re.compile(r"^v_(exp|log|rcp|rsq|sqrt|sin|cos)(_legacy)?_")
 _MATRIX = re.compile(r"^v_(mfma|smfmac|wmma|swmmac)")
-_TYPE_TOKEN = re.compile(r"_(f64|f32|f16|bf16|b64|b32|b16|i64|i32|i24|i16|i8|u64|u32|u24|u16|u8|i4|u4)(?=_|$)")
+_TYPE_TOKEN = re.compile(
+    r"_(f64|f32|f16|bf16|b64|b32|b16|i64|i32|i24|i16|i8|u64|u32|u24|u16|u8|i4|u4)(?=_|$)"
+)
 _LABEL = re.compile(r"^([.\w$]+):")
 _BRANCH_TARGET = re.compile(r"^s_(?:c?branch\w*)\s+([.\w$]+)")
 
@@ -65,8 +67,18 @@ def classify_instruction(mnemonic: str) -> tuple[str | None, str | None]:
         return "barrier", "salu"
     if op.startswith(("s_branch", "s_cbranch", "s_setpc", "s_swappc", "s_endpgm", "s_trap")):
         return "branch", "branch"
-    if op.startswith(("s_load", "s_buffer_load", "s_store", "s_buffer_store", "s_dcache", "s_memtime",
-                      "s_memrealtime", "s_scratch")):
+    if op.startswith(
+        (
+            "s_load",
+            "s_buffer_load",
+            "s_store",
+            "s_buffer_store",
+            "s_dcache",
+            "s_memtime",
+            "s_memrealtime",
+            "s_scratch",
+        )
+    ):
         return "other", "smem"
     if op.startswith("s_"):
         return "other", "salu"
@@ -178,9 +190,14 @@ def analyze_function(fn: AmdFunction) -> FunctionIsa:
             amd[amd_class] += 1
         barriers += mnemonic == "s_barrier"
     nest = max((max(depth[lo : hi + 1]) for lo, hi in bodies), default=0)
-    return FunctionIsa(fn.name, dict(counts, total=sum(counts.values())),
-                       dict(in_loop, total=sum(in_loop.values())),
-                       {"count": len(bodies), "max_depth": nest}, amd, barriers)
+    return FunctionIsa(
+        fn.name,
+        dict(counts, total=sum(counts.values())),
+        dict(in_loop, total=sum(in_loop.values())),
+        {"count": len(bodies), "max_depth": nest},
+        amd,
+        barriers,
+    )
 
 
 def kernel_metadata(asm: str) -> dict[str, dict[str, Any]]:
@@ -232,7 +249,9 @@ def waves_per_simd_by_registers(arch: str, vgprs: int, agprs: int = 0) -> int:
     return max(min(waves, limits.max_waves_per_simd), 0)
 
 
-def occupancy(arch: str, vgprs: int, agprs: int, lds_bytes: int, threads_per_block: int, spec: Any) -> dict[str, Any]:
+def occupancy(
+    arch: str, vgprs: int, agprs: int, lds_bytes: int, threads_per_block: int, spec: Any
+) -> dict[str, Any]:
     """Resident waves per CU for a block size, from the ISA's register file and the catalog GPU's
     limits (``warp_size``, ``max_warps_per_sm``, ``max_ctas_per_sm``, ``max_smem_per_sm_kb``).
 
@@ -253,11 +272,24 @@ def occupancy(arch: str, vgprs: int, agprs: int, lds_bytes: int, threads_per_blo
     limiter = min(limits, key=lambda k: limits[k])
     blocks = max(limits[limiter], 0)
     waves = min(blocks * waves_per_block, max_waves)
-    return {"waves_per_cu": float(waves), "occupancy": waves / max_waves, "blocks_per_cu": float(blocks),
-            "limiter": limiter}
+    return {
+        "waves_per_cu": float(waves),
+        "occupancy": waves / max_waves,
+        "blocks_per_cu": float(blocks),
+        "limiter": limiter,
+    }
 
 
 __all__ = [
-    "AMD_CLASSES", "AmdFunction", "FunctionIsa", "IsaLimits", "analyze_function", "classify_instruction",
-    "isa_limits", "kernel_metadata", "occupancy", "split_functions", "waves_per_simd_by_registers",
+    "AMD_CLASSES",
+    "AmdFunction",
+    "FunctionIsa",
+    "IsaLimits",
+    "analyze_function",
+    "classify_instruction",
+    "isa_limits",
+    "kernel_metadata",
+    "occupancy",
+    "split_functions",
+    "waves_per_simd_by_registers",
 ]

@@ -49,8 +49,11 @@ def parse_build_file(path: Path) -> BuildDefaults:
     found = BuildDefaults(origin=[str(path)])
     text = path.read_text(errors="replace")
     if path.name == "CMakeLists.txt":
-        for body in re.findall(r"(?:add_definitions|add_compile_definitions|target_compile_definitions)\s*\(([^)]*)\)",
-                               text, re.I):
+        for body in re.findall(
+            r"(?:add_definitions|add_compile_definitions|target_compile_definitions)\s*\(([^)]*)\)",
+            text,
+            re.I,
+        ):
             for tok in body.split():
                 tok = tok.strip('"')
                 if tok.startswith("-D"):
@@ -113,8 +116,11 @@ def guard_defaults(text: str, given: dict[str, str]) -> tuple[dict[str, str], li
     for match in _DIRECTIVE.finditer(text):
         word, rest = match.group(1), match.group(2)
         if word in ("if", "ifdef", "ifndef"):
-            names = ([rest.split()[0]] if word != "if" and rest.split() else
-                     re.findall(r"defined\s*\(?\s*([A-Za-z_]\w*)", rest))
+            names = (
+                [rest.split()[0]]
+                if word != "if" and rest.split()
+                else re.findall(r"defined\s*\(?\s*([A-Za-z_]\w*)", rest)
+            )
             chains.append(names)
             kinds.append(word)
             in_else.append(False)

@@ -29,7 +29,9 @@ def default_cache_dir() -> Path:
 def cache_key(text: str, name_expressions: Sequence[str], options: Sequence[str], name: str) -> str:
     """SHA-256 of everything a compile's result depends on."""
     return hashlib.sha256(
-        json.dumps([CACHE_VERSION, text, list(name_expressions), list(options), name], sort_keys=True).encode()
+        json.dumps(
+            [CACHE_VERSION, text, list(name_expressions), list(options), name], sort_keys=True
+        ).encode()
     ).hexdigest()
 
 

@@ -22,7 +22,18 @@ from typing import Any
 # What NVRTC 13 (the compiler this project uses: the ``nvidia-cuda-nvrtc`` wheel through
 # ``cuda-bindings``) targets; the live list comes from ``nvrtcGetSupportedArchs`` when it loads.
 SUPPORTED_ARCHS: tuple[str, ...] = (
-    "sm_75", "sm_80", "sm_86", "sm_87", "sm_88", "sm_89", "sm_90", "sm_100", "sm_103", "sm_110", "sm_120", "sm_121",
+    "sm_75",
+    "sm_80",
+    "sm_86",
+    "sm_87",
+    "sm_88",
+    "sm_89",
+    "sm_90",
+    "sm_100",
+    "sm_103",
+    "sm_110",
+    "sm_120",
+    "sm_121",
 )
 DEFAULT_TIMEOUT_S: float = 120.0
 DEFAULT_MEMORY_BYTES: int = 8 << 30  # address space; NVRTC + ptxas reserve a lot of virtual memory
@@ -32,7 +43,9 @@ CUDA_INCLUDE_ENV = "KERNELCAST_CUDA_INCLUDE"
 class CompileError(Exception):
     """A source that NVRTC rejected (or that hit the time/memory limit); carries the compiler log."""
 
-    def __init__(self, name: str, log: str, reason: str = "compilation failed", hint: str | None = None) -> None:
+    def __init__(
+        self, name: str, log: str, reason: str = "compilation failed", hint: str | None = None
+    ) -> None:
         self.name = name
         self.log = log
         self.reason = reason
@@ -62,7 +75,7 @@ def supported_archs() -> tuple[str, ...]:
         status, archs = nvrtc.nvrtcGetSupportedArchs()
         if status == nvrtc.nvrtcResult.NVRTC_SUCCESS and archs:
             return tuple(f"sm_{int(a)}" for a in archs)
-    except Exception:  # noqa: BLE001 -- no NVRTC wheel: the static list still names the targets
+    except Exception:
         pass
     return SUPPORTED_ARCHS
 
@@ -101,8 +114,10 @@ def compile_arch(arch: str) -> tuple[str, str | None]:
     number = _arch_number(norm)
     older = [t for t in targets if _arch_number(t) <= number]
     chosen = max(older, key=_arch_number) if older else min(targets, key=_arch_number)
-    return chosen, (f"{norm} is not a target of the installed NVRTC (targets: {targets[0]}..{targets[-1]}); "
-                    f"SASS compiled for {chosen}, the nearest it supports")
+    return chosen, (
+        f"{norm} is not a target of the installed NVRTC (targets: {targets[0]}..{targets[-1]}); "
+        f"SASS compiled for {chosen}, the nearest it supports"
+    )
 
 
 def arch_for_device(spec: Any) -> tuple[str, str | None]:
@@ -113,8 +128,10 @@ def arch_for_device(spec: Any) -> tuple[str, str | None]:
     """
     if getattr(spec, "vendor", "nvidia") != "nvidia":
         chosen, _ = compile_arch("sm_90")
-        return chosen, (f"{spec.name} is an AMD GPU ({spec.compute_capability}): instruction mix taken from "
-                        f"NVIDIA {chosen} SASS of the same source")
+        return chosen, (
+            f"{spec.name} is an AMD GPU ({spec.compute_capability}): instruction mix taken from "
+            f"NVIDIA {chosen} SASS of the same source"
+        )
     chosen, note = compile_arch(str(spec.compute_capability))
     return chosen, (f"{spec.name}: {note}" if note else None)
 

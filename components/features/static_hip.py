@@ -47,15 +47,40 @@ INSTALL_HINT = "install the HIP compiler with `apt-get install hipcc rocm-device
 
 # ISAs Debian's ROCm 5.2 device libraries and clang 15 compile for (oclc_isa_version_*.bc).
 SUPPORTED_ARCHS: tuple[str, ...] = (
-    "gfx900", "gfx902", "gfx904", "gfx906", "gfx908", "gfx909", "gfx90a", "gfx90c", "gfx940",
-    "gfx1010", "gfx1011", "gfx1012", "gfx1013", "gfx1030", "gfx1031", "gfx1032", "gfx1033", "gfx1034",
-    "gfx1035", "gfx1036",
+    "gfx900",
+    "gfx902",
+    "gfx904",
+    "gfx906",
+    "gfx908",
+    "gfx909",
+    "gfx90a",
+    "gfx90c",
+    "gfx940",
+    "gfx1010",
+    "gfx1011",
+    "gfx1012",
+    "gfx1013",
+    "gfx1030",
+    "gfx1031",
+    "gfx1032",
+    "gfx1033",
+    "gfx1034",
+    "gfx1035",
+    "gfx1036",
 )
 # An ISA clang 15 lacks -> the nearest one it knows (same family: same wave size, same matrix units).
 NEAREST_ARCH: dict[str, str] = {
-    "gfx941": "gfx940", "gfx942": "gfx940", "gfx950": "gfx940",
-    "gfx1100": "gfx1030", "gfx1101": "gfx1030", "gfx1102": "gfx1030", "gfx1103": "gfx1030",
-    "gfx1150": "gfx1030", "gfx1151": "gfx1030", "gfx1200": "gfx1030", "gfx1201": "gfx1030",
+    "gfx941": "gfx940",
+    "gfx942": "gfx940",
+    "gfx950": "gfx940",
+    "gfx1100": "gfx1030",
+    "gfx1101": "gfx1030",
+    "gfx1102": "gfx1030",
+    "gfx1103": "gfx1030",
+    "gfx1150": "gfx1030",
+    "gfx1151": "gfx1030",
+    "gfx1200": "gfx1030",
+    "gfx1201": "gfx1030",
 }
 # The issue's targets: MI100 (CDNA1), MI200 (CDNA2), MI300 (CDNA3), RDNA2.
 TARGET_ARCHS: tuple[str, ...] = ("gfx908", "gfx90a", "gfx940", "gfx1030")
@@ -83,23 +108,38 @@ def hip_toolchain() -> dict[str, str]:
     if given:  # an explicit compiler (a ROCm install elsewhere) must exist
         clang = given if Path(given).is_file() else None
     else:  # Debian's hipcc package drives clang++-15; without hipcc its HIP headers are absent too
-        clang = (shutil.which("clang++-15") or "/usr/lib/llvm-15/bin/clang++") if shutil.which("hipcc") else None
+        clang = (
+            (shutil.which("clang++-15") or "/usr/lib/llvm-15/bin/clang++") if shutil.which("hipcc") else None
+        )
     if not clang or not Path(clang).is_file():
         raise HipToolchainMissing(f"hipcc / clang++-15{f' ({CLANG_ENV}={given})' if given else ''}")
-    libs = [os.environ.get(DEVICE_LIB_ENV, ""), "/usr/lib/x86_64-linux-gnu/amdgcn/bitcode",
-            "/usr/lib/amdgcn/bitcode", "/opt/rocm/amdgcn/bitcode"]
+    libs = [
+        os.environ.get(DEVICE_LIB_ENV, ""),
+        "/usr/lib/x86_64-linux-gnu/amdgcn/bitcode",
+        "/usr/lib/amdgcn/bitcode",
+        "/opt/rocm/amdgcn/bitcode",
+    ]
     device_libs = next((d for d in libs if d and (Path(d) / "ockl.bc").is_file()), None)
     if device_libs is None:
         raise HipToolchainMissing("rocm-device-libs: no amdgcn/bitcode/ockl.bc")
-    include = next((d for d in ("/usr/include", "/opt/rocm/include") if (Path(d) / "hip" / "hip_runtime.h").is_file()),
-                   None)
+    include = next(
+        (d for d in ("/usr/include", "/opt/rocm/include") if (Path(d) / "hip" / "hip_runtime.h").is_file()),
+        None,
+    )
     if include is None:
-        raise HipToolchainMissing("HIP headers: no hip/hip_runtime.h (package libamdhip64-dev, pulled in by hipcc)")
+        raise HipToolchainMissing(
+            "HIP headers: no hip/hip_runtime.h (package libamdhip64-dev, pulled in by hipcc)"
+        )
     bin_dir = Path(os.path.realpath(clang)).parent
     cxxfilt = shutil.which("llvm-cxxfilt-15") or str(bin_dir / "llvm-cxxfilt")
     version = subprocess.run([clang, "--version"], capture_output=True, text=True, timeout=30).stdout
-    return {"clang": clang, "device_libs": device_libs, "include": include, "cxxfilt": cxxfilt,
-            "version": version.splitlines()[0] if version else "unknown"}
+    return {
+        "clang": clang,
+        "device_libs": device_libs,
+        "include": include,
+        "cxxfilt": cxxfilt,
+        "version": version.splitlines()[0] if version else "unknown",
+    }
 
 
 def hip_available() -> bool:
@@ -115,7 +155,9 @@ def check_amd_arch(arch: str) -> str:
     """Normalise 'gfx90a'/'GFX942'/'gfx90a:xnack-' -> 'gfx90a'; reject what is no AMD ISA."""
     text = arch.strip().lower().split(":")[0]
     if not re.fullmatch(r"gfx\d{2,4}[a-f]?", text):
-        raise ValueError(f"unknown AMD arch {arch!r}; expected an AMDGPU ISA such as gfx908, gfx90a, gfx942, gfx1030")
+        raise ValueError(
+            f"unknown AMD arch {arch!r}; expected an AMDGPU ISA such as gfx908, gfx90a, gfx942, gfx1030"
+        )
     return text
 
 
@@ -127,8 +169,10 @@ def hip_compile_arch(arch: str) -> tuple[str, str | None]:
     chosen = NEAREST_ARCH.get(norm)
     if chosen is None:  # nearest by family: RDNA (gfx10+) -> gfx1030, otherwise CDNA3
         chosen = "gfx1030" if len(norm) == 7 else "gfx940"
-    return chosen, (f"{norm} is not known to the installed HIP compiler (clang 15, ROCm 5.2 device libraries); "
-                    f"ISA compiled for {chosen}, the nearest it supports")
+    return chosen, (
+        f"{norm} is not known to the installed HIP compiler (clang 15, ROCm 5.2 device libraries); "
+        f"ISA compiled for {chosen}, the nearest it supports"
+    )
 
 
 def hip_arch_for_device(spec: Any) -> tuple[str, str | None]:
@@ -140,10 +184,17 @@ def hip_arch_for_device(spec: Any) -> tuple[str, str | None]:
 # --------------------------------------------------------------------------- CUDA -> HIP
 # CUDA headers kernels include -> HIP twins; headers with no HIP twin in ROCm 5.2 -> why.
 _HEADER_MAP: dict[str, str] = {
-    "cuda_runtime.h": "hip/hip_runtime.h", "cuda.h": "hip/hip_runtime.h", "cuda_fp16.h": "hip/hip_fp16.h",
-    "cuda_fp16.hpp": "hip/hip_fp16.h", "cuda_bf16.h": "hip/hip_bfloat16.h", "cooperative_groups.h":
-    "hip/hip_cooperative_groups.h", "cuComplex.h": "hip/hip_complex.h", "math_constants.h": "",
-    "device_launch_parameters.h": "", "sm_60_atomic_functions.h": "", "sm_20_intrinsics.h": "",
+    "cuda_runtime.h": "hip/hip_runtime.h",
+    "cuda.h": "hip/hip_runtime.h",
+    "cuda_fp16.h": "hip/hip_fp16.h",
+    "cuda_fp16.hpp": "hip/hip_fp16.h",
+    "cuda_bf16.h": "hip/hip_bfloat16.h",
+    "cooperative_groups.h": "hip/hip_cooperative_groups.h",
+    "cuComplex.h": "hip/hip_complex.h",
+    "math_constants.h": "",
+    "device_launch_parameters.h": "",
+    "sm_60_atomic_functions.h": "",
+    "sm_20_intrinsics.h": "",
 }
 _UNTRANSLATABLE: tuple[tuple[str, str], ...] = (
     (r"\basm\s*(volatile\s*)?\(", "inline PTX assembly (asm) has no AMDGPU translation"),
@@ -152,7 +203,10 @@ _UNTRANSLATABLE: tuple[tuple[str, str], ...] = (
     (r"#\s*include\s*<cuda/", "libcu++ (cuda/...) has no HIP translation"),
     (r"#\s*include\s*<curand", "cuRAND device API (hipRAND is not installed)"),
     (r"#\s*include\s*<cuda_(pipeline|awbarrier)", "CUDA async-copy pipeline has no HIP translation"),
-    (r"#\s*include\s*<cooperative_groups/", "cooperative_groups sub-headers (reduce/memcpy_async) are not in HIP 5.2"),
+    (
+        r"#\s*include\s*<cooperative_groups/",
+        "cooperative_groups sub-headers (reduce/memcpy_async) are not in HIP 5.2",
+    ),
     (r"\b__nv_|\b__cvta_|\bcuda::", "CUDA-only intrinsics (__nv_*, __cvta_*, cuda::)"),
 )
 HIP_PRELUDE = r"""#include <hip/hip_runtime.h>
@@ -194,8 +248,12 @@ def untranslatable_reason(source: str) -> str | None:
     return None
 
 
-def cuda_to_hip(source: str, path: Path | None = None, include_dirs: tuple[Path, ...] = (),
-                defines: Mapping[str, str] | None = None) -> tuple[str, dict[str, str]]:
+def cuda_to_hip(
+    source: str,
+    path: Path | None = None,
+    include_dirs: tuple[Path, ...] = (),
+    defines: Mapping[str, str] | None = None,
+) -> tuple[str, dict[str, str]]:
     """(HIP device source, default defines) from a CUDA program; raises CompileError when untranslatable.
 
     Host code is dropped as for NVRTC (static_source); template kernels launched in host code are
@@ -211,13 +269,15 @@ def cuda_to_hip(source: str, path: Path | None = None, include_dirs: tuple[Path,
         raise CompileError(name, why, "no HIP translation")
 
     def header(match: re.Match[str]) -> str:
-        target = _HEADER_MAP.get(match.group(1).strip(), None)
+        target = _HEADER_MAP.get(match.group(1).strip())
         return f"#include <{target}>" if target else f"/* kc: {match.group(1)} (CUDA-only, dropped) */"
 
     text = re.sub(r'^[ \t]*#[ \t]*include[ \t]*[<"]([^>"]+)[>"]', header, text, flags=re.M)
     text = re.sub(r"\bcuda(?=[A-Z]\w*\b)", "hip", text)
-    instances = "".join(f"\nstatic void* __kc_instance_{i} = (void*)&{expr};"
-                        for i, expr in enumerate(prepared.name_expressions))
+    instances = "".join(
+        f"\nstatic void* __kc_instance_{i} = (void*)&{expr};"
+        for i, expr in enumerate(prepared.name_expressions)
+    )
     return HIP_PRELUDE + "#line 1\n" + text + instances + "\n", dict(prepared.default_defines)
 
 
@@ -239,7 +299,11 @@ def cuda_to_hip_whole(source: str, path: Path | None = None, include_dirs: tuple
         name = match.group(1).strip()
         if name not in _HEADER_MAP:
             return match.group(0)
-        return f"#include <{_HEADER_MAP[name]}>" if _HEADER_MAP[name] else f"/* kc: {name} (CUDA-only, dropped) */"
+        return (
+            f"#include <{_HEADER_MAP[name]}>"
+            if _HEADER_MAP[name]
+            else f"/* kc: {name} (CUDA-only, dropped) */"
+        )
 
     text = re.sub(r'^[ \t]*#[ \t]*include[ \t]*[<"]([^>"]+)[>"]', header, text, flags=re.M)
     text = re.sub(r"\bcuda(?=[A-Z]\w*\b)", "hip", text)
@@ -253,13 +317,29 @@ def hip_source_text(source: str) -> str:
 
 
 # --------------------------------------------------------------------------- compile
-def build_hip_options(arch: str, include_dirs: Iterable[Path], defines: Mapping[str, str] | None = None) -> list[str]:
+def build_hip_options(
+    arch: str, include_dirs: Iterable[Path], defines: Mapping[str, str] | None = None
+) -> list[str]:
     """clang flags: HIP device-only assembler text for one ISA, as hipcc would compile it (-O3, the
     same inlining flags hipcc passes), warnings off."""
     chain = hip_toolchain()
-    opts = ["-x", "hip", "-std=c++17", f"--offload-arch={arch}", "--cuda-device-only", "--no-gpu-bundle-output",
-            "-S", "-O3", "-w", "-mllvm", "-amdgpu-early-inline-all=true", "-mllvm", "-amdgpu-function-calls=false",
-            "--rocm-path=/usr", f"--hip-device-lib-path={chain['device_libs']}"]
+    opts = [
+        "-x",
+        "hip",
+        "-std=c++17",
+        f"--offload-arch={arch}",
+        "--cuda-device-only",
+        "--no-gpu-bundle-output",
+        "-S",
+        "-O3",
+        "-w",
+        "-mllvm",
+        "-amdgpu-early-inline-all=true",
+        "-mllvm",
+        "-amdgpu-function-calls=false",
+        "--rocm-path=/usr",
+        f"--hip-device-lib-path={chain['device_libs']}",
+    ]
     if chain["include"] != "/usr/include":  # /usr/include is on the default path (an -isystem breaks <cmath>)
         opts.append(f"-isystem{chain['include']}")
     opts += [f"-I{Path(d)}" for d in include_dirs]
@@ -267,8 +347,13 @@ def build_hip_options(arch: str, include_dirs: Iterable[Path], defines: Mapping[
     return opts
 
 
-def compile_to_asm(source: str, name: str, options: list[str], timeout_s: float = DEFAULT_TIMEOUT_S,
-                   memory_bytes: int = DEFAULT_MEMORY_BYTES) -> str:
+def compile_to_asm(
+    source: str,
+    name: str,
+    options: list[str],
+    timeout_s: float = DEFAULT_TIMEOUT_S,
+    memory_bytes: int = DEFAULT_MEMORY_BYTES,
+) -> str:
     """Compile ``source`` with clang in a limited child process; the assembler text, or CompileError."""
     from components.features.static_compile import _limit_child
 
@@ -277,11 +362,17 @@ def compile_to_asm(source: str, name: str, options: list[str], timeout_s: float 
         src, out = Path(tmp) / "kernel.hip", Path(tmp) / "kernel.s"
         src.write_text(source)
         try:
-            proc = subprocess.run([chain["clang"], *options, str(src), "-o", str(out)], capture_output=True,
-                                  timeout=timeout_s, cwd=tmp,
-                                  preexec_fn=lambda: _limit_child(memory_bytes, int(timeout_s) + 1))
+            proc = subprocess.run(
+                [chain["clang"], *options, str(src), "-o", str(out)],
+                capture_output=True,
+                timeout=timeout_s,
+                cwd=tmp,
+                preexec_fn=lambda: _limit_child(memory_bytes, int(timeout_s) + 1),
+            )
         except subprocess.TimeoutExpired as exc:
-            raise CompileError(name, f"clang did not finish within {timeout_s:g} s", "time limit exceeded") from exc
+            raise CompileError(
+                name, f"clang did not finish within {timeout_s:g} s", "time limit exceeded"
+            ) from exc
         log = proc.stderr.decode(errors="replace").replace(str(src), name)
         if proc.returncode != 0 or not out.is_file():
             if proc.returncode < 0 or "bad_alloc" in log or "out of memory" in log.lower():
@@ -294,8 +385,9 @@ def _demangle(symbols: list[str]) -> dict[str, str]:
     if not symbols:
         return {}
     try:
-        proc = subprocess.run([hip_toolchain()["cxxfilt"]], input="\n".join(symbols), capture_output=True,
-                              text=True, timeout=30)
+        proc = subprocess.run(
+            [hip_toolchain()["cxxfilt"]], input="\n".join(symbols), capture_output=True, text=True, timeout=30
+        )
         lines = proc.stdout.splitlines()
     except (OSError, subprocess.SubprocessError):
         return {}
@@ -305,8 +397,12 @@ def _demangle(symbols: list[str]) -> dict[str, str]:
 def report_from_asm(asm: str, name: str, arch: str, source_id: str) -> list[Any]:
     """KernelStatic per kernel of the assembler text (device subroutines are not kernels)."""
     from components.features.static import KernelStatic
-    from components.features.static_amdgpu import analyze_function, kernel_metadata, split_functions, \
-        waves_per_simd_by_registers
+    from components.features.static_amdgpu import (
+        analyze_function,
+        kernel_metadata,
+        split_functions,
+        waves_per_simd_by_registers,
+    )
     from components.features.static_names import kernel_instance, short_kernel_name
 
     meta = kernel_metadata(asm)
@@ -317,18 +413,33 @@ def report_from_asm(asm: str, name: str, arch: str, source_id: str) -> list[Any]
         md, isa = meta[fn.name], analyze_function(fn)
         vgprs, agprs = int(md.get(".vgpr_count", 0)), int(md.get(".agpr_count", 0) or 0)
         pretty = demangled.get(fn.name, "")
-        extra = {"sgprs": int(md.get(".sgpr_count", 0)), "agprs": agprs,
-                 "wave_size": int(md.get(".wavefront_size", 64)),
-                 "waves_per_simd_by_registers": waves_per_simd_by_registers(arch, vgprs, agprs),
-                 "max_workgroup_size": int(md.get(".max_flat_workgroup_size", 1024)), **isa.amd}
-        kernels.append(KernelStatic(
-            name=fn.name, short_name=short_kernel_name(fn.name),
-            instance=kernel_instance(pretty) if "<" in pretty else None,
-            registers=vgprs, shared_bytes=int(md.get(".group_segment_fixed_size", 0)),
-            spills={"store_bytes": 4 * int(md.get(".vgpr_spill_count", 0) or 0),
-                    "load_bytes": 4 * int(md.get(".vgpr_spill_count", 0) or 0)},
-            stack_bytes=int(md.get(".private_segment_fixed_size", 0)), barriers=isa.barriers,
-            instructions=isa.instructions, loop_instructions=isa.loop_instructions, loops=isa.loops, extra=extra))
+        extra = {
+            "sgprs": int(md.get(".sgpr_count", 0)),
+            "agprs": agprs,
+            "wave_size": int(md.get(".wavefront_size", 64)),
+            "waves_per_simd_by_registers": waves_per_simd_by_registers(arch, vgprs, agprs),
+            "max_workgroup_size": int(md.get(".max_flat_workgroup_size", 1024)),
+            **isa.amd,
+        }
+        kernels.append(
+            KernelStatic(
+                name=fn.name,
+                short_name=short_kernel_name(fn.name),
+                instance=kernel_instance(pretty) if "<" in pretty else None,
+                registers=vgprs,
+                shared_bytes=int(md.get(".group_segment_fixed_size", 0)),
+                spills={
+                    "store_bytes": 4 * int(md.get(".vgpr_spill_count", 0) or 0),
+                    "load_bytes": 4 * int(md.get(".vgpr_spill_count", 0) or 0),
+                },
+                stack_bytes=int(md.get(".private_segment_fixed_size", 0)),
+                barriers=isa.barriers,
+                instructions=isa.instructions,
+                loop_instructions=isa.loop_instructions,
+                loops=isa.loops,
+                extra=extra,
+            )
+        )
     kernels.sort(key=lambda k: k.name)
     return kernels
 
@@ -372,7 +483,9 @@ def analyze_hip_source(
         text, all_defines = hip_source_text(source), given
     options = build_hip_options(chosen, incs, all_defines)
     sid = source_id or (Path(name).stem.split(".")[0] if name != "<string>" else "<string>")
-    payload, cached = _compiled(text, name, chosen, sid, options, timeout_s, memory_bytes, cache_dir, use_cache)
+    payload, cached = _compiled(
+        text, name, chosen, sid, options, timeout_s, memory_bytes, cache_dir, use_cache
+    )
     if from_cuda and payload.get("error", {}).get("reason") == "compilation failed":
         # The extracted device code did not compile: try the whole program, host code and all.
         try:
@@ -380,15 +493,25 @@ def analyze_hip_source(
         except CompileError:
             whole = None
         if whole is not None:
-            second, again = _compiled(whole, name, chosen, sid, options, timeout_s, memory_bytes, cache_dir,
-                                      use_cache)
+            second, again = _compiled(
+                whole, name, chosen, sid, options, timeout_s, memory_bytes, cache_dir, use_cache
+            )
             if "error" not in second:
                 payload, cached = second, again
     return _report(payload, cached, name, sid, requested, arch_note, all_defines, kernel)
 
 
-def _compiled(text: str, name: str, chosen: str, sid: str, options: list[str], timeout_s: float,
-              memory_bytes: int, cache_dir: Path | None, use_cache: bool) -> tuple[dict[str, Any], bool]:
+def _compiled(
+    text: str,
+    name: str,
+    chosen: str,
+    sid: str,
+    options: list[str],
+    timeout_s: float,
+    memory_bytes: int,
+    cache_dir: Path | None,
+    use_cache: bool,
+) -> tuple[dict[str, Any], bool]:
     """(payload: {'report'} or {'error'}, from the cache?) of one compile, cached unless transient."""
     from components.features.static import StaticReport
     from components.features.static_cache import cache_load, cache_store, default_cache_dir
@@ -402,21 +525,36 @@ def _compiled(text: str, name: str, chosen: str, sid: str, options: list[str], t
         try:
             asm = compile_to_asm(text, name, options, timeout_s, memory_bytes)
             kernels = report_from_asm(asm, name, chosen, sid)
-            report = StaticReport(name=name, arch=chosen, source_id=sid, kernels=kernels,
-                                  compile_seconds=round(time.perf_counter() - started, 3))
+            report = StaticReport(
+                name=name,
+                arch=chosen,
+                source_id=sid,
+                kernels=kernels,
+                compile_seconds=round(time.perf_counter() - started, 3),
+            )
             payload = {"report": report.to_dict()}
         except HipToolchainMissing:
             raise
         except CompileError as exc:
-            payload = {"error": {"name": exc.name, "log": exc.log, "reason": exc.reason},
-                       "transient": exc.reason not in ("compilation failed", "no HIP translation")}
+            payload = {
+                "error": {"name": exc.name, "log": exc.log, "reason": exc.reason},
+                "transient": exc.reason not in ("compilation failed", "no HIP translation"),
+            }
         if folder is not None and not payload.get("transient"):
             cache_store(folder, key, payload)
     return payload, cached
 
 
-def _report(payload: dict[str, Any], cached: bool, name: str, sid: str, requested: str, arch_note: str | None,
-            all_defines: dict[str, str], kernel: str | None) -> Any:
+def _report(
+    payload: dict[str, Any],
+    cached: bool,
+    name: str,
+    sid: str,
+    requested: str,
+    arch_note: str | None,
+    all_defines: dict[str, str],
+    kernel: str | None,
+) -> Any:
     """The StaticReport of a compile's payload (CompileError / NoKernelError / LookupError otherwise)."""
     from components.features.static import NoKernelError, StaticReport
 
@@ -427,14 +565,23 @@ def _report(payload: dict[str, Any], cached: bool, name: str, sid: str, requeste
     report.cached, report.source_id = cached, sid
     report.requested_arch, report.arch_note, report.defines = requested, arch_note, all_defines
     if not report.kernels:
-        raise NoKernelError(name, "the file defines no __global__ function that clang emitted (host code only, "
-                                  "or template kernels never launched)")
+        raise NoKernelError(
+            name,
+            "the file defines no __global__ function that clang emitted (host code only, "
+            "or template kernels never launched)",
+        )
     if kernel is not None:
-        kept = [k for k in report.kernels if kernel in (k.short_name, k.name, k.instance)
-                or (k.instance or "") == re.sub(r"\s+", "", kernel)]
+        kept = [
+            k
+            for k in report.kernels
+            if kernel in (k.short_name, k.name, k.instance)
+            or (k.instance or "") == re.sub(r"\s+", "", kernel)
+        ]
         if not kept:
             available = sorted({k.short_name for k in report.kernels})
-            raise LookupError(f"kernel {kernel!r} not found in {name}; available: {', '.join(available) or 'none'}")
+            raise LookupError(
+                f"kernel {kernel!r} not found in {name}; available: {', '.join(available) or 'none'}"
+            )
         report.kernels = kept
     return report
 
@@ -446,8 +593,9 @@ def analyze_hip_file(path: Path | str, arch: str = "gfx90a", kernel: str | None 
     if not path.is_file():
         raise FileNotFoundError(f"no such file: {path}")
     from_cuda = kwargs.pop("from_cuda", not path.name.endswith(".hip"))
-    return analyze_hip_source(path.read_text(errors="replace"), arch, kernel, str(path), path=path,
-                              from_cuda=from_cuda, **kwargs)
+    return analyze_hip_source(
+        path.read_text(errors="replace"), arch, kernel, str(path), path=path, from_cuda=from_cuda, **kwargs
+    )
 
 
 def source_digest(text: str) -> str:
@@ -455,7 +603,16 @@ def source_digest(text: str) -> str:
 
 
 __all__ = [
-    "HipToolchainMissing", "SUPPORTED_ARCHS", "TARGET_ARCHS", "analyze_hip_file", "analyze_hip_source",
-    "check_amd_arch", "cuda_to_hip", "hip_arch_for_device", "hip_available", "hip_compile_arch", "hip_toolchain",
+    "SUPPORTED_ARCHS",
+    "TARGET_ARCHS",
+    "HipToolchainMissing",
+    "analyze_hip_file",
+    "analyze_hip_source",
+    "check_amd_arch",
+    "cuda_to_hip",
+    "hip_arch_for_device",
+    "hip_available",
+    "hip_compile_arch",
+    "hip_toolchain",
     "untranslatable_reason",
 ]

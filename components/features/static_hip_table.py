@@ -36,8 +36,11 @@ BENCHMARK_HUB_HIP: dict[str, tuple[str, str]] = {
 def config_defines(params_json: str) -> dict[str, str]:
     """A measurement's tuning parameters as -D macros (``problem_size`` is no macro of these kernels)."""
     params = json.loads(params_json)
-    return {k: str(int(v) if isinstance(v, bool) else v) for k, v in sorted(params.items())
-            if k != "problem_size" and isinstance(v, (int, float, bool))}
+    return {
+        k: str(int(v) if isinstance(v, bool) else v)
+        for k, v in sorted(params.items())
+        if k != "problem_size" and isinstance(v, (int, float, bool))
+    }
 
 
 def config_id(params_json: str) -> str:
@@ -62,16 +65,18 @@ def sample_configs(configs: Iterable[tuple[str, str]], share: float | None) -> l
     return sorted((p, q) for p, q in set(configs) if share is None or config_unit(p, config_id(q)) < share)
 
 
-def compile_config(datasets_dir: Path, program: str, params_json: str, arch: str,
-                   cache_dir: Path | None = None) -> Any:
+def compile_config(
+    datasets_dir: Path, program: str, params_json: str, arch: str, cache_dir: Path | None = None
+) -> Any:
     """The HIP static report of one benchmark_hub configuration (the tuned kernel only)."""
     from components.features.static_hip import analyze_hip_source
 
     rel, kernel = BENCHMARK_HUB_HIP[program]
     path = datasets_dir / "benchmark_hub" / rel
     text, defines = kernel_tuner_source(path.read_text(errors="replace"), config_defines(params_json))
-    return analyze_hip_source(text, arch, kernel, str(path), path=path, defines=defines, source_id=program,
-                              cache_dir=cache_dir)
+    return analyze_hip_source(
+        text, arch, kernel, str(path), path=path, defines=defines, source_id=program, cache_dir=cache_dir
+    )
 
 
 def kernel_tuner_source(text: str, defines: dict[str, str]) -> tuple[str, dict[str, str]]:
@@ -89,7 +94,9 @@ def kernel_tuner_source(text: str, defines: dict[str, str]) -> tuple[str, dict[s
 
 def _block(params_json: str) -> int:
     params = json.loads(params_json)
-    return int(math.prod(int(params.get(k, 1) or 1) for k in ("block_size_x", "block_size_y", "block_size_z")))
+    return int(
+        math.prod(int(params.get(k, 1) or 1) for k in ("block_size_x", "block_size_y", "block_size_z"))
+    )
 
 
 def config_feature_row(report: Any, params_json: str, spec: Any) -> dict[str, Any]:
@@ -100,9 +107,17 @@ def config_feature_row(report: Any, params_json: str, spec: Any) -> dict[str, An
     frame = static_feature_frame([report])
     row = {c: frame.iloc[0][c] for c in frame.columns if c.startswith("s_")}
     k = report.kernels[0]
-    occ = occupancy(report.arch, k.registers, int(k.extra.get("agprs", 0)), k.shared_bytes, _block(params_json), spec)
-    row.update(s_waves_per_cu=occ["waves_per_cu"], s_occupancy=occ["occupancy"], s_sgprs=k.extra.get("sgprs", 0),
-               s_valu=k.extra.get("valu", 0), s_salu=k.extra.get("salu", 0), s_lds_ops=k.extra.get("lds", 0))
+    occ = occupancy(
+        report.arch, k.registers, int(k.extra.get("agprs", 0)), k.shared_bytes, _block(params_json), spec
+    )
+    row.update(
+        s_waves_per_cu=occ["waves_per_cu"],
+        s_occupancy=occ["occupancy"],
+        s_sgprs=k.extra.get("sgprs", 0),
+        s_valu=k.extra.get("valu", 0),
+        s_salu=k.extra.get("salu", 0),
+        s_lds_ops=k.extra.get("lds", 0),
+    )
     return row
 
 
@@ -111,9 +126,16 @@ def _shared_isa(arch: str) -> str:
     return "gfx1030" if arch.startswith("gfx103") else arch
 
 
-def build_hip_config_table(measurements: pd.DataFrame, kernels: pd.DataFrame, catalog: Any, datasets_dir: Path,
-                           share: float | None = HIP_CONFIG_SHARE, archs: Mapping[str, str] | None = None,
-                           cache_dir: Path | None = None, workers: int = 1) -> tuple[pd.DataFrame, dict[str, int]]:
+def build_hip_config_table(
+    measurements: pd.DataFrame,
+    kernels: pd.DataFrame,
+    catalog: Any,
+    datasets_dir: Path,
+    share: float | None = HIP_CONFIG_SHARE,
+    archs: Mapping[str, str] | None = None,
+    cache_dir: Path | None = None,
+    workers: int = 1,
+) -> tuple[pd.DataFrame, dict[str, int]]:
     """(one row per (kernel_id, params_json, device_id) of benchmark_hub with s_* columns, coverage).
 
     Every row of a sampled configuration gets features, whichever GPU measured it: the HIP source
@@ -132,17 +154,22 @@ def build_hip_config_table(measurements: pd.DataFrame, kernels: pd.DataFrame, ca
         return pd.DataFrame(), {"skipped": "no benchmark_hub HIP configurations among the measurements"}
     programs = kernels.set_index("kernel_id")["program"]
     rows = rows.assign(program=rows["kernel_id"].map(programs)).dropna(subset=["program"])
-    rows = rows[rows["program"].isin(list(BENCHMARK_HUB_HIP))].drop_duplicates(["kernel_id", "params_json",
-                                                                                 "device_id"])
+    rows = rows[rows["program"].isin(list(BENCHMARK_HUB_HIP))].drop_duplicates(
+        ["kernel_id", "params_json", "device_id"]
+    )
     specs = {d: catalog.get(d) for d in rows["device_id"].unique()}
     # The sample is drawn from the configurations an AMD GPU ran (the HIP rows), the same draw the
     # amd-source split makes; every GPU's row of a drawn configuration gets its features.
     on_amd = rows["device_id"].map(lambda d: specs[d].vendor == "amd")
     chosen = set(sample_configs(zip(rows.loc[on_amd, "program"], rows.loc[on_amd, "params_json"]), share))
     rows = rows[[(p, q) in chosen for p, q in zip(rows["program"], rows["params_json"])]]
-    arch_of = {d: _shared_isa(hip_arch_for_device(s)[0] if s.vendor == "amd" else archs.get("nvidia", "gfx1030"))
-               for d, s in specs.items()}
-    jobs = sorted({(p, q, arch_of[d]) for p, q, d in zip(rows["program"], rows["params_json"], rows["device_id"])})
+    arch_of = {
+        d: _shared_isa(hip_arch_for_device(s)[0] if s.vendor == "amd" else archs.get("nvidia", "gfx1030"))
+        for d, s in specs.items()
+    }
+    jobs = sorted(
+        {(p, q, arch_of[d]) for p, q, d in zip(rows["program"], rows["params_json"], rows["device_id"])}
+    )
     coverage: Counter[str] = Counter(configs=len(chosen), compiles=len(jobs))
 
     def run(job: tuple[str, str, str]) -> tuple[tuple[str, str, str], Any]:
@@ -154,22 +181,33 @@ def build_hip_config_table(measurements: pd.DataFrame, kernels: pd.DataFrame, ca
     with ThreadPoolExecutor(max_workers=workers) as pool:
         reports = dict(pool.map(run, jobs))
     out = []
-    for kernel_id, params, device, program in rows[["kernel_id", "params_json", "device_id", "program"]].itertuples(
-            index=False):
+    for kernel_id, params, device, program in rows[
+        ["kernel_id", "params_json", "device_id", "program"]
+    ].itertuples(index=False):
         report = reports[(program, params, arch_of[device])]
         if isinstance(report, Exception):
             coverage[f"failed:{getattr(report, 'reason', 'error')}"] += 1
             continue
         coverage["rows_with_static"] += 1
-        out.append({"kernel_id": kernel_id, "params_json": params, "device_id": device,
-                    **config_feature_row(report, params, specs[device])})
+        out.append(
+            {
+                "kernel_id": kernel_id,
+                "params_json": params,
+                "device_id": device,
+                **config_feature_row(report, params, specs[device]),
+            }
+        )
     coverage["compile_failures"] = sum(isinstance(r, Exception) for r in reports.values())
     return pd.DataFrame(out), dict(coverage)
 
 
-def gpuflopbench_hip_coverage(src_root: Path, archs: Sequence[str], programs: Sequence[str] | None = None,
-                              cache_dir: Path | None = None,
-                              on_file: Any = None) -> dict[str, Any]:
+def gpuflopbench_hip_coverage(
+    src_root: Path,
+    archs: Sequence[str],
+    programs: Sequence[str] | None = None,
+    cache_dir: Path | None = None,
+    on_file: Any = None,
+) -> dict[str, Any]:
     """Which gpuFLOPBench CUDA files compile to AMDGPU ISA through the HIP translation, per arch.
 
     A file is compiled for the first arch; front-end failures (translation, a missing header, a
@@ -196,8 +234,15 @@ def gpuflopbench_hip_coverage(src_root: Path, archs: Sequence[str], programs: Se
                     outcome[arch] = next(iter(outcome.values()))
                     continue
                 try:
-                    analyze_hip_file(cu, arch, defines=found.defines, include_dirs=found.include_dirs,
-                                     source_id=folder.name, from_cuda=True, cache_dir=cache_dir)
+                    analyze_hip_file(
+                        cu,
+                        arch,
+                        defines=found.defines,
+                        include_dirs=found.include_dirs,
+                        source_id=folder.name,
+                        from_cuda=True,
+                        cache_dir=cache_dir,
+                    )
                     outcome[arch] = "ok"
                 except NoKernelError:
                     outcome[arch] = "no kernel emitted"
@@ -209,17 +254,36 @@ def gpuflopbench_hip_coverage(src_root: Path, archs: Sequence[str], programs: Se
     return coverage_summary(results, archs, len(folders))
 
 
-def coverage_summary(results: Mapping[str, Mapping[str, str]], archs: Sequence[str], programs: int) -> dict[str, Any]:
+def coverage_summary(
+    results: Mapping[str, Mapping[str, str]], archs: Sequence[str], programs: int
+) -> dict[str, Any]:
     """Counts per arch (ok / reason kind) of per-file outcomes."""
-    per_arch = {a: Counter("ok" if o[a] == "ok" else o[a].split(":")[0] for o in results.values()) for a in archs}
-    return {"files": len(results), "programs": programs, "per_arch": {a: dict(c) for a, c in per_arch.items()},
-            "results": dict(results)}
+    per_arch = {
+        a: Counter("ok" if o[a] == "ok" else o[a].split(":")[0] for o in results.values()) for a in archs
+    }
+    return {
+        "files": len(results),
+        "programs": programs,
+        "per_arch": {a: dict(c) for a, c in per_arch.items()},
+        "results": dict(results),
+    }
 
 
 def _first_error(log: str) -> str:
-    line = next((ln for ln in log.splitlines() if "error" in ln), log.strip().splitlines()[0] if log.strip() else "")
+    line = next(
+        (ln for ln in log.splitlines() if "error" in ln), log.strip().splitlines()[0] if log.strip() else ""
+    )
     return line.split("error:", 1)[-1].strip()[:160]
 
 
-__all__ = ["BENCHMARK_HUB_HIP", "HIP_CONFIG_SHARE", "build_hip_config_table", "compile_config", "config_defines",
-           "config_id", "gpuflopbench_hip_coverage", "sample_configs", "sampled_config_ids"]
+__all__ = [
+    "BENCHMARK_HUB_HIP",
+    "HIP_CONFIG_SHARE",
+    "build_hip_config_table",
+    "compile_config",
+    "config_defines",
+    "config_id",
+    "gpuflopbench_hip_coverage",
+    "sample_configs",
+    "sampled_config_ids",
+]

@@ -451,7 +451,9 @@ def template_launches(text: str, kept_text: str) -> list[str]:
 
 
 def prepare_source(
-    text: str, path: Path | None = None, include_dirs: tuple[Path, ...] = (),
+    text: str,
+    path: Path | None = None,
+    include_dirs: tuple[Path, ...] = (),
     defines: dict[str, str] | None = None,
 ) -> PreparedSource:
     """Whole program text -> device-only text NVRTC can compile, plus template name expressions.

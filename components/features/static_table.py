@@ -27,13 +27,15 @@ def _program_reports(folder: Path, arch: str) -> tuple[list, list[str]]:
     return reports, failures
 
 
-def build_static_table(kernels: pd.DataFrame, datasets_dir: Path, arch: str = "sm_90",
-                       workers: int = 2) -> tuple[pd.DataFrame, dict[str, int]]:
+def build_static_table(
+    kernels: pd.DataFrame, datasets_dir: Path, arch: str = "sm_90", workers: int = 2
+) -> tuple[pd.DataFrame, dict[str, int]]:
     """(one row per matched kernel_id with s_* columns, coverage counts)."""
     from components.features.static import kernel_key, static_feature_frame
 
-    cuda = kernels[(kernels["source"] == "gpuflopbench") & (kernels["language"] == "cuda")
-                   & kernels["program"].notna()]
+    cuda = kernels[
+        (kernels["source"] == "gpuflopbench") & (kernels["language"] == "cuda") & kernels["program"].notna()
+    ]
     root = datasets_dir / "gpuflopbench" / "src"
     programs = sorted(p for p in cuda["program"].unique() if (root / p).is_dir())
     coverage: Counter[str] = Counter(kernels_total=len(cuda), programs=len(programs))

@@ -20,19 +20,59 @@ import itertools
 import re
 
 _BUILTIN = {
-    "float", "double", "int", "unsigned", "signed", "char", "short", "long", "bool", "void", "half", "__half",
-    "__half2", "__nv_bfloat16", "__nv_bfloat162", "float2", "float3", "float4", "double2", "int2", "int4", "uint",
-    "size_t", "int8_t", "uint8_t", "int16_t", "uint16_t", "int32_t", "uint32_t", "int64_t", "uint64_t", "true",
-    "false", "const", "sizeof", "std", "uchar", "ushort", "ulong", "cuComplex", "cuDoubleComplex",
+    "float",
+    "double",
+    "int",
+    "unsigned",
+    "signed",
+    "char",
+    "short",
+    "long",
+    "bool",
+    "void",
+    "half",
+    "__half",
+    "__half2",
+    "__nv_bfloat16",
+    "__nv_bfloat162",
+    "float2",
+    "float3",
+    "float4",
+    "double2",
+    "int2",
+    "int4",
+    "uint",
+    "size_t",
+    "int8_t",
+    "uint8_t",
+    "int16_t",
+    "uint16_t",
+    "int32_t",
+    "uint32_t",
+    "int64_t",
+    "uint64_t",
+    "true",
+    "false",
+    "const",
+    "sizeof",
+    "std",
+    "uchar",
+    "ushort",
+    "ulong",
+    "cuComplex",
+    "cuDoubleComplex",
 }
 _LAUNCH = re.compile(r"\b([A-Za-z_]\w*)\s*(<(?:[^<>;{}]|<(?:[^<>;{}]|<[^<>;{}]*>)*>)*>)?\s*<<<")
 _IDENT = re.compile(r"\b[A-Za-z_]\w*\b")
 _KERNEL_DEF = re.compile(
     r"template\s*<((?:[^<>{};]|<[^<>{};]*>)*)>\s*(?:static\s+)?__global__\s*(?:__launch_bounds__\s*\([^()]*\)\s*)?[^(;{]*?\b([A-Za-z_]\w*)\s*\(([^{;]*?)\)\s*\{",
-    re.S)
+    re.S,
+)
 _HOST_TEMPLATE = re.compile(
     r"template\s*<((?:[^<>{};]|<[^<>{};]*>)*)>\s*(?!\s*(?:static\s+)?__global__)[^;{}()]*?\b([A-Za-z_]\w*)\s*"
-    r"\(([^{;]*?)\)\s*(?:const\s*)?\{", re.S)
+    r"\(([^{;]*?)\)\s*(?:const\s*)?\{",
+    re.S,
+)
 MAX_INSTANCES_PER_SITE = 4
 
 
@@ -92,16 +132,27 @@ def _host_templates(text: str) -> list[tuple[int, int, str, list[tuple[str, str,
 
 
 def _constant(text: str, name: str) -> str | None:
-    m = re.search(r"\b(?:const|constexpr)\s+(?:static\s+)?(?:unsigned\s+)?[A-Za-z_][\w:]*\s+" + re.escape(name)
-                  + r"\s*=\s*([^;,{}]+?)\s*[;,]", text)
+    m = re.search(
+        r"\b(?:const|constexpr)\s+(?:static\s+)?(?:unsigned\s+)?[A-Za-z_][\w:]*\s+"
+        + re.escape(name)
+        + r"\s*=\s*([^;,{}]+?)\s*[;,]",
+        text,
+    )
     return m.group(1).strip() if m else None
 
 
 def _declared_type(text: str, ident: str, before: int) -> str | None:
     """Base type of the last declaration of ``ident`` before ``before`` ('float *d_a' -> 'float')."""
-    pattern = re.compile(r"([A-Za-z_][\w:]*(?:\s*<[^<>;()]*>)?)\s*[*&]*\s*(?:const\s+)?(?:__restrict__\s+)?[*&]*\s*\b"
-                         + re.escape(ident) + r"\b\s*(?=[;,=)\[])")
-    hits = [m for m in pattern.finditer(text, 0, before) if m.group(1) not in ("return", "const", "sizeof", "delete")]
+    pattern = re.compile(
+        r"([A-Za-z_][\w:]*(?:\s*<[^<>;()]*>)?)\s*[*&]*\s*(?:const\s+)?(?:__restrict__\s+)?[*&]*\s*\b"
+        + re.escape(ident)
+        + r"\b\s*(?=[;,=)\[])"
+    )
+    hits = [
+        m
+        for m in pattern.finditer(text, 0, before)
+        if m.group(1) not in ("return", "const", "sizeof", "delete")
+    ]
     if not hits:
         return None
     base = hits[-1].group(1).strip()
@@ -113,7 +164,9 @@ class _Resolver:
         self.text = text
         self.device_words = set(_IDENT.findall(device))
         self.hosts = _host_templates(text)
-        self.kernels = {m.group(2): (_template_params(m.group(1)), m.group(3)) for m in _KERNEL_DEF.finditer(device)}
+        self.kernels = {
+            m.group(2): (_template_params(m.group(1)), m.group(3)) for m in _KERNEL_DEF.finditer(device)
+        }
 
     def enclosing(self, pos: int) -> tuple[int, int, str, list, str] | None:
         inside = [h for h in self.hosts if h[0] <= pos <= h[1]]
@@ -124,11 +177,13 @@ class _Resolver:
         _, _, name, params, _ = host
         bindings: list[dict[str, str]] = []
         for m in re.finditer(r"\b" + re.escape(name) + r"\s*<((?:[^<>;{}]|<[^<>;{}]*>)*)>\s*\(", self.text):
-            if self.text[max(0, m.start() - 40):m.start()].rstrip().endswith(("void", "template")):
+            if self.text[max(0, m.start() - 40) : m.start()].rstrip().endswith(("void", "template")):
                 continue
             args = _split_args(m.group(1))
             outer = self.enclosing(m.start())
-            for outer_binding in (self.caller_bindings(outer, depth + 1) if outer and depth < 2 else [{}]) or [{}]:
+            for outer_binding in (
+                self.caller_bindings(outer, depth + 1) if outer and depth < 2 else [{}]
+            ) or [{}]:
                 binding = {p[1]: self.substitute(a, m.start(), outer_binding) for p, a in zip(params, args)}
                 if all(v is not None for v in binding.values()) and binding not in bindings:
                     bindings.append(binding)  # type: ignore[arg-type]
@@ -140,6 +195,7 @@ class _Resolver:
 
     def substitute(self, expr: str, pos: int, binding: dict[str, str], depth: int = 0) -> str | None:
         """``expr`` with host-only identifiers replaced; None when one cannot be resolved."""
+
         def repl(m: re.Match[str]) -> str:
             word = m.group(0)
             if word in binding:
@@ -161,8 +217,9 @@ class _Resolver:
         except KeyError:
             return None
 
-    def deduce(self, kernel: str, explicit: list[str], call_args: list[str], pos: int,
-               binding: dict[str, str]) -> list[str] | None:
+    def deduce(
+        self, kernel: str, explicit: list[str], call_args: list[str], pos: int, binding: dict[str, str]
+    ) -> list[str] | None:
         params, plist = self.kernels[kernel]
         kparams = _split_args(plist)
         values: list[str] = []
@@ -186,8 +243,11 @@ class _Resolver:
         # Defaults at the tail need not be spelled out.
         while params and values and len(values) > len(explicit) and params[len(values) - 1][2] == values[-1]:
             values.pop()
-        return [self.substitute(v, pos, binding) or "" for v in values] if all(
-            self.substitute(v, pos, binding) for v in values) else None
+        return (
+            [self.substitute(v, pos, binding) or "" for v in values]
+            if all(self.substitute(v, pos, binding) for v in values)
+            else None
+        )
 
 
 def resolve_launches(text: str, device: str) -> list[str]:
@@ -200,7 +260,7 @@ def resolve_launches(text: str, device: str) -> list[str]:
             continue
         explicit = _split_args(m.group(2)[1:-1]) if m.group(2) else []
         close = text.find(">>>", m.end())
-        call = re.match(r"\s*\(", text[close + 3:close + 200]) if close >= 0 else None
+        call = re.match(r"\s*\(", text[close + 3 : close + 200]) if close >= 0 else None
         call_args: list[str] = []
         if call:
             start = close + 3 + call.end()
@@ -208,7 +268,7 @@ def resolve_launches(text: str, device: str) -> list[str]:
             while j < len(text) and depth:
                 depth += {"(": 1, ")": -1}.get(text[j], 0)
                 j += 1
-            call_args = _split_args(text[start:j - 1])
+            call_args = _split_args(text[start : j - 1])
         host = resolver.enclosing(m.start())
         bindings = resolver.caller_bindings(host) if host else [{}]
         for binding in itertools.islice(bindings or [{}], MAX_INSTANCES_PER_SITE):

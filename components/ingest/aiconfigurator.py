@@ -19,13 +19,30 @@ import pandas as pd
 
 SYSTEMS_DIR = "aic-core/src/aiconfigurator_core/systems"
 # upstream GPU folder -> catalog id (components/devices/catalog.yaml)
-GPU_FOLDERS: dict[str, str] = {"a100_sxm": "a100-sxm4-80gb", "h100_sxm": "h100-sxm", "h200_sxm": "h200",
-                               "l40s": "l40s"}
+GPU_FOLDERS: dict[str, str] = {
+    "a100_sxm": "a100-sxm4-80gb",
+    "h100_sxm": "h100-sxm",
+    "h200_sxm": "h200",
+    "l40s": "l40s",
+}
 # upstream dtype spellings -> kernelcast's (components/physics/roofline.GEMM_DTYPES); others are dropped, counted
-DTYPE_NAMES: dict[str, str] = {"bfloat16": "bf16", "float16": "fp16", "half": "fp16", "fp16": "fp16", "bf16": "bf16",
-                               "fp8": "fp8", "fp8_static": "fp8", "fp8_block": "fp8_block", "nvfp4": "nvfp4",
-                               "sq": "int8", "int8": "int8", "int8_wo": "int8_wo", "int4_wo": "int4_wo",
-                               "float32": "fp32", "fp32": "fp32"}
+DTYPE_NAMES: dict[str, str] = {
+    "bfloat16": "bf16",
+    "float16": "fp16",
+    "half": "fp16",
+    "fp16": "fp16",
+    "bf16": "bf16",
+    "fp8": "fp8",
+    "fp8_static": "fp8",
+    "fp8_block": "fp8_block",
+    "nvfp4": "nvfp4",
+    "sq": "int8",
+    "int8": "int8",
+    "int8_wo": "int8_wo",
+    "int4_wo": "int4_wo",
+    "float32": "fp32",
+    "fp32": "fp32",
+}
 ELEMENT_BYTES: dict[str, float] = {"bf16": 2.0, "fp16": 2.0, "fp32": 4.0, "fp8": 1.0, "int8": 1.0}
 PROVENANCE: tuple[str, ...] = ("framework", "version", "kernel_source")
 # Where each row came from (kept when present, for the canonical adapter's measurements): the upstream path of
@@ -36,7 +53,9 @@ ROW_PROVENANCE: tuple[str, ...] = ("gpu_folder", "upstream_file", "upstream_row"
 @dataclass(frozen=True)
 class TableFile:
     gpu_folder: str
-    device_id: str | None  # None: a GPU folder the catalog does not name (its spec sheet is in systems/<gpu>.yaml)
+    device_id: (
+        str | None
+    )  # None: a GPU folder the catalog does not name (its spec sheet is in systems/<gpu>.yaml)
     op: str
     framework: str
     version: str
@@ -70,8 +89,11 @@ def _read(files: Iterable[TableFile], columns: tuple[str, ...]) -> pd.DataFrame:
         upstream = f"{SYSTEMS_DIR}/data/{f.gpu_folder}/{f.op}/{f.framework}/{f.version}/{f.path.name}"
         frame["upstream_file"] = pd.Categorical([upstream] * len(frame))
         frame["upstream_row"] = np.arange(len(frame), dtype="int64")
-        device = (frame.pop("device").astype(str) if "device" in frame
-                  else pd.Series(f.gpu_folder, index=frame.index))
+        device = (
+            frame.pop("device").astype(str)
+            if "device" in frame
+            else pd.Series(f.gpu_folder, index=frame.index)
+        )
         frame["device_name_raw"] = device.astype("category")
         frame["gpu_folder"] = f.gpu_folder
         frame["device_id"] = f.device_id if f.device_id is not None else f.gpu_folder
@@ -102,15 +124,31 @@ def _finish(frame: pd.DataFrame, keep: list[str], dropped: int, latency: str = "
 
 def read_gemm(root: Path) -> pd.DataFrame:
     """device_id, dtype, M, N, K, latency_us, framework, version, kernel_source."""
-    raw = _read(table_files(root, "gemm", "gemm"), ("framework", "version", "kernel_source", "gemm_dtype", "m", "n",
-                                                      "k", "latency"))
+    raw = _read(
+        table_files(root, "gemm", "gemm"),
+        ("framework", "version", "kernel_source", "gemm_dtype", "m", "n", "k", "latency"),
+    )
     dtype, dropped = _dtypes(raw["gemm_dtype"])
     raw = raw.assign(dtype=dtype, M=raw["m"], N=raw["n"], K=raw["k"])[dtype.notna()]
     return _finish(raw, ["dtype", "M", "N", "K"], dropped)
 
 
-ATTENTION_COLUMNS = ("framework", "version", "kernel_source", "batch_size", "isl", "num_heads", "num_key_value_heads",
-                     "head_dim", "beam_width", "attn_dtype", "kv_cache_dtype", "step", "window_size", "latency")
+ATTENTION_COLUMNS = (
+    "framework",
+    "version",
+    "kernel_source",
+    "batch_size",
+    "isl",
+    "num_heads",
+    "num_key_value_heads",
+    "head_dim",
+    "beam_width",
+    "attn_dtype",
+    "kv_cache_dtype",
+    "step",
+    "window_size",
+    "latency",
+)
 
 
 def read_attention(root: Path) -> pd.DataFrame:
@@ -132,32 +170,78 @@ def read_attention(root: Path) -> pd.DataFrame:
         isl = pd.to_numeric(raw["isl"], errors="coerce")
         heads = pd.to_numeric(raw["num_heads"], errors="coerce")
         kv_heads = pd.to_numeric(raw["num_key_value_heads"], errors="coerce")
-        frame = raw.assign(phase=phase, dtype=dtype, kv_dtype=kv_dtype,
-                           B=pd.to_numeric(raw["batch_size"], errors="coerce") * beam,
-                           S=isl if phase == "prefill" else 1, KV=isl + step, H=heads,
-                           HKV=kv_heads.where(kv_heads > 0, heads), D=raw["head_dim"],
-                           W=(pd.to_numeric(raw["window_size"], errors="coerce").fillna(0)
-                              if "window_size" in raw else 0))
+        frame = raw.assign(
+            phase=phase,
+            dtype=dtype,
+            kv_dtype=kv_dtype,
+            B=pd.to_numeric(raw["batch_size"], errors="coerce") * beam,
+            S=isl if phase == "prefill" else 1,
+            KV=isl + step,
+            H=heads,
+            HKV=kv_heads.where(kv_heads > 0, heads),
+            D=raw["head_dim"],
+            W=(pd.to_numeric(raw["window_size"], errors="coerce").fillna(0) if "window_size" in raw else 0),
+        )
         keep = dtype.notna() & kv_dtype.notna()
         dropped += int((~keep).sum())
         parts.append(frame[keep])
     if not parts:
-        return pd.DataFrame(columns=["device_id", "phase", "dtype", "kv_dtype", "B", "S", "KV", "H", "HKV", "D", "W",
-                                     "latency_us", *PROVENANCE])
-    return _finish(pd.concat(parts, ignore_index=True),
-                   ["phase", "dtype", "kv_dtype", "B", "S", "KV", "H", "HKV", "D", "W"], dropped)
+        return pd.DataFrame(
+            columns=[
+                "device_id",
+                "phase",
+                "dtype",
+                "kv_dtype",
+                "B",
+                "S",
+                "KV",
+                "H",
+                "HKV",
+                "D",
+                "W",
+                "latency_us",
+                *PROVENANCE,
+            ]
+        )
+    return _finish(
+        pd.concat(parts, ignore_index=True),
+        ["phase", "dtype", "kv_dtype", "B", "S", "KV", "H", "HKV", "D", "W"],
+        dropped,
+    )
 
 
 def read_moe(root: Path) -> pd.DataFrame:
     """device_id, dtype, T, E, topk, H, I, tp, ep, distribution, latency_us, provenance (the fused-MoE tables;
     the wide-EP DeepEP tables measure dispatch + experts together and are left out)."""
-    raw = _read(table_files(root, "moe", "moe"), ("framework", "version", "kernel_source", "moe_dtype", "num_tokens",
-                                                    "hidden_size", "inter_size", "topk", "num_experts", "moe_tp_size",
-                                                    "moe_ep_size", "distribution", "latency"))
+    raw = _read(
+        table_files(root, "moe", "moe"),
+        (
+            "framework",
+            "version",
+            "kernel_source",
+            "moe_dtype",
+            "num_tokens",
+            "hidden_size",
+            "inter_size",
+            "topk",
+            "num_experts",
+            "moe_tp_size",
+            "moe_ep_size",
+            "distribution",
+            "latency",
+        ),
+    )
     dtype, dropped = _dtypes(raw["moe_dtype"])
-    raw = raw.assign(dtype=dtype, T=raw["num_tokens"], E=raw["num_experts"], H=raw["hidden_size"],
-                     I=raw["inter_size"], tp=raw["moe_tp_size"], ep=raw["moe_ep_size"],
-                     distribution=raw.get("distribution", "balanced"))[dtype.notna()]
+    raw = raw.assign(
+        dtype=dtype,
+        T=raw["num_tokens"],
+        E=raw["num_experts"],
+        H=raw["hidden_size"],
+        I=raw["inter_size"],
+        tp=raw["moe_tp_size"],
+        ep=raw["moe_ep_size"],
+        distribution=raw.get("distribution", "balanced"),
+    )[dtype.notna()]
     return _finish(raw, ["dtype", "T", "E", "topk", "H", "I", "tp", "ep", "distribution"], dropped)
 
 
@@ -168,16 +252,30 @@ def read_allreduce(root: Path) -> pd.DataFrame:
     parts = []
     dropped = 0
     for table, dtype_column in (("nccl", "nccl_dtype"), ("custom_allreduce", "allreduce_dtype")):
-        raw = _read(table_files(root, "comm", table), ("framework", "version", "kernel_source", "op_name",
-                                                        dtype_column, "num_gpus", "message_size", "latency"))
+        raw = _read(
+            table_files(root, "comm", table),
+            (
+                "framework",
+                "version",
+                "kernel_source",
+                "op_name",
+                dtype_column,
+                "num_gpus",
+                "message_size",
+                "latency",
+            ),
+        )
         if raw.empty:
             continue
         raw = raw[raw["op_name"].astype(str) == "all_reduce"] if "op_name" in raw else raw
         dtype, d = _dtypes(raw[dtype_column])
         dropped += d
         element = dtype.map(ELEMENT_BYTES)
-        frame = raw.assign(dtype=dtype, gpus=raw["num_gpus"],
-                           bytes=pd.to_numeric(raw["message_size"], errors="coerce") * element)
+        frame = raw.assign(
+            dtype=dtype,
+            gpus=raw["num_gpus"],
+            bytes=pd.to_numeric(raw["message_size"], errors="coerce") * element,
+        )
         parts.append(frame[dtype.notna() & element.notna()])
     if not parts:
         return pd.DataFrame(columns=["device_id", "dtype", "bytes", "gpus", "latency_us", *PROVENANCE])
@@ -198,7 +296,10 @@ def medians(frame: pd.DataFrame, keys: list[str]) -> pd.DataFrame:
     """One row per distinct kernel: the median latency of its repeats, their count and spread, and how many
     kernel sources measured it."""
     grouped = frame.groupby(keys, sort=True, observed=True, dropna=False)
-    out = grouped["latency_us"].agg(latency_us="median", n_repeats="size", latency_min_us="min",
-                                    latency_max_us="max").reset_index()
+    out = (
+        grouped["latency_us"]
+        .agg(latency_us="median", n_repeats="size", latency_min_us="min", latency_max_us="max")
+        .reset_index()
+    )
     out["n_kernel_sources"] = grouped["kernel_source"].nunique().to_numpy()
     return out

@@ -56,8 +56,17 @@ SHAPES: dict[str, tuple[str, ...]] = {
     "allreduce": ("bytes", "gpus"),
 }
 LABELS: dict[str, tuple[str, ...]] = {"attention": ("kv_dtype",), "moe": ("distribution",)}
-ROW_COLUMNS: tuple[str, ...] = ("device_id", "device_name_raw", "gpu_folder", "upstream_file", "upstream_row",
-                                "framework", "version", "kernel_source", "latency_us")
+ROW_COLUMNS: tuple[str, ...] = (
+    "device_id",
+    "device_name_raw",
+    "gpu_folder",
+    "upstream_file",
+    "upstream_row",
+    "framework",
+    "version",
+    "kernel_source",
+    "latency_us",
+)
 
 
 # ----------------------------------------------------------------------------------------------
@@ -99,8 +108,10 @@ def _kernel_table(family: str, frame: pd.DataFrame) -> tuple[pd.DataFrame, np.nd
     kernels = identity.iloc[first].reset_index(drop=True)
     kernels["shape_json"] = shape_json_column(kernels, family).to_numpy()
     kernels["family"] = family
-    kernels["kernel_id"] = [stable_id(SOURCE, family, op, dtype, shape) for op, dtype, shape in
-                            zip(kernels["op"], kernels["dtype"], kernels["shape_json"], strict=True)]
+    kernels["kernel_id"] = [
+        stable_id(SOURCE, family, op, dtype, shape)
+        for op, dtype, shape in zip(kernels["op"], kernels["dtype"], kernels["shape_json"], strict=True)
+    ]
     return kernels, codes
 
 
@@ -149,8 +160,10 @@ def group_quotas(sizes: dict[str, int], budget: int) -> dict[str, int]:
 def sample_rank(kernel_ids: pd.Series) -> pd.Series:
     """Salted hash of each kernel_id: the order kernels enter the sample (independent of the ids' own order,
     which the splits hash)."""
-    return pd.Series([hashlib.sha1(f"{SAMPLE_SALT}\x1f{k}".encode()).hexdigest() for k in kernel_ids],
-                     index=kernel_ids.index)
+    return pd.Series(
+        [hashlib.sha1(f"{SAMPLE_SALT}\x1f{k}".encode()).hexdigest() for k in kernel_ids],
+        index=kernel_ids.index,
+    )
 
 
 def choose_kernels(kernels: pd.DataFrame, max_kernels: int | None) -> pd.Series:
@@ -196,19 +209,25 @@ def resolve_devices(frame: pd.DataFrame, root: Path, catalog: Any) -> tuple[pd.S
             sheets[folder] = pd.NA
             sheet = systems_dir(root) / f"{folder}.yaml"
             if not sheet.is_file():
-                notes.append(f"GPU folder {folder!r} ({raw}): not in the catalog and no spec sheet "
-                             f"{sheet.name}: rows rejected")
+                notes.append(
+                    f"GPU folder {folder!r} ({raw}): not in the catalog and no spec sheet "
+                    f"{sheet.name}: rows rejected"
+                )
             else:
                 try:
                     spec = spec_from_aiconfigurator_sheet(sheet, catalog)
                 except (SpecError, ValueError) as exc:
-                    notes.append(f"GPU folder {folder!r} ({raw}): not in the catalog; its sheet does not "
-                                 f"validate ({exc}): rows rejected")
+                    notes.append(
+                        f"GPU folder {folder!r} ({raw}): not in the catalog; its sheet does not "
+                        f"validate ({exc}): rows rejected"
+                    )
                 else:
                     sheets[folder] = spec.id
                     specs.append(spec)
-                    notes.append(f"GPU folder {folder!r} ({raw}): not in the catalog, taken from its spec "
-                                 f"sheet {sheet.name} as {spec.id!r} ({spec.notes})")
+                    notes.append(
+                        f"GPU folder {folder!r} ({raw}): not in the catalog, taken from its spec "
+                        f"sheet {sheet.name} as {spec.id!r} ({spec.notes})"
+                    )
         ids[(device, folder, raw)] = found if found is not None else sheets[folder]
     triples = zip(keys["device_id"], keys["gpu_folder"], keys["device_name_raw"], strict=True)
     per_row = pd.Series(list(triples), index=frame.index).map(ids)
@@ -256,18 +275,30 @@ def _params_json(kernel_shapes: list[dict], codes: np.ndarray, rows: pd.DataFram
     out = []
     provenance = zip(codes, rows["framework"], rows["version"], rows["kernel_source"], strict=True)
     for code, framework, version, source in provenance:
-        params = {**kernel_shapes[code], "framework": str(framework), "version": str(version),
-                  "kernel_source": str(source)}
+        params = {
+            **kernel_shapes[code],
+            "framework": str(framework),
+            "version": str(version),
+            "kernel_source": str(source),
+        }
         out.append(json.dumps(params, sort_keys=True, separators=(",", ":")))
     return out
 
 
 def _repeat_run_ids(rows: pd.DataFrame) -> pd.Series:
     """framework/version/kernel_source, plus /rep<k> for the k-th identical configuration in one file."""
-    base = (rows["framework"].astype(str) + "/" + rows["version"].astype(str) + "/"
-            + rows["kernel_source"].astype(str))
-    occurrence = pd.DataFrame({"k": rows["kernel_id"], "d": rows["device_id"], "p": rows["params_json"],
-                               "b": base}).groupby(["k", "d", "p", "b"], sort=False, dropna=False).cumcount()
+    base = (
+        rows["framework"].astype(str)
+        + "/"
+        + rows["version"].astype(str)
+        + "/"
+        + rows["kernel_source"].astype(str)
+    )
+    occurrence = (
+        pd.DataFrame({"k": rows["kernel_id"], "d": rows["device_id"], "p": rows["params_json"], "b": base})
+        .groupby(["k", "d", "p", "b"], sort=False, dropna=False)
+        .cumcount()
+    )
     return base + pd.Series(np.where(occurrence > 0, "/rep" + occurrence.astype(str), ""), index=rows.index)
 
 
@@ -294,8 +325,12 @@ def max_kernels_from_params() -> int | None:
     return DEFAULT_MAX_KERNELS if value is None else value
 
 
-def ingest(root: Path, catalog: Any, max_kernels: int | None | str = "params",
-           progress: Callable[[str], None] | None = None) -> AdapterOutput:
+def ingest(
+    root: Path,
+    catalog: Any,
+    max_kernels: int | str | None = "params",
+    progress: Callable[[str], None] | None = None,
+) -> AdapterOutput:
     """Read every GEMM/attention/MoE/all-reduce table under ``root`` (upstream's repository root, or its
     ``systems`` folder) into the canonical tables. ``max_kernels``: the sample cap ("params": params.yaml's
     ``ingest.aiconfigurator_max_kernels``; None: every kernel)."""
@@ -303,8 +338,10 @@ def ingest(root: Path, catalog: Any, max_kernels: int | None | str = "params",
 
     root = require_dir(Path(root), SOURCE)
     if not (systems_dir(root) / "data").is_dir():
-        raise IngestError(f"{SOURCE}: {root}: no systems/data folder (expected upstream's layout "
-                          "aic-core/src/aiconfigurator_core/systems/data/<gpu>/<op>/<framework>/<version>/)")
+        raise IngestError(
+            f"{SOURCE}: {root}: no systems/data folder (expected upstream's layout "
+            "aic-core/src/aiconfigurator_core/systems/data/<gpu>/<op>/<framework>/<version>/)"
+        )
     cap = max_kernels_from_params() if max_kernels == "params" else max_kernels
     from components.ingest.aiconfigurator import READERS
 
@@ -322,8 +359,21 @@ def ingest(root: Path, catalog: Any, max_kernels: int | None | str = "params",
         # version *column*, kernel source and latency) is a copied table, not a second measurement: upstream
         # ships e.g. L40S TRT-LLM custom all-reduce under 1.0.0, 1.3.0rc15 and 1.3.0rc20 folders, byte for
         # byte.
-        same = [c for c in ("device_id", "dtype", *SHAPES[family], *LABELS.get(family, ()), "phase",
-                            "framework", "version", "kernel_source", "latency_us") if c in frame.columns]
+        same = [
+            c
+            for c in (
+                "device_id",
+                "dtype",
+                *SHAPES[family],
+                *LABELS.get(family, ()),
+                "phase",
+                "framework",
+                "version",
+                "kernel_source",
+                "latency_us",
+            )
+            if c in frame.columns
+        ]
         copied = frame.duplicated(same, keep="first").to_numpy()
         copies[family] = int(copied.sum())
         if copied.any():
@@ -334,11 +384,20 @@ def ingest(root: Path, catalog: Any, max_kernels: int | None | str = "params",
         problem = shape_problems(family, frame)
         if problem.notna().any():
             bad = problem.notna().to_numpy()
-            raw_text = frame.loc[bad, [*SHAPES[family], "dtype", "latency_us"]].astype(str).agg(",".join, axis=1)
-            shape_rejects.append(pd.DataFrame({
-                "source": SOURCE, "upstream_file": frame.loc[bad, "upstream_file"].astype(str),
-                "upstream_row": frame.loc[bad, "upstream_row"],
-                "reason": family + ": " + problem[bad].astype(str), "raw": raw_text}))
+            raw_text = (
+                frame.loc[bad, [*SHAPES[family], "dtype", "latency_us"]].astype(str).agg(",".join, axis=1)
+            )
+            shape_rejects.append(
+                pd.DataFrame(
+                    {
+                        "source": SOURCE,
+                        "upstream_file": frame.loc[bad, "upstream_file"].astype(str),
+                        "upstream_row": frame.loc[bad, "upstream_row"],
+                        "reason": family + ": " + problem[bad].astype(str),
+                        "raw": raw_text,
+                    }
+                )
+            )
             frame = frame.loc[~bad].reset_index(drop=True)
             frame.attrs = frames[family].attrs
             frames[family] = frame
@@ -358,11 +417,13 @@ def ingest(root: Path, catalog: Any, max_kernels: int | None | str = "params",
     full_notes: list[str] = []
     for family, kernels in kernels_by_family.items():
         frame, codes = frames[family], codes_by_family[family]
-        mine = chosen[offset:offset + len(kernels)]
+        mine = chosen[offset : offset + len(kernels)]
         offset += len(kernels)
-        full_notes.append(f"{family}: {len(frame)} rows, {len(kernels)} kernels, {int(mine.sum())} sampled; "
-                          f"readers dropped {frame.attrs.get('dropped', 0)}; "
-                          f"{copies.get(family, 0)} copies of another table's rows left out")
+        full_notes.append(
+            f"{family}: {len(frame)} rows, {len(kernels)} kernels, {int(mine.sum())} sampled; "
+            f"readers dropped {frame.attrs.get('dropped', 0)}; "
+            f"{copies.get(family, 0)} copies of another table's rows left out"
+        )
         selected = mine[codes]
         columns = [c for c in _row_columns(family) if c in frame.columns]
         rows = frame.loc[selected, columns].reset_index(drop=True)
@@ -383,35 +444,59 @@ def ingest(root: Path, catalog: Any, max_kernels: int | None | str = "params",
     device_id, specs, device_notes = resolve_devices(rows, root, catalog)
     rows["device_id"] = device_id
     unknown = rows["device_id"].isna().to_numpy()
-    rejects = pd.DataFrame({
-        "source": SOURCE, "upstream_file": rows.loc[unknown, "upstream_file"].astype(str),
-        "upstream_row": rows.loc[unknown, "upstream_row"],
-        "reason": "unknown device '" + rows.loc[unknown, "device_name_raw"].astype(str) + "'",
-        "raw": rows.loc[unknown, "params_json"].str.slice(0, RAW_LIMIT),
-    })
+    rejects = pd.DataFrame(
+        {
+            "source": SOURCE,
+            "upstream_file": rows.loc[unknown, "upstream_file"].astype(str),
+            "upstream_row": rows.loc[unknown, "upstream_row"],
+            "reason": "unknown device '" + rows.loc[unknown, "device_name_raw"].astype(str) + "'",
+            "raw": rows.loc[unknown, "params_json"].str.slice(0, RAW_LIMIT),
+        }
+    )
     rejects = pd.concat([*shape_rejects, rejects], ignore_index=True)
     good = rows.loc[~unknown].reset_index(drop=True)
     good["run_id"] = _repeat_run_ids(good)
     duration = good["latency_us"].astype("float64")
-    measurements = pd.DataFrame({
-        "kernel_id": good["kernel_id"], "device_id": good["device_id"],
-        "device_name_raw": good["device_name_raw"].astype(str), "source": SOURCE,
-        "upstream_file": good["upstream_file"].astype(str), "upstream_row": good["upstream_row"],
-        "profiler": PROFILER, "clock_mode": "unknown", "run_id": good["run_id"],
-        "params_json": good["params_json"],
-        "duration_us": duration, "flops": good["flops"], "gflops": good["flops"] / duration / 1e3,
-    })
+    measurements = pd.DataFrame(
+        {
+            "kernel_id": good["kernel_id"],
+            "device_id": good["device_id"],
+            "device_name_raw": good["device_name_raw"].astype(str),
+            "source": SOURCE,
+            "upstream_file": good["upstream_file"].astype(str),
+            "upstream_row": good["upstream_row"],
+            "profiler": PROFILER,
+            "clock_mode": "unknown",
+            "run_id": good["run_id"],
+            "params_json": good["params_json"],
+            "duration_us": duration,
+            "flops": good["flops"],
+            "gflops": good["flops"] / duration / 1e3,
+        }
+    )
     kernels = pd.concat(kernel_parts, ignore_index=True)
-    kernels = pd.DataFrame({
-        "kernel_id": kernels["kernel_id"], "source": SOURCE, "family": kernels["family"], "op": kernels["op"],
-        "name": (kernels["family"] + "/" + kernels["op"] + kernels["shape_json"] + "[" + kernels["dtype"]
-                 + "]"),
-        "language": "op", "shape_json": kernels["shape_json"], "dtype": kernels["dtype"],
-    })
+    kernels = pd.DataFrame(
+        {
+            "kernel_id": kernels["kernel_id"],
+            "source": SOURCE,
+            "family": kernels["family"],
+            "op": kernels["op"],
+            "name": (
+                kernels["family"] + "/" + kernels["op"] + kernels["shape_json"] + "[" + kernels["dtype"] + "]"
+            ),
+            "language": "op",
+            "shape_json": kernels["shape_json"],
+            "dtype": kernels["dtype"],
+        }
+    )
     measurements = conform(measurements, MEASUREMENT_COLUMNS)
     output = AdapterOutput(
-        SOURCE, measurements, conform(kernels, KERNEL_COLUMNS), conform(rejects, REJECT_COLUMNS),
-        rows_in=len(measurements) + len(rejects), devices=specs,
+        SOURCE,
+        measurements,
+        conform(kernels, KERNEL_COLUMNS),
+        conform(rejects, REJECT_COLUMNS),
+        rows_in=len(measurements) + len(rejects),
+        devices=specs,
         notes=[
             "latency (ms upstream) x 1000 = duration_us; CUDA-graph replays timed with torch.cuda.Event "
             "(collector/helper.py): profiler=cuda_event, clock_mode=unknown",

@@ -35,10 +35,16 @@ from components.ingest.schema import (
 SOURCE = "benchmark_hub"
 KERNELS: dict[str, dict[str, str]] = {
     # cache folder -> family and the kernel source per language
-    "convolution_milo": {"family": "conv", "cuda": "kernels/convolution_milo.cu",
-                         "hip": "kernels/convolution_milo.cu.hip"},
-    "dedispersion_milo": {"family": "dedispersion", "cuda": "kernels/dedisp_milo/dedispersion.cu",
-                          "hip": "kernels/dedisp_milo/dedispersion.cu.hip"},
+    "convolution_milo": {
+        "family": "conv",
+        "cuda": "kernels/convolution_milo.cu",
+        "hip": "kernels/convolution_milo.cu.hip",
+    },
+    "dedispersion_milo": {
+        "family": "dedispersion",
+        "cuda": "kernels/dedisp_milo/dedispersion.cu",
+        "hip": "kernels/dedisp_milo/dedispersion.cu.hip",
+    },
 }
 FAILED = ("CompilationFailedConfig", "RuntimeFailedConfig", "InvalidConfig")
 
@@ -65,15 +71,17 @@ def _cache_stem(path: Path) -> str:
     return path.stem
 
 
-def device_from_file_name(path: Path, catalog) -> tuple[object, str] | None:  # noqa: ANN001
+def device_from_file_name(path: Path, catalog) -> tuple[object, str] | None:
     """(device spec, the spelling matched) named by a cache's file name, or None.
 
     Tries the whole stem, then every run of ``_``-separated words, longest first and rightmost
     first ("convolution_A100" -> "A100"; "A6000_original" -> "A6000").
     """
     words = [w for w in _cache_stem(path).split("_") if w]
-    spans = sorted(((i, j) for i in range(len(words)) for j in range(i + 1, len(words) + 1)),
-                   key=lambda span: (span[0] - span[1], -span[1]))
+    spans = sorted(
+        ((i, j) for i in range(len(words)) for j in range(i + 1, len(words) + 1)),
+        key=lambda span: (span[0] - span[1], -span[1]),
+    )
     for i, j in spans:
         spelling = "_".join(words[i:j])
         if spelling in catalog:
@@ -85,12 +93,21 @@ def _kernel_row(root: Path, folder: str, language: str, kernel_name: str) -> dic
     spec = KERNELS[folder]
     path = root / spec[language]
     text = path.read_text(encoding="utf-8", errors="replace") if path.is_file() else None
-    return {"kernel_id": stable_id(SOURCE, folder, kernel_name, language), "source": SOURCE,
-            "family": spec["family"], "op": kernel_name, "name": kernel_name, "language": language,
-            "program": folder, "source_path": spec[language], "source_text": text, "dtype": "fp32"}
+    return {
+        "kernel_id": stable_id(SOURCE, folder, kernel_name, language),
+        "source": SOURCE,
+        "family": spec["family"],
+        "op": kernel_name,
+        "name": kernel_name,
+        "language": language,
+        "program": folder,
+        "source_path": spec[language],
+        "source_text": text,
+        "dtype": "fp32",
+    }
 
 
-def _one_cache(root: Path, path: Path, catalog) -> tuple[list, list, dict | None, int]:  # noqa: ANN001
+def _one_cache(root: Path, path: Path, catalog) -> tuple[list, list, dict | None, int]:
     relpath = path.relative_to(root).as_posix()
     folder = path.parent.name
     data = _load(path)
@@ -98,7 +115,9 @@ def _one_cache(root: Path, path: Path, catalog) -> tuple[list, list, dict | None
         if key not in data:
             raise IngestError(f"{path}: missing top-level key {key!r}")
     if not isinstance(data["cache"], dict):
-        raise IngestError(f"{path}: 'cache' is a {type(data['cache']).__name__}, expected an object of configs")
+        raise IngestError(
+            f"{path}: 'cache' is a {type(data['cache']).__name__}, expected an object of configs"
+        )
     raw_name = data["device_name"] if isinstance(data["device_name"], str) else ""
     device = None
     if raw_name.strip():
@@ -115,8 +134,16 @@ def _one_cache(root: Path, path: Path, catalog) -> tuple[list, list, dict | None
         reason = f"device_name is empty and file name {path.name!r} names no catalog GPU"
     if device is None:
         # A catalog gap must not silently drop data: every entry of the file is rejected, counted.
-        rejects = [{"source": SOURCE, "upstream_file": relpath, "upstream_row": index, "reason": reason,
-                    "raw": config_key} for index, config_key in enumerate(data["cache"])]
+        rejects = [
+            {
+                "source": SOURCE,
+                "upstream_file": relpath,
+                "upstream_row": index,
+                "reason": reason,
+                "raw": config_key,
+            }
+            for index, config_key in enumerate(data["cache"])
+        ]
         return [], rejects, None, len(rejects)
     language = "hip" if device.vendor == "amd" else "cuda"
     kernel = _kernel_row(root, folder, language, data["kernel_name"])
@@ -126,30 +153,48 @@ def _one_cache(root: Path, path: Path, catalog) -> tuple[list, list, dict | None
         time_ms = entry.get("time") if isinstance(entry, dict) else None
         if not isinstance(time_ms, (int, float)):
             reason = time_ms if isinstance(time_ms, str) else f"no numeric time ({type(time_ms).__name__})"
-            rejects.append({"source": SOURCE, "upstream_file": relpath, "upstream_row": index,
-                            "reason": f"failed configuration: {reason}", "raw": config_key})
+            rejects.append(
+                {
+                    "source": SOURCE,
+                    "upstream_file": relpath,
+                    "upstream_row": index,
+                    "reason": f"failed configuration: {reason}",
+                    "raw": config_key,
+                }
+            )
             continue
         params = {k: entry.get(k) for k in data["tune_params_keys"]}
         params["problem_size"] = list(data["problem_size"])
         times = [t for t in entry.get("times", []) if isinstance(t, (int, float))]
-        measurements.append({
-            "kernel_id": kernel["kernel_id"], "device_id": device.id, "device_name_raw": raw_name,
-            "source": SOURCE, "upstream_file": relpath, "upstream_row": index, "profiler": "kernel_tuner",
-            "clock_mode": "unknown", "run_id": run_id, "params_json": canonical_json(params),
-            "block_x": entry.get("block_size_x"), "block_y": entry.get("block_size_y"),
-            "block_z": entry.get("block_size_z", 1),
-            "duration_us": float(time_ms) * 1000.0,
-            "duration_std_us": statistics.pstdev(times) * 1000.0 if len(times) > 1 else None,
-            "n_trials": len(times) or None,
-            # Kernel Tuner's "GB/s" (dedispersion) counts the bytes the algorithm touches, not DRAM
-            # traffic; kept as the source reports it, and validation quarantines the rows where it
-            # exceeds the DRAM peak (cache reuse) -- see tests/data/test_validation_data.py.
-            "gflops": entry.get("GFLOP/s"), "achieved_gbps": entry.get("GB/s"),
-        })
+        measurements.append(
+            {
+                "kernel_id": kernel["kernel_id"],
+                "device_id": device.id,
+                "device_name_raw": raw_name,
+                "source": SOURCE,
+                "upstream_file": relpath,
+                "upstream_row": index,
+                "profiler": "kernel_tuner",
+                "clock_mode": "unknown",
+                "run_id": run_id,
+                "params_json": canonical_json(params),
+                "block_x": entry.get("block_size_x"),
+                "block_y": entry.get("block_size_y"),
+                "block_z": entry.get("block_size_z", 1),
+                "duration_us": float(time_ms) * 1000.0,
+                "duration_std_us": statistics.pstdev(times) * 1000.0 if len(times) > 1 else None,
+                "n_trials": len(times) or None,
+                # Kernel Tuner's "GB/s" (dedispersion) counts the bytes the algorithm touches, not DRAM
+                # traffic; kept as the source reports it, and validation quarantines the rows where it
+                # exceeds the DRAM peak (cache reuse) -- see tests/data/test_validation_data.py.
+                "gflops": entry.get("GFLOP/s"),
+                "achieved_gbps": entry.get("GB/s"),
+            }
+        )
     return measurements, rejects, kernel, len(data["cache"])
 
 
-def ingest(root: Path, catalog) -> AdapterOutput:  # noqa: ANN001 -- catalog: components.devices.Catalog
+def ingest(root: Path, catalog) -> AdapterOutput:
     require_dir(root, SOURCE)
     caches = sorted({*(root / "cachefiles").glob("*/*.json.gz"), *(root / "cachefiles").glob("*/*.json")})
     caches = [p for p in caches if p.parent.name in KERNELS and not _cache_stem(p).endswith("_T4")]
@@ -163,11 +208,24 @@ def ingest(root: Path, catalog) -> AdapterOutput:  # noqa: ANN001 -- catalog: co
         if kernel is not None:
             kernels[kernel["kernel_id"]] = kernel
         rows_in += n
-    from_name = sorted({m["upstream_file"] for m in measurements if "(from file name" in str(m["device_name_raw"])})
-    notes = [f"device_name empty: GPU taken from the file name of {', '.join(from_name)} "
-             "(device_name_raw says so per row)"] if from_name else []
-    output = AdapterOutput(SOURCE, conform(pd.DataFrame(measurements), MEASUREMENT_COLUMNS),
-                           conform(pd.DataFrame(list(kernels.values())), KERNEL_COLUMNS),
-                           conform(pd.DataFrame(rejects), REJECT_COLUMNS), rows_in, notes=notes)
+    from_name = sorted(
+        {m["upstream_file"] for m in measurements if "(from file name" in str(m["device_name_raw"])}
+    )
+    notes = (
+        [
+            f"device_name empty: GPU taken from the file name of {', '.join(from_name)} "
+            "(device_name_raw says so per row)"
+        ]
+        if from_name
+        else []
+    )
+    output = AdapterOutput(
+        SOURCE,
+        conform(pd.DataFrame(measurements), MEASUREMENT_COLUMNS),
+        conform(pd.DataFrame(list(kernels.values())), KERNEL_COLUMNS),
+        conform(pd.DataFrame(rejects), REJECT_COLUMNS),
+        rows_in,
+        notes=notes,
+    )
     output.check_balance()
     return output

@@ -11,8 +11,13 @@ from pathlib import Path
 import pandas as pd
 
 
-def attach_canonical_columns(frame: pd.DataFrame, canonical_dir: Path | None, *,
-                             kernels: tuple[str, ...] = (), measurements: tuple[str, ...] = ()) -> pd.DataFrame:
+def attach_canonical_columns(
+    frame: pd.DataFrame,
+    canonical_dir: Path | None,
+    *,
+    kernels: tuple[str, ...] = (),
+    measurements: tuple[str, ...] = (),
+) -> pd.DataFrame:
     """``frame`` plus the canonical ``kernels``/``measurements`` columns it lacks, for its rows only.
 
     The feature table leaves out what only a reader of the raw kernel needs (source text would
@@ -22,8 +27,10 @@ def attach_canonical_columns(frame: pd.DataFrame, canonical_dir: Path | None, *,
     falls back to what the feature row carries.
     """
     out = frame
-    for file, key, wanted in (("kernels.parquet", "kernel_id", kernels),
-                              ("measurements.parquet", "measurement_id", measurements)):
+    for file, key, wanted in (
+        ("kernels.parquet", "kernel_id", kernels),
+        ("measurements.parquet", "measurement_id", measurements),
+    ):
         missing = [c for c in wanted if c not in out.columns]
         if not missing or out.empty:
             continue

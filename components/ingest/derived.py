@@ -70,8 +70,21 @@ def bolet_roofline_label(sp_ai: object, dp_ai: object, int_ai: object) -> pd.Ser
 # is a choice): arithmetic ops and single transcendental calls count 1; softmax = max, subtract,
 # exp, sum, divide = 5; layernorm = mean, subtract, square, sum, rsqrt-scale, affine = 8; rmsnorm = 6.
 ELEMENTWISE_FLOPS_PER_ELEMENT: dict[str, float] = {
-    "add": 1, "addu": 1, "sub": 1, "mul": 1, "mulu": 1, "div": 1, "divu": 1, "pow": 1, "powu": 1,
-    "relu": 1, "gelu": 1, "tanh": 1, "silu": 1, "sigmoid": 1, "exp": 1,
+    "add": 1,
+    "addu": 1,
+    "sub": 1,
+    "mul": 1,
+    "mulu": 1,
+    "div": 1,
+    "divu": 1,
+    "pow": 1,
+    "powu": 1,
+    "relu": 1,
+    "gelu": 1,
+    "tanh": 1,
+    "silu": 1,
+    "sigmoid": 1,
+    "exp": 1,
 }
 ROW_OP_FLOPS_PER_ELEMENT: dict[str, float] = {"softmax": 5, "layernorm": 8, "rmsnorm": 6}
 

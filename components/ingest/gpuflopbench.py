@@ -38,8 +38,24 @@ FILES: tuple[tuple[str, str], ...] = (
     ("cuda-profiling/profiling-data.csv", "head-4738733b"),
     ("_history/b05059d9/cuda-profiling/profiling-data.csv", "container-b05059d9"),
 )
-COLUMNS = ("Kernel Name", "traffic", "dpAI", "spAI", "dpPerf", "spPerf", "xtime", "Block Size", "Grid Size",
-           "device", "intops", "intPerf", "intAI", "targetName", "exeArgs", "kernelName")
+COLUMNS = (
+    "Kernel Name",
+    "traffic",
+    "dpAI",
+    "spAI",
+    "dpPerf",
+    "spPerf",
+    "xtime",
+    "Block Size",
+    "Grid Size",
+    "device",
+    "intops",
+    "intPerf",
+    "intAI",
+    "targetName",
+    "exeArgs",
+    "kernelName",
+)
 NUMERIC = ("traffic", "dpAI", "spAI", "dpPerf", "spPerf", "xtime", "intops", "intPerf", "intAI")
 SOURCE_SUFFIXES = (".cu", ".cuh", ".cpp", ".c", ".h", ".hpp", ".cc")
 MAX_SOURCE_CHARS = 200_000
@@ -101,7 +117,7 @@ def extract_kernel_body(text: str, kernel_name: str) -> str | None:
     for position in range(brace, len(text)):
         depth += {"{": 1, "}": -1}.get(text[position], 0)
         if depth == 0:
-            return text[start:position + 1]
+            return text[start : position + 1]
     return None
 
 
@@ -130,16 +146,27 @@ def _kernels_table(root: Path, pairs: set[tuple[str, str]]) -> pd.DataFrame:
             sources[program] = program_source(root, program)
         path, text = sources[program]
         body = extract_kernel_body(text, kernel) if text else None
-        source_text = None if text is None else (f"// ==== kernel {kernel}\n{body}\n\n{text}" if body else text)
-        rows.append({
-            "kernel_id": stable_id(SOURCE, program, kernel), "source": SOURCE, "family": "program", "op": kernel,
-            "name": kernel, "language": "openmp" if program.endswith("-omp") else "cuda", "program": program,
-            "source_path": path, "source_text": source_text, "dtype": "unknown",
-        })
+        source_text = (
+            None if text is None else (f"// ==== kernel {kernel}\n{body}\n\n{text}" if body else text)
+        )
+        rows.append(
+            {
+                "kernel_id": stable_id(SOURCE, program, kernel),
+                "source": SOURCE,
+                "family": "program",
+                "op": kernel,
+                "name": kernel,
+                "language": "openmp" if program.endswith("-omp") else "cuda",
+                "program": program,
+                "source_path": path,
+                "source_text": source_text,
+                "dtype": "unknown",
+            }
+        )
     return conform(pd.DataFrame(rows), KERNEL_COLUMNS)
 
 
-def _one_file(path: Path, relpath: str, run_id: str, catalog) -> tuple[list, list, set, int]:  # noqa: ANN001
+def _one_file(path: Path, relpath: str, run_id: str, catalog) -> tuple[list, list, set, int]:
     rows = _read_rows(path)
     measurements, rejects, pairs = [], [], set()
     launch_index: dict[tuple, int] = {}
@@ -148,13 +175,27 @@ def _one_file(path: Path, relpath: str, run_id: str, catalog) -> tuple[list, lis
             values = _parse(row)
             device = catalog.resolve(row["device"])
         except LookupError:
-            rejects.append({"source": SOURCE, "upstream_file": relpath, "upstream_row": index,
-                            "reason": f"unknown device '{row['device']}'", "raw": str(row)[:500]})
+            rejects.append(
+                {
+                    "source": SOURCE,
+                    "upstream_file": relpath,
+                    "upstream_row": index,
+                    "reason": f"unknown device '{row['device']}'",
+                    "raw": str(row)[:500],
+                }
+            )
             continue
         except ValueError as exc:
             reason = str(exc.args[0] if exc.args else exc)
-            rejects.append({"source": SOURCE, "upstream_file": relpath, "upstream_row": index,
-                            "reason": reason, "raw": str(row)[:500]})
+            rejects.append(
+                {
+                    "source": SOURCE,
+                    "upstream_file": relpath,
+                    "upstream_row": index,
+                    "reason": reason,
+                    "raw": str(row)[:500],
+                }
+            )
             continue
         program, kernel = row["targetName"], row["kernelName"]
         key = (program, kernel, row["exeArgs"], row["Kernel Name"])
@@ -165,46 +206,71 @@ def _one_file(path: Path, relpath: str, run_id: str, catalog) -> tuple[list, lis
         seconds = values["xtime"] * 1e-9
         dram_bytes = values["traffic"] * seconds
         sp_flops, dp_flops = values["spPerf"] * seconds, values["dpPerf"] * seconds
-        measurements.append({
-            "kernel_id": stable_id(SOURCE, program, kernel), "device_id": device.id, "device_name_raw": row["device"],
-            "source": SOURCE, "upstream_file": relpath, "upstream_row": index, "profiler": "ncu",
-            "clock_mode": "locked", "run_id": run_id,
-            "params_json": canonical_json({"exeArgs": row["exeArgs"], "signature": row["Kernel Name"],
-                                           "launch": launch}),
-            "grid_x": values["grid"][0], "grid_y": values["grid"][1], "grid_z": values["grid"][2],
-            "block_x": values["block"][0], "block_y": values["block"][1], "block_z": values["block"][2],
-            "duration_us": duration_us, "n_trials": 1, "dram_bytes": dram_bytes,
-            "fp32_gflops": values["spPerf"] / 1e9, "fp64_gflops": values["dpPerf"] / 1e9,
-            "gflops": (values["spPerf"] + values["dpPerf"]) / 1e9, "int_gops": values["intPerf"] / 1e9,
-            "flops": sp_flops + dp_flops,
-            "fp32_arith_intensity": values["spAI"], "fp64_arith_intensity": values["dpAI"],
-            "int_arith_intensity": values["intAI"],
-            "_sp_ai": values["spAI"], "_dp_ai": values["dpAI"], "_int_ai": values["intAI"], "_traffic": values["traffic"],
-        })
+        measurements.append(
+            {
+                "kernel_id": stable_id(SOURCE, program, kernel),
+                "device_id": device.id,
+                "device_name_raw": row["device"],
+                "source": SOURCE,
+                "upstream_file": relpath,
+                "upstream_row": index,
+                "profiler": "ncu",
+                "clock_mode": "locked",
+                "run_id": run_id,
+                "params_json": canonical_json(
+                    {"exeArgs": row["exeArgs"], "signature": row["Kernel Name"], "launch": launch}
+                ),
+                "grid_x": values["grid"][0],
+                "grid_y": values["grid"][1],
+                "grid_z": values["grid"][2],
+                "block_x": values["block"][0],
+                "block_y": values["block"][1],
+                "block_z": values["block"][2],
+                "duration_us": duration_us,
+                "n_trials": 1,
+                "dram_bytes": dram_bytes,
+                "fp32_gflops": values["spPerf"] / 1e9,
+                "fp64_gflops": values["dpPerf"] / 1e9,
+                "gflops": (values["spPerf"] + values["dpPerf"]) / 1e9,
+                "int_gops": values["intPerf"] / 1e9,
+                "flops": sp_flops + dp_flops,
+                "fp32_arith_intensity": values["spAI"],
+                "fp64_arith_intensity": values["dpAI"],
+                "int_arith_intensity": values["intAI"],
+                "_sp_ai": values["spAI"],
+                "_dp_ai": values["dpAI"],
+                "_int_ai": values["intAI"],
+                "_traffic": values["traffic"],
+            }
+        )
     return measurements, rejects, pairs, len(rows)
 
 
-def _device_ridges(spec) -> tuple[float, float, float]:  # noqa: ANN001 -- devices.DeviceSpec
+def _device_ridges(spec) -> tuple[float, float, float]:
     """(fp32, fp64, int) ridge points of a catalog device at its boost clock (vendor peak)."""
     fp64 = spec.ridge_point("fp64") if spec.has_pipe("fp64") else float("nan")
-    return (spec.ridge_point("fp32"), fp64,
-            int_ridge_point(spec.sms, spec.fp32_lanes_per_sm, spec.boost_clock_mhz, spec.dram_gbps))
+    return (
+        spec.ridge_point("fp32"),
+        fp64,
+        int_ridge_point(spec.sms, spec.fp32_lanes_per_sm, spec.boost_clock_mhz, spec.dram_gbps),
+    )
 
 
-def _ridge_class(frame: pd.DataFrame, catalog) -> pd.Series:  # noqa: ANN001
+def _ridge_class(frame: pd.DataFrame, catalog) -> pd.Series:
     """Compute-bound if any of the FP32, FP64 or integer intensities reaches its ridge on the device
     (the same any-pipe rule as Bolet et al., with the catalog's peaks instead of fixed thresholds)."""
     ridges = {d: _device_ridges(catalog.get(d)) for d in frame["device_id"].unique()}
     classes = [
-        roofline_class(frame[column], frame["device_id"].map(lambda d, i=i: ridges[d][i]).to_numpy("float64"))
-        .to_numpy()
+        roofline_class(
+            frame[column], frame["device_id"].map(lambda d, i=i: ridges[d][i]).to_numpy("float64")
+        ).to_numpy()
         for i, column in enumerate(("_sp_ai", "_dp_ai", "_int_ai"))
     ]
     compute = np.logical_or.reduce([c == "compute" for c in classes])
     return pd.Series(np.where(compute, "compute", "bandwidth"), dtype="string")
 
 
-def ingest(root: Path, catalog) -> AdapterOutput:  # noqa: ANN001 -- catalog: components.devices.Catalog
+def ingest(root: Path, catalog) -> AdapterOutput:
     require_dir(root, SOURCE)
     measurements, rejects, pairs, rows_in = [], [], set(), 0
     for relpath, run_id in FILES:
@@ -221,10 +287,17 @@ def ingest(root: Path, catalog) -> AdapterOutput:  # noqa: ANN001 -- catalog: co
     if not frame.empty:
         frame["achieved_gbps"] = achieved_gbps(frame["dram_bytes"], frame["duration_us"])
         frame["arith_intensity"] = arith_intensity(frame["flops"], frame["dram_bytes"])
-        frame["roofline_class_published"] = bolet_roofline_label(frame["_sp_ai"], frame["_dp_ai"], frame["_int_ai"])
+        frame["roofline_class_published"] = bolet_roofline_label(
+            frame["_sp_ai"], frame["_dp_ai"], frame["_int_ai"]
+        )
         frame["roofline_class"] = _ridge_class(frame, catalog)
         frame = frame.drop(columns=[c for c in frame.columns if c.startswith("_")])
-    output = AdapterOutput(SOURCE, conform(frame, MEASUREMENT_COLUMNS), _kernels_table(root, pairs),
-                           conform(pd.DataFrame(rejects), REJECT_COLUMNS), rows_in)
+    output = AdapterOutput(
+        SOURCE,
+        conform(frame, MEASUREMENT_COLUMNS),
+        _kernels_table(root, pairs),
+        conform(pd.DataFrame(rejects), REJECT_COLUMNS),
+        rows_in,
+    )
     output.check_balance()
     return output

@@ -48,8 +48,10 @@ UNUSABLE_FILES: dict[str, str] = {
 V01 = "v0.1+"
 V00 = "v0.0"
 # <tree>results/timing/[<gpu folder>/]<file>; early upstream commits kept files directly in timing/.
-_TIMING = re.compile(r"^(?P<tree>(?:_v0\.0/|_history/(?P<commit>[0-9a-f]{8})/)?)results/timing/"
-                     r"(?:(?P<folder>.+)/)?(?P<file>[^/]+\.json)$")
+_TIMING = re.compile(
+    r"^(?P<tree>(?:_v0\.0/|_history/(?P<commit>[0-9a-f]{8})/)?)results/timing/"
+    r"(?:(?P<folder>.+)/)?(?P<file>[^/]+\.json)$"
+)
 _NOTE_SET = re.compile(r"problem_set=(?P<set>[^;]+)")
 _NOTE_PROBLEMS = re.compile(r"problems=(?P<problems>[^;]+)")
 _NOT_BUNDLED_AT = re.compile(r"at (?P<commit>[0-9a-f]{7,40})")
@@ -73,8 +75,12 @@ class RunConfig:
     variant: str | None  # machine/run tag some old files carry in the name (matx2, cleaned)
 
     def params(self) -> dict[str, Any]:
-        fields = {"mode": self.mode, "backend": self.backend, "compile_mode": self.compile_mode,
-                  "variant": self.variant}
+        fields = {
+            "mode": self.mode,
+            "backend": self.backend,
+            "compile_mode": self.compile_mode,
+            "variant": self.variant,
+        }
         return {k: v for k, v in fields.items() if v is not None}
 
 
@@ -181,8 +187,13 @@ def _entry_values(entry: Any) -> dict[str, Any]:
 
 
 def _reject(relpath: str, index: int, reason: str, raw: Any) -> dict[str, Any]:
-    return {"source": SOURCE, "upstream_file": relpath, "upstream_row": index, "reason": reason,
-            "raw": json.dumps(raw, sort_keys=True, default=str)[:500]}
+    return {
+        "source": SOURCE,
+        "upstream_file": relpath,
+        "upstream_row": index,
+        "reason": reason,
+        "raw": json.dumps(raw, sort_keys=True, default=str)[:500],
+    }
 
 
 def _problem_op(problem_file: str) -> str:
@@ -194,16 +205,22 @@ def _kernel_row(root: Path, tree: ProblemTree, level: str, problem_file: str) ->
     path = tree.directory / level / problem_file if tree.directory is not None else None
     text = path.read_text(encoding="utf-8", errors="replace") if path is not None and path.is_file() else None
     return {
-        "kernel_id": stable_id(SOURCE, tree.version, level, problem_file), "source": SOURCE, "family": "program",
-        "op": _problem_op(problem_file), "name": f"{level}/{problem_file.removesuffix('.py')}@{tree.version}",
-        "language": "pytorch", "program": f"{level}/{problem_file}",
+        "kernel_id": stable_id(SOURCE, tree.version, level, problem_file),
+        "source": SOURCE,
+        "family": "program",
+        "op": _problem_op(problem_file),
+        "name": f"{level}/{problem_file.removesuffix('.py')}@{tree.version}",
+        "language": "pytorch",
+        "program": f"{level}/{problem_file}",
         "source_path": path.relative_to(root).as_posix() if text is not None else None,
-        "source_text": text, "dtype": "unknown",  # problems choose their own dtypes; not parsed here
+        "source_text": text,
+        "dtype": "unknown",  # problems choose their own dtypes; not parsed here
     }
 
 
-def _one_file(root: Path, path: Path, notes: dict[str, str], catalog,  # noqa: ANN001 -- devices.Catalog
-              kernels: dict[str, dict[str, Any]]) -> tuple[list[dict], list[dict], int]:
+def _one_file(
+    root: Path, path: Path, notes: dict[str, str], catalog, kernels: dict[str, dict[str, Any]]
+) -> tuple[list[dict], list[dict], int]:
     relpath = path.relative_to(root).as_posix()
     try:
         tree, config = problem_tree(root, relpath, notes), parse_config(path.name)
@@ -211,7 +228,9 @@ def _one_file(root: Path, path: Path, notes: dict[str, str], catalog,  # noqa: A
         raise IngestError(f"{path}: {exc}") from exc
     data = _load(path)
     # One run per file: "<tree>:<gpu folder>/<file stem>", e.g. "_v0.0:T4_modal/baseline_time_torch".
-    run_id = relpath.removesuffix(".json").replace("/results/timing/", ":").replace("results/timing/", "head:")
+    run_id = (
+        relpath.removesuffix(".json").replace("/results/timing/", ":").replace("results/timing/", "head:")
+    )
     unusable = UNUSABLE_FILES.get(relpath)
     measurements, rejects, index = [], [], -1
     for level, problems in data.items():
@@ -231,26 +250,41 @@ def _one_file(root: Path, path: Path, notes: dict[str, str], catalog,  # noqa: A
             kernel_id = stable_id(SOURCE, tree.version, level, problem_file)
             if kernel_id not in kernels:
                 kernels[kernel_id] = _kernel_row(root, tree, level, problem_file)
-            measurements.append({
-                "kernel_id": kernel_id, "device_id": device.id, "device_name_raw": values["hardware"],
-                "source": SOURCE, "upstream_file": relpath, "upstream_row": index,
-                # Wall-clock of the whole module forward (torch.cuda events around it), clocks as the cloud set them.
-                "profiler": "cuda_event", "clock_mode": "unknown", "run_id": run_id,
-                "params_json": canonical_json({**config.params(), "level": level, "problem_set": tree.version}),
-                "duration_us": values["mean"] * 1000.0, "duration_std_us": values["std"] * 1000.0,
-                "n_trials": values["num_trials"],
-            })
+            measurements.append(
+                {
+                    "kernel_id": kernel_id,
+                    "device_id": device.id,
+                    "device_name_raw": values["hardware"],
+                    "source": SOURCE,
+                    "upstream_file": relpath,
+                    "upstream_row": index,
+                    # Wall-clock of the whole module forward (torch.cuda events around it), clocks as the cloud set them.
+                    "profiler": "cuda_event",
+                    "clock_mode": "unknown",
+                    "run_id": run_id,
+                    "params_json": canonical_json(
+                        {**config.params(), "level": level, "problem_set": tree.version}
+                    ),
+                    "duration_us": values["mean"] * 1000.0,
+                    "duration_std_us": values["std"] * 1000.0,
+                    "n_trials": values["num_trials"],
+                }
+            )
     return measurements, rejects, index + 1
 
 
 def timing_files(root: Path) -> list[Path]:
     """Every timing JSON of the three tree kinds, in a stable order."""
-    patterns = ("results/timing/**/*.json", "_v0.0/results/timing/**/*.json", "_history/*/results/timing/**/*.json")
+    patterns = (
+        "results/timing/**/*.json",
+        "_v0.0/results/timing/**/*.json",
+        "_history/*/results/timing/**/*.json",
+    )
     found = {p for pattern in patterns for p in root.glob(pattern) if p.is_file()}
     return sorted(found, key=lambda p: p.relative_to(root).as_posix())
 
 
-def ingest(root: Path, catalog) -> AdapterOutput:  # noqa: ANN001 -- catalog: components.devices.Catalog
+def ingest(root: Path, catalog) -> AdapterOutput:
     require_dir(root, SOURCE)
     files = timing_files(root)
     if not files:
@@ -266,10 +300,15 @@ def ingest(root: Path, catalog) -> AdapterOutput:  # noqa: ANN001 -- catalog: co
     kernel_frame = conform(pd.DataFrame(list(kernels.values())), KERNEL_COLUMNS)
     no_source = int(kernel_frame["source_text"].isna().sum())
     output = AdapterOutput(
-        SOURCE, conform(frame, MEASUREMENT_COLUMNS), kernel_frame, conform(pd.DataFrame(rejects), REJECT_COLUMNS),
+        SOURCE,
+        conform(frame, MEASUREMENT_COLUMNS),
+        kernel_frame,
+        conform(pd.DataFrame(rejects), REJECT_COLUMNS),
         rows_in,
-        notes=[f"{len(files)} timing files; provenance notes {'read' if notes else 'absent'}",
-               f"{no_source} of {len(kernel_frame)} problems have no bundled source (level4/5/tk, unbundled trees)"],
+        notes=[
+            f"{len(files)} timing files; provenance notes {'read' if notes else 'absent'}",
+            f"{no_source} of {len(kernel_frame)} problems have no bundled source (level4/5/tk, unbundled trees)",
+        ],
     )
     output.check_balance()
     return output

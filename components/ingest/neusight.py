@@ -56,24 +56,46 @@ N_TRIALS = 25  # mean of the 5 fastest of 25 timed runs
 RAW_LIMIT = 500  # characters of a raw row kept in rejects for audit
 
 COMMON_COLUMNS: tuple[str, ...] = (
-    "OPName", "Latency", "Device", "Kernel Name", "Grid x", "Grid y", "Grid z", "Block x", "Block y", "Block z",
+    "OPName",
+    "Latency",
+    "Device",
+    "Kernel Name",
+    "Grid x",
+    "Grid y",
+    "Grid z",
+    "Block x",
+    "Block y",
+    "Block z",
 )
 GRID_COLUMNS: dict[str, str] = {
-    "Grid x": "grid_x", "Grid y": "grid_y", "Grid z": "grid_z",
-    "Block x": "block_x", "Block y": "block_y", "Block z": "block_z",
+    "Grid x": "grid_x",
+    "Grid y": "grid_y",
+    "Grid z": "grid_z",
+    "Block x": "block_x",
+    "Block y": "block_y",
+    "Block z": "block_z",
 }
 GEMM_SHAPE: tuple[str, ...] = ("B", "M", "N", "K")
 ROW_SHAPE: tuple[str, ...] = ("B", "H")
 # Upstream column -> shape key. ``Kernel_Szie`` is upstream's misspelling; the canonical key is spelled right.
 CONV_SHAPE: dict[str, str] = {
-    "B": "B", "Input_Channel": "Input_Channel", "Output_Channel": "Output_Channel", "Kernel_Szie": "Kernel_Size",
-    "Input_Size": "Input_Size", "Stride": "Stride", "Padding": "Padding",
+    "B": "B",
+    "Input_Channel": "Input_Channel",
+    "Output_Channel": "Output_Channel",
+    "Kernel_Szie": "Kernel_Size",
+    "Input_Size": "Input_Size",
+    "Stride": "Stride",
+    "Padding": "Padding",
 }
 ELEMENTWISE_OPS: frozenset[str] = frozenset(
     {"add", "addu", "div", "divu", "mul", "mulu", "pow", "powu", "relu", "gelu", "tanh"}
 )
 FAMILY_OF_OP: dict[str, str] = {
-    "bmm": "bmm", "linear": "linear", "conv": "conv", "softmax": "softmax", "ln": "layernorm",
+    "bmm": "bmm",
+    "linear": "linear",
+    "conv": "conv",
+    "softmax": "softmax",
+    "ln": "layernorm",
     **{op: "elementwise" for op in ELEMENTWISE_OPS},
 }
 
@@ -119,8 +141,15 @@ def _read_csv_slow(path: Path, source: str, label: str) -> tuple[pd.DataFrame, l
                     good.append(record)
                     index.append(row)
                 else:
-                    bad.append(reject(source, label, row, f"expected {len(header)} fields, found {len(record)}",
-                                      ",".join(record)))
+                    bad.append(
+                        reject(
+                            source,
+                            label,
+                            row,
+                            f"expected {len(header)} fields, found {len(record)}",
+                            ",".join(record),
+                        )
+                    )
                 row += 1
     except csv.Error as exc:
         # An unterminated quote (typically a truncated file) leaves no way to find the row boundaries.
@@ -132,8 +161,13 @@ def _read_csv_slow(path: Path, source: str, label: str) -> tuple[pd.DataFrame, l
 
 
 def reject(source: str, upstream_file: str, row: int, reason: str, raw: str) -> dict:
-    return {"source": source, "upstream_file": upstream_file, "upstream_row": row, "reason": reason,
-            "raw": raw[:RAW_LIMIT]}
+    return {
+        "source": source,
+        "upstream_file": upstream_file,
+        "upstream_row": row,
+        "reason": reason,
+        "raw": raw[:RAW_LIMIT],
+    }
 
 
 def raw_rows(frame: pd.DataFrame, mask: np.ndarray) -> list[str]:
@@ -144,9 +178,9 @@ def raw_rows(frame: pd.DataFrame, mask: np.ndarray) -> list[str]:
     return picked.astype(str).agg(",".join, axis=1).tolist()
 
 
-
-def apply_checks(frame: pd.DataFrame, checks: list, reason: pd.Series, source: str, label: str,
-                 rejects: list[dict]) -> np.ndarray:
+def apply_checks(
+    frame: pd.DataFrame, checks: list, reason: pd.Series, source: str, label: str, rejects: list[dict]
+) -> np.ndarray:
     """Give each row the reason of the first check it fails, append those rows to ``rejects``,
     and return the mask of rejected rows. ``checks`` = [(failed mask, idx -> reason series)]."""
     for failed, message in checks:
@@ -158,10 +192,13 @@ def apply_checks(frame: pd.DataFrame, checks: list, reason: pd.Series, source: s
         rejects.append(reject(source, label, int(row), str(why), raw))
     return bad
 
+
 def require_columns(frame: pd.DataFrame, columns: Iterable[str], path: Path, source: str) -> None:
     missing = [c for c in columns if c not in frame.columns]
     if missing:
-        raise IngestError(f"{source}: {path}: missing column(s) {', '.join(missing)} (has: {', '.join(frame.columns)})")
+        raise IngestError(
+            f"{source}: {path}: missing column(s) {', '.join(missing)} (has: {', '.join(frame.columns)})"
+        )
 
 
 def integer_columns(frame: pd.DataFrame, columns: Iterable[str]) -> tuple[pd.DataFrame, pd.Series]:
@@ -176,7 +213,7 @@ def integer_columns(frame: pd.DataFrame, columns: Iterable[str]) -> tuple[pd.Dat
     return parsed, problem
 
 
-def resolve_devices(names: pd.Series, catalog) -> pd.Series:  # noqa: ANN001 -- components.devices.Catalog
+def resolve_devices(names: pd.Series, catalog) -> pd.Series:
     """Catalog id per row (resolving each distinct spelling once); <NA> where the name is unknown."""
     ids: dict[str, object] = {}
     for name in names.unique():
@@ -188,14 +225,15 @@ def resolve_devices(names: pd.Series, catalog) -> pd.Series:  # noqa: ANN001 -- 
 
 
 def repeat_suffix(frame: pd.DataFrame, keys: list[str]) -> pd.Series:
-    """"" for the first row of a key, "/rep<k>" for the k-th repeat -- repeated measurements of one
+    """ "" for the first row of a key, "/rep<k>" for the k-th repeat -- repeated measurements of one
     configuration in one file stay distinct rows (the measurement key must be unique)."""
     occurrence = frame.groupby(keys, sort=False, dropna=False).cumcount()
     return pd.Series(np.where(occurrence > 0, "/rep" + occurrence.astype(str), ""), index=frame.index)
 
 
-def definition_flops(family: pd.Series, op: pd.Series, shape_json: pd.Series,
-                     shapes: dict[str, dict]) -> pd.Series:
+def definition_flops(
+    family: pd.Series, op: pd.Series, shape_json: pd.Series, shapes: dict[str, dict]
+) -> pd.Series:
     """FLOPs by op definition (``components.ingest.derived.op_flops``), one call per distinct kernel."""
     from components.ingest.derived import op_flops
 
@@ -215,8 +253,9 @@ def gflops_of(flops: pd.Series, duration_us: pd.Series) -> pd.Series:
     """GFLOP/s from FLOPs and microseconds (``components.ingest.derived.gflops``)."""
     from components.ingest.derived import gflops
 
-    return pd.Series(gflops(flops.to_numpy("float64"), duration_us.to_numpy("float64")), index=flops.index,
-                     dtype="float64")
+    return pd.Series(
+        gflops(flops.to_numpy("float64"), duration_us.to_numpy("float64")), index=flops.index, dtype="float64"
+    )
 
 
 # ----------------------------------------------------------------------------------------------
@@ -256,11 +295,15 @@ def _amd_files(root: Path) -> list[tuple[Path, str, str]]:
         for path in sorted(amd.glob(AMD_GLOB.format(side=side))):
             files.append((path, path.parent.parent.name, f"amd/{side}/collect"))
     if not files:
-        raise IngestError(f"{SOURCE}: {amd} exists but holds no per-GPU files {AMD_GLOB.format(side='{train,test}')}")
+        raise IngestError(
+            f"{SOURCE}: {amd} exists but holds no per-GPU files {AMD_GLOB.format(side='{train,test}')}"
+        )
     return files
 
 
-def _read_file(root: Path, path: Path, kind: str, run_id: str, catalog) -> tuple[pd.DataFrame, list[dict], int]:  # noqa: ANN001
+def _read_file(
+    root: Path, path: Path, kind: str, run_id: str, catalog
+) -> tuple[pd.DataFrame, list[dict], int]:
     """One upstream CSV -> (parsed good rows, reject records, rows in)."""
     label = path.relative_to(root).as_posix()
     frame, rejects = read_csv_strings(path, SOURCE, root)
@@ -279,28 +322,47 @@ def _read_file(root: Path, path: Path, kind: str, run_id: str, catalog) -> tuple
     # First failing check wins, so each reject has one clear reason.
     reason = pd.Series(pd.NA, index=frame.index, dtype="object")
     checks: list[tuple[pd.Series, Callable[[pd.Index], pd.Series]]] = [
-        (latency.isna() | ~np.isfinite(latency.fillna(0)),
-         lambda idx: "Latency is not a number: " + frame.loc[idx, "Latency"].str.slice(0, 40).map(repr)),
+        (
+            latency.isna() | ~np.isfinite(latency.fillna(0)),
+            lambda idx: "Latency is not a number: " + frame.loc[idx, "Latency"].str.slice(0, 40).map(repr),
+        ),
         (family.isna(), lambda idx: "unknown op " + op[idx].map(repr)),
-        (shape_problem.notna(), lambda idx: "shape column " + shape_problem[idx].astype(str) + " is not an integer"),
-        (launch_problem.notna(), lambda idx: "launch column " + launch_problem[idx].astype(str) + " is not an integer"),
-        (device_id.isna(), lambda idx: "unknown device " + frame.loc[idx, "Device"].str.strip().map(lambda s: f"'{s}'")),
+        (
+            shape_problem.notna(),
+            lambda idx: "shape column " + shape_problem[idx].astype(str) + " is not an integer",
+        ),
+        (
+            launch_problem.notna(),
+            lambda idx: "launch column " + launch_problem[idx].astype(str) + " is not an integer",
+        ),
+        (
+            device_id.isna(),
+            lambda idx: "unknown device " + frame.loc[idx, "Device"].str.strip().map(lambda s: f"'{s}'"),
+        ),
     ]
     if large is not None:
-        checks.append((~large.isin(["true", "false"]),
-                       lambda idx: "large is not True/False: " + frame.loc[idx, "large"].map(repr)))
+        checks.append(
+            (
+                ~large.isin(["true", "false"]),
+                lambda idx: "large is not True/False: " + frame.loc[idx, "large"].map(repr),
+            )
+        )
     bad = apply_checks(frame, checks, reason, SOURCE, label, rejects)
 
     keep = ~bad
-    good = pd.DataFrame({
-        "upstream_row": frame.index[keep].astype("int64"),
-        "op": op[keep], "family": family[keep], "device_id": device_id[keep],
-        "device_name_raw": frame.loc[keep, "Device"].str.strip(),
-        "kernel_name": frame.loc[keep, "Kernel Name"],
-        "n_kernels": frame.loc[keep, "Kernels"].str.count(";") if "Kernels" in frame.columns else pd.NA,
-        "duration_us": latency[keep] * 1000.0,
-        "large": (large[keep] == "true") if large is not None else pd.NA,
-    })
+    good = pd.DataFrame(
+        {
+            "upstream_row": frame.index[keep].astype("int64"),
+            "op": op[keep],
+            "family": family[keep],
+            "device_id": device_id[keep],
+            "device_name_raw": frame.loc[keep, "Device"].str.strip(),
+            "kernel_name": frame.loc[keep, "Kernel Name"],
+            "n_kernels": frame.loc[keep, "Kernels"].str.count(";") if "Kernels" in frame.columns else pd.NA,
+            "duration_us": latency[keep] * 1000.0,
+            "large": (large[keep] == "true") if large is not None else pd.NA,
+        }
+    )
     for upstream, key in spec.items():
         good[f"shape:{key}"] = shapes.loc[keep, upstream]
     for upstream, column in GRID_COLUMNS.items():
@@ -330,8 +392,9 @@ def _shape_dicts(good: pd.DataFrame) -> tuple[pd.Series, dict[str, dict]]:
 def _params_json(good: pd.DataFrame, shape_json: pd.Series, shapes: dict[str, dict]) -> list[str]:
     """Shape + the dominant CUDA kernel + how many kernels the op launched + NeuSight's ``large`` flag."""
     out: list[str] = []
-    for text, name, n_kernels, large in zip(shape_json, good["kernel_name"], good["n_kernels"], good["large"],
-                                            strict=True):
+    for text, name, n_kernels, large in zip(
+        shape_json, good["kernel_name"], good["n_kernels"], good["large"], strict=True
+    ):
         params: dict[str, object] = {**shapes[text], "kernel_name": name}
         if not pd.isna(n_kernels):
             params["n_kernels"] = int(n_kernels)
@@ -342,9 +405,14 @@ def _params_json(good: pd.DataFrame, shape_json: pd.Series, shapes: dict[str, di
 
 
 def _kernel_table(good: pd.DataFrame, shape_json: pd.Series) -> pd.DataFrame:
-    kernels = pd.DataFrame({
-        "kernel_id": good["kernel_id"], "family": good["family"], "op": good["op"], "shape_json": shape_json,
-    }).drop_duplicates("kernel_id")
+    kernels = pd.DataFrame(
+        {
+            "kernel_id": good["kernel_id"],
+            "family": good["family"],
+            "op": good["op"],
+            "shape_json": shape_json,
+        }
+    ).drop_duplicates("kernel_id")
     kernels["source"] = SOURCE
     kernels["name"] = kernels["op"] + kernels["shape_json"] + "[fp32]"
     kernels["language"] = "pytorch"
@@ -352,7 +420,7 @@ def _kernel_table(good: pd.DataFrame, shape_json: pd.Series) -> pd.DataFrame:
     return conform(kernels, KERNEL_COLUMNS)
 
 
-def ingest(root: Path, catalog) -> AdapterOutput:  # noqa: ANN001 -- catalog: components.devices.Catalog
+def ingest(root: Path, catalog) -> AdapterOutput:
     """Read NeuSight's train/collect and test CSVs under ``root`` into the canonical tables."""
     root = require_dir(Path(root), SOURCE)
     parts: list[pd.DataFrame] = []
@@ -366,13 +434,20 @@ def ingest(root: Path, catalog) -> AdapterOutput:  # noqa: ANN001 -- catalog: co
     good = pd.concat(parts, ignore_index=True) if parts else pd.DataFrame()
     measurements, kernels = _canonical(good)
     output = AdapterOutput(
-        SOURCE, measurements, kernels, conform(pd.DataFrame(rejects), REJECT_COLUMNS), rows_in,
+        SOURCE,
+        measurements,
+        kernels,
+        conform(pd.DataFrame(rejects), REJECT_COLUMNS),
+        rows_in,
         notes=[
             "Latency (ms) is torch.cuda.Event timing, mean of the 5 fastest of 25 runs: n_trials=25",
             "run_id: train/collect = training files; test/<file> = NeuSight's published test file",
             "test/vec.csv repeats elem+ln+softmax rows; they stay as separate rows (run_id differs)",
-            *(["dataset_amd/: AMD collection read (run_id amd/train/collect, amd/test/collect)"]
-              if (root / AMD_DATASET_DIR).is_dir() else []),
+            *(
+                ["dataset_amd/: AMD collection read (run_id amd/train/collect, amd/test/collect)"]
+                if (root / AMD_DATASET_DIR).is_dir()
+                else []
+            ),
         ],
     )
     output.check_balance()
@@ -383,18 +458,31 @@ def _canonical(good: pd.DataFrame) -> tuple[pd.DataFrame, pd.DataFrame]:
     if good.empty:
         return conform(pd.DataFrame(), MEASUREMENT_COLUMNS), conform(pd.DataFrame(), KERNEL_COLUMNS)
     shape_json, shapes = _shape_dicts(good)
-    good["kernel_id"] = [stable_id(SOURCE, f, o, "fp32", s) for f, o, s in zip(good["family"], good["op"], shape_json,
-                                                                               strict=True)]
+    good["kernel_id"] = [
+        stable_id(SOURCE, f, o, "fp32", s)
+        for f, o, s in zip(good["family"], good["op"], shape_json, strict=True)
+    ]
     params_json = pd.Series(_params_json(good, shape_json, shapes), index=good.index)
     good["params_json"] = params_json
     run_id = good["run_id"] + repeat_suffix(good, ["kernel_id", "device_id", "params_json", "run_id"])
     flops = definition_flops(good["family"], good["op"], shape_json, shapes)
-    measurements = pd.DataFrame({
-        "kernel_id": good["kernel_id"], "device_id": good["device_id"], "device_name_raw": good["device_name_raw"],
-        "source": SOURCE, "upstream_file": good["upstream_file"], "upstream_row": good["upstream_row"],
-        "profiler": "cuda_event", "clock_mode": "unknown", "run_id": run_id, "params_json": params_json,
-        **{column: good[column] for column in GRID_COLUMNS.values()},
-        "duration_us": good["duration_us"], "n_trials": N_TRIALS,
-        "flops": flops, "gflops": gflops_of(flops, good["duration_us"]),
-    })
+    measurements = pd.DataFrame(
+        {
+            "kernel_id": good["kernel_id"],
+            "device_id": good["device_id"],
+            "device_name_raw": good["device_name_raw"],
+            "source": SOURCE,
+            "upstream_file": good["upstream_file"],
+            "upstream_row": good["upstream_row"],
+            "profiler": "cuda_event",
+            "clock_mode": "unknown",
+            "run_id": run_id,
+            "params_json": params_json,
+            **{column: good[column] for column in GRID_COLUMNS.values()},
+            "duration_us": good["duration_us"],
+            "n_trials": N_TRIALS,
+            "flops": flops,
+            "gflops": gflops_of(flops, good["duration_us"]),
+        }
+    )
     return conform(measurements, MEASUREMENT_COLUMNS), _kernel_table(good, shape_json)

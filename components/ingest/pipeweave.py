@@ -51,7 +51,12 @@ from components.ingest.schema import (
 SOURCE = "pipeweave"
 MOE_SHAPE: tuple[str, ...] = ("M", "E", "topk", "H", "N")
 MOE_TILE: tuple[str, ...] = (
-    "BLOCK_SIZE_M", "BLOCK_SIZE_N", "BLOCK_SIZE_K", "GROUP_SIZE_M", "num_warps", "num_stages",
+    "BLOCK_SIZE_M",
+    "BLOCK_SIZE_N",
+    "BLOCK_SIZE_K",
+    "GROUP_SIZE_M",
+    "num_warps",
+    "num_stages",
 )
 # PipeWeave models the fused-MoE GEMMs on the bf16 tensor pipe (tc_bf16 features) and its LLM
 # configs are bf16, so the MoE kernels are bf16.
@@ -105,48 +110,95 @@ def _tables(root: Path) -> list[Table]:
     dataset = require_dir(root / "dataset", SOURCE)
     tables: list[Table] = []
     for split in ("train", "test"):
-        tables.append(Table(
-            path=require_file(dataset / f"gemm_fp8_{split}.csv", SOURCE), run_id=f"gemm_fp8/{split}", family="gemm",
-            op="gemm_fp8", dtype="fp8", language="op", duration_column="avg_duration", duration_to_us=1.0,
-            shape_columns=("M", "N", "K"), device_column="hardware",
-        ))
+        tables.append(
+            Table(
+                path=require_file(dataset / f"gemm_fp8_{split}.csv", SOURCE),
+                run_id=f"gemm_fp8/{split}",
+                family="gemm",
+                op="gemm_fp8",
+                dtype="fp8",
+                language="op",
+                duration_column="avg_duration",
+                duration_to_us=1.0,
+                shape_columns=("M", "N", "K"),
+                device_column="hardware",
+            )
+        )
     for path in sorted((root / "pipetuning_test" / "moe_dse").glob("moe_dse_*.csv")):
         match = _MOE_DSE.match(path.name)
         if match is None:
-            raise IngestError(f"{SOURCE}: {path}: unexpected MoE sweep file name (want moe_dse_<GPU>_<99|99_5|top3>.csv)")
+            raise IngestError(
+                f"{SOURCE}: {path}: unexpected MoE sweep file name (want moe_dse_<GPU>_<99|99_5|top3>.csv)"
+            )
         gpu = match["gpu"]
-        tables.append(Table(
-            path=path, run_id=f"moe_dse/{match['variant']}", family="moe", op_column="weight_type", dtype=MOE_DTYPE,
-            language="triton", duration_column="avg_duration", duration_to_us=1.0, shape_columns=MOE_SHAPE,
-            param_columns=MOE_TILE + (("smem_size_KB",) if _has_column(path, "smem_size_KB") else ()),
-            trials_column="sample_count", device=gpu, device_lookup=_hardware_name(root, gpu),
-        ))
-    report_files = sorted((root / "mlp_models_quantile" / "moe").glob("*/kernel_reports/topk_underperforming_*.csv"))
+        tables.append(
+            Table(
+                path=path,
+                run_id=f"moe_dse/{match['variant']}",
+                family="moe",
+                op_column="weight_type",
+                dtype=MOE_DTYPE,
+                language="triton",
+                duration_column="avg_duration",
+                duration_to_us=1.0,
+                shape_columns=MOE_SHAPE,
+                param_columns=MOE_TILE + (("smem_size_KB",) if _has_column(path, "smem_size_KB") else ()),
+                trials_column="sample_count",
+                device=gpu,
+                device_lookup=_hardware_name(root, gpu),
+            )
+        )
+    report_files = sorted(
+        (root / "mlp_models_quantile" / "moe").glob("*/kernel_reports/topk_underperforming_*.csv")
+    )
     for path in report_files:
         match = _REPORT.match(path.name)
         if match is None:  # unreachable given the glob; keeps the type checker honest
             continue
         run = path.parent.parent.name
-        tables.append(_moe_report(path, f"moe_quantile/{run}" + ("/sampled" if match["sampled"] else ""),
-                                  match["gpu"], None))
+        tables.append(
+            _moe_report(
+                path, f"moe_quantile/{run}" + ("/sampled" if match["sampled"] else ""), match["gpu"], None
+            )
+        )
     for path in sorted((root / "pipetuning_test" / "demo").glob("topk_underperforming_*.csv")):
         gpu = _REPORT.match(path.name)["gpu"]  # type: ignore[index]
         tables.append(_moe_report(path, "demo", gpu, _hardware_name(root, gpu)))
     for path in sorted((dataset / "collective").glob("*/*.csv")):
         op = path.stem
-        tables.append(Table(
-            path=path, run_id="collective", family="collective", op=op, dtype="unknown", language="op",
-            duration_column=f"time_stats.{op}.mean", duration_to_us=1000.0, std_column=f"time_stats.{op}.std",
-            shape_columns=("size", "num_workers"), param_columns=("rank", "devices_per_node", "max_devices_per_node"),
-            device=path.parent.name, device_lookup=_hardware_name(root, path.parent.name),
-        ))
+        tables.append(
+            Table(
+                path=path,
+                run_id="collective",
+                family="collective",
+                op=op,
+                dtype="unknown",
+                language="op",
+                duration_column=f"time_stats.{op}.mean",
+                duration_to_us=1000.0,
+                std_column=f"time_stats.{op}.std",
+                shape_columns=("size", "num_workers"),
+                param_columns=("rank", "devices_per_node", "max_devices_per_node"),
+                device=path.parent.name,
+                device_lookup=_hardware_name(root, path.parent.name),
+            )
+        )
     return tables
 
 
 def _moe_report(path: Path, run_id: str, gpu: str, lookup: str | None) -> Table:
     return Table(
-        path=path, run_id=run_id, family="moe", op_column="weight_type", dtype=MOE_DTYPE, language="triton",
-        duration_column="avg_duration", duration_to_us=1.0, shape_columns=MOE_SHAPE, device=gpu, device_lookup=lookup,
+        path=path,
+        run_id=run_id,
+        family="moe",
+        op_column="weight_type",
+        dtype=MOE_DTYPE,
+        language="triton",
+        duration_column="avg_duration",
+        duration_to_us=1.0,
+        shape_columns=MOE_SHAPE,
+        device=gpu,
+        device_lookup=lookup,
     )
 
 
@@ -174,7 +226,7 @@ def _plain(value: float) -> int | float:
     return int(value) if float(value).is_integer() else float(value)
 
 
-def _read_table(root: Path, table: Table, catalog) -> tuple[pd.DataFrame, list[dict], int]:  # noqa: ANN001
+def _read_table(root: Path, table: Table, catalog) -> tuple[pd.DataFrame, list[dict], int]:
     label = table.path.relative_to(root).as_posix()
     frame, rejects = read_csv_strings(table.path, SOURCE, root)
     rows_in = len(frame) + len(rejects)
@@ -183,21 +235,35 @@ def _read_table(root: Path, table: Table, catalog) -> tuple[pd.DataFrame, list[d
     duration = pd.to_numeric(frame[table.duration_column].str.strip(), errors="coerce") * table.duration_to_us
     shapes, shape_problem = _numbers(frame, table.shape_columns, integer=True)
     params, param_problem = _numbers(frame, table.param_columns, integer=False)
-    extras, extra_problem = _numbers(frame, tuple(c for c in (table.std_column, table.trials_column) if c), False)
+    extras, extra_problem = _numbers(
+        frame, tuple(c for c in (table.std_column, table.trials_column) if c), False
+    )
     op = frame[table.op_column].str.strip() if table.op_column else pd.Series(table.op, index=frame.index)
     if table.device_column:
         raw_device = frame[table.device_column].str.strip()
         device_id = resolve_devices(raw_device, catalog)
     else:
         raw_device = pd.Series(table.device, index=frame.index, dtype="object")
-        device_id = resolve_devices(pd.Series(table.device_lookup or table.device, index=frame.index), catalog)
+        device_id = resolve_devices(
+            pd.Series(table.device_lookup or table.device, index=frame.index), catalog
+        )
 
     reason = pd.Series(pd.NA, index=frame.index, dtype="object")
     checks = [
-        (duration.isna() | ~np.isfinite(duration.fillna(0)),
-         lambda idx: f"{table.duration_column} is not a number: " + frame.loc[idx, table.duration_column].map(repr)),
-        (shape_problem.notna(), lambda idx: "shape column " + shape_problem[idx].astype(str) + " is not an integer"),
-        (param_problem.notna(), lambda idx: "parameter column " + param_problem[idx].astype(str) + " is not a number"),
+        (
+            duration.isna() | ~np.isfinite(duration.fillna(0)),
+            lambda idx: (
+                f"{table.duration_column} is not a number: " + frame.loc[idx, table.duration_column].map(repr)
+            ),
+        ),
+        (
+            shape_problem.notna(),
+            lambda idx: "shape column " + shape_problem[idx].astype(str) + " is not an integer",
+        ),
+        (
+            param_problem.notna(),
+            lambda idx: "parameter column " + param_problem[idx].astype(str) + " is not a number",
+        ),
         (extra_problem.notna(), lambda idx: "column " + extra_problem[idx].astype(str) + " is not a number"),
         (op.isna() | (op == ""), lambda idx: pd.Series("empty op name", index=idx)),
         (device_id.isna(), lambda idx: "unknown device " + raw_device[idx].map(lambda s: f"'{s}'")),
@@ -205,22 +271,35 @@ def _read_table(root: Path, table: Table, catalog) -> tuple[pd.DataFrame, list[d
     bad = apply_checks(frame, checks, reason, SOURCE, label, rejects)
 
     keep = ~bad
-    shape_dicts = [dict(zip(table.shape_columns, (int(v) for v in row), strict=True))
-                   for row in shapes.loc[keep].to_numpy(dtype="float64")]
+    shape_dicts = [
+        dict(zip(table.shape_columns, (int(v) for v in row), strict=True))
+        for row in shapes.loc[keep].to_numpy(dtype="float64")
+    ]
     param_rows = params.loc[keep].to_numpy(dtype="float64")
-    params_json = [canonical_json({**shape, **{c: _plain(v) for c, v in zip(table.param_columns, row, strict=True)}})
-                   for shape, row in zip(shape_dicts, param_rows, strict=True)]
-    good = pd.DataFrame({
-        "upstream_row": frame.index[keep].astype("int64"),
-        "family": table.family, "op": op[keep].to_numpy(), "dtype": table.dtype, "language": table.language,
-        "device_id": device_id[keep].to_numpy(), "device_name_raw": raw_device[keep].to_numpy(),
-        "shape_json": [canonical_json(s) for s in shape_dicts], "params_json": params_json,
-        "duration_us": duration[keep].to_numpy(),
-        "duration_std_us": (extras.loc[keep, table.std_column] * table.duration_to_us).to_numpy()
-        if table.std_column else np.nan,
-        "n_trials": extras.loc[keep, table.trials_column].to_numpy() if table.trials_column else np.nan,
-        "upstream_file": label, "run_id": table.run_id,
-    })
+    params_json = [
+        canonical_json({**shape, **{c: _plain(v) for c, v in zip(table.param_columns, row, strict=True)}})
+        for shape, row in zip(shape_dicts, param_rows, strict=True)
+    ]
+    good = pd.DataFrame(
+        {
+            "upstream_row": frame.index[keep].astype("int64"),
+            "family": table.family,
+            "op": op[keep].to_numpy(),
+            "dtype": table.dtype,
+            "language": table.language,
+            "device_id": device_id[keep].to_numpy(),
+            "device_name_raw": raw_device[keep].to_numpy(),
+            "shape_json": [canonical_json(s) for s in shape_dicts],
+            "params_json": params_json,
+            "duration_us": duration[keep].to_numpy(),
+            "duration_std_us": (extras.loc[keep, table.std_column] * table.duration_to_us).to_numpy()
+            if table.std_column
+            else np.nan,
+            "n_trials": extras.loc[keep, table.trials_column].to_numpy() if table.trials_column else np.nan,
+            "upstream_file": label,
+            "run_id": table.run_id,
+        }
+    )
     good["shape"] = shape_dicts
     return good, rejects, rows_in
 
@@ -228,26 +307,45 @@ def _read_table(root: Path, table: Table, catalog) -> tuple[pd.DataFrame, list[d
 def _canonical(good: pd.DataFrame) -> tuple[pd.DataFrame, pd.DataFrame]:
     if good.empty:
         return conform(pd.DataFrame(), MEASUREMENT_COLUMNS), conform(pd.DataFrame(), KERNEL_COLUMNS)
-    good["kernel_id"] = [stable_id(SOURCE, f, o, d, s) for f, o, d, s in
-                         zip(good["family"], good["op"], good["dtype"], good["shape_json"], strict=True)]
+    good["kernel_id"] = [
+        stable_id(SOURCE, f, o, d, s)
+        for f, o, d, s in zip(good["family"], good["op"], good["dtype"], good["shape_json"], strict=True)
+    ]
     shapes = dict(zip(good["shape_json"], good["shape"], strict=True))
     flops = definition_flops(good["family"], good["op"], good["shape_json"], shapes)
     run_id = good["run_id"] + repeat_suffix(good, ["kernel_id", "device_id", "params_json", "run_id"])
-    measurements = pd.DataFrame({
-        "kernel_id": good["kernel_id"], "device_id": good["device_id"], "device_name_raw": good["device_name_raw"],
-        "source": SOURCE, "upstream_file": good["upstream_file"], "upstream_row": good["upstream_row"],
-        # Upstream's timing code is not in the snapshot and its docs do not say: no guess.
-        "profiler": "unknown", "clock_mode": "unknown", "run_id": run_id, "params_json": good["params_json"],
-        "duration_us": good["duration_us"], "duration_std_us": good["duration_std_us"],
-        "n_trials": pd.array(np.round(good["n_trials"].to_numpy(dtype="float64")), dtype="Float64").astype("Int64"),
-        "flops": flops, "gflops": gflops_of(flops, good["duration_us"]),
-    })
-    kernels = good[["kernel_id", "family", "op", "dtype", "language", "shape_json"]].drop_duplicates("kernel_id")
-    kernels = kernels.assign(source=SOURCE, name=kernels["op"] + kernels["shape_json"] + "[" + kernels["dtype"] + "]")
+    measurements = pd.DataFrame(
+        {
+            "kernel_id": good["kernel_id"],
+            "device_id": good["device_id"],
+            "device_name_raw": good["device_name_raw"],
+            "source": SOURCE,
+            "upstream_file": good["upstream_file"],
+            "upstream_row": good["upstream_row"],
+            # Upstream's timing code is not in the snapshot and its docs do not say: no guess.
+            "profiler": "unknown",
+            "clock_mode": "unknown",
+            "run_id": run_id,
+            "params_json": good["params_json"],
+            "duration_us": good["duration_us"],
+            "duration_std_us": good["duration_std_us"],
+            "n_trials": pd.array(
+                np.round(good["n_trials"].to_numpy(dtype="float64")), dtype="Float64"
+            ).astype("Int64"),
+            "flops": flops,
+            "gflops": gflops_of(flops, good["duration_us"]),
+        }
+    )
+    kernels = good[["kernel_id", "family", "op", "dtype", "language", "shape_json"]].drop_duplicates(
+        "kernel_id"
+    )
+    kernels = kernels.assign(
+        source=SOURCE, name=kernels["op"] + kernels["shape_json"] + "[" + kernels["dtype"] + "]"
+    )
     return conform(measurements, MEASUREMENT_COLUMNS), conform(kernels, KERNEL_COLUMNS)
 
 
-def ingest(root: Path, catalog) -> AdapterOutput:  # noqa: ANN001 -- catalog: components.devices.Catalog
+def ingest(root: Path, catalog) -> AdapterOutput:
     """Read PipeWeave's measured kernel tables under ``root`` into the canonical tables."""
     root = require_dir(Path(root), SOURCE)
     parts: list[pd.DataFrame] = []
@@ -260,7 +358,11 @@ def ingest(root: Path, catalog) -> AdapterOutput:  # noqa: ANN001 -- catalog: co
         rows_in += n
     measurements, kernels = _canonical(pd.concat(parts, ignore_index=True))
     output = AdapterOutput(
-        SOURCE, measurements, kernels, conform(pd.DataFrame(rejects), REJECT_COLUMNS), rows_in,
+        SOURCE,
+        measurements,
+        kernels,
+        conform(pd.DataFrame(rejects), REJECT_COLUMNS),
+        rows_in,
         notes=[
             "gemm_fp8 hardware-spec and pipe-feature columns are features, not measurements: not ingested",
             "MoE kernel reports: model prediction columns (pred_perf, perf_diff, rel_gap) dropped",

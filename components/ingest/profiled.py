@@ -34,10 +34,19 @@ def _kernel_record(case: dict, kernel_name: str | None, position: int | None) ->
     shape = canonical_json(case["shape"])
     name = kernel_name or f"{case['op']}[{case['dtype']}]"
     return {
-        "kernel_id": stable_id(SOURCE, case["family"], case["op"], case["dtype"], shape, kernel_name or "", position),
-        "source": SOURCE, "family": case["family"], "op": case["op"], "name": name, "language": "pytorch",
-        "program": None, "source_path": "components/profiling/suites.py", "source_text": None,
-        "shape_json": shape, "dtype": case["dtype"],
+        "kernel_id": stable_id(
+            SOURCE, case["family"], case["op"], case["dtype"], shape, kernel_name or "", position
+        ),
+        "source": SOURCE,
+        "family": case["family"],
+        "op": case["op"],
+        "name": name,
+        "language": "pytorch",
+        "program": None,
+        "source_path": "components/profiling/suites.py",
+        "source_text": None,
+        "shape_json": shape,
+        "dtype": case["dtype"],
     }
 
 
@@ -58,18 +67,35 @@ def _timing_rows(run: Path, entry: dict, device_id: str, raw_device: str) -> tup
     for rec in records:
         relpath = f"{run.name}/{entry['file']}"
         if rec.error or not math.isfinite(rec.duration_us):
-            rejects.append({"source": SOURCE, "upstream_file": relpath, "upstream_row": rec.index,
-                            "reason": f"case failed on the GPU: {rec.error}", "raw": rec.case_id})
+            rejects.append(
+                {
+                    "source": SOURCE,
+                    "upstream_file": relpath,
+                    "upstream_row": rec.index,
+                    "reason": f"case failed on the GPU: {rec.error}",
+                    "raw": rec.case_id,
+                }
+            )
             continue
         kernel = _kernel_record(rec.case, None, None)
         kernels.append(kernel)
-        measurements.append({
-            "kernel_id": kernel["kernel_id"], "device_id": device_id, "device_name_raw": raw_device,
-            "source": SOURCE, "upstream_file": relpath, "upstream_row": rec.index, "profiler": "cuda_event",
-            "clock_mode": entry.get("clock_mode", "unknown"), "run_id": entry["run_id"],
-            "params_json": canonical_json({**rec.case["shape"], "kernels": len(rec.kernel_names)}),
-            "duration_us": rec.duration_us, "duration_std_us": rec.duration_std_us, "n_trials": rec.n_trials,
-        })
+        measurements.append(
+            {
+                "kernel_id": kernel["kernel_id"],
+                "device_id": device_id,
+                "device_name_raw": raw_device,
+                "source": SOURCE,
+                "upstream_file": relpath,
+                "upstream_row": rec.index,
+                "profiler": "cuda_event",
+                "clock_mode": entry.get("clock_mode", "unknown"),
+                "run_id": entry["run_id"],
+                "params_json": canonical_json({**rec.case["shape"], "kernels": len(rec.kernel_names)}),
+                "duration_us": rec.duration_us,
+                "duration_std_us": rec.duration_std_us,
+                "n_trials": rec.n_trials,
+            }
+        )
     return measurements, kernels, rejects, len(records)
 
 
@@ -88,19 +114,37 @@ def _ncu_rows(run: Path, entry: dict, device_id: str, raw_device: str) -> tuple[
         flops = ncu_flops(k, roles) if entry.get("tensor_counters_complete") or not tensor_gemm else math.nan
         gx, gy, gz = _grid(k.get("grid_dims"))
         bx, by, bz = _grid(k.get("block_dims"))
-        measurements.append({
-            "kernel_id": kernel["kernel_id"], "device_id": device_id, "device_name_raw": raw_device,
-            "source": SOURCE, "upstream_file": f"{run.name}/{entry['folder']}/ncu_raw.csv",
-            "upstream_row": int(k["ncu_id"]), "profiler": "ncu", "clock_mode": entry.get("clock_mode", "locked"),
-            "run_id": entry["run_id"],
-            "params_json": canonical_json({**case.case["shape"], "kernel_position": position}),
-            "grid_x": gx, "grid_y": gy, "grid_z": gz, "block_x": bx, "block_y": by, "block_z": bz,
-            "duration_us": duration_us, "n_trials": 1, "dram_bytes": dram_bytes,
-            "achieved_gbps": dram_bytes / (duration_us * 1e3), "flops": flops,
-            "gflops": flops / (duration_us * 1e3) if math.isfinite(flops) else math.nan,
-            "l1_hit_rate": k["l1_hit_pct"] / 100.0, "l2_hit_rate": k["l2_hit_pct"] / 100.0,
-            "arith_intensity": flops / dram_bytes if dram_bytes > 0 and math.isfinite(flops) else math.nan,
-        })
+        measurements.append(
+            {
+                "kernel_id": kernel["kernel_id"],
+                "device_id": device_id,
+                "device_name_raw": raw_device,
+                "source": SOURCE,
+                "upstream_file": f"{run.name}/{entry['folder']}/ncu_raw.csv",
+                "upstream_row": int(k["ncu_id"]),
+                "profiler": "ncu",
+                "clock_mode": entry.get("clock_mode", "locked"),
+                "run_id": entry["run_id"],
+                "params_json": canonical_json({**case.case["shape"], "kernel_position": position}),
+                "grid_x": gx,
+                "grid_y": gy,
+                "grid_z": gz,
+                "block_x": bx,
+                "block_y": by,
+                "block_z": bz,
+                "duration_us": duration_us,
+                "n_trials": 1,
+                "dram_bytes": dram_bytes,
+                "achieved_gbps": dram_bytes / (duration_us * 1e3),
+                "flops": flops,
+                "gflops": flops / (duration_us * 1e3) if math.isfinite(flops) else math.nan,
+                "l1_hit_rate": k["l1_hit_pct"] / 100.0,
+                "l2_hit_rate": k["l2_hit_pct"] / 100.0,
+                "arith_intensity": flops / dram_bytes
+                if dram_bytes > 0 and math.isfinite(flops)
+                else math.nan,
+            }
+        )
     return measurements, kernels, len(matched)
 
 
@@ -114,11 +158,21 @@ def _row_kernel(case: dict, row: dict) -> dict[str, object]:
         return _kernel_record(case, row.get("kernel_name"), row.get("kernel_position"))
     name = row.get("kernel_name") or case.get("name") or case["case_id"]
     family = {"source": "program", "triton": "program", "program": "program"}[case["kind"]]
-    return {"kernel_id": stable_id(SOURCE, case["case_id"], row.get("kernel_name") or "", row.get("kernel_position")),
-            "source": SOURCE, "family": family, "op": case.get("name") or case["case_id"], "name": name,
-            "language": case.get("language", "pytorch"), "program": case.get("path") or case.get("name"),
-            "source_path": case.get("path"), "source_text": case.get("source"),
-            "shape_json": canonical_json(case["shape"]) if case.get("shape") else None, "dtype": case.get("dtype", "unknown")}
+    return {
+        "kernel_id": stable_id(
+            SOURCE, case["case_id"], row.get("kernel_name") or "", row.get("kernel_position")
+        ),
+        "source": SOURCE,
+        "family": family,
+        "op": case.get("name") or case["case_id"],
+        "name": name,
+        "language": case.get("language", "pytorch"),
+        "program": case.get("path") or case.get("name"),
+        "source_path": case.get("path"),
+        "source_text": case.get("source"),
+        "shape_json": canonical_json(case["shape"]) if case.get("shape") else None,
+        "dtype": case.get("dtype", "unknown"),
+    }
 
 
 def _dims(value: object) -> tuple[int | None, int | None, int | None]:
@@ -130,7 +184,7 @@ def _dims(value: object) -> tuple[int | None, int | None, int | None]:
     return None, None, None
 
 
-def _rows_run(run: Path, manifest: dict, catalog) -> tuple[list, list, list, int]:  # noqa: ANN001
+def _rows_run(run: Path, manifest: dict, catalog) -> tuple[list, list, list, int]:
     """A rows-format run folder: one measurement per valid row; failed, quarantined and host rows rejected."""
     from components.profiling.records import quarantined_ids, read_rows
 
@@ -142,10 +196,15 @@ def _rows_run(run: Path, manifest: dict, catalog) -> tuple[list, list, list, int
     measurements, kernels, rejects = [], [], []
     for index, row in enumerate(rows):
         relpath = f"{run.name}/chunks/{row.get('chunk_id', '?')}.jsonl"
-        reason = (f"case failed on the device: {row['error']}" if row.get("error") else
-                  f"failed validation: {', '.join(quarantined[row['row_id']])}" if row["row_id"] in quarantined else
-                  "host CPU measurement: not a catalog GPU (kept in the run folder only)" if row["backend"] == "host"
-                  else None)
+        reason = (
+            f"case failed on the device: {row['error']}"
+            if row.get("error")
+            else f"failed validation: {', '.join(quarantined[row['row_id']])}"
+            if row["row_id"] in quarantined
+            else "host CPU measurement: not a catalog GPU (kept in the run folder only)"
+            if row["backend"] == "host"
+            else None
+        )
         spec = None
         if reason is None:
             try:
@@ -153,8 +212,15 @@ def _rows_run(run: Path, manifest: dict, catalog) -> tuple[list, list, list, int
             except LookupError:
                 reason = f"device {row['device']!r} is not in the catalog"
         if reason is not None:
-            rejects.append({"source": SOURCE, "upstream_file": relpath, "upstream_row": index, "reason": reason,
-                            "raw": row["case_id"]})
+            rejects.append(
+                {
+                    "source": SOURCE,
+                    "upstream_file": relpath,
+                    "upstream_row": index,
+                    "reason": reason,
+                    "raw": row["case_id"],
+                }
+            )
             continue
         case = row["case"]
         kernel = _row_kernel(case, row)
@@ -165,31 +231,59 @@ def _rows_run(run: Path, manifest: dict, catalog) -> tuple[list, list, list, int
         flops = float(row["flops"]) if row.get("flops") is not None else math.nan
         rate = lambda value: float(value) / (duration_us * 1e3) if value is not None else math.nan  # noqa: E731
         (gx, gy, gz), (bx, by, bz) = _dims(row.get("grid")), _dims(row.get("block"))
-        measurements.append({
-            "kernel_id": kernel["kernel_id"], "device_id": spec.id, "device_name_raw": row["device_name"],
-            "source": SOURCE, "upstream_file": relpath, "upstream_row": index,
-            "profiler": PROFILER_OF_BACKEND[row["backend"]], "clock_mode": row["clock_mode"], "run_id": row["run_id"],
-            "params_json": canonical_json({**(case.get("shape") or {}), "case": case["case_id"],
-                                           "kernel_position": row.get("kernel_position")}),
-            "grid_x": gx, "grid_y": gy, "grid_z": gz, "block_x": bx, "block_y": by, "block_z": bz,
-            "duration_us": duration_us, "duration_std_us": row.get("duration_std_us"), "n_trials": row["repeats"],
-            "dram_bytes": dram, "achieved_gbps": dram / (duration_us * 1e3), "flops": flops,
-            "gflops": flops / (duration_us * 1e3), "fp32_gflops": rate(row.get("flops_fp32")),
-            "fp64_gflops": rate(row.get("flops_fp64")),
-            "l1_hit_rate": row.get("l1_hit_rate"), "l2_hit_rate": row.get("l2_hit_rate"),
-            "arith_intensity": flops / dram if dram and dram > 0 else math.nan,
-        })
+        measurements.append(
+            {
+                "kernel_id": kernel["kernel_id"],
+                "device_id": spec.id,
+                "device_name_raw": row["device_name"],
+                "source": SOURCE,
+                "upstream_file": relpath,
+                "upstream_row": index,
+                "profiler": PROFILER_OF_BACKEND[row["backend"]],
+                "clock_mode": row["clock_mode"],
+                "run_id": row["run_id"],
+                "params_json": canonical_json(
+                    {
+                        **(case.get("shape") or {}),
+                        "case": case["case_id"],
+                        "kernel_position": row.get("kernel_position"),
+                    }
+                ),
+                "grid_x": gx,
+                "grid_y": gy,
+                "grid_z": gz,
+                "block_x": bx,
+                "block_y": by,
+                "block_z": bz,
+                "duration_us": duration_us,
+                "duration_std_us": row.get("duration_std_us"),
+                "n_trials": row["repeats"],
+                "dram_bytes": dram,
+                "achieved_gbps": dram / (duration_us * 1e3),
+                "flops": flops,
+                "gflops": flops / (duration_us * 1e3),
+                "fp32_gflops": rate(row.get("flops_fp32")),
+                "fp64_gflops": rate(row.get("flops_fp64")),
+                "l1_hit_rate": row.get("l1_hit_rate"),
+                "l2_hit_rate": row.get("l2_hit_rate"),
+                "arith_intensity": flops / dram if dram and dram > 0 else math.nan,
+            }
+        )
     return measurements, kernels, rejects, len(rows)
 
 
-def ingest(root: Path, catalog) -> AdapterOutput:  # noqa: ANN001 -- catalog: components.devices.Catalog
+def ingest(root: Path, catalog) -> AdapterOutput:
     require_dir(root, SOURCE)
     measurements: list = []
     kernels: list = []
     rejects: list = []
     rows_in = 0
     # ``root`` is a folder of runs, or one run folder itself.
-    runs = [root] if (root / "manifest.json").is_file() else sorted(p.parent for p in root.glob("*/manifest.json"))
+    runs = (
+        [root]
+        if (root / "manifest.json").is_file()
+        else sorted(p.parent for p in root.glob("*/manifest.json"))
+    )
     if not runs:
         raise IngestError(f"{SOURCE}: no run folders with a manifest.json under {root}")
     for run in runs:
@@ -217,11 +311,18 @@ def ingest(root: Path, catalog) -> AdapterOutput:  # noqa: ANN001 -- catalog: co
             measurements += m
             kernels += k
             rows_in += n
-    kernel_frame = conform(pd.DataFrame(kernels), KERNEL_COLUMNS).drop_duplicates("kernel_id").reset_index(drop=True)
+    kernel_frame = (
+        conform(pd.DataFrame(kernels), KERNEL_COLUMNS).drop_duplicates("kernel_id").reset_index(drop=True)
+    )
     # Ids filled here too (the runner fills them for every source) so the adapter's output is
     # complete on its own, e.g. for `kernelcast evaluate --source kernelcast --from DIR`.
     measurement_frame = with_measurement_ids(conform(pd.DataFrame(measurements), MEASUREMENT_COLUMNS))
-    output = AdapterOutput(SOURCE, conform(measurement_frame, MEASUREMENT_COLUMNS), kernel_frame,
-                           conform(pd.DataFrame(rejects), REJECT_COLUMNS), rows_in)
+    output = AdapterOutput(
+        SOURCE,
+        conform(measurement_frame, MEASUREMENT_COLUMNS),
+        kernel_frame,
+        conform(pd.DataFrame(rejects), REJECT_COLUMNS),
+        rows_in,
+    )
     output.check_balance()
     return output

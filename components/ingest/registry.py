@@ -17,8 +17,15 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:
     from components.ingest.base import AdapterOutput
 
-SOURCES: tuple[str, ...] = ("neusight", "gpuflopbench", "kernelbench", "benchmark_hub", "pipeweave", "aiconfigurator",
-                             "kernelcast")
+SOURCES: tuple[str, ...] = (
+    "neusight",
+    "gpuflopbench",
+    "kernelbench",
+    "benchmark_hub",
+    "pipeweave",
+    "aiconfigurator",
+    "kernelcast",
+)
 # Our own measurements (``kernelcast profile`` on lent GPUs) are project data, committed under
 # ``profiled-data/``; their adapter module is ``profiled``.
 # aiconfigurator's tables are read by ``aiconfigurator`` (shared with the op engine's measured store);
@@ -41,9 +48,13 @@ class Upstream:
 
 UPSTREAMS: dict[str, Upstream] = {
     "neusight": Upstream("sitar-lab/NeuSight", "6945927d9afcca2b9daf021f8395e53edc5b4eef"),
-    "gpuflopbench": Upstream("Scientific-Computing-Lab/gpuFLOPBench", "4738733b337e9455edea5e7172886a08830eee34"),
+    "gpuflopbench": Upstream(
+        "Scientific-Computing-Lab/gpuFLOPBench", "4738733b337e9455edea5e7172886a08830eee34"
+    ),
     "kernelbench": Upstream("ScalingIntelligence/KernelBench", "423217d9fda91e0c2d67e4a43bf62f96f6d104f1"),
-    "benchmark_hub": Upstream("AutoTuningAssociation/benchmark_hub", "8eeb99e7179e6838af95d392ac6c60cebfd8c434"),
+    "benchmark_hub": Upstream(
+        "AutoTuningAssociation/benchmark_hub", "8eeb99e7179e6838af95d392ac6c60cebfd8c434"
+    ),
     "pipeweave": Upstream("zksainx/pipeweave", "55e03178d15a79ca3fa8385a399fbcfb48771719"),
     "aiconfigurator": Upstream("ai-dynamo/aiconfigurator", "095f58a51c4ca8e61b66ec108d86f223f8d559ce"),
 }

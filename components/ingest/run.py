@@ -63,15 +63,23 @@ def merge_outputs(outputs: list[AdapterOutput]) -> IngestResult:
     """Concatenate adapter outputs into one result: ids filled, kernels deduplicated, rows sorted."""
     for output in outputs:
         output.check_balance()
-    measurements = conform(pd.concat([o.measurements for o in outputs] or [pd.DataFrame()], ignore_index=True),
-                           MEASUREMENT_COLUMNS)
+    measurements = conform(
+        pd.concat([o.measurements for o in outputs] or [pd.DataFrame()], ignore_index=True),
+        MEASUREMENT_COLUMNS,
+    )
     measurements = with_measurement_ids(measurements)
     duplicated = measurements["measurement_id"].duplicated(keep=False)
     if duplicated.any():
         clash = measurements.loc[duplicated, ["source", "upstream_file", "upstream_row", "run_id"]].head(4)
-        raise IngestError(f"{int(duplicated.sum())} measurements share a measurement key, e.g.:\n{clash.to_string()}")
-    kernels = conform(pd.concat([o.kernels for o in outputs] or [pd.DataFrame()], ignore_index=True), KERNEL_COLUMNS)
-    rejects = conform(pd.concat([o.rejects for o in outputs] or [pd.DataFrame()], ignore_index=True), REJECT_COLUMNS)
+        raise IngestError(
+            f"{int(duplicated.sum())} measurements share a measurement key, e.g.:\n{clash.to_string()}"
+        )
+    kernels = conform(
+        pd.concat([o.kernels for o in outputs] or [pd.DataFrame()], ignore_index=True), KERNEL_COLUMNS
+    )
+    rejects = conform(
+        pd.concat([o.rejects for o in outputs] or [pd.DataFrame()], ignore_index=True), REJECT_COLUMNS
+    )
     return IngestResult(
         measurements=_sorted(measurements, ["source", "upstream_file", "upstream_row", "measurement_id"]),
         kernels=_sorted(kernels, ["kernel_id"]).drop_duplicates("kernel_id").reset_index(drop=True),
@@ -82,8 +90,9 @@ def merge_outputs(outputs: list[AdapterOutput]) -> IngestResult:
     )
 
 
-def ingest_sources(sources: list[str], roots: dict[str, Path], catalog: Any,
-                   progress: Callable[[str], None] | None = None) -> IngestResult:
+def ingest_sources(
+    sources: list[str], roots: dict[str, Path], catalog: Any, progress: Callable[[str], None] | None = None
+) -> IngestResult:
     """Run each source's adapter on ``roots[source]`` and merge the canonical tables."""
     outputs: list[AdapterOutput] = []
     for source in dict.fromkeys(sources):  # a source named twice is ingested once
@@ -98,8 +107,9 @@ def ingest_sources(sources: list[str], roots: dict[str, Path], catalog: Any,
 
 def summarise(result: IngestResult) -> pd.DataFrame:
     """Rows per source and device; each source's rejects on one extra ``(rejected)`` row."""
-    counts = (result.measurements.groupby(["source", "device_id"], dropna=False).size()
-              .rename("rows").reset_index())
+    counts = (
+        result.measurements.groupby(["source", "device_id"], dropna=False).size().rename("rows").reset_index()
+    )
     counts["rejects"] = 0
     rejected = result.rejects.groupby("source").size().rename("rejects").reset_index()
     rejected["device_id"] = REJECTED
@@ -144,21 +154,29 @@ def summary_dict(result: IngestResult) -> dict[str, Any]:
     }
 
 
-def write_canonical(result: IngestResult, out_dir: Path,
-                    after_first: Callable[[], None] | None = None) -> dict[str, Path]:
+def write_canonical(
+    result: IngestResult, out_dir: Path, after_first: Callable[[], None] | None = None
+) -> dict[str, Path]:
     """Write the three tables and summary.json (last, so its presence means the set is complete).
 
     This writes the tables of ``result`` alone; ``commit_canonical`` is what an ingest uses (it
     keeps other sources' rows). ``after_first`` runs after the first table (fault injection)."""
     out_dir = Path(out_dir)
-    frames = {"measurements.parquet": result.measurements, "kernels.parquet": result.kernels,
-              "rejects.parquet": result.rejects}
+    frames = {
+        "measurements.parquet": result.measurements,
+        "kernels.parquet": result.kernels,
+        "rejects.parquet": result.rejects,
+    }
     paths: dict[str, Path] = {}
     for name, frame in frames.items():
         paths[name] = out_dir / name
         # One row group, no pandas index: the bytes depend on the rows alone.
-        atomic_write(paths[name], lambda p, f=frame: f.to_parquet(p, index=False, engine="pyarrow",
-                                                                   compression="zstd", row_group_size=len(f) or 1))
+        atomic_write(
+            paths[name],
+            lambda p, f=frame: f.to_parquet(
+                p, index=False, engine="pyarrow", compression="zstd", row_group_size=len(f) or 1
+            ),
+        )
         if after_first is not None and name == "measurements.parquet":
             after_first()
     paths["summary.json"] = out_dir / "summary.json"
@@ -183,8 +201,12 @@ RUN_PARTITIONED: frozenset[str] = frozenset({"kernelcast"})
 # Test-only fault injection: when this variable names a point below, the process SIGKILLs itself
 # there (tests/integration/test_ingest_partitions.py proves a kill leaves complete tables).
 FAULT_ENV = "KERNELCAST_FAULT_INJECT"
-FAULT_POINTS: tuple[str, ...] = ("ingest-part-written", "ingest-merged-half-written", "ingest-before-swap",
-                                 "ingest-after-swap")
+FAULT_POINTS: tuple[str, ...] = (
+    "ingest-part-written",
+    "ingest-merged-half-written",
+    "ingest-before-swap",
+    "ingest-after-swap",
+)
 _RENAME_EXCHANGE = 2  # linux/fs.h
 
 
@@ -244,30 +266,47 @@ def split_parts(result: IngestResult) -> list[Part]:
         for i, run in enumerate(runs):
             pm, pr = m[(m_runs == run).to_numpy()], r[(r_runs == run).to_numpy()]
             mine = kernel_ids.isin(set(pm["kernel_id"].astype(str))) | (unused if i == 0 else False)
-            parts.append(Part(part_key(source, run), source, pm, k[mine], pr, len(pm) + len(pr),
-                              notes if i == 0 else []))
+            parts.append(
+                Part(
+                    part_key(source, run), source, pm, k[mine], pr, len(pm) + len(pr), notes if i == 0 else []
+                )
+            )
     return parts
 
 
 def _write_part(part: Part, folder: Path) -> None:
     folder.mkdir(parents=True, exist_ok=True)
-    for name, frame in (("measurements.parquet", part.measurements), ("kernels.parquet", part.kernels),
-                        ("rejects.parquet", part.rejects)):
-        frame.reset_index(drop=True).to_parquet(folder / name, index=False, engine="pyarrow", compression="zstd",
-                                                row_group_size=len(frame) or 1)
-    meta = {"key": part.key, "source": part.source, "rows_in": part.rows_in, "measurements": len(part.measurements),
-            "rejects": len(part.rejects), "notes": part.notes}
+    for name, frame in (
+        ("measurements.parquet", part.measurements),
+        ("kernels.parquet", part.kernels),
+        ("rejects.parquet", part.rejects),
+    ):
+        frame.reset_index(drop=True).to_parquet(
+            folder / name, index=False, engine="pyarrow", compression="zstd", row_group_size=len(frame) or 1
+        )
+    meta = {
+        "key": part.key,
+        "source": part.source,
+        "rows_in": part.rows_in,
+        "measurements": len(part.measurements),
+        "rejects": len(part.rejects),
+        "notes": part.notes,
+    }
     (folder / PART_META).write_text(json.dumps(meta, indent=2) + "\n", encoding="utf-8")
 
 
 def _read_part(folder: Path) -> Part:
     try:
         meta = json.loads((folder / PART_META).read_text())
-        return Part(str(meta["key"]), str(meta["source"]),
-                    conform(pd.read_parquet(folder / "measurements.parquet"), MEASUREMENT_COLUMNS),
-                    conform(pd.read_parquet(folder / "kernels.parquet"), KERNEL_COLUMNS),
-                    conform(pd.read_parquet(folder / "rejects.parquet"), REJECT_COLUMNS),
-                    int(meta["rows_in"]), [str(n) for n in meta.get("notes", [])])
+        return Part(
+            str(meta["key"]),
+            str(meta["source"]),
+            conform(pd.read_parquet(folder / "measurements.parquet"), MEASUREMENT_COLUMNS),
+            conform(pd.read_parquet(folder / "kernels.parquet"), KERNEL_COLUMNS),
+            conform(pd.read_parquet(folder / "rejects.parquet"), REJECT_COLUMNS),
+            int(meta["rows_in"]),
+            [str(n) for n in meta.get("notes", [])],
+        )
     except (OSError, KeyError, ValueError) as exc:
         raise IngestError(f"{folder}: unreadable canonical partition ({exc}); re-ingest its source") from None
 
@@ -287,8 +326,10 @@ def existing_parts(out_dir: Path) -> dict[str, Path | Part]:
     k = conform(pd.read_parquet(out_dir / "kernels.parquet"), KERNEL_COLUMNS)
     r = conform(pd.read_parquet(out_dir / "rejects.parquet"), REJECT_COLUMNS)
     sources = sorted(set(m["source"].dropna().astype(str)) | set(r["source"].dropna().astype(str)))
-    rows_in = {s: int(by_source.get(s, {}).get("rows_in", ((m["source"] == s).sum() + (r["source"] == s).sum())))
-               for s in sources}
+    rows_in = {
+        s: int(by_source.get(s, {}).get("rows_in", ((m["source"] == s).sum() + (r["source"] == s).sum())))
+        for s in sources
+    }
     notes = {s: list(by_source.get(s, {}).get("notes", [])) for s in sources}
     legacy = IngestResult(m, k, r, rows_in, notes)
     return {part.key: part for part in split_parts(legacy)}
@@ -299,12 +340,17 @@ def merge_parts(parts: list[Part]) -> IngestResult:
     by_source: dict[str, list[Part]] = {}
     for part in parts:
         by_source.setdefault(part.source, []).append(part)
-    outputs = [AdapterOutput(source,
-                             pd.concat([p.measurements for p in group], ignore_index=True),
-                             pd.concat([p.kernels for p in group], ignore_index=True),
-                             pd.concat([p.rejects for p in group], ignore_index=True),
-                             sum(p.rows_in for p in group), [n for p in group for n in p.notes])
-               for source, group in sorted(by_source.items())]
+    outputs = [
+        AdapterOutput(
+            source,
+            pd.concat([p.measurements for p in group], ignore_index=True),
+            pd.concat([p.kernels for p in group], ignore_index=True),
+            pd.concat([p.rejects for p in group], ignore_index=True),
+            sum(p.rows_in for p in group),
+            [n for p in group for n in p.notes],
+        )
+        for source, group in sorted(by_source.items())
+    ]
     return merge_outputs(outputs)
 
 
@@ -364,7 +410,7 @@ class _Lock:
         import fcntl
 
         self.path.parent.mkdir(parents=True, exist_ok=True)
-        self.handle = open(self.path, "a")  # noqa: SIM115 -- held until __exit__
+        self.handle = open(self.path, "a")
         fcntl.flock(self.handle, fcntl.LOCK_EX)
         return self
 
@@ -384,8 +430,10 @@ def _check_own_folder(out_dir: Path) -> None:
     ours = {*TABLES, "summary.json", PARTS_DIR}
     foreign = sorted(p.name for p in out_dir.iterdir() if p.name not in ours)
     if foreign:
-        raise IngestError(f"--out {out_dir} holds other files ({', '.join(foreign[:3])}"
-                          f"{', ...' if len(foreign) > 3 else ''}): give the canonical tables a folder of their own")
+        raise IngestError(
+            f"--out {out_dir} holds other files ({', '.join(foreign[:3])}"
+            f"{', ...' if len(foreign) > 3 else ''}): give the canonical tables a folder of their own"
+        )
 
 
 @dataclass
@@ -426,7 +474,9 @@ def commit_canonical(result: IngestResult, out_dir: Path) -> CommitResult:
             fault_point("ingest-part-written")
             everything = [p if isinstance(p, Part) else _read_part(p) for p in kept.values()] + new_parts
             merged = merge_parts(everything)
-            paths = write_canonical(merged, tmp, after_first=lambda: fault_point("ingest-merged-half-written"))
+            paths = write_canonical(
+                merged, tmp, after_first=lambda: fault_point("ingest-merged-half-written")
+            )
             os.chmod(tmp, 0o755)  # mkdtemp makes 0700; the tables are shared
             fault_point("ingest-before-swap")
             _swap_in(tmp, out_dir)
@@ -434,8 +484,9 @@ def commit_canonical(result: IngestResult, out_dir: Path) -> CommitResult:
         finally:
             if tmp.exists():
                 shutil.rmtree(tmp, ignore_errors=True)
-    return CommitResult({name: out_dir / path.name for name, path in paths.items()},
-                        sorted(new_keys), sorted(kept), merged)
+    return CommitResult(
+        {name: out_dir / path.name for name, path in paths.items()}, sorted(new_keys), sorted(kept), merged
+    )
 
 
 # ----------------------------------------------------------------------------------------------
@@ -443,8 +494,9 @@ def commit_canonical(result: IngestResult, out_dir: Path) -> CommitResult:
 # ----------------------------------------------------------------------------------------------
 def _git(args: list[str], cwd: Path | None = None) -> subprocess.CompletedProcess[str]:
     env = {**os.environ, "GIT_TERMINAL_PROMPT": "0", "GIT_LFS_SKIP_SMUDGE": "1"}  # never prompt, no LFS blobs
-    return subprocess.run(["git", *args], cwd=cwd, env=env, capture_output=True, text=True, timeout=GIT_TIMEOUT_S,
-                          check=False)
+    return subprocess.run(
+        ["git", *args], cwd=cwd, env=env, capture_output=True, text=True, timeout=GIT_TIMEOUT_S, check=False
+    )
 
 
 def _head(path: Path) -> str | None:
@@ -468,7 +520,9 @@ def fetch_upstream(url: str, commit: str, cache_dir: Path) -> Path:
     if not re.fullmatch(r"[0-9a-f]{40}", commit):
         raise ValueError(f"pinned commit must be 40 hex digits, got {commit!r}")
     if shutil.which("git") is None:
-        raise IngestError("git is not installed: cannot fetch upstream sources (pass a local directory instead)")
+        raise IngestError(
+            "git is not installed: cannot fetch upstream sources (pass a local directory instead)"
+        )
     slug = re.sub(r"[^A-Za-z0-9_.-]+", "_", re.sub(r"(\.git)?/*$", "", url).split("://")[-1]).strip("_")
     target = Path(cache_dir) / "upstream" / f"{slug[-80:]}@{commit[:12]}"
     if _head(target) == commit:
@@ -484,8 +538,10 @@ def fetch_upstream(url: str, commit: str, cache_dir: Path) -> Path:
         if done.returncode != 0:  # server refuses fetch-by-sha: fall back to the full history
             done = _git(["fetch", "-q", "origin"], cwd=work)
             if done.returncode != 0:
-                raise IngestError(f"cannot fetch {url} at {commit} (offline, or no such repository?): "
-                                  f"{_last_line(done.stderr)}")
+                raise IngestError(
+                    f"cannot fetch {url} at {commit} (offline, or no such repository?): "
+                    f"{_last_line(done.stderr)}"
+                )
             checkout = _git(["checkout", "-q", commit], cwd=work)
         else:
             checkout = _git(["checkout", "-q", "FETCH_HEAD"], cwd=work)

@@ -83,8 +83,19 @@ REJECT_COLUMNS: dict[str, str] = {
 
 MEASUREMENT_KEY: tuple[str, ...] = ("kernel_id", "device_id", "params_json", "source", "run_id")
 FAMILIES_OP: frozenset[str] = frozenset(
-    {"gemm", "bmm", "linear", "conv", "elementwise", "softmax", "layernorm", "rmsnorm", "attention", "moe",
-     "allreduce"}
+    {
+        "gemm",
+        "bmm",
+        "linear",
+        "conv",
+        "elementwise",
+        "softmax",
+        "layernorm",
+        "rmsnorm",
+        "attention",
+        "moe",
+        "allreduce",
+    }
 )
 
 
@@ -113,8 +124,10 @@ def conform(frame: pd.DataFrame, columns: dict[str, str]) -> pd.DataFrame:
     out = pd.DataFrame(index=frame.index)
     for name, dtype in columns.items():
         series = frame[name] if name in frame.columns else pd.Series([None] * len(frame), index=frame.index)
-        out[name] = series.astype(dtype) if dtype != "float64" else pd.to_numeric(series, errors="raise").astype(
-            "float64"
+        out[name] = (
+            series.astype(dtype)
+            if dtype != "float64"
+            else pd.to_numeric(series, errors="raise").astype("float64")
         )
     return out.reset_index(drop=True)
 

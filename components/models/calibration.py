@@ -55,8 +55,11 @@ def log_ratios(measured: np.ndarray, predicted: np.ndarray) -> tuple[np.ndarray,
 
 def _groups(rows: pd.DataFrame) -> tuple[pd.Series, pd.Series]:
     """Op family and (family, bound) keys per row; bound from the predicted roofline class."""
-    family = (rows["family"].astype("string").fillna("?") if "family" in rows.columns
-              else pd.Series("?", index=rows.index, dtype="string"))
+    family = (
+        rows["family"].astype("string").fillna("?")
+        if "family" in rows.columns
+        else pd.Series("?", index=rows.index, dtype="string")
+    )
     bound = pd.Series("?", index=rows.index, dtype="string")
     for column in _BOUND_COLUMNS:
         if column in rows.columns:
@@ -65,7 +68,9 @@ def _groups(rows: pd.DataFrame) -> tuple[pd.Series, pd.Series]:
     return family.astype(str), (family + "|" + bound).astype(str)
 
 
-def _shrunk_medians(keys: pd.Series, values: np.ndarray, parent: np.ndarray, shrink: float) -> dict[str, float]:
+def _shrunk_medians(
+    keys: pd.Series, values: np.ndarray, parent: np.ndarray, shrink: float
+) -> dict[str, float]:
     """Per key: the parent's value plus the median deviation from it, shrunk by n / (n + shrink)."""
     out: dict[str, float] = {}
     frame = pd.DataFrame({"key": keys.to_numpy(), "dev": values - parent})
@@ -77,15 +82,27 @@ def _shrunk_medians(keys: pd.Series, values: np.ndarray, parent: np.ndarray, shr
 
 def residual_columns(rows: pd.DataFrame) -> list[str]:
     """The numeric GPU-independent kernel features present, in a stable order (capped)."""
-    columns = [c for c in rows.columns if str(c).startswith(RESIDUAL_PREFIXES)
-               and pd.api.types.is_numeric_dtype(rows[c])]
+    columns = [
+        c
+        for c in rows.columns
+        if str(c).startswith(RESIDUAL_PREFIXES) and pd.api.types.is_numeric_dtype(rows[c])
+    ]
     return sorted(columns)[:RESIDUAL_MAX_FEATURES]
 
 
 def _matrix(rows: pd.DataFrame, columns: list[str]) -> np.ndarray:
-    data = np.column_stack([pd.to_numeric(rows[c], errors="coerce").astype("float64").to_numpy()
-                            if c in rows.columns else np.full(len(rows), np.nan) for c in columns]) \
-        if columns else np.empty((len(rows), 0))
+    data = (
+        np.column_stack(
+            [
+                pd.to_numeric(rows[c], errors="coerce").astype("float64").to_numpy()
+                if c in rows.columns
+                else np.full(len(rows), np.nan)
+                for c in columns
+            ]
+        )
+        if columns
+        else np.empty((len(rows), 0))
+    )
     # Signed log: sizes span ten decades; trees only need the order, but it keeps the JSON readable.
     return np.sign(data) * np.log1p(np.abs(data))
 
@@ -129,21 +146,34 @@ class Correction:
     # ------------------------------------------------------------------ persistence
 
     def to_dict(self) -> dict[str, Any]:
-        return {"method": self.method, "device_id": self.device_id, "n_rows": self.n_rows,
-                "global_log": self.global_log, "family_log": self.family_log, "bound_log": self.bound_log,
-                "residual_columns": self.residual_columns, "residual_model": self.residual_model}
+        return {
+            "method": self.method,
+            "device_id": self.device_id,
+            "n_rows": self.n_rows,
+            "global_log": self.global_log,
+            "family_log": self.family_log,
+            "bound_log": self.bound_log,
+            "residual_columns": self.residual_columns,
+            "residual_model": self.residual_model,
+        }
 
     @classmethod
     def from_dict(cls, data: dict[str, Any], where: str = "correction") -> Correction:
         if not isinstance(data, dict) or data.get("method") not in METHODS:
-            raise CalibrationError(f"{where}: not a calibration correction (needs method one of {', '.join(METHODS)})")
+            raise CalibrationError(
+                f"{where}: not a calibration correction (needs method one of {', '.join(METHODS)})"
+            )
         try:
-            return cls(method=str(data["method"]), device_id=str(data.get("device_id", "")),
-                       n_rows=int(data.get("n_rows", 0)), global_log=float(data.get("global_log", 0.0)),
-                       family_log={str(k): float(v) for k, v in (data.get("family_log") or {}).items()},
-                       bound_log={str(k): float(v) for k, v in (data.get("bound_log") or {}).items()},
-                       residual_columns=[str(c) for c in data.get("residual_columns") or []],
-                       residual_model=data.get("residual_model"))
+            return cls(
+                method=str(data["method"]),
+                device_id=str(data.get("device_id", "")),
+                n_rows=int(data.get("n_rows", 0)),
+                global_log=float(data.get("global_log", 0.0)),
+                family_log={str(k): float(v) for k, v in (data.get("family_log") or {}).items()},
+                bound_log={str(k): float(v) for k, v in (data.get("bound_log") or {}).items()},
+                residual_columns=[str(c) for c in data.get("residual_columns") or []],
+                residual_model=data.get("residual_model"),
+            )
         except (TypeError, ValueError) as exc:
             raise CalibrationError(f"{where}: malformed correction ({exc})") from None
 
@@ -162,9 +192,16 @@ class Correction:
         return cls.from_dict(data, str(path))
 
 
-def fit_correction(method: str, rows: pd.DataFrame, predicted: np.ndarray | pd.Series, *,
-                   target: str = "duration_us", shrink: float = DEFAULT_SHRINK, seed: int = 17,
-                   device_id: str = "") -> Correction:
+def fit_correction(
+    method: str,
+    rows: pd.DataFrame,
+    predicted: np.ndarray | pd.Series,
+    *,
+    target: str = "duration_us",
+    shrink: float = DEFAULT_SHRINK,
+    seed: int = 17,
+    device_id: str = "",
+) -> Correction:
     """Fit ``method`` on calibration ``rows`` (measured ``target``) and the model's ``predicted`` runtimes.
 
     Rows without a finite positive measurement or prediction are not used; with none left the
@@ -176,8 +213,10 @@ def fit_correction(method: str, rows: pd.DataFrame, predicted: np.ndarray | pd.S
         raise CalibrationError(f"calibration rows have no {target!r} column")
     if shrink < 0 or not math.isfinite(shrink):
         raise CalibrationError(f"shrink must be a finite number >= 0, got {shrink}")
-    ratios, ok = log_ratios(pd.to_numeric(rows[target], errors="coerce").to_numpy(dtype="float64"),
-                            np.asarray(predicted, dtype="float64"))
+    ratios, ok = log_ratios(
+        pd.to_numeric(rows[target], errors="coerce").to_numpy(dtype="float64"),
+        np.asarray(predicted, dtype="float64"),
+    )
     used = rows.loc[ok]
     values = ratios[ok]
     correction = Correction(method=method, device_id=device_id, n_rows=int(ok.sum()))
@@ -187,7 +226,9 @@ def fit_correction(method: str, rows: pd.DataFrame, predicted: np.ndarray | pd.S
     if method == "global":
         return correction
     family, bound = _groups(used)
-    correction.family_log = _shrunk_medians(family, values, np.full(len(values), correction.global_log), shrink)
+    correction.family_log = _shrunk_medians(
+        family, values, np.full(len(values), correction.global_log), shrink
+    )
     level1 = correction.global_log + family.map(correction.family_log).to_numpy(dtype="float64")
     correction.bound_log = _shrunk_medians(bound, values, level1, shrink)
     if method == "residual" and len(values) >= RESIDUAL_MIN_ROWS:
@@ -204,10 +245,24 @@ def _fit_residual(x: np.ndarray, y: np.ndarray, seed: int) -> str:
     import lightgbm as lgb
 
     n = len(y)
-    model = lgb.LGBMRegressor(n_estimators=60, learning_rate=0.05, num_leaves=4, max_depth=2,
-                              min_child_samples=max(10, n // 20), reg_lambda=5.0, subsample=0.8, subsample_freq=1,
-                              colsample_bytree=0.8, objective="huber", alpha=0.3, random_state=seed,
-                              n_jobs=1, verbose=-1, deterministic=True, force_col_wise=True)
+    model = lgb.LGBMRegressor(
+        n_estimators=60,
+        learning_rate=0.05,
+        num_leaves=4,
+        max_depth=2,
+        min_child_samples=max(10, n // 20),
+        reg_lambda=5.0,
+        subsample=0.8,
+        subsample_freq=1,
+        colsample_bytree=0.8,
+        objective="huber",
+        alpha=0.3,
+        random_state=seed,
+        n_jobs=1,
+        verbose=-1,
+        deterministic=True,
+        force_col_wise=True,
+    )
     model.fit(x, y)
     return model.booster_.model_to_string()
 
@@ -229,7 +284,9 @@ def load_corrections(home: Any) -> dict[str, Any]:
     return {path.stem: Correction.load(path) for path in sorted(folder.glob("*.json"))}
 
 
-def apply_corrections(rows: pd.DataFrame, predictions: pd.DataFrame, corrections: dict[str, Any]) -> pd.DataFrame:
+def apply_corrections(
+    rows: pd.DataFrame, predictions: pd.DataFrame, corrections: dict[str, Any]
+) -> pd.DataFrame:
     """``predictions`` with each calibrated GPU's runtime (and interval) multiplied by its factor,
     and the rates derived from the runtime (GFLOP/s, GB/s) divided by it."""
     if not corrections or "device_id" not in rows.columns or "pred_duration_us" not in predictions.columns:

@@ -50,11 +50,15 @@ class KernelEstimate:
         return "bandwidth" if self.bound_pipe in ("dram", "launch") else "compute"
 
 
-def dynamic_counts(instructions: dict[str, int], loop_instructions: dict[str, int],
-                   loop_trips: float = LOOP_TRIPS) -> dict[str, float]:
+def dynamic_counts(
+    instructions: dict[str, int], loop_instructions: dict[str, int], loop_trips: float = LOOP_TRIPS
+) -> dict[str, float]:
     """Per-thread executed instructions by class: straight-line once, loop bodies ``loop_trips`` times."""
-    return {c: float(n - loop_instructions.get(c, 0)) + loop_trips * float(loop_instructions.get(c, 0))
-            for c, n in instructions.items() if c != "total"}
+    return {
+        c: float(n - loop_instructions.get(c, 0)) + loop_trips * float(loop_instructions.get(c, 0))
+        for c, n in instructions.items()
+        if c != "total"
+    }
 
 
 def _dims(values: Any, what: str) -> tuple[int, int, int]:
@@ -74,16 +78,24 @@ def launch_dims(launch: dict[str, Any]) -> tuple[tuple[int, int, int], tuple[int
     """(grid, block) from a launch dict; ValueError naming the bad field."""
     if "grid" not in launch or "block" not in launch:
         missing = [k for k in ("grid", "block") if k not in launch]
-        raise ValueError(f"launch: missing {' and '.join(missing)} (e.g. {{\"grid\": [256], \"block\": [256]}})")
+        raise ValueError(f'launch: missing {" and ".join(missing)} (e.g. {{"grid": [256], "block": [256]}})')
     grid, block = _dims(launch["grid"], "grid"), _dims(launch["block"], "block")
     if math.prod(block) > 1024:
         raise ValueError(f"launch block: {math.prod(block)} threads per block; at most 1024")
     return grid, block
 
 
-def estimate_kernel(name: str, instructions: dict[str, int], loop_instructions: dict[str, int],
-                    grid: tuple[int, ...], block: tuple[int, ...], spec: Any, dtype: str | None = None,
-                    loop_trips: float = LOOP_TRIPS, efficiency: float = EFFICIENCY) -> KernelEstimate:
+def estimate_kernel(
+    name: str,
+    instructions: dict[str, int],
+    loop_instructions: dict[str, int],
+    grid: tuple[int, ...],
+    block: tuple[int, ...],
+    spec: Any,
+    dtype: str | None = None,
+    loop_trips: float = LOOP_TRIPS,
+    efficiency: float = EFFICIENCY,
+) -> KernelEstimate:
     """Counts, per-pipe times and the bound pipe of one kernel under one launch on one GPU."""
     threads = math.prod(grid) * math.prod(block)
     dyn = dynamic_counts(instructions, loop_instructions, loop_trips)
@@ -93,8 +105,14 @@ def estimate_kernel(name: str, instructions: dict[str, int], loop_instructions: 
         access = ACCESS_BYTES[dtype]
     else:
         access = 8 if fp64 > fp32 else 4
-    mem_ops = dyn.get("global_ld", 0.0) + dyn.get("global_st", 0.0) + dyn.get("atomic", 0.0) \
-        + dyn.get("texture", 0.0) + dyn.get("local_ld", 0.0) + dyn.get("local_st", 0.0)
+    mem_ops = (
+        dyn.get("global_ld", 0.0)
+        + dyn.get("global_st", 0.0)
+        + dyn.get("atomic", 0.0)
+        + dyn.get("texture", 0.0)
+        + dyn.get("local_ld", 0.0)
+        + dyn.get("local_st", 0.0)
+    )
     flops = threads * (2 * fp32 + 2 * fp64 + 4 * fp16 + TENSOR_FLOPS_PER_THREAD * tensor)
     int_ops = threads * dyn.get("int", 0.0)
     dram = threads * mem_ops * access
@@ -119,9 +137,26 @@ def estimate_kernel(name: str, instructions: dict[str, int], loop_instructions: 
     if roofline < LAUNCH_US:
         bound = "launch"
     duration = max(roofline / efficiency, 0.0) + LAUNCH_US
-    return KernelEstimate(name, threads, math.prod(grid), flops, int_ops, dram, times_us,
-                          max(roofline, LAUNCH_US), bound, duration)
+    return KernelEstimate(
+        name,
+        threads,
+        math.prod(grid),
+        flops,
+        int_ops,
+        dram,
+        times_us,
+        max(roofline, LAUNCH_US),
+        bound,
+        duration,
+    )
 
 
-__all__ = ["ACCESS_BYTES", "KernelEstimate", "LAUNCH_US", "LOOP_TRIPS", "dynamic_counts", "estimate_kernel",
-           "launch_dims"]
+__all__ = [
+    "ACCESS_BYTES",
+    "LAUNCH_US",
+    "LOOP_TRIPS",
+    "KernelEstimate",
+    "dynamic_counts",
+    "estimate_kernel",
+    "launch_dims",
+]

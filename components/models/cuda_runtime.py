@@ -21,9 +21,13 @@ import pandas as pd
 
 LAUNCH_COLUMNS: tuple[str, ...] = ("grid_x", "grid_y", "grid_z", "block_x", "block_y", "block_z")
 REASON_OPENMP = "OpenMP offload kernel: no CUDA source for the static analyser (NVRTC), runtime not predicted"
-REASON_NO_STATIC = "CUDA kernel without static features (its source did not compile or the kernel was not found)"
+REASON_NO_STATIC = (
+    "CUDA kernel without static features (its source did not compile or the kernel was not found)"
+)
 REASON_NO_LAUNCH = "no launch configuration (grid, block) in the data"
-REASON_MODULE = "PyTorch module (KernelBench): answered by module questions (predict_module), not the op-level model"
+REASON_MODULE = (
+    "PyTorch module (KernelBench): answered by module questions (predict_module), not the op-level model"
+)
 REASON_DEVICE = "GPU not in the device catalog"
 REASON_OTHER = "whole program without source or static features"
 
@@ -47,8 +51,10 @@ def program_runtime(features: pd.DataFrame) -> pd.DataFrame:
     if "family" not in features.columns:
         return pd.DataFrame(columns=["pred_duration_us", "pred_note"])
     rows = features[features["family"].astype(str) == "program"]
-    out = pd.DataFrame({"pred_duration_us": np.nan, "pred_note": pd.Series(pd.NA, index=rows.index, dtype="string")},
-                       index=rows.index)
+    out = pd.DataFrame(
+        {"pred_duration_us": np.nan, "pred_note": pd.Series(pd.NA, index=rows.index, dtype="string")},
+        index=rows.index,
+    )
     if rows.empty:
         return out
     missing = [c for c in LAUNCH_COLUMNS if c not in rows.columns]
@@ -94,8 +100,11 @@ def unpredicted_reasons(frame: pd.DataFrame, target: str = "duration_us") -> dic
     if target not in frame.columns:
         return {}
     asked = pd.to_numeric(frame[target], errors="coerce").notna()
-    pred = (pd.to_numeric(frame[column], errors="coerce") if column in frame.columns
-            else pd.Series(np.nan, index=frame.index))
+    pred = (
+        pd.to_numeric(frame[column], errors="coerce")
+        if column in frame.columns
+        else pd.Series(np.nan, index=frame.index)
+    )
     missing = asked & pred.isna()
     notes = frame["pred_note"] if "pred_note" in frame.columns else pd.Series(pd.NA, index=frame.index)
     return dict(Counter(str(n) if isinstance(n, str) else "no reason given" for n in notes[missing]))

@@ -23,15 +23,18 @@ def load_local_predictor(model: str | Path) -> Predictor:
     """``roofline`` or a saved predictor folder; a ``ModelLoadError`` naming the reference otherwise."""
     reference = str(model).strip()
     if not reference:
-        raise ModelLoadError("model reference is empty: give 'roofline', a predictor folder, or a models:/ URI")
+        raise ModelLoadError(
+            "model reference is empty: give 'roofline', a predictor folder, or a models:/ URI"
+        )
     if reference == ROOFLINE:
         from components.models.roofline import RooflinePredictor
 
         return RooflinePredictor()
     path = Path(reference).expanduser()
     if not path.is_dir():
-        raise ModelLoadError(f"model {reference!r} is neither 'roofline', a models:/ or runs:/ URI, "
-                             "nor a predictor folder")
+        raise ModelLoadError(
+            f"model {reference!r} is neither 'roofline', a models:/ or runs:/ URI, nor a predictor folder"
+        )
     from components.models import load_predictor
 
     try:

@@ -44,15 +44,18 @@ class RooflinePredictor:
     def trained_on(self) -> frozenset[str]:
         return frozenset()
 
-    def fit(self, features: pd.DataFrame) -> "RooflinePredictor":
+    def fit(self, features: pd.DataFrame) -> RooflinePredictor:
         return self  # nothing to learn
 
     def predict(self, features: pd.DataFrame) -> pd.DataFrame:
         time_col = "f_roofline_time_us" if self.mode == "classic" else "f_pipes_time_us"
         time_us = _col(features, time_col)
         flops, dram = _col(features, "f_flops"), _col(features, "f_dram_bytes_min")
-        bound = (features["f_bound"].astype("string") if "f_bound" in features.columns
-                 else pd.Series(pd.NA, index=features.index, dtype="string"))
+        bound = (
+            features["f_bound"].astype("string")
+            if "f_bound" in features.columns
+            else pd.Series(pd.NA, index=features.index, dtype="string")
+        )
         if self.use_measured_counters:
             fallback = time_us.isna()
             time_us = time_us.where(~fallback, _col(features, "m_roofline_time_us"))
@@ -76,8 +79,13 @@ class RooflinePredictor:
         (directory / PREDICTOR_FILE).write_text(json.dumps(spec, indent=2, sort_keys=True) + "\n")
 
     @classmethod
-    def load(cls, directory: Path) -> "RooflinePredictor":
+    def load(cls, directory: Path) -> RooflinePredictor:
         spec = json.loads((Path(directory) / PREDICTOR_FILE).read_text())
         if spec.get("family") != "roofline":
-            raise ValueError(f"{directory}: predictor.json is for family {spec.get('family')!r}, not 'roofline'")
-        return cls(mode=spec.get("mode", "classic"), use_measured_counters=bool(spec.get("use_measured_counters", True)))
+            raise ValueError(
+                f"{directory}: predictor.json is for family {spec.get('family')!r}, not 'roofline'"
+            )
+        return cls(
+            mode=spec.get("mode", "classic"),
+            use_measured_counters=bool(spec.get("use_measured_counters", True)),
+        )

@@ -39,14 +39,24 @@ PROTOCOL = (
     "train side; the test side is scored once, by the bench."
 )
 KERNEL_COLUMNS: tuple[str, ...] = ("source_text", "language", "program")
-MEASUREMENT_COLUMNS: tuple[str, ...] = ("grid_x", "grid_y", "grid_z", "block_x", "block_y", "block_z", "params_json")
+MEASUREMENT_COLUMNS: tuple[str, ...] = (
+    "grid_x",
+    "grid_y",
+    "grid_z",
+    "block_x",
+    "block_y",
+    "block_z",
+    "params_json",
+)
 _LAUNCH_DIMS = MEASUREMENT_COLUMNS[:6]
 LABELS: tuple[str, str] = ("bandwidth", "compute")
 MODEL_FILE = "roofline_class.json"
 
-_MATH = re.compile(r"\b(?:sqrtf?|rsqrtf?|expf?|exp2f?|__expf|logf?|log2f?|log10f?|__logf|sinf?|cosf?|tanf?|__sinf|"
-                   r"__cosf|powf?|__powf|tanhf?|erff?|erfcf?|atanf?|atan2f?|acosf?|asinf?|cbrtf?|lgammaf?|hypotf?|"
-                   r"sincosf?)\s*\(")
+_MATH = re.compile(
+    r"\b(?:sqrtf?|rsqrtf?|expf?|exp2f?|__expf|logf?|log2f?|log10f?|__logf|sinf?|cosf?|tanf?|__sinf|"
+    r"__cosf|powf?|__powf|tanhf?|erff?|erfcf?|atanf?|atan2f?|acosf?|asinf?|cbrtf?|lgammaf?|hypotf?|"
+    r"sincosf?)\s*\("
+)
 _FILE_MARK = re.compile(r"^// ==== file: (.*)$", re.M)
 
 
@@ -58,8 +68,10 @@ def _files(source_text: str) -> list[tuple[str, str]]:
     marks = list(_FILE_MARK.finditer(source_text))
     if not marks:
         return [("", source_text)]
-    return [(m.group(1), source_text[m.end():marks[i + 1].start() if i + 1 < len(marks) else len(source_text)])
-            for i, m in enumerate(marks)]
+    return [
+        (m.group(1), source_text[m.end() : marks[i + 1].start() if i + 1 < len(marks) else len(source_text)])
+        for i, m in enumerate(marks)
+    ]
 
 
 def _block_after(text: str, start: int, limit: int = 60000) -> str:
@@ -67,7 +79,7 @@ def _block_after(text: str, start: int, limit: int = 60000) -> str:
     brace = text.find("{", start, start + limit)
     semi = text.find(";", start, start + limit)
     if brace < 0 or (0 <= semi < brace and "for" not in text[start:semi]):
-        return text[start:semi + 1 if semi >= 0 else start + 400]
+        return text[start : semi + 1 if semi >= 0 else start + 400]
     depth = 0
     for j in range(brace, min(len(text), brace + limit)):
         ch = text[j]
@@ -76,8 +88,8 @@ def _block_after(text: str, start: int, limit: int = 60000) -> str:
         elif ch == "}":
             depth -= 1
             if depth == 0:
-                return text[start:j + 1]
-    return text[start:start + limit]
+                return text[start : j + 1]
+    return text[start : start + limit]
 
 
 def _mangled_function(op: str) -> str | None:
@@ -104,11 +116,11 @@ def kernel_text(source_text: Any, language: Any, op: Any) -> str | None:
             line = int(line_match.group(1))
             if line - 1 >= len(lines):
                 continue
-            window = "\n".join(lines[max(0, line - 3):line + 1])
+            window = "\n".join(lines[max(0, line - 3) : line + 1])
             if "omp" not in window:
                 continue
-            offset = sum(len(x) + 1 for x in lines[:line - 1])
-            score = (func is not None and re.search(r"\b" + re.escape(func) + r"\s*\(", text) is not None)
+            offset = sum(len(x) + 1 for x in lines[: line - 1])
+            score = func is not None and re.search(r"\b" + re.escape(func) + r"\s*\(", text) is not None
             candidates.append((score, _block_after(text, offset)))
         if candidates:
             return max(candidates, key=lambda c: c[0])[1]
@@ -118,8 +130,9 @@ def kernel_text(source_text: Any, language: Any, op: Any) -> str | None:
             func_text = _block_after(source_text, m.start()) if m else None
         return func_text
     name = op.split("(")[0].split("<")[0].split("::")[-1].strip()
-    m = re.search(r"__global__[^;{]*?\b" + re.escape(name) + r"\s*\(", source_text) or \
-        re.search(r"\b" + re.escape(name) + r"\s*\([^;{]*\)\s*\{", source_text)
+    m = re.search(r"__global__[^;{]*?\b" + re.escape(name) + r"\s*\(", source_text) or re.search(
+        r"\b" + re.escape(name) + r"\s*\([^;{]*\)\s*\{", source_text
+    )
     return _block_after(source_text, m.start()) if m else None
 
 
@@ -134,8 +147,11 @@ def _loop_nesting(code: str) -> tuple[int, int]:
     loop_opened = False
     i = 0
     while i < len(code):
-        m = re.match(r"(?:for|while)\s*\(", code[i:i + 12]) if code[i].isalpha() and (i == 0 or not (
-            code[i - 1].isalnum() or code[i - 1] == "_")) else None
+        m = (
+            re.match(r"(?:for|while)\s*\(", code[i : i + 12])
+            if code[i].isalpha() and (i == 0 or not (code[i - 1].isalnum() or code[i - 1] == "_"))
+            else None
+        )
         if m:
             loop_opened = True
             depth_max = max(depth_max, sum(stack) + 1)
@@ -182,11 +198,18 @@ def _reuse_features(code: str, openmp: bool) -> dict[str, float]:
     indices = re.findall(r"\[([^\[\]]*)\]", code)
     if not indices:
         return {"t_thread_vars": float(len(tvars))}
-    shared = [ix for ix in indices if not _THREAD_SEED.search(ix)
-              and not any(re.search(r"\b" + re.escape(v) + r"\b", ix) for v in tvars)]
+    shared = [
+        ix
+        for ix in indices
+        if not _THREAD_SEED.search(ix) and not any(re.search(r"\b" + re.escape(v) + r"\b", ix) for v in tvars)
+    ]
     idx_ops = sum(len(re.findall(r"[*+\-/%]|<<|>>", ix)) for ix in indices)
-    return {"t_thread_vars": float(len(tvars)), "t_reuse_reads": float(len(shared)),
-            "t_reuse_share": len(shared) / len(indices), "t_index_ops_per_access": idx_ops / len(indices)}
+    return {
+        "t_thread_vars": float(len(tvars)),
+        "t_reuse_reads": float(len(shared)),
+        "t_reuse_share": len(shared) / len(indices),
+        "t_index_ops_per_access": idx_ops / len(indices),
+    }
 
 
 def text_features(kernel: str | None, program: str | None, openmp: bool = False) -> dict[str, float]:
@@ -206,42 +229,55 @@ def text_features(kernel: str | None, program: str | None, openmp: bool = False)
     loops = len(re.findall(r"\b(?:for|while)\s*\(", code))
     arrays = set(re.findall(r"\b([A-Za-z_]\w*)\s*\[", code))
     depth, in_loop_index = _loop_nesting(code)
-    out.update({
-        "t_arrays": float(len(arrays)),
-        "t_index_per_array": n_index / max(len(arrays), 1),
-        "t_loop_depth": float(depth),
-        "t_index_in_loops": float(in_loop_index),
-        "t_index_in_loops_share": in_loop_index / max(n_index, 1),
-        "t_chars": float(len(code)),
-        "t_index": float(n_index),
-        "t_arith": float(arith + compound),
-        "t_math": float(math_calls),
-        "t_double": float(doubles),
-        "t_float": float(floats),
-        "t_dp_literals": float(dp_literals),
-        "t_loops": float(loops),
-        "t_ifs": float(len(re.findall(r"\bif\s*\(", code))),
-        "t_atomic": float(len(re.findall(r"\batomic", code, re.I))),
-        "t_shared": float(len(re.findall(r"__shared__|\bshared\b", code))),
-        "t_sync": float(len(re.findall(r"__syncthreads|\bbarrier\b", code))),
-        "t_int_ops": float(len(re.findall(r"<<|>>|[&|^%](?![&|=])", code))),
-        "t_arith_per_index": (arith + compound + 4 * math_calls) / max(n_index, 1),
-        "t_math_per_index": math_calls / max(n_index, 1),
-        "t_prog_double": float(bool(re.search(r"\bdouble\b", prog))),
-        "t_prog_real_double": float(bool(re.search(r"(typedef|define|using)\s+[^;\n]*\bdouble\b", prog))),
-        "t_uses_double": float(doubles > 0 or bool(re.search(r"\breal\b|\bFP\b|\bT\b|\bReal\b", code)) *
-                               bool(re.search(r"(typedef|define|using)\s+[^;\n]*\bdouble\b", prog))),
-        "t_reduction": float(bool(re.search(r"reduction\s*\(", code))),
-        "t_collapse": float(bool(re.search(r"collapse\s*\(", code))),
-    })
+    out.update(
+        {
+            "t_arrays": float(len(arrays)),
+            "t_index_per_array": n_index / max(len(arrays), 1),
+            "t_loop_depth": float(depth),
+            "t_index_in_loops": float(in_loop_index),
+            "t_index_in_loops_share": in_loop_index / max(n_index, 1),
+            "t_chars": float(len(code)),
+            "t_index": float(n_index),
+            "t_arith": float(arith + compound),
+            "t_math": float(math_calls),
+            "t_double": float(doubles),
+            "t_float": float(floats),
+            "t_dp_literals": float(dp_literals),
+            "t_loops": float(loops),
+            "t_ifs": float(len(re.findall(r"\bif\s*\(", code))),
+            "t_atomic": float(len(re.findall(r"\batomic", code, re.I))),
+            "t_shared": float(len(re.findall(r"__shared__|\bshared\b", code))),
+            "t_sync": float(len(re.findall(r"__syncthreads|\bbarrier\b", code))),
+            "t_int_ops": float(len(re.findall(r"<<|>>|[&|^%](?![&|=])", code))),
+            "t_arith_per_index": (arith + compound + 4 * math_calls) / max(n_index, 1),
+            "t_math_per_index": math_calls / max(n_index, 1),
+            "t_prog_double": float(bool(re.search(r"\bdouble\b", prog))),
+            "t_prog_real_double": float(bool(re.search(r"(typedef|define|using)\s+[^;\n]*\bdouble\b", prog))),
+            "t_uses_double": float(
+                doubles > 0
+                or bool(re.search(r"\breal\b|\bFP\b|\bT\b|\bReal\b", code))
+                * bool(re.search(r"(typedef|define|using)\s+[^;\n]*\bdouble\b", prog))
+            ),
+            "t_reduction": float(bool(re.search(r"reduction\s*\(", code))),
+            "t_collapse": float(bool(re.search(r"collapse\s*\(", code))),
+        }
+    )
     out.update(_reuse_features(code, openmp))
     elem = 8.0 if out["t_uses_double"] or out["t_double"] else 4.0
     bytes_ = max(out["t_index"] - out.get("t_reuse_reads", 0.0), 1.0) * elem
     loop_scale = 1.0 + 4.0 * out["t_loops"]
     # Token-level intensities in the label's terms: arithmetic (FP) and integer work per byte.
     out["t_fp_per_byte"] = (out["t_arith"] + 4 * out["t_math"]) * loop_scale / bytes_
-    out["t_int_per_byte"] = (out["t_index"] * out.get("t_index_ops_per_access", 0.0) + out["t_int_ops"]
-                             + 3 * out["t_loops"] + out["t_ifs"]) * loop_scale / bytes_
+    out["t_int_per_byte"] = (
+        (
+            out["t_index"] * out.get("t_index_ops_per_access", 0.0)
+            + out["t_int_ops"]
+            + 3 * out["t_loops"]
+            + out["t_ifs"]
+        )
+        * loop_scale
+        / bytes_
+    )
     return out
 
 
@@ -253,14 +289,22 @@ def signature_features(signature: str | None, op: str | None) -> dict[str, float
     enclosing function): how many double/float/integer arrays and scalars it takes."""
     out: dict[str, float] = {}
     if isinstance(signature, str) and "(" in signature:
-        params = [p.strip() for p in signature[signature.find("(") + 1:signature.rfind(")")].split(",") if p.strip()]
+        params = [
+            p.strip()
+            for p in signature[signature.find("(") + 1 : signature.rfind(")")].split(",")
+            if p.strip()
+        ]
         ptr = [p for p in params if "*" in p]
         out = {
             "g_params": float(len(params)),
             "g_double_ptr": float(sum("double" in p for p in ptr)),
             "g_float_ptr": float(sum("float" in p or "half" in p for p in ptr)),
-            "g_int_ptr": float(sum(re.search(r"\b(int|long|unsigned|char|short|uint\w*|int\d+_t)\b", p) is not None
-                                   for p in ptr)),
+            "g_int_ptr": float(
+                sum(
+                    re.search(r"\b(int|long|unsigned|char|short|uint\w*|int\d+_t)\b", p) is not None
+                    for p in ptr
+                )
+            ),
             "g_const_ptr": float(sum("const" in p for p in ptr)),
             "g_double_scalar": float(sum("double" in p for p in params if "*" not in p)),
             "g_ptr": float(len(ptr)),
@@ -268,10 +312,10 @@ def signature_features(signature: str | None, op: str | None) -> dict[str, float
     elif isinstance(op, str) and "_Z" in op:
         mangled = re.sub(r"_l\d+$", "", op.split("_Z", 1)[1])
         m = re.match(r"N?\d+", mangled)
-        body = mangled[m.end():] if m else mangled
+        body = mangled[m.end() :] if m else mangled
         head = re.match(r"\d*", mangled)
         n = int(head.group(0)) if head and head.group(0) else 0
-        body = mangled[len(str(n)) + n:] if n else body
+        body = mangled[len(str(n)) + n :] if n else body
         out = {
             "g_params": float(len(re.findall(r"[dfijlmhtsPS]", body))),
             "g_double_ptr": float(len(re.findall(r"PK?d", body))),
@@ -305,8 +349,12 @@ def args_features(args: Any) -> dict[str, float]:
     numbers = [abs(x) for x in numbers if x != 0]
     if not numbers:
         return {"a_n": 0.0}
-    return {"a_n": float(len(numbers)), "a_max": math.log10(max(numbers)), "a_sum": math.log10(sum(numbers)),
-            "a_prod": min(sum(math.log10(x) for x in numbers if x >= 1), 30.0)}
+    return {
+        "a_n": float(len(numbers)),
+        "a_max": math.log10(max(numbers)),
+        "a_sum": math.log10(sum(numbers)),
+        "a_prod": min(sum(math.log10(x) for x in numbers if x >= 1), 30.0),
+    }
 
 
 def launch_features(row: pd.Series | dict) -> dict[str, float]:
@@ -315,12 +363,34 @@ def launch_features(row: pd.Series | dict) -> dict[str, float]:
         return {}
     blocks = float(dims["grid_x"] * dims["grid_y"] * dims["grid_z"])
     tpb = float(dims["block_x"] * dims["block_y"] * dims["block_z"])
-    return {"l_blocks": math.log10(max(blocks, 1)), "l_tpb": tpb, "l_threads": math.log10(max(blocks * tpb, 1)),
-            "l_grid_dims": float((dims["grid_y"] > 1) + (dims["grid_z"] > 1))}
+    return {
+        "l_blocks": math.log10(max(blocks, 1)),
+        "l_tpb": tpb,
+        "l_threads": math.log10(max(blocks * tpb, 1)),
+        "l_grid_dims": float((dims["grid_y"] > 1) + (dims["grid_z"] > 1)),
+    }
 
 
-_S_CLASSES = ("fp32", "fp64", "fp16", "tensor", "int", "sfu", "global_ld", "global_st", "shared_ld", "shared_st",
-              "local_ld", "local_st", "atomic", "shuffle", "branch", "barrier", "convert", "texture")
+_S_CLASSES = (
+    "fp32",
+    "fp64",
+    "fp16",
+    "tensor",
+    "int",
+    "sfu",
+    "global_ld",
+    "global_st",
+    "shared_ld",
+    "shared_st",
+    "local_ld",
+    "local_st",
+    "atomic",
+    "shuffle",
+    "branch",
+    "barrier",
+    "convert",
+    "texture",
+)
 
 
 def sass_features(row: pd.Series | dict, loop_trips: float = 8.0) -> dict[str, float]:
@@ -333,25 +403,39 @@ def sass_features(row: pd.Series | dict, loop_trips: float = 8.0) -> dict[str, f
         n = float(pd.to_numeric(row.get(f"s_{c}"), errors="coerce") or 0.0)
         loop = float(pd.to_numeric(row.get(f"s_loop_{c}"), errors="coerce") or 0.0)
         dyn[c] = n - loop + loop_trips * loop
-    mem = dyn["global_ld"] + dyn["global_st"] + dyn["atomic"] + dyn["texture"] + dyn["local_ld"] + dyn["local_st"]
+    mem = (
+        dyn["global_ld"]
+        + dyn["global_st"]
+        + dyn["atomic"]
+        + dyn["texture"]
+        + dyn["local_ld"]
+        + dyn["local_st"]
+    )
     access = 8.0 if dyn["fp64"] > dyn["fp32"] else 4.0
     bytes_ = max(mem * access, 1.0)
     dyn_total = sum(dyn.values())
-    out = {f"x_frac_{c}": dyn[c] / max(dyn_total, 1.0) for c in ("fp32", "fp64", "int", "sfu", "global_ld",
-                                                                  "global_st", "shared_ld", "branch", "atomic")}
-    out.update({
-        "x_sp_ai": 2 * (dyn["fp32"] + 2 * dyn["fp16"]) / bytes_,
-        "x_dp_ai": 2 * dyn["fp64"] / bytes_,
-        "x_int_ai": dyn["int"] / bytes_,
-        "x_sfu_per_mem": dyn["sfu"] / max(mem, 1.0),
-        "x_dyn_total": math.log10(max(dyn_total, 1.0)),
-        "x_loops": float(pd.to_numeric(row.get("s_loops"), errors="coerce") or 0.0),
-        "x_loop_depth": float(pd.to_numeric(row.get("s_loop_depth"), errors="coerce") or 0.0),
-        "x_loop_share": float(pd.to_numeric(row.get("s_loop_total"), errors="coerce") or 0.0) / float(total),
-        "x_registers": float(pd.to_numeric(row.get("s_registers"), errors="coerce") or 0.0),
-        "x_shared_bytes": math.log10(1 + float(pd.to_numeric(row.get("s_shared_bytes"), errors="coerce") or 0.0)),
-        "x_mem_per_thread": math.log10(max(mem, 1.0)),
-    })
+    out = {
+        f"x_frac_{c}": dyn[c] / max(dyn_total, 1.0)
+        for c in ("fp32", "fp64", "int", "sfu", "global_ld", "global_st", "shared_ld", "branch", "atomic")
+    }
+    out.update(
+        {
+            "x_sp_ai": 2 * (dyn["fp32"] + 2 * dyn["fp16"]) / bytes_,
+            "x_dp_ai": 2 * dyn["fp64"] / bytes_,
+            "x_int_ai": dyn["int"] / bytes_,
+            "x_sfu_per_mem": dyn["sfu"] / max(mem, 1.0),
+            "x_dyn_total": math.log10(max(dyn_total, 1.0)),
+            "x_loops": float(pd.to_numeric(row.get("s_loops"), errors="coerce") or 0.0),
+            "x_loop_depth": float(pd.to_numeric(row.get("s_loop_depth"), errors="coerce") or 0.0),
+            "x_loop_share": float(pd.to_numeric(row.get("s_loop_total"), errors="coerce") or 0.0)
+            / float(total),
+            "x_registers": float(pd.to_numeric(row.get("s_registers"), errors="coerce") or 0.0),
+            "x_shared_bytes": math.log10(
+                1 + float(pd.to_numeric(row.get("s_shared_bytes"), errors="coerce") or 0.0)
+            ),
+            "x_mem_per_thread": math.log10(max(mem, 1.0)),
+        }
+    )
     return out
 
 
@@ -367,8 +451,9 @@ def device_features(row: pd.Series | dict, feats: dict[str, float]) -> dict[str,
     if ridge64 and np.isfinite(ridge64) and "x_dp_ai" in feats:
         out["d_dp_vs_ridge"] = math.log10(max(feats["x_dp_ai"], 1e-6) / ridge64)
     if l2 and np.isfinite(l2) and "l_threads" in feats and "t_arrays" in feats:
-        out["d_text_footprint_vs_l2"] = (feats["l_threads"] + math.log10(max(feats["t_arrays"], 1.0) * 4)
-                                         - math.log10(l2 * 2**20))
+        out["d_text_footprint_vs_l2"] = (
+            feats["l_threads"] + math.log10(max(feats["t_arrays"], 1.0) * 4) - math.log10(l2 * 2**20)
+        )
     if l2 and np.isfinite(l2) and "l_threads" in feats:
         per_thread = 10 ** feats.get("x_mem_per_thread", math.log10(8.0)) * 4
         out["d_footprint_vs_l2"] = feats["l_threads"] + math.log10(per_thread) - math.log10(l2 * 2**20)
@@ -383,8 +468,11 @@ def class_feature_frame(frame: pd.DataFrame) -> pd.DataFrame:
         key = (str(row.get("kernel_id")), str(row.get("op")))
         if key not in texts:
             ktext = kernel_text(row.get("source_text"), row.get("language"), row.get("op"))
-            texts[key] = text_features(ktext, row.get("source_text") if isinstance(row.get("source_text"), str) else None,
-                                       str(row.get("language")) == "openmp")
+            texts[key] = text_features(
+                ktext,
+                row.get("source_text") if isinstance(row.get("source_text"), str) else None,
+                str(row.get("language")) == "openmp",
+            )
         feats: dict[str, float] = {"is_openmp": float(str(row.get("language")) == "openmp")}
         feats.update(texts[key])
         feats.update(launch_features(row))
@@ -427,8 +515,14 @@ def _vectorizer() -> Any:
     return TfidfVectorizer(token_pattern=r"[A-Za-z_]\w*|\d+|[^\sA-Za-z_\d]", sublinear_tf=True, min_df=2)
 
 
-def knn_inputs(query: list[str], query_programs: list[str], texts: list[str], labels: np.ndarray,
-               programs: list[str], vectorizer: Any) -> np.ndarray:
+def knn_inputs(
+    query: list[str],
+    query_programs: list[str],
+    texts: list[str],
+    labels: np.ndarray,
+    programs: list[str],
+    vectorizer: Any,
+) -> np.ndarray:
     """Per query kernel: nearest training kernel's label and similarity, the similarity-weighted
     label of the ``KNN_K`` nearest, their mean similarity. Kernels of the query's own program are
     never neighbours (at fit time that mimics a program never seen)."""
@@ -453,7 +547,9 @@ class RooflineClassModel:
     params: ClassParams = field(default_factory=ClassParams)
     columns: list[str] = field(default_factory=list)
     booster: Any = None  # lgbm
-    linear: dict[str, list[float]] = field(default_factory=dict)  # logreg: median, mean, scale, coef, intercept
+    linear: dict[str, list[float]] = field(
+        default_factory=dict
+    )  # logreg: median, mean, scale, coef, intercept
     texts: list[str] = field(default_factory=list)  # kNN memory: training kernels' code, labels, programs
     labels: list[int] = field(default_factory=list)
     programs: list[str] = field(default_factory=list)
@@ -470,19 +566,35 @@ class RooflineClassModel:
             self.booster = lgb.Booster(model_str=self._booster_text)
         return self.booster
 
-    def _matrix(self, features: pd.DataFrame, texts: list[str] | None, programs: list[str] | None) -> np.ndarray:
+    def _matrix(
+        self, features: pd.DataFrame, texts: list[str] | None, programs: list[str] | None
+    ) -> np.ndarray:
         frame = features.copy()
         if self.params.knn:
             if self._vectorizer is None:
                 self._vectorizer = _vectorizer().fit(self.texts)
-            extra = knn_inputs(texts or [""] * len(frame), programs or [""] * len(frame), self.texts,
-                               np.asarray(self.labels), self.programs, self._vectorizer)
+            extra = knn_inputs(
+                texts or [""] * len(frame),
+                programs or [""] * len(frame),
+                self.texts,
+                np.asarray(self.labels),
+                self.programs,
+                self._vectorizer,
+            )
             for i, name in enumerate(KNN_COLUMNS):
                 frame[name] = extra[:, i]
-        return _squash(np.column_stack([frame[c].to_numpy("float64") if c in frame.columns
-                                        else np.full(len(frame), np.nan) for c in self.columns]))
+        return _squash(
+            np.column_stack(
+                [
+                    frame[c].to_numpy("float64") if c in frame.columns else np.full(len(frame), np.nan)
+                    for c in self.columns
+                ]
+            )
+        )
 
-    def fit(self, features: pd.DataFrame, labels: pd.Series, texts: list[str], programs: list[str]) -> RooflineClassModel:
+    def fit(
+        self, features: pd.DataFrame, labels: pd.Series, texts: list[str], programs: list[str]
+    ) -> RooflineClassModel:
         y = labels.astype(str).map({LABELS[0]: 0, LABELS[1]: 1}).to_numpy("int64")
         self.texts, self.labels, self.programs = list(texts), [int(v) for v in y], [str(p) for p in programs]
         self.columns = [c for c in features.columns if features[c].nunique(dropna=True) >= 2]
@@ -496,8 +608,9 @@ class RooflineClassModel:
             self.linear = _fit_logreg(x, y, self.params)
         return self
 
-    def proba(self, features: pd.DataFrame, texts: list[str] | None = None,
-              programs: list[str] | None = None) -> np.ndarray:
+    def proba(
+        self, features: pd.DataFrame, texts: list[str] | None = None, programs: list[str] | None = None
+    ) -> np.ndarray:
         x = self._matrix(features, texts, programs)
         if self.params.learner == "lgbm":
             return np.asarray(self._lgbm().predict(x), dtype="float64")
@@ -506,13 +619,21 @@ class RooflineClassModel:
         z = ((x - lin["mean"]) / lin["scale"]) @ lin["coef"] + lin["intercept"][0]
         return 1.0 / (1.0 + np.exp(-z))
 
-    def predict(self, features: pd.DataFrame, texts: list[str] | None = None,
-                programs: list[str] | None = None) -> pd.Series:
+    def predict(
+        self, features: pd.DataFrame, texts: list[str] | None = None, programs: list[str] | None = None
+    ) -> pd.Series:
         labels = np.where(self.proba(features, texts, programs) >= 0.5, LABELS[1], LABELS[0])
         return pd.Series(labels, index=features.index, dtype="string")
 
-    def predict_kernel(self, kernel: Any, grid: tuple, block: tuple, spec: Any, source: str | None = None,
-                       language: str = "cuda") -> str:
+    def predict_kernel(
+        self,
+        kernel: Any,
+        grid: tuple,
+        block: tuple,
+        spec: Any,
+        source: str | None = None,
+        language: str = "cuda",
+    ) -> str:
         """Class of one compiled kernel (a KernelStatic) under a launch on a GPU (source questions)."""
         from components.devices.catalog import device_feature_vector
         from components.features.static_frames import static_feature_frame
@@ -531,17 +652,31 @@ class RooflineClassModel:
 
         directory = Path(directory)
         directory.mkdir(parents=True, exist_ok=True)
-        spec = {"params": self.params.__dict__, "columns": self.columns, "cv": self.cv, "linear": self.linear,
-                "booster": self.booster.model_to_string() if self.booster is not None else self._booster_text,
-                "texts": self.texts, "labels": self.labels, "programs": self.programs}
+        spec = {
+            "params": self.params.__dict__,
+            "columns": self.columns,
+            "cv": self.cv,
+            "linear": self.linear,
+            "booster": self.booster.model_to_string() if self.booster is not None else self._booster_text,
+            "texts": self.texts,
+            "labels": self.labels,
+            "programs": self.programs,
+        }
         atomic_write_text(directory / MODEL_FILE, json.dumps(spec))
 
     @classmethod
     def load(cls, directory: Path) -> RooflineClassModel:
         spec = json.loads((Path(directory) / MODEL_FILE).read_text())
-        model = cls(ClassParams(**spec["params"]), list(spec["columns"]), None, dict(spec.get("linear", {})),
-                    list(spec.get("texts", [])), list(spec.get("labels", [])), list(spec.get("programs", [])),
-                    dict(spec.get("cv", {})))
+        model = cls(
+            ClassParams(**spec["params"]),
+            list(spec["columns"]),
+            None,
+            dict(spec.get("linear", {})),
+            list(spec.get("texts", [])),
+            list(spec.get("labels", [])),
+            list(spec.get("programs", [])),
+            dict(spec.get("cv", {})),
+        )
         model._booster_text = spec.get("booster") or None
         return model
 
@@ -550,10 +685,20 @@ def _fit_lgbm(x: np.ndarray, y: np.ndarray, params: ClassParams) -> Any:
     import lightgbm as lgb
 
     estimator = lgb.LGBMClassifier(
-        n_estimators=params.n_estimators, learning_rate=params.learning_rate, num_leaves=params.num_leaves,
-        min_child_samples=params.min_child_samples, subsample=0.8, subsample_freq=1, colsample_bytree=0.7,
-        class_weight="balanced", random_state=params.seed, n_jobs=1, verbose=-1, deterministic=True,
-        force_col_wise=True)
+        n_estimators=params.n_estimators,
+        learning_rate=params.learning_rate,
+        num_leaves=params.num_leaves,
+        min_child_samples=params.min_child_samples,
+        subsample=0.8,
+        subsample_freq=1,
+        colsample_bytree=0.7,
+        class_weight="balanced",
+        random_state=params.seed,
+        n_jobs=1,
+        verbose=-1,
+        deterministic=True,
+        force_col_wise=True,
+    )
     estimator.fit(x, y)
     return estimator.booster_
 
@@ -569,8 +714,13 @@ def _fit_logreg(x: np.ndarray, y: np.ndarray, params: ClassParams) -> dict[str, 
     scale = np.where(scale > 0, scale, 1.0)
     model = LogisticRegression(C=params.c, class_weight="balanced", max_iter=5000)
     model.fit((filled - mean) / scale, y)
-    return {"median": median.tolist(), "mean": mean.tolist(), "scale": scale.tolist(),
-            "coef": model.coef_[0].tolist(), "intercept": model.intercept_.tolist()}
+    return {
+        "median": median.tolist(),
+        "mean": mean.tolist(),
+        "scale": scale.tolist(),
+        "coef": model.coef_[0].tolist(),
+        "intercept": model.intercept_.tolist(),
+    }
 
 
 def balanced_accuracy(y: np.ndarray, pred: np.ndarray) -> float:
@@ -590,8 +740,15 @@ CV_FOLDS = 2
 CV_REPEATS = 3
 
 
-def cross_validate(features: pd.DataFrame, labels: pd.Series, programs: pd.Series, texts: list[str],
-                   params: ClassParams, folds: int = CV_FOLDS, repeats: int = CV_REPEATS) -> float:
+def cross_validate(
+    features: pd.DataFrame,
+    labels: pd.Series,
+    programs: pd.Series,
+    texts: list[str],
+    params: ClassParams,
+    folds: int = CV_FOLDS,
+    repeats: int = CV_REPEATS,
+) -> float:
     """Mean balanced accuracy of repeated GroupKFold by program on the given (train-side) rows.
 
     Two folds on purpose: a held-out program then has its sibling (the same HeCBench benchmark in
@@ -610,22 +767,35 @@ def cross_validate(features: pd.DataFrame, labels: pd.Series, programs: pd.Serie
         pred = np.zeros(len(y), dtype="int64")
         for train_idx, test_idx in GroupKFold(n_splits=folds).split(progs, y, np.asarray(groups)):
             model = RooflineClassModel(params=params).fit(
-                features.iloc[train_idx], labels.iloc[train_idx], [texts[i] for i in train_idx],
-                [progs[i] for i in train_idx])
-            p = model.proba(features.iloc[test_idx], [texts[i] for i in test_idx], [progs[i] for i in test_idx])
+                features.iloc[train_idx],
+                labels.iloc[train_idx],
+                [texts[i] for i in train_idx],
+                [progs[i] for i in train_idx],
+            )
+            p = model.proba(
+                features.iloc[test_idx], [texts[i] for i in test_idx], [progs[i] for i in test_idx]
+            )
             pred[test_idx] = (p >= 0.5).astype("int64")
         scores.append(balanced_accuracy(y, pred))
     return float(np.mean(scores))
 
 
-def select_params(features: pd.DataFrame, labels: pd.Series, programs: pd.Series, texts: list[str],
-                  candidates: tuple[ClassParams, ...] = CANDIDATES) -> tuple[ClassParams, dict[str, Any]]:
+def select_params(
+    features: pd.DataFrame,
+    labels: pd.Series,
+    programs: pd.Series,
+    texts: list[str],
+    candidates: tuple[ClassParams, ...] = CANDIDATES,
+) -> tuple[ClassParams, dict[str, Any]]:
     """The candidate with the best cross-validated balanced accuracy on the train side (PROTOCOL)."""
     results = [(cross_validate(features, labels, programs, texts, p), i, p) for i, p in enumerate(candidates)]
     results.sort(key=lambda r: (-round(r[0], 3), r[1]))  # ties: the simpler (earlier) candidate
     best_score, _, best = results[0]
-    record = {"protocol": PROTOCOL, "best_cv_balanced_accuracy": round(best_score, 4),
-              "candidates": [{**p.__dict__, "cv": round(s, 4)} for s, _, p in results]}
+    record = {
+        "protocol": PROTOCOL,
+        "best_cv_balanced_accuracy": round(best_score, 4),
+        "candidates": [{**p.__dict__, "cv": round(s, 4)} for s, _, p in results],
+    }
     return best, record
 
 
@@ -649,7 +819,10 @@ def fit_class_model(train: pd.DataFrame, label_column: str, *, select: bool = Tr
     if select and len(set(programs)) >= 2 * CV_FOLDS and labels.value_counts().min() >= 10:
         params, record = select_params(features, labels, pd.Series(programs), texts)
     else:
-        params, record = ClassParams(), {"protocol": "defaults (too few programs or labels to cross-validate)"}
+        params, record = (
+            ClassParams(),
+            {"protocol": "defaults (too few programs or labels to cross-validate)"},
+        )
     model = RooflineClassModel(params=params).fit(features, labels, texts, programs)
     model.cv = record
     return model

@@ -31,26 +31,51 @@ class Candidate:
 # Inputs that are constant per GPU: with a handful of training GPUs, a tree can use them to memorise
 # each GPU's idiosyncrasies (its host's launch overhead, its clocks under load) -- which may or may
 # not transfer. The protocol decides.
-DEVICE_LEVEL = ("dev_fp32_lanes_per_sm", "dev_l1_smem_per_sm_kb", "dev_max_smem_per_sm_kb", "dev_regs_per_sm",
-                "dev_max_threads_per_sm", "dev_is_amd", "t_base_over_boost_clock", "t_tdp_w_per_peak_tflops")
+DEVICE_LEVEL = (
+    "dev_fp32_lanes_per_sm",
+    "dev_l1_smem_per_sm_kb",
+    "dev_max_smem_per_sm_kb",
+    "dev_regs_per_sm",
+    "dev_max_threads_per_sm",
+    "dev_is_amd",
+    "t_base_over_boost_clock",
+    "t_tdp_w_per_peak_tflops",
+)
 # Per-kernel inputs that still differ per GPU only through its SM count.
 PER_SM = ("t_flops_per_sm", "t_bytes_per_sm", "f_active_sm_fraction", "f_sm_imbalance")
 DEFAULT_CANDIDATES: tuple[Candidate, ...] = (
     Candidate("absolute", {"feature_set": "absolute"}),
     Candidate("transfer", {"feature_set": "transfer"}),
     Candidate("transfer-kernel", {"feature_set": "transfer", "transfer_exclude": DEVICE_LEVEL}),
-    Candidate("transfer-kernel-unconstrained", {"feature_set": "transfer", "transfer_exclude": DEVICE_LEVEL,
-                                                "monotone": False}),
+    Candidate(
+        "transfer-kernel-unconstrained",
+        {"feature_set": "transfer", "transfer_exclude": DEVICE_LEVEL, "monotone": False},
+    ),
     Candidate("transfer-minimal", {"feature_set": "transfer", "transfer_exclude": DEVICE_LEVEL + PER_SM}),
-    Candidate("transfer-minimal-pipes", {"feature_set": "transfer", "transfer_exclude": DEVICE_LEVEL + PER_SM,
-                                         "runtime_normaliser": "pipes"}),
-    Candidate("transfer-minimal-no-floor", {"feature_set": "transfer", "transfer_exclude": DEVICE_LEVEL + PER_SM,
-                                            "launch_floor": False}),
+    Candidate(
+        "transfer-minimal-pipes",
+        {"feature_set": "transfer", "transfer_exclude": DEVICE_LEVEL + PER_SM, "runtime_normaliser": "pipes"},
+    ),
+    Candidate(
+        "transfer-minimal-no-floor",
+        {"feature_set": "transfer", "transfer_exclude": DEVICE_LEVEL + PER_SM, "launch_floor": False},
+    ),
     # sklearn's MLP on 2 cores: a capped number of epochs keeps the protocol under an hour.
-    Candidate("transfer-minimal-mlp", {"feature_set": "transfer", "transfer_exclude": DEVICE_LEVEL + PER_SM,
-                                       "model": "mlp", "mlp_max_iter": 60}),
+    Candidate(
+        "transfer-minimal-mlp",
+        {
+            "feature_set": "transfer",
+            "transfer_exclude": DEVICE_LEVEL + PER_SM,
+            "model": "mlp",
+            "mlp_max_iter": 60,
+        },
+    ),
 )
-_WINNER = {"feature_set": "transfer", "transfer_exclude": DEVICE_LEVEL + PER_SM, "runtime_normaliser": "pipes"}
+_WINNER = {
+    "feature_set": "transfer",
+    "transfer_exclude": DEVICE_LEVEL + PER_SM,
+    "runtime_normaliser": "pipes",
+}
 # Round 2: around round 1's winner (lowest mean of the two train sides' medians), its constraints
 # and tree size.
 REFINE_CANDIDATES: tuple[Candidate, ...] = (
@@ -60,17 +85,31 @@ REFINE_CANDIDATES: tuple[Candidate, ...] = (
     Candidate("transfer-minimal-pipes-large-trees", {**_WINNER, "num_leaves": 127, "n_estimators": 800}),
 )
 _DEFAULTS = TabularConfig()
-SEARCHED_DEFAULTS: dict[str, Any] = {name: getattr(_DEFAULTS, name) for name in (
-    "model", "feature_set", "runtime_normaliser", "transfer_exclude", "monotone", "launch_floor", "num_leaves",
-    "min_child_samples", "n_estimators", "mlp_max_iter")}
+SEARCHED_DEFAULTS: dict[str, Any] = {
+    name: getattr(_DEFAULTS, name)
+    for name in (
+        "model",
+        "feature_set",
+        "runtime_normaliser",
+        "transfer_exclude",
+        "monotone",
+        "launch_floor",
+        "num_leaves",
+        "min_child_samples",
+        "n_estimators",
+        "mlp_max_iter",
+    )
+}
 _CHOSEN = {**_WINNER, "num_leaves": 31, "min_child_samples": 50}
 # Round 3: the refine winner against an overlapping-pipes normaliser, with the PipeWeave train side
 # (two GPUs) in the protocol too.
 OVERLAP_CANDIDATES: tuple[Candidate, ...] = (
     Candidate("transfer-minimal-pipes-small-trees", dict(_CHOSEN)),
     Candidate("transfer-minimal-overlap-small-trees", {**_CHOSEN, "runtime_normaliser": "pipes-overlap"}),
-    Candidate("transfer-kernel-overlap-small-trees", {**_CHOSEN, "runtime_normaliser": "pipes-overlap",
-                                                      "transfer_exclude": DEVICE_LEVEL}),
+    Candidate(
+        "transfer-kernel-overlap-small-trees",
+        {**_CHOSEN, "runtime_normaliser": "pipes-overlap", "transfer_exclude": DEVICE_LEVEL},
+    ),
 )
 # Round 4, with an L2-bandwidth fallback of max(2 x DRAM, SMs x clock x 16 (Hopper 32) B) in place
 # of 2 x DRAM (GDDR parts such as L4 look L2-bound on every tiled GEMM under the latter): pipes vs
@@ -80,8 +119,12 @@ L2_CANDIDATES: tuple[Candidate, ...] = (
     Candidate("transfer-minimal-pipes-small-trees", dict(_CHOSEN)),
     Candidate("transfer-minimal-roofline-small-trees", {**_CHOSEN, "runtime_normaliser": "roofline"}),
 )
-CANDIDATE_SETS: dict[str, tuple[Candidate, ...]] = {"broad": DEFAULT_CANDIDATES, "refine": REFINE_CANDIDATES,
-                                                    "overlap": OVERLAP_CANDIDATES, "l2": L2_CANDIDATES}
+CANDIDATE_SETS: dict[str, tuple[Candidate, ...]] = {
+    "broad": DEFAULT_CANDIDATES,
+    "refine": REFINE_CANDIDATES,
+    "overlap": OVERLAP_CANDIDATES,
+    "l2": L2_CANDIDATES,
+}
 
 
 @dataclass
@@ -97,8 +140,11 @@ class SelectionReport:
 
 def _device_speed(table: pd.DataFrame) -> pd.Series:
     """A per-device speed key: the best compute peak it has (tensor fp16 or fp32), then DRAM bandwidth."""
-    columns = [c for c in ("dev_peak_fp16_tensor_tflops", "dev_peak_bf16_tensor_tflops", "dev_peak_fp32_tflops")
-               if c in table.columns]
+    columns = [
+        c
+        for c in ("dev_peak_fp16_tensor_tflops", "dev_peak_bf16_tensor_tflops", "dev_peak_fp32_tflops")
+        if c in table.columns
+    ]
     peak = table.groupby("device_id")[columns].max().max(axis=1) if columns else pd.Series(dtype="float64")
     return peak.fillna(0.0).sort_values()
 
@@ -132,9 +178,15 @@ def per_gpu_mape(predictor: TabularPredictor, rows: pd.DataFrame) -> float:
     return float(np.mean(np.abs(pred[keep] - true[keep]) / true[keep])) if keep.any() else float("nan")
 
 
-def select(train: pd.DataFrame, base: TabularConfig, candidates: Sequence[Candidate] = DEFAULT_CANDIDATES,
-           devices: Sequence[str] | None = None, max_train_rows: int = 40000, max_test_rows: int = 5000,
-           log: Callable[[str], None] = lambda _: None) -> SelectionReport:
+def select(
+    train: pd.DataFrame,
+    base: TabularConfig,
+    candidates: Sequence[Candidate] = DEFAULT_CANDIDATES,
+    devices: Sequence[str] | None = None,
+    max_train_rows: int = 40000,
+    max_test_rows: int = 5000,
+    log: Callable[[str], None] = lambda _: None,
+) -> SelectionReport:
     """Score every candidate on leave-one-GPU-out folds of ``train``; choose the lowest median MAPE."""
     started = time.perf_counter()
     scope = train[~train["family"].astype(str).isin(base.exclude_families)]
@@ -155,9 +207,12 @@ def select(train: pd.DataFrame, base: TabularConfig, candidates: Sequence[Candid
             per_gpu[device] = round(per_gpu_mape(predictor, test), 4)
             log(f"{candidate.name} without {device}: MAPE {per_gpu[device]:.3f}")
         values = np.array(list(per_gpu.values()))
-        report.scores[candidate.name] = {"overrides": candidate.overrides, "per_gpu": per_gpu,
-                                         "median": round(float(np.nanmedian(values)), 4),
-                                         "worst": round(float(np.nanmax(values)), 4)}
+        report.scores[candidate.name] = {
+            "overrides": candidate.overrides,
+            "per_gpu": per_gpu,
+            "median": round(float(np.nanmedian(values)), 4),
+            "worst": round(float(np.nanmax(values)), 4),
+        }
     report.chosen = min(report.scores, key=lambda n: (report.scores[n]["median"], report.scores[n]["worst"]))
     report.seconds = round(time.perf_counter() - started, 1)
     return report

@@ -106,10 +106,14 @@ class TabularConfig:
         if self.model not in MODELS:
             raise ValueError(f"tabular model must be one of {', '.join(MODELS)}, not {self.model!r}")
         if self.feature_set not in FEATURE_SETS:
-            raise ValueError(f"tabular feature_set must be one of {', '.join(FEATURE_SETS)}, not {self.feature_set!r}")
+            raise ValueError(
+                f"tabular feature_set must be one of {', '.join(FEATURE_SETS)}, not {self.feature_set!r}"
+            )
         if self.runtime_normaliser not in RUNTIME_NORMALISERS:
-            raise ValueError(f"tabular runtime_normaliser must be one of {', '.join(RUNTIME_NORMALISERS)}, "
-                             f"not {self.runtime_normaliser!r}")
+            raise ValueError(
+                f"tabular runtime_normaliser must be one of {', '.join(RUNTIME_NORMALISERS)}, "
+                f"not {self.runtime_normaliser!r}"
+            )
         if not 0 < self.conformal_alpha < 1:
             raise ValueError(f"conformal_alpha must be in (0, 1), got {self.conformal_alpha}")
         self.mlp_hidden = tuple(int(h) for h in self.mlp_hidden)
@@ -134,9 +138,11 @@ class TabularConfig:
         known = {f.name for f in fields(cls)}
         unknown = sorted(str(k) for k in set(tabular) - known)
         if unknown:
-            raise ParamsError(f"params.yaml train.tabular: unknown key {unknown[0]!r}"
-                              + (f" (and {', '.join(map(repr, unknown[1:]))})" if unknown[1:] else "")
-                              + f" (known: {', '.join(sorted(known))})")
+            raise ParamsError(
+                f"params.yaml train.tabular: unknown key {unknown[0]!r}"
+                + (f" (and {', '.join(map(repr, unknown[1:]))})" if unknown[1:] else "")
+                + f" (known: {', '.join(sorted(known))})"
+            )
         section.update(tabular)
         values = {k: v for k, v in section.items() if k in known}
         values.update({k: v for k, v in overrides.items() if v is not None})
@@ -166,7 +172,9 @@ class TargetJob:
     monotone: list[int] = field(default_factory=list)  # per design-matrix column, LightGBM's convention
 
 
-def subsample_rows(features: pd.DataFrame, max_rows: int | None, salt: str = "tabular-subsample") -> pd.DataFrame:
+def subsample_rows(
+    features: pd.DataFrame, max_rows: int | None, salt: str = "tabular-subsample"
+) -> pd.DataFrame:
     """At most ``max_rows`` rows, chosen by hash of measurement_id (same rows on every run)."""
     return subsample(features, max_rows, salt)
 
@@ -263,8 +271,9 @@ class TabularPredictor:
     def trained_on(self) -> frozenset[str]:
         return self._trained_on
 
-    def fit(self, features: pd.DataFrame,
-            executor: Callable[[Sequence[TargetJob]], list[Any]] | None = None) -> TabularPredictor:
+    def fit(
+        self, features: pd.DataFrame, executor: Callable[[Sequence[TargetJob]], list[Any]] | None = None
+    ) -> TabularPredictor:
         """Fit every target that has enough labelled rows; ``executor`` maps jobs (Ray or serial)."""
         run = executor or (lambda jobs: [fit_job(job) for job in jobs])
         train = subsample_rows(self._in_scope(features), self.config.max_train_rows).reset_index(drop=True)
@@ -274,18 +283,25 @@ class TabularPredictor:
             # Without ids the evaluation harness cannot exclude rows the model has seen.
             raise ValueError("training rows need a measurement_id (the leakage guard keys on it)")
         if self.transfer:
-            self.feature_columns = [c for c in select_transfer_columns(train) if c not in self.config.transfer_exclude]
+            self.feature_columns = [
+                c for c in select_transfer_columns(train) if c not in self.config.transfer_exclude
+            ]
         else:
             self.feature_columns = select_feature_columns(train, self.config.use_measured)
-        self.categories = {c: sorted(train[c].dropna().astype(str).unique().tolist())
-                           for c in CATEGORICAL if c in train.columns}
+        self.categories = {
+            c: sorted(train[c].dropna().astype(str).unique().tolist())
+            for c in CATEGORICAL
+            if c in train.columns
+        }
         in_cal = self._calibration_mask(train)
         if self.transfer and self.config.launch_floor:
             self.floors = transfer.launch_floors(train, _numeric(train, "duration_us"))
         jobs = self._jobs(train, in_cal)
         if not jobs:
-            raise ValueError("no target has enough labelled training rows "
-                             f"(min_rows={self.config.min_rows}); nothing to fit")
+            raise ValueError(
+                "no target has enough labelled training rows "
+                f"(min_rows={self.config.min_rows}); nothing to fit"
+            )
         fitted = run(jobs)
         models = {job.target: model for job, model in zip(jobs, fitted, strict=True)}
         auxiliary = models.pop(CALIBRATION_JOB, None)
@@ -299,7 +315,9 @@ class TabularPredictor:
 
         self.class_model = fit_for_tabular(features, self.config.class_label)
         if self.class_model is not None:  # its rows count as seen (the harness's leakage guard)
-            seen = features.loc[program_rows(features) & features[self.config.class_label].notna(), "measurement_id"]
+            seen = features.loc[
+                program_rows(features) & features[self.config.class_label].notna(), "measurement_id"
+            ]
             self._trained_on = self._trained_on | frozenset(seen.astype(str))
         return self
 
@@ -343,8 +361,11 @@ class TabularPredictor:
             if len(runtime):
                 out["pred_duration_us"] = pd.to_numeric(out.get("pred_duration_us"), errors="coerce")
                 out.loc[runtime.index, "pred_duration_us"] = runtime["pred_duration_us"].to_numpy()
-                notes = out["pred_note"].astype("string") if "pred_note" in out.columns else \
-                    pd.Series(pd.NA, index=out.index, dtype="string")
+                notes = (
+                    out["pred_note"].astype("string")
+                    if "pred_note" in out.columns
+                    else pd.Series(pd.NA, index=out.index, dtype="string")
+                )
                 notes.loc[runtime.index] = runtime["pred_note"].to_numpy()
                 out["pred_note"] = notes
         return out
@@ -425,14 +446,19 @@ class TabularPredictor:
     def _ood(self, features: pd.DataFrame) -> np.ndarray:
         if not self.ood:
             return np.zeros(len(features), dtype=bool)
-        return transfer.ood_flags(features, transfer.transfer_frame(features, self._static_columns()), self.ood)
+        return transfer.ood_flags(
+            features, transfer.transfer_frame(features, self._static_columns()), self.ood
+        )
 
     def _interval_q_log(self, features: pd.DataFrame, ood: np.ndarray) -> np.ndarray:
         """Mondrian conformal: the family's quantile; an out-of-range query gets the wider OOD one."""
         q_global = float(self.conformal["q_log"])
         by_family = self.conformal.get("by_family", {})
-        families = (features["family"].astype(str) if "family" in features.columns
-                    else pd.Series("", index=features.index))
+        families = (
+            features["family"].astype(str)
+            if "family" in features.columns
+            else pd.Series("", index=features.index)
+        )
         q = families.map(by_family).fillna(q_global).to_numpy(dtype="float64")
         q_ood = self.conformal.get("ood")
         if q_ood is not None:
@@ -457,17 +483,33 @@ class TabularPredictor:
         if scores.size < 10:
             return  # too few to calibrate honestly: no interval rather than a wrong one
         alpha = self.config.conformal_alpha
-        families = cal["family"].astype(str).to_numpy()[keep] if "family" in cal.columns else np.full(scores.size, "")
+        families = (
+            cal["family"].astype(str).to_numpy()[keep]
+            if "family" in cal.columns
+            else np.full(scores.size, "")
+        )
         # Out of range relative to what the auxiliary model trained on.
         aux_ranges = transfer.ood_ranges(train.loc[~in_cal], transfer_train.loc[~in_cal])
         flagged = transfer.ood_flags(cal, transfer_train.loc[in_cal], aux_ranges)[keep]
-        by_family = {f: _conformal_q(scores[families == f], alpha) for f in sorted(set(families))
-                     if (families == f).sum() >= self.config.min_calibration_rows}
+        by_family = {
+            f: _conformal_q(scores[families == f], alpha)
+            for f in sorted(set(families))
+            if (families == f).sum() >= self.config.min_calibration_rows
+        }
         q_global = _conformal_q(scores, alpha)
-        q_ood = (_conformal_q(scores[flagged], alpha) if flagged.sum() >= self.config.min_calibration_rows
-                 else max([q_global, *by_family.values()]))
-        self.conformal = {"alpha": alpha, "q_log": q_global, "n_cal": int(scores.size), "by_family": by_family,
-                          "ood": q_ood, "n_cal_ood": int(flagged.sum())}
+        q_ood = (
+            _conformal_q(scores[flagged], alpha)
+            if flagged.sum() >= self.config.min_calibration_rows
+            else max([q_global, *by_family.values()])
+        )
+        self.conformal = {
+            "alpha": alpha,
+            "q_log": q_global,
+            "n_cal": int(scores.size),
+            "by_family": by_family,
+            "ood": q_ood,
+            "n_cal_ood": int(flagged.sum()),
+        }
 
     # ------------------------------------------------------------------ design matrix
 
@@ -475,8 +517,12 @@ class TabularPredictor:
         """Signed-log numeric features, normaliser flags, then integer category codes (-1 unseen)."""
         if self.transfer:
             frame = transfer.transfer_frame(features, self._static_columns())
-            columns = [_signed_log(frame[c].to_numpy(dtype="float64")) if c in frame.columns
-                       else np.full(len(features), np.nan) for c in self.feature_columns]
+            columns = [
+                _signed_log(frame[c].to_numpy(dtype="float64"))
+                if c in frame.columns
+                else np.full(len(features), np.nan)
+                for c in self.feature_columns
+            ]
         else:
             columns = [_signed_log(_numeric(features, c)) for c in self.feature_columns]
             for target in NORMALISERS:
@@ -485,8 +531,14 @@ class TabularPredictor:
         for name in (c for c in CATEGORICAL if c in self.categories):
             known = self.categories[name]
             lookup = {value: code for code, value in enumerate(known)}
-            raw = features[name].astype("string") if name in features.columns else pd.Series(pd.NA, index=features.index)
-            columns.append(np.asarray([lookup.get(v, -1) if v is not pd.NA else -1 for v in raw], dtype="float64"))
+            raw = (
+                features[name].astype("string")
+                if name in features.columns
+                else pd.Series(pd.NA, index=features.index)
+            )
+            columns.append(
+                np.asarray([lookup.get(v, -1) if v is not pd.NA else -1 for v in raw], dtype="float64")
+            )
         return np.column_stack(columns) if columns else np.empty((len(features), 0))
 
     def _monotone(self) -> list[int]:
@@ -531,26 +583,48 @@ class TabularPredictor:
         x = self.design_matrix(train)
         categorical = self._categorical_positions()
         jobs = []
-        targets = (("duration_us", TRAFFIC_TARGET, *sorted(FRACTION_TARGETS)) if self.transfer
-                   else NUMERIC_TARGETS)
+        targets = (
+            ("duration_us", TRAFFIC_TARGET, *sorted(FRACTION_TARGETS)) if self.transfer else NUMERIC_TARGETS
+        )
         for target in targets:
             if target != TRAFFIC_TARGET and target not in train.columns:
                 continue
             y, usable = self._encode_target(target, train)
             if self.transfer and target in ("duration_us", TRAFFIC_TARGET) and usable.sum():
                 # The learned quantity is bounded: predictions are clipped to the range seen in training.
-                self.target_bounds[target] = [float(np.quantile(y[usable], 0.001)), float(np.quantile(y[usable], 0.999))]
+                self.target_bounds[target] = [
+                    float(np.quantile(y[usable], 0.001)),
+                    float(np.quantile(y[usable], 0.999)),
+                ]
             monotone = self._monotone() if self.transfer and target == "duration_us" else []
             if self.transfer and target == "duration_us":
                 aux = usable & ~in_cal
                 if aux.sum() >= self.config.min_rows and (usable & in_cal).sum() >= 10:
-                    jobs.append(TargetJob(CALIBRATION_JOB, "regression", x[aux], y[aux], categorical, self.config,
-                                          monotone=monotone))
+                    jobs.append(
+                        TargetJob(
+                            CALIBRATION_JOB,
+                            "regression",
+                            x[aux],
+                            y[aux],
+                            categorical,
+                            self.config,
+                            monotone=monotone,
+                        )
+                    )
             elif target == "duration_us":
                 usable = usable & ~in_cal
             if usable.sum() >= self.config.min_rows:
-                jobs.append(TargetJob(target, "regression", x[usable], y[usable], categorical, self.config,
-                                      monotone=monotone))
+                jobs.append(
+                    TargetJob(
+                        target,
+                        "regression",
+                        x[usable],
+                        y[usable],
+                        categorical,
+                        self.config,
+                        monotone=monotone,
+                    )
+                )
         label_column = self.config.class_label
         if label_column in train.columns:
             labels = train[label_column].astype("string")
@@ -559,8 +633,11 @@ class TabularPredictor:
             if usable.sum() >= self.config.min_rows and len(classes) >= 2:
                 self.classes = classes
                 codes = labels[usable].map({c: i for i, c in enumerate(classes)}).to_numpy(dtype="int64")
-                jobs.append(TargetJob(CLASS_TARGET, "classification", x[usable], codes, categorical, self.config,
-                                      classes))
+                jobs.append(
+                    TargetJob(
+                        CLASS_TARGET, "classification", x[usable], codes, categorical, self.config, classes
+                    )
+                )
         return jobs
 
     def _calibrate(self, calibration: pd.DataFrame) -> None:
@@ -575,8 +652,11 @@ class TabularPredictor:
         n = scores.size
         if n < 10:
             return  # too few to calibrate honestly: no interval rather than a wrong one
-        self.conformal = {"alpha": self.config.conformal_alpha,
-                          "q_log": _conformal_q(scores, self.config.conformal_alpha), "n_cal": int(n)}
+        self.conformal = {
+            "alpha": self.config.conformal_alpha,
+            "q_log": _conformal_q(scores, self.config.conformal_alpha),
+            "n_cal": int(n),
+        }
 
     # ------------------------------------------------------------------ persistence
 
@@ -595,10 +675,18 @@ class TabularPredictor:
         with gzip.open(directory / TRAINED_ON_FILE, "wt", encoding="utf-8") as handle:
             handle.write("\n".join(sorted(self._trained_on)))
         spec = {
-            "family": self.family, "config": asdict(self.config), "feature_columns": self.feature_columns,
-            "categories": self.categories, "classes": self.classes, "conformal": self.conformal,
-            "floors": self.floors, "target_bounds": self.target_bounds, "ood": self.ood,
-            "model_files": files, "trained_on_file": TRAINED_ON_FILE, "n_trained_on": len(self._trained_on),
+            "family": self.family,
+            "config": asdict(self.config),
+            "feature_columns": self.feature_columns,
+            "categories": self.categories,
+            "classes": self.classes,
+            "conformal": self.conformal,
+            "floors": self.floors,
+            "target_bounds": self.target_bounds,
+            "ood": self.ood,
+            "model_files": files,
+            "trained_on_file": TRAINED_ON_FILE,
+            "n_trained_on": len(self._trained_on),
         }
         if self.class_model is not None:
             self.class_model.save(directory / "roofline_class")
@@ -609,7 +697,9 @@ class TabularPredictor:
         directory = Path(directory)
         spec = json.loads((directory / PREDICTOR_FILE).read_text())
         if spec.get("family") != "tabular":
-            raise ValueError(f"{directory}: predictor.json is for family {spec.get('family')!r}, not 'tabular'")
+            raise ValueError(
+                f"{directory}: predictor.json is for family {spec.get('family')!r}, not 'tabular'"
+            )
         # A predictor saved before feature_set existed is the absolute model.
         config = TabularConfig(**{"feature_set": "absolute", **spec["config"]})
         models: dict[str, Any] = {}
@@ -620,14 +710,20 @@ class TabularPredictor:
                 models[target] = lgb.Booster(model_file=str(directory / name))
             else:
                 # Our own artifact, written by save(); never load one from an untrusted source.
-                models[target] = pickle.loads((directory / name).read_bytes())  # noqa: S301
+                models[target] = pickle.loads((directory / name).read_bytes())
         with gzip.open(directory / spec["trained_on_file"], "rt", encoding="utf-8") as handle:
             trained_on = frozenset(line for line in handle.read().split("\n") if line)
-        predictor = cls(config=config, feature_columns=list(spec["feature_columns"]),
-                        categories={k: list(v) for k, v in spec["categories"].items()}, models=models,
-                        classes=list(spec["classes"]), conformal=dict(spec["conformal"]),
-                        floors=dict(spec.get("floors", {})), target_bounds=dict(spec.get("target_bounds", {})),
-                        ood=dict(spec.get("ood", {})))
+        predictor = cls(
+            config=config,
+            feature_columns=list(spec["feature_columns"]),
+            categories={k: list(v) for k, v in spec["categories"].items()},
+            models=models,
+            classes=list(spec["classes"]),
+            conformal=dict(spec["conformal"]),
+            floors=dict(spec.get("floors", {})),
+            target_bounds=dict(spec.get("target_bounds", {})),
+            ood=dict(spec.get("ood", {})),
+        )
         predictor._trained_on = trained_on
         if (directory / "roofline_class").is_dir():
             from components.models.roofline_class import RooflineClassModel
@@ -663,16 +759,27 @@ def _fit_lgbm(job: TargetJob) -> Any:
     import lightgbm as lgb
 
     cfg = job.config
-    common = dict(n_estimators=cfg.n_estimators, learning_rate=cfg.learning_rate, num_leaves=cfg.num_leaves,
-                  min_child_samples=cfg.min_child_samples, subsample=cfg.subsample, subsample_freq=1,
-                  colsample_bytree=cfg.colsample, random_state=cfg.seed, n_jobs=1, verbose=-1,
-                  deterministic=True, force_col_wise=True)
+    common = dict(
+        n_estimators=cfg.n_estimators,
+        learning_rate=cfg.learning_rate,
+        num_leaves=cfg.num_leaves,
+        min_child_samples=cfg.min_child_samples,
+        subsample=cfg.subsample,
+        subsample_freq=1,
+        colsample_bytree=cfg.colsample,
+        random_state=cfg.seed,
+        n_jobs=1,
+        verbose=-1,
+        deterministic=True,
+        force_col_wise=True,
+    )
     if job.kind == "classification":
         # Balanced weights: the published roofline task scores balanced accuracy on a 50/50 test.
         estimator = lgb.LGBMClassifier(class_weight="balanced", **common)
     elif job.monotone:
-        estimator = lgb.LGBMRegressor(monotone_constraints=job.monotone, monotone_constraints_method="advanced",
-                                      **common)
+        estimator = lgb.LGBMRegressor(
+            monotone_constraints=job.monotone, monotone_constraints_method="advanced", **common
+        )
     else:
         estimator = lgb.LGBMRegressor(**common)
     estimator.fit(job.x, job.y, categorical_feature=job.categorical or "auto")
@@ -687,16 +794,20 @@ def _mlp_matrix(x: np.ndarray, categorical: list[int], n_codes: list[int]) -> np
     parts = [np.nan_to_num(numeric, nan=0.0), missing]
     for position, count in zip(categorical, n_codes, strict=True):
         codes = x[:, position]
-        parts.append(np.column_stack([(codes == c).astype("float64") for c in range(count)]) if count else
-                     np.empty((len(x), 0)))
+        parts.append(
+            np.column_stack([(codes == c).astype("float64") for c in range(count)])
+            if count
+            else np.empty((len(x), 0))
+        )
     return np.column_stack(parts)
 
 
 class MLPModel:
     """Scaler + sklearn MLP behind the same ``predict(x)`` as a LightGBM booster."""
 
-    def __init__(self, categorical: list[int], n_codes: list[int], estimator: Any, scaler: Any,
-                 classification: bool) -> None:
+    def __init__(
+        self, categorical: list[int], n_codes: list[int], estimator: Any, scaler: Any, classification: bool
+    ) -> None:
         self.categorical, self.n_codes = categorical, n_codes
         self.estimator, self.scaler, self.classification = estimator, scaler, classification
 
@@ -712,12 +823,21 @@ def _fit_mlp(job: TargetJob) -> MLPModel:
     from sklearn.preprocessing import StandardScaler
 
     cfg = job.config
-    n_codes = [int(np.nanmax(job.x[:, i])) + 1 if np.isfinite(job.x[:, i]).any() else 0 for i in job.categorical]
+    n_codes = [
+        int(np.nanmax(job.x[:, i])) + 1 if np.isfinite(job.x[:, i]).any() else 0 for i in job.categorical
+    ]
     design = _mlp_matrix(job.x, job.categorical, n_codes)
     scaler = StandardScaler().fit(design)
-    kwargs = dict(hidden_layer_sizes=cfg.mlp_hidden, alpha=cfg.mlp_alpha, max_iter=cfg.mlp_max_iter,
-                  early_stopping=True, validation_fraction=0.1, n_iter_no_change=15, random_state=cfg.seed)
-    estimator = (MLPClassifier(**kwargs) if job.kind == "classification" else MLPRegressor(**kwargs))
+    kwargs = dict(
+        hidden_layer_sizes=cfg.mlp_hidden,
+        alpha=cfg.mlp_alpha,
+        max_iter=cfg.mlp_max_iter,
+        early_stopping=True,
+        validation_fraction=0.1,
+        n_iter_no_change=15,
+        random_state=cfg.seed,
+    )
+    estimator = MLPClassifier(**kwargs) if job.kind == "classification" else MLPRegressor(**kwargs)
     estimator.fit(scaler.transform(design), job.y)
     return MLPModel(job.categorical, n_codes, estimator, scaler, job.kind == "classification")
 

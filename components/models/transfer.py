@@ -24,20 +24,48 @@ import pandas as pd
 
 # Analytical columns that do not depend on the GPU's rates (only on the kernel and on SM counts).
 KERNEL_COLUMNS: tuple[str, ...] = (
-    "f_flops", "f_tensor_flops", "f_fma_flops", "f_sfu_ops", "f_uses_tensor", "f_precision_bytes",
-    "f_dram_bytes_min", "f_l2_bytes_tiled", "f_arith_intensity", "f_arith_intensity_tiled",
-    "f_tile_m", "f_tile_n", "f_ctas", "f_ctas_measured", "f_threads_per_cta", "f_ctas_per_sm",
-    "f_waves", "f_wave_efficiency", "f_busiest_sm_ctas", "f_sm_imbalance", "f_active_sm_fraction",
+    "f_flops",
+    "f_tensor_flops",
+    "f_fma_flops",
+    "f_sfu_ops",
+    "f_uses_tensor",
+    "f_precision_bytes",
+    "f_dram_bytes_min",
+    "f_l2_bytes_tiled",
+    "f_arith_intensity",
+    "f_arith_intensity_tiled",
+    "f_tile_m",
+    "f_tile_n",
+    "f_ctas",
+    "f_ctas_measured",
+    "f_threads_per_cta",
+    "f_ctas_per_sm",
+    "f_waves",
+    "f_wave_efficiency",
+    "f_busiest_sm_ctas",
+    "f_sm_imbalance",
+    "f_active_sm_fraction",
 )
 # Device columns that are counts or capacities per SM (never a rate, a clock or a total peak).
 DEVICE_COUNT_COLUMNS: tuple[str, ...] = (
-    "dev_fp32_lanes_per_sm", "dev_l1_smem_per_sm_kb", "dev_max_smem_per_sm_kb", "dev_regs_per_sm",
-    "dev_max_threads_per_sm", "dev_is_amd",
+    "dev_fp32_lanes_per_sm",
+    "dev_l1_smem_per_sm_kb",
+    "dev_max_smem_per_sm_kb",
+    "dev_regs_per_sm",
+    "dev_max_threads_per_sm",
+    "dev_is_amd",
 )
 # Derived here from the columns above (all dimensionless or per-SM).
 DERIVED_COLUMNS: tuple[str, ...] = (
-    "t_flops_per_sm", "t_bytes_per_sm", "t_l2_over_dram_bytes", "t_footprint_over_l2",
-    "t_footprint_over_llc", "t_sfu_per_flop", "t_tensor_share", "t_flops_per_cta", "t_base_over_boost_clock",
+    "t_flops_per_sm",
+    "t_bytes_per_sm",
+    "t_l2_over_dram_bytes",
+    "t_footprint_over_l2",
+    "t_footprint_over_llc",
+    "t_sfu_per_flop",
+    "t_tensor_share",
+    "t_flops_per_cta",
+    "t_base_over_boost_clock",
     "t_tdp_w_per_peak_tflops",
 )
 # Direction of each input's effect on the learned slowdown (time over roofline), from physics: busier
@@ -46,15 +74,31 @@ DERIVED_COLUMNS: tuple[str, ...] = (
 # constraints, they also stop trees from spending device-specific ratios (work per SM differs per
 # GPU for one kernel) on memorising each training GPU's offset -- which does not transfer.
 MONOTONE: dict[str, int] = {
-    "f_wave_efficiency": -1, "f_active_sm_fraction": -1, "f_sm_imbalance": 1,
-    "t_flops_per_sm": -1, "t_bytes_per_sm": -1, "t_flops_per_cta": -1, "t_footprint_over_l2": 1, "t_footprint_over_llc": 1,
-    "t_base_over_boost_clock": -1, "t_tdp_w_per_peak_tflops": -1,
+    "f_wave_efficiency": -1,
+    "f_active_sm_fraction": -1,
+    "f_sm_imbalance": 1,
+    "t_flops_per_sm": -1,
+    "t_bytes_per_sm": -1,
+    "t_flops_per_cta": -1,
+    "t_footprint_over_l2": 1,
+    "t_footprint_over_llc": 1,
+    "t_base_over_boost_clock": -1,
+    "t_tdp_w_per_peak_tflops": -1,
 }
 # Columns used to flag a query as outside the training data (per family ranges).
-OOD_COLUMNS: tuple[str, ...] = ("f_flops", "f_dram_bytes_min", "f_arith_intensity", "f_waves", "t_flops_per_sm")
+OOD_COLUMNS: tuple[str, ...] = (
+    "f_flops",
+    "f_dram_bytes_min",
+    "f_arith_intensity",
+    "f_waves",
+    "t_flops_per_sm",
+)
 # Normalisers the runtime can be learned against: both scale with 1/peak, so composition stays monotone.
-RUNTIME_NORMALISERS: dict[str, str] = {"roofline": "f_roofline_time_us", "pipes": "f_pipes_time_us",
-                                        "pipes-overlap": "f_pipes_time_us"}
+RUNTIME_NORMALISERS: dict[str, str] = {
+    "roofline": "f_roofline_time_us",
+    "pipes": "f_pipes_time_us",
+    "pipes-overlap": "f_pipes_time_us",
+}
 # "pipes-overlap": the busiest-SM compute, DRAM and L2 times combined as a p-norm instead of a max --
 # pipes that must both be busy overlap imperfectly, most visibly at the ridge point (sqrt(2) x the
 # max there, ~the max far from it). Still a function of (time per pipe) only, so still monotone.
@@ -76,27 +120,38 @@ def _ratio(a: np.ndarray, b: np.ndarray) -> np.ndarray:
 def derived_features(frame: pd.DataFrame) -> pd.DataFrame:
     """The ``t_*`` ratios of ``DERIVED_COLUMNS`` for each row (NaN where an input is missing)."""
     sms = _col(frame, "dev_sms")
-    flops, dram, l2_bytes = _col(frame, "f_flops"), _col(frame, "f_dram_bytes_min"), _col(frame, "f_l2_bytes_tiled")
+    flops, dram, l2_bytes = (
+        _col(frame, "f_flops"),
+        _col(frame, "f_dram_bytes_min"),
+        _col(frame, "f_l2_bytes_tiled"),
+    )
     l2_capacity = _col(frame, "dev_l2_mb") * 1e6
     llc = _col(frame, "dev_llc_mb")
     llc_capacity = np.where(llc > 0, llc * 1e6 + l2_capacity, l2_capacity)
-    return pd.DataFrame({
-        "t_flops_per_sm": _ratio(flops, sms),
-        "t_bytes_per_sm": _ratio(dram, sms),
-        "t_l2_over_dram_bytes": _ratio(l2_bytes, dram),
-        "t_footprint_over_l2": _ratio(dram, l2_capacity),
-        "t_footprint_over_llc": _ratio(dram, llc_capacity),
-        "t_sfu_per_flop": _ratio(_col(frame, "f_sfu_ops"), flops),
-        "t_tensor_share": _ratio(_col(frame, "f_tensor_flops"), flops),
-        # Work per CTA (for a GEMM tile: 2 x tile area x K): long K-loops amortise prologue/epilogue.
-        "t_flops_per_cta": _ratio(flops, _col(frame, "f_ctas")),
-        # How far below its boost clock a GPU sustains under load: power-capped inference cards
-        # (P4, T4, L4) rated at a low base clock reach a small share of their spec-sheet peak.
-        "t_base_over_boost_clock": _ratio(_col(frame, "dev_base_clock_mhz"), _col(frame, "dev_boost_clock_mhz")),
-        # Power budget per unit of the kernel's peak: a card with few watts per TFLOP of the pipe
-        # it uses cannot hold that pipe at full clock.
-        "t_tdp_w_per_peak_tflops": _ratio(_col(frame, "dev_tdp_w"), _col(frame, "f_peak_compute_flops") / 1e12),
-    }, index=frame.index)
+    return pd.DataFrame(
+        {
+            "t_flops_per_sm": _ratio(flops, sms),
+            "t_bytes_per_sm": _ratio(dram, sms),
+            "t_l2_over_dram_bytes": _ratio(l2_bytes, dram),
+            "t_footprint_over_l2": _ratio(dram, l2_capacity),
+            "t_footprint_over_llc": _ratio(dram, llc_capacity),
+            "t_sfu_per_flop": _ratio(_col(frame, "f_sfu_ops"), flops),
+            "t_tensor_share": _ratio(_col(frame, "f_tensor_flops"), flops),
+            # Work per CTA (for a GEMM tile: 2 x tile area x K): long K-loops amortise prologue/epilogue.
+            "t_flops_per_cta": _ratio(flops, _col(frame, "f_ctas")),
+            # How far below its boost clock a GPU sustains under load: power-capped inference cards
+            # (P4, T4, L4) rated at a low base clock reach a small share of their spec-sheet peak.
+            "t_base_over_boost_clock": _ratio(
+                _col(frame, "dev_base_clock_mhz"), _col(frame, "dev_boost_clock_mhz")
+            ),
+            # Power budget per unit of the kernel's peak: a card with few watts per TFLOP of the pipe
+            # it uses cannot hold that pipe at full clock.
+            "t_tdp_w_per_peak_tflops": _ratio(
+                _col(frame, "dev_tdp_w"), _col(frame, "f_peak_compute_flops") / 1e12
+            ),
+        },
+        index=frame.index,
+    )
 
 
 def transfer_frame(frame: pd.DataFrame, static_columns: list[str] | None = None) -> pd.DataFrame:
@@ -104,7 +159,11 @@ def transfer_frame(frame: pd.DataFrame, static_columns: list[str] | None = None)
     parts = {c: _col(frame, c) for c in (*KERNEL_COLUMNS, *DEVICE_COUNT_COLUMNS)}
     out = pd.DataFrame(parts, index=frame.index)
     out = pd.concat([out, derived_features(frame)], axis=1)
-    static = static_columns if static_columns is not None else sorted(c for c in frame.columns if c.startswith("s_"))
+    static = (
+        static_columns
+        if static_columns is not None
+        else sorted(c for c in frame.columns if c.startswith("s_"))
+    )
     if static:
         out = pd.concat([out, pd.DataFrame({c: _col(frame, c) for c in static}, index=frame.index)], axis=1)
     return out
@@ -118,7 +177,9 @@ def runtime_normaliser(frame: pd.DataFrame, which: str) -> np.ndarray:
     if which == "pipes-overlap":
         compute = _col(frame, "f_compute_time_us") * np.nan_to_num(_col(frame, "f_sm_imbalance"), nan=1.0)
         pipes = np.column_stack([compute, _col(frame, "f_dram_time_us"), _col(frame, "f_l2_time_us")])
-        combined = np.power(np.nansum(np.power(np.nan_to_num(pipes, nan=0.0), OVERLAP_P), axis=1), 1.0 / OVERLAP_P)
+        combined = np.power(
+            np.nansum(np.power(np.nan_to_num(pipes, nan=0.0), OVERLAP_P), axis=1), 1.0 / OVERLAP_P
+        )
         values = np.where(np.isfinite(values), combined, np.nan)
     return np.where(np.isfinite(values) & (values > 0), values, np.nan)
 
@@ -136,7 +197,9 @@ def launch_floors(frame: pd.DataFrame, duration: np.ndarray, min_rows: int = 50)
     scaled roofline time keeps the composition monotone in the GPU's peaks.
     """
     roof = _col(frame, "f_roofline_time_us")
-    families = frame["family"].astype(str).to_numpy() if "family" in frame.columns else np.full(len(frame), "")
+    families = (
+        frame["family"].astype(str).to_numpy() if "family" in frame.columns else np.full(len(frame), "")
+    )
     sources = frame["source"].astype(str).to_numpy() if "source" in frame.columns else np.full(len(frame), "")
     ok = np.isfinite(duration) & (duration > 0) & np.isfinite(roof) & (roof > 0)
     floors: dict[str, float] = {}
@@ -169,8 +232,9 @@ def floor_of(frame: pd.DataFrame, floors: dict[str, float]) -> np.ndarray:
     return by_source.fillna(floors.get(UNKNOWN_SOURCE_FLOOR, 0.0)).to_numpy(dtype="float64")
 
 
-def ood_ranges(frame: pd.DataFrame, transfer: pd.DataFrame, lo: float = 0.005, hi: float = 0.995
-               ) -> dict[str, dict[str, list[float]]]:
+def ood_ranges(
+    frame: pd.DataFrame, transfer: pd.DataFrame, lo: float = 0.005, hi: float = 0.995
+) -> dict[str, dict[str, list[float]]]:
     """Per family, the [lo, hi] quantile range of each ``OOD_COLUMNS`` input on the training side."""
     families = frame["family"].astype(str) if "family" in frame.columns else pd.Series("", index=frame.index)
     ranges: dict[str, dict[str, list[float]]] = {}
@@ -186,9 +250,13 @@ def ood_ranges(frame: pd.DataFrame, transfer: pd.DataFrame, lo: float = 0.005, h
     return ranges
 
 
-def ood_flags(frame: pd.DataFrame, transfer: pd.DataFrame, ranges: dict[str, dict[str, list[float]]]) -> np.ndarray:
+def ood_flags(
+    frame: pd.DataFrame, transfer: pd.DataFrame, ranges: dict[str, dict[str, list[float]]]
+) -> np.ndarray:
     """True where the family was never trained on or an input lies outside its training range."""
-    families = frame["family"].astype(str).to_numpy() if "family" in frame.columns else np.full(len(frame), "")
+    families = (
+        frame["family"].astype(str).to_numpy() if "family" in frame.columns else np.full(len(frame), "")
+    )
     flags = np.zeros(len(frame), dtype=bool)
     for family in set(families):
         rows = families == family
@@ -199,7 +267,9 @@ def ood_flags(frame: pd.DataFrame, transfer: pd.DataFrame, ranges: dict[str, dic
         for column, (low, high) in entry.items():
             values = transfer[column].to_numpy(dtype="float64")[rows]
             # A relative margin: values a hair outside the quantile range are not a new regime.
-            outside = np.isfinite(values) & ((values < low - 0.25 * abs(low)) | (values > high + 0.25 * abs(high)))
+            outside = np.isfinite(values) & (
+                (values < low - 0.25 * abs(low)) | (values > high + 0.25 * abs(high))
+            )
             flags[np.flatnonzero(rows)[outside]] = True
     return flags
 
@@ -234,6 +304,8 @@ def emulation_notes(frame: pd.DataFrame) -> np.ndarray:
         native = np.nan_to_num(peaks, nan=0.0).max(axis=1) > 0
         for i in np.flatnonzero(rows & known & ~native):
             device = frame["device_id"].iloc[i] if "device_id" in frame.columns else "this GPU"
-            notes[i] = (f"{dtype} is not native on {device}: emulation estimate (converted and computed "
-                        f"on the FP32 pipe)")
+            notes[i] = (
+                f"{dtype} is not native on {device}: emulation estimate (converted and computed "
+                f"on the FP32 pipe)"
+            )
     return notes

@@ -17,10 +17,9 @@ under ``$KERNELCAST_HOME/opmodel/calibrations/<device>.json``; the engine applie
 from __future__ import annotations
 
 import json
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
-
-from dataclasses import dataclass
 
 import numpy as np
 import pandas as pd
@@ -53,7 +52,8 @@ DEFAULT_SETTINGS = CalibrationSettings()
 # opmodel_calibration_selection.json).
 CHOSEN_SETTINGS: dict[int, CalibrationSettings] = {
     100: CalibrationSettings(shrink=8.0, ridge=True, local_scale=3.0),
-    400: CalibrationSettings(shrink=32.0, ridge=True, local_scale=3.0)}
+    400: CalibrationSettings(shrink=32.0, ridge=True, local_scale=3.0),
+}
 
 
 def settings_for(rows: int) -> CalibrationSettings:
@@ -68,8 +68,9 @@ def calibration_dir(home: Path) -> Path:
     return Path(home).joinpath(*CALIBRATION_DIR)
 
 
-def _fit_level(x: np.ndarray, y: np.ndarray, parent: tuple[float, float],
-               shrink: float) -> tuple[float, float]:
+def _fit_level(
+    x: np.ndarray, y: np.ndarray, parent: tuple[float, float], shrink: float
+) -> tuple[float, float]:
     """(a, b) of y ~ a + b x, shrunk toward ``parent`` (ridge: ``shrink`` pseudo-rows on a, SLOPE_RIDGE
     on b)."""
     pa, pb = parent
@@ -81,8 +82,10 @@ def _fit_level(x: np.ndarray, y: np.ndarray, parent: tuple[float, float],
     return pa + float(da), pb + float(db)
 
 
-LOCAL_DIMS: dict[str, tuple[str, ...]] = {"gemm": ("M", "N", "K"),
-                                          "attention": ("B", "S", "KV", "H", "HKV", "D")}
+LOCAL_DIMS: dict[str, tuple[str, ...]] = {
+    "gemm": ("M", "N", "K"),
+    "attention": ("B", "S", "KV", "H", "HKV", "D"),
+}
 LOCAL_NEIGHBOURS = 8
 
 
@@ -91,16 +94,18 @@ def local_coords(family: str, shape: dict[str, np.ndarray], n: int) -> np.ndarra
     dims = LOCAL_DIMS.get(family, ())
     if not dims:
         return np.zeros((n, 0))
-    return np.column_stack([np.log2(np.broadcast_to(np.asarray(shape.get(d, 1.0), dtype="float64"), (n,)))
-                            for d in dims])
+    return np.column_stack(
+        [np.log2(np.broadcast_to(np.asarray(shape.get(d, 1.0), dtype="float64"), (n,))) for d in dims]
+    )
 
 
 RIDGE_GRID: tuple[float, ...] = (1.0, 4.0, 16.0, 64.0, 256.0)  # pseudo-rows per feature; LOO picks one
 TILE = 128.0
 
 
-def correction_features(family: str, shape: dict[str, np.ndarray], roof: Any, spec: Any,
-                        spec_log_util: np.ndarray) -> np.ndarray:
+def correction_features(
+    family: str, shape: dict[str, np.ndarray], roof: Any, spec: Any, spec_log_util: np.ndarray
+) -> np.ndarray:
     """The features the per-GPU ridge correction reads (no GPU identity: the fit is of one GPU)."""
     n = len(roof.time_us)
     x = np.log2(np.maximum(roof.time_us, 1e-3))
@@ -117,8 +122,16 @@ def correction_features(family: str, shape: dict[str, np.ndarray], roof: Any, sp
         tiles = arrays["B"] * arrays["H"] * np.ceil(arrays["S"] / TILE)
     waves = tiles / sms
     sizes = local_coords(family, arrays, n)
-    cols = [x, x * x / 8.0, rel, (roof.memory_us >= roof.compute_us).astype(float), np.log2(waves),
-            waves / np.ceil(waves), spec_log_util, *sizes.T]
+    cols = [
+        x,
+        x * x / 8.0,
+        rel,
+        (roof.memory_us >= roof.compute_us).astype(float),
+        np.log2(waves),
+        waves / np.ceil(waves),
+        spec_log_util,
+        *sizes.T,
+    ]
     return np.column_stack(cols)
 
 
@@ -131,7 +144,7 @@ def _fit_ridge(z: np.ndarray, r: np.ndarray) -> dict[str, Any] | None:
     mean, scale = z.mean(axis=0), z.std(axis=0)
     scale = np.where(scale > 1e-9, scale, 1.0)
     design_matrix = np.hstack([np.ones((n, 1)), (z - mean) / scale])
-    best_cv, best = float(np.mean(r ** 2)), None
+    best_cv, best = float(np.mean(r**2)), None
     for lam in RIDGE_GRID:
         penalty = np.diag(np.r_[1e-6, np.full(z.shape[1], lam)])
         try:
@@ -142,8 +155,16 @@ def _fit_ridge(z: np.ndarray, r: np.ndarray) -> dict[str, Any] | None:
         hat = np.einsum("ij,jk,ik->i", design_matrix, inverse, design_matrix)
         cv = float(np.mean(((r - design_matrix @ coef) / np.maximum(1.0 - hat, 1e-3)) ** 2))
         if cv < best_cv:
-            best_cv, best = cv, {"lambda": lam, "mean": mean.tolist(), "scale": scale.tolist(),
-                                 "intercept": float(coef[0]), "coef": coef[1:].tolist()}
+            best_cv, best = (
+                cv,
+                {
+                    "lambda": lam,
+                    "mean": mean.tolist(),
+                    "scale": scale.tolist(),
+                    "intercept": float(coef[0]),
+                    "coef": coef[1:].tolist(),
+                },
+            )
     return best
 
 
@@ -155,14 +176,15 @@ def ridge_correction(model: dict[str, Any] | None, z: np.ndarray) -> np.ndarray:
     return np.clip(float(model["intercept"]) + zs @ np.asarray(model["coef"]), -3.0, 3.0)
 
 
-def fit_calibration(engine: Any, rows: pd.DataFrame, spec: Any,
-                    settings: CalibrationSettings | None = None) -> dict[str, Any]:
+def fit_calibration(
+    engine: Any, rows: pd.DataFrame, spec: Any, settings: CalibrationSettings | None = None
+) -> dict[str, Any]:
     """Shifts per regime of one GPU from its measured rows: columns family, dtype, [kv_dtype], the shape's
     dimensions, latency_us. The spec tier's prediction is the base (measured rows of this GPU are not used).
     What the shifts leave is kept per regime with each row's log shape (``_local``): a question near
     calibration rows gets their residual too (``local_residual``)."""
-    from components.physics import roofline as physics
     from components.opmodel.spec import regime
+    from components.physics import roofline as physics
 
     xs, ys, regimes, coords, feats, families = [], [], [], [], [], []
     kv = rows["kv_dtype"] if "kv_dtype" in rows else pd.Series(None, index=rows.index, dtype=object)
@@ -170,8 +192,11 @@ def fit_calibration(engine: Any, rows: pd.DataFrame, spec: Any,
     for (family, dtype, kv_dtype), part in frame.groupby(["family", "dtype", "_kv"], sort=True, dropna=False):
         kv_dtype = None if kv_dtype == "-" else kv_dtype
         keys = physics.SHAPE_KEYS[family]
-        shape = {k: part[k].to_numpy(dtype="float64") for k in (*keys[0], *keys[1]) if k in part and
-                 part[k].notna().all()}
+        shape = {
+            k: part[k].to_numpy(dtype="float64")
+            for k in (*keys[0], *keys[1])
+            if k in part and part[k].notna().all()
+        }
         roof = physics.roofline(family, dtype, shape, spec, kv_dtype)
         log_util, _ = engine.spec_log_util(family, roof.choice.dtype, shape, spec, roof, kv_dtype)
         measured = np.clip(roof.time_us / part["latency_us"].to_numpy(dtype="float64"), 1e-4, 1.0)
@@ -193,7 +218,7 @@ def fit_calibration(engine: Any, rows: pd.DataFrame, spec: Any,
     settings = settings or settings_for(len(y))
     shrink = settings.shrink
     root = _fit_level(x, y, (0.0, 0.0), shrink)
-    out["*"] = {"log_shift": root[0], "slope": root[1], "ref": ref, "rows": int(len(y))}
+    out["*"] = {"log_shift": root[0], "slope": root[1], "ref": ref, "rows": len(y)}
     fitted = root[0] + root[1] * x
     pipes = np.array(["|".join(r.split("|")[:2]) for r in reg], dtype=object)
     for pipe in np.unique(pipes):
@@ -219,8 +244,10 @@ def fit_calibration(engine: Any, rows: pd.DataFrame, spec: Any,
     local: dict[str, dict[str, list]] = {}
     for name in np.unique(reg):
         mask = reg == name
-        local[str(name)] = {"coords": np.round(np.vstack([c for k, c in coords if k == name]), 4).tolist(),
-                            "residual": np.round(residual[mask], 5).tolist()}
+        local[str(name)] = {
+            "coords": np.round(np.vstack([c for k, c in coords if k == name]), 4).tolist(),
+            "residual": np.round(residual[mask], 5).tolist(),
+        }
     out["_local"] = local if settings.local_scale > 0 else {}
     out["_settings"] = settings.as_dict()
     return out
@@ -239,8 +266,11 @@ def local_residual(calibration: dict[str, Any], key: str, query: np.ndarray) -> 
         return np.zeros(n)
     dist = np.sqrt(((query[:, None, :] - points[None, :, :]) ** 2).sum(axis=2))
     k = min(LOCAL_NEIGHBOURS, len(resid))
-    nearest = (np.argpartition(dist, k - 1, axis=1)[:, :k] if len(resid) > k
-               else np.tile(np.arange(len(resid)), (n, 1)))
+    nearest = (
+        np.argpartition(dist, k - 1, axis=1)[:, :k]
+        if len(resid) > k
+        else np.tile(np.arange(len(resid)), (n, 1))
+    )
     d = np.take_along_axis(dist, nearest, axis=1)
     w = 1.0 / (d + 0.25) ** 2
     mean = (w * resid[nearest]).sum(axis=1) / w.sum(axis=1)
@@ -299,9 +329,11 @@ def engine_rows(table: pd.DataFrame) -> pd.DataFrame:
         return pd.DataFrame()
     params = rows["params_json"] if "params_json" in rows else pd.Series("{}", index=rows.index)
     dims = parse_dims(rows["shape_json"], params)
-    out = dims.assign(family=np.where(family[keep].isin(ENGINE_GEMM_FAMILIES), "gemm", family[keep]),
-                      dtype=dtype[keep].to_numpy(),
-                      latency_us=pd.to_numeric(rows["duration_us"], errors="coerce").to_numpy())
+    out = dims.assign(
+        family=np.where(family[keep].isin(ENGINE_GEMM_FAMILIES), "gemm", family[keep]),
+        dtype=dtype[keep].to_numpy(),
+        latency_us=pd.to_numeric(rows["duration_us"], errors="coerce").to_numpy(),
+    )
     out = out.drop(columns=[c for c in out.columns if out[c].isna().all()])
     if "B" in out:  # a batch of one is no batch (one product, one answer)
         out["B"] = out["B"].where(out["B"] != 1)

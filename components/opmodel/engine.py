@@ -27,8 +27,12 @@ ENGINE_FILE = "engine.json"
 TIERS: tuple[str, ...] = ("measured", "calibrated", "spec")
 # (low, high) quantiles of log(measured / predicted) per tier when no held-out figure was stored (wide on
 # purpose)
-DEFAULT_INTERVALS: dict[str, tuple[float, float]] = {"exact": (-0.08, 0.08), "measured": (-0.15, 0.15),
-                                                     "calibrated": (-0.25, 0.25), "spec": (-0.45, 0.45)}
+DEFAULT_INTERVALS: dict[str, tuple[float, float]] = {
+    "exact": (-0.08, 0.08),
+    "measured": (-0.15, 0.15),
+    "calibrated": (-0.25, 0.25),
+    "spec": (-0.45, 0.45),
+}
 ENGINE_FAMILIES: tuple[str, ...] = ("gemm", "attention", "moe", "allreduce")
 FALLBACK_UTIL = 0.5  # no store, no model: half the speed of light, said so in the note
 
@@ -48,9 +52,16 @@ class OpTimes:
 class OpEngine:
     """Measured store + spec model + calibrations, answering whole batches with array work."""
 
-    def __init__(self, measured: Any = None, spec_model: Any = None, calibrations: dict | None = None,
-                 intervals: dict[str, tuple[float, float]] | None = None, meta: dict | None = None,
-                 store_dir: Path | None = None, fallback_util: float = FALLBACK_UTIL) -> None:
+    def __init__(
+        self,
+        measured: Any = None,
+        spec_model: Any = None,
+        calibrations: dict | None = None,
+        intervals: dict[str, tuple[float, float]] | None = None,
+        meta: dict | None = None,
+        store_dir: Path | None = None,
+        fallback_util: float = FALLBACK_UTIL,
+    ) -> None:
         self.measured = measured  # components.opmodel.measured.MeasuredTier | None
         self.spec_model = spec_model  # components.opmodel.spec.SpecModel | None
         self.calibrations = calibrations or {}  # device_id -> {regime: {"log_shift": x, "rows": n}}
@@ -82,10 +93,18 @@ class OpEngine:
         if self.spec_model is not None:
             self.spec_model.save(folder)
         (folder / "calibrations.json").write_text(json.dumps(self.calibrations, indent=1, sort_keys=True))
-        (folder / ENGINE_FILE).write_text(json.dumps({"intervals": self.intervals, "meta": self.meta,
-                                                      "has_store": (folder / "store").is_dir(),
-                                                      "has_spec": self.spec_model is not None},
-                                                     indent=1, sort_keys=True))
+        (folder / ENGINE_FILE).write_text(
+            json.dumps(
+                {
+                    "intervals": self.intervals,
+                    "meta": self.meta,
+                    "has_store": (folder / "store").is_dir(),
+                    "has_spec": self.spec_model is not None,
+                },
+                indent=1,
+                sort_keys=True,
+            )
+        )
 
     @classmethod
     def load(cls, folder: Path) -> OpEngine:
@@ -96,23 +115,45 @@ class OpEngine:
             from components.opmodel.spec import SpecModel
 
             spec_model = SpecModel.load(folder)
-        calibrations = json.loads((folder / "calibrations.json").read_text()) if (
-            folder / "calibrations.json").is_file() else {}
+        calibrations = (
+            json.loads((folder / "calibrations.json").read_text())
+            if (folder / "calibrations.json").is_file()
+            else {}
+        )
         intervals = {k: tuple(v) for k, v in info.get("intervals", {}).items()}
         if info.get("has_store") and (folder / "store").is_dir():
-            return cls.from_store(folder / "store", spec_model, calibrations=calibrations,
-                                  intervals=intervals, meta=info.get("meta"))
+            return cls.from_store(
+                folder / "store",
+                spec_model,
+                calibrations=calibrations,
+                intervals=intervals,
+                meta=info.get("meta"),
+            )
         return cls(None, spec_model, calibrations, intervals, info.get("meta"))
 
     def with_calibrations(self, calibrations: dict) -> OpEngine:
         """The same engine with more GPUs' calibrations (a GPU's newer calibration replaces its older one)."""
-        return OpEngine(self.measured, self.spec_model, {**self.calibrations, **calibrations}, self.intervals,
-                        self.meta, self.store_dir, self.fallback_util)
+        return OpEngine(
+            self.measured,
+            self.spec_model,
+            {**self.calibrations, **calibrations},
+            self.intervals,
+            self.meta,
+            self.store_dir,
+            self.fallback_util,
+        )
 
     # ---------------------------------------------------------------------------------------- answering
 
-    def spec_log_util(self, family: str, dtype: str, shape: dict[str, np.ndarray], spec: Any,
-                      roof: physics.Roofline, kv_dtype: str | None = None) -> tuple[np.ndarray, str]:
+    def spec_log_util(
+        self,
+        family: str,
+        dtype: str,
+        shape: dict[str, np.ndarray],
+        spec: Any,
+        roof: physics.Roofline,
+        kv_dtype: str | None = None,
+    ) -> tuple[np.ndarray, str]:
         """The spec tier's log efficiency per row and its support text."""
         n = len(roof.time_us)
         model = self.spec_model
@@ -123,16 +164,20 @@ class OpEngine:
 
             key = regime(family, dtype, spec)
             if key in model.priors or family in model.priors:
-                return (np.full(n, model.priors.get(key, model.priors.get(family))),
-                        f"spec prior of {key} ({model.rows.get(key, 0):,} measured rows; "
-                        "no learned shape model)")
+                return (
+                    np.full(n, model.priors.get(key, model.priors.get(family))),
+                    f"spec prior of {key} ({model.rows.get(key, 0):,} measured rows; no learned shape model)",
+                )
         if self.fallback_util >= 1.0:
             return np.zeros(n), "the roofline (speed of light; no measured data or learned model asked for)"
-        return (np.full(n, np.log(self.fallback_util)),
-                f"no measured data or learned model: {self.fallback_util:.0%} of the roofline speed")
+        return (
+            np.full(n, np.log(self.fallback_util)),
+            f"no measured data or learned model: {self.fallback_util:.0%} of the roofline speed",
+        )
 
-    def predict(self, family: str, dtype: str, shape: dict[str, Any], spec: Any,
-                kv_dtype: str | None = None) -> OpTimes:
+    def predict(
+        self, family: str, dtype: str, shape: dict[str, Any], spec: Any, kv_dtype: str | None = None
+    ) -> OpTimes:
         """Runtimes of rows of one (family, dtype, GPU); ``shape``: dimension name -> array or scalar."""
         if family in ("linear", "bmm"):
             family = "gemm"
@@ -145,8 +190,14 @@ class OpEngine:
         support = np.full(n, spec_support, dtype=object)
         q = self.intervals["spec"]
         q_lo, q_hi = np.full(n, q[0]), np.full(n, q[1])
-        from components.opmodel.calibrated import (apply_shift, correction_features, local_coords,
-                                                   local_residual, ridge_correction, shift_for)
+        from components.opmodel.calibrated import (
+            apply_shift,
+            correction_features,
+            local_coords,
+            local_residual,
+            ridge_correction,
+            shift_for,
+        )
         from components.opmodel.spec import regime
 
         calibration = self.calibrations.get(spec.id, {})
@@ -160,7 +211,8 @@ class OpEngine:
             ridge = (calibration.get("_ridge") or {}).get(family)
             if ridge:
                 log_util = log_util + ridge_correction(
-                    ridge, correction_features(family, arrays, roof, spec, spec_only))
+                    ridge, correction_features(family, arrays, roof, spec, spec_only)
+                )
             log_util = log_util + local_residual(calibration, key, local_coords(family, arrays, n))
             tier[:] = "calibrated"
             support[:] = f"{spec_support}; shifted by {int(shift['rows'])} profiled rows of this GPU"
@@ -168,22 +220,35 @@ class OpEngine:
             q_lo[:], q_hi[:] = q
         duration = roof.time_us / np.exp(np.clip(log_util, None, 0.0))
         if self.measured is not None and family in ("gemm", "attention"):
-            resolved = self.measured.resolve(family, eff_dtype, arrays, spec, roof.time_us,
-                                             kv_dtype if family == "attention" else None)
+            resolved = self.measured.resolve(
+                family, eff_dtype, arrays, spec, roof.time_us, kv_dtype if family == "attention" else None
+            )
             if resolved is not None:
                 hit = np.isfinite(resolved.duration_us)
                 duration = np.where(hit, resolved.duration_us, duration)
                 tier[hit] = "measured"
                 exact = resolved.exact
-                support[exact] = np.array([f"measured kernel (median of its repeats; spread {s:.1%})"
-                                           if np.isfinite(s) else "measured kernel"
-                                           for s in resolved.spread[exact]], dtype=object)
+                support[exact] = np.array(
+                    [
+                        f"measured kernel (median of its repeats; spread {s:.1%})"
+                        if np.isfinite(s)
+                        else "measured kernel"
+                        for s in resolved.spread[exact]
+                    ],
+                    dtype=object,
+                )
                 near = hit & ~exact
                 pairs = zip(resolved.neighbours[near], resolved.distance[near])
-                support[near] = np.array([f"interpolated from {k} measured site{'s' if k > 1 else ''} of "
-                                          f"this GPU ({dist:.2g} octaves away)" if dist > 0 else
-                                          "interpolated along a measured sweep of this GPU"
-                                          for k, dist in pairs], dtype=object)
+                support[near] = np.array(
+                    [
+                        f"interpolated from {k} measured site{'s' if k > 1 else ''} of "
+                        f"this GPU ({dist:.2g} octaves away)"
+                        if dist > 0
+                        else "interpolated along a measured sweep of this GPU"
+                        for k, dist in pairs
+                    ],
+                    dtype=object,
+                )
                 for mask, name in ((exact, "exact"), (near, "measured")):
                     q_lo[mask], q_hi[mask] = self.intervals[name]
         duration = physics.clamp(duration, roof)

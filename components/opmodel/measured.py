@@ -57,12 +57,21 @@ LAYOUTS: dict[str, Layout] = {
     # chosen on an inner split of each GPU's training sites (benchmarks/measured_tier_selection.py): bracket
     # along N and along K on the measured grid (1 / width weights, more to the axis whose brackets agree), IDW
     # only where no axis brackets
-    "gemm": Layout(("block_aligned",), ("N", "K"), "M", neighbours=4, power=2.0, gate=3.0, blend="axes",
-                   smooth=0.01),
+    "gemm": Layout(
+        ("block_aligned",), ("N", "K"), "M", neighbours=4, power=2.0, gate=3.0, blend="axes", smooth=0.01
+    ),
     # attention: batch, query heads and KV heads are site axes, each bracketed at the others' values
     # (inner split: 10.2% vs 24.6% for the nearest-batch blend)
-    "attention": Layout(("phase", "D", "W"), ("B", "H", "HKV"), "curve", neighbours=2, power=1.0, gate=3.0,
-                        blend="axes", smooth=0.01),
+    "attention": Layout(
+        ("phase", "D", "W"),
+        ("B", "H", "HKV"),
+        "curve",
+        neighbours=2,
+        power=1.0,
+        gate=3.0,
+        blend="axes",
+        smooth=0.01,
+    ),
 }
 KEY_STRIDE = 64.0  # > log2 of any curve value + hold: keys of different sites never interleave
 
@@ -91,8 +100,11 @@ def _with_curve(family: str, frame: pd.DataFrame, dtype: str = "") -> pd.DataFra
         # block-scaled GEMMs: a shape off the scale-block grid falls back to a kernel tens of times slower
         # (fp8_block on H100: N = 64 -> 90 us, N = 128 -> 4.4 us at M = 64), so the two never share efficiency
         block = BLOCK_SCALED.get(dtype)
-        aligned = ((frame["N"].to_numpy() % block == 0) & (frame["K"].to_numpy() % block == 0)) if block \
+        aligned = (
+            ((frame["N"].to_numpy() % block == 0) & (frame["K"].to_numpy() % block == 0))
+            if block
             else np.ones(len(frame), bool)
+        )
         frame = frame.assign(block_aligned=aligned.astype("int64"))
     if family == "attention":
         frame = frame.assign(curve=np.where(frame["phase"].to_numpy() == "decode", frame["KV"], frame["S"]))
@@ -101,8 +113,9 @@ def _with_curve(family: str, frame: pd.DataFrame, dtype: str = "") -> pd.DataFra
 
 
 def _empty(n: int) -> Resolved:
-    return Resolved(np.full(n, np.nan), np.zeros(n, bool), np.zeros(n, "int64"), np.full(n, np.nan),
-                    np.full(n, np.nan))
+    return Resolved(
+        np.full(n, np.nan), np.zeros(n, bool), np.zeros(n, "int64"), np.full(n, np.nan), np.full(n, np.nan)
+    )
 
 
 def _question_columns(family: str, shape: dict[str, np.ndarray], n: int, dtype: str) -> dict[str, np.ndarray]:
@@ -127,8 +140,15 @@ SITE_KEY_STRIDE = 4096.0  # > the span of log2 of any site coordinate (+ gate): 
 class SiteTable:
     """The measured kernels of one (family, device, dtype[, kv_dtype]) as sites + curves."""
 
-    def __init__(self, family: str, frame: pd.DataFrame, spec: Any, dtype: str, kv_dtype: str | None,
-                 layout: Layout | None = None) -> None:
+    def __init__(
+        self,
+        family: str,
+        frame: pd.DataFrame,
+        spec: Any,
+        dtype: str,
+        kv_dtype: str | None,
+        layout: Layout | None = None,
+    ) -> None:
         layout = layout or LAYOUTS[family]
         self.family, self.layout, self.spec, self.dtype, self.kv_dtype = family, layout, spec, dtype, kv_dtype
         frame = _with_curve(family, frame, dtype)
@@ -136,8 +156,9 @@ class SiteTable:
         positive = np.all(frame[dims].to_numpy(dtype="float64") >= 1, axis=1)
         if family == "attention":
             positive &= frame["phase"].isin(["prefill", "decode"]).to_numpy()
-            positive &= ((frame["phase"] == "prefill") & (frame["S"] == frame["KV"])
-                         | (frame["phase"] == "decode")).to_numpy()
+            positive &= (
+                (frame["phase"] == "prefill") & (frame["S"] == frame["KV"]) | (frame["phase"] == "decode")
+            ).to_numpy()
         frame = frame[positive]
         roof = physics.roofline(family, dtype, _shape_of(family, frame), spec, kv_dtype)
         latency = frame["latency_us"].to_numpy(dtype="float64")
@@ -165,17 +186,21 @@ class SiteTable:
         self.group_first_line: list[np.ndarray] = []  # depth j -> first line of each group
         for depth in range(self.line_prefix.shape[1] + 1):
             starts = np.ones(len(line_ident), bool)
-            starts[1:] = (line_ident[1:, :depth + 1] != line_ident[:-1, :depth + 1]).any(axis=1)
+            starts[1:] = (line_ident[1:, : depth + 1] != line_ident[:-1, : depth + 1]).any(axis=1)
             self.line_group.append(np.cumsum(starts) - 1)
             self.group_first_line.append(np.flatnonzero(starts))
-        self.depth_key = [self.line_group[j] * SITE_KEY_STRIDE + self.line_prefix[:, j]
-                          for j in range(self.line_prefix.shape[1])]
+        self.depth_key = [
+            self.line_group[j] * SITE_KEY_STRIDE + self.line_prefix[:, j]
+            for j in range(self.line_prefix.shape[1])
+        ]
         self.site_line_key = line_of_site * SITE_KEY_STRIDE + self.site_coords[:, -1]
         self.site_cat = site_cat.astype("int64")
         self._axis_lines: dict[int, tuple] = {}  # built on first use (_line_index)
-        site_index = pd.Series(np.arange(len(sites)),
-                               index=pd.MultiIndex.from_frame(sites)).reindex(
-            pd.MultiIndex.from_frame(pd.concat(site_cols, axis=1))).to_numpy()
+        site_index = (
+            pd.Series(np.arange(len(sites)), index=pd.MultiIndex.from_frame(sites))
+            .reindex(pd.MultiIndex.from_frame(pd.concat(site_cols, axis=1)))
+            .to_numpy()
+        )
         logc = np.log2(frame[layout.curve_axis].to_numpy(dtype="float64"))
         order = np.lexsort((logc, site_index))
         self.keys = site_index[order] * KEY_STRIDE + logc[order]
@@ -218,8 +243,9 @@ class SiteTable:
             rows = rows[np.asarray(columns["B"], dtype="float64")[rows] == 1]
             if not len(rows):  # every question batched (the former code failed on the empty site set)
                 return out
-        q_coords = np.log2(np.column_stack([np.asarray(columns[a], dtype="float64")[rows]
-                                            for a in layout.site_axes]))
+        q_coords = np.log2(
+            np.column_stack([np.asarray(columns[a], dtype="float64")[rows] for a in layout.site_axes])
+        )
         q_logc = np.log2(np.asarray(columns[layout.curve_axis], dtype="float64")[rows])
         site_key = np.column_stack([q_cat[rows], q_coords])
         distinct, inverse = _unique_rows(site_key)
@@ -231,16 +257,35 @@ class SiteTable:
         if many or max(int(self._within_counts(distinct, threshold).max()), 1) > threshold:
             # many sites within the gate: only the nearest and the line brackets can matter (_nearby_sites)
             cand, valid, dist, tied = self._kept_sites(distinct, first)
-            out, tied_rows = self._answer(out, rows, q_coords, q_logc, roof_time_us, distinct, inverse, cand,
-                                          valid, dist, selected=True, tied_sites=tied)
+            out, tied_rows = self._answer(
+                out,
+                rows,
+                q_coords,
+                q_logc,
+                roof_time_us,
+                distinct,
+                inverse,
+                cand,
+                valid,
+                dist,
+                selected=True,
+                tied_sites=tied,
+            )
             return self._former_where_tied(out, shape, roof_time_us, tied_rows, True)
         cand, valid, dist = self._gated_candidates(distinct)
-        out, tied_rows = self._answer(out, rows, q_coords, q_logc, roof_time_us, distinct, inverse, cand,
-                                      valid, dist)
+        out, tied_rows = self._answer(
+            out, rows, q_coords, q_logc, roof_time_us, distinct, inverse, cand, valid, dist
+        )
         return self._former_where_tied(out, shape, roof_time_us, tied_rows, False)
 
-    def _former_where_tied(self, out: Resolved, shape: dict[str, np.ndarray], roof_time_us: np.ndarray,
-                           tied: np.ndarray, kept: bool) -> Resolved:
+    def _former_where_tied(
+        self,
+        out: Resolved,
+        shape: dict[str, np.ndarray],
+        roof_time_us: np.ndarray,
+        tied: np.ndarray,
+        kept: bool,
+    ) -> Resolved:
         """The questions where equally distant sites compete for the last place of a selection (the
         NEAREST_KEPT nearest, the ``neighbours`` blended): answered by the former algorithm, whose
         ``np.argpartition`` decides which -- the same answers as before, not only the same rule."""
@@ -277,8 +322,10 @@ class SiteTable:
             if part.dtype.kind != "i":
                 texts[i], parts[i] = np.unique(part, return_inverse=True)
         combos, inverse = _unique_rows(np.column_stack(parts).astype("int64"))
-        keys = ["|".join(str(v) if texts[i] is None else str(texts[i][v]) for i, v in enumerate(combo))
-                for combo in combos.tolist()]
+        keys = [
+            "|".join(str(v) if texts[i] is None else str(texts[i][v]) for i, v in enumerate(combo))
+            for combo in combos.tolist()
+        ]
         codes = np.array([self.cat_codes.get(key, np.nan) for key in keys], dtype="float64")
         return codes[inverse]
 
@@ -287,8 +334,9 @@ class SiteTable:
         site (category code, log2 site coordinates): every site within the gate, in site order."""
         return _scatter(*self._ball(distinct, np.arange(len(distinct)), self.layout.gate), len(distinct))
 
-    def _line_pairs(self, distinct: np.ndarray, which: np.ndarray,
-                    radius: float) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    def _line_pairs(
+        self, distinct: np.ndarray, which: np.ndarray, radius: float
+    ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """(question, line, half-width) of the lines that pass within ``radius`` (+ slack) of the distinct
         question sites ``which``: half-width = how far along the last axis a site of the line can lie. Found
         depth by depth: per group, the run of its lines within reach on the next prefix coordinate."""
@@ -311,15 +359,17 @@ class SiteTable:
             pair_q, group, squares = pair_q[near], group[near], squares[near]
         return pair_q, group, np.sqrt(np.maximum(radius**2 - squares, 0.0))
 
-    def _exact_within(self, distinct: np.ndarray, site_q: np.ndarray, site: np.ndarray,
-                      radius: float) -> tuple[np.ndarray, np.ndarray]:
+    def _exact_within(
+        self, distinct: np.ndarray, site_q: np.ndarray, site: np.ndarray, radius: float
+    ) -> tuple[np.ndarray, np.ndarray]:
         """Distances (the formula every path uses) and whether each is within ``radius`` and the gate."""
         offset = self.site_coords[site] - distinct[site_q, 1:]
         dist = np.sqrt((offset**2).sum(axis=1))
         return dist, (dist <= radius) & (dist <= self.layout.gate)
 
-    def _ball(self, distinct: np.ndarray, which: np.ndarray,
-              radius: float) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    def _ball(
+        self, distinct: np.ndarray, which: np.ndarray, radius: float
+    ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """Flat (question, site, distance) of the sites within ``radius`` of the question sites ``which``."""
         pair_q, pair_line, half = self._line_pairs(distinct, which, radius)
         centre = pair_line * SITE_KEY_STRIDE + distinct[pair_q, -1]
@@ -349,8 +399,15 @@ class SiteTable:
             return np.where(unsure, self._run_counts(distinct, pair_q, half, centre, lo, hi), upper)
         return self._run_counts(distinct, pair_q, half, centre, lo, hi)
 
-    def _run_counts(self, distinct: np.ndarray, pair_q: np.ndarray, half: np.ndarray, centre: np.ndarray,
-                    lo: np.ndarray, hi: np.ndarray) -> np.ndarray:
+    def _run_counts(
+        self,
+        distinct: np.ndarray,
+        pair_q: np.ndarray,
+        half: np.ndarray,
+        centre: np.ndarray,
+        lo: np.ndarray,
+        hi: np.ndarray,
+    ) -> np.ndarray:
         """Exact within-gate counts from each (question, line) pair's run [lo, hi) of candidate sites."""
         gate = self.layout.gate
         inner = np.maximum(half - LINE_SLACK, 0.0)
@@ -358,8 +415,11 @@ class SiteTable:
         hi_in = np.clip(np.searchsorted(self.site_line_key, centre + inner, side="right"), lo_in, hi)
         hi_in = np.where(half > LINE_SLACK, hi_in, lo_in)  # no sure interior: every site checked
         counts = np.bincount(pair_q, weights=hi_in - lo_in, minlength=len(distinct))
-        edge_q, edge = _runs(np.concatenate([pair_q, pair_q]), np.concatenate([lo, hi_in]),
-                             np.concatenate([lo_in - lo, hi - hi_in]))
+        edge_q, edge = _runs(
+            np.concatenate([pair_q, pair_q]),
+            np.concatenate([lo, hi_in]),
+            np.concatenate([lo_in - lo, hi - hi_in]),
+        )
         _, inside = self._exact_within(distinct, edge_q, edge, gate)
         counts += np.bincount(edge_q[inside], minlength=len(distinct))
         return counts.astype("int64")
@@ -402,9 +462,9 @@ class SiteTable:
         _, inside = self._exact_within(distinct, site_q, site, self.layout.gate)
         return site_q[inside], site[inside]
 
-    def _kept_sites(self, distinct: np.ndarray,
-                    first: tuple[np.ndarray, np.ndarray, np.ndarray] | None = None
-                    ) -> tuple[np.ndarray, np.ndarray, np.ndarray, tuple]:
+    def _kept_sites(
+        self, distinct: np.ndarray, first: tuple[np.ndarray, np.ndarray, np.ndarray] | None = None
+    ) -> tuple[np.ndarray, np.ndarray, np.ndarray, tuple]:
         """(U, W) candidates as ``_nearby_sites`` keeps them from the whole category, in site order: the
         NEAREST_KEPT nearest within the gate (ties to the lower site) and the line brackets of every axis.
         The nearest are searched within NEAREST_RADII first, within the whole gate only where those hold too
@@ -456,8 +516,9 @@ class SiteTable:
         dist, _ = self._exact_within(distinct, site_q, site, gate)
         return (*_scatter(site_q, site, dist, n_distinct), (tied, tie_distance, tie_on_line))
 
-    def _reference_resolve(self, shape: dict[str, np.ndarray], roof_time_us: np.ndarray,
-                           kept: bool | None = None) -> Resolved:
+    def _reference_resolve(
+        self, shape: dict[str, np.ndarray], roof_time_us: np.ndarray, kept: bool | None = None
+    ) -> Resolved:
         """The former algorithm (pandas question frame, every site of the category a candidate, selections by
         ``np.argpartition``): ``resolve`` checks against it (tests/unit/test_measured_fast_resolve.py) and
         answers its tied questions by it. ``kept``: force the many-sites path (True) or the other (False), as
@@ -490,14 +551,38 @@ class SiteTable:
         valid = cand >= 0
         offset = self.site_coords[np.where(valid, cand, 0)] - distinct[:, None, 1:]
         dist = np.sqrt((offset**2).sum(axis=2))
-        return self._answer(out, rows, q_coords, q_logc, roof_time_us, distinct, inverse, cand, valid, dist,
-                            former=True, kept=kept)[0]
+        return self._answer(
+            out,
+            rows,
+            q_coords,
+            q_logc,
+            roof_time_us,
+            distinct,
+            inverse,
+            cand,
+            valid,
+            dist,
+            former=True,
+            kept=kept,
+        )[0]
 
-    def _answer(self, out: Resolved, rows: np.ndarray, q_coords: np.ndarray, q_logc: np.ndarray,
-                roof_time_us: np.ndarray, distinct: np.ndarray, inverse: np.ndarray, cand: np.ndarray,
-                valid: np.ndarray, dist: np.ndarray, selected: bool = False, former: bool = False,
-                kept: bool | None = None,
-                tied_sites: tuple | None = None) -> tuple[Resolved, np.ndarray]:
+    def _answer(
+        self,
+        out: Resolved,
+        rows: np.ndarray,
+        q_coords: np.ndarray,
+        q_logc: np.ndarray,
+        roof_time_us: np.ndarray,
+        distinct: np.ndarray,
+        inverse: np.ndarray,
+        cand: np.ndarray,
+        valid: np.ndarray,
+        dist: np.ndarray,
+        selected: bool = False,
+        former: bool = False,
+        kept: bool | None = None,
+        tied_sites: tuple | None = None,
+    ) -> tuple[Resolved, np.ndarray]:
         """Curve lookups and blends of the questions ``rows`` given each distinct site's candidates
         (``selected``: already the sites ``_nearby_sites`` would keep; ``former``: selections as the former
         algorithm made them, ``kept``: its path forced). Returns the answers and the questions whose blend
@@ -511,8 +596,9 @@ class SiteTable:
         if selected:
             pass
         elif many:
-            keep = _nearby_sites(self.site_coords[np.where(valid, cand, 0)], distinct[:, 1:], dist, within,
-                                 smallest)
+            keep = _nearby_sites(
+                self.site_coords[np.where(valid, cand, 0)], distinct[:, 1:], dist, within, smallest
+            )
             pad = keep < 0
             keep = np.maximum(keep, 0)
             within = np.take_along_axis(within, keep, axis=1) & ~pad
@@ -592,8 +678,9 @@ NEAREST_RADII = (0.75, 1.5)  # octaves: the nearest sites are searched within th
 NEAREST_KEPT = 8  # sites kept per question beside the two nearest on each side of each site axis's line
 
 
-def _nearby_sites(coords: np.ndarray, q: np.ndarray, dist: np.ndarray, within: np.ndarray,
-                  smallest: Any = None) -> np.ndarray:
+def _nearby_sites(
+    coords: np.ndarray, q: np.ndarray, dist: np.ndarray, within: np.ndarray, smallest: Any = None
+) -> np.ndarray:
     """Column indices (U, W) of the candidates that can matter to a question's site: its NEAREST_KEPT nearest
     within the gate (the inverse-distance fallback) and, per site axis, the two nearest on each side along
     the line through it (the brackets, with a spare where one does not cover the curve point); -1 pads
@@ -633,8 +720,9 @@ def _unique_rows(a: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     return ordered[new], inverse
 
 
-def _scatter(site_q: np.ndarray, site: np.ndarray, dist: np.ndarray,
-             n_distinct: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+def _scatter(
+    site_q: np.ndarray, site: np.ndarray, dist: np.ndarray, n_distinct: int
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Flat (question, site, distance), questions ascending, as padded (U, W) candidates, validity and
     distance."""
     per_q = np.bincount(site_q, minlength=n_distinct)
@@ -679,20 +767,27 @@ def _k_smallest(x: np.ndarray, k: int) -> np.ndarray:
     (the lower site). Rows where a tie decides are answered again by the former algorithm
     (``SiteTable._former_where_tied``), so this rule never reaches an answer."""
     k = min(k, x.shape[1])
-    kth = np.partition(x, k - 1, axis=1)[:, k - 1:k]
+    kth = np.partition(x, k - 1, axis=1)[:, k - 1 : k]
     below = x < kth
     tied = x == kth
     take = below | (tied & (np.cumsum(tied, axis=1) <= k - below.sum(axis=1, keepdims=True)))
     return np.nonzero(take)[1].reshape(len(x), k)
 
 
-def _idw(d: np.ndarray, log_util: np.ndarray, own: np.ndarray, has_own: np.ndarray,
-         layout: Layout, smallest: Any = None) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+def _idw(
+    d: np.ndarray,
+    log_util: np.ndarray,
+    own: np.ndarray,
+    has_own: np.ndarray,
+    layout: Layout,
+    smallest: Any = None,
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Inverse-distance blend of the ``layout.neighbours`` nearest eligible sites (distance ``d``, inf where
     not eligible); the own site alone where it was measured. Returns (blend, weights, their distances)."""
     k = min(layout.neighbours, d.shape[1])
-    nearest = ((smallest or _k_smallest)(d, k) if d.shape[1] > k
-               else np.tile(np.arange(d.shape[1]), (len(d), 1)))
+    nearest = (
+        (smallest or _k_smallest)(d, k) if d.shape[1] > k else np.tile(np.arange(d.shape[1]), (len(d), 1))
+    )
     nd = np.take_along_axis(d, nearest, axis=1)
     nu = np.take_along_axis(log_util, nearest, axis=1)
     with np.errstate(divide="ignore"):
@@ -704,8 +799,9 @@ def _idw(d: np.ndarray, log_util: np.ndarray, own: np.ndarray, has_own: np.ndarr
     return blended, weight, nd
 
 
-def _axis_brackets(coords: np.ndarray, q: np.ndarray, value: np.ndarray, eligible: np.ndarray,
-                   layout: Layout) -> tuple[np.ndarray, np.ndarray]:
+def _axis_brackets(
+    coords: np.ndarray, q: np.ndarray, value: np.ndarray, eligible: np.ndarray, layout: Layout
+) -> tuple[np.ndarray, np.ndarray]:
     """Per site axis, along the measured grid: the nearest eligible sites below and above the question that
     share its other coordinates, ``value`` linear in log2 of that axis between them; the axes' estimates
     averaged, each weighted by 1 / its bracket width in octaves (a tight bracket knows more). One-sided
@@ -797,12 +893,20 @@ class MeasuredTier:
         if key not in self._tables:
             part = self.groups.get(key)
             spec = self.specs.get(device_id)
-            self._tables[key] = None if part is None or spec is None else SiteTable(family, part, spec, dtype,
-                                                                                    key[3])
+            self._tables[key] = (
+                None if part is None or spec is None else SiteTable(family, part, spec, dtype, key[3])
+            )
         return self._tables[key]
 
-    def resolve(self, family: str, dtype: str, shape: dict[str, np.ndarray], spec: Any,
-                roof_time_us: np.ndarray, kv_dtype: str | None = None) -> Resolved | None:
+    def resolve(
+        self,
+        family: str,
+        dtype: str,
+        shape: dict[str, np.ndarray],
+        spec: Any,
+        roof_time_us: np.ndarray,
+        kv_dtype: str | None = None,
+    ) -> Resolved | None:
         """None where this GPU has no measured rows of (family, dtype[, kv_dtype]). The GPU is found by its
         physics (``physics_key``): a spec with the same id but other peaks is not the GPU measured, a renamed
         copy of it is."""

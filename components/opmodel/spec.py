@@ -37,10 +37,20 @@ SHRINK_ROWS = 400.0  # a regime with this many training rows gets half its weigh
 MIN_LOG_UTIL = float(np.log(1e-4))
 MAX_LOG_UTIL = float(np.log(4.0))  # against the latency-floored base time a kernel may beat the base
 FLOOR_QUANTILE = 0.02  # the per-regime latency floor: this quantile of a GPU's measured times in the regime
-PARAMS: dict[str, Any] = {"objective": "l2", "learning_rate": 0.08, "num_leaves": 31, "min_data_in_leaf": 40,
-                          "feature_fraction": 0.9, "bagging_fraction": 0.8, "bagging_freq": 1,
-                          "lambda_l2": 1.0,
-                          "verbose": -1, "num_threads": 2, "seed": 7, "deterministic": True}
+PARAMS: dict[str, Any] = {
+    "objective": "l2",
+    "learning_rate": 0.08,
+    "num_leaves": 31,
+    "min_data_in_leaf": 40,
+    "feature_fraction": 0.9,
+    "bagging_fraction": 0.8,
+    "bagging_freq": 1,
+    "lambda_l2": 1.0,
+    "verbose": -1,
+    "num_threads": 2,
+    "seed": 7,
+    "deterministic": True,
+}
 ROUNDS = 150
 
 
@@ -77,17 +87,28 @@ class SpecConfig:
     monotone: bool = False
 
     def as_dict(self) -> dict[str, Any]:
-        return {"floor": self.floor, "l2": self.l2, "identity": self.identity, "hedge": self.hedge,
-                "num_leaves": self.num_leaves, "min_data_in_leaf": self.min_data_in_leaf,
-                "monotone": self.monotone}
+        return {
+            "floor": self.floor,
+            "l2": self.l2,
+            "identity": self.identity,
+            "hedge": self.hedge,
+            "num_leaves": self.num_leaves,
+            "min_data_in_leaf": self.min_data_in_leaf,
+            "monotone": self.monotone,
+        }
 
     @classmethod
     def from_dict(cls, data: dict[str, Any] | None) -> SpecConfig:
         data = data or {}
-        return cls(float(data.get("floor", 0.0)), bool(data.get("l2", False)),
-                   bool(data.get("identity", True)), float(data.get("hedge", 1.0)),
-                   int(data.get("num_leaves", 31)), int(data.get("min_data_in_leaf", 40)),
-                   bool(data.get("monotone", False)))
+        return cls(
+            float(data.get("floor", 0.0)),
+            bool(data.get("l2", False)),
+            bool(data.get("identity", True)),
+            float(data.get("hedge", 1.0)),
+            int(data.get("num_leaves", 31)),
+            int(data.get("min_data_in_leaf", 40)),
+            bool(data.get("monotone", False)),
+        )
 
 
 ORIGINAL = SpecConfig()
@@ -95,8 +116,10 @@ ORIGINAL = SpecConfig()
 # (benchmarks/spec_tier_selection.py) chose on every outer fold's training GPUs.
 # (the latency floor and the hedge won every outer fold of both families; benchmarks/results/
 # spec_tier_selection.json holds each fold's inner ranking).
-CHOSEN: dict[str, SpecConfig] = {"gemm": SpecConfig(floor=1.0, l2=False, identity=False, hedge=0.7),
-                                 "attention": SpecConfig(floor=1.0, l2=True, identity=True, hedge=0.7)}
+CHOSEN: dict[str, SpecConfig] = {
+    "gemm": SpecConfig(floor=1.0, l2=False, identity=False, hedge=0.7),
+    "attention": SpecConfig(floor=1.0, l2=True, identity=True, hedge=0.7),
+}
 
 
 def regime(family: str, dtype: str, spec: Any) -> str:
@@ -105,8 +128,16 @@ def regime(family: str, dtype: str, spec: Any) -> str:
     return f"{family}|{choice.pipe}|{choice.dtype}"
 
 
-def features(family: str, dtype: str, shape: dict[str, np.ndarray], spec: Any, roof: physics.Roofline,
-             kv_dtype: str | None = None, config: SpecConfig = ORIGINAL, floor_us: float = 0.0) -> np.ndarray:
+def features(
+    family: str,
+    dtype: str,
+    shape: dict[str, np.ndarray],
+    spec: Any,
+    roof: physics.Roofline,
+    kv_dtype: str | None = None,
+    config: SpecConfig = ORIGINAL,
+    floor_us: float = 0.0,
+) -> np.ndarray:
     """The transferable feature matrix of rows of one (family, dtype, GPU)."""
     n = len(roof.time_us)
     d = {k: np.broadcast_to(np.asarray(v, dtype="float64"), (n,)) for k, v in shape.items()}
@@ -114,13 +145,19 @@ def features(family: str, dtype: str, shape: dict[str, np.ndarray], spec: Any, r
     ridge = roof.peak_flops / roof.peak_bps
     with np.errstate(divide="ignore", invalid="ignore"):
         intensity = np.where(roof.dram_bytes > 0, roof.flops / roof.dram_bytes, 1.0)
-    common = [np.log2(np.maximum(roof.time_us, 1e-6)), np.log2(np.maximum(intensity / ridge, 1e-9)),
-              np.log2(np.maximum(roof.compute_us / np.maximum(roof.memory_us, 1e-9), 1e-9)),
-              np.full(n, float(DTYPE_CODES.get(roof.choice.dtype, -1))),
-              np.full(n, float(roof.choice.tensor))]
+    common = [
+        np.log2(np.maximum(roof.time_us, 1e-6)),
+        np.log2(np.maximum(intensity / ridge, 1e-9)),
+        np.log2(np.maximum(roof.compute_us / np.maximum(roof.memory_us, 1e-9), 1e-9)),
+        np.full(n, float(DTYPE_CODES.get(roof.choice.dtype, -1))),
+        np.full(n, float(roof.choice.tensor)),
+    ]
     if config.identity:
-        common += [np.log2(np.maximum(roof.flops, 1.0)), np.log2(np.maximum(roof.dram_bytes / sms, 1.0)),
-                   np.full(n, np.log2(sms))]
+        common += [
+            np.log2(np.maximum(roof.flops, 1.0)),
+            np.log2(np.maximum(roof.dram_bytes / sms, 1.0)),
+            np.full(n, np.log2(sms)),
+        ]
     if config.floor > 0:  # how far the kernel is from its latency floor
         common.append(np.log2(np.maximum(roof.time_us, 1e-6) / max(floor_us, 1e-3)))
     if config.l2:
@@ -140,9 +177,19 @@ def features(family: str, dtype: str, shape: dict[str, np.ndarray], spec: Any, r
         ctas = b * h * np.ceil(s / TILE)  # FlashAttention: one CTA per (batch, head, 128 query rows)
         waves = ctas / sms
         kv_code = float(DTYPE_CODES.get(kv_dtype or dtype, -1))
-        own = [np.log2(b), np.log2(s), np.log2(kv), np.log2(h), np.log2(h / hkv), np.log2(dd),
-               np.log2(np.where(w > 0, w, kv)), np.log2(waves), waves / np.ceil(waves), np.full(n, kv_code),
-               (s == 1).astype(float)]
+        own = [
+            np.log2(b),
+            np.log2(s),
+            np.log2(kv),
+            np.log2(h),
+            np.log2(h / hkv),
+            np.log2(dd),
+            np.log2(np.where(w > 0, w, kv)),
+            np.log2(waves),
+            waves / np.ceil(waves),
+            np.full(n, kv_code),
+            (s == 1).astype(float),
+        ]
     return np.column_stack(common + own)
 
 
@@ -177,8 +224,15 @@ class SpecModel:
     def floor_of(self, family: str, key: str) -> float:
         return float(self.floors.get(key, self.floors.get(family, 0.0)))
 
-    def predict_log_util(self, family: str, dtype: str, shape: dict[str, np.ndarray], spec: Any,
-                         roof: physics.Roofline, kv_dtype: str | None = None) -> tuple[np.ndarray, str]:
+    def predict_log_util(
+        self,
+        family: str,
+        dtype: str,
+        shape: dict[str, np.ndarray],
+        spec: Any,
+        roof: physics.Roofline,
+        kv_dtype: str | None = None,
+    ) -> tuple[np.ndarray, str]:
         """log(util) per row against the roofline (<= 0), and the support text (regime rows, weight given
         to the prior)."""
         n = len(roof.time_us)
@@ -204,8 +258,13 @@ class SpecModel:
         folder.mkdir(parents=True, exist_ok=True)
         for family, booster in self.boosters.items():
             (folder / f"spec_{family}.txt").write_text(booster.model_to_string())
-        meta = {"priors": self.priors, "rows": self.rows, "families": sorted(self.boosters),
-                "configs": {f: c.as_dict() for f, c in self.configs.items()}, "floors": self.floors}
+        meta = {
+            "priors": self.priors,
+            "rows": self.rows,
+            "families": sorted(self.boosters),
+            "configs": {f: c.as_dict() for f, c in self.configs.items()},
+            "floors": self.floors,
+        }
         (folder / "spec.json").write_text(json.dumps(meta, indent=1, sort_keys=True))
 
     @classmethod
@@ -213,12 +272,16 @@ class SpecModel:
         import lightgbm as lgb
 
         meta = json.loads((folder / "spec.json").read_text())
-        boosters = {f: lgb.Booster(model_str=(folder / f"spec_{f}.txt").read_text())
-                    for f in meta["families"]}
-        return cls(boosters, {k: float(v) for k, v in meta["priors"].items()},
-                   {k: int(v) for k, v in meta["rows"].items()},
-                   {f: SpecConfig.from_dict(c) for f, c in meta.get("configs", {}).items()},
-                   {k: float(v) for k, v in meta.get("floors", {}).items()})
+        boosters = {
+            f: lgb.Booster(model_str=(folder / f"spec_{f}.txt").read_text()) for f in meta["families"]
+        }
+        return cls(
+            boosters,
+            {k: float(v) for k, v in meta["priors"].items()},
+            {k: int(v) for k, v in meta["rows"].items()},
+            {f: SpecConfig.from_dict(c) for f, c in meta.get("configs", {}).items()},
+            {k: float(v) for k, v in meta.get("floors", {}).items()},
+        )
 
 
 # ------------------------------------------------------------------------------------------- training data
@@ -230,8 +293,9 @@ def hash_fraction(frame: pd.DataFrame, columns: list[str]) -> np.ndarray:
     return (hashed % np.uint64(1_000_003)).astype("float64") / 1_000_003.0
 
 
-def training_rows(store: dict[str, pd.DataFrame], datasets_root: Path | None = None,
-                  per_group: int = 12_000) -> dict[str, pd.DataFrame]:
+def training_rows(
+    store: dict[str, pd.DataFrame], datasets_root: Path | None = None, per_group: int = 12_000
+) -> dict[str, pd.DataFrame]:
     """Per family: measured rows (device_id, dtype[, kv_dtype], shape, latency_us), at most ``per_group`` per
     (device, dtype[, kv_dtype]) chosen by hash; PipeWeave's FP8 GEMM train file (H20, H800) joins the
     GEMMs."""
@@ -266,8 +330,16 @@ def pipeweave_fp8(datasets_root: Path) -> pd.DataFrame | None:
     raw = pd.read_csv(path, usecols=["M", "N", "K", "avg_duration", "hardware"])
     catalog = load_catalog()
     ids = {h: catalog.resolve(h).id for h in raw["hardware"].unique()}
-    frame = pd.DataFrame({"device_id": raw["hardware"].map(ids), "dtype": "fp8", "M": raw["M"], "N": raw["N"],
-                          "K": raw["K"], "latency_us": raw["avg_duration"].astype("float64")})
+    frame = pd.DataFrame(
+        {
+            "device_id": raw["hardware"].map(ids),
+            "dtype": "fp8",
+            "M": raw["M"],
+            "N": raw["N"],
+            "K": raw["K"],
+            "latency_us": raw["avg_duration"].astype("float64"),
+        }
+    )
     return frame[(frame[["M", "N", "K"]] >= 1).all(axis=1) & (frame["latency_us"] > 0)].reset_index(drop=True)
 
 
@@ -303,8 +375,13 @@ def latency_floors(family: str, frame: pd.DataFrame, specs: dict[str, Any]) -> d
     return out
 
 
-def design(family: str, frame: pd.DataFrame, specs: dict[str, Any], config: SpecConfig = ORIGINAL,
-           floors: dict[str, float] | None = None) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+def design(
+    family: str,
+    frame: pd.DataFrame,
+    specs: dict[str, Any],
+    config: SpecConfig = ORIGINAL,
+    floors: dict[str, float] | None = None,
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """(features, log util target against the base time, regime per row) of measured rows."""
     floors = floors or {}
     xs, ys, regimes = [], [], []
@@ -357,8 +434,13 @@ def fit_priors(model: SpecModel, store: dict[str, pd.DataFrame], specs: dict[str
     return model
 
 
-def fit(rows: dict[str, pd.DataFrame], specs: dict[str, Any], rounds: int = ROUNDS,
-        params: dict[str, Any] | None = None, configs: dict[str, SpecConfig] | None = None) -> SpecModel:
+def fit(
+    rows: dict[str, pd.DataFrame],
+    specs: dict[str, Any],
+    rounds: int = ROUNDS,
+    params: dict[str, Any] | None = None,
+    configs: dict[str, SpecConfig] | None = None,
+) -> SpecModel:
     """One booster per family on every measured GPU's rows; priors per regime and per family. ``configs``:
     per family (default ``CHOSEN``)."""
     import lightgbm as lgb
@@ -382,7 +464,9 @@ def fit(rows: dict[str, pd.DataFrame], specs: dict[str, Any], rounds: int = ROUN
         data = lgb.Dataset(x, y, free_raw_data=True)
         tree = {"num_leaves": config.num_leaves, "min_data_in_leaf": config.min_data_in_leaf}
         if config.monotone:
-            tree |= {"monotone_constraints": monotone_constraints(x.shape[1], config),
-                     "monotone_constraints_method": "advanced"}
+            tree |= {
+                "monotone_constraints": monotone_constraints(x.shape[1], config),
+                "monotone_constraints_method": "advanced",
+            }
         model.boosters[family] = lgb.train({**PARAMS, **tree, **(params or {})}, data, num_boost_round=rounds)
     return model

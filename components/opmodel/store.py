@@ -47,6 +47,7 @@ def _write_parquet(frame: pd.DataFrame, path: Path) -> None:
 
 def save_store(frames: dict[str, pd.DataFrame], out_dir: Path) -> Path:
     """Write ``{family: frame}`` as ``<family>.parquet`` + a manifest (row counts), atomically."""
+
     def write(tmp: Path) -> None:
         manifest = {}
         for family, frame in sorted(frames.items()):
@@ -58,8 +59,9 @@ def save_store(frames: dict[str, pd.DataFrame], out_dir: Path) -> Path:
     return Path(out_dir)
 
 
-def build_store(datasets_root: Path, out_dir: Path,
-                families: tuple[str, ...] = STORE_FAMILIES) -> dict[str, int]:
+def build_store(
+    datasets_root: Path, out_dir: Path, families: tuple[str, ...] = STORE_FAMILIES
+) -> dict[str, int]:
     """Read the aiconfigurator tables under ``datasets_root`` (the datasets folder or the repository root),
     fold repeats, save the store under ``out_dir``; returns the rows per family."""
     frames = _measured_frames(Path(datasets_root), families)

@@ -42,9 +42,9 @@ def ensure_store(settings: Any, say: Callable[[str], None] = lambda _: None) -> 
 def measured_intervals(engine: Any, store: dict, quantiles: tuple[float, float] = (0.05, 0.95)) -> dict:
     """(low, high) log-ratio quantiles of the measured tier on whole GEMM sites held out by hash (one GPU per
     dtype, a fifth of its sites): the interval of an interpolated answer."""
-    from components.physics import roofline as physics
     from components.opmodel.measured import SiteTable
     from components.opmodel.spec import hash_fraction
+    from components.physics import roofline as physics
 
     gemm = store.get("gemm")
     specs = engine.measured.specs if engine.measured is not None else {}
@@ -83,16 +83,32 @@ def train_engine(settings: Any, out_dir: Path, say: Callable[[str], None] = lamb
     store = load_store(store_dir, STORE_FAMILIES_IN_ENGINE)
     catalog = load_catalog()
     rows = training_rows(store, Path(settings.datasets_dir), per_group=PER_GROUP)
-    specs = {str(d): catalog.get(str(d)) for f in rows.values() for d in f["device_id"].unique()
-             if d in catalog}
+    specs = {
+        str(d): catalog.get(str(d)) for f in rows.values() for d in f["device_id"].unique() if d in catalog
+    }
     model = fit(rows, specs)
     others = load_store(store_dir, PRIOR_ONLY_FAMILIES)
-    fit_priors(model, others, {**specs, **{str(d): catalog.get(str(d)) for f in others.values()
-                                         for d in f["device_id"].unique() if d in catalog}})
+    fit_priors(
+        model,
+        others,
+        {
+            **specs,
+            **{
+                str(d): catalog.get(str(d))
+                for f in others.values()
+                for d in f["device_id"].unique()
+                if d in catalog
+            },
+        },
+    )
     engine = OpEngine.from_store(store_dir, model)
     intervals = measured_intervals(engine, store)
-    engine = OpEngine(engine.measured, model, intervals=intervals,
-                      meta={"spec_rows": {f: len(r) for f, r in rows.items()}, "devices": sorted(specs)})
+    engine = OpEngine(
+        engine.measured,
+        model,
+        intervals=intervals,
+        meta={"spec_rows": {f: len(r) for f, r in rows.items()}, "devices": sorted(specs)},
+    )
 
     def write(tmp: Path) -> None:
         (tmp / "store").mkdir(parents=True, exist_ok=True)
@@ -104,6 +120,8 @@ def train_engine(settings: Any, out_dir: Path, say: Callable[[str], None] = lamb
     atomic_write_dir(Path(out_dir), write)
     atomic_write_dir(Path(settings.models_dir) / "opmodel", write)
     n_rows = sum(len(r) for r in rows.values())
-    say(f"op engine: spec model on {n_rows:,} measured rows of {len(specs)} GPUs, "
-        f"saved in {time.perf_counter() - started:.0f} s")
+    say(
+        f"op engine: spec model on {n_rows:,} measured rows of {len(specs)} GPUs, "
+        f"saved in {time.perf_counter() - started:.0f} s"
+    )
     return Path(out_dir)

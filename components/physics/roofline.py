@@ -18,10 +18,28 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ["GEMM_DTYPE_TRAITS", "GEMM_DTYPES", "ATTENTION_DTYPES", "KV_DTYPES", "FALLBACK", "FAMILIES",
-           "SHAPE_KEYS", "PCIE_GBPS_BY_ARCH", "DEFAULT_PCIE_GBPS", "PhysicsError", "PipeChoice", "Work",
-           "Roofline", "pipe_for", "link_gbps", "attention_pairs", "op_work", "roofline", "clamp",
-           "derive"]
+__all__ = [
+    "ATTENTION_DTYPES",
+    "DEFAULT_PCIE_GBPS",
+    "FALLBACK",
+    "FAMILIES",
+    "GEMM_DTYPES",
+    "GEMM_DTYPE_TRAITS",
+    "KV_DTYPES",
+    "PCIE_GBPS_BY_ARCH",
+    "SHAPE_KEYS",
+    "PhysicsError",
+    "PipeChoice",
+    "Roofline",
+    "Work",
+    "attention_pairs",
+    "clamp",
+    "derive",
+    "link_gbps",
+    "op_work",
+    "pipe_for",
+    "roofline",
+]
 
 # dtype -> (activation bytes, weight bytes, output bytes, catalog precision of the math, tensor?)
 # tensor: True = the tensor/matrix pipe only; None = the best the GPU has for that precision.
@@ -45,9 +63,18 @@ ATTENTION_DTYPES: tuple[str, ...] = ("fp32", "fp16", "bf16", "fp8")
 KV_DTYPES: tuple[str, ...] = ("fp32", "fp16", "bf16", "fp8", "int8", "nvfp4")
 # A dtype whose pipe the GPU lacks runs as the next dtype here (the answer is that dtype's: an emulated kernel
 # is never faster than the native one it falls back to).
-FALLBACK: dict[str, str] = {"nvfp4": "fp8", "fp8": "bf16", "fp8_block": "bf16", "int8": "fp16", "tf32": "fp32",
-                            "bf16": "fp16", "fp16": "fp32", "int8_wo": "int8_wo_fp16", "int4_wo": "int4_wo_fp16",
-                            "fp64": "fp32"}
+FALLBACK: dict[str, str] = {
+    "nvfp4": "fp8",
+    "fp8": "bf16",
+    "fp8_block": "bf16",
+    "int8": "fp16",
+    "tf32": "fp32",
+    "bf16": "fp16",
+    "fp16": "fp32",
+    "int8_wo": "int8_wo_fp16",
+    "int4_wo": "int4_wo_fp16",
+    "fp64": "fp32",
+}
 # Weight-only kernels on a GPU without bf16 run their math in fp16 (same bytes).
 GEMM_DTYPE_TRAITS["int8_wo_fp16"] = (2.0, 1.0, 2.0, "fp16", None)
 GEMM_DTYPE_TRAITS["int4_wo_fp16"] = (2.0, 0.5, 2.0, "fp16", None)
@@ -64,8 +91,15 @@ SHAPE_KEYS: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {
 }
 # GPU-to-GPU bandwidth (GB/s per direction) assumed when the catalog gives no link: a PCIe x16 slot of the
 # generation the architecture shipped with.
-PCIE_GBPS_BY_ARCH: dict[str, float] = {"pascal": 16.0, "volta": 16.0, "turing": 16.0, "ampere": 32.0, "ada": 32.0,
-                                       "hopper": 64.0, "blackwell": 64.0}
+PCIE_GBPS_BY_ARCH: dict[str, float] = {
+    "pascal": 16.0,
+    "volta": 16.0,
+    "turing": 16.0,
+    "ampere": 32.0,
+    "ada": 32.0,
+    "hopper": 64.0,
+    "blackwell": 64.0,
+}
 DEFAULT_PCIE_GBPS: float = 32.0
 
 
@@ -155,7 +189,9 @@ def _dims(family: str, shape: Mapping[str, Any]) -> dict[str, np.ndarray]:
     missing = [k for k in required if k not in shape]
     if missing:
         raise PhysicsError(f"{family} shape: missing {', '.join(missing)}")
-    arrays = {k: np.atleast_1d(np.asarray(shape[k], dtype="float64")) for k in (*required, *optional) if k in shape}
+    arrays = {
+        k: np.atleast_1d(np.asarray(shape[k], dtype="float64")) for k in (*required, *optional) if k in shape
+    }
     n = max(len(a) for a in arrays.values())
     return {k: np.broadcast_to(a, (n,)).astype("float64") for k, a in arrays.items()}
 
@@ -206,7 +242,9 @@ def op_work(family: str, dtype: str, shape: Mapping[str, Any], kv_dtype: str | N
         inter_local = inter / tp
         flops = 2.0 * routed * 3.0 * h * inter_local  # gated MLP: up, gate and down projections
         local_experts = e_all / ep
-        hit = local_experts * (1.0 - np.power(1.0 - 1.0 / e_all, t * topk))  # expected distinct experts touched
+        hit = local_experts * (
+            1.0 - np.power(1.0 - 1.0 / e_all, t * topk)
+        )  # expected distinct experts touched
         nbytes = hit * 3.0 * h * inter_local * w + t * h * (a + o) + 2.0 * routed * inter_local * a
         return Work(flops, nbytes, zero)
     # allreduce: ``bytes`` is the message each GPU holds; a ring sends 2(n-1)/n of it over its link
@@ -225,13 +263,17 @@ def _bytes_of(dtype: str) -> tuple[float, float, float]:
     return a, w, o
 
 
-def roofline(family: str, dtype: str, shape: Mapping[str, Any], spec: Any, kv_dtype: str | None = None) -> Roofline:
+def roofline(
+    family: str, dtype: str, shape: Mapping[str, Any], spec: Any, kv_dtype: str | None = None
+) -> Roofline:
     """The speed-of-light time of each row on ``spec`` and the pipe that bounds it."""
     choice = pipe_for(dtype, spec)
     notes = []
     if choice.emulated_from is not None:
-        notes.append(f"{spec.name} has no {choice.emulated_from} pipe: answered as {choice.dtype} "
-                     "(emulation is never faster than the native kernel it runs as)")
+        notes.append(
+            f"{spec.name} has no {choice.emulated_from} pipe: answered as {choice.dtype} "
+            "(emulation is never faster than the native kernel it runs as)"
+        )
     kv_eff = None
     if kv_dtype is not None:
         kv_eff = pipe_for(kv_dtype, spec).dtype if kv_dtype in GEMM_DTYPE_TRAITS else kv_dtype
@@ -241,7 +283,9 @@ def roofline(family: str, dtype: str, shape: Mapping[str, Any], spec: Any, kv_dt
     link_bps = link * 1e9
     if family == "allreduce":
         # the reduction's adds run on the vector pipe, whatever the tensor peak
-        vector = _pipe_peak(spec, choice.precision if choice.precision in ("fp32", "fp16", "bf16") else "fp32", False)
+        vector = _pipe_peak(
+            spec, choice.precision if choice.precision in ("fp32", "fp16", "bf16") else "fp32", False
+        )
         peak_flops = vector[0] if vector else spec.peak_flops("fp32")
         if link_note:
             notes.append(link_note)
@@ -252,10 +296,24 @@ def roofline(family: str, dtype: str, shape: Mapping[str, Any], spec: Any, kv_dt
     link_us = work.link_bytes / link_bps * 1e6
     time = np.maximum(np.maximum(compute, memory), link_us)
     compute_pipe = "fp32" if family == "allreduce" else choice.pipe
-    bound = np.where(link_us >= np.maximum(compute, memory), "link",
-                     np.where(compute >= memory, compute_pipe, "dram")).astype(object)
-    return Roofline(time, compute, memory, link_us, work.flops, work.dram_bytes, work.link_bytes, bound,
-                    float(peak_flops), peak_bps, link_bps, choice, "; ".join(notes) or None)
+    bound = np.where(
+        link_us >= np.maximum(compute, memory), "link", np.where(compute >= memory, compute_pipe, "dram")
+    ).astype(object)
+    return Roofline(
+        time,
+        compute,
+        memory,
+        link_us,
+        work.flops,
+        work.dram_bytes,
+        work.link_bytes,
+        bound,
+        float(peak_flops),
+        peak_bps,
+        link_bps,
+        choice,
+        "; ".join(notes) or None,
+    )
 
 
 def clamp(duration_us: np.ndarray, roof: Roofline) -> np.ndarray:
@@ -277,5 +335,12 @@ def derive(duration_us: np.ndarray, roof: Roofline) -> dict[str, np.ndarray]:
         intensity = np.where(roof.dram_bytes > 0, roof.flops / roof.dram_bytes, np.nan)
     compute_side = roof.compute_us >= np.maximum(roof.memory_us, roof.link_us)
     classes = np.where(compute_side, "compute", "bandwidth").astype(object)
-    return {"duration_us": duration, "gflops": gflops, "achieved_gbps": gbps, "link_gbps": link,
-            "arith_intensity": intensity, "roofline_class": classes, "bound_pipe": roof.bound_pipe}
+    return {
+        "duration_us": duration,
+        "gflops": gflops,
+        "achieved_gbps": gbps,
+        "link_gbps": link,
+        "arith_intensity": intensity,
+        "roofline_class": classes,
+        "bound_pipe": roof.bound_pipe,
+    }

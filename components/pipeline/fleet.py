@@ -34,9 +34,12 @@ class NewGpuPlan:
     unknown: list[str] = field(default_factory=list)  # fleet accelerators the catalog does not know
 
     def to_json(self) -> dict[str, Any]:
-        return {"measured": self.measured,
-                "to_profile": {k: [n.node_id for n in v] for k, v in self.to_profile.items()},
-                "unprofilable": self.unprofilable, "unknown": self.unknown}
+        return {
+            "measured": self.measured,
+            "to_profile": {k: [n.node_id for n in v] for k, v in self.to_profile.items()},
+            "unprofilable": self.unprofilable,
+            "unknown": self.unknown,
+        }
 
 
 def nodes_from_ray(nodes: Iterable[Mapping[str, Any]]) -> list[FleetNode]:
@@ -45,8 +48,11 @@ def nodes_from_ray(nodes: Iterable[Mapping[str, Any]]) -> list[FleetNode]:
     for node in nodes:
         if not node.get("Alive", False):
             continue
-        names = {key[len(RESOURCE_PREFIX):] for key in (node.get("Resources") or {})
-                 if key.startswith(RESOURCE_PREFIX)}
+        names = {
+            key[len(RESOURCE_PREFIX) :]
+            for key in (node.get("Resources") or {})
+            if key.startswith(RESOURCE_PREFIX)
+        }
         label = (node.get("Labels") or {}).get(LABEL)
         if label:
             names.add(str(label))
@@ -84,8 +90,9 @@ def measured_devices(canonical_dir: Path) -> set[str]:
     return {str(v) for v in column.unique().to_pylist() if v is not None}
 
 
-def plan_new_gpus(catalog: Any, fleet: list[FleetNode], measured: set[str],
-                  candidates: Iterable[str] | None = None) -> NewGpuPlan:
+def plan_new_gpus(
+    catalog: Any, fleet: list[FleetNode], measured: set[str], candidates: Iterable[str] | None = None
+) -> NewGpuPlan:
     """What to profile where. ``candidates`` (catalog names) are the GPUs to report on even with no
     node (default: those in ``fleet``); every fleet GPU with a Ray node and no data is profiled."""
     plan = NewGpuPlan(measured=sorted(measured))
@@ -116,5 +123,11 @@ def plan_new_gpus(catalog: Any, fleet: list[FleetNode], measured: set[str],
     return plan
 
 
-__all__ = ["FleetNode", "NewGpuPlan", "measured_devices", "nodes_from_file", "nodes_from_ray",
-           "plan_new_gpus"]
+__all__ = [
+    "FleetNode",
+    "NewGpuPlan",
+    "measured_devices",
+    "nodes_from_file",
+    "nodes_from_ray",
+    "plan_new_gpus",
+]

@@ -60,9 +60,17 @@ def read_stages(dvc_yaml: Path) -> list[Stage]:
         declared.append((str(name), tuple(str(d) for d in body.get("deps") or []), outs, params))
     producers = {out: name for name, _, outs, _ in declared for out in outs}
     stages = {
-        name: Stage(name, deps, outs, params,
-                    tuple(dict.fromkeys(producers[o] for d in deps for o in producers
-                                        if _under(d, o) and producers[o] != name)))
+        name: Stage(
+            name,
+            deps,
+            outs,
+            params,
+            tuple(
+                dict.fromkeys(
+                    producers[o] for d in deps for o in producers if _under(d, o) and producers[o] != name
+                )
+            ),
+        )
         for name, deps, outs, params in declared
     }
     ordered: list[Stage] = []
@@ -93,7 +101,7 @@ def select_stages(dvc_yaml: Path, from_stage: str | None = None, only: list[str]
         return names
     if from_stage not in names:
         raise ValueError(f"--from-stage {from_stage}: unknown stage; dvc.yaml has {', '.join(names)}")
-    return names[names.index(from_stage):]
+    return names[names.index(from_stage) :]
 
 
 __all__ = ["Stage", "StageGraphError", "read_stages", "select_stages", "stage_names"]

@@ -46,12 +46,18 @@ def family_params(params: Mapping[str, Any], family: str) -> dict[str, Any]:
     return {"seed": train.get("seed"), family: train.get(family)}
 
 
-def family_inputs_hash(features_file: Path, params: Mapping[str, Any], family: str, split: str,
-                       code: str | None = None) -> str:
+def family_inputs_hash(
+    features_file: Path, params: Mapping[str, Any], family: str, split: str, code: str | None = None
+) -> str:
     if not Path(features_file).is_file():
         raise FileNotFoundError(f"feature table not found: {features_file} (run the features stage first)")
-    payload = {"features": file_sha256(features_file), "params": family_params(params, family),
-               "family": family, "split": split, "code": code or code_sha256()}
+    payload = {
+        "features": file_sha256(features_file),
+        "params": family_params(params, family),
+        "family": family,
+        "split": split,
+        "code": code or code_sha256(),
+    }
     return hashlib.sha256(json.dumps(payload, sort_keys=True, default=str).encode()).hexdigest()
 
 
@@ -71,8 +77,10 @@ def is_current(out_dir: Path, inputs_hash: str) -> bool:
 
 
 def write_stamp(out_dir: Path, inputs_hash: str, **extra: Any) -> None:
-    atomic_write_text(Path(out_dir) / STAMP_NAME,
-                      json.dumps({"inputs_hash": inputs_hash, **extra}, indent=2, default=str) + "\n")
+    atomic_write_text(
+        Path(out_dir) / STAMP_NAME,
+        json.dumps({"inputs_hash": inputs_hash, **extra}, indent=2, default=str) + "\n",
+    )
 
 
 __all__ = ["family_inputs_hash", "family_params", "is_current", "read_stamp", "write_stamp"]

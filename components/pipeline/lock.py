@@ -56,8 +56,10 @@ def read_holder(path: Path) -> dict[str, object]:
 def _describe(holder: dict[str, object]) -> str:
     if not holder:
         return "another process"
-    return (f"pid {holder.get('pid')} on {holder.get('host')} since {holder.get('started')} "
-            f"({holder.get('command')})")
+    return (
+        f"pid {holder.get('pid')} on {holder.get('host')} since {holder.get('started')} "
+        f"({holder.get('command')})"
+    )
 
 
 def _acquire(path: Path) -> int:
@@ -93,9 +95,12 @@ def pipeline_lock(state_dir: Path, command: str | None = None) -> Iterator[LockI
     fd = _acquire(path)
     try:
         previous = read_holder(path)  # written by a holder that died without releasing
-        holder = {"pid": os.getpid(), "host": socket.gethostname(),
-                  "started": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
-                  "command": command or " ".join(sys.argv)}
+        holder = {
+            "pid": os.getpid(),
+            "host": socket.gethostname(),
+            "started": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
+            "command": command or " ".join(sys.argv),
+        }
         os.ftruncate(fd, 0)
         os.pwrite(fd, (json.dumps(holder) + "\n").encode(), 0)
         os.fsync(fd)

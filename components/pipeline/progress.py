@@ -26,8 +26,11 @@ def output_rows(root: Path, outs: tuple[str, ...] | list[str]) -> int | None:
         path = Path(root) / out
         try:
             if path.is_dir():
-                tables = [path / "measurements.parquet"] if (path / "measurements.parquet").is_file() \
+                tables = (
+                    [path / "measurements.parquet"]
+                    if (path / "measurements.parquet").is_file()
                     else sorted(path.glob("*.parquet"))
+                )
                 if tables:
                     return _parquet_rows(tables[0])
             elif path.suffix == ".parquet" and path.is_file():
@@ -66,8 +69,10 @@ class Progress:
     def finish(self, stage: str, action: str, seconds: float, rows: int | None) -> None:
         self.done += 1
         rows_text = f"{rows:>9,} rows" if rows is not None else " " * 14
-        self.echo(f"[{self.done}/{self.total}] {stage:<9} {action:<8} {rows_text} {seconds:7.1f} s  "
-                  f"(elapsed {_clock(self.elapsed())})")
+        self.echo(
+            f"[{self.done}/{self.total}] {stage:<9} {action:<8} {rows_text} {seconds:7.1f} s  "
+            f"(elapsed {_clock(self.elapsed())})"
+        )
 
 
 __all__ = ["Progress", "output_rows"]

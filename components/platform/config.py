@@ -14,8 +14,8 @@ evaluation or registry, so a stage's code deps stay what its command really runs
 
 from __future__ import annotations
 
-import os
 import dataclasses
+import os
 from collections.abc import Mapping
 from dataclasses import dataclass
 from functools import cached_property
@@ -42,9 +42,12 @@ class Settings(BaseSettings):
     ray_num_cpus: int | None = Field(default=None, description="CPUs for a local Ray; None = all cores")
     prefect_api_url: str | None = Field(default=None, description="Prefect server; None = embedded server")
     mlflow_tracking_uri: str | None = Field(
-        default=None, description="MLflow server URI; None = sqlite store under home (MLFLOW_TRACKING_URI wins)"
+        default=None,
+        description="MLflow server URI; None = sqlite store under home (MLFLOW_TRACKING_URI wins)",
     )
-    dvc_remote_url: str | None = Field(default=None, description="DVC remote (s3://, gs://, dir); None = home/dvc-remote")
+    dvc_remote_url: str | None = Field(
+        default=None, description="DVC remote (s3://, gs://, dir); None = home/dvc-remote"
+    )
     registered_model: str = Field(default="kernelcast", description="MLflow registered model name")
     llm_endpoint: str | None = Field(default=None, description="OpenAI-compatible endpoint for LLM prompting")
 
@@ -129,11 +132,17 @@ class ParamsError(ValueError):
 # every DVC stage -- depend on the model code.
 SECTION_KEYS: dict[str, frozenset[str]] = {
     "ingest": frozenset({"sources", "aiconfigurator_max_kernels"}),
-    "validate": frozenset({"bandwidth_tolerance", "flops_tolerance", "arith_intensity_rel_tol",
-                           "max_failure_share", "drift_threshold"}),
+    "validate": frozenset(
+        {
+            "bandwidth_tolerance",
+            "flops_tolerance",
+            "arith_intensity_rel_tol",
+            "max_failure_share",
+            "drift_threshold",
+        }
+    ),
     "features": frozenset({"roofline_efficiency"}),
-    "train": frozenset({"seed", "families", "tabular", "llm", "bench_max_train_rows",
-                        "bench_min_gpu_rows"}),
+    "train": frozenset({"seed", "families", "tabular", "llm", "bench_max_train_rows", "bench_min_gpu_rows"}),
 }
 
 
@@ -173,8 +182,14 @@ def check_params(params: Mapping[str, Any], source: str = "params.yaml") -> None
     register_thresholds(params, source=source)
 
 
-def section(params: Mapping[str, Any], name: str, *, source: str = "params.yaml",
-            allowed: frozenset[str] | set[str] | None = None, label: str | None = None) -> dict[str, Any]:
+def section(
+    params: Mapping[str, Any],
+    name: str,
+    *,
+    source: str = "params.yaml",
+    allowed: frozenset[str] | set[str] | None = None,
+    label: str | None = None,
+) -> dict[str, Any]:
     """``params[name]`` as a dict ({} when absent); ``allowed`` (default: ``SECTION_KEYS``) bounds
     its keys. ``label`` names the section in errors (default ``name``; e.g. ``train.llm``)."""
     label = label or name
@@ -187,9 +202,11 @@ def section(params: Mapping[str, Any], name: str, *, source: str = "params.yaml"
     if allowed is not None:
         unknown = sorted(set(raw) - set(allowed))
         if unknown:
-            raise ParamsError(f"{source}: unknown key {label}.{unknown[0]}"
-                              + (f" (and {', '.join(unknown[1:])})" if unknown[1:] else "")
-                              + f"; known: {', '.join(sorted(allowed))}")
+            raise ParamsError(
+                f"{source}: unknown key {label}.{unknown[0]}"
+                + (f" (and {', '.join(unknown[1:])})" if unknown[1:] else "")
+                + f"; known: {', '.join(sorted(allowed))}"
+            )
     return dict(raw)
 
 
@@ -200,8 +217,11 @@ def typed_section(params: Mapping[str, Any], name: str, cls: type[T], *, source:
     """A dataclass built from ``params[name]``: unknown keys and missing required keys are errors."""
     fields = {f.name: f for f in dataclasses.fields(cls)}  # type: ignore[arg-type]
     values = section(params, name, source=source, allowed=frozenset(fields))
-    missing = [key for key, f in fields.items() if key not in values
-               and f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING]
+    missing = [
+        key
+        for key, f in fields.items()
+        if key not in values and f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING
+    ]
     if missing:
         raise ParamsError(f"{source}: '{name}:' is missing {', '.join(missing)}")
     try:
@@ -235,16 +255,18 @@ def ingest_sources(params: Mapping[str, Any], source: str = "params.yaml") -> li
     return sources
 
 
-def ingest_max_kernels(params: Mapping[str, Any], source_name: str,
-                       source: str = "params.yaml") -> int | None:
+def ingest_max_kernels(
+    params: Mapping[str, Any], source_name: str, source: str = "params.yaml"
+) -> int | None:
     """``ingest.<source_name>_max_kernels``: the sample cap of a source too large to ingest whole (None:
     absent)."""
     value = section(params, "ingest", source=source).get(f"{source_name}_max_kernels")
     if value is None:
         return None
     if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-        raise ParamsError(f"{source}: ingest.{source_name}_max_kernels must be a positive integer, "
-                          f"got {value!r}")
+        raise ParamsError(
+            f"{source}: ingest.{source_name}_max_kernels must be a positive integer, got {value!r}"
+        )
     return value
 
 
@@ -252,7 +274,13 @@ REGISTER_KEYS: frozenset[str] = frozenset({"tolerance", "guarded", "splits", "ev
 # The evaluation splits by name (built in components.evaluation.splits): params.yaml names them
 # (register.splits, train), and the registry's gate checks those names below the evaluation.
 SPLITS: tuple[str, ...] = (
-    "random", "unseen-kernel", "unseen-gpu", "neusight", "pipeweave-fp8", "bolet-roofline", "amd-source",
+    "random",
+    "unseen-kernel",
+    "unseen-gpu",
+    "neusight",
+    "pipeweave-fp8",
+    "bolet-roofline",
+    "amd-source",
 )
 # The op engine's splits (components.evaluation.opmodel_bench): scored on AIConfigurator's tables, not the
 # feature table.
@@ -261,7 +289,9 @@ OPMODEL_SPLITS: tuple[str, ...] = ("aiconfigurator-unseen-gpu", "aiconfigurator-
 SERVING_SPLITS: tuple[str, ...] = ("llm-serving-pipeweave", "llm-serving-silicon")
 
 
-def register_thresholds(params: Mapping[str, Any], source: str = "params.yaml") -> dict[str, dict[str, float]]:
+def register_thresholds(
+    params: Mapping[str, Any], source: str = "params.yaml"
+) -> dict[str, dict[str, float]]:
     """``register.splits:`` as ``{split: {max_<metric>|min_<metric>: bound}}``; {} when absent. The
     whole gate (guarded metrics, tolerance, evaluation caps) is read by
     ``components.registry.gate.read_policy``."""
@@ -269,19 +299,37 @@ def register_thresholds(params: Mapping[str, Any], source: str = "params.yaml") 
     splits = section(raw, "splits", source=source, allowed=None, label="register.splits")
     out: dict[str, dict[str, float]] = {}
     for split in splits:
-        for key, value in section(splits, split, source=source, allowed=None, label=f"register.splits.{split}").items():
+        for key, value in section(
+            splits, split, source=source, allowed=None, label=f"register.splits.{split}"
+        ).items():
             if not str(key).startswith(("max_", "min_")):
-                raise ParamsError(f"{source}: unknown key register.splits.{split}.{key}; "
-                                  "thresholds are max_<metric> or min_<metric>")
+                raise ParamsError(
+                    f"{source}: unknown key register.splits.{split}.{key}; "
+                    "thresholds are max_<metric> or min_<metric>"
+                )
             try:
                 out.setdefault(str(split), {})[str(key)] = float(value)
             except (TypeError, ValueError):
-                raise ParamsError(f"{source}: register.splits.{split}.{key} must be a number, got {value!r}") from None
+                raise ParamsError(
+                    f"{source}: register.splits.{split}.{key} must be a number, got {value!r}"
+                ) from None
     return out
 
 
 __all__ = [
-    "DEFAULT_DATASETS_DIR", "DEFAULT_PARAMS_FILE", "PROJECT_ROOT", "SECTION_KEYS", "ParamsError", "Settings",
-    "ValidateParams", "check_params", "get_settings", "ingest_sources", "load_params", "register_thresholds",
-    "section", "typed_section", "validate_params",
+    "DEFAULT_DATASETS_DIR",
+    "DEFAULT_PARAMS_FILE",
+    "PROJECT_ROOT",
+    "SECTION_KEYS",
+    "ParamsError",
+    "Settings",
+    "ValidateParams",
+    "check_params",
+    "get_settings",
+    "ingest_sources",
+    "load_params",
+    "register_thresholds",
+    "section",
+    "typed_section",
+    "validate_params",
 ]

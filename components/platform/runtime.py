@@ -41,8 +41,16 @@ def configure_environment(settings: Settings) -> None:
     """Point every embedded service at the state folder and switch telemetry off."""
     for key, value in TELEMETRY_OFF.items():
         os.environ.setdefault(key, value)
-    for folder in (settings.state_dir, settings.data_dir, settings.mlflow_dir, settings.prefect_home,
-                   settings.ray_tmpdir, settings.cache_dir, settings.models_dir, settings.reports_dir):
+    for folder in (
+        settings.state_dir,
+        settings.data_dir,
+        settings.mlflow_dir,
+        settings.prefect_home,
+        settings.ray_tmpdir,
+        settings.cache_dir,
+        settings.models_dir,
+        settings.reports_dir,
+    ):
         Path(folder).mkdir(parents=True, exist_ok=True)
     os.environ.setdefault("PREFECT_HOME", str(settings.prefect_home))
     # A loaded 2-core box needs longer than Prefect's 20 s default to start its temporary server.
@@ -75,7 +83,9 @@ def _is_loopback(url: str) -> bool:
 
 def _is_remote(ray_address: str | None) -> bool:
     """A ``ray://host`` on another machine; ``auto`` and local addresses share our loopback."""
-    return bool(ray_address) and ray_address != "auto" and not _is_loopback(ray_address.removeprefix("ray://"))
+    return (
+        bool(ray_address) and ray_address != "auto" and not _is_loopback(ray_address.removeprefix("ray://"))
+    )
 
 
 def ray_init_kwargs(settings: Settings, prefect_api_url: str | None = None) -> dict[str, Any]:
@@ -204,14 +214,26 @@ def stop_process_tree(process: subprocess.Popen[Any], grace_s: float = 10.0) -> 
         pass
 
 
-def run_stopping_with_us(command: Sequence[str], *, cwd: Path | str | None = None,
-                         env: Mapping[str, str] | None = None, timeout_s: float | None = None,
-                         ) -> subprocess.CompletedProcess[str]:
+def run_stopping_with_us(
+    command: Sequence[str],
+    *,
+    cwd: Path | str | None = None,
+    env: Mapping[str, str] | None = None,
+    timeout_s: float | None = None,
+) -> subprocess.CompletedProcess[str]:
     """``subprocess.run`` with output captured, in a session of its own that is stopped (whole
     tree) when the caller is interrupted, times out or raises -- a stage never outlives its run."""
-    process = subprocess.Popen(list(command), cwd=cwd, env=dict(env) if env is not None else None,
-                               stdout=subprocess.PIPE, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                               text=True, start_new_session=True, preexec_fn=die_with_parent)
+    process = subprocess.Popen(
+        list(command),
+        cwd=cwd,
+        env=dict(env) if env is not None else None,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        stdin=subprocess.DEVNULL,
+        text=True,
+        start_new_session=True,
+        preexec_fn=die_with_parent,
+    )
     try:
         output, _ = process.communicate(timeout=timeout_s)
     except BaseException:  # interrupted, timed out (TimeoutExpired) or failed: nothing of it may linger
@@ -220,5 +242,15 @@ def run_stopping_with_us(command: Sequence[str], *, cwd: Path | str | None = Non
     return subprocess.CompletedProcess(list(command), process.returncode, output, "")
 
 
-__all__ = ["TELEMETRY_OFF", "Terminated", "configure_environment", "current_prefect_api_url", "die_with_parent",
-           "ensure_ray", "ray_init_kwargs", "run_stopping_with_us", "stop_on_signals", "stop_process_tree"]
+__all__ = [
+    "TELEMETRY_OFF",
+    "Terminated",
+    "configure_environment",
+    "current_prefect_api_url",
+    "die_with_parent",
+    "ensure_ray",
+    "ray_init_kwargs",
+    "run_stopping_with_us",
+    "stop_on_signals",
+    "stop_process_tree",
+]

@@ -73,8 +73,10 @@ def suite_path(name: str) -> Path:
     name = ALIASES.get(name, name)
     path = Path(name) if name.endswith((".yaml", ".yml")) else SUITES_DIR / f"{name}.yaml"
     if not path.is_file():
-        raise SuiteError(f"--suite {name!r}: no such suite; choose one of {', '.join(suite_names())} "
-                         "or give a suite YAML file")
+        raise SuiteError(
+            f"--suite {name!r}: no such suite; choose one of {', '.join(suite_names())} "
+            "or give a suite YAML file"
+        )
     return path
 
 
@@ -142,8 +144,16 @@ def source_cases(data: dict[str, Any]) -> list[Case]:
             if "grid" not in launch or "block" not in launch:
                 raise SuiteError(f"{label}: each launch needs 'grid' and 'block'")
             key = json.dumps(launch, sort_keys=True, separators=(",", ":"))
-            spec = {"name": kernel["name"], "entry": kernel.get("entry", kernel["name"]), "source": source,
-                    "language": "cuda", "dtype": kernel.get("dtype", "fp32"), "launch": launch, "flops": kernel.get("flops"), "bytes": kernel.get("bytes")}
+            spec = {
+                "name": kernel["name"],
+                "entry": kernel.get("entry", kernel["name"]),
+                "source": source,
+                "language": "cuda",
+                "dtype": kernel.get("dtype", "fp32"),
+                "launch": launch,
+                "flops": kernel.get("flops"),
+                "bytes": kernel.get("bytes"),
+            }
             cases.append(Case("source", f"source.{kernel['name']}.{_short_hash(key)}", spec))
     if not cases:
         raise SuiteError(f"{where}: no kernels with launches")
@@ -158,12 +168,19 @@ def triton_cases(data: dict[str, Any]) -> list[Case]:
     for index, entry in enumerate(data.get("kernels") or []):
         name = entry.get("name") if isinstance(entry, dict) else None
         if name not in TRITON_KERNELS:
-            raise SuiteError(f"{where}: kernels[{index}]: name must be one of {', '.join(sorted(TRITON_KERNELS))}")
+            raise SuiteError(
+                f"{where}: kernels[{index}]: name must be one of {', '.join(sorted(TRITON_KERNELS))}"
+            )
         for dtype, size in itertools.product(entry.get("dtypes") or ["fp16"], entry.get("sizes") or []):
             size = {k: int(v) for k, v in size.items()}
             dims = "-".join(f"{k}{v}" for k, v in size.items())
-            cases.append(Case("triton", f"triton.{name}.{dtype}.{dims}",
-                              {"name": name, "dtype": dtype, "shape": size, "language": "triton"}))
+            cases.append(
+                Case(
+                    "triton",
+                    f"triton.{name}.{dtype}.{dims}",
+                    {"name": name, "dtype": dtype, "shape": size, "language": "triton"},
+                )
+            )
     if not cases:
         raise SuiteError(f"{where}: no Triton kernels with sizes")
     return cases
@@ -177,12 +194,24 @@ def kernelbench_cases(data: dict[str, Any], datasets_dir: Path) -> list[Case]:
     cases = []
     for level in data.get("levels") or []:
         folder = root / str(level["level"])
-        files = sorted(p for p in folder.glob("*.py")
-                       if any(fnmatch.fnmatch(p.name, pattern) for pattern in level.get("include", ["*.py"])))
+        files = sorted(
+            p
+            for p in folder.glob("*.py")
+            if any(fnmatch.fnmatch(p.name, pattern) for pattern in level.get("include", ["*.py"]))
+        )
         for path in files[: level.get("limit") or None]:
-            cases.append(Case("program", f"program.{level['level']}.{path.stem}",
-                              {"path": str(path.relative_to(datasets_dir)), "level": str(level["level"]),
-                               "dtype": data.get("dtype", "fp32"), "language": "pytorch"}))
+            cases.append(
+                Case(
+                    "program",
+                    f"program.{level['level']}.{path.stem}",
+                    {
+                        "path": str(path.relative_to(datasets_dir)),
+                        "level": str(level["level"]),
+                        "dtype": data.get("dtype", "fp32"),
+                        "language": "pytorch",
+                    },
+                )
+            )
     if not cases:
         raise SuiteError(f"{where}: no KernelBench programs matched")
     return cases
@@ -212,12 +241,14 @@ def load_cases(name: str, *, datasets_dir: Path | None = None, select: Any = Non
     candidates = op_cases(data)
     budget = int(data.get("budget", 32))
     if select is None:
-        raise SuiteError(f"--suite {name}: an active-learning suite needs a model to choose its cases "
-                         "(give --model; the cases are those with the widest predicted interval on this GPU)")
+        raise SuiteError(
+            f"--suite {name}: an active-learning suite needs a model to choose its cases "
+            "(give --model; the cases are those with the widest predicted interval on this GPU)"
+        )
     return list(select(candidates, budget))
 
 
 def chunked(cases: list[Case], chunk_size: int) -> list[list[Case]]:
     if chunk_size < 1:
         raise ValueError(f"--chunk-size {chunk_size}: must be at least 1")
-    return [cases[i: i + chunk_size] for i in range(0, len(cases), chunk_size)]
+    return [cases[i : i + chunk_size] for i in range(0, len(cases), chunk_size)]

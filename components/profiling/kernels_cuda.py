@@ -29,7 +29,9 @@ def compile_cubin(source: str, name: str, arch: str, defines: dict[str, str] | N
     """Compile ``source`` for ``arch`` (e.g. ``sm_90``) to a cubin with NVRTC; no GPU needed."""
     from cuda.bindings import nvrtc
 
-    program = _check(nvrtc.nvrtcCreateProgram(source.encode(), f"{name}.cu".encode(), 0, [], []), "nvrtcCreateProgram")
+    program = _check(
+        nvrtc.nvrtcCreateProgram(source.encode(), f"{name}.cu".encode(), 0, [], []), "nvrtcCreateProgram"
+    )
     options = [f"--gpu-architecture={arch}".encode(), b"-default-device", b"-std=c++17"]
     options += [f"-D{k}={v}".encode() for k, v in (defines or {}).items()]
     status = nvrtc.nvrtcCompileProgram(program, len(options), options)[0]
@@ -37,7 +39,9 @@ def compile_cubin(source: str, name: str, arch: str, defines: dict[str, str] | N
         size = _check(nvrtc.nvrtcGetProgramLogSize(program), "nvrtcGetProgramLogSize")
         log = b" " * size
         nvrtc.nvrtcGetProgramLog(program, log)
-        raise CudaSourceError(f"NVRTC could not compile {name}: {log.decode(errors='replace').strip()[:2000]}")
+        raise CudaSourceError(
+            f"NVRTC could not compile {name}: {log.decode(errors='replace').strip()[:2000]}"
+        )
     size = _check(nvrtc.nvrtcGetCUBINSize(program), "nvrtcGetCUBINSize")
     cubin = b" " * size
     _check(nvrtc.nvrtcGetCUBIN(program, cubin), "nvrtcGetCUBIN")
@@ -57,15 +61,23 @@ def _arguments(args: list[dict[str, Any]]) -> tuple[list[Any], list[Any]]:
 
     import torch
 
-    torch_dtypes = {"fp32": torch.float32, "fp16": torch.float16, "bf16": torch.bfloat16, "fp64": torch.float64,
-                    "int32": torch.int32}
+    torch_dtypes = {
+        "fp32": torch.float32,
+        "fp16": torch.float16,
+        "bf16": torch.bfloat16,
+        "fp64": torch.float64,
+        "int32": torch.int32,
+    }
     keep, values, types = [], [], []
     for index, arg in enumerate(args):
         if "buffer" in arg:
             dtype = torch_dtypes[arg["buffer"]]
             count = int(arg["count"])
-            tensor = (torch.zeros(count, dtype=dtype, device="cuda") if arg.get("init") == "zeros"
-                      else torch.rand(count, device="cuda").to(dtype))
+            tensor = (
+                torch.zeros(count, dtype=dtype, device="cuda")
+                if arg.get("init") == "zeros"
+                else torch.rand(count, device="cuda").to(dtype)
+            )
             keep.append(tensor)
             values.append(tensor.data_ptr())
             types.append(ctypes.c_void_p)
@@ -95,7 +107,10 @@ def build_source(spec: dict[str, Any]) -> Callable[[], None]:
     shared = int(launch.get("shared_bytes", 0))
 
     def call() -> None:
-        _check(driver.cuLaunchKernel(function, *grid, *block, shared, 0, kernel_args, 0), f"launch {spec['name']}")
+        _check(
+            driver.cuLaunchKernel(function, *grid, *block, shared, 0, kernel_args, 0),
+            f"launch {spec['name']}",
+        )
 
     call.keep_alive = (module, keep)  # type: ignore[attr-defined]
     return call

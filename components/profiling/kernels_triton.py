@@ -18,33 +18,51 @@ def _kernels() -> dict[str, Any]:
     import triton.language as tl
 
     @triton.jit
-    def vector_add(x_ptr, y_ptr, out_ptr, n, BLOCK: tl.constexpr):  # noqa: ANN001, N803
+    def vector_add(x_ptr, y_ptr, out_ptr, n, BLOCK: tl.constexpr):
         offsets = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
         mask = offsets < n
-        tl.store(out_ptr + offsets, tl.load(x_ptr + offsets, mask=mask) + tl.load(y_ptr + offsets, mask=mask), mask=mask)
+        tl.store(
+            out_ptr + offsets,
+            tl.load(x_ptr + offsets, mask=mask) + tl.load(y_ptr + offsets, mask=mask),
+            mask=mask,
+        )
 
     @triton.jit
-    def softmax_rows(x_ptr, out_ptr, cols, BLOCK: tl.constexpr):  # noqa: ANN001, N803
+    def softmax_rows(x_ptr, out_ptr, cols, BLOCK: tl.constexpr):
         row = tl.program_id(0)
         offsets = tl.arange(0, BLOCK)
         mask = offsets < cols
         x = tl.load(x_ptr + row * cols + offsets, mask=mask, other=-float("inf")).to(tl.float32)
         x = x - tl.max(x, axis=0)
         e = tl.exp(x)
-        tl.store(out_ptr + row * cols + offsets, (e / tl.sum(e, axis=0)).to(out_ptr.dtype.element_ty), mask=mask)
+        tl.store(
+            out_ptr + row * cols + offsets, (e / tl.sum(e, axis=0)).to(out_ptr.dtype.element_ty), mask=mask
+        )
 
     @triton.jit
-    def matmul_tiled(a_ptr, b_ptr, c_ptr, M, N, K, BM: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr):  # noqa: ANN001, N803
+    def matmul_tiled(a_ptr, b_ptr, c_ptr, M, N, K, BM: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr):
         pid_m, pid_n = tl.program_id(0), tl.program_id(1)
         rm = pid_m * BM + tl.arange(0, BM)
         rn = pid_n * BN + tl.arange(0, BN)
         rk = tl.arange(0, BK)
         acc = tl.zeros((BM, BN), dtype=tl.float32)
         for k in range(0, K, BK):
-            a = tl.load(a_ptr + rm[:, None] * K + (k + rk)[None, :], mask=(rm[:, None] < M) & ((k + rk)[None, :] < K), other=0.0)
-            b = tl.load(b_ptr + (k + rk)[:, None] * N + rn[None, :], mask=((k + rk)[:, None] < K) & (rn[None, :] < N), other=0.0)
+            a = tl.load(
+                a_ptr + rm[:, None] * K + (k + rk)[None, :],
+                mask=(rm[:, None] < M) & ((k + rk)[None, :] < K),
+                other=0.0,
+            )
+            b = tl.load(
+                b_ptr + (k + rk)[:, None] * N + rn[None, :],
+                mask=((k + rk)[:, None] < K) & (rn[None, :] < N),
+                other=0.0,
+            )
             acc += tl.dot(a, b)
-        tl.store(c_ptr + rm[:, None] * N + rn[None, :], acc.to(c_ptr.dtype.element_ty), mask=(rm[:, None] < M) & (rn[None, :] < N))
+        tl.store(
+            c_ptr + rm[:, None] * N + rn[None, :],
+            acc.to(c_ptr.dtype.element_ty),
+            mask=(rm[:, None] < M) & (rn[None, :] < N),
+        )
 
     return {"vector_add": vector_add, "softmax_rows": softmax_rows, "matmul_tiled": matmul_tiled}
 

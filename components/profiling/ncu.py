@@ -29,19 +29,29 @@ WANTED_METRICS: dict[str, tuple[str, ...]] = {
     "hadd": ("sm__sass_thread_inst_executed_op_hadd_pred_on.sum",),
     "hmul": ("sm__sass_thread_inst_executed_op_hmul_pred_on.sum",),
     "hfma": ("sm__sass_thread_inst_executed_op_hfma_pred_on.sum",),
-    "tensor_fp16_fp32": ("sm__ops_path_tensor_src_fp16_dst_fp32.sum", "sm__ops_path_tensor_op_hmma_src_fp16_dst_fp32.sum",
-                         "sm__ops_path_tensor_op_hgmma_src_fp16_dst_fp32.sum"),
-    "tensor_fp16_fp16": ("sm__ops_path_tensor_src_fp16_dst_fp16.sum", "sm__ops_path_tensor_op_hmma_src_fp16_dst_fp16.sum",
-                         "sm__ops_path_tensor_op_hgmma_src_fp16_dst_fp16.sum"),
+    "tensor_fp16_fp32": (
+        "sm__ops_path_tensor_src_fp16_dst_fp32.sum",
+        "sm__ops_path_tensor_op_hmma_src_fp16_dst_fp32.sum",
+        "sm__ops_path_tensor_op_hgmma_src_fp16_dst_fp32.sum",
+    ),
+    "tensor_fp16_fp16": (
+        "sm__ops_path_tensor_src_fp16_dst_fp16.sum",
+        "sm__ops_path_tensor_op_hmma_src_fp16_dst_fp16.sum",
+        "sm__ops_path_tensor_op_hgmma_src_fp16_dst_fp16.sum",
+    ),
     "tensor_bf16_fp32": ("sm__ops_path_tensor_src_bf16_dst_fp32.sum",),
     "tensor_tf32_fp32": ("sm__ops_path_tensor_src_tf32_dst_fp32.sum",),
-    "tensor_pipe_active_pct": ("sm__pipe_tensor_op_hmma_cycles_active.avg.pct_of_peak_sustained_active",
-                               "sm__inst_executed_pipe_tensor.avg.pct_of_peak_sustained_active"),
+    "tensor_pipe_active_pct": (
+        "sm__pipe_tensor_op_hmma_cycles_active.avg.pct_of_peak_sustained_active",
+        "sm__inst_executed_pipe_tensor.avg.pct_of_peak_sustained_active",
+    ),
     "l1_hit_pct": ("l1tex__t_sector_hit_rate.pct",),
     "l2_hit_pct": ("lts__t_sector_hit_rate.pct",),
     "sm_throughput_pct": ("sm__throughput.avg.pct_of_peak_sustained_elapsed",),
-    "dram_throughput_pct": ("gpu__dram_throughput.avg.pct_of_peak_sustained_elapsed",
-                            "dram__throughput.avg.pct_of_peak_sustained_elapsed"),
+    "dram_throughput_pct": (
+        "gpu__dram_throughput.avg.pct_of_peak_sustained_elapsed",
+        "dram__throughput.avg.pct_of_peak_sustained_elapsed",
+    ),
     "sm_clock_hz": ("sm__cycles_elapsed.avg.per_second",),
     "registers_per_thread": ("launch__registers_per_thread",),
     "grid_size": ("launch__grid_size",),
@@ -94,8 +104,12 @@ def kernel_rows(raw_rows: list[dict[str, str]], roles: dict[str, str]) -> list[d
     """One dict per profiled kernel with role names as keys (numbers) plus the kernel name."""
     out = []
     for row in raw_rows:
-        record: dict[str, object] = {"ncu_id": int(row["ID"]), "kernel_name": row.get("Kernel Name", ""),
-                                     "grid_dims": row.get("Grid Size"), "block_dims": row.get("Block Size")}
+        record: dict[str, object] = {
+            "ncu_id": int(row["ID"]),
+            "kernel_name": row.get("Kernel Name", ""),
+            "grid_dims": row.get("Grid Size"),
+            "block_dims": row.get("Block Size"),
+        }
         for role, metric in roles.items():
             record[role] = _number(row.get(metric))
         out.append(record)

@@ -47,11 +47,19 @@ def read_timing(path: Path) -> list[CaseRecord]:
         try:
             raw = json.loads(line)
             kernels = tuple(k["name"] for k in raw.get("kernels", []) if not k["name"].startswith("Memset"))
-            records.append(CaseRecord(
-                index=int(raw["index"]), case_id=raw["case_id"], case=raw["case"], device_name=raw["device_name"],
-                duration_us=float(raw.get("duration_us", math.nan)),
-                duration_std_us=float(raw.get("duration_std_us", math.nan)),
-                n_trials=int(raw.get("n_trials", 0)), kernel_names=kernels, error=raw.get("error")))
+            records.append(
+                CaseRecord(
+                    index=int(raw["index"]),
+                    case_id=raw["case_id"],
+                    case=raw["case"],
+                    device_name=raw["device_name"],
+                    duration_us=float(raw.get("duration_us", math.nan)),
+                    duration_std_us=float(raw.get("duration_std_us", math.nan)),
+                    n_trials=int(raw.get("n_trials", 0)),
+                    kernel_names=kernels,
+                    error=raw.get("error"),
+                )
+            )
         except (json.JSONDecodeError, KeyError, TypeError, ValueError) as exc:
             raise ProfileDataError(f"{path}: line {line_no}: not a runner record ({exc})") from exc
     return records
@@ -74,8 +82,10 @@ def ncu_flops(kernel: dict[str, float], roles: dict[str, str]) -> float:
         value = kernel.get(role, math.nan)
         return 0.0 if value != value else float(value)  # an absent counter means no such instruction
 
-    simt = sum(get(a) + get(m) + 2 * get(f) for a, m, f in (("fadd", "fmul", "ffma"), ("dadd", "dmul", "dfma"),
-                                                            ("hadd", "hmul", "hfma")))
+    simt = sum(
+        get(a) + get(m) + 2 * get(f)
+        for a, m, f in (("fadd", "fmul", "ffma"), ("dadd", "dmul", "dfma"), ("hadd", "hmul", "hfma"))
+    )
     return simt + sum(get(role) for role in _tensor_roles(roles))
 
 
@@ -97,7 +107,9 @@ def kernel_key(name: str) -> str:
     return words[-1].split("::")[-1] if words else name
 
 
-def match_ncu_to_cases(cases: list[CaseRecord], kernels: list[dict], source: Path) -> list[tuple[CaseRecord, int, dict]]:
+def match_ncu_to_cases(
+    cases: list[CaseRecord], kernels: list[dict], source: Path
+) -> list[tuple[CaseRecord, int, dict]]:
     """(case, kernel position within the case, ncu kernel) in launch order, checked by name."""
     matched = []
     cursor = 0
@@ -111,15 +123,20 @@ def match_ncu_to_cases(cases: list[CaseRecord], kernels: list[dict], source: Pat
             if kernel_key(got) != kernel_key(expected):
                 raise ProfileDataError(
                     f"{source}: row {cursor}: kernel {got[:60]!r} does not match case {case.case_id}'s "
-                    f"kernel {expected[:60]!r}")
+                    f"kernel {expected[:60]!r}"
+                )
             matched.append((case, position, kernels[cursor]))
             cursor += 1
     if cursor != len(kernels):
-        raise ProfileDataError(f"{source}: {len(kernels) - cursor} profiled kernels left over after all cases")
+        raise ProfileDataError(
+            f"{source}: {len(kernels) - cursor} profiled kernels left over after all cases"
+        )
     return matched
 
 
-def read_ncu_run(folder: Path, timing: list[CaseRecord], case_filter: str) -> list[tuple[CaseRecord, int, dict, dict]]:
+def read_ncu_run(
+    folder: Path, timing: list[CaseRecord], case_filter: str
+) -> list[tuple[CaseRecord, int, dict, dict]]:
     raw_path = folder / "ncu_raw.csv"
     roles = json.loads((folder / "ncu_roles.json").read_text())["roles"]
     kernels = kernel_rows(parse_raw_csv(raw_path.read_text()), roles)

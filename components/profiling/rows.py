@@ -30,13 +30,31 @@ BACKENDS: tuple[str, ...] = ("events", "ncu", "rocprofv3", "host")
 # counter runs with free-running event timings).
 CLOCK_MODES: tuple[str, ...] = ("boost", "locked", "base", "host", "unknown")
 # Canonical ``profiler`` value of each backend in the measurements table.
-PROFILER_OF_BACKEND: dict[str, str] = {"events": "cuda_event", "ncu": "ncu", "rocprofv3": "rocprofv3", "host": "host"}
+PROFILER_OF_BACKEND: dict[str, str] = {
+    "events": "cuda_event",
+    "ncu": "ncu",
+    "rocprofv3": "rocprofv3",
+    "host": "host",
+}
 
 # Metric keys a row may carry (None when the backend does not measure them; never a guess).
 METRIC_KEYS: tuple[str, ...] = (
-    "duration_us", "duration_mean_us", "duration_std_us", "duration_min_us", "duration_max_us", "duration_iqr_us",
-    "dram_read_bytes", "dram_write_bytes", "flops", "flops_fp64", "flops_fp32", "flops_fp16", "flops_tensor",
-    "tensor_ops", "l1_hit_rate", "l2_hit_rate",
+    "duration_us",
+    "duration_mean_us",
+    "duration_std_us",
+    "duration_min_us",
+    "duration_max_us",
+    "duration_iqr_us",
+    "dram_read_bytes",
+    "dram_write_bytes",
+    "flops",
+    "flops_fp64",
+    "flops_fp32",
+    "flops_fp16",
+    "flops_tensor",
+    "tensor_ops",
+    "l1_hit_rate",
+    "l2_hit_rate",
 )
 
 
@@ -53,9 +71,12 @@ def timing_stats(samples_us: Sequence[float]) -> dict[str, float]:
     ordered = sorted(samples_us)
     quartiles = statistics.quantiles(ordered, n=4) if len(ordered) >= 2 else [ordered[0]] * 3
     return {
-        "duration_us": statistics.median(ordered), "duration_mean_us": statistics.fmean(ordered),
-        "duration_std_us": statistics.pstdev(ordered), "duration_min_us": ordered[0],
-        "duration_max_us": ordered[-1], "duration_iqr_us": quartiles[2] - quartiles[0],
+        "duration_us": statistics.median(ordered),
+        "duration_mean_us": statistics.fmean(ordered),
+        "duration_std_us": statistics.pstdev(ordered),
+        "duration_min_us": ordered[0],
+        "duration_max_us": ordered[-1],
+        "duration_iqr_us": quartiles[2] - quartiles[0],
     }
 
 
@@ -93,4 +114,6 @@ def read_manifest(run_dir: Path) -> dict[str, Any]:
 
 
 def write_manifest(run_dir: Path, manifest: dict[str, Any]) -> None:
-    atomic_write_text(Path(run_dir) / "manifest.json", json.dumps(_plain(manifest), indent=2, sort_keys=True) + "\n")
+    atomic_write_text(
+        Path(run_dir) / "manifest.json", json.dumps(_plain(manifest), indent=2, sort_keys=True) + "\n"
+    )

@@ -80,12 +80,14 @@ def profile_params(params: dict[str, Any] | None = None) -> dict[str, Any]:
 
 
 def default_run_id(device: str, backend: str, suite: str) -> str:
-    stamp = dt.datetime.now(dt.timezone.utc).strftime("%Y%m%dT%H%M%S")
+    stamp = dt.datetime.now(dt.UTC).strftime("%Y%m%dT%H%M%S")
     return f"{device}-{backend}-{Path(suite).stem}-{stamp}".lower().replace(" ", "-")
 
 
 def chunk_id(index: int, device: str, backend: str, cases: list[Case]) -> str:
-    digest = hashlib.sha1("\x1f".join([device, backend, *(c.case_id for c in cases)]).encode()).hexdigest()[:10]
+    digest = hashlib.sha1("\x1f".join([device, backend, *(c.case_id for c in cases)]).encode()).hexdigest()[
+        :10
+    ]
     return f"{index:04d}-{digest}"
 
 
@@ -93,7 +95,9 @@ def _select_cases(inputs: ProfileInputs, device_id: str) -> list[Case]:
     select = None
     if inputs.model is not None:
         if inputs.chooser is None:
-            raise ValueError(f"--model {inputs.model}: no active-learning chooser given to choose the cases with")
+            raise ValueError(
+                f"--model {inputs.model}: no active-learning chooser given to choose the cases with"
+            )
         select = inputs.chooser(inputs.model, device_id)
     cases = [c for c in load_cases(inputs.suite, select=select) if inputs.case_filter in c.case_id]
     if inputs.limit:
@@ -122,8 +126,9 @@ def _resume_or_new(run_dir: Path, identity: dict[str, Any]) -> None:
     old = read_manifest(run_dir)
     clash = [k for k, v in identity.items() if old.get(k) != v]
     if clash:
-        raise ValueError(f"--out {run_dir}: holds a run of another {clash[0]} ({old.get(clash[0])!r}); "
-                         "give a new folder")
+        raise ValueError(
+            f"--out {run_dir}: holds a run of another {clash[0]} ({old.get(clash[0])!r}); give a new folder"
+        )
 
 
 def _start_ray(ray_address: str | None) -> None:
@@ -146,26 +151,51 @@ def profile_run(inputs: ProfileInputs) -> ProfileResult:
     placement = placement_for(inputs.device, inputs.backend)
     suite = read_suite(inputs.suite)
     cases = _select_cases(inputs, placement.device)
-    run_id = inputs.run_id or (Path(inputs.out_dir).name if inputs.out_dir else default_run_id(
-        placement.device, inputs.backend, inputs.suite))
+    run_id = inputs.run_id or (
+        Path(inputs.out_dir).name
+        if inputs.out_dir
+        else default_run_id(placement.device, inputs.backend, inputs.suite)
+    )
     run_dir = Path(inputs.out_dir) if inputs.out_dir else get_settings().data_dir / "profiles" / run_id
-    identity = {"format": ROWS_FORMAT, "device": placement.device, "backend": inputs.backend,
-                "suite": Path(inputs.suite).stem, "run_id": run_id}
+    identity = {
+        "format": ROWS_FORMAT,
+        "device": placement.device,
+        "backend": inputs.backend,
+        "suite": Path(inputs.suite).stem,
+        "run_id": run_id,
+    }
     _resume_or_new(run_dir, identity)
     warmup = inputs.warmup if inputs.warmup is not None else int(suite.get("warmup", 5))
     repeats = inputs.repeats if inputs.repeats is not None else int(suite.get("repeats", 25))
     groups = chunked(cases, inputs.chunk_size)
-    jobs = [ChunkJob(run_dir=str(run_dir.resolve()), chunk_id=chunk_id(i, placement.device, inputs.backend, g),
-                     index=i, cases=[c.to_json() for c in g], backend=inputs.backend, device=placement.device,
-                     run_id=run_id, warmup=warmup, repeats=repeats, l2_flush=inputs.l2_flush,
-                     datasets_dir=str(get_settings().datasets_dir), fault=os.environ.get(FAULT_ENV),
-                     hold=os.environ.get(HOLD_ENV))
-            for i, g in enumerate(groups)]
+    jobs = [
+        ChunkJob(
+            run_dir=str(run_dir.resolve()),
+            chunk_id=chunk_id(i, placement.device, inputs.backend, g),
+            index=i,
+            cases=[c.to_json() for c in g],
+            backend=inputs.backend,
+            device=placement.device,
+            run_id=run_id,
+            warmup=warmup,
+            repeats=repeats,
+            l2_flush=inputs.l2_flush,
+            datasets_dir=str(get_settings().datasets_dir),
+            fault=os.environ.get(FAULT_ENV),
+            hold=os.environ.get(HOLD_ENV),
+        )
+        for i, g in enumerate(groups)
+    ]
     manifest: dict[str, Any] = {
-        **identity, "created": dt.datetime.now(dt.timezone.utc).isoformat(), "status": "running",
-        "warmup": warmup, "repeats": repeats, "l2_flush": inputs.l2_flush, "cases": len(cases),
-        "chunks": [j.chunk_id for j in jobs], "placement": {"accelerator_type": placement.accelerator_type,
-                                                            "num_gpus": placement.num_gpus},
+        **identity,
+        "created": dt.datetime.now(dt.UTC).isoformat(),
+        "status": "running",
+        "warmup": warmup,
+        "repeats": repeats,
+        "l2_flush": inputs.l2_flush,
+        "cases": len(cases),
+        "chunks": [j.chunk_id for j in jobs],
+        "placement": {"accelerator_type": placement.accelerator_type, "num_gpus": placement.num_gpus},
         "scheduler": "ray" if inputs.use_ray else "local",
     }
     if inputs.use_ray:  # an absent device is reported before anything is written
@@ -180,17 +210,24 @@ def profile_run(inputs: ProfileInputs) -> ProfileResult:
     rows = read_rows(run_dir)
     errors = Counter(bool(r.get("error")) for r in rows)
     first = rows[0] if rows else {}
-    manifest.update({
-        "status": "complete" if not (report.failed or report.timed_out) else "partial",
-        "finished": dt.datetime.now(dt.timezone.utc).isoformat(),
-        "device_name": first.get("device_name"), "tool": first.get("tool"), "tool_version": first.get("tool_version"),
-        "clock_mode": first.get("clock_mode"), "rows": len(rows), "rows_failed": errors[True],
-        "report": report.as_dict(),
-    })
+    manifest.update(
+        {
+            "status": "complete" if not (report.failed or report.timed_out) else "partial",
+            "finished": dt.datetime.now(dt.UTC).isoformat(),
+            "device_name": first.get("device_name"),
+            "tool": first.get("tool"),
+            "tool_version": first.get("tool_version"),
+            "clock_mode": first.get("clock_mode"),
+            "rows": len(rows),
+            "rows_failed": errors[True],
+            "report": report.as_dict(),
+        }
+    )
     write_manifest(run_dir, manifest)
     if not rows and (report.failed or report.timed_out):
         why = next(iter(report.failed.values()), None) or (
             f"{len(report.timed_out)} chunk(s) not finished within {inputs.timeout_s:g} s "
-            f"(device {placement.device} busy or absent)")
+            f"(device {placement.device} busy or absent)"
+        )
         raise ProfilingError(f"profiling {placement.device} with {inputs.backend} produced no rows: {why}")
     return ProfileResult(run_dir, manifest, rows)

@@ -58,8 +58,12 @@ class Placement:
     def options(self, max_retries: int, memory_resource: bool = False) -> dict[str, Any]:
         """Ray task options. ``memory_resource``: the cluster's GPU nodes declare a ``gpu_memory_gb``
         custom resource (infra node groups do), so a job also claims its GPU's memory there."""
-        opts: dict[str, Any] = {"num_cpus": self.num_cpus, "num_gpus": self.num_gpus, "max_retries": max_retries,
-                                "retry_exceptions": False}
+        opts: dict[str, Any] = {
+            "num_cpus": self.num_cpus,
+            "num_gpus": self.num_gpus,
+            "max_retries": max_retries,
+            "retry_exceptions": False,
+        }
         if self.resource:
             opts["resources"] = {self.resource: 0.001}
             if memory_resource and self.gpu_memory_gb:
@@ -81,7 +85,9 @@ def placement_for(device: str, backend: str, catalog: Any | None = None) -> Plac
     """Where jobs for ``device`` run: the host, or a node with that GPU type (catalog name or alias)."""
     if backend == "host" or device == "host":
         if backend != "host" or device != "host":
-            raise DeviceUnavailable(f"--device {device} --backend {backend}: the host backend profiles --device host only")
+            raise DeviceUnavailable(
+                f"--device {device} --backend {backend}: the host backend profiles --device host only"
+            )
         return Placement("host", None)
     if catalog is None:
         from components.devices import load_catalog
@@ -91,8 +97,12 @@ def placement_for(device: str, backend: str, catalog: Any | None = None) -> Plac
         spec = catalog.resolve(device)
     except LookupError as exc:
         raise DeviceUnavailable(f"--device {device}: not a catalog GPU ({exc})") from None
-    return Placement(spec.id, ray_accelerator_type(spec.id, spec.vendor), num_gpus=1.0,
-                     gpu_memory_gb=float(spec.memory_gb) if spec.memory_gb else None)
+    return Placement(
+        spec.id,
+        ray_accelerator_type(spec.id, spec.vendor),
+        num_gpus=1.0,
+        gpu_memory_gb=float(spec.memory_gb) if spec.memory_gb else None,
+    )
 
 
 def local_device(catalog: Any | None = None) -> str:
@@ -113,8 +123,9 @@ def local_device(catalog: Any | None = None) -> str:
     try:
         return catalog.resolve(name).id
     except LookupError:
-        raise DeviceUnavailable(f"this machine's GPU {name!r} is not in the catalog; add it first "
-                                "(kernelcast devices add)") from None
+        raise DeviceUnavailable(
+            f"this machine's GPU {name!r} is not in the catalog; add it first (kernelcast devices add)"
+        ) from None
 
 
 def check_available(placement: Placement) -> None:
@@ -130,7 +141,8 @@ def check_available(placement: Placement) -> None:
     if resources.get("GPU", 0) < placement.num_gpus or placement.resource not in resources:
         raise DeviceUnavailable(
             f"--device {placement.device}: no Ray node offers {placement.resource} with a GPU "
-            f"(the cluster has: {', '.join(offered) or 'no GPU nodes'}); not waiting for one")
+            f"(the cluster has: {', '.join(offered) or 'no GPU nodes'}); not waiting for one"
+        )
 
 
 @dataclass(frozen=True)
@@ -201,9 +213,15 @@ def measure_chunk(job: ChunkJob) -> dict[str, Any]:
     _wait_for_release(job)
     cases = [Case.from_json(c) for c in job.cases]
     with tempfile.TemporaryDirectory(prefix=f"kc-{job.chunk_id}-") as raw_dir:
-        ctx = MeasureContext(device=job.device, run_id=job.run_id, warmup=job.warmup, repeats=job.repeats,
-                             l2_flush=job.l2_flush, raw_dir=Path(raw_dir),
-                             datasets_dir=Path(job.datasets_dir) if job.datasets_dir else None)
+        ctx = MeasureContext(
+            device=job.device,
+            run_id=job.run_id,
+            warmup=job.warmup,
+            repeats=job.repeats,
+            l2_flush=job.l2_flush,
+            raw_dir=Path(raw_dir),
+            datasets_dir=Path(job.datasets_dir) if job.datasets_dir else None,
+        )
         backend = get_backend(job.backend)
         backend.check()
         _inject_fault(job, cases, ctx)
@@ -215,10 +233,16 @@ def measure_chunk(job: ChunkJob) -> dict[str, Any]:
             from components.profiling.backends.base import unsupported
 
             env = backend.environment()
-            rows += [unsupported(ctx, env, job.backend, c, f"{job.backend} backend cannot measure {c.kind} cases")
-                     for c in cases if c.kind not in backend.kinds]
-        raw = {str(p.relative_to(raw_dir)): p.read_bytes() for p in sorted(Path(raw_dir).rglob("*"))
-               if p.is_file() and p.stat().st_size <= MAX_RAW_BYTES}
+            rows += [
+                unsupported(ctx, env, job.backend, c, f"{job.backend} backend cannot measure {c.kind} cases")
+                for c in cases
+                if c.kind not in backend.kinds
+            ]
+        raw = {
+            str(p.relative_to(raw_dir)): p.read_bytes()
+            for p in sorted(Path(raw_dir).rglob("*"))
+            if p.is_file() and p.stat().st_size <= MAX_RAW_BYTES
+        }
     for row in rows:
         row["chunk_id"] = job.chunk_id
     return {"chunk_id": job.chunk_id, "rows": rows, "raw": raw, "pid": os.getpid()}
@@ -244,7 +268,9 @@ def _todo(jobs: list[ChunkJob], report: ScheduleReport) -> list[ChunkJob]:
     return todo
 
 
-def run_jobs(jobs: list[ChunkJob], placement: Placement, *, timeout_s: float, max_retries: int = 3) -> ScheduleReport:
+def run_jobs(
+    jobs: list[ChunkJob], placement: Placement, *, timeout_s: float, max_retries: int = 3
+) -> ScheduleReport:
     """Submit every chunk job to Ray with ``placement``; wait at most ``timeout_s`` in all."""
     import ray
     from ray.exceptions import GetTimeoutError, RayError
@@ -257,7 +283,8 @@ def run_jobs(jobs: list[ChunkJob], placement: Placement, *, timeout_s: float, ma
         from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
         options["scheduling_strategy"] = NodeAffinitySchedulingStrategy(
-            node_id=ray.get_runtime_context().get_node_id(), soft=False)
+            node_id=ray.get_runtime_context().get_node_id(), soft=False
+        )
     remote = ray.remote(measure_chunk).options(**options)
     report = ScheduleReport()
     pending = {remote.remote(job): job for job in _todo(jobs, report)}
@@ -272,7 +299,9 @@ def run_jobs(jobs: list[ChunkJob], placement: Placement, *, timeout_s: float, ma
             try:
                 result = ray.get(ref, timeout=max(1.0, remaining))
             except (RayError, GetTimeoutError) as exc:
-                report.failed[job.chunk_id] = f"{type(exc).__name__}: {str(exc).strip().splitlines()[-1][:300]}"
+                report.failed[job.chunk_id] = (
+                    f"{type(exc).__name__}: {str(exc).strip().splitlines()[-1][:300]}"
+                )
                 continue
             report.done[job.chunk_id] = save_chunk(job, result)
     for ref, job in pending.items():  # busy (never scheduled) or too slow: reported, not waited on

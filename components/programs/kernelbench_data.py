@@ -47,8 +47,13 @@ def _read_cache(path: Path) -> pd.DataFrame:
     return pd.DataFrame(columns=list(CACHE_COLUMNS))
 
 
-def cached_traces(texts: dict[str, str], cache_dir: Path, *, per_module_s: float = PER_MODULE_S,
-                  log: Callable[[str], None] = lambda _: None) -> dict[str, TraceResult]:
+def cached_traces(
+    texts: dict[str, str],
+    cache_dir: Path,
+    *,
+    per_module_s: float = PER_MODULE_S,
+    log: Callable[[str], None] = lambda _: None,
+) -> dict[str, TraceResult]:
     """name -> TraceResult for every module text, tracing (in the sandbox) only texts not cached."""
     from components.common.atomic import atomic_write
 
@@ -65,12 +70,30 @@ def cached_traces(texts: dict[str, str], cache_dir: Path, *, per_module_s: float
         log(f"tracing {len(missing)} KernelBench modules in the sandbox ({len(known)} cached)")
         jobs = [ModuleJob(name, text=texts[name]) for name in missing.values()]
         # Two children side by side: importing torch and tracing are single-threaded each.
-        results = trace_many(jobs, per_module_s=per_module_s, memory_bytes=DEFAULT_MEMORY_BYTES,
-                             workers=min(TRACE_WORKERS, os.cpu_count() or 1))
-        new = pd.DataFrame([{"content_hash": digest, "name": r.name, "ok": r.ok, "reason": r.reason, "error": r.error,
-                             "ops_json": json.dumps(r.ops, separators=(",", ":")), "seconds": r.seconds}
-                            for digest, r in zip(missing, results)], columns=list(CACHE_COLUMNS))
-        transient = {digest: r for digest, r in zip(missing, results) if not r.ok and r.reason in TRANSIENT_REASONS}
+        results = trace_many(
+            jobs,
+            per_module_s=per_module_s,
+            memory_bytes=DEFAULT_MEMORY_BYTES,
+            workers=min(TRACE_WORKERS, os.cpu_count() or 1),
+        )
+        new = pd.DataFrame(
+            [
+                {
+                    "content_hash": digest,
+                    "name": r.name,
+                    "ok": r.ok,
+                    "reason": r.reason,
+                    "error": r.error,
+                    "ops_json": json.dumps(r.ops, separators=(",", ":")),
+                    "seconds": r.seconds,
+                }
+                for digest, r in zip(missing, results)
+            ],
+            columns=list(CACHE_COLUMNS),
+        )
+        transient = {
+            digest: r for digest, r in zip(missing, results) if not r.ok and r.reason in TRANSIENT_REASONS
+        }
         new = new[~new["content_hash"].isin(set(transient))]
         cache = pd.concat([cache, new], ignore_index=True) if len(cache) else new
         path.parent.mkdir(parents=True, exist_ok=True)
@@ -82,10 +105,14 @@ def cached_traces(texts: dict[str, str], cache_dir: Path, *, per_module_s: float
             out[name] = transient[digest]
             continue
         row = cache.iloc[known[digest]]
-        out[name] = TraceResult(name, bool(row["ok"]), ops=json.loads(row["ops_json"] or "[]"),
-                                error=None if pd.isna(row["error"]) else str(row["error"]),
-                                reason=None if pd.isna(row["reason"]) else str(row["reason"]),
-                                seconds=float(row["seconds"] or 0.0))
+        out[name] = TraceResult(
+            name,
+            bool(row["ok"]),
+            ops=json.loads(row["ops_json"] or "[]"),
+            error=None if pd.isna(row["error"]) else str(row["error"]),
+            reason=None if pd.isna(row["reason"]) else str(row["reason"]),
+            seconds=float(row["seconds"] or 0.0),
+        )
     return out
 
 
@@ -93,7 +120,9 @@ def cached_traces(texts: dict[str, str], cache_dir: Path, *, per_module_s: float
 class KernelBenchData:
     """Timed KernelBench programs in scope: one row per (program, device, config) with its target."""
 
-    rows: pd.DataFrame  # kernel_id, device_id, level, mode, config, duration_us, n_files, program, problem_set
+    rows: (
+        pd.DataFrame
+    )  # kernel_id, device_id, level, mode, config, duration_us, n_files, program, problem_set
     traces: dict[str, TraceResult]  # kernel_id -> trace
     reasons: pd.DataFrame  # kernel_id, device_id, config, reason: rows with no prediction and why
 
@@ -106,9 +135,14 @@ def config_name(params: dict[str, Any]) -> str:
     return backend if backend != "inductor" else f"inductor-{params.get('compile_mode') or 'default'}"
 
 
-def load_kernelbench(measurements: pd.DataFrame, kernels: pd.DataFrame, cache_dir: Path, *,
-                     log: Callable[[str], None] = lambda _: None,
-                     kernel_ids: Sequence[str] | None = None) -> KernelBenchData:
+def load_kernelbench(
+    measurements: pd.DataFrame,
+    kernels: pd.DataFrame,
+    cache_dir: Path,
+    *,
+    log: Callable[[str], None] = lambda _: None,
+    kernel_ids: Sequence[str] | None = None,
+) -> KernelBenchData:
     """KernelBench timings (mean over repeated runs of a program on a GPU and config) with traces.
 
     Every timing row is kept: those without a bundled source or whose module cannot be traced go
@@ -123,16 +157,21 @@ def load_kernelbench(measurements: pd.DataFrame, kernels: pd.DataFrame, cache_di
     m["level"] = params.map(lambda p: str(p.get("level", "")).removeprefix("level"))
     m["problem_set"] = params.map(lambda p: p.get("problem_set"))
     m = m[np.isfinite(pd.to_numeric(m["duration_us"], errors="coerce"))]
-    grouped = (m.groupby(["kernel_id", "device_id", "config"], as_index=False)
-               .agg(duration_us=("duration_us", "mean"), n_files=("duration_us", "size"), level=("level", "first"),
-                    problem_set=("problem_set", "first")))
+    grouped = m.groupby(["kernel_id", "device_id", "config"], as_index=False).agg(
+        duration_us=("duration_us", "mean"),
+        n_files=("duration_us", "size"),
+        level=("level", "first"),
+        problem_set=("problem_set", "first"),
+    )
     texts = {}
     for kid in grouped["kernel_id"].unique():
         text = k["source_text"].get(kid) if "source_text" in k.columns else None
         if isinstance(text, str) and text.strip():
             texts[kid] = text
     traces = cached_traces(texts, cache_dir, log=log)
-    grouped["program"] = grouped["kernel_id"].map(lambda kid: k["program"].get(kid) if "program" in k else None)
+    grouped["program"] = grouped["kernel_id"].map(
+        lambda kid: k["program"].get(kid) if "program" in k else None
+    )
     reason = pd.Series([None] * len(grouped), index=grouped.index, dtype=object)
     no_source = ~grouped["kernel_id"].isin(set(texts))
     reason[no_source] = "no bundled module source (problem tree not in the bundle)"

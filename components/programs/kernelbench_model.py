@@ -19,7 +19,12 @@ import pandas as pd
 from components.programs.kernelbench_data import KernelBenchData
 from components.programs.ops import ProgramOps, program_ops
 from components.programs.overheads import (
-    MODEL_FILE, ConfigModel, ProgramModel, fit_config, gpu_grouped_q_log, kind_sums,
+    MODEL_FILE,
+    ConfigModel,
+    ProgramModel,
+    fit_config,
+    gpu_grouped_q_log,
+    kind_sums,
 )
 
 MIN_CONFIG_ROWS = 100  # a run config with fewer timed rows (or on one GPU only) gets no model
@@ -34,38 +39,62 @@ def program_table(data: KernelBenchData, catalog: Any, op_predictor: Any = None)
     kernel_ids = sorted(data.traces)
     programs: list[ProgramOps] = [program_ops(data.traces[k].ops) for k in kernel_ids]
     devices = sorted(set(data.rows["device_id"].astype(str)) & set(catalog.ids()))
-    predictor = op_predictor if op_predictor is not None and getattr(op_predictor, "family", "") != "roofline" else None
+    predictor = (
+        op_predictor
+        if op_predictor is not None and getattr(op_predictor, "family", "") != "roofline"
+        else None
+    )
     times = op_times(programs, devices, catalog, predictor)
     features = program_features(programs, times, devices, catalog)
-    features = features.merge(kind_sums(times.frame, "pred_us", "pred"), on=["program", "device_id"], how="left")
+    features = features.merge(
+        kind_sums(times.frame, "pred_us", "pred"), on=["program", "device_id"], how="left"
+    )
     features["kernel_id"] = [kernel_ids[p] for p in features["program"]]
     features = features.drop(columns="program")
     table = data.rows.drop(columns=[c for c in ("program",) if c in data.rows.columns]).merge(
-        features, on=["kernel_id", "device_id"], how="inner")
+        features, on=["kernel_id", "device_id"], how="inner"
+    )
     return table.fillna({c: 0.0 for c in table.columns if c.startswith("pred_")})
 
 
-def fit_program_model(table: pd.DataFrame, basis: str, *, residual: bool = True, min_rows: int = MIN_CONFIG_ROWS,
-                      interval: bool = False, log: Callable[[str], None] = lambda _: None) -> ProgramModel:
+def fit_program_model(
+    table: pd.DataFrame,
+    basis: str,
+    *,
+    residual: bool = True,
+    min_rows: int = MIN_CONFIG_ROWS,
+    interval: bool = False,
+    log: Callable[[str], None] = lambda _: None,
+) -> ProgramModel:
     """One model per config with at least ``min_rows`` rows on MIN_CONFIG_DEVICES GPUs."""
     configs: dict[str, ConfigModel] = {}
     for config, rows in table.groupby("config", sort=True):
         if len(rows) < min_rows or rows["device_id"].nunique() < MIN_CONFIG_DEVICES:
             log(f"program model: {config} skipped ({len(rows)} rows on {rows['device_id'].nunique()} GPUs)")
             continue
-        model = fit_config(rows.reset_index(drop=True), rows["duration_us"].to_numpy("float64"), residual=residual)
+        model = fit_config(
+            rows.reset_index(drop=True), rows["duration_us"].to_numpy("float64"), residual=residual
+        )
         if interval and config == "eager":  # the answers module questions get (predict_module: eager)
-            model.q_log = gpu_grouped_q_log(rows.reset_index(drop=True), rows["duration_us"].to_numpy("float64"),
-                                            residual=residual)
+            model.q_log = gpu_grouped_q_log(
+                rows.reset_index(drop=True), rows["duration_us"].to_numpy("float64"), residual=residual
+            )
         configs[str(config)] = model
     if "eager" not in configs:
         raise ValueError("no eager KernelBench timings to fit the program model on")
     return ProgramModel(basis, configs)
 
 
-def fit_for_predictor(predictor: Any, measurements: pd.DataFrame, kernels: pd.DataFrame, settings: Any, *,
-                      train_ids: Collection[str] | None = None, predictor_dir: Path | None = None,
-                      log: Callable[[str], None] = lambda _: None) -> list[Path]:
+def fit_for_predictor(
+    predictor: Any,
+    measurements: pd.DataFrame,
+    kernels: pd.DataFrame,
+    settings: Any,
+    *,
+    train_ids: Collection[str] | None = None,
+    predictor_dir: Path | None = None,
+    log: Callable[[str], None] = lambda _: None,
+) -> list[Path]:
     """Fit the program model for ``predictor`` (and the roofline basis) on the KernelBench rows whose
     measurement ids are in ``train_ids`` (the fold's train side; all when None); save both under
     ``models/programs/`` and the predictor's own one in ``predictor_dir``. Returns the files written."""
@@ -98,7 +127,9 @@ def fit_for_predictor(predictor: Any, measurements: pd.DataFrame, kernels: pd.Da
         written.append(model.save(program_model_path(settings.models_dir, basis)))
         if predictor_dir is not None and op_predictor is predictor:
             written.append(model.save(Path(predictor_dir) / MODEL_FILE))
-        log(f"program model ({basis}): {', '.join(f'{k} {v.n_train} rows' for k, v in model.configs.items())}")
+        log(
+            f"program model ({basis}): {', '.join(f'{k} {v.n_train} rows' for k, v in model.configs.items())}"
+        )
     return written
 
 
@@ -107,8 +138,13 @@ def mape(pred: np.ndarray, true: np.ndarray) -> float:
     return float(np.mean(np.abs(pred[ok] - true[ok]) / true[ok])) if ok.any() else float("nan")
 
 
-def fit_after_training(predictor: Any, train_side: pd.DataFrame, settings: Any, predictor_dir: Path,
-                       log: Callable[[str], None] = lambda _: None) -> list[Path]:
+def fit_after_training(
+    predictor: Any,
+    train_side: pd.DataFrame,
+    settings: Any,
+    predictor_dir: Path,
+    log: Callable[[str], None] = lambda _: None,
+) -> list[Path]:
     """The train stage's hook: fit the program models on the KernelBench rows of the fold's train
     side (canonical tables under ``settings.data_dir``). A missing table or KernelBench source is
     said and skipped -- module questions then answer with the roofline-basis or untrained model."""
@@ -121,13 +157,15 @@ def fit_after_training(predictor: Any, train_side: pd.DataFrame, settings: Any, 
     if not ids:
         log("program model: skipped (no KernelBench rows on the train side)")
         return []
-    measurements = pd.read_parquet(paths[0], columns=["measurement_id", "kernel_id", "device_id", "source",
-                                                      "params_json", "duration_us"])
+    measurements = pd.read_parquet(
+        paths[0], columns=["measurement_id", "kernel_id", "device_id", "source", "params_json", "duration_us"]
+    )
     kernels = pd.read_parquet(paths[1], columns=["kernel_id", "source", "program", "source_text"])
     kernels = kernels[kernels["source"] == "kernelbench"]
     try:
-        return fit_for_predictor(predictor, measurements, kernels, settings, train_ids=ids,
-                                 predictor_dir=predictor_dir, log=log)
+        return fit_for_predictor(
+            predictor, measurements, kernels, settings, train_ids=ids, predictor_dir=predictor_dir, log=log
+        )
     except ValueError as exc:  # e.g. no eager timings on this side: say so, the op model stands
         log(f"program model: not fitted ({exc})")
         return []

@@ -21,7 +21,7 @@ import pandas as pd
 
 from components.programs.errors import ProgramError
 from components.programs.ops import ProgramOps, display_name, program_ops
-from components.programs.overheads import MODEL_FILE, ProgramModel, kind_sums
+from components.programs.overheads import ProgramModel, kind_sums
 
 PROGRAMS_DIR = "programs"  # under KERNELCAST_HOME/models: one program model per op-predictor basis
 ROOFLINE_BASIS = "roofline"
@@ -40,7 +40,16 @@ def basis_id(predictor: Any) -> str:
     if cached:
         return str(cached)
     state = {}
-    for name in ("config", "feature_columns", "categories", "classes", "conformal", "floors", "target_bounds", "ood"):
+    for name in (
+        "config",
+        "feature_columns",
+        "categories",
+        "classes",
+        "conformal",
+        "floors",
+        "target_bounds",
+        "ood",
+    ):
         value = getattr(predictor, name, None)
         if value is not None:
             state[name] = asdict(value) if is_dataclass(value) else value
@@ -98,8 +107,10 @@ def _check_dtype(dtype: str | None) -> str | None:
         return None
     value = str(dtype).strip().lower()
     if value not in DTYPES:
-        raise ProgramError(f"dtype {dtype!r}: a module question takes one of {', '.join(DTYPES)} "
-                           "(or none: the dtypes the module itself uses)")
+        raise ProgramError(
+            f"dtype {dtype!r}: a module question takes one of {', '.join(DTYPES)} "
+            "(or none: the dtypes the module itself uses)"
+        )
     return value
 
 
@@ -107,8 +118,9 @@ def _short_shape(shape: tuple[tuple[str, float], ...]) -> str:
     return ",".join(f"{k}={int(v) if float(v).is_integer() else round(v, 1)}" for k, v in shape)
 
 
-def program_frames(programs: list[ProgramOps], specs: list[Any], op_predictor: Any,
-                   model: ProgramModel, matches: bool) -> tuple[pd.DataFrame, pd.DataFrame]:
+def program_frames(
+    programs: list[ProgramOps], specs: list[Any], op_predictor: Any, model: ProgramModel, matches: bool
+) -> tuple[pd.DataFrame, pd.DataFrame]:
     """(op rows, program rows) for programs x specs; program rows carry ``pred_<kind>`` in the
     program model's basis and ``predicted_us``."""
     from components.devices import load_catalog
@@ -119,7 +131,11 @@ def program_frames(programs: list[ProgramOps], specs: list[Any], op_predictor: A
     if extra:
         catalog = catalog.with_devices(extra)
     ids = [s.id for s in specs]
-    predictor = op_predictor if op_predictor is not None and getattr(op_predictor, "family", "") != "roofline" else None
+    predictor = (
+        op_predictor
+        if op_predictor is not None and getattr(op_predictor, "family", "") != "roofline"
+        else None
+    )
     times = op_times(programs, ids, catalog, predictor)
     frame = program_features(programs, times, ids, catalog)
     basis_column = "pred_us" if matches else "roof_us"
@@ -129,7 +145,9 @@ def program_frames(programs: list[ProgramOps], specs: list[Any], op_predictor: A
     return times.frame, frame
 
 
-def predict_module(module: str, dtype: str | None, specs: list[Any], op_predictor: Any) -> list[dict[str, Any]]:
+def predict_module(
+    module: str, dtype: str | None, specs: list[Any], op_predictor: Any
+) -> list[dict[str, Any]]:
     """One answer dict per spec for a KernelBench-style module (path or text); ProgramError when
     the module cannot be traced or the question is malformed."""
     from components.programs.trace import trace_module
@@ -143,12 +161,31 @@ def predict_module(module: str, dtype: str | None, specs: list[Any], op_predicto
     program = with_dtype(program_ops(trace.ops), dtype)
     model, matches = resolve_program_model(op_predictor)
     times, frame = program_frames([program], list(specs), op_predictor, model, matches)
-    return [_answer(program, spec, times[times["device_id"] == spec.id], frame[frame["device_id"] == spec.id].iloc[0],
-                    model, matches, op_predictor, trace.name) for spec in specs]
+    return [
+        _answer(
+            program,
+            spec,
+            times[times["device_id"] == spec.id],
+            frame[frame["device_id"] == spec.id].iloc[0],
+            model,
+            matches,
+            op_predictor,
+            trace.name,
+        )
+        for spec in specs
+    ]
 
 
-def _answer(program: ProgramOps, spec: Any, ops: pd.DataFrame, row: pd.Series, model: ProgramModel,
-            matches: bool, op_predictor: Any, name: str) -> dict[str, Any]:
+def _answer(
+    program: ProgramOps,
+    spec: Any,
+    ops: pd.DataFrame,
+    row: pd.Series,
+    model: ProgramModel,
+    matches: bool,
+    op_predictor: Any,
+    name: str,
+) -> dict[str, Any]:
     roof = float(row["roof_sum_us"])
     ops = ops.assign(total_us=ops["pred_us"] * ops["count"], roof_total=ops["roof_us"] * ops["count"])
     # The program runs every op of its breakdown one after another on the GPU: its total is never
@@ -165,39 +202,64 @@ def _answer(program: ProgramOps, spec: Any, ops: pd.DataFrame, row: pd.Series, m
     pipe_time = ops.groupby("pipe")["roof_total"].sum() if len(ops) else pd.Series(dtype=float)
     bound_pipe = "launch" if launch_dominated or pipe_time.empty else str(pipe_time.idxmax())
     top = ops.sort_values("total_us", ascending=False).head(BREAKDOWN_TOP)
-    breakdown = [{"op": f"{display_name(program.questions[int(r.question)])} [{r.kind}] "
-                        f"{_short_shape(program.questions[int(r.question)].shape)}",
-                  "count": int(r.count), "duration_us": round(float(r.total_us), 3),
-                  "bound": "compute" if r.bound == "compute" else "bandwidth"} for r in top.itertuples()]
+    breakdown = [
+        {
+            "op": f"{display_name(program.questions[int(r.question)])} [{r.kind}] "
+            f"{_short_shape(program.questions[int(r.question)].shape)}",
+            "count": int(r.count),
+            "duration_us": round(float(r.total_us), 3),
+            "bound": "compute" if r.bound == "compute" else "bandwidth",
+        }
+        for r in top.itertuples()
+    ]
     flops = _program_flops(ops)
     notes = [f"{program.n_kernels} kernels from {program.n_aten} aten calls"]
     if program.unmapped:
         names = ", ".join(f"{k} x{v}" for k, v in program.unmapped.most_common(5))
-        notes.append(f"{sum(program.unmapped.values())} calls of unknown aten ops estimated by bytes moved ({names})")
+        notes.append(
+            f"{sum(program.unmapped.values())} calls of unknown aten ops estimated by bytes moved ({names})"
+        )
     if not model.fitted:
         notes.append("no learned program model yet (run the train stage): op times plus default overheads")
     elif not matches:
-        notes.append("program total from the roofline-basis program model (smaller error on held-out training "
-                     "GPUs than one on this op predictor's times, or none fitted for it); the breakdown is the "
-                     "op predictor's")
+        notes.append(
+            "program total from the roofline-basis program model (smaller error on held-out training "
+            "GPUs than one on this op predictor's times, or none fitted for it); the breakdown is the "
+            "op predictor's"
+        )
     uses_roofline = int((ops["pred_source"] == "roofline").sum()) if "pred_source" in ops else 0
     if op_predictor is not None and getattr(op_predictor, "family", "") != "roofline" and uses_roofline:
-        notes.append(f"{uses_roofline} of {len(ops)} distinct ops outside the op model's scope: roofline time")
+        notes.append(
+            f"{uses_roofline} of {len(ops)} distinct ops outside the op model's scope: roofline time"
+        )
     if raised:
-        notes.append(f"program model's total ({float(row['predicted_us']):.4g} us) below its ops' GPU time: raised "
-                     f"to their sum, {floor:.4g} us")
+        notes.append(
+            f"program model's total ({float(row['predicted_us']):.4g} us) below its ops' GPU time: raised "
+            f"to their sum, {floor:.4g} us"
+        )
     seconds = duration * 1e-6
     ood = (not model.fitted) or bool(program.unmapped)
     answer: dict[str, Any] = {
-        "question": 0, "device": spec.id, "device_name": spec.name, "kind": "module",
-        "duration_us": duration, "duration_us_lo": None, "duration_us_hi": None,
+        "question": 0,
+        "device": spec.id,
+        "device_name": spec.name,
+        "kind": "module",
+        "duration_us": duration,
+        "duration_us_lo": None,
+        "duration_us_hi": None,
         "achieved_gbps": moved / seconds / 1e9 if seconds > 0 else None,
         "gflops": flops / seconds / 1e9 if seconds > 0 and flops > 0 else None,
-        "l1_hit_rate": None, "l2_hit_rate": None,
+        "l1_hit_rate": None,
+        "l2_hit_rate": None,
         "arith_intensity": flops / moved if moved > 0 and flops > 0 else None,
-        "roofline_class": roofline_class, "bound_pipe": bound_pipe, "roofline_us": roof,
-        "headroom": duration / roof if roof > 0 else None, "ood": bool(ood), "note": "; ".join(notes),
-        "model_version": None, "breakdown": json.dumps(breakdown),
+        "roofline_class": roofline_class,
+        "bound_pipe": bound_pipe,
+        "roofline_us": roof,
+        "headroom": duration / roof if roof > 0 else None,
+        "ood": bool(ood),
+        "note": "; ".join(notes),
+        "model_version": None,
+        "breakdown": json.dumps(breakdown),
     }
     interval = _interval(model, duration)
     if interval is not None:

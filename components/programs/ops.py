@@ -23,75 +23,347 @@ from components.features.analytical import ELEMENTWISE_COST
 # aten dtype name -> canonical dtype; integer tensors take the float type of the same width so
 # the byte counts come out right (their math is never on a tensor pipe).
 DTYPES: dict[str, str] = {
-    "float32": "fp32", "float16": "fp16", "bfloat16": "bf16", "float64": "fp64", "float8_e4m3fn": "fp8",
-    "float8_e5m2": "fp8", "int64": "fp64", "int32": "fp32", "int16": "fp16", "int8": "int8", "uint8": "int8",
-    "bool": "int8", "complex64": "fp64",
+    "float32": "fp32",
+    "float16": "fp16",
+    "bfloat16": "bf16",
+    "float64": "fp64",
+    "float8_e4m3fn": "fp8",
+    "float8_e5m2": "fp8",
+    "int64": "fp64",
+    "int32": "fp32",
+    "int16": "fp16",
+    "int8": "int8",
+    "uint8": "int8",
+    "bool": "int8",
+    "complex64": "fp64",
 }
 ELEM_BYTES: dict[str, int] = {"fp64": 8, "fp32": 4, "fp16": 2, "bf16": 2, "fp8": 1, "int8": 1}
 
 # Calls that launch no kernel: metadata, allocation without a fill, splits returning views.
-FREE_OPS: frozenset[str] = frozenset({
-    "device", "_unsafe_view", "lift_fresh", "lift_fresh_copy", "detach", "_local_scalar_dense", "sym_size",
-    "sym_stride", "sym_numel", "unsafe_split", "unsafe_split_with_sizes", "empty", "empty_like", "empty_strided",
-    "_reshape_alias", "resize_", "set_", "is_same_size", "_has_compatible_shallow_copy_type", "dim", "size",
-    "stride", "numel", "is_contiguous", "item", "_to_copy_noop", "alias", "split", "split_with_sizes", "chunk",
-    "unbind", "view", "reshape", "t", "transpose", "permute", "expand", "squeeze", "unsqueeze", "select", "slice",
-    "as_strided", "narrow", "view_as_real", "view_as_complex", "_nested_tensor_from_mask",
-})
+FREE_OPS: frozenset[str] = frozenset(
+    {
+        "device",
+        "_unsafe_view",
+        "lift_fresh",
+        "lift_fresh_copy",
+        "detach",
+        "_local_scalar_dense",
+        "sym_size",
+        "sym_stride",
+        "sym_numel",
+        "unsafe_split",
+        "unsafe_split_with_sizes",
+        "empty",
+        "empty_like",
+        "empty_strided",
+        "_reshape_alias",
+        "resize_",
+        "set_",
+        "is_same_size",
+        "_has_compatible_shallow_copy_type",
+        "dim",
+        "size",
+        "stride",
+        "numel",
+        "is_contiguous",
+        "item",
+        "_to_copy_noop",
+        "alias",
+        "split",
+        "split_with_sizes",
+        "chunk",
+        "unbind",
+        "view",
+        "reshape",
+        "t",
+        "transpose",
+        "permute",
+        "expand",
+        "squeeze",
+        "unsqueeze",
+        "select",
+        "slice",
+        "as_strided",
+        "narrow",
+        "view_as_real",
+        "view_as_complex",
+        "_nested_tensor_from_mask",
+    }
+)
 GEMM_OPS: frozenset[str] = frozenset({"mm", "addmm", "_addmm_activation", "linear"})
 BMM_OPS: frozenset[str] = frozenset({"bmm", "baddbmm"})
-CONV_OPS: frozenset[str] = frozenset({"convolution", "_convolution", "conv2d", "conv1d", "conv3d",
-                                      "mkldnn_convolution", "cudnn_convolution"})
-ATTENTION_OPS: frozenset[str] = frozenset({
-    "_scaled_dot_product_flash_attention_for_cpu", "_scaled_dot_product_flash_attention",
-    "_scaled_dot_product_efficient_attention", "_scaled_dot_product_cudnn_attention", "_flash_attention_forward",
-    "_efficient_attention_forward", "scaled_dot_product_attention", "_scaled_dot_product_attention_math",
-})
+CONV_OPS: frozenset[str] = frozenset(
+    {"convolution", "_convolution", "conv2d", "conv1d", "conv3d", "mkldnn_convolution", "cudnn_convolution"}
+)
+ATTENTION_OPS: frozenset[str] = frozenset(
+    {
+        "_scaled_dot_product_flash_attention_for_cpu",
+        "_scaled_dot_product_flash_attention",
+        "_scaled_dot_product_efficient_attention",
+        "_scaled_dot_product_cudnn_attention",
+        "_flash_attention_forward",
+        "_efficient_attention_forward",
+        "scaled_dot_product_attention",
+        "_scaled_dot_product_attention_math",
+    }
+)
 SOFTMAX_OPS: frozenset[str] = frozenset({"_softmax", "_log_softmax", "softmax", "log_softmax"})
-NORM_OPS: frozenset[str] = frozenset({"native_layer_norm", "native_batch_norm", "_native_batch_norm_legit",
-                                      "_native_batch_norm_legit_no_training", "native_group_norm",
-                                      "_fused_rms_norm", "rms_norm", "batch_norm", "layer_norm", "group_norm"})
-POOL_PREFIXES: tuple[str, ...] = ("max_pool", "avg_pool", "adaptive_avg_pool", "adaptive_max_pool", "_adaptive_avg_pool",
-                                  "fractional_max_pool", "lp_pool", "max_unpool")
-REDUCTION_OPS: frozenset[str] = frozenset({
-    "sum", "mean", "max", "min", "amax", "amin", "argmax", "argmin", "prod", "logsumexp", "linalg_vector_norm",
-    "norm", "var", "std", "var_mean", "std_mean", "cumsum", "cumprod", "cummax", "cummin", "logcumsumexp", "all",
-    "any", "nll_loss_forward", "nll_loss2d_forward", "smooth_l1_loss", "mse_loss", "l1_loss", "huber_loss",
-    "binary_cross_entropy", "binary_cross_entropy_with_logits", "kl_div", "soft_margin_loss", "sort", "topk",
-    "median", "mode", "kthvalue", "count_nonzero", "dist", "cosine_similarity", "_cdist_forward", "cross_entropy_loss",
-    "triplet_margin_loss", "margin_ranking_loss", "hinge_embedding_loss", "multilabel_margin_loss_forward",
-})
-COPY_OPS: frozenset[str] = frozenset({
-    "clone", "copy_", "_to_copy", "contiguous", "cat", "stack", "flip", "roll", "triu", "tril", "index", "index_select",
-    "gather", "scatter", "scatter_add", "index_put", "index_put_", "index_add", "repeat", "constant_pad_nd",
-    "reflection_pad2d", "replication_pad2d", "diag_embed", "diagonal_copy", "masked_select", "embedding",
-    "pixel_shuffle", "pixel_unshuffle", "upsample_nearest2d", "upsample_bilinear2d", "_unsafe_index", "im2col",
-    "col2im", "fill_", "zero_", "zeros_like", "ones_like", "full_like", "zeros", "ones", "full", "arange",
-    "scalar_tensor", "new_zeros", "new_ones", "new_full", "new_empty", "bernoulli_", "bernoulli", "randn", "rand",
-    "randn_like", "rand_like", "normal_", "uniform_", "native_dropout", "tensor", "eye", "linspace", "where",
-    "masked_fill", "masked_fill_", "diag", "unfold", "_unsafe_index_put", "slice_scatter", "select_scatter",
-})
-RNN_OPS: frozenset[str] = frozenset({"mkldnn_rnn_layer", "_cudnn_rnn", "lstm", "gru", "rnn_tanh", "rnn_relu",
-                                     "_thnn_fused_lstm_cell", "_thnn_fused_gru_cell"})
+NORM_OPS: frozenset[str] = frozenset(
+    {
+        "native_layer_norm",
+        "native_batch_norm",
+        "_native_batch_norm_legit",
+        "_native_batch_norm_legit_no_training",
+        "native_group_norm",
+        "_fused_rms_norm",
+        "rms_norm",
+        "batch_norm",
+        "layer_norm",
+        "group_norm",
+    }
+)
+POOL_PREFIXES: tuple[str, ...] = (
+    "max_pool",
+    "avg_pool",
+    "adaptive_avg_pool",
+    "adaptive_max_pool",
+    "_adaptive_avg_pool",
+    "fractional_max_pool",
+    "lp_pool",
+    "max_unpool",
+)
+REDUCTION_OPS: frozenset[str] = frozenset(
+    {
+        "sum",
+        "mean",
+        "max",
+        "min",
+        "amax",
+        "amin",
+        "argmax",
+        "argmin",
+        "prod",
+        "logsumexp",
+        "linalg_vector_norm",
+        "norm",
+        "var",
+        "std",
+        "var_mean",
+        "std_mean",
+        "cumsum",
+        "cumprod",
+        "cummax",
+        "cummin",
+        "logcumsumexp",
+        "all",
+        "any",
+        "nll_loss_forward",
+        "nll_loss2d_forward",
+        "smooth_l1_loss",
+        "mse_loss",
+        "l1_loss",
+        "huber_loss",
+        "binary_cross_entropy",
+        "binary_cross_entropy_with_logits",
+        "kl_div",
+        "soft_margin_loss",
+        "sort",
+        "topk",
+        "median",
+        "mode",
+        "kthvalue",
+        "count_nonzero",
+        "dist",
+        "cosine_similarity",
+        "_cdist_forward",
+        "cross_entropy_loss",
+        "triplet_margin_loss",
+        "margin_ranking_loss",
+        "hinge_embedding_loss",
+        "multilabel_margin_loss_forward",
+    }
+)
+COPY_OPS: frozenset[str] = frozenset(
+    {
+        "clone",
+        "copy_",
+        "_to_copy",
+        "contiguous",
+        "cat",
+        "stack",
+        "flip",
+        "roll",
+        "triu",
+        "tril",
+        "index",
+        "index_select",
+        "gather",
+        "scatter",
+        "scatter_add",
+        "index_put",
+        "index_put_",
+        "index_add",
+        "repeat",
+        "constant_pad_nd",
+        "reflection_pad2d",
+        "replication_pad2d",
+        "diag_embed",
+        "diagonal_copy",
+        "masked_select",
+        "embedding",
+        "pixel_shuffle",
+        "pixel_unshuffle",
+        "upsample_nearest2d",
+        "upsample_bilinear2d",
+        "_unsafe_index",
+        "im2col",
+        "col2im",
+        "fill_",
+        "zero_",
+        "zeros_like",
+        "ones_like",
+        "full_like",
+        "zeros",
+        "ones",
+        "full",
+        "arange",
+        "scalar_tensor",
+        "new_zeros",
+        "new_ones",
+        "new_full",
+        "new_empty",
+        "bernoulli_",
+        "bernoulli",
+        "randn",
+        "rand",
+        "randn_like",
+        "rand_like",
+        "normal_",
+        "uniform_",
+        "native_dropout",
+        "tensor",
+        "eye",
+        "linspace",
+        "where",
+        "masked_fill",
+        "masked_fill_",
+        "diag",
+        "unfold",
+        "_unsafe_index_put",
+        "slice_scatter",
+        "select_scatter",
+    }
+)
+RNN_OPS: frozenset[str] = frozenset(
+    {
+        "mkldnn_rnn_layer",
+        "_cudnn_rnn",
+        "lstm",
+        "gru",
+        "rnn_tanh",
+        "rnn_relu",
+        "_thnn_fused_lstm_cell",
+        "_thnn_fused_gru_cell",
+    }
+)
 # Elementwise aten op -> ELEMENTWISE_COST key (per-element FMA/MUFU cost); binary ops with a
 # scalar or a broadcast (much smaller) second operand take the one-input ("u") variant.
 ELEMENTWISE_MAP: dict[str, str] = {
-    "add": "add", "sub": "sub", "rsub": "sub", "mul": "mul", "div": "div", "pow": "pow", "relu": "relu",
-    "tanh": "tanh", "gelu": "gelu", "silu": "silu", "sigmoid": "sigmoid", "exp": "exp", "log": "log", "sqrt": "sqrt",
-    "rsqrt": "rsqrt", "neg": "neg", "abs": "abs", "leaky_relu": "relu", "hardtanh": "relu", "clamp": "relu",
-    "clamp_min": "relu", "clamp_max": "relu", "threshold": "relu", "hardswish": "mul", "hardsigmoid": "mul",
-    "minimum": "add", "maximum": "add", "eq": "add", "ne": "add", "lt": "add", "le": "add", "gt": "add", "ge": "add",
-    "logical_and": "add", "logical_or": "add", "logical_not": "neg", "sign": "neg", "reciprocal": "divu",
-    "mish": "gelu", "softplus": "exp", "elu": "exp", "selu": "exp", "celu": "exp", "glu": "sigmoid", "erf": "tanh",
-    "log1p": "log", "expm1": "exp", "log2": "log", "exp2": "exp", "sin": "tanh", "cos": "tanh", "atan": "tanh",
-    "floor": "neg", "ceil": "neg", "round": "neg", "trunc": "neg", "xlogy": "log", "addcmul": "add", "addcdiv": "div",
-    "lerp": "add", "fmod": "div", "remainder": "div", "square": "mul", "hardshrink": "relu", "softshrink": "relu",
-    "logit": "log", "sgn": "neg", "frac": "neg", "rrelu_with_noise": "relu", "prelu": "mul", "_prelu_kernel": "mul",
-    "nan_to_num": "relu", "silu_and_mul": "silu_and_mul", "bitwise_and": "add", "bitwise_or": "add",
+    "add": "add",
+    "sub": "sub",
+    "rsub": "sub",
+    "mul": "mul",
+    "div": "div",
+    "pow": "pow",
+    "relu": "relu",
+    "tanh": "tanh",
+    "gelu": "gelu",
+    "silu": "silu",
+    "sigmoid": "sigmoid",
+    "exp": "exp",
+    "log": "log",
+    "sqrt": "sqrt",
+    "rsqrt": "rsqrt",
+    "neg": "neg",
+    "abs": "abs",
+    "leaky_relu": "relu",
+    "hardtanh": "relu",
+    "clamp": "relu",
+    "clamp_min": "relu",
+    "clamp_max": "relu",
+    "threshold": "relu",
+    "hardswish": "mul",
+    "hardsigmoid": "mul",
+    "minimum": "add",
+    "maximum": "add",
+    "eq": "add",
+    "ne": "add",
+    "lt": "add",
+    "le": "add",
+    "gt": "add",
+    "ge": "add",
+    "logical_and": "add",
+    "logical_or": "add",
+    "logical_not": "neg",
+    "sign": "neg",
+    "reciprocal": "divu",
+    "mish": "gelu",
+    "softplus": "exp",
+    "elu": "exp",
+    "selu": "exp",
+    "celu": "exp",
+    "glu": "sigmoid",
+    "erf": "tanh",
+    "log1p": "log",
+    "expm1": "exp",
+    "log2": "log",
+    "exp2": "exp",
+    "sin": "tanh",
+    "cos": "tanh",
+    "atan": "tanh",
+    "floor": "neg",
+    "ceil": "neg",
+    "round": "neg",
+    "trunc": "neg",
+    "xlogy": "log",
+    "addcmul": "add",
+    "addcdiv": "div",
+    "lerp": "add",
+    "fmod": "div",
+    "remainder": "div",
+    "square": "mul",
+    "hardshrink": "relu",
+    "softshrink": "relu",
+    "logit": "log",
+    "sgn": "neg",
+    "frac": "neg",
+    "rrelu_with_noise": "relu",
+    "prelu": "mul",
+    "_prelu_kernel": "mul",
+    "nan_to_num": "relu",
+    "silu_and_mul": "silu_and_mul",
+    "bitwise_and": "add",
+    "bitwise_or": "add",
 }
-KINDS: tuple[str, ...] = ("gemm", "bmm", "conv", "conv_grouped", "conv_transposed", "attention", "elementwise",
-                          "softmax", "norm", "batchnorm", "reduction", "scan", "pooling", "copy", "rnn", "unmapped",
-                          "free")
+KINDS: tuple[str, ...] = (
+    "gemm",
+    "bmm",
+    "conv",
+    "conv_grouped",
+    "conv_transposed",
+    "attention",
+    "elementwise",
+    "softmax",
+    "norm",
+    "batchnorm",
+    "reduction",
+    "scan",
+    "pooling",
+    "copy",
+    "rnn",
+    "unmapped",
+    "free",
+)
 # Scans run one pass per row with little parallelism (cumsum/cumprod), unlike reductions.
 SCAN_OPS: frozenset[str] = frozenset({"cumsum", "cumprod", "cummax", "cummin", "logcumsumexp"})
 
@@ -166,11 +438,25 @@ def _conv(op: dict[str, Any], dtype: str, moved: float) -> OpQuestion:
     name = f"conv{spatial}d" + ("_transposed" if transposed else "")
     # A grouped conv is `groups` independent convs: batch N*groups of Cin/groups -> Cout/groups.
     batch, cin_g, cout_g = n * groups, cin / groups, cout / groups
-    square = (spatial == 2 and x[2] == x[3] and kernel[0] == kernel[1] and len(set(stride)) == 1
-              and len(set(padding)) == 1 and set(dilation) == {1} and not transposed)
+    square = (
+        spatial == 2
+        and x[2] == x[3]
+        and kernel[0] == kernel[1]
+        and len(set(stride)) == 1
+        and len(set(padding)) == 1
+        and set(dilation) == {1}
+        and not transposed
+    )
     if square:
-        shape = _shape(B=batch, cin=cin_g, cout=cout_g, ksize=kernel[0], input_size=x[2], stride=stride[0],
-                       pad=padding[0])
+        shape = _shape(
+            B=batch,
+            cin=cin_g,
+            cout=cout_g,
+            ksize=kernel[0],
+            input_size=x[2],
+            stride=stride[0],
+            pad=padding[0],
+        )
         return OpQuestion(op["aten"], kind, "conv", name, shape, dtype, moved)
     # Everything else as a 1x1 conv on a square image with the same FLOPs: rows = output pixels
     # (input pixels for a transposed conv, which scatters each input pixel through the kernel),
@@ -198,15 +484,20 @@ def _gemm(op: dict[str, Any], dtype: str, moved: float) -> OpQuestion:
         return OpQuestion(aten, "gemm", "linear", "linear", _shape(M=out[0], N=out[1], K=a[1]), dtype, moved)
     if aten == "linear" and len(inputs) >= 2 and out is not None:
         k = inputs[0][-1]
-        return OpQuestion(aten, "gemm", "linear", "linear", _shape(M=_numel(out[:-1]), N=out[-1], K=k), dtype, moved)
+        return OpQuestion(
+            aten, "gemm", "linear", "linear", _shape(M=_numel(out[:-1]), N=out[-1], K=k), dtype, moved
+        )
     return _bytes_moved(aten, "gemm", dtype, moved, mapped=False)
 
 
 # Position of ``is_causal`` among each attention op's arguments (when not passed by keyword).
 CAUSAL_ARG: dict[str, int] = {
-    "scaled_dot_product_attention": 5, "_scaled_dot_product_attention_math": 5,
-    "_scaled_dot_product_flash_attention_for_cpu": 4, "_scaled_dot_product_flash_attention": 4,
-    "_scaled_dot_product_efficient_attention": 6, "_scaled_dot_product_cudnn_attention": 6,
+    "scaled_dot_product_attention": 5,
+    "_scaled_dot_product_attention_math": 5,
+    "_scaled_dot_product_flash_attention_for_cpu": 4,
+    "_scaled_dot_product_flash_attention": 4,
+    "_scaled_dot_product_efficient_attention": 6,
+    "_scaled_dot_product_cudnn_attention": 6,
 }
 
 
@@ -268,8 +559,15 @@ def _norm(op: dict[str, Any], dtype: str, moved: float) -> OpQuestion:
         cols = total / max(1.0, float(x[1]) if len(x) > 1 else 1.0)
         family = "layernorm"
     kind = "batchnorm" if "batch_norm" in aten else "norm"
-    return OpQuestion(aten, kind, family, "layer_norm" if family == "layernorm" else "rmsnorm",
-                      _shape(B=max(1.0, total / cols), H=cols), dtype, moved)
+    return OpQuestion(
+        aten,
+        kind,
+        family,
+        "layer_norm" if family == "layernorm" else "rmsnorm",
+        _shape(B=max(1.0, total / cols), H=cols),
+        dtype,
+        moved,
+    )
 
 
 def _elementwise(op: dict[str, Any], name: str, dtype: str, moved: float) -> OpQuestion:
@@ -291,7 +589,9 @@ def _rnn(op: dict[str, Any], dtype: str, moved: float) -> OpQuestion:
     x = op["inputs"][0][0] if op["inputs"] else []
     if len(mats) >= 2 and len(x) == 3:
         gates, depth = mats[0][0], mats[0][1] + mats[1][1]
-        return OpQuestion(op["aten"], "rnn", "linear", "linear", _shape(M=x[0] * x[1], N=gates, K=depth), dtype, moved)
+        return OpQuestion(
+            op["aten"], "rnn", "linear", "linear", _shape(M=x[0] * x[1], N=gates, K=depth), dtype, moved
+        )
     return _bytes_moved(op["aten"], "rnn", dtype, moved, mapped=False)
 
 

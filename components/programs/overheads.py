@@ -35,15 +35,29 @@ SMOOTH_P = 4.0
 # typical of eager PyTorch on a CUDA GPU, used only with a note saying the total is not learned.
 DEFAULT_LAUNCH_US = 4.0
 DEFAULT_FRAMEWORK_US = 6.0
-RESIDUAL_PARAMS = {"objective": "regression_l2", "n_estimators": 150, "learning_rate": 0.05, "num_leaves": 8,
-                   "min_child_samples": 25, "subsample": 0.8, "subsample_freq": 1, "colsample_bytree": 0.8,
-                   "reg_lambda": 1.0, "verbose": -1, "n_jobs": 1}
+RESIDUAL_PARAMS = {
+    "objective": "regression_l2",
+    "n_estimators": 150,
+    "learning_rate": 0.05,
+    "num_leaves": 8,
+    "min_child_samples": 25,
+    "subsample": 0.8,
+    "subsample_freq": 1,
+    "colsample_bytree": 0.8,
+    "reg_lambda": 1.0,
+    "verbose": -1,
+    "n_jobs": 1,
+}
 RELATIVE_LOSS = True
 MIN_GPU_ROWS = 20  # a training GPU counts towards the minimums below with at least this many rows
 MIN_HOST_GPUS = 3  # GPUs needed to learn the host exponent
 MIN_RESIDUAL_GPUS = 3  # GPUs needed for the residual trees (with fewer they learn one GPU's quirks)
-CPU_GROUPS: dict[str, tuple[str, ...]] = {"conv": ("conv", "conv_grouped", "conv_transposed"), "gemm": ("gemm", "bmm"),
-                                          "norm": ("norm", "batchnorm"), "rnn": ("rnn",)}
+CPU_GROUPS: dict[str, tuple[str, ...]] = {
+    "conv": ("conv", "conv_grouped", "conv_transposed"),
+    "gemm": ("gemm", "bmm"),
+    "norm": ("norm", "batchnorm"),
+    "rnn": ("rnn",),
+}
 PARAM_TERMS: tuple[str, ...] = (*FEATURE_KINDS, "lowpar")  # time sums with a learned weight each
 RESIDUAL_EXCLUDE: tuple[str, ...] = ("clock_ghz",)  # a per-GPU constant: lets trees memorise training GPUs
 
@@ -78,14 +92,18 @@ class ConfigModel:
                 gpu = gpu + frame[column].to_numpy("float64") * math.exp(-self.log_eff.get(kind, 0.0))
         host = np.ones(len(frame))
         if "dram_gbps" in frame.columns and self.host_beta:
-            host = np.power(np.clip(frame["dram_gbps"].to_numpy("float64"), 50.0, 20000.0) / 1000.0, -self.host_beta)
+            host = np.power(
+                np.clip(frame["dram_gbps"].to_numpy("float64"), 50.0, 20000.0) / 1000.0, -self.host_beta
+            )
         gpu = gpu + frame["n_kernels"].to_numpy("float64") * self.launch_us * host
         calls = frame["n_aten"].to_numpy("float64").copy()
         for group, log_mult in self.cpu_log.items():
-            n = sum(frame[f"n_{k}"].to_numpy("float64") for k in CPU_GROUPS[group] if f"n_{k}" in frame.columns)
+            n = sum(
+                frame[f"n_{k}"].to_numpy("float64") for k in CPU_GROUPS[group] if f"n_{k}" in frame.columns
+            )
             calls = calls + n * (math.exp(log_mult) - 1.0)
         cpu = calls * self.framework_us * host
-        return (gpu ** SMOOTH_P + cpu ** SMOOTH_P) ** (1.0 / SMOOTH_P)
+        return (gpu**SMOOTH_P + cpu**SMOOTH_P) ** (1.0 / SMOOTH_P)
 
     def booster(self) -> Any:
         if self._booster is None and self.residual:
@@ -103,9 +121,18 @@ class ConfigModel:
         return base * np.clip(booster.predict(x), 0.05, 50.0)
 
     def to_json(self) -> dict[str, Any]:
-        return {"log_eff": self.log_eff, "launch_us": self.launch_us, "framework_us": self.framework_us,
-                "host_beta": self.host_beta, "cpu_log": self.cpu_log, "q_log": self.q_log,
-                "residual": self.residual, "features": self.features, "n_train": self.n_train, "devices": self.devices}
+        return {
+            "log_eff": self.log_eff,
+            "launch_us": self.launch_us,
+            "framework_us": self.framework_us,
+            "host_beta": self.host_beta,
+            "cpu_log": self.cpu_log,
+            "q_log": self.q_log,
+            "residual": self.residual,
+            "features": self.features,
+            "n_train": self.n_train,
+            "devices": self.devices,
+        }
 
 
 @dataclass
@@ -123,8 +150,11 @@ class ProgramModel:
     def save(self, path: Path) -> Path:
         from components.common.atomic import atomic_write_text
 
-        payload = {"format": FORMAT_VERSION, "basis": self.basis,
-                   "configs": {k: v.to_json() for k, v in self.configs.items()}}
+        payload = {
+            "format": FORMAT_VERSION,
+            "basis": self.basis,
+            "configs": {k: v.to_json() for k, v in self.configs.items()},
+        }
         Path(path).parent.mkdir(parents=True, exist_ok=True)
         atomic_write_text(Path(path), json.dumps(payload) + "\n")
         return Path(path)
@@ -133,7 +163,9 @@ class ProgramModel:
     def load(cls, path: Path) -> ProgramModel:
         payload = json.loads(Path(path).read_text())
         if payload.get("format") != FORMAT_VERSION:
-            raise ValueError(f"{path}: program model format {payload.get('format')!r}, expected {FORMAT_VERSION}")
+            raise ValueError(
+                f"{path}: program model format {payload.get('format')!r}, expected {FORMAT_VERSION}"
+            )
         configs = {k: ConfigModel(**v) for k, v in payload["configs"].items()}
         return cls(str(payload["basis"]), configs)
 
@@ -147,7 +179,9 @@ def kind_sums(op_frame: pd.DataFrame, value: str, prefix: str) -> pd.DataFrame:
     and ``<prefix>_lowpar``: the extra time of kernels too small to occupy every SM
     (``time * (1/active_fraction - 1)``; its weight is learned like an efficiency)."""
     f = op_frame.assign(_t=op_frame[value] * op_frame["count"])
-    table = f.pivot_table(index=["program", "device_id"], columns="kind", values="_t", aggfunc="sum", fill_value=0.0)
+    table = f.pivot_table(
+        index=["program", "device_id"], columns="kind", values="_t", aggfunc="sum", fill_value=0.0
+    )
     table = table.reindex(columns=list(FEATURE_KINDS), fill_value=0.0)
     active = f["active"] if "active" in f.columns else pd.Series(1.0, index=f.index)
     lowpar = f.assign(_l=f["_t"] * (1.0 / active - 1.0)).groupby(["program", "device_id"])["_l"].sum()
@@ -161,14 +195,17 @@ def _fit_parametric(frame: pd.DataFrame, target: np.ndarray, kinds: Sequence[str
     from scipy.optimize import least_squares
 
     active = [k for k in kinds if f"pred_{k}" in frame.columns and (frame[f"pred_{k}"] > 0).sum() >= 5]
-    groups = [g for g, ks in CPU_GROUPS.items()
-              if sum((frame[f"n_{k}"] > 0).sum() for k in ks if f"n_{k}" in frame.columns) >= 5]
+    groups = [
+        g
+        for g, ks in CPU_GROUPS.items()
+        if sum((frame[f"n_{k}"] > 0).sum() for k in ks if f"n_{k}" in frame.columns) >= 5
+    ]
     n_k, n_g = len(active), len(groups)
 
     def unpack(theta: np.ndarray) -> ConfigModel:
         log_eff = {k: float(v) for k, v in zip(active, theta[:n_k])}
-        cpu_log = {g: float(v) for g, v in zip(groups, theta[n_k:n_k + n_g])}
-        launch, framework, beta = theta[n_k + n_g:]
+        cpu_log = {g: float(v) for g, v in zip(groups, theta[n_k : n_k + n_g])}
+        launch, framework, beta = theta[n_k + n_g :]
         return ConfigModel(log_eff, float(math.exp(launch)), float(math.exp(framework)), float(beta), cpu_log)
 
     def residuals(theta: np.ndarray) -> np.ndarray:
@@ -181,21 +218,27 @@ def _fit_parametric(frame: pd.DataFrame, target: np.ndarray, kinds: Sequence[str
     # MIN_HOST_GPUS training GPUs it is pinned to 0 (else it extrapolates wildly to a new GPU).
     counts = frame["device_id"].value_counts() if "device_id" in frame.columns else pd.Series(dtype=int)
     has_host = "dram_gbps" in frame.columns and int((counts >= MIN_GPU_ROWS).sum()) >= MIN_HOST_GPUS
-    theta0 = np.concatenate([np.zeros(n_k + n_g), [math.log(DEFAULT_LAUNCH_US), math.log(DEFAULT_FRAMEWORK_US), 0.0]])
-    lower = np.concatenate([np.full(n_k, -3.0), np.full(n_g, -2.0),
-                            [math.log(0.5), math.log(0.5), -1.0 if has_host else -1e-9]])
-    upper = np.concatenate([np.full(n_k, 5.0), np.full(n_g, 4.0),
-                            [math.log(200.0), math.log(200.0), 1.0 if has_host else 1e-9]])
+    theta0 = np.concatenate(
+        [np.zeros(n_k + n_g), [math.log(DEFAULT_LAUNCH_US), math.log(DEFAULT_FRAMEWORK_US), 0.0]]
+    )
+    lower = np.concatenate(
+        [np.full(n_k, -3.0), np.full(n_g, -2.0), [math.log(0.5), math.log(0.5), -1.0 if has_host else -1e-9]]
+    )
+    upper = np.concatenate(
+        [np.full(n_k, 5.0), np.full(n_g, 4.0), [math.log(200.0), math.log(200.0), 1.0 if has_host else 1e-9]]
+    )
     fit = least_squares(residuals, theta0, bounds=(lower, upper), loss="soft_l1", f_scale=0.3)
     return unpack(fit.x)
 
 
-def fit_config(frame: pd.DataFrame, target: np.ndarray, *, residual: bool = True, seed: int = 17) -> ConfigModel:
+def fit_config(
+    frame: pd.DataFrame, target: np.ndarray, *, residual: bool = True, seed: int = 17
+) -> ConfigModel:
     """Fit one config's model on program rows (``pred_<kind>``, ``n_kernels``, ``n_aten`` + features)."""
     keep = np.isfinite(target) & (target > 0)
     frame, target = frame.loc[keep].reset_index(drop=True), target[keep]
     model = _fit_parametric(frame, target, PARAM_TERMS)
-    model.n_train = int(len(frame))
+    model.n_train = len(frame)
     model.devices = sorted(frame["device_id"].astype(str).unique()) if "device_id" in frame else []
     gpus = int((frame["device_id"].value_counts() >= MIN_GPU_ROWS).sum()) if "device_id" in frame else 0
     if residual and len(frame) >= 100 and gpus >= MIN_RESIDUAL_GPUS:

@@ -21,14 +21,21 @@ from components.programs.ops import KINDS, OpQuestion, ProgramOps
 # Kinds whose time the program features report separately (shares of the roofline time).
 FEATURE_KINDS: tuple[str, ...] = tuple(k for k in KINDS if k not in ("free", "unmapped"))
 # Analytical per-pipe times -> the pipe name an op's roofline time is spent on.
-PIPE_COLUMNS: dict[str, str] = {"f_tensor_time_us": "tensor", "f_fma_time_us": "fp32", "f_sfu_time_us": "sfu",
-                                "f_dram_time_us": "dram", "f_l2_time_us": "l2"}
+PIPE_COLUMNS: dict[str, str] = {
+    "f_tensor_time_us": "tensor",
+    "f_fma_time_us": "fp32",
+    "f_sfu_time_us": "sfu",
+    "f_dram_time_us": "dram",
+    "f_l2_time_us": "l2",
+}
 
 
 def _kernel_id(question: OpQuestion) -> str:
     from components.ingest.schema import canonical_json, stable_id
 
-    return stable_id("program-op", question.family, question.op, canonical_json(dict(question.shape)), question.dtype)
+    return stable_id(
+        "program-op", question.family, question.op, canonical_json(dict(question.shape)), question.dtype
+    )
 
 
 def with_dtype(program: ProgramOps, dtype: str | None) -> ProgramOps:
@@ -46,16 +53,25 @@ def with_dtype(program: ProgramOps, dtype: str | None) -> ProgramOps:
 class OpTimes:
     """One row per (program, distinct op, device): count, roofline and predicted time, bound."""
 
-    frame: pd.DataFrame  # program, device_id, aten, kind, family, op, dtype, count, roof_us, pred_us, bound, ...
+    frame: (
+        pd.DataFrame
+    )  # program, device_id, aten, kind, family, op, dtype, count, roof_us, pred_us, bound, ...
 
 
-def op_times(programs: Sequence[ProgramOps], device_ids: Sequence[str], catalog: Any,
-             op_predictor: Any | None = None) -> OpTimes:
+def op_times(
+    programs: Sequence[ProgramOps], device_ids: Sequence[str], catalog: Any, op_predictor: Any | None = None
+) -> OpTimes:
     """Roofline and (when ``op_predictor`` is given) predicted time of every op of every program on
     every device. ``pred_us`` falls back to the roofline time where the predictor has no answer
     (``pred_source`` says which)."""
     from components.features.build import build_feature_table
-    from components.ingest.schema import KERNEL_COLUMNS, MEASUREMENT_COLUMNS, canonical_json, conform, stable_id
+    from components.ingest.schema import (
+        KERNEL_COLUMNS,
+        MEASUREMENT_COLUMNS,
+        canonical_json,
+        conform,
+        stable_id,
+    )
 
     kernels: dict[str, dict[str, Any]] = {}
     links: list[tuple[int, int, str]] = []  # (program index, question index, kernel id)
@@ -64,19 +80,45 @@ def op_times(programs: Sequence[ProgramOps], device_ids: Sequence[str], catalog:
             kid = _kernel_id(question)
             links.append((p_index, q_index, kid))
             if kid not in kernels:
-                shape_json = canonical_json({k: (int(v) if float(v).is_integer() else v) for k, v in question.shape})
-                kernels[kid] = {"kernel_id": kid, "source": "query", "family": question.family, "op": question.op,
-                                "name": f"{question.aten}:{question.op}", "language": "op",
-                                "shape_json": shape_json, "dtype": question.dtype}
-    kernel_frame = conform(pd.DataFrame(list(kernels.values()), columns=["kernel_id", "source", "family", "op", "name",
-                                                                         "language", "shape_json", "dtype"]),
-                           KERNEL_COLUMNS)
+                shape_json = canonical_json(
+                    {k: (int(v) if float(v).is_integer() else v) for k, v in question.shape}
+                )
+                kernels[kid] = {
+                    "kernel_id": kid,
+                    "source": "query",
+                    "family": question.family,
+                    "op": question.op,
+                    "name": f"{question.aten}:{question.op}",
+                    "language": "op",
+                    "shape_json": shape_json,
+                    "dtype": question.dtype,
+                }
+    kernel_frame = conform(
+        pd.DataFrame(
+            list(kernels.values()),
+            columns=["kernel_id", "source", "family", "op", "name", "language", "shape_json", "dtype"],
+        ),
+        KERNEL_COLUMNS,
+    )
     kids = list(kernels)
-    rows = [{"measurement_id": stable_id("program-op", kid, d), "kernel_id": kid, "device_id": d,
-             "source": "query", "params_json": kernels[kid]["shape_json"], "run_id": "query"}
-            for kid in kids for d in device_ids]
-    measurements = conform(pd.DataFrame(rows, columns=["measurement_id", "kernel_id", "device_id", "source",
-                                                       "params_json", "run_id"]), MEASUREMENT_COLUMNS)
+    rows = [
+        {
+            "measurement_id": stable_id("program-op", kid, d),
+            "kernel_id": kid,
+            "device_id": d,
+            "source": "query",
+            "params_json": kernels[kid]["shape_json"],
+            "run_id": "query",
+        }
+        for kid in kids
+        for d in device_ids
+    ]
+    measurements = conform(
+        pd.DataFrame(
+            rows, columns=["measurement_id", "kernel_id", "device_id", "source", "params_json", "run_id"]
+        ),
+        MEASUREMENT_COLUMNS,
+    )
     table = build_feature_table(measurements, kernel_frame, catalog)
     roof = pd.to_numeric(table["f_roofline_time_us"], errors="coerce").to_numpy("float64")
     pipes = pd.to_numeric(table["f_pipes_time_us"], errors="coerce").to_numpy("float64")
@@ -84,36 +126,67 @@ def op_times(programs: Sequence[ProgramOps], device_ids: Sequence[str], catalog:
     pred = np.full(len(table), np.nan)
     if op_predictor is not None and len(table):
         raw = measurements[["measurement_id", "params_json"]].merge(
-            kernel_frame[["kernel_id", "shape_json", "name"]], left_on=measurements["kernel_id"],
-            right_on="kernel_id", how="left")
+            kernel_frame[["kernel_id", "shape_json", "name"]],
+            left_on=measurements["kernel_id"],
+            right_on="kernel_id",
+            how="left",
+        )
         scored = table.drop(columns=[c for c in ("params_json", "shape_json", "name") if c in table.columns])
-        scored = scored.merge(raw[["measurement_id", "params_json", "shape_json", "name"]], on="measurement_id",
-                              how="left")
+        scored = scored.merge(
+            raw[["measurement_id", "params_json", "shape_json", "name"]], on="measurement_id", how="left"
+        )
         out = op_predictor.predict(scored)
         if "pred_duration_us" in out.columns:
             pred = pd.to_numeric(out["pred_duration_us"], errors="coerce").to_numpy("float64")
     has_pred = np.isfinite(pred) & (pred > 0)
-    pipe_times = np.column_stack([pd.to_numeric(table[c], errors="coerce").fillna(0.0).to_numpy("float64")
-                                  for c in PIPE_COLUMNS]) if len(table) else np.zeros((0, len(PIPE_COLUMNS)))
+    pipe_times = (
+        np.column_stack(
+            [pd.to_numeric(table[c], errors="coerce").fillna(0.0).to_numpy("float64") for c in PIPE_COLUMNS]
+        )
+        if len(table)
+        else np.zeros((0, len(PIPE_COLUMNS)))
+    )
     names = np.array(list(PIPE_COLUMNS.values()))
     pipe = names[pipe_times.argmax(axis=1)] if len(table) else np.array([], dtype=object)
     pipe = np.where(pipe_times.max(axis=1) > 0, pipe, "dram") if len(table) else pipe
-    per_kernel = pd.DataFrame({"kernel_id": table["kernel_id"].to_numpy(), "device_id": table["device_id"].to_numpy(),
-                               "roof_us": roof, "pipes_us": pipes, "bound": bound,
-                               "pred_us": np.where(has_pred, pred, roof),
-                               "pred_source": np.where(has_pred, "op model", "roofline"), "pipe": pipe,
-                               "flops": pd.to_numeric(table["f_flops"], errors="coerce").to_numpy("float64"),
-                               "active": pd.to_numeric(table["f_active_sm_fraction"], errors="coerce")
-                               .fillna(1.0).clip(lower=1.0 / 64, upper=1.0).to_numpy("float64")})
+    per_kernel = pd.DataFrame(
+        {
+            "kernel_id": table["kernel_id"].to_numpy(),
+            "device_id": table["device_id"].to_numpy(),
+            "roof_us": roof,
+            "pipes_us": pipes,
+            "bound": bound,
+            "pred_us": np.where(has_pred, pred, roof),
+            "pred_source": np.where(has_pred, "op model", "roofline"),
+            "pipe": pipe,
+            "flops": pd.to_numeric(table["f_flops"], errors="coerce").to_numpy("float64"),
+            "active": pd.to_numeric(table["f_active_sm_fraction"], errors="coerce")
+            .fillna(1.0)
+            .clip(lower=1.0 / 64, upper=1.0)
+            .to_numpy("float64"),
+        }
+    )
     link_frame = pd.DataFrame(links, columns=["program", "question", "kernel_id"])
-    q_info = pd.DataFrame([{"program": p, "question": q, "aten": programs[p].questions[q].aten,
-                            "kind": programs[p].questions[q].kind, "family": programs[p].questions[q].family,
-                            "op": programs[p].questions[q].op, "dtype": programs[p].questions[q].dtype,
-                            "bytes_moved": programs[p].questions[q].bytes_moved,
-                            "count": programs[p].counts[q]} for p, q, _ in links])
+    q_info = pd.DataFrame(
+        [
+            {
+                "program": p,
+                "question": q,
+                "aten": programs[p].questions[q].aten,
+                "kind": programs[p].questions[q].kind,
+                "family": programs[p].questions[q].family,
+                "op": programs[p].questions[q].op,
+                "dtype": programs[p].questions[q].dtype,
+                "bytes_moved": programs[p].questions[q].bytes_moved,
+                "count": programs[p].counts[q],
+            }
+            for p, q, _ in links
+        ]
+    )
     if q_info.empty:
-        q_info = pd.DataFrame(columns=["program", "question", "aten", "kind", "family", "op", "dtype", "bytes_moved",
-                                       "count"])
+        q_info = pd.DataFrame(
+            columns=["program", "question", "aten", "kind", "family", "op", "dtype", "bytes_moved", "count"]
+        )
     frame = link_frame.merge(q_info, on=["program", "question"]).merge(per_kernel, on="kernel_id", how="left")
     return OpTimes(frame)
 
@@ -122,13 +195,20 @@ def _device_columns(device_ids: Sequence[str], catalog: Any) -> pd.DataFrame:
     from components.features.analytical import device_table
 
     table = device_table(device_ids, catalog)
-    return pd.DataFrame({"device_id": table.index, "dram_gbps": table["dram_Bps"].to_numpy() / 1e9,
-                         "sms": table["sms"].to_numpy(), "clock_ghz": table["clock_hz"].to_numpy() / 1e9,
-                         "fp32_tflops": table["fma_fp32"].to_numpy() / 1e12})
+    return pd.DataFrame(
+        {
+            "device_id": table.index,
+            "dram_gbps": table["dram_Bps"].to_numpy() / 1e9,
+            "sms": table["sms"].to_numpy(),
+            "clock_ghz": table["clock_hz"].to_numpy() / 1e9,
+            "fp32_tflops": table["fma_fp32"].to_numpy() / 1e12,
+        }
+    )
 
 
-def program_features(programs: Sequence[ProgramOps], times: OpTimes, device_ids: Sequence[str],
-                     catalog: Any) -> pd.DataFrame:
+def program_features(
+    programs: Sequence[ProgramOps], times: OpTimes, device_ids: Sequence[str], catalog: Any
+) -> pd.DataFrame:
     """One row per (program, device): sums of op times, kernel counts, shares per kind; ratios only
     (no device identity), so a model on them transfers to a GPU it never saw."""
     f = times.frame.copy()
@@ -139,15 +219,19 @@ def program_features(programs: Sequence[ProgramOps], times: OpTimes, device_ids:
     grouped = f.groupby(["program", "device_id"])
     base = grouped[["roof_total", "pipes_total", "pred_total", "compute_total", "count"]].sum()
     base.columns = ["roof_sum_us", "pipes_sum_us", "pred_sum_us", "compute_roof_us", "n_kernels"]
-    kinds = f.pivot_table(index=["program", "device_id"], columns="kind", values="roof_total", aggfunc="sum",
-                          fill_value=0.0)
-    counts = f.pivot_table(index=["program", "device_id"], columns="kind", values="count", aggfunc="sum",
-                           fill_value=0.0)
+    kinds = f.pivot_table(
+        index=["program", "device_id"], columns="kind", values="roof_total", aggfunc="sum", fill_value=0.0
+    )
+    counts = f.pivot_table(
+        index=["program", "device_id"], columns="kind", values="count", aggfunc="sum", fill_value=0.0
+    )
     base = base.join(kinds.reindex(columns=list(FEATURE_KINDS), fill_value=0.0).add_prefix("roof_"))
     base = base.join(counts.reindex(columns=list(FEATURE_KINDS), fill_value=0.0).add_prefix("n_"))
     base = base.reset_index()
     # Programs x devices with no kernel at all still get a row (all zeros).
-    full = pd.MultiIndex.from_product([range(len(programs)), list(device_ids)], names=["program", "device_id"])
+    full = pd.MultiIndex.from_product(
+        [range(len(programs)), list(device_ids)], names=["program", "device_id"]
+    )
     base = base.set_index(["program", "device_id"]).reindex(full, fill_value=0.0).reset_index()
     base["n_aten"] = [programs[p].n_aten for p in base["program"]]
     base["n_unmapped"] = [sum(programs[p].unmapped.values()) for p in base["program"]]

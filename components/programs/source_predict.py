@@ -50,13 +50,15 @@ def _check_inputs(source: Any, language: Any, launch: Any) -> tuple[str, dict[st
         except json.JSONDecodeError as exc:
             raise ProgramError(f"launch: not valid JSON ({exc.msg})") from None
     if not isinstance(launch, dict):
-        raise ProgramError("launch: expected an object such as {\"grid\": [256], \"block\": [256]}")
+        raise ProgramError('launch: expected an object such as {"grid": [256], "block": [256]}')
     unknown = sorted(set(launch) - {"grid", "block", "kernel", "defines", "shared_bytes"})
     if unknown:
-        raise ProgramError(f"launch: unknown field {unknown[0]!r} (known: grid, block, kernel, defines, shared_bytes)")
+        raise ProgramError(
+            f"launch: unknown field {unknown[0]!r} (known: grid, block, kernel, defines, shared_bytes)"
+        )
     defines = launch.get("defines") or {}
     if not isinstance(defines, dict) or not all(isinstance(k, str) and k.isidentifier() for k in defines):
-        raise ProgramError("launch defines: expected an object of macro names to values, e.g. {\"N\": \"1024\"}")
+        raise ProgramError('launch defines: expected an object of macro names to values, e.g. {"N": "1024"}')
     return lang, launch
 
 
@@ -64,8 +66,15 @@ def _compile(source: str, arch: str, defines: dict[str, str], kernel: str | None
     from components.features.static import CompileError, NoKernelError, analyze_source
 
     try:
-        return analyze_source(source, arch, kernel, "question.cu", defines={k: str(v) for k, v in defines.items()},
-                              timeout_s=COMPILE_TIMEOUT_S, memory_bytes=COMPILE_MEMORY_BYTES)
+        return analyze_source(
+            source,
+            arch,
+            kernel,
+            "question.cu",
+            defines={k: str(v) for k, v in defines.items()},
+            timeout_s=COMPILE_TIMEOUT_S,
+            memory_bytes=COMPILE_MEMORY_BYTES,
+        )
     except NoKernelError as exc:
         raise ProgramError(f"source: {exc.why}") from None
     except CompileError as exc:
@@ -81,8 +90,16 @@ def _compile_hip(source: str, arch: str, defines: dict[str, str], kernel: str | 
 
     name = "question.cu" if from_cuda else "question.hip"
     try:
-        return analyze_hip_source(source, arch, kernel, name, defines={k: str(v) for k, v in defines.items()},
-                                  from_cuda=from_cuda, timeout_s=COMPILE_TIMEOUT_S, memory_bytes=COMPILE_MEMORY_BYTES)
+        return analyze_hip_source(
+            source,
+            arch,
+            kernel,
+            name,
+            defines={k: str(v) for k, v in defines.items()},
+            from_cuda=from_cuda,
+            timeout_s=COMPILE_TIMEOUT_S,
+            memory_bytes=COMPILE_MEMORY_BYTES,
+        )
     except HipToolchainMissing as exc:
         raise ProgramError(f"source: {exc}") from None
     except NoKernelError as exc:
@@ -119,8 +136,9 @@ HIP_ON_NVIDIA_SHIM = r"""
 """
 
 
-def _report_for(source: str, lang: str, launch: dict[str, Any], spec: Any,
-                reports: dict[tuple[str, str], Any]) -> tuple[Any, str | None]:
+def _report_for(
+    source: str, lang: str, launch: dict[str, Any], spec: Any, reports: dict[tuple[str, str], Any]
+) -> tuple[Any, str | None]:
     """(static report, note) for one GPU: AMD GPUs get AMDGPU ISA from the HIP compiler (CUDA source
     through the HIP translation); NVIDIA GPUs get SASS from NVRTC (HIP source through a CUDA shim)."""
     from components.features.static_compile import arch_for_device
@@ -141,8 +159,11 @@ def _report_for(source: str, lang: str, launch: dict[str, Any], spec: Any,
                     reports[key] = exc  # CUDA that does not translate: NVIDIA SASS stands in (below)
             report = reports[key]
             if not isinstance(report, ProgramError):
-                notes = [f"AMDGPU {report.arch} ISA from the HIP compiler"
-                         + (" (CUDA source put through the HIP translation)" if lang == "cuda" else ""), arch_note]
+                notes = [
+                    f"AMDGPU {report.arch} ISA from the HIP compiler"
+                    + (" (CUDA source put through the HIP translation)" if lang == "cuda" else ""),
+                    arch_note,
+                ]
                 return report, "; ".join(n for n in notes if n)
             fallback = f"CUDA source not put through HIP ({str(report).removeprefix('source: ')})"
         else:
@@ -165,12 +186,13 @@ def _class_model() -> Any:
         from components.models.roofline_class import load_default_model
 
         return load_default_model()
-    except Exception:  # noqa: BLE001 -- no saved class model: the estimate's bound pipe answers
+    except Exception:
         return None
 
 
-def predict_source(source: str, language: str, launch: dict, dtype: str | None, specs: list[Any],
-                   predictor: Any) -> list[dict[str, Any]]:
+def predict_source(
+    source: str, language: str, launch: dict, dtype: str | None, specs: list[Any], predictor: Any
+) -> list[dict[str, Any]]:
     """One answer dict per spec (keys of the shared answer schema); raises ProgramError.
 
     ``predictor`` (the op-level model) is not used for source questions yet: kernels in source
@@ -194,9 +216,18 @@ def predict_source(source: str, language: str, launch: dict, dtype: str | None, 
         report, arch_note = _report_for(source, lang, launch, spec, reports)
         if report.arch.startswith("gfx"):
             arch_note = "; ".join(n for n in (arch_note, _occupancy_note(report, block, spec)) if n)
-        estimates = [(k, estimate_kernel(k.instance or k.short_name, k.instructions, k.loop_instructions,
-                                         grid, block, spec, dtype)) for k in report.kernels]
-        answers.append(_answer(estimates, spec, arch_note, classifier, grid, block, len(report.kernels) > 1, source))
+        estimates = [
+            (
+                k,
+                estimate_kernel(
+                    k.instance or k.short_name, k.instructions, k.loop_instructions, grid, block, spec, dtype
+                ),
+            )
+            for k in report.kernels
+        ]
+        answers.append(
+            _answer(estimates, spec, arch_note, classifier, grid, block, len(report.kernels) > 1, source)
+        )
     return answers
 
 
@@ -207,20 +238,24 @@ def _occupancy_note(report: Any, block: tuple, spec: Any) -> str | None:
     if not report.kernels:
         return None
     k = report.kernels[0]
-    occ = occupancy(report.arch, k.registers, int(k.extra.get("agprs", 0)), k.shared_bytes,
-                    math.prod(block), spec)
-    return (f"{k.short_name}: {k.registers} VGPRs, {k.extra.get('sgprs', 0)} SGPRs, {k.shared_bytes} B LDS, "
-            f"wave{k.extra.get('wave_size', spec.warp_size)}; {occ['waves_per_cu']:.0f} waves/CU resident "
-            f"({occ['occupancy']:.0%}, limited by {occ['limiter']})")
+    occ = occupancy(
+        report.arch, k.registers, int(k.extra.get("agprs", 0)), k.shared_bytes, math.prod(block), spec
+    )
+    return (
+        f"{k.short_name}: {k.registers} VGPRs, {k.extra.get('sgprs', 0)} SGPRs, {k.shared_bytes} B LDS, "
+        f"wave{k.extra.get('wave_size', spec.warp_size)}; {occ['waves_per_cu']:.0f} waves/CU resident "
+        f"({occ['occupancy']:.0%}, limited by {occ['limiter']})"
+    )
 
 
-def _kernel_class(classifier: Any, kernel: Any, estimate: Any, spec: Any, grid: tuple, block: tuple,
-                  source: str) -> str:
+def _kernel_class(
+    classifier: Any, kernel: Any, estimate: Any, spec: Any, grid: tuple, block: tuple, source: str
+) -> str:
     if classifier is None:
         return estimate.roofline_class
     try:
         return str(classifier.predict_kernel(kernel, grid, block, spec, source, "cuda"))
-    except Exception:  # noqa: BLE001 -- a model that cannot score this kernel: the estimate answers
+    except Exception:
         return estimate.roofline_class
 
 
@@ -231,19 +266,36 @@ def _loop_note(estimates: list[tuple[Any, Any]]) -> str:
     included, and no narrower spread has been measured for loop-free kernels yet."""
     from components.models.cuda_estimate import LOOP_TRIPS
 
-    looped = [(k.instance or k.short_name, int(k.loops.get("count", 0)), int(k.loop_instructions.get("total", 0)))
-              for k, _ in estimates if int(getattr(k, "loops", {}).get("count", 0)) > 0]
+    looped = [
+        (k.instance or k.short_name, int(k.loops.get("count", 0)), int(k.loop_instructions.get("total", 0)))
+        for k, _ in estimates
+        if int(getattr(k, "loops", {}).get("count", 0)) > 0
+    ]
     spread = f"interval: the {INTERVAL_LOW:g}x-{INTERVAL_HIGH:g}x spread measured on 416 compiled kernels"
     if not looped:
-        return (f"static estimate: no loops, per-thread instruction counts exact; {spread} (memory behaviour "
-                "and latency, not trip counts, make its width; not yet measured apart for loop-free kernels)")
-    named = ", ".join(f"{name}: {n} loop{'s' if n > 1 else ''} ({body} instructions)" for name, n, body in looped)
-    return (f"static estimate: loop bodies assumed to run {LOOP_TRIPS:g} times each, trip counts not being in "
-            f"the SASS ({named}); {spread}")
+        return (
+            f"static estimate: no loops, per-thread instruction counts exact; {spread} (memory behaviour "
+            "and latency, not trip counts, make its width; not yet measured apart for loop-free kernels)"
+        )
+    named = ", ".join(
+        f"{name}: {n} loop{'s' if n > 1 else ''} ({body} instructions)" for name, n, body in looped
+    )
+    return (
+        f"static estimate: loop bodies assumed to run {LOOP_TRIPS:g} times each, trip counts not being in "
+        f"the SASS ({named}); {spread}"
+    )
 
 
-def _answer(estimates: list[tuple[Any, Any]], spec: Any, arch_note: str | None, classifier: Any,
-            grid: tuple, block: tuple, several: bool, source: str) -> dict[str, Any]:
+def _answer(
+    estimates: list[tuple[Any, Any]],
+    spec: Any,
+    arch_note: str | None,
+    classifier: Any,
+    grid: tuple,
+    block: tuple,
+    several: bool,
+    source: str,
+) -> dict[str, Any]:
     duration = sum(e.duration_us for _, e in estimates)
     roofline = sum(e.roofline_us for _, e in estimates)
     flops = sum(e.flops for _, e in estimates)
@@ -252,27 +304,45 @@ def _answer(estimates: list[tuple[Any, Any]], spec: Any, arch_note: str | None, 
     main = max(range(len(estimates)), key=lambda i: estimates[i][1].duration_us)
     notes = [_loop_note(estimates)]
     if several:
-        notes.append(f"{len(estimates)} kernels in the source, each launched once with this grid and block "
-                     "(name one with launch.kernel)")
+        notes.append(
+            f"{len(estimates)} kernels in the source, each launched once with this grid and block "
+            "(name one with launch.kernel)"
+        )
     if arch_note:
         notes.append(arch_note)
-    breakdown = [{"op": k.instance or k.short_name, "count": 1, "duration_us": round(e.duration_us, 4),
-                  "bound": e.bound_pipe, "roofline_class": c}
-                 for (k, e), c in sorted(zip(estimates, classes), key=lambda p: -p[0][1].duration_us)]
+    breakdown = [
+        {
+            "op": k.instance or k.short_name,
+            "count": 1,
+            "duration_us": round(e.duration_us, 4),
+            "bound": e.bound_pipe,
+            "roofline_class": c,
+        }
+        for (k, e), c in sorted(zip(estimates, classes), key=lambda p: -p[0][1].duration_us)
+    ]
     with_time = duration > 0 and math.isfinite(duration)
     return {
-        "question": None, "device": spec.id, "device_name": spec.name, "kind": "source",
+        "question": None,
+        "device": spec.id,
+        "device_name": spec.name,
+        "kind": "source",
         # Never below the roofline time (the low end of the measured spread can be, for a kernel
         # whose estimate already sits at its roofline).
-        "duration_us": duration, "duration_us_lo": max(duration * INTERVAL_LOW, roofline),
+        "duration_us": duration,
+        "duration_us_lo": max(duration * INTERVAL_LOW, roofline),
         "duration_us_hi": duration * INTERVAL_HIGH,
         "achieved_gbps": dram / (duration * 1e3) if with_time else None,
         "gflops": flops / (duration * 1e3) if with_time else None,
-        "l1_hit_rate": None, "l2_hit_rate": None,
+        "l1_hit_rate": None,
+        "l2_hit_rate": None,
         "arith_intensity": flops / dram if dram > 0 else None,
-        "roofline_class": classes[main], "bound_pipe": estimates[main][1].bound_pipe,
-        "roofline_us": roofline, "headroom": duration / roofline if roofline > 0 else None,
-        "ood": False, "note": "; ".join(notes), "model_version": MODEL_VERSION,
+        "roofline_class": classes[main],
+        "bound_pipe": estimates[main][1].bound_pipe,
+        "roofline_us": roofline,
+        "headroom": duration / roofline if roofline > 0 else None,
+        "ood": False,
+        "note": "; ".join(notes),
+        "model_version": MODEL_VERSION,
         "breakdown": json.dumps(breakdown),
     }
 

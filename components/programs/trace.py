@@ -84,24 +84,45 @@ def _child_env(protocol_fd: int) -> dict[str, str]:
     from components.platform.config import PROJECT_ROOT
 
     env = {k: v for k, v in os.environ.items() if not k.lower().endswith("_proxy")}
-    env.update(PYTHONPATH=str(PROJECT_ROOT), HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1", DO_NOT_TRACK="1",
-               OMP_NUM_THREADS="1", MKL_NUM_THREADS="1", CUDA_VISIBLE_DEVICES="", KERNELCAST_TRACE_FD=str(protocol_fd),
-               PYTHONDONTWRITEBYTECODE="1")
+    env.update(
+        PYTHONPATH=str(PROJECT_ROOT),
+        HF_HUB_OFFLINE="1",
+        TRANSFORMERS_OFFLINE="1",
+        DO_NOT_TRACK="1",
+        OMP_NUM_THREADS="1",
+        MKL_NUM_THREADS="1",
+        CUDA_VISIBLE_DEVICES="",
+        KERNELCAST_TRACE_FD=str(protocol_fd),
+        PYTHONDONTWRITEBYTECODE="1",
+    )
     return env
 
 
-def _run_batch(jobs: Sequence[ModuleJob], per_module_s: float, memory_bytes: int,
-               results: dict[int, TraceResult], offset: int) -> int | None:
+def _run_batch(
+    jobs: Sequence[ModuleJob],
+    per_module_s: float,
+    memory_bytes: int,
+    results: dict[int, TraceResult],
+    offset: int,
+) -> int | None:
     """Trace ``jobs`` in one child; fill ``results`` (keyed offset + index). Returns the index of a
     job the child died on or overran (its result recorded), else None when all finished."""
     read_fd, write_fd = os.pipe()
-    request = {"jobs": [{"name": j.name, "path": j.path, "text": j.text} for j in jobs],
-               "per_module_s": per_module_s, "memory_bytes": memory_bytes}
+    request = {
+        "jobs": [{"name": j.name, "path": j.path, "text": j.text} for j in jobs],
+        "per_module_s": per_module_s,
+        "memory_bytes": memory_bytes,
+    }
     with tempfile.TemporaryFile() as stderr:
-        proc = subprocess.Popen(  # noqa: S603 -- our own interpreter and module
-            [sys.executable, "-m", "components.programs.trace_worker"], stdin=subprocess.PIPE,
-            stdout=subprocess.DEVNULL, stderr=stderr, pass_fds=(write_fd,), env=_child_env(write_fd),
-            cwd=tempfile.gettempdir(), close_fds=True,
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "components.programs.trace_worker"],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.DEVNULL,
+            stderr=stderr,
+            pass_fds=(write_fd,),
+            env=_child_env(write_fd),
+            cwd=tempfile.gettempdir(),
+            close_fds=True,
         )
         os.close(write_fd)
         try:
@@ -119,8 +140,11 @@ def _run_batch(jobs: Sequence[ModuleJob], per_module_s: float, memory_bytes: int
                 remaining = deadline - time.monotonic()
                 if remaining <= 0:
                     results[offset + current] = TraceResult(
-                        jobs[current].name, False, error=f"did not finish within {per_module_s:g} s (time limit)",
-                        reason="timeout")
+                        jobs[current].name,
+                        False,
+                        error=f"did not finish within {per_module_s:g} s (time limit)",
+                        reason="timeout",
+                    )
                     failed_at = current
                     break
                 ready, _, _ = select.select([read_fd], [], [], min(remaining, 1.0))
@@ -131,10 +155,14 @@ def _run_batch(jobs: Sequence[ModuleJob], per_module_s: float, memory_bytes: int
                     code = proc.wait(timeout=10)
                     stderr.seek(0)
                     tail = stderr.read().decode(errors="replace").strip().splitlines()[-1:] or [""]
-                    why = (f"killed by signal {-code} (memory limit or crash)" if code < 0
-                           else f"tracer exited with status {code}: {tail[0][:200]}")
-                    results[offset + current] = TraceResult(jobs[current].name, False, error=why,
-                                                            reason="memory" if code == -9 else "crashed")
+                    why = (
+                        f"killed by signal {-code} (memory limit or crash)"
+                        if code < 0
+                        else f"tracer exited with status {code}: {tail[0][:200]}"
+                    )
+                    results[offset + current] = TraceResult(
+                        jobs[current].name, False, error=why, reason="memory" if code == -9 else "crashed"
+                    )
                     failed_at = current
                     break
                 buffer += chunk
@@ -143,9 +171,13 @@ def _run_batch(jobs: Sequence[ModuleJob], per_module_s: float, memory_bytes: int
                     message = json.loads(line)
                     index = int(message["index"])
                     results[offset + index] = TraceResult(
-                        jobs[index].name, bool(message["ok"]), ops=message.get("ops") or [],
-                        error=message.get("error"), reason=message.get("reason"),
-                        seconds=float(message.get("seconds", 0.0)))
+                        jobs[index].name,
+                        bool(message["ok"]),
+                        ops=message.get("ops") or [],
+                        error=message.get("error"),
+                        reason=message.get("reason"),
+                        seconds=float(message.get("seconds", 0.0)),
+                    )
                     current = index + 1
                     deadline = time.monotonic() + per_module_s + WATCHDOG_GRACE_S
         finally:
@@ -165,8 +197,13 @@ def _trace_serial(jobs: Sequence[ModuleJob], per_module_s: float, memory_bytes: 
     return [results[i] for i in range(len(jobs))]
 
 
-def trace_many(jobs: Sequence[ModuleJob], *, per_module_s: float = DEFAULT_PER_MODULE_S,
-               memory_bytes: int = DEFAULT_MEMORY_BYTES, workers: int = 1) -> list[TraceResult]:
+def trace_many(
+    jobs: Sequence[ModuleJob],
+    *,
+    per_module_s: float = DEFAULT_PER_MODULE_S,
+    memory_bytes: int = DEFAULT_MEMORY_BYTES,
+    workers: int = 1,
+) -> list[TraceResult]:
     """Trace every module: ``workers`` children side by side, each tracing its share one after the
     other (a fresh child after a module kills or hangs one). Results in ``jobs`` order."""
     workers = max(1, min(int(workers), len(jobs)))
@@ -176,15 +213,22 @@ def trace_many(jobs: Sequence[ModuleJob], *, per_module_s: float = DEFAULT_PER_M
 
     shares = [list(range(i, len(jobs), workers)) for i in range(workers)]  # interleaved: sizes vary by level
     with ThreadPoolExecutor(max_workers=workers) as pool:
-        parts = list(pool.map(lambda idx: _trace_serial([jobs[i] for i in idx], per_module_s, memory_bytes), shares))
+        parts = list(
+            pool.map(lambda idx: _trace_serial([jobs[i] for i in idx], per_module_s, memory_bytes), shares)
+        )
     out: dict[int, TraceResult] = {}
     for idx, part in zip(shares, parts):
         out.update(zip(idx, part))
     return [out[i] for i in range(len(jobs))]
 
 
-def trace_module(module: str, *, name: str | None = None, per_module_s: float = DEFAULT_PER_MODULE_S,
-                 memory_bytes: int = DEFAULT_MEMORY_BYTES) -> TraceResult:
+def trace_module(
+    module: str,
+    *,
+    name: str | None = None,
+    per_module_s: float = DEFAULT_PER_MODULE_S,
+    memory_bytes: int = DEFAULT_MEMORY_BYTES,
+) -> TraceResult:
     """Trace one module (path or text); ProgramError naming it and why when it cannot be traced."""
     job = module_job(module, name)
     result = trace_many([job], per_module_s=per_module_s, memory_bytes=memory_bytes)[0]

@@ -46,9 +46,8 @@ def block_network() -> None:
         libc.unshare(0x40000000)  # CLONE_NEWNET; fails quietly without the privilege
     except (OSError, AttributeError):
         pass
-    import socket
-
     import _socket
+    import socket
 
     class RefusedSocket(socket.socket):
         def __init__(self, *args: Any, **kwargs: Any) -> None:
@@ -56,8 +55,15 @@ def block_network() -> None:
 
     socket.socket = RefusedSocket  # type: ignore[misc]
     _socket.socket = RefusedSocket  # type: ignore[misc]
-    for name in ("create_connection", "getaddrinfo", "gethostbyname", "gethostbyname_ex", "socketpair",
-                 "create_server", "fromfd"):
+    for name in (
+        "create_connection",
+        "getaddrinfo",
+        "gethostbyname",
+        "gethostbyname_ex",
+        "socketpair",
+        "create_server",
+        "fromfd",
+    ):
         if hasattr(socket, name):
             setattr(socket, name, _refuse)
         if hasattr(_socket, name):
@@ -83,19 +89,22 @@ def _jsonable(value: Any) -> Any:
         return [_jsonable(v) for v in value]
     try:  # torch.SymInt, torch.dtype, memory_format, ...
         return str(value)
-    except Exception:  # noqa: BLE001 -- a repr that fails is just not recorded
+    except Exception:
         return None
 
 
-def _recorder():  # noqa: ANN202
+def _recorder():
     import torch
     from torch.utils._python_dispatch import TorchDispatchMode
     from torch.utils._pytree import tree_flatten
 
     def describe(values: Any) -> list[list[Any]]:
         flat, _ = tree_flatten(values)
-        return [[list(int(s) for s in v.shape), str(v.dtype).removeprefix("torch."), bool(v.is_contiguous())]
-                for v in flat if isinstance(v, torch.Tensor)]
+        return [
+            [list(int(s) for s in v.shape), str(v.dtype).removeprefix("torch."), bool(v.is_contiguous())]
+            for v in flat
+            if isinstance(v, torch.Tensor)
+        ]
 
     class Recorder(TorchDispatchMode):
         """Every aten call with its tensors' shapes/dtypes and its non-tensor arguments."""
@@ -105,21 +114,31 @@ def _recorder():  # noqa: ANN202
             self.ops: list[dict[str, Any]] = []
             self.paused = 0
 
-        def __torch_dispatch__(self, func, types, args=(), kwargs=None):  # noqa: ANN001, ANN204
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
             kwargs = kwargs or {}
             out = func(*args, **kwargs)
             if self.paused:
                 return out
             if len(self.ops) >= MAX_OPS:
                 raise RuntimeError(f"more than {MAX_OPS} aten calls: refusing to trace further")
-            scalars = [None if isinstance(a, torch.Tensor) or (isinstance(a, (list, tuple)) and any(
-                isinstance(x, torch.Tensor) for x in a)) else _jsonable(a) for a in args]
-            self.ops.append({
-                "aten": str(func.overloadpacket.__name__), "overload": str(func._overloadname),
-                "view": bool(func.is_view), "inputs": describe((args, kwargs)), "outputs": describe(out),
-                "scalars": scalars,
-                "kwargs": {k: _jsonable(v) for k, v in kwargs.items() if not isinstance(v, torch.Tensor)},
-            })
+            scalars = [
+                None
+                if isinstance(a, torch.Tensor)
+                or (isinstance(a, (list, tuple)) and any(isinstance(x, torch.Tensor) for x in a))
+                else _jsonable(a)
+                for a in args
+            ]
+            self.ops.append(
+                {
+                    "aten": str(func.overloadpacket.__name__),
+                    "overload": str(func._overloadname),
+                    "view": bool(func.is_view),
+                    "inputs": describe((args, kwargs)),
+                    "outputs": describe(out),
+                    "scalars": scalars,
+                    "kwargs": {k: _jsonable(v) for k, v in kwargs.items() if not isinstance(v, torch.Tensor)},
+                }
+            )
             return out
 
     return Recorder
@@ -130,7 +149,7 @@ def _call(what: str, fn: Any, *args: Any) -> Any:
         return fn(*args)
     except (ModuleTimeout, MemoryError):
         raise
-    except Exception as exc:  # noqa: BLE001 -- user code: report which step failed
+    except Exception as exc:
         raise RuntimeError(f"{what} failed: {type(exc).__name__}: {exc}") from exc
 
 
@@ -202,12 +221,21 @@ class _RecordedVF:
         gates = RNN_GATES[name] * hidden
         for layer in range(layers):
             width = int(x.shape[-1]) if layer == 0 else hidden * dirs
-            self._recorder.ops.append({
-                "aten": "_cudnn_rnn", "overload": name, "view": False,
-                "inputs": [[[int(steps), int(batch), width], dtype, True], [[gates * dirs, width], dtype, True],
-                           [[gates * dirs, hidden], dtype, True]],
-                "outputs": [[[int(steps), int(batch), hidden * dirs], dtype, True]],
-                "scalars": [name, layer, dirs], "kwargs": {}})
+            self._recorder.ops.append(
+                {
+                    "aten": "_cudnn_rnn",
+                    "overload": name,
+                    "view": False,
+                    "inputs": [
+                        [[int(steps), int(batch), width], dtype, True],
+                        [[gates * dirs, width], dtype, True],
+                        [[gates * dirs, hidden], dtype, True],
+                    ],
+                    "outputs": [[[int(steps), int(batch), hidden * dirs], dtype, True]],
+                    "scalars": [name, layer, dirs],
+                    "kwargs": {},
+                }
+            )
 
 
 def _cuda_target(device: Any, fake: bool) -> str | None:
@@ -245,8 +273,9 @@ class _FakeCuda:
 
         def to(tensor: Any, *args: Any, **kwargs: Any) -> Any:
             args = list(args)
-            device = kwargs.get("device", args[0] if args and not isinstance(args[0], (torch.dtype, torch.Tensor))
-                                else None)
+            device = kwargs.get(
+                "device", args[0] if args and not isinstance(args[0], (torch.dtype, torch.Tensor)) else None
+            )
             target = _cuda_target(device, _is_fake(tensor))
             if target is not None:
                 if "device" in kwargs:
@@ -258,10 +287,18 @@ class _FakeCuda:
                         kwargs["dtype"] = args.pop(0)
             return original_to(tensor, *args, **kwargs)
 
-        def tensor_cuda(tensor: Any, device: Any = None, non_blocking: bool = False,
-                        memory_format: Any = torch.preserve_format) -> Any:
-            return to(tensor, device="cuda" if device is None else device, non_blocking=non_blocking,
-                      memory_format=memory_format)
+        def tensor_cuda(
+            tensor: Any,
+            device: Any = None,
+            non_blocking: bool = False,
+            memory_format: Any = torch.preserve_format,
+        ) -> Any:
+            return to(
+                tensor,
+                device="cuda" if device is None else device,
+                non_blocking=non_blocking,
+                memory_format=memory_format,
+            )
 
         def module_cuda(module: Any, device: Any = None) -> Any:
             # Parameters and buffers replaced one by one: Module._apply cannot swap a fake CPU
@@ -269,8 +306,9 @@ class _FakeCuda:
             for sub in module.modules():
                 for name, param in list(sub._parameters.items()):
                     if param is not None:
-                        sub._parameters[name] = torch.nn.Parameter(tensor_cuda(param.detach(), device),
-                                                                   requires_grad=param.requires_grad)
+                        sub._parameters[name] = torch.nn.Parameter(
+                            tensor_cuda(param.detach(), device), requires_grad=param.requires_grad
+                        )
                 for name, buffer in list(sub._buffers.items()):
                     if buffer is not None:
                         sub._buffers[name] = tensor_cuda(buffer, device)
@@ -313,11 +351,13 @@ def _trace_fake(code: Any, filename: str, recorder_cls: Any, *, real_weights: bo
     namespace: dict[str, Any] = {"__name__": "kernelcast_traced_module", "__file__": filename}
     mode = FakeTensorMode(allow_non_fake_inputs=real_weights)
     with contextlib.nullcontext() if real_weights else mode:
-        exec(code, namespace)  # noqa: S102 -- the point of the sandbox
+        exec(code, namespace)
         for needed in ("Model", "get_inputs", "get_init_inputs"):
             if needed not in namespace:
-                raise LookupError(f"no {needed} defined (a KernelBench-style module needs class Model, "
-                                  "get_inputs() and get_init_inputs())")
+                raise LookupError(
+                    f"no {needed} defined (a KernelBench-style module needs class Model, "
+                    "get_inputs() and get_init_inputs())"
+                )
         init_inputs = _call("get_init_inputs()", namespace["get_init_inputs"])
         model = _call("Model(*get_init_inputs())", namespace["Model"], *list(init_inputs or []))
     with mode:
@@ -386,7 +426,9 @@ def main() -> int:
             finally:
                 signal.setitimer(signal.ITIMER_REAL, 0)
         except ModuleTimeout:
-            result.update(ok=False, reason="timeout", error=f"did not finish within {per_module:g} s (time limit)")
+            result.update(
+                ok=False, reason="timeout", error=f"did not finish within {per_module:g} s (time limit)"
+            )
         except MemoryError:
             result.update(ok=False, reason="memory", error="ran out of memory (the tracer's memory limit)")
         except SyntaxError as exc:
@@ -395,16 +437,22 @@ def main() -> int:
             result.update(ok=False, reason="network", error=str(exc))
         except LookupError as exc:
             result.update(ok=False, reason="interface", error=str(exc.args[0] if exc.args else exc))
-        except Exception as exc:  # noqa: BLE001 -- any failure of user code is reported, not raised
+        except Exception as exc:
             cause = exc.__cause__
             text = f"{type(exc).__name__}: {exc}"
             if isinstance(cause, NetworkRefused) or "network access is disabled" in text:
-                result.update(ok=False, reason="network", error="network access is disabled while tracing a module")
+                result.update(
+                    ok=False, reason="network", error="network access is disabled while tracing a module"
+                )
             elif isinstance(cause, MemoryError) or "bad_alloc" in text or "out of memory" in text.lower():
-                result.update(ok=False, reason="memory", error="ran out of memory (the tracer's memory limit)")
+                result.update(
+                    ok=False, reason="memory", error="ran out of memory (the tracer's memory limit)"
+                )
             else:
                 tail = traceback.format_exc(limit=-1).strip().splitlines()[-1]
-                result.update(ok=False, reason="error", error=str(exc) if isinstance(exc, RuntimeError) else tail)
+                result.update(
+                    ok=False, reason="error", error=str(exc) if isinstance(exc, RuntimeError) else tail
+                )
         result["seconds"] = round(time.perf_counter() - start, 3)
         protocol.write(json.dumps(result) + "\n")
         protocol.flush()

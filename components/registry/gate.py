@@ -20,8 +20,9 @@ from dataclasses import dataclass, field
 from typing import Any
 
 POLICY_KEYS: frozenset[str] = frozenset({"tolerance", "guarded", "splits", "evaluation"})
-EVALUATION_KEYS: frozenset[str] = frozenset({"max_train_rows", "max_test_rows", "max_gpu_folds",
-                                             "gpu_folds", "min_gpu_rows"})
+EVALUATION_KEYS: frozenset[str] = frozenset(
+    {"max_train_rows", "max_test_rows", "max_gpu_folds", "gpu_folds", "min_gpu_rows"}
+)
 
 
 class PolicyError(ValueError):
@@ -56,11 +57,17 @@ class GatePolicy:
             return True
         if f"max_{metric}" in bounds:
             return False
-        return metric.startswith(("within_", "roofline_accuracy", "roofline_balanced")) or metric.endswith("coverage")
+        return metric.startswith(("within_", "roofline_accuracy", "roofline_balanced")) or metric.endswith(
+            "coverage"
+        )
 
     def to_json(self) -> dict[str, Any]:
-        return {"splits": self.splits, "guarded": list(self.guarded), "tolerance": self.tolerance,
-                "evaluation": {**vars(self.evaluation), "gpu_folds": list(self.evaluation.gpu_folds)}}
+        return {
+            "splits": self.splits,
+            "guarded": list(self.guarded),
+            "tolerance": self.tolerance,
+            "evaluation": {**vars(self.evaluation), "gpu_folds": list(self.evaluation.gpu_folds)},
+        }
 
 
 def _number(value: Any, where: str) -> float:
@@ -82,8 +89,10 @@ def _caps(raw: Any, source: str) -> EvaluationCaps:
         raise PolicyError(f"{source}: register.evaluation must be a mapping")
     unknown = sorted(set(raw) - EVALUATION_KEYS)
     if unknown:
-        raise PolicyError(f"{source}: unknown key register.evaluation.{unknown[0]}; "
-                          f"known: {', '.join(sorted(EVALUATION_KEYS))}")
+        raise PolicyError(
+            f"{source}: unknown key register.evaluation.{unknown[0]}; "
+            f"known: {', '.join(sorted(EVALUATION_KEYS))}"
+        )
     values: dict[str, Any] = {}
     for key in ("max_train_rows", "max_test_rows", "max_gpu_folds", "min_gpu_rows"):
         if key in raw:
@@ -92,8 +101,11 @@ def _caps(raw: Any, source: str) -> EvaluationCaps:
                 values[key] = None
                 continue
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-                raise PolicyError(f"{source}: register.evaluation.{key} must be a positive integer"
-                                  + ("" if key == "min_gpu_rows" else " or null") + f", got {value!r}")
+                raise PolicyError(
+                    f"{source}: register.evaluation.{key} must be a positive integer"
+                    + ("" if key == "min_gpu_rows" else " or null")
+                    + f", got {value!r}"
+                )
             values[key] = value
     if "gpu_folds" in raw:
         folds = raw["gpu_folds"] or []
@@ -115,25 +127,34 @@ def read_policy(params: Mapping[str, Any], source: str = "params.yaml") -> GateP
         raise PolicyError(f"{source} has no 'register:' section; refusing to promote without a gate")
     unknown = sorted(set(raw) - POLICY_KEYS)
     if unknown:
-        raise PolicyError(f"{source}: unknown key register.{unknown[0]}; known: {', '.join(sorted(POLICY_KEYS))}"
-                          " (thresholds live under register.splits.<split>)")
+        raise PolicyError(
+            f"{source}: unknown key register.{unknown[0]}; known: {', '.join(sorted(POLICY_KEYS))}"
+            " (thresholds live under register.splits.<split>)"
+        )
     splits_raw = raw.get("splits")
     if not isinstance(splits_raw, Mapping) or not splits_raw:
-        raise PolicyError(f"{source}: register.splits must map each split to its thresholds; "
-                          f"refusing to promote without a gate")
+        raise PolicyError(
+            f"{source}: register.splits must map each split to its thresholds; "
+            f"refusing to promote without a gate"
+        )
     splits: dict[str, dict[str, float]] = {}
     for split, bounds in splits_raw.items():
         if split not in SPLITS + OPMODEL_SPLITS + SERVING_SPLITS:
-            raise PolicyError(f"{source}: register.splits.{split}: unknown split; choose from "
-                              f"{', '.join(SPLITS + OPMODEL_SPLITS + SERVING_SPLITS)}")
+            raise PolicyError(
+                f"{source}: register.splits.{split}: unknown split; choose from "
+                f"{', '.join(SPLITS + OPMODEL_SPLITS + SERVING_SPLITS)}"
+            )
         if not isinstance(bounds, Mapping) or not bounds:
-            raise PolicyError(f"{source}: register.splits.{split} must map max_<metric>/min_<metric> to a bound")
+            raise PolicyError(
+                f"{source}: register.splits.{split} must map max_<metric>/min_<metric> to a bound"
+            )
         splits[str(split)] = {}
         for key, value in bounds.items():
             kind, _, metric = str(key).partition("_")
             if kind not in ("max", "min") or not metric:
-                raise PolicyError(f"{source}: register.splits.{split}.{key}: thresholds are max_<metric> or "
-                                  "min_<metric>")
+                raise PolicyError(
+                    f"{source}: register.splits.{split}.{key}: thresholds are max_<metric> or min_<metric>"
+                )
             splits[str(split)][str(key)] = _number(value, f"{source}: register.splits.{split}.{key}")
     guarded_raw = raw.get("guarded", [])
     if not isinstance(guarded_raw, list) or not all(isinstance(g, str) for g in guarded_raw):
@@ -141,8 +162,10 @@ def read_policy(params: Mapping[str, Any], source: str = "params.yaml") -> GateP
     for key in guarded_raw:
         split, sep, metric = key.partition("/")
         if not sep or not metric or split not in splits:
-            raise PolicyError(f"{source}: register.guarded {key!r}: expected 'split/metric' with the split one "
-                              f"of register.splits ({', '.join(splits)})")
+            raise PolicyError(
+                f"{source}: register.guarded {key!r}: expected 'split/metric' with the split one "
+                f"of register.splits ({', '.join(splits)})"
+            )
     tolerance = _number(raw.get("tolerance", 0.02), f"{source}: register.tolerance")
     if tolerance < 0:
         raise PolicyError(f"{source}: register.tolerance must be >= 0, got {tolerance}")
@@ -168,8 +191,13 @@ class Rule:
         return f"{verdict}  {self.rule}: {figure}" + (f" ({self.note})" if self.note else "")
 
     def to_json(self) -> dict[str, Any]:
-        return {"rule": self.rule, "figure": self.figure, "limit": self.limit, "passed": self.passed,
-                "note": self.note}
+        return {
+            "rule": self.rule,
+            "figure": self.figure,
+            "limit": self.limit,
+            "passed": self.passed,
+            "note": self.note,
+        }
 
 
 def _fmt(value: Any) -> str:
@@ -193,18 +221,31 @@ def report_metrics(report: Mapping[str, Any]) -> dict[str, float]:
 def completeness_rule(report: Mapping[str, Any] | None, policy: GatePolicy) -> Rule:
     """Every split of the policy evaluated without error (and the report not marked partial)."""
     if report is None:
-        return Rule("evaluation report present", None, "a report over every gated split", False,
-                    "no evaluation report for this version: run `kernelcast evaluate --gate` first")
+        return Rule(
+            "evaluation report present",
+            None,
+            "a report over every gated split",
+            False,
+            "no evaluation report for this version: run `kernelcast evaluate --gate` first",
+        )
     splits = report.get("splits") or {}
     missing = [s for s in policy.splits if s not in splits]
-    failed = [f"{s} ({splits[s].get('status')}: {splits[s].get('note') or 'no detail'})"
-              for s in policy.splits if s in splits and splits[s].get("status") != "ok"]
+    failed = [
+        f"{s} ({splits[s].get('status')}: {splits[s].get('note') or 'no detail'})"
+        for s in policy.splits
+        if s in splits and splits[s].get("status") != "ok"
+    ]
     problems = ([f"not evaluated: {', '.join(missing)}"] if missing else []) + failed
     if report.get("complete") is False and not problems:
         problems.append("the report is marked partial")
     done = len(policy.splits) - len(missing) - len(failed)
-    return Rule("evaluation complete", f"{done}/{len(policy.splits)} splits", f"{len(policy.splits)} splits",
-                not problems, "; ".join(problems))
+    return Rule(
+        "evaluation complete",
+        f"{done}/{len(policy.splits)} splits",
+        f"{len(policy.splits)} splits",
+        not problems,
+        "; ".join(problems),
+    )
 
 
 def threshold_rules(metrics: Mapping[str, float], policy: GatePolicy) -> list[Rule]:
@@ -216,13 +257,24 @@ def threshold_rules(metrics: Mapping[str, float], policy: GatePolicy) -> list[Ru
             relation = "<=" if kind == "max" else ">="
             value = metrics.get(name)
             ok = value is not None and (value <= limit if kind == "max" else value >= limit)
-            rules.append(Rule(f"{name} {relation} {limit:g}", value, limit, ok,
-                              "" if value is not None else "the evaluation produced no such figure"))
+            rules.append(
+                Rule(
+                    f"{name} {relation} {limit:g}",
+                    value,
+                    limit,
+                    ok,
+                    "" if value is not None else "the evaluation produced no such figure",
+                )
+            )
     return rules
 
 
-def champion_rules(metrics: Mapping[str, float], champion: Mapping[str, float] | None, champion_version: str | None,
-                   policy: GatePolicy) -> list[Rule]:
+def champion_rules(
+    metrics: Mapping[str, float],
+    champion: Mapping[str, float] | None,
+    champion_version: str | None,
+    policy: GatePolicy,
+) -> list[Rule]:
     """No guarded metric worse than the champion's by more than the tolerance."""
     if champion_version is None:
         return [Rule("no champion to defend", "none", None, True, "first champion")]
@@ -231,15 +283,29 @@ def champion_rules(metrics: Mapping[str, float], champion: Mapping[str, float] |
         higher = policy.direction(key)
         value, old = metrics.get(key), (champion or {}).get(key)
         if old is None:
-            rules.append(Rule(f"{key} vs champion v{champion_version}", value, None, True,
-                              "the champion has no recorded figure: not compared"))
+            rules.append(
+                Rule(
+                    f"{key} vs champion v{champion_version}",
+                    value,
+                    None,
+                    True,
+                    "the champion has no recorded figure: not compared",
+                )
+            )
             continue
         limit = old - policy.tolerance if higher else old + policy.tolerance
         ok = value is not None and (value >= limit if higher else value <= limit)
         relation = ">=" if higher else "<="
-        rules.append(Rule(f"{key} {relation} champion v{champion_version}'s {old:.4g} "
-                          f"{'-' if higher else '+'} {policy.tolerance:g}", value, limit, ok,
-                          "" if value is not None else "the evaluation produced no such figure"))
+        rules.append(
+            Rule(
+                f"{key} {relation} champion v{champion_version}'s {old:.4g} "
+                f"{'-' if higher else '+'} {policy.tolerance:g}",
+                value,
+                limit,
+                ok,
+                "" if value is not None else "the evaluation produced no such figure",
+            )
+        )
     return rules
 
 
@@ -256,14 +322,22 @@ class Judgement:
         return [rule.line() for rule in self.rules if not rule.passed]
 
 
-def judge(report: Mapping[str, Any] | None, policy: GatePolicy, champion: Mapping[str, float] | None = None,
-          champion_version: str | None = None) -> Judgement:
+def judge(
+    report: Mapping[str, Any] | None,
+    policy: GatePolicy,
+    champion: Mapping[str, float] | None = None,
+    champion_version: str | None = None,
+) -> Judgement:
     """Every rule of the gate on ``report`` (None: no report, which fails)."""
     complete = completeness_rule(report, policy)
     if report is None:
         return Judgement([complete], {})
     metrics = report_metrics(report)
-    rules = [complete, *threshold_rules(metrics, policy), *champion_rules(metrics, champion, champion_version, policy)]
+    rules = [
+        complete,
+        *threshold_rules(metrics, policy),
+        *champion_rules(metrics, champion, champion_version, policy),
+    ]
     return Judgement(rules, metrics)
 
 

@@ -22,7 +22,7 @@ LINEAGE_TAGS: tuple[str, ...] = ("family", "git_commit", "dataset_version", "tra
 
 
 def file_md5(path: Path) -> str:
-    digest = hashlib.md5()  # noqa: S324 -- DVC's content hash, not security
+    digest = hashlib.md5()
     with Path(path).open("rb") as handle:
         for block in iter(lambda: handle.read(1 << 20), b""):
             digest.update(block)
@@ -32,10 +32,12 @@ def file_md5(path: Path) -> str:
 def dvc_dir_hash(directory: Path) -> str:
     """DVC 3's hash of a directory output: md5 of the sorted ``[{"md5", "relpath"}]`` listing + ``.dir``."""
     directory = Path(directory)
-    entries = [{"md5": file_md5(path), "relpath": path.relative_to(directory).as_posix()}
-               for path in sorted(p for p in directory.rglob("*") if p.is_file())]
+    entries = [
+        {"md5": file_md5(path), "relpath": path.relative_to(directory).as_posix()}
+        for path in sorted(p for p in directory.rglob("*") if p.is_file())
+    ]
     entries.sort(key=lambda entry: entry["relpath"])
-    return hashlib.md5(json.dumps(entries, sort_keys=True).encode()).hexdigest() + ".dir"  # noqa: S324
+    return hashlib.md5(json.dumps(entries, sort_keys=True).encode()).hexdigest() + ".dir"
 
 
 def _dvc_outs(project_root: Path) -> set[Path]:
@@ -67,4 +69,9 @@ def dataset_version(features_file: Path, project_root: Path) -> str:
 
 def lineage_tags(*, family: str, git_commit: str, dataset: str, training_run: str) -> dict[str, str]:
     """The lineage tags a version gets when it is registered (``eval_report`` comes with its evaluation)."""
-    return {"family": family, "git_commit": git_commit, "dataset_version": dataset, "training_run": training_run}
+    return {
+        "family": family,
+        "git_commit": git_commit,
+        "dataset_version": dataset,
+        "training_run": training_run,
+    }

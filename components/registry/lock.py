@@ -24,7 +24,9 @@ def lock_path(lock_dir: Path, tracking_uri: str, model_name: str) -> Path:
 
 
 @contextmanager
-def promotion_lock(lock_dir: Path, tracking_uri: str, model_name: str, timeout_s: float = 300.0) -> Iterator[Path]:
+def promotion_lock(
+    lock_dir: Path, tracking_uri: str, model_name: str, timeout_s: float = 300.0
+) -> Iterator[Path]:
     """Hold the promotion lock of (``tracking_uri``, ``model_name``); TimeoutError after ``timeout_s``."""
     import fcntl
 
@@ -38,8 +40,10 @@ def promotion_lock(lock_dir: Path, tracking_uri: str, model_name: str, timeout_s
                 break
             except BlockingIOError:
                 if time.monotonic() > deadline:
-                    raise TimeoutError(f"another promotion of {model_name!r} on {tracking_uri} has held "
-                                       f"{path} for over {timeout_s:.0f} s") from None
+                    raise TimeoutError(
+                        f"another promotion of {model_name!r} on {tracking_uri} has held "
+                        f"{path} for over {timeout_s:.0f} s"
+                    ) from None
                 time.sleep(0.05)
         try:
             yield path

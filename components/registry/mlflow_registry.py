@@ -20,8 +20,9 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from mlflow import MlflowClient
     from mlflow.pyfunc import PyFuncModel
+
+    from mlflow import MlflowClient
 
 CHAMPION = "champion"
 CHALLENGER = "challenger"
@@ -60,7 +61,6 @@ def ensure_experiment(name: str, artifact_location: str | None, tracking_uri: st
 def _default_artifact_location(experiment: str, tracking_uri: str | None) -> str | None:
     """Local stores keep artifacts under KERNELCAST_HOME; a tracking server picks its own."""
     import mlflow
-
     from components.platform.config import get_settings
 
     uri = tracking_uri or mlflow.get_tracking_uri()
@@ -95,9 +95,13 @@ def log_predictor(
     rebuild the predictor.
     """
     import mlflow
-
     from components.registry.pyfunc import (
-        ANSWERER, PREDICTOR_ARTIFACT, KernelcastPyfunc, input_example, resolve_loader, signature,
+        ANSWERER,
+        PREDICTOR_ARTIFACT,
+        KernelcastPyfunc,
+        input_example,
+        resolve_loader,
+        signature,
     )
 
     predictor_dir = Path(predictor_dir)
@@ -158,18 +162,22 @@ def check_reachable(tracking_uri: str, timeout_s: float = 5.0) -> None:
 
     if tracking_uri.startswith(("http://", "https://")):
         try:
-            with urlopen(f"{tracking_uri.rstrip('/')}/health", timeout=timeout_s) as response:  # noqa: S310
+            with urlopen(f"{tracking_uri.rstrip('/')}/health", timeout=timeout_s) as response:
                 if response.status != 200:
-                    raise RegistryUnreachable(f"MLflow registry at {tracking_uri} is not healthy "
-                                              f"(GET /health -> {response.status})")
+                    raise RegistryUnreachable(
+                        f"MLflow registry at {tracking_uri} is not healthy (GET /health -> {response.status})"
+                    )
         except (URLError, OSError) as exc:
             reason = getattr(exc, "reason", exc)
-            raise RegistryUnreachable(f"MLflow registry at {tracking_uri} cannot be reached ({reason})") from None
+            raise RegistryUnreachable(
+                f"MLflow registry at {tracking_uri} cannot be reached ({reason})"
+            ) from None
     elif tracking_uri.startswith("sqlite:///"):
         folder = Path(tracking_uri.removeprefix("sqlite:///")).parent
         if not folder.is_dir():
-            raise RegistryUnreachable(f"MLflow registry at {tracking_uri} cannot be reached "
-                                      f"(folder {folder} does not exist)")
+            raise RegistryUnreachable(
+                f"MLflow registry at {tracking_uri} cannot be reached (folder {folder} does not exist)"
+            )
 
 
 def alias_version(name: str, alias: str, tracking_uri: str | None = None) -> str | None:
@@ -187,8 +195,11 @@ def alias_version(name: str, alias: str, tracking_uri: str | None = None) -> str
 def version_metrics(name: str, version: str, tracking_uri: str | None = None) -> dict[str, float]:
     """Metrics a version was judged on: its ``kc.metric.*`` tags (``split/metric`` names)."""
     model_version = _client(tracking_uri).get_model_version(name, version)
-    return {key.removeprefix(METRIC_TAG_PREFIX): float(value) for key, value in model_version.tags.items()
-            if key.startswith(METRIC_TAG_PREFIX)}
+    return {
+        key.removeprefix(METRIC_TAG_PREFIX): float(value)
+        for key, value in model_version.tags.items()
+        if key.startswith(METRIC_TAG_PREFIX)
+    }
 
 
 def load_model(name: str, alias: str = CHAMPION, tracking_uri: str | None = None) -> PyFuncModel:
@@ -212,9 +223,10 @@ def load_registered_predictor(uri: str, tracking_uri: str | None = None) -> Any:
     Raises ``LookupError`` (one line naming the URI and the store) when MLflow cannot load it, and
     ``TypeError`` when the model is not a kernelcast pyfunc wrapper.
     """
-    import mlflow
     import mlflow.pyfunc
     from mlflow.exceptions import MlflowException
+
+    import mlflow
 
     if tracking_uri:
         mlflow.set_tracking_uri(tracking_uri)
@@ -223,8 +235,10 @@ def load_registered_predictor(uri: str, tracking_uri: str | None = None) -> Any:
         wrapper = mlflow.pyfunc.load_model(uri)
     except (MlflowException, OSError) as exc:
         message = getattr(exc, "message", str(exc)) or type(exc).__name__
-        raise LookupError(f"cannot load {uri} from {tracking_uri or mlflow.get_tracking_uri()}: "
-                          f"{str(message).splitlines()[0]}") from exc
+        raise LookupError(
+            f"cannot load {uri} from {tracking_uri or mlflow.get_tracking_uri()}: "
+            f"{str(message).splitlines()[0]}"
+        ) from exc
     predictor = getattr(wrapper.unwrap_python_model(), "predictor", None)
     if predictor is None:
         raise TypeError(f"{uri} is not a kernelcast model (no predictor inside its pyfunc wrapper)")

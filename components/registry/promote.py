@@ -20,7 +20,7 @@ from __future__ import annotations
 import json
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -67,7 +67,9 @@ class PromoteResult:
     @property
     def would_promote(self) -> bool:
         """A dry run's verdict: every rule passed (``promoted`` stays False, nothing moved)."""
-        return bool(self.rules) and all(rule.passed for rule in self.rules) and self.reason != "already champion"
+        return (
+            bool(self.rules) and all(rule.passed for rule in self.rules) and self.reason != "already champion"
+        )
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -122,7 +124,9 @@ def read_eval_report(path: Path) -> dict[str, Any]:
     """A gate report file, or a ValueError naming the file and what is wrong with it."""
     path = Path(path)
     if not path.is_file():
-        raise FileNotFoundError(f"--eval-report {path}: file not found (run `kernelcast evaluate --gate` first)")
+        raise FileNotFoundError(
+            f"--eval-report {path}: file not found (run `kernelcast evaluate --gate` first)"
+        )
     try:
         report = json.loads(path.read_text())
     except json.JSONDecodeError as exc:
@@ -142,7 +146,9 @@ def version_eval_report(name: str, version: str, tracking_uri: str) -> dict[str,
         return None
     import os
 
-    os.environ.setdefault("MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR", "false")  # one small JSON: no bar in the verdict
+    os.environ.setdefault(
+        "MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR", "false"
+    )  # one small JSON: no bar in the verdict
     mlflow.set_tracking_uri(tracking_uri)  # runs:/ artifact URIs resolve against the current store
     return mlflow.artifacts.load_dict(uri)
 
@@ -152,39 +158,59 @@ def identity_rule(report: Mapping[str, Any] | None, name: str, version: str) -> 
     if report is None:
         return None
     reported = (str(report.get("model_name")), str(report.get("model_version")))
-    return Rule(f"report is for {name} v{version}", f"{reported[0]} v{reported[1]}", f"{name} v{version}",
-                reported == (name, str(version)),
-                "" if reported == (name, str(version)) else "evaluate this version with `kernelcast evaluate --gate`")
+    return Rule(
+        f"report is for {name} v{version}",
+        f"{reported[0]} v{reported[1]}",
+        f"{name} v{version}",
+        reported == (name, str(version)),
+        "" if reported == (name, str(version)) else "evaluate this version with `kernelcast evaluate --gate`",
+    )
 
 
-def _record(name: str, version: str, judgement: Judgement, policy: GatePolicy, decision: str, reason: str,
-            champion_before: str | None, tracking_uri: str) -> None:
+def _record(
+    name: str,
+    version: str,
+    judgement: Judgement,
+    policy: GatePolicy,
+    decision: str,
+    reason: str,
+    champion_before: str | None,
+    tracking_uri: str,
+) -> None:
     """The decision on the version: verdict, reason, every rule line, and the gated figures."""
     client = registry.mlflow_client(tracking_uri)
     named = {f"{split}/{key.partition('_')[2]}" for split, bounds in policy.splits.items() for key in bounds}
     foreign = any(rule.rule.startswith("report is for") and not rule.passed for rule in judgement.rules)
-    for key in sorted(named | set(policy.guarded)) if not foreign else ():  # another version's figures: not its own
+    for key in (
+        sorted(named | set(policy.guarded)) if not foreign else ()
+    ):  # another version's figures: not its own
         if key in judgement.metrics:
-            client.set_model_version_tag(name, version, f"{registry.METRIC_TAG_PREFIX}{key}",
-                                         repr(judgement.metrics[key]))
+            client.set_model_version_tag(
+                name, version, f"{registry.METRIC_TAG_PREFIX}{key}", repr(judgement.metrics[key])
+            )
     lines = json.dumps([rule.line() for rule in judgement.rules])
     tags = {
         "kc.promotion": decision,
         "kc.promotion.reason": reason[:TAG_VALUE_LIMIT],
-        "kc.promotion.rules": lines if len(lines) <= TAG_VALUE_LIMIT else lines[:TAG_VALUE_LIMIT - 5] + " ...]",
+        "kc.promotion.rules": lines
+        if len(lines) <= TAG_VALUE_LIMIT
+        else lines[: TAG_VALUE_LIMIT - 5] + " ...]",
         "kc.promotion.champion_before": champion_before or "none",
-        "kc.promotion.at": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+        "kc.promotion.at": datetime.now(UTC).isoformat(timespec="seconds"),
         "kc.policy": json.dumps(policy.to_json(), sort_keys=True)[:TAG_VALUE_LIMIT],
     }
     for key, value in tags.items():
         client.set_model_version_tag(name, version, key, value)
 
 
-def judge_version(name: str, version: str, report: Mapping[str, Any] | None, policy: GatePolicy,
-                  tracking_uri: str) -> tuple[Judgement, str | None]:
+def judge_version(
+    name: str, version: str, report: Mapping[str, Any] | None, policy: GatePolicy, tracking_uri: str
+) -> tuple[Judgement, str | None]:
     """Every rule on the candidate, against the champion as it is now; (judgement, champion)."""
     champion = registry.alias_version(name, registry.CHAMPION, tracking_uri)
-    incumbent = registry.version_metrics(name, champion, tracking_uri) if champion and champion != version else None
+    incumbent = (
+        registry.version_metrics(name, champion, tracking_uri) if champion and champion != version else None
+    )
     judgement = judge(report, policy, incumbent, champion if champion != version else None)
     identity = identity_rule(report, name, version)
     if identity is not None:
@@ -208,8 +234,11 @@ def promote_stage(inputs: PromoteInputs, policy: GatePolicy | None = None) -> Pr
         raise ValueError("promotion needs the register: section of params.yaml (gate_policy(params))")
     if not version_exists(name, version, uri):
         raise LookupError(f"model {name!r} has no version {version} in {uri}")
-    report = (read_eval_report(inputs.eval_report) if inputs.eval_report is not None
-              else version_eval_report(name, version, uri))
+    report = (
+        read_eval_report(inputs.eval_report)
+        if inputs.eval_report is not None
+        else version_eval_report(name, version, uri)
+    )
 
     with promotion_lock(_lock_dir(inputs), uri, name):
         judgement, champion = judge_version(name, version, report, policy, uri)
@@ -217,20 +246,45 @@ def promote_stage(inputs: PromoteInputs, policy: GatePolicy | None = None) -> Pr
         rules = tuple(judgement.rules)
         failures = tuple(judgement.failures())
         if champion == version:
-            result = PromoteResult(name, version, False, champion, "already champion", failures, rules=rules,
-                                   dry_run=inputs.dry_run, previous_champion=previous)
+            result = PromoteResult(
+                name,
+                version,
+                False,
+                champion,
+                "already champion",
+                failures,
+                rules=rules,
+                dry_run=inputs.dry_run,
+                previous_champion=previous,
+            )
         elif inputs.dry_run:
             verdict = "would become champion" if judgement.passed else "would stay challenger"
-            result = PromoteResult(name, version, False, champion, f"dry run: {verdict}", failures, rules=rules,
-                                   dry_run=True, previous_champion=previous)
+            result = PromoteResult(
+                name,
+                version,
+                False,
+                champion,
+                f"dry run: {verdict}",
+                failures,
+                rules=rules,
+                dry_run=True,
+                previous_champion=previous,
+            )
         else:
             result = _decide(name, version, judgement, policy, champion, previous, uri)
     _write(inputs.report, result)
     return replace(result, report=inputs.report)
 
 
-def _decide(name: str, version: str, judgement: Judgement, policy: GatePolicy, champion: str | None,
-            previous: str | None, uri: str) -> PromoteResult:
+def _decide(
+    name: str,
+    version: str,
+    judgement: Judgement,
+    policy: GatePolicy,
+    champion: str | None,
+    previous: str | None,
+    uri: str,
+) -> PromoteResult:
     """Record the verdict and move the aliases (under the caller's lock)."""
     client = registry.mlflow_client(uri)
     rules, failures = tuple(judgement.rules), tuple(judgement.failures())
@@ -238,14 +292,20 @@ def _decide(name: str, version: str, judgement: Judgement, policy: GatePolicy, c
         reason = f"{len(failures)} of {len(rules)} rules failed"
         _record(name, version, judgement, policy, "rejected", reason, champion, uri)
         client.set_registered_model_alias(name, registry.CHALLENGER, version)
-        return PromoteResult(name, version, False, champion, reason, failures, rules=rules, previous_champion=previous)
+        return PromoteResult(
+            name, version, False, champion, reason, failures, rules=rules, previous_champion=previous
+        )
     # Re-read just before moving: a champion that changed since judging was not the one judged against.
     now = registry.alias_version(name, registry.CHAMPION, uri)
     if now != champion:
-        reason = (f"lost the race: champion moved from v{champion} to v{now} while this version was judged; "
-                  "run promote again to judge it against the new champion")
+        reason = (
+            f"lost the race: champion moved from v{champion} to v{now} while this version was judged; "
+            "run promote again to judge it against the new champion"
+        )
         _record(name, version, judgement, policy, "rejected: lost race", reason, champion, uri)
-        return PromoteResult(name, version, False, now, reason, (reason,), rules=rules, previous_champion=previous)
+        return PromoteResult(
+            name, version, False, now, reason, (reason,), rules=rules, previous_champion=previous
+        )
     _record(name, version, judgement, policy, "champion", "every rule passed", champion, uri)
     client.set_registered_model_alias(name, registry.CHALLENGER, version)
     if champion is not None:
@@ -254,8 +314,16 @@ def _decide(name: str, version: str, judgement: Judgement, policy: GatePolicy, c
     if registry.alias_version(name, registry.CHAMPION, uri) != version:
         raise RuntimeError(f"{name}@champion did not move to v{version} (registry {uri}): check the store")
     reason = f"every rule passed; replaced v{champion}" if champion else "every rule passed; first champion"
-    return PromoteResult(name, version, True, version, reason, (), rules=rules,
-                         previous_champion=champion if champion else previous)
+    return PromoteResult(
+        name,
+        version,
+        True,
+        version,
+        reason,
+        (),
+        rules=rules,
+        previous_champion=champion if champion else previous,
+    )
 
 
 @dataclass(frozen=True)
@@ -275,12 +343,14 @@ def rollback(name: str, tracking_uri: str) -> Rollback:
     client = registry.mlflow_client(tracking_uri)
     previous = registry.alias_version(name, registry.PREVIOUS_CHAMPION, tracking_uri)
     if previous is None:
-        raise LookupError(f"model {name!r} has no {registry.PREVIOUS_CHAMPION!r} alias to roll back to "
-                          f"(registry {tracking_uri})")
+        raise LookupError(
+            f"model {name!r} has no {registry.PREVIOUS_CHAMPION!r} alias to roll back to "
+            f"(registry {tracking_uri})"
+        )
     demoted = registry.alias_version(name, registry.CHAMPION, tracking_uri)
     client.set_registered_model_alias(name, registry.CHAMPION, previous)
     client.delete_registered_model_alias(name, registry.PREVIOUS_CHAMPION)
-    stamp = datetime.now(timezone.utc).isoformat(timespec="seconds")
+    stamp = datetime.now(UTC).isoformat(timespec="seconds")
     if demoted is not None and demoted != previous:
         client.set_model_version_tag(name, demoted, "kc.promotion", f"rolled back to v{previous}")
         client.set_model_version_tag(name, demoted, "kc.promotion.at", stamp)

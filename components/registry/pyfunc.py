@@ -37,16 +37,40 @@ ANSWERER = "components.serving.questions"
 # Rows with a ``deployment`` (an LLM deployment) are answered by the composition through this module (serving
 # floor, named like ANSWERER): ``has_deployments(frame)`` and ``answer_mixed_frame(predictor, frame, ...)``.
 DEPLOYMENT_ANSWERER = "components.serving.deployment_questions"
-QUESTION_COLUMNS: tuple[str, ...] = ("device", "device_spec", "dtype", "op", "shape", "source", "language", "launch",
-                                     "module", "deployment")  # deployment: serving.deployment_questions
+QUESTION_COLUMNS: tuple[str, ...] = (
+    "device",
+    "device_spec",
+    "dtype",
+    "op",
+    "shape",
+    "source",
+    "language",
+    "launch",
+    "module",
+    "deployment",
+)  # deployment: serving.deployment_questions
 # Answer columns and their MLflow types (interfaces.md "The answer").
 ANSWER_COLUMNS: tuple[tuple[str, str], ...] = (
-    ("question", "long"), ("device", "string"), ("device_name", "string"), ("kind", "string"),
-    ("duration_us", "double"), ("duration_us_lo", "double"), ("duration_us_hi", "double"),
-    ("achieved_gbps", "double"), ("gflops", "double"), ("l1_hit_rate", "double"), ("l2_hit_rate", "double"),
-    ("arith_intensity", "double"), ("roofline_class", "string"), ("bound_pipe", "string"),
-    ("roofline_us", "double"), ("headroom", "double"), ("ood", "boolean"), ("note", "string"),
-    ("model_version", "string"), ("breakdown", "string"),
+    ("question", "long"),
+    ("device", "string"),
+    ("device_name", "string"),
+    ("kind", "string"),
+    ("duration_us", "double"),
+    ("duration_us_lo", "double"),
+    ("duration_us_hi", "double"),
+    ("achieved_gbps", "double"),
+    ("gflops", "double"),
+    ("l1_hit_rate", "double"),
+    ("l2_hit_rate", "double"),
+    ("arith_intensity", "double"),
+    ("roofline_class", "string"),
+    ("bound_pipe", "string"),
+    ("roofline_us", "double"),
+    ("headroom", "double"),
+    ("ood", "boolean"),
+    ("note", "string"),
+    ("model_version", "string"),
+    ("breakdown", "string"),
 )
 
 
@@ -64,8 +88,12 @@ def signature() -> Any:
     from mlflow.types import ColSpec, ParamSchema, ParamSpec, Schema
 
     inputs = Schema([ColSpec("string", name, required=False) for name in QUESTION_COLUMNS])
-    outputs = Schema([ColSpec(kind, name, required=name in ("question", "kind", "model_version"))
-                      for name, kind in ANSWER_COLUMNS])
+    outputs = Schema(
+        [
+            ColSpec(kind, name, required=name in ("question", "kind", "model_version"))
+            for name, kind in ANSWER_COLUMNS
+        ]
+    )
     params = ParamSchema([ParamSpec("allow_modules", "boolean", True)])
     return ModelSignature(inputs=inputs, outputs=outputs, params=params)
 
@@ -75,7 +103,12 @@ def input_example() -> pd.DataFrame:
     import json
 
     rows = [
-        {"device": "H100", "dtype": "fp16", "op": "gemm", "shape": json.dumps({"M": 4096, "N": 4096, "K": 4096})},
+        {
+            "device": "H100",
+            "dtype": "fp16",
+            "op": "gemm",
+            "shape": json.dumps({"M": 4096, "N": 4096, "K": 4096}),
+        },
         {"device": "A100", "dtype": "fp32", "op": "add", "shape": json.dumps({"N": 16777216})},
     ]
     return pd.DataFrame(rows, columns=list(QUESTION_COLUMNS)).astype(object).where(lambda f: f.notna(), None)
@@ -107,13 +140,17 @@ class KernelcastPyfunc(mlflow.pyfunc.PythonModel):
         if not present:
             # MLflow drops the columns the signature does not name (and with them the rows of a
             # frame that had only those): a feature-table caller would get an empty answer instead.
-            raise query_error(f"model input has none of the question columns ({', '.join(QUESTION_COLUMNS)}); "
-                              "send one row per question, e.g. device, dtype, op, shape")
+            raise query_error(
+                f"model input has none of the question columns ({', '.join(QUESTION_COLUMNS)}); "
+                "send one row per question, e.g. device, dtype, op, shape"
+            )
         allow_modules = bool((params or {}).get("allow_modules", True))
         deployments = importlib.import_module(DEPLOYMENT_ANSWERER)
         if deployments.has_deployments(model_input):  # an LLM deployment: answered by the composition
-            return deployments.answer_mixed_frame(self.predictor, model_input, model_version=self.model_version,
-                                                  allow_modules=allow_modules)
+            return deployments.answer_mixed_frame(
+                self.predictor, model_input, model_version=self.model_version, allow_modules=allow_modules
+            )
         model_input = model_input.drop(columns=["deployment"], errors="ignore")
-        return answer_frame(self.predictor, model_input, model_version=self.model_version,
-                            allow_modules=allow_modules)
+        return answer_frame(
+            self.predictor, model_input, model_version=self.model_version, allow_modules=allow_modules
+        )

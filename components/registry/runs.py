@@ -24,7 +24,7 @@ VERSION_TAGS: tuple[str, ...] = ("split", "dataset_md5", "dataset_version", "git
 def _client(tracking_uri: str) -> Any:
     from components.registry import mlflow_registry
 
-    return mlflow_registry._client(tracking_uri)  # noqa: SLF001 -- the registry's one client factory
+    return mlflow_registry._client(tracking_uri)
 
 
 def experiment_id(name: str, tracking_uri: str, artifact_root: str) -> str:
@@ -85,8 +85,11 @@ def log_training_run(
             tag_version(
                 registered_model,
                 version,
-                {"family": family, "training_run": run.info.run_id,
-                 **{k: tags[k] for k in VERSION_TAGS if k in tags}},
+                {
+                    "family": family,
+                    "training_run": run.info.run_id,
+                    **{k: tags[k] for k in VERSION_TAGS if k in tags},
+                },
                 tracking_uri,
             )
         return TrainingRun(run.info.run_id, model_uri, version, metrics)
@@ -115,8 +118,12 @@ def complete_training_run(
     versions = client.search_model_versions(f"run_id='{run_id}'")
     version = str(versions[0].version) if versions else None
     if version is not None:
-        tag_version(registered_model, version, {"training_run": run_id, **{k: tags[k] for k in VERSION_TAGS
-                                                                          if k in tags}}, tracking_uri)
+        tag_version(
+            registered_model,
+            version,
+            {"training_run": run_id, **{k: tags[k] for k in VERSION_TAGS if k in tags}},
+            tracking_uri,
+        )
     return version
 
 

@@ -38,9 +38,13 @@ def interval_widths(predictor: Any, candidates: list[Case], device_id: str) -> p
     table = build_feature_table(measurements, kernels, catalog)
     predictions = predictor.predict(table).reset_index(drop=True)
     if not {"pred_duration_us_lo", "pred_duration_us_hi"} <= set(predictions.columns):
-        raise ActiveLearningError("the model gives no runtime intervals (pred_duration_us_lo/hi); "
-                                  "active learning ranks candidates by interval width")
-    width = (predictions["pred_duration_us_hi"] - predictions["pred_duration_us_lo"]) / predictions["pred_duration_us"]
+        raise ActiveLearningError(
+            "the model gives no runtime intervals (pred_duration_us_lo/hi); "
+            "active learning ranks candidates by interval width"
+        )
+    width = (predictions["pred_duration_us_hi"] - predictions["pred_duration_us_lo"]) / predictions[
+        "pred_duration_us"
+    ]
     order = table["measurement_id"].map({m: i for i, m in enumerate(measurements["measurement_id"])})
     widths = pd.Series(width.to_numpy(), index=[candidates[int(i)].case_id for i in order])
     return widths.fillna(float("inf"))  # no prediction at all: as uncertain as it gets

@@ -14,17 +14,48 @@ import numpy as np
 from components.serving.question_forms import Question
 
 ANSWER_KEYS: tuple[str, ...] = (
-    "question", "device", "device_name", "kind", "duration_us", "duration_us_lo", "duration_us_hi", "achieved_gbps",
-    "gflops", "l1_hit_rate", "l2_hit_rate", "arith_intensity", "roofline_class", "bound_pipe", "roofline_us",
-    "headroom", "ood", "note", "model_version", "breakdown", "tier", "support",
+    "question",
+    "device",
+    "device_name",
+    "kind",
+    "duration_us",
+    "duration_us_lo",
+    "duration_us_hi",
+    "achieved_gbps",
+    "gflops",
+    "l1_hit_rate",
+    "l2_hit_rate",
+    "arith_intensity",
+    "roofline_class",
+    "bound_pipe",
+    "roofline_us",
+    "headroom",
+    "ood",
+    "note",
+    "model_version",
+    "breakdown",
+    "tier",
+    "support",
 )
-METRICS: tuple[str, ...] = ("duration_us", "achieved_gbps", "gflops", "l1_hit_rate", "l2_hit_rate", "arith_intensity")
+METRICS: tuple[str, ...] = (
+    "duration_us",
+    "achieved_gbps",
+    "gflops",
+    "l1_hit_rate",
+    "l2_hit_rate",
+    "arith_intensity",
+)
 
 
 def _blank(question: Question, model_version: str) -> dict[str, Any]:
     answer = dict.fromkeys(ANSWER_KEYS)
-    answer.update(question=question.index, device=question.device.id, device_name=question.device.name,
-                  kind=question.kind, model_version=model_version)
+    answer.update(
+        question=question.index,
+        device=question.device.id,
+        device_name=question.device.name,
+        kind=question.kind,
+        model_version=model_version,
+    )
     return answer
 
 

@@ -55,14 +55,21 @@ Dim = Annotated[int, Field(ge=1, le=2**24)]
 class Launch(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
-    grid: list[Annotated[int, Field(ge=1, le=2**31 - 1)]] = Field(min_length=1, max_length=3,
-                                                                   description="[gx, gy, gz]")
-    block: list[Annotated[int, Field(ge=1, le=1024)]] = Field(min_length=1, max_length=3,
-                                                               description="[bx, by, bz]")
-    kernel: str | None = Field(default=None, max_length=256, pattern=r"^[A-Za-z_][A-Za-z0-9_]*$",
-                               description="the __global__ function to analyse (default: the only one)")
+    grid: list[Annotated[int, Field(ge=1, le=2**31 - 1)]] = Field(
+        min_length=1, max_length=3, description="[gx, gy, gz]"
+    )
+    block: list[Annotated[int, Field(ge=1, le=1024)]] = Field(
+        min_length=1, max_length=3, description="[bx, by, bz]"
+    )
+    kernel: str | None = Field(
+        default=None,
+        max_length=256,
+        pattern=r"^[A-Za-z_][A-Za-z0-9_]*$",
+        description="the __global__ function to analyse (default: the only one)",
+    )
     defines: dict[Annotated[str, Field(max_length=64)], str | int | float] | None = Field(
-        default=None, max_length=64, description='-D macros, e.g. {"N": "1024"}')
+        default=None, max_length=64, description='-D macros, e.g. {"N": "1024"}'
+    )
     shared_bytes: int | None = Field(default=None, ge=0, le=1 << 20, description="dynamic shared memory")
 
 
@@ -71,15 +78,23 @@ class Kernel(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    dtype: str | None = Field(default=None, max_length=32, description="fp32, fp16, bf16, fp8, tf32, fp64, int8")
-    op: str | None = Field(default=None, max_length=32, description="gemm, linear, bmm, add, gelu, softmax, ...")
+    dtype: str | None = Field(
+        default=None, max_length=32, description="fp32, fp16, bf16, fp8, tf32, fp64, int8"
+    )
+    op: str | None = Field(
+        default=None, max_length=32, description="gemm, linear, bmm, add, gelu, softmax, ..."
+    )
     shape: dict[Annotated[str, Field(max_length=16)], Dim] | None = Field(
-        default=None, max_length=8, description='sizes, e.g. {"M": 4096, "N": 4096, "K": 4096}')
+        default=None, max_length=8, description='sizes, e.g. {"M": 4096, "N": 4096, "K": 4096}'
+    )
     source: str | None = Field(default=None, max_length=MAX_SOURCE_CHARS, description="CUDA/HIP kernel text")
     language: Literal["cuda", "hip"] | None = None
     launch: Launch | None = None
-    module: str | None = Field(default=None, max_length=MAX_MODULE_CHARS,
-                               description="text of a KernelBench-style PyTorch module (when the server allows it)")
+    module: str | None = Field(
+        default=None,
+        max_length=MAX_MODULE_CHARS,
+        description="text of a KernelBench-style PyTorch module (when the server allows it)",
+    )
 
     def fields(self) -> dict[str, Any]:
         data = self.model_dump(exclude_none=True)
@@ -99,7 +114,8 @@ class DeploymentForm(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     model: Annotated[str, Field(max_length=64 * 1024)] | dict[str, Any] = Field(
-        description="a bundled model name, an HF config.json object, or its JSON text (no server paths)")
+        description="a bundled model name, an HF config.json object, or its JSON text (no server paths)"
+    )
     isl: int = Field(ge=1, le=1 << 20)
     osl: int = Field(ge=1, le=1 << 20)
     concurrency: int = Field(default=1, ge=1, le=1 << 16)
@@ -110,8 +126,9 @@ class DeploymentForm(BaseModel):
     kv_dtype: str | None = Field(default=None, max_length=16)
     mode: Literal["agg", "disagg"] = "agg"
     workload: Literal["steady", "batch"] = "steady"
-    tps: list[Annotated[int, Field(ge=1, le=1024)]] | None = Field(default=None, max_length=16,
-                                                                  description="rank: TP options")
+    tps: list[Annotated[int, Field(ge=1, le=1024)]] | None = Field(
+        default=None, max_length=16, description="rank: TP options"
+    )
     by: Literal["tpot", "ttft", "cost"] = "tpot"
 
     def params(self) -> dict[str, Any]:
@@ -124,9 +141,14 @@ class PredictRequest(BaseModel):
     kernels: list[Kernel] | None = Field(default=None, min_length=1)
     deployment: DeploymentForm | None = None
     devices: list[Annotated[str, Field(max_length=128)] | dict[str, Any]] | Literal["all"] = Field(
-        min_length=1, description='catalog names/aliases or full device specs, or "all" (the catalog), as in /v1/rank')
-    model: str | None = Field(default=None, max_length=256,
-                              description="omit for the served model; 'roofline' for the training-free baseline")
+        min_length=1,
+        description='catalog names/aliases or full device specs, or "all" (the catalog), as in /v1/rank',
+    )
+    model: str | None = Field(
+        default=None,
+        max_length=256,
+        description="omit for the served model; 'roofline' for the training-free baseline",
+    )
 
 
 class WorkloadItem(BaseModel):
@@ -179,7 +201,8 @@ class Answer(BaseModel):
     note: str | None = None
     model_version: str
     breakdown: list[BreakdownItem] | None = Field(
-        default=None, description="module/source answers: the top ops (or kernels) by predicted time")
+        default=None, description="module/source answers: the top ops (or kernels) by predicted time"
+    )
 
 
 class PredictResponse(BaseModel):
@@ -207,7 +230,9 @@ class RankResponse(BaseModel):
     ranking: list[RankEntry] = []
     deployment_ranking: list[dict[str, Any]] | None = None  # the deployment form: GPU x TP options that fit
     options_not_fitting: int | None = None
-    note: str | None = Field(default=None, description="e.g. prices given for GPUs not being ranked (ignored)")
+    note: str | None = Field(
+        default=None, description="e.g. prices given for GPUs not being ranked (ignored)"
+    )
 
 
 class ErrorBody(BaseModel):
@@ -268,13 +293,19 @@ async def _send_error(send: Any, status: int, code: str, message: str) -> None:
     import json
 
     body = json.dumps({"error": {"code": code, "message": message, "field": None}}).encode()
-    await send({"type": "http.response.start", "status": status,
-                "headers": [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())]})
+    await send(
+        {
+            "type": "http.response.start",
+            "status": status,
+            "headers": [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())],
+        }
+    )
     await send({"type": "http.response.body", "body": body})
 
 
 def _first_field(errors: list[dict[str, Any]]) -> tuple[str | None, str]:
     """('kernels[0].shape.K', 'kernels[0].shape.K: Input should be ...; ...') from pydantic errors."""
+
     def path(loc: tuple) -> str:
         text = ""
         for part in loc:
@@ -285,17 +316,26 @@ def _first_field(errors: list[dict[str, Any]]) -> tuple[str | None, str]:
 
     described = []
     for error in errors[:5]:
-        loc = tuple(p for p in error.get("loc", ()) if not (isinstance(p, str) and ("[" in p or p in (
-            "str", "dict[str,any]", "list[...]"))))
+        loc = tuple(
+            p
+            for p in error.get("loc", ())
+            if not (isinstance(p, str) and ("[" in p or p in ("str", "dict[str,any]", "list[...]")))
+        )
         described.append(f"{path(loc)}: {error.get('msg', 'invalid')}")
     first = errors[0] if errors else {}
     loc = tuple(p for p in first.get("loc", ()) if not (isinstance(p, str) and "[" in p))
     return (path(loc) if errors else None), "; ".join(described) + (" ..." if len(errors) > 5 else "")
 
 
-def create_app(model: str = "models:/kernelcast@champion", *, api_key: str | None = None,
-               allow_modules: bool = False, limits: ServerLimits | None = None,
-               tracking_uri: str | None = None, poll: bool = True) -> Any:
+def create_app(
+    model: str = "models:/kernelcast@champion",
+    *,
+    api_key: str | None = None,
+    allow_modules: bool = False,
+    limits: ServerLimits | None = None,
+    tracking_uri: str | None = None,
+    poll: bool = True,
+) -> Any:
     from fastapi import Depends, FastAPI, Request
     from fastapi.exceptions import RequestValidationError
     from fastapi.responses import JSONResponse
@@ -314,21 +354,32 @@ def create_app(model: str = "models:/kernelcast@champion", *, api_key: str | Non
         await asyncio.to_thread(holder.refresh)
         if holder.model is None:
             log.warning("no model loaded yet (%s); /readyz answers 503 until one is", holder.error)
-        thread = threading.Thread(target=holder.poll, args=(limits.poll_s, stop), daemon=True,
-                                  name="kernelcast-model-poll")
+        thread = threading.Thread(
+            target=holder.poll, args=(limits.poll_s, stop), daemon=True, name="kernelcast-model-poll"
+        )
         if poll:
             thread.start()
         yield
         stop.set()
 
-    app = FastAPI(title="kernelcast", version="1",
-                  description="Predict GPU kernel runtime, bandwidth, GFLOP/s, cache hit rates, roofline class and "
-                              "bound pipe from op + shapes, CUDA/HIP source, or a PyTorch module, on any GPU spec.",
-                  lifespan=lifespan, docs_url=None, redoc_url=None,
-                  responses={400: {"model": ErrorResponse}, 401: {"model": ErrorResponse},
-                             413: {"model": ErrorResponse}, 422: {"model": ErrorResponse},
-                             429: {"model": ErrorResponse}, 503: {"model": ErrorResponse},
-                             504: {"model": ErrorResponse}})
+    app = FastAPI(
+        title="kernelcast",
+        version="1",
+        description="Predict GPU kernel runtime, bandwidth, GFLOP/s, cache hit rates, roofline class and "
+        "bound pipe from op + shapes, CUDA/HIP source, or a PyTorch module, on any GPU spec.",
+        lifespan=lifespan,
+        docs_url=None,
+        redoc_url=None,
+        responses={
+            400: {"model": ErrorResponse},
+            401: {"model": ErrorResponse},
+            413: {"model": ErrorResponse},
+            422: {"model": ErrorResponse},
+            429: {"model": ErrorResponse},
+            503: {"model": ErrorResponse},
+            504: {"model": ErrorResponse},
+        },
+    )
     app.state.holder = holder
     app.state.limits = limits
     _self_hosted_docs(app)
@@ -345,7 +396,11 @@ def create_app(model: str = "models:/kernelcast@champion", *, api_key: str | Non
         errors = list(exc.errors())
         if any(e.get("type") == "json_invalid" for e in errors):
             detail = next(e for e in errors if e.get("type") == "json_invalid")
-            return error(400, "malformed_json", f"request body is not valid JSON: {detail.get('ctx', {}).get('error', detail.get('msg'))}")
+            return error(
+                400,
+                "malformed_json",
+                f"request body is not valid JSON: {detail.get('ctx', {}).get('error', detail.get('msg'))}",
+            )
         field, message = _first_field(errors)
         return error(422, "invalid_request", message, field)
 
@@ -363,7 +418,11 @@ def create_app(model: str = "models:/kernelcast@champion", *, api_key: str | Non
         if api_key is None:
             return
         header = request.headers.get("authorization", "")
-        given = header[7:].strip() if header.lower().startswith("bearer ") else request.headers.get("x-api-key", "")
+        given = (
+            header[7:].strip()
+            if header.lower().startswith("bearer ")
+            else request.headers.get("x-api-key", "")
+        )
         if not given or not hmac.compare_digest(given.encode(), api_key.encode()):
             raise ApiError(401, "unauthorized", "missing or wrong API key (Authorization: Bearer <key>)")
 
@@ -379,19 +438,37 @@ def create_app(model: str = "models:/kernelcast@champion", *, api_key: str | Non
 
                 roofline_holder["roofline"] = RooflinePredictor()
             return roofline_holder["roofline"], "roofline"
-        raise ApiError(400, "unknown_model", f"model {requested!r}: this server serves {model!r} "
-                       "(or 'roofline'); omit model for the served one", "model")
+        raise ApiError(
+            400,
+            "unknown_model",
+            f"model {requested!r}: this server serves {model!r} "
+            "(or 'roofline'); omit model for the served one",
+            "model",
+        )
 
     def check_batch(n_kernels: int, specs: list[Any]) -> None:
         if n_kernels > limits.max_kernels:
-            raise ApiError(422, "too_many_kernels", f"{n_kernels} kernels; at most {limits.max_kernels} per request",
-                           "kernels")
+            raise ApiError(
+                422,
+                "too_many_kernels",
+                f"{n_kernels} kernels; at most {limits.max_kernels} per request",
+                "kernels",
+            )
         if len(specs) > limits.max_devices:
-            raise ApiError(422, "too_many_devices", f"{len(specs)} distinct devices; at most {limits.max_devices}",
-                           "devices")
+            raise ApiError(
+                422,
+                "too_many_devices",
+                f"{len(specs)} distinct devices; at most {limits.max_devices}",
+                "devices",
+            )
         if n_kernels * len(specs) > limits.max_questions:
-            raise ApiError(422, "batch_too_large", f"{n_kernels} kernels x {len(specs)} devices = "
-                           f"{n_kernels * len(specs)} predictions; at most {limits.max_questions} per request", "kernels")
+            raise ApiError(
+                422,
+                "batch_too_large",
+                f"{n_kernels} kernels x {len(specs)} devices = "
+                f"{n_kernels * len(specs)} predictions; at most {limits.max_questions} per request",
+                "kernels",
+            )
 
     def check_kernels(kernels: list[Kernel], prefix: str) -> list[dict[str, Any]]:
         fields = []
@@ -399,19 +476,26 @@ def create_app(model: str = "models:/kernelcast@champion", *, api_key: str | Non
             data = kernel.fields()
             if "module" in data:
                 if not allow_modules:
-                    raise ApiError(422, "modules_disabled", "module questions are disabled on this server (they "
-                                   "trace user code; the operator enables them with --allow-modules)",
-                                   f"{prefix}[{i}].module")
+                    raise ApiError(
+                        422,
+                        "modules_disabled",
+                        "module questions are disabled on this server (they "
+                        "trace user code; the operator enables them with --allow-modules)",
+                        f"{prefix}[{i}].module",
+                    )
                 if "\n" not in data["module"] and data["module"].strip().endswith(".py"):
-                    raise ApiError(422, "invalid_request", "module: send the module's text, not a path (the "
-                                   "server never reads its own files for a request)", f"{prefix}[{i}].module")
+                    raise ApiError(
+                        422,
+                        "invalid_request",
+                        "module: send the module's text, not a path (the "
+                        "server never reads its own files for a request)",
+                        f"{prefix}[{i}].module",
+                    )
             fields.append(data)
         return fields
 
     def devices_of(devices: Any) -> list[Any]:
-        from components.serving.rank import resolve_devices
-
-        from components.serving.rank import UnknownDevice
+        from components.serving.rank import UnknownDevice, resolve_devices
 
         try:
             return resolve_devices(devices)
@@ -435,8 +519,11 @@ def create_app(model: str = "models:/kernelcast@champion", *, api_key: str | Non
                     return await asyncio.wait_for(asyncio.to_thread(work), timeout=limits.request_timeout_s)
             except (TimeoutError, DeadlineExceeded):
                 deadline.cancel()
-                raise ApiError(504, "timeout", f"request took over {limits.request_timeout_s:g} s; "
-                               "send fewer kernels or devices") from None
+                raise ApiError(
+                    504,
+                    "timeout",
+                    f"request took over {limits.request_timeout_s:g} s; send fewer kernels or devices",
+                ) from None
 
     def query_error(exc: QueryError, n_devices: int, prefix: str) -> ApiError:
         from components.serving.question_forms import kernel_error
@@ -468,14 +555,20 @@ def create_app(model: str = "models:/kernelcast@champion", *, api_key: str | Non
 
         def work() -> tuple[list[dict[str, Any]], int]:
             try:
-                return rank_deployments(form.model, specs, form.params(), prices, by=form.by, tps=form.tps,
-                                        allow_paths=False)
+                return rank_deployments(
+                    form.model, specs, form.params(), prices, by=form.by, tps=form.tps, allow_paths=False
+                )
             except DeploymentError as exc:
                 raise ApiError(422, "invalid_deployment", str(exc), "deployment") from None
 
         ranking, skipped = await run(work)
-        return {"model_version": DEPLOYMENT_VERSION, "ranked_by": "cost" if form.by == "cost" else form.by,
-                "ranking": [], "deployment_ranking": ranking, "options_not_fitting": skipped}
+        return {
+            "model_version": DEPLOYMENT_VERSION,
+            "ranked_by": "cost" if form.by == "cost" else form.by,
+            "ranking": [],
+            "deployment_ranking": ranking,
+            "options_not_fitting": skipped,
+        }
 
     @app.get("/healthz", tags=["service"])
     def healthz() -> dict[str, str]:
@@ -485,20 +578,38 @@ def create_app(model: str = "models:/kernelcast@champion", *, api_key: str | Non
     def readyz() -> Any:
         loaded = holder.model
         if loaded is None:
-            return JSONResponse({"status": "not_ready", "model_version": None,
-                                 "error": {"code": "not_ready", "message": holder.error or "loading", "field": None}},
-                                status_code=503)
+            return JSONResponse(
+                {
+                    "status": "not_ready",
+                    "model_version": None,
+                    "error": {"code": "not_ready", "message": holder.error or "loading", "field": None},
+                },
+                status_code=503,
+            )
         return {"status": "ready", "model_version": loaded.version}
 
     @app.get("/v1/devices", tags=["v1"], dependencies=[Depends(authorised)])
     def devices() -> dict[str, Any]:
         from components.devices import load_catalog
 
-        return {"devices": [{"id": s.id, "name": s.name, "vendor": s.vendor, "arch": s.architecture,
-                             "compute_capability": s.compute_capability, "sms": s.sms, "memory_gb": s.memory_gb,
-                             "dram_gbps": s.dram_gbps, "l2_mb": s.l2_mb, "aliases": list(s.aliases),
-                             "peak_tflops": s.peak_tflops.model_dump(exclude_none=True)}
-                            for s in load_catalog().all()]}
+        return {
+            "devices": [
+                {
+                    "id": s.id,
+                    "name": s.name,
+                    "vendor": s.vendor,
+                    "arch": s.architecture,
+                    "compute_capability": s.compute_capability,
+                    "sms": s.sms,
+                    "memory_gb": s.memory_gb,
+                    "dram_gbps": s.dram_gbps,
+                    "l2_mb": s.l2_mb,
+                    "aliases": list(s.aliases),
+                    "peak_tflops": s.peak_tflops.model_dump(exclude_none=True),
+                }
+                for s in load_catalog().all()
+            ]
+        }
 
     @app.post("/v1/predict", tags=["v1"], response_model=PredictResponse, dependencies=[Depends(authorised)])
     async def predict(body: PredictRequest) -> Any:
@@ -517,8 +628,9 @@ def create_app(model: str = "models:/kernelcast@champion", *, api_key: str | Non
         def work() -> list[dict[str, Any]]:
             rows = [{**kernel, "device": spec} for kernel in kernels for spec in specs]
             try:
-                answers = answer_questions(predictor, parse_questions(rows), model_version=version,
-                                           allow_modules=allow_modules)
+                answers = answer_questions(
+                    predictor, parse_questions(rows), model_version=version, allow_modules=allow_modules
+                )
             except QueryError as exc:
                 raise query_error(exc, len(specs), "kernels") from None
             for answer in answers:
@@ -533,8 +645,12 @@ def create_app(model: str = "models:/kernelcast@champion", *, api_key: str | Non
 
         if body.deployment is not None:
             if body.kernels is not None or body.workload is not None:
-                raise ApiError(422, "invalid_request", "give exactly one of kernels, workload or deployment",
-                               "deployment")
+                raise ApiError(
+                    422,
+                    "invalid_request",
+                    "give exactly one of kernels, workload or deployment",
+                    "deployment",
+                )
             return await deployment_rank(body.deployment, body.devices, body.prices or {})
         if (body.kernels is None) == (body.workload is None):
             raise ApiError(422, "invalid_request", "give exactly one of kernels or workload", "kernels")
@@ -548,11 +664,20 @@ def create_app(model: str = "models:/kernelcast@champion", *, api_key: str | Non
 
         def work() -> tuple[list[dict[str, Any]], str]:
             try:
-                return rank_devices(predictor, kernels, counts, specs, body.prices, model_version=version,
-                                    allow_modules=allow_modules)
+                return rank_devices(
+                    predictor,
+                    kernels,
+                    counts,
+                    specs,
+                    body.prices,
+                    model_version=version,
+                    allow_modules=allow_modules,
+                )
             except QueryError as exc:
                 if str(exc).startswith("prices"):
-                    raise ApiError(422, "invalid_price", str(exc), str(exc).split(" ", 1)[0].rstrip(":")) from None
+                    raise ApiError(
+                        422, "invalid_price", str(exc), str(exc).split(" ", 1)[0].rstrip(":")
+                    ) from None
                 raise query_error(exc, len(specs), prefix) from None
 
         ranking, ranked_by = await run(work)
@@ -579,10 +704,13 @@ def _self_hosted_docs(app: Any) -> None:
 
     @app.get("/docs", include_in_schema=False)
     def docs() -> Any:
-        return get_swagger_ui_html(openapi_url=app.openapi_url, title=f"{app.title} API",
-                                   swagger_js_url=f"{DOCS_ASSETS}/swagger-ui-bundle.js",
-                                   swagger_css_url=f"{DOCS_ASSETS}/swagger-ui.css",
-                                   swagger_favicon_url=f"{DOCS_ASSETS}/favicon-32x32.png")
+        return get_swagger_ui_html(
+            openapi_url=app.openapi_url,
+            title=f"{app.title} API",
+            swagger_js_url=f"{DOCS_ASSETS}/swagger-ui-bundle.js",
+            swagger_css_url=f"{DOCS_ASSETS}/swagger-ui.css",
+            swagger_favicon_url=f"{DOCS_ASSETS}/favicon-32x32.png",
+        )
 
 
 def _wrap(app: Any, limits: ServerLimits) -> Any:
@@ -607,7 +735,16 @@ def run_server(config_json: str) -> None:
     api_key = os.environ.get(api_key_env, "") if api_key_env else None
     if api_key_env and not api_key:
         raise SystemExit(f"error: --api-key-env {api_key_env}: the variable is unset or empty")
-    app = create_app(config.get("model") or "models:/kernelcast@champion", api_key=api_key,
-                     allow_modules=bool(config.get("allow_modules")), limits=ServerLimits(**config.get("limits", {})))
-    uvicorn.run(app, host=config.get("host", "127.0.0.1"), port=int(config.get("port", 8000)),
-                log_level=config.get("log_level", "info"), timeout_graceful_shutdown=5)
+    app = create_app(
+        config.get("model") or "models:/kernelcast@champion",
+        api_key=api_key,
+        allow_modules=bool(config.get("allow_modules")),
+        limits=ServerLimits(**config.get("limits", {})),
+    )
+    uvicorn.run(
+        app,
+        host=config.get("host", "127.0.0.1"),
+        port=int(config.get("port", 8000)),
+        log_level=config.get("log_level", "info"),
+        timeout_graceful_shutdown=5,
+    )

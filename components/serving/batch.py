@@ -42,8 +42,9 @@ class RowError:
     error: str
 
 
-def read_batch(path: Path, *, allow_count: bool, row_errors: list[RowError] | None = None
-               ) -> list[tuple[str, dict[str, Any]]]:
+def read_batch(
+    path: Path, *, allow_count: bool, row_errors: list[RowError] | None = None
+) -> list[tuple[str, dict[str, Any]]]:
     """(origin, row) per record of a CSV or JSONL file; empty cells dropped. With ``row_errors``, a
     JSONL line that is not a JSON object of question fields is listed there instead of stopping the file."""
     path = Path(path)
@@ -58,7 +59,9 @@ def read_batch(path: Path, *, allow_count: bool, row_errors: list[RowError] | No
             reader = csv.DictReader(handle)
             unknown = sorted(set(reader.fieldnames or []) - allowed)
             if unknown:
-                raise QueryError(f"--batch {path}: unknown column {unknown[0]!r}; accepted: {', '.join(sorted(allowed))}")
+                raise QueryError(
+                    f"--batch {path}: unknown column {unknown[0]!r}; accepted: {', '.join(sorted(allowed))}"
+                )
             for line, row in enumerate(reader, start=2):
                 record = {k: v for k, v in row.items() if k and v not in (None, "")}
                 if isinstance(record.get("shape"), str):
@@ -104,12 +107,15 @@ def cli_shape(text: str) -> dict[str, int] | str:
     (JSON object text) unchanged, for the question parser to read or reject."""
     if not CLI_SHAPE.match(text):
         return text
-    return {name.strip(): int(value) for name, _, value in (item.partition("=") for item in text.split(",")
-                                                             if item.strip())}
+    return {
+        name.strip(): int(value)
+        for name, _, value in (item.partition("=") for item in text.split(",") if item.strip())
+    }
 
 
-def answer_rows(predictor: Any, rows: QuestionRows, *, model_version: str, allow_modules: bool = True
-                ) -> tuple[list[dict[str, Any]], list[RowError]]:
+def answer_rows(
+    predictor: Any, rows: QuestionRows, *, model_version: str, allow_modules: bool = True
+) -> tuple[list[dict[str, Any]], list[RowError]]:
     """Answers of every row that can be answered (each with ``question`` = its row index) and the
     rows that cannot, each with its error. Why: one bad row of a thousand-row file should cost that
     row, not the file. A bad kernel fails all its rows (one per device) with one error."""
@@ -142,7 +148,9 @@ def answer_rows(predictor: Any, rows: QuestionRows, *, model_version: str, allow
         if not asked:
             return [], sorted(errors, key=lambda e: rows.origins.index(e.row))
         try:
-            answers = answer_questions(predictor, asked, model_version=model_version, allow_modules=allow_modules)
+            answers = answer_questions(
+                predictor, asked, model_version=model_version, allow_modules=allow_modules
+            )
         except QueryError as exc:
             match = re.match(r"^question (\d+)", str(exc))
             if not match or int(match[1]) >= len(rows.rows) or rows.kernel_of_row[int(match[1])] in failed:
@@ -165,11 +173,15 @@ def parse_launch(text: str) -> dict[str, Any]:
         return value
     match = re.fullmatch(r"(\d+(?:,\d+){0,2})/(\d+(?:,\d+){0,2})", text.replace(" ", ""))
     if not match:
-        raise QueryError(f"--launch {text!r}: expected GRID/BLOCK such as 4096/256 or 64,64/16,16, or a JSON object")
+        raise QueryError(
+            f"--launch {text!r}: expected GRID/BLOCK such as 4096/256 or 64,64/16,16, or a JSON object"
+        )
     return {"grid": [int(v) for v in match[1].split(",")], "block": [int(v) for v in match[2].split(",")]}
 
 
-def kernel_from_file(path: Path, launch: str | None, kernel: str | None, defines: list[str]) -> dict[str, Any]:
+def kernel_from_file(
+    path: Path, launch: str | None, kernel: str | None, defines: list[str]
+) -> dict[str, Any]:
     """The kernel fields of a ``.cu``/``.hip`` source or a ``.py`` module file."""
     path = Path(path)
     suffix = path.suffix.lower()
@@ -197,8 +209,9 @@ def kernel_from_file(path: Path, launch: str | None, kernel: str | None, defines
     return {"source": text, "language": SOURCE_LANGUAGES[suffix], "launch": spec}
 
 
-def expand(records: list[tuple[str, dict[str, Any]]], devices: list[str],
-           row_errors: list[RowError] | None = None) -> QuestionRows:
+def expand(
+    records: list[tuple[str, dict[str, Any]]], devices: list[str], row_errors: list[RowError] | None = None
+) -> QuestionRows:
     """Each record on its own device, or on every ``devices`` entry ("all" = the catalog). With
     ``row_errors``, a record without a device (and no ``devices``) is listed there, not raised."""
     names: list[Any] = []
@@ -237,5 +250,5 @@ def restate(message: str, origins: list[str]) -> str:
     match = re.match(r"^question (\d+)\.?", message)
     if not match or int(match[1]) >= len(origins):
         return message
-    rest = message[match.end():]
+    rest = message[match.end() :]
     return f"{origins[int(match[1])]}: {rest.lstrip(': ')}"

@@ -39,10 +39,14 @@ extern "C" __global__ void saxpy(int n, float a, const float* x, float* y) {
 
 OPS: tuple[tuple[str, str, str, tuple[str, ...]], ...] = (
     # (question op, family, canonical op, dims drawn)
-    ("gemm", "gemm", "matmul", ("M", "N", "K")), ("linear", "linear", "linear", ("B", "M", "N", "K")),
-    ("bmm", "bmm", "bmm", ("B", "M", "N", "K")), ("add", "elementwise", "add", ("N",)),
-    ("gelu", "elementwise", "gelu", ("B", "H")), ("softmax", "softmax", "softmax", ("B", "H")),
-    ("layernorm", "layernorm", "layer_norm", ("B", "H")), ("rmsnorm", "rmsnorm", "rmsnorm", ("B", "H")),
+    ("gemm", "gemm", "matmul", ("M", "N", "K")),
+    ("linear", "linear", "linear", ("B", "M", "N", "K")),
+    ("bmm", "bmm", "bmm", ("B", "M", "N", "K")),
+    ("add", "elementwise", "add", ("N",)),
+    ("gelu", "elementwise", "gelu", ("B", "H")),
+    ("softmax", "softmax", "softmax", ("B", "H")),
+    ("layernorm", "layernorm", "layer_norm", ("B", "H")),
+    ("rmsnorm", "rmsnorm", "rmsnorm", ("B", "H")),
 )
 DTYPES: tuple[str, ...] = ("fp32", "fp16", "bf16")
 
@@ -69,9 +73,13 @@ def random_op_batch(n: int, specs: list[Any], seed: int = 0) -> dict[str, np.nda
         positions = np.array([distinct.index(x) for x in names])
         return pd.Categorical.from_codes(positions[codes], categories=distinct)
 
-    return {"family": labels([o[1] for o in OPS], which), "op": labels([o[2] for o in OPS], which),
-            "dtype": labels(list(DTYPES), rng.integers(0, len(DTYPES), n)),
-            "dims": dims, "device_index": rng.integers(0, len(specs), n)}
+    return {
+        "family": labels([o[1] for o in OPS], which),
+        "op": labels([o[2] for o in OPS], which),
+        "dtype": labels(list(DTYPES), rng.integers(0, len(DTYPES), n)),
+        "dims": dims,
+        "device_index": rng.integers(0, len(specs), n),
+    }
 
 
 def _single_thread(predictor: Any) -> None:
@@ -104,8 +112,14 @@ def raw_throughput(predictor: Any, n: int, chunk: int = CHUNK_ROWS, seed: int = 
     stage_cpu: dict[str, float] = {}
 
     def featurise(part: slice) -> Any:
-        cols = op_feature_columns(batch["family"][part], batch["op"][part], batch["dtype"][part], batch["dims"][part],
-                                  batch["device_index"][part], specs)
+        cols = op_feature_columns(
+            batch["family"][part],
+            batch["op"][part],
+            batch["dtype"][part],
+            batch["dims"][part],
+            batch["device_index"][part],
+            specs,
+        )
         return cols if fast is not None else table_of(cols)
 
     def model(features: Any, stages: dict[str, float] | None = None) -> np.ndarray:
@@ -128,14 +142,22 @@ def raw_throughput(predictor: Any, n: int, chunk: int = CHUNK_ROWS, seed: int = 
         finite += int(np.isfinite(duration).sum())
     # Wall-clock rates, and rates per CPU second of this thread: on a shared, overloaded box the
     # second is what one thread of its own would do.
-    return {"rows": n, "chunk_rows": chunk, "answered": finite,
-            "path": "arrays (fast path)" if fast is not None else "feature DataFrame",
-            "trees": tree_engine(predictor),
-            "featurise_rows_per_s": n / featurise_s, "model_rows_per_s": n / model_s,
-            "end_to_end_rows_per_s": n / (featurise_s + model_s), "featurise_s": featurise_s, "model_s": model_s,
-            "featurise_rows_per_cpu_s": n / featurise_cpu, "model_rows_per_cpu_s": n / max(model_cpu, 1e-9),
-            "end_to_end_rows_per_cpu_s": n / (featurise_cpu + model_cpu),
-            "model_stages_rows_per_cpu_s": {k: n / max(v, 1e-9) for k, v in stage_cpu.items()}}
+    return {
+        "rows": n,
+        "chunk_rows": chunk,
+        "answered": finite,
+        "path": "arrays (fast path)" if fast is not None else "feature DataFrame",
+        "trees": tree_engine(predictor),
+        "featurise_rows_per_s": n / featurise_s,
+        "model_rows_per_s": n / model_s,
+        "end_to_end_rows_per_s": n / (featurise_s + model_s),
+        "featurise_s": featurise_s,
+        "model_s": model_s,
+        "featurise_rows_per_cpu_s": n / featurise_cpu,
+        "model_rows_per_cpu_s": n / max(model_cpu, 1e-9),
+        "end_to_end_rows_per_cpu_s": n / (featurise_cpu + model_cpu),
+        "model_stages_rows_per_cpu_s": {k: n / max(v, 1e-9) for k, v in stage_cpu.items()},
+    }
 
 
 def engine_tier_rates(n: int = 200_000, seed: int = 0) -> dict[str, Any]:
@@ -177,8 +199,13 @@ def engine_tier_rates(n: int = 200_000, seed: int = 0) -> dict[str, Any]:
         hits += 0 if resolved is None else int(np.isfinite(resolved.duration_us).sum())
     rows = per * len(devices)
     rates = {f"{k}_rows_per_cpu_s": rows / max(v, 1e-9) for k, v in cpu.items()}
-    return {"rows": rows, "devices": devices, "measured_hits": hits, **rates,
-            "measured_over_spec": rates["measured_rows_per_cpu_s"] / rates["spec_rows_per_cpu_s"]}
+    return {
+        "rows": rows,
+        "devices": devices,
+        "measured_hits": hits,
+        **rates,
+        "measured_over_spec": rates["measured_rows_per_cpu_s"] / rates["spec_rows_per_cpu_s"],
+    }
 
 
 LLM_DEPLOYMENT = {"isl": 2048, "osl": 256, "concurrency": 32, "tp": 4}
@@ -194,7 +221,7 @@ def deployment_rates(repeats: int = 20, llm: str = "Llama-3.1-70B", device: str 
     spec = catalog.resolve(device)
     try:
         predict_deployment(llm, [spec], LLM_DEPLOYMENT)  # warm-up: config, op engine, first calls
-    except Exception as exc:  # noqa: BLE001 -- reported, the rest of the bench goes on
+    except Exception as exc:
         return {"unavailable": f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"}
     latencies = []
     c0 = time.thread_time()
@@ -208,9 +235,18 @@ def deployment_rates(repeats: int = 20, llm: str = "Llama-3.1-70B", device: str 
     t0, c1 = time.perf_counter(), time.thread_time()
     ranked, skipped = rank_deployments(llm, specs, params, {})
     rank_s, rank_cpu = time.perf_counter() - t0, time.thread_time() - c1
-    return {"llm": llm, "device": spec.id, "params": LLM_DEPLOYMENT, "deployments_per_cpu_s": repeats / cpu,
-            **_percentiles(latencies), "rank_gpus": len(specs), "rank_options": len(ranked) + skipped,
-            "rank_fitting": len(ranked), "rank_s": rank_s, "rank_cpu_s": rank_cpu}
+    return {
+        "llm": llm,
+        "device": spec.id,
+        "params": LLM_DEPLOYMENT,
+        "deployments_per_cpu_s": repeats / cpu,
+        **_percentiles(latencies),
+        "rank_gpus": len(specs),
+        "rank_options": len(ranked) + skipped,
+        "rank_fitting": len(ranked),
+        "rank_s": rank_s,
+        "rank_cpu_s": rank_cpu,
+    }
 
 
 def single_question_latency(predictor: Any, repeats: int = 300) -> dict[str, Any]:
@@ -255,7 +291,9 @@ def flat_tree_rows_per_s(predictor: Any, n: int = 2_000) -> float | None:
         return None
     specs = load_catalog().all()
     batch = random_op_batch(n, specs, seed=1)
-    table = op_feature_table(batch["family"], batch["op"], batch["dtype"], batch["dims"], batch["device_index"], specs)
+    table = op_feature_table(
+        batch["family"], batch["op"], batch["dtype"], batch["dims"], batch["device_index"], specs
+    )
     x = predictor.design_matrix(table)
     t0 = time.perf_counter()
     for model in models.values():
@@ -272,19 +310,40 @@ def _free_port() -> int:
         return int(s.getsockname()[1])
 
 
-def start_server(model: str, port: int, *, env: dict[str, str] | None = None, timeout_s: float = 120.0,
-                 limits: dict[str, Any] | None = None, api_key_env: str | None = None,
-                 allow_modules: bool = False) -> subprocess.Popen:
+def start_server(
+    model: str,
+    port: int,
+    *,
+    env: dict[str, str] | None = None,
+    timeout_s: float = 120.0,
+    limits: dict[str, Any] | None = None,
+    api_key_env: str | None = None,
+    allow_modules: bool = False,
+) -> subprocess.Popen:
     """A real ``run_server`` process (own process group) on loopback, returned once /readyz says ready."""
     import urllib.request
 
-    config = {"host": "127.0.0.1", "port": port, "model": model, "log_level": "warning",
-              "api_key_env": api_key_env, "allow_modules": allow_modules,
-              "limits": {"request_timeout_s": 60.0, **(limits or {})}}
-    process = subprocess.Popen([sys.executable, "-c", "import sys; from components.serving.app import run_server; "
-                                "run_server(sys.argv[1])", json.dumps(config)],
-                               env={**os.environ, **(env or {})}, start_new_session=True,
-                               stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    config = {
+        "host": "127.0.0.1",
+        "port": port,
+        "model": model,
+        "log_level": "warning",
+        "api_key_env": api_key_env,
+        "allow_modules": allow_modules,
+        "limits": {"request_timeout_s": 60.0, **(limits or {})},
+    }
+    process = subprocess.Popen(
+        [
+            sys.executable,
+            "-c",
+            "import sys; from components.serving.app import run_server; run_server(sys.argv[1])",
+            json.dumps(config),
+        ],
+        env={**os.environ, **(env or {})},
+        start_new_session=True,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+    )
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
         if process.poll() is not None:
@@ -335,8 +394,13 @@ print(json.dumps({"latencies_ms": latencies, "errors": errors, "achieved_rps": n
 
 def _percentiles(values: list[float]) -> dict[str, float]:
     array = np.asarray(values, dtype="float64")
-    return {"p50_ms": float(np.percentile(array, 50)), "p95_ms": float(np.percentile(array, 95)),
-            "p99_ms": float(np.percentile(array, 99)), "max_ms": float(array.max()), "n": int(array.size)}
+    return {
+        "p50_ms": float(np.percentile(array, 50)),
+        "p95_ms": float(np.percentile(array, 95)),
+        "p99_ms": float(np.percentile(array, 99)),
+        "max_ms": float(array.max()),
+        "n": int(array.size),
+    }
 
 
 def _cpu_seconds(pid: int) -> float:
@@ -350,16 +414,30 @@ def _cpu_seconds(pid: int) -> float:
 
 def server_latency(port: int, rate: float, seconds: float, server_pid: int | None = None) -> dict[str, Any]:
     """One op question per request at ``rate`` requests/s from a separate client process."""
-    body = json.dumps({"kernels": [{"op": "gemm", "shape": {"M": 4096, "N": 4096, "K": 4096}, "dtype": "bf16"}],
-                       "devices": ["H100"]})
+    body = json.dumps(
+        {
+            "kernels": [{"op": "gemm", "shape": {"M": 4096, "N": 4096, "K": 4096}, "dtype": "bf16"}],
+            "devices": ["H100"],
+        }
+    )
     cpu_before = _cpu_seconds(server_pid) if server_pid else 0.0
-    result = subprocess.run([sys.executable, "-c", CLIENT, str(port), str(rate), str(seconds), body],
-                            capture_output=True, text=True, timeout=seconds * 10 + 120, check=True)
+    result = subprocess.run(
+        [sys.executable, "-c", CLIENT, str(port), str(rate), str(seconds), body],
+        capture_output=True,
+        text=True,
+        timeout=seconds * 10 + 120,
+        check=True,
+    )
     data = json.loads(result.stdout)
     served = len(data["latencies_ms"]) + 20  # + the client's warm-up requests
     cpu_ms = (_cpu_seconds(server_pid) - cpu_before) * 1e3 / served if server_pid else None
-    return {"rate_rps": rate, "achieved_rps": data["achieved_rps"], "errors": data["errors"],
-            "server_cpu_ms_per_request": cpu_ms, **_percentiles(data["latencies_ms"])}
+    return {
+        "rate_rps": rate,
+        "achieved_rps": data["achieved_rps"],
+        "errors": data["errors"],
+        "server_cpu_ms_per_request": cpu_ms,
+        **_percentiles(data["latencies_ms"]),
+    }
 
 
 def source_latency(port: int, repeats: int = 5) -> dict[str, Any]:
@@ -370,11 +448,21 @@ def source_latency(port: int, repeats: int = 5) -> dict[str, Any]:
     latencies, status, message = [], None, None
     for i in range(repeats):
         # A fresh -D each time: no cache can answer it, the compiler runs every time.
-        body = json.dumps({"kernels": [{"source": SAXPY, "language": "cuda",
-                                        "launch": {"grid": [4096], "block": [256], "defines": {"BENCH": str(i)}}}],
-                           "devices": ["H100"]}).encode()
-        request = urllib.request.Request(f"http://127.0.0.1:{port}/v1/predict", body,
-                                         {"content-type": "application/json"})
+        body = json.dumps(
+            {
+                "kernels": [
+                    {
+                        "source": SAXPY,
+                        "language": "cuda",
+                        "launch": {"grid": [4096], "block": [256], "defines": {"BENCH": str(i)}},
+                    }
+                ],
+                "devices": ["H100"],
+            }
+        ).encode()
+        request = urllib.request.Request(
+            f"http://127.0.0.1:{port}/v1/predict", body, {"content-type": "application/json"}
+        )
         t0 = time.perf_counter()
         try:
             with urllib.request.urlopen(request, timeout=120) as response:
@@ -410,11 +498,15 @@ def llm_latency(llm_model: str | None, repeats: int = 5) -> dict[str, Any]:
             predictor.module = build_module(predictor.config, len(predictor.config.numeric_targets), 0)
             predictor.module.eval()
             what = "embedded SmolLM2-135M + LoRA heads (untrained weights: same cost as trained)"
-    except Exception as exc:  # noqa: BLE001 -- a missing optional model is reported, not fatal
+    except Exception as exc:
         return {"unavailable": f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"}
     # fp32: a bf16 GEMM would be answered by the op engine, never reaching the llm predictor
-    questions = parse_questions([{"op": "gemm", "shape": {"M": 4096, "N": 4096, "K": 4096}, "dtype": "fp32",
-                                  "device": d} for d in ("H100", "MI300X")])
+    questions = parse_questions(
+        [
+            {"op": "gemm", "shape": {"M": 4096, "N": 4096, "K": 4096}, "dtype": "fp32", "device": d}
+            for d in ("H100", "MI300X")
+        ]
+    )
     answer_questions(predictor, questions, model_version="bench")
     latencies = []
     for _ in range(repeats):
@@ -424,26 +516,46 @@ def llm_latency(llm_model: str | None, repeats: int = 5) -> dict[str, Any]:
     return {"model": what, "questions_per_call": len(questions), **_percentiles(latencies)}
 
 
-def run_bench(model: str, *, rows: int = 1_000_000, rate: float = 100.0, seconds: float = 10.0,
-              llm_model: str | None = None, skip_llm: bool = False) -> dict[str, Any]:
+def run_bench(
+    model: str,
+    *,
+    rows: int = 1_000_000,
+    rate: float = 100.0,
+    seconds: float = 10.0,
+    llm_model: str | None = None,
+    skip_llm: bool = False,
+) -> dict[str, Any]:
     """Every figure of the module docstring, as one JSON-able dict."""
     import platform
 
-    from components.serving.models import load_model
     from components.models.roofline import RooflinePredictor
+    from components.serving.models import load_model
 
     loaded = load_model(model)
     _single_thread(loaded.predictor)
     result: dict[str, Any] = {
-        "model_version": loaded.version, "machine": {"cpus": os.cpu_count(), "python": platform.python_version(),
-                                                     "load_average": list(os.getloadavg())},
-        "targets": {"end_to_end_rows_per_cpu_s": 1_000_000, "share_of_roofline_rate": 0.5,
-                    "server_p99_ms_at_100rps": 10.0, "catalog_rank_s": 2.0, "measured_over_spec": 1.0},
-        "raw": {"model": raw_throughput(loaded.predictor, rows), "roofline": raw_throughput(RooflinePredictor(), rows)},
+        "model_version": loaded.version,
+        "machine": {
+            "cpus": os.cpu_count(),
+            "python": platform.python_version(),
+            "load_average": list(os.getloadavg()),
+        },
+        "targets": {
+            "end_to_end_rows_per_cpu_s": 1_000_000,
+            "share_of_roofline_rate": 0.5,
+            "server_p99_ms_at_100rps": 10.0,
+            "catalog_rank_s": 2.0,
+            "measured_over_spec": 1.0,
+        },
+        "raw": {
+            "model": raw_throughput(loaded.predictor, rows),
+            "roofline": raw_throughput(RooflinePredictor(), rows),
+        },
     }
     raw = result["raw"]
-    raw["model_over_roofline_end_to_end"] = (raw["model"]["end_to_end_rows_per_cpu_s"]
-                                             / raw["roofline"]["end_to_end_rows_per_cpu_s"])
+    raw["model_over_roofline_end_to_end"] = (
+        raw["model"]["end_to_end_rows_per_cpu_s"] / raw["roofline"]["end_to_end_rows_per_cpu_s"]
+    )
     result["raw"]["flat_tree_walk_rows_per_s"] = flat_tree_rows_per_s(loaded.predictor)
     result["engine_tiers"] = engine_tier_rates(min(rows, 20_000))  # the measured tier runs at ~7k rows/s
     result["deployments"] = deployment_rates()
@@ -490,35 +602,55 @@ def readme_block(result: dict[str, Any], command: str) -> str:
         f"{model.get('chunk_rows', 0):,}, "
         f"one thread; rates per CPU-second of that thread; `benchmarks/results/bench_serve.json`), "
         f"{result['model_version']}, on {cpus} cores, load average {load:.1f} before / {load_after:.1f} after"
-        + (" (a shared, loaded box: wall-clock figures and latencies are inflated; per-CPU-second rates much "
-           "less)" if shared else "") + ":", "",
+        + (
+            " (a shared, loaded box: wall-clock figures and latencies are inflated; per-CPU-second rates much "
+            "less)"
+            if shared
+            else ""
+        )
+        + ":",
+        "",
         "| path | featurise | design matrix | trees | derived answers | model (all after featurise) | "
         "end to end /CPU-s | end to end /s (wall) |",
         "|---|---|---|---|---|---|---|---|",
     ]
-    for name, entry in ((f"tabular champion, trees: {model.get('trees') or 'n/a'}", model),
-                        ("roofline model (training-free)", roof)):
+    for name, entry in (
+        (f"tabular champion, trees: {model.get('trees') or 'n/a'}", model),
+        ("roofline model (training-free)", roof),
+    ):
         stages = entry.get("model_stages_rows_per_cpu_s") or {}
-        cells = [_rate(entry["featurise_rows_per_cpu_s"]), *(_rate(stages.get(k)) for k in ("design", "trees",
-                                                                                             "derive")),
-                 _rate(entry["model_rows_per_cpu_s"]), _rate(entry["end_to_end_rows_per_cpu_s"]),
-                 _rate(entry["end_to_end_rows_per_s"])]
+        cells = [
+            _rate(entry["featurise_rows_per_cpu_s"]),
+            *(_rate(stages.get(k)) for k in ("design", "trees", "derive")),
+            _rate(entry["model_rows_per_cpu_s"]),
+            _rate(entry["end_to_end_rows_per_cpu_s"]),
+            _rate(entry["end_to_end_rows_per_s"]),
+        ]
         lines.append(f"| {name} | {' | '.join(cells)} |")
-    lines += ["", f"Targets: >= {_rate(goal)} op questions per CPU-second end to end -- "
-              f"{'met' if fast_enough else '**not met**'} ({_rate(model['end_to_end_rows_per_cpu_s'])}); >= "
-              f"{share:.0%} of the roofline model's rate -- {'met' if close_enough else '**not met**'} "
-              f"({raw['model_over_roofline_end_to_end']:.0%})."]
+    lines += [
+        "",
+        f"Targets: >= {_rate(goal)} op questions per CPU-second end to end -- "
+        f"{'met' if fast_enough else '**not met**'} ({_rate(model['end_to_end_rows_per_cpu_s'])}); >= "
+        f"{share:.0%} of the roofline model's rate -- {'met' if close_enough else '**not met**'} "
+        f"({raw['model_over_roofline_end_to_end']:.0%}).",
+    ]
     tiers = result.get("engine_tiers") or {}
     if tiers and not tiers.get("unavailable"):
         slower = tiers["measured_over_spec"] < targets.get("measured_over_spec", 1.0)
-        verdict = ("**is slower than the model it replaces**." if slower
-                   else "is not slower than the model it replaces.")
-        lines += ["", f"Op engine tiers, bf16 GEMMs on the {len(tiers['devices'])} GPUs with measured "
-                  f"kernels ({tiers['rows']:,} questions, {tiers['measured_hits']:,} answered by the "
-                  f"measured tier), per CPU-second: measured-tier lookup "
-                  f"{_rate(tiers['measured_rows_per_cpu_s'])}, the "
-                  f"spec model it replaces {_rate(tiers['spec_rows_per_cpu_s'])}, `OpEngine.predict` whole "
-                  f"{_rate(tiers['engine_rows_per_cpu_s'])} -- the measured tier " + verdict]
+        verdict = (
+            "**is slower than the model it replaces**."
+            if slower
+            else "is not slower than the model it replaces."
+        )
+        lines += [
+            "",
+            f"Op engine tiers, bf16 GEMMs on the {len(tiers['devices'])} GPUs with measured "
+            f"kernels ({tiers['rows']:,} questions, {tiers['measured_hits']:,} answered by the "
+            f"measured tier), per CPU-second: measured-tier lookup "
+            f"{_rate(tiers['measured_rows_per_cpu_s'])}, the "
+            f"spec model it replaces {_rate(tiers['spec_rows_per_cpu_s'])}, `OpEngine.predict` whole "
+            f"{_rate(tiers['engine_rows_per_cpu_s'])} -- the measured tier " + verdict,
+        ]
     elif tiers:
         lines += ["", f"Op engine tiers: {tiers['unavailable']}."]
     server, source, llm = result.get("server_op", {}), result.get("server_source", {}), result.get("llm", {})
@@ -526,36 +658,48 @@ def readme_block(result: dict[str, Any], command: str) -> str:
     lines += ["", "| figure | p50 | p99 | notes |", "|---|---|---|---|"]
     if server:
         cpu = server.get("server_cpu_ms_per_request")
-        lines.append(f"| server, one op question per request at {server['rate_rps']:g} req/s (separate client) | "
-                     f"{_ms(server, 'p50_ms')} | {_ms(server, 'p99_ms')} | "
-                     f"{server['achieved_rps']:.0f} req/s achieved, "
-                     f"{server['errors']} errors, {'n/a' if cpu is None else f'{cpu:.1f}'} server CPU-ms per "
-                     "request; "
-                     f"target p99 < {targets['server_p99_ms_at_100rps']:g} ms |")
+        lines.append(
+            f"| server, one op question per request at {server['rate_rps']:g} req/s (separate client) | "
+            f"{_ms(server, 'p50_ms')} | {_ms(server, 'p99_ms')} | "
+            f"{server['achieved_rps']:.0f} req/s achieved, "
+            f"{server['errors']} errors, {'n/a' if cpu is None else f'{cpu:.1f}'} server CPU-ms per "
+            "request; "
+            f"target p99 < {targets['server_p99_ms_at_100rps']:g} ms |"
+        )
     if single:
-        lines.append("| one op question in process (parse, features, champion, physics, answer), one at a "
-                     f"time | {_ms(single, 'p50_ms')} | {_ms(single, 'p99_ms')} | {single.get('n', '')} questions |")
+        lines.append(
+            "| one op question in process (parse, features, champion, physics, answer), one at a "
+            f"time | {_ms(single, 'p50_ms')} | {_ms(single, 'p99_ms')} | {single.get('n', '')} questions |"
+        )
     if deployments and not deployments.get("unavailable"):
-        lines.append(f"| `predict --llm` {deployments['llm']} on {deployments['device']} (isl/osl "
-                     f"{deployments['params']['isl']}/{deployments['params']['osl']}, concurrency "
-                     f"{deployments['params']['concurrency']}, TP {deployments['params']['tp']}) | "
-                     f"{_ms(deployments, 'p50_ms')} | {_ms(deployments, 'p99_ms')} | "
-                     f"{deployments['deployments_per_cpu_s']:.0f} deployments per CPU-second |")
+        lines.append(
+            f"| `predict --llm` {deployments['llm']} on {deployments['device']} (isl/osl "
+            f"{deployments['params']['isl']}/{deployments['params']['osl']}, concurrency "
+            f"{deployments['params']['concurrency']}, TP {deployments['params']['tp']}) | "
+            f"{_ms(deployments, 'p50_ms')} | {_ms(deployments, 'p99_ms')} | "
+            f"{deployments['deployments_per_cpu_s']:.0f} deployments per CPU-second |"
+        )
         within = deployments["rank_s"] < targets.get("catalog_rank_s", 2.0)
-        lines.append(f"| whole-catalog ranking of {deployments['llm']} ({deployments['rank_gpus']} GPUs x TP "
-                     "options: "
-                     f"{deployments['rank_options']} options, {deployments['rank_fitting']} fit) | "
-                     f"{deployments['rank_s']:.2f} s | | {deployments['rank_cpu_s']:.2f} CPU-s; target < "
-                     f"{targets.get('catalog_rank_s', 2.0):g} s -- {'met' if within else '**not met**'} |")
+        lines.append(
+            f"| whole-catalog ranking of {deployments['llm']} ({deployments['rank_gpus']} GPUs x TP "
+            "options: "
+            f"{deployments['rank_options']} options, {deployments['rank_fitting']} fit) | "
+            f"{deployments['rank_s']:.2f} s | | {deployments['rank_cpu_s']:.2f} CPU-s; target < "
+            f"{targets.get('catalog_rank_s', 2.0):g} s -- {'met' if within else '**not met**'} |"
+        )
     elif deployments:
         lines.append(f"| `predict --llm` deployments | n/a | n/a | {deployments['unavailable']} |")
     if source:
         what = source.get("unavailable") or f"{source.get('n', '')} requests"
-        lines.append(f"| server, CUDA source question (compile + static analysis) | {_ms(source, 'p50_ms')} | "
-                     f"{_ms(source, 'p99_ms')} | {what} |")
+        lines.append(
+            f"| server, CUDA source question (compile + static analysis) | {_ms(source, 'p50_ms')} | "
+            f"{_ms(source, 'p99_ms')} | {what} |"
+        )
     if llm and not llm.get("skipped"):
-        lines.append(f"| llm path, one op question on 2 GPUs | {_ms(llm, 'p50_ms')} | {_ms(llm, 'p99_ms')} | "
-                     f"{llm.get('unavailable') or llm.get('model', '')} |")
+        lines.append(
+            f"| llm path, one op question on 2 GPUs | {_ms(llm, 'p50_ms')} | {_ms(llm, 'p99_ms')} | "
+            f"{llm.get('unavailable') or llm.get('model', '')} |"
+        )
     return "\n".join(lines)
 
 

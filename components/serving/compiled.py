@@ -44,7 +44,7 @@ CFLAGS: tuple[str, ...] = ("-O3", "-march=native", "-fPIC", "-shared", "-fno-fas
 PORTABLE_CFLAGS: tuple[str, ...] = ("-O3", "-fPIC", "-shared", "-fno-fast-math", "-std=c99")
 ROW_BLOCK = 256  # rows per block, trees outermost (each tree walks the whole block)
 _ZERO_LITERAL = "1.0000000000000000e-35"  # LightGBM's kZeroThreshold
-_LOADED: dict[str, "CompiledTrees"] = {}  # per-process: a library is loaded once per hash
+_LOADED: dict[str, CompiledTrees] = {}  # per-process: a library is loaded once per hash
 
 
 def _literal(value: float) -> str:
@@ -82,8 +82,9 @@ def _condition(flat: Any, node: int, value: str) -> str:
     return not_gt if float(flat.threshold[node]) >= 0.0 else le
 
 
-def _node_code(flat: Any, node: int, indent: int, lines: list[str],
-               column: dict[int, int] | None = None) -> None:
+def _node_code(
+    flat: Any, node: int, indent: int, lines: list[str], column: dict[int, int] | None = None
+) -> None:
     """Nested ``if``s from ``node`` down; feature ``f`` read as ``r[column[f]]`` (``r[f]`` without a map)."""
     pad = "  " * indent
     if node < 0:
@@ -137,8 +138,10 @@ def _branchless_tree(flat: Any, t: int, root: int, acc: str, lines: list[str], s
     for f in features:
         slots.setdefault(f, len(slots))
     values = ", ".join(_literal(float(flat.leaf_value[leaf])) for leaf in leaves)
-    lines.append(f"static NOINLINE void tree_{t}(const double* const* rows, const double* restrict xb, "
-                 "int64_t bs, int64_t m, double* restrict acc) {")
+    lines.append(
+        f"static NOINLINE void tree_{t}(const double* const* rows, const double* restrict xb, "
+        "int64_t bs, int64_t m, double* restrict acc) {"
+    )
     lines.append("  (void)rows;")
     lines.append(f"  static const double LEAF[{len(leaves)}] = {{{values}}};")
     lines.append("  for (int64_t i = 0; i < m; ++i) {")
@@ -153,14 +156,17 @@ def _branchless_tree(flat: Any, t: int, root: int, acc: str, lines: list[str], s
     lines.append("}")
 
 
-def _branching_trees(flat: Any, name: str, trees: list[tuple[int, int, str]], lines: list[str],
-                     packed: dict[int, int]) -> None:
+def _branching_trees(
+    flat: Any, name: str, trees: list[tuple[int, int, str]], lines: list[str], packed: dict[int, int]
+) -> None:
     """Trees ``(t, root, acc)`` as nested ``if``s over the block's packed rows (feature ``f`` at
     ``packed[f]``), walked one after the other for each row in one loop: only the nodes on each row's
     path are evaluated, and the loop's own cost (row pointer, accumulator) is paid once per group. Each
     tree still adds to its row's sum in tree order."""
-    lines.append(f"static NOINLINE void {name}(const double* const* rows, const double* restrict xb, "
-                 "int64_t bs, int64_t m, double* restrict acc) {")
+    lines.append(
+        f"static NOINLINE void {name}(const double* const* rows, const double* restrict xb, "
+        "int64_t bs, int64_t m, double* restrict acc) {"
+    )
     lines.append("  (void)xb; (void)bs;")
     lines.append("  for (int64_t i = 0; i < m; ++i) {")
     lines.append("    const double* r = rows[i];")
@@ -223,10 +229,14 @@ def c_source(flat: Any) -> str:
         flush()
         units.append(f"tree_{t}")
         if root < 0:  # a single leaf
-            lines.append(f"static NOINLINE void tree_{t}(const double* const* rows, "
-                         "const double* restrict xb, int64_t bs, int64_t m, double* restrict acc) {")
-            lines.append(f"  (void)rows; (void)xb; (void)bs; for (int64_t i = 0; i < m; ++i) {acc} += "
-                         f"{_literal(float(flat.leaf_value[~root]))};")
+            lines.append(
+                f"static NOINLINE void tree_{t}(const double* const* rows, "
+                "const double* restrict xb, int64_t bs, int64_t m, double* restrict acc) {"
+            )
+            lines.append(
+                f"  (void)rows; (void)xb; (void)bs; for (int64_t i = 0; i < m; ++i) {acc} += "
+                f"{_literal(float(flat.leaf_value[~root]))};"
+            )
             lines.append("}")
         else:
             _branchless_tree(flat, t, root, acc, lines, slots)
@@ -280,7 +290,8 @@ def compiler() -> str | None:
 
 def model_hash(flat: Any, compiler_path: str) -> str:
     digest = hashlib.sha256(
-        f"{GENERATOR_VERSION}|{compiler_path}|{' '.join(CFLAGS)}|{ROW_BLOCK}|{_cpu_id()}|".encode())
+        f"{GENERATOR_VERSION}|{compiler_path}|{' '.join(CFLAGS)}|{ROW_BLOCK}|{_cpu_id()}|".encode()
+    )
     digest.update(f"{flat.objective}|{flat.n_classes}|{flat.depth}".encode())
     for name, array in sorted(flat.arrays().items()):
         digest.update(name.encode())
@@ -297,8 +308,11 @@ def _cpu_id() -> str:
         text = Path("/proc/cpuinfo").read_text()
     except OSError:
         return platform.machine() or "unknown"
-    fields = [line.split(":", 1)[1].strip() for line in text.splitlines()
-              if line.startswith(("model name", "flags", "Features")) and ":" in line]
+    fields = [
+        line.split(":", 1)[1].strip()
+        for line in text.splitlines()
+        if line.startswith(("model name", "flags", "Features")) and ":" in line
+    ]
     return hashlib.sha256("|".join([platform.machine(), *fields[:2]]).encode()).hexdigest()[:16]
 
 
@@ -353,8 +367,13 @@ class CompiledTrees:
         self._lib = ctypes.CDLL(str(library))
         self._fn = self._lib.kc_predict_raw
         self._fn.restype = ctypes.c_int
-        self._fn.argtypes = [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int64, ctypes.c_int64,
-                             ctypes.c_void_p]
+        self._fn.argtypes = [
+            ctypes.c_void_p,
+            ctypes.c_void_p,
+            ctypes.c_int64,
+            ctypes.c_int64,
+            ctypes.c_void_p,
+        ]
         self.n_classes, self.sort_keys = n_classes, sort_keys
 
     def raw(self, x: np.ndarray, order: np.ndarray | None = None) -> np.ndarray:
@@ -371,8 +390,16 @@ class CompiledTrees:
                 order = np.ascontiguousarray(order, dtype=np.int64)
                 if order.shape != (len(x),):
                     raise ValueError(f"order: {order.shape} for {len(x)} rows")
-            if self._fn(x.ctypes.data, None if order is None else order.ctypes.data, len(x), x.shape[1],
-                        out.ctypes.data) != 0:
+            if (
+                self._fn(
+                    x.ctypes.data,
+                    None if order is None else order.ctypes.data,
+                    len(x),
+                    x.shape[1],
+                    out.ctypes.data,
+                )
+                != 0
+            ):
                 raise MemoryError("compiled trees: no memory for a block of rows")
         return out
 
@@ -426,11 +453,19 @@ def start_background_compile(npz_file: Path, library: Path) -> bool:
             return False
         library.parent.mkdir(parents=True, exist_ok=True)
         marker.write_text(str(os.getpid()))
-        env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(PROJECT_ROOT),
-                                                                         os.environ.get("PYTHONPATH")]))}
-        subprocess.Popen([sys.executable, "-m", "components.serving.compiled", str(npz_file), str(library.parent)],
-                         env=env, cwd=str(PROJECT_ROOT), start_new_session=True, stdin=subprocess.DEVNULL,
-                         stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        env = {
+            **os.environ,
+            "PYTHONPATH": os.pathsep.join(filter(None, [str(PROJECT_ROOT), os.environ.get("PYTHONPATH")])),
+        }
+        subprocess.Popen(
+            [sys.executable, "-m", "components.serving.compiled", str(npz_file), str(library.parent)],
+            env=env,
+            cwd=str(PROJECT_ROOT),
+            start_new_session=True,
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
         return True
     except OSError:
         return False
@@ -445,11 +480,19 @@ def _build(source: str, library: Path, cc: str) -> None:
         partial = library.with_name(f".{library.name}.{os.getpid()}.tmp")
         try:
             try:
-                subprocess.run([cc, *CFLAGS, "-o", str(partial), str(c_file)], check=True,
-                               capture_output=True, timeout=600)
+                subprocess.run(
+                    [cc, *CFLAGS, "-o", str(partial), str(c_file)],
+                    check=True,
+                    capture_output=True,
+                    timeout=600,
+                )
             except subprocess.CalledProcessError:  # a compiler without -march=native: the portable flags
-                subprocess.run([cc, *PORTABLE_CFLAGS, "-o", str(partial), str(c_file)], check=True,
-                               capture_output=True, timeout=600)
+                subprocess.run(
+                    [cc, *PORTABLE_CFLAGS, "-o", str(partial), str(c_file)],
+                    check=True,
+                    capture_output=True,
+                    timeout=600,
+                )
             os.replace(partial, library)
         finally:
             partial.unlink(missing_ok=True)

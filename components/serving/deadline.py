@@ -27,7 +27,7 @@ class Deadline:
     cancelled: threading.Event = field(default_factory=threading.Event)
 
     @classmethod
-    def after(cls, seconds: float) -> "Deadline":
+    def after(cls, seconds: float) -> Deadline:
         return cls(time.monotonic() + seconds)
 
     def remaining_s(self) -> float:
@@ -41,7 +41,9 @@ class Deadline:
             raise DeadlineExceeded(f"request time limit reached; stopped before {where}")
 
 
-_CURRENT: contextvars.ContextVar[Deadline | None] = contextvars.ContextVar("kernelcast_deadline", default=None)
+_CURRENT: contextvars.ContextVar[Deadline | None] = contextvars.ContextVar(
+    "kernelcast_deadline", default=None
+)
 
 
 def current() -> Deadline | None:

@@ -16,8 +16,19 @@ from typing import Any
 
 DEPLOYMENT_COLUMN = "deployment"
 DEPLOYMENT_VERSION = "deployment-composition"
-DEPLOYMENT_FIELDS = ("model", "isl", "osl", "concurrency", "tp", "pp", "ep", "dtype", "kv_dtype", "mode",
-                     "workload")
+DEPLOYMENT_FIELDS = (
+    "model",
+    "isl",
+    "osl",
+    "concurrency",
+    "tp",
+    "pp",
+    "ep",
+    "dtype",
+    "kv_dtype",
+    "mode",
+    "workload",
+)
 
 
 def has_deployments(frame: Any) -> bool:
@@ -56,8 +67,13 @@ def answer_deployment_row(index: int, row: dict[str, Any], resolve: Any) -> dict
         result = predict_deployment(fields["model"], [spec], params, allow_paths=False)[0]
     except DeploymentError as exc:
         raise QueryError(f"{where}.{DEPLOYMENT_COLUMN}: {exc}") from None
-    out: dict[str, Any] = {"question": index, "device": spec.id, "device_name": spec.name, "kind": "deployment",
-                           "model_version": DEPLOYMENT_VERSION}
+    out: dict[str, Any] = {
+        "question": index,
+        "device": spec.id,
+        "device_name": spec.name,
+        "kind": "deployment",
+        "model_version": DEPLOYMENT_VERSION,
+    }
     if "refused" in result:
         return {**out, "note": result["refused"]}
     osl = int(result["deployment"]["osl"])
@@ -92,8 +108,9 @@ def answer_mixed_frame(predictor: Any, frame: Any, *, model_version: str, allow_
     parts = [pd.DataFrame(answers)]
     if (~mask).any():
         ops = frame.loc[~mask].drop(columns=[DEPLOYMENT_COLUMN])
-        other = answer_frame(predictor, ops.reset_index(drop=True), model_version=model_version,
-                             allow_modules=allow_modules)
+        other = answer_frame(
+            predictor, ops.reset_index(drop=True), model_version=model_version, allow_modules=allow_modules
+        )
         other["question"] = ops.index.to_numpy()[other["question"].to_numpy(int)]
         parts.append(other)
     out = pd.concat(parts, ignore_index=True).sort_values("question", kind="stable").reset_index(drop=True)

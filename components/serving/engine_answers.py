@@ -14,7 +14,6 @@ the bound pipe.
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -66,15 +65,24 @@ def answer_with_engine(engine: Any, questions: list[Any]) -> list[dict[str, Any]
             continue
         rates = physics.derive(times.duration_us, times.roof)
         for i, r in enumerate(rows):
-            out[r] = {"duration_us": float(times.duration_us[i]), "duration_us_lo": float(times.lo[i]),
-                      "duration_us_hi": float(times.hi[i]), "tier": str(times.tier[i]),
-                      "support": str(times.support[i]), "bound_pipe": str(times.bound_pipe[i]),
-                      "roofline_us": float(times.roof.time_us[i]),
-                      "headroom": float(times.duration_us[i] / times.roof.time_us[i]),
-                      "gflops": float(rates["gflops"][i]), "achieved_gbps": float(rates["achieved_gbps"][i]),
-                      "arith_intensity": _finite(rates["arith_intensity"][i]),
-                      "roofline_class": str(rates["roofline_class"][i]), "note": times.note[i],
-                      "ood": bool(times.tier[i] == "spec"), "l1_hit_rate": None, "l2_hit_rate": None}
+            out[r] = {
+                "duration_us": float(times.duration_us[i]),
+                "duration_us_lo": float(times.lo[i]),
+                "duration_us_hi": float(times.hi[i]),
+                "tier": str(times.tier[i]),
+                "support": str(times.support[i]),
+                "bound_pipe": str(times.bound_pipe[i]),
+                "roofline_us": float(times.roof.time_us[i]),
+                "headroom": float(times.duration_us[i] / times.roof.time_us[i]),
+                "gflops": float(rates["gflops"][i]),
+                "achieved_gbps": float(rates["achieved_gbps"][i]),
+                "arith_intensity": _finite(rates["arith_intensity"][i]),
+                "roofline_class": str(rates["roofline_class"][i]),
+                "note": times.note[i],
+                "ood": bool(times.tier[i] == "spec"),
+                "l1_hit_rate": None,
+                "l2_hit_rate": None,
+            }
     return out
 
 
@@ -95,8 +103,13 @@ def gemm_physics_pass(answers: list[dict[str, Any]], questions: list[Any]) -> No
             roof = physics.roofline(family, q.dtype, shape, q.device)
         except physics.PhysicsError:
             continue
-        _apply(answer, roof.time_us[0], physics.derive(np.array([answer["duration_us"]]), roof), 0,
-               str(roof.bound_pipe[0]))
+        _apply(
+            answer,
+            roof.time_us[0],
+            physics.derive(np.array([answer["duration_us"]]), roof),
+            0,
+            str(roof.bound_pipe[0]),
+        )
 
 
 def physics_pass(answers: list[dict[str, Any]], cols: dict[str, Any], rows: np.ndarray) -> None:
@@ -106,10 +119,12 @@ def physics_pass(answers: list[dict[str, Any]], cols: dict[str, Any], rows: np.n
     roof = np.asarray(cols["f_roofline_time_us"], dtype="float64")[rows]
     flops = np.asarray(cols["f_flops"], dtype="float64")[rows]
     nbytes = np.asarray(cols["f_dram_bytes_min"], dtype="float64")[rows]
-    compute = np.asarray(cols.get("f_compute_time_us", np.full(len(cols["f_roofline_time_us"]), np.nan)),
-                         dtype="float64")[rows]
-    dram = np.asarray(cols.get("f_dram_time_us", np.full(len(cols["f_roofline_time_us"]), np.nan)),
-                      dtype="float64")[rows]
+    compute = np.asarray(
+        cols.get("f_compute_time_us", np.full(len(cols["f_roofline_time_us"]), np.nan)), dtype="float64"
+    )[rows]
+    dram = np.asarray(
+        cols.get("f_dram_time_us", np.full(len(cols["f_roofline_time_us"]), np.nan)), dtype="float64"
+    )[rows]
     for i, answer in enumerate(answers):
         duration = answer.get("duration_us")
         if duration is None or not np.isfinite(roof[i]):
@@ -123,8 +138,9 @@ def physics_pass(answers: list[dict[str, Any]], cols: dict[str, Any], rows: np.n
         seconds = duration * 1e-6
         answer["gflops"] = float(flops[i] / seconds / 1e9) if np.isfinite(flops[i]) else None
         answer["achieved_gbps"] = float(nbytes[i] / seconds / 1e9) if np.isfinite(nbytes[i]) else None
-        answer["arith_intensity"] = (float(flops[i] / nbytes[i]) if np.isfinite(flops[i]) and nbytes[i] > 0
-                                     else None)
+        answer["arith_intensity"] = (
+            float(flops[i] / nbytes[i]) if np.isfinite(flops[i]) and nbytes[i] > 0 else None
+        )
         answer["headroom"] = duration / float(roof[i])
         if np.isfinite(compute[i]) and np.isfinite(dram[i]):
             answer["roofline_class"] = "compute" if compute[i] >= dram[i] else "bandwidth"

@@ -41,14 +41,24 @@ def transfer_columns(cols: dict[str, Any], n: int) -> dict[str, np.ndarray]:
     l2_capacity = _get(cols, "dev_l2_mb", n) * 1e6
     llc = _get(cols, "dev_llc_mb", n)
     llc_capacity = np.where(llc > 0, llc * 1e6 + l2_capacity, l2_capacity)
-    out.update({
-        "t_flops_per_sm": _ratio(flops, sms), "t_bytes_per_sm": _ratio(dram, sms),
-        "t_l2_over_dram_bytes": _ratio(l2_bytes, dram), "t_footprint_over_l2": _ratio(dram, l2_capacity),
-        "t_footprint_over_llc": _ratio(dram, llc_capacity), "t_sfu_per_flop": _ratio(out["f_sfu_ops"], flops),
-        "t_tensor_share": _ratio(out["f_tensor_flops"], flops), "t_flops_per_cta": _ratio(flops, out["f_ctas"]),
-        "t_base_over_boost_clock": _ratio(_get(cols, "dev_base_clock_mhz", n), _get(cols, "dev_boost_clock_mhz", n)),
-        "t_tdp_w_per_peak_tflops": _ratio(_get(cols, "dev_tdp_w", n), _get(cols, "f_peak_compute_flops", n) / 1e12),
-    })
+    out.update(
+        {
+            "t_flops_per_sm": _ratio(flops, sms),
+            "t_bytes_per_sm": _ratio(dram, sms),
+            "t_l2_over_dram_bytes": _ratio(l2_bytes, dram),
+            "t_footprint_over_l2": _ratio(dram, l2_capacity),
+            "t_footprint_over_llc": _ratio(dram, llc_capacity),
+            "t_sfu_per_flop": _ratio(out["f_sfu_ops"], flops),
+            "t_tensor_share": _ratio(out["f_tensor_flops"], flops),
+            "t_flops_per_cta": _ratio(flops, out["f_ctas"]),
+            "t_base_over_boost_clock": _ratio(
+                _get(cols, "dev_base_clock_mhz", n), _get(cols, "dev_boost_clock_mhz", n)
+            ),
+            "t_tdp_w_per_peak_tflops": _ratio(
+                _get(cols, "dev_tdp_w", n), _get(cols, "f_peak_compute_flops", n) / 1e12
+            ),
+        }
+    )
     return out
 
 
@@ -78,17 +88,22 @@ class FastTransfer:
         if not floors:
             return np.zeros(len(family))
         default = floors.get(tr.UNKNOWN_SOURCE_FLOOR, 0.0)
-        per_family = {key.split("|", 1)[1]: value for key, value in floors.items() if key.startswith("query|")}
+        per_family = {
+            key.split("|", 1)[1]: value for key, value in floors.items() if key.startswith("query|")
+        }
         return map_labels(family, per_family, default)
 
     def _normaliser(self, cols: dict[str, Any], n: int) -> np.ndarray:
         which = self.p.config.runtime_normaliser
         values = _get(cols, tr.RUNTIME_NORMALISERS[which], n)
         if which == "pipes-overlap":
-            compute = _get(cols, "f_compute_time_us", n) * np.nan_to_num(_get(cols, "f_sm_imbalance", n), nan=1.0)
+            compute = _get(cols, "f_compute_time_us", n) * np.nan_to_num(
+                _get(cols, "f_sm_imbalance", n), nan=1.0
+            )
             pipes = np.column_stack([compute, _get(cols, "f_dram_time_us", n), _get(cols, "f_l2_time_us", n)])
-            combined = np.power(np.nansum(np.power(np.nan_to_num(pipes, nan=0.0), tr.OVERLAP_P), axis=1),
-                                1.0 / tr.OVERLAP_P)
+            combined = np.power(
+                np.nansum(np.power(np.nan_to_num(pipes, nan=0.0), tr.OVERLAP_P), axis=1), 1.0 / tr.OVERLAP_P
+            )
             values = np.where(np.isfinite(values), combined, np.nan)
         return np.where(np.isfinite(values) & (values > 0), values, np.nan)
 
@@ -103,10 +118,12 @@ class FastTransfer:
         for column in sorted({c for e in entries if e for c in e}):
             if column not in frame:
                 continue  # NaN: never outside
-            low = np.array([e[column][0] - 0.25 * abs(e[column][0]) if e and column in e else -np.inf
-                            for e in entries])[codes]
-            high = np.array([e[column][1] + 0.25 * abs(e[column][1]) if e and column in e else np.inf
-                             for e in entries])[codes]
+            low = np.array(
+                [e[column][0] - 0.25 * abs(e[column][0]) if e and column in e else -np.inf for e in entries]
+            )[codes]
+            high = np.array(
+                [e[column][1] + 0.25 * abs(e[column][1]) if e and column in e else np.inf for e in entries]
+            )[codes]
             values = frame[column]
             flags |= np.isfinite(values) & ((values < low) | (values > high))
         return flags
@@ -127,8 +144,10 @@ class FastTransfer:
             for i in np.flatnonzero(rows & known & ~native):
                 if notes is None:
                     notes = np.full(n, None, dtype=object)
-                notes[i] = (f"{dtype} is not native on {cols['device_id'][i]}: emulation estimate (converted and "
-                            "computed on the FP32 pipe)")
+                notes[i] = (
+                    f"{dtype} is not native on {cols['device_id'][i]}: emulation estimate (converted and "
+                    "computed on the FP32 pipe)"
+                )
         return notes
 
     def _walk_order(self, x: np.ndarray) -> np.ndarray | None:
@@ -161,9 +180,15 @@ class FastTransfer:
         # Every tree model first, in one stretch (one walk order for all), then the arithmetic on top.
         used = {"duration_us", TRAFFIC_TARGET, *FRACTION_TARGETS}
         tree_targets = [t for t in p.models if t in used]
-        raw = {t: np.asarray(p.models[t].predict(x, order) if order is not None
-                             and getattr(p.models[t], "compiled", None) is not None
-                             else p.models[t].predict(x), dtype="float64") for t in tree_targets}
+        raw = {
+            t: np.asarray(
+                p.models[t].predict(x, order)
+                if order is not None and getattr(p.models[t], "compiled", None) is not None
+                else p.models[t].predict(x),
+                dtype="float64",
+            )
+            for t in tree_targets
+        }
         walked = time.thread_time()
 
         def predict(target: str) -> np.ndarray:
@@ -180,8 +205,7 @@ class FastTransfer:
                 out["pred_gflops"] = flops / (runtime * 1e3)
                 if TRAFFIC_TARGET in p.models:
                     low_t, high_t = p.target_bounds.get(TRAFFIC_TARGET, [-np.inf, np.inf])
-                    ratio = np.exp(np.clip(predict(TRAFFIC_TARGET),
-                                           low_t, high_t))
+                    ratio = np.exp(np.clip(predict(TRAFFIC_TARGET), low_t, high_t))
                     traffic = bytes_min * ratio
                     out["pred_achieved_gbps"] = traffic / (runtime * 1e3)
                     out["pred_arith_intensity"] = flops / traffic
@@ -218,8 +242,11 @@ class FastTransfer:
                     out[key] = values
         if stage_s is not None:
             done = time.thread_time()
-            for stage, seconds in (("design", designed - started), ("trees", walked - designed),
-                                   ("derive", done - walked)):
+            for stage, seconds in (
+                ("design", designed - started),
+                ("trees", walked - designed),
+                ("derive", done - walked),
+            ):
                 stage_s[stage] = stage_s.get(stage, 0.0) + seconds
         return out
 

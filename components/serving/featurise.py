@@ -62,13 +62,21 @@ def _device_arrays_uncached(specs: Sequence[Any]) -> tuple[dict[str, np.ndarray]
 
     catalog = Catalog(list(specs))
     table = an.device_table([s.id for s in specs], catalog).reindex([s.id for s in specs])
-    dev = pd.DataFrame([{(k if k.startswith("dev_") else f"dev_{k}"): float(v)
-                         for k, v in device_feature_vector(s).items()} for s in specs])
+    dev = pd.DataFrame(
+        [
+            {
+                (k if k.startswith("dev_") else f"dev_{k}"): float(v)
+                for k, v in device_feature_vector(s).items()
+            }
+            for s in specs
+        ]
+    )
     return {c: table[c].to_numpy("float64") for c in an.DEVICE_COLUMNS}, dev
 
 
-def _definition_flops(family: np.ndarray, op: np.ndarray, col: dict[str, np.ndarray],
-                      fallback: np.ndarray) -> np.ndarray:
+def _definition_flops(
+    family: np.ndarray, op: np.ndarray, col: dict[str, np.ndarray], fallback: np.ndarray
+) -> np.ndarray:
     """``components.ingest.derived.op_flops`` as array arithmetic for the op families questions name."""
     from components.ingest.derived import ELEMENTWISE_FLOPS_PER_ELEMENT, ROW_OP_FLOPS_PER_ELEMENT
 
@@ -87,8 +95,14 @@ def _definition_flops(family: np.ndarray, op: np.ndarray, col: dict[str, np.ndar
     return np.where(np.isfinite(out) & (out > 0), out, fallback)
 
 
-def op_feature_table(family: np.ndarray, op: np.ndarray, dtype: np.ndarray, dims: np.ndarray,
-                     device_index: np.ndarray, specs: Sequence[Any]) -> pd.DataFrame:
+def op_feature_table(
+    family: np.ndarray,
+    op: np.ndarray,
+    dtype: np.ndarray,
+    dims: np.ndarray,
+    device_index: np.ndarray,
+    specs: Sequence[Any],
+) -> pd.DataFrame:
     """The feature table (``f_*``, ``m_*``, ``dev_*``, keys) of op questions, one row per question.
 
     ``family``/``op``/``dtype``: string arrays (canonical family, op and dtype); ``dims``: float
@@ -105,13 +119,24 @@ def table_of(columns: dict[str, Any]) -> pd.DataFrame:
     bound = columns["_bound_code"]
     data["f_bound"] = pd.Categorical.from_codes(bound, categories=["bandwidth", "compute"])
     data["m_bound"] = pd.Categorical.from_codes(np.full(n, -1), categories=["bandwidth", "compute"])
-    data["feature_note"] = pd.Categorical.from_codes(columns["_note_code"], categories=[
-        "no analytical formula for this op and shape", "device missing peak/bandwidth for this precision"])
+    data["feature_note"] = pd.Categorical.from_codes(
+        columns["_note_code"],
+        categories=[
+            "no analytical formula for this op and shape",
+            "device missing peak/bandwidth for this precision",
+        ],
+    )
     return pd.DataFrame(data)
 
 
-def op_feature_columns(family: np.ndarray, op: np.ndarray, dtype: np.ndarray, dims: np.ndarray,
-                       device_index: np.ndarray, specs: Sequence[Any]) -> dict[str, Any]:
+def op_feature_columns(
+    family: np.ndarray,
+    op: np.ndarray,
+    dtype: np.ndarray,
+    dims: np.ndarray,
+    device_index: np.ndarray,
+    specs: Sequence[Any],
+) -> dict[str, Any]:
     """The feature table's columns as numpy arrays (no DataFrame): what the fast model path reads.
 
     Labels are integer codes: ``_bound_code`` (0 bandwidth, 1 compute, -1 unknown) and ``_note_code``.
@@ -119,8 +144,9 @@ def op_feature_columns(family: np.ndarray, op: np.ndarray, dtype: np.ndarray, di
     n = len(family)
     # Labels: object arrays of str, or pd.Categorical (a bulk caller's few distinct labels as codes: every
     # comparison below is then on small integers, ~30x cheaper than on Python strings).
-    family, op, dtype = (a if isinstance(a, pd.Categorical) else np.asarray(a, dtype=object)
-                         for a in (family, op, dtype))
+    family, op, dtype = (
+        a if isinstance(a, pd.Categorical) else np.asarray(a, dtype=object) for a in (family, op, dtype)
+    )
     device_index = np.asarray(device_index, dtype="int64")
     dims = np.asarray(dims, dtype="float64")
     dims_frame = {name: dims[:, j] for j, name in enumerate(an.DIMS)}  # columns as views: no DataFrame
@@ -131,13 +157,17 @@ def op_feature_columns(family: np.ndarray, op: np.ndarray, dtype: np.ndarray, di
     col = {k: dims_frame[k] for k in ("B", "M", "N", "K", "H")}
     # The analytical model's own composition (one definition, components.features.analytical), for rows
     # without a measured launch or counters.
-    composed = an.compose_features(family, dtype, dem, dv,
-                                   definition_flops=_definition_flops(family, op, col, np.full(n, np.nan)))
+    composed = an.compose_features(
+        family, dtype, dem, dv, definition_flops=_definition_flops(family, op, col, np.full(n, np.nan))
+    )
     f, covered, roofline = composed.features, composed.covered, composed.roofline
     compute_bound = f["f_compute_bound"] > 0
     columns: dict[str, Any] = {
         "device_id": np.array([s.id for s in specs], dtype=object)[device_index],
-        "source": np.full(n, QUERY_SOURCE, dtype=object), "family": family, "op": op, "dtype": dtype,
+        "source": np.full(n, QUERY_SOURCE, dtype=object),
+        "family": family,
+        "op": op,
+        "dtype": dtype,
     }
     if covered.all():  # the usual case: every question has a formula; no masking pass over ~40 columns
         columns.update({k: np.asarray(v, dtype="float64") for k, v in f.items()})

@@ -45,12 +45,19 @@ def op_tensors(family: str, op_name: str, shape: dict[str, int]) -> list[tuple[s
         return [("Q", q), ("K", kv), ("V", kv), ("O", q)]
     if family == "moe":
         local = max(1, g["E"] // g.get("ep", 1))
-        return [("x", [g["T"], g["H"]]), ("W", [local, 3, g["H"], max(1, g["I"] // g.get("tp", 1))]),
-                ("out", [g["T"], g["H"]])]
+        return [
+            ("x", [g["T"], g["H"]]),
+            ("W", [local, 3, g["H"], max(1, g["I"] // g.get("tp", 1))]),
+            ("out", [g["T"], g["H"]]),
+        ]
     if family == "allreduce":
         return []  # a message in bytes, not elements: never near a GPU's memory within the bounds
     dims = [g["N"]] if "N" in g else [g.get("B", 1), g["H"]]
-    inputs = [("x", dims), ("y", dims)] if family == "elementwise" and op_name in BINARY_ELEMENTWISE else [("x", dims)]
+    inputs = (
+        [("x", dims), ("y", dims)]
+        if family == "elementwise" and op_name in BINARY_ELEMENTWISE
+        else [("x", dims)]
+    )
     return [*inputs, ("out", dims)]
 
 
@@ -62,13 +69,19 @@ def check_memory_fit(question: Any) -> None:
     from components.features.analytical import ELEM_BYTES
 
     element = float(ELEM_BYTES.get(question.dtype, 4.0))
-    tensors = [(name, dims, element * float(_numel(dims))) for name, dims in
-               op_tensors(question.family, question.op_name, question.shape)]
+    tensors = [
+        (name, dims, element * float(_numel(dims)))
+        for name, dims in op_tensors(question.family, question.op_name, question.shape)
+    ]
     total = sum(nbytes for *_, nbytes in tensors)
     memory = float(question.device.memory_gb) * GIB
     if total <= memory:
         return
-    parts = " + ".join(f"{name}[{'x'.join(str(d) for d in dims)}] {_size(nbytes)}" for name, dims, nbytes in tensors)
-    raise QueryError(f"question {question.index}.shape: {question.op} in {question.dtype} does not fit the "
-                     f"{question.device.name}'s memory: {parts} = {_size(total)}, over its "
-                     f"{float(question.device.memory_gb):g} GiB; use a smaller shape or a GPU with more memory")
+    parts = " + ".join(
+        f"{name}[{'x'.join(str(d) for d in dims)}] {_size(nbytes)}" for name, dims, nbytes in tensors
+    )
+    raise QueryError(
+        f"question {question.index}.shape: {question.op} in {question.dtype} does not fit the "
+        f"{question.device.name}'s memory: {parts} = {_size(total)}, over its "
+        f"{float(question.device.memory_gb):g} GiB; use a smaller shape or a GPU with more memory"
+    )

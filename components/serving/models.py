@@ -55,7 +55,7 @@ def _tracking_uri() -> str:
 def _sqlite_path(uri: str) -> Path | None:
     if not uri.startswith("sqlite:///"):
         return None
-    path = Path(unquote(uri[len("sqlite:///"):]))
+    path = Path(unquote(uri[len("sqlite:///") :]))
     return path if path.is_absolute() or path.exists() else None
 
 
@@ -65,8 +65,9 @@ def _alias_from_sqlite(db: Path, name: str, alias: str) -> str | None:
         return None
     connection = sqlite3.connect(f"file:{db}?mode=ro", uri=True, timeout=2.0)
     try:
-        rows = connection.execute("SELECT version FROM registered_model_aliases WHERE name = ? AND alias = ?",
-                                  (name, alias)).fetchall()
+        rows = connection.execute(
+            "SELECT version FROM registered_model_aliases WHERE name = ? AND alias = ?", (name, alias)
+        ).fetchall()
     finally:
         connection.close()
     return str(rows[0][0]) if rows else None
@@ -112,9 +113,9 @@ def _fetch_version(name: str, version: str, target: Path, tracking_uri: str) -> 
     """Copy version ``version``'s predictor folder to ``target`` (atomically: a temp dir, then rename)."""
     import tempfile
 
-    import mlflow
     import yaml
 
+    import mlflow
     from components.registry.pyfunc import PREDICTOR_ARTIFACT
 
     os.environ.setdefault("MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR", "false")
@@ -123,11 +124,16 @@ def _fetch_version(name: str, version: str, target: Path, tracking_uri: str) -> 
     target.parent.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(dir=target.parent, prefix=".fetch-") as tmp:
         try:
-            local = Path(mlflow.artifacts.download_artifacts(artifact_uri=f"models:/{name}/{version}",
-                                                             dst_path=str(Path(tmp) / "model")))
-        except Exception as exc:  # noqa: BLE001 -- MLflow raises many types; one clear line instead
-            raise QueryError(f"cannot fetch models:/{name}/{version} from {tracking_uri}: "
-                             f"{str(exc).splitlines()[0] if str(exc) else type(exc).__name__}") from None
+            local = Path(
+                mlflow.artifacts.download_artifacts(
+                    artifact_uri=f"models:/{name}/{version}", dst_path=str(Path(tmp) / "model")
+                )
+            )
+        except Exception as exc:
+            raise QueryError(
+                f"cannot fetch models:/{name}/{version} from {tracking_uri}: "
+                f"{str(exc).splitlines()[0] if str(exc) else type(exc).__name__}"
+            ) from None
         spec = yaml.safe_load((local / "MLmodel").read_text())
         artifacts = spec.get("flavors", {}).get("python_function", {}).get("artifacts", {})
         relative = artifacts.get(PREDICTOR_ARTIFACT, {}).get("path")
@@ -173,16 +179,19 @@ def current_version(reference: str, tracking_uri: str | None = None) -> str:
     if match and match["alias"]:
         version = resolve_alias(match["name"], match["alias"], tracking_uri)
         if version is None:
-            raise QueryError(f"model {reference}: no version has the alias {match['alias']!r} in "
-                             f"{tracking_uri or _tracking_uri()} (train and promote one, or pass --model roofline)")
+            raise QueryError(
+                f"model {reference}: no version has the alias {match['alias']!r} in "
+                f"{tracking_uri or _tracking_uri()} (train and promote one, or pass --model roofline)"
+            )
         return f"models:/{match['name']}/{version}"
     if match:
         return f"models:/{match['name']}/{match['version']}"
     if reference != "roofline" and not reference.startswith("runs:/"):
         path = Path(reference).expanduser()
         if not path.is_dir():
-            raise QueryError(f"model {reference!r} is neither 'roofline', a models:/ or runs:/ URI, "
-                             "nor a predictor folder")
+            raise QueryError(
+                f"model {reference!r} is neither 'roofline', a models:/ or runs:/ URI, nor a predictor folder"
+            )
         return str(path.resolve())
     return reference
 

@@ -57,9 +57,20 @@ class FlatTrees:
         self._cache_dir: Path | None = None
 
     @classmethod
-    def from_dump(cls, dump: dict[str, Any]) -> "FlatTrees":
-        nodes: dict[str, list[Any]] = {k: [] for k in ("feature", "threshold", "left", "right", "default_left",
-                                                       "missing", "categorical", "cat_mask")}
+    def from_dump(cls, dump: dict[str, Any]) -> FlatTrees:
+        nodes: dict[str, list[Any]] = {
+            k: []
+            for k in (
+                "feature",
+                "threshold",
+                "left",
+                "right",
+                "default_left",
+                "missing",
+                "categorical",
+                "cat_mask",
+            )
+        }
         leaves: list[float] = []
         roots: list[int] = []
         depth = 0
@@ -79,7 +90,9 @@ class FlatTrees:
             if node.get("decision_type") == "==":
                 categories = [int(c) for c in str(node["threshold"]).split("||") if c != ""]
                 if any(c < 0 or c >= 64 for c in categories):
-                    raise ValueError("categorical split on a category >= 64: cannot flatten into a 64-bit mask")
+                    raise ValueError(
+                        "categorical split on a category >= 64: cannot flatten into a 64-bit mask"
+                    )
                 nodes["categorical"][position] = True
                 nodes["cat_mask"][position] = int(sum(1 << c for c in set(categories)))
                 nodes["threshold"][position] = 0.0
@@ -96,21 +109,32 @@ class FlatTrees:
         arrays = {
             "feature": np.asarray(nodes["feature"], dtype=np.int64),
             "threshold": np.asarray(nodes["threshold"], dtype=np.float64),
-            "left": np.asarray(nodes["left"], dtype=np.int64), "right": np.asarray(nodes["right"], dtype=np.int64),
+            "left": np.asarray(nodes["left"], dtype=np.int64),
+            "right": np.asarray(nodes["right"], dtype=np.int64),
             "default_left": np.asarray(nodes["default_left"], dtype=bool),
             "missing": np.asarray(nodes["missing"], dtype=np.int8),
             "categorical": np.asarray(nodes["categorical"], dtype=bool),
             "cat_mask": np.asarray(nodes["cat_mask"], dtype=np.uint64),
-            "leaf_value": np.asarray(leaves, dtype=np.float64), "roots": np.asarray(roots, dtype=np.int64),
+            "leaf_value": np.asarray(leaves, dtype=np.float64),
+            "roots": np.asarray(roots, dtype=np.int64),
             "depth": np.asarray(depth),
         }
         return cls(arrays, objective, n_classes)
 
     def arrays(self) -> dict[str, np.ndarray]:
-        return {"feature": self.feature, "threshold": self.threshold, "left": self.left, "right": self.right,
-                "default_left": self.default_left, "missing": self.missing, "categorical": self.categorical,
-                "cat_mask": self.cat_mask, "leaf_value": self.leaf_value, "roots": self.roots,
-                "depth": np.asarray(self.depth)}
+        return {
+            "feature": self.feature,
+            "threshold": self.threshold,
+            "left": self.left,
+            "right": self.right,
+            "default_left": self.default_left,
+            "missing": self.missing,
+            "categorical": self.categorical,
+            "cat_mask": self.cat_mask,
+            "leaf_value": self.leaf_value,
+            "roots": self.roots,
+            "depth": np.asarray(self.depth),
+        }
 
     def save(self, path: Path) -> None:
         from components.common.atomic import atomic_write
@@ -124,7 +148,7 @@ class FlatTrees:
         atomic_write(Path(path), write)
 
     @classmethod
-    def load(cls, path: Path, *, attach: bool = True) -> "FlatTrees":
+    def load(cls, path: Path, *, attach: bool = True) -> FlatTrees:
         with np.load(path, allow_pickle=False) as data:
             arrays = {k: data[k] for k in data.files if k != "meta"}
             meta = json.loads(str(data["meta"]))
@@ -176,7 +200,7 @@ class FlatTrees:
         out = np.zeros((n, self.n_classes))
         tree_class = np.arange(n_trees) % self.n_classes
         for start in range(0, n, chunk):
-            block = x[start:start + chunk]
+            block = x[start : start + chunk]
             rows = np.arange(len(block))[:, None]
             node = np.broadcast_to(self.roots, (len(block), n_trees)).copy()
             for _ in range(self.depth):
@@ -193,15 +217,16 @@ class FlatTrees:
                 categorical = self.categorical[at]
                 if categorical.any():
                     # LightGBM casts to int (truncation: -0.5 is category 0); NaN and negatives go right.
-                    codes = np.where(nan | (value <= -1) | (value >= 64), -1,
-                                     np.trunc(np.nan_to_num(value, nan=-1))).astype(np.int64)
+                    codes = np.where(
+                        nan | (value <= -1) | (value >= 64), -1, np.trunc(np.nan_to_num(value, nan=-1))
+                    ).astype(np.int64)
                     bit = (self.cat_mask[at] >> np.clip(codes, 0, 63).astype(np.uint64)) & np.uint64(1)
                     go_left = np.where(categorical, (codes >= 0) & (bit == 1), go_left)
                 step = np.where(go_left, self.left[at], self.right[at])
                 node = np.where(inner, step, node)
             values = self.leaf_value[~node]
             for c in range(self.n_classes):
-                out[start:start + len(block), c] = values[:, tree_class == c].sum(axis=1)
+                out[start : start + len(block), c] = values[:, tree_class == c].sum(axis=1)
         return out
 
     def predict(self, x: np.ndarray, order: np.ndarray | None = None) -> np.ndarray:
@@ -218,7 +243,9 @@ class FlatTrees:
 
                     self._booster = lgb.Booster(model_file=str(self.booster_file))
                 options = {"num_threads": self.threads} if self.threads else {}
-                return np.asarray(self._booster.predict(np.asarray(x, dtype=np.float64), **options), dtype=np.float64)
+                return np.asarray(
+                    self._booster.predict(np.asarray(x, dtype=np.float64), **options), dtype=np.float64
+                )
             except ImportError:
                 self.booster_file = None
         return self._link(self.raw(x))
@@ -265,12 +292,17 @@ def load_flat_predictor(folder: Path) -> Any | None:
 
     config = TabularConfig(**{"feature_set": "absolute", **spec["config"]})
     # trained_on (the leakage guard's ids) is left out: serving never evaluates, and reading it costs.
-    predictor = TabularPredictor(config=config, feature_columns=list(spec["feature_columns"]),
-                                 categories={k: list(v) for k, v in spec["categories"].items()},
-                                 models={t: FlatTrees.load(p) for t, p in files.items()},
-                                 classes=list(spec["classes"]), conformal=dict(spec["conformal"]),
-                                 floors=dict(spec.get("floors", {})),
-                                 target_bounds=dict(spec.get("target_bounds", {})), ood=dict(spec.get("ood", {})))
+    predictor = TabularPredictor(
+        config=config,
+        feature_columns=list(spec["feature_columns"]),
+        categories={k: list(v) for k, v in spec["categories"].items()},
+        models={t: FlatTrees.load(p) for t, p in files.items()},
+        classes=list(spec["classes"]),
+        conformal=dict(spec["conformal"]),
+        floors=dict(spec.get("floors", {})),
+        target_bounds=dict(spec.get("target_bounds", {})),
+        ood=dict(spec.get("ood", {})),
+    )
     if (folder / "roofline_class").is_dir():
         # The whole-program roofline-class model saved beside the trees: loaded as TabularPredictor.load does.
         try:

@@ -39,7 +39,9 @@ def _distinct_specs(questions: list[Question]) -> tuple[list[Any], np.ndarray]:
         if known is None:
             specs[spec.id], position[spec.id] = spec, len(position)
         elif known is not spec and known != spec:
-            raise QueryError(f"question {question.index}: device id {spec.id!r} names two different specs in one batch")
+            raise QueryError(
+                f"question {question.index}: device id {spec.id!r} names two different specs in one batch"
+            )
         index[row] = position[spec.id]
     return list(specs.values()), index
 
@@ -49,10 +51,14 @@ def op_table(questions: list[Question], raw: bool = False) -> Any:
     from components.serving.featurise import op_feature_table
 
     specs, device_index = _distinct_specs(questions)
-    table = op_feature_table(np.array([q.family for q in questions], dtype=object),
-                             np.array([q.op_name for q in questions], dtype=object),
-                             np.array([q.dtype for q in questions], dtype=object),
-                             _op_dims(questions), device_index, specs)
+    table = op_feature_table(
+        np.array([q.family for q in questions], dtype=object),
+        np.array([q.op_name for q in questions], dtype=object),
+        np.array([q.dtype for q in questions], dtype=object),
+        _op_dims(questions),
+        device_index,
+        specs,
+    )
     return _with_raw_query(table, questions) if raw else table
 
 
@@ -69,9 +75,13 @@ def _with_raw_query(table: Any, questions: list[Question]) -> Any:
     return table
 
 
-PIPE_TIMES: tuple[tuple[str, str], ...] = (("f_tensor_time_us", "tensor"), ("f_fma_time_us", "fma"),
-                                           ("f_sfu_time_us", "sfu"), ("f_dram_time_us", "dram"),
-                                           ("f_l2_time_us", "l2"))
+PIPE_TIMES: tuple[tuple[str, str], ...] = (
+    ("f_tensor_time_us", "tensor"),
+    ("f_fma_time_us", "fma"),
+    ("f_sfu_time_us", "sfu"),
+    ("f_dram_time_us", "dram"),
+    ("f_l2_time_us", "l2"),
+)
 
 
 def bound_pipes(cols: Any, dtypes: np.ndarray, duration_us: np.ndarray, classes: np.ndarray) -> np.ndarray:
@@ -96,8 +106,10 @@ def bound_pipes(cols: Any, dtypes: np.ndarray, duration_us: np.ndarray, classes:
 
 
 BOUND_LABELS = np.array(["bandwidth", "compute", None], dtype=object)  # by code 0, 1, -1
-NOTE_LABELS = np.array(["no analytical formula for this op and shape",
-                        "device missing peak/bandwidth for this precision", None], dtype=object)
+NOTE_LABELS = np.array(
+    ["no analytical formula for this op and shape", "device missing peak/bandwidth for this precision", None],
+    dtype=object,
+)
 
 
 def _predicted(predictor: Any, questions: list[Question], cols: dict[str, Any]) -> dict[str, np.ndarray]:
@@ -115,8 +127,9 @@ def _predicted(predictor: Any, questions: list[Question], cols: dict[str, Any]) 
     return {c: frame[c].to_numpy(dtype=object) for c in frame.columns}
 
 
-def _calibrated(predicted: dict[str, np.ndarray], questions: list[Question],
-                cols: dict[str, Any]) -> dict[str, np.ndarray]:
+def _calibrated(
+    predicted: dict[str, np.ndarray], questions: list[Question], cols: dict[str, Any]
+) -> dict[str, np.ndarray]:
     """``predicted`` with each calibrated GPU's runtime correction applied (``kernelcast calibrate``
     stores one per GPU under the state folder); GPUs without one are untouched. Why here: a
     correction fitted on a GPU's own calibration rows is the cheapest accuracy gain on that GPU."""
@@ -134,15 +147,25 @@ def _calibrated(predicted: dict[str, np.ndarray], questions: list[Question],
     rows = table_of(cols)
     rows["device_id"] = [q.device.id for q in questions]
     rows["family"] = [q.family for q in questions]
-    frame = pd.DataFrame({k: pd.to_numeric(pd.Series(v), errors="coerce") if k.startswith("pred_duration")
-                          or k in ("pred_gflops", "pred_achieved_gbps") else pd.Series(v)
-                          for k, v in predicted.items()})
+    frame = pd.DataFrame(
+        {
+            k: pd.to_numeric(pd.Series(v), errors="coerce")
+            if k.startswith("pred_duration") or k in ("pred_gflops", "pred_achieved_gbps")
+            else pd.Series(v)
+            for k, v in predicted.items()
+        }
+    )
     if "pred_roofline_class" not in frame.columns:
         frame["pred_roofline_class"] = BOUND_LABELS[cols["_bound_code"]]
     corrected = apply_corrections(rows, frame, corrections)
     out = dict(predicted)
-    for column in ("pred_duration_us", "pred_duration_us_lo", "pred_duration_us_hi", "pred_gflops",
-                   "pred_achieved_gbps"):
+    for column in (
+        "pred_duration_us",
+        "pred_duration_us_lo",
+        "pred_duration_us_hi",
+        "pred_gflops",
+        "pred_achieved_gbps",
+    ):
         if column in corrected.columns and column in predicted:
             out[column] = corrected[column].to_numpy(dtype="float64")
     notes = np.array(predicted.get("pred_note", np.full(len(questions), None, dtype=object)), dtype=object)
@@ -166,8 +189,11 @@ def _answer_ops(predictor: Any, questions: list[Question], model_version: str) -
     answers: list[dict[str, Any] | None] = [None] * len(questions)
     chosen = set(modern)
     rest = [q for i, q in enumerate(questions) if i not in chosen]
-    for i, answer in zip((i for i in range(len(questions)) if i not in chosen),
-                         _answer_champion_ops(predictor, rest, model_version) if rest else [], strict=True):
+    for i, answer in zip(
+        (i for i in range(len(questions)) if i not in chosen),
+        _answer_champion_ops(predictor, rest, model_version) if rest else [],
+        strict=True,
+    ):
         answers[i] = answer
     engine_rows = [questions[i] for i in modern]
     for i, fields in zip(modern, answer_with_engine(engine_for(predictor), engine_rows), strict=True):
@@ -178,36 +204,48 @@ def _answer_ops(predictor: Any, questions: list[Question], model_version: str) -
     return [a for a in answers if a is not None]
 
 
-def _answer_champion_ops(predictor: Any, questions: list[Question],
-                         model_version: str) -> list[dict[str, Any]]:
+def _answer_champion_ops(
+    predictor: Any, questions: list[Question], model_version: str
+) -> list[dict[str, Any]]:
     from components.serving.engine_answers import gemm_physics_pass, physics_pass
     from components.serving.featurise import op_feature_columns
 
     specs, device_index = _distinct_specs(questions)
-    cols = op_feature_columns(np.array([q.family for q in questions], dtype=object),
-                              np.array([q.op_name for q in questions], dtype=object),
-                              np.array([q.dtype for q in questions], dtype=object),
-                              _op_dims(questions), device_index, specs)
+    cols = op_feature_columns(
+        np.array([q.family for q in questions], dtype=object),
+        np.array([q.op_name for q in questions], dtype=object),
+        np.array([q.dtype for q in questions], dtype=object),
+        _op_dims(questions),
+        device_index,
+        specs,
+    )
     predicted = _calibrated(_predicted(predictor, questions, cols), questions, cols)
     n = len(questions)
 
     def column(name: str) -> np.ndarray:
         return predicted[name] if name in predicted else np.full(n, None, dtype=object)
 
-    duration = np.array([_plain(v) if _plain(v) is not None else np.nan for v in column("pred_duration_us")],
-                        dtype="float64")
+    duration = np.array(
+        [_plain(v) if _plain(v) is not None else np.nan for v in column("pred_duration_us")], dtype="float64"
+    )
     roof = np.asarray(cols["f_roofline_time_us"], dtype="float64")
     with np.errstate(divide="ignore", invalid="ignore"):
         headroom = duration / roof
     fallback_class = BOUND_LABELS[cols["_bound_code"]]
     # the class is the analytical bound's where the features have one: it must agree with the bound pipe
-    classes = np.array([f if f is not None else _plain(k) for k, f in
-                        zip(column("pred_roofline_class"), fallback_class)], dtype=object)
+    classes = np.array(
+        [f if f is not None else _plain(k) for k, f in zip(column("pred_roofline_class"), fallback_class)],
+        dtype=object,
+    )
     duration = np.where(np.isfinite(roof), np.fmax(duration, roof), duration)
     pipes = bound_pipes(cols, cols["dtype"], duration, classes)
     notes, ood = column("pred_note"), column("pred_ood")
     feature_notes = NOTE_LABELS[cols["_note_code"]]
-    extra = [c for c in predicted if c.startswith("pred_") and c.endswith(("_lo", "_hi")) and c[5:] not in ANSWER_KEYS]
+    extra = [
+        c
+        for c in predicted
+        if c.startswith("pred_") and c.endswith(("_lo", "_hi")) and c[5:] not in ANSWER_KEYS
+    ]
     metrics = {m: column(f"pred_{m}") for m in (*METRICS, "duration_us_lo", "duration_us_hi")}
     answers = []
     for row, question in enumerate(questions):
@@ -222,8 +260,9 @@ def _answer_champion_ops(predictor: Any, questions: list[Question],
         answer["headroom"] = _plain(headroom[row])
         flag = _plain(ood[row])
         answer["ood"] = None if flag is None else bool(flag)
-        answer["note"] = (_plain(notes[row]) or feature_notes[row]
-                          or question.device.unsupported_reason(question.dtype))
+        answer["note"] = (
+            _plain(notes[row]) or feature_notes[row] or question.device.unsupported_reason(question.dtype)
+        )
         calibrated = "runtime calibrated" in str(answer["note"] or "")
         answer["tier"] = "calibrated" if calibrated else "spec"
         with_calibration = " with this GPU's calibration" if calibrated else ""

@@ -28,8 +28,9 @@ def _group_alive(pgid: int) -> bool:
     return True
 
 
-def stop_group(pgid: int, signum: int = signal.SIGTERM, grace_s: float = 10.0,
-               leader: subprocess.Popen | None = None) -> None:
+def stop_group(
+    pgid: int, signum: int = signal.SIGTERM, grace_s: float = 10.0, leader: subprocess.Popen | None = None
+) -> None:
     """Signal every process of group ``pgid``; SIGKILL whatever is left after ``grace_s``.
 
     ``leader``: our own child leading the group -- reaped while waiting, or as a zombie it would
@@ -52,13 +53,16 @@ def stop_group(pgid: int, signum: int = signal.SIGTERM, grace_s: float = 10.0,
         pass
 
 
-def run_process_group(command: Sequence[str], *, env: Mapping[str, str] | None = None,
-                      grace_s: float = 10.0) -> int:
+def run_process_group(
+    command: Sequence[str], *, env: Mapping[str, str] | None = None, grace_s: float = 10.0
+) -> int:
     """Run ``command`` as the leader of a new process group until it exits or we are signalled.
 
     Returns the child's exit code (128 + signal when we stopped it on a signal).
     """
-    child = subprocess.Popen(list(command), env=dict(env) if env is not None else None, start_new_session=True)
+    child = subprocess.Popen(
+        list(command), env=dict(env) if env is not None else None, start_new_session=True
+    )
     received: list[int] = []
 
     def forward(signum: int, _frame: object) -> None:

@@ -12,7 +12,9 @@ from components.serving.query import QueryError
 from components.serving.question_forms import Question
 
 
-def _program_answers(kind: str, predictor: Any, group: list[Question], model_version: str) -> list[dict[str, Any]]:
+def _program_answers(
+    kind: str, predictor: Any, group: list[Question], model_version: str
+) -> list[dict[str, Any]]:
     """Source or module questions sharing one kernel: one program-predictor call for all their devices."""
     from components.programs.errors import ProgramError
 
@@ -23,21 +25,26 @@ def _program_answers(kind: str, predictor: Any, group: list[Question], model_ver
             try:
                 from components.programs.source_predict import predict_source
             except ImportError as exc:
-                raise QueryError(f"question {first.index}: source questions are not available in this install "
-                                 f"(components.programs.source_predict: {exc})") from None
-            results = predict_source(first.source, first.language, dict(first.launch or {}), first.dtype, specs,
-                                     predictor)
+                raise QueryError(
+                    f"question {first.index}: source questions are not available in this install "
+                    f"(components.programs.source_predict: {exc})"
+                ) from None
+            results = predict_source(
+                first.source, first.language, dict(first.launch or {}), first.dtype, specs, predictor
+            )
         else:
             try:
                 from components.programs.module_predict import predict_module
             except ImportError as exc:
-                raise QueryError(f"question {first.index}: module questions are not available in this install "
-                                 f"(components.programs.module_predict: {exc})") from None
+                raise QueryError(
+                    f"question {first.index}: module questions are not available in this install "
+                    f"(components.programs.module_predict: {exc})"
+                ) from None
             results = predict_module(first.module, first.dtype, specs, predictor)
     except ProgramError as exc:
         message = str(exc)
         if message.startswith(f"{kind}:"):  # the predictor names the field itself
-            message = message[len(kind) + 1:].lstrip()
+            message = message[len(kind) + 1 :].lstrip()
         raise QueryError(f"question {first.index}.{kind}: {message}") from None
     if len(results) != len(group):
         raise RuntimeError(f"{kind} predictor returned {len(results)} answers for {len(group)} devices")
@@ -49,7 +56,9 @@ def _program_answers(kind: str, predictor: Any, group: list[Question], model_ver
                 continue
             if key == "breakdown" and isinstance(value, str):
                 value = json.loads(value)  # nested in every answer; answer_frame writes it as text for MLflow
-            answer[key] = value if key in ("breakdown", "note", "roofline_class", "bound_pipe") else _plain(value)
+            answer[key] = (
+                value if key in ("breakdown", "note", "roofline_class", "bound_pipe") else _plain(value)
+            )
         if answer.get("ood") is not None:
             answer["ood"] = bool(answer["ood"])
         if answer.get("headroom") is None and answer.get("duration_us") and answer.get("roofline_us"):

@@ -16,18 +16,36 @@ class QueryError(ValueError):
 
 FAMILY_OF_OP: dict[str, tuple[str, str]] = {
     # --op value -> (family, op) as the canonical kernels table names them
-    "gemm": ("gemm", "matmul"), "matmul": ("gemm", "matmul"), "linear": ("linear", "linear"),
-    "bmm": ("bmm", "bmm"), "add": ("elementwise", "add"), "mul": ("elementwise", "mul"),
-    "gelu": ("elementwise", "gelu"), "relu": ("elementwise", "relu"), "tanh": ("elementwise", "tanh"),
-    "softmax": ("softmax", "softmax"), "layernorm": ("layernorm", "layer_norm"), "rmsnorm": ("rmsnorm", "rmsnorm"),
+    "gemm": ("gemm", "matmul"),
+    "matmul": ("gemm", "matmul"),
+    "linear": ("linear", "linear"),
+    "bmm": ("bmm", "bmm"),
+    "add": ("elementwise", "add"),
+    "mul": ("elementwise", "mul"),
+    "gelu": ("elementwise", "gelu"),
+    "relu": ("elementwise", "relu"),
+    "tanh": ("elementwise", "tanh"),
+    "softmax": ("softmax", "softmax"),
+    "layernorm": ("layernorm", "layer_norm"),
+    "rmsnorm": ("rmsnorm", "rmsnorm"),
     # More elementwise ops the analytical model has a cost entry for (components.features.analytical).
-    "sub": ("elementwise", "sub"), "div": ("elementwise", "div"), "pow": ("elementwise", "pow"),
-    "silu": ("elementwise", "silu"), "sigmoid": ("elementwise", "sigmoid"), "exp": ("elementwise", "exp"),
-    "log": ("elementwise", "log"), "sqrt": ("elementwise", "sqrt"), "rsqrt": ("elementwise", "rsqrt"),
-    "neg": ("elementwise", "neg"), "abs": ("elementwise", "abs"), "copy": ("elementwise", "copy"),
+    "sub": ("elementwise", "sub"),
+    "div": ("elementwise", "div"),
+    "pow": ("elementwise", "pow"),
+    "silu": ("elementwise", "silu"),
+    "sigmoid": ("elementwise", "sigmoid"),
+    "exp": ("elementwise", "exp"),
+    "log": ("elementwise", "log"),
+    "sqrt": ("elementwise", "sqrt"),
+    "rsqrt": ("elementwise", "rsqrt"),
+    "neg": ("elementwise", "neg"),
+    "abs": ("elementwise", "abs"),
+    "copy": ("elementwise", "copy"),
     # The LLM-serving families of the op engine (components/physics/roofline.py): FlashAttention-style causal
     # attention (prefill and decode), a fused MoE layer, and a tensor-parallel all-reduce.
-    "attention": ("attention", "attention"), "moe": ("moe", "moe"), "allreduce": ("allreduce", "allreduce"),
+    "attention": ("attention", "attention"),
+    "moe": ("moe", "moe"),
+    "allreduce": ("allreduce", "allreduce"),
     "all_reduce": ("allreduce", "allreduce"),
 }
 # Families the op engine answers (measured > calibrated > spec tiers); the others go to the champion.
@@ -36,8 +54,19 @@ ENGINE_FAMILIES: frozenset[str] = frozenset({"attention", "moe", "allreduce"})
 # dtypes an op question may name (canonical spellings; "bfloat16", "float16", "half" ... map onto them).
 # fp8_block: fp8 with per-block scales (DeepSeek-style); nvfp4: 4-bit floats with fp8 block scales; int8: W8A8;
 # int8_wo / int4_wo: weight-only quantised GEMMs (bf16 math). components/physics/roofline.py costs each.
-DTYPES: tuple[str, ...] = ("fp64", "fp32", "tf32", "fp16", "bf16", "fp8", "fp8_block", "nvfp4", "int8", "int8_wo",
-                           "int4_wo")
+DTYPES: tuple[str, ...] = (
+    "fp64",
+    "fp32",
+    "tf32",
+    "fp16",
+    "bf16",
+    "fp8",
+    "fp8_block",
+    "nvfp4",
+    "int8",
+    "int8_wo",
+    "int4_wo",
+)
 # dtypes that only GEMM-like ops (and MoE) take: quantisation formats of weights, not of activations.
 GEMM_ONLY_DTYPES: frozenset[str] = frozenset({"fp8_block", "nvfp4", "int8_wo", "int4_wo"})
 # Plausibility bounds of one question: larger is a typo or an attack, not a kernel any GPU holds. They are on
@@ -63,8 +92,12 @@ SHAPE_DIMS: dict[str, tuple[tuple[str, ...], ...]] = {
     # batch, query tokens per sequence, context length, query heads, KV heads, head dim (+ sliding window W)
     "attention": (("B", "S", "KV", "H", "HKV", "D"), ("B", "S", "KV", "H", "HKV", "D", "W")),
     # tokens, experts, experts per token, hidden, expert intermediate (+ tensor / expert parallel degree)
-    "moe": (("T", "E", "topk", "H", "I"), ("T", "E", "topk", "H", "I", "tp", "ep"),
-            ("T", "E", "topk", "H", "I", "tp"), ("T", "E", "topk", "H", "I", "ep")),
+    "moe": (
+        ("T", "E", "topk", "H", "I"),
+        ("T", "E", "topk", "H", "I", "tp", "ep"),
+        ("T", "E", "topk", "H", "I", "tp"),
+        ("T", "E", "topk", "H", "I", "ep"),
+    ),
     # message bytes per GPU, GPUs in the group
     "allreduce": (("bytes", "gpus"),),
 }
@@ -80,8 +113,15 @@ def check_shape(op: str, shape: dict[str, int], label: str | None = None) -> Non
     missing = [d for d in closest if d not in shape]
     unknown = sorted(d for d in shape if not any(d in dims for dims in options))
     extra = sorted(d for d in shape if d not in closest and d not in unknown)
-    problems = ([f"missing {', '.join(missing)}"] if missing else []) + (
-        [f"unknown {', '.join(unknown)}"] if unknown else []) + ([f"{', '.join(extra)} does not go with {', '.join(d for d in closest if d in shape)}"] if extra else [])
+    problems = (
+        ([f"missing {', '.join(missing)}"] if missing else [])
+        + ([f"unknown {', '.join(unknown)}"] if unknown else [])
+        + (
+            [f"{', '.join(extra)} does not go with {', '.join(d for d in closest if d in shape)}"]
+            if extra
+            else []
+        )
+    )
     accepted = " or ".join(", ".join(dims) for dims in options)
     raise QueryError(f"{label or f'--shape for --op {op}'}: {'; '.join(problems)}; {op} takes {accepted}")
 
@@ -135,34 +175,50 @@ def check_bounds(op: str, shape: dict[str, int], dtype: str, field: str = "shape
     """A QueryError when a size is not an integer in [1, MAX_DIM] or the work exceeds MAX_FLOPS/MAX_BYTES."""
     for name, value in shape.items():
         if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= MAX_DIM:
-            raise QueryError(f"{field}.{name} = {value!r}: a size must be an integer from 1 to {MAX_DIM:,} (2**36)")
+            raise QueryError(
+                f"{field}.{name} = {value!r}: a size must be an integer from 1 to {MAX_DIM:,} (2**36)"
+            )
     family = FAMILY_OF_OP[op][0]
     if dtype in GEMM_ONLY_DTYPES and family not in ("gemm", "linear", "bmm", "moe"):
-        raise QueryError(f"{field.rsplit('.', 1)[0]}.dtype {dtype}: a weight quantisation format, for gemm, linear, bmm and moe only; "
-                         f"{op} takes one of {', '.join(d for d in DTYPES if d not in GEMM_ONLY_DTYPES)}")
+        raise QueryError(
+            f"{field.rsplit('.', 1)[0]}.dtype {dtype}: a weight quantisation format, for gemm, linear, bmm and moe only; "
+            f"{op} takes one of {', '.join(d for d in DTYPES if d not in GEMM_ONLY_DTYPES)}"
+        )
     _check_family_shape(family, shape, field)
     elements = _largest_tensor(family, shape)
     if elements > MAX_TENSOR_ELEMENTS:
-        raise QueryError(f"{field} for {op}: a tensor of {elements:.3g} elements exceeds the bound of 2**36 per tensor")
+        raise QueryError(
+            f"{field} for {op}: a tensor of {elements:.3g} elements exceeds the bound of 2**36 per tensor"
+        )
     flops, nbytes = shape_work(family, shape, dtype)
     if flops > MAX_FLOPS:
-        raise QueryError(f"{field} for {op}: {flops:.3g} FLOPs exceeds the bound of {MAX_FLOPS:.0e} FLOPs per kernel")
+        raise QueryError(
+            f"{field} for {op}: {flops:.3g} FLOPs exceeds the bound of {MAX_FLOPS:.0e} FLOPs per kernel"
+        )
     if nbytes > MAX_BYTES:
-        raise QueryError(f"{field} for {op}: {nbytes:.3g} bytes of operands exceeds the bound of 1 TiB (2**40 bytes)")
+        raise QueryError(
+            f"{field} for {op}: {nbytes:.3g} bytes of operands exceeds the bound of 1 TiB (2**40 bytes)"
+        )
 
 
 def _check_family_shape(family: str, shape: dict[str, int], field: str) -> None:
     """Relations between dimensions a real kernel of the family obeys (each error names the dimensions)."""
     if family == "attention":
         if shape["S"] > shape["KV"]:
-            raise QueryError(f"{field}: S = {shape['S']} query tokens cannot exceed the context KV = {shape['KV']} "
-                             "(S = KV is causal prefill, S = 1 decode)")
+            raise QueryError(
+                f"{field}: S = {shape['S']} query tokens cannot exceed the context KV = {shape['KV']} "
+                "(S = KV is causal prefill, S = 1 decode)"
+            )
         if shape["H"] % shape["HKV"]:
-            raise QueryError(f"{field}: H = {shape['H']} query heads must be a multiple of HKV = {shape['HKV']} "
-                             "KV heads (grouped-query attention)")
+            raise QueryError(
+                f"{field}: H = {shape['H']} query heads must be a multiple of HKV = {shape['HKV']} "
+                "KV heads (grouped-query attention)"
+            )
     elif family == "moe":
         if shape["topk"] > shape["E"]:
-            raise QueryError(f"{field}: topk = {shape['topk']} experts per token exceeds E = {shape['E']} experts")
+            raise QueryError(
+                f"{field}: topk = {shape['topk']} experts per token exceeds E = {shape['E']} experts"
+            )
         if shape["E"] % shape.get("ep", 1):
             raise QueryError(f"{field}: E = {shape['E']} experts must divide over ep = {shape['ep']} GPUs")
         if shape["I"] % shape.get("tp", 1):
@@ -184,11 +240,17 @@ def parse_shape(text: str) -> dict[str, int]:
     return shape
 
 
-def query_frames(op: str, shape: dict[str, int], dtype: str, device_ids: list[str]):  # noqa: ANN201
+def query_frames(op: str, shape: dict[str, int], dtype: str, device_ids: list[str]):
     """One canonical (measurements, kernels) pair per device for the query."""
     import pandas as pd
 
-    from components.ingest.schema import KERNEL_COLUMNS, MEASUREMENT_COLUMNS, canonical_json, conform, stable_id
+    from components.ingest.schema import (
+        KERNEL_COLUMNS,
+        MEASUREMENT_COLUMNS,
+        canonical_json,
+        conform,
+        stable_id,
+    )
 
     if op not in FAMILY_OF_OP:
         raise QueryError(f"--op {op!r}: choose one of {', '.join(sorted(FAMILY_OF_OP))}")
@@ -196,15 +258,38 @@ def query_frames(op: str, shape: dict[str, int], dtype: str, device_ids: list[st
     family, op_name = FAMILY_OF_OP[op]
     shape_json = canonical_json(shape)
     kernel_id = stable_id("query", family, op_name, dtype, shape_json)
-    kernels = conform(pd.DataFrame([{"kernel_id": kernel_id, "source": "query", "family": family, "op": op_name,
-                                     "name": f"{op_name}{shape}", "language": "op", "shape_json": shape_json,
-                                     "dtype": dtype}]), KERNEL_COLUMNS)
-    rows = [{"measurement_id": stable_id("query", kernel_id, d), "kernel_id": kernel_id, "device_id": d,
-             "source": "query", "params_json": shape_json, "run_id": "query"} for d in device_ids]
+    kernels = conform(
+        pd.DataFrame(
+            [
+                {
+                    "kernel_id": kernel_id,
+                    "source": "query",
+                    "family": family,
+                    "op": op_name,
+                    "name": f"{op_name}{shape}",
+                    "language": "op",
+                    "shape_json": shape_json,
+                    "dtype": dtype,
+                }
+            ]
+        ),
+        KERNEL_COLUMNS,
+    )
+    rows = [
+        {
+            "measurement_id": stable_id("query", kernel_id, d),
+            "kernel_id": kernel_id,
+            "device_id": d,
+            "source": "query",
+            "params_json": shape_json,
+            "run_id": "query",
+        }
+        for d in device_ids
+    ]
     return conform(pd.DataFrame(rows), MEASUREMENT_COLUMNS), kernels
 
 
-def load_any_predictor(model: str):  # noqa: ANN201
+def load_any_predictor(model: str):
     """``roofline`` | a local predictor directory | ``models:/`` / ``runs:/`` (``components.registry.loading``)."""
     from components.registry.loading import ModelLoadError
     from components.registry.loading import load_any_predictor as load

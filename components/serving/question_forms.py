@@ -21,15 +21,24 @@ import numpy as np
 from components.serving.query import (
     DTYPES,
     FAMILY_OF_OP,
-    QueryError,
     SHAPE_DIMS,
+    QueryError,
     canonical_op_dtype,
     check_bounds,
     check_shape,
 )
 
-QUESTION_COLUMNS: tuple[str, ...] = ("device", "device_spec", "dtype", "op", "shape", "source", "language", "launch",
-                                     "module")
+QUESTION_COLUMNS: tuple[str, ...] = (
+    "device",
+    "device_spec",
+    "dtype",
+    "op",
+    "shape",
+    "source",
+    "language",
+    "launch",
+    "module",
+)
 KINDS: tuple[str, ...] = ("op", "source", "module")
 LANGUAGES: tuple[str, ...] = ("cuda", "hip")
 LAUNCH_KEYS: tuple[str, ...] = ("grid", "block", "kernel", "defines", "shared_bytes")
@@ -109,7 +118,7 @@ def _shape(value: Any, where: str) -> dict[str, int]:
 
     raw = _object(value, where)
     if not raw:
-        raise QueryError(f"{where}: empty; e.g. {{\"M\": 4096, \"N\": 4096, \"K\": 4096}}")
+        raise QueryError(f'{where}: empty; e.g. {{"M": 4096, "N": 4096, "K": 4096}}')
     return {str(k): _int(v, f"{where}.{k}", 1, MAX_DIM) for k, v in raw.items()}
 
 
@@ -129,12 +138,18 @@ def _launch(value: Any, where: str) -> dict[str, Any]:
         raise QueryError(f"{where}: unknown key {unknown[0]!r}; accepted: {', '.join(LAUNCH_KEYS)}")
     for key in ("grid", "block"):
         if key not in raw:
-            raise QueryError(f"{where}: missing {key!r} (e.g. {{\"grid\": [4096, 1, 1], \"block\": [256, 1, 1]}})")
-    launch: dict[str, Any] = {"grid": _triple(raw["grid"], f"{where}.grid", MAX_GRID),
-                              "block": _triple(raw["block"], f"{where}.block", MAX_BLOCK_THREADS)}
+            raise QueryError(
+                f'{where}: missing {key!r} (e.g. {{"grid": [4096, 1, 1], "block": [256, 1, 1]}})'
+            )
+    launch: dict[str, Any] = {
+        "grid": _triple(raw["grid"], f"{where}.grid", MAX_GRID),
+        "block": _triple(raw["block"], f"{where}.block", MAX_BLOCK_THREADS),
+    }
     if int(np.prod(launch["block"])) > MAX_BLOCK_THREADS:
-        raise QueryError(f"{where}.block {launch['block']}: {int(np.prod(launch['block']))} threads per block; "
-                         f"at most {MAX_BLOCK_THREADS}")
+        raise QueryError(
+            f"{where}.block {launch['block']}: {int(np.prod(launch['block']))} threads per block; "
+            f"at most {MAX_BLOCK_THREADS}"
+        )
     if not _absent(raw.get("kernel")):
         if not isinstance(raw["kernel"], str) or not raw["kernel"].replace("_", "a").isalnum():
             raise QueryError(f"{where}.kernel {raw['kernel']!r}: expected a C identifier")
@@ -142,8 +157,11 @@ def _launch(value: Any, where: str) -> dict[str, Any]:
     if not _absent(raw.get("defines")):
         defines = _object(raw["defines"], f"{where}.defines")
         for name, text in defines.items():
-            if not str(name).replace("_", "a").isalnum() or not isinstance(text, (str, int, float)) \
-                    or isinstance(text, bool):
+            if (
+                not str(name).replace("_", "a").isalnum()
+                or not isinstance(text, (str, int, float))
+                or isinstance(text, bool)
+            ):
                 raise QueryError(f"{where}.defines.{name}: expected NAME: value (a string or number)")
         launch["defines"] = {str(k): str(v) for k, v in defines.items()}
     if not _absent(raw.get("shared_bytes")):
@@ -166,7 +184,9 @@ class _DeviceResolver:
         if isinstance(name, DeviceSpec) and _absent(spec):
             return name  # already resolved (the server resolves a request's devices once)
         if _absent(name) == _absent(spec):
-            raise QueryError(f"{where}: give exactly one of device (a catalog name) or device_spec (a full spec)")
+            raise QueryError(
+                f"{where}: give exactly one of device (a catalog name) or device_spec (a full spec)"
+            )
         if not _absent(name):
             if not isinstance(name, str):
                 raise QueryError(f"{where}.device: expected a catalog name, got {type(name).__name__}")
@@ -186,8 +206,10 @@ class _DeviceResolver:
                 raise QueryError(str(exc)) from None
             known = self.catalog._by_id.get(resolved.id) if hasattr(self.catalog, "_by_id") else None
             if known is not None and known != resolved:
-                raise QueryError(f"{where}.device_spec: id {resolved.id!r} is a catalog device with other figures; "
-                                 "give the spec another id")
+                raise QueryError(
+                    f"{where}.device_spec: id {resolved.id!r} is a catalog device with other figures; "
+                    "give the spec another id"
+                )
             self._cache[key] = resolved
         return self._cache[key]
 
@@ -202,14 +224,25 @@ def parse_questions(rows: Iterable[Mapping[str, Any]]) -> list[Question]:
             raise QueryError(f"{where}: expected an object with fields {', '.join(QUESTION_COLUMNS)}")
         unknown = sorted(str(k) for k in row if k not in QUESTION_COLUMNS and not _absent(row[k]))
         if unknown:
-            raise QueryError(f"{where}: unknown field {unknown[0]!r}; accepted: {', '.join(QUESTION_COLUMNS)}")
+            raise QueryError(
+                f"{where}: unknown field {unknown[0]!r}; accepted: {', '.join(QUESTION_COLUMNS)}"
+            )
         present = {k: row[k] for k in QUESTION_COLUMNS if k in row and not _absent(row[k])}
         device = resolve(present.get("device"), present.get("device_spec"), where)
-        forms = [kind for kind, keys in (("op", ("op", "shape")), ("source", ("source", "language", "launch")),
-                                         ("module", ("module",))) if any(k in present for k in keys)]
+        forms = [
+            kind
+            for kind, keys in (
+                ("op", ("op", "shape")),
+                ("source", ("source", "language", "launch")),
+                ("module", ("module",)),
+            )
+            if any(k in present for k in keys)
+        ]
         if len(forms) != 1:
-            raise QueryError(f"{where}: give exactly one kernel form -- op + shape, source + language + launch, or "
-                             f"module{'' if not forms else '; got ' + ' and '.join(forms)}")
+            raise QueryError(
+                f"{where}: give exactly one kernel form -- op + shape, source + language + launch, or "
+                f"module{'' if not forms else '; got ' + ' and '.join(forms)}"
+            )
         kind = forms[0]
         if kind == "op":
             questions.append(_op_question(index, where, present, device))
@@ -256,8 +289,15 @@ def _source_question(index: int, where: str, present: dict[str, Any], device: An
     if not isinstance(language, str) or language.strip().lower() not in LANGUAGES:
         raise QueryError(f"{where}.language {language!r}: choose one of {', '.join(LANGUAGES)}")
     launch = _launch(present["launch"], f"{where}.launch")
-    return Question(index, "source", device, _dtype(present, where, None), source=source,
-                    language=language.strip().lower(), launch=launch)
+    return Question(
+        index,
+        "source",
+        device,
+        _dtype(present, where, None),
+        source=source,
+        language=language.strip().lower(),
+        launch=launch,
+    )
 
 
 def _module_question(index: int, where: str, present: dict[str, Any], device: Any) -> Question:
@@ -272,11 +312,13 @@ def _module_question(index: int, where: str, present: dict[str, Any], device: An
 _QUESTION_REF = re.compile(r"^question (\d+)((?:\.[A-Za-z_][\w]*|\[\d+\])*)")
 
 
-def kernel_error(message: str, n_devices: int, prefix: str = "kernels", inner: str = "") -> tuple[str, str | None]:
+def kernel_error(
+    message: str, n_devices: int, prefix: str = "kernels", inner: str = ""
+) -> tuple[str, str | None]:
     """A parse error about row ``k*n_devices+d`` restated about ``kernels[k]``: (message, field path)."""
     match = _QUESTION_REF.match(message)
     if not match:
         return message, None
     kernel = int(match[1]) // max(1, n_devices)
     field_path = f"{prefix}[{kernel}]{inner}{match[2]}"
-    return field_path + message[match.end():], field_path
+    return field_path + message[match.end() :], field_path

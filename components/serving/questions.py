@@ -22,13 +22,16 @@ from components.serving.question_forms import QUESTION_COLUMNS, Question, _absen
 __all__ = ["QueryError", "answer_frame", "answer_questions"]
 
 
-def answer_questions(predictor: Any, questions: list[Question], *, model_version: str,
-                     allow_modules: bool = False) -> list[dict[str, Any]]:
+def answer_questions(
+    predictor: Any, questions: list[Question], *, model_version: str, allow_modules: bool = False
+) -> list[dict[str, Any]]:
     """One answer dict (``ANSWER_KEYS``) per question, in question order."""
     modules = [q for q in questions if q.kind == "module"]
     if modules and not allow_modules:
-        raise QueryError(f"question {modules[0].index}.module: module questions are disabled here "
-                         "(they trace user code; the operator enables them with --allow-modules)")
+        raise QueryError(
+            f"question {modules[0].index}.module: module questions are disabled here "
+            "(they trace user code; the operator enables them with --allow-modules)"
+        )
     from components.serving.deadline import check as check_deadline
 
     answers: dict[int, dict[str, Any]] = {}
@@ -45,7 +48,9 @@ def answer_questions(predictor: Any, questions: list[Question], *, model_version
             groups.setdefault((question.kind, question.kernel_key()), []).append(question)
     for (kind, _), group in groups.items():
         check_deadline(f"question {group[0].index} ({kind})")
-        for question, answer in zip(group, _program_answers(kind, predictor, group, model_version), strict=True):
+        for question, answer in zip(
+            group, _program_answers(kind, predictor, group, model_version), strict=True
+        ):
             answers[id(question)] = answer
     for answer in answers.values():  # every answer has every key (program answers carry no tier)
         for key in ANSWER_KEYS:
@@ -57,10 +62,13 @@ def answer_frame(predictor: Any, frame: Any, *, model_version: str, allow_module
     """Question columns in, answer columns out (one row per question): what the registered pyfunc calls."""
     import pandas as pd
 
-    rows = [{k: v for k, v in record.items() if k in QUESTION_COLUMNS or not _absent(v)}
-            for record in frame.to_dict("records")]
-    answers = answer_questions(predictor, parse_questions(rows), model_version=model_version,
-                               allow_modules=allow_modules)
+    rows = [
+        {k: v for k, v in record.items() if k in QUESTION_COLUMNS or not _absent(v)}
+        for record in frame.to_dict("records")
+    ]
+    answers = answer_questions(
+        predictor, parse_questions(rows), model_version=model_version, allow_modules=allow_modules
+    )
     columns = list(ANSWER_KEYS) + sorted({k for a in answers for k in a} - set(ANSWER_KEYS))
     frame = pd.DataFrame(answers, columns=columns)
     # The pyfunc's output schema is flat (components.registry.pyfunc): the breakdown stays JSON text there.

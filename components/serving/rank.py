@@ -19,7 +19,9 @@ class UnknownDevice(QueryError):
     """A device name the catalog does not know (the message suggests the closest ones)."""
 
 
-def resolve_devices(devices: Sequence[Any] | str, where: str = "devices", allow_files: bool = False) -> list[Any]:
+def resolve_devices(
+    devices: Sequence[Any] | str, where: str = "devices", allow_files: bool = False
+) -> list[Any]:
     """DeviceSpecs for catalog names and full specs (or ``"all"``), duplicates collapsed by id.
 
     ``allow_files``: a name ending in .yaml/.json is a spec file to read (the CLI); the server never
@@ -30,7 +32,7 @@ def resolve_devices(devices: Sequence[Any] | str, where: str = "devices", allow_
     catalog = load_catalog()
     if isinstance(devices, str):
         if devices.strip().lower() != "all":
-            raise QueryError(f"{where}: give a list of devices or \"all\"")
+            raise QueryError(f'{where}: give a list of devices or "all"')
         return catalog.all()
     specs: dict[str, Any] = {}
     for i, device in enumerate(devices):
@@ -43,7 +45,11 @@ def resolve_devices(devices: Sequence[Any] | str, where: str = "devices", allow_
                 for known in catalog.all():
                     specs.setdefault(known.id, known)
                 continue
-            elif isinstance(device, str) and allow_files and device.strip().lower().endswith((".yaml", ".yml", ".json")):
+            elif (
+                isinstance(device, str)
+                and allow_files
+                and device.strip().lower().endswith((".yaml", ".yml", ".json"))
+            ):
                 spec = resolve_spec(device.strip(), catalog)
             elif isinstance(device, str):
                 spec = catalog.resolve(device)
@@ -55,8 +61,10 @@ def resolve_devices(devices: Sequence[Any] | str, where: str = "devices", allow_
             raise QueryError(f"{where}[{i}]: {exc}") from None
         known = specs.get(spec.id) or (catalog._by_id.get(spec.id) if isinstance(device, Mapping) else None)
         if known is not None and known != spec:
-            raise QueryError(f"{where}[{i}]: id {spec.id!r} already names a device with other figures; "
-                             "give the spec another id")
+            raise QueryError(
+                f"{where}[{i}]: id {spec.id!r} already names a device with other figures; "
+                "give the spec another id"
+            )
         specs.setdefault(spec.id, spec)
     if not specs:
         raise QueryError(f"{where}: empty; name at least one GPU")
@@ -85,8 +93,12 @@ def price_table(prices: Mapping[str, Any] | None, specs: Sequence[Any]) -> dict[
     by_id = {s.id: s for s in specs}
     table: dict[str, float] = {}
     for name, value in prices.items():
-        if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 < float(value) < 1e6 \
-                or not math.isfinite(float(value)):
+        if (
+            isinstance(value, bool)
+            or not isinstance(value, (int, float))
+            or not 0 < float(value) < 1e6
+            or not math.isfinite(float(value))
+        ):
             raise QueryError(f"prices.{name} = {value!r}: expected a positive USD/hour below 1,000,000")
         device_id = _price_device_id(str(name), by_id, catalog)
         if device_id in by_id:
@@ -112,16 +124,28 @@ def unranked_prices(prices: Mapping[str, Any] | None, specs: Sequence[Any]) -> l
     return ignored
 
 
-def rank_answers(answers: Sequence[Mapping[str, Any]], counts: Sequence[int], n_devices: int,
-                 prices: Mapping[str, float]) -> list[dict[str, Any]]:
+def rank_answers(
+    answers: Sequence[Mapping[str, Any]], counts: Sequence[int], n_devices: int, prices: Mapping[str, float]
+) -> list[dict[str, Any]]:
     """Sum count x time per device over answers laid out kernel-major (kernel k, device d at k*n+d)."""
     totals: dict[str, dict[str, Any]] = {}
     for position, answer in enumerate(answers):
         count = counts[position // n_devices]
-        entry = totals.setdefault(answer["device"], {"device": answer["device"], "device_name": answer["device_name"],
-                                                      "total_us": 0.0, "total_us_lo": 0.0, "total_us_hi": 0.0})
-        for key, source in (("total_us", "duration_us"), ("total_us_lo", "duration_us_lo"),
-                            ("total_us_hi", "duration_us_hi")):
+        entry = totals.setdefault(
+            answer["device"],
+            {
+                "device": answer["device"],
+                "device_name": answer["device_name"],
+                "total_us": 0.0,
+                "total_us_lo": 0.0,
+                "total_us_hi": 0.0,
+            },
+        )
+        for key, source in (
+            ("total_us", "duration_us"),
+            ("total_us_lo", "duration_us_lo"),
+            ("total_us_hi", "duration_us_hi"),
+        ):
             value = answer.get(source)
             entry[key] = None if value is None or entry[key] is None else entry[key] + count * float(value)
     ranking = list(totals.values())
@@ -129,8 +153,11 @@ def rank_answers(answers: Sequence[Mapping[str, Any]], counts: Sequence[int], n_
         price = prices.get(entry["device"])
         if prices:
             entry["usd_per_hour"] = price
-            entry["usd_per_run"] = (None if price is None or entry["total_us"] is None
-                                    else entry["total_us"] * 1e-6 / 3600.0 * price)
+            entry["usd_per_run"] = (
+                None
+                if price is None or entry["total_us"] is None
+                else entry["total_us"] * 1e-6 / 3600.0 * price
+            )
     # Priced GPUs by cost per run first (when prices are given), then the rest by predicted time:
     # a GPU without a price is still ranked by the objective the user can compare, never by name.
     key = "usd_per_run" if prices else "total_us"
@@ -146,9 +173,16 @@ def rank_answers(answers: Sequence[Mapping[str, Any]], counts: Sequence[int], n_
     return ranking
 
 
-def rank(predictor: Any, kernels: Sequence[Mapping[str, Any]], counts: Sequence[int], specs: Sequence[Any],
-         prices: Mapping[str, Any] | None, *, model_version: str, allow_modules: bool = False
-         ) -> tuple[list[dict[str, Any]], str]:
+def rank(
+    predictor: Any,
+    kernels: Sequence[Mapping[str, Any]],
+    counts: Sequence[int],
+    specs: Sequence[Any],
+    prices: Mapping[str, Any] | None,
+    *,
+    model_version: str,
+    allow_modules: bool = False,
+) -> tuple[list[dict[str, Any]], str]:
     """(ranking, ranked_by): ``kernels`` are question fields without a device; ``counts`` per kernel."""
     from components.serving.question_forms import parse_questions
     from components.serving.questions import answer_questions
@@ -161,8 +195,9 @@ def rank(predictor: Any, kernels: Sequence[Mapping[str, Any]], counts: Sequence[
     if misfits and len(misfits) < len(specs):  # rank the GPUs the workload fits; rank_note names the others
         specs = [s for s in specs if s.id not in misfits]
     rows = [{**dict(kernel), "device": spec} for kernel in kernels for spec in specs]
-    answers = answer_questions(predictor, parse_questions(rows), model_version=model_version,
-                               allow_modules=allow_modules)
+    answers = answer_questions(
+        predictor, parse_questions(rows), model_version=model_version, allow_modules=allow_modules
+    )
     return rank_answers(answers, counts, len(specs), table), ("cost" if table else "time")
 
 
@@ -184,8 +219,9 @@ def too_small(kernels: Sequence[Mapping[str, Any]], specs: Sequence[Any]) -> lis
     return small
 
 
-def rank_note(kernels: Sequence[Mapping[str, Any]], specs: Sequence[Any], prices: Mapping[str, Any] | None
-              ) -> str | None:
+def rank_note(
+    kernels: Sequence[Mapping[str, Any]], specs: Sequence[Any], prices: Mapping[str, Any] | None
+) -> str | None:
     """What the ranking left out, for the user: GPUs the workload does not fit, prices of GPUs not ranked."""
     notes = []
     small = too_small(kernels, specs)

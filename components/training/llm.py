@@ -41,9 +41,14 @@ def _encoded_from_config(raw: dict[str, Any], n_numeric: int) -> Any:
 
     y_num = np.asarray(raw["y_num"], dtype="float32").reshape(len(raw["input_ids"]), n_numeric)
     decode = "answer_start" in raw
-    return Encoded(raw["input_ids"], y_num, np.asarray(raw["y_cls"], dtype="int64"), [],
-                   np.asarray(raw["answer_start"], dtype="int64") if decode else None,
-                   np.asarray(raw["answer_digits"], dtype="int64").reshape(-1, 3) if decode else None)
+    return Encoded(
+        raw["input_ids"],
+        y_num,
+        np.asarray(raw["y_cls"], dtype="int64"),
+        [],
+        np.asarray(raw["answer_start"], dtype="int64") if decode else None,
+        np.asarray(raw["answer_digits"], dtype="int64").reshape(-1, 3) if decode else None,
+    )
 
 
 def _shard(n: int, rank: int, world: int) -> list[int]:
@@ -95,7 +100,12 @@ def train_func(config: dict[str, Any]) -> None:
             state = torch.load(Path(folder) / STATE_FILE, weights_only=False)
         module.load_state_dict(state["trainable"], strict=False)
         optimizer.load_state_dict(state["optimizer"])
-        start_epoch, best, bad_epochs, history = state["epoch"] + 1, state["best"], state["bad_epochs"], state["history"]
+        start_epoch, best, bad_epochs, history = (
+            state["epoch"] + 1,
+            state["best"],
+            state["bad_epochs"],
+            state["history"],
+        )
     model = ray.train.torch.prepare_model(module)
 
     patience = int(config.get("patience", 2))
@@ -108,15 +118,29 @@ def train_func(config: dict[str, Any]) -> None:
         val_loss = eval_loss(module, val, cfg.batch_size, config["pad_id"]) if val is not None else train_loss
         improved = val_loss < best - 1e-4
         best, bad_epochs = (val_loss, 0) if improved else (best, bad_epochs + 1)
-        metrics = {"epoch": epoch, "train_loss": train_loss, "val_loss": val_loss, "best_val_loss": best,
-                   "stopped_early": float(bad_epochs >= patience), "s_per_step": step_s}
+        metrics = {
+            "epoch": epoch,
+            "train_loss": train_loss,
+            "val_loss": val_loss,
+            "best_val_loss": best,
+            "stopped_early": float(bad_epochs >= patience),
+            "s_per_step": step_s,
+        }
         history.append({k: float(v) for k, v in metrics.items()})
         if rank == 0:
             _log_mlflow(config.get("tracking_uri"), config.get("run_id"), metrics, epoch)
             with tempfile.TemporaryDirectory() as folder:
-                torch.save({"trainable": trainable_state(module), "optimizer": optimizer.state_dict(),
-                            "epoch": epoch, "best": best, "bad_epochs": bad_epochs, "history": history},
-                           Path(folder) / STATE_FILE)
+                torch.save(
+                    {
+                        "trainable": trainable_state(module),
+                        "optimizer": optimizer.state_dict(),
+                        "epoch": epoch,
+                        "best": best,
+                        "bad_epochs": bad_epochs,
+                        "history": history,
+                    },
+                    Path(folder) / STATE_FILE,
+                )
                 ray.train.report(metrics, checkpoint=ray.train.Checkpoint.from_directory(folder))
         else:
             ray.train.report(metrics)
@@ -124,7 +148,9 @@ def train_func(config: dict[str, Any]) -> None:
             break
 
 
-def split_validation(train: pd.DataFrame, share: float = 0.15, key: str = "kernel_id") -> tuple[pd.DataFrame, pd.DataFrame]:
+def split_validation(
+    train: pd.DataFrame, share: float = 0.15, key: str = "kernel_id"
+) -> tuple[pd.DataFrame, pd.DataFrame]:
     """Validation slice of the train side, grouped by kernel and chosen by hash (deterministic)."""
     from components.common.sampling import unit_hash
 
@@ -157,12 +183,12 @@ def train_llm(
     ``kernelcast`` (version tag ``family=llm``), and becomes champion only through ``promote``'s
     threshold gate like any other; pass "" to skip registering.
     """
-    import mlflow
     import ray
     import torch
     from ray.train import CheckpointConfig, RunConfig, ScalingConfig
     from ray.train.torch import TorchTrainer
 
+    import mlflow
     from components.models.llm.loader import resolve_base
     from components.models.llm.model import LLMConfig, LLMPredictor
     from components.platform.runtime import configure_environment, ensure_ray
@@ -185,8 +211,14 @@ def train_llm(
     client = mlflow_client(tracking_uri)
     run_id = client.create_run(experiment_id, run_name=run_name, tags={"family": "llm"}).info.run_id
     gpu = torch.cuda.is_available() if use_gpu is None else use_gpu
-    params = {**{k: str(v) for k, v in asdict(cfg).items()}, "workers": workers, "use_gpu": gpu,
-              "n_train": len(train_data), "n_val": len(val_data) if val_data else 0, "patience": patience}
+    params = {
+        **{k: str(v) for k, v in asdict(cfg).items()},
+        "workers": workers,
+        "use_gpu": gpu,
+        "n_train": len(train_data),
+        "n_val": len(val_data) if val_data else 0,
+        "patience": patience,
+    }
     for key, value in params.items():
         client.log_param(run_id, key, str(value)[:500])
 
@@ -194,15 +226,22 @@ def train_llm(
     trainer = TorchTrainer(
         train_func,
         train_loop_config={
-            "llm_config": asdict(cfg), "classes": list(predictor.classes), "base_path": base_path,
-            "train": _encoded_to_config(train_data), "val": _encoded_to_config(val_data) if val_data else None,
-            "pad_id": predictor.pad_id, "epochs": epochs, "patience": patience,
-            "tracking_uri": tracking_uri, "run_id": run_id,
+            "llm_config": asdict(cfg),
+            "classes": list(predictor.classes),
+            "base_path": base_path,
+            "train": _encoded_to_config(train_data),
+            "val": _encoded_to_config(val_data) if val_data else None,
+            "pad_id": predictor.pad_id,
+            "epochs": epochs,
+            "patience": patience,
+            "tracking_uri": tracking_uri,
+            "run_id": run_id,
             "resume_from": str(resume_from) if resume_from else None,
         },
         scaling_config=ScalingConfig(num_workers=workers, use_gpu=gpu),
         run_config=RunConfig(
-            name=f"llm-{run_id[:12]}", storage_path=str(settings.state_dir / "ray-results"),
+            name=f"llm-{run_id[:12]}",
+            storage_path=str(settings.state_dir / "ray-results"),
             checkpoint_config=CheckpointConfig(num_to_keep=None),
             worker_runtime_env={"env_vars": {"OMP_NUM_THREADS": "1"}},
         ),
@@ -216,7 +255,9 @@ def train_llm(
     if not candidates and resume_from is not None:
         # Resumed from a run that had already finished (or stopped early): nothing new was reported.
         resumed = ray.train.Checkpoint.from_directory(str(resume_from))
-        candidates = [(resumed, torch.load(Path(resume_from) / STATE_FILE, weights_only=False)["history"][-1])]
+        candidates = [
+            (resumed, torch.load(Path(resume_from) / STATE_FILE, weights_only=False)["history"][-1])
+        ]
     if not candidates:
         raise RuntimeError(f"Ray Train run llm-{run_id[:12]} reported no checkpoint")
     best_checkpoint, best_metrics = min(candidates, key=lambda pair: pair[1]["val_loss"])
@@ -227,13 +268,23 @@ def train_llm(
     out_dir = settings.models_dir / "llm" / run_id
     predictor.save(out_dir)
 
-    metrics = {"best_val_loss": float(best_metrics["val_loss"]), "best_epoch": float(best_metrics["epoch"]),
-               "epochs_run": float(len(state["history"]))}
+    metrics = {
+        "best_val_loss": float(best_metrics["val_loss"]),
+        "best_epoch": float(best_metrics["epoch"]),
+        "epochs_run": float(len(state["history"])),
+    }
     with mlflow.start_run(run_id=run_id):
-        model_uri = log_predictor(out_dir, metrics, {}, {"family": "llm", "base": str(cfg.base or "embedded")},
-                                  loader=LLM_LOADER, tracking_uri=tracking_uri)
-        mlflow.log_dict({"checkpoint": str(best_checkpoint.path), "history": predictor.history},
-                        "training_summary.json")
+        model_uri = log_predictor(
+            out_dir,
+            metrics,
+            {},
+            {"family": "llm", "base": str(cfg.base or "embedded")},
+            loader=LLM_LOADER,
+            tracking_uri=tracking_uri,
+        )
+        mlflow.log_dict(
+            {"checkpoint": str(best_checkpoint.path), "history": predictor.history}, "training_summary.json"
+        )
     name = settings.registered_model if register_as is None else register_as
     if name:
         version = register(model_uri, name, tracking_uri)
@@ -271,9 +322,11 @@ def llm_params(params: dict[str, Any]) -> tuple[Any, LLMRunParams]:
     config_keys = {f.name for f in fields(LLMConfig)}
     unknown = sorted(str(key) for key in set(raw) - config_keys - run_keys)
     if unknown:
-        raise ParamsError(f"params.yaml train.llm: unknown key {unknown[0]!r}"
-                          + (f" (and {', '.join(map(repr, unknown[1:]))})" if unknown[1:] else "")
-                          + f" (known: {', '.join(sorted(config_keys | run_keys))})")
+        raise ParamsError(
+            f"params.yaml train.llm: unknown key {unknown[0]!r}"
+            + (f" (and {', '.join(map(repr, unknown[1:]))})" if unknown[1:] else "")
+            + f" (known: {', '.join(sorted(config_keys | run_keys))})"
+        )
     run = LLMRunParams(**{key: raw.pop(key) for key in list(raw) if key in run_keys})
     if raw.get("base") in ("", "embedded"):
         raw["base"] = None  # the embedded SmolLM2-135M wheel
@@ -281,8 +334,9 @@ def llm_params(params: dict[str, Any]) -> tuple[Any, LLMRunParams]:
     return LLMConfig.from_dict(raw), run
 
 
-def fit_and_validation_sides(train_side: pd.DataFrame, split: str | None, settings: Settings, config: Any,
-                             run: LLMRunParams) -> tuple[Any, pd.DataFrame, pd.DataFrame]:
+def fit_and_validation_sides(
+    train_side: pd.DataFrame, split: str | None, settings: Settings, config: Any, run: LLMRunParams
+) -> tuple[Any, pd.DataFrame, pd.DataFrame]:
     """``(config for the split, rows to fit, validation slice)`` from a split's train side: the
     capped hash subsample, with kernel source, shapes and launch parameters joined."""
     from dataclasses import replace
@@ -294,28 +348,53 @@ def fit_and_validation_sides(train_side: pd.DataFrame, split: str | None, settin
 
     cfg = replace(config, class_column=class_label_column(split))
     # A row that measures none of the targets the model learns would only add padding to batches.
-    wanted = [c for c in (*cfg.numeric_targets, *([cfg.class_column] if cfg.predict_class else ()))
-              if c in train_side]
+    wanted = [
+        c
+        for c in (*cfg.numeric_targets, *([cfg.class_column] if cfg.predict_class else ()))
+        if c in train_side
+    ]
     teachable = train_side[train_side[wanted].notna().any(axis=1)] if wanted else train_side.iloc[0:0]
     sample = subsample(teachable, run.max_train_rows, salt="llm-subsample")
     if sample.empty:
         raise ValueError(f"split {split!r}: no train rows measure any of {wanted}")
-    sample = attach_canonical_columns(sample, settings.data_dir / "canonical", kernels=LLMPredictor.kernel_columns,
-                                      measurements=LLMPredictor.measurement_columns)
+    sample = attach_canonical_columns(
+        sample,
+        settings.data_dir / "canonical",
+        kernels=LLMPredictor.kernel_columns,
+        measurements=LLMPredictor.measurement_columns,
+    )
     fit_side, val_side = split_validation(sample, share=run.val_share)
     return cfg, fit_side, val_side
 
 
-def fit_on_side(train_side: pd.DataFrame, split: str | None, settings: Settings, *, config: Any,
-                run: LLMRunParams, register_as: str | None = "", run_name: str = "llm-lora") -> tuple[Any, Path]:
+def fit_on_side(
+    train_side: pd.DataFrame,
+    split: str | None,
+    settings: Settings,
+    *,
+    config: Any,
+    run: LLMRunParams,
+    register_as: str | None = "",
+    run_name: str = "llm-lora",
+) -> tuple[Any, Path]:
     """Fine-tune on a split's train side (``fit_and_validation_sides``; the validation slice drives
     early stopping) with Ray Train. Returns (loaded predictor, its directory)."""
     from components.models.llm.model import LLMPredictor
 
     cfg, fit_side, val_side = fit_and_validation_sides(train_side, split, settings, config, run)
-    out_dir = train_llm(fit_side, val_side, settings, workers=run.workers, epochs=cfg.epochs,
-                        max_tokens=cfg.max_tokens, batch_size=cfg.batch_size, config=cfg, patience=run.patience,
-                        register_as=register_as, run_name=run_name)
+    out_dir = train_llm(
+        fit_side,
+        val_side,
+        settings,
+        workers=run.workers,
+        epochs=cfg.epochs,
+        max_tokens=cfg.max_tokens,
+        batch_size=cfg.batch_size,
+        config=cfg,
+        patience=run.patience,
+        register_as=register_as,
+        run_name=run_name,
+    )
     return LLMPredictor.load(out_dir), out_dir
 
 
@@ -326,6 +405,7 @@ def fit_for_bench(train: pd.DataFrame, split: str | None, settings: Settings) ->
 
     params = load_params(settings.params_file)
     config, run = llm_params(params)
-    predictor, _ = fit_on_side(train, split, settings, config=config, run=run, register_as="",
-                               run_name=f"llm-bench-{split}")
+    predictor, _ = fit_on_side(
+        train, split, settings, config=config, run=run, register_as="", run_name=f"llm-bench-{split}"
+    )
     return predictor

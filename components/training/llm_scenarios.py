@@ -32,16 +32,25 @@ from components.models.llm.prompt import ANSWERS, build_prompt
 if TYPE_CHECKING:
     from components.platform.config import Settings
 
-SYSTEM = ("You are a GPU performance expert. Using the roofline model, classify CUDA and OpenMP-offload "
-          "kernels as Bandwidth-bound or Compute-bound on the given GPU.")
+SYSTEM = (
+    "You are a GPU performance expert. Using the roofline model, classify CUDA and OpenMP-offload "
+    "kernels as Bandwidth-bound or Compute-bound on the given GPU."
+)
 FEW_SHOT_DIR = Path("gpuflopbench/_history/61cbd9e4/few-shot-examples")
 FEW_SHOT_FILES: tuple[tuple[str, str], ...] = (
-    ("cuda_BB_kernel.cu", "bandwidth"), ("cuda_CB_kernel.cu", "compute"),
-    ("omp_BB_kernel.cpp", "bandwidth"), ("omp_CB_kernel.cpp", "compute"),
+    ("cuda_BB_kernel.cu", "bandwidth"),
+    ("cuda_CB_kernel.cu", "compute"),
+    ("omp_BB_kernel.cpp", "bandwidth"),
+    ("omp_CB_kernel.cpp", "compute"),
 )
 PROFILE_COLUMNS: tuple[str, ...] = (
-    "fp32_arith_intensity", "fp64_arith_intensity", "int_arith_intensity",
-    "fp32_gflops", "fp64_gflops", "int_gops", "achieved_gbps",
+    "fp32_arith_intensity",
+    "fp64_arith_intensity",
+    "int_arith_intensity",
+    "fp32_gflops",
+    "fp64_gflops",
+    "int_gops",
+    "achieved_gbps",
 )
 # Bolet's label thresholds (RTX 3080 balance points at base clock), from the upstream notebook.
 BOLET_SP_AI, BOLET_DP_AI, BOLET_INT_AI = 32.97, 0.515, 16.49
@@ -72,7 +81,9 @@ def _parse_dim3(text: Any) -> tuple[int | None, int | None, int | None]:
     return tuple((numbers + [None, None, None])[:3])  # type: ignore[return-value]
 
 
-def _program_sources(src_root: Path, program: str, kernel_name: str, cache: dict[str, list[tuple[str, str]]]) -> str | None:
+def _program_sources(
+    src_root: Path, program: str, kernel_name: str, cache: dict[str, list[tuple[str, str]]]
+) -> str | None:
     """All of a program's source files, the one defining ``kernel_name`` first (None if not shipped)."""
     if program not in cache:
         folder = src_root / program
@@ -80,7 +91,9 @@ def _program_sources(src_root: Path, program: str, kernel_name: str, cache: dict
         if folder.is_dir():
             for path in sorted(folder.rglob("*")):
                 if path.suffix in {".cu", ".cuh", ".cpp", ".c", ".h", ".hpp", ".cc"} and path.is_file():
-                    files.append((str(path.relative_to(folder)), path.read_bytes().decode("utf-8", "replace")))
+                    files.append(
+                        (str(path.relative_to(folder)), path.read_bytes().decode("utf-8", "replace"))
+                    )
         cache[program] = files
     files = cache[program]
     if not files:
@@ -104,19 +117,36 @@ def read_gpuflopbench(datasets_dir: Path) -> pd.DataFrame:
         kernel_id = stable_id("gpuflopbench", r["targetName"], r["Kernel Name"])
         grid, block = _parse_dim3(r["Grid Size"]), _parse_dim3(r["Block Size"])
         bandwidth = r["spAI"] < BOLET_SP_AI and r["dpAI"] < BOLET_DP_AI and r["intAI"] < BOLET_INT_AI
-        rows.append({
-            "measurement_id": stable_id(kernel_id, i), "kernel_id": kernel_id, "device_id": "rtx-3080",
-            "source": "gpuflopbench", "upstream_file": "cuda-profiling/profiling-data.csv", "upstream_row": i,
-            "program": r["targetName"], "name": r["Kernel Name"], "op": r["kernelName"],
-            "language": "cuda" if str(r["targetName"]).endswith("-cuda") else "openmp",
-            "grid_x": grid[0], "grid_y": grid[1], "grid_z": grid[2],
-            "block_x": block[0], "block_y": block[1], "block_z": block[2],
-            "duration_us": r["xtime"] / 1e3, "achieved_gbps": r["traffic"] / 1e9,
-            "fp32_gflops": r["spPerf"] / 1e9, "fp64_gflops": r["dpPerf"] / 1e9, "int_gops": r["intPerf"] / 1e9,
-            "fp32_arith_intensity": r["spAI"], "fp64_arith_intensity": r["dpAI"], "int_arith_intensity": r["intAI"],
-            "roofline_class_published": "bandwidth" if bandwidth else "compute",
-            "source_text": _program_sources(src_root, r["targetName"], str(r["Kernel Name"]), cache),
-        })
+        rows.append(
+            {
+                "measurement_id": stable_id(kernel_id, i),
+                "kernel_id": kernel_id,
+                "device_id": "rtx-3080",
+                "source": "gpuflopbench",
+                "upstream_file": "cuda-profiling/profiling-data.csv",
+                "upstream_row": i,
+                "program": r["targetName"],
+                "name": r["Kernel Name"],
+                "op": r["kernelName"],
+                "language": "cuda" if str(r["targetName"]).endswith("-cuda") else "openmp",
+                "grid_x": grid[0],
+                "grid_y": grid[1],
+                "grid_z": grid[2],
+                "block_x": block[0],
+                "block_y": block[1],
+                "block_z": block[2],
+                "duration_us": r["xtime"] / 1e3,
+                "achieved_gbps": r["traffic"] / 1e9,
+                "fp32_gflops": r["spPerf"] / 1e9,
+                "fp64_gflops": r["dpPerf"] / 1e9,
+                "int_gops": r["intPerf"] / 1e9,
+                "fp32_arith_intensity": r["spAI"],
+                "fp64_arith_intensity": r["dpAI"],
+                "int_arith_intensity": r["intAI"],
+                "roofline_class_published": "bandwidth" if bandwidth else "compute",
+                "source_text": _program_sources(src_root, r["targetName"], str(r["Kernel Name"]), cache),
+            }
+        )
     frame = pd.DataFrame(rows)
     for column in ("grid_x", "grid_y", "grid_z", "block_x", "block_y", "block_z", "upstream_row"):
         frame[column] = frame[column].astype("Int64")
@@ -130,12 +160,13 @@ def load_bolet_table(settings: Settings) -> pd.DataFrame:
     except ImportError:
         return read_gpuflopbench(settings.datasets_dir)
     from components.devices import load_catalog
-
     from components.ingest.schema import with_measurement_ids
 
     out = ingest(settings.datasets_dir / "gpuflopbench", load_catalog())
     measurements = with_measurement_ids(out.measurements)  # the adapter leaves ids to the ingest runner
-    kernels = out.kernels.drop(columns=[c for c in ("source",) if c in out.kernels]).drop_duplicates("kernel_id")
+    kernels = out.kernels.drop(columns=[c for c in ("source",) if c in out.kernels]).drop_duplicates(
+        "kernel_id"
+    )
     keep = [c for c in measurements.columns if c not in kernels.columns or c == "kernel_id"]
     joined = measurements[keep].merge(kernels, on="kernel_id", how="left")
     joined.index = measurements.index  # split folds are row labels of this frame
@@ -149,8 +180,9 @@ def bolet_sides(table: pd.DataFrame) -> tuple[pd.DataFrame, pd.DataFrame]:
     return table.loc[fold.train], table.loc[fold.test]
 
 
-def balanced_subsample(frame: pd.DataFrame, per_class: int, column: str = "roofline_class_published",
-                       salt: str = "llm-sub") -> pd.DataFrame:
+def balanced_subsample(
+    frame: pd.DataFrame, per_class: int, column: str = "roofline_class_published", salt: str = "llm-sub"
+) -> pd.DataFrame:
     """Deterministic (hash-ordered) ``per_class`` rows of each class; all rows if fewer."""
     from components.common.sampling import balanced_sample
 
@@ -166,18 +198,30 @@ def _messages_for(row: pd.Series, catalog: Any, tokenizer: Any, scenario: str, m
     # The metrics section costs ~150-200 tokens (digits tokenize one by one); grant it on top so the
     # profiled prompt shows as much source as the others.
     budget = max_tokens + PROFILED_EXTRA_TOKENS if scenario == "profiled" else max_tokens
-    return row_prompt(row, catalog, LLMConfig(max_tokens=budget), tokenizer, scenario=scenario,
-                      profile_columns=PROFILE_COLUMNS if scenario == "profiled" else (), question=True)
+    return row_prompt(
+        row,
+        catalog,
+        LLMConfig(max_tokens=budget),
+        tokenizer,
+        scenario=scenario,
+        profile_columns=PROFILE_COLUMNS if scenario == "profiled" else (),
+        question=True,
+    )
 
 
-def few_shot_messages(datasets_dir: Path, catalog: Any, tokenizer: Any, max_tokens: int) -> list[dict[str, str]]:
+def few_shot_messages(
+    datasets_dir: Path, catalog: Any, tokenizer: Any, max_tokens: int
+) -> list[dict[str, str]]:
     """The 4 upstream examples as user/assistant turns (RTX 3080, the dataset's GPU)."""
     device = catalog.get("rtx-3080")
     messages = []
     for file_name, label in FEW_SHOT_FILES:
         source = (datasets_dir / FEW_SHOT_DIR / file_name).read_bytes()
         prompt = build_prompt(source, None, None, device, "few-shot", max_tokens, tokenizer, kernel_name=None)
-        messages += [{"role": "user", "content": prompt.text}, {"role": "assistant", "content": ANSWERS[label]}]
+        messages += [
+            {"role": "user", "content": prompt.text},
+            {"role": "assistant", "content": ANSWERS[label]},
+        ]
     return messages
 
 
@@ -191,7 +235,9 @@ class LocalChoiceScorer:
         import torch
 
         self.model, self.tokenizer, self.prefix = model, tokenizer, prefix
-        self.answer_ids = {label: tokenizer.encode(word, add_special_tokens=False) for label, word in ANSWERS.items()}
+        self.answer_ids = {
+            label: tokenizer.encode(word, add_special_tokens=False) for label, word in ANSWERS.items()
+        }
         self.prefix_ids = self._template(prefix, generation=False) if prefix else []
         self.prefix_cache = None
         if self.prefix_ids:
@@ -210,19 +256,25 @@ class LocalChoiceScorer:
 
         full = self._template(self.prefix + [{"role": "user", "content": user_text}], generation=True)
         use_prefix = self.prefix_cache is not None and full[: len(self.prefix_ids)] == self.prefix_ids
-        query = full[len(self.prefix_ids):] if use_prefix else full
+        query = full[len(self.prefix_ids) :] if use_prefix else full
         scores = {}
         with torch.no_grad():
             cache = copy.deepcopy(self.prefix_cache) if use_prefix else None
             # Only the last position's logits are needed: skips the 49k-vocab projection of every token.
-            out = self.model(input_ids=torch.tensor([query]), past_key_values=cache, use_cache=True, logits_to_keep=1)
+            out = self.model(
+                input_ids=torch.tensor([query]), past_key_values=cache, use_cache=True, logits_to_keep=1
+            )
             first = torch.log_softmax(out.logits[0, -1].float(), dim=-1)
             for label, ids in self.answer_ids.items():
                 logp = float(first[ids[0]])
                 if len(ids) > 1:  # the rest of a multi-token answer, continuing this prompt's cache
                     branch = copy.deepcopy(out.past_key_values)
-                    more = self.model(input_ids=torch.tensor([ids[:-1]]), past_key_values=branch, use_cache=True,
-                                      logits_to_keep=len(ids) - 1)
+                    more = self.model(
+                        input_ids=torch.tensor([ids[:-1]]),
+                        past_key_values=branch,
+                        use_cache=True,
+                        logits_to_keep=len(ids) - 1,
+                    )
                     logps = torch.log_softmax(more.logits[0].float(), dim=-1)
                     logp += float(sum(logps[k, ids[k + 1]] for k in range(len(ids) - 1)))
                 scores[label] = logp
@@ -232,13 +284,21 @@ class LocalChoiceScorer:
 class EndpointChooser:
     """An OpenAI-compatible ``/v1/chat/completions`` endpoint; the reply's first answer word counts."""
 
-    def __init__(self, url: str, prefix: list[dict[str, str]], model: str = "default", timeout_s: float = 60.0) -> None:
+    def __init__(
+        self, url: str, prefix: list[dict[str, str]], model: str = "default", timeout_s: float = 60.0
+    ) -> None:
         self.url = url.rstrip("/") + "/v1/chat/completions" if "/chat/completions" not in url else url
         self.prefix, self.model, self.timeout_s = prefix, model, timeout_s
 
     def score(self, user_text: str) -> dict[str, float]:
-        body = json.dumps({"model": self.model, "temperature": 0, "max_tokens": 8,
-                           "messages": self.prefix + [{"role": "user", "content": user_text}]}).encode()
+        body = json.dumps(
+            {
+                "model": self.model,
+                "temperature": 0,
+                "max_tokens": 8,
+                "messages": self.prefix + [{"role": "user", "content": user_text}],
+            }
+        ).encode()
         request = urllib.request.Request(self.url, data=body, headers={"Content-Type": "application/json"})
         try:
             with urllib.request.urlopen(request, timeout=self.timeout_s) as response:
@@ -257,23 +317,41 @@ def _pick(scores: dict[str, float]) -> str | None:
     return None if not math.isfinite(scores[best]) else best
 
 
-def run_prompt_scenario(test: pd.DataFrame, scenario: str, chooser: Any, catalog: Any, tokenizer: Any,
-                        max_tokens: int) -> ScenarioResult:
+def run_prompt_scenario(
+    test: pd.DataFrame, scenario: str, chooser: Any, catalog: Any, tokenizer: Any, max_tokens: int
+) -> ScenarioResult:
     from components.evaluation.metrics import accuracy, balanced_accuracy
 
     started = time.perf_counter()
-    preds = [_pick(chooser.score(_messages_for(row, catalog, tokenizer, scenario, max_tokens)))
-             for _, row in test.iterrows()]
+    preds = [
+        _pick(chooser.score(_messages_for(row, catalog, tokenizer, scenario, max_tokens)))
+        for _, row in test.iterrows()
+    ]
     seconds = time.perf_counter() - started
     truth = test["roofline_class_published"].tolist()
     preds_s = [p if p is not None else "none" for p in preds]
-    return ScenarioResult(scenario, accuracy(truth, preds_s), balanced_accuracy(truth, preds_s), len(test),
-                          seconds, seconds / max(len(test), 1),
-                          {"predicted_bandwidth_share": float(np.mean([p == "bandwidth" for p in preds]))})
+    return ScenarioResult(
+        scenario,
+        accuracy(truth, preds_s),
+        balanced_accuracy(truth, preds_s),
+        len(test),
+        seconds,
+        seconds / max(len(test), 1),
+        {"predicted_bandwidth_share": float(np.mean([p == "bandwidth" for p in preds]))},
+    )
 
 
-def run_finetune_scenario(train: pd.DataFrame, test: pd.DataFrame, settings: Settings, *, per_class: int,
-                          workers: int, epochs: int, max_tokens: int, batch_size: int) -> ScenarioResult:
+def run_finetune_scenario(
+    train: pd.DataFrame,
+    test: pd.DataFrame,
+    settings: Settings,
+    *,
+    per_class: int,
+    workers: int,
+    epochs: int,
+    max_tokens: int,
+    batch_size: int,
+) -> ScenarioResult:
     """(iv): LoRA classifier trained with Ray Train on a balanced subsample of the train side."""
     from components.evaluation.metrics import accuracy, balanced_accuracy
     from components.models.llm.model import LLMConfig, LLMPredictor
@@ -283,25 +361,55 @@ def run_finetune_scenario(train: pd.DataFrame, test: pd.DataFrame, settings: Set
     fit_side, val_side = split_validation(subset)
     config = LLMConfig(class_column="roofline_class_published", numeric_targets=())
     started = time.perf_counter()
-    out_dir = train_llm(fit_side, val_side, settings, workers=workers, epochs=epochs, max_tokens=max_tokens,
-                        batch_size=batch_size, config=config, run_name="llm-bolet-finetune")
+    out_dir = train_llm(
+        fit_side,
+        val_side,
+        settings,
+        workers=workers,
+        epochs=epochs,
+        max_tokens=max_tokens,
+        batch_size=batch_size,
+        config=config,
+        run_name="llm-bolet-finetune",
+    )
     train_s = time.perf_counter() - started
     predictor = LLMPredictor.load(out_dir)
     started = time.perf_counter()
     preds = predictor.predict(test)["pred_roofline_class"].tolist()
     seconds = time.perf_counter() - started
     truth = test["roofline_class_published"].tolist()
-    return ScenarioResult("fine-tune", accuracy(truth, preds), balanced_accuracy(truth, preds), len(test),
-                          seconds, seconds / max(len(test), 1),
-                          {"train_s": train_s, "n_train": len(fit_side), "n_val": len(val_side),
-                           "model_dir": str(out_dir), "history": predictor.history})
+    return ScenarioResult(
+        "fine-tune",
+        accuracy(truth, preds),
+        balanced_accuracy(truth, preds),
+        len(test),
+        seconds,
+        seconds / max(len(test), 1),
+        {
+            "train_s": train_s,
+            "n_train": len(fit_side),
+            "n_val": len(val_side),
+            "model_dir": str(out_dir),
+            "history": predictor.history,
+        },
+    )
 
 
-def run_bolet(settings: Settings, scenarios: tuple[str, ...], *, test_per_class: int | None = None,
-              max_tokens: int = 384, ft_per_class: int = 48, ft_workers: int = 2, ft_epochs: int = 2,
-              ft_max_tokens: int = 192, ft_batch_size: int = 8, endpoint: str | None = None,
-              base: str | None = None,
-              on_result: Callable[[list[ScenarioResult]], None] | None = None) -> list[ScenarioResult]:
+def run_bolet(
+    settings: Settings,
+    scenarios: tuple[str, ...],
+    *,
+    test_per_class: int | None = None,
+    max_tokens: int = 384,
+    ft_per_class: int = 48,
+    ft_workers: int = 2,
+    ft_epochs: int = 2,
+    ft_max_tokens: int = 192,
+    ft_batch_size: int = 8,
+    endpoint: str | None = None,
+    base: str | None = None,
+    on_result: Callable[[list[ScenarioResult]], None] | None = None,
+) -> list[ScenarioResult]:
     """Run the chosen scenarios; ``test_per_class`` subsamples the 170+170 test side (stated in results)."""
     from components.devices import load_catalog
     from components.models.llm.loader import load_base_model, load_tokenizer
@@ -320,13 +428,25 @@ def run_bolet(settings: Settings, scenarios: tuple[str, ...], *, test_per_class:
             prefix = [{"role": "system", "content": SYSTEM}]
             if scenario == "few-shot":
                 prefix += few_shot_messages(settings.datasets_dir, catalog, tokenizer, max_tokens)
-            chooser = EndpointChooser(endpoint, prefix) if endpoint else LocalChoiceScorer(model, tokenizer, prefix)
+            chooser = (
+                EndpointChooser(endpoint, prefix) if endpoint else LocalChoiceScorer(model, tokenizer, prefix)
+            )
             results.append(run_prompt_scenario(test, scenario, chooser, catalog, tokenizer, max_tokens))
             if on_result:
                 on_result(results)  # keep what is done if a later scenario fails
     if "fine-tune" in scenarios:
-        results.append(run_finetune_scenario(train, test, settings, per_class=ft_per_class, workers=ft_workers,
-                                             epochs=ft_epochs, max_tokens=ft_max_tokens, batch_size=ft_batch_size))
+        results.append(
+            run_finetune_scenario(
+                train,
+                test,
+                settings,
+                per_class=ft_per_class,
+                workers=ft_workers,
+                epochs=ft_epochs,
+                max_tokens=ft_max_tokens,
+                batch_size=ft_batch_size,
+            )
+        )
     return results
 
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, replace
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -86,7 +86,7 @@ def pick_fold(folds: list[Fold], fold: str | None) -> Fold:
 
 
 def _stamp() -> str:
-    return datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%SZ")
+    return datetime.now(UTC).strftime("%Y%m%dT%H%M%SZ")
 
 
 def _provenance(features_file: Path, split: str) -> dict[str, str]:
@@ -94,8 +94,12 @@ def _provenance(features_file: Path, split: str) -> dict[str, str]:
     from components.registry.lineage import dataset_version
     from components.training.tabular import file_md5, git_commit
 
-    return {"split": split, "dataset_md5": file_md5(features_file), "git_commit": git_commit(PROJECT_ROOT),
-            "dataset_version": dataset_version(features_file, PROJECT_ROOT)}
+    return {
+        "split": split,
+        "dataset_md5": file_md5(features_file),
+        "git_commit": git_commit(PROJECT_ROOT),
+        "dataset_version": dataset_version(features_file, PROJECT_ROOT),
+    }
 
 
 def train_stage(

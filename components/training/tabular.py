@@ -25,7 +25,7 @@ def _fit_job_task(job: TargetJob) -> Any:
     return fit_job(job)
 
 
-def ray_executor(settings: Settings):  # noqa: ANN201 -- returns Callable[[Sequence[TargetJob]], list]
+def ray_executor(settings: Settings):
     """An executor for ``TabularPredictor.fit`` that runs each target's fit as a Ray task."""
 
     def run(jobs: Sequence[TargetJob]) -> list[Any]:
@@ -51,8 +51,9 @@ class FitResult:
     n_train: int
 
 
-def fit_tabular(train: pd.DataFrame, config: TabularConfig, settings: Settings | None = None,
-                use_ray: bool = True) -> FitResult:
+def fit_tabular(
+    train: pd.DataFrame, config: TabularConfig, settings: Settings | None = None, use_ray: bool = True
+) -> FitResult:
     """Fit a ``TabularPredictor`` on the train side; targets run as Ray tasks unless ``use_ray=False``."""
     executor = ray_executor(settings) if use_ray and settings is not None else serial_executor
     started = time.perf_counter()
@@ -63,8 +64,14 @@ def fit_tabular(train: pd.DataFrame, config: TabularConfig, settings: Settings |
 # ---------------------------------------------------------------------- families, training runs
 
 
-def make_predictor(family: str, train: pd.DataFrame, split: str | None, config: TabularConfig,
-                   settings: Settings | None, use_ray: bool = True) -> tuple[Any, float]:
+def make_predictor(
+    family: str,
+    train: pd.DataFrame,
+    split: str | None,
+    config: TabularConfig,
+    settings: Settings | None,
+    use_ray: bool = True,
+) -> tuple[Any, float]:
     """Fit (or, for the roofline, just build) one family on a train side; returns (predictor, seconds)."""
     if family == "roofline":
         from components.models.roofline import RooflinePredictor
@@ -84,7 +91,7 @@ def make_predictor(family: str, train: pd.DataFrame, split: str | None, config: 
 
 
 def file_md5(path: Path) -> str:
-    digest = hashlib.md5()  # noqa: S324 -- a dataset fingerprint (DVC uses md5 too), not security
+    digest = hashlib.md5()
     with Path(path).open("rb") as handle:
         for block in iter(lambda: handle.read(1 << 20), b""):
             digest.update(block)
@@ -96,8 +103,13 @@ def git_commit(root: Path) -> str:
     import subprocess
 
     try:
-        out = subprocess.run(["git", "-C", str(root), "rev-parse", "HEAD"], capture_output=True, text=True,
-                             timeout=10, check=True)
+        out = subprocess.run(
+            ["git", "-C", str(root), "rev-parse", "HEAD"],
+            capture_output=True,
+            text=True,
+            timeout=10,
+            check=True,
+        )
         return out.stdout.strip()
     except (OSError, subprocess.SubprocessError):
         return "unknown"

@@ -40,8 +40,12 @@ def population_stability_index(reference: np.ndarray, candidate: np.ndarray, bin
         cand_p = np.array([same_cand, 1.0 - same_cand])
     else:
         inner = edges[1:-1]  # open-ended outer bins catch candidate values outside the reference range
-        ref_p = np.bincount(np.searchsorted(inner, reference, side="right"), minlength=len(inner) + 1) / len(reference)
-        cand_p = np.bincount(np.searchsorted(inner, candidate, side="right"), minlength=len(inner) + 1) / len(candidate)
+        ref_p = np.bincount(np.searchsorted(inner, reference, side="right"), minlength=len(inner) + 1) / len(
+            reference
+        )
+        cand_p = np.bincount(np.searchsorted(inner, candidate, side="right"), minlength=len(inner) + 1) / len(
+            candidate
+        )
     ref_p = np.clip(ref_p, _EPS, None)
     cand_p = np.clip(cand_p, _EPS, None)
     return float(np.sum((cand_p - ref_p) * np.log(cand_p / ref_p)))
@@ -63,8 +67,14 @@ def _groups(frame: pd.DataFrame, group_by: str | None) -> dict[str, pd.DataFrame
     return groups
 
 
-def drift_report(reference: pd.DataFrame, candidate: pd.DataFrame, metrics: list[str], threshold: float,
-                 group_by: str | None = "family", min_rows: int = 30) -> dict[str, Any]:
+def drift_report(
+    reference: pd.DataFrame,
+    candidate: pd.DataFrame,
+    metrics: list[str],
+    threshold: float,
+    group_by: str | None = "family",
+    min_rows: int = 30,
+) -> dict[str, Any]:
     """Per (metric, group) PSI and KS on log10 values; ``drifted`` when any PSI > threshold.
 
     Groups are the whole table (``<all>``) plus each ``group_by`` value present in both tables.
@@ -77,8 +87,15 @@ def drift_report(reference: pd.DataFrame, candidate: pd.DataFrame, metrics: list
             if metric not in ref_frame.columns or metric not in cand_frame.columns:
                 continue
             ref, cand = _log_values(ref_frame[metric]), _log_values(cand_frame[metric])
-            row: dict[str, Any] = {"metric": metric, "group": group, "n_reference": int(len(ref)),
-                                   "n_candidate": int(len(cand)), "psi": None, "ks": None, "drifted": False}
+            row: dict[str, Any] = {
+                "metric": metric,
+                "group": group,
+                "n_reference": len(ref),
+                "n_candidate": len(cand),
+                "psi": None,
+                "ks": None,
+                "drifted": False,
+            }
             if len(ref) >= min_rows and len(cand) >= min_rows:
                 row["psi"] = round(population_stability_index(ref, cand), 6)
                 row["ks"] = round(ks_statistic(ref, cand), 6)
@@ -87,8 +104,13 @@ def drift_report(reference: pd.DataFrame, candidate: pd.DataFrame, metrics: list
                 row["skipped"] = f"fewer than {min_rows} positive values on a side"
             results.append(row)
     drifted = [f"{r['metric']}/{r['group']}" for r in results if r["drifted"]]
-    return {"statistic": "psi_log10", "threshold": threshold, "drifted": bool(drifted), "drifted_pairs": drifted,
-            "results": results}
+    return {
+        "statistic": "psi_log10",
+        "threshold": threshold,
+        "drifted": bool(drifted),
+        "drifted_pairs": drifted,
+        "results": results,
+    }
 
 
 def with_family(measurements: pd.DataFrame, kernels: pd.DataFrame | None) -> pd.DataFrame:
@@ -99,8 +121,13 @@ def with_family(measurements: pd.DataFrame, kernels: pd.DataFrame | None) -> pd.
     return measurements.assign(family=measurements["kernel_id"].map(family))
 
 
-def drift_against_dir(candidate: pd.DataFrame, kernels: pd.DataFrame | None, reference_dir: Path,
-                      params: dict[str, Any], metrics: list[str] | None = None) -> dict[str, Any]:
+def drift_against_dir(
+    candidate: pd.DataFrame,
+    kernels: pd.DataFrame | None,
+    reference_dir: Path,
+    params: dict[str, Any],
+    metrics: list[str] | None = None,
+) -> dict[str, Any]:
     """Drift of ``candidate`` against ``reference_dir/measurements.parquet`` (a validated folder).
 
     Families come from ``reference_dir/kernels.parquet`` when present, else from ``kernels``
@@ -112,8 +139,15 @@ def drift_against_dir(candidate: pd.DataFrame, kernels: pd.DataFrame | None, ref
     reference = pd.read_parquet(path)
     ref_kernels_path = Path(reference_dir) / "kernels.parquet"
     ref_kernels = pd.read_parquet(ref_kernels_path) if ref_kernels_path.is_file() else None
-    all_kernels = pd.concat([k for k in (kernels, ref_kernels) if k is not None]) if (
-        kernels is not None or ref_kernels is not None) else None
+    all_kernels = (
+        pd.concat([k for k in (kernels, ref_kernels) if k is not None])
+        if (kernels is not None or ref_kernels is not None)
+        else None
+    )
     threshold = float(params.get("validate", params)["drift_threshold"])
-    return drift_report(with_family(reference, all_kernels), with_family(candidate, all_kernels),
-                        list(metrics or DEFAULT_METRICS), threshold)
+    return drift_report(
+        with_family(reference, all_kernels),
+        with_family(candidate, all_kernels),
+        list(metrics or DEFAULT_METRICS),
+        threshold,
+    )

@@ -14,9 +14,29 @@ import pandas as pd
 
 from components.profiling.rows import BACKENDS, CLOCK_MODES
 
-NUMERIC = ("duration_us", "duration_std_us", "duration_iqr_us", "dram_read_bytes", "dram_write_bytes", "flops",
-           "l1_hit_rate", "l2_hit_rate", "warmup", "repeats")
-REQUIRED = ("row_id", "run_id", "device", "device_name", "backend", "tool", "tool_version", "clock_mode", "case_id")
+NUMERIC = (
+    "duration_us",
+    "duration_std_us",
+    "duration_iqr_us",
+    "dram_read_bytes",
+    "dram_write_bytes",
+    "flops",
+    "l1_hit_rate",
+    "l2_hit_rate",
+    "warmup",
+    "repeats",
+)
+REQUIRED = (
+    "row_id",
+    "run_id",
+    "device",
+    "device_name",
+    "backend",
+    "tool",
+    "tool_version",
+    "clock_mode",
+    "case_id",
+)
 
 
 def rows_frame(rows: list[dict[str, Any]]) -> pd.DataFrame:
@@ -43,21 +63,36 @@ def row_expectations() -> list[Any]:
     out += [
         _named(e.ExpectColumnValuesToBeUnique(column="row_id"), "unique_row_id"),
         _named(e.ExpectColumnValuesToBeInSet(column="backend", value_set=list(BACKENDS)), "backend_in_set"),
-        _named(e.ExpectColumnValuesToBeInSet(column="clock_mode", value_set=list(CLOCK_MODES)), "clock_mode_in_set"),
-        _named(e.ExpectColumnValuesToBeInSet(column="chk_ok_or_error", value_set=[True]), "measured_or_error"),
-        _named(e.ExpectColumnValuesToBeBetween(column="duration_us", min_value=0, strict_min=True), "duration_positive"),
+        _named(
+            e.ExpectColumnValuesToBeInSet(column="clock_mode", value_set=list(CLOCK_MODES)),
+            "clock_mode_in_set",
+        ),
+        _named(
+            e.ExpectColumnValuesToBeInSet(column="chk_ok_or_error", value_set=[True]), "measured_or_error"
+        ),
+        _named(
+            e.ExpectColumnValuesToBeBetween(column="duration_us", min_value=0, strict_min=True),
+            "duration_positive",
+        ),
         _named(e.ExpectColumnValuesToBeBetween(column="repeats", min_value=1), "repeats_at_least_1"),
         _named(e.ExpectColumnValuesToBeBetween(column="warmup", min_value=0), "warmup_nonnegative"),
     ]
     for column in ("duration_std_us", "duration_iqr_us", "dram_read_bytes", "dram_write_bytes", "flops"):
-        out.append(_named(e.ExpectColumnValuesToBeBetween(column=column, min_value=0), f"{column}_nonnegative"))
+        out.append(
+            _named(e.ExpectColumnValuesToBeBetween(column=column, min_value=0), f"{column}_nonnegative")
+        )
     for column in ("l1_hit_rate", "l2_hit_rate"):
-        out.append(_named(e.ExpectColumnValuesToBeBetween(column=column, min_value=0, max_value=1),
-                          f"{column}_in_0_1"))
+        out.append(
+            _named(
+                e.ExpectColumnValuesToBeBetween(column=column, min_value=0, max_value=1), f"{column}_in_0_1"
+            )
+        )
     return out
 
 
-def validate_rows(rows: list[dict[str, Any]]) -> tuple[list[dict[str, Any]], list[dict[str, Any]], dict[str, Any]]:
+def validate_rows(
+    rows: list[dict[str, Any]],
+) -> tuple[list[dict[str, Any]], list[dict[str, Any]], dict[str, Any]]:
     """(valid rows, quarantined rows with ``failed_expectations``, summary). Error rows are kept as
     valid records of a failed case (they carry no metric), and counted in the summary."""
     from components.validation.run import run_suite
@@ -76,8 +111,12 @@ def validate_rows(rows: list[dict[str, Any]]) -> tuple[list[dict[str, Any]], lis
             quarantine.append({**row, "failed_expectations": sorted(bad[position])})
         else:
             valid.append(row)
-    summary = {"rows_in": len(rows), "rows_valid": len(valid), "rows_quarantined": len(quarantine),
-               "rows_failed_cases": int(frame["error"].notna().sum()),
-               "by_expectation": {name: len(p) for name, p in failing.items()},
-               "expectations": len(outcomes)}
+    summary = {
+        "rows_in": len(rows),
+        "rows_valid": len(valid),
+        "rows_quarantined": len(quarantine),
+        "rows_failed_cases": int(frame["error"].notna().sum()),
+        "by_expectation": {name: len(p) for name, p in failing.items()},
+        "expectations": len(outcomes),
+    }
     return valid, quarantine, summary

@@ -92,10 +92,14 @@ def run_suite(
     """Validate ``frame`` (index 0..n-1) with GX; return failing row positions per expectation name."""
     context = _ephemeral_context()
     asset = context.data_sources.add_pandas(f"{suite_name}_source").add_dataframe_asset(f"{suite_name}_asset")
-    batch = asset.add_batch_definition_whole_dataframe("whole").get_batch(batch_parameters={"dataframe": frame})
+    batch = asset.add_batch_definition_whole_dataframe("whole").get_batch(
+        batch_parameters={"dataframe": frame}
+    )
     suite = context.suites.add(build_suite(suite_name, expectations))
     # Index query strings would repeat every failing index as text; the list alone is what we need.
-    result = batch.validate(suite, result_format={"result_format": "COMPLETE", "return_unexpected_index_query": False})
+    result = batch.validate(
+        suite, result_format={"result_format": "COMPLETE", "return_unexpected_index_query": False}
+    )
 
     all_rows = np.arange(len(frame))
     failing: dict[str, np.ndarray] = {}
@@ -104,7 +108,11 @@ def run_suite(
         config = item.expectation_config
         name = (config.meta or {}).get("name") or config.type
         res = item.result or {}
-        raised = [v for v in (item.exception_info or {}).values() if isinstance(v, dict) and v.get("raised_exception")]
+        raised = [
+            v
+            for v in (item.exception_info or {}).values()
+            if isinstance(v, dict) and v.get("raised_exception")
+        ]
         if (item.exception_info or {}).get("raised_exception"):
             raised.append(item.exception_info)
         error = _short(raised[0].get("exception_message")) if raised else None
@@ -117,12 +125,18 @@ def run_suite(
             rows = np.asarray(res["unexpected_index_list"], dtype=np.int64)
         if len(rows):
             failing[name] = np.unique(np.concatenate([failing.get(name, np.empty(0, np.int64)), rows]))
-        outcomes.append(ExpectationOutcome(
-            name=name, expectation_type=config.type,
-            kwargs=_display_kwargs(config.kwargs),
-            success=bool(item.success), unexpected_count=int(len(rows)), table_level=table_level,
-            observed=_short(res.get("observed_value")), error=error,
-        ))
+        outcomes.append(
+            ExpectationOutcome(
+                name=name,
+                expectation_type=config.type,
+                kwargs=_display_kwargs(config.kwargs),
+                success=bool(item.success),
+                unexpected_count=len(rows),
+                table_level=table_level,
+                observed=_short(res.get("observed_value")),
+                error=error,
+            )
+        )
     outcomes.sort(key=lambda o: (o.success, o.name))
     return failing, outcomes
 
@@ -135,10 +149,14 @@ def _failure_lists(n_rows: int, failing: dict[str, np.ndarray]) -> pd.Series:
     """Per row: JSON list of the expectation names it failed ('' for passing rows is never stored)."""
     if not failing:
         return pd.Series([None] * n_rows, dtype="object")
-    pairs = pd.DataFrame({
-        "row": np.concatenate(list(failing.values())),
-        "name": np.concatenate([np.full(len(rows), name, dtype=object) for name, rows in failing.items()]),
-    })
+    pairs = pd.DataFrame(
+        {
+            "row": np.concatenate(list(failing.values())),
+            "name": np.concatenate(
+                [np.full(len(rows), name, dtype=object) for name, rows in failing.items()]
+            ),
+        }
+    )
     lists = pairs.sort_values(["row", "name"]).groupby("row")["name"].agg(lambda s: json.dumps(list(s)))
     return lists.reindex(range(n_rows))
 
@@ -150,19 +168,29 @@ def _by_expectation(failure_lists: pd.Series) -> dict[str, int]:
     return dict(sorted(counts.items(), key=lambda kv: (-kv[1], kv[0])))
 
 
-def _summarize(frame: pd.DataFrame, failure_lists: pd.Series, max_failure_share: float,
-               outcomes: list[ExpectationOutcome]) -> dict[str, Any]:
+def _summarize(
+    frame: pd.DataFrame,
+    failure_lists: pd.Series,
+    max_failure_share: float,
+    outcomes: list[ExpectationOutcome],
+) -> dict[str, Any]:
     failed = failure_lists.notna().to_numpy()
     rows_in = len(frame)
     rows_quarantined = int(failed.sum())
     share = rows_quarantined / rows_in if rows_in else 0.0
-    sources = (frame["source"].astype("object").where(frame["source"].notna(), NULL_SOURCE)
-               if "source" in frame else pd.Series(NULL_SOURCE, index=frame.index))
+    sources = (
+        frame["source"].astype("object").where(frame["source"].notna(), NULL_SOURCE)
+        if "source" in frame
+        else pd.Series(NULL_SOURCE, index=frame.index)
+    )
     by_source: dict[str, Any] = {}
     for source, index in sorted(sources.groupby(sources).groups.items(), key=lambda kv: str(kv[0])):
         lists = failure_lists.loc[index]
-        by_source[str(source)] = {"rows_in": int(len(index)), "rows_quarantined": int(lists.notna().sum()),
-                                  "by_expectation": _by_expectation(lists)}
+        by_source[str(source)] = {
+            "rows_in": len(index),
+            "rows_quarantined": int(lists.notna().sum()),
+            "by_expectation": _by_expectation(lists),
+        }
     return {
         "rows_in": rows_in,
         "rows_valid": rows_in - rows_quarantined,
@@ -177,8 +205,14 @@ def _summarize(frame: pd.DataFrame, failure_lists: pd.Series, max_failure_share:
     }
 
 
-def _split(original: pd.DataFrame, checked: pd.DataFrame, failing: dict[str, np.ndarray],
-           outcomes: list[ExpectationOutcome], max_failure_share: float, table: str) -> ValidationResult:
+def _split(
+    original: pd.DataFrame,
+    checked: pd.DataFrame,
+    failing: dict[str, np.ndarray],
+    outcomes: list[ExpectationOutcome],
+    max_failure_share: float,
+    table: str,
+) -> ValidationResult:
     failure_lists = _failure_lists(len(checked), failing)
     bad = failure_lists.notna().to_numpy()
     valid = original.loc[~bad].reset_index(drop=True)
@@ -192,8 +226,12 @@ def _max_failure_share(params: dict[str, Any]) -> float:
     return float(params.get("validate", params)["max_failure_share"])
 
 
-def validate_measurements(measurements: pd.DataFrame, catalog: CatalogLike, params: dict[str, Any],
-                          kernels: pd.DataFrame | None = None) -> ValidationResult:
+def validate_measurements(
+    measurements: pd.DataFrame,
+    catalog: CatalogLike,
+    params: dict[str, Any],
+    kernels: pd.DataFrame | None = None,
+) -> ValidationResult:
     """Validate the canonical measurements against the suite, the catalog and params' tolerances.
 
     ``params``: params.yaml (or its ``validate:`` section). ``kernels`` (optional) gives each
@@ -202,7 +240,9 @@ def validate_measurements(measurements: pd.DataFrame, catalog: CatalogLike, para
     """
     original = measurements.reset_index(drop=True)
     checked = add_check_columns(original, catalog, kernels)
-    expectations = measurement_expectations(sorted(str(i) for i in catalog.ids()), Tolerances.from_params(params))
+    expectations = measurement_expectations(
+        sorted(str(i) for i in catalog.ids()), Tolerances.from_params(params)
+    )
     failing, outcomes = run_suite(checked, expectations, "measurements")
     return _split(original, checked, failing, outcomes, _max_failure_share(params), "measurements")
 
@@ -231,7 +271,9 @@ def _table_html(rows: list[dict[str, Any]]) -> str:
         return "<p>none</p>"
     head = "".join(f"<th>{html.escape(str(k))}</th>" for k in rows[0])
     body = "".join(
-        "<tr>" + "".join(f"<td>{html.escape('' if v is None else str(v))}</td>" for v in row.values()) + "</tr>"
+        "<tr>"
+        + "".join(f"<td>{html.escape('' if v is None else str(v))}</td>" for v in row.values())
+        + "</tr>"
         for row in rows
     )
     return f"<table><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>"
@@ -239,24 +281,63 @@ def _table_html(rows: list[dict[str, Any]]) -> str:
 
 def render_html(results: list[ValidationResult], drift: dict[str, Any] | None = None) -> str:
     """A self-contained data-docs page: summary, failures by source, every expectation's outcome."""
-    parts = ["<!doctype html><html><head><meta charset='utf-8'><title>kernelcast validation</title><style>",
-             "body{font-family:sans-serif;margin:2em}table{border-collapse:collapse;margin:.5em 0 1.5em}"
-             "td,th{border:1px solid #ccc;padding:3px 8px;font-size:13px;text-align:left}"
-             ".fail{color:#b00}.ok{color:#070}</style></head><body><h1>kernelcast validation</h1>"]
+    parts = [
+        "<!doctype html><html><head><meta charset='utf-8'><title>kernelcast validation</title><style>",
+        "body{font-family:sans-serif;margin:2em}table{border-collapse:collapse;margin:.5em 0 1.5em}"
+        "td,th{border:1px solid #ccc;padding:3px 8px;font-size:13px;text-align:left}"
+        ".fail{color:#b00}.ok{color:#070}</style></head><body><h1>kernelcast validation</h1>",
+    ]
     for result in results:
         s = result.summary
         status = "<span class='ok'>PASSED</span>" if s["passed"] else "<span class='fail'>FAILED</span>"
         parts.append(f"<h2>{html.escape(result.table)}: {status}</h2>")
-        parts.append(_table_html([{k: s[k] for k in ("rows_in", "rows_valid", "rows_quarantined", "failure_share",
-                                                       "max_failure_share")}]))
+        parts.append(
+            _table_html(
+                [
+                    {
+                        k: s[k]
+                        for k in (
+                            "rows_in",
+                            "rows_valid",
+                            "rows_quarantined",
+                            "failure_share",
+                            "max_failure_share",
+                        )
+                    }
+                ]
+            )
+        )
         parts.append("<h3>Quarantined rows by source and expectation</h3>")
-        parts.append(_table_html([{"source": src, "rows_in": v["rows_in"], "rows_quarantined": v["rows_quarantined"],
-                                   "failed": ", ".join(f"{k}: {n}" for k, n in v["by_expectation"].items())}
-                                  for src, v in s["by_source"].items()]))
+        parts.append(
+            _table_html(
+                [
+                    {
+                        "source": src,
+                        "rows_in": v["rows_in"],
+                        "rows_quarantined": v["rows_quarantined"],
+                        "failed": ", ".join(f"{k}: {n}" for k, n in v["by_expectation"].items()),
+                    }
+                    for src, v in s["by_source"].items()
+                ]
+            )
+        )
         parts.append("<h3>Expectations</h3>")
-        parts.append(_table_html([{"name": o.name, "success": o.success, "rows": o.unexpected_count,
-                                   "type": o.expectation_type, "kwargs": json.dumps(o.kwargs, default=str),
-                                   "observed": o.observed, "error": o.error} for o in result.outcomes]))
+        parts.append(
+            _table_html(
+                [
+                    {
+                        "name": o.name,
+                        "success": o.success,
+                        "rows": o.unexpected_count,
+                        "type": o.expectation_type,
+                        "kwargs": json.dumps(o.kwargs, default=str),
+                        "observed": o.observed,
+                        "error": o.error,
+                    }
+                    for o in result.outcomes
+                ]
+            )
+        )
     if drift is not None:
         parts.append("<h2>Drift</h2>")
         parts.append(_table_html(drift.get("results", [])))
@@ -264,16 +345,22 @@ def render_html(results: list[ValidationResult], drift: dict[str, Any] | None = 
     return "".join(parts)
 
 
-def write_validation(result: ValidationResult, out_dir: Path, kernels_result: ValidationResult | None = None,
-                     drift: dict[str, Any] | None = None) -> dict[str, Path]:
+def write_validation(
+    result: ValidationResult,
+    out_dir: Path,
+    kernels_result: ValidationResult | None = None,
+    drift: dict[str, Any] | None = None,
+) -> dict[str, Path]:
     """Write measurements.parquet (valid rows), quarantine.parquet, report.html, summary.json (last).
 
     Each file is replaced atomically; summary.json is written last, so its presence means the
     folder is complete.
     """
     out_dir = Path(out_dir)
-    paths = {name: out_dir / name for name in ("measurements.parquet", "quarantine.parquet", "report.html",
-                                               "summary.json")}
+    paths = {
+        name: out_dir / name
+        for name in ("measurements.parquet", "quarantine.parquet", "report.html", "summary.json")
+    }
     write_parquet_atomic(paths["measurements.parquet"], result.valid)
     write_parquet_atomic(paths["quarantine.parquet"], result.quarantine)
     summary = dict(result.summary)
@@ -297,8 +384,14 @@ def read_table(in_dir: Path, name: str) -> pd.DataFrame:
     return pd.read_parquet(path)
 
 
-def validate_dir(in_dir: Path, out_dir: Path, catalog: CatalogLike, params: dict[str, Any],
-                 summary_path: Path | None = None, drift_against: Path | None = None) -> dict[str, Any]:
+def validate_dir(
+    in_dir: Path,
+    out_dir: Path,
+    catalog: CatalogLike,
+    params: dict[str, Any],
+    summary_path: Path | None = None,
+    drift_against: Path | None = None,
+) -> dict[str, Any]:
     """The whole stage on folders: read canonical tables, validate, optionally drift-check, write.
 
     Shared by ``kernelcast validate`` and the Prefect flow's Ray job. Returns the written summary.

@@ -27,17 +27,37 @@ PRECISIONS: tuple[str, ...] = ("fp64", "fp32", "tf32", "fp16", "bf16", "fp8", "i
 # Pipes a kernel of a dtype may use. FP32 PyTorch ops may run on TF32 tensor cores (cuDNN convs
 # do by default), so an fp32 kernel's ceiling is the higher of the FP32 and TF32 peaks.
 DTYPE_PRECISIONS: dict[str, tuple[str, ...]] = {
-    "fp64": ("fp64",), "fp32": ("fp32", "tf32"), "fp16": ("fp16",), "bf16": ("bf16",), "fp8": ("fp8",),
+    "fp64": ("fp64",),
+    "fp32": ("fp32", "tf32"),
+    "fp16": ("fp16",),
+    "bf16": ("bf16",),
+    "fp8": ("fp8",),
     "int8": ("int8",),
     # The quantised GEMM dtypes of components/physics/roofline.GEMM_DTYPES: fp8 block-scaled runs on the fp8
     # pipe, nvfp4 on fp4; weight-only int8/int4 kernels de-quantise to bf16 (fp16 where no bf16) for the math.
-    "tf32": ("tf32",), "fp8_block": ("fp8",), "nvfp4": ("fp4",), "int8_wo": ("bf16", "fp16"),
+    "tf32": ("tf32",),
+    "fp8_block": ("fp8",),
+    "nvfp4": ("fp4",),
+    "int8_wo": ("bf16", "fp16"),
     "int4_wo": ("bf16", "fp16"),
 }
 ROOFLINE_CLASSES: tuple[str, ...] = ("bandwidth", "compute")
 CLOCK_MODES: tuple[str, ...] = ("locked", "base", "boost", "unknown", "host")
-KERNEL_DTYPES: tuple[str, ...] = ("fp32", "fp16", "bf16", "fp8", "fp64", "int8", "tf32", "fp8_block", "nvfp4",
-                                  "int8_wo", "int4_wo", "mixed", "unknown")
+KERNEL_DTYPES: tuple[str, ...] = (
+    "fp32",
+    "fp16",
+    "bf16",
+    "fp8",
+    "fp64",
+    "int8",
+    "tf32",
+    "fp8_block",
+    "nvfp4",
+    "int8_wo",
+    "int4_wo",
+    "mixed",
+    "unknown",
+)
 KERNEL_LANGUAGES: tuple[str, ...] = ("cuda", "hip", "openmp", "pytorch", "op", "triton")
 NON_NULL_KEYS: tuple[str, ...] = ("measurement_id", "kernel_id", "device_id", "source")
 
@@ -136,7 +156,9 @@ def device_limits(catalog: CatalogLike, device_ids: list[str]) -> pd.DataFrame:
         for dtype, precisions in DTYPE_PRECISIONS.items():
             row[f"best_{dtype}_gflops"] = _best_peak(spec, precisions) / 1e9
         rows[device_id] = row
-    columns = ["dram_gbps", "fp32_gflops", "fp64_gflops", "best_any_gflops"] + [f"best_{d}_gflops" for d in DTYPE_PRECISIONS]
+    columns = ["dram_gbps", "fp32_gflops", "fp64_gflops", "best_any_gflops"] + [
+        f"best_{d}_gflops" for d in DTYPE_PRECISIONS
+    ]
     return pd.DataFrame.from_dict(rows, orient="index", columns=columns, dtype="float64")
 
 
@@ -171,7 +193,9 @@ def add_check_columns(
 ) -> pd.DataFrame:
     """The measurements with the ``CHECK_COLUMNS`` appended (index reset to 0..n-1)."""
     frame = measurements.reset_index(drop=True).copy()
-    device_ids = sorted({str(d) for d in frame["device_id"].dropna().unique()}) if "device_id" in frame else []
+    device_ids = (
+        sorted({str(d) for d in frame["device_id"].dropna().unique()}) if "device_id" in frame else []
+    )
     limits = device_limits(catalog, device_ids)
     raw_ids = frame["device_id"].astype("object").tolist() if "device_id" in frame else [None] * len(frame)
     per_row = limits.reindex([d if isinstance(d, str) else None for d in raw_ids])
@@ -180,7 +204,9 @@ def add_check_columns(
     # The best peak for the kernel's dtype (mixed/unknown/absent dtype: the device's best at any precision).
     if kernels is not None and len(kernels) and "dtype" in kernels:
         dtype_of = kernels.drop_duplicates("kernel_id").set_index("kernel_id")["dtype"]
-        dtypes = frame["kernel_id"].map(dtype_of) if "kernel_id" in frame else pd.Series(pd.NA, index=frame.index)
+        dtypes = (
+            frame["kernel_id"].map(dtype_of) if "kernel_id" in frame else pd.Series(pd.NA, index=frame.index)
+        )
     else:
         dtypes = pd.Series(pd.NA, index=frame.index)
     best = per_row["best_any_gflops"].copy()
@@ -197,11 +223,14 @@ def add_check_columns(
     frame["chk_gflops_over_peak"] = _ratio(col("gflops"), best)
     if {"achieved_gbps", "dram_bytes"} <= set(frame.columns):
         frame["chk_arith_intensity_rel_err"] = _rel_err(
-            col("arith_intensity"), _intensity_expected(frame, col("flops"), col("gflops")))
+            col("arith_intensity"), _intensity_expected(frame, col("flops"), col("gflops"))
+        )
         frame["chk_fp32_arith_intensity_rel_err"] = _rel_err(
-            col("fp32_arith_intensity"), _intensity_expected(frame, None, col("fp32_gflops")))
+            col("fp32_arith_intensity"), _intensity_expected(frame, None, col("fp32_gflops"))
+        )
         frame["chk_fp64_arith_intensity_rel_err"] = _rel_err(
-            col("fp64_arith_intensity"), _intensity_expected(frame, None, col("fp64_gflops")))
+            col("fp64_arith_intensity"), _intensity_expected(frame, None, col("fp64_gflops"))
+        )
     else:
         for name in CHECK_COLUMNS[4:]:
             frame[name] = np.nan
@@ -232,13 +261,19 @@ def measurement_expectations(device_ids: list[str], tol: Tolerances) -> list[Any
     columns = list(MEASUREMENT_COLUMNS) + list(CHECK_COLUMNS)
     out: list[Any] = [_named(e.ExpectTableColumnsToMatchOrderedList(column_list=columns), "schema_columns")]
     for column, dtype in MEASUREMENT_COLUMNS.items():
-        out.append(_named(e.ExpectColumnValuesToBeOfType(column=column, type_=gx_type_name(dtype)), f"dtype_{column}"))
+        out.append(
+            _named(
+                e.ExpectColumnValuesToBeOfType(column=column, type_=gx_type_name(dtype)), f"dtype_{column}"
+            )
+        )
     for column in NON_NULL_KEYS:
         out.append(_named(e.ExpectColumnValuesToNotBeNull(column=column), f"not_null_{column}"))
     out.append(_named(e.ExpectColumnValuesToNotBeNull(column="duration_us"), "not_null_duration_us"))
     # A duplicate key is ambiguous: GX flags every copy, and every copy goes to quarantine.
     out.append(_named(e.ExpectColumnValuesToBeUnique(column="measurement_id"), "unique_measurement_id"))
-    out.append(_named(e.ExpectCompoundColumnsToBeUnique(column_list=list(MEASUREMENT_KEY)), "unique_measurement_key"))
+    out.append(
+        _named(e.ExpectCompoundColumnsToBeUnique(column_list=list(MEASUREMENT_KEY)), "unique_measurement_key")
+    )
     ranges: list[tuple[str, dict[str, Any], str]] = [
         ("duration_us", {"min_value": 0, "strict_min": True}, "duration_us_positive"),
         ("duration_std_us", {"min_value": 0}, "duration_std_us_nonnegative"),
@@ -254,25 +289,51 @@ def measurement_expectations(device_ids: list[str], tol: Tolerances) -> list[Any
         ("l1_hit_rate", {"min_value": 0, "max_value": 1}, "l1_hit_rate_in_0_1"),
         ("l2_hit_rate", {"min_value": 0, "max_value": 1}, "l2_hit_rate_in_0_1"),
         # physical plausibility against the catalog
-        ("chk_achieved_gbps_over_peak", {"max_value": tol.bandwidth_tolerance}, "achieved_gbps_within_dram_peak"),
+        (
+            "chk_achieved_gbps_over_peak",
+            {"max_value": tol.bandwidth_tolerance},
+            "achieved_gbps_within_dram_peak",
+        ),
         ("chk_fp32_gflops_over_peak", {"max_value": tol.flops_tolerance}, "fp32_gflops_within_fp32_peak"),
         ("chk_fp64_gflops_over_peak", {"max_value": tol.flops_tolerance}, "fp64_gflops_within_fp64_peak"),
         ("chk_gflops_over_peak", {"max_value": tol.flops_tolerance}, "gflops_within_dtype_peak"),
-        ("chk_arith_intensity_rel_err", {"max_value": tol.arith_intensity_rel_tol}, "arith_intensity_consistent"),
-        ("chk_fp32_arith_intensity_rel_err", {"max_value": tol.arith_intensity_rel_tol},
-         "fp32_arith_intensity_consistent"),
-        ("chk_fp64_arith_intensity_rel_err", {"max_value": tol.arith_intensity_rel_tol},
-         "fp64_arith_intensity_consistent"),
+        (
+            "chk_arith_intensity_rel_err",
+            {"max_value": tol.arith_intensity_rel_tol},
+            "arith_intensity_consistent",
+        ),
+        (
+            "chk_fp32_arith_intensity_rel_err",
+            {"max_value": tol.arith_intensity_rel_tol},
+            "fp32_arith_intensity_consistent",
+        ),
+        (
+            "chk_fp64_arith_intensity_rel_err",
+            {"max_value": tol.arith_intensity_rel_tol},
+            "fp64_arith_intensity_consistent",
+        ),
     ]
     for column, bounds, name in ranges:
         out.append(_named(e.ExpectColumnValuesToBeBetween(column=column, **bounds), name))
-    out.append(_named(e.ExpectColumnValuesToBeInSet(column="device_id", value_set=sorted(device_ids)),
-                      "device_id_in_catalog"))
+    out.append(
+        _named(
+            e.ExpectColumnValuesToBeInSet(column="device_id", value_set=sorted(device_ids)),
+            "device_id_in_catalog",
+        )
+    )
     for column in ("roofline_class", "roofline_class_published"):
-        out.append(_named(e.ExpectColumnValuesToBeInSet(column=column, value_set=list(ROOFLINE_CLASSES)),
-                          f"{column}_in_set"))
-    out.append(_named(e.ExpectColumnValuesToBeInSet(column="clock_mode", value_set=list(CLOCK_MODES)),
-                      "clock_mode_in_set"))
+        out.append(
+            _named(
+                e.ExpectColumnValuesToBeInSet(column=column, value_set=list(ROOFLINE_CLASSES)),
+                f"{column}_in_set",
+            )
+        )
+    out.append(
+        _named(
+            e.ExpectColumnValuesToBeInSet(column="clock_mode", value_set=list(CLOCK_MODES)),
+            "clock_mode_in_set",
+        )
+    )
     return out
 
 
@@ -281,15 +342,27 @@ def kernel_expectations() -> list[Any]:
     import great_expectations as gx
 
     e = gx.expectations
-    out: list[Any] = [_named(e.ExpectTableColumnsToMatchOrderedList(column_list=list(KERNEL_COLUMNS)), "schema_columns")]
+    out: list[Any] = [
+        _named(e.ExpectTableColumnsToMatchOrderedList(column_list=list(KERNEL_COLUMNS)), "schema_columns")
+    ]
     for column, dtype in KERNEL_COLUMNS.items():
-        out.append(_named(e.ExpectColumnValuesToBeOfType(column=column, type_=gx_type_name(dtype)), f"dtype_{column}"))
+        out.append(
+            _named(
+                e.ExpectColumnValuesToBeOfType(column=column, type_=gx_type_name(dtype)), f"dtype_{column}"
+            )
+        )
     for column in ("kernel_id", "source", "family"):
         out.append(_named(e.ExpectColumnValuesToNotBeNull(column=column), f"not_null_{column}"))
     out.append(_named(e.ExpectColumnValuesToBeUnique(column="kernel_id"), "unique_kernel_id"))
-    out.append(_named(e.ExpectColumnValuesToBeInSet(column="dtype", value_set=list(KERNEL_DTYPES)), "dtype_in_set"))
-    out.append(_named(e.ExpectColumnValuesToBeInSet(column="language", value_set=list(KERNEL_LANGUAGES)),
-                      "language_in_set"))
+    out.append(
+        _named(e.ExpectColumnValuesToBeInSet(column="dtype", value_set=list(KERNEL_DTYPES)), "dtype_in_set")
+    )
+    out.append(
+        _named(
+            e.ExpectColumnValuesToBeInSet(column="language", value_set=list(KERNEL_LANGUAGES)),
+            "language_in_set",
+        )
+    )
     return out
 
 

@@ -22,11 +22,15 @@ DEFAULT_MODEL = "models:/kernelcast@champion"
 @clean_errors
 def calibrate_command(
     device: Annotated[str, typer.Option("--device", help="the GPU to calibrate (catalog name or alias)")],
-    from_dir: Annotated[Path, typer.Option("--from", help="profiled run folder holding its calibration rows")],
-    model: Annotated[str, typer.Option("--model", help="models:/kernelcast@champion, a predictor dir, or 'roofline'")]
-    = DEFAULT_MODEL,
-    method: Annotated[str, typer.Option("--method", help="global | group | residual (see bench --calibration-rows)")]
-    = "group",
+    from_dir: Annotated[
+        Path, typer.Option("--from", help="profiled run folder holding its calibration rows")
+    ],
+    model: Annotated[
+        str, typer.Option("--model", help="models:/kernelcast@champion, a predictor dir, or 'roofline'")
+    ] = DEFAULT_MODEL,
+    method: Annotated[
+        str, typer.Option("--method", help="global | group | residual (see bench --calibration-rows)")
+    ] = "group",
 ) -> None:
     """Fit and store a per-GPU runtime correction from that GPU's calibration rows."""
     from components.evaluation.calibration import calibrate_stage
@@ -37,10 +41,13 @@ def calibrate_command(
     if not from_dir.is_dir():
         raise UserError(f"--from {from_dir}: not a directory")
     predictor = load_any_predictor(model, settings.tracking_uri())
-    result = calibrate_stage(device, from_dir, predictor, settings.state_dir, load_params(settings.params_file),
-                             method=method)
-    typer.echo(f"{result.device_id}: {result.method} correction from {result.n_rows} rows; on those rows "
-               f"(in-sample) median error {100 * result.median_ape_before:.1f}% -> "
-               f"{100 * result.median_ape_after:.1f}%, MAPE {100 * result.mape_before:.1f}% -> "
-               f"{100 * result.mape_after:.1f}%")
+    result = calibrate_stage(
+        device, from_dir, predictor, settings.state_dir, load_params(settings.params_file), method=method
+    )
+    typer.echo(
+        f"{result.device_id}: {result.method} correction from {result.n_rows} rows; on those rows "
+        f"(in-sample) median error {100 * result.median_ape_before:.1f}% -> "
+        f"{100 * result.median_ape_after:.1f}%, MAPE {100 * result.mape_before:.1f}% -> "
+        f"{100 * result.mape_after:.1f}%"
+    )
     typer.echo(f"wrote {result.path}")

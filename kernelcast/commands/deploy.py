@@ -12,17 +12,31 @@ from kernelcast.commands._common import UserError, clean_errors, prepared_settin
 
 @clean_errors
 def deploy_command(
-    prefect_file: Annotated[Path | None, typer.Option(
-        "--prefect-file", help="deployments file (default infra/prefect.yaml)")] = None,
-    name: Annotated[list[str] | None, typer.Option(
-        "--name", help="register just this deployment (repeatable)")] = None,
-    work_pool: Annotated[str | None, typer.Option("--work-pool", help=(
-        "register every deployment on this `process` work pool instead of the file's "
-        "(one VM, no Kubernetes)"))] = None,
-    pool_type: Annotated[str, typer.Option(
-        "--pool-type", help="type of the file's work pool when it must be created")] = "kubernetes",
-    api_url: Annotated[str | None, typer.Option("--api-url", help=(
-        "Prefect server (default: KERNELCAST_PREFECT_API_URL / PREFECT_API_URL)"))] = None,
+    prefect_file: Annotated[
+        Path | None, typer.Option("--prefect-file", help="deployments file (default infra/prefect.yaml)")
+    ] = None,
+    name: Annotated[
+        list[str] | None, typer.Option("--name", help="register just this deployment (repeatable)")
+    ] = None,
+    work_pool: Annotated[
+        str | None,
+        typer.Option(
+            "--work-pool",
+            help=(
+                "register every deployment on this `process` work pool instead of the file's "
+                "(one VM, no Kubernetes)"
+            ),
+        ),
+    ] = None,
+    pool_type: Annotated[
+        str, typer.Option("--pool-type", help="type of the file's work pool when it must be created")
+    ] = "kubernetes",
+    api_url: Annotated[
+        str | None,
+        typer.Option(
+            "--api-url", help=("Prefect server (default: KERNELCAST_PREFECT_API_URL / PREFECT_API_URL)")
+        ),
+    ] = None,
 ) -> None:
     """Register the deployments with their schedules; then `prefect worker start --pool POOL` runs them.
 
@@ -40,8 +54,10 @@ def deploy_command(
 
         target = PREFECT_API_URL.value()
     if not target:
-        raise UserError("no Prefect server: start one (`prefect server start`) and pass --api-url "
-                        "http://127.0.0.1:4200/api, or set KERNELCAST_PREFECT_API_URL")
+        raise UserError(
+            "no Prefect server: start one (`prefect server start`) and pass --api-url "
+            "http://127.0.0.1:4200/api, or set KERNELCAST_PREFECT_API_URL"
+        )
     if not server_is_healthy(target):
         raise UserError(f"--api-url {target}: no Prefect server answers there")
     specs, pull_steps = read_deployments(prefect_file or PREFECT_YAML, name)
@@ -49,12 +65,19 @@ def deploy_command(
 
     settings = settings.model_copy(update={"prefect_api_url": target})
     with prefect_server(settings):
-        registered = register(specs, pull_steps, work_pool=work_pool,
-                              path=str(PROJECT_ROOT) if work_pool else None, pool_type=pool_type)
+        registered = register(
+            specs,
+            pull_steps,
+            work_pool=work_pool,
+            path=str(PROJECT_ROOT) if work_pool else None,
+            pool_type=pool_type,
+        )
     for entry in registered:
         schedules = ", ".join(str(s) for s in entry["schedules"]) or "no schedule"
         created = " (work pool created)" if entry["work_pool_created"] else ""
         typer.echo(f"{entry['name']:<48} pool {entry['work_pool']}{created}; {schedules}")
     pools = sorted({entry["work_pool"] for entry in registered})
-    typer.echo(f"registered {len(registered)} deployment(s) on {target}; run them with "
-               + " / ".join(f"`prefect worker start --pool {pool}`" for pool in pools))
+    typer.echo(
+        f"registered {len(registered)} deployment(s) on {target}; run them with "
+        + " / ".join(f"`prefect worker start --pool {pool}`" for pool in pools)
+    )

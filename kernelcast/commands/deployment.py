@@ -106,12 +106,16 @@ def render_answer(a: dict[str, Any]) -> list[str]:
     if "refused" in a:
         return [f"{d['model']} on {d['gpu']}: {a['refused']}"]
     ttft, tpot, mem = a["interval"]["ttft_ms"], a["interval"]["tpot_ms"], a["memory"]
-    head = (f"{d['model']} ({d['parameters_b']}B, {d['dtype']}, kv {d['kv_dtype']}) on {d['gpu']} "
-            f"x{d['tp'] * d['pp']} (tp={d['tp']}, pp={d['pp']}, ep={d['ep']}, {d['mode']}); "
-            f"isl {d['isl']}, osl {d['osl']}, concurrency {d['concurrency']}")
-    memory = (f"  memory per GPU: weights {mem['weights_gb']:.3g} GB + KV {mem['kv_cache_gb']:.3g} GB + "
-              f"activations {mem['activations_gb']:.3g} GB = {mem['total_gb']:.3g} of "
-              f"{mem['budget_gb']:.3g} GB usable")
+    head = (
+        f"{d['model']} ({d['parameters_b']}B, {d['dtype']}, kv {d['kv_dtype']}) on {d['gpu']} "
+        f"x{d['tp'] * d['pp']} (tp={d['tp']}, pp={d['pp']}, ep={d['ep']}, {d['mode']}); "
+        f"isl {d['isl']}, osl {d['osl']}, concurrency {d['concurrency']}"
+    )
+    memory = (
+        f"  memory per GPU: weights {mem['weights_gb']:.3g} GB + KV {mem['kv_cache_gb']:.3g} GB + "
+        f"activations {mem['activations_gb']:.3g} GB = {mem['total_gb']:.3g} of "
+        f"{mem['budget_gb']:.3g} GB usable"
+    )
     lines = [
         head,
         f"  TTFT {a['ttft_ms']:.4g} ms  [{ttft[0]:.4g} - {ttft[1]:.4g}]",

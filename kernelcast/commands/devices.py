@@ -22,8 +22,17 @@ app = typer.Typer(help="The GPU catalog: specs every prediction uses.", no_args_
 VENDORS = ("nvidia", "amd", "intel")
 # (header, width, cell) for `devices list`; cells are pre-formatted strings.
 _COLUMNS: tuple[tuple[str, int], ...] = (
-    ("id", 17), ("name", 50), ("vendor", 6), ("arch", 9), ("SMs", 4), ("boost MHz", 9),
-    ("FP32 TFLOP/s", 12), ("FP16 tensor TFLOP/s", 19), ("DRAM GB/s", 9), ("L2 MB", 5), ("origin", 7),
+    ("id", 17),
+    ("name", 50),
+    ("vendor", 6),
+    ("arch", 9),
+    ("SMs", 4),
+    ("boost MHz", 9),
+    ("FP32 TFLOP/s", 12),
+    ("FP16 tensor TFLOP/s", 19),
+    ("DRAM GB/s", 9),
+    ("L2 MB", 5),
+    ("origin", 7),
 )
 _LEFT = {0, 1, 2, 3, 10}  # text columns, left-aligned
 
@@ -36,25 +45,43 @@ def _number(value: float | None) -> str:
 
 def _row(spec: DeviceSpec, user: bool = False) -> list[str]:
     return [
-        spec.id, spec.name, spec.vendor, spec.architecture, str(spec.sms), _number(spec.boost_clock_mhz),
-        _number(spec.peak_tflops.fp32), _number(spec.peak_tflops.fp16_tensor), _number(spec.dram_gbps),
-        _number(spec.l2_mb), "user" if user else "catalog",
+        spec.id,
+        spec.name,
+        spec.vendor,
+        spec.architecture,
+        str(spec.sms),
+        _number(spec.boost_clock_mhz),
+        _number(spec.peak_tflops.fp32),
+        _number(spec.peak_tflops.fp16_tensor),
+        _number(spec.dram_gbps),
+        _number(spec.l2_mb),
+        "user" if user else "catalog",
     ]
 
 
 def _summary(spec: DeviceSpec, user: bool = False) -> dict[str, object]:
     return {
-        "id": spec.id, "name": spec.name, "vendor": spec.vendor, "architecture": spec.architecture,
-        "sms": spec.sms, "boost_clock_mhz": spec.boost_clock_mhz, "fp32_tflops": spec.peak_tflops.fp32,
-        "fp16_tensor_tflops": spec.peak_tflops.fp16_tensor, "dram_gbps": spec.dram_gbps, "l2_mb": spec.l2_mb,
+        "id": spec.id,
+        "name": spec.name,
+        "vendor": spec.vendor,
+        "architecture": spec.architecture,
+        "sms": spec.sms,
+        "boost_clock_mhz": spec.boost_clock_mhz,
+        "fp32_tflops": spec.peak_tflops.fp32,
+        "fp16_tensor_tflops": spec.peak_tflops.fp16_tensor,
+        "dram_gbps": spec.dram_gbps,
+        "l2_mb": spec.l2_mb,
         "user": user,
     }
 
 
 def format_table(specs: list[DeviceSpec], user_ids: set[str] | frozenset[str] = frozenset()) -> str:
     """Fixed-width text table; numeric columns right-aligned; origin = catalog | user (devices add)."""
+
     def line(cells: list[str]) -> str:
-        return "  ".join(c.ljust(w) if i in _LEFT else c.rjust(w) for i, (c, (_, w)) in enumerate(zip(cells, _COLUMNS)))
+        return "  ".join(
+            c.ljust(w) if i in _LEFT else c.rjust(w) for i, (c, (_, w)) in enumerate(zip(cells, _COLUMNS))
+        )
 
     lines = [line([h for h, _ in _COLUMNS])]
     lines += [line(_row(spec, spec.id in user_ids)) for spec in specs]
@@ -83,8 +110,13 @@ def list_command(
 @app.command("show")
 @clean_errors
 def show_command(
-    name: Annotated[str, typer.Argument(help="catalog id or any spelling, e.g. 'NVIDIA H100 80GB HBM3', 'Tesla T4'; "
-                                             "or a spec file (.yaml/.json) to check it without adding it")],
+    name: Annotated[
+        str,
+        typer.Argument(
+            help="catalog id or any spelling, e.g. 'NVIDIA H100 80GB HBM3', 'Tesla T4'; "
+            "or a spec file (.yaml/.json) to check it without adding it"
+        ),
+    ],
     as_json: Annotated[bool, typer.Option("--json", help="print JSON instead of text")] = False,
 ) -> None:
     """Show every spec of one GPU, its derived ridge points, and the spec sheet it comes from."""
@@ -93,8 +125,13 @@ def show_command(
     catalog = load_catalog()
     spec = resolve_spec(name, catalog)
     record = spec.model_dump(mode="json")
-    record["origin"] = ("spec file" if spec.id not in catalog.ids() or catalog.get(spec.id) != spec
-                        else "user" if catalog.is_user(spec.id) else "catalog")
+    record["origin"] = (
+        "spec file"
+        if spec.id not in catalog.ids() or catalog.get(spec.id) != spec
+        else "user"
+        if catalog.is_user(spec.id)
+        else "catalog"
+    )
     # Ridge points are derived, but they are what a user asks `show` for: where compute-bound starts.
     record["ridge_flop_per_byte"] = {
         p: round(spec.ridge_point(p, tensor=None), 2) for p in PRECISIONS if spec.has_pipe(p, tensor=None)
@@ -140,11 +177,15 @@ def add_devices(spec_file: Path, user_dir: Path, replace: bool = False) -> list[
     kept = []
     for spec in new:
         if spec.id in catalog.ids() and not catalog.is_user(spec.id):
-            raise UserError(f"{spec_file}: id {spec.id!r} is a packaged catalog device ({catalog.get(spec.id).name}); "
-                            "choose another id")
+            raise UserError(
+                f"{spec_file}: id {spec.id!r} is a packaged catalog device ({catalog.get(spec.id).name}); "
+                "choose another id"
+            )
         if catalog.is_user(spec.id) and not replace:
-            raise UserError(f"{spec_file}: user device {spec.id!r} already exists ({catalog.user_files[spec.id]}); "
-                            "pass --replace to overwrite it")
+            raise UserError(
+                f"{spec_file}: user device {spec.id!r} already exists ({catalog.user_files[spec.id]}); "
+                "pass --replace to overwrite it"
+            )
     replaced = {s.id for s in new}
     try:  # every spelling must stay unambiguous across the packaged and user devices
         Catalog([s for s in catalog.all() if s.id not in replaced] + new)
@@ -166,9 +207,15 @@ def add_devices(spec_file: Path, user_dir: Path, replace: bool = False) -> list[
 @app.command("add")
 @clean_errors
 def add_command(
-    spec_file: Annotated[Path, typer.Argument(
-        help="YAML/JSON spec (one mapping, or a 'devices:' list); every field, optional ones marked: docs/devices.md")],
-    replace: Annotated[bool, typer.Option("--replace", help="overwrite a user device with the same id")] = False,
+    spec_file: Annotated[
+        Path,
+        typer.Argument(
+            help="YAML/JSON spec (one mapping, or a 'devices:' list); every field, optional ones marked: docs/devices.md"
+        ),
+    ],
+    replace: Annotated[
+        bool, typer.Option("--replace", help="overwrite a user device with the same id")
+    ] = False,
     home: Annotated[Path | None, typer.Option(help="state folder (default: KERNELCAST_HOME)")] = None,
 ) -> None:
     """Add a GPU the catalog lacks from its spec sheet figures; kept in $KERNELCAST_HOME/devices."""

@@ -17,27 +17,74 @@ from kernelcast.commands._common import UserError, clean_errors, prepared_settin
 @clean_errors
 def evaluate_command(
     out: Annotated[Path, typer.Option("--out", help="evaluation report (JSON)")],
-    model: Annotated[str | None, typer.Option("--model", help="models:/kernelcast@champion, models:/kernelcast/3, a predictor dir or 'roofline'")] = None,
-    source: Annotated[str | None, typer.Option("--source", help="ingest this source on the fly (with --from)")] = None,
-    from_dir: Annotated[Path | None, typer.Option("--from", help="directory of the source in its upstream layout")] = None,
-    split: Annotated[str | None, typer.Option("--split", help="score this split's test side (default: unseen-kernel; all rows with --source)")] = None,
-    features: Annotated[Path | None, typer.Option("--features", help="feature table (default: data_dir/features/features.parquet)")] = None,
+    model: Annotated[
+        str | None,
+        typer.Option(
+            "--model", help="models:/kernelcast@champion, models:/kernelcast/3, a predictor dir or 'roofline'"
+        ),
+    ] = None,
+    source: Annotated[
+        str | None, typer.Option("--source", help="ingest this source on the fly (with --from)")
+    ] = None,
+    from_dir: Annotated[
+        Path | None, typer.Option("--from", help="directory of the source in its upstream layout")
+    ] = None,
+    split: Annotated[
+        str | None,
+        typer.Option(
+            "--split", help="score this split's test side (default: unseen-kernel; all rows with --source)"
+        ),
+    ] = None,
+    features: Annotated[
+        Path | None,
+        typer.Option("--features", help="feature table (default: data_dir/features/features.parquet)"),
+    ] = None,
     log: Annotated[bool, typer.Option("--log/--no-log", help="record an MLflow evaluation run")] = True,
-    max_rows: Annotated[int | None, typer.Option("--max-rows", min=1, help=(
-        "score at most this many rows, chosen by hash of measurement_id (the same rows every run); "
-        "for the llm family on a CPU"))] = None,
-    gate: Annotated[bool, typer.Option("--gate", help=(
-        "write the promotion gate's report: every split of params.yaml register.splits (refits under "
-        "register.evaluation caps); attached to the registered version as its eval_report"))] = False,
-    registration: Annotated[Path | None, typer.Option("--registration", help=(
-        "with --gate: the version a registration.json (written by `kernelcast train`) names"))] = None,
+    max_rows: Annotated[
+        int | None,
+        typer.Option(
+            "--max-rows",
+            min=1,
+            help=(
+                "score at most this many rows, chosen by hash of measurement_id (the same rows every run); "
+                "for the llm family on a CPU"
+            ),
+        ),
+    ] = None,
+    gate: Annotated[
+        bool,
+        typer.Option(
+            "--gate",
+            help=(
+                "write the promotion gate's report: every split of params.yaml register.splits (refits under "
+                "register.evaluation caps); attached to the registered version as its eval_report"
+            ),
+        ),
+    ] = False,
+    registration: Annotated[
+        Path | None,
+        typer.Option(
+            "--registration",
+            help=("with --gate: the version a registration.json (written by `kernelcast train`) names"),
+        ),
+    ] = None,
 ) -> None:
     """Evaluate MODEL; rows it trained on are excluded and counted as excluded_seen."""
     from components.evaluation.stage import EvaluateInputs, check_inputs, evaluate_stage
     from components.platform.config import load_params
 
-    inputs = EvaluateInputs(model=model or "", out_file=out, split=split, features_file=features, source=source,
-                            from_dir=from_dir, log=log, max_rows=max_rows, gate=gate, registration=registration)
+    inputs = EvaluateInputs(
+        model=model or "",
+        out_file=out,
+        split=split,
+        features_file=features,
+        source=source,
+        from_dir=from_dir,
+        log=log,
+        max_rows=max_rows,
+        gate=gate,
+        registration=registration,
+    )
     if not model and registration is None:
         raise UserError("--model is required (or --gate --registration FILE)")
     try:
@@ -58,20 +105,25 @@ def evaluate_command(
     if "serving" in report:
         _print_serving(report["serving"])
     if result.ingested_rows is not None:
-        typer.echo(f"{source}: {result.ingested_rows} rows ingested "
-                   f"({result.quarantined} quarantined by validation)")
+        typer.echo(
+            f"{source}: {result.ingested_rows} rows ingested ({result.quarantined} quarantined by validation)"
+        )
         accounting = report.get("source_rows", {})
         for why, count in accounting.get("rejected_at_ingest", {}).items():
             typer.echo(f"  rejected at ingest, {count} of {accounting['rows_in']} upstream rows: {why}")
     if result.run_id is not None:
         typer.echo(f"mlflow evaluation run: {result.run_id}")
     for target, figures in report["targets"].items():
-        typer.echo(f"{target:16s} n={figures['n']:6d} MAPE={_pct(figures['mape'])} "
-                   f"median={_pct(figures['median_ape'])} within10={_pct(figures['within_10'])}")
+        typer.echo(
+            f"{target:16s} n={figures['n']:6d} MAPE={_pct(figures['mape'])} "
+            f"median={_pct(figures['median_ape'])} within10={_pct(figures['within_10'])}"
+        )
     if "roofline" in report:
         roofline = report["roofline"]
-        typer.echo(f"roofline class   n={roofline['n']:6d} acc={_pct(roofline['accuracy'])} "
-                   f"balanced={_pct(roofline['balanced_accuracy'])}")
+        typer.echo(
+            f"roofline class   n={roofline['n']:6d} acc={_pct(roofline['accuracy'])} "
+            f"balanced={_pct(roofline['balanced_accuracy'])}"
+        )
     for why, count in report.get("unanswered", {}).items():
         typer.echo(f"  no runtime for {count} rows: {why}")
     if "programs" in report:
@@ -85,7 +137,9 @@ def _print_serving(serving: dict) -> None:
         typer.echo(f"serving runs: {serving.get('note', 'none')}")
         return
     for device, entry in serving["by_device"].items():
-        figures = " ".join(f"{k.removesuffix('_mape')}={_pct(v)}" for k, v in entry.items() if k.endswith("_mape"))
+        figures = " ".join(
+            f"{k.removesuffix('_mape')}={_pct(v)}" for k, v in entry.items() if k.endswith("_mape")
+        )
         typer.echo(f"serving {device:16s} {entry['n']}/{entry['n_asked']} answered {figures}")
         for reason, n in entry["not_answered"].items():
             typer.echo(f"    not answered: {n} x {reason}")
@@ -93,8 +147,10 @@ def _print_serving(serving: dict) -> None:
 
 
 def _print_programs(programs: dict) -> None:
-    typer.echo(f"programs ({programs['split']}): {programs['n_answered']} of {programs['n_rows']} timing rows answered "
-               "(leave-one-GPU-out program model, as `bench accuracy --split kernelbench`)")
+    typer.echo(
+        f"programs ({programs['split']}): {programs['n_answered']} of {programs['n_rows']} timing rows answered "
+        "(leave-one-GPU-out program model, as `bench accuracy --split kernelbench`)"
+    )
     for why, count in programs["unanswered"].items():
         typer.echo(f"  not answered, {count} rows: {why}")
     for row in programs["figures"]:
@@ -107,16 +163,24 @@ def _pct(value: float | None) -> str:
 
 
 def _print_gate(report: dict, out: Path) -> None:
-    who = (f"{report['model_name']} v{report['model_version']}" if report.get("model_version")
-           else str(report.get("model")))
+    who = (
+        f"{report['model_name']} v{report['model_version']}"
+        if report.get("model_version")
+        else str(report.get("model"))
+    )
     typer.echo(f"gate report for {who} ({report.get('family')}; dataset {report.get('dataset_version')})")
     for split, entry in report["splits"].items():
         if entry["status"] != "ok":
             typer.echo(f"{split:15s} {entry['status'].upper()}: {entry.get('note')}")
             continue
         metrics = entry["metrics"]
-        figures = [f"{name}={_pct(metrics.get(name))}" for name in ("runtime_mape", "within_10", "roofline_accuracy")
-                   if metrics.get(name) is not None]
-        typer.echo(f"{split:15s} {entry['mode']:8s} n={entry['n']:6d} {' '.join(figures)} ({entry['seconds']} s)")
+        figures = [
+            f"{name}={_pct(metrics.get(name))}"
+            for name in ("runtime_mape", "within_10", "roofline_accuracy")
+            if metrics.get(name) is not None
+        ]
+        typer.echo(
+            f"{split:15s} {entry['mode']:8s} n={entry['n']:6d} {' '.join(figures)} ({entry['seconds']} s)"
+        )
     state = "complete" if report.get("complete") else "INCOMPLETE (cannot promote)"
     typer.echo(f"{state}; {report.get('seconds')} s -> {out}")

@@ -9,16 +9,27 @@ import typer
 
 from kernelcast.commands._common import clean_errors, prepared_settings
 
-app = typer.Typer(help="Build the feature table (analytical, device and static features).", no_args_is_help=True)
+app = typer.Typer(
+    help="Build the feature table (analytical, device and static features).", no_args_is_help=True
+)
 
 
 @app.command("build")
 @clean_errors
 def build_command(
-    in_dir: Annotated[Path | None, typer.Option("--in", help="folder with measurements.parquet (default: data_dir/validated)")] = None,
-    out_file: Annotated[Path | None, typer.Option("--out", help="feature table (default: data_dir/features/features.parquet)")] = None,
+    in_dir: Annotated[
+        Path | None,
+        typer.Option("--in", help="folder with measurements.parquet (default: data_dir/validated)"),
+    ] = None,
+    out_file: Annotated[
+        Path | None, typer.Option("--out", help="feature table (default: data_dir/features/features.parquet)")
+    ] = None,
     static_file: Annotated[
-        Path | None, typer.Option("--static", help="s_* static features by kernel_id (default: data_dir/features/static.parquet if present)")
+        Path | None,
+        typer.Option(
+            "--static",
+            help="s_* static features by kernel_id (default: data_dir/features/static.parquet if present)",
+        ),
     ] = None,
     chunks: Annotated[int, typer.Option(min=1, help="row chunks computed as Ray tasks (1 = in-process)")] = 1,
 ) -> None:
@@ -30,10 +41,13 @@ def build_command(
     hint = "" if in_dir else " -- run `kernelcast ingest` then `kernelcast validate` first, or pass --in DIR"
     measurements, kernels = locate_tables(in_dir or settings.data_dir / "validated", canonical, hint)
     default_static = settings.data_dir / "features" / "static.parquet"
-    inputs = FeatureInputs(measurements_file=measurements, kernels_file=kernels,
-                           out_file=out_file or settings.data_dir / "features" / "features.parquet",
-                           static_file=static_file or (default_static if default_static.is_file() else None),
-                           chunks=chunks)
+    inputs = FeatureInputs(
+        measurements_file=measurements,
+        kernels_file=kernels,
+        out_file=out_file or settings.data_dir / "features" / "features.parquet",
+        static_file=static_file or (default_static if default_static.is_file() else None),
+        chunks=chunks,
+    )
     result = features_stage(inputs, settings=settings)
     typer.echo(result.coverage.to_string(index=False))
     typer.echo(f"wrote {result.rows} rows x {result.columns} columns -> {result.out_file}")
@@ -62,8 +76,12 @@ _register_static()
 @app.command("static-table")
 @clean_errors
 def static_table_command(
-    kernels_file: Annotated[Path | None, typer.Option("--kernels", help="kernels.parquet (default: data_dir/canonical)")] = None,
-    out_file: Annotated[Path | None, typer.Option("--out", help="default: data_dir/features/static.parquet")] = None,
+    kernels_file: Annotated[
+        Path | None, typer.Option("--kernels", help="kernels.parquet (default: data_dir/canonical)")
+    ] = None,
+    out_file: Annotated[
+        Path | None, typer.Option("--out", help="default: data_dir/features/static.parquet")
+    ] = None,
     arch: Annotated[str, typer.Option(help="target architecture for NVRTC")] = "sm_90",
 ) -> None:
     """Static features of every shipped CUDA kernel (NVRTC + nvdisasm, cached), keyed by kernel_id."""
@@ -72,9 +90,12 @@ def static_table_command(
     from components.features.stage import StaticInputs, static_stage
 
     settings = prepared_settings()
-    inputs = StaticInputs(kernels_file=kernels_file or settings.data_dir / "canonical" / "kernels.parquet",
-                          out_file=out_file or settings.data_dir / "features" / "static.parquet",
-                          datasets_dir=settings.datasets_dir, arch=arch)
+    inputs = StaticInputs(
+        kernels_file=kernels_file or settings.data_dir / "canonical" / "kernels.parquet",
+        out_file=out_file or settings.data_dir / "features" / "static.parquet",
+        datasets_dir=settings.datasets_dir,
+        arch=arch,
+    )
     result = static_stage(inputs)
     typer.echo(json.dumps(result.coverage, indent=1, sort_keys=True))
     typer.echo(f"wrote {result.kernels} kernels x {result.features} static features -> {result.out_file}")

@@ -18,12 +18,23 @@ _TABLE_CLASSES = INSTRUCTION_CLASSES[: INSTRUCTION_CLASSES.index("barrier") + 1]
 
 @clean_errors
 def static_command(
-    file: Annotated[Path, typer.Argument(help="CUDA source (.cu; host code is stripped before compiling) or HIP "
-                                         "source (.hip, compiled for an AMD ISA)")],
-    arch: Annotated[str, typer.Option("--arch", help="target SM (sm_60 ... sm_120, or a compute capability such as "
-                                      "7.0); one NVRTC cannot emit compiles for the nearest it can, and says so; "
-                                      "an AMD ISA (gfx908, gfx90a, gfx942, gfx1030: HIP compiler, default gfx90a "
-                                      "for .hip)")] = "sm_90",
+    file: Annotated[
+        Path,
+        typer.Argument(
+            help="CUDA source (.cu; host code is stripped before compiling) or HIP "
+            "source (.hip, compiled for an AMD ISA)"
+        ),
+    ],
+    arch: Annotated[
+        str,
+        typer.Option(
+            "--arch",
+            help="target SM (sm_60 ... sm_120, or a compute capability such as "
+            "7.0); one NVRTC cannot emit compiles for the nearest it can, and says so; "
+            "an AMD ISA (gfx908, gfx90a, gfx942, gfx1030: HIP compiler, default gfx90a "
+            "for .hip)",
+        ),
+    ] = "sm_90",
     kernel: Annotated[
         str | None, typer.Option("--kernel", help="only this kernel (short name or instance)")
     ] = None,
@@ -34,9 +45,13 @@ def static_command(
     define: Annotated[
         list[str] | None, typer.Option("-D", "--define", help="macro NAME or NAME=VALUE (repeatable)")
     ] = None,
-    build_defaults: Annotated[bool, typer.Option(
-        "--build-defaults/--no-build-defaults",
-        help="take -D/-I from a Makefile/CMakeLists.txt beside FILE and default #error-guarded macros")] = True,
+    build_defaults: Annotated[
+        bool,
+        typer.Option(
+            "--build-defaults/--no-build-defaults",
+            help="take -D/-I from a Makefile/CMakeLists.txt beside FILE and default #error-guarded macros",
+        ),
+    ] = True,
 ) -> None:
     """Compile FILE with NVRTC -- or, for .hip / --arch gfx..., the HIP compiler -- (no GPU needed) and report
     static features per kernel."""
@@ -66,13 +81,24 @@ def static_command(
             from components.features.static_hip import HipToolchainMissing, analyze_hip_file
 
             try:
-                report = analyze_hip_file(file, "gfx90a" if arch == "sm_90" else arch, kernel,
-                                          include_dirs=tuple(include or ()), defines=defines)
+                report = analyze_hip_file(
+                    file,
+                    "gfx90a" if arch == "sm_90" else arch,
+                    kernel,
+                    include_dirs=tuple(include or ()),
+                    defines=defines,
+                )
             except HipToolchainMissing as exc:
                 raise UserError(str(exc)) from None
         else:
-            report = analyze_file(file, arch, kernel, include_dirs=tuple(include or ()), defines=defines,
-                                  build_defaults=build_defaults)
+            report = analyze_file(
+                file,
+                arch,
+                kernel,
+                include_dirs=tuple(include or ()),
+                defines=defines,
+                build_defaults=build_defaults,
+            )
     except NoKernelError as exc:
         raise UserError(str(exc)) from None
     except CompileError as exc:

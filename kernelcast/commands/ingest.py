@@ -25,8 +25,10 @@ def format_summary(table: pd.DataFrame, rows_in: dict[str, int]) -> str:
     for source, group in table.groupby("source", sort=True):
         for device, rows, rejects in zip(group["device_id"], group["rows"], group["rejects"], strict=True):
             lines.append(f"{source:<15}{device:<26}{rows:>10}{rejects:>9}")
-        lines.append(f"{source:<15}{'= total (rows in ' + str(rows_in.get(source, 0)) + ')':<26}"
-                     f"{int(group['rows'].sum()):>10}{int(group['rejects'].sum()):>9}")
+        lines.append(
+            f"{source:<15}{'= total (rows in ' + str(rows_in.get(source, 0)) + ')':<26}"
+            f"{int(group['rows'].sum()):>10}{int(group['rejects'].sum()):>9}"
+        )
     lines.append(f"{'ALL':<15}{'':<26}{int(table['rows'].sum()):>10}{int(table['rejects'].sum()):>9}")
     return "\n".join(lines)
 
@@ -37,8 +39,12 @@ def ingest_command(
         list[str] | None, typer.Option("--source", "-s", help="source to ingest (repeatable)")
     ] = None,
     from_dir: Annotated[
-        str | None, typer.Option("--from", help="local dir in upstream layout, or a git/http(s) URL to fetch "
-                                                "at the pinned commit (one --source only)")
+        str | None,
+        typer.Option(
+            "--from",
+            help="local dir in upstream layout, or a git/http(s) URL to fetch "
+            "at the pinned commit (one --source only)",
+        ),
     ] = None,
     all_sources: Annotated[
         bool, typer.Option("--all", help="every source in params.yaml ingest.sources, from datasets_dir")
@@ -61,18 +67,26 @@ def ingest_command(
     if not sources:
         raise UserError(f"nothing to ingest: give --source NAME (one of {', '.join(SOURCES)}) or --all")
     sources = [check_source(s) for s in dict.fromkeys(sources)]
-    inputs = IngestInputs(sources=tuple(sources), out_dir=out or settings.data_dir / "canonical",
-                          datasets_dir=settings.datasets_dir, cache_dir=settings.cache_dir,
-                          from_location=from_dir)
+    inputs = IngestInputs(
+        sources=tuple(sources),
+        out_dir=out or settings.data_dir / "canonical",
+        datasets_dir=settings.datasets_dir,
+        cache_dir=settings.cache_dir,
+        from_location=from_dir,
+    )
     try:
         result = ingest_stage(inputs, progress=lambda m: typer.echo(m, err=True))
     except IngestError as exc:
         raise UserError(str(exc)) from None
     typer.echo(format_summary(result.summary, result.rows_in))
     if result.unknown_devices:
-        typer.echo(f"unknown devices (add them to the catalog): {', '.join(result.unknown_devices)}",
-                   err=True)
-    typer.echo(f"wrote {result.out_dir} "
-               "(measurements.parquet, kernels.parquet, rejects.parquet, summary.json)")
-    typer.echo(f"replaced {', '.join(result.replaced) or 'nothing'}; kept {', '.join(result.kept) or 'nothing'}; "
-               f"{result.total_rows} rows in all")
+        typer.echo(
+            f"unknown devices (add them to the catalog): {', '.join(result.unknown_devices)}", err=True
+        )
+    typer.echo(
+        f"wrote {result.out_dir} (measurements.parquet, kernels.parquet, rejects.parquet, summary.json)"
+    )
+    typer.echo(
+        f"replaced {', '.join(result.replaced) or 'nothing'}; kept {', '.join(result.kept) or 'nothing'}; "
+        f"{result.total_rows} rows in all"
+    )

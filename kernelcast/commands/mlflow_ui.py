@@ -23,10 +23,18 @@ def mlflow_ui_command(
     from components.serving.processes import run_process_group
 
     command = [
-        sys.executable, "-m", "mlflow", "server",
-        "--backend-store-uri", settings.tracking_uri(),
-        "--default-artifact-root", settings.artifact_root(),
-        "--host", host, "--port", str(port),
+        sys.executable,
+        "-m",
+        "mlflow",
+        "server",
+        "--backend-store-uri",
+        settings.tracking_uri(),
+        "--default-artifact-root",
+        settings.artifact_root(),
+        "--host",
+        host,
+        "--port",
+        str(port),
     ]
     typer.echo(f"MLflow UI on http://{host}:{port} (store: {settings.tracking_uri()})")
     code = run_process_group(command)

@@ -1,10 +1,10 @@
 """`kernelcast predict`: how fast will this kernel run on that GPU? (no GPU needed)
 
-    kernelcast predict --op gemm --shape M=4096,N=4096,K=4096 --dtype bf16 --device H100 --device MI300X
-    kernelcast predict saxpy.cu --launch 4096/256 --device all
-    kernelcast predict model.py --device H100                 # a KernelBench-style PyTorch module
-    kernelcast predict --batch questions.csv --device H100 --json
-    kernelcast predict --llm Llama-3.1-70B --isl 2048 --osl 256 --concurrency 32 --tp 4 --device H100
+kernelcast predict --op gemm --shape M=4096,N=4096,K=4096 --dtype bf16 --device H100 --device MI300X
+kernelcast predict saxpy.cu --launch 4096/256 --device all
+kernelcast predict model.py --device H100                 # a KernelBench-style PyTorch module
+kernelcast predict --batch questions.csv --device H100 --json
+kernelcast predict --llm Llama-3.1-70B --isl 2048 --osl 256 --concurrency 32 --tp 4 --device H100
 """
 
 from __future__ import annotations
@@ -20,20 +20,37 @@ from kernelcast.commands._common import UserError, clean_errors, prepared_settin
 DEFAULT_MODEL = "models:/kernelcast@champion"
 
 
-def gather_questions(file: Path | None, op: str | None, shape: str | None, dtype: str | None, launch: str | None,
-                     kernel: str | None, define: list[str], batch: Path | None, device: list[str], *,
-                     allow_count: bool, row_errors: list[Any] | None = None) -> Any:
+def gather_questions(
+    file: Path | None,
+    op: str | None,
+    shape: str | None,
+    dtype: str | None,
+    launch: str | None,
+    kernel: str | None,
+    define: list[str],
+    batch: Path | None,
+    device: list[str],
+    *,
+    allow_count: bool,
+    row_errors: list[Any] | None = None,
+) -> Any:
     """Rows from exactly one of: --op/--shape, a source/module FILE, or --batch."""
     from components.serving.batch import expand, kernel_from_file, read_batch
     from components.serving.query import parse_shape
 
-    forms = [name for name, given in (("--op/--shape", op or shape), ("FILE", file), ("--batch", batch)) if given]
+    forms = [
+        name for name, given in (("--op/--shape", op or shape), ("FILE", file), ("--batch", batch)) if given
+    ]
     if len(forms) != 1:
-        raise UserError("give exactly one of --op with --shape, a .cu/.hip/.py FILE, or --batch FILE"
-                        + (f" (got {' and '.join(forms)})" if forms else ""))
+        raise UserError(
+            "give exactly one of --op with --shape, a .cu/.hip/.py FILE, or --batch FILE"
+            + (f" (got {' and '.join(forms)})" if forms else "")
+        )
     if batch is not None:
         if dtype or launch or kernel or define:
-            raise UserError("--dtype/--launch/--kernel/--define do not apply to --batch (put them in the file)")
+            raise UserError(
+                "--dtype/--launch/--kernel/--define do not apply to --batch (put them in the file)"
+            )
         records = read_batch(batch, allow_count=allow_count, row_errors=row_errors)
     elif file is not None:
         record = kernel_from_file(file, launch, kernel, define)
@@ -62,8 +79,9 @@ def answer(rows: Any, model: str, allow_modules: bool = True) -> tuple[list[dict
         raise UserError(restate(str(exc), rows.origins)) from None
     loaded = load_model(model)
     try:
-        answers = answer_questions(loaded.predictor, questions, model_version=loaded.version,
-                                   allow_modules=allow_modules)
+        answers = answer_questions(
+            loaded.predictor, questions, model_version=loaded.version, allow_modules=allow_modules
+        )
     except QueryError as exc:
         raise UserError(restate(str(exc), rows.origins)) from None
     return answers, loaded.version
@@ -79,33 +97,62 @@ def _fmt(value: Any, digits: int = 4) -> str:
     return str(value)
 
 
-def render_table(answers: list[dict[str, Any]], labels: list[str] | None, kernel_of_row: list[int]) -> list[str]:
+def render_table(
+    answers: list[dict[str, Any]], labels: list[str] | None, kernel_of_row: list[int]
+) -> list[str]:
     """A readable table: runtime with its interval, bound, headroom; then per-op breakdowns and notes."""
     many = labels is not None and len(set(kernel_of_row)) > 1
-    header = (["kernel"] if many else []) + ["device", "runtime_us", "interval_us", "class", "bound", "headroom",
-                                             "GFLOP/s", "GB/s"]
+    header = (["kernel"] if many else []) + [
+        "device",
+        "runtime_us",
+        "interval_us",
+        "class",
+        "bound",
+        "headroom",
+        "GFLOP/s",
+        "GB/s",
+    ]
     body = []
     for row, a in enumerate(answers):
-        interval = (f"{_fmt(a.get('duration_us_lo'))} - {_fmt(a.get('duration_us_hi'))}"
-                    if a.get("duration_us_lo") is not None else "-")
+        interval = (
+            f"{_fmt(a.get('duration_us_lo'))} - {_fmt(a.get('duration_us_hi'))}"
+            if a.get("duration_us_lo") is not None
+            else "-"
+        )
         cells = ([labels[kernel_of_row[row]]] if many and labels else []) + [
-            a["device"], _fmt(a.get("duration_us")), interval, _fmt(a.get("roofline_class")), _fmt(a.get("bound_pipe")),
-            _fmt(a.get("headroom"), 3), _fmt(a.get("gflops")), _fmt(a.get("achieved_gbps"))]
+            a["device"],
+            _fmt(a.get("duration_us")),
+            interval,
+            _fmt(a.get("roofline_class")),
+            _fmt(a.get("bound_pipe")),
+            _fmt(a.get("headroom"), 3),
+            _fmt(a.get("gflops")),
+            _fmt(a.get("achieved_gbps")),
+        ]
         body.append(cells)
     widths = [max(len(str(r[i])) for r in [header, *body]) for i in range(len(header))]
-    lines = ["  ".join(str(c).ljust(w) if i < (2 if many else 1) else str(c).rjust(w)
-                       for i, (c, w) in enumerate(zip(r, widths, strict=True))) for r in [header, *body]]
+    lines = [
+        "  ".join(
+            str(c).ljust(w) if i < (2 if many else 1) else str(c).rjust(w)
+            for i, (c, w) in enumerate(zip(r, widths, strict=True))
+        )
+        for r in [header, *body]
+    ]
     for a in answers:
         ops = a.get("breakdown") or []
         if isinstance(ops, list) and ops:
             lines.append(f"top ops on {a['device']}:")
             for item in ops:
-                lines.append(f"  {item.get('op', '?'):<32} x{_fmt(item.get('count'))}  "
-                             f"{_fmt(item.get('duration_us'))} us  {_fmt(item.get('bound'))}")
+                lines.append(
+                    f"  {item.get('op', '?'):<32} x{_fmt(item.get('count'))}  "
+                    f"{_fmt(item.get('duration_us'))} us  {_fmt(item.get('bound'))}"
+                )
     for a in answers:
         if a.get("ood"):
-            lines.append(f"note: {a['device']}: outside the shapes this model was trained on; the interval is the "
-                         "wider out-of-range one")
+            lines.append(
+                f"note: {a['device']}: outside the shapes this model was trained on; the interval is the "
+                "wider out-of-range one"
+            )
         if a.get("note"):
             lines.append(f"note: {a['device']}: {a['note']}")
     return lines
@@ -119,18 +166,42 @@ def _line_number(origin: str) -> int:
 
 @clean_errors
 def predict_command(
-    file: Annotated[Path | None, typer.Argument(help="a .cu/.hip kernel source or a .py PyTorch module")] = None,
-    op: Annotated[str | None, typer.Option(help="op: gemm, linear, bmm, add, mul, gelu, silu, softmax, layernorm, ...")] = None,
-    shape: Annotated[str | None, typer.Option(help="sizes, e.g. M=4096,N=4096,K=4096 (bmm adds B; rows ops use B,H)")] = None,
-    device: Annotated[list[str] | None, typer.Option(help="GPU name/alias, a spec file (.yaml/.json), or 'all' (repeatable)")] = None,
-    dtype: Annotated[str | None, typer.Option(help="fp32 | fp16 | bf16 | fp8 | tf32 | fp64 | int8 (op default fp32)")] = None,
-    launch: Annotated[str | None, typer.Option(help="a source's launch: GRID/BLOCK (4096/256, 64,64/16,16) or JSON")] = None,
-    kernel: Annotated[str | None, typer.Option(help="the __global__ function of the source to predict")] = None,
-    define: Annotated[list[str] | None, typer.Option(help="-D macro for the source, NAME=VALUE (repeatable)")] = None,
-    batch: Annotated[Path | None, typer.Option(help="CSV or JSONL file of questions (columns: device, dtype, op, shape, ...)")] = None,
-    model: Annotated[str, typer.Option(help="models:/kernelcast@champion, a predictor dir, or 'roofline'")] = DEFAULT_MODEL,
+    file: Annotated[
+        Path | None, typer.Argument(help="a .cu/.hip kernel source or a .py PyTorch module")
+    ] = None,
+    op: Annotated[
+        str | None, typer.Option(help="op: gemm, linear, bmm, add, mul, gelu, silu, softmax, layernorm, ...")
+    ] = None,
+    shape: Annotated[
+        str | None, typer.Option(help="sizes, e.g. M=4096,N=4096,K=4096 (bmm adds B; rows ops use B,H)")
+    ] = None,
+    device: Annotated[
+        list[str] | None,
+        typer.Option(help="GPU name/alias, a spec file (.yaml/.json), or 'all' (repeatable)"),
+    ] = None,
+    dtype: Annotated[
+        str | None, typer.Option(help="fp32 | fp16 | bf16 | fp8 | tf32 | fp64 | int8 (op default fp32)")
+    ] = None,
+    launch: Annotated[
+        str | None, typer.Option(help="a source's launch: GRID/BLOCK (4096/256, 64,64/16,16) or JSON")
+    ] = None,
+    kernel: Annotated[
+        str | None, typer.Option(help="the __global__ function of the source to predict")
+    ] = None,
+    define: Annotated[
+        list[str] | None, typer.Option(help="-D macro for the source, NAME=VALUE (repeatable)")
+    ] = None,
+    batch: Annotated[
+        Path | None,
+        typer.Option(help="CSV or JSONL file of questions (columns: device, dtype, op, shape, ...)"),
+    ] = None,
+    model: Annotated[
+        str, typer.Option(help="models:/kernelcast@champion, a predictor dir, or 'roofline'")
+    ] = DEFAULT_MODEL,
     as_json: Annotated[bool, typer.Option("--json", help="print JSON instead of a table")] = False,
-    llm: Annotated[str | None, typer.Option(help="deployment: an LLM's HF config.json (path, JSON text or bundled name)")] = None,
+    llm: Annotated[
+        str | None, typer.Option(help="deployment: an LLM's HF config.json (path, JSON text or bundled name)")
+    ] = None,
     isl: Annotated[int | None, typer.Option(help="--llm: input tokens per request")] = None,
     osl: Annotated[int | None, typer.Option(help="--llm: output tokens per request")] = None,
     concurrency: Annotated[int, typer.Option(help="--llm: concurrent requests")] = 1,
@@ -139,7 +210,9 @@ def predict_command(
     ep: Annotated[int, typer.Option(help="--llm: expert-parallel GPUs (MoE)")] = 1,
     kv_dtype: Annotated[str | None, typer.Option(help="--llm: KV-cache dtype (default from --dtype)")] = None,
     mode: Annotated[str, typer.Option(help="--llm: agg | disagg (separate prefill/decode workers)")] = "agg",
-    workload: Annotated[str, typer.Option(help="--llm: steady (requests keep arriving) | batch (all at once)")] = "steady",
+    workload: Annotated[
+        str, typer.Option(help="--llm: steady (requests keep arriving) | batch (all at once)")
+    ] = "steady",
 ) -> None:
     """Predict runtime (with its interval), roofline class, bound pipe and headroom on one or more GPUs;
     with --llm, a deployment's TTFT, TPOT, throughput and memory."""
@@ -155,12 +228,27 @@ def predict_command(
 
         if file or op or shape or batch or launch or kernel or define:
             raise UserError("--llm is a question of its own: drop FILE/--op/--shape/--batch/--launch")
-        predict_llm(llm, device, llm_params(isl, osl, concurrency, tp, pp, ep, dtype, kv_dtype, mode, workload),
-                    as_json)
+        predict_llm(
+            llm,
+            device,
+            llm_params(isl, osl, concurrency, tp, pp, ep, dtype, kv_dtype, mode, workload),
+            as_json,
+        )
         return
     errors: list[Any] = []  # batch rows not answered, each with its error (the others are)
-    rows = gather_questions(file, op, shape, dtype, launch, kernel, define or [], batch, device or [],
-                            allow_count=False, row_errors=errors)
+    rows = gather_questions(
+        file,
+        op,
+        shape,
+        dtype,
+        launch,
+        kernel,
+        define or [],
+        batch,
+        device or [],
+        allow_count=False,
+        row_errors=errors,
+    )
     if batch is None:
         answers, version = answer(rows, model)
     else:  # a bad row costs that row: the rest are answered, the bad ones listed with their error
@@ -168,13 +256,21 @@ def predict_command(
         from components.serving.models import load_model
 
         loaded = load_model(model)
-        answers, failed_rows = answer_rows(loaded.predictor, rows, model_version=loaded.version) if rows.rows \
-            else ([], [])
+        answers, failed_rows = (
+            answer_rows(loaded.predictor, rows, model_version=loaded.version) if rows.rows else ([], [])
+        )
         errors = sorted(errors + failed_rows, key=lambda e: _line_number(e.row))
         version = loaded.version
     n_rows = len(rows.kernel_labels) + len({e.row for e in errors} - set(rows.kernel_labels))
-    failed = None if not errors else (f"all {n_rows} rows failed" if len(errors) == n_rows else
-                                      f"{len(errors)} of {n_rows} rows failed; the other rows are answered")
+    failed = (
+        None
+        if not errors
+        else (
+            f"all {n_rows} rows failed"
+            if len(errors) == n_rows
+            else f"{len(errors)} of {n_rows} rows failed; the other rows are answered"
+        )
+    )
     if as_json:
         for a in answers:
             a["kernel"] = rows.kernel_of_row[a["question"]]
@@ -186,7 +282,9 @@ def predict_command(
         typer.echo(json.dumps(report, indent=2))
     else:
         if answers:
-            for line in render_table(answers, rows.kernel_labels, [rows.kernel_of_row[a["question"]] for a in answers]):
+            for line in render_table(
+                answers, rows.kernel_labels, [rows.kernel_of_row[a["question"]] for a in answers]
+            ):
                 typer.echo(line)
         typer.echo(f"model: {version}")
     for e in errors:

@@ -25,8 +25,13 @@ def promote_command(
         Path | None, typer.Option("--registration", help="registration.json written by `kernelcast train`")
     ] = None,
     eval_report: Annotated[
-        Path | None, typer.Option("--eval-report", help=(
-            "judge on this gate report (default: the one `kernelcast evaluate --gate` attached to the version)"))
+        Path | None,
+        typer.Option(
+            "--eval-report",
+            help=(
+                "judge on this gate report (default: the one `kernelcast evaluate --gate` attached to the version)"
+            ),
+        ),
     ] = None,
     dry_run: Annotated[
         bool, typer.Option("--dry-run", help="judge and print every rule; move no alias, record nothing")
@@ -47,11 +52,18 @@ def promote_command(
     from components.registry.promote import PromoteInputs, gate_policy, promote_stage
 
     settings = prepared_settings()
-    inputs = PromoteInputs(tracking_uri=settings.tracking_uri(), model_name=model_name,
-                           default_model=settings.registered_model,
-                           version=None if version is None else str(version), registration=registration,
-                           rollback=rollback, report=report, eval_report=eval_report, dry_run=dry_run,
-                           lock_dir=settings.state_dir / "locks")
+    inputs = PromoteInputs(
+        tracking_uri=settings.tracking_uri(),
+        model_name=model_name,
+        default_model=settings.registered_model,
+        version=None if version is None else str(version),
+        registration=registration,
+        rollback=rollback,
+        report=report,
+        eval_report=eval_report,
+        dry_run=dry_run,
+        lock_dir=settings.state_dir / "locks",
+    )
     params_file = settings.params_file
     policy = None if rollback else gate_policy(load_params(params_file), str(params_file))
     result = promote_stage(inputs, policy)
@@ -62,13 +74,17 @@ def promote_command(
         typer.echo(f"  {rule.line()}")
     if result.dry_run:
         verdict = "would become champion" if result.would_promote else "would stay challenger"
-        typer.echo(f"{result.model_name} v{result.version}: DRY RUN, {verdict}; nothing moved "
-                   f"({_champion(result.champion)})")
+        typer.echo(
+            f"{result.model_name} v{result.version}: DRY RUN, {verdict}; nothing moved "
+            f"({_champion(result.champion)})"
+        )
         if not result.would_promote and not allow_challenger:
             raise typer.Exit(code=1)
         return
     status = "champion" if result.promoted else "challenger only"
-    typer.echo(f"{result.model_name} v{result.version}: {status} ({result.reason}); {_champion(result.champion)}")
+    typer.echo(
+        f"{result.model_name} v{result.version}: {status} ({result.reason}); {_champion(result.champion)}"
+    )
     if not result.promoted and not allow_challenger:
         raise typer.Exit(code=1)
 

@@ -46,29 +46,50 @@ def read_prices(items: list[str], file: Path | None) -> dict[str, float]:
 
 @clean_errors
 def rank_command(
-    file: Annotated[Path | None, typer.Argument(help="a .cu/.hip kernel source or a .py PyTorch module")] = None,
-    op: Annotated[str | None, typer.Option(help="op: gemm, linear, bmm, add, gelu, softmax, layernorm, ...")] = None,
+    file: Annotated[
+        Path | None, typer.Argument(help="a .cu/.hip kernel source or a .py PyTorch module")
+    ] = None,
+    op: Annotated[
+        str | None, typer.Option(help="op: gemm, linear, bmm, add, gelu, softmax, layernorm, ...")
+    ] = None,
     shape: Annotated[str | None, typer.Option(help="sizes, e.g. M=4096,N=4096,K=4096")] = None,
     dtype: Annotated[str | None, typer.Option(help="fp32 | fp16 | bf16 | fp8 | tf32 | fp64 | int8")] = None,
-    launch: Annotated[str | None, typer.Option(help="a source's launch: GRID/BLOCK (4096/256) or JSON")] = None,
+    launch: Annotated[
+        str | None, typer.Option(help="a source's launch: GRID/BLOCK (4096/256) or JSON")
+    ] = None,
     kernel: Annotated[str | None, typer.Option(help="the __global__ function of the source")] = None,
     define: Annotated[list[str] | None, typer.Option(help="-D macro for the source, NAME=VALUE")] = None,
-    batch: Annotated[Path | None, typer.Option(help="workload: CSV/JSONL of kernels (question columns + count)")] = None,
-    device: Annotated[list[str] | None, typer.Option(help="GPUs to rank (repeatable; default: the whole catalog)")] = None,
-    price: Annotated[list[str] | None, typer.Option(help="USD per hour of a GPU, NAME=PRICE (repeatable)")] = None,
+    batch: Annotated[
+        Path | None, typer.Option(help="workload: CSV/JSONL of kernels (question columns + count)")
+    ] = None,
+    device: Annotated[
+        list[str] | None, typer.Option(help="GPUs to rank (repeatable; default: the whole catalog)")
+    ] = None,
+    price: Annotated[
+        list[str] | None, typer.Option(help="USD per hour of a GPU, NAME=PRICE (repeatable)")
+    ] = None,
     prices: Annotated[Path | None, typer.Option(help="JSON/YAML file: GPU name -> USD per hour")] = None,
     top: Annotated[int, typer.Option(help="show the best N (0 = all)", min=0)] = 0,
-    model: Annotated[str, typer.Option(help="models:/kernelcast@champion, a predictor dir, or 'roofline'")] = DEFAULT_MODEL,
+    model: Annotated[
+        str, typer.Option(help="models:/kernelcast@champion, a predictor dir, or 'roofline'")
+    ] = DEFAULT_MODEL,
     as_json: Annotated[bool, typer.Option("--json", help="print JSON instead of a table")] = False,
-    llm: Annotated[str | None, typer.Option(help="rank GPU x TP deployments of an LLM (HF config path/text/bundled name)")] = None,
+    llm: Annotated[
+        str | None,
+        typer.Option(help="rank GPU x TP deployments of an LLM (HF config path/text/bundled name)"),
+    ] = None,
     isl: Annotated[int | None, typer.Option(help="--llm: input tokens per request")] = None,
     osl: Annotated[int | None, typer.Option(help="--llm: output tokens per request")] = None,
     concurrency: Annotated[int, typer.Option(help="--llm: concurrent requests")] = 1,
-    tp: Annotated[list[int] | None, typer.Option(help="--llm: TP options (repeatable; default 1, 2, 4, 8)")] = None,
+    tp: Annotated[
+        list[int] | None, typer.Option(help="--llm: TP options (repeatable; default 1, 2, 4, 8)")
+    ] = None,
     kv_dtype: Annotated[str | None, typer.Option(help="--llm: KV-cache dtype")] = None,
     mode: Annotated[str, typer.Option(help="--llm: agg | disagg")] = "agg",
     workload: Annotated[str, typer.Option(help="--llm: steady | batch")] = "steady",
-    by: Annotated[str, typer.Option(help="--llm: rank by tpot | ttft | cost (cost per million output tokens)")] = "tpot",
+    by: Annotated[
+        str, typer.Option(help="--llm: rank by tpot | ttft | cost (cost per million output tokens)")
+    ] = "tpot",
 ) -> None:
     """Rank GPUs by the predicted time of a kernel or workload (by cost per run when prices are given);
     with --llm, GPU x TP deployments that fit, by TPOT, TTFT or cost per million tokens."""
@@ -92,13 +113,25 @@ def rank_command(
     from components.serving.query import parse_shape
 
     # Kernels without devices: rank() asks each on every GPU.
-    forms = [name for name, given in (("--op/--shape", op or shape), ("FILE", file), ("--batch", batch)) if given]
+    forms = [
+        name for name, given in (("--op/--shape", op or shape), ("FILE", file), ("--batch", batch)) if given
+    ]
     if len(forms) > 1:
-        raise UserError(f"give one of --op with --shape, a .cu/.hip/.py FILE, or --batch FILE (got {' and '.join(forms)})")
+        raise UserError(
+            f"give one of --op with --shape, a .cu/.hip/.py FILE, or --batch FILE (got {' and '.join(forms)})"
+        )
     if batch is not None:
         records = read_batch(batch, allow_count=True)
     elif file is not None:
-        records = [(file.name, {**kernel_from_file(file, launch, kernel, define or []), **({"dtype": dtype} if dtype else {})})]
+        records = [
+            (
+                file.name,
+                {
+                    **kernel_from_file(file, launch, kernel, define or []),
+                    **({"dtype": dtype} if dtype else {}),
+                },
+            )
+        ]
     elif op and shape:
         records = [("--op/--shape", {"op": op, "shape": parse_shape(shape), "dtype": dtype or "fp32"})]
     else:
@@ -115,34 +148,63 @@ def rank_command(
         origins.append(origin)
     loaded = load_model(model)
     try:
-        ranking, ranked_by = rank(loaded.predictor, kernels, counts, specs, price_table,
-                                  model_version=loaded.version, allow_modules=True)
+        ranking, ranked_by = rank(
+            loaded.predictor,
+            kernels,
+            counts,
+            specs,
+            price_table,
+            model_version=loaded.version,
+            allow_modules=True,
+        )
     except QueryError as exc:
         row_origins = [origins[i // len(specs)] for i in range(len(kernels) * len(specs))]
         raise UserError(restate(str(exc), row_origins)) from None
     shown = ranking[:top] if top else ranking
     note = rank_note(kernels, specs, price_table)
     if as_json:
-        typer.echo(json.dumps({"model_version": loaded.version, "ranked_by": ranked_by, "ranking": shown,
-                               "note": note}, indent=2))
+        typer.echo(
+            json.dumps(
+                {"model_version": loaded.version, "ranked_by": ranked_by, "ranking": shown, "note": note},
+                indent=2,
+            )
+        )
         return
     header = ["rank", "device", "total_us", "interval_us"] + (["usd/hour", "usd/run"] if price_table else [])
     body = []
     for entry in shown:
-        interval = (f"{entry['total_us_lo']:.4g} - {entry['total_us_hi']:.4g}"
-                    if entry.get("total_us_lo") is not None and entry.get("total_us_hi") is not None else "-")
-        cells = [str(entry["rank"]), entry["device"], "-" if entry["total_us"] is None else f"{entry['total_us']:.4g}",
-                 interval]
+        interval = (
+            f"{entry['total_us_lo']:.4g} - {entry['total_us_hi']:.4g}"
+            if entry.get("total_us_lo") is not None and entry.get("total_us_hi") is not None
+            else "-"
+        )
+        cells = [
+            str(entry["rank"]),
+            entry["device"],
+            "-" if entry["total_us"] is None else f"{entry['total_us']:.4g}",
+            interval,
+        ]
         if price_table:
-            cells += ["-" if entry.get("usd_per_hour") is None else f"{entry['usd_per_hour']:.3g}",
-                      "-" if entry.get("usd_per_run") is None else f"{entry['usd_per_run']:.3g}"]
+            cells += [
+                "-" if entry.get("usd_per_hour") is None else f"{entry['usd_per_hour']:.3g}",
+                "-" if entry.get("usd_per_run") is None else f"{entry['usd_per_run']:.3g}",
+            ]
         body.append(cells)
     widths = [max(len(r[i]) for r in [header, *body]) for i in range(len(header))]
     for r in [header, *body]:
-        typer.echo("  ".join(c.ljust(w) if i == 1 else c.rjust(w) for i, (c, w) in enumerate(zip(r, widths, strict=True))))
-    unpriced = "; GPUs without a price after the priced ones, by predicted time" if ranked_by == "cost" and any(
-        e.get("usd_per_hour") is None for e in ranking) else ""
-    typer.echo(f"ranked by {'cost per run' if ranked_by == 'cost' else 'predicted time'}{unpriced}; "
-               f"model: {loaded.version}")
+        typer.echo(
+            "  ".join(
+                c.ljust(w) if i == 1 else c.rjust(w) for i, (c, w) in enumerate(zip(r, widths, strict=True))
+            )
+        )
+    unpriced = (
+        "; GPUs without a price after the priced ones, by predicted time"
+        if ranked_by == "cost" and any(e.get("usd_per_hour") is None for e in ranking)
+        else ""
+    )
+    typer.echo(
+        f"ranked by {'cost per run' if ranked_by == 'cost' else 'predicted time'}{unpriced}; "
+        f"model: {loaded.version}"
+    )
     if note:
         typer.echo(f"note: {note}")

@@ -33,14 +33,18 @@ def format_summary(summary: dict[str, Any]) -> str:
         share = s["rows_quarantined"] / s["rows_in"] if s["rows_in"] else 0.0
         top = ", ".join(f"{k}={n}" for k, n in list(s["by_expectation"].items())[:3])
         lines.append(f"{source:<16}{s['rows_in']:>10}{s['rows_quarantined']:>13}{share:>8.3f}  {top}")
-    lines.append(f"{'total':<16}{summary['rows_in']:>10}{summary['rows_quarantined']:>13}"
-                 f"{summary['failure_share']:>8.3f}  (max {summary['max_failure_share']})")
+    lines.append(
+        f"{'total':<16}{summary['rows_in']:>10}{summary['rows_quarantined']:>13}"
+        f"{summary['failure_share']:>8.3f}  (max {summary['max_failure_share']})"
+    )
     if summary.get("table_failures"):
         lines.append(f"table-level failures (quarantine every row): {', '.join(summary['table_failures'])}")
     kernels = summary.get("kernels")
     if kernels:
-        lines.append(f"kernels: {kernels['rows_in']} rows, {kernels['rows_quarantined']} failing "
-                     f"{dict(list(kernels['by_expectation'].items())[:3])}")
+        lines.append(
+            f"kernels: {kernels['rows_in']} rows, {kernels['rows_quarantined']} failing "
+            f"{dict(list(kernels['by_expectation'].items())[:3])}"
+        )
     drift = summary.get("drift")
     if drift:
         flagged = ", ".join(drift["drifted_pairs"][:8]) or "none"
@@ -50,9 +54,13 @@ def format_summary(summary: dict[str, Any]) -> str:
 
 @clean_errors
 def validate_command(
-    in_dir: Annotated[Path | None, typer.Option("--in", help="canonical tables folder [data_dir/canonical]")] = None,
+    in_dir: Annotated[
+        Path | None, typer.Option("--in", help="canonical tables folder [data_dir/canonical]")
+    ] = None,
     out_dir: Annotated[Path | None, typer.Option("--out", help="output folder [data_dir/validated]")] = None,
-    summary_file: Annotated[Path | None, typer.Option("--summary", help="also write the summary JSON here")] = None,
+    summary_file: Annotated[
+        Path | None, typer.Option("--summary", help="also write the summary JSON here")
+    ] = None,
     drift_against: Annotated[
         Path | None, typer.Option("--drift-against", help="validated folder to compare distributions with")
     ] = None,
@@ -74,6 +82,9 @@ def validate_command(
     typer.echo(format_summary(summary))
     typer.echo(f"wrote {out_dir} (measurements.parquet, quarantine.parquet, summary.json, report.html)")
     if not summary["passed"]:
-        typer.echo(f"error: validation failed: {summary['failure_share']:.1%} of rows quarantined, more than "
-                   f"validate.max_failure_share = {summary['max_failure_share']:.1%}", err=True)
+        typer.echo(
+            f"error: validation failed: {summary['failure_share']:.1%} of rows quarantined, more than "
+            f"validate.max_failure_share = {summary['max_failure_share']:.1%}",
+            err=True,
+        )
         raise typer.Exit(code=1)

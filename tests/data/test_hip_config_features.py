@@ -14,8 +14,10 @@ from components.devices import load_catalog
 DATASETS = Path(__file__).resolve().parents[2].parent / "shared" / "datasets"
 HUB = DATASETS / "benchmark_hub"
 DEVICE_LIBS = Path("/usr/lib/x86_64-linux-gnu/amdgcn/bitcode/ockl.bc")
-needs_hip = pytest.mark.skipif(shutil.which("hipcc") is None or not DEVICE_LIBS.is_file(),
-                               reason="HIP compiler absent: apt-get install hipcc rocm-device-libs")
+needs_hip = pytest.mark.skipif(
+    shutil.which("hipcc") is None or not DEVICE_LIBS.is_file(),
+    reason="HIP compiler absent: apt-get install hipcc rocm-device-libs",
+)
 
 
 @pytest.fixture(scope="module")
@@ -41,11 +43,17 @@ def test_amd_source_split_holds_the_w6600_out_on_sampled_configurations(hub) -> 
     (fold,) = amd_source_split(table, share=0.002)
     test, train = table.loc[fold.test], table.loc[fold.train]
     assert fold.name == "amd-source:radeon-pro-w6600"
-    assert set(test["device_id"]) == {"radeon-pro-w6600"} and "radeon-pro-w6600" not in set(train["device_id"])
-    assert set(train["config_id"]) <= set(test["config_id"])  # only the drawn configurations (W6600 ran them all)
+    assert set(test["device_id"]) == {"radeon-pro-w6600"} and "radeon-pro-w6600" not in set(
+        train["device_id"]
+    )
+    assert set(train["config_id"]) <= set(
+        test["config_id"]
+    )  # only the drawn configurations (W6600 ran them all)
     assert set(train["source"]) == {"benchmark_hub"} and len(train) >= len(test)
     drawn = test.groupby("program")["config_id"].nunique()
-    assert set(drawn.index) == {"convolution_milo", "dedispersion_milo"} and 10 <= drawn.sum() <= 60  # ~31 expected
+    assert (
+        set(drawn.index) == {"convolution_milo", "dedispersion_milo"} and 10 <= drawn.sum() <= 60
+    )  # ~31 expected
     assert len(test) == drawn.sum()  # one W6600 row per configuration
     # the same configurations every time (hash-chosen), and a larger sample contains the smaller
     again = amd_source_split(table, share=0.004)[0]
@@ -58,9 +66,14 @@ def test_per_configuration_static_rows_join_by_configuration(hub) -> None:
 
     measurements, kernels = hub
     rows = measurements[measurements["kernel_id"] == measurements["kernel_id"].iloc[0]].head(3)
-    static = pd.DataFrame({"kernel_id": [rows["kernel_id"].iloc[0]] * 2,
-                           "params_json": [rows["params_json"].iloc[0], rows["params_json"].iloc[1]],
-                           "device_id": [rows["device_id"].iloc[0], "not-this-gpu"], "s_registers": [17.0, 99.0]})
+    static = pd.DataFrame(
+        {
+            "kernel_id": [rows["kernel_id"].iloc[0]] * 2,
+            "params_json": [rows["params_json"].iloc[0], rows["params_json"].iloc[1]],
+            "device_id": [rows["device_id"].iloc[0], "not-this-gpu"],
+            "s_registers": [17.0, 99.0],
+        }
+    )
     table = build_feature_table(rows, kernels, load_catalog(), static)
     assert table["s_registers"].iloc[0] == 17.0 and table["s_registers"].iloc[1:].isna().all()
     assert table["config_id"].iloc[0] == config_id(rows["params_json"].iloc[0])
@@ -71,13 +84,18 @@ def test_sampled_configurations_compile_with_their_macros(hub, tmp_path: Path) -
     from components.features.static_hip_table import build_hip_config_table
 
     measurements, kernels = hub
-    table, coverage = build_hip_config_table(measurements, kernels, load_catalog(), DATASETS, share=0.0003,
-                                             cache_dir=tmp_path)
+    table, coverage = build_hip_config_table(
+        measurements, kernels, load_catalog(), DATASETS, share=0.0003, cache_dir=tmp_path
+    )
     assert 1 <= coverage["configs"] <= 12 and coverage.get("compile_failures", 0) == 0
     # RDNA2 (W6600) and the NVIDIA rows share one gfx1030 compile per configuration
     assert coverage["compiles"] == coverage["configs"]
     w6600 = table[table["device_id"] == "radeon-pro-w6600"]
-    assert len(w6600) == coverage["configs"] and (w6600["s_registers"] > 0).all() and (w6600["s_total"] > 0).all()
+    assert (
+        len(w6600) == coverage["configs"]
+        and (w6600["s_registers"] > 0).all()
+        and (w6600["s_total"] > 0).all()
+    )
     assert ((w6600["s_occupancy"] > 0) & (w6600["s_occupancy"] <= 1)).all()
     # the four GPUs of a configuration share its code features, occupancy is each GPU's own
     per_config = table.groupby("params_json")["s_total"].nunique()
@@ -91,7 +109,9 @@ def test_bench_scores_amd_source_per_kernel_beside_the_roofline(hub) -> None:
 
     measurements, kernels = hub
     table = build_feature_table(measurements, kernels, load_catalog())
-    result = run_accuracy_bench(table, ["roofline"], ["amd-source"], lambda *_: (RooflinePredictor(), 0.0), [])
+    result = run_accuracy_bench(
+        table, ["roofline"], ["amd-source"], lambda *_: (RooflinePredictor(), 0.0), []
+    )
     runtime = {r["target"]: r for r in result.rows if r["metric"] == "mape"}
     ops = {"duration_us[op=convolution_kernel]", "duration_us[op=dedispersion_kernel]"}
     assert ops <= set(runtime) and "duration_us[device=radeon-pro-w6600]" in runtime

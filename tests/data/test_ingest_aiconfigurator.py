@@ -51,13 +51,13 @@ def raw(rel: str) -> pd.DataFrame:
 
 
 @pytest.fixture(scope="module")
-def catalog():  # noqa: ANN201
+def catalog():
     from components.devices import load_catalog
 
     return load_catalog(user_dir=None)
 
 
-def run(root: Path, catalog, max_kernels: int | None = None):  # noqa: ANN001, ANN201
+def run(root: Path, catalog, max_kernels: int | None = None):
     from components.ingest.aiconfigurator_canonical import ingest
 
     out = ingest(root, catalog, max_kernels=max_kernels)
@@ -71,16 +71,16 @@ def tree(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 @pytest.fixture(scope="module")
-def out(tree: Path, catalog):  # noqa: ANN001, ANN201
+def out(tree: Path, catalog):
     return run(tree, catalog)
 
 
-def _rows(out, rel: str) -> pd.DataFrame:  # noqa: ANN001
+def _rows(out, rel: str) -> pd.DataFrame:
     m = out.measurements
     return m[m["upstream_file"] == (SYSTEMS / "data" / rel).as_posix()]
 
 
-def test_registered_and_canonical(out) -> None:  # noqa: ANN001
+def test_registered_and_canonical(out) -> None:
     from components.ingest.registry import SOURCES, UPSTREAMS, get_adapter
 
     assert "aiconfigurator" in SOURCES and UPSTREAMS["aiconfigurator"].repo == "ai-dynamo/aiconfigurator"
@@ -88,19 +88,25 @@ def test_registered_and_canonical(out) -> None:  # noqa: ANN001
     m, k = out.measurements, out.kernels
     assert list(m.columns) == list(MEASUREMENT_COLUMNS) and list(k.columns) == list(KERNEL_COLUMNS)
     # Every row of the subset, except the NCCL table's other collectives (all-gather, reduce-scatter, ...).
-    expected = sum(int((raw(f)["op_name"] == "all_reduce").sum()) if "/comm/" in f else len(raw(f))
-                   for f in FILES[:7])
+    expected = sum(
+        int((raw(f)["op_name"] == "all_reduce").sum()) if "/comm/" in f else len(raw(f)) for f in FILES[:7]
+    )
     assert len(out.rejects) == 0 and out.rows_in == len(m) == expected
     assert set(m["device_id"]) == {"a100-sxm4-80gb", "l40s"}
     assert set(m["source"]) == {"aiconfigurator"} and set(m["profiler"]) == {"cuda_event"}
     assert with_measurement_ids(m)["measurement_id"].is_unique and m["kernel_id"].isin(k["kernel_id"]).all()
-    assert set(zip(k["family"], k["op"])) == {("gemm", "gemm"), ("attention", "prefill"),
-                                              ("attention", "decode"), ("moe", "moe"), ("allreduce", "nccl"),
-                                              ("allreduce", "custom")}
+    assert set(zip(k["family"], k["op"])) == {
+        ("gemm", "gemm"),
+        ("attention", "prefill"),
+        ("attention", "decode"),
+        ("moe", "moe"),
+        ("allreduce", "nccl"),
+        ("allreduce", "custom"),
+    }
     assert set(k["language"]) == {"op"} and k["kernel_id"].is_unique
 
 
-def test_units_and_provenance_match_upstream(out) -> None:  # noqa: ANN001
+def test_units_and_provenance_match_upstream(out) -> None:
     rel = "a100_sxm/gemm/sglang/0.5.9/gemm_perf.parquet"
     upstream = raw(rel).iloc[17]
     rows = _rows(out, rel)
@@ -109,7 +115,10 @@ def test_units_and_provenance_match_upstream(out) -> None:  # noqa: ANN001
     params = json.loads(row["params_json"])
     assert (params["M"], params["N"], params["K"]) == (upstream["m"], upstream["n"], upstream["k"])
     assert (params["framework"], params["version"], params["kernel_source"]) == (
-        upstream["framework"], upstream["version"], upstream["kernel_source"])
+        upstream["framework"],
+        upstream["version"],
+        upstream["kernel_source"],
+    )
     assert row["run_id"] == f"{upstream['framework']}/{upstream['version']}/{upstream['kernel_source']}"
     assert row["device_name_raw"] == upstream["device"] and row["device_id"] == "a100-sxm4-80gb"
     flops = 2.0 * upstream["m"] * upstream["n"] * upstream["k"]
@@ -117,7 +126,7 @@ def test_units_and_provenance_match_upstream(out) -> None:  # noqa: ANN001
     assert row["gflops"] == pytest.approx(flops / row["duration_us"] / 1e3)
 
 
-def test_decode_kv_is_isl_plus_step_and_prefill_is_square(out) -> None:  # noqa: ANN001
+def test_decode_kv_is_isl_plus_step_and_prefill_is_square(out) -> None:
     for table, phase in (("generation", "decode"), ("context", "prefill")):
         rel = f"a100_sxm/attention/trtllm/1.0.0/{table}_attention_perf.parquet"
         upstream = raw(rel)
@@ -137,7 +146,7 @@ def test_decode_kv_is_isl_plus_step_and_prefill_is_square(out) -> None:  # noqa:
     assert json.loads(decode.iloc[0]["params_json"])["KV"] > 1
 
 
-def test_repeats_share_one_kernel_id(out) -> None:  # noqa: ANN001
+def test_repeats_share_one_kernel_id(out) -> None:
     m = out.measurements
     gemm = m[m["upstream_file"].str.contains("/gemm/")]
     per_kernel = gemm.groupby("kernel_id")["run_id"].agg(["size", "nunique"])
@@ -159,14 +168,15 @@ def test_repeats_share_one_kernel_id(out) -> None:  # noqa: ANN001
     assert any("median relative spread" in note for note in out.notes)
 
 
-def test_sample_is_deterministic_capped_and_keeps_every_repeat(
-        tree: Path, catalog, out) -> None:  # noqa: ANN001
+def test_sample_is_deterministic_capped_and_keeps_every_repeat(tree: Path, catalog, out) -> None:
     first, second = run(tree, catalog, max_kernels=300), run(tree, catalog, max_kernels=300)
     assert len(first.kernels) == 300
     assert first.kernels["kernel_id"].tolist() == second.kernels["kernel_id"].tolist()
-    assert first.measurements["measurement_id"].equals(second.measurements["measurement_id"]) or \
-        with_measurement_ids(first.measurements)["measurement_id"].tolist() == \
-        with_measurement_ids(second.measurements)["measurement_id"].tolist()
+    assert (
+        first.measurements["measurement_id"].equals(second.measurements["measurement_id"])
+        or with_measurement_ids(first.measurements)["measurement_id"].tolist()
+        == with_measurement_ids(second.measurements)["measurement_id"].tolist()
+    )
     # Every measurement of a chosen kernel is kept (both GEMM repeats), and only those.
     full = out.measurements
     chosen = set(first.kernels["kernel_id"])
@@ -186,7 +196,7 @@ def test_group_quotas_water_fill() -> None:
     assert group_quotas({"a": 100, "b": 100, "c": 100}, 10) == {"a": 4, "b": 3, "c": 3}
 
 
-def test_unknown_dtype_is_dropped_and_counted(tmp_path: Path, catalog) -> None:  # noqa: ANN001
+def test_unknown_dtype_is_dropped_and_counted(tmp_path: Path, catalog) -> None:
     root = make_tree(tmp_path / "aic", FILES[:1])
     path = root / SYSTEMS / "data" / FILES[0]
     frame = pd.read_parquet(path)
@@ -198,7 +208,7 @@ def test_unknown_dtype_is_dropped_and_counted(tmp_path: Path, catalog) -> None: 
     assert any(note.startswith("gemm:") and "readers dropped 3" in note for note in result.notes)
 
 
-def test_gemm_without_work_is_rejected_with_its_row(tmp_path: Path, catalog) -> None:  # noqa: ANN001
+def test_gemm_without_work_is_rejected_with_its_row(tmp_path: Path, catalog) -> None:
     root = make_tree(tmp_path / "aic", FILES[:1])
     path = root / SYSTEMS / "data" / FILES[0]
     frame = pd.read_parquet(path)
@@ -210,17 +220,19 @@ def test_gemm_without_work_is_rejected_with_its_row(tmp_path: Path, catalog) -> 
     assert result.rows_in == len(frame) and len(result.measurements) == len(frame) - 2
 
 
-def test_gpu_not_in_catalog_taken_from_its_sheet(tmp_path: Path, catalog) -> None:  # noqa: ANN001
+def test_gpu_not_in_catalog_taken_from_its_sheet(tmp_path: Path, catalog) -> None:
     """A GPU folder the catalog lacks: h20_3e with upstream's H20-3e sheet figures (systems/h20_3e.yaml); its
     table is the L40S MoE table relabelled, a stand-in for data the bundle does not have."""
     root = make_tree(tmp_path / "aic", [])
     path = root / SYSTEMS / "data/h20_3e/moe/sglang/0.5.12/moe_perf.parquet"
     path.parent.mkdir(parents=True)
     raw(FILES[4]).assign(device="NVIDIA H20-3e").to_parquet(path, index=False)
-    sheet = ("gpu:\n  mem_bw: 4917000000000\n  mem_capacity: 151397597184\n"
-             "  float16_tc_flops: 148000000000000\n  int8_tc_flops: 296000000000000\n"
-             "  fp8_tc_flops: 296000000000000\n  power: 500\n  sm_version: 90\n"
-             "node:\n  intra_node_bw: 450000000000\n")
+    sheet = (
+        "gpu:\n  mem_bw: 4917000000000\n  mem_capacity: 151397597184\n"
+        "  float16_tc_flops: 148000000000000\n  int8_tc_flops: 296000000000000\n"
+        "  fp8_tc_flops: 296000000000000\n  power: 500\n  sm_version: 90\n"
+        "node:\n  intra_node_bw: 450000000000\n"
+    )
     (root / SYSTEMS / "h20_3e.yaml").write_text(sheet)
     result = run(root, catalog)
     (spec,) = result.devices
@@ -237,8 +249,7 @@ def test_gpu_not_in_catalog_taken_from_its_sheet(tmp_path: Path, catalog) -> Non
     assert any("no spec sheet h20_3e.yaml" in note for note in result.notes)
 
 
-def test_unknown_folder_of_a_catalog_gpu_resolves_by_its_device_name(
-        tmp_path: Path, catalog) -> None:  # noqa: ANN001
+def test_unknown_folder_of_a_catalog_gpu_resolves_by_its_device_name(tmp_path: Path, catalog) -> None:
     root = make_tree(tmp_path / "aic", [])
     path = root / SYSTEMS / "data/h20_sxm/moe/sglang/0.5.12/moe_perf.parquet"
     path.parent.mkdir(parents=True)
@@ -247,7 +258,7 @@ def test_unknown_folder_of_a_catalog_gpu_resolves_by_its_device_name(
     assert set(result.measurements["device_id"]) == {"h20"} and result.devices == []
 
 
-def test_not_upstream_layout_is_a_clear_error(tmp_path: Path, catalog) -> None:  # noqa: ANN001
+def test_not_upstream_layout_is_a_clear_error(tmp_path: Path, catalog) -> None:
     from components.ingest.base import IngestError
 
     (tmp_path / "empty").mkdir()
@@ -255,8 +266,9 @@ def test_not_upstream_layout_is_a_clear_error(tmp_path: Path, catalog) -> None: 
         run(tmp_path / "empty", catalog)
 
 
-def test_evaluate_reads_a_tree_in_upstream_layout_per_device(tmp_path: Path,
-                                                             monkeypatch: pytest.MonkeyPatch) -> None:
+def test_evaluate_reads_a_tree_in_upstream_layout_per_device(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """``kernelcast evaluate --source aiconfigurator --from DIR``: every table of the tree scored per GPU (the
     training-free roofline as the predictor), a sheet-only GPU added to the catalog, and every row not
     answered counted with its reason (no analytical formula yet, or a GPU nobody describes)."""
@@ -273,14 +285,28 @@ def test_evaluate_reads_a_tree_in_upstream_layout_per_device(tmp_path: Path,
     stand_in.assign(device="NVIDIA H20-3e", latency=stand_in["latency"] * 3).to_parquet(path, index=False)
     (root / SYSTEMS / "h20_3e.yaml").write_text(
         "gpu:\n  mem_bw: 4917000000000\n  mem_capacity: 151397597184\n"
-        "  float16_tc_flops: 148000000000000\n  power: 500\n  sm_version: 90\n")
+        "  float16_tc_flops: 148000000000000\n  power: 500\n  sm_version: 90\n"
+    )
     unknown = root / SYSTEMS / "data/zz_gpu/gemm/vllm/0.14.0/gemm_perf.parquet"
     unknown.parent.mkdir(parents=True)
     raw(FILES[0]).head(7).assign(device="Acme Z1").to_parquet(unknown, index=False)
     monkeypatch.setenv("KERNELCAST_HOME", str(tmp_path / "home"))
     out = tmp_path / "eval.json"
-    result = CliRunner().invoke(app, ["evaluate", "--model", "roofline", "--source", "aiconfigurator",
-                                      "--from", str(root), "--out", str(out), "--no-log"])
+    result = CliRunner().invoke(
+        app,
+        [
+            "evaluate",
+            "--model",
+            "roofline",
+            "--source",
+            "aiconfigurator",
+            "--from",
+            str(root),
+            "--out",
+            str(out),
+            "--no-log",
+        ],
+    )
     assert result.exit_code == 0, result.output
     report = json.loads(out.read_text())
     by_device = report["coverage_by_device"]
@@ -289,13 +315,17 @@ def test_evaluate_reads_a_tree_in_upstream_layout_per_device(tmp_path: Path,
     a100 = by_device["a100-sxm4-80gb"]
     assert a100["n_answered"] == a100["n_asked"] == len(raw(FILES[2]))
     assert by_device["l40s"]["n_answered"] == 0 and by_device["l40s"]["not_answered"] == {
-        "family 'moe'/op 'moe': no formula, or its shape lacks the dims it needs": len(raw(FILES[4]))}
-    assert by_device["Acme Z1"] == {"n_asked": 7, "n_answered": 0, "not_answered": {
-        "rejected at ingest: unknown device (not in the catalog, no spec sheet)": 7}}
+        "family 'moe'/op 'moe': no formula, or its shape lacks the dims it needs": len(raw(FILES[4]))
+    }
+    assert by_device["Acme Z1"] == {
+        "n_asked": 7,
+        "n_answered": 0,
+        "not_answered": {"rejected at ingest: unknown device (not in the catalog, no spec sheet)": 7},
+    }
     assert report["per_device"]["h20-3e"]["duration_us"]["n"] == 40
 
 
-def test_validate_and_features_accept_the_new_families(out, catalog) -> None:  # noqa: ANN001
+def test_validate_and_features_accept_the_new_families(out, catalog) -> None:
     """GX suites pass the subset (quantised dtypes and the attention/moe/allreduce families are known); the
     feature table keeps every row: decode attention costed over its KV context, MoE and all-reduce (no
     analytical formula yet) with NaN features and a note, never dropped."""

@@ -17,7 +17,7 @@ from kernelcast.settings import DEFAULT_DATASETS_DIR
 ROOT = DEFAULT_DATASETS_DIR / "benchmark_hub"
 
 
-def _excerpt(tmp_path: Path, entries: int, mutate=None) -> Path:  # noqa: ANN001
+def _excerpt(tmp_path: Path, entries: int, mutate=None) -> Path:
     root = tmp_path / "benchmark_hub"
     shutil.copytree(ROOT / "kernels", root / "kernels")
     data = json.load(gzip.open(ROOT / "cachefiles/convolution_milo/W6600.json.gz"))
@@ -38,8 +38,10 @@ def test_valid_configurations_match_the_manifest() -> None:
     assert counts["cachefiles/convolution_milo/A6000_original.json.gz"] == 2266
     assert counts["cachefiles/dedispersion_milo/W6600.json.gz"] == 11130
     assert out.rows_in == len(out.measurements) + len(out.rejects)
-    assert set(out.rejects["reason"].str.extract(r"(\w+Config)")[0]) == {"RuntimeFailedConfig",
-                                                                      "CompilationFailedConfig"}
+    assert set(out.rejects["reason"].str.extract(r"(\w+Config)")[0]) == {
+        "RuntimeFailedConfig",
+        "CompilationFailedConfig",
+    }
     assert set(out.kernels["language"]) == {"cuda", "hip"}  # the W6600 runs the HIP source
 
 
@@ -97,8 +99,9 @@ def _cache_named(tmp_path: Path, file_name: str, device_name: object, entries: i
         ("sweep_RTX_3090_run2.json.gz", "rtx-3090", "RTX_3090"),  # longest spelling wins
     ],
 )
-def test_empty_device_name_takes_the_gpu_from_the_file_name(tmp_path: Path, file_name: str, device_id: str,
-                                                             spelling: str) -> None:
+def test_empty_device_name_takes_the_gpu_from_the_file_name(
+    tmp_path: Path, file_name: str, device_id: str, spelling: str
+) -> None:
     out = ingest(_cache_named(tmp_path, file_name, ""), load_catalog())
     m = out.measurements
     assert len(m) == 4 and len(out.rejects) == 0 and out.rows_in == 4

@@ -16,7 +16,7 @@ ROOT = DEFAULT_DATASETS_DIR / "gpuflopbench"
 HEAD = "cuda-profiling/profiling-data.csv"
 
 
-def _excerpt(tmp_path: Path, lines: int, mutate=None) -> Path:  # noqa: ANN001
+def _excerpt(tmp_path: Path, lines: int, mutate=None) -> Path:
     root = tmp_path / "gpuflopbench"
     (root / "cuda-profiling").mkdir(parents=True)
     text = (ROOT / HEAD).read_text().splitlines()[: lines + 1]
@@ -51,7 +51,9 @@ def test_excerpt_units_and_kernel_body(tmp_path: Path) -> None:
     assert (row["grid_x"], row["block_x"]) == (4, 256)
     kernel = out.kernels.iloc[0]
     assert kernel["source_text"].startswith("// ==== kernel haccmk_kernel")
-    assert "__global__" in kernel["source_text"].splitlines()[1] or "__global__" in kernel["source_text"][:400]
+    assert (
+        "__global__" in kernel["source_text"].splitlines()[1] or "__global__" in kernel["source_text"][:400]
+    )
 
 
 def test_garbage_row_is_rejected_with_reason_and_balance_holds(tmp_path: Path) -> None:
@@ -72,5 +74,8 @@ def test_missing_column_names_the_file(tmp_path: Path) -> None:
 
 def test_extract_kernel_body_handles_templates_and_nesting() -> None:
     text = "int x;\ntemplate <int N>\n__global__ void k(float* a) { if (a) { a[0] = N; } }\nvoid host() {}\n"
-    assert extract_kernel_body(text, "k") == "template <int N>\n__global__ void k(float* a) { if (a) { a[0] = N; } }"
+    assert (
+        extract_kernel_body(text, "k")
+        == "template <int N>\n__global__ void k(float* a) { if (a) { a[0] = N; } }"
+    )
     assert extract_kernel_body(text, "missing") is None

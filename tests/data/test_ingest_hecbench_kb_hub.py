@@ -25,7 +25,7 @@ KEY = ["kernel_id", "device_id", "params_json", "run_id"]
 
 
 @pytest.fixture(scope="module")
-def catalog():  # noqa: ANN201
+def catalog():
     return load_catalog()
 
 
@@ -39,7 +39,7 @@ def _balanced(out: AdapterOutput) -> AdapterOutput:
 
 
 @pytest.fixture(scope="module")
-def gfb(catalog) -> AdapterOutput:  # noqa: ANN001
+def gfb(catalog) -> AdapterOutput:
     return _balanced(gpuflopbench.ingest(DATA / "gpuflopbench", catalog))
 
 
@@ -51,7 +51,9 @@ def test_gfb_both_profilings_and_source_coverage_match_the_manifest(gfb: Adapter
     assert head["roofline_class_published"].value_counts().to_dict() == {"bandwidth": 2409, "compute": 1027}
     # 29 programs' sources were dropped for size: their rows stay, with no source text (MANIFEST).
     with_source = m.merge(gfb.kernels[["kernel_id", "source_text"]], on="kernel_id")
-    covered = with_source.groupby("upstream_file")["source_text"].apply(lambda s: int(s.notna().sum())).to_dict()
+    covered = (
+        with_source.groupby("upstream_file")["source_text"].apply(lambda s: int(s.notna().sum())).to_dict()
+    )
     assert covered == {GFB_HEAD: 3091, GFB_CONTAINER: 1660}
     assert len(gfb.rejects) == 0
 
@@ -76,7 +78,9 @@ def test_gfb_launch_pairs_get_distinct_params_and_consistent_units(gfb: AdapterO
     assert ((ai - (m["flops"] / m["dram_bytes"])[ai.index]).abs() / ai.clip(lower=1e-9)).max() < 1e-9
 
 
-def _gfb_excerpt(tmp_path: Path, programs: list[str], mutate: Callable[[list[dict]], None] | None = None) -> Path:
+def _gfb_excerpt(
+    tmp_path: Path, programs: list[str], mutate: Callable[[list[dict]], None] | None = None
+) -> Path:
     """The first rows of each named program from the real HEAD CSV, with its sources when bundled."""
     src = DATA / "gpuflopbench"
     with (src / GFB_HEAD).open(newline="") as handle:
@@ -97,18 +101,22 @@ def _gfb_excerpt(tmp_path: Path, programs: list[str], mutate: Callable[[list[dic
     return root
 
 
-def test_gfb_dropped_program_keeps_rows_without_source_and_kernel_body_comes_first(tmp_path: Path,
-                                                                                    catalog) -> None:  # noqa: ANN001
+def test_gfb_dropped_program_keeps_rows_without_source_and_kernel_body_comes_first(
+    tmp_path: Path, catalog
+) -> None:
     out = _balanced(gpuflopbench.ingest(_gfb_excerpt(tmp_path, ["lulesh-cuda", "haccmk-cuda"]), catalog))
     kernels = out.kernels.set_index("program")
     assert kernels.loc[["lulesh-cuda"], "source_text"].isna().all()  # dropped from the bundle
-    assert len(out.measurements[out.measurements["kernel_id"].isin(kernels.loc[["lulesh-cuda"], "kernel_id"])]) == 30
+    assert (
+        len(out.measurements[out.measurements["kernel_id"].isin(kernels.loc[["lulesh-cuda"], "kernel_id"])])
+        == 30
+    )
     haccmk = kernels.loc["haccmk-cuda"]
     assert haccmk["source_text"].startswith("// ==== kernel haccmk_kernel\n")
     assert "// ==== file: src/haccmk-cuda/" in haccmk["source_text"] and haccmk["language"] == "cuda"
 
 
-def test_gfb_unknown_device_and_garbage_rows_are_rejected_not_dropped(tmp_path: Path, catalog) -> None:  # noqa: ANN001
+def test_gfb_unknown_device_and_garbage_rows_are_rejected_not_dropped(tmp_path: Path, catalog) -> None:
     def corrupt(rows: list[dict]) -> None:
         rows[0]["device"] = "NVIDIA GeForce RTX 9999 Ti"
         rows[1]["xtime"] = "fast"
@@ -119,7 +127,7 @@ def test_gfb_unknown_device_and_garbage_rows_are_rejected_not_dropped(tmp_path: 
     assert "fast" in reasons[1] and len(out.measurements) == out.rows_in - 2
 
 
-def test_gfb_truncated_file_rejects_the_cut_row(tmp_path: Path, catalog) -> None:  # noqa: ANN001
+def test_gfb_truncated_file_rejects_the_cut_row(tmp_path: Path, catalog) -> None:
     root = _gfb_excerpt(tmp_path, ["haccmk-cuda"])
     path = root / GFB_HEAD
     text = path.read_text()
@@ -132,7 +140,7 @@ def test_gfb_truncated_file_rejects_the_cut_row(tmp_path: Path, catalog) -> None
 
 
 @pytest.fixture(scope="module")
-def kb(catalog) -> AdapterOutput:  # noqa: ANN001
+def kb(catalog) -> AdapterOutput:
     return _balanced(kernelbench.ingest(DATA / "kernelbench", catalog))
 
 
@@ -157,13 +165,18 @@ def test_kb_entry_hardware_wins_over_the_folder_name(kb: AdapterOutput) -> None:
     m = kb.measurements
     a10_folder = m[m["upstream_file"] == "results/timing/A10G_modal/baseline_time_torch.json"]
     assert a10_folder["device_id"].value_counts().to_dict() == {"a10g": 66, "a10": 34}
-    h100_modal = m[m["upstream_file"] == "_history/1e2c63f9/results/timing/H100_modal/baseline_time_torch.json"]
+    h100_modal = m[
+        m["upstream_file"] == "_history/1e2c63f9/results/timing/H100_modal/baseline_time_torch.json"
+    ]
     assert (h100_modal["device_id"] == "h200").sum() == 127
 
 
 def test_kb_problem_sets_are_distinct_kernels_with_their_own_source(kb: AdapterOutput) -> None:
     k = kb.kernels[kb.kernels["program"] == "level1/1_Square_matrix_multiplication_.py"].set_index("name")
-    v00, v01 = k.loc["level1/1_Square_matrix_multiplication_@v0.0"], k.loc["level1/1_Square_matrix_multiplication_@v0.1+"]
+    v00, v01 = (
+        k.loc["level1/1_Square_matrix_multiplication_@v0.0"],
+        k.loc["level1/1_Square_matrix_multiplication_@v0.1+"],
+    )
     assert v00["kernel_id"] != v01["kernel_id"]
     assert "N = 2048" in v00["source_text"] and "N = 2048 * 2" in v01["source_text"]
     assert v00["source_path"] == "_v0.0/KernelBench/level1/1_Square_matrix_multiplication_.py"
@@ -175,10 +188,18 @@ def test_kb_problem_sets_are_distinct_kernels_with_their_own_source(kb: AdapterO
 
 def test_kb_config_from_the_file_name_is_in_params_and_run_id(kb: AdapterOutput) -> None:
     m = kb.measurements
-    row = m[m["upstream_file"] == "_v0.0/results/timing/T4_modal/baseline_time_torch_compile_inductor_default.json"]
+    row = m[
+        m["upstream_file"]
+        == "_v0.0/results/timing/T4_modal/baseline_time_torch_compile_inductor_default.json"
+    ]
     params = json.loads(row["params_json"].iloc[0])
-    assert params == {"mode": "torch.compile", "backend": "inductor", "compile_mode": "default",
-                      "level": params["level"], "problem_set": "v0.0"}
+    assert params == {
+        "mode": "torch.compile",
+        "backend": "inductor",
+        "compile_mode": "default",
+        "level": params["level"],
+        "problem_set": "v0.0",
+    }
     assert row["run_id"].iloc[0] == "_v0.0:T4_modal/baseline_time_torch_compile_inductor_default"
 
 
@@ -187,11 +208,16 @@ def test_kb_config_from_the_file_name_is_in_params_and_run_id(kb: AdapterOutput)
     [
         ("baseline_time_torch.json", ("eager", None, None, None)),
         ("baseline_time.json", ("eager", None, None, None)),
-        ("baseline_time_torch_compile_inductor_max-autotune-no-cudagraphs.json",
-         ("torch.compile", "inductor", "max-autotune-no-cudagraphs", None)),
+        (
+            "baseline_time_torch_compile_inductor_max-autotune-no-cudagraphs.json",
+            ("torch.compile", "inductor", "max-autotune-no-cudagraphs", None),
+        ),
         ("baseline_time_torch_compile_cudagraphs.json", ("torch.compile", "cudagraphs", None, None)),
         ("baseline_time_torch_compile.json", ("torch.compile", "inductor", "default", None)),
-        ("baseline_time_torch_compile_mode_max-autotune.json", ("torch.compile", "inductor", "max-autotune", None)),
+        (
+            "baseline_time_torch_compile_mode_max-autotune.json",
+            ("torch.compile", "inductor", "max-autotune", None),
+        ),
         ("baseline_time_matx2.json", ("eager", None, None, "matx2")),
         ("baseline_time_torch_compile_cleaned.json", ("torch.compile", "inductor", "default", "cleaned")),
     ],
@@ -212,12 +238,18 @@ def _kb_tree(tmp_path: Path, timing: object, raw: str | None = None) -> Path:
     return root
 
 
-def test_kb_excerpt_units_and_bad_entries(tmp_path: Path, catalog) -> None:  # noqa: ANN001
+def test_kb_excerpt_units_and_bad_entries(tmp_path: Path, catalog) -> None:
     real = json.loads((DATA / "kernelbench/results/timing/L4_GCP/baseline_time_torch.json").read_text())
     relu = real["level1"]["19_ReLU.py"]
-    timing = {"level1": {"19_ReLU.py": relu, "20_LeakyReLU.py": None,
-                         "21_Sigmoid.py": {**relu, "hardware": "NVIDIA Z9000"},
-                         "22_Tanh.py": {**relu, "mean": -1.0}, "23_Softmax.py": "oops"}}
+    timing = {
+        "level1": {
+            "19_ReLU.py": relu,
+            "20_LeakyReLU.py": None,
+            "21_Sigmoid.py": {**relu, "hardware": "NVIDIA Z9000"},
+            "22_Tanh.py": {**relu, "mean": -1.0},
+            "23_Softmax.py": "oops",
+        }
+    }
     out = _balanced(kernelbench.ingest(_kb_tree(tmp_path, timing), catalog))
     row = out.measurements.iloc[0]
     assert row["duration_us"] == pytest.approx(relu["mean"] * 1000) and row["n_trials"] == relu["num_trials"]
@@ -229,16 +261,18 @@ def test_kb_excerpt_units_and_bad_entries(tmp_path: Path, catalog) -> None:  # n
     assert reasons[3].startswith("impossible timing") and reasons[4].startswith("malformed entry")
 
 
-@pytest.mark.parametrize("raw", ['{"level1": {"19_ReLU.py": {"mean": 1', '[1, 2]', '{"level1": 3}'])
-def test_kb_corrupted_file_names_the_file(tmp_path: Path, catalog, raw: str) -> None:  # noqa: ANN001
+@pytest.mark.parametrize("raw", ['{"level1": {"19_ReLU.py": {"mean": 1', "[1, 2]", '{"level1": 3}'])
+def test_kb_corrupted_file_names_the_file(tmp_path: Path, catalog, raw: str) -> None:
     with pytest.raises(IngestError, match="L4_GCP/baseline_time_torch.json"):
         kernelbench.ingest(_kb_tree(tmp_path, None, raw=raw), catalog)
 
 
-def test_kb_history_file_pairs_with_the_tree_named_in_provenance(tmp_path: Path, catalog) -> None:  # noqa: ANN001
+def test_kb_history_file_pairs_with_the_tree_named_in_provenance(tmp_path: Path, catalog) -> None:
     src = DATA / "kernelbench"
-    relpaths = ["_history/47f78d7f/results/timing/T4_modal/baseline_time_torch.json",
-                "_history/016b0859/results/timing/H100_PCIe_LambdaLabs/baseline_time_torch.json"]
+    relpaths = [
+        "_history/47f78d7f/results/timing/T4_modal/baseline_time_torch.json",
+        "_history/016b0859/results/timing/H100_PCIe_LambdaLabs/baseline_time_torch.json",
+    ]
     root = tmp_path / "kernelbench"
     for relpath in relpaths:
         (root / relpath).parent.mkdir(parents=True)
@@ -246,7 +280,9 @@ def test_kb_history_file_pairs_with_the_tree_named_in_provenance(tmp_path: Path,
         (root / relpath).write_text(json.dumps({"level1": dict(list(data["level1"].items())[:2])}))
     shutil.copytree(src / "_v0.0/KernelBench/level1", root / "_v0.0/KernelBench/level1")
     with (DATA / "PROVENANCE.csv").open(newline="") as handle:
-        rows = [r for r in csv.DictReader(handle) if r["bundle_path"] in {f"kernelbench/{p}" for p in relpaths}]
+        rows = [
+            r for r in csv.DictReader(handle) if r["bundle_path"] in {f"kernelbench/{p}" for p in relpaths}
+        ]
     pd.DataFrame(rows).to_csv(tmp_path / "PROVENANCE.csv", index=False)
     out = _balanced(kernelbench.ingest(root, catalog))
     names = set(out.kernels["name"])
@@ -263,8 +299,9 @@ def test_kb_history_file_pairs_with_the_tree_named_in_provenance(tmp_path: Path,
 # ---------------------------------------------------------------- benchmark_hub ---------------
 
 
-def _hub_excerpt(tmp_path: Path, folder: str, gpu: str, entries: int,
-                 mutate: Callable[[dict], None] | None = None) -> Path:
+def _hub_excerpt(
+    tmp_path: Path, folder: str, gpu: str, entries: int, mutate: Callable[[dict], None] | None = None
+) -> Path:
     src = DATA / "benchmark_hub"
     root = tmp_path / "benchmark_hub"
     shutil.copytree(src / "kernels", root / "kernels")
@@ -279,7 +316,7 @@ def _hub_excerpt(tmp_path: Path, folder: str, gpu: str, entries: int,
     return root
 
 
-def test_hub_dedispersion_excerpt_keeps_bandwidth_and_cuda_source(tmp_path: Path, catalog) -> None:  # noqa: ANN001
+def test_hub_dedispersion_excerpt_keeps_bandwidth_and_cuda_source(tmp_path: Path, catalog) -> None:
     root = _hub_excerpt(tmp_path, "dedispersion_milo", "A100", 5)
     out = _balanced(benchmark_hub.ingest(root, catalog))
     with gzip.open(DATA / "benchmark_hub/cachefiles/dedispersion_milo/A100.json.gz", "rt") as handle:
@@ -295,16 +332,17 @@ def test_hub_dedispersion_excerpt_keeps_bandwidth_and_cuda_source(tmp_path: Path
     assert kernel["source_text"] == (DATA / "benchmark_hub/kernels/dedisp_milo/dedispersion.cu").read_text()
 
 
-def test_hub_unknown_device_rejects_every_entry_with_the_name(tmp_path: Path, catalog) -> None:  # noqa: ANN001
-    root = _hub_excerpt(tmp_path, "convolution_milo", "A4000", 7,
-                        lambda d: d.update(device_name="NVIDIA RTX Z1"))
+def test_hub_unknown_device_rejects_every_entry_with_the_name(tmp_path: Path, catalog) -> None:
+    root = _hub_excerpt(
+        tmp_path, "convolution_milo", "A4000", 7, lambda d: d.update(device_name="NVIDIA RTX Z1")
+    )
     out = _balanced(benchmark_hub.ingest(root, catalog))
     assert len(out.measurements) == 0 and len(out.rejects) == 7
     assert set(out.rejects["reason"]) == {"unknown device 'NVIDIA RTX Z1'"}
 
 
 @pytest.mark.parametrize("mutate", [lambda d: d.pop("tune_params_keys"), lambda d: d.update(cache=[1, 2])])
-def test_hub_malformed_cache_names_the_file(tmp_path: Path, catalog, mutate) -> None:  # noqa: ANN001
+def test_hub_malformed_cache_names_the_file(tmp_path: Path, catalog, mutate) -> None:
     root = _hub_excerpt(tmp_path, "convolution_milo", "A4000", 3, mutate)
     with pytest.raises(IngestError, match="A4000.json.gz"):
         benchmark_hub.ingest(root, catalog)

@@ -36,8 +36,15 @@ def test_full_bundle_balances_and_uses_entry_hardware() -> None:
 
 
 def test_excerpt_units_source_and_null_entry(tmp_path: Path) -> None:
-    entry = {"mean": 2.5, "std": 0.01, "min": 2.4, "max": 2.7, "num_trials": 100,
-             "hardware": "NVIDIA H100 80GB HBM3", "device": "cuda:0"}
+    entry = {
+        "mean": 2.5,
+        "std": 0.01,
+        "min": 2.4,
+        "max": 2.7,
+        "num_trials": 100,
+        "hardware": "NVIDIA H100 80GB HBM3",
+        "device": "cuda:0",
+    }
     root = _tree(tmp_path, {"level1": {"1_Square_matrix_multiplication_.py": entry, "2_Missing.py": None}})
     out = ingest(root, load_catalog())
     row = out.measurements.iloc[0]
@@ -48,6 +55,8 @@ def test_excerpt_units_source_and_null_entry(tmp_path: Path) -> None:
 
 def test_broken_json_names_the_file(tmp_path: Path) -> None:
     root = _tree(tmp_path, {})
-    (root / "results/timing/H100_Modal/baseline_time_torch.json").write_text('{"level1": {"1_x.py": {"mean": 1')
+    (root / "results/timing/H100_Modal/baseline_time_torch.json").write_text(
+        '{"level1": {"1_x.py": {"mean": 1'
+    )
     with pytest.raises(IngestError, match="baseline_time_torch.json"):
         ingest(root, load_catalog())

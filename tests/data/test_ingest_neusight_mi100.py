@@ -22,21 +22,23 @@ DATA = Path("scripts/asplos/data")
 AMD = DATA / "dataset_amd"
 MI100_FILES = [f"train/collect/{op}/p2.4.1/AMD Instinct MI100.csv" for op in ("add", "gelu", "ln", "softmax")]
 MI100_FILES += [f"test/collect/{op}/p2.4.1/AMD Instinct MI100.csv" for op in ("bmm", "linear")]
-NVIDIA_FILES = ["dataset/train/collect/add/p2.1.0/Tesla T4.csv",
-                *(f"dataset/test/{s}.csv" for s in ("bmm", "elem", "linear", "ln", "softmax", "vec"))]
+NVIDIA_FILES = [
+    "dataset/train/collect/add/p2.1.0/Tesla T4.csv",
+    *(f"dataset/test/{s}.csv" for s in ("bmm", "elem", "linear", "ln", "softmax", "vec")),
+]
 
 pytestmark = pytest.mark.skipif(not (NEUSIGHT / AMD).is_dir(), reason="NeuSight MI100 collection not present")
 
 
 @pytest.fixture(scope="module")
-def catalog():  # noqa: ANN201
+def catalog():
     from components.devices import load_catalog
 
     return load_catalog(user_dir=None)
 
 
 @pytest.fixture(scope="module")
-def out(tmp_path_factory: pytest.TempPathFactory, catalog):  # noqa: ANN001, ANN201
+def out(tmp_path_factory: pytest.TempPathFactory, catalog):
     from components.ingest import neusight
 
     root = tmp_path_factory.mktemp("ns") / "neusight"
@@ -53,12 +55,12 @@ def out(tmp_path_factory: pytest.TempPathFactory, catalog):  # noqa: ANN001, ANN
     return result
 
 
-def _amd(out) -> pd.DataFrame:  # noqa: ANN001
+def _amd(out) -> pd.DataFrame:
     m = out.measurements
     return m[m["upstream_file"].str.contains("/dataset_amd/")]
 
 
-def test_every_mi100_row_is_canonical(out) -> None:  # noqa: ANN001
+def test_every_mi100_row_is_canonical(out) -> None:
     amd = _amd(out)
     expected = sum(len(pd.read_csv(NEUSIGHT / AMD / rel, dtype=str)) for rel in MI100_FILES)
     assert len(amd) == expected > 8000
@@ -72,7 +74,7 @@ def test_every_mi100_row_is_canonical(out) -> None:  # noqa: ANN001
     assert set(families) == {"elementwise", "layernorm", "softmax", "bmm", "linear"}
 
 
-def test_mi100_values_match_upstream_ms_to_us(out) -> None:  # noqa: ANN001
+def test_mi100_values_match_upstream_ms_to_us(out) -> None:
     rel = "test/collect/bmm/p2.4.1/AMD Instinct MI100.csv"
     raw = pd.read_csv(NEUSIGHT / AMD / rel, dtype=str, keep_default_na=False).iloc[7]
     amd = _amd(out)
@@ -86,7 +88,7 @@ def test_mi100_values_match_upstream_ms_to_us(out) -> None:  # noqa: ANN001
     assert row["gflops"] == pytest.approx(flops / (float(raw["Latency"]) * 1e-3) / 1e9)
 
 
-def test_mi100_rates_stay_under_the_catalog_peaks(out, catalog) -> None:  # noqa: ANN001
+def test_mi100_rates_stay_under_the_catalog_peaks(out, catalog) -> None:
     """No bmm/linear row above the MI100's FP32 matrix peak (46.1 TFLOP/s): units and catalog agree."""
     amd = _amd(out)
     gemm = amd[amd["upstream_file"].str.contains("/(?:bmm|linear)/", regex=True)]
@@ -94,9 +96,11 @@ def test_mi100_rates_stay_under_the_catalog_peaks(out, catalog) -> None:  # noqa
     assert gemm["gflops"].notna().all() and gemm["gflops"].max() <= peak
 
 
-@pytest.mark.parametrize("config", ["device_configs/AMD_Instinct_MI100.json",
-                                    "dataset_amd/train/device_configs/AMD_Instinct_MI100.json"])
-def test_mi100_device_config_agrees_with_the_catalog(config: str, catalog) -> None:  # noqa: ANN001
+@pytest.mark.parametrize(
+    "config",
+    ["device_configs/AMD_Instinct_MI100.json", "dataset_amd/train/device_configs/AMD_Instinct_MI100.json"],
+)
+def test_mi100_device_config_agrees_with_the_catalog(config: str, catalog) -> None:
     figures = json.loads((NEUSIGHT / DATA / config).read_text())
     spec = catalog.resolve(figures["Device"])
     assert spec.id == "mi100" and spec.vendor == "amd"

@@ -29,7 +29,7 @@ pytestmark = pytest.mark.skipif(
 
 
 @pytest.fixture(scope="module")
-def catalog():  # noqa: ANN201
+def catalog():
     from components.devices import load_catalog
 
     return load_catalog()
@@ -51,8 +51,11 @@ def upstream_rows(path: Path) -> pd.DataFrame:
 # ----------------------------------------------------------------------------------------------
 # NeuSight
 # ----------------------------------------------------------------------------------------------
-NS_TRAIN = [f"train/collect/{op}/p2.1.0/{gpu}.csv" for op in ("bmm", "ln", "gelu", "addu")
-            for gpu in ("Tesla T4", "NVIDIA A100-PCIE-40GB")]
+NS_TRAIN = [
+    f"train/collect/{op}/p2.1.0/{gpu}.csv"
+    for op in ("bmm", "ln", "gelu", "addu")
+    for gpu in ("Tesla T4", "NVIDIA A100-PCIE-40GB")
+]
 # conv's A100 file is the 80 GB card, not the 40 GB one the other ops use.
 NS_TRAIN += [f"train/collect/conv/p2.1.0/{gpu}.csv" for gpu in ("Tesla T4", "NVIDIA A100 80GB PCIe")]
 NS_TEST = [f"test/{stem}.csv" for stem in ("bmm", "elem", "linear", "ln", "softmax", "vec")]
@@ -66,7 +69,7 @@ def ns_root(tmp_path: Path) -> Path:
     return root
 
 
-def ns_ingest(root: Path, catalog):  # noqa: ANN001, ANN201
+def ns_ingest(root: Path, catalog):
     from components.ingest import neusight
 
     out = neusight.ingest(root, catalog)
@@ -74,7 +77,7 @@ def ns_ingest(root: Path, catalog):  # noqa: ANN001, ANN201
     return out
 
 
-def test_neusight_excerpt_is_canonical(ns_root: Path, catalog) -> None:  # noqa: ANN001
+def test_neusight_excerpt_is_canonical(ns_root: Path, catalog) -> None:
     out = ns_ingest(ns_root, catalog)
     n_files = len(NS_TRAIN) + len(NS_TEST)
     assert out.rows_in == n_files * ROWS
@@ -87,7 +90,10 @@ def test_neusight_excerpt_is_canonical(ns_root: Path, catalog) -> None:  # noqa:
     assert {"t4", "a100-pcie-40gb"} <= set(m["device_id"])
     assert m.loc[m["device_name_raw"] == "Tesla T4", "device_id"].eq("t4").all()
     # run_id tells training files from each published test file.
-    assert set(m["run_id"]) == {"train/collect", *(f"test/{s}" for s in ("bmm", "elem", "linear", "ln", "softmax", "vec"))}
+    assert set(m["run_id"]) == {
+        "train/collect",
+        *(f"test/{s}" for s in ("bmm", "elem", "linear", "ln", "softmax", "vec")),
+    }
     # Every kernel referenced exists; families follow the op.
     kernels = out.kernels.set_index("kernel_id")
     assert m["kernel_id"].isin(kernels.index).all()
@@ -98,7 +104,7 @@ def test_neusight_excerpt_is_canonical(ns_root: Path, catalog) -> None:  # noqa:
     assert with_measurement_ids(m)["measurement_id"].is_unique
 
 
-def test_neusight_row_values_match_upstream(ns_root: Path, catalog) -> None:  # noqa: ANN001
+def test_neusight_row_values_match_upstream(ns_root: Path, catalog) -> None:
     out = ns_ingest(ns_root, catalog)
     m = out.measurements
     rel = (NS_DATA / "train/collect/bmm/p2.1.0/Tesla T4.csv").as_posix()
@@ -117,13 +123,14 @@ def test_neusight_row_values_match_upstream(ns_root: Path, catalog) -> None:  # 
     # Conv keeps its parameters, with upstream's misspelt Kernel_Szie spelled right.
     conv = m[m["upstream_file"].str.contains("/conv/")].iloc[0]
     assert {"Input_Channel", "Output_Channel", "Kernel_Size", "Input_Size", "Stride", "Padding"} <= set(
-        json.loads(conv["params_json"]))
+        json.loads(conv["params_json"])
+    )
     # Test elementwise files carry NeuSight's "large" flag.
     elem = m[m["run_id"] == "test/elem"].iloc[0]
     assert json.loads(elem["params_json"])["large"] in (True, False)
 
 
-def test_neusight_vec_repeats_elem_as_separate_rows(ns_root: Path, catalog) -> None:  # noqa: ANN001
+def test_neusight_vec_repeats_elem_as_separate_rows(ns_root: Path, catalog) -> None:
     """vec.csv = elem+ln+softmax: the same row appears twice, told apart by run_id only."""
     out = ns_ingest(ns_root, catalog)
     m = out.measurements
@@ -132,23 +139,27 @@ def test_neusight_vec_repeats_elem_as_separate_rows(ns_root: Path, catalog) -> N
     assert len(both) > 0  # the excerpts start with the same ln rows
 
 
-def test_neusight_repeated_shape_in_one_file_gets_rep_suffix(ns_root: Path, catalog) -> None:  # noqa: ANN001
+def test_neusight_repeated_shape_in_one_file_gets_rep_suffix(ns_root: Path, catalog) -> None:
     path = ns_root / NS_DATA / "train/collect/gelu/p2.1.0/Tesla T4.csv"
     lines = path.read_text().splitlines()
     path.write_text("\n".join([*lines, lines[1]]) + "\n")  # the first row measured again
     out = ns_ingest(ns_root, catalog)
-    runs = out.measurements.loc[out.measurements["upstream_file"].str.endswith("gelu/p2.1.0/Tesla T4.csv"), "run_id"]
+    runs = out.measurements.loc[
+        out.measurements["upstream_file"].str.endswith("gelu/p2.1.0/Tesla T4.csv"), "run_id"
+    ]
     assert sorted(runs.unique()) == ["train/collect", "train/collect/rep1"]
     assert with_measurement_ids(out.measurements)["measurement_id"].is_unique
 
 
-def test_neusight_bad_rows_go_to_rejects_with_reasons(ns_root: Path, catalog) -> None:  # noqa: ANN001
+def test_neusight_bad_rows_go_to_rejects_with_reasons(ns_root: Path, catalog) -> None:
     path = ns_root / NS_DATA / "train/collect/bmm/p2.1.0/Tesla T4.csv"
     lines = path.read_text().splitlines()
     lines[1] = lines[1].replace(lines[1].split(",")[1], "n/a", 1)  # Latency not a number
     lines[2] = lines[2].replace("Tesla T4", "Imaginary GPU 9000")  # device the catalog lacks
     lines[3] = "garbage,row," * 20  # too many fields
-    lines[4] = lines[4].replace(lines[4].split(",")[1], "0", 1)  # latency 0: canonical, validation quarantines
+    lines[4] = lines[4].replace(
+        lines[4].split(",")[1], "0", 1
+    )  # latency 0: canonical, validation quarantines
     path.write_text("\n".join(lines) + "\n")
     out = ns_ingest(ns_root, catalog)
     rel = (NS_DATA / "train/collect/bmm/p2.1.0/Tesla T4.csv").as_posix()
@@ -157,12 +168,14 @@ def test_neusight_bad_rows_go_to_rejects_with_reasons(ns_root: Path, catalog) ->
     assert "Latency is not a number" in rejects[0]
     assert rejects[1] == "unknown device 'Imaginary GPU 9000'"
     assert "fields" in rejects[2]
-    zero = out.measurements[(out.measurements["upstream_file"] == rel) & (out.measurements["upstream_row"] == 3)]
+    zero = out.measurements[
+        (out.measurements["upstream_file"] == rel) & (out.measurements["upstream_row"] == 3)
+    ]
     assert zero["duration_us"].tolist() == [0.0]
     assert out.rows_in == len(out.measurements) + len(out.rejects)
 
 
-def test_neusight_truncated_file_rejects_the_cut_row(ns_root: Path, catalog) -> None:  # noqa: ANN001
+def test_neusight_truncated_file_rejects_the_cut_row(ns_root: Path, catalog) -> None:
     path = ns_root / NS_DATA / "test/linear.csv"
     text = path.read_text()
     path.write_text(text[: text.rindex(",")])  # cut inside the last row: its last shape column is gone
@@ -173,7 +186,7 @@ def test_neusight_truncated_file_rejects_the_cut_row(ns_root: Path, catalog) -> 
 
 
 @pytest.mark.parametrize("damage", ["missing_column", "empty", "unterminated_quote"])
-def test_neusight_unreadable_file_names_it(ns_root: Path, catalog, damage: str) -> None:  # noqa: ANN001
+def test_neusight_unreadable_file_names_it(ns_root: Path, catalog, damage: str) -> None:
     path = ns_root / NS_DATA / "test/ln.csv"
     if damage == "missing_column":
         upstream_rows(path).drop(columns=["Latency"]).to_csv(path, index=False)
@@ -188,7 +201,7 @@ def test_neusight_unreadable_file_names_it(ns_root: Path, catalog, damage: str) 
         assert "Latency" in str(err.value)
 
 
-def test_neusight_missing_directory_is_clear(tmp_path: Path, catalog) -> None:  # noqa: ANN001
+def test_neusight_missing_directory_is_clear(tmp_path: Path, catalog) -> None:
     with pytest.raises(IngestError, match="not found"):
         ns_ingest(tmp_path / "nowhere", catalog)
 
@@ -221,7 +234,7 @@ def amd_copy(root: Path) -> None:
     merged.to_csv(root / NS_AMD / "train/collect/ln.csv", index=False)
 
 
-def test_neusight_reads_the_amd_collection_when_present(ns_root: Path, catalog) -> None:  # noqa: ANN001
+def test_neusight_reads_the_amd_collection_when_present(ns_root: Path, catalog) -> None:
     without = ns_ingest(ns_root, catalog)
     amd_copy(ns_root)
     out = ns_ingest(ns_root, catalog)
@@ -231,7 +244,10 @@ def test_neusight_reads_the_amd_collection_when_present(ns_root: Path, catalog) 
     assert len(amd) == len(AMD_FILES) * ROWS and len(out.rejects) == 0
     assert set(amd["device_id"]) == {"mi100", "mi210"}
     assert set(amd["device_name_raw"]) == {"AMD Instinct MI100", "AMD Instinct MI210"}
-    assert set(amd["run_id"].str.replace(r"/rep\d+$", "", regex=True)) == {"amd/train/collect", "amd/test/collect"}
+    assert set(amd["run_id"].str.replace(r"/rep\d+$", "", regex=True)) == {
+        "amd/train/collect",
+        "amd/test/collect",
+    }
     assert any("dataset_amd" in note for note in out.notes)
     # Same ops and shapes as the NVIDIA rows they came from -> the same kernel ids (one kernel table).
     nvidia = m[m["upstream_file"] == (NS_DATA / "train/collect/bmm/p2.1.0/Tesla T4.csv").as_posix()]
@@ -248,21 +264,25 @@ def test_neusight_reads_the_amd_collection_when_present(ns_root: Path, catalog) 
     assert not used["device_id"].isin(["mi100", "mi210"]).any() and len(fold.train) > 0
 
 
-def test_neusight_amd_folder_without_files_is_an_error(ns_root: Path, catalog) -> None:  # noqa: ANN001
+def test_neusight_amd_folder_without_files_is_an_error(ns_root: Path, catalog) -> None:
     (ns_root / NS_AMD / "train").mkdir(parents=True)
     with pytest.raises(IngestError, match="dataset_amd"):
         ns_ingest(ns_root, catalog)
+
 
 # ----------------------------------------------------------------------------------------------
 # PipeWeave
 # ----------------------------------------------------------------------------------------------
 PW_FILES = [
-    "dataset/gemm_fp8_train.csv", "dataset/gemm_fp8_test.csv",
-    "pipetuning_test/moe_dse/moe_dse_A100_99.csv", "pipetuning_test/moe_dse/moe_dse_H800_top3.csv",
+    "dataset/gemm_fp8_train.csv",
+    "dataset/gemm_fp8_test.csv",
+    "pipetuning_test/moe_dse/moe_dse_A100_99.csv",
+    "pipetuning_test/moe_dse/moe_dse_H800_top3.csv",
     "mlp_models_quantile/moe/20260223_203659/kernel_reports/topk_underperforming_NVIDIA A40.csv",
     "mlp_models_quantile/moe/20251111_001728/kernel_reports/topk_underperforming_NVIDIA L20_sampled.csv",
     "pipetuning_test/demo/topk_underperforming_A100.csv",
-    "dataset/collective/A100/all_reduce.csv", "dataset/collective/H20/send_recv.csv",
+    "dataset/collective/A100/all_reduce.csv",
+    "dataset/collective/H20/send_recv.csv",
     "dataset/collective/RTX 6000 Ada/all_reduce.csv",
 ]
 
@@ -278,7 +298,7 @@ def pw_root(tmp_path: Path) -> Path:
     return root
 
 
-def pw_ingest(root: Path, catalog):  # noqa: ANN001, ANN201
+def pw_ingest(root: Path, catalog):
     from components.ingest import pipeweave
 
     out = pipeweave.ingest(root, catalog)
@@ -286,24 +306,33 @@ def pw_ingest(root: Path, catalog):  # noqa: ANN001, ANN201
     return out
 
 
-def test_pipeweave_excerpt_is_canonical(pw_root: Path, catalog) -> None:  # noqa: ANN001
+def test_pipeweave_excerpt_is_canonical(pw_root: Path, catalog) -> None:
     out = pw_ingest(pw_root, catalog)
     m = out.measurements
     assert out.rows_in == len(PW_FILES) * ROWS and len(out.rejects) == 0
     assert with_measurement_ids(m)["measurement_id"].is_unique
     assert set(m["device_id"]) == {"h20", "h100-sxm", "h800", "a100-sxm4-80gb", "a40", "l20", "rtx-6000-ada"}
-    assert set(m["run_id"]) == {"gemm_fp8/train", "gemm_fp8/test", "moe_dse/99", "moe_dse/top3",
-                                "moe_quantile/20260223_203659", "moe_quantile/20251111_001728/sampled", "demo",
-                                "collective"}
+    assert set(m["run_id"]) == {
+        "gemm_fp8/train",
+        "gemm_fp8/test",
+        "moe_dse/99",
+        "moe_dse/top3",
+        "moe_quantile/20260223_203659",
+        "moe_quantile/20251111_001728/sampled",
+        "demo",
+        "collective",
+    }
     kernels = out.kernels.set_index("kernel_id")
     fam = m["kernel_id"].map(kernels["family"])
     assert set(fam) == {"gemm", "moe", "collective"}
     assert set(kernels.loc[kernels["family"] == "gemm", "dtype"]) == {"fp8"}
     # PipeWeave's spec and pipe-demand columns are features, not measurements: nowhere in the output.
-    assert "tensor_all_cycle" not in " ".join(m["params_json"]) and "overall_perf" not in " ".join(m["params_json"])
+    assert "tensor_all_cycle" not in " ".join(m["params_json"]) and "overall_perf" not in " ".join(
+        m["params_json"]
+    )
 
 
-def test_pipeweave_values_match_upstream(pw_root: Path, catalog) -> None:  # noqa: ANN001
+def test_pipeweave_values_match_upstream(pw_root: Path, catalog) -> None:
     out = pw_ingest(pw_root, catalog)
     m = out.measurements.set_index(["upstream_file", "upstream_row"])
 
@@ -318,7 +347,9 @@ def test_pipeweave_values_match_upstream(pw_root: Path, catalog) -> None:  # noq
     dse = upstream_rows(pw_root / dse_file).iloc[2]
     row = m.loc[(dse_file, 2)]
     params = json.loads(row["params_json"])
-    assert params["BLOCK_SIZE_N"] == int(dse["BLOCK_SIZE_N"]) and params["smem_size_KB"] == float(dse["smem_size_KB"])
+    assert params["BLOCK_SIZE_N"] == int(dse["BLOCK_SIZE_N"]) and params["smem_size_KB"] == float(
+        dse["smem_size_KB"]
+    )
     assert row["n_trials"] == int(dse["sample_count"]) and row["device_id"] == "h800"
     assert row["duration_us"] == pytest.approx(float(dse["avg_duration"]))
 
@@ -331,7 +362,7 @@ def test_pipeweave_values_match_upstream(pw_root: Path, catalog) -> None:  # noq
     assert row["device_id"] == "a100-sxm4-80gb"  # via hardware/A100.json's full name
 
 
-def test_pipeweave_same_rows_in_two_files_stay_distinct(pw_root: Path, catalog) -> None:  # noqa: ANN001
+def test_pipeweave_same_rows_in_two_files_stay_distinct(pw_root: Path, catalog) -> None:
     """A report copied as another run (as upstream's _sampled files are) keeps unique keys."""
     src = pw_root / PW_FILES[4]
     shutil.copy(src, src.with_name("topk_underperforming_NVIDIA A40_sampled.csv"))
@@ -340,7 +371,7 @@ def test_pipeweave_same_rows_in_two_files_stay_distinct(pw_root: Path, catalog) 
     assert (out.measurements["run_id"] == "moe_quantile/20260223_203659/sampled").sum() == ROWS
 
 
-def test_pipeweave_bad_rows_and_unknown_gpu(pw_root: Path, catalog) -> None:  # noqa: ANN001
+def test_pipeweave_bad_rows_and_unknown_gpu(pw_root: Path, catalog) -> None:
     gemm = pw_root / "dataset/gemm_fp8_train.csv"
     lines = gemm.read_text().splitlines()
     first = lines[1].split(",")
@@ -357,7 +388,7 @@ def test_pipeweave_bad_rows_and_unknown_gpu(pw_root: Path, catalog) -> None:  # 
     assert len(unknown) == 3 and set(unknown["reason"]) == {"unknown device 'Z9000'"}
 
 
-def test_pipeweave_missing_pieces_name_the_file(pw_root: Path, catalog) -> None:  # noqa: ANN001
+def test_pipeweave_missing_pieces_name_the_file(pw_root: Path, catalog) -> None:
     coll = pw_root / "dataset/collective/A100/all_reduce.csv"
     upstream_rows(coll).drop(columns=["time_stats.all_reduce.mean"]).to_csv(coll, index=False)
     with pytest.raises(IngestError, match="time_stats.all_reduce.mean") as err:

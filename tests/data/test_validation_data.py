@@ -40,18 +40,22 @@ def _bundle() -> tuple[pd.DataFrame, pd.DataFrame]:
         out = adapter.ingest(DEFAULT_DATASETS_DIR / source, catalog)
         measurements.append(out.measurements)
         kernels.append(out.kernels)
-    profiled = importlib.import_module("components.ingest.profiled").ingest(PROJECT_ROOT / "profiled-data", catalog)
+    profiled = importlib.import_module("components.ingest.profiled").ingest(
+        PROJECT_ROOT / "profiled-data", catalog
+    )
     measurements.append(profiled.measurements)
     kernels.append(profiled.kernels)
     frame = pd.concat(measurements, ignore_index=True)
     missing_ids = frame["measurement_id"].isna()
     if missing_ids.any():  # adapters may leave ids to the ingest driver; it fills them this way
-        frame.loc[missing_ids, "measurement_id"] = with_measurement_ids(frame.loc[missing_ids])["measurement_id"]
+        frame.loc[missing_ids, "measurement_id"] = with_measurement_ids(frame.loc[missing_ids])[
+            "measurement_id"
+        ]
     return frame, pd.concat(kernels, ignore_index=True)
 
 
 @cache
-def _result():  # noqa: ANN202 -- components.validation.ValidationResult
+def _result():
     from components.devices import load_catalog
     from components.validation import validate_measurements
 
@@ -129,4 +133,5 @@ def test_benchmark_hub_dedispersion_bandwidth_exceeds_dram_peak() -> None:
     assert len(over) > 0
     assert set(kernels.loc[over["kernel_id"], "name"]) == {"dedispersion_kernel"}
     assert result.summary["by_source"]["benchmark_hub"]["by_expectation"] == {
-        "achieved_gbps_within_dram_peak": len(over)}
+        "achieved_gbps_within_dram_peak": len(over)
+    }

@@ -26,12 +26,18 @@ PIPEWEAVE = DEFAULT_DATASETS_DIR / "pipeweave"
 GPUFLOPBENCH = DEFAULT_DATASETS_DIR / "gpuflopbench"
 PROFILED_RUN = PROJECT_ROOT / "profiled-data" / "h100-sxm-2026-11-22"
 ROWS = 8
-PW_FILES = ("dataset/gemm_fp8_train.csv", "dataset/gemm_fp8_test.csv",
-            "pipetuning_test/moe_dse/moe_dse_A100_99.csv", "pipetuning_test/demo/topk_underperforming_A100.csv",
-            "dataset/collective/A100/all_reduce.csv")
+PW_FILES = (
+    "dataset/gemm_fp8_train.csv",
+    "dataset/gemm_fp8_test.csv",
+    "pipetuning_test/moe_dse/moe_dse_A100_99.csv",
+    "pipetuning_test/demo/topk_underperforming_A100.csv",
+    "dataset/collective/A100/all_reduce.csv",
+)
 
-pytestmark = pytest.mark.skipif(not (PIPEWEAVE.is_dir() and GPUFLOPBENCH.is_dir() and PROFILED_RUN.is_dir()),
-                                reason="public datasets bundle or profiled-data not present")
+pytestmark = pytest.mark.skipif(
+    not (PIPEWEAVE.is_dir() and GPUFLOPBENCH.is_dir() and PROFILED_RUN.is_dir()),
+    reason="public datasets bundle or profiled-data not present",
+)
 
 
 def _cut(src_root: Path, dst_root: Path, rel: str, rows: int = ROWS) -> None:
@@ -71,8 +77,9 @@ def roots(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
 
 
 def _ingest(source: str, root: Path, out: Path, tmp: Path) -> object:
-    return ingest_stage(IngestInputs(sources=(source,), out_dir=out, datasets_dir=tmp, cache_dir=tmp,
-                                     from_location=str(root)))
+    return ingest_stage(
+        IngestInputs(sources=(source,), out_dir=out, datasets_dir=tmp, cache_dir=tmp, from_location=str(root))
+    )
 
 
 def _rows(out: Path) -> pd.DataFrame:
@@ -95,7 +102,9 @@ def test_second_source_keeps_the_first(roots: dict[str, Path], tmp_path: Path) -
     assert result.kept == ["pipeweave"] and result.replaced == ["gpuflopbench"]
     assert result.total_rows == len(after) == len(pw_rows) + 6
     summary = json.loads((out / "summary.json").read_text())
-    assert set(summary["by_source"]) == {"pipeweave", "gpuflopbench"} and summary["measurements"] == len(after)
+    assert set(summary["by_source"]) == {"pipeweave", "gpuflopbench"} and summary["measurements"] == len(
+        after
+    )
     kernels = pd.read_parquet(out / "kernels.parquet")
     assert set(after["kernel_id"]) <= set(kernels["kernel_id"])
 
@@ -126,7 +135,10 @@ def test_a_profiled_run_replaces_only_that_run(roots: dict[str, Path], tmp_path:
     assert (rows["source"] == "gpuflopbench").sum() == 6
     assert result.replaced == ["kernelcast@h100-run-a"]
     assert sorted(p.name for p in (out / PARTS_DIR).iterdir()) == [
-        "gpuflopbench", "kernelcast@h100-run-a", "kernelcast@h100-run-b"]
+        "gpuflopbench",
+        "kernelcast@h100-run-a",
+        "kernelcast@h100-run-b",
+    ]
 
 
 def test_a_folder_from_before_partitions_is_kept(roots: dict[str, Path], tmp_path: Path) -> None:
@@ -139,8 +151,9 @@ def test_a_folder_from_before_partitions_is_kept(roots: dict[str, Path], tmp_pat
     legacy = _rows(out)
     _ingest("gpuflopbench", roots["gpuflopbench"], out, tmp_path)
     after = _rows(out)
-    pd.testing.assert_frame_equal(after.query("source == 'pipeweave'").reset_index(drop=True),
-                                  legacy.reset_index(drop=True))
+    pd.testing.assert_frame_equal(
+        after.query("source == 'pipeweave'").reset_index(drop=True), legacy.reset_index(drop=True)
+    )
 
 
 # The ingest stage (what `kernelcast ingest`, the flow and DVC call) in a process of its own.
@@ -161,8 +174,15 @@ def _cli(args: list[str], home: Path, fault: str | None = None) -> subprocess.Co
     env.pop(FAULT_ENV, None)
     if fault:
         env[FAULT_ENV] = fault
-    return subprocess.run([sys.executable, "-c", _INGEST, options["--source"], options["--from"], options["--out"]],
-                          env=env, cwd=PROJECT_ROOT, capture_output=True, text=True, timeout=300, check=False)
+    return subprocess.run(
+        [sys.executable, "-c", _INGEST, options["--source"], options["--from"], options["--out"]],
+        env=env,
+        cwd=PROJECT_ROOT,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
 
 
 def _snapshot(out: Path) -> dict[str, bytes]:
@@ -170,15 +190,19 @@ def _snapshot(out: Path) -> dict[str, bytes]:
 
 
 @pytest.mark.parametrize("point", FAULT_POINTS)
-def test_a_process_killed_mid_ingest_leaves_complete_tables(roots: dict[str, Path], tmp_path: Path,
-                                                            point: str) -> None:
+def test_a_process_killed_mid_ingest_leaves_complete_tables(
+    roots: dict[str, Path], tmp_path: Path, point: str
+) -> None:
     """SIGKILL (fault injection) at each point: the folder is the old complete set, or the new one."""
     out = tmp_path / "canonical"
     first = _cli(["--source", "pipeweave", "--from", str(roots["pipeweave"]), "--out", str(out)], tmp_path)
     assert first.returncode == 0, first.stderr
     before = _snapshot(out)
-    killed = _cli(["--source", "gpuflopbench", "--from", str(roots["gpuflopbench"]), "--out", str(out)],
-                  tmp_path, fault=point)
+    killed = _cli(
+        ["--source", "gpuflopbench", "--from", str(roots["gpuflopbench"]), "--out", str(out)],
+        tmp_path,
+        fault=point,
+    )
     assert killed.returncode == -9, (killed.returncode, killed.stderr[-2000:])
     state = _snapshot(out)
     if point == "ingest-after-swap":  # killed after the swap: the new complete set
@@ -188,15 +212,20 @@ def test_a_process_killed_mid_ingest_leaves_complete_tables(roots: dict[str, Pat
     summary = json.loads((out / "summary.json").read_text())
     assert summary["measurements"] == len(_rows(out))
     # The next ingest cleans what the killed one left and completes normally.
-    again = _cli(["--source", "gpuflopbench", "--from", str(roots["gpuflopbench"]), "--out", str(out)], tmp_path)
+    again = _cli(
+        ["--source", "gpuflopbench", "--from", str(roots["gpuflopbench"]), "--out", str(out)], tmp_path
+    )
     assert again.returncode == 0, again.stderr
-    assert _by_source(out) == {"pipeweave": len(pd.read_parquet(out / PARTS_DIR / "pipeweave" / "measurements.parquet")),
-                               "gpuflopbench": 6}
+    assert _by_source(out) == {
+        "pipeweave": len(pd.read_parquet(out / PARTS_DIR / "pipeweave" / "measurements.parquet")),
+        "gpuflopbench": 6,
+    }
     assert not list(tmp_path.glob(".canonical.*.tmp"))
 
 
-def test_issue_regression_gpuflopbench_after_pipeweave_via_cli(roots: dict[str, Path], tmp_path: Path,
-                                                               monkeypatch: pytest.MonkeyPatch) -> None:
+def test_issue_regression_gpuflopbench_after_pipeweave_via_cli(
+    roots: dict[str, Path], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """The issue's steps: `ingest --source pipeweave` then `--source gpuflopbench` kept only the latter."""
     from kernelcast.cli import app
 
@@ -204,7 +233,9 @@ def test_issue_regression_gpuflopbench_after_pipeweave_via_cli(roots: dict[str, 
     out = tmp_path / "canonical"
     runner = CliRunner()
     for source in ("pipeweave", "gpuflopbench"):
-        done = runner.invoke(app, ["ingest", "--source", source, "--from", str(roots[source]), "--out", str(out)])
+        done = runner.invoke(
+            app, ["ingest", "--source", source, "--from", str(roots[source]), "--out", str(out)]
+        )
         assert done.exit_code == 0, done.output
     counts = _by_source(out)
     assert counts["gpuflopbench"] == 6 and counts["pipeweave"] > 0

@@ -75,18 +75,60 @@ def cluster() -> Iterator[tuple[str, dict[str, str], Path]]:
     from flows.runtime import free_port
 
     root = Path(tempfile.mkdtemp(prefix="kcm-", dir="/tmp"))  # short: Ray's socket paths
-    env = {**os.environ, "RAY_AUTH_MODE": "disabled", "RAY_USAGE_STATS_ENABLED": "0", "RAY_TMPDIR": str(root / "ray")}
+    env = {
+        **os.environ,
+        "RAY_AUTH_MODE": "disabled",
+        "RAY_USAGE_STATS_ENABLED": "0",
+        "RAY_TMPDIR": str(root / "ray"),
+    }
     for var in ("RAY_ADDRESS", "KERNELCAST_RAY_ADDRESS", "PREFECT_API_URL", "KERNELCAST_PREFECT_API_URL"):
         env.pop(var, None)
     port = free_port()
     address = f"127.0.0.1:{port}"
     common = ["--temp-dir", str(root / "ray"), "--disable-usage-stats"]
     try:
-        _ray(["start", "--head", "--port", str(port), "--num-cpus", "0", "--include-dashboard", "false", *common], env)
-        _ray(["start", "--address", address, "--num-cpus", "2",
-              "--resources", json.dumps({"accelerator_type:L4": 1}), "--node-name", "fake-l4"], env)
-        _ray(["start", "--address", address, "--num-cpus", "0",
-              "--resources", json.dumps({"accelerator_type:FAKEGPU": 1}), "--node-name", "fake-unknown"], env)
+        _ray(
+            [
+                "start",
+                "--head",
+                "--port",
+                str(port),
+                "--num-cpus",
+                "0",
+                "--include-dashboard",
+                "false",
+                *common,
+            ],
+            env,
+        )
+        _ray(
+            [
+                "start",
+                "--address",
+                address,
+                "--num-cpus",
+                "2",
+                "--resources",
+                json.dumps({"accelerator_type:L4": 1}),
+                "--node-name",
+                "fake-l4",
+            ],
+            env,
+        )
+        _ray(
+            [
+                "start",
+                "--address",
+                address,
+                "--num-cpus",
+                "0",
+                "--resources",
+                json.dumps({"accelerator_type:FAKEGPU": 1}),
+                "--node-name",
+                "fake-unknown",
+            ],
+            env,
+        )
         yield address, env, root
     finally:
         _stop_cluster(root)
@@ -95,16 +137,19 @@ def cluster() -> Iterator[tuple[str, dict[str, str], Path]]:
 
 def _node_ids(address: str, env: dict[str, str]) -> dict[str, str]:
     """Node name -> node id, as the cluster reports them (read in a separate driver)."""
-    code = ("import json, ray; ray.init(address=%r, log_to_driver=False); "
-            "print(json.dumps({n['NodeName'] if n['NodeName'] in ('fake-l4', 'fake-unknown') else 'head': n['NodeID'] "
-            "for n in ray.nodes() if n['Alive']}))" % address)
+    code = (
+        "import json, ray; ray.init(address=%r, log_to_driver=False); "
+        "print(json.dumps({n['NodeName'] if n['NodeName'] in ('fake-l4', 'fake-unknown') else 'head': n['NodeID'] "
+        "for n in ray.nodes() if n['Alive']}))" % address
+    )
     done = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr
     return json.loads(done.stdout.strip().splitlines()[-1])
 
 
 def test_new_gpu_flow_profiles_only_on_the_matching_node_host_backend_stands_in_for_the_gpu(
-        cluster: tuple[str, dict[str, str], Path]) -> None:
+    cluster: tuple[str, dict[str, str], Path],
+) -> None:
     address, ray_env, root = cluster
     nodes = _node_ids(address, ray_env)
     assert set(nodes) == {"head", "fake-l4", "fake-unknown"}
@@ -114,18 +159,29 @@ def test_new_gpu_flow_profiles_only_on_the_matching_node_host_backend_stands_in_
     home = repo / ".kernelcast"  # dvc.yaml's paths are the default home's
     fleet_file = root / "fleet.txt"
     fleet_file.write_text("# GPUs we own but have no node for yet\nMI300X\n")
-    env = {**ray_env, "KERNELCAST_HOME": str(home), "KERNELCAST_RAY_ADDRESS": address,
-           "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}",
-           "PYTHONPATH": str(repo), "PREFECT_HOME": str(home / "prefect"),
-           "KERNELCAST_DATASETS_DIR": str(root / "project" / "shared" / "datasets"),
-           "MLFLOW_TRACKING_URI": f"sqlite:///{home / 'mlflow' / 'mlflow.db'}"}
+    env = {
+        **ray_env,
+        "KERNELCAST_HOME": str(home),
+        "KERNELCAST_RAY_ADDRESS": address,
+        "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}",
+        "PYTHONPATH": str(repo),
+        "PREFECT_HOME": str(home / "prefect"),
+        "KERNELCAST_DATASETS_DIR": str(root / "project" / "shared" / "datasets"),
+        "MLFLOW_TRACKING_URI": f"sqlite:///{home / 'mlflow' / 'mlflow.db'}",
+    }
     dvc = str(Path(sys.executable).with_name("dvc"))
     _sh(["git", "init", "-q", "-b", "main"], repo, env)
     _sh([dvc, "init", "-q"], repo, env)
     (repo / ".gitignore").write_text("__pycache__/\n/.kernelcast/\n")
     started = time.monotonic()
-    done = subprocess.run([sys.executable, "-c", _DRIVER, str(fleet_file)], cwd=repo, env=env,
-                          capture_output=True, text=True, timeout=900)
+    done = subprocess.run(
+        [sys.executable, "-c", _DRIVER, str(fleet_file)],
+        cwd=repo,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=900,
+    )
     seconds = time.monotonic() - started
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     report = json.loads(done.stdout.split("REPORT=", 1)[1])
@@ -145,7 +201,11 @@ def test_new_gpu_flow_profiles_only_on_the_matching_node_host_backend_stands_in_
 
     chain = report["retrain"]  # then validate (DVC data stages), retrain, evaluate, promote
     assert [(d["stage"], d["action"]) for d in chain["data_stages"]] == [
-        ("ingest", "ran"), ("validate", "ran"), ("static", "ran"), ("features", "ran")]
+        ("ingest", "ran"),
+        ("validate", "ran"),
+        ("static", "ran"),
+        ("features", "ran"),
+    ]
     assert chain["data_stages"][-1]["rows"] == 662
     trained = chain["trained"]["tabular"]
     assert trained["action"] == "trained" and trained["model_uri"] == "models:/kernelcast/1"

@@ -17,7 +17,10 @@ def test_deployments_register_with_their_schedules_on_a_real_server(prefect_harn
     first = register(specs, pull_steps, work_pool="kc-test-vm", path="/tmp/kc-checkout")
     again = register(specs, pull_steps, work_pool="kc-test-vm", path="/tmp/kc-checkout")
 
-    assert [e["name"] for e in first] == ["kernelcast-pipeline/weekly-retrain", "retrain-on-new-gpu/new-gpu-check"]
+    assert [e["name"] for e in first] == [
+        "kernelcast-pipeline/weekly-retrain",
+        "retrain-on-new-gpu/new-gpu-check",
+    ]
     assert first[0]["work_pool_created"] and not again[0]["work_pool_created"]
     assert [e["id"] for e in first] == [e["id"] for e in again]  # updated in place, not duplicated
     with get_client(sync_client=True) as client:
@@ -25,10 +28,14 @@ def test_deployments_register_with_their_schedules_on_a_real_server(prefect_harn
         weekly = client.read_deployment_by_name("kernelcast-pipeline/weekly-retrain")
         hourly = client.read_deployment_by_name("retrain-on-new-gpu/new-gpu-check")
     assert weekly.work_pool_name == "kc-test-vm" and weekly.entrypoint == "flows/pipeline.py:pipeline_flow"
-    assert [s.schedule.cron for s in weekly.schedules] == ["0 3 * * 1"]  # one schedule after two registrations
+    assert [s.schedule.cron for s in weekly.schedules] == [
+        "0 3 * * 1"
+    ]  # one schedule after two registrations
     assert weekly.schedules[0].schedule.timezone == "UTC" and weekly.schedules[0].active
     assert weekly.global_concurrency_limit is not None and weekly.global_concurrency_limit.limit == 1
-    assert weekly.pull_steps == [{"prefect.deployments.steps.set_working_directory": {"directory": "/tmp/kc-checkout"}}]
+    assert weekly.pull_steps == [
+        {"prefect.deployments.steps.set_working_directory": {"directory": "/tmp/kc-checkout"}}
+    ]
     assert [s.schedule.cron for s in hourly.schedules] == ["0 * * * *"]
     assert hourly.parameters["fold_splits"] == ["unseen-gpu"]
     assert "gpus" in hourly.parameter_openapi_schema["properties"]

@@ -28,11 +28,18 @@ pytestmark = pytest.mark.slow
 
 def _env(repo: Path, root: Path, **extra: str) -> dict[str, str]:
     home = repo / ".kernelcast"
-    env = {**os.environ, "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}",
-           "PYTHONPATH": str(repo), "KERNELCAST_HOME": str(home), "RAY_TMPDIR": str(home / "ray"),
-           "KERNELCAST_DATASETS_DIR": str(root / "shared" / "datasets"), "KERNELCAST_RAY_NUM_CPUS": "2",
-           "MLFLOW_TRACKING_URI": f"sqlite:///{home / 'mlflow' / 'mlflow.db'}", "PREFECT_HOME": str(home / "prefect"),
-           **extra}
+    env = {
+        **os.environ,
+        "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}",
+        "PYTHONPATH": str(repo),
+        "KERNELCAST_HOME": str(home),
+        "RAY_TMPDIR": str(home / "ray"),
+        "KERNELCAST_DATASETS_DIR": str(root / "shared" / "datasets"),
+        "KERNELCAST_RAY_NUM_CPUS": "2",
+        "MLFLOW_TRACKING_URI": f"sqlite:///{home / 'mlflow' / 'mlflow.db'}",
+        "PREFECT_HOME": str(home / "prefect"),
+        **extra,
+    }
     for var in ("PREFECT_API_URL", "KERNELCAST_PREFECT_API_URL", "KERNELCAST_RAY_ADDRESS", "RAY_ADDRESS"):
         env.pop(var, None)
     return env
@@ -62,15 +69,18 @@ def _ours(repo: Path) -> list[str]:
             if proc.pid == os.getpid():
                 continue
             text = " ".join(proc.info["cmdline"] or [])
-            if str(repo) in text or str(proc.info["cwd"] or "").startswith(str(repo)) or \
-                    proc.environ().get("PREFECT_HOME", "").startswith(str(repo)):
+            if (
+                str(repo) in text
+                or str(proc.info["cwd"] or "").startswith(str(repo))
+                or proc.environ().get("PREFECT_HOME", "").startswith(str(repo))
+            ):
                 found.append(f"{proc.pid} {text[:120]}")
         except (psutil.NoSuchProcess, psutil.AccessDenied, psutil.ZombieProcess):
             continue
     return found
 
 
-def _settled(value, timeout_s: float = 120.0):  # noqa: ANN001, ANN202 -- a () -> list probe; its last answer
+def _settled(value, timeout_s: float = 120.0):
     """Poll ``value()`` until it is empty (the event itself: processes gone), not a fixed sleep that a
     busy machine can outrun; after ``timeout_s`` return what is still there, for the assertion to name."""
     deadline = time.monotonic() + timeout_s
@@ -95,16 +105,31 @@ def test_pipeline_crash_resume_lock_and_verdict(short_tmp: Path) -> None:  # noq
     # The crash waits for the release file: the second run below meets a live holder however fast the
     # first run's stages are or however busy the machine (an explicit event, not a race with its stages).
     release = root / "crash.release"
-    crashing = subprocess.Popen([kernelcast, "pipeline", "--no-push"], cwd=repo, text=True,
-                                env=_env(repo, root, KERNELCAST_FAULT_AFTER_STAGE="features",
-                                         KERNELCAST_TEST_ONLY_HOLD_CRASH_UNTIL=str(release)),
-                                stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+    crashing = subprocess.Popen(
+        [kernelcast, "pipeline", "--no-push"],
+        cwd=repo,
+        text=True,
+        env=_env(
+            repo,
+            root,
+            KERNELCAST_FAULT_AFTER_STAGE="features",
+            KERNELCAST_TEST_ONLY_HOLD_CRASH_UNTIL=str(release),
+        ),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+    )
     lock = repo / ".kernelcast" / "pipeline.lock"
     try:
         while not lock.exists() and crashing.poll() is None:
             time.sleep(0.2)
-        second = subprocess.run([kernelcast, "pipeline", "--no-push"], cwd=repo, env=env, text=True,
-                                capture_output=True, timeout=300)
+        second = subprocess.run(
+            [kernelcast, "pipeline", "--no-push"],
+            cwd=repo,
+            env=env,
+            text=True,
+            capture_output=True,
+            timeout=300,
+        )
     finally:
         release.touch()  # whatever happened: the first run is never left waiting
     first_out, _ = crashing.communicate(timeout=900)
@@ -114,14 +139,19 @@ def test_pipeline_crash_resume_lock_and_verdict(short_tmp: Path) -> None:  # noq
     assert "another pipeline run holds this state folder" in second.stderr
     assert f"pid {crashing.pid}" in second.stderr  # the refusal names the holder
     assert crashing.returncode == -9, first_out  # the injected crash (SIGKILL), right after features
-    assert "[4/7] features  ran" in first_out and "train" not in first_out.split("simulate a crash")[-1], first_out
+    assert "[4/7] features  ran" in first_out and "train" not in first_out.split("simulate a crash")[-1], (
+        first_out
+    )
     # PDEATHSIG is delivered asynchronously: wait for the server to be gone, not for 2 s.
-    assert _settled(lambda: _prefect_servers_under(repo / ".kernelcast")) == []  # the crashed run took its server
+    assert (
+        _settled(lambda: _prefect_servers_under(repo / ".kernelcast")) == []
+    )  # the crashed run took its server
     assert lock.exists()  # left behind by the crash; the flock died with its holder
 
     started = time.monotonic()
-    resumed = subprocess.run([kernelcast, "pipeline", "--no-push"], cwd=repo, env=env, text=True,
-                             capture_output=True, timeout=900)
+    resumed = subprocess.run(
+        [kernelcast, "pipeline", "--no-push"], cwd=repo, env=env, text=True, capture_output=True, timeout=900
+    )
     resume_s = time.monotonic() - started
     out = resumed.stdout
     assert resumed.returncode == 0, out + resumed.stderr
@@ -136,9 +166,15 @@ def test_pipeline_crash_resume_lock_and_verdict(short_tmp: Path) -> None:  # noq
     print(f"crash run {crash_s:.0f} s, resume {resume_s:.0f} s\n{out}")
 
     # SIGTERM while the train stage runs (its own process tree, with a local Ray): all of it stops.
-    stopped = subprocess.Popen([kernelcast, "pipeline", "--no-push", "--force", "--only", "train"], cwd=repo,
-                               env=env, text=True, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                               start_new_session=True)
+    stopped = subprocess.Popen(
+        [kernelcast, "pipeline", "--no-push", "--force", "--only", "train"],
+        cwd=repo,
+        env=env,
+        text=True,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        start_new_session=True,
+    )
     deadline = time.monotonic() + 300
     while time.monotonic() < deadline and not any("ray" in p and "raylet" in p for p in _ours(repo)):
         time.sleep(0.5)  # until the stage's local Ray is up: the deepest tree there is to stop

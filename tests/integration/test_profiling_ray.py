@@ -24,11 +24,22 @@ def _chunk_ids() -> list[str]:
     return [chunk_id(i, "host", "host", group) for i, group in enumerate(chunked(load_cases("smoke"), CHUNK))]
 
 
-def _host_run(out: Path, **kwargs):  # noqa: ANN202
+def _host_run(out: Path, **kwargs):
     from components.profiling.run import ProfileInputs, profile_run
 
-    return profile_run(ProfileInputs(device="host", backend="host", suite="smoke", out_dir=out, chunk_size=CHUNK,
-                                     repeats=3, warmup=1, timeout_s=120, **kwargs))
+    return profile_run(
+        ProfileInputs(
+            device="host",
+            backend="host",
+            suite="smoke",
+            out_dir=out,
+            chunk_size=CHUNK,
+            repeats=3,
+            warmup=1,
+            timeout_s=120,
+            **kwargs,
+        )
+    )
 
 
 def test_host_backend_through_ray_then_resume_and_ingest(local_ray: None, tmp_path: Path) -> None:
@@ -54,11 +65,14 @@ def test_host_backend_through_ray_then_resume_and_ingest(local_ray: None, tmp_pa
     # `kernelcast ingest --source kernelcast` reads the folder; CPU rows stay out of the GPU tables.
     out = ingest(run.parent, load_catalog())
     assert out.rows_in == len(cases) and len(out.measurements) == 0
-    assert set(out.rejects["reason"]) == {"host CPU measurement: not a catalog GPU (kept in the run folder only)"}
+    assert set(out.rejects["reason"]) == {
+        "host CPU measurement: not a catalog GPU (kept in the run folder only)"
+    }
 
 
-def test_a_worker_killed_mid_chunk_loses_and_duplicates_nothing(local_ray: None, tmp_path: Path,
-                                                                monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_worker_killed_mid_chunk_loses_and_duplicates_nothing(
+    local_ray: None, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     from components.profiling.schedule import FAULT_ENV
 
     victim = _chunk_ids()[1]
@@ -96,13 +110,17 @@ def test_an_absent_device_is_reported_not_waited_on(local_ray: None, tmp_path: P
     from components.profiling.schedule import DeviceUnavailable
 
     with pytest.raises(DeviceUnavailable, match="no Ray node offers accelerator_type:H100"):
-        profile_run(ProfileInputs(device="H100", backend="events", suite="smoke", out_dir=tmp_path / "run",
-                                  timeout_s=5))
+        profile_run(
+            ProfileInputs(
+                device="H100", backend="events", suite="smoke", out_dir=tmp_path / "run", timeout_s=5
+            )
+        )
     assert not (tmp_path / "run").exists()
 
 
-def test_jobs_not_done_within_the_timeout_are_reported_busy(local_ray: None, tmp_path: Path,
-                                                           monkeypatch: pytest.MonkeyPatch) -> None:
+def test_jobs_not_done_within_the_timeout_are_reported_busy(
+    local_ray: None, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """A device whose jobs do not finish in time (busy GPU, slow node) is reported, not waited on.
 
     Every job is held on an explicit event (a release file that is never written), so no job can
@@ -112,9 +130,21 @@ def test_jobs_not_done_within_the_timeout_are_reported_busy(local_ray: None, tmp
     from components.profiling.schedule import HOLD_ENV
 
     monkeypatch.setenv(HOLD_ENV, str(tmp_path / "never-released"))
-    with pytest.raises(ProfilingError, match=r"chunk\(s\) not finished within 0.5 s \(device host busy or absent\)"):
-        profile_run(ProfileInputs(device="host", backend="host", suite="smoke", out_dir=tmp_path / "run",
-                                  chunk_size=CHUNK, repeats=3, warmup=1, timeout_s=0.5))
+    with pytest.raises(
+        ProfilingError, match=r"chunk\(s\) not finished within 0.5 s \(device host busy or absent\)"
+    ):
+        profile_run(
+            ProfileInputs(
+                device="host",
+                backend="host",
+                suite="smoke",
+                out_dir=tmp_path / "run",
+                chunk_size=CHUNK,
+                repeats=3,
+                warmup=1,
+                timeout_s=0.5,
+            )
+        )
     manifest = json.loads((tmp_path / "run" / "manifest.json").read_text())
     assert manifest["status"] == "partial" and sorted(manifest["report"]["timed_out"]) == _chunk_ids()
     assert not manifest["report"]["done"] and not manifest["report"]["failed"]
@@ -137,13 +167,28 @@ def test_profile_device_flow_appends_validated_rows_to_a_dvc_dataset(local_ray: 
     _dvc(repo, "init", "--no-scm", "-q")
     _dvc(repo, "add", "-q", "profiled-data")
     before = (repo / "profiled-data.dvc").read_text()
-    summary = profile_device("host", "host", "smoke", dataset_dir=str(dataset), out_dir=str(tmp_path / "run-1"),
-                             chunk_size=6, timeout_s=120, repeats=3, warmup=1)
+    summary = profile_device(
+        "host",
+        "host",
+        "smoke",
+        dataset_dir=str(dataset),
+        out_dir=str(tmp_path / "run-1"),
+        chunk_size=6,
+        timeout_s=120,
+        repeats=3,
+        warmup=1,
+    )
     assert summary["validation"]["rows_valid"] == summary["rows"] == len(load_cases("smoke"))
     appended = Path(summary["appended_to"])
     assert appended == dataset / "run-1" and (appended / "manifest.json").is_file()
     assert json.loads((appended / "validation.json").read_text())["rows_quarantined"] == 0
-    assert len([line for p in (appended / "chunks").glob("*.jsonl") for line in p.read_text().splitlines()]) == summary["rows"]
+    assert (
+        len([line for p in (appended / "chunks").glob("*.jsonl") for line in p.read_text().splitlines()])
+        == summary["rows"]
+    )
     assert summary["versioned"] == "dvc add -> profiled-data.dvc"
     assert (repo / "profiled-data.dvc").read_text() != before
-    assert "up to date" in _dvc(repo, "status", "profiled-data.dvc").lower() or not _dvc(repo, "status", "-q").strip()
+    assert (
+        "up to date" in _dvc(repo, "status", "profiled-data.dvc").lower()
+        or not _dvc(repo, "status", "-q").strip()
+    )

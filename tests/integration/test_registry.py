@@ -33,10 +33,17 @@ GATE = {
     "splits": {"unseen-kernel": {"max_runtime_mape": 0.35, "min_within_10": 0.30}},
     "guarded": ["unseen-kernel/runtime_mape", "unseen-kernel/within_10"],
 }
-OP_QUESTIONS = pd.DataFrame([
-    {"device": "H100", "dtype": "fp16", "op": "gemm", "shape": json.dumps({"M": 4096, "N": 4096, "K": 4096})},
-    {"device": "A100", "dtype": "fp32", "op": "add", "shape": json.dumps({"N": 1 << 24})},
-])
+OP_QUESTIONS = pd.DataFrame(
+    [
+        {
+            "device": "H100",
+            "dtype": "fp16",
+            "op": "gemm",
+            "shape": json.dumps({"M": 4096, "N": 4096, "K": 4096}),
+        },
+        {"device": "A100", "dtype": "fp32", "op": "add", "shape": json.dumps({"N": 1 << 24})},
+    ]
+)
 
 
 @dataclass
@@ -52,10 +59,24 @@ class Store:
 
     def report(self, name: str, version: str, mape: float, within_10: float, complete: bool = True) -> Path:
         path = self.root / f"gate-{name}-{version}.json"
-        splits = {"unseen-kernel": {"status": "ok", "mode": "artifact",
-                                    "metrics": {"runtime_mape": mape, "within_10": within_10}}}
-        path.write_text(json.dumps({"kind": "kernelcast-gate-report", "model_name": name, "model_version": version,
-                                    "complete": complete, "splits": splits}))
+        splits = {
+            "unseen-kernel": {
+                "status": "ok",
+                "mode": "artifact",
+                "metrics": {"runtime_mape": mape, "within_10": within_10},
+            }
+        }
+        path.write_text(
+            json.dumps(
+                {
+                    "kind": "kernelcast-gate-report",
+                    "model_name": name,
+                    "model_version": version,
+                    "complete": complete,
+                    "splits": splits,
+                }
+            )
+        )
         return path
 
 
@@ -76,8 +97,14 @@ def store(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Store]:
     try:
         RooflinePredictor().save(root / "roofline")
         reg.ensure_experiment("kernelcast-test", (root / "artifacts").as_uri(), uri)
-        model_uri = reg.log_predictor(root / "roofline", {}, {"family": "roofline"}, {"family": "roofline"},
-                                      experiment="kernelcast-test", tracking_uri=uri)
+        model_uri = reg.log_predictor(
+            root / "roofline",
+            {},
+            {"family": "roofline"},
+            {"family": "roofline"},
+            experiment="kernelcast-test",
+            tracking_uri=uri,
+        )
         yield Store(uri, root, model_uri, params_file)
     finally:
         patch.undo()
@@ -92,17 +119,30 @@ def _promote(*args: str) -> tuple[int, str]:
 
 @pytest.mark.slow
 def test_registered_model_answers_questions_under_its_signature(store: Store) -> None:
-    import mlflow
     from mlflow.exceptions import MlflowException
 
+    import mlflow
     from components.serving.query import QueryError
 
     version = store.version("kc-contract")
     mlflow.set_tracking_uri(store.uri)
     model = mlflow.pyfunc.load_model(f"models:/kc-contract/{version}")
     inputs = {spec.name: (spec.type.name, spec.required) for spec in model.metadata.get_input_schema().inputs}
-    assert inputs == {name: ("string", False) for name in ("device", "device_spec", "dtype", "op", "shape", "source",
-                                                           "language", "launch", "module", "deployment")}
+    assert inputs == {
+        name: ("string", False)
+        for name in (
+            "device",
+            "device_spec",
+            "dtype",
+            "op",
+            "shape",
+            "source",
+            "language",
+            "launch",
+            "module",
+            "deployment",
+        )
+    }
     answers = model.predict(OP_QUESTIONS)
     assert answers["question"].tolist() == [0, 1] and answers["kind"].eq("op").all()
     assert answers.loc[0, "device"] == "h100-sxm" and answers.loc[0, "roofline_class"] == "compute"
@@ -135,12 +175,16 @@ def test_fail_pass_dry_run_and_rollback_through_the_cli(store: Store) -> None:
     assert code == 1 and "FAIL  evaluation report present" in out
     assert reg.alias_version(name, reg.CHAMPION, store.uri) is None
 
-    code, out = _promote("--model-name", name, "--version", v1, "--eval-report", str(store.report(name, v1, 0.25, 0.4)))
+    code, out = _promote(
+        "--model-name", name, "--version", v1, "--eval-report", str(store.report(name, v1, 0.25, 0.4))
+    )
     assert code == 0, out
     assert "PASS  unseen-kernel/runtime_mape <= 0.35: 0.25" in out and f"v{v1}: champion" in out
 
     # Fails a threshold: stays challenger, the decision and the failing rule are on the version.
-    code, out = _promote("--model-name", name, "--version", v2, "--eval-report", str(store.report(name, v2, 0.2, 0.1)))
+    code, out = _promote(
+        "--model-name", name, "--version", v2, "--eval-report", str(store.report(name, v2, 0.2, 0.1))
+    )
     assert code == 1 and "FAIL  unseen-kernel/within_10 >= 0.3: 0.1" in out
     assert reg.alias_version(name, reg.CHAMPION, store.uri) == v1
     assert reg.alias_version(name, reg.CHALLENGER, store.uri) == v2
@@ -148,11 +192,15 @@ def test_fail_pass_dry_run_and_rollback_through_the_cli(store: Store) -> None:
     assert tags["kc.promotion"] == "rejected" and "within_10 >= 0.3: 0.1" in tags["kc.promotion.rules"]
 
     # A report for another version judges nothing.
-    code, out = _promote("--model-name", name, "--version", v3, "--eval-report", str(store.report(name, v1, 0.1, 0.9)))
+    code, out = _promote(
+        "--model-name", name, "--version", v3, "--eval-report", str(store.report(name, v1, 0.1, 0.9))
+    )
     assert code == 1 and f"FAIL  report is for {name} v{v3}: {name} v{v1}" in out
 
     tags = reg.mlflow_client(store.uri).get_model_version(name, v3).tags
-    assert tags["kc.promotion"] == "rejected" and not reg.version_metrics(name, v3, store.uri)  # not its figures
+    assert tags["kc.promotion"] == "rejected" and not reg.version_metrics(
+        name, v3, store.uri
+    )  # not its figures
 
     # Dry run: every rule printed, nothing moved, nothing recorded.
     good = str(store.report(name, v3, 0.15, 0.6))
@@ -164,17 +212,24 @@ def test_fail_pass_dry_run_and_rollback_through_the_cli(store: Store) -> None:
     code, out = _promote("--model-name", name, "--version", v3, "--eval-report", good)
     assert code == 0 and reg.alias_version(name, reg.CHAMPION, store.uri) == v3
     assert reg.alias_version(name, reg.PREVIOUS_CHAMPION, store.uri) == v1
-    assert reg.version_metrics(name, v3, store.uri) == {"unseen-kernel/runtime_mape": 0.15,
-                                                        "unseen-kernel/within_10": 0.6}
+    assert reg.version_metrics(name, v3, store.uri) == {
+        "unseen-kernel/runtime_mape": 0.15,
+        "unseen-kernel/within_10": 0.6,
+    }
 
     # Worse than the champion by more than the tolerance on a guarded metric, though within the thresholds.
-    code, out = _promote("--model-name", name, "--version", v4, "--eval-report", str(store.report(name, v4, 0.2, 0.6)))
+    code, out = _promote(
+        "--model-name", name, "--version", v4, "--eval-report", str(store.report(name, v4, 0.2, 0.6))
+    )
     assert code == 1 and f"FAIL  unseen-kernel/runtime_mape <= champion v{v3}'s 0.15 + 0.02: 0.2" in out
 
     code, out = _promote("--model-name", name, "--rollback")
     assert code == 0 and f"champion -> v{v1}" in out
     assert reg.alias_version(name, reg.CHAMPION, store.uri) == v1
-    assert reg.mlflow_client(store.uri).get_model_version(name, v3).tags["kc.promotion"] == f"rolled back to v{v1}"
+    assert (
+        reg.mlflow_client(store.uri).get_model_version(name, v3).tags["kc.promotion"]
+        == f"rolled back to v{v1}"
+    )
     code, out = _promote("--model-name", name, "--rollback")  # once only: no flip-flopping
     assert code == 2 and "no 'previous-champion' alias" in out
     code, out = _promote("--model-name", name, "--version", "99")
@@ -216,13 +271,34 @@ def test_concurrent_promotions_in_separate_processes_have_one_winner(store: Stor
     barrier = tmp_path / "barrier"
     barrier.mkdir()
     env = {**os.environ, "PYTHONPATH": str(PROJECT_ROOT)}
-    procs = [subprocess.Popen([sys.executable, "-c", CHILD, store.uri, name, v, str(reports[v]), str(barrier),
-                               str(store.root / "locks")], cwd=PROJECT_ROOT, env=env, stdout=subprocess.PIPE,
-                              stderr=subprocess.PIPE, text=True) for v in (v2, v3)]
+    procs = [
+        subprocess.Popen(
+            [
+                sys.executable,
+                "-c",
+                CHILD,
+                store.uri,
+                name,
+                v,
+                str(reports[v]),
+                str(barrier),
+                str(store.root / "locks"),
+            ],
+            cwd=PROJECT_ROOT,
+            env=env,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        for v in (v2, v3)
+    ]
     hang = time.monotonic() + 600  # only a hung child reaches this; it is no part of the outcome
     try:
-        while (not all((barrier / f"ready-{v}").exists() for v in (v2, v3))
-               and all(p.poll() is None for p in procs) and time.monotonic() < hang):
+        while (
+            not all((barrier / f"ready-{v}").exists() for v in (v2, v3))
+            and all(p.poll() is None for p in procs)
+            and time.monotonic() < hang
+        ):
             time.sleep(0.05)
         both_ready = all((barrier / f"ready-{v}").exists() for v in (v2, v3))
     finally:
@@ -247,7 +323,9 @@ def _closed_port() -> int:
         return sock.getsockname()[1]
 
 
-def test_unreachable_registry_is_one_line_naming_the_uri(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_unreachable_registry_is_one_line_naming_the_uri(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     uri = f"http://127.0.0.1:{_closed_port()}"
     monkeypatch.setenv("KERNELCAST_HOME", str(tmp_path / "home"))
     monkeypatch.setenv("MLFLOW_TRACKING_URI", uri)
@@ -258,7 +336,7 @@ def test_unreachable_registry_is_one_line_naming_the_uri(tmp_path: Path, monkeyp
     mlflow_calls: list[str] = []
     real_request = requests.Session.request
 
-    def counted(self, method, url, *args, **kwargs):  # noqa: ANN001, ANN002, ANN003, ANN202
+    def counted(self, method, url, *args, **kwargs):
         mlflow_calls.append(f"{method} {url}")
         return real_request(self, method, url, *args, **kwargs)
 
@@ -270,9 +348,12 @@ def test_unreachable_registry_is_one_line_naming_the_uri(tmp_path: Path, monkeyp
         assert lines[0].startswith(f"error: MLflow registry at {uri} cannot be reached"), out
     from kernelcast.cli import app
 
-    gate = CliRunner().invoke(app, ["evaluate", "--gate", "--model", "roofline", "--out", str(tmp_path / "g.json")])
+    gate = CliRunner().invoke(
+        app, ["evaluate", "--gate", "--model", "roofline", "--out", str(tmp_path / "g.json")]
+    )
     assert gate.exit_code == 2 and gate.output.strip() == (
-        f"error: MLflow registry at {uri} cannot be reached ([Errno 111] Connection refused)"), gate.output
+        f"error: MLflow registry at {uri} cannot be reached ([Errno 111] Connection refused)"
+    ), gate.output
     assert not [call for call in mlflow_calls if uri in call], mlflow_calls  # no minutes of HTTP retries
     missing = f"sqlite:///{tmp_path / 'no' / 'such' / 'mlflow.db'}"
     monkeypatch.setenv("MLFLOW_TRACKING_URI", missing)

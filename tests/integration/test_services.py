@@ -41,7 +41,8 @@ def test_ingest_validate_flow_runs_on_ray_and_is_recorded_by_the_server(
 
     canonical, validated = tmp_path / "canonical", tmp_path / "validated"
     report = ingest_validate_flow.with_options(task_runner=ray_task_runner(kc_settings))(
-        ["kernelcast"], str(canonical), str(validated), str(tmp_path / "summary.json"))
+        ["kernelcast"], str(canonical), str(validated), str(tmp_path / "summary.json")
+    )
 
     assert report["ingest"]["rows_in"] == {"kernelcast": 662} and report["ingest"]["rows"] == 662
     summary = report["validate"]
@@ -57,8 +58,9 @@ def test_ingest_validate_flow_runs_on_ray_and_is_recorded_by_the_server(
         task_runs = client.read_task_runs()
     assert runs and all(run.state is not None and run.state.is_completed() for run in runs)
     # Task runs are reported from inside the Ray workers, so they reached this server too.
-    completed = {tr.name.rsplit("-", 1)[0] for tr in task_runs
-                 if tr.state is not None and tr.state.is_completed()}
+    completed = {
+        tr.name.rsplit("-", 1)[0] for tr in task_runs if tr.state is not None and tr.state.is_completed()
+    }
     assert {"ingest", "validate-measurements"} <= completed, completed
 
 
@@ -88,16 +90,30 @@ def test_prefect_server_starts_on_loopback_and_stops(kc_settings: Settings) -> N
 
 
 def _sh(args: list[str], cwd: Path, env: dict[str, str] | None = None) -> str:
-    env = {**os.environ, "DVC_NO_ANALYTICS": "1", "GIT_AUTHOR_NAME": "kc", "GIT_AUTHOR_EMAIL": "kc@localhost",
-           "GIT_COMMITTER_NAME": "kc", "GIT_COMMITTER_EMAIL": "kc@localhost", **(env or {})}
+    env = {
+        **os.environ,
+        "DVC_NO_ANALYTICS": "1",
+        "GIT_AUTHOR_NAME": "kc",
+        "GIT_AUTHOR_EMAIL": "kc@localhost",
+        "GIT_COMMITTER_NAME": "kc",
+        "GIT_COMMITTER_EMAIL": "kc@localhost",
+        **(env or {}),
+    }
     done = subprocess.run(args, cwd=cwd, env=env, capture_output=True, text=True, timeout=600)
     assert done.returncode == 0, f"{' '.join(args)} failed:\n{done.stdout}\n{done.stderr}"
     return done.stdout + done.stderr
 
 
 # What a checkout of the project needs to run its own dvc.yaml (data and state stay out).
-_PROJECT_FILES = ("dvc.yaml", "params.yaml", "pyproject.toml", "components", "kernelcast", "flows",
-                  "profiled-data")
+_PROJECT_FILES = (
+    "dvc.yaml",
+    "params.yaml",
+    "pyproject.toml",
+    "components",
+    "kernelcast",
+    "flows",
+    "profiled-data",
+)
 
 
 def _project_copy(root: Path) -> Path:
@@ -164,7 +180,9 @@ def test_our_dvc_pipeline_reproduces_skips_and_reruns_on_code_changes(short_tmp:
     home = repo / ".kernelcast"  # dvc.yaml's paths are the default home's
     env = {  # the stage commands run the copy's code, on the copy's params, with throw-away state
         "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}",
-        "PYTHONPATH": str(repo), "KERNELCAST_HOME": str(home), "RAY_TMPDIR": str(home / "ray"),
+        "PYTHONPATH": str(repo),
+        "KERNELCAST_HOME": str(home),
+        "RAY_TMPDIR": str(home / "ray"),
         "KERNELCAST_DATASETS_DIR": str(tmp_path / "shared" / "datasets"),
     }
     _sh(["git", "init", "-q", "-b", "main"], repo, env)
@@ -190,15 +208,17 @@ def test_our_dvc_pipeline_reproduces_skips_and_reruns_on_code_changes(short_tmp:
     clone = tmp_path / "clone"
     _sh(["git", "clone", "-q", str(repo), str(clone)], tmp_path, env)
     _sh([dvc, "pull", "-q", "features"], clone, env)
-    assert (clone / ".kernelcast/data/features/features.parquet").read_bytes() == \
-        (data / "features" / "features.parquet").read_bytes()
+    assert (clone / ".kernelcast/data/features/features.parquet").read_bytes() == (
+        data / "features" / "features.parquet"
+    ).read_bytes()
 
     # A change to the validate command's module (not under components/) reruns validate and the
     # stages after it, not ingest; a change to the promote command touches none of these.
     command = repo / "kernelcast" / "commands" / "validate.py"
     command.write_text(command.read_text() + "\n# edited\n")
     (repo / "kernelcast" / "commands" / "promote.py").write_text(
-        (repo / "kernelcast" / "commands" / "promote.py").read_text() + "\n# edited\n")
+        (repo / "kernelcast" / "commands" / "promote.py").read_text() + "\n# edited\n"
+    )
     third = _sh([dvc, "repro", "features"], repo, env)
     assert "Running stage 'validate'" in third and "Running stage 'ingest'" not in third, third
     # validate writes the same rows again, so DVC sees its output unchanged and skips what follows.

@@ -65,10 +65,17 @@ def registry(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Registry]:
             measurements = with_measurement_ids(measurements)
         table = build_feature_table(measurements, output.kernels, catalog)
         TabularPredictor(TabularConfig(n_estimators=60, num_leaves=15, min_child_samples=5, min_rows=10)).fit(
-            table).save(root / "tabular")
+            table
+        ).save(root / "tabular")
         reg.ensure_experiment("serving-test", (root / "artifacts").as_uri(), uri)
-        model_uri = reg.log_predictor(root / "tabular", {}, {"family": "tabular"}, {"family": "tabular"},
-                                      experiment="serving-test", tracking_uri=uri)
+        model_uri = reg.log_predictor(
+            root / "tabular",
+            {},
+            {"family": "tabular"},
+            {"family": "tabular"},
+            experiment="serving-test",
+            tracking_uri=uri,
+        )
         version = reg.register(model_uri, NAME, uri)
         reg.mlflow_client(uri).set_registered_model_alias(NAME, "champion", version)
         yield Registry(uri, model_uri)
@@ -76,10 +83,13 @@ def registry(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Registry]:
         patch.undo()
 
 
-def _post(port: int, path: str, body: bytes | dict, headers: dict[str, str] | None = None) -> tuple[int, dict]:
+def _post(
+    port: int, path: str, body: bytes | dict, headers: dict[str, str] | None = None
+) -> tuple[int, dict]:
     data = body if isinstance(body, bytes) else json.dumps(body).encode()
-    request = urllib.request.Request(f"http://127.0.0.1:{port}{path}", data,
-                                     {"content-type": "application/json", **(headers or {})})
+    request = urllib.request.Request(
+        f"http://127.0.0.1:{port}{path}", data, {"content-type": "application/json", **(headers or {})}
+    )
     try:
         with urllib.request.urlopen(request, timeout=120) as response:
             return response.status, json.loads(response.read())
@@ -100,10 +110,18 @@ def server(registry: Registry) -> Iterator[int]:
     from components.serving.bench import _free_port, start_server, stop_server
 
     port = _free_port()
-    env = {"KERNELCAST_HOME": os.environ.get("KERNELCAST_HOME", ""), "MLFLOW_TRACKING_URI": registry.uri,
-           "KC_TEST_KEY": "k3y"}
-    process = start_server(f"models:/{NAME}@champion", port, env=env, api_key_env="KC_TEST_KEY",
-                           limits={"max_body_bytes": 256 * 1024, "poll_s": 1.0, "max_in_flight": 4})
+    env = {
+        "KERNELCAST_HOME": os.environ.get("KERNELCAST_HOME", ""),
+        "MLFLOW_TRACKING_URI": registry.uri,
+        "KC_TEST_KEY": "k3y",
+    }
+    process = start_server(
+        f"models:/{NAME}@champion",
+        port,
+        env=env,
+        api_key_env="KC_TEST_KEY",
+        limits={"max_body_bytes": 256 * 1024, "poll_s": 1.0, "max_in_flight": 4},
+    )
     try:
         yield port
     finally:
@@ -117,8 +135,12 @@ AUTH = {"Authorization": "Bearer k3y"}
 def test_answers_on_the_registered_model(server: int) -> None:
     status, ready = _get(server, "/readyz")
     assert status == 200 and ready["model_version"] == f"models:/{NAME}/1"
-    status, data = _post(server, "/v1/predict", {"kernels": [GEMM, {"op": "add", "shape": {"N": 1 << 24}}],
-                                                "devices": ["H100", "MI300X", "H100"]}, AUTH)
+    status, data = _post(
+        server,
+        "/v1/predict",
+        {"kernels": [GEMM, {"op": "add", "shape": {"N": 1 << 24}}], "devices": ["H100", "MI300X", "H100"]},
+        AUTH,
+    )
     assert status == 200, data
     assert data["model_version"] == f"models:/{NAME}/1" and len(data["predictions"]) == 4
     for answer in data["predictions"]:
@@ -127,22 +149,57 @@ def test_answers_on_the_registered_model(server: int) -> None:
     assert _post(server, "/v1/predict", {"kernels": [GEMM], "devices": ["H100"]})[0] == 401
 
 
-@pytest.mark.parametrize(("body", "status", "field"), [
-    (b"{not json", 400, None),
-    ({"kernels": [GEMM], "devices": ["H999"]}, 422, "devices[0]"),
-    ({"kernels": [{"op": "gemm", "shape": {"M": 64, "N": 64}}], "devices": ["H100"]}, 422, "kernels[0].shape"),
-    ({"kernels": [{**GEMM, "dtype": "banana"}], "devices": ["H100"]}, 422, "kernels[0].dtype"),
-    ({"kernels": [{"op": "gemm", "shape": {"M": 10**9, "N": 10**9, "K": 10**9}}], "devices": ["H100"]}, 422,
-     "kernels[0].shape.M"),
-    ({"kernels": [{"source": "x" * 300_000, "language": "cuda", "launch": {"grid": [1], "block": [1]}}],
-      "devices": ["H100"]}, 413, None),
-    ({"kernels": [GEMM], "devices": ["H100"], "padding": "y" * 300_000}, 413, None),
-    ({"kernels": [{"source": "__global__ void broken( {", "language": "cuda",
-                   "launch": {"grid": [1], "block": [32]}}], "devices": ["H100"]}, 422, "kernels[0]"),
-    ({"kernels": [{"module": "import os\nclass Model: pass"}], "devices": ["H100"]}, 422, "kernels[0].module"),
-])
-def test_bad_requests_get_their_status_and_the_server_stays_up(server: int, body, status: int,
-                                                                field: str | None) -> None:
+@pytest.mark.parametrize(
+    ("body", "status", "field"),
+    [
+        (b"{not json", 400, None),
+        ({"kernels": [GEMM], "devices": ["H999"]}, 422, "devices[0]"),
+        (
+            {"kernels": [{"op": "gemm", "shape": {"M": 64, "N": 64}}], "devices": ["H100"]},
+            422,
+            "kernels[0].shape",
+        ),
+        ({"kernels": [{**GEMM, "dtype": "banana"}], "devices": ["H100"]}, 422, "kernels[0].dtype"),
+        (
+            {"kernels": [{"op": "gemm", "shape": {"M": 10**9, "N": 10**9, "K": 10**9}}], "devices": ["H100"]},
+            422,
+            "kernels[0].shape.M",
+        ),
+        (
+            {
+                "kernels": [
+                    {"source": "x" * 300_000, "language": "cuda", "launch": {"grid": [1], "block": [1]}}
+                ],
+                "devices": ["H100"],
+            },
+            413,
+            None,
+        ),
+        ({"kernels": [GEMM], "devices": ["H100"], "padding": "y" * 300_000}, 413, None),
+        (
+            {
+                "kernels": [
+                    {
+                        "source": "__global__ void broken( {",
+                        "language": "cuda",
+                        "launch": {"grid": [1], "block": [32]},
+                    }
+                ],
+                "devices": ["H100"],
+            },
+            422,
+            "kernels[0]",
+        ),
+        (
+            {"kernels": [{"module": "import os\nclass Model: pass"}], "devices": ["H100"]},
+            422,
+            "kernels[0].module",
+        ),
+    ],
+)
+def test_bad_requests_get_their_status_and_the_server_stays_up(
+    server: int, body, status: int, field: str | None
+) -> None:
     got, data = _post(server, "/v1/predict", body, AUTH)
     assert got == status, data
     assert set(data["error"]) == {"code", "message", "field"} and "Traceback" not in data["error"]["message"]
@@ -152,9 +209,15 @@ def test_bad_requests_get_their_status_and_the_server_stays_up(server: int, body
 
 
 def test_a_cuda_source_question_is_answered_or_refused_cleanly(server: int) -> None:
-    status, data = _post(server, "/v1/predict", {"kernels": [{"source": SAXPY, "language": "cuda",
-                                                              "launch": {"grid": [4096], "block": [256]}}],
-                                                 "devices": ["H100", "A100"]}, AUTH)
+    status, data = _post(
+        server,
+        "/v1/predict",
+        {
+            "kernels": [{"source": SAXPY, "language": "cuda", "launch": {"grid": [4096], "block": [256]}}],
+            "devices": ["H100", "A100"],
+        },
+        AUTH,
+    )
     assert status in (200, 422), data
     if status == 200:  # the source predictor is installed: one answer per device, kind "source"
         assert [p["kind"] for p in data["predictions"]] == ["source", "source"]
@@ -168,7 +231,9 @@ def test_a_flood_is_answered_or_refused_and_the_server_survives(server: int) -> 
     lock = threading.Lock()
 
     def one() -> None:
-        status, _ = _post(server, "/v1/predict", {"kernels": [GEMM] * 4, "devices": ["H100", "A100", "T4"]}, AUTH)
+        status, _ = _post(
+            server, "/v1/predict", {"kernels": [GEMM] * 4, "devices": ["H100", "A100", "T4"]}, AUTH
+        )
         with lock:
             statuses.append(status)
 
@@ -204,9 +269,13 @@ def test_kernelcast_serve_stops_with_its_process_group(tmp_path: Path) -> None:
 
     port = _free_port()
     env = {**os.environ, "KERNELCAST_HOME": str(tmp_path)}
-    process = subprocess.Popen([sys.executable, "-m", "kernelcast.cli", "serve", "--model", "roofline", "--port",
-                                str(port)], env=env, cwd=PROJECT_ROOT, stdout=subprocess.PIPE,
-                               stderr=subprocess.STDOUT)
+    process = subprocess.Popen(
+        [sys.executable, "-m", "kernelcast.cli", "serve", "--model", "roofline", "--port", str(port)],
+        env=env,
+        cwd=PROJECT_ROOT,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+    )
     try:
         deadline = time.monotonic() + 120
         while time.monotonic() < deadline:
@@ -216,12 +285,16 @@ def test_kernelcast_serve_stops_with_its_process_group(tmp_path: Path) -> None:
             except OSError:
                 time.sleep(0.3)
         assert _get(port, "/readyz") == (200, {"status": "ready", "model_version": "roofline"})
-        children = subprocess.run(["pgrep", "-P", str(process.pid)], capture_output=True, text=True).stdout.split()
+        children = subprocess.run(
+            ["pgrep", "-P", str(process.pid)], capture_output=True, text=True
+        ).stdout.split()
         assert children, "the server should run as a child process group"
         process.send_signal(signal.SIGTERM)
         assert process.wait(timeout=60) == 0
         for pid in children:
-            assert not Path(f"/proc/{pid}").exists() or Path(f"/proc/{pid}/stat").read_text().split()[2] == "Z"
+            assert (
+                not Path(f"/proc/{pid}").exists() or Path(f"/proc/{pid}/stat").read_text().split()[2] == "Z"
+            )
         with pytest.raises(OSError):
             _get(port, "/healthz")
     finally:
@@ -241,15 +314,22 @@ def test_the_request_schema_fuzzed_from_openapi() -> None:
     schema = schemathesis.openapi.from_asgi("/openapi.json", app)
     failures: list[str] = []
 
-    def fuzz(operation) -> None:  # noqa: ANN001
+    def fuzz(operation) -> None:
         @given(case=operation.as_strategy())
-        @settings(max_examples=25, deadline=None, derandomize=True, database=None,
-                  suppress_health_check=list(HealthCheck))
-        def check(case) -> None:  # noqa: ANN001
+        @settings(
+            max_examples=25,
+            deadline=None,
+            derandomize=True,
+            database=None,
+            suppress_health_check=list(HealthCheck),
+        )
+        def check(case) -> None:
             response = case.call()
             if response.status_code >= 500:
-                failures.append(f"{operation.method.upper()} {operation.path}: {response.status_code} "
-                                f"{response.text[:200]}")
+                failures.append(
+                    f"{operation.method.upper()} {operation.path}: {response.status_code} "
+                    f"{response.text[:200]}"
+                )
             elif response.status_code >= 400:
                 body = response.json()
                 assert set(body.get("error", {})) == {"code", "message", "field"}, body
@@ -268,25 +348,42 @@ def test_kernelcast_mlflow_ui_stops_the_mlflow_server_and_its_workers(tmp_path: 
     from components.serving.bench import _free_port
 
     port = _free_port()
-    env = {**os.environ, "KERNELCAST_HOME": str(tmp_path), "MLFLOW_TRACKING_URI": f"sqlite:///{tmp_path / 'm.db'}"}
-    process = subprocess.Popen([sys.executable, "-m", "kernelcast.cli", "mlflow-ui", "--port", str(port)], env=env,
-                               cwd=PROJECT_ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    env = {
+        **os.environ,
+        "KERNELCAST_HOME": str(tmp_path),
+        "MLFLOW_TRACKING_URI": f"sqlite:///{tmp_path / 'm.db'}",
+    }
+    process = subprocess.Popen(
+        [sys.executable, "-m", "kernelcast.cli", "mlflow-ui", "--port", str(port)],
+        env=env,
+        cwd=PROJECT_ROOT,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
     group: list[str] = []
     try:
         deadline = time.monotonic() + 240
         while time.monotonic() < deadline:
-            children = subprocess.run(["pgrep", "-P", str(process.pid)], capture_output=True, text=True).stdout.split()
+            children = subprocess.run(
+                ["pgrep", "-P", str(process.pid)], capture_output=True, text=True
+            ).stdout.split()
             if children:
                 # The MLflow server leads its own group; wait for its workers to join it.
-                group = subprocess.run(["pgrep", "-g", children[0]], capture_output=True, text=True).stdout.split()
+                group = subprocess.run(
+                    ["pgrep", "-g", children[0]], capture_output=True, text=True
+                ).stdout.split()
                 if len(group) >= 2:
                     break
             time.sleep(0.5)
         assert len(group) >= 2, "mlflow server and a worker should be running"
         process.send_signal(signal.SIGTERM)
         assert process.wait(timeout=120) == 0
-        left = [pid for pid in group if Path(f"/proc/{pid}").exists()
-                and Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"]
+        left = [
+            pid
+            for pid in group
+            if Path(f"/proc/{pid}").exists()
+            and Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
+        ]
         assert not left, f"processes of the MLflow UI outlived it: {left}"
     finally:
         if process.poll() is None:

@@ -18,15 +18,16 @@ from tests.integration.cli import train_and_register
 pytestmark = pytest.mark.slow
 
 
-def test_train_register_then_evaluate_by_registry_uri(kc_settings: Settings, features_file: Path,
-                                                      tmp_path: Path) -> None:
+def test_train_register_then_evaluate_by_registry_uri(
+    kc_settings: Settings, features_file: Path, tmp_path: Path
+) -> None:
+    from kernelcast.cli import app
     from mlflow import MlflowClient
 
-    from kernelcast.cli import app
-
     runner = CliRunner()
-    _, version = train_and_register(runner, ["--family", "tabular", "--split", "unseen-kernel"],
-                                    tmp_path / "predictor")
+    _, version = train_and_register(
+        runner, ["--family", "tabular", "--split", "unseen-kernel"], tmp_path / "predictor"
+    )
 
     client = MlflowClient(tracking_uri=kc_settings.tracking_uri())
     model_version = client.get_model_version("kernelcast", version)
@@ -38,8 +39,18 @@ def test_train_register_then_evaluate_by_registry_uri(kc_settings: Settings, fea
     assert "evaluation/pred_vs_measured_duration_us.png" in artifacts
 
     out = tmp_path / "eval.json"
-    evaluated = runner.invoke(app, ["evaluate", "--model", f"models:/kernelcast/{version}", "--split",
-                                    "unseen-kernel", "--out", str(out)])
+    evaluated = runner.invoke(
+        app,
+        [
+            "evaluate",
+            "--model",
+            f"models:/kernelcast/{version}",
+            "--split",
+            "unseen-kernel",
+            "--out",
+            str(out),
+        ],
+    )
     assert evaluated.exit_code == 0, evaluated.output
     report = json.loads(out.read_text())
     assert report["split"] == "unseen-kernel" and report["excluded_seen"] == 0 and report["n"] > 50
@@ -48,15 +59,38 @@ def test_train_register_then_evaluate_by_registry_uri(kc_settings: Settings, fea
 
     # The random split's test side overlaps the unseen-kernel train side: those rows are excluded.
     leaky = tmp_path / "random.json"
-    evaluated = runner.invoke(app, ["evaluate", "--model", str(tmp_path / "predictor"), "--split", "random",
-                                    "--out", str(leaky), "--no-log"])
+    evaluated = runner.invoke(
+        app,
+        [
+            "evaluate",
+            "--model",
+            str(tmp_path / "predictor"),
+            "--split",
+            "random",
+            "--out",
+            str(leaky),
+            "--no-log",
+        ],
+    )
     assert evaluated.exit_code == 0, evaluated.output
     assert json.loads(leaky.read_text())["excluded_seen"] > 0
 
     # On-the-fly ingestion of a source directory through adapter + validation + features.
     fresh = tmp_path / "fresh.json"
-    evaluated = runner.invoke(app, ["evaluate", "--model", f"models:/kernelcast/{version}", "--source",
-                                    "kernelcast", "--from", str(PROJECT_ROOT / "profiled-data"), "--out", str(fresh)])
+    evaluated = runner.invoke(
+        app,
+        [
+            "evaluate",
+            "--model",
+            f"models:/kernelcast/{version}",
+            "--source",
+            "kernelcast",
+            "--from",
+            str(PROJECT_ROOT / "profiled-data"),
+            "--out",
+            str(fresh),
+        ],
+    )
     assert evaluated.exit_code == 0, evaluated.output
     report = json.loads(fresh.read_text())
     assert report["split"] == "all" and report["n"] > 50 and report["excluded_seen"] > 300

@@ -25,8 +25,15 @@ TRAIN_ROWS, TEST_ROWS = 24, 12
 @pytest.fixture()
 def small_llm_params(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     params = yaml.safe_load((PROJECT_ROOT / "params.yaml").read_text())
-    params["train"]["llm"].update(max_tokens=96, epochs=2, batch_size=4, lr=3e-3,
-                                  max_train_rows=TRAIN_ROWS, max_test_rows=TEST_ROWS, patience=2)
+    params["train"]["llm"].update(
+        max_tokens=96,
+        epochs=2,
+        batch_size=4,
+        lr=3e-3,
+        max_train_rows=TRAIN_ROWS,
+        max_test_rows=TEST_ROWS,
+        patience=2,
+    )
     path = tmp_path / "params.yaml"
     path.write_text(yaml.safe_dump(params))
     monkeypatch.setenv("KERNELCAST_PARAMS_FILE", str(path))
@@ -34,14 +41,15 @@ def small_llm_params(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
 
 
 def test_train_llm_registers_evaluates_and_goes_through_the_gate(
-        llm_settings: Settings, features_file: Path, small_llm_params: Path, tmp_path: Path) -> None:
+    llm_settings: Settings, features_file: Path, small_llm_params: Path, tmp_path: Path
+) -> None:
+    from kernelcast.cli import app
     from mlflow import MlflowClient
 
-    from kernelcast.cli import app
-
     runner = CliRunner()
-    _, version = train_and_register(runner, ["--model", "llm", "--split", "unseen-kernel"],
-                                    tmp_path / "predictor")
+    _, version = train_and_register(
+        runner, ["--model", "llm", "--split", "unseen-kernel"], tmp_path / "predictor"
+    )
 
     client = MlflowClient(tracking_uri=llm_settings.tracking_uri())
     model_version = client.get_model_version("kernelcast", version)
@@ -57,8 +65,20 @@ def test_train_llm_registers_evaluates_and_goes_through_the_gate(
     assert registration["family"] == "llm" and registration["version"] == version
 
     report_path = tmp_path / "eval.json"
-    evaluated = runner.invoke(app, ["evaluate", "--model", f"models:/kernelcast/{version}", "--split",
-                                    "unseen-kernel", "--max-rows", str(TEST_ROWS), "--out", str(report_path)])
+    evaluated = runner.invoke(
+        app,
+        [
+            "evaluate",
+            "--model",
+            f"models:/kernelcast/{version}",
+            "--split",
+            "unseen-kernel",
+            "--max-rows",
+            str(TEST_ROWS),
+            "--out",
+            str(report_path),
+        ],
+    )
     assert evaluated.exit_code == 0, evaluated.output
     report = json.loads(report_path.read_text())
     assert report["n"] == TEST_ROWS and report["excluded_seen"] == 0 and report["subsampled_from"] > TEST_ROWS
@@ -66,8 +86,17 @@ def test_train_llm_registers_evaluates_and_goes_through_the_gate(
     assert report["targets"]["duration_us"]["mape"] == pytest.approx(metrics["runtime_mape"], rel=1e-6)
 
     promotion = tmp_path / "promotion.json"
-    promoted = runner.invoke(app, ["promote", "--registration", str(tmp_path / "predictor" / "registration.json"),
-                                   "--allow-challenger", "--report", str(promotion)])
+    promoted = runner.invoke(
+        app,
+        [
+            "promote",
+            "--registration",
+            str(tmp_path / "predictor" / "registration.json"),
+            "--allow-challenger",
+            "--report",
+            str(promotion),
+        ],
+    )
     assert promoted.exit_code == 0, promoted.output
     result = json.loads(promotion.read_text())
     # Judged like any version: without a gate report (`evaluate --gate`) it never becomes champion.

@@ -20,11 +20,13 @@ STEP_TIMEOUT_S = 240
 
 
 def _run(cmd: list[str], env: dict[str, str]) -> str:
-    result = subprocess.run(cmd, cwd=EXTENSION, env=env, capture_output=True, text=True,
-                            timeout=STEP_TIMEOUT_S)
+    result = subprocess.run(
+        cmd, cwd=EXTENSION, env=env, capture_output=True, text=True, timeout=STEP_TIMEOUT_S
+    )
     output = result.stdout + result.stderr
     assert result.returncode == 0, (
-        f"`{' '.join(cmd)}` in {EXTENSION} exited {result.returncode}:\n{output[-6000:]}")
+        f"`{' '.join(cmd)}` in {EXTENSION} exited {result.returncode}:\n{output[-6000:]}"
+    )
     return output
 
 
@@ -32,15 +34,23 @@ def _run(cmd: list[str], env: dict[str, str]) -> str:
 def test_vscode_extension_builds_and_its_node_tests_pass_against_a_real_server() -> None:
     node, npm = shutil.which("node"), shutil.which("npm")
     if node is None or npm is None:
-        pytest.skip("node/npm are not installed on this machine: "
-                    "the VS Code extension (extensions/vscode) is built and tested with them")
+        pytest.skip(
+            "node/npm are not installed on this machine: "
+            "the VS Code extension (extensions/vscode) is built and tested with them"
+        )
     version = subprocess.run([node, "--version"], capture_output=True, text=True, check=True).stdout.strip()
     assert int(version.lstrip("v").split(".")[0]) >= 20, (
-        f"the extension's tests need Node >= 20 (fetch, node --test); found {version}")
+        f"the extension's tests need Node >= 20 (fetch, node --test); found {version}"
+    )
     kernelcast = Path(sys.executable).parent / "kernelcast"
     assert kernelcast.exists(), f"{kernelcast} missing: install the project (pip install -e .) into this venv"
-    env = {**os.environ, "KERNELCAST_BIN": str(kernelcast), "npm_config_audit": "false",
-           "npm_config_fund": "false", "npm_config_update_notifier": "false"}
+    env = {
+        **os.environ,
+        "KERNELCAST_BIN": str(kernelcast),
+        "npm_config_audit": "false",
+        "npm_config_fund": "false",
+        "npm_config_update_notifier": "false",
+    }
 
     _run([npm, "ci"], env)
     _run([npm, "run", "build"], env)

@@ -52,11 +52,21 @@ def test_ray_train_two_workers_loss_decreases_and_reload_is_identical(
     from components.training.llm import train_llm
 
     assert len(kernels) == 2 * N_PER_CLASS
-    config = LLMConfig(class_column="roofline_class_published", numeric_targets=("duration_us",),
-                       lr=3e-3, seed=0)
+    config = LLMConfig(
+        class_column="roofline_class_published", numeric_targets=("duration_us",), lr=3e-3, seed=0
+    )
     val = kernels.iloc[::4]  # 4 kernels; a slice of the train side, never a test split
-    out_dir = train_llm(kernels, val, llm_settings, workers=2, epochs=3, max_tokens=MAX_TOKENS,
-                        batch_size=4, config=config, patience=3)
+    out_dir = train_llm(
+        kernels,
+        val,
+        llm_settings,
+        workers=2,
+        epochs=3,
+        max_tokens=MAX_TOKENS,
+        batch_size=4,
+        config=config,
+        patience=3,
+    )
 
     predictor = LLMPredictor.load(out_dir)
     losses = [h["train_loss"] for h in predictor.history]
@@ -77,9 +87,19 @@ def test_ray_train_two_workers_loss_decreases_and_reload_is_identical(
 
     # Resume from the epoch-0 checkpoint: only epoch 1 runs again, epoch 0's record is carried over.
     epoch0 = _checkpoint_of_epoch(llm_settings, out_dir.name, 0)
-    resumed_dir = train_llm(kernels, val, llm_settings, workers=2, epochs=2, max_tokens=MAX_TOKENS,
-                            batch_size=4, config=LLMConfig(**{**config.__dict__}), patience=3,
-                            resume_from=epoch0, register_as="")
+    resumed_dir = train_llm(
+        kernels,
+        val,
+        llm_settings,
+        workers=2,
+        epochs=2,
+        max_tokens=MAX_TOKENS,
+        batch_size=4,
+        config=LLMConfig(**{**config.__dict__}),
+        patience=3,
+        resume_from=epoch0,
+        register_as="",
+    )
     resumed = LLMPredictor.load(resumed_dir).history
     assert [h["epoch"] for h in resumed] == [0.0, 1.0] and resumed[0] == predictor.history[0]
 
@@ -114,16 +134,31 @@ def test_constrained_choice_scores_both_answers(llm_settings: Settings, kernels:
     assert set(scores) == {"bandwidth", "compute"} and all(np.isfinite(v) and v < 0 for v in scores.values())
 
 
-def test_decode_head_teacher_forces_digits_and_decodes_runtimes(llm_settings: Settings, kernels: pd.DataFrame) -> None:
+def test_decode_head_teacher_forces_digits_and_decodes_runtimes(
+    llm_settings: Settings, kernels: pd.DataFrame
+) -> None:
     """Constrained numeric decoding: the digit positions read the token before each answer digit;
     a short in-process fit lowers the loss; predictions are 10**d.dd runtimes, never the truth read back."""
     from components.models.llm.model import (
-        ANSWER_DIGIT_OFFSETS, LLMConfig, LLMPredictor, batches, digit_token_ids, format_log_runtime,
+        ANSWER_DIGIT_OFFSETS,
+        LLMConfig,
+        LLMPredictor,
+        batches,
+        digit_token_ids,
+        format_log_runtime,
     )
 
     rows = kernels.head(8)
-    config = LLMConfig(head="decode", numeric_targets=("duration_us",), predict_class=False, max_tokens=96,
-                       epochs=3, batch_size=4, lr=3e-3, seed=0)
+    config = LLMConfig(
+        head="decode",
+        numeric_targets=("duration_us",),
+        predict_class=False,
+        max_tokens=96,
+        epochs=3,
+        batch_size=4,
+        lr=3e-3,
+        seed=0,
+    )
     predictor = LLMPredictor(config)
     predictor.prepare(rows)
     data = predictor.encode(rows)
@@ -133,13 +168,15 @@ def test_decode_head_teacher_forces_digits_and_decodes_runtimes(llm_settings: Se
         answer = format_log_runtime(float(rows["duration_us"].iloc[r]))
         wanted = [digit_ids[int(answer[k])] for k in ANSWER_DIGIT_OFFSETS]
         got = [int(batch["input_ids"][r, p + 1]) for p in batch["digit_positions"][r]]
-        assert got == wanted and batch["answer_digits"][r].tolist() == [int(answer[k]) for k in ANSWER_DIGIT_OFFSETS]
+        assert got == wanted and batch["answer_digits"][r].tolist() == [
+            int(answer[k]) for k in ANSWER_DIGIT_OFFSETS
+        ]
 
     predictor.module = None
     predictor.fit(rows)
     losses = [h["train_loss"] for h in predictor.history]
     assert losses[-1] < losses[0], f"decode loss did not decrease: {losses}"
     predicted = predictor.predict(rows)["pred_duration_us"].to_numpy()
-    assert np.isfinite(predicted).all() and ((predicted >= 1.0) & (predicted <= 10 ** 9.99)).all()
+    assert np.isfinite(predicted).all() and ((predicted >= 1.0) & (predicted <= 10**9.99)).all()
     exponents = np.log10(predicted)
     assert np.allclose(exponents * 100, np.round(exponents * 100), atol=1e-6)  # exactly d.dd

@@ -51,12 +51,17 @@ def test_holdouts_include_the_fastest_and_the_highest_bandwidth_gpu(table: pd.Da
     assert set(held) <= set(table["device_id"])
 
 
-def test_select_scores_every_candidate_per_held_out_gpu_and_picks_the_lowest_median(table: pd.DataFrame) -> None:
+def test_select_scores_every_candidate_per_held_out_gpu_and_picks_the_lowest_median(
+    table: pd.DataFrame,
+) -> None:
     small = TabularConfig(n_estimators=60, num_leaves=15, min_child_samples=20)
-    candidates = (Candidate("transfer", {"feature_set": "transfer"}),
-                  Candidate("no-floor", {"feature_set": "transfer", "launch_floor": False}))
-    report = select(table, small, candidates, devices=["a100-pcie-40gb", "t4"], max_train_rows=3000,
-                    max_test_rows=500)
+    candidates = (
+        Candidate("transfer", {"feature_set": "transfer"}),
+        Candidate("no-floor", {"feature_set": "transfer", "launch_floor": False}),
+    )
+    report = select(
+        table, small, candidates, devices=["a100-pcie-40gb", "t4"], max_train_rows=3000, max_test_rows=500
+    )
     assert set(report.scores) == {"transfer", "no-floor"}
     for score in report.scores.values():
         assert set(score["per_gpu"]) == {"a100-pcie-40gb", "t4"}

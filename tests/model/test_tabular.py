@@ -85,8 +85,9 @@ def test_measured_counters_only_when_allowed(sides) -> None:
 def test_conformal_coverage_near_nominal(fitted: TabularPredictor, sides) -> None:
     _, test = sides
     predictions = fitted.predict(test)
-    coverage = interval_coverage(test["duration_us"], predictions["pred_duration_us_lo"],
-                                 predictions["pred_duration_us_hi"])
+    coverage = interval_coverage(
+        test["duration_us"], predictions["pred_duration_us_lo"], predictions["pred_duration_us_hi"]
+    )
     assert fitted.conformal["n_cal"] >= 50
     # Nominal 90%; ~130 unseen kernels give a binomial s.d. of ~2.6 points.
     assert 0.80 <= coverage <= 0.99, coverage
@@ -94,7 +95,7 @@ def test_conformal_coverage_near_nominal(fitted: TabularPredictor, sides) -> Non
 
 @pytest.mark.parametrize("model", ["lgbm", "mlp"])
 def test_save_load_gives_identical_predictions(tmp_path: Path, sides, model: str) -> None:
-    from components.models import register_loader, load_predictor
+    from components.models import load_predictor, register_loader
 
     train, test = sides
     config = TabularConfig(model=model, mlp_hidden=(32,), mlp_max_iter=40, **SMALL)
@@ -132,7 +133,9 @@ def test_bad_model_name_is_a_value_error() -> None:
 
 
 def test_from_params_refuses_an_unknown_train_tabular_key() -> None:
-    with pytest.raises(ValueError, match=r"params.yaml train.tabular: unknown key 'n_estimator' \(known: .*n_estimators"):
+    with pytest.raises(
+        ValueError, match=r"params.yaml train.tabular: unknown key 'n_estimator' \(known: .*n_estimators"
+    ):
         TabularConfig.from_params({"train": {"tabular": {"model": "lgbm", "n_estimator": 3}}})
     with pytest.raises(ValueError, match="train.tabular: must be a mapping, got list"):
         TabularConfig.from_params({"train": {"tabular": [1, 2]}})
@@ -141,11 +144,20 @@ def test_from_params_refuses_an_unknown_train_tabular_key() -> None:
 def test_from_params_merges_train_with_tabular_and_skips_other_readers_keys() -> None:
     import yaml
 
-    params = {"train": {"seed": 3, "families": ["tabular"], "bench_max_train_rows": 10, "bench_min_gpu_rows": 5,
-                        "tabular": {"n_estimators": 7, "seed": 4}}}
+    params = {
+        "train": {
+            "seed": 3,
+            "families": ["tabular"],
+            "bench_max_train_rows": 10,
+            "bench_min_gpu_rows": 5,
+            "tabular": {"n_estimators": 7, "seed": 4},
+        }
+    }
     config = TabularConfig.from_params(params, max_train_rows=99, model=None)
     assert (config.seed, config.n_estimators, config.max_train_rows, config.model) == (4, 7, 99, "lgbm")
-    assert TabularConfig.from_params({"train": {"seed": 5}}).seed == 5  # train: alone still reaches the config
+    assert (
+        TabularConfig.from_params({"train": {"seed": 5}}).seed == 5
+    )  # train: alone still reaches the config
     project = TabularConfig.from_params(yaml.safe_load((PROJECT_ROOT / "params.yaml").read_text()))
     assert project.n_estimators == 400 and project.seed == 17
 

@@ -53,9 +53,15 @@ def fitted(train_table: pd.DataFrame) -> TabularPredictor:
 
 def _variant(spec, suffix: str, dram: float = 1.0, compute: float = 1.0):
     peaks = {k: (None if v is None else v * compute) for k, v in spec.peak_tflops.model_dump().items()}
-    return spec.model_copy(update={"id": f"{spec.id}-{suffix}", "name": f"{spec.name} {suffix}", "aliases": [],
-                                   "dram_gbps": spec.dram_gbps * dram,
-                                   "peak_tflops": type(spec.peak_tflops)(**peaks)})
+    return spec.model_copy(
+        update={
+            "id": f"{spec.id}-{suffix}",
+            "name": f"{spec.name} {suffix}",
+            "aliases": [],
+            "dram_gbps": spec.dram_gbps * dram,
+            "peak_tflops": type(spec.peak_tflops)(**peaks),
+        }
+    )
 
 
 def _query_table(catalog, device_ids: list[str]) -> pd.DataFrame:
@@ -71,7 +77,9 @@ def _query_table(catalog, device_ids: list[str]) -> pd.DataFrame:
 
 def test_inputs_are_never_absolute_rates_or_times(fitted: TabularPredictor) -> None:
     """Peaks, bandwidths, clocks and roofline times would let trees memorise the training GPUs."""
-    forbidden = re.compile(r"(tflops$|gbps|clock_mhz$|_time_us$|_cycles$|peak_compute|ridge|memory_gb|tdp_w$)")
+    forbidden = re.compile(
+        r"(tflops$|gbps|clock_mhz$|_time_us$|_cycles$|peak_compute|ridge|memory_gb|tdp_w$)"
+    )
     assert fitted.feature_columns
     assert not [c for c in fitted.feature_columns if forbidden.search(c) and not c.startswith("t_")]
 
@@ -89,7 +97,9 @@ def test_more_bandwidth_same_compute_is_never_slower(fitted: TabularPredictor, c
 
 
 @pytest.mark.parametrize("dram,compute", [(1.5, 1.0), (1.0, 1.5), (2.0, 2.0)])
-def test_scaling_a_gpus_peaks_never_predicts_a_slower_kernel(fitted: TabularPredictor, catalog, dram, compute) -> None:
+def test_scaling_a_gpus_peaks_never_predicts_a_slower_kernel(
+    fitted: TabularPredictor, catalog, dram, compute
+) -> None:
     base = catalog.get("h100-sxm")
     variant = _variant(base, "x", dram=dram, compute=compute)
     extended = catalog.with_devices([variant])
@@ -106,8 +116,11 @@ def test_rates_and_intensity_follow_from_one_runtime(fitted: TabularPredictor, c
     runtime = predicted["pred_duration_us"]
     np.testing.assert_allclose(predicted["pred_gflops"], table["f_flops"] / (runtime * 1e3), rtol=1e-9)
     if "pred_achieved_gbps" in predicted:
-        np.testing.assert_allclose(predicted["pred_arith_intensity"],
-                                   predicted["pred_gflops"] / predicted["pred_achieved_gbps"], rtol=1e-9)
+        np.testing.assert_allclose(
+            predicted["pred_arith_intensity"],
+            predicted["pred_gflops"] / predicted["pred_achieved_gbps"],
+            rtol=1e-9,
+        )
 
 
 def test_intervals_are_per_family_and_wider_out_of_range(fitted: TabularPredictor, catalog) -> None:
@@ -131,13 +144,17 @@ def test_a_dtype_the_gpu_cannot_run_natively_is_flagged(fitted: TabularPredictor
     assert all(n is None or n is pd.NA for n in notes[~on_v100_bf16])
 
 
-def test_launch_floor_comes_from_the_smallest_kernels(fitted: TabularPredictor, train_table: pd.DataFrame) -> None:
+def test_launch_floor_comes_from_the_smallest_kernels(
+    fitted: TabularPredictor, train_table: pd.DataFrame
+) -> None:
     """Every floor lies below every runtime of its source and family: it is a floor, not a fit."""
     for key, floor in fitted.floors.items():
         if "|" not in key:
             continue
         source, family = key.split("|")
-        runtimes = train_table.loc[(train_table["source"] == source) & (train_table["family"] == family), "duration_us"]
+        runtimes = train_table.loc[
+            (train_table["source"] == source) & (train_table["family"] == family), "duration_us"
+        ]
         assert 0 <= floor < runtimes.min()
 
 
@@ -148,11 +165,21 @@ def test_a_query_from_no_known_source_gets_a_bare_launch_floor() -> None:
     rows = []
     for source, overhead in (("neusight", 25.0), ("pipeweave", 4.0)):
         for i in range(200):
-            rows.append({"source": source, "family": "elementwise" if source == "neusight" else "gemm",
-                         "f_roofline_time_us": 0.01 * (i + 1), "duration_us": overhead + 0.01 * (i + 1)})
+            rows.append(
+                {
+                    "source": source,
+                    "family": "elementwise" if source == "neusight" else "gemm",
+                    "f_roofline_time_us": 0.01 * (i + 1),
+                    "duration_us": overhead + 0.01 * (i + 1),
+                }
+            )
     frame = pd.DataFrame(rows)
     floors = launch_floors(frame, frame["duration_us"].to_numpy())
     assert 20 < floors["neusight|elementwise"] < 25 and 3 < floors["pipeweave|gemm"] < 4
     assert floors[UNKNOWN_SOURCE_FLOOR] == floors["pipeweave|gemm"]
-    query = pd.DataFrame([{"source": "query", "family": "elementwise"}, {"source": "neusight", "family": "elementwise"}])
-    np.testing.assert_allclose(floor_of(query, floors), [floors["pipeweave|gemm"], floors["neusight|elementwise"]])
+    query = pd.DataFrame(
+        [{"source": "query", "family": "elementwise"}, {"source": "neusight", "family": "elementwise"}]
+    )
+    np.testing.assert_allclose(
+        floor_of(query, floors), [floors["pipeweave|gemm"], floors["neusight|elementwise"]]
+    )

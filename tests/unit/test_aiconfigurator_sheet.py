@@ -29,24 +29,36 @@ node:
 # Xe2 (BMG-G21): 20 Xe-cores x 128 FP32 lanes at 2400 MHz, 18 MB L2 (Intel Arc Pro B60 product page);
 # the per-core register/shared-memory figures are illustrative (a supplement is whatever the user knows).
 B60_SUPPLEMENT = {
-    "vendor": "intel", "architecture": "xe2", "compute_capability": "bmg-g21", "sms": 20,
-    "fp32_lanes_per_sm": 128, "boost_clock_mhz": 2400, "memory_type": "GDDR6", "l2_mb": 18,
-    "l1_smem_per_sm_kb": 256, "max_smem_per_sm_kb": 128,
-    "max_smem_per_block_kb": 64, "regs_per_sm": 65536, "max_threads_per_sm": 1024, "warp_size": 16,
-    "max_ctas_per_sm": 16, "max_warps_per_sm": 64,
+    "vendor": "intel",
+    "architecture": "xe2",
+    "compute_capability": "bmg-g21",
+    "sms": 20,
+    "fp32_lanes_per_sm": 128,
+    "boost_clock_mhz": 2400,
+    "memory_type": "GDDR6",
+    "l2_mb": 18,
+    "l1_smem_per_sm_kb": 256,
+    "max_smem_per_sm_kb": 128,
+    "max_smem_per_block_kb": 64,
+    "regs_per_sm": 65536,
+    "max_threads_per_sm": 1024,
+    "warp_size": 16,
+    "max_ctas_per_sm": 16,
+    "max_warps_per_sm": 64,
 }
 
 
 @pytest.fixture(scope="module")
-def catalog():  # noqa: ANN201
+def catalog():
     return load_catalog(user_dir=None)
 
 
 @needs_sheets
 @pytest.mark.parametrize("stem", sorted(CATALOG_IDS))
-def test_real_sheet_gives_a_valid_spec_with_the_sheets_figures(stem: str, catalog) -> None:  # noqa: ANN001
-    spec = spec_from_aiconfigurator_sheet(SYSTEMS / f"{stem}.yaml", catalog,
-                                          device_id=f"{stem.replace('_', '-')}-x")
+def test_real_sheet_gives_a_valid_spec_with_the_sheets_figures(stem: str, catalog) -> None:
+    spec = spec_from_aiconfigurator_sheet(
+        SYSTEMS / f"{stem}.yaml", catalog, device_id=f"{stem.replace('_', '-')}-x"
+    )
     ours = catalog.get(CATALOG_IDS[stem])
     assert spec.vendor == "nvidia" and spec.compute_capability == ours.compute_capability
     assert spec.architecture == ours.architecture
@@ -58,16 +70,21 @@ def test_real_sheet_gives_a_valid_spec_with_the_sheets_figures(stem: str, catalo
 
 
 @needs_sheets
-def test_sheets_agree_with_the_catalog_except_known_differences(catalog) -> None:  # noqa: ANN001
-    differences = [line for stem, cid in CATALOG_IDS.items()
-                   for line in compare_with_catalog(SYSTEMS / f"{stem}.yaml", catalog.get(cid))]
+def test_sheets_agree_with_the_catalog_except_known_differences(catalog) -> None:
+    differences = [
+        line
+        for stem, cid in CATALOG_IDS.items()
+        for line in compare_with_catalog(SYSTEMS / f"{stem}.yaml", catalog.get(cid))
+    ]
     # L40S: the sheet gives the memory nvidia-smi reports (46068 MiB), the catalog the marketed 48 GB; its
     # link is PCIe 4.0 x16 (32 GB/s), which the catalog leaves out for PCIe-only parts (physics assumes so).
-    assert differences == ["l40s: memory_gb: sheet 44.99 vs catalog 48 (-6.3%)",
-                           "l40s: link_gbps: sheet 32 vs catalog None"]
+    assert differences == [
+        "l40s: memory_gb: sheet 44.99 vs catalog 48 (-6.3%)",
+        "l40s: link_gbps: sheet 32 vs catalog None",
+    ]
 
 
-def test_intel_sheet_needs_a_supplement_then_validates(tmp_path: Path, catalog) -> None:  # noqa: ANN001
+def test_intel_sheet_needs_a_supplement_then_validates(tmp_path: Path, catalog) -> None:
     sheet = tmp_path / "b60.yaml"
     sheet.write_text(B60)
     with pytest.raises(SpecError) as err:
@@ -80,8 +97,7 @@ def test_intel_sheet_needs_a_supplement_then_validates(tmp_path: Path, catalog) 
     assert spec.dram_gbps == pytest.approx(456.0) and spec.memory_gb == pytest.approx(24.0)
 
 
-def test_implausible_supplement_is_rejected_by_the_spec_checks(
-        tmp_path: Path, catalog) -> None:  # noqa: ANN001
+def test_implausible_supplement_is_rejected_by_the_spec_checks(tmp_path: Path, catalog) -> None:
     sheet = tmp_path / "b60.yaml"
     sheet.write_text(B60)
     # 20 x 128 x 2 x 240 MHz is far from 12.28 TFLOP/s
@@ -89,13 +105,17 @@ def test_implausible_supplement_is_rejected_by_the_spec_checks(
         spec_from_aiconfigurator_sheet(sheet, catalog, supplement={**B60_SUPPLEMENT, "boost_clock_mhz": 240})
 
 
-@pytest.mark.parametrize("text, expected", [
-    ("gpu: {power: 300}\n", "mem_bw"),
-    ("gpu: {mem_bw: 1.0e12}\n", "no peak"),
-    ("- 1\n- 2\n", "'gpu:' section"),
-])
+@pytest.mark.parametrize(
+    "text, expected",
+    [
+        ("gpu: {power: 300}\n", "mem_bw"),
+        ("gpu: {mem_bw: 1.0e12}\n", "no peak"),
+        ("- 1\n- 2\n", "'gpu:' section"),
+    ],
+)
 def test_sheet_without_its_figures_is_a_clear_error(
-        tmp_path: Path, catalog, text: str, expected: str) -> None:  # noqa: ANN001
+    tmp_path: Path, catalog, text: str, expected: str
+) -> None:
     sheet = tmp_path / "bad_gpu.yaml"
     sheet.write_text(text)
     with pytest.raises(SpecError, match=expected):

@@ -29,12 +29,39 @@ class Spec:
         return self.peaks[(precision, tensor)]
 
 
-A100 = Spec(108, 1410, 1555, 40, 192, {("fp32", False): 19.5e12, ("fp64", False): 9.7e12, ("fp16", False): 78e12,
-                                       ("fp16", True): 312e12, ("bf16", True): 312e12, ("tf32", True): 156e12,
-                                       ("fp64", True): 19.5e12})
-H100 = Spec(132, 1980, 3350, 50, 256, {("fp32", False): 67e12, ("fp64", False): 34e12, ("fp16", False): 134e12,
-                                       ("fp16", True): 989e12, ("bf16", True): 989e12, ("fp8", True): 1979e12,
-                                       ("tf32", True): 494e12, ("fp64", True): 67e12})
+A100 = Spec(
+    108,
+    1410,
+    1555,
+    40,
+    192,
+    {
+        ("fp32", False): 19.5e12,
+        ("fp64", False): 9.7e12,
+        ("fp16", False): 78e12,
+        ("fp16", True): 312e12,
+        ("bf16", True): 312e12,
+        ("tf32", True): 156e12,
+        ("fp64", True): 19.5e12,
+    },
+)
+H100 = Spec(
+    132,
+    1980,
+    3350,
+    50,
+    256,
+    {
+        ("fp32", False): 67e12,
+        ("fp64", False): 34e12,
+        ("fp16", False): 134e12,
+        ("fp16", True): 989e12,
+        ("bf16", True): 989e12,
+        ("fp8", True): 1979e12,
+        ("tf32", True): 494e12,
+        ("fp64", True): 67e12,
+    },
+)
 
 
 class Catalog:
@@ -78,9 +105,11 @@ def test_gemm_4096_flops_and_min_bytes() -> None:
 
 def test_elementwise_bytes_and_scalar_variant() -> None:
     n = 1 << 20
-    frame = rows({"family": "elementwise", "op": "add", "shape": {"N": n}},
-                 {"family": "elementwise", "op": "addu", "shape": {"B": 1024, "H": 1024}},
-                 {"family": "elementwise", "op": "gelu", "shape": {"N": n}})
+    frame = rows(
+        {"family": "elementwise", "op": "add", "shape": {"N": n}},
+        {"family": "elementwise", "op": "addu", "shape": {"B": 1024, "H": 1024}},
+        {"family": "elementwise", "op": "gelu", "shape": {"N": n}},
+    )
     f = analytical_features(frame, CATALOG)
     assert f["f_dram_bytes_min"].tolist() == [3 * n * 4, 2 * n * 4, 2 * n * 4]
     assert f["f_flops"].iloc[0] == n
@@ -91,11 +120,25 @@ def test_elementwise_bytes_and_scalar_variant() -> None:
 def test_waves_on_a100_from_measured_grid() -> None:
     frame = rows(
         # 240 GEMM CTAs of 256 threads, 2 resident per SM: 216 slots -> 2 waves, the second 24/216 full.
-        {"device_id": "a100-pcie-40gb", "shape": {"M": 2048, "N": 1920, "K": 512}, "grid_x": 240, "grid_y": 1,
-         "grid_z": 1, "block_x": 256, "block_y": 1, "block_z": 1},
+        {
+            "device_id": "a100-pcie-40gb",
+            "shape": {"M": 2048, "N": 1920, "K": 512},
+            "grid_x": 240,
+            "grid_y": 1,
+            "grid_z": 1,
+            "block_x": 256,
+            "block_y": 1,
+            "block_z": 1,
+        },
         # 1000 elementwise CTAs of 128 threads: 16 per SM -> 1728 slots -> one wave.
-        {"device_id": "a100-pcie-40gb", "family": "elementwise", "op": "relu", "shape": {"N": 512000},
-         "grid_x": 1000, "block_x": 128},
+        {
+            "device_id": "a100-pcie-40gb",
+            "family": "elementwise",
+            "op": "relu",
+            "shape": {"N": 512000},
+            "grid_x": 1000,
+            "block_x": 128,
+        },
     )
     f = analytical_features(frame, CATALOG)
     assert f["f_ctas"].tolist() == [240, 1000]
@@ -109,8 +152,10 @@ def test_waves_on_a100_from_measured_grid() -> None:
 
 
 def test_roofline_time_and_bound_on_h100() -> None:
-    frame = rows({"dtype": "fp16", "shape": {"M": 8192, "N": 8192, "K": 8192}},
-                 {"family": "elementwise", "op": "add", "shape": {"N": 1 << 26}})
+    frame = rows(
+        {"dtype": "fp16", "shape": {"M": 8192, "N": 8192, "K": 8192}},
+        {"family": "elementwise", "op": "add", "shape": {"N": 1 << 26}},
+    )
     f = analytical_features(frame, CATALOG)
     gemm, add = f.iloc[0], f.iloc[1]
     assert gemm["f_uses_tensor"] == 1.0
@@ -126,11 +171,34 @@ def test_roofline_time_and_bound_on_h100() -> None:
 
 def test_conv_moe_and_rows() -> None:
     frame = rows(
-        {"family": "conv", "op": "conv2d", "device_id": "a100-pcie-40gb",
-         "shape": {"B": 2, "Input_Channel": 3, "Output_Channel": 8, "Kernel_Szie": 3, "Input_Size": 32,
-                   "Stride": 1, "Padding": 1}},
-        {"family": "moe", "op": "w13", "dtype": "bf16",
-         "shape": {"M": 64, "E": 8, "topk": 2, "H": 1024, "N": 512, "BLOCK_SIZE_M": 16, "BLOCK_SIZE_N": 64}},
+        {
+            "family": "conv",
+            "op": "conv2d",
+            "device_id": "a100-pcie-40gb",
+            "shape": {
+                "B": 2,
+                "Input_Channel": 3,
+                "Output_Channel": 8,
+                "Kernel_Szie": 3,
+                "Input_Size": 32,
+                "Stride": 1,
+                "Padding": 1,
+            },
+        },
+        {
+            "family": "moe",
+            "op": "w13",
+            "dtype": "bf16",
+            "shape": {
+                "M": 64,
+                "E": 8,
+                "topk": 2,
+                "H": 1024,
+                "N": 512,
+                "BLOCK_SIZE_M": 16,
+                "BLOCK_SIZE_N": 64,
+            },
+        },
         {"family": "softmax", "op": "softmax", "shape": {"B": 128, "H": 256}},
         {"family": "layernorm", "op": "layer_norm", "shape": {"B": 128, "H": 256}},
     )
@@ -147,30 +215,91 @@ def test_conv_moe_and_rows() -> None:
 
 
 def test_parse_dims_params_override_shape() -> None:
-    dims = parse_dims(pd.Series(['{"M": 1, "K": 3}', None]), pd.Series(['{"M": 2}', '{"problem_size": [25000, 2048, 1]}']))
+    dims = parse_dims(
+        pd.Series(['{"M": 1, "K": 3}', None]), pd.Series(['{"M": 2}', '{"problem_size": [25000, 2048, 1]}'])
+    )
     assert dims.loc[0, "M"] == 2 and dims.loc[0, "K"] == 3
     assert dims.loc[1, "samples"] == 25000 and math.isnan(dims.loc[1, "M"])
 
 
 def _tables() -> tuple[pd.DataFrame, pd.DataFrame]:
-    kernels = pd.DataFrame([
-        {"kernel_id": "k-gemm", "family": "gemm", "op": "matmul", "dtype": "fp16", "shape_json": '{"M":1024,"N":1024,"K":1024}'},
-        {"kernel_id": "k-add", "family": "elementwise", "op": "add", "dtype": "fp32", "shape_json": '{"N":1048576}'},
-        {"kernel_id": "k-prog", "family": "program", "op": "lulesh", "dtype": "unknown", "shape_json": None},
-        {"kernel_id": "k-coll", "family": "collective", "op": "all_reduce", "dtype": "unknown", "shape_json": '{"size":1024}'},
-        {"kernel_id": "k-odd", "family": "elementwise", "op": "frobnicate", "dtype": "fp32", "shape_json": '{"N":8}'},
-    ])
+    kernels = pd.DataFrame(
+        [
+            {
+                "kernel_id": "k-gemm",
+                "family": "gemm",
+                "op": "matmul",
+                "dtype": "fp16",
+                "shape_json": '{"M":1024,"N":1024,"K":1024}',
+            },
+            {
+                "kernel_id": "k-add",
+                "family": "elementwise",
+                "op": "add",
+                "dtype": "fp32",
+                "shape_json": '{"N":1048576}',
+            },
+            {
+                "kernel_id": "k-prog",
+                "family": "program",
+                "op": "lulesh",
+                "dtype": "unknown",
+                "shape_json": None,
+            },
+            {
+                "kernel_id": "k-coll",
+                "family": "collective",
+                "op": "all_reduce",
+                "dtype": "unknown",
+                "shape_json": '{"size":1024}',
+            },
+            {
+                "kernel_id": "k-odd",
+                "family": "elementwise",
+                "op": "frobnicate",
+                "dtype": "fp32",
+                "shape_json": '{"N":8}',
+            },
+        ]
+    )
     records = []
     for i in range(40):
         kid = kernels["kernel_id"].iloc[i % 5]
-        records.append({"measurement_id": f"m{i}", "kernel_id": kid, "device_id": ["h100-sxm", "a100-pcie-40gb"][i % 2],
-                        "source": "test", "upstream_file": "f.csv", "run_id": "r", "params_json": "{}",
-                        "duration_us": 10.0 + i, "dram_bytes": 1e6 if kid == "k-prog" else np.nan,
-                        "flops": 4e6 if kid == "k-prog" else np.nan, "fp32_arith_intensity": 4.0 if kid == "k-prog" else np.nan})
-    records.append({"measurement_id": "m-orphan", "kernel_id": "k-missing", "device_id": "h100-sxm", "source": "test",
-                    "params_json": "{}", "duration_us": 1.0})
-    records.append({"measurement_id": "m-nodev", "kernel_id": "k-gemm", "device_id": "tpu-v9", "source": "test",
-                    "params_json": "{}", "duration_us": 1.0})
+        records.append(
+            {
+                "measurement_id": f"m{i}",
+                "kernel_id": kid,
+                "device_id": ["h100-sxm", "a100-pcie-40gb"][i % 2],
+                "source": "test",
+                "upstream_file": "f.csv",
+                "run_id": "r",
+                "params_json": "{}",
+                "duration_us": 10.0 + i,
+                "dram_bytes": 1e6 if kid == "k-prog" else np.nan,
+                "flops": 4e6 if kid == "k-prog" else np.nan,
+                "fp32_arith_intensity": 4.0 if kid == "k-prog" else np.nan,
+            }
+        )
+    records.append(
+        {
+            "measurement_id": "m-orphan",
+            "kernel_id": "k-missing",
+            "device_id": "h100-sxm",
+            "source": "test",
+            "params_json": "{}",
+            "duration_us": 1.0,
+        }
+    )
+    records.append(
+        {
+            "measurement_id": "m-nodev",
+            "kernel_id": "k-gemm",
+            "device_id": "tpu-v9",
+            "source": "test",
+            "params_json": "{}",
+            "duration_us": 1.0,
+        }
+    )
     return pd.DataFrame(records), kernels
 
 
@@ -184,7 +313,9 @@ class PartialCatalog(Catalog):
 def test_every_row_kept_with_a_note_when_uncovered(tmp_path) -> None:
     measurements, kernels = _tables()
     static = pd.DataFrame({"kernel_id": ["k-prog"], "s_instructions": [120.0]})
-    table = build_feature_table(measurements, kernels, PartialCatalog(CATALOG.specs), static, device_vector=vector)
+    table = build_feature_table(
+        measurements, kernels, PartialCatalog(CATALOG.specs), static, device_vector=vector
+    )
     assert len(table) == len(measurements)
     assert table["measurement_id"].tolist() == measurements["measurement_id"].tolist()
     by_kernel = table.set_index("measurement_id")
@@ -203,7 +334,9 @@ def test_every_row_kept_with_a_note_when_uncovered(tmp_path) -> None:
     assert table.loc[prog, "m_roofline_time_us"].notna().all()
     assert table.loc[~prog, "m_roofline_time_us"].isna().all()
     assert table.loc[prog, "m_arith_intensity"].eq(4.0).all()
-    assert table.loc[prog, "s_instructions"].eq(120.0).all() and table.loc[~prog, "s_instructions"].isna().all()
+    assert (
+        table.loc[prog, "s_instructions"].eq(120.0).all() and table.loc[~prog, "s_instructions"].isna().all()
+    )
     assert {"dev_sms", "dev_dram_gbps", "duration_us", "roofline_class"} <= set(table.columns)
     out = write_features(table, tmp_path / "features" / "features.parquet")
     assert len(pd.read_parquet(out)) == len(table) and not list(out.parent.glob(".*tmp"))
@@ -218,8 +351,9 @@ def test_ray_path_equals_serial(kc_settings) -> None:
     serial = build_feature_table(measurements, kernels, catalog, device_vector=vector)
     started = not ray.is_initialized()
     try:
-        parallel = build_features_parallel(measurements, kernels, catalog, n_chunks=3, settings=kc_settings,
-                                           device_vector=vector)
+        parallel = build_features_parallel(
+            measurements, kernels, catalog, n_chunks=3, settings=kc_settings, device_vector=vector
+        )
     finally:
         if started:
             ray.shutdown()  # leave no Ray behind for fixtures that start their own
@@ -232,16 +366,27 @@ def test_real_catalog_h100_roofline_and_a100_waves() -> None:
     catalog = load_catalog()
     h100, a100 = catalog.get("h100-sxm"), catalog.get("a100-pcie-40gb")
     assert a100.sms == 108
-    frame = rows({"dtype": "bf16", "shape": {"M": 8192, "N": 8192, "K": 8192}},
-                 {"family": "elementwise", "op": "mul", "dtype": "bf16", "shape": {"N": 1 << 28}},
-                 {"device_id": "a100-pcie-40gb", "shape": {"M": 4096, "N": 4096, "K": 4096}, "grid_x": 1024,
-                  "block_x": 256})
+    frame = rows(
+        {"dtype": "bf16", "shape": {"M": 8192, "N": 8192, "K": 8192}},
+        {"family": "elementwise", "op": "mul", "dtype": "bf16", "shape": {"N": 1 << 28}},
+        {
+            "device_id": "a100-pcie-40gb",
+            "shape": {"M": 4096, "N": 4096, "K": 4096},
+            "grid_x": 1024,
+            "block_x": 256,
+        },
+    )
     f = analytical_features(frame, catalog)
     assert f["f_roofline_time_us"].iloc[0] == pytest.approx(2 * 8192**3 / h100.peak_flops("bf16", True) * 1e6)
     assert f["f_bound"].tolist() == ["compute", "bandwidth", "compute"]
     assert f["f_roofline_time_us"].iloc[1] == pytest.approx(3 * 2 * (1 << 28) / h100.dram_bytes_per_s * 1e6)
     assert f["f_waves"].iloc[2] == math.ceil(1024 / (108 * 2))
-    table = build_feature_table(frame.assign(measurement_id=["x", "y", "z"], kernel_id=["k1", "k2", "k3"]).drop(
-        columns=["family", "op", "dtype", "shape_json"]), frame.assign(kernel_id=["k1", "k2", "k3"]), catalog)
+    table = build_feature_table(
+        frame.assign(measurement_id=["x", "y", "z"], kernel_id=["k1", "k2", "k3"]).drop(
+            columns=["family", "op", "dtype", "shape_json"]
+        ),
+        frame.assign(kernel_id=["k1", "k2", "k3"]),
+        catalog,
+    )
     assert table["dev_sms"].tolist() == [h100.sms, h100.sms, 108]
     assert set(device_feature_vector(h100)) <= set(table.columns)

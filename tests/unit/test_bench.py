@@ -30,12 +30,20 @@ from components.evaluation.splits import unseen_gpu_devices, unseen_gpu_split
 # (source, device, rows): t4 (999) is one row short of a fold; a100's fold holds it out of two
 # sources; h100-pcie is the only GPU of its source (held out all the same: unseen GPU and source).
 LAYOUT: tuple[tuple[str, str, int], ...] = (
-    ("neusight", "a100-pcie-40gb", 800), ("neusight", "h100-sxm5", 1200), ("neusight", "t4", 999),
-    ("benchmark_hub", "a100-pcie-40gb", 300), ("benchmark_hub", "rtx-3080", 700),
-    ("gpuflopbench", "rtx-3080", 500), ("kernelcast", "h100-pcie", 1500),
+    ("neusight", "a100-pcie-40gb", 800),
+    ("neusight", "h100-sxm5", 1200),
+    ("neusight", "t4", 999),
+    ("benchmark_hub", "a100-pcie-40gb", 300),
+    ("benchmark_hub", "rtx-3080", 700),
+    ("gpuflopbench", "rtx-3080", 500),
+    ("kernelcast", "h100-pcie", 1500),
 )
-FAMILIES = {"neusight": ("bmm", "linear", "elementwise"), "benchmark_hub": ("gemm", "convolution"),
-            "gpuflopbench": ("program",), "kernelcast": ("softmax",)}
+FAMILIES = {
+    "neusight": ("bmm", "linear", "elementwise"),
+    "benchmark_hub": ("gemm", "convolution"),
+    "gpuflopbench": ("program",),
+    "kernelcast": ("softmax",),
+}
 
 
 def feature_table(layout: tuple[tuple[str, str, int], ...] = LAYOUT, seed: int = 0) -> pd.DataFrame:
@@ -43,17 +51,22 @@ def feature_table(layout: tuple[tuple[str, str, int], ...] = LAYOUT, seed: int =
     parts = []
     for source, device, n in layout:
         families = FAMILIES[source]
-        parts.append(pd.DataFrame({
-            "measurement_id": [f"{source}:{device}:{i}" for i in range(n)],
-            "kernel_id": [f"{source}:k{i % 97}" for i in range(n)],
-            "device_id": device, "source": source,
-            "family": [families[i % len(families)] for i in range(n)],
-            "upstream_file": f"{source}/data.csv",
-            "duration_us": rng.uniform(5, 5000, n),
-            "achieved_gbps": rng.uniform(10, 2000, n) if source == "gpuflopbench" else np.nan,
-            "roofline_class": np.where(rng.uniform(size=n) < 0.5, "compute", "bandwidth"),
-            "f_flops": rng.uniform(1e6, 1e12, n),
-        }))
+        parts.append(
+            pd.DataFrame(
+                {
+                    "measurement_id": [f"{source}:{device}:{i}" for i in range(n)],
+                    "kernel_id": [f"{source}:k{i % 97}" for i in range(n)],
+                    "device_id": device,
+                    "source": source,
+                    "family": [families[i % len(families)] for i in range(n)],
+                    "upstream_file": f"{source}/data.csv",
+                    "duration_us": rng.uniform(5, 5000, n),
+                    "achieved_gbps": rng.uniform(10, 2000, n) if source == "gpuflopbench" else np.nan,
+                    "roofline_class": np.where(rng.uniform(size=n) < 0.5, "compute", "bandwidth"),
+                    "f_flops": rng.uniform(1e6, 1e12, n),
+                }
+            )
+        )
     return pd.concat(parts, ignore_index=True)
 
 
@@ -63,8 +76,13 @@ class DeviceErrorPredictor:
 
     family = "stub"
 
-    def __init__(self, train: pd.DataFrame, error: dict[str, float], missing: frozenset[str] = frozenset(),
-                 dropped: frozenset[str] = frozenset()) -> None:
+    def __init__(
+        self,
+        train: pd.DataFrame,
+        error: dict[str, float],
+        missing: frozenset[str] = frozenset(),
+        dropped: frozenset[str] = frozenset(),
+    ) -> None:
         self._trained_on = frozenset(train["measurement_id"].astype(str))
         self.train_devices = frozenset(train["device_id"])
         self.error, self.missing, self.dropped = error, missing, dropped
@@ -84,8 +102,12 @@ class DeviceErrorPredictor:
         rows = features[~features["source"].isin(self.dropped)]
         factor = 1.0 + rows["device_id"].map(self.error).fillna(0.0)
         duration = (rows["duration_us"] * factor).where(~rows["device_id"].isin(self.missing))
-        return pd.DataFrame({"pred_duration_us": duration,
-                             "pred_roofline_class": pd.Series("compute", index=rows.index, dtype="string")})
+        return pd.DataFrame(
+            {
+                "pred_duration_us": duration,
+                "pred_roofline_class": pd.Series("compute", index=rows.index, dtype="string"),
+            }
+        )
 
     def save(self, directory: Path) -> None:  # pragma: no cover - protocol completeness
         raise NotImplementedError
@@ -105,8 +127,12 @@ def test_every_gpu_with_at_least_1000_rows_gets_a_fold_held_out_of_every_source(
     assert "h100-pcie" not in {f.name.split(":")[1] for f in unseen_gpu_split(table)}
 
     folds = select_folds(table, "unseen-gpu", 1000)
-    assert [f.name for f in folds] == ["unseen-gpu:a100-pcie-40gb", "unseen-gpu:h100-pcie", "unseen-gpu:h100-sxm5",
-                                       "unseen-gpu:rtx-3080"]
+    assert [f.name for f in folds] == [
+        "unseen-gpu:a100-pcie-40gb",
+        "unseen-gpu:h100-pcie",
+        "unseen-gpu:h100-sxm5",
+        "unseen-gpu:rtx-3080",
+    ]
     for fold in folds:
         device = fold.name.split(":", 1)[1]
         assert set(table.loc[fold.test, "device_id"]) == {device}
@@ -120,7 +146,9 @@ def test_every_gpu_with_at_least_1000_rows_gets_a_fold_held_out_of_every_source(
 def test_chosen_gpus_run_whatever_their_size_and_unknown_ones_are_named() -> None:
     table = feature_table()
     assert [f.name for f in unseen_gpu_split(table, devices=("t4",))] == ["unseen-gpu:t4"]
-    with pytest.raises(ValueError, match="p4.*GPUs there: a100-pcie-40gb, h100-pcie, h100-sxm5, rtx-3080, t4"):
+    with pytest.raises(
+        ValueError, match="p4.*GPUs there: a100-pcie-40gb, h100-pcie, h100-sxm5, rtx-3080, t4"
+    ):
         select_folds(table, "unseen-gpu", 1000, devices=["p4"])
     largest = r"\(largest: h100-pcie 1500, h100-sxm5 1200, rtx-3080 1200\)"  # ties by name
     with pytest.raises(ValueError, match=r"no GPU has at least 5000 rows " + largest):
@@ -132,7 +160,7 @@ def test_bench_reports_every_gpu_per_source_overall_and_the_median() -> None:
     error = {"a100-pcie-40gb": 0.10, "h100-sxm5": 0.30, "rtx-3080": 0.20, "h100-pcie": 0.22, "t4": 0.9}
     trained: dict[str, frozenset[str]] = {}
 
-    def factory(family: str, train: pd.DataFrame, split: str):  # noqa: ANN202 -- folds.Factory
+    def factory(family: str, train: pd.DataFrame, split: str):
         predictor = DeviceErrorPredictor(train, error)
         held_out = sorted(set(table["device_id"]) - predictor.train_devices)
         trained[",".join(held_out)] = predictor.train_devices
@@ -155,8 +183,9 @@ def test_bench_reports_every_gpu_per_source_overall_and_the_median() -> None:
     assert "4 leave-one-GPU-out folds" in note and "a100-pcie-40gb (benchmark_hub 300, neusight 800);" in note
     assert "h100-pcie (kernelcast 1500) [only GPU of kernelcast: that source is unseen too]" in note
     assert "not held out: t4 999" in note
-    assert [t["fold"] for t in result.timings] == [f"unseen-gpu:{d}" for d in ("a100-pcie-40gb", "h100-pcie",
-                                                                                "h100-sxm5", "rtx-3080")]
+    assert [t["fold"] for t in result.timings] == [
+        f"unseen-gpu:{d}" for d in ("a100-pcie-40gb", "h100-pcie", "h100-sxm5", "rtx-3080")
+    ]
 
 
 def test_parallel_fold_executor_is_used_for_the_families_that_fit() -> None:
@@ -166,16 +195,19 @@ def test_parallel_fold_executor_is_used_for_the_families_that_fit() -> None:
     table = feature_table()
     calls: list[tuple[str, int]] = []
 
-    def factory(family: str, train: pd.DataFrame, split: str):  # noqa: ANN202
+    def factory(family: str, train: pd.DataFrame, split: str):
         return DeviceErrorPredictor(train, {}), 0.0
 
-    def executor(frame, jobs, on_done):  # noqa: ANN001, ANN202 -- a FoldExecutor
+    def executor(frame, jobs, on_done):
         calls.append((jobs[0].family, len(jobs)))
         return serial_fold_executor(factory)(frame, jobs, on_done)
 
-    serial = run_accuracy_bench(table, ["roofline", "tabular"], ["unseen-gpu"], factory, [], min_gpu_rows=1000)
-    parallel = run_accuracy_bench(table, ["roofline", "tabular"], ["unseen-gpu"], factory, [], min_gpu_rows=1000,
-                                  fold_executor=executor)
+    serial = run_accuracy_bench(
+        table, ["roofline", "tabular"], ["unseen-gpu"], factory, [], min_gpu_rows=1000
+    )
+    parallel = run_accuracy_bench(
+        table, ["roofline", "tabular"], ["unseen-gpu"], factory, [], min_gpu_rows=1000, fold_executor=executor
+    )
     assert calls == [("tabular", 4)]
     assert parallel.rows == serial.rows
 
@@ -184,18 +216,30 @@ def test_parallel_fold_executor_is_used_for_the_families_that_fit() -> None:
 
 
 def test_rows_without_a_prediction_are_counted_not_dropped() -> None:
-    table = feature_table((("neusight", "t4", 40), ("benchmark_hub", "t4", 20), ("neusight", "a100-pcie-40gb", 40)))
+    table = feature_table(
+        (("neusight", "t4", 40), ("benchmark_hub", "t4", 20), ("neusight", "a100-pcie-40gb", 40))
+    )
     # a100 rows get NaN predictions, benchmark_hub rows are not returned by the predictor at all.
-    predictor = DeviceErrorPredictor(table.iloc[:0], {"t4": 0.1}, missing=frozenset({"a100-pcie-40gb"}),
-                                     dropped=frozenset({"benchmark_hub"}))
+    predictor = DeviceErrorPredictor(
+        table.iloc[:0],
+        {"t4": 0.1},
+        missing=frozenset({"a100-pcie-40gb"}),
+        dropped=frozenset({"benchmark_hub"}),
+    )
     evaluation = evaluate_predictor(predictor, table, None, model="stub")
     report = evaluation.report
     duration = report["targets"]["duration_us"]
     assert (duration["n_asked"], duration["n_predicted"], duration["n"]) == (100, 40, 40)
     assert duration["coverage"] == pytest.approx(0.4) and duration["mape"] == pytest.approx(0.1)
     assert report["per_device"]["a100-pcie-40gb"]["duration_us"] == {
-        "mape": None, "median_ape": None, "within_10": None, "n": 0, "n_asked": 40, "n_predicted": 0,
-        "coverage": 0.0}
+        "mape": None,
+        "median_ape": None,
+        "within_10": None,
+        "n": 0,
+        "n_asked": 40,
+        "n_predicted": 0,
+        "coverage": 0.0,
+    }
     assert report["per_device"]["t4"]["duration_us"]["coverage"] == pytest.approx(40 / 60)
     assert (report["n_asked"], report["n_predicted"]) == (100, 80)  # a100 rows still get a class
     assert report["roofline"]["n_asked"] == 100 and report["roofline"]["coverage"] == pytest.approx(0.8)
@@ -218,9 +262,20 @@ def test_rows_without_a_prediction_are_counted_not_dropped() -> None:
 
 
 def test_markdown_coverage_names_each_family_when_they_differ() -> None:
-    row = {"split": "unseen-kernel", "target": "duration_us", "scope": "", "metric": "mape", "n": 10,
-           "n_asked": 10, "published": None, "published_by": None}
-    rows = [dict(row, family="roofline", ours=0.5, coverage=1.0), dict(row, family="tabular", ours=0.1, coverage=0.9)]
+    row = {
+        "split": "unseen-kernel",
+        "target": "duration_us",
+        "scope": "",
+        "metric": "mape",
+        "n": 10,
+        "n_asked": 10,
+        "published": None,
+        "published_by": None,
+    }
+    rows = [
+        dict(row, family="roofline", ours=0.5, coverage=1.0),
+        dict(row, family="tabular", ours=0.1, coverage=0.9),
+    ]
     line = markdown_table(rows).splitlines()[2]
     assert "roofline 100.0% / tabular 90.0%" in line and "| 50.0% | 10.0% |" in line
 
@@ -231,9 +286,10 @@ def test_markdown_coverage_names_each_family_when_they_differ() -> None:
 def _bench_result() -> BenchResult:
     table = feature_table()
 
-    def factory(family: str, train: pd.DataFrame, split: str):  # noqa: ANN202
-        return DeviceErrorPredictor(train, {"a100-pcie-40gb": 0.05, "h100-sxm5": 0.5, "rtx-3080": 0.15,
-                                            "h100-pcie": 0.25}), 0.0
+    def factory(family: str, train: pd.DataFrame, split: str):
+        return DeviceErrorPredictor(
+            train, {"a100-pcie-40gb": 0.05, "h100-sxm5": 0.5, "rtx-3080": 0.15, "h100-pcie": 0.25}
+        ), 0.0
 
     return run_accuracy_bench(table, ["roofline", "tabular"], ["unseen-gpu"], factory, [], min_gpu_rows=1000)
 
@@ -266,13 +322,17 @@ def test_write_markdown_replaces_only_the_marked_section(tmp_path: Path) -> None
     assert fresh.read_text() == f"{MARKER_START}\ntable\n{MARKER_END}\n"
 
 
-@pytest.mark.parametrize(("content", "fragment"), [
-    ("# no markers here\n", "has no <!-- bench:start --> ... <!-- bench:end --> section"),
-    (f"{MARKER_END}\nx\n{MARKER_START}\n", "has no"),
-    (f"{MARKER_START}\n{MARKER_END}\n{MARKER_START}\n{MARKER_END}\n", "more than one"),
-])
-def test_markdown_target_without_one_marked_section_is_refused_untouched(tmp_path: Path, content: str,
-                                                                          fragment: str) -> None:
+@pytest.mark.parametrize(
+    ("content", "fragment"),
+    [
+        ("# no markers here\n", "has no <!-- bench:start --> ... <!-- bench:end --> section"),
+        (f"{MARKER_END}\nx\n{MARKER_START}\n", "has no"),
+        (f"{MARKER_START}\n{MARKER_END}\n{MARKER_START}\n{MARKER_END}\n", "more than one"),
+    ],
+)
+def test_markdown_target_without_one_marked_section_is_refused_untouched(
+    tmp_path: Path, content: str, fragment: str
+) -> None:
     readme = tmp_path / "README.md"
     readme.write_text(content)
     with pytest.raises(ValueError, match="README.md") as caught:
@@ -283,8 +343,9 @@ def test_markdown_target_without_one_marked_section_is_refused_untouched(tmp_pat
     assert readme.read_text() == content
 
 
-def test_cli_checks_the_markdown_target_and_devices_before_fitting(tmp_path: Path,
-                                                                   monkeypatch: pytest.MonkeyPatch) -> None:
+def test_cli_checks_the_markdown_target_and_devices_before_fitting(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     from typer.testing import CliRunner
 
     from kernelcast.cli import app
@@ -297,10 +358,15 @@ def test_cli_checks_the_markdown_target_and_devices_before_fitting(tmp_path: Pat
     feature_table().to_parquet(features)
     cases = [
         (["--markdown", str(readme)], "add both markers"),
-        (["--split", "neusight", "--device", "t4"], "--device chooses leave-one-GPU-out folds: add --split unseen-gpu"),
+        (
+            ["--split", "neusight", "--device", "t4"],
+            "--device chooses leave-one-GPU-out folds: add --split unseen-gpu",
+        ),
         (["--split", "unseen-gpu", "--device", "no-such-gpu", "--features", str(features)], "--device"),
-        (["--split", "unseen-gpu", "--device", "Tesla P4", "--features", str(features)],
-         "--device Tesla P4: no rows in this feature table"),
+        (
+            ["--split", "unseen-gpu", "--device", "Tesla P4", "--features", str(features)],
+            "--device Tesla P4: no rows in this feature table",
+        ),
     ]
     for args, fragment in cases:
         result = CliRunner().invoke(app, ["bench", "accuracy", *args])
@@ -320,19 +386,33 @@ def _gpuflopbench_tables(tmp_path: Path) -> tuple[pd.DataFrame, Path]:
     rows = []
     for p in range(n_programs):
         for k in range(per_program):
-            for launch, file in ((0, "cuda-profiling/profiling-data.csv"),
-                                 (1, "cuda-profiling/profiling-data.csv"),
-                                 (0, "_history/b05059d9/cuda-profiling/profiling-data.csv")):
-                rows.append({"measurement_id": f"g{p}-{k}-{launch}-{file[0]}", "kernel_id": f"gpuflopbench:p{p}:k{k}",
-                             "device_id": "rtx-3080", "source": "gpuflopbench", "family": "program",
-                             "upstream_file": file, "upstream_row": len(rows),
-                             "roofline_class_published": "compute" if (p + k) % 3 == 0 else "bandwidth",
-                             "duration_us": 10.0 + len(rows)})
+            for launch, file in (
+                (0, "cuda-profiling/profiling-data.csv"),
+                (1, "cuda-profiling/profiling-data.csv"),
+                (0, "_history/b05059d9/cuda-profiling/profiling-data.csv"),
+            ):
+                rows.append(
+                    {
+                        "measurement_id": f"g{p}-{k}-{launch}-{file[0]}",
+                        "kernel_id": f"gpuflopbench:p{p}:k{k}",
+                        "device_id": "rtx-3080",
+                        "source": "gpuflopbench",
+                        "family": "program",
+                        "upstream_file": file,
+                        "upstream_row": len(rows),
+                        "roofline_class_published": "compute" if (p + k) % 3 == 0 else "bandwidth",
+                        "duration_us": 10.0 + len(rows),
+                    }
+                )
     full = pd.DataFrame(rows)
     canonical = tmp_path / "data" / "canonical"
     canonical.mkdir(parents=True)
-    full[["measurement_id", "upstream_row", "roofline_class_published"]].to_parquet(canonical / "measurements.parquet")
-    kernels = full[["kernel_id"]].drop_duplicates().assign(program=lambda f: f["kernel_id"].str.split(":").str[1])
+    full[["measurement_id", "upstream_row", "roofline_class_published"]].to_parquet(
+        canonical / "measurements.parquet"
+    )
+    kernels = (
+        full[["kernel_id"]].drop_duplicates().assign(program=lambda f: f["kernel_id"].str.split(":").str[1])
+    )
     kernels.to_parquet(canonical / "kernels.parquet")
     features = full.drop(columns=["upstream_row", "roofline_class_published"])
     features_dir = tmp_path / "data" / "features"
@@ -367,8 +447,9 @@ def test_bolet_split_runs_on_a_pipeline_table_and_says_why_when_it_cannot(tmp_pa
     assert "not found in" in result.notes[0]
 
 
-def test_bench_markdown_rewrites_the_readme_section_from_a_saved_run(tmp_path: Path,
-                                                                     monkeypatch: pytest.MonkeyPatch) -> None:
+def test_bench_markdown_rewrites_the_readme_section_from_a_saved_run(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     from typer.testing import CliRunner
 
     from kernelcast.cli import app
@@ -376,7 +457,9 @@ def test_bench_markdown_rewrites_the_readme_section_from_a_saved_run(tmp_path: P
     monkeypatch.setenv("KERNELCAST_HOME", str(tmp_path / "home"))
     result = _bench_result()
     saved = tmp_path / "bench.json"
-    saved.write_text(json.dumps({"command": "kernelcast bench accuracy --split unseen-gpu", **result.to_json()}))
+    saved.write_text(
+        json.dumps({"command": "kernelcast bench accuracy --split unseen-gpu", **result.to_json()})
+    )
     readme = tmp_path / "README.md"
     readme.write_text(f"# kernelcast\n\n{MARKER_START}\nold\n{MARKER_END}\n\nrest\n")
     run = CliRunner().invoke(app, ["bench", "markdown", "--from", str(saved), "--out", str(readme)])
@@ -387,6 +470,8 @@ def test_bench_markdown_rewrites_the_readme_section_from_a_saved_run(tmp_path: P
     saved.write_text('{"rows": [{"split": "x"}]}')
     bad = CliRunner().invoke(app, ["bench", "markdown", "--from", str(saved), "--out", str(readme)])
     assert bad.exit_code == 2 and "not a `bench accuracy --json` file" in bad.output
-    missing = CliRunner().invoke(app, ["bench", "markdown", "--from", str(tmp_path / "no.json"), "--out", str(readme)])
+    missing = CliRunner().invoke(
+        app, ["bench", "markdown", "--from", str(tmp_path / "no.json"), "--out", str(readme)]
+    )
     assert missing.exit_code == 2 and "file not found" in missing.output
     assert expected in readme.read_text()  # refused runs leave the README as it was

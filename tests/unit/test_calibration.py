@@ -18,7 +18,12 @@ import pytest
 from typer.testing import CliRunner
 
 from components.evaluation.calibration import (
-    CalibrationParams, check_ks, choose_methods, draw_calibration_rows, run_calibration_bench, scored_rows,
+    CalibrationParams,
+    check_ks,
+    choose_methods,
+    draw_calibration_rows,
+    run_calibration_bench,
+    scored_rows,
     suite_mask,
 )
 from components.models.calibration import CalibrationError, Correction, fit_correction
@@ -50,7 +55,9 @@ def rows(tmp_path_factory: pytest.TempPathFactory) -> pd.DataFrame:
     kernels["f_bytes"] = shape["M"] * shape["K"] + shape["K"] * shape["N"] + 2.0 * shape["M"] * shape["N"]
     kernels["f_intensity"] = kernels["f_flops"] / kernels["f_bytes"]
     kernels = kernels.drop(columns=["shape_json"])
-    frame = m[["measurement_id", "kernel_id", "device_id", "source", "duration_us"]].merge(kernels, on="kernel_id")
+    frame = m[["measurement_id", "kernel_id", "device_id", "source", "duration_us"]].merge(
+        kernels, on="kernel_id"
+    )
     frame = frame.drop_duplicates(["kernel_id", "device_id"]).reset_index(drop=True)
     assert set(frame["device_id"]) == {"h100-sxm", "h200", "h20", "h800"}
     return frame
@@ -63,8 +70,9 @@ class KernelMedian:
         self.table = train.groupby("kernel_id")["duration_us"].median()
 
     def predict(self, frame: pd.DataFrame) -> pd.DataFrame:
-        return pd.DataFrame({"pred_duration_us": frame["kernel_id"].map(self.table).astype("float64")},
-                            index=frame.index)
+        return pd.DataFrame(
+            {"pred_duration_us": frame["kernel_id"].map(self.table).astype("float64")}, index=frame.index
+        )
 
 
 def _mape(measured: pd.Series, predicted: np.ndarray) -> float:
@@ -105,7 +113,10 @@ def test_corrections_learn_a_new_gpu_from_its_calibration_rows(rows: pd.DataFram
     # H20 is ~2.7x slower than the other Hopper GPUs on these GEMMs: one factor removes most of it.
     assert before > 0.5 and errors["global"] < before / 2
     assert errors["residual"] < errors["global"]
-    assert fit_correction("none", cal, model.predict(cal)["pred_duration_us"]).apply(test, base).tolist() == base.tolist()
+    assert (
+        fit_correction("none", cal, model.predict(cal)["pred_duration_us"]).apply(test, base).tolist()
+        == base.tolist()
+    )
 
 
 def test_bad_correction_input_is_a_clear_error(rows: pd.DataFrame, tmp_path: Path) -> None:
@@ -127,7 +138,8 @@ def test_choice_is_made_on_training_gpus_only(rows: pd.DataFrame) -> None:
     shaken = rows.copy()
     on = shaken["device_id"] == "h20"
     shaken.loc[on, "duration_us"] = shaken.loc[on, "duration_us"] * np.where(
-        np.arange(on.sum()) % 2, 0.25, 4.0)  # the held-out GPU's rows made nonsense
+        np.arange(on.sum()) % 2, 0.25, 4.0
+    )  # the held-out GPU's rows made nonsense
     second = run_calibration_bench(shaken, ["h20"], (0, 25, 100), fit, params)
     assert first.chosen == second.chosen
     assert first.chosen["h20"][0] == "none" and first.chosen["h20"][100] != "none"
@@ -138,8 +150,12 @@ def test_choice_is_made_on_training_gpus_only(rows: pd.DataFrame) -> None:
 
 def test_choose_methods_prefers_the_simpler_on_a_tie() -> None:
     measured = np.array([1.0, 2.0])
-    curves = [{"measured": measured, "pred": {(5, "global"): measured * 1.1, (5, "group"): measured * 1.1,
-                                              (5, "none"): measured * 2}}]
+    curves = [
+        {
+            "measured": measured,
+            "pred": {(5, "global"): measured * 1.1, (5, "group"): measured * 1.1, (5, "none"): measured * 2},
+        }
+    ]
     assert choose_methods(curves, [5], ["none", "group", "global"]) == {5: "global"}
 
 
@@ -148,7 +164,9 @@ def test_cli_rejects_a_negative_k(tmp_path: Path, monkeypatch: pytest.MonkeyPatc
 
     monkeypatch.setenv("KERNELCAST_HOME", str(tmp_path))
     done = CliRunner().invoke(app, ["bench", "accuracy", "--split", "unseen-gpu", "--calibration-rows", "-1"])
-    assert done.exit_code == 2 and "error: --calibration-rows must be whole numbers >= 0, got -1" in done.output
+    assert (
+        done.exit_code == 2 and "error: --calibration-rows must be whole numbers >= 0, got -1" in done.output
+    )
     done = CliRunner().invoke(app, ["bench", "accuracy", "--split", "neusight", "--calibration-rows", "25"])
     assert done.exit_code == 2 and "--split unseen-gpu" in done.output
 
@@ -165,7 +183,9 @@ def test_calibrate_stores_a_correction_the_predictor_side_applies(tmp_path: Path
 
     params = load_params(PROJECT_ROOT / "params.yaml")
     run = PROJECT_ROOT / "profiled-data"
-    result = calibrate_stage("NVIDIA H100 80GB HBM3", run, RooflinePredictor(), tmp_path, params, method="group")
+    result = calibrate_stage(
+        "NVIDIA H100 80GB HBM3", run, RooflinePredictor(), tmp_path, params, method="group"
+    )
     assert result.device_id == "h100-sxm" and result.n_rows > 500 and result.path.is_file()
     # The roofline is a lower bound: the H100's kernels run slower, the correction says so.
     assert result.median_ape_after < result.median_ape_before
@@ -189,6 +209,7 @@ def test_calibrate_cli_names_a_missing_folder(tmp_path: Path, monkeypatch: pytes
     from kernelcast.cli import app
 
     monkeypatch.setenv("KERNELCAST_HOME", str(tmp_path))
-    done = CliRunner().invoke(app, ["calibrate", "--device", "H100 SXM", "--from", str(tmp_path / "nope"),
-                                    "--model", "roofline"])
+    done = CliRunner().invoke(
+        app, ["calibrate", "--device", "H100 SXM", "--from", str(tmp_path / "nope"), "--model", "roofline"]
+    )
     assert done.exit_code == 2 and f"error: --from {tmp_path / 'nope'}: not a directory" in done.output

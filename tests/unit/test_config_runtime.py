@@ -38,29 +38,46 @@ def test_project_params_load_and_typed_sections_read_them() -> None:
     assert isinstance(validate_params(params), ValidateParams)
     assert "kernelcast" in (ingest_sources(params) or [])
     thresholds = register_thresholds(params)  # {split: {max_/min_<metric>: bound}}
-    assert thresholds and all(key.startswith(("max_", "min_")) for bounds in thresholds.values() for key in bounds)
+    assert thresholds and all(
+        key.startswith(("max_", "min_")) for bounds in thresholds.values() for key in bounds
+    )
 
 
 def test_default_path_comes_from_settings(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    path = _write(tmp_path, {"validate": {"bandwidth_tolerance": 1.2, "flops_tolerance": 1.1,
-                                          "arith_intensity_rel_tol": 0.05, "max_failure_share": 0.1}})
+    path = _write(
+        tmp_path,
+        {
+            "validate": {
+                "bandwidth_tolerance": 1.2,
+                "flops_tolerance": 1.1,
+                "arith_intensity_rel_tol": 0.05,
+                "max_failure_share": 0.1,
+            }
+        },
+    )
     monkeypatch.setenv("KERNELCAST_PARAMS_FILE", str(path))
     assert validate_params(load_params()).bandwidth_tolerance == 1.2
 
 
-@pytest.mark.parametrize(("params", "message"), [
-    ({"validate": {"bandwith_tolerance": 1.1}}, "validate.bandwith_tolerance"),
-    ({"train": {"seed": 1, "n_estimator": 3}}, "train.n_estimator"),
-    ({"ingest": {"sources": ["a"], "source": "b"}}, "ingest.source"),
-    ({"features": {"roofline_eff": 1.0}}, "features.roofline_eff"),
-    ({"train": {"tabular": ["lgbm"]}}, "'train.tabular:' must be a mapping"),
-    ({"train": {"llm": [1, 2]}}, "'train.llm:' must be a mapping"),
-    ({"register": {"runtime_mape": 0.3}}, "register.runtime_mape"),
-    ({"register": {"splits": {"neusight": {"max_runtime_mape": "low"}}}}, "register.splits.neusight.max_runtime_mape"),
-    ({"ingest": ["neusight"]}, "'ingest:' must be a mapping"),
-    ({"ingest": {"sources": "neusight"}}, "ingest.sources must be a list"),
-    (["not", "a", "mapping"], "expected a mapping"),
-])
+@pytest.mark.parametrize(
+    ("params", "message"),
+    [
+        ({"validate": {"bandwith_tolerance": 1.1}}, "validate.bandwith_tolerance"),
+        ({"train": {"seed": 1, "n_estimator": 3}}, "train.n_estimator"),
+        ({"ingest": {"sources": ["a"], "source": "b"}}, "ingest.source"),
+        ({"features": {"roofline_eff": 1.0}}, "features.roofline_eff"),
+        ({"train": {"tabular": ["lgbm"]}}, "'train.tabular:' must be a mapping"),
+        ({"train": {"llm": [1, 2]}}, "'train.llm:' must be a mapping"),
+        ({"register": {"runtime_mape": 0.3}}, "register.runtime_mape"),
+        (
+            {"register": {"splits": {"neusight": {"max_runtime_mape": "low"}}}},
+            "register.splits.neusight.max_runtime_mape",
+        ),
+        ({"ingest": ["neusight"]}, "'ingest:' must be a mapping"),
+        ({"ingest": {"sources": "neusight"}}, "ingest.sources must be a list"),
+        (["not", "a", "mapping"], "expected a mapping"),
+    ],
+)
 def test_bad_params_are_errors_naming_file_and_key(tmp_path: Path, params: object, message: str) -> None:
     path = _write(tmp_path, params)
     with pytest.raises(ParamsError) as info:
@@ -80,8 +97,12 @@ def test_nested_train_sections_are_left_to_their_readers(tmp_path: Path) -> None
     assert load_params(_write(tmp_path, params)) == params
     tree = ast.parse(Path(config.__file__).read_text())
     imported = {alias.name for node in ast.walk(tree) if isinstance(node, ast.Import) for alias in node.names}
-    imported |= {f"{node.module}.{alias.name}" for node in ast.walk(tree) if isinstance(node, ast.ImportFrom)
-                 for alias in node.names}  # catches ``from components import models`` too
+    imported |= {
+        f"{node.module}.{alias.name}"
+        for node in ast.walk(tree)
+        if isinstance(node, ast.ImportFrom)
+        for alias in node.names
+    }  # catches ``from components import models`` too
     upper = ("components.models", "components.training", "components.evaluation", "components.registry")
     assert imported and not [m for m in imported if m.startswith(upper)], sorted(imported)
 
@@ -102,8 +123,15 @@ def test_settings_derive_every_folder_from_home(tmp_path: Path, monkeypatch: pyt
     monkeypatch.setenv("KERNELCAST_HOME", str(tmp_path / "h"))
     monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
     settings = Settings()
-    for folder in (settings.data_dir, settings.mlflow_dir, settings.prefect_home, settings.ray_tmpdir,
-                   settings.cache_dir, settings.models_dir, settings.reports_dir):
+    for folder in (
+        settings.data_dir,
+        settings.mlflow_dir,
+        settings.prefect_home,
+        settings.ray_tmpdir,
+        settings.cache_dir,
+        settings.models_dir,
+        settings.reports_dir,
+    ):
         assert folder.parent == (tmp_path / "h").resolve()
     assert settings.tracking_uri() == f"sqlite:///{settings.mlflow_dir / 'mlflow.db'}"
 
@@ -111,7 +139,9 @@ def test_settings_derive_every_folder_from_home(tmp_path: Path, monkeypatch: pyt
 # --------------------------------------------------------------------------- runtime
 
 
-def test_local_ray_kwargs_pin_one_thread_and_the_state_folder(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_local_ray_kwargs_pin_one_thread_and_the_state_folder(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     from components.platform.runtime import ray_init_kwargs
 
     monkeypatch.setenv("KERNELCAST_HOME", str(tmp_path))
@@ -127,7 +157,8 @@ def test_local_ray_kwargs_pin_one_thread_and_the_state_folder(tmp_path: Path, mo
 
 
 def test_cluster_kwargs_leave_resources_to_the_cluster_and_refuse_a_loopback_api(
-        monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
     from components.platform.runtime import ray_init_kwargs
 
     monkeypatch.setenv("KERNELCAST_RAY_ADDRESS", "ray://head.example:10001")
@@ -140,7 +171,9 @@ def test_cluster_kwargs_leave_resources_to_the_cluster_and_refuse_a_loopback_api
     assert ray_init_kwargs(Settings(), "http://127.0.0.1:4200/api")["runtime_env"]
 
 
-def test_configure_environment_creates_the_state_folders(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_configure_environment_creates_the_state_folders(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     from components.platform.runtime import configure_environment
 
     monkeypatch.setenv("KERNELCAST_HOME", str(tmp_path / "state"))
@@ -180,9 +213,13 @@ def test_unit_hash_is_the_published_draw_and_order_free() -> None:
 def test_subsample_and_caps_pick_the_same_rows_whatever_the_row_order() -> None:
     from components.common.sampling import balanced_sample, capped_index, subsample
 
-    table = pd.DataFrame({"measurement_id": [f"m{i}" for i in range(500)],
-                          "kernel_id": [f"k{i % 50}" for i in range(500)],
-                          "cls": ["a" if i % 3 else "b" for i in range(500)]})
+    table = pd.DataFrame(
+        {
+            "measurement_id": [f"m{i}" for i in range(500)],
+            "kernel_id": [f"k{i % 50}" for i in range(500)],
+            "cls": ["a" if i % 3 else "b" for i in range(500)],
+        }
+    )
     first = subsample(table, 60, "s")
     shuffled = subsample(table.sample(frac=1.0, random_state=1), 60, "s")
     assert len(first) == 60 and set(first.index) == set(shuffled.index)
@@ -221,10 +258,11 @@ def test_atomic_write_dir_replaces_or_keeps_a_whole_folder(tmp_path: Path) -> No
 
     target = tmp_path / "model"
 
-    def version(text: str):  # noqa: ANN202
+    def version(text: str):
         def write(folder: Path) -> None:
             (folder / "a.txt").write_text(text)
             (folder / "b.txt").write_text(text)
+
         return write
 
     atomic_write_dir(target, version("one"))
@@ -247,8 +285,8 @@ def test_atomic_write_dir_replaces_or_keeps_a_whole_folder(tmp_path: Path) -> No
 
 
 def test_load_any_predictor_roofline_folder_and_clear_errors(tmp_path: Path) -> None:
-    from components.registry.loading import ModelLoadError, load_any_predictor
     from components.models.roofline import RooflinePredictor
+    from components.registry.loading import ModelLoadError, load_any_predictor
 
     assert isinstance(load_any_predictor("roofline"), RooflinePredictor)
     saved = tmp_path / "model"
@@ -267,16 +305,17 @@ def test_load_any_predictor_roofline_folder_and_clear_errors(tmp_path: Path) -> 
 @pytest.mark.slow
 def test_load_any_predictor_from_the_registry(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """A real sqlite MLflow store: models:/name/N, models:/name@alias and runs:/ give the predictor."""
-    from components.registry.loading import ModelLoadError, load_any_predictor
     from components.models.roofline import RooflinePredictor
+    from components.registry.loading import ModelLoadError, load_any_predictor
     from components.registry.mlflow_registry import log_predictor, mlflow_client, register
 
     uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
     monkeypatch.setenv("MLFLOW_TRACKING_URI", uri)
     saved = tmp_path / "model"
     RooflinePredictor().save(saved)
-    model_uri = log_predictor(saved, {}, {}, {}, experiment="t", artifact_location=(tmp_path / "art").as_uri(),
-                              tracking_uri=uri)
+    model_uri = log_predictor(
+        saved, {}, {}, {}, experiment="t", artifact_location=(tmp_path / "art").as_uri(), tracking_uri=uri
+    )
     version = register(model_uri, "kc-test", uri)
     mlflow_client(uri).set_registered_model_alias("kc-test", "champion", version)
     for reference in (f"models:/kc-test/{version}", "models:/kc-test@champion", model_uri):

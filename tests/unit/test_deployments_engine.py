@@ -180,11 +180,16 @@ def test_readme_serving_block_is_written_and_the_bench_block_left_alone(catalog,
     keep = "<!-- bench:start -->\nthe op table\n<!-- bench:end -->"
     readme.write_text(f"# t\n{keep}\ntext\n{SERVING_START}\nold\n{SERVING_END}\ntail\n")
     result = BenchResult(rows=bench.rows, notes=["header line", *bench.notes])
-    write_readme(readme, result, "kernelcast bench accuracy --split llm-serving-pipeweave", readme_markdown,
-                 write_markdown)
+    write_readme(
+        readme,
+        result,
+        "kernelcast bench accuracy --split llm-serving-pipeweave",
+        readme_markdown,
+        write_markdown,
+    )
     text = readme.read_text()
     assert keep in text and text.endswith("tail\n") and "\nold\n" not in text
-    block = text[text.index(SERVING_START):text.index(SERVING_END)]
+    block = text[text.index(SERVING_START) : text.index(SERVING_END)]
     assert "| PipeWeave runs, leave-one-GPU-out | prefill |" in block and "| H100 |" in block
     assert "header line" not in block and "llm-serving-pipeweave: " in block
     (tmp_path / "bare.md").write_text("no markers\n")

@@ -38,9 +38,9 @@ def test_roofline_class_is_compute_at_and_right_of_the_ridge() -> None:
 def test_bolet_thresholds_are_the_rtx_3080_balance_points() -> None:
     # 68 SMs x 128 FP32 lanes x 2 (FMA) x 1.44 GHz / 760.3 GB/s; FP64 at 1/64 rate; int: 1 op per lane.
     fp32_ridge = 68 * 128 * 2 * 1.44e9 / 760.3e9
-    assert derived.BOLET_SP_RIDGE == pytest.approx(fp32_ridge, abs=0.01)
-    assert derived.BOLET_DP_RIDGE == pytest.approx(fp32_ridge / 64, abs=0.001)
-    assert derived.BOLET_INT_RIDGE == pytest.approx(derived.int_ridge_point(68, 128, 1440, 760.3), abs=0.01)
+    assert pytest.approx(fp32_ridge, abs=0.01) == derived.BOLET_SP_RIDGE
+    assert pytest.approx(fp32_ridge / 64, abs=0.001) == derived.BOLET_DP_RIDGE
+    assert pytest.approx(derived.int_ridge_point(68, 128, 1440, 760.3), abs=0.01) == derived.BOLET_INT_RIDGE
 
 
 @pytest.mark.parametrize(
@@ -81,8 +81,15 @@ def test_row_and_elementwise_ops_count_flops_per_element() -> None:
 
 def test_conv_flops_use_the_output_size_from_stride_and_padding() -> None:
     # ResNet stem: 224x224x3 -> 64 channels, 7x7, stride 2, padding 3 -> 112x112 output.
-    shape = {"B": 1, "Input_Channel": 3, "Output_Channel": 64, "Input_Size": 224, "Kernel_Size": 7,
-             "Stride": 2, "Padding": 3}
+    shape = {
+        "B": 1,
+        "Input_Channel": 3,
+        "Output_Channel": 64,
+        "Input_Size": 224,
+        "Kernel_Size": 7,
+        "Stride": 2,
+        "Padding": 3,
+    }
     assert derived.op_flops("conv", "conv2d", shape) == 2 * 64 * 112 * 112 * 3 * 7 * 7
 
 

@@ -72,7 +72,9 @@ def test_resolves_dataset_spellings(catalog: Catalog, spelling: str, device_id: 
 
 def test_similar_names_stay_distinct(catalog: Catalog) -> None:
     # Prefix stripping and separator removal must not merge different products.
-    ids = {catalog.resolve(n).id for n in ("A10", "A100", "A100-SXM4-40GB", "L4", "L40", "L40S", "H20", "H200")}
+    ids = {
+        catalog.resolve(n).id for n in ("A10", "A100", "A100-SXM4-40GB", "L4", "L40", "L40S", "H20", "H200")
+    }
     assert len(ids) == 8
 
 
@@ -270,7 +272,9 @@ def test_every_dataset_device_name_resolves(catalog: Catalog) -> None:
     assert {"NVIDIA H200", "NVIDIA A10G", "Tesla T4", "NVIDIA L40S"} <= names["kernelbench"]
     assert "AMD Radeon PRO W6600" in names["benchmark_hub"]
     assert {"NVIDIA H20", "NVIDIA H800", "RTX PRO 6000 S"} <= names["pipeweave"]
-    unresolved = sorted(f"{source}: {n!r}" for source, spellings in names.items() for n in spellings if n not in catalog)
+    unresolved = sorted(
+        f"{source}: {n!r}" for source, spellings in names.items() for n in spellings if n not in catalog
+    )
     assert unresolved == []
     resolved = {catalog.resolve(n).id for spellings in names.values() for n in spellings}
     assert len(resolved) >= 25  # distinct GPUs across the five sources
@@ -306,7 +310,9 @@ def test_cli_list_table_and_vendor_filter() -> None:
     amd = runner.invoke(app, ["list", "--vendor", "amd", "--json"])
     assert amd.exit_code == 0, amd.output
     rows = json.loads(amd.output)
-    assert {"mi100", "mi210", "mi250x", "mi300x", "radeon-pro-w6600", "mi355x", "rx-7900-xtx"} <= {r["id"] for r in rows}
+    assert {"mi100", "mi210", "mi250x", "mi300x", "radeon-pro-w6600", "mi355x", "rx-7900-xtx"} <= {
+        r["id"] for r in rows
+    }
     assert {r["id"] for r in rows} == {d.id for d in load_catalog().all() if d.vendor == "amd"}
     mi300x = next(r for r in rows if r["id"] == "mi300x")
     assert mi300x["fp16_tensor_tflops"] == pytest.approx(1307.4) and mi300x["dram_gbps"] == 5300
@@ -344,56 +350,113 @@ def test_cli_bad_vendor_exit_2() -> None:
 # Every data-centre GPU of both vendors since 2016, and the current workstation/consumer lines:
 # (spelling a user or driver would type, catalog id).
 COVERAGE: list[tuple[str, str]] = [
-    ("Tesla P4", "p4"), ("Tesla P40", "p40"), ("Tesla P100-PCIE-16GB", "p100-pcie-16gb"),
-    ("Tesla P100-PCIE-12GB", "p100-pcie-12gb"), ("Tesla P100-SXM2-16GB", "p100-sxm2-16gb"),
-    ("Tesla V100-PCIE-16GB", "v100-pcie-16gb"), ("Tesla V100-PCIE-32GB", "v100-pcie-32gb"),
-    ("Tesla V100-SXM2-16GB", "v100-sxm2-16gb"), ("Tesla V100-SXM2-32GB", "v100-sxm2-32gb"),
-    ("Tesla V100S-PCIE-32GB", "v100s-pcie-32gb"), ("Tesla T4", "t4"), ("NVIDIA A2", "a2"), ("NVIDIA A10", "a10"),
-    ("NVIDIA A16", "a16"), ("NVIDIA A30", "a30"), ("NVIDIA A40", "a40"), ("NVIDIA A10G", "a10g"),
-    ("NVIDIA A100-PCIE-40GB", "a100-pcie-40gb"), ("NVIDIA A100 80GB PCIe", "a100-pcie-80gb"),
-    ("NVIDIA A100-SXM4-40GB", "a100-sxm4-40gb"), ("NVIDIA A100-SXM4-80GB", "a100-sxm4-80gb"),
-    ("NVIDIA A800-SXM4-80GB", "a800-sxm4-80gb"), ("NVIDIA H100 PCIe", "h100-pcie"),
-    ("NVIDIA H100 80GB HBM3", "h100-sxm"), ("NVIDIA H100 NVL", "h100-nvl"), ("NVIDIA H20", "h20"),
-    ("NVIDIA H800", "h800"), ("NVIDIA H200", "h200"), ("NVIDIA H200 NVL", "h200-nvl"),
-    ("NVIDIA GH200 480GB", "gh200"), ("GH200 144GB HBM3e", "gh200-144gb"), ("NVIDIA L4", "l4"), ("NVIDIA L20", "l20"),
-    ("NVIDIA L40", "l40"), ("NVIDIA L40S", "l40s"), ("NVIDIA B100", "b100"), ("NVIDIA B200", "b200"),
-    ("NVIDIA GB200", "gb200"), ("NVIDIA B300", "b300"),
-    ("AMD Radeon Instinct MI25", "mi25"), ("AMD Instinct MI50", "mi50"), ("AMD Instinct MI60", "mi60"),
-    ("AMD Instinct MI100", "mi100"), ("AMD Instinct MI210", "mi210"), ("AMD Instinct MI250", "mi250"),
-    ("AMD Instinct MI250X", "mi250x"), ("AMD Instinct MI250X / MI250", "mi250x-gcd"),
-    ("AMD Instinct MI300A", "mi300a"), ("AMD Instinct MI300X", "mi300x"), ("AMD Instinct MI325X", "mi325x"),
-    ("AMD Instinct MI350X", "mi350x"), ("AMD Instinct MI355X", "mi355x"),
+    ("Tesla P4", "p4"),
+    ("Tesla P40", "p40"),
+    ("Tesla P100-PCIE-16GB", "p100-pcie-16gb"),
+    ("Tesla P100-PCIE-12GB", "p100-pcie-12gb"),
+    ("Tesla P100-SXM2-16GB", "p100-sxm2-16gb"),
+    ("Tesla V100-PCIE-16GB", "v100-pcie-16gb"),
+    ("Tesla V100-PCIE-32GB", "v100-pcie-32gb"),
+    ("Tesla V100-SXM2-16GB", "v100-sxm2-16gb"),
+    ("Tesla V100-SXM2-32GB", "v100-sxm2-32gb"),
+    ("Tesla V100S-PCIE-32GB", "v100s-pcie-32gb"),
+    ("Tesla T4", "t4"),
+    ("NVIDIA A2", "a2"),
+    ("NVIDIA A10", "a10"),
+    ("NVIDIA A16", "a16"),
+    ("NVIDIA A30", "a30"),
+    ("NVIDIA A40", "a40"),
+    ("NVIDIA A10G", "a10g"),
+    ("NVIDIA A100-PCIE-40GB", "a100-pcie-40gb"),
+    ("NVIDIA A100 80GB PCIe", "a100-pcie-80gb"),
+    ("NVIDIA A100-SXM4-40GB", "a100-sxm4-40gb"),
+    ("NVIDIA A100-SXM4-80GB", "a100-sxm4-80gb"),
+    ("NVIDIA A800-SXM4-80GB", "a800-sxm4-80gb"),
+    ("NVIDIA H100 PCIe", "h100-pcie"),
+    ("NVIDIA H100 80GB HBM3", "h100-sxm"),
+    ("NVIDIA H100 NVL", "h100-nvl"),
+    ("NVIDIA H20", "h20"),
+    ("NVIDIA H800", "h800"),
+    ("NVIDIA H200", "h200"),
+    ("NVIDIA H200 NVL", "h200-nvl"),
+    ("NVIDIA GH200 480GB", "gh200"),
+    ("GH200 144GB HBM3e", "gh200-144gb"),
+    ("NVIDIA L4", "l4"),
+    ("NVIDIA L20", "l20"),
+    ("NVIDIA L40", "l40"),
+    ("NVIDIA L40S", "l40s"),
+    ("NVIDIA B100", "b100"),
+    ("NVIDIA B200", "b200"),
+    ("NVIDIA GB200", "gb200"),
+    ("NVIDIA B300", "b300"),
+    ("AMD Radeon Instinct MI25", "mi25"),
+    ("AMD Instinct MI50", "mi50"),
+    ("AMD Instinct MI60", "mi60"),
+    ("AMD Instinct MI100", "mi100"),
+    ("AMD Instinct MI210", "mi210"),
+    ("AMD Instinct MI250", "mi250"),
+    ("AMD Instinct MI250X", "mi250x"),
+    ("AMD Instinct MI250X / MI250", "mi250x-gcd"),
+    ("AMD Instinct MI300A", "mi300a"),
+    ("AMD Instinct MI300X", "mi300x"),
+    ("AMD Instinct MI325X", "mi325x"),
+    ("AMD Instinct MI350X", "mi350x"),
+    ("AMD Instinct MI355X", "mi355x"),
     # workstation
-    ("NVIDIA RTX A2000", "rtx-a2000"), ("NVIDIA RTX A4000", "rtx-a4000"), ("NVIDIA RTX A4500", "rtx-a4500"),
-    ("NVIDIA RTX A5000", "rtx-a5000"), ("NVIDIA RTX A6000", "rtx-a6000"),
-    ("NVIDIA RTX 2000 Ada Generation", "rtx-2000-ada"), ("NVIDIA RTX 4000 Ada Generation", "rtx-4000-ada"),
-    ("NVIDIA RTX 4500 Ada Generation", "rtx-4500-ada"), ("NVIDIA RTX 5000 Ada Generation", "rtx-5000-ada"),
+    ("NVIDIA RTX A2000", "rtx-a2000"),
+    ("NVIDIA RTX A4000", "rtx-a4000"),
+    ("NVIDIA RTX A4500", "rtx-a4500"),
+    ("NVIDIA RTX A5000", "rtx-a5000"),
+    ("NVIDIA RTX A6000", "rtx-a6000"),
+    ("NVIDIA RTX 2000 Ada Generation", "rtx-2000-ada"),
+    ("NVIDIA RTX 4000 Ada Generation", "rtx-4000-ada"),
+    ("NVIDIA RTX 4500 Ada Generation", "rtx-4500-ada"),
+    ("NVIDIA RTX 5000 Ada Generation", "rtx-5000-ada"),
     ("NVIDIA RTX 6000 Ada Generation", "rtx-6000-ada"),
     ("NVIDIA RTX PRO 6000 Blackwell Workstation Edition", "rtx-pro-6000"),
     ("NVIDIA RTX PRO 6000 Blackwell Server Edition", "rtx-pro-6000-s"),
-    ("AMD Radeon PRO W6600", "radeon-pro-w6600"), ("AMD Radeon PRO W6800", "radeon-pro-w6800"),
-    ("AMD Radeon PRO W7800", "radeon-pro-w7800"), ("AMD Radeon PRO W7900", "radeon-pro-w7900"),
+    ("AMD Radeon PRO W6600", "radeon-pro-w6600"),
+    ("AMD Radeon PRO W6800", "radeon-pro-w6800"),
+    ("AMD Radeon PRO W7800", "radeon-pro-w7800"),
+    ("AMD Radeon PRO W7900", "radeon-pro-w7900"),
     # consumer
-    ("NVIDIA GeForce RTX 2060", "rtx-2060"), ("NVIDIA GeForce RTX 2070", "rtx-2070"),
-    ("NVIDIA GeForce RTX 2080", "rtx-2080"), ("NVIDIA GeForce RTX 2080 Ti", "rtx-2080-ti"),
-    ("NVIDIA TITAN RTX", "titan-rtx"), ("NVIDIA GeForce RTX 3060", "rtx-3060"),
-    ("NVIDIA GeForce RTX 3060 Ti", "rtx-3060-ti"), ("NVIDIA GeForce RTX 3070", "rtx-3070"),
-    ("NVIDIA GeForce RTX 3070 Ti", "rtx-3070-ti"), ("NVIDIA GeForce RTX 3080", "rtx-3080"),
-    ("NVIDIA GeForce RTX 3080 Ti", "rtx-3080-ti"), ("NVIDIA GeForce RTX 3090", "rtx-3090"),
-    ("NVIDIA GeForce RTX 3090 Ti", "rtx-3090-ti"), ("NVIDIA GeForce RTX 4060", "rtx-4060"),
-    ("NVIDIA GeForce RTX 4060 Ti", "rtx-4060-ti"), ("NVIDIA GeForce RTX 4070", "rtx-4070"),
-    ("NVIDIA GeForce RTX 4070 Ti", "rtx-4070-ti"), ("NVIDIA GeForce RTX 4080", "rtx-4080"),
-    ("NVIDIA GeForce RTX 4080 SUPER", "rtx-4080-super"), ("NVIDIA GeForce RTX 4090", "rtx-4090"),
-    ("NVIDIA GeForce RTX 5070", "rtx-5070"), ("NVIDIA GeForce RTX 5070 Ti", "rtx-5070-ti"),
-    ("NVIDIA GeForce RTX 5080", "rtx-5080"), ("NVIDIA GeForce RTX 5090", "rtx-5090"),
-    ("AMD Radeon RX 6800 XT", "rx-6800-xt"), ("AMD Radeon RX 6900 XT", "rx-6900-xt"),
-    ("AMD Radeon RX 7900 XT", "rx-7900-xt"), ("AMD Radeon RX 7900 XTX", "rx-7900-xtx"),
+    ("NVIDIA GeForce RTX 2060", "rtx-2060"),
+    ("NVIDIA GeForce RTX 2070", "rtx-2070"),
+    ("NVIDIA GeForce RTX 2080", "rtx-2080"),
+    ("NVIDIA GeForce RTX 2080 Ti", "rtx-2080-ti"),
+    ("NVIDIA TITAN RTX", "titan-rtx"),
+    ("NVIDIA GeForce RTX 3060", "rtx-3060"),
+    ("NVIDIA GeForce RTX 3060 Ti", "rtx-3060-ti"),
+    ("NVIDIA GeForce RTX 3070", "rtx-3070"),
+    ("NVIDIA GeForce RTX 3070 Ti", "rtx-3070-ti"),
+    ("NVIDIA GeForce RTX 3080", "rtx-3080"),
+    ("NVIDIA GeForce RTX 3080 Ti", "rtx-3080-ti"),
+    ("NVIDIA GeForce RTX 3090", "rtx-3090"),
+    ("NVIDIA GeForce RTX 3090 Ti", "rtx-3090-ti"),
+    ("NVIDIA GeForce RTX 4060", "rtx-4060"),
+    ("NVIDIA GeForce RTX 4060 Ti", "rtx-4060-ti"),
+    ("NVIDIA GeForce RTX 4070", "rtx-4070"),
+    ("NVIDIA GeForce RTX 4070 Ti", "rtx-4070-ti"),
+    ("NVIDIA GeForce RTX 4080", "rtx-4080"),
+    ("NVIDIA GeForce RTX 4080 SUPER", "rtx-4080-super"),
+    ("NVIDIA GeForce RTX 4090", "rtx-4090"),
+    ("NVIDIA GeForce RTX 5070", "rtx-5070"),
+    ("NVIDIA GeForce RTX 5070 Ti", "rtx-5070-ti"),
+    ("NVIDIA GeForce RTX 5080", "rtx-5080"),
+    ("NVIDIA GeForce RTX 5090", "rtx-5090"),
+    ("AMD Radeon RX 6800 XT", "rx-6800-xt"),
+    ("AMD Radeon RX 6900 XT", "rx-6900-xt"),
+    ("AMD Radeon RX 7900 XT", "rx-7900-xt"),
+    ("AMD Radeon RX 7900 XTX", "rx-7900-xtx"),
 ]
 
 
 def test_catalog_covers_every_required_gpu(catalog: Catalog) -> None:
-    wrong = [(name, catalog.resolve(name).id if name in catalog else None, want) for name, want in COVERAGE
-             if name not in catalog or catalog.resolve(name).id != want]
+    wrong = [
+        (name, catalog.resolve(name).id if name in catalog else None, want)
+        for name, want in COVERAGE
+        if name not in catalog or catalog.resolve(name).id != want
+    ]
     assert wrong == []
     assert len({want for _, want in COVERAGE}) == len(COVERAGE)  # no two spellings collapse to one GPU
 
@@ -401,7 +464,11 @@ def test_catalog_covers_every_required_gpu(catalog: Catalog) -> None:
 def test_every_entry_names_its_source_and_explains_derived_figures(catalog: Catalog) -> None:
     for d in catalog.all():
         assert "http" in d.source and " -- " in d.source, d.id  # "<sheet title> -- <URL>"
-        if d.base_clock_mhz is None and d.vendor == "nvidia" and d.architecture not in ("ada", "blackwell", "hopper"):
+        if (
+            d.base_clock_mhz is None
+            and d.vendor == "nvidia"
+            and d.architecture not in ("ada", "blackwell", "hopper")
+        ):
             raise AssertionError(f"{d.id}: base clock missing on a part whose sheet gives it")
     for device_id in ("b100", "gb200", "b300", "h200-nvl", "a16", "mi250x-gcd"):  # figures derived or divided
         notes = catalog.get(device_id).notes or ""
@@ -412,7 +479,11 @@ def test_same_chip_variants_differ_only_where_sheets_do(catalog: Catalog) -> Non
     h100, h200 = catalog.get("h100-sxm"), catalog.get("h200")
     assert h100.peak_tflops == h200.peak_tflops and h200.dram_gbps > h100.dram_gbps
     a40, a80 = catalog.get("a100-sxm4-40gb"), catalog.get("a100-sxm4-80gb")
-    assert a40.peak_tflops == a80.peak_tflops and a80.dram_gbps > a40.dram_gbps and a80.memory_gb == 2 * a40.memory_gb
+    assert (
+        a40.peak_tflops == a80.peak_tflops
+        and a80.dram_gbps > a40.dram_gbps
+        and a80.memory_gb == 2 * a40.memory_gb
+    )
     mi250x, gcd = catalog.get("mi250x"), catalog.get("mi250x-gcd")
     assert gcd.sms * 2 == mi250x.sms and gcd.dram_gbps * 2 == pytest.approx(mi250x.dram_gbps)
     assert gcd.peak_tflops.fp16_tensor * 2 == pytest.approx(mi250x.peak_tflops.fp16_tensor, rel=0.01)
@@ -424,15 +495,26 @@ def test_same_chip_variants_differ_only_where_sheets_do(catalog: Catalog) -> Non
 @pytest.mark.parametrize(
     ("device_id", "warp", "ctas", "warps"),
     [
-        ("p100-pcie-16gb", 32, 32, 64), ("v100-pcie-32gb", 32, 32, 64), ("t4", 32, 16, 32),
-        ("a100-sxm4-80gb", 32, 32, 64), ("rtx-3080", 32, 16, 48), ("l4", 32, 24, 48), ("h100-sxm", 32, 32, 64),
-        ("b200", 32, 32, 64), ("rtx-5090", 32, 32, 48),
-        ("mi100", 64, 16, 40), ("mi300x", 64, 16, 32), ("mi355x", 64, 16, 32), ("mi50", 64, 16, 40),
-        ("radeon-pro-w6600", 32, 16, 40), ("rx-7900-xtx", 32, 16, 32),
+        ("p100-pcie-16gb", 32, 32, 64),
+        ("v100-pcie-32gb", 32, 32, 64),
+        ("t4", 32, 16, 32),
+        ("a100-sxm4-80gb", 32, 32, 64),
+        ("rtx-3080", 32, 16, 48),
+        ("l4", 32, 24, 48),
+        ("h100-sxm", 32, 32, 64),
+        ("b200", 32, 32, 64),
+        ("rtx-5090", 32, 32, 48),
+        ("mi100", 64, 16, 40),
+        ("mi300x", 64, 16, 32),
+        ("mi355x", 64, 16, 32),
+        ("mi50", 64, 16, 40),
+        ("radeon-pro-w6600", 32, 16, 40),
+        ("rx-7900-xtx", 32, 16, 32),
     ],
 )
-def test_occupancy_constants_per_architecture(catalog: Catalog, device_id: str, warp: int, ctas: int,
-                                              warps: int) -> None:
+def test_occupancy_constants_per_architecture(
+    catalog: Catalog, device_id: str, warp: int, ctas: int, warps: int
+) -> None:
     d = catalog.get(device_id)
     assert (d.warp_size, d.max_ctas_per_sm, d.max_warps_per_sm) == (warp, ctas, warps)
     assert d.lds_per_cu_kb == d.max_smem_per_sm_kb
@@ -470,12 +552,27 @@ def test_feature_vector_adds_only_per_sm_occupancy_counts(catalog: Catalog) -> N
 @pytest.mark.parametrize(
     ("device_id", "dtype", "supported"),
     [
-        ("v100-pcie-32gb", "bf16", False), ("t4", "torch.bfloat16", False), ("p100-pcie-16gb", "bfloat16", False),
-        ("a100-sxm4-80gb", "bf16", True), ("mi100", "bf16", True), ("radeon-pro-w6600", "bf16", False),
-        ("a100-sxm4-80gb", "fp8", False), ("l4", "float8_e4m3fn", True), ("h100-sxm", "fp8", True),
-        ("mi250x", "fp8", False), ("mi300x", "fp8", True), ("rtx-3090", "fp8", False), ("rtx-4090", "fp8", True),
-        ("v100-pcie-32gb", "tf32", False), ("a10", "tf32", True), ("h100-sxm", "fp4", False), ("b200", "fp4", True),
-        ("p4", "fp16", True), ("t4", "float32", True), ("t4", "mixed", True), ("t4", "int64", True),
+        ("v100-pcie-32gb", "bf16", False),
+        ("t4", "torch.bfloat16", False),
+        ("p100-pcie-16gb", "bfloat16", False),
+        ("a100-sxm4-80gb", "bf16", True),
+        ("mi100", "bf16", True),
+        ("radeon-pro-w6600", "bf16", False),
+        ("a100-sxm4-80gb", "fp8", False),
+        ("l4", "float8_e4m3fn", True),
+        ("h100-sxm", "fp8", True),
+        ("mi250x", "fp8", False),
+        ("mi300x", "fp8", True),
+        ("rtx-3090", "fp8", False),
+        ("rtx-4090", "fp8", True),
+        ("v100-pcie-32gb", "tf32", False),
+        ("a10", "tf32", True),
+        ("h100-sxm", "fp4", False),
+        ("b200", "fp4", True),
+        ("p4", "fp16", True),
+        ("t4", "float32", True),
+        ("t4", "mixed", True),
+        ("t4", "int64", True),
     ],
 )
 def test_supports_dtype(catalog: Catalog, device_id: str, dtype: str, supported: bool) -> None:
@@ -497,12 +594,27 @@ def test_unknown_dtype_is_a_clear_error(catalog: Catalog) -> None:
 
 def _user_spec(**changes: object) -> dict:
     spec = {
-        "id": "example-x1", "name": "Example GPU X1", "vendor": "nvidia", "architecture": "hopper",
-        "compute_capability": "9.0", "sms": 100, "fp32_lanes_per_sm": 128, "boost_clock_mhz": 1800,
-        "memory_gb": 64, "memory_type": "HBM3", "dram_gbps": 3000, "l2_mb": 40, "l1_smem_per_sm_kb": 256,
-        "max_smem_per_sm_kb": 228, "max_smem_per_block_kb": 227, "regs_per_sm": 65536,
-        "max_threads_per_sm": 2048, "tdp_w": 500, "peak_tflops": {"fp32": 46.1, "bf16_tensor": 700.0},
-        "source": "vendor preview sheet", "aliases": ["X1"],
+        "id": "example-x1",
+        "name": "Example GPU X1",
+        "vendor": "nvidia",
+        "architecture": "hopper",
+        "compute_capability": "9.0",
+        "sms": 100,
+        "fp32_lanes_per_sm": 128,
+        "boost_clock_mhz": 1800,
+        "memory_gb": 64,
+        "memory_type": "HBM3",
+        "dram_gbps": 3000,
+        "l2_mb": 40,
+        "l1_smem_per_sm_kb": 256,
+        "max_smem_per_sm_kb": 228,
+        "max_smem_per_block_kb": 227,
+        "regs_per_sm": 65536,
+        "max_threads_per_sm": 2048,
+        "tdp_w": 500,
+        "peak_tflops": {"fp32": 46.1, "bf16_tensor": 700.0},
+        "source": "vendor preview sheet",
+        "aliases": ["X1"],
     }
     spec.update(changes)
     return {k: v for k, v in spec.items() if v is not None}
@@ -510,7 +622,11 @@ def _user_spec(**changes: object) -> dict:
 
 def test_spec_from_mapping_builds_a_device_with_defaults() -> None:
     spec = spec_from_mapping(_user_spec())
-    assert spec.id == "example-x1" and (spec.warp_size, spec.max_ctas_per_sm, spec.max_warps_per_sm) == (32, 32, 64)
+    assert spec.id == "example-x1" and (spec.warp_size, spec.max_ctas_per_sm, spec.max_warps_per_sm) == (
+        32,
+        32,
+        64,
+    )
     assert spec.peak_flops("bf16", tensor=None) == pytest.approx(700e12)
     assert not spec.supports("fp8")  # no fp8 figure given -> no fp8 pipe claimed
     assert resolve_spec(_user_spec()) == spec
@@ -523,10 +639,16 @@ def test_spec_from_mapping_builds_a_device_with_defaults() -> None:
         ({"dram_gbps": None}, "missing field 'dram_gbps'"),
         ({"dram_gbps": 0}, "dram_gbps: Input should be greater than 0"),
         ({"dram_gbps": 25000}, "dram_gbps = 25000 is implausible"),
-        ({"peak_tflops": {"fp32": 90.0}}, "peak_tflops.fp32 = 90 is inconsistent with sms x fp32_lanes_per_sm"),
+        (
+            {"peak_tflops": {"fp32": 90.0}},
+            "peak_tflops.fp32 = 90 is inconsistent with sms x fp32_lanes_per_sm",
+        ),
         ({"colour": "green"}, "unknown key 'colour'"),
         ({"peak_tflops": {"fp32": 46.1, "fp16_tensro": 1.0}}, "unknown key 'peak_tflops.fp16_tensro'"),
-        ({"compute_capability": "13.0"}, "max_ctas_per_sm: optional where kernelcast knows the architecture, but no default is known"),
+        (
+            {"compute_capability": "13.0"},
+            "max_ctas_per_sm: optional where kernelcast knows the architecture, but no default is known",
+        ),
         ({"vendor": "acme"}, "vendor: Input should be 'nvidia', 'amd' or 'intel'"),
         ({"max_smem_per_block_kb": 300}, "max_smem_per_block_kb (300) exceeds max_smem_per_sm_kb"),
     ],
@@ -557,7 +679,9 @@ def test_user_folder_merges_into_the_catalog(tmp_path: Path) -> None:
     assert load_catalog(user_dir=user).get("example-x1").name == "Example GPU X1 rev2"
 
 
-def test_default_loader_includes_kernelcast_home_devices(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_default_loader_includes_kernelcast_home_devices(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     from components.devices import default_user_devices_dir
     from components.platform.config import get_settings
 
@@ -587,7 +711,10 @@ def test_cli_add_list_show_remove(tmp_path: Path) -> None:
     home = tmp_path / "home"
     checked = runner.invoke(app, ["show", str(spec_file), "--json"], env={"KERNELCAST_HOME": str(home)})
     assert checked.exit_code == 0, checked.output  # a spec file can be checked before it is added
-    assert json.loads(checked.output)["origin"] == "spec file" and json.loads(checked.output)["max_ctas_per_sm"] == 32
+    assert (
+        json.loads(checked.output)["origin"] == "spec file"
+        and json.loads(checked.output)["max_ctas_per_sm"] == 32
+    )
     added = runner.invoke(app, ["add", str(spec_file), "--home", str(home)])
     assert added.exit_code == 0, added.output
     stored = home / "devices" / "example-x1.yaml"
@@ -603,7 +730,9 @@ def test_cli_add_list_show_remove(tmp_path: Path) -> None:
     rows = {r["id"]: r for r in json.loads(runner.invoke(app, ["list", "--json"], env=env).output)}
     assert rows["example-x1"]["user"] is True and rows["h100-sxm"]["user"] is False
     shown = runner.invoke(app, ["show", "X1", "--json"], env=env)
-    assert json.loads(shown.output)["name"] == "Example GPU X1" and json.loads(shown.output)["origin"] == "user"
+    assert (
+        json.loads(shown.output)["name"] == "Example GPU X1" and json.loads(shown.output)["origin"] == "user"
+    )
     removed = runner.invoke(app, ["remove", "example-x1", "--home", str(home)])
     assert removed.exit_code == 0 and not stored.exists()
     packaged = runner.invoke(app, ["remove", "h100-sxm", "--home", str(home)])

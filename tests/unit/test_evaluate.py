@@ -22,8 +22,11 @@ class ScaledPredictor:
 
     family = "stub"
 
-    def __init__(self, trained_on: set[str], targets: tuple[str, ...] = ("duration_us", "l2_hit_rate",
-                                                                           "roofline_class")) -> None:
+    def __init__(
+        self,
+        trained_on: set[str],
+        targets: tuple[str, ...] = ("duration_us", "l2_hit_rate", "roofline_class"),
+    ) -> None:
         self._trained_on = frozenset(trained_on)
         self._targets = targets
         self.asked: set[str] = set()
@@ -55,16 +58,19 @@ class ScaledPredictor:
 
 def _table(n: int = 40) -> pd.DataFrame:
     rng = np.random.default_rng(0)
-    return pd.DataFrame({
-        "measurement_id": [f"m{i}" for i in range(n)],
-        "kernel_id": [f"k{i // 2}" for i in range(n)],
-        "device_id": ["h100" if i % 2 else "a100" for i in range(n)],
-        "source": "neusight", "family": ["bmm", "linear", "elementwise", "conv"] * (n // 4),
-        "duration_us": rng.uniform(5, 500, n),
-        "achieved_gbps": np.nan,  # not measured by this source: must be left out, never filled
-        "l2_hit_rate": np.where(np.arange(n) < n // 2, rng.uniform(0.2, 0.9, n), np.nan),
-        "roofline_class": ["compute" if i % 4 else "bandwidth" for i in range(n)],
-    })
+    return pd.DataFrame(
+        {
+            "measurement_id": [f"m{i}" for i in range(n)],
+            "kernel_id": [f"k{i // 2}" for i in range(n)],
+            "device_id": ["h100" if i % 2 else "a100" for i in range(n)],
+            "source": "neusight",
+            "family": ["bmm", "linear", "elementwise", "conv"] * (n // 4),
+            "duration_us": rng.uniform(5, 500, n),
+            "achieved_gbps": np.nan,  # not measured by this source: must be left out, never filled
+            "l2_hit_rate": np.where(np.arange(n) < n // 2, rng.uniform(0.2, 0.9, n), np.nan),
+            "roofline_class": ["compute" if i % 4 else "bandwidth" for i in range(n)],
+        }
+    )
 
 
 def test_report_shape_and_fractions() -> None:
@@ -105,9 +111,16 @@ def test_split_test_side_and_canonical_join(tmp_path: Path) -> None:
     table = _table()
     canonical = tmp_path / "canonical"
     canonical.mkdir()
-    pd.DataFrame({"measurement_id": table["measurement_id"], "upstream_row": range(40),
-                  "roofline_class_published": "compute"}).to_parquet(canonical / "measurements.parquet")
-    pd.DataFrame({"kernel_id": table["kernel_id"].unique(), "program": "p"}).to_parquet(canonical / "kernels.parquet")
+    pd.DataFrame(
+        {
+            "measurement_id": table["measurement_id"],
+            "upstream_row": range(40),
+            "roofline_class_published": "compute",
+        }
+    ).to_parquet(canonical / "measurements.parquet")
+    pd.DataFrame({"kernel_id": table["kernel_id"].unique(), "program": "p"}).to_parquet(
+        canonical / "kernels.parquet"
+    )
     joined = with_split_columns(table, canonical)
     assert joined["program"].eq("p").all() and joined["upstream_row"].tolist() == list(range(40))
     report = evaluate_predictor(ScaledPredictor(set()), joined, "unseen-kernel", model="stub").report
@@ -123,8 +136,10 @@ def test_flat_metrics_use_the_promotion_names() -> None:
 
 def test_bench_rows_carry_published_figures_per_op_family() -> None:
     frame = evaluate_predictor(ScaledPredictor(set()), _table(), None, model="stub").frame
-    published = [Published("neusight", "family=bmm", "duration_us", "mape", 0.138, "NeuSight"),
-                 Published("neusight", "device=l4", "duration_us", "mape", 0.2, "x")]
+    published = [
+        Published("neusight", "family=bmm", "duration_us", "mape", 0.138, "NeuSight"),
+        Published("neusight", "device=l4", "duration_us", "mape", 0.2, "x"),
+    ]
     rows = rows_for(frame, "neusight", "tabular", ("duration_us", "roofline_class"), published)
     bmm = next(r for r in rows if r["target"] == "duration_us[family=bmm]" and r["metric"] == "mape")
     assert bmm["ours"] == pytest.approx(0.1) and bmm["published"] == 0.138 and bmm["n"] == 10
@@ -142,21 +157,30 @@ def test_plots_are_written(tmp_path: Path) -> None:
     assert all(p.stat().st_size > 1000 for p in written)
 
 
-@pytest.mark.parametrize(("args", "fragment"), [
-    (["evaluate", "--model", "x", "--out", "r.txt"], "--out must be a .json"),
-    (["evaluate", "--model", "x", "--out", "r.json", "--source", "neusight"], "--source and --from"),
-    (["evaluate", "--model", "x", "--out", "r.json", "--split", "nope"], "unknown split"),
-    (["evaluate", "--model", "/no/such/dir", "--out", "r.json", "--features", "/no/such.parquet"], "not found"),
-    # A --from folder that is not the source's upstream layout (here: empty).
-    (["evaluate", "--model", "roofline", "--out", "r.json", "--source", "pipeweave", "--from", "."],
-     "source directory not found"),
-    (["train", "--family", "gpt"], "--family must be one of"),
-    (["train", "--split", "nope"], "unknown split"),
-    (["bench", "accuracy", "--split", "nope"], "unknown split"),
-    (["bench", "accuracy", "--family", "gpt"], "unknown or unavailable family"),
-])
-def test_cli_argument_errors_are_one_line(args: list[str], fragment: str, tmp_path: Path,
-                                          monkeypatch: pytest.MonkeyPatch) -> None:
+@pytest.mark.parametrize(
+    ("args", "fragment"),
+    [
+        (["evaluate", "--model", "x", "--out", "r.txt"], "--out must be a .json"),
+        (["evaluate", "--model", "x", "--out", "r.json", "--source", "neusight"], "--source and --from"),
+        (["evaluate", "--model", "x", "--out", "r.json", "--split", "nope"], "unknown split"),
+        (
+            ["evaluate", "--model", "/no/such/dir", "--out", "r.json", "--features", "/no/such.parquet"],
+            "not found",
+        ),
+        # A --from folder that is not the source's upstream layout (here: empty).
+        (
+            ["evaluate", "--model", "roofline", "--out", "r.json", "--source", "pipeweave", "--from", "."],
+            "source directory not found",
+        ),
+        (["train", "--family", "gpt"], "--family must be one of"),
+        (["train", "--split", "nope"], "unknown split"),
+        (["bench", "accuracy", "--split", "nope"], "unknown split"),
+        (["bench", "accuracy", "--family", "gpt"], "unknown or unavailable family"),
+    ],
+)
+def test_cli_argument_errors_are_one_line(
+    args: list[str], fragment: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     from kernelcast.cli import app
 
     monkeypatch.setenv("KERNELCAST_HOME", str(tmp_path / "home"))
@@ -183,13 +207,19 @@ def test_kernel_source_is_joined_only_for_predictors_that_read_it(tmp_path: Path
     table = _table(8)
     canonical = tmp_path / "canonical"
     canonical.mkdir()
-    kernels = pd.DataFrame({"kernel_id": ["k0", "k1", "k2", "k9"],
-                            "source_text": ["__global__ void a() {}", None, "__global__ void c() {}", "x"]})
+    kernels = pd.DataFrame(
+        {
+            "kernel_id": ["k0", "k1", "k2", "k9"],
+            "source_text": ["__global__ void a() {}", None, "__global__ void c() {}", "x"],
+        }
+    )
     kernels.to_parquet(canonical / "kernels.parquet")
 
     reader = SourceReadingPredictor(set())
     evaluation = evaluate_predictor(reader, table, None, model="stub", canonical_dir=canonical)
-    assert reader.seen_sources["k0"] == "__global__ void a() {}" and reader.seen_sources["k2"].endswith("c() {}")
+    assert reader.seen_sources["k0"] == "__global__ void a() {}" and reader.seen_sources["k2"].endswith(
+        "c() {}"
+    )
     assert pd.isna(reader.seen_sources["k1"]) and pd.isna(reader.seen_sources["k3"])  # no text / not in table
     assert "source_text" not in evaluation.frame.columns  # the report frame stays light
 
@@ -198,13 +228,19 @@ def test_kernel_source_is_joined_only_for_predictors_that_read_it(tmp_path: Path
     assert bare["source_text"].isna().all() and len(bare) == len(table)
     # A frame that already carries the column is left as it is.
     carried = table.assign(source_text="mine")
-    assert attach_canonical_columns(carried, canonical, kernels=("source_text",))["source_text"].eq("mine").all()
+    assert (
+        attach_canonical_columns(carried, canonical, kernels=("source_text",))["source_text"].eq("mine").all()
+    )
 
     # Measurement columns (per-launch parameters) join by measurement_id.
     pd.DataFrame({"measurement_id": ["m1", "m5"], "params_json": ['{"M": 64}', '{"M": 128}']}).to_parquet(
-        canonical / "measurements.parquet")
+        canonical / "measurements.parquet"
+    )
     joined = attach_canonical_columns(table, canonical, measurements=("params_json",))
-    assert joined.set_index("measurement_id").loc[["m1", "m5"], "params_json"].tolist() == ['{"M": 64}', '{"M": 128}']
+    assert joined.set_index("measurement_id").loc[["m1", "m5"], "params_json"].tolist() == [
+        '{"M": 64}',
+        '{"M": 128}',
+    ]
     assert joined["params_json"].isna().sum() == len(table) - 2
 
 
@@ -229,15 +265,24 @@ def test_bench_reports_progress_after_every_split_and_family() -> None:
     table = _table(40).assign(upstream_file="x", program="p")
     seen: list[int] = []
 
-    def factory(family: str, train: pd.DataFrame, split: str):  # noqa: ANN202
+    def factory(family: str, train: pd.DataFrame, split: str):
         if split == "random" and family == "second":
             raise RuntimeError("late failure")
         return ScaledPredictor(set(train["measurement_id"])), 0.0
 
     with pytest.raises(RuntimeError, match="late failure"):
-        run_accuracy_bench(table, ["first", "second"], ["unseen-kernel", "random"], factory, [],
-                           on_progress=lambda result: seen.append(len(result.rows)), max_test_rows=5)
-    assert len(seen) == 3 and seen[0] > 0 and seen == sorted(seen)  # 2 families x split 1, then split 2's first
+        run_accuracy_bench(
+            table,
+            ["first", "second"],
+            ["unseen-kernel", "random"],
+            factory,
+            [],
+            on_progress=lambda result: seen.append(len(result.rows)),
+            max_test_rows=5,
+        )
+    assert (
+        len(seen) == 3 and seen[0] > 0 and seen == sorted(seen)
+    )  # 2 families x split 1, then split 2's first
 
 
 def test_gate_report_scores_every_split_and_a_split_that_cannot_be_built_makes_it_partial() -> None:
@@ -255,15 +300,26 @@ def test_gate_report_scores_every_split_and_a_split_that_cannot_be_built_makes_i
     assert split_mode(ScaledPredictor(set()), "unseen-gpu", "unseen-kernel") == "artifact"  # training-free
 
     lines: list[str] = []
-    report = gate_report(ScaledPredictor(set()), table, ("unseen-kernel", "unseen-gpu", "neusight"), caps,
-                         model="stub", trained_split="unseen-kernel", identity={"model_version": "7"},
-                         progress=lines.append)
+    report = gate_report(
+        ScaledPredictor(set()),
+        table,
+        ("unseen-kernel", "unseen-gpu", "neusight"),
+        caps,
+        model="stub",
+        trained_split="unseen-kernel",
+        identity={"model_version": "7"},
+        progress=lines.append,
+    )
     assert report["kind"] == "kernelcast-gate-report" and report["model_version"] == "7"
     assert report["complete"] is False and len(lines) == 3
     uk, gpu, neusight = (report["splits"][s] for s in ("unseen-kernel", "unseen-gpu", "neusight"))
     assert uk["status"] == "ok" and uk["mode"] == "artifact" and uk["n"] <= 6  # capped test side
     assert uk["metrics"]["runtime_mape"] == pytest.approx(0.1)
-    assert gpu["status"] == "ok" and len(gpu["folds"]) == 1 and gpu["metrics"]["worst_gpu_runtime_mape"] == pytest.approx(0.1)
+    assert (
+        gpu["status"] == "ok"
+        and len(gpu["folds"]) == 1
+        and gpu["metrics"]["worst_gpu_runtime_mape"] == pytest.approx(0.1)
+    )
     assert neusight["status"] == "error" and "no test rows" in neusight["note"]
     json.dumps(report, allow_nan=False)
 

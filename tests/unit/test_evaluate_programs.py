@@ -25,7 +25,8 @@ def kernelbench() -> tuple[pd.DataFrame, pd.DataFrame]:
 
 
 def test_program_rows_are_scored_by_the_bench_and_each_unanswered_row_has_its_reason(
-        kernelbench: tuple[pd.DataFrame, pd.DataFrame], tmp_path: Path) -> None:
+    kernelbench: tuple[pd.DataFrame, pd.DataFrame], tmp_path: Path
+) -> None:
     from components.evaluation.stage import NO_DURATION, NOT_A_FOLD, program_answers
     from components.programs.kernelbench_data import SOURCE
 
@@ -36,7 +37,9 @@ def test_program_rows_are_scored_by_the_bench_and_each_unanswered_row_has_its_re
     rows.loc[rows.index[0], "duration_us"] = np.nan  # a timing the data does not have
     unbundled = chosen[2]
     kernels = kernels[kernels["kernel_id"].isin(chosen)].copy()
-    kernels.loc[kernels["kernel_id"] == unbundled, "source_text"] = None  # a program without its module source
+    kernels.loc[kernels["kernel_id"] == unbundled, "source_text"] = (
+        None  # a program without its module source
+    )
 
     answers = program_answers(rows, kernels, tmp_path / "cache")
     assert answers is not None and answers["split"] == "kernelbench"
@@ -44,14 +47,17 @@ def test_program_rows_are_scored_by_the_bench_and_each_unanswered_row_has_its_re
     assert answers["n_answered"] + sum(answers["unanswered"].values()) == len(rows)  # none without a reason
     assert answers["unanswered"][NO_DURATION] == 1
     unbundled_rows = int((rows["kernel_id"] == unbundled).sum()) - int(rows["kernel_id"].iloc[0] == unbundled)
-    assert answers["unanswered"]["no bundled module source (problem tree not in the bundle)"] == unbundled_rows
+    assert (
+        answers["unanswered"]["no bundled module source (problem tree not in the bundle)"] == unbundled_rows
+    )
     # Three programs give no GPU the 20 rows a leave-one-GPU-out fold needs: said so, not silently dropped.
     assert answers["n_answered"] == 0 and answers["unanswered"][NOT_A_FOLD] > 0
     assert any("with a stated reason" in note for note in answers["notes"])
 
 
-def test_rows_of_other_sources_are_not_programs(kernelbench: tuple[pd.DataFrame, pd.DataFrame],
-                                                tmp_path: Path) -> None:
+def test_rows_of_other_sources_are_not_programs(
+    kernelbench: tuple[pd.DataFrame, pd.DataFrame], tmp_path: Path
+) -> None:
     from components.evaluation.stage import program_answers
 
     measurements, kernels = kernelbench
@@ -73,9 +79,19 @@ def test_program_rows_the_op_model_leaves_silent_say_where_they_are_answered() -
     from components.evaluation.stage import PROGRAM_NOTE, _program_rows_noted
     from components.models.cuda_runtime import unpredicted_reasons
 
-    frame = pd.DataFrame({"family": ["program", "program", "gemm", "gemm"], "duration_us": [5.0, 6.0, 7.0, 8.0],
-                          "pred_duration_us": [np.nan, np.nan, np.nan, 8.0],
-                          "pred_note": [pd.NA, "GPU not in the device catalog", pd.NA, pd.NA]})
+    frame = pd.DataFrame(
+        {
+            "family": ["program", "program", "gemm", "gemm"],
+            "duration_us": [5.0, 6.0, 7.0, 8.0],
+            "pred_duration_us": [np.nan, np.nan, np.nan, 8.0],
+            "pred_note": [pd.NA, "GPU not in the device catalog", pd.NA, pd.NA],
+        }
+    )
     assert unpredicted_reasons(_program_rows_noted(frame, True)) == {
-        PROGRAM_NOTE: 1, "GPU not in the device catalog": 1, "no reason given": 1}
-    assert unpredicted_reasons(_program_rows_noted(frame, False))["no reason given"] == 2  # no program path ran
+        PROGRAM_NOTE: 1,
+        "GPU not in the device catalog": 1,
+        "no reason given": 1,
+    }
+    assert (
+        unpredicted_reasons(_program_rows_noted(frame, False))["no reason given"] == 2
+    )  # no program path ran

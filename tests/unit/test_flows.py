@@ -53,7 +53,7 @@ def chain(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Chain]:
 
 
 @pytest.fixture(scope="module")
-def ingested(chain: Chain):  # noqa: ANN201
+def ingested(chain: Chain):
     from flows.ingest_validate import ingest_inputs, ingest_task
 
     inputs = ingest_inputs(chain.settings, ["kernelcast"])
@@ -61,7 +61,7 @@ def ingested(chain: Chain):  # noqa: ANN201
 
 
 @pytest.fixture(scope="module")
-def validated(chain: Chain, ingested) -> dict:  # noqa: ANN001
+def validated(chain: Chain, ingested) -> dict:
     from flows.validate import validation_job
 
     return validation_job(
@@ -74,7 +74,7 @@ def validated(chain: Chain, ingested) -> dict:  # noqa: ANN001
 
 
 @pytest.fixture(scope="module")
-def features(chain: Chain, validated: dict):  # noqa: ANN201
+def features(chain: Chain, validated: dict):
     from flows.features import feature_inputs, features_task
 
     inputs = feature_inputs(
@@ -84,7 +84,7 @@ def features(chain: Chain, validated: dict):  # noqa: ANN201
 
 
 @pytest.fixture(scope="module")
-def trained(chain: Chain, features):  # noqa: ANN001, ANN201
+def trained(chain: Chain, features):
     from components.training.stage import TrainInputs
     from flows.train import train_task
 
@@ -98,7 +98,7 @@ def trained(chain: Chain, features):  # noqa: ANN001, ANN201
     return train_task.fn(inputs, chain.settings, chain.params)
 
 
-def test_ingest_task_writes_the_canonical_tables(chain: Chain, ingested) -> None:  # noqa: ANN001
+def test_ingest_task_writes_the_canonical_tables(chain: Chain, ingested) -> None:
     assert ingested.rows_in == {"kernelcast": 662} and ingested.rows == 662
     assert ingested.out_dir == chain.settings.data_dir / "canonical"  # the default under KERNELCAST_HOME
     assert ingested.unknown_devices == []
@@ -146,14 +146,14 @@ def test_static_task_compiles_a_real_cuda_program(tmp_path: Path) -> None:
     assert table.filter(like="s_").notna().any(axis=None)
 
 
-def test_features_task_builds_one_row_per_valid_measurement(features, validated: dict) -> None:  # noqa: ANN001
+def test_features_task_builds_one_row_per_valid_measurement(features, validated: dict) -> None:
     table = pd.read_parquet(features.out_file)
     assert features.rows == len(table) == validated["rows_valid"]
     assert features.columns == table.shape[1] and any(c.startswith("f_") for c in table.columns)
     assert int(features.coverage["rows"].sum()) == features.rows
 
 
-def test_train_task_logs_registers_and_writes_one_registration(chain: Chain, trained) -> None:  # noqa: ANN001
+def test_train_task_logs_registers_and_writes_one_registration(chain: Chain, trained) -> None:
     from components.registry.runs import read_registration
     from flows.train import summary
 
@@ -174,7 +174,7 @@ def test_train_task_logs_registers_and_writes_one_registration(chain: Chain, tra
     )
 
 
-def test_evaluate_task_scores_the_trained_predictor_like_training_did(chain: Chain, trained) -> None:  # noqa: ANN001
+def test_evaluate_task_scores_the_trained_predictor_like_training_did(chain: Chain, trained) -> None:
     from components.evaluation.stage import EvaluateInputs
     from flows.evaluate_and_promote import evaluate_task
 
@@ -194,7 +194,7 @@ def test_evaluate_task_scores_the_trained_predictor_like_training_did(chain: Cha
     assert result.report["targets"]["duration_us"]["mape"] == pytest.approx(trained.metrics["runtime_mape"])
 
 
-def test_evaluate_task_ingests_a_source_through_the_stage_functions(chain: Chain, trained) -> None:  # noqa: ANN001
+def test_evaluate_task_ingests_a_source_through_the_stage_functions(chain: Chain, trained) -> None:
     from components.evaluation.stage import EvaluateInputs
     from flows.evaluate_and_promote import evaluate_task
 
@@ -212,7 +212,7 @@ def test_evaluate_task_ingests_a_source_through_the_stage_functions(chain: Chain
     assert result.report["n"] == trained.report["n"]
 
 
-def test_promote_task_gates_the_registered_version(chain: Chain, trained) -> None:  # noqa: ANN001
+def test_promote_task_gates_the_registered_version(chain: Chain, trained) -> None:
     import copy
 
     from components.evaluation.stage import EvaluateInputs
@@ -224,8 +224,13 @@ def test_promote_task_gates_the_registered_version(chain: Chain, trained) -> Non
         tracking_uri=chain.settings.tracking_uri(), registration=trained.registration_file, report=report
     )
     # The project's gate names splits this one-GPU table cannot build: a partial evaluation never promotes.
-    gate = EvaluateInputs(model="", out_file=chain.root / "eval" / "gate.json", gate=True,
-                          registration=trained.registration_file, features_file=trained_features(chain))
+    gate = EvaluateInputs(
+        model="",
+        out_file=chain.root / "eval" / "gate.json",
+        gate=True,
+        registration=trained.registration_file,
+        features_file=trained_features(chain),
+    )
     partial = evaluate_task.fn(gate, chain.settings, chain.params)
     assert partial.report["complete"] is False and partial.report["splits"]["unseen-kernel"]["status"] == "ok"
     result = promote_task.fn(inputs, gate_thresholds(chain.params))
@@ -239,9 +244,11 @@ def test_promote_task_gates_the_registered_version(chain: Chain, trained) -> Non
     evaluate_task.fn(gate, chain.settings, params)
     result = promote_task.fn(inputs, gate_thresholds(params))
     bounds = params["register"]["splits"]["unseen-kernel"]
-    passes = (trained.metrics["runtime_mape"] <= bounds["max_runtime_mape"]
-              and trained.metrics["within_10"] >= bounds["min_within_10"]
-              and trained.metrics["duration_us_coverage"] >= bounds["min_duration_us_coverage"])
+    passes = (
+        trained.metrics["runtime_mape"] <= bounds["max_runtime_mape"]
+        and trained.metrics["within_10"] >= bounds["min_within_10"]
+        and trained.metrics["duration_us_coverage"] >= bounds["min_duration_us_coverage"]
+    )
     assert result.version == trained.version and result.promoted == passes, [r.line() for r in result.rules]
     again = promote_task.fn(inputs, gate_thresholds(params))
     assert not again.promoted and (again.reason == "already champion") == passes
@@ -282,7 +289,7 @@ def trained_features(chain: Chain) -> Path:
     return chain.root / "features.parquet"
 
 
-def trained_rows(trained) -> set[str]:  # noqa: ANN001
+def trained_rows(trained) -> set[str]:
     from components.models import load_predictor
 
     return set(load_predictor(trained.predictor_dir).trained_on)
@@ -322,11 +329,13 @@ def test_stage_graph_is_read_from_dvc_yaml_in_dependency_order(tmp_path: Path) -
     # A stage added to dvc.yaml is placed after what it reads, whatever its position in the file.
     (tmp_path / "dvc.yaml").write_text(
         "stages:\n  b:\n    cmd: x\n    deps: [out/a]\n    outs: [out/b]\n"
-        "  a:\n    cmd: y\n    outs: [out/a]\n")
+        "  a:\n    cmd: y\n    outs: [out/a]\n"
+    )
     assert [s.name for s in read_stages(tmp_path / "dvc.yaml")] == ["a", "b"]
     (tmp_path / "dvc.yaml").write_text(
         "stages:\n  b:\n    cmd: x\n    deps: [out/a]\n    outs: [out/b]\n"
-        "  a:\n    cmd: y\n    deps: [out/b]\n    outs: [out/a]\n")
+        "  a:\n    cmd: y\n    deps: [out/b]\n    outs: [out/a]\n"
+    )
     with pytest.raises(StageGraphError, match="stages a, b depend on each other in a cycle"):
         read_stages(tmp_path / "dvc.yaml")
 
@@ -354,11 +363,19 @@ def test_pipeline_lock_refuses_a_live_holder_and_takes_over_from_a_dead_one(tmp_
 
     from components.pipeline.lock import PipelineLocked, pipeline_lock
 
-    holder = subprocess.Popen([sys.executable, "-c", _HOLD_LOCK, str(tmp_path)], cwd=PROJECT_ROOT,
-                              stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    holder = subprocess.Popen(
+        [sys.executable, "-c", _HOLD_LOCK, str(tmp_path)],
+        cwd=PROJECT_ROOT,
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
     try:
         assert holder.stdout is not None and holder.stdout.readline().strip() == "held"
-        with pytest.raises(PipelineLocked, match=rf"pipeline.lock: another pipeline run .*pid {holder.pid} .*holder-under-test"):
+        with pytest.raises(
+            PipelineLocked,
+            match=rf"pipeline.lock: another pipeline run .*pid {holder.pid} .*holder-under-test",
+        ):
             with pipeline_lock(tmp_path):
                 pass
     finally:
@@ -401,8 +418,14 @@ def test_an_injected_crash_waits_for_its_release_file(tmp_path: Path) -> None:
 
     release = tmp_path / "crash.release"
     env = {**os.environ, FAULT_ENV: "features", HOLD_CRASH_ENV: str(release), "PYTHONPATH": str(PROJECT_ROOT)}
-    child = subprocess.Popen([sys.executable, "-c", _CRASH_AFTER_FEATURES], cwd=PROJECT_ROOT, env=env,
-                             stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    child = subprocess.Popen(
+        [sys.executable, "-c", _CRASH_AFTER_FEATURES],
+        cwd=PROJECT_ROOT,
+        env=env,
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
     try:
         assert child.stdin is not None and child.stdout is not None
         assert child.stdout.readline().strip() == "at the crash point"
@@ -421,15 +444,29 @@ def test_fleet_plan_profiles_gpus_with_a_node_and_reports_the_rest() -> None:
     from components.pipeline.fleet import FleetNode, nodes_from_ray, plan_new_gpus
 
     # ray.nodes() entries as Ray 2.60 returns them (the keys the plan reads).
-    nodes = nodes_from_ray([
-        {"NodeID": "n-head", "Alive": True, "Resources": {"CPU": 2.0}},
-        {"NodeID": "n-l4", "Alive": True, "Resources": {"CPU": 1.0, "GPU": 1.0, "accelerator_type:L4": 1.0}},
-        {"NodeID": "n-dead", "Alive": False, "Resources": {"accelerator_type:A10G": 1.0}},
-        {"NodeID": "n-h100", "Alive": True, "Resources": {"accelerator_type:H100": 1.0},
-         "Labels": {"ray.io/accelerator-type": "H100"}},
-        {"NodeID": "n-odd", "Alive": True, "Resources": {"accelerator_type:FAKEGPU": 1.0}},
-    ])
-    assert [(n.accelerator, n.node_id) for n in nodes] == [("L4", "n-l4"), ("H100", "n-h100"), ("FAKEGPU", "n-odd")]
+    nodes = nodes_from_ray(
+        [
+            {"NodeID": "n-head", "Alive": True, "Resources": {"CPU": 2.0}},
+            {
+                "NodeID": "n-l4",
+                "Alive": True,
+                "Resources": {"CPU": 1.0, "GPU": 1.0, "accelerator_type:L4": 1.0},
+            },
+            {"NodeID": "n-dead", "Alive": False, "Resources": {"accelerator_type:A10G": 1.0}},
+            {
+                "NodeID": "n-h100",
+                "Alive": True,
+                "Resources": {"accelerator_type:H100": 1.0},
+                "Labels": {"ray.io/accelerator-type": "H100"},
+            },
+            {"NodeID": "n-odd", "Alive": True, "Resources": {"accelerator_type:FAKEGPU": 1.0}},
+        ]
+    )
+    assert [(n.accelerator, n.node_id) for n in nodes] == [
+        ("L4", "n-l4"),
+        ("H100", "n-h100"),
+        ("FAKEGPU", "n-odd"),
+    ]
     plan = plan_new_gpus(load_catalog(), [*nodes, FleetNode("MI300X", None)], {"h100-sxm"}, ["H200"])
     assert list(plan.to_profile) == ["l4"] and plan.to_profile["l4"][0].node_id == "n-l4"
     assert plan.unprofilable == ["mi300x", "h200"]  # listed, no node of that type, no data
@@ -445,8 +482,9 @@ def test_family_inputs_hash_changes_with_the_features_or_the_familys_params(tmp_
     base = family_inputs_hash(features, params, "tabular", "unseen-kernel")
     other_family = {"train": {**params["train"], "llm": {"lr": 0.2}}}
     assert family_inputs_hash(features, other_family, "tabular", "unseen-kernel") == base  # not its keys
-    assert family_inputs_hash(features, other_family, "llm", "unseen-kernel") != \
-        family_inputs_hash(features, params, "llm", "unseen-kernel")
+    assert family_inputs_hash(features, other_family, "llm", "unseen-kernel") != family_inputs_hash(
+        features, params, "llm", "unseen-kernel"
+    )
     changed = {"train": {**params["train"], "tabular": {"num_leaves": 15}}}
     assert family_inputs_hash(features, changed, "tabular", "unseen-kernel") != base
     assert family_inputs_hash(features, params, "tabular", "random") != base
@@ -465,49 +503,92 @@ def test_spec_only_quality_quotes_the_last_unseen_gpu_evaluation(tmp_path: Path)
 
     settings = Settings(home=tmp_path)
     committed = json.loads(BENCH_REPORT.read_text())
-    expected = next(r["ours"] for r in committed["rows"] if r["split"] == "unseen-gpu"
-                    and r["family"] == "tabular" and r["target"] == "duration_us" and r["metric"] == "mape")
+    expected = next(
+        r["ours"]
+        for r in committed["rows"]
+        if r["split"] == "unseen-gpu"
+        and r["family"] == "tabular"
+        and r["target"] == "duration_us"
+        and r["metric"] == "mape"
+    )
     quality = spec_only_quality(settings)
     assert quality is not None and quality["source"] == str(BENCH_REPORT)
     assert quality["family"] == "tabular" and quality["mape"] == expected  # the best family's figure
     # A later fold evaluation in the state folder takes precedence over the committed benchmark.
-    rows = [{"split": "unseen-gpu", "family": "tabular", "target": "duration_us", "scope": "", "metric": m,
-             "ours": v, "n": 40} for m, v in (("mape", 0.5), ("within_10", 0.1))]
+    rows = [
+        {
+            "split": "unseen-gpu",
+            "family": "tabular",
+            "target": "duration_us",
+            "scope": "",
+            "metric": m,
+            "ours": v,
+            "n": 40,
+        }
+        for m, v in (("mape", 0.5), ("within_10", 0.1))
+    ]
     settings.reports_dir.mkdir(parents=True)
     (settings.reports_dir / "evaluation-folds.json").write_text(json.dumps({"rows": rows}))
-    assert spec_only_quality(settings) == {"family": "tabular", "n": 40, "mape": 0.5, "within_10": 0.1,
-                                           "source": str(settings.reports_dir / "evaluation-folds.json")}
+    assert spec_only_quality(settings) == {
+        "family": "tabular",
+        "n": 40,
+        "mape": 0.5,
+        "within_10": 0.1,
+        "source": str(settings.reports_dir / "evaluation-folds.json"),
+    }
 
 
 def test_a_failing_stage_stops_the_chain_with_its_name(tmp_path: Path) -> None:
     from flows.pipeline import StageFailed, reproduce_stage
 
-    (tmp_path / "dvc.yaml").write_text("stages:\n  broken:\n    cmd: python -c \"raise SystemExit(3)\"\n")
+    (tmp_path / "dvc.yaml").write_text('stages:\n  broken:\n    cmd: python -c "raise SystemExit(3)"\n')
     import subprocess
 
     subprocess.run(["git", "init", "-q"], cwd=tmp_path, check=True)
-    subprocess.run([str(Path(__import__("sys").executable).with_name("dvc")), "init", "-q"], cwd=tmp_path, check=True)
-    with pytest.raises(StageFailed, match=r"stage 'broken' failed \(exit \d+\); later stages not run") as caught:
+    subprocess.run(
+        [str(Path(__import__("sys").executable).with_name("dvc")), "init", "-q"], cwd=tmp_path, check=True
+    )
+    with pytest.raises(
+        StageFailed, match=r"stage 'broken' failed \(exit \d+\); later stages not run"
+    ) as caught:
         reproduce_stage.fn("broken", str(tmp_path))
     assert caught.value.stage == "broken" and "exited with 3" in caught.value.tail, caught.value.tail
 
 
-def test_retrain_trains_changed_families_once_and_skips_them_after(chain: Chain, features) -> None:  # noqa: ANN001
+def test_retrain_trains_changed_families_once_and_skips_them_after(chain: Chain, features) -> None:
     from flows.retrain import family_out_dir, retrain_families
     from flows.train import train_task
 
     def run(params: dict) -> dict:
-        return retrain_families(chain.settings, params, ["tabular"], "unseen-kernel", features.out_file,
-                                False, False, train_task.fn)
+        return retrain_families(
+            chain.settings,
+            params,
+            ["tabular"],
+            "unseen-kernel",
+            features.out_file,
+            False,
+            False,
+            train_task.fn,
+        )
 
     first = run(chain.params)
-    assert first["tabular"]["action"] == "trained" and first["tabular"]["model_uri"].startswith("models:/kernelcast/")
+    assert first["tabular"]["action"] == "trained" and first["tabular"]["model_uri"].startswith(
+        "models:/kernelcast/"
+    )
     assert (family_out_dir(chain.settings, "tabular", "unseen-kernel") / "inputs.json").is_file()
     assert run(chain.params)["tabular"]["action"] == "skipped"  # nothing changed: no second version
-    changed = {**chain.params, "train": {**chain.params["train"],
-                                         "tabular": {**chain.params["train"]["tabular"], "n_estimators": 50}}}
+    changed = {
+        **chain.params,
+        "train": {
+            **chain.params["train"],
+            "tabular": {**chain.params["train"]["tabular"], "n_estimators": 50},
+        },
+    }
     again = run(changed)
-    assert again["tabular"]["action"] == "trained" and again["tabular"]["model_uri"] != first["tabular"]["model_uri"]
+    assert (
+        again["tabular"]["action"] == "trained"
+        and again["tabular"]["model_uri"] != first["tabular"]["model_uri"]
+    )
 
 
 def test_deploy_and_pipeline_commands_fail_in_one_clear_line(tmp_path: Path) -> None:
@@ -522,10 +603,25 @@ def test_deploy_and_pipeline_commands_fail_in_one_clear_line(tmp_path: Path) -> 
     env.pop("PREFECT_API_URL", None)
     env.pop("KERNELCAST_PREFECT_API_URL", None)
     port = free_port()  # nothing listens there
-    deploy = subprocess.run([kernelcast, "deploy", "--api-url", f"http://127.0.0.1:{port}/api"], env=env,
-                            capture_output=True, text=True, timeout=120)
+    deploy = subprocess.run(
+        [kernelcast, "deploy", "--api-url", f"http://127.0.0.1:{port}/api"],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert deploy.returncode == 2 and "Traceback" not in deploy.stderr
-    assert deploy.stderr.strip() == f"error: --api-url http://127.0.0.1:{port}/api: no Prefect server answers there"
-    pipeline = subprocess.run([kernelcast, "pipeline", "--from-stage", "trian"], env=env,
-                              capture_output=True, text=True, timeout=120)
-    assert pipeline.returncode == 2 and pipeline.stderr.startswith("error: --from-stage trian: unknown stage;")
+    assert (
+        deploy.stderr.strip()
+        == f"error: --api-url http://127.0.0.1:{port}/api: no Prefect server answers there"
+    )
+    pipeline = subprocess.run(
+        [kernelcast, "pipeline", "--from-stage", "trian"],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert pipeline.returncode == 2 and pipeline.stderr.startswith(
+        "error: --from-stage trian: unknown stage;"
+    )

@@ -8,7 +8,6 @@ MinIO and gives DVC its bucket; the worker image installs the profilers and the 
 from __future__ import annotations
 
 import json
-from pathlib import Path
 
 import pytest
 import yaml

@@ -28,19 +28,47 @@ from kernelcast.settings import DEFAULT_DATASETS_DIR
 
 def _output(source: str, rows: list[tuple[str, str, float]], rejects: int = 0) -> AdapterOutput:
     """A small adapter output: (kernel_id, device_id, duration_us) rows plus ``rejects`` bad rows."""
-    measurements = pd.DataFrame({
-        "kernel_id": [k for k, _, _ in rows], "device_id": [d for _, d, _ in rows],
-        "device_name_raw": [d.upper() for _, d, _ in rows], "source": source, "upstream_file": "f.csv",
-        "upstream_row": list(range(len(rows))), "profiler": "cuda_event", "clock_mode": "unknown",
-        "run_id": "r", "params_json": [json.dumps({"i": i}) for i in range(len(rows))],
-        "duration_us": [t for _, _, t in rows],
-    })
-    kernels = pd.DataFrame({"kernel_id": sorted({k for k, _, _ in rows}), "source": source, "family": "gemm",
-                            "op": "gemm", "dtype": "fp32", "language": "op"})
-    bad = pd.DataFrame({"source": source, "upstream_file": "f.csv", "upstream_row": range(len(rows), len(rows) + rejects),
-                        "reason": "unknown device 'Z9'", "raw": "x"})
-    return AdapterOutput(source, conform(measurements, MEASUREMENT_COLUMNS), conform(kernels, KERNEL_COLUMNS),
-                         conform(bad, REJECT_COLUMNS), len(rows) + rejects)
+    measurements = pd.DataFrame(
+        {
+            "kernel_id": [k for k, _, _ in rows],
+            "device_id": [d for _, d, _ in rows],
+            "device_name_raw": [d.upper() for _, d, _ in rows],
+            "source": source,
+            "upstream_file": "f.csv",
+            "upstream_row": list(range(len(rows))),
+            "profiler": "cuda_event",
+            "clock_mode": "unknown",
+            "run_id": "r",
+            "params_json": [json.dumps({"i": i}) for i in range(len(rows))],
+            "duration_us": [t for _, _, t in rows],
+        }
+    )
+    kernels = pd.DataFrame(
+        {
+            "kernel_id": sorted({k for k, _, _ in rows}),
+            "source": source,
+            "family": "gemm",
+            "op": "gemm",
+            "dtype": "fp32",
+            "language": "op",
+        }
+    )
+    bad = pd.DataFrame(
+        {
+            "source": source,
+            "upstream_file": "f.csv",
+            "upstream_row": range(len(rows), len(rows) + rejects),
+            "reason": "unknown device 'Z9'",
+            "raw": "x",
+        }
+    )
+    return AdapterOutput(
+        source,
+        conform(measurements, MEASUREMENT_COLUMNS),
+        conform(kernels, KERNEL_COLUMNS),
+        conform(bad, REJECT_COLUMNS),
+        len(rows) + rejects,
+    )
 
 
 def _outputs() -> list[AdapterOutput]:
@@ -86,8 +114,13 @@ def test_summary_counts_rows_and_rejects_per_device() -> None:
     result = merge_outputs(_outputs())
     table = summarise(result)
     got = {(s, d): (r, j) for s, d, r, j in table.itertuples(index=False)}
-    assert got == {("neusight", "p4"): (1, 0), ("neusight", "t4"): (1, 0), ("pipeweave", "h20"): (2, 0),
-                   ("pipeweave", "h800"): (1, 0), ("pipeweave", REJECTED): (0, 2)}
+    assert got == {
+        ("neusight", "p4"): (1, 0),
+        ("neusight", "t4"): (1, 0),
+        ("pipeweave", "h20"): (2, 0),
+        ("pipeweave", "h800"): (1, 0),
+        ("pipeweave", REJECTED): (0, 2),
+    }
     summary = summary_dict(result)
     assert summary["rows_in"] == summary["measurements"] + summary["rejects"] == 7
     assert summary["by_source"]["pipeweave"]["by_device"] == {"h20": 2, "h800": 1}
@@ -96,8 +129,15 @@ def test_summary_counts_rows_and_rejects_per_device() -> None:
 
 
 def test_registry_names_and_pins() -> None:
-    assert SOURCES == ("neusight", "gpuflopbench", "kernelbench", "benchmark_hub", "pipeweave", "aiconfigurator",
-                       "kernelcast")
+    assert SOURCES == (
+        "neusight",
+        "gpuflopbench",
+        "kernelbench",
+        "benchmark_hub",
+        "pipeweave",
+        "aiconfigurator",
+        "kernelcast",
+    )
     assert set(UPSTREAMS) == set(SOURCES) - {"kernelcast"}  # our own profiled data has no upstream
     assert callable(get_adapter("kernelcast"))
     assert all(len(u.commit) == 40 and int(u.commit, 16) >= 0 for u in UPSTREAMS.values())
@@ -110,9 +150,21 @@ def test_registry_names_and_pins() -> None:
 # Upstream fetch, on a local repository (no network)
 # ----------------------------------------------------------------------------------------------
 def _git(*args: str, cwd: Path) -> str:
-    done = subprocess.run(["git", *args], cwd=cwd, capture_output=True, text=True, check=True,
-                          env={"GIT_AUTHOR_NAME": "t", "GIT_AUTHOR_EMAIL": "t@t", "GIT_COMMITTER_NAME": "t",
-                               "GIT_COMMITTER_EMAIL": "t@t", "HOME": str(cwd), "PATH": "/usr/bin:/bin"})
+    done = subprocess.run(
+        ["git", *args],
+        cwd=cwd,
+        capture_output=True,
+        text=True,
+        check=True,
+        env={
+            "GIT_AUTHOR_NAME": "t",
+            "GIT_AUTHOR_EMAIL": "t@t",
+            "GIT_COMMITTER_NAME": "t",
+            "GIT_COMMITTER_EMAIL": "t@t",
+            "HOME": str(cwd),
+            "PATH": "/usr/bin:/bin",
+        },
+    )
     return done.stdout.strip()
 
 
@@ -141,7 +193,7 @@ def test_fetch_upstream_checks_out_the_pinned_commit(tmp_path: Path) -> None:
 # CLI
 # ----------------------------------------------------------------------------------------------
 @pytest.fixture
-def cli(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):  # noqa: ANN201
+def cli(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
     from kernelcast.cli import app
 
     monkeypatch.setenv("KERNELCAST_HOME", str(tmp_path / "home"))
@@ -149,28 +201,33 @@ def cli(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):  # noqa: ANN201
     return lambda *args: runner.invoke(app, ["ingest", *args])
 
 
-@pytest.mark.parametrize(("args", "message"), [
-    (["--source", "nope"], "unknown source 'nope'; valid sources: neusight"),
-    (["--source", "neusight", "--from", "/no/such/dir"], "source directory not found: /no/such/dir"),
-    ([], "nothing to ingest"),
-    (["--source", "neusight", "--source", "pipeweave", "--from", "/tmp"], "--from reads one source"),
-])
-def test_cli_bad_input_is_one_line_exit_2(cli, args: list[str], message: str) -> None:  # noqa: ANN001
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["--source", "nope"], "unknown source 'nope'; valid sources: neusight"),
+        (["--source", "neusight", "--from", "/no/such/dir"], "source directory not found: /no/such/dir"),
+        ([], "nothing to ingest"),
+        (["--source", "neusight", "--source", "pipeweave", "--from", "/tmp"], "--from reads one source"),
+    ],
+)
+def test_cli_bad_input_is_one_line_exit_2(cli, args: list[str], message: str) -> None:
     result = cli(*args)
     assert result.exit_code == 2
     assert message in result.output
     assert len(result.output.strip().splitlines()) == 1 and "Traceback" not in result.output
 
 
-def test_cli_unreadable_source_is_one_line(cli, tmp_path: Path) -> None:  # noqa: ANN001
+def test_cli_unreadable_source_is_one_line(cli, tmp_path: Path) -> None:
     (tmp_path / "pw" / "dataset").mkdir(parents=True)
     result = cli("--source", "pipeweave", "--from", str(tmp_path / "pw"), "--out", str(tmp_path / "out"))
     assert result.exit_code == 2 and "gemm_fp8_train.csv" in result.output
     assert "Traceback" not in result.output
 
 
-@pytest.mark.skipif(not (DEFAULT_DATASETS_DIR / "pipeweave").is_dir(), reason="public datasets bundle not present")
-def test_cli_ingests_and_prints_the_summary(cli, tmp_path: Path) -> None:  # noqa: ANN001
+@pytest.mark.skipif(
+    not (DEFAULT_DATASETS_DIR / "pipeweave").is_dir(), reason="public datasets bundle not present"
+)
+def test_cli_ingests_and_prints_the_summary(cli, tmp_path: Path) -> None:
     root = tmp_path / "pw"
     for name in ("gemm_fp8_train.csv", "gemm_fp8_test.csv"):
         frame = pd.read_csv(DEFAULT_DATASETS_DIR / "pipeweave" / "dataset" / name, nrows=6)

@@ -57,7 +57,9 @@ def upward_imports(root: Path = ROOT) -> list[str]:
 
 def test_imports_point_down_only() -> None:
     problems = upward_imports()
-    assert not problems, "imports running up the layers (components < flows < kernelcast):\n" + "\n".join(problems)
+    assert not problems, "imports running up the layers (components < flows < kernelcast):\n" + "\n".join(
+        problems
+    )
 
 
 def test_every_layer_is_scanned() -> None:
@@ -65,13 +67,26 @@ def test_every_layer_is_scanned() -> None:
         assert list((ROOT / layer).rglob("*.py")), f"no modules under {layer}/"
 
 
-@pytest.mark.parametrize(("layer", "source", "culprit"), [
-    ("components", "from kernelcast.settings import Settings\n", "kernelcast.settings"),
-    ("components", "def f():\n    import flows.runtime\n", "flows.runtime"),
-    ("components", "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from kernelcast import cli\n", "kernelcast"),
-    ("flows", "def f():\n    from kernelcast.commands.validate import load_params\n", "kernelcast.commands.validate"),
-])
-def test_an_upward_import_is_named_with_file_and_line(tmp_path: Path, layer: str, source: str, culprit: str) -> None:
+@pytest.mark.parametrize(
+    ("layer", "source", "culprit"),
+    [
+        ("components", "from kernelcast.settings import Settings\n", "kernelcast.settings"),
+        ("components", "def f():\n    import flows.runtime\n", "flows.runtime"),
+        (
+            "components",
+            "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from kernelcast import cli\n",
+            "kernelcast",
+        ),
+        (
+            "flows",
+            "def f():\n    from kernelcast.commands.validate import load_params\n",
+            "kernelcast.commands.validate",
+        ),
+    ],
+)
+def test_an_upward_import_is_named_with_file_and_line(
+    tmp_path: Path, layer: str, source: str, culprit: str
+) -> None:
     for name in LAYERS:
         (tmp_path / name).mkdir()
         (tmp_path / name / "__init__.py").write_text("")
@@ -88,7 +103,9 @@ def test_downward_and_relative_imports_pass(tmp_path: Path) -> None:
     for name in LAYERS:
         (tmp_path / name).mkdir()
     (tmp_path / "kernelcast" / "cli.py").write_text("import flows.x\nfrom components import y\n")
-    (tmp_path / "flows" / "f.py").write_text("from components.platform.config import Settings\nfrom . import g\n")
+    (tmp_path / "flows" / "f.py").write_text(
+        "from components.platform.config import Settings\nfrom . import g\n"
+    )
     (tmp_path / "components" / "c.py").write_text("from .config import Settings\nimport pandas\n")
     assert upward_imports(tmp_path) == []
 
@@ -198,7 +215,9 @@ def circles(edges: Edges) -> list[list[str]]:
 
 
 def describe_circle(group: list[str], edges: Edges) -> str:
-    inside = [f"  {s} -> {t}: {where[0]}" for (s, t), where in sorted(edges.items()) if s in group and t in group]
+    inside = [
+        f"  {s} -> {t}: {where[0]}" for (s, t), where in sorted(edges.items()) if s in group and t in group
+    ]
     return f"circle between {', '.join(group)}:\n" + "\n".join(inside)
 
 
@@ -217,7 +236,9 @@ def test_every_floor_is_a_real_package_or_a_declared_newcomer() -> None:
     newcomers = {"opmodel", "deployments"}  # declared before their branches land
     for floor in FLOORS:
         for package in floor - newcomers:
-            assert (ROOT / "components" / package).is_dir() or (ROOT / "components" / f"{package}.py").is_file(), package
+            assert (ROOT / "components" / package).is_dir() or (
+                ROOT / "components" / f"{package}.py"
+            ).is_file(), package
     assert sum(len(floor) for floor in FLOORS) == len(set().union(*FLOORS))  # no package on two floors
 
 
@@ -230,16 +251,20 @@ def _tree(tmp_path: Path, files: dict[str, str]) -> Path:
 
 
 def test_a_planted_upward_import_fails_with_file_and_line(tmp_path: Path) -> None:
-    root = _tree(tmp_path, {
-        "components/models/tabular.py": "import os\n\ndef fit():\n    from components.training.llm import train\n",
-        "components/training/llm.py": "from components.models.tabular import fit\n",
-        "components/platform/config.py": "",
-    })
+    root = _tree(
+        tmp_path,
+        {
+            "components/models/tabular.py": "import os\n\ndef fit():\n    from components.training.llm import train\n",
+            "components/training/llm.py": "from components.models.tabular import fit\n",
+            "components/platform/config.py": "",
+        },
+    )
     edges = package_edges(root)
     low, high = floor_of("models"), floor_of("training")
     assert floor_violations(edges) == [
         f"components/models/tabular.py:4: components.training.llm "
-        f"(models on floor {low} imports training on floor {high})"]
+        f"(models on floor {low} imports training on floor {high})"
+    ]
     # The same import pointing down passes.
     (root / "components/models/tabular.py").write_text("from components.platform.config import Settings\n")
     assert floor_violations(package_edges(root)) == []
@@ -247,11 +272,14 @@ def test_a_planted_upward_import_fails_with_file_and_line(tmp_path: Path) -> Non
 
 def test_a_planted_circle_fails_even_on_one_floor(tmp_path: Path) -> None:
     # programs and deployments share a floor: each may import the other, but not both ways.
-    root = _tree(tmp_path, {
-        "components/programs/ops.py": "from components.deployments.plan import Plan\n",
-        "components/deployments/plan.py": "from ..programs import ops\n",
-        "components/models/base.py": "",
-    })
+    root = _tree(
+        tmp_path,
+        {
+            "components/programs/ops.py": "from components.deployments.plan import Plan\n",
+            "components/deployments/plan.py": "from ..programs import ops\n",
+            "components/models/base.py": "",
+        },
+    )
     edges = package_edges(root)
     assert floor_violations(edges) == []
     assert circles(edges) == [["deployments", "programs"]]
@@ -261,8 +289,14 @@ def test_a_planted_circle_fails_even_on_one_floor(tmp_path: Path) -> None:
 
 
 def test_circles_are_found_in_a_synthetic_graph() -> None:
-    edges: Edges = {("features", "ingest"): ["a"], ("ingest", "profiling"): ["b"], ("profiling", "features"): ["c"],
-                    ("models", "features"): ["d"], ("serving", "registry"): ["e"], ("registry", "serving"): ["f"]}
+    edges: Edges = {
+        ("features", "ingest"): ["a"],
+        ("ingest", "profiling"): ["b"],
+        ("profiling", "features"): ["c"],
+        ("models", "features"): ["d"],
+        ("serving", "registry"): ["e"],
+        ("registry", "serving"): ["f"],
+    }
     assert circles(edges) == [["features", "ingest", "profiling"], ["registry", "serving"]]
     assert circles({("models", "features"): ["d"], ("serving", "models"): ["e"]}) == []
 
@@ -270,4 +304,5 @@ def test_circles_are_found_in_a_synthetic_graph() -> None:
 def test_a_package_on_no_floor_fails(tmp_path: Path) -> None:
     root = _tree(tmp_path, {"components/newthing/x.py": "from components.models import base\n"})
     assert floor_violations(package_edges(root)) == [
-        "components/newthing is on no floor: add it to FLOORS in test_layering.py"]
+        "components/newthing is on no floor: add it to FLOORS in test_layering.py"
+    ]

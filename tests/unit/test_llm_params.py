@@ -24,7 +24,9 @@ def test_missing_section_gives_defaults_and_hub_ids_pass_through() -> None:
 
 
 def test_unknown_key_is_named() -> None:
-    with pytest.raises(ValueError, match=r"params.yaml train.llm: unknown key 'lora_rank' \(known: .*lora_r, "):
+    with pytest.raises(
+        ValueError, match=r"params.yaml train.llm: unknown key 'lora_rank' \(known: .*lora_r, "
+    ):
         llm_params({"train": {"llm": {"lora_rank": 8}}})
     with pytest.raises(ValueError, match="'train.llm:' must be a mapping, got list"):
         llm_params({"train": {"llm": [1, 2]}})
@@ -36,7 +38,7 @@ def test_log_runtime_answers_round_trip_and_clamp() -> None:
     from components.models.llm.model import LLMConfig, format_log_runtime, parse_log_runtime
 
     assert format_log_runtime(123.4) == "2.09"
-    assert parse_log_runtime([2, 0, 9]) == pytest.approx(10 ** 2.09)
+    assert parse_log_runtime([2, 0, 9]) == pytest.approx(10**2.09)
     assert format_log_runtime(0.4) == "0.00" and format_log_runtime(1e12) == "9.99"  # clamped
     assert format_log_runtime(math.nan) is None and format_log_runtime(-3.0) is None
     # "d.dd" loses at most half a step of 0.01 in log10: 1.16% relative error at worst.

@@ -14,11 +14,15 @@ import pytest
 DATASETS = Path(__file__).resolve().parents[2].parent / "shared" / "datasets"
 AIC = DATASETS / "aiconfigurator"
 DATA = "aic-core/src/aiconfigurator_core/systems/data/h100_sxm"
-TABLES = ("gemm/vllm/0.24.0/gemm_perf.parquet", "attention/vllm/0.24.0/context_attention_perf.parquet",
-          "attention/vllm/0.24.0/generation_attention_perf.parquet")
+TABLES = (
+    "gemm/vllm/0.24.0/gemm_perf.parquet",
+    "attention/vllm/0.24.0/context_attention_perf.parquet",
+    "attention/vllm/0.24.0/generation_attention_perf.parquet",
+)
 
-pytestmark = pytest.mark.skipif(not all((AIC / DATA / t).is_file() for t in TABLES),
-                                reason="aiconfigurator tables not present")
+pytestmark = pytest.mark.skipif(
+    not all((AIC / DATA / t).is_file() for t in TABLES), reason="aiconfigurator tables not present"
+)
 
 
 @pytest.fixture(scope="module")
@@ -51,8 +55,8 @@ def _check(table, family: str, dtype: str, shape: dict, spec, kv_dtype=None):
     got = table.resolve(shape, roof)
     _same(got, table._reference_resolve(shape, roof))
     for i in (0, len(roof) // 2, len(roof) - 1):  # one-question batches: the small-width path
-        one = {k: np.asarray(v)[i:i + 1] for k, v in shape.items()}
-        _same(table.resolve(one, roof[i:i + 1]), table._reference_resolve(one, roof[i:i + 1]))
+        one = {k: np.asarray(v)[i : i + 1] for k, v in shape.items()}
+        _same(table.resolve(one, roof[i : i + 1]), table._reference_resolve(one, roof[i : i + 1]))
     return got
 
 

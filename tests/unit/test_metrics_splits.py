@@ -59,8 +59,17 @@ def _table(n_kernels: int = 60, devices: tuple[str, ...] = ("a100-pcie-40gb", "t
     rows = []
     for k in range(n_kernels):
         for d in devices:
-            rows.append({"measurement_id": f"m{k}-{d}", "kernel_id": f"k{k}", "device_id": d, "source": "s",
-                         "family": "gemm", "upstream_file": "f.csv", "upstream_row": k})
+            rows.append(
+                {
+                    "measurement_id": f"m{k}-{d}",
+                    "kernel_id": f"k{k}",
+                    "device_id": d,
+                    "source": "s",
+                    "family": "gemm",
+                    "upstream_file": "f.csv",
+                    "upstream_row": k,
+                }
+            )
     return pd.DataFrame(rows)
 
 
@@ -94,10 +103,19 @@ def test_bolet_split_is_balanced_and_program_disjoint() -> None:
     rows = []
     for p in range(200):
         for k in range(3):
-            rows.append({"measurement_id": f"m{p}-{k}", "kernel_id": f"p{p}k{k}", "program": f"prog{p}",
-                         "device_id": "rtx3080", "source": "gpuflopbench", "family": "program",
-                         "upstream_file": "cuda-profiling/profiling-data.csv", "upstream_row": p * 3 + k,
-                         "roofline_class_published": "compute" if rng.random() < 0.35 else "bandwidth"})
+            rows.append(
+                {
+                    "measurement_id": f"m{p}-{k}",
+                    "kernel_id": f"p{p}k{k}",
+                    "program": f"prog{p}",
+                    "device_id": "rtx3080",
+                    "source": "gpuflopbench",
+                    "family": "program",
+                    "upstream_file": "cuda-profiling/profiling-data.csv",
+                    "upstream_row": p * 3 + k,
+                    "roofline_class_published": "compute" if rng.random() < 0.35 else "bandwidth",
+                }
+            )
     table = pd.DataFrame(rows)
     (fold,) = bolet_roofline_split(table, per_class=40)
     labels = table.loc[fold.test, "roofline_class_published"].value_counts()

@@ -47,16 +47,19 @@ def test_unseen_shape_rows_sit_beside_the_roofline_per_gpu_and_render_in_the_rea
     assert f"{100 * engine['ours']:.1f}%" in line and f"{100 * roof['ours']:.1f}%" in line
 
 
-def test_cli_refuses_an_op_engine_split_without_a_store_in_one_line(tmp_path: Path,
-                                                                  monkeypatch: pytest.MonkeyPatch) -> None:
+def test_cli_refuses_an_op_engine_split_without_a_store_in_one_line(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     from typer.testing import CliRunner
 
     from kernelcast.cli import app
 
     monkeypatch.setenv("KERNELCAST_HOME", str(tmp_path / "home"))
     monkeypatch.setenv("MLFLOW_TRACKING_URI", f"sqlite:///{tmp_path / 'mlflow.db'}")
-    result = CliRunner().invoke(app, ["bench", "accuracy", "--split", "aiconfigurator-unseen-shape",
-                                      "--store", str(tmp_path / "nowhere")])
+    result = CliRunner().invoke(
+        app,
+        ["bench", "accuracy", "--split", "aiconfigurator-unseen-shape", "--store", str(tmp_path / "nowhere")],
+    )
     lines = [x for x in result.output.strip().splitlines() if x.strip()]
     assert result.exit_code == 2 and len(lines) == 1 and lines[0].startswith("error:"), result.output
     assert "--store" in lines[0] and "no measured store" in lines[0]

@@ -16,8 +16,9 @@ AIC = DATASETS / "aiconfigurator"
 DATA = "aic-core/src/aiconfigurator_core/systems/data"
 TABLE = "h100_sxm/gemm/vllm/0.24.0/gemm_perf.parquet"
 
-pytestmark = pytest.mark.skipif(not (AIC / DATA / TABLE).is_file(),
-                                reason="aiconfigurator tables not present")
+pytestmark = pytest.mark.skipif(
+    not (AIC / DATA / TABLE).is_file(), reason="aiconfigurator tables not present"
+)
 
 
 @pytest.fixture(scope="module")
@@ -48,9 +49,9 @@ def _bf16(gemm):
 
 def test_measured_tier_exact_hits_interpolated_sites_and_fall_through(built) -> None:
     from components.devices.catalog import load_catalog
-    from components.physics import roofline as physics
     from components.opmodel.measured import SiteTable
     from components.opmodel.spec import hash_fraction
+    from components.physics import roofline as physics
 
     gemm = _bf16(built[2])
     h100 = load_catalog().get("h100-sxm")
@@ -118,10 +119,19 @@ def test_kernelcast_calibrate_rows_reach_the_engine_calibration(built, tmp_path)
 
     gemm = _bf16(built[2]).iloc[::400]
     names = np.array(["linear", "bmm", "gemm"], dtype=object)[np.arange(len(gemm)) % 3]
-    shapes = [json.dumps({"M": int(m), "N": int(n), "K": int(k), **({"B": 1} if f == "bmm" else {})})
-              for f, m, n, k in zip(names, gemm["M"], gemm["N"], gemm["K"])]
-    table = pd.DataFrame({"family": names, "dtype": "bf16", "shape_json": shapes, "params_json": "{}",
-                          "duration_us": gemm["latency_us"].to_numpy()})
+    shapes = [
+        json.dumps({"M": int(m), "N": int(n), "K": int(k), **({"B": 1} if f == "bmm" else {})})
+        for f, m, n, k in zip(names, gemm["M"], gemm["N"], gemm["K"])
+    ]
+    table = pd.DataFrame(
+        {
+            "family": names,
+            "dtype": "bf16",
+            "shape_json": shapes,
+            "params_json": "{}",
+            "duration_us": gemm["latency_us"].to_numpy(),
+        }
+    )
     table = pd.concat([table, table.head(3).assign(dtype="fp32")], ignore_index=True)
     rows = engine_rows(table)
     assert len(rows) == len(gemm) and set(rows["family"]) == {"gemm"} and "B" not in rows
@@ -135,8 +145,8 @@ def test_spec_config_round_trips_floors_the_base_and_is_monotone_in_the_peaks(bu
     constraint: saved and loaded it answers alike; never below the roofline; a GPU with every peak doubled
     is never slower (the constraint's promise)."""
     from components.devices.catalog import load_catalog
-    from components.physics import roofline as physics
     from components.opmodel import spec as spec_tier
+    from components.physics import roofline as physics
 
     gemm = _bf16(built[2])
     h100 = load_catalog().get("h100-sxm")
@@ -150,8 +160,13 @@ def test_spec_config_round_trips_floors_the_base_and_is_monotone_in_the_peaks(bu
     test = gemm.iloc[3::11]
     shape = {k: test[k].to_numpy(dtype="float64") for k in ("M", "N", "K")}
     peaks = {k: (v * 2.0 if v is not None else None) for k, v in h100.peak_tflops.model_dump().items()}
-    faster = h100.model_copy(update={"id": "h100-x2", "dram_gbps": h100.dram_gbps * 2.0,
-                                     "peak_tflops": h100.peak_tflops.model_copy(update=peaks)})
+    faster = h100.model_copy(
+        update={
+            "id": "h100-x2",
+            "dram_gbps": h100.dram_gbps * 2.0,
+            "peak_tflops": h100.peak_tflops.model_copy(update=peaks),
+        }
+    )
     times = {}
     for gpu in (h100, faster):
         roof = physics.roofline("gemm", "bf16", shape, gpu)
@@ -174,8 +189,12 @@ def test_calibration_ridge_corrects_what_the_shifts_leave_and_stays_off_with_few
     takes it up and beats the shifts alone; six rows fit no ridge at all."""
     from components.devices.catalog import load_catalog
     from components.opmodel import spec as spec_tier
-    from components.opmodel.calibrated import (CHOSEN_SETTINGS, CalibrationSettings, fit_calibration,
-                                               settings_for)
+    from components.opmodel.calibrated import (
+        CHOSEN_SETTINGS,
+        CalibrationSettings,
+        fit_calibration,
+        settings_for,
+    )
     from components.opmodel.engine import OpEngine
 
     gemm = _bf16(built[2])
@@ -189,9 +208,12 @@ def test_calibration_ridge_corrects_what_the_shifts_leave_and_stays_off_with_few
     true = test["latency_us"].to_numpy()
     with_ridge = engine.with_calibrations({"h100-sxm": calibration}).predict("gemm", "bf16", shape, h100)
     without = engine.with_calibrations({"h100-sxm": {**calibration, "_ridge": {}}}).predict(
-        "gemm", "bf16", shape, h100)
-    error = {name: np.mean(np.abs(t.duration_us - true) / true) for name, t in
-             (("ridge", with_ridge), ("shifts", without))}
+        "gemm", "bf16", shape, h100
+    )
+    error = {
+        name: np.mean(np.abs(t.duration_us - true) / true)
+        for name, t in (("ridge", with_ridge), ("shifts", without))
+    }
     assert error["ridge"] < 0.9 * error["shifts"], error
     assert fit_calibration(engine, suite.iloc[:6], h100)["_ridge"] == {}
     plain = fit_calibration(engine, suite, h100, CalibrationSettings(ridge=False, local_scale=0.0))
@@ -201,8 +223,8 @@ def test_calibration_ridge_corrects_what_the_shifts_leave_and_stays_off_with_few
 
 def _held_out_gemm(built, dtype: str):
     from components.devices.catalog import load_catalog
-    from components.physics import roofline as physics
     from components.opmodel.spec import hash_fraction
+    from components.physics import roofline as physics
 
     gemm = built[2]
     gemm = gemm[(gemm["dtype"] == dtype) & (gemm["M"] >= 1)]
@@ -238,8 +260,8 @@ def test_block_scaled_gemm_sites_never_borrow_across_the_scale_block_grid(built)
     from dataclasses import replace
 
     from components.devices.catalog import load_catalog
-    from components.physics import roofline as physics
     from components.opmodel.measured import LAYOUTS, SiteTable
+    from components.physics import roofline as physics
 
     gemm = built[2]
     gemm = gemm[(gemm["dtype"] == "fp8_block") & (gemm["M"] >= 1)]
@@ -259,5 +281,6 @@ def test_block_scaled_gemm_sites_never_borrow_across_the_scale_block_grid(built)
     inside = gemm[aligned].iloc[::50]
     shape = {k: inside[k].to_numpy(dtype="float64") for k in ("M", "N", "K")}
     got = SiteTable("gemm", gemm[aligned], h100, "fp8_block", None).resolve(
-        shape, physics.roofline("gemm", "fp8_block", shape, h100).time_us)
+        shape, physics.roofline("gemm", "fp8_block", shape, h100).time_us
+    )
     assert got.exact.all()

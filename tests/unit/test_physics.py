@@ -25,8 +25,16 @@ def test_gemm_roofline_is_flops_over_the_dtype_s_tensor_peak(catalog) -> None:
     assert roof.time_us[0] == pytest.approx(2 * (8 * 5120 + 5120 * 7168 + 8 * 7168) / 3350e9 * 1e6)
 
 
-@pytest.mark.parametrize("dtype,pipe_key", [("tf32", "tf32_tensor"), ("int8", "int8_tensor"), ("fp8", "fp8_tensor"),
-                                            ("fp8_block", "fp8_tensor"), ("bf16", "bf16_tensor")])
+@pytest.mark.parametrize(
+    "dtype,pipe_key",
+    [
+        ("tf32", "tf32_tensor"),
+        ("int8", "int8_tensor"),
+        ("fp8", "fp8_tensor"),
+        ("fp8_block", "fp8_tensor"),
+        ("bf16", "bf16_tensor"),
+    ],
+)
 def test_every_dtype_runs_on_its_own_pipe(catalog, dtype: str, pipe_key: str) -> None:
     h100 = catalog.resolve("H100")
     choice = physics.pipe_for(dtype, h100)

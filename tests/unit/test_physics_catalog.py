@@ -17,12 +17,16 @@ import pytest
 DATASETS = Path(__file__).resolve().parents[2].parent / "shared" / "datasets"
 AIC = DATASETS / "aiconfigurator"
 DATA = "aic-core/src/aiconfigurator_core/systems/data"
-TABLES = ("a100_sxm/gemm/vllm/0.14.0/gemm_perf.parquet", "h100_sxm/gemm/vllm/0.24.0/gemm_perf.parquet",
-          "h100_sxm/attention/vllm/0.24.0/context_attention_perf.parquet",
-          "h100_sxm/attention/vllm/0.24.0/generation_attention_perf.parquet")
+TABLES = (
+    "a100_sxm/gemm/vllm/0.14.0/gemm_perf.parquet",
+    "h100_sxm/gemm/vllm/0.24.0/gemm_perf.parquet",
+    "h100_sxm/attention/vllm/0.24.0/context_attention_perf.parquet",
+    "h100_sxm/attention/vllm/0.24.0/generation_attention_perf.parquet",
+)
 
-pytestmark = pytest.mark.skipif(not all((AIC / DATA / t).is_file() for t in TABLES),
-                                reason="aiconfigurator tables not present")
+pytestmark = pytest.mark.skipif(
+    not all((AIC / DATA / t).is_file() for t in TABLES), reason="aiconfigurator tables not present"
+)
 
 GEMM_DTYPES = ("tf32", "fp16", "bf16", "fp8", "fp8_block", "nvfp4", "int8", "int8_wo", "int4_wo")
 SIZES = np.array([1, 8, 64, 256, 1024, 4096, 16384], dtype="float64")
@@ -65,8 +69,14 @@ def _gemm_grid() -> dict[str, np.ndarray]:
 def _attention_grid() -> dict[str, np.ndarray]:
     b, kv = np.meshgrid(np.array([1.0, 4.0, 32.0]), np.array([128.0, 1024.0, 8192.0]), indexing="ij")
     b, kv = b.ravel(), kv.ravel()
-    prefill = {"B": b, "S": kv, "KV": kv, "H": np.full(b.shape, 32.0), "HKV": np.full(b.shape, 8.0),
-               "D": np.full(b.shape, 128.0)}
+    prefill = {
+        "B": b,
+        "S": kv,
+        "KV": kv,
+        "H": np.full(b.shape, 32.0),
+        "HKV": np.full(b.shape, 8.0),
+        "D": np.full(b.shape, 128.0),
+    }
     decode = {**prefill, "S": np.ones(b.shape)}
     return {k: np.concatenate([prefill[k], decode[k]]) for k in prefill}
 
@@ -91,16 +101,23 @@ def test_no_impossible_answer_over_the_catalog(engine, catalog) -> None:
         for dtype in GEMM_DTYPES:
             _check_possible(engine.predict("gemm", dtype, gemm, spec), f"{spec.id} gemm {dtype}")
         for dtype, kv in (("bf16", None), ("fp16", None), ("bf16", "fp8"), ("fp8", "fp8")):
-            _check_possible(engine.predict("attention", dtype, attention, spec, kv_dtype=kv),
-                            f"{spec.id} attention {dtype}/{kv}")
+            _check_possible(
+                engine.predict("attention", dtype, attention, spec, kv_dtype=kv),
+                f"{spec.id} attention {dtype}/{kv}",
+            )
 
 
 def test_every_dtype_on_its_own_pipe(engine, catalog) -> None:
     h100 = catalog.get("h100-sxm")
     peaks = h100.peak_tflops
     shape = {"M": 8192.0, "N": 8192.0, "K": 8192.0}
-    for dtype, peak in (("tf32", peaks.tf32_tensor), ("int8", peaks.int8_tensor), ("fp8", peaks.fp8_tensor),
-                        ("bf16", peaks.bf16_tensor), ("fp16", peaks.fp16_tensor)):
+    for dtype, peak in (
+        ("tf32", peaks.tf32_tensor),
+        ("int8", peaks.int8_tensor),
+        ("fp8", peaks.fp8_tensor),
+        ("bf16", peaks.bf16_tensor),
+        ("fp16", peaks.fp16_tensor),
+    ):
         times = engine.predict("gemm", dtype, shape, h100)
         assert times.roof.peak_flops == pytest.approx(peak * 1e12), dtype
         assert times.bound_pipe[0] == "tensor" and times.note[0] is None, dtype
@@ -108,17 +125,24 @@ def test_every_dtype_on_its_own_pipe(engine, catalog) -> None:
 
 def _scaled(spec, factor: float):
     peaks = {k: (v * factor if v is not None else None) for k, v in spec.peak_tflops.model_dump().items()}
-    return spec.model_copy(update={"id": f"{spec.id}-x{factor:g}", "name": f"{spec.name} x{factor:g}",
-                                   "dram_gbps": spec.dram_gbps * factor,
-                                   "peak_tflops": spec.peak_tflops.model_copy(update=peaks)})
+    return spec.model_copy(
+        update={
+            "id": f"{spec.id}-x{factor:g}",
+            "name": f"{spec.name} x{factor:g}",
+            "dram_gbps": spec.dram_gbps * factor,
+            "peak_tflops": spec.peak_tflops.model_copy(update=peaks),
+        }
+    )
 
 
-SPEC_NOT_MONOTONE = ("the learned spec tier (trees on log efficiency) is not monotone by construction: a GPU "
-                     "with every peak doubled, or a larger shape, can land in a leaf of lower efficiency "
-                     "(known gap; SpecConfig(monotone=True) makes the spec tier alone monotone in the "
-                     "peaks -- the nested selection did not choose it -- and even with it a measured GPU's "
-                     "measured-tier answer can beat the spec tier's for the GPU with doubled peaks: "
-                     "A100 bf16)")
+SPEC_NOT_MONOTONE = (
+    "the learned spec tier (trees on log efficiency) is not monotone by construction: a GPU "
+    "with every peak doubled, or a larger shape, can land in a leaf of lower efficiency "
+    "(known gap; SpecConfig(monotone=True) makes the spec tier alone monotone in the "
+    "peaks -- the nested selection did not choose it -- and even with it a measured GPU's "
+    "measured-tier answer can beat the spec tier's for the GPU with doubled peaks: "
+    "A100 bf16)"
+)
 
 
 @pytest.mark.xfail(strict=True, reason=SPEC_NOT_MONOTONE)
@@ -126,8 +150,11 @@ def test_more_of_every_peak_is_never_slower(engine, catalog) -> None:
     gemm, attention = _gemm_grid(), _attention_grid()
     for spec in catalog.all():
         faster = _scaled(spec, 2.0)
-        for family, dtype, shape in (("gemm", "bf16", gemm), ("gemm", "fp8", gemm),
-                                     ("attention", "bf16", attention)):
+        for family, dtype, shape in (
+            ("gemm", "bf16", gemm),
+            ("gemm", "fp8", gemm),
+            ("attention", "bf16", attention),
+        ):
             base = engine.predict(family, dtype, shape, spec).duration_us
             more = engine.predict(family, dtype, shape, faster).duration_us
             assert np.all(more <= base * (1 + 1e-9)), f"{spec.id} {family} {dtype}: more peaks, slower"
@@ -137,8 +164,11 @@ def test_identical_specs_agree(engine, catalog) -> None:
     gemm, attention = _gemm_grid(), _attention_grid()
     for spec in catalog.all():
         twin = spec.model_copy(update={"id": f"{spec.id}-twin", "name": f"{spec.name} (twin)", "aliases": ()})
-        for family, dtype, shape in (("gemm", "bf16", gemm), ("gemm", "fp8", gemm),
-                                     ("attention", "bf16", attention)):
+        for family, dtype, shape in (
+            ("gemm", "bf16", gemm),
+            ("gemm", "fp8", gemm),
+            ("attention", "bf16", attention),
+        ):
             base = engine.predict(family, dtype, shape, spec).duration_us
             same = engine.predict(family, dtype, shape, twin).duration_us
             np.testing.assert_allclose(same, base, rtol=1e-12, err_msg=f"{spec.id} {family} {dtype}")
@@ -186,13 +216,15 @@ def test_gemm_linear_and_bmm_of_one_batch_answer_alike(engine, catalog, tmp_path
         family = "tabular"
 
     shape = {"M": 8192, "N": 4096, "K": 4096}
-    rows = [{"device": device, "op": op, "dtype": "bf16", "shape": {**shape, **extra}}
-            for device in ("h100-sxm", "l40s", "b200")
-            for op, extra in (("gemm", {}), ("linear", {}), ("bmm", {"B": 1}))]
+    rows = [
+        {"device": device, "op": op, "dtype": "bf16", "shape": {**shape, **extra}}
+        for device in ("h100-sxm", "l40s", "b200")
+        for op, extra in (("gemm", {}), ("linear", {}), ("bmm", {"B": 1}))
+    ]
     answers = answer_questions(Champion(), parse_questions(rows), model_version="t")
     opmodel_loading._CACHE.clear()
     for i in range(0, len(answers), 3):
-        trio = answers[i:i + 3]
+        trio = answers[i : i + 3]
         assert len({a["duration_us"] for a in trio}) == 1 and len({a["tier"] for a in trio}) == 1, trio
         assert trio[0]["duration_us"] >= trio[0]["roofline_us"]
     assert answers[0]["tier"] == "measured" and answers[6]["tier"] == "spec"

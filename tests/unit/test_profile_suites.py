@@ -34,7 +34,9 @@ def test_bad_suites_are_named(tmp_path: Path) -> None:
     with pytest.raises(SuiteError, match="--suite 'nope': no such suite; choose one of"):
         load_cases("nope")
     bad = tmp_path / "bad.yaml"
-    bad.write_text("kind: ops\ngrids:\n  - family: gemm\n    op: matmul\n    dtypes: [fp13]\n    shapes: [{M: 1, N: 1, K: 1}]\n")
+    bad.write_text(
+        "kind: ops\ngrids:\n  - family: gemm\n    op: matmul\n    dtypes: [fp13]\n    shapes: [{M: 1, N: 1, K: 1}]\n"
+    )
     with pytest.raises(SuiteError, match=r"bad.yaml: grids\[0\]: dtype 'fp13'"):
         load_cases(str(bad))
     with pytest.raises(ValueError, match="--chunk-size 0"):
@@ -58,18 +60,35 @@ def test_row_ids_are_stable_and_distinguish_device_case_backend_run() -> None:
 
     base = row_id("h100-sxm", "gemm.x", "ncu", "run1", 0)
     assert base == row_id("h100-sxm", "gemm.x", "ncu", "run1", 0)
-    others = {row_id("h200", "gemm.x", "ncu", "run1", 0), row_id("h100-sxm", "gemm.y", "ncu", "run1", 0),
-              row_id("h100-sxm", "gemm.x", "events", "run1", 0), row_id("h100-sxm", "gemm.x", "ncu", "run2", 0),
-              row_id("h100-sxm", "gemm.x", "ncu", "run1", 1)}
+    others = {
+        row_id("h200", "gemm.x", "ncu", "run1", 0),
+        row_id("h100-sxm", "gemm.y", "ncu", "run1", 0),
+        row_id("h100-sxm", "gemm.x", "events", "run1", 0),
+        row_id("h100-sxm", "gemm.x", "ncu", "run2", 0),
+        row_id("h100-sxm", "gemm.x", "ncu", "run1", 1),
+    }
     assert base not in others and len(others) == 5
 
 
 def test_row_validation_quarantines_bad_rows_and_keeps_failed_cases() -> None:
     from components.validation.profiled import validate_rows
 
-    good = {"row_id": "a", "run_id": "r", "device": "host", "device_name": "cpu", "backend": "host", "tool": "t",
-            "tool_version": "1", "clock_mode": "host", "case_id": "c", "duration_us": 5.0, "duration_std_us": 0.1,
-            "warmup": 1, "repeats": 3, "error": None}
+    good = {
+        "row_id": "a",
+        "run_id": "r",
+        "device": "host",
+        "device_name": "cpu",
+        "backend": "host",
+        "tool": "t",
+        "tool_version": "1",
+        "clock_mode": "host",
+        "case_id": "c",
+        "duration_us": 5.0,
+        "duration_std_us": 0.1,
+        "warmup": 1,
+        "repeats": 3,
+        "error": None,
+    }
     failed_case = {**good, "row_id": "b", "duration_us": None, "error": "RuntimeError: OOM"}
     bad_rate = {**good, "row_id": "c", "l2_hit_rate": 1.5}
     no_time = {**good, "row_id": "d", "duration_us": None}
@@ -88,7 +107,10 @@ def test_placement_by_accelerator_type() -> None:
     h100 = placement_for("H100", "events")
     assert h100.accelerator_type == "H100" and h100.num_gpus == 1 and h100.gpu_memory_gb == 80
     assert h100.options(3)["resources"] == {"accelerator_type:H100": 0.001}
-    assert h100.options(3, memory_resource=True)["resources"] == {"accelerator_type:H100": 0.001, "gpu_memory_gb": 80}
+    assert h100.options(3, memory_resource=True)["resources"] == {
+        "accelerator_type:H100": 0.001,
+        "gpu_memory_gb": 80,
+    }
     assert placement_for("mi300x", "rocprofv3").resource == "accelerator_type:AMD-Instinct-MI300X"
     assert placement_for("host", "host").resource is None
     with pytest.raises(DeviceUnavailable, match="--device GTX 9999: not a catalog GPU"):
@@ -110,7 +132,10 @@ def test_profile_cli_errors_are_one_line(tmp_path: Path) -> None:
 
     runner = CliRunner()
     for args, message in [
-        (["--device", "host", "--backend", "nvprof"], "--backend 'nvprof': choose one of events, ncu, rocprofv3, host"),
+        (
+            ["--device", "host", "--backend", "nvprof"],
+            "--backend 'nvprof': choose one of events, ncu, rocprofv3, host",
+        ),
         (["--device", "host", "--backend", "host", "--suite", "nope"], "--suite 'nope': no such suite"),
         (["--device", "H100", "--backend", "host"], "the host backend profiles --device host only"),
         (["--device", "host", "--backend", "host", "--suite", "active"], "needs a model to choose its cases"),
@@ -129,8 +154,11 @@ def test_events_backend_without_a_gpu_is_reported_per_chunk(tmp_path: Path) -> N
     from components.profiling.run import ProfileInputs, ProfilingError, profile_run
 
     with pytest.raises(ProfilingError, match="no GPU visible to torch on this machine"):
-        profile_run(ProfileInputs(device="H100", backend="events", suite="smoke", out_dir=tmp_path / "run",
-                                  use_ray=False))
+        profile_run(
+            ProfileInputs(
+                device="H100", backend="events", suite="smoke", out_dir=tmp_path / "run", use_ray=False
+            )
+        )
 
 
 def test_active_learning_ranks_by_interval_width_and_needs_intervals() -> None:
@@ -142,7 +170,10 @@ def test_active_learning_ranks_by_interval_width_and_needs_intervals() -> None:
 
     candidates = [op_case("gemm", "matmul", "fp16", {"M": m, "N": 1024, "K": 1024}) for m in (1, 64, 4096)]
     widths = pd.Series([0.1, 0.9, float("inf")], index=[c.case_id for c in candidates])
-    assert [c.case_id for c in choose(widths, candidates, 2)] == [candidates[2].case_id, candidates[1].case_id]
+    assert [c.case_id for c in choose(widths, candidates, 2)] == [
+        candidates[2].case_id,
+        candidates[1].case_id,
+    ]
     with pytest.raises(ActiveLearningError, match="gives no runtime intervals"):
         interval_widths(RooflinePredictor(), candidates, "h100-sxm")
 
@@ -154,14 +185,26 @@ def test_a_chunk_job_records_cases_its_backend_cannot_measure(tmp_path: Path) ->
     from components.profiling.schedule import ChunkJob, ScheduleReport, _todo, measure_chunk, save_chunk
 
     cases = load_cases("smoke")[:2] + load_cases("source")[:1]
-    job = ChunkJob(run_dir=str(tmp_path), chunk_id="0000-t", index=0, cases=[c.to_json() for c in cases],
-                   backend="host", device="host", run_id="t", warmup=1, repeats=2, l2_flush=False)
+    job = ChunkJob(
+        run_dir=str(tmp_path),
+        chunk_id="0000-t",
+        index=0,
+        cases=[c.to_json() for c in cases],
+        backend="host",
+        device="host",
+        run_id="t",
+        warmup=1,
+        repeats=2,
+        l2_flush=False,
+    )
     assert save_chunk(job, measure_chunk(job)) == 3
     rows = {r["case_id"]: r for r in read_rows(tmp_path)}
     assert rows[cases[2].case_id]["error"] == "host backend cannot measure source cases"
     assert all(rows[c.case_id]["duration_us"] > 0 for c in cases[:2])
     report = ScheduleReport()
-    assert _todo([job], report) == [] and report.reused == ["0000-t"]  # the chunk file exists: not measured twice
+    assert _todo([job], report) == [] and report.reused == [
+        "0000-t"
+    ]  # the chunk file exists: not measured twice
 
 
 def test_events_backend_rows_with_a_mocked_gpu(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -196,8 +239,12 @@ def test_events_backend_rows_with_a_mocked_gpu(monkeypatch: pytest.MonkeyPatch) 
     monkeypatch.setattr(launch, "l2_flusher", lambda device: lambda: flushes.append(1))
     cases = load_cases("smoke")[:2]
     rows = EventsBackend().measure(cases, MeasureContext("h100-sxm", "mock-run", warmup=2, repeats=4))
-    assert [r["case_id"] for r in rows] == [c.case_id for c in cases] and len(flushes) == 8  # flushed per repeat
+    assert [r["case_id"] for r in rows] == [c.case_id for c in cases] and len(
+        flushes
+    ) == 8  # flushed per repeat
     for row in rows:
-        assert row["duration_min_us"] <= row["duration_us"] <= row["duration_max_us"] and row["duration_us"] > 0
+        assert (
+            row["duration_min_us"] <= row["duration_us"] <= row["duration_max_us"] and row["duration_us"] > 0
+        )
         assert row["backend"] == "events" and row["clock_mode"] == "boost" and row["l2_flush"] is True
         assert (row["warmup"], row["repeats"], row["device_name"]) == (2, 4, "Mock GPU")

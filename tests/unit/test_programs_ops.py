@@ -9,35 +9,59 @@ from components.programs.ops import map_op, program_ops
 from components.programs.overheads import ProgramModel, fit_config
 
 
-def _op(aten, inputs, outputs, scalars=None, view=False):  # noqa: ANN001, ANN202
-    return {"aten": aten, "overload": "default", "view": view,
-            "inputs": [[s, d, True] for s, d in inputs], "outputs": [[s, d, True] for s, d in outputs],
-            "scalars": scalars or [], "kwargs": {}}
+def _op(aten, inputs, outputs, scalars=None, view=False):
+    return {
+        "aten": aten,
+        "overload": "default",
+        "view": view,
+        "inputs": [[s, d, True] for s, d in inputs],
+        "outputs": [[s, d, True] for s, d in outputs],
+        "scalars": scalars or [],
+        "kwargs": {},
+    }
 
 
 def test_addmm_is_a_linear_gemm_with_its_m_n_k():
-    q = map_op(_op("addmm", [([256], "float32"), ([64, 128], "float32"), ([128, 256], "float32")],
-                   [([64, 256], "float32")]))
+    q = map_op(
+        _op(
+            "addmm",
+            [([256], "float32"), ([64, 128], "float32"), ([128, 256], "float32")],
+            [([64, 256], "float32")],
+        )
+    )
     assert (q.kind, q.family, q.dtype) == ("gemm", "linear", "fp32")
     assert dict(q.shape) == {"M": 64.0, "N": 256.0, "K": 128.0}
 
 
 def test_square_conv2d_keeps_its_geometry_and_grouped_conv_falls_back_to_bytes_moved():
-    conv = _op("convolution", [([8, 3, 32, 32], "float16"), ([16, 3, 3, 3], "float16")], [([8, 16, 30, 30], "float16")],
-               scalars=[None, None, None, [1, 1], [0, 0], [1, 1], False, [0, 0], 1])
+    conv = _op(
+        "convolution",
+        [([8, 3, 32, 32], "float16"), ([16, 3, 3, 3], "float16")],
+        [([8, 16, 30, 30], "float16")],
+        scalars=[None, None, None, [1, 1], [0, 0], [1, 1], False, [0, 0], 1],
+    )
     q = map_op(conv)
     assert (q.kind, q.family, q.dtype) == ("conv", "conv", "fp16")
     assert dict(q.shape)["input_size"] == 32.0 and dict(q.shape)["cout"] == 16.0
-    depthwise = _op("convolution", [([8, 16, 32, 32], "float32"), ([16, 1, 3, 3], "float32")],
-                    [([8, 16, 30, 30], "float32")], scalars=[None, None, None, [1, 1], [0, 0], [1, 1], False, [0, 0], 16])
+    depthwise = _op(
+        "convolution",
+        [([8, 16, 32, 32], "float32"), ([16, 1, 3, 3], "float32")],
+        [([8, 16, 30, 30], "float32")],
+        scalars=[None, None, None, [1, 1], [0, 0], [1, 1], False, [0, 0], 16],
+    )
     q = map_op(depthwise)  # 16 independent 1 -> 1 channel convs per image
     assert (q.kind, q.family) == ("conv_grouped", "conv")
     assert {k: v for k, v in q.shape if k in ("B", "cin", "cout")} == {"B": 128.0, "cin": 1.0, "cout": 1.0}
 
 
 def test_sdpa_is_attention_and_views_are_free():
-    q = map_op(_op("_scaled_dot_product_flash_attention_for_cpu",
-                   [([2, 8, 512, 64], "bfloat16")] * 3, [([2, 8, 512, 64], "bfloat16")]))
+    q = map_op(
+        _op(
+            "_scaled_dot_product_flash_attention_for_cpu",
+            [([2, 8, 512, 64], "bfloat16")] * 3,
+            [([2, 8, 512, 64], "bfloat16")],
+        )
+    )
     assert (q.kind, q.family, q.dtype) == ("attention", "attention", "bf16")
     assert dict(q.shape) == {"B": 2.0, "heads": 8.0, "seq": 512.0, "seq_kv": 512.0, "head_dim": 64.0}
     assert map_op(_op("transpose", [([4, 4], "float32")], [([4, 4], "float32")], view=True)).kind == "free"
@@ -51,10 +75,12 @@ def test_binary_op_with_a_broadcast_operand_reads_one_full_tensor():
 
 
 def test_unknown_ops_are_counted_and_estimated_by_bytes_moved():
-    ops = [_op("addmm", [([8], "float32"), ([4, 8], "float32"), ([8, 8], "float32")], [([4, 8], "float32")]),
-           _op("some_new_op", [([1000], "float32")], [([1000], "float32")]),
-           _op("some_new_op", [([1000], "float32")], [([1000], "float32")]),
-           _op("view", [([1000], "float32")], [([10, 100], "float32")], view=True)]
+    ops = [
+        _op("addmm", [([8], "float32"), ([4, 8], "float32"), ([8, 8], "float32")], [([4, 8], "float32")]),
+        _op("some_new_op", [([1000], "float32")], [([1000], "float32")]),
+        _op("some_new_op", [([1000], "float32")], [([1000], "float32")]),
+        _op("view", [([1000], "float32")], [([10, 100], "float32")], view=True),
+    ]
     program = program_ops(ops)
     assert program.n_aten == 4 and program.n_kernels == 3
     assert program.unmapped == {"some_new_op": 2}
@@ -66,9 +92,19 @@ def test_unknown_ops_are_counted_and_estimated_by_bytes_moved():
 def test_program_model_learns_launch_and_framework_overheads_from_data():
     rng = np.random.default_rng(0)
     n = 300
-    frame = pd.DataFrame({"device_id": rng.choice(["a", "b", "c"], n), "n_kernels": rng.integers(1, 200, n),
-                          "n_aten": 0, "dtype": "fp32", "clock_ghz": 1.5, "roof_sum_us": 0.0, "pred_sum_us": 0.0,
-                          "pipes_sum_us": 0.0, "compute_roof_us": 0.0})
+    frame = pd.DataFrame(
+        {
+            "device_id": rng.choice(["a", "b", "c"], n),
+            "n_kernels": rng.integers(1, 200, n),
+            "n_aten": 0,
+            "dtype": "fp32",
+            "clock_ghz": 1.5,
+            "roof_sum_us": 0.0,
+            "pred_sum_us": 0.0,
+            "pipes_sum_us": 0.0,
+            "compute_roof_us": 0.0,
+        }
+    )
     frame["n_aten"] = frame["n_kernels"] * 2
     frame["pred_gemm"] = rng.uniform(10, 5000, n)
     for column in ("roof_sum_us", "pred_sum_us", "pipes_sum_us"):
@@ -76,7 +112,7 @@ def test_program_model_learns_launch_and_framework_overheads_from_data():
     # Truth: GEMMs at 50% of their roofline, 5 us per kernel, overlapped with 3 us per aten call.
     gpu = frame["pred_gemm"] / 0.5 + 5.0 * frame["n_kernels"]
     cpu = 3.0 * frame["n_aten"]
-    true = ((gpu ** 4 + cpu ** 4) ** 0.25).to_numpy()
+    true = ((gpu**4 + cpu**4) ** 0.25).to_numpy()
     model = fit_config(frame, true, residual=False)
     assert abs(np.exp(model.log_eff["gemm"]) - 0.5) < 0.05
     assert abs(model.launch_us - 5.0) < 1.0

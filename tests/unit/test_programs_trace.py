@@ -14,7 +14,7 @@ from components.programs.errors import ProgramError
 from components.programs.ops import map_op
 from components.programs.trace import ModuleJob, module_job, trace_many, trace_module
 
-SMALL = '''
+SMALL = """
 import torch
 import torch.nn as nn
 
@@ -30,7 +30,7 @@ def get_inputs():
 
 def get_init_inputs():
     return [128]
-'''
+"""
 LOOP = "import torch\nwhile True:\n    pass\n"
 NETWORK = "import socket\nsocket.create_connection(('192.0.2.1', 80), timeout=1)\n"
 NO_MODEL = "import torch\n\ndef get_inputs():\n    return []\n"
@@ -64,10 +64,18 @@ HUGE = SMALL.replace("torch.randn(64, 128)", "torch.randn(1 << 40, 128)")  # 512
 
 @pytest.fixture(scope="module")
 def batch():
-    jobs = [ModuleJob("small", text=SMALL), ModuleJob("loop", text=LOOP), ModuleJob("net", text=NETWORK),
-            ModuleJob("nomodel", text=NO_MODEL), ModuleJob("syntax", text=SYNTAX), ModuleJob("huge", text=HUGE),
-            ModuleJob("memory", text=MEMORY), ModuleJob("after", text=SMALL), ModuleJob("cuda", text=CUDA_MODULE),
-            ModuleJob("cuda_inputs", text=CUDA_INPUTS)]
+    jobs = [
+        ModuleJob("small", text=SMALL),
+        ModuleJob("loop", text=LOOP),
+        ModuleJob("net", text=NETWORK),
+        ModuleJob("nomodel", text=NO_MODEL),
+        ModuleJob("syntax", text=SYNTAX),
+        ModuleJob("huge", text=HUGE),
+        ModuleJob("memory", text=MEMORY),
+        ModuleJob("after", text=SMALL),
+        ModuleJob("cuda", text=CUDA_MODULE),
+        ModuleJob("cuda_inputs", text=CUDA_INPUTS),
+    ]
     # Two children side by side (the way the KernelBench cache traces); results come back in order.
     results = trace_many(jobs, per_module_s=6.0, workers=2)
     assert [r.name for r in results] == [j.name for j in jobs]

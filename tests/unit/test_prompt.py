@@ -6,7 +6,11 @@ import pytest
 
 from components.devices import load_catalog
 from components.models.llm.prompt import (
-    MAX_SOURCE_CHARS, PromptError, build_prompt, decode_source, extract_kernel_body,
+    MAX_SOURCE_CHARS,
+    PromptError,
+    build_prompt,
+    decode_source,
+    extract_kernel_body,
 )
 
 KERNEL = """
@@ -33,15 +37,31 @@ def h100():
 def test_prompt_has_source_launch_and_device_specs(h100) -> None:
     prompt = build_prompt(KERNEL, None, LAUNCH, h100, "zero-shot", 2000, WordTokenizer(), kernel_name="saxpy")
     assert not prompt.truncated and prompt.note == ""
-    for expected in ("saxpy", "grid (4096, 1, 1)", "block (256, 1, 1)", f"SMs: {h100.sms}",
-                     f"{h100.dram_gbps:g} GB/s", "Ridge points", "fp64", "Bandwidth or Compute"):
+    for expected in (
+        "saxpy",
+        "grid (4096, 1, 1)",
+        "block (256, 1, 1)",
+        f"SMs: {h100.sms}",
+        f"{h100.dram_gbps:g} GB/s",
+        "Ridge points",
+        "fp64",
+        "Bandwidth or Compute",
+    ):
         assert expected in prompt.text
     assert prompt.n_tokens <= 2000
 
 
 def test_op_and_shapes_without_source(h100) -> None:
-    prompt = build_prompt(None, {"op": "gemm", "M": 4096, "N": 4096, "K": 4096, "dtype": "bf16"},
-                          None, h100, "zero-shot", 500, WordTokenizer(), kernel_name="gemm")
+    prompt = build_prompt(
+        None,
+        {"op": "gemm", "M": 4096, "N": 4096, "K": 4096, "dtype": "bf16"},
+        None,
+        h100,
+        "zero-shot",
+        500,
+        WordTokenizer(),
+        kernel_name="gemm",
+    )
     assert '"M": 4096' in prompt.text and "Launch configuration: unknown" in prompt.text
 
 
@@ -63,15 +83,25 @@ def test_kernel_body_longer_than_budget_is_cut_and_says_so(h100) -> None:
 
 def test_empty_source_names_the_kernel(h100) -> None:
     with pytest.raises(PromptError, match="'empty_kernel'.*empty"):
-        build_prompt("   \n", None, LAUNCH, h100, "zero-shot", 500, WordTokenizer(), kernel_name="empty_kernel")
+        build_prompt(
+            "   \n", None, LAUNCH, h100, "zero-shot", 500, WordTokenizer(), kernel_name="empty_kernel"
+        )
     with pytest.raises(PromptError, match="neither source nor op"):
         build_prompt(None, None, LAUNCH, h100, "zero-shot", 500, WordTokenizer(), kernel_name="k")
 
 
 def test_absurdly_large_source_is_refused(h100) -> None:
     with pytest.raises(PromptError, match="'giant'.*limit"):
-        build_prompt("x" * (MAX_SOURCE_CHARS + 1), None, None, h100, "zero-shot", 500, WordTokenizer(),
-                     kernel_name="giant")
+        build_prompt(
+            "x" * (MAX_SOURCE_CHARS + 1),
+            None,
+            None,
+            h100,
+            "zero-shot",
+            500,
+            WordTokenizer(),
+            kernel_name="giant",
+        )
 
 
 def test_non_utf8_source_is_decoded_with_a_note(h100) -> None:
@@ -85,14 +115,24 @@ def test_non_utf8_source_is_decoded_with_a_note(h100) -> None:
 def test_profiled_scenario_requires_and_shows_metrics(h100) -> None:
     with pytest.raises(PromptError, match="profile_metrics"):
         build_prompt(KERNEL, None, None, h100, "profiled", 500, WordTokenizer(), kernel_name="saxpy")
-    prompt = build_prompt(KERNEL, None, None, h100, "profiled", 800, WordTokenizer(), kernel_name="saxpy",
-                          profile_metrics={"fp32_arith_intensity": 0.0833, "achieved_gbps": 2900.0})
+    prompt = build_prompt(
+        KERNEL,
+        None,
+        None,
+        h100,
+        "profiled",
+        800,
+        WordTokenizer(),
+        kernel_name="saxpy",
+        profile_metrics={"fp32_arith_intensity": 0.0833, "achieved_gbps": 2900.0},
+    )
     assert "FP32 arithmetic intensity (FLOP/B): 0.0833" in prompt.text
 
 
 def test_tight_budget_uses_compact_device_line_and_rejects_impossible_budget(h100) -> None:
-    prompt = build_prompt(KERNEL, None, LAUNCH, h100, "fine-tune", 90, WordTokenizer(), kernel_name="saxpy",
-                          question=False)
+    prompt = build_prompt(
+        KERNEL, None, LAUNCH, h100, "fine-tune", 90, WordTokenizer(), kernel_name="saxpy", question=False
+    )
     assert "Peak TFLOP/s" not in prompt.text and "ridge FLOP/B" in prompt.text
     with pytest.raises(PromptError, match="max_tokens=5"):
         build_prompt(KERNEL, None, LAUNCH, h100, "fine-tune", 5, WordTokenizer(), kernel_name="saxpy")
@@ -113,16 +153,23 @@ def test_kernel_names_that_end_in_a_namespace_fall_back_to_the_op() -> None:
     from components.models.llm.model import _short_kernel_name
 
     assert _short_kernel_name(pd.Series({"name": "void ns::foo<float>(int, float*)"})) == "foo"
-    assert _short_kernel_name(pd.Series({"name": "void at::native::(anonymous namespace)::k()", "op": "relu"})) == "relu"
+    assert (
+        _short_kernel_name(pd.Series({"name": "void at::native::(anonymous namespace)::k()", "op": "relu"}))
+        == "relu"
+    )
     assert _short_kernel_name(pd.Series({"name": "", "op": None})) is None
 
 
 def test_library_kernel_names_lose_their_argument_list_only() -> None:
     from components.models.llm.model import without_arguments
 
-    assert without_arguments("void implicit_convolve_sgemm<float, 128, 5>(int, float const*, bool)") == \
-        "void implicit_convolve_sgemm<float, 128, 5>"
-    assert without_arguments("void (anonymous namespace)::softmax_warp_forward<float, 8>(float*, int)") == \
-        "void (anonymous namespace)::softmax_warp_forward<float, 8>"
+    assert (
+        without_arguments("void implicit_convolve_sgemm<float, 128, 5>(int, float const*, bool)")
+        == "void implicit_convolve_sgemm<float, 128, 5>"
+    )
+    assert (
+        without_arguments("void (anonymous namespace)::softmax_warp_forward<float, 8>(float*, int)")
+        == "void (anonymous namespace)::softmax_warp_forward<float, 8>"
+    )
     assert without_arguments("ampere_sgemm_64x32_sliced1x4_tn") == "ampere_sgemm_64x32_sliced1x4_tn"
     assert without_arguments("(int)") == "(int)"  # nothing but arguments: kept as is

@@ -14,18 +14,20 @@ from components.models.roofline import RooflinePredictor
 
 
 def features() -> pd.DataFrame:
-    return pd.DataFrame({
-        "measurement_id": ["a", "b", "c"],
-        "f_roofline_time_us": [100.0, 10.0, np.nan],
-        "f_pipes_time_us": [120.0, 12.0, np.nan],
-        "f_flops": [1e9, 1e6, np.nan],
-        "f_dram_bytes_min": [1e6, 1e7, np.nan],
-        "f_bound": pd.Series(["compute", "bandwidth", None], dtype="string"),
-        "m_roofline_time_us": [np.nan, np.nan, 5.0],
-        "m_flops": [np.nan, np.nan, 2e6],
-        "m_dram_bytes": [np.nan, np.nan, 1e6],
-        "m_bound": pd.Series([None, None, "bandwidth"], dtype="string"),
-    })
+    return pd.DataFrame(
+        {
+            "measurement_id": ["a", "b", "c"],
+            "f_roofline_time_us": [100.0, 10.0, np.nan],
+            "f_pipes_time_us": [120.0, 12.0, np.nan],
+            "f_flops": [1e9, 1e6, np.nan],
+            "f_dram_bytes_min": [1e6, 1e7, np.nan],
+            "f_bound": pd.Series(["compute", "bandwidth", None], dtype="string"),
+            "m_roofline_time_us": [np.nan, np.nan, 5.0],
+            "m_flops": [np.nan, np.nan, 2e6],
+            "m_dram_bytes": [np.nan, np.nan, 1e6],
+            "m_bound": pd.Series([None, None, "bandwidth"], dtype="string"),
+        }
+    )
 
 
 def test_predictions_follow_the_roofline() -> None:

@@ -28,8 +28,9 @@ def kernels() -> pd.DataFrame:
     m = out.measurements
     m = m[~m["upstream_file"].str.contains("_history/") & m["roofline_class_published"].notna()]
     m = m.sort_values(["kernel_id", "upstream_row"]).drop_duplicates("kernel_id")
-    rows = m.merge(out.kernels[["kernel_id", "op", "language", "program", "source_text", "family"]],
-                   on="kernel_id")
+    rows = m.merge(
+        out.kernels[["kernel_id", "op", "language", "program", "source_text", "family"]], on="kernel_id"
+    )
     programs = sorted(rows["program"].unique())
     chosen = set(programs[::12])  # a fixed ~8% of the programs, both languages
     rows = rows[rows["program"].isin(chosen)].reset_index(drop=True)
@@ -64,21 +65,31 @@ def test_fit_selects_on_train_side_and_round_trips(kernels: pd.DataFrame, tmp_pa
     texts, progs = rc.kernel_texts(train)
     fitted = model.predict(rc.class_feature_frame(train), texts, progs)
     y = train["roofline_class_published"].astype(str).to_numpy()
-    assert rc.balanced_accuracy((y == "compute").astype(int), (fitted.to_numpy() == "compute").astype(int)) > 0.6
+    assert (
+        rc.balanced_accuracy((y == "compute").astype(int), (fitted.to_numpy() == "compute").astype(int)) > 0.6
+    )
     model.save(tmp_path / "m")
     again = rc.RooflineClassModel.load(tmp_path / "m")
     t_texts, t_progs = rc.kernel_texts(test)
     features = rc.class_feature_frame(test)
-    np.testing.assert_allclose(model.proba(features, t_texts, t_progs), again.proba(features, t_texts, t_progs))
+    np.testing.assert_allclose(
+        model.proba(features, t_texts, t_progs), again.proba(features, t_texts, t_progs)
+    )
     assert set(again.predict(features, t_texts, t_progs)) <= {"bandwidth", "compute"}
 
 
 def test_tabular_hook_answers_program_rows_only(kernels: pd.DataFrame) -> None:
-    mixed = pd.concat([kernels.assign(measurement_id=kernels["kernel_id"]),
-                       pd.DataFrame({"family": ["gemm"], "source": ["neusight"], "measurement_id": ["x"]})],
-                      ignore_index=True)
+    mixed = pd.concat(
+        [
+            kernels.assign(measurement_id=kernels["kernel_id"]),
+            pd.DataFrame({"family": ["gemm"], "source": ["neusight"], "measurement_id": ["x"]}),
+        ],
+        ignore_index=True,
+    )
     model = rc.fit_for_tabular(mixed, "roofline_class_published")
     assert model is not None
     predicted = rc.predict_for_tabular(model, mixed)
     assert len(predicted) == len(kernels) and mixed.index[-1] not in predicted.index
-    assert rc.fit_for_tabular(mixed.head(5), "roofline_class_published") is None  # too few: no model, no guess
+    assert (
+        rc.fit_for_tabular(mixed.head(5), "roofline_class_published") is None
+    )  # too few: no model, no guess

@@ -11,7 +11,7 @@ from components.serving.native import FlatTrees
 pytestmark = pytest.mark.skipif(compiler() is None, reason="no C compiler on this machine")
 
 
-def _booster(objective: str, seed: int, **extra):  # noqa: ANN003, ANN202 -- LightGBM params
+def _booster(objective: str, seed: int, **extra):
     import lightgbm as lgb
 
     rng = np.random.default_rng(seed)
@@ -21,7 +21,9 @@ def _booster(objective: str, seed: int, **extra):  # noqa: ANN003, ANN202 -- Lig
     x[:, 5] = rng.integers(0, 40, n)
     x[rng.random(x.shape) < 0.08] = np.nan  # NaNs in every column: the missing-value rules matter
     x[rng.random(n) < 0.05, 2] = 0.0  # exact zeros (missing type Zero when zero_as_missing)
-    signal = np.nan_to_num(x[:, 0]) * 3 + np.sin(np.nan_to_num(x[:, 1])) + (np.nan_to_num(x[:, 4]) % 3 == 0) * 2
+    signal = (
+        np.nan_to_num(x[:, 0]) * 3 + np.sin(np.nan_to_num(x[:, 1])) + (np.nan_to_num(x[:, 4]) % 3 == 0) * 2
+    )
     signal += (np.nan_to_num(x[:, 5]) % 7 == 1) * 1.5 + np.isnan(x[:, 3]) * 0.7
     if objective == "binary":
         y = (signal > np.median(signal)).astype(float)
@@ -30,8 +32,17 @@ def _booster(objective: str, seed: int, **extra):  # noqa: ANN003, ANN202 -- Lig
         extra = {"num_class": 3, **extra}
     else:
         y = signal + rng.normal(scale=0.1, size=n)
-    params = {"objective": objective, "num_leaves": 31, "min_data_in_leaf": 5, "verbose": -1, "seed": seed,
-              "cat_smooth": 1, "min_data_per_group": 5, "max_cat_to_onehot": 4, **extra}
+    params = {
+        "objective": objective,
+        "num_leaves": 31,
+        "min_data_in_leaf": 5,
+        "verbose": -1,
+        "seed": seed,
+        "cat_smooth": 1,
+        "min_data_per_group": 5,
+        "max_cat_to_onehot": 4,
+        **extra,
+    }
     data = lgb.Dataset(x, y, categorical_feature=[4, 5], free_raw_data=False)
     return lgb.train(params, data, num_boost_round=40), x
 
@@ -49,14 +60,21 @@ def _grid(x: np.ndarray, seed: int) -> np.ndarray:
     return np.vstack([x, grid])
 
 
-@pytest.mark.parametrize("objective,extra", [("regression", {}), ("regression", {"zero_as_missing": True}),
-                                             ("binary", {}), ("multiclass", {}),
-                                             # small trees: the branch-free (SIMD) form, NaN/zero rules
-                                             # included
-                                             ("regression", {"num_leaves": 4}),
-                                             ("regression", {"num_leaves": 5, "zero_as_missing": True}),
-                                             ("multiclass", {"num_leaves": 3})])
-def test_compiled_trees_equal_lightgbm(objective: str, extra: dict, tmp_path) -> None:  # noqa: ANN001
+@pytest.mark.parametrize(
+    "objective,extra",
+    [
+        ("regression", {}),
+        ("regression", {"zero_as_missing": True}),
+        ("binary", {}),
+        ("multiclass", {}),
+        # small trees: the branch-free (SIMD) form, NaN/zero rules
+        # included
+        ("regression", {"num_leaves": 4}),
+        ("regression", {"num_leaves": 5, "zero_as_missing": True}),
+        ("multiclass", {"num_leaves": 3}),
+    ],
+)
+def test_compiled_trees_equal_lightgbm(objective: str, extra: dict, tmp_path) -> None:
     booster, x = _booster(objective, seed=len(objective) + len(extra), **extra)
     flat = FlatTrees.from_dump(booster.dump_model())
     assert flat.categorical.any(), "no categorical split was exercised"
@@ -77,7 +95,7 @@ def test_compiled_trees_equal_lightgbm(objective: str, extra: dict, tmp_path) ->
         np.testing.assert_allclose(flat.predict(rows), booster.predict(rows), rtol=1e-14, atol=1e-300)
 
 
-def test_compiled_library_is_cached_by_model_hash(tmp_path) -> None:  # noqa: ANN001
+def test_compiled_library_is_cached_by_model_hash(tmp_path) -> None:
     booster, x = _booster("regression", seed=3)
     flat = FlatTrees.from_dump(booster.dump_model())
     first = compile_trees(flat, tmp_path)
@@ -93,7 +111,7 @@ def test_compiled_library_is_cached_by_model_hash(tmp_path) -> None:  # noqa: AN
     assert compile_trees(other, tmp_path, build=False) is None  # a different model is not in the cache
 
 
-def test_no_compiler_falls_back_to_numpy_with_a_note(tmp_path, monkeypatch) -> None:  # noqa: ANN001
+def test_no_compiler_falls_back_to_numpy_with_a_note(tmp_path, monkeypatch) -> None:
     booster, x = _booster("regression", seed=5)
     flat = FlatTrees.from_dump(booster.dump_model())
     monkeypatch.setenv("CC", "")
@@ -104,7 +122,7 @@ def test_no_compiler_falls_back_to_numpy_with_a_note(tmp_path, monkeypatch) -> N
     assert np.allclose(flat.predict(grid), booster.predict(grid), rtol=1e-12, atol=1e-12)
 
 
-def test_a_load_compiles_in_the_background_and_picks_the_library_up(tmp_path, monkeypatch) -> None:  # noqa: ANN001
+def test_a_load_compiles_in_the_background_and_picks_the_library_up(tmp_path, monkeypatch) -> None:
     import time
 
     booster, x = _booster("regression", seed=6)
@@ -114,17 +132,22 @@ def test_a_load_compiles_in_the_background_and_picks_the_library_up(tmp_path, mo
     flat = FlatTrees.load(npz)  # never waits for the compiler
     assert flat.compiled is None and flat._pending is not None and "background" in (flat.compiled_note or "")
     grid = _grid(x, seed=2)[:3000]
-    assert np.allclose(flat.predict(grid), booster.predict(grid), rtol=1e-12, atol=1e-12)  # numpy walk meanwhile
+    assert np.allclose(
+        flat.predict(grid), booster.predict(grid), rtol=1e-12, atol=1e-12
+    )  # numpy walk meanwhile
     deadline = time.monotonic() + 300
     marker = flat._pending.with_name(flat._pending.name + ".building")
     while (not flat._pending.is_file() or marker.exists()) and time.monotonic() < deadline:
         time.sleep(0.5)
     np.testing.assert_array_equal(flat.predict(grid), booster.predict(grid, raw_score=True))
-    assert flat.compiled is not None and flat.compiled.library.parent == tmp_path / "home" / "cache" / "compiled-trees"
+    assert (
+        flat.compiled is not None
+        and flat.compiled.library.parent == tmp_path / "home" / "cache" / "compiled-trees"
+    )
     assert not list(flat.compiled.library.parent.glob("*.building"))
 
 
-def test_large_batches_are_sorted_for_the_walk_and_answered_in_input_order(tmp_path) -> None:  # noqa: ANN001
+def test_large_batches_are_sorted_for_the_walk_and_answered_in_input_order(tmp_path) -> None:
     from components.serving.compiled import SORT_MIN_ROWS, sort_features
 
     booster, x = _booster("regression", seed=8)
@@ -137,11 +160,12 @@ def test_large_batches_are_sorted_for_the_walk_and_answered_in_input_order(tmp_p
     raw = booster.predict(grid, raw_score=True)
     np.testing.assert_array_equal(compiled.raw(grid)[:, 0], raw)
     # Row by row (never sorted) gives the same numbers: the order only changes speed.
-    np.testing.assert_array_equal(np.concatenate([compiled.raw(grid[i:i + 100])[:, 0] for i in range(0, 3000, 100)]),
-                                  raw[:3000])
+    np.testing.assert_array_equal(
+        np.concatenate([compiled.raw(grid[i : i + 100])[:, 0] for i in range(0, 3000, 100)]), raw[:3000]
+    )
 
 
-def test_walk_order_of_category_codes_groups_rows_and_changes_no_answer(tmp_path) -> None:  # noqa: ANN001
+def test_walk_order_of_category_codes_groups_rows_and_changes_no_answer(tmp_path) -> None:
     from components.serving.compiled import walk_order
 
     booster, x = _booster("regression", seed=10)

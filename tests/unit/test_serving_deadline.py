@@ -13,8 +13,10 @@ from components.serving.app import ServerLimits, create_app
 from components.serving.deadline import Deadline, DeadlineExceeded, bound, check
 from components.serving.question_forms import parse_questions
 
-SAXPY = "__global__ void saxpy(int n, float a, const float* x, float* y) {\n" \
-        "  int i = blockIdx.x * blockDim.x + threadIdx.x; if (i < n) y[i] = a * x[i] + y[i]; }\n"
+SAXPY = (
+    "__global__ void saxpy(int n, float a, const float* x, float* y) {\n"
+    "  int i = blockIdx.x * blockDim.x + threadIdx.x; if (i < n) y[i] = a * x[i] + y[i]; }\n"
+)
 
 
 def test_check_is_a_no_op_without_a_deadline_and_raises_once_cancelled() -> None:
@@ -64,15 +66,17 @@ def test_a_timed_out_request_is_a_504_and_its_source_is_never_compiled(monkeypat
     calls: list[int] = []
     original = q._program_answers
 
-    def counting(*args, **kwargs):  # noqa: ANN002, ANN003
+    def counting(*args, **kwargs):
         calls.append(1)
         return original(*args, **kwargs)
 
     monkeypatch.setattr(q, "_program_answers", counting)
     app = create_app("roofline", limits=ServerLimits(request_timeout_s=1e-9), poll=False)
     with TestClient(app) as client:
-        body = {"kernels": [{"source": SAXPY, "language": "cuda", "launch": {"grid": [64], "block": [256]}}],
-                "devices": ["H100"]}
+        body = {
+            "kernels": [{"source": SAXPY, "language": "cuda", "launch": {"grid": [64], "block": [256]}}],
+            "devices": ["H100"],
+        }
         response = client.post("/v1/predict", json=body)
     assert response.status_code == 504, response.text
     assert response.json()["error"]["code"] == "timeout"

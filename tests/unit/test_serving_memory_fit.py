@@ -12,7 +12,7 @@ from components.serving.questions import answer_questions
 HUGE = {"op": "gemm", "shape": {"M": 1_000_000, "N": 1000, "K": 60_000}, "dtype": "fp32"}
 
 
-def _roofline():  # noqa: ANN202
+def _roofline():
     from components.models.roofline import RooflinePredictor
 
     return RooflinePredictor()
@@ -29,9 +29,11 @@ def test_a_gemm_larger_than_the_gpu_memory_is_refused_naming_sizes_and_memory() 
 
 
 def test_questions_that_fit_are_answered_on_every_gpu() -> None:
-    rows = [{"op": "gemm", "shape": {"M": 8192, "N": 8192, "K": 8192}, "dtype": "bf16", "device": "T4"},
-            {"op": "add", "shape": {"N": 1 << 24}, "dtype": "fp32", "device": "L4"},
-            {"op": "softmax", "shape": {"B": 4096, "H": 32768}, "dtype": "fp16", "device": "H100"}]
+    rows = [
+        {"op": "gemm", "shape": {"M": 8192, "N": 8192, "K": 8192}, "dtype": "bf16", "device": "T4"},
+        {"op": "add", "shape": {"N": 1 << 24}, "dtype": "fp32", "device": "L4"},
+        {"op": "softmax", "shape": {"B": 4096, "H": 32768}, "dtype": "fp16", "device": "H100"},
+    ]
     answers = answer_questions(_roofline(), parse_questions(rows), model_version="roofline")
     assert all(a["duration_us"] > 0 for a in answers)
 
@@ -61,7 +63,23 @@ def test_rank_leaves_out_the_gpus_a_workload_does_not_fit_and_says_so(tmp_path, 
     assert [e["device"] for e in ranking] == ["h100-sxm"]
     assert rank_note([big], specs, None) == "not ranked, the workload does not fit their memory: t4, l4"
     monkeypatch.setenv("KERNELCAST_HOME", str(tmp_path))
-    result = CliRunner().invoke(app, ["rank", "--op", "gemm", "--shape", "M=100000,N=100000,K=20000", "--dtype",
-                                      "bf16", "--device", "H100", "--device", "T4", "--model", "roofline"])
+    result = CliRunner().invoke(
+        app,
+        [
+            "rank",
+            "--op",
+            "gemm",
+            "--shape",
+            "M=100000,N=100000,K=20000",
+            "--dtype",
+            "bf16",
+            "--device",
+            "H100",
+            "--device",
+            "T4",
+            "--model",
+            "roofline",
+        ],
+    )
     assert result.exit_code == 0, result.output
     assert "note: not ranked, the workload does not fit their memory: t4" in result.output, result.output

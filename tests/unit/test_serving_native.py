@@ -29,7 +29,9 @@ def trained(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, pd.DataFram
     table = build_feature_table(measurements, output.kernels, catalog)
     folder = tmp_path_factory.mktemp("model") / "tabular"
     # Small but real: family and dtype enter as categorical features, so categorical splits occur.
-    TabularPredictor(TabularConfig(n_estimators=60, num_leaves=15, min_child_samples=5, min_rows=10)).fit(table).save(folder)
+    TabularPredictor(TabularConfig(n_estimators=60, num_leaves=15, min_child_samples=5, min_rows=10)).fit(
+        table
+    ).save(folder)
     return folder, table
 
 
@@ -54,8 +56,11 @@ def test_flat_trees_equal_lightgbm(trained, tmp_path: Path) -> None:
         assert isinstance(booster, lgb.Booster)
         for matrix in (x, noisy):
             expected = booster.predict(matrix)
-            got = flat.models[target].raw(matrix)[:, 0] if flat.models[target].n_classes == 1 else \
-                flat.models[target].predict(matrix)
+            got = (
+                flat.models[target].raw(matrix)[:, 0]
+                if flat.models[target].n_classes == 1
+                else flat.models[target].predict(matrix)
+            )
             assert np.allclose(got, expected, rtol=1e-12, atol=1e-12), target
     assert any(flat.models[t].categorical.any() for t in flat.models), "no categorical split was exercised"
     pd.testing.assert_frame_equal(flat.predict(table), reference.predict(table))
@@ -86,7 +91,9 @@ def test_the_array_fast_path_equals_the_predictor(trained, tmp_path: Path, flat_
     # family/op stay categoricals (the bulk form), dtype becomes an object array of str (the server's form)
     batch["dtype"] = np.asarray(batch["dtype"], dtype=object)
     batch["dtype"][:40] = "fp8"  # emulation notes on GPUs without fp8
-    cols = op_feature_columns(batch["family"], batch["op"], batch["dtype"], batch["dims"], batch["device_index"], specs)
+    cols = op_feature_columns(
+        batch["family"], batch["op"], batch["dtype"], batch["dims"], batch["device_index"], specs
+    )
     fast = fast_model(predictor).predict(cols)
     reference = predictor.predict(table_of(cols))
     assert set(fast) == set(reference.columns)
@@ -96,8 +103,12 @@ def test_the_array_fast_path_equals_the_predictor(trained, tmp_path: Path, flat_
         if column == "pred_note":
             assert [None if pd.isna(e) else e for e in expected] == list(got)
         else:
-            assert np.allclose(np.asarray(got, dtype="float64"), np.asarray(expected, dtype="float64"),
-                               rtol=1e-12, equal_nan=True), column
+            assert np.allclose(
+                np.asarray(got, dtype="float64"),
+                np.asarray(expected, dtype="float64"),
+                rtol=1e-12,
+                equal_nan=True,
+            ), column
 
 
 def test_categorical_labels_featurise_exactly_as_strings() -> None:
@@ -112,10 +123,17 @@ def test_categorical_labels_featurise_exactly_as_strings() -> None:
     as_str = {k: np.asarray(batch[k], dtype=object) for k in ("family", "op", "dtype")}
     as_str["family"][:50] = "collective"  # no formula: NaN features, a note code
     categorical = {k: pd.Categorical(v) for k, v in as_str.items()}
-    got = op_feature_columns(categorical["family"], categorical["op"], categorical["dtype"], batch["dims"],
-                             batch["device_index"], specs)
-    expected = op_feature_columns(as_str["family"], as_str["op"], as_str["dtype"], batch["dims"],
-                                  batch["device_index"], specs)
+    got = op_feature_columns(
+        categorical["family"],
+        categorical["op"],
+        categorical["dtype"],
+        batch["dims"],
+        batch["device_index"],
+        specs,
+    )
+    expected = op_feature_columns(
+        as_str["family"], as_str["op"], as_str["dtype"], batch["dims"], batch["device_index"], specs
+    )
     assert set(got) == set(expected)
     for name, values in expected.items():
         if np.asarray(values).dtype.kind == "f":

@@ -59,7 +59,13 @@ def get_init_inputs():
 def test_breakdown_is_nested_json_not_a_string() -> None:
     app = create_app("roofline", allow_modules=True, poll=False)
     with TestClient(app) as test_client:
-        response = test_client.post("/v1/predict", json={"kernels": [{"module": MODULE}], "devices": ["H100"]})
+        response = test_client.post(
+            "/v1/predict", json={"kernels": [{"module": MODULE}], "devices": ["H100"]}
+        )
     assert response.status_code == 200, response.text
     breakdown = response.json()["predictions"][0]["breakdown"]
-    assert isinstance(breakdown, list) and breakdown and {"op", "count", "duration_us", "bound"} <= set(breakdown[0])
+    assert (
+        isinstance(breakdown, list)
+        and breakdown
+        and {"op", "count", "duration_us", "bound"} <= set(breakdown[0])
+    )

@@ -63,8 +63,12 @@ def test_workers_left_behind_by_an_exiting_leader_are_stopped(tmp_path: Path) ->
 def test_stop_group_escalates_to_sigkill() -> None:
     # The shell says "ready" once its trap is set (an explicit event, not a 0.3 s guess that a busy
     # box can lose: a SIGTERM before the trap would end the shell and never test the escalation).
-    stubborn = subprocess.Popen(["sh", "-c", "trap '' TERM; echo ready; sleep 300"], start_new_session=True,
-                                stdout=subprocess.PIPE, text=True)
+    stubborn = subprocess.Popen(
+        ["sh", "-c", "trap '' TERM; echo ready; sleep 300"],
+        start_new_session=True,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
     assert stubborn.stdout is not None and stubborn.stdout.readline().strip() == "ready"
     stop_group(stubborn.pid, signal.SIGTERM, grace_s=1.0, leader=stubborn)
     assert stubborn.wait(timeout=10) == -signal.SIGKILL

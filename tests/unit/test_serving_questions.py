@@ -9,9 +9,9 @@ import pandas as pd
 import pytest
 
 from components.models.roofline import RooflinePredictor
-from components.serving.query import QueryError, query_frames
 from components.serving.answer_fields import ANSWER_KEYS
 from components.serving.op_answers import op_table
+from components.serving.query import QueryError, query_frames
 from components.serving.question_forms import parse_questions
 from components.serving.questions import answer_frame, answer_questions
 
@@ -31,8 +31,9 @@ SAMPLE = [
 
 
 def _questions():
-    return parse_questions([{"op": op, "shape": shape, "dtype": dtype, "device": device}
-                            for op, shape, dtype, device in SAMPLE])
+    return parse_questions(
+        [{"op": op, "shape": shape, "dtype": dtype, "device": device} for op, shape, dtype, device in SAMPLE]
+    )
 
 
 def test_vectorised_features_equal_the_feature_builders(tmp_path, monkeypatch) -> None:
@@ -53,7 +54,11 @@ def test_vectorised_features_equal_the_feature_builders(tmp_path, monkeypatch) -
             if isinstance(expected, str) or column in ("f_bound", "m_bound"):
                 assert (pd.isna(expected) and pd.isna(got)) or expected == got, (op, column)
             else:
-                assert np.allclose(float(expected), float(got), rtol=1e-12, equal_nan=True), (op, device, column)
+                assert np.allclose(float(expected), float(got), rtol=1e-12, equal_nan=True), (
+                    op,
+                    device,
+                    column,
+                )
 
 
 def test_answers_carry_every_key_and_the_roofline_view() -> None:
@@ -61,7 +66,9 @@ def test_answers_carry_every_key_and_the_roofline_view() -> None:
     assert [a["question"] for a in answers] == list(range(len(SAMPLE)))
     for answer in answers:
         assert set(ANSWER_KEYS) <= set(answer)
-        assert answer["kind"] == "op" and answer["model_version"] == "roofline" and answer["breakdown"] is None
+        assert (
+            answer["kind"] == "op" and answer["model_version"] == "roofline" and answer["breakdown"] is None
+        )
         assert answer["roofline_us"] > 0 and answer["headroom"] == pytest.approx(1.0)
         assert answer["bound_pipe"] in {"tensor", "fp32", "fp64", "sfu", "dram", "l2", "launch"}
     gemm = answers[0]
@@ -71,39 +78,94 @@ def test_answers_carry_every_key_and_the_roofline_view() -> None:
     assert "fp8" in answers[3]["note"]  # V100 has no fp8: the answer says it is an emulation estimate
 
 
-@pytest.mark.parametrize(("row", "fragments"), [
-    ({"op": "gemm", "shape": {"M": 64, "N": 64}, "device": "H100"}, ("missing K", "M, N, K")),
-    ({"op": "add", "shape": {"N": 10, "Q": 3}, "device": "H100"}, ("unknown Q",)),
-    ({"op": "gemm", "shape": {"M": 1, "N": 1, "K": 1}, "dtype": "banana", "device": "H100"}, ("banana", "fp32, tf32")),
-    ({"op": "gemm", "shape": {"M": 10**12, "N": 4, "K": 4}, "device": "H100"}, ("68,719,476,736",)),
-    ({"op": "gemm", "shape": {"M": 2**24, "N": 2**24, "K": 2**20}, "device": "H100"}, ("2**36 per tensor",)),
-    ({"op": "attention", "shape": {"B": 1, "S": 8, "KV": 4, "H": 8, "HKV": 8, "D": 64}, "device": "H100"},
-     ("S = 8", "KV = 4")),
-    ({"op": "attention", "shape": {"B": 1, "S": 1, "KV": 4, "H": 6, "HKV": 4, "D": 64}, "device": "H100"},
-     ("multiple of HKV",)),
-    ({"op": "allreduce", "shape": {"bytes": 1024, "gpus": 1}, "device": "H100"}, ("at least 2 GPUs",)),
-    ({"op": "add", "shape": {"N": 1024}, "dtype": "int4_wo", "device": "H100"}, ("weight quantisation",)),
-    ({"op": "add", "shape": {"N": 2**24, "B": 4}, "device": "H100"}, ("shape",)),
-    ({"op": "gemm", "shape": {"M": 0, "N": 1, "K": 1}, "device": "H100"}, ("shape.M",)),
-    ({"op": "gemm", "shape": {"M": 1.5, "N": 1, "K": 1}, "device": "H100"}, ("shape.M",)),
-    ({"op": "gemm", "shape": "{not json", "device": "H100"}, ("not valid JSON",)),
-    ({"op": "conv9", "shape": {"M": 1}, "device": "H100"}, ("conv9", "gemm")),
-    ({"op": "gemm", "shape": {"M": 1, "N": 1, "K": 1}, "device": "H999"}, ("H999",)),
-    ({"op": "gemm", "shape": {"M": 1, "N": 1, "K": 1}}, ("exactly one of device",)),
-    ({"op": "gemm", "shape": {"M": 1, "N": 1, "K": 1}, "device": "H100", "device_spec": "{}"}, ("exactly one of",)),
-    ({"op": "gemm", "shape": {"M": 1, "N": 1, "K": 1}, "module": "x", "device": "H100"}, ("exactly one kernel form",)),
-    ({"device": "H100"}, ("exactly one kernel form",)),
-    ({"op": "gemm", "shape": {"M": 1, "N": 1, "K": 1}, "device": "H100", "colour": "red"}, ("colour",)),
-    ({"source": "__global__ void k(){}", "language": "fortran", "launch": {"grid": [1], "block": [1]},
-      "device": "H100"}, ("fortran", "cuda, hip")),
-    ({"source": "__global__ void k(){}", "language": "cuda", "launch": {"grid": [1]}, "device": "H100"},
-     ("missing 'block'",)),
-    ({"source": "__global__ void k(){}", "language": "cuda", "launch": {"grid": [1], "block": [64, 32]},
-      "device": "H100"}, ("2048 threads",)),
-    ({"source": "x" * 300_000, "language": "cuda", "launch": {"grid": [1], "block": [1]}, "device": "H100"},
-     ("at most 200,000",)),
-    ({"op": "gemm", "shape": {"M": 1, "N": 1, "K": 1}, "device_spec": {"name": "X"}}, ("device_spec",)),
-])
+@pytest.mark.parametrize(
+    ("row", "fragments"),
+    [
+        ({"op": "gemm", "shape": {"M": 64, "N": 64}, "device": "H100"}, ("missing K", "M, N, K")),
+        ({"op": "add", "shape": {"N": 10, "Q": 3}, "device": "H100"}, ("unknown Q",)),
+        (
+            {"op": "gemm", "shape": {"M": 1, "N": 1, "K": 1}, "dtype": "banana", "device": "H100"},
+            ("banana", "fp32, tf32"),
+        ),
+        ({"op": "gemm", "shape": {"M": 10**12, "N": 4, "K": 4}, "device": "H100"}, ("68,719,476,736",)),
+        (
+            {"op": "gemm", "shape": {"M": 2**24, "N": 2**24, "K": 2**20}, "device": "H100"},
+            ("2**36 per tensor",),
+        ),
+        (
+            {
+                "op": "attention",
+                "shape": {"B": 1, "S": 8, "KV": 4, "H": 8, "HKV": 8, "D": 64},
+                "device": "H100",
+            },
+            ("S = 8", "KV = 4"),
+        ),
+        (
+            {
+                "op": "attention",
+                "shape": {"B": 1, "S": 1, "KV": 4, "H": 6, "HKV": 4, "D": 64},
+                "device": "H100",
+            },
+            ("multiple of HKV",),
+        ),
+        ({"op": "allreduce", "shape": {"bytes": 1024, "gpus": 1}, "device": "H100"}, ("at least 2 GPUs",)),
+        ({"op": "add", "shape": {"N": 1024}, "dtype": "int4_wo", "device": "H100"}, ("weight quantisation",)),
+        ({"op": "add", "shape": {"N": 2**24, "B": 4}, "device": "H100"}, ("shape",)),
+        ({"op": "gemm", "shape": {"M": 0, "N": 1, "K": 1}, "device": "H100"}, ("shape.M",)),
+        ({"op": "gemm", "shape": {"M": 1.5, "N": 1, "K": 1}, "device": "H100"}, ("shape.M",)),
+        ({"op": "gemm", "shape": "{not json", "device": "H100"}, ("not valid JSON",)),
+        ({"op": "conv9", "shape": {"M": 1}, "device": "H100"}, ("conv9", "gemm")),
+        ({"op": "gemm", "shape": {"M": 1, "N": 1, "K": 1}, "device": "H999"}, ("H999",)),
+        ({"op": "gemm", "shape": {"M": 1, "N": 1, "K": 1}}, ("exactly one of device",)),
+        (
+            {"op": "gemm", "shape": {"M": 1, "N": 1, "K": 1}, "device": "H100", "device_spec": "{}"},
+            ("exactly one of",),
+        ),
+        (
+            {"op": "gemm", "shape": {"M": 1, "N": 1, "K": 1}, "module": "x", "device": "H100"},
+            ("exactly one kernel form",),
+        ),
+        ({"device": "H100"}, ("exactly one kernel form",)),
+        ({"op": "gemm", "shape": {"M": 1, "N": 1, "K": 1}, "device": "H100", "colour": "red"}, ("colour",)),
+        (
+            {
+                "source": "__global__ void k(){}",
+                "language": "fortran",
+                "launch": {"grid": [1], "block": [1]},
+                "device": "H100",
+            },
+            ("fortran", "cuda, hip"),
+        ),
+        (
+            {
+                "source": "__global__ void k(){}",
+                "language": "cuda",
+                "launch": {"grid": [1]},
+                "device": "H100",
+            },
+            ("missing 'block'",),
+        ),
+        (
+            {
+                "source": "__global__ void k(){}",
+                "language": "cuda",
+                "launch": {"grid": [1], "block": [64, 32]},
+                "device": "H100",
+            },
+            ("2048 threads",),
+        ),
+        (
+            {
+                "source": "x" * 300_000,
+                "language": "cuda",
+                "launch": {"grid": [1], "block": [1]},
+                "device": "H100",
+            },
+            ("at most 200,000",),
+        ),
+        ({"op": "gemm", "shape": {"M": 1, "N": 1, "K": 1}, "device_spec": {"name": "X"}}, ("device_spec",)),
+    ],
+)
 def test_malformed_questions_are_errors_naming_row_and_field(row: dict, fragments: tuple[str, ...]) -> None:
     good = {"op": "add", "shape": {"N": 4}, "device": "T4"}
     with pytest.raises(QueryError) as info:
@@ -117,10 +179,17 @@ def test_a_full_device_spec_and_a_json_shape_are_accepted() -> None:
 
     spec = load_catalog().resolve("H100").model_dump()
     spec.update(id="my-h100", name="My H100", aliases=())
-    questions = parse_questions([{"op": "gemm", "shape": json.dumps({"M": 256, "N": 256, "K": 256}),
-                                  "device_spec": json.dumps(spec), "dtype": "bfloat16"},
-                                 {"op": "gemm", "shape": {"M": 256, "N": 256, "K": 256}, "device": "H100",
-                                  "dtype": "bf16"}])
+    questions = parse_questions(
+        [
+            {
+                "op": "gemm",
+                "shape": json.dumps({"M": 256, "N": 256, "K": 256}),
+                "device_spec": json.dumps(spec),
+                "dtype": "bfloat16",
+            },
+            {"op": "gemm", "shape": {"M": 256, "N": 256, "K": 256}, "device": "H100", "dtype": "bf16"},
+        ]
+    )
     assert questions[0].dtype == "bf16" and questions[0].device.id == "my-h100"
     mine, catalog = answer_questions(RooflinePredictor(), questions, model_version="roofline")
     assert mine["device"] == "my-h100" and mine["duration_us"] == pytest.approx(catalog["duration_us"])
@@ -133,11 +202,18 @@ def test_modules_are_refused_unless_allowed() -> None:
 
 
 def test_answer_frame_is_what_the_pyfunc_returns() -> None:
-    frame = pd.DataFrame({"device": ["H100", "T4"], "op": ["gemm", "add"],
-                          "shape": ['{"M": 64, "N": 64, "K": 64}', '{"N": 4096}'], "dtype": ["fp16", None],
-                          "source": [None, None], "device_spec": [None, np.nan]})
+    frame = pd.DataFrame(
+        {
+            "device": ["H100", "T4"],
+            "op": ["gemm", "add"],
+            "shape": ['{"M": 64, "N": 64, "K": 64}', '{"N": 4096}'],
+            "dtype": ["fp16", None],
+            "source": [None, None],
+            "device_spec": [None, np.nan],
+        }
+    )
     out = answer_frame(RooflinePredictor(), frame, model_version="roofline")
-    assert list(out.columns[:len(ANSWER_KEYS)]) == list(ANSWER_KEYS) and len(out) == 2
+    assert list(out.columns[: len(ANSWER_KEYS)]) == list(ANSWER_KEYS) and len(out) == 2
     assert out["device"].tolist() == ["h100-sxm", "t4"] and out["duration_us"].gt(0).all()
     with pytest.raises(QueryError, match="question 1"):
         answer_frame(RooflinePredictor(), frame.assign(dtype=["fp16", "banana"]), model_version="roofline")

@@ -10,15 +10,34 @@ import pytest
 
 pytest.importorskip("cuda.bindings.nvrtc")
 
-from components.devices import load_catalog  # noqa: E402
-from components.programs.errors import ProgramError  # noqa: E402
-from components.programs.source_predict import predict_source  # noqa: E402
+from components.devices import load_catalog
+from components.programs.errors import ProgramError
+from components.programs.source_predict import predict_source
 
 DATASETS = Path(__file__).resolve().parents[2].parent / "shared" / "datasets"
 BABELSTREAM = DATASETS / "gpuflopbench" / "src" / "babelstream-cuda" / "main.cu"
-ANSWER_KEYS = {"question", "device", "device_name", "kind", "duration_us", "duration_us_lo", "duration_us_hi",
-               "achieved_gbps", "gflops", "l1_hit_rate", "l2_hit_rate", "arith_intensity", "roofline_class",
-               "bound_pipe", "roofline_us", "headroom", "ood", "note", "model_version", "breakdown"}
+ANSWER_KEYS = {
+    "question",
+    "device",
+    "device_name",
+    "kind",
+    "duration_us",
+    "duration_us_lo",
+    "duration_us_hi",
+    "achieved_gbps",
+    "gflops",
+    "l1_hit_rate",
+    "l2_hit_rate",
+    "arith_intensity",
+    "roofline_class",
+    "bound_pipe",
+    "roofline_us",
+    "headroom",
+    "ood",
+    "note",
+    "model_version",
+    "breakdown",
+}
 
 
 @pytest.fixture(scope="module")
@@ -28,7 +47,9 @@ def source() -> str:
     return BABELSTREAM.read_text()
 
 
-def test_real_program_one_kernel_on_two_gpus(source: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_real_program_one_kernel_on_two_gpus(
+    source: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     monkeypatch.setenv("KERNELCAST_HOME", str(tmp_path))
     catalog = load_catalog()
     specs = [catalog.resolve("H100"), catalog.resolve("V100")]
@@ -44,45 +65,69 @@ def test_real_program_one_kernel_on_two_gpus(source: str, tmp_path: Path, monkey
     assert entry["op"] == "copy_kernel<float>" and entry["bound"] == "dram"
 
 
-def test_several_kernels_get_a_breakdown(source: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_several_kernels_get_a_breakdown(
+    source: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     monkeypatch.setenv("KERNELCAST_HOME", str(tmp_path))
-    (answer,) = predict_source(source, "cuda", {"grid": [1024], "block": [256]}, None,
-                               [load_catalog().resolve("H100")], None)
+    (answer,) = predict_source(
+        source, "cuda", {"grid": [1024], "block": [256]}, None, [load_catalog().resolve("H100")], None
+    )
     ops = [entry["op"] for entry in json.loads(answer["breakdown"])]
     assert len(ops) >= 4 and "copy_kernel<float>" in ops and "kernels in the source" in answer["note"]
 
 
-@pytest.mark.parametrize(("source", "language", "launch", "match"), [
-    ("__global__ void k(float* a) { a[0] = 1; }", "fortran", {"grid": [1], "block": [1]}, "language"),
-    ("__global__ void k(float* a) { a[0] = 1; }", "cuda", {"grid": [1]}, "missing block"),
-    ("__global__ void k(float* a) { a[0] = 1; }", "cuda", {"grid": [1], "block": [2048]}, "at most 1024"),
-    ("__global__ void k(float* a) { a[0] = 1; }", "cuda", {"grid": [1], "block": [1], "kernel": "nope"}, "nope"),
-    ("int helper(int x) { return x; }", "cuda", {"grid": [1], "block": [1]}, "no __global__"),
-    ("__global__ void k(float* a) { a[0] = ; }", "cuda", {"grid": [1], "block": [1]}, "compilation failed"),
-])
-def test_bad_questions_are_program_errors(source: str, language: str, launch: dict, match: str,
-                                          tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+@pytest.mark.parametrize(
+    ("source", "language", "launch", "match"),
+    [
+        ("__global__ void k(float* a) { a[0] = 1; }", "fortran", {"grid": [1], "block": [1]}, "language"),
+        ("__global__ void k(float* a) { a[0] = 1; }", "cuda", {"grid": [1]}, "missing block"),
+        ("__global__ void k(float* a) { a[0] = 1; }", "cuda", {"grid": [1], "block": [2048]}, "at most 1024"),
+        (
+            "__global__ void k(float* a) { a[0] = 1; }",
+            "cuda",
+            {"grid": [1], "block": [1], "kernel": "nope"},
+            "nope",
+        ),
+        ("int helper(int x) { return x; }", "cuda", {"grid": [1], "block": [1]}, "no __global__"),
+        (
+            "__global__ void k(float* a) { a[0] = ; }",
+            "cuda",
+            {"grid": [1], "block": [1]},
+            "compilation failed",
+        ),
+    ],
+)
+def test_bad_questions_are_program_errors(
+    source: str, language: str, launch: dict, match: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     monkeypatch.setenv("KERNELCAST_HOME", str(tmp_path))
     with pytest.raises(ProgramError, match=match):
         predict_source(source, language, launch, None, [load_catalog().resolve("H100")], None)
 
 
-SAXPY = ('extern "C" __global__ void saxpy(int n, float a, const float* x, float* y) {\n'
-         "    int i = blockIdx.x * blockDim.x + threadIdx.x;\n    if (i < n) y[i] = a * x[i] + y[i];\n}\n")
-GRID_STRIDE = ('extern "C" __global__ void scale(int n, float a, float* y) {\n'
-               "    for (int i = blockIdx.x * blockDim.x + threadIdx.x; i < n; i += blockDim.x * gridDim.x)\n"
-               "        y[i] = a * y[i];\n}\n")
+SAXPY = (
+    'extern "C" __global__ void saxpy(int n, float a, const float* x, float* y) {\n'
+    "    int i = blockIdx.x * blockDim.x + threadIdx.x;\n    if (i < n) y[i] = a * x[i] + y[i];\n}\n"
+)
+GRID_STRIDE = (
+    'extern "C" __global__ void scale(int n, float a, float* y) {\n'
+    "    for (int i = blockIdx.x * blockDim.x + threadIdx.x; i < n; i += blockDim.x * gridDim.x)\n"
+    "        y[i] = a * y[i];\n}\n"
+)
 
 
 def test_a_kernel_without_a_loop_gets_no_loop_note_and_no_interval_below_its_roofline(
-        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """The issue's case: saxpy --launch 65536/256 answered 6.86-54,886 us, noting loop bodies on a loop-free kernel."""
     monkeypatch.setenv("KERNELCAST_HOME", str(tmp_path))
-    (answer,) = predict_source(SAXPY, "cuda", {"grid": [65536], "block": [256]}, "fp32",
-                               [load_catalog().resolve("H100")], None)
+    (answer,) = predict_source(
+        SAXPY, "cuda", {"grid": [65536], "block": [256]}, "fp32", [load_catalog().resolve("H100")], None
+    )
     assert "loop bodies assumed" not in answer["note"], answer["note"]
     assert "no loops" in answer["note"]
     assert answer["duration_us_lo"] >= answer["roofline_us"] > 0  # never below the roofline time
-    (looped,) = predict_source(GRID_STRIDE, "cuda", {"grid": [1024], "block": [256]}, "fp32",
-                               [load_catalog().resolve("H100")], None)
+    (looped,) = predict_source(
+        GRID_STRIDE, "cuda", {"grid": [1024], "block": [256]}, "fp32", [load_catalog().resolve("H100")], None
+    )
     assert "scale: 1 loop" in looped["note"] and "run 8 times" in looped["note"], looped["note"]

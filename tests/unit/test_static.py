@@ -9,7 +9,7 @@ import pytest
 
 pytest.importorskip("cuda.bindings.nvrtc")
 
-from components.features.static import (  # noqa: E402
+from components.features.static import (
     CompileError,
     analyze_file,
     analyze_source,
@@ -18,8 +18,8 @@ from components.features.static import (  # noqa: E402
     short_kernel_name,
     static_feature_frame,
 )
-from components.features.static_sass import classify_opcode, loop_structure, parse_ptxas_log  # noqa: E402
-from components.features.static_source import prepare_source  # noqa: E402
+from components.features.static_sass import classify_opcode, loop_structure, parse_ptxas_log
+from components.features.static_source import prepare_source
 
 FP32 = """
 __global__ void fma_loop(float* a, int n) {

@@ -11,30 +11,56 @@ import pytest
 
 from components.devices import load_catalog
 from components.features.static_amdgpu import (
-    analyze_function, classify_instruction, occupancy, split_functions, waves_per_simd_by_registers,
+    analyze_function,
+    classify_instruction,
+    occupancy,
+    split_functions,
+    waves_per_simd_by_registers,
 )
 from components.features.static_compile import CompileError
 from components.features.static_hip import (
-    HipToolchainMissing, hip_arch_for_device, hip_compile_arch, hip_toolchain, untranslatable_reason,
+    HipToolchainMissing,
+    hip_arch_for_device,
+    hip_compile_arch,
+    hip_toolchain,
+    untranslatable_reason,
 )
 
 DATASETS = Path(__file__).resolve().parents[2].parent / "shared" / "datasets"
 CONV_HIP = DATASETS / "benchmark_hub" / "kernels" / "convolution_milo.cu.hip"
 DEVICE_LIBS = Path("/usr/lib/x86_64-linux-gnu/amdgcn/bitcode/ockl.bc")
-needs_hip = pytest.mark.skipif(shutil.which("hipcc") is None or not DEVICE_LIBS.is_file(),
-                               reason="HIP compiler absent: apt-get install hipcc rocm-device-libs")
+needs_hip = pytest.mark.skipif(
+    shutil.which("hipcc") is None or not DEVICE_LIBS.is_file(),
+    reason="HIP compiler absent: apt-get install hipcc rocm-device-libs",
+)
 
 
-@pytest.mark.parametrize(("mnemonic", "shared", "amd"), [
-    ("v_fmac_f32_e32", "fp32", "valu"), ("v_fma_f64", "fp64", "valu"), ("v_pk_fma_f16", "fp16", "valu"),
-    ("v_add_u32_e32", "int", "valu"), ("v_cvt_f32_i32_e32", "convert", "valu"), ("v_exp_f32_e32", "sfu", "valu"),
-    ("v_mfma_f32_32x32x8f16", "tensor", "matrix"), ("v_dot2_f32_f16", "fp16", "matrix"),
-    ("global_load_dwordx4", "global_ld", "vmem"), ("buffer_store_dword", "global_st", "vmem"),
-    ("global_atomic_add_f32", "atomic", "vmem"), ("scratch_load_dword", "local_ld", "vmem"),
-    ("ds_read2_b32", "shared_ld", "lds"), ("ds_write_b32", "shared_st", "lds"), ("ds_bpermute_b32", "shuffle", "lds"),
-    ("s_load_dwordx4", "other", "smem"), ("s_add_u32", "other", "salu"), ("s_barrier", "barrier", "salu"),
-    ("s_cbranch_execz", "branch", "branch"), ("s_waitcnt", "other", "waitcnt"), ("v_mov_b32_e32", "other", "valu"),
-])
+@pytest.mark.parametrize(
+    ("mnemonic", "shared", "amd"),
+    [
+        ("v_fmac_f32_e32", "fp32", "valu"),
+        ("v_fma_f64", "fp64", "valu"),
+        ("v_pk_fma_f16", "fp16", "valu"),
+        ("v_add_u32_e32", "int", "valu"),
+        ("v_cvt_f32_i32_e32", "convert", "valu"),
+        ("v_exp_f32_e32", "sfu", "valu"),
+        ("v_mfma_f32_32x32x8f16", "tensor", "matrix"),
+        ("v_dot2_f32_f16", "fp16", "matrix"),
+        ("global_load_dwordx4", "global_ld", "vmem"),
+        ("buffer_store_dword", "global_st", "vmem"),
+        ("global_atomic_add_f32", "atomic", "vmem"),
+        ("scratch_load_dword", "local_ld", "vmem"),
+        ("ds_read2_b32", "shared_ld", "lds"),
+        ("ds_write_b32", "shared_st", "lds"),
+        ("ds_bpermute_b32", "shuffle", "lds"),
+        ("s_load_dwordx4", "other", "smem"),
+        ("s_add_u32", "other", "salu"),
+        ("s_barrier", "barrier", "salu"),
+        ("s_cbranch_execz", "branch", "branch"),
+        ("s_waitcnt", "other", "waitcnt"),
+        ("v_mov_b32_e32", "other", "valu"),
+    ],
+)
 def test_amdgpu_mnemonics_map_to_the_sass_classes(mnemonic: str, shared: str, amd: str) -> None:
     assert classify_instruction(mnemonic) == (shared, amd)
     assert classify_instruction("s_nop") == (None, None)
@@ -90,14 +116,20 @@ def test_missing_compiler_is_a_one_line_error(monkeypatch: pytest.MonkeyPatch) -
     try:
         with pytest.raises(HipToolchainMissing) as info:
             hip_toolchain()
-        assert "\n" not in str(info.value) and "hipcc" in str(info.value) and "rocm-device-libs" in str(info.value)
+        assert (
+            "\n" not in str(info.value)
+            and "hipcc" in str(info.value)
+            and "rocm-device-libs" in str(info.value)
+        )
     finally:
         hip_toolchain.cache_clear()
 
 
 @needs_hip
 @pytest.mark.parametrize(("arch", "wave"), [("gfx908", 64), ("gfx90a", 64), ("gfx940", 64), ("gfx1030", 32)])
-def test_benchmark_hub_convolution_compiles_per_arch_with_its_macros(arch: str, wave: int, tmp_path: Path) -> None:
+def test_benchmark_hub_convolution_compiles_per_arch_with_its_macros(
+    arch: str, wave: int, tmp_path: Path
+) -> None:
     from components.features.static_hip import analyze_hip_file
 
     if not CONV_HIP.is_file():
@@ -137,8 +169,12 @@ int main() { std::vector<float> h(16); float* d; cudaMalloc(&d, 64); scale<float
         report = analyze_hip_file(jaccard, "gfx1030", "jaccard_row_sum", cache_dir=tmp_path)
         assert report.kernels and all(k.extra["wave_size"] == 32 for k in report.kernels)
     with pytest.raises(CompileError, match="no HIP translation"):
-        analyze_hip_source('__global__ void k(int* a) { asm("mov.u32 %0, 1;" : "=r"(a[0])); }', "gfx90a",
-                           from_cuda=True, cache_dir=tmp_path)
+        analyze_hip_source(
+            '__global__ void k(int* a) { asm("mov.u32 %0, 1;" : "=r"(a[0])); }',
+            "gfx90a",
+            from_cuda=True,
+            cache_dir=tmp_path,
+        )
 
 
 @needs_hip
@@ -162,9 +198,17 @@ int main() { float* x; hipMalloc(&x, 4); hipLaunchKernelGGL(saxpy, dim3(1), dim3
     assert mi250x["achieved_gbps"] <= catalog.resolve("MI250X").dram_gbps
     assert json.loads(mi250x["breakdown"])[0]["op"] == "saxpy"
     # CUDA asked on an AMD GPU goes through HIP; HIP asked on an NVIDIA GPU goes through NVRTC
-    (cuda_on_amd,) = predict_source(hip.replace("hip/hip_runtime.h", "cuda_runtime.h"), "cuda",
-                                    {"grid": [64], "block": [256]}, None, specs[:1], None)
+    (cuda_on_amd,) = predict_source(
+        hip.replace("hip/hip_runtime.h", "cuda_runtime.h"),
+        "cuda",
+        {"grid": [64], "block": [256]},
+        None,
+        specs[:1],
+        None,
+    )
     assert "HIP translation" in cuda_on_amd["note"]
     pytest.importorskip("cuda.bindings.nvrtc")
-    (h100,) = predict_source(hip, "hip", {"grid": [64], "block": [256]}, None, [catalog.resolve("H100")], None)
+    (h100,) = predict_source(
+        hip, "hip", {"grid": [64], "block": [256]}, None, [catalog.resolve("H100")], None
+    )
     assert "compiled as CUDA" in h100["note"] and h100["duration_us"] > 0

@@ -12,10 +12,10 @@ import pytest
 
 pytest.importorskip("cuda.bindings.nvrtc")
 
-from components.features.static import CompileError, NoKernelError, analyze_file, analyze_source  # noqa: E402
-from components.features.static_build import guard_defaults, parse_build_file  # noqa: E402
-from components.features.static_compile import arch_for_device, check_arch, compile_arch  # noqa: E402
-from components.features.static_templates import resolve_launches  # noqa: E402
+from components.features.static import CompileError, NoKernelError, analyze_file, analyze_source
+from components.features.static_build import guard_defaults, parse_build_file
+from components.features.static_compile import arch_for_device, check_arch, compile_arch
+from components.features.static_templates import resolve_launches
 
 NEEDS_N = "__global__ void fill(float* a) { a[threadIdx.x] = N; }\n"
 HOST_TEMPLATE = """
@@ -67,8 +67,10 @@ def test_build_file_and_error_guard_defaults(tmp_path: Path) -> None:
     src.write_text(NEEDS_N)
     assert analyze_file(src, use_cache=False).defines["N"] == "5"  # taken from the Makefile
     assert analyze_file(src, defines={"N": "9"}, use_cache=False).defines["N"] == "9"  # -D wins
-    guarded = "#if defined(FLOAT)\ntypedef float real;\n#elif defined(DOUBLE)\ntypedef double real;\n#else\n" \
-              "#error Must define one of FLOAT, DOUBLE\n#endif\n#ifndef MKX\n#error need MKX\n#endif\n"
+    guarded = (
+        "#if defined(FLOAT)\ntypedef float real;\n#elif defined(DOUBLE)\ntypedef double real;\n#else\n"
+        "#error Must define one of FLOAT, DOUBLE\n#endif\n#ifndef MKX\n#error need MKX\n#endif\n"
+    )
     chosen, required = guard_defaults(guarded, {})
     assert chosen == {"FLOAT": ""} and required == ["MKX"]
     assert guard_defaults(guarded, {"DOUBLE": "", "MKX": "4"}) == ({}, [])
@@ -85,8 +87,9 @@ def test_template_kernels_instantiated_from_launch_sites(tmp_path: Path) -> None
     assert fp64.instructions["fp64"] >= 1  # the double instantiation really is double code
 
 
-@pytest.mark.parametrize(("arch", "compiled"), [("sm_60", "sm_75"), ("sm_70", "sm_75"), ("7.0", "sm_75"),
-                                                 ("sm_90", "sm_90")])
+@pytest.mark.parametrize(
+    ("arch", "compiled"), [("sm_60", "sm_75"), ("sm_70", "sm_75"), ("7.0", "sm_75"), ("sm_90", "sm_90")]
+)
 def test_every_catalog_arch_is_accepted(arch: str, compiled: str) -> None:
     assert compile_arch(arch)[0] == compiled
     report = analyze_source(NEEDS_N, arch, defines={"N": "1"}, use_cache=False)

@@ -18,12 +18,19 @@ import pytest
 from components.ingest.schema import MEASUREMENT_COLUMNS, with_measurement_ids
 from kernelcast.settings import PROJECT_ROOT
 
-PARAMS: dict = {"validate": {"bandwidth_tolerance": 1.10, "flops_tolerance": 1.10, "arith_intensity_rel_tol": 0.05,
-                             "max_failure_share": 0.10, "drift_threshold": 0.25}}
+PARAMS: dict = {
+    "validate": {
+        "bandwidth_tolerance": 1.10,
+        "flops_tolerance": 1.10,
+        "arith_intensity_rel_tol": 0.05,
+        "max_failure_share": 0.10,
+        "drift_threshold": 0.25,
+    }
+}
 
 
 @cache
-def _catalog():  # noqa: ANN202 -- components.devices.Catalog
+def _catalog():
     from components.devices import load_catalog
 
     return load_catalog()
@@ -205,11 +212,15 @@ def test_write_validation_outputs(tmp_path: Path) -> None:
 
     clean, kernels = clean_excerpt()
     planted, _ = _planted(clean, kernels)
-    result = validate_measurements(pd.concat([clean, planted], ignore_index=True), _catalog(), PARAMS, kernels)
+    result = validate_measurements(
+        pd.concat([clean, planted], ignore_index=True), _catalog(), PARAMS, kernels
+    )
     paths = write_validation(result, tmp_path / "validated")
     valid = pd.read_parquet(paths["measurements.parquet"])
     quarantine = pd.read_parquet(paths["quarantine.parquet"])
-    assert len(valid) == result.summary["rows_valid"] and len(quarantine) == result.summary["rows_quarantined"]
+    assert (
+        len(valid) == result.summary["rows_valid"] and len(quarantine) == result.summary["rows_quarantined"]
+    )
     assert json.loads(paths["summary.json"].read_text())["rows_in"] == result.summary["rows_in"]
     page = paths["report.html"].read_text()
     assert "duration_us_positive" in page and "<table>" in page
@@ -228,7 +239,7 @@ def _write_canonical(folder: Path, measurements: pd.DataFrame, kernels: pd.DataF
 
 
 @pytest.fixture()
-def cli(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):  # noqa: ANN201
+def cli(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
     from typer.testing import CliRunner
 
     from kernelcast.cli import app
@@ -238,7 +249,7 @@ def cli(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):  # noqa: ANN201
     return lambda *args: runner.invoke(app, ["validate", *args])
 
 
-def test_cli_passes_on_clean_data(tmp_path: Path, cli) -> None:  # noqa: ANN001
+def test_cli_passes_on_clean_data(tmp_path: Path, cli) -> None:
     clean, kernels = clean_excerpt()
     src = _write_canonical(tmp_path / "canonical", clean, kernels)
     out, summary = tmp_path / "validated", tmp_path / "summary.json"
@@ -248,7 +259,7 @@ def test_cli_passes_on_clean_data(tmp_path: Path, cli) -> None:  # noqa: ANN001
     assert json.loads(summary.read_text())["passed"] is True
 
 
-def test_cli_exit_1_when_too_many_rows_fail(tmp_path: Path, cli) -> None:  # noqa: ANN001
+def test_cli_exit_1_when_too_many_rows_fail(tmp_path: Path, cli) -> None:
     clean, kernels = clean_excerpt()
     bad = clean.copy()
     n_bad = int(len(bad) * 0.2)
@@ -259,7 +270,7 @@ def test_cli_exit_1_when_too_many_rows_fail(tmp_path: Path, cli) -> None:  # noq
     assert "max_failure_share" in result.output
 
 
-def test_cli_exit_2_on_missing_input(tmp_path: Path, cli) -> None:  # noqa: ANN001
+def test_cli_exit_2_on_missing_input(tmp_path: Path, cli) -> None:
     result = cli("--in", str(tmp_path / "nowhere"), "--out", str(tmp_path / "validated"))
     assert result.exit_code == 2
     assert "error:" in result.output and "Traceback" not in result.output

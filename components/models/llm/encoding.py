@@ -90,9 +90,14 @@ class Encoded:
 
     def subset(self, rows: Sequence[int]) -> Encoded:
         rows = list(rows)
-        return Encoded([self.input_ids[i] for i in rows], self.y_num[rows], self.y_cls[rows], [],
-                       None if self.answer_start is None else self.answer_start[rows],
-                       None if self.answer_digits is None else self.answer_digits[rows])
+        return Encoded(
+            [self.input_ids[i] for i in rows],
+            self.y_num[rows],
+            self.y_cls[rows],
+            [],
+            None if self.answer_start is None else self.answer_start[rows],
+            None if self.answer_digits is None else self.answer_digits[rows],
+        )
 
 
 @dataclass
@@ -106,7 +111,11 @@ class TargetStats:
     def fit(cls, frame: pd.DataFrame, targets: Sequence[str]) -> TargetStats:
         mean, std = {}, {}
         for target in targets:
-            values = transform(target, frame[target].to_numpy(dtype="float64")) if target in frame else np.array([])
+            values = (
+                transform(target, frame[target].to_numpy(dtype="float64"))
+                if target in frame
+                else np.array([])
+            )
             values = values[np.isfinite(values)]
             mean[target] = float(values.mean()) if values.size else 0.0
             std[target] = float(values.std()) if values.size > 1 and values.std() > 0 else 1.0
@@ -170,8 +179,16 @@ def launch_parameters(params_json: Any) -> dict[str, Any]:
     return {k: v for k, v in _loads(params_json).items() if k not in _NON_LAUNCH_PARAMS}
 
 
-def row_prompt(row: pd.Series, catalog: Any, config: LLMConfig, tokenizer: Any, *,
-               scenario: str = "fine-tune", profile_columns: Sequence[str] = (), question: bool = False) -> str:
+def row_prompt(
+    row: pd.Series,
+    catalog: Any,
+    config: LLMConfig,
+    tokenizer: Any,
+    *,
+    scenario: str = "fine-tune",
+    profile_columns: Sequence[str] = (),
+    question: bool = False,
+) -> str:
     """Prompt text for one feature-table row (source_text if present, else op/family/shape_json)."""
     source = row.get("source_text")
     source = source if isinstance(source, str | bytes) and len(source) else None
@@ -183,19 +200,35 @@ def row_prompt(row: pd.Series, catalog: Any, config: LLMConfig, tokenizer: Any, 
         op_shapes["shapes"] = json.loads(row["shape_json"])
     if source is None and "shapes" not in op_shapes and isinstance(row.get("name"), str) and row.get("name"):
         op_shapes["signature"] = row["name"]  # neither source nor shapes: the signature is all there is
-    launch: dict[str, Any] = {c: int(row[c]) for c in ("grid_x", "grid_y", "grid_z", "block_x", "block_y", "block_z")
-                              if c in row and _present(row[c])}
+    launch: dict[str, Any] = {
+        c: int(row[c])
+        for c in ("grid_x", "grid_y", "grid_z", "block_x", "block_y", "block_z")
+        if c in row and _present(row[c])
+    }
     shapes = op_shapes.get("shapes") or {}
     for key, value in launch_parameters(row.get("params_json")).items():
         if shapes.get(key) != value:  # the shapes are in the Operation line already
             # A library kernel's argument list is long and says nothing its template does not.
-            launch[key] = without_arguments(value) if key == "kernel_name" and isinstance(value, str) else value
+            launch[key] = (
+                without_arguments(value) if key == "kernel_name" and isinstance(value, str) else value
+            )
     profile = {c: float(row[c]) if _present(row.get(c)) else None for c in profile_columns} or None
     device = catalog.get(str(row["device_id"]))
     name = _short_kernel_name(row) or str(row.get("kernel_id", "<unnamed>"))
+
     def build(budget: int) -> str:
-        return build_prompt(source, op_shapes if source is None else None, launch, device, scenario, budget,
-                            tokenizer, kernel_name=name, profile_metrics=profile, question=question).text
+        return build_prompt(
+            source,
+            op_shapes if source is None else None,
+            launch,
+            device,
+            scenario,
+            budget,
+            tokenizer,
+            kernel_name=name,
+            profile_metrics=profile,
+            question=question,
+        ).text
 
     # Mangled names, long signatures and many launch parameters can outgrow a small budget on their
     # own; such a row gets a larger one (callers cut token ids to max_tokens, dropping the tail).
@@ -208,8 +241,14 @@ def row_prompt(row: pd.Series, catalog: Any, config: LLMConfig, tokenizer: Any, 
     raise AssertionError("unreachable")
 
 
-def encode_frame(frame: pd.DataFrame, tokenizer: Any, config: LLMConfig, classes: Sequence[str],
-                 stats: TargetStats | None, catalog: Any | None = None) -> Encoded:
+def encode_frame(
+    frame: pd.DataFrame,
+    tokenizer: Any,
+    config: LLMConfig,
+    classes: Sequence[str],
+    stats: TargetStats | None,
+    catalog: Any | None = None,
+) -> Encoded:
     """Tokenize every row's prompt and attach standardized targets."""
     if catalog is None:
         from components.devices import load_catalog
@@ -235,7 +274,11 @@ def encode_frame(frame: pd.DataFrame, tokenizer: Any, config: LLMConfig, classes
     if config.head != "decode":
         return Encoded(ids, y_num, y_cls, notes)
     prefix = tokenizer.encode(ANSWER_PREFIX, add_special_tokens=False)
-    durations = frame["duration_us"].to_numpy(dtype="float64") if "duration_us" in frame else np.full(len(frame), np.nan)
+    durations = (
+        frame["duration_us"].to_numpy(dtype="float64")
+        if "duration_us" in frame
+        else np.full(len(frame), np.nan)
+    )
     starts, digits = np.zeros(len(ids), dtype="int64"), np.full((len(ids), 3), -1, dtype="int64")
     for i, duration in enumerate(durations):
         ids[i] = ids[i] + prefix
@@ -251,5 +294,7 @@ def digit_token_ids(tokenizer: Any) -> list[int]:
     """Token ids of "0".."9"; decoding needs each digit to be one token (true of SmolLM2/Llama/Qwen)."""
     ids = [tokenizer.encode(d, add_special_tokens=False) for d in DIGITS]
     if any(len(i) != 1 for i in ids):
-        raise ValueError("head='decode' needs single-token digits; this tokenizer splits them: use head='regression'")
+        raise ValueError(
+            "head='decode' needs single-token digits; this tokenizer splits them: use head='regression'"
+        )
     return [i[0] for i in ids]

@@ -76,7 +76,13 @@ class LLMPredictor:
     # configuration); the evaluation harness joins them for the rows it scores.
     kernel_columns: tuple[str, ...] = ("source_text", "shape_json", "name")
     measurement_columns: tuple[str, ...] = (
-        "params_json", "grid_x", "grid_y", "grid_z", "block_x", "block_y", "block_z",
+        "params_json",
+        "grid_x",
+        "grid_y",
+        "grid_z",
+        "block_x",
+        "block_y",
+        "block_z",
     )
 
     def __init__(self, config: LLMConfig | None = None) -> None:
@@ -112,8 +118,10 @@ class LLMPredictor:
         if unknown:
             raise ValueError(f"unknown numeric targets {sorted(unknown)}; choose from {NUMERIC_TARGETS}")
         if cfg.head == "decode" and (tuple(cfg.numeric_targets) != ("duration_us",) or cfg.predict_class):
-            raise ValueError("head='decode' writes duration_us only: set numeric_targets [duration_us] "
-                             "and predict_class false")
+            raise ValueError(
+                "head='decode' writes duration_us only: set numeric_targets [duration_us] "
+                "and predict_class false"
+            )
         cfg.numeric_targets = present
         if cfg.predict_class and cfg.class_column in train:
             self.classes = tuple(sorted(v for v in train[cfg.class_column].dropna().unique()))
@@ -141,8 +149,14 @@ class LLMPredictor:
         params = [p for p in self.module.parameters() if p.requires_grad]
         optimizer = torch.optim.AdamW(params, lr=self.config.lr)
         for epoch in range(self.config.epochs):
-            loss = train_epoch(self.module, optimizer, train_data, self.config.batch_size,
-                               self.config.seed + epoch, self.pad_id)
+            loss = train_epoch(
+                self.module,
+                optimizer,
+                train_data,
+                self.config.batch_size,
+                self.config.seed + epoch,
+                self.pad_id,
+            )
             record = {"epoch": float(epoch), "train_loss": loss}
             if val_data is not None:
                 record["val_loss"] = eval_loss(self.module, val_data, self.config.batch_size, self.pad_id)
@@ -166,7 +180,9 @@ class LLMPredictor:
         out = pd.DataFrame(index=features.index)
         if self.config.head == "decode":  # runtime only (prepare() refuses a class head with it)
             point = self.tokenizer.encode(".", add_special_tokens=False)[0]
-            out["pred_duration_us"] = decode_runtimes(self.module, data, self.config.batch_size, self.pad_id, point)
+            out["pred_duration_us"] = decode_runtimes(
+                self.module, data, self.config.batch_size, self.pad_id, point
+            )
             return out
         reg, logits = forward_all(self.module, data, self.config.batch_size, self.pad_id)
         for j, target in enumerate(self.config.numeric_targets):
@@ -226,8 +242,12 @@ class LLMPredictor:
             raise ValueError(f"{directory}: family {meta.get('family')!r} is not {FAMILY!r}")
         predictor = cls.from_metadata(meta)
         predictor.tokenizer = AutoTokenizer.from_pretrained(str(directory / TOKENIZER_DIR))
-        module = build_module(predictor.config, len(predictor.config.numeric_targets), len(predictor.classes),
-                              adapter_dir=directory / ADAPTER_DIR)
+        module = build_module(
+            predictor.config,
+            len(predictor.config.numeric_targets),
+            len(predictor.classes),
+            adapter_dir=directory / ADAPTER_DIR,
+        )
         module.load_state_dict(torch.load(directory / HEADS_FILE, weights_only=True), strict=False)
         module.eval()
         predictor.module = module
@@ -237,9 +257,36 @@ class LLMPredictor:
 # Everything callers import from ``components.models.llm.model`` (the torch module and the row
 # encoding live in ``module`` and ``encoding``; these names stay importable from here).
 __all__ = [
-    "ADAPTER_DIR", "ANSWER_DIGIT_OFFSETS", "ANSWER_PREFIX", "DIGITS", "FAMILY", "HEADS", "HEADS_FILE", "LOG_TARGETS",
-    "PREDICTOR_FILE", "TOKENIZER_DIR", "Encoded", "LLMConfig", "LLMPredictor", "TargetStats", "_short_kernel_name",
-    "batch_loss", "batches", "build_module", "decode_runtimes", "digit_token_ids", "encode_frame", "eval_loss",
-    "format_log_runtime", "forward_all", "inverse_transform", "launch_parameters", "parse_log_runtime", "row_prompt",
-    "train_epoch", "trainable_state", "transform", "without_arguments",
+    "ADAPTER_DIR",
+    "ANSWER_DIGIT_OFFSETS",
+    "ANSWER_PREFIX",
+    "DIGITS",
+    "FAMILY",
+    "HEADS",
+    "HEADS_FILE",
+    "LOG_TARGETS",
+    "PREDICTOR_FILE",
+    "TOKENIZER_DIR",
+    "Encoded",
+    "LLMConfig",
+    "LLMPredictor",
+    "TargetStats",
+    "_short_kernel_name",
+    "batch_loss",
+    "batches",
+    "build_module",
+    "decode_runtimes",
+    "digit_token_ids",
+    "encode_frame",
+    "eval_loss",
+    "format_log_runtime",
+    "forward_all",
+    "inverse_transform",
+    "launch_parameters",
+    "parse_log_runtime",
+    "row_prompt",
+    "train_epoch",
+    "trainable_state",
+    "transform",
+    "without_arguments",
 ]

@@ -36,16 +36,26 @@ def _module_class() -> type:
     class HeadedLM(nn.Module):
         """LoRA-adapted decoder + regression/classification heads on the masked mean of its last layer."""
 
-        def __init__(self, peft_model: nn.Module, hidden: int, n_numeric: int, n_classes: int,
-                     digit_ids: Sequence[int] = ()) -> None:
+        def __init__(
+            self,
+            peft_model: nn.Module,
+            hidden: int,
+            n_numeric: int,
+            n_classes: int,
+            digit_ids: Sequence[int] = (),
+        ) -> None:
             super().__init__()
             self.lm = peft_model
             self.reg_head = nn.Linear(hidden, n_numeric) if n_numeric else None
             self.cls_head = nn.Linear(hidden, n_classes) if n_classes else None
             self.digit_ids = list(digit_ids)
 
-        def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor,
-                    digit_positions: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        def forward(
+            self,
+            input_ids: torch.Tensor,
+            attention_mask: torch.Tensor,
+            digit_positions: torch.Tensor | None = None,
+        ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
             """(regression outputs, class logits, digit logits at ``digit_positions`` (B, P, 10))."""
             import torch
 
@@ -69,8 +79,13 @@ def _module_class() -> type:
     return HeadedLM
 
 
-def build_module(config: LLMConfig, n_numeric: int, n_classes: int, base_path: str | None = None,
-                 adapter_dir: Path | None = None) -> nn.Module:
+def build_module(
+    config: LLMConfig,
+    n_numeric: int,
+    n_classes: int,
+    base_path: str | None = None,
+    adapter_dir: Path | None = None,
+) -> nn.Module:
     """Base LM (frozen) + fresh or saved LoRA adapter + heads; only LoRA and heads train."""
     import torch
     from peft import LoraConfig, PeftModel, get_peft_model
@@ -85,8 +100,13 @@ def build_module(config: LLMConfig, n_numeric: int, n_classes: int, base_path: s
     if adapter_dir is not None:
         lm = PeftModel.from_pretrained(base, str(adapter_dir), is_trainable=True)
     else:
-        lora = LoraConfig(r=config.lora_r, lora_alpha=config.lora_alpha, lora_dropout=config.lora_dropout,
-                          target_modules=list(config.target_modules), bias="none")
+        lora = LoraConfig(
+            r=config.lora_r,
+            lora_alpha=config.lora_alpha,
+            lora_dropout=config.lora_dropout,
+            target_modules=list(config.target_modules),
+            bias="none",
+        )
         lm = get_peft_model(base, lora)
     return _module_class()(lm, int(base.config.hidden_size), n_numeric, n_classes, digit_ids)
 
@@ -97,14 +117,15 @@ def trainable_state(module: nn.Module) -> dict[str, torch.Tensor]:
     return {k: v.detach().cpu().clone() for k, v in module.state_dict().items() if k in names}
 
 
-def batches(data: Encoded, batch_size: int, order: Sequence[int] | None = None,
-            pad_id: int = 0) -> Iterator[tuple[list[int], dict[str, torch.Tensor]]]:
+def batches(
+    data: Encoded, batch_size: int, order: Sequence[int] | None = None, pad_id: int = 0
+) -> Iterator[tuple[list[int], dict[str, torch.Tensor]]]:
     """Right-padded batches (row indices, tensors) in ``order`` (default: as given)."""
     import torch
 
     order = list(order) if order is not None else list(range(len(data)))
     for start in range(0, len(order), batch_size):
-        rows = order[start:start + batch_size]
+        rows = order[start : start + batch_size]
         width = max(len(data.input_ids[i]) for i in rows)
         ids = torch.full((len(rows), width), pad_id, dtype=torch.long)
         mask = torch.zeros((len(rows), width), dtype=torch.long)
@@ -113,8 +134,10 @@ def batches(data: Encoded, batch_size: int, order: Sequence[int] | None = None,
             ids[r, : len(seq)] = torch.tensor(seq, dtype=torch.long)
             mask[r, : len(seq)] = 1
         batch = {
-            "input_ids": ids, "attention_mask": mask,
-            "y_num": torch.from_numpy(data.y_num[rows]), "y_cls": torch.from_numpy(data.y_cls[rows]),
+            "input_ids": ids,
+            "attention_mask": mask,
+            "y_num": torch.from_numpy(data.y_num[rows]),
+            "y_cls": torch.from_numpy(data.y_cls[rows]),
         }
         if data.answer_start is not None and data.answer_digits is not None:
             # Logits at position p predict token p+1: digit k of the answer is read one before it.
@@ -135,8 +158,9 @@ def batch_loss(module: nn.Module, batch: dict[str, torch.Tensor]) -> torch.Tenso
     if digits.shape[1]:
         known = batch["answer_digits"][:, 0] >= 0
         if known.any():
-            loss = loss + F.cross_entropy(digits[known].reshape(-1, len(DIGITS)),
-                                          batch["answer_digits"][known].reshape(-1))
+            loss = loss + F.cross_entropy(
+                digits[known].reshape(-1, len(DIGITS)), batch["answer_digits"][known].reshape(-1)
+            )
     if reg.shape[1]:
         present = torch.isfinite(batch["y_num"])
         if present.any():
@@ -148,8 +172,9 @@ def batch_loss(module: nn.Module, batch: dict[str, torch.Tensor]) -> torch.Tenso
     return loss
 
 
-def train_epoch(module: nn.Module, optimizer: Any, data: Encoded, batch_size: int, seed: int,
-                pad_id: int) -> float:
+def train_epoch(
+    module: nn.Module, optimizer: Any, data: Encoded, batch_size: int, seed: int, pad_id: int
+) -> float:
     """One pass in a seeded shuffled order; mean batch loss."""
     module.train()
     order = np.random.default_rng(seed).permutation(len(data)).tolist()
@@ -175,7 +200,9 @@ def eval_loss(module: nn.Module, data: Encoded, batch_size: int, pad_id: int) ->
     return total / count if count else math.nan
 
 
-def forward_all(module: nn.Module, data: Encoded, batch_size: int, pad_id: int) -> tuple[np.ndarray, np.ndarray]:
+def forward_all(
+    module: nn.Module, data: Encoded, batch_size: int, pad_id: int
+) -> tuple[np.ndarray, np.ndarray]:
     """(regression outputs, class logits) for every row, in row order; length-sorted batches."""
     import torch
 
@@ -189,11 +216,15 @@ def forward_all(module: nn.Module, data: Encoded, batch_size: int, pad_id: int) 
             for r, i in enumerate(rows):
                 reg_out[i], cls_out[i] = reg[r].numpy(), logits[r].numpy()
     n = len(data)
-    return (np.stack([reg_out[i] for i in range(n)]) if n else np.zeros((0, 0)),
-            np.stack([cls_out[i] for i in range(n)]) if n else np.zeros((0, 0)))
+    return (
+        np.stack([reg_out[i] for i in range(n)]) if n else np.zeros((0, 0)),
+        np.stack([cls_out[i] for i in range(n)]) if n else np.zeros((0, 0)),
+    )
 
 
-def decode_runtimes(module: nn.Module, data: Encoded, batch_size: int, pad_id: int, point_id: int) -> np.ndarray:
+def decode_runtimes(
+    module: nn.Module, data: Encoded, batch_size: int, pad_id: int, point_id: int
+) -> np.ndarray:
     """Constrained greedy decoding of ``d.dd`` after each row's answer prefix: three forwards per
     batch, each choosing among the ten digit tokens only (the point is forced). Runtimes in us."""
     import torch
@@ -206,7 +237,7 @@ def decode_runtimes(module: nn.Module, data: Encoded, batch_size: int, pad_id: i
     order = sorted(range(len(data)), key=lambda i: (len(prompts[i]), i))
     with torch.no_grad():
         for start in range(0, len(order), batch_size):
-            rows = order[start:start + batch_size]
+            rows = order[start : start + batch_size]
             seqs = [list(prompts[i]) for i in rows]
             chosen: list[list[int]] = [[] for _ in rows]
             for step in range(len(ANSWER_DIGIT_OFFSETS)):

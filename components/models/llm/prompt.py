@@ -55,7 +55,9 @@ def decode_source(raw: bytes | str, kernel: str, strict: bool = False) -> tuple[
         return raw.decode("utf-8"), ""
     except UnicodeDecodeError as exc:
         if strict:
-            raise PromptError(f"kernel {kernel!r}: source is not UTF-8 (byte {exc.start}: {exc.reason})") from exc
+            raise PromptError(
+                f"kernel {kernel!r}: source is not UTF-8 (byte {exc.start}: {exc.reason})"
+            ) from exc
         text = raw.decode("utf-8", errors="replace")
         bad = text.count("\ufffd")
         return text, f"{bad} non-UTF-8 byte sequence(s) replaced with U+FFFD (first at byte {exc.start})"
@@ -89,14 +91,16 @@ def extract_kernel_body(source: str, kernel_name: str | None = None) -> str | No
             # Keep a preceding template<...> line: it says what the kernel is instantiated with.
             line_start = source.rfind("\n", 0, chosen.start()) + 1
             prev_start = source.rfind("\n", 0, max(line_start - 1, 0)) + 1
-            start = prev_start if source[prev_start:line_start].lstrip().startswith("template") else line_start
-            return source[start:_matching_brace(source, brace)]
+            start = (
+                prev_start if source[prev_start:line_start].lstrip().startswith("template") else line_start
+            )
+            return source[start : _matching_brace(source, brace)]
     omp = _OMP_RE.search(source)
     if omp:
         brace = source.find("{", omp.end())
         # A target region is the pragma plus the next statement/block; cap a runaway block at 200 lines.
         end = _matching_brace(source, brace) if brace != -1 else source.find("\n", omp.end())
-        return source[omp.start():end if end != -1 else len(source)]
+        return source[omp.start() : end if end != -1 else len(source)]
     return None
 
 
@@ -139,10 +143,14 @@ def device_section(device: DeviceSpec) -> str:
 def compact_device_section(device: DeviceSpec) -> str:
     """One-line device summary for tight token budgets (same facts a roofline needs)."""
     ridges = ", ".join(
-        f"{p} {device.ridge_point(p, tensor=False):.3g}" for p in ("fp64", "fp32") if device.has_pipe(p, tensor=False)
+        f"{p} {device.ridge_point(p, tensor=False):.3g}"
+        for p in ("fp64", "fp32")
+        if device.has_pipe(p, tensor=False)
     )
-    return (f"GPU: {device.name}; {device.sms} SMs; {device.dram_gbps:g} GB/s; "
-            f"fp32 {device.peak_flops('fp32', tensor=False) / 1e12:.3g} TFLOP/s; ridge FLOP/B {ridges}")
+    return (
+        f"GPU: {device.name}; {device.sms} SMs; {device.dram_gbps:g} GB/s; "
+        f"fp32 {device.peak_flops('fp32', tensor=False) / 1e12:.3g} TFLOP/s; ridge FLOP/B {ridges}"
+    )
 
 
 def launch_section(launch: Mapping[str, Any] | None) -> str:
@@ -209,8 +217,9 @@ def _cut_to_tokens(tokenizer: Tokenizer | None, text: str, budget: int) -> str:
     return "".join(lines[:lo])
 
 
-def _source_block(source: str, kernel_name: str | None, budget: int,
-                  tokenizer: Tokenizer | None) -> tuple[str, bool, str]:
+def _source_block(
+    source: str, kernel_name: str | None, budget: int, tokenizer: Tokenizer | None
+) -> tuple[str, bool, str]:
     """Kernel body first, then as much of the rest of the program as fits; (text, truncated, note)."""
     body = extract_kernel_body(source, kernel_name)
     if body is None:
@@ -225,8 +234,10 @@ def _source_block(source: str, kernel_name: str | None, budget: int,
     body_tokens = _count(tokenizer, body_text)
     if body_tokens > budget:
         kept = _cut_to_tokens(tokenizer, body_text, budget - 24)
-        note = (f"kernel body cut: kept {kept.count(chr(10))} of {body_text.count(chr(10))} lines; "
-                f"program context ({rest.count(chr(10)) + 1} lines) omitted")
+        note = (
+            f"kernel body cut: kept {kept.count(chr(10))} of {body_text.count(chr(10))} lines; "
+            f"program context ({rest.count(chr(10)) + 1} lines) omitted"
+        )
         return kept + f"\n// [cut: {note}]\n", True, note
     rest_budget = budget - body_tokens - 32
     if not rest.strip():
@@ -235,8 +246,10 @@ def _source_block(source: str, kernel_name: str | None, budget: int,
     if _count(tokenizer, rest_text[: max(rest_budget, 0) * _CHARS_PER_TOKEN_CEILING + 1]) <= rest_budget:
         return body_text + rest_text, False, ""
     kept = _cut_to_tokens(tokenizer, rest_text, rest_budget)
-    note = (f"kernel body kept whole; program context cut to {kept.count(chr(10))} of "
-            f"{rest_text.count(chr(10))} lines")
+    note = (
+        f"kernel body kept whole; program context cut to {kept.count(chr(10))} of "
+        f"{rest_text.count(chr(10))} lines"
+    )
     return body_text + kept + f"// [cut: {note}]\n", True, note
 
 
@@ -260,7 +273,9 @@ def build_prompt(
     """
     name = kernel_name or "<unnamed kernel>"
     if scenario not in SCENARIOS:
-        raise PromptError(f"kernel {name!r}: unknown scenario {scenario!r}; choose one of {', '.join(SCENARIOS)}")
+        raise PromptError(
+            f"kernel {name!r}: unknown scenario {scenario!r}; choose one of {', '.join(SCENARIOS)}"
+        )
     if scenario == "profiled" and not profile_metrics:
         raise PromptError(f"kernel {name!r}: scenario 'profiled' needs profile_metrics")
     notes: list[str] = []
@@ -270,8 +285,10 @@ def build_prompt(
         if repair:
             notes.append(repair)
         if len(source) > MAX_SOURCE_CHARS:
-            raise PromptError(f"kernel {name!r}: source is {len(source):,} chars, over the "
-                              f"{MAX_SOURCE_CHARS:,}-char limit; pass the kernel's own file")
+            raise PromptError(
+                f"kernel {name!r}: source is {len(source):,} chars, over the "
+                f"{MAX_SOURCE_CHARS:,}-char limit; pass the kernel's own file"
+            )
         if not source.strip():
             if not op_shapes:
                 raise PromptError(f"kernel {name!r}: source is empty and no op/shapes were given")
@@ -283,8 +300,12 @@ def build_prompt(
 
     def header(device_text: str) -> str:
         # Shapes right after the name: a prompt cut at max_tokens loses launch details, not the op.
-        head = [f"Kernel: {name}", *([op_section(op_shapes)] if op_shapes else []), device_text,
-                launch_section(launch)]
+        head = [
+            f"Kernel: {name}",
+            *([op_section(op_shapes)] if op_shapes else []),
+            device_text,
+            launch_section(launch),
+        ]
         if profile_metrics:
             head.append(profile_section(profile_metrics))
         if notes:
@@ -297,8 +318,10 @@ def build_prompt(
         head_text = header(compact_device_section(device))
         fixed = _count(tokenizer, head_text + tail_text)
     if fixed >= max_tokens:
-        raise PromptError(f"kernel {name!r}: max_tokens={max_tokens} leaves no room after the "
-                          f"{fixed}-token header; raise max_tokens")
+        raise PromptError(
+            f"kernel {name!r}: max_tokens={max_tokens} leaves no room after the "
+            f"{fixed}-token header; raise max_tokens"
+        )
     truncated = False
     body = ""
     if source is not None:

@@ -39,5 +39,12 @@ def get_backend(name: str) -> Backend:
     raise ValueError(f"--backend {name!r}: choose one of {', '.join(BACKEND_NAMES)}")
 
 
-__all__ = ["BACKEND_NAMES", "Backend", "BackendUnavailable", "CounterPermissionError", "MeasureContext",
-           "base_row", "get_backend"]
+__all__ = [
+    "BACKEND_NAMES",
+    "Backend",
+    "BackendUnavailable",
+    "CounterPermissionError",
+    "MeasureContext",
+    "base_row",
+    "get_backend",
+]

@@ -45,21 +45,39 @@ class Backend(Protocol):
         """One or more rows per case (a failing case is a row with ``error``, never dropped)."""
 
 
-def base_row(ctx: MeasureContext, env: dict[str, Any], backend: str, case: Case,
-             kernel_name: str | None = None, kernel_position: int | None = None) -> dict[str, Any]:
+def base_row(
+    ctx: MeasureContext,
+    env: dict[str, Any],
+    backend: str,
+    case: Case,
+    kernel_name: str | None = None,
+    kernel_position: int | None = None,
+) -> dict[str, Any]:
     """The identity and provenance fields of one row; the backend adds the metrics."""
     return {
         "row_id": row_id(ctx.device, case.case_id, backend, ctx.run_id, kernel_position),
-        "run_id": ctx.run_id, "device": ctx.device, "device_name": env["device_name"], "backend": backend,
-        "tool": env["tool"], "tool_version": env["tool_version"], "clock_mode": env["clock_mode"],
-        "warmup": ctx.warmup, "repeats": ctx.repeats, "l2_flush": bool(ctx.l2_flush and env.get("can_flush", True)),
-        "case_id": case.case_id, "case": case.to_json(), "kernel_name": kernel_name,
-        "kernel_position": kernel_position, "measured_at": dt.datetime.now(dt.timezone.utc).isoformat(),
+        "run_id": ctx.run_id,
+        "device": ctx.device,
+        "device_name": env["device_name"],
+        "backend": backend,
+        "tool": env["tool"],
+        "tool_version": env["tool_version"],
+        "clock_mode": env["clock_mode"],
+        "warmup": ctx.warmup,
+        "repeats": ctx.repeats,
+        "l2_flush": bool(ctx.l2_flush and env.get("can_flush", True)),
+        "case_id": case.case_id,
+        "case": case.to_json(),
+        "kernel_name": kernel_name,
+        "kernel_position": kernel_position,
+        "measured_at": dt.datetime.now(dt.UTC).isoformat(),
         "error": None,
     }
 
 
-def unsupported(ctx: MeasureContext, env: dict[str, Any], backend: str, case: Case, why: str) -> dict[str, Any]:
+def unsupported(
+    ctx: MeasureContext, env: dict[str, Any], backend: str, case: Case, why: str
+) -> dict[str, Any]:
     row = base_row(ctx, env, backend, case)
     row["error"] = why
     return row

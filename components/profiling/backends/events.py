@@ -16,9 +16,14 @@ from components.profiling.rows import timing_stats
 def gpu_environment(tool: str, tool_version: str, clock_mode: str) -> dict[str, Any]:
     import torch
 
-    return {"device_name": torch.cuda.get_device_name(0), "tool": tool, "tool_version": tool_version,
-            "clock_mode": clock_mode, "torch": torch.__version__,
-            "runtime": f"HIP {torch.version.hip}" if torch.version.hip else f"CUDA {torch.version.cuda}"}
+    return {
+        "device_name": torch.cuda.get_device_name(0),
+        "tool": tool,
+        "tool_version": tool_version,
+        "clock_mode": clock_mode,
+        "torch": torch.__version__,
+        "runtime": f"HIP {torch.version.hip}" if torch.version.hip else f"CUDA {torch.version.cuda}",
+    }
 
 
 def require_gpu(backend: str) -> None:
@@ -27,7 +32,9 @@ def require_gpu(backend: str) -> None:
     except ImportError:
         raise BackendUnavailable(f"--backend {backend}: torch is not installed on this worker") from None
     if not torch.cuda.is_available():
-        raise BackendUnavailable(f"--backend {backend}: no GPU visible to torch on this machine (use --backend host)")
+        raise BackendUnavailable(
+            f"--backend {backend}: no GPU visible to torch on this machine (use --backend host)"
+        )
 
 
 class EventsBackend:

@@ -25,8 +25,13 @@ class HostBackend:
     def environment(self) -> dict[str, Any]:
         import torch
 
-        return {"device_name": f"host-cpu:{platform.processor() or platform.machine()}", "tool": "torch-cpu",
-                "tool_version": f"torch {torch.__version__}", "clock_mode": "host", "can_flush": False}
+        return {
+            "device_name": f"host-cpu:{platform.processor() or platform.machine()}",
+            "tool": "torch-cpu",
+            "tool_version": f"torch {torch.__version__}",
+            "clock_mode": "host",
+            "can_flush": False,
+        }
 
     def measure(self, cases: list[Case], ctx: MeasureContext) -> list[dict[str, Any]]:
         import torch
@@ -36,7 +41,9 @@ class HostBackend:
         rows = []
         for case in cases:
             if case.kind not in self.kinds:
-                rows.append(unsupported(ctx, env, self.name, case, f"host backend cannot measure {case.kind} cases"))
+                rows.append(
+                    unsupported(ctx, env, self.name, case, f"host backend cannot measure {case.kind} cases")
+                )
                 continue
             row = base_row(ctx, env, self.name, case)
             try:
@@ -55,7 +62,7 @@ class HostBackend:
         return rows
 
 
-def case_call(case: Case):  # noqa: ANN201
+def case_call(case: Case):
     from components.profiling.launch import build_callable
 
     return build_callable(case, "cpu")

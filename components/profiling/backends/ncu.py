@@ -19,7 +19,12 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from components.profiling.backends.base import BackendUnavailable, CounterPermissionError, MeasureContext, base_row
+from components.profiling.backends.base import (
+    BackendUnavailable,
+    CounterPermissionError,
+    MeasureContext,
+    base_row,
+)
 from components.profiling.backends.events import gpu_environment, require_gpu
 from components.profiling.cases import Case
 
@@ -35,7 +40,8 @@ def permission_problem(output: str, device: str) -> CounterPermissionError | Non
         f"ncu on {device}: {PERMISSION_ERROR} -- this user may not read the GPU's performance counters. "
         "Run the profiling worker as root or with CAP_SYS_ADMIN, or load the driver with "
         "NVreg_RestrictProfilingToAdminUsers=0 (https://developer.nvidia.com/ERR_NVGPUCTRPERM); "
-        "--backend events still works without counters")
+        "--backend events still works without counters"
+    )
 
 
 def ncu_version(ncu: str = "ncu") -> str:
@@ -45,7 +51,9 @@ def ncu_version(ncu: str = "ncu") -> str:
 
 def _get(kernel: dict[str, Any], role: str) -> float:
     value = kernel.get(role, math.nan)
-    return 0.0 if value is None or value != value else float(value)  # an absent SASS counter: no such instruction
+    return (
+        0.0 if value is None or value != value else float(value)
+    )  # an absent SASS counter: no such instruction
 
 
 def kernel_metrics(kernel: dict[str, Any], roles: dict[str, str], case: dict[str, Any]) -> dict[str, Any]:
@@ -65,17 +73,34 @@ def kernel_metrics(kernel: dict[str, Any], roles: dict[str, str], case: dict[str
         total = math.nan
     pct = lambda role: kernel.get(role, math.nan) / 100.0  # noqa: E731
     return {
-        "duration_us": duration_us, "duration_std_us": None,
-        "dram_read_bytes": kernel.get("dram_read_bytes"), "dram_write_bytes": kernel.get("dram_write_bytes"),
-        "flops": total, "flops_fp32": fp32, "flops_fp64": fp64, "flops_fp16": fp16, "flops_tensor": tensor,
-        "tensor_ops": tensor, "l1_hit_rate": pct("l1_hit_pct"), "l2_hit_rate": pct("l2_hit_pct"),
-        "grid": kernel.get("grid_dims"), "block": kernel.get("block_dims"),
-        "registers_per_thread": kernel.get("registers_per_thread"), "ncu_id": kernel.get("ncu_id"),
+        "duration_us": duration_us,
+        "duration_std_us": None,
+        "dram_read_bytes": kernel.get("dram_read_bytes"),
+        "dram_write_bytes": kernel.get("dram_write_bytes"),
+        "flops": total,
+        "flops_fp32": fp32,
+        "flops_fp64": fp64,
+        "flops_fp16": fp16,
+        "flops_tensor": tensor,
+        "tensor_ops": tensor,
+        "l1_hit_rate": pct("l1_hit_pct"),
+        "l2_hit_rate": pct("l2_hit_pct"),
+        "grid": kernel.get("grid_dims"),
+        "block": kernel.get("block_dims"),
+        "registers_per_thread": kernel.get("registers_per_thread"),
+        "ncu_id": kernel.get("ncu_id"),
     }
 
 
-def rows_from_ncu(cases: list[Case], kernel_passes: list[dict[str, Any]], raw_csv: str, roles: dict[str, str],
-                  ctx: MeasureContext, env: dict[str, Any], source: Path) -> list[dict[str, Any]]:
+def rows_from_ncu(
+    cases: list[Case],
+    kernel_passes: list[dict[str, Any]],
+    raw_csv: str,
+    roles: dict[str, str],
+    ctx: MeasureContext,
+    env: dict[str, Any],
+    source: Path,
+) -> list[dict[str, Any]]:
     """Rows for a chunk from its ``kernels`` pass records and ncu raw CSV (pure; tested on real output)."""
     from components.profiling.ncu import kernel_rows, parse_raw_csv
     from components.profiling.records import CaseRecord, match_ncu_to_cases
@@ -84,9 +109,19 @@ def rows_from_ncu(cases: list[Case], kernel_passes: list[dict[str, Any]], raw_cs
     records = []
     for index, case in enumerate(cases):
         rec = by_id.get(case.case_id, {"error": "no kernels pass record"})
-        records.append(CaseRecord(index=index, case_id=case.case_id, case=case.spec, device_name=env["device_name"],
-                                  duration_us=math.nan, duration_std_us=math.nan, n_trials=0,
-                                  kernel_names=tuple(rec.get("kernels", ())), error=rec.get("error")))
+        records.append(
+            CaseRecord(
+                index=index,
+                case_id=case.case_id,
+                case=case.spec,
+                device_name=env["device_name"],
+                duration_us=math.nan,
+                duration_std_us=math.nan,
+                n_trials=0,
+                kernel_names=tuple(rec.get("kernels", ())),
+                error=rec.get("error"),
+            )
+        )
     kernels = kernel_rows(parse_raw_csv(raw_csv), roles)
     matched = match_ncu_to_cases(records, kernels, source)
     rows = []
@@ -124,15 +159,41 @@ class NcuBackend:
         raw = Path(ctx.raw_dir or ".")
         raw.mkdir(parents=True, exist_ok=True)
         (raw / "cases.json").write_text(json.dumps([c.to_json() for c in cases]))
-        target = [sys.executable, "-m", "components.profiling.target", "--cases", str(raw / "cases.json"),
-                  "--warmup", str(ctx.warmup)]
-        subprocess.run(target + ["--mode", "kernels", "--out", str(raw / "kernels.jsonl")], check=True,
-                       capture_output=True, text=True)
+        target = [
+            sys.executable,
+            "-m",
+            "components.profiling.target",
+            "--cases",
+            str(raw / "cases.json"),
+            "--warmup",
+            str(ctx.warmup),
+        ]
+        subprocess.run(
+            target + ["--mode", "kernels", "--out", str(raw / "kernels.jsonl")],
+            check=True,
+            capture_output=True,
+            text=True,
+        )
         roles = choose_metrics(available_metrics(self.executable))
         (raw / "ncu_roles.json").write_text(json.dumps({"roles": roles}, indent=1))
-        command = [self.executable, "--profile-from-start", "off", "--csv", "--page", "raw",
-                   "--clock-control", "base", "--cache-control", "all" if ctx.l2_flush else "none",
-                   "--metrics", ",".join(sorted(set(roles.values())))] + target + ["--mode", "ncu"]
+        command = (
+            [
+                self.executable,
+                "--profile-from-start",
+                "off",
+                "--csv",
+                "--page",
+                "raw",
+                "--clock-control",
+                "base",
+                "--cache-control",
+                "all" if ctx.l2_flush else "none",
+                "--metrics",
+                ",".join(sorted(set(roles.values()))),
+            ]
+            + target
+            + ["--mode", "ncu"]
+        )
         result = subprocess.run(command, capture_output=True, text=True)
         (raw / "ncu_raw.csv").write_text(result.stdout)
         (raw / "ncu_stderr.txt").write_text(result.stderr[-20000:])
@@ -141,5 +202,7 @@ class NcuBackend:
             raise problem
         if result.returncode != 0:
             raise RuntimeError(f"ncu exited {result.returncode}; see {raw / 'ncu_stderr.txt'}")
-        passes = [json.loads(line) for line in (raw / "kernels.jsonl").read_text().splitlines() if line.strip()]
+        passes = [
+            json.loads(line) for line in (raw / "kernels.jsonl").read_text().splitlines() if line.strip()
+        ]
         return rows_from_ncu(cases, passes, result.stdout, roles, ctx, env, raw / "ncu_raw.csv")

@@ -28,7 +28,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from components.profiling.backends.base import BackendUnavailable, CounterPermissionError, MeasureContext, base_row
+from components.profiling.backends.base import (
+    BackendUnavailable,
+    CounterPermissionError,
+    MeasureContext,
+    base_row,
+)
 from components.profiling.backends.events import gpu_environment, require_gpu
 from components.profiling.cases import Case
 from components.profiling.target import RANGE_PREFIX
@@ -40,10 +45,21 @@ COUNTER_GROUPS: tuple[tuple[str, ...], ...] = (
     tuple(f"SQ_INSTS_VALU_{op}_{p}" for p in ("F16", "F32") for op in ("ADD", "MUL", "FMA", "TRANS")),
     tuple(f"SQ_INSTS_VALU_{op}_F64" for op in ("ADD", "MUL", "FMA", "TRANS"))
     + tuple(f"SQ_INSTS_VALU_MFMA_MOPS_{p}" for p in ("F16", "BF16", "F32", "F64")),
-    ("TCC_EA0_RDREQ_sum", "TCC_EA0_RDREQ_32B_sum", "TCC_EA0_WRREQ_sum", "TCC_EA0_WRREQ_64B_sum",
-     "TCC_HIT_sum", "TCC_MISS_sum"),
-    ("TCP_TOTAL_CACHE_ACCESSES_sum", "TCP_TCC_READ_REQ_sum", "TCP_TCC_WRITE_REQ_sum",
-     "TCP_TCC_ATOMIC_WITH_RET_REQ_sum", "TCP_TCC_ATOMIC_WITHOUT_RET_REQ_sum"),
+    (
+        "TCC_EA0_RDREQ_sum",
+        "TCC_EA0_RDREQ_32B_sum",
+        "TCC_EA0_WRREQ_sum",
+        "TCC_EA0_WRREQ_64B_sum",
+        "TCC_HIT_sum",
+        "TCC_MISS_sum",
+    ),
+    (
+        "TCP_TOTAL_CACHE_ACCESSES_sum",
+        "TCP_TCC_READ_REQ_sum",
+        "TCP_TCC_WRITE_REQ_sum",
+        "TCP_TCC_ATOMIC_WITH_RET_REQ_sum",
+        "TCP_TCC_ATOMIC_WITHOUT_RET_REQ_sum",
+    ),
 )
 
 
@@ -92,10 +108,23 @@ def parse_kernel_trace(text: str, source: str = "kernel_trace.csv") -> list[Disp
         try:
             start, end = int(row["Start_Timestamp"]), int(row["End_Timestamp"])
             grid = tuple(int(row[f"Grid_Size_{a}"]) for a in "XYZ") if "Grid_Size_X" in row else None
-            group = tuple(int(row[f"Workgroup_Size_{a}"]) for a in "XYZ") if "Workgroup_Size_X" in row else None
-            out.append(Dispatch(int(row["Dispatch_Id"]), row["Kernel_Name"], start, end, grid, group,
-                                _int(row.get("VGPR_Count")), _int(row.get("SGPR_Count")),
-                                _int(row.get("LDS_Block_Size")), _int(row.get("Scratch_Size"))))
+            group = (
+                tuple(int(row[f"Workgroup_Size_{a}"]) for a in "XYZ") if "Workgroup_Size_X" in row else None
+            )
+            out.append(
+                Dispatch(
+                    int(row["Dispatch_Id"]),
+                    row["Kernel_Name"],
+                    start,
+                    end,
+                    grid,
+                    group,
+                    _int(row.get("VGPR_Count")),
+                    _int(row.get("SGPR_Count")),
+                    _int(row.get("LDS_Block_Size")),
+                    _int(row.get("Scratch_Size")),
+                )
+            )
         except (TypeError, ValueError) as exc:
             raise RocprofOutputError(f"{source}: line {number}: {exc}") from exc
         if end < start:
@@ -106,19 +135,28 @@ def parse_kernel_trace(text: str, source: str = "kernel_trace.csv") -> list[Disp
 def parse_counter_collection(text: str, source: str = "counter_collection.csv") -> list[Dispatch]:
     """``*_counter_collection.csv`` (long format) -> one Dispatch per Dispatch_Id with its counters."""
     dispatches: dict[int, Dispatch] = {}
-    rows = _rows(text, ("Dispatch_Id", "Kernel_Name", "Counter_Name", "Counter_Value", "Start_Timestamp",
-                        "End_Timestamp"), source)
+    rows = _rows(
+        text,
+        ("Dispatch_Id", "Kernel_Name", "Counter_Name", "Counter_Value", "Start_Timestamp", "End_Timestamp"),
+        source,
+    )
     for number, row in enumerate(rows, start=2):
         try:
             key = int(row["Dispatch_Id"])
             dispatch = dispatches.get(key)
             if dispatch is None:
                 dispatch = dispatches[key] = Dispatch(
-                    key, row["Kernel_Name"], int(row["Start_Timestamp"]), int(row["End_Timestamp"]),
+                    key,
+                    row["Kernel_Name"],
+                    int(row["Start_Timestamp"]),
+                    int(row["End_Timestamp"]),
                     grid=(int(row["Grid_Size"]),) if row.get("Grid_Size") else None,
                     workgroup=(int(row["Workgroup_Size"]),) if row.get("Workgroup_Size") else None,
-                    vgpr=_int(row.get("VGPR_Count")), sgpr=_int(row.get("SGPR_Count")),
-                    lds_bytes=_int(row.get("LDS_Block_Size")), scratch_bytes=_int(row.get("Scratch_Size")))
+                    vgpr=_int(row.get("VGPR_Count")),
+                    sgpr=_int(row.get("SGPR_Count")),
+                    lds_bytes=_int(row.get("LDS_Block_Size")),
+                    scratch_bytes=_int(row.get("Scratch_Size")),
+                )
             name = row["Counter_Name"]
             if name in dispatch.counters:
                 raise RocprofOutputError(f"{source}: line {number}: counter {name} twice for dispatch {key}")
@@ -135,11 +173,15 @@ def parse_marker_ranges(text: str, source: str = "marker_api_trace.csv") -> list
     out = []
     for row in _rows(text, ("Function", "Start_Timestamp", "End_Timestamp"), source):
         if row["Function"].startswith(RANGE_PREFIX):
-            out.append((row["Function"][len(RANGE_PREFIX):], int(row["Start_Timestamp"]), int(row["End_Timestamp"])))
+            out.append(
+                (row["Function"][len(RANGE_PREFIX) :], int(row["Start_Timestamp"]), int(row["End_Timestamp"]))
+            )
     return out
 
 
-def assign_to_cases(dispatches: list[Dispatch], ranges: list[tuple[str, int, int]]) -> dict[str, list[Dispatch]]:
+def assign_to_cases(
+    dispatches: list[Dispatch], ranges: list[tuple[str, int, int]]
+) -> dict[str, list[Dispatch]]:
     """Dispatches that ran inside each case's range, in start order (warm-ups fall outside every range)."""
     out: dict[str, list[Dispatch]] = {case_id: [] for case_id, _, _ in ranges}
     for dispatch in sorted(dispatches, key=lambda d: d.start_ns):
@@ -179,10 +221,16 @@ def derived_metrics(counters: dict[str, float]) -> dict[str, float]:
     hit, miss = counters.get("TCC_HIT_sum", math.nan), counters.get("TCC_MISS_sum", math.nan)
     accesses = counters.get("TCP_TOTAL_CACHE_ACCESSES_sum", math.nan)
     to_l2 = sum(counters.get(n, math.nan) for n in ("TCP_TCC_READ_REQ_sum", "TCP_TCC_WRITE_REQ_sum")) + sum(
-        counters.get(n, 0.0) for n in ("TCP_TCC_ATOMIC_WITH_RET_REQ_sum", "TCP_TCC_ATOMIC_WITHOUT_RET_REQ_sum"))
+        counters.get(n, 0.0)
+        for n in ("TCP_TCC_ATOMIC_WITH_RET_REQ_sum", "TCP_TCC_ATOMIC_WITHOUT_RET_REQ_sum")
+    )
     return {
-        "flops_fp16": per["F16"], "flops_fp32": per["F32"], "flops_fp64": per["F64"], "flops_tensor": tensor,
-        "tensor_ops": tensor, "flops": sum(known) if len(known) == 4 else math.nan,
+        "flops_fp16": per["F16"],
+        "flops_fp32": per["F32"],
+        "flops_fp64": per["F64"],
+        "flops_tensor": tensor,
+        "tensor_ops": tensor,
+        "flops": sum(known) if len(known) == 4 else math.nan,
         "dram_read_bytes": (rd - rd32) * 64.0 + rd32 * 32.0,
         "dram_write_bytes": (wr - wr64) * 32.0 + wr64 * 64.0,
         "l2_hit_rate": hit / (hit + miss) if hit + miss > 0 else math.nan,
@@ -204,23 +252,37 @@ def read_output(raw_dir: Path) -> tuple[dict[str, list[Dispatch]], list[dict[str
             raise RocprofOutputError(f"{folder}: no marker_api_trace.csv (cases cannot be attributed)")
         ranges = parse_marker_ranges(files["marker_api_trace"].read_text(), str(files["marker_api_trace"]))
         if "kernel_trace" in files:
-            for case_id, ds in assign_to_cases(parse_kernel_trace(files["kernel_trace"].read_text(),
-                                                                  str(files["kernel_trace"])), ranges).items():
+            for case_id, ds in assign_to_cases(
+                parse_kernel_trace(files["kernel_trace"].read_text(), str(files["kernel_trace"])), ranges
+            ).items():
                 trace.setdefault(case_id, ds)
         if "counter_collection" in files:
-            passes.append(assign_to_cases(parse_counter_collection(files["counter_collection"].read_text(),
-                                                                   str(files["counter_collection"])), ranges))
+            passes.append(
+                assign_to_cases(
+                    parse_counter_collection(
+                        files["counter_collection"].read_text(), str(files["counter_collection"])
+                    ),
+                    ranges,
+                )
+            )
     return trace, passes
 
 
-def rows_from_rocprof(cases: list[Case], trace: dict[str, list[Dispatch]], passes: list[dict[str, list[Dispatch]]],
-                      ctx: MeasureContext, env: dict[str, Any]) -> list[dict[str, Any]]:
+def rows_from_rocprof(
+    cases: list[Case],
+    trace: dict[str, list[Dispatch]],
+    passes: list[dict[str, list[Dispatch]]],
+    ctx: MeasureContext,
+    env: dict[str, Any],
+) -> list[dict[str, Any]]:
     rows = []
     for case in cases:
         dispatches = trace.get(case.case_id, [])
         if not dispatches:
             row = base_row(ctx, env, "rocprofv3", case)
-            row["error"] = "no dispatches traced inside the case's range (the case failed or launched nothing)"
+            row["error"] = (
+                "no dispatches traced inside the case's range (the case failed or launched nothing)"
+            )
             rows.append(row)
             continue
         for position, dispatch in enumerate(dispatches):
@@ -228,13 +290,22 @@ def rows_from_rocprof(cases: list[Case], trace: dict[str, list[Dispatch]], passe
             for one in passes:
                 ds = one.get(case.case_id, [])
                 if len(ds) != len(dispatches):
-                    raise RocprofOutputError(f"case {case.case_id}: {len(ds)} dispatches in a counter pass, "
-                                             f"{len(dispatches)} in the kernel trace")
+                    raise RocprofOutputError(
+                        f"case {case.case_id}: {len(ds)} dispatches in a counter pass, "
+                        f"{len(dispatches)} in the kernel trace"
+                    )
                 counters.update(ds[position].counters)
             row = base_row(ctx, env, "rocprofv3", case, dispatch.kernel_name, position)
             row["repeats"] = 1
-            row.update({"duration_us": dispatch.duration_us, "grid": dispatch.grid, "block": dispatch.workgroup,
-                        "registers_per_thread": dispatch.vgpr, "counters": counters})
+            row.update(
+                {
+                    "duration_us": dispatch.duration_us,
+                    "grid": dispatch.grid,
+                    "block": dispatch.workgroup,
+                    "registers_per_thread": dispatch.vgpr,
+                    "counters": counters,
+                }
+            )
             row.update(derived_metrics(counters))
             rows.append(row)
     return rows
@@ -261,16 +332,37 @@ class RocprofBackend:
         raw.mkdir(parents=True, exist_ok=True)
         (raw / "cases.json").write_text(json.dumps([c.to_json() for c in cases]))
         (raw / "counters.txt").write_text("".join(f"pmc: {' '.join(group)}\n" for group in COUNTER_GROUPS))
-        command = [self.executable, "--kernel-trace", "--marker-trace", "-i", str(raw / "counters.txt"),
-                   "--output-format", "csv", "-d", str(raw / "out"), "-o", "chunk", "--",
-                   sys.executable, "-m", "components.profiling.target", "--cases", str(raw / "cases.json"),
-                   "--mode", "rocprof", "--warmup", str(ctx.warmup)]
+        command = [
+            self.executable,
+            "--kernel-trace",
+            "--marker-trace",
+            "-i",
+            str(raw / "counters.txt"),
+            "--output-format",
+            "csv",
+            "-d",
+            str(raw / "out"),
+            "-o",
+            "chunk",
+            "--",
+            sys.executable,
+            "-m",
+            "components.profiling.target",
+            "--cases",
+            str(raw / "cases.json"),
+            "--mode",
+            "rocprof",
+            "--warmup",
+            str(ctx.warmup),
+        ]
         result = subprocess.run(command, capture_output=True, text=True)
         (raw / "rocprofv3_stderr.txt").write_text(result.stderr[-20000:])
         text = result.stdout + result.stderr
         if "perfmon" in text.lower() and "permission" in text.lower():
-            raise CounterPermissionError(f"rocprofv3 on {env['device_name']}: counters not permitted for this user "
-                                         "(perfmon access); run the worker in the video/render group or as root")
+            raise CounterPermissionError(
+                f"rocprofv3 on {env['device_name']}: counters not permitted for this user "
+                "(perfmon access); run the worker in the video/render group or as root"
+            )
         if result.returncode != 0:
             raise RuntimeError(f"rocprofv3 exited {result.returncode}; see {raw / 'rocprofv3_stderr.txt'}")
         trace, passes = read_output(raw / "out")
