@@ -36,7 +36,8 @@ PRECISIONS: tuple[str, ...] = VECTOR_PRECISIONS + TENSOR_ONLY_PRECISIONS
 
 # Vendor prefixes that datasets and drivers put in front of the product name. Stripped before
 # matching so "Tesla_T4", "NVIDIA GeForce RTX 3080" and "AMD Instinct MI300X" need no alias.
-_PREFIXES: tuple[str, ...] = ("nvidia", "tesla", "geforce", "amd", "instinct", "radeon", "quadro")
+_PREFIXES: tuple[str, ...] = ("nvidia", "tesla", "geforce", "amd", "instinct", "radeon", "quadro", "intel")
+_MARKS = re.compile(r"\((?:r|tm|c)\)|[®™©]")
 _SEPARATORS = re.compile(r"[\s_\-]+")
 
 
@@ -349,11 +350,14 @@ def canonical_dtype(dtype: str | None) -> str | None:
 
 
 def normalize_name(name: str) -> str:
-    """Lookup key: lower case, vendor prefixes stripped, separators (space _ -) removed."""
-    words = _SEPARATORS.split(name.strip().lower())
+    """Lookup key: lower case, trademark marks ((R), (TM), ®, ™) and vendor prefixes stripped, a trailing
+    "Graphics" (Intel's and AMD's marketing strings) dropped, separators (space _ -) removed."""
+    words = _SEPARATORS.split(_MARKS.sub(" ", name.strip().lower()))
     words = [w for w in words if w]
     while len(words) > 1 and words[0] in _PREFIXES:
         words = words[1:]
+    if len(words) > 1 and words[-1] == "graphics":
+        words = words[:-1]
     return "".join(words)
 
 

@@ -24,6 +24,7 @@ SOURCES: tuple[str, ...] = (
     "benchmark_hub",
     "pipeweave",
     "aiconfigurator",
+    "aiter",
     "kernelcast",
 )
 # Our own measurements (``kernelcast profile`` on lent GPUs) are project data, committed under
@@ -57,6 +58,7 @@ UPSTREAMS: dict[str, Upstream] = {
     ),
     "pipeweave": Upstream("zksainx/pipeweave", "55e03178d15a79ca3fa8385a399fbcfb48771719"),
     "aiconfigurator": Upstream("ai-dynamo/aiconfigurator", "095f58a51c4ca8e61b66ec108d86f223f8d559ce"),
+    "aiter": Upstream("ROCm/aiter", "e4048607a535ace3a2b51ded31b1c8c2d45c0879"),
 }
 
 

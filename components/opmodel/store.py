@@ -1,5 +1,12 @@
 """The measured store: one row per distinct kernel (device, family, dtype, shape) of the measured tables.
 
+Sources: AIConfigurator's tables (NVIDIA GPUs) and aiter's tuned tables (AMD MI300X / MI308X, read by
+``components.ingest.aiter.tables``: copies across M already left out), each wherever it is under the datasets
+folder. aiter's rows take the same per-family layout (its batched GEMMs are family ``bmm``, keyed by B too);
+a row faster than its roofline on the catalog spec (17 MI308X rows: placeholder times such as ``us = 1.0``
+for a 98304 x 24576 x 1536 GEMM) is physically impossible and stays out of the store (validation
+quarantines it in the canonical tables).
+
 ``build_store`` folds every repeat of a kernel (the same shape and dtype measured under several frameworks,
 versions or kernel sources) into its median latency, repeat count and spread
 (``components.ingest.aiconfigurator.medians``), and writes one parquet file per op family under a folder,
@@ -14,26 +21,87 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import numpy as np
 import pandas as pd
 
 from components.common.atomic import atomic_write_dir
 
-STORE_FAMILIES: tuple[str, ...] = ("gemm", "attention", "moe", "allreduce")
+STORE_FAMILIES: tuple[str, ...] = ("gemm", "attention", "moe", "allreduce", "bmm")
 MANIFEST_NAME = "store.json"
+AITER_FAMILIES: tuple[str, ...] = ("gemm", "moe", "bmm")
+
+
+def store_keys(family: str) -> list[str]:
+    """The columns that identify one kernel of ``family`` in the store."""
+    from components.ingest.aiconfigurator import KERNEL_KEYS
+
+    return ["device_id", "dtype", "B", "M", "N", "K"] if family == "bmm" else KERNEL_KEYS[family]
+
+
+def source_roots(datasets_root: Path) -> dict[str, Path]:
+    """Where each store source lives under ``datasets_root``: the datasets folder (``aiconfigurator/``,
+    ``aiter/``), or one source's repository root."""
+    from components.ingest.aiter import CONFIGS
+
+    root = Path(datasets_root)
+    out = {name: root / name for name in ("aiconfigurator", "aiter") if (root / name).is_dir()}
+    if not out:
+        out["aiter" if (root / CONFIGS).is_dir() else "aiconfigurator"] = root
+    return out
+
+
+def below_roofline(frame: pd.DataFrame, family: str, catalog: object) -> np.ndarray:
+    """Rows measured faster than their roofline time on the catalog spec (no kernel can be)."""
+    from components.physics import roofline as physics
+
+    bad = np.zeros(len(frame), bool)
+    keys = physics.SHAPE_KEYS["gemm" if family == "bmm" else family]
+    for (device, dtype), index in frame.groupby(["device_id", "dtype"], sort=True).indices.items():
+        part = frame.iloc[index]
+        shape = {k: part[k].to_numpy(dtype="float64") for k in (*keys[0], *keys[1]) if k in part}
+        roof = physics.roofline("gemm" if family == "bmm" else family, dtype, shape, catalog.get(device))
+        bad[index] = part["latency_us"].to_numpy(dtype="float64") < roof.time_us
+    return bad
+
+
+def aiter_frames(root: Path, families: tuple[str, ...]) -> dict[str, pd.DataFrame]:
+    """aiter's measured rows per store family (device_id, dtype, shape, latency_us, kernel_source)."""
+    from components.devices.catalog import load_catalog
+    from components.ingest.aiter import tables
+
+    catalog = load_catalog(user_dir=None)  # the packaged catalog: the store must not depend on user files
+    rows, _, _ = tables(root, catalog)
+    out = {}
+    for family in families:
+        if family not in AITER_FAMILIES:
+            continue
+        part = rows[rows["family"] == family]
+        part = part[[*store_keys(family), "latency_us", "kernel_source"]].reset_index(drop=True)
+        if not part.empty:
+            out[family] = part[~below_roofline(part, family, catalog)]
+    return out
 
 
 def _measured_frames(datasets_root: Path, families: tuple[str, ...]) -> dict[str, pd.DataFrame]:
-    from components.ingest.aiconfigurator import KERNEL_KEYS, READERS, medians
+    from components.ingest.aiconfigurator import READERS, medians
 
-    root = Path(datasets_root)
-    root = root / "aiconfigurator" if (root / "aiconfigurator").is_dir() else root
+    roots = source_roots(Path(datasets_root))
+    parts: dict[str, list[pd.DataFrame]] = {}
+    if "aiconfigurator" in roots:
+        for family in families:
+            if family in READERS:
+                parts.setdefault(family, []).append(READERS[family](roots["aiconfigurator"]))
+    if "aiter" in roots:
+        for family, frame in aiter_frames(roots["aiter"], families).items():
+            parts.setdefault(family, []).append(frame)
     out = {}
-    for family in families:
-        frame = READERS[family](root)
-        if frame.empty:
+    for family, frames in parts.items():
+        frames = [f for f in frames if not f.empty]
+        if not frames:
             continue
-        folded = medians(frame, KERNEL_KEYS[family])
-        out[family] = folded.sort_values(KERNEL_KEYS[family], kind="mergesort").reset_index(drop=True)
+        keys = store_keys(family)
+        folded = pd.concat([medians(f, keys) for f in frames], ignore_index=True)
+        out[family] = folded.sort_values(keys, kind="mergesort").reset_index(drop=True)
     return out
 
 
@@ -45,14 +113,16 @@ def _write_parquet(frame: pd.DataFrame, path: Path) -> None:
     pq.write_table(table, path, compression="zstd")
 
 
-def save_store(frames: dict[str, pd.DataFrame], out_dir: Path) -> Path:
-    """Write ``{family: frame}`` as ``<family>.parquet`` + a manifest (row counts), atomically."""
+def save_store(frames: dict[str, pd.DataFrame], out_dir: Path, sources: tuple[str, ...] = ()) -> Path:
+    """Write ``{family: frame}`` as ``<family>.parquet`` + a manifest (row counts, devices, the sources read),
+    atomically."""
 
     def write(tmp: Path) -> None:
         manifest = {}
         for family, frame in sorted(frames.items()):
             _write_parquet(frame, tmp / f"{family}.parquet")
             manifest[family] = {"rows": len(frame), "devices": sorted(map(str, frame["device_id"].unique()))}
+        manifest["sources"] = sorted(sources)
         (tmp / MANIFEST_NAME).write_text(json.dumps(manifest, indent=1, sort_keys=True) + "\n")
 
     atomic_write_dir(Path(out_dir), write)
@@ -62,11 +132,17 @@ def save_store(frames: dict[str, pd.DataFrame], out_dir: Path) -> Path:
 def build_store(
     datasets_root: Path, out_dir: Path, families: tuple[str, ...] = STORE_FAMILIES
 ) -> dict[str, int]:
-    """Read the aiconfigurator tables under ``datasets_root`` (the datasets folder or the repository root),
-    fold repeats, save the store under ``out_dir``; returns the rows per family."""
+    """Read the aiconfigurator and aiter tables under ``datasets_root`` (the datasets folder or one source's
+    repository root), fold repeats, save the store under ``out_dir``; returns the rows per family."""
     frames = _measured_frames(Path(datasets_root), families)
-    save_store(frames, Path(out_dir))
+    save_store(frames, Path(out_dir), tuple(source_roots(Path(datasets_root))))
     return {family: len(frame) for family, frame in frames.items()}
+
+
+def built_from(folder: Path) -> list[str]:
+    """The sources a saved store was built from (a store older than the manifest's list: aiconfigurator)."""
+    manifest = json.loads((Path(folder) / MANIFEST_NAME).read_text())
+    return list(manifest.get("sources", ["aiconfigurator"]))
 
 
 def load_store(folder: Path, families: tuple[str, ...] | None = None) -> dict[str, pd.DataFrame]:

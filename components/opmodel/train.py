@@ -23,15 +23,17 @@ def state_store(settings: Any) -> Path:
 
 
 def ensure_store(settings: Any, say: Callable[[str], None] = lambda _: None) -> Path | None:
-    """The state folder's measured store, built from ``<datasets>/aiconfigurator`` when missing; None when
-    neither exists (the engine then has no measured tier)."""
-    from components.opmodel.store import MANIFEST_NAME, build_store
+    """The state folder's measured store, built from ``<datasets>/aiconfigurator`` and ``<datasets>/aiter``
+    when missing or built from other sources than the datasets folder now holds; None when neither source
+    exists (the engine then has no measured tier)."""
+    from components.opmodel.store import MANIFEST_NAME, build_store, built_from, source_roots
 
     store = state_store(settings)
-    if (store / MANIFEST_NAME).is_file():
+    root = Path(settings.datasets_dir)
+    present = sorted(name for name in source_roots(root) if (root / name).is_dir())
+    if (store / MANIFEST_NAME).is_file() and built_from(store) == present:
         return store
-    root = Path(settings.datasets_dir) / "aiconfigurator"
-    if not root.is_dir():
+    if not present:
         return None
     started = time.perf_counter()
     rows = build_store(Path(settings.datasets_dir), store)
