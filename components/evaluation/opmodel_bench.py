@@ -340,9 +340,19 @@ def gate_entry(
     from components.opmodel.store import load_store
 
     started = time.perf_counter()
-    store = load_store(store_dir, ("gemm", "attention"))
+    store = load_store(store_dir, ("gemm", "attention", "bmm"))
     caps = caps or {}
-    if split == "aiconfigurator-unseen-gpu":
+    if split == "aiter-unseen-gpu":
+        from components.evaluation.aiter_bench import unseen_mi300x
+
+        result = unseen_mi300x(
+            store,
+            datasets_root,
+            train_per_group=caps.get("train_per_group", 1000),
+            test_per_group=caps.get("test_per_group", 400),
+            rounds=caps.get("rounds", 60),
+        )
+    elif split == "aiconfigurator-unseen-gpu":
         result = unseen_gpu(
             store,
             datasets_root,
@@ -362,7 +372,11 @@ def gate_entry(
         "n": n,
         "seconds": round(time.perf_counter() - started, 1),
         "metrics": result["metrics"],
-        "report": {"per_gpu": result.get("per_gpu", {}), "caps": result.get("caps")},
+        "report": {
+            "per_gpu": result.get("per_gpu", {}),
+            "caps": result.get("caps"),
+            **({"per_dtype": result["per_dtype"]} if "per_dtype" in result else {}),
+        },
         "timings": [],
         "note": None,
     }
@@ -372,7 +386,13 @@ def gate_entry(
 
 ENGINE_FAMILY = "op engine"  # the bench table's column for the engine's answer (tier per split)
 ROOFLINE_FAMILY = "roofline"
-SPLIT_TIERS = {"aiconfigurator-unseen-gpu": "spec tier", "aiconfigurator-unseen-shape": "measured tier"}
+SPLIT_SOURCES = {"aiter-unseen-gpu": "aiter (MI300X held out; trained on NVIDIA and MI308X)"}
+SIBLING_FAMILY = "sibling physics"  # training-free: a measured relative's time x the roofline ratio
+SPLIT_TIERS = {
+    "aiconfigurator-unseen-gpu": "spec tier",
+    "aiconfigurator-unseen-shape": "measured tier",
+    "aiter-unseen-gpu": "spec tier",
+}
 
 
 def bench_rows(split: str, entry: dict[str, Any]) -> list[dict[str, Any]]:
@@ -419,6 +439,11 @@ def bench_rows(split: str, entry: dict[str, Any]) -> list[dict[str, Any]]:
         for device, g in sorted(gpus.items()):
             add(f"op={op},device={device}", ENGINE_FAMILY, g["mape"], g["n"], g.get("coverage"))
             add(f"op={op},device={device}", ROOFLINE_FAMILY, g["roofline_mape"], g["n"], g.get("coverage"))
+        for dtype, d in sorted(entry["report"].get("per_dtype", {}).get(op, {}).items()):
+            add(f"op={op},dtype={dtype}", ENGINE_FAMILY, d["mape"], d["n"])
+            add(f"op={op},dtype={dtype}", ROOFLINE_FAMILY, d["roofline_mape"], d["n"])
+            if "sibling_mape" in d:  # on the shapes the held GPU and its sibling both measured
+                add(f"op={op},dtype={dtype},shared shapes", SIBLING_FAMILY, d["sibling_mape"], d["sibling_n"])
         worst = max(gpus, key=lambda d: gpus[d]["mape"])
         add(f"op={op},median GPU", ENGINE_FAMILY, metrics.get(f"median_gpu_{op}_runtime_mape"), len(gpus))
         add(f"op={op},worst GPU={worst}", ENGINE_FAMILY, gpus[worst]["mape"], gpus[worst]["n"])
@@ -438,7 +463,8 @@ def extend_result(
         tier = SPLIT_TIERS.get(split, "")
         result.notes.append(
             f"{split} ({tier}, components/evaluation/opmodel_bench.py): "
-            "AIConfigurator's measured tables (the measured store the train stage builds), GPUs "
+            f"{SPLIT_SOURCES.get(split, 'AIConfigurator')}'s measured tables (the measured store the train "
+            "stage builds), GPUs "
             f"{', '.join(entry['folds'])}; rows capped by hash per (GPU, dtype): {caps}"
         )
 

@@ -196,6 +196,8 @@ def row_problems(frame: pd.DataFrame) -> pd.Series:
     problem[problem.isna() & frame["dtype"].isna()] = "dtype not recognised"
     for family, keys in SHAPES.items():
         mine = frame["family"] == family
+        if not mine.any():
+            continue
         for key in keys:
             values = pd.to_numeric(frame[key], errors="coerce")
             bad = mine & problem.isna() & (values.isna() | (values < 1))

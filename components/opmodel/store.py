@@ -77,6 +77,10 @@ def aiter_frames(root: Path, families: tuple[str, ...]) -> dict[str, pd.DataFram
             continue
         part = rows[rows["family"] == family]
         part = part[[*store_keys(family), "latency_us", "kernel_source"]].reset_index(drop=True)
+        sizes = [k for k in store_keys(family) if k not in ("device_id", "dtype", "distribution")]
+        part = part.astype(
+            {k: "int64" for k in sizes}
+        )  # the store's schema: integer sizes, as aiconfigurator's
         if not part.empty:
             out[family] = part[~below_roofline(part, family, catalog)]
     return out

@@ -284,7 +284,11 @@ SPLITS: tuple[str, ...] = (
 )
 # The op engine's splits (components.evaluation.opmodel_bench): scored on AIConfigurator's tables, not the
 # feature table.
-OPMODEL_SPLITS: tuple[str, ...] = ("aiconfigurator-unseen-gpu", "aiconfigurator-unseen-shape")
+OPMODEL_SPLITS: tuple[str, ...] = (
+    "aiconfigurator-unseen-gpu",
+    "aiconfigurator-unseen-shape",
+    "aiter-unseen-gpu",
+)
 # LLM deployments scored on measured serving runs (components.deployments.bench): the datasets in place.
 SERVING_SPLITS: tuple[str, ...] = ("llm-serving-pipeweave", "llm-serving-silicon")
 
