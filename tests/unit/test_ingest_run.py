@@ -136,6 +136,7 @@ def test_registry_names_and_pins() -> None:
         "benchmark_hub",
         "pipeweave",
         "aiconfigurator",
+        "aiter",
         "kernelcast",
     )
     assert set(UPSTREAMS) == set(SOURCES) - {"kernelcast"}  # our own profiled data has no upstream
