@@ -86,9 +86,11 @@ def configs_dir(root: Path) -> Path:
 
 
 def table_files(root: Path) -> list[Path]:
-    """Every tuned table under the configs folder, sorted (deterministic order)."""
+    """Every tuned table under the configs folder (``tuned_fmoe.csv``, ``*_tuned_*.csv``; not the ``untuned``
+    shape lists), sorted (deterministic order)."""
     folder = configs_dir(root)
-    return sorted([*folder.glob("*_tuned_*.csv"), *folder.glob("model_configs/*_tuned*.csv")])
+    files = [*folder.glob("*tuned*.csv"), *folder.glob("model_configs/*tuned*.csv")]
+    return sorted(f for f in files if "untuned" not in f.name)
 
 
 def _family(name: str) -> str | None:
@@ -183,7 +185,7 @@ def read_rows(root: Path) -> tuple[pd.DataFrame, list[str]]:
             continue
         frames.append(_read_table(path, root))
     if not frames:
-        raise IngestError(f"{SOURCE}: {configs_dir(root)}: no *_tuned_*.csv tables (expected {CONFIGS}/)")
+        raise IngestError(f"{SOURCE}: {configs_dir(root)}: no tuned tables (*tuned*.csv in {CONFIGS}/)")
     return pd.concat(frames, ignore_index=True), skipped
 
 
