@@ -35,13 +35,21 @@ def gemm_with_batches(store: dict[str, pd.DataFrame]) -> pd.DataFrame:
     )
 
 
+def shared_shapes(frame: pd.DataFrame, held: str, sibling: str) -> pd.DataFrame:
+    """``held``'s rows whose (dtype, shape) ``sibling`` measured too."""
+    keys = ["dtype", *SHAPE]
+    theirs = frame.loc[frame["device_id"] == sibling, keys].drop_duplicates()
+    return frame[frame["device_id"] == held].merge(theirs, on=keys)
+
+
 def sibling_physics(frame: pd.DataFrame, held_spec: Any, sibling_spec: Any) -> list[dict[str, Any]]:
     """Per dtype: the sibling rule's summed APE on the shapes both GPUs measured (``frame``: GEMMs with B)."""
     from components.physics import roofline as physics
 
-    held = frame[frame["device_id"] == held_spec.id]
     sibling = frame[frame["device_id"] == sibling_spec.id]
-    both = held.merge(sibling, on=["dtype", *SHAPE], suffixes=("", "_sib"))
+    both = shared_shapes(frame, held_spec.id, sibling_spec.id).merge(
+        sibling, on=["dtype", *SHAPE], suffixes=("", "_sib")
+    )
     out = []
     for dtype, part in both.groupby("dtype", sort=True):
         shape = {k: part[k].to_numpy(dtype="float64") for k in SHAPE}
@@ -93,6 +101,10 @@ def unseen_mi300x(
         entry = per_dtype.setdefault(group["dtype"], {})
         entry["sibling_mape"], entry["sibling_n"] = group["sum_ape"] / group["n"], group["n"]
         out["metrics"][f"gemm_{group['dtype']}_sibling_mape"] = group["sum_ape"] / group["n"]
+    # the engine on exactly the shapes the sibling rule answers (uncapped), for a like-for-like comparison
+    shared = shared_shapes(gemms, HELD, SIBLING)
+    for group in score_held_gpu(model, {"gemm": shared}, HELD, held, None):
+        per_dtype[group["dtype"]]["shared_mape"] = group["sum_ape"] / group["n"]
     out["per_dtype"] = {"gemm": per_dtype}
     out["groups"] = groups
     out["sibling"] = sibling

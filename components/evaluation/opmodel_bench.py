@@ -443,7 +443,9 @@ def bench_rows(split: str, entry: dict[str, Any]) -> list[dict[str, Any]]:
             add(f"op={op},dtype={dtype}", ENGINE_FAMILY, d["mape"], d["n"])
             add(f"op={op},dtype={dtype}", ROOFLINE_FAMILY, d["roofline_mape"], d["n"])
             if "sibling_mape" in d:  # on the shapes the held GPU and its sibling both measured
-                add(f"op={op},dtype={dtype},shared shapes", SIBLING_FAMILY, d["sibling_mape"], d["sibling_n"])
+                shared = f"op={op},dtype={dtype},shared shapes"
+                add(shared, SIBLING_FAMILY, d["sibling_mape"], d["sibling_n"])
+                add(shared, ENGINE_FAMILY, d.get("shared_mape"), d["sibling_n"])
         worst = max(gpus, key=lambda d: gpus[d]["mape"])
         add(f"op={op},median GPU", ENGINE_FAMILY, metrics.get(f"median_gpu_{op}_runtime_mape"), len(gpus))
         add(f"op={op},worst GPU={worst}", ENGINE_FAMILY, gpus[worst]["mape"], gpus[worst]["n"])
