@@ -353,9 +353,14 @@ def gate_entry(
             rounds=caps.get("rounds", 60),
         )
     elif split == "aiconfigurator-unseen-gpu":
+        from components.ingest.aiconfigurator import GPU_FOLDERS
+
+        # AIConfigurator's GPUs are held out in turn (aiter's MI300X has its own split; AMD rows train)
+        held = {str(d) for f in store.values() for d in f["device_id"].unique()} & set(GPU_FOLDERS.values())
         result = unseen_gpu(
             store,
             datasets_root,
+            gpus=tuple(sorted(held)),
             train_per_group=caps.get("train_per_group", 1000),
             test_per_group=caps.get("test_per_group", 400),
             rounds=caps.get("rounds", 60),

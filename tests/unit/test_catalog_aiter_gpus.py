@@ -10,20 +10,9 @@ import pandas as pd
 import pytest
 
 from components.devices import Catalog, UnknownDeviceError, compare_with_catalog, load_catalog
+from tests.unit.test_aiconfigurator_sheet import B60 as B60_SHEET  # upstream's b60.yaml, gpu/node part
 
 SYSTEMS = Path("aic-core/src/aiconfigurator_core/systems")
-# upstream's systems/b60.yaml (Intel Arc Pro B60), gpu/node part, as tests/unit/test_aiconfigurator_sheet.py
-B60_SHEET = """data_dir: data/b60
-gpu:
-  mem_bw: 456000000000
-  mem_capacity: 25769803776
-  float32_tc_flops: 12280000000000
-  float16_tc_flops: 98304000000000
-  int8_tc_flops: 197000000000000
-  power: 200
-node:
-  intra_node_bw: 32000000000
-"""
 INTEL_NAME = "Intel(R) Arc(TM) Pro B60 Graphics"
 
 
