@@ -89,3 +89,20 @@ def test_measured_tier_answers_an_mi300x_gemm_exactly(built) -> None:
     shape = {k: np.array([float(row[k])]) for k in ("M", "N", "K")}
     got = engine.predict("gemm", "fp8_block", shape, load_catalog(user_dir=None).get("mi300x"))
     assert got.tier[0] == "measured" and got.duration_us[0] == pytest.approx(row["latency_us"])
+
+
+def test_a_store_built_before_aiter_is_rebuilt_once(tmp_path: Path) -> None:
+    from types import SimpleNamespace
+
+    from components.opmodel.store import build_store, built_from
+    from components.opmodel.train import ensure_store, state_store
+
+    settings = SimpleNamespace(data_dir=tmp_path / "state", datasets_dir=_datasets(tmp_path / "datasets"))
+    store = state_store(settings)
+    build_store(settings.datasets_dir / "aiconfigurator", store, families=("gemm",))  # as before aiter
+    assert built_from(store) == ["aiconfigurator"]
+    said: list[str] = []
+    assert ensure_store(settings, said.append) == store
+    assert built_from(store) == ["aiconfigurator", "aiter"] and len(said) == 1
+    ensure_store(settings, said.append)  # up to date: not rebuilt
+    assert len(said) == 1
