@@ -101,6 +101,11 @@ def unseen_mi300x(
         entry = per_dtype.setdefault(group["dtype"], {})
         entry["sibling_mape"], entry["sibling_n"] = group["sum_ape"] / group["n"], group["n"]
         out["metrics"][f"gemm_{group['dtype']}_sibling_mape"] = group["sum_ape"] / group["n"]
+    # the rule from every other measured GPU too (NVIDIA's fp8 block-scaled GEMMs share many shapes)
+    for other in sorted(set(map(str, gemms["device_id"])) - {HELD, SIBLING}):
+        for group in sibling_physics(gemms, held, catalog.get(other)):
+            siblings = per_dtype.setdefault(group["dtype"], {}).setdefault("siblings", {})
+            siblings[other] = {"mape": group["sum_ape"] / group["n"], "n": group["n"]}
     # the engine on exactly the shapes the sibling rule answers (uncapped), for a like-for-like comparison
     shared = shared_shapes(gemms, HELD, SIBLING)
     for group in score_held_gpu(model, {"gemm": shared}, HELD, held, None):

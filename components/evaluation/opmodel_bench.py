@@ -451,6 +451,8 @@ def bench_rows(split: str, entry: dict[str, Any]) -> list[dict[str, Any]]:
                 shared = f"op={op},dtype={dtype},shared shapes"
                 add(shared, SIBLING_FAMILY, d["sibling_mape"], d["sibling_n"])
                 add(shared, ENGINE_FAMILY, d.get("shared_mape"), d["sibling_n"])
+            for other, g in sorted(d.get("siblings", {}).items()):
+                add(f"op={op},dtype={dtype},from {other}", SIBLING_FAMILY, g["mape"], g["n"])
         worst = max(gpus, key=lambda d: gpus[d]["mape"])
         add(f"op={op},median GPU", ENGINE_FAMILY, metrics.get(f"median_gpu_{op}_runtime_mape"), len(gpus))
         add(f"op={op},worst GPU={worst}", ENGINE_FAMILY, gpus[worst]["mape"], gpus[worst]["n"])

@@ -87,6 +87,15 @@ def test_mi300x_is_held_out_and_scored_per_dtype(store_dir: Path) -> None:
         assert 0 < per[dtype]["sibling_mape"] < 5 and 0 < per[dtype]["shared_mape"] < 5
     for entry in per.values():
         assert 0 < entry["mape"] < 5 and 0 < entry["roofline_mape"] < 1
+    # the rule from the NVIDIA GPU: on the shapes both measured (DeepSeek-V3's fp8 block-scaled GEMMs)
+    h100 = gemm[gemm["device_id"] == "h100-sxm"].merge(mi300x, on=["dtype", "B", "M", "N", "K"])
+    for dtype, entry in per.items():
+        n = int((h100["dtype"] == dtype).sum())
+        assert entry.get("siblings", {}).get("h100-sxm", {}).get("n", 0) == n
+    assert (
+        per["fp8_block"]["siblings"]["h100-sxm"]["n"] > 0
+        and per["fp8_block"]["siblings"]["h100-sxm"]["mape"] > 0
+    )
 
 
 def test_gate_entry_and_bench_rows_carry_the_sibling_baseline(store_dir: Path) -> None:
