@@ -148,18 +148,25 @@ def rank_llm(
 ) -> None:
     from components.deployments.config import DeploymentError
     from components.deployments.service import rank_deployments
+    from components.serving.rank import prices_for
 
     specs = _specs(device, default_all=True)
+    priced = prices_for(prices, specs)  # the kernel rank's rule: unknown or unasked GPUs named, not priced
     try:
-        ranking, skipped = rank_deployments(config, specs, params, prices, by=by, tps=tps or None)
+        ranking, skipped = rank_deployments(config, specs, params, priced.table, by=by, tps=tps or None)
     except DeploymentError as exc:
         raise UserError(str(exc)) from None
     shown = ranking[:top] if top else ranking
+    note = priced.note()
     if as_json:
-        typer.echo(json.dumps({"ranked_by": by, "ranking": shown, "options_not_fitting": skipped}, indent=2))
+        typer.echo(
+            json.dumps(
+                {"ranked_by": by, "ranking": shown, "options_not_fitting": skipped, "note": note}, indent=2
+            )
+        )
         return
     header = ["rank", "device", "tp", "ttft_ms", "tpot_ms", "tok/s/gpu", "mem_gb/gpu"] + (
-        ["usd/hour", "usd/Mtok"] if prices else []
+        ["usd/hour", "usd/Mtok"] if priced.table else []
     )
     body = []
     for r in shown:
@@ -172,7 +179,7 @@ def rank_llm(
             f"{r['tokens_per_s_per_gpu']:.4g}",
             f"{r['memory_gb_per_gpu']:.3g}",
         ]
-        if prices:
+        if priced.table:
             cells += [
                 "-" if r["usd_per_hour"] is None else f"{r['usd_per_hour']:.3g}",
                 "-" if r["usd_per_mtok"] is None else f"{r['usd_per_mtok']:.3g}",
@@ -188,3 +195,5 @@ def rank_llm(
     typer.echo(
         f"ranked by {by}; {len(ranking)} GPU x TP options fit, {skipped} do not (memory, or TP vs heads)"
     )
+    if note:
+        typer.echo(f"note: {note}")

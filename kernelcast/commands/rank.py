@@ -19,7 +19,7 @@ from kernelcast.commands.predict import DEFAULT_MODEL
 
 
 def read_prices(items: list[str], file: Path | None) -> dict[str, float]:
-    """``--price NAME=USD_PER_HOUR`` (repeatable) and/or a JSON/YAML ``--prices`` file mapping names to USD/hour."""
+    """``--price NAME=USD_PER_HOUR`` (repeatable) and/or a JSON/YAML ``--prices`` file (GPU -> USD/hour)."""
     prices: dict[str, Any] = {}
     if file is not None:
         if not file.is_file():
@@ -170,7 +170,8 @@ def rank_command(
             )
         )
         return
-    header = ["rank", "device", "total_us", "interval_us"] + (["usd/hour", "usd/run"] if price_table else [])
+    priced = ranked_by == "cost"
+    header = ["rank", "device", "total_us", "interval_us"] + (["usd/hour", "usd/run"] if priced else [])
     body = []
     for entry in shown:
         interval = (
@@ -184,7 +185,7 @@ def rank_command(
             "-" if entry["total_us"] is None else f"{entry['total_us']:.4g}",
             interval,
         ]
-        if price_table:
+        if priced:
             cells += [
                 "-" if entry.get("usd_per_hour") is None else f"{entry['usd_per_hour']:.3g}",
                 "-" if entry.get("usd_per_run") is None else f"{entry['usd_per_run']:.3g}",
