@@ -113,3 +113,121 @@ def test_llm_rank_names_the_prices_it_ignores(tmp_path, monkeypatch) -> None:
     assert PRICES_NOTE in result.output, result.output
     rows = [line.split() for line in result.output.splitlines() if line.split() and line.split()[0].isdigit()]
     assert [r[1] for r in rows] == ["h100-sxm", "a100-sxm4-80gb"] and rows[1][-1] == "-", result.output
+
+
+# ------------------------------------------------------------- bound and class consistent by construction
+
+SHARED_KERNEL = """__global__ void sum_shared(float* out) {
+    __shared__ float tile[256];
+    tile[threadIdx.x] = out[threadIdx.x];
+    __syncthreads();
+    float acc = 0.0f;
+#pragma unroll
+    for (int i = 0; i < 128; ++i) acc += tile[i];
+    out[threadIdx.x] = acc;
+}
+"""
+TINY_KERNEL = "__global__ void one(float* x) { x[threadIdx.x] += 1.0f; }\n"
+MLP_MODULE = """
+import torch
+class Model(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.layers = torch.nn.Sequential(
+            torch.nn.Linear(1000, 400), torch.nn.ReLU(), torch.nn.Linear(400, 10)
+        )
+    def forward(self, x):
+        return self.layers(x)
+def get_inputs():
+    return [torch.randn(1, 1000)]
+def get_init_inputs():
+    return []
+"""
+
+
+def _answers(args: list[str], tmp_path, monkeypatch) -> list[dict]:
+    result = _run(["predict", *args, "--json", *ROOF], tmp_path, monkeypatch)
+    assert result.exit_code == 0, result.output
+    return json.loads(result.output)["predictions"]
+
+
+def _consistent(answer: dict) -> None:
+    from components.physics.bounds import BOUNDS
+
+    assert answer["bound_pipe"] in BOUNDS, answer["bound_pipe"]
+    assert answer["roofline_class"] == BOUNDS[answer["bound_pipe"]][0], (
+        answer["roofline_class"],
+        answer["bound_pipe"],
+    )
+    for item in answer.get("breakdown") or []:
+        assert item["bound"] in BOUNDS, item
+
+
+def test_a_launch_bound_module_is_latency_class_not_compute_or_bandwidth(tmp_path, monkeypatch) -> None:
+    module = tmp_path / "mlp.py"
+    module.write_text(MLP_MODULE)
+    (answer,) = _answers([str(module), "--device", "H100"], tmp_path, monkeypatch)
+    assert answer["bound_pipe"] == "launch" and answer["roofline_class"] == "latency"
+    _consistent(answer)
+
+
+@pytest.mark.parametrize(
+    ("text", "launch", "bound"), [(SHARED_KERNEL, "4096/256", "shared"), (TINY_KERNEL, "1/32", "launch")]
+)
+def test_every_bound_of_a_source_is_documented_with_its_class(
+    tmp_path, monkeypatch, text, launch, bound
+) -> None:
+    pytest.importorskip("cuda.bindings.nvrtc")
+    source = tmp_path / "k.cu"
+    source.write_text(text)
+    (answer,) = _answers([str(source), "--launch", launch, "--device", "H100"], tmp_path, monkeypatch)
+    assert answer["bound_pipe"] == bound
+    _consistent(answer)
+
+
+def test_every_op_answer_names_a_documented_bound_of_its_class(tmp_path, monkeypatch) -> None:
+    from components.serving.query import DTYPES, GEMM_ONLY_DTYPES
+
+    csv_file = tmp_path / "ops.csv"
+    rows = ["op,shape,dtype"]
+    for dtype in DTYPES:
+        rows.append(f'gemm,"M=1,N=4096,K=4096",{dtype}')
+        rows.append(f'gemm,"M=8192,N=8192,K=8192",{dtype}')
+        if dtype not in GEMM_ONLY_DTYPES:
+            rows += [f"add,N=4096,{dtype}", f'softmax,"B=4096,H=4096",{dtype}']
+    rows.append('allreduce,"bytes=1073741824,gpus=8",bf16')
+    csv_file.write_text("\n".join(rows) + "\n")
+    answers = _answers(
+        ["--batch", str(csv_file), "--device", "H100", "--device", "MI300X", "--device", "T4"],
+        tmp_path,
+        monkeypatch,
+    )
+    assert len(answers) == 3 * (len(rows) - 1)
+    for answer in answers:
+        _consistent(answer)
+
+
+def test_the_documented_bounds_are_generated_from_the_one_table() -> None:
+    from pathlib import Path
+
+    from components.common.marked_blocks import markers
+    from components.physics.bounds import bounds_table
+
+    text = (Path(__file__).resolve().parents[2] / "docs" / "answers.md").read_text()
+    start, end = markers("bounds")
+    assert start in text and end in text, "docs/answers.md lacks the generated bounds block"
+    assert text.split(start)[1].split(end)[0].strip() == bounds_table()
+
+
+def test_every_pipe_the_physics_can_choose_is_a_documented_bound() -> None:
+    from components.devices import load_catalog
+    from components.physics.bounds import BOUNDS
+    from components.physics.roofline import GEMM_DTYPE_TRAITS, PhysicsError, pipe_for
+
+    for spec in load_catalog().all():
+        for dtype in GEMM_DTYPE_TRAITS:
+            try:
+                pipe = pipe_for(dtype, spec).pipe
+            except PhysicsError:
+                continue
+            assert pipe in BOUNDS, (spec.id, dtype, pipe)
