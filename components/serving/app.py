@@ -31,6 +31,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field
 
+from components.serving.query import DTYPES
 from components.serving.question_forms import MAX_MODULE_CHARS, MAX_SOURCE_CHARS
 
 log = logging.getLogger("kernelcast.serve")
@@ -90,9 +91,7 @@ class Kernel(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    dtype: str | None = Field(
-        default=None, max_length=32, description="fp32, fp16, bf16, fp8, tf32, fp64, int8"
-    )
+    dtype: str | None = Field(default=None, max_length=32, description=" | ".join(DTYPES))
     op: str | None = Field(
         default=None, max_length=32, description="gemm, linear, bmm, add, gelu, softmax, ..."
     )

@@ -7,9 +7,8 @@ HTTP server and the registered pyfunc) and by callers that build canonical query
 
 from __future__ import annotations
 
+from numbers import Integral, Real
 from typing import Any
-
-import numpy as np
 
 
 class QueryError(ValueError):
@@ -246,7 +245,7 @@ def whole_number(value: Any, where: str, low: int, high: int, what: str = "value
             number = int(value.strip()) if value.strip().lstrip("+-").isdigit() else float(value)
         except ValueError:
             number = None
-    if isinstance(number, bool) or not isinstance(number, (int, float, np.integer, np.floating)):
+    if isinstance(number, bool) or not isinstance(number, (Integral, Real)):
         raise QueryError(
             f"{where}: {shown} is not a number; give a whole number from {low:,} to {limit_text(high)}"
         )
@@ -256,7 +255,7 @@ def whole_number(value: Any, where: str, low: int, high: int, what: str = "value
         raise QueryError(f"{where}: {shown} is below the smallest {what} accepted ({limit_text(low)})")
     if not float(number).is_integer():
         raise QueryError(f"{where}: {shown} is not a whole number")
-    return int(number)
+    return int(number)  # type: ignore[arg-type]
 
 
 def shape_from_text(text: str, where: str) -> dict[str, int]:

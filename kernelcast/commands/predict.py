@@ -15,7 +15,7 @@ from typing import Annotated, Any
 
 import typer
 
-from kernelcast.commands._common import UserError, clean_errors, prepared_settings
+from kernelcast.commands._common import UserError, clean_errors, dtype_help, prepared_settings
 
 DEFAULT_MODEL = "models:/kernelcast@champion"
 
@@ -180,7 +180,7 @@ def predict_command(
         typer.Option(help="GPU name/alias, a spec file (.yaml/.json), or 'all' (repeatable)"),
     ] = None,
     dtype: Annotated[
-        str | None, typer.Option(help="fp32 | fp16 | bf16 | fp8 | tf32 | fp64 | int8 (op default fp32)")
+        str | None, typer.Option(help=dtype_help("op default fp32; --llm: the weights', default bf16"))
     ] = None,
     launch: Annotated[
         str | None, typer.Option(help="a source's launch: GRID/BLOCK (4096/256, 64,64/16,16) or JSON")

@@ -14,7 +14,7 @@ from typing import Annotated, Any
 
 import typer
 
-from kernelcast.commands._common import UserError, clean_errors, prepared_settings
+from kernelcast.commands._common import UserError, clean_errors, dtype_help, prepared_settings
 from kernelcast.commands.predict import DEFAULT_MODEL
 
 
@@ -53,7 +53,7 @@ def rank_command(
         str | None, typer.Option(help="op: gemm, linear, bmm, add, gelu, softmax, layernorm, ...")
     ] = None,
     shape: Annotated[str | None, typer.Option(help="sizes, e.g. M=4096,N=4096,K=4096")] = None,
-    dtype: Annotated[str | None, typer.Option(help="fp32 | fp16 | bf16 | fp8 | tf32 | fp64 | int8")] = None,
+    dtype: Annotated[str | None, typer.Option(help=dtype_help("op default fp32; --llm default bf16"))] = None,
     launch: Annotated[
         str | None, typer.Option(help="a source's launch: GRID/BLOCK (4096/256) or JSON")
     ] = None,

@@ -231,3 +231,20 @@ def test_every_pipe_the_physics_can_choose_is_a_documented_bound() -> None:
             except PhysicsError:
                 continue
             assert pipe in BOUNDS, (spec.id, dtype, pipe)
+
+
+# ------------------------------------------------------------------ help generated from the one dtype list
+
+
+@pytest.mark.parametrize("command", ["predict", "rank"])
+def test_dtype_help_lists_every_accepted_dtype(tmp_path, monkeypatch, command) -> None:
+    import re
+
+    from components.serving.query import DTYPES
+
+    monkeypatch.setenv("COLUMNS", "250")
+    result = _run([command, "--help"], tmp_path, monkeypatch)
+    assert result.exit_code == 0, result.output
+    (line,) = [ln for ln in result.output.splitlines() if ln.lstrip("│ ").startswith("--dtype")]
+    listed = re.findall(r"[a-z0-9_]+", line.split("--dtype", 1)[1])
+    assert set(DTYPES) <= set(listed), (sorted(set(DTYPES) - set(listed)), line)
