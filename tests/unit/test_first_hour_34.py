@@ -248,3 +248,52 @@ def test_dtype_help_lists_every_accepted_dtype(tmp_path, monkeypatch, command) -
     (line,) = [ln for ln in result.output.splitlines() if ln.lstrip("│ ").startswith("--dtype")]
     listed = re.findall(r"[a-z0-9_]+", line.split("--dtype", 1)[1])
     assert set(DTYPES) <= set(listed), (sorted(set(DTYPES) - set(listed)), line)
+
+
+# ---------------------------------------------------------------- bundled model configs: exact names, a list
+
+LLM = ["--isl", "1024", "--osl", "128", "--device", "H100", "--json"]
+
+
+def _deployment(name: str, tmp_path, monkeypatch) -> dict:
+    result = _run(["predict", "--llm", name, *LLM], tmp_path, monkeypatch)
+    assert result.exit_code == 0, result.output
+    (answer,) = json.loads(result.output)["deployments"]
+    return answer
+
+
+def test_an_exact_bundled_name_wins_over_its_quantised_variant(tmp_path, monkeypatch) -> None:
+    answer = _deployment("Qwen3-30B-A3B", tmp_path, monkeypatch)
+    assert answer["deployment"]["model"] == "Qwen/Qwen3-30B-A3B", answer["deployment"]
+    assert not any("exact name" in n for n in answer["notes"]), answer["notes"]
+
+
+def test_a_variant_picked_for_a_name_is_said(tmp_path, monkeypatch) -> None:
+    answer = _deployment("Qwen3-32B-Instruct", tmp_path, monkeypatch)
+    assert answer["deployment"]["model"] == "Qwen3-32B", answer["deployment"]
+    assert (
+        "model 'Qwen3-32B-Instruct': no bundled config of that exact name; answered with Qwen3-32B"
+        in " ".join(answer["notes"])
+    ), answer["notes"]
+
+
+def test_models_list_shows_every_bundled_config_with_dtype_and_size(tmp_path, monkeypatch) -> None:
+    from components.deployments.config import bundled_names
+
+    result = _run(["models", "list", "--json"], tmp_path, monkeypatch)
+    assert result.exit_code == 0, result.output
+    models = {m["name"]: m for m in json.loads(result.output)["models"]}
+    assert len(models) >= 70
+    qwen = models["Qwen/Qwen3-30B-A3B"]
+    assert qwen["dtype"] == "bf16" and 29 < qwen["parameters_b"] < 32 and qwen["moe"], qwen
+    assert models["Qwen/Qwen3-30B-A3B-FP8"]["dtype"] == "fp8_block"  # fp8 weights with 128x128 block scales
+    assert models["Qwen2.5-14B"]["parameters_b"] == pytest.approx(14.77, abs=0.01)
+    # every name the list gives is one `--llm` resolves exactly
+    from components.deployments.config import find_bundled
+
+    for name in models:
+        _, note = find_bundled(name)
+        assert note is None, (name, note)
+    table = _run(["models", "list"], tmp_path, monkeypatch)
+    assert table.exit_code == 0 and "Qwen/Qwen3-30B-A3B-FP8" in table.output and "fp8_block" in table.output
+    assert bundled_names()  # the close-name hints of an unknown model come from the same configs
