@@ -140,12 +140,18 @@ class DeploymentForm(BaseModel):
     dtype: str = Field(default="bf16", max_length=16)
     kv_dtype: str | None = Field(default=None, max_length=16)
     mode: Literal["agg", "disagg"] = "agg"
+    prefill_gpus: Whole(1, 1 << 16) | None = Field(
+        default=None, description="disagg: GPUs of the prefill workers (default: one worker, tp x pp GPUs)"
+    )
+    decode_gpus: Whole(1, 1 << 16) | None = Field(
+        default=None, description="disagg: GPUs of the decode workers (default: one worker, tp x pp GPUs)"
+    )
     workload: Literal["steady", "batch"] = "steady"
     tps: list[Whole(1, 1024)] | None = Field(default=None, max_length=16, description="rank: TP options")
     by: Literal["tpot", "ttft", "cost"] = "tpot"
 
     def params(self) -> dict[str, Any]:
-        return self.model_dump(exclude={"model", "tps", "by"})
+        return self.model_dump(exclude={"model", "tps", "by"}, exclude_none=True)
 
 
 class PredictRequest(BaseModel):
@@ -547,14 +553,16 @@ def create_app(
 
     async def deployment_answer(form: DeploymentForm, devices: Any) -> dict[str, Any]:
         from components.deployments.config import DeploymentError
-        from components.deployments.service import predict_deployment
+        from components.serving.disagg import predict_split_deployment
 
         specs = devices_of(devices)
         check_batch(1, specs)
 
         def work() -> list[dict[str, Any]]:
             try:
-                return predict_deployment(form.model, specs, form.params(), allow_paths=False)
+                return predict_split_deployment(
+                    form.model, specs, form.params(), allow_paths=False, where="deployment."
+                )
             except DeploymentError as exc:
                 raise ApiError(422, "invalid_deployment", str(exc), "deployment") from None
 
@@ -565,6 +573,13 @@ def create_app(
         from components.deployments.service import rank_deployments
         from components.serving.rank import prices_for
 
+        if form.prefill_gpus is not None or form.decode_gpus is not None:
+            raise ApiError(
+                422,
+                "invalid_deployment",
+                "deployment.prefill_gpus/decode_gpus: a split is asked of /v1/predict (rank tries TPs)",
+                "deployment",
+            )
         specs = devices_of(devices)
         check_batch(1, specs)
         priced = prices_for(

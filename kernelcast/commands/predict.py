@@ -210,6 +210,14 @@ def predict_command(
     ep: Annotated[int, typer.Option(help="--llm: expert-parallel GPUs (MoE)")] = 1,
     kv_dtype: Annotated[str | None, typer.Option(help="--llm: KV-cache dtype (default from --dtype)")] = None,
     mode: Annotated[str, typer.Option(help="--llm: agg | disagg (separate prefill/decode workers)")] = "agg",
+    prefill_gpus: Annotated[
+        int | None,
+        typer.Option(help="--llm --mode disagg: GPUs of the prefill workers (default: one worker, tp x pp)"),
+    ] = None,
+    decode_gpus: Annotated[
+        int | None,
+        typer.Option(help="--llm --mode disagg: GPUs of the decode workers (default: one worker, tp x pp)"),
+    ] = None,
     workload: Annotated[
         str, typer.Option(help="--llm: steady (requests keep arriving) | batch (all at once)")
     ] = "steady",
@@ -231,10 +239,14 @@ def predict_command(
         predict_llm(
             llm,
             device,
-            llm_params(isl, osl, concurrency, tp, pp, ep, dtype, kv_dtype, mode, workload),
+            llm_params(
+                isl, osl, concurrency, tp, pp, ep, dtype, kv_dtype, mode, workload, prefill_gpus, decode_gpus
+            ),
             as_json,
         )
         return
+    if prefill_gpus is not None or decode_gpus is not None:
+        raise UserError("--prefill-gpus/--decode-gpus apply to an --llm deployment with --mode disagg")
     errors: list[Any] = []  # batch rows not answered, each with its error (the others are)
     rows = gather_questions(
         file,

@@ -297,3 +297,52 @@ def test_models_list_shows_every_bundled_config_with_dtype_and_size(tmp_path, mo
     table = _run(["models", "list"], tmp_path, monkeypatch)
     assert table.exit_code == 0 and "Qwen/Qwen3-30B-A3B-FP8" in table.output and "fp8_block" in table.output
     assert bundled_names()  # the close-name hints of an unknown model come from the same configs
+
+
+# ------------------------------------------------------------------ disagg answers state the GPU split
+
+DISAGG = [
+    "predict",
+    "--llm",
+    "Qwen2.5-14B",
+    "--isl",
+    "2048",
+    "--osl",
+    "256",
+    "--concurrency",
+    "32",
+    "--tp",
+    "2",
+]
+
+
+def test_a_disagg_answer_says_how_the_gpus_are_split(tmp_path, monkeypatch) -> None:
+    result = _run([*DISAGG, "--mode", "disagg", "--device", "H100"], tmp_path, monkeypatch)
+    assert result.exit_code == 0, result.output
+    assert "disagg split: 2 prefill GPUs (1 worker of tp 2) + 2 decode GPUs (1 worker of tp 2) = 4 GPUs" in (
+        result.output
+    ), result.output
+    as_json = _run([*DISAGG, "--mode", "disagg", "--device", "H100", "--json"], tmp_path, monkeypatch)
+    (answer,) = json.loads(as_json.output)["deployments"]
+    assert answer["deployment"]["split"] == {
+        "prefill_gpus": 2,
+        "decode_gpus": 2,
+        "prefill_workers": 1,
+        "decode_workers": 1,
+        "gpus_per_worker": 2,
+    }
+
+
+def test_the_user_sets_the_disagg_split(tmp_path, monkeypatch) -> None:
+    args = [*DISAGG, "--mode", "disagg", "--prefill-gpus", "4", "--decode-gpus", "2", "--device", "H100"]
+    result = _run([*args, "--json"], tmp_path, monkeypatch)
+    assert result.exit_code == 0, result.output
+    (answer,) = json.loads(result.output)["deployments"]
+    assert answer["deployment"]["split"]["prefill_workers"] == 2
+    assert answer["deployment"]["split"]["decode_gpus"] == 2
+    odd = _run(
+        [*DISAGG, "--mode", "disagg", "--prefill-gpus", "3", "--device", "H100"], tmp_path, monkeypatch
+    )
+    assert odd.exit_code == 2 and "--prefill-gpus 3: not a multiple of the 2 GPUs of one worker" in odd.output
+    agg = _run([*DISAGG, "--prefill-gpus", "2", "--device", "H100"], tmp_path, monkeypatch)
+    assert agg.exit_code == 2 and "--prefill-gpus applies to --mode disagg" in agg.output, agg.output

@@ -66,3 +66,20 @@ def test_rank_ignores_and_names_prices_the_catalog_does_not_know(client) -> None
     assert deployment.json()["note"] == note
     priced = [r for r in deployment.json()["deployment_ranking"] if r["usd_per_hour"] is not None]
     assert priced and {r["device"] for r in priced} == {"h100-sxm"}
+
+
+def test_a_disagg_deployment_over_http_states_and_takes_the_split(client) -> None:
+    form = {**DEPLOYMENT, "tp": 2, "mode": "disagg", "prefill_gpus": 4}
+    response = client.post("/v1/predict", json={"deployment": form, "devices": ["H100"]})
+    assert response.status_code == 200, response.text
+    (answer,) = response.json()["deployments"]
+    assert (
+        answer["deployment"]["split"]["prefill_gpus"] == 4
+        and answer["deployment"]["split"]["decode_gpus"] == 2
+    )
+    error = _error(
+        client.post("/v1/predict", json={"deployment": {**form, "prefill_gpus": 3}, "devices": ["H100"]})
+    )
+    assert (
+        error["message"] == "deployment.prefill_gpus 3: not a multiple of the 2 GPUs of one worker (tp x pp)"
+    )
