@@ -83,3 +83,14 @@ def test_a_disagg_deployment_over_http_states_and_takes_the_split(client) -> Non
     assert (
         error["message"] == "deployment.prefill_gpus 3: not a multiple of the 2 GPUs of one worker (tp x pp)"
     )
+
+
+def test_serving_docs_name_every_request_field_of_the_api() -> None:
+    from pathlib import Path
+
+    from components.serving.app import DeploymentForm, PredictRequest, RankRequest, WorkloadItem
+
+    text = (Path(__file__).resolve().parents[2] / "docs" / "serving.md").read_text()
+    for model in (PredictRequest, RankRequest, WorkloadItem, DeploymentForm):
+        missing = [name for name in model.model_fields if f"`{name}`" not in text]
+        assert not missing, f"docs/serving.md does not mention {model.__name__} fields {missing}"
