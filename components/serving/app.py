@@ -574,12 +574,8 @@ def create_app(
         from components.serving.rank import prices_for
 
         if form.prefill_gpus is not None or form.decode_gpus is not None:
-            raise ApiError(
-                422,
-                "invalid_deployment",
-                "deployment.prefill_gpus/decode_gpus: a split is asked of /v1/predict (rank tries TPs)",
-                "deployment",
-            )
+            message = "deployment.prefill_gpus/decode_gpus: a split is asked of /v1/predict (rank tries TPs)"
+            raise ApiError(422, "invalid_deployment", message, "deployment")
         specs = devices_of(devices)
         check_batch(1, specs)
         priced = prices_for(
