@@ -153,7 +153,7 @@ def test_kernelbench_bench_scores_every_held_out_gpu_beside_the_trace_roofline(t
     original = kernelbench_data.trace_many
     kernelbench_data.trace_many = refuse
     try:
-        texts = dict(zip(kernels["kernel_id"], kernels["source_text"]))
+        texts = dict(zip(kernels["kernel_id"], kernels["source_text"], strict=True))
         assert all(r.ok for r in kernelbench_data.cached_traces(texts, tmp_path / "cache").values())
     finally:
         kernelbench_data.trace_many = original
