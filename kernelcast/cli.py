@@ -18,6 +18,7 @@ from kernelcast.commands import (
     ingest,
     llm,
     mlflow_ui,
+    models,
     pipeline,
     predict,
     profile,
@@ -40,6 +41,7 @@ app.add_typer(devices.app, name="devices")
 app.add_typer(features.app, name="features")
 app.add_typer(bench.app, name="bench")
 app.add_typer(llm.app, name="llm")
+app.add_typer(models.app, name="models")
 app.command("ingest")(ingest.ingest_command)
 app.command("validate")(validate.validate_command)
 app.command("train")(train.train_command)

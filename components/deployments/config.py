@@ -83,6 +83,7 @@ class ModelShape:
     qk_rope_head_dim: int = 0
     qk_nope_head_dim: int = 0
     v_head_dim: int = 0
+    notes: tuple[str, ...] = ()  # what resolving the model's name assumed (find_bundled)
 
     @property
     def is_moe(self) -> bool:
@@ -154,30 +155,56 @@ def _key(name: str) -> str:
 
 
 @lru_cache(maxsize=4)
-def _bundled_index(root: str) -> dict[str, Path]:
-    index: dict[str, Path] = {}
+def _bundled(root: str) -> dict[str, Path]:
+    """Bundled config name (``Org/Name`` as its file names it, or ``Name``) -> its file."""
+    configs: dict[str, Path] = {}
     # a datasets folder, or one upstream tree's root (``kernelcast evaluate --from``)
     tree = (PIPEWEAVE_CONFIGS.relative_to("pipeweave"), AIC_CONFIGS.relative_to("aiconfigurator"))
     for folder in [Path(root) / f for f in (PIPEWEAVE_CONFIGS, AIC_CONFIGS, *tree)]:
         if not folder.is_dir():
             continue
         for path in sorted(folder.glob("*.json")):
-            if path.name.endswith("_hf_quant_config.json"):
-                continue
-            index.setdefault(_key(path.name), path)
-            index.setdefault(path.name.removesuffix("_config.json").replace("--", "/").lower(), path)
-    return index
+            if not path.name.endswith("_hf_quant_config.json"):
+                configs.setdefault(_config_name(path), path)
+    return configs
+
+
+def _config_name(path: Path) -> str:
+    return path.name.removesuffix(".json").removesuffix("_config").replace("--", "/")
+
+
+def bundled_configs(datasets_dir: Path | None = None) -> dict[str, Path]:
+    """Every bundled model config: its name (what ``--llm`` takes) -> its file."""
+    return dict(_bundled(str(datasets_dir or _datasets_dir())))
 
 
 def bundled_names(datasets_dir: Path | None = None) -> list[str]:
-    return sorted(k for k in _bundled_index(str(datasets_dir or _datasets_dir())) if "/" not in k)
+    return sorted({_key(name) for name in _bundled(str(datasets_dir or _datasets_dir()))})
+
+
+def find_bundled(text: str, datasets_dir: Path | None = None) -> tuple[Path, str | None] | None:
+    """(file, note) of the bundled config ``text`` names, or None. The exact name wins (any case, with or
+    without the org); else a config whose name differs only by suffixes that keep the shape (-Instruct,
+    -FP8, ...), and the note says which one answered. Why: "Qwen3-30B-A3B" silently became the -FP8 config."""
+    configs = _bundled(str(datasets_dir or _datasets_dir()))
+    wanted = text.strip().lower()
+    for name, path in configs.items():
+        if wanted in (name.lower(), name.split("/")[-1].lower()):
+            return path, None
+    variants = [name for name in configs if _key(name) == _key(text)]
+    if not variants:
+        return None
+    picked = min(variants, key=len)  # the plainest spelling: fewest suffixes
+    note = f"model {text!r}: no bundled config of that exact name; answered with {picked} (the same shape)"
+    return configs[picked], note
 
 
 def load_config_dict(
     ref: str | Path | dict, datasets_dir: Path | None = None, allow_paths: bool = True
 ) -> tuple[str, dict[str, Any]]:
     """(name, config dict) from a dict, JSON text, a path (unless ``allow_paths`` is off: a server never
-    reads a file a client names), or a bundled model name."""
+    reads a file a client names), or a bundled model name (:func:`find_bundled`; a variant's note is in the
+    dict's ``_kernelcast_note``)."""
     if isinstance(ref, dict):
         return str(ref.get("_name_or_path") or ref.get("model_type") or "model"), ref
     text = str(ref).strip()
@@ -187,21 +214,23 @@ def load_config_dict(
         except json.JSONDecodeError as exc:
             raise DeploymentError(f"model config text: not JSON ({exc.msg} at char {exc.pos})") from None
         return str(data.get("_name_or_path") or data.get("model_type") or "model"), data
-    path = Path(text)
+    path, note = Path(text), None
     if not allow_paths or not path.is_file():
-        index = _bundled_index(str(datasets_dir or _datasets_dir()))
-        path = index.get(text.lower()) or index.get(_key(text)) or Path()
-        if not path.name:
-            close = [k for k in index if "/" not in k and _key(text)[:5] in k][:5]
+        found = find_bundled(text, datasets_dir)
+        if found is None:
+            close = [k for k in bundled_names(datasets_dir) if _key(text)[:5] in k][:5]
             hint = f"; close: {', '.join(close)}" if close else ""
-            raise DeploymentError(f"model {text!r}: not a file and not a bundled config{hint}")
+            raise DeploymentError(
+                f"model {text!r}: not a file and not a bundled config{hint} (`kernelcast models list`)"
+            )
+        path, note = found
     try:
         data = json.loads(path.read_text())
     except (OSError, json.JSONDecodeError, UnicodeDecodeError) as exc:
         raise DeploymentError(f"model config {path}: unreadable ({exc})") from None
     if not isinstance(data, dict):
         raise DeploymentError(f"model config {path}: not a JSON object")
-    return path.name.removesuffix(".json").removesuffix("_config").replace("--", "/"), data
+    return _config_name(path), {**data, "_kernelcast_note": note} if note else data
 
 
 def _int(cfg: dict[str, Any], *names: str, default: int | None = None) -> int:
@@ -315,6 +344,7 @@ def model_shape(
         sliding_layers=sliding_layers,
         tied_embeddings=bool(cfg.get("tie_word_embeddings", False)),
         qk_norm=bool(cfg.get("use_qk_norm")) or "qwen3" in str(cfg.get("model_type", "")),
+        notes=(raw["_kernelcast_note"],) if raw.get("_kernelcast_note") else (),
         **mla,
     )
 
@@ -338,6 +368,8 @@ class Deployment:
     notes: tuple[str, ...] = field(default_factory=tuple)
 
     def __post_init__(self) -> None:
+        # the model's resolution notes come first, once (replace() runs this again)
+        object.__setattr__(self, "notes", tuple(dict.fromkeys((*self.model.notes, *self.notes))))
         for name in ("isl", "osl", "concurrency", "tp", "pp", "ep"):
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:

@@ -47,7 +47,9 @@ class KernelEstimate:
 
     @property
     def roofline_class(self) -> str:
-        return "bandwidth" if self.bound_pipe in ("dram", "launch") else "compute"
+        from components.physics.bounds import class_of_bound
+
+        return class_of_bound(self.bound_pipe)
 
 
 def dynamic_counts(
@@ -101,10 +103,7 @@ def estimate_kernel(
     dyn = dynamic_counts(instructions, loop_instructions, loop_trips)
     fp32, fp64, fp16 = dyn.get("fp32", 0.0), dyn.get("fp64", 0.0), dyn.get("fp16", 0.0)
     tensor = dyn.get("tensor", 0.0)
-    if dtype in ACCESS_BYTES:
-        access = ACCESS_BYTES[dtype]
-    else:
-        access = 8 if fp64 > fp32 else 4
+    access = ACCESS_BYTES.get(dtype, 8 if fp64 > fp32 else 4)
     mem_ops = (
         dyn.get("global_ld", 0.0)
         + dyn.get("global_st", 0.0)

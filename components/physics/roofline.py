@@ -6,8 +6,9 @@ calibrated, spec) interpolates or learns the *efficiency* ``roofline time / meas
 figures, and every answer is checked against them: one runtime, never below the roofline time; GFLOP/s, GB/s
 and intensity derived from it (so never above a peak); the roofline class is the side of the bound pipe.
 
-Everything is vectorised over the rows of one (family, dtype, GPU) group: ``shape`` maps a dimension name to an
-array (or a scalar). Why per GPU and dtype: the pipe choice (and an emulation note) is a property of the pair.
+Everything is vectorised over the rows of one (family, dtype, GPU) group: ``shape`` maps a dimension name to
+an array (or a scalar). Why per GPU and dtype: the pipe choice (and an emulation note) is a property of the
+pair.
 """
 
 from __future__ import annotations
@@ -17,6 +18,8 @@ from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
+
+from components.physics.bounds import classes_of_bounds
 
 __all__ = [
     "ATTENTION_DTYPES",
@@ -174,7 +177,8 @@ def pipe_for(dtype: str, spec: Any) -> PipeChoice:
 
 
 def link_gbps(spec: Any) -> tuple[float, str | None]:
-    """GPU-to-GPU bandwidth per direction (GB/s) and a note when it is assumed (no ``link_gbps`` in the catalog)."""
+    """GPU-to-GPU bandwidth per direction (GB/s) and a note when it is assumed (no ``link_gbps`` in the
+    catalog)."""
     value = getattr(spec, "link_gbps", None)
     if value:
         return float(value), None
@@ -333,8 +337,7 @@ def derive(duration_us: np.ndarray, roof: Roofline) -> dict[str, np.ndarray]:
         gbps = roof.dram_bytes / seconds / 1e9
         link = roof.link_bytes / seconds / 1e9
         intensity = np.where(roof.dram_bytes > 0, roof.flops / roof.dram_bytes, np.nan)
-    compute_side = roof.compute_us >= np.maximum(roof.memory_us, roof.link_us)
-    classes = np.where(compute_side, "compute", "bandwidth").astype(object)
+    classes = classes_of_bounds(roof.bound_pipe)  # the side of the bound pipe (components.physics.bounds)
     return {
         "duration_us": duration,
         "gflops": gflops,

@@ -9,6 +9,7 @@ predicted time, each with its bound) and the program's roofline class and boundi
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import math
@@ -19,6 +20,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from components.physics.bounds import class_of_bound
 from components.programs.errors import ProgramError
 from components.programs.ops import ProgramOps, display_name, program_ops
 from components.programs.overheads import ProgramModel, kind_sums
@@ -58,10 +60,8 @@ def basis_id(predictor: Any) -> str:
     else:  # another family: the rows it was trained on
         text = "\n".join(sorted(getattr(predictor, "trained_on", frozenset()) or ()))
     value = f"{family or 'predictor'}-{hashlib.sha1(text.encode()).hexdigest()[:12]}"
-    try:
+    with contextlib.suppress(AttributeError):
         predictor._kernelcast_basis_id = value  # once per loaded predictor, not per question
-    except AttributeError:
-        pass
     return value
 
 
@@ -195,12 +195,11 @@ def _answer(
     raised = duration < floor
     duration = max(duration, floor)
     moved = float((ops["bytes_moved"] * ops["count"]).sum())
-    compute_time = float(ops.loc[ops["bound"] == "compute", "roof_total"].sum())
-    roofline_class = "compute" if compute_time >= roof - compute_time else "bandwidth"
     gpu_part = float(row["pred_sum_us"]) if matches else roof
     launch_dominated = gpu_part < 0.5 * duration
     pipe_time = ops.groupby("pipe")["roof_total"].sum() if len(ops) else pd.Series(dtype=float)
     bound_pipe = "launch" if launch_dominated or pipe_time.empty else str(pipe_time.idxmax())
+    roofline_class = class_of_bound(bound_pipe)  # the side of the bound: latency when launches dominate
     top = ops.sort_values("total_us", ascending=False).head(BREAKDOWN_TOP)
     breakdown = [
         {
@@ -208,7 +207,8 @@ def _answer(
             f"{_short_shape(program.questions[int(r.question)].shape)}",
             "count": int(r.count),
             "duration_us": round(float(r.total_us), 3),
-            "bound": "compute" if r.bound == "compute" else "bandwidth",
+            "bound": str(r.pipe),
+            "roofline_class": class_of_bound(str(r.pipe)),
         }
         for r in top.itertuples()
     ]

@@ -23,6 +23,7 @@ import json
 import math
 from typing import Any
 
+from components.physics.bounds import busiest_on_side, class_of_bound
 from components.programs.errors import ProgramError
 
 LANGUAGES: tuple[str, ...] = ("cuda", "hip")
@@ -248,15 +249,22 @@ def _occupancy_note(report: Any, block: tuple, spec: Any) -> str | None:
     )
 
 
-def _kernel_class(
+def _kernel_bound(
     classifier: Any, kernel: Any, estimate: Any, spec: Any, grid: tuple, block: tuple, source: str
 ) -> str:
-    if classifier is None:
-        return estimate.roofline_class
+    """The kernel's bound pipe: the static estimate's, moved to the busiest pipe of the side the learned
+    classifier names when it disagrees (the classifier is the better judge of the side, the estimate of the
+    pipes within it), so that the class derived from the bound is the classifier's. A launch-bound kernel
+    stays launch-bound: too little work for either side to matter."""
+    if classifier is None or estimate.bound_pipe == "launch":
+        return estimate.bound_pipe
     try:
-        return str(classifier.predict_kernel(kernel, grid, block, spec, source, "cuda"))
+        side = str(classifier.predict_kernel(kernel, grid, block, spec, source, "cuda"))
     except Exception:
-        return estimate.roofline_class
+        return estimate.bound_pipe
+    if side == class_of_bound(estimate.bound_pipe):
+        return estimate.bound_pipe
+    return busiest_on_side(estimate.times_us, side) or estimate.bound_pipe
 
 
 def _loop_note(estimates: list[tuple[Any, Any]]) -> str:
@@ -300,7 +308,8 @@ def _answer(
     roofline = sum(e.roofline_us for _, e in estimates)
     flops = sum(e.flops for _, e in estimates)
     dram = sum(e.dram_bytes for _, e in estimates)
-    classes = [_kernel_class(classifier, k, e, spec, grid, block, source) for k, e in estimates]
+    bounds = [_kernel_bound(classifier, k, e, spec, grid, block, source) for k, e in estimates]
+    classes = [class_of_bound(b) for b in bounds]
     main = max(range(len(estimates)), key=lambda i: estimates[i][1].duration_us)
     notes = [_loop_note(estimates)]
     if several:
@@ -315,10 +324,10 @@ def _answer(
             "op": k.instance or k.short_name,
             "count": 1,
             "duration_us": round(e.duration_us, 4),
-            "bound": e.bound_pipe,
-            "roofline_class": c,
+            "bound": b,
+            "roofline_class": class_of_bound(b),
         }
-        for (k, e), c in sorted(zip(estimates, classes), key=lambda p: -p[0][1].duration_us)
+        for (k, e), b in sorted(zip(estimates, bounds, strict=True), key=lambda p: -p[0][1].duration_us)
     ]
     with_time = duration > 0 and math.isfinite(duration)
     return {
@@ -337,7 +346,7 @@ def _answer(
         "l2_hit_rate": None,
         "arith_intensity": flops / dram if dram > 0 else None,
         "roofline_class": classes[main],
-        "bound_pipe": estimates[main][1].bound_pipe,
+        "bound_pipe": bounds[main],
         "roofline_us": roofline,
         "headroom": duration / roofline if roofline > 0 else None,
         "ood": False,

@@ -29,8 +29,9 @@ import threading
 from dataclasses import dataclass
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field
 
+from components.serving.query import DTYPES
 from components.serving.question_forms import MAX_MODULE_CHARS, MAX_SOURCE_CHARS
 
 log = logging.getLogger("kernelcast.serve")
@@ -49,18 +50,30 @@ class ServerLimits:
 
 # ------------------------------------------------------------------------------------------ schema
 
-Dim = Annotated[int, Field(ge=1, le=2**24)]
+
+def Whole(low: int, high: int, what: str = "value") -> Any:
+    """An int in [low, high] whose error names the limit in the words of the CLI and batch files
+    (``query.whole_number``): pydantic's own for 1e30 is "Unable to parse input string as an integer"."""
+    from components.serving.query import QueryError, whole_number
+
+    def check(value: Any) -> int:
+        try:
+            return whole_number(value, "@", low, high, what)
+        except QueryError as exc:
+            raise ValueError(str(exc).removeprefix("@: ")) from None
+
+    return Annotated[int, BeforeValidator(check), Field(ge=low, le=high)]
+
+
+# A shape's sizes are checked by the question parser (query.MAX_DIM, the CLI's limit): any number here.
+Dim = Annotated[int | float, Field(description="a size (a whole number from 1 to 2**36)")]
 
 
 class Launch(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
-    grid: list[Annotated[int, Field(ge=1, le=2**31 - 1)]] = Field(
-        min_length=1, max_length=3, description="[gx, gy, gz]"
-    )
-    block: list[Annotated[int, Field(ge=1, le=1024)]] = Field(
-        min_length=1, max_length=3, description="[bx, by, bz]"
-    )
+    grid: list[Whole(1, 2**31 - 1)] = Field(min_length=1, max_length=3, description="[gx, gy, gz]")
+    block: list[Whole(1, 1024)] = Field(min_length=1, max_length=3, description="[bx, by, bz]")
     kernel: str | None = Field(
         default=None,
         max_length=256,
@@ -70,7 +83,7 @@ class Launch(BaseModel):
     defines: dict[Annotated[str, Field(max_length=64)], str | int | float] | None = Field(
         default=None, max_length=64, description='-D macros, e.g. {"N": "1024"}'
     )
-    shared_bytes: int | None = Field(default=None, ge=0, le=1 << 20, description="dynamic shared memory")
+    shared_bytes: Whole(0, 1 << 20) | None = Field(default=None, description="dynamic shared memory")
 
 
 class Kernel(BaseModel):
@@ -78,14 +91,16 @@ class Kernel(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    dtype: str | None = Field(
-        default=None, max_length=32, description="fp32, fp16, bf16, fp8, tf32, fp64, int8"
-    )
+    dtype: str | None = Field(default=None, max_length=32, description=" | ".join(DTYPES))
     op: str | None = Field(
         default=None, max_length=32, description="gemm, linear, bmm, add, gelu, softmax, ..."
     )
-    shape: dict[Annotated[str, Field(max_length=16)], Dim] | None = Field(
-        default=None, max_length=8, description='sizes, e.g. {"M": 4096, "N": 4096, "K": 4096}'
+    shape: (
+        Annotated[dict[Annotated[str, Field(max_length=16)], Dim], Field(max_length=8)]
+        | Annotated[str, Field(max_length=256)]
+        | None
+    ) = Field(
+        default=None, description='sizes, e.g. {"M": 4096, "N": 4096, "K": 4096} or "M=4096,N=4096,K=4096"'
     )
     source: str | None = Field(default=None, max_length=MAX_SOURCE_CHARS, description="CUDA/HIP kernel text")
     language: Literal["cuda", "hip"] | None = None
@@ -116,23 +131,27 @@ class DeploymentForm(BaseModel):
     model: Annotated[str, Field(max_length=64 * 1024)] | dict[str, Any] = Field(
         description="a bundled model name, an HF config.json object, or its JSON text (no server paths)"
     )
-    isl: int = Field(ge=1, le=1 << 20)
-    osl: int = Field(ge=1, le=1 << 20)
-    concurrency: int = Field(default=1, ge=1, le=1 << 16)
-    tp: int = Field(default=1, ge=1, le=1024)
-    pp: int = Field(default=1, ge=1, le=1024)
-    ep: int = Field(default=1, ge=1, le=1024)
+    isl: Whole(1, 1 << 20)
+    osl: Whole(1, 1 << 20)
+    concurrency: Whole(1, 1 << 16) = 1
+    tp: Whole(1, 1024) = 1
+    pp: Whole(1, 1024) = 1
+    ep: Whole(1, 1024) = 1
     dtype: str = Field(default="bf16", max_length=16)
     kv_dtype: str | None = Field(default=None, max_length=16)
     mode: Literal["agg", "disagg"] = "agg"
-    workload: Literal["steady", "batch"] = "steady"
-    tps: list[Annotated[int, Field(ge=1, le=1024)]] | None = Field(
-        default=None, max_length=16, description="rank: TP options"
+    prefill_gpus: Whole(1, 1 << 16) | None = Field(
+        default=None, description="disagg: GPUs of the prefill workers (default: one worker, tp x pp GPUs)"
     )
+    decode_gpus: Whole(1, 1 << 16) | None = Field(
+        default=None, description="disagg: GPUs of the decode workers (default: one worker, tp x pp GPUs)"
+    )
+    workload: Literal["steady", "batch"] = "steady"
+    tps: list[Whole(1, 1024)] | None = Field(default=None, max_length=16, description="rank: TP options")
     by: Literal["tpot", "ttft", "cost"] = "tpot"
 
     def params(self) -> dict[str, Any]:
-        return self.model_dump(exclude={"model", "tps", "by"})
+        return self.model_dump(exclude={"model", "tps", "by"}, exclude_none=True)
 
 
 class PredictRequest(BaseModel):
@@ -155,7 +174,7 @@ class WorkloadItem(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     kernel: Kernel
-    count: int = Field(default=1, ge=1, le=10**12)
+    count: Whole(1, 10**12) = 1
 
 
 class RankRequest(BaseModel):
@@ -321,7 +340,8 @@ def _first_field(errors: list[dict[str, Any]]) -> tuple[str | None, str]:
             for p in error.get("loc", ())
             if not (isinstance(p, str) and ("[" in p or p in ("str", "dict[str,any]", "list[...]")))
         )
-        described.append(f"{path(loc)}: {error.get('msg', 'invalid')}")
+        # a Whole() check's own words, without pydantic's "Value error, " in front
+        described.append(f"{path(loc)}: {str(error.get('msg', 'invalid')).removeprefix('Value error, ')}")
     first = errors[0] if errors else {}
     loc = tuple(p for p in first.get("loc", ()) if not (isinstance(p, str) and "[" in p))
     return (path(loc) if errors else None), "; ".join(described) + (" ..." if len(errors) > 5 else "")
@@ -533,14 +553,16 @@ def create_app(
 
     async def deployment_answer(form: DeploymentForm, devices: Any) -> dict[str, Any]:
         from components.deployments.config import DeploymentError
-        from components.deployments.service import predict_deployment
+        from components.serving.disagg import predict_split_deployment
 
         specs = devices_of(devices)
         check_batch(1, specs)
 
         def work() -> list[dict[str, Any]]:
             try:
-                return predict_deployment(form.model, specs, form.params(), allow_paths=False)
+                return predict_split_deployment(
+                    form.model, specs, form.params(), allow_paths=False, where="deployment."
+                )
             except DeploymentError as exc:
                 raise ApiError(422, "invalid_deployment", str(exc), "deployment") from None
 
@@ -549,14 +571,27 @@ def create_app(
     async def deployment_rank(form: DeploymentForm, devices: Any, prices: dict[str, float]) -> dict[str, Any]:
         from components.deployments.config import DeploymentError
         from components.deployments.service import rank_deployments
+        from components.serving.rank import prices_for
 
+        if form.prefill_gpus is not None or form.decode_gpus is not None:
+            message = "deployment.prefill_gpus/decode_gpus: a split is asked of /v1/predict (rank tries TPs)"
+            raise ApiError(422, "invalid_deployment", message, "deployment")
         specs = devices_of(devices)
         check_batch(1, specs)
+        priced = prices_for(
+            prices, specs
+        )  # the kernel rank's rule: unknown or unasked GPUs named in the note
 
         def work() -> tuple[list[dict[str, Any]], int]:
             try:
                 return rank_deployments(
-                    form.model, specs, form.params(), prices, by=form.by, tps=form.tps, allow_paths=False
+                    form.model,
+                    specs,
+                    form.params(),
+                    priced.table,
+                    by=form.by,
+                    tps=form.tps,
+                    allow_paths=False,
                 )
             except DeploymentError as exc:
                 raise ApiError(422, "invalid_deployment", str(exc), "deployment") from None
@@ -568,6 +603,7 @@ def create_app(
             "ranking": [],
             "deployment_ranking": ranking,
             "options_not_fitting": skipped,
+            "note": priced.note(),
         }
 
     @app.get("/healthz", tags=["service"])

@@ -64,8 +64,6 @@ def read_batch(
                 )
             for line, row in enumerate(reader, start=2):
                 record = {k: v for k, v in row.items() if k and v not in (None, "")}
-                if isinstance(record.get("shape"), str):
-                    record["shape"] = cli_shape(record["shape"])
                 records.append((f"{path.name} line {line}", record))
         else:
             for line, text in enumerate(handle, start=1):
@@ -99,20 +97,6 @@ def _json_row(text: str, allowed: set[str]) -> dict[str, Any]:
     return row
 
 
-CLI_SHAPE = re.compile(r"^\s*[A-Za-z_]\w*\s*=\s*\d+\s*(?:,\s*[A-Za-z_]\w*\s*=\s*\d+\s*)*,?\s*$")
-
-
-def cli_shape(text: str) -> dict[str, int] | str:
-    """A CSV cell in the CLI's ``--shape`` syntax (``M=4096,N=4096,K=4096``) as a dict; anything else
-    (JSON object text) unchanged, for the question parser to read or reject."""
-    if not CLI_SHAPE.match(text):
-        return text
-    return {
-        name.strip(): int(value)
-        for name, _, value in (item.partition("=") for item in text.split(",") if item.strip())
-    }
-
-
 def answer_rows(
     predictor: Any, rows: QuestionRows, *, model_version: str, allow_modules: bool = True
 ) -> tuple[list[dict[str, Any]], list[RowError]]:
@@ -126,8 +110,6 @@ def answer_rows(
 
     def fail(row: int, message: str) -> None:
         kernel = rows.kernel_of_row[row]
-        if "shape: not valid JSON" in message:
-            message += "; give NAME=VALUE items such as M=4096,N=4096,K=4096, or a JSON object"
         if kernel not in failed:
             failed.add(kernel)
             errors.append(RowError(rows.origins[row], restate(message, rows.origins)))

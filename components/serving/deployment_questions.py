@@ -2,7 +2,8 @@
 
 A row whose ``deployment`` column holds a JSON object -- ``model`` (a bundled name or an HF config object;
 never a path: the model may be served), ``isl``, ``osl`` and optionally ``concurrency``, ``tp``, ``pp``,
-``ep``, ``dtype``, ``kv_dtype``, ``mode``, ``workload`` -- and a ``device`` (or ``device_spec``) is answered
+``ep``, ``dtype``, ``kv_dtype``, ``mode``, ``prefill_gpus``, ``decode_gpus``, ``workload`` --
+and a ``device`` (or ``device_spec``) is answered
 by the composition (``components.deployments``), not by the op model: ``kind`` "deployment",
 ``duration_us`` the end-to-end latency of one request, its interval from the TTFT/TPOT intervals,
 ``ttft_ms``/``tpot_ms``/``tokens_per_s`` beside, the whole answer (breakdown, memory, notes) as JSON text
@@ -27,6 +28,8 @@ DEPLOYMENT_FIELDS = (
     "dtype",
     "kv_dtype",
     "mode",
+    "prefill_gpus",
+    "decode_gpus",
     "workload",
 )
 
@@ -56,7 +59,7 @@ def _fields(value: Any, where: str) -> dict[str, Any]:
 def answer_deployment_row(index: int, row: dict[str, Any], resolve: Any) -> dict[str, Any]:
     """One question row with a deployment -> one answer row (QueryError naming the row otherwise)."""
     from components.deployments.config import DeploymentError
-    from components.deployments.service import predict_deployment
+    from components.serving.disagg import predict_split_deployment
     from components.serving.query import QueryError
 
     where = f"question {index}"
@@ -64,7 +67,7 @@ def answer_deployment_row(index: int, row: dict[str, Any], resolve: Any) -> dict
     spec = resolve(row.get("device"), row.get("device_spec"), where)
     params = {k: v for k, v in fields.items() if k != "model"}
     try:
-        result = predict_deployment(fields["model"], [spec], params, allow_paths=False)[0]
+        result = predict_split_deployment(fields["model"], [spec], params, allow_paths=False, where="")[0]
     except DeploymentError as exc:
         raise QueryError(f"{where}.{DEPLOYMENT_COLUMN}: {exc}") from None
     out: dict[str, Any] = {

@@ -7,6 +7,7 @@ HTTP server and the registered pyfunc) and by callers that build canonical query
 
 from __future__ import annotations
 
+from numbers import Integral, Real
 from typing import Any
 
 
@@ -52,8 +53,9 @@ FAMILY_OF_OP: dict[str, tuple[str, str]] = {
 ENGINE_FAMILIES: frozenset[str] = frozenset({"attention", "moe", "allreduce"})
 
 # dtypes an op question may name (canonical spellings; "bfloat16", "float16", "half" ... map onto them).
-# fp8_block: fp8 with per-block scales (DeepSeek-style); nvfp4: 4-bit floats with fp8 block scales; int8: W8A8;
-# int8_wo / int4_wo: weight-only quantised GEMMs (bf16 math). components/physics/roofline.py costs each.
+# fp8_block: fp8 with per-block scales (DeepSeek-style); nvfp4: 4-bit floats with fp8 block scales;
+# int8: W8A8; int8_wo / int4_wo: weight-only quantised GEMMs (bf16 math). components/physics/roofline.py
+# costs each.
 DTYPES: tuple[str, ...] = (
     "fp64",
     "fp32",
@@ -69,9 +71,9 @@ DTYPES: tuple[str, ...] = (
 )
 # dtypes that only GEMM-like ops (and MoE) take: quantisation formats of weights, not of activations.
 GEMM_ONLY_DTYPES: frozenset[str] = frozenset({"fp8_block", "nvfp4", "int8_wo", "int4_wo"})
-# Plausibility bounds of one question: larger is a typo or an attack, not a kernel any GPU holds. They are on
-# the work (elements per tensor, bytes, FLOPs), not per dimension: an LLM activation of 8,192 tokens x 14,336 is
-# 117M elements in one dimension of an elementwise op, and a real question.
+# Plausibility bounds of one question: larger is a typo or an attack, not a kernel any GPU holds. They are
+# on the work (elements per tensor, bytes, FLOPs), not per dimension: an LLM activation of 8,192 tokens x
+# 14,336 is 117M elements in one dimension of an elementwise op, and a real question.
 MAX_DIM: int = 2**36  # one dimension (an all-reduce message in bytes, a flattened elementwise tensor)
 MAX_TENSOR_ELEMENTS: float = 2.0**36  # 64 Gi elements in one operand
 MAX_FLOPS: float = 1e18  # ~17 minutes of a 1 PFLOP/s tensor pipe for ONE kernel
@@ -174,14 +176,14 @@ def _largest_tensor(family: str, shape: dict[str, int]) -> float:
 def check_bounds(op: str, shape: dict[str, int], dtype: str, field: str = "shape") -> None:
     """A QueryError when a size is not an integer in [1, MAX_DIM] or the work exceeds MAX_FLOPS/MAX_BYTES."""
     for name, value in shape.items():
-        if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= MAX_DIM:
-            raise QueryError(
-                f"{field}.{name} = {value!r}: a size must be an integer from 1 to {MAX_DIM:,} (2**36)"
-            )
+        if isinstance(value, bool) or not isinstance(value, int):
+            raise QueryError(f"{field}.{name} = {value!r}: a size must be a whole number")
+        whole_number(value, f"{field}.{name}", 1, MAX_DIM, "size")
     family = FAMILY_OF_OP[op][0]
     if dtype in GEMM_ONLY_DTYPES and family not in ("gemm", "linear", "bmm", "moe"):
         raise QueryError(
-            f"{field.rsplit('.', 1)[0]}.dtype {dtype}: a weight quantisation format, for gemm, linear, bmm and moe only; "
+            f"{field.rsplit('.', 1)[0]}.dtype {dtype}: a weight quantisation format, "
+            "for gemm, linear, bmm and moe only; "
             f"{op} takes one of {', '.join(d for d in DTYPES if d not in GEMM_ONLY_DTYPES)}"
         )
     _check_family_shape(family, shape, field)
@@ -227,17 +229,52 @@ def _check_family_shape(family: str, shape: dict[str, int], field: str) -> None:
         raise QueryError(f"{field}.gpus = {shape['gpus']}: an all-reduce needs at least 2 GPUs")
 
 
-def parse_shape(text: str) -> dict[str, int]:
-    """``M=4096,N=4096,K=4096`` -> {"M": 4096, ...}; a clear error names the bad item."""
+def limit_text(n: int) -> str:
+    """A limit as users read it: ``2**36 = 68,719,476,736`` for a power of two above 1,024, else ``1,000``."""
+    return f"2**{n.bit_length() - 1} = {n:,}" if n > 1024 and n & (n - 1) == 0 else f"{n:,}"
+
+
+def whole_number(value: Any, where: str, low: int, high: int, what: str = "value") -> int:
+    """``value`` (an int, an integral float such as 4096.0 from a CSV, or its text) as an int in [low, high];
+    else a QueryError naming the field and the limit, e.g. ``shape.M: 1e30 is above the largest size
+    accepted (2**36)``. The one wording of a numeric error in every form: CLI, batch file, HTTP."""
+    shown = value.strip() if isinstance(value, str) else repr(value)
+    number: Any = value
+    if isinstance(value, str):
+        try:
+            number = int(value.strip()) if value.strip().lstrip("+-").isdigit() else float(value)
+        except ValueError:
+            number = None
+    if isinstance(number, bool) or not isinstance(number, (Integral, Real)):
+        raise QueryError(
+            f"{where}: {shown} is not a number; give a whole number from {low:,} to {limit_text(high)}"
+        )
+    if number > high:
+        raise QueryError(f"{where}: {shown} is above the largest {what} accepted ({limit_text(high)})")
+    if number < low:
+        raise QueryError(f"{where}: {shown} is below the smallest {what} accepted ({limit_text(low)})")
+    if not float(number).is_integer():
+        raise QueryError(f"{where}: {shown} is not a whole number")
+    return int(number)  # type: ignore[arg-type]
+
+
+def shape_from_text(text: str, where: str) -> dict[str, int]:
+    """``M=4096,N=4096,K=4096`` -> {"M": 4096, ...}: the one text form of a shape (``--shape``, a CSV cell,
+    a JSONL or HTTP string); each size checked by :func:`whole_number`."""
     shape: dict[str, int] = {}
     for item in filter(None, (part.strip() for part in text.split(","))):
-        name, sep, value = item.partition("=")
-        if not sep or not name.strip() or not value.strip().isdigit() or int(value) <= 0:
-            raise QueryError(f"--shape item {item!r}: expected NAME=positive integer, e.g. M=4096")
-        shape[name.strip()] = int(value)
+        name, sep, value = (part.strip() for part in item.partition("="))
+        if not sep or not name.replace("_", "a").isalnum() or not value:
+            raise QueryError(f"{where} item {item!r}: expected NAME=VALUE items such as M=4096,N=4096,K=4096")
+        shape[name] = whole_number(value, f"{where}.{name}", 1, MAX_DIM, "size")
     if not shape:
-        raise QueryError("--shape is empty; e.g. --shape M=4096,N=4096,K=4096")
+        raise QueryError(f"{where}: empty; e.g. M=4096,N=4096,K=4096")
     return shape
+
+
+def parse_shape(text: str) -> dict[str, int]:
+    """``--shape M=4096,N=4096,K=4096`` -> {"M": 4096, ...}; a clear error names the bad item."""
+    return shape_from_text(text, "--shape")
 
 
 def query_frames(op: str, shape: dict[str, int], dtype: str, device_ids: list[str]):
@@ -290,7 +327,8 @@ def query_frames(op: str, shape: dict[str, int], dtype: str, device_ids: list[st
 
 
 def load_any_predictor(model: str):
-    """``roofline`` | a local predictor directory | ``models:/`` / ``runs:/`` (``components.registry.loading``)."""
+    """``roofline`` | a local predictor directory | ``models:/`` / ``runs:/``
+    (``components.registry.loading``)."""
     from components.registry.loading import ModelLoadError
     from components.registry.loading import load_any_predictor as load
 

@@ -26,6 +26,8 @@ from components.serving.query import (
     canonical_op_dtype,
     check_bounds,
     check_shape,
+    shape_from_text,
+    whole_number,
 )
 
 QUESTION_COLUMNS: tuple[str, ...] = (
@@ -100,26 +102,22 @@ def _object(value: Any, where: str) -> dict[str, Any]:
     raise QueryError(f"{where}: expected a JSON object, got {type(value).__name__}")
 
 
-def _int(value: Any, where: str, low: int, high: int) -> int:
+def _int(value: Any, where: str, low: int, high: int, what: str = "value") -> int:
     """An integer in [low, high] (an integral float such as 4096.0 from a CSV counts)."""
-    if isinstance(value, bool):
-        raise QueryError(f"{where} = {value!r}: expected an integer from {low:,} to {high:,}")
-    if isinstance(value, float) and value.is_integer():
-        value = int(value)
-    if isinstance(value, str) and value.strip().isdigit():
-        value = int(value.strip())
-    if not isinstance(value, (int, np.integer)) or not low <= int(value) <= high:
-        raise QueryError(f"{where} = {value!r}: expected an integer from {low:,} to {high:,}")
-    return int(value)
+    return whole_number(value, where, low, high, what)
 
 
 def _shape(value: Any, where: str) -> dict[str, int]:
+    """A dict of sizes, its JSON object text, or the CLI's ``M=4096,N=4096,K=4096``: one shape syntax
+    whatever carried it (``--shape``, a CSV cell, a JSONL line, an HTTP request)."""
     from components.serving.query import MAX_DIM
 
+    if isinstance(value, str) and not value.strip().startswith("{"):
+        return shape_from_text(value, where)
     raw = _object(value, where)
     if not raw:
         raise QueryError(f'{where}: empty; e.g. {{"M": 4096, "N": 4096, "K": 4096}}')
-    return {str(k): _int(v, f"{where}.{k}", 1, MAX_DIM) for k, v in raw.items()}
+    return {str(k): _int(v, f"{where}.{k}", 1, MAX_DIM, "size") for k, v in raw.items()}
 
 
 def _triple(value: Any, where: str, high: int) -> list[int]:

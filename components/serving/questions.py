@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
+from components.physics.bounds import class_of_bound
 from components.serving.answer_fields import ANSWER_KEYS
 from components.serving.memory_fit import check_memory_fit
 from components.serving.op_answers import _answer_ops
@@ -55,6 +56,8 @@ def answer_questions(
     for answer in answers.values():  # every answer has every key (program answers carry no tier)
         for key in ANSWER_KEYS:
             answer.setdefault(key, None)
+        if answer["bound_pipe"] is not None:  # the class is the bound's side, whichever tier answered
+            answer["roofline_class"] = class_of_bound(answer["bound_pipe"])
     return [answers[id(q)] for q in questions]
 
 

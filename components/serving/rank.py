@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 from components.serving.query import QueryError
@@ -71,27 +72,36 @@ def resolve_devices(
     return list(specs.values())
 
 
-def _price_device_id(name: str, by_id: Mapping[str, Any], catalog: Any) -> str:
-    """The device id a price's name means: a ranked device's id, else a catalog name or alias."""
-    if name in by_id:
-        return name
-    try:
-        return catalog.resolve(str(name)).id
-    except LookupError:
-        raise QueryError(f"prices.{name}: not a GPU the catalog knows (nor one being ranked)") from None
+@dataclass(frozen=True)
+class Prices:
+    """A prices mapping read against the GPUs being ranked: the one rule of every rank (kernels, workloads,
+    deployments; CLI and HTTP). A shared prices file names more GPUs than one question asks about, and
+    maybe some no catalog knows (a TPU): those are ignored and named in the note, never an error; a price
+    that is not a positive number is."""
+
+    table: dict[str, float]  # USD/hour per ranked device id
+    unranked: tuple[str, ...] = ()  # names of catalog GPUs not being ranked
+    unknown: tuple[str, ...] = ()  # names the catalog does not know
+
+    def note(self) -> str | None:
+        notes = []
+        if self.unranked:
+            notes.append(f"prices of GPUs not ranked ignored: {', '.join(self.unranked)}")
+        if self.unknown:
+            notes.append(f"prices of names not in the catalog ignored: {', '.join(self.unknown)}")
+        return "; ".join(notes) or None
 
 
-def price_table(prices: Mapping[str, Any] | None, specs: Sequence[Any]) -> dict[str, float]:
-    """USD/hour per ranked device id. A price for a catalog GPU not being ranked is ignored (a shared
-    prices file names more GPUs than one question asks about; ``unranked_prices`` names them); a name
-    the catalog does not know, or a price that is not a positive number, is an error."""
+def prices_for(prices: Mapping[str, Any] | None, specs: Sequence[Any]) -> Prices:
+    """USD/hour per ranked device id, and the names ignored (see :class:`Prices`)."""
     if not prices:
-        return {}
+        return Prices({})
     from components.devices import load_catalog
 
     catalog = load_catalog()
     by_id = {s.id: s for s in specs}
     table: dict[str, float] = {}
+    unranked, unknown = [], []
     for name, value in prices.items():
         if (
             isinstance(value, bool)
@@ -100,28 +110,16 @@ def price_table(prices: Mapping[str, Any] | None, specs: Sequence[Any]) -> dict[
             or not math.isfinite(float(value))
         ):
             raise QueryError(f"prices.{name} = {value!r}: expected a positive USD/hour below 1,000,000")
-        device_id = _price_device_id(str(name), by_id, catalog)
+        try:  # a ranked device's id (a spec file's own id), else a catalog name or alias
+            device_id = str(name) if str(name) in by_id else catalog.resolve(str(name)).id
+        except LookupError:
+            unknown.append(str(name))
+            continue
         if device_id in by_id:
             table[device_id] = float(value)
-    return table
-
-
-def unranked_prices(prices: Mapping[str, Any] | None, specs: Sequence[Any]) -> list[str]:
-    """The names in ``prices`` of catalog GPUs not being ranked (ignored by ``price_table``)."""
-    if not prices:
-        return []
-    from components.devices import load_catalog
-
-    catalog = load_catalog()
-    by_id = {s.id: s for s in specs}
-    ignored = []
-    for name in prices:
-        try:
-            if _price_device_id(str(name), by_id, catalog) not in by_id:
-                ignored.append(str(name))
-        except QueryError:
-            continue  # price_table reports it
-    return ignored
+        else:
+            unranked.append(str(name))
+    return Prices(table, tuple(unranked), tuple(unknown))
 
 
 def rank_answers(
@@ -190,7 +188,7 @@ def rank(
     for i, count in enumerate(counts):
         if isinstance(count, bool) or not isinstance(count, int) or not 1 <= count <= MAX_COUNT:
             raise QueryError(f"workload[{i}].count = {count!r}: expected an integer from 1 to {MAX_COUNT:,}")
-    table = price_table(prices, specs)
+    table = prices_for(prices, specs).table
     misfits = set(too_small(kernels, specs))
     if misfits and len(misfits) < len(specs):  # rank the GPUs the workload fits; rank_note names the others
         specs = [s for s in specs if s.id not in misfits]
@@ -227,7 +225,7 @@ def rank_note(
     small = too_small(kernels, specs)
     if small and len(small) < len(specs):
         notes.append(f"not ranked, the workload does not fit their memory: {', '.join(small)}")
-    ignored = unranked_prices(prices, specs)
-    if ignored:
-        notes.append(f"prices of GPUs not ranked ignored: {', '.join(ignored)}")
+    priced = prices_for(prices, specs).note()
+    if priced:
+        notes.append(priced)
     return "; ".join(notes) or None

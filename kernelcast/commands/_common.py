@@ -15,6 +15,14 @@ P = ParamSpec("P")
 R = TypeVar("R")
 
 
+def dtype_help(default: str) -> str:
+    """``--dtype``'s help from the one list of accepted dtypes (``components.serving.query.DTYPES``), so a
+    dtype added there is in every command's help."""
+    from components.serving.query import DTYPES
+
+    return f"{' | '.join(DTYPES)} ({default})"
+
+
 class UserError(Exception):
     """Bad input from the user: printed as one clear line, exit code 2, no traceback."""
 

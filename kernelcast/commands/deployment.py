@@ -26,6 +26,8 @@ def llm_params(
     kv_dtype: str | None,
     mode: str,
     workload: str,
+    prefill_gpus: int | None = None,
+    decode_gpus: int | None = None,
 ) -> dict[str, Any]:
     if isl is None or osl is None:
         raise UserError("--llm needs --isl and --osl (input and output tokens per request)")
@@ -40,6 +42,8 @@ def llm_params(
         "kv_dtype": kv_dtype,
         "mode": mode,
         "workload": workload,
+        **({"prefill_gpus": prefill_gpus} if prefill_gpus is not None else {}),
+        **({"decode_gpus": decode_gpus} if decode_gpus is not None else {}),
     }
 
 
@@ -53,11 +57,11 @@ def _specs(device: list[str] | None, default_all: bool) -> list[Any]:
 
 def predict_llm(config: str, device: list[str] | None, params: dict[str, Any], as_json: bool) -> None:
     from components.deployments.config import DeploymentError
-    from components.deployments.service import predict_deployment
+    from components.serving.disagg import predict_split_deployment
 
     specs = _specs(device, default_all=False)
     try:
-        answers = predict_deployment(config, specs, params)
+        answers = predict_split_deployment(config, specs, params)
     except DeploymentError as exc:
         raise UserError(str(exc)) from None
     if as_json:
@@ -102,6 +106,8 @@ def predict_llm_batch(path: Path, as_json: bool) -> None:
 
 
 def render_answer(a: dict[str, Any]) -> list[str]:
+    from components.serving.disagg import split_line
+
     d = a["deployment"]
     if "refused" in a:
         return [f"{d['model']} on {d['gpu']}: {a['refused']}"]
@@ -123,6 +129,9 @@ def render_answer(a: dict[str, Any]) -> list[str]:
         f"  e2e {a['e2e_ms']:.5g} ms per request; {a['tokens_per_s']:.4g} output tokens/s per GPU",
         memory,
     ]
+    split = split_line(d)
+    if split:
+        lines.insert(1, f"  {split}")
     for phase in ("prefill", "decode"):
         parts = ", ".join(
             f"{k} {v['share']:.0%}" + (f" ({v['tier']})" if v.get("tier") else "")
@@ -148,18 +157,25 @@ def rank_llm(
 ) -> None:
     from components.deployments.config import DeploymentError
     from components.deployments.service import rank_deployments
+    from components.serving.rank import prices_for
 
     specs = _specs(device, default_all=True)
+    priced = prices_for(prices, specs)  # the kernel rank's rule: unknown or unasked GPUs named, not priced
     try:
-        ranking, skipped = rank_deployments(config, specs, params, prices, by=by, tps=tps or None)
+        ranking, skipped = rank_deployments(config, specs, params, priced.table, by=by, tps=tps or None)
     except DeploymentError as exc:
         raise UserError(str(exc)) from None
     shown = ranking[:top] if top else ranking
+    note = priced.note()
     if as_json:
-        typer.echo(json.dumps({"ranked_by": by, "ranking": shown, "options_not_fitting": skipped}, indent=2))
+        typer.echo(
+            json.dumps(
+                {"ranked_by": by, "ranking": shown, "options_not_fitting": skipped, "note": note}, indent=2
+            )
+        )
         return
     header = ["rank", "device", "tp", "ttft_ms", "tpot_ms", "tok/s/gpu", "mem_gb/gpu"] + (
-        ["usd/hour", "usd/Mtok"] if prices else []
+        ["usd/hour", "usd/Mtok"] if priced.table else []
     )
     body = []
     for r in shown:
@@ -172,7 +188,7 @@ def rank_llm(
             f"{r['tokens_per_s_per_gpu']:.4g}",
             f"{r['memory_gb_per_gpu']:.3g}",
         ]
-        if prices:
+        if priced.table:
             cells += [
                 "-" if r["usd_per_hour"] is None else f"{r['usd_per_hour']:.3g}",
                 "-" if r["usd_per_mtok"] is None else f"{r['usd_per_mtok']:.3g}",
@@ -188,3 +204,5 @@ def rank_llm(
     typer.echo(
         f"ranked by {by}; {len(ranking)} GPU x TP options fit, {skipped} do not (memory, or TP vs heads)"
     )
+    if note:
+        typer.echo(f"note: {note}")

@@ -15,7 +15,7 @@ from typing import Annotated, Any
 
 import typer
 
-from kernelcast.commands._common import UserError, clean_errors, prepared_settings
+from kernelcast.commands._common import UserError, clean_errors, dtype_help, prepared_settings
 
 DEFAULT_MODEL = "models:/kernelcast@champion"
 
@@ -180,7 +180,7 @@ def predict_command(
         typer.Option(help="GPU name/alias, a spec file (.yaml/.json), or 'all' (repeatable)"),
     ] = None,
     dtype: Annotated[
-        str | None, typer.Option(help="fp32 | fp16 | bf16 | fp8 | tf32 | fp64 | int8 (op default fp32)")
+        str | None, typer.Option(help=dtype_help("op default fp32; --llm: the weights', default bf16"))
     ] = None,
     launch: Annotated[
         str | None, typer.Option(help="a source's launch: GRID/BLOCK (4096/256, 64,64/16,16) or JSON")
@@ -210,6 +210,14 @@ def predict_command(
     ep: Annotated[int, typer.Option(help="--llm: expert-parallel GPUs (MoE)")] = 1,
     kv_dtype: Annotated[str | None, typer.Option(help="--llm: KV-cache dtype (default from --dtype)")] = None,
     mode: Annotated[str, typer.Option(help="--llm: agg | disagg (separate prefill/decode workers)")] = "agg",
+    prefill_gpus: Annotated[
+        int | None,
+        typer.Option(help="--llm --mode disagg: GPUs of the prefill workers (default: one worker, tp x pp)"),
+    ] = None,
+    decode_gpus: Annotated[
+        int | None,
+        typer.Option(help="--llm --mode disagg: GPUs of the decode workers (default: one worker, tp x pp)"),
+    ] = None,
     workload: Annotated[
         str, typer.Option(help="--llm: steady (requests keep arriving) | batch (all at once)")
     ] = "steady",
@@ -231,10 +239,14 @@ def predict_command(
         predict_llm(
             llm,
             device,
-            llm_params(isl, osl, concurrency, tp, pp, ep, dtype, kv_dtype, mode, workload),
+            llm_params(
+                isl, osl, concurrency, tp, pp, ep, dtype, kv_dtype, mode, workload, prefill_gpus, decode_gpus
+            ),
             as_json,
         )
         return
+    if prefill_gpus is not None or decode_gpus is not None:
+        raise UserError("--prefill-gpus/--decode-gpus apply to an --llm deployment with --mode disagg")
     errors: list[Any] = []  # batch rows not answered, each with its error (the others are)
     rows = gather_questions(
         file,

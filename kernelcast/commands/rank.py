@@ -14,12 +14,12 @@ from typing import Annotated, Any
 
 import typer
 
-from kernelcast.commands._common import UserError, clean_errors, prepared_settings
+from kernelcast.commands._common import UserError, clean_errors, dtype_help, prepared_settings
 from kernelcast.commands.predict import DEFAULT_MODEL
 
 
 def read_prices(items: list[str], file: Path | None) -> dict[str, float]:
-    """``--price NAME=USD_PER_HOUR`` (repeatable) and/or a JSON/YAML ``--prices`` file mapping names to USD/hour."""
+    """``--price NAME=USD_PER_HOUR`` (repeatable) and/or a JSON/YAML ``--prices`` file (GPU -> USD/hour)."""
     prices: dict[str, Any] = {}
     if file is not None:
         if not file.is_file():
@@ -53,7 +53,7 @@ def rank_command(
         str | None, typer.Option(help="op: gemm, linear, bmm, add, gelu, softmax, layernorm, ...")
     ] = None,
     shape: Annotated[str | None, typer.Option(help="sizes, e.g. M=4096,N=4096,K=4096")] = None,
-    dtype: Annotated[str | None, typer.Option(help="fp32 | fp16 | bf16 | fp8 | tf32 | fp64 | int8")] = None,
+    dtype: Annotated[str | None, typer.Option(help=dtype_help("op default fp32; --llm default bf16"))] = None,
     launch: Annotated[
         str | None, typer.Option(help="a source's launch: GRID/BLOCK (4096/256) or JSON")
     ] = None,
@@ -170,7 +170,8 @@ def rank_command(
             )
         )
         return
-    header = ["rank", "device", "total_us", "interval_us"] + (["usd/hour", "usd/run"] if price_table else [])
+    priced = ranked_by == "cost"
+    header = ["rank", "device", "total_us", "interval_us"] + (["usd/hour", "usd/run"] if priced else [])
     body = []
     for entry in shown:
         interval = (
@@ -184,7 +185,7 @@ def rank_command(
             "-" if entry["total_us"] is None else f"{entry['total_us']:.4g}",
             interval,
         ]
-        if price_table:
+        if priced:
             cells += [
                 "-" if entry.get("usd_per_hour") is None else f"{entry['usd_per_hour']:.3g}",
                 "-" if entry.get("usd_per_run") is None else f"{entry['usd_per_run']:.3g}",

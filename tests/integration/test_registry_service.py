@@ -26,6 +26,7 @@ import pytest
 import yaml
 from typer.testing import CliRunner
 
+from components.physics.bounds import BOUNDS
 from components.platform.config import PROJECT_ROOT
 
 pytestmark = pytest.mark.slow
@@ -260,5 +261,6 @@ def test_train_evaluate_promote_against_a_server_then_a_downstream_process_predi
         assert (
             answer["duration_us_lo"] <= answer["duration_us"] <= answer["duration_us_hi"]
         )  # tabular: intervals
-        assert answer["roofline_class"] in ("compute", "bandwidth")
+        # the class is the bound's side (issue 34): latency when launch-bound
+        assert answer["roofline_class"] == BOUNDS[answer["bound_pipe"]][0]
     assert json.loads(answers[4]["breakdown"])  # the module's top ops

@@ -187,7 +187,7 @@ def test_bad_batch_files_are_one_line_errors(content: str, fragment: str, tmp_pa
         ),
         ('op,shape,dtype\ngemm,"{""M"": 4, ""N"": 4, ""K"": 4}",banana\n', "line 2: dtype 'banana'"),
         ('op,shape\ngemm,"{""M"": 4, ""N"": 4, ""K"": 4}"\nadd,"{""N"": 1e12}"\n', "line 3: shape.N"),
-        ('op,shape\nadd,"N=4x"\n', "line 2: shape: not valid JSON"),
+        ('op,shape\nadd,"N=4x"\n', "line 2: shape.N: 4x is not a number"),
     ],
 )
 def test_bad_batch_rows_are_listed_naming_the_line(

@@ -63,6 +63,7 @@ def empty_home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
 def test_predict_module_answers_per_catalog_gpu_with_a_breakdown(tmp_path: Path, empty_home: Path):
     from components.devices import load_catalog
     from components.models.roofline import RooflinePredictor
+    from components.physics.bounds import class_of_bound
     from components.programs.module_predict import predict_module
 
     path = tmp_path / "conv_block.py"
@@ -75,7 +76,7 @@ def test_predict_module_answers_per_catalog_gpu_with_a_breakdown(tmp_path: Path,
     for answer in answers:
         assert set(answer) >= ANSWER_KEYS
         assert answer["kind"] == "module"
-        assert answer["roofline_class"] in ("compute", "bandwidth")
+        assert answer["roofline_class"] == class_of_bound(answer["bound_pipe"])  # issue 34: one rule
         # Learned-or-default overheads come on top of the trace's roofline, never below it.
         assert answer["duration_us"] >= answer["roofline_us"] > 0
         breakdown = json.loads(answer["breakdown"])
@@ -83,7 +84,7 @@ def test_predict_module_answers_per_catalog_gpu_with_a_breakdown(tmp_path: Path,
         assert [b["duration_us"] for b in breakdown] == sorted(
             (b["duration_us"] for b in breakdown), reverse=True
         )
-        assert all(b["bound"] in ("compute", "bandwidth") and b["count"] == 1 for b in breakdown)
+        assert all(b["roofline_class"] == class_of_bound(b["bound"]) and b["count"] == 1 for b in breakdown)
         assert "no learned program model" in answer["note"]  # an empty home has none
     h100, t4 = answers
     assert t4["duration_us"] > h100["duration_us"]
@@ -99,7 +100,7 @@ def test_predict_module_errors_name_the_problem(tmp_path: Path, empty_home: Path
         predict_module(MODULE, "fp12", spec, RooflinePredictor())
     path = tmp_path / "no_model.py"
     path.write_text("import torch\n")
-    with pytest.raises(ProgramError, match="no_model.py: cannot trace the module: no Model defined"):
+    with pytest.raises(ProgramError, match=r"no_model\.py: cannot trace the module: no Model defined"):
         predict_module(str(path), None, spec, RooflinePredictor())
 
 
@@ -152,7 +153,7 @@ def test_kernelbench_bench_scores_every_held_out_gpu_beside_the_trace_roofline(t
     original = kernelbench_data.trace_many
     kernelbench_data.trace_many = refuse
     try:
-        texts = dict(zip(kernels["kernel_id"], kernels["source_text"]))
+        texts = dict(zip(kernels["kernel_id"], kernels["source_text"], strict=True))
         assert all(r.ok for r in kernelbench_data.cached_traces(texts, tmp_path / "cache").values())
     finally:
         kernelbench_data.trace_many = original
