@@ -3,8 +3,8 @@ runs on, what it falls back to, and the bytes a stored weight or KV element take
 
 Two questions, two functions (they were two functions both called ``canonical_dtype``):
 ``canonical_dtype`` -- which kernelcast dtype a spelling means (``bfloat16`` -> ``bf16``, ``fp4`` ->
-``nvfp4``, ``w8a8`` -> ``int8``); ``precision_of`` -- which catalog precision its math runs at (``nvfp4`` -> ``fp4``,
-``fp8_block`` -> ``fp8``; None for "mixed"/"unknown" and integer tensors, which no pipe judges).
+``nvfp4``, ``w8a8`` -> ``int8``); ``precision_of`` -- which catalog precision its math runs at (``nvfp4``
+-> ``fp4``, ``fp8_block`` -> ``fp8``; None for "mixed"/"unknown" and integer tensors, which no pipe judges).
 """
 
 from __future__ import annotations
@@ -155,7 +155,7 @@ def canonical_dtype(text: object) -> str:
 
 def precision_of(text: object) -> str | None:
     """The catalog precision a dtype's math runs at (``bfloat16`` -> ``bf16``, ``nvfp4`` -> ``fp4``); None
-    when it cannot be judged ("mixed", "unknown", integer types other than int8); PhysicsError for a non-dtype."""
+    when it cannot be judged ("mixed", "unknown", integer types but int8); PhysicsError for a non-dtype."""
     if text is None:
         return None
     key = _key(text)

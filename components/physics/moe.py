@@ -37,7 +37,7 @@ def variant(op: str | None) -> str:
 
 
 def experts_touched(tokens: np.ndarray, experts: np.ndarray, topk: np.ndarray) -> np.ndarray:
-    """Expected distinct experts hit by ``tokens`` tokens each routed to ``topk`` distinct experts, uniformly."""
+    """Expected distinct experts hit by ``tokens`` tokens, each routed to ``topk`` distinct ones uniformly."""
     share = np.clip(topk / experts, 0.0, 1.0)
     return experts * (1.0 - np.power(1.0 - share, tokens))
 

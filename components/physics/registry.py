@@ -56,7 +56,7 @@ def variant_of(name: str, op: str | None) -> str | None:
 def op_work(
     name: str, dtype: str, shape: Mapping[str, Any], kv_dtype: str | None = None, op: str | None = None
 ) -> Work:
-    """FLOPs, minimum DRAM bytes and link bytes of each row of ``shape`` (the op as asked: no GPU involved)."""
+    """FLOPs, minimum DRAM bytes and link bytes of each row of ``shape`` (the op as asked, no GPU)."""
     fam = family(name)
     return fam.work(dtype, dims_of(fam, shape), variant_of(name, op), kv_dtype)
 

@@ -6,8 +6,8 @@ calibrated, spec) interpolates or learns the *efficiency* ``roofline time / meas
 figures, and every answer is checked against them: one runtime, never below the roofline time; GFLOP/s, GB/s
 and intensity derived from it (so never above a peak); the roofline class is the side of the bound pipe.
 
-Everything is vectorised over the rows of one (family, dtype, GPU) group: ``shape`` maps a dimension name to an
-array (or a scalar). Why per GPU and dtype: the pipe choice (and an emulation note) is a property of the pair.
+Everything is vectorised over the rows of one (family, dtype, GPU) group: ``shape`` maps a dimension name to
+an array (or a scalar). Why per GPU and dtype: the pipe choice (and an emulation note) belongs to the pair.
 """
 
 from __future__ import annotations
@@ -136,7 +136,7 @@ def pipe_for(dtype: str, spec: Any) -> PipeChoice:
 
 
 def link_gbps(spec: Any) -> tuple[float, str | None]:
-    """GPU-to-GPU bandwidth per direction (GB/s) and a note when it is assumed (no ``link_gbps`` in the catalog)."""
+    """GPU-to-GPU bandwidth per direction (GB/s) and a note when assumed (no ``link_gbps`` in the catalog)."""
     value = getattr(spec, "link_gbps", None)
     if value:
         return float(value), None
