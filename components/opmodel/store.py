@@ -17,8 +17,9 @@ from pathlib import Path
 import pandas as pd
 
 from components.common.atomic import atomic_write_dir
+from components.physics.registry import ENGINE_FAMILIES
 
-STORE_FAMILIES: tuple[str, ...] = ("gemm", "attention", "moe", "allreduce")
+STORE_FAMILIES: tuple[str, ...] = ENGINE_FAMILIES  # every family the op engine answers has a table
 MANIFEST_NAME = "store.json"
 
 
