@@ -2,10 +2,13 @@
 
 Dimensions: B sequences, S query tokens each, KV context length (the keys each sequence holds, its own
 queries included), H query heads, HKV KV heads (grouped-query attention), D head dim; W a sliding
-window (0 = none) and ``causal`` (1, the default: query i of S sits at position KV-S+i and sees the keys up to
-it -- a serving engine's prefill and decode; 0: every query sees all KV keys, PyTorch SDPA without
-``is_causal``). Settled (tests/unit/test_physics_registry.py): a causal prefill computes ~half the pairs of
-the full S x KV matrix -- the kernel skips the masked blocks -- and decode (S = 1) attends to all KV.
+window (0 = none) and ``causal``: 1, the default: query i of S sits at position KV-S+i and sees the keys up
+to it (bottom-right aligned: a serving engine's prefill and decode); 2: query i sees keys 0..i (top-left
+aligned: PyTorch SDPA's ``is_causal`` mask); 0: every query sees all KV keys (SDPA without a mask).
+
+Settled (tests/unit/test_physics_registry.py): a causal prefill computes ~half the pairs of the full S x KV
+matrix -- the kernel skips the masked blocks -- and decode (S = 1) attends to all KV. The score matrix is
+never written: the minimum bytes are Q and O once and K, V once per KV head.
 """
 
 from __future__ import annotations
@@ -34,13 +37,21 @@ def attention_pairs(s: np.ndarray, kv: np.ndarray, window: np.ndarray | None = N
     return np.where(np.isfinite(w), windowed, full)
 
 
+def top_left_pairs(s: np.ndarray, kv: np.ndarray) -> np.ndarray:
+    """(query, key) pairs per head under a top-left causal mask: query i (1-based) sees min(i, KV) keys."""
+    inside = np.minimum(s, kv)
+    return inside * (inside + 1.0) / 2.0 + np.clip(s - kv, 0.0, None) * kv
+
+
 def pairs(d: Dims) -> np.ndarray:
-    """(query, key) pairs per (sequence, head): causal unless ``causal`` = 0, windowed where W > 0."""
+    """(query, key) pairs per (sequence, head): by the ``causal`` mode, windowed where W > 0."""
     s, kv = d["S"], d["KV"]
     window = d.get("W")
-    causal = attention_pairs(s, kv, window)
+    causal = get(d, "causal", 1.0)
     full = s * (kv if window is None else np.where(window > 0, np.minimum(kv, window), kv))
-    return np.where(get(d, "causal", 1.0) > 0, causal, full)
+    return np.select(
+        [causal == 1.0, causal == 2.0], [attention_pairs(s, kv, window), top_left_pairs(s, kv)], full
+    )
 
 
 def work(dtype: str, d: Dims, op: str | None = None, kv_dtype: str | None = None) -> Work:
