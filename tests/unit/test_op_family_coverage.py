@@ -14,7 +14,7 @@ from components.physics.registry import REGISTRY, family
 # Family names the data holds that are not op families: measured, never costed by an op formula.
 NOT_OP_FAMILIES: dict[str, str] = {
     "program": "a whole program (gpuFLOPBench, KernelBench): counters or per-op tracing, no op formula",
-    "collective": "PipeWeave's collectives (all_gather, send_recv ...): an interconnect model, not an op's work",
+    "collective": "PipeWeave's collectives (all_gather, send_recv): an interconnect model, not an op's work",
     "dedispersion": "a Kernel Tuner benchmark kernel (benchmark_hub): features/analytical's own formula",
 }
 
@@ -83,7 +83,7 @@ EXEMPT: dict[tuple[str, str], str] = {
     (
         "features",
         "allreduce",
-    ): "an interconnect op: the op engine's link physics answers it, no tabular features",
+    ): "an interconnect op: the op engine's link physics answers it, no features",
     ("questions", "conv"): "no --op for convolutions yet: NeuSight rows and traced programs only",
     ("op engine", "elementwise"): "small ops: the tabular champion / the roofline, no measured kernel tables",
     ("op engine", "softmax"): "small ops: the tabular champion / the roofline, no measured kernel tables",
