@@ -30,6 +30,11 @@ class Work:
     sfu: np.ndarray | None = None
 
 
+def vector_work(flops: np.ndarray, nbytes: np.ndarray, fma: np.ndarray, sfu: np.ndarray) -> Work:
+    """The work of a small op on the vector pipes: no link traffic, its FMA and special-function demand."""
+    return Work(flops, nbytes, np.zeros_like(flops), fma=fma, sfu=sfu)
+
+
 Dims = dict[str, np.ndarray]
 # (dtype, dims, op, kv_dtype) -> Work. ``op`` names the variant inside a family (an elementwise op, the MoE
 # projection); ``kv_dtype`` the KV cache's dtype (attention).

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from components.physics.base import Dims, OpFamily, PhysicsError, Work, get
+from components.physics.base import Dims, OpFamily, PhysicsError, Work, get, vector_work
 from components.physics.dtypes import element_bytes
 
 # op -> (FMA-pipe FLOPs, special-function (MUFU/XU) ops, input tensors read) per output element
@@ -61,13 +61,8 @@ def work(dtype: str, d: Dims, op: str | None = None, kv_dtype: str | None = None
         )
     fma, sfu, inputs = ELEMENTWISE_COST[name]
     elements = numel(d)
-    return Work(
-        ELEMENTWISE_FLOPS_PER_ELEMENT[name] * elements,
-        element_bytes(dtype) * elements * (inputs + 1.0),
-        np.zeros_like(elements),
-        fma=fma * elements,
-        sfu=sfu * elements,
-    )
+    nbytes = element_bytes(dtype) * elements * (inputs + 1.0)
+    return vector_work(ELEMENTWISE_FLOPS_PER_ELEMENT[name] * elements, nbytes, fma * elements, sfu * elements)
 
 
 FAMILY = OpFamily(

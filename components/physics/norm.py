@@ -7,9 +7,7 @@ FMA-pipe demand: layernorm ~7 (mean add, (x-mean)^2 fma, normalise sub+mul, affi
 
 from __future__ import annotations
 
-import numpy as np
-
-from components.physics.base import Dims, OpFamily, Work, get
+from components.physics.base import Dims, OpFamily, Work, get, vector_work
 from components.physics.dtypes import element_bytes
 
 # family -> (FLOPs by definition, FMA-pipe FLOPs) per element, and parameter vectors of H read
@@ -23,33 +21,16 @@ def _work(costs: tuple[float, float, float]):
     def work(dtype: str, d: Dims, op: str | None = None, kv_dtype: str | None = None) -> Work:
         rows, cols = get(d, "B", 1.0), d["H"]
         elements = rows * cols
-        return Work(
-            per_element * elements,
-            element_bytes(dtype) * (2.0 * elements + params * cols),
-            np.zeros_like(elements),
-            fma=fma * elements,
-            sfu=rows,
-        )
+        nbytes = element_bytes(dtype) * (2.0 * elements + params * cols)
+        return vector_work(per_element * elements, nbytes, fma * elements, rows)
 
     return work
 
 
-DIMS = {"B": ("b", "batch", "rows"), "H": ("h", "hidden", "hidden_size", "cols")}
-LAYERNORM_FAMILY = OpFamily(
-    name="layernorm",
-    required=("H",),
-    optional=("B",),
-    work=_work(LAYERNORM),
-    aliases=("layer_norm",),
-    dim_aliases=DIMS,
-    pipe="vector",
-)
-RMSNORM_FAMILY = OpFamily(
-    name="rmsnorm",
-    required=("H",),
-    optional=("B",),
-    work=_work(RMSNORM),
-    aliases=("rms_norm",),
-    dim_aliases=DIMS,
-    pipe="vector",
-)
+def _family(name: str, alias: str, costs: tuple[float, float, float]) -> OpFamily:
+    dims = {"B": ("b", "batch", "rows"), "H": ("h", "hidden", "hidden_size", "cols")}
+    return OpFamily(name, ("H",), ("B",), _work(costs), aliases=(alias,), dim_aliases=dims, pipe="vector")
+
+
+LAYERNORM_FAMILY = _family("layernorm", "layer_norm", LAYERNORM)
+RMSNORM_FAMILY = _family("rmsnorm", "rms_norm", RMSNORM)

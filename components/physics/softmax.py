@@ -3,9 +3,7 @@ element by definition and on the FMA pipe, one special-function op; reads and wr
 
 from __future__ import annotations
 
-import numpy as np
-
-from components.physics.base import Dims, OpFamily, Work, get
+from components.physics.base import Dims, OpFamily, Work, get, vector_work
 from components.physics.dtypes import element_bytes
 
 FLOPS_PER_ELEMENT: float = 5.0
@@ -14,12 +12,9 @@ FMA_PER_ELEMENT, SFU_PER_ELEMENT = 5.0, 1.0
 
 def work(dtype: str, d: Dims, op: str | None = None, kv_dtype: str | None = None) -> Work:
     elements = get(d, "B", 1.0) * d["H"]
-    return Work(
-        FLOPS_PER_ELEMENT * elements,
-        2.0 * element_bytes(dtype) * elements,
-        np.zeros_like(elements),
-        fma=FMA_PER_ELEMENT * elements,
-        sfu=SFU_PER_ELEMENT * elements,
+    nbytes = 2.0 * element_bytes(dtype) * elements
+    return vector_work(
+        FLOPS_PER_ELEMENT * elements, nbytes, FMA_PER_ELEMENT * elements, SFU_PER_ELEMENT * elements
     )
 
 
