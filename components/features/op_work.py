@@ -52,16 +52,18 @@ def registry_work(
     for op_label, op_rows in op_groups:
         which = op_label if variant is None or op_label is None else variant(op_label)
         for label, rows in _groups(dtype, op_rows):
+            index = np.flatnonzero(rows)  # the group's rows only: a formula per group, not per whole frame
+            subset = {k: np.broadcast_to(v, (n,))[index] for k, v in dims.items()}
             try:
-                work = fam.work(work_dtype(label), dims, which, None)
+                work = fam.work(work_dtype(label), subset, which, None)
             except ValueError:
                 continue
             values = {
                 "flops": work.flops,
                 "dram_bytes": work.dram_bytes,
                 "fma": work.flops if work.fma is None else work.fma,
-                "sfu": np.zeros(n) if work.sfu is None else work.sfu,
+                "sfu": 0.0 if work.sfu is None else work.sfu,
             }
             for key, value in values.items():
-                np.copyto(out[key], np.broadcast_to(value, (n,)), where=rows)
+                out[key][index] = value
     return Work(out["flops"], out["dram_bytes"], np.zeros(n), fma=out["fma"], sfu=out["sfu"])
