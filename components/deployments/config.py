@@ -15,32 +15,11 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
+from components.physics.base import PhysicsError
+from components.physics.dtypes import STORE_BYTES, canonical_dtype
+
 PIPEWEAVE_CONFIGS = Path("pipeweave/config")
 AIC_CONFIGS = Path("aiconfigurator/aic-core/src/aiconfigurator_core/model_configs")
-# Bytes per stored element of a weight / KV dtype (block-scaled formats carry their scales).
-STORE_BYTES: dict[str, float] = {
-    "fp32": 4.0,
-    "bf16": 2.0,
-    "fp16": 2.0,
-    "fp8": 1.0,
-    "fp8_block": 1.0 + 1 / 128,
-    "int8": 1.0,
-    "int8_wo": 1.0,
-    "int4_wo": 0.5 + 1 / 64,
-    "nvfp4": 0.5 + 1 / 16,
-}
-DTYPE_ALIASES: dict[str, str] = {
-    "bfloat16": "bf16",
-    "float16": "fp16",
-    "half": "fp16",
-    "float32": "fp32",
-    "fp4": "nvfp4",
-    "int4": "int4_wo",
-    "w4a16": "int4_wo",
-    "w8a8": "int8",
-    "float8": "fp8",
-    "e4m3": "fp8",
-}
 MODES = ("agg", "disagg")
 
 
@@ -48,8 +27,12 @@ class DeploymentError(ValueError):
     """A deployment question we cannot answer: one line naming the input and what is wrong."""
 
 
-def canonical_dtype(text: str, what: str) -> str:
-    name = DTYPE_ALIASES.get(str(text).strip().lower(), str(text).strip().lower())
+def store_dtype(text: str, what: str) -> str:
+    """A weight / KV dtype's canonical spelling (``components.physics.dtypes``) that a deployment stores."""
+    try:
+        name = canonical_dtype(text)
+    except PhysicsError:
+        name = None
     if name not in STORE_BYTES:
         raise DeploymentError(f"{what} {text!r}: unknown dtype; choose from {', '.join(STORE_BYTES)}")
     return name
@@ -376,11 +359,11 @@ class Deployment:
                 raise DeploymentError(f"{name} {value!r}: must be a positive integer")
         if self.mode not in MODES:
             raise DeploymentError(f"mode {self.mode!r}: choose agg or disagg")
-        object.__setattr__(self, "weight_dtype", canonical_dtype(self.weight_dtype, "dtype"))
+        object.__setattr__(self, "weight_dtype", store_dtype(self.weight_dtype, "dtype"))
         kv = self.kv_dtype or {"fp8": "fp8", "fp8_block": "fp8", "fp16": "fp16", "fp32": "fp32"}.get(
             self.weight_dtype, "bf16"
         )
-        object.__setattr__(self, "kv_dtype", canonical_dtype(kv, "kv dtype"))
+        object.__setattr__(self, "kv_dtype", store_dtype(kv, "kv dtype"))
         m = self.model
         if m.heads % self.tp:
             raise DeploymentError(f"tp {self.tp}: does not divide num_attention_heads {m.heads} of {m.name}")

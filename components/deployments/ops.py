@@ -17,11 +17,9 @@ from typing import Any
 
 import numpy as np
 
-from components.features.analytical import ELEMENTWISE_COST, RMSNORM_FMA
-
 OpTimeFn = Callable[[str, str, Mapping[str, Any], Any], np.ndarray]
 
-ACT_BYTES = 2.0  # small ops (norms, adds, rotary, SiLU x mul) run on 16-bit activations
+ACT_DTYPE = "bf16"  # small ops (norms, adds, rotary, SiLU x mul, sampling) costed on 16-bit activations
 # Fraction of peak a tuned library reaches on a large op (compute-bound, memory-bound), by family.
 EFFICIENCY: dict[str, tuple[float, float]] = {
     "gemm": (0.70, 0.80),
@@ -56,15 +54,16 @@ def _arr(shape: Mapping[str, Any], key: str, default: float | None = None) -> np
 
 
 def small_op_work(family: str, shape: Mapping[str, Any]) -> tuple[np.ndarray, np.ndarray]:
-    """(FMA-pipe FLOPs, DRAM bytes) of elementwise and RMSNorm ops: ``features.analytical``'s formulas."""
-    if family == "elementwise":
-        numel = _arr(shape, "N")
-        fma, _, inputs = ELEMENTWISE_COST.get(str(shape.get("op", "add")), (1, 0, 2))
-        return fma * numel, ACT_BYTES * numel * (inputs + 1)
-    if family == "rmsnorm":
-        rows, cols = _arr(shape, "B", 1.0), _arr(shape, "H")
-        return RMSNORM_FMA * rows * cols, ACT_BYTES * (2 * rows * cols + cols)
-    raise ValueError(f"op family {family!r}: not composed")
+    """(FMA-pipe FLOPs, DRAM bytes) of elementwise and RMSNorm ops: the registry's (components/physics)."""
+    if family not in SMALL_OP_FAMILIES:
+        raise ValueError(f"op family {family!r}: not composed")
+    from components.physics.registry import op_work
+
+    dims = {k: v for k, v in shape.items() if k != "op"}
+    work = op_work(
+        family, ACT_DTYPE, dims, op=str(shape.get("op", "add")) if family == "elementwise" else None
+    )
+    return (work.flops if work.fma is None else work.fma), work.dram_bytes
 
 
 def _sol_parts(

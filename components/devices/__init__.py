@@ -11,7 +11,6 @@ from components.devices.catalog import (
     SpecError,
     UnknownDeviceError,
     architecture_defaults,
-    canonical_dtype,
     default_user_devices_dir,
     device_feature_vector,
     load_catalog,
@@ -22,6 +21,7 @@ from components.devices.catalog import (
     resolve_spec,
     spec_from_mapping,
 )
+from components.physics.dtypes import precision_of
 
 __all__ = [
     "DEFAULT_CATALOG_PATH",
@@ -33,7 +33,6 @@ __all__ = [
     "SpecError",
     "UnknownDeviceError",
     "architecture_defaults",
-    "canonical_dtype",
     "compare_with_catalog",
     "default_user_devices_dir",
     "device_feature_vector",
@@ -41,6 +40,7 @@ __all__ = [
     "merge_user_devices",
     "normalize_name",
     "plausibility_problems",
+    "precision_of",
     "read_spec_file",
     "resolve_spec",
     "spec_from_aiconfigurator_sheet",

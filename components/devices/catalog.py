@@ -25,6 +25,8 @@ from typing import Any, Literal
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
+from components.physics.dtypes import precision_of
+
 DEFAULT_CATALOG_PATH: Path = Path(__file__).with_name("catalog.yaml")
 
 # Precision names accepted by ``DeviceSpec.peak_flops``. The first group has a vector pipe
@@ -222,7 +224,7 @@ class DeviceSpec(BaseModel):
             if self.has_pipe("bf16", tensor=None) or self.has_pipe("fp16", tensor=None):
                 return None
             return f"{self.name} has no fp16/bf16 pipe for {dtype}'s math; it would run as fp32"
-        precision = canonical_dtype(QUANTISED_MATH.get(dtype, dtype))
+        precision = precision_of(dtype)
         if precision is None or precision == "fp32":
             return None
         if self.has_pipe(precision, tensor=None):
@@ -290,63 +292,8 @@ class DeviceSpec(BaseModel):
         return self.peak_flops(precision, tensor) / self.dram_bytes_per_s
 
 
-# Quantised GEMM formats (components/physics/roofline.py) -> the precision of their math pipe.
-QUANTISED_MATH: dict[str, str] = {"fp8_block": "fp8", "nvfp4": "fp4"}
+# Weight-only formats: weights de-quantised on the fly, the math in bf16 or fp16 (physics/dtypes.py).
 WEIGHT_ONLY_DTYPES: frozenset[str] = frozenset({"int8_wo", "int4_wo"})
-
-# dtype spellings (torch, numpy, the datasets) -> catalog precision; None = cannot be judged.
-_DTYPE_ALIASES: dict[str, str | None] = {
-    "fp64": "fp64",
-    "float64": "fp64",
-    "double": "fp64",
-    "f64": "fp64",
-    "fp32": "fp32",
-    "float32": "fp32",
-    "float": "fp32",
-    "f32": "fp32",
-    "tf32": "tf32",
-    "tensorfloat32": "tf32",
-    "fp16": "fp16",
-    "float16": "fp16",
-    "half": "fp16",
-    "f16": "fp16",
-    "bf16": "bf16",
-    "bfloat16": "bf16",
-    "fp8": "fp8",
-    "float8": "fp8",
-    "e4m3": "fp8",
-    "e5m2": "fp8",
-    "fp8e4m3": "fp8",
-    "fp8e5m2": "fp8",
-    "float8e4m3fn": "fp8",
-    "float8e5m2": "fp8",
-    "float8e4m3fnuz": "fp8",
-    "float8e5m2fnuz": "fp8",
-    "fp4": "fp4",
-    "nvfp4": "fp4",
-    "mxfp4": "fp4",
-    "float4": "fp4",
-    "float4e2m1fn": "fp4",
-    "int8": "int8",
-    "i8": "int8",
-    "uint8": "int8",
-    "mixed": None,
-    "unknown": None,
-    "": None,
-}
-
-
-def canonical_dtype(dtype: str | None) -> str | None:
-    """The catalog precision a dtype spelling runs on ("bfloat16" -> "bf16"); None when it cannot
-    be judged ("mixed", "unknown", integer types other than int8); ValueError for a non-dtype."""
-    if dtype is None:
-        return None
-    key = re.sub(r"[\s_\-.]", "", str(dtype).lower().removeprefix("torch."))
-    if key in _DTYPE_ALIASES:
-        return _DTYPE_ALIASES[key]
-    if re.fullmatch(r"u?int(16|32|64)|bool", key):
-        return None
-    raise ValueError(f"dtype {dtype!r}: not a known data type (e.g. fp32, fp16, bf16, fp8, tf32, fp64, int8)")
 
 
 def normalize_name(name: str) -> str:

@@ -25,56 +25,13 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-# Bytes per element of each canonical dtype; "mixed"/"unknown" fall back to fp32's 4 bytes.
-ELEM_BYTES: dict[str, float] = {
-    "fp64": 8,
-    "fp32": 4,
-    "tf32": 4,
-    "fp16": 2,
-    "bf16": 2,
-    "fp8": 1,
-    "int8": 1,
-    "fp8_block": 1,
-    "nvfp4": 0.5,
-    # weight-only: bf16 activations (the weights' 1 / 0.5 byte is physics' business)
-    "int8_wo": 2,
-    "int4_wo": 2,
-}
+from components.features.op_work import registry_work
+from components.physics import dtypes, moe
+from components.physics.base import Work
+from components.physics.elementwise import ELEMENTWISE_COST
 
-# Elementwise cost per output element: (FMA-pipe FLOPs, special-function (MUFU/XU) ops, inputs read).
-# Why: PyTorch computes in fp32 "opmath"; transcendentals lower to MUFU (ex2/lg2/rcp/tanh) plus a few
-# FMA-pipe fix-up instructions; the "u" ops take a Python scalar, so they read one tensor, not two.
-ELEMENTWISE_COST: dict[str, tuple[float, float, float]] = {
-    "add": (1, 0, 2),
-    "sub": (1, 0, 2),
-    "mul": (1, 0, 2),
-    "div": (2, 1, 2),
-    "pow": (4, 2, 2),
-    "addu": (1, 0, 1),
-    "subu": (1, 0, 1),
-    "mulu": (1, 0, 1),
-    "divu": (1, 0, 1),
-    "powu": (4, 2, 1),
-    "relu": (1, 0, 1),
-    "tanh": (6, 2, 1),
-    "gelu": (12, 1, 1),
-    "silu": (4, 2, 1),
-    "sigmoid": (4, 2, 1),
-    "exp": (2, 1, 1),
-    "log": (2, 1, 1),
-    "sqrt": (1, 1, 1),
-    "rsqrt": (1, 1, 1),
-    "neg": (1, 0, 1),
-    "abs": (1, 0, 1),
-    "copy": (0, 0, 1),
-    "silu_and_mul": (5, 2, 2),
-}
-# Softmax per element: max, subtract, exp (1 MUFU ex2 + scale), sum, scale by 1/sum.
-SOFTMAX_COST: tuple[float, float] = (5.0, 1.0)
-# LayerNorm per element: mean add, (x-mean)^2 fma, normalise sub+mul, affine fma -> ~7; one rsqrt per row.
-LAYERNORM_FMA: float = 7.0
-# RMSNorm per element: square-accumulate fma, scale mul, weight mul -> ~4; one rsqrt per row.
-RMSNORM_FMA: float = 4.0
+# Bytes per element, per-element costs of the small ops: the registry's (components/physics), one definition.
+ELEM_BYTES = dtypes.ELEM_BYTES
 
 # Tiling assumptions when the shape does not give them.
 GEMM_TILE: tuple[float, float] = (128.0, 128.0)  # cuBLAS/CUTLASS's most common output tile
@@ -135,6 +92,9 @@ DIM_ALIASES: dict[str, tuple[str, ...]] = {
     "dms": ("nr_dms", "dms"),
     "channels": ("nr_channels", "channels"),
     "size_bytes": ("size", "size_bytes", "bytes"),
+    "HKV": ("hkv", "kv_heads", "num_kv_heads"),  # attention: KV heads (grouped-query), sliding window, causal
+    "W": ("w", "window", "sliding_window"),
+    "causal": ("causal", "is_causal"),
 }
 _ALIAS_TO_DIM: dict[str, str] = {alias: dim for dim, aliases in DIM_ALIASES.items() for alias in aliases}
 DIMS: tuple[str, ...] = tuple(DIM_ALIASES)
@@ -415,6 +375,7 @@ def _or(value: np.ndarray, default: float | np.ndarray) -> np.ndarray:
 
 Demand = dict[str, np.ndarray]
 DEMAND_KEYS: tuple[str, ...] = (
+    "flops",  # by the op's definition (components/physics/registry): NaN where no registry family covers it
     "tensor",
     "fma",
     "sfu",
@@ -438,6 +399,7 @@ class FamilyInputs:
 
     family: np.ndarray
     op: np.ndarray
+    dtype: Any  # canonical dtype labels (object array or pd.Categorical)
     col: dict[str, np.ndarray]  # canonical dim -> values (NaN where absent)
     e: np.ndarray  # bytes per input element
     e_out: np.ndarray  # bytes per output element (FP8 GEMMs write bf16)
@@ -448,8 +410,53 @@ class FamilyInputs:
         return len(self.family)
 
 
+def _moe_variant(op: str) -> str:
+    """Features' MoE rows are one fused GEMM each (PipeWeave's sweeps): ``w2`` (down), else ``w13``."""
+    return "w2" if op.startswith("w2") else "w13"
+
+
+def _gemm_like_work(x: FamilyInputs, masks: dict[str, np.ndarray], B: np.ndarray) -> Work:
+    """FLOPs by definition and minimum bytes of the GEMM-like rows: the registry's, family by family."""
+    col, n = x.col, x.n
+    heads = _or(col["heads"], col["H"])
+    parts = {
+        "gemm": {"M": col["M"], "N": col["N"], "K": col["K"], "B": B},
+        "moe": {
+            "T": col["M"],
+            "E": _or(col["E"], 1.0),
+            "topk": _or(col["topk"], 1.0),
+            "H": col["H"],
+            "I": col["N"],
+        },
+        "conv": {k: col[k] for k in ("cin", "cout", "ksize", "insize", "stride", "pad")} | {"B": B},
+        "attention": {
+            "B": B,
+            "S": col["seq"],
+            "KV": _or(col["seq_kv"], col["seq"]),
+            "H": heads,
+            "HKV": _or(col["HKV"], heads),
+            "D": col["head_dim"],
+            "W": col["W"],
+            "causal": col["causal"],
+        },
+    }
+    merged = {key: np.full(n, np.nan) for key in ("flops", "dram_bytes", "sfu")}
+    with np.errstate(invalid="ignore", divide="ignore"):
+        for name, dims in parts.items():
+            if not masks[name].any():
+                continue
+            # gemm rows' variant is their family (linear: one shared weight); MoE's their fused GEMM
+            labels = x.family if name == "gemm" else (x.op if name == "moe" else None)
+            variant = _moe_variant if name == "moe" else None
+            work = registry_work(name, x.dtype, masks[name], dims, labels, variant)
+            for key in merged:
+                np.copyto(merged[key], getattr(work, key), where=masks[name])
+    return Work(merged["flops"], merged["dram_bytes"], np.zeros(n), sfu=merged["sfu"])
+
+
 def _gemm_like(x: FamilyInputs) -> tuple[np.ndarray, Demand]:
-    """GEMM, BMM, linear, fused MoE, implicit-GEMM conv and attention, each as a batched GEMM."""
+    """GEMM, BMM, linear, fused MoE, implicit-GEMM conv and attention, each as a batched GEMM: the work is the
+    registry's (components/physics); the tile geometry (tiles, CTAs, L2 re-reads) is the features' own."""
     n, col, family, op = x.n, x.col, x.family, x.op
     B = _or(col["B"], 1.0)
     gm, gn, gk, gb = (np.full(n, np.nan) for _ in range(4))
@@ -462,10 +469,13 @@ def _gemm_like(x: FamilyInputs) -> tuple[np.ndarray, Demand]:
     put(is_gemm, col["M"], col["N"], col["K"], B)
     is_linear = family == "linear"  # x[B, M, K] @ W[K, N]: the weight is shared across the batch
     put(is_linear, B * col["M"], col["N"], col["K"], np.ones(n))
-    is_moe = family == "moe"  # fused-MoE: (M*topk) routed rows through per-expert [H->N] or [N->H] weights
+    # fused-MoE: (M*topk) routed rows through per-expert [H->2N] (w13: gate and up) or [N->H] (w2) weights
+    is_moe = family == "moe"
     w2 = starts_with(op, "w2")
     moe_rows = col["M"] * _or(col["topk"], 1.0)
-    put(is_moe, moe_rows, np.where(w2, col["H"], col["N"]), np.where(w2, col["N"], col["H"]), np.ones(n))
+    put(
+        is_moe, moe_rows, np.where(w2, col["H"], 2.0 * col["N"]), np.where(w2, col["N"], col["H"]), np.ones(n)
+    )
     # NeuSight/PyTorch conv2d as implicit GEMM: rows = B*Ho*Wo, cols = Cout, depth = Cin*k*k.
     is_conv = (family == "conv") & np.isfinite(col["cin"])
     ho = np.floor((col["insize"] + 2 * _or(col["pad"], 0.0) - col["ksize"]) / _or(col["stride"], 1.0)) + 1
@@ -481,31 +491,31 @@ def _gemm_like(x: FamilyInputs) -> tuple[np.ndarray, Demand]:
     )
 
     mask = is_gemm | is_linear | is_moe | is_conv | is_attn
+    work = _gemm_like_work(
+        x, {"gemm": is_gemm | is_linear, "moe": is_moe, "conv": is_conv, "attention": is_attn}, B
+    )
     e, e_out = x.e, x.e_out
-    flops = 2.0 * gb * gm * gn * gk
     # Tile: the shape's own (Triton MoE) > the one in the cuBLAS kernel name > 128x128.
     tm = _or(col["tile_m"], _or(x.name_tile[0], GEMM_TILE[0]))
     tn = _or(col["tile_n"], _or(x.name_tile[1], GEMM_TILE[1]))
-    # MoE: only the experts actually routed to are read; each holds gn*gk weights.
-    experts_hit = np.where(is_moe, np.minimum(_or(col["E"], 1.0), moe_rows), 1.0)
-    weight_batch = np.where(is_gemm | is_attn, gb, experts_hit)
-    a_elems, b_elems, c_elems = gb * gm * gk, weight_batch * gk * gn, gb * gm * gn
-    bytes_min = e * (a_elems + b_elems) + e_out * c_elems
-    # Conv reads the input tensor once, not its im2col expansion (each pixel feeds k*k GEMM rows).
-    conv_in = B * col["cin"] * col["insize"] ** 2
-    bytes_min = np.where(is_conv, e * (conv_in + b_elems) + e_out * c_elems, bytes_min)
+    # MoE: only the experts routed to hold rows (expected distinct experts, components/physics/moe.py).
+    experts_hit = np.where(
+        is_moe, moe.experts_touched(col["M"], _or(col["E"], 1.0), _or(col["topk"], 1.0)), 1.0
+    )
+    a_elems, c_elems = gb * gm * gk, gb * gm * gn
     # Tile re-reads: A's K-panel once per column of tiles, B's once per row of tiles (no L2 reuse).
     m_tiles = np.where(is_moe, experts_hit * _ceil_div(moe_rows / experts_hit, tm), _ceil_div(gm, tm))
     n_tiles = _ceil_div(gn, tn)
     bytes_l2 = np.maximum(
-        e * (a_elems * n_tiles + gb * n_tiles * tn * gk * m_tiles) + e_out * c_elems, bytes_min
+        e * (a_elems * n_tiles + gb * n_tiles * tn * gk * m_tiles) + e_out * c_elems, work.dram_bytes
     )
     threads = np.where(np.isfinite(col["num_warps"]), col["num_warps"] * 32.0, GEMM_THREADS)
     return mask, dict(
-        tensor=flops,
+        flops=work.flops,
+        tensor=work.flops,
         fma=np.zeros(n),
-        sfu=np.where(is_attn, gb * gm * gn, 0.0),
-        bytes_min=bytes_min,
+        sfu=np.where(is_attn, work.sfu, 0.0),
+        bytes_min=work.dram_bytes,
         bytes_l2=bytes_l2,
         ctas=gb * m_tiles * n_tiles,
         threads=threads,
@@ -568,17 +578,19 @@ def _dedispersion(x: FamilyInputs) -> tuple[np.ndarray, Demand]:
 
 
 def _elementwise(x: FamilyInputs) -> tuple[np.ndarray, Demand]:
-    """Elementwise: per-element FMA/MUFU cost and inputs read from ELEMENTWISE_COST."""
+    """Elementwise: the registry's per-op FLOPs, FMA/MUFU demand and inputs read (components/physics)."""
     col, n = x.col, x.n
+    mask = x.family == "elementwise"
     numel = _or(col["N"], _or(col["B"], 1.0) * col["H"])
-    cost = map_labels(x.op, ELEMENTWISE_COST, (np.nan, np.nan, np.nan)).reshape(n, 3)
-    traffic = x.e * numel * (cost[:, 2] + 1.0)
-    return x.family == "elementwise", dict(
+    with np.errstate(invalid="ignore"):
+        work = registry_work("elementwise", x.dtype, mask, {"N": numel}, x.op)
+    return mask, dict(
+        flops=work.flops,
         tensor=np.zeros(n),
-        fma=cost[:, 0] * numel,
-        sfu=cost[:, 1] * numel,
-        bytes_min=traffic,
-        bytes_l2=traffic,
+        fma=work.fma,
+        sfu=work.sfu,
+        bytes_min=work.dram_bytes,
+        bytes_l2=work.dram_bytes,
         ctas=_ceil_div(numel, ELEMENTWISE_ELEMS_PER_CTA),
         threads=np.full(n, ELEMENTWISE_THREADS),
         cap=np.full(n, np.nan),
@@ -586,28 +598,29 @@ def _elementwise(x: FamilyInputs) -> tuple[np.ndarray, Demand]:
 
 
 def _row_reductions(x: FamilyInputs) -> tuple[np.ndarray, Demand]:
-    """Softmax, layernorm and rmsnorm over B rows of H."""
-    col, n, e, family = x.col, x.n, x.e, x.family
+    """Softmax, layernorm and rmsnorm over B rows of H: the registry's work (components/physics)."""
+    col, n, family = x.col, x.n, x.family
     rows, cols = _or(col["B"], 1.0), col["H"]
-    elems = rows * cols
-    is_sm, is_ln, is_rms = family == "softmax", family == "layernorm", family == "rmsnorm"
+    is_sm = family == "softmax"
+    merged = {key: np.full(n, np.nan) for key in ("flops", "dram_bytes", "fma", "sfu")}
+    mask = np.zeros(n, dtype=bool)
+    for name in ("softmax", "layernorm", "rmsnorm"):
+        rows_of = family == name
+        if not rows_of.any():
+            continue
+        work = registry_work(name, x.dtype, rows_of, {"B": rows, "H": cols})
+        for key in merged:
+            np.copyto(merged[key], getattr(work, key), where=rows_of)
+        mask |= rows_of
     # Softmax: short rows one warp per row, 4 warps per CTA; long rows one CTA per row.
     ctas = np.where(is_sm, np.where(cols <= 1024, _ceil_div(rows, 4.0), rows), rows)
-    fma = np.select(
-        [is_sm, is_ln, is_rms], [SOFTMAX_COST[0] * elems, LAYERNORM_FMA * elems, RMSNORM_FMA * elems], np.nan
-    )
-    sfu = np.where(is_sm, SOFTMAX_COST[1] * elems, rows)  # norms: one rsqrt per row
-    traffic = np.select(
-        [is_sm, is_ln, is_rms],
-        [2.0 * e * elems, e * (2.0 * elems + 2.0 * cols), e * (2.0 * elems + cols)],
-        np.nan,
-    )
-    return is_sm | is_ln | is_rms, dict(
+    return mask, dict(
+        flops=merged["flops"],
         tensor=np.zeros(n),
-        fma=fma,
-        sfu=sfu,
-        bytes_min=traffic,
-        bytes_l2=traffic,
+        fma=merged["fma"],
+        sfu=merged["sfu"],
+        bytes_min=merged["dram_bytes"],
+        bytes_l2=merged["dram_bytes"],
         ctas=ctas,
         threads=np.full(n, ROW_THREADS),
         cap=np.full(n, np.nan),
@@ -639,7 +652,7 @@ def _family_demand(
     # A dict of float arrays (serving) is taken as is: a DataFrame's per-column access costs ~0.1 ms each.
     col = dict(d) if isinstance(d, dict) else {k: d[k].to_numpy("float64") for k in d.columns}
     inputs = FamilyInputs(
-        family=family, op=op, col=col, e=e, e_out=np.where(e < 2.0, 2.0, e), name_tile=name_tile
+        family=family, op=op, dtype=dtype, col=col, e=e, e_out=np.where(e < 2.0, 2.0, e), name_tile=name_tile
     )
     out = {k: np.full(n, np.nan) for k in DEMAND_KEYS}
     out["tensor_capable"] = np.zeros(n, dtype=bool)
@@ -678,33 +691,6 @@ def _notes(family: np.ndarray, op: np.ndarray, covered: np.ndarray) -> np.ndarra
 # ----------------------------------------------------------------------------------------------
 # The model
 # ----------------------------------------------------------------------------------------------
-def _definition_flops(
-    family: pd.Series, op: pd.Series, shape_json: pd.Series, fallback: np.ndarray
-) -> np.ndarray:
-    """FLOPs by op definition from ``components.ingest.derived.op_flops`` (one call per distinct kernel shape)."""
-    try:
-        from components.ingest.derived import op_flops
-    except ImportError:
-        return fallback
-    keys = (
-        family.astype(object).fillna("").astype(str)
-        + "\x1f"
-        + op.astype(object).fillna("").astype(str)
-        + "\x1f"
-        + shape_json.astype(object).fillna("").astype(str)
-    )
-    codes, uniques = pd.factorize(keys)
-    values = np.empty(len(uniques), dtype="float64")
-    for i, key in enumerate(uniques):
-        fam, name, shape = key.split("\x1f", 2)
-        try:
-            values[i] = float(op_flops(fam, name, _loads(shape)))
-        except (KeyError, ValueError, TypeError, ZeroDivisionError):
-            values[i] = math.nan
-    result = values[codes] if len(codes) else np.empty(0)
-    return np.where(np.isfinite(result) & (result > 0), result, fallback)
-
-
 @dataclass(frozen=True)
 class Composed:
     """``compose_features``' answer: the ``f_*`` arrays (not yet masked), which rows a formula covers,
@@ -766,8 +752,9 @@ def compose_features(
 
     The one definition of these formulas, over arrays: the feature build (``analytical_features``) and
     serving (``components.serving.featurise``) both call it. ``definition_flops``: FLOPs by the op's
-    definition where known (NaN/<= 0 elsewhere: the pipes' FLOPs); ``grid``/``block``: the measured
-    launch (CTAs, threads per CTA; NaN or None where not measured: the tile estimate)."""
+    definition where known (NaN/<= 0 elsewhere: the pipes' FLOPs; default: the registry's, ``dem["flops"]``);
+    ``grid``/``block``: the measured launch (CTAs, threads per CTA; NaN or None where not measured: the tile
+    estimate)."""
     n = len(family)
     e = map_labels(dtype, ELEM_BYTES, 4.0)
     tensor_peak = tensor_peak_of(family, dtype, dv)
@@ -781,6 +768,8 @@ def compose_features(
     flops_pipes = tensor_flops + fma_flops
     covered = np.isfinite(flops_pipes) & np.isfinite(dem["bytes_min"]) & (dem["bytes_min"] > 0)
     flops = flops_pipes
+    if definition_flops is None:
+        definition_flops = dem.get("flops")
     if definition_flops is not None:
         by_definition = np.isfinite(definition_flops) & (definition_flops > 0)
         flops = np.where(by_definition, definition_flops, flops_pipes)
@@ -896,8 +885,7 @@ def analytical_features(frame: pd.DataFrame, catalog: Any) -> pd.DataFrame:
     for axis in "xyz":  # the measured launch, where the row has one
         grid = grid * _or(_num(frame, f"grid_{axis}"), 1.0 if axis != "x" else np.nan)
         block = block * _or(_num(frame, f"block_{axis}"), 1.0 if axis != "x" else np.nan)
-    definition = _definition_flops(frame["family"], frame["op"], shape_json, np.full(n, np.nan))
-    composed = compose_features(family, dtype, dem, dv, definition_flops=definition, grid=grid, block=block)
+    composed = compose_features(family, dtype, dem, dv, grid=grid, block=block)
     f, covered, roofline = composed.features, composed.covered, composed.roofline
     compute_bound = f["f_compute_bound"] > 0
     result = pd.DataFrame(

@@ -6,7 +6,6 @@ GFLOP/s = 1e9 FLOP/s.
 
 from __future__ import annotations
 
-import math
 from collections.abc import Mapping
 
 import numpy as np
@@ -66,56 +65,12 @@ def bolet_roofline_label(sp_ai: object, dp_ai: object, int_ai: object) -> pd.Ser
     return pd.Series(np.where(known, np.where(bandwidth, "bandwidth", "compute"), None), dtype="string")
 
 
-# FLOPs per output element of the non-GEMM ops. Conventions (documented, since "a FLOP of gelu"
-# is a choice): arithmetic ops and single transcendental calls count 1; softmax = max, subtract,
-# exp, sum, divide = 5; layernorm = mean, subtract, square, sum, rsqrt-scale, affine = 8; rmsnorm = 6.
-ELEMENTWISE_FLOPS_PER_ELEMENT: dict[str, float] = {
-    "add": 1,
-    "addu": 1,
-    "sub": 1,
-    "mul": 1,
-    "mulu": 1,
-    "div": 1,
-    "divu": 1,
-    "pow": 1,
-    "powu": 1,
-    "relu": 1,
-    "gelu": 1,
-    "tanh": 1,
-    "silu": 1,
-    "sigmoid": 1,
-    "exp": 1,
-}
-ROW_OP_FLOPS_PER_ELEMENT: dict[str, float] = {"softmax": 5, "layernorm": 8, "rmsnorm": 6}
-
-
-def _conv_flops(shape: Mapping[str, float]) -> float:
-    """2 * B * Cout * Hout * Wout * Cin * k * k, square images and filters (NeuSight's conv rows)."""
-    k = shape.get("Kernel_Size", shape.get("Kernel_Szie"))
-    size, stride, padding = shape["Input_Size"], shape.get("Stride", 1), shape.get("Padding", 0)
-    out = math.floor((size + 2 * padding - k) / stride) + 1
-    return 2.0 * shape["B"] * shape["Output_Channel"] * out * out * shape["Input_Channel"] * k * k
-
-
 def op_flops(family: str, op: str, shape: Mapping[str, float]) -> float:
-    """FLOPs of an op by its definition (FMA = 2). Raises KeyError/ValueError where none applies."""
-    s = {k: float(v) for k, v in shape.items() if isinstance(v, (int, float))}
-    if family in ("gemm", "linear", "bmm"):
-        return 2.0 * s.get("B", 1.0) * s["M"] * s["N"] * s["K"]
-    if family == "conv":
-        return _conv_flops(s)
-    if family == "elementwise":
-        elements = s["N"] if "N" in s else s["B"] * s["H"]
-        return ELEMENTWISE_FLOPS_PER_ELEMENT[op] * elements
-    if family in ROW_OP_FLOPS_PER_ELEMENT:
-        return ROW_OP_FLOPS_PER_ELEMENT[family] * s["B"] * s["H"]
-    if family == "moe":
-        # Fused MoE (PipeWeave): M tokens each routed to topk experts; w13 is the gate+up GEMM
-        # (H -> N), w2 the down GEMM (N/2 -> H). Per routed token: 2*H*N (w13) or 2*(N/2)*H (w2).
-        tokens = s["M"] * s["topk"]
-        if op == "w2":
-            return 2.0 * tokens * s["H"] * s["N"] / 2.0
-        return 2.0 * tokens * s["H"] * s["N"]
-    if family == "collective":
+    """FLOPs of an op by its definition (FMA = 2): ``components.physics.registry``, the one definition the
+    answers' GFLOP/s use too. Raises KeyError/ValueError where none applies (a family without a formula, a
+    shape without the dimensions it needs)."""
+    from components.physics.registry import shape_flops
+
+    if family == "collective":  # PipeWeave's collectives: data movement, no arithmetic counted
         return 0.0
-    raise ValueError(f"no FLOP formula for family {family!r} op {op!r}")
+    return shape_flops(family, op, {k: float(v) for k, v in shape.items() if isinstance(v, (int, float))})

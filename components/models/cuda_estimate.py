@@ -19,12 +19,15 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from components.physics.dtypes import ELEM_BYTES
+
 LOOP_TRIPS = 8.0  # assumed iterations of each loop body (see module doc)
 LAUNCH_US = 2.5  # a bare kernel launch (the lowest xtime in gpuFLOPBench is 1.7 us)
 # Achieved fraction of the slowest pipe's ceiling: 1 / the median measured/estimated ratio (1.10)
 # over the 416 compiled CUDA kernels of gpuFLOPBench's bolet train side (RTX 3080, loop_trips 8).
 EFFICIENCY = 1 / 1.10
-ACCESS_BYTES = {"fp64": 8, "fp32": 4, "fp16": 2, "bf16": 2, "fp8": 1, "int8": 1}
+# Bytes per global access of each dtype a kernel may be declared in: the registry's (components/physics).
+ACCESS_BYTES = {d: ELEM_BYTES[d] for d in ("fp64", "fp32", "fp16", "bf16", "fp8", "int8")}
 TENSOR_FLOPS_PER_THREAD = 128.0  # one m16n8k16 MMA: 4096 FLOP per warp
 
 

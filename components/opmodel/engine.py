@@ -33,7 +33,7 @@ DEFAULT_INTERVALS: dict[str, tuple[float, float]] = {
     "calibrated": (-0.25, 0.25),
     "spec": (-0.45, 0.45),
 }
-ENGINE_FAMILIES: tuple[str, ...] = ("gemm", "attention", "moe", "allreduce")
+ENGINE_FAMILIES: tuple[str, ...] = physics.FAMILIES  # the registry's engine families
 FALLBACK_UTIL = 0.5  # no store, no model: half the speed of light, said so in the note
 
 

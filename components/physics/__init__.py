@@ -1,6 +1,11 @@
-"""Speed-of-light physics of ops on a GPU spec: the one definition of an op's work and roofline time.
+"""Speed-of-light physics of ops: the one registry of op families and the one definition of an op's work.
 
-It stands just above the catalog (it reads DeviceSpecs, nothing else of kernelcast), so every floor that needs
-an op's FLOPs, bytes or roofline -- ingest computing a row's FLOPs, features, the op engine's tiers, deployments,
+``registry`` lists every family (one module each: ``gemm``, ``attention``, ``moe``, ``allreduce``,
+``elementwise``, ``softmax``, ``norm``, ``conv``) with its dimensions and their spellings, its FLOPs and
+minimum bytes, and where it is answered; ``dtypes`` is the one dtype table (spellings, bytes per element, the
+pipe per dtype); ``roofline`` turns an op's work into its speed-of-light time on a GPU spec.
+
+Physics reads nothing of kernelcast (a GPU spec is duck-typed), so every floor above it -- the catalog's
+dtype spellings, ingest computing a row's FLOPs, features, the op engine's tiers, deployments, programs,
 serving's plausibility bounds -- imports the same formulas.
 """

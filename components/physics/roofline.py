@@ -7,8 +7,7 @@ figures, and every answer is checked against them: one runtime, never below the 
 and intensity derived from it (so never above a peak); the roofline class is the side of the bound pipe.
 
 Everything is vectorised over the rows of one (family, dtype, GPU) group: ``shape`` maps a dimension name to
-an array (or a scalar). Why per GPU and dtype: the pipe choice (and an emulation note) is a property of the
-pair.
+an array (or a scalar). Why per GPU and dtype: the pipe choice (and an emulation note) belongs to the pair.
 """
 
 from __future__ import annotations
@@ -19,7 +18,19 @@ from typing import Any
 
 import numpy as np
 
+from components.physics.attention import attention_pairs
+from components.physics.base import PhysicsError, Work
 from components.physics.bounds import classes_of_bounds
+from components.physics.dtypes import (
+    ATTENTION_DTYPES,
+    FALLBACK,
+    GEMM_DTYPE_TRAITS,
+    GEMM_DTYPES,
+    KV_DTYPES,
+)
+from components.physics.registry import ENGINE_FAMILIES
+from components.physics.registry import family as family_of
+from components.physics.registry import op_work as registry_op_work
 
 __all__ = [
     "ATTENTION_DTYPES",
@@ -44,49 +55,9 @@ __all__ = [
     "roofline",
 ]
 
-# dtype -> (activation bytes, weight bytes, output bytes, catalog precision of the math, tensor?)
-# tensor: True = the tensor/matrix pipe only; None = the best the GPU has for that precision.
-# int8 is W8A8 (SmoothQuant) on the int8 tensor pipe; *_wo are weight-only kernels: weights stored at 1 or
-# 0.5 byte and de-quantised on the fly, the math in bf16.
-GEMM_DTYPE_TRAITS: dict[str, tuple[float, float, float, str, bool | None]] = {
-    "fp64": (8.0, 8.0, 8.0, "fp64", None),
-    "fp32": (4.0, 4.0, 4.0, "fp32", False),
-    "tf32": (4.0, 4.0, 4.0, "tf32", True),
-    "fp16": (2.0, 2.0, 2.0, "fp16", None),
-    "bf16": (2.0, 2.0, 2.0, "bf16", None),
-    "fp8": (1.0, 1.0, 2.0, "fp8", True),
-    "fp8_block": (1.0, 1.0, 2.0, "fp8", True),
-    "nvfp4": (0.5, 0.5, 2.0, "fp4", True),
-    "int8": (1.0, 1.0, 2.0, "int8", None),
-    "int8_wo": (2.0, 1.0, 2.0, "bf16", None),
-    "int4_wo": (2.0, 0.5, 2.0, "bf16", None),
-}
-GEMM_DTYPES: tuple[str, ...] = tuple(GEMM_DTYPE_TRAITS)
-ATTENTION_DTYPES: tuple[str, ...] = ("fp32", "fp16", "bf16", "fp8")
-KV_DTYPES: tuple[str, ...] = ("fp32", "fp16", "bf16", "fp8", "int8", "nvfp4")
-# A dtype whose pipe the GPU lacks runs as the next dtype here (the answer is that dtype's: an emulated kernel
-# is never faster than the native one it falls back to).
-FALLBACK: dict[str, str] = {
-    "nvfp4": "fp8",
-    "fp8": "bf16",
-    "fp8_block": "bf16",
-    "int8": "fp16",
-    "tf32": "fp32",
-    "bf16": "fp16",
-    "fp16": "fp32",
-    "int8_wo": "int8_wo_fp16",
-    "int4_wo": "int4_wo_fp16",
-    "fp64": "fp32",
-}
-# Weight-only kernels on a GPU without bf16 run their math in fp16 (same bytes).
-GEMM_DTYPE_TRAITS["int8_wo_fp16"] = (2.0, 1.0, 2.0, "fp16", None)
-GEMM_DTYPE_TRAITS["int4_wo_fp16"] = (2.0, 0.5, 2.0, "fp16", None)
-FALLBACK["int8_wo_fp16"] = "fp32"
-FALLBACK["int4_wo_fp16"] = "fp32"
-
-FAMILIES: tuple[str, ...] = ("gemm", "attention", "moe", "allreduce")
+# The engine families and their question dimensions (required, optional), as the op engine's tables hold them.
+FAMILIES: tuple[str, ...] = ENGINE_FAMILIES
 SHAPE_KEYS: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {
-    # family -> (required dimensions, optional dimensions)
     "gemm": (("M", "N", "K"), ("B",)),
     "attention": (("B", "S", "KV", "H", "HKV", "D"), ("W",)),
     "moe": (("T", "E", "topk", "H", "I"), ("tp", "ep")),
@@ -106,10 +77,6 @@ PCIE_GBPS_BY_ARCH: dict[str, float] = {
 DEFAULT_PCIE_GBPS: float = 32.0
 
 
-class PhysicsError(ValueError):
-    """An op the physics cannot cost (unknown family or dtype, missing dimension); the message names it."""
-
-
 @dataclass(frozen=True)
 class PipeChoice:
     """Where a dtype's math runs on one GPU: the dtype actually costed, its pipe and peak."""
@@ -123,13 +90,6 @@ class PipeChoice:
     @property
     def pipe(self) -> str:
         return "tensor" if self.tensor else self.precision
-
-
-@dataclass(frozen=True)
-class Work:
-    flops: np.ndarray
-    dram_bytes: np.ndarray  # the minimum DRAM traffic: every operand read once, the result written once
-    link_bytes: np.ndarray  # bytes each GPU sends over its link (all-reduce); 0 elsewhere
 
 
 @dataclass(frozen=True)
@@ -177,8 +137,7 @@ def pipe_for(dtype: str, spec: Any) -> PipeChoice:
 
 
 def link_gbps(spec: Any) -> tuple[float, str | None]:
-    """GPU-to-GPU bandwidth per direction (GB/s) and a note when it is assumed (no ``link_gbps`` in the
-    catalog)."""
+    """GPU-to-GPU bandwidth per direction (GB/s) and a note when assumed (no ``link_gbps`` in the catalog)."""
     value = getattr(spec, "link_gbps", None)
     if value:
         return float(value), None
@@ -186,91 +145,28 @@ def link_gbps(spec: Any) -> tuple[float, str | None]:
     return assumed, f"no GPU-to-GPU link in the catalog for {spec.name}: PCIe at {assumed:g} GB/s assumed"
 
 
-def _dims(family: str, shape: Mapping[str, Any]) -> dict[str, np.ndarray]:
-    if family not in SHAPE_KEYS:
-        raise PhysicsError(f"family {family!r}: choose one of {', '.join(FAMILIES)}")
-    required, optional = SHAPE_KEYS[family]
-    missing = [k for k in required if k not in shape]
-    if missing:
-        raise PhysicsError(f"{family} shape: missing {', '.join(missing)}")
-    arrays = {
-        k: np.atleast_1d(np.asarray(shape[k], dtype="float64")) for k in (*required, *optional) if k in shape
-    }
-    n = max(len(a) for a in arrays.values())
-    return {k: np.broadcast_to(a, (n,)).astype("float64") for k, a in arrays.items()}
-
-
-def attention_pairs(s: np.ndarray, kv: np.ndarray, window: np.ndarray | None = None) -> np.ndarray:
-    """(query, key) pairs per head of causal attention: S queries at positions KV-S+1 .. KV, each attending to
-    every earlier position (at most ``window`` of them when a sliding window is set, 0 = none)."""
-    s = np.minimum(s, kv)
-    first = kv - s + 1.0
-    full = s * (first + kv) / 2.0  # sum of positions first..kv
-    if window is None:
-        return full
-    w = np.where(window > 0, window, np.inf)
-    # positions p <= w attend p keys, the rest attend w: sum over p in [first, kv] of min(p, w)
-    below_hi = np.clip(np.minimum(kv, w), first - 1.0, None)  # last position still under the window
-    n_below = np.clip(below_hi - first + 1.0, 0.0, None)
-    sum_below = n_below * (first + below_hi) / 2.0
-    n_above = s - n_below
-    windowed = sum_below + n_above * np.where(np.isfinite(w), w, 0.0)
-    return np.where(np.isfinite(w), windowed, full)
-
-
-def op_work(family: str, dtype: str, shape: Mapping[str, Any], kv_dtype: str | None = None) -> Work:
-    """FLOPs, minimum DRAM bytes and link bytes of each row (the op as asked: no GPU involved)."""
-    d = _dims(family, shape)
-    n = len(next(iter(d.values())))
-    zero = np.zeros(n)
-    if family == "gemm":
-        a, w, o = _bytes_of(dtype)
-        b = d.get("B", np.ones(n))
-        m, nn, k = d["M"], d["N"], d["K"]
-        return Work(2.0 * b * m * nn * k, b * (a * m * k + w * k * nn + o * m * nn), zero)
-    if family == "attention":
-        e, _, _ = _bytes_of(dtype)
-        kv_e = _bytes_of(kv_dtype or dtype)[0] if (kv_dtype or dtype) in GEMM_DTYPE_TRAITS else e
-        b, s, kv, h, hkv, dd = d["B"], d["S"], d["KV"], d["H"], d["HKV"], d["D"]
-        window = d.get("W")
-        pairs = attention_pairs(s, kv, window)
-        kv_read = kv if window is None else np.where(window > 0, np.minimum(kv, window + s), kv)
-        flops = 4.0 * b * h * dd * pairs
-        nbytes = 2.0 * b * s * h * dd * e + 2.0 * b * kv_read * hkv * dd * kv_e
-        return Work(flops, nbytes, zero)
-    if family == "moe":
-        a, w, o = _bytes_of(dtype)
-        t, e_all, topk, h, inter = d["T"], d["E"], d["topk"], d["H"], d["I"]
-        tp, ep = d.get("tp", np.ones(n)), d.get("ep", np.ones(n))
-        routed = t * topk / ep  # (token, expert) pairs this GPU computes
-        inter_local = inter / tp
-        flops = 2.0 * routed * 3.0 * h * inter_local  # gated MLP: up, gate and down projections
-        local_experts = e_all / ep
-        hit = local_experts * (
-            1.0 - np.power(1.0 - 1.0 / e_all, t * topk)
-        )  # expected distinct experts touched
-        nbytes = hit * 3.0 * h * inter_local * w + t * h * (a + o) + 2.0 * routed * inter_local * a
-        return Work(flops, nbytes, zero)
-    # allreduce: ``bytes`` is the message each GPU holds; a ring sends 2(n-1)/n of it over its link
-    message, gpus = d["bytes"], d["gpus"]
-    e = _bytes_of(dtype)[0]
-    share = np.where(gpus > 1, 2.0 * (gpus - 1.0) / gpus, 0.0)
-    flops = np.where(gpus > 1, message / e * (gpus - 1.0) / gpus, 0.0)  # the reduction adds
-    # DRAM: each GPU reads its message and the chunks it receives, and writes the result
-    return Work(flops, np.where(gpus > 1, message * (1.0 + share), 0.0), message * share)
-
-
-def _bytes_of(dtype: str) -> tuple[float, float, float]:
-    if dtype not in GEMM_DTYPE_TRAITS:
-        raise PhysicsError(f"dtype {dtype!r}: choose one of {', '.join(GEMM_DTYPES)}")
-    a, w, o, _, _ = GEMM_DTYPE_TRAITS[dtype]
-    return a, w, o
+def op_work(
+    family: str, dtype: str, shape: Mapping[str, Any], kv_dtype: str | None = None, op: str | None = None
+) -> Work:
+    """FLOPs, minimum DRAM bytes and link bytes of each row (the op as asked: no GPU involved); ``family`` is
+    any family the registry knows (``components.physics.registry``), ``op`` its variant where it has some."""
+    return registry_op_work(family, dtype, shape, kv_dtype=kv_dtype, op=op)
 
 
 def roofline(
-    family: str, dtype: str, shape: Mapping[str, Any], spec: Any, kv_dtype: str | None = None
+    family: str,
+    dtype: str,
+    shape: Mapping[str, Any],
+    spec: Any,
+    kv_dtype: str | None = None,
+    op: str | None = None,
 ) -> Roofline:
-    """The speed-of-light time of each row on ``spec`` and the pipe that bounds it."""
+    """The speed-of-light time of each row on ``spec`` and the pipe that bounds it.
+
+    GEMM-pipe families run at the dtype's pipe (``pipe_for``); small ops (elementwise, norms, softmax) at the
+    fp32 vector pipe (PyTorch's opmath; fp64 for fp64), on their FMA-pipe demand; the all-reduce's adds on
+    the vector pipe too, its time bound by the link."""
+    pipe = family_of(family).pipe
     choice = pipe_for(dtype, spec)
     notes = []
     if choice.emulated_from is not None:
@@ -281,11 +177,15 @@ def roofline(
     kv_eff = None
     if kv_dtype is not None:
         kv_eff = pipe_for(kv_dtype, spec).dtype if kv_dtype in GEMM_DTYPE_TRAITS else kv_dtype
-    work = op_work(family, choice.dtype, shape, kv_eff)
+    work = op_work(family, choice.dtype, shape, kv_eff, op=op)
+    compute_flops = work.flops
     peak_bps = float(spec.dram_gbps) * 1e9
     link, link_note = link_gbps(spec)
     link_bps = link * 1e9
-    if family == "allreduce":
+    if pipe == "vector":
+        peak_flops = spec.peak_flops("fp64" if choice.dtype == "fp64" else "fp32", tensor=False)
+        compute_flops = work.flops if work.fma is None else work.fma
+    elif pipe == "link":
         # the reduction's adds run on the vector pipe, whatever the tensor peak
         vector = _pipe_peak(
             spec, choice.precision if choice.precision in ("fp32", "fp16", "bf16") else "fp32", False
@@ -295,11 +195,11 @@ def roofline(
             notes.append(link_note)
     else:
         peak_flops = choice.peak_flops
-    compute = work.flops / peak_flops * 1e6
+    compute = compute_flops / peak_flops * 1e6
     memory = work.dram_bytes / peak_bps * 1e6
     link_us = work.link_bytes / link_bps * 1e6
     time = np.maximum(np.maximum(compute, memory), link_us)
-    compute_pipe = "fp32" if family == "allreduce" else choice.pipe
+    compute_pipe = "fp32" if pipe in ("vector", "link") else choice.pipe
     bound = np.where(
         link_us >= np.maximum(compute, memory), "link", np.where(compute >= memory, compute_pipe, "dram")
     ).astype(object)

@@ -10,7 +10,10 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-DTYPE_BYTES: dict[str, int] = {"fp32": 4, "fp16": 2, "bf16": 2, "fp64": 8, "int32": 4}
+from components.physics.dtypes import ELEM_BYTES
+
+# Element bytes of the suite's kernel dtypes: the registry's (components/physics), plus int32 indices.
+DTYPE_BYTES: dict[str, int] = {d: int(ELEM_BYTES[d]) for d in ("fp32", "fp16", "bf16", "fp64")} | {"int32": 4}
 
 
 class CudaSourceError(RuntimeError):

@@ -18,26 +18,8 @@ from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any
 
-from components.features.analytical import ELEMENTWISE_COST
-
-# aten dtype name -> canonical dtype; integer tensors take the float type of the same width so
-# the byte counts come out right (their math is never on a tensor pipe).
-DTYPES: dict[str, str] = {
-    "float32": "fp32",
-    "float16": "fp16",
-    "bfloat16": "bf16",
-    "float64": "fp64",
-    "float8_e4m3fn": "fp8",
-    "float8_e5m2": "fp8",
-    "int64": "fp64",
-    "int32": "fp32",
-    "int16": "fp16",
-    "int8": "int8",
-    "uint8": "int8",
-    "bool": "int8",
-    "complex64": "fp64",
-}
-ELEM_BYTES: dict[str, int] = {"fp64": 8, "fp32": 4, "fp16": 2, "bf16": 2, "fp8": 1, "int8": 1}
+from components.physics.dtypes import element_bytes, traced_dtype
+from components.physics.elementwise import ELEMENTWISE_COST
 
 # Calls that launch no kernel: metadata, allocation without a fill, splits returning views.
 FREE_OPS: frozenset[str] = frozenset(
@@ -380,7 +362,7 @@ class OpQuestion:
     dtype: str
     bytes_moved: float  # tensors read + written, the bytes-moved fallback's traffic
     mapped: bool = True  # False: an aten op this table does not know (bytes-moved fallback)
-    causal: bool = False  # attention under a causal mask (its seq_kv is the mean keys per query)
+    causal: bool = False  # attention under PyTorch's (top-left) causal mask: shape causal = 2, else 0
 
     @property
     def key(self) -> tuple[Any, ...]:
@@ -394,12 +376,12 @@ def _numel(shape: list[int]) -> float:
 def _dtype(entries: list[list[Any]]) -> str:
     for shape, dtype, *_ in entries:
         if dtype.startswith(("float", "bfloat", "complex")):
-            return DTYPES.get(dtype, "fp32")
-    return DTYPES.get(entries[0][1], "fp32") if entries else "fp32"
+            return traced_dtype(dtype)
+    return traced_dtype(entries[0][1]) if entries else "fp32"
 
 
 def _bytes(entries: list[list[Any]]) -> float:
-    return sum(_numel(shape) * ELEM_BYTES.get(DTYPES.get(dtype, "fp32"), 4) for shape, dtype, *_ in entries)
+    return sum(_numel(shape) * element_bytes(traced_dtype(dtype)) for shape, dtype, *_ in entries)
 
 
 def _shape(**dims: float) -> tuple[tuple[str, float], ...]:
@@ -408,7 +390,7 @@ def _shape(**dims: float) -> tuple[tuple[str, float], ...]:
 
 def _bytes_moved(aten: str, kind: str, dtype: str, moved: float, mapped: bool = True) -> OpQuestion:
     """A DRAM-bound estimate: an elementwise copy reading and writing ``moved`` bytes in total."""
-    elem = ELEM_BYTES.get(dtype, 4)
+    elem = element_bytes(dtype)
     n = max(1.0, moved / (2.0 * elem))
     return OpQuestion(aten, kind, "elementwise", "copy", _shape(N=round(n)), dtype, moved, mapped)
 
@@ -508,21 +490,14 @@ def _is_causal(op: dict[str, Any]) -> bool:
     return value is True or str(value).lower() == "true"
 
 
-def causal_keys(seq: float, seq_kv: float) -> float:
-    """Keys each query attends to on average under PyTorch's causal mask (top-left aligned: query i
-    sees keys 0..i): (seq+1)/2 for a square mask. Why: a causal kernel skips the masked blocks, so
-    its QK^T and PV FLOPs (and score traffic) are about half of the full attention's."""
-    if seq <= seq_kv:
-        return (seq + 1.0) / 2.0
-    return (seq_kv * (seq_kv + 1.0) / 2.0 + (seq - seq_kv) * seq_kv) / seq
-
-
 def _attention(op: dict[str, Any], dtype: str, moved: float) -> OpQuestion:
     q, k = op["inputs"][0][0], op["inputs"][1][0]
     if len(q) == 4 and len(k) == 4:
         causal = _is_causal(op)
-        seq_kv = causal_keys(q[2], k[2]) if causal else k[2]
-        shape = _shape(B=q[0], heads=q[1], seq=q[2], seq_kv=seq_kv, head_dim=q[3])
+        # causal pairs are counted by components/physics/attention.py (mode 2: SDPA's top-left mask; a causal
+        # kernel skips the masked blocks, so its FLOPs are about half of the full attention's)
+        mask = 2.0 if causal else 0.0
+        shape = _shape(B=q[0], heads=q[1], seq=q[2], seq_kv=k[2], head_dim=q[3], causal=mask)
         return OpQuestion(op["aten"], "attention", "attention", "sdpa", shape, dtype, moved, causal=causal)
     return _bytes_moved(op["aten"], "attention", dtype, moved, mapped=False)
 

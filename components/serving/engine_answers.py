@@ -19,15 +19,15 @@ from typing import Any
 import numpy as np
 
 from components.opmodel.loading import engine_for  # noqa: F401  (the engine a predictor answers with)
+from components.physics.registry import ENGINE_ONLY_FAMILIES
 
 VECTOR_GEMM_DTYPES: tuple[str, ...] = ("fp32", "fp64")  # GEMMs on the vector pipes stay with the champion
-ENGINE_FAMILIES: tuple[str, ...] = ("attention", "moe", "allreduce")
 GEMM_NAMES: tuple[str, ...] = ("gemm", "linear", "bmm")
 
 
 def uses_engine(family: str | None, dtype: str | None) -> bool:
     """True for the questions the op engine answers."""
-    if family in ENGINE_FAMILIES:
+    if family in ENGINE_ONLY_FAMILIES:
         return True
     return family in GEMM_NAMES and dtype not in VECTOR_GEMM_DTYPES
 

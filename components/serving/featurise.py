@@ -74,27 +74,6 @@ def _device_arrays_uncached(specs: Sequence[Any]) -> tuple[dict[str, np.ndarray]
     return {c: table[c].to_numpy("float64") for c in an.DEVICE_COLUMNS}, dev
 
 
-def _definition_flops(
-    family: np.ndarray, op: np.ndarray, col: dict[str, np.ndarray], fallback: np.ndarray
-) -> np.ndarray:
-    """``components.ingest.derived.op_flops`` as array arithmetic for the op families questions name."""
-    from components.ingest.derived import ELEMENTWISE_FLOPS_PER_ELEMENT, ROW_OP_FLOPS_PER_ELEMENT
-
-    b = an._or(col["B"], 1.0)
-    out = np.full(len(family), np.nan)
-    gemm = an.is_in(family, ["gemm", "linear", "bmm"])
-    out[gemm] = (2.0 * b * col["M"] * col["N"] * col["K"])[gemm]
-    elementwise = family == "elementwise"
-    if elementwise.any():
-        per = an.map_labels(op, ELEMENTWISE_FLOPS_PER_ELEMENT, np.nan)
-        numel = np.where(np.isfinite(col["N"]), col["N"], col["B"] * col["H"])
-        out[elementwise] = (per * numel)[elementwise]
-    for fam, per_element in ROW_OP_FLOPS_PER_ELEMENT.items():
-        rows = family == fam
-        out[rows] = (per_element * col["B"] * col["H"])[rows]
-    return np.where(np.isfinite(out) & (out > 0), out, fallback)
-
-
 def op_feature_table(
     family: np.ndarray,
     op: np.ndarray,
@@ -154,12 +133,9 @@ def op_feature_columns(
     dem = an._family_demand(family, op, dtype, dims_frame, no_tile)
     per_device, dev_features = _device_arrays(specs)
     dv = {c: v[device_index] for c, v in per_device.items()}
-    col = {k: dims_frame[k] for k in ("B", "M", "N", "K", "H")}
-    # The analytical model's own composition (one definition, components.features.analytical), for rows
-    # without a measured launch or counters.
-    composed = an.compose_features(
-        family, dtype, dem, dv, definition_flops=_definition_flops(family, op, col, np.full(n, np.nan))
-    )
+    # The analytical model's own composition (one definition, components.features.analytical; FLOPs by the
+    # registry's definition, components/physics), for rows without a measured launch or counters.
+    composed = an.compose_features(family, dtype, dem, dv)
     f, covered, roofline = composed.features, composed.covered, composed.roofline
     compute_bound = f["f_compute_bound"] > 0
     columns: dict[str, Any] = {

@@ -66,9 +66,9 @@ def check_memory_fit(question: Any) -> None:
     and result do not fit in it; nothing for other questions or a spec without a memory size."""
     if question.kind != "op" or not question.shape or not getattr(question.device, "memory_gb", None):
         return
-    from components.features.analytical import ELEM_BYTES
+    from components.physics.dtypes import element_bytes
 
-    element = float(ELEM_BYTES.get(question.dtype, 4.0))
+    element = float(element_bytes(question.dtype))
     tensors = [
         (name, dims, element * float(_numel(dims)))
         for name, dims in op_tensors(question.family, question.op_name, question.shape)

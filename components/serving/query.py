@@ -10,6 +10,8 @@ from __future__ import annotations
 from numbers import Integral, Real
 from typing import Any
 
+from components.physics.dtypes import DTYPES, GEMM_ONLY_DTYPES
+
 
 class QueryError(ValueError):
     """A query the user must fix (bad op, shape, device); the message names the field."""
@@ -49,28 +51,9 @@ FAMILY_OF_OP: dict[str, tuple[str, str]] = {
     "allreduce": ("allreduce", "allreduce"),
     "all_reduce": ("allreduce", "allreduce"),
 }
-# Families the op engine answers (measured > calibrated > spec tiers); the others go to the champion.
-ENGINE_FAMILIES: frozenset[str] = frozenset({"attention", "moe", "allreduce"})
-
-# dtypes an op question may name (canonical spellings; "bfloat16", "float16", "half" ... map onto them).
+# dtypes an op question may name, and those only GEMM-like ops (and MoE) take: components/physics/dtypes.py.
 # fp8_block: fp8 with per-block scales (DeepSeek-style); nvfp4: 4-bit floats with fp8 block scales;
-# int8: W8A8; int8_wo / int4_wo: weight-only quantised GEMMs (bf16 math). components/physics/roofline.py
-# costs each.
-DTYPES: tuple[str, ...] = (
-    "fp64",
-    "fp32",
-    "tf32",
-    "fp16",
-    "bf16",
-    "fp8",
-    "fp8_block",
-    "nvfp4",
-    "int8",
-    "int8_wo",
-    "int4_wo",
-)
-# dtypes that only GEMM-like ops (and MoE) take: quantisation formats of weights, not of activations.
-GEMM_ONLY_DTYPES: frozenset[str] = frozenset({"fp8_block", "nvfp4", "int8_wo", "int4_wo"})
+# int8: W8A8; int8_wo / int4_wo: weight-only quantised GEMMs (bf16 math).
 # Plausibility bounds of one question: larger is a typo or an attack, not a kernel any GPU holds. They are
 # on the work (elements per tensor, bytes, FLOPs), not per dimension: an LLM activation of 8,192 tokens x
 # 14,336 is 117M elements in one dimension of an elementwise op, and a real question.
@@ -129,33 +112,24 @@ def check_shape(op: str, shape: dict[str, int], label: str | None = None) -> Non
 
 
 def canonical_op_dtype(dtype: Any, field: str = "dtype") -> str:
-    """``bfloat16`` -> ``bf16``; a QueryError naming the accepted list for anything else."""
-    from components.devices import canonical_dtype
+    """``bfloat16`` -> ``bf16`` (``components.physics.dtypes``); a QueryError naming the accepted list."""
+    from components.physics.dtypes import canonical_dtype
 
-    spelled = str(dtype).strip().lower()
-    if spelled in DTYPES:
-        return spelled
     try:
-        precision = canonical_dtype(str(dtype))
+        return canonical_dtype(dtype)
     except ValueError:
-        precision = None
-    if precision not in DTYPES:
-        raise QueryError(f"{field} {dtype!r}: not an accepted dtype; choose one of {', '.join(DTYPES)}")
-    return precision
+        raise QueryError(
+            f"{field} {dtype!r}: not an accepted dtype; choose one of {', '.join(DTYPES)}"
+        ) from None
 
 
-def shape_work(family: str, shape: dict[str, int], dtype: str) -> tuple[float, float]:
-    """(FLOPs, bytes of operands + result) of an op by its shape: what the plausibility bounds check."""
-    from components.features.analytical import ELEM_BYTES
-    from components.physics.roofline import GEMM_DTYPE_TRAITS, op_work
+def shape_work(family: str, shape: dict[str, int], dtype: str, op: str | None = None) -> tuple[float, float]:
+    """(FLOPs, minimum bytes) of an op by its shape (``components.physics.registry``): what the plausibility
+    bounds check."""
+    from components.physics.registry import op_work
 
-    g = {k: float(v) for k, v in shape.items()}
-    if family in ("gemm", "linear", "bmm", "attention", "moe", "allreduce") and dtype in GEMM_DTYPE_TRAITS:
-        work = op_work("gemm" if family in ("linear", "bmm") else family, dtype, g)
-        return float(work.flops[0]), float(work.dram_bytes[0])
-    e = ELEM_BYTES.get(dtype, 4.0)
-    numel = g["N"] if "N" in g else g.get("B", 1.0) * g["H"]
-    return 16.0 * numel, 3.0 * e * numel
+    work = op_work(family, dtype, {k: float(v) for k, v in shape.items()}, op=op)
+    return float(work.flops[0]), float(work.dram_bytes[0])
 
 
 def _largest_tensor(family: str, shape: dict[str, int]) -> float:
@@ -179,7 +153,7 @@ def check_bounds(op: str, shape: dict[str, int], dtype: str, field: str = "shape
         if isinstance(value, bool) or not isinstance(value, int):
             raise QueryError(f"{field}.{name} = {value!r}: a size must be a whole number")
         whole_number(value, f"{field}.{name}", 1, MAX_DIM, "size")
-    family = FAMILY_OF_OP[op][0]
+    family, op_name = FAMILY_OF_OP[op]
     if dtype in GEMM_ONLY_DTYPES and family not in ("gemm", "linear", "bmm", "moe"):
         raise QueryError(
             f"{field.rsplit('.', 1)[0]}.dtype {dtype}: a weight quantisation format, "
@@ -192,7 +166,7 @@ def check_bounds(op: str, shape: dict[str, int], dtype: str, field: str = "shape
         raise QueryError(
             f"{field} for {op}: a tensor of {elements:.3g} elements exceeds the bound of 2**36 per tensor"
         )
-    flops, nbytes = shape_work(family, shape, dtype)
+    flops, nbytes = shape_work(family, shape, dtype, op_name)
     if flops > MAX_FLOPS:
         raise QueryError(
             f"{field} for {op}: {flops:.3g} FLOPs exceeds the bound of {MAX_FLOPS:.0e} FLOPs per kernel"

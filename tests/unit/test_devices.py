@@ -20,9 +20,9 @@ from components.devices import (
     CatalogError,
     SpecError,
     UnknownDeviceError,
-    canonical_dtype,
     device_feature_vector,
     load_catalog,
+    precision_of,
     resolve_spec,
     spec_from_mapping,
 )
@@ -581,7 +581,7 @@ def test_supports_dtype(catalog: Catalog, device_id: str, dtype: str, supported:
     reason = d.unsupported_reason(dtype)
     assert (reason is None) is supported
     if reason:
-        assert d.name in reason and canonical_dtype(dtype) in reason.lower() and "no " in reason
+        assert d.name in reason and precision_of(dtype) in reason.lower() and "no " in reason
 
 
 def test_unknown_dtype_is_a_clear_error(catalog: Catalog) -> None:

@@ -79,7 +79,9 @@ def test_rates_derive_from_one_clamped_runtime(catalog) -> None:
 def test_an_unknown_family_or_missing_dimension_is_named() -> None:
     with pytest.raises(physics.PhysicsError, match="missing HKV"):
         physics.op_work("attention", "bf16", {"B": 1, "S": 1, "KV": 8, "H": 8, "D": 64})
-    with pytest.raises(physics.PhysicsError, match="family 'conv'"):
+    with pytest.raises(physics.PhysicsError, match="family 'fft'"):
+        physics.op_work("fft", "bf16", {})
+    with pytest.raises(physics.PhysicsError, match="conv shape: missing cin"):
         physics.op_work("conv", "bf16", {})
 
 

@@ -63,7 +63,15 @@ def test_sdpa_is_attention_and_views_are_free():
         )
     )
     assert (q.kind, q.family, q.dtype) == ("attention", "attention", "bf16")
-    assert dict(q.shape) == {"B": 2.0, "heads": 8.0, "seq": 512.0, "seq_kv": 512.0, "head_dim": 64.0}
+    # causal 0: no mask (components/physics/attention.py counts every S x KV pair)
+    assert dict(q.shape) == {
+        "B": 2.0,
+        "heads": 8.0,
+        "seq": 512.0,
+        "seq_kv": 512.0,
+        "head_dim": 64.0,
+        "causal": 0.0,
+    }
     assert map_op(_op("transpose", [([4, 4], "float32")], [([4, 4], "float32")], view=True)).kind == "free"
 
 
