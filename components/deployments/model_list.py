@@ -7,7 +7,9 @@ import json
 from pathlib import Path
 from typing import Any
 
-from components.deployments.config import DTYPE_ALIASES, DeploymentError, bundled_configs, model_shape
+from components.deployments.config import DeploymentError, bundled_configs, model_shape
+from components.physics.base import PhysicsError
+from components.physics.dtypes import canonical_dtype
 
 
 def config_dtype(data: dict[str, Any], path: Path) -> str:
@@ -31,7 +33,10 @@ def config_dtype(data: dict[str, Any], path: Path) -> str:
     stored = str(
         data.get("torch_dtype") or data.get("dtype") or text.get("torch_dtype") or text.get("dtype") or ""
     ).lower()
-    return DTYPE_ALIASES.get(stored, stored) or "-"
+    try:
+        return canonical_dtype(stored)
+    except PhysicsError:
+        return stored or "-"
 
 
 def bundled_models(datasets_dir: Path | None = None) -> list[dict[str, Any]]:
