@@ -103,8 +103,8 @@ def source_frames(
     from components.ingest.stage import ingest_tables
     from components.validation.run import validate_measurements
 
-    if not Path(root).is_dir():
-        raise ValueError(f"--from {root}: not a directory")
+    if not (Path(root).is_dir() or (source == "csv" and Path(root).is_file())):
+        raise ValueError(f"--from {root}: not a {'CSV file or folder' if source == 'csv' else 'directory'}")
     catalog = catalog if catalog is not None else load_catalog()
     output = ingest_tables([source], {source: Path(root)}, catalog)
     if output.devices:  # GPUs the source's own spec sheets describe (validated by the adapter)
