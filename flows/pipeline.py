@@ -170,16 +170,73 @@ def pipeline_flow(
     chosen = select_stages(root / "dvc.yaml", only=stages) if stages else list(graph)
     progress = Progress(total=len(chosen), echo=lambda line: print(line, flush=True))
     reports: list[StageReport] = []
-    with pipeline_lock(get_settings().state_dir, "kernelcast-pipeline flow") if lock else nullcontext():
-        for stage in chosen:
-            progress.start(stage)
-            report = reproduce_stage(stage, str(root), force, graph[stage].outs)
-            progress.finish(stage, report["action"], report["seconds"], report["rows"])
-            reports.append(report)
-            _inject_fault(stage)
-        if push:
-            print(f"dvc push: {push_outputs(str(root), get_settings().dvc_remote_url)}", flush=True)
+    settings = get_settings()
+    with pipeline_lock(settings.state_dir, "kernelcast-pipeline flow") if lock else nullcontext():
+        parent = _open_parent_run(settings, chosen, force)
+        failed = True
+        try:
+            for stage in chosen:
+                progress.start(stage)
+                report = reproduce_stage(stage, str(root), force, graph[stage].outs)
+                progress.finish(stage, report["action"], report["seconds"], report["rows"])
+                reports.append(report)
+                _inject_fault(stage)
+            if push:
+                print(f"dvc push: {push_outputs(str(root), settings.dvc_remote_url)}", flush=True)
+            failed = False
+        finally:
+            _close_parent_run(settings, parent, reports, chosen, root, failed)
     return reports
+
+
+def _open_parent_run(settings: Settings, stages: list[str], force: bool) -> str:
+    """The pipeline's parent MLflow run (every params.yaml key as a param); its id goes to the stage
+    commands through the environment (``components.registry.tracking.PARENT_ENV``)."""
+    from components.platform.config import load_params
+    from components.registry.tracking import start_pipeline_run
+
+    params = load_params(settings.params_file) if settings.params_file.is_file() else {}
+    run_id = start_pipeline_run(
+        settings,
+        f"pipeline (running): {', '.join(stages)}",
+        params,
+        {"kc.stages": ",".join(stages), "kc.force": str(force).lower()},
+    )
+    print(f"MLflow parent run: {run_id}", flush=True)
+    return run_id
+
+
+def _close_parent_run(
+    settings: Settings, run_id: str, reports: list[StageReport], stages: list[str], root: Path, failed: bool
+) -> None:
+    """Name the parent run by what the pipeline did (stages run and skipped, the verdict) and close it."""
+    from components.registry.tracking import end_pipeline_run
+
+    ran = [r["stage"] for r in reports if r["action"] == "ran"]
+    skipped = [r["stage"] for r in reports if r["action"] == "skipped"]
+    outcome = f"FAILED at {stages[len(reports)]}" if failed and len(reports) < len(stages) else ""
+    verdict_line = verdict(root, settings)[0].removeprefix("verdict: ") if "register" in ran else ""
+    what = "; ".join(
+        part
+        for part in (
+            f"ran {', '.join(ran)}" if ran else "nothing to rerun",
+            f"skipped {len(skipped)} up to date" if skipped else "",
+            outcome,
+            verdict_line,
+        )
+        if part
+    )
+    end_pipeline_run(
+        settings,
+        run_id,
+        ok=not failed,
+        name=f"pipeline: {what}"[:250],
+        tags={
+            "kc.ran": ",".join(ran),
+            "kc.skipped": ",".join(skipped),
+            **{f"kc.seconds.{r['stage']}": str(r["seconds"]) for r in reports},
+        },
+    )
 
 
 def verdict(project_root: Path, settings: Settings, since: float | None = None) -> list[str]:
