@@ -65,7 +65,7 @@ def test_help_loads_nothing_heavy(tmp_path) -> None:
 def test_unknown_device_is_refused_before_numpy_and_pandas(tmp_path) -> None:
     argv = ["kernelcast", "predict", "--op", "gemm", "--shape", "M=64,N=64,K=64", "--device", "NOPE"]
     code = (
-        f"import sys\nsys.argv = {argv!r}\nfrom kernelcast.cli import app\n"
-        "try:\n    app()\nexcept SystemExit as exc:\n    assert exc.code == 2, exc.code"
+        f"import sys\nsys.argv = {argv!r}\nfrom kernelcast.cli import main\n"
+        "try:\n    main()\nexcept SystemExit as exc:\n    assert exc.code == 2, exc.code"
     )
     assert _loaded_after(code, str(tmp_path)) == {"heavy": [], "settings": False}
