@@ -64,9 +64,14 @@ def _dvc() -> list[str]:
     return [str(local)] if local.exists() else [shutil.which("dvc") or "dvc"]
 
 
-def _stage_env() -> dict[str, str]:
-    """Stage commands (``kernelcast ...``) must resolve to this venv's entry point."""
+def _stage_env(mlflow_run: str | None = None) -> dict[str, str]:
+    """Stage commands (``kernelcast ...``) must resolve to this venv's entry point; ``mlflow_run`` is the
+    run the flow opened for the stage (a stage that logs more resumes it)."""
+    from components.registry.tracking import STAGE_ENV
+
     env = dict(os.environ)
+    if mlflow_run:
+        env[STAGE_ENV] = mlflow_run
     env["PATH"] = f"{Path(sys.executable).parent}{os.pathsep}{env.get('PATH', '')}"
     env.pop(FAULT_ENV, None)
     env.pop(HOLD_CRASH_ENV, None)
@@ -79,7 +84,11 @@ def _action(output: str, stage: str) -> str:
 
 @task(name="dvc-repro", retries=0)
 def reproduce_stage(
-    stage: str, project_root: str, force: bool = False, outs: tuple[str, ...] = ()
+    stage: str,
+    project_root: str,
+    force: bool = False,
+    outs: tuple[str, ...] = (),
+    mlflow_run: str | None = None,
 ) -> StageReport:
     """``dvc repro --single-item STAGE``: runs the stage only if its deps or params changed.
 
@@ -91,7 +100,7 @@ def reproduce_stage(
 
     start = time.monotonic()
     command = [*_dvc(), "repro", "--single-item", stage] + (["--force"] if force else [])
-    result = run_stopping_with_us(command, cwd=project_root, env=_stage_env())
+    result = run_stopping_with_us(command, cwd=project_root, env=_stage_env(mlflow_run))
     tail = (result.stdout or "")[-4000:]
     if result.returncode != 0:
         raise StageFailed(
@@ -164,6 +173,7 @@ def pipeline_flow(
     from components.pipeline.lock import pipeline_lock
     from components.pipeline.progress import Progress
     from components.platform.config import get_settings
+    from components.registry.tracking import close_stage_run, open_stage_run
 
     root = Path(project_root) if project_root else PROJECT_ROOT
     graph = {s.name: s for s in read_stages(root / "dvc.yaml")}
@@ -177,7 +187,13 @@ def pipeline_flow(
         try:
             for stage in chosen:
                 progress.start(stage)
-                report = reproduce_stage(stage, str(root), force, graph[stage].outs)
+                stage_run = open_stage_run(settings, parent, stage)
+                try:
+                    report = reproduce_stage(stage, str(root), force, graph[stage].outs, stage_run)
+                except BaseException:
+                    close_stage_run(settings, stage_run, stage, root, ran=True, ok=False)
+                    raise
+                close_stage_run(settings, stage_run, stage, root, ran=report["action"] == "ran", ok=True)
                 progress.finish(stage, report["action"], report["seconds"], report["rows"])
                 reports.append(report)
                 _inject_fault(stage)

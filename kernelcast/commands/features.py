@@ -48,12 +48,7 @@ def build_command(
         static_file=static_file or (default_static if default_static.is_file() else None),
         chunks=chunks,
     )
-    from components.registry.tracking import log_numbers, pipeline_stage_run
-
-    read = [(measurements, "validated"), *([(inputs.static_file, "static")] if inputs.static_file else [])]
-    with pipeline_stage_run("features", settings, inputs=read, params={"chunks": chunks}):
-        result = features_stage(inputs, settings=settings)
-        log_numbers({"rows": result.rows, "columns": result.columns})
+    result = features_stage(inputs, settings=settings)
     typer.echo(result.coverage.to_string(index=False))
     typer.echo(f"wrote {result.rows} rows x {result.columns} columns -> {result.out_file}")
 
@@ -101,12 +96,6 @@ def static_table_command(
         datasets_dir=settings.datasets_dir,
         arch=arch,
     )
-    from components.registry.tracking import log_numbers, pipeline_stage_run
-
-    with pipeline_stage_run(
-        "static", settings, inputs=[(inputs.kernels_file, "kernels")], params={"arch": arch}
-    ):
-        result = static_stage(inputs)
-        log_numbers({"kernels": result.kernels, "features": result.features, "coverage": result.coverage})
+    result = static_stage(inputs)
     typer.echo(json.dumps(result.coverage, indent=1, sort_keys=True))
     typer.echo(f"wrote {result.kernels} kernels x {result.features} static features -> {result.out_file}")

@@ -9,7 +9,7 @@ directory, unreadable file, offline fetch).
 from __future__ import annotations
 
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, Any
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 
@@ -74,12 +74,8 @@ def ingest_command(
         cache_dir=settings.cache_dir,
         from_location=from_dir,
     )
-    from components.registry.tracking import pipeline_stage_run
-
     try:
-        with pipeline_stage_run("ingest", settings, params={"sources": ",".join(sources), "from": from_dir}):
-            result = ingest_stage(inputs, progress=lambda m: typer.echo(m, err=True))
-            _log_ingest(result)
+        result = ingest_stage(inputs, progress=lambda m: typer.echo(m, err=True))
     except IngestError as exc:
         raise UserError(str(exc)) from None
     typer.echo(format_summary(result.summary, result.rows_in))
@@ -94,16 +90,3 @@ def ingest_command(
         f"replaced {', '.join(result.replaced) or 'nothing'}; kept {', '.join(result.kept) or 'nothing'}; "
         f"{result.total_rows} rows in all"
     )
-
-
-def _log_ingest(result: Any) -> None:
-    """On the ingest stage's run: each source it read as a dataset (a public source's digest is its pinned
-    upstream commit; our own data's, its DVC hash), rows and rejects per source, summary.json."""
-    from components.ingest.registry import UPSTREAMS
-    from components.registry.tracking import log_dataset, log_files, log_numbers
-
-    for source, root in result.roots.items():
-        pinned = UPSTREAMS.get(source)
-        log_dataset(root, "ingest", name=source, digest=pinned.commit if pinned else None)
-    log_numbers({"rows_in": result.rows_in, "rows": result.rows, "total_rows": result.total_rows})
-    log_files([result.out_dir / "summary.json"], "ingest")

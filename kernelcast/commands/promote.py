@@ -66,18 +66,7 @@ def promote_command(
     )
     params_file = settings.params_file
     policy = None if rollback else gate_policy(load_params(params_file), str(params_file))
-    from components.registry.tracking import log_files, log_numbers, pipeline_stage_run
-
-    with pipeline_stage_run("register", settings, params={"registration": registration, "version": version}):
-        result = promote_stage(inputs, policy)
-        log_numbers(
-            {
-                "promoted": float(bool(result.promoted)),
-                "rules_passed": float(sum(1 for r in result.rules if r.passed)),
-                "rules": float(len(result.rules)),
-            }
-        )
-        log_files([report] if report else [], "register")
+    result = promote_stage(inputs, policy)
     if result.rolled_back:
         typer.echo(f"{result.model_name}: champion -> v{result.champion} ({result.reason})")
         return

@@ -76,13 +76,9 @@ def validate_command(
     params = load_params(settings.params_file)
 
     from components.devices import load_catalog
-    from components.registry.tracking import log_files, log_numbers, pipeline_stage_run
     from components.validation.run import validate_dir
 
-    with pipeline_stage_run("validate", settings, inputs=[(in_dir / "measurements.parquet", "canonical")]):
-        summary = validate_dir(in_dir, out_dir, load_catalog(), params, summary_file, drift_against)
-        log_numbers(summary)
-        log_files([out_dir / "summary.json", out_dir / "report.html"], "validation")
+    summary = validate_dir(in_dir, out_dir, load_catalog(), params, summary_file, drift_against)
     typer.echo(format_summary(summary))
     typer.echo(f"wrote {out_dir} (measurements.parquet, quarantine.parquet, summary.json, report.html)")
     if not summary["passed"]:

@@ -1,13 +1,16 @@
-"""The MLflow run tree of a pipeline, on a real sqlite store: a parent run, nested stage runs opened by
-separate stage processes (the parent id in the environment, as ``dvc repro`` passes it), component runs
-under ``train``, and the datasets each stage read as ``mlflow.data`` inputs with their DVC digests.
+"""The MLflow run tree of a pipeline, on a real sqlite store: the parent run, a run per stage opened by the
+flow's functions and used by the stage's own process (its id in the environment, as ``dvc repro`` passes it),
+component runs under ``train``, and the datasets each stage read as ``mlflow.data`` inputs with DVC digests.
 
 Small on purpose: a 3-row timings CSV through ``kernelcast ingest`` in a subprocess, and the train stage in
 this process on the session's H100 feature table (no Ray; an empty datasets folder, so no measured store).
+DVC itself does not run: the stage's ``dvc.lock`` entry (DVC's schema 2.0, the digests computed here as DVC
+does) is written into a scratch project root.
 """
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -15,12 +18,12 @@ from dataclasses import replace
 from pathlib import Path
 
 import pytest
+import yaml
 
 from kernelcast.settings import PROJECT_ROOT, Settings
 
 pytestmark = pytest.mark.slow
 CLI = (sys.executable, "-m", "kernelcast.cli")
-
 CSV = """op,shape,dtype,device,duration_us
 gemm,"M=4096,N=4096,K=4096",bf16,H100,190.5
 gemm,"M=2048,N=2048,K=2048",bf16,H100,30.1
@@ -28,43 +31,81 @@ gemm,"M=64,N=64",bf16,H100,5
 """
 
 
-def test_pipeline_parent_with_nested_stage_and_component_runs(
+def test_pipeline_parent_with_stage_and_component_runs(
     kc_settings: Settings, features_file: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     from components.platform.config import load_params
-    from components.registry.lineage import file_md5
-    from components.registry.tracking import PARENT_ENV, dataset_digest, end_pipeline_run, start_pipeline_run
+    from components.registry.lineage import dvc_dir_hash, file_md5
+    from components.registry.tracking import (
+        PARENT_ENV,
+        STAGE_ENV,
+        close_stage_run,
+        dataset_digest,
+        end_pipeline_run,
+        open_stage_run,
+        start_pipeline_run,
+    )
     from components.training.stage import TrainInputs, train_stage
     from mlflow import MlflowClient
 
     monkeypatch.delenv(PARENT_ENV, raising=False)
+    monkeypatch.delenv(STAGE_ENV, raising=False)
     params = load_params(PROJECT_ROOT / "params.yaml")
     parent = start_pipeline_run(kc_settings, "pipeline (running)", params, {"kc.stages": "ingest,train"})
     assert os.environ[PARENT_ENV] == parent
 
-    team = tmp_path / "team.csv"
+    # ingest: the flow opens the run, the stage's process works under it, the flow closes it from dvc.lock.
+    project = tmp_path / "project"
+    (project / "data").mkdir(parents=True)
+    team = project / "data" / "team.csv"
     team.write_text(CSV)
+    out = project / "canonical"
+    ingest_run = open_stage_run(kc_settings, parent, "ingest")
     done = subprocess.run(
-        [*CLI, "ingest", "--source", "csv", "--from", str(team), "--out", str(tmp_path / "canonical")],
+        [*CLI, "ingest", "--source", "csv", "--from", str(team), "--out", str(out)],
         cwd=PROJECT_ROOT,
-        env=dict(os.environ),  # the stage process inherits the parent id, as under `dvc repro`
+        env={**os.environ, STAGE_ENV: ingest_run},
         capture_output=True,
         text=True,
         timeout=300,
     )
     assert done.returncode == 0, done.stderr
+    lock = {
+        "schema": "2.0",
+        "stages": {
+            "ingest": {
+                "cmd": "kernelcast ingest --source csv --from data/team.csv --out canonical",
+                "deps": [
+                    {
+                        "path": "components/ingest",
+                        "hash": "md5",
+                        "md5": "0" * 32 + ".dir",
+                    },  # code: not a dataset
+                    {"path": "data/team.csv", "hash": "md5", "md5": file_md5(team)},
+                ],
+                "params": {"params.yaml": {"ingest.sources": ["csv"]}},
+                "outs": [{"path": "canonical", "hash": "md5", "md5": dvc_dir_hash(out)}],
+            }
+        },
+    }
+    (project / "components").mkdir()
+    (project / "components" / "__init__.py").write_text("")  # a Python package: code, not data
+    (project / "dvc.lock").write_text(yaml.safe_dump(lock))
+    close_stage_run(kc_settings, ingest_run, "ingest", project, ran=True, ok=True)
 
+    # train: the stage's own run (resumed from STAGE_ENV) is open while the models fit.
+    train_run = open_stage_run(kc_settings, parent, "train")
+    monkeypatch.setenv(STAGE_ENV, train_run)
     empty = tmp_path / "no-datasets"
     empty.mkdir()
-    settings = Settings(datasets_dir=empty)
     result = train_stage(
         replace(TrainInputs(features_file=features_file), use_ray=False, out_dir=tmp_path / "predictor"),
-        settings,
+        Settings(datasets_dir=empty),
         params,
     )
-    end_pipeline_run(
-        kc_settings, parent, ok=True, name="pipeline: ran ingest, train", tags={"kc.ran": "ingest,train"}
-    )
+    monkeypatch.delenv(STAGE_ENV)
+    close_stage_run(kc_settings, train_run, "train", project, ran=True, ok=True)  # no dvc.lock entry: no-op
+    end_pipeline_run(kc_settings, parent, ok=True, name="pipeline: ran ingest, train", tags={})
     assert PARENT_ENV not in os.environ
 
     client = MlflowClient(tracking_uri=kc_settings.tracking_uri())
@@ -77,28 +118,31 @@ def test_pipeline_parent_with_nested_stage_and_component_runs(
     experiment = top.info.experiment_id
     children = client.search_runs([experiment], f"tags.mlflow.parentRunId = '{parent}'")
     by_stage = {r.data.tags.get("kc.stage"): r for r in children}
-    assert set(by_stage) == {"ingest", "train"}
+    assert set(by_stage) == {"ingest", "train"} and len(children) == 2
 
     ingest = by_stage["ingest"]
-    assert ingest.data.metrics["rows_in/csv"] == 3 and ingest.data.metrics["rows"] == 2
-    (read,) = ingest.inputs.dataset_inputs
-    assert read.dataset.name == "csv" and read.dataset.digest == file_md5(team)[:36]
+    assert ingest.info.run_id == ingest_run and ingest.info.status == "FINISHED"
+    (read,) = ingest.inputs.dataset_inputs  # the CSV; the code dependency is not a dataset
+    assert read.dataset.name == "team.csv" and read.dataset.digest == file_md5(team)
+    assert ingest.data.params["ingest.sources"] == "['csv']" and ingest.data.tags["kc.action"] == "ran"
+    assert ingest.data.tags["kc.out.canonical"] == dvc_dir_hash(out)
 
     train = by_stage["train"]
-    assert train.info.run_id == result.run_id  # the registered model lives on the stage's run
-    assert client.get_model_version("kernelcast", result.version).run_id == train.info.run_id
+    assert train.info.run_id == train_run == result.run_id  # the stage's run holds the registered model
+    assert train.info.run_name == "train-tabular-unseen-kernel"
+    assert client.get_model_version("kernelcast", result.version).run_id == train_run
     (features,) = train.inputs.dataset_inputs
     assert (
         features.dataset.name == "features" and features.dataset.digest == dataset_digest(features_file)[:36]
     )
     assert {t.key: t.value for t in features.tags}["mlflow.data.context"] == "training"
-    evaluation = {a.path for a in client.list_artifacts(train.info.run_id, "evaluation")}
+    evaluation = {a.path for a in client.list_artifacts(train_run, "evaluation")}
     assert {
         "evaluation/pred_vs_measured_duration_us.png",
         "evaluation/error_by_gpu_duration_us.csv",
     } <= evaluation
 
-    parts = client.search_runs([experiment], f"tags.mlflow.parentRunId = '{train.info.run_id}'")
+    parts = client.search_runs([experiment], f"tags.mlflow.parentRunId = '{train_run}'")
     by_part = {r.data.tags["kc.component"]: r for r in parts}
     assert set(by_part) == {"tabular", "program-model", "op-engine", "deployment-engine"}
     tabular = by_part["tabular"]
@@ -109,3 +153,9 @@ def test_pipeline_parent_with_nested_stage_and_component_runs(
     assert deployment.data.params["set"] == "PRODUCTION_FRAMEWORK_ROOFLINE"  # no engine without a store
     assert deployment.data.metrics["train_mape/prefill"] > 0
     assert "no measured store" in by_part["op-engine"].data.tags["kc.note"]
+    local = client.download_artifacts(
+        deployment.info.run_id, "deployments/framework_constants.json", str(tmp_path)
+    )
+    logged = {k: v for k, v in deployment.data.metrics.items() if k.startswith("train_mape/")}
+    saved = json.loads(Path(local).read_text())["train_mape"]
+    assert logged == {f"train_mape/{k}": v for k, v in saved.items()} and len(logged) == 4
