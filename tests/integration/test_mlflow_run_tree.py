@@ -159,3 +159,65 @@ def test_pipeline_parent_with_stage_and_component_runs(
     logged = {k: v for k, v in deployment.data.metrics.items() if k.startswith("train_mape/")}
     saved = json.loads(Path(local).read_text())["train_mape"]
     assert logged == {f"train_mape/{k}": v for k, v in saved.items()} and len(logged) == 4
+
+
+DVC_YAML = """stages:
+  copy:
+    cmd: python copy_rows.py
+    deps: [copy_rows.py, data/in.csv]
+    outs: [out]
+  count:
+    cmd: python count_rows.py
+    deps: [count_rows.py, out]
+    params: [count.min_rows]
+    metrics:
+      - summary.json: {cache: false}
+"""
+SCRIPTS = {
+    "copy_rows.py": "import os, shutil\nos.makedirs('out', exist_ok=True)\n"
+    "shutil.copy('data/in.csv', 'out/in.csv')\n",
+    "count_rows.py": "import json\nrows = len(open('out/in.csv').read().splitlines()) - 1\n"
+    "json.dump({'rows': rows}, open('summary.json', 'w'))\n",
+}
+
+
+def test_the_pipeline_flow_records_each_dvc_stage(
+    kc_settings: Settings, prefect_harness: str, tmp_path: Path
+) -> None:
+    """The real flow on a two-stage DVC project: a parent run named by what it did, one run per stage with the
+    data it read (digest = dvc.lock's), its params and its metrics file."""
+    from components.registry.tracking import PARENT_ENV
+    from flows.pipeline import pipeline_flow
+    from mlflow import MlflowClient
+
+    project = tmp_path / "project"
+    (project / "data").mkdir(parents=True)
+    (project / "data" / "in.csv").write_text("a,b\n1,2\n3,4\n")
+    (project / "dvc.yaml").write_text(DVC_YAML)
+    for name, text in SCRIPTS.items():
+        (project / name).write_text(text)
+    (project / "params.yaml").write_text("count:\n  min_rows: 1\n")
+    dvc = Path(sys.executable).with_name("dvc")
+    subprocess.run([str(dvc), "init", "--no-scm", "-q"], cwd=project, check=True, timeout=120)
+
+    reports = pipeline_flow(project_root=str(project), push=False, lock=False)
+    assert [r["action"] for r in reports] == ["ran", "ran"] and PARENT_ENV not in os.environ
+
+    client = MlflowClient(tracking_uri=kc_settings.tracking_uri())
+    (top,) = client.search_runs(
+        [client.get_experiment_by_name("kernelcast").experiment_id],
+        "tags.`kc.stages` = 'copy,count'",
+    )
+    assert top.info.run_name == "pipeline: ran copy, count" and top.info.status == "FINISHED"
+    children = client.search_runs([top.info.experiment_id], f"tags.mlflow.parentRunId = '{top.info.run_id}'")
+    by_stage = {r.data.tags["kc.stage"]: r for r in children}
+    lock = yaml.safe_load((project / "dvc.lock").read_text())["stages"]
+    digest = {(stage, d["path"]): d["md5"] for stage in lock for d in lock[stage]["deps"]}
+    (copied,) = by_stage["copy"].inputs.dataset_inputs  # the script is code: not a dataset
+    assert copied.dataset.name == "in.csv" and copied.dataset.digest == digest["copy", "data/in.csv"]
+    (counted,) = by_stage["count"].inputs.dataset_inputs
+    assert counted.dataset.digest == digest["count", "out"][:36]  # the folder's <md5>.dir
+    assert (
+        by_stage["count"].data.metrics["rows"] == 2 and by_stage["count"].data.params["count.min_rows"] == "1"
+    )
+    assert by_stage["copy"].data.tags["kc.out.out"] == lock["copy"]["outs"][0]["md5"]
