@@ -34,6 +34,29 @@ BAD = {
 HEADER = "op,shape,dtype,device,duration_us,l2_hit_rate"
 
 
+def _ingest(csv: Path, out: Path, home: Path) -> subprocess.CompletedProcess[str]:
+    """``kernelcast ingest --source csv --from CSV --out OUT`` in its own process, state under ``home``."""
+    return subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "kernelcast.cli",
+            "ingest",
+            "--source",
+            "csv",
+            "--from",
+            str(csv),
+            "--out",
+            str(out),
+        ],
+        cwd=PROJECT_ROOT,
+        env={"KERNELCAST_HOME": str(home), "PATH": "/usr/bin:/bin"},
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+
+
 def _write(path: Path, rows: list[str], header: str = HEADER) -> Path:
     path.write_text("\n".join([header, *rows]) + "\n")
     return path
@@ -100,27 +123,8 @@ def test_cli_ingest_then_gx_validation_quarantines_the_impossible_row(tmp_path: 
     path = _write(tmp_path / "team_h100.csv", [*GOOD, IMPOSSIBLE, *BAD])
     other = _write(tmp_path / "team_h200.csv", ['gemm,"M=1024,N=1024,K=1024",bf16,H200,20,'])
     out = tmp_path / "canonical"
-    env = {"KERNELCAST_HOME": str(tmp_path / "home"), "PATH": "/usr/bin:/bin"}
     for csv in (other, path, path):  # the second ingest of a file replaces its own rows only
-        done = subprocess.run(
-            [
-                sys.executable,
-                "-m",
-                "kernelcast.cli",
-                "ingest",
-                "--source",
-                "csv",
-                "--from",
-                str(csv),
-                "--out",
-                str(out),
-            ],
-            cwd=PROJECT_ROOT,
-            env=env,
-            capture_output=True,
-            text=True,
-            timeout=300,
-        )
+        done = _ingest(csv, out, tmp_path / "home")
         assert done.returncode == 0, done.stderr
     assert "kept csv@team_h200.csv" in done.stdout
     m = pd.read_parquet(out / "measurements.parquet")
@@ -136,25 +140,7 @@ def test_cli_ingest_then_gx_validation_quarantines_the_impossible_row(tmp_path: 
 
 def test_cli_unknown_device_exits_2_with_one_line(tmp_path: Path) -> None:
     path = _write(tmp_path / "x.csv", ['gemm,"M=64,N=64,K=64",bf16,NOPE,5,'])
-    done = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "kernelcast.cli",
-            "ingest",
-            "--source",
-            "csv",
-            "--from",
-            str(path),
-            "--out",
-            str(tmp_path / "c"),
-        ],
-        cwd=PROJECT_ROOT,
-        env={"KERNELCAST_HOME": str(tmp_path / "home"), "PATH": "/usr/bin:/bin"},
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
+    done = _ingest(path, tmp_path / "c", tmp_path / "home")
     assert done.returncode == 2
     errors = [line for line in done.stderr.splitlines() if line.startswith("error:")]
     assert len(errors) == 1 and "'NOPE'" in errors[0] and "Traceback" not in done.stderr
