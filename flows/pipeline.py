@@ -64,9 +64,14 @@ def _dvc() -> list[str]:
     return [str(local)] if local.exists() else [shutil.which("dvc") or "dvc"]
 
 
-def _stage_env() -> dict[str, str]:
-    """Stage commands (``kernelcast ...``) must resolve to this venv's entry point."""
+def _stage_env(mlflow_run: str | None = None) -> dict[str, str]:
+    """Stage commands (``kernelcast ...``) must resolve to this venv's entry point; ``mlflow_run`` is the
+    run the flow opened for the stage (a stage that logs more resumes it)."""
+    from components.registry.tracking import STAGE_ENV
+
     env = dict(os.environ)
+    if mlflow_run:
+        env[STAGE_ENV] = mlflow_run
     env["PATH"] = f"{Path(sys.executable).parent}{os.pathsep}{env.get('PATH', '')}"
     env.pop(FAULT_ENV, None)
     env.pop(HOLD_CRASH_ENV, None)
@@ -79,7 +84,11 @@ def _action(output: str, stage: str) -> str:
 
 @task(name="dvc-repro", retries=0)
 def reproduce_stage(
-    stage: str, project_root: str, force: bool = False, outs: tuple[str, ...] = ()
+    stage: str,
+    project_root: str,
+    force: bool = False,
+    outs: tuple[str, ...] = (),
+    mlflow_run: str | None = None,
 ) -> StageReport:
     """``dvc repro --single-item STAGE``: runs the stage only if its deps or params changed.
 
@@ -91,7 +100,7 @@ def reproduce_stage(
 
     start = time.monotonic()
     command = [*_dvc(), "repro", "--single-item", stage] + (["--force"] if force else [])
-    result = run_stopping_with_us(command, cwd=project_root, env=_stage_env())
+    result = run_stopping_with_us(command, cwd=project_root, env=_stage_env(mlflow_run))
     tail = (result.stdout or "")[-4000:]
     if result.returncode != 0:
         raise StageFailed(
@@ -164,22 +173,86 @@ def pipeline_flow(
     from components.pipeline.lock import pipeline_lock
     from components.pipeline.progress import Progress
     from components.platform.config import get_settings
+    from components.registry.tracking import close_stage_run, open_stage_run
 
     root = Path(project_root) if project_root else PROJECT_ROOT
     graph = {s.name: s for s in read_stages(root / "dvc.yaml")}
     chosen = select_stages(root / "dvc.yaml", only=stages) if stages else list(graph)
     progress = Progress(total=len(chosen), echo=lambda line: print(line, flush=True))
     reports: list[StageReport] = []
-    with pipeline_lock(get_settings().state_dir, "kernelcast-pipeline flow") if lock else nullcontext():
-        for stage in chosen:
-            progress.start(stage)
-            report = reproduce_stage(stage, str(root), force, graph[stage].outs)
-            progress.finish(stage, report["action"], report["seconds"], report["rows"])
-            reports.append(report)
-            _inject_fault(stage)
-        if push:
-            print(f"dvc push: {push_outputs(str(root), get_settings().dvc_remote_url)}", flush=True)
+    settings = get_settings()
+    with pipeline_lock(settings.state_dir, "kernelcast-pipeline flow") if lock else nullcontext():
+        parent = _open_parent_run(settings, chosen, force)
+        failed = True
+        try:
+            for stage in chosen:
+                progress.start(stage)
+                stage_run = open_stage_run(settings, parent, stage)
+                try:
+                    report = reproduce_stage(stage, str(root), force, graph[stage].outs, stage_run)
+                except BaseException:
+                    close_stage_run(settings, stage_run, stage, root, ran=True, ok=False)
+                    raise
+                close_stage_run(settings, stage_run, stage, root, ran=report["action"] == "ran", ok=True)
+                progress.finish(stage, report["action"], report["seconds"], report["rows"])
+                reports.append(report)
+                _inject_fault(stage)
+            if push:
+                print(f"dvc push: {push_outputs(str(root), settings.dvc_remote_url)}", flush=True)
+            failed = False
+        finally:
+            _close_parent_run(settings, parent, reports, chosen, root, failed)
     return reports
+
+
+def _open_parent_run(settings: Settings, stages: list[str], force: bool) -> str:
+    """The pipeline's parent MLflow run (every params.yaml key as a param); its id goes to the stage
+    commands through the environment (``components.registry.tracking.PARENT_ENV``)."""
+    from components.platform.config import load_params
+    from components.registry.tracking import start_pipeline_run
+
+    params = load_params(settings.params_file) if settings.params_file.is_file() else {}
+    run_id = start_pipeline_run(
+        settings,
+        f"pipeline (running): {', '.join(stages)}",
+        params,
+        {"kc.stages": ",".join(stages), "kc.force": str(force).lower()},
+    )
+    print(f"MLflow parent run: {run_id}", flush=True)
+    return run_id
+
+
+def _close_parent_run(
+    settings: Settings, run_id: str, reports: list[StageReport], stages: list[str], root: Path, failed: bool
+) -> None:
+    """Name the parent run by what the pipeline did (stages run and skipped, the verdict) and close it."""
+    from components.registry.tracking import end_pipeline_run
+
+    ran = [r["stage"] for r in reports if r["action"] == "ran"]
+    skipped = [r["stage"] for r in reports if r["action"] == "skipped"]
+    outcome = f"FAILED at {stages[len(reports)]}" if failed and len(reports) < len(stages) else ""
+    verdict_line = verdict(root, settings)[0].removeprefix("verdict: ") if "register" in ran else ""
+    what = "; ".join(
+        part
+        for part in (
+            f"ran {', '.join(ran)}" if ran else "nothing to rerun",
+            f"skipped {len(skipped)} up to date" if skipped else "",
+            outcome,
+            verdict_line,
+        )
+        if part
+    )
+    end_pipeline_run(
+        settings,
+        run_id,
+        ok=not failed,
+        name=f"pipeline: {what}"[:250],
+        tags={
+            "kc.ran": ",".join(ran),
+            "kc.skipped": ",".join(skipped),
+            **{f"kc.seconds.{r['stage']}": str(r["seconds"]) for r in reports},
+        },
+    )
 
 
 def verdict(project_root: Path, settings: Settings, since: float | None = None) -> list[str]:

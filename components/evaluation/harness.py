@@ -324,10 +324,13 @@ def log_evaluation_run(
 ) -> str:
     """An MLflow evaluation run: the flat metrics, the JSON report and plots as artifacts; returns its id."""
     import mlflow
+    from components.registry.tracking import STAGE_TAG, parent_run_id
 
     mlflow.set_tracking_uri(tracking_uri)
-    with mlflow.start_run(experiment_id=experiment_id, run_name=f"evaluate-{report.get('split')}") as run:
-        mlflow.set_tags({"kind": "evaluation", **tags})
+    with mlflow.start_run(
+        experiment_id=experiment_id, run_name=f"evaluate-{report.get('split')}", parent_run_id=parent_run_id()
+    ) as run:
+        mlflow.set_tags({"kind": "evaluation", STAGE_TAG: "evaluate", **tags})
         mlflow.log_params({"model": report.get("model"), "split": report.get("split")})
         mlflow.log_metrics(flat_metrics(report))
         mlflow.log_dict(report, "evaluation/report.json")

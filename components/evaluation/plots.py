@@ -1,4 +1,5 @@
-"""Evaluation plots (PNG, matplotlib Agg): predicted vs measured, error CDF per GPU, roofline chart.
+"""Evaluation plots (PNG, matplotlib Agg): predicted vs measured, error CDF per GPU, error by GPU (with its
+table as CSV), roofline chart.
 
 Each function takes the evaluated frame (rows + ``pred_*`` columns, see ``harness.Evaluation``)
 and writes one file; ``write_plots`` writes every plot the frame has data for.
@@ -140,6 +141,39 @@ def roofline_chart(frame: pd.DataFrame, path: Path) -> Path | None:
     return _save(fig, plt, path)
 
 
+def error_by_gpu_table(frame: pd.DataFrame, target: str = "duration_us") -> pd.DataFrame:
+    """Per GPU: rows, mean and median absolute relative error, share within 10% (worst GPU first)."""
+    pairs = _pairs(frame, target)
+    error = (pairs["pred"] - pairs["true"]).abs() / pairs["true"]
+    table = (
+        pairs.assign(error=error, within_10=error <= 0.10)
+        .groupby("device_id")
+        .agg(
+            n=("error", "size"),
+            mape=("error", "mean"),
+            median_ape=("error", "median"),
+            within_10=("within_10", "mean"),
+        )
+        .sort_values("mape", ascending=False)
+    )
+    return table.reset_index()
+
+
+def error_by_gpu(frame: pd.DataFrame, target: str, path: Path) -> Path | None:
+    """Bar chart of the mean relative error per GPU (worst first), the table beside it as CSV."""
+    table = error_by_gpu_table(frame, target)
+    if table.empty:
+        return None
+    table.to_csv(Path(path).with_suffix(".csv"), index=False)
+    plt = _pyplot()
+    fig, ax = plt.subplots(figsize=(max(4.0, 0.5 * len(table) + 2), 4))
+    ax.bar(table["device_id"], 100 * table["mape"], color="tab:red", alpha=0.7)
+    ax.set_ylabel(f"{target} mean |error| (%)")
+    ax.set_title(f"{target}: error by GPU ({int(table['n'].sum())} rows)")
+    ax.tick_params(axis="x", rotation=45)
+    return _save(fig, plt, path)
+
+
 def _save(fig: Any, plt: Any, path: Path) -> Path:
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -159,4 +193,6 @@ def write_plots(
         written.append(predicted_vs_measured(frame, target, out_dir / f"pred_vs_measured_{target}.png"))
         written.append(error_cdf(frame, target, out_dir / f"error_cdf_{target}.png"))
     written.append(roofline_chart(frame, out_dir / "roofline.png"))
+    by_gpu = error_by_gpu(frame, "duration_us", out_dir / "error_by_gpu_duration_us.png")
+    written += [by_gpu, by_gpu.with_suffix(".csv")] if by_gpu is not None else []
     return [p for p in written if p is not None]

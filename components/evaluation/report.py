@@ -155,8 +155,10 @@ def evaluate_split(
     model: str,
     canonical_dir: Path | None,
     executor_factory: ExecutorFactory | None = None,
+    on_frame: Callable[[str, pd.DataFrame], None] | None = None,
 ) -> dict[str, Any]:
-    """One split's entry of the gate report (raises on a split the table cannot build)."""
+    """One split's entry of the gate report (raises on a split the table cannot build). ``on_frame`` gets
+    the split's scored rows (the evaluate stage draws its plots from them)."""
     started = time.perf_counter()
     folds = _folds(table, split, caps)
     family = getattr(predictor, "family", "model")
@@ -181,6 +183,8 @@ def evaluate_split(
         int(o.timing.get("excluded_seen", 0)) for o in outcomes
     )  # refit folds never saw their test
     report = evaluate_frame(frame, targets, model=model, split=split, excluded_seen=excluded)
+    if on_frame is not None:
+        on_frame(split, frame)
     return {
         "status": "ok",
         "mode": mode,
@@ -246,8 +250,10 @@ def gate_report(
     executor_factory: ExecutorFactory | None = None,
     identity: dict[str, Any] | None = None,
     progress: Callable[[str], None] = lambda _line: None,
+    on_frame: Callable[[str, pd.DataFrame], None] | None = None,
 ) -> dict[str, Any]:
-    """The gate report for ``predictor`` over ``splits`` (see the module docstring)."""
+    """The gate report for ``predictor`` over ``splits`` (see the module docstring); ``on_frame`` gets each
+    scored split's rows."""
     started = time.perf_counter()
     entries: dict[str, Any] = {}
     from components.evaluation.opmodel_bench import OPMODEL_SPLITS
@@ -278,6 +284,7 @@ def gate_report(
                     model=model,
                     canonical_dir=canonical_dir,
                     executor_factory=executor_factory,
+                    on_frame=on_frame,
                 )
             except Exception as exc:
                 message = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__

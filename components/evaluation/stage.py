@@ -103,8 +103,8 @@ def source_frames(
     from components.ingest.stage import ingest_tables
     from components.validation.run import validate_measurements
 
-    if not Path(root).is_dir():
-        raise ValueError(f"--from {root}: not a directory")
+    if not (Path(root).is_dir() or (source == "csv" and Path(root).is_file())):
+        raise ValueError(f"--from {root}: not a {'CSV file or folder' if source == 'csv' else 'directory'}")
     catalog = catalog if catalog is not None else load_catalog()
     output = ingest_tables([source], {source: Path(root)}, catalog)
     if output.devices:  # GPUs the source's own spec sheets describe (validated by the adapter)
@@ -545,38 +545,46 @@ def gate_stage(
         "features_file": str(features),
         "dataset_version": dataset_version(features, PROJECT_ROOT),
     }
-    report = gate_report(
-        predictor,
-        table,
-        tuple(policy.splits),
-        policy.evaluation,
-        model=candidate.model,
-        trained_split=candidate.trained_split,
-        canonical_dir=canonical,
-        executor_factory=fold_executor,
-        identity=identity,
-    )
-    report["policy"] = policy.to_json()
+    from contextlib import nullcontext
+
+    from components.evaluation.tracking import attach_gate_report, log_gate_run, split_plotter
+    from components.registry.tracking import stage_run
+
     out = Path(inputs.out_file)
-    text = json.dumps(report, indent=2, sort_keys=False) + "\n"
-    atomic_write(out, lambda tmp: tmp.write_text(text))
-    if inputs.log and candidate.version is not None and candidate.run_id is not None:
-        attach_gate_report(out, candidate, uri)
-    return EvaluateResult(report, out, candidate.run_id if inputs.log else None, None, None)
-
-
-def attach_gate_report(path: Path, candidate: Candidate, tracking_uri: str) -> str:
-    """Log the report into the version's training run and point the version's ``eval_report`` tag at
-    it (the lineage a downstream service reads); returns the artifact URI."""
-    from components.registry.mlflow_registry import mlflow_client
-
-    client = mlflow_client(tracking_uri)
-    assert candidate.run_id is not None and candidate.version is not None and candidate.model_name is not None
-    client.log_artifact(candidate.run_id, str(path), "evaluation")
-    artifact = f"runs:/{candidate.run_id}/evaluation/{Path(path).name}"
-    client.set_model_version_tag(candidate.model_name, candidate.version, "eval_report", artifact)
-    report = json.loads(Path(path).read_text())
-    client.set_model_version_tag(
-        candidate.model_name, candidate.version, "eval_complete", str(bool(report.get("complete"))).lower()
+    plots_dir = out.with_name(out.stem + "_plots")
+    tracked: Any = (
+        stage_run(
+            "evaluate",
+            settings,
+            params={
+                "model": candidate.model,
+                "version": candidate.version,
+                "splits": ",".join(policy.splits),
+            },
+            tags={"kind": "evaluation", "model_uri": candidate.model, "training_run": str(candidate.run_id)},
+            run_name=f"evaluate-gate-{candidate.model_name or 'model'}-v{candidate.version or '?'}",
+        )
+        if inputs.log
+        else nullcontext()
     )
-    return artifact
+    with tracked:
+        report = gate_report(
+            predictor,
+            table,
+            tuple(policy.splits),
+            policy.evaluation,
+            model=candidate.model,
+            trained_split=candidate.trained_split,
+            canonical_dir=canonical,
+            executor_factory=fold_executor,
+            identity=identity,
+            on_frame=split_plotter(plots_dir) if inputs.log else None,
+        )
+        report["policy"] = policy.to_json()
+        text = json.dumps(report, indent=2, sort_keys=False) + "\n"
+        atomic_write(out, lambda tmp: tmp.write_text(text))
+        if inputs.log:
+            log_gate_run(report, out, plots_dir, features)
+        if inputs.log and candidate.version is not None and candidate.run_id is not None:
+            attach_gate_report(out, candidate, uri)
+    return EvaluateResult(report, out, candidate.run_id if inputs.log else None, None, None)

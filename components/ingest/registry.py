@@ -26,13 +26,20 @@ SOURCES: tuple[str, ...] = (
     "aiconfigurator",
     "aiter",
     "kernelcast",
+    "csv",
 )
 # Our own measurements (``kernelcast profile`` on lent GPUs) are project data, committed under
 # ``profiled-data/``; their adapter module is ``profiled``.
 # aiconfigurator's tables are read by ``aiconfigurator`` (shared with the op engine's measured store);
 # its canonical adapter is ``aiconfigurator_canonical``.
-MODULES: dict[str, str] = {"kernelcast": "profiled", "aiconfigurator": "aiconfigurator_canonical"}
+# A team's own timings (``--source csv --from FILE``) have no default location: the user names the file.
+MODULES: dict[str, str] = {
+    "kernelcast": "profiled",
+    "aiconfigurator": "aiconfigurator_canonical",
+    "csv": "user_csv",
+}
 PROJECT_DATA_DIRS: dict[str, str] = {"kernelcast": "profiled-data"}
+FILE_SOURCES: frozenset[str] = frozenset({"csv"})
 
 Adapter = Callable[[Path, object], "AdapterOutput"]
 
@@ -85,6 +92,8 @@ def default_root(name: str, datasets_dir: Path) -> Path:
     """Where a source is read from by default: the public bundle, or the project's own data."""
     from components.platform.config import PROJECT_ROOT
 
-    if check_source(name) in PROJECT_DATA_DIRS:
+    if check_source(name) in FILE_SOURCES:
+        raise ValueError(f"source {name!r} reads your own file: give --from FILE.csv (or a folder of them)")
+    if name in PROJECT_DATA_DIRS:
         return PROJECT_ROOT / PROJECT_DATA_DIRS[name]
     return datasets_dir / name

@@ -197,7 +197,8 @@ def write_canonical(
 PARTS_DIR = "parts"
 PART_META = "part.json"
 # Sources whose rows are partitioned per run (a profiled run replaces that run's rows only).
-RUN_PARTITIONED: frozenset[str] = frozenset({"kernelcast"})
+# A team's CSV (``csv``) is partitioned per file: re-ingesting a file replaces that file's rows.
+RUN_PARTITIONED: frozenset[str] = frozenset({"kernelcast", "csv"})
 # Test-only fault injection: when this variable names a point below, the process SIGKILLs itself
 # there (tests/integration/test_ingest_partitions.py proves a kill leaves complete tables).
 FAULT_ENV = "KERNELCAST_FAULT_INJECT"
@@ -232,9 +233,10 @@ class Part:
 
 
 def _run_of(upstream_file: pd.Series, run_id: pd.Series | None = None) -> pd.Series:
-    """The run folder a profiled row came from: the first component of its upstream_file."""
+    """The run a row came from: the first folder of its upstream_file (a profiled run folder); a file at
+    the root is its own run (a team's CSV); a row without a file falls back to its ``run_id``."""
     files = upstream_file.astype("string").fillna("")
-    first = files.str.split("/", n=1).str[0].where(files.str.contains("/", regex=False), "")
+    first = files.str.split("/", n=1).str[0]
     if run_id is not None:
         first = first.where(first != "", run_id.astype("string").fillna(""))
     return first.fillna("").astype(str)

@@ -62,7 +62,7 @@ def resolve_roots(
 ) -> dict[str, Path]:
     """Where each source is read from: ``from_location`` (a directory, or a URL fetched at the pinned
     commit), else its default folder. A ValueError names a missing directory."""
-    from components.ingest.registry import default_root, upstream
+    from components.ingest.registry import FILE_SOURCES, default_root, upstream
 
     if from_location is not None and len(sources) != 1:
         raise ValueError("--from reads one source: give exactly one --source with it")
@@ -77,6 +77,9 @@ def resolve_roots(
             roots[source] = fetch_upstream(from_location, pinned.commit, cache_dir)
             continue
         root = Path(from_location) if from_location is not None else default_root(source, datasets_dir)
+        if source in FILE_SOURCES and root.is_file():
+            roots[source] = root.resolve()
+            continue
         if not root.is_dir():
             raise ValueError(f"{source}: source directory not found: {root}")
         roots[source] = root.resolve()

@@ -63,17 +63,24 @@ def log_training_run(
     register: bool,
     family: str,
 ) -> TrainingRun:
-    """One MLflow run: params, metrics, tags, plots; the predictor as a pyfunc model; a registry version
+    """One MLflow run (the caller's active one, e.g. the train stage's, else a new one): params, metrics,
+    tags, plots; the predictor as a pyfunc model; a registry version
     tagged with its family and the run's split, dataset and commit. ``experiment`` is an experiment id
     (``experiment_id``)."""
+    from contextlib import nullcontext
+
     import mlflow
     from components.registry import mlflow_registry as reg
 
     mlflow.set_tracking_uri(tracking_uri)
     mlflow.set_registry_uri(tracking_uri)
-    with mlflow.start_run(
-        experiment_id=experiment, run_name=f"train-{family}-{tags.get('split', '')}"
-    ) as run:
+    active = mlflow.active_run()  # the train stage's run, open while it trained: log into it
+    context: Any = (
+        nullcontext(active)
+        if active is not None
+        else mlflow.start_run(experiment_id=experiment, run_name=f"train-{family}-{tags.get('split', '')}")
+    )
+    with context as run:
         for path in artifacts:
             mlflow.log_artifact(str(path), artifact_path="evaluation")
         model_uri = reg.log_predictor(

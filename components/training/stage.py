@@ -92,7 +92,8 @@ def _stamp() -> str:
 def _provenance(features_file: Path, split: str) -> dict[str, str]:
     from components.platform.config import PROJECT_ROOT
     from components.registry.lineage import dataset_version
-    from components.training.tabular import file_md5, git_commit
+    from components.registry.tracking import git_commit
+    from components.training.tabular import file_md5
 
     return {
         "split": split,
@@ -133,7 +134,9 @@ def _train_classic(
     from components.evaluation.plots import write_plots
     from components.models.tabular import TabularConfig
     from components.registry.runs import Registration, experiment_id, log_training_run, write_registration
+    from components.registry.tracking import component_run, log_dataset, stage_run
     from components.training.tabular import make_predictor
+    from components.training.tracking import log_deployment_constants, log_op_engine, log_program_model
 
     family, split = inputs.family, inputs.split
     config = TabularConfig.from_params(
@@ -142,31 +145,6 @@ def _train_classic(
         use_measured=inputs.measured_features,
         max_train_rows=inputs.max_train_rows,
     )
-    say(f"training {family} ({config.model}) on {chosen.name}: {len(chosen.train)} train rows")
-    predictor, seconds = make_predictor(
-        family, table.loc[chosen.train], split, config, settings, use_ray=inputs.use_ray
-    )
-    stamp = _stamp()
-    out_dir = Path(inputs.out_dir or settings.models_dir / f"{family}-{split}-{stamp}")
-    predictor.save(out_dir)
-    # Whole-program questions: the program model on this predictor's op times, fitted on the train
-    # side's KernelBench timings, saved in out_dir and models/programs/ (components/programs).
-    from components.programs.kernelbench_model import fit_after_training
-
-    fit_after_training(predictor, table.loc[chosen.train], settings, out_dir, say)
-    # Modern op questions (tensor GEMMs, attention, MoE, all-reduce): the op engine, saved in out_dir/opmodel
-    # so the registered champion carries it (components/opmodel).
-    from components.opmodel.train import train_engine
-
-    train_engine(settings, out_dir / "opmodel", say)
-    rows = capped_rows(chosen.test, table, inputs.max_test_rows)
-    evaluation = evaluate_predictor(predictor, table, split, model=str(out_dir), rows=rows)
-    plots = write_plots(evaluation.frame, settings.reports_dir / f"train-{family}-{split}-{stamp}")
-    metrics = {
-        **flat_metrics(evaluation.report),
-        "train_seconds": seconds,
-        "n_train": float(len(predictor.trained_on)),
-    }
     learner = config.model if family == "tabular" else "classic"
     run_params = {
         "family": family,
@@ -176,19 +154,60 @@ def _train_classic(
         "features_file": str(inputs.features_file),
         **{f"cfg_{k}": v for k, v in vars(config).items()},
     }
-    uri = settings.tracking_uri()
-    run = log_training_run(
-        out_dir,
-        tracking_uri=uri,
-        experiment=experiment_id(EXPERIMENT, uri, settings.artifact_root()),
-        registered_model=settings.registered_model,
+    stamp = _stamp()
+    out_dir = Path(inputs.out_dir or settings.models_dir / f"{family}-{split}-{stamp}")
+    # The run is open while the models fit (the UI shows it running); each component nests under it.
+    with stage_run(
+        "train",
+        settings,
         params=run_params,
-        metrics=metrics,
-        tags=_provenance(inputs.features_file, split),
-        artifacts=plots,
-        register=inputs.register,
-        family=family,
-    )
+        tags={**_provenance(inputs.features_file, split), "family": family, "kind": "train"},
+        run_name=f"train-{family}-{split}",
+    ):
+        log_dataset(inputs.features_file, "training", name="features")
+        say(f"training {family} ({config.model}) on {chosen.name}: {len(chosen.train)} train rows")
+        with component_run(family, params={"model": learner, "split": split, "fold": chosen.name}):
+            predictor, seconds = make_predictor(
+                family, table.loc[chosen.train], split, config, settings, use_ray=inputs.use_ray
+            )
+            _log_metrics({"train_seconds": seconds, "n_train": float(len(predictor.trained_on))})
+        predictor.save(out_dir)
+        # Whole-program questions: the program model on this predictor's op times, fitted on the train
+        # side's KernelBench timings, saved in out_dir and models/programs/ (components/programs).
+        from components.programs.kernelbench_model import fit_after_training
+
+        with component_run("program-model"):
+            log_program_model(fit_after_training(predictor, table.loc[chosen.train], settings, out_dir, say))
+        # Modern op questions (tensor GEMMs, attention, MoE, all-reduce): the op engine, saved in
+        # out_dir/opmodel so the registered champion carries it (components/opmodel).
+        from components.opmodel.train import train_engine
+
+        with component_run("op-engine"):
+            engine_dir = train_engine(settings, out_dir / "opmodel", say)
+            log_op_engine(engine_dir)
+        with component_run("deployment-engine"):
+            log_deployment_constants(engine_dir is not None)
+        rows = capped_rows(chosen.test, table, inputs.max_test_rows)
+        evaluation = evaluate_predictor(predictor, table, split, model=str(out_dir), rows=rows)
+        plots = write_plots(evaluation.frame, settings.reports_dir / f"train-{family}-{split}-{stamp}")
+        metrics = {
+            **flat_metrics(evaluation.report),
+            "train_seconds": seconds,
+            "n_train": float(len(predictor.trained_on)),
+        }
+        uri = settings.tracking_uri()
+        run = log_training_run(
+            out_dir,
+            tracking_uri=uri,
+            experiment=experiment_id(EXPERIMENT, uri, settings.artifact_root()),
+            registered_model=settings.registered_model,
+            params=run_params,
+            metrics=metrics,
+            tags=_provenance(inputs.features_file, split),
+            artifacts=plots,
+            register=inputs.register,
+            family=family,
+        )
     registration = write_registration(
         Registration(settings.registered_model, run.version, run.run_id, str(out_dir), split, family), out_dir
     )
@@ -209,6 +228,13 @@ def _train_classic(
         n_test_available=len(chosen.test),
         max_test_rows=inputs.max_test_rows,
     )
+
+
+def _log_metrics(metrics: dict[str, float]) -> None:
+    import mlflow
+
+    if mlflow.active_run() is not None:
+        mlflow.log_metrics(metrics)
 
 
 def _train_llm(

@@ -99,17 +99,7 @@ def file_md5(path: Path) -> str:
 
 
 def git_commit(root: Path) -> str:
-    """HEAD of the project checkout, or "unknown" outside a git work tree."""
-    import subprocess
+    """HEAD of the project checkout (``components.registry.tracking.git_commit``: one definition)."""
+    from components.registry.tracking import git_commit as head
 
-    try:
-        out = subprocess.run(
-            ["git", "-C", str(root), "rev-parse", "HEAD"],
-            capture_output=True,
-            text=True,
-            timeout=10,
-            check=True,
-        )
-        return out.stdout.strip()
-    except (OSError, subprocess.SubprocessError):
-        return "unknown"
+    return head(root)

@@ -5,11 +5,12 @@ from __future__ import annotations
 import sys
 from collections.abc import Callable
 from functools import wraps
-from typing import ParamSpec, TypeVar
+from typing import TYPE_CHECKING, ParamSpec, TypeVar
 
 import typer
 
-from components.platform.config import Settings, get_settings
+if TYPE_CHECKING:  # pydantic-settings costs ~0.2-0.4 s: --help and a fast error never load it
+    from components.platform.config import Settings
 
 P = ParamSpec("P")
 R = TypeVar("R")
@@ -29,6 +30,7 @@ class UserError(Exception):
 
 def prepared_settings() -> Settings:
     """Settings with the process environment configured (telemetry off, state under home)."""
+    from components.platform.config import get_settings
     from components.platform.runtime import configure_environment
 
     settings = get_settings()

@@ -53,7 +53,7 @@ def ingest_command(
 ) -> None:
     """Read public sources into canonical measurements/kernels/rejects tables + summary.json."""
     from components.ingest.base import IngestError
-    from components.ingest.registry import SOURCES, check_source
+    from components.ingest.registry import FILE_SOURCES, SOURCES, check_source
     from components.ingest.stage import IngestInputs, ingest_stage
     from components.platform.config import ingest_sources, load_params
 
@@ -63,7 +63,7 @@ def ingest_command(
         if from_dir is not None:
             raise UserError("--all reads every source from datasets_dir; --from needs a single --source")
         listed = ingest_sources(load_params(settings.params_file)) if settings.params_file.is_file() else None
-        sources = [*sources, *(listed or SOURCES)]
+        sources = [*sources, *(listed or [s for s in SOURCES if s not in FILE_SOURCES])]
     if not sources:
         raise UserError(f"nothing to ingest: give --source NAME (one of {', '.join(SOURCES)}) or --all")
     sources = [check_source(s) for s in dict.fromkeys(sources)]

@@ -224,6 +224,12 @@ def predict_command(
 ) -> None:
     """Predict runtime (with its interval), roofline class, bound pipe and headroom on one or more GPUs;
     with --llm, a deployment's TTFT, TPOT, throughput and memory."""
+    if device and llm is None:
+        # A --device the catalog lacks fails here, before settings, numpy, pandas and the model load (the same
+        # check, and message, the question rows get below): an error costs the catalog, not the engine.
+        from components.serving.rank import resolve_devices
+
+        resolve_devices(list(device), "--device", allow_files=True)
     prepared_settings()
     if batch is not None and llm is None:
         from kernelcast.commands.deployment import is_deployment_batch, predict_llm_batch

@@ -153,8 +153,16 @@ def test_plots_are_written(tmp_path: Path) -> None:
     frame = evaluate_predictor(ScaledPredictor(set()), _table(), None, model="stub").frame
     written = write_plots(frame, tmp_path)
     names = {p.name for p in written}
-    assert {"pred_vs_measured_duration_us.png", "error_cdf_duration_us.png"} <= names
-    assert all(p.stat().st_size > 1000 for p in written)
+    assert {
+        "pred_vs_measured_duration_us.png",
+        "error_cdf_duration_us.png",
+        "error_by_gpu_duration_us.png",
+    } <= names
+    assert all(p.stat().st_size > 1000 for p in written if p.suffix == ".png")
+    by_gpu = pd.read_csv(tmp_path / "error_by_gpu_duration_us.csv")
+    assert list(by_gpu.columns) == ["device_id", "n", "mape", "median_ape", "within_10"]
+    assert by_gpu["n"].sum() == frame["pred_duration_us"].notna().sum()
+    assert by_gpu["mape"].is_monotonic_decreasing  # worst GPU first
 
 
 @pytest.mark.parametrize(
