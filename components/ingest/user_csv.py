@@ -140,12 +140,9 @@ def shape_problem(family: str, shape: dict[str, int]) -> str | None:
 
 def canonical_row_dtype(text: str) -> str | None:
     """The canonical dtype of a cell (``bfloat16`` -> ``bf16``; quantised GEMM formats as named), or None."""
-    from components.devices import canonical_dtype
-    from components.physics.roofline import GEMM_DTYPES
+    from components.physics.dtypes import canonical_dtype
 
-    spelled = str(text).strip().lower()
-    if spelled in GEMM_DTYPES:
-        return spelled
+    spelled = str(text).strip()
     try:
         return canonical_dtype(spelled) if spelled else None
     except ValueError:
