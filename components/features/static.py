@@ -87,6 +87,9 @@ class KernelStatic:
     loops: dict[str, int]  # {'count', 'max_depth'}
     # Vendor-specific figures (HIP: sgprs, agprs, wave_size, waves per SIMD, VALU/SALU/... counts)
     extra: dict[str, int] = field(default_factory=dict)
+    # SASS loop nest in address order: {'start', 'end', 'parent', 'own': instruction classes whose
+    # innermost loop it is} (static_sass.loop_nest); empty from caches written before it existed.
+    loop_detail: list[dict] = field(default_factory=list)
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -196,6 +199,7 @@ def _build_report(
                 instructions=ins,
                 loop_instructions=in_loop,
                 loops=sass.loops,
+                loop_detail=sass.loop_detail,
             )
         )
     kernels.sort(key=lambda k: k.name)

@@ -9,6 +9,7 @@ import subprocess
 import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 INSTRUCTION_CLASSES: tuple[str, ...] = (
     "fp32",
@@ -81,6 +82,7 @@ class FunctionSass:
     loop_instructions: dict[str, int]
     loops: dict[str, int]
     total: int
+    loop_detail: list[dict] = field(default_factory=list)
 
 
 @dataclass
@@ -135,6 +137,7 @@ def analyze_function(fn: dict) -> FunctionSass:
     counts = dict.fromkeys(INSTRUCTION_CLASSES, 0)
     in_loop = dict.fromkeys(INSTRUCTION_CLASSES, 0)
     loops, depth = loop_structure(instrs)
+    detail = loop_nest(instrs)
     total = 0
     for idx, (ins, d) in enumerate(zip(instrs, depth, strict=True)):
         cls = classify_opcode(ins.get("opcode", "NOP"), str(ins.get("operands", "")))
@@ -144,7 +147,34 @@ def analyze_function(fn: dict) -> FunctionSass:
         total += 1
         if d:
             in_loop[cls] += 1
-    return FunctionSass(fn.get("function-name", "?"), counts, in_loop, loops, total)
+            own = min(
+                (k for k, lp in enumerate(detail) if lp["start"] <= idx <= lp["end"]), key=_span(detail)
+            )
+            detail[own]["own"][cls] = detail[own]["own"].get(cls, 0) + 1
+    return FunctionSass(fn.get("function-name", "?"), counts, in_loop, loops, total, detail)
+
+
+def _span(detail: list[dict]) -> Any:
+    return lambda k: detail[k]["end"] - detail[k]["start"]
+
+
+def loop_nest(instrs: list[dict]) -> list[dict]:
+    """Loop bodies in address order (outer before inner), each {'start', 'end', 'parent', 'own'}:
+    ``parent`` the index of the smallest enclosing body (-1 at top level), ``own`` filled by the
+    caller with the instruction classes whose innermost loop it is. Bodies sharing a head (two
+    back edges to one target) are one loop: its span runs to the last back edge."""
+    ends: dict[int, int] = {}
+    for idx, ins in enumerate(instrs):
+        if ins.get("opcode", "").split(".")[0] in ("BRA", "JMP"):
+            target = _branch_target(ins)
+            if target is not None and target < idx:
+                ends[target] = max(ends.get(target, idx), idx)
+    bodies = sorted(ends.items(), key=lambda b: (b[0], -b[1]))
+    detail: list[dict] = []
+    for lo, hi in bodies:
+        parents = [k for k, lp in enumerate(detail) if lp["start"] <= lo and hi <= lp["end"]]
+        detail.append({"start": lo, "end": hi, "parent": parents[-1] if parents else -1, "own": {}})
+    return detail
 
 
 def _branch_target(ins: dict) -> int | None:

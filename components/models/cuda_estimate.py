@@ -61,6 +61,23 @@ def dynamic_counts(
     }
 
 
+def nest_counts(
+    instructions: dict[str, int], loop_instructions: dict[str, int], detail: list[dict], trips: list[float]
+) -> dict[str, float]:
+    """Per-thread executed instructions by class from the SASS loop nest: straight-line code once,
+    each loop's own instructions (those whose innermost loop it is) times the product of its own
+    and its enclosing loops' trip counts (``trips[i]`` for ``detail[i]``)."""
+    runs: list[float] = []
+    for i, loop in enumerate(detail):
+        parent = int(loop.get("parent", -1))
+        runs.append(trips[i] * (runs[parent] if 0 <= parent < i else 1.0))
+    counts = {c: float(n - loop_instructions.get(c, 0)) for c, n in instructions.items() if c != "total"}
+    for loop, n in zip(detail, runs, strict=True):
+        for c, k in loop.get("own", {}).items():
+            counts[c] = counts.get(c, 0.0) + n * float(k)
+    return counts
+
+
 def _dims(values: Any, what: str) -> tuple[int, int, int]:
     if isinstance(values, int):
         values = [values]
@@ -95,10 +112,14 @@ def estimate_kernel(
     dtype: str | None = None,
     loop_trips: float = LOOP_TRIPS,
     efficiency: float = EFFICIENCY,
+    dynamic: dict[str, float] | None = None,
 ) -> KernelEstimate:
-    """Counts, per-pipe times and the bound pipe of one kernel under one launch on one GPU."""
+    """Counts, per-pipe times and the bound pipe of one kernel under one launch on one GPU.
+
+    ``dynamic`` (per-thread executed instructions by class, e.g. from ``nest_counts`` with the
+    source's trip counts) replaces the ``loop_trips`` assumption when given."""
     threads = math.prod(grid) * math.prod(block)
-    dyn = dynamic_counts(instructions, loop_instructions, loop_trips)
+    dyn = dynamic if dynamic is not None else dynamic_counts(instructions, loop_instructions, loop_trips)
     fp32, fp64, fp16 = dyn.get("fp32", 0.0), dyn.get("fp64", 0.0), dyn.get("fp16", 0.0)
     tensor = dyn.get("tensor", 0.0)
     if dtype in ACCESS_BYTES:
@@ -159,4 +180,5 @@ __all__ = [
     "dynamic_counts",
     "estimate_kernel",
     "launch_dims",
+    "nest_counts",
 ]

@@ -1,0 +1,143 @@
+"""Per-thread instruction counts of a source question's kernels, loops counted by the source.
+
+The SASS of a kernel says which instructions sit in loops, not how often the loops run. Here the
+source is compiled a second time with every loop pinned (``#pragma unroll 1``, static_loops) so
+that each source loop is one SASS loop; when the compiled nest matches the source nest, each
+loop's body runs its source trip count (known from constants, macros, template and scalar
+arguments, the launch) times its enclosing loops'. A loop whose bound stays unknown runs
+``LOOP_TRIPS`` times and the note names what it lacks; a nest that does not match falls back
+to the plain assumption for the whole kernel, saying so.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from components.programs.errors import ProgramError
+
+
+@dataclass
+class LoopCount:
+    """How one kernel's loops were counted: ``dynamic`` per-thread counts (None: every loop body
+    assumed ``LOOP_TRIPS`` times), the source loops, and why the source could not count them."""
+
+    kernel: str
+    dynamic: dict[str, float] | None = None
+    loops: list[Any] = field(default_factory=list)
+    why: str | None = None
+
+    @property
+    def known(self) -> bool:
+        """Every loop's trip count is known (a kernel without loops counts as known)."""
+        return self.why is None and all(lp.trips is not None for lp in self.loops)
+
+    def describe(self) -> str:
+        if self.why:
+            return f"{self.kernel}: {self.why}"
+        if not self.loops:
+            return f"{self.kernel}: no loops"
+        parts = [
+            f"{lp.header} x{lp.trips:g}"
+            if lp.trips is not None
+            else f"{lp.header} unknown ({', '.join(lp.unknown)})"
+            for lp in self.loops
+        ]
+        return f"{self.kernel}: " + "; ".join(parts)
+
+
+def check_args(args: Any) -> dict[str, float]:
+    """Kernel scalar arguments of a question: names to finite numbers."""
+    if args is None:
+        return {}
+    if not isinstance(args, dict):
+        raise ProgramError(
+            'launch args: expected an object of kernel argument names to numbers, e.g. {"n": 4096}'
+        )
+    out: dict[str, float] = {}
+    for name, value in args.items():
+        if not isinstance(name, str) or not name.isidentifier():
+            raise ProgramError(f"launch args: {name!r} is not a kernel argument name")
+        if isinstance(value, bool) or not isinstance(value, int | float) or value != value:
+            raise ProgramError(f"launch args {name}: {value!r} is not a number")
+        out[name] = int(value) if float(value).is_integer() else float(value)
+    return out
+
+
+def check_arg_names(source: str, kernels: list[Any], args: dict[str, float]) -> None:
+    """Every given argument names a scalar parameter of at least one analysed kernel."""
+    from components.features.static_loops import kernel_parameters
+
+    if not args:
+        return
+    known: set[str] = set()
+    for k in kernels:
+        scalars, _ = kernel_parameters(source, k.short_name)
+        known.update(scalars)
+    for name in args:
+        if name not in known:
+            raise ProgramError(
+                f"launch args: {name!r} is no scalar parameter of the kernel(s) "
+                f"({', '.join(sorted(known)) or 'none has scalar parameters'})"
+            )
+
+
+def count_loops(
+    source: str,
+    kernel: Any,
+    pinned: Any | None,
+    defines: dict[str, str],
+    args: dict[str, float],
+    grid: tuple[int, int, int],
+    block: tuple[int, int, int],
+) -> LoopCount:
+    """Per-thread dynamic counts of ``kernel`` from the pinned compile and the source's trips."""
+    from components.features.static_loops import kernel_loops, match_nest
+    from components.models.cuda_estimate import LOOP_TRIPS, nest_counts
+
+    name = kernel.instance or kernel.short_name
+    if int(kernel.loops.get("count", 0)) == 0:
+        return LoopCount(name, None, [])
+    loops = kernel_loops(source, kernel.short_name, kernel.instance, defines, args, grid, block)
+    if loops is None:
+        return LoopCount(
+            name, why=f"kernel body not found in the source: loop bodies assumed {LOOP_TRIPS:g} runs"
+        )
+    if pinned is None or not pinned.loop_detail:
+        return LoopCount(
+            name, loops=loops, why=f"no loop nest compiled: loop bodies assumed {LOOP_TRIPS:g} runs"
+        )
+    if not match_nest(loops, pinned.loop_detail):
+        return LoopCount(
+            name,
+            loops=loops,
+            why=(
+                f"{len(loops)} source loops vs {len(pinned.loop_detail)} compiled ones (device functions or "
+                f"loops the compiler removed): loop bodies assumed {LOOP_TRIPS:g} runs"
+            ),
+        )
+    trips = [lp.trips if lp.trips is not None else LOOP_TRIPS for lp in loops]
+    dynamic = nest_counts(pinned.instructions, pinned.loop_instructions, pinned.loop_detail, trips)
+    return LoopCount(name, dynamic, loops)
+
+
+def loop_note(counts: list[LoopCount]) -> str:
+    """One note on how the kernels' loops were counted and, when some are unknown, what they lack."""
+    from components.models.cuda_estimate import LOOP_TRIPS
+
+    looped = [c for c in counts if c.loops or c.why]
+    if not looped:
+        return "static estimate: no loops, per-thread instruction counts exact"
+    unknown = sorted({n for c in counts for lp in c.loops if lp.trips is None for n in lp.unknown})
+    head = (
+        "loop trip counts from the source"
+        if all(c.known for c in counts)
+        else f"some loop trip counts unknown (each assumed {LOOP_TRIPS:g})"
+        + (f"; give {', '.join(unknown)} with --arg NAME=V or --define NAME=V" if unknown else "")
+    )
+    return f"static estimate: {head}; loops compiled un-unrolled to count them: " + " | ".join(
+        c.describe() for c in looped
+    )
+
+
+__all__ = ["LoopCount", "check_arg_names", "check_args", "count_loops", "loop_note"]
