@@ -162,7 +162,8 @@ def _no_kernel_reason(source: str, prepared: Any, report: StaticReport) -> str:
     if templates:
         return (
             "template kernel(s) " + ", ".join(templates[:4]) + " are never instantiated: no launch site "
-            "k<...><<<...>>> with arguments this file defines was found; add one or an explicit instantiation "
+            "k<...><<<...>>> with arguments this file defines was found; add one or an explicit "
+            "instantiation "
             "such as 'template __global__ void " + templates[0] + "<float>(...);'"
         )
     return (

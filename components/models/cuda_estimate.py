@@ -122,10 +122,7 @@ def estimate_kernel(
     dyn = dynamic if dynamic is not None else dynamic_counts(instructions, loop_instructions, loop_trips)
     fp32, fp64, fp16 = dyn.get("fp32", 0.0), dyn.get("fp64", 0.0), dyn.get("fp16", 0.0)
     tensor = dyn.get("tensor", 0.0)
-    if dtype in ACCESS_BYTES:
-        access = ACCESS_BYTES[dtype]
-    else:
-        access = 8 if fp64 > fp32 else 4
+    access = ACCESS_BYTES.get(dtype, 8 if fp64 > fp32 else 4)
     mem_ops = (
         dyn.get("global_ld", 0.0)
         + dyn.get("global_st", 0.0)

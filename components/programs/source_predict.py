@@ -360,7 +360,7 @@ def _answer(
             "bound": e.bound_pipe,
             "roofline_class": c,
         }
-        for (k, e), c in sorted(zip(estimates, classes), key=lambda p: -p[0][1].duration_us)
+        for (k, e), c in sorted(zip(estimates, classes, strict=False), key=lambda p: -p[0][1].duration_us)
     ]
     with_time = duration > 0 and math.isfinite(duration)
     return {
