@@ -41,7 +41,7 @@ QUESTION_COLUMNS: tuple[str, ...] = (
 )
 KINDS: tuple[str, ...] = ("op", "source", "module")
 LANGUAGES: tuple[str, ...] = ("cuda", "hip")
-LAUNCH_KEYS: tuple[str, ...] = ("grid", "block", "kernel", "defines", "shared_bytes")
+LAUNCH_KEYS: tuple[str, ...] = ("grid", "block", "kernel", "defines", "shared_bytes", "args")
 MAX_SOURCE_CHARS: int = 200_000  # a kernel file, not a code base: the compiler runs on it per request
 MAX_MODULE_CHARS: int = 200_000
 MAX_GRID: int = 2**31 - 1  # CUDA's gridDim.x limit
@@ -164,6 +164,16 @@ def _launch(value: Any, where: str) -> dict[str, Any]:
             ):
                 raise QueryError(f"{where}.defines.{name}: expected NAME: value (a string or number)")
         launch["defines"] = {str(k): str(v) for k, v in defines.items()}
+    if not _absent(raw.get("args")):  # kernel scalar arguments: they count the source's loops
+        args = _object(raw["args"], f"{where}.args")
+        for name, number in args.items():
+            if (
+                not str(name).isidentifier()
+                or isinstance(number, bool)
+                or not isinstance(number, (int, float))
+            ):
+                raise QueryError(f"{where}.args.{name}: expected NAME: number (a kernel scalar argument)")
+        launch["args"] = {str(k): v for k, v in args.items()}
     if not _absent(raw.get("shared_bytes")):
         launch["shared_bytes"] = _int(raw["shared_bytes"], f"{where}.shared_bytes", 0, MAX_SHARED_BYTES)
     return launch
