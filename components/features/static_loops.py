@@ -87,10 +87,10 @@ def _ends_do_while(text: str, mask: bytearray, pos: int) -> bool:
 
 def _c_to_python(expr: str) -> str:
     expr = re.sub(r"static_cast\s*<[^<>]*>", "", expr)
-    expr = _CAST_RE.sub("", expr)
     expr = re.sub(
         r"\bsizeof\s*\(\s*(\w+)\s*\)", lambda m: str(_SIZEOF.get(m.group(1), f"sizeof_{m.group(1)}")), expr
     )
+    expr = _CAST_RE.sub("", expr)
     expr = re.sub(r"\b(\d+(?:\.\d*)?(?:[eE][-+]?\d+)?)[uUlLfF]+\b", r"\1", expr)
     expr = re.sub(r"\b(0[xX][0-9a-fA-F]+)[uUlL]+\b", r"\1", expr)
     expr = re.sub(r"\b(?:std\s*::\s*|::)?(min|max)\s*\(", r"\1(", expr)

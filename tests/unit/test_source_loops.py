@@ -1,0 +1,121 @@
+"""Loop trip counts of CUDA sources from what the question makes known (constants, #define and
+--define, template and scalar arguments, the launch): the tiled matmul fixture's work grows as N^3
+whichever way N is given, and the answer never drops below the roofline of that work."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from components.features.static_loops import evaluate, kernel_loops, kernel_parameters, pin_loops
+from components.programs.errors import ProgramError
+
+FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "cuda"
+MATMUL = (FIXTURES / "tiled_matmul.cu").read_text()
+MATMUL_DEFINE = (FIXTURES / "tiled_matmul_define.cu").read_text()
+TEMPLATED = """template <typename T, int BS, int ITER = 3>
+__global__ void k(T* x, int n, long m) {
+  int nt = (n + BS - 1) / BS;
+  for (int i = threadIdx.x; i < n; i += blockDim.x * gridDim.x) {
+    for (int j = 0; j < nt; j++)
+      for (unsigned s = 1; s < BS; s <<= 1) x[i] += 1;
+  }
+  for (int s = BS / 2; s > 0; s >>= 1) { x[s] = 0; }
+  int q = 0; while (q < ITER) { q++; }
+  for (int r = 0; r < m; ++r) x[r] = 1;
+}"""
+
+
+def test_c_expressions_evaluate_with_c_integer_division() -> None:
+    assert evaluate("(N + TILE - 1) / TILE", {"N": 1000, "TILE": 16}) == 63
+    assert evaluate("-7 / 2", {}) == -3  # C truncates toward zero
+    assert evaluate("min(n, 64u) * sizeof(float)", {"n": 100}) == 256
+    assert evaluate("BS >> 1", {}, {"BS": "(2 * HALF)", "HALF": "128"}) == 128
+
+
+def test_trip_counts_from_scalar_args_template_args_and_the_launch() -> None:
+    loops = kernel_loops(TEMPLATED, "k", "k<float, 256>", {}, {"n": 1 << 20}, (64, 1, 1), (256, 1, 1))
+    assert loops is not None
+    trips = [lp.trips for lp in loops]
+    # grid-stride: 2^20 / (256 x 64); nt = 2^20 / 256; 1,2,..,128 (8 doublings below 256); 128..1 halving
+    assert trips[:4] == [64.0, 4096.0, 8.0, 8.0]
+    assert [lp.parent for lp in loops] == [-1, 0, 1, -1, -1, -1]
+    assert trips[4] is None and "while" in loops[4].unknown[0]  # a while loop is not counted
+    assert trips[5] is None and loops[5].unknown == ["m"]  # names the argument it lacks
+    assert kernel_parameters(TEMPLATED, "k") == (["n", "m"], {"BS": "", "ITER": "3"})
+
+
+def test_define_and_command_line_define() -> None:
+    default = kernel_loops(MATMUL_DEFINE, "matmul", None, {}, {}, (64, 64, 1), (16, 16, 1))
+    given = kernel_loops(MATMUL_DEFINE, "matmul", None, {"N": "4096"}, {}, (64, 64, 1), (16, 16, 1))
+    assert default is not None and given is not None
+    assert [lp.trips for lp in default] == [64.0, 16.0]  # #define N 1024 (the #ifndef default)
+    assert [lp.trips for lp in given] == [256.0, 16.0]  # --define N=4096 wins
+
+
+def test_pin_loops_marks_each_loop_once_and_drops_earlier_unroll_pragmas() -> None:
+    pinned = pin_loops(MATMUL)
+    assert pinned.count("#pragma unroll 1") == 2 and "#pragma unroll\n" not in pinned
+
+
+nvrtc = pytest.importorskip  # the tests below compile with NVRTC (no GPU needed)
+
+
+@pytest.fixture(scope="module")
+def h100() -> object:
+    nvrtc("cuda.bindings.nvrtc")
+    from components.devices import load_catalog
+
+    return load_catalog().resolve("H100")
+
+
+def _ask(source: str, n: int, spec: object, **extra: object) -> dict:
+    from components.programs.source_predict import predict_source
+
+    launch = {"grid": [n // 16, n // 16], "block": [16, 16], **extra}
+    (answer,) = predict_source(source, "cuda", launch, "fp32", [spec], None)
+    return answer
+
+
+@pytest.mark.parametrize(
+    ("source", "how"),
+    [
+        (MATMUL, lambda n: {"args": {"N": n}}),
+        (MATMUL_DEFINE, lambda n: {"defines": {"N": str(n)}}),
+    ],
+    ids=["arg", "define"],
+)
+def test_matmul_work_grows_as_n_cubed_and_stays_above_its_roofline(
+    source: str, how: object, h100: object, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("KERNELCAST_HOME", str(tmp_path))
+    small, large = (_ask(source, n, h100, **how(n)) for n in (1024, 4096))  # type: ignore[operator]
+    flops = [a["gflops"] * a["duration_us"] * 1e3 for a in (small, large)]
+    assert flops[1] == pytest.approx(2 * 4096**3, rel=1e-6)  # one FFMA per (i, j, k): 137 GFLOP
+    assert flops[1] / flops[0] == pytest.approx(64.0, rel=1e-6)  # (4096 / 1024)^3
+    fp32_floor_us = 2 * 4096**3 / (h100.peak_tflops.fp32 * 1e12) * 1e6  # type: ignore[attr-defined]
+    assert large["duration_us"] >= large["roofline_us"] >= fp32_floor_us  # >= 2.05 ms on H100
+    assert large["duration_us_lo"] >= fp32_floor_us
+    assert "from the source" in large["note"] and "x256" in large["note"]
+
+
+def test_unknown_bound_is_named_and_widens_the_interval(
+    h100: object, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("KERNELCAST_HOME", str(tmp_path))
+    unknown = _ask(MATMUL, 4096, h100)
+    known = _ask(MATMUL, 4096, h100, args={"N": 4096})
+    assert "unknown (N)" in unknown["note"] and "--arg" in unknown["note"]
+    width = lambda a: a["duration_us_hi"] / a["duration_us_lo"]  # noqa: E731
+    assert width(known) < width(unknown)
+
+
+def test_an_argument_the_kernel_does_not_take_is_one_clear_error(
+    h100: object, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("KERNELCAST_HOME", str(tmp_path))
+    with pytest.raises(ProgramError, match=r"'M' is no scalar parameter.*\(N\)"):
+        _ask(MATMUL, 1024, h100, args={"M": 3})
+    with pytest.raises(ProgramError, match="not a number"):
+        _ask(MATMUL, 1024, h100, args={"N": "big"})
