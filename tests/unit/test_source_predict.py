@@ -130,4 +130,6 @@ def test_a_kernel_without_a_loop_gets_no_loop_note_and_no_interval_below_its_roo
     (looped,) = predict_source(
         GRID_STRIDE, "cuda", {"grid": [1024], "block": [256]}, "fp32", [load_catalog().resolve("H100")], None
     )
-    assert "scale: 1 loop" in looped["note"] and "run 8 times" in looped["note"], looped["note"]
+    # its bound n is a kernel argument not given: the note names it and the assumed trip count
+    assert "scale: for (" in looped["note"] and "unknown (n)" in looped["note"], looped["note"]
+    assert "assumed 8" in looped["note"] and "--arg" in looped["note"]
