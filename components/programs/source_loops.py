@@ -26,6 +26,7 @@ class LoopCount:
     dynamic: dict[str, float] | None = None
     loops: list[Any] = field(default_factory=list)
     why: str | None = None
+    depth_matched: int = 0  # compiled loops (unswitched or split copies) given their depth's trips
 
     @property
     def known(self) -> bool:
@@ -43,7 +44,10 @@ class LoopCount:
             else f"{lp.header} unknown ({', '.join(lp.unknown)})"
             for lp in self.loops
         ]
-        return f"{self.kernel}: " + "; ".join(parts)
+        matched = (
+            f" ({self.depth_matched} compiled loops matched by nesting depth)" if self.depth_matched else ""
+        )
+        return f"{self.kernel}: " + "; ".join(parts) + matched
 
 
 def check_args(args: Any) -> dict[str, float]:
@@ -108,17 +112,45 @@ def count_loops(
             name, loops=loops, why=f"no loop nest compiled: loop bodies assumed {LOOP_TRIPS:g} runs"
         )
     if not match_nest(loops, pinned.loop_detail):
-        return LoopCount(
-            name,
-            loops=loops,
-            why=(
-                f"{len(loops)} source loops vs {len(pinned.loop_detail)} compiled ones (device functions or "
-                f"loops the compiler removed): loop bodies assumed {LOOP_TRIPS:g} runs"
-            ),
-        )
+        by_depth = _trips_by_depth(loops, pinned.loop_detail)
+        if by_depth is None:
+            return LoopCount(
+                name,
+                loops=loops,
+                why=(
+                    f"{len(loops)} source loops vs {len(pinned.loop_detail)} compiled ones (device functions "
+                    f"or loops the compiler removed): loop bodies assumed {LOOP_TRIPS:g} runs"
+                ),
+            )
+        dynamic = nest_counts(pinned.instructions, pinned.loop_instructions, pinned.loop_detail, by_depth)
+        return LoopCount(name, dynamic, loops, depth_matched=len(pinned.loop_detail))
     trips = [lp.trips if lp.trips is not None else LOOP_TRIPS for lp in loops]
     dynamic = nest_counts(pinned.instructions, pinned.loop_instructions, pinned.loop_detail, trips)
     return LoopCount(name, dynamic, loops)
+
+
+def _trips_by_depth(loops: list[Any], detail: list[dict]) -> list[float] | None:
+    """Trips for compiled loops that do not line up one to one with the source's (the compiler
+    unswitched or split some): each compiled loop at nesting depth d runs as the source loops at
+    depth d, when those agree on one trip count (unknown ones counted ``LOOP_TRIPS``); else None."""
+    from components.models.cuda_estimate import LOOP_TRIPS
+
+    def depths(parents: list[int]) -> list[int]:
+        out: list[int] = []
+        for p in parents:
+            out.append(out[p] + 1 if 0 <= p < len(out) else 0)
+        return out
+
+    source_depth = depths([lp.parent for lp in loops])
+    trips_at: dict[int, set[float]] = {}
+    for lp, d in zip(loops, source_depth, strict=True):
+        trips_at.setdefault(d, set()).add(lp.trips if lp.trips is not None else LOOP_TRIPS)
+    out = []
+    for d in depths([int(x.get("parent", -1)) for x in detail]):
+        if len(trips_at.get(d, set())) != 1:
+            return None
+        out.append(next(iter(trips_at[d])))
+    return out
 
 
 def loop_note(counts: list[LoopCount]) -> str:
