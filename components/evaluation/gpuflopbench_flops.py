@@ -27,11 +27,12 @@ _LAUNCH_CALL = r"\b{name}\s*(?:<[^;]*?>)?\s*<<<[^;]*?>>>\s*\("
 def host_args(text: str, kernel: str, exe_args: list[str]) -> dict[str, float]:
     """Kernel scalar arguments at the first launch site of ``kernel`` that the host makes known."""
     from components.features.static_loops import (
-        _LOCAL_RE,
         Unknown,
-        _split_args,
+        call_arguments,
         evaluate,
         file_macros,
+        host_locals,
+        kernel_param_names,
         kernel_parameters,
     )
 
@@ -44,21 +45,9 @@ def host_args(text: str, kernel: str, exe_args: list[str]) -> dict[str, float]:
     if site is None:
         return {}
     macros = file_macros(host, {})
-    env: dict[str, float] = {}
-    for m in _LOCAL_RE.finditer(host[: site.start()]):
-        try:
-            env[m.group(1)] = evaluate(m.group(2), dict(env), macros)
-        except (Unknown, ValueError, OverflowError, ZeroDivisionError, RecursionError):
-            env.pop(m.group(1), None)
-    depth, j = 0, site.end() - 1
-    while j < len(host):
-        depth += host[j] == "("
-        depth -= host[j] == ")"
-        if depth == 0:
-            break
-        j += 1
-    given = _split_args(host[site.end() : j])
-    params = _param_names(text, kernel)
+    env = host_locals(host[: site.start()], macros)
+    given = call_arguments(host, site.end() - 1)
+    params = kernel_param_names(text, kernel)
     scalars, _ = kernel_parameters(text, kernel)
     out: dict[str, float] = {}
     for name, expr in zip(params, given, strict=False):
@@ -71,17 +60,6 @@ def host_args(text: str, kernel: str, exe_args: list[str]) -> dict[str, float]:
         if isinstance(value, int | float) and math.isfinite(value):
             out[name] = value
     return out
-
-
-def _param_names(text: str, kernel: str) -> list[str]:
-    from components.features.static_loops import _close, _kernel_span, _split_args, code_mask
-
-    mask = code_mask(text)
-    span = _kernel_span(text, mask, kernel)
-    if span is None:
-        return []
-    params = text[span[1] + 1 : _close(text, mask, span[1], "(", ")")]
-    return [p.split("=")[0].split()[-1].strip("*&") if p.split() else "" for p in _split_args(params)]
 
 
 def kernel_file_text(root: Path, program: str, kernel: str) -> str | None:

@@ -472,6 +472,32 @@ def _shrink(start: float, stop: float, kind: str, amount: float) -> float | None
     return float(count)
 
 
+def host_locals(text: str, macros: dict[str, str]) -> dict[str, float]:
+    """Integer locals of host code in textual order (scopes ignored), those that evaluate."""
+    env: dict[str, float] = {}
+    for m in _LOCAL_RE.finditer(text):
+        try:
+            env[m.group(1)] = evaluate(m.group(2), dict(env), macros)
+        except (Unknown, ValueError, OverflowError, ZeroDivisionError, RecursionError):
+            env.pop(m.group(1), None)
+    return env
+
+
+def kernel_param_names(text: str, name: str) -> list[str]:
+    """Every parameter name of kernel ``name`` in order (pointers included)."""
+    mask = code_mask(text)
+    span = _kernel_span(text, mask, name)
+    if span is None:
+        return []
+    params = text[span[1] + 1 : _close(text, mask, span[1], "(", ")")]
+    return [p.split("=")[0].split()[-1].strip("*&") if p.split() else "" for p in _split_args(params)]
+
+
+def call_arguments(text: str, open_paren: int) -> list[str]:
+    """Top-level argument expressions of the call whose '(' is at ``open_paren``."""
+    return _split_args(text[open_paren + 1 : _close(text, code_mask(text), open_paren, "(", ")")])
+
+
 def match_nest(loops: list[SourceLoop], detail: list[dict]) -> bool:
     """True when the compiled loop nest (SASS loops in address order with their parents) is the
     source loop nest: same number of loops, same parent of each. Loops compiled with
@@ -484,9 +510,12 @@ def match_nest(loops: list[SourceLoop], detail: list[dict]) -> bool:
 __all__ = [
     "SourceLoop",
     "Unknown",
+    "call_arguments",
     "evaluate",
     "file_macros",
+    "host_locals",
     "kernel_loops",
+    "kernel_param_names",
     "kernel_parameters",
     "match_nest",
     "pin_loops",

@@ -119,3 +119,35 @@ def test_an_argument_the_kernel_does_not_take_is_one_clear_error(
         _ask(MATMUL, 1024, h100, args={"M": 3})
     with pytest.raises(ProgramError, match="not a number"):
         _ask(MATMUL, 1024, h100, args={"N": "big"})
+
+
+HOST_PROGRAM = """#define BS 256
+__global__ void scale(float* y, int n, int reps) {
+  for (int r = 0; r < reps; r++)
+    for (int i = blockIdx.x * blockDim.x + threadIdx.x; i < n; i += blockDim.x * gridDim.x) y[i] *= 2.f;
+}
+int main(int argc, char** argv) {
+  const int n = atoi(argv[1]);
+  int reps = atoi(argv[2]) * 2;
+  float* y; cudaMalloc(&y, n * sizeof(float));
+  scale<<<(n + BS - 1) / BS, BS>>>(y, n, reps);
+}
+"""
+
+
+def test_host_launch_site_arguments_from_recorded_command_line() -> None:
+    from components.evaluation.gpuflopbench_flops import host_args
+
+    assert host_args(HOST_PROGRAM, "scale", ["4096", "5"]) == {"n": 4096, "reps": 10}
+    assert host_args(HOST_PROGRAM, "scale", []) == {}  # argv not recorded: nothing made known
+
+
+def test_compiled_loops_split_by_the_compiler_take_their_depths_trips() -> None:
+    from components.features.static_loops import SourceLoop
+    from components.programs.source_loops import _trips_by_depth
+
+    loops = [SourceLoop(0, 9, -1, "j", 1.0), SourceLoop(1, 8, 0, "t", 200.0)]
+    unswitched = [{"parent": -1}, {"parent": 0}, {"parent": 0}]  # the inner loop duplicated
+    assert _trips_by_depth(loops, unswitched) == [1.0, 200.0, 200.0]
+    two_inner = [*loops, SourceLoop(2, 7, 0, "u", 3.0)]
+    assert _trips_by_depth(two_inner, [{"parent": -1}, {"parent": 0}]) is None  # depth 1 disagrees
