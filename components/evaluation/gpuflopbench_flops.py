@@ -63,19 +63,29 @@ def host_args(text: str, kernel: str, exe_args: list[str]) -> dict[str, float]:
 
 
 def kernel_file_text(root: Path, program: str, kernel: str) -> str | None:
-    """The program file that defines ``kernel``, its quoted includes inlined (NVRTC gets no -I here)."""
+    """The translation unit that defines ``kernel``, its quoted includes inlined (NVRTC gets no -I
+    here): a ``.cu`` file (``main.cu`` first: it defines the macros its headers use) whose inlined
+    text holds the kernel, else the header that defines it."""
     from components.features.static_source import PreparedSource, inline_includes
 
     folder = root / "src" / program
     if not folder.is_dir():
         return None
     pattern = re.compile(r"__global__[^;{]*?\b" + re.escape(kernel) + r"\s*\(", re.S)
-    for path in sorted(
-        p for p in folder.rglob("*") if p.suffix in (".cu", ".cuh", ".h", ".hpp") and p.is_file()
-    ):
-        text = path.read_text(errors="replace")
+    files = sorted(
+        (p for p in folder.rglob("*") if p.suffix in (".cu", ".cuh", ".h", ".hpp") and p.is_file()),
+        key=lambda p: (p.suffix != ".cu", p.name != "main.cu", p.as_posix()),
+    )
+    for path in files:
+        text = inline_includes(
+            path.read_text(errors="replace"),
+            path.parent,
+            (folder,),
+            PreparedSource(text=""),
+            {path.resolve()},
+        )
         if pattern.search(text):
-            return inline_includes(text, path.parent, (folder,), PreparedSource(text=""), {path.resolve()})
+            return text
     return None
 
 

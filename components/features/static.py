@@ -90,6 +90,9 @@ class KernelStatic:
     # SASS loop nest in address order: {'start', 'end', 'parent', 'own': instruction classes whose
     # innermost loop it is} (static_sass.loop_nest); empty from caches written before it existed.
     loop_detail: list[dict] = field(default_factory=list)
+    # FLOP per thread as Nsight Compute counts them (static_sass.FLOP_WEIGHTS): 'flop_fp32', ... and
+    # 'loop_flop_fp32', ... inside loops; empty from older caches (the estimate then counts 2 per FP op).
+    flops: dict[str, int] = field(default_factory=dict)
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -201,6 +204,7 @@ def _build_report(
                 loop_instructions=in_loop,
                 loops=sass.loops,
                 loop_detail=sass.loop_detail,
+                flops={**sass.flops, **{f"loop_{k}": v for k, v in sass.loop_flops.items()}},
             )
         )
     kernels.sort(key=lambda k: k.name)

@@ -63,6 +63,20 @@ for _cls, _ops in {
         _OPCODE_CLASS[_op] = _cls
 
 
+# Floating-point operations per thread of one instruction, as Nsight Compute counts them
+# (an FMA is 2, add and multiply 1, packed half2 twice that; compares, min/max and selects 0).
+FLOP_WEIGHTS: dict[str, tuple[str, int]] = {
+    **dict.fromkeys(("FADD", "FMUL", "FADD32I", "FMUL32I"), ("flop_fp32", 1)),
+    **dict.fromkeys(("FFMA", "FFMA32I", "FADD2", "FMUL2"), ("flop_fp32", 2)),
+    "FFMA2": ("flop_fp32", 4),
+    **dict.fromkeys(("DADD", "DMUL"), ("flop_fp64", 1)),
+    "DFMA": ("flop_fp64", 2),
+    **dict.fromkeys(("HADD2", "HMUL2", "HADD2_32I", "HMUL2_32I", "HADD2_F32"), ("flop_fp16", 2)),
+    **dict.fromkeys(("HFMA2", "HFMA2_32I"), ("flop_fp16", 4)),
+}
+FLOP_KEYS: tuple[str, ...] = ("flop_fp32", "flop_fp64", "flop_fp16")
+
+
 def classify_opcode(opcode: str, operands: str = "") -> str | None:
     """Instruction class of a SASS opcode such as 'FFMA.FTZ' or 'LDG.E.128'; None for NOP."""
     base = opcode.split(".")[0].upper()
@@ -83,6 +97,8 @@ class FunctionSass:
     loops: dict[str, int]
     total: int
     loop_detail: list[dict] = field(default_factory=list)
+    flops: dict[str, int] = field(default_factory=dict)  # FLOP_KEYS: straight-line + loops, per thread
+    loop_flops: dict[str, int] = field(default_factory=dict)  # FLOP_KEYS inside >= 1 loop
 
 
 @dataclass
@@ -138,6 +154,7 @@ def analyze_function(fn: dict) -> FunctionSass:
     in_loop = dict.fromkeys(INSTRUCTION_CLASSES, 0)
     loops, depth = loop_structure(instrs)
     detail = loop_nest(instrs)
+    flops, loop_flops = dict.fromkeys(FLOP_KEYS, 0), dict.fromkeys(FLOP_KEYS, 0)
     total = 0
     for idx, (ins, d) in enumerate(zip(instrs, depth, strict=True)):
         cls = classify_opcode(ins.get("opcode", "NOP"), str(ins.get("operands", "")))
@@ -145,13 +162,22 @@ def analyze_function(fn: dict) -> FunctionSass:
             continue  # NOP and the 'BRA .' after EXIT only pad the function
         counts[cls] += 1
         total += 1
+        flop_key, weight = FLOP_WEIGHTS.get(ins.get("opcode", "").split(".")[0].upper(), ("", 0))
+        weight = weight if cls != "other" else 0  # 'other': the HFMA2.MMA constant-move idiom
+        if flop_key:
+            flops[flop_key] += weight
         if d:
             in_loop[cls] += 1
             own = min(
                 (k for k, lp in enumerate(detail) if lp["start"] <= idx <= lp["end"]), key=_span(detail)
             )
             detail[own]["own"][cls] = detail[own]["own"].get(cls, 0) + 1
-    return FunctionSass(fn.get("function-name", "?"), counts, in_loop, loops, total, detail)
+            if flop_key:
+                loop_flops[flop_key] += weight
+                detail[own]["own"][flop_key] = detail[own]["own"].get(flop_key, 0) + weight
+    return FunctionSass(
+        fn.get("function-name", "?"), counts, in_loop, loops, total, detail, flops, loop_flops
+    )
 
 
 def _span(detail: list[dict]) -> Any:

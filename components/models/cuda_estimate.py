@@ -61,6 +61,21 @@ def dynamic_counts(
     }
 
 
+FLOP_KEYS: tuple[str, ...] = ("flop_fp32", "flop_fp64", "flop_fp16")  # as static_sass.FLOP_KEYS
+
+
+def counted_instructions(kernel: Any) -> tuple[dict[str, int], dict[str, int]]:
+    """(instructions, loop instructions) of a static kernel with its FLOP counts as extra classes
+    (``flop_fp32`` ...), when the report has them, so dynamic counts carry FLOPs as Nsight counts."""
+    flops = getattr(kernel, "flops", None) or {}
+    if not all(k in flops for k in FLOP_KEYS):
+        return dict(kernel.instructions), dict(kernel.loop_instructions)
+    return (
+        {**kernel.instructions, **{k: flops[k] for k in FLOP_KEYS}},
+        {**kernel.loop_instructions, **{k: flops.get(f"loop_{k}", 0) for k in FLOP_KEYS}},
+    )
+
+
 def nest_counts(
     instructions: dict[str, int], loop_instructions: dict[str, int], detail: list[dict], trips: list[float]
 ) -> dict[str, float]:
@@ -131,7 +146,11 @@ def estimate_kernel(
         + dyn.get("local_ld", 0.0)
         + dyn.get("local_st", 0.0)
     )
-    flops = threads * (2 * fp32 + 2 * fp64 + 4 * fp16 + TENSOR_FLOPS_PER_THREAD * tensor)
+    if all(k in dyn for k in FLOP_KEYS):  # FLOP per instruction as Nsight counts (FMA 2, add 1)
+        per_thread = sum(dyn[k] for k in FLOP_KEYS)
+    else:  # older static reports: every FP instruction counted as an FMA
+        per_thread = 2 * fp32 + 2 * fp64 + 4 * fp16
+    flops = threads * (per_thread + TENSOR_FLOPS_PER_THREAD * tensor)
     int_ops = threads * dyn.get("int", 0.0)
     dram = threads * mem_ops * access
     peaks = spec.peak_tflops
@@ -171,9 +190,11 @@ def estimate_kernel(
 
 __all__ = [
     "ACCESS_BYTES",
+    "FLOP_KEYS",
     "LAUNCH_US",
     "LOOP_TRIPS",
     "KernelEstimate",
+    "counted_instructions",
     "dynamic_counts",
     "estimate_kernel",
     "launch_dims",

@@ -97,7 +97,7 @@ def count_loops(
 ) -> LoopCount:
     """Per-thread dynamic counts of ``kernel`` from the pinned compile and the source's trips."""
     from components.features.static_loops import kernel_loops, match_nest
-    from components.models.cuda_estimate import LOOP_TRIPS, nest_counts
+    from components.models.cuda_estimate import LOOP_TRIPS, counted_instructions, nest_counts
 
     name = kernel.instance or kernel.short_name
     if int(kernel.loops.get("count", 0)) == 0:
@@ -122,10 +122,10 @@ def count_loops(
                     f"or loops the compiler removed): loop bodies assumed {LOOP_TRIPS:g} runs"
                 ),
             )
-        dynamic = nest_counts(pinned.instructions, pinned.loop_instructions, pinned.loop_detail, by_depth)
+        dynamic = nest_counts(*counted_instructions(pinned), pinned.loop_detail, by_depth)
         return LoopCount(name, dynamic, loops, depth_matched=len(pinned.loop_detail))
     trips = [lp.trips if lp.trips is not None else LOOP_TRIPS for lp in loops]
-    dynamic = nest_counts(pinned.instructions, pinned.loop_instructions, pinned.loop_detail, trips)
+    dynamic = nest_counts(*counted_instructions(pinned), pinned.loop_detail, trips)
     return LoopCount(name, dynamic, loops)
 
 
