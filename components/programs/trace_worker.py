@@ -72,7 +72,7 @@ def block_network() -> None:
 
 def limit_memory(memory_bytes: int) -> None:
     if memory_bytes > 0:
-        soft, hard = resource.getrlimit(resource.RLIMIT_AS)
+        _soft, hard = resource.getrlimit(resource.RLIMIT_AS)
         cap = memory_bytes if hard == resource.RLIM_INFINITY else min(memory_bytes, hard)
         resource.setrlimit(resource.RLIMIT_AS, (cap, hard))
 
@@ -150,7 +150,13 @@ def _call(what: str, fn: Any, *args: Any) -> Any:
     except (ModuleTimeout, MemoryError):
         raise
     except Exception as exc:
-        raise RuntimeError(f"{what} failed: {type(exc).__name__}: {exc}") from exc
+        why = ""
+        if type(exc).__name__ == "DynamicOutputShapeException":  # the op's output size depends on data
+            why = (
+                " (an output whose size depends on tensor values, e.g. MoE token routing: "
+                "not traceable on fake tensors)"
+            )
+        raise RuntimeError(f"{what} failed: {type(exc).__name__}: {exc}{why}") from exc
 
 
 # Failures of fake construction that real (CPU) weights avoid: a data-dependent ``.item()`` in
@@ -268,7 +274,7 @@ class _FakeCuda:
     def __enter__(self) -> Self:
         import torch
 
-        self._saved = (torch.Tensor.to, torch.Tensor.cuda, torch.nn.Module.cuda)
+        self._saved = (torch.Tensor.to, torch.Tensor.cuda, torch.nn.Module.cuda, torch.nn.Module._apply)
         original_to = torch.Tensor.to
 
         def to(tensor: Any, *args: Any, **kwargs: Any) -> Any:
@@ -314,13 +320,29 @@ class _FakeCuda:
                         sub._buffers[name] = tensor_cuda(buffer, device)
             return module
 
-        torch.Tensor.to, torch.Tensor.cuda, torch.nn.Module.cuda = to, tensor_cuda, module_cuda
+        def module_apply(module: Any, fn: Any, recurse: bool = True) -> Any:
+            # Module.to / .half() / .float() during the trace (HF MoE routers cast their classifier in
+            # forward): Module._apply cannot swap a fake tensor in place ("Couldn't swap
+            # Linear.weight"), so parameters and buffers are replaced one by one, as module_cuda does.
+            for sub in module.modules() if recurse else [module]:
+                for name, param in list(sub._parameters.items()):
+                    if param is not None:
+                        sub._parameters[name] = torch.nn.Parameter(
+                            fn(param.detach()), requires_grad=param.requires_grad
+                        )
+                for name, buffer in list(sub._buffers.items()):
+                    if buffer is not None:
+                        sub._buffers[name] = fn(buffer)
+            return module
+
+        torch.Tensor.to, torch.Tensor.cuda = to, tensor_cuda
+        torch.nn.Module.cuda, torch.nn.Module._apply = module_cuda, module_apply
         return self
 
     def __exit__(self, *_exc: object) -> None:
         import torch
 
-        torch.Tensor.to, torch.Tensor.cuda, torch.nn.Module.cuda = self._saved
+        torch.Tensor.to, torch.Tensor.cuda, torch.nn.Module.cuda, torch.nn.Module._apply = self._saved
 
 
 def _on_one_device(model: Any, inputs: Any) -> Any:
