@@ -9,6 +9,7 @@ predicted time, each with its bound) and the program's roofline class and boundi
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import math
@@ -22,6 +23,7 @@ import pandas as pd
 from components.programs.errors import ProgramError
 from components.programs.ops import ProgramOps, display_name, program_ops
 from components.programs.overheads import ProgramModel, kind_sums
+from components.programs.program_features import FEATURE_KINDS
 
 PROGRAMS_DIR = "programs"  # under KERNELCAST_HOME/models: one program model per op-predictor basis
 ROOFLINE_BASIS = "roofline"
@@ -58,10 +60,8 @@ def basis_id(predictor: Any) -> str:
     else:  # another family: the rows it was trained on
         text = "\n".join(sorted(getattr(predictor, "trained_on", frozenset()) or ()))
     value = f"{family or 'predictor'}-{hashlib.sha1(text.encode()).hexdigest()[:12]}"
-    try:
+    with contextlib.suppress(AttributeError):
         predictor._kernelcast_basis_id = value  # once per loaded predictor, not per question
-    except AttributeError:
-        pass
     return value
 
 
@@ -142,6 +142,7 @@ def program_frames(
     frame = frame.merge(kind_sums(times.frame, basis_column, "pred"), on=["program", "device_id"], how="left")
     frame = frame.fillna({c: 0.0 for c in frame.columns if c.startswith("pred_") and c != "pred_sum_us"})
     frame["predicted_us"] = model.predict(frame)
+    frame["ops_us"] = model.config().ops(frame, "pred")  # the ops' GPU time inside predicted_us
     return times.frame, frame
 
 
@@ -187,18 +188,22 @@ def _answer(
     name: str,
 ) -> dict[str, Any]:
     roof = float(row["roof_sum_us"])
-    ops = ops.assign(total_us=ops["pred_us"] * ops["count"], roof_total=ops["roof_us"] * ops["count"])
-    # The program runs every op of its breakdown one after another on the GPU: its total is never
-    # below their sum (nor the roofline), whatever the program model's correction says.
-    floor = max(float(ops["total_us"].sum()), roof)
-    duration = float(row["predicted_us"])
-    raised = duration < floor
-    duration = max(duration, floor)
+    # Each op's GPU time in the program: its time in the program model's basis (the op predictor's
+    # answer, or the roofline when the model is the roofline-basis one) times the model's factor for
+    # its kind (>= 1). These sum to the model's ops time, and the total is that plus the learned time
+    # between the ops (>= 0): one model, never below its ops' GPU time nor the roofline.
+    config = model.config()
+    basis_us = ops["pred_us"] if matches else ops["roof_us"]
+    scale = ops["kind"].map(config.op_scale).astype("float64") if len(ops) else 1.0
+    ops = ops.assign(total_us=basis_us * scale * ops["count"], roof_total=ops["roof_us"] * ops["count"])
+    ops_time = float(ops["total_us"].sum())
+    # Kinds the program model has no term for (unknown aten ops, estimated by bytes moved) add on top.
+    outside = ~ops["kind"].isin(list(FEATURE_KINDS)) if len(ops) else pd.Series(dtype=bool)
+    duration = float(row["predicted_us"]) + float(ops.loc[outside, "total_us"].sum())
     moved = float((ops["bytes_moved"] * ops["count"]).sum())
     compute_time = float(ops.loc[ops["bound"] == "compute", "roof_total"].sum())
     roofline_class = "compute" if compute_time >= roof - compute_time else "bandwidth"
-    gpu_part = float(row["pred_sum_us"]) if matches else roof
-    launch_dominated = gpu_part < 0.5 * duration
+    launch_dominated = ops_time < 0.5 * duration
     pipe_time = ops.groupby("pipe")["roof_total"].sum() if len(ops) else pd.Series(dtype=float)
     bound_pipe = "launch" if launch_dominated or pipe_time.empty else str(pipe_time.idxmax())
     top = ops.sort_values("total_us", ascending=False).head(BREAKDOWN_TOP)
@@ -232,11 +237,10 @@ def _answer(
         notes.append(
             f"{uses_roofline} of {len(ops)} distinct ops outside the op model's scope: roofline time"
         )
-    if raised:
-        notes.append(
-            f"program model's total ({float(row['predicted_us']):.4g} us) below its ops' GPU time: raised "
-            f"to their sum, {floor:.4g} us"
-        )
+    notes.append(
+        f"total = the ops' GPU time {ops_time:.4g} us + time between them (launch gaps, host dispatch) "
+        f"{max(duration - ops_time, 0.0):.4g} us"
+    )
     seconds = duration * 1e-6
     ood = (not model.fitted) or bool(program.unmapped)
     answer: dict[str, Any] = {
@@ -263,6 +267,7 @@ def _answer(
     }
     interval = _interval(model, duration)
     if interval is not None:
+        floor = max(ops_time, roof)
         answer["duration_us_lo"], answer["duration_us_hi"] = max(interval[0], floor), max(interval[1], floor)
     return answer
 
