@@ -147,22 +147,24 @@ def program_frames(
 
 
 def predict_module(
-    module: str, dtype: str | None, specs: list[Any], op_predictor: Any
+    module: str, dtype: str | None, specs: list[Any], op_predictor: Any, *, train: bool = False
 ) -> list[dict[str, Any]]:
     """One answer dict per spec for a KernelBench-style module (path or text); ProgramError when
-    the module cannot be traced or the question is malformed."""
+    the module cannot be traced or the question is malformed. ``train``: one training step --
+    forward, backward (autograd's ops, traced on fake tensors) and an Adam step -- with the memory
+    it needs (parameters, gradients, Adam's moments, activations) checked against each GPU's."""
     from components.programs.trace import trace_module
 
     dtype = _check_dtype(dtype)
     if not specs:
         raise ProgramError("a module question needs at least one device")
-    trace = trace_module(module)
+    trace = trace_module(module, train=train)
     from components.programs.program_features import with_dtype
 
     program = with_dtype(program_ops(trace.ops), dtype)
     model, matches = resolve_program_model(op_predictor)
     times, frame = program_frames([program], list(specs), op_predictor, model, matches)
-    return [
+    answers = [
         _answer(
             program,
             spec,
@@ -175,6 +177,31 @@ def predict_module(
         )
         for spec in specs
     ]
+    if train:
+        for answer, spec in zip(answers, specs, strict=True):
+            _training_notes(answer, trace, spec)
+    return answers
+
+
+def _training_notes(answer: dict[str, Any], trace: Any, spec: Any) -> None:
+    """What a training step's answer adds: kernels per phase and whether its state fits the GPU."""
+    from collections import Counter
+
+    phases = Counter(op.get("phase", "forward") for op in trace.ops if not op.get("view"))
+    need = float(sum(trace.memory.values()))
+    have = float(spec.memory_gb) * 2**30
+    parts = ", ".join(f"{k} {v / 2**30:.3g} GiB" for k, v in trace.memory.items())
+    fits = need <= have
+    notes = [
+        "training step: "
+        + ", ".join(f"{phases.get(p, 0)} {p} calls" for p in ("forward", "backward", "optimizer"))
+        + " (loss = sum of the outputs; Adam, one step)",
+        f"memory {'fits' if fits else 'does NOT fit'}: needs {need / 2**30:.3g} GiB ({parts}) of "
+        f"{spec.memory_gb:g} GiB on {spec.name}",
+    ]
+    answer["note"] = "; ".join([*notes, answer["note"]])
+    if not fits:
+        answer["ood"] = True
 
 
 def _answer(

@@ -38,6 +38,7 @@ QUESTION_COLUMNS: tuple[str, ...] = (
     "language",
     "launch",
     "module",
+    "train",
 )
 KINDS: tuple[str, ...] = ("op", "source", "module")
 LANGUAGES: tuple[str, ...] = ("cuda", "hip")
@@ -65,6 +66,7 @@ class Question:
     language: str | None = None
     launch: dict[str, Any] | None = field(default=None, hash=False)
     module: str | None = None
+    train: bool = False  # a module's training step (forward + backward + Adam), not its forward
 
     def kernel_key(self) -> str:
         """Identity of the kernel (not the device): questions sharing it are answered together."""
@@ -72,7 +74,7 @@ class Question:
             return json.dumps(["op", self.op, self.dtype, self.shape], sort_keys=True)
         if self.kind == "source":
             return json.dumps(["source", self.source, self.language, self.launch, self.dtype], sort_keys=True)
-        return json.dumps(["module", self.module, self.dtype])
+        return json.dumps(["module", self.module, self.dtype, self.train])
 
 
 # ------------------------------------------------------------------------------------------ parsing
@@ -254,6 +256,8 @@ def parse_questions(rows: Iterable[Mapping[str, Any]]) -> list[Question]:
                 f"module{'' if not forms else '; got ' + ' and '.join(forms)}"
             )
         kind = forms[0]
+        if kind != "module" and present.get("train") not in (False, "false", "False", 0, "0"):
+            raise QueryError(f"{where}.train: applies to a module question, not to a {kind} question")
         if kind == "op":
             questions.append(_op_question(index, where, present, device))
         elif kind == "source":
@@ -316,7 +320,12 @@ def _module_question(index: int, where: str, present: dict[str, Any], device: An
         raise QueryError(f"{where}.module: expected a PyTorch module's text (or, from the CLI, its path)")
     if len(module) > MAX_MODULE_CHARS:
         raise QueryError(f"{where}.module: {len(module):,} characters; at most {MAX_MODULE_CHARS:,}")
-    return Question(index, "module", device, _dtype(present, where, None), module=module)
+    train = present.get("train", False)
+    if isinstance(train, str) and train.strip().lower() in ("true", "false", "1", "0"):
+        train = train.strip().lower() in ("true", "1")
+    if not isinstance(train, (bool, np.bool_)):
+        raise QueryError(f"{where}.train: expected true or false (a module's training step or its forward)")
+    return Question(index, "module", device, _dtype(present, where, None), module=module, train=bool(train))
 
 
 _QUESTION_REF = re.compile(r"^question (\d+)((?:\.[A-Za-z_][\w]*|\[\d+\])*)")
