@@ -20,6 +20,7 @@ import re
 from dataclasses import dataclass, field
 
 from components.features.static_source import code_mask
+from components.features.static_templates import split_args as _split_args
 
 _FOR_RE = re.compile(r"\b(for|while)\s*\(")
 _DEFINE_RE = re.compile(r"^[ \t]*#[ \t]*define[ \t]+([A-Za-z_]\w*)[ \t]+([^\n]*?)[ \t]*$", re.M)
@@ -59,6 +60,16 @@ class SourceLoop:
     header: str
     trips: float | None = None
     unknown: list[str] = field(default_factory=list)
+
+
+@dataclass(frozen=True)
+class Known:
+    """What a question makes known about a kernel's run: -D macros, scalar arguments, the launch."""
+
+    defines: dict[str, str] = field(default_factory=dict)
+    args: dict[str, float] = field(default_factory=dict)
+    grid: tuple[int, int, int] = (1, 1, 1)
+    block: tuple[int, int, int] = (1, 1, 1)
 
 
 def pin_loops(text: str) -> str:
@@ -128,29 +139,26 @@ def _eval(node: ast.AST, env: dict[str, float], macros: dict[str, str], depth: i
     if isinstance(node, ast.BinOp):
         return _binop(node, env, macros, depth)
     if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id in ("min", "max"):
-        values, missing = [], []
-        for a in node.args:
-            try:
-                values.append(_eval(a, env, macros, depth))
-            except Unknown as exc:
-                missing += exc.names
-        if missing:
-            raise Unknown(missing)
+        values = _eval_all(node.args, env, macros, depth)
         return min(values) if node.func.id == "min" else max(values)
     raise ValueError("unsupported expression")
 
 
-def _binop(node: ast.BinOp, env: dict[str, float], macros: dict[str, str], depth: int) -> float:
-    missing: list[str] = []
-    values = []
-    for side in (node.left, node.right):
+def _eval_all(nodes: list[ast.AST], env: dict[str, float], macros: dict[str, str], depth: int) -> list[float]:
+    """Values of several operands; Unknown naming every missing value among them."""
+    values, missing = [], []
+    for node in nodes:
         try:
-            values.append(_eval(side, env, macros, depth))
+            values.append(_eval(node, env, macros, depth))
         except Unknown as exc:
             missing += exc.names
     if missing:
         raise Unknown(missing)
-    a, b = values
+    return values
+
+
+def _binop(node: ast.BinOp, env: dict[str, float], macros: dict[str, str], depth: int) -> float:
+    a, b = _eval_all([node.left, node.right], env, macros, depth)
     op = node.op
     if isinstance(op, ast.Div | ast.Mod | ast.FloorDiv) and b == 0:
         raise ValueError("division by zero")
@@ -225,21 +233,6 @@ def _close(text: str, mask: bytearray, pos: int, opening: str, closing: str) -> 
     return len(text) - 1
 
 
-def _split_args(text: str) -> list[str]:
-    parts, depth, cur = [], 0, ""
-    for ch in text:
-        if ch in "<([":
-            depth += 1
-        elif ch in ">)]":
-            depth -= 1
-        if ch == "," and depth == 0:
-            parts.append(cur.strip())
-            cur = ""
-        else:
-            cur += ch
-    return [*parts, cur.strip()] if cur.strip() else parts
-
-
 def kernel_parameters(text: str, name: str) -> tuple[list[str], dict[str, str]]:
     """(scalar parameter names, numeric template parameters name -> default or '') of a kernel."""
     mask = code_mask(text)
@@ -264,16 +257,9 @@ def kernel_parameters(text: str, name: str) -> tuple[list[str], dict[str, str]]:
     return scalars, {k: numeric[k] for k in template_names if k in numeric}
 
 
-def kernel_loops(
-    text: str,
-    name: str,
-    instance: str | None,
-    defines: dict[str, str],
-    args: dict[str, float],
-    grid: tuple[int, int, int],
-    block: tuple[int, int, int],
-) -> list[SourceLoop] | None:
+def kernel_loops(text: str, name: str, instance: str | None, known: Known) -> list[SourceLoop] | None:
     """Loops of kernel ``name`` in source pre-order with their trip counts; None if not found."""
+    defines, args, grid, block = known.defines, known.args, known.grid, known.block
     mask = code_mask(text)
     span = _kernel_span(text, mask, name)
     if span is None:
@@ -508,6 +494,7 @@ def match_nest(loops: list[SourceLoop], detail: list[dict]) -> bool:
 
 
 __all__ = [
+    "Known",
     "SourceLoop",
     "Unknown",
     "call_arguments",

@@ -86,15 +86,7 @@ def check_arg_names(source: str, kernels: list[Any], args: dict[str, float]) -> 
             )
 
 
-def count_loops(
-    source: str,
-    kernel: Any,
-    pinned: Any | None,
-    defines: dict[str, str],
-    args: dict[str, float],
-    grid: tuple[int, int, int],
-    block: tuple[int, int, int],
-) -> LoopCount:
+def count_loops(source: str, kernel: Any, pinned: Any | None, known: Any) -> LoopCount:
     """Per-thread dynamic counts of ``kernel`` from the pinned compile and the source's trips."""
     from components.features.static_loops import kernel_loops, match_nest
     from components.models.cuda_estimate import LOOP_TRIPS, counted_instructions, nest_counts
@@ -102,7 +94,7 @@ def count_loops(
     name = kernel.instance or kernel.short_name
     if int(kernel.loops.get("count", 0)) == 0:
         return LoopCount(name, None, [])
-    loops = kernel_loops(source, kernel.short_name, kernel.instance, defines, args, grid, block)
+    loops = kernel_loops(source, kernel.short_name, kernel.instance, known)
     if loops is None:
         return LoopCount(
             name, why=f"kernel body not found in the source: loop bodies assumed {LOOP_TRIPS:g} runs"

@@ -261,7 +261,7 @@ def _loop_counts(
 ) -> list[Any]:
     """How each kernel's loops are counted: from the source through a loop-pinned NVRTC compile
     (components.programs.source_loops); AMDGPU ISA keeps the plain assumption, saying so."""
-    from components.features.static_loops import pin_loops
+    from components.features.static_loops import Known, pin_loops
     from components.models.cuda_estimate import LOOP_TRIPS
     from components.programs.source_loops import LoopCount, count_loops
 
@@ -283,10 +283,8 @@ def _loop_counts(
             except ProgramError:
                 reports[key] = None
         pinned = {k.name: k for k in (reports[key].kernels if reports[key] is not None else [])}
-    return [
-        count_loops(text, k, pinned.get(k.name), dict(report.defines), args, grid, block)
-        for k in report.kernels
-    ]
+    known = Known(dict(report.defines), args, tuple(grid), tuple(block))
+    return [count_loops(text, k, pinned.get(k.name), known) for k in report.kernels]
 
 
 def _occupancy_note(report: Any, block: tuple, spec: Any) -> str | None:

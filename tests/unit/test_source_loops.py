@@ -8,12 +8,17 @@ from pathlib import Path
 
 import pytest
 
-from components.features.static_loops import evaluate, kernel_loops, kernel_parameters, pin_loops
+from components.features.static_loops import Known, evaluate, kernel_loops, kernel_parameters, pin_loops
 from components.programs.errors import ProgramError
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "cuda"
 MATMUL = (FIXTURES / "tiled_matmul.cu").read_text()
-MATMUL_DEFINE = (FIXTURES / "tiled_matmul_define.cu").read_text()
+# The same kernel with N a macro (default 1024, overridden by --define N=...) instead of an argument.
+MATMUL_DEFINE = (
+    MATMUL.replace("#define TILE 16", "#define TILE 16\n#ifndef N\n#define N 1024\n#endif")
+    .replace(", int N) {", ") {")
+    .replace("matmul<<<grid, block>>>(a, b, c, n);", "matmul<<<grid, block>>>(a, b, c);")
+)
 TEMPLATED = """template <typename T, int BS, int ITER = 3>
 __global__ void k(T* x, int n, long m) {
   int nt = (n + BS - 1) / BS;
@@ -35,7 +40,7 @@ def test_c_expressions_evaluate_with_c_integer_division() -> None:
 
 
 def test_trip_counts_from_scalar_args_template_args_and_the_launch() -> None:
-    loops = kernel_loops(TEMPLATED, "k", "k<float, 256>", {}, {"n": 1 << 20}, (64, 1, 1), (256, 1, 1))
+    loops = kernel_loops(TEMPLATED, "k", "k<float, 256>", Known({}, {"n": 1 << 20}, (64, 1, 1), (256, 1, 1)))
     assert loops is not None
     trips = [lp.trips for lp in loops]
     # grid-stride: 2^20 / (256 x 64); nt = 2^20 / 256; 1,2,..,128 (8 doublings below 256); 128..1 halving
@@ -47,8 +52,8 @@ def test_trip_counts_from_scalar_args_template_args_and_the_launch() -> None:
 
 
 def test_define_and_command_line_define() -> None:
-    default = kernel_loops(MATMUL_DEFINE, "matmul", None, {}, {}, (64, 64, 1), (16, 16, 1))
-    given = kernel_loops(MATMUL_DEFINE, "matmul", None, {"N": "4096"}, {}, (64, 64, 1), (16, 16, 1))
+    default = kernel_loops(MATMUL_DEFINE, "matmul", None, Known({}, {}, (64, 64, 1), (16, 16, 1)))
+    given = kernel_loops(MATMUL_DEFINE, "matmul", None, Known({"N": "4096"}, {}, (64, 64, 1), (16, 16, 1)))
     assert default is not None and given is not None
     assert [lp.trips for lp in default] == [64.0, 16.0]  # #define N 1024 (the #ifndef default)
     assert [lp.trips for lp in given] == [256.0, 16.0]  # --define N=4096 wins
