@@ -89,6 +89,13 @@ def kernel_file_text(root: Path, program: str, kernel: str) -> str | None:
     return None
 
 
+def _instance(demangled: str) -> str | None:
+    """``bilateralFilter<3>`` from ``void bilateralFilter<3>(const float *, ...)``; None without
+    template arguments."""
+    m = re.match(r"^(?:void\s+)?(?:[\w:]+::)?(\w+<[^()]*>)\s*\(", demangled.strip())
+    return re.sub(r"\s+", "", m.group(1)) if m else None
+
+
 def _dims(text: str) -> list[int]:
     return [int(v) for v in re.findall(r"\d+", text)][:3]
 
@@ -133,10 +140,20 @@ def score_flops(root: Path, limit_programs: int = 40) -> dict[str, Any]:
             continue
         launch = {"grid": _dims(r["Grid Size"]), "block": _dims(r["Block Size"]), "kernel": kernel}
         row: dict[str, Any] = {"program": r["targetName"], "kernel": kernel, "profiled_flops": profiled}
+        instance = _instance(r["Kernel Name"])
         for label, args in (("args", host_args(text, kernel, r["exeArgs"].split())), ("no_args", {})):
-            try:
-                (answer,) = predict_source(text, "cuda", {**launch, "args": args}, None, [spec], None)
-            except (ProgramError, ValueError):
+            answer = None
+            # the profiled template instance (bilateralFilter<3>) when the source instantiates it, else
+            # every kernel of that name
+            for name in dict.fromkeys(n for n in (instance, kernel) if n):
+                try:
+                    (answer,) = predict_source(
+                        text, "cuda", {**launch, "kernel": name, "args": args}, None, [spec], None
+                    )
+                    break
+                except (ProgramError, ValueError):
+                    continue
+            if answer is None:
                 row[label] = None
                 continue
             row[label] = answer["gflops"] * answer["duration_us"] * 1e3 if answer["gflops"] else 0.0
