@@ -130,12 +130,14 @@ class ConfigModel:
 
     def predict(self, frame: pd.DataFrame, basis: str) -> np.ndarray:
         ops = self.ops(frame, basis)
-        between = np.maximum(self.base(frame, basis) - ops, 0.0)  # launch gaps, host time not hidden
+        base = self.base(frame, basis)
         booster = self.booster()
-        if booster is None:
-            return ops + between
-        x = transfer_features(frame).reindex(columns=self.features, fill_value=0.0).to_numpy("float64")
-        return ops + between * np.clip(booster.predict(x), 0.05, 50.0)
+        if booster is not None:
+            x = transfer_features(frame).reindex(columns=self.features, fill_value=0.0).to_numpy("float64")
+            base = base * np.clip(booster.predict(x), 0.05, 50.0)
+        # the time between the ops (launch gaps, host time not hidden): what the corrected model adds to
+        # the ops' GPU time, never negative -- the correction cannot make an op faster than its time
+        return ops + np.maximum(base - ops, 0.0)
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -269,14 +271,12 @@ def fit_config(
         import lightgbm as lgb
 
         x = transfer_features(frame).drop(columns=list(RESIDUAL_EXCLUDE), errors="ignore")
-        # The correction scales the time between the ops only (the ops' GPU time is the op engine's):
-        # time = ops + between * r. With y = (target - ops) / between and weights between / target,
-        # the weighted L1 loss on r is exactly the relative error of the total, as the evaluation scores.
-        ops = model.ops(frame, "pred")
-        between = np.maximum(model.base(frame, "pred") - ops, 1e-6)
-        y = np.clip((target - ops) / between, 0.05, 50.0)
-        reg = lgb.LGBMRegressor(**{**RESIDUAL_PARAMS, "objective": "regression_l1"}, random_state=seed)
-        reg.fit(x.to_numpy("float64"), y, sample_weight=between / target)
+        # The residual is a multiplicative ratio of the parametric total fitted with LightGBM's MAPE
+        # objective (the relative error the evaluation scores); predict() keeps only what it adds on top
+        # of the ops' GPU time.
+        y = target / np.maximum(model.base(frame, "pred"), 1e-6)
+        reg = lgb.LGBMRegressor(**{**RESIDUAL_PARAMS, "objective": "mape"}, random_state=seed)
+        reg.fit(x.to_numpy("float64"), y)
         model.residual = reg.booster_.model_to_string()
         model.features = list(x.columns)
     return model
