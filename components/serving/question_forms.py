@@ -256,7 +256,11 @@ def parse_questions(rows: Iterable[Mapping[str, Any]]) -> list[Question]:
                 f"module{'' if not forms else '; got ' + ' and '.join(forms)}"
             )
         kind = forms[0]
-        if kind != "module" and present.get("train") not in (False, "false", "False", 0, "0"):
+        if (
+            kind != "module"
+            and "train" in present
+            and present["train"] not in (False, "false", "False", 0, "0")
+        ):
             raise QueryError(f"{where}.train: applies to a module question, not to a {kind} question")
         if kind == "op":
             questions.append(_op_question(index, where, present, device))
