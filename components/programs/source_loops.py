@@ -26,6 +26,8 @@ class LoopCount:
     dynamic: dict[str, float] | None = None
     loops: list[Any] = field(default_factory=list)
     why: str | None = None
+    active: float = 1.0  # share of the launched threads past the kernel's thread-index guard
+    guard: str | None = None
     depth_matched: int = 0  # compiled loops (unswitched or split copies) given their depth's trips
 
     @property
@@ -37,7 +39,7 @@ class LoopCount:
         if self.why:
             return f"{self.kernel}: {self.why}"
         if not self.loops:
-            return f"{self.kernel}: no loops"
+            return f"{self.kernel}: no loops" + self._guard_note()
         parts = [
             f"{lp.header} x{lp.trips:g}"
             if lp.trips is not None
@@ -47,7 +49,10 @@ class LoopCount:
         matched = (
             f" ({self.depth_matched} compiled loops matched by nesting depth)" if self.depth_matched else ""
         )
-        return f"{self.kernel}: " + "; ".join(parts) + matched
+        return f"{self.kernel}: " + "; ".join(parts) + matched + self._guard_note()
+
+    def _guard_note(self) -> str:
+        return f" ({self.active:.1%} of the threads pass {self.guard}: the rest exit)" if self.guard else ""
 
 
 def check_args(args: Any) -> dict[str, float]:
@@ -121,6 +126,23 @@ def count_loops(source: str, kernel: Any, pinned: Any | None, known: Any) -> Loo
     return LoopCount(name, dynamic, loops)
 
 
+def count_kernel(source: str, kernel: Any, pinned: Any | None, known: Any) -> LoopCount:
+    """``count_loops``, then the share of threads a thread-index guard lets through
+    (static_loops.thread_guard): the per-thread counts are averaged over every launched thread."""
+    from components.features.static_loops import thread_guard
+    from components.models.cuda_estimate import counted_instructions, dynamic_counts
+
+    count = count_loops(source, kernel, pinned, known)
+    guard = thread_guard(source, kernel.short_name, known)
+    if guard is None or guard[0] >= 1.0:
+        return count
+    share, text = guard
+    per_thread = count.dynamic if count.dynamic is not None else dynamic_counts(*counted_instructions(kernel))
+    count.dynamic = {c: n * share for c, n in per_thread.items()}
+    count.active, count.guard = share, text
+    return count
+
+
 def _trips_by_depth(loops: list[Any], detail: list[dict]) -> list[float] | None:
     """Trips for compiled loops that do not line up one to one with the source's (the compiler
     unswitched or split some): each compiled loop at nesting depth d runs as the source loops at
@@ -149,7 +171,7 @@ def loop_note(counts: list[LoopCount]) -> str:
     """One note on how the kernels' loops were counted and, when some are unknown, what they lack."""
     from components.models.cuda_estimate import LOOP_TRIPS
 
-    looped = [c for c in counts if c.loops or c.why]
+    looped = [c for c in counts if c.loops or c.why or c.guard]
     if not looped:
         return "static estimate: no loops, per-thread instruction counts exact"
     unknown = sorted({n for c in counts for lp in c.loops if lp.trips is None for n in lp.unknown})
@@ -159,9 +181,8 @@ def loop_note(counts: list[LoopCount]) -> str:
         else f"some loop trip counts unknown (each assumed {LOOP_TRIPS:g})"
         + (f"; give {', '.join(unknown)} with --arg NAME=V or --define NAME=V" if unknown else "")
     )
-    return f"static estimate: {head}; loops compiled un-unrolled to count them: " + " | ".join(
-        c.describe() for c in looped
-    )
+    how = "; loops compiled un-unrolled to count them" if any(c.loops for c in counts) else ""
+    return f"static estimate: {head}{how}: " + " | ".join(c.describe() for c in looped)
 
 
-__all__ = ["LoopCount", "check_arg_names", "check_args", "count_loops", "loop_note"]
+__all__ = ["LoopCount", "check_arg_names", "check_args", "count_kernel", "count_loops", "loop_note"]

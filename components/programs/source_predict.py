@@ -263,7 +263,7 @@ def _loop_counts(
     (components.programs.source_loops); AMDGPU ISA keeps the plain assumption, saying so."""
     from components.features.static_loops import Known, pin_loops
     from components.models.cuda_estimate import LOOP_TRIPS
-    from components.programs.source_loops import LoopCount, count_loops
+    from components.programs.source_loops import LoopCount, count_kernel
 
     if report.arch.startswith("gfx"):
         why = f"loop trips not read from AMDGPU ISA yet: loop bodies assumed {LOOP_TRIPS:g} runs"
@@ -284,7 +284,7 @@ def _loop_counts(
                 reports[key] = None
         pinned = {k.name: k for k in (reports[key].kernels if reports[key] is not None else [])}
     known = Known(dict(report.defines), args, tuple(grid), tuple(block))
-    return [count_loops(text, k, pinned.get(k.name), known) for k in report.kernels]
+    return [count_kernel(text, k, pinned.get(k.name), known) for k in report.kernels]
 
 
 def _occupancy_note(report: Any, block: tuple, spec: Any) -> str | None:

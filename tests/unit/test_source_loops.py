@@ -156,3 +156,46 @@ def test_compiled_loops_split_by_the_compiler_take_their_depths_trips() -> None:
     assert _trips_by_depth(loops, unswitched) == [1.0, 200.0, 200.0]
     two_inner = [*loops, SourceLoop(2, 7, 0, "u", 3.0)]
     assert _trips_by_depth(two_inner, [{"parent": -1}, {"parent": 0}]) is None  # depth 1 disagrees
+
+
+GUARDED = """__global__ void scale(float* y, int n) {
+  int i = blockIdx.x * blockDim.x + threadIdx.x;
+  if (i >= n) return;
+  y[i] = 2.f * y[i] + 1.f;
+}
+"""
+GUARDED_2D = """__global__ void fill(float* y, int w, int h) {
+  const int idx = blockIdx.x*blockDim.x + threadIdx.x;
+  const int idy = blockIdx.y*blockDim.y + threadIdx.y;
+  if (idx < w && idy < h) {
+    y[idy*w+idx] = 1.f;
+  }
+}
+"""
+
+
+def test_thread_index_guards_give_the_share_of_threads_that_work() -> None:
+    from components.features.static_loops import thread_guard
+
+    assert thread_guard(GUARDED, "scale", Known({}, {"n": 1000}, (8, 1, 1), (256, 1, 1))) == (
+        1000 / 2048,
+        "if (i >= n)",
+    )
+    assert thread_guard(GUARDED, "scale", Known({}, {}, (8, 1, 1), (256, 1, 1))) is None  # n not given
+    share, _ = thread_guard(GUARDED_2D, "fill", Known({}, {"w": 100, "h": 10}, (8, 4, 1), (16, 16, 1)))
+    assert share == pytest.approx((100 / 128) * (10 / 64))
+
+
+def test_guarded_threads_do_no_work(h100: object, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from components.programs.source_predict import predict_source
+
+    monkeypatch.setenv("KERNELCAST_HOME", str(tmp_path))
+
+    def flops(n: int) -> float:
+        launch = {"grid": [4096], "block": [256], "args": {"n": n}}
+        (answer,) = predict_source(GUARDED, "cuda", launch, "fp32", [h100], None)
+        return answer["gflops"] * answer["duration_us"] * 1e3
+
+    # one FMA per element: 2 FLOP for each of the n elements, whatever the launch's 1M threads
+    assert flops(1000) == pytest.approx(2 * 1000)
+    assert flops(1 << 20) == pytest.approx(2 * (1 << 20))
