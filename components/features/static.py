@@ -87,6 +87,12 @@ class KernelStatic:
     loops: dict[str, int]  # {'count', 'max_depth'}
     # Vendor-specific figures (HIP: sgprs, agprs, wave_size, waves per SIMD, VALU/SALU/... counts)
     extra: dict[str, int] = field(default_factory=dict)
+    # SASS loop nest in address order: {'start', 'end', 'parent', 'own': instruction classes whose
+    # innermost loop it is} (static_sass.loop_nest); empty from caches written before it existed.
+    loop_detail: list[dict] = field(default_factory=list)
+    # FLOP per thread as Nsight Compute counts them (static_sass.FLOP_WEIGHTS): 'flop_fp32', ... and
+    # 'loop_flop_fp32', ... inside loops; empty from older caches (the estimate then counts 2 per FP op).
+    flops: dict[str, int] = field(default_factory=dict)
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -159,7 +165,8 @@ def _no_kernel_reason(source: str, prepared: Any, report: StaticReport) -> str:
     if templates:
         return (
             "template kernel(s) " + ", ".join(templates[:4]) + " are never instantiated: no launch site "
-            "k<...><<<...>>> with arguments this file defines was found; add one or an explicit instantiation "
+            "k<...><<<...>>> with arguments this file defines was found; add one or an explicit "
+            "instantiation "
             "such as 'template __global__ void " + templates[0] + "<float>(...);'"
         )
     return (
@@ -196,6 +203,8 @@ def _build_report(
                 instructions=ins,
                 loop_instructions=in_loop,
                 loops=sass.loops,
+                loop_detail=sass.loop_detail,
+                flops={**sass.flops, **{f"loop_{k}": v for k, v in sass.loop_flops.items()}},
             )
         )
     kernels.sort(key=lambda k: k.name)

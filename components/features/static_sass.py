@@ -9,6 +9,7 @@ import subprocess
 import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 INSTRUCTION_CLASSES: tuple[str, ...] = (
     "fp32",
@@ -62,6 +63,20 @@ for _cls, _ops in {
         _OPCODE_CLASS[_op] = _cls
 
 
+# Floating-point operations per thread of one instruction, as Nsight Compute counts them
+# (an FMA is 2, add and multiply 1, packed half2 twice that; compares, min/max and selects 0).
+FLOP_WEIGHTS: dict[str, tuple[str, int]] = {
+    **dict.fromkeys(("FADD", "FMUL", "FADD32I", "FMUL32I"), ("flop_fp32", 1)),
+    **dict.fromkeys(("FFMA", "FFMA32I", "FADD2", "FMUL2"), ("flop_fp32", 2)),
+    "FFMA2": ("flop_fp32", 4),
+    **dict.fromkeys(("DADD", "DMUL"), ("flop_fp64", 1)),
+    "DFMA": ("flop_fp64", 2),
+    **dict.fromkeys(("HADD2", "HMUL2", "HADD2_32I", "HMUL2_32I", "HADD2_F32"), ("flop_fp16", 2)),
+    **dict.fromkeys(("HFMA2", "HFMA2_32I"), ("flop_fp16", 4)),
+}
+FLOP_KEYS: tuple[str, ...] = ("flop_fp32", "flop_fp64", "flop_fp16")
+
+
 def classify_opcode(opcode: str, operands: str = "") -> str | None:
     """Instruction class of a SASS opcode such as 'FFMA.FTZ' or 'LDG.E.128'; None for NOP."""
     base = opcode.split(".")[0].upper()
@@ -81,6 +96,9 @@ class FunctionSass:
     loop_instructions: dict[str, int]
     loops: dict[str, int]
     total: int
+    loop_detail: list[dict] = field(default_factory=list)
+    flops: dict[str, int] = field(default_factory=dict)  # FLOP_KEYS: straight-line + loops, per thread
+    loop_flops: dict[str, int] = field(default_factory=dict)  # FLOP_KEYS inside >= 1 loop
 
 
 @dataclass
@@ -135,6 +153,8 @@ def analyze_function(fn: dict) -> FunctionSass:
     counts = dict.fromkeys(INSTRUCTION_CLASSES, 0)
     in_loop = dict.fromkeys(INSTRUCTION_CLASSES, 0)
     loops, depth = loop_structure(instrs)
+    detail = loop_nest(instrs)
+    flops, loop_flops = dict.fromkeys(FLOP_KEYS, 0), dict.fromkeys(FLOP_KEYS, 0)
     total = 0
     for idx, (ins, d) in enumerate(zip(instrs, depth, strict=True)):
         cls = classify_opcode(ins.get("opcode", "NOP"), str(ins.get("operands", "")))
@@ -142,9 +162,45 @@ def analyze_function(fn: dict) -> FunctionSass:
             continue  # NOP and the 'BRA .' after EXIT only pad the function
         counts[cls] += 1
         total += 1
+        flop_key, weight = FLOP_WEIGHTS.get(ins.get("opcode", "").split(".")[0].upper(), ("", 0))
+        weight = weight if cls != "other" else 0  # 'other': the HFMA2.MMA constant-move idiom
+        if flop_key:
+            flops[flop_key] += weight
         if d:
             in_loop[cls] += 1
-    return FunctionSass(fn.get("function-name", "?"), counts, in_loop, loops, total)
+            own = min(
+                (k for k, lp in enumerate(detail) if lp["start"] <= idx <= lp["end"]), key=_span(detail)
+            )
+            detail[own]["own"][cls] = detail[own]["own"].get(cls, 0) + 1
+            if flop_key:
+                loop_flops[flop_key] += weight
+                detail[own]["own"][flop_key] = detail[own]["own"].get(flop_key, 0) + weight
+    return FunctionSass(
+        fn.get("function-name", "?"), counts, in_loop, loops, total, detail, flops, loop_flops
+    )
+
+
+def _span(detail: list[dict]) -> Any:
+    return lambda k: detail[k]["end"] - detail[k]["start"]
+
+
+def loop_nest(instrs: list[dict]) -> list[dict]:
+    """Loop bodies in address order (outer before inner), each {'start', 'end', 'parent', 'own'}:
+    ``parent`` the index of the smallest enclosing body (-1 at top level), ``own`` filled by the
+    caller with the instruction classes whose innermost loop it is. Bodies sharing a head (two
+    back edges to one target) are one loop: its span runs to the last back edge."""
+    ends: dict[int, int] = {}
+    for idx, ins in enumerate(instrs):
+        if ins.get("opcode", "").split(".")[0] in ("BRA", "JMP"):
+            target = _branch_target(ins)
+            if target is not None and target < idx:
+                ends[target] = max(ends.get(target, idx), idx)
+    bodies = sorted(ends.items(), key=lambda b: (b[0], -b[1]))
+    detail: list[dict] = []
+    for lo, hi in bodies:
+        parents = [k for k, lp in enumerate(detail) if lp["start"] <= lo and hi <= lp["end"]]
+        detail.append({"start": lo, "end": hi, "parent": parents[-1] if parents else -1, "own": {}})
+    return detail
 
 
 def _branch_target(ins: dict) -> int | None:

@@ -94,6 +94,9 @@ def _split_args(text: str) -> list[str]:
     return out
 
 
+split_args = _split_args  # the name other static modules import
+
+
 def _template_params(text: str) -> list[tuple[str, str, str | None]]:
     """'typename T, int N = 4' -> [('type', 'T', None), ('value', 'N', '4')]."""
     params = []
@@ -184,7 +187,10 @@ class _Resolver:
             for outer_binding in (
                 self.caller_bindings(outer, depth + 1) if outer and depth < 2 else [{}]
             ) or [{}]:
-                binding = {p[1]: self.substitute(a, m.start(), outer_binding) for p, a in zip(params, args)}
+                binding = {
+                    p[1]: self.substitute(a, m.start(), outer_binding)
+                    for p, a in zip(params, args, strict=False)
+                }
                 if all(v is not None for v in binding.values()) and binding not in bindings:
                     bindings.append(binding)  # type: ignore[arg-type]
         if not bindings:

@@ -66,6 +66,38 @@ def dynamic_counts(
     }
 
 
+FLOP_KEYS: tuple[str, ...] = ("flop_fp32", "flop_fp64", "flop_fp16")  # as static_sass.FLOP_KEYS
+
+
+def counted_instructions(kernel: Any) -> tuple[dict[str, int], dict[str, int]]:
+    """(instructions, loop instructions) of a static kernel with its FLOP counts as extra classes
+    (``flop_fp32`` ...), when the report has them, so dynamic counts carry FLOPs as Nsight counts."""
+    flops = getattr(kernel, "flops", None) or {}
+    if not all(k in flops for k in FLOP_KEYS):
+        return dict(kernel.instructions), dict(kernel.loop_instructions)
+    return (
+        {**kernel.instructions, **{k: flops[k] for k in FLOP_KEYS}},
+        {**kernel.loop_instructions, **{k: flops.get(f"loop_{k}", 0) for k in FLOP_KEYS}},
+    )
+
+
+def nest_counts(
+    instructions: dict[str, int], loop_instructions: dict[str, int], detail: list[dict], trips: list[float]
+) -> dict[str, float]:
+    """Per-thread executed instructions by class from the SASS loop nest: straight-line code once,
+    each loop's own instructions (those whose innermost loop it is) times the product of its own
+    and its enclosing loops' trip counts (``trips[i]`` for ``detail[i]``)."""
+    runs: list[float] = []
+    for i, loop in enumerate(detail):
+        parent = int(loop.get("parent", -1))
+        runs.append(trips[i] * (runs[parent] if 0 <= parent < i else 1.0))
+    counts = {c: float(n - loop_instructions.get(c, 0)) for c, n in instructions.items() if c != "total"}
+    for loop, n in zip(detail, runs, strict=True):
+        for c, k in loop.get("own", {}).items():
+            counts[c] = counts.get(c, 0.0) + n * float(k)
+    return counts
+
+
 def _dims(values: Any, what: str) -> tuple[int, int, int]:
     if isinstance(values, int):
         values = [values]
@@ -100,10 +132,14 @@ def estimate_kernel(
     dtype: str | None = None,
     loop_trips: float = LOOP_TRIPS,
     efficiency: float = EFFICIENCY,
+    dynamic: dict[str, float] | None = None,
 ) -> KernelEstimate:
-    """Counts, per-pipe times and the bound pipe of one kernel under one launch on one GPU."""
+    """Counts, per-pipe times and the bound pipe of one kernel under one launch on one GPU.
+
+    ``dynamic`` (per-thread executed instructions by class, e.g. from ``nest_counts`` with the
+    source's trip counts) replaces the ``loop_trips`` assumption when given."""
     threads = math.prod(grid) * math.prod(block)
-    dyn = dynamic_counts(instructions, loop_instructions, loop_trips)
+    dyn = dynamic if dynamic is not None else dynamic_counts(instructions, loop_instructions, loop_trips)
     fp32, fp64, fp16 = dyn.get("fp32", 0.0), dyn.get("fp64", 0.0), dyn.get("fp16", 0.0)
     tensor = dyn.get("tensor", 0.0)
     access = ACCESS_BYTES.get(dtype, 8 if fp64 > fp32 else 4)
@@ -115,7 +151,11 @@ def estimate_kernel(
         + dyn.get("local_ld", 0.0)
         + dyn.get("local_st", 0.0)
     )
-    flops = threads * (2 * fp32 + 2 * fp64 + 4 * fp16 + TENSOR_FLOPS_PER_THREAD * tensor)
+    if all(k in dyn for k in FLOP_KEYS):  # FLOP per instruction as Nsight counts (FMA 2, add 1)
+        per_thread = sum(dyn[k] for k in FLOP_KEYS)
+    else:  # older static reports: every FP instruction counted as an FMA
+        per_thread = 2 * fp32 + 2 * fp64 + 4 * fp16
+    flops = threads * (per_thread + TENSOR_FLOPS_PER_THREAD * tensor)
     int_ops = threads * dyn.get("int", 0.0)
     dram = threads * mem_ops * access
     peaks = spec.peak_tflops
@@ -155,10 +195,13 @@ def estimate_kernel(
 
 __all__ = [
     "ACCESS_BYTES",
+    "FLOP_KEYS",
     "LAUNCH_US",
     "LOOP_TRIPS",
     "KernelEstimate",
+    "counted_instructions",
     "dynamic_counts",
     "estimate_kernel",
     "launch_dims",
+    "nest_counts",
 ]

@@ -1,14 +1,18 @@
-"""Program-level model: from per-op times to a whole module's wall-clock time, learned from data.
+"""Program-level model: a whole module's wall-clock time as its ops' GPU time plus what runs between them.
 
-    gpu_us = sum over op kinds k of  S_k / eff_k  +  n_kernels * launch_us
-    cpu_us = n_aten * framework_us                     (eager PyTorch dispatch, per aten call)
-    time   = (gpu_us^p + cpu_us^p)^(1/p) * r(x)
+    ops_us = sum over op kinds k of  S_k / eff_k            (eff_k <= 1: an op never runs faster
+                                                             than its basis time)
+    gpu_us = ops_us + w_lowpar * L + n_kernels * launch_us  (launch gaps, under-filled GPUs)
+    cpu_us = n_aten * framework_us                          (eager PyTorch dispatch, per aten call)
+    time   = ops_us + (smoothmax(gpu_us, cpu_us) - ops_us) * r(x)
 
-``S_k`` is the summed op time of kind k from the basis (the op-level predictor, or the roofline),
-``eff_k`` a per-kind efficiency, ``launch_us`` the per-kernel floor, ``framework_us`` the CPU cost
-of one aten call -- GPU and CPU overlap, hence the smooth maximum (``p``). ``r`` is a small
-gradient-boosted residual on transferable program features (time shares per kind, kernel counts,
-logs of times; never a device id or a raw peak), so the model applies to GPUs it never saw.
+``S_k`` is the summed op time of kind k from the basis (the op-level predictor's answers, or the
+roofline), ``L`` the extra time of kernels too small to fill the GPU, ``launch_us`` the per-kernel
+gap, ``framework_us`` the CPU cost of one aten call -- GPU and CPU overlap, hence the smooth maximum
+(``p``). ``r`` is a small gradient-boosted correction of the time *between* the ops, on transferable
+program features (time shares per kind, kernel counts, logs of times; never a device id or a raw
+peak). One total, never below the ops' GPU time by construction: the breakdown's op times (the basis
+scaled by ``eff_k``) sum to ``ops_us`` and everything learned on top of them is non-negative.
 
 Fitted on KernelBench timings of training GPUs only, one model per run config (eager, and each
 torch.compile mode as a separate target). Saved as one JSON file (LightGBM residuals as text).
@@ -84,12 +88,24 @@ class ConfigModel:
     devices: list[str] = field(default_factory=list)
     _booster: Any = field(default=None, repr=False)
 
-    def base(self, frame: pd.DataFrame, basis: str) -> np.ndarray:
-        gpu = np.zeros(len(frame))
-        for kind in PARAM_TERMS:
+    def op_scale(self, kind: str) -> float:
+        """Factor from a kind's basis time to its GPU time in the program (1 / eff_k >= 1)."""
+        return math.exp(-min(self.log_eff.get(kind, 0.0), 0.0)) if kind != "lowpar" else 1.0
+
+    def ops(self, frame: pd.DataFrame, basis: str) -> np.ndarray:
+        """The ops' GPU time: the basis times per kind scaled by ``op_scale``."""
+        total = np.zeros(len(frame))
+        for kind in FEATURE_KINDS:
             column = f"{basis}_{kind}"
             if column in frame.columns:
-                gpu = gpu + frame[column].to_numpy("float64") * math.exp(-self.log_eff.get(kind, 0.0))
+                total = total + frame[column].to_numpy("float64") * self.op_scale(kind)
+        return total
+
+    def base(self, frame: pd.DataFrame, basis: str) -> np.ndarray:
+        gpu = self.ops(frame, basis)
+        column = f"{basis}_lowpar"
+        if column in frame.columns:
+            gpu = gpu + frame[column].to_numpy("float64") * math.exp(-self.log_eff.get("lowpar", 0.0))
         host = np.ones(len(frame))
         if "dram_gbps" in frame.columns and self.host_beta:
             host = np.power(
@@ -113,12 +129,15 @@ class ConfigModel:
         return self._booster
 
     def predict(self, frame: pd.DataFrame, basis: str) -> np.ndarray:
+        ops = self.ops(frame, basis)
         base = self.base(frame, basis)
         booster = self.booster()
-        if booster is None:
-            return base
-        x = transfer_features(frame).reindex(columns=self.features, fill_value=0.0).to_numpy("float64")
-        return base * np.clip(booster.predict(x), 0.05, 50.0)
+        if booster is not None:
+            x = transfer_features(frame).reindex(columns=self.features, fill_value=0.0).to_numpy("float64")
+            base = base * np.clip(booster.predict(x), 0.05, 50.0)
+        # the time between the ops (launch gaps, host time not hidden): what the corrected model adds to
+        # the ops' GPU time, never negative -- the correction cannot make an op faster than its time
+        return ops + np.maximum(base - ops, 0.0)
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -146,6 +165,9 @@ class ProgramModel:
     def predict(self, frame: pd.DataFrame, config: str = "eager") -> np.ndarray:
         model = self.configs.get(config) or self.configs["eager"]
         return model.predict(frame, "pred")
+
+    def config(self, config: str = "eager") -> ConfigModel:
+        return self.configs.get(config) or self.configs["eager"]
 
     def save(self, path: Path) -> Path:
         from components.common.atomic import atomic_write_text
@@ -203,8 +225,8 @@ def _fit_parametric(frame: pd.DataFrame, target: np.ndarray, kinds: Sequence[str
     n_k, n_g = len(active), len(groups)
 
     def unpack(theta: np.ndarray) -> ConfigModel:
-        log_eff = {k: float(v) for k, v in zip(active, theta[:n_k])}
-        cpu_log = {g: float(v) for g, v in zip(groups, theta[n_k : n_k + n_g])}
+        log_eff = {k: float(v) for k, v in zip(active, theta[:n_k], strict=False)}
+        cpu_log = {g: float(v) for g, v in zip(groups, theta[n_k : n_k + n_g], strict=False)}
         launch, framework, beta = theta[n_k + n_g :]
         return ConfigModel(log_eff, float(math.exp(launch)), float(math.exp(framework)), float(beta), cpu_log)
 
@@ -221,11 +243,15 @@ def _fit_parametric(frame: pd.DataFrame, target: np.ndarray, kinds: Sequence[str
     theta0 = np.concatenate(
         [np.zeros(n_k + n_g), [math.log(DEFAULT_LAUNCH_US), math.log(DEFAULT_FRAMEWORK_US), 0.0]]
     )
+    # An op kind's efficiency is at most 1 (log_eff <= 0): the program never runs an op faster than
+    # its basis time (the op engine's answer, or the roofline); the under-filled-GPU term is free.
+    kind_upper = np.array([5.0 if k == "lowpar" else 0.0 for k in active])
+    theta0[:n_k] = np.minimum(theta0[:n_k], kind_upper - 1e-6)
     lower = np.concatenate(
         [np.full(n_k, -3.0), np.full(n_g, -2.0), [math.log(0.5), math.log(0.5), -1.0 if has_host else -1e-9]]
     )
     upper = np.concatenate(
-        [np.full(n_k, 5.0), np.full(n_g, 4.0), [math.log(200.0), math.log(200.0), 1.0 if has_host else 1e-9]]
+        [kind_upper, np.full(n_g, 4.0), [math.log(200.0), math.log(200.0), 1.0 if has_host else 1e-9]]
     )
     fit = least_squares(residuals, theta0, bounds=(lower, upper), loss="soft_l1", f_scale=0.3)
     return unpack(fit.x)
@@ -245,8 +271,9 @@ def fit_config(
         import lightgbm as lgb
 
         x = transfer_features(frame).drop(columns=list(RESIDUAL_EXCLUDE), errors="ignore")
-        # The residual is a multiplicative ratio fitted with LightGBM's MAPE objective: the same
-        # relative error the evaluation scores (stored as its log so predict() stays exp(r)).
+        # The residual is a multiplicative ratio of the parametric total fitted with LightGBM's MAPE
+        # objective (the relative error the evaluation scores); predict() keeps only what it adds on top
+        # of the ops' GPU time.
         y = target / np.maximum(model.base(frame, "pred"), 1e-6)
         reg = lgb.LGBMRegressor(**{**RESIDUAL_PARAMS, "objective": "mape"}, random_state=seed)
         reg.fit(x.to_numpy("float64"), y)

@@ -35,6 +35,11 @@ MODEL_VERSION = "static-roofline"
 # kernels, RTX 3080): the 5th and 95th percentiles of the ratio after the median scaling. Wide,
 # honestly: loop trip counts are not in the SASS.
 INTERVAL_LOW, INTERVAL_HIGH = 0.1, 800.0
+# When every loop's trip count is known (or there are none): the interval runs from the roofline of the
+# counted work up to this factor above the estimate -- the 95th percentile of measured / estimated
+# runtime over the 17 gpuFLOPBench kernels (RTX 3080, first 40 CUDA programs with recorded
+# arguments) whose counts were all known (benchmarks/gpuflopbench_flops.py --programs 40).
+INTERVAL_HIGH_KNOWN = 5.6
 
 
 def _check_inputs(source: Any, language: Any, launch: Any) -> tuple[str, dict[str, Any]]:
@@ -52,10 +57,10 @@ def _check_inputs(source: Any, language: Any, launch: Any) -> tuple[str, dict[st
             raise ProgramError(f"launch: not valid JSON ({exc.msg})") from None
     if not isinstance(launch, dict):
         raise ProgramError('launch: expected an object such as {"grid": [256], "block": [256]}')
-    unknown = sorted(set(launch) - {"grid", "block", "kernel", "defines", "shared_bytes"})
+    unknown = sorted(set(launch) - {"grid", "block", "kernel", "defines", "shared_bytes", "args"})
     if unknown:
         raise ProgramError(
-            f"launch: unknown field {unknown[0]!r} (known: grid, block, kernel, defines, shared_bytes)"
+            f"launch: unknown field {unknown[0]!r} (known: grid, block, kernel, defines, shared_bytes, args)"
         )
     defines = launch.get("defines") or {}
     if not isinstance(defines, dict) or not all(isinstance(k, str) and k.isidentifier() for k in defines):
@@ -199,9 +204,11 @@ def predict_source(
     ``predictor`` (the op-level model) is not used for source questions yet: kernels in source
     have no op shape its features need; the answer's ``model_version`` says what answered.
     """
-    from components.models.cuda_estimate import estimate_kernel, launch_dims
+    from components.models.cuda_estimate import counted_instructions, estimate_kernel, launch_dims
+    from components.programs.source_loops import check_arg_names, check_args
 
     _, launch = _check_inputs(source, language, launch)
+    args = check_args(launch.get("args"))
     try:
         grid, block = launch_dims(launch)
     except ValueError as exc:
@@ -215,21 +222,70 @@ def predict_source(
     answers = []
     for spec in specs:
         report, arch_note = _report_for(source, lang, launch, spec, reports)
+        if not answers:
+            check_arg_names(source, report.kernels, args)
         if report.arch.startswith("gfx"):
             arch_note = "; ".join(n for n in (arch_note, _occupancy_note(report, block, spec)) if n)
+        counts = _loop_counts(source, lang, launch, report, args, grid, block, reports)
         estimates = [
             (
                 k,
                 estimate_kernel(
-                    k.instance or k.short_name, k.instructions, k.loop_instructions, grid, block, spec, dtype
+                    k.instance or k.short_name,
+                    *counted_instructions(k),
+                    grid,
+                    block,
+                    spec,
+                    dtype,
+                    dynamic=c.dynamic,
                 ),
             )
-            for k in report.kernels
+            for k, c in zip(report.kernels, counts, strict=True)
         ]
         answers.append(
-            _answer(estimates, spec, arch_note, classifier, grid, block, len(report.kernels) > 1, source)
+            _answer(
+                estimates, counts, spec, arch_note, classifier, grid, block, len(report.kernels) > 1, source
+            )
         )
     return answers
+
+
+def _loop_counts(
+    source: str,
+    lang: str,
+    launch: dict[str, Any],
+    report: Any,
+    args: dict[str, float],
+    grid: tuple,
+    block: tuple,
+    reports: dict[tuple[str, str], Any],
+) -> list[Any]:
+    """How each kernel's loops are counted: from the source through a loop-pinned NVRTC compile
+    (components.programs.source_loops); AMDGPU ISA keeps the plain assumption, saying so."""
+    from components.features.static_loops import Known, pin_loops
+    from components.models.cuda_estimate import LOOP_TRIPS
+    from components.programs.source_loops import LoopCount, count_kernel
+
+    if report.arch.startswith("gfx"):
+        why = f"loop trips not read from AMDGPU ISA yet: loop bodies assumed {LOOP_TRIPS:g} runs"
+        return [
+            LoopCount(k.instance or k.short_name, why=why if k.loops.get("count", 0) else None)
+            for k in report.kernels
+        ]
+    text = HIP_ON_NVIDIA_SHIM + source if lang == "hip" else source
+    pinned: dict[str, Any] = {}
+    if any(k.loops.get("count", 0) for k in report.kernels):
+        key = ("cuda-pinned", report.arch)
+        if key not in reports:
+            try:
+                reports[key] = _compile(
+                    pin_loops(text), report.arch, launch.get("defines") or {}, launch.get("kernel")
+                )
+            except ProgramError:
+                reports[key] = None
+        pinned = {k.name: k for k in (reports[key].kernels if reports[key] is not None else [])}
+    known = Known(dict(report.defines), args, tuple(grid), tuple(block))
+    return [count_kernel(text, k, pinned.get(k.name), known) for k in report.kernels]
 
 
 def _occupancy_note(report: Any, block: tuple, spec: Any) -> str | None:
@@ -267,35 +323,19 @@ def _kernel_bound(
     return busiest_on_side(estimate.times_us, side) or estimate.bound_pipe
 
 
-def _loop_note(estimates: list[tuple[Any, Any]]) -> str:
-    """Which kernels have loops (their bodies are counted LOOP_TRIPS times: trip counts are not in the
-    SASS), or that none has: then the per-thread instruction counts are exact. Why the interval stays
-    the measured 0.1x-800x either way: it is the spread of all 416 bolet kernels, loop-free ones
-    included, and no narrower spread has been measured for loop-free kernels yet."""
-    from components.models.cuda_estimate import LOOP_TRIPS
-
-    looped = [
-        (k.instance or k.short_name, int(k.loops.get("count", 0)), int(k.loop_instructions.get("total", 0)))
-        for k, _ in estimates
-        if int(getattr(k, "loops", {}).get("count", 0)) > 0
-    ]
-    spread = f"interval: the {INTERVAL_LOW:g}x-{INTERVAL_HIGH:g}x spread measured on 416 compiled kernels"
-    if not looped:
+def _interval_note(known: bool) -> str:
+    """Where the interval comes from: counted work bounds it below when every trip count is known."""
+    if known:
         return (
-            f"static estimate: no loops, per-thread instruction counts exact; {spread} (memory behaviour "
-            "and latency, not trip counts, make its width; not yet measured apart for loop-free kernels)"
+            f"interval: the roofline of the counted work up to {INTERVAL_HIGH_KNOWN:g}x the estimate "
+            "(95th percentile of measured/estimated on gpuFLOPBench kernels whose counts were known)"
         )
-    named = ", ".join(
-        f"{name}: {n} loop{'s' if n > 1 else ''} ({body} instructions)" for name, n, body in looped
-    )
-    return (
-        f"static estimate: loop bodies assumed to run {LOOP_TRIPS:g} times each, trip counts not being in "
-        f"the SASS ({named}); {spread}"
-    )
+    return f"interval: the {INTERVAL_LOW:g}x-{INTERVAL_HIGH:g}x spread measured on 416 compiled kernels"
 
 
 def _answer(
     estimates: list[tuple[Any, Any]],
+    counts: list[Any],
     spec: Any,
     arch_note: str | None,
     classifier: Any,
@@ -310,8 +350,11 @@ def _answer(
     dram = sum(e.dram_bytes for _, e in estimates)
     bounds = [_kernel_bound(classifier, k, e, spec, grid, block, source) for k, e in estimates]
     classes = [class_of_bound(b) for b in bounds]
+    from components.programs.source_loops import loop_note
+
     main = max(range(len(estimates)), key=lambda i: estimates[i][1].duration_us)
-    notes = [_loop_note(estimates)]
+    known = all(c.known for c in counts)
+    notes = [loop_note(counts), _interval_note(known)]
     if several:
         notes.append(
             f"{len(estimates)} kernels in the source, each launched once with this grid and block "
@@ -338,8 +381,8 @@ def _answer(
         # Never below the roofline time (the low end of the measured spread can be, for a kernel
         # whose estimate already sits at its roofline).
         "duration_us": duration,
-        "duration_us_lo": max(duration * INTERVAL_LOW, roofline),
-        "duration_us_hi": duration * INTERVAL_HIGH,
+        "duration_us_lo": roofline if known else max(duration * INTERVAL_LOW, roofline),
+        "duration_us_hi": duration * (INTERVAL_HIGH_KNOWN if known else INTERVAL_HIGH),
         "achieved_gbps": dram / (duration * 1e3) if with_time else None,
         "gflops": flops / (duration * 1e3) if with_time else None,
         "l1_hit_rate": None,

@@ -12,6 +12,7 @@ a child that dies takes only the module it was tracing with it -- the rest go to
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import select
@@ -41,6 +42,7 @@ class ModuleJob:
     name: str
     path: str | None = None
     text: str | None = None
+    train: bool = False  # forward + backward + an Adam step, each op tagged with its phase
 
 
 @dataclass
@@ -51,6 +53,7 @@ class TraceResult:
     error: str | None = None
     reason: str | None = None  # syntax | interface | error | timeout | memory | network | crashed
     seconds: float = 0.0
+    memory: dict[str, float] = field(default_factory=dict)  # training traces: bytes per kind of state
 
     def raise_for_error(self) -> None:
         if not self.ok:
@@ -109,7 +112,7 @@ def _run_batch(
     job the child died on or overran (its result recorded), else None when all finished."""
     read_fd, write_fd = os.pipe()
     request = {
-        "jobs": [{"name": j.name, "path": j.path, "text": j.text} for j in jobs],
+        "jobs": [{"name": j.name, "path": j.path, "text": j.text, "train": j.train} for j in jobs],
         "per_module_s": per_module_s,
         "memory_bytes": memory_bytes,
     }
@@ -177,6 +180,7 @@ def _run_batch(
                         error=message.get("error"),
                         reason=message.get("reason"),
                         seconds=float(message.get("seconds", 0.0)),
+                        memory=message.get("memory") or {},
                     )
                     current = index + 1
                     deadline = time.monotonic() + per_module_s + WATCHDOG_GRACE_S
@@ -217,8 +221,8 @@ def trace_many(
             pool.map(lambda idx: _trace_serial([jobs[i] for i in idx], per_module_s, memory_bytes), shares)
         )
     out: dict[int, TraceResult] = {}
-    for idx, part in zip(shares, parts):
-        out.update(zip(idx, part))
+    for idx, part in zip(shares, parts, strict=False):
+        out.update(zip(idx, part, strict=False))
     return [out[i] for i in range(len(jobs))]
 
 
@@ -228,9 +232,11 @@ def trace_module(
     name: str | None = None,
     per_module_s: float = DEFAULT_PER_MODULE_S,
     memory_bytes: int = DEFAULT_MEMORY_BYTES,
+    train: bool = False,
 ) -> TraceResult:
-    """Trace one module (path or text); ProgramError naming it and why when it cannot be traced."""
-    job = module_job(module, name)
+    """Trace one module (path or text); ProgramError naming it and why when it cannot be traced.
+    ``train``: a training step (forward, backward, Adam), ops tagged ``phase``, ``memory`` filled."""
+    job = dataclasses.replace(module_job(module, name), train=train)
     result = trace_many([job], per_module_s=per_module_s, memory_bytes=memory_bytes)[0]
     result.raise_for_error()
     if not any(not op.get("view") for op in result.ops):

@@ -72,7 +72,7 @@ def block_network() -> None:
 
 def limit_memory(memory_bytes: int) -> None:
     if memory_bytes > 0:
-        soft, hard = resource.getrlimit(resource.RLIMIT_AS)
+        _soft, hard = resource.getrlimit(resource.RLIMIT_AS)
         cap = memory_bytes if hard == resource.RLIM_INFINITY else min(memory_bytes, hard)
         resource.setrlimit(resource.RLIMIT_AS, (cap, hard))
 
@@ -150,7 +150,13 @@ def _call(what: str, fn: Any, *args: Any) -> Any:
     except (ModuleTimeout, MemoryError):
         raise
     except Exception as exc:
-        raise RuntimeError(f"{what} failed: {type(exc).__name__}: {exc}") from exc
+        why = ""
+        if type(exc).__name__ == "DynamicOutputShapeException":  # the op's output size depends on data
+            why = (
+                " (an output whose size depends on tensor values, e.g. MoE token routing: "
+                "not traceable on fake tensors)"
+            )
+        raise RuntimeError(f"{what} failed: {type(exc).__name__}: {exc}{why}") from exc
 
 
 # Failures of fake construction that real (CPU) weights avoid: a data-dependent ``.item()`` in
@@ -158,8 +164,9 @@ def _call(what: str, fn: Any, *args: Any) -> Any:
 RETRY_WITH_REAL_WEIGHTS = ("DataDependentOutputException", "Mixing fake modes")
 
 
-def trace_one(job: dict[str, Any], recorder_cls: Any) -> list[dict[str, Any]]:
-    """Run the module's forward on fake inputs and record its aten calls.
+def trace_one(job: dict[str, Any], recorder_cls: Any) -> dict[str, Any]:
+    """Run the module's forward (with ``train``: a whole training step) on fake inputs and record
+    its aten calls: ``{"ops": [...]}`` plus, for a training step, ``"memory"`` (bytes of state).
 
     First with everything fake; if construction needs real values, again with real CPU weights
     (within the memory limit) and fake inputs -- the forward never touches real data either way.
@@ -172,12 +179,13 @@ def trace_one(job: dict[str, Any], recorder_cls: Any) -> list[dict[str, Any]]:
     else:
         text, filename = job.get("text") or "", f"<{name}>"
     code = compile(text, filename, "exec")
+    train = bool(job.get("train"))
     try:
-        return _trace(code, filename, recorder_cls, real_weights=False)
+        return _trace(code, filename, recorder_cls, real_weights=False, train=train)
     except RuntimeError as exc:
         if not any(marker in str(exc) for marker in RETRY_WITH_REAL_WEIGHTS):
             raise
-        return _trace(code, filename, recorder_cls, real_weights=True)
+        return _trace(code, filename, recorder_cls, real_weights=True, train=train)
 
 
 RNN_GATES = {"lstm": 4, "gru": 3, "rnn_tanh": 1, "rnn_relu": 1}
@@ -268,7 +276,7 @@ class _FakeCuda:
     def __enter__(self) -> Self:
         import torch
 
-        self._saved = (torch.Tensor.to, torch.Tensor.cuda, torch.nn.Module.cuda)
+        self._saved = (torch.Tensor.to, torch.Tensor.cuda, torch.nn.Module.cuda, torch.nn.Module._apply)
         original_to = torch.Tensor.to
 
         def to(tensor: Any, *args: Any, **kwargs: Any) -> Any:
@@ -314,13 +322,29 @@ class _FakeCuda:
                         sub._buffers[name] = tensor_cuda(buffer, device)
             return module
 
-        torch.Tensor.to, torch.Tensor.cuda, torch.nn.Module.cuda = to, tensor_cuda, module_cuda
+        def module_apply(module: Any, fn: Any, recurse: bool = True) -> Any:
+            # Module.to / .half() / .float() during the trace (HF MoE routers cast their classifier in
+            # forward): Module._apply cannot swap a fake tensor in place ("Couldn't swap
+            # Linear.weight"), so parameters and buffers are replaced one by one, as module_cuda does.
+            for sub in module.modules() if recurse else [module]:
+                for name, param in list(sub._parameters.items()):
+                    if param is not None:
+                        sub._parameters[name] = torch.nn.Parameter(
+                            fn(param.detach()), requires_grad=param.requires_grad
+                        )
+                for name, buffer in list(sub._buffers.items()):
+                    if buffer is not None:
+                        sub._buffers[name] = fn(buffer)
+            return module
+
+        torch.Tensor.to, torch.Tensor.cuda = to, tensor_cuda
+        torch.nn.Module.cuda, torch.nn.Module._apply = module_cuda, module_apply
         return self
 
     def __exit__(self, *_exc: object) -> None:
         import torch
 
-        torch.Tensor.to, torch.Tensor.cuda, torch.nn.Module.cuda = self._saved
+        torch.Tensor.to, torch.Tensor.cuda, torch.nn.Module.cuda, torch.nn.Module._apply = self._saved
 
 
 def _on_one_device(model: Any, inputs: Any) -> Any:
@@ -337,12 +361,16 @@ def _on_one_device(model: Any, inputs: Any) -> Any:
     return [v.cuda() if isinstance(v, torch.Tensor) and _is_fake(v) else v for v in values]
 
 
-def _trace(code: Any, filename: str, recorder_cls: Any, *, real_weights: bool) -> list[dict[str, Any]]:
+def _trace(
+    code: Any, filename: str, recorder_cls: Any, *, real_weights: bool, train: bool = False
+) -> dict[str, Any]:
     with _FakeCuda():
-        return _trace_fake(code, filename, recorder_cls, real_weights=real_weights)
+        return _trace_fake(code, filename, recorder_cls, real_weights=real_weights, train=train)
 
 
-def _trace_fake(code: Any, filename: str, recorder_cls: Any, *, real_weights: bool) -> list[dict[str, Any]]:
+def _trace_fake(
+    code: Any, filename: str, recorder_cls: Any, *, real_weights: bool, train: bool = False
+) -> dict[str, Any]:
     import contextlib
 
     import torch
@@ -372,13 +400,75 @@ def _trace_fake(code: Any, filename: str, recorder_cls: Any, *, real_weights: bo
             original = rnn_module._VF
             rnn_module._VF = _RecordedVF(original, recorder)
             try:
-                with torch.no_grad(), recorder:
-                    model(*list(inputs or []))
+                if train:
+                    with recorder:
+                        output = model(*list(inputs or []))
+                else:
+                    with torch.no_grad(), recorder:
+                        model(*list(inputs or []))
             finally:
                 rnn_module._VF = original
+            if train:
+                _train_step(model, output, recorder, memory)
 
+        memory: dict[str, float] = {}
         _call("forward", forward)
-    return recorder.ops
+    return {"ops": recorder.ops, "memory": memory} if train else {"ops": recorder.ops}
+
+
+def _train_step(model: Any, output: Any, recorder: Any, memory: dict[str, float]) -> None:
+    """Backward from the sum of the outputs, then one Adam step written out as the aten ops
+    ``torch.optim.Adam``'s single-tensor path runs per parameter (its own ``step`` reads a scalar
+    with ``.item()``, which fake tensors cannot answer). Fills ``memory`` with the bytes of
+    parameters, gradients, Adam's two moments and the forward's activations (every output of a
+    forward op: what autograd may keep for the backward, an upper bound)."""
+    import torch
+    from torch.utils._pytree import tree_flatten
+
+    forward_ops = len(recorder.ops)
+    params = [p for p in model.parameters() if p.requires_grad] if isinstance(model, torch.nn.Module) else []
+    outputs = [t for t in tree_flatten(output)[0] if isinstance(t, torch.Tensor) and t.requires_grad]
+    if not outputs:
+        raise LookupError("nothing to train: no output of the forward depends on a parameter")
+    with recorder:
+        loss = sum(t.float().sum() for t in outputs)
+        loss.backward()
+    backward_ops = len(recorder.ops)
+    lr, (b1, b2), eps = 1e-3, (0.9, 0.999), 1e-8
+    with torch.no_grad():
+        # Adam's moments exist before a step (made once, at the first): not part of the step's kernels
+        state = [(p, torch.zeros_like(p), torch.zeros_like(p)) for p in params if p.grad is not None]
+    with torch.no_grad(), recorder:
+        for p, m, v in state:
+            m.mul_(b1).add_(p.grad, alpha=1 - b1)
+            v.mul_(b2).addcmul_(p.grad, p.grad, value=1 - b2)
+            p.addcdiv_(m, v.sqrt().add_(eps), value=-lr)
+    for index, op in enumerate(recorder.ops):
+        op["phase"] = (
+            "forward" if index < forward_ops else "backward" if index < backward_ops else "optimizer"
+        )
+    param_bytes = float(sum(p.numel() * p.element_size() for p in params))
+    memory["params"] = param_bytes
+    memory["grads"] = param_bytes
+    memory["optimizer"] = 2 * param_bytes
+    memory["activations"] = float(
+        sum(
+            _bytes(shape, dtype)
+            for op in recorder.ops[:forward_ops]
+            if not op.get("view")
+            for shape, dtype, _ in op.get("outputs", [])
+        )
+    )
+
+
+_DTYPE_BYTES = {"float64": 8, "float32": 4, "int64": 8, "int32": 4, "float16": 2, "bfloat16": 2, "bool": 1}
+
+
+def _bytes(shape: list[int], dtype: str) -> float:
+    n = 1
+    for s in shape:
+        n *= int(s)
+    return float(n * _DTYPE_BYTES.get(dtype, 4))
 
 
 WARM_UP = """
@@ -422,7 +512,7 @@ def main() -> int:
         try:
             signal.setitimer(signal.ITIMER_REAL, per_module)
             try:
-                result.update(ok=True, ops=trace_one(job, recorder_cls))
+                result.update(ok=True, **trace_one(job, recorder_cls))
             finally:
                 signal.setitimer(signal.ITIMER_REAL, 0)
         except ModuleTimeout:

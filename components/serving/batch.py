@@ -162,17 +162,18 @@ def parse_launch(text: str) -> dict[str, Any]:
 
 
 def kernel_from_file(
-    path: Path, launch: str | None, kernel: str | None, defines: list[str]
+    path: Path, launch: str | None, kernel: str | None, defines: list[str], args: list[str] | None = None
 ) -> dict[str, Any]:
-    """The kernel fields of a ``.cu``/``.hip`` source or a ``.py`` module file."""
+    """The kernel fields of a ``.cu``/``.hip`` source or a ``.py`` module file; ``args`` are the
+    kernel's scalar arguments, NAME=NUMBER (they count the source's loops)."""
     path = Path(path)
     suffix = path.suffix.lower()
     if not path.is_file():
         raise QueryError(f"{path}: no such file")
     text = path.read_text(encoding="utf-8", errors="replace")
     if suffix in MODULE_SUFFIXES:
-        if launch:
-            raise QueryError(f"--launch applies to a .cu/.hip source, not the module {path.name}")
+        if launch or args:
+            raise QueryError(f"--launch/--arg apply to a .cu/.hip source, not the module {path.name}")
         return {"module": text}
     if suffix not in SOURCE_LANGUAGES:
         raise QueryError(f"{path}: expected a .cu/.cuh/.hip kernel source or a .py PyTorch module")
@@ -188,7 +189,24 @@ def kernel_from_file(
             if not sep or not name.strip():
                 raise QueryError(f"--define {item!r}: expected NAME=VALUE")
             spec["defines"][name.strip()] = value.strip()
+    if args:
+        spec["args"] = _kernel_args(args)
     return {"source": text, "language": SOURCE_LANGUAGES[suffix], "launch": spec}
+
+
+def _kernel_args(items: list[str]) -> dict[str, float]:
+    """``--arg NAME=NUMBER`` values (ints stay ints: they are loop bounds)."""
+    out: dict[str, float] = {}
+    for item in items:
+        name, sep, value = item.partition("=")
+        try:
+            number = float(value)
+        except ValueError:
+            number = float("nan")
+        if not sep or not name.strip().isidentifier() or number != number:
+            raise QueryError(f"--arg {item!r}: expected NAME=NUMBER, e.g. --arg n=4096")
+        out[name.strip()] = int(number) if number.is_integer() else number
+    return out
 
 
 def expand(

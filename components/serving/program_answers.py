@@ -40,7 +40,7 @@ def _program_answers(
                     f"question {first.index}: module questions are not available in this install "
                     f"(components.programs.module_predict: {exc})"
                 ) from None
-            results = predict_module(first.module, first.dtype, specs, predictor)
+            results = predict_module(first.module, first.dtype, specs, predictor, train=first.train)
     except ProgramError as exc:
         message = str(exc)
         if message.startswith(f"{kind}:"):  # the predictor names the field itself

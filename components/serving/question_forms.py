@@ -40,10 +40,11 @@ QUESTION_COLUMNS: tuple[str, ...] = (
     "language",
     "launch",
     "module",
+    "train",
 )
 KINDS: tuple[str, ...] = ("op", "source", "module")
 LANGUAGES: tuple[str, ...] = ("cuda", "hip")
-LAUNCH_KEYS: tuple[str, ...] = ("grid", "block", "kernel", "defines", "shared_bytes")
+LAUNCH_KEYS: tuple[str, ...] = ("grid", "block", "kernel", "defines", "shared_bytes", "args")
 MAX_SOURCE_CHARS: int = 200_000  # a kernel file, not a code base: the compiler runs on it per request
 MAX_MODULE_CHARS: int = 200_000
 MAX_GRID: int = 2**31 - 1  # CUDA's gridDim.x limit
@@ -67,6 +68,7 @@ class Question:
     language: str | None = None
     launch: dict[str, Any] | None = field(default=None, hash=False)
     module: str | None = None
+    train: bool = False  # a module's training step (forward + backward + Adam), not its forward
 
     def kernel_key(self) -> str:
         """Identity of the kernel (not the device): questions sharing it are answered together."""
@@ -74,7 +76,7 @@ class Question:
             return json.dumps(["op", self.op, self.dtype, self.shape], sort_keys=True)
         if self.kind == "source":
             return json.dumps(["source", self.source, self.language, self.launch, self.dtype], sort_keys=True)
-        return json.dumps(["module", self.module, self.dtype])
+        return json.dumps(["module", self.module, self.dtype, self.train])
 
 
 # ------------------------------------------------------------------------------------------ parsing
@@ -162,6 +164,16 @@ def _launch(value: Any, where: str) -> dict[str, Any]:
             ):
                 raise QueryError(f"{where}.defines.{name}: expected NAME: value (a string or number)")
         launch["defines"] = {str(k): str(v) for k, v in defines.items()}
+    if not _absent(raw.get("args")):  # kernel scalar arguments: they count the source's loops
+        args = _object(raw["args"], f"{where}.args")
+        for name, number in args.items():
+            if (
+                not str(name).isidentifier()
+                or isinstance(number, bool)
+                or not isinstance(number, (int, float))
+            ):
+                raise QueryError(f"{where}.args.{name}: expected NAME: number (a kernel scalar argument)")
+        launch["args"] = {str(k): v for k, v in args.items()}
     if not _absent(raw.get("shared_bytes")):
         launch["shared_bytes"] = _int(raw["shared_bytes"], f"{where}.shared_bytes", 0, MAX_SHARED_BYTES)
     return launch
@@ -242,6 +254,12 @@ def parse_questions(rows: Iterable[Mapping[str, Any]]) -> list[Question]:
                 f"module{'' if not forms else '; got ' + ' and '.join(forms)}"
             )
         kind = forms[0]
+        if (
+            kind != "module"
+            and "train" in present
+            and present["train"] not in (False, "false", "False", 0, "0")
+        ):
+            raise QueryError(f"{where}.train: applies to a module question, not to a {kind} question")
         if kind == "op":
             questions.append(_op_question(index, where, present, device))
         elif kind == "source":
@@ -304,7 +322,12 @@ def _module_question(index: int, where: str, present: dict[str, Any], device: An
         raise QueryError(f"{where}.module: expected a PyTorch module's text (or, from the CLI, its path)")
     if len(module) > MAX_MODULE_CHARS:
         raise QueryError(f"{where}.module: {len(module):,} characters; at most {MAX_MODULE_CHARS:,}")
-    return Question(index, "module", device, _dtype(present, where, None), module=module)
+    train = present.get("train", False)
+    if isinstance(train, str) and train.strip().lower() in ("true", "false", "1", "0"):
+        train = train.strip().lower() in ("true", "1")
+    if not isinstance(train, (bool, np.bool_)):
+        raise QueryError(f"{where}.train: expected true or false (a module's training step or its forward)")
+    return Question(index, "module", device, _dtype(present, where, None), module=module, train=bool(train))
 
 
 _QUESTION_REF = re.compile(r"^question (\d+)((?:\.[A-Za-z_][\w]*|\[\d+\])*)")

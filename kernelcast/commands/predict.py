@@ -33,6 +33,8 @@ def gather_questions(
     *,
     allow_count: bool,
     row_errors: list[Any] | None = None,
+    arg: list[str] | None = None,
+    train: bool = False,
 ) -> Any:
     """Rows from exactly one of: --op/--shape, a source/module FILE, or --batch."""
     from components.serving.batch import expand, kernel_from_file, read_batch
@@ -47,21 +49,26 @@ def gather_questions(
             + (f" (got {' and '.join(forms)})" if forms else "")
         )
     if batch is not None:
-        if dtype or launch or kernel or define:
+        if dtype or launch or kernel or define or arg or train:
             raise UserError(
-                "--dtype/--launch/--kernel/--define do not apply to --batch (put them in the file)"
+                "--dtype/--launch/--kernel/--define/--arg/--train do not apply to --batch "
+                "(put them in the file)"
             )
         records = read_batch(batch, allow_count=allow_count, row_errors=row_errors)
     elif file is not None:
-        record = kernel_from_file(file, launch, kernel, define)
+        record = kernel_from_file(file, launch, kernel, define, arg)
+        if train:
+            if "module" not in record:
+                raise UserError(f"--train applies to a PyTorch module (.py), not the source {file.name}")
+            record["train"] = True
         if dtype:
             record["dtype"] = dtype
         records = [(file.name, record)]
     else:
         if not (op and shape):
             raise UserError("--op and --shape go together, e.g. --op gemm --shape M=4096,N=4096,K=4096")
-        if launch or kernel or define:
-            raise UserError("--launch/--kernel/--define apply to a .cu/.hip FILE, not to --op")
+        if launch or kernel or define or arg or train:
+            raise UserError("--launch/--kernel/--define/--arg/--train apply to a FILE, not to --op")
         records = [("--op/--shape", {"op": op, "shape": parse_shape(shape), "dtype": dtype or "fp32"})]
     return expand(records, device, row_errors)
 
@@ -191,6 +198,14 @@ def predict_command(
     define: Annotated[
         list[str] | None, typer.Option(help="-D macro for the source, NAME=VALUE (repeatable)")
     ] = None,
+    train: Annotated[
+        bool,
+        typer.Option("--train", help="a module's training step: forward + backward + Adam, memory checked"),
+    ] = False,
+    arg: Annotated[
+        list[str] | None,
+        typer.Option(help="a kernel scalar argument, NAME=NUMBER (repeatable): counts the source's loops"),
+    ] = None,
     batch: Annotated[
         Path | None,
         typer.Option(help="CSV or JSONL file of questions (columns: device, dtype, op, shape, ...)"),
@@ -240,7 +255,7 @@ def predict_command(
     if llm is not None:
         from kernelcast.commands.deployment import llm_params, predict_llm
 
-        if file or op or shape or batch or launch or kernel or define:
+        if file or op or shape or batch or launch or kernel or define or arg or train:
             raise UserError("--llm is a question of its own: drop FILE/--op/--shape/--batch/--launch")
         predict_llm(
             llm,
@@ -266,6 +281,8 @@ def predict_command(
         device or [],
         allow_count=False,
         row_errors=errors,
+        arg=arg or [],
+        train=train,
     )
     if batch is None:
         answers, version = answer(rows, model)

@@ -203,9 +203,33 @@ def test_sdpa_module_total_never_below_its_ops_and_causal_halves_the_flops(empty
             op,
         )  # 3 decimals
         assert answer["duration_us_lo"] >= op["duration_us"] - 1e-3
-        assert "raised to their sum" in answer["note"]
+        # one model: an efficiency above 1 is not applied to the op, nothing is raised afterwards
+        assert "total = the ops' GPU time" in answer["note"] and "raised" not in answer["note"]
         assert answer["duration_us"] >= answer["roofline_us"]
     flops = 4 * 8 * 16 * 2048 * 2048 * 64  # QK^T and PV, 2 FLOPs per multiply-add
     assert full["gflops"] * full["duration_us"] * 1e3 == pytest.approx(flops, rel=1e-6)
     assert causal["gflops"] * causal["duration_us"] * 1e3 == pytest.approx(flops / 2, rel=0.01)
     assert causal["roofline_us"] < 0.6 * full["roofline_us"]
+
+
+def test_program_model_total_is_its_ops_plus_non_negative_time_between_them():
+    """One model: whatever efficiency a fit asks for, an op kind never runs faster than its basis time,
+    and what is learned on top (launch gaps, host dispatch, the correction) only adds."""
+    from components.programs.overheads import ConfigModel
+    from components.programs.program_features import FEATURE_KINDS
+
+    frame = pd.DataFrame(
+        {
+            **{f"pred_{k}": [0.0, 0.0] for k in FEATURE_KINDS},
+            "pred_gemm": [500.0, 20.0],
+            "pred_elementwise": [100.0, 5.0],
+            "n_kernels": [3.0, 3.0],
+            "n_aten": [10.0, 400.0],
+        }
+    )
+    model = ConfigModel({"gemm": 2.0, "elementwise": -0.5}, launch_us=4.0, framework_us=6.0)
+    ops = model.ops(frame, "pred")
+    assert ops.tolist() == pytest.approx([500.0 + 100.0 * 2.718281828**0.5, 20.0 + 5.0 * 2.718281828**0.5])
+    total = model.predict(frame, "pred")
+    assert (total >= ops).all()
+    assert total[1] >= 400 * 6.0 - 1e-6  # host-bound: 400 calls x 6 us of dispatch, not hidden

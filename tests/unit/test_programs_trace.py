@@ -140,7 +140,7 @@ def test_a_syntax_error_gives_the_line(batch):
 def test_trace_module_raises_program_error_naming_the_file(tmp_path: Path):
     path = tmp_path / "broken_module.py"
     path.write_text(SYNTAX)
-    with pytest.raises(ProgramError, match="broken_module.py.*syntax error"):
+    with pytest.raises(ProgramError, match=r"broken_module\.py.*syntax error"):
         trace_module(str(path), per_module_s=10.0)
 
 
@@ -149,3 +149,32 @@ def test_a_missing_module_file_is_a_clear_error(tmp_path: Path):
         module_job(str(tmp_path / "absent.py"))
     with pytest.raises(ProgramError, match="empty module text"):
         module_job("   ")
+
+
+# A module that casts a submodule in forward (HF MoE routers do: Switch-Transformer's router casts its
+# classifier), which used to fail with "_apply(): Couldn't swap Linear.weight" on fake tensors.
+CASTS_IN_FORWARD = """
+import torch
+import torch.nn as nn
+
+class Model(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.fc = nn.Linear(128, 64)
+    def forward(self, x):
+        self.fc = self.fc.to(torch.float64)
+        return self.fc(x.to(torch.float64)).sum(dim=1)
+
+def get_inputs():
+    return [torch.randn(32, 128)]
+
+def get_init_inputs():
+    return []
+"""
+
+
+def test_a_module_cast_during_forward_traces_with_its_cast_kernels():
+    result = trace_module(CASTS_IN_FORWARD, per_module_s=30.0)
+    names = [op["aten"] for op in result.ops if not op.get("view")]
+    assert any("addmm" in n for n in names), names
+    assert any("_to_copy" in n for n in names), names  # the casts are kernels too

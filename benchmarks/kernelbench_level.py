@@ -1,0 +1,55 @@
+"""KernelBench leave-one-GPU-out on one level's problems only (eager), beside the sum-of-ops roofline.
+
+A subset of ``kernelcast bench`` (components.evaluation.kernelbench_bench) small enough for a shared
+box: only the chosen level's modules are traced, and each held-out GPU's program model is fitted on
+that level's rows of the other GPUs.
+
+Usage (from the repository root):
+  KERNELCAST_HOME=.kernelcast python benchmarks/kernelbench_level.py --level 3 [--cache DIR] [--csv FILE]
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+
+def main() -> None:
+    from components.devices import load_catalog
+    from components.evaluation.kernelbench_bench import run_kernelbench_bench
+    from components.ingest.kernelbench import ingest
+
+    parser = argparse.ArgumentParser(description=__doc__)
+    root = Path(__file__).resolve().parents[2] / "shared" / "datasets" / "kernelbench"
+    parser.add_argument("--root", type=Path, default=root)
+    parser.add_argument("--level", default="3")
+    parser.add_argument("--cache", type=Path, default=Path(".kernelcast") / "kbcache")
+    parser.add_argument("--csv", type=Path, default=None)
+    ns = parser.parse_args()
+    out = ingest(ns.root, load_catalog())
+    kernels = out.kernels
+    chosen = (
+        kernels["program"].astype(str).str.startswith(f"level{ns.level}/") & kernels["source_text"].notna()
+    )
+    bench = run_kernelbench_bench(
+        out.measurements,
+        kernels,
+        ns.cache,
+        configs=["eager"],
+        kernel_ids=sorted(set(kernels.loc[chosen, "kernel_id"])),
+    )
+    for row in bench.rows:
+        if row["metric"] == "mape":
+            print(row["family"], row["scope"], row["ours"], row["n"], row["n_asked"])
+    print("\n".join(bench.notes))
+    if ns.csv is not None and bench.predictions is not None:
+        from components.common.atomic import atomic_write_text
+
+        atomic_write_text(ns.csv, bench.predictions.to_csv(index=False))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,191 @@
+"""gpuFLOPBench programs run with their recorded arguments: our FLOP count against Nsight Compute's.
+
+Each profiled CUDA kernel with ``exeArgs`` is asked as a source question (components.programs.
+source_predict) on the RTX 3080 with its profiled grid and block. Its scalar arguments come from
+the program's own launch site: the call's argument expressions evaluated with the file's macros
+and the host's integer locals in textual order, ``atoi(argv[k])`` and friends replaced by the
+recorded arguments (a deliberately simple host reading: scopes and control flow are ignored, so
+an argument it cannot evaluate stays unknown and its loops fall back, as the answer says).
+The profiled FLOPs are ``(spPerf + dpPerf) * xtime``; the figure is the share of kernels whose
+counted FLOPs are within 2x of them, beside the same share with no arguments given.
+"""
+
+from __future__ import annotations
+
+import csv
+import math
+import re
+from pathlib import Path
+from typing import Any
+
+_ARGV_RE = re.compile(
+    r"\b(?:std\s*::\s*)?(?:atoi|atol|atoll|atof|stoi|stol|stoul|strtol|strtoul)\s*\(\s*argv\s*\[\s*(\d+)\s*\][^)]*\)"
+)
+_LAUNCH_CALL = r"\b{name}\s*(?:<[^;]*?>)?\s*<<<[^;]*?>>>\s*\("
+
+
+def host_args(text: str, kernel: str, exe_args: list[str]) -> dict[str, float]:
+    """Kernel scalar arguments at the first launch site of ``kernel`` that the host makes known."""
+    from components.features.static_loops import (
+        Unknown,
+        call_arguments,
+        evaluate,
+        file_macros,
+        host_locals,
+        kernel_param_names,
+        kernel_parameters,
+    )
+
+    def argv(m: re.Match[str]) -> str:
+        k = int(m.group(1))
+        return exe_args[k - 1] if 0 < k <= len(exe_args) else m.group(0)
+
+    host = _ARGV_RE.sub(argv, text)
+    site = re.search(_LAUNCH_CALL.format(name=re.escape(kernel)), host)
+    if site is None:
+        return {}
+    macros = file_macros(host, {})
+    env = host_locals(host[: site.start()], macros)
+    given = call_arguments(host, site.end() - 1)
+    params = kernel_param_names(text, kernel)
+    scalars, _ = kernel_parameters(text, kernel)
+    out: dict[str, float] = {}
+    for name, expr in zip(params, given, strict=False):
+        if name not in scalars:
+            continue
+        try:
+            value = evaluate(expr, dict(env), macros)
+        except (Unknown, ValueError, OverflowError, ZeroDivisionError, RecursionError):
+            continue
+        if isinstance(value, int | float) and math.isfinite(value):
+            out[name] = value
+    return out
+
+
+def kernel_file_text(root: Path, program: str, kernel: str) -> str | None:
+    """The translation unit that defines ``kernel``, its quoted includes inlined (NVRTC gets no -I
+    here): a ``.cu`` file (``main.cu`` first: it defines the macros its headers use) whose inlined
+    text holds the kernel, else the header that defines it."""
+    from components.features.static_source import PreparedSource, inline_includes
+
+    folder = root / "src" / program
+    if not folder.is_dir():
+        return None
+    pattern = re.compile(r"__global__[^;{]*?\b" + re.escape(kernel) + r"\s*\(", re.S)
+    files = sorted(
+        (p for p in folder.rglob("*") if p.suffix in (".cu", ".cuh", ".h", ".hpp") and p.is_file()),
+        key=lambda p: (p.suffix != ".cu", p.name != "main.cu", p.as_posix()),
+    )
+    for path in files:
+        text = inline_includes(
+            path.read_text(errors="replace"),
+            path.parent,
+            (folder,),
+            PreparedSource(text=""),
+            {path.resolve()},
+        )
+        if pattern.search(text):
+            return text
+    return None
+
+
+def _instance(demangled: str) -> str | None:
+    """``bilateralFilter<3>`` from ``void bilateralFilter<3>(const float *, ...)``; None without
+    template arguments."""
+    m = re.match(r"^(?:void\s+)?(?:[\w:]+::)?(\w+<[^()]*>)\s*\(", demangled.strip())
+    return re.sub(r"\s+", "", m.group(1)) if m else None
+
+
+def _dims(text: str) -> list[int]:
+    return [int(v) for v in re.findall(r"\d+", text)][:3]
+
+
+def _rows(root: Path, limit: int) -> list[dict[str, str]]:
+    """First profiled row of each CUDA kernel with recorded arguments, programs in name order."""
+    with (root / "cuda-profiling" / "profiling-data.csv").open(newline="") as fh:
+        rows = [
+            r
+            for r in csv.DictReader(fh)
+            if r["targetName"].endswith("-cuda") and r["exeArgs"] not in ("", "NULL")
+        ]
+    seen: set[tuple[str, str]] = set()
+    out = []
+    programs: list[str] = []
+    for r in sorted(rows, key=lambda r: r["targetName"]):
+        key = (r["targetName"], r["kernelName"])
+        if key in seen:
+            continue
+        if r["targetName"] not in programs:
+            if len(programs) >= limit:
+                break
+            programs.append(r["targetName"])
+        seen.add(key)
+        out.append(r)
+    return out
+
+
+def score_flops(root: Path, limit_programs: int = 40) -> dict[str, Any]:
+    """Counted vs profiled FLOPs (and runtime) of the first ``limit_programs`` CUDA programs."""
+    from components.devices import load_catalog
+    from components.programs.errors import ProgramError
+    from components.programs.source_predict import predict_source
+
+    spec = load_catalog().resolve("RTX 3080")
+    results: list[dict[str, Any]] = []
+    for r in _rows(root, limit_programs):
+        profiled = (float(r["spPerf"] or 0) + float(r["dpPerf"] or 0)) * float(r["xtime"]) * 1e-9
+        kernel = re.split(r"[<(]", r["kernelName"])[0].strip()
+        text = kernel_file_text(root, r["targetName"], kernel)
+        if not text or profiled <= 0:
+            continue
+        launch = {"grid": _dims(r["Grid Size"]), "block": _dims(r["Block Size"]), "kernel": kernel}
+        row: dict[str, Any] = {"program": r["targetName"], "kernel": kernel, "profiled_flops": profiled}
+        instance = _instance(r["Kernel Name"])
+        for label, args in (("args", host_args(text, kernel, r["exeArgs"].split())), ("no_args", {})):
+            answer = None
+            # the profiled template instance (bilateralFilter<3>) when the source instantiates it, else
+            # every kernel of that name
+            for name in dict.fromkeys(n for n in (instance, kernel) if n):
+                try:
+                    (answer,) = predict_source(
+                        text, "cuda", {**launch, "kernel": name, "args": args}, None, [spec], None
+                    )
+                    break
+                except (ProgramError, ValueError):
+                    continue
+            if answer is None:
+                row[label] = None
+                continue
+            row[label] = answer["gflops"] * answer["duration_us"] * 1e3 if answer["gflops"] else 0.0
+            row[f"{label}_us"] = answer["duration_us"]
+            row[f"{label}_known"] = (
+                "trip counts from the source" in answer["note"] or "no loops" in answer["note"]
+            )
+        row["measured_us"] = float(r["xtime"]) / 1e3
+        results.append(row)
+    return {"rows": results, **summarise(results)}
+
+
+def summarise(rows: list[dict[str, Any]]) -> dict[str, Any]:
+    """Share within 2x of the profiled FLOPs, with and without arguments; runtime ratio spread."""
+
+    def within(label: str) -> float | None:
+        scored = [r for r in rows if r.get(label) is not None]
+        if not scored:
+            return None
+        ok = [r for r in scored if r[label] > 0 and 0.5 <= r[label] / r["profiled_flops"] <= 2.0]
+        return len(ok) / len(scored)
+
+    known = sorted(r["measured_us"] / r["args_us"] for r in rows if r.get("args_known") and r.get("args_us"))
+    quant = (lambda q: known[min(len(known) - 1, int(q * len(known)))]) if known else (lambda q: None)
+    return {
+        "kernels": len(rows),
+        "compiled": sum(r.get("args") is not None for r in rows),
+        "within_2x_args": within("args"),
+        "within_2x_no_args": within("no_args"),
+        "counts_known": len(known),
+        "measured_over_estimated_known": {"p05": quant(0.05), "p50": quant(0.5), "p95": quant(0.95)},
+    }
+
+
+__all__ = ["host_args", "score_flops", "summarise"]

@@ -1,0 +1,573 @@
+"""Loop trip counts of a CUDA/HIP kernel from its source and what the question makes known.
+
+SASS shows where loops are, not how often they run. The source usually says it: ``for (int t = 0;
+t < N / TILE; ++t)`` runs ``N / TILE`` times once ``N`` and ``TILE`` are known -- from an integer
+constant, a ``#define`` (or ``--define``), a template argument of the launched instance, a kernel
+scalar argument given with the question (``--arg N=4096``), a local computed from those, or the
+launch (``blockDim.x``, ``gridDim.x``). Thread and block indices count as 0: a loop bounded by them
+is counted for the first thread (an upper bound for strided loops). A loop whose bound stays
+unknown is reported with the names it lacks, so the answer can say why its interval is wide.
+
+``pin_loops`` marks every loop ``#pragma unroll 1`` so the compiler keeps one SASS loop per source
+loop: the SASS loop nest then lines up with the source loop nest and each body is one iteration.
+"""
+
+from __future__ import annotations
+
+import ast
+import math
+import re
+from dataclasses import dataclass, field
+
+from components.features.static_source import code_mask
+from components.features.static_templates import split_args as _split_args
+
+_FOR_RE = re.compile(r"\b(for|while)\s*\(")
+_DEFINE_RE = re.compile(r"^[ \t]*#[ \t]*define[ \t]+([A-Za-z_]\w*)[ \t]+([^\n]*?)[ \t]*$", re.M)
+_CONST_RE = re.compile(
+    r"\b(?:static\s+)?(?:constexpr|const)\s+(?:unsigned\s+|signed\s+)?(?:int|long|long\s+long|size_t|short)"
+    r"\s+([A-Za-z_]\w*)\s*=\s*([^;{}]+);"
+)
+_LOCAL_RE = re.compile(
+    r"\b(?:const\s+)?(?:unsigned\s+|signed\s+)?(?:int|long|long\s+long|size_t|short|unsigned|int64_t|int32_t"
+    r"|uint32_t|uint64_t|auto)\s+([A-Za-z_]\w*)\s*=\s*([^;{}]+);"
+)
+_UNROLL_RE = re.compile(r"^[ \t]*#[ \t]*pragma[ \t]+unroll\b[^\n]*$", re.M)
+_CAST_RE = re.compile(
+    r"\(\s*(?:const\s+)?(?:unsigned\s+|signed\s+)?(?:int|long|long\s+long|size_t|short|float|double|unsigned"
+    r"|int64_t|int32_t|uint32_t|uint64_t)\s*\)"
+)
+_SIZEOF = {"char": 1, "short": 2, "int": 4, "float": 4, "double": 8, "long": 8, "half": 2, "size_t": 8}
+_BUILTINS = ("threadIdx", "blockIdx", "blockDim", "gridDim")
+MAX_TRIPS = 1e12  # a bound beyond this is an unparsed expression, not a loop
+
+
+class Unknown(Exception):
+    """An expression names values the question does not give; ``names`` lists them."""
+
+    def __init__(self, names: list[str]) -> None:
+        super().__init__(", ".join(names))
+        self.names = names
+
+
+@dataclass
+class SourceLoop:
+    """One loop of a kernel body: position, parent (index in the list, -1 at top level), trips."""
+
+    start: int
+    end: int
+    parent: int
+    header: str
+    trips: float | None = None
+    unknown: list[str] = field(default_factory=list)
+
+
+@dataclass(frozen=True)
+class Known:
+    """What a question makes known about a kernel's run: -D macros, scalar arguments, the launch."""
+
+    defines: dict[str, str] = field(default_factory=dict)
+    args: dict[str, float] = field(default_factory=dict)
+    grid: tuple[int, int, int] = (1, 1, 1)
+    block: tuple[int, int, int] = (1, 1, 1)
+
+
+def pin_loops(text: str) -> str:
+    """The source with every ``for``/``while``/``do`` loop marked ``#pragma unroll 1`` (earlier
+    unroll pragmas dropped), so each source loop compiles to exactly one SASS loop."""
+    text = _UNROLL_RE.sub("", text)
+    mask = code_mask(text)
+    out, cursor = [], 0
+    for m in re.finditer(r"\b(for|while|do)\b", text):
+        if not mask[m.start()] or (m.group(1) == "while" and _ends_do_while(text, mask, m.start())):
+            continue
+        out.append(text[cursor : m.start()])
+        out.append("\n#pragma unroll 1\n")
+        cursor = m.start()
+    out.append(text[cursor:])
+    return "".join(out)
+
+
+def _ends_do_while(text: str, mask: bytearray, pos: int) -> bool:
+    """True for the ``while`` closing a ``do { } while (...)`` (it follows a '}')."""
+    j = pos - 1
+    while j >= 0 and (text[j].isspace() or not mask[j]):
+        j -= 1
+    return j >= 0 and text[j] == "}"
+
+
+def _c_to_python(expr: str) -> str:
+    expr = re.sub(r"static_cast\s*<[^<>]*>", "", expr)
+    expr = re.sub(
+        r"\bsizeof\s*\(\s*(\w+)\s*\)", lambda m: str(_SIZEOF.get(m.group(1), f"sizeof_{m.group(1)}")), expr
+    )
+    expr = _CAST_RE.sub("", expr)
+    expr = re.sub(r"\b(\d+(?:\.\d*)?(?:[eE][-+]?\d+)?)[uUlLfF]+\b", r"\1", expr)
+    expr = re.sub(r"\b(0[xX][0-9a-fA-F]+)[uUlL]+\b", r"\1", expr)
+    expr = re.sub(r"\b(?:std\s*::\s*|::)?(min|max)\s*\(", r"\1(", expr)
+    expr = re.sub(r"\b(threadIdx|blockIdx|blockDim|gridDim)\s*\.\s*([xyz])\b", r"\1_\2", expr)
+    return expr.replace("&&", " and ").replace("||", " or ").replace("!", " not ").replace(" not =", "!=")
+
+
+def evaluate(expr: str, env: dict[str, float], macros: dict[str, str] | None = None, depth: int = 0) -> float:
+    """Value of a C integer expression under ``env`` (macros expanded on demand); Unknown if it
+    names a value not known, ValueError if it is not an expression this evaluator reads."""
+    try:
+        tree = ast.parse(_c_to_python(expr).strip(), mode="eval")
+    except SyntaxError:
+        raise ValueError(f"cannot read {expr!r}") from None
+    return _eval(tree.body, env, macros or {}, depth)
+
+
+def _eval(node: ast.AST, env: dict[str, float], macros: dict[str, str], depth: int) -> float:
+    if (
+        isinstance(node, ast.Constant)
+        and isinstance(node.value, int | float)
+        and not isinstance(node.value, bool)
+    ):
+        return node.value
+    if isinstance(node, ast.Name):
+        if node.id in env:
+            return env[node.id]
+        if node.id in macros and depth < 16:
+            env[node.id] = evaluate(macros[node.id], env, macros, depth + 1)
+            return env[node.id]
+        raise Unknown([node.id])
+    if isinstance(node, ast.UnaryOp) and isinstance(node.op, ast.USub | ast.UAdd | ast.Invert):
+        v = _eval(node.operand, env, macros, depth)
+        return -v if isinstance(node.op, ast.USub) else (~int(v) if isinstance(node.op, ast.Invert) else v)
+    if isinstance(node, ast.BinOp):
+        return _binop(node, env, macros, depth)
+    if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id in ("min", "max"):
+        values = _eval_all(node.args, env, macros, depth)
+        return min(values) if node.func.id == "min" else max(values)
+    raise ValueError("unsupported expression")
+
+
+def _eval_all(nodes: list[ast.AST], env: dict[str, float], macros: dict[str, str], depth: int) -> list[float]:
+    """Values of several operands; Unknown naming every missing value among them."""
+    values, missing = [], []
+    for node in nodes:
+        try:
+            values.append(_eval(node, env, macros, depth))
+        except Unknown as exc:
+            missing += exc.names
+    if missing:
+        raise Unknown(missing)
+    return values
+
+
+def _binop(node: ast.BinOp, env: dict[str, float], macros: dict[str, str], depth: int) -> float:
+    a, b = _eval_all([node.left, node.right], env, macros, depth)
+    op = node.op
+    if isinstance(op, ast.Div | ast.Mod | ast.FloorDiv) and b == 0:
+        raise ValueError("division by zero")
+    both_int = isinstance(a, int) and isinstance(b, int)
+    if isinstance(op, ast.Div):
+        return int(a / b) if both_int else a / b  # C truncates integer division toward zero
+    if isinstance(op, ast.Mod):
+        return int(math.fmod(a, b)) if both_int else math.fmod(a, b)
+    ops = {
+        ast.Add: lambda: a + b,
+        ast.Sub: lambda: a - b,
+        ast.Mult: lambda: a * b,
+        ast.LShift: lambda: int(a) << int(b),
+        ast.RShift: lambda: int(a) >> int(b),
+        ast.BitAnd: lambda: int(a) & int(b),
+        ast.BitOr: lambda: int(a) | int(b),
+        ast.BitXor: lambda: int(a) ^ int(b),
+    }
+    for kind, fn in ops.items():
+        if isinstance(op, kind):
+            return fn()
+    raise ValueError("unsupported operator")
+
+
+def file_macros(text: str, defines: dict[str, str]) -> dict[str, str]:
+    """Object-like ``#define`` macros of the source, then file-scope integer constants; the user's
+    ``--define`` values win (the source's ``#ifndef N`` defaults yield to them)."""
+    macros = {name: value.split("//")[0].strip() for name, value in _DEFINE_RE.findall(text)}
+    macros = {k: v for k, v in macros.items() if v and "(" not in k}
+    for name, value in _CONST_RE.findall(text):
+        macros.setdefault(name, value.strip())
+    macros.update({k: str(v) for k, v in defines.items()})
+    return macros
+
+
+def _kernel_span(text: str, mask: bytearray, name: str) -> tuple[int, int, int, int] | None:
+    """(start of the definition head, '(' of the parameters, '{', '}') of ``__global__ ... name(``."""
+    for m in re.finditer(r"__global__", text):
+        if not mask[m.start()]:
+            continue
+        head = re.compile(r"[^;{}]*?\b" + re.escape(name) + r"\s*\(", re.S).match(text, m.end())
+        if not head:
+            continue
+        paren = head.end() - 1
+        depth, j = 0, paren
+        while j < len(text):
+            if mask[j] and text[j] == "(":
+                depth += 1
+            elif mask[j] and text[j] == ")":
+                depth -= 1
+                if depth == 0:
+                    break
+            j += 1
+        brace = text.find("{", j)
+        if brace < 0 or ";" in text[j:brace]:
+            continue
+        return m.start(), paren, brace, _close(text, mask, brace, "{", "}")
+    return None
+
+
+def _close(text: str, mask: bytearray, pos: int, opening: str, closing: str) -> int:
+    depth = 0
+    for j in range(pos, len(text)):
+        if not mask[j]:
+            continue
+        if text[j] == opening:
+            depth += 1
+        elif text[j] == closing:
+            depth -= 1
+            if depth == 0:
+                return j
+    return len(text) - 1
+
+
+def kernel_parameters(text: str, name: str) -> tuple[list[str], dict[str, str]]:
+    """(scalar parameter names, numeric template parameters name -> default or '') of a kernel."""
+    mask = code_mask(text)
+    span = _kernel_span(text, mask, name)
+    if span is None:
+        return [], {}
+    head_start, paren, _, _ = span
+    params = text[paren + 1 : _close(text, mask, paren, "(", ")")]
+    scalars = [
+        p.split("=")[0].split()[-1]
+        for p in _split_args(params)
+        if p and "*" not in p and "&" not in p and "[" not in p and len(p.split("=")[0].split()) >= 2
+    ]
+    before = text[max(0, head_start - 400) : head_start]
+    tmpl = re.search(r"template\s*<([^{};]*)>\s*$", before)
+    numeric: dict[str, str] = {}
+    for p in _split_args(tmpl.group(1)) if tmpl else []:
+        words = p.split("=")[0].split()
+        if len(words) >= 2 and words[0] not in ("typename", "class"):
+            numeric[words[-1]] = p.split("=", 1)[1].strip() if "=" in p else ""
+    template_names = [p.split("=")[0].split()[-1] for p in _split_args(tmpl.group(1))] if tmpl else []
+    return scalars, {k: numeric[k] for k in template_names if k in numeric}
+
+
+def kernel_loops(text: str, name: str, instance: str | None, known: Known) -> list[SourceLoop] | None:
+    """Loops of kernel ``name`` in source pre-order with their trip counts; None if not found."""
+    defines, args, grid, block = known.defines, known.args, known.grid, known.block
+    mask = code_mask(text)
+    span = _kernel_span(text, mask, name)
+    if span is None:
+        return None
+    _, _, lo, hi = span
+    macros = file_macros(text, defines)
+    env: dict[str, float] = {f"{b}_{a}": 0 for b in ("threadIdx", "blockIdx") for a in "xyz"}
+    env.update({f"blockDim_{a}": v for a, v in zip("xyz", block, strict=True)})
+    env.update({f"gridDim_{a}": v for a, v in zip("xyz", grid, strict=True)})
+    _, template = kernel_parameters(text, name)
+    given = (
+        _split_args(instance[instance.index("<") + 1 : instance.rindex(">")])
+        if instance and "<" in instance
+        else []
+    )
+    all_template = _template_names(text, mask, name)
+    for pname, value in zip(all_template, given, strict=False):
+        if pname in template:
+            macros[pname] = value
+    for pname, default in template.items():
+        if default:
+            macros.setdefault(pname, default)
+    env.update(args)
+    body = text[lo + 1 : hi]
+    loops: list[SourceLoop] = []
+    for m in _FOR_RE.finditer(body):
+        pos = lo + 1 + m.start()
+        if not mask[pos] or (m.group(1) == "while" and _ends_do_while(text, mask, pos)):
+            continue
+        paren = lo + 1 + m.end() - 1
+        close = _close(text, mask, paren, "(", ")")
+        end = _statement_end(text, mask, close + 1, hi)
+        parent = next((i for i in range(len(loops) - 1, -1, -1) if loops[i].end >= end), -1)
+        loop = SourceLoop(pos, end, parent, " ".join(text[pos : close + 1].split()))
+        local_env, local_macros = dict(env), dict(macros)
+        _locals(text[lo + 1 : pos], mask, lo + 1, local_env, local_macros)
+        _count(loop, m.group(1), text[paren + 1 : close], local_env, local_macros)
+        loops.append(loop)
+    return loops
+
+
+def _template_names(text: str, mask: bytearray, name: str) -> list[str]:
+    span = _kernel_span(text, mask, name)
+    if span is None:
+        return []
+    tmpl = re.search(r"template\s*<([^{};]*)>\s*$", text[max(0, span[0] - 400) : span[0]])
+    return [p.split("=")[0].split()[-1] for p in _split_args(tmpl.group(1)) if p.split()] if tmpl else []
+
+
+def _statement_end(text: str, mask: bytearray, pos: int, limit: int) -> int:
+    """End of the loop body starting after the loop header: a braced block, a nested loop or one
+    statement."""
+    j = pos
+    while j < limit and (text[j].isspace() or not mask[j]):
+        j += 1
+    if j < limit and text[j] == "{":
+        return _close(text, mask, j, "{", "}")
+    m = _FOR_RE.match(text, j) or re.compile(r"\bif\s*\(").match(text, j)
+    if m:
+        close = _close(text, mask, m.end() - 1, "(", ")")
+        return _statement_end(text, mask, close + 1, limit)
+    while j < limit and not (mask[j] and text[j] == ";"):
+        j += 1
+    return j
+
+
+def _locals(prefix: str, mask: bytearray, offset: int, env: dict[str, float], macros: dict[str, str]) -> None:
+    """Integer locals declared before the loop (``int nt = (N + TILE - 1) / TILE;``), in order;
+    one that cannot be evaluated shadows any constant of that name (it is unknown)."""
+    for m in _LOCAL_RE.finditer(prefix):
+        if not mask[offset + m.start()]:
+            continue
+        try:
+            env[m.group(1)] = evaluate(m.group(2), env, macros)
+        except (Unknown, ValueError, OverflowError):
+            env.pop(m.group(1), None)
+            macros.pop(m.group(1), None)
+
+
+def _count(loop: SourceLoop, kind: str, header: str, env: dict[str, float], macros: dict[str, str]) -> None:
+    """Trip count of a ``for (init; cond; step)``; a ``while`` loop stays unknown."""
+    parts = _split_semicolons(header)
+    if kind != "for" or len(parts) != 3:
+        loop.unknown = ["while-loop condition"] if kind == "while" else ["loop header"]
+        return
+    init, cond, step = (p.strip() for p in parts)
+    try:
+        var, start = _init(init, cond, env, macros)
+        var_bound = _condition(cond, var)
+        if var_bound is None:
+            loop.unknown = [f"condition {cond!r}"]
+            return
+        op, bound_expr = var_bound
+        bound = evaluate(bound_expr, dict(env), macros)
+        trips = _trips(start, op, bound, step, var, env, macros)
+    except Unknown as exc:
+        loop.unknown = sorted(set(exc.names))
+        return
+    except (ValueError, OverflowError, ZeroDivisionError):
+        loop.unknown = [f"loop header {loop.header!r}"]
+        return
+    if trips is None or not 0 <= trips <= MAX_TRIPS:
+        loop.unknown = [f"loop header {loop.header!r}"]
+        return
+    loop.trips = float(trips)
+
+
+def _split_semicolons(header: str) -> list[str]:
+    parts, depth, cur = [], 0, ""
+    for ch in header:
+        depth += ch == "("
+        depth -= ch == ")"
+        if ch == ";" and depth == 0:
+            parts.append(cur)
+            cur = ""
+        else:
+            cur += ch
+    return [*parts, cur]
+
+
+def _init(init: str, cond: str, env: dict[str, float], macros: dict[str, str]) -> tuple[str, float]:
+    m = re.match(r"^(?:[\w:\s]+?\s+)?([A-Za-z_]\w*)\s*=\s*(.+)$", init.split(",")[0].strip())
+    if m:
+        return m.group(1), evaluate(m.group(2), dict(env), macros)
+    var = re.match(r"^\s*([A-Za-z_]\w*)", cond)
+    if var and var.group(1) in env:  # for (; i < n; ++i) with i set before the loop
+        return var.group(1), env[var.group(1)]
+    raise ValueError("no loop variable")
+
+
+def _condition(cond: str, var: str) -> tuple[str, str] | None:
+    """(comparison, bound expression) with the loop variable on the left; the first clause of an
+    ``&&`` that compares the variable (further clauses only stop the loop earlier)."""
+    for clause in re.split(r"&&", cond):
+        clause = clause.strip().strip("()").strip()
+        m = re.match(r"^" + re.escape(var) + r"\s*(<=|>=|<|>|!=)\s*(.+)$", clause)
+        if m:
+            return m.group(1), m.group(2)
+        m = re.match(r"^(.+?)\s*(<=|>=|<|>)\s*" + re.escape(var) + r"$", clause)
+        if m:
+            flip = {"<": ">", ">": "<", "<=": ">=", ">=": "<="}
+            return flip[m.group(2)], m.group(1)
+    return None
+
+
+def _trips(
+    start: float, op: str, bound: float, step: str, var: str, env: dict[str, float], macros: dict[str, str]
+) -> float | None:
+    s = step.strip().split(",")[0].strip()
+    if re.fullmatch(rf"(\+\+{var}|{var}\+\+)", s):
+        kind, amount = "+", 1.0
+    elif re.fullmatch(rf"(--{var}|{var}--)", s):
+        kind, amount = "-", 1.0
+    else:
+        m = re.fullmatch(rf"{var}\s*(\+|-|\*|/|<<|>>)=\s*(.+)", s) or re.fullmatch(
+            rf"{var}\s*=\s*{var}\s*(\+|-|\*|/|<<|>>)\s*(.+)", s
+        )
+        if not m:
+            return None
+        kind, amount = m.group(1), float(evaluate(m.group(2), dict(env), macros))
+    if op == "!=":
+        op = "<" if (kind in "+*<<" and start < bound) else ">"
+    upward = op in ("<", "<=")
+    if upward and kind in ("+", "*", "<<"):
+        return _grow(start, bound + (1 if op == "<=" else 0), kind, amount)
+    if not upward and kind in ("-", "/", ">>"):
+        return _shrink(start, bound - (1 if op == ">=" else 0), kind, amount)
+    return None
+
+
+def _grow(start: float, stop: float, kind: str, amount: float) -> float | None:
+    """Iterations of ``v = start; v < stop; v += / *= / <<= amount``."""
+    if start >= stop:
+        return 0.0
+    if kind == "+":
+        return math.ceil((stop - start) / amount) if amount > 0 else None
+    factor = amount if kind == "*" else 2.0**amount
+    if factor <= 1 or start <= 0:
+        return None
+    return float(math.ceil(math.log(stop / start, factor) - 1e-9))
+
+
+def _shrink(start: float, stop: float, kind: str, amount: float) -> float | None:
+    """Iterations of ``v = start; v > stop; v -= / /= / >>= amount``."""
+    if start <= stop:
+        return 0.0
+    if kind == "-":
+        return math.ceil((start - stop) / amount) if amount > 0 else None
+    factor = amount if kind == "/" else 2.0**amount
+    if factor <= 1:
+        return None
+    count, v = 0, int(start)
+    while v > stop and count < 64:
+        v = int(v / factor)
+        count += 1
+    return float(count)
+
+
+def host_locals(text: str, macros: dict[str, str]) -> dict[str, float]:
+    """Integer locals of host code in textual order (scopes ignored), those that evaluate."""
+    env: dict[str, float] = {}
+    for m in _LOCAL_RE.finditer(text):
+        try:
+            env[m.group(1)] = evaluate(m.group(2), dict(env), macros)
+        except (Unknown, ValueError, OverflowError, ZeroDivisionError, RecursionError):
+            env.pop(m.group(1), None)
+    return env
+
+
+def kernel_param_names(text: str, name: str) -> list[str]:
+    """Every parameter name of kernel ``name`` in order (pointers included)."""
+    mask = code_mask(text)
+    span = _kernel_span(text, mask, name)
+    if span is None:
+        return []
+    params = text[span[1] + 1 : _close(text, mask, span[1], "(", ")")]
+    return [p.split("=")[0].split()[-1].strip("*&") if p.split() else "" for p in _split_args(params)]
+
+
+def call_arguments(text: str, open_paren: int) -> list[str]:
+    """Top-level argument expressions of the call whose '(' is at ``open_paren``."""
+    return _split_args(text[open_paren + 1 : _close(text, code_mask(text), open_paren, "(", ")")])
+
+
+def thread_guard(text: str, name: str, known: Known) -> tuple[float, str] | None:
+    """(share of threads that do the work, the guard) when the kernel's first top-level ``if`` bounds
+    its thread index -- ``if (i >= n) return;`` or ``if (i < n && j < m) { ...whole body... }`` with
+    ``i = blockIdx.x * blockDim.x + threadIdx.x`` and ``n`` known: the threads past ``n`` exit at once.
+    None when there is no such guard or a bound is unknown."""
+    mask = code_mask(text)
+    span = _kernel_span(text, mask, name)
+    if span is None:
+        return None
+    _, _, lo, hi = span
+    m = next((m for m in re.finditer(r"\bif\s*\(", text[lo:hi]) if mask[lo + m.start()]), None)
+    if m is None or text[lo + 1 : lo + m.start()].count("{") != text[lo + 1 : lo + m.start()].count("}"):
+        return None
+    paren = lo + m.end() - 1
+    close = _close(text, mask, paren, "(", ")")
+    cond, rest = text[paren + 1 : close], text[close + 1 : hi].lstrip()
+    block_at = close + 1 + len(text[close + 1 : hi]) - len(rest)
+    if rest.startswith("return"):
+        clauses, exits = cond.split("||"), True
+    elif rest.startswith("{") and not text[_close(text, mask, block_at, "{", "}") + 1 : hi].strip():
+        clauses, exits = cond.split("&&"), False  # the whole rest of the body inside the if
+    elif not rest.startswith("{") and not text[text.find(";", block_at) + 1 : hi].strip():
+        clauses, exits = cond.split("&&"), False  # if (i < n) y[i] = ...; as the last statement
+    else:
+        return None
+    env: dict[str, float] = {**known.args}
+    macros = file_macros(text, known.defines)
+    dims = _thread_indices(text[lo + 1 : lo + m.start()])
+    share, seen = 1.0, set()
+    for clause in clauses:
+        c = re.match(r"^\s*\(?\s*([A-Za-z_]\w*)\s*(>=|>|<=|<)\s*(.+?)\s*\)?\s*$", clause)
+        if not c or c.group(1) not in dims or dims[c.group(1)] in seen:
+            return None
+        op = c.group(2)
+        if (op in (">=", ">")) != exits:
+            return None
+        try:
+            bound = evaluate(c.group(3), dict(env), macros) + (1 if op in (">", "<=") else 0)
+        except (Unknown, ValueError, OverflowError, ZeroDivisionError):
+            return None
+        axis = dims[c.group(1)]
+        seen.add(axis)
+        i = "xyz".index(axis)
+        share *= min(1.0, max(bound, 0) / (known.grid[i] * known.block[i]))
+    return share, " ".join(text[lo + m.start() : close + 1].split())
+
+
+def _thread_indices(prefix: str) -> dict[str, str]:
+    """Locals that are a global thread index along one axis: ``blockIdx.x * blockDim.x + threadIdx.x``."""
+    out = {}
+    for m in _LOCAL_RE.finditer(prefix):
+        expr = " ".join(m.group(2).split())
+        for axis in "xyz":
+            if re.fullmatch(
+                rf"\(?\s*(blockIdx\.{axis}\s*\*\s*blockDim\.{axis}|blockDim\.{axis}\s*\*\s*blockIdx\.{axis})"
+                rf"\s*\)?\s*\+\s*threadIdx\.{axis}|threadIdx\.{axis}\s*\+\s*\(?\s*(blockIdx\.{axis}\s*\*"
+                rf"\s*blockDim\.{axis}|blockDim\.{axis}\s*\*\s*blockIdx\.{axis})\s*\)?",
+                expr,
+            ):
+                out[m.group(1)] = axis
+    return out
+
+
+def match_nest(loops: list[SourceLoop], detail: list[dict]) -> bool:
+    """True when the compiled loop nest (SASS loops in address order with their parents) is the
+    source loop nest: same number of loops, same parent of each. Loops compiled with
+    ``pin_loops`` keep their order; a loop the compiler removed or split breaks the match."""
+    return len(loops) == len(detail) and all(
+        lp.parent == d.get("parent", -2) for lp, d in zip(loops, detail, strict=True)
+    )
+
+
+__all__ = [
+    "Known",
+    "SourceLoop",
+    "Unknown",
+    "call_arguments",
+    "evaluate",
+    "file_macros",
+    "host_locals",
+    "kernel_loops",
+    "kernel_param_names",
+    "kernel_parameters",
+    "match_nest",
+    "pin_loops",
+    "thread_guard",
+]

@@ -1,0 +1,188 @@
+"""Per-thread instruction counts of a source question's kernels, loops counted by the source.
+
+The SASS of a kernel says which instructions sit in loops, not how often the loops run. Here the
+source is compiled a second time with every loop pinned (``#pragma unroll 1``, static_loops) so
+that each source loop is one SASS loop; when the compiled nest matches the source nest, each
+loop's body runs its source trip count (known from constants, macros, template and scalar
+arguments, the launch) times its enclosing loops'. A loop whose bound stays unknown runs
+``LOOP_TRIPS`` times and the note names what it lacks; a nest that does not match falls back
+to the plain assumption for the whole kernel, saying so.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from components.programs.errors import ProgramError
+
+
+@dataclass
+class LoopCount:
+    """How one kernel's loops were counted: ``dynamic`` per-thread counts (None: every loop body
+    assumed ``LOOP_TRIPS`` times), the source loops, and why the source could not count them."""
+
+    kernel: str
+    dynamic: dict[str, float] | None = None
+    loops: list[Any] = field(default_factory=list)
+    why: str | None = None
+    active: float = 1.0  # share of the launched threads past the kernel's thread-index guard
+    guard: str | None = None
+    depth_matched: int = 0  # compiled loops (unswitched or split copies) given their depth's trips
+
+    @property
+    def known(self) -> bool:
+        """Every loop's trip count is known (a kernel without loops counts as known)."""
+        return self.why is None and all(lp.trips is not None for lp in self.loops)
+
+    def describe(self) -> str:
+        if self.why:
+            return f"{self.kernel}: {self.why}"
+        if not self.loops:
+            return f"{self.kernel}: no loops" + self._guard_note()
+        parts = [
+            f"{lp.header} x{lp.trips:g}"
+            if lp.trips is not None
+            else f"{lp.header} unknown ({', '.join(lp.unknown)})"
+            for lp in self.loops
+        ]
+        matched = (
+            f" ({self.depth_matched} compiled loops matched by nesting depth)" if self.depth_matched else ""
+        )
+        return f"{self.kernel}: " + "; ".join(parts) + matched + self._guard_note()
+
+    def _guard_note(self) -> str:
+        return f" ({self.active:.1%} of the threads pass {self.guard}: the rest exit)" if self.guard else ""
+
+
+def check_args(args: Any) -> dict[str, float]:
+    """Kernel scalar arguments of a question: names to finite numbers."""
+    if args is None:
+        return {}
+    if not isinstance(args, dict):
+        raise ProgramError(
+            'launch args: expected an object of kernel argument names to numbers, e.g. {"n": 4096}'
+        )
+    out: dict[str, float] = {}
+    for name, value in args.items():
+        if not isinstance(name, str) or not name.isidentifier():
+            raise ProgramError(f"launch args: {name!r} is not a kernel argument name")
+        if isinstance(value, bool) or not isinstance(value, int | float) or value != value:
+            raise ProgramError(f"launch args {name}: {value!r} is not a number")
+        out[name] = int(value) if float(value).is_integer() else float(value)
+    return out
+
+
+def check_arg_names(source: str, kernels: list[Any], args: dict[str, float]) -> None:
+    """Every given argument names a scalar parameter of at least one analysed kernel."""
+    from components.features.static_loops import kernel_parameters
+
+    if not args:
+        return
+    known: set[str] = set()
+    for k in kernels:
+        scalars, _ = kernel_parameters(source, k.short_name)
+        known.update(scalars)
+    for name in args:
+        if name not in known:
+            raise ProgramError(
+                f"launch args: {name!r} is no scalar parameter of the kernel(s) "
+                f"({', '.join(sorted(known)) or 'none has scalar parameters'})"
+            )
+
+
+def count_loops(source: str, kernel: Any, pinned: Any | None, known: Any) -> LoopCount:
+    """Per-thread dynamic counts of ``kernel`` from the pinned compile and the source's trips."""
+    from components.features.static_loops import kernel_loops, match_nest
+    from components.models.cuda_estimate import LOOP_TRIPS, counted_instructions, nest_counts
+
+    name = kernel.instance or kernel.short_name
+    if int(kernel.loops.get("count", 0)) == 0:
+        return LoopCount(name, None, [])
+    loops = kernel_loops(source, kernel.short_name, kernel.instance, known)
+    if loops is None:
+        return LoopCount(
+            name, why=f"kernel body not found in the source: loop bodies assumed {LOOP_TRIPS:g} runs"
+        )
+    if pinned is None or not pinned.loop_detail:
+        return LoopCount(
+            name, loops=loops, why=f"no loop nest compiled: loop bodies assumed {LOOP_TRIPS:g} runs"
+        )
+    if not match_nest(loops, pinned.loop_detail):
+        by_depth = _trips_by_depth(loops, pinned.loop_detail)
+        if by_depth is None:
+            return LoopCount(
+                name,
+                loops=loops,
+                why=(
+                    f"{len(loops)} source loops vs {len(pinned.loop_detail)} compiled ones (device functions "
+                    f"or loops the compiler removed): loop bodies assumed {LOOP_TRIPS:g} runs"
+                ),
+            )
+        dynamic = nest_counts(*counted_instructions(pinned), pinned.loop_detail, by_depth)
+        return LoopCount(name, dynamic, loops, depth_matched=len(pinned.loop_detail))
+    trips = [lp.trips if lp.trips is not None else LOOP_TRIPS for lp in loops]
+    dynamic = nest_counts(*counted_instructions(pinned), pinned.loop_detail, trips)
+    return LoopCount(name, dynamic, loops)
+
+
+def count_kernel(source: str, kernel: Any, pinned: Any | None, known: Any) -> LoopCount:
+    """``count_loops``, then the share of threads a thread-index guard lets through
+    (static_loops.thread_guard): the per-thread counts are averaged over every launched thread."""
+    from components.features.static_loops import thread_guard
+    from components.models.cuda_estimate import counted_instructions, dynamic_counts
+
+    count = count_loops(source, kernel, pinned, known)
+    guard = thread_guard(source, kernel.short_name, known)
+    if guard is None or guard[0] >= 1.0:
+        return count
+    share, text = guard
+    per_thread = count.dynamic if count.dynamic is not None else dynamic_counts(*counted_instructions(kernel))
+    count.dynamic = {c: n * share for c, n in per_thread.items()}
+    count.active, count.guard = share, text
+    return count
+
+
+def _trips_by_depth(loops: list[Any], detail: list[dict]) -> list[float] | None:
+    """Trips for compiled loops that do not line up one to one with the source's (the compiler
+    unswitched or split some): each compiled loop at nesting depth d runs as the source loops at
+    depth d, when those agree on one trip count (unknown ones counted ``LOOP_TRIPS``); else None."""
+    from components.models.cuda_estimate import LOOP_TRIPS
+
+    def depths(parents: list[int]) -> list[int]:
+        out: list[int] = []
+        for p in parents:
+            out.append(out[p] + 1 if 0 <= p < len(out) else 0)
+        return out
+
+    source_depth = depths([lp.parent for lp in loops])
+    trips_at: dict[int, set[float]] = {}
+    for lp, d in zip(loops, source_depth, strict=True):
+        trips_at.setdefault(d, set()).add(lp.trips if lp.trips is not None else LOOP_TRIPS)
+    out = []
+    for d in depths([int(x.get("parent", -1)) for x in detail]):
+        if len(trips_at.get(d, set())) != 1:
+            return None
+        out.append(next(iter(trips_at[d])))
+    return out
+
+
+def loop_note(counts: list[LoopCount]) -> str:
+    """One note on how the kernels' loops were counted and, when some are unknown, what they lack."""
+    from components.models.cuda_estimate import LOOP_TRIPS
+
+    looped = [c for c in counts if c.loops or c.why or c.guard]
+    if not looped:
+        return "static estimate: no loops, per-thread instruction counts exact"
+    unknown = sorted({n for c in counts for lp in c.loops if lp.trips is None for n in lp.unknown})
+    head = (
+        "loop trip counts from the source"
+        if all(c.known for c in counts)
+        else f"some loop trip counts unknown (each assumed {LOOP_TRIPS:g})"
+        + (f"; give {', '.join(unknown)} with --arg NAME=V or --define NAME=V" if unknown else "")
+    )
+    how = "; loops compiled un-unrolled to count them" if any(c.loops for c in counts) else ""
+    return f"static estimate: {head}{how}: " + " | ".join(c.describe() for c in looped)
+
+
+__all__ = ["LoopCount", "check_arg_names", "check_args", "count_kernel", "count_loops", "loop_note"]
