@@ -130,9 +130,11 @@ def unseen_gpu(
     gpus: tuple[str, ...] | None = None,
     calibration_rows: tuple[int, ...] = (),
     configs: dict[str, Any] | None = None,
+    transfer_pair_rows: int | None = None,
 ) -> dict[str, Any]:
     """Leave-one-GPU-out of the spec tier over the store's GPUs (``configs``: per family, default the
-    spec tier's chosen ones)."""
+    spec tier's chosen ones). With ``transfer_pair_rows``: the engine (transfer tier, else spec) answers the
+    held-out GPU beside the spec tier and the sibling rule, on the same rows (``transfer_bench``)."""
     from components.devices.catalog import load_catalog
     from components.opmodel import spec as spec_tier
 
@@ -152,20 +154,35 @@ def unseen_gpu(
             }
         )
     )
-    results, calibrated = [], []
+    results, calibrated, chosen = [], [], {}
     for held in held_gpus:
         train = {f: r[r["device_id"] != held] for f, r in rows.items()}
         model = spec_tier.fit(
             train, specs, **({"rounds": rounds} if rounds else {}), params=params, configs=configs
         )
-        results.extend(score_held_gpu(model, store, held, specs[held], test_per_group))
+        if transfer_pair_rows:
+            from components.evaluation.transfer_bench import held_gpu_scores
+
+            scored, transfer_model = held_gpu_scores(store, held, model, test_per_group, transfer_pair_rows)
+            results.extend(scored)
+            chosen[held] = {f: vars(s) for f, s in transfer_model.settings.items()}
+        else:
+            results.extend(score_held_gpu(model, store, held, specs[held], test_per_group))
         if calibration_rows:
             calibrated.extend(
                 _calibration_scores(model, store, held, specs[held], calibration_rows, test_per_group)
             )
-    out = _summary(results)
+    if transfer_pair_rows:
+        from components.evaluation.transfer_bench import summarise
+
+        out = summarise(results)
+        out["transfer_settings"] = chosen
+    else:
+        out = _summary(results)
     out["groups"] = results
     out["caps"] = {"train_per_group": train_per_group, "test_per_group": test_per_group}
+    if transfer_pair_rows:
+        out["caps"]["transfer_pair_rows"] = transfer_pair_rows
     if calibrated:
         frame = pd.DataFrame(calibrated)
         out["calibration"] = frame.to_dict("records")
@@ -340,18 +357,21 @@ def gate_entry(
     from components.opmodel.store import load_store
 
     started = time.perf_counter()
-    store = load_store(store_dir, ("gemm", "attention"))
     caps = caps or {}
     if split == "aiconfigurator-unseen-gpu":
+        store = load_store(store_dir, ("gemm", "attention", "moe"))
         result = unseen_gpu(
             store,
             datasets_root,
             train_per_group=caps.get("train_per_group", 1000),
-            test_per_group=caps.get("test_per_group", 400),
+            test_per_group=caps.get("test_per_group", 200),
             rounds=caps.get("rounds", 60),
+            transfer_pair_rows=caps.get("transfer_pair_rows", 150),
         )
     elif split == "aiconfigurator-unseen-shape":
-        result = unseen_shape(store, test_per_group=caps.get("test_per_group", 400))
+        result = unseen_shape(
+            load_store(store_dir, ("gemm", "attention")), test_per_group=caps.get("test_per_group", 400)
+        )
     else:
         raise ValueError(f"unknown op-engine split {split!r}; choose one of {', '.join(OPMODEL_SPLITS)}")
     n = int(result["metrics"].get("n", 0))
@@ -362,7 +382,11 @@ def gate_entry(
         "n": n,
         "seconds": round(time.perf_counter() - started, 1),
         "metrics": result["metrics"],
-        "report": {"per_gpu": result.get("per_gpu", {}), "caps": result.get("caps")},
+        "report": {
+            "per_gpu": result.get("per_gpu", {}),
+            "caps": result.get("caps"),
+            **{k: result[k] for k in ("per_gpu_spec", "per_gpu_sibling", "transfer_settings") if k in result},
+        },
         "timings": [],
         "note": None,
     }
@@ -372,7 +396,12 @@ def gate_entry(
 
 ENGINE_FAMILY = "op engine"  # the bench table's column for the engine's answer (tier per split)
 ROOFLINE_FAMILY = "roofline"
-SPLIT_TIERS = {"aiconfigurator-unseen-gpu": "spec tier", "aiconfigurator-unseen-shape": "measured tier"}
+SPEC_FAMILY = "spec tier"  # unseen-gpu: the spec tier alone (the engine's answer before the transfer tier)
+SIBLING_FAMILY = "sibling physics"  # unseen-gpu: the issue's no-learning rule (transfer_bench.sibling_model)
+SPLIT_TIERS = {
+    "aiconfigurator-unseen-gpu": "transfer tier (spec where no relative)",
+    "aiconfigurator-unseen-shape": "measured tier",
+}
 
 
 def bench_rows(split: str, entry: dict[str, Any]) -> list[dict[str, Any]]:
@@ -419,6 +448,9 @@ def bench_rows(split: str, entry: dict[str, Any]) -> list[dict[str, Any]]:
         for device, g in sorted(gpus.items()):
             add(f"op={op},device={device}", ENGINE_FAMILY, g["mape"], g["n"], g.get("coverage"))
             add(f"op={op},device={device}", ROOFLINE_FAMILY, g["roofline_mape"], g["n"], g.get("coverage"))
+        for family, key in ((SPEC_FAMILY, "per_gpu_spec"), (SIBLING_FAMILY, "per_gpu_sibling")):
+            for device, g in sorted((entry["report"].get(key) or {}).get(op, {}).items()):
+                add(f"op={op},device={device}", family, g["mape"], g["n"], g.get("coverage"))
         worst = max(gpus, key=lambda d: gpus[d]["mape"])
         add(f"op={op},median GPU", ENGINE_FAMILY, metrics.get(f"median_gpu_{op}_runtime_mape"), len(gpus))
         add(f"op={op},worst GPU={worst}", ENGINE_FAMILY, gpus[worst]["mape"], gpus[worst]["n"])

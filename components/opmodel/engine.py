@@ -52,6 +52,16 @@ class OpTimes:
     bound_pipe: np.ndarray
     note: np.ndarray  # object: emulation and the like, None where nothing to say
     roof: physics.Roofline
+    # object: what the answer had no measurement of -- None (a measured kernel or an interpolation of the GPU's
+    # own), "the shape" (the GPU was measured in the regime, not near this shape), "the GPU" (answered from its
+    # relatives or the spec model), "the GPU and the dtype" (no measured GPU has the regime)
+    unseen: np.ndarray | None = None
+
+
+def unseen_of(tier: np.ndarray, gpu_measured: bool, has_relatives: bool) -> np.ndarray:
+    """Per row, what was unseen (``OpTimes.unseen``) from its tier and what the store holds of the regime."""
+    beyond = "the shape" if gpu_measured else ("the GPU" if has_relatives else "the GPU and the dtype")
+    return np.where(np.isin(tier, ("measured", "calibrated")), None, beyond).astype(object)
 
 
 class OpEngine:
@@ -67,6 +77,7 @@ class OpEngine:
         store_dir: Path | None = None,
         fallback_util: float = FALLBACK_UTIL,
         transfer: Any = None,
+        monotone: bool = True,
     ) -> None:
         self.measured = measured  # components.opmodel.measured.MeasuredTier | None
         self.spec_model = spec_model  # components.opmodel.spec.SpecModel | None
@@ -76,6 +87,10 @@ class OpEngine:
         self.store_dir = store_dir
         self.fallback_util = fallback_util  # 1.0: the training-free roofline itself
         self.transfer = transfer  # components.opmodel.transfer.TransferTier | None
+        self.monotone = monotone  # answers under the monotone envelope (envelope.py)
+        from components.opmodel.envelope import Envelope
+
+        self.envelope = Envelope()
 
     # ---------------------------------------------------------------------------------------- persistence
 
@@ -172,6 +187,7 @@ class OpEngine:
             self.store_dir,
             self.fallback_util,
             self.transfer,
+            self.monotone,
         )
 
     # ---------------------------------------------------------------------------------------- answering
@@ -209,16 +225,45 @@ class OpEngine:
     def predict(
         self, family: str, dtype: str, shape: dict[str, Any], spec: Any, kv_dtype: str | None = None
     ) -> OpTimes:
-        """Runtimes of rows of one (family, dtype, GPU); ``shape``: dimension name -> array or scalar."""
+        """Runtimes of rows of one (family, dtype, GPU); ``shape``: dimension name -> array or scalar. Under the
+        monotone envelope (``envelope.py``): no answer shorter than a smaller shape's of the same question."""
+        from components.opmodel.envelope import AXES
+        from components.opmodel.measured import physics_key
+
         if family in ("linear", "bmm"):
             family = "gemm"
-        roof = physics.roofline(family, dtype, {k: v for k, v in shape.items() if k not in LABELS}, spec, kv_dtype)
+        times = self.raw_predict(family, dtype, shape, spec, kv_dtype)
+        if not self.monotone or family not in AXES or any(k in LABELS for k in shape):
+            return times
+        key = (dtype, kv_dtype, spec.id, physics_key(spec))
+
+        def answer(lattice: dict[str, np.ndarray]) -> np.ndarray:
+            return self.raw_predict(family, dtype, lattice, spec, kv_dtype).duration_us
+
+        lifted = self.envelope.apply(family, shape, times.duration_us, key, answer)
+        times.hi = np.fmax(times.hi, lifted)
+        times.duration_us = lifted
+        return times
+
+    def raw_predict(
+        self, family: str, dtype: str, shape: dict[str, Any], spec: Any, kv_dtype: str | None = None
+    ) -> OpTimes:
+        """The tiers' answers before the monotone envelope."""
+        if family in ("linear", "bmm"):
+            family = "gemm"
+        roof = physics.roofline(
+            family, dtype, {k: v for k, v in shape.items() if k not in LABELS}, spec, kv_dtype
+        )
         n = len(roof.time_us)
         eff_dtype = roof.choice.dtype
         # categorical columns (MoE's routing distribution) reach only the tiers that match them exactly
-        labels = {k: np.broadcast_to(np.asarray(v, dtype=object), (n,)) for k, v in shape.items() if k in LABELS}
+        labels = {
+            k: np.broadcast_to(np.asarray(v, dtype=object), (n,)) for k, v in shape.items() if k in LABELS
+        }
         arrays = {
-            k: np.broadcast_to(np.asarray(v, dtype="float64"), (n,)) for k, v in shape.items() if k not in LABELS
+            k: np.broadcast_to(np.asarray(v, dtype="float64"), (n,))
+            for k, v in shape.items()
+            if k not in LABELS
         }
         log_util, spec_support = self.spec_log_util(family, eff_dtype, arrays, spec, roof, kv_dtype)
         tier = np.full(n, "spec", dtype=object)
@@ -298,7 +343,11 @@ class OpEngine:
         lo = physics.clamp(duration * np.exp(q_lo), roof)
         hi = np.maximum(duration * np.exp(q_hi), duration)
         note = np.full(n, roof.note, dtype=object)
-        return OpTimes(duration, lo, hi, tier, support, roof.bound_pipe, note, roof)
+        has_relatives = self.transfer is not None and bool(
+            self.transfer.relatives(family, eff_dtype, kv_dtype, spec)
+        )
+        unseen = unseen_of(tier, resolved is not None, has_relatives)
+        return OpTimes(duration, lo, hi, tier, support, roof.bound_pipe, note, roof, unseen)
 
     def _transfer_rows(
         self,

@@ -61,7 +61,9 @@ class TransferSettings:
     def from_dict(cls, data: dict[str, Any] | None) -> TransferSettings:
         data = data or {}
         ridge = data.get("ridge")
-        return cls(int(data.get("k", 1)), float(data.get("tau", 1.0)), None if ridge is None else float(ridge))
+        return cls(
+            int(data.get("k", 1)), float(data.get("tau", 1.0)), None if ridge is None else float(ridge)
+        )
 
 
 @dataclass
@@ -120,29 +122,29 @@ def spec_distance(x: Any, y: Any, dtype: str) -> float:
     d += w["memory_type"] * (str(x.memory_type).lower() != str(y.memory_type).lower())
     d += w["peak"] * _log2_ratio(physics.pipe_for(dtype, x).peak_flops, physics.pipe_for(dtype, y).peak_flops)
     d += w["dram"] * _log2_ratio(x.dram_gbps, y.dram_gbps) + w["sms"] * _log2_ratio(x.sms, y.sms)
-    d += w["clock"] * _log2_ratio(x.boost_clock_mhz, y.boost_clock_mhz) + w["l2"] * _log2_ratio(x.l2_mb, y.l2_mb)
+    d += w["clock"] * _log2_ratio(x.boost_clock_mhz, y.boost_clock_mhz) + w["l2"] * _log2_ratio(
+        x.l2_mb, y.l2_mb
+    )
     return float(d)
 
 
 def correction_features(roof_x: physics.Roofline, roof_y: physics.Roofline, x: Any, y: Any) -> np.ndarray:
-    """Per row: log ratios of the two GPUs' peaks (the pipe's, DRAM, SMs, L2, clock), each also times the side
-    the row is bound on, and the question's regime on X (log roofline time, compute over memory time)."""
+    """Per row: the log ratio of the two GPUs' peaks on the side the row is bound on (the pipe's for
+    compute-bound rows, DRAM's for memory-bound ones), of SMs and (memory-bound rows) of L2 size at half weight
+    (the ridge then prefers the bound pipe's ratio: with few GPUs the pair-level ratios are collinear), and the
+    bound ratio times the question's regime on X (log roofline time: launch-bound kernels shift less)."""
     n = len(roof_x.time_us)
     peak = np.log(roof_x.peak_flops / roof_y.peak_flops)
     dram = np.log(roof_x.peak_bps / roof_y.peak_bps)
-    with np.errstate(divide="ignore", invalid="ignore"):
-        balance = np.clip(np.log2(roof_x.compute_us / np.maximum(roof_x.memory_us, 1e-9)), -8.0, 8.0)
-    compute = (balance > 0).astype(float)
+    compute = (roof_x.compute_us >= roof_x.memory_us).astype(float)
+    bound = compute * peak + (1.0 - compute) * dram
+    size = np.clip(np.log2(np.maximum(roof_x.time_us, 1e-3)), -10.0, 20.0) / 10.0
     columns = [
-        np.full(n, peak),
-        np.full(n, dram),
-        np.full(n, np.log(x.sms / y.sms)),
-        np.full(n, np.log(float(x.l2_mb) / float(y.l2_mb))),
-        np.full(n, np.log(x.boost_clock_mhz / y.boost_clock_mhz)),
         compute * peak,
         (1.0 - compute) * dram,
-        np.clip(np.log2(np.maximum(roof_x.time_us, 1e-3)), -10.0, 20.0) / 10.0,
-        balance / 8.0,
+        np.full(n, 0.5 * np.log(x.sms / y.sms)),
+        (1.0 - compute) * 0.5 * np.log(float(x.l2_mb) / float(y.l2_mb)),
+        bound * size,
     ]
     return np.column_stack(columns)
 
@@ -157,7 +159,9 @@ class CurveTable:
         frame = frame[(frame[axis] >= 1)].sort_values([*keys, axis])
         shape = {k: frame[k].to_numpy(dtype="float64") for k in _shape_keys(family) if k in frame}
         roof = physics.roofline(family, dtype, shape, spec)
-        self.log_util = np.log(np.clip(roof.time_us / frame["latency_us"].to_numpy(dtype="float64"), 1e-6, 1.0))
+        self.log_util = np.log(
+            np.clip(roof.time_us / frame["latency_us"].to_numpy(dtype="float64"), 1e-6, 1.0)
+        )
         self.log_c = np.log2(frame[axis].to_numpy(dtype="float64"))
         self.latency = frame["latency_us"].to_numpy(dtype="float64")
         site = _site_labels({k: frame[k].to_numpy() for k in keys})
@@ -262,7 +266,13 @@ class TransferTier:
         return (family, device, dtype, kv) in self.measured.groups
 
     def relative_answer(
-        self, family: str, device: str, dtype: str, shape: dict[str, Any], roof: physics.Roofline, kv: str | None
+        self,
+        family: str,
+        device: str,
+        dtype: str,
+        shape: dict[str, Any],
+        roof: physics.Roofline,
+        kv: str | None,
     ) -> tuple[np.ndarray, np.ndarray]:
         """The relative's own answer at the shape (its measured tier): durations (NaN = none) and exact hits."""
         spec = self.measured.specs[device]
@@ -317,7 +327,9 @@ class TransferTier:
             return None
         settings = self.model.settings_of(family)
         carried = [self.carried(family, dtype, shape, spec, roof, kv, d, dist) for d, dist in found]
-        duration, used = blend(carried, settings, self.model.corrections.get(family), self.model.relative_error)
+        duration, used = blend(
+            carried, settings, self.model.corrections.get(family), self.model.relative_error
+        )
         return duration, support_text(carried, used, settings)
 
 

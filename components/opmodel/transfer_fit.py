@@ -185,7 +185,9 @@ def gpu_mape(groups: list[PairGroup], target: str, family: str, predict: Any) ->
 def choose_settings(groups: list[PairGroup], train: list[str], family: str) -> tuple[TransferSettings, dict]:
     """Inner leave-one-GPU-out over ``train``: the settings with the lowest mean per-GPU MAPE (plain physics of
     the nearest relative first in the grid, so it wins ties)."""
-    grid = [TransferSettings(k, tau, ridge) for ridge, k, tau in itertools.product(GRID_RIDGE, GRID_K, GRID_TAU)]
+    grid = [
+        TransferSettings(k, tau, ridge) for ridge, k, tau in itertools.product(GRID_RIDGE, GRID_K, GRID_TAU)
+    ]
     fits: dict[tuple[str, float], list[float] | None] = {}
     errors = {g: relative_errors(groups, set(train) - {g}) for g in train}
     scores: dict[str, float] = {}
@@ -202,6 +204,7 @@ def choose_settings(groups: list[PairGroup], train: list[str], family: str) -> t
                 coefficients = fits[key]
                 if coefficients is None:
                     continue
+
             def predict(g, a=allowed, s=settings, c=coefficients, e=errors[held]):
                 return answer(g, a, s, c, e)
 
@@ -263,7 +266,10 @@ def fit_transfer(
             frame = store.get(family)
             if frame is not None:
                 rows = pd.concat(
-                    [test_rows(family, p, 3000, "floor") for _, p in frame.groupby("device_id", observed=True)]
+                    [
+                        test_rows(family, p, 3000, "floor")
+                        for _, p in frame.groupby("device_id", observed=True)
+                    ]
                 )
                 floors.update(latency_floors(family, rows[rows["device_id"].isin(specs)], specs))
     model.floors = floors
