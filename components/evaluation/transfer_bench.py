@@ -1,11 +1,12 @@
-"""The transfer tier on ``aiconfigurator-unseen-gpu``: each GPU held out of the store, answered by the op engine.
+"""The transfer tier on ``aiconfigurator-unseen-gpu``: each GPU held out of the store, answered by the op
+engine.
 
 For a held-out GPU the store keeps every other GPU (its relatives); the transfer model is fitted on those GPUs
 only (``transfer_fit.fit_transfer``: its settings chosen by inner leave-one-GPU-out over them, never on the
 held-out GPU), and the engine answers the held-out GPU's rows (capped by hash per dtype) from its spec sheet:
-the transfer tier where a relative answers, else the spec tier. Beside it, on the same rows: the spec tier alone
-(today's answer), and the sibling-physics rule of the issue (the most similar measured GPU's answer at the shape
-times ``(roof_X + 3 us) / (roof_Y + 3 us)``, no learning), and the roofline.
+the transfer tier where a relative answers, else the spec tier. Beside it, on the same rows: the spec tier
+alone (today's answer), and the sibling-physics rule of the issue (the most similar measured GPU's answer at
+the shape times ``(roof_X + 3 us) / (roof_Y + 3 us)``, no learning), and the roofline.
 """
 
 from __future__ import annotations
@@ -37,15 +38,15 @@ def held_gpu_scores(
     test_per_group: int | None,
     pair_rows: int,
 ) -> tuple[list[dict[str, Any]], Any]:
-    """Per (family, dtype[, kv]) group of ``held``'s rows: summed APEs of the engine (transfer tier, else spec),
-    of the spec tier alone, of the sibling rule (over the rows it answers) and of the roofline; and the fitted
-    transfer model."""
+    """Per (family, dtype[, kv]) group of ``held``'s rows: summed APEs of the engine (transfer tier, else
+    spec), of the spec tier alone, of the sibling rule (over the rows it answers) and of the roofline; and
+    the fitted transfer model."""
     from components.devices.catalog import load_catalog
     from components.opmodel.engine import OpEngine
     from components.opmodel.measured import LAYOUTS, MeasuredTier
     from components.opmodel.spec import fit_priors
     from components.opmodel.transfer import CURVE_FAMILIES, TransferTier
-    from components.opmodel.transfer_fit import fit_transfer, groups_of, shape_of, test_rows
+    from components.opmodel.transfer_fit import asked_rows, fit_transfer, groups_of, shape_of
 
     catalog = load_catalog()
     train = {f: v[v["device_id"] != held] for f, v in store.items()}
@@ -64,7 +65,7 @@ def held_gpu_scores(
         frame = store.get(family)
         if frame is None:
             continue
-        rows = test_rows(family, frame[frame["device_id"] == held], test_per_group, "test")
+        rows = asked_rows(family, frame[frame["device_id"] == held], test_per_group, "test")
         for dtype, kv, part in groups_of(family, rows):
             shape = shape_of(family, part)
             true = part["latency_us"].to_numpy(dtype="float64")

@@ -5,9 +5,9 @@ Per row: **measured** (the GPU's own measured kernels near the question, ``measu
 relatives' answers carried over by physics, ``transfer.py``) > **spec** (the efficiency learned across every
 measured GPU, ``spec.py``). Each tier gives an efficiency ``util = roofline time / runtime``; the runtime is
 ``roofline / util``, clamped at the roofline (``physics.clamp``) and, but for a measured kernel returned
-verbatim, at the achievable share of each pipe's peak learned from measured kernels (``cap_achievable``), so no
-rate derived from it reaches a datasheet peak. The interval is each tier's held-out residual quantiles (log ratio measured/predicted), stored
-with the engine.
+verbatim, at the achievable share of each pipe's peak learned from measured kernels (``cap_achievable``), so
+no rate derived from it reaches a datasheet peak. The interval is each tier's held-out residual quantiles
+(log ratio measured/predicted), stored with the engine.
 
 A folder holds the engine: ``store/`` (the measured store), ``spec.json`` + ``spec_<family>.txt`` (the spec
 model), ``calibrations.json`` (per GPU, per regime), ``transfer.json`` (the transfer tier) and ``engine.json``
@@ -52,9 +52,9 @@ class OpTimes:
     bound_pipe: np.ndarray
     note: np.ndarray  # object: emulation and the like, None where nothing to say
     roof: physics.Roofline
-    # object: what the answer had no measurement of -- None (a measured kernel or an interpolation of the GPU's
-    # own), "the shape" (the GPU was measured in the regime, not near this shape), "the GPU" (answered from its
-    # relatives or the spec model), "the GPU and the dtype" (no measured GPU has the regime)
+    # object: what the answer had no measurement of -- None (a measured kernel or an interpolation of the
+    # GPU's own), "the shape" (the GPU was measured in the regime, not near this shape), "the GPU" (answered
+    # from its relatives or the spec model), "the GPU and the dtype" (no measured GPU has the regime)
     unseen: np.ndarray | None = None
 
 
@@ -98,8 +98,7 @@ class OpEngine:
     def from_store(
         cls, store_dir: Path, spec_model: Any = None, transfer_model: Any = None, **kwargs: Any
     ) -> OpEngine:
-        from components.devices.catalog import load_catalog
-        from components.opmodel.measured import LAYOUTS, MeasuredTier
+        from components.opmodel.measured import LAYOUTS
         from components.opmodel.store import load_store
         from components.opmodel.transfer import CURVE_FAMILIES
 
@@ -225,8 +224,9 @@ class OpEngine:
     def predict(
         self, family: str, dtype: str, shape: dict[str, Any], spec: Any, kv_dtype: str | None = None
     ) -> OpTimes:
-        """Runtimes of rows of one (family, dtype, GPU); ``shape``: dimension name -> array or scalar. Under the
-        monotone envelope (``envelope.py``): no answer shorter than a smaller shape's of the same question."""
+        """Runtimes of rows of one (family, dtype, GPU); ``shape``: dimension name -> array or scalar. Under
+        the monotone envelope (``envelope.py``): no answer shorter than a smaller shape's of the same
+        question."""
         from components.opmodel.envelope import AXES
         from components.opmodel.measured import physics_key
 
@@ -362,7 +362,8 @@ class OpEngine:
         support: np.ndarray,
         quantiles: tuple[np.ndarray, np.ndarray],
     ) -> None:
-        """Answer, in place, the rows still on the spec tier from the GPU's measured relatives (transfer tier)."""
+        """Answer, in place, the rows still on the spec tier from the GPU's measured relatives (transfer
+        tier)."""
         rows = np.flatnonzero(tier == "spec")
         if self.transfer is None or family not in ("gemm", "attention", "moe") or not len(rows):
             return

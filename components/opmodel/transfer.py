@@ -1,9 +1,10 @@
-"""The transfer tier: a GPU with no measured rows of a (family, dtype) regime, answered from its measured relatives.
+"""The transfer tier: a GPU with no measured rows of a (family, dtype) regime, answered from its measured
+relatives.
 
 Each relative Y (a GPU of the store with rows of the regime) answers the question on itself -- its measured
-tier: an exact hit or an interpolation of its own kernels -- and that time is carried over to the asked GPU X by
-physics, ``t_X = t_Y * base_X / base_Y``, ``base = roofline time + the regime's latency floor`` (the fixed cost
-of one kernel of the library, ``spec.latency_floors``). Why: the shape's own quirks (kernel choice, tile
+tier: an exact hit or an interpolation of its own kernels -- and that time is carried over to the asked GPU X
+by physics, ``t_X = t_Y * base_X / base_Y``, ``base = roofline time + the regime's latency floor`` (the fixed
+cost of one kernel of the library, ``spec.latency_floors``). Why: the shape's own quirks (kernel choice, tile
 quantisation, split-K, L2 residency) travel with the relative's measurement; only what differs between the two
 GPUs is modelled. A small ridge correction of ``log(t_X / carried)`` on log ratios of the two GPUs' peaks,
 bandwidth, SMs, L2 and clocks and the question's regime features may then shift it (``transfer_fit.py`` fits
@@ -50,8 +51,8 @@ HOLD_OCTAVES = 1.0  # a curve's boundary efficiency held this far past its end
 
 @dataclass(frozen=True)
 class TransferSettings:
-    """How one family transfers: relatives blended, similarity temperature, the correction's ridge (None = plain
-    sibling physics)."""
+    """How one family transfers: relatives blended, similarity temperature, the correction's ridge (None =
+    plain sibling physics)."""
 
     k: int = 1
     tau: float = 1.0
@@ -69,7 +70,8 @@ class TransferSettings:
 @dataclass
 class TransferModel:
     """What the transfer tier learned: per family its settings and correction coefficients, per regime its
-    latency floor, per relative its own train-side transfer error, per pipe the achievable share of the peak."""
+    latency floor, per relative its own train-side transfer error, per pipe the achievable share of the
+    peak."""
 
     settings: dict[str, TransferSettings] = field(default_factory=dict)
     corrections: dict[str, list[float]] = field(default_factory=dict)  # family -> ridge coefficients
@@ -130,9 +132,10 @@ def spec_distance(x: Any, y: Any, dtype: str) -> float:
 
 def correction_features(roof_x: physics.Roofline, roof_y: physics.Roofline, x: Any, y: Any) -> np.ndarray:
     """Per row: the log ratio of the two GPUs' peaks on the side the row is bound on (the pipe's for
-    compute-bound rows, DRAM's for memory-bound ones), of SMs and (memory-bound rows) of L2 size at half weight
-    (the ridge then prefers the bound pipe's ratio: with few GPUs the pair-level ratios are collinear), and the
-    bound ratio times the question's regime on X (log roofline time: launch-bound kernels shift less)."""
+    compute-bound rows, DRAM's for memory-bound ones), of SMs and (memory-bound rows) of L2 size at half
+    weight (the ridge then prefers the bound pipe's ratio: with few GPUs the pair-level ratios are
+    collinear), and the bound ratio times the question's regime on X (log roofline time: launch-bound kernels
+    shift less)."""
     n = len(roof_x.time_us)
     peak = np.log(roof_x.peak_flops / roof_y.peak_flops)
     dram = np.log(roof_x.peak_bps / roof_y.peak_bps)
@@ -241,8 +244,8 @@ class TransferTier:
         self._curves: dict[tuple, CurveTable] = {}
 
     def relatives(self, family: str, dtype: str, kv_dtype: str | None, spec: Any) -> list[tuple[str, float]]:
-        """(device, spec distance) of every store GPU with measured rows of the regime, nearest first; the asked
-        GPU itself (by physics) excluded."""
+        """(device, spec distance) of every store GPU with measured rows of the regime, nearest first; the
+        asked GPU itself (by physics) excluded."""
         from components.opmodel.measured import physics_key
 
         specs = self.measured.specs if self.measured is not None else {}
@@ -274,7 +277,8 @@ class TransferTier:
         roof: physics.Roofline,
         kv: str | None,
     ) -> tuple[np.ndarray, np.ndarray]:
-        """The relative's own answer at the shape (its measured tier): durations (NaN = none) and exact hits."""
+        """The relative's own answer at the shape (its measured tier): durations (NaN = none) and exact
+        hits."""
         spec = self.measured.specs[device]
         if family in CURVE_FAMILIES:
             key = (family, device, dtype)
@@ -317,8 +321,8 @@ class TransferTier:
         roof: physics.Roofline,
         kv_dtype: str | None = None,
     ) -> tuple[np.ndarray, np.ndarray] | None:
-        """Per row: the blended transfer runtime (NaN where no relative answers) and the support text; None when
-        the GPU has no relative in the regime."""
+        """Per row: the blended transfer runtime (NaN where no relative answers) and the support text; None
+        when the GPU has no relative in the regime."""
         if self.measured is None:
             return None
         kv = (kv_dtype or dtype) if family == "attention" else None
@@ -340,8 +344,8 @@ def blend(
     relative_error: dict[str, float],
 ) -> tuple[np.ndarray, np.ndarray]:
     """Geometric blend per row of the ``settings.k`` nearest relatives that answer it (weights: similarity
-    ``exp(-distance / tau)`` over the relative's own transfer error), each corrected when a correction was kept.
-    Returns (duration, used: bool matrix relatives x rows)."""
+    ``exp(-distance / tau)`` over the relative's own transfer error), each corrected when a correction was
+    kept. Returns (duration, used: bool matrix relatives x rows)."""
     n = len(carried[0].duration_us)
     logs = np.full((len(carried), n), np.nan)
     for i, c in enumerate(carried):

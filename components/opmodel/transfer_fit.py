@@ -1,10 +1,10 @@
 """Fit the transfer tier on the measured GPUs, leave-one-GPU-out, choosing only on the training GPUs.
 
-Pairs: every measured GPU X of the training set, a hash sample of its rows per (family, dtype[, kv dtype]), and
-every other training GPU Y's answer there carried over by physics (``TransferTier.carried``). From them:
+Pairs: every measured GPU X of the training set, a hash sample of its rows per (family, dtype[, kv dtype]),
+and every other training GPU Y's answer there carried over by physics (``TransferTier.carried``). From them:
 
-- the correction (ridge on ``transfer.correction_features``, target ``log(actual_X / carried_X<-Y)``) is fitted
-  on pairs whose target and relative are both training GPUs;
+- the correction (ridge on ``transfer.correction_features``, target ``log(actual_X / carried_X<-Y)``) is
+  fitted on pairs whose target and relative are both training GPUs;
 - the settings of a family (relatives blended ``k``, temperature ``tau``, the correction's ridge or none) are
   chosen by inner leave-one-GPU-out over the training GPUs: each in turn is answered from the others with a
   correction fitted without it (neither as target nor as relative), the per-GPU MAPEs averaged; plain sibling
@@ -52,9 +52,9 @@ class PairGroup:
     carried: list[Carried]
 
 
-def test_rows(family: str, frame: pd.DataFrame, per_group: int | None, salt: str = "") -> pd.DataFrame:
-    """Rows of one GPU the transfer tier is asked (GEMM M >= 1; attention prefill or decode), capped by hash per
-    (dtype[, kv dtype])."""
+def asked_rows(family: str, frame: pd.DataFrame, per_group: int | None, salt: str = "") -> pd.DataFrame:
+    """Rows of one GPU the transfer tier is asked (GEMM M >= 1; attention prefill or decode), capped by hash
+    per (dtype[, kv dtype])."""
     from components.opmodel.spec import hash_fraction
 
     if family == "gemm":
@@ -105,7 +105,7 @@ def pair_groups(
             spec = tier.measured.specs.get(target)
             if spec is None:
                 continue
-            rows = test_rows(family, frame[frame["device_id"] == target], per_group)
+            rows = asked_rows(family, frame[frame["device_id"] == target], per_group)
             for dtype, kv, part in groups_of(family, rows):
                 shape = shape_of(family, part)
                 numeric = {k: v for k, v in shape.items() if k != "distribution"}
@@ -126,7 +126,8 @@ def pair_groups(
 
 
 def fit_ridge(groups: list[PairGroup], allowed: set[str], strength: float) -> list[float] | None:
-    """Ridge coefficients of log(actual / carried) on the correction features over pairs inside ``allowed``."""
+    """Ridge coefficients of log(actual / carried) on the correction features over pairs inside
+    ``allowed``."""
     xs, ys = [], []
     for g in groups:
         if g.target not in allowed:
@@ -164,7 +165,8 @@ def answer(
     coefficients: list[float] | None,
     errors: dict[str, float],
 ) -> np.ndarray:
-    """The transfer tier's answer for a group from relatives inside ``allowed`` only (NaN where none answers)."""
+    """The transfer tier's answer for a group from relatives inside ``allowed`` only (NaN where none
+    answers)."""
     carried = [c for c in group.carried if c.device in allowed and c.device != group.target]
     if not carried:
         return np.full(len(group.actual), np.nan)
@@ -183,8 +185,8 @@ def gpu_mape(groups: list[PairGroup], target: str, family: str, predict: Any) ->
 
 
 def choose_settings(groups: list[PairGroup], train: list[str], family: str) -> tuple[TransferSettings, dict]:
-    """Inner leave-one-GPU-out over ``train``: the settings with the lowest mean per-GPU MAPE (plain physics of
-    the nearest relative first in the grid, so it wins ties)."""
+    """Inner leave-one-GPU-out over ``train``: the settings with the lowest mean per-GPU MAPE (plain physics
+    of the nearest relative first in the grid, so it wins ties)."""
     grid = [
         TransferSettings(k, tau, ridge) for ridge, k, tau in itertools.product(GRID_RIDGE, GRID_K, GRID_TAU)
     ]
@@ -221,8 +223,8 @@ def choose_settings(groups: list[PairGroup], train: list[str], family: str) -> t
 
 
 def achievable_peaks(store: dict[str, pd.DataFrame], specs: dict[str, Any], per_group: int = 4000) -> dict:
-    """Per pipe ("dram", "<pipe>|<dtype>"): the ACHIEVABLE_QUANTILE of achieved / peak over measured rows bound
-    on it (capped at ACHIEVABLE_MAX)."""
+    """Per pipe ("dram", "<pipe>|<dtype>"): the ACHIEVABLE_QUANTILE of achieved / peak over measured rows
+    bound on it (capped at ACHIEVABLE_MAX)."""
     shares: dict[str, list[np.ndarray]] = {}
     for family in TRANSFER_FAMILIES:
         frame = store.get(family)
@@ -231,7 +233,7 @@ def achievable_peaks(store: dict[str, pd.DataFrame], specs: dict[str, Any], per_
         for device, part in frame.groupby("device_id", sort=True, observed=True):
             if device not in specs:
                 continue
-            for dtype, kv, rows in groups_of(family, test_rows(family, part, per_group, "peak")):
+            for dtype, kv, rows in groups_of(family, asked_rows(family, part, per_group, "peak")):
                 numeric = {k: v for k, v in shape_of(family, rows).items() if k != "distribution"}
                 roof = physics.roofline(family, dtype, numeric, specs[device], kv)
                 latency = rows["latency_us"].to_numpy(dtype="float64")
@@ -267,7 +269,7 @@ def fit_transfer(
             if frame is not None:
                 rows = pd.concat(
                     [
-                        test_rows(family, p, 3000, "floor")
+                        asked_rows(family, p, 3000, "floor")
                         for _, p in frame.groupby("device_id", observed=True)
                     ]
                 )

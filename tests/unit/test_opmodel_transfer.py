@@ -1,9 +1,9 @@
 """The transfer tier on small synthetic stores whose times follow known physics (catalog specs, synthetic
-latencies): a relative's measured time carried over by the roofline ratio reproduces the asked GPU exactly when
-the physics holds; the learned correction is fitted leave-one-GPU-out and kept only when it beats plain physics;
-the tier names its relatives; identical specs answer alike; the achievable peak caps the rates; ``unseen`` says
-what was not measured; the monotone envelope; the MoE curve table; the transfer model round-trips as JSON.
-"""
+latencies): a relative's measured time carried over by the roofline ratio reproduces the asked GPU exactly
+when the physics holds; the learned correction is fitted leave-one-GPU-out and kept only when it beats plain
+physics; the tier names its relatives; identical specs answer alike; the achievable peak caps the rates;
+``unseen`` says what was not measured; the monotone envelope; the MoE curve table; the transfer model
+round-trips as JSON."""
 
 from __future__ import annotations
 
@@ -59,7 +59,9 @@ def synthetic_gemm(catalog, gamma: float = 0.0, gpus=GPUS) -> pd.DataFrame:
 def _model(**kwargs):
     from components.opmodel.transfer import TransferModel, TransferSettings
 
-    return TransferModel(settings={"gemm": TransferSettings(1, 1.0, None)}, floors={"gemm": FLOOR_US}, **kwargs)
+    return TransferModel(
+        settings={"gemm": TransferSettings(1, 1.0, None)}, floors={"gemm": FLOOR_US}, **kwargs
+    )
 
 
 def test_a_relative_carried_over_by_the_roofline_ratio_reproduces_the_gpu(catalog) -> None:
