@@ -30,13 +30,15 @@ from components.physics import roofline as physics
 
 TRANSFER_FILE = "transfer.json"
 DEFAULT_FLOOR_US = 3.0  # the sibling rule (roof + 3 us) where no floor was learned for a regime
-# spec distance: how much each difference between two spec sheets counts (octaves of a ratio, or a flat cost)
+# spec distance: how much each difference between two spec sheets counts (octaves of a ratio, or a flat cost).
+# The pipe's peak and the DRAM bandwidth enter as their ratio (the ridge point: FLOPs per byte where the
+# kernel turns compute-bound), not one by one: a GPU with more of every peak then has the same relatives,
+# weighted alike, and since each carried answer shrinks with its roofline, never a slower blend.
 DISTANCE_WEIGHTS: dict[str, float] = {
     "vendor": 3.0,
     "architecture": 1.0,
     "memory_type": 0.5,
-    "peak": 1.0,
-    "dram": 1.0,
+    "ridge": 1.5,
     "sms": 0.5,
     "clock": 0.5,
     "l2": 0.25,
@@ -122,8 +124,9 @@ def spec_distance(x: Any, y: Any, dtype: str) -> float:
     w = DISTANCE_WEIGHTS
     d = w["vendor"] * (x.vendor != y.vendor) + w["architecture"] * (x.architecture != y.architecture)
     d += w["memory_type"] * (str(x.memory_type).lower() != str(y.memory_type).lower())
-    d += w["peak"] * _log2_ratio(physics.pipe_for(dtype, x).peak_flops, physics.pipe_for(dtype, y).peak_flops)
-    d += w["dram"] * _log2_ratio(x.dram_gbps, y.dram_gbps) + w["sms"] * _log2_ratio(x.sms, y.sms)
+    ridge_x = physics.pipe_for(dtype, x).peak_flops / float(x.dram_gbps)
+    ridge_y = physics.pipe_for(dtype, y).peak_flops / float(y.dram_gbps)
+    d += w["ridge"] * _log2_ratio(ridge_x, ridge_y) + w["sms"] * _log2_ratio(x.sms, y.sms)
     d += w["clock"] * _log2_ratio(x.boost_clock_mhz, y.boost_clock_mhz) + w["l2"] * _log2_ratio(
         x.l2_mb, y.l2_mb
     )
