@@ -154,7 +154,7 @@ def unseen_gpu(
             }
         )
     )
-    results, calibrated, chosen = [], [], {}
+    results, calibrated, chosen, full = [], [], {}, None
     for held in held_gpus:
         train = {f: r[r["device_id"] != held] for f, r in rows.items()}
         model = spec_tier.fit(
@@ -163,7 +163,14 @@ def unseen_gpu(
         if transfer_pair_rows:
             from components.evaluation.transfer_bench import held_gpu_scores
 
-            scored, transfer_model = held_gpu_scores(store, held, model, test_per_group, transfer_pair_rows)
+            if full is None:
+                from components.opmodel.measured import LAYOUTS, MeasuredTier
+
+                every = {f: v for f, v in store.items() if f in LAYOUTS}
+                full = MeasuredTier(every, {d: catalog.get(d) for d in held_gpus})
+            scored, transfer_model = held_gpu_scores(
+                store, held, model, test_per_group, transfer_pair_rows, full
+            )
             results.extend(scored)
             chosen[held] = {f: vars(s) for f, s in transfer_model.settings.items()}
         else:

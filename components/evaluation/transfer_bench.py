@@ -37,8 +37,10 @@ def held_gpu_scores(
     spec_model: Any,
     test_per_group: int | None,
     pair_rows: int,
+    full: Any = None,
 ) -> tuple[list[dict[str, Any]], Any]:
-    """Per (family, dtype[, kv]) group of ``held``'s rows: summed APEs of the engine (transfer tier, else
+    """``full``: the measured tier of every GPU of ``store`` (its ``without(held)`` answers). Per (family,
+    dtype[, kv]) group of ``held``'s rows: summed APEs of the engine (transfer tier, else
     spec), of the spec tier alone, of the sibling rule (over the rows it answers) and of the roofline; and
     the fitted transfer model."""
     from components.devices.catalog import load_catalog
@@ -52,7 +54,11 @@ def held_gpu_scores(
     train = {f: v[v["device_id"] != held] for f, v in store.items()}
     devices = sorted({str(d) for v in train.values() for d in v["device_id"].unique() if d in catalog})
     specs = {d: catalog.get(d) for d in devices}
-    measured = MeasuredTier({f: v for f, v in train.items() if f in LAYOUTS}, specs)
+    if full is None:  # every GPU's measured tier, to share its site tables across held-out GPUs
+        full = MeasuredTier(
+            {f: v for f, v in store.items() if f in LAYOUTS}, {**specs, held: catalog.get(held)}
+        )
+    measured = full.without(held)
     curves = {f: v for f, v in train.items() if f in CURVE_FAMILIES}
     fit_priors(spec_model, {f: v for f, v in train.items() if f not in spec_model.boosters}, specs)
     model = fit_transfer(measured, train, devices, pair_rows)
