@@ -492,7 +492,8 @@ def markdown_section(rows: list[dict[str, Any]]) -> list[str]:
     for row in ours:
         entry = keyed.setdefault((row["split"], row["scope"]), {})
         entry[(row["family"], row["metric"])] = row["ours"]
-        entry["n"], entry["coverage"] = row.get("n_asked", row["n"]), row.get("coverage")
+        if row["family"] in (ENGINE_FAMILY, ROOFLINE_FAMILY):
+            entry["n"], entry["coverage"] = row.get("n_asked", row["n"]), row.get("coverage")
 
     def pct(value: Any) -> str:
         return "–" if value is None else f"{100 * float(value):.1f}%"
@@ -503,8 +504,9 @@ def markdown_section(rows: list[dict[str, Any]]) -> list[str]:
         "for unseen-gpu, whole GEMM (N, K) sites / attention groups held out of a measured GPU for "
         "unseen-shape):",
         "",
-        "| split | tier | scope | op engine | median APE | roofline | rows | answered |",
-        "|---|---|---|---|---|---|---|---|",
+        "| split | tier | scope | op engine | median APE | roofline | rows | answered | spec tier "
+        "| sibling physics |",
+        "|---|---|---|---|---|---|---|---|---|---|",
     ]
     for (split, scope), entry in keyed.items():
         lines.append(
@@ -519,6 +521,8 @@ def markdown_section(rows: list[dict[str, Any]]) -> list[str]:
                     pct(entry.get((ROOFLINE_FAMILY, "mape"))),
                     str(entry["n"]),
                     pct(entry["coverage"]),
+                    pct(entry.get((SPEC_FAMILY, "mape"))),
+                    pct(entry.get((SIBLING_FAMILY, "mape"))),
                 ]
             )
             + " |"

@@ -228,7 +228,7 @@ class OpEngine:
         the monotone envelope (``envelope.py``): no answer shorter than a smaller shape's of the same
         question."""
         from components.opmodel.envelope import AXES
-        from components.opmodel.measured import physics_key
+        from components.opmodel.measured import BLOCK_SCALED, physics_key
 
         if family in ("linear", "bmm"):
             family = "gemm"
@@ -240,9 +240,12 @@ class OpEngine:
         def answer(lattice: dict[str, np.ndarray]) -> np.ndarray:
             return self.raw_predict(family, dtype, lattice, spec, kv_dtype).duration_us
 
-        lifted = self.envelope.apply(family, shape, times.duration_us, key, answer)
-        times.hi = np.fmax(times.hi, lifted)
-        times.duration_us = lifted
+        block = family == "gemm" and times.roof.choice.dtype in BLOCK_SCALED
+        enveloped = self.envelope.apply(family, shape, times.duration_us, key, answer, block)
+        enveloped = physics.clamp(enveloped, times.roof)
+        times.hi = np.fmax(times.hi, enveloped)
+        times.lo = np.fmin(times.lo, enveloped)
+        times.duration_us = enveloped
         return times
 
     def raw_predict(
