@@ -370,10 +370,10 @@ def gate_entry(
         result = unseen_gpu(
             store,
             datasets_root,
-            train_per_group=caps.get("train_per_group", 1000),
-            test_per_group=caps.get("test_per_group", 200),
-            rounds=caps.get("rounds", 60),
-            transfer_pair_rows=caps.get("transfer_pair_rows", 150),
+            train_per_group=caps.get("train_per_group", 600),
+            test_per_group=caps.get("test_per_group", 100),
+            rounds=caps.get("rounds", 40),
+            transfer_pair_rows=caps.get("transfer_pair_rows", 80),
         )
     elif split == "aiconfigurator-unseen-shape":
         result = unseen_shape(
@@ -450,6 +450,9 @@ def bench_rows(split: str, entry: dict[str, Any]) -> list[dict[str, Any]]:
         coverage = n / asked if asked else None
         add(f"op={op}", ENGINE_FAMILY, metrics.get(f"{op}_runtime_mape"), n, coverage)
         add(f"op={op}", ROOFLINE_FAMILY, metrics.get(f"{op}_roofline_mape"), n, coverage)
+        for family, prefix in ((SPEC_FAMILY, "spec_"), (SIBLING_FAMILY, "sibling_")):
+            if f"{prefix}{op}_runtime_mape" in metrics:  # unseen-gpu: the baselines on the same rows
+                add(f"op={op}", family, metrics[f"{prefix}{op}_runtime_mape"], n)
         if f"{op}_median_ape" in metrics:
             add(f"op={op}", ENGINE_FAMILY, metrics[f"{op}_median_ape"], n, coverage, metric="median_ape")
         for device, g in sorted(gpus.items()):
