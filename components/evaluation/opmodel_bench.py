@@ -167,7 +167,8 @@ def unseen_gpu(
                 from components.opmodel.measured import LAYOUTS, MeasuredTier
 
                 every = {f: v for f, v in store.items() if f in LAYOUTS}
-                full = MeasuredTier(every, {d: catalog.get(d) for d in held_gpus})
+                stored = {str(d) for v in store.values() for d in v["device_id"].unique() if d in catalog}
+                full = MeasuredTier(every, {d: catalog.get(d) for d in stored})
             scored, transfer_model = held_gpu_scores(
                 store, held, model, test_per_group, transfer_pair_rows, full
             )
