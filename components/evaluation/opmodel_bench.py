@@ -130,9 +130,11 @@ def unseen_gpu(
     gpus: tuple[str, ...] | None = None,
     calibration_rows: tuple[int, ...] = (),
     configs: dict[str, Any] | None = None,
+    transfer_pair_rows: int | None = None,
 ) -> dict[str, Any]:
     """Leave-one-GPU-out of the spec tier over the store's GPUs (``configs``: per family, default the
-    spec tier's chosen ones)."""
+    spec tier's chosen ones). With ``transfer_pair_rows``: the engine (transfer tier, else spec) answers the
+    held-out GPU beside the spec tier and the sibling rule, on the same rows (``transfer_bench``)."""
     from components.devices.catalog import load_catalog
     from components.opmodel import spec as spec_tier
 
@@ -152,20 +154,43 @@ def unseen_gpu(
             }
         )
     )
-    results, calibrated = [], []
+    results, calibrated, chosen, full = [], [], {}, None
     for held in held_gpus:
         train = {f: r[r["device_id"] != held] for f, r in rows.items()}
         model = spec_tier.fit(
             train, specs, **({"rounds": rounds} if rounds else {}), params=params, configs=configs
         )
-        results.extend(score_held_gpu(model, store, held, specs[held], test_per_group))
+        if transfer_pair_rows:
+            from components.evaluation.transfer_bench import held_gpu_scores
+
+            if full is None:
+                from components.opmodel.measured import LAYOUTS, MeasuredTier
+
+                every = {f: v for f, v in store.items() if f in LAYOUTS}
+                stored = {str(d) for v in store.values() for d in v["device_id"].unique() if d in catalog}
+                full = MeasuredTier(every, {d: catalog.get(d) for d in stored})
+            scored, transfer_model = held_gpu_scores(
+                store, held, model, test_per_group, transfer_pair_rows, full
+            )
+            results.extend(scored)
+            chosen[held] = {f: vars(s) for f, s in transfer_model.settings.items()}
+        else:
+            results.extend(score_held_gpu(model, store, held, specs[held], test_per_group))
         if calibration_rows:
             calibrated.extend(
                 _calibration_scores(model, store, held, specs[held], calibration_rows, test_per_group)
             )
-    out = _summary(results)
+    if transfer_pair_rows:
+        from components.evaluation.transfer_bench import summarise
+
+        out = summarise(results)
+        out["transfer_settings"] = chosen
+    else:
+        out = _summary(results)
     out["groups"] = results
     out["caps"] = {"train_per_group": train_per_group, "test_per_group": test_per_group}
+    if transfer_pair_rows:
+        out["caps"]["transfer_pair_rows"] = transfer_pair_rows
     if calibrated:
         frame = pd.DataFrame(calibrated)
         out["calibration"] = frame.to_dict("records")
@@ -340,13 +365,12 @@ def gate_entry(
     from components.opmodel.store import load_store
 
     started = time.perf_counter()
-    store = load_store(store_dir, ("gemm", "attention", "bmm"))
     caps = caps or {}
     if split == "aiter-unseen-gpu":
         from components.evaluation.aiter_bench import unseen_mi300x
 
         result = unseen_mi300x(
-            store,
+            load_store(store_dir, ("gemm", "attention", "bmm")),
             datasets_root,
             train_per_group=caps.get("train_per_group", 1000),
             test_per_group=caps.get("test_per_group", 400),
@@ -355,18 +379,22 @@ def gate_entry(
     elif split == "aiconfigurator-unseen-gpu":
         from components.ingest.aiconfigurator import GPU_FOLDERS
 
+        store = load_store(store_dir, ("gemm", "attention", "moe", "bmm"))
         # AIConfigurator's GPUs are held out in turn (aiter's MI300X has its own split; AMD rows train)
         held = {str(d) for f in store.values() for d in f["device_id"].unique()} & set(GPU_FOLDERS.values())
         result = unseen_gpu(
             store,
             datasets_root,
             gpus=tuple(sorted(held)),
-            train_per_group=caps.get("train_per_group", 1000),
-            test_per_group=caps.get("test_per_group", 400),
-            rounds=caps.get("rounds", 60),
+            train_per_group=caps.get("train_per_group", 600),
+            test_per_group=caps.get("test_per_group", 100),
+            rounds=caps.get("rounds", 40),
+            transfer_pair_rows=caps.get("transfer_pair_rows", 80),
         )
     elif split == "aiconfigurator-unseen-shape":
-        result = unseen_shape(store, test_per_group=caps.get("test_per_group", 400))
+        result = unseen_shape(
+            load_store(store_dir, ("gemm", "attention")), test_per_group=caps.get("test_per_group", 400)
+        )
     else:
         raise ValueError(f"unknown op-engine split {split!r}; choose one of {', '.join(OPMODEL_SPLITS)}")
     n = int(result["metrics"].get("n", 0))
@@ -381,6 +409,7 @@ def gate_entry(
             "per_gpu": result.get("per_gpu", {}),
             "caps": result.get("caps"),
             **({"per_dtype": result["per_dtype"]} if "per_dtype" in result else {}),
+            **{k: result[k] for k in ("per_gpu_spec", "per_gpu_sibling", "transfer_settings") if k in result},
         },
         "timings": [],
         "note": None,
@@ -392,9 +421,10 @@ def gate_entry(
 ENGINE_FAMILY = "op engine"  # the bench table's column for the engine's answer (tier per split)
 ROOFLINE_FAMILY = "roofline"
 SPLIT_SOURCES = {"aiter-unseen-gpu": "aiter (MI300X held out; trained on NVIDIA and MI308X)"}
+SPEC_FAMILY = "spec tier"  # unseen-gpu: the spec tier alone (the engine's answer before the transfer tier)
 SIBLING_FAMILY = "sibling physics"  # training-free: a measured relative's time x the roofline ratio
 SPLIT_TIERS = {
-    "aiconfigurator-unseen-gpu": "spec tier",
+    "aiconfigurator-unseen-gpu": "transfer tier (spec where no relative)",
     "aiconfigurator-unseen-shape": "measured tier",
     "aiter-unseen-gpu": "spec tier",
 }
@@ -439,6 +469,9 @@ def bench_rows(split: str, entry: dict[str, Any]) -> list[dict[str, Any]]:
         coverage = n / asked if asked else None
         add(f"op={op}", ENGINE_FAMILY, metrics.get(f"{op}_runtime_mape"), n, coverage)
         add(f"op={op}", ROOFLINE_FAMILY, metrics.get(f"{op}_roofline_mape"), n, coverage)
+        for family, prefix in ((SPEC_FAMILY, "spec_"), (SIBLING_FAMILY, "sibling_")):
+            if f"{prefix}{op}_runtime_mape" in metrics:  # unseen-gpu: the baselines on the same rows
+                add(f"op={op}", family, metrics[f"{prefix}{op}_runtime_mape"], n)
         if f"{op}_median_ape" in metrics:
             add(f"op={op}", ENGINE_FAMILY, metrics[f"{op}_median_ape"], n, coverage, metric="median_ape")
         for device, g in sorted(gpus.items()):
@@ -453,6 +486,9 @@ def bench_rows(split: str, entry: dict[str, Any]) -> list[dict[str, Any]]:
                 add(shared, ENGINE_FAMILY, d.get("shared_mape"), d["sibling_n"])
             for other, g in sorted(d.get("siblings", {}).items()):
                 add(f"op={op},dtype={dtype},from {other}", SIBLING_FAMILY, g["mape"], g["n"])
+        for family, key in ((SPEC_FAMILY, "per_gpu_spec"), (SIBLING_FAMILY, "per_gpu_sibling")):
+            for device, g in sorted((entry["report"].get(key) or {}).get(op, {}).items()):
+                add(f"op={op},device={device}", family, g["mape"], g["n"], g.get("coverage"))
         worst = max(gpus, key=lambda d: gpus[d]["mape"])
         add(f"op={op},median GPU", ENGINE_FAMILY, metrics.get(f"median_gpu_{op}_runtime_mape"), len(gpus))
         add(f"op={op},worst GPU={worst}", ENGINE_FAMILY, gpus[worst]["mape"], gpus[worst]["n"])
@@ -488,7 +524,8 @@ def markdown_section(rows: list[dict[str, Any]]) -> list[str]:
     for row in ours:
         entry = keyed.setdefault((row["split"], row["scope"]), {})
         entry[(row["family"], row["metric"])] = row["ours"]
-        entry["n"], entry["coverage"] = row.get("n_asked", row["n"]), row.get("coverage")
+        if row["family"] in (ENGINE_FAMILY, ROOFLINE_FAMILY):
+            entry["n"], entry["coverage"] = row.get("n_asked", row["n"]), row.get("coverage")
 
     def pct(value: Any) -> str:
         return "–" if value is None else f"{100 * float(value):.1f}%"
@@ -499,8 +536,9 @@ def markdown_section(rows: list[dict[str, Any]]) -> list[str]:
         "for unseen-gpu, whole GEMM (N, K) sites / attention groups held out of a measured GPU for "
         "unseen-shape):",
         "",
-        "| split | tier | scope | op engine | median APE | roofline | rows | answered |",
-        "|---|---|---|---|---|---|---|---|",
+        "| split | tier | scope | op engine | median APE | roofline | rows | answered | spec tier "
+        "| sibling physics |",
+        "|---|---|---|---|---|---|---|---|---|---|",
     ]
     for (split, scope), entry in keyed.items():
         lines.append(
@@ -515,6 +553,8 @@ def markdown_section(rows: list[dict[str, Any]]) -> list[str]:
                     pct(entry.get((ROOFLINE_FAMILY, "mape"))),
                     str(entry["n"]),
                     pct(entry["coverage"]),
+                    pct(entry.get((SPEC_FAMILY, "mape"))),
+                    pct(entry.get((SIBLING_FAMILY, "mape"))),
                 ]
             )
             + " |"

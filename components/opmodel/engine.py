@@ -1,14 +1,17 @@
 """The op engine: one runtime per question from the best tier that can answer it, never against physics.
 
 Per row: **measured** (the GPU's own measured kernels near the question, ``measured.py``) > **calibrated**
-(the spec tier shifted by K profiled rows of the GPU, ``calibrated.py``) > **spec** (the efficiency learned
-across every measured GPU, ``spec.py``). Each tier gives an efficiency ``util = roofline time / runtime``; the
-runtime is ``roofline / util``, clamped at the roofline (``physics.clamp``), so no rate derived from it
-exceeds a peak. The interval is each tier's held-out residual quantiles (log ratio measured/predicted), stored
-with the engine.
+(the spec tier shifted by K profiled rows of the GPU, ``calibrated.py``) > **transfer** (the GPU's measured
+relatives' answers carried over by physics, ``transfer.py``) > **spec** (the efficiency learned across every
+measured GPU, ``spec.py``). Each tier gives an efficiency ``util = roofline time / runtime``; the runtime is
+``roofline / util``, clamped at the roofline (``physics.clamp``) and, but for a measured kernel returned
+verbatim, at the achievable share of each pipe's peak learned from measured kernels (``cap_achievable``), so
+no rate derived from it reaches a datasheet peak. The interval is each tier's held-out residual quantiles
+(log ratio measured/predicted), stored with the engine.
 
 A folder holds the engine: ``store/`` (the measured store), ``spec.json`` + ``spec_<family>.txt`` (the spec
-model), ``calibrations.json`` (per GPU, per regime) and ``engine.json`` (intervals, provenance). No pickle.
+model), ``calibrations.json`` (per GPU, per regime), ``transfer.json`` (the transfer tier) and ``engine.json``
+(intervals, provenance). No pickle.
 """
 
 from __future__ import annotations
@@ -24,16 +27,18 @@ import numpy as np
 from components.physics import roofline as physics
 
 ENGINE_FILE = "engine.json"
-TIERS: tuple[str, ...] = ("measured", "calibrated", "spec")
+TIERS: tuple[str, ...] = ("measured", "calibrated", "transfer", "spec")
 # (low, high) quantiles of log(measured / predicted) per tier when no held-out figure was stored (wide on
 # purpose)
 DEFAULT_INTERVALS: dict[str, tuple[float, float]] = {
     "exact": (-0.08, 0.08),
     "measured": (-0.15, 0.15),
     "calibrated": (-0.25, 0.25),
+    "transfer": (-0.3, 0.3),
     "spec": (-0.45, 0.45),
 }
 ENGINE_FAMILIES: tuple[str, ...] = physics.FAMILIES  # the registry's engine families
+LABELS: frozenset[str] = frozenset({"distribution"})  # shape columns that are names, not sizes
 FALLBACK_UTIL = 0.5  # no store, no model: half the speed of light, said so in the note
 
 
@@ -42,11 +47,21 @@ class OpTimes:
     duration_us: np.ndarray
     lo: np.ndarray
     hi: np.ndarray
-    tier: np.ndarray  # object: measured | calibrated | spec
+    tier: np.ndarray  # object: measured | calibrated | transfer | spec
     support: np.ndarray  # object: what the answer rests on
     bound_pipe: np.ndarray
     note: np.ndarray  # object: emulation and the like, None where nothing to say
     roof: physics.Roofline
+    # object: what the answer had no measurement of -- None (a measured kernel or an interpolation of the
+    # GPU's own), "the shape" (the GPU was measured in the regime, not near this shape), "the GPU" (answered
+    # from its relatives or the spec model), "the GPU and the dtype" (no measured GPU has the regime)
+    unseen: np.ndarray | None = None
+
+
+def unseen_of(tier: np.ndarray, gpu_measured: bool, has_relatives: bool) -> np.ndarray:
+    """Per row, what was unseen (``OpTimes.unseen``) from its tier and what the store holds of the regime."""
+    beyond = "the shape" if gpu_measured else ("the GPU" if has_relatives else "the GPU and the dtype")
+    return np.where(np.isin(tier, ("measured", "calibrated")), None, beyond).astype(object)
 
 
 class OpEngine:
@@ -61,6 +76,8 @@ class OpEngine:
         meta: dict | None = None,
         store_dir: Path | None = None,
         fallback_util: float = FALLBACK_UTIL,
+        transfer: Any = None,
+        monotone: bool = True,
     ) -> None:
         self.measured = measured  # components.opmodel.measured.MeasuredTier | None
         self.spec_model = spec_model  # components.opmodel.spec.SpecModel | None
@@ -69,20 +86,42 @@ class OpEngine:
         self.meta = meta or {}
         self.store_dir = store_dir
         self.fallback_util = fallback_util  # 1.0: the training-free roofline itself
+        self.transfer = transfer  # components.opmodel.transfer.TransferTier | None
+        self.monotone = monotone  # answers under the monotone envelope (envelope.py)
+        from components.opmodel.envelope import Envelope
+
+        self.envelope = Envelope()
 
     # ---------------------------------------------------------------------------------------- persistence
 
     @classmethod
-    def from_store(cls, store_dir: Path, spec_model: Any = None, **kwargs: Any) -> OpEngine:
+    def from_store(
+        cls, store_dir: Path, spec_model: Any = None, transfer_model: Any = None, **kwargs: Any
+    ) -> OpEngine:
+        from components.opmodel.measured import LAYOUTS
+        from components.opmodel.store import load_store
+        from components.opmodel.transfer import CURVE_FAMILIES
+
+        store = load_store(Path(store_dir), (*LAYOUTS, *CURVE_FAMILIES))
+        return cls.from_frames(store, spec_model, transfer_model, store_dir=Path(store_dir), **kwargs)
+
+    @classmethod
+    def from_frames(
+        cls, store: dict, spec_model: Any = None, transfer_model: Any = None, **kwargs: Any
+    ) -> OpEngine:
+        """An engine over in-memory store frames ``{family: frame}`` (the measured tier, and the transfer tier
+        over the same GPUs: plain sibling physics when no ``transfer_model`` was learned)."""
         from components.devices.catalog import load_catalog
         from components.opmodel.measured import LAYOUTS, MeasuredTier
-        from components.opmodel.store import load_store
+        from components.opmodel.transfer import CURVE_FAMILIES, TransferTier
 
-        store = load_store(Path(store_dir), tuple(LAYOUTS))
         catalog = load_catalog()
         devices = {str(d) for frame in store.values() for d in frame["device_id"].unique()}
         specs = {d: catalog.get(d) for d in devices if d in catalog}
-        return cls(MeasuredTier(store, specs), spec_model, store_dir=Path(store_dir), **kwargs)
+        measured = MeasuredTier({f: v for f, v in store.items() if f in LAYOUTS}, specs)
+        curves = {f: v for f, v in store.items() if f in CURVE_FAMILIES}
+        transfer = TransferTier(measured, curves, transfer_model)
+        return cls(measured, spec_model, transfer=transfer, **kwargs)
 
     def save(self, folder: Path) -> None:
         """Write the engine into ``folder`` (created; the caller makes the whole predictor folder atomic)."""
@@ -92,6 +131,8 @@ class OpEngine:
             shutil.copytree(self.store_dir, folder / "store", dirs_exist_ok=True)
         if self.spec_model is not None:
             self.spec_model.save(folder)
+        if self.transfer is not None and self.transfer.model.settings:
+            self.transfer.model.save(folder)
         (folder / "calibrations.json").write_text(json.dumps(self.calibrations, indent=1, sort_keys=True))
         (folder / ENGINE_FILE).write_text(
             json.dumps(
@@ -122,9 +163,12 @@ class OpEngine:
         )
         intervals = {k: tuple(v) for k, v in info.get("intervals", {}).items()}
         if info.get("has_store") and (folder / "store").is_dir():
+            from components.opmodel.transfer import TransferModel
+
             return cls.from_store(
                 folder / "store",
                 spec_model,
+                TransferModel.load(folder),
                 calibrations=calibrations,
                 intervals=intervals,
                 meta=info.get("meta"),
@@ -141,6 +185,8 @@ class OpEngine:
             self.meta,
             self.store_dir,
             self.fallback_util,
+            self.transfer,
+            self.monotone,
         )
 
     # ---------------------------------------------------------------------------------------- answering
@@ -178,13 +224,50 @@ class OpEngine:
     def predict(
         self, family: str, dtype: str, shape: dict[str, Any], spec: Any, kv_dtype: str | None = None
     ) -> OpTimes:
-        """Runtimes of rows of one (family, dtype, GPU); ``shape``: dimension name -> array or scalar."""
+        """Runtimes of rows of one (family, dtype, GPU); ``shape``: dimension name -> array or scalar. Under
+        the monotone envelope (``envelope.py``): no answer shorter than a smaller shape's of the same
+        question."""
+        from components.opmodel.envelope import AXES
+        from components.opmodel.measured import BLOCK_SCALED, physics_key
+
         if family in ("linear", "bmm"):
             family = "gemm"
-        roof = physics.roofline(family, dtype, shape, spec, kv_dtype)
+        times = self.raw_predict(family, dtype, shape, spec, kv_dtype)
+        if not self.monotone or family not in AXES or any(k in LABELS for k in shape):
+            return times
+        key = (dtype, kv_dtype, spec.id, physics_key(spec))
+
+        def answer(lattice: dict[str, np.ndarray]) -> np.ndarray:
+            return self.raw_predict(family, dtype, lattice, spec, kv_dtype).duration_us
+
+        block = family == "gemm" and times.roof.choice.dtype in BLOCK_SCALED
+        enveloped = self.envelope.apply(family, shape, times.duration_us, key, answer, block)
+        enveloped = physics.clamp(enveloped, times.roof)
+        times.hi = np.fmax(times.hi, enveloped)
+        times.lo = np.fmin(times.lo, enveloped)
+        times.duration_us = enveloped
+        return times
+
+    def raw_predict(
+        self, family: str, dtype: str, shape: dict[str, Any], spec: Any, kv_dtype: str | None = None
+    ) -> OpTimes:
+        """The tiers' answers before the monotone envelope."""
+        if family in ("linear", "bmm"):
+            family = "gemm"
+        roof = physics.roofline(
+            family, dtype, {k: v for k, v in shape.items() if k not in LABELS}, spec, kv_dtype
+        )
         n = len(roof.time_us)
         eff_dtype = roof.choice.dtype
-        arrays = {k: np.broadcast_to(np.asarray(v, dtype="float64"), (n,)) for k, v in shape.items()}
+        # categorical columns (MoE's routing distribution) reach only the tiers that match them exactly
+        labels = {
+            k: np.broadcast_to(np.asarray(v, dtype=object), (n,)) for k, v in shape.items() if k in LABELS
+        }
+        arrays = {
+            k: np.broadcast_to(np.asarray(v, dtype="float64"), (n,))
+            for k, v in shape.items()
+            if k not in LABELS
+        }
         log_util, spec_support = self.spec_log_util(family, eff_dtype, arrays, spec, roof, kv_dtype)
         tier = np.full(n, "spec", dtype=object)
         support = np.full(n, spec_support, dtype=object)
@@ -219,6 +302,7 @@ class OpEngine:
             q = self.intervals["calibrated"]
             q_lo[:], q_hi[:] = q
         duration = roof.time_us / np.exp(np.clip(log_util, None, 0.0))
+        resolved = None
         if self.measured is not None and family in ("gemm", "attention"):
             resolved = self.measured.resolve(
                 family, eff_dtype, arrays, spec, roof.time_us, kv_dtype if family == "attention" else None
@@ -251,8 +335,63 @@ class OpEngine:
                 )
                 for mask, name in ((exact, "exact"), (near, "measured")):
                     q_lo[mask], q_hi[mask] = self.intervals[name]
+        exact_hit = np.zeros(n, bool) if resolved is None else resolved.exact
+        self._transfer_rows(
+            family, eff_dtype, arrays, labels, spec, kv_dtype, tier, duration, support, (q_lo, q_hi)
+        )
         duration = physics.clamp(duration, roof)
+        if self.transfer is not None and self.transfer.model.achievable:
+            capped = cap_achievable(duration, roof, self.transfer.model.achievable)
+            duration = np.where(exact_hit, duration, capped)
         lo = physics.clamp(duration * np.exp(q_lo), roof)
         hi = np.maximum(duration * np.exp(q_hi), duration)
         note = np.full(n, roof.note, dtype=object)
-        return OpTimes(duration, lo, hi, tier, support, roof.bound_pipe, note, roof)
+        has_relatives = self.transfer is not None and bool(
+            self.transfer.relatives(family, eff_dtype, kv_dtype, spec)
+        )
+        unseen = unseen_of(tier, resolved is not None, has_relatives)
+        return OpTimes(duration, lo, hi, tier, support, roof.bound_pipe, note, roof, unseen)
+
+    def _transfer_rows(
+        self,
+        family: str,
+        dtype: str,
+        arrays: dict[str, np.ndarray],
+        labels: dict[str, np.ndarray],
+        spec: Any,
+        kv_dtype: str | None,
+        tier: np.ndarray,
+        duration: np.ndarray,
+        support: np.ndarray,
+        quantiles: tuple[np.ndarray, np.ndarray],
+    ) -> None:
+        """Answer, in place, the rows still on the spec tier from the GPU's measured relatives (transfer
+        tier)."""
+        rows = np.flatnonzero(tier == "spec")
+        if self.transfer is None or family not in ("gemm", "attention", "moe") or not len(rows):
+            return
+        sub = {k: v[rows] for k, v in arrays.items()}
+        roof = physics.roofline(family, dtype, sub, spec, kv_dtype)
+        got = self.transfer.resolve(
+            family, dtype, {**sub, **{k: v[rows] for k, v in labels.items()}}, spec, roof, kv_dtype
+        )
+        if got is None:
+            return
+        value, text = got
+        take = np.isfinite(value)
+        where = rows[take]
+        duration[where] = value[take]
+        tier[where] = "transfer"
+        support[where] = text[take]
+        quantiles[0][where], quantiles[1][where] = self.intervals["transfer"]
+
+
+def cap_achievable(duration: np.ndarray, roof: physics.Roofline, achievable: dict[str, float]) -> np.ndarray:
+    """A runtime no shorter than each pipe's work at the achievable share of its peak (learned from measured
+    kernels, ``transfer_fit.achievable_peaks``): the pipe's own share, else the highest learned share of any
+    compute pipe; DRAM's share for the bytes."""
+    compute_shares = [v for k, v in achievable.items() if k != "dram"]
+    pipe = f"{roof.choice.pipe}|{roof.choice.dtype}"
+    share = achievable.get(pipe, max(compute_shares) if compute_shares else 1.0)
+    floor = np.maximum(roof.compute_us / share, roof.memory_us / achievable.get("dram", 1.0))
+    return np.where(np.isfinite(duration), np.maximum(duration, floor), duration)

@@ -888,6 +888,14 @@ class MeasuredTier:
     def devices(self) -> set[str]:
         return {key[1] for key in self.groups}
 
+    def without(self, device: str) -> MeasuredTier:
+        """This tier as if ``device`` had never been measured (its rows and spec gone); the other GPUs' site
+        tables are shared, not rebuilt (leave-one-GPU-out benches)."""
+        out = MeasuredTier({}, {d: s for d, s in self.specs.items() if d != device})
+        out.groups = {k: v for k, v in self.groups.items() if k[1] != device}
+        out._tables = self._tables  # keyed by device: the held-out GPU's tables are never asked for
+        return out
+
     def table(self, family: str, device_id: str, dtype: str, kv_dtype: str | None) -> SiteTable | None:
         key = (family, device_id, dtype, (kv_dtype or dtype) if family == "attention" else None)
         if key not in self._tables:

@@ -116,9 +116,11 @@ ORIGINAL = SpecConfig()
 # (benchmarks/spec_tier_selection.py) chose on every outer fold's training GPUs.
 # (the latency floor and the hedge won every outer fold of both families; benchmarks/results/
 # spec_tier_selection.json holds each fold's inner ranking).
+# ``monotone`` is imposed on top of the selection (issue 32): a GPU with more of every peak is never slower;
+# since the transfer tier, the spec tier answers only a regime no measured GPU has.
 CHOSEN: dict[str, SpecConfig] = {
-    "gemm": SpecConfig(floor=1.0, l2=False, identity=False, hedge=0.7),
-    "attention": SpecConfig(floor=1.0, l2=True, identity=True, hedge=0.7),
+    "gemm": SpecConfig(floor=1.0, l2=False, identity=False, hedge=0.7, monotone=True),
+    "attention": SpecConfig(floor=1.0, l2=True, identity=True, hedge=0.7, monotone=True),
 }
 
 

@@ -1,7 +1,8 @@
 """Build the op engine the train stage saves beside the champion (``<predictor dir>/opmodel``) and under
 ``$KERNELCAST_HOME/models/opmodel``: the measured store (built from the aiconfigurator tables when the
 state folder has none), the spec model fitted on a hash-chosen sample of every measured GPU, the measured
-tier's held-out residual quantiles as its interval.
+tier's held-out residual quantiles as its interval, the transfer tier's model (``transfer.json``: settings
+chosen by leave-one-GPU-out over the measured GPUs, corrections, floors, achievable peaks).
 """
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ from typing import Any
 import numpy as np
 
 PER_GROUP = 3000  # training rows per (GPU, dtype[, kv dtype]) for the spec booster: ~1 min on 2 cores
-STORE_FAMILIES_IN_ENGINE: tuple[str, ...] = ("gemm", "attention")
+STORE_FAMILIES_IN_ENGINE: tuple[str, ...] = ("gemm", "attention", "moe")  # moe: the transfer tier's curves
 
 
 def state_store(settings: Any) -> Path:
@@ -70,6 +71,24 @@ def measured_intervals(engine: Any, store: dict, quantiles: tuple[float, float] 
     return {"measured": (float(np.quantile(r, quantiles[0])), float(np.quantile(r, quantiles[1])))}
 
 
+def fit_transfer_tier(engine: Any, store_dir: Path, say: Callable[[str], None] = lambda _: None) -> Any:
+    """The transfer tier over the store's GPUs, its model fitted leave-one-GPU-out over all of them
+    (``transfer_fit.fit_transfer``)."""
+    from components.opmodel.store import load_store
+    from components.opmodel.transfer import CURVE_FAMILIES, TransferTier
+    from components.opmodel.transfer_fit import TRANSFER_FAMILIES, fit_transfer
+
+    started = time.perf_counter()
+    frames = load_store(store_dir, TRANSFER_FAMILIES)
+    model = fit_transfer(engine.measured, frames, sorted(engine.measured.specs))
+    chosen = ", ".join(f"{f}: {vars(s)}" for f, s in sorted(model.settings.items()))
+    say(
+        f"op engine: transfer tier over {len(model.meta['devices'])} GPUs ({chosen}) in "
+        f"{time.perf_counter() - started:.0f} s; achievable peaks {model.achievable}"
+    )
+    return TransferTier(engine.measured, {f: v for f, v in frames.items() if f in CURVE_FAMILIES}, model)
+
+
 def train_engine(settings: Any, out_dir: Path, say: Callable[[str], None] = lambda _: None) -> Path | None:
     """Fit and save the engine into ``out_dir`` and ``$KERNELCAST_HOME/models/opmodel``; None without data."""
     from components.common.atomic import atomic_write_dir
@@ -105,11 +124,13 @@ def train_engine(settings: Any, out_dir: Path, say: Callable[[str], None] = lamb
     )
     engine = OpEngine.from_store(store_dir, model)
     intervals = measured_intervals(engine, store)
+    transfer = fit_transfer_tier(engine, store_dir, say)
     engine = OpEngine(
         engine.measured,
         model,
         intervals=intervals,
         meta={"spec_rows": {f: len(r) for f, r in rows.items()}, "devices": sorted(specs)},
+        transfer=transfer,
     )
 
     def write(tmp: Path) -> None:

@@ -31,6 +31,7 @@ ANSWER_KEYS: tuple[str, ...] = (
     "roofline_us",
     "headroom",
     "ood",
+    "unseen",
     "note",
     "model_version",
     "breakdown",

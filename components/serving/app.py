@@ -217,6 +217,10 @@ class Answer(BaseModel):
     roofline_us: float | None = None
     headroom: float | None = None
     ood: bool | None = None
+    unseen: str | None = Field(
+        default=None,
+        description="what the answer had no measurement of: the shape, the GPU, or the dtype too",
+    )
     note: str | None = None
     model_version: str
     breakdown: list[BreakdownItem] | None = Field(

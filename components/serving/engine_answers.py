@@ -79,7 +79,8 @@ def answer_with_engine(engine: Any, questions: list[Any]) -> list[dict[str, Any]
                 "arith_intensity": _finite(rates["arith_intensity"][i]),
                 "roofline_class": str(rates["roofline_class"][i]),
                 "note": times.note[i],
-                "ood": bool(times.tier[i] == "spec"),
+                "ood": times.unseen is not None and times.unseen[i] is not None,
+                "unseen": None if times.unseen is None else times.unseen[i],
                 "l1_hit_rate": None,
                 "l2_hit_rate": None,
             }

@@ -156,9 +156,10 @@ def render_table(
                 )
     for a in answers:
         if a.get("ood"):
+            unseen = a.get("unseen") or "the shape"
             lines.append(
-                f"note: {a['device']}: outside the shapes this model was trained on; the interval is the "
-                "wider out-of-range one"
+                f"note: {a['device']}: outside what this model has measured or was trained on ({unseen}); "
+                "the interval is the wider out-of-range one"
             )
         if a.get("note"):
             lines.append(f"note: {a['device']}: {a['note']}")

@@ -1,0 +1,380 @@
+"""The transfer tier: a GPU with no measured rows of a (family, dtype) regime, answered from its measured
+relatives.
+
+Each relative Y (a GPU of the store with rows of the regime) answers the question on itself -- its measured
+tier: an exact hit or an interpolation of its own kernels -- and that time is carried over to the asked GPU X
+by physics, ``t_X = t_Y * base_X / base_Y``, ``base = roofline time + the regime's latency floor`` (the fixed
+cost of one kernel of the library, ``spec.latency_floors``). Why: the shape's own quirks (kernel choice, tile
+quantisation, split-K, L2 residency) travel with the relative's measurement; only what differs between the two
+GPUs is modelled. A small ridge correction of ``log(t_X / carried)`` on log ratios of the two GPUs' peaks,
+bandwidth, SMs, L2 and clocks and the question's regime features may then shift it (``transfer_fit.py`` fits
+it leave-one-GPU-out and keeps it only where it beats plain physics on the training GPUs). The k nearest
+relatives by spec distance (``spec_distance``) are blended geometrically, weighted by similarity and by each
+relative's own transfer error on the training side.
+
+The learned part (settings, floors, corrections, relative errors, achievable peaks) is plain JSON
+(``transfer.json``) beside the engine; without it the tier is plain sibling physics with the store's floors.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from components.physics import roofline as physics
+
+TRANSFER_FILE = "transfer.json"
+DEFAULT_FLOOR_US = 3.0  # the issue's sibling rule (roof + 3 us) where no floor was learned for a regime
+# spec distance: how much each difference between two spec sheets counts (octaves of a ratio, or a flat cost).
+# The pipe's peak and the DRAM bandwidth enter as their ratio (the ridge point: FLOPs per byte where the
+# kernel turns compute-bound), not one by one: a GPU with more of every peak then has the same relatives,
+# weighted alike, and since each carried answer shrinks with its roofline, never a slower blend.
+DISTANCE_WEIGHTS: dict[str, float] = {
+    "vendor": 3.0,
+    "architecture": 1.0,
+    "memory_type": 0.5,
+    "ridge": 1.5,
+    "sms": 0.5,
+    "clock": 0.5,
+    "l2": 0.25,
+}
+CURVE_FAMILIES: dict[str, tuple[tuple[str, ...], str]] = {
+    # families without a measured-tier layout: (site keys matched exactly, curve axis interpolated in log)
+    "moe": (("E", "topk", "H", "I", "tp", "ep", "distribution"), "T"),
+}
+MOE_DEFAULT_DISTRIBUTION = "balanced"
+HOLD_OCTAVES = 1.0  # a curve's boundary efficiency held this far past its end
+
+
+@dataclass(frozen=True)
+class TransferSettings:
+    """How one family transfers: relatives blended, similarity temperature, the correction's ridge (None =
+    plain sibling physics)."""
+
+    k: int = 1
+    tau: float = 1.0
+    ridge: float | None = None
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any] | None) -> TransferSettings:
+        data = data or {}
+        ridge = data.get("ridge")
+        return cls(
+            int(data.get("k", 1)), float(data.get("tau", 1.0)), None if ridge is None else float(ridge)
+        )
+
+
+@dataclass
+class TransferModel:
+    """What the transfer tier learned: per family its settings and correction coefficients, per regime its
+    latency floor, per relative its own train-side transfer error, per pipe the achievable share of the
+    peak."""
+
+    settings: dict[str, TransferSettings] = field(default_factory=dict)
+    corrections: dict[str, list[float]] = field(default_factory=dict)  # family -> ridge coefficients
+    floors: dict[str, float] = field(default_factory=dict)  # regime (family|pipe|dtype) -> us
+    relative_error: dict[str, float] = field(default_factory=dict)  # device -> median |log ratio| as relative
+    achievable: dict[str, float] = field(default_factory=dict)  # "dram" | "tensor|bf16" ... -> share of peak
+    meta: dict[str, Any] = field(default_factory=dict)
+
+    def settings_of(self, family: str) -> TransferSettings:
+        return self.settings.get(family, TransferSettings())
+
+    def floor_of(self, key: str) -> float:
+        return float(self.floors.get(key, self.floors.get(key.split("|")[0], DEFAULT_FLOOR_US)))
+
+    def save(self, folder: Path) -> None:
+        data = {
+            "settings": {f: asdict(s) for f, s in self.settings.items()},
+            "corrections": self.corrections,
+            "floors": self.floors,
+            "relative_error": self.relative_error,
+            "achievable": self.achievable,
+            "meta": self.meta,
+        }
+        (Path(folder) / TRANSFER_FILE).write_text(json.dumps(data, indent=1, sort_keys=True))
+
+    @classmethod
+    def load(cls, folder: Path) -> TransferModel | None:
+        path = Path(folder) / TRANSFER_FILE
+        if not path.is_file():
+            return None
+        data = json.loads(path.read_text())
+        return cls(
+            {f: TransferSettings.from_dict(s) for f, s in data.get("settings", {}).items()},
+            {f: [float(x) for x in c] for f, c in data.get("corrections", {}).items()},
+            {k: float(v) for k, v in data.get("floors", {}).items()},
+            {k: float(v) for k, v in data.get("relative_error", {}).items()},
+            {k: float(v) for k, v in data.get("achievable", {}).items()},
+            dict(data.get("meta", {})),
+        )
+
+
+def _log2_ratio(a: float | None, b: float | None) -> float:
+    return abs(float(np.log2(a / b))) if a and b else 2.0
+
+
+def spec_distance(x: Any, y: Any, dtype: str) -> float:
+    """How unlike two spec sheets are for ``dtype``'s work (0 = the same physics)."""
+    w = DISTANCE_WEIGHTS
+    d = w["vendor"] * (x.vendor != y.vendor) + w["architecture"] * (x.architecture != y.architecture)
+    d += w["memory_type"] * (str(x.memory_type).lower() != str(y.memory_type).lower())
+    ridge_x = physics.pipe_for(dtype, x).peak_flops / float(x.dram_gbps)
+    ridge_y = physics.pipe_for(dtype, y).peak_flops / float(y.dram_gbps)
+    d += w["ridge"] * _log2_ratio(ridge_x, ridge_y) + w["sms"] * _log2_ratio(x.sms, y.sms)
+    d += w["clock"] * _log2_ratio(x.boost_clock_mhz, y.boost_clock_mhz) + w["l2"] * _log2_ratio(
+        x.l2_mb, y.l2_mb
+    )
+    return float(d)
+
+
+def correction_features(roof_x: physics.Roofline, roof_y: physics.Roofline, x: Any, y: Any) -> np.ndarray:
+    """Per row: the log ratio of the two GPUs' peaks on the side the row is bound on (the pipe's for
+    compute-bound rows, DRAM's for memory-bound ones), of SMs and (memory-bound rows) of L2 size at half
+    weight (the ridge then prefers the bound pipe's ratio: with few GPUs the pair-level ratios are
+    collinear), and the bound ratio times the question's regime on X (log roofline time: launch-bound kernels
+    shift less)."""
+    n = len(roof_x.time_us)
+    peak = np.log(roof_x.peak_flops / roof_y.peak_flops)
+    dram = np.log(roof_x.peak_bps / roof_y.peak_bps)
+    compute = (roof_x.compute_us >= roof_x.memory_us).astype(float)
+    bound = compute * peak + (1.0 - compute) * dram
+    size = np.clip(np.log2(np.maximum(roof_x.time_us, 1e-3)), -10.0, 20.0) / 10.0
+    columns = [
+        compute * peak,
+        (1.0 - compute) * dram,
+        np.full(n, 0.5 * np.log(x.sms / y.sms)),
+        (1.0 - compute) * 0.5 * np.log(float(x.l2_mb) / float(y.l2_mb)),
+        bound * size,
+    ]
+    return np.column_stack(columns)
+
+
+class CurveTable:
+    """Measured rows of a family without a measured-tier layout (MoE): sites matched exactly, the curve axis
+    interpolated in log efficiency against log size, held past an end for ``HOLD_OCTAVES``."""
+
+    def __init__(self, family: str, frame: pd.DataFrame, spec: Any, dtype: str) -> None:
+        keys, axis = CURVE_FAMILIES[family]
+        self.family, self.keys, self.axis = family, keys, axis
+        frame = frame[(frame[axis] >= 1)].sort_values([*keys, axis])
+        shape = {k: frame[k].to_numpy(dtype="float64") for k in _shape_keys(family) if k in frame}
+        roof = physics.roofline(family, dtype, shape, spec)
+        self.log_util = np.log(
+            np.clip(roof.time_us / frame["latency_us"].to_numpy(dtype="float64"), 1e-6, 1.0)
+        )
+        self.log_c = np.log2(frame[axis].to_numpy(dtype="float64"))
+        self.latency = frame["latency_us"].to_numpy(dtype="float64")
+        site = _site_labels({k: frame[k].to_numpy() for k in keys})
+        self.sites: dict[str, np.ndarray] = {}
+        for name in pd.unique(site):
+            self.sites[str(name)] = np.flatnonzero(site == name)
+
+    def resolve(self, shape: dict[str, Any], roof_time_us: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        n = len(roof_time_us)
+        out, exact = np.full(n, np.nan), np.zeros(n, bool)
+        defaults = {"tp": 1.0, "ep": 1.0, "distribution": MOE_DEFAULT_DISTRIBUTION}
+        columns = {
+            k: np.broadcast_to(np.asarray(shape.get(k, defaults.get(k))), (n,))
+            for k in self.keys
+            if k in shape or k in defaults
+        }
+        if len(columns) < len(self.keys):
+            return out, exact
+        q_site = _site_labels(columns)
+        q_c = np.log2(np.maximum(np.broadcast_to(np.asarray(shape[self.axis], dtype="float64"), (n,)), 1e-9))
+        for name in pd.unique(q_site):
+            rows = np.flatnonzero(q_site == name)
+            idx = self.sites.get(str(name))
+            if idx is None:
+                continue
+            c, u = self.log_c[idx], self.log_util[idx]
+            inside = (q_c[rows] >= c[0] - HOLD_OCTAVES) & (q_c[rows] <= c[-1] + HOLD_OCTAVES)
+            util = np.exp(np.interp(q_c[rows], c, u))
+            out[rows] = np.where(inside, roof_time_us[rows] / util, np.nan)
+            pos = np.clip(np.searchsorted(c, q_c[rows]), 0, len(c) - 1)
+            hit = np.abs(c[pos] - q_c[rows]) < 1e-9
+            out[rows[hit]] = self.latency[idx][pos[hit]]
+            exact[rows[hit]] = True
+        return out, exact
+
+
+def _site_labels(columns: dict[str, np.ndarray]) -> np.ndarray:
+    """One text key per row of the site columns (sizes as floats: 64 and 64.0 are one size)."""
+    parts = [
+        np.asarray(v).astype(str) if k in ("distribution",) else np.asarray(v, dtype="float64").astype(str)
+        for k, v in columns.items()
+    ]
+    out = parts[0].astype(object)
+    for p in parts[1:]:
+        out = out + "|" + p.astype(object)
+    return out
+
+
+def _shape_keys(family: str) -> tuple[str, ...]:
+    required, optional = physics.SHAPE_KEYS[family]
+    return (*required, *optional)
+
+
+@dataclass
+class Carried:
+    """One relative's answer carried over to the asked GPU."""
+
+    device: str
+    distance: float
+    duration_us: np.ndarray  # NaN where the relative has no answer
+    exact: np.ndarray  # the relative measured this very shape
+    features: np.ndarray  # correction features per row
+
+
+class TransferTier:
+    """Relatives of the store (measured tier + curve tables of the families without a layout) carried over."""
+
+    def __init__(self, measured: Any, curves: dict[str, pd.DataFrame] | None, model: TransferModel | None):
+        self.measured = measured  # components.opmodel.measured.MeasuredTier
+        self.model = model or TransferModel()
+        self.curve_groups: dict[tuple, pd.DataFrame] = {}
+        for family, frame in (curves or {}).items():
+            if family not in CURVE_FAMILIES:
+                continue
+            for (device, dtype), part in frame.groupby(["device_id", "dtype"], sort=True, observed=True):
+                self.curve_groups[(family, str(device), str(dtype))] = part
+        self._curves: dict[tuple, CurveTable] = {}
+
+    def relatives(self, family: str, dtype: str, kv_dtype: str | None, spec: Any) -> list[tuple[str, float]]:
+        """(device, spec distance) of every store GPU with measured rows of the regime, nearest first; the
+        asked GPU itself (by physics) excluded."""
+        from components.opmodel.measured import physics_key
+
+        specs = self.measured.specs if self.measured is not None else {}
+        own = physics_key(spec)
+        out = []
+        for device, other in specs.items():
+            if physics_key(other) == own or not self._has(family, device, dtype, kv_dtype):
+                continue
+            try:
+                if physics.pipe_for(dtype, other).dtype != dtype:
+                    continue
+            except physics.PhysicsError:
+                continue
+            out.append((device, spec_distance(spec, other, dtype)))
+        return sorted(out, key=lambda t: (t[1], t[0]))
+
+    def _has(self, family: str, device: str, dtype: str, kv_dtype: str | None) -> bool:
+        if family in CURVE_FAMILIES:
+            return (family, device, dtype) in self.curve_groups
+        kv = (kv_dtype or dtype) if family == "attention" else None
+        return (family, device, dtype, kv) in self.measured.groups
+
+    def relative_answer(
+        self,
+        family: str,
+        device: str,
+        dtype: str,
+        shape: dict[str, Any],
+        roof: physics.Roofline,
+        kv: str | None,
+    ) -> tuple[np.ndarray, np.ndarray]:
+        """The relative's own answer at the shape (its measured tier): durations (NaN = none) and exact
+        hits."""
+        spec = self.measured.specs[device]
+        if family in CURVE_FAMILIES:
+            key = (family, device, dtype)
+            if key not in self._curves:
+                self._curves[key] = CurveTable(family, self.curve_groups[key], spec, dtype)
+            return self._curves[key].resolve(shape, roof.time_us)
+        table = self.measured.table(family, device, dtype, kv if family == "attention" else None)
+        resolved = table.resolve(shape, roof.time_us)
+        return resolved.duration_us, resolved.exact
+
+    def carried(
+        self,
+        family: str,
+        dtype: str,
+        shape: dict[str, Any],
+        spec: Any,
+        roof_x: physics.Roofline,
+        kv: str | None,
+        device: str,
+        distance: float,
+    ) -> Carried:
+        """Relative ``device``'s answer, times base_X / base_Y (roofline + the regime's latency floor)."""
+        from components.opmodel.spec import regime
+
+        other = self.measured.specs[device]
+        numeric = {k: v for k, v in shape.items() if k in _shape_keys(family)}
+        roof_y = physics.roofline(family, dtype, numeric, other, kv)
+        t_y, exact = self.relative_answer(family, device, dtype, shape, roof_y, kv)
+        floor_x = self.model.floor_of(regime(family, dtype, spec))
+        floor_y = self.model.floor_of(regime(family, dtype, other))
+        ratio = (roof_x.time_us + floor_x) / (roof_y.time_us + floor_y)
+        return Carried(device, distance, t_y * ratio, exact, correction_features(roof_x, roof_y, spec, other))
+
+    def resolve(
+        self,
+        family: str,
+        dtype: str,
+        shape: dict[str, Any],
+        spec: Any,
+        roof: physics.Roofline,
+        kv_dtype: str | None = None,
+    ) -> tuple[np.ndarray, np.ndarray] | None:
+        """Per row: the blended transfer runtime (NaN where no relative answers) and the support text; None
+        when the GPU has no relative in the regime."""
+        if self.measured is None:
+            return None
+        kv = (kv_dtype or dtype) if family == "attention" else None
+        found = self.relatives(family, dtype, kv, spec)
+        if not found:
+            return None
+        settings = self.model.settings_of(family)
+        carried = [self.carried(family, dtype, shape, spec, roof, kv, d, dist) for d, dist in found]
+        duration, used = blend(
+            carried, settings, self.model.corrections.get(family), self.model.relative_error
+        )
+        return duration, support_text(carried, used, settings)
+
+
+def blend(
+    carried: list[Carried],
+    settings: TransferSettings,
+    coefficients: list[float] | None,
+    relative_error: dict[str, float],
+) -> tuple[np.ndarray, np.ndarray]:
+    """Geometric blend per row of the ``settings.k`` nearest relatives that answer it (weights: similarity
+    ``exp(-distance / tau)`` over the relative's own transfer error), each corrected when a correction was
+    kept. Returns (duration, used: bool matrix relatives x rows)."""
+    n = len(carried[0].duration_us)
+    logs = np.full((len(carried), n), np.nan)
+    for i, c in enumerate(carried):
+        value = np.log(c.duration_us)
+        if settings.ridge is not None and coefficients:
+            value = value + c.features @ np.asarray(coefficients)
+        logs[i] = value
+    answered = np.isfinite(logs)
+    rank = np.cumsum(answered, axis=0)
+    used = answered & (rank <= settings.k)
+    weights = np.array(
+        [np.exp(-c.distance / settings.tau) / (0.05 + relative_error.get(c.device, 0.1)) for c in carried]
+    )[:, None]
+    w = np.where(used, weights, 0.0)
+    total = w.sum(axis=0)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        mean = (np.where(used, logs, 0.0) * w).sum(axis=0) / total
+    return np.where(total > 0, np.exp(mean), np.nan), used
+
+
+def support_text(carried: list[Carried], used: np.ndarray, settings: TransferSettings) -> np.ndarray:
+    """'carried over from H100 (measured), H200 (interpolated) by roofline ratio' per row."""
+    n = used.shape[1]
+    how = " by roofline ratio" + ("" if settings.ridge is None else ", corrected for the spec differences")
+    parts = np.full(n, "", dtype=object)
+    for i, c in enumerate(carried):
+        label = np.where(c.exact, f"{c.device} (measured)", f"{c.device} (interpolated)")
+        parts = np.where(used[i], np.where(parts == "", label, parts + ", " + label), parts)
+    return np.where(parts == "", "", "carried over from " + parts + how).astype(object)

@@ -1,0 +1,294 @@
+"""Fit the transfer tier on the measured GPUs, leave-one-GPU-out, choosing only on the training GPUs.
+
+Pairs: every measured GPU X of the training set, a hash sample of its rows per (family, dtype[, kv dtype]),
+and every other training GPU Y's answer there carried over by physics (``TransferTier.carried``). From them:
+
+- the correction (ridge on ``transfer.correction_features``, target ``log(actual_X / carried_X<-Y)``) is
+  fitted on pairs whose target and relative are both training GPUs;
+- the settings of a family (relatives blended ``k``, temperature ``tau``, the correction's ridge or none) are
+  chosen by inner leave-one-GPU-out over the training GPUs: each in turn is answered from the others with a
+  correction fitted without it (neither as target nor as relative), the per-GPU MAPEs averaged; plain sibling
+  physics (no correction, the nearest relative) wins ties, so a correction is kept only where it helps;
+- each relative's own transfer error (median |log ratio| when it answers the other training GPUs) weighs it in
+  the blend;
+- the achievable share of each pipe's peak: a high quantile of achieved / peak over the measured rows.
+"""
+
+from __future__ import annotations
+
+import itertools
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from components.opmodel.transfer import (
+    CURVE_FAMILIES,
+    Carried,
+    TransferModel,
+    TransferSettings,
+    TransferTier,
+    blend,
+)
+from components.physics import roofline as physics
+
+TRANSFER_FAMILIES: tuple[str, ...] = ("gemm", "attention", "moe")
+PAIR_ROWS = 300  # rows per (target GPU, family, dtype[, kv]) in the pairs: the selection's cost stays small
+GRID_K: tuple[int, ...] = (1, 2, 3)
+GRID_TAU: tuple[float, ...] = (0.5, 2.0)
+GRID_RIDGE: tuple[float | None, ...] = (None, 0.03, 0.3, 3.0)  # per-row ridge strength; None = plain physics
+ACHIEVABLE_QUANTILE = 0.99
+ACHIEVABLE_MAX = 0.98  # no answer at 100% of a datasheet peak, whatever a table's L2-resident rows reached
+
+
+@dataclass
+class PairGroup:
+    """One (target GPU, family, dtype[, kv]) group: its measured times and every relative's carried answer."""
+
+    target: str
+    family: str
+    actual: np.ndarray
+    carried: list[Carried]
+
+
+def asked_rows(family: str, frame: pd.DataFrame, per_group: int | None, salt: str = "") -> pd.DataFrame:
+    """Rows of one GPU the transfer tier is asked (GEMM M >= 1; attention prefill or decode), capped by hash
+    per (dtype[, kv dtype])."""
+    from components.opmodel.spec import hash_fraction
+
+    if family == "gemm":
+        frame = frame[(frame[["M", "N", "K"]] >= 1).all(axis=1)]
+    elif family == "attention":
+        frame = frame[(frame["S"] == 1) | (frame["S"] == frame["KV"])]
+    else:
+        frame = frame[frame["T"] >= 1]
+    if per_group is None or frame.empty:
+        return frame
+    keys = ["dtype"] + (["kv_dtype"] if family == "attention" else [])
+    dims = [c for c in frame.columns if c not in ("latency_us", "latency_min_us", "latency_max_us")]
+    h = pd.Series(hash_fraction(frame.assign(_salt=salt), [*dims, "_salt"]), index=frame.index)
+    rank = h.groupby([frame[k] for k in keys], observed=True).rank(method="first")
+    return frame[rank.to_numpy() <= per_group]
+
+
+def shape_of(family: str, frame: pd.DataFrame) -> dict[str, np.ndarray]:
+    keys = [*physics.SHAPE_KEYS[family][0], *physics.SHAPE_KEYS[family][1]]
+    out: dict[str, Any] = {k: frame[k].to_numpy(dtype="float64") for k in keys if k in frame}
+    if family in CURVE_FAMILIES and "distribution" in frame:
+        out["distribution"] = frame["distribution"].to_numpy(dtype=object)
+    return out
+
+
+def groups_of(family: str, frame: pd.DataFrame):
+    keys = ["dtype"] + (["kv_dtype"] if family == "attention" else [])
+    for key, part in frame.groupby(keys, sort=True, observed=True):
+        key = key if isinstance(key, tuple) else (key,)
+        yield str(key[0]), (str(key[1]) if family == "attention" else None), part
+
+
+def pair_groups(
+    tier: TransferTier,
+    store: dict[str, pd.DataFrame],
+    targets: list[str],
+    per_group: int | None = PAIR_ROWS,
+    relatives: set[str] | None = None,
+) -> list[PairGroup]:
+    """For each target GPU and group of its rows: every relative's carried answer (relatives: store GPUs other
+    than the target, within ``relatives`` when given)."""
+    out = []
+    for family in TRANSFER_FAMILIES:
+        frame = store.get(family)
+        if frame is None:
+            continue
+        for target in targets:
+            spec = tier.measured.specs.get(target)
+            if spec is None:
+                continue
+            rows = asked_rows(family, frame[frame["device_id"] == target], per_group)
+            for dtype, kv, part in groups_of(family, rows):
+                shape = shape_of(family, part)
+                numeric = {k: v for k, v in shape.items() if k != "distribution"}
+                roof = physics.roofline(family, dtype, numeric, spec, kv)
+                if roof.choice.dtype != dtype:
+                    continue
+                found = [
+                    (d, dist)
+                    for d, dist in tier.relatives(family, dtype, kv, spec)
+                    if d != target and (relatives is None or d in relatives)
+                ]
+                if not found:
+                    continue
+                carried = [tier.carried(family, dtype, shape, spec, roof, kv, d, dist) for d, dist in found]
+                actual = part["latency_us"].to_numpy(dtype="float64")
+                out.append(PairGroup(target, family, actual, carried))
+    return out
+
+
+def fit_ridge(groups: list[PairGroup], allowed: set[str], strength: float) -> list[float] | None:
+    """Ridge coefficients of log(actual / carried) on the correction features over pairs inside
+    ``allowed``."""
+    xs, ys = [], []
+    for g in groups:
+        if g.target not in allowed:
+            continue
+        for c in g.carried:
+            if c.device not in allowed:
+                continue
+            ok = np.isfinite(c.duration_us)
+            xs.append(c.features[ok])
+            ys.append(np.log(g.actual[ok] / c.duration_us[ok]))
+    if not xs or sum(len(y) for y in ys) < 20:
+        return None
+    x, y = np.vstack(xs), np.concatenate(ys)
+    gram = x.T @ x + strength * len(y) * np.eye(x.shape[1])
+    return [float(v) for v in np.linalg.solve(gram, x.T @ y)]
+
+
+def relative_errors(groups: list[PairGroup], allowed: set[str]) -> dict[str, float]:
+    """Per relative: median |log(actual / carried)| over the other allowed GPUs it answers (plain physics)."""
+    logs: dict[str, list[np.ndarray]] = {}
+    for g in groups:
+        if g.target not in allowed:
+            continue
+        for c in g.carried:
+            if c.device in allowed:
+                ok = np.isfinite(c.duration_us)
+                logs.setdefault(c.device, []).append(np.abs(np.log(g.actual[ok] / c.duration_us[ok])))
+    return {d: float(np.median(np.concatenate(v))) for d, v in logs.items() if sum(map(len, v))}
+
+
+def answer(
+    group: PairGroup,
+    allowed: set[str],
+    settings: TransferSettings,
+    coefficients: list[float] | None,
+    errors: dict[str, float],
+) -> np.ndarray:
+    """The transfer tier's answer for a group from relatives inside ``allowed`` only (NaN where none
+    answers)."""
+    carried = [c for c in group.carried if c.device in allowed and c.device != group.target]
+    if not carried:
+        return np.full(len(group.actual), np.nan)
+    return blend(carried, settings, coefficients, errors)[0]
+
+
+def gpu_mape(groups: list[PairGroup], target: str, family: str, predict: Any) -> float | None:
+    apes = []
+    for g in groups:
+        if g.target == target and g.family == family:
+            got = predict(g)
+            ok = np.isfinite(got)
+            apes.append(np.abs(got[ok] - g.actual[ok]) / g.actual[ok])
+    total = np.concatenate(apes) if apes else np.zeros(0)
+    return float(total.mean()) if len(total) else None
+
+
+def choose_settings(groups: list[PairGroup], train: list[str], family: str) -> tuple[TransferSettings, dict]:
+    """Inner leave-one-GPU-out over ``train``: the settings with the lowest mean per-GPU MAPE (plain physics
+    of the nearest relative first in the grid, so it wins ties)."""
+    grid = [
+        TransferSettings(k, tau, ridge) for ridge, k, tau in itertools.product(GRID_RIDGE, GRID_K, GRID_TAU)
+    ]
+    fits: dict[tuple[str, float], list[float] | None] = {}
+    errors = {g: relative_errors(groups, set(train) - {g}) for g in train}
+    scores: dict[str, float] = {}
+    best, best_score = TransferSettings(), np.inf
+    for settings in grid:
+        per_gpu = []
+        for held in train:
+            allowed = set(train) - {held}
+            coefficients = None
+            if settings.ridge is not None:
+                key = (held, settings.ridge)
+                if key not in fits:
+                    fits[key] = fit_ridge([g for g in groups if g.family == family], allowed, settings.ridge)
+                coefficients = fits[key]
+                if coefficients is None:
+                    continue
+
+            def predict(g, a=allowed, s=settings, c=coefficients, e=errors[held]):
+                return answer(g, a, s, c, e)
+
+            mape = gpu_mape(groups, held, family, predict)
+            if mape is not None:
+                per_gpu.append(mape)
+        if not per_gpu or len(per_gpu) < sum(1 for h in train if any(g.target == h for g in groups)):
+            continue
+        score = float(np.mean(per_gpu))
+        scores[f"k={settings.k},tau={settings.tau},ridge={settings.ridge}"] = round(score, 4)
+        if score < best_score - 1e-9:
+            best, best_score = settings, score
+    return best, scores
+
+
+def achievable_peaks(store: dict[str, pd.DataFrame], specs: dict[str, Any], per_group: int = 4000) -> dict:
+    """Per pipe ("dram", "<pipe>|<dtype>"): the ACHIEVABLE_QUANTILE of achieved / peak over measured rows
+    bound on it (capped at ACHIEVABLE_MAX)."""
+    shares: dict[str, list[np.ndarray]] = {}
+    for family in TRANSFER_FAMILIES:
+        frame = store.get(family)
+        if frame is None:
+            continue
+        for device, part in frame.groupby("device_id", sort=True, observed=True):
+            if device not in specs:
+                continue
+            for dtype, kv, rows in groups_of(family, asked_rows(family, part, per_group, "peak")):
+                numeric = {k: v for k, v in shape_of(family, rows).items() if k != "distribution"}
+                roof = physics.roofline(family, dtype, numeric, specs[device], kv)
+                latency = rows["latency_us"].to_numpy(dtype="float64")
+                compute = roof.compute_us >= roof.memory_us
+                pipe = f"{roof.choice.pipe}|{roof.choice.dtype}"
+                shares.setdefault(pipe, []).append(roof.compute_us[compute] / latency[compute])
+                shares.setdefault("dram", []).append(roof.memory_us[~compute] / latency[~compute])
+    out = {}
+    for key, values in shares.items():
+        v = np.concatenate(values)
+        if len(v) >= 50:
+            out[key] = float(min(np.quantile(v, ACHIEVABLE_QUANTILE), ACHIEVABLE_MAX))
+    return out
+
+
+def fit_transfer(
+    measured: Any,
+    store: dict[str, pd.DataFrame],
+    devices: list[str],
+    per_group: int = PAIR_ROWS,
+    floors: dict[str, float] | None = None,
+) -> TransferModel:
+    """The transfer model of the GPUs ``devices`` (the training side): floors, settings chosen by inner
+    leave-one-GPU-out, corrections and relative errors over all of them, achievable peaks."""
+    from components.opmodel.spec import latency_floors
+
+    specs = {d: measured.specs[d] for d in devices if d in measured.specs}
+    model = TransferModel()
+    if floors is None:
+        floors = {}
+        for family in TRANSFER_FAMILIES:
+            frame = store.get(family)
+            if frame is not None:
+                rows = pd.concat(
+                    [
+                        asked_rows(family, p, 3000, "floor")
+                        for _, p in frame.groupby("device_id", observed=True)
+                    ]
+                )
+                floors.update(latency_floors(family, rows[rows["device_id"].isin(specs)], specs))
+    model.floors = floors
+    tier = TransferTier(measured, {f: store[f] for f in CURVE_FAMILIES if f in store}, model)
+    train = sorted(specs)
+    groups = pair_groups(tier, store, train, per_group, relatives=set(train))
+    model.relative_error = relative_errors(groups, set(train))
+    scores = {}
+    for family in TRANSFER_FAMILIES:
+        settings, scores[family] = choose_settings(groups, train, family)
+        model.settings[family] = settings
+        if settings.ridge is not None:
+            coefficients = fit_ridge([g for g in groups if g.family == family], set(train), settings.ridge)
+            if coefficients is not None:
+                model.corrections[family] = coefficients
+            else:
+                model.settings[family] = TransferSettings(settings.k, settings.tau, None)
+    model.achievable = achievable_peaks(store, specs)
+    model.meta = {"devices": train, "pair_rows": per_group, "inner_scores": scores}
+    return model
