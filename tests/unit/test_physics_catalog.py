@@ -145,9 +145,12 @@ def test_more_of_every_peak_is_never_slower(engine, catalog) -> None:
             ("gemm", "fp8", gemm),
             ("attention", "bf16", attention),
         ):
-            base = engine.predict(family, dtype, shape, spec).duration_us
+            answered = engine.predict(family, dtype, shape, spec)
+            base, learned = answered.duration_us, answered.tier != "measured"
             more = engine.predict(family, dtype, shape, faster).duration_us
-            assert np.all(more <= base * (1 + 1e-9)), f"{spec.id} {family} {dtype}: more peaks, slower"
+            # a measured kernel is what it is; the property is the learned tiers' (the doubled GPU's are)
+            ok = more[learned] <= base[learned] * (1 + 1e-9)
+            assert np.all(ok), f"{spec.id} {family} {dtype}: more peaks, slower"
 
 
 def test_identical_specs_agree(engine, catalog) -> None:
@@ -169,12 +172,23 @@ def test_runtime_never_decreases_with_size(engine, catalog) -> None:
         for dtype in ("bf16", "fp8", "int4_wo"):
             for axis in ("M", "N", "K"):
                 shape = {"M": 512.0, "N": 4096.0, "K": 4096.0, axis: SIZES}
-                got = engine.predict("gemm", dtype, shape, spec).duration_us
-                assert np.all(np.diff(got) >= -1e-9 * got[1:]), f"{spec.id} gemm {dtype} along {axis}: {got}"
+                _assert_non_decreasing(
+                    engine.predict("gemm", dtype, shape, spec), f"{spec.id} gemm {dtype} {axis}"
+                )
         for axis in ("B", "KV"):
             shape = {"B": 4.0, "S": 1.0, "KV": 2048.0, "H": 32.0, "HKV": 8.0, "D": 128.0, axis: SIZES}
-            got = engine.predict("attention", "bf16", shape, spec).duration_us
-            assert np.all(np.diff(got) >= -1e-9 * got[1:]), f"{spec.id} decode attention along {axis}: {got}"
+            _assert_non_decreasing(
+                engine.predict("attention", "bf16", shape, spec), f"{spec.id} decode {axis}"
+            )
+
+
+def _assert_non_decreasing(times, where: str) -> None:
+    """Non-decreasing between neighbours the learned tiers answer. Measured kernels are returned as measured,
+    and the tables themselves dip where another kernel wins the tuning (H100 bf16 N = K = 4096: M = 512
+    15.45 us, M = 1024 14.77 us): that is the GPU, not the model."""
+    got, learned = times.duration_us, times.tier != "measured"
+    pair = learned[1:] & learned[:-1]
+    assert np.all(np.diff(got)[pair] >= -1e-9 * got[1:][pair]), f"{where}: {got}"
 
 
 def test_emulation_is_never_faster_than_native(engine, catalog) -> None:
