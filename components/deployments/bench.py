@@ -1080,55 +1080,6 @@ def gate_entry(split: str, datasets_dir: Path, catalog: Any, engine: Any = None)
     }
 
 
-def _text(value: str, indent: str = "    ") -> str:
-    """A string literal, split into implicitly joined pieces when its line would pass 110 characters."""
-    if len(value) < 80:
-        return repr(value)
-    words, pieces, line = value.split(" "), [], ""
-    for word in words:
-        if line and len(line) + len(word) > 90:
-            pieces.append(line)
-            line = ""
-        line += word + " "
-    pieces.append(line.rstrip())
-    body = "".join(f"\n{indent}    {piece!r}" for piece in pieces)
-    return f"({body}\n{indent})"
-
-
-def production_block(fw: FrameworkCost, name: str = "PRODUCTION_FRAMEWORK") -> str:
-    """``fitted.py``'s assignment for ``fw`` (rounded coefficients)."""
-
-    def r(values: Any) -> tuple[float, ...]:
-        return tuple(round(float(x), 6) for x in values)
-
-    sources = "".join(f"\n        {k!r}: {v!r}," for k, v in fw.sources.items())
-    return (
-        f"{name} = FrameworkCost(\n    prefill={r(fw.prefill)},\n    decode={r(fw.decode)},\n"
-        f"    steady_ttft={r(fw.steady_ttft or ())},\n    steady_tpot={r(fw.steady_tpot or ())},\n"
-        f"    steady_source={_text(fw.steady_source)},\n    source={_text(fw.source)},\n"
-        f"    train_mape={ {k: round(v, 4) for k, v in fw.train_mape.items()} },\n"
-        f"    sources={{{sources}\n    }},\n)"
-    )
-
-
-if __name__ == "__main__":  # python -m components.deployments.bench --fit-production
-    import os
-    import sys
-
-    from components.devices import load_catalog
-
-    if sys.argv[1:] != ["--fit-production"]:
-        raise SystemExit("usage: python -m components.deployments.bench --fit-production")
-    from components.platform.config import DEFAULT_DATASETS_DIR
-
-    datasets = Path(os.environ.get("KERNELCAST_DATASETS_DIR", DEFAULT_DATASETS_DIR))
-    chosen, roofline = fit_production(datasets, load_catalog(), bench_engine())
-    print(production_block(chosen))
-    print()
-    print()
-    print(production_block(roofline, "PRODUCTION_FRAMEWORK_ROOFLINE"))
-
-
 # ---------------------------------------------------------------- README section (its own marked block)
 
 SERVING_START = "<!-- serving:start -->"

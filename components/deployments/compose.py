@@ -122,6 +122,25 @@ class Answer:
         return asdict(self)
 
 
+# Weight dtypes a GPU without their pipe serves weight-only (W8A16 Marlin-style kernels in vLLM, SGLang and
+# TensorRT-LLM): the weights stay 1 byte in memory and are read as such; the math runs in 16-bit.
+WEIGHT_ONLY_FALLBACK = {"fp8": "int8_wo", "fp8_block": "int8_wo"}
+
+
+def gemm_dtype(d: Deployment) -> str:
+    """The dtype the deployment's weight GEMMs run as on its GPU: the weight dtype, or its weight-only form
+    where the GPU lacks the pipe (fp8 on an A100 reads 1-byte weights, not 2)."""
+    from components.physics.roofline import PhysicsError, pipe_for
+
+    fallback = WEIGHT_ONLY_FALLBACK.get(d.weight_dtype)
+    if fallback is None:
+        return d.weight_dtype
+    try:
+        return fallback if pipe_for(d.weight_dtype, d.gpu).emulated_from else d.weight_dtype
+    except PhysicsError:
+        return fallback
+
+
 def _layer_ops(
     d: Deployment,
     phase: str,
@@ -133,7 +152,7 @@ def _layer_ops(
 ) -> list[OpLine]:
     """One layer's ops on one GPU for ``tokens`` tokens (``batch`` sequences of ``q_len`` attending to
     ``ctx``)."""
-    m, tp, wd = d.model, d.tp, d.weight_dtype
+    m, tp, wd = d.model, d.tp, gemm_dtype(d)
     hq = m.heads // tp
     hkv = max(1, m.kv_heads // tp)
     h, dh = m.hidden, m.head_dim
@@ -199,7 +218,7 @@ def _mla_ops(
     cached latent (one KV "head" of kv_lora_rank + rope, V being the latent itself), and the output is
     mapped back out of the latent per head before the O projection.
     """
-    m, tp, wd, act = d.model, d.tp, d.weight_dtype, "bf16"
+    m, tp, wd, act = d.model, d.tp, gemm_dtype(d), "bf16"
     hq, h = m.heads // tp, m.hidden
     nope, rope, vd, lat = m.qk_nope_head_dim, m.qk_rope_head_dim, m.v_head_dim, m.kv_lora_rank
     ops = [
@@ -251,7 +270,7 @@ def _gated_mlp(
 
 def _mlp_ops(d: Deployment, phase: str, tokens: float, layers: float) -> list[OpLine]:
     """The dense MLP or MoE block of one layer, and the layer's TP all-reduces."""
-    m, tp, wd, act, h = d.model, d.tp, d.weight_dtype, "bf16", d.model.hidden
+    m, tp, wd, act, h = d.model, d.tp, gemm_dtype(d), "bf16", d.model.hidden
     ops: list[OpLine] = []
     dense_layers = layers * (1 - m.moe_layers / m.layers)
     moe_layers = layers - dense_layers
@@ -281,6 +300,17 @@ def _mlp_ops(d: Deployment, phase: str, tokens: float, layers: float) -> list[Op
         if m.shared_experts:
             inter = m.shared_experts * m.moe_intermediate // tp
             ops += _gated_mlp(phase, tokens, inter, h, wd, act, moe_layers)
+        if d.ep > 1:
+            # expert parallelism: each GPU dispatches its share of the tokens to the experts' GPUs and
+            # combines their outputs (two all-to-alls of tokens/ep x topk hidden vectors, the (ep-1)/ep
+            # leaving the GPU). As an all-reduce-family line of half that message per all-to-all: a ring
+            # all-reduce sends 2(n-1)/n of its message, an all-to-all (n-1)/n.
+            a2a = tokens / d.ep * min(m.topk, d.ep) * h * ACT_BYTES
+            ops.append(
+                OpLine(
+                    phase, "alltoall", "allreduce", act, {"bytes": a2a / 2.0, "gpus": d.ep}, 2 * moe_layers
+                )
+            )
     if tp > 1:
         ops.append(
             OpLine(
@@ -398,26 +428,28 @@ def _kv_bytes_per_request(d: Deployment) -> float:
     return tokens * m.kv_elements_per_token_layer(d.tp) * STORE_BYTES[d.kv_dtype] / d.pp
 
 
-def memory_check(d: Deployment) -> dict[str, float]:
+def memory_check(
+    d: Deployment, fraction: float = MEMORY_HEADROOM, batched_tokens: int = MAX_BATCHED_TOKENS
+) -> dict[str, float]:
     """Per-GPU GB of weights, KV cache and activations. DoesNotFit only when the weights, the activations
     and ONE request's full KV cache exceed the usable memory: with less room for the KV cache than
     concurrency x (isl + osl) needs, a server (vLLM, SGLang, TensorRT-LLM page their KV cache) runs the
     requests that fit at once and queues the rest -- that is noted (``concurrent_requests``), not refused.
+    ``fraction``: the share of GPU memory the serving engine takes; ``batched_tokens``: its step budget (the
+    activation peak). ``kv_tokens_per_gpu``: the tokens the KV cache left holds.
     """
     m, spec = d.model, d.gpu
-    counts = m.parameter_counts()
     per_gpu = d.tp * d.pp
-    quantised = sum(v for k, v in counts.items() if k != "embeddings")
-    weights = (quantised * STORE_BYTES[d.weight_dtype] + counts["embeddings"] * EMBED_BYTES) / per_gpu
+    weights = weight_bytes_per_gpu(d)
     per_request = _kv_bytes_per_request(d)
     kv = d.concurrency * per_request
-    tokens = min(d.concurrency * d.isl, MAX_BATCHED_TOKENS)
+    tokens = min(d.concurrency * d.isl, batched_tokens)
     widest = max(m.intermediate, m.moe_intermediate * max(m.topk, 1), (m.heads + 2 * m.kv_heads) * m.head_dim)
     activations = (
         tokens * (2 * m.hidden + 2 * widest / d.tp) * ACT_BYTES
         + min(d.concurrency, tokens) * m.vocab / d.tp * 4
     )
-    budget = MEMORY_HEADROOM * float(spec.memory_gb) * GIB
+    budget = fraction * float(spec.memory_gb) * GIB
     room = budget - weights - activations
     held = int(min(d.concurrency, room // per_request)) if room > 0 else 0
     figures = {
@@ -429,6 +461,7 @@ def memory_check(d: Deployment) -> dict[str, float]:
         "budget_gb": budget / 1e9,
         "gpu_memory_gb": float(spec.memory_gb) * GIB / 1e9,
         "concurrent_requests": float(held),
+        "kv_tokens_per_gpu": max(room, 0.0) / per_request * (d.isl + d.osl),
     }
     if held < 1:
         need = []
@@ -438,9 +471,21 @@ def memory_check(d: Deployment) -> dict[str, float]:
             f"does not fit on {spec.id} x{per_gpu} (tp={d.tp}, pp={d.pp}): per GPU weights "
             f"{weights / 1e9:.1f} GB + activations {activations / 1e9:.1f} GB + one request's KV cache "
             f"{per_request / 1e9:.2f} GB ({d.isl + d.osl} tokens, {d.kv_dtype}) > {budget / 1e9:.1f} GB "
-            f"({MEMORY_HEADROOM:g} x {spec.memory_gb:g} GiB)" + (f"; {need[0]}" if need else "")
+            f"({fraction:g} x {spec.memory_gb:g} GiB)" + (f"; {need[0]}" if need else "")
         )
     return {k: round(v, 3) for k, v in figures.items()}
+
+
+def weight_bytes_per_gpu(d: Deployment) -> float:
+    """Bytes of weights one GPU holds (quantised layers at the weight dtype, embeddings 16-bit)."""
+    counts = d.model.parameter_counts()
+    quantised = sum(v for k, v in counts.items() if k != "embeddings")
+    return (quantised * STORE_BYTES[d.weight_dtype] + counts["embeddings"] * EMBED_BYTES) / (d.tp * d.pp)
+
+
+def kv_bytes_per_token(d: Deployment) -> float:
+    """KV-cache bytes one token of context holds on one GPU (all layers of its pipeline stage)."""
+    return d.model.layers * d.model.kv_elements_per_token_layer(d.tp) * STORE_BYTES[d.kv_dtype] / d.pp
 
 
 def memory_notes(d: Deployment, memory: dict[str, float]) -> list[str]:
@@ -770,13 +815,19 @@ def describe(d: Deployment) -> dict[str, Any]:
         "pp": d.pp,
         "ep": d.ep,
         "mode": d.mode,
+        "framework": d.framework,
         "parameters_b": round(d.model.parameters / 1e9, 2),
     }
 
 
 def default_framework(engine: bool = True) -> FrameworkCost:
-    """The production framework cost (``fitted.py``: every PipeWeave GPU and both silicon GPUs): the one
-    fitted on the op engine's times, or (``engine=False``) on the roofline's alone."""
-    from components.deployments.fitted import PRODUCTION_FRAMEWORK, PRODUCTION_FRAMEWORK_ROOFLINE
+    """The offline-batch framework cost kept as data (``engines/constants.json``, section ``framework``):
+    the one fitted on the op engine's times, or (``engine=False``) on the roofline's alone."""
+    from components.deployments.engines.base import framework_constants
 
-    return PRODUCTION_FRAMEWORK if engine else PRODUCTION_FRAMEWORK_ROOFLINE
+    part = framework_constants().get("engine" if engine else "roofline")
+    if not part:
+        return FrameworkCost()
+    tuples = ("prefill", "decode", "steady_ttft", "steady_tpot")
+    fields = {k: (tuple(v) if k in tuples and v is not None else v) for k, v in part.items()}
+    return FrameworkCost(**fields)

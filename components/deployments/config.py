@@ -336,8 +336,12 @@ class Deployment:
     ep: int = 1
     mode: str = "agg"
     notes: tuple[str, ...] = field(default_factory=tuple)
+    framework: str = "vllm"  # the serving engine (components.deployments.engines)
 
     def __post_init__(self) -> None:
+        from components.deployments.engines.registry import engine_name
+
+        object.__setattr__(self, "framework", engine_name(self.framework))
         for name in ("isl", "osl", "concurrency", "tp", "pp", "ep"):
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:

@@ -109,6 +109,6 @@ def score_serving_tree(
         "by_device": devices,
         "unanswered": refused.astype({"id": str}).to_dict("records"),
         "framework": fw.source + "; steady: " + fw.steady_source,
-        "note": "production framework cost (components/deployments/fitted.py), fitted on the shared datasets' "
-        "runs: runs of those same trees are training runs for it",
+        "note": "production framework cost (components/deployments/engines/constants.json), fitted on the "
+        "shared datasets' runs: runs of those same trees are training runs for it",
     }

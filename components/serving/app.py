@@ -9,7 +9,8 @@
 
 K = {"dtype": ..., and one kernel form: "op" + "shape" | "source" + "language" + "launch" | "module"}.
 D = {"model": bundled name | HF config.json object | its JSON text, "isl", "osl", "concurrency", "tp", "pp",
-     "ep", "dtype", "kv_dtype", "mode": agg|disagg, "workload": steady|batch; rank adds "tps", "by"}.
+     "ep", "dtype", "kv_dtype", "mode": agg|disagg, "workload": steady|batch, "framework": vllm|sglang|trtllm;
+     rank adds "tps", "by"}.
 Contract: /tmp/team/interfaces.md (the VS Code extension is built against it).
 
 Safety: the request body is capped (413) before it is read in full; kernels, devices and
@@ -126,6 +127,7 @@ class DeploymentForm(BaseModel):
     kv_dtype: str | None = Field(default=None, max_length=16)
     mode: Literal["agg", "disagg"] = "agg"
     workload: Literal["steady", "batch"] = "steady"
+    framework: Literal["vllm", "sglang", "trtllm"] = Field(default="vllm", description="the serving engine")
     tps: list[Annotated[int, Field(ge=1, le=1024)]] | None = Field(
         default=None, max_length=16, description="rank: TP options"
     )

@@ -26,6 +26,7 @@ def llm_params(
     kv_dtype: str | None,
     mode: str,
     workload: str,
+    framework: str = "vllm",
 ) -> dict[str, Any]:
     if isl is None or osl is None:
         raise UserError("--llm needs --isl and --osl (input and output tokens per request)")
@@ -40,6 +41,7 @@ def llm_params(
         "kv_dtype": kv_dtype,
         "mode": mode,
         "workload": workload,
+        "framework": framework,
     }
 
 
@@ -111,6 +113,14 @@ def render_answer(a: dict[str, Any]) -> list[str]:
         f"x{d['tp'] * d['pp']} (tp={d['tp']}, pp={d['pp']}, ep={d['ep']}, {d['mode']}); "
         f"isl {d['isl']}, osl {d['osl']}, concurrency {d['concurrency']}"
     )
+    engine = d.get("engine")
+    served_by = (
+        f"  served by {engine['name']}: {engine['policy']} scheduling, {engine['max_num_batched_tokens']} "
+        f"tokens/step, <= {engine['max_num_seqs']} running, KV blocks of {engine['block_size']}, memory "
+        f"fraction {engine['memory_fraction']:g}"
+        if engine
+        else f"  served by {d.get('framework', 'vllm')}"
+    )
     memory = (
         f"  memory per GPU: weights {mem['weights_gb']:.3g} GB + KV {mem['kv_cache_gb']:.3g} GB + "
         f"activations {mem['activations_gb']:.3g} GB = {mem['total_gb']:.3g} of "
@@ -118,6 +128,7 @@ def render_answer(a: dict[str, Any]) -> list[str]:
     )
     lines = [
         head,
+        served_by,
         f"  TTFT {a['ttft_ms']:.4g} ms  [{ttft[0]:.4g} - {ttft[1]:.4g}]",
         f"  TPOT {a['tpot_ms']:.4g} ms  [{tpot[0]:.4g} - {tpot[1]:.4g}]",
         f"  e2e {a['e2e_ms']:.5g} ms per request; {a['tokens_per_s']:.4g} output tokens/s per GPU",

@@ -213,6 +213,9 @@ def predict_command(
     workload: Annotated[
         str, typer.Option(help="--llm: steady (requests keep arriving) | batch (all at once)")
     ] = "steady",
+    framework: Annotated[
+        str, typer.Option(help="--llm: the serving engine simulated: vllm | sglang | trtllm")
+    ] = "vllm",
 ) -> None:
     """Predict runtime (with its interval), roofline class, bound pipe and headroom on one or more GPUs;
     with --llm, a deployment's TTFT, TPOT, throughput and memory."""
@@ -231,7 +234,7 @@ def predict_command(
         predict_llm(
             llm,
             device,
-            llm_params(isl, osl, concurrency, tp, pp, ep, dtype, kv_dtype, mode, workload),
+            llm_params(isl, osl, concurrency, tp, pp, ep, dtype, kv_dtype, mode, workload, framework),
             as_json,
         )
         return

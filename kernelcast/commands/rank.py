@@ -19,7 +19,8 @@ from kernelcast.commands.predict import DEFAULT_MODEL
 
 
 def read_prices(items: list[str], file: Path | None) -> dict[str, float]:
-    """``--price NAME=USD_PER_HOUR`` (repeatable) and/or a JSON/YAML ``--prices`` file mapping names to USD/hour."""
+    """``--price NAME=USD_PER_HOUR`` (repeatable) and/or a JSON/YAML ``--prices`` file mapping names to
+    USD/hour."""
     prices: dict[str, Any] = {}
     if file is not None:
         if not file.is_file():
@@ -87,6 +88,7 @@ def rank_command(
     kv_dtype: Annotated[str | None, typer.Option(help="--llm: KV-cache dtype")] = None,
     mode: Annotated[str, typer.Option(help="--llm: agg | disagg")] = "agg",
     workload: Annotated[str, typer.Option(help="--llm: steady | batch")] = "steady",
+    framework: Annotated[str, typer.Option(help="--llm: serving engine: vllm | sglang | trtllm")] = "vllm",
     by: Annotated[
         str, typer.Option(help="--llm: rank by tpot | ttft | cost (cost per million output tokens)")
     ] = "tpot",
@@ -99,7 +101,7 @@ def rank_command(
 
         if file or op or shape or batch:
             raise UserError("--llm is a question of its own: drop FILE/--op/--shape/--batch")
-        params = llm_params(isl, osl, concurrency, 1, 1, 1, dtype, kv_dtype, mode, workload)
+        params = llm_params(isl, osl, concurrency, 1, 1, 1, dtype, kv_dtype, mode, workload, framework)
         rank_llm(llm, device, params, read_prices(price or [], prices), by, tp, top, as_json)
         return
     from components.serving.batch import restate
