@@ -250,3 +250,54 @@ def write_constants(path: Path, engines: Mapping[str, Any], framework: Mapping[s
 
     body = {"engines": dict(engines), "framework": dict(framework)}
     atomic_write_text(Path(path), json.dumps(body, indent=1, sort_keys=True) + "\n")
+
+
+FAMILY_SIM = "deployment:engine-sim"  # the simulated engines, constants fitted leave-one-GPU-out
+PUBLISHED_AIC_TTFT = "AIConfigurator's own estimator errs 30-50% on TTFT on such runs (issue 35)"
+
+
+def silicon_rows(
+    runs: pd.DataFrame,
+    catalog: Any,
+    datasets_dir: Path,
+    op_time: OpTimeFn | None,
+    log: Callable[[str], None] = lambda _: None,
+) -> tuple[list[dict[str, Any]], list[str]]:
+    """Bench rows (``bench._row``) of the simulated engines on the silicon runs: TTFT and TPOT MAPE
+    overall, per engine, per GPU and per engine x GPU; and a note with the share answered and why not."""
+    from components.deployments.bench import SPLIT_SILICON, _row, silicon_deployments
+
+    sim = simulate_runs(runs, catalog, datasets_dir, op_time, silicon_deployments, log)
+    frame, fits = leave_one_gpu_out(sim)
+    asked = runs.assign(engine=runs["backend"].map(engine_name))
+    rows = []
+    for s in scores(frame):
+        if s["scope"] == "all":
+            scope, n_asked = "", len(asked)
+        elif s["scope"] == "engine":
+            scope, n_asked = f"engine={s['key']}", int((asked["engine"] == s["key"]).sum())
+        elif s["scope"] == "gpu":
+            scope, n_asked = f"device={s['key']}", int((asked["device_id"] == s["key"]).sum())
+        else:
+            name, device = s["key"].split("/")
+            scope = f"engine={name},device={device}"
+            n_asked = int(((asked["engine"] == name) & (asked["device_id"] == device)).sum())
+        for target in ("ttft", "tpot"):
+            rows.append(
+                _row(SPLIT_SILICON, FAMILY_SIM, f"{target}_ms", scope, s[f"{target}_mape"], s["n"], n_asked)
+            )
+    reasons = pd.Series([r["reason"] for r in sim.refused]).value_counts()
+    note = (
+        f"{SPLIT_SILICON} {FAMILY_SIM}: {len(frame)} of {len(runs)} runs answered by simulating their engine "
+        "(constants per engine fitted on the other GPU's runs; "
+        + "; ".join(f"{k}: offset {v['fraction_offset']:+g}" for k, v in fits.items())
+        + f"); {PUBLISHED_AIC_TTFT}; not answered: "
+        + "; ".join(f"{n} x {r}" for r, n in reasons.items())
+    )
+    for s in scores(frame):
+        if s["scope"] in ("all", "engine x gpu"):
+            log(
+                f"{SPLIT_SILICON} {FAMILY_SIM} {s['key'] or 'all':24s} TTFT {s['ttft_mape']:.1%} "
+                f"TPOT {s['tpot_mape']:.1%} n={s['n']}"
+            )
+    return rows, [note]
