@@ -51,9 +51,9 @@ def _answer_one(
     ttft_us = max(ttft_us, prefill_alone)
     e2e_us = ttft_us + tpot_us * max(d.osl - 1, 0)
     if workload == BATCH:
-        tokens_per_s = d.concurrency * d.osl / (e2e_us / 1e6) / d.gpus
+        tokens_per_s = d.concurrency * d.dp * d.osl / (e2e_us / 1e6) / d.gpus
     else:
-        tokens_per_s = d.concurrency / (tpot_us / 1e6) / d.gpus
+        tokens_per_s = d.concurrency * d.dp / (tpot_us / 1e6) / d.gpus
     notes = list(d.notes) + _pipe_notes(d)
     if d.tp > 1:
         note = link_gbps(d.gpu)[1]

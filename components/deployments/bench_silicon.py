@@ -82,24 +82,17 @@ def silicon_deployments(
 
     def worker(prefix: str, concurrency: Any) -> Deployment:
         dp = _num(row.get(f"{prefix}attention_dp_size"))
-        if dp > 1:
-            raise DeploymentError(f"attention_dp_size {dp}: attention data parallelism is not modelled")
         pp = _num(row.get(f"{prefix}pp_size"))
         ep = _num(row.get(f"{prefix}moe_ep_size")) if model.is_moe else 1
         tp = _num(row.get(f"{prefix}tp_size"))
-        moe_world = _num(row.get(f"{prefix}moe_tp_size")) * ep if model.is_moe else tp
-        if moe_world > tp:  # e.g. tp 1 with moe_tp 2: the attention runs data-parallel over the 2 GPUs
+        moe_world = _num(row.get(f"{prefix}moe_tp_size")) * ep if model.is_moe else tp * dp
+        if dp == 1 and moe_world > tp and moe_world % tp == 0:
+            dp = moe_world // tp  # e.g. tp 1 with moe_tp 2: the attention runs data-parallel over the 2 GPUs
+        if moe_world != tp * dp:
             raise DeploymentError(
-                f"moe_tp_size x moe_ep_size {moe_world} > tp_size {tp}: attention data parallelism is not "
-                "modelled"
+                f"moe_tp_size x moe_ep_size {moe_world}: not the tp_size x attention_dp_size {tp * dp} GPUs"
             )
-        return Deployment(
-            **common,
-            concurrency=_num(concurrency),
-            tp=tp,
-            pp=pp,
-            ep=max(ep, 1),
-        )
+        return Deployment(**common, concurrency=_num(concurrency), tp=tp, pp=pp, ep=max(ep, 1), dp=dp)
 
     if row["mode"] == "disagg":
         if not np.isfinite(float(row.get("decode_batch_size") or np.nan)):

@@ -235,7 +235,8 @@ def _mlp_ops(d: Deployment, phase: str, tokens: float, layers: float) -> list[Op
     if dense_layers:
         ops += _gated_mlp(phase, tokens, m.intermediate // tp, h, wd, act, dense_layers)
     if moe_layers:
-        moe_tp = max(1, tp // d.ep)
+        moe_tp = max(1, tp * d.dp // d.ep)
+        routed = tokens * d.dp  # with attention DP, a GPU's experts serve every rank's tokens
         ops += [
             OpLine(phase, "moe", "gemm", act, {"M": tokens, "N": m.experts, "K": h}, moe_layers),
             OpLine(
@@ -244,7 +245,7 @@ def _mlp_ops(d: Deployment, phase: str, tokens: float, layers: float) -> list[Op
                 "moe",
                 wd,
                 {
-                    "T": tokens,
+                    "T": routed,
                     "E": m.experts,
                     "topk": m.topk,
                     "H": h,
@@ -263,7 +264,7 @@ def _mlp_ops(d: Deployment, phase: str, tokens: float, layers: float) -> list[Op
             # combines their outputs (two all-to-alls of tokens/ep x topk hidden vectors, the (ep-1)/ep
             # leaving the GPU). As an all-reduce-family line of half that message per all-to-all: a ring
             # all-reduce sends 2(n-1)/n of its message, an all-to-all (n-1)/n.
-            a2a = tokens / d.ep * min(m.topk, d.ep) * h * ACT_BYTES
+            a2a = routed / d.ep * min(m.topk, d.ep) * h * ACT_BYTES
             ops.append(
                 OpLine(
                     phase, "alltoall", "allreduce", act, {"bytes": a2a / 2.0, "gpus": d.ep}, 2 * moe_layers
@@ -435,10 +436,13 @@ def memory_check(
 
 
 def weight_bytes_per_gpu(d: Deployment) -> float:
-    """Bytes of weights one GPU holds (quantised layers at the weight dtype, embeddings 16-bit)."""
+    """Bytes of weights one GPU holds (quantised layers at the weight dtype, embeddings 16-bit); with
+    attention DP the routed experts are spread over all tp*pp*dp GPUs, the rest over tp*pp."""
     counts = d.model.parameter_counts()
-    quantised = sum(v for k, v in counts.items() if k != "embeddings")
-    return (quantised * STORE_BYTES[d.weight_dtype] + counts["embeddings"] * EMBED_BYTES) / (d.tp * d.pp)
+    experts = counts["experts"] * STORE_BYTES[d.weight_dtype] / d.gpus
+    quantised = sum(v for k, v in counts.items() if k not in ("embeddings", "experts"))
+    rest = (quantised * STORE_BYTES[d.weight_dtype] + counts["embeddings"] * EMBED_BYTES) / (d.tp * d.pp)
+    return rest + experts
 
 
 def kv_bytes_per_token(d: Deployment) -> float:
@@ -594,6 +598,7 @@ def describe(d: Deployment) -> dict[str, Any]:
         "tp": d.tp,
         "pp": d.pp,
         "ep": d.ep,
+        "dp": d.dp,
         "mode": d.mode,
         "framework": d.framework,
         "parameters_b": round(d.model.parameters / 1e9, 2),

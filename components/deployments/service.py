@@ -21,7 +21,7 @@ DEFAULT_TPS = (1, 2, 4, 8)
 def deployment_from(model: ModelShape, spec: Any, params: dict[str, Any]) -> Deployment:
     """A :class:`Deployment` from plain parameters (isl, osl, concurrency, tp, pp, ep, dtype, kv_dtype,
     mode, framework)."""
-    allowed = {"isl", "osl", "concurrency", "tp", "pp", "ep", "dtype", "kv_dtype", "mode", "framework"}
+    allowed = {"isl", "osl", "concurrency", "tp", "pp", "ep", "dp", "dtype", "kv_dtype", "mode", "framework"}
     unknown = sorted(set(params) - allowed - {"workload"})
     if unknown:
         raise DeploymentError(f"deployment field {unknown[0]}: unknown; known: {', '.join(sorted(allowed))}")
@@ -29,7 +29,7 @@ def deployment_from(model: ModelShape, spec: Any, params: dict[str, Any]) -> Dep
         if params.get(name) is None:
             raise DeploymentError(f"{name}: required (input/output tokens per request)")
     ints = {}
-    for name in ("isl", "osl", "concurrency", "tp", "pp", "ep"):
+    for name in ("isl", "osl", "concurrency", "tp", "pp", "ep", "dp"):
         value = params.get(name, 1)
         if isinstance(value, float) and value.is_integer():
             value = int(value)
@@ -156,6 +156,7 @@ BATCH_FIELDS = (
     "tp",
     "pp",
     "ep",
+    "dp",
     "dtype",
     "kv_dtype",
     "mode",
@@ -198,7 +199,7 @@ def read_deployment_batch(path: Any) -> list[tuple[str, dict[str, Any]]]:
             if name not in row:
                 raise DeploymentError(f"{origin}: {name} is missing")
         fields = dict(row)
-        for name in ("isl", "osl", "concurrency", "tp", "pp", "ep"):
+        for name in ("isl", "osl", "concurrency", "tp", "pp", "ep", "dp"):
             if name in fields:
                 try:
                     fields[name] = int(float(fields[name]))

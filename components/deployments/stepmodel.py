@@ -41,7 +41,7 @@ CTX = _geometric(2**19, 2.0)  # context lengths
 
 def step_key(d: Deployment) -> tuple:
     """What a step's kernel time depends on (not the workload: isl, osl, concurrency)."""
-    return (d.model, d.gpu.id, id(d.gpu), d.weight_dtype, d.kv_dtype, d.tp, d.pp, d.ep)
+    return (d.model, d.gpu.id, id(d.gpu), d.weight_dtype, d.kv_dtype, d.tp, d.pp, d.ep, d.dp)
 
 
 @dataclass

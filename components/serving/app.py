@@ -123,6 +123,7 @@ class DeploymentForm(BaseModel):
     tp: int = Field(default=1, ge=1, le=1024)
     pp: int = Field(default=1, ge=1, le=1024)
     ep: int = Field(default=1, ge=1, le=1024)
+    dp: int = Field(default=1, ge=1, le=1024, description="attention data-parallel ranks (MoE)")
     dtype: str = Field(default="bf16", max_length=16)
     kv_dtype: str | None = Field(default=None, max_length=16)
     mode: Literal["agg", "disagg"] = "agg"

@@ -25,6 +25,7 @@ DEPLOYMENT_FIELDS = (
     "tp",
     "pp",
     "ep",
+    "dp",
     "dtype",
     "kv_dtype",
     "mode",

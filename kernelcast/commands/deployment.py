@@ -110,7 +110,8 @@ def render_answer(a: dict[str, Any]) -> list[str]:
     ttft, tpot, mem = a["interval"]["ttft_ms"], a["interval"]["tpot_ms"], a["memory"]
     head = (
         f"{d['model']} ({d['parameters_b']}B, {d['dtype']}, kv {d['kv_dtype']}) on {d['gpu']} "
-        f"x{d['tp'] * d['pp']} (tp={d['tp']}, pp={d['pp']}, ep={d['ep']}, {d['mode']}); "
+        f"x{d['tp'] * d['pp'] * d.get('dp', 1)} (tp={d['tp']}, pp={d['pp']}, ep={d['ep']}, "
+        f"dp={d.get('dp', 1)}, {d['mode']}); "
         f"isl {d['isl']}, osl {d['osl']}, concurrency {d['concurrency']}"
     )
     engine = d.get("engine")

@@ -151,3 +151,17 @@ def test_expert_parallelism_changes_a_moe_answer(catalog):
     )
     assert answers[0].tpot_ms != answers[1].tpot_ms
     assert "alltoall" in answers[1].breakdown["decode"] and "alltoall" not in answers[0].breakdown["decode"]
+
+
+def test_attention_data_parallelism_spreads_the_experts_and_serves_every_rank(catalog):
+    """dp ranks each run their own requests' attention; the experts sit over all GPUs: per-GPU weights
+    fall, the GPUs multiply, and the MoE of each GPU serves every rank's tokens."""
+    one = _deploy(catalog, "h200", MOE, isl=1024, osl=64, concurrency=16, tp=1, ep=1)
+    wide = _deploy(catalog, "h200", MOE, isl=1024, osl=64, concurrency=16, tp=1, ep=8, dp=8)
+    assert wide.gpus == 8
+    assert weight_bytes_per_gpu(wide) < 0.3 * weight_bytes_per_gpu(one)
+    a_one, a_wide = answer_deployments([one, wide], roofline_op_time)
+    assert a_wide.deployment["dp"] == 8 and "alltoall" in a_wide.breakdown["decode"]
+    assert a_wide.memory["weights_gb"] < a_one.memory["weights_gb"]
+    with pytest.raises(DeploymentError, match="dp 2: attention data parallelism is modelled for MoE"):
+        _deploy(catalog, "h200", isl=8, osl=8, dp=2)
