@@ -27,6 +27,7 @@ def llm_params(
     mode: str,
     workload: str,
     framework: str = "vllm",
+    dp: int = 1,
 ) -> dict[str, Any]:
     if isl is None or osl is None:
         raise UserError("--llm needs --isl and --osl (input and output tokens per request)")
@@ -37,6 +38,7 @@ def llm_params(
         "tp": tp,
         "pp": pp,
         "ep": ep,
+        "dp": dp,
         "dtype": dtype or "bf16",
         "kv_dtype": kv_dtype,
         "mode": mode,

@@ -208,6 +208,7 @@ def predict_command(
     tp: Annotated[int, typer.Option(help="--llm: tensor-parallel GPUs")] = 1,
     pp: Annotated[int, typer.Option(help="--llm: pipeline stages")] = 1,
     ep: Annotated[int, typer.Option(help="--llm: expert-parallel GPUs (MoE)")] = 1,
+    dp: Annotated[int, typer.Option(help="--llm: attention data-parallel ranks of tp GPUs (MoE)")] = 1,
     kv_dtype: Annotated[str | None, typer.Option(help="--llm: KV-cache dtype (default from --dtype)")] = None,
     mode: Annotated[str, typer.Option(help="--llm: agg | disagg (separate prefill/decode workers)")] = "agg",
     workload: Annotated[
@@ -234,7 +235,7 @@ def predict_command(
         predict_llm(
             llm,
             device,
-            llm_params(isl, osl, concurrency, tp, pp, ep, dtype, kv_dtype, mode, workload, framework),
+            llm_params(isl, osl, concurrency, tp, pp, ep, dtype, kv_dtype, mode, workload, framework, dp),
             as_json,
         )
         return
