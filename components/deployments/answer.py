@@ -21,6 +21,7 @@ from components.deployments.compose import (
     _pipe_notes,
     compose_many,
     describe,
+    line_tiers,
 )
 from components.deployments.config import Deployment, DeploymentError
 from components.deployments.engines.base import ServingEngine
@@ -67,11 +68,8 @@ def _answer_one(
         )
     notes += served.prefill.notes
     notes.append(f"engine {engine.name}: {engine.policy} scheduling, {engine.provenance}")
-    tiers: dict[str, str] = {}
     one, dec = lines
-    for line in one.one + dec.decode:
-        key = f"{line.phase}:{line.kind}:{line.family}"
-        tiers[key] = "+".join(sorted({*tiers.get(key, line.tier).split("+"), *line.tier.split("+")}))
+    tiers = line_tiers(one.one + dec.decode)
     return Answer(
         ttft_ms=round(ttft_us / 1e3, 4),
         tpot_ms=round(tpot_us / 1e3, 4),

@@ -16,6 +16,7 @@ from components.deployments.compose import OVERHEADS, DoesNotFit
 from components.deployments.data import (
     AllReduceTable,
 )
+from components.deployments.framework_cost import FrameworkCost
 from components.deployments.ops import (
     ENGINE_SOURCE,
     ROOFLINE_SOURCE,
@@ -394,3 +395,21 @@ def _tier_shares(lines: list[Any]) -> dict[str, float]:
             key = f"tier_{name}"
             shares[key] = shares.get(key, 0.0) + x.time_us / total / len(x.tier.split("+"))
     return shares
+
+
+def held_out_fold(
+    frames: dict[str, pd.DataFrame],
+    test: pd.Series,
+    fit: Callable[[pd.DataFrame], FrameworkCost],
+    predict: Callable[[pd.DataFrame, FrameworkCost], pd.DataFrame],
+    folds: dict[str, list[pd.DataFrame]],
+) -> dict[str, pd.DataFrame]:
+    """Each op source's predictions of the ``test`` rows from a fit on the others (the blind engine on the
+    engine's fit); the sources' own families collect their fold in ``folds``."""
+    fitted = {k: fit(f[~test]) for k, f in frames.items() if k != UNSEEN}
+    held = {}
+    for k, f in frames.items():
+        held[k] = predict(f[test], fitted[ENGINE_SOURCE if k == UNSEEN else k])
+        if k in SOURCE_FAMILY:
+            folds[SOURCE_FAMILY[k]].append(held[k])
+    return held

@@ -16,7 +16,6 @@ from components.deployments.bench_common import (
     FAMILY_ROOFLINE,
     FAMILY_UNSEEN,
     PW_TARGETS,
-    SOURCE_FAMILY,
     SPLIT_PIPEWEAVE,
     UNSEEN,
     ServingBench,
@@ -35,6 +34,7 @@ from components.deployments.bench_common import (
     _variant_rows,
     choose_source,
     fit_step_cost,
+    held_out_fold,
     op_sources,
     summary,
     with_allreduce,
@@ -49,7 +49,6 @@ from components.deployments.data import (
 )
 from components.deployments.framework_cost import FrameworkCost
 from components.deployments.ops import (
-    ENGINE_SOURCE,
     ROOFLINE_SOURCE,
     OpTimeFn,
     roofline_op_time,
@@ -206,12 +205,7 @@ def run_pipeweave_bench(
     base = frames[ROOFLINE_SOURCE]
     for gpu in sorted(base["gpu"].unique()):
         test = base["gpu"] == gpu
-        fitted = {k: fit_pipeweave(f[~test]) for k, f in frames.items() if k != UNSEEN}
-        held = {}
-        for k, f in frames.items():
-            held[k] = predict_pipeweave(f[test], fitted[ENGINE_SOURCE if k == UNSEEN else k])
-            if k in SOURCE_FAMILY:
-                folds[SOURCE_FAMILY[k]].append(held[k])
+        held = held_out_fold(frames, test, fit_pipeweave, predict_pipeweave, folds)
         choice = choose_source(
             {k: f[~test] for k, f in frames.items()},
             "gpu",

@@ -17,7 +17,6 @@ from components.deployments.bench_common import (
     FAMILY_ROOFLINE,
     FAMILY_UNSEEN,
     SI_TARGETS,
-    SOURCE_FAMILY,
     SPLIT_SILICON,
     UNSEEN,
     ServingBench,
@@ -35,6 +34,7 @@ from components.deployments.bench_common import (
     _unseen_to_zero,
     _variant_rows,
     choose_source,
+    held_out_fold,
     op_sources,
     relative_l1,
     summary,
@@ -269,12 +269,7 @@ def run_silicon_bench(
         test = base["device_id"] == device
         if test.all():
             continue
-        fitted = {k: fit_steady(f[~test]) for k, f in frames.items() if k != UNSEEN}
-        held = {}
-        for k, f in frames.items():
-            held[k] = predict_steady(f[test], fitted[ENGINE_SOURCE if k == UNSEEN else k])
-            if k in SOURCE_FAMILY:
-                folds[SOURCE_FAMILY[k]].append(held[k])
+        held = held_out_fold(frames, test, fit_steady, predict_steady, folds)
         choice = choose_source(
             {k: f[~test] for k, f in frames.items()},
             "model_path",

@@ -477,6 +477,15 @@ def _breakdown(lines: list[OpLine]) -> dict[str, dict[str, Any]]:
     }
 
 
+def line_tiers(lines: list[OpLine]) -> dict[str, str]:
+    """The tier(s) that answered each ``phase:kind:family`` of the lines."""
+    tiers: dict[str, str] = {}
+    for line in lines:
+        key = f"{line.phase}:{line.kind}:{line.family}"
+        tiers[key] = "+".join(sorted({*tiers.get(key, line.tier).split("+"), *line.tier.split("+")}))
+    return tiers
+
+
 def decode_contexts(isl: float, osl: int) -> np.ndarray:
     """Context lengths at the midpoints of DECODE_POINTS equal ranges of the osl decode steps."""
     points = min(DECODE_POINTS, max(osl, 1))

@@ -20,6 +20,7 @@ from components.deployments.compose import (
     compose_many,
     compose_phases,
     describe,
+    line_tiers,
     memory_check,
     memory_notes,
     overhead_counts,
@@ -180,10 +181,7 @@ def answer(
         name: [round(v * (1 - spread.get(k, 0.5)), 3), round(v * (1 + spread.get(k, 0.5)), 3)]
         for name, k, v in (("ttft_ms", keys[0], ttft_us / 1e3), ("tpot_ms", keys[1], tpot_us / 1e3))
     }
-    tiers: dict[str, str] = {}
-    for line in pre.prefill + dec.decode:
-        key = f"{line.phase}:{line.kind}:{line.family}"
-        tiers[key] = "+".join(sorted({*tiers.get(key, line.tier).split("+"), *line.tier.split("+")}))
+    tiers = line_tiers(pre.prefill + dec.decode)
     notes.append(f"framework cost: {fw.source}")
     return Answer(
         ttft_ms=round(ttft_us / 1e3, 4),

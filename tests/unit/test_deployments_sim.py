@@ -19,16 +19,8 @@ from components.deployments.serve import kv_capacity, simulate_deployment
 from components.deployments.simulate import BATCH, Workload, simulate, theta
 from components.deployments.stepmodel import build_step_models
 from components.devices import load_catalog
+from tests.unit.test_deployments import LLAMA8B
 
-LLAMA8B = {
-    "architectures": ["LlamaForCausalLM"],
-    "num_hidden_layers": 32,
-    "hidden_size": 4096,
-    "num_attention_heads": 32,
-    "num_key_value_heads": 8,
-    "intermediate_size": 14336,
-    "vocab_size": 128256,
-}
 MOE = {
     "architectures": ["MixtralForCausalLM"],
     "num_hidden_layers": 16,
