@@ -301,3 +301,34 @@ def silicon_rows(
                 f"TPOT {s['tpot_mape']:.1%} n={s['n']}"
             )
     return rows, [note]
+
+
+def main() -> None:  # python -m components.deployments.bench_engines: the simulated engines' scores alone
+    import os
+    from collections import Counter
+
+    from components.deployments.bench import bench_engine, op_sources, silicon_deployments
+    from components.deployments.data import read_silicon_runs
+    from components.deployments.ops import ENGINE_SOURCE, ROOFLINE_SOURCE
+    from components.devices import load_catalog
+    from components.platform.config import DEFAULT_DATASETS_DIR
+
+    datasets = Path(os.environ.get("KERNELCAST_DATASETS_DIR", DEFAULT_DATASETS_DIR))
+    runs = read_silicon_runs(datasets)
+    sources = op_sources(bench_engine(), False)
+    fn = sources.get(ENGINE_SOURCE, sources[ROOFLINE_SOURCE])
+    sim = simulate_runs(runs, load_catalog(), datasets, fn, silicon_deployments, print)
+    frame, fits = leave_one_gpu_out(sim)
+    print(f"answered {len(frame)} of {len(runs)} runs ({len(frame) / len(runs):.1%})")
+    for s in scores(frame):
+        print(
+            f"{s['scope']:13s} {s['key'] or 'all':22s} n={s['n']:5d} TTFT {s['ttft_mape']:.1%} TPOT {s['tpot_mape']:.1%}"
+        )
+    for name, fit in fits.items():
+        print(name, fit)
+    for reason, n in Counter(r["reason"] for r in sim.refused).most_common():
+        print(f"not answered: {n} x {reason}")
+
+
+if __name__ == "__main__":
+    main()
