@@ -321,9 +321,8 @@ def main() -> None:  # python -m components.deployments.bench_engines: the simul
     frame, fits = leave_one_gpu_out(sim)
     print(f"answered {len(frame)} of {len(runs)} runs ({len(frame) / len(runs):.1%})")
     for s in scores(frame):
-        print(
-            f"{s['scope']:13s} {s['key'] or 'all':22s} n={s['n']:5d} TTFT {s['ttft_mape']:.1%} TPOT {s['tpot_mape']:.1%}"
-        )
+        where = f"{s['scope']:13s} {s['key'] or 'all':22s} n={s['n']:5d}"
+        print(f"{where} TTFT {s['ttft_mape']:.1%} TPOT {s['tpot_mape']:.1%}")
     for name, fit in fits.items():
         print(name, fit)
     for reason, n in Counter(r["reason"] for r in sim.refused).most_common():
