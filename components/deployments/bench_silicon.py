@@ -314,7 +314,7 @@ def run_silicon_bench(
                         )
                     )
     bench.rows += _variant_rows(SPLIT_SILICON, preds, SI_TARGETS, ("", "device_id", "mode"), n_asked)
-    if engine is not None or op_time is not None:  # the simulated engines (bench_engines), same op times
+    if variants:  # the simulated engines (bench_engines) on the same op times; the gate (no variants) not
         from components.deployments.bench_engines import silicon_rows
 
         fn = op_time if op_time is not None else sources.get(ENGINE_SOURCE, sources[ROOFLINE_SOURCE])
