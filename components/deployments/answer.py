@@ -27,7 +27,13 @@ from components.deployments.config import Deployment, DeploymentError
 from components.deployments.engines.base import ServingEngine
 from components.deployments.engines.registry import engine_for
 from components.deployments.ops import OpTimeFn, link_gbps, production_op_time
-from components.deployments.serve import Served, one_prefill_us, physics_floors, simulate_deployment
+from components.deployments.serve import (
+    Served,
+    kv_capacity,
+    one_prefill_us,
+    physics_floors,
+    simulate_deployment,
+)
 from components.deployments.simulate import BATCH as SIM_BATCH
 from components.deployments.simulate import CLOSED
 from components.deployments.stepmodel import StepModel, build_step_models
@@ -96,18 +102,27 @@ def answer_deployments(
     none); the op times of every deployment on a GPU come from one batch per kind of op."""
     fn = op_time if op_time is not None else production_op_time()[0]
     engines = [engine_for(d.framework, d.gpu) for d in deployments]
-    steps = build_step_models(list(deployments), fn)
-    phases = compose_many(list(deployments), fn)
+    out: list[Answer | DeploymentError | None] = []
+    for d, engine in zip(deployments, engines, strict=True):  # memory first: only what fits is composed
+        try:
+            kv_capacity(d, engine)
+            out.append(None)
+        except DeploymentError as exc:
+            out.append(exc)
+    fits = [i for i, a in enumerate(out) if a is None]
+    chosen = [deployments[i] for i in fits]
+    steps = build_step_models(chosen, fn)
+    phases = compose_many(chosen, fn)
     kind = SIM_BATCH if workload == BATCH else CLOSED
-    out: list[Answer | DeploymentError] = []
-    for d, engine, step, ph in zip(deployments, engines, steps, phases, strict=True):
+    for i, step, ph in zip(fits, steps, phases, strict=True):
+        d, engine = deployments[i], engines[i]
         try:
             served = simulate_deployment(d, engine, step, kind)
         except DeploymentError as exc:
-            out.append(exc)
+            out[i] = exc
             continue
-        except ValueError as exc:  # one request's KV cache does not fit beside the weights
-            out.append(DeploymentError(f"{d.model.name} on {d.gpu.id}: {exc}"))
+        except ValueError as exc:  # one request's prompt does not fit the KV cache
+            out[i] = DeploymentError(f"{d.model.name} on {d.gpu.id}: {exc}")
             continue
-        out.append(_answer_one(d, engine, step, served, (ph, ph), workload))
-    return out
+        out[i] = _answer_one(d, engine, step, served, (ph, ph), workload)
+    return [a for a in out if a is not None]

@@ -59,6 +59,7 @@ class OpLine:
     time_us: float = 0.0  # per step, count included
     floor_us: float = 0.0  # speed-of-light, count included
     tier: str = "roofline"
+    each_us: Any = None  # per element of the shape arrays, count included (the step model's grids)
 
 
 @dataclass
@@ -368,6 +369,7 @@ def time_ops(lines: list[OpLine], spec: Any, op_time: OpTimeFn) -> float:
         bounds = np.cumsum([0, *sizes])
         for j, i in enumerate(members):
             part = slice(bounds[j], bounds[j + 1])
+            lines[i].each_us = times[part] * lines[i].count
             lines[i].time_us = float(np.mean(times[part])) * lines[i].count
             lines[i].floor_us = float(np.mean(floors[part])) * lines[i].count
             lines[i].tier = _line_tier(tiers[part])

@@ -17,7 +17,6 @@ from __future__ import annotations
 from bisect import bisect_right
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
 
 import numpy as np
 
@@ -133,34 +132,31 @@ def _rest(lines: list[OpLine]) -> list[OpLine]:
     return [x for x in lines if x.kind != "attention"]
 
 
-def _grid_lines(d: Deployment) -> dict[str, Any]:
-    """The untimed op lines of every grid point of one deployment."""
+def _grid_lines(d: Deployment) -> dict[str, list[OpLine]]:
+    """The untimed op lines of every grid of one deployment: one line per op with its shape over the whole
+    grid (arrays), so a deployment is a few dozen lines, not thousands."""
     layers = d.model.layers
-    out: dict[str, Any] = {
-        "linear_dec": [_rest(_layer_ops(d, "decode", t, t, 1.0, t, layers)) for t in TOKENS],
-        "head": [_head_ops(d, "decode", int(s)) for s in SEQS],
-        "attn_dec": [[_attention(_layer_ops(d, "decode", n, n, 1.0, c, layers)) for c in CTX] for n in SEQS],
-        "attn_pre": [
-            [_attention(_layer_ops(d, "prefill", p, 1, min(p, c), c, layers)) for c in CTX] for p in TOKENS
-        ],
+    tok = np.asarray(TOKENS)
+    seq = np.asarray(SEQS)
+    n2, c2 = (a.ravel() for a in np.meshgrid(seq, np.asarray(CTX), indexing="ij"))
+    p2, k2 = (a.ravel() for a in np.meshgrid(tok, np.asarray(CTX), indexing="ij"))
+    out = {
+        "linear_dec": _rest(_layer_ops(d, "decode", tok, tok, 1.0, tok, layers)),
+        "head": _head_ops(d, "decode", seq),
+        "attn_dec": _attention(_layer_ops(d, "decode", n2, n2, 1.0, c2, layers)),
+        "attn_pre": _attention(_layer_ops(d, "prefill", p2, 1.0, np.minimum(p2, k2), k2, layers)),
     }
     if d.model.is_mla:  # MLA's prefill decompresses the latent: other GEMMs than the absorbed decode
-        out["linear_pre"] = [_rest(_layer_ops(d, "prefill", t, 1, t, t, layers)) for t in TOKENS]
+        out["linear_pre"] = _rest(_layer_ops(d, "prefill", tok, 1.0, tok, tok, layers))
     return out
 
 
-def _flat(tree: Any) -> list[OpLine]:
-    if isinstance(tree, OpLine):
-        return [tree]
-    return [x for item in tree for x in _flat(item)]
-
-
-def _sum(tree: Any) -> Any:
-    if tree and isinstance(tree[0], OpLine):
-        return sum(x.time_us for x in tree)
-    if not tree:
-        return 0.0
-    return [_sum(item) for item in tree]
+def _sum(lines: list[OpLine], size: int) -> np.ndarray:
+    """Per grid point: the lines' times summed (count included)."""
+    total = np.zeros(size)
+    for line in lines:
+        total = total + np.broadcast_to(np.asarray(line.each_us, dtype="float64"), (size,))
+    return total
 
 
 def build_step_models(deployments: Sequence[Deployment], op_time: OpTimeFn | None = None) -> list[StepModel]:
@@ -179,21 +175,22 @@ def build_step_models(deployments: Sequence[Deployment], op_time: OpTimeFn | Non
     for i, d in enumerate(firsts):
         by_gpu.setdefault(id(d.gpu), []).append(i)
     for members in by_gpu.values():
-        lines = [x for i in members for tree in grids[i].values() for x in _flat(tree)]
+        lines = [x for i in members for part in grids[i].values() for x in part]
         time_ops(lines, firsts[members[0]].gpu, fn)
     models = []
+    nt, ns, nc = len(TOKENS), len(SEQS), len(CTX)
     for d, g in zip(firsts, grids, strict=True):
-        lin_dec = np.asarray(_sum(g["linear_dec"]))
+        lin_dec = _sum(g["linear_dec"], nt)
         models.append(
             StepModel(
                 tokens=np.asarray(TOKENS),
                 linear_dec=lin_dec,
-                linear_pre=np.asarray(_sum(g["linear_pre"])) if "linear_pre" in g else lin_dec,
-                head=np.asarray(_sum(g["head"])),
+                linear_pre=_sum(g["linear_pre"], nt) if "linear_pre" in g else lin_dec,
+                head=_sum(g["head"], ns),
                 seqs=np.asarray(SEQS),
                 ctx=np.asarray(CTX),
-                attn_dec=np.asarray(_sum(g["attn_dec"]), dtype="float64"),
-                attn_pre=np.asarray(_sum(g["attn_pre"]), dtype="float64"),
+                attn_dec=_sum(g["attn_dec"], ns * nc).reshape(ns, nc),
+                attn_pre=_sum(g["attn_pre"], nt * nc).reshape(nt, nc),
                 pp_hop_us=(d.pp - 1) * 5.0,
                 layers=d.model.layers,
                 allreduces=2.0 * d.model.layers if d.tp > 1 else 0.0,
