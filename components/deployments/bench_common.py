@@ -357,7 +357,12 @@ def summary(bench: ServingBench, split: str) -> list[str]:
                 f"{split} {row['target']:44s} ours {row['ours']:.1%}  roofline-comp {roof:.1%}{pub}  "
                 f"n={row['n']}/{row['n_asked']}"
             )
-        elif row["split"] == split and row["family"].startswith(f"{FAMILY}:") and not row["scope"]:
+        elif (
+            row["split"] == split
+            and row["family"].startswith(f"{FAMILY}:")
+            and not row["scope"]
+            and row["ours"] is not None
+        ):
             lines.append(f"{split} {row['target']:44s} {row['family']} {row['ours']:.1%}  n={row['n']}")
     return lines
 
