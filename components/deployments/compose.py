@@ -4,7 +4,8 @@ Per layer and per GPU of a TP group: RMSNorm x2, QKV GEMM, (QK-norm), rotary, at
 prefill, decode against the growing KV cache; sliding-window layers capped at the window), O GEMM, the
 MLP (up/gate GEMM, SiLU x mul, down GEMM) or MoE (router GEMM, routed expert GEMMs, shared experts),
 two residual adds and two TP all-reduces; then the final norm, LM head and sampling. Every op goes
-through one ``OpTimeFn``; a learned per-step framework cost (:class:`FrameworkCost`) is added on top.
+through one ``OpTimeFn``. Production answers simulate the serving engine over these steps
+(``answer``, ``simulate``); ``framework_cost`` keeps the earlier fitted per-step cost.
 Decode is integrated over the ``osl`` steps: attention is evaluated at ``DECODE_POINTS`` contexts
 spread over isl..isl+osl and averaged (the other ops do not depend on the context).
 """
@@ -12,81 +13,31 @@ spread over isl..isl+osl and averaged (the other ops do not depend on the contex
 from __future__ import annotations
 
 import inspect
-import math
 from collections import defaultdict
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass
 from typing import Any
 
 import numpy as np
 
-from components.deployments.config import STORE_BYTES, Deployment, DeploymentError
+from components.deployments.config import Deployment
+from components.deployments.memory import DoesNotFit as DoesNotFit
+from components.deployments.memory import kv_bytes_per_token as kv_bytes_per_token
+from components.deployments.memory import memory_check as memory_check
+from components.deployments.memory import memory_notes as memory_notes
+from components.deployments.memory import weight_bytes_per_gpu as weight_bytes_per_gpu
 from components.deployments.ops import (
-    ENGINE_SOURCE,
-    ROOFLINE_SOURCE,
     OpTimeFn,
-    link_gbps,
-    production_op_time,
     roofline_op_time,
     sol_time,
 )
 
-# Usable fraction of each GPU's memory: vLLM's gpu_memory_utilization default (SGLang/TensorRT-LLM reserve
-# about as much for the CUDA context, workspaces and fragmentation).
-MEMORY_HEADROOM = 0.9
 DECODE_POINTS = 8  # contexts at which decode attention is evaluated (midpoints of equal step ranges)
 ACT_BYTES = 2  # activations and all-reduce messages in 16-bit
-EMBED_BYTES = 2.0  # embeddings and LM head stay 16-bit in every quantised checkpoint we read
 STEADY, BATCH = "steady", "batch"
 WORKLOADS = (STEADY, BATCH)
-# Servers prefill in chunks of at most this many tokens (vLLM/SGLang max_num_batched_tokens defaults are
-# 8k-16k): the activation memory of a prefill step is bounded by it, not by concurrency x isl.
-MAX_BATCHED_TOKENS = 16384
-
-
-class DoesNotFit(DeploymentError):
-    """Weights + KV cache + activations exceed the GPUs' memory: the refusal names what does not fit."""
 
 
 OVERHEADS = ("launches", "allreduces", "allreduce_gpus")  # per-step counts behind the fitted overheads
-
-
-@dataclass(frozen=True)
-class FrameworkCost:
-    """Per-step serving-framework cost on top of the kernels, learned from measured runs.
-
-    step_us = c0 + c1 * layers + c2 * tokens + c3 * kernels_us + launch_us * kernels launched
-    + ar_us * all-reduces + ar_gpu_us * all-reduces x GPUs, for the prefill and decode steps separately.
-    ``c3`` corrects the op library's average efficiency; the last three are the kernel launch cost and the
-    all-reduce start-up latency (a + b * GPUs) of the all-reduces physics answers (a measured collective
-    table carries its own latency): parameters of the fit, learned on the training runs only.
-    ``train_mape`` (prefill, decode, steady_ttft, steady_tpot) is the fit's own error: the half-width of
-    the answer's interval.
-    """
-
-    prefill: tuple[float, ...] = (0.0,) * 7
-    decode: tuple[float, ...] = (0.0,) * 7
-    # Steady serving (requests keep arriving; learned on AIConfigurator's silicon runs), on kernel times:
-    # ttft = t0 + t1 * one request's prefill + t2 * the whole batch's prefill (agg) + t3 * decode step
-    #        + overheads of one request's prefill step (launches, all-reduces, all-reduce x GPUs)
-    # tpot = p0 + p1 * decode step + p2 * stall (agg: one prefill x concurrency / osl stalls every decode)
-    #        + overheads of the decode step
-    steady_ttft: tuple[float, ...] | None = None
-    steady_tpot: tuple[float, ...] | None = None
-    steady_source: str = "none"
-    source: str = "none"
-    train_mape: dict[str, float] = field(default_factory=dict)
-    # The op times each part was fitted on ("roofline" or "engine"), per part (prefill, decode, steady_ttft,
-    # steady_tpot): a part answers with the op times it was fitted on. Missing: the roofline.
-    sources: dict[str, str] = field(default_factory=dict)
-
-    def source_of(self, part: str) -> str:
-        return self.sources.get(part, ROOFLINE_SOURCE)
-
-    def step_us(
-        self, phase: str, layers: float, tokens: float, kernels_us: float, overheads: np.ndarray
-    ) -> float:
-        coef = np.asarray(self.prefill if phase == "prefill" else self.decode, dtype="float64")
-        return float(coef @ np.r_[1.0, layers, tokens, kernels_us, overheads])
 
 
 @dataclass
@@ -101,6 +52,7 @@ class OpLine:
     time_us: float = 0.0  # per step, count included
     floor_us: float = 0.0  # speed-of-light, count included
     tier: str = "roofline"
+    each_us: Any = None  # per element of the shape arrays, count included (the step model's grids)
 
 
 @dataclass
@@ -122,6 +74,25 @@ class Answer:
         return asdict(self)
 
 
+# Weight dtypes a GPU without their pipe serves weight-only (W8A16 Marlin-style kernels in vLLM, SGLang and
+# TensorRT-LLM): the weights stay 1 byte in memory and are read as such; the math runs in 16-bit.
+WEIGHT_ONLY_FALLBACK = {"fp8": "int8_wo", "fp8_block": "int8_wo"}
+
+
+def gemm_dtype(d: Deployment) -> str:
+    """The dtype the deployment's weight GEMMs run as on its GPU: the weight dtype, or its weight-only form
+    where the GPU lacks the pipe (fp8 on an A100 reads 1-byte weights, not 2)."""
+    from components.physics.roofline import PhysicsError, pipe_for
+
+    fallback = WEIGHT_ONLY_FALLBACK.get(d.weight_dtype)
+    if fallback is None:
+        return d.weight_dtype
+    try:
+        return fallback if pipe_for(d.weight_dtype, d.gpu).emulated_from else d.weight_dtype
+    except PhysicsError:
+        return fallback
+
+
 def _layer_ops(
     d: Deployment,
     phase: str,
@@ -133,7 +104,7 @@ def _layer_ops(
 ) -> list[OpLine]:
     """One layer's ops on one GPU for ``tokens`` tokens (``batch`` sequences of ``q_len`` attending to
     ``ctx``)."""
-    m, tp, wd = d.model, d.tp, d.weight_dtype
+    m, tp, wd = d.model, d.tp, gemm_dtype(d)
     hq = m.heads // tp
     hkv = max(1, m.kv_heads // tp)
     h, dh = m.hidden, m.head_dim
@@ -199,7 +170,7 @@ def _mla_ops(
     cached latent (one KV "head" of kv_lora_rank + rope, V being the latent itself), and the output is
     mapped back out of the latent per head before the O projection.
     """
-    m, tp, wd, act = d.model, d.tp, d.weight_dtype, "bf16"
+    m, tp, wd, act = d.model, d.tp, gemm_dtype(d), "bf16"
     hq, h = m.heads // tp, m.hidden
     nope, rope, vd, lat = m.qk_nope_head_dim, m.qk_rope_head_dim, m.v_head_dim, m.kv_lora_rank
     ops = [
@@ -251,14 +222,15 @@ def _gated_mlp(
 
 def _mlp_ops(d: Deployment, phase: str, tokens: float, layers: float) -> list[OpLine]:
     """The dense MLP or MoE block of one layer, and the layer's TP all-reduces."""
-    m, tp, wd, act, h = d.model, d.tp, d.weight_dtype, "bf16", d.model.hidden
+    m, tp, wd, act, h = d.model, d.tp, gemm_dtype(d), "bf16", d.model.hidden
     ops: list[OpLine] = []
     dense_layers = layers * (1 - m.moe_layers / m.layers)
     moe_layers = layers - dense_layers
     if dense_layers:
         ops += _gated_mlp(phase, tokens, m.intermediate // tp, h, wd, act, dense_layers)
     if moe_layers:
-        moe_tp = max(1, tp // d.ep)
+        moe_tp = max(1, tp * d.dp // d.ep)
+        routed = tokens * d.dp  # with attention DP, a GPU's experts serve every rank's tokens
         ops += [
             OpLine(phase, "moe", "gemm", act, {"M": tokens, "N": m.experts, "K": h}, moe_layers),
             OpLine(
@@ -267,7 +239,7 @@ def _mlp_ops(d: Deployment, phase: str, tokens: float, layers: float) -> list[Op
                 "moe",
                 wd,
                 {
-                    "T": tokens,
+                    "T": routed,
                     "E": m.experts,
                     "topk": m.topk,
                     "H": h,
@@ -281,6 +253,17 @@ def _mlp_ops(d: Deployment, phase: str, tokens: float, layers: float) -> list[Op
         if m.shared_experts:
             inter = m.shared_experts * m.moe_intermediate // tp
             ops += _gated_mlp(phase, tokens, inter, h, wd, act, moe_layers)
+        if d.ep > 1:
+            # expert parallelism: each GPU dispatches its share of the tokens to the experts' GPUs and
+            # combines their outputs (two all-to-alls of tokens/ep x topk hidden vectors, the (ep-1)/ep
+            # leaving the GPU). As an all-reduce-family line of half that message per all-to-all: a ring
+            # all-reduce sends 2(n-1)/n of its message, an all-to-all (n-1)/n.
+            a2a = routed / d.ep * min(m.topk, d.ep) * h * ACT_BYTES
+            ops.append(
+                OpLine(
+                    phase, "alltoall", "allreduce", act, {"bytes": a2a / 2.0, "gpus": d.ep}, 2 * moe_layers
+                )
+            )
     if tp > 1:
         ops.append(
             OpLine(
@@ -379,81 +362,11 @@ def time_ops(lines: list[OpLine], spec: Any, op_time: OpTimeFn) -> float:
         bounds = np.cumsum([0, *sizes])
         for j, i in enumerate(members):
             part = slice(bounds[j], bounds[j + 1])
+            lines[i].each_us = times[part] * lines[i].count
             lines[i].time_us = float(np.mean(times[part])) * lines[i].count
             lines[i].floor_us = float(np.mean(floors[part])) * lines[i].count
             lines[i].tier = _line_tier(tiers[part])
     return sum(line.time_us for line in lines)
-
-
-GIB = 2**30  # a GPU's "80 GB" is 80 GiB of HBM (nvidia-smi: 81,559 MiB on an H100 SXM)
-
-
-def _kv_bytes_per_request(d: Deployment) -> float:
-    """KV cache of one request at its full context (isl + osl) on one GPU, at the KV dtype; sliding-window
-    layers keep only the window."""
-    m = d.model
-    seq = d.isl + d.osl
-    full = m.layers - m.sliding_layers
-    tokens = full * seq + m.sliding_layers * min(seq, m.sliding_window or seq)
-    return tokens * m.kv_elements_per_token_layer(d.tp) * STORE_BYTES[d.kv_dtype] / d.pp
-
-
-def memory_check(d: Deployment) -> dict[str, float]:
-    """Per-GPU GB of weights, KV cache and activations. DoesNotFit only when the weights, the activations
-    and ONE request's full KV cache exceed the usable memory: with less room for the KV cache than
-    concurrency x (isl + osl) needs, a server (vLLM, SGLang, TensorRT-LLM page their KV cache) runs the
-    requests that fit at once and queues the rest -- that is noted (``concurrent_requests``), not refused.
-    """
-    m, spec = d.model, d.gpu
-    counts = m.parameter_counts()
-    per_gpu = d.tp * d.pp
-    quantised = sum(v for k, v in counts.items() if k != "embeddings")
-    weights = (quantised * STORE_BYTES[d.weight_dtype] + counts["embeddings"] * EMBED_BYTES) / per_gpu
-    per_request = _kv_bytes_per_request(d)
-    kv = d.concurrency * per_request
-    tokens = min(d.concurrency * d.isl, MAX_BATCHED_TOKENS)
-    widest = max(m.intermediate, m.moe_intermediate * max(m.topk, 1), (m.heads + 2 * m.kv_heads) * m.head_dim)
-    activations = (
-        tokens * (2 * m.hidden + 2 * widest / d.tp) * ACT_BYTES
-        + min(d.concurrency, tokens) * m.vocab / d.tp * 4
-    )
-    budget = MEMORY_HEADROOM * float(spec.memory_gb) * GIB
-    room = budget - weights - activations
-    held = int(min(d.concurrency, room // per_request)) if room > 0 else 0
-    figures = {
-        "weights_gb": weights / 1e9,
-        "kv_cache_gb": min(kv, max(room, 0.0)) / 1e9,
-        "kv_cache_wanted_gb": kv / 1e9,
-        "activations_gb": activations / 1e9,
-        "total_gb": (weights + activations + min(kv, max(room, 0.0))) / 1e9,
-        "budget_gb": budget / 1e9,
-        "gpu_memory_gb": float(spec.memory_gb) * GIB / 1e9,
-        "concurrent_requests": float(held),
-    }
-    if held < 1:
-        need = []
-        if weights > budget:
-            need.append(f"the weights alone need {math.ceil(weights * per_gpu / budget)} GPUs")
-        raise DoesNotFit(
-            f"does not fit on {spec.id} x{per_gpu} (tp={d.tp}, pp={d.pp}): per GPU weights "
-            f"{weights / 1e9:.1f} GB + activations {activations / 1e9:.1f} GB + one request's KV cache "
-            f"{per_request / 1e9:.2f} GB ({d.isl + d.osl} tokens, {d.kv_dtype}) > {budget / 1e9:.1f} GB "
-            f"({MEMORY_HEADROOM:g} x {spec.memory_gb:g} GiB)" + (f"; {need[0]}" if need else "")
-        )
-    return {k: round(v, 3) for k, v in figures.items()}
-
-
-def memory_notes(d: Deployment, memory: dict[str, float]) -> list[str]:
-    """Say when the KV cache holds fewer requests than the concurrency (the others wait for room)."""
-    held = int(memory["concurrent_requests"])
-    if held >= d.concurrency:
-        return []
-    note = (
-        f"KV cache: room for {held} of {d.concurrency} requests at {d.isl + d.osl} tokens "
-        f"({memory['kv_cache_wanted_gb']:.1f} GB wanted, {memory['kv_cache_gb']:.1f} GB free per GPU); "
-        "the server runs those and queues the rest (times assume all run at once)"
-    )
-    return [note]
 
 
 def _breakdown(lines: list[OpLine]) -> dict[str, dict[str, Any]]:
@@ -468,6 +381,15 @@ def _breakdown(lines: list[OpLine]) -> dict[str, dict[str, Any]]:
         k: {"ms": round(v / 1e3, 4), "share": round(v / total, 4), "tier": "+".join(sorted(tiers[k]))}
         for k, v in sorted(by.items(), key=lambda x: -x[1])
     }
+
+
+def line_tiers(lines: list[OpLine]) -> dict[str, str]:
+    """The tier(s) that answered each ``phase:kind:family`` of the lines."""
+    tiers: dict[str, str] = {}
+    for line in lines:
+        key = f"{line.phase}:{line.kind}:{line.family}"
+        tiers[key] = "+".join(sorted({*tiers.get(key, line.tier).split("+"), *line.tier.split("+")}))
+    return tiers
 
 
 def decode_contexts(isl: float, osl: int) -> np.ndarray:
@@ -561,133 +483,6 @@ def compose_phases(d: Deployment, op_time: OpTimeFn | None = None, isl_mean: flo
     return compose_many([d], op_time, [isl_mean])[0]
 
 
-def resolve_ops(
-    framework: FrameworkCost | None, op_time: OpTimeFn | None
-) -> tuple[FrameworkCost, dict[str, OpTimeFn]]:
-    """The framework cost and the op-time function of each source it names. Production (no ``op_time``):
-    the state folder's op engine with the framework cost fitted on it, or the roofline and its own fit
-    where there is no engine. A given ``op_time`` answers for every source."""
-    if op_time is not None:
-        return framework or default_framework(), {ROOFLINE_SOURCE: op_time, ENGINE_SOURCE: op_time}
-    fn, source = production_op_time()
-    if source == ENGINE_SOURCE:
-        return framework or default_framework(), {ROOFLINE_SOURCE: roofline_op_time, ENGINE_SOURCE: fn}
-    return framework or default_framework(engine=False), {
-        ROOFLINE_SOURCE: roofline_op_time,
-        ENGINE_SOURCE: roofline_op_time,
-    }
-
-
-PARTS = ("prefill", "decode", "steady_ttft", "steady_tpot")
-
-
-def answer_many(
-    deployments: list[Deployment],
-    op_time: OpTimeFn | None = None,
-    framework: FrameworkCost | None = None,
-    workload: str = STEADY,
-) -> list[Answer | DeploymentError]:
-    """:func:`answer` of many deployments, composed in one batch per GPU and op source (a rank); a
-    deployment that does not fit answers with its :class:`DoesNotFit`."""
-    fw, ops = resolve_ops(framework, op_time)
-    fits: list[int] = []
-    out: list[Answer | DeploymentError] = []
-    for i, d in enumerate(deployments):
-        try:
-            memory_check(d)
-        except DeploymentError as exc:
-            out.append(exc)
-            continue
-        fits.append(i)
-        out.append(None)  # type: ignore[arg-type]  # filled below
-    sources = {fw.source_of(p) for p in PARTS}
-    composed = {s: compose_many([deployments[i] for i in fits], ops[s]) for s in sources}
-    for j, i in enumerate(fits):
-        phases = {s: composed[s][j] for s in sources}
-        out[i] = answer(deployments[i], framework=fw, workload=workload, phases=phases)
-    return out
-
-
-def answer(
-    d: Deployment,
-    op_time: OpTimeFn | None = None,
-    framework: FrameworkCost | None = None,
-    workload: str = STEADY,
-    isl_mean: float | None = None,
-    phases: dict[str, Phases] | None = None,
-) -> Answer:
-    """TTFT, TPOT, e2e, per-GPU throughput, breakdowns and memory of a deployment (memory checked first).
-
-    ``workload``: "steady" (requests keep arriving: each new prefill stalls the running decodes, TTFT waits
-    for its own prefill) or "batch" (all requests start together: TTFT is the whole batch's prefill).
-    Each part (prefill, decode, steady TTFT/TPOT) answers with the op times its framework cost was fitted
-    on (``FrameworkCost.sources``); ``phases``: those op times per source when already composed
-    (:func:`answer_many`).
-    """
-    memory = memory_check(d)
-    if phases is None:
-        fw, ops = resolve_ops(framework, op_time)
-        phases = {s: compose_phases(d, ops[s], isl_mean) for s in {fw.source_of(p) for p in PARTS}}
-    else:
-        fw = framework or default_framework()
-    pre, dec = phases[fw.source_of("prefill")], phases[fw.source_of("decode")]
-    layers = d.model.layers
-    prefill_us = pre.prefill_kernels_us + fw.step_us(
-        "prefill", layers, d.concurrency * d.isl, pre.prefill_kernels_us, overhead_counts(pre.prefill)
-    )
-    step_us = dec.decode_kernels_us + fw.step_us(
-        "decode", layers, d.concurrency, dec.decode_kernels_us, overhead_counts(dec.decode)
-    )
-    # never below the roofline: a negative efficiency correction cannot take a step under its floor
-    prefill_us = max(prefill_us, Phases.floor_us(pre.prefill))
-    step_us = max(step_us, Phases.floor_us(dec.decode))
-    notes = list(d.notes)
-    notes += memory_notes(d, memory)
-    notes += _pipe_notes(d)
-    if d.tp > 1:
-        note = link_gbps(d.gpu)[1]
-        if note:
-            notes.append(note)
-    if workload == BATCH:
-        ttft_us, tpot_us = prefill_us, step_us
-    else:
-        ph_ttft, ph_tpot = phases[fw.source_of("steady_ttft")], phases[fw.source_of("steady_tpot")]
-        ttft_us, tpot_us = steady_times(d, ph_ttft, ph_tpot, fw)
-        pre, dec = ph_ttft, ph_tpot
-        notes.append(f"steady serving cost: {fw.steady_source}")
-    e2e_us = ttft_us + tpot_us * max(d.osl - 1, 0)
-    tokens_per_s = (
-        d.concurrency * d.osl / (e2e_us / 1e6) / d.gpus
-        if workload == BATCH
-        else d.concurrency / (tpot_us / 1e6) / d.gpus
-    )
-    spread = fw.train_mape or {}
-    keys = ("prefill", "decode") if workload == BATCH else ("steady_ttft", "steady_tpot")
-    interval = {
-        name: [round(v * (1 - spread.get(k, 0.5)), 3), round(v * (1 + spread.get(k, 0.5)), 3)]
-        for name, k, v in (("ttft_ms", keys[0], ttft_us / 1e3), ("tpot_ms", keys[1], tpot_us / 1e3))
-    }
-    tiers: dict[str, str] = {}
-    for line in pre.prefill + dec.decode:
-        key = f"{line.phase}:{line.kind}:{line.family}"
-        tiers[key] = "+".join(sorted({*tiers.get(key, line.tier).split("+"), *line.tier.split("+")}))
-    notes.append(f"framework cost: {fw.source}")
-    return Answer(
-        ttft_ms=round(ttft_us / 1e3, 4),
-        tpot_ms=round(tpot_us / 1e3, 4),
-        e2e_ms=round(e2e_us / 1e3, 3),
-        tokens_per_s=round(tokens_per_s, 2),
-        prefill_ms=round(prefill_us / 1e3, 4),
-        decode_step_ms=round(step_us / 1e3, 4),
-        breakdown={"prefill": _breakdown(pre.prefill), "decode": _breakdown(dec.decode)},
-        memory=memory,
-        interval=interval,
-        notes=notes,
-        tiers=tiers,
-        deployment=describe(d),
-    )
-
-
 def _pipe_notes(d: Deployment) -> list[str]:
     """Say when the GPU lacks the weight dtype's pipe (the GEMMs run as the fallback dtype)."""
     from components.physics.roofline import PhysicsError, pipe_for
@@ -706,57 +501,6 @@ def _pipe_notes(d: Deployment) -> list[str]:
     return []
 
 
-def steady_times(d: Deployment, ph: Phases, ph_tpot: Phases, fw: FrameworkCost) -> tuple[float, float]:
-    """(TTFT, TPOT) in microseconds of steady serving from the kernel times and the learned cost (TTFT on
-    ``ph``, TPOT on ``ph_tpot``: each with the op times its part was fitted on).
-
-    Without a learned steady cost: TTFT is one request's prefill, TPOT the decode step plus the stalls of
-    the other requests' prefills (aggregated mode: ~concurrency arrivals per request lifetime of osl steps).
-    """
-    agg = d.mode == "agg"
-    if fw.steady_ttft is None or fw.steady_tpot is None:
-        stall = ph_tpot.prefill_one_us * d.concurrency / max(d.osl, 1) if agg else 0.0
-        return ph.prefill_one_us, ph_tpot.decode_kernels_us + stall
-
-    def design(p: Phases) -> tuple[np.ndarray, np.ndarray]:
-        return steady_features(
-            np.array([p.prefill_one_us]),
-            np.array([p.prefill_kernels_us if agg else 0.0]),
-            np.array([p.decode_kernels_us]),
-            np.array([float(d.concurrency)]),
-            np.array([float(d.osl)]),
-            np.array([agg]),
-            overhead_counts(p.one)[None, :],
-            overhead_counts(p.decode)[None, :],
-        )
-
-    x_ttft, x_tpot = design(ph)[0], design(ph_tpot)[1]
-    floor_ttft, floor_tpot = Phases.floor_us(ph.one), Phases.floor_us(ph_tpot.decode)
-    ttft = float(x_ttft[0] @ np.asarray(fw.steady_ttft))
-    tpot = float(x_tpot[0] @ np.asarray(fw.steady_tpot))
-    return max(ttft, floor_ttft), max(tpot, floor_tpot)
-
-
-def steady_features(
-    one_us: np.ndarray,
-    batch_us: np.ndarray,
-    step_us: np.ndarray,
-    concurrency: np.ndarray,
-    osl: np.ndarray,
-    agg: np.ndarray,
-    one_overheads: np.ndarray,
-    step_overheads: np.ndarray,
-) -> tuple[np.ndarray, np.ndarray]:
-    """Design matrices of the steady TTFT and TPOT regressions (the terms of :func:`steady_times`);
-    ``*_overheads`` are :func:`overhead_counts` rows (n x 3) of one request's prefill and the decode step."""
-    ones = np.ones(len(one_us))
-    stall = np.where(agg, one_us * concurrency / np.maximum(osl, 1), 0.0)
-    return (
-        np.c_[ones, one_us, np.where(agg, batch_us, 0.0), step_us, one_overheads],
-        np.c_[ones, step_us, stall, step_overheads],
-    )
-
-
 def describe(d: Deployment) -> dict[str, Any]:
     return {
         "model": d.model.name,
@@ -769,14 +513,8 @@ def describe(d: Deployment) -> dict[str, Any]:
         "tp": d.tp,
         "pp": d.pp,
         "ep": d.ep,
+        "dp": d.dp,
         "mode": d.mode,
+        "framework": d.framework,
         "parameters_b": round(d.model.parameters / 1e9, 2),
     }
-
-
-def default_framework(engine: bool = True) -> FrameworkCost:
-    """The production framework cost (``fitted.py``: every PipeWeave GPU and both silicon GPUs): the one
-    fitted on the op engine's times, or (``engine=False``) on the roofline's alone."""
-    from components.deployments.fitted import PRODUCTION_FRAMEWORK, PRODUCTION_FRAMEWORK_ROOFLINE
-
-    return PRODUCTION_FRAMEWORK if engine else PRODUCTION_FRAMEWORK_ROOFLINE

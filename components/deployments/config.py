@@ -349,11 +349,18 @@ class Deployment:
     ep: int = 1
     mode: str = "agg"
     notes: tuple[str, ...] = field(default_factory=tuple)
+    framework: str = "vllm"  # the serving engine (components.deployments.engines)
+    # attention data parallelism: dp ranks of tp*pp GPUs, each running the attention (and dense layers) of
+    # its own ``concurrency`` requests; the experts are placed over all tp*pp*dp GPUs (ep of them)
+    dp: int = 1
 
     def __post_init__(self) -> None:
         # the model's resolution notes come first, once (replace() runs this again)
         object.__setattr__(self, "notes", tuple(dict.fromkeys((*self.model.notes, *self.notes))))
-        for name in ("isl", "osl", "concurrency", "tp", "pp", "ep"):
+        from components.deployments.engines.registry import engine_name
+
+        object.__setattr__(self, "framework", engine_name(self.framework))
+        for name in ("isl", "osl", "concurrency", "tp", "pp", "ep", "dp"):
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:
                 raise DeploymentError(f"{name} {value!r}: must be a positive integer")
@@ -379,14 +386,16 @@ class Deployment:
                 "a dense model has no experts" if not m.is_moe else f"does not divide num_experts {m.experts}"
             )
             raise DeploymentError(f"ep {self.ep}: {what}")
-        if self.ep > self.tp * self.pp:
+        if self.ep > self.tp * self.pp * self.dp:
             raise DeploymentError(
-                f"ep {self.ep}: larger than the tp*pp={self.tp * self.pp} GPUs of the group"
+                f"ep {self.ep}: larger than the tp*pp*dp={self.tp * self.pp * self.dp} GPUs of the group"
             )
+        if self.dp > 1 and not m.is_moe:
+            raise DeploymentError(f"dp {self.dp}: attention data parallelism is modelled for MoE models only")
 
     @property
     def gpus(self) -> int:
-        return self.tp * self.pp
+        return self.tp * self.pp * self.dp
 
     def with_(self, **changes: Any) -> Deployment:
         return replace(self, **changes)

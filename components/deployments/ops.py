@@ -169,7 +169,7 @@ _PRODUCTION: dict[str, tuple[OpTimeFn, str]] = {}
 def production_op_time() -> tuple[OpTimeFn, str]:
     """(op-time function, source) for production answers: the op engine the state folder holds (the
     champion's, ``components.opmodel.loading.engine_for``), or the fixed-efficiency roofline where there is
-    none -- each with the framework cost fitted on the same op times (``compose.default_framework``)."""
+    none -- each with the framework cost fitted on the same op times (``framework_cost``)."""
     from components.platform.config import get_settings
 
     key = str(get_settings().models_dir)

@@ -9,7 +9,8 @@ import math
 from collections.abc import Sequence
 from typing import Any
 
-from components.deployments.compose import STEADY, WORKLOADS, DoesNotFit, answer_many
+from components.deployments.answer import answer_deployments
+from components.deployments.compose import STEADY, WORKLOADS, DoesNotFit
 from components.deployments.config import Deployment, DeploymentError, ModelShape, model_shape
 from components.deployments.ops import OpTimeFn
 
@@ -19,8 +20,8 @@ DEFAULT_TPS = (1, 2, 4, 8)
 
 def deployment_from(model: ModelShape, spec: Any, params: dict[str, Any]) -> Deployment:
     """A :class:`Deployment` from plain parameters (isl, osl, concurrency, tp, pp, ep, dtype, kv_dtype,
-    mode)."""
-    allowed = {"isl", "osl", "concurrency", "tp", "pp", "ep", "dtype", "kv_dtype", "mode"}
+    mode, framework)."""
+    allowed = {"isl", "osl", "concurrency", "tp", "pp", "ep", "dp", "dtype", "kv_dtype", "mode", "framework"}
     unknown = sorted(set(params) - allowed - {"workload"})
     if unknown:
         raise DeploymentError(f"deployment field {unknown[0]}: unknown; known: {', '.join(sorted(allowed))}")
@@ -28,7 +29,7 @@ def deployment_from(model: ModelShape, spec: Any, params: dict[str, Any]) -> Dep
         if params.get(name) is None:
             raise DeploymentError(f"{name}: required (input/output tokens per request)")
     ints = {}
-    for name in ("isl", "osl", "concurrency", "tp", "pp", "ep"):
+    for name in ("isl", "osl", "concurrency", "tp", "pp", "ep", "dp"):
         value = params.get(name, 1)
         if isinstance(value, float) and value.is_integer():
             value = int(value)
@@ -39,6 +40,7 @@ def deployment_from(model: ModelShape, spec: Any, params: dict[str, Any]) -> Dep
         weight_dtype=str(params.get("dtype") or "bf16"),
         kv_dtype=params.get("kv_dtype"),
         mode=str(params.get("mode") or "agg"),
+        framework=str(params.get("framework") or "vllm"),
         **ints,
     )
 
@@ -62,7 +64,7 @@ def predict_deployment(
     workload = _workload(params)
     deployments = [deployment_from(model, spec, params) for spec in specs]
     out = []
-    for d, a in zip(deployments, answer_many(deployments, op_time, workload=workload), strict=True):
+    for d, a in zip(deployments, answer_deployments(deployments, op_time, workload=workload), strict=True):
         if isinstance(a, DoesNotFit):
             out.append({"deployment": {"model": model.name, "gpu": d.gpu.id}, "refused": str(a)})
         elif isinstance(a, DeploymentError):
@@ -118,8 +120,8 @@ def rank_deployments(
                 formed.append((deployment_from(model, spec, {**params, "tp": tp}), price))
             except DeploymentError:
                 skipped += 1
-    # every option composed at once: one op-engine call per kind of op and GPU (compose.answer_many)
-    answers = answer_many([d for d, _ in formed], op_time, workload=workload)
+    # every option composed at once: one op-engine call per kind of op and GPU (answer.answer_deployments)
+    answers = answer_deployments([d for d, _ in formed], op_time, workload=workload)
     for (d, price), a in zip(formed, answers, strict=True):
         if isinstance(a, DeploymentError):
             skipped += 1
@@ -154,10 +156,12 @@ BATCH_FIELDS = (
     "tp",
     "pp",
     "ep",
+    "dp",
     "dtype",
     "kv_dtype",
     "mode",
     "workload",
+    "framework",
 )
 
 
@@ -195,7 +199,7 @@ def read_deployment_batch(path: Any) -> list[tuple[str, dict[str, Any]]]:
             if name not in row:
                 raise DeploymentError(f"{origin}: {name} is missing")
         fields = dict(row)
-        for name in ("isl", "osl", "concurrency", "tp", "pp", "ep"):
+        for name in ("isl", "osl", "concurrency", "tp", "pp", "ep", "dp"):
             if name in fields:
                 try:
                     fields[name] = int(float(fields[name]))

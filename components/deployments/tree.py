@@ -74,7 +74,7 @@ def score_serving_tree(
     source: str, root: Path, catalog: Any, framework: Any = None, log: Callable[[str], None] = lambda _: None
 ) -> dict[str, Any]:
     """The serving section of an evaluation report for one tree (see the module docstring)."""
-    from components.deployments.compose import resolve_ops
+    from components.deployments.framework_cost import resolve_ops
 
     if source not in SERVING_SOURCES:
         raise ValueError(f"--source {source!r}: serving runs come from {' or '.join(SERVING_SOURCES)}")
@@ -109,6 +109,6 @@ def score_serving_tree(
         "by_device": devices,
         "unanswered": refused.astype({"id": str}).to_dict("records"),
         "framework": fw.source + "; steady: " + fw.steady_source,
-        "note": "production framework cost (components/deployments/fitted.py), fitted on the shared datasets' "
-        "runs: runs of those same trees are training runs for it",
+        "note": "production framework cost (components/deployments/engines/constants.json), fitted on the "
+        "shared datasets' runs: runs of those same trees are training runs for it",
     }

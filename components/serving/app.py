@@ -9,7 +9,8 @@
 
 K = {"dtype": ..., and one kernel form: "op" + "shape" | "source" + "language" + "launch" | "module"}.
 D = {"model": bundled name | HF config.json object | its JSON text, "isl", "osl", "concurrency", "tp", "pp",
-     "ep", "dtype", "kv_dtype", "mode": agg|disagg, "workload": steady|batch; rank adds "tps", "by"}.
+     "ep", "dtype", "kv_dtype", "mode": agg|disagg, "workload": steady|batch, "framework": vllm|sglang|trtllm;
+     rank adds "tps", "by"}.
 Contract: /tmp/team/interfaces.md (the VS Code extension is built against it).
 
 Safety: the request body is capped (413) before it is read in full; kernels, devices and
@@ -137,9 +138,11 @@ class DeploymentForm(BaseModel):
     tp: Whole(1, 1024) = 1
     pp: Whole(1, 1024) = 1
     ep: Whole(1, 1024) = 1
+    dp: Whole(1, 1024) = Field(default=1, description="attention data-parallel ranks (MoE)")
     dtype: str = Field(default="bf16", max_length=16)
     kv_dtype: str | None = Field(default=None, max_length=16)
     mode: Literal["agg", "disagg"] = "agg"
+    framework: Literal["vllm", "sglang", "trtllm"] = Field(default="vllm", description="the serving engine")
     prefill_gpus: Whole(1, 1 << 16) | None = Field(
         default=None, description="disagg: GPUs of the prefill workers (default: one worker, tp x pp GPUs)"
     )

@@ -2,8 +2,8 @@
 
 A row whose ``deployment`` column holds a JSON object -- ``model`` (a bundled name or an HF config object;
 never a path: the model may be served), ``isl``, ``osl`` and optionally ``concurrency``, ``tp``, ``pp``,
-``ep``, ``dtype``, ``kv_dtype``, ``mode``, ``prefill_gpus``, ``decode_gpus``, ``workload`` --
-and a ``device`` (or ``device_spec``) is answered
+``ep``, ``dtype``, ``kv_dtype``, ``mode``, ``prefill_gpus``, ``decode_gpus``, ``workload``, ``framework``
+(vllm | sglang | trtllm; default vllm) -- and a ``device`` (or ``device_spec``) is answered
 by the composition (``components.deployments``), not by the op model: ``kind`` "deployment",
 ``duration_us`` the end-to-end latency of one request, its interval from the TTFT/TPOT intervals,
 ``ttft_ms``/``tpot_ms``/``tokens_per_s`` beside, the whole answer (breakdown, memory, notes) as JSON text
@@ -25,12 +25,14 @@ DEPLOYMENT_FIELDS = (
     "tp",
     "pp",
     "ep",
+    "dp",
     "dtype",
     "kv_dtype",
     "mode",
     "prefill_gpus",
     "decode_gpus",
     "workload",
+    "framework",
 )
 
 

@@ -28,6 +28,8 @@ def llm_params(
     workload: str,
     prefill_gpus: int | None = None,
     decode_gpus: int | None = None,
+    framework: str = "vllm",
+    dp: int = 1,
 ) -> dict[str, Any]:
     if isl is None or osl is None:
         raise UserError("--llm needs --isl and --osl (input and output tokens per request)")
@@ -38,12 +40,14 @@ def llm_params(
         "tp": tp,
         "pp": pp,
         "ep": ep,
+        "dp": dp,
         "dtype": dtype or "bf16",
         "kv_dtype": kv_dtype,
         "mode": mode,
         "workload": workload,
         **({"prefill_gpus": prefill_gpus} if prefill_gpus is not None else {}),
         **({"decode_gpus": decode_gpus} if decode_gpus is not None else {}),
+        "framework": framework,
     }
 
 
@@ -114,8 +118,17 @@ def render_answer(a: dict[str, Any]) -> list[str]:
     ttft, tpot, mem = a["interval"]["ttft_ms"], a["interval"]["tpot_ms"], a["memory"]
     head = (
         f"{d['model']} ({d['parameters_b']}B, {d['dtype']}, kv {d['kv_dtype']}) on {d['gpu']} "
-        f"x{d['tp'] * d['pp']} (tp={d['tp']}, pp={d['pp']}, ep={d['ep']}, {d['mode']}); "
+        f"x{d['tp'] * d['pp'] * d.get('dp', 1)} (tp={d['tp']}, pp={d['pp']}, ep={d['ep']}, "
+        f"dp={d.get('dp', 1)}, {d['mode']}); "
         f"isl {d['isl']}, osl {d['osl']}, concurrency {d['concurrency']}"
+    )
+    engine = d.get("engine")
+    served_by = (
+        f"  served by {engine['name']}: {engine['policy']} scheduling, {engine['max_num_batched_tokens']} "
+        f"tokens/step, <= {engine['max_num_seqs']} running, KV blocks of {engine['block_size']}, memory "
+        f"fraction {engine['memory_fraction']:g}"
+        if engine
+        else f"  served by {d.get('framework', 'vllm')}"
     )
     memory = (
         f"  memory per GPU: weights {mem['weights_gb']:.3g} GB + KV {mem['kv_cache_gb']:.3g} GB + "
@@ -124,6 +137,7 @@ def render_answer(a: dict[str, Any]) -> list[str]:
     )
     lines = [
         head,
+        served_by,
         f"  TTFT {a['ttft_ms']:.4g} ms  [{ttft[0]:.4g} - {ttft[1]:.4g}]",
         f"  TPOT {a['tpot_ms']:.4g} ms  [{tpot[0]:.4g} - {tpot[1]:.4g}]",
         f"  e2e {a['e2e_ms']:.5g} ms per request; {a['tokens_per_s']:.4g} output tokens/s per GPU",

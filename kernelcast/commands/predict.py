@@ -224,6 +224,7 @@ def predict_command(
     tp: Annotated[int, typer.Option(help="--llm: tensor-parallel GPUs")] = 1,
     pp: Annotated[int, typer.Option(help="--llm: pipeline stages")] = 1,
     ep: Annotated[int, typer.Option(help="--llm: expert-parallel GPUs (MoE)")] = 1,
+    dp: Annotated[int, typer.Option(help="--llm: attention data-parallel ranks of tp GPUs (MoE)")] = 1,
     kv_dtype: Annotated[str | None, typer.Option(help="--llm: KV-cache dtype (default from --dtype)")] = None,
     mode: Annotated[str, typer.Option(help="--llm: agg | disagg (separate prefill/decode workers)")] = "agg",
     prefill_gpus: Annotated[
@@ -237,6 +238,9 @@ def predict_command(
     workload: Annotated[
         str, typer.Option(help="--llm: steady (requests keep arriving) | batch (all at once)")
     ] = "steady",
+    framework: Annotated[
+        str, typer.Option(help="--llm: the serving engine simulated: vllm | sglang | trtllm")
+    ] = "vllm",
 ) -> None:
     """Predict runtime (with its interval), roofline class, bound pipe and headroom on one or more GPUs;
     with --llm, a deployment's TTFT, TPOT, throughput and memory."""
@@ -262,7 +266,20 @@ def predict_command(
             llm,
             device,
             llm_params(
-                isl, osl, concurrency, tp, pp, ep, dtype, kv_dtype, mode, workload, prefill_gpus, decode_gpus
+                isl,
+                osl,
+                concurrency,
+                tp,
+                pp,
+                ep,
+                dtype,
+                kv_dtype,
+                mode,
+                workload,
+                prefill_gpus,
+                decode_gpus,
+                framework,
+                dp,
             ),
             as_json,
         )

@@ -87,6 +87,7 @@ def rank_command(
     kv_dtype: Annotated[str | None, typer.Option(help="--llm: KV-cache dtype")] = None,
     mode: Annotated[str, typer.Option(help="--llm: agg | disagg")] = "agg",
     workload: Annotated[str, typer.Option(help="--llm: steady | batch")] = "steady",
+    framework: Annotated[str, typer.Option(help="--llm: serving engine: vllm | sglang | trtllm")] = "vllm",
     by: Annotated[
         str, typer.Option(help="--llm: rank by tpot | ttft | cost (cost per million output tokens)")
     ] = "tpot",
@@ -99,7 +100,9 @@ def rank_command(
 
         if file or op or shape or batch:
             raise UserError("--llm is a question of its own: drop FILE/--op/--shape/--batch")
-        params = llm_params(isl, osl, concurrency, 1, 1, 1, dtype, kv_dtype, mode, workload)
+        params = llm_params(
+            isl, osl, concurrency, 1, 1, 1, dtype, kv_dtype, mode, workload, framework=framework
+        )
         rank_llm(llm, device, params, read_prices(price or [], prices), by, tp, top, as_json)
         return
     from components.serving.batch import restate

@@ -17,9 +17,10 @@ from components.deployments.bench import (
     run_pipeweave_bench,
     run_silicon_bench,
 )
-from components.deployments.compose import BATCH, DoesNotFit, answer, compose_phases, memory_check
+from components.deployments.compose import BATCH, DoesNotFit, compose_phases, memory_check
 from components.deployments.config import Deployment, DeploymentError, model_shape
 from components.deployments.data import read_allreduce_tables, read_pipeweave_runs, read_silicon_runs
+from components.deployments.framework_cost import answer
 from components.deployments.service import rank_deployments
 from components.devices import load_catalog
 from components.platform.config import DEFAULT_DATASETS_DIR
@@ -469,7 +470,8 @@ def test_registered_pyfunc_answers_the_deployment_form():
 @needs_data
 def test_evaluate_scores_the_serving_runs_of_an_upstream_tree(tmp_path, monkeypatch):
     """`kernelcast evaluate --source aiconfigurator --from DIR` scores the tree's silicon runs per device;
-    a run without an answer (sparse indexer attention, a GPU outside the catalog) is listed with its reason."""
+    a run without an answer (sparse indexer attention, a GPU outside the catalog) is listed with its
+    reason."""
     from components.deployments.config import AIC_CONFIGS
     from components.deployments.data import SILICON_CSV
 

@@ -26,9 +26,10 @@ from components.deployments.bench import (
     run_pipeweave_bench,
     write_readme,
 )
-from components.deployments.compose import answer, compose_many, compose_phases
+from components.deployments.compose import compose_many, compose_phases
 from components.deployments.config import Deployment, model_shape
 from components.deployments.data import read_pipeweave_runs
+from components.deployments.framework_cost import answer
 from components.deployments.ops import engine_op_time, roofline_op_time
 from components.devices import load_catalog
 from components.platform.config import DEFAULT_DATASETS_DIR

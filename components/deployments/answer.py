@@ -1,0 +1,128 @@
+"""A deployment answered by simulating its serving engine (what production answers with).
+
+Per deployment: the engine (``engines.registry``: its defaults on that GPU and its fitted constants), the
+memory and KV capacity at the engine's memory fraction (refused when not one request fits), the step model
+on the op times of that GPU's best tier (the state folder's op engine: measured where measured), the
+engine's scheduler simulated over the workload (steady: aiperf's closed loop of ``concurrency`` clients;
+batch: every request at once), TTFT / TPOT / e2e read off the timeline. Physics bounds every answer:
+TPOT >= reading the weights and the decode batch's KV cache at the DRAM bandwidth and >= the decode step;
+TTFT >= one request's prefill alone; the interval (the engine's leave-one-GPU-out error) contains both.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from components.deployments.compose import (
+    BATCH,
+    Answer,
+    _breakdown,
+    _pipe_notes,
+    compose_many,
+    describe,
+    line_tiers,
+)
+from components.deployments.config import Deployment, DeploymentError
+from components.deployments.engines.base import ServingEngine
+from components.deployments.engines.registry import engine_for
+from components.deployments.ops import OpTimeFn, link_gbps, production_op_time
+from components.deployments.serve import (
+    Served,
+    kv_capacity,
+    one_prefill_us,
+    physics_floors,
+    simulate_deployment,
+)
+from components.deployments.simulate import BATCH as SIM_BATCH
+from components.deployments.simulate import CLOSED
+from components.deployments.stepmodel import StepModel, build_step_models
+
+
+def _interval(value: float, spread: float, floor: float) -> list[float]:
+    lo, hi = max(value * (1 - spread), floor), value * (1 + spread)
+    return [round(min(lo, value), 4), round(max(hi, value), 4)]
+
+
+def _answer_one(
+    d: Deployment, engine: ServingEngine, step: StepModel, served: Served, lines: Any, workload: str
+) -> Answer:
+    cost = engine.cost
+    ttft_us, tpot_us = served.times_us(engine)
+    batch = max(served.decode.decode_batch, 1.0)
+    decode_us = step.decode_us(round(batch), d.isl + d.osl / 2.0) * cost.decode_scale
+    decode_us += cost.base_us + cost.per_seq_us * batch + cost.allreduce_us * step.allreduces
+    prefill_alone = one_prefill_us(d, engine, step)
+    floors = physics_floors(d, step, batch)
+    tpot_us = max(tpot_us, decode_us, floors["tpot"])
+    ttft_us = max(ttft_us, prefill_alone)
+    e2e_us = ttft_us + tpot_us * max(d.osl - 1, 0)
+    if workload == BATCH:
+        tokens_per_s = d.concurrency * d.dp * d.osl / (e2e_us / 1e6) / d.gpus
+    else:
+        tokens_per_s = d.concurrency * d.dp / (tpot_us / 1e6) / d.gpus
+    notes = list(d.notes) + _pipe_notes(d)
+    if d.tp > 1:
+        note = link_gbps(d.gpu)[1]
+        if note:
+            notes.append(note)
+    held = served.memory["kv_tokens_per_gpu"] / (d.isl + d.osl)
+    if held < d.concurrency:
+        notes.append(
+            f"KV cache: room for {held:.0f} of {d.concurrency} requests at {d.isl + d.osl} tokens: the "
+            "others wait for a finished one (the simulated TTFT includes the wait)"
+        )
+    notes += served.prefill.notes
+    notes.append(f"engine {engine.name}: {engine.policy} scheduling, {engine.provenance}")
+    one, dec = lines
+    tiers = line_tiers(one.one + dec.decode)
+    return Answer(
+        ttft_ms=round(ttft_us / 1e3, 4),
+        tpot_ms=round(tpot_us / 1e3, 4),
+        e2e_ms=round(e2e_us / 1e3, 3),
+        tokens_per_s=round(tokens_per_s, 2),
+        prefill_ms=round(prefill_alone / 1e3, 4),
+        decode_step_ms=round(decode_us / 1e3, 4),
+        breakdown={"prefill": _breakdown(one.one), "decode": _breakdown(dec.decode)},
+        memory=served.memory,
+        interval={
+            "ttft_ms": _interval(ttft_us / 1e3, engine.errors[0], prefill_alone / 1e3),
+            "tpot_ms": _interval(tpot_us / 1e3, engine.errors[1], max(floors["tpot"], decode_us) / 1e3),
+        },
+        notes=notes,
+        tiers=tiers,
+        deployment={**describe(d), "engine": engine.settings()},
+    )
+
+
+def answer_deployments(
+    deployments: Sequence[Deployment], op_time: OpTimeFn | None = None, workload: str = "steady"
+) -> list[Answer | DeploymentError]:
+    """One answer per deployment (a :class:`DeploymentError` -- e.g. ``DoesNotFit`` -- where there is
+    none); the op times of every deployment on a GPU come from one batch per kind of op."""
+    fn = op_time if op_time is not None else production_op_time()[0]
+    engines = [engine_for(d.framework, d.gpu) for d in deployments]
+    out: list[Answer | DeploymentError | None] = []
+    for d, engine in zip(deployments, engines, strict=True):  # memory first: only what fits is composed
+        try:
+            kv_capacity(d, engine)
+            out.append(None)
+        except DeploymentError as exc:
+            out.append(exc)
+    fits = [i for i, a in enumerate(out) if a is None]
+    chosen = [deployments[i] for i in fits]
+    steps = build_step_models(chosen, fn)
+    phases = compose_many(chosen, fn)
+    kind = SIM_BATCH if workload == BATCH else CLOSED
+    for i, step, ph in zip(fits, steps, phases, strict=True):
+        d, engine = deployments[i], engines[i]
+        try:
+            served = simulate_deployment(d, engine, step, kind)
+        except DeploymentError as exc:
+            out[i] = exc
+            continue
+        except ValueError as exc:  # one request's prompt does not fit the KV cache
+            out[i] = DeploymentError(f"{d.model.name} on {d.gpu.id}: {exc}")
+            continue
+        out[i] = _answer_one(d, engine, step, served, (ph, ph), workload)
+    return [a for a in out if a is not None]

@@ -1,0 +1,335 @@
+"""The simulated engines on AIConfigurator's measured serving runs: per-engine constants fitted
+leave-one-GPU-out (H100 and H200 each held out of a fit on the other), TTFT / TPOT MAPE per engine and GPU.
+
+Each run is simulated ONCE per candidate KV memory fraction: its TTFT and TPOT are linear in the engine's
+step cost (``simulate`` module docstring), so the step cost of a fold is a linear program on the training
+runs (least absolute relative error, ``bench.relative_l1``); the memory fraction (what the engine leaves for
+its KV cache: not derivable from the GPU alone) is chosen among a few candidates by the training runs'
+error. Nothing is chosen on a held-out GPU.
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+import json
+import subprocess
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from components.deployments.config import Deployment, DeploymentError
+from components.deployments.engines.base import StepCost
+from components.deployments.engines.registry import engine_for, engine_name
+from components.deployments.ops import OpTimeFn
+from components.deployments.serve import Served, simulate_deployment
+from components.deployments.stepmodel import build_step_models
+
+# Candidate memory fractions below the engine's documented default: none. A fraction fitted below it on one
+# GPU's runs emptied the KV cache of runs that measurably ran on the other (Qwen3-235B FP8 on two H200s).
+FRACTION_OFFSETS = (0.0,)
+# Bounds of the step cost: the op engine's kernels within a factor (0.5-3) of the engine's; costs >= 0.
+COST_BOUNDS = [(0.5, 3.0), (0.5, 3.0), *[(0.0, None)] * 6]
+N_COST = len(COST_BOUNDS)
+# The step cost the fitting simulations run at (only the jitter of arrivals against step boundaries
+# depends on it): a typical engine's, not fitted on any run.
+SIM_COST = StepCost(base_us=2000.0, allreduce_us=10.0)
+# Requests per client the bench simulates (measured, warm-up): fewer than aiperf's 20 and 2 -- the closed
+# loop's steady state repeats, so 6 per client average it within noise at a quarter of the time.
+BENCH_PER_CLIENT = (6, 1)
+
+
+@dataclass
+class Simulated:
+    """Per run: id, engine, GPU, measured TTFT/TPOT (us), and per memory-fraction offset the TTFT and TPOT
+    feature rows (n x 5 each); runs without an answer with their reason."""
+
+    runs: pd.DataFrame
+    ttft_x: dict[float, np.ndarray] = field(default_factory=dict)
+    ttft_extra: dict[float, np.ndarray] = field(default_factory=dict)
+    tpot_x: dict[float, np.ndarray] = field(default_factory=dict)
+    refused: list[dict[str, Any]] = field(default_factory=list)
+
+
+def _pairs(
+    runs: pd.DataFrame,
+    catalog: Any,
+    datasets_dir: Path,
+    to_pair: Callable[..., tuple[Deployment, Deployment]],
+) -> tuple[list[dict[str, Any]], list[tuple[Deployment, Deployment]], list[dict[str, Any]]]:
+    kept, pairs, refused = [], [], []
+    for row in runs.to_dict("records"):
+        try:
+            pairs.append(to_pair(row, catalog, datasets_dir))
+            kept.append(row)
+        except (DeploymentError, LookupError) as exc:
+            refused.append({"id": row["id"], "backend": row["backend"], "reason": _reason(exc)})
+    return kept, pairs, refused
+
+
+def _reason(exc: Exception) -> str:
+    text = str(exc)
+    return text.split(";")[0] if ":" in text else text
+
+
+def simulate_runs(
+    runs: pd.DataFrame,
+    catalog: Any,
+    datasets_dir: Path,
+    op_time: OpTimeFn | None,
+    to_pair: Callable[..., tuple[Deployment, Deployment]],
+    log: Callable[[str], None] = lambda _: None,
+) -> Simulated:
+    """Every run simulated under each candidate memory fraction of its engine (default step cost)."""
+    kept, pairs, refused = _pairs(runs, catalog, datasets_dir, to_pair)
+    flat = [d for pair in pairs for d in pair]
+    steps = build_step_models(flat, op_time)
+    out_rows: list[dict[str, Any]] = []
+    ttft_x: dict[float, list] = {o: [] for o in FRACTION_OFFSETS}
+    tpot_x: dict[float, list] = {o: [] for o in FRACTION_OFFSETS}
+    extra: dict[float, list] = {o: [] for o in FRACTION_OFFSETS}
+    for i, row in enumerate(kept):
+        pre, dec = pairs[i]
+        name = engine_name(row["backend"])
+        base = engine_for(name, pre.gpu, fitted=False).with_cost(SIM_COST)
+        rows: dict[float, tuple[np.ndarray, float, np.ndarray]] = {}
+        try:
+            for off in FRACTION_OFFSETS:
+                eng = base.with_settings(memory_fraction=base.memory_fraction + off)
+                worker = None if row["mode"] != "disagg" else (dec, steps[2 * i + 1])
+                served: Served = simulate_deployment(
+                    pre, eng, steps[2 * i], decode_worker=worker, per_client=BENCH_PER_CLIENT
+                )
+                rows[off] = served.features()
+        except (DeploymentError, ValueError) as exc:
+            refused.append({"id": row["id"], "backend": row["backend"], "reason": _reason(exc)})
+            continue
+        for off, (a, e, b) in rows.items():
+            ttft_x[off].append(a)
+            extra[off].append(e)
+            tpot_x[off].append(b)
+        out_rows.append(
+            {
+                "id": row["id"],
+                "engine": name,
+                "device_id": row["device_id"],
+                "model_path": row["model_path"],
+                "mode": row["mode"],
+                "ttft_us": float(row["silicon_ttft_ms"]) * 1e3,
+                "tpot_us": float(row["silicon_tpot_ms"]) * 1e3,
+            }
+        )
+    log(f"simulated {len(out_rows)} runs, {len(refused)} without an answer")
+    return Simulated(
+        pd.DataFrame(out_rows),
+        {o: np.asarray(v).reshape(-1, N_COST) for o, v in ttft_x.items()},
+        {o: np.asarray(v, dtype="float64") for o, v in extra.items()},
+        {o: np.asarray(v).reshape(-1, N_COST) for o, v in tpot_x.items()},
+        refused,
+    )
+
+
+def fit_cost(
+    ttft_x: np.ndarray, tpot_x: np.ndarray, ttft: np.ndarray, tpot: np.ndarray, ttft_scale: np.ndarray
+) -> np.ndarray:
+    """The step cost minimising the summed absolute relative errors of TTFT and TPOT (``ttft``: the
+    measured TTFT less the part outside the features, ``ttft_scale`` the measured TTFT)."""
+    from components.deployments.bench import relative_l1
+
+    x = np.vstack([ttft_x, tpot_x])
+    return relative_l1(x, np.r_[ttft, tpot], np.r_[ttft_scale, tpot], COST_BOUNDS)
+
+
+def _mape(pred: np.ndarray, true: np.ndarray) -> float:
+    return float(np.mean(np.abs(pred - true) / true)) if len(true) else float("nan")
+
+
+def fit_engine(sim: Simulated, mask: np.ndarray) -> tuple[float, np.ndarray, dict[str, float]]:
+    """(memory-fraction offset, step-cost vector, train MAPE) of the runs in ``mask``."""
+    y1, y2 = sim.runs["ttft_us"].to_numpy()[mask], sim.runs["tpot_us"].to_numpy()[mask]
+    best = None
+    for off in FRACTION_OFFSETS:
+        x1, x2, e1 = sim.ttft_x[off][mask], sim.tpot_x[off][mask], sim.ttft_extra[off][mask]
+        coef = fit_cost(x1, x2, y1 - e1, y2, y1)
+        err = {"ttft": _mape(x1 @ coef + e1, y1), "tpot": _mape(x2 @ coef, y2)}
+        score = err["ttft"] + err["tpot"]
+        if best is None or score < best[0]:
+            best = (score, off, coef, err)
+    assert best is not None
+    return best[1], best[2], best[3]
+
+
+def leave_one_gpu_out(sim: Simulated) -> tuple[pd.DataFrame, dict[str, Any]]:
+    """Held-out predictions of every run: per engine, each GPU predicted by the fit on the others."""
+    frame = sim.runs.copy()
+    frame["ttft_pred_us"] = np.nan
+    frame["tpot_pred_us"] = np.nan
+    fits: dict[str, Any] = {}
+    for name in sorted(frame["engine"].unique()):
+        for device in sorted(frame["device_id"].unique()):
+            test = ((frame["engine"] == name) & (frame["device_id"] == device)).to_numpy()
+            train = ((frame["engine"] == name) & (frame["device_id"] != device)).to_numpy()
+            if not test.any() or not train.any():
+                continue
+            off, coef, err = fit_engine(sim, train)
+            frame.loc[test, "ttft_pred_us"] = sim.ttft_x[off][test] @ coef + sim.ttft_extra[off][test]
+            frame.loc[test, "tpot_pred_us"] = sim.tpot_x[off][test] @ coef
+            fits[f"{name} ({device} held out)"] = {
+                "fraction_offset": off,
+                "cost": coef.tolist(),
+                "train": err,
+            }
+    return frame, fits
+
+
+def scores(frame: pd.DataFrame) -> list[dict[str, Any]]:
+    """MAPE of TTFT and TPOT overall, per engine, per GPU and per engine x GPU."""
+    done = frame.dropna(subset=["ttft_pred_us"])
+    out = []
+    for scope, groups in (
+        ("all", [("", done)]),
+        ("engine", list(done.groupby("engine"))),
+        ("gpu", list(done.groupby("device_id"))),
+        ("engine x gpu", list(done.groupby(["engine", "device_id"]))),
+    ):
+        for key, g in groups:
+            out.append(
+                {
+                    "scope": scope,
+                    "key": key if isinstance(key, str) else "/".join(map(str, key)),
+                    "n": len(g),
+                    "ttft_mape": _mape(g["ttft_pred_us"].to_numpy(), g["ttft_us"].to_numpy()),
+                    "tpot_mape": _mape(g["tpot_pred_us"].to_numpy(), g["tpot_us"].to_numpy()),
+                }
+            )
+    return out
+
+
+def production_constants(sim: Simulated, commit: str | None = None) -> dict[str, Any]:
+    """Per engine: the step cost and memory fraction fitted on every run of both GPUs, with provenance
+    (what they were fitted on, the leave-one-GPU-out errors of the same procedure, date, commit)."""
+    frame, _ = leave_one_gpu_out(sim)
+    out: dict[str, Any] = {}
+    for name in sorted(sim.runs["engine"].unique()):
+        mask = (sim.runs["engine"] == name).to_numpy()
+        off, coef, err = fit_engine(sim, mask)
+        held = frame[mask]
+        out[name] = {
+            "cost": dict(zip(StepCost.__dataclass_fields__, (round(float(c), 6) for c in coef), strict=True)),
+            "memory_fraction_offset": off,
+            "provenance": {
+                "fitted_on": (
+                    f"AIConfigurator silicon runs, {name}, "
+                    f"{', '.join(sorted(sim.runs.loc[mask, 'device_id'].unique()))} ({int(mask.sum())} runs)"
+                ),
+                "train_mape": {k: round(v, 4) for k, v in err.items()},
+                "leave_one_gpu_out_mape": {
+                    "ttft": round(_mape(held["ttft_pred_us"].to_numpy(), held["ttft_us"].to_numpy()), 4),
+                    "tpot": round(_mape(held["tpot_pred_us"].to_numpy(), held["tpot_us"].to_numpy()), 4),
+                },
+                "date": _dt.date.today().isoformat(),
+                "commit": commit or _commit(),
+            },
+        }
+    return out
+
+
+def _commit() -> str:
+    try:
+        return subprocess.run(
+            ["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True, check=True
+        ).stdout.strip()
+    except (OSError, subprocess.CalledProcessError):
+        return "unknown"
+
+
+def write_constants(path: Path, engines: Mapping[str, Any], framework: Mapping[str, Any]) -> None:
+    """The constants data file (engines + offline-batch framework cost), written atomically."""
+    from components.common.atomic import atomic_write_text
+
+    body = {"engines": dict(engines), "framework": dict(framework)}
+    atomic_write_text(Path(path), json.dumps(body, indent=1, sort_keys=True) + "\n")
+
+
+FAMILY_SIM = "deployment:engine-sim"  # the simulated engines, constants fitted leave-one-GPU-out
+PUBLISHED_AIC_TTFT = "AIConfigurator's own estimator errs 30-50% on TTFT on such runs (issue 35)"
+
+
+def silicon_rows(
+    runs: pd.DataFrame,
+    catalog: Any,
+    datasets_dir: Path,
+    op_time: OpTimeFn | None,
+    log: Callable[[str], None] = lambda _: None,
+) -> tuple[list[dict[str, Any]], list[str]]:
+    """Bench rows (``bench._row``) of the simulated engines on the silicon runs: TTFT and TPOT MAPE
+    overall, per engine, per GPU and per engine x GPU; and a note with the share answered and why not."""
+    from components.deployments.bench import SPLIT_SILICON, _row, silicon_deployments
+
+    sim = simulate_runs(runs, catalog, datasets_dir, op_time, silicon_deployments, log)
+    frame, fits = leave_one_gpu_out(sim)
+    asked = runs.assign(engine=runs["backend"].map(engine_name))
+    rows = []
+    for s in scores(frame):
+        if s["scope"] == "all":
+            scope, n_asked = "", len(asked)
+        elif s["scope"] == "engine":
+            scope, n_asked = f"engine={s['key']}", int((asked["engine"] == s["key"]).sum())
+        elif s["scope"] == "gpu":
+            scope, n_asked = f"device={s['key']}", int((asked["device_id"] == s["key"]).sum())
+        else:
+            name, device = s["key"].split("/")
+            scope = f"engine={name},device={device}"
+            n_asked = int(((asked["engine"] == name) & (asked["device_id"] == device)).sum())
+        for target in ("ttft", "tpot"):
+            rows.append(
+                _row(SPLIT_SILICON, FAMILY_SIM, f"{target}_ms", scope, s[f"{target}_mape"], s["n"], n_asked)
+            )
+    reasons = pd.Series([r["reason"] for r in sim.refused]).value_counts()
+    note = (
+        f"{SPLIT_SILICON} {FAMILY_SIM}: {len(frame)} of {len(runs)} runs answered by simulating their engine "
+        "(constants per engine fitted on the other GPU's runs; "
+        + "; ".join(f"{k}: offset {v['fraction_offset']:+g}" for k, v in fits.items())
+        + f"); {PUBLISHED_AIC_TTFT}; not answered: "
+        + "; ".join(f"{n} x {r}" for r, n in reasons.items())
+    )
+    for s in scores(frame):
+        if s["scope"] in ("all", "engine x gpu"):
+            log(
+                f"{SPLIT_SILICON} {FAMILY_SIM} {s['key'] or 'all':24s} TTFT {s['ttft_mape']:.1%} "
+                f"TPOT {s['tpot_mape']:.1%} n={s['n']}"
+            )
+    return rows, [note]
+
+
+def main() -> None:  # python -m components.deployments.bench_engines: the simulated engines' scores alone
+    import os
+    from collections import Counter
+
+    from components.deployments.bench import bench_engine, op_sources, silicon_deployments
+    from components.deployments.data import read_silicon_runs
+    from components.deployments.ops import ENGINE_SOURCE, ROOFLINE_SOURCE
+    from components.devices import load_catalog
+    from components.platform.config import DEFAULT_DATASETS_DIR
+
+    datasets = Path(os.environ.get("KERNELCAST_DATASETS_DIR", DEFAULT_DATASETS_DIR))
+    runs = read_silicon_runs(datasets)
+    sources = op_sources(bench_engine(), False)
+    fn = sources.get(ENGINE_SOURCE, sources[ROOFLINE_SOURCE])
+    sim = simulate_runs(runs, load_catalog(), datasets, fn, silicon_deployments, print)
+    frame, fits = leave_one_gpu_out(sim)
+    print(f"answered {len(frame)} of {len(runs)} runs ({len(frame) / len(runs):.1%})")
+    for s in scores(frame):
+        where = f"{s['scope']:13s} {s['key'] or 'all':22s} n={s['n']:5d}"
+        print(f"{where} TTFT {s['ttft_mape']:.1%} TPOT {s['tpot_mape']:.1%}")
+    for name, fit in fits.items():
+        print(name, fit)
+    for reason, n in Counter(r["reason"] for r in sim.refused).most_common():
+        print(f"not answered: {n} x {reason}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,275 @@
+"""The ``llm-serving-pipeweave`` bench: PipeWeave's offline batches (11 GPUs, TP 1-8), each GPU held out of
+a framework-cost fit on the others; prefill, decode step and total beside the published methods."""
+
+from __future__ import annotations
+
+from collections import Counter, defaultdict
+from collections.abc import Callable, Mapping
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from components.deployments.bench_common import (
+    FAMILY,
+    FAMILY_ROOFLINE,
+    FAMILY_UNSEEN,
+    PW_TARGETS,
+    SPLIT_PIPEWEAVE,
+    UNSEEN,
+    ServingBench,
+    _aligned,
+    _apply,
+    _blind,
+    _blind_refit,
+    _combine,
+    _mape,
+    _named,
+    _overheads,
+    _published_mape,
+    _reason,
+    _row,
+    _tier_shares,
+    _variant_rows,
+    choose_source,
+    fit_step_cost,
+    held_out_fold,
+    op_sources,
+    summary,
+    with_allreduce,
+)
+from components.deployments.compose import compose_many, overhead_counts
+from components.deployments.config import Deployment, DeploymentError, model_shape
+from components.deployments.data import (
+    AllReduceTable,
+    read_allreduce_tables,
+    read_pipeweave_runs,
+    read_published,
+)
+from components.deployments.framework_cost import FrameworkCost
+from components.deployments.ops import (
+    ROOFLINE_SOURCE,
+    OpTimeFn,
+    roofline_op_time,
+)
+
+# ---------------------------------------------------------------- PipeWeave ----------------------------
+
+
+def compose_pipeweave(
+    runs: pd.DataFrame,
+    catalog: Any,
+    datasets_dir: Path,
+    op_time: OpTimeFn | None = None,
+    allreduce: Mapping[str, AllReduceTable] | None = None,
+    refused: list[dict[str, Any]] | None = None,
+) -> pd.DataFrame:
+    """Per run: kernel and roofline times of one prefill (the whole batch) and one decode step (all runs of
+    a GPU timed in one batch per kind of op).
+
+    With ``refused`` (a list), a run without an answer is appended there with its reason and skipped;
+    without, its error propagates."""
+    tables = read_allreduce_tables(datasets_dir) if allreduce is None else allreduce
+    fn = with_allreduce(op_time or roofline_op_time, tables)
+    kept, deployments = [], []
+    for run in runs.itertuples():
+        try:
+            model = model_shape(run.model, datasets_dir)
+            spec = catalog.resolve(run.device_id)
+            d = Deployment(
+                model=model, gpu=spec, isl=round(run.isl), osl=int(run.osl), concurrency=run.batch, tp=run.tp
+            )
+        except (DeploymentError, LookupError) as exc:
+            if refused is None:
+                raise
+            refused.append(
+                {
+                    "id": f"{run.gpu}/tp{run.tp}/{run.model}-{run.workload}",
+                    "device_id": run.device_id,
+                    "reason": _reason(exc),
+                }
+            )
+            continue
+        kept.append(run)
+        deployments.append(d)
+    phases = compose_many(deployments, fn, [float(run.isl) for run in kept])
+    out = [
+        {
+            **run._asdict(),
+            "layers": d.model.layers,
+            "prefill_tokens": run.batch * run.isl,
+            "prefill_kernels_us": ph.prefill_kernels_us,
+            "decode_kernels_us": ph.decode_kernels_us,
+            "prefill_roof_us": sum(x.floor_us for x in ph.prefill),
+            "decode_roof_us": sum(x.floor_us for x in ph.decode),
+            **_named("prefill", overhead_counts(ph.prefill)),
+            **_named("decode", overhead_counts(ph.decode)),
+            **_tier_shares(ph.prefill + ph.decode),
+        }
+        for run, d, ph in zip(kept, deployments, phases, strict=True)
+    ]
+    frame = pd.DataFrame(out)
+    return frame.drop(columns=["Index"], errors="ignore")
+
+
+def fit_pipeweave(train: pd.DataFrame) -> FrameworkCost:
+    pre = fit_step_cost(
+        train["prefill_ms"].to_numpy() * 1e3,
+        train["prefill_kernels_us"].to_numpy(),
+        train["layers"].to_numpy(float),
+        train["prefill_tokens"].to_numpy(float),
+        _overheads(train, "prefill"),
+    )
+    dec = fit_step_cost(
+        train["decode_ms"].to_numpy() * 1e3,
+        train["decode_kernels_us"].to_numpy(),
+        train["layers"].to_numpy(float),
+        train["batch"].to_numpy(float),
+        _overheads(train, "decode"),
+    )
+    fw = FrameworkCost(
+        prefill=pre, decode=dec, source=f"PipeWeave runs on {', '.join(sorted(train['gpu'].unique()))}"
+    )
+    pred = predict_pipeweave(train, fw)
+    mape = {
+        "prefill": _mape(pred["prefill_pred_ms"].to_numpy(), train["prefill_ms"].to_numpy()),
+        "decode": _mape(pred["decode_pred_ms"].to_numpy(), train["decode_ms"].to_numpy()),
+    }
+    return FrameworkCost(prefill=pre, decode=dec, source=fw.source, train_mape=mape)
+
+
+def predict_pipeweave(frame: pd.DataFrame, fw: FrameworkCost) -> pd.DataFrame:
+    layers = frame["layers"].to_numpy(float)
+    out = frame.copy()
+    out["prefill_pred_ms"] = (
+        _apply(
+            fw.prefill,
+            layers,
+            frame["prefill_tokens"].to_numpy(float),
+            frame["prefill_kernels_us"].to_numpy(),
+            _overheads(frame, "prefill"),
+        )
+        / 1e3
+    )
+    out["decode_pred_ms"] = (
+        _apply(
+            fw.decode,
+            layers,
+            frame["batch"].to_numpy(float),
+            frame["decode_kernels_us"].to_numpy(),
+            _overheads(frame, "decode"),
+        )
+        / 1e3
+    )
+    # never below the roofline: a negative efficiency correction cannot take a step under its floor
+    out["prefill_pred_ms"] = np.maximum(out["prefill_pred_ms"], frame["prefill_roof_us"] / 1e3)
+    out["decode_pred_ms"] = np.maximum(out["decode_pred_ms"], frame["decode_roof_us"] / 1e3)
+    out["total_pred_ms"] = out["prefill_pred_ms"] + out["osl"] * out["decode_pred_ms"]
+    out["prefill_roof_ms"] = frame["prefill_roof_us"] / 1e3
+    out["decode_roof_ms"] = frame["decode_roof_us"] / 1e3
+    out["total_roof_ms"] = out["prefill_roof_ms"] + out["osl"] * out["decode_roof_ms"]
+    return out
+
+
+def run_pipeweave_bench(
+    datasets_dir: Path,
+    catalog: Any,
+    op_time: OpTimeFn | None = None,
+    log: Callable[[str], None] = lambda _: None,
+    runs: pd.DataFrame | None = None,
+    engine: Any = None,
+    variants: bool = True,
+) -> ServingBench:
+    """Leave one GPU out: per fold, choose the op source (roofline or engine) by an inner leave-one-GPU-out
+    on the training GPUs, fit the framework cost on the training GPUs with those op times, score the
+    held-out GPU's runs. Also scored per fold: each source on its own, and the engine blind to the held-out
+    GPU's kernels (spec tier) with the framework cost fitted on the engine's training-side times."""
+    runs = read_pipeweave_runs(datasets_dir) if runs is None else runs
+    runs = runs.assign(
+        run_id=[f"{r.gpu}/tp{r.tp}/{r.model}/{r.workload}/{i}" for i, r in enumerate(runs.itertuples())]
+    )
+    sources = {ROOFLINE_SOURCE: op_time} if op_time is not None else op_sources(engine, variants)
+    frames = _aligned(
+        {k: compose_pipeweave(runs, catalog, datasets_dir, fn) for k, fn in sources.items()}, "run_id"
+    )
+    if UNSEEN in frames:
+        asked = runs.set_index("run_id")
+
+        def recompose(part: pd.DataFrame, fn: OpTimeFn) -> pd.DataFrame:
+            return compose_pipeweave(asked.loc[part["run_id"]].reset_index(), catalog, datasets_dir, fn)
+
+        frames[UNSEEN] = _blind_refit(frames[UNSEEN], engine, datasets_dir, recompose, "run_id", log)
+    folds: dict[str, list[pd.DataFrame]] = defaultdict(list)
+    chosen: dict[str, str] = {}
+    base = frames[ROOFLINE_SOURCE]
+    for gpu in sorted(base["gpu"].unique()):
+        test = base["gpu"] == gpu
+        held = held_out_fold(frames, test, fit_pipeweave, predict_pipeweave, folds)
+        choice = choose_source(
+            {k: f[~test] for k, f in frames.items()},
+            "gpu",
+            fit_pipeweave,
+            predict_pipeweave,
+            {"prefill": "prefill_ms", "decode": "decode_ms"},
+        )
+        chosen[gpu] = f"prefill {choice['prefill']}, decode {choice['decode']}"
+        folds[FAMILY].append(_combine(held, choice, osl=True))
+        if UNSEEN in held:  # the same choice, the held-out GPU's own kernels withheld (same framework fit)
+            folds[FAMILY_UNSEEN].append(_combine(held, _blind(choice), osl=True))
+    preds = {family: pd.concat(parts, ignore_index=True) for family, parts in folds.items()}
+    pred = preds[FAMILY]
+    bench = ServingBench(predictions=pred, variants=preds)
+    published = read_published(datasets_dir)
+    for scope_col in ("", "gpu", "tp"):
+        groups = (
+            [("", pred)] if not scope_col else [(f"{scope_col}={k}", g) for k, g in pred.groupby(scope_col)]
+        )
+        for scope, g in groups:
+            for target in PW_TARGETS:
+                ours = _mape(g[f"{target}_pred_ms"].to_numpy(), g[f"{target}_ms"].to_numpy())
+                roof = _mape(g[f"{target}_roof_ms"].to_numpy(), g[f"{target}_ms"].to_numpy())
+                pub = _published_mape(published, "pipeweave", scope, target)
+                bench.rows.append(
+                    _row(
+                        SPLIT_PIPEWEAVE,
+                        FAMILY,
+                        f"{target}_ms",
+                        scope,
+                        ours,
+                        len(g),
+                        len(g),
+                        pub,
+                        "PipeWeave (published)" if pub is not None else None,
+                    )
+                )
+                bench.rows.append(
+                    _row(SPLIT_PIPEWEAVE, FAMILY_ROOFLINE, f"{target}_ms", scope, roof, len(g), len(g))
+                )
+                for method in ("neusight", "habitat", "roofline"):
+                    other = _published_mape(published, method, scope, target)
+                    if other is not None:
+                        bench.rows.append(
+                            _row(SPLIT_PIPEWEAVE, f"published:{method}", f"{target}_ms", scope, other, 0, 0)
+                        )
+    bench.rows += _variant_rows(SPLIT_PIPEWEAVE, preds, PW_TARGETS, ("", "gpu"), lambda col, k, g: len(g))
+    worse = {
+        family: [
+            g
+            for g, sub in p.groupby("gpu")
+            if _mape(sub["total_pred_ms"].to_numpy(), sub["total_ms"].to_numpy())
+            > _mape(sub["total_roof_ms"].to_numpy(), sub["total_ms"].to_numpy())
+        ]
+        for family, p in preds.items()
+    }
+    picks = Counter(chosen.values())
+    bench.notes.append(
+        f"{SPLIT_PIPEWEAVE}: {len(pred)} runs on {pred['gpu'].nunique()} GPUs, leave-one-GPU-out (op source "
+        "per phase chosen by inner leave-one-GPU-out and framework cost refitted per fold on the other GPUs "
+        f"only: {'; '.join(f'{k} in {n} folds' for k, n in sorted(picks.items()))}); total worse "
+        f"than the roofline composition on: {', '.join(worse[FAMILY]) or 'none'}"
+        + "".join(f"; {family}: {', '.join(w) or 'none'}" for family, w in worse.items() if family != FAMILY)
+    )
+    for line in summary(bench, SPLIT_PIPEWEAVE):
+        log(line)
+    return bench

@@ -1,0 +1,335 @@
+"""The ``llm-serving-silicon`` bench: AIConfigurator's steady-serving runs on H100 and H200, each held out
+of a fit on the other; TTFT and TPOT per model, precision, mode and engine (the simulated engines:
+``bench_engines``); every run answered or its reason counted."""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from collections.abc import Callable, Mapping
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from components.deployments.bench_common import (
+    FAMILY,
+    FAMILY_ROOFLINE,
+    FAMILY_UNSEEN,
+    SI_TARGETS,
+    SPLIT_SILICON,
+    UNSEEN,
+    ServingBench,
+    _aligned,
+    _blind,
+    _blind_refit,
+    _combine,
+    _mape,
+    _named,
+    _overheads,
+    _reason,
+    _row,
+    _scope_name,
+    _tier_shares,
+    _unseen_to_zero,
+    _variant_rows,
+    choose_source,
+    held_out_fold,
+    op_sources,
+    relative_l1,
+    summary,
+)
+from components.deployments.compose import compose_many, memory_check, overhead_counts
+from components.deployments.config import Deployment, DeploymentError, model_shape
+from components.deployments.data import (
+    read_silicon_runs,
+)
+from components.deployments.framework_cost import FrameworkCost, steady_features
+from components.deployments.ops import (
+    ENGINE_SOURCE,
+    ROOFLINE_SOURCE,
+    OpTimeFn,
+    roofline_op_time,
+)
+
+# ---------------------------------------------------------------- AIConfigurator silicon ---------------
+
+SILICON_DTYPES = {"fp8": "fp8", "fp8_block": "fp8_block", "nvfp4": "nvfp4", "int4_wo": "int4_wo"}
+
+
+def _num(value: Any, default: int = 1) -> int:
+    return default if value is None or (isinstance(value, float) and not np.isfinite(value)) else int(value)
+
+
+def silicon_deployments(
+    row: Mapping[str, Any], catalog: Any, datasets_dir: Path
+) -> tuple[Deployment, Deployment]:
+    """(prefill worker, decode worker) deployments of one silicon run; DeploymentError says why none."""
+    model = model_shape(str(row["model_path"]), datasets_dir)
+    spec = catalog.resolve(str(row["device_id"]))
+    quant = row.get("gemm_quant_mode")
+    dtype = SILICON_DTYPES.get(str(quant), "bf16") if isinstance(quant, str) else "bf16"
+    kv = "fp8" if str(row.get("precision")) in ("fp8", "fp4") else "bf16"
+    common = {
+        "model": model,
+        "gpu": spec,
+        "isl": int(row["isl"]),
+        "osl": int(row["osl"]),
+        "weight_dtype": dtype,
+        "kv_dtype": kv,
+        "mode": str(row["mode"]),
+    }
+
+    def worker(prefix: str, concurrency: Any) -> Deployment:
+        dp = _num(row.get(f"{prefix}attention_dp_size"))
+        pp = _num(row.get(f"{prefix}pp_size"))
+        ep = _num(row.get(f"{prefix}moe_ep_size")) if model.is_moe else 1
+        tp = _num(row.get(f"{prefix}tp_size"))
+        moe_world = _num(row.get(f"{prefix}moe_tp_size")) * ep if model.is_moe else tp * dp
+        if dp == 1 and moe_world > tp and moe_world % tp == 0:
+            dp = moe_world // tp  # e.g. tp 1 with moe_tp 2: the attention runs data-parallel over the 2 GPUs
+        if moe_world != tp * dp:
+            raise DeploymentError(
+                f"moe_tp_size x moe_ep_size {moe_world}: not the tp_size x attention_dp_size {tp * dp} GPUs"
+            )
+        return Deployment(**common, concurrency=_num(concurrency), tp=tp, pp=pp, ep=max(ep, 1), dp=dp)
+
+    if row["mode"] == "disagg":
+        if not np.isfinite(float(row.get("decode_batch_size") or np.nan)):
+            # only the total concurrency is recorded: how it splits over the decode workers is unknown
+            raise DeploymentError(
+                "decode_batch_size: missing for a disaggregated run (the per-worker concurrency is unknown)"
+            )
+        return worker("prefill_", row.get("prefill_batch_size")), worker(
+            "decode_", row.get("decode_batch_size")
+        )
+    agg = worker("", row.get("batch_size"))
+    return agg, agg
+
+
+def compose_silicon(
+    runs: pd.DataFrame,
+    catalog: Any,
+    datasets_dir: Path,
+    op_time: OpTimeFn | None = None,
+    log: Callable[[str], None] = lambda _: None,
+) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """Kernel times per answerable run, and (id, reason) of the runs without an answer. Each distinct
+    (prefill worker, decode worker) pair is composed once; all of a GPU's in one batch per kind of op."""
+    fn = op_time or roofline_op_time
+    keys: dict[tuple, int] = {}
+    pairs: list[tuple[Deployment, Deployment]] = []
+    kept: list[tuple[dict[str, Any], int]] = []
+    refused = []
+    for row in runs.to_dict("records"):
+        try:
+            pre, dec = silicon_deployments(row, catalog, datasets_dir)
+            memory_check(dec)
+        except (DeploymentError, LookupError) as exc:
+            refused.append(
+                {
+                    "id": row["id"],
+                    "model_path": row["model_path"],
+                    "device_id": row["device_id"],
+                    "reason": _reason(exc),
+                }
+            )
+            continue
+        key = (
+            pre.model.name,
+            pre.gpu.id,
+            pre.isl,
+            pre.osl,
+            pre.weight_dtype,
+            pre.kv_dtype,
+            pre.tp,
+            pre.ep,
+            pre.concurrency,
+            dec.concurrency,
+            dec.tp,
+            dec.ep,
+        )
+        if key not in keys:
+            keys[key] = len(pairs)
+            pairs.append((pre, dec))
+        kept.append((row, keys[key]))
+    phases = compose_many([d for pair in pairs for d in pair], fn)
+    answered = []
+    for row, k in kept:
+        pre, dec = pairs[k]
+        ph_p, ph_d = phases[2 * k], phases[2 * k + 1]
+        answered.append(
+            {
+                **row,
+                "layers": pre.model.layers,
+                "c": dec.concurrency,
+                "prefill_c": pre.concurrency,
+                "one_prefill_us": ph_p.prefill_one_us,
+                "batch_prefill_us": ph_p.prefill_kernels_us,
+                "decode_step_us": ph_d.decode_kernels_us,
+                "one_prefill_roof_us": ph_p.floor_us(ph_p.one),
+                "decode_roof_us": ph_d.floor_us(ph_d.decode),
+                **_named("one", overhead_counts(ph_p.one)),
+                **_named("step", overhead_counts(ph_d.decode)),
+                **_tier_shares(ph_p.one + ph_d.decode),
+            }
+        )
+    log(f"silicon: {len(answered)} runs composed, {len(refused)} without an answer")
+    return pd.DataFrame(answered), pd.DataFrame(refused)
+
+
+def _steady_design(frame: pd.DataFrame) -> tuple[np.ndarray, np.ndarray]:
+    return steady_features(
+        frame["one_prefill_us"].to_numpy(),
+        frame["batch_prefill_us"].to_numpy(),
+        frame["decode_step_us"].to_numpy(),
+        frame["c"].to_numpy(float),
+        frame["osl"].to_numpy(float),
+        (frame["mode"] == "agg").to_numpy(),
+        _overheads(frame, "one"),
+        _overheads(frame, "step"),
+    )
+
+
+def _relative_lstsq(x: np.ndarray, y: np.ndarray) -> np.ndarray:
+    """Least absolute relative error (``relative_l1``) with every coefficient >= 0 (each term is a cost:
+    none makes serving faster)."""
+    return _unseen_to_zero(relative_l1(x, y, y, [(0.0, None)] * x.shape[1]), x)
+
+
+def fit_steady(train: pd.DataFrame, base: FrameworkCost | None = None) -> FrameworkCost:
+    """The steady-serving TTFT/TPOT regressions fitted on ``train``'s silicon runs (least absolute
+    relative error)."""
+    x_ttft, x_tpot = _steady_design(train)
+    ttft, tpot = train["silicon_ttft_ms"].to_numpy() * 1e3, train["silicon_tpot_ms"].to_numpy() * 1e3
+    c_ttft, c_tpot = _relative_lstsq(x_ttft, ttft), _relative_lstsq(x_tpot, tpot)
+    base = base or FrameworkCost()
+    mape = {
+        **base.train_mape,
+        "steady_ttft": _mape(x_ttft @ c_ttft, ttft),
+        "steady_tpot": _mape(x_tpot @ c_tpot, tpot),
+    }
+    source = (
+        f"AIConfigurator silicon runs on {', '.join(sorted(train['device_id'].unique()))} ({len(train)} runs)"
+    )
+    return FrameworkCost(
+        prefill=base.prefill,
+        decode=base.decode,
+        steady_ttft=tuple(float(c) for c in c_ttft),
+        steady_tpot=tuple(float(c) for c in c_tpot),
+        steady_source=source,
+        source=base.source,
+        train_mape=mape,
+    )
+
+
+def predict_steady(frame: pd.DataFrame, fw: FrameworkCost) -> pd.DataFrame:
+    x_ttft, x_tpot = _steady_design(frame)
+    out = frame.copy()
+    floor_ttft, floor_tpot = frame["one_prefill_roof_us"].to_numpy(), frame["decode_roof_us"].to_numpy()
+    out["ttft_pred_ms"] = np.maximum(x_ttft @ np.asarray(fw.steady_ttft), floor_ttft) / 1e3
+    out["tpot_pred_ms"] = np.maximum(x_tpot @ np.asarray(fw.steady_tpot), floor_tpot) / 1e3
+    out["ttft_roof_ms"], out["tpot_roof_ms"] = floor_ttft / 1e3, floor_tpot / 1e3
+    return out
+
+
+SI_SCOPES = ("", "device_id", "model_path", "precision", "mode", "backend")
+
+
+def run_silicon_bench(
+    datasets_dir: Path,
+    catalog: Any,
+    op_time: OpTimeFn | None = None,
+    log: Callable[[str], None] = lambda _: None,
+    runs: pd.DataFrame | None = None,
+    engine: Any = None,
+    variants: bool = True,
+) -> ServingBench:
+    """H100 and H200 each held out of a fit on the other; TTFT/TPOT MAPE per GPU, model, precision, mode.
+    The op source is chosen per fold by an inner leave-one-model-out on the training GPU's runs (one
+    training GPU: no inner leave-one-GPU-out)."""
+    runs = read_silicon_runs(datasets_dir) if runs is None else runs
+    sources = {ROOFLINE_SOURCE: op_time} if op_time is not None else op_sources(engine, variants)
+    composed_by, refused_by = {}, {}
+    for k, fn in sources.items():
+        composed_by[k], refused_by[k] = compose_silicon(runs, catalog, datasets_dir, fn, log=log)
+    frames = _aligned(composed_by, "id")
+    if UNSEEN in frames:
+        asked = runs.set_index("id")
+
+        def recompose(part: pd.DataFrame, fn: OpTimeFn) -> pd.DataFrame:
+            return compose_silicon(asked.loc[part["id"]].reset_index(), catalog, datasets_dir, fn)[0]
+
+        frames[UNSEEN] = _blind_refit(frames[UNSEEN], engine, datasets_dir, recompose, "id", log)
+    refused = refused_by[ROOFLINE_SOURCE]
+    folds: dict[str, list[pd.DataFrame]] = defaultdict(list)
+    chosen: dict[str, str] = {}
+    base = frames[ROOFLINE_SOURCE]
+    for device in sorted(base["device_id"].unique()):
+        test = base["device_id"] == device
+        if test.all():
+            continue
+        held = held_out_fold(frames, test, fit_steady, predict_steady, folds)
+        choice = choose_source(
+            {k: f[~test] for k, f in frames.items()},
+            "model_path",
+            fit_steady,
+            predict_steady,
+            {t: f"silicon_{t}_ms" for t in SI_TARGETS},
+        )
+        chosen[device] = f"TTFT {choice['ttft']}, TPOT {choice['tpot']}"
+        folds[FAMILY].append(_combine(held, choice, osl=False))
+        if UNSEEN in held:
+            folds[FAMILY_UNSEEN].append(_combine(held, _blind(choice), osl=False))
+    preds = {}
+    for family, parts in folds.items():
+        frame = pd.concat(parts, ignore_index=True)
+        preds[family] = frame.assign(precision=frame["precision"].fillna("bf16"))
+    pred = preds[FAMILY]
+    asked = runs.assign(precision=runs["precision"].fillna("bf16"))
+    bench = ServingBench(predictions=pred, variants=preds)
+
+    def n_asked(col: str, key: Any, g: pd.DataFrame) -> int:
+        return len(asked) if not col else int((asked[col] == key).sum())
+
+    for scope_col in SI_SCOPES:
+        groups = (
+            [("", None, pred)]
+            if not scope_col
+            else [(f"{_scope_name(scope_col)}={k}", k, g) for k, g in pred.groupby(scope_col)]
+        )
+        for scope, key, g in groups:
+            for target in SI_TARGETS:
+                true = g[f"silicon_{target}_ms"].to_numpy()
+                for family, column in ((FAMILY, f"{target}_pred_ms"), (FAMILY_ROOFLINE, f"{target}_roof_ms")):
+                    bench.rows.append(
+                        _row(
+                            SPLIT_SILICON,
+                            family,
+                            f"{target}_ms",
+                            scope,
+                            _mape(g[column].to_numpy(), true),
+                            len(g),
+                            n_asked(scope_col, key, g),
+                        )
+                    )
+    bench.rows += _variant_rows(SPLIT_SILICON, preds, SI_TARGETS, ("", "device_id", "mode"), n_asked)
+    if variants:  # the simulated engines (bench_engines) on the same op times; the gate (no variants) not
+        from components.deployments.bench_engines import silicon_rows
+
+        fn = op_time if op_time is not None else sources.get(ENGINE_SOURCE, sources[ROOFLINE_SOURCE])
+        sim_rows, sim_notes = silicon_rows(runs, catalog, datasets_dir, fn, log)
+        bench.rows += sim_rows
+        bench.notes += sim_notes
+    reasons = refused["reason"].value_counts() if not refused.empty else pd.Series(dtype=int)
+    bench.notes.append(
+        f"{SPLIT_SILICON}: {len(pred)} of {len(runs)} runs answered (each GPU held out of a fit on the "
+        "other; "
+        "op source chosen by leave-one-model-out on the training GPU: "
+        + ", ".join(f"{d} held out: {c}" for d, c in sorted(chosen.items()))
+        + "); not answered: "
+        + "; ".join(f"{n} x {r}" for r, n in reasons.items())
+    )
+    for line in summary(bench, SPLIT_SILICON):
+        log(line)
+    return bench

@@ -1,0 +1,33 @@
+"""The serving engines by name: ``engine_for("vllm", spec)`` is the engine's defaults on that GPU with its
+fitted step cost from ``constants.json``. A new engine is one module with an ``engine(spec)`` function,
+named here."""
+
+from __future__ import annotations
+
+from importlib import import_module
+from typing import Any
+
+from components.deployments.config import DeploymentError
+from components.deployments.engines.base import ServingEngine, with_fitted
+
+ENGINES: tuple[str, ...] = ("vllm", "sglang", "trtllm")
+DEFAULT_ENGINE = "vllm"
+ALIASES = {"tensorrt-llm": "trtllm", "tensorrt_llm": "trtllm", "trt-llm": "trtllm", "trt": "trtllm"}
+
+
+def engine_name(name: Any) -> str:
+    """The canonical engine name (DeploymentError naming the choices otherwise)."""
+    text = str(name or DEFAULT_ENGINE).strip().lower()
+    text = ALIASES.get(text, text)
+    if text not in ENGINES:
+        raise DeploymentError(f"framework {name!r}: unknown serving engine; choose {' | '.join(ENGINES)}")
+    return text
+
+
+def engine_for(name: Any = None, spec: Any = None, fitted: bool = True) -> ServingEngine:
+    """The engine's documented defaults (on GPU ``spec``), with its fitted step cost unless ``fitted`` is
+    False (the bench's folds fit their own)."""
+    canon = engine_name(name)
+    module = import_module(f"components.deployments.engines.{canon}")
+    base: ServingEngine = module.engine(spec)
+    return with_fitted(base) if fitted else base

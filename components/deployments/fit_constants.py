@@ -1,0 +1,70 @@
+"""Refit the data in ``engines/constants.json`` (never generated code).
+
+    python -m components.deployments.fit_constants --engines     # per-engine step cost + memory fraction
+    python -m components.deployments.fit_constants --framework   # the offline-batch framework cost
+
+``--engines``: every AIConfigurator silicon run simulated on the op engine of the state folder (measured
+tier where measured), each engine's constants fitted on all its runs of both GPUs; the provenance records
+the same procedure's leave-one-GPU-out error, the date and the commit. ``--framework``: the PipeWeave /
+silicon framework cost (``bench.fit_production``). Bench folds never read this file: each refits on its own
+training side.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from dataclasses import asdict
+from pathlib import Path
+from typing import Any
+
+from components.deployments.engines.base import CONSTANTS_FILE, _read_constants
+
+
+def _datasets() -> Path:
+    from components.platform.config import DEFAULT_DATASETS_DIR
+
+    return Path(os.environ.get("KERNELCAST_DATASETS_DIR", DEFAULT_DATASETS_DIR))
+
+
+def fit_engines(datasets: Path, log: Any = print) -> dict[str, Any]:
+    from components.deployments.bench import bench_engine, op_sources, silicon_deployments
+    from components.deployments.bench_engines import production_constants, simulate_runs
+    from components.deployments.data import read_silicon_runs
+    from components.deployments.ops import ENGINE_SOURCE
+    from components.devices import load_catalog
+
+    fn = op_sources(bench_engine(), False)[ENGINE_SOURCE]
+    sim = simulate_runs(read_silicon_runs(datasets), load_catalog(), datasets, fn, silicon_deployments, log)
+    return production_constants(sim)
+
+
+def fit_framework(datasets: Path) -> dict[str, Any]:
+    from components.deployments.bench import bench_engine, fit_production
+    from components.devices import load_catalog
+
+    chosen, roofline = fit_production(datasets, load_catalog(), bench_engine())
+
+    def plain(fw: Any) -> dict[str, Any]:
+        return {k: list(v) if isinstance(v, tuple) else v for k, v in asdict(fw).items()}
+
+    return {"engine": plain(chosen), "roofline": plain(roofline)}
+
+
+def main(argv: list[str]) -> None:
+    from components.deployments.bench_engines import write_constants
+
+    if argv not in (["--engines"], ["--framework"]):
+        raise SystemExit("usage: python -m components.deployments.fit_constants --engines | --framework")
+    current = dict(_read_constants(str(CONSTANTS_FILE)))
+    engines, framework = current.get("engines", {}), current.get("framework", {})
+    if argv == ["--engines"]:
+        engines = fit_engines(_datasets())
+    else:
+        framework = {**framework, **fit_framework(_datasets())}
+    write_constants(CONSTANTS_FILE, engines, framework)
+    print(f"wrote {CONSTANTS_FILE}")
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])

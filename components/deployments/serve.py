@@ -1,0 +1,132 @@
+"""A deployment served by an engine: memory -> KV capacity -> the engine's scheduler simulated -> timings.
+
+``simulate_deployment`` runs one deployment (aggregated, or a disaggregated prefill/decode worker pair)
+through ``simulate`` on the step model of its GPU and op times; ``physics_floors`` are the times no answer
+goes below (reading the weights and the KV cache a decode step touches at the GPU's DRAM bandwidth; one
+request's prefill alone).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from components.deployments.compose import kv_bytes_per_token, memory_check, weight_bytes_per_gpu
+from components.deployments.config import Deployment
+from components.deployments.engines.base import ServingEngine
+from components.deployments.simulate import BATCH, CLOSED, RequestStats, Workload, simulate
+from components.deployments.stepmodel import StepModel
+
+
+@dataclass
+class Served:
+    """The simulated prefill side (TTFT) and decode side (TPOT) of a deployment: one simulation when
+    aggregated, the two workers' when disaggregated."""
+
+    prefill: RequestStats
+    decode: RequestStats
+    memory: dict[str, float]
+
+    clients: int = 1
+
+    def features(self) -> tuple[np.ndarray, float, np.ndarray]:
+        """(TTFT row, TTFT extra us, TPOT row) over the whole ``StepCost.vector``: the step features of
+        ``simulate.RequestStats.features`` and the front end's (1, clients) on TTFT."""
+        ttft, extra, _ = self.prefill.features()
+        tpot = self.decode.features()[2]
+        return np.r_[ttft, 1.0, float(self.clients)], extra, np.r_[tpot, 0.0, 0.0]
+
+    def times_us(self, engine: ServingEngine) -> tuple[float, float]:
+        """(TTFT, TPOT) in microseconds under the engine's step cost."""
+        th = np.asarray(engine.cost.vector(), dtype="float64")
+        ttft, extra, tpot = self.features()
+        return float(ttft @ th) + extra, float(tpot @ th)
+
+
+def kv_capacity(d: Deployment, engine: ServingEngine) -> tuple[float, dict[str, float]]:
+    """KV tokens the engine's cache holds on each GPU (DoesNotFit when not one request), and the memory."""
+    memory = memory_check(d, engine.memory_fraction, engine.max_num_batched_tokens)
+    return memory["kv_tokens_per_gpu"], memory
+
+
+def simulate_deployment(
+    d: Deployment,
+    engine: ServingEngine,
+    step: StepModel,
+    kind: str = CLOSED,
+    decode_worker: tuple[Deployment, StepModel] | None = None,
+    per_client: tuple[int, int] | None = None,
+) -> Served:
+    """The deployment's requests through the engine (``kind``: closed loop, batch); with a decode worker,
+    ``d`` is the prefill worker (osl 1) and the decode worker receives prefilled requests. ``per_client``:
+    (measured, warm-up) requests per client (default aiperf's 20 and 2)."""
+    if per_client is not None:
+        measured, warm = per_client
+        kw = {"requests": measured * d.concurrency, "warmup": warm * d.concurrency}
+    else:
+        kw = {}
+    kv, memory = kv_capacity(d, engine)
+    if decode_worker is None:
+        stagger = lifetime_us(d, engine, step)
+        stats = simulate(
+            step, engine, kv, Workload(d.isl, d.osl, d.concurrency, kind, stagger_us=stagger, **kw)
+        )
+        return Served(stats, stats, memory, d.concurrency)
+    pre = simulate(
+        step,
+        engine,
+        kv,
+        Workload(d.isl, 1, d.concurrency, kind, stagger_us=lifetime_us(d, engine, step, 1), **kw),
+    )
+    dd, dstep = decode_worker
+    dkv, dmem = kv_capacity(dd, engine)
+    span = lifetime_us(dd, engine, dstep)
+    if per_client is not None:
+        kw = {"requests": per_client[0] * dd.concurrency, "warmup": per_client[1] * dd.concurrency}
+    dec = simulate(
+        dstep,
+        engine,
+        dkv,
+        Workload(dd.isl, dd.osl, dd.concurrency, kind, prefilled=True, stagger_us=span, **kw),
+    )
+    return Served(pre, dec, dmem, d.concurrency)
+
+
+def lifetime_us(d: Deployment, engine: ServingEngine, step: StepModel, osl: int | None = None) -> float:
+    """Kernel-time estimate of one request's life at the deployment's concurrency: the span over which a
+    steady closed loop's clients are out of phase."""
+    out = osl or d.osl
+    return one_prefill_us(d, engine, step) + (out - 1) * step.decode_us(d.concurrency, d.isl + out / 2.0)
+
+
+def physics_floors(d: Deployment, step: StepModel, decode_batch: float) -> dict[str, float]:
+    """Microseconds no answer goes below: ``tpot`` reads every weight byte of a GPU and the KV cache of the
+    decode batch at its mean context at the GPU's DRAM bandwidth; ``prefill`` is one request's prompt in
+    steps of at most the engine's budget, alone on the GPUs (its kernels are at or above their roofline)."""
+    dram = float(d.gpu.dram_gbps) * 1e9
+    ctx = d.isl + d.osl / 2.0
+    touched = weight_bytes_per_gpu(d) + max(decode_batch, 1.0) * ctx * kv_bytes_per_token(d)
+    return {"tpot": touched / dram * 1e6}
+
+
+def one_prefill_us(d: Deployment, engine: ServingEngine, step: StepModel) -> float:
+    """Kernel time of one request's prefill alone, in chunks of the engine's budget."""
+    left, done, total = d.isl, 0, 0.0
+    while left > 0:
+        take = min(left, engine.max_num_batched_tokens)
+        total += step.step_us(0, 0.0, [(float(take), float(done + take))], int(take == left))
+        done += take
+        left -= take
+    return total
+
+
+__all__ = [
+    "BATCH",
+    "CLOSED",
+    "Served",
+    "kv_capacity",
+    "one_prefill_us",
+    "physics_floors",
+    "simulate_deployment",
+]

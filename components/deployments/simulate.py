@@ -1,0 +1,419 @@
+"""An iteration-level simulation of a serving engine, read as a benchmark client reads it.
+
+Requests (a closed loop of C clients with a warm-up phase, as ``aiperf --concurrency C --num-requests 20C
+--warmup-request-count 2C``; a batch submitted at once; or a fixed arrival rate) enter the engine's
+scheduler. Each step is formed as the engine forms it (``engines.base.POLICIES``): the running decodes and
+prefill chunks under the token budget and max running requests, admitted while the paged KV cache has room
+(the memory left after weights and activations at the engine's memory fraction), requests waiting -- or
+preempted -- when it is full. Each step's time is its kernel time (``stepmodel.StepModel``: the op engine's
+best tier for that GPU) plus the engine's per-step cost.
+
+Fast: while the step is decode-only and nothing can change (no prefill work, no admission possible) the
+simulation jumps to the next event (a request finishing, an arrival, the KV cache filling) in one move:
+decode attention is linear in the context, so k steps cost k steps at the mean context.
+
+Every step also accumulates its cost FEATURES (decode kernels, prefill kernels, 1, sequences, has prefill):
+the step time is ``theta @ features`` with theta = (kernel scales, base, per-sequence, prefill costs) of
+``engines.base.StepCost``. In a closed loop the order of steps does not depend on their durations, so a
+request's TTFT and end-to-end latency are linear in theta: the bench fits an engine's constants from ONE
+simulation per run (``RequestStats.features``).
+"""
+
+from __future__ import annotations
+
+import heapq
+import math
+from collections import deque
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from components.deployments.engines.base import ServingEngine, StepCost
+from components.deployments.stepmodel import StepModel
+
+CLOSED, BATCH, RATE = "closed", "batch", "rate"
+N_FEATURES = 6  # decode kernels, prefill kernels, steps, sequences in steps, steps with prefill, all-reduces
+CLIENT_DELAY_US = 2000.0  # mean client round trip between a response and the next request (jittered)
+SGLANG_NEW_TOKEN_RATIO = 0.7  # SGLang reserves this share of each running request's remaining output
+
+
+@dataclass(frozen=True)
+class Workload:
+    """What the client sends: ``kind`` closed (``concurrency`` clients, ``requests`` measured after
+    ``warmup``), batch (``concurrency`` requests at t = 0) or rate (``requests`` at ``rate`` per second)."""
+
+    isl: int
+    osl: int
+    concurrency: int = 1
+    kind: str = CLOSED
+    requests: int | None = None  # measured requests (default 20 x concurrency; batch: concurrency)
+    warmup: int | None = None  # default 2 x concurrency (closed loop only)
+    rate: float = 0.0
+    prefilled: bool = False  # disaggregated decode worker: requests arrive with their KV cache
+    client_delay_us: float = CLIENT_DELAY_US  # closed loop: a client's next request follows after 0-2x this
+    # closed loop: the clients' first requests spread over this span (the steady state the warm-up reaches:
+    # clients out of phase), 0 = all at once
+    stagger_us: float = 0.0
+    seed: int = 0
+
+    def measured(self) -> int:
+        if self.kind == BATCH:
+            return self.concurrency
+        return self.requests or 20 * self.concurrency
+
+    def warmups(self) -> int:
+        return (2 * self.concurrency if self.warmup is None else self.warmup) if self.kind == CLOSED else 0
+
+
+def theta(cost: StepCost) -> np.ndarray:
+    """The step-cost coefficients of the step features (the front-end TTFT terms are not per step)."""
+    return np.asarray(cost.vector()[:N_FEATURES], dtype="float64")
+
+
+@dataclass
+class RequestStats:
+    """The measured requests of one simulation: per request arrival, first token and finish times (us),
+    and the same as feature vectors (times = features @ theta)."""
+
+    arrival_us: np.ndarray
+    arrival_extra_us: np.ndarray  # from arrival to the first step boundary after it (not in the features)
+    first_us: np.ndarray
+    finish_us: np.ndarray
+    f_arrival: np.ndarray
+    f_first: np.ndarray
+    f_finish: np.ndarray
+    osl: int
+    steps: int
+    decode_batch: float  # mean decode batch over decode steps
+    kv_capacity_tokens: float
+    preemptions: int = 0
+    notes: list[str] = field(default_factory=list)
+
+    def features(self) -> tuple[np.ndarray, float, np.ndarray]:
+        """(TTFT row, TTFT extra us, TPOT row) averaged over the measured requests: TTFT = row @ theta +
+        extra (the wait for the step under way at arrival, at the simulated step cost), TPOT = row @
+        theta."""
+        ttft = (self.f_first - self.f_arrival).mean(axis=0)
+        tpot = ((self.f_finish - self.f_first) / max(self.osl - 1, 1)).mean(axis=0)
+        return ttft, float(self.arrival_extra_us.mean()), tpot
+
+    def metrics(self) -> dict[str, float]:
+        """TTFT, TPOT (aiperf: (e2e - TTFT) / (osl - 1)), e2e (ms, means over requests) and output tokens/s
+        over the measured requests' span."""
+        ttft = self.first_us - self.arrival_us
+        e2e = self.finish_us - self.arrival_us
+        tpot = (e2e - ttft) / max(self.osl - 1, 1)
+        span = float(self.finish_us.max() - self.arrival_us.min()) or 1.0
+        return {
+            "ttft_ms": float(ttft.mean()) / 1e3,
+            "tpot_ms": float(tpot.mean()) / 1e3,
+            "e2e_ms": float(e2e.mean()) / 1e3,
+            "tokens_per_s": len(e2e) * self.osl / (span / 1e6),
+        }
+
+
+class _Sim:
+    """One run of the scheduler (see the module docstring)."""
+
+    def __init__(self, step: StepModel, engine: ServingEngine, kv_tokens: float, w: Workload) -> None:
+        self.step, self.engine, self.w = step, engine, w
+        self.theta = theta(engine.cost)
+        self.kv_cap = float(kv_tokens)
+        self.t = 0.0
+        self.f = np.zeros(N_FEATURES)
+        self.counter = 0  # decode steps so far
+        self.steps = 0
+        self.batch_sum = 0.0
+        self.preemptions = 0
+        self.waiting: deque[int] = deque()
+        self.prefilling: list[int] = []
+        self.decoding: list[tuple[int, int, int]] = []  # heap of (finish counter, rid, version)
+        self.version: dict[int, int] = {}
+        self.done_prompt: dict[int, int] = {}  # prefill tokens done (current admission)
+        self.prompt: dict[int, int] = {}  # tokens to prefill (isl; + generated after a preemption)
+        self.generated: dict[int, int] = {}  # output tokens emitted before the current admission
+        self.base: dict[int, int] = {}  # decoders: context - counter
+        self.order: dict[int, int] = {}  # admission order (newest preempted first)
+        self.n_dec = 0
+        self.sum_base = 0
+        self.sum_finish = 0
+        self.prefill_tokens = 0  # KV tokens held by requests still prefilling
+        self.admitted = 0
+        n_all = w.warmups() + w.measured()
+        self.arr_t, self.arr_f = np.zeros(n_all), np.zeros((n_all, N_FEATURES))
+        self.first_t, self.first_f = np.full(n_all, np.nan), np.zeros((n_all, N_FEATURES))
+        self.fin_t, self.fin_f = np.full(n_all, np.nan), np.zeros((n_all, N_FEATURES))
+        self.issued = 0
+        self.n_all = n_all
+        self.finished = 0
+        self.future: list[tuple[float, int]] = []  # heap of (time sent, rid) not yet at the scheduler
+        self.arr_extra = np.zeros(n_all)
+        self.rng = np.random.default_rng(w.seed)
+
+    # ------------------------------------------------------------------ arrivals and KV accounting
+    def _issue(self, when: float) -> None:
+        """A request the client sends at ``when`` (it reaches the scheduler at the next step boundary)."""
+        rid = self.issued
+        self.issued += 1
+        heapq.heappush(self.future, (when, rid))
+
+    def _arrive(self, rid: int, when: float) -> None:
+        self.arr_t[rid], self.arr_f[rid] = when, self.f
+        self.arr_extra[rid] = self.t - when
+        self.prompt[rid] = self.w.isl
+        self.generated[rid] = 0
+        self.waiting.append(rid)
+
+    def _start(self) -> None:
+        w = self.w
+        if w.kind == RATE:
+            gap = 1e6 / w.rate
+            for i in range(self.n_all):
+                self._issue(i * gap)
+        else:  # batch: every request at t = 0; closed loop: the clients spread over ``stagger_us``
+            n = min(w.concurrency, self.n_all)
+            spread = w.stagger_us if w.kind == CLOSED else 0.0
+            for i in range(n):
+                self._issue(spread * i / n)
+
+    def _on_finish(self) -> None:
+        """Closed loop: the client sends its next request after its round trip (jittered, so clients that
+        finish in the same step do not come back in lockstep)."""
+        self.finished += 1
+        if self.w.kind == CLOSED and self.issued < self.n_all:
+            self._issue(self.t + self.w.client_delay_us * 2.0 * float(self.rng.random()))
+
+    def _decode_tokens(self) -> float:
+        return self.sum_base + self.n_dec * self.counter
+
+    def _used(self) -> float:
+        """KV tokens held (or reserved, per policy) by running requests."""
+        policy = self.engine.policy
+        if policy == "no-evict":  # the whole isl + osl of every running request is reserved
+            return float(len(self.prefilling) + self.n_dec) * (self.w.isl + self.w.osl)
+        used = self.prefill_tokens + self._decode_tokens()
+        if policy == "prefill-first":
+            remaining = self.sum_finish - self.n_dec * self.counter
+            used += SGLANG_NEW_TOKEN_RATIO * remaining
+        return used + (len(self.prefilling) + self.n_dec) * self.engine.block_size / 2
+
+    def _admissible(self, rid: int) -> bool:
+        running = len(self.prefilling) + self.n_dec
+        if running >= self.engine.max_num_seqs:
+            return False
+        need = {
+            "no-evict": self.w.isl + self.w.osl,
+            "prefill-first": self.prompt[rid] + SGLANG_NEW_TOKEN_RATIO * (self.w.osl - self.generated[rid]),
+        }.get(self.engine.policy, min(self.prompt[rid], self.engine.max_num_batched_tokens))
+        return self._used() + need <= self.kv_cap
+
+    # ------------------------------------------------------------------ steps
+    def _advance(self, kernel_dec: float, kernel_pre: float, seqs: int, prefill: bool, k: int) -> None:
+        feats = np.array([kernel_dec, kernel_pre, 1.0, seqs, float(prefill), self.step.allreduces]) * k
+        self.f = self.f + feats
+        self.t += float(feats @ self.theta)
+        self.steps += k
+
+    def _chunks(self, budget: int) -> list[tuple[int, int]]:
+        """(rid, tokens) prefill chunks of this step within ``budget``, admitting waiting requests."""
+        out = []
+        chunked = self.engine.chunked_prefill
+        for rid in self.prefilling:
+            if budget <= 0:
+                break
+            left = self.prompt[rid] - self.done_prompt[rid]
+            take = min(left, budget)
+            out.append((rid, take))
+            budget -= take
+        while self.waiting and budget > 0 and self._admissible(self.waiting[0]):
+            rid = self.waiting[0]
+            left = self.prompt[rid]
+            if not chunked and left > budget and (out or left <= self.engine.max_num_batched_tokens):
+                break  # a whole prompt that does not fit this step's budget waits for the next one
+            self.waiting.popleft()
+            self.prefilling.append(rid)
+            self.done_prompt[rid] = 0
+            self.order[rid] = self.admitted
+            self.admitted += 1
+            take = min(left, budget)
+            out.append((rid, take))
+            budget -= take
+        return out
+
+    def _preempt_for(self, need: float) -> None:
+        """vLLM: free the newest running requests' KV until ``need`` more tokens fit (recompute later)."""
+        while self._used() + need > self.kv_cap and (self.n_dec + len(self.prefilling)) > 1:
+            victims = [(self.order[r], r) for r in self.prefilling] + [
+                (self.order[r], r) for _, r, v in self.decoding if self.version.get(r) == v
+            ]
+            _, rid = max(victims)
+            if rid in self.prefilling:
+                self.prefilling.remove(rid)
+                self.prefill_tokens -= self.done_prompt[rid]
+            else:
+                finish = next(f for f, r, v in self.decoding if r == rid and self.version.get(r) == v)
+                self.version[rid] = self.version.get(rid, 0) + 1
+                self.n_dec -= 1
+                self.sum_base -= self.base[rid]
+                self.sum_finish -= finish
+                done = self.w.osl - (finish - self.counter)
+                self.generated[rid] = done
+                self.prompt[rid] = self.w.isl + done
+            self.waiting.appendleft(rid)
+            self.preemptions += 1
+
+    def _finish_prefills(self, chunks: list[tuple[int, int]]) -> None:
+        for rid, take in chunks:
+            self.done_prompt[rid] += take
+            self.prefill_tokens += take
+            if self.done_prompt[rid] < self.prompt[rid]:
+                continue
+            self.prefilling.remove(rid)
+            self.prefill_tokens -= self.done_prompt[rid]
+            if self.generated[rid] == 0:
+                self.first_t[rid], self.first_f[rid] = self.t, self.f
+                self.generated[rid] = 1
+            left = self.w.osl - self.generated[rid]
+            if left <= 0:
+                self.fin_t[rid], self.fin_f[rid] = self.t, self.f
+                self._on_finish()
+                continue
+            self._enter_decode(rid, self.prompt[rid] + (1 if self.prompt[rid] == self.w.isl else 0), left)
+
+    def _enter_decode(self, rid: int, ctx: int, left: int) -> None:
+        finish = self.counter + left
+        v = self.version.get(rid, 0)
+        self.version[rid] = v
+        heapq.heappush(self.decoding, (finish, rid, v))
+        self.base[rid] = ctx - self.counter
+        self.sum_base += self.base[rid]
+        self.sum_finish += finish
+        self.n_dec += 1
+
+    def _pop_finished(self) -> None:
+        while self.decoding and self.decoding[0][0] <= self.counter:
+            finish, rid, v = heapq.heappop(self.decoding)
+            if self.version.get(rid) != v:
+                continue
+            self.version[rid] = v + 1
+            self.n_dec -= 1
+            self.sum_base -= self.base[rid]
+            self.sum_finish -= finish
+            self.fin_t[rid], self.fin_f[rid] = self.t, self.f
+            self._on_finish()
+        self._clean()
+
+    def _clean(self) -> None:
+        """Drop heap entries of preempted or finished admissions."""
+        while self.decoding and self.version.get(self.decoding[0][1]) != self.decoding[0][2]:
+            heapq.heappop(self.decoding)
+
+    def _decode_step(self, with_prefill: bool) -> bool:
+        return self.n_dec > 0 and not (with_prefill and self.engine.policy == "prefill-first")
+
+    def run(self) -> RequestStats:
+        self._start()
+        guard = 0
+        while self.finished < self.n_all:
+            guard += 1
+            if guard > 10_000_000:
+                raise RuntimeError("simulation did not converge")
+            self._arrivals()
+            if not (self.prefilling or self.n_dec or self.waiting):
+                if not self.future:
+                    break
+                self.t = max(self.t, self.future[0][0])  # idle: the next request starts a step on arrival
+                continue
+            if self.engine.policy == "decode-first" and self.n_dec:
+                self._preempt_for(self.n_dec)
+            budget = self.engine.max_num_batched_tokens
+            # vLLM counts the decodes in the step's budget; SGLang runs prefill apart; TensorRT-LLM's
+            # max_num_tokens bounds the context tokens (a whole prompt enters beside the generations)
+            shared = self.engine.policy == "decode-first"
+            chunks = self._chunks(budget - (self.n_dec if shared else 0))
+            decoding = self._decode_step(bool(chunks))
+            if not chunks and not decoding:
+                if self.waiting and not self.n_dec and not self.prefilling:
+                    raise _NoRoom(self.w.isl)
+                continue
+            if not chunks:
+                self._jump()
+                continue
+            n = self.n_dec if decoding else 0
+            ctx = self._decode_tokens() / self.n_dec + 1 if n else 0.0
+            pairs = [(float(take), float(self.done_prompt[rid] + take)) for rid, take in chunks]
+            ending = sum(1 for rid, take in chunks if self.done_prompt[rid] + take >= self.prompt[rid])
+            total = self.step.step_us(n, ctx, pairs, ending)
+            dec = self.step.decode_us(n, ctx) if n else 0.0
+            self._advance(min(dec, total), max(total - dec, 0.0), n + ending, True, 1)
+            if n:
+                self.counter += 1
+                self.batch_sum += n
+            self._finish_prefills(chunks)
+            self._pop_finished()
+        return self._stats()
+
+    def _arrivals(self) -> None:
+        while self.future and self.future[0][0] <= self.t:
+            when, rid = heapq.heappop(self.future)
+            self._arrive(rid, when)
+        if self.w.prefilled:
+            while self.waiting and self._admissible(self.waiting[0]):
+                rid = self.waiting.popleft()
+                self.order[rid] = self.admitted
+                self.admitted += 1
+                self.first_t[rid], self.first_f[rid] = self.t, self.f
+                self.generated[rid] = 1
+                self._enter_decode(rid, self.w.isl + 1, self.w.osl - 1)
+
+    def _jump(self) -> None:
+        """Decode-only steps up to the next event, in one move."""
+        self._clean()
+        n = self.n_dec
+        k = self.decoding[0][0] - self.counter
+        if self.engine.policy == "decode-first":
+            room = self.kv_cap - self._used()
+            k = min(k, max(1, int(room // n)))
+        ctx = self._decode_tokens() / n + 1
+        if self.future:
+            per = self.step.decode_us(n, ctx) * self.theta[0] + self.theta[2] + self.theta[3] * n
+            per += self.theta[5] * self.step.allreduces
+            k = min(k, max(1, math.ceil((self.future[0][0] - self.t) / max(per, 1e-9))))
+        k = max(int(k), 1)
+        mid = ctx + (k - 1) / 2.0
+        self._advance(self.step.decode_us(n, mid), 0.0, n, False, k)
+        self.counter += k
+        self.batch_sum += n * k
+        self._pop_finished()
+
+    def _stats(self) -> RequestStats:
+        w = self.w
+        keep = np.arange(w.warmups(), self.n_all)
+        notes = []
+        if self.preemptions:
+            notes.append(f"{self.preemptions} preemptions (KV cache full: requests recomputed)")
+        return RequestStats(
+            self.arr_t[keep],
+            self.arr_extra[keep],
+            self.first_t[keep],
+            self.fin_t[keep],
+            self.arr_f[keep],
+            self.first_f[keep],
+            self.fin_f[keep],
+            osl=w.osl,
+            steps=self.steps,
+            decode_batch=self.batch_sum / max(self.counter, 1),
+            kv_capacity_tokens=self.kv_cap,
+            preemptions=self.preemptions,
+            notes=notes,
+        )
+
+
+class _NoRoom(ValueError):
+    def __init__(self, isl: int) -> None:
+        super().__init__(f"isl {isl}: one request does not fit the KV cache")
+
+
+def simulate(step: StepModel, engine: ServingEngine, kv_tokens: float, workload: Workload) -> RequestStats:
+    """Run the engine's scheduler over the workload; the measured requests' times and features."""
+    return _Sim(step, engine, kv_tokens, workload).run()

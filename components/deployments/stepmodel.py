@@ -1,0 +1,199 @@
+"""The kernel time of any serving step of one deployment, from a few grids of op times.
+
+A step of an iteration-level engine runs ``n`` decodes (one token each, at a mean context) and prefill
+chunks (``p`` prompt tokens ending at context ``kv``). Its kernel time is
+  linear(T)            every op but attention at T = n + sum(p) tokens (GEMMs, MoE, norms, all-reduces...)
++ head(S)              final norm, LM head and sampling of the S sequences that emit a token
++ attn_dec(n, ctx)     decode attention of n sequences at mean context ctx
++ sum attn_pre(p, kv)  each chunk's causal attention.
+Each term is tabulated once per deployment on a grid (one op-time call per kind of op and GPU for a whole
+bench: ``build_step_models``) and interpolated: linear in T between grid points, bilinear in (n, ctx) --
+exact for the a + b n + c ctx + d n ctx of a memory-bound decode attention. Every grid point is at or
+above its speed-of-light floor (``compose.time_ops``), so a step never beats the roofline.
+"""
+
+from __future__ import annotations
+
+from bisect import bisect_right
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+
+from components.deployments.compose import OpLine, _head_ops, _layer_ops, time_ops
+from components.deployments.config import Deployment
+from components.deployments.ops import OpTimeFn, roofline_op_time
+
+
+def _geometric(top: float, ratio: float = 1.5) -> list[float]:
+    out, x = [1.0], 1.0
+    while x < top:
+        x = max(x + 1.0, round(x * ratio))
+        out.append(float(x))
+    return out
+
+
+TOKENS = _geometric(65536)  # step tokens (a step holds at most the budget plus the running decodes)
+SEQS = _geometric(8192, 2.0)  # decode batch
+CTX = _geometric(2**19, 2.0)  # context lengths
+
+
+def step_key(d: Deployment) -> tuple:
+    """What a step's kernel time depends on (not the workload: isl, osl, concurrency)."""
+    return (d.model, d.gpu.id, id(d.gpu), d.weight_dtype, d.kv_dtype, d.tp, d.pp, d.ep, d.dp)
+
+
+@dataclass
+class StepModel:
+    """Interpolated kernel time (microseconds) of any step of one deployment."""
+
+    tokens: np.ndarray
+    linear_dec: np.ndarray  # non-attention ops, decode-phase op list (MLA: absorbed)
+    linear_pre: np.ndarray  # non-attention ops, prefill-phase op list
+    head: np.ndarray
+    seqs: np.ndarray
+    ctx: np.ndarray
+    attn_dec: np.ndarray  # (len(seqs), len(ctx))
+    attn_pre: np.ndarray  # (len(tokens) chunk sizes, len(ctx) end contexts)
+    pp_hop_us: float = 0.0
+    layers: int = 1
+    allreduces: float = 0.0  # TP all-reduces per step (their start-up latency is an engine constant)
+
+    def __post_init__(self) -> None:
+        self._memo: dict[tuple, float] = {}
+        # plain lists: the simulation interpolates scalars millions of times (numpy per call is slower)
+        self._tok, self._seq, self._ctx = self.tokens.tolist(), self.seqs.tolist(), self.ctx.tolist()
+        self._lin_dec, self._lin_pre, self._head = (
+            self.linear_dec.tolist(),
+            self.linear_pre.tolist(),
+            self.head.tolist(),
+        )
+        self._attn_dec, self._attn_pre = self.attn_dec.tolist(), self.attn_pre.tolist()
+
+    @staticmethod
+    def _lin(grid: list[float], x: float, values: list[float]) -> float:
+        x = min(max(x, grid[0]), grid[-1])
+        i = min(max(bisect_right(grid, x) - 1, 0), len(grid) - 2)
+        f = (x - grid[i]) / (grid[i + 1] - grid[i])
+        return values[i] * (1 - f) + values[i + 1] * f
+
+    @staticmethod
+    def _bilinear(gx: list[float], gy: list[float], table: list[list[float]], x: float, y: float) -> float:
+        x = min(max(x, gx[0]), gx[-1])
+        y = min(max(y, gy[0]), gy[-1])
+        i = min(max(bisect_right(gx, x) - 1, 0), len(gx) - 2)
+        j = min(max(bisect_right(gy, y) - 1, 0), len(gy) - 2)
+        fx = (x - gx[i]) / (gx[i + 1] - gx[i])
+        fy = (y - gy[j]) / (gy[j + 1] - gy[j])
+        top = table[i][j] * (1 - fy) + table[i][j + 1] * fy
+        bottom = table[i + 1][j] * (1 - fy) + table[i + 1][j + 1] * fy
+        return top * (1 - fx) + bottom * fx
+
+    def decode_us(self, n: int, ctx: float) -> float:
+        """Kernel time of the decode part alone (n sequences at mean context ctx)."""
+        if n <= 0:
+            return 0.0
+        return (
+            self._lin(self._tok, n, self._lin_dec)
+            + self._lin(self._seq, n, self._head)
+            + self._bilinear(self._seq, self._ctx, self._attn_dec, n, ctx)
+            + self.pp_hop_us
+        )
+
+    def step_us(self, n: int, ctx: float, chunks: Sequence[tuple[float, float]], finishing: int) -> float:
+        """Kernel time of a step: n decodes at mean context ctx, prefill chunks (tokens, end context), and
+        ``finishing`` chunks that end their prompt (they sample a first token)."""
+        if not chunks:
+            return self.decode_us(n, ctx)
+        key = (n, round(ctx / 16.0), tuple(chunks), finishing)
+        found = self._memo.get(key)
+        if found is None:
+            found = self._memo[key] = self._mixed_us(n, ctx, chunks, finishing)
+        return found
+
+    def _mixed_us(self, n: int, ctx: float, chunks: Sequence[tuple[float, float]], finishing: int) -> float:
+        total = n + sum(p for p, _ in chunks)
+        out = self._lin(self._tok, total, self._lin_pre) + self.pp_hop_us
+        sampled = n + finishing
+        if sampled:
+            out += self._lin(self._seq, sampled, self._head)
+        if n:
+            out += self._bilinear(self._seq, self._ctx, self._attn_dec, n, ctx)
+        for p, kv in chunks:
+            out += self._bilinear(self._tok, self._ctx, self._attn_pre, p, kv)
+        return out
+
+
+def _attention(lines: list[OpLine]) -> list[OpLine]:
+    return [x for x in lines if x.kind == "attention"]
+
+
+def _rest(lines: list[OpLine]) -> list[OpLine]:
+    return [x for x in lines if x.kind != "attention"]
+
+
+def _grid_lines(d: Deployment) -> dict[str, list[OpLine]]:
+    """The untimed op lines of every grid of one deployment: one line per op with its shape over the whole
+    grid (arrays), so a deployment is a few dozen lines, not thousands."""
+    layers = d.model.layers
+    tok = np.asarray(TOKENS)
+    seq = np.asarray(SEQS)
+    n2, c2 = (a.ravel() for a in np.meshgrid(seq, np.asarray(CTX), indexing="ij"))
+    p2, k2 = (a.ravel() for a in np.meshgrid(tok, np.asarray(CTX), indexing="ij"))
+    out = {
+        "linear_dec": _rest(_layer_ops(d, "decode", tok, tok, 1.0, tok, layers)),
+        "head": _head_ops(d, "decode", seq),
+        "attn_dec": _attention(_layer_ops(d, "decode", n2, n2, 1.0, c2, layers)),
+        "attn_pre": _attention(_layer_ops(d, "prefill", p2, 1.0, np.minimum(p2, k2), k2, layers)),
+    }
+    if d.model.is_mla:  # MLA's prefill decompresses the latent: other GEMMs than the absorbed decode
+        out["linear_pre"] = _rest(_layer_ops(d, "prefill", tok, 1.0, tok, tok, layers))
+    return out
+
+
+def _sum(lines: list[OpLine], size: int) -> np.ndarray:
+    """Per grid point: the lines' times summed (count included)."""
+    total = np.zeros(size)
+    for line in lines:
+        total = total + np.broadcast_to(np.asarray(line.each_us, dtype="float64"), (size,))
+    return total
+
+
+def build_step_models(deployments: Sequence[Deployment], op_time: OpTimeFn | None = None) -> list[StepModel]:
+    """One :class:`StepModel` per deployment; equal step keys share one, and each GPU's lines are timed in
+    one batch (``compose.time_ops``: one op-time call per kind of op)."""
+    fn = op_time or roofline_op_time
+    keys: dict[tuple, int] = {}
+    firsts: list[Deployment] = []
+    for d in deployments:
+        k = step_key(d)
+        if k not in keys:
+            keys[k] = len(firsts)
+            firsts.append(d)
+    grids = [_grid_lines(d) for d in firsts]
+    by_gpu: dict[int, list[int]] = {}
+    for i, d in enumerate(firsts):
+        by_gpu.setdefault(id(d.gpu), []).append(i)
+    for members in by_gpu.values():
+        lines = [x for i in members for part in grids[i].values() for x in part]
+        time_ops(lines, firsts[members[0]].gpu, fn)
+    models = []
+    nt, ns, nc = len(TOKENS), len(SEQS), len(CTX)
+    for d, g in zip(firsts, grids, strict=True):
+        lin_dec = _sum(g["linear_dec"], nt)
+        models.append(
+            StepModel(
+                tokens=np.asarray(TOKENS),
+                linear_dec=lin_dec,
+                linear_pre=_sum(g["linear_pre"], nt) if "linear_pre" in g else lin_dec,
+                head=_sum(g["head"], ns),
+                seqs=np.asarray(SEQS),
+                ctx=np.asarray(CTX),
+                attn_dec=_sum(g["attn_dec"], ns * nc).reshape(ns, nc),
+                attn_pre=_sum(g["attn_pre"], nt * nc).reshape(nt, nc),
+                pp_hop_us=(d.pp - 1) * 5.0,
+                layers=d.model.layers,
+                allreduces=2.0 * d.model.layers if d.tp > 1 else 0.0,
+            )
+        )
+    return [models[keys[step_key(d)]] for d in deployments]

@@ -1,0 +1,159 @@
+"""The serving-engine simulation: engines as a seam, the scheduler's queueing, speed, linearity in the step
+cost, and physics on every answer (roofline op times: no GPU, no trained engine needed)."""
+
+from __future__ import annotations
+
+import json
+import time
+
+import numpy as np
+import pytest
+
+from components.deployments.answer import answer_deployments
+from components.deployments.compose import weight_bytes_per_gpu
+from components.deployments.config import Deployment, DeploymentError, model_shape
+from components.deployments.engines.base import POLICIES, StepCost
+from components.deployments.engines.registry import ENGINES, engine_for
+from components.deployments.ops import roofline_op_time
+from components.deployments.serve import kv_capacity, simulate_deployment
+from components.deployments.simulate import BATCH, Workload, simulate, theta
+from components.deployments.stepmodel import build_step_models
+from components.devices import load_catalog
+from tests.unit.test_deployments import LLAMA8B
+
+MOE = {
+    "architectures": ["MixtralForCausalLM"],
+    "num_hidden_layers": 16,
+    "hidden_size": 4096,
+    "num_attention_heads": 32,
+    "num_key_value_heads": 8,
+    "intermediate_size": 14336,
+    "vocab_size": 32000,
+    "num_local_experts": 8,
+    "num_experts_per_tok": 2,
+}
+
+
+@pytest.fixture(scope="module")
+def catalog():
+    return load_catalog()
+
+
+def _deploy(catalog, gpu: str, config=LLAMA8B, **kw) -> Deployment:
+    return Deployment(model=model_shape(json.dumps(config)), gpu=catalog.resolve(gpu), **kw)
+
+
+def test_every_engine_has_documented_defaults_and_a_clear_error(catalog):
+    spec = catalog.resolve("h100-sxm")
+    for name in ENGINES:
+        engine = engine_for(name, spec)
+        settings = engine.settings()
+        assert settings["name"] == name and engine.policy in POLICIES
+        assert 0.5 < engine.memory_fraction <= 0.95 and engine.max_num_batched_tokens >= 2048
+    assert engine_for("tensorrt-llm", spec).name == "trtllm"
+    with pytest.raises(DeploymentError, match=r"framework 'tgi': unknown serving engine; choose vllm"):
+        engine_for("tgi", spec)
+    with pytest.raises(DeploymentError, match="framework"):
+        _deploy(catalog, "h100-sxm", isl=8, osl=8, framework="tgi")
+
+
+def test_closed_loop_queues_when_the_kv_cache_holds_fewer_than_the_clients(catalog):
+    """Qwen3-32B on one H100 at C = 16: TTFT grows with OSL (a queue, not a kernel). Same here: Llama-8B on
+    an L4 whose KV cache holds ~27 of 64 requests."""
+    ttft = []
+    for osl in (128, 256):
+        d = _deploy(catalog, "l4", isl=1024, osl=osl, concurrency=64)
+        engine = engine_for("vllm", d.gpu, fitted=False)
+        kv, _ = kv_capacity(d, engine)
+        assert kv / (d.isl + d.osl) < d.concurrency
+        step = build_step_models([d], roofline_op_time)[0]
+        ttft.append(simulate_deployment(d, engine, step).prefill.metrics()["ttft_ms"])
+    assert ttft[1] > 1.5 * ttft[0]
+
+
+def test_a_deployment_question_simulates_in_well_under_a_second(catalog):
+    """aiperf's 20C measured + 2C warm-up requests, C = 64, OSL 512: CPU time of the simulation."""
+    d = _deploy(catalog, "h100-sxm", isl=1024, osl=512, concurrency=64)
+    step = build_step_models([d], roofline_op_time)[0]
+    engine = engine_for("vllm", d.gpu, fitted=False)
+    started = time.process_time()
+    stats = simulate_deployment(d, engine, step).prefill
+    assert time.process_time() - started < 1.0
+    assert len(stats.first_us) == 20 * 64 and np.isfinite(stats.finish_us).all()
+
+
+def test_times_are_linear_in_the_step_cost(catalog):
+    """What lets the bench fit an engine's constants from one simulation per run: the timeline under cost
+    theta equals its step features times theta (closed loop)."""
+    d = _deploy(catalog, "h100-sxm", tp=2, isl=2048, osl=64, concurrency=16)
+    step = build_step_models([d], roofline_op_time)[0]
+    cost = StepCost(decode_scale=1.3, prefill_scale=0.9, base_us=800.0, per_seq_us=4.0, allreduce_us=7.0)
+    engine = engine_for("vllm", d.gpu, fitted=False).with_cost(cost)
+    kv, _ = kv_capacity(d, engine)
+    stats = simulate(step, engine, kv, Workload(d.isl, d.osl, d.concurrency))
+    th = theta(cost)
+    np.testing.assert_allclose(stats.finish_us, stats.f_finish @ th, rtol=1e-9)
+    np.testing.assert_allclose(stats.first_us, stats.f_first @ th, rtol=1e-9)
+
+
+def test_batch_ttft_grows_with_the_batch_and_each_engine_schedules_its_way(catalog):
+    ttft = {}
+    for name in ENGINES:
+        for c in (1, 32):
+            d = _deploy(catalog, "h100-sxm", isl=4096, osl=32, concurrency=c, framework=name)
+            step = build_step_models([d], roofline_op_time)[0]
+            engine = engine_for(name, d.gpu, fitted=False)
+            ttft[name, c] = simulate_deployment(d, engine, step, BATCH).prefill.metrics()["ttft_ms"]
+        assert ttft[name, 32] > 4 * ttft[name, 1]
+    # SGLang prefills the whole batch before decoding; vLLM lets decodes in as soon as prompts finish
+    assert ttft["sglang", 32] == pytest.approx(ttft["vllm", 32], rel=0.3)
+
+
+@pytest.mark.parametrize("gpu", ["l4", "h100-sxm", "a100-sxm4-80gb"])
+def test_physics_on_every_answer(catalog, gpu):
+    """TPOT never below reading the weights at the DRAM bandwidth, nor below the decode step; TTFT never
+    below one request's prefill; the interval contains both (the L4 case: 16 GB at 300 GB/s = 53.5 ms)."""
+    d = _deploy(catalog, gpu, isl=1024, osl=256, concurrency=4)
+    (a,) = answer_deployments([d], roofline_op_time)
+    weights_ms = weight_bytes_per_gpu(d) / (float(d.gpu.dram_gbps) * 1e9) * 1e3
+    assert a.tpot_ms >= weights_ms
+    assert a.tpot_ms >= a.decode_step_ms
+    assert a.ttft_ms >= a.prefill_ms
+    lo, hi = a.interval["tpot_ms"]
+    assert lo <= a.tpot_ms <= hi and lo >= weights_ms
+    lo, hi = a.interval["ttft_ms"]
+    assert lo <= a.ttft_ms <= hi
+    assert a.deployment["engine"]["name"] == "vllm"
+
+
+def test_fp8_weights_halve_the_decode_on_a_gpu_without_an_fp8_pipe(catalog):
+    """A100 has no fp8 pipe: a weight-only fp8 decode still reads 1-byte weights (the answer said bf16)."""
+    answers = answer_deployments(
+        [_deploy(catalog, "a100-sxm4-80gb", isl=512, osl=128, weight_dtype=w) for w in ("bf16", "fp8")],
+        roofline_op_time,
+    )
+    bf16, fp8 = answers
+    assert fp8.tpot_ms < 0.7 * bf16.tpot_ms
+
+
+def test_expert_parallelism_changes_a_moe_answer(catalog):
+    answers = answer_deployments(
+        [_deploy(catalog, "h200", MOE, isl=1024, osl=128, concurrency=32, tp=8, ep=ep) for ep in (1, 8)],
+        roofline_op_time,
+    )
+    assert answers[0].tpot_ms != answers[1].tpot_ms
+    assert "alltoall" in answers[1].breakdown["decode"] and "alltoall" not in answers[0].breakdown["decode"]
+
+
+def test_attention_data_parallelism_spreads_the_experts_and_serves_every_rank(catalog):
+    """dp ranks each run their own requests' attention; the experts sit over all GPUs: per-GPU weights
+    fall, the GPUs multiply, and the MoE of each GPU serves every rank's tokens."""
+    one = _deploy(catalog, "h200", MOE, isl=1024, osl=64, concurrency=16, tp=1, ep=1)
+    wide = _deploy(catalog, "h200", MOE, isl=1024, osl=64, concurrency=16, tp=1, ep=8, dp=8)
+    assert wide.gpus == 8
+    assert weight_bytes_per_gpu(wide) < 0.3 * weight_bytes_per_gpu(one)
+    a_one, a_wide = answer_deployments([one, wide], roofline_op_time)
+    assert a_wide.deployment["dp"] == 8 and "alltoall" in a_wide.breakdown["decode"]
+    assert a_wide.memory["weights_gb"] < a_one.memory["weights_gb"]
+    with pytest.raises(DeploymentError, match="dp 2: attention data parallelism is modelled for MoE"):
+        _deploy(catalog, "h200", isl=8, osl=8, dp=2)
