@@ -14,9 +14,9 @@ from typing import Any
 
 import numpy as np
 
+from components.physics.errors import PhysicsError
 
-class PhysicsError(ValueError):
-    """An op the physics cannot cost (unknown family or dtype, missing dimension); the message names it."""
+__all__ = ["Dims", "OpFamily", "PhysicsError", "Work", "dims_of", "get", "vector_work"]
 
 
 @dataclass(frozen=True)

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import re
 
-from components.physics.base import PhysicsError
+from components.physics.errors import PhysicsError
 
 __all__ = [
     "ATTENTION_DTYPES",

@@ -17,9 +17,9 @@ R = TypeVar("R")
 
 
 def dtype_help(default: str) -> str:
-    """``--dtype``'s help from the one list of accepted dtypes (``components.serving.query.DTYPES``), so a
+    """``--dtype``'s help from the one list of accepted dtypes (``components.physics.dtypes.DTYPES``), so a
     dtype added there is in every command's help."""
-    from components.serving.query import DTYPES
+    from components.physics.dtypes import DTYPES
 
     return f"{' | '.join(DTYPES)} ({default})"
 
