@@ -50,7 +50,7 @@ def validate_task(run_dir: Path) -> dict[str, Any]:
     """GX on the run's rows; writes ``validation.json`` and ``quarantine.jsonl`` into the run folder."""
     from components.profiling.rows import read_rows
 
-    valid, quarantine, summary = validate_rows(read_rows(run_dir))
+    _valid, quarantine, summary = validate_rows(read_rows(run_dir))
     atomic_write_text(
         run_dir / "quarantine.jsonl", "".join(json.dumps(r, sort_keys=True) + "\n" for r in quarantine)
     )

@@ -172,7 +172,10 @@ def select_folds(
         largest = counts.assign(_neg=-counts["rows"]).sort_values(["_neg", "device_id"]).head(3)
         raise ValueError(
             f"no GPU has at least {min_gpu_rows} rows (largest: "
-            + (", ".join(f"{d} {n}" for d, n in zip(largest["device_id"], largest["rows"])) or "none")
+            + (
+                ", ".join(f"{d} {n}" for d, n in zip(largest["device_id"], largest["rows"], strict=False))
+                or "none"
+            )
             + ")"
         )
     return folds

@@ -166,7 +166,7 @@ def bolet_roofline_split(table: pd.DataFrame, per_class: int = BOLET_PER_CLASS) 
         if all(count >= per_class for count in taken.values()):
             break
         wanted = []
-        for idx, label in zip(group.index, group["roofline_class_published"]):
+        for idx, label in zip(group.index, group["roofline_class_published"], strict=False):
             if taken[label] < per_class:
                 taken[label] += 1
                 wanted.append(idx)

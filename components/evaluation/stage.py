@@ -240,7 +240,9 @@ def program_answers(
     configs = rows["params_json"].map(lambda t: config_name(json.loads(t) if isinstance(t, str) else {}))
     finite = np.isfinite(pd.to_numeric(rows["duration_us"], errors="coerce").to_numpy("float64"))
     why: list[str | None] = []
-    for key, ok in zip(zip(rows["kernel_id"], rows["device_id"], configs), finite):
+    for key, ok in zip(
+        zip(rows["kernel_id"], rows["device_id"], configs, strict=False), finite, strict=False
+    ):
         why.append(NO_DURATION if not ok else None if key in scored else reasons.get(key, NOT_A_FOLD))
     unanswered = Counter(w for w in why if w is not None)
     return {

@@ -182,7 +182,7 @@ def _dims_table(texts: list[Any]) -> np.ndarray:
                 lambda v: list(v)[:2] if isinstance(v, list | tuple) else [math.nan, math.nan]
             )
             pair = np.array(
-                [[float(x) for x in (list(v) + [math.nan, math.nan])[:2]] for v in sizes], dtype="float64"
+                [[float(x) for x in ([*list(v), math.nan, math.nan])[:2]] for v in sizes], dtype="float64"
             )
             for dim, j in (("image_w", 0), ("image_h", 1), ("samples", 0), ("dms", 1)):
                 slot = table[:, position[dim]]

@@ -234,7 +234,7 @@ def _worker() -> None:
     from cuda.bindings import nvrtc
 
     req = json.loads(sys.stdin.buffer.read())
-    err, prog = nvrtc.nvrtcCreateProgram(req["source"].encode(), req["name"].encode(), 0, [], [])
+    _err, prog = nvrtc.nvrtcCreateProgram(req["source"].encode(), req["name"].encode(), 0, [], [])
     for expr in req["name_expressions"]:
         nvrtc.nvrtcAddNameExpression(prog, expr.encode())
     opts = [o.encode() for o in req["options"]]

@@ -50,7 +50,9 @@ def build_static_table(
         return pd.DataFrame(columns=["kernel_id"]), dict(coverage)
     # Several files/instances may define one kernel name: keep the first (non-template first).
     frame = frame.sort_values(["kernel_key", "instance"], na_position="first").drop_duplicates("kernel_key")
-    keys = cuda.assign(kernel_key=[kernel_key(p, k) for p, k in zip(cuda["program"], cuda["op"])])
+    keys = cuda.assign(
+        kernel_key=[kernel_key(p, k) for p, k in zip(cuda["program"], cuda["op"], strict=False)]
+    )
     joined = keys[["kernel_id", "kernel_key"]].merge(frame, on="kernel_key", how="inner")
     coverage["kernels_with_static"] = int(joined["kernel_id"].nunique())
     columns = ["kernel_id"] + [c for c in joined.columns if c.startswith("s_")]

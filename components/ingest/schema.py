@@ -135,7 +135,7 @@ def conform(frame: pd.DataFrame, columns: dict[str, str]) -> pd.DataFrame:
 def with_measurement_ids(frame: pd.DataFrame) -> pd.DataFrame:
     """Fill ``measurement_id`` from the key columns."""
     frame = frame.copy()
-    keys = zip(*(frame[k].astype(str).tolist() for k in MEASUREMENT_KEY))
+    keys = zip(*(frame[k].astype(str).tolist() for k in MEASUREMENT_KEY), strict=False)
     frame["measurement_id"] = [stable_id(*key) for key in keys]
     return frame
 

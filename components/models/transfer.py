@@ -203,7 +203,7 @@ def launch_floors(frame: pd.DataFrame, duration: np.ndarray, min_rows: int = 50)
     sources = frame["source"].astype(str).to_numpy() if "source" in frame.columns else np.full(len(frame), "")
     ok = np.isfinite(duration) & (duration > 0) & np.isfinite(roof) & (roof > 0)
     floors: dict[str, float] = {}
-    for source, family in sorted(set(zip(sources[ok], families[ok]))):
+    for source, family in sorted(set(zip(sources[ok], families[ok], strict=False))):
         rows = ok & (sources == source) & (families == family)
         if rows.sum() < min_rows:
             continue

@@ -235,7 +235,7 @@ def fit_calibration(
     by_family = {}
     for family in np.unique(fams):
         mask = fams == family
-        z = np.vstack([f for f, fam in zip(feats, families) if fam[0] == family])
+        z = np.vstack([f for f, fam in zip(feats, families, strict=False) if fam[0] == family])
         ridge = _fit_ridge(z, residual[mask]) if settings.ridge else None
         if ridge is not None:
             by_family[str(family)] = ridge

@@ -326,7 +326,7 @@ class OpEngine:
                     dtype=object,
                 )
                 near = hit & ~exact
-                pairs = zip(resolved.neighbours[near], resolved.distance[near])
+                pairs = zip(resolved.neighbours[near], resolved.distance[near], strict=False)
                 support[near] = np.array(
                     [
                         f"interpolated from {k} measured site{'s' if k > 1 else ''} of "

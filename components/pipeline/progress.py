@@ -46,7 +46,7 @@ def output_rows(root: Path, outs: tuple[str, ...] | list[str]) -> int | None:
 
 
 def _clock(seconds: float) -> str:
-    minutes, secs = divmod(int(round(seconds)), 60)
+    minutes, secs = divmod(round(seconds), 60)
     return f"{minutes}:{secs:02d}"
 
 

@@ -14,7 +14,7 @@ import signal
 import subprocess
 import sys
 from collections.abc import Iterator, Mapping, Sequence
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
@@ -195,23 +195,17 @@ def stop_process_tree(process: subprocess.Popen[Any], grace_s: float = 10.0) -> 
         return
     members = _tree(process.pid)
     for sig in (signal.SIGTERM, signal.SIGKILL):
-        try:
+        with suppress(ProcessLookupError, PermissionError):
             os.killpg(process.pid, sig)
-        except (ProcessLookupError, PermissionError):
-            pass
         for member in members:
-            try:
+            with suppress(psutil.NoSuchProcess):
                 member.send_signal(sig)
-            except psutil.NoSuchProcess:
-                pass
         _, alive = psutil.wait_procs(members, timeout=grace_s)
         if not alive:
             break
         members = alive
-    try:
+    with suppress(subprocess.TimeoutExpired):
         process.wait(timeout=grace_s)
-    except subprocess.TimeoutExpired:
-        pass
 
 
 def run_stopping_with_us(

@@ -105,7 +105,10 @@ def _shapes(grid: dict[str, Any], where: str) -> list[dict[str, int]]:
         if not isinstance(dims, dict) or not all(isinstance(v, list) and v for v in dims.values()):
             raise SuiteError(f"{where}: 'product' must map each dimension to a non-empty list")
         names = list(dims)
-        return [dict(zip(names, (int(x) for x in combo))) for combo in itertools.product(*dims.values())]
+        return [
+            dict(zip(names, (int(x) for x in combo), strict=False))
+            for combo in itertools.product(*dims.values())
+        ]
     raise SuiteError(f"{where}: give 'shapes' or 'product'")
 
 

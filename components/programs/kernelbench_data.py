@@ -59,7 +59,7 @@ def cached_traces(
 
     path = cache_path(cache_dir)
     cache = _read_cache(path)
-    known = dict(zip(cache["content_hash"], range(len(cache))))
+    known = dict(zip(cache["content_hash"], range(len(cache)), strict=False))
     hashes = {name: content_hash(text) for name, text in texts.items()}
     missing: dict[str, str] = {}
     transient: dict[str, TraceResult] = {}
@@ -87,18 +87,20 @@ def cached_traces(
                     "ops_json": json.dumps(r.ops, separators=(",", ":")),
                     "seconds": r.seconds,
                 }
-                for digest, r in zip(missing, results)
+                for digest, r in zip(missing, results, strict=False)
             ],
             columns=list(CACHE_COLUMNS),
         )
         transient = {
-            digest: r for digest, r in zip(missing, results) if not r.ok and r.reason in TRANSIENT_REASONS
+            digest: r
+            for digest, r in zip(missing, results, strict=False)
+            if not r.ok and r.reason in TRANSIENT_REASONS
         }
         new = new[~new["content_hash"].isin(set(transient))]
         cache = pd.concat([cache, new], ignore_index=True) if len(cache) else new
         path.parent.mkdir(parents=True, exist_ok=True)
         atomic_write(path, lambda tmp: cache.to_parquet(tmp, index=False))
-        known = dict(zip(cache["content_hash"], range(len(cache))))
+        known = dict(zip(cache["content_hash"], range(len(cache)), strict=False))
     out: dict[str, TraceResult] = {}
     for name, digest in hashes.items():
         if digest not in known:  # a transient failure of this run

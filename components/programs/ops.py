@@ -374,7 +374,7 @@ def _numel(shape: list[int]) -> float:
 
 
 def _dtype(entries: list[list[Any]]) -> str:
-    for shape, dtype, *_ in entries:
+    for _shape, dtype, *_ in entries:
         if dtype.startswith(("float", "bfloat", "complex")):
             return traced_dtype(dtype)
     return traced_dtype(entries[0][1]) if entries else "fp32"

@@ -234,7 +234,10 @@ def _answer_champion_ops(
     fallback_class = BOUND_LABELS[cols["_bound_code"]]
     # the class is the analytical bound's where the features have one: it must agree with the bound pipe
     classes = np.array(
-        [f if f is not None else _plain(k) for k, f in zip(column("pred_roofline_class"), fallback_class)],
+        [
+            f if f is not None else _plain(k)
+            for k, f in zip(column("pred_roofline_class"), fallback_class, strict=False)
+        ],
         dtype=object,
     )
     duration = np.where(np.isfinite(roof), np.fmax(duration, roof), duration)

