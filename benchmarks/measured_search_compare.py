@@ -72,13 +72,14 @@ def gemm_questions(part, rng: np.random.Generator, n: int) -> dict[str, np.ndarr
     held = hash_fraction(part, ["N", "K"]) < 0.2
     seen = part[~held].sample(min(n, int((~held).sum())), random_state=int(rng.integers(1 << 30)))
     unseen = part[held].sample(min(n, int(held.sum())), random_state=int(rng.integers(1 << 30)))
-    grid_n = rng.choice(part["N"].to_numpy(), n)
-    shape = {
-        "M": [seen["M"], unseen["M"], rng.integers(1, 16385, n), rng.integers(1, 4096, n)],
-        "N": [seen["N"], unseen["N"], rng.integers(1, 16385, n), grid_n],
-        "K": [seen["K"], unseen["K"], rng.integers(1, 16385, n), rng.integers(1, 70000, n)],
+    # random sizes, and on-grid N with K past the grid
+    random = {a: rng.integers(1, 16385, n) for a in "MNK"}
+    past = {
+        "M": rng.integers(1, 4096, n),
+        "N": rng.choice(part["N"].to_numpy(), n),
+        "K": rng.integers(1, 70000, n),
     }
-    shape = {k: np.concatenate(v).astype("float64") for k, v in shape.items()}
+    shape = {a: np.concatenate([seen[a], unseen[a], random[a], past[a]]).astype("float64") for a in "MNK"}
     shape["B"] = np.where(rng.random(len(shape["M"])) < 0.1, 4.0, 1.0)
     return shape, part[~held]
 
