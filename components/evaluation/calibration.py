@@ -173,11 +173,10 @@ def tabular_fit(config: Any, max_train_rows: int | None, executor: Any = None) -
 
 
 def _mape(measured: np.ndarray, predicted: np.ndarray) -> tuple[float, float, int]:
-    ok = np.isfinite(measured) & (measured > 0) & np.isfinite(predicted)
-    if not ok.any():
-        return math.nan, math.nan, 0
-    err = np.abs(predicted[ok] / measured[ok] - 1.0)
-    return float(err.mean()), float((err <= 0.10).mean()), int(ok.sum())
+    from components.common.metrics import regression_report
+
+    report = regression_report(measured, predicted)
+    return report["mape"], report["within_10"], report["n"]
 
 
 def _with_calibration_rows(train: pd.DataFrame, cal: pd.DataFrame, weight: float) -> pd.DataFrame:

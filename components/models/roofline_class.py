@@ -30,6 +30,8 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from components.common.metrics import balanced_accuracy
+
 PROTOCOL = (
     "Learner and inputs chosen among CANDIDATES (logistic regression or small LightGBM, with or without the "
     "code-similarity kNN inputs) by balanced accuracy of 2-fold GroupKFold by program, repeated 3 times "
@@ -721,11 +723,6 @@ def _fit_logreg(x: np.ndarray, y: np.ndarray, params: ClassParams) -> dict[str, 
         "coef": model.coef_[0].tolist(),
         "intercept": model.intercept_.tolist(),
     }
-
-
-def balanced_accuracy(y: np.ndarray, pred: np.ndarray) -> float:
-    recalls = [float(np.mean(pred[y == c] == c)) for c in np.unique(y)]
-    return float(np.mean(recalls))
 
 
 CANDIDATES: tuple[ClassParams, ...] = (

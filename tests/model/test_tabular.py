@@ -12,7 +12,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from components.evaluation.metrics import interval_coverage, mape
+from components.common.metrics import interval_coverage, mape
 from components.evaluation.splits import make_split
 from components.models.roofline import RooflinePredictor
 from components.models.tabular import TabularConfig, TabularPredictor, select_feature_columns, subsample_rows
