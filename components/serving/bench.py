@@ -30,6 +30,8 @@ from typing import Any
 
 import numpy as np
 
+from components.common.marked_blocks import markers, write_marked_block
+
 SAXPY = """
 extern "C" __global__ void saxpy(int n, float a, const float* x, float* y) {
     int i = blockIdx.x * blockDim.x + threadIdx.x;
@@ -572,7 +574,8 @@ def run_bench(
     return result
 
 
-MARKER_START, MARKER_END = "<!-- bench-serve:start -->", "<!-- bench-serve:end -->"
+SERVE_BLOCK = "bench-serve"
+MARKER_START, MARKER_END = markers(SERVE_BLOCK)
 
 
 def _rate(value: float | None) -> str:
@@ -601,10 +604,11 @@ def readme_block(result: dict[str, Any], command: str) -> str:
         f"Speed, `{command}` ({model['rows']:,} op questions per path in chunks of "
         f"{model.get('chunk_rows', 0):,}, "
         f"one thread; rates per CPU-second of that thread; `benchmarks/results/bench_serve.json`), "
-        f"{result['model_version']}, on {cpus} cores, load average {load:.1f} before / {load_after:.1f} after"
+        f"{result['model_version']}, on {cpus} cores, "
+        f"load average {load:.1f} before / {load_after:.1f} after"
         + (
-            " (a shared, loaded box: wall-clock figures and latencies are inflated; per-CPU-second rates much "
-            "less)"
+            " (a shared, loaded box: wall-clock figures and latencies are inflated; "
+            "per-CPU-second rates much less)"
             if shared
             else ""
         )
@@ -704,15 +708,8 @@ def readme_block(result: dict[str, Any], command: str) -> str:
 
 
 def write_readme_block(path: Path, section: str) -> None:
-    """Replace what lies between the bench-serve markers of ``path`` (both must be there, in order)."""
-    from components.common.atomic import atomic_write_text
-
-    path = Path(path)
-    text = path.read_text()
-    start, end = text.find(MARKER_START), text.find(MARKER_END)
-    if start < 0 or end < start:
-        raise ValueError(f"{path}: needs {MARKER_START} and then {MARKER_END} around the speed section")
-    atomic_write_text(path, text[:start] + f"{MARKER_START}\n{section.rstrip()}\n" + text[end:])
+    """Write ``section`` into the bench-serve block of ``path`` (``write_marked_block``)."""
+    write_marked_block(path, SERVE_BLOCK, section)
 
 
 def write_result(result: dict[str, Any], path: Path) -> Path:
