@@ -26,7 +26,7 @@ def main() -> int:
 
     from components.evaluation.splits import make_split
     from components.models.selection import CANDIDATE_SETS, report_json, select
-    from components.models.tabular import TabularConfig
+    from components.models.tabular_config import TabularConfig
     from components.platform.config import load_params
 
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])

@@ -20,7 +20,8 @@ import pandas as pd
 
 from components.common.metrics import mape
 from components.common.sampling import subsample, unit_hash
-from components.models.tabular import TabularConfig, TabularPredictor
+from components.models.tabular import TabularPredictor
+from components.models.tabular_config import TabularConfig
 
 
 @dataclass(frozen=True)

@@ -9,7 +9,7 @@ import pandas as pd
 import pytest
 
 from components.models.selection import Candidate, holdout_devices, select
-from components.models.tabular import TabularConfig
+from components.models.tabular_config import TabularConfig
 from components.platform.config import DEFAULT_DATASETS_DIR
 
 COLLECT = Path("scripts/asplos/data/dataset/train/collect")

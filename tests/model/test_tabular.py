@@ -15,7 +15,8 @@ import pytest
 from components.common.metrics import interval_coverage, mape
 from components.evaluation.splits import make_split
 from components.models.roofline import RooflinePredictor
-from components.models.tabular import TabularConfig, TabularPredictor, select_feature_columns, subsample_rows
+from components.models.tabular import TabularPredictor, select_feature_columns, subsample_rows
+from components.models.tabular_config import TabularConfig
 from kernelcast.settings import PROJECT_ROOT
 
 SMALL = dict(n_estimators=150, num_leaves=15, min_child_samples=10)

@@ -9,7 +9,8 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from components.models.tabular import TabularConfig, TabularPredictor
+from components.models.tabular import TabularPredictor
+from components.models.tabular_config import TabularConfig
 from components.platform.config import PROJECT_ROOT
 from components.serving.native import FlatTrees, flatten_folder, load_flat_predictor
 
