@@ -206,11 +206,6 @@ class DeviceSpec(BaseModel):
         """
         return self.max_warps_per_sm * self.warp_size
 
-    @property
-    def max_threads_per_cta(self) -> int:
-        """Largest block (workgroup): 1024 threads on every NVIDIA and AMD GPU in the catalog."""
-        return 1024
-
     def unsupported_reason(self, dtype: str) -> str | None:
         """Why this GPU cannot run ``dtype`` natively (no such hardware path), or None if it can.
 

@@ -25,7 +25,6 @@ WMMA, CUB, libcu++) carries that reason instead.
 from __future__ import annotations
 
 import functools
-import hashlib
 import os
 import re
 import shutil
@@ -596,10 +595,6 @@ def analyze_hip_file(path: Path | str, arch: str = "gfx90a", kernel: str | None 
     return analyze_hip_source(
         path.read_text(errors="replace"), arch, kernel, str(path), path=path, from_cuda=from_cuda, **kwargs
     )
-
-
-def source_digest(text: str) -> str:
-    return hashlib.sha256(text.encode()).hexdigest()[:16]
 
 
 __all__ = [

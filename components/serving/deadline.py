@@ -30,9 +30,6 @@ class Deadline:
     def after(cls, seconds: float) -> Deadline:
         return cls(time.monotonic() + seconds)
 
-    def remaining_s(self) -> float:
-        return 0.0 if self.cancelled.is_set() else max(0.0, self.expires_at - time.monotonic())
-
     def cancel(self) -> None:
         self.cancelled.set()
 
