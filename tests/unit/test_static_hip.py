@@ -23,8 +23,8 @@ from components.features.static_hip import (
     hip_arch_for_device,
     hip_compile_arch,
     hip_toolchain,
-    untranslatable_reason,
 )
+from components.features.static_hip_translate import untranslatable_reason
 
 DATASETS = Path(__file__).resolve().parents[2].parent / "shared" / "datasets"
 CONV_HIP = DATASETS / "benchmark_hub" / "kernels" / "convolution_milo.cu.hip"
