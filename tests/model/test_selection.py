@@ -36,7 +36,7 @@ def table(tmp_path_factory: pytest.TempPathFactory) -> pd.DataFrame:
         target = root / path.relative_to(source)
         target.parent.mkdir(parents=True, exist_ok=True)
         with path.open() as handle:
-            target.write_text("".join(line for _, line in zip(range(6), handle)))
+            target.write_text("".join(line for _, line in zip(range(6), handle, strict=False)))
     catalog = load_catalog()
     from components.ingest.schema import with_measurement_ids
 

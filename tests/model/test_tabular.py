@@ -138,7 +138,7 @@ def test_from_params_refuses_an_unknown_train_tabular_key() -> None:
         ValueError, match=r"params.yaml train.tabular: unknown key 'n_estimator' \(known: .*n_estimators"
     ):
         TabularConfig.from_params({"train": {"tabular": {"model": "lgbm", "n_estimator": 3}}})
-    with pytest.raises(ValueError, match="train.tabular: must be a mapping, got list"):
+    with pytest.raises(ValueError, match=r"train\.tabular: must be a mapping, got list"):
         TabularConfig.from_params({"train": {"tabular": [1, 2]}})
 
 

@@ -469,7 +469,8 @@ def test_registered_pyfunc_answers_the_deployment_form():
 @needs_data
 def test_evaluate_scores_the_serving_runs_of_an_upstream_tree(tmp_path, monkeypatch):
     """`kernelcast evaluate --source aiconfigurator --from DIR` scores the tree's silicon runs per device;
-    a run without an answer (sparse indexer attention, a GPU outside the catalog) is listed with its reason."""
+    a run without an answer (sparse indexer attention, a GPU outside the catalog) is listed with its
+    reason."""
     from components.deployments.config import AIC_CONFIGS
     from components.deployments.data import SILICON_CSV
 

@@ -99,7 +99,7 @@ def test_predict_module_errors_name_the_problem(tmp_path: Path, empty_home: Path
         predict_module(MODULE, "fp12", spec, RooflinePredictor())
     path = tmp_path / "no_model.py"
     path.write_text("import torch\n")
-    with pytest.raises(ProgramError, match="no_model.py: cannot trace the module: no Model defined"):
+    with pytest.raises(ProgramError, match=r"no_model\.py: cannot trace the module: no Model defined"):
         predict_module(str(path), None, spec, RooflinePredictor())
 
 
@@ -152,7 +152,7 @@ def test_kernelbench_bench_scores_every_held_out_gpu_beside_the_trace_roofline(t
     original = kernelbench_data.trace_many
     kernelbench_data.trace_many = refuse
     try:
-        texts = dict(zip(kernels["kernel_id"], kernels["source_text"]))
+        texts = dict(zip(kernels["kernel_id"], kernels["source_text"], strict=True))
         assert all(r.ok for r in kernelbench_data.cached_traces(texts, tmp_path / "cache").values())
     finally:
         kernelbench_data.trace_many = original

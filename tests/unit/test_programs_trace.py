@@ -140,7 +140,7 @@ def test_a_syntax_error_gives_the_line(batch):
 def test_trace_module_raises_program_error_naming_the_file(tmp_path: Path):
     path = tmp_path / "broken_module.py"
     path.write_text(SYNTAX)
-    with pytest.raises(ProgramError, match="broken_module.py.*syntax error"):
+    with pytest.raises(ProgramError, match=r"broken_module\.py.*syntax error"):
         trace_module(str(path), per_module_s=10.0)
 
 

@@ -74,7 +74,8 @@ def test_a_folder_without_flat_files_is_not_taken_for_flat(trained) -> None:
 
 @pytest.mark.parametrize("flat_trees", [False, True])
 def test_the_array_fast_path_equals_the_predictor(trained, tmp_path: Path, flat_trees: bool) -> None:
-    """FastTransfer on numpy columns == TabularPredictor.predict on the feature DataFrame, column by column."""
+    """FastTransfer on numpy columns == TabularPredictor.predict on the feature DataFrame, column by
+    column."""
     from components.devices import load_catalog
     from components.serving.bench import random_op_batch
     from components.serving.fastpath import fast_model

@@ -119,7 +119,8 @@ GRID_STRIDE = (
 def test_a_kernel_without_a_loop_gets_no_loop_note_and_no_interval_below_its_roofline(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """The issue's case: saxpy --launch 65536/256 answered 6.86-54,886 us, noting loop bodies on a loop-free kernel."""
+    """The issue's case: saxpy --launch 65536/256 answered 6.86-54,886 us, noting loop bodies on a
+    loop-free kernel."""
     monkeypatch.setenv("KERNELCAST_HOME", str(tmp_path))
     (answer,) = predict_source(
         SAXPY, "cuda", {"grid": [65536], "block": [256]}, "fp32", [load_catalog().resolve("H100")], None

@@ -20,7 +20,9 @@ from components.features.static_templates import resolve_launches
 NEEDS_N = "__global__ void fill(float* a) { a[threadIdx.x] = N; }\n"
 HOST_TEMPLATE = """
 template <typename T>
-__global__ void scale(T* x, T a, int n) { int i = blockIdx.x * blockDim.x + threadIdx.x; if (i < n) x[i] *= a; }
+__global__ void scale(T* x, T a, int n) {
+    int i = blockIdx.x * blockDim.x + threadIdx.x; if (i < n) x[i] *= a;
+}
 
 template <typename T>
 void run(T* d, int n) { scale<<<(n + 255) / 256, 256>>>(d, (T)2, n); }
