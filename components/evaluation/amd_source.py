@@ -49,11 +49,14 @@ def amd_source_split(table: pd.DataFrame, share: float | None = None) -> list[Fo
         hub["device_id"].astype(str).isin(devices)
     ]  # drawn from the HIP rows, as the static stage draws
     kept = sampled_config_ids(
-        zip(on_amd["program"].astype(str), on_amd["config_id"].astype(str)),
+        zip(on_amd["program"].astype(str), on_amd["config_id"].astype(str), strict=True),
         HIP_CONFIG_SHARE if share is None else share,
     )
     chosen = pd.Series(
-        [(p, c) in kept for p, c in zip(hub["program"].astype(str), hub["config_id"].astype(str))],
+        [
+            (p, c) in kept
+            for p, c in zip(hub["program"].astype(str), hub["config_id"].astype(str), strict=True)
+        ],
         index=hub.index,
     )
     folds = []

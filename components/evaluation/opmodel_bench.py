@@ -388,7 +388,7 @@ def bench_rows(split: str, entry: dict[str, Any]) -> list[dict[str, Any]]:
         metric: str = "mape",
     ) -> None:
         ours = None if value is None else round(float(value), 4)
-        asked = int(round(n / coverage)) if coverage else int(n)
+        asked = round(n / coverage) if coverage else int(n)
         rows.append(
             {
                 "split": split,
@@ -453,7 +453,7 @@ def markdown_section(rows: list[dict[str, Any]]) -> list[str]:
         entry["n"], entry["coverage"] = row.get("n_asked", row["n"]), row.get("coverage")
 
     def pct(value: Any) -> str:
-        return "–" if value is None else f"{100 * float(value):.1f}%"
+        return "\N{EN DASH}" if value is None else f"{100 * float(value):.1f}%"
 
     lines = [
         "",

@@ -122,7 +122,8 @@ def config_feature_row(report: Any, params_json: str, spec: Any) -> dict[str, An
 
 
 def _shared_isa(arch: str) -> str:
-    """RDNA2's gfx1030..gfx1036 are one instruction set (they differ in cache/CU counts): one compile serves all."""
+    """RDNA2's gfx1030..gfx1036 are one instruction set (they differ in cache/CU counts): one compile
+    serves all."""
     return "gfx1030" if arch.startswith("gfx103") else arch
 
 
@@ -161,14 +162,19 @@ def build_hip_config_table(
     # The sample is drawn from the configurations an AMD GPU ran (the HIP rows), the same draw the
     # amd-source split makes; every GPU's row of a drawn configuration gets its features.
     on_amd = rows["device_id"].map(lambda d: specs[d].vendor == "amd")
-    chosen = set(sample_configs(zip(rows.loc[on_amd, "program"], rows.loc[on_amd, "params_json"]), share))
-    rows = rows[[(p, q) in chosen for p, q in zip(rows["program"], rows["params_json"])]]
+    chosen = set(
+        sample_configs(zip(rows.loc[on_amd, "program"], rows.loc[on_amd, "params_json"], strict=True), share)
+    )
+    rows = rows[[(p, q) in chosen for p, q in zip(rows["program"], rows["params_json"], strict=True)]]
     arch_of = {
         d: _shared_isa(hip_arch_for_device(s)[0] if s.vendor == "amd" else archs.get("nvidia", "gfx1030"))
         for d, s in specs.items()
     }
     jobs = sorted(
-        {(p, q, arch_of[d]) for p, q, d in zip(rows["program"], rows["params_json"], rows["device_id"])}
+        {
+            (p, q, arch_of[d])
+            for p, q, d in zip(rows["program"], rows["params_json"], rows["device_id"], strict=True)
+        }
     )
     coverage: Counter[str] = Counter(configs=len(chosen), compiles=len(jobs))
 
