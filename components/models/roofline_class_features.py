@@ -14,6 +14,8 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from components.features.static_sass import INSTRUCTION_CLASSES
+
 LAUNCH_DIMS: tuple[str, ...] = ("grid_x", "grid_y", "grid_z", "block_x", "block_y", "block_z")
 
 _MATH = re.compile(
@@ -335,26 +337,7 @@ def launch_features(row: pd.Series | dict) -> dict[str, float]:
     }
 
 
-_S_CLASSES = (
-    "fp32",
-    "fp64",
-    "fp16",
-    "tensor",
-    "int",
-    "sfu",
-    "global_ld",
-    "global_st",
-    "shared_ld",
-    "shared_st",
-    "local_ld",
-    "local_st",
-    "atomic",
-    "shuffle",
-    "branch",
-    "barrier",
-    "convert",
-    "texture",
-)
+_S_CLASSES = tuple(c for c in INSTRUCTION_CLASSES if c != "other")  # the SASS classes counted
 
 
 def sass_features(row: pd.Series | dict, loop_trips: float = 8.0) -> dict[str, float]:
