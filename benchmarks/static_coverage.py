@@ -32,7 +32,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from components.features.static import CompileError, NoKernelError, StaticReport, analyze_file
+from components.features.static.analyze import NoKernelError, StaticReport, analyze_file
+from components.features.static.compile import CompileError
 from kernelcast.settings import get_settings
 
 

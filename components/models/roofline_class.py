@@ -200,7 +200,7 @@ class RooflineClassModel:
     ) -> str:
         """Class of one compiled kernel (a KernelStatic) under a launch on a GPU (source questions)."""
         from components.devices.catalog import device_feature_vector
-        from components.features.static_frames import static_feature_frame
+        from components.features.static.frames import static_feature_frame
 
         report = type("R", (), {"kernels": [kernel], "source_id": "q", "arch": ""})()
         row = static_feature_frame([report]).iloc[0].to_dict()

@@ -14,7 +14,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from components.features.static_sass import INSTRUCTION_CLASSES
+from components.features.static.sass import INSTRUCTION_CLASSES
 
 LAUNCH_DIMS: tuple[str, ...] = ("grid_x", "grid_y", "grid_z", "block_x", "block_y", "block_z")
 

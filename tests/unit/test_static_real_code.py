@@ -12,10 +12,10 @@ import pytest
 
 pytest.importorskip("cuda.bindings.nvrtc")
 
-from components.features.static import CompileError, NoKernelError, analyze_file, analyze_source
-from components.features.static_build import guard_defaults, parse_build_file
-from components.features.static_compile import arch_for_device, check_arch, compile_arch
-from components.features.static_templates import resolve_launches
+from components.features.static.analyze import NoKernelError, analyze_file, analyze_source
+from components.features.static.build import guard_defaults, parse_build_file
+from components.features.static.compile import CompileError, arch_for_device, check_arch, compile_arch
+from components.features.static.templates import resolve_launches
 
 NEEDS_N = "__global__ void fill(float* a) { a[threadIdx.x] = N; }\n"
 HOST_TEMPLATE = """

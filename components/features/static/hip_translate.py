@@ -1,4 +1,4 @@
-"""CUDA source as HIP for the AMD static analysis (``components.features.static_hip``): CUDA headers mapped to
+"""CUDA source as HIP for the AMD static analysis (``components.features.static.hip``): CUDA headers mapped to
 their HIP twins, a prelude for the rest, and a clear reason for what has no translation (inline PTX, WMMA,
 CUB, libcu++, cuRAND, async-copy pipelines)."""
 
@@ -8,7 +8,7 @@ import re
 from collections.abc import Mapping
 from pathlib import Path
 
-from components.features.static_compile import CompileError
+from components.features.static.compile import CompileError
 
 # CUDA headers kernels include -> HIP twins; headers with no HIP twin in ROCm 5.2 -> why.
 _HEADER_MAP: dict[str, str] = {
@@ -84,10 +84,10 @@ def cuda_to_hip(
 ) -> tuple[str, dict[str, str]]:
     """(HIP device source, default defines) from a CUDA program; raises CompileError when untranslatable.
 
-    Host code is dropped as for NVRTC (static_source); template kernels launched in host code are
+    Host code is dropped as for NVRTC (static.source); template kernels launched in host code are
     instantiated by taking their address (``name<args>``), which makes clang emit them.
     """
-    from components.features.static_source import PRELUDE, prepare_source
+    from components.features.static.source import PRELUDE, prepare_source
 
     name = str(path) if path else "question.cu"
     prepared = prepare_source(source, path, include_dirs, dict(defines or {}))
@@ -114,7 +114,7 @@ def cuda_to_hip_whole(source: str, path: Path | None = None, include_dirs: tuple
     library, so where extracting the device code failed (a kernel using a host-side type, a
     ``std::`` helper) the whole file may still compile. Quoted headers are inlined so the renaming
     reaches them; the CUDA runtime API is renamed to HIP's (``cudaMalloc`` -> ``hipMalloc``)."""
-    from components.features.static_source import PreparedSource, inline_includes
+    from components.features.static.source import PreparedSource, inline_includes
 
     seen: set[Path] = {path.resolve()} if path else set()
     text = inline_includes(source, path.parent if path else None, include_dirs, PreparedSource(text=""), seen)

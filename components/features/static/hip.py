@@ -10,14 +10,14 @@ How (checked with Debian's ``hipcc`` 5.2.3 + ``rocm-device-libs``, clang 15): ``
 assembler text -- the ISA ``llvm-objdump -d`` would list from the unbundled code object, and the
 code-object metadata ``llvm-readelf --notes`` would print -- in one step (~0.6 s for a small
 kernel per architecture). The compile runs as a child process with the same time/memory limits as
-the NVRTC one (static_compile). Results are cached by source, defines, architecture and compiler.
+the NVRTC one (static.compile). Results are cached by source, defines, architecture and compiler.
 
 Architectures: the device libraries of ROCm 5.2 cover gfx900..gfx940 and gfx1010..gfx1036; a catalog
 GPU whose ISA clang 15 does not know compiles for the nearest one it does, and the answer says which
 (MI300 family gfx942 -> gfx940, MI350 gfx950 -> gfx940, RDNA3 gfx1100 -> gfx1030).
 
 CUDA source on an AMD GPU goes through a HIP translation (:func:`cuda_to_hip`): the device code
-static_source extracts (host code dropped), the CUDA headers mapped to their HIP twins and the
+static.source extracts (host code dropped), the CUDA headers mapped to their HIP twins and the
 warp intrinsics' ``_sync`` forms mapped by macros; a source that needs what HIP lacks (inline PTX,
 WMMA, CUB, libcu++) carries that reason instead.
 """
@@ -35,8 +35,8 @@ from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
-from components.features.static_compile import CompileError
-from components.features.static_hip_translate import cuda_to_hip, cuda_to_hip_whole, hip_source_text
+from components.features.static.compile import CompileError
+from components.features.static.hip_translate import cuda_to_hip, cuda_to_hip_whole, hip_source_text
 
 DEFAULT_TIMEOUT_S = 120.0
 DEFAULT_MEMORY_BYTES = 4 << 30
@@ -220,7 +220,7 @@ def compile_to_asm(
     memory_bytes: int = DEFAULT_MEMORY_BYTES,
 ) -> str:
     """Compile ``source`` with clang in a limited child process; the assembler text, or CompileError."""
-    from components.features.static_compile import _limit_child
+    from components.features.static.compile import _limit_child
 
     chain = hip_toolchain()
     with tempfile.TemporaryDirectory(prefix="kc-hip-") as tmp:
@@ -261,14 +261,14 @@ def _demangle(symbols: list[str]) -> dict[str, str]:
 
 def report_from_asm(asm: str, name: str, arch: str, source_id: str) -> list[Any]:
     """KernelStatic per kernel of the assembler text (device subroutines are not kernels)."""
-    from components.features.static import KernelStatic
-    from components.features.static_amdgpu import (
+    from components.features.static.amdgpu import (
         analyze_function,
         kernel_metadata,
         split_functions,
         waves_per_simd_by_registers,
     )
-    from components.features.static_names import kernel_instance, short_kernel_name
+    from components.features.static.analyze import KernelStatic
+    from components.features.static.names import kernel_instance, short_kernel_name
 
     meta = kernel_metadata(asm)
     functions = [f for f in split_functions(asm) if f.name in meta]
@@ -310,7 +310,7 @@ def report_from_asm(asm: str, name: str, arch: str, source_id: str) -> list[Any]
 
 
 def _cache_key(text: str, options: list[str], name: str) -> str:
-    from components.features.static_cache import cache_key
+    from components.features.static.cache import cache_key
 
     return cache_key(text, [HIP_CACHE_VERSION, hip_toolchain()["version"]], options, name)
 
@@ -378,8 +378,8 @@ def _compiled(
     use_cache: bool,
 ) -> tuple[dict[str, Any], bool]:
     """(payload: {'report'} or {'error'}, from the cache?) of one compile, cached unless transient."""
-    from components.features.static import StaticReport
-    from components.features.static_cache import cache_load, cache_store, default_cache_dir
+    from components.features.static.analyze import StaticReport
+    from components.features.static.cache import cache_load, cache_store, default_cache_dir
 
     folder = (Path(cache_dir) if cache_dir is not None else default_cache_dir()) if use_cache else None
     key = _cache_key(text, options, name)
@@ -421,7 +421,7 @@ def _report(
     kernel: str | None,
 ) -> Any:
     """The StaticReport of a compile's payload (CompileError / NoKernelError / LookupError otherwise)."""
-    from components.features.static import NoKernelError, StaticReport
+    from components.features.static.analyze import NoKernelError, StaticReport
 
     if "error" in payload:
         err = payload["error"]
