@@ -16,7 +16,7 @@ from typing import Any
 from components.common.atomic import atomic_write_text
 
 # Bump when extraction, options or parsing change, so cached reports are recomputed.
-CACHE_VERSION = "static-v2"  # v2: launch sites resolved (static.templates), guard defaults
+CACHE_VERSION = "static-v2"  # v2: launch sites resolved (static_templates), guard defaults
 
 
 def default_cache_dir() -> Path:
