@@ -22,8 +22,8 @@ def main() -> None:
     parser.add_argument("--features", type=Path, default=None)
     args = parser.parse_args()
 
+    from components.common.metrics import regression_report
     from components.evaluation.harness import read_feature_table, split_folds
-    from components.evaluation.metrics import regression_report
     from components.platform.config import get_settings, load_params
     from components.platform.runtime import configure_environment
     from components.training.llm import fit_and_validation_sides, fit_on_side, llm_params

@@ -1,7 +1,8 @@
 """Choose the tabular model's features, learner and size on the TRAIN side only, holding out whole GPUs.
 
     .venv/bin/python benchmarks/model_selection.py --features .kernelcast/data/features/features.parquet \
-        --split unseen-kernel --split neusight [--candidates refine] --out benchmarks/results/model_selection.json
+        --split unseen-kernel --split neusight [--candidates refine] \
+        --out benchmarks/results/model_selection.json
 
 For each split, its train side (never its test side) is cut into leave-one-GPU-out folds: the
 fastest training GPU, the highest-bandwidth one and two more by hash
@@ -26,7 +27,7 @@ def main() -> int:
 
     from components.evaluation.splits import make_split
     from components.models.selection import CANDIDATE_SETS, report_json, select
-    from components.models.tabular import TabularConfig
+    from components.models.tabular_config import TabularConfig
     from components.platform.config import load_params
 
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
@@ -38,7 +39,8 @@ def main() -> int:
         "--candidates",
         choices=("broad", "refine", "overlap", "l2"),
         default="broad",
-        help="broad: feature sets, normalisers, learners; refine: around the broad winner; overlap: p-norm pipes normaliser; l2: pipes vs roofline after the L2 fallback fix",
+        help="broad: feature sets, normalisers, learners; refine: around the broad winner; overlap: p-norm "
+        "pipes normaliser; l2: pipes vs roofline after the L2 fallback fix",
     )
     args = parser.parse_args()
     if not args.features.is_file():
@@ -65,7 +67,8 @@ def main() -> int:
         )
         for name, score in sorted(report.scores.items(), key=lambda kv: kv[1]["median"]):
             print(
-                f"[{split}]   {name:<26} median {100 * score['median']:6.1f}%  worst {100 * score['worst']:6.1f}%"
+                f"[{split}]   {name:<26} median {100 * score['median']:6.1f}%  "
+                f"worst {100 * score['worst']:6.1f}%"
             )
     if args.out:
         from components.common.atomic import atomic_write_text

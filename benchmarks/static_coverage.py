@@ -32,7 +32,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from components.features.static import CompileError, NoKernelError, StaticReport, analyze_file
+from components.features.static.analyze import NoKernelError, StaticReport, analyze_file
+from components.features.static.compile import CompileError
 from kernelcast.settings import get_settings
 
 
@@ -128,7 +129,8 @@ def main() -> None:
         times = sorted(r[2] for r in rows if not (isinstance(r[1], StaticReport) and r[1].cached))
         print(
             f"== {corpus}: files {len(ok)}/{len(rows)} compile; programs with >=1 compiled file "
-            f"{len(progs_ok)}/{len(progs_all)}; distinct kernels {len(kernels)} ({n_inst} compiled instances); "
+            f"{len(progs_ok)}/{len(progs_all)}; distinct kernels {len(kernels)} "
+            f"({n_inst} compiled instances); "
             f"{host_only} host-only files (no __global__) left out"
         )
         templated = sum(1 for r in ok for k in r[1].kernels if k.instance)

@@ -1,11 +1,14 @@
-"""The questions users ask, scored as a user would ask them: measured bf16 GEMMs and a physics sweep of the catalog.
+"""The questions users ask, scored as a user would ask them: measured bf16 GEMMs and a physics sweep of the
+catalog.
 
-1. ``gemm``: 1,000 measured bf16 GEMMs (cuBLAS through vLLM's ``torch.nn.functional.linear``/default kernels in
-   AIConfigurator's tables), 250 each on H100 SXM, H200, A100-SXM4-80GB and L40S, chosen by a hash of the shape
-   (the same 1,000 every run; no shape of size 0). Truth: the median over the shape's repeated measurements.
-   Scored through the one question schema (``parse_questions`` -> ``answer_questions``), beside the roofline.
-2. ``sweep``: every catalog GPU x a grid of GEMM (every dtype) and attention shapes: counts answers that break
-   physics (a rate above the GPU's peak, a runtime below the roofline time, a class disagreeing with the pipe).
+1. ``gemm``: 1,000 measured bf16 GEMMs (cuBLAS through vLLM's ``torch.nn.functional.linear``/default kernels
+   in AIConfigurator's tables), 250 each on H100 SXM, H200, A100-SXM4-80GB and L40S, chosen by a hash of the
+   shape (the same 1,000 every run; no shape of size 0). Truth: the median over the shape's repeated
+   measurements. Scored through the one question schema (``parse_questions`` -> ``answer_questions``),
+   beside the roofline.
+2. ``sweep``: every catalog GPU x a grid of GEMM (every dtype) and attention shapes: counts answers that
+   break physics (a rate above the GPU's peak, a runtime below the roofline time, a class disagreeing with
+   the pipe).
 
     .venv/bin/python benchmarks/user_questions.py --model models:/kernelcast@champion
     .venv/bin/python benchmarks/user_questions.py --model roofline --only sweep

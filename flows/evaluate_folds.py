@@ -39,7 +39,7 @@ def evaluate_folds_task(
     from components.evaluation.folds import ray_fold_executor
     from components.evaluation.harness import read_feature_table
     from components.evaluation.published import published_figures
-    from components.models.tabular import TabularConfig
+    from components.models.tabular_config import TabularConfig
     from components.platform.runtime import ensure_ray
     from components.training.tabular import make_predictor
 

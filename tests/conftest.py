@@ -105,7 +105,8 @@ def local_ray(kc_settings: Settings, prefect_harness: str) -> Iterator[None]:
 
 @pytest.fixture(scope="session")
 def features_file(kc_settings: Settings) -> Path:
-    """Our own H100 measurements (profiled-data/) as canonical tables + a feature table in the session home."""
+    """Our own H100 measurements (profiled-data/) as canonical tables + a feature table in the session
+    home."""
     from components.devices import load_catalog
     from components.features.build import build_feature_table, write_features
     from components.ingest.profiled import ingest

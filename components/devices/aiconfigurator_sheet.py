@@ -22,14 +22,8 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from components.devices.catalog import (
-    Catalog,
-    DeviceSpec,
-    SpecError,
-    _read_yaml,
-    load_catalog,
-    spec_from_mapping,
-)
+from components.devices.catalog import Catalog, DeviceSpec, _read_yaml, load_catalog
+from components.devices.user_specs import SpecError, spec_from_mapping
 
 # Sheet key (``gpu.<key>``) -> catalog tensor pipe. float32_tc_flops is the sheet's only FP32 figure
 # (Intel's B60 sheet: 12.28 TFLOP/s, its vector FP32 rate): it bounds FP32, so it is the fp32 peak.

@@ -1,7 +1,7 @@
 """The ``amd-source`` split: benchmark_hub's HIP kernels on the AMD GPU, held out of training.
 
 Leave-one-GPU-out for the AMD GPU(s) of benchmark_hub (the Radeon PRO W6600 today), on the tuning
-configurations whose HIP source the static stage compiled (static_hip_table's hash-chosen sample,
+configurations whose HIP source the static stage compiled (static.hip_table's hash-chosen sample,
 ``config_id`` in the feature table): train on those configurations as the other GPUs ran them, test
 on the AMD GPU's rows of the same configurations. Every row of both sides carries the code's static
 features, so the fold measures what they add (a table without them scores the very same rows); the
@@ -33,7 +33,7 @@ def amd_devices(table: pd.DataFrame) -> list[str]:
 def amd_source_split(table: pd.DataFrame, share: float | None = None) -> list[Fold]:
     """One fold per AMD GPU of benchmark_hub: its rows of the sampled configurations vs the NVIDIA GPUs' rows
     of the same configurations (no AMD GPU trains another: the fold is about a GPU never seen)."""
-    from components.features.static_hip_table import HIP_CONFIG_SHARE, sampled_config_ids
+    from components.features.static.hip_table import HIP_CONFIG_SHARE, sampled_config_ids
 
     if "source" not in table.columns or not table["source"].eq(SOURCE).any():
         raise ValueError(f"no {SOURCE} rows in the feature table")
@@ -49,11 +49,14 @@ def amd_source_split(table: pd.DataFrame, share: float | None = None) -> list[Fo
         hub["device_id"].astype(str).isin(devices)
     ]  # drawn from the HIP rows, as the static stage draws
     kept = sampled_config_ids(
-        zip(on_amd["program"].astype(str), on_amd["config_id"].astype(str)),
+        zip(on_amd["program"].astype(str), on_amd["config_id"].astype(str), strict=True),
         HIP_CONFIG_SHARE if share is None else share,
     )
     chosen = pd.Series(
-        [(p, c) in kept for p, c in zip(hub["program"].astype(str), hub["config_id"].astype(str))],
+        [
+            (p, c) in kept
+            for p, c in zip(hub["program"].astype(str), hub["config_id"].astype(str), strict=True)
+        ],
         index=hub.index,
     )
     folds = []

@@ -11,12 +11,13 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from components.common.marked_blocks import check_marked_block, markers, write_marked_block
 from components.evaluation.bench import BenchResult
 from components.models.base import CLASS_TARGET
 
 
 def _pct(value: Any) -> str:
-    return "–" if value is None else f"{100 * value:.1f}%"
+    return "\N{EN DASH}" if value is None else f"{100 * value:.1f}%"
 
 
 def _coverage_cell(entry: dict[str, Any], families: Sequence[str]) -> str:
@@ -24,7 +25,7 @@ def _coverage_cell(entry: dict[str, Any], families: Sequence[str]) -> str:
     values = {f: entry.get(f"cov:{f}") for f in families if f"cov:{f}" in entry}
     distinct = set(values.values())
     if not values or distinct == {None}:
-        return "–"
+        return "\N{EN DASH}"
     if len(distinct) == 1:
         return _pct(next(iter(distinct)))
     return " / ".join(f"{f} {_pct(v)}" for f, v in values.items())
@@ -69,8 +70,8 @@ def markdown_table(rows: list[dict[str, Any]]) -> str:
 
 # ------------------------------------------------------------------ README section
 
-MARKER_START = "<!-- bench:start -->"
-MARKER_END = "<!-- bench:end -->"
+BENCH_BLOCK = "bench"
+MARKER_START, MARKER_END = markers(BENCH_BLOCK)
 _SPLIT_TITLES = {
     "pipeweave-fp8": "PipeWeave FP8 GEMM (unseen GPUs)",
     "neusight": "NeuSight (unseen GPUs)",
@@ -191,38 +192,10 @@ def _per_gpu_table(rows: list[dict[str, Any]], families: Sequence[str], first: s
 
 
 def check_markdown_target(path: Path) -> str | None:
-    """The current text of ``path`` if it can take the bench section (None when it does not exist
-    yet); ValueError naming the file when it lacks the markers or has them twice or out of order."""
-    path = Path(path)
-    if not path.exists():
-        return None
-    if not path.is_file():
-        raise ValueError(f"{path}: not a file")
-    text = path.read_text()
-    start, end = text.find(MARKER_START), text.find(MARKER_END)
-    if start < 0 or end < 0 or end < start:
-        raise ValueError(
-            f"{path} has no {MARKER_START} ... {MARKER_END} section: add both markers (on their "
-            "own lines, in that order) where the accuracy table goes"
-        )
-    if text.count(MARKER_START) > 1 or text.count(MARKER_END) > 1:
-        raise ValueError(f"{path} has more than one {MARKER_START} ... {MARKER_END} section")
-    return text
+    """``check_marked_block`` of the bench block: the file's text, None when it does not exist yet."""
+    return check_marked_block(path, BENCH_BLOCK)
 
 
 def write_markdown(path: Path, section: str) -> None:
-    """Write ``section`` between the bench markers of ``path`` (atomically).
-
-    A missing file is created holding just the marked section; an existing file must carry both
-    markers, in order, and only what lies between them is replaced.
-    """
-    from components.common.atomic import atomic_write
-
-    text = check_markdown_target(path)
-    block = f"{MARKER_START}\n{section.rstrip()}\n{MARKER_END}"
-    if text is None:
-        new = block + "\n"
-    else:
-        start, end = text.find(MARKER_START), text.find(MARKER_END)
-        new = text[:start] + block + text[end + len(MARKER_END) :]
-    atomic_write(Path(path), lambda tmp: tmp.write_text(new))
+    """Write ``section`` into the bench block of ``path`` (``write_marked_block``)."""
+    write_marked_block(path, BENCH_BLOCK, section)

@@ -29,7 +29,7 @@ import numpy as np
 import pandas as pd
 
 from components.common.sampling import unit_hash
-from components.models.calibration import METHODS, correction_path, fit_correction
+from components.models.calibration import METHODS, fit_correction
 
 SUITE_SALT = "calibration-suite"
 REFIT = "refit"
@@ -104,7 +104,8 @@ def suite_mask(table: pd.DataFrame, share: float) -> np.ndarray:
     return unit_hash(table["kernel_id"].astype(str), SUITE_SALT) < share
 
 
-def _measured(rows: pd.DataFrame) -> np.ndarray:
+def measured_mask(rows: pd.DataFrame) -> np.ndarray:
+    """Rows with a measured, positive runtime."""
     y = pd.to_numeric(rows["duration_us"], errors="coerce").to_numpy(dtype="float64")
     return np.isfinite(y) & (y > 0)
 
@@ -119,7 +120,7 @@ def draw_calibration_rows(
     """
     if k <= 0:
         return device_rows.index[:0]
-    pool = device_rows[suite_mask(device_rows, share) & _measured(device_rows)]
+    pool = device_rows[suite_mask(device_rows, share) & measured_mask(device_rows)]
     if exclude_families and "family" in pool.columns:
         pool = pool[~pool["family"].astype(str).isin(list(exclude_families))]
     if pool.empty:
@@ -173,18 +174,17 @@ def tabular_fit(config: Any, max_train_rows: int | None, executor: Any = None) -
 
 
 def _mape(measured: np.ndarray, predicted: np.ndarray) -> tuple[float, float, int]:
-    ok = np.isfinite(measured) & (measured > 0) & np.isfinite(predicted)
-    if not ok.any():
-        return math.nan, math.nan, 0
-    err = np.abs(predicted[ok] / measured[ok] - 1.0)
-    return float(err.mean()), float((err <= 0.10).mean()), int(ok.sum())
+    from components.common.metrics import regression_report
+
+    report = regression_report(measured, predicted)
+    return report["mape"], report["within_10"], report["n"]
 
 
 def _with_calibration_rows(train: pd.DataFrame, cal: pd.DataFrame, weight: float) -> pd.DataFrame:
     """The train side plus the K rows repeated ``weight`` times (fresh ids, so the leakage guard
     still keys on the originals' absence from the scored rows)."""
     copies = []
-    for i in range(max(1, int(round(weight)))):
+    for i in range(max(1, round(weight))):
         part = cal.copy()
         part["measurement_id"] = part["measurement_id"].astype(str) + f"#cal{i}"
         copies.append(part)
@@ -253,7 +253,7 @@ def inner_devices(
     rows = train
     if exclude_families and "family" in rows.columns:
         rows = rows[~rows["family"].astype(str).isin(list(exclude_families))]
-    rows = rows[_measured(rows)]
+    rows = rows[measured_mask(rows)]
     in_suite = suite_mask(rows, params.suite_share)
     stats = pd.DataFrame({"device": rows["device_id"].astype(str).to_numpy(), "suite": in_suite})
     counts = stats.groupby("device")["suite"].agg(["sum", "size"])
@@ -329,8 +329,10 @@ def run_calibration_bench(
     ks = check_ks(ks)
     result = CalibrationBench()
     result.notes.append(
-        f"calibration: suite = kernels with hash(kernel_id) < {params.suite_share} (same kernels on every GPU); "
-        f"K rows drawn from the held-out GPU's suite rows only, scored on its other kernels (same rows for every K); "
+        f"calibration: suite = kernels with hash(kernel_id) < {params.suite_share} "
+        "(same kernels on every GPU); "
+        "K rows drawn from the held-out GPU's suite rows only, scored on its other kernels "
+        "(same rows for every K); "
         f"method per K chosen on {params.inner_gpus} training GPUs held out inside each fold (nested), "
         f"candidates {', '.join(params.methods)}; refit weight {params.refit_weight:g}"
     )
@@ -345,7 +347,7 @@ def run_calibration_bench(
             if exclude_families
             else pd.Series(True, index=device_rows.index)
         )
-        if not (in_scope & pd.Series(_measured(device_rows), index=device_rows.index)).any():
+        if not (in_scope & pd.Series(measured_mask(device_rows), index=device_rows.index)).any():
             result.notes.append(f"calibration {device}: no runtime rows in the model's scope, not scored")
             continue
         inner = inner_devices(train, device, params, k_max, exclude_families)
@@ -480,7 +482,7 @@ def curve_markdown(rows: Sequence[dict[str, Any]]) -> str:
     )
     header = ["K", "median GPU MAPE (method chosen on train GPUs)", *methods, "GPUs"]
     lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
-    pct = lambda v: "–" if v is None else f"{100 * v:.1f}%"  # noqa: E731
+    pct = lambda v: "\N{EN DASH}" if v is None else f"{100 * v:.1f}%"  # noqa: E731
     for k in sorted(medians):
         e = medians[k]
         lines.append(
@@ -553,91 +555,3 @@ def run_cli_bench(
         save(CalibrationBench(result.rows, result.notes[1:], result.timings, result.chosen))
         echo(f"wrote {json_file}")
     return result
-
-
-# ---------------------------------------------------------------------- serving: a stored correction per GPU
-# Storing, loading and applying a correction live in components.models.calibration (serving
-# imports them there, without the bench's imports).
-
-SERVING_METHODS: tuple[str, ...] = ("global", "group", "residual")
-
-
-@dataclass(frozen=True)
-class CalibrateResult:
-    device_id: str
-    method: str
-    n_rows: int
-    path: Any  # Path of the stored correction
-    mape_before: float  # on the calibration rows themselves (in-sample: a sanity figure, not accuracy)
-    mape_after: float
-    median_ape_before: float = math.nan
-    median_ape_after: float = math.nan
-
-
-def calibrate_stage(
-    device: str,
-    from_dir: Any,
-    predictor: Any,
-    home: Any,
-    params: dict[str, Any],
-    *,
-    method: str = "group",
-    source: str = "kernelcast",
-    catalog: Any = None,
-) -> CalibrateResult:
-    """Fit ``method`` on the calibration rows of ``device`` in a profiled run folder (read through
-    the ingest -> validate -> features cores) against ``predictor``, store it under ``home``.
-
-    ValueError naming the input: unknown device, no rows of it in the folder, a method that cannot
-    be stored (the refit is a training run: ``kernelcast train`` with the rows added).
-    """
-    from pathlib import Path
-
-    from components.devices import load_catalog
-    from components.evaluation.stage import features_from_source
-    from components.models.calibration import fit_correction
-
-    if method not in SERVING_METHODS:
-        raise ValueError(f"--method {method!r}: a stored correction is one of {', '.join(SERVING_METHODS)}")
-    catalog = catalog if catalog is not None else load_catalog()
-    device_id = catalog.resolve(device).id
-    table, _ = features_from_source(source, Path(from_dir), params, catalog=catalog)
-    rows = table[table["device_id"].astype(str) == device_id]
-    rows = rows[_measured(rows)] if len(rows) else rows
-    if rows.empty:
-        found = ", ".join(sorted(set(table["device_id"].astype(str)))) or "none"
-        raise ValueError(f"--from {from_dir}: no measured rows of {device_id} (GPUs there: {found})")
-    predictions = predictor.predict(rows)
-    predicted = pd.to_numeric(predictions.get("pred_duration_us"), errors="coerce").to_numpy(dtype="float64")
-    inputs = rows.join(predictions.drop(columns=["pred_duration_us"], errors="ignore"), rsuffix="_pred")
-    correction = fit_correction(
-        method, inputs, predicted, device_id=device_id, shrink=CalibrationParams.from_params(params).shrink
-    )
-    if correction.n_rows == 0:
-        raise ValueError(
-            f"the model predicts no runtime for the {len(rows)} rows of {device_id} in {from_dir}"
-        )
-    measured = pd.to_numeric(rows["duration_us"], errors="coerce").to_numpy(dtype="float64")
-    path = correction_path(home, device_id)
-    correction.save(path)
-    corrected = correction.apply(inputs, predicted)
-    # The op engine's calibrated tier (tensor GEMMs, attention) from the same rows, where the suite has any.
-    from components.opmodel.calibrated import calibrate_engine
-    from components.opmodel.loading import engine_for
-
-    calibrate_engine(engine_for(predictor), rows, catalog.get(device_id), Path(home))
-    return CalibrateResult(
-        device_id,
-        method,
-        correction.n_rows,
-        path,
-        _mape(measured, predicted)[0],
-        _mape(measured, corrected)[0],
-        _median_ape(measured, predicted),
-        _median_ape(measured, corrected),
-    )
-
-
-def _median_ape(measured: np.ndarray, predicted: np.ndarray) -> float:
-    ok = np.isfinite(measured) & (measured > 0) & np.isfinite(predicted)
-    return float(np.median(np.abs(predicted[ok] / measured[ok] - 1.0))) if ok.any() else math.nan

@@ -26,7 +26,7 @@ _LAUNCH_CALL = r"\b{name}\s*(?:<[^;]*?>)?\s*<<<[^;]*?>>>\s*\("
 
 def host_args(text: str, kernel: str, exe_args: list[str]) -> dict[str, float]:
     """Kernel scalar arguments at the first launch site of ``kernel`` that the host makes known."""
-    from components.features.static_loops import (
+    from components.features.static.loops import (
         Unknown,
         call_arguments,
         evaluate,
@@ -66,7 +66,7 @@ def kernel_file_text(root: Path, program: str, kernel: str) -> str | None:
     """The translation unit that defines ``kernel``, its quoted includes inlined (NVRTC gets no -I
     here): a ``.cu`` file (``main.cu`` first: it defines the macros its headers use) whose inlined
     text holds the kernel, else the header that defines it."""
-    from components.features.static_source import PreparedSource, inline_includes
+    from components.features.static.source import PreparedSource, inline_includes
 
     folder = root / "src" / program
     if not folder.is_dir():

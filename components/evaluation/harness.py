@@ -32,8 +32,8 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from components.common.metrics import classification_report, interval_coverage, regression_report
 from components.common.sampling import capped_index
-from components.evaluation.metrics import classification_report, interval_coverage, regression_report
 from components.evaluation.splits import Fold, make_split
 from components.ingest.canonical import attach_canonical_columns
 from components.models.base import CLASS_TARGET, NUMERIC_TARGETS, Predictor, class_label_column

@@ -58,8 +58,10 @@ def _row(family: str, scope: str, metric: str, value: float | None, n: int, n_as
 
 
 def _errors(pred: np.ndarray, true: np.ndarray) -> tuple[float, float]:
-    rel = np.abs(pred - true) / true
-    return float(np.mean(rel)), float(np.mean(rel <= 0.10))
+    from components.common.metrics import regression_report
+
+    report = regression_report(true, pred)
+    return report["mape"], report["within_10"]
 
 
 def mode_label(config: str) -> str:

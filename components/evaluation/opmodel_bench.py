@@ -21,13 +21,10 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from components.common.metrics import relative_errors
 from components.platform.config import OPMODEL_SPLITS  # the names live below the registry, which checks them
 
 HELD_SHARE = 0.2  # of a GPU's GEMM sites / attention groups, by hash (unseen-shape)
-
-
-def _mape(pred: np.ndarray, true: np.ndarray) -> float:
-    return float(np.mean(np.abs(pred - true) / true))
 
 
 def _shape(family: str, frame: pd.DataFrame) -> dict[str, np.ndarray]:
@@ -112,8 +109,8 @@ def score_held_gpu(
                     "device": held,
                     "dtype": "|".join(map(str, key[1:])),
                     "n": len(part),
-                    "sum_ape": float(np.sum(np.abs(pred - true) / true)),
-                    "sum_roof": float(np.sum(np.abs(roof.time_us - true) / true)),
+                    "sum_ape": float(np.sum(relative_errors(true, pred))),
+                    "sum_roof": float(np.sum(relative_errors(true, roof.time_us))),
                 }
             )
     return results
@@ -249,7 +246,7 @@ def _calibration_scores(
                 }
                 got = engine.predict(family, dtype, shape, spec, kv_dtype=kv).duration_us
                 true = inner["latency_us"].to_numpy(dtype="float64")
-                apes.append(np.abs(got - true) / true)
+                apes.append(relative_errors(true, got))
         out.append(
             {
                 "device": held,
@@ -317,8 +314,8 @@ def score_group(
     got = table.resolve(shape, roof.time_us).duration_us
     ok = np.isfinite(got)
     true = test["latency_us"].to_numpy(dtype="float64")
-    ape = np.abs(got[ok] - true[ok]) / true[ok]
-    return ape, len(test), float(np.sum(np.abs(roof.time_us[ok] - true[ok]) / true[ok]))
+    ape = relative_errors(true[ok], got[ok])
+    return ape, len(test), float(np.sum(relative_errors(true[ok], roof.time_us[ok])))
 
 
 def unseen_shape(
@@ -446,7 +443,7 @@ def bench_rows(split: str, entry: dict[str, Any]) -> list[dict[str, Any]]:
         metric: str = "mape",
     ) -> None:
         ours = None if value is None else round(float(value), 4)
-        asked = int(round(n / coverage)) if coverage else int(n)
+        asked = round(n / coverage) if coverage else int(n)
         rows.append(
             {
                 "split": split,
@@ -528,7 +525,7 @@ def markdown_section(rows: list[dict[str, Any]]) -> list[str]:
             entry["n"], entry["coverage"] = row.get("n_asked", row["n"]), row.get("coverage")
 
     def pct(value: Any) -> str:
-        return "–" if value is None else f"{100 * float(value):.1f}%"
+        return "\N{EN DASH}" if value is None else f"{100 * float(value):.1f}%"
 
     lines = [
         "",

@@ -13,6 +13,8 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from components.common.metrics import relative_errors
+
 MAX_DEVICES_PER_PLOT = 8  # more lines than this are unreadable; the largest devices are kept
 
 
@@ -79,7 +81,7 @@ def error_cdf(frame: pd.DataFrame, target: str, path: Path) -> Path | None:
     fig, ax = plt.subplots(figsize=(6, 4))
     for device in _top_devices(pairs):
         rows = pairs[pairs["device_id"] == device]
-        errors = np.sort(np.abs(rows["pred"] - rows["true"]) / rows["true"])
+        errors = np.sort(relative_errors(rows["true"], rows["pred"]))
         ax.step(errors, np.arange(1, errors.size + 1) / errors.size, where="post", label=device)
     ax.axvline(0.10, color="grey", ls="--", lw=1)
     ax.set(

@@ -71,7 +71,8 @@ REFIT_FAMILIES: tuple[str, ...] = ("tabular",)
 def _refit(config: Any, family: str, train: pd.DataFrame, split: str) -> tuple[Any, float]:
     """Fit the candidate's own config on a train side, single-threaded (it may run inside a Ray task):
     the model's own fit, as the train stage runs it without Ray (no import of training: it sits above)."""
-    from components.models.tabular import TabularPredictor, config_for_split
+    from components.models.tabular import TabularPredictor
+    from components.models.tabular_config import config_for_split
 
     if family not in REFIT_FAMILIES:
         raise ValueError(f"the {family} family is scored as it is, not refitted")

@@ -101,7 +101,7 @@ CONFIG_KEYS: tuple[str, ...] = ("kernel_id", "params_json", "device_id")
 
 def _config_ids(frame: pd.DataFrame) -> pd.Series:
     """A short id of each row's tuning configuration (benchmark_hub), so splits can pick configurations."""
-    from components.features.static_hip_table import config_id
+    from components.features.static.hip_table import config_id
 
     if "params_json" not in frame.columns or "source" not in frame.columns:
         return pd.Series(pd.NA, index=frame.index, dtype="string")
@@ -113,7 +113,7 @@ def _config_ids(frame: pd.DataFrame) -> pd.Series:
 
 def _static_join(frame: pd.DataFrame, static: pd.DataFrame | None) -> pd.DataFrame | None:
     """s_* columns per row: by kernel_id, or -- for static rows that carry ``params_json`` and
-    ``device_id`` (HIP tuning configurations, static_hip_table) -- by (kernel_id, params_json, device_id)."""
+    ``device_id`` (HIP tuning configurations, static.hip_table) -- by (kernel_id, params_json, device_id)."""
     if static is None or static.empty:
         return None
     cols = [c for c in static.columns if c.startswith("s_")]

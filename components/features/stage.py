@@ -41,7 +41,7 @@ class StaticResult:
 
 def static_stage(inputs: StaticInputs) -> StaticResult:
     """Compile every shipped CUDA kernel (NVRTC + nvdisasm, cached) and write its s_* features."""
-    from components.features.static_table import build_static_table
+    from components.features.static.table import build_static_table
 
     if not Path(inputs.kernels_file).is_file():
         raise FileNotFoundError(
@@ -60,10 +60,10 @@ def static_stage(inputs: StaticInputs) -> StaticResult:
 def _hip_config_rows(
     kernels: pd.DataFrame, canonical_dir: Path, datasets_dir: Path
 ) -> tuple[pd.DataFrame, dict]:
-    """benchmark_hub's HIP tuning configurations (a hash-chosen sample, static_hip_table), or nothing
+    """benchmark_hub's HIP tuning configurations (a hash-chosen sample, static.hip_table), or nothing
     -- with the reason in the coverage -- where no HIP compiler is installed."""
-    from components.features.static_hip import hip_available
-    from components.features.static_hip_table import HIP_CONFIG_SHARE, build_hip_config_table
+    from components.features.static.hip import hip_available
+    from components.features.static.hip_table import HIP_CONFIG_SHARE, build_hip_config_table
 
     measurements_file = canonical_dir / "measurements.parquet"
     if not hip_available():

@@ -66,7 +66,7 @@ def dynamic_counts(
     }
 
 
-FLOP_KEYS: tuple[str, ...] = ("flop_fp32", "flop_fp64", "flop_fp16")  # as static_sass.FLOP_KEYS
+FLOP_KEYS: tuple[str, ...] = ("flop_fp32", "flop_fp64", "flop_fp16")  # as static.sass.FLOP_KEYS
 
 
 def counted_instructions(kernel: Any) -> tuple[dict[str, int], dict[str, int]]:

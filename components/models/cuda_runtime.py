@@ -45,7 +45,7 @@ def _spec(device_id: str, cache: dict[str, Any]) -> Any:
 
 def program_runtime(features: pd.DataFrame) -> pd.DataFrame:
     """``pred_duration_us`` and ``pred_note`` for the whole-program rows of ``features`` (index: those rows)."""
-    from components.features.static_sass import INSTRUCTION_CLASSES
+    from components.features.static.sass import INSTRUCTION_CLASSES
     from components.models.cuda_estimate import estimate_kernel
 
     if "family" not in features.columns:

@@ -18,8 +18,10 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from components.common.metrics import mape
 from components.common.sampling import subsample, unit_hash
-from components.models.tabular import TabularConfig, TabularPredictor
+from components.models.tabular import TabularPredictor
+from components.models.tabular_config import TabularConfig
 
 
 @dataclass(frozen=True)
@@ -174,8 +176,7 @@ def holdout_devices(train: pd.DataFrame, extra: int = 2, min_rows: int = 500) ->
 def per_gpu_mape(predictor: TabularPredictor, rows: pd.DataFrame) -> float:
     pred = predictor.predict(rows)["pred_duration_us"].to_numpy(dtype="float64")
     true = pd.to_numeric(rows["duration_us"], errors="coerce").to_numpy(dtype="float64")
-    keep = np.isfinite(pred) & np.isfinite(true) & (true > 0)
-    return float(np.mean(np.abs(pred[keep] - true[keep]) / true[keep])) if keep.any() else float("nan")
+    return mape(true, pred)
 
 
 def select(

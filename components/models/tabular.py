@@ -16,12 +16,9 @@ classifier. Runtime gets split-conformal intervals (``pred_duration_us_lo/hi``).
 
 from __future__ import annotations
 
-import gzip
-import json
 import math
-import pickle
 from collections.abc import Callable, Sequence
-from dataclasses import asdict, dataclass, field, replace
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -30,13 +27,10 @@ import pandas as pd
 
 from components.common.sampling import subsample, unit_hash
 from components.models import transfer
-from components.models.base import CLASS_TARGET, NUMERIC_TARGETS, class_label_column
-from components.models.transfer import RUNTIME_NORMALISERS
+from components.models.base import CLASS_TARGET, NUMERIC_TARGETS
+from components.models.tabular_config import TabularConfig
+from components.models.tabular_fit import TargetJob, fit_job, predict_raw
 
-PREDICTOR_FILE = "predictor.json"
-TRAINED_ON_FILE = "trained_on.txt.gz"
-MODELS: tuple[str, ...] = ("lgbm", "mlp")
-FEATURE_SETS: tuple[str, ...] = ("transfer", "absolute")
 # Internal target of the transfer model: measured DRAM traffic over the analytical minimum bytes.
 TRAFFIC_TARGET = "traffic_ratio"
 CALIBRATION_JOB = "duration_us@calibration"
@@ -56,120 +50,6 @@ MEASURED_NORMALISERS: dict[str, tuple[tuple[str, float], ...]] = {
     "duration_us": (("m_roofline_time_us", 1.0),),
     "arith_intensity": (("m_arith_intensity", 1.0),),
 }
-
-
-@dataclass
-class TabularConfig:
-    """Hyper-parameters (from params.yaml ``train:``); nothing here is tuned on a test split."""
-
-    model: str = "lgbm"
-    use_measured: bool = False  # m_* counters as inputs: only for "given profiling data" tasks
-    class_label: str = CLASS_TARGET  # column the classifier learns (bolet: roofline_class_published)
-    seed: int = 17
-    min_rows: int = 20  # a target with fewer labelled training rows is not modelled
-    max_train_rows: int | None = None  # deterministic subsample of the train side (by measurement_id)
-    conformal_alpha: float = 0.1  # 90% intervals
-    calibration_share: float = 0.2
-    n_estimators: int = 400
-    learning_rate: float = 0.05
-    num_leaves: int = 63
-    min_child_samples: int = 20
-    subsample: float = 0.8
-    colsample: float = 0.8
-    mlp_hidden: tuple[int, ...] = (128, 64)
-    mlp_max_iter: int = 200
-    mlp_alpha: float = 1e-4
-    # Families outside the model's scope, neither trained on nor guessed (predicted NaN, so
-    # evaluation leaves them out and says how many it scored): NCCL collectives have no per-GPU
-    # analytical model (their time is the interconnect's, which the catalog does not describe), and
-    # whole programs (KernelBench modules, HeCBench kernels) have no op shape to compute features
-    # from -- their runtime is the source-reading (llm) path's job. The bolet-roofline class task
-    # brings programs back into scope (static features of their source).
-    exclude_families: tuple[str, ...] = ("collective", "program")
-    # "transfer": learn efficiency against the roofline from counts and ratios that mean the same on
-    # every GPU (components.models.transfer), compose time from the GPU's peaks, derive GFLOP/s,
-    # bandwidth and intensity from that one runtime. "absolute": the stop-8 model (device peaks as
-    # inputs, one model per target) -- kept to show on the validation protocol why it lost.
-    feature_set: str = "transfer"
-    runtime_normaliser: str = "roofline"  # roofline | pipes (components.models.transfer.RUNTIME_NORMALISERS)
-    transfer_exclude: tuple[str, ...] = ()  # transferable inputs left out (chosen by the selection protocol)
-    monotone: bool = True  # physical monotone constraints on the runtime model (transfer.MONOTONE)
-    launch_floor: bool = True  # add a per-family launch/latency floor (µs) to the scaled roofline time
-    # Calibration slice for the intervals: these shares of kernels and of training GPUs are held out
-    # of an auxiliary fit, so residuals look like those on kernels and GPUs never seen.
-    calibration_device_share: float = 0.25
-    min_calibration_rows: int = 30  # a Mondrian category (family, out-of-range) needs this many
-
-    def __post_init__(self) -> None:
-        self.exclude_families = tuple(self.exclude_families)
-        self.transfer_exclude = tuple(self.transfer_exclude)
-        if self.model not in MODELS:
-            raise ValueError(f"tabular model must be one of {', '.join(MODELS)}, not {self.model!r}")
-        if self.feature_set not in FEATURE_SETS:
-            raise ValueError(
-                f"tabular feature_set must be one of {', '.join(FEATURE_SETS)}, not {self.feature_set!r}"
-            )
-        if self.runtime_normaliser not in RUNTIME_NORMALISERS:
-            raise ValueError(
-                f"tabular runtime_normaliser must be one of {', '.join(RUNTIME_NORMALISERS)}, "
-                f"not {self.runtime_normaliser!r}"
-            )
-        if not 0 < self.conformal_alpha < 1:
-            raise ValueError(f"conformal_alpha must be in (0, 1), got {self.conformal_alpha}")
-        self.mlp_hidden = tuple(int(h) for h in self.mlp_hidden)
-
-    @classmethod
-    def from_params(cls, params: dict[str, Any], **overrides: Any) -> TabularConfig:
-        """Config from params.yaml's ``train:`` merged with ``train: tabular:`` (which wins), plus overrides.
-
-        ``train:`` also holds keys other readers own (bench caps, families; checked by
-        ``components.platform.config``), so only its keys naming a field are taken. Every key under
-        ``train.tabular:`` must name a field: an unknown one is a ``ParamsError`` (a ValueError)
-        naming it, so a typo never silently falls back to a default.
-        """
-        from dataclasses import fields
-
-        from components.platform.config import ParamsError
-
-        section = dict(params.get("train", params) or {})
-        tabular = section.pop("tabular", None) or {}
-        if not isinstance(tabular, dict):
-            raise ParamsError(f"params.yaml train.tabular: must be a mapping, got {type(tabular).__name__}")
-        known = {f.name for f in fields(cls)}
-        unknown = sorted(str(k) for k in set(tabular) - known)
-        if unknown:
-            raise ParamsError(
-                f"params.yaml train.tabular: unknown key {unknown[0]!r}"
-                + (f" (and {', '.join(map(repr, unknown[1:]))})" if unknown[1:] else "")
-                + f" (known: {', '.join(sorted(known))})"
-            )
-        section.update(tabular)
-        values = {k: v for k, v in section.items() if k in known}
-        values.update({k: v for k, v in overrides.items() if v is not None})
-        return cls(**values)
-
-
-def config_for_split(config: TabularConfig, split: str | None) -> TabularConfig:
-    """``config`` as fitted on ``split``'s train side: the classifier learns the split's class label,
-    and on the bolet split (classifying HeCBench programs is that task's whole point) programs stay in."""
-    config = replace(config, class_label=class_label_column(split))
-    if split == "bolet-roofline":
-        config = replace(config, exclude_families=tuple(f for f in config.exclude_families if f != "program"))
-    return config
-
-
-@dataclass
-class TargetJob:
-    """Everything one target's fit needs: picklable, so it can run as a Ray task."""
-
-    target: str
-    kind: str  # "regression" | "classification"
-    x: np.ndarray
-    y: np.ndarray
-    categorical: list[int]
-    config: TabularConfig
-    classes: list[str] = field(default_factory=list)
-    monotone: list[int] = field(default_factory=list)  # per design-matrix column, LightGBM's convention
 
 
 def subsample_rows(
@@ -329,7 +209,7 @@ class TabularPredictor:
             devices = pd.Series(sorted(train["device_id"].dropna().astype(str).unique()))
             if len(devices) >= 2:
                 rank = pd.Series(unit_hash(devices, "tabular-calibration-gpu"), index=devices.to_numpy())
-                n_out = max(1, int(round(self.config.calibration_device_share * len(devices))))
+                n_out = max(1, round(self.config.calibration_device_share * len(devices)))
                 held = set(rank.sort_values().index[:n_out])
                 in_cal = in_cal | train["device_id"].astype(str).isin(held).to_numpy()
         return np.asarray(in_cal, dtype=bool)
@@ -389,7 +269,7 @@ class TabularPredictor:
     def _predict_class(self, out: pd.DataFrame, x: np.ndarray) -> None:
         if CLASS_TARGET not in self.models:
             return
-        proba = _predict_raw(self.models[CLASS_TARGET], x, classification=True)
+        proba = predict_raw(self.models[CLASS_TARGET], x, classification=True)
         if proba.ndim == 1:  # binary booster: probability of classes[1]
             proba = np.column_stack([1 - proba, proba])
         labels = np.asarray(self.classes, dtype=object)[proba.argmax(axis=1)]
@@ -416,7 +296,7 @@ class TabularPredictor:
         x = self.design_matrix(features)
         out = pd.DataFrame(index=features.index)
         if "duration_us" in self.models:
-            runtime = self._runtime_from_raw(features, _predict_raw(self.models["duration_us"], x, False))
+            runtime = self._runtime_from_raw(features, predict_raw(self.models["duration_us"], x, False))
             out["pred_duration_us"] = runtime
             flops, bytes_min = _numeric(features, "f_flops"), _numeric(features, "f_dram_bytes_min")
             # One runtime, one FLOP count, one byte count: rates and intensity cannot contradict it.
@@ -424,7 +304,7 @@ class TabularPredictor:
                 out["pred_gflops"] = flops / (runtime * 1e3)
                 if TRAFFIC_TARGET in self.models:
                     low, high = self.target_bounds.get(TRAFFIC_TARGET, [-np.inf, np.inf])
-                    ratio = np.exp(np.clip(_predict_raw(self.models[TRAFFIC_TARGET], x, False), low, high))
+                    ratio = np.exp(np.clip(predict_raw(self.models[TRAFFIC_TARGET], x, False), low, high))
                     traffic = bytes_min * ratio
                     out["pred_achieved_gbps"] = traffic / (runtime * 1e3)
                     out["pred_arith_intensity"] = flops / traffic
@@ -477,7 +357,7 @@ class TabularPredictor:
             return
         cal = train.loc[in_cal]
         true = _numeric(cal, "duration_us")
-        pred = self._runtime_from_raw(cal, _predict_raw(auxiliary, self.design_matrix(cal), False))
+        pred = self._runtime_from_raw(cal, predict_raw(auxiliary, self.design_matrix(cal), False))
         keep = np.isfinite(true) & (true > 0) & np.isfinite(pred) & (pred > 0)
         scores = np.abs(np.log(pred[keep] / true[keep]))
         if scores.size < 10:
@@ -573,7 +453,7 @@ class TabularPredictor:
             return np.log(y / base), usable
 
     def _predict_target(self, target: str, features: pd.DataFrame, x: np.ndarray) -> np.ndarray:
-        raw = _predict_raw(self.models[target], x, classification=False)
+        raw = predict_raw(self.models[target], x, classification=False)
         if target in FRACTION_TARGETS:
             return np.clip(raw, 0.0, 1.0)
         base, _ = _normaliser(features, target, self.config.use_measured)
@@ -661,75 +541,15 @@ class TabularPredictor:
     # ------------------------------------------------------------------ persistence
 
     def save(self, directory: Path) -> None:
-        directory = Path(directory)
-        directory.mkdir(parents=True, exist_ok=True)
-        files = {}
-        for target, model in self.models.items():
-            if self.config.model == "lgbm":
-                name = f"model_{target}.txt"
-                model.save_model(str(directory / name))
-            else:
-                name = f"model_{target}.pkl"
-                (directory / name).write_bytes(pickle.dumps(model, protocol=pickle.HIGHEST_PROTOCOL))
-            files[target] = name
-        with gzip.open(directory / TRAINED_ON_FILE, "wt", encoding="utf-8") as handle:
-            handle.write("\n".join(sorted(self._trained_on)))
-        spec = {
-            "family": self.family,
-            "config": asdict(self.config),
-            "feature_columns": self.feature_columns,
-            "categories": self.categories,
-            "classes": self.classes,
-            "conformal": self.conformal,
-            "floors": self.floors,
-            "target_bounds": self.target_bounds,
-            "ood": self.ood,
-            "model_files": files,
-            "trained_on_file": TRAINED_ON_FILE,
-            "n_trained_on": len(self._trained_on),
-        }
-        if self.class_model is not None:
-            self.class_model.save(directory / "roofline_class")
-        (directory / PREDICTOR_FILE).write_text(json.dumps(spec, indent=2, sort_keys=True) + "\n")
+        from components.models import tabular_store
+
+        tabular_store.save(self, directory)
 
     @classmethod
     def load(cls, directory: Path) -> TabularPredictor:
-        directory = Path(directory)
-        spec = json.loads((directory / PREDICTOR_FILE).read_text())
-        if spec.get("family") != "tabular":
-            raise ValueError(
-                f"{directory}: predictor.json is for family {spec.get('family')!r}, not 'tabular'"
-            )
-        # A predictor saved before feature_set existed is the absolute model.
-        config = TabularConfig(**{"feature_set": "absolute", **spec["config"]})
-        models: dict[str, Any] = {}
-        for target, name in spec["model_files"].items():
-            if config.model == "lgbm":
-                import lightgbm as lgb
+        from components.models import tabular_store
 
-                models[target] = lgb.Booster(model_file=str(directory / name))
-            else:
-                # Our own artifact, written by save(); never load one from an untrusted source.
-                models[target] = pickle.loads((directory / name).read_bytes())
-        with gzip.open(directory / spec["trained_on_file"], "rt", encoding="utf-8") as handle:
-            trained_on = frozenset(line for line in handle.read().split("\n") if line)
-        predictor = cls(
-            config=config,
-            feature_columns=list(spec["feature_columns"]),
-            categories={k: list(v) for k, v in spec["categories"].items()},
-            models=models,
-            classes=list(spec["classes"]),
-            conformal=dict(spec["conformal"]),
-            floors=dict(spec.get("floors", {})),
-            target_bounds=dict(spec.get("target_bounds", {})),
-            ood=dict(spec.get("ood", {})),
-        )
-        predictor._trained_on = trained_on
-        if (directory / "roofline_class").is_dir():
-            from components.models.roofline_class import RooflineClassModel
-
-            predictor.class_model = RooflineClassModel.load(directory / "roofline_class")
-        return predictor
+        return tabular_store.load(cls, directory)
 
 
 def _conformal_q(scores: np.ndarray, alpha: float) -> float:
@@ -743,105 +563,3 @@ def select_transfer_columns(features: pd.DataFrame) -> list[str]:
     """Transferable inputs (components.models.transfer) that vary on the training side."""
     frame = transfer.transfer_frame(features)
     return sorted(c for c in frame.columns if frame[c].nunique(dropna=True) >= 2)
-
-
-# ---------------------------------------------------------------------- per-target fitting (pure)
-
-
-def fit_job(job: TargetJob) -> Any:
-    """Fit one target's model; single-threaded (Ray runs several of these side by side)."""
-    if job.config.model == "lgbm":
-        return _fit_lgbm(job)
-    return _fit_mlp(job)
-
-
-def _fit_lgbm(job: TargetJob) -> Any:
-    import lightgbm as lgb
-
-    cfg = job.config
-    common = dict(
-        n_estimators=cfg.n_estimators,
-        learning_rate=cfg.learning_rate,
-        num_leaves=cfg.num_leaves,
-        min_child_samples=cfg.min_child_samples,
-        subsample=cfg.subsample,
-        subsample_freq=1,
-        colsample_bytree=cfg.colsample,
-        random_state=cfg.seed,
-        n_jobs=1,
-        verbose=-1,
-        deterministic=True,
-        force_col_wise=True,
-    )
-    if job.kind == "classification":
-        # Balanced weights: the published roofline task scores balanced accuracy on a 50/50 test.
-        estimator = lgb.LGBMClassifier(class_weight="balanced", **common)
-    elif job.monotone:
-        estimator = lgb.LGBMRegressor(
-            monotone_constraints=job.monotone, monotone_constraints_method="advanced", **common
-        )
-    else:
-        estimator = lgb.LGBMRegressor(**common)
-    estimator.fit(job.x, job.y, categorical_feature=job.categorical or "auto")
-    return estimator.booster_
-
-
-def _mlp_matrix(x: np.ndarray, categorical: list[int], n_codes: list[int]) -> np.ndarray:
-    """Numeric columns (NaN -> 0 plus a missing flag) and one-hot categories, for the MLP."""
-    numeric_idx = [i for i in range(x.shape[1]) if i not in categorical]
-    numeric = x[:, numeric_idx]
-    missing = np.isnan(numeric).astype("float64")
-    parts = [np.nan_to_num(numeric, nan=0.0), missing]
-    for position, count in zip(categorical, n_codes, strict=True):
-        codes = x[:, position]
-        parts.append(
-            np.column_stack([(codes == c).astype("float64") for c in range(count)])
-            if count
-            else np.empty((len(x), 0))
-        )
-    return np.column_stack(parts)
-
-
-class MLPModel:
-    """Scaler + sklearn MLP behind the same ``predict(x)`` as a LightGBM booster."""
-
-    def __init__(
-        self, categorical: list[int], n_codes: list[int], estimator: Any, scaler: Any, classification: bool
-    ) -> None:
-        self.categorical, self.n_codes = categorical, n_codes
-        self.estimator, self.scaler, self.classification = estimator, scaler, classification
-
-    def predict(self, x: np.ndarray) -> np.ndarray:
-        design = self.scaler.transform(_mlp_matrix(x, self.categorical, self.n_codes))
-        if self.classification:
-            return self.estimator.predict_proba(design)
-        return self.estimator.predict(design)
-
-
-def _fit_mlp(job: TargetJob) -> MLPModel:
-    from sklearn.neural_network import MLPClassifier, MLPRegressor
-    from sklearn.preprocessing import StandardScaler
-
-    cfg = job.config
-    n_codes = [
-        int(np.nanmax(job.x[:, i])) + 1 if np.isfinite(job.x[:, i]).any() else 0 for i in job.categorical
-    ]
-    design = _mlp_matrix(job.x, job.categorical, n_codes)
-    scaler = StandardScaler().fit(design)
-    kwargs = dict(
-        hidden_layer_sizes=cfg.mlp_hidden,
-        alpha=cfg.mlp_alpha,
-        max_iter=cfg.mlp_max_iter,
-        early_stopping=True,
-        validation_fraction=0.1,
-        n_iter_no_change=15,
-        random_state=cfg.seed,
-    )
-    estimator = MLPClassifier(**kwargs) if job.kind == "classification" else MLPRegressor(**kwargs)
-    estimator.fit(scaler.transform(design), job.y)
-    return MLPModel(job.categorical, n_codes, estimator, scaler, job.kind == "classification")
-
-
-def _predict_raw(model: Any, x: np.ndarray, classification: bool) -> np.ndarray:
-    """Booster.predict and MLPModel.predict share one signature; classifiers return probabilities."""
-    return np.asarray(model.predict(x), dtype="float64")

@@ -15,11 +15,12 @@ interpolated quantity is the efficiency ``util = roofline time / measured time``
   ``hold`` octaves -> the boundary efficiency held; farther, or no site near -> no answer here (NaN): the
   engine falls through to the calibrated or spec tier.
 
-Everything is array work over (questions x candidate sites): candidate sites are found by searches on the
-sorted site grid, once per distinct question site (the nearest within the gate and the two nearest along each
-site axis's line; where equally distant sites tie for a last place, the former whole-category search answers,
-so its ``np.argpartition`` decides as before), and curve lookups are one ``np.searchsorted`` over all sites'
-keys. The layouts are chosen on an inner split of each GPU's training sites by
+Everything is array work over (questions x candidate sites): the sites within the gate of each distinct
+question site come from one ``scipy.spatial.cKDTree`` search; where a batch holds a question site with many
+of them, only those that can matter are kept (the NEAREST_KEPT nearest and the two nearest on each side
+along each site axis's line). Equally distant sites rank by site order (sites sorted by category, then
+coordinates): the lower site is kept and blended first. Curve lookups are one ``np.searchsorted`` over all
+sites' keys. The layouts are chosen on an inner split of each GPU's training sites by
 ``benchmarks/measured_tier_selection.py``.
 """
 
@@ -31,6 +32,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from components.opmodel import site_blend
 from components.physics import roofline as physics
 
 
@@ -108,7 +110,7 @@ def _with_curve(family: str, frame: pd.DataFrame, dtype: str = "") -> pd.DataFra
         frame = frame.assign(block_aligned=aligned.astype("int64"))
     if family == "attention":
         frame = frame.assign(curve=np.where(frame["phase"].to_numpy() == "decode", frame["KV"], frame["S"]))
-        frame = frame.assign(W=frame["W"] if "W" in frame else 0)
+        frame = frame.assign(W=frame.get("W", 0))
     return frame
 
 
@@ -133,8 +135,10 @@ def _question_columns(family: str, shape: dict[str, np.ndarray], n: int, dtype: 
     return columns
 
 
-LINE_SLACK = 1e-6  # octaves: searches reach this far past a radius; the exact distance then decides
-SITE_KEY_STRIDE = 4096.0  # > the span of log2 of any site coordinate (+ gate): categories never interleave
+NEAREST_KEPT = 8  # sites kept per question beside the two nearest on each side of each site axis's line
+NEAREST_SPARE = 8  # the tree's nearest beyond NEAREST_KEPT: room for ties at the last kept place
+SEARCH_SLACK = 1e-6  # octaves: the tree search reaches past the gate; the exact distance then decides
+SITE_KEY_STRIDE = 4096.0  # > the span of log2 of any site coordinate + gate: categories never meet in a tree
 
 
 class SiteTable:
@@ -149,6 +153,8 @@ class SiteTable:
         kv_dtype: str | None,
         layout: Layout | None = None,
     ) -> None:
+        from scipy.spatial import cKDTree
+
         layout = layout or LAYOUTS[family]
         self.family, self.layout, self.spec, self.dtype, self.kv_dtype = family, layout, spec, dtype, kv_dtype
         frame = _with_curve(family, frame, dtype)
@@ -168,34 +174,12 @@ class SiteTable:
         sites = pd.concat(site_cols, axis=1).drop_duplicates().sort_values(["_cat", *layout.site_axes])
         sites = sites.reset_index(drop=True)
         self.cat_codes = {c: i for i, c in enumerate(pd.unique(sites["_cat"]))}
-        site_cat = sites["_cat"].map(self.cat_codes).to_numpy()
+        site_cat = sites["_cat"].map(self.cat_codes).to_numpy().astype("int64")
         self.site_coords = np.log2(sites[list(layout.site_axes)].to_numpy(dtype="float64"))
-        # sites are sorted by (category, site axes): a *line* is a run of sites sharing the category and all
-        # site coordinates but the last; sorted keys find the lines near a question and the sites near it on
-        # each line (``_gated_candidates``)
-        prefix = np.column_stack([site_cat, self.site_coords[:, :-1]])
-        new_line = np.ones(len(prefix), bool)
-        new_line[1:] = (prefix[1:] != prefix[:-1]).any(axis=1)
-        line_of_site = np.cumsum(new_line) - 1
-        self.line_start = np.flatnonzero(new_line)
-        self.line_prefix = self.site_coords[self.line_start, :-1]
-        # lines are sorted by (category, prefix coordinates): at depth j the lines sharing the category and
-        # the first j prefix coordinates are a run (a group), sorted by prefix coordinate j within it
-        line_ident = np.column_stack([site_cat[self.line_start], self.line_prefix])
-        self.line_group: list[np.ndarray] = []  # depth j -> group id of each line
-        self.group_first_line: list[np.ndarray] = []  # depth j -> first line of each group
-        for depth in range(self.line_prefix.shape[1] + 1):
-            starts = np.ones(len(line_ident), bool)
-            starts[1:] = (line_ident[1:, : depth + 1] != line_ident[:-1, : depth + 1]).any(axis=1)
-            self.line_group.append(np.cumsum(starts) - 1)
-            self.group_first_line.append(np.flatnonzero(starts))
-        self.depth_key = [
-            self.line_group[j] * SITE_KEY_STRIDE + self.line_prefix[:, j]
-            for j in range(self.line_prefix.shape[1])
-        ]
-        self.site_line_key = line_of_site * SITE_KEY_STRIDE + self.site_coords[:, -1]
-        self.site_cat = site_cat.astype("int64")
-        self._axis_lines: dict[int, tuple] = {}  # built on first use (_line_index)
+        # one tree over every category: the category, spread far apart, is one more coordinate
+        self.tree = cKDTree(np.column_stack([site_cat * SITE_KEY_STRIDE, self.site_coords]))
+        self.site_cat = site_cat
+        self._axis_lines: dict[int, tuple] = {}  # sites along each axis's lines, built on first use
         site_index = (
             pd.Series(np.arange(len(sites)), index=pd.MultiIndex.from_frame(sites))
             .reindex(pd.MultiIndex.from_frame(pd.concat(site_cols, axis=1)))
@@ -214,20 +198,10 @@ class SiteTable:
         self.curve_hi = np.full(n_sites, -np.inf)
         np.minimum.at(self.curve_lo, site_index, logc)
         np.maximum.at(self.curve_hi, site_index, logc)
-        # candidates of each categorical group, padded with -1
-        counts = np.bincount(site_cat, minlength=len(self.cat_codes))
-        width = int(counts.max()) if len(counts) else 0
-        self.cat_sites = np.full((len(self.cat_codes), max(width, 1)), -1, dtype="int64")
-        starts = np.concatenate([[0], np.cumsum(counts)[:-1]])
-        within = np.arange(n_sites) - starts[site_cat]
-        self.cat_sites[site_cat, within] = np.arange(n_sites)
         self.n_rows = len(frame)
 
     def resolve(self, shape: dict[str, np.ndarray], roof_time_us: np.ndarray) -> Resolved:
-        """The measured tier's answer per question (see the module docstring). Candidate sites are found
-        per distinct question site by searches on the sorted site grid (the lines near it, then the run of
-        each line near it), never against every site of its category: the same sites, in the same order, as
-        the former algorithm (``_reference_resolve``) keeps, so the same answers."""
+        """The measured tier's answer per question (see the module docstring)."""
         layout = self.layout
         n = len(roof_time_us)
         out = _empty(n)
@@ -236,67 +210,117 @@ class SiteTable:
         columns = _question_columns(self.family, shape, n, self.dtype)
         q_cat = self._category_codes(columns, n)
         rows = np.flatnonzero(np.isfinite(q_cat))
+        if self.family == "gemm" and "B" in columns:  # batched products: no measured layout
+            rows = rows[np.asarray(columns["B"], dtype="float64")[rows] == 1]
         if not len(rows):
             return out
-        if self.family == "gemm" and "B" in columns:
-            # batched products: no measured layout
-            rows = rows[np.asarray(columns["B"], dtype="float64")[rows] == 1]
-            if not len(rows):  # every question batched (the former code failed on the empty site set)
-                return out
         q_coords = np.log2(
             np.column_stack([np.asarray(columns[a], dtype="float64")[rows] for a in layout.site_axes])
         )
         q_logc = np.log2(np.asarray(columns[layout.curve_axis], dtype="float64")[rows])
-        site_key = np.column_stack([q_cat[rows], q_coords])
-        distinct, inverse = _unique_rows(site_key)
-        threshold = NEAREST_KEPT + 4 * len(layout.site_axes)
-        every = np.arange(len(distinct))
-        # the first ball of the nearest-site search: more sites in it than the threshold already settles it
-        first = self._ball(distinct, every, NEAREST_RADII[0]) if NEAREST_RADII[0] < layout.gate else None
-        many = first is not None and int(np.bincount(first[0], minlength=len(distinct)).max()) > threshold
-        if many or max(int(self._within_counts(distinct, threshold).max()), 1) > threshold:
-            # many sites within the gate: only the nearest and the line brackets can matter (_nearby_sites)
-            cand, valid, dist, tied = self._kept_sites(distinct, first)
-            out, tied_rows = self._answer(
-                out,
-                rows,
-                q_coords,
-                q_logc,
-                roof_time_us,
-                distinct,
-                inverse,
-                cand,
-                valid,
-                dist,
-                selected=True,
-                tied_sites=tied,
-            )
-            return self._former_where_tied(out, shape, roof_time_us, tied_rows, True)
-        cand, valid, dist = self._gated_candidates(distinct)
-        out, tied_rows = self._answer(
-            out, rows, q_coords, q_logc, roof_time_us, distinct, inverse, cand, valid, dist
-        )
-        return self._former_where_tied(out, shape, roof_time_us, tied_rows, False)
+        distinct, inverse = _unique_rows(np.column_stack([q_cat[rows], q_coords]))
+        cand, valid, dist = _scatter(*self.candidates(distinct), len(distinct))
+        return self._answer(out, rows, q_coords, q_logc, roof_time_us, inverse, cand, valid, dist)
 
-    def _former_where_tied(
-        self,
-        out: Resolved,
-        shape: dict[str, np.ndarray],
-        roof_time_us: np.ndarray,
-        tied: np.ndarray,
-        kept: bool,
-    ) -> Resolved:
-        """The questions where equally distant sites compete for the last place of a selection (the
-        NEAREST_KEPT nearest, the ``neighbours`` blended): answered by the former algorithm, whose
-        ``np.argpartition`` decides which -- the same answers as before, not only the same rule."""
-        if not len(tied):
-            return out
-        n = len(roof_time_us)
-        sub = {k: np.broadcast_to(np.asarray(v), (n,))[tied] for k, v in shape.items()}
-        former = self._reference_resolve(sub, roof_time_us[tied], kept=kept)
-        for field in ("duration_us", "exact", "neighbours", "distance", "spread"):
-            getattr(out, field)[tied] = getattr(former, field)
-        return out
+    def candidates(self, distinct: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """Flat (question, site, distance), ordered by question then site: the candidate sites of each
+        distinct question site (category code, log2 site coordinates). Every site within the gate; where one
+        question site of the batch has more than NEAREST_KEPT + 4 per axis of them, only those that can
+        matter: the NEAREST_KEPT nearest and, per site axis, the two nearest on each side along the line
+        through it (the brackets, with a spare where one does not cover the curve point)."""
+        n_sites, gate = len(self.site_coords), self.layout.gate
+        points = np.column_stack([distinct[:, 0] * SITE_KEY_STRIDE, distinct[:, 1:]])
+        threshold = NEAREST_KEPT + 4 * (distinct.shape[1] - 1)
+        # counts within the gate bounded by the tree; exact only where the bounds straddle the threshold
+        surely = self.tree.query_ball_point(points, gate - SEARCH_SLACK, return_length=True)
+        maybe = self.tree.query_ball_point(points, gate + SEARCH_SLACK, return_length=True)
+        unsure = np.flatnonzero((maybe > threshold) & (surely <= threshold))
+        many = surely.max(initial=0) > threshold or (
+            len(unsure) and np.bincount(self.within_gate(distinct[unsure])[0]).max() > threshold
+        )
+        if not many:
+            return self.within_gate(distinct)
+        picks = [self._nearest(distinct, points)]
+        picks += [self._line_picks(distinct, axis) for axis in range(distinct.shape[1] - 1)]
+        flat = np.unique(np.concatenate([q * n_sites + site for q, site in picks]))
+        site_q, site = flat // n_sites, flat % n_sites
+        return site_q, site, _distance(self.site_coords[site], distinct[site_q, 1:])
+
+    def within_gate(self, distinct: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """Flat (question, site, distance), ordered by question then site, of every site within the gate."""
+        from scipy.spatial import cKDTree
+
+        points = np.column_stack([distinct[:, 0] * SITE_KEY_STRIDE, distinct[:, 1:]])
+        pairs = cKDTree(points).sparse_distance_matrix(
+            self.tree, self.layout.gate + SEARCH_SLACK, output_type="ndarray"
+        )
+        flat = np.sort(pairs["i"].astype("int64") * len(self.site_coords) + pairs["j"])
+        site_q, site = flat // len(self.site_coords), flat % len(self.site_coords)
+        dist = _distance(self.site_coords[site], distinct[site_q, 1:])
+        inside = dist <= self.layout.gate
+        return site_q[inside], site[inside], dist[inside]
+
+    def _nearest(self, distinct: np.ndarray, points: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """Flat (question, site): the NEAREST_KEPT nearest sites within the gate, equally distant ones by site
+        order. The tree's k nearest (and a spare) settle it unless a tie or rounding could reach past them;
+        those question sites are ranked over their whole ball."""
+        n_sites, gate = len(self.site_coords), self.layout.gate
+        k = min(NEAREST_KEPT + NEAREST_SPARE, n_sites)
+        _, found = self.tree.query(points, k=k, distance_upper_bound=gate + SEARCH_SLACK)
+        found = found.reshape(len(points), k)
+        safe = np.minimum(found, n_sites - 1)
+        dist = np.where(found < n_sites, _distance(self.site_coords[safe], distinct[:, None, 1:]), np.inf)
+        dist = np.where(dist <= gate, dist, np.inf)
+        ranked = np.lexsort((safe, dist), axis=1)[:, :NEAREST_KEPT]
+        last = np.take_along_axis(dist, ranked[:, -1:], axis=1)[:, 0]
+        settled = (found == n_sites).any(axis=1) | ~np.isfinite(last) | (dist.max(axis=1) > last + 1e-9)
+        settled |= k == n_sites
+        chosen = np.take_along_axis(found, ranked, axis=1)
+        owner = np.broadcast_to(np.arange(len(points))[:, None], chosen.shape)
+        keep = settled[:, None] & np.isfinite(np.take_along_axis(dist, ranked, axis=1))
+        site_q, site = owner[keep], chosen[keep]
+        redo = np.flatnonzero(~settled)
+        if len(redo):
+            ball_q, ball, ball_d = self.within_gate(distinct[redo])
+            first = _first_of_each(ball_q, ball_d, ball, np.ones(len(ball), bool), NEAREST_KEPT)
+            site_q, site = np.concatenate([site_q, redo[ball_q[first]]]), np.concatenate([site, ball[first]])
+        return site_q, site
+
+    def _line_picks(self, distinct: np.ndarray, axis: int) -> tuple[np.ndarray, np.ndarray]:
+        """Flat (question, site): the two nearest sites on each side of each question site along ``axis`` on
+        the line through it (the same category and other coordinates), within the gate."""
+        lookup, order, key, starts, stops = self._line_index(axis)
+        others = [b for b in range(distinct.shape[1] - 1) if b != axis]
+        ident = np.column_stack([distinct[:, 0].astype("int64"), _rounded(distinct[:, 1:][:, others])])
+        line = np.array([lookup.get(tuple(row), -1) for row in ident.tolist()], dtype="int64")
+        which = np.flatnonzero(line >= 0)
+        line = line[which]
+        centre = line * SITE_KEY_STRIDE + distinct[which, 1 + axis]
+        below = np.searchsorted(key, centre, side="left")
+        above = np.searchsorted(key, centre, side="right")
+        position = np.concatenate([below - 1, below - 2, above, above + 1])
+        owner = np.tile(which, 4)
+        ok = (position >= np.tile(starts[line], 4)) & (position < np.tile(stops[line], 4))
+        site_q, site = owner[ok], order[position[ok]]
+        inside = _distance(self.site_coords[site], distinct[site_q, 1:]) <= self.layout.gate
+        return site_q[inside], site[inside]
+
+    def _line_index(self, axis: int) -> tuple[dict, np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+        """Sites sorted along ``axis`` within lines of equal category and other site coordinates: (line of a
+        rounded (category, other coordinates) key, sorted site ids, sorted keys, line starts, line stops)."""
+        if axis not in self._axis_lines:
+            coords = self.site_coords
+            others = [b for b in range(coords.shape[1]) if b != axis]
+            ident = np.column_stack([self.site_cat, _rounded(coords[:, others])])
+            order = np.lexsort((coords[:, axis], *[ident[:, j] for j in reversed(range(ident.shape[1]))]))
+            ident = ident[order]
+            new_line = np.ones(len(order), bool)
+            new_line[1:] = (ident[1:] != ident[:-1]).any(axis=1)
+            starts = np.flatnonzero(new_line)
+            lookup = {tuple(row): i for i, row in enumerate(ident[starts].tolist())}
+            keys = (np.cumsum(new_line) - 1) * SITE_KEY_STRIDE + coords[order, axis]
+            self._axis_lines[axis] = (lookup, order, keys, starts, np.append(starts[1:], len(order)))
+        return self._axis_lines[axis]
 
     def _category_codes(self, columns: dict[str, np.ndarray], n: int) -> np.ndarray:
         """Per question: the code of its categorical group (float, NaN where no site has it), as
@@ -329,243 +353,6 @@ class SiteTable:
         codes = np.array([self.cat_codes.get(key, np.nan) for key in keys], dtype="float64")
         return codes[inverse]
 
-    def _gated_candidates(self, distinct: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        """(U, W) candidate site indices (-1 pads), their validity and distance for each distinct question
-        site (category code, log2 site coordinates): every site within the gate, in site order."""
-        return _scatter(*self._ball(distinct, np.arange(len(distinct)), self.layout.gate), len(distinct))
-
-    def _line_pairs(
-        self, distinct: np.ndarray, which: np.ndarray, radius: float
-    ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        """(question, line, half-width) of the lines that pass within ``radius`` (+ slack) of the distinct
-        question sites ``which``: half-width = how far along the last axis a site of the line can lie. Found
-        depth by depth: per group, the run of its lines within reach on the next prefix coordinate."""
-        q = distinct[:, 1:]
-        reach = radius + LINE_SLACK
-        pair_q, group = which, distinct[which, 0].astype("int64")  # depth 0: the category's lines
-        squares = np.zeros(len(which))
-        for depth, key in enumerate(self.depth_key):
-            centre = group * SITE_KEY_STRIDE + q[pair_q, depth]
-            lo = np.searchsorted(key, centre - reach, side="left")
-            hi = np.searchsorted(key, centre + reach, side="right")
-            below = self.line_group[depth + 1]
-            first = below[np.minimum(lo, len(below) - 1)]
-            count = np.where(hi > lo, below[np.maximum(hi - 1, 0)] - first + 1, 0)
-            index, group = _runs(np.arange(len(pair_q)), first, count)
-            pair_q = pair_q[index]
-            line = self.group_first_line[depth + 1][group]
-            squares = squares[index] + (self.line_prefix[line, depth] - q[pair_q, depth]) ** 2
-            near = squares <= reach**2
-            pair_q, group, squares = pair_q[near], group[near], squares[near]
-        return pair_q, group, np.sqrt(np.maximum(radius**2 - squares, 0.0))
-
-    def _exact_within(
-        self, distinct: np.ndarray, site_q: np.ndarray, site: np.ndarray, radius: float
-    ) -> tuple[np.ndarray, np.ndarray]:
-        """Distances (the formula every path uses) and whether each is within ``radius`` and the gate."""
-        offset = self.site_coords[site] - distinct[site_q, 1:]
-        dist = np.sqrt((offset**2).sum(axis=1))
-        return dist, (dist <= radius) & (dist <= self.layout.gate)
-
-    def _ball(
-        self, distinct: np.ndarray, which: np.ndarray, radius: float
-    ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        """Flat (question, site, distance) of the sites within ``radius`` of the question sites ``which``."""
-        pair_q, pair_line, half = self._line_pairs(distinct, which, radius)
-        centre = pair_line * SITE_KEY_STRIDE + distinct[pair_q, -1]
-        lo = np.searchsorted(self.site_line_key, centre - half - LINE_SLACK, side="left")
-        hi = np.searchsorted(self.site_line_key, centre + half + LINE_SLACK, side="right")
-        site_q, site = _runs(pair_q, lo, hi - lo)
-        dist, inside = self._exact_within(distinct, site_q, site, radius)
-        return site_q[inside], site[inside], dist[inside]
-
-    def _within_counts(self, distinct: np.ndarray, threshold: int | None = None) -> np.ndarray:
-        """Per distinct question site: how many sites lie within the gate. On each line the sites within are
-        one run along the last axis: the run's interior by search, only its ends by the exact distance.
-        ``threshold``: only whether a count exceeds it matters -- a site whose runs hold no more sites than
-        that gets their size (an upper bound, also not above the threshold) instead of its exact count."""
-        gate = self.layout.gate
-        pair_q, pair_line, half = self._line_pairs(distinct, np.arange(len(distinct)), gate)
-        centre = pair_line * SITE_KEY_STRIDE + distinct[pair_q, -1]
-        lo = np.searchsorted(self.site_line_key, centre - half - LINE_SLACK, side="left")
-        hi = np.searchsorted(self.site_line_key, centre + half + LINE_SLACK, side="right")
-        if threshold is not None:
-            upper = np.bincount(pair_q, weights=hi - lo, minlength=len(distinct)).astype("int64")
-            unsure = upper > threshold
-            if not unsure.any():
-                return upper
-            keep = unsure[pair_q]
-            pair_q, half, centre, lo, hi = pair_q[keep], half[keep], centre[keep], lo[keep], hi[keep]
-            return np.where(unsure, self._run_counts(distinct, pair_q, half, centre, lo, hi), upper)
-        return self._run_counts(distinct, pair_q, half, centre, lo, hi)
-
-    def _run_counts(
-        self,
-        distinct: np.ndarray,
-        pair_q: np.ndarray,
-        half: np.ndarray,
-        centre: np.ndarray,
-        lo: np.ndarray,
-        hi: np.ndarray,
-    ) -> np.ndarray:
-        """Exact within-gate counts from each (question, line) pair's run [lo, hi) of candidate sites."""
-        gate = self.layout.gate
-        inner = np.maximum(half - LINE_SLACK, 0.0)
-        lo_in = np.clip(np.searchsorted(self.site_line_key, centre - inner, side="left"), lo, hi)
-        hi_in = np.clip(np.searchsorted(self.site_line_key, centre + inner, side="right"), lo_in, hi)
-        hi_in = np.where(half > LINE_SLACK, hi_in, lo_in)  # no sure interior: every site checked
-        counts = np.bincount(pair_q, weights=hi_in - lo_in, minlength=len(distinct))
-        edge_q, edge = _runs(
-            np.concatenate([pair_q, pair_q]),
-            np.concatenate([lo, hi_in]),
-            np.concatenate([lo_in - lo, hi - hi_in]),
-        )
-        _, inside = self._exact_within(distinct, edge_q, edge, gate)
-        counts += np.bincount(edge_q[inside], minlength=len(distinct))
-        return counts.astype("int64")
-
-    def _line_index(self, axis: int) -> tuple[dict, np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
-        """Sites sorted along ``axis`` within lines of equal category and other site coordinates: (line of a
-        rounded (category, other coordinates) key, sorted site ids, sorted keys, line starts, line stops)."""
-        if axis not in self._axis_lines:
-            coords = self.site_coords
-            others = [b for b in range(coords.shape[1]) if b != axis]
-            ident = np.column_stack([self.site_cat, _rounded(coords[:, others])])
-            order = np.lexsort((coords[:, axis], *[ident[:, j] for j in reversed(range(ident.shape[1]))]))
-            ident = ident[order]
-            new_line = np.ones(len(order), bool)
-            new_line[1:] = (ident[1:] != ident[:-1]).any(axis=1)
-            line = np.cumsum(new_line) - 1
-            starts = np.flatnonzero(new_line)
-            stops = np.append(starts[1:], len(order))
-            lookup = {tuple(row): i for i, row in enumerate(ident[starts].tolist())}
-            keys = line * SITE_KEY_STRIDE + coords[order, axis]
-            self._axis_lines[axis] = (lookup, order, keys, starts, stops)
-        return self._axis_lines[axis]
-
-    def _line_picks(self, distinct: np.ndarray, axis: int) -> tuple[np.ndarray, np.ndarray]:
-        """Flat (question, site): the two nearest sites on each side of each question site along ``axis`` on
-        the line through it (the same other coordinates), within the gate (``_nearby_sites``'s brackets)."""
-        lookup, order, key, starts, stops = self._line_index(axis)
-        others = [b for b in range(distinct.shape[1] - 1) if b != axis]
-        ident = np.column_stack([distinct[:, 0].astype("int64"), _rounded(distinct[:, 1:][:, others])])
-        line = np.array([lookup.get(tuple(row), -1) for row in ident.tolist()], dtype="int64")
-        which = np.flatnonzero(line >= 0)
-        line = line[which]
-        centre = line * SITE_KEY_STRIDE + distinct[which, 1 + axis]
-        below = np.searchsorted(key, centre, side="left")
-        above = np.searchsorted(key, centre, side="right")
-        position = np.concatenate([below - 1, below - 2, above, above + 1])
-        owner = np.tile(which, 4)
-        ok = (position >= np.tile(starts[line], 4)) & (position < np.tile(stops[line], 4))
-        site_q, site = owner[ok], order[position[ok]]
-        _, inside = self._exact_within(distinct, site_q, site, self.layout.gate)
-        return site_q[inside], site[inside]
-
-    def _kept_sites(
-        self, distinct: np.ndarray, first: tuple[np.ndarray, np.ndarray, np.ndarray] | None = None
-    ) -> tuple[np.ndarray, np.ndarray, np.ndarray, tuple]:
-        """(U, W) candidates as ``_nearby_sites`` keeps them from the whole category, in site order: the
-        NEAREST_KEPT nearest within the gate (ties to the lower site) and the line brackets of every axis.
-        The nearest are searched within NEAREST_RADII first, within the whole gate only where those hold too
-        few; ``first``: the ball of the first radius around every question site, when already found. Also
-        returns which question sites had equally distant sites competing for the last of those places, at
-        which distance, and whether one of them lies on a line through the question site."""
-        n_distinct, n_sites = len(distinct), len(self.site_coords)
-        gate = self.layout.gate
-        picked_q, picked = [], []
-        todo = np.arange(n_distinct)
-        tied = np.zeros(n_distinct, bool)
-        tie_distance = np.full(n_distinct, np.nan)
-        tie_on_line = np.zeros(n_distinct, bool)
-        for radius in [r for r in NEAREST_RADII if r < gate] + [gate]:
-            if first is not None and radius == NEAREST_RADII[0]:  # already searched for every question
-                site_q, site, dist = first
-            else:
-                site_q, site, dist = self._ball(distinct, todo, radius)
-            cand, valid, dists = _scatter(np.searchsorted(todo, site_q), site, dist, len(todo))
-            done = (valid.sum(axis=1) >= NEAREST_KEPT) | (radius >= gate)
-            # the k nearest of those within the radius are the k nearest within the gate: all sites at
-            # the k-th distance lie inside it, so ties still go to the lower site (the columns' order)
-            ranked = np.where(valid[done], dists[done], np.inf)
-            near = _k_smallest(ranked, NEAREST_KEPT)
-            is_tied = _tied_at(ranked, NEAREST_KEPT)
-            if is_tied.any():
-                owners = todo[done][is_tied]
-                tied[owners] = True
-                kth = np.partition(ranked[is_tied], NEAREST_KEPT - 1, axis=1)[:, NEAREST_KEPT - 1]
-                tie_distance[owners] = kth
-                # a tied site on a line through the question could be an axis bracket: counts as deciding
-                members = ranked[is_tied] == kth[:, None]
-                offset = self.site_coords[np.maximum(cand[done][is_tied], 0)] - distinct[owners, None, 1:]
-                on_line = (np.abs(offset) < 1e-9).sum(axis=2) == offset.shape[2] - 1
-                tie_on_line[owners] = (members & on_line).any(axis=1)
-            chosen = np.take_along_axis(cand[done], near, axis=1)
-            owner = np.broadcast_to(todo[done][:, None], chosen.shape)
-            picked_q.append(owner[chosen >= 0])
-            picked.append(chosen[chosen >= 0])
-            todo = todo[~done]
-            if not len(todo):
-                break
-        for axis in range(distinct.shape[1] - 1):
-            line_q, line_site = self._line_picks(distinct, axis)
-            picked_q.append(line_q)
-            picked.append(line_site)
-        flat = np.unique(np.concatenate(picked_q) * n_sites + np.concatenate(picked))
-        site_q, site = flat // n_sites, flat % n_sites
-        dist, _ = self._exact_within(distinct, site_q, site, gate)
-        return (*_scatter(site_q, site, dist, n_distinct), (tied, tie_distance, tie_on_line))
-
-    def _reference_resolve(
-        self, shape: dict[str, np.ndarray], roof_time_us: np.ndarray, kept: bool | None = None
-    ) -> Resolved:
-        """The former algorithm (pandas question frame, every site of the category a candidate, selections by
-        ``np.argpartition``): ``resolve`` checks against it (tests/unit/test_measured_fast_resolve.py) and
-        answers its tied questions by it. ``kept``: force the many-sites path (True) or the other (False), as
-        the whole batch chose it."""
-        layout = self.layout
-        n = len(roof_time_us)
-        out = _empty(n)
-        if n == 0 or not len(self.keys):
-            return out
-        frame = pd.DataFrame({k: np.broadcast_to(np.asarray(v), (n,)) for k, v in shape.items()})
-        if self.family == "attention":
-            frame["phase"] = attention_phase(frame["S"].to_numpy(), frame["KV"].to_numpy())
-        frame = _with_curve(self.family, frame, self.dtype)
-        cats = _categories(frame, layout.categorical)
-        q_cat = cats.map(self.cat_codes).to_numpy(dtype="float64")
-        known = np.isfinite(q_cat)
-        rows = np.flatnonzero(known)
-        if not len(rows):
-            return out
-        if self.family == "gemm" and "B" in frame:
-            rows = rows[frame["B"].to_numpy(dtype="float64")[rows] == 1]
-            if not len(rows):
-                return out
-        q_coords = np.log2(frame.loc[rows, list(layout.site_axes)].to_numpy(dtype="float64"))
-        q_logc = np.log2(frame.loc[rows, layout.curve_axis].to_numpy(dtype="float64"))
-        site_key = np.column_stack([q_cat[rows], q_coords])
-        distinct, inverse = np.unique(site_key, axis=0, return_inverse=True)
-        inverse = inverse.reshape(-1)
-        cand = self.cat_sites[distinct[:, 0].astype("int64")]  # (U, C)
-        valid = cand >= 0
-        offset = self.site_coords[np.where(valid, cand, 0)] - distinct[:, None, 1:]
-        dist = np.sqrt((offset**2).sum(axis=2))
-        return self._answer(
-            out,
-            rows,
-            q_coords,
-            q_logc,
-            roof_time_us,
-            distinct,
-            inverse,
-            cand,
-            valid,
-            dist,
-            former=True,
-            kept=kept,
-        )[0]
-
     def _answer(
         self,
         out: Resolved,
@@ -573,43 +360,15 @@ class SiteTable:
         q_coords: np.ndarray,
         q_logc: np.ndarray,
         roof_time_us: np.ndarray,
-        distinct: np.ndarray,
         inverse: np.ndarray,
         cand: np.ndarray,
         valid: np.ndarray,
         dist: np.ndarray,
-        selected: bool = False,
-        former: bool = False,
-        kept: bool | None = None,
-        tied_sites: tuple | None = None,
-    ) -> tuple[Resolved, np.ndarray]:
-        """Curve lookups and blends of the questions ``rows`` given each distinct site's candidates
-        (``selected``: already the sites ``_nearby_sites`` would keep; ``former``: selections as the former
-        algorithm made them, ``kept``: its path forced). Returns the answers and the questions whose blend
-        had equally distant sites competing for its last place where that place decides the answer
-        (``tied_sites``: distinct sites whose kept nearest sites had such a tie)."""
+    ) -> Resolved:
+        """Curve lookups and blends of the questions ``rows`` given each distinct question site's candidate
+        sites (U, W), in site order, -1 pads; ``inverse``: each question's distinct site."""
         layout = self.layout
-        smallest = _argpartition_smallest if former else _k_smallest
-        within = valid & (dist <= layout.gate)
-        width = max(int(within.sum(axis=1).max()), 1)
-        many = width > NEAREST_KEPT + 4 * len(layout.site_axes) if kept is None else kept
-        if selected:
-            pass
-        elif many:
-            keep = _nearby_sites(
-                self.site_coords[np.where(valid, cand, 0)], distinct[:, 1:], dist, within, smallest
-            )
-            pad = keep < 0
-            keep = np.maximum(keep, 0)
-            within = np.take_along_axis(within, keep, axis=1) & ~pad
-            cand = np.take_along_axis(cand, keep, axis=1)
-            dist = np.take_along_axis(dist, keep, axis=1)
-        elif width < cand.shape[1]:
-            keep = smallest(np.where(within, dist, np.inf), width)
-            within = np.take_along_axis(within, keep, axis=1)
-            cand = np.take_along_axis(cand, keep, axis=1)
-            dist = np.take_along_axis(dist, keep, axis=1)
-        valid, cand, dist = within[inverse], cand[inverse], dist[inverse]  # (Q, W)
+        valid, cand, dist = valid[inverse], cand[inverse], dist[inverse]  # (Q, W)
         safe = np.where(valid, cand, 0)
         lo, hi = self.curve_lo[safe], self.curve_hi[safe]
         covered = valid & (q_logc[:, None] >= lo - layout.hold) & (q_logc[:, None] <= hi + layout.hold)
@@ -631,23 +390,20 @@ class SiteTable:
         # blend: own site alone where measured; else the nearest covering sites within the gate
         eligible = covered & (dist <= layout.gate)
         d = np.where(own, 0.0, np.where(eligible, dist, np.inf))
-        blended, weight, nd = _idw(d, log_util, own, has_own, layout, smallest)
-        tied = _tied_at(d, layout.neighbours) & ~has_own  # the own site alone where measured: no tie counts
+        blended, weight, nd = site_blend.idw(d, log_util, own, has_own, layout)
         if layout.blend == "axes":
             value = log_util
             if layout.space == "latency":  # log latency of each site at the question's curve point
                 step = self.log_roof[nxt] - self.log_roof[left]
                 log_roof = self.log_roof[left] + np.clip(t, 0.0, 1.0) * step
                 value = log_roof - log_util
-            axes, found = _axis_brackets(self.site_coords[safe], q_coords, value, eligible, layout)
+            axes, found = site_blend.axis_brackets(self.site_coords[safe], q_coords, value, eligible, layout)
             if layout.space == "latency":
                 axes = np.log(roof_time_us[rows]) - axes
             take = found & ~has_own
             idw = np.where(np.isfinite(blended), blended, axes)
             mixed = (1.0 - layout.idw_share) * axes + layout.idw_share * idw
             blended = np.where(take, mixed, blended)
-            if layout.idw_share == 0:  # the blend's own value only where no axis brackets
-                tied &= ~take
         total = weight.sum(axis=1)
         ok = total > 0
         duration = np.where(ok, roof_time_us[rows] / np.clip(np.exp(blended), 1e-6, 1.0), np.nan)
@@ -663,47 +419,34 @@ class SiteTable:
         nearest_used = np.where(weight > 0, nd, np.inf).min(axis=1)
         out.distance[rows] = np.where(ok, np.where(has_own, 0.0, nearest_used), np.nan)
         out.spread[rows] = np.where(exact, self.spread[pos], np.nan)
-        if tied_sites is not None:
-            # a tie for the last kept nearest site decides only if a tied site could be blended (fewer
-            # eligible sites nearer than it than the blend takes) or bracket an axis (on a line through it)
-            tie_site, tie_distance, tie_on_line = tied_sites
-            with np.errstate(invalid="ignore"):
-                nearer = (eligible & (dist < tie_distance[inverse][:, None])).sum(axis=1)
-            deciding = tie_on_line[inverse] | (nearer < layout.neighbours)
-            tied |= tie_site[inverse] & ~has_own & deciding
-        return out, rows[tied]
+        return out
 
 
-NEAREST_RADII = (0.75, 1.5)  # octaves: the nearest sites are searched within these first (_kept_sites)
-NEAREST_KEPT = 8  # sites kept per question beside the two nearest on each side of each site axis's line
+def _distance(sites: np.ndarray, question: np.ndarray) -> np.ndarray:
+    """Euclidean distance in log2 site coordinates, one formula for every path (not the tree's arithmetic):
+    a site on the gate is in or out alike."""
+    return np.sqrt(((sites - question) ** 2).sum(axis=-1))
 
 
-def _nearby_sites(
-    coords: np.ndarray, q: np.ndarray, dist: np.ndarray, within: np.ndarray, smallest: Any = None
+def _rounded(coords: np.ndarray) -> np.ndarray:
+    """log2 coordinates as integers (2**-20 octave): equal sizes are one key even an ulp apart."""
+    return np.round(coords * 2.0**20).astype("int64")
+
+
+def _first_of_each(
+    group: np.ndarray, key: np.ndarray, site: np.ndarray, mask: np.ndarray, k: int
 ) -> np.ndarray:
-    """Column indices (U, W) of the candidates that can matter to a question's site: its NEAREST_KEPT nearest
-    within the gate (the inverse-distance fallback) and, per site axis, the two nearest on each side along
-    the line through it (the brackets, with a spare where one does not cover the curve point); -1 pads
-    repeats. coords: (U, C, A), q: (U, A), dist/within: (U, C)."""
-    picks = []
-    k = min(NEAREST_KEPT, dist.shape[1])
-    picks.append((smallest or _k_smallest)(np.where(within, dist, np.inf), k))
-    for a in range(q.shape[1]):
-        line = within.copy()
-        for b in range(q.shape[1]):
-            if b != a:
-                line &= np.abs(coords[:, :, b] - q[:, None, b]) < 1e-9
-        delta = coords[:, :, a] - q[:, None, a]
-        for side in (delta < 0, delta > 0):
-            gap = np.where(line & side, np.abs(delta), np.inf)
-            two = min(2, gap.shape[1])
-            chosen = np.argpartition(gap, two - 1, axis=1)[:, :two]
-            ok = np.isfinite(np.take_along_axis(gap, chosen, axis=1))
-            picks.append(np.where(ok, chosen, -1))
-    keep = np.sort(np.concatenate(picks, axis=1), axis=1)
-    repeat = np.zeros_like(keep, dtype=bool)
-    repeat[:, 1:] = keep[:, 1:] == keep[:, :-1]
-    return np.where(repeat, -1, keep)
+    """Which of the ``mask``-ed pairs are among the first k of their group, ranked by key, then site."""
+    index = np.flatnonzero(mask)
+    order = index[np.lexsort((site[index], key[index], group[index]))]
+    ordered = group[order]
+    new = np.ones(len(order), bool)
+    new[1:] = ordered[1:] != ordered[:-1]
+    position = np.arange(len(order))
+    rank = position - np.maximum.accumulate(np.where(new, position, 0))
+    out = np.zeros(len(mask), bool)
+    out[order[rank < k]] = True
+    return out
 
 
 def _unique_rows(a: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -733,115 +476,6 @@ def _scatter(
     cand[site_q, position] = site
     dists[site_q, position] = dist
     return cand, cand >= 0, dists
-
-
-def _rounded(coords: np.ndarray) -> np.ndarray:
-    """log2 coordinates as integers (2**-20 octave): equal sizes are one key even an ulp apart."""
-    return np.round(coords * 2.0**20).astype("int64")
-
-
-def _runs(owner: np.ndarray, start: np.ndarray, count: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """Flattened runs ``start[i] .. start[i] + count[i] - 1``, each tagged with ``owner[i]``, in order."""
-    count = np.maximum(count, 0)
-    total = int(count.sum())
-    first = np.cumsum(count) - count
-    values = np.arange(total) - np.repeat(first, count) + np.repeat(start, count)
-    return np.repeat(owner, count), values
-
-
-def _argpartition_smallest(x: np.ndarray, k: int) -> np.ndarray:
-    """The former selection: which of equally distant sites wins is ``np.argpartition``'s."""
-    return np.argpartition(x, k - 1, axis=1)[:, :k]
-
-
-def _tied_at(x: np.ndarray, k: int) -> np.ndarray:
-    """Rows whose k-th and (k+1)-th smallest values are one finite value: a selection of k breaks a tie."""
-    if x.shape[1] <= k:
-        return np.zeros(len(x), bool)
-    part = np.partition(x, [k - 1, k], axis=1)
-    return np.isfinite(part[:, k]) & (part[:, k - 1] == part[:, k])
-
-
-def _k_smallest(x: np.ndarray, k: int) -> np.ndarray:
-    """Column indices (rows, k), ascending, of each row's k smallest values; ties go to the leftmost column
-    (the lower site). Rows where a tie decides are answered again by the former algorithm
-    (``SiteTable._former_where_tied``), so this rule never reaches an answer."""
-    k = min(k, x.shape[1])
-    kth = np.partition(x, k - 1, axis=1)[:, k - 1 : k]
-    below = x < kth
-    tied = x == kth
-    take = below | (tied & (np.cumsum(tied, axis=1) <= k - below.sum(axis=1, keepdims=True)))
-    return np.nonzero(take)[1].reshape(len(x), k)
-
-
-def _idw(
-    d: np.ndarray,
-    log_util: np.ndarray,
-    own: np.ndarray,
-    has_own: np.ndarray,
-    layout: Layout,
-    smallest: Any = None,
-) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """Inverse-distance blend of the ``layout.neighbours`` nearest eligible sites (distance ``d``, inf where
-    not eligible); the own site alone where it was measured. Returns (blend, weights, their distances)."""
-    k = min(layout.neighbours, d.shape[1])
-    nearest = (
-        (smallest or _k_smallest)(d, k) if d.shape[1] > k else np.tile(np.arange(d.shape[1]), (len(d), 1))
-    )
-    nd = np.take_along_axis(d, nearest, axis=1)
-    nu = np.take_along_axis(log_util, nearest, axis=1)
-    with np.errstate(divide="ignore"):
-        weight = np.where(np.isfinite(nd), 1.0 / np.maximum(nd, 1e-6) ** layout.power, 0.0)
-    own_pick = np.take_along_axis(own, nearest, axis=1)
-    weight = np.where(has_own[:, None], own_pick.astype(float), weight)
-    with np.errstate(invalid="ignore", divide="ignore"):
-        blended = (weight * nu).sum(axis=1) / weight.sum(axis=1)
-    return blended, weight, nd
-
-
-def _axis_brackets(
-    coords: np.ndarray, q: np.ndarray, value: np.ndarray, eligible: np.ndarray, layout: Layout
-) -> tuple[np.ndarray, np.ndarray]:
-    """Per site axis, along the measured grid: the nearest eligible sites below and above the question that
-    share its other coordinates, ``value`` linear in log2 of that axis between them; the axes' estimates
-    averaged, each weighted by 1 / its bracket width in octaves (a tight bracket knows more). One-sided
-    axes (the question past the grid's edge on it) hold the nearest site's value at a lower weight.
-    coords: (Q, C, A) candidate sites, q: (Q, A), value/eligible: (Q, C). Returns (estimate, found)."""
-    n_axes = q.shape[1]
-    total = np.zeros(len(q))
-    acc = np.zeros(len(q))
-    for a in range(n_axes):
-        others = [b for b in range(n_axes) if b != a]
-        line = eligible.copy()
-        for b in others:
-            line &= np.abs(coords[:, :, b] - q[:, None, b]) < 1e-9
-        delta = coords[:, :, a] - q[:, None, a]
-        below = np.where(line & (delta < 0), delta, -np.inf)
-        above = np.where(line & (delta > 0), delta, np.inf)
-        lo, hi = below.argmax(axis=1), above.argmin(axis=1)
-        d_lo = -np.take_along_axis(below, lo[:, None], axis=1)[:, 0]
-        d_hi = np.take_along_axis(above, hi[:, None], axis=1)[:, 0]
-        v_lo = np.take_along_axis(value, lo[:, None], axis=1)[:, 0]
-        v_hi = np.take_along_axis(value, hi[:, None], axis=1)[:, 0]
-        both = np.isfinite(d_lo) & np.isfinite(d_hi)
-        with np.errstate(invalid="ignore", divide="ignore"):
-            inside = v_lo + d_lo / (d_lo + d_hi) * (v_hi - v_lo)
-        width = np.where(both, d_lo + d_hi, np.inf)
-        if layout.one_sided > 0:
-            nearest = np.where(d_lo <= d_hi, v_lo, v_hi)
-            near_d = np.minimum(d_lo, d_hi)
-            est = np.where(both, inside, nearest)
-            width = np.where(both, width, near_d / layout.one_sided)
-        else:
-            est = inside
-        w = np.where(np.isfinite(width), 1.0 / np.maximum(width, 1e-6) ** layout.axis_power, 0.0)
-        if layout.smooth > 0:  # trust the axis whose two brackets agree: less curvature between them
-            w = w / (layout.smooth + np.abs(np.where(both, v_hi - v_lo, 0.0)))
-        acc += np.where(w > 0, w * est, 0.0)
-        total += w
-    found = total > 0
-    with np.errstate(invalid="ignore", divide="ignore"):
-        return np.where(found, acc / total, np.nan), found
 
 
 def _categories(frame: pd.DataFrame, columns: tuple[str, ...]) -> pd.Series:

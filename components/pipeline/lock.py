@@ -1,18 +1,16 @@
 """One pipeline run per state folder: a lock file under KERNELCAST_HOME naming its holder.
 
 Two runs on one state folder would interleave DVC stages and MLflow registrations, so the second is
-refused with a message naming the holder (pid, host, start time, command). The lock is an
-``fcntl.flock`` on ``<home>/pipeline.lock`` held for the whole run: the kernel drops it when the
-holder dies, however it dies (SIGKILL, OOM), so a lock left behind by a crashed run is stale by
-construction and the next run takes it over -- the pid written in the file is for the message only.
-``flock`` is per host: a state folder on a shared filesystem used from two machines needs an
+refused with a message naming the holder (pid, host, start time, command). The lock
+(``components.common.file_lock``) is on ``<home>/pipeline.lock``, held for the whole run: a lock left
+behind by a crashed run is stale by construction and the next run takes it over -- the pid written in the
+file is for the message only. A state folder on a shared filesystem used from two machines needs an
 external lock (a Prefect concurrency limit on the deployment does that on a cluster).
 """
 
 from __future__ import annotations
 
 import datetime as dt
-import fcntl
 import json
 import os
 import socket
@@ -21,6 +19,8 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
+
+from components.common.file_lock import exclusive
 
 LOCK_NAME = "pipeline.lock"
 
@@ -62,27 +62,6 @@ def _describe(holder: dict[str, object]) -> str:
     )
 
 
-def _acquire(path: Path) -> int:
-    """An fd holding the flock on the file now at ``path`` (not on one a releaser just unlinked)."""
-    while True:
-        fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            os.close(fd)
-            raise PipelineLocked(
-                f"{path}: another pipeline run holds this state folder ({_describe(read_holder(path))}); "
-                "wait for it to finish, or point KERNELCAST_HOME elsewhere"
-            ) from None
-        try:
-            same = os.fstat(fd).st_ino == os.stat(path).st_ino
-        except FileNotFoundError:
-            same = False
-        if same:
-            return fd
-        os.close(fd)  # the previous holder unlinked it between our open and our lock: try again
-
-
 @contextmanager
 def pipeline_lock(state_dir: Path, command: str | None = None) -> Iterator[LockInfo]:
     """Hold ``<state_dir>/pipeline.lock`` for the body, or raise ``PipelineLocked`` at once.
@@ -90,10 +69,15 @@ def pipeline_lock(state_dir: Path, command: str | None = None) -> Iterator[LockI
     Never waits: a scheduled run that finds the folder busy fails fast and is retried by its
     schedule, rather than queueing behind an hour-long run.
     """
-    path = lock_path(state_dir)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd = _acquire(path)
-    try:
+
+    def busy(path: Path) -> PipelineLocked:
+        return PipelineLocked(
+            f"{path}: another pipeline run holds this state folder ({_describe(read_holder(path))}); "
+            "wait for it to finish, or point KERNELCAST_HOME elsewhere"
+        )
+
+    # unlinked on release while still held, so a waiter never locks a file about to vanish
+    with exclusive(lock_path(state_dir), 0, busy, unlink=True) as path:
         previous = read_holder(path)  # written by a holder that died without releasing
         holder = {
             "pid": os.getpid(),
@@ -101,16 +85,12 @@ def pipeline_lock(state_dir: Path, command: str | None = None) -> Iterator[LockI
             "started": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
             "command": command or " ".join(sys.argv),
         }
-        os.ftruncate(fd, 0)
-        os.pwrite(fd, (json.dumps(holder) + "\n").encode(), 0)
-        os.fsync(fd)
-        try:
-            yield LockInfo(path, os.getpid(), previous or None)
-        finally:
-            # Unlink while still holding the lock, so a waiter never locks a file about to vanish.
-            path.unlink(missing_ok=True)
-    finally:
-        os.close(fd)
+        with path.open("r+") as handle:  # the locked file itself (no rename: the lock is on this inode)
+            handle.truncate()
+            handle.write(json.dumps(holder) + "\n")
+            handle.flush()
+            os.fsync(handle.fileno())
+        yield LockInfo(path, os.getpid(), previous or None)
 
 
 __all__ = ["LOCK_NAME", "LockInfo", "PipelineLocked", "lock_path", "pipeline_lock", "read_holder"]

@@ -127,7 +127,7 @@ class ParamsError(ValueError):
 
 
 # Keys each typed section may hold. ``train`` nests ``tabular`` and ``llm``, whose keys their own
-# readers check (``components.models.tabular.TabularConfig.from_params``;
+# readers check (``components.models.tabular_config.TabularConfig.from_params``;
 # ``components.training.llm.llm_params``): importing them here would make every command -- and
 # every DVC stage -- depend on the model code.
 SECTION_KEYS: dict[str, frozenset[str]] = {

@@ -19,7 +19,6 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from components.profiling.ncu import kernel_rows, parse_raw_csv
-from components.profiling.suites import SUITES
 
 
 class ProfileDataError(ValueError):
@@ -142,10 +141,6 @@ def read_ncu_run(
     kernels = kernel_rows(parse_raw_csv(raw_path.read_text()), roles)
     cases = [c for c in timing if case_filter in c.case_id]
     return [(case, pos, kernel, roles) for case, pos, kernel in match_ncu_to_cases(cases, kernels, raw_path)]
-
-
-def suite_case_ids(suite: str) -> list[str]:
-    return [case.case_id for case in SUITES[suite]()]
 
 
 # --------------------------------------------------------------------------- profiled rows (format

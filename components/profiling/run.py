@@ -142,7 +142,8 @@ def _start_ray(ray_address: str | None) -> None:
 
 
 def profile_run(inputs: ProfileInputs) -> ProfileResult:
-    """Measure ``inputs.suite`` on ``inputs.device`` with ``inputs.backend``; write and return the run folder."""
+    """Measure ``inputs.suite`` on ``inputs.device`` with ``inputs.backend``; write and return the run
+    folder."""
     import os
 
     from components.platform.config import get_settings

@@ -72,7 +72,8 @@ class Placement:
 
 
 def ray_accelerator_type(device_id: str, vendor: str) -> str:
-    """Ray's accelerator-type label for a catalog device: ``H100``, ``A100``, ``L4``, ``AMD-Instinct-MI300X``..."""
+    """Ray's accelerator-type label for a catalog device: ``H100``, ``A100``, ``L4``,
+    ``AMD-Instinct-MI300X``..."""
     head = device_id.split("-")[0].upper()
     if vendor.lower() == "amd" and head.startswith("MI"):
         return f"AMD-Instinct-{head}"

@@ -1,7 +1,7 @@
 """Per-thread instruction counts of a source question's kernels, loops counted by the source.
 
 The SASS of a kernel says which instructions sit in loops, not how often the loops run. Here the
-source is compiled a second time with every loop pinned (``#pragma unroll 1``, static_loops) so
+source is compiled a second time with every loop pinned (``#pragma unroll 1``, static.loops) so
 that each source loop is one SASS loop; when the compiled nest matches the source nest, each
 loop's body runs its source trip count (known from constants, macros, template and scalar
 arguments, the launch) times its enclosing loops'. A loop whose bound stays unknown runs
@@ -75,7 +75,7 @@ def check_args(args: Any) -> dict[str, float]:
 
 def check_arg_names(source: str, kernels: list[Any], args: dict[str, float]) -> None:
     """Every given argument names a scalar parameter of at least one analysed kernel."""
-    from components.features.static_loops import kernel_parameters
+    from components.features.static.loops import kernel_parameters
 
     if not args:
         return
@@ -93,7 +93,7 @@ def check_arg_names(source: str, kernels: list[Any], args: dict[str, float]) -> 
 
 def count_loops(source: str, kernel: Any, pinned: Any | None, known: Any) -> LoopCount:
     """Per-thread dynamic counts of ``kernel`` from the pinned compile and the source's trips."""
-    from components.features.static_loops import kernel_loops, match_nest
+    from components.features.static.loops import kernel_loops, match_nest
     from components.models.cuda_estimate import LOOP_TRIPS, counted_instructions, nest_counts
 
     name = kernel.instance or kernel.short_name
@@ -128,8 +128,8 @@ def count_loops(source: str, kernel: Any, pinned: Any | None, known: Any) -> Loo
 
 def count_kernel(source: str, kernel: Any, pinned: Any | None, known: Any) -> LoopCount:
     """``count_loops``, then the share of threads a thread-index guard lets through
-    (static_loops.thread_guard): the per-thread counts are averaged over every launched thread."""
-    from components.features.static_loops import thread_guard
+    (static.loops.thread_guard): the per-thread counts are averaged over every launched thread."""
+    from components.features.static.loops import thread_guard
     from components.models.cuda_estimate import counted_instructions, dynamic_counts
 
     count = count_loops(source, kernel, pinned, known)

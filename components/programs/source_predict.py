@@ -1,12 +1,12 @@
 """Answer a CUDA/HIP-source question: runtime, bound pipe and roofline class of its kernel(s) on GPUs.
 
-AMD GPUs: the HIP compiler (components.features.static_hip) compiles the source to the GPU's AMDGPU
+AMD GPUs: the HIP compiler (components.features.static.hip) compiles the source to the GPU's AMDGPU
 ISA -- CUDA source through the HIP translation, NVIDIA SASS standing in (the note says why) only when
 it does not translate or no HIP compiler is installed (a HIP source then is a one-line error naming
 it). NVIDIA GPUs: NVRTC, HIP source through a small CUDA shim (HIP on NVIDIA is CUDA).
 
 The source is compiled, never run: host code is stripped and NVRTC compiles the device code in a
-sandboxed subprocess with time and memory limits (components.features.static_compile); the SASS
+sandboxed subprocess with time and memory limits (components.features.static.compile); the SASS
 instruction mix, the launch and each GPU's spec give a roofline estimate per kernel
 (components.models.cuda_estimate). The roofline class comes from the class model trained on
 gpuFLOPBench's bolet train side (components.models.roofline_class) when one is saved, else from the
@@ -69,7 +69,8 @@ def _check_inputs(source: Any, language: Any, launch: Any) -> tuple[str, dict[st
 
 
 def _compile(source: str, arch: str, defines: dict[str, str], kernel: str | None) -> Any:
-    from components.features.static import CompileError, NoKernelError, analyze_source
+    from components.features.static.analyze import NoKernelError, analyze_source
+    from components.features.static.compile import CompileError
 
     try:
         return analyze_source(
@@ -91,8 +92,9 @@ def _compile(source: str, arch: str, defines: dict[str, str], kernel: str | None
 
 def _compile_hip(source: str, arch: str, defines: dict[str, str], kernel: str | None, from_cuda: bool) -> Any:
     """The AMDGPU report of HIP source (or of CUDA source through the HIP translation)."""
-    from components.features.static import CompileError, NoKernelError
-    from components.features.static_hip import HipToolchainMissing, analyze_hip_source
+    from components.features.static.analyze import NoKernelError
+    from components.features.static.compile import CompileError
+    from components.features.static.hip import HipToolchainMissing, analyze_hip_source
 
     name = "question.cu" if from_cuda else "question.hip"
     try:
@@ -147,11 +149,11 @@ def _report_for(
 ) -> tuple[Any, str | None]:
     """(static report, note) for one GPU: AMD GPUs get AMDGPU ISA from the HIP compiler (CUDA source
     through the HIP translation); NVIDIA GPUs get SASS from NVRTC (HIP source through a CUDA shim)."""
-    from components.features.static_compile import arch_for_device
+    from components.features.static.compile import arch_for_device
 
     defines, kernel = launch.get("defines") or {}, launch.get("kernel")
     if getattr(spec, "vendor", "nvidia") == "amd":
-        from components.features.static_hip import hip_arch_for_device, hip_available
+        from components.features.static.hip import hip_arch_for_device, hip_available
 
         arch, arch_note = hip_arch_for_device(spec)
         if lang == "hip" or hip_available():
@@ -262,7 +264,7 @@ def _loop_counts(
 ) -> list[Any]:
     """How each kernel's loops are counted: from the source through a loop-pinned NVRTC compile
     (components.programs.source_loops); AMDGPU ISA keeps the plain assumption, saying so."""
-    from components.features.static_loops import Known, pin_loops
+    from components.features.static.loops import Known, pin_loops
     from components.models.cuda_estimate import LOOP_TRIPS
     from components.programs.source_loops import LoopCount, count_kernel
 
@@ -290,7 +292,7 @@ def _loop_counts(
 
 def _occupancy_note(report: Any, block: tuple, spec: Any) -> str | None:
     """Registers, LDS and resident waves per CU of the main kernel on this AMD GPU, for this block."""
-    from components.features.static_amdgpu import occupancy
+    from components.features.static.amdgpu import occupancy
 
     if not report.kernels:
         return None

@@ -1,6 +1,6 @@
 """The pyfunc contract every registered kernelcast model is logged with, whatever its family.
 
-Input: the user's question, one row each (``/tmp/team/interfaces.md``; columns ``QUESTION_COLUMNS``,
+Input: the user's question, one row each (``docs/answers.md``; columns ``QUESTION_COLUMNS``,
 all optional strings -- dicts as JSON object text): ``device`` (catalog name) or ``device_spec``,
 ``dtype``, and one kernel form: ``op`` + ``shape``, ``source`` + ``language`` + ``launch``, or
 ``module``. Featurisation happens inside the model (``components.serving.questions.answer_frame``),

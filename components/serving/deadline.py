@@ -1,10 +1,11 @@
 """A request's time limit, seen by the work behind it.
 
 The server answers 504 when a request runs past its limit, but the worker thread doing the work cannot be
-killed from outside. So the limit travels with the work: the handler sets a ``Deadline`` in a context variable
-(``asyncio.to_thread`` copies the context into the worker), cancels it on timeout, and the answering loops call
-``check()`` between steps (each kernel group, each program prediction): a timed-out request stops at the next
-step instead of compiling and tracing on for nobody. Work without a deadline (the CLI, the pyfunc) never stops.
+killed from outside. So the limit travels with the work: the handler sets a ``Deadline`` in a context
+variable (``asyncio.to_thread`` copies the context into the worker), cancels it on timeout, and the
+answering loops call ``check()`` between steps (each kernel group, each program prediction): a timed-out
+request stops at the next step instead of compiling and tracing on for nobody. Work without a deadline (the
+CLI, the pyfunc) never stops.
 """
 
 from __future__ import annotations
@@ -18,7 +19,8 @@ from dataclasses import dataclass, field
 
 
 class DeadlineExceeded(RuntimeError):
-    """The request this work belongs to ran out of time (or was cancelled); the message says where it stopped."""
+    """The request this work belongs to ran out of time (or was cancelled); the message says where it
+    stopped."""
 
 
 @dataclass
@@ -29,9 +31,6 @@ class Deadline:
     @classmethod
     def after(cls, seconds: float) -> Deadline:
         return cls(time.monotonic() + seconds)
-
-    def remaining_s(self) -> float:
-        return 0.0 if self.cancelled.is_set() else max(0.0, self.expires_at - time.monotonic())
 
     def cancel(self) -> None:
         self.cancelled.set()
@@ -59,7 +58,8 @@ def check(where: str) -> None:
 
 @contextmanager
 def bound(deadline: Deadline) -> Iterator[Deadline]:
-    """``deadline`` is the current one inside the block (and in threads started with a copy of the context)."""
+    """``deadline`` is the current one inside the block (and in threads started with a copy of the
+    context)."""
     token = _CURRENT.set(deadline)
     try:
         yield deadline

@@ -288,7 +288,8 @@ def load_flat_predictor(folder: Path) -> Any | None:
     files = {t: (folder / n).with_suffix(NPZ_SUFFIX) for t, n in spec["model_files"].items()}
     if not all(p.is_file() for p in files.values()):
         return None
-    from components.models.tabular import TabularConfig, TabularPredictor
+    from components.models.tabular import TabularPredictor
+    from components.models.tabular_config import TabularConfig
 
     config = TabularConfig(**{"feature_set": "absolute", **spec["config"]})
     # trained_on (the leakage guard's ids) is left out: serving never evaluates, and reading it costs.

@@ -1,6 +1,6 @@
 """The question schema and its strict parser: what a question may say, and ``parse_questions``.
 
-A question is one kernel on one device (``/tmp/team/interfaces.md``): a device (catalog name) XOR
+A question is one kernel on one device (``docs/answers.md``): a device (catalog name) XOR
 a full device spec, a dtype, and exactly one kernel form -- op + shape, CUDA/HIP source + language
 + launch, or a PyTorch module. ``parse_questions`` validates strictly: every error names the row
 and the field, and what would be accepted (``kernel_error`` restates such an error about a request's

@@ -320,7 +320,7 @@ def _pick(scores: dict[str, float]) -> str | None:
 def run_prompt_scenario(
     test: pd.DataFrame, scenario: str, chooser: Any, catalog: Any, tokenizer: Any, max_tokens: int
 ) -> ScenarioResult:
-    from components.evaluation.metrics import accuracy, balanced_accuracy
+    from components.common.metrics import accuracy, balanced_accuracy
 
     started = time.perf_counter()
     preds = [
@@ -353,7 +353,7 @@ def run_finetune_scenario(
     batch_size: int,
 ) -> ScenarioResult:
     """(iv): LoRA classifier trained with Ray Train on a balanced subsample of the train side."""
-    from components.evaluation.metrics import accuracy, balanced_accuracy
+    from components.common.metrics import accuracy, balanced_accuracy
     from components.models.llm.model import LLMConfig, LLMPredictor
     from components.training.llm import split_validation, train_llm
 

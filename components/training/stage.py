@@ -132,7 +132,7 @@ def _train_classic(
 ) -> TrainResult:
     from components.evaluation.harness import capped_rows, evaluate_predictor, flat_metrics
     from components.evaluation.plots import write_plots
-    from components.models.tabular import TabularConfig
+    from components.models.tabular_config import TabularConfig
     from components.registry.runs import Registration, experiment_id, log_training_run, write_registration
     from components.registry.tracking import component_run, log_dataset, stage_run
     from components.training.tabular import make_predictor

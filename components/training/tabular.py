@@ -16,7 +16,9 @@ from typing import Any
 
 import pandas as pd
 
-from components.models.tabular import TabularConfig, TabularPredictor, TargetJob, config_for_split, fit_job
+from components.models.tabular import TabularPredictor
+from components.models.tabular_config import TabularConfig, config_for_split
+from components.models.tabular_fit import TargetJob, fit_job
 from components.platform.config import Settings
 
 

@@ -3,16 +3,13 @@
 ``validate_measurements(measurements, catalog, params, kernels=None) -> ValidationResult``
 splits rows into ``valid`` and ``quarantine`` (each failing row with a ``failed_expectations``
 JSON list) plus a ``summary``; ``write_validation`` writes them atomically with an HTML report;
-``validate_dir`` is the whole stage on folders (CLI + flow); ``drift_report`` compares
+``run.validate_dir`` is the whole stage on folders (CLI + flow); ``drift_report`` compares
 distributions. GX itself is imported only when a suite runs (~3 s).
 """
 
-from components.validation.drift import drift_against_dir, drift_report
+from components.validation.drift import drift_report
 from components.validation.run import (
     FAILED_COLUMN,
-    ExpectationOutcome,
-    ValidationResult,
-    validate_dir,
     validate_kernels,
     validate_measurements,
     write_validation,
@@ -20,11 +17,7 @@ from components.validation.run import (
 
 __all__ = [
     "FAILED_COLUMN",
-    "ExpectationOutcome",
-    "ValidationResult",
-    "drift_against_dir",
     "drift_report",
-    "validate_dir",
     "validate_kernels",
     "validate_measurements",
     "write_validation",

@@ -492,7 +492,8 @@ def serve_bench_command(
     """Serving speed: per-stage rates per CPU-second (one thread), server p50/p99 at a fixed rate, a CUDA source
     query, llm; optionally the README's speed table."""
     prepared_settings()
-    from components.serving.bench import readme_block, run_bench, write_readme_block, write_result
+    from components.serving.bench import run_bench, write_result
+    from components.serving.bench_readme import readme_block, write_readme_block
 
     if markdown is not None and not markdown.is_file():
         raise UserError(f"--markdown {markdown}: file not found")

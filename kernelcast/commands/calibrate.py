@@ -40,7 +40,7 @@ def calibrate_command(
     ] = "kernelcast",
 ) -> None:
     """Fit and store a per-GPU runtime correction from that GPU's calibration rows."""
-    from components.evaluation.calibration import calibrate_stage
+    from components.evaluation.calibrate_stage import calibrate_stage
     from components.platform.config import load_params
     from components.registry.loading import load_any_predictor
 

@@ -9,7 +9,7 @@ from typing import Annotated
 
 import typer
 
-from components.features.static_sass import INSTRUCTION_CLASSES
+from components.features.static.sass import INSTRUCTION_CLASSES
 from kernelcast.commands._common import clean_errors
 
 # The table shows the classes up to barriers; the JSON output keeps every class.
@@ -55,7 +55,8 @@ def static_command(
 ) -> None:
     """Compile FILE with NVRTC -- or, for .hip / --arch gfx..., the HIP compiler -- (no GPU needed) and report
     static features per kernel."""
-    from components.features.static import CompileError, NoKernelError, analyze_file
+    from components.features.static.analyze import NoKernelError, analyze_file
+    from components.features.static.compile import CompileError
     from kernelcast.commands._common import UserError
 
     if not file.is_file():
@@ -64,12 +65,12 @@ def static_command(
         if not folder.is_dir():
             raise UserError(f"-I {folder}: no such folder")
     defines = parse_defines(define or ())
-    from components.features.static_compile import check_arch
+    from components.features.static.compile import check_arch
 
     hip = arch.strip().lower().startswith("gfx") or file.name.endswith(".hip")
     try:
         if hip:  # AMDGPU ISA from the HIP compiler (a .cu file goes through the HIP translation)
-            from components.features.static_hip import check_amd_arch
+            from components.features.static.hip import check_amd_arch
 
             check_amd_arch("gfx90a" if arch == "sm_90" else arch)
         else:
@@ -78,7 +79,7 @@ def static_command(
         raise UserError(f"--arch: {exc}") from None
     try:
         if hip:
-            from components.features.static_hip import HipToolchainMissing, analyze_hip_file
+            from components.features.static.hip import HipToolchainMissing, analyze_hip_file
 
             try:
                 report = analyze_hip_file(

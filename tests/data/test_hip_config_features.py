@@ -62,7 +62,7 @@ def test_amd_source_split_holds_the_w6600_out_on_sampled_configurations(hub) -> 
 
 def test_per_configuration_static_rows_join_by_configuration(hub) -> None:
     from components.features.build import build_feature_table
-    from components.features.static_hip_table import config_id
+    from components.features.static.hip_table import config_id
 
     measurements, kernels = hub
     rows = measurements[measurements["kernel_id"] == measurements["kernel_id"].iloc[0]].head(3)
@@ -81,7 +81,7 @@ def test_per_configuration_static_rows_join_by_configuration(hub) -> None:
 
 @needs_hip
 def test_sampled_configurations_compile_with_their_macros(hub, tmp_path: Path) -> None:
-    from components.features.static_hip_table import build_hip_config_table
+    from components.features.static.hip_table import build_hip_config_table
 
     measurements, kernels = hub
     table, coverage = build_hip_config_table(

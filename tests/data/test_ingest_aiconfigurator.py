@@ -95,7 +95,7 @@ def test_registered_and_canonical(out) -> None:
     assert set(m["device_id"]) == {"a100-sxm4-80gb", "l40s"}
     assert set(m["source"]) == {"aiconfigurator"} and set(m["profiler"]) == {"cuda_event"}
     assert with_measurement_ids(m)["measurement_id"].is_unique and m["kernel_id"].isin(k["kernel_id"]).all()
-    assert set(zip(k["family"], k["op"])) == {
+    assert set(zip(k["family"], k["op"], strict=True)) == {
         ("gemm", "gemm"),
         ("attention", "prefill"),
         ("attention", "decode"),

@@ -68,7 +68,7 @@ def test_garbage_row_is_rejected_with_reason_and_balance_holds(tmp_path: Path) -
 
 def test_missing_column_names_the_file(tmp_path: Path) -> None:
     root = _excerpt(tmp_path, 2, lambda lines: [lines[0].replace('"xtime"', '"time"'), *lines[1:]])
-    with pytest.raises(IngestError, match="profiling-data.csv.*xtime"):
+    with pytest.raises(IngestError, match=r"profiling-data\.csv.*xtime"):
         ingest(root, load_catalog())
 
 

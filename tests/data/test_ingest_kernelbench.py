@@ -58,5 +58,5 @@ def test_broken_json_names_the_file(tmp_path: Path) -> None:
     (root / "results/timing/H100_Modal/baseline_time_torch.json").write_text(
         '{"level1": {"1_x.py": {"mean": 1'
     )
-    with pytest.raises(IngestError, match="baseline_time_torch.json"):
+    with pytest.raises(IngestError, match=r"baseline_time_torch\.json"):
         ingest(root, load_catalog())

@@ -41,7 +41,7 @@ def test_mismatched_kernel_order_is_an_error_naming_the_file(tmp_path: Path) -> 
     lines = (run / "cuda_event.jsonl").read_text().splitlines()
     lines[0], lines[2] = lines[2], lines[0]  # cases out of launch order
     (run / "cuda_event.jsonl").write_text("\n".join(lines) + "\n")
-    with pytest.raises(IngestError, match="ncu_raw.csv"):
+    with pytest.raises(IngestError, match=r"ncu_raw\.csv"):
         ingest(tmp_path, load_catalog())
 
 

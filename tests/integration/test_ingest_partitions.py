@@ -249,6 +249,6 @@ def test_a_folder_holding_other_files_is_refused(roots: dict[str, Path], tmp_pat
     out = tmp_path / "mine"
     out.mkdir()
     (out / "notes.txt").write_text("keep me")
-    with pytest.raises(IngestError, match="holds other files \\(notes.txt\\)"):
+    with pytest.raises(IngestError, match=r"holds other files \(notes.txt\)"):
         _ingest("gpuflopbench", roots["gpuflopbench"], out, tmp_path)
     assert (out / "notes.txt").read_text() == "keep me" and not (out / "measurements.parquet").exists()

@@ -13,6 +13,7 @@ Every Ray process of this cluster is stopped by PID at the end (never ``ray stop
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shutil
@@ -61,10 +62,8 @@ def _stop_cluster(temp_dir: Path) -> None:
         except (psutil.NoSuchProcess, psutil.AccessDenied):
             continue
     for proc in ours:
-        try:
+        with contextlib.suppress(psutil.NoSuchProcess):
             proc.send_signal(signal.SIGTERM)
-        except psutil.NoSuchProcess:
-            pass
     _, alive = psutil.wait_procs(ours, timeout=15)
     for proc in alive:
         proc.kill()
@@ -138,9 +137,9 @@ def cluster() -> Iterator[tuple[str, dict[str, str], Path]]:
 def _node_ids(address: str, env: dict[str, str]) -> dict[str, str]:
     """Node name -> node id, as the cluster reports them (read in a separate driver)."""
     code = (
-        "import json, ray; ray.init(address=%r, log_to_driver=False); "
-        "print(json.dumps({n['NodeName'] if n['NodeName'] in ('fake-l4', 'fake-unknown') else 'head': n['NodeID'] "
-        "for n in ray.nodes() if n['Alive']}))" % address
+        f"import json, ray; ray.init(address={address!r}, log_to_driver=False); "
+        "print(json.dumps({n['NodeName'] if n['NodeName'] in ('fake-l4', 'fake-unknown') else 'head': "
+        "n['NodeID'] for n in ray.nodes() if n['Alive']}))"
     )
     done = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr

@@ -51,9 +51,13 @@ def _prefect_servers_under(home: Path) -> list[int]:
     found = []
     for proc in psutil.process_iter(["pid", "cmdline"]):
         try:
-            if "server" in (proc.info["cmdline"] or []) and "prefect" in " ".join(proc.info["cmdline"] or []):
-                if proc.environ().get("PREFECT_HOME", "").startswith(str(home)):
-                    found.append(proc.pid)
+            cmdline = proc.info["cmdline"] or []
+            if (
+                "server" in cmdline
+                and "prefect" in " ".join(cmdline)
+                and proc.environ().get("PREFECT_HOME", "").startswith(str(home))
+            ):
+                found.append(proc.pid)
         except (psutil.NoSuchProcess, psutil.AccessDenied):
             continue
     return found

@@ -56,7 +56,7 @@ def test_host_backend_through_ray_then_resume_and_ingest(local_ray: None, tmp_pa
     assert {r["backend"] for r in result.rows} == {"host"} and result.manifest["scheduler"] == "ray"
     # Two Ray workers shared the chunks (each chunk file is written by the worker that measured it).
     assert len(list((run / "chunks").glob("*.jsonl"))) == len(_chunk_ids())
-    valid, quarantine, summary = validate_rows(result.rows)
+    valid, quarantine, _ = validate_rows(result.rows)
     assert len(valid) == len(cases) and not quarantine
     # Resuming the same run measures nothing again: every chunk is reused, the rows are the same.
     again = _host_run(run)

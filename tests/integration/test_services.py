@@ -142,7 +142,8 @@ def _project_copy(root: Path) -> Path:
 
 def _empty_dataset_deps(dvc_yaml: Path, datasets: Path) -> None:
     """Every ``${datasets}/...`` path a stage depends on, empty (a folder, or a file where the name has a
-    suffix): DVC refuses a missing dependency, and the splits that read them report "no data" on empty ones."""
+    suffix): DVC refuses a missing dependency, and the splits that read them report "no data" on empty
+    ones."""
     import yaml
 
     stages = yaml.safe_load(dvc_yaml.read_text())["stages"]

@@ -48,7 +48,8 @@ def registry(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Registry]:
     from components.features.build import build_feature_table
     from components.ingest.profiled import ingest
     from components.ingest.schema import with_measurement_ids
-    from components.models.tabular import TabularConfig, TabularPredictor
+    from components.models.tabular import TabularPredictor
+    from components.models.tabular_config import TabularConfig
     from components.registry import mlflow_registry as reg
 
     root = tmp_path_factory.mktemp("serving")

@@ -9,7 +9,7 @@ import pandas as pd
 import pytest
 
 from components.models.selection import Candidate, holdout_devices, select
-from components.models.tabular import TabularConfig
+from components.models.tabular_config import TabularConfig
 from components.platform.config import DEFAULT_DATASETS_DIR
 
 COLLECT = Path("scripts/asplos/data/dataset/train/collect")
@@ -36,7 +36,7 @@ def table(tmp_path_factory: pytest.TempPathFactory) -> pd.DataFrame:
         target = root / path.relative_to(source)
         target.parent.mkdir(parents=True, exist_ok=True)
         with path.open() as handle:
-            target.write_text("".join(line for _, line in zip(range(6), handle)))
+            target.write_text("".join(line for _, line in zip(range(6), handle, strict=False)))
     catalog = load_catalog()
     from components.ingest.schema import with_measurement_ids
 

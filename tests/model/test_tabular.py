@@ -12,10 +12,11 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from components.evaluation.metrics import interval_coverage, mape
+from components.common.metrics import interval_coverage, mape
 from components.evaluation.splits import make_split
 from components.models.roofline import RooflinePredictor
-from components.models.tabular import TabularConfig, TabularPredictor, select_feature_columns, subsample_rows
+from components.models.tabular import TabularPredictor, select_feature_columns, subsample_rows
+from components.models.tabular_config import TabularConfig
 from kernelcast.settings import PROJECT_ROOT
 
 SMALL = dict(n_estimators=150, num_leaves=15, min_child_samples=10)
@@ -137,7 +138,7 @@ def test_from_params_refuses_an_unknown_train_tabular_key() -> None:
         ValueError, match=r"params.yaml train.tabular: unknown key 'n_estimator' \(known: .*n_estimators"
     ):
         TabularConfig.from_params({"train": {"tabular": {"model": "lgbm", "n_estimator": 3}}})
-    with pytest.raises(ValueError, match="train.tabular: must be a mapping, got list"):
+    with pytest.raises(ValueError, match=r"train\.tabular: must be a mapping, got list"):
         TabularConfig.from_params({"train": {"tabular": [1, 2]}})
 
 

@@ -12,7 +12,8 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from components.models.tabular import TabularConfig, TabularPredictor
+from components.models.tabular import TabularPredictor
+from components.models.tabular_config import TabularConfig
 from components.platform.config import PROJECT_ROOT
 
 SMALL = dict(n_estimators=120, num_leaves=15, min_child_samples=10)

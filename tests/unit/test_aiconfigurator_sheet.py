@@ -101,7 +101,7 @@ def test_implausible_supplement_is_rejected_by_the_spec_checks(tmp_path: Path, c
     sheet = tmp_path / "b60.yaml"
     sheet.write_text(B60)
     # 20 x 128 x 2 x 240 MHz is far from 12.28 TFLOP/s
-    with pytest.raises(SpecError, match="peak_tflops.fp32"):
+    with pytest.raises(SpecError, match=r"peak_tflops\.fp32"):
         spec_from_aiconfigurator_sheet(sheet, catalog, supplement={**B60_SUPPLEMENT, "boost_clock_mhz": 240})
 
 

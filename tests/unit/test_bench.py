@@ -147,7 +147,7 @@ def test_chosen_gpus_run_whatever_their_size_and_unknown_ones_are_named() -> Non
     table = feature_table()
     assert [f.name for f in unseen_gpu_split(table, devices=("t4",))] == ["unseen-gpu:t4"]
     with pytest.raises(
-        ValueError, match="p4.*GPUs there: a100-pcie-40gb, h100-pcie, h100-sxm5, rtx-3080, t4"
+        ValueError, match=r"p4.*GPUs there: a100-pcie-40gb, h100-pcie, h100-sxm5, rtx-3080, t4"
     ):
         select_folds(table, "unseen-gpu", 1000, devices=["p4"])
     largest = r"\(largest: h100-pcie 1500, h100-sxm5 1200, rtx-3080 1200\)"  # ties by name
@@ -325,7 +325,7 @@ def test_write_markdown_replaces_only_the_marked_section(tmp_path: Path) -> None
 @pytest.mark.parametrize(
     ("content", "fragment"),
     [
-        ("# no markers here\n", "has no <!-- bench:start --> ... <!-- bench:end --> section"),
+        ("# no markers here\n", "has no single <!-- bench:start --> ... <!-- bench:end --> section"),
         (f"{MARKER_END}\nx\n{MARKER_START}\n", "has no"),
         (f"{MARKER_START}\n{MARKER_END}\n{MARKER_START}\n{MARKER_END}\n", "more than one"),
     ],
@@ -335,7 +335,7 @@ def test_markdown_target_without_one_marked_section_is_refused_untouched(
 ) -> None:
     readme = tmp_path / "README.md"
     readme.write_text(content)
-    with pytest.raises(ValueError, match="README.md") as caught:
+    with pytest.raises(ValueError, match=r"README\.md") as caught:
         check_markdown_target(readme)
     assert fragment in str(caught.value)
     with pytest.raises(ValueError):

@@ -1,5 +1,6 @@
-"""components.platform.config (settings, params.yaml reader), components.platform.runtime (the one Ray start-up's
-arguments), components.common.sampling, components.common.atomic and components.registry.loading."""
+"""components.platform.config (settings, params.yaml reader), components.platform.runtime (the one Ray
+start-up's arguments), components.common.sampling, components.common.atomic and
+components.registry.loading."""
 
 from __future__ import annotations
 
@@ -108,7 +109,7 @@ def test_nested_train_sections_are_left_to_their_readers(tmp_path: Path) -> None
 
 
 def test_missing_unreadable_and_incomplete_params(tmp_path: Path) -> None:
-    with pytest.raises(ParamsError, match="params file not found: .*nowhere.yaml"):
+    with pytest.raises(ParamsError, match=r"params file not found: .*nowhere\.yaml"):
         load_params(tmp_path / "nowhere.yaml")
     broken = tmp_path / "broken.yaml"
     broken.write_text("train: [unclosed\n")
@@ -296,7 +297,7 @@ def test_load_any_predictor_roofline_folder_and_clear_errors(tmp_path: Path) -> 
     with pytest.raises(ModelLoadError, match="'nowhere' is neither 'roofline'"):
         load_any_predictor("nowhere")
     (tmp_path / "empty").mkdir()
-    with pytest.raises(ModelLoadError, match="no predictor.json"):
+    with pytest.raises(ModelLoadError, match=r"no predictor\.json"):
         load_any_predictor(tmp_path / "empty")
     with pytest.raises(ModelLoadError, match="empty"):
         load_any_predictor("  ")

@@ -1,4 +1,5 @@
-"""docs/devices.md: its spec example is valid and names every field; optional fields are optional (issue 26)."""
+"""docs/devices.md: its spec example is valid and names every field; optional fields are optional
+(issue 26)."""
 
 from __future__ import annotations
 

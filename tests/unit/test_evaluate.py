@@ -205,7 +205,7 @@ class SourceReadingPredictor(ScaledPredictor):
     kernel_columns = ("source_text",)
 
     def predict(self, features: pd.DataFrame) -> pd.DataFrame:
-        self.seen_sources = dict(zip(features["kernel_id"], features["source_text"]))
+        self.seen_sources = dict(zip(features["kernel_id"], features["source_text"], strict=True))
         return super().predict(features)
 
 

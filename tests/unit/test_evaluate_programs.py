@@ -71,7 +71,7 @@ def test_the_bench_program_split_is_a_split_evaluate_knows(tmp_path: Path) -> No
     check_inputs(EvaluateInputs(model="roofline", out_file=tmp_path / "r.json", split="kernelbench"))
     with pytest.raises(ValueError, match=r"unknown split 'nope'; choose one of .*kernelbench"):
         check_inputs(EvaluateInputs(model="roofline", out_file=tmp_path / "r.json", split="nope"))
-    with pytest.raises(FileNotFoundError, match="no measurements.parquet in"):
+    with pytest.raises(FileNotFoundError, match=r"no measurements\.parquet in"):
         read_program_tables(tmp_path)
 
 

@@ -256,7 +256,9 @@ def test_a_planted_upward_import_fails_with_file_and_line(tmp_path: Path) -> Non
     root = _tree(
         tmp_path,
         {
-            "components/models/tabular.py": "import os\n\ndef fit():\n    from components.training.llm import train\n",
+            "components/models/tabular.py": (
+                "import os\n\ndef fit():\n    from components.training.llm import train\n"
+            ),
             "components/training/llm.py": "from components.models.tabular import fit\n",
             "components/platform/config.py": "",
         },

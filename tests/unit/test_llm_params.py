@@ -28,7 +28,7 @@ def test_unknown_key_is_named() -> None:
         ValueError, match=r"params.yaml train.llm: unknown key 'lora_rank' \(known: .*lora_r, "
     ):
         llm_params({"train": {"llm": {"lora_rank": 8}}})
-    with pytest.raises(ValueError, match="'train.llm:' must be a mapping, got list"):
+    with pytest.raises(ValueError, match=r"'train\.llm:' must be a mapping, got list"):
         llm_params({"train": {"llm": [1, 2]}})
 
 

@@ -8,7 +8,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from components.evaluation import metrics
+from components.common import metrics
 from components.evaluation.splits import (
     bolet_roofline_split,
     make_split,
@@ -49,6 +49,20 @@ def test_balanced_accuracy_punishes_constant_guess() -> None:
     assert metrics.balanced_accuracy(true, guess) == pytest.approx(0.5)
     mixed = ["bandwidth"] * 8 + ["compute", "compute"]  # 8/9 bandwidth right, 1/1 compute right
     assert metrics.balanced_accuracy(true, mixed) == pytest.approx((8 / 9 + 1.0) / 2)
+    # a missing answer or a label never true counts as wrong; one true class scores its recall alone
+    unanswered = [None] * 3 + ["bandwidth"] * 6 + ["memory"]
+    assert metrics.balanced_accuracy(true, unanswered) == pytest.approx((6 / 9 + 0.0) / 2)
+    assert metrics.balanced_accuracy([1, 1, 1], [1, 0, 1]) == pytest.approx(2 / 3)
+    assert np.isnan(metrics.balanced_accuracy([None], ["compute"]))
+
+
+def test_mape_is_sklearns_over_the_comparable_rows() -> None:
+    from sklearn.metrics import mean_absolute_percentage_error
+
+    true, pred = [2.0, 0.0, np.nan, 4.0, -5.0], [1.0, 3.0, 1.0, 5.0, -4.0]
+    kept = [0, 3, 4]  # a zero or missing truth is left out, never filled
+    expected = mean_absolute_percentage_error(np.take(true, kept), np.take(pred, kept))
+    assert metrics.mape(true, pred) == expected == pytest.approx((0.5 + 0.25 + 0.2) / 3)
 
 
 def test_interval_coverage() -> None:

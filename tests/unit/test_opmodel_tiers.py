@@ -121,7 +121,7 @@ def test_kernelcast_calibrate_rows_reach_the_engine_calibration(built, tmp_path)
     names = np.array(["linear", "bmm", "gemm"], dtype=object)[np.arange(len(gemm)) % 3]
     shapes = [
         json.dumps({"M": int(m), "N": int(n), "K": int(k), **({"B": 1} if f == "bmm" else {})})
-        for f, m, n, k in zip(names, gemm["M"], gemm["N"], gemm["K"])
+        for f, m, n, k in zip(names, gemm["M"], gemm["N"], gemm["K"], strict=True)
     ]
     table = pd.DataFrame(
         {

@@ -77,7 +77,7 @@ def test_ncu_rows_matched_to_the_wrong_case_are_an_error_naming_the_row() -> Non
     from components.profiling.records import ProfileDataError
 
     with pytest.raises(
-        ProfileDataError, match="row 0: kernel 'sm80_xmma_gemm.*does not match case bmm.bmm.bf16"
+        ProfileDataError, match=r"row 0: kernel 'sm80_xmma_gemm.*does not match case bmm\.bmm\.bf16"
     ):
         ncu_backend.rows_from_ncu(
             cases[::-1],
@@ -131,8 +131,9 @@ def test_ncu_rows_ingest_and_pass_the_canonical_validation(tmp_path: Path) -> No
 def test_ncu_counter_permission_error_is_clear() -> None:
     # The message as ncu prints it (error code documented at https://developer.nvidia.com/ERR_NVGPUCTRPERM).
     output = (
-        "==PROF== Connected to process 4242 (/usr/bin/python3)\n==ERROR== ERR_NVGPUCTRPERM - The user does not "
-        "have permission to access NVIDIA GPU Performance Counters on the target device 0.\n"
+        "==PROF== Connected to process 4242 (/usr/bin/python3)\n"
+        "==ERROR== ERR_NVGPUCTRPERM - The user does not have permission to access NVIDIA GPU Performance "
+        "Counters on the target device 0.\n"
     )
     problem = ncu_backend.permission_problem(output, "NVIDIA H100 80GB HBM3")
     assert isinstance(problem, CounterPermissionError)
@@ -217,5 +218,5 @@ def test_rocprofv3_derived_metrics_follow_the_compute_profiler_formulas() -> Non
 
 
 def test_rocprofv3_output_that_is_not_rocprofv3_is_named() -> None:
-    with pytest.raises(roc.RocprofOutputError, match="x.csv: not rocprofv3 output"):
+    with pytest.raises(roc.RocprofOutputError, match=r"x\.csv: not rocprofv3 output"):
         roc.parse_kernel_trace('"ID","Kernel Name"\n"0","k"\n', "x.csv")

@@ -35,7 +35,8 @@ def test_bad_suites_are_named(tmp_path: Path) -> None:
         load_cases("nope")
     bad = tmp_path / "bad.yaml"
     bad.write_text(
-        "kind: ops\ngrids:\n  - family: gemm\n    op: matmul\n    dtypes: [fp13]\n    shapes: [{M: 1, N: 1, K: 1}]\n"
+        "kind: ops\ngrids:\n  - family: gemm\n    op: matmul\n    dtypes: [fp13]\n"
+        "    shapes: [{M: 1, N: 1, K: 1}]\n"
     )
     with pytest.raises(SuiteError, match=r"bad.yaml: grids\[0\]: dtype 'fp13'"):
         load_cases(str(bad))
@@ -44,7 +45,8 @@ def test_bad_suites_are_named(tmp_path: Path) -> None:
 
 
 def test_cuda_source_suite_compiles_with_nvrtc_without_a_gpu() -> None:
-    """Real NVRTC (cuda-python) compiles every source-suite kernel to an sm_90 cubin; launching needs a GPU."""
+    """Real NVRTC (cuda-python) compiles every source-suite kernel to an sm_90 cubin; launching needs a
+    GPU."""
     pytest.importorskip("cuda.bindings.nvrtc")
     from components.profiling.kernels_cuda import CudaSourceError, compile_cubin
 

@@ -82,7 +82,7 @@ def test_kernel_body_longer_than_budget_is_cut_and_says_so(h100) -> None:
 
 
 def test_empty_source_names_the_kernel(h100) -> None:
-    with pytest.raises(PromptError, match="'empty_kernel'.*empty"):
+    with pytest.raises(PromptError, match=r"'empty_kernel'.*empty"):
         build_prompt(
             "   \n", None, LAUNCH, h100, "zero-shot", 500, WordTokenizer(), kernel_name="empty_kernel"
         )
@@ -91,7 +91,7 @@ def test_empty_source_names_the_kernel(h100) -> None:
 
 
 def test_absurdly_large_source_is_refused(h100) -> None:
-    with pytest.raises(PromptError, match="'giant'.*limit"):
+    with pytest.raises(PromptError, match=r"'giant'.*limit"):
         build_prompt(
             "x" * (MAX_SOURCE_CHARS + 1),
             None,
@@ -108,7 +108,7 @@ def test_non_utf8_source_is_decoded_with_a_note(h100) -> None:
     raw = KERNEL.encode() + b"// author: Jos\xe9 \xff\n"
     prompt = build_prompt(raw, None, LAUNCH, h100, "zero-shot", 2000, WordTokenizer(), kernel_name="saxpy")
     assert "non-UTF-8" in prompt.note and "Note:" in prompt.text and "saxpy" in prompt.text
-    with pytest.raises(PromptError, match="'saxpy'.*not UTF-8"):
+    with pytest.raises(PromptError, match=r"'saxpy'.*not UTF-8"):
         decode_source(raw, "saxpy", strict=True)
 
 
@@ -142,7 +142,10 @@ def test_extract_kernel_body_picks_the_named_kernel_and_omp_regions() -> None:
     two = KERNEL + "\n__global__ void other(float *z) { z[0] = 1.f; }\n"
     assert "z[0] = 1.f" in extract_kernel_body(two, "other")
     assert "saxpy" in extract_kernel_body(two, "saxpy") and "z[0]" not in extract_kernel_body(two, "saxpy")
-    omp = "int main() {\n#pragma omp target teams distribute parallel for\nfor (int i=0;i<n;i++) { y[i] += x[i]; }\n}\n"
+    omp = (
+        "int main() {\n#pragma omp target teams distribute parallel for\n"
+        "for (int i=0;i<n;i++) { y[i] += x[i]; }\n}\n"
+    )
     assert "y[i] += x[i]" in extract_kernel_body(omp)
     assert extract_kernel_body("int f() { return 1; }") is None
 

@@ -9,7 +9,9 @@ import numpy as np
 import pandas as pd
 import pytest
 
+from components.common.metrics import balanced_accuracy
 from components.models import roofline_class as rc
+from components.models import roofline_class_features as rcf
 
 DATASETS = Path(__file__).resolve().parents[2].parent / "shared" / "datasets"
 
@@ -39,7 +41,7 @@ def kernels() -> pd.DataFrame:
 
 
 def test_kernel_text_finds_cuda_kernels_and_openmp_regions(kernels: pd.DataFrame) -> None:
-    found = [rc.kernel_text(r.source_text, r.language, r.op) for r in kernels.itertuples()]
+    found = [rcf.kernel_text(r.source_text, r.language, r.op) for r in kernels.itertuples()]
     share = pd.Series([t is not None for t in found]).groupby(kernels["language"].to_numpy()).mean()
     assert share["cuda"] > 0.7 and share["openmp"] > 0.7
     omp = next(t for t, lang in zip(found, kernels["language"], strict=True) if lang == "openmp" and t)
@@ -47,7 +49,7 @@ def test_kernel_text_finds_cuda_kernels_and_openmp_regions(kernels: pd.DataFrame
 
 
 def test_features_are_source_launch_and_device_only(kernels: pd.DataFrame) -> None:
-    frame = rc.class_feature_frame(kernels)
+    frame = rcf.class_feature_frame(kernels)
     assert len(frame) == len(kernels) and frame["l_threads"].notna().all()
     assert frame["t_chars"].notna().mean() > 0.7
     measured = {"duration_us", "dram_bytes", "flops", "arith_intensity", "achieved_gbps", "gflops"}
@@ -63,15 +65,13 @@ def test_fit_selects_on_train_side_and_round_trips(kernels: pd.DataFrame, tmp_pa
     assert len(model.cv["candidates"]) == len(rc.CANDIDATES)
     assert "TRAIN side only" in model.cv["protocol"]
     texts, progs = rc.kernel_texts(train)
-    fitted = model.predict(rc.class_feature_frame(train), texts, progs)
+    fitted = model.predict(rcf.class_feature_frame(train), texts, progs)
     y = train["roofline_class_published"].astype(str).to_numpy()
-    assert (
-        rc.balanced_accuracy((y == "compute").astype(int), (fitted.to_numpy() == "compute").astype(int)) > 0.6
-    )
+    assert balanced_accuracy((y == "compute").astype(int), (fitted.to_numpy() == "compute").astype(int)) > 0.6
     model.save(tmp_path / "m")
     again = rc.RooflineClassModel.load(tmp_path / "m")
     t_texts, t_progs = rc.kernel_texts(test)
-    features = rc.class_feature_frame(test)
+    features = rcf.class_feature_frame(test)
     np.testing.assert_allclose(
         model.proba(features, t_texts, t_progs), again.proba(features, t_texts, t_progs)
     )

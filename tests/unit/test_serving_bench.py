@@ -6,13 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from components.serving.bench import (
-    MARKER_END,
-    MARKER_START,
-    raw_throughput,
-    readme_block,
-    write_readme_block,
-)
+from components.serving.bench import raw_throughput
+from components.serving.bench_readme import MARKER_END, MARKER_START, readme_block, write_readme_block
 
 
 @pytest.fixture(scope="module")

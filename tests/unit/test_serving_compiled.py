@@ -48,7 +48,8 @@ def _booster(objective: str, seed: int, **extra):
 
 
 def _grid(x: np.ndarray, seed: int) -> np.ndarray:
-    """A large random grid around the training rows: NaNs, zeros, unseen/negative/huge/fractional categories."""
+    """A large random grid around the training rows: NaNs, zeros, unseen/negative/huge/fractional
+    categories."""
     rng = np.random.default_rng(seed)
     n = 50_000
     grid = rng.normal(scale=2.0, size=(n, x.shape[1]))
@@ -96,7 +97,7 @@ def test_compiled_trees_equal_lightgbm(objective: str, extra: dict, tmp_path) ->
 
 
 def test_compiled_library_is_cached_by_model_hash(tmp_path) -> None:
-    booster, x = _booster("regression", seed=3)
+    booster, _ = _booster("regression", seed=3)
     flat = FlatTrees.from_dump(booster.dump_model())
     first = compile_trees(flat, tmp_path)
     assert first is not None and first.library.parent == tmp_path

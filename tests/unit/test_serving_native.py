@@ -9,7 +9,8 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from components.models.tabular import TabularConfig, TabularPredictor
+from components.models.tabular import TabularPredictor
+from components.models.tabular_config import TabularConfig
 from components.platform.config import PROJECT_ROOT
 from components.serving.native import FlatTrees, flatten_folder, load_flat_predictor
 
@@ -73,7 +74,8 @@ def test_a_folder_without_flat_files_is_not_taken_for_flat(trained) -> None:
 
 @pytest.mark.parametrize("flat_trees", [False, True])
 def test_the_array_fast_path_equals_the_predictor(trained, tmp_path: Path, flat_trees: bool) -> None:
-    """FastTransfer on numpy columns == TabularPredictor.predict on the feature DataFrame, column by column."""
+    """FastTransfer on numpy columns == TabularPredictor.predict on the feature DataFrame, column by
+    column."""
     from components.devices import load_catalog
     from components.serving.bench import random_op_batch
     from components.serving.fastpath import fast_model

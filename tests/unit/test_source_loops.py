@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from components.features.static_loops import Known, evaluate, kernel_loops, kernel_parameters, pin_loops
+from components.features.static.loops import Known, evaluate, kernel_loops, kernel_parameters, pin_loops
 from components.programs.errors import ProgramError
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "cuda"
@@ -148,7 +148,7 @@ def test_host_launch_site_arguments_from_recorded_command_line() -> None:
 
 
 def test_compiled_loops_split_by_the_compiler_take_their_depths_trips() -> None:
-    from components.features.static_loops import SourceLoop
+    from components.features.static.loops import SourceLoop
     from components.programs.source_loops import _trips_by_depth
 
     loops = [SourceLoop(0, 9, -1, "j", 1.0), SourceLoop(1, 8, 0, "t", 200.0)]
@@ -175,7 +175,7 @@ GUARDED_2D = """__global__ void fill(float* y, int w, int h) {
 
 
 def test_thread_index_guards_give_the_share_of_threads_that_work() -> None:
-    from components.features.static_loops import thread_guard
+    from components.features.static.loops import thread_guard
 
     assert thread_guard(GUARDED, "scale", Known({}, {"n": 1000}, (8, 1, 1), (256, 1, 1))) == (
         1000 / 2048,

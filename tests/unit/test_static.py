@@ -9,17 +9,12 @@ import pytest
 
 pytest.importorskip("cuda.bindings.nvrtc")
 
-from components.features.static import (
-    CompileError,
-    analyze_file,
-    analyze_source,
-    kernel_instance,
-    kernel_key,
-    short_kernel_name,
-    static_feature_frame,
-)
-from components.features.static_sass import classify_opcode, loop_structure, parse_ptxas_log
-from components.features.static_source import prepare_source
+from components.features.static.analyze import analyze_file, analyze_source
+from components.features.static.compile import CompileError
+from components.features.static.frames import static_feature_frame
+from components.features.static.names import kernel_instance, kernel_key, short_kernel_name
+from components.features.static.sass import classify_opcode, loop_structure, parse_ptxas_log
+from components.features.static.source import prepare_source
 
 FP32 = """
 __global__ void fma_loop(float* a, int n) {

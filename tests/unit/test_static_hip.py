@@ -10,21 +10,21 @@ from pathlib import Path
 import pytest
 
 from components.devices import load_catalog
-from components.features.static_amdgpu import (
+from components.features.static.amdgpu import (
     analyze_function,
     classify_instruction,
     occupancy,
     split_functions,
     waves_per_simd_by_registers,
 )
-from components.features.static_compile import CompileError
-from components.features.static_hip import (
+from components.features.static.compile import CompileError
+from components.features.static.hip import (
     HipToolchainMissing,
     hip_arch_for_device,
     hip_compile_arch,
     hip_toolchain,
-    untranslatable_reason,
 )
+from components.features.static.hip_translate import untranslatable_reason
 
 DATASETS = Path(__file__).resolve().parents[2].parent / "shared" / "datasets"
 CONV_HIP = DATASETS / "benchmark_hub" / "kernels" / "convolution_milo.cu.hip"
@@ -130,7 +130,7 @@ def test_missing_compiler_is_a_one_line_error(monkeypatch: pytest.MonkeyPatch) -
 def test_benchmark_hub_convolution_compiles_per_arch_with_its_macros(
     arch: str, wave: int, tmp_path: Path
 ) -> None:
-    from components.features.static_hip import analyze_hip_file
+    from components.features.static.hip import analyze_hip_file
 
     if not CONV_HIP.is_file():
         pytest.skip(f"dataset not present: {CONV_HIP}")
@@ -147,7 +147,7 @@ def test_benchmark_hub_convolution_compiles_per_arch_with_its_macros(
 
 @needs_hip
 def test_cuda_source_through_the_hip_translation(tmp_path: Path) -> None:
-    from components.features.static_hip import analyze_hip_source
+    from components.features.static.hip import analyze_hip_source
 
     cuda = """#include <cuda_runtime.h>
 #include <vector>
@@ -164,7 +164,7 @@ int main() { std::vector<float> h(16); float* d; cudaMalloc(&d, 64); scale<float
     # gpuFLOPBench's jaccard: its extracted device code lacks the host's <vector>; the whole program compiles
     jaccard = DATASETS / "gpuflopbench" / "src" / "jaccard-cuda" / "main.cu"
     if jaccard.is_file():
-        from components.features.static_hip import analyze_hip_file
+        from components.features.static.hip import analyze_hip_file
 
         report = analyze_hip_file(jaccard, "gfx1030", "jaccard_row_sum", cache_dir=tmp_path)
         assert report.kernels and all(k.extra["wave_size"] == 32 for k in report.kernels)

@@ -12,15 +12,17 @@ import pytest
 
 pytest.importorskip("cuda.bindings.nvrtc")
 
-from components.features.static import CompileError, NoKernelError, analyze_file, analyze_source
-from components.features.static_build import guard_defaults, parse_build_file
-from components.features.static_compile import arch_for_device, check_arch, compile_arch
-from components.features.static_templates import resolve_launches
+from components.features.static.analyze import NoKernelError, analyze_file, analyze_source
+from components.features.static.build import guard_defaults, parse_build_file
+from components.features.static.compile import CompileError, arch_for_device, check_arch, compile_arch
+from components.features.static.templates import resolve_launches
 
 NEEDS_N = "__global__ void fill(float* a) { a[threadIdx.x] = N; }\n"
 HOST_TEMPLATE = """
 template <typename T>
-__global__ void scale(T* x, T a, int n) { int i = blockIdx.x * blockDim.x + threadIdx.x; if (i < n) x[i] *= a; }
+__global__ void scale(T* x, T a, int n) {
+    int i = blockIdx.x * blockDim.x + threadIdx.x; if (i < n) x[i] *= a;
+}
 
 template <typename T>
 void run(T* d, int n) { scale<<<(n + 255) / 256, 256>>>(d, (T)2, n); }

@@ -57,7 +57,8 @@ def _get(kernel: dict[str, Any], role: str) -> float:
 
 
 def kernel_metrics(kernel: dict[str, Any], roles: dict[str, str], case: dict[str, Any]) -> dict[str, Any]:
-    """Canonical metrics of one ncu kernel (role-keyed numbers from ``components.profiling.ncu.kernel_rows``)."""
+    """Canonical metrics of one ncu kernel (role-keyed numbers from
+    ``components.profiling.ncu.kernel_rows``)."""
     from components.profiling.records import _tensor_roles
 
     duration_us = kernel["duration_ns"] / 1000.0

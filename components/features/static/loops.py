@@ -19,8 +19,8 @@ import math
 import re
 from dataclasses import dataclass, field
 
-from components.features.static_source import code_mask
-from components.features.static_templates import split_args as _split_args
+from components.features.static.source import code_mask
+from components.features.static.templates import split_args as _split_args
 
 _FOR_RE = re.compile(r"\b(for|while)\s*\(")
 _DEFINE_RE = re.compile(r"^[ \t]*#[ \t]*define[ \t]+([A-Za-z_]\w*)[ \t]+([^\n]*?)[ \t]*$", re.M)

@@ -15,11 +15,8 @@ Kernel keys (for joining with measured data), built by :func:`kernel_key`:
   kernel = the ``kernel_name`` field of the cache file (``convolution_kernel``). Tunable
   parameters are preprocessor macros: pass them as ``defines`` (e.g. ``{"block_size_x": "32"}``).
 
-This module orchestrates one compile and its report; the parts live beside it: ``static_source``
-(host code stripped, launch sites harvested), ``static_compile`` (NVRTC), ``static_sass``
-(nvdisasm, instruction classes, loops), ``static_names`` (names from mangled symbols, join keys),
-``static_cache`` (results on disk), ``static_frames`` (reports as ``s_*`` feature rows). Their
-public names stay importable from here.
+This module orchestrates one compile and its report; the parts live beside it in the package
+(``components.features.static``'s docstring lists them).
 """
 
 from __future__ import annotations
@@ -31,8 +28,8 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from components.features.static_cache import cache_key, cache_load, cache_store, default_cache_dir
-from components.features.static_compile import (
+from components.features.static.cache import cache_key, cache_load, cache_store, default_cache_dir
+from components.features.static.compile import (
     DEFAULT_MEMORY_BYTES,
     DEFAULT_TIMEOUT_S,
     CompileError,
@@ -43,31 +40,13 @@ from components.features.static_compile import (
     cuda_include_dirs,
     nvdisasm_path,
 )
-from components.features.static_frames import launch_features, static_feature_frame
-from components.features.static_names import kernel_instance, kernel_key, short_kernel_name
-from components.features.static_sass import (
-    INSTRUCTION_CLASSES,
+from components.features.static.names import short_kernel_name
+from components.features.static.sass import (
     analyze_function,
     parse_ptxas_log,
     run_nvdisasm,
 )
-from components.features.static_source import prepare_source
-
-__all__ = [
-    "INSTRUCTION_CLASSES",
-    "CompileError",
-    "KernelStatic",
-    "NoKernelError",
-    "StaticReport",
-    "analyze_file",
-    "analyze_program",
-    "analyze_source",
-    "kernel_instance",
-    "kernel_key",
-    "launch_features",
-    "short_kernel_name",
-    "static_feature_frame",
-]
+from components.features.static.source import prepare_source
 
 
 @dataclass
@@ -88,9 +67,9 @@ class KernelStatic:
     # Vendor-specific figures (HIP: sgprs, agprs, wave_size, waves per SIMD, VALU/SALU/... counts)
     extra: dict[str, int] = field(default_factory=dict)
     # SASS loop nest in address order: {'start', 'end', 'parent', 'own': instruction classes whose
-    # innermost loop it is} (static_sass.loop_nest); empty from caches written before it existed.
+    # innermost loop it is} (static.sass.loop_nest); empty from caches written before it existed.
     loop_detail: list[dict] = field(default_factory=list)
-    # FLOP per thread as Nsight Compute counts them (static_sass.FLOP_WEIGHTS): 'flop_fp32', ... and
+    # FLOP per thread as Nsight Compute counts them (static.sass.FLOP_WEIGHTS): 'flop_fp32', ... and
     # 'loop_flop_fp32', ... inside loops; empty from older caches (the estimate then counts 2 per FP op).
     flops: dict[str, int] = field(default_factory=dict)
 
@@ -226,7 +205,7 @@ def analyze_source(
     use_cache: bool = True,
     cache_dir: Path | None = None,
 ) -> StaticReport:
-    """Compile a CUDA program (host code is stripped, see static_source) and analyse its kernels.
+    """Compile a CUDA program (host code is stripped, see static.source) and analyse its kernels.
 
     Results are cached under ``cache_dir`` (default ``<KERNELCAST_HOME>/cache/static``) unless
     ``use_cache`` is false.
@@ -363,9 +342,9 @@ def analyze_file(
     ``source_id`` defaults to the folder name for gpuFLOPBench-style ``<program>-cuda/`` folders
     and to the file stem otherwise. With ``build_defaults``, ``-D``/``-I`` flags of a Makefile or
     CMakeLists.txt beside the file (or one folder up) are used where the caller gave none
-    (static_build); given ``defines`` win over them.
+    (static.build); given ``defines`` win over them.
     """
-    from components.features.static_build import build_file_defaults
+    from components.features.static.build import build_file_defaults
 
     path = Path(path)
     if not path.is_file():

@@ -7,6 +7,7 @@ non-finite are left out (and counted by ``n``), never filled.
 from __future__ import annotations
 
 import math
+import warnings
 from collections.abc import Sequence
 
 import numpy as np
@@ -28,9 +29,12 @@ def relative_errors(y_true: Sequence[float], y_pred: Sequence[float]) -> np.ndar
 
 
 def mape(y_true: Sequence[float], y_pred: Sequence[float]) -> float:
-    """Mean absolute percentage error as a fraction (0.1 = 10%); NaN when nothing is comparable."""
-    errors = relative_errors(y_true, y_pred)
-    return float(errors.mean()) if errors.size else math.nan
+    """Mean absolute percentage error as a fraction (0.1 = 10%), sklearn's, over the comparable rows; NaN when
+    there are none."""
+    from sklearn.metrics import mean_absolute_percentage_error
+
+    true, pred = _paired(y_true, y_pred)
+    return float(mean_absolute_percentage_error(true, pred)) if true.size else math.nan
 
 
 def median_ape(y_true: Sequence[float], y_pred: Sequence[float]) -> float:
@@ -79,12 +83,22 @@ def accuracy(y_true: Sequence[object], y_pred: Sequence[object]) -> float:
 
 
 def balanced_accuracy(y_true: Sequence[object], y_pred: Sequence[object]) -> float:
-    """Mean per-class recall: a constant guess scores 1/#classes however skewed the data."""
+    """Mean per-class recall (sklearn's): a constant guess scores 1/#classes however skewed the data. Labels
+    of any type (a missing prediction counts as wrong): each is coded by its position among the true ones."""
+    from sklearn.metrics import balanced_accuracy_score
+
     true, pred = _labels(y_true, y_pred)
     if not true.size:
         return math.nan
-    recalls = [float((pred[true == label] == label).mean()) for label in sorted(set(true.tolist()))]
-    return float(np.mean(recalls))
+    codes = {label: i for i, label in enumerate(dict.fromkeys(true.tolist()))}
+    with warnings.catch_warnings():  # a predicted label never true has no recall of its own: not an error
+        warnings.filterwarnings("ignore", "y_pred contains classes not in y_true")
+        warnings.filterwarnings("ignore", "A single label was found")  # one class: its recall alone
+        return float(
+            balanced_accuracy_score(
+                [codes[t] for t in true.tolist()], [codes.get(p, -1) for p in pred.tolist()]
+            )
+        )
 
 
 def classification_report(y_true: Sequence[object], y_pred: Sequence[object]) -> dict[str, float | int]:

@@ -5,13 +5,13 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from typing import TYPE_CHECKING, Any
 
-from components.features.static_names import kernel_key
-from components.features.static_sass import INSTRUCTION_CLASSES
+from components.features.static.names import kernel_key
+from components.features.static.sass import INSTRUCTION_CLASSES
 
 if TYPE_CHECKING:
     import pandas as pd
 
-    from components.features.static import KernelStatic, StaticReport
+    from components.features.static.analyze import KernelStatic, StaticReport
 
 
 def launch_features(kernel: KernelStatic, grid: tuple[int, ...], block: tuple[int, ...]) -> dict[str, float]:

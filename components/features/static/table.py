@@ -16,7 +16,8 @@ import pandas as pd
 
 
 def _program_reports(folder: Path, arch: str) -> tuple[list, list[str]]:
-    from components.features.static import CompileError, analyze_program
+    from components.features.static.analyze import analyze_program
+    from components.features.static.compile import CompileError
 
     reports, failures = [], []
     for result in analyze_program(folder, arch):
@@ -31,7 +32,8 @@ def build_static_table(
     kernels: pd.DataFrame, datasets_dir: Path, arch: str = "sm_90", workers: int = 2
 ) -> tuple[pd.DataFrame, dict[str, int]]:
     """(one row per matched kernel_id with s_* columns, coverage counts)."""
-    from components.features.static import kernel_key, static_feature_frame
+    from components.features.static.frames import static_feature_frame
+    from components.features.static.names import kernel_key
 
     cuda = kernels[
         (kernels["source"] == "gpuflopbench") & (kernels["language"] == "cuda") & kernels["program"].notna()

@@ -10,14 +10,14 @@ How (checked with Debian's ``hipcc`` 5.2.3 + ``rocm-device-libs``, clang 15): ``
 assembler text -- the ISA ``llvm-objdump -d`` would list from the unbundled code object, and the
 code-object metadata ``llvm-readelf --notes`` would print -- in one step (~0.6 s for a small
 kernel per architecture). The compile runs as a child process with the same time/memory limits as
-the NVRTC one (static_compile). Results are cached by source, defines, architecture and compiler.
+the NVRTC one (static.compile). Results are cached by source, defines, architecture and compiler.
 
 Architectures: the device libraries of ROCm 5.2 cover gfx900..gfx940 and gfx1010..gfx1036; a catalog
 GPU whose ISA clang 15 does not know compiles for the nearest one it does, and the answer says which
 (MI300 family gfx942 -> gfx940, MI350 gfx950 -> gfx940, RDNA3 gfx1100 -> gfx1030).
 
 CUDA source on an AMD GPU goes through a HIP translation (:func:`cuda_to_hip`): the device code
-static_source extracts (host code dropped), the CUDA headers mapped to their HIP twins and the
+static.source extracts (host code dropped), the CUDA headers mapped to their HIP twins and the
 warp intrinsics' ``_sync`` forms mapped by macros; a source that needs what HIP lacks (inline PTX,
 WMMA, CUB, libcu++) carries that reason instead.
 """
@@ -25,7 +25,6 @@ WMMA, CUB, libcu++) carries that reason instead.
 from __future__ import annotations
 
 import functools
-import hashlib
 import os
 import re
 import shutil
@@ -36,7 +35,8 @@ from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
-from components.features.static_compile import CompileError
+from components.features.static.compile import CompileError
+from components.features.static.hip_translate import cuda_to_hip, cuda_to_hip_whole, hip_source_text
 
 DEFAULT_TIMEOUT_S = 120.0
 DEFAULT_MEMORY_BYTES = 4 << 30
@@ -181,141 +181,6 @@ def hip_arch_for_device(spec: Any) -> tuple[str, str | None]:
     return chosen, (f"{spec.name}: {note}" if note else None)
 
 
-# --------------------------------------------------------------------------- CUDA -> HIP
-# CUDA headers kernels include -> HIP twins; headers with no HIP twin in ROCm 5.2 -> why.
-_HEADER_MAP: dict[str, str] = {
-    "cuda_runtime.h": "hip/hip_runtime.h",
-    "cuda.h": "hip/hip_runtime.h",
-    "cuda_fp16.h": "hip/hip_fp16.h",
-    "cuda_fp16.hpp": "hip/hip_fp16.h",
-    "cuda_bf16.h": "hip/hip_bfloat16.h",
-    "cooperative_groups.h": "hip/hip_cooperative_groups.h",
-    "cuComplex.h": "hip/hip_complex.h",
-    "math_constants.h": "",
-    "device_launch_parameters.h": "",
-    "sm_60_atomic_functions.h": "",
-    "sm_20_intrinsics.h": "",
-}
-_UNTRANSLATABLE: tuple[tuple[str, str], ...] = (
-    (r"\basm\s*(volatile\s*)?\(", "inline PTX assembly (asm) has no AMDGPU translation"),
-    (r"\bwmma::|#\s*include\s*<mma\.h>", "WMMA (mma.h) tensor-core API has no HIP 5.2 translation"),
-    (r"#\s*include\s*<cub/", "CUB (hipCUB is not installed)"),
-    (r"#\s*include\s*<cuda/", "libcu++ (cuda/...) has no HIP translation"),
-    (r"#\s*include\s*<curand", "cuRAND device API (hipRAND is not installed)"),
-    (r"#\s*include\s*<cuda_(pipeline|awbarrier)", "CUDA async-copy pipeline has no HIP translation"),
-    (
-        r"#\s*include\s*<cooperative_groups/",
-        "cooperative_groups sub-headers (reduce/memcpy_async) are not in HIP 5.2",
-    ),
-    (r"\b__nv_|\b__cvta_|\bcuda::", "CUDA-only intrinsics (__nv_*, __cvta_*, cuda::)"),
-)
-HIP_PRELUDE = r"""#include <hip/hip_runtime.h>
-#include <hip/hip_fp16.h>
-#include <stdint.h>
-#include <limits.h>
-#include <float.h>
-#include <math.h>
-#include <stdio.h>
-#include <assert.h>
-/* kernelcast CUDA->HIP shim: the _sync warp intrinsics (HIP 5.2 has the mask-less forms) */
-#define __shfl_sync(mask, ...) __shfl(__VA_ARGS__)
-#define __shfl_up_sync(mask, ...) __shfl_up(__VA_ARGS__)
-#define __shfl_down_sync(mask, ...) __shfl_down(__VA_ARGS__)
-#define __shfl_xor_sync(mask, ...) __shfl_xor(__VA_ARGS__)
-#define __ballot_sync(mask, p) __ballot(p)
-#define __any_sync(mask, p) __any(p)
-#define __all_sync(mask, p) __all(p)
-#define __activemask() __ballot(1)
-#define __syncwarp(...) __builtin_amdgcn_wave_barrier()
-#define __ldg(p) (*(p))
-#define cudaStream_t hipStream_t
-#define cudaError_t hipError_t
-#ifndef CUDART_PI_F
-#define CUDART_PI_F 3.141592654f
-#define CUDART_PI 3.1415926535897931
-#define CUDART_INF_F __int_as_float(0x7f800000)
-#define CUDART_NAN_F __int_as_float(0x7fffffff)
-#endif
-"""
-
-
-def untranslatable_reason(source: str) -> str | None:
-    """Why a CUDA source cannot go through the HIP translation, or None."""
-    for pattern, why in _UNTRANSLATABLE:
-        found = re.search(pattern + r"\w*", source)
-        if found:
-            return f"{why}: '{found.group(0).strip()}'"
-    return None
-
-
-def cuda_to_hip(
-    source: str,
-    path: Path | None = None,
-    include_dirs: tuple[Path, ...] = (),
-    defines: Mapping[str, str] | None = None,
-) -> tuple[str, dict[str, str]]:
-    """(HIP device source, default defines) from a CUDA program; raises CompileError when untranslatable.
-
-    Host code is dropped as for NVRTC (static_source); template kernels launched in host code are
-    instantiated by taking their address (``name<args>``), which makes clang emit them.
-    """
-    from components.features.static_source import PRELUDE, prepare_source
-
-    name = str(path) if path else "question.cu"
-    prepared = prepare_source(source, path, include_dirs, dict(defines or {}))
-    text = prepared.text.removeprefix(PRELUDE)
-    why = untranslatable_reason(text)
-    if why:
-        raise CompileError(name, why, "no HIP translation")
-
-    def header(match: re.Match[str]) -> str:
-        target = _HEADER_MAP.get(match.group(1).strip())
-        return f"#include <{target}>" if target else f"/* kc: {match.group(1)} (CUDA-only, dropped) */"
-
-    text = re.sub(r'^[ \t]*#[ \t]*include[ \t]*[<"]([^>"]+)[>"]', header, text, flags=re.M)
-    text = re.sub(r"\bcuda(?=[A-Z]\w*\b)", "hip", text)
-    instances = "".join(
-        f"\nstatic void* __kc_instance_{i} = (void*)&{expr};"
-        for i, expr in enumerate(prepared.name_expressions)
-    )
-    return HIP_PRELUDE + "#line 1\n" + text + instances + "\n", dict(prepared.default_defines)
-
-
-def cuda_to_hip_whole(source: str, path: Path | None = None, include_dirs: tuple[Path, ...] = ()) -> str:
-    """The whole CUDA program (host code kept) as HIP: clang compiles host code with the real C++
-    library, so where extracting the device code failed (a kernel using a host-side type, a
-    ``std::`` helper) the whole file may still compile. Quoted headers are inlined so the renaming
-    reaches them; the CUDA runtime API is renamed to HIP's (``cudaMalloc`` -> ``hipMalloc``)."""
-    from components.features.static_source import PreparedSource, inline_includes
-
-    seen: set[Path] = {path.resolve()} if path else set()
-    text = inline_includes(source, path.parent if path else None, include_dirs, PreparedSource(text=""), seen)
-    text = re.sub(r"/\* kc: dropped <([^>]+)> \*/", r"#include <\1>", text)  # system headers: clang has them
-    why = untranslatable_reason(text)
-    if why:
-        raise CompileError(str(path or "question.cu"), why, "no HIP translation")
-
-    def header(match: re.Match[str]) -> str:
-        name = match.group(1).strip()
-        if name not in _HEADER_MAP:
-            return match.group(0)
-        return (
-            f"#include <{_HEADER_MAP[name]}>"
-            if _HEADER_MAP[name]
-            else f"/* kc: {name} (CUDA-only, dropped) */"
-        )
-
-    text = re.sub(r'^[ \t]*#[ \t]*include[ \t]*[<"]([^>"]+)[>"]', header, text, flags=re.M)
-    text = re.sub(r"\bcuda(?=[A-Z]\w*\b)", "hip", text)
-    return HIP_PRELUDE + "#line 1\n" + text + "\n"
-
-
-def hip_source_text(source: str) -> str:
-    """A HIP source as compiled: the runtime header first (harmless when the file includes it too),
-    so a kernel cut out of its file (the editor extension sends those) still has its builtins."""
-    return "#include <hip/hip_runtime.h>\n#line 1\n" + source
-
-
 # --------------------------------------------------------------------------- compile
 def build_hip_options(
     arch: str, include_dirs: Iterable[Path], defines: Mapping[str, str] | None = None
@@ -355,7 +220,7 @@ def compile_to_asm(
     memory_bytes: int = DEFAULT_MEMORY_BYTES,
 ) -> str:
     """Compile ``source`` with clang in a limited child process; the assembler text, or CompileError."""
-    from components.features.static_compile import _limit_child
+    from components.features.static.compile import _limit_child
 
     chain = hip_toolchain()
     with tempfile.TemporaryDirectory(prefix="kc-hip-") as tmp:
@@ -396,14 +261,14 @@ def _demangle(symbols: list[str]) -> dict[str, str]:
 
 def report_from_asm(asm: str, name: str, arch: str, source_id: str) -> list[Any]:
     """KernelStatic per kernel of the assembler text (device subroutines are not kernels)."""
-    from components.features.static import KernelStatic
-    from components.features.static_amdgpu import (
+    from components.features.static.amdgpu import (
         analyze_function,
         kernel_metadata,
         split_functions,
         waves_per_simd_by_registers,
     )
-    from components.features.static_names import kernel_instance, short_kernel_name
+    from components.features.static.analyze import KernelStatic
+    from components.features.static.names import kernel_instance, short_kernel_name
 
     meta = kernel_metadata(asm)
     functions = [f for f in split_functions(asm) if f.name in meta]
@@ -445,7 +310,7 @@ def report_from_asm(asm: str, name: str, arch: str, source_id: str) -> list[Any]
 
 
 def _cache_key(text: str, options: list[str], name: str) -> str:
-    from components.features.static_cache import cache_key
+    from components.features.static.cache import cache_key
 
     return cache_key(text, [HIP_CACHE_VERSION, hip_toolchain()["version"]], options, name)
 
@@ -513,8 +378,8 @@ def _compiled(
     use_cache: bool,
 ) -> tuple[dict[str, Any], bool]:
     """(payload: {'report'} or {'error'}, from the cache?) of one compile, cached unless transient."""
-    from components.features.static import StaticReport
-    from components.features.static_cache import cache_load, cache_store, default_cache_dir
+    from components.features.static.analyze import StaticReport
+    from components.features.static.cache import cache_load, cache_store, default_cache_dir
 
     folder = (Path(cache_dir) if cache_dir is not None else default_cache_dir()) if use_cache else None
     key = _cache_key(text, options, name)
@@ -556,7 +421,7 @@ def _report(
     kernel: str | None,
 ) -> Any:
     """The StaticReport of a compile's payload (CompileError / NoKernelError / LookupError otherwise)."""
-    from components.features.static import NoKernelError, StaticReport
+    from components.features.static.analyze import NoKernelError, StaticReport
 
     if "error" in payload:
         err = payload["error"]
@@ -598,10 +463,6 @@ def analyze_hip_file(path: Path | str, arch: str = "gfx90a", kernel: str | None 
     )
 
 
-def source_digest(text: str) -> str:
-    return hashlib.sha256(text.encode()).hexdigest()[:16]
-
-
 __all__ = [
     "SUPPORTED_ARCHS",
     "TARGET_ARCHS",
@@ -609,10 +470,8 @@ __all__ = [
     "analyze_hip_file",
     "analyze_hip_source",
     "check_amd_arch",
-    "cuda_to_hip",
     "hip_arch_for_device",
     "hip_available",
     "hip_compile_arch",
     "hip_toolchain",
-    "untranslatable_reason",
 ]

@@ -7,7 +7,7 @@ benchmark_hub measures one kernel under thousands of tuning configurations; the 
 picks a deterministic, hash-chosen share (``HIP_CONFIG_SHARE``), and compiles are cached by
 source, defines and architecture, so a rerun costs seconds.
 
-The ``s_*`` columns are the same as the CUDA static table's (static_frames) plus AMD occupancy:
+The ``s_*`` columns are the same as the CUDA static table's (static.frames) plus AMD occupancy:
 ``s_waves_per_cu`` and ``s_occupancy`` for the configuration's block size on the row's GPU.
 """
 
@@ -69,7 +69,7 @@ def compile_config(
     datasets_dir: Path, program: str, params_json: str, arch: str, cache_dir: Path | None = None
 ) -> Any:
     """The HIP static report of one benchmark_hub configuration (the tuned kernel only)."""
-    from components.features.static_hip import analyze_hip_source
+    from components.features.static.hip import analyze_hip_source
 
     rel, kernel = BENCHMARK_HUB_HIP[program]
     path = datasets_dir / "benchmark_hub" / rel
@@ -101,8 +101,8 @@ def _block(params_json: str) -> int:
 
 def config_feature_row(report: Any, params_json: str, spec: Any) -> dict[str, Any]:
     """``s_*`` features of one compiled configuration on one GPU (static counts + its occupancy there)."""
-    from components.features.static_amdgpu import occupancy
-    from components.features.static_frames import static_feature_frame
+    from components.features.static.amdgpu import occupancy
+    from components.features.static.frames import static_feature_frame
 
     frame = static_feature_frame([report])
     row = {c: frame.iloc[0][c] for c in frame.columns if c.startswith("s_")}
@@ -122,7 +122,8 @@ def config_feature_row(report: Any, params_json: str, spec: Any) -> dict[str, An
 
 
 def _shared_isa(arch: str) -> str:
-    """RDNA2's gfx1030..gfx1036 are one instruction set (they differ in cache/CU counts): one compile serves all."""
+    """RDNA2's gfx1030..gfx1036 are one instruction set (they differ in cache/CU counts): one compile
+    serves all."""
     return "gfx1030" if arch.startswith("gfx103") else arch
 
 
@@ -145,8 +146,8 @@ def build_hip_config_table(
     """
     from concurrent.futures import ThreadPoolExecutor
 
-    from components.features.static import CompileError
-    from components.features.static_hip import hip_arch_for_device
+    from components.features.static.compile import CompileError
+    from components.features.static.hip import hip_arch_for_device
 
     archs = dict(archs or {})
     rows = measurements[measurements["source"] == "benchmark_hub"][["kernel_id", "params_json", "device_id"]]
@@ -162,9 +163,9 @@ def build_hip_config_table(
     # amd-source split makes; every GPU's row of a drawn configuration gets its features.
     on_amd = rows["device_id"].map(lambda d: specs[d].vendor == "amd")
     chosen = set(
-        sample_configs(zip(rows.loc[on_amd, "program"], rows.loc[on_amd, "params_json"], strict=False), share)
+        sample_configs(zip(rows.loc[on_amd, "program"], rows.loc[on_amd, "params_json"], strict=True), share)
     )
-    rows = rows[[(p, q) in chosen for p, q in zip(rows["program"], rows["params_json"], strict=False)]]
+    rows = rows[[(p, q) in chosen for p, q in zip(rows["program"], rows["params_json"], strict=True)]]
     arch_of = {
         d: _shared_isa(hip_arch_for_device(s)[0] if s.vendor == "amd" else archs.get("nvidia", "gfx1030"))
         for d, s in specs.items()
@@ -172,7 +173,7 @@ def build_hip_config_table(
     jobs = sorted(
         {
             (p, q, arch_of[d])
-            for p, q, d in zip(rows["program"], rows["params_json"], rows["device_id"], strict=False)
+            for p, q, d in zip(rows["program"], rows["params_json"], rows["device_id"], strict=True)
         }
     )
     coverage: Counter[str] = Counter(configs=len(chosen), compiles=len(jobs))
@@ -219,9 +220,10 @@ def gpuflopbench_hip_coverage(
     type error) do not depend on the ISA, so they are that file's reason for every arch, and only
     files that compiled are compiled for the other archs. Returns counts and reasons per file.
     """
-    from components.features.static import CompileError, NoKernelError
-    from components.features.static_build import build_file_defaults
-    from components.features.static_hip import analyze_hip_file
+    from components.features.static.analyze import NoKernelError
+    from components.features.static.build import build_file_defaults
+    from components.features.static.compile import CompileError
+    from components.features.static.hip import analyze_hip_file
 
     folders = sorted(p for p in src_root.iterdir() if p.is_dir() and p.name.endswith("-cuda"))
     if programs is not None:  # in the order given (a hash order makes any prefix a fair sample)

@@ -5,7 +5,7 @@ Input is the assembler text clang writes for ``--cuda-device-only -S`` (the same
 ``.amdgpu_metadata`` block (what ``llvm-readelf --notes`` prints: VGPR/SGPR/AGPR counts, LDS
 (group segment) and scratch (private segment) bytes, spill counts, wavefront size).
 
-Instructions map to the classes of the SASS analysis (static_sass.INSTRUCTION_CLASSES) so the
+Instructions map to the classes of the SASS analysis (static.sass.INSTRUCTION_CLASSES) so the
 roofline estimate and the ``s_*`` feature columns read the same for both vendors: a vector ALU op
 by its operand type (``_f32`` fp32, ``_f64`` fp64, ``_f16``/``_bf16`` fp16, integer types int),
 transcendentals (``v_exp``, ``v_rcp``, ``v_sqrt``...) sfu, ``v_cvt`` convert, ``v_mfma``/``v_wmma``/
@@ -24,7 +24,7 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
-from components.features.static_sass import INSTRUCTION_CLASSES
+from components.features.static.sass import INSTRUCTION_CLASSES
 
 AMD_CLASSES: tuple[str, ...] = ("valu", "salu", "vmem", "smem", "lds", "matrix", "branch", "waitcnt")
 

@@ -2,7 +2,7 @@
 
 NVRTC runs in-process and a pathological source (deep template recursion, a huge unrolled loop)
 can hang or exhaust memory, so each compile runs in a child Python that this module also serves
-as (``python static_compile.py`` reads one JSON request on stdin, writes one JSON reply on
+as (``python static.compile.py`` reads one JSON request on stdin, writes one JSON reply on
 stdout). The parent applies ``RLIMIT_AS``/``RLIMIT_CPU`` in the child and a wall-clock timeout.
 """
 
@@ -234,7 +234,7 @@ def _worker() -> None:
     from cuda.bindings import nvrtc
 
     req = json.loads(sys.stdin.buffer.read())
-    _err, prog = nvrtc.nvrtcCreateProgram(req["source"].encode(), req["name"].encode(), 0, [], [])
+    _, prog = nvrtc.nvrtcCreateProgram(req["source"].encode(), req["name"].encode(), 0, [], [])
     for expr in req["name_expressions"]:
         nvrtc.nvrtcAddNameExpression(prog, expr.encode())
     opts = [o.encode() for o in req["options"]]

@@ -143,7 +143,7 @@ class PreparedSource:
     dropped_functions: list[str] = field(default_factory=list)
     dropped_includes: list[str] = field(default_factory=list)
     missing_includes: list[str] = field(default_factory=list)
-    default_defines: dict[str, str] = field(default_factory=dict)  # implied by #error guards (static_build)
+    default_defines: dict[str, str] = field(default_factory=dict)  # implied by #error guards (static.build)
     required_macros: list[str] = field(default_factory=list)  # #ifndef M / #error: only the user knows M
 
 
@@ -459,10 +459,10 @@ def prepare_source(
     """Whole program text -> device-only text NVRTC can compile, plus template name expressions.
 
     ``defines`` (the user's -D macros) only inform the defaults: macros an ``#error`` guard
-    demands are defaulted to the guard's first alternative (static_build.guard_defaults).
+    demands are defaulted to the guard's first alternative (static.build.guard_defaults).
     """
-    from components.features.static_build import guard_defaults
-    from components.features.static_templates import resolve_launches
+    from components.features.static.build import guard_defaults
+    from components.features.static.templates import resolve_launches
 
     prepared = PreparedSource(text="")
     seen: set[Path] = {path.resolve()} if path else set()
