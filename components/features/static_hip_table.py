@@ -122,7 +122,10 @@ def config_feature_row(report: Any, params_json: str, spec: Any) -> dict[str, An
 
 
 def _shared_isa(arch: str) -> str:
-    """RDNA2's gfx1030..gfx1036 are one instruction set (they differ in cache/CU counts): one compile serves all."""
+    """RDNA2's gfx1030..gfx1036 are one instruction set (they differ in cache/CU counts).
+
+    One compile serves all.
+    """
     return "gfx1030" if arch.startswith("gfx103") else arch
 
 
