@@ -31,7 +31,10 @@ DEFAULT_DATASET = PROJECT_ROOT / "profiled-data"
 
 
 def _active_chooser(model: str | None):
-    """The active-learning chooser (asks ``model``; lives in serving, above profiling) when a model is given."""
+    """The active-learning chooser when a model is given.
+
+    It asks ``model``, and lives in serving, above profiling.
+    """
     if model is None:
         return None
     from components.serving.active import interval_selector

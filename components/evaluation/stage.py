@@ -194,7 +194,8 @@ def _silent_rows_reasoned(frame: pd.DataFrame, target: str = "duration_us") -> p
         labels.append(
             f"no runtime: features not computable for this {what} row ({', '.join(gaps[:3])})"
             if gaps
-            else f"no runtime: the model gives none for {what} (no feature missing; a family it was not fit on)"
+            else f"no runtime: the model gives none for {what} "
+            "(no feature missing; a family it was not fit on)"
         )
     filled = notes.astype("object").copy()
     filled.loc[missing] = np.array(labels, dtype=object)

@@ -674,8 +674,12 @@ def _notes(family: np.ndarray, op: np.ndarray, covered: np.ndarray) -> np.ndarra
     """Why a row has no analytical features (None where it has them)."""
     notes = np.full(len(family), None, dtype=object)
     reasons = {
-        "program": "program: whole program, no op formula (measured-counter m_* features only where counters exist)",
-        "collective": "collective: needs an interconnect model (link bandwidth/topology), not in the device spec",
+        "program": (
+            "program: whole program, no op formula (measured-counter m_* features only where counters exist)"
+        ),
+        "collective": (
+            "collective: needs an interconnect model (link bandwidth/topology), not in the device spec"
+        ),
     }
     for i in np.flatnonzero(~covered):
         fam = str(family[i])

@@ -1,11 +1,13 @@
 """NVIDIA AIConfigurator's measured kernel tables, read from upstream's layout into one frame per op family.
 
-Upstream keeps ``aic-core/src/aiconfigurator_core/systems/data/<gpu>/<op>/<framework>/<version>/<table>_perf.parquet``
-(latency in ms) and each GPU's spec sheet as ``systems/<gpu>.yaml``. The readers here normalise the tables the op
-engine and the canonical adapter need -- GEMM, context/generation attention, MoE, all-reduce -- to the shape
-names of kernelcast's question schema (``components/physics/roofline.py``), in microseconds, keeping framework,
-version and kernel source as provenance. The same shape measured under several versions or kernels is kept
-as repeats (``medians`` folds them into one row with the spread); nothing is averaged away silently.
+Upstream keeps
+``aic-core/src/aiconfigurator_core/systems/data/<gpu>/<op>/<framework>/<version>/<table>_perf.parquet``
+(latency in ms) and each GPU's spec sheet as ``systems/<gpu>.yaml``. The readers here normalise the tables
+the op engine and the canonical adapter need -- GEMM, context/generation attention, MoE, all-reduce -- to
+the shape names of kernelcast's question schema (``components/physics/roofline.py``), in microseconds,
+keeping framework, version and kernel source as provenance. The same shape measured under several
+versions or kernels is kept as repeats (``medians`` folds them into one row with the spread); nothing
+is averaged away silently.
 """
 
 from __future__ import annotations
@@ -25,7 +27,8 @@ GPU_FOLDERS: dict[str, str] = {
     "h200_sxm": "h200",
     "l40s": "l40s",
 }
-# upstream dtype spellings -> kernelcast's (components/physics/roofline.GEMM_DTYPES); others are dropped, counted
+# upstream dtype spellings -> kernelcast's (components/physics/roofline.GEMM_DTYPES);
+# others are dropped, counted
 DTYPE_NAMES: dict[str, str] = {
     "bfloat16": "bf16",
     "float16": "fp16",

@@ -6,9 +6,10 @@ every dtype the readers name, context (prefill) and generation (decode) attentio
 all-reduce. Latency is milliseconds upstream, microseconds here.
 
 Identity and repeats: a kernel is (family, op, dtype, shape) -- the shape includes the attention KV-cache
-dtype and window and the MoE routing distribution. The same kernel measured on one GPU under several frameworks,
-versions or kernel sources is kept as *repeats*: one measurement row each, all under one ``kernel_id``, with
-framework/version/kernel source in ``params_json`` and ``run_id`` (so their spread is the noise floor).
+dtype and window and the MoE routing distribution. The same kernel measured on one GPU under several
+frameworks, versions or kernel sources is kept as *repeats*: one measurement row each, all under one
+``kernel_id``, with framework/version/kernel source in ``params_json`` and ``run_id`` (so their spread is
+the noise floor).
 Ops: ``gemm``; attention ``prefill`` | ``decode``; ``moe``; all-reduce ``nccl`` | ``custom`` (different
 libraries, so different kernels; a framework's graph/eager custom variants are repeats).
 

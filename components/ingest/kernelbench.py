@@ -258,7 +258,8 @@ def _one_file(
                     "source": SOURCE,
                     "upstream_file": relpath,
                     "upstream_row": index,
-                    # Wall-clock of the whole module forward (torch.cuda events around it), clocks as the cloud set them.
+                    # Wall-clock of the whole module forward (torch.cuda events around it),
+                    # clocks as the cloud set them.
                     "profiler": "cuda_event",
                     "clock_mode": "unknown",
                     "run_id": run_id,
@@ -307,7 +308,8 @@ def ingest(root: Path, catalog) -> AdapterOutput:
         rows_in,
         notes=[
             f"{len(files)} timing files; provenance notes {'read' if notes else 'absent'}",
-            f"{no_source} of {len(kernel_frame)} problems have no bundled source (level4/5/tk, unbundled trees)",
+            f"{no_source} of {len(kernel_frame)} problems have no bundled source "
+            "(level4/5/tk, unbundled trees)",
         ],
     )
     output.check_balance()

@@ -229,7 +229,9 @@ def _rows_run(run: Path, manifest: dict, catalog) -> tuple[list, list, list, int
         reads, writes = row.get("dram_read_bytes"), row.get("dram_write_bytes")
         dram = float(reads) + float(writes) if reads is not None and writes is not None else math.nan
         flops = float(row["flops"]) if row.get("flops") is not None else math.nan
-        rate = lambda value: float(value) / (duration_us * 1e3) if value is not None else math.nan  # noqa: E731
+        rate = lambda value, duration_us=duration_us: (  # noqa: E731
+            float(value) / (duration_us * 1e3) if value is not None else math.nan
+        )
         (gx, gy, gz), (bx, by, bz) = _dims(row.get("grid")), _dims(row.get("block"))
         measurements.append(
             {

@@ -23,7 +23,8 @@ MEASUREMENT_COLUMNS: dict[str, str] = {
     "kernel_id": "string",  # -> kernels.kernel_id
     "device_id": "string",  # catalog id (components.devices), never a dataset spelling
     "device_name_raw": "string",  # the spelling the source used, kept for audit
-    "source": "string",  # neusight | gpuflopbench | kernelbench | benchmark_hub | pipeweave | aiconfigurator | profiled
+    # source: neusight | gpuflopbench | kernelbench | benchmark_hub | pipeweave | aiconfigurator | profiled
+    "source": "string",
     "upstream_file": "string",  # path relative to the source root
     "upstream_row": "Int64",  # 0-based data row (or entry index) in that file
     "profiler": "string",  # ncu | cuda_event | kernel_tuner | torch_event | ...
@@ -69,7 +70,8 @@ KERNEL_COLUMNS: dict[str, str] = {
     "source_path": "string",  # path of the source file(s) relative to the source root
     "source_text": "string",  # kernel/program source when the source ships it
     "shape_json": "string",  # op shapes (canonical JSON) for op kernels
-    "dtype": "string",  # fp32 | fp16 | bf16 | fp8 | fp64 | int8 | mixed | unknown, and the quantised GEMM dtypes
+    # dtype: fp32 | fp16 | bf16 | fp8 | fp64 | int8 | mixed | unknown, and the quantised GEMM dtypes
+    "dtype": "string",
     # tf32 | fp8_block | nvfp4 | int8_wo | int4_wo (components/physics/roofline.GEMM_DTYPES)
 }
 

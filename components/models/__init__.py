@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import importlib
 import json
 from pathlib import Path
@@ -37,10 +38,9 @@ def load_predictor(directory: Path) -> Predictor:
     predictor = cls.load(Path(directory))
     engine = Path(directory) / "opmodel"
     if (engine / "engine.json").is_file():  # the op engine trained with it (components/opmodel)
-        try:
+        # a frozen predictor: serving falls back to the state folder's
+        with contextlib.suppress(AttributeError, TypeError):
             predictor.opmodel_dir = engine
-        except (AttributeError, TypeError):  # a frozen predictor: serving falls back to the state folder's
-            pass
     return predictor
 
 

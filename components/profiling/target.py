@@ -35,7 +35,9 @@ def _roctx() -> tuple[Callable[[str], None], Callable[[], None]]:
         except OSError:
             continue
         lib.roctxRangePushA.argtypes = [ctypes.c_char_p]
-        return (lambda text: lib.roctxRangePushA(text.encode())), (lambda: lib.roctxRangePop())
+        return (lambda text, lib=lib: lib.roctxRangePushA(text.encode())), (
+            lambda lib=lib: lib.roctxRangePop()
+        )
     import torch
 
     return torch.cuda.nvtx.range_push, torch.cuda.nvtx.range_pop

@@ -130,7 +130,10 @@ class KernelBenchData:
 
 
 def config_name(params: dict[str, Any]) -> str:
-    """``eager`` or the torch.compile setting: ``inductor-default``, ``inductor-max-autotune``, ``cudagraphs``."""
+    """``eager`` or the torch.compile setting.
+
+    One of ``inductor-default``, ``inductor-max-autotune``, ``cudagraphs``.
+    """
     if params.get("mode") != "torch.compile":
         return "eager"
     backend = params.get("backend") or "inductor"

@@ -14,6 +14,7 @@ uses ``predictor.predict``); ``tests/unit/test_serving_native.py`` checks it aga
 
 from __future__ import annotations
 
+import contextlib
 from typing import Any
 
 import numpy as np
@@ -260,8 +261,6 @@ def fast_model(predictor: Any) -> FastTransfer | None:
     cached = getattr(predictor, "_serving_fast", None)
     if cached is None:
         cached = FastTransfer(predictor)
-        try:
+        with contextlib.suppress(AttributeError):
             predictor._serving_fast = cached  # dataclass instance: one FastTransfer per loaded model
-        except AttributeError:
-            pass
     return cached

@@ -47,7 +47,10 @@ def _distinct_specs(questions: list[Question]) -> tuple[list[Any], np.ndarray]:
 
 
 def op_table(questions: list[Question], raw: bool = False) -> Any:
-    """The feature table of op questions (one row each, same order); ``raw`` adds the shape text an llm reads."""
+    """The feature table of op questions (one row each, same order).
+
+    ``raw`` adds the shape text an llm reads.
+    """
     from components.serving.featurise import op_feature_table
 
     specs, device_index = _distinct_specs(questions)

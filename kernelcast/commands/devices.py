@@ -211,7 +211,10 @@ def add_command(
     spec_file: Annotated[
         Path,
         typer.Argument(
-            help="YAML/JSON spec (one mapping, or a 'devices:' list); every field, optional ones marked: docs/devices.md"
+            help=(
+                "YAML/JSON spec (one mapping, or a 'devices:' list); "
+                "every field, optional ones marked: docs/devices.md"
+            )
         ),
     ],
     replace: Annotated[

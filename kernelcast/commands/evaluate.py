@@ -1,4 +1,6 @@
-"""`kernelcast evaluate`: score a model (registry URI, local predictor dir or `roofline`) and write the JSON report.
+"""`kernelcast evaluate`: score a model and write the JSON report.
+
+The model is a registry URI, a local predictor dir or `roofline`.
 
 Rows come from the feature table (the split's test side) or, with ``--source/--from``, from a
 directory ingested on the fly through the ingest, validate and features stages.
@@ -148,7 +150,8 @@ def _print_serving(serving: dict) -> None:
 
 def _print_programs(programs: dict) -> None:
     typer.echo(
-        f"programs ({programs['split']}): {programs['n_answered']} of {programs['n_rows']} timing rows answered "
+        f"programs ({programs['split']}): {programs['n_answered']} of {programs['n_rows']} "
+        "timing rows answered "
         "(leave-one-GPU-out program model, as `bench accuracy --split kernelbench`)"
     )
     for why, count in programs["unanswered"].items():

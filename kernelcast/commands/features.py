@@ -1,4 +1,7 @@
-"""`kernelcast features` subcommands: ``build`` (analytical feature table) and ``static`` (CUDA static analysis)."""
+"""`kernelcast features` subcommands.
+
+``build`` (analytical feature table) and ``static`` (CUDA static analysis).
+"""
 
 from __future__ import annotations
 

@@ -94,7 +94,8 @@ def profile_command(
     report = m["report"]
     typer.echo(
         f"wrote {result.run_dir}: {m['rows']} rows ({m['rows_failed']} failed cases) on {m['device_name']} "
-        f"with {m['tool']} {m['tool_version']}; chunks done {len(report['done'])}, reused {len(report['reused'])}, "
+        f"with {m['tool']} {m['tool_version']}; chunks done {len(report['done'])}, "
+        f"reused {len(report['reused'])}, "
         f"failed {len(report['failed'])}, timed out {len(report['timed_out'])}"
     )
     for chunk, why in report["failed"].items():

@@ -29,7 +29,8 @@ def promote_command(
         typer.Option(
             "--eval-report",
             help=(
-                "judge on this gate report (default: the one `kernelcast evaluate --gate` attached to the version)"
+                "judge on this gate report "
+                "(default: the one `kernelcast evaluate --gate` attached to the version)"
             ),
         ),
     ] = None,

@@ -51,7 +51,8 @@ def train_command(
             "--max-test-rows",
             min=1,
             help=(
-                "score at most this many test rows (deterministic); llm default: params.yaml train.llm.max_test_rows"
+                "score at most this many test rows (deterministic); "
+                "llm default: params.yaml train.llm.max_test_rows"
             ),
         ),
     ] = None,

@@ -114,9 +114,11 @@ def device_section(device: DeviceSpec) -> str:
     """Catalog specs a roofline judgement needs: SMs, clocks, peaks per precision, DRAM, ridges."""
     lines = [
         f"GPU: {device.name} ({device.architecture}, compute capability {device.compute_capability})",
-        f"SMs: {device.sms}; FP32 lanes/SM: {device.fp32_lanes_per_sm}; boost clock {device.boost_clock_mhz:g} MHz"
+        f"SMs: {device.sms}; FP32 lanes/SM: {device.fp32_lanes_per_sm}; "
+        f"boost clock {device.boost_clock_mhz:g} MHz"
         + (f"; base clock {device.base_clock_mhz:g} MHz" if device.base_clock_mhz else ""),
-        f"DRAM: {device.memory_gb:g} GB {device.memory_type}, {device.dram_gbps:g} GB/s; L2 {device.l2_mb:g} MB",
+        f"DRAM: {device.memory_gb:g} GB {device.memory_type}, {device.dram_gbps:g} GB/s; "
+        f"L2 {device.l2_mb:g} MB",
     ]
     peaks = []
     for precision in ("fp64", "fp32", "fp16", "bf16"):
