@@ -238,7 +238,8 @@ class DeviceSpec(BaseModel):
             return f"{arch} has no TF32 tensor cores; a TF32 matmul runs as plain FP32"
         if precision == "fp4":
             return (
-                f"{arch} has no fp4 tensor cores (FP4 arrived with NVIDIA Blackwell and AMD CDNA4); fp4 would be "
+                f"{arch} has no fp4 tensor cores (FP4 arrived with NVIDIA Blackwell and AMD CDNA4); "
+                "fp4 would be "
                 "emulated through a wider type"
             )
         return f"{arch} has no {precision} pipe"

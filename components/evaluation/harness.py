@@ -71,7 +71,8 @@ def with_split_columns(table: pd.DataFrame, canonical_dir: Path | None) -> pd.Da
     table["upstream_row"] = pd.to_numeric(table["upstream_row"], errors="coerce").astype("Int64")
     if absent:  # read back by split_folds when a split finds no test rows
         table.attrs["split_columns_note"] = (
-            f"{', '.join(absent)} not found in {canonical_dir} (the canonical tables the feature table was built "
+            f"{', '.join(absent)} not found in {canonical_dir} (the canonical tables the feature "
+            "table was built "
             "from; the bolet split's labels and programs are joined from there)"
         )
     return table

@@ -8,6 +8,7 @@ upstream_file, run_id``), targets (canonical metric names), ``f_*``/``m_*`` anal
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
@@ -62,7 +63,8 @@ _KERNEL_COLUMNS: tuple[str, ...] = ("kernel_id", "family", "op", "dtype", "shape
 
 
 def _joined(measurements: pd.DataFrame, kernels: pd.DataFrame) -> pd.DataFrame:
-    """Measurements with their kernel's family/op/dtype/shape (a left join: a missing kernel keeps its row)."""
+    """Measurements with their kernel's family/op/dtype/shape (a left join: a missing kernel keeps
+    its row)."""
     kern = kernels.loc[:, [c for c in _KERNEL_COLUMNS if c in kernels.columns]].drop_duplicates("kernel_id")
     frame = measurements.reset_index(drop=True).merge(
         kern, on="kernel_id", how="left", validate="many_to_one"
@@ -141,7 +143,8 @@ def build_feature_table(
 ) -> pd.DataFrame:
     """One row per measurement, in the measurements' order (pure: no I/O).
 
-    ``device_vector`` maps a catalog spec to its features (default: ``components.devices.device_feature_vector``).
+    ``device_vector`` maps a catalog spec to its features
+    (default: ``components.devices.device_feature_vector``).
     """
     frame = _joined(measurements, kernels)
     parts = [
@@ -198,7 +201,7 @@ def build_features_parallel(
     bounds = np.linspace(0, len(measurements), min(n_chunks, len(measurements)) + 1).astype(int)
     futures = [
         remote.remote(measurements.iloc[lo:hi], kernels_ref, catalog_ref, static_ref, device_vector)
-        for lo, hi in zip(bounds[:-1], bounds[1:], strict=True)
+        for lo, hi in itertools.pairwise(bounds)
         if hi > lo
     ]
     chunks = ray.get(futures)

@@ -44,7 +44,8 @@ def _spec(device_id: str, cache: dict[str, Any]) -> Any:
 
 
 def program_runtime(features: pd.DataFrame) -> pd.DataFrame:
-    """``pred_duration_us`` and ``pred_note`` for the whole-program rows of ``features`` (index: those rows)."""
+    """``pred_duration_us`` and ``pred_note`` for the whole-program rows of ``features`` (index:
+    those rows)."""
     from components.features.static.sass import INSTRUCTION_CLASSES
     from components.models.cuda_estimate import estimate_kernel
 

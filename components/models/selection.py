@@ -3,8 +3,8 @@
 The question a user asks is "how fast on a GPU the model never saw", often a newer and faster one
 than any it trained on. So candidates (feature set, normaliser, launch floor, learner, size) are
 scored on folds of the train side that each hold out one whole GPU -- always including the fastest
-(compute) and the highest-bandwidth training GPU, where extrapolation bites -- plus a few more chosen by hash. The
-winner has the lowest median per-GPU runtime MAPE; ties broken by the worst GPU.
+(compute) and the highest-bandwidth training GPU, where extrapolation bites -- plus a few more chosen by hash.
+The winner has the lowest median per-GPU runtime MAPE; ties broken by the worst GPU.
 """
 
 from __future__ import annotations

@@ -1,1 +1,2 @@
-"""The modern-op engine: physics of GEMM/attention/MoE/all-reduce and the measured, calibrated and spec tiers."""
+"""The modern-op engine: physics of GEMM/attention/MoE/all-reduce and the measured, calibrated and
+spec tiers."""

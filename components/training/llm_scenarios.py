@@ -78,7 +78,7 @@ class ScenarioResult:
 
 def _parse_dim3(text: Any) -> tuple[int | None, int | None, int | None]:
     numbers = [int(v) for v in re.findall(r"\d+", str(text))] if isinstance(text, str) else []
-    return tuple((numbers + [None, None, None])[:3])  # type: ignore[return-value]
+    return tuple(([*numbers, None, None, None])[:3])  # type: ignore[return-value]
 
 
 def _program_sources(
@@ -254,7 +254,7 @@ class LocalChoiceScorer:
     def score(self, user_text: str) -> dict[str, float]:
         import torch
 
-        full = self._template(self.prefix + [{"role": "user", "content": user_text}], generation=True)
+        full = self._template([*self.prefix, {"role": "user", "content": user_text}], generation=True)
         use_prefix = self.prefix_cache is not None and full[: len(self.prefix_ids)] == self.prefix_ids
         query = full[len(self.prefix_ids) :] if use_prefix else full
         scores = {}
@@ -296,7 +296,7 @@ class EndpointChooser:
                 "model": self.model,
                 "temperature": 0,
                 "max_tokens": 8,
-                "messages": self.prefix + [{"role": "user", "content": user_text}],
+                "messages": [*self.prefix, {"role": "user", "content": user_text}],
             }
         ).encode()
         request = urllib.request.Request(self.url, data=body, headers={"Content-Type": "application/json"})
@@ -463,7 +463,7 @@ def plot_results(results: list[ScenarioResult], path: Path) -> Path:
     ax.bar(x - 0.2, [r.accuracy for r in results], 0.4, label="accuracy")
     ax.bar(x + 0.2, [r.balanced_accuracy for r in results], 0.4, label="balanced accuracy")
     ax.axhline(0.5, color="grey", linestyle="--", linewidth=1, label="chance")
-    ax.set_xticks(x, [f"{n}\n(n={r.n})" for n, r in zip(names, results)])
+    ax.set_xticks(x, [f"{n}\n(n={r.n})" for n, r in zip(names, results, strict=False)])
     ax.set_ylim(0, 1)
     ax.set_title("Bolet roofline scenarios, bolet-roofline test side")
     ax.legend(loc="upper right", fontsize=8)

@@ -82,8 +82,10 @@ def accuracy_command(
         typer.Option(
             "--canonical",
             help=(
-                "canonical tables the feature table was built from (default: the canonical/ folder beside the "
-                "feature table's folder, else data_dir/canonical); the bolet split's labels are joined from there"
+                "canonical tables the feature table was built from (default: the canonical/ folder "
+                "beside the "
+                "feature table's folder, else data_dir/canonical); the bolet split's labels are "
+                "joined from there"
             ),
         ),
     ] = None,
@@ -117,7 +119,8 @@ def accuracy_command(
         typer.Option(
             "--markdown",
             help=(
-                "write the README accuracy section here: between <!-- bench:start --> and <!-- bench:end --> of an "
+                "write the README accuracy section here: between <!-- bench:start --> and <!-- "
+                "bench:end --> of an "
                 "existing file (e.g. README.md), or a new file"
             ),
         ),
@@ -148,7 +151,8 @@ def accuracy_command(
         typer.Option(
             "--store",
             help=(
-                "measured store for the op-engine splits aiconfigurator-unseen-shape / -unseen-gpu (default: the "
+                "measured store for the op-engine splits aiconfigurator-unseen-shape / -unseen-gpu "
+                "(default: the "
                 "state folder's data/opmodel/store, which `make pipeline` builds)"
             ),
         ),
@@ -158,8 +162,10 @@ def accuracy_command(
         typer.Option(
             "--calibration-rows",
             help=(
-                "calibration tier: with --split unseen-gpu, give each held-out GPU K rows of the calibration suite "
-                "and score its other kernels (repeatable: 0 25 100 400 gives the curve; components/evaluation/calibration.py)"
+                "calibration tier: with --split unseen-gpu, give each held-out GPU K rows of the "
+                "calibration suite "
+                "and score its other kernels (repeatable: 0 25 100 400 gives the curve; "
+                "components/evaluation/calibration.py)"
             ),
         ),
     ] = None,
@@ -259,7 +265,7 @@ def accuracy_command(
         except UnknownDeviceError as exc:
             raise UserError(f"--device: {exc}") from None
         held_out = set(unseen_gpu_devices(table, BENCH_MIN_DEVICES_PER_SOURCE)["device_id"])
-        absent = [name for name, dev in zip(device, devices) if dev not in held_out]
+        absent = [name for name, dev in zip(device, devices, strict=False) if dev not in held_out]
         if absent:
             raise UserError(
                 f"--device {', '.join(absent)}: no rows in this feature table "
@@ -315,7 +321,8 @@ def accuracy_command(
         llm_note = (
             f"llm: {llm_config.base or 'embedded SmolLM2-135M'} + LoRA r={llm_config.lora_r}, "
             f"{llm_config.max_tokens}-token prompts, {llm_config.epochs} epochs on at most "
-            f"{llm_run.max_train_rows} train rows (params.yaml train.llm), {llm_run.workers} Ray Train workers"
+            f"{llm_run.max_train_rows} train rows (params.yaml train.llm), {llm_run.workers} Ray "
+            "Train workers"
         )
     header = [
         f"train sides subsampled deterministically (hash of measurement_id) to at most {rows_cap} rows; "
@@ -411,7 +418,8 @@ def markdown_command(
         typer.Option(
             "--out",
             help=(
-                "write the README accuracy section here: between <!-- bench:start --> and <!-- bench:end --> of an "
+                "write the README accuracy section here: between <!-- bench:start --> and <!-- "
+                "bench:end --> of an "
                 "existing file (e.g. README.md), or a new file"
             ),
         ),
@@ -489,8 +497,8 @@ def serve_bench_command(
         ),
     ] = None,
 ) -> None:
-    """Serving speed: per-stage rates per CPU-second (one thread), server p50/p99 at a fixed rate, a CUDA source
-    query, llm; optionally the README's speed table."""
+    """Serving speed: per-stage rates per CPU-second (one thread), server p50/p99 at a fixed rate, a CUDA
+    source query, llm; optionally the README's speed table."""
     prepared_settings()
     from components.serving.bench import run_bench, write_result
     from components.serving.bench_readme import readme_block, write_readme_block

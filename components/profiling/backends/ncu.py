@@ -126,7 +126,7 @@ def rows_from_ncu(
     kernels = kernel_rows(parse_raw_csv(raw_csv), roles)
     matched = match_ncu_to_cases(records, kernels, source)
     rows = []
-    for case, record in zip(cases, records):
+    for case, record in zip(cases, records, strict=False):
         if record.error:
             row = base_row(ctx, env, "ncu", case)
             row["error"] = record.error
@@ -170,31 +170,30 @@ class NcuBackend:
             str(ctx.warmup),
         ]
         subprocess.run(
-            target + ["--mode", "kernels", "--out", str(raw / "kernels.jsonl")],
+            [*target, "--mode", "kernels", "--out", str(raw / "kernels.jsonl")],
             check=True,
             capture_output=True,
             text=True,
         )
         roles = choose_metrics(available_metrics(self.executable))
         (raw / "ncu_roles.json").write_text(json.dumps({"roles": roles}, indent=1))
-        command = (
-            [
-                self.executable,
-                "--profile-from-start",
-                "off",
-                "--csv",
-                "--page",
-                "raw",
-                "--clock-control",
-                "base",
-                "--cache-control",
-                "all" if ctx.l2_flush else "none",
-                "--metrics",
-                ",".join(sorted(set(roles.values()))),
-            ]
-            + target
-            + ["--mode", "ncu"]
-        )
+        command = [
+            self.executable,
+            "--profile-from-start",
+            "off",
+            "--csv",
+            "--page",
+            "raw",
+            "--clock-control",
+            "base",
+            "--cache-control",
+            "all" if ctx.l2_flush else "none",
+            "--metrics",
+            ",".join(sorted(set(roles.values()))),
+            *target,
+            "--mode",
+            "ncu",
+        ]
         result = subprocess.run(command, capture_output=True, text=True)
         (raw / "ncu_raw.csv").write_text(result.stdout)
         (raw / "ncu_stderr.txt").write_text(result.stderr[-20000:])
