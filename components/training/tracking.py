@@ -9,7 +9,6 @@ reviewer would ask of it: its parameters, its own fit figures and the files it i
 from __future__ import annotations
 
 import json
-from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
@@ -50,27 +49,29 @@ def log_op_engine(engine_dir: Path | None) -> None:
 
 
 def log_deployment_constants(engine_trained: bool) -> None:
-    """The serving-framework constants deployment answers use (fitted offline, kept as data with provenance):
-    every coefficient as a param, their fit errors as metrics, their sources as tags."""
+    """The serving engines' constants deployment answers use (fitted offline, kept as data with provenance in
+    ``components/deployments/engines/constants.json``): the file as an artifact, each engine's step-cost
+    coefficients as params, their fit errors as metrics, the provenance as tags."""
     import mlflow
-    from components.deployments.fitted import PRODUCTION_FRAMEWORK, PRODUCTION_FRAMEWORK_ROOFLINE
+    from components.deployments.engines.base import CONSTANTS_FILE
     from components.registry.tracking import log_numbers
 
-    constants = PRODUCTION_FRAMEWORK if engine_trained else PRODUCTION_FRAMEWORK_ROOFLINE
-    values = asdict(constants)
-    mlflow.log_params(
-        {
-            "set": "PRODUCTION_FRAMEWORK" if engine_trained else "PRODUCTION_FRAMEWORK_ROOFLINE",
-            **{
-                k: json.dumps(v)
-                for k, v in values.items()
-                if k not in ("source", "steady_source", "train_mape")
-            },
-        }
-    )
-    mlflow.set_tags({"source": str(values.get("source")), "steady_source": str(values.get("steady_source"))})
-    log_numbers({"train_mape": values.get("train_mape") or {}})
-    mlflow.log_dict(values, "deployments/framework_constants.json")
+    data = json.loads(CONSTANTS_FILE.read_text())
+    framework_set = "engine" if engine_trained else "roofline"  # the offline-batch cost the answers use
+    params: dict[str, str] = {"framework_set": framework_set}
+    errors: dict[str, float] = {}
+    for name, engine in sorted(data.get("engines", {}).items()):
+        params.update({f"{name}.{k}": json.dumps(v) for k, v in engine.get("cost", {}).items()})
+        provenance = engine.get("provenance", {})
+        errors.update(
+            {f"{name}.lopo_{k}": v for k, v in provenance.get("leave_one_gpu_out_mape", {}).items()}
+        )
+        mlflow.set_tag(f"{name}.fitted_on", str(provenance.get("fitted_on")))
+    framework = data.get("framework", {}).get(framework_set, {})
+    errors.update({f"framework.{k}": v for k, v in framework.get("train_mape", {}).items()})
+    mlflow.log_params(params)
+    log_numbers(errors)
+    mlflow.log_dict(data, "deployments/constants.json")
 
 
 def log_program_model(paths: list[Path]) -> None:

@@ -150,15 +150,15 @@ def test_pipeline_parent_with_stage_and_component_runs(
     # Open while training: the fit's run starts and ends inside the train stage's run.
     assert train.info.start_time <= tabular.info.start_time <= tabular.info.end_time <= train.info.end_time
     deployment = by_part["deployment-engine"]
-    assert deployment.data.params["set"] == "PRODUCTION_FRAMEWORK_ROOFLINE"  # no engine without a store
-    assert deployment.data.metrics["train_mape/prefill"] > 0
+    assert deployment.data.params["framework_set"] == "roofline"  # no engine without a store
+    assert set(deployment.data.params) >= {"vllm.request_us", "sglang.request_us", "trtllm.request_us"}
+    assert deployment.data.metrics["framework.prefill"] > 0 and deployment.data.metrics["vllm.lopo_ttft"] > 0
     assert "no measured store" in by_part["op-engine"].data.tags["kc.note"]
-    local = client.download_artifacts(
-        deployment.info.run_id, "deployments/framework_constants.json", str(tmp_path)
-    )
-    logged = {k: v for k, v in deployment.data.metrics.items() if k.startswith("train_mape/")}
-    saved = json.loads(Path(local).read_text())["train_mape"]
-    assert logged == {f"train_mape/{k}": v for k, v in saved.items()} and len(logged) == 4
+    local = client.download_artifacts(deployment.info.run_id, "deployments/constants.json", str(tmp_path))
+    saved = json.loads(Path(local).read_text())
+    logged = {k: v for k, v in deployment.data.metrics.items() if k.startswith("framework.")}
+    expected = saved["framework"]["roofline"]["train_mape"]
+    assert logged == {f"framework.{k}": v for k, v in expected.items()} and len(logged) == 4
 
 
 DVC_YAML = """stages:
