@@ -41,10 +41,12 @@ def store_keys(family: str) -> list[str]:
 def source_roots(datasets_root: Path) -> dict[str, Path]:
     """Where each store source lives under ``datasets_root``: the datasets folder (``aiconfigurator/``,
     ``aiter/``), or one source's repository root."""
-    from components.ingest.aiter import CONFIGS
+    from components.ingest.aiter import CONFIGS, table_files
 
     root = Path(datasets_root)
     out = {name: root / name for name in ("aiconfigurator", "aiter") if (root / name).is_dir()}
+    if "aiter" in out and not table_files(out["aiter"]):
+        del out["aiter"]  # a folder without tuned tables (a project copy's empty stand-in) adds no rows
     if not out:
         out["aiter" if (root / CONFIGS).is_dir() else "aiconfigurator"] = root
     return out

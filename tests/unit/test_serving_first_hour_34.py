@@ -88,7 +88,7 @@ def test_a_disagg_deployment_over_http_states_and_takes_the_split(client) -> Non
 def test_serving_docs_name_every_request_field_of_the_api() -> None:
     from pathlib import Path
 
-    from components.serving.app import DeploymentForm, PredictRequest, RankRequest, WorkloadItem
+    from components.serving.routes.schema import DeploymentForm, PredictRequest, RankRequest, WorkloadItem
 
     text = (Path(__file__).resolve().parents[2] / "docs" / "serving.md").read_text()
     for model in (PredictRequest, RankRequest, WorkloadItem, DeploymentForm):

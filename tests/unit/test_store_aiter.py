@@ -106,3 +106,12 @@ def test_a_store_built_before_aiter_is_rebuilt_once(tmp_path: Path) -> None:
     assert built_from(store) == ["aiconfigurator", "aiter"] and len(said) == 1
     ensure_store(settings, said.append)  # up to date: not rebuilt
     assert len(said) == 1
+
+
+def test_an_aiter_folder_without_tuned_tables_adds_nothing(tmp_path: Path) -> None:
+    """A project copy's empty stand-in for the aiter folder is no source (the store builds from the others)."""
+    from components.opmodel.store import source_roots
+
+    (tmp_path / "aiter").mkdir()
+    (tmp_path / "aiconfigurator").mkdir()
+    assert set(source_roots(tmp_path)) == {"aiconfigurator"}
