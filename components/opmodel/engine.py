@@ -224,9 +224,9 @@ class OpEngine:
     def predict(
         self, family: str, dtype: str, shape: dict[str, Any], spec: Any, kv_dtype: str | None = None
     ) -> OpTimes:
-        """Runtimes of rows of one (family, dtype, GPU); ``shape``: dimension name -> array or scalar. Answers
-        of the learned tiers (calibrated, transfer, spec) are under the monotone envelope (``envelope.py``): no
-        answer shorter than a smaller shape's of the same question. Measured-tier answers (exact hits and
+        """Runtimes of rows of one (family, dtype, GPU); ``shape``: dimension name -> array or scalar.
+        Answers of the learned tiers (calibrated, transfer, spec) are under the monotone envelope
+        (``envelope.py``): no answer shorter than a smaller shape's of the same question. Measured-tier answers (exact hits and
         interpolations between the GPU's own kernels) are returned as measured: on the real tables the
         envelope moved them far from the measurement (A100 int4_wo exact hits 0% -> 54% MAPE, L40S int8_wo
         0.3% -> 38%), because one slow lattice point lifts every larger shape."""

@@ -1,6 +1,6 @@
-"""Which op engine answers for a predictor: the one saved in its folder, the state folder's, one built from the
-state folder's measured store, or a bare one -- with the state folder's calibrations applied. Cached per folder:
-a server asks again and again."""
+"""Which op engine answers for a predictor: the one saved in its folder, the state folder's, one built from
+the state folder's measured store, or a bare one -- with the state folder's calibrations applied. Cached per
+folder: a server asks again and again."""
 
 from __future__ import annotations
 

@@ -109,7 +109,8 @@ def test_a_store_built_before_aiter_is_rebuilt_once(tmp_path: Path) -> None:
 
 
 def test_an_aiter_folder_without_tuned_tables_adds_nothing(tmp_path: Path) -> None:
-    """A project copy's empty stand-in for the aiter folder is no source (the store builds from the others)."""
+    """A project copy's empty stand-in for the aiter folder is no source (the store builds from the
+    others)."""
     from components.opmodel.store import source_roots
 
     (tmp_path / "aiter").mkdir()
