@@ -226,10 +226,10 @@ class OpEngine:
     ) -> OpTimes:
         """Runtimes of rows of one (family, dtype, GPU); ``shape``: dimension name -> array or scalar.
         Answers of the learned tiers (calibrated, transfer, spec) are under the monotone envelope
-        (``envelope.py``): no answer shorter than a smaller shape's of the same question. Measured-tier answers (exact hits and
-        interpolations between the GPU's own kernels) are returned as measured: on the real tables the
-        envelope moved them far from the measurement (A100 int4_wo exact hits 0% -> 54% MAPE, L40S int8_wo
-        0.3% -> 38%), because one slow lattice point lifts every larger shape."""
+        (``envelope.py``): no answer shorter than a smaller shape's of the same question. Measured-tier
+        answers (exact hits and interpolations between the GPU's own kernels) are returned as measured: on
+        the real tables the envelope moved them far from the measurement (A100 int4_wo exact hits 0% -> 54%
+        MAPE, L40S int8_wo 0.3% -> 38%), because one slow lattice point lifts every larger shape."""
         from components.opmodel.envelope import AXES
         from components.opmodel.measured import BLOCK_SCALED, physics_key
 
