@@ -1,13 +1,18 @@
-"""Our generated C for LightGBM trees (``components.serving.compiled``) against the libraries doing the same:
-treelite + tl2cgen (C code generation) and lleaves (LLVM), and LightGBM's own predictor, on one model of the
-champion's size, one thread each: batched rows/s, single-row latency, compile time, and whether the raw
-scores equal ``Booster.predict(raw_score=True)``.
+"""LightGBM tree compilers against each other on one model of the champion's size, one thread each:
+treelite + tl2cgen (C code generation), lleaves (LLVM, with and without inlining) and LightGBM's own
+predictor: batched rows/s, single-row latency, compile time, and whether the raw scores equal
+``Booster.predict(raw_score=True)``.
 
-The libraries are not project dependencies; install them beside the venv to run this, e.g.
+It decided the serving tier: the C generator we used to keep (``components/serving/compiled.py``, removed)
+was 1.12x lleaves' batched rate and 1.32x its single-row speed on this benchmark -- short of the 2x that
+justifies hand-written code -- so bulk predictions now go through lleaves
+(``components/serving/tree_compile.py``); ``benchmarks/results/tree_compilers.json`` keeps its last figures.
 
-    pip install --no-deps --target /tmp/tl treelite==4.8.1 tl2cgen==1.0.0 lleaves==1.3.0 llvmlite==0.43.0
+treelite/tl2cgen are not project dependencies; install them beside the venv to run this, e.g.
+
+    pip install --no-deps --target /tmp/tl treelite==4.8.1 tl2cgen==1.0.0
     OMP_NUM_THREADS=1 PYTHONPATH=$PWD:/tmp/tl .venv/bin/python benchmarks/tree_compilers.py \\
-        [--trees 400 --leaves 63 --features 30 --rows 100000] [--out benchmarks/results/tree_compilers.json]
+        [--trees 400 --leaves 63 --features 30 --rows 20000] [--out benchmarks/results/tree_compilers.json]
 
 A library missing from the path is reported as such, not timed.
 """
@@ -73,17 +78,6 @@ def single_row_us(predict: Callable[[np.ndarray], np.ndarray], x: np.ndarray, ca
     return 1e6 * statistics.median(times)
 
 
-def ours(booster: Any, work: Path) -> tuple[Callable, float]:
-    from components.serving.compiled import compile_trees
-    from components.serving.native import FlatTrees
-
-    start = time.perf_counter()
-    compiled = compile_trees(FlatTrees.from_dump(booster.dump_model()), work / "ours")
-    if compiled is None:
-        raise RuntimeError("no C compiler: our generated C cannot be built")
-    return (lambda x: compiled.raw(x)[:, 0]), time.perf_counter() - start
-
-
 def tl2cgen_lib(booster: Any, work: Path) -> tuple[Callable, float]:
     import tl2cgen
     import treelite
@@ -110,14 +104,15 @@ def treelite_gtil(booster: Any, work: Path) -> tuple[Callable, float]:
     ), seconds
 
 
-def lleaves_lib(booster: Any, work: Path) -> tuple[Callable, float]:
+def lleaves_lib(booster: Any, work: Path, inline: bool = True) -> tuple[Callable, float]:
+    """lleaves; ``inline=False`` is its documented switch for a much faster compile (what serving uses)."""
     import lleaves
 
     text = work / "model.txt"
     booster.save_model(str(text))
     start = time.perf_counter()
     model = lleaves.Model(model_file=str(text))
-    model.compile(cache=str(work / "lleaves.o"), raw_score=True)
+    model.compile(cache=str(work / f"lleaves-{inline}.o"), raw_score=True, finline=inline)
     seconds = time.perf_counter() - start
     return (lambda x: model.predict(x, n_jobs=1)), seconds
 
@@ -127,10 +122,10 @@ def lightgbm_own(booster: Any, work: Path) -> tuple[Callable, float]:
 
 
 PATHS = {
-    "ours (generated C, components/serving/compiled.py)": ours,
     "treelite 4.8.1 + tl2cgen 1.0.0 (generated C)": tl2cgen_lib,
     "treelite 4.8.1 gtil (interpreted)": treelite_gtil,
     "lleaves 1.3.0 (LLVM)": lleaves_lib,
+    "lleaves 1.3.0 (LLVM, finline=False)": lambda booster, work: lleaves_lib(booster, work, inline=False),
     "lightgbm Booster.predict": lightgbm_own,
 }
 

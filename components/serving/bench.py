@@ -4,8 +4,9 @@
    shapes, dtypes and catalog GPUs) as arrays, in chunks of ``CHUNK_ROWS`` -> vectorised features
    (``featurise``) -> the model. Reported per stage (featurise; for the array fast path the model's
    design matrix, trees and derived answers) and end to end, per CPU-second of the thread and per
-   wall second, for the given model and for the training-free roofline; for flat trees the engine
-   (compiled C, compiled first in the foreground; else why not) and the numpy walk's rate.
+   wall second, for the given model and for the training-free roofline; for flat trees the bulk
+   engine (lleaves, compiled first in the foreground; LightGBM where lleaves is missing) and the
+   numpy walk's rate.
    ``--markdown README.md`` writes these figures as the README's speed table (``bench_readme``).
 1b. The op engine's tiers (measured-tier lookup vs the spec model it replaces), ``predict --llm``
    deployments per CPU-second and the whole-catalog ranking of a 70B model, and one op question at a
@@ -83,11 +84,13 @@ def random_op_batch(n: int, specs: list[Any], seed: int = 0) -> dict[str, np.nda
 
 
 def _single_thread(predictor: Any) -> None:
-    """LightGBM's predictor on one thread (the benchmark's rule), flat trees or boosters alike; flat
-    trees compiled first (in the foreground: a load only starts the compile in the background)."""
+    """The tree predictor on one thread (the benchmark's rule), flat trees or boosters alike; flat trees
+    compiled by lleaves first (in the foreground: a load only starts the compile in the background)."""
+    from components.serving import tree_compile
+
     for model in getattr(predictor, "models", {}).values():
-        if hasattr(model, "attach_compiled") and model.compiled is None:
-            model.attach_compiled(build=True)
+        if getattr(model, "booster_file", None) is not None:
+            tree_compile.compile_now(model.booster_file)
         if hasattr(model, "booster_file"):
             model.threads = 1
         elif hasattr(model, "params"):
@@ -266,7 +269,7 @@ def single_question_latency(predictor: Any, repeats: int = 300) -> dict[str, Any
 
 
 def tree_engine(predictor: Any) -> str | None:
-    """How the tree models of ``predictor`` run: compiled C, numpy walk (and why), or LightGBM."""
+    """How the tree models of ``predictor`` answer bulk batches: lleaves, LightGBM or the numpy walk."""
     from components.serving.native import FlatTrees
 
     models = list(getattr(predictor, "models", {}).values())
@@ -275,13 +278,12 @@ def tree_engine(predictor: Any) -> str | None:
     flats = [m for m in models if isinstance(m, FlatTrees)]
     if len(flats) < len(models):
         return "LightGBM Booster.predict"
-    if all(m.compiled is not None for m in flats):
-        return f"compiled C ({sum(len(m.roots) for m in flats)} trees)"
-    return "; ".join(sorted({m.compiled_note or "numpy flat-tree walk" for m in flats if m.compiled is None}))
+    engines = sorted({m.engine() for m in flats})
+    return f"{', '.join(engines)} ({sum(len(m.roots) for m in flats)} trees)"
 
 
 def flat_tree_rows_per_s(predictor: Any, n: int = 2_000) -> float | None:
-    """The numpy flat-tree walk alone (the fallback without a C compiler), rows/s on ``n`` rows."""
+    """The numpy flat-tree walk alone (what answers small batches), rows/s on ``n`` rows."""
     from components.devices import load_catalog
     from components.serving.featurise import op_feature_table
     from components.serving.native import FlatTrees

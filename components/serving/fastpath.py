@@ -151,21 +151,10 @@ class FastTransfer:
                 )
         return notes
 
-    def _walk_order(self, x: np.ndarray) -> np.ndarray | None:
-        """One row order for every compiled tree model of the predictor (sorting once, not per model):
-        the sort keys of the runtime model's trees, the biggest ensemble."""
-        compiled = [m.compiled for m in self.p.models.values() if getattr(m, "compiled", None) is not None]
-        if not compiled:
-            return None
-        from components.serving.compiled import walk_order
-
-        main = getattr(self.p.models.get("duration_us"), "compiled", None) or compiled[0]
-        return walk_order(x, main.sort_keys)
-
     def predict(self, cols: dict[str, Any], stage_s: dict[str, float] | None = None) -> dict[str, np.ndarray]:
         """``pred_*`` arrays, as ``TabularPredictor.predict`` would put them in its frame. ``stage_s``: where
-        to add the thread CPU seconds of each stage (``design``: transfer columns, design matrix and walk
-        order; ``trees``: every tree model; ``derive``: runtime, rates, interval, flags and notes)."""
+        to add the thread CPU seconds of each stage (``design``: transfer columns and design matrix;
+        ``trees``: every tree model; ``derive``: runtime, rates, interval, flags and notes)."""
         import time
 
         from components.models.tabular import CLASS_TARGET, FRACTION_TARGETS, TRAFFIC_TARGET
@@ -176,20 +165,11 @@ class FastTransfer:
         started = time.thread_time()
         frame = transfer_columns(cols, n)
         x = self.design(cols, frame, n)
-        order = self._walk_order(x)
         designed = time.thread_time()
-        # Every tree model first, in one stretch (one walk order for all), then the arithmetic on top.
+        # Every tree model first, in one stretch, then the arithmetic on top.
         used = {"duration_us", TRAFFIC_TARGET, *FRACTION_TARGETS}
         tree_targets = [t for t in p.models if t in used]
-        raw = {
-            t: np.asarray(
-                p.models[t].predict(x, order)
-                if order is not None and getattr(p.models[t], "compiled", None) is not None
-                else p.models[t].predict(x),
-                dtype="float64",
-            )
-            for t in tree_targets
-        }
+        raw = {t: np.asarray(p.models[t].predict(x), dtype="float64") for t in tree_targets}
         walked = time.thread_time()
 
         def predict(target: str) -> np.ndarray:

@@ -1,7 +1,7 @@
 """A tabular predictor without LightGBM at load time: its boosters flattened into numpy arrays.
 
-Why: ``import lightgbm`` pulls in scikit-learn and scipy (~1-3 s on a busy 2-core box), more than
-``kernelcast predict`` may spend in total. When a registry version is copied locally
+Why: ``import lightgbm`` pulls in scikit-learn and scipy: 1.4 s on a quiet box (measured), more than
+``kernelcast predict`` may spend on a whole question (< 1.5 s). When a registry version is copied locally
 (``components.serving.models``) each ``model_<target>.txt`` is converted once -- with LightGBM,
 from ``Booster.dump_model()`` -- into ``model_<target>.npz``: per node its feature, threshold,
 children, missing-value rule and (categorical splits) a category bitmask. ``FlatTrees.predict``
@@ -9,10 +9,9 @@ walks every tree level by level with array operations and returns what ``Booster
 (raw sum for regression; sigmoid/softmax for binary/multiclass), to float rounding --
 ``tests/unit/test_serving_native.py`` checks it against LightGBM on real rows.
 
-Where a C compiler is present the same arrays are also compiled (``components.serving.compiled``,
-cached per model under the state folder) and every prediction runs in C, bit-identical to LightGBM's
-raw scores and several times faster; the numpy walk (small batches) and LightGBM (bulk) remain the
-fallback while the compile runs in the background or when there is no compiler.
+This is the small-batch path only (a CLI question, a few server requests): above ``BULK_ROWS`` rows a
+batch goes to the trees compiled by lleaves (``components.serving.tree_compile``, compiled in the
+background once per model) or, until they are there, to LightGBM's own predictor.
 """
 
 from __future__ import annotations
@@ -49,12 +48,8 @@ class FlatTrees:
         self.objective, self.n_classes = objective, n_classes
         self.booster_file: Path | None = None  # the LightGBM text model these arrays came from
         self._booster: Any = None
-        self.threads: int | None = None  # LightGBM's num_threads for bulk predictions (None: its default)
-        # The same trees compiled to C (components.serving.compiled), when a compiler was there.
-        self.compiled: Any = None
-        self.compiled_note: str | None = None  # why there is no compiled copy (the numpy walk answers)
-        self._pending: Path | None = None  # where a background compile will put the library
-        self._cache_dir: Path | None = None
+        self.threads: int | None = None  # threads for bulk predictions (None: the library's default)
+        self._compiled: Any = None  # lleaves' compiled copy, once its background compile has finished
 
     @classmethod
     def from_dump(cls, dump: dict[str, Any]) -> FlatTrees:
@@ -148,48 +143,14 @@ class FlatTrees:
         atomic_write(Path(path), write)
 
     @classmethod
-    def load(cls, path: Path, *, attach: bool = True) -> FlatTrees:
+    def load(cls, path: Path) -> FlatTrees:
         with np.load(path, allow_pickle=False) as data:
             arrays = {k: data[k] for k in data.files if k != "meta"}
             meta = json.loads(str(data["meta"]))
         flat = cls(arrays, meta["objective"], int(meta["n_classes"]))
         source = Path(path).with_suffix(".txt")
         flat.booster_file = source if source.is_file() else None
-        if attach:
-            flat.attach_compiled(build=False)
-            if flat.compiled is None and flat._pending is not None:
-                from components.serving.compiled import start_background_compile
-
-                start_background_compile(Path(path), flat._pending)
         return flat
-
-    def attach_compiled(self, cache_dir: Path | None = None, *, build: bool = True) -> None:
-        """Use the compiled copy of these trees: every prediction then runs in C. ``build``: compile now
-        if the cache has none (seconds); else note where it will appear (``_pending``) and keep the numpy
-        walk / LightGBM until then. ``KERNELCAST_COMPILED_TREES=0`` turns compiled trees off."""
-        import os
-
-        self._pending = None
-        if os.environ.get("KERNELCAST_COMPILED_TREES", "1") == "0":
-            self.compiled, self.compiled_note = None, "compiled trees off (KERNELCAST_COMPILED_TREES=0)"
-            return
-        from components.serving.compiled import compile_trees, compiler, library_path
-
-        self.compiled = compile_trees(self, cache_dir, build=build)
-        if self.compiled is not None:
-            self.compiled_note = None
-        elif compiler() is None:
-            self.compiled_note = "no C compiler (cc/gcc/clang or $CC): trees walked in numpy"
-        elif build:
-            self.compiled_note = "compiling the trees failed: trees walked in numpy"
-        else:
-            self._pending, self._cache_dir = library_path(self, cache_dir), cache_dir
-            self.compiled_note = "trees being compiled in the background: numpy walk / LightGBM until then"
-
-    def _check_pending(self) -> None:
-        """Pick up a library the background compile has finished since this model was loaded."""
-        if self._pending is not None and self._pending.is_file():
-            self.attach_compiled(self._cache_dir, build=False)
 
     def raw(self, x: np.ndarray, chunk: int = 4096) -> np.ndarray:
         """Sum of leaf values per row (per class for multiclass: shape n x classes)."""
@@ -229,14 +190,14 @@ class FlatTrees:
                 out[start : start + len(block), c] = values[:, tree_class == c].sum(axis=1)
         return out
 
-    def predict(self, x: np.ndarray, order: np.ndarray | None = None) -> np.ndarray:
-        """``Booster.predict(x)``. ``order``: the row order the compiled walk takes (speed only; see
-        ``compiled.walk_order``); computed per call when not given."""
-        if self._pending is not None:
-            self._check_pending()
-        if self.compiled is not None:
-            return self._link(self.compiled.raw(x, order))
+    def predict(self, x: np.ndarray) -> np.ndarray:
+        """``Booster.predict(x)``: the numpy walk for a few rows; for bulk the lleaves-compiled trees, else
+        LightGBM's predictor."""
         if len(x) > BULK_ROWS and self.booster_file is not None:
+            compiled = self.compiled()
+            if compiled is not None:
+                raw = compiled.predict(np.asarray(x, dtype=np.float64), n_jobs=self.threads)
+                return self._link(np.asarray(raw, dtype=np.float64).reshape(len(x), -1))
             try:
                 if self._booster is None:
                     import lightgbm as lgb
@@ -249,6 +210,23 @@ class FlatTrees:
             except ImportError:
                 self.booster_file = None
         return self._link(self.raw(x))
+
+    def compiled(self) -> Any | None:
+        """lleaves' compiled copy of these trees, loaded once its cache file exists (None before)."""
+        if self._compiled is None and self.booster_file is not None:
+            from components.serving import tree_compile
+
+            try:
+                self._compiled = tree_compile.load(self.booster_file)
+            except ImportError:
+                return None
+        return self._compiled
+
+    def engine(self) -> str:
+        """What answers a bulk batch now: ``lleaves``, ``LightGBM`` or ``numpy`` (no model text)."""
+        if self.booster_file is None:
+            return "numpy"
+        return "lleaves" if self.compiled() is not None else "LightGBM"
 
     def _link(self, raw: np.ndarray) -> np.ndarray:
         """Raw scores -> what ``Booster.predict`` returns for the objective."""
@@ -268,12 +246,14 @@ def flatten_folder(folder: Path) -> list[Path]:
         return []
     import lightgbm as lgb
 
+    from components.serving import tree_compile
+
     written = []
     for name in spec["model_files"].values():
         target = (folder / name).with_suffix(NPZ_SUFFIX)
         if not target.exists():
             FlatTrees.from_dump(lgb.Booster(model_file=str(folder / name)).dump_model()).save(target)
-        FlatTrees.load(target)  # starts compiling the trees into the state folder's cache (once per model)
+        tree_compile.start_background_compile(folder / name)  # once per model, into the state folder
         written.append(target)
     return written
 

@@ -38,7 +38,7 @@ def test_readme_block_is_written_between_the_markers_only(roofline_raw: dict, tm
             "server_p99_ms_at_100rps": 10.0,
         },
         "raw": {
-            "model": {**roofline_raw, "trees": "compiled C (400 trees)"},
+            "model": {**roofline_raw, "trees": "lleaves (400 trees)"},
             "roofline": roofline_raw,
             "model_over_roofline_end_to_end": 1.0,
         },
@@ -83,7 +83,7 @@ def test_readme_block_is_written_between_the_markers_only(roofline_raw: dict, tm
     assert "**is slower than the model it replaces**" in block
     assert "230 deployments per CPU-second" in block and "0.75 s" in block and "-- met |" in block
     assert "`kernelcast bench serve --rows 3000`" in block
-    assert "compiled C (400 trees)" in block and "7.5 ms" in block
+    assert "lleaves (400 trees)" in block and "7.5 ms" in block
     expected = "met" if roofline_raw["end_to_end_rows_per_cpu_s"] >= 1e6 else "**not met**"
     assert f"end to end -- {expected} (" in block and "roofline model's rate -- met (100%)" in block
     readme = tmp_path / "README.md"
