@@ -26,6 +26,7 @@ import numpy as np
 import pandas as pd
 
 from components.common.sampling import subsample, unit_hash
+from components.features.analytical import map_labels
 from components.models import transfer
 from components.models.base import CLASS_TARGET, NUMERIC_TARGETS
 from components.models.tabular_config import TabularConfig
@@ -64,10 +65,8 @@ def _signed_log(values: np.ndarray) -> np.ndarray:
     return np.sign(values) * np.log1p(np.abs(values))
 
 
-def _numeric(features: pd.DataFrame, column: str) -> np.ndarray:
-    if column not in features.columns:
-        return np.full(len(features), np.nan)
-    return pd.to_numeric(features[column], errors="coerce").to_numpy(dtype="float64", na_value=np.nan)
+def _numeric(features: transfer.Columns, column: str) -> np.ndarray:
+    return transfer.numeric(features, column)
 
 
 def select_feature_columns(features: pd.DataFrame, use_measured: bool) -> list[str]:
@@ -86,11 +85,12 @@ def select_feature_columns(features: pd.DataFrame, use_measured: bool) -> list[s
     return sorted(columns)
 
 
-def _normaliser(features: pd.DataFrame, target: str, use_measured: bool) -> tuple[np.ndarray, np.ndarray]:
+def _normaliser(features: transfer.Columns, target: str, use_measured: bool) -> tuple[np.ndarray, np.ndarray]:
     """Per-row normaliser (1 where none is known) and the index of the normaliser used (-1 none)."""
     options = NORMALISERS.get(target, ()) + (MEASURED_NORMALISERS.get(target, ()) if use_measured else ())
-    base = np.ones(len(features))
-    kind = np.full(len(features), -1.0)
+    n = transfer.n_rows(features)
+    base = np.ones(n)
+    kind = np.full(n, -1.0)
     for position, (column, scale) in enumerate(options):
         values = _numeric(features, column) * scale
         usable = (kind < 0) & np.isfinite(values) & (values > 0)
@@ -220,10 +220,16 @@ class TabularPredictor:
         return features[~features["family"].astype(str).isin(self.config.exclude_families)]
 
     def predict(self, features: pd.DataFrame) -> pd.DataFrame:
-        out = self._predict_all(features)
-        if "family" in features.columns and self.config.exclude_families:
-            out_of_scope = features["family"].astype(str).isin(self.config.exclude_families).to_numpy()
-            out.loc[out_of_scope, :] = None
+        """``predict_columns`` as a frame on ``features``' index, plus the whole-program rows' class and
+        runtime (the roofline-class model and the static estimate read kernel source, not columns)."""
+        columns = self.predict_columns(features)
+        out = pd.DataFrame(
+            {
+                k: pd.Series(v, index=features.index, dtype="string") if v.dtype == object else v
+                for k, v in columns.items()
+            },
+            index=features.index,
+        )
         if self.class_model is not None:
             from components.models.roofline_class import predict_for_tabular
 
@@ -250,11 +256,26 @@ class TabularPredictor:
                 out["pred_note"] = notes
         return out
 
-    def _predict_all(self, features: pd.DataFrame) -> pd.DataFrame:
-        if self.transfer:
-            return self._predict_transfer(features)
+    def predict_columns(self, features: transfer.Columns) -> dict[str, np.ndarray]:
+        """Every ``pred_*`` as an array, from a feature DataFrame (evaluation) or a dict of equal-length
+        arrays (serving: no DataFrame per request). The one prediction path: ``predict`` and the server
+        both call it. Rows of an excluded family get NaN (None for labels)."""
+        out = self._predict_transfer(features) if self.transfer else self._predict_plain(features)
+        if "family" in features and self.config.exclude_families:
+            family = transfer.labels(features, "family")
+            excluded = np.zeros(len(family), dtype=bool)
+            for name in self.config.exclude_families:  # a few labels: one comparison each
+                excluded |= np.asarray(family == name, dtype=bool)
+            if excluded.any():
+                for key, values in out.items():
+                    values = values.copy() if values.dtype == object else values.astype("float64")
+                    values[excluded] = None if values.dtype == object else np.nan
+                    out[key] = values
+        return out
+
+    def _predict_plain(self, features: transfer.Columns) -> dict[str, np.ndarray]:
         x = self.design_matrix(features)
-        out = pd.DataFrame(index=features.index)
+        out: dict[str, np.ndarray] = {}
         for target in NUMERIC_TARGETS:
             if target not in self.models:
                 continue
@@ -266,18 +287,17 @@ class TabularPredictor:
         self._predict_class(out, x)
         return out
 
-    def _predict_class(self, out: pd.DataFrame, x: np.ndarray) -> None:
+    def _predict_class(self, out: dict[str, np.ndarray], x: np.ndarray) -> None:
         if CLASS_TARGET not in self.models:
             return
         proba = predict_raw(self.models[CLASS_TARGET], x, classification=True)
         if proba.ndim == 1:  # binary booster: probability of classes[1]
             proba = np.column_stack([1 - proba, proba])
-        labels = np.asarray(self.classes, dtype=object)[proba.argmax(axis=1)]
-        out[f"pred_{CLASS_TARGET}"] = pd.Series(labels, index=out.index, dtype="string")
+        out[f"pred_{CLASS_TARGET}"] = np.asarray(self.classes, dtype=object)[proba.argmax(axis=1)]
 
     # ------------------------------------------------------------------ transfer model
 
-    def _runtime_base(self, features: pd.DataFrame) -> np.ndarray:
+    def _runtime_base(self, features: transfer.Columns) -> np.ndarray:
         """Roofline time of THIS GPU plus the launch floor (µs): what the learned factor scales.
 
         Why the floor sits inside: for a tiny kernel the factor is then ~1 on every GPU (the launch
@@ -287,14 +307,15 @@ class TabularPredictor:
         base = transfer.runtime_normaliser(features, self.config.runtime_normaliser)
         return base + transfer.floor_of(features, self.floors)
 
-    def _runtime_from_raw(self, features: pd.DataFrame, raw: np.ndarray) -> np.ndarray:
+    def _runtime_from_raw(self, features: transfer.Columns, raw: np.ndarray) -> np.ndarray:
         """Compose: (roofline time of THIS GPU + launch floor) x the learned, bounded slowdown."""
         low, high = self.target_bounds.get("duration_us", [-np.inf, np.inf])
         return self._runtime_base(features) * np.exp(np.clip(raw, low, high))
 
-    def _predict_transfer(self, features: pd.DataFrame) -> pd.DataFrame:
-        x = self.design_matrix(features)
-        out = pd.DataFrame(index=features.index)
+    def _predict_transfer(self, features: transfer.Columns) -> dict[str, np.ndarray]:
+        frame = transfer.transfer_frame(features, self._static_columns())
+        x = self.design_matrix(features, frame)
+        out: dict[str, np.ndarray] = {}
         if "duration_us" in self.models:
             runtime = self._runtime_from_raw(features, predict_raw(self.models["duration_us"], x, False))
             out["pred_duration_us"] = runtime
@@ -308,7 +329,7 @@ class TabularPredictor:
                     traffic = bytes_min * ratio
                     out["pred_achieved_gbps"] = traffic / (runtime * 1e3)
                     out["pred_arith_intensity"] = flops / traffic
-            ood = self._ood(features)
+            ood = self._ood(features, frame)
             if self.conformal:
                 spread = np.exp(self._interval_q_log(features, ood))
                 out["pred_duration_us_lo"] = runtime / spread
@@ -319,27 +340,19 @@ class TabularPredictor:
                 out[f"pred_{target}"] = self._predict_target(target, features, x)
         self._predict_class(out, x)
         notes = transfer.emulation_notes(features)
-        if any(n is not None for n in notes):
-            out["pred_note"] = pd.Series(notes, index=features.index, dtype="string")
+        if notes is not None:
+            out["pred_note"] = notes
         return out
 
-    def _ood(self, features: pd.DataFrame) -> np.ndarray:
+    def _ood(self, features: transfer.Columns, frame: dict[str, np.ndarray]) -> np.ndarray:
         if not self.ood:
-            return np.zeros(len(features), dtype=bool)
-        return transfer.ood_flags(
-            features, transfer.transfer_frame(features, self._static_columns()), self.ood
-        )
+            return np.zeros(transfer.n_rows(features), dtype=bool)
+        return transfer.ood_flags(features, frame, self.ood)
 
-    def _interval_q_log(self, features: pd.DataFrame, ood: np.ndarray) -> np.ndarray:
+    def _interval_q_log(self, features: transfer.Columns, ood: np.ndarray) -> np.ndarray:
         """Mondrian conformal: the family's quantile; an out-of-range query gets the wider OOD one."""
         q_global = float(self.conformal["q_log"])
-        by_family = self.conformal.get("by_family", {})
-        families = (
-            features["family"].astype(str)
-            if "family" in features.columns
-            else pd.Series("", index=features.index)
-        )
-        q = families.map(by_family).fillna(q_global).to_numpy(dtype="float64")
+        q = map_labels(transfer.labels(features, "family"), self.conformal.get("by_family", {}), q_global)
         q_ood = self.conformal.get("ood")
         if q_ood is not None:
             q = np.where(ood, np.maximum(q, float(q_ood)), q)
@@ -369,8 +382,10 @@ class TabularPredictor:
             else np.full(scores.size, "")
         )
         # Out of range relative to what the auxiliary model trained on.
-        aux_ranges = transfer.ood_ranges(train.loc[~in_cal], transfer_train.loc[~in_cal])
-        flagged = transfer.ood_flags(cal, transfer_train.loc[in_cal], aux_ranges)[keep]
+        aux_ranges = transfer.ood_ranges(
+            train.loc[~in_cal], {k: v[~in_cal] for k, v in transfer_train.items()}
+        )
+        flagged = transfer.ood_flags(cal, {k: v[in_cal] for k, v in transfer_train.items()}, aux_ranges)[keep]
         by_family = {
             f: _conformal_q(scores[families == f], alpha)
             for f in sorted(set(families))
@@ -393,33 +408,28 @@ class TabularPredictor:
 
     # ------------------------------------------------------------------ design matrix
 
-    def design_matrix(self, features: pd.DataFrame) -> np.ndarray:
-        """Signed-log numeric features, normaliser flags, then integer category codes (-1 unseen)."""
+    def design_matrix(
+        self, features: transfer.Columns, frame: dict[str, np.ndarray] | None = None
+    ) -> np.ndarray:
+        """Signed-log numeric features, normaliser flags, then integer category codes (-1 unseen).
+        ``frame``: the transfer inputs of ``features`` when already computed."""
+        n = transfer.n_rows(features)
         if self.transfer:
-            frame = transfer.transfer_frame(features, self._static_columns())
-            columns = [
-                _signed_log(frame[c].to_numpy(dtype="float64"))
-                if c in frame.columns
-                else np.full(len(features), np.nan)
-                for c in self.feature_columns
-            ]
+            if frame is None:
+                frame = transfer.transfer_frame(features, self._static_columns())
+            nan = np.full(n, np.nan)
+            columns = [_signed_log(frame[c]) if c in frame else nan for c in self.feature_columns]
         else:
             columns = [_signed_log(_numeric(features, c)) for c in self.feature_columns]
             for target in NORMALISERS:
                 columns.append(_normaliser(features, target, self.config.use_measured)[1])
         # Fixed CATEGORICAL order, not dict order: predictor.json is written with sorted keys.
         for name in (c for c in CATEGORICAL if c in self.categories):
-            known = self.categories[name]
-            lookup = {value: code for code, value in enumerate(known)}
-            raw = (
-                features[name].astype("string")
-                if name in features.columns
-                else pd.Series(pd.NA, index=features.index)
-            )
-            columns.append(
-                np.asarray([lookup.get(v, -1) if v is not pd.NA else -1 for v in raw], dtype="float64")
-            )
-        return np.column_stack(columns) if columns else np.empty((len(features), 0))
+            lookup = {value: code for code, value in enumerate(self.categories[name])}
+            # An absent column or a missing value is no category: -1, like an unseen one.
+            codes = map_labels(transfer.labels(features, name, n), lookup, -1.0) if name in features else None
+            columns.append(codes if codes is not None else np.full(n, -1.0))
+        return np.column_stack(columns) if columns else np.empty((n, 0))
 
     def _monotone(self) -> list[int]:
         """LightGBM monotone constraints over the design matrix (0 = free; categories free)."""
@@ -452,7 +462,7 @@ class TabularPredictor:
         with np.errstate(divide="ignore", invalid="ignore"):
             return np.log(y / base), usable
 
-    def _predict_target(self, target: str, features: pd.DataFrame, x: np.ndarray) -> np.ndarray:
+    def _predict_target(self, target: str, features: transfer.Columns, x: np.ndarray) -> np.ndarray:
         raw = predict_raw(self.models[target], x, classification=False)
         if target in FRACTION_TARGETS:
             return np.clip(raw, 0.0, 1.0)
@@ -562,4 +572,4 @@ def _conformal_q(scores: np.ndarray, alpha: float) -> float:
 def select_transfer_columns(features: pd.DataFrame) -> list[str]:
     """Transferable inputs (components.models.transfer) that vary on the training side."""
     frame = transfer.transfer_frame(features)
-    return sorted(c for c in frame.columns if frame[c].nunique(dropna=True) >= 2)
+    return sorted(c for c, values in frame.items() if pd.Series(values).nunique(dropna=True) >= 2)

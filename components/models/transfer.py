@@ -19,8 +19,13 @@ plus a constant: more compute or bandwidth, all else equal, can never predict a 
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+from typing import Any
+
 import numpy as np
 import pandas as pd
+
+from components.features.analytical import label_codes
 
 # Analytical columns that do not depend on the GPU's rates (only on the kernel and on SM counts).
 KERNEL_COLUMNS: tuple[str, ...] = (
@@ -105,10 +110,38 @@ RUNTIME_NORMALISERS: dict[str, str] = {
 OVERLAP_P: float = 2.0
 
 
-def _col(frame: pd.DataFrame, name: str) -> np.ndarray:
-    if name not in frame.columns:
-        return np.full(len(frame), np.nan)
-    return pd.to_numeric(frame[name], errors="coerce").to_numpy(dtype="float64", na_value=np.nan)
+# The columns a prediction reads: a feature DataFrame (training, evaluation) or a dict of equal-length
+# arrays (serving: no DataFrame per request). Every function below reads both, so there is one
+# computation, not a training one and a serving copy kept in step by tests.
+Columns = Mapping[str, Any]
+
+
+def n_rows(cols: Columns) -> int:
+    if isinstance(cols, pd.DataFrame):
+        return len(cols)
+    return len(next(iter(cols.values()))) if cols else 0
+
+
+def numeric(cols: Columns, name: str, n: int | None = None) -> np.ndarray:
+    """Column ``name`` as float64 (NaN where absent or not a number)."""
+    value = cols.get(name)
+    if value is None:
+        return np.full(n_rows(cols) if n is None else n, np.nan)
+    if isinstance(value, np.ndarray) and value.dtype.kind in "fiub":
+        return value.astype("float64", copy=False)
+    series = value if isinstance(value, pd.Series) else pd.Series(value)
+    return pd.to_numeric(series, errors="coerce").to_numpy(dtype="float64", na_value=np.nan)
+
+
+def labels(cols: Columns, name: str, n: int | None = None) -> Any:
+    """Column ``name`` as labels for ``map_labels``/``label_codes`` ("" where absent): a categorical
+    column as its ``pd.Categorical`` (codes, no string per row), else an object array."""
+    value = cols.get(name)
+    if value is None:
+        return np.full(n_rows(cols) if n is None else n, "", dtype=object)
+    if isinstance(value, pd.Series):
+        value = value.array if isinstance(value.dtype, pd.CategoricalDtype) else value.to_numpy(dtype=object)
+    return value if isinstance(value, pd.Categorical) else np.asarray(value, dtype=object)
 
 
 def _ratio(a: np.ndarray, b: np.ndarray) -> np.ndarray:
@@ -117,66 +150,61 @@ def _ratio(a: np.ndarray, b: np.ndarray) -> np.ndarray:
     return np.where(np.isfinite(out), out, np.nan)
 
 
-def derived_features(frame: pd.DataFrame) -> pd.DataFrame:
+def derived_features(cols: Columns) -> dict[str, np.ndarray]:
     """The ``t_*`` ratios of ``DERIVED_COLUMNS`` for each row (NaN where an input is missing)."""
-    sms = _col(frame, "dev_sms")
-    flops, dram, l2_bytes = (
-        _col(frame, "f_flops"),
-        _col(frame, "f_dram_bytes_min"),
-        _col(frame, "f_l2_bytes_tiled"),
-    )
-    l2_capacity = _col(frame, "dev_l2_mb") * 1e6
-    llc = _col(frame, "dev_llc_mb")
+    n = n_rows(cols)
+    sms = numeric(cols, "dev_sms", n)
+    flops, dram = numeric(cols, "f_flops", n), numeric(cols, "f_dram_bytes_min", n)
+    l2_bytes = numeric(cols, "f_l2_bytes_tiled", n)
+    l2_capacity = numeric(cols, "dev_l2_mb", n) * 1e6
+    llc = numeric(cols, "dev_llc_mb", n)
     llc_capacity = np.where(llc > 0, llc * 1e6 + l2_capacity, l2_capacity)
-    return pd.DataFrame(
-        {
-            "t_flops_per_sm": _ratio(flops, sms),
-            "t_bytes_per_sm": _ratio(dram, sms),
-            "t_l2_over_dram_bytes": _ratio(l2_bytes, dram),
-            "t_footprint_over_l2": _ratio(dram, l2_capacity),
-            "t_footprint_over_llc": _ratio(dram, llc_capacity),
-            "t_sfu_per_flop": _ratio(_col(frame, "f_sfu_ops"), flops),
-            "t_tensor_share": _ratio(_col(frame, "f_tensor_flops"), flops),
-            # Work per CTA (for a GEMM tile: 2 x tile area x K): long K-loops amortise prologue/epilogue.
-            "t_flops_per_cta": _ratio(flops, _col(frame, "f_ctas")),
-            # How far below its boost clock a GPU sustains under load: power-capped inference cards
-            # (P4, T4, L4) rated at a low base clock reach a small share of their spec-sheet peak.
-            "t_base_over_boost_clock": _ratio(
-                _col(frame, "dev_base_clock_mhz"), _col(frame, "dev_boost_clock_mhz")
-            ),
-            # Power budget per unit of the kernel's peak: a card with few watts per TFLOP of the pipe
-            # it uses cannot hold that pipe at full clock.
-            "t_tdp_w_per_peak_tflops": _ratio(
-                _col(frame, "dev_tdp_w"), _col(frame, "f_peak_compute_flops") / 1e12
-            ),
-        },
-        index=frame.index,
-    )
+    return {
+        "t_flops_per_sm": _ratio(flops, sms),
+        "t_bytes_per_sm": _ratio(dram, sms),
+        "t_l2_over_dram_bytes": _ratio(l2_bytes, dram),
+        "t_footprint_over_l2": _ratio(dram, l2_capacity),
+        "t_footprint_over_llc": _ratio(dram, llc_capacity),
+        "t_sfu_per_flop": _ratio(numeric(cols, "f_sfu_ops", n), flops),
+        "t_tensor_share": _ratio(numeric(cols, "f_tensor_flops", n), flops),
+        # Work per CTA (for a GEMM tile: 2 x tile area x K): long K-loops amortise prologue/epilogue.
+        "t_flops_per_cta": _ratio(flops, numeric(cols, "f_ctas", n)),
+        # How far below its boost clock a GPU sustains under load: power-capped inference cards
+        # (P4, T4, L4) rated at a low base clock reach a small share of their spec-sheet peak.
+        "t_base_over_boost_clock": _ratio(
+            numeric(cols, "dev_base_clock_mhz", n), numeric(cols, "dev_boost_clock_mhz", n)
+        ),
+        # Power budget per unit of the kernel's peak: a card with few watts per TFLOP of the pipe
+        # it uses cannot hold that pipe at full clock.
+        "t_tdp_w_per_peak_tflops": _ratio(
+            numeric(cols, "dev_tdp_w", n), numeric(cols, "f_peak_compute_flops", n) / 1e12
+        ),
+    }
 
 
-def transfer_frame(frame: pd.DataFrame, static_columns: list[str] | None = None) -> pd.DataFrame:
-    """Every transferable numeric input of ``frame``: kernel, per-SM device, derived and static columns."""
-    parts = {c: _col(frame, c) for c in (*KERNEL_COLUMNS, *DEVICE_COUNT_COLUMNS)}
-    out = pd.DataFrame(parts, index=frame.index)
-    out = pd.concat([out, derived_features(frame)], axis=1)
-    static = (
-        static_columns
-        if static_columns is not None
-        else sorted(c for c in frame.columns if c.startswith("s_"))
-    )
-    if static:
-        out = pd.concat([out, pd.DataFrame({c: _col(frame, c) for c in static}, index=frame.index)], axis=1)
+def transfer_frame(cols: Columns, static_columns: list[str] | None = None) -> dict[str, np.ndarray]:
+    """Every transferable numeric input of ``cols``: kernel, per-SM device, derived and static columns."""
+    n = n_rows(cols)
+    out = {c: numeric(cols, c, n) for c in (*KERNEL_COLUMNS, *DEVICE_COUNT_COLUMNS)}
+    out.update(derived_features(cols))
+    static = static_columns if static_columns is not None else sorted(c for c in cols if c.startswith("s_"))
+    out.update({c: numeric(cols, c, n) for c in static})
     return out
 
 
-def runtime_normaliser(frame: pd.DataFrame, which: str) -> np.ndarray:
+def runtime_normaliser(cols: Columns, which: str) -> np.ndarray:
     """The analytical time (µs) runtime is learned against; NaN where the op has no formula."""
     if which not in RUNTIME_NORMALISERS:
         raise ValueError(f"runtime normaliser must be one of {', '.join(RUNTIME_NORMALISERS)}, not {which!r}")
-    values = _col(frame, RUNTIME_NORMALISERS[which])
+    n = n_rows(cols)
+    values = numeric(cols, RUNTIME_NORMALISERS[which], n)
     if which == "pipes-overlap":
-        compute = _col(frame, "f_compute_time_us") * np.nan_to_num(_col(frame, "f_sm_imbalance"), nan=1.0)
-        pipes = np.column_stack([compute, _col(frame, "f_dram_time_us"), _col(frame, "f_l2_time_us")])
+        compute = numeric(cols, "f_compute_time_us", n) * np.nan_to_num(
+            numeric(cols, "f_sm_imbalance", n), nan=1.0
+        )
+        pipes = np.column_stack(
+            [compute, numeric(cols, "f_dram_time_us", n), numeric(cols, "f_l2_time_us", n)]
+        )
         combined = np.power(
             np.nansum(np.power(np.nan_to_num(pipes, nan=0.0), OVERLAP_P), axis=1), 1.0 / OVERLAP_P
         )
@@ -196,7 +224,7 @@ def launch_floors(frame: pd.DataFrame, duration: np.ndarray, min_rows: int = 50)
     source gets the lowest floor of all: a kernel's own launch cost. A constant added to the
     scaled roofline time keeps the composition monotone in the GPU's peaks.
     """
-    roof = _col(frame, "f_roofline_time_us")
+    roof = numeric(frame, "f_roofline_time_us")
     families = (
         frame["family"].astype(str).to_numpy() if "family" in frame.columns else np.full(len(frame), "")
     )
@@ -222,27 +250,32 @@ def launch_floors(frame: pd.DataFrame, duration: np.ndarray, min_rows: int = 50)
 UNKNOWN_SOURCE_FLOOR = "*"
 
 
-def floor_of(frame: pd.DataFrame, floors: dict[str, float]) -> np.ndarray:
+def floor_of(cols: Columns, floors: dict[str, float]) -> np.ndarray:
     """Each row's floor: its source and family's, else a bare kernel launch's (the lowest), else 0."""
-    if not floors or "family" not in frame.columns:
-        return np.zeros(len(frame))
-    family = frame["family"].astype(str)
-    source = frame["source"].astype(str) if "source" in frame.columns else pd.Series("", index=frame.index)
-    by_source = (source + "|" + family).map(floors)
-    return by_source.fillna(floors.get(UNKNOWN_SOURCE_FLOOR, 0.0)).to_numpy(dtype="float64")
+    n = n_rows(cols)
+    if not floors or "family" not in cols:
+        return np.zeros(n)
+    family_codes, families = label_codes(labels(cols, "family", n))
+    source_codes, sources = label_codes(labels(cols, "source", n))
+    default = floors.get(UNKNOWN_SOURCE_FLOOR, 0.0)
+    # One lookup per distinct (source, family) pair, not per row.
+    table = np.array([[floors.get(f"{s}|{f}", default) for f in families] for s in sources], dtype="float64")
+    return table[source_codes, family_codes] if table.size else np.full(n, default)
 
 
 def ood_ranges(
-    frame: pd.DataFrame, transfer: pd.DataFrame, lo: float = 0.005, hi: float = 0.995
+    frame: pd.DataFrame, transfer: dict[str, np.ndarray], lo: float = 0.005, hi: float = 0.995
 ) -> dict[str, dict[str, list[float]]]:
     """Per family, the [lo, hi] quantile range of each ``OOD_COLUMNS`` input on the training side."""
-    families = frame["family"].astype(str) if "family" in frame.columns else pd.Series("", index=frame.index)
+    families = (
+        frame["family"].astype(str).to_numpy() if "family" in frame.columns else np.full(len(frame), "")
+    )
     ranges: dict[str, dict[str, list[float]]] = {}
-    for family, index in families.groupby(families).groups.items():
-        part = transfer.loc[index]
+    for family in sorted(set(families)):
+        rows = families == family
         entry = {}
         for column in OOD_COLUMNS:
-            values = part[column].to_numpy(dtype="float64") if column in part.columns else np.array([])
+            values = transfer[column][rows] if column in transfer else np.array([])
             values = values[np.isfinite(values)]
             if values.size:
                 entry[column] = [float(np.quantile(values, lo)), float(np.quantile(values, hi))]
@@ -251,26 +284,23 @@ def ood_ranges(
 
 
 def ood_flags(
-    frame: pd.DataFrame, transfer: pd.DataFrame, ranges: dict[str, dict[str, list[float]]]
+    cols: Columns, transfer: dict[str, np.ndarray], ranges: dict[str, dict[str, list[float]]]
 ) -> np.ndarray:
-    """True where the family was never trained on or an input lies outside its training range."""
-    families = (
-        frame["family"].astype(str).to_numpy() if "family" in frame.columns else np.full(len(frame), "")
-    )
-    flags = np.zeros(len(frame), dtype=bool)
-    for family in set(families):
-        rows = families == family
-        entry = ranges.get(family)
-        if entry is None:
-            flags[rows] = True
-            continue
-        for column, (low, high) in entry.items():
-            values = transfer[column].to_numpy(dtype="float64")[rows]
-            # A relative margin: values a hair outside the quantile range are not a new regime.
-            outside = np.isfinite(values) & (
-                (values < low - 0.25 * abs(low)) | (values > high + 0.25 * abs(high))
-            )
-            flags[np.flatnonzero(rows)[outside]] = True
+    """True where the family was never trained on or an input lies outside its training range by more
+    than a quarter of the bound (a value a hair outside the quantile range is not a new regime). Bounds
+    looked up per row by family code: one pass per column, not per family."""
+    codes, uniques = label_codes(labels(cols, "family"))
+    entries = [ranges.get(str(u)) for u in uniques]
+    flags = np.array([e is None for e in entries], dtype=bool)[codes]
+    for column in sorted({c for e in entries if e for c in e}):
+        low = np.array(
+            [e[column][0] - 0.25 * abs(e[column][0]) if e and column in e else -np.inf for e in entries]
+        )[codes]
+        high = np.array(
+            [e[column][1] + 0.25 * abs(e[column][1]) if e and column in e else np.inf for e in entries]
+        )[codes]
+        values = transfer[column]
+        flags |= np.isfinite(values) & ((values < low) | (values > high))
     return flags
 
 
@@ -284,28 +314,33 @@ NATIVE_DTYPE_PEAKS: dict[str, tuple[str, ...]] = {
 }
 
 
-def emulation_notes(frame: pd.DataFrame) -> np.ndarray:
-    """A note for each row whose dtype the GPU cannot run natively (None elsewhere).
+def emulation_notes(cols: Columns) -> np.ndarray | None:
+    """A note for each row whose dtype the GPU cannot run natively (None elsewhere); None when no row
+    has one.
 
     bf16 on V100/T4 or fp8 before Ada/Hopper runs through conversions on the FP32 pipe (if at all):
     the prediction is then an emulation estimate and says so, rather than a silent number.
     """
-    notes = np.full(len(frame), None, dtype=object)
-    if "dtype" not in frame.columns:
-        return notes
-    dtypes = frame["dtype"].astype(str).to_numpy()
+    if "dtype" not in cols:
+        return None
+    n = n_rows(cols)
+    notes: np.ndarray | None = None
+    codes, uniques = label_codes(labels(cols, "dtype", n))
     for dtype, columns in NATIVE_DTYPE_PEAKS.items():
-        rows = dtypes == dtype
-        present = [c for c in columns if c in frame.columns]
-        if not rows.any() or not present:
+        wanted = [k for k, u in enumerate(uniques) if str(u) == dtype]
+        present = [c for c in columns if c in cols]
+        if not wanted or not present:  # no row asks in this dtype: no pass over the rows
             continue
-        peaks = np.column_stack([_col(frame, c) for c in present])
+        peaks = np.column_stack([numeric(cols, c, n) for c in present])
         known = np.isfinite(peaks).any(axis=1)
         native = np.nan_to_num(peaks, nan=0.0).max(axis=1) > 0
-        for i in np.flatnonzero(rows & known & ~native):
-            device = frame["device_id"].iloc[i] if "device_id" in frame.columns else "this GPU"
+        devices = labels(cols, "device_id", n) if "device_id" in cols else None
+        for i in np.flatnonzero(np.isin(codes, wanted) & known & ~native):
+            if notes is None:
+                notes = np.full(n, None, dtype=object)
+            device = devices[i] if devices is not None else "this GPU"
             notes[i] = (
-                f"{dtype} is not native on {device}: emulation estimate (converted and computed "
-                f"on the FP32 pipe)"
+                f"{dtype} is not native on {device}: emulation estimate (converted and computed on the "
+                "FP32 pipe)"
             )
     return notes

@@ -2,11 +2,11 @@
 
 1. Raw batched prediction of the op-level model on ONE thread: N op questions (a mix of families,
    shapes, dtypes and catalog GPUs) as arrays, in chunks of ``CHUNK_ROWS`` -> vectorised features
-   (``featurise``) -> the model. Reported per stage (featurise; for the array fast path the model's
-   design matrix, trees and derived answers) and end to end, per CPU-second of the thread and per
-   wall second, for the given model and for the training-free roofline; for flat trees the bulk
-   engine (lleaves, compiled first in the foreground; LightGBM where lleaves is missing) and the
-   numpy walk's rate.
+   (``featurise``) -> the model (a tabular model's ``predict_columns`` on the arrays). Reported per
+   stage (featurise; for a tabular model also its design matrix and trees, each timed alone) and end
+   to end, per CPU-second of the thread and per wall second, for the given model and for the
+   training-free roofline; for flat trees the bulk engine (lleaves, compiled first in the foreground;
+   LightGBM where lleaves is missing) and the numpy walk's rate.
    ``--markdown README.md`` writes these figures as the README's speed table (``bench_readme``).
 1b. The op engine's tiers (measured-tier lookup vs the spec model it replaces), ``predict --llm``
    deployments per CPU-second and the whole-catalog ranking of a 70B model, and one op question at a
@@ -103,15 +103,14 @@ CHUNK_ROWS = 16_384  # rows per featurise + predict call: every column of a chun
 
 def raw_throughput(predictor: Any, n: int, chunk: int = CHUNK_ROWS, seed: int = 0) -> dict[str, Any]:
     """Predictions per second: featurise, model, end to end (chunks of ``chunk`` rows), on the path the
-    server uses (the array fast path for a transfer tabular model, else the feature DataFrame). For the
-    fast path the model stage is also split into its parts (design matrix, trees, derived answers)."""
+    server uses (a tabular model's ``predict_columns`` on arrays, else the feature DataFrame). For a
+    tabular model the design matrix and the trees are also timed alone, on the same chunks."""
     from components.devices import load_catalog
-    from components.serving.fastpath import fast_model
     from components.serving.featurise import op_feature_columns, table_of
 
     specs = load_catalog().all()
     batch = random_op_batch(n, specs, seed)
-    fast = fast_model(predictor)
+    on_arrays = hasattr(predictor, "predict_columns")
     stage_cpu: dict[str, float] = {}
 
     def featurise(part: slice) -> Any:
@@ -123,10 +122,10 @@ def raw_throughput(predictor: Any, n: int, chunk: int = CHUNK_ROWS, seed: int = 
             batch["device_index"][part],
             specs,
         )
-        return cols if fast is not None else table_of(cols)
+        return cols if on_arrays else table_of(cols)
 
-    def model(features: Any, stages: dict[str, float] | None = None) -> np.ndarray:
-        out = fast.predict(features, stages) if fast is not None else predictor.predict(features)
+    def model(features: Any) -> np.ndarray:
+        out = predictor.predict_columns(features) if on_arrays else predictor.predict(features)
         return np.asarray(out["pred_duration_us"], dtype="float64")
 
     model(featurise(slice(0, min(n, 2000))))  # warm-up, untimed: imports (LightGBM for bulk), first calls
@@ -136,8 +135,10 @@ def raw_throughput(predictor: Any, n: int, chunk: int = CHUNK_ROWS, seed: int = 
         t0, c0 = time.perf_counter(), time.thread_time()
         features = featurise(slice(start, start + chunk))
         t1, c1 = time.perf_counter(), time.thread_time()
-        duration = model(features, stage_cpu)
+        duration = model(features)
         t2, c2 = time.perf_counter(), time.thread_time()
+        if on_arrays:  # outside the timed stretch: the stages again, each alone
+            _time_stages(predictor, features, stage_cpu)
         featurise_s += t1 - t0
         model_s += t2 - t1
         featurise_cpu += c1 - c0
@@ -149,7 +150,7 @@ def raw_throughput(predictor: Any, n: int, chunk: int = CHUNK_ROWS, seed: int = 
         "rows": n,
         "chunk_rows": chunk,
         "answered": finite,
-        "path": "arrays (fast path)" if fast is not None else "feature DataFrame",
+        "path": "arrays (predict_columns)" if on_arrays else "feature DataFrame",
         "trees": tree_engine(predictor),
         "featurise_rows_per_s": n / featurise_s,
         "model_rows_per_s": n / model_s,
@@ -161,6 +162,18 @@ def raw_throughput(predictor: Any, n: int, chunk: int = CHUNK_ROWS, seed: int = 
         "end_to_end_rows_per_cpu_s": n / (featurise_cpu + model_cpu),
         "model_stages_rows_per_cpu_s": {k: n / max(v, 1e-9) for k, v in stage_cpu.items()},
     }
+
+
+def _time_stages(predictor: Any, cols: dict[str, Any], stages: dict[str, float]) -> None:
+    """Add the thread CPU seconds of the design matrix and of every tree model alone to ``stages``."""
+    c0 = time.thread_time()
+    x = predictor.design_matrix(cols)
+    c1 = time.thread_time()
+    for tree_model in predictor.models.values():
+        tree_model.predict(x)
+    c2 = time.thread_time()
+    stages["design"] = stages.get("design", 0.0) + c1 - c0
+    stages["trees"] = stages.get("trees", 0.0) + c2 - c1
 
 
 def engine_tier_rates(n: int = 200_000, seed: int = 0) -> dict[str, Any]:

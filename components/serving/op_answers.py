@@ -116,13 +116,12 @@ NOTE_LABELS = np.array(
 
 
 def _predicted(predictor: Any, questions: list[Question], cols: dict[str, Any]) -> dict[str, np.ndarray]:
-    """``pred_*`` arrays: the array fast path for transfer tabular models, else ``predictor.predict``."""
-    from components.serving.fastpath import fast_model
+    """``pred_*`` arrays: a tabular model's own ``predict_columns`` on the arrays (the path its evaluation
+    takes too, without a DataFrame per request), else ``predictor.predict`` on the feature table."""
     from components.serving.featurise import table_of
 
-    fast = fast_model(predictor)
-    if fast is not None:
-        return fast.predict(cols)
+    if hasattr(predictor, "predict_columns"):
+        return predictor.predict_columns(cols)
     table = table_of(cols)
     if getattr(predictor, "family", "") not in ("tabular", "roofline"):
         table = _with_raw_query(table, questions)

@@ -73,12 +73,11 @@ def test_a_folder_without_flat_files_is_not_taken_for_flat(trained) -> None:
 
 
 @pytest.mark.parametrize("flat_trees", [False, True])
-def test_the_array_fast_path_equals_the_predictor(trained, tmp_path: Path, flat_trees: bool) -> None:
-    """FastTransfer on numpy columns == TabularPredictor.predict on the feature DataFrame, column by
-    column."""
+def test_predict_on_arrays_equals_predict_on_the_frame(trained, tmp_path: Path, flat_trees: bool) -> None:
+    """The server's call (``predict_columns`` on the question arrays: categoricals, object labels) ==
+    evaluation's (``predict`` on the same rows as a feature DataFrame), column by column."""
     from components.devices import load_catalog
     from components.serving.bench import random_op_batch
-    from components.serving.fastpath import fast_model
     from components.serving.featurise import op_feature_columns, table_of
 
     folder, _ = trained
@@ -96,7 +95,7 @@ def test_the_array_fast_path_equals_the_predictor(trained, tmp_path: Path, flat_
     cols = op_feature_columns(
         batch["family"], batch["op"], batch["dtype"], batch["dims"], batch["device_index"], specs
     )
-    fast = fast_model(predictor).predict(cols)
+    fast = predictor.predict_columns(cols)
     reference = predictor.predict(table_of(cols))
     assert set(fast) == set(reference.columns)
     for column in reference.columns:
