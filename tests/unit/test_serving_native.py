@@ -142,3 +142,27 @@ def test_categorical_labels_featurise_exactly_as_strings() -> None:
         else:
             assert list(np.asarray(got[name], dtype=object)) == list(np.asarray(values, dtype=object)), name
     assert (got["_note_code"][:50] == 0).all()
+
+
+def test_the_server_answers_through_the_training_path(trained, monkeypatch: pytest.MonkeyPatch) -> None:
+    """An op question the champion answers (an fp32 GEMM) goes through the predictor's own
+    ``predict_columns`` (what ``predict``, hence evaluation, runs), not a copy of it: one call, and the
+    answer's runtime is that call's."""
+    from components.serving.question_forms import parse_questions
+    from components.serving.questions import answer_questions
+
+    folder, _ = trained
+    predictor = TabularPredictor.load(folder)
+    calls: list[dict] = []
+    own = TabularPredictor.predict_columns
+
+    def spy(self, features):
+        out = own(self, features)
+        calls.append(out)
+        return out
+
+    monkeypatch.setattr(TabularPredictor, "predict_columns", spy)
+    question = {"op": "gemm", "shape": {"M": 4096, "N": 4096, "K": 4096}, "dtype": "fp32", "device": "H100"}
+    answers = answer_questions(predictor, parse_questions([question]), model_version="test")
+    assert len(calls) == 1
+    assert answers[0]["duration_us"] == pytest.approx(float(calls[0]["pred_duration_us"][0]), rel=1e-12)
