@@ -221,6 +221,7 @@ class ModelHolder:
         self.tracking_uri = tracking_uri
         self._lock = threading.Lock()
         self._model: LoadedModel | None = None
+        self._compiled = False  # every tree model of the current one runs lleaves-compiled
         self.error: str | None = None
 
     @property
@@ -229,14 +230,19 @@ class ModelHolder:
 
     def refresh(self) -> bool:
         """Reload if the reference points at another version; True when a new model was loaded."""
+        from components.serving.native import load_compiled
+
         try:
             version = current_version(self.reference, self.tracking_uri)
             if self._model is not None and self._model.version == version:
+                if not self._compiled:  # the background tree compile may have finished since
+                    self._compiled = load_compiled(self._model.predictor)
                 return False
             loaded = load_version(version, self.tracking_uri)
         except QueryError as exc:
             self.error = str(exc)
             return False
+        self._compiled = load_compiled(loaded.predictor)
         with self._lock:
             self._model = loaded
             self.error = None

@@ -191,13 +191,15 @@ class FlatTrees:
         return out
 
     def predict(self, x: np.ndarray) -> np.ndarray:
-        """``Booster.predict(x)``: the numpy walk for a few rows; for bulk the lleaves-compiled trees, else
-        LightGBM's predictor."""
-        if len(x) > BULK_ROWS and self.booster_file is not None:
-            compiled = self.compiled()
-            if compiled is not None:
-                raw = compiled.predict(np.asarray(x, dtype=np.float64), n_jobs=self.threads)
-                return self._link(np.asarray(raw, dtype=np.float64).reshape(len(x), -1))
+        """``Booster.predict(x)``: the lleaves-compiled trees when loaded (any batch: a server loads them,
+        ``load_compiled``) or for bulk once compiled; else the numpy walk for a few rows (no import: a CLI
+        question) and LightGBM's predictor for bulk."""
+        bulk = len(x) > BULK_ROWS
+        compiled = self.compiled() if bulk else self._compiled
+        if compiled is not None:
+            raw = compiled.predict(np.asarray(x, dtype=np.float64), n_jobs=self.threads if bulk else 1)
+            return self._link(np.asarray(raw, dtype=np.float64).reshape(len(x), -1))
+        if bulk and self.booster_file is not None:
             try:
                 if self._booster is None:
                     import lightgbm as lgb
@@ -256,6 +258,14 @@ def flatten_folder(folder: Path) -> list[Path]:
         tree_compile.start_background_compile(folder / name)  # once per model, into the state folder
         written.append(target)
     return written
+
+
+def load_compiled(predictor: Any) -> bool:
+    """Load the lleaves-compiled copy of every flat tree model of ``predictor`` whose compile has finished,
+    so that every batch, a single question too, runs compiled (a long-running server calls this; a CLI
+    question does not: loading costs more than walking one row). True when all are loaded."""
+    flats = [m for m in getattr(predictor, "models", {}).values() if isinstance(m, FlatTrees)]
+    return all(m.compiled() is not None for m in flats)
 
 
 def load_flat_predictor(folder: Path) -> Any | None:

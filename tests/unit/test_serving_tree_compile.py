@@ -45,19 +45,24 @@ def state(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     ("objective", "extra"),
     [("regression", {}), ("binary", {}), ("multiclass", {"num_class": 3})],
 )
-def test_bulk_batches_use_lleaves_and_answer_as_lightgbm(state: Path, objective: str, extra: dict) -> None:
+def test_compiled_trees_answer_as_lightgbm(
+    state: Path, objective: str, extra: dict, monkeypatch: pytest.MonkeyPatch
+) -> None:
     import lightgbm as lgb
 
     text, rows = _model(state, objective, extra)
     flat = FlatTrees.load(text.with_suffix(".npz"))
-    assert flat.engine() == "LightGBM"  # nothing compiled yet
+    expected = lgb.Booster(model_file=str(text)).predict(rows)
+    small = rows[:5]  # a few rows, nothing compiled: the numpy walk
+    assert np.allclose(flat.predict(small), expected[:5], rtol=1e-12, atol=1e-12)
+    assert flat.engine() == "LightGBM"  # what bulk batches get before the compile
     assert tree_compile.compile_now(text) == tree_compile.cache_file(text)
     assert flat.engine() == "lleaves"
-    expected = lgb.Booster(model_file=str(text)).predict(rows)
     got = flat.predict(rows)
     assert got.shape == expected.shape
     assert np.allclose(got, expected, rtol=1e-12, atol=1e-12)
-    small = rows[:5]  # a few rows: the numpy walk, no compiled code
+    # Loaded (as a server does): small batches run compiled too, the numpy walk is not called.
+    monkeypatch.setattr(flat, "raw", None)
     assert np.allclose(flat.predict(small), expected[:5], rtol=1e-12, atol=1e-12)
 
 
@@ -73,14 +78,18 @@ def test_the_compile_is_cached_per_model_text(state: Path) -> None:
 
 
 def test_a_background_compile_is_picked_up(state: Path) -> None:
+    from components.models.tabular import TabularPredictor
+    from components.serving.native import load_compiled
+
     text, rows = _model(state, "regression", {})
     flat = FlatTrees.load(text.with_suffix(".npz"))
+    predictor = TabularPredictor(models={"duration_us": flat})
     assert tree_compile.start_background_compile(text)
     assert not tree_compile.start_background_compile(text)  # one compile per model at a time
     deadline = time.time() + 120
-    while flat.engine() != "lleaves" and time.time() < deadline:
+    while not load_compiled(predictor) and time.time() < deadline:  # what the server's poll does
         time.sleep(0.5)
-    assert flat.engine() == "lleaves"
+    assert flat.engine() == "lleaves" and flat._compiled is not None
     assert np.isfinite(flat.predict(rows)).all()
 
 
