@@ -58,19 +58,14 @@ def _device_arrays(specs: Sequence[Any]) -> tuple[dict[str, np.ndarray], pd.Data
 
 
 def _device_arrays_uncached(specs: Sequence[Any]) -> tuple[dict[str, np.ndarray], pd.DataFrame]:
-    from components.devices import Catalog, device_feature_vector
+    from components.devices import Catalog
+    from components.features.build import device_features
 
     catalog = Catalog(list(specs))
-    table = an.device_table([s.id for s in specs], catalog).reindex([s.id for s in specs])
-    dev = pd.DataFrame(
-        [
-            {
-                (k if k.startswith("dev_") else f"dev_{k}"): float(v)
-                for k, v in device_feature_vector(s).items()
-            }
-            for s in specs
-        ]
-    )
+    ids = [s.id for s in specs]
+    table = an.device_table(ids, catalog).reindex(ids)
+    # The feature build's own dev_* columns (one definition), by position in ``specs``.
+    dev = device_features(pd.Series(ids), catalog).reset_index(drop=True)
     return {c: table[c].to_numpy("float64") for c in an.DEVICE_COLUMNS}, dev
 
 
