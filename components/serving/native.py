@@ -55,6 +55,7 @@ class FlatTrees:
         self._booster: Any = None
         self.threads: int | None = None  # threads for bulk predictions (None: the library's default)
         self._compiled: Any = None  # lleaves' compiled copy, once its background compile has finished
+        self.compile_error: str | None = None  # why loading that copy failed (then LightGBM, never retried)
 
     @classmethod
     def from_dump(cls, dump: dict[str, Any]) -> FlatTrees:
@@ -219,21 +220,29 @@ class FlatTrees:
         return self._link(self.raw(x))
 
     def compiled(self) -> Any | None:
-        """lleaves' compiled copy of these trees, loaded once its cache file exists (None before)."""
-        if self._compiled is None and self.booster_file is not None:
+        """lleaves' compiled copy of these trees, loaded once its cache file exists (None before, or when
+        loading it failed: ``compile_error`` says why, and LightGBM answers bulk batches instead)."""
+        if self._compiled is None and self.booster_file is not None and self.compile_error is None:
             from components.serving import tree_compile
 
             try:
                 self._compiled = tree_compile.load(self.booster_file)
             except ImportError:
                 return None
+            except (OSError, RuntimeError, ValueError) as exc:  # a cache file lleaves cannot load
+                self.compile_error = f"{type(exc).__name__}: {exc}"
         return self._compiled
 
     def engine(self) -> str:
-        """What answers a bulk batch now: ``lleaves``, ``LightGBM`` or ``numpy`` (no model text)."""
+        """What answers a bulk batch now: ``lleaves``, ``LightGBM`` (and why not lleaves, when loading its
+        copy failed) or ``numpy`` (no model text)."""
         if self.booster_file is None:
             return "numpy"
-        return "lleaves" if self.compiled() is not None else "LightGBM"
+        if self.compiled() is not None:
+            return "lleaves"
+        return (
+            "LightGBM" if self.compile_error is None else f"LightGBM (lleaves failed: {self.compile_error})"
+        )
 
     def _link(self, raw: np.ndarray) -> np.ndarray:
         """Raw scores -> what ``Booster.predict`` returns for the objective."""

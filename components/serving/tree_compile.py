@@ -30,6 +30,7 @@ from typing import Any
 
 # finline=False: lleaves' switch for a ~9x faster compile (see above); raw scores, linked by FlatTrees.
 COMPILE_OPTIONS: dict[str, Any] = {"raw_score": True, "finline": False}
+_OBJECT_MAGIC = (b"\x7fELF", b"\xcf\xfa\xed\xfe")  # ELF (Linux), Mach-O 64-bit (macOS)
 _STALE_MARKER_S = 3600  # a ".building" marker older than this is a compile that died
 
 
@@ -58,10 +59,19 @@ def cache_file(model_file: Path) -> Path | None:
 @functools.lru_cache(maxsize=256)
 def _digest(model_file: str, mtime_ns: int, size: int, lleaves_version: str) -> str:
     """Hash of the model text (read once per file version: a server asks before every bulk batch until
-    the compile is there), the lleaves version and the compile options."""
+    the compile is there), the lleaves version, the compile options and the CPU (lleaves compiles for the
+    host's instruction set: a state folder shared with another machine must not run this one's code)."""
     digest = hashlib.sha256(Path(model_file).read_bytes())
-    digest.update(f"{lleaves_version}|{sorted(COMPILE_OPTIONS.items())}".encode())
+    digest.update(f"{lleaves_version}|{sorted(COMPILE_OPTIONS.items())}|{_host_cpu()}".encode())
     return digest.hexdigest()[:32]
+
+
+@functools.cache
+def _host_cpu() -> str:
+    import lleaves  # noqa: F401  (initialises LLVM)
+    import llvmlite.binding as llvm
+
+    return f"{llvm.get_process_triple()}|{llvm.get_host_cpu_name()}|{llvm.get_host_cpu_features().flatten()}"
 
 
 def load(model_file: Path) -> Any | None:
@@ -69,6 +79,10 @@ def load(model_file: Path) -> Any | None:
     cached = cache_file(model_file)
     if cached is None or not cached.is_file():
         return None
+    with open(cached, "rb") as handle:
+        magic = handle.read(4)
+    if magic not in _OBJECT_MAGIC:  # LLVM aborts the whole process on a file it cannot read: refuse first
+        raise ValueError(f"{cached}: not an object file (delete it to compile again)")
     import lleaves
 
     model = lleaves.Model(model_file=str(model_file))

@@ -101,3 +101,16 @@ def test_without_lleaves_bulk_batches_go_to_lightgbm(state: Path, monkeypatch: p
     flat = FlatTrees.load(text.with_suffix(".npz"))
     assert tree_compile.compile_now(text) is None and flat.engine() == "LightGBM"
     assert np.array_equal(flat.predict(rows), lgb.Booster(model_file=str(text)).predict(rows))
+
+
+def test_an_unreadable_cache_file_falls_back_to_lightgbm_and_says_why(state: Path) -> None:
+    """LLVM aborts the process on a file that is not an object file: it must be refused before loading."""
+    import lightgbm as lgb
+
+    text, rows = _model(state, "regression", {})
+    cached = tree_compile.cache_file(text)
+    cached.parent.mkdir(parents=True, exist_ok=True)
+    cached.write_bytes(b"not an object file")
+    flat = FlatTrees.load(text.with_suffix(".npz"))
+    assert flat.engine().startswith("LightGBM (lleaves failed: ValueError")
+    assert np.array_equal(flat.predict(rows), lgb.Booster(model_file=str(text)).predict(rows))
