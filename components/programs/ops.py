@@ -89,7 +89,7 @@ ATTENTION_OPS: frozenset[str] = frozenset(
         "_scaled_dot_product_attention_math",
     }
 )
-SOFTMAX_OPS: frozenset[str] = frozenset({"_softmax", "_log_softmax", "softmax", "log_softmax"})
+SOFTMAX_OPS: frozenset[str] = frozenset({"_softmax", "_safe_softmax", "_log_softmax", "softmax", "log_softmax"})
 NORM_OPS: frozenset[str] = frozenset(
     {
         "native_layer_norm",
