@@ -276,6 +276,7 @@ def program_features(
     base = base.set_index(["program", "device_id"]).reindex(full, fill_value=0.0).reset_index()
     base["n_aten"] = [programs[p].n_aten for p in base["program"]]
     base["n_unmapped"] = [sum(programs[p].unmapped.values()) for p in base["program"]]
+    base["rnn_steps"] = [programs[p].rnn_steps for p in base["program"]]
     base["dtype"] = [programs[p].dtype for p in base["program"]]
     base = base.merge(_device_columns(device_ids, catalog), on="device_id", how="left")
     return base
