@@ -275,7 +275,8 @@ def _answer(
             + ", ".join(f"{t} {100 * v / max(ops_time, 1e-12):.0f}%" for t, v in tiers.items())
         )
     notes.append(
-        f"total = the ops' GPU time {ops_time:.4g} us + time between them (launch gaps, host dispatch, RNN time steps) "
+        f"total = the ops' GPU time {ops_time:.4g} us + time between them (launch gaps, host dispatch, "
+        f"RNN time steps) "
         f"{max(duration - ops_time, 0.0):.4g} us"
     )
     seconds = duration * 1e-6
