@@ -5,8 +5,9 @@ source_predict) on the RTX 3080 with its profiled grid and block. Its scalar arg
 the program's own launch site: the call's argument expressions evaluated with the file's macros
 and the host's integer locals in textual order -- through host helpers: a helper's parameters are
 bound to the arguments of its first call (``components.features.static.host_env``) --,
-``atoi(argv[k])`` and friends replaced by the recorded arguments (a deliberately simple host reading: scopes and control flow are ignored, so
-an argument it cannot evaluate stays unknown and its loops fall back, as the answer says).
+``atoi(argv[k])`` and friends replaced by the recorded arguments (a deliberately simple host
+reading: scopes and control flow are ignored, so an argument it cannot evaluate stays unknown and
+its loops fall back, as the answer says).
 The profiled FLOPs are ``(spPerf + dpPerf) * xtime``; the figure is the share of kernels whose
 counted FLOPs are within 2x of them, beside the same share with no arguments given.
 """
