@@ -17,7 +17,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-from components.features.static.loops import Known, _kernel_span, _thread_indices
+from components.features.static.loops import Known, _close, _kernel_span, _thread_indices
 from components.features.static.source import code_mask
 
 _ALIAS_RE = re.compile(r"\b([A-Za-z_]\w*)\s*=\s*\(?\s*threadIdx\.([xyz])\s*\)?\s*;")
@@ -42,18 +42,6 @@ def _depth(text: str, mask: bytearray, lo: int, pos: int) -> int:
     return depth
 
 
-def _condition_end(text: str, mask: bytearray, paren: int) -> int:
-    depth = 0
-    for i in range(paren, len(text)):
-        if mask[i] and text[i] == "(":
-            depth += 1
-        elif mask[i] and text[i] == ")":
-            depth -= 1
-            if depth == 0:
-                return i
-    return len(text) - 1
-
-
 def lane_guards(text: str, name: str, known: Known) -> list[LaneGuard]:
     """The kernel's top-level lane guards (see the module docstring) with the share of threads each passes."""
     mask = code_mask(text)
@@ -76,7 +64,7 @@ def lane_guards(text: str, name: str, known: Known) -> list[LaneGuard]:
         if not mask[m.start()] or _depth(text, mask, lo + 1, m.start()) != 0:
             continue
         paren = m.end() - 1
-        condition = text[paren + 1 : _condition_end(text, mask, paren)]
+        condition = text[paren + 1 : _close(text, mask, paren, "(", ")")]
         eq = _EQ_RE.match(condition)
         if eq is None:
             continue
@@ -90,7 +78,7 @@ def lane_guards(text: str, name: str, known: Known) -> list[LaneGuard]:
 def strip_lane_guards(text: str, guards: list[LaneGuard]) -> str:
     """``text`` with every guard's condition made false (``0 && (...)``): the compiler drops the branch."""
     for guard in sorted(guards, key=lambda g: g.paren, reverse=True):
-        close = _condition_end(text, code_mask(text), guard.paren)
+        close = _close(text, code_mask(text), guard.paren, "(", ")")
         text = text[: guard.paren + 1] + "0 && (" + text[guard.paren + 1 : close] + ")" + text[close:]
     return text
 

@@ -15,7 +15,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-from components.features.static.loops import Unknown, evaluate, host_locals
+from components.features.static.loops import Unknown, _close, evaluate, host_locals
 from components.features.static.source import code_mask
 from components.features.static.templates import split_args
 
@@ -35,20 +35,6 @@ class HostFunction:
     end: int  # the body's matching '}'
 
 
-def _close(text: str, mask: bytearray, pos: int) -> int:
-    depth = 0
-    for i in range(pos, len(text)):
-        if not mask[i]:
-            continue
-        if text[i] == "{":
-            depth += 1
-        elif text[i] == "}":
-            depth -= 1
-            if depth == 0:
-                return i
-    return len(text)
-
-
 def host_functions(text: str) -> list[HostFunction]:
     """Top-level function definitions of a file (brace depth 0 at their head), in textual order."""
     mask = code_mask(text)
@@ -58,7 +44,7 @@ def host_functions(text: str) -> list[HostFunction]:
         if m.start() < done or not mask[m.start()] or m.group(1) in _NOT_FUNCTIONS:
             continue
         brace = m.end() - 1
-        end = _close(text, mask, brace)
+        end = _close(text, mask, brace, "{", "}")
         names = []
         for param in split_args(m.group(2)):
             words = re.findall(r"[A-Za-z_]\w*", param.split("=")[0])
@@ -88,16 +74,7 @@ def env_at(text: str, pos: int, macros: dict[str, str], depth: int = 0) -> dict[
     call = _call_site(text, mask, fn)
     if call is not None:
         caller = env_at(text, call, macros, depth + 1)
-        close = call
-        nesting = 0
-        for i in range(call, len(text)):
-            if mask[i] and text[i] == "(":
-                nesting += 1
-            elif mask[i] and text[i] == ")":
-                nesting -= 1
-                if nesting == 0:
-                    close = i
-                    break
+        close = _close(text, mask, call, "(", ")")
         for name, expr in zip(fn.params, split_args(text[call + 1 : close]), strict=False):
             if not name:
                 continue
