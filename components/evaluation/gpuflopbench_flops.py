@@ -3,9 +3,11 @@
 Each profiled CUDA kernel with ``exeArgs`` is asked as a source question (components.programs.
 source_predict) on the RTX 3080 with its profiled grid and block. Its scalar arguments come from
 the program's own launch site: the call's argument expressions evaluated with the file's macros
-and the host's integer locals in textual order, ``atoi(argv[k])`` and friends replaced by the
-recorded arguments (a deliberately simple host reading: scopes and control flow are ignored, so
-an argument it cannot evaluate stays unknown and its loops fall back, as the answer says).
+and the host's integer locals in textual order -- through host helpers: a helper's parameters are
+bound to the arguments of its first call (``components.features.static.host_env``) --,
+``atoi(argv[k])`` and friends replaced by the recorded arguments (a deliberately simple host
+reading: scopes and control flow are ignored, so an argument it cannot evaluate stays unknown and
+its loops fall back, as the answer says).
 The profiled FLOPs are ``(spPerf + dpPerf) * xtime``; the figure is the share of kernels whose
 counted FLOPs are within 2x of them, beside the same share with no arguments given.
 """
@@ -26,12 +28,12 @@ _LAUNCH_CALL = r"\b{name}\s*(?:<[^;]*?>)?\s*<<<[^;]*?>>>\s*\("
 
 def host_args(text: str, kernel: str, exe_args: list[str]) -> dict[str, float]:
     """Kernel scalar arguments at the first launch site of ``kernel`` that the host makes known."""
+    from components.features.static.host_env import env_at
     from components.features.static.loops import (
         Unknown,
         call_arguments,
         evaluate,
         file_macros,
-        host_locals,
         kernel_param_names,
         kernel_parameters,
     )
@@ -45,7 +47,7 @@ def host_args(text: str, kernel: str, exe_args: list[str]) -> dict[str, float]:
     if site is None:
         return {}
     macros = file_macros(host, {})
-    env = host_locals(host[: site.start()], macros)
+    env = env_at(host, site.start(), macros)  # through host helpers: main -> conv3D(...) -> the launch
     given = call_arguments(host, site.end() - 1)
     params = kernel_param_names(text, kernel)
     scalars, _ = kernel_parameters(text, kernel)

@@ -44,7 +44,9 @@ def program_table(data: KernelBenchData, catalog: Any, op_predictor: Any = None)
         if op_predictor is not None and getattr(op_predictor, "family", "") != "roofline"
         else None
     )
-    times = op_times(programs, devices, catalog, predictor)
+    from components.programs.engine_ops import op_engine
+
+    times = op_times(programs, devices, catalog, predictor, op_engine(predictor))
     features = program_features(programs, times, devices, catalog)
     features = features.merge(
         kind_sums(times.frame, "pred_us", "pred"), on=["program", "device_id"], how="left"

@@ -137,7 +137,9 @@ def program_frames(
         if op_predictor is not None and getattr(op_predictor, "family", "") != "roofline"
         else None
     )
-    times = op_times(programs, ids, catalog, predictor)
+    from components.programs.engine_ops import op_engine
+
+    times = op_times(programs, ids, catalog, predictor, op_engine(predictor))
     frame = program_features(programs, times, ids, catalog)
     basis_column = "pred_us" if matches else "roof_us"
     frame = frame.merge(kind_sums(times.frame, basis_column, "pred"), on=["program", "device_id"], how="left")
@@ -242,6 +244,7 @@ def _answer(
             "duration_us": round(float(r.total_us), 3),
             "bound": str(r.pipe),
             "roofline_class": class_of_bound(str(r.pipe)),
+            "tier": str(getattr(r, "tier", r.pred_source)),
         }
         for r in top.itertuples()
     ]
@@ -265,8 +268,15 @@ def _answer(
         notes.append(
             f"{uses_roofline} of {len(ops)} distinct ops outside the op model's scope: roofline time"
         )
+    if "tier" in ops.columns and len(ops):
+        tiers = ops.groupby("tier")["total_us"].sum().sort_values(ascending=False)
+        notes.append(
+            "op time by tier: "
+            + ", ".join(f"{t} {100 * v / max(ops_time, 1e-12):.0f}%" for t, v in tiers.items())
+        )
     notes.append(
-        f"total = the ops' GPU time {ops_time:.4g} us + time between them (launch gaps, host dispatch) "
+        f"total = the ops' GPU time {ops_time:.4g} us + time between them (launch gaps, host dispatch, "
+        f"RNN time steps) "
         f"{max(duration - ops_time, 0.0):.4g} us"
     )
     seconds = duration * 1e-6

@@ -89,7 +89,9 @@ ATTENTION_OPS: frozenset[str] = frozenset(
         "_scaled_dot_product_attention_math",
     }
 )
-SOFTMAX_OPS: frozenset[str] = frozenset({"_softmax", "_log_softmax", "softmax", "log_softmax"})
+SOFTMAX_OPS: frozenset[str] = frozenset(
+    {"_softmax", "_safe_softmax", "_log_softmax", "softmax", "log_softmax"}
+)
 NORM_OPS: frozenset[str] = frozenset(
     {
         "native_layer_norm",
@@ -615,6 +617,7 @@ class ProgramOps:
     n_kernels: int = 0  # calls that launch a kernel
     unmapped: Counter = field(default_factory=Counter)  # aten name -> calls sent as bytes-moved fallbacks
     dtype: str = "fp32"  # the program's dominant floating dtype (by kernel count)
+    rnn_steps: float = 0.0  # time steps the RNN layers run one after another (x directions)
 
 
 def program_ops(ops: list[dict[str, Any]]) -> ProgramOps:
@@ -631,6 +634,8 @@ def program_ops(ops: list[dict[str, Any]]) -> ProgramOps:
         dtypes[question.dtype] += 1
         if not question.mapped:
             result.unmapped[question.aten] += 1
+        if question.aten == "_cudnn_rnn" and question.mapped:  # the tracer's record: [steps, batch, width]
+            result.rnn_steps += float(op["inputs"][0][0][0]) * float(_scalar(op, 2, 1) or 1)
         merged[question.key] = merged.get(question.key, 0) + 1
         first.setdefault(question.key, question)
     result.questions = [first[k] for k in merged]

@@ -3,16 +3,19 @@
     ops_us = sum over op kinds k of  S_k / eff_k            (eff_k <= 1: an op never runs faster
                                                              than its basis time)
     gpu_us = ops_us + w_lowpar * L + n_kernels * launch_us  (launch gaps, under-filled GPUs)
+             + rnn_steps * step_us                  (an RNN's time steps run one after another)
     cpu_us = n_aten * framework_us                          (eager PyTorch dispatch, per aten call)
     time   = ops_us + (smoothmax(gpu_us, cpu_us) - ops_us) * r(x)
 
 ``S_k`` is the summed op time of kind k from the basis (the op-level predictor's answers, or the
 roofline), ``L`` the extra time of kernels too small to fill the GPU, ``launch_us`` the per-kernel
-gap, ``framework_us`` the CPU cost of one aten call -- GPU and CPU overlap, hence the smooth maximum
-(``p``). ``r`` is a small gradient-boosted correction of the time *between* the ops, on transferable
-program features (time shares per kind, kernel counts, logs of times; never a device id or a raw
-peak). One total, never below the ops' GPU time by construction: the breakdown's op times (the basis
-scaled by ``eff_k``) sum to ``ops_us`` and everything learned on top of them is non-negative.
+gap, ``step_us`` the latency of one sequential RNN time step (cuDNN LSTM/GRU layers are latency-bound:
+their time barely moves with the GPU's FLOP rate, so a roofline-scaled efficiency is 3x too slow on a T4
+and 3x too fast on an H100), ``framework_us`` the CPU cost of one aten call -- GPU and CPU overlap,
+hence the smooth maximum (``p``). ``r`` is a small gradient-boosted correction of the time *between* the
+ops, on transferable program features (time shares per kind, kernel counts, logs of times; never a device
+id or a raw peak). One total, never below the ops' GPU time by construction: the breakdown's op times (the
+basis scaled by ``eff_k``) sum to ``ops_us`` and everything learned on top of them is non-negative.
 
 Fitted on KernelBench timings of training GPUs only, one model per run config (eager, and each
 torch.compile mode as a separate target). Saved as one JSON file (LightGBM residuals as text).
@@ -39,6 +42,7 @@ SMOOTH_P = 4.0
 # typical of eager PyTorch on a CUDA GPU, used only with a note saying the total is not learned.
 DEFAULT_LAUNCH_US = 4.0
 DEFAULT_FRAMEWORK_US = 6.0
+DEFAULT_STEP_US = 10.0  # only the fit's starting point: an untrained model adds no step latency
 RESIDUAL_PARAMS = {
     "objective": "regression_l2",
     "n_estimators": 150,
@@ -79,6 +83,7 @@ class ConfigModel:
     # Extra CPU cost per call of some kinds, as log multipliers of framework_us: cuDNN convolutions
     # and cuBLAS calls choose algorithms and build descriptors on the host on every call.
     cpu_log: dict[str, float] = field(default_factory=dict)
+    step_us: float = 0.0  # one sequential RNN time step (x directions), scaled with the host like launches
     # 90% interval half-width in log space, from GPU-grouped cross-validation on the training GPUs
     # (residuals on GPUs the fold did not see); None when too few GPUs.
     q_log: float | None = None
@@ -112,6 +117,8 @@ class ConfigModel:
                 np.clip(frame["dram_gbps"].to_numpy("float64"), 50.0, 20000.0) / 1000.0, -self.host_beta
             )
         gpu = gpu + frame["n_kernels"].to_numpy("float64") * self.launch_us * host
+        if self.step_us and "rnn_steps" in frame.columns:
+            gpu = gpu + frame["rnn_steps"].to_numpy("float64") * self.step_us * host
         calls = frame["n_aten"].to_numpy("float64").copy()
         for group, log_mult in self.cpu_log.items():
             n = sum(
@@ -146,6 +153,7 @@ class ConfigModel:
             "framework_us": self.framework_us,
             "host_beta": self.host_beta,
             "cpu_log": self.cpu_log,
+            "step_us": self.step_us,
             "q_log": self.q_log,
             "residual": self.residual,
             "features": self.features,
@@ -223,12 +231,17 @@ def _fit_parametric(frame: pd.DataFrame, target: np.ndarray, kinds: Sequence[str
         if sum((frame[f"n_{k}"] > 0).sum() for k in ks if f"n_{k}" in frame.columns) >= 5
     ]
     n_k, n_g = len(active), len(groups)
+    steps = "rnn_steps" in frame.columns and int((frame["rnn_steps"] > 0).sum()) >= 5
+    n_s = int(steps)
 
     def unpack(theta: np.ndarray) -> ConfigModel:
         log_eff = {k: float(v) for k, v in zip(active, theta[:n_k], strict=False)}
         cpu_log = {g: float(v) for g, v in zip(groups, theta[n_k : n_k + n_g], strict=False)}
-        launch, framework, beta = theta[n_k + n_g :]
-        return ConfigModel(log_eff, float(math.exp(launch)), float(math.exp(framework)), float(beta), cpu_log)
+        step = float(math.exp(theta[n_k + n_g])) if steps else 0.0
+        launch, framework, beta = theta[n_k + n_g + n_s :]
+        return ConfigModel(
+            log_eff, float(math.exp(launch)), float(math.exp(framework)), float(beta), cpu_log, step
+        )
 
     def residuals(theta: np.ndarray) -> np.ndarray:
         pred = np.maximum(unpack(theta).base(frame, "pred"), 1e-6)
@@ -241,17 +254,31 @@ def _fit_parametric(frame: pd.DataFrame, target: np.ndarray, kinds: Sequence[str
     counts = frame["device_id"].value_counts() if "device_id" in frame.columns else pd.Series(dtype=int)
     has_host = "dram_gbps" in frame.columns and int((counts >= MIN_GPU_ROWS).sum()) >= MIN_HOST_GPUS
     theta0 = np.concatenate(
-        [np.zeros(n_k + n_g), [math.log(DEFAULT_LAUNCH_US), math.log(DEFAULT_FRAMEWORK_US), 0.0]]
+        [
+            np.zeros(n_k + n_g),
+            np.full(n_s, math.log(DEFAULT_STEP_US)),
+            [math.log(DEFAULT_LAUNCH_US), math.log(DEFAULT_FRAMEWORK_US), 0.0],
+        ]
     )
     # An op kind's efficiency is at most 1 (log_eff <= 0): the program never runs an op faster than
     # its basis time (the op engine's answer, or the roofline); the under-filled-GPU term is free.
     kind_upper = np.array([5.0 if k == "lowpar" else 0.0 for k in active])
     theta0[:n_k] = np.minimum(theta0[:n_k], kind_upper - 1e-6)
     lower = np.concatenate(
-        [np.full(n_k, -3.0), np.full(n_g, -2.0), [math.log(0.5), math.log(0.5), -1.0 if has_host else -1e-9]]
+        [
+            np.full(n_k, -3.0),
+            np.full(n_g, -2.0),
+            np.full(n_s, math.log(0.01)),
+            [math.log(0.5), math.log(0.5), -1.0 if has_host else -1e-9],
+        ]
     )
     upper = np.concatenate(
-        [kind_upper, np.full(n_g, 4.0), [math.log(200.0), math.log(200.0), 1.0 if has_host else 1e-9]]
+        [
+            kind_upper,
+            np.full(n_g, 4.0),
+            np.full(n_s, math.log(1000.0)),
+            [math.log(200.0), math.log(200.0), 1.0 if has_host else 1e-9],
+        ]
     )
     fit = least_squares(residuals, theta0, bounds=(lower, upper), loss="soft_l1", f_scale=0.3)
     return unpack(fit.x)

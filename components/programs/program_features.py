@@ -59,11 +59,17 @@ class OpTimes:
 
 
 def op_times(
-    programs: Sequence[ProgramOps], device_ids: Sequence[str], catalog: Any, op_predictor: Any | None = None
+    programs: Sequence[ProgramOps],
+    device_ids: Sequence[str],
+    catalog: Any,
+    op_predictor: Any | None = None,
+    engine: Any | None = None,
 ) -> OpTimes:
     """Roofline and (when ``op_predictor`` is given) predicted time of every op of every program on
-    every device. ``pred_us`` falls back to the roofline time where the predictor has no answer
-    (``pred_source`` says which)."""
+    every device. With ``engine`` (the op engine, ``components.opmodel``), the families it covers (GEMM,
+    bmm, attention) take its answer instead (``programs.engine_ops``). ``pred_us`` falls back to the
+    roofline time where nothing answers; ``pred_source`` says who answered (op engine, op model,
+    roofline) and ``tier`` the engine's tier (else the same as ``pred_source``)."""
     from components.features.build import build_feature_table
     from components.ingest.schema import (
         KERNEL_COLUMNS,
@@ -157,7 +163,7 @@ def op_times(
             "pipes_us": pipes,
             "bound": bound,
             "pred_us": np.where(has_pred, pred, roof),
-            "pred_source": np.where(has_pred, "op model", "roofline"),
+            "pred_source": np.where(has_pred, "op model", "roofline").astype(object),
             "pipe": pipe,
             "flops": pd.to_numeric(table["f_flops"], errors="coerce").to_numpy("float64"),
             "active": pd.to_numeric(table["f_active_sm_fraction"], errors="coerce")
@@ -166,6 +172,9 @@ def op_times(
             .to_numpy("float64"),
         }
     )
+    per_kernel["tier"] = per_kernel["pred_source"]
+    if engine is not None:
+        per_kernel = _with_engine(per_kernel, programs, links, device_ids, catalog, engine)
     link_frame = pd.DataFrame(links, columns=["program", "question", "kernel_id"])
     q_info = pd.DataFrame(
         [
@@ -189,6 +198,38 @@ def op_times(
         )
     frame = link_frame.merge(q_info, on=["program", "question"]).merge(per_kernel, on="kernel_id", how="left")
     return OpTimes(frame)
+
+
+def _with_engine(
+    per_kernel: pd.DataFrame,
+    programs: Sequence[ProgramOps],
+    links: list[tuple[int, int, str]],
+    device_ids: Sequence[str],
+    catalog: Any,
+    engine: Any,
+) -> pd.DataFrame:
+    """``per_kernel`` with the engine's answer on the rows it covers (never below the op's roofline)."""
+    from components.programs.engine_ops import engine_times
+
+    seen: dict[str, OpQuestion] = {}
+    for p, q, kid in links:
+        seen.setdefault(kid, programs[p].questions[q])
+    questions = pd.DataFrame(
+        [{"kernel_id": k, "family": v.family, "shape": v.shape, "dtype": v.dtype} for k, v in seen.items()],
+        columns=["kernel_id", "family", "shape", "dtype"],
+    )
+    answers = engine_times(questions, device_ids, catalog, engine)
+    if answers.empty:
+        return per_kernel
+    answers = answers.rename(columns={"tier": "engine_tier"})
+    merged = per_kernel.merge(answers, on=["kernel_id", "device_id"], how="left")
+    value = pd.to_numeric(merged["engine_us"], errors="coerce").to_numpy("float64")
+    ok = np.isfinite(value) & (value > 0)
+    roof = merged["roof_us"].to_numpy("float64")
+    merged["pred_us"] = np.where(ok, np.maximum(value, roof), merged["pred_us"])
+    merged["pred_source"] = np.where(ok, "op engine", merged["pred_source"])
+    merged["tier"] = np.where(ok, merged["engine_tier"], merged["tier"])
+    return merged.drop(columns=["engine_us", "engine_tier"])
 
 
 def _device_columns(device_ids: Sequence[str], catalog: Any) -> pd.DataFrame:
@@ -235,6 +276,7 @@ def program_features(
     base = base.set_index(["program", "device_id"]).reindex(full, fill_value=0.0).reset_index()
     base["n_aten"] = [programs[p].n_aten for p in base["program"]]
     base["n_unmapped"] = [sum(programs[p].unmapped.values()) for p in base["program"]]
+    base["rnn_steps"] = [programs[p].rnn_steps for p in base["program"]]
     base["dtype"] = [programs[p].dtype for p in base["program"]]
     base = base.merge(_device_columns(device_ids, catalog), on="device_id", how="left")
     return base

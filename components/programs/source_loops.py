@@ -29,6 +29,7 @@ class LoopCount:
     active: float = 1.0  # share of the launched threads past the kernel's thread-index guard
     guard: str | None = None
     depth_matched: int = 0  # compiled loops (unswitched or split copies) given their depth's trips
+    branches: str | None = None  # lane-guarded branches weighed by their share (static.guards)
 
     @property
     def known(self) -> bool:
@@ -52,7 +53,8 @@ class LoopCount:
         return f"{self.kernel}: " + "; ".join(parts) + matched + self._guard_note()
 
     def _guard_note(self) -> str:
-        return f" ({self.active:.1%} of the threads pass {self.guard}: the rest exit)" if self.guard else ""
+        out = f" ({self.active:.1%} of the threads pass {self.guard}: the rest exit)" if self.guard else ""
+        return out + (f" ({self.branches})" if self.branches else "")
 
 
 def check_args(args: Any) -> dict[str, float]:
@@ -126,13 +128,19 @@ def count_loops(source: str, kernel: Any, pinned: Any | None, known: Any) -> Loo
     return LoopCount(name, dynamic, loops)
 
 
-def count_kernel(source: str, kernel: Any, pinned: Any | None, known: Any) -> LoopCount:
-    """``count_loops``, then the share of threads a thread-index guard lets through
-    (static.loops.thread_guard): the per-thread counts are averaged over every launched thread."""
+def count_kernel(
+    source: str, kernel: Any, pinned: Any | None, known: Any, stripped: Any | None = None
+) -> LoopCount:
+    """``count_loops``; then the branches few threads take (static.guards: ``stripped`` is the kernel
+    compiled without them) weighed by the share of threads that take them; then the share of threads a
+    thread-index guard lets through (static.loops.thread_guard): the per-thread counts are averaged over
+    every launched thread."""
     from components.features.static.loops import thread_guard
     from components.models.cuda_estimate import counted_instructions, dynamic_counts
 
     count = count_loops(source, kernel, pinned, known)
+    if stripped is not None:
+        _weigh_lane_guards(count, source, kernel, stripped, known)
     guard = thread_guard(source, kernel.short_name, known)
     if guard is None or guard[0] >= 1.0:
         return count
@@ -141,6 +149,32 @@ def count_kernel(source: str, kernel: Any, pinned: Any | None, known: Any) -> Lo
     count.dynamic = {c: n * share for c, n in per_thread.items()}
     count.active, count.guard = share, text
     return count
+
+
+def _weigh_lane_guards(count: LoopCount, source: str, kernel: Any, stripped: Any, known: Any) -> None:
+    """Straight-line instructions only lane-guarded branches hold (the full compile's minus the stripped
+    one's), counted per thread at the guards' mean share instead of once for every thread."""
+    from components.features.static.guards import lane_guards
+    from components.models.cuda_estimate import counted_instructions, dynamic_counts
+
+    guards = lane_guards(source, kernel.short_name, known)
+    if not guards:
+        return
+    share = sum(g.share for g in guards) / len(guards)
+    full, full_loop = counted_instructions(kernel)
+    less, less_loop = counted_instructions(stripped)
+    per_thread = count.dynamic if count.dynamic is not None else dynamic_counts(full, full_loop)
+    moved = False
+    for c, n in full.items():
+        branch = (n - full_loop.get(c, 0)) - (less.get(c, 0) - less_loop.get(c, 0))
+        if c == "total" or branch <= 0 or c not in per_thread:
+            continue
+        per_thread[c] = max(per_thread[c] - branch * (1.0 - share), 0.0)
+        moved = True
+    if moved:
+        count.dynamic = per_thread
+        conditions = ", ".join(dict.fromkeys(g.condition for g in guards))
+        count.branches = f"branches under {conditions}: counted for {share:.2%} of the threads"
 
 
 def _trips_by_depth(loops: list[Any], detail: list[dict]) -> list[float] | None:
@@ -171,7 +205,7 @@ def loop_note(counts: list[LoopCount]) -> str:
     """One note on how the kernels' loops were counted and, when some are unknown, what they lack."""
     from components.models.cuda_estimate import LOOP_TRIPS
 
-    looped = [c for c in counts if c.loops or c.why or c.guard]
+    looped = [c for c in counts if c.loops or c.why or c.guard or c.branches]
     if not looped:
         return "static estimate: no loops, per-thread instruction counts exact"
     unknown = sorted({n for c in counts for lp in c.loops if lp.trips is None for n in lp.unknown})

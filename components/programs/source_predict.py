@@ -287,7 +287,33 @@ def _loop_counts(
                 reports[key] = None
         pinned = {k.name: k for k in (reports[key].kernels if reports[key] is not None else [])}
     known = Known(dict(report.defines), args, tuple(grid), tuple(block))
-    return [count_kernel(text, k, pinned.get(k.name), known) for k in report.kernels]
+    stripped = _guard_stripped(text, launch, report, known, reports)
+    return [count_kernel(text, k, pinned.get(k.name), known, stripped.get(k.name)) for k in report.kernels]
+
+
+def _guard_stripped(
+    text: str, launch: dict[str, Any], report: Any, known: Any, reports: dict[tuple[str, str], Any]
+) -> dict[str, Any]:
+    """The kernels compiled once more without their lane-guarded branches (static.guards), by name;
+    empty when no kernel has one (no second compile)."""
+    from components.features.static.guards import lane_guards, strip_lane_guards
+
+    guards = [g for k in report.kernels for g in lane_guards(text, k.short_name, known)]
+    if not guards:
+        return {}
+    key = ("cuda-guards-stripped", report.arch)
+    if key not in reports:
+        try:
+            unique = list({g.paren: g for g in guards}.values())
+            reports[key] = _compile(
+                strip_lane_guards(text, unique),
+                report.arch,
+                launch.get("defines") or {},
+                launch.get("kernel"),
+            )
+        except ProgramError:
+            reports[key] = None
+    return {k.name: k for k in (reports[key].kernels if reports[key] is not None else [])}
 
 
 def _occupancy_note(report: Any, block: tuple, spec: Any) -> str | None:

@@ -172,12 +172,6 @@ def _train_classic(
             )
             _log_metrics({"train_seconds": seconds, "n_train": float(len(predictor.trained_on))})
         predictor.save(out_dir)
-        # Whole-program questions: the program model on this predictor's op times, fitted on the train
-        # side's KernelBench timings, saved in out_dir and models/programs/ (components/programs).
-        from components.programs.kernelbench_model import fit_after_training
-
-        with component_run("program-model"):
-            log_program_model(fit_after_training(predictor, table.loc[chosen.train], settings, out_dir, say))
         # Modern op questions (tensor GEMMs, attention, MoE, all-reduce): the op engine, saved in
         # out_dir/opmodel so the registered champion carries it (components/opmodel).
         from components.opmodel.train import train_engine
@@ -185,6 +179,13 @@ def _train_classic(
         with component_run("op-engine"):
             engine_dir = train_engine(settings, out_dir / "opmodel", say)
             log_op_engine(engine_dir)
+        # Whole-program questions: the program model on this predictor's op times (the op engine's,
+        # trained just above, for GEMMs and attention: the basis module answers use), fitted on the
+        # train side's KernelBench timings, saved in out_dir and models/programs/ (components/programs).
+        from components.programs.kernelbench_model import fit_after_training
+
+        with component_run("program-model"):
+            log_program_model(fit_after_training(predictor, table.loc[chosen.train], settings, out_dir, say))
         with component_run("deployment-engine"):
             log_deployment_constants(engine_dir is not None)
         rows = capped_rows(chosen.test, table, inputs.max_test_rows)

@@ -134,3 +134,31 @@ def test_a_kernel_without_a_loop_gets_no_loop_note_and_no_interval_below_its_roo
     # its bound n is a kernel argument not given: the note names it and the assumed trip count
     assert "scale: for (" in looped["note"] and "unknown (n)" in looped["note"], looped["note"]
     assert "assumed 8" in looped["note"] and "--arg" in looped["note"]
+
+
+TAIL = """
+__global__ void tail(const int n, const double* a, double* out) {
+  const int lane = threadIdx.x;
+  if (lane == 0) {
+    out[blockIdx.x] = a[blockIdx.x] * 3.0 + a[blockIdx.x + 1] * 5.0;
+  }
+}
+"""
+
+
+def test_a_branch_one_thread_per_block_takes_is_counted_for_that_thread_only(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """gpuFLOPBench's damage: the thread-0 tail of a block was counted for all 256 threads (596x)."""
+    monkeypatch.setenv("KERNELCAST_HOME", str(tmp_path))
+    spec = [load_catalog().resolve("RTX 3080")]
+
+    def flops(block: int) -> tuple[float, str]:
+        (answer,) = predict_source(TAIL, "cuda", {"grid": [1000], "block": [block]}, "fp64", spec, None)
+        return answer["gflops"] * answer["duration_us"] * 1e3, answer["note"]
+
+    wide, note = flops(256)
+    narrow, _ = flops(32)
+    # one FMA-pair per block (a mul and an FMA: 3 FLOPs) whatever the block size, not per thread
+    assert wide == pytest.approx(narrow, rel=1e-6) and 0 < wide <= 1000 * 4
+    assert "branches under lane == 0: counted for 0.39% of the threads" in note

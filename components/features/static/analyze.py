@@ -217,6 +217,12 @@ def analyze_source(
     arch, arch_note = compile_arch(requested)
     incs = tuple(Path(p) for p in include_dirs)
     prepared = prepare_source(source, path, incs, dict(defines or {}))
+    if (
+        kernel is not None
+        and "<" in kernel
+        and re.sub(r"\s+", "", kernel) not in {re.sub(r"\s+", "", e) for e in prepared.name_expressions}
+    ):  # a template instance asked by name (k<float, 256>) is instantiated even if no launch site names it
+        prepared.name_expressions = [*prepared.name_expressions, kernel]
     defines = {**prepared.default_defines, **dict(defines or {})}
     options = build_options(arch, cuda_include_dirs() + [p.resolve() for p in incs], defines)
     sid = source_id or (Path(name).stem if name != "<string>" else "<string>")

@@ -16,7 +16,8 @@ from typing import Any
 from components.common.atomic import atomic_write_text
 
 # Bump when extraction, options or parsing change, so cached reports are recomputed.
-CACHE_VERSION = "static-v3"  # v2: launch sites resolved, guard defaults; v3: loop nest + FLOP counts
+# v2: launch sites resolved, guard defaults; v3: loop nest + FLOP counts; v4: slow paths left out of counts
+CACHE_VERSION = "static-v4"
 
 
 def default_cache_dir() -> Path:

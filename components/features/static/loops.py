@@ -458,9 +458,10 @@ def _shrink(start: float, stop: float, kind: str, amount: float) -> float | None
     return float(count)
 
 
-def host_locals(text: str, macros: dict[str, str]) -> dict[str, float]:
-    """Integer locals of host code in textual order (scopes ignored), those that evaluate."""
-    env: dict[str, float] = {}
+def host_locals(text: str, macros: dict[str, str], env: dict[str, float] | None = None) -> dict[str, float]:
+    """Integer locals of host code in textual order (scopes ignored), those that evaluate (with ``env``:
+    values known before the text, e.g. a host helper's parameters)."""
+    env = dict(env or {})
     for m in _LOCAL_RE.finditer(text):
         try:
             env[m.group(1)] = evaluate(m.group(2), dict(env), macros)

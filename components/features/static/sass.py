@@ -156,10 +156,11 @@ def analyze_function(fn: dict) -> FunctionSass:
     detail = loop_nest(instrs)
     flops, loop_flops = dict.fromkeys(FLOP_KEYS, 0), dict.fromkeys(FLOP_KEYS, 0)
     total = 0
+    slow = slow_paths(instrs)
     for idx, (ins, d) in enumerate(zip(instrs, depth, strict=True)):
         cls = classify_opcode(ins.get("opcode", "NOP"), str(ins.get("operands", "")))
-        if cls is None or (cls == "branch" and _branch_target(ins) == idx):
-            continue  # NOP and the 'BRA .' after EXIT only pad the function
+        if cls is None or (cls == "branch" and _branch_target(ins) == idx) or idx in slow:
+            continue  # NOP and the 'BRA .' after EXIT only pad the function; slow paths rarely run
         counts[cls] += 1
         total += 1
         flop_key, weight = FLOP_WEIGHTS.get(ins.get("opcode", "").split(".")[0].upper(), ("", 0))
@@ -178,6 +179,30 @@ def analyze_function(fn: dict) -> FunctionSass:
     return FunctionSass(
         fn.get("function-name", "?"), counts, in_loop, loops, total, detail, flops, loop_flops
     )
+
+
+def slow_paths(instrs: list[dict]) -> set[int]:
+    """Indices of the compiler's out-of-line slow paths (``$__internal_..._slowpath``: IEEE division and
+    square root for denormal or special operands), placed after the kernel's EXIT and returning with RET.
+    They run almost never, yet a static count took their ~30 instructions (a dozen FFMAs) as once per
+    thread -- 2-3x the FLOPs of a kernel that divides. Empty when the kernel calls anything else (a
+    non-inlined device function runs on every call)."""
+    calls = [str(i.get("operands", "")) for i in instrs if i.get("opcode", "").startswith("CALL")]
+    if not calls or not all("slowpath" in c for c in calls):
+        return set()
+    ops = [i.get("opcode", "").split(".")[0] for i in instrs]
+    first_exit = next((k for k, op in enumerate(ops) if op == "EXIT"), None)
+    if first_exit is None:
+        return set()
+    out: set[int] = set()
+    start = first_exit + 1
+    for k in range(start, len(ops)):
+        if ops[k] == "EXIT":
+            start = k + 1
+        elif ops[k] == "RET":
+            out.update(range(start, k + 1))
+            start = k + 1
+    return out
 
 
 def _span(detail: list[dict]) -> Any:

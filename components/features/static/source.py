@@ -37,6 +37,8 @@ DEVICE_HEADER_PATTERNS: tuple[str, ...] = (
 _DEVICE_HEADER_RE = re.compile("^(" + "|".join(DEVICE_HEADER_PATTERNS) + ")$")
 
 # Stand-in for the C headers kernels lean on. Guarded so a later real definition still wins.
+# std::numeric_limits in device code: <limits> is a host header NVRTC lacks; libcu++ has the same template.
+LIMITS_SHIM = "#include <cuda/std/limits>\nnamespace std { using cuda::std::numeric_limits; }\n"
 PRELUDE = r"""
 /* kernelcast static-analysis prelude: replaces host-only system headers */
 typedef signed char int8_t; typedef unsigned char uint8_t;
@@ -473,5 +475,5 @@ def prepare_source(
         prepared.name_expressions = resolve_launches(inlined, device)
     except (RecursionError, ValueError, IndexError):  # a launch site too odd to rewrite: take it verbatim
         prepared.name_expressions = template_launches(inlined, device)
-    prepared.text = PRELUDE + "#line 1\n" + device
+    prepared.text = PRELUDE + (LIMITS_SHIM if "numeric_limits" in device else "") + "#line 1\n" + device
     return prepared

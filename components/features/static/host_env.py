@@ -1,0 +1,89 @@
+"""What host code makes known at one point of a CUDA/HIP file: the integer values a launch site sees.
+
+A program often reads its arguments in ``main`` and hands them to a host helper that launches the
+kernel (``conv3D<float>(N, C, M, W, H, K, repeat)`` -> ``conv3d_s1<<<...>>>(..., C, M, K, ...)``). The
+helper is defined above ``main``, so a plain textual reading of the locals before the launch never sees
+them. ``env_at`` follows the chain: the host function that encloses the point, the first call of that
+function elsewhere in the file (its arguments evaluated, recursively, where that call stands), its
+parameters bound to those values, then the function's own integer locals up to the point. A deliberately
+simple reading (scopes and control flow ignored; the first call site wins): what it cannot evaluate stays
+unknown, never guessed.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+from components.features.static.loops import Unknown, _close, evaluate, host_locals
+from components.features.static.source import code_mask
+from components.features.static.templates import split_args
+
+MAX_DEPTH = 4  # helpers calling helpers: beyond this the values stay unknown
+# A function definition's head: name, optional template arguments, the parameter list, then '{'.
+_DEF_RE = re.compile(r"\b([A-Za-z_]\w*)\s*\(([^;{}]*?)\)\s*(?:const\s*)?\{", re.S)
+_NOT_FUNCTIONS = frozenset({"if", "for", "while", "switch", "catch", "return", "sizeof", "do"})
+_ERRORS = (Unknown, ValueError, OverflowError, ZeroDivisionError, RecursionError, SyntaxError)
+
+
+@dataclass(frozen=True)
+class HostFunction:
+    name: str
+    params: tuple[str, ...]
+    head: int  # where the name starts
+    body: int  # the body's '{'
+    end: int  # the body's matching '}'
+
+
+def host_functions(text: str) -> list[HostFunction]:
+    """Top-level function definitions of a file (brace depth 0 at their head), in textual order."""
+    mask = code_mask(text)
+    out: list[HostFunction] = []
+    done = 0
+    for m in _DEF_RE.finditer(text):
+        if m.start() < done or not mask[m.start()] or m.group(1) in _NOT_FUNCTIONS:
+            continue
+        brace = m.end() - 1
+        end = _close(text, mask, brace, "{", "}")
+        names = []
+        for param in split_args(m.group(2)):
+            words = re.findall(r"[A-Za-z_]\w*", param.split("=")[0])
+            names.append(words[-1] if words else "")
+        out.append(HostFunction(m.group(1), tuple(names), m.start(), brace, end))
+        done = end  # nested definitions (lambdas, local structs) are not host helpers
+    return out
+
+
+def _call_site(text: str, mask: bytearray, fn: HostFunction) -> int | None:
+    """The '(' of the first call of ``fn`` outside its own definition (template arguments allowed)."""
+    pattern = re.compile(r"(?<![\w.>])" + re.escape(fn.name) + r"\s*(?:<[^;(){}]*?>)?\s*\(")
+    for m in pattern.finditer(text):
+        if not mask[m.start()] or fn.head <= m.start() <= fn.end:
+            continue
+        return m.end() - 1
+    return None
+
+
+def env_at(text: str, pos: int, macros: dict[str, str], depth: int = 0) -> dict[str, float]:
+    """Integer values known at ``pos`` of host ``text`` (see the module docstring)."""
+    env = host_locals(text[:pos], macros)  # the plain textual reading: locals above the point
+    fn = next((f for f in host_functions(text) if f.body < pos < f.end), None)
+    if fn is None or depth >= MAX_DEPTH:
+        return env
+    mask = code_mask(text)
+    call = _call_site(text, mask, fn)
+    if call is not None:
+        caller = env_at(text, call, macros, depth + 1)
+        close = _close(text, mask, call, "(", ")")
+        for name, expr in zip(fn.params, split_args(text[call + 1 : close]), strict=False):
+            if not name:
+                continue
+            try:
+                env[name] = evaluate(expr, dict(caller), macros)
+            except _ERRORS:
+                env.pop(name, None)
+    env.update(host_locals(text[fn.body + 1 : pos], macros, dict(env)))
+    return env
+
+
+__all__ = ["HostFunction", "env_at", "host_functions"]

@@ -1,0 +1,93 @@
+"""A program's ops answered by the one op engine (``components.opmodel``) where it covers the family.
+
+The engine answers GEMMs (``linear``: mm/addmm; ``bmm``) and attention from its tiers -- **measured** (the
+GPU's own kernels near the shape), **calibrated**, **transfer** (the GPU's measured relatives carried over
+by physics) and **spec** (the efficiency learned across every measured GPU). Every other kind (convolutions,
+elementwise, norms, ...) keeps the tabular op predictor's answer. Each op row says which tier answered it
+(``tier``): an engine tier, ``op model`` (the tabular predictor) or ``roofline`` (nothing answered: the
+speed of light). One engine answers a whole batch per (family, dtype, GPU), with array work.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+# Program-op family -> (engine family, question shape name -> engine dimension name).
+ENGINE_DIMS: dict[str, tuple[str, dict[str, str]]] = {
+    "linear": ("gemm", {"M": "M", "N": "N", "K": "K"}),
+    "bmm": ("gemm", {"B": "B", "M": "M", "N": "N", "K": "K"}),
+    "attention": (
+        "attention",
+        {"B": "B", "seq": "S", "seq_kv": "KV", "heads": "H", "head_dim": "D", "causal": "causal"},
+    ),
+}
+ENGINE_TIERS: tuple[str, ...] = ("measured", "calibrated", "transfer", "spec")
+
+
+def op_engine(predictor: Any) -> Any:
+    """The op engine that answers a program's GEMMs and attention beside ``predictor`` (None: the roofline
+    was asked for, so nothing learned answers)."""
+    if predictor is None or getattr(predictor, "family", "") == "roofline":
+        return None
+    from components.opmodel.loading import engine_for
+
+    return engine_for(predictor)
+
+
+def engine_answers(engine: Any) -> bool:
+    """Whether ``engine`` answers from data (a measured store or a learned spec model), not only its
+    fixed fallback share of the roofline -- a bare engine must not overrule the tabular op predictor."""
+    return engine is not None and (engine.measured is not None or engine.spec_model is not None)
+
+
+def _shape_arrays(rows: pd.DataFrame, dims: dict[str, str]) -> dict[str, np.ndarray] | None:
+    shapes = [dict(s) for s in rows["shape"]]
+    out: dict[str, np.ndarray] = {}
+    for name, dim in dims.items():
+        values = [s.get(name) for s in shapes]
+        if any(v is None for v in values):
+            if name == "causal":
+                continue
+            return None
+        out[dim] = np.asarray(values, dtype="float64")
+    if "H" in out:  # the traced SDPA calls carry as many KV heads as query heads
+        out["HKV"] = out["H"]
+    return out
+
+
+def engine_times(
+    questions: pd.DataFrame, device_ids: Sequence[str], catalog: Any, engine: Any
+) -> pd.DataFrame:
+    """Per (kernel_id, device_id) the engine's runtime (``engine_us``) and tier (``tier``) for the rows of
+    ``questions`` (kernel_id, family, shape -- a tuple of (name, value) --, dtype) in a family it covers;
+    empty when the engine has no data to answer from."""
+    columns = ["kernel_id", "device_id", "engine_us", "tier", "support"]
+    if not engine_answers(engine) or questions.empty:
+        return pd.DataFrame(columns=columns)
+    parts = []
+    covered = questions[questions["family"].isin(list(ENGINE_DIMS))]
+    for (family, dtype), rows in covered.groupby(["family", "dtype"], sort=True):
+        engine_family, dims = ENGINE_DIMS[str(family)]
+        shape = _shape_arrays(rows, dims)
+        if shape is None:
+            continue
+        for device in device_ids:
+            if device not in catalog.ids():
+                continue
+            times = engine.predict(engine_family, str(dtype), shape, catalog.get(device))
+            parts.append(
+                pd.DataFrame(
+                    {
+                        "kernel_id": rows["kernel_id"].to_numpy(),
+                        "device_id": device,
+                        "engine_us": np.asarray(times.duration_us, dtype="float64"),
+                        "tier": np.asarray(times.tier, dtype=object),
+                        "support": np.asarray(times.support, dtype=object),
+                    }
+                )
+            )
+    return pd.concat(parts, ignore_index=True) if parts else pd.DataFrame(columns=columns)
