@@ -5,7 +5,8 @@ Starts ``kernelcast mlflow-ui`` on a state folder (default ``$KERNELCAST_HOME``:
 has headless Chromium load the page and save a PNG (default ``docs/img/mlflow-ui.png``):
 
 - ``--page runs`` (default): the experiment ``kernelcast``'s run list, nested runs under their pipeline;
-- ``--page run``: the newest pipeline parent run (its params, tags, child runs);
+- ``--page run``: the newest pipeline parent run that trained (its params, tags, child runs);
+- ``--page train``: the newest train stage run (datasets it read, params, metrics, its component runs);
 - ``--page model``: the registered model ``kernelcast`` (versions, the champion alias).
 
 Needs ``chromium`` (Debian: ``apt-get install -y chromium``); the test suite never does. Usage::
@@ -30,6 +31,8 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 EXPERIMENT = "kernelcast"
+# The run a page shows: pipeline parents carry the stage list (kc.stages), stage runs their stage (kc.stage).
+RUN_FILTERS = {"run": "tags.`kc.stages` LIKE '%train%'", "train": "tags.`kc.stage` = 'train'"}
 
 
 def _free_port() -> int:
@@ -73,13 +76,13 @@ def _page_url(base: str, page: str) -> str:
         return f"{base}/#/models/{EXPERIMENT}"
     query = {
         "experiment_ids": [eid],
-        "filter": "tags.`kc.stages` != ''",  # the pipeline parents carry the stage list
+        "filter": RUN_FILTERS[page],
         "order_by": ["attributes.start_time DESC"],
         "max_results": 1,
     }
     runs = _get(f"{base}/api/2.0/mlflow/runs/search", body=query).get("runs") or []
     if not runs:
-        raise SystemExit("no pipeline run in this store: run `kernelcast pipeline` first")
+        raise SystemExit(f"no run matches {RUN_FILTERS[page]} in this store: run `kernelcast pipeline` first")
     return f"{base}/#/experiments/{eid}/runs/{runs[0]['info']['run_id']}"
 
 
@@ -107,8 +110,8 @@ def screenshot(url: str, out: Path, size: str, wait_ms: int) -> None:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", type=Path, default=ROOT / "docs" / "img" / "mlflow-ui.png")
-    parser.add_argument("--page", choices=("runs", "run", "model"), default="runs")
-    parser.add_argument("--size", default="1600,1000", help="browser window WIDTH,HEIGHT")
+    parser.add_argument("--page", choices=("runs", "run", "train", "model"), default="runs")
+    parser.add_argument("--size", default="1920,1200", help="browser window WIDTH,HEIGHT")
     parser.add_argument("--wait-ms", type=int, default=20000, help="virtual time the page gets to render")
     parser.add_argument("--start-limit-s", type=float, default=180.0)
     args = parser.parse_args()
