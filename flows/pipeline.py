@@ -284,7 +284,9 @@ def _close_parent_run(
 
     ran = [r["stage"] for r in reports if r["action"] == "ran"]
     skipped = [r["stage"] for r in reports if r["action"] == "skipped"]
-    outcome = f"FAILED at {stages[len(reports)]}" if failed and len(reports) < len(stages) else ""
+    finished = {r["stage"] for r in reports}
+    unfinished = [s for s in stages if s not in finished]  # side by side, the failed one need not be next
+    outcome = f"FAILED at {unfinished[0]}" if failed and unfinished else ""
     verdict_line = verdict(root, settings)[0].removeprefix("verdict: ") if "register" in ran else ""
     what = "; ".join(
         part
