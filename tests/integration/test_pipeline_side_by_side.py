@@ -73,3 +73,21 @@ def test_validate_and_static_are_ready_together_after_ingest() -> None:
     assert ready_stages(chosen, graph, {"ingest", "validate"}, {"ingest", "validate", "static"}) == []
     # a run of only some stages waits on none of the others
     assert ready_stages(["features", "train"], graph, set(), set()) == ["features"]
+
+
+def test_a_failing_stage_lets_its_sibling_finish_and_starts_nothing_after(
+    kc_settings: Settings, prefect_harness: str, tmp_path: Path
+) -> None:
+    from flows.pipeline import StageFailed, pipeline_flow
+
+    project = tmp_path / "project"
+    _project(project)
+    text = (project / "dvc.yaml").read_text()
+    broken = _stage("c", ["a.txt"], "import time; time.sleep(1); raise SystemExit(3)")
+    start = text.index("  c:\n")
+    (project / "dvc.yaml").write_text(text[:start] + broken + text[text.index("  d:\n") :])
+    with pytest.raises(StageFailed, match=r"stage 'c' failed") as caught:
+        pipeline_flow(None, str(project), push=False)
+    assert caught.value.stage == "c"
+    assert (project / "b.txt").is_file(), "the sibling b, already running, finishes"
+    assert not (project / "d.txt").exists(), "nothing after the failure starts"
