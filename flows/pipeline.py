@@ -1,4 +1,5 @@
-"""The whole pipeline as one Prefect flow: each task reproduces one DVC stage, in dvc.yaml's order.
+"""The whole pipeline as one Prefect flow: each task reproduces one DVC stage, as soon as the stages it
+reads from are done (stages that do not depend on each other run side by side).
 
 The stage graph has ONE definition, ``dvc.yaml``: the stage list, their order and their outputs are
 read from it (``components.pipeline.graph``), never listed here. DVC owns *what* is versioned and
@@ -99,7 +100,9 @@ def reproduce_stage(
     from components.platform.runtime import run_stopping_with_us
 
     start = time.monotonic()
-    command = [*_dvc(), "repro", "--single-item", stage] + (["--force"] if force else [])
+    # --wait-for-lock: a stage running beside this one may hold DVC's repo lock for a moment (DVC holds it
+    # while it checks and records a stage, not while the command runs).
+    command = [*_dvc(), "--wait-for-lock", "repro", "--single-item", stage] + (["--force"] if force else [])
     result = run_stopping_with_us(command, cwd=project_root, env=_stage_env(mlflow_run))
     tail = (result.stdout or "")[-4000:]
     if result.returncode != 0:
@@ -164,16 +167,15 @@ def pipeline_flow(
     push: bool = True,
     lock: bool = True,
 ) -> list[StageReport]:
-    """Reproduce ``stages`` (default: every stage of dvc.yaml) in dvc.yaml's order; stop at the first
-    failure (later stages need its outputs). ``lock`` takes the state folder's lock (a deployment
-    run); ``run_pipeline`` holds it already."""
+    """Reproduce ``stages`` (default: every stage of dvc.yaml), each once the stages it reads from are
+    done (independent ones side by side); stop at the first failure (later stages need its outputs).
+    ``lock`` takes the state folder's lock (a deployment run); ``run_pipeline`` holds it already."""
     from contextlib import nullcontext
 
     from components.pipeline.graph import read_stages, select_stages
     from components.pipeline.lock import pipeline_lock
     from components.pipeline.progress import Progress
     from components.platform.config import get_settings
-    from components.registry.tracking import close_stage_run, open_stage_run
 
     root = Path(project_root) if project_root else PROJECT_ROOT
     graph = {s.name: s for s in read_stages(root / "dvc.yaml")}
@@ -185,24 +187,76 @@ def pipeline_flow(
         parent = _open_parent_run(settings, chosen, force)
         failed = True
         try:
-            for stage in chosen:
-                progress.start(stage)
-                stage_run = open_stage_run(settings, parent, stage)
-                try:
-                    report = reproduce_stage(stage, str(root), force, graph[stage].outs, stage_run)
-                except BaseException:
-                    close_stage_run(settings, stage_run, stage, root, ran=True, ok=False)
-                    raise
-                close_stage_run(settings, stage_run, stage, root, ran=report["action"] == "ran", ok=True)
-                progress.finish(stage, report["action"], report["seconds"], report["rows"])
-                reports.append(report)
-                _inject_fault(stage)
+            _run_stages(settings, parent, chosen, graph, root, force, progress, reports)
             if push:
                 print(f"dvc push: {push_outputs(str(root), settings.dvc_remote_url)}", flush=True)
             failed = False
         finally:
             _close_parent_run(settings, parent, reports, chosen, root, failed)
     return reports
+
+
+def _run_stages(
+    settings: Settings,
+    parent: str,
+    chosen: list[str],
+    graph: dict[str, Any],
+    root: Path,
+    force: bool,
+    progress: Any,
+    reports: list[StageReport],
+) -> None:
+    """Run ``chosen`` as the graph allows: each stage starts once the stages it reads from are done, so
+    independent ones (validate beside static) run side by side as Prefect task runs. A failure starts
+    nothing more; the stages already running finish (their outputs are whole, DVC records them), then
+    the first failure is raised."""
+    from concurrent.futures import Future, ThreadPoolExecutor
+
+    from prefect.context import FlowRunContext
+
+    from components.pipeline.graph import ready_stages
+    from components.registry.tracking import close_stage_run, open_stage_run
+
+    # In a flow run the stages are Prefect task runs (its thread pool); called bare (``pipeline_flow.fn``)
+    # the same function runs in threads of our own.
+    in_flow = FlowRunContext.get() is not None
+    pool = None if in_flow else ThreadPoolExecutor(max_workers=len(chosen) or 1)
+    running: dict[str, tuple[Any, str]] = {}  # stage -> (future, its MLflow run)
+    done: set[str] = set()
+    failure: BaseException | None = None
+    while True:
+        if failure is None:
+            for stage in ready_stages(chosen, graph, done, set(running) | done):
+                progress.start(stage)
+                run_id = open_stage_run(settings, parent, stage)
+                args = (stage, str(root), force, graph[stage].outs, run_id)
+                future = pool.submit(reproduce_stage.fn, *args) if pool else reproduce_stage.submit(*args)
+                running[stage] = (future, run_id)
+        if not running:
+            break
+        finished = [
+            s for s, (f, _) in running.items() if (f.done() if isinstance(f, Future) else f.state.is_final())
+        ]
+        if not finished:
+            time.sleep(0.2)
+            continue
+        for stage in finished:
+            future, run_id = running.pop(stage)
+            try:
+                report = future.result()
+            except BaseException as exc:
+                close_stage_run(settings, run_id, stage, root, ran=True, ok=False)
+                failure = failure or exc
+                continue
+            close_stage_run(settings, run_id, stage, root, ran=report["action"] == "ran", ok=True)
+            progress.finish(stage, report["action"], report["seconds"], report["rows"])
+            reports.append(report)
+            done.add(stage)
+            _inject_fault(stage)
+    if pool is not None:
+        pool.shutdown()
+    if failure is not None:
+        raise failure
 
 
 def _open_parent_run(settings: Settings, stages: list[str], force: bool) -> str:
@@ -230,7 +284,9 @@ def _close_parent_run(
 
     ran = [r["stage"] for r in reports if r["action"] == "ran"]
     skipped = [r["stage"] for r in reports if r["action"] == "skipped"]
-    outcome = f"FAILED at {stages[len(reports)]}" if failed and len(reports) < len(stages) else ""
+    finished = {r["stage"] for r in reports}
+    unfinished = [s for s in stages if s not in finished]  # side by side, the failed one need not be next
+    outcome = f"FAILED at {unfinished[0]}" if failed and unfinished else ""
     verdict_line = verdict(root, settings)[0].removeprefix("verdict: ") if "register" in ran else ""
     what = "; ".join(
         part

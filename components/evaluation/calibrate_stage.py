@@ -49,7 +49,7 @@ def calibrate_stage(
     from pathlib import Path
 
     from components.devices import load_catalog
-    from components.evaluation.stage import features_from_source
+    from components.evaluation.source_rows import features_from_source
 
     if method not in SERVING_METHODS:
         raise ValueError(f"--method {method!r}: a stored correction is one of {', '.join(SERVING_METHODS)}")

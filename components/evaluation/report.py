@@ -208,6 +208,59 @@ def split_mode(predictor: Predictor, split: str, trained_split: str | None) -> s
     return None
 
 
+def _error_entry(exc: BaseException, mode: str | None) -> dict[str, Any]:
+    message = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+    return {"status": "error", "mode": mode, "metrics": {}, "note": f"{type(exc).__name__}: {message}"}
+
+
+def _say(progress: Callable[[str], None], split: str, entry: dict[str, Any]) -> None:
+    progress(
+        f"{split}: {entry['status']}"
+        + (
+            f" ({entry['mode']}, n={entry['n']}, {entry['seconds']} s)"
+            if entry["status"] == "ok"
+            else f" ({entry['note']})"
+        )
+    )
+
+
+class _SideEntries:
+    """Gate entries computed in one spawned process while the caller scores the other splits. A process,
+    not a thread: the op engine's refits are CPU-bound Python. With no such split nothing is started."""
+
+    def __init__(self, splits: list[str], canonical_dir: Path | None) -> None:
+        import multiprocessing
+        from concurrent.futures import ProcessPoolExecutor
+
+        self._pool = (
+            ProcessPoolExecutor(max_workers=1, mp_context=multiprocessing.get_context("spawn"))
+            if splits
+            else None
+        )
+        self._futures = {s: self._pool.submit(_opmodel_entry, s, canonical_dir) for s in splits if self._pool}
+
+    def results(self) -> dict[str, dict[str, Any]]:
+        """Each split's entry, waiting for those still running; a crashed worker is that split's error."""
+        out = {}
+        for split, future in self._futures.items():
+            try:
+                out[split] = future.result()
+            except (
+                Exception
+            ) as exc:  # the worker died (e.g. out of memory): the split is an error, not a crash
+                out[split] = _error_entry(exc, "refit")
+        if self._pool is not None:
+            self._pool.shutdown()
+        return out
+
+    def abandon(self) -> None:
+        """The caller failed: stop the side process now rather than wait for its entries."""
+        if self._pool is not None:
+            for process in list(getattr(self._pool, "_processes", {}).values()):
+                process.terminate()
+            self._pool.shutdown(wait=False, cancel_futures=True)
+
+
 def _opmodel_entry(split: str, canonical_dir: Path | None) -> dict[str, Any]:
     """The op engine's split, on the state folder's measured store (built when missing)."""
     from components.evaluation.opmodel_bench import gate_entry
@@ -221,8 +274,7 @@ def _opmodel_entry(split: str, canonical_dir: Path | None) -> dict[str, Any]:
             raise FileNotFoundError(f"no measured store and no {settings.datasets_dir / 'aiconfigurator'}")
         return gate_entry(split, store, Path(settings.datasets_dir))
     except Exception as exc:
-        message = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-        return {"status": "error", "mode": "refit", "metrics": {}, "note": f"{type(exc).__name__}: {message}"}
+        return _error_entry(exc, "refit")
 
 
 def _serving_entry(split: str, predictor: Predictor) -> dict[str, Any]:
@@ -235,8 +287,49 @@ def _serving_entry(split: str, predictor: Predictor) -> dict[str, Any]:
     try:
         return gate_entry(split, Path(get_settings().datasets_dir), load_catalog(), bench_engine(predictor))
     except Exception as exc:
-        message = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-        return {"status": "error", "mode": "refit", "metrics": {}, "note": f"{type(exc).__name__}: {message}"}
+        return _error_entry(exc, "refit")
+
+
+def _candidate_entry(
+    predictor: Predictor,
+    table: pd.DataFrame,
+    split: str,
+    caps: EvaluationCaps,
+    *,
+    model: str,
+    trained_split: str | None,
+    canonical_dir: Path | None,
+    executor_factory: ExecutorFactory | None,
+    on_frame: Callable[[str, pd.DataFrame], None] | None,
+) -> dict[str, Any]:
+    """One split's gate entry for the candidate: a serving split, a skipped one, or the harness's score."""
+    from components.platform.config import SERVING_SPLITS
+
+    mode = split_mode(predictor, split, trained_split)
+    if split in SERVING_SPLITS:  # LLM deployments: the composition on measured serving runs
+        return _serving_entry(split, predictor)
+    if mode is None:
+        return {
+            "status": "skipped",
+            "mode": None,
+            "metrics": {},
+            "note": f"the {predictor.family} family is not refitted per fold by the gate "
+            f"(trained on {trained_split}); only that split can be scored",
+        }
+    try:
+        return evaluate_split(
+            predictor,
+            table,
+            split,
+            mode=mode,
+            caps=caps,
+            model=model,
+            canonical_dir=canonical_dir,
+            executor_factory=executor_factory,
+            on_frame=on_frame,
+        )
+    except Exception as exc:
+        return _error_entry(exc, mode)
 
 
 def gate_report(
@@ -258,52 +351,31 @@ def gate_report(
     started = time.perf_counter()
     entries: dict[str, Any] = {}
     from components.evaluation.opmodel_bench import OPMODEL_SPLITS
-    from components.platform.config import SERVING_SPLITS
 
-    for split in splits:
-        mode = split_mode(predictor, split, trained_split)
-        if split in OPMODEL_SPLITS:  # the op engine's splits: AIConfigurator's tables, not the feature table
-            entries[split] = _opmodel_entry(split, canonical_dir)
-        elif split in SERVING_SPLITS:  # LLM deployments: the composition on measured serving runs
-            entries[split] = _serving_entry(split, predictor)
-        elif mode is None:
-            entries[split] = {
-                "status": "skipped",
-                "mode": None,
-                "metrics": {},
-                "note": f"the {predictor.family} family is not refitted per fold by the gate "
-                f"(trained on {trained_split}); only that split can be scored",
-            }
-        else:
-            try:
-                entries[split] = evaluate_split(
-                    predictor,
-                    table,
-                    split,
-                    mode=mode,
-                    caps=caps,
-                    model=model,
-                    canonical_dir=canonical_dir,
-                    executor_factory=executor_factory,
-                    on_frame=on_frame,
-                )
-            except Exception as exc:
-                message = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-                entries[split] = {
-                    "status": "error",
-                    "mode": mode,
-                    "metrics": {},
-                    "note": f"{type(exc).__name__}: {message}",
-                }
-        entry = entries[split]
-        progress(
-            f"{split}: {entry['status']}"
-            + (
-                f" ({entry['mode']}, n={entry['n']}, {entry['seconds']} s)"
-                if entry["status"] == "ok"
-                else f" ({entry['note']})"
+    # The op engine's splits read neither the candidate nor the feature table: they run in a process of
+    # their own beside the candidate's splits (the longest gate entry no longer waits for the others).
+    side = _SideEntries([s for s in splits if s in OPMODEL_SPLITS], canonical_dir)
+    try:
+        for split in (s for s in splits if s not in OPMODEL_SPLITS):  # the op engine's run in `side`
+            entries[split] = _candidate_entry(
+                predictor,
+                table,
+                split,
+                caps,
+                model=model,
+                trained_split=trained_split,
+                canonical_dir=canonical_dir,
+                executor_factory=executor_factory,
+                on_frame=on_frame,
             )
-        )
+            _say(progress, split, entries[split])
+    except BaseException:
+        side.abandon()
+        raise
+    for split, entry in side.results().items():
+        entries[split] = entry
+        _say(progress, split, entry)
+    entries = {split: entries[split] for split in splits}
     return {
         "kind": REPORT_KIND,
         **(identity or {}),

@@ -71,80 +71,6 @@ def check_inputs(inputs: EvaluateInputs) -> None:
         raise ValueError(f"--out must be a .json file, got {inputs.out_file}")
 
 
-@dataclass(frozen=True)
-class SourceFrames:
-    """One source directory after the ingest, validate and features stages' cores, in memory."""
-
-    table: pd.DataFrame  # feature table (plus the columns the splits and source-reading predictors need)
-    quarantined: int  # rows quarantined by validation
-    measurements: pd.DataFrame  # the validated canonical measurements (what the program bench reads)
-    kernels: pd.DataFrame  # their canonical kernels
-    rows_in: int = 0  # upstream rows the adapter read
-    rejected: dict[str, int] | None = None  # rows the ingest rejected, by reason
-
-    def accounting(self) -> dict[str, Any]:
-        """Where every upstream row went: rejected at ingest (by reason), quarantined, or in the table."""
-        return {
-            "rows_in": self.rows_in,
-            "rejected_at_ingest": dict(self.rejected or {}),
-            "quarantined_by_validation": self.quarantined,
-            "rows_validated": len(self.measurements),
-        }
-
-
-def source_frames(
-    source: str, root: Path, params: dict[str, Any], static_file: Path | None = None, catalog: Any = None
-) -> SourceFrames:
-    """One source directory through the ingest, validate and features stages' cores, in memory."""
-    import pandas as pd
-
-    from components.devices import load_catalog
-    from components.features.stage import features_from_tables
-    from components.ingest.stage import ingest_tables
-    from components.validation.run import validate_measurements
-
-    if not (Path(root).is_dir() or (source == "csv" and Path(root).is_file())):
-        raise ValueError(f"--from {root}: not a {'CSV file or folder' if source == 'csv' else 'directory'}")
-    catalog = catalog if catalog is not None else load_catalog()
-    output = ingest_tables([source], {source: Path(root)}, catalog)
-    if output.devices:  # GPUs the source's own spec sheets describe (validated by the adapter)
-        catalog = catalog.with_devices(output.devices)
-    validation = validate_measurements(output.measurements, catalog, params, kernels=output.kernels)
-    static = pd.read_parquet(static_file) if static_file is not None and Path(static_file).is_file() else None
-    table = features_from_tables(validation.valid, output.kernels, catalog, static)
-    # The bolet split reads these canonical columns, which the feature table does not carry.
-    extra = validation.valid[["measurement_id", "upstream_row", "roofline_class_published"]]
-    table = table.merge(extra.drop_duplicates("measurement_id"), on="measurement_id", how="left")
-    # program for the bolet split; source_text for predictors that read source (llm): this table is
-    # one directory's rows in memory, never written, so carrying the text per row is fine here.
-    kernel_extra = [c for c in ("program", "source_text") if c in output.kernels.columns]
-    table = table.merge(
-        output.kernels[["kernel_id", *kernel_extra]].drop_duplicates("kernel_id"), on="kernel_id", how="left"
-    )
-    table.attrs["quarantined_by_device"] = merge_reasons(
-        quarantine_reasons(validation.quarantine), ingest_reject_reasons(output.rejects)
-    )
-    table.attrs["extra_devices"] = [spec.id for spec in output.devices]
-    reasons = output.rejects["reason"].astype(str) if "reason" in output.rejects.columns else []
-    rejected = Counter(reasons)
-    return SourceFrames(
-        table,
-        len(validation.quarantine),
-        validation.valid,
-        output.kernels,
-        rows_in=sum(output.rows_in.values()),
-        rejected=dict(rejected.most_common()),
-    )
-
-
-def features_from_source(
-    source: str, root: Path, params: dict[str, Any], static_file: Path | None = None, catalog: Any = None
-) -> tuple[pd.DataFrame, int]:
-    """(feature table, rows quarantined by validation) of one source directory (``source_frames``)."""
-    frames = source_frames(source, root, params, static_file, catalog)
-    return frames.table, frames.quarantined
-
-
 PROGRAM_NOTE = "whole program: the op-level model does not answer it; the program model does (see programs)"
 
 
@@ -259,92 +185,6 @@ def program_answers(
     }
 
 
-def quarantine_reasons(quarantine: pd.DataFrame) -> dict[str, dict[str, int]]:
-    """{device: {"quarantined: <failed expectations>": rows}} of validation's quarantine table."""
-    if quarantine.empty:
-        return {}
-    reasons = "quarantined: " + quarantine["failed_expectations"].astype(str)
-    counts = reasons.groupby(quarantine["device_id"].astype(str)).value_counts()
-    out: dict[str, dict[str, int]] = {}
-    for (device, reason), n in counts.items():
-        out.setdefault(str(device), {})[str(reason)] = int(n)
-    return out
-
-
-def ingest_reject_reasons(rejects: pd.DataFrame) -> dict[str, dict[str, int]]:
-    """{device: {"rejected at ingest: <reason>": rows}}: a GPU neither the catalog nor the source describes
-    is keyed by the name the source gives it; other rejects (no device to blame) under "(ingest)"."""
-    import re
-
-    out: dict[str, dict[str, int]] = {}
-    for reason, n in rejects["reason"].astype(str).value_counts().items():
-        match = re.fullmatch(r"unknown device '(.*)'", str(reason))
-        device = match.group(1) if match else "(ingest)"
-        why = "unknown device (not in the catalog, no spec sheet)" if match else str(reason)
-        key = "rejected at ingest: " + why
-        out.setdefault(device, {})[key] = out.get(device, {}).get(key, 0) + int(n)
-    return out
-
-
-def merge_reasons(*parts: dict[str, dict[str, int]]) -> dict[str, dict[str, int]]:
-    out: dict[str, dict[str, int]] = {}
-    for part in parts:
-        for device, reasons in part.items():
-            for reason, n in reasons.items():
-                out.setdefault(device, {})[reason] = out.get(device, {}).get(reason, 0) + n
-    return out
-
-
-def unanswered_by_device(
-    frame: pd.DataFrame, targets: tuple[str, ...], quarantined: dict[str, dict[str, int]] | None = None
-) -> dict[str, dict[str, Any]]:
-    """Per device: rows asked, rows answered (a finite prediction of some target) and, for the rest, why --
-    the row's feature note where it has one, else that the model gave no value -- plus the rows validation
-    quarantined before the model saw them."""
-    import numpy as np
-
-    claimed = [f"pred_{t}" for t in targets if f"pred_{t}" in frame.columns]
-    answered = np.zeros(len(frame), dtype=bool)
-    for column in claimed:
-        values = frame[column]
-        numeric = pd_numeric(values)
-        answered |= np.isfinite(numeric) if numeric is not None else values.notna().to_numpy()
-    note = frame["feature_note"] if "feature_note" in frame.columns else None
-    out: dict[str, dict[str, Any]] = {}
-    devices = frame["device_id"].astype(str).to_numpy()
-    for device in sorted(set(devices) | set(quarantined or {})):
-        mine = devices == device
-        missed = mine & ~answered
-        reasons: dict[str, int] = dict((quarantined or {}).get(device, {}))
-        if missed.any():
-            why = (
-                note[missed].astype(object).where(note[missed].notna(), "no prediction from the model")
-                if note is not None
-                else None
-            )
-            counted = (
-                why.value_counts() if why is not None else {"no prediction from the model": int(missed.sum())}
-            )
-            for reason, n in dict(counted).items():
-                reasons[str(reason)] = reasons.get(str(reason), 0) + int(n)
-        held_back = sum((quarantined or {}).get(device, {}).values())
-        out[device] = {
-            "n_asked": int(mine.sum()) + held_back,
-            "n_answered": int((mine & answered).sum()),
-            "not_answered": reasons,
-        }
-    return out
-
-
-def pd_numeric(values: pd.Series) -> Any:
-    """Float view of a prediction column (None for a non-numeric one, e.g. a predicted class)."""
-    import pandas as pd
-
-    if pd.api.types.is_numeric_dtype(values.dtype):
-        return pd.to_numeric(values, errors="coerce").to_numpy("float64")
-    return None
-
-
 def evaluate_stage(
     inputs: EvaluateInputs,
     settings: Settings,
@@ -359,6 +199,8 @@ def evaluate_stage(
     refit folds side by side; None runs them one after the other here.
     """
     if inputs.gate:
+        from components.evaluation.gate_stage import gate_stage
+
         return gate_stage(inputs, settings, params, fold_executor)
     from components.evaluation.harness import (
         capped_rows,
@@ -368,6 +210,7 @@ def evaluate_stage(
         read_feature_table,
     )
     from components.evaluation.plots import write_plots
+    from components.evaluation.source_rows import source_frames, unanswered_by_device
     from components.models.cuda_runtime import unpredicted_reasons
     from components.registry.loading import load_any_predictor
     from components.registry.runs import experiment_id
@@ -500,133 +343,3 @@ def _write_serving_only(
     text = json.dumps(report, indent=2, sort_keys=False) + "\n"
     atomic_write(out, lambda tmp: tmp.write_text(text))
     return EvaluateResult(report, out, None, None, None)
-
-
-# --------------------------------------------------------------------------- the promotion gate's report
-
-
-@dataclass(frozen=True)
-class Candidate:
-    """What the gate evaluates: a predictor reference and, when registered, which version it is."""
-
-    model: str  # what load_any_predictor reads
-    model_name: str | None
-    version: str | None
-    trained_split: str | None
-    run_id: str | None  # the training run (the report is attached to it)
-
-
-def resolve_candidate(inputs: EvaluateInputs, tracking_uri: str) -> Candidate:
-    """From ``--registration`` (the pipeline), a ``models:/name/N`` URI, or a predictor folder (its
-    registration.json when it has one)."""
-    from components.registry.runs import REGISTRATION_FILE, read_registration
-
-    registration = inputs.registration
-    if (
-        registration is None
-        and Path(inputs.model).is_dir()
-        and (Path(inputs.model) / REGISTRATION_FILE).is_file()
-    ):
-        registration = Path(inputs.model) / REGISTRATION_FILE
-    if registration is not None:
-        recorded = read_registration(registration)
-        return Candidate(
-            recorded.predictor_dir or inputs.model,
-            recorded.model_name,
-            recorded.version,
-            recorded.split or None,
-            recorded.run_id,
-        )
-    if inputs.model.startswith("models:/"):
-        from components.registry.mlflow_registry import mlflow_client
-
-        name, _, ref = inputs.model.removeprefix("models:/").partition("/")
-        client = mlflow_client(tracking_uri)
-        if "@" in name:
-            name, _, alias = name.partition("@")
-            found = client.get_model_version_by_alias(name, alias)
-        else:
-            found = client.get_model_version(name, ref)
-        return Candidate(inputs.model, name, str(found.version), found.tags.get("split"), found.run_id)
-    return Candidate(inputs.model, None, None, None, None)
-
-
-def gate_stage(
-    inputs: EvaluateInputs,
-    settings: Settings,
-    params: dict[str, Any],
-    fold_executor: ExecutorFactory | None = None,
-) -> EvaluateResult:
-    """The gate report of one candidate over every split of params.yaml ``register.splits`` (caps from
-    ``register.evaluation``), written atomically; when the candidate is a registered version and
-    ``inputs.log`` is on, attached to its training run and named by its ``eval_report`` tag."""
-    from components.evaluation.harness import read_feature_table
-    from components.evaluation.report import gate_report
-    from components.registry.gate import read_policy
-    from components.registry.lineage import dataset_version
-    from components.registry.loading import load_any_predictor
-
-    check_inputs(inputs)
-    policy = read_policy(params, str(settings.params_file))  # before any work: no gate, no report
-    uri = settings.tracking_uri()
-    if inputs.log or inputs.model.startswith("models:/"):
-        from components.registry.mlflow_registry import check_reachable
-
-        check_reachable(uri)  # one line naming the URI now, not minutes of retries after the evaluation
-    candidate = resolve_candidate(inputs, uri)
-    features = Path(inputs.features_file or settings.data_dir / "features" / "features.parquet")
-    canonical = settings.data_dir / "canonical"
-    table = read_feature_table(features, canonical)
-    predictor = load_any_predictor(candidate.model, uri)
-    from components.platform.config import PROJECT_ROOT
-
-    identity = {
-        "model_name": candidate.model_name,
-        "model_version": candidate.version,
-        "training_run": candidate.run_id,
-        "features_file": str(features),
-        "dataset_version": dataset_version(features, PROJECT_ROOT),
-    }
-    from contextlib import nullcontext
-
-    from components.evaluation.tracking import attach_gate_report, log_gate_run, split_plotter
-    from components.registry.tracking import stage_run
-
-    out = Path(inputs.out_file)
-    plots_dir = out.with_name(out.stem + "_plots")
-    tracked: Any = (
-        stage_run(
-            "evaluate",
-            settings,
-            params={
-                "model": candidate.model,
-                "version": candidate.version,
-                "splits": ",".join(policy.splits),
-            },
-            tags={"kind": "evaluation", "model_uri": candidate.model, "training_run": str(candidate.run_id)},
-            run_name=f"evaluate-gate-{candidate.model_name or 'model'}-v{candidate.version or '?'}",
-        )
-        if inputs.log
-        else nullcontext()
-    )
-    with tracked:
-        report = gate_report(
-            predictor,
-            table,
-            tuple(policy.splits),
-            policy.evaluation,
-            model=candidate.model,
-            trained_split=candidate.trained_split,
-            canonical_dir=canonical,
-            executor_factory=fold_executor,
-            identity=identity,
-            on_frame=split_plotter(plots_dir) if inputs.log else None,
-        )
-        report["policy"] = policy.to_json()
-        text = json.dumps(report, indent=2, sort_keys=False) + "\n"
-        atomic_write(out, lambda tmp: tmp.write_text(text))
-        if inputs.log:
-            log_gate_run(report, out, plots_dir, features)
-        if inputs.log and candidate.version is not None and candidate.run_id is not None:
-            attach_gate_report(out, candidate, uri)
-    return EvaluateResult(report, out, candidate.run_id if inputs.log else None, None, None)

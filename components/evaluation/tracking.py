@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     import pandas as pd
 
-    from components.evaluation.stage import Candidate
+    from components.evaluation.gate_stage import Candidate
 
 
 def split_plotter(plots_dir: Path) -> Callable[[str, pd.DataFrame], None]:

@@ -90,18 +90,52 @@ def merge_outputs(outputs: list[AdapterOutput]) -> IngestResult:
     )
 
 
+def _run_adapter(source: str, root: Path, catalog: Any) -> AdapterOutput:
+    return get_adapter(source)(Path(root), catalog)
+
+
+def ingest_workers(n_sources: int) -> int:
+    """Processes for ``n_sources`` adapters: ``KERNELCAST_INGEST_WORKERS`` if set, else one per idle core
+    (cores less the 1-minute load average; at most 4, each holds a source's tables in memory), never more
+    than there are sources. On a busy box side-by-side adapters only add spawn and pickling (measured on
+    the shared 2-core box at load 6: 2 processes 72 s CPU / 168 s wall against 67 s / 147 s in one)."""
+    wanted = os.environ.get("KERNELCAST_INGEST_WORKERS", "").strip()
+    try:
+        limit = int(wanted) if wanted else min((os.cpu_count() or 1) - round(os.getloadavg()[0]), 4)
+    except ValueError:
+        raise ValueError(f"KERNELCAST_INGEST_WORKERS={wanted!r}: a whole number of processes") from None
+    return max(1, min(limit, n_sources))
+
+
 def ingest_sources(
     sources: list[str], roots: dict[str, Path], catalog: Any, progress: Callable[[str], None] | None = None
 ) -> IngestResult:
-    """Run each source's adapter on ``roots[source]`` and merge the canonical tables."""
-    outputs: list[AdapterOutput] = []
-    for source in dict.fromkeys(sources):  # a source named twice is ingested once
-        adapter = get_adapter(source)
+    """Run each source's adapter on ``roots[source]`` and merge the canonical tables. Adapters read
+    independent folders, so several run side by side in spawned processes (``ingest_workers``); the
+    outputs merge in the order asked, so the tables are the same bit for bit however many ran."""
+    chosen = list(dict.fromkeys(sources))  # a source named twice is ingested once
+    for source in chosen:
+        get_adapter(source)  # an unknown source fails before any work
         if source not in roots:
             raise ValueError(f"no root directory given for source {source!r}")
-        if progress:
-            progress(f"ingesting {source} from {roots[source]}")
-        outputs.append(adapter(Path(roots[source]), catalog))
+    workers = ingest_workers(len(chosen))
+    if workers == 1:
+        outputs = []
+        for source in chosen:
+            if progress:
+                progress(f"ingesting {source} from {roots[source]}")
+            outputs.append(_run_adapter(source, Path(roots[source]), catalog))
+        return merge_outputs(outputs)
+    import multiprocessing
+    from concurrent.futures import ProcessPoolExecutor
+
+    with ProcessPoolExecutor(workers, mp_context=multiprocessing.get_context("spawn")) as pool:
+        futures = []
+        for source in chosen:
+            if progress:
+                progress(f"ingesting {source} from {roots[source]} ({workers} processes)")
+            futures.append(pool.submit(_run_adapter, source, Path(roots[source]), catalog))
+        outputs = [future.result() for future in futures]
     return merge_outputs(outputs)
 
 

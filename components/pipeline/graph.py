@@ -104,4 +104,16 @@ def select_stages(dvc_yaml: Path, from_stage: str | None = None, only: list[str]
     return names[names.index(from_stage) :]
 
 
-__all__ = ["Stage", "StageGraphError", "read_stages", "select_stages", "stage_names"]
+def ready_stages(chosen: list[str], graph: dict[str, Stage], done: set[str], started: set[str]) -> list[str]:
+    """The stages of ``chosen`` (graph order) that can start now: not started, and every upstream stage that
+    this run also runs is done. Independent stages (validate and static both read only ingest's tables)
+    are ready together, so the flow runs them side by side."""
+    wanted = set(chosen)
+    return [
+        name
+        for name in chosen
+        if name not in started and all(up in done for up in graph[name].upstream if up in wanted)
+    ]
+
+
+__all__ = ["Stage", "StageGraphError", "read_stages", "ready_stages", "select_stages", "stage_names"]

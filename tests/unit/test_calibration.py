@@ -175,7 +175,7 @@ def test_cli_rejects_a_negative_k(tmp_path: Path, monkeypatch: pytest.MonkeyPatc
 def test_calibrate_stores_a_correction_the_predictor_side_applies(tmp_path: Path) -> None:
     """`kernelcast calibrate`'s stage on the committed H100 run, against the training-free roofline."""
     from components.evaluation.calibrate_stage import calibrate_stage
-    from components.evaluation.stage import features_from_source
+    from components.evaluation.source_rows import features_from_source
     from components.models.calibration import apply_corrections, load_corrections
     from components.models.roofline import RooflinePredictor
     from components.platform.config import load_params

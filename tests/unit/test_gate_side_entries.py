@@ -1,0 +1,46 @@
+"""The gate's op-engine splits run in a spawned process beside the candidate's splits: the report still has
+every split, in the order asked, and an op-engine split that cannot run (no AIConfigurator/aiter tables in the
+datasets folder) is that split's error entry -- computed by the side process, which inherits the caller's
+environment (its KERNELCAST_DATASETS_DIR), never a crash of the gate."""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+import pytest
+
+from tests.unit.test_evaluate import ScaledPredictor, _table
+
+
+def test_op_engine_split_runs_beside_and_keeps_its_place(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from components.evaluation.report import gate_report
+    from components.registry.gate import EvaluationCaps
+
+    empty = tmp_path / "datasets"
+    empty.mkdir()
+    monkeypatch.setenv("KERNELCAST_DATASETS_DIR", str(empty))
+    monkeypatch.setenv("KERNELCAST_HOME", str(tmp_path / "home"))
+    caps = EvaluationCaps(max_train_rows=None, max_test_rows=6, max_gpu_folds=1, min_gpu_rows=1)
+    lines: list[str] = []
+    splits = ("aiconfigurator-unseen-gpu", "unseen-kernel")
+    report = gate_report(
+        ScaledPredictor(set()),
+        _table(40).assign(upstream_file="x", program="p"),
+        splits,
+        caps,
+        model="stub",
+        trained_split="unseen-kernel",
+        progress=lines.append,
+    )
+    assert tuple(report["splits"]) == splits  # the order asked, though the op-engine split finished last
+    side = report["splits"]["aiconfigurator-unseen-gpu"]
+    assert side["status"] == "error" and "no measured store" in side["note"], side
+    assert str(empty) in side["note"]  # the side process read the caller's environment
+    assert report["splits"]["unseen-kernel"]["status"] == "ok" and report["complete"] is False
+    assert [line.split(":")[0] for line in lines] == ["unseen-kernel", "aiconfigurator-unseen-gpu"]
+    assert os.environ["KERNELCAST_DATASETS_DIR"] == str(empty)
+    json.dumps(report, allow_nan=False)
