@@ -73,13 +73,23 @@ def simulate_deployment(
             step, engine, kv, Workload(d.isl, d.osl, d.concurrency, kind, stagger_us=stagger, **kw)
         )
         return Served(stats, stats, memory, d.concurrency)
+    dd, dstep = decode_worker
+    # the prefill worker's clients come back after their decode on the decode worker (kernel-time estimate)
+    think = (dd.osl - 1) * dstep.decode_us(dd.concurrency, dd.isl + dd.osl / 2.0)
     pre = simulate(
         step,
         engine,
         kv,
-        Workload(d.isl, 1, d.concurrency, kind, stagger_us=lifetime_us(d, engine, step, 1), **kw),
+        Workload(
+            d.isl,
+            1,
+            d.concurrency,
+            kind,
+            stagger_us=lifetime_us(d, engine, step, 1) + think,
+            think_us=think,
+            **kw,
+        ),
     )
-    dd, dstep = decode_worker
     dkv, dmem = kv_capacity(dd, engine)
     span = lifetime_us(dd, engine, dstep)
     if per_client is not None:

@@ -157,3 +157,37 @@ def test_attention_data_parallelism_spreads_the_experts_and_serves_every_rank(ca
     assert a_wide.memory["weights_gb"] < a_one.memory["weights_gb"]
     with pytest.raises(DeploymentError, match="dp 2: attention data parallelism is modelled for MoE"):
         _deploy(catalog, "h200", isl=8, osl=8, dp=2)
+
+
+def test_disaggregated_runs_split_the_clients_over_workers_or_say_why_not():
+    """C = decode_batch_size x decode DP x decode workers (``_c576_`` = 64 x 1 x 9); the prefill workers
+    share the same C; a run without worker counts is refused with the field named."""
+    from components.deployments.bench_silicon import disagg_concurrency
+
+    row = {
+        "id": "dsr1_h200_trtllm_fp8_disagg_1024x1024_c576_cfg303",
+        "decode_batch_size": 64.0,
+        "decode_attention_dp_size": 1.0,
+        "decode_num_workers": 9.0,
+        "prefill_attention_dp_size": 8.0,
+        "prefill_num_workers": 2.0,
+    }
+    assert disagg_concurrency(row) == (36, 64)
+    no_batch = {**row, "decode_batch_size": float("nan"), "id": "x_c288_y"}
+    assert disagg_concurrency(no_batch) == (18, 32)
+    with pytest.raises(DeploymentError, match="decode_num_workers: not recorded"):
+        disagg_concurrency({**row, "decode_num_workers": float("nan"), "prefill_num_workers": None})
+
+
+def test_a_prefill_worker_whose_clients_decode_elsewhere_queues_less(catalog):
+    """The disaggregated prefill worker's clients come back after their decode (``think_us``): at the same
+    client count its requests meet fewer others than back-to-back prompts do."""
+    d = _deploy(catalog, "h100-sxm", isl=4096, osl=1, concurrency=32)
+    step = build_step_models([d], roofline_op_time)[0]
+    engine = engine_for("vllm", d.gpu, fitted=False).with_cost(StepCost(base_us=1000.0))
+    kv, _ = kv_capacity(d, engine)
+    ttft = [
+        simulate(step, engine, kv, Workload(d.isl, 1, 32, think_us=think)).metrics()["ttft_ms"]
+        for think in (0.0, 2e6)
+    ]
+    assert ttft[1] < 0.5 * ttft[0]
