@@ -191,3 +191,24 @@ def test_a_prefill_worker_whose_clients_decode_elsewhere_queues_less(catalog):
         for think in (0.0, 2e6)
     ]
     assert ttft[1] < 0.5 * ttft[0]
+
+
+def test_a_rank_over_every_engine_times_each_option_once_and_names_the_engine(catalog):
+    """``framework=all``: every GPU x TP option under each engine, the op grids shared (the same answers as
+    one engine at a time); an unknown engine is one clear error."""
+    from components.deployments.service import rank_deployments, rank_frameworks
+
+    specs = [catalog.resolve(n) for n in ("h100-sxm", "l40s")]
+    params = {"isl": 1024, "osl": 64, "concurrency": 8}
+    every, _ = rank_deployments(
+        json.dumps(LLAMA8B), specs, {**params, "framework": "all"}, {}, op_time=roofline_op_time
+    )
+    assert {r["engine"] for r in every} == set(ENGINES)
+    alone, _ = rank_deployments(
+        json.dumps(LLAMA8B), specs, {**params, "framework": "sglang"}, {}, op_time=roofline_op_time
+    )
+    shared = {(r["device"], r["tp"]): r["tpot_ms"] for r in every if r["engine"] == "sglang"}
+    assert shared == pytest.approx({(r["device"], r["tp"]): r["tpot_ms"] for r in alone}, rel=1e-6)
+    assert rank_frameworks("trtllm, vllm") == ["trtllm", "vllm"]
+    with pytest.raises(DeploymentError, match="framework 'tgi'"):
+        rank_frameworks("vllm,tgi")
