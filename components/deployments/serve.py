@@ -46,7 +46,8 @@ class Served:
 
 def kv_capacity(d: Deployment, engine: ServingEngine) -> tuple[float, dict[str, float]]:
     """KV tokens the engine's cache holds on each GPU (DoesNotFit when not one request), and the memory."""
-    memory = memory_check(d, engine.memory_fraction, engine.max_num_batched_tokens)
+    fraction = engine.kv_fraction(float(d.gpu.memory_gb), d.tp, d.pp)
+    memory = memory_check(d, fraction, engine.max_num_batched_tokens, engine.kv_rule)
     return memory["kv_tokens_per_gpu"], memory
 
 

@@ -212,3 +212,18 @@ def test_a_rank_over_every_engine_times_each_option_once_and_names_the_engine(ca
     assert rank_frameworks("trtllm, vllm") == ["trtllm", "vllm"]
     with pytest.raises(DeploymentError, match="framework 'tgi'"):
         rank_frameworks("vllm,tgi")
+
+
+def test_each_engine_sizes_its_kv_cache_its_own_way(catalog):
+    """TensorRT-LLM takes 0.9 of the memory weights and activations leave (more room than vLLM's 0.9 of
+    all memory when the weights fill most of it); SGLang derives its static fraction from the GPU's memory
+    and the TP group: (80 - 9.5 - 0.5) / 80 on one H100, (141 - 12 - 4) / 141 on eight H200s."""
+    d = _deploy(catalog, "h100-sxm", isl=1024, osl=256, concurrency=16, weight_dtype="fp8")
+    big = _deploy(catalog, "h100-sxm", config={**LLAMA8B, "num_hidden_layers": 120}, isl=1024, osl=256)
+    vllm, trt = (engine_for(n, d.gpu, fitted=False) for n in ("vllm", "trtllm"))
+    assert kv_capacity(big, trt)[0] > kv_capacity(big, vllm)[0]
+    sglang = engine_for("sglang", d.gpu, fitted=False)
+    assert sglang.kv_fraction(80.0, 1, 1) == pytest.approx(70.0 / 80.0)
+    h200 = engine_for("sglang", catalog.resolve("h200"), fitted=False)
+    assert h200.kv_fraction(141.0, 8, 1) == pytest.approx(125.0 / 141.0)
+    assert kv_capacity(d, sglang)[0] > 0

@@ -23,6 +23,7 @@ def engine(spec: Any = None) -> ServingEngine:
         max_num_batched_tokens=8192,
         max_num_seqs=2048,
         memory_fraction=0.9,
+        kv_rule="free",
         block_size=32,
         chunked_prefill=False,
         cuda_graph_max_batch=2048,
