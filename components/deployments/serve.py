@@ -13,7 +13,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from components.deployments.compose import kv_bytes_per_token, memory_check, weight_bytes_per_gpu
-from components.deployments.config import Deployment
+from components.deployments.config import Deployment, DeploymentError
 from components.deployments.engines.base import ServingEngine
 from components.deployments.simulate import BATCH, CLOSED, RequestStats, Workload, simulate
 from components.deployments.stepmodel import StepModel
@@ -45,7 +45,14 @@ class Served:
 
 
 def kv_capacity(d: Deployment, engine: ServingEngine) -> tuple[float, dict[str, float]]:
-    """KV tokens the engine's cache holds on each GPU (DoesNotFit when not one request), and the memory."""
+    """KV tokens the engine's cache holds on each GPU (DoesNotFit when not one request), and the memory;
+    a DeploymentError when the engine does not run on the GPU's vendor."""
+    vendor = str(getattr(d.gpu, "vendor", "nvidia"))
+    if vendor not in engine.vendors:
+        raise DeploymentError(
+            f"framework {engine.name}: runs on {' / '.join(engine.vendors)} GPUs, "
+            f"not on {d.gpu.id} ({vendor})"
+        )
     fraction = engine.kv_fraction(float(d.gpu.memory_gb), d.tp, d.pp)
     memory = memory_check(d, fraction, engine.max_num_batched_tokens, engine.kv_rule)
     return memory["kv_tokens_per_gpu"], memory

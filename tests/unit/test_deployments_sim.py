@@ -227,3 +227,11 @@ def test_each_engine_sizes_its_kv_cache_its_own_way(catalog):
     h200 = engine_for("sglang", catalog.resolve("h200"), fitted=False)
     assert h200.kv_fraction(141.0, 8, 1) == pytest.approx(125.0 / 141.0)
     assert kv_capacity(d, sglang)[0] > 0
+
+
+def test_an_engine_is_refused_on_a_gpu_it_does_not_run_on(catalog):
+    """TensorRT-LLM is CUDA only: an MI300X deployment under it is one clear error; vLLM serves it."""
+    d = _deploy(catalog, "mi300x", isl=512, osl=64, concurrency=4, framework="trtllm")
+    with pytest.raises(DeploymentError, match=r"trtllm: runs on nvidia GPUs, not on mi300x \(amd\)"):
+        kv_capacity(d, engine_for("trtllm", d.gpu, fitted=False))
+    assert kv_capacity(d, engine_for("vllm", d.gpu, fitted=False))[0] > 0

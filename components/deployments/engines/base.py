@@ -81,6 +81,7 @@ class ServingEngine:
     chunked_prefill: bool = True
     cuda_graph_max_batch: int = 512  # decode batches up to this run as captured CUDA graphs
     policy: str = "decode-first"
+    vendors: tuple[str, ...] = ("nvidia", "amd")  # GPU vendors the engine runs on
     cost: StepCost = field(default_factory=StepCost)
     provenance: str = "defaults only (no fitted constants)"
     # leave-one-GPU-out MAPE of (TTFT, TPOT) of the fitted constants: the half-width of an answer's interval

@@ -7,6 +7,7 @@
 - The capacity scheduler is ``GUARANTEED_NO_EVICT``: a request is admitted only when the KV cache holds its
   whole isl + osl, so nothing is ever evicted; inflight batching puts context and generation requests in
   the same step.
+- NVIDIA GPUs only (CUDA): a deployment on another vendor's GPU is refused.
 - CUDA graphs for generation batches (AIConfigurator's serving configs enable them up to the batch size).
 """
 
@@ -28,4 +29,5 @@ def engine(spec: Any = None) -> ServingEngine:
         chunked_prefill=False,
         cuda_graph_max_batch=2048,
         policy="no-evict",
+        vendors=("nvidia",),
     )
