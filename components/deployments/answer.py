@@ -12,6 +12,7 @@ TTFT >= one request's prefill alone; the interval (the engine's leave-one-GPU-ou
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import replace
 from typing import Any
 
 from components.deployments.compose import (
@@ -25,7 +26,7 @@ from components.deployments.compose import (
 )
 from components.deployments.config import Deployment, DeploymentError
 from components.deployments.engines.base import ServingEngine
-from components.deployments.engines.registry import engine_for
+from components.deployments.engines.registry import DEFAULT_ENGINE, engine_for
 from components.deployments.ops import OpTimeFn, link_gbps, production_op_time
 from components.deployments.serve import (
     Served,
@@ -95,6 +96,22 @@ def _answer_one(
     )
 
 
+def _phases_once(deployments: Sequence[Deployment], fn: OpTimeFn) -> list[Any]:
+    """``compose_many`` once per deployment as the op engine sees it: the serving engine does not change a
+    phase's kernels, so a rank over three engines times each GPU x TP option once."""
+    index: dict[Deployment, int] = {}
+    firsts: list[Deployment] = []
+    where = []
+    for d in deployments:
+        key = replace(d, framework=DEFAULT_ENGINE)
+        if key not in index:
+            index[key] = len(firsts)
+            firsts.append(d)
+        where.append(index[key])
+    phases = compose_many(firsts, fn)
+    return [phases[i] for i in where]
+
+
 def answer_deployments(
     deployments: Sequence[Deployment], op_time: OpTimeFn | None = None, workload: str = "steady"
 ) -> list[Answer | DeploymentError]:
@@ -111,8 +128,8 @@ def answer_deployments(
             out.append(exc)
     fits = [i for i, a in enumerate(out) if a is None]
     chosen = [deployments[i] for i in fits]
-    steps = build_step_models(chosen, fn)
-    phases = compose_many(chosen, fn)
+    steps = build_step_models(chosen, fn)  # one grid per step key: engines share their GPU's
+    phases = _phases_once(chosen, fn)
     kind = SIM_BATCH if workload == BATCH else CLOSED
     for i, step, ph in zip(fits, steps, phases, strict=True):
         d, engine = deployments[i], engines[i]

@@ -4,6 +4,7 @@ of a fit on the other; TTFT and TPOT per model, precision, mode and engine (the 
 
 from __future__ import annotations
 
+import re
 from collections import defaultdict
 from collections.abc import Callable, Mapping
 from pathlib import Path
@@ -95,16 +96,53 @@ def silicon_deployments(
         return Deployment(**common, concurrency=_num(concurrency), tp=tp, pp=pp, ep=max(ep, 1), dp=dp)
 
     if row["mode"] == "disagg":
-        if not np.isfinite(float(row.get("decode_batch_size") or np.nan)):
-            # only the total concurrency is recorded: how it splits over the decode workers is unknown
-            raise DeploymentError(
-                "decode_batch_size: missing for a disaggregated run (the per-worker concurrency is unknown)"
-            )
-        return worker("prefill_", row.get("prefill_batch_size")), worker(
-            "decode_", row.get("decode_batch_size")
-        )
+        pre_c, dec_c = disagg_concurrency(row)
+        return worker("prefill_", pre_c), worker("decode_", dec_c)
     agg = worker("", row.get("batch_size"))
     return agg, agg
+
+
+def _finite(value: Any) -> float | None:
+    try:
+        out = float(value)
+    except (TypeError, ValueError):
+        return None
+    return out if np.isfinite(out) else None
+
+
+def disagg_concurrency(row: Mapping[str, Any]) -> tuple[int, int]:
+    """(prefill, decode) clients per worker and attention-DP rank of a disaggregated run.
+
+    aiperf's ``--concurrency C`` is the whole system's: every client's request is prefilled on a prefill
+    worker, then decoded on a decode worker. Where the run records it, ``decode_batch_size`` is per decode
+    worker and DP rank (C = decode_batch_size x decode_attention_dp_size x decode_num_workers on every run
+    that has all four); C itself is the ``_c<C>_`` of the run id.
+
+    Runs that record no worker count (248 DeepSeek-R1 runs of 2026-03/04) are refused: read as one prefill
+    and one decode worker they are not what was measured (on H100 at C = 9, ISL 8192, TTFT 4.6 s where one
+    prefill worker takes under 0.3 s; simulated that way their TTFT erred 10x)."""
+    found = re.search(r"_c(\d+)_", str(row.get("id", "")))
+    dec_dp = _finite(row.get("decode_attention_dp_size")) or 1.0
+    pre_dp = _finite(row.get("prefill_attention_dp_size")) or 1.0
+    dec_workers = _finite(row.get("decode_num_workers"))
+    pre_workers = _finite(row.get("prefill_num_workers"))
+    if dec_workers is None or pre_workers is None:
+        raise DeploymentError(
+            "prefill_num_workers / decode_num_workers: not recorded for a disaggregated run (the total "
+            "concurrency does not say how many workers shared it)"
+        )
+    batch = _finite(row.get("decode_batch_size"))
+    if found:
+        total = float(found.group(1))
+    elif batch is not None:
+        total = batch * dec_dp * dec_workers
+    else:
+        raise DeploymentError(
+            "concurrency: a disaggregated run with neither decode_batch_size nor _c<C>_ in its id"
+        )
+    dec = batch if batch is not None else total / (dec_dp * dec_workers)
+    pre = total / (pre_dp * pre_workers)
+    return max(round(pre), 1), max(round(dec), 1)
 
 
 def compose_silicon(

@@ -34,15 +34,27 @@ def _kv_bytes_per_request(d: Deployment) -> float:
     return tokens * m.kv_elements_per_token_layer(d.tp) * STORE_BYTES[d.kv_dtype] / d.pp
 
 
+# How a serving engine sizes its KV cache from its memory fraction f (``engines.base.ServingEngine``):
+# "total": f x GPU memory holds weights, the activation peak and the KV cache (vLLM's gpu_memory_utilization);
+# "free": the KV cache is f x what weights and activations leave (TensorRT-LLM's free_gpu_memory_fraction);
+# "static": f x GPU memory holds weights and the KV pool, activations live in the rest (SGLang's
+# mem_fraction_static).
+KV_RULES = ("total", "free", "static")
+
+
 def memory_check(
-    d: Deployment, fraction: float = MEMORY_HEADROOM, batched_tokens: int = MAX_BATCHED_TOKENS
+    d: Deployment,
+    fraction: float = MEMORY_HEADROOM,
+    batched_tokens: int = MAX_BATCHED_TOKENS,
+    rule: str = "total",
 ) -> dict[str, float]:
     """Per-GPU GB of weights, KV cache and activations. DoesNotFit only when the weights, the activations
     and ONE request's full KV cache exceed the usable memory: with less room for the KV cache than
     concurrency x (isl + osl) needs, a server (vLLM, SGLang, TensorRT-LLM page their KV cache) runs the
     requests that fit at once and queues the rest -- that is noted (``concurrent_requests``), not refused.
-    ``fraction``: the share of GPU memory the serving engine takes; ``batched_tokens``: its step budget (the
-    activation peak). ``kv_tokens_per_gpu``: the tokens the KV cache left holds.
+    ``fraction``: the share of GPU memory the serving engine takes, read by ``rule`` (``KV_RULES``);
+    ``batched_tokens``: its step budget (the activation peak). ``kv_tokens_per_gpu``: the tokens the KV cache
+    left holds.
     """
     m, spec = d.model, d.gpu
     per_gpu = d.tp * d.pp
@@ -55,8 +67,15 @@ def memory_check(
         tokens * (2 * m.hidden + 2 * widest / d.tp) * ACT_BYTES
         + min(d.concurrency, tokens) * m.vocab / d.tp * 4
     )
-    budget = fraction * float(spec.memory_gb) * GIB
-    room = budget - weights - activations
+    memory = float(spec.memory_gb) * GIB
+    budget = fraction * memory
+    if rule == "free":
+        room = fraction * (memory - weights - activations)
+        budget = weights + activations + room
+    elif rule == "static":
+        room = budget - weights
+    else:
+        room = budget - weights - activations
     held = int(min(d.concurrency, room // per_request)) if room > 0 else 0
     figures = {
         "weights_gb": weights / 1e9,

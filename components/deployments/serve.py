@@ -13,7 +13,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from components.deployments.compose import kv_bytes_per_token, memory_check, weight_bytes_per_gpu
-from components.deployments.config import Deployment
+from components.deployments.config import Deployment, DeploymentError
 from components.deployments.engines.base import ServingEngine
 from components.deployments.simulate import BATCH, CLOSED, RequestStats, Workload, simulate
 from components.deployments.stepmodel import StepModel
@@ -45,8 +45,16 @@ class Served:
 
 
 def kv_capacity(d: Deployment, engine: ServingEngine) -> tuple[float, dict[str, float]]:
-    """KV tokens the engine's cache holds on each GPU (DoesNotFit when not one request), and the memory."""
-    memory = memory_check(d, engine.memory_fraction, engine.max_num_batched_tokens)
+    """KV tokens the engine's cache holds on each GPU (DoesNotFit when not one request), and the memory;
+    a DeploymentError when the engine does not run on the GPU's vendor."""
+    vendor = str(getattr(d.gpu, "vendor", "nvidia"))
+    if vendor not in engine.vendors:
+        raise DeploymentError(
+            f"framework {engine.name}: runs on {' / '.join(engine.vendors)} GPUs, "
+            f"not on {d.gpu.id} ({vendor})"
+        )
+    fraction = engine.kv_fraction(float(d.gpu.memory_gb), d.tp, d.pp)
+    memory = memory_check(d, fraction, engine.max_num_batched_tokens, engine.kv_rule)
     return memory["kv_tokens_per_gpu"], memory
 
 
@@ -73,13 +81,23 @@ def simulate_deployment(
             step, engine, kv, Workload(d.isl, d.osl, d.concurrency, kind, stagger_us=stagger, **kw)
         )
         return Served(stats, stats, memory, d.concurrency)
+    dd, dstep = decode_worker
+    # the prefill worker's clients come back after their decode on the decode worker (kernel-time estimate)
+    think = (dd.osl - 1) * dstep.decode_us(dd.concurrency, dd.isl + dd.osl / 2.0)
     pre = simulate(
         step,
         engine,
         kv,
-        Workload(d.isl, 1, d.concurrency, kind, stagger_us=lifetime_us(d, engine, step, 1), **kw),
+        Workload(
+            d.isl,
+            1,
+            d.concurrency,
+            kind,
+            stagger_us=lifetime_us(d, engine, step, 1) + think,
+            think_us=think,
+            **kw,
+        ),
     )
-    dd, dstep = decode_worker
     dkv, dmem = kv_capacity(dd, engine)
     span = lifetime_us(dd, engine, dstep)
     if per_client is not None:

@@ -81,6 +81,17 @@ def usd_per_mtok(usd_per_hour: float | None, tokens_per_s_per_gpu: float) -> flo
     return usd_per_hour / (tokens_per_s_per_gpu * 3600.0) * 1e6
 
 
+def rank_frameworks(value: Any) -> list[str]:
+    """The serving engines a rank compares: one name, a comma list, or ``all`` (every engine)."""
+    from components.deployments.engines.registry import ENGINES, engine_name
+
+    text = str(value or "").strip().lower()
+    if text == "all":
+        return list(ENGINES)
+    names = [engine_name(part) for part in text.split(",")] if text else [engine_name(None)]
+    return list(dict.fromkeys(names))
+
+
 def rank_deployments(
     config: Any,
     specs: Sequence[Any],
@@ -91,7 +102,8 @@ def rank_deployments(
     op_time: OpTimeFn | None = None,
     allow_paths: bool = True,
 ) -> tuple[list[dict[str, Any]], int]:
-    """Every GPU x TP option that fits, best first by TPOT, TTFT or cost per million output tokens.
+    """Every GPU x TP (x serving engine: ``params["framework"]`` one, a comma list or ``all``) option that
+    fits, best first by TPOT, TTFT or cost per million output tokens.
 
     Returns (ranking, options that did not fit or could not be formed). Cost needs a price for the GPU:
     options without one rank after those with one.
@@ -104,6 +116,7 @@ def rank_deployments(
     workload = _workload(params)
     price_of = {str(k).lower(): float(v) for k, v in prices.items()}
     options = [tp for tp in (tps or DEFAULT_TPS) if model.heads % tp == 0]
+    frameworks = rank_frameworks(params.get("framework"))
     rows, skipped = [], 0
     formed: list[tuple[Deployment, float | None]] = []
     for spec in specs:
@@ -116,10 +129,13 @@ def rank_deployments(
             None,
         )
         for tp in options:
-            try:
-                formed.append((deployment_from(model, spec, {**params, "tp": tp}), price))
-            except DeploymentError:
-                skipped += 1
+            for framework in frameworks:
+                try:
+                    d = deployment_from(model, spec, {**params, "tp": tp, "framework": framework})
+                except DeploymentError:
+                    skipped += 1
+                    continue
+                formed.append((d, price))
     # every option composed at once: one op-engine call per kind of op and GPU (answer.answer_deployments)
     answers = answer_deployments([d for d, _ in formed], op_time, workload=workload)
     for (d, price), a in zip(formed, answers, strict=True):
@@ -129,6 +145,7 @@ def rank_deployments(
         rows.append(
             {
                 "device": d.gpu.id,
+                "engine": d.framework,
                 "tp": d.tp,
                 "gpus": d.gpus,
                 "ttft_ms": a.ttft_ms,

@@ -54,6 +54,9 @@ class Workload:
     # closed loop: the clients' first requests spread over this span (the steady state the warm-up reaches:
     # clients out of phase), 0 = all at once
     stagger_us: float = 0.0
+    # closed loop: a fixed time each client spends elsewhere between a first token and its next request (a
+    # disaggregated prefill worker: the request's decode on the decode worker)
+    think_us: float = 0.0
     seed: int = 0
 
     def measured(self) -> int:
@@ -181,7 +184,8 @@ class _Sim:
         finish in the same step do not come back in lockstep)."""
         self.finished += 1
         if self.w.kind == CLOSED and self.issued < self.n_all:
-            self._issue(self.t + self.w.client_delay_us * 2.0 * float(self.rng.random()))
+            jitter = self.w.client_delay_us * 2.0 * float(self.rng.random())
+            self._issue(self.t + self.w.think_us + jitter)
 
     def _decode_tokens(self) -> float:
         return self.sum_base + self.n_dec * self.counter

@@ -188,7 +188,7 @@ def rank_llm(
             )
         )
         return
-    header = ["rank", "device", "tp", "ttft_ms", "tpot_ms", "tok/s/gpu", "mem_gb/gpu"] + (
+    header = ["rank", "device", "engine", "tp", "ttft_ms", "tpot_ms", "tok/s/gpu", "mem_gb/gpu"] + (
         ["usd/hour", "usd/Mtok"] if priced.table else []
     )
     body = []
@@ -196,6 +196,7 @@ def rank_llm(
         cells = [
             str(r["rank"]),
             r["device"],
+            r["engine"],
             str(r["tp"]),
             f"{r['ttft_ms']:.4g}",
             f"{r['tpot_ms']:.4g}",
@@ -212,11 +213,13 @@ def rank_llm(
     for row in [header, *body]:
         typer.echo(
             "  ".join(
-                c.ljust(w) if i == 1 else c.rjust(w) for i, (c, w) in enumerate(zip(row, widths, strict=True))
+                c.ljust(w) if i in (1, 2) else c.rjust(w)
+                for i, (c, w) in enumerate(zip(row, widths, strict=True))
             )
         )
     typer.echo(
-        f"ranked by {by}; {len(ranking)} GPU x TP options fit, {skipped} do not (memory, or TP vs heads)"
+        f"ranked by {by}; {len(ranking)} GPU x TP x engine options fit, {skipped} do not "
+        "(memory, or TP vs heads)"
     )
     if note:
         typer.echo(f"note: {note}")

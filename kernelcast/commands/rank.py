@@ -87,7 +87,9 @@ def rank_command(
     kv_dtype: Annotated[str | None, typer.Option(help="--llm: KV-cache dtype")] = None,
     mode: Annotated[str, typer.Option(help="--llm: agg | disagg")] = "agg",
     workload: Annotated[str, typer.Option(help="--llm: steady | batch")] = "steady",
-    framework: Annotated[str, typer.Option(help="--llm: serving engine: vllm | sglang | trtllm")] = "vllm",
+    framework: Annotated[
+        str, typer.Option(help="--llm: serving engine(s): vllm | sglang | trtllm, a comma list, or all")
+    ] = "vllm",
     by: Annotated[
         str, typer.Option(help="--llm: rank by tpot | ttft | cost (cost per million output tokens)")
     ] = "tpot",

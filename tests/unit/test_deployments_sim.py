@@ -157,3 +157,81 @@ def test_attention_data_parallelism_spreads_the_experts_and_serves_every_rank(ca
     assert a_wide.memory["weights_gb"] < a_one.memory["weights_gb"]
     with pytest.raises(DeploymentError, match="dp 2: attention data parallelism is modelled for MoE"):
         _deploy(catalog, "h200", isl=8, osl=8, dp=2)
+
+
+def test_disaggregated_runs_split_the_clients_over_workers_or_say_why_not():
+    """C = decode_batch_size x decode DP x decode workers (``_c576_`` = 64 x 1 x 9); the prefill workers
+    share the same C; a run without worker counts is refused with the field named."""
+    from components.deployments.bench_silicon import disagg_concurrency
+
+    row = {
+        "id": "dsr1_h200_trtllm_fp8_disagg_1024x1024_c576_cfg303",
+        "decode_batch_size": 64.0,
+        "decode_attention_dp_size": 1.0,
+        "decode_num_workers": 9.0,
+        "prefill_attention_dp_size": 8.0,
+        "prefill_num_workers": 2.0,
+    }
+    assert disagg_concurrency(row) == (36, 64)
+    no_batch = {**row, "decode_batch_size": float("nan"), "id": "x_c288_y"}
+    assert disagg_concurrency(no_batch) == (18, 32)
+    with pytest.raises(DeploymentError, match="decode_num_workers: not recorded"):
+        disagg_concurrency({**row, "decode_num_workers": float("nan"), "prefill_num_workers": None})
+
+
+def test_a_prefill_worker_whose_clients_decode_elsewhere_queues_less(catalog):
+    """The disaggregated prefill worker's clients come back after their decode (``think_us``): at the same
+    client count its requests meet fewer others than back-to-back prompts do."""
+    d = _deploy(catalog, "h100-sxm", isl=4096, osl=1, concurrency=32)
+    step = build_step_models([d], roofline_op_time)[0]
+    engine = engine_for("vllm", d.gpu, fitted=False).with_cost(StepCost(base_us=1000.0))
+    kv, _ = kv_capacity(d, engine)
+    ttft = [
+        simulate(step, engine, kv, Workload(d.isl, 1, 32, think_us=think)).metrics()["ttft_ms"]
+        for think in (0.0, 2e6)
+    ]
+    assert ttft[1] < 0.5 * ttft[0]
+
+
+def test_a_rank_over_every_engine_times_each_option_once_and_names_the_engine(catalog):
+    """``framework=all``: every GPU x TP option under each engine, the op grids shared (the same answers as
+    one engine at a time); an unknown engine is one clear error."""
+    from components.deployments.service import rank_deployments, rank_frameworks
+
+    specs = [catalog.resolve(n) for n in ("h100-sxm", "l40s")]
+    params = {"isl": 1024, "osl": 64, "concurrency": 8}
+    every, _ = rank_deployments(
+        json.dumps(LLAMA8B), specs, {**params, "framework": "all"}, {}, op_time=roofline_op_time
+    )
+    assert {r["engine"] for r in every} == set(ENGINES)
+    alone, _ = rank_deployments(
+        json.dumps(LLAMA8B), specs, {**params, "framework": "sglang"}, {}, op_time=roofline_op_time
+    )
+    shared = {(r["device"], r["tp"]): r["tpot_ms"] for r in every if r["engine"] == "sglang"}
+    assert shared == pytest.approx({(r["device"], r["tp"]): r["tpot_ms"] for r in alone}, rel=1e-6)
+    assert rank_frameworks("trtllm, vllm") == ["trtllm", "vllm"]
+    with pytest.raises(DeploymentError, match="framework 'tgi'"):
+        rank_frameworks("vllm,tgi")
+
+
+def test_each_engine_sizes_its_kv_cache_its_own_way(catalog):
+    """TensorRT-LLM takes 0.9 of the memory weights and activations leave (more room than vLLM's 0.9 of
+    all memory when the weights fill most of it); SGLang derives its static fraction from the GPU's memory
+    and the TP group: (80 - 9.5 - 0.5) / 80 on one H100, (141 - 12 - 4) / 141 on eight H200s."""
+    d = _deploy(catalog, "h100-sxm", isl=1024, osl=256, concurrency=16, weight_dtype="fp8")
+    big = _deploy(catalog, "h100-sxm", config={**LLAMA8B, "num_hidden_layers": 120}, isl=1024, osl=256)
+    vllm, trt = (engine_for(n, d.gpu, fitted=False) for n in ("vllm", "trtllm"))
+    assert kv_capacity(big, trt)[0] > kv_capacity(big, vllm)[0]
+    sglang = engine_for("sglang", d.gpu, fitted=False)
+    assert sglang.kv_fraction(80.0, 1, 1) == pytest.approx(70.0 / 80.0)
+    h200 = engine_for("sglang", catalog.resolve("h200"), fitted=False)
+    assert h200.kv_fraction(141.0, 8, 1) == pytest.approx(125.0 / 141.0)
+    assert kv_capacity(d, sglang)[0] > 0
+
+
+def test_an_engine_is_refused_on_a_gpu_it_does_not_run_on(catalog):
+    """TensorRT-LLM is CUDA only: an MI300X deployment under it is one clear error; vLLM serves it."""
+    d = _deploy(catalog, "mi300x", isl=512, osl=64, concurrency=4, framework="trtllm")
+    with pytest.raises(DeploymentError, match=r"trtllm: runs on nvidia GPUs, not on mi300x \(amd\)"):
+        kv_capacity(d, engine_for("trtllm", d.gpu, fitted=False))
+    assert kv_capacity(d, engine_for("vllm", d.gpu, fitted=False))[0] > 0

@@ -24,6 +24,9 @@ CONSTANTS_FILE = Path(__file__).with_name("constants.json")
 # - "no-evict": inflight batching that admits a request only when its whole isl + osl KV fits (TensorRT-LLM's
 #   GUARANTEED_NO_EVICT capacity scheduler); context and generation requests share a step.
 POLICIES = ("decode-first", "prefill-first", "no-evict")
+# ``memory_fraction`` of an engine whose fraction is derived per deployment (``reserve_gib``): a fitted offset
+# moves it away from this value and the derived fraction by as much
+DERIVED_FRACTION = 0.88
 
 
 @dataclass(frozen=True)
@@ -70,14 +73,27 @@ class ServingEngine:
     max_num_batched_tokens: int = 8192  # token budget of one step (chunked prefill)
     max_num_seqs: int = 256  # max running requests
     memory_fraction: float = 0.9  # share of GPU memory the engine takes (weights + activations + KV cache)
+    kv_rule: str = "total"  # how the fraction sizes the KV cache (``memory.KV_RULES``)
+    # SGLang: the fraction derived per deployment as (GPU memory - base - per_gpu x tp x pp) / GPU memory
+    # (GiB; ``kv_fraction``), None = ``memory_fraction`` as it is
+    reserve_gib: tuple[float, float] | None = None
     block_size: int = 16  # KV-cache page, tokens
     chunked_prefill: bool = True
     cuda_graph_max_batch: int = 512  # decode batches up to this run as captured CUDA graphs
     policy: str = "decode-first"
+    vendors: tuple[str, ...] = ("nvidia", "amd")  # GPU vendors the engine runs on
     cost: StepCost = field(default_factory=StepCost)
     provenance: str = "defaults only (no fitted constants)"
     # leave-one-GPU-out MAPE of (TTFT, TPOT) of the fitted constants: the half-width of an answer's interval
     errors: tuple[float, float] = (0.5, 0.5)
+
+    def kv_fraction(self, memory_gib: float, tp: int, pp: int) -> float:
+        """The memory fraction on one deployment (``reserve_gib``: what the engine keeps out of it)."""
+        if self.reserve_gib is None:
+            return self.memory_fraction
+        base, per_gpu = self.reserve_gib
+        derived = (memory_gib - base - per_gpu * tp * pp) / memory_gib
+        return derived + (self.memory_fraction - DERIVED_FRACTION)
 
     def with_cost(self, cost: StepCost, provenance: str = "") -> ServingEngine:
         return replace(self, cost=cost, provenance=provenance or self.provenance)

@@ -7,6 +7,7 @@
 - The capacity scheduler is ``GUARANTEED_NO_EVICT``: a request is admitted only when the KV cache holds its
   whole isl + osl, so nothing is ever evicted; inflight batching puts context and generation requests in
   the same step.
+- NVIDIA GPUs only (CUDA): a deployment on another vendor's GPU is refused.
 - CUDA graphs for generation batches (AIConfigurator's serving configs enable them up to the batch size).
 """
 
@@ -23,8 +24,10 @@ def engine(spec: Any = None) -> ServingEngine:
         max_num_batched_tokens=8192,
         max_num_seqs=2048,
         memory_fraction=0.9,
+        kv_rule="free",
         block_size=32,
         chunked_prefill=False,
         cuda_graph_max_batch=2048,
         policy="no-evict",
+        vendors=("nvidia",),
     )

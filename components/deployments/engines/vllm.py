@@ -8,6 +8,7 @@
   and the decodes never stall for a whole prompt. Defaults for ``vllm serve`` on a GPU with >= 70 GiB:
   8192 batched tokens and 1024 sequences (smaller GPUs: 2048 tokens, 256 sequences).
 - Decode batches up to 512 run as captured CUDA graphs (``max_cudagraph_capture_size``).
+- Runs on NVIDIA, AMD (ROCm) and Intel GPUs.
 - When the KV cache is full, the newest running request is preempted (its blocks freed, recomputed later).
 """
 
@@ -29,4 +30,5 @@ def engine(spec: Any = None) -> ServingEngine:
         chunked_prefill=True,
         cuda_graph_max_batch=512,
         policy="decode-first",
+        vendors=("nvidia", "amd", "intel"),
     )
