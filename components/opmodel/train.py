@@ -25,14 +25,22 @@ def state_store(settings: Any) -> Path:
 
 def ensure_store(settings: Any, say: Callable[[str], None] = lambda _: None) -> Path | None:
     """The state folder's measured store, built from ``<datasets>/aiconfigurator`` and ``<datasets>/aiter``
-    when missing or built from other sources than the datasets folder now holds; None when neither source
-    exists (the engine then has no measured tier)."""
-    from components.opmodel.store import MANIFEST_NAME, build_store, built_from, source_roots
+    when missing, built from other sources than the datasets folder now holds or by an older layout; None
+    when neither source exists (the engine then has no measured tier)."""
+    from components.opmodel.store import (
+        MANIFEST_NAME,
+        STORE_VERSION,
+        build_store,
+        built_from,
+        source_roots,
+        store_version,
+    )
 
     store = state_store(settings)
     root = Path(settings.datasets_dir)
     present = sorted(name for name in source_roots(root) if (root / name).is_dir())
-    if (store / MANIFEST_NAME).is_file() and built_from(store) == present:
+    manifest = store / MANIFEST_NAME
+    if manifest.is_file() and built_from(store) == present and store_version(store) == STORE_VERSION:
         return store
     if not present:
         return None
