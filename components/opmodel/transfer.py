@@ -81,6 +81,9 @@ class TransferModel:
     relative_error: dict[str, float] = field(default_factory=dict)  # device -> median |log ratio| as relative
     achievable: dict[str, float] = field(default_factory=dict)  # "dram" | "tensor|bf16" ... -> share of peak
     meta: dict[str, Any] = field(default_factory=dict)
+    # family|dtype[|kv] -> GPUs whose table of that regime measured another kernel than their relatives'
+    # (``transfer_fit.inconsistent_relatives``): no relative there
+    inconsistent: dict[str, list[str]] = field(default_factory=dict)
 
     def settings_of(self, family: str) -> TransferSettings:
         return self.settings.get(family, TransferSettings())
@@ -96,6 +99,7 @@ class TransferModel:
             "relative_error": self.relative_error,
             "achievable": self.achievable,
             "meta": self.meta,
+            "inconsistent": self.inconsistent,
         }
         (Path(folder) / TRANSFER_FILE).write_text(json.dumps(data, indent=1, sort_keys=True))
 
@@ -112,7 +116,13 @@ class TransferModel:
             {k: float(v) for k, v in data.get("relative_error", {}).items()},
             {k: float(v) for k, v in data.get("achievable", {}).items()},
             dict(data.get("meta", {})),
+            {k: [str(d) for d in v] for k, v in data.get("inconsistent", {}).items()},
         )
+
+
+def regime_key(family: str, dtype: str, kv: str | None) -> str:
+    """``family|dtype[|kv dtype]``: one regime of measured rows (attention's per KV-cache dtype too)."""
+    return "|".join(x for x in (family, dtype, kv) if x)
 
 
 def _log2_ratio(a: float | None, b: float | None) -> float:
@@ -253,9 +263,11 @@ class TransferTier:
 
         specs = self.measured.specs if self.measured is not None else {}
         own = physics_key(spec)
+        kv = (kv_dtype or dtype) if family == "attention" else None
+        apart = set(self.model.inconsistent.get(regime_key(family, dtype, kv), ()))
         out = []
         for device, other in specs.items():
-            if physics_key(other) == own or not self._has(family, device, dtype, kv_dtype):
+            if physics_key(other) == own or device in apart or not self._has(family, device, dtype, kv_dtype):
                 continue
             try:
                 if physics.pipe_for(dtype, other).dtype != dtype:

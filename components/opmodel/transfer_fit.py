@@ -30,6 +30,7 @@ from components.opmodel.transfer import (
     TransferSettings,
     TransferTier,
     blend,
+    regime_key,
 )
 from components.physics import roofline as physics
 
@@ -38,6 +39,7 @@ PAIR_ROWS = 300  # rows per (target GPU, family, dtype[, kv]) in the pairs: the 
 GRID_K: tuple[int, ...] = (1, 2, 3)
 GRID_TAU: tuple[float, ...] = (0.5, 2.0)
 GRID_RIDGE: tuple[float | None, ...] = (None, 0.03, 0.3, 3.0)  # per-row ridge strength; None = plain physics
+INCONSISTENT_LOG = 0.3  # a regime erring this much (log) beyond the pair's best regime: another kernel
 ACHIEVABLE_QUANTILE = 0.99
 ACHIEVABLE_MAX = 0.98  # no answer at 100% of a datasheet peak, whatever a table's L2-resident rows reached
 
@@ -50,6 +52,7 @@ class PairGroup:
     family: str
     actual: np.ndarray
     carried: list[Carried]
+    regime: str = ""  # dtype[|kv dtype]: ``transfer.regime_key`` with the family
 
 
 def asked_rows(family: str, frame: pd.DataFrame, per_group: int | None, salt: str = "") -> pd.DataFrame:
@@ -121,7 +124,48 @@ def pair_groups(
                     continue
                 carried = [tier.carried(family, dtype, shape, spec, roof, kv, d, dist) for d, dist in found]
                 actual = part["latency_us"].to_numpy(dtype="float64")
-                out.append(PairGroup(target, family, actual, carried))
+                out.append(PairGroup(target, family, actual, carried, regime_key("", dtype, kv)))
+    return out
+
+
+def pair_errors(groups: list[PairGroup], allowed: set[str]) -> dict[tuple[str, str, frozenset], float]:
+    """Per (family, regime, GPU pair) inside ``allowed``: the median |log(actual / carried)| of plain physics,
+    both directions pooled."""
+    logs: dict[tuple[str, str, frozenset], list[np.ndarray]] = {}
+    for g in groups:
+        if g.target not in allowed:
+            continue
+        for c in g.carried:
+            ok = np.isfinite(c.duration_us)
+            if c.device in allowed and ok.any():
+                key = (g.family, g.regime, frozenset((g.target, c.device)))
+                logs.setdefault(key, []).append(np.abs(np.log(g.actual[ok] / c.duration_us[ok])))
+    return {k: float(np.median(np.concatenate(v))) for k, v in logs.items()}
+
+
+def inconsistent_relatives(groups: list[PairGroup], allowed: set[str]) -> dict[str, list[str]]:
+    """Per ``family|regime``: the GPUs whose table of the regime measured another kernel than the others'.
+
+    A pair's physics error in the regime where the two GPUs agree best (their bf16 GEMMs: H100 <-> H200 3%
+    median) is what the roofline ratio misses between them; a regime erring ``INCONSISTENT_LOG`` more says one
+    of the two tables is another kernel. A GPU is set apart when it is so against every other GPU of the
+    regime (at least two) while some pair of those others agrees (H100's int8_wo GEMMs, measured by
+    SGLang 0.5.6 where A100, H200 and L40S ran TensorRT-LLM's weight-only plugin: 90% median from H100,
+    13% between A100 and H200)."""
+    errors = pair_errors(groups, allowed)
+    best: dict[tuple[str, frozenset], float] = {}
+    for (family, _, pair), err in errors.items():
+        best[(family, pair)] = min(err, best.get((family, pair), np.inf))
+    excess = {(f, r, pair): err - best[(f, pair)] for (f, r, pair), err in errors.items()}
+    out: dict[str, list[str]] = {}
+    for family, regime in sorted({(f, r) for f, r, _ in excess}):
+        pairs = {pair: e for (f, r, pair), e in excess.items() if (f, r) == (family, regime)}
+        gpus = sorted(set().union(*pairs))
+        for gpu in gpus:
+            mine = [e for pair, e in pairs.items() if gpu in pair]
+            others_agree = any(e <= INCONSISTENT_LOG for pair, e in pairs.items() if gpu not in pair)
+            if len(mine) >= 2 and min(mine) > INCONSISTENT_LOG and others_agree:
+                out.setdefault(regime_key(family, regime, None), []).append(gpu)
     return out
 
 
@@ -278,6 +322,10 @@ def fit_transfer(
     tier = TransferTier(measured, {f: store[f] for f in CURVE_FAMILIES if f in store}, model)
     train = sorted(specs)
     groups = pair_groups(tier, store, train, per_group, relatives=set(train))
+    model.inconsistent = inconsistent_relatives(groups, set(train))
+    for g in groups:  # a relative set apart in a regime answers nothing there, in the fit as in the engine
+        apart = model.inconsistent.get(regime_key(g.family, g.regime, None), ())
+        g.carried = [c for c in g.carried if c.device not in apart]
     model.relative_error = relative_errors(groups, set(train))
     scores = {}
     for family in TRANSFER_FAMILIES:
