@@ -151,7 +151,7 @@ def unseen_gpu(
             }
         )
     )
-    results, calibrated, chosen, full = [], [], {}, None
+    results, calibrated, chosen, full, memo = [], [], {}, None, {}
     for held in held_gpus:
         train = {f: r[r["device_id"] != held] for f, r in rows.items()}
         model = spec_tier.fit(
@@ -167,7 +167,7 @@ def unseen_gpu(
                 stored = {str(d) for v in store.values() for d in v["device_id"].unique() if d in catalog}
                 full = MeasuredTier(every, {d: catalog.get(d) for d in stored})
             scored, transfer_model = held_gpu_scores(
-                store, held, model, test_per_group, transfer_pair_rows, full
+                store, held, model, test_per_group, transfer_pair_rows, full, memo
             )
             results.extend(scored)
             chosen[held] = {f: vars(s) for f, s in transfer_model.settings.items()}

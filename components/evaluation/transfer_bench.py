@@ -38,8 +38,10 @@ def held_gpu_scores(
     test_per_group: int | None,
     pair_rows: int,
     full: Any = None,
+    memo: dict | None = None,
 ) -> tuple[list[dict[str, Any]], Any]:
-    """``full``: the measured tier of every GPU of ``store`` (its ``without(held)`` answers). Per (family,
+    """``full``: the measured tier of every GPU of ``store`` (its ``without(held)`` answers); ``memo``: kept
+    across the held-out GPUs of one store (``transfer_fit.fit_transfer``'s). Per (family,
     dtype[, kv]) group of ``held``'s rows: summed APEs of the engine (transfer tier, else
     spec), of the spec tier alone, of the sibling rule (over the rows it answers) and of the roofline; and
     the fitted transfer model."""
@@ -61,10 +63,12 @@ def held_gpu_scores(
     measured = full.without(held)
     curves = {f: v for f, v in train.items() if f in CURVE_FAMILIES}
     fit_priors(spec_model, {f: v for f, v in train.items() if f not in spec_model.boosters}, specs)
-    model = fit_transfer(measured, train, devices, pair_rows)
-    engine = OpEngine(measured, spec_model, transfer=TransferTier(measured, curves, model))
+    memo = {} if memo is None else memo
+    model = fit_transfer(measured, train, devices, pair_rows, memo=memo)
+    tables = memo.setdefault("curve_tables", {})
+    engine = OpEngine(measured, spec_model, transfer=TransferTier(measured, curves, model, tables))
     spec_only = OpEngine(None, spec_model)
-    sibling = TransferTier(measured, curves, sibling_model())
+    sibling = TransferTier(measured, curves, sibling_model(), tables)
     spec = catalog.get(held)
     results = []
     for family in BENCH_FAMILIES:

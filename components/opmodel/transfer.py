@@ -181,9 +181,9 @@ class CurveTable:
         self.log_c = np.log2(frame[axis].to_numpy(dtype="float64"))
         self.latency = frame["latency_us"].to_numpy(dtype="float64")
         site = _site_labels({k: frame[k].to_numpy() for k in keys})
-        self.sites: dict[str, np.ndarray] = {}
-        for name in pd.unique(site):
-            self.sites[str(name)] = np.flatnonzero(site == name)
+        # each site's row positions, ascending (one grouping pass: a scan per site was quadratic)
+        grouped = pd.Series(np.arange(len(site))).groupby(site, sort=False).indices
+        self.sites: dict[str, np.ndarray] = {str(name): np.sort(idx) for name, idx in grouped.items()}
 
     def resolve(self, shape: dict[str, Any], roof_time_us: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         n = len(roof_time_us)
@@ -215,15 +215,26 @@ class CurveTable:
 
 
 def _site_labels(columns: dict[str, np.ndarray]) -> np.ndarray:
-    """One text key per row of the site columns (sizes as floats: 64 and 64.0 are one size)."""
+    """One text key per row of the site columns (sizes as floats: 64 and 64.0 are one size). The distinct
+    rows are found first and only they are turned into text (a table holds ~60k rows, a few hundred
+    sites)."""
+    frame = pd.DataFrame(
+        {
+            k: np.asarray(v).astype(str) if k in ("distribution",) else np.asarray(v, dtype="float64")
+            for k, v in columns.items()
+        }
+    )
+    codes, uniques = pd.MultiIndex.from_frame(frame).factorize()
     parts = [
-        np.asarray(v).astype(str) if k in ("distribution",) else np.asarray(v, dtype="float64").astype(str)
-        for k, v in columns.items()
+        np.asarray(uniques.get_level_values(i)).astype(str)
+        if k in ("distribution",)
+        else np.asarray(uniques.get_level_values(i), dtype="float64").astype(str)
+        for i, k in enumerate(columns)
     ]
-    out = parts[0].astype(object)
-    for p in parts[1:]:
-        out = out + "|" + p.astype(object)
-    return out
+    labels = parts[0].astype(object)
+    for part in parts[1:]:
+        labels = labels + "|" + part.astype(object)
+    return labels[codes] if len(codes) else np.zeros(0, dtype=object)
 
 
 def _shape_keys(family: str) -> tuple[str, ...]:
@@ -245,7 +256,15 @@ class Carried:
 class TransferTier:
     """Relatives of the store (measured tier + curve tables of the families without a layout) carried over."""
 
-    def __init__(self, measured: Any, curves: dict[str, pd.DataFrame] | None, model: TransferModel | None):
+    def __init__(
+        self,
+        measured: Any,
+        curves: dict[str, pd.DataFrame] | None,
+        model: TransferModel | None,
+        curve_tables: dict[tuple, CurveTable] | None = None,
+    ):
+        """``curve_tables``: shared by tiers whose curves hold the same rows per GPU (a leave-one-GPU-out
+        bench's folds), built once per (family, GPU, dtype)."""
         self.measured = measured  # components.opmodel.measured.MeasuredTier
         self.model = model or TransferModel()
         self.curve_groups: dict[tuple, pd.DataFrame] = {}
@@ -254,7 +273,7 @@ class TransferTier:
                 continue
             for (device, dtype), part in frame.groupby(["device_id", "dtype"], sort=True, observed=True):
                 self.curve_groups[(family, str(device), str(dtype))] = part
-        self._curves: dict[tuple, CurveTable] = {}
+        self._curves: dict[tuple, CurveTable] = {} if curve_tables is None else curve_tables
 
     def relatives(self, family: str, dtype: str, kv_dtype: str | None, spec: Any) -> list[tuple[str, float]]:
         """(device, spec distance) of every store GPU with measured rows of the regime, nearest first; the

@@ -75,6 +75,20 @@ def asked_rows(family: str, frame: pd.DataFrame, per_group: int | None, salt: st
     return frame[rank.to_numpy() <= per_group]
 
 
+def device_rows(
+    family: str, frame: pd.DataFrame, device: str, per_group: int | None, salt: str, memo: dict | None
+) -> pd.DataFrame:
+    """``asked_rows`` of one GPU of ``frame``, kept in ``memo`` when given (leave-one-GPU-out benches: each
+    GPU's rows are the same in every fold, and hashing them each time cost a tenth of the bench)."""
+    key = (family, device, per_group, salt)
+    if memo is not None and key in memo:
+        return memo[key]
+    rows = asked_rows(family, frame[frame["device_id"] == device], per_group, salt)
+    if memo is not None:
+        memo[key] = rows
+    return rows
+
+
 def shape_of(family: str, frame: pd.DataFrame) -> dict[str, np.ndarray]:
     keys = [*physics.SHAPE_KEYS[family][0], *physics.SHAPE_KEYS[family][1]]
     out: dict[str, Any] = {k: frame[k].to_numpy(dtype="float64") for k in keys if k in frame}
@@ -96,9 +110,10 @@ def pair_groups(
     targets: list[str],
     per_group: int | None = PAIR_ROWS,
     relatives: set[str] | None = None,
+    memo: dict | None = None,
 ) -> list[PairGroup]:
     """For each target GPU and group of its rows: every relative's carried answer (relatives: store GPUs other
-    than the target, within ``relatives`` when given)."""
+    than the target, within ``relatives`` when given; ``memo``: ``device_rows``')."""
     out = []
     for family in TRANSFER_FAMILIES:
         frame = store.get(family)
@@ -108,7 +123,7 @@ def pair_groups(
             spec = tier.measured.specs.get(target)
             if spec is None:
                 continue
-            rows = asked_rows(family, frame[frame["device_id"] == target], per_group)
+            rows = device_rows(family, frame, target, per_group, "", memo)
             for dtype, kv, part in groups_of(family, rows):
                 shape = shape_of(family, part)
                 numeric = {k: v for k, v in shape.items() if k != "distribution"}
@@ -266,7 +281,9 @@ def choose_settings(groups: list[PairGroup], train: list[str], family: str) -> t
     return best, scores
 
 
-def achievable_peaks(store: dict[str, pd.DataFrame], specs: dict[str, Any], per_group: int = 4000) -> dict:
+def achievable_peaks(
+    store: dict[str, pd.DataFrame], specs: dict[str, Any], per_group: int = 4000, memo: dict | None = None
+) -> dict:
     """Per pipe ("dram", "<pipe>|<dtype>"): the ACHIEVABLE_QUANTILE of achieved / peak over measured rows
     bound on it (capped at ACHIEVABLE_MAX)."""
     shares: dict[str, list[np.ndarray]] = {}
@@ -274,10 +291,10 @@ def achievable_peaks(store: dict[str, pd.DataFrame], specs: dict[str, Any], per_
         frame = store.get(family)
         if frame is None:
             continue
-        for device, part in frame.groupby("device_id", sort=True, observed=True):
-            if device not in specs:
-                continue
-            for dtype, kv, rows in groups_of(family, asked_rows(family, part, per_group, "peak")):
+        for device in sorted(set(map(str, frame["device_id"].unique())) & set(specs)):
+            for dtype, kv, rows in groups_of(
+                family, device_rows(family, frame, device, per_group, "peak", memo)
+            ):
                 numeric = {k: v for k, v in shape_of(family, rows).items() if k != "distribution"}
                 roof = physics.roofline(family, dtype, numeric, specs[device], kv)
                 latency = rows["latency_us"].to_numpy(dtype="float64")
@@ -299,9 +316,12 @@ def fit_transfer(
     devices: list[str],
     per_group: int = PAIR_ROWS,
     floors: dict[str, float] | None = None,
+    memo: dict | None = None,
 ) -> TransferModel:
     """The transfer model of the GPUs ``devices`` (the training side): floors, settings chosen by inner
-    leave-one-GPU-out, corrections and relative errors over all of them, achievable peaks."""
+    leave-one-GPU-out, corrections and relative errors over all of them, achievable peaks. ``memo``: kept
+    across calls whose GPUs' rows are the same (a leave-one-GPU-out bench's folds): sampled rows and curve
+    tables, so the answers are those of a fresh fit."""
     from components.opmodel.spec import latency_floors
 
     specs = {d: measured.specs[d] for d in devices if d in measured.specs}
@@ -311,17 +331,14 @@ def fit_transfer(
         for family in TRANSFER_FAMILIES:
             frame = store.get(family)
             if frame is not None:
-                rows = pd.concat(
-                    [
-                        asked_rows(family, p, 3000, "floor")
-                        for _, p in frame.groupby("device_id", observed=True)
-                    ]
-                )
+                devices_here = sorted(set(map(str, frame["device_id"].unique())))
+                rows = pd.concat([device_rows(family, frame, d, 3000, "floor", memo) for d in devices_here])
                 floors.update(latency_floors(family, rows[rows["device_id"].isin(specs)], specs))
     model.floors = floors
-    tier = TransferTier(measured, {f: store[f] for f in CURVE_FAMILIES if f in store}, model)
+    curve_tables = None if memo is None else memo.setdefault("curve_tables", {})
+    tier = TransferTier(measured, {f: store[f] for f in CURVE_FAMILIES if f in store}, model, curve_tables)
     train = sorted(specs)
-    groups = pair_groups(tier, store, train, per_group, relatives=set(train))
+    groups = pair_groups(tier, store, train, per_group, relatives=set(train), memo=memo)
     model.inconsistent = inconsistent_relatives(groups, set(train))
     for g in groups:  # a relative set apart in a regime answers nothing there, in the fit as in the engine
         apart = model.inconsistent.get(regime_key(g.family, g.regime, None), ())
@@ -337,6 +354,6 @@ def fit_transfer(
                 model.corrections[family] = coefficients
             else:
                 model.settings[family] = TransferSettings(settings.k, settings.tau, None)
-    model.achievable = achievable_peaks(store, specs)
+    model.achievable = achievable_peaks(store, specs, memo=memo)
     model.meta = {"devices": train, "pair_rows": per_group, "inner_scores": scores}
     return model

@@ -65,3 +65,46 @@ def test_a_set_apart_gpu_is_no_relative_of_the_regime_in_the_engine(tmp_path) ->
     assert "h100-sxm" in [
         d for d, _ in TransferTier(store, None, None).relatives("gemm", "int8_wo", None, asked)
     ]
+
+
+def test_a_memo_shared_across_folds_fits_what_fresh_fits_do() -> None:
+    """The leave-one-GPU-out bench keeps sampled rows and curve tables across its folds: every fold's model
+    must be the one a fresh fit gives (synthetic bf16 GEMMs and MoE curves following known physics)."""
+    import pandas as pd
+
+    from components.devices.catalog import load_catalog
+    from components.opmodel.measured import MeasuredTier
+    from components.opmodel.transfer_fit import fit_transfer
+    from components.physics import roofline as physics
+
+    catalog = load_catalog()
+    gpus = ("a100-sxm4-80gb", "h100-sxm", "h200", "l40s")
+    gemm, moe = [], []
+    sizes = 2.0 ** np.arange(0, 12)
+    for i, device in enumerate(gpus):
+        spec = catalog.get(device)
+        m, n = np.meshgrid(sizes, (1024.0, 4096.0), indexing="ij")
+        shape = {"M": m.ravel(), "N": n.ravel(), "K": np.full(m.size, 2048.0)}
+        t = (physics.roofline("gemm", "bf16", shape, spec).time_us + 4.0) * (1.2 + 0.05 * i)
+        gemm.append(pd.DataFrame({"device_id": device, "dtype": "bf16", **shape, "latency_us": t}))
+        dims = {"T": sizes, "E": 64.0, "topk": 8.0, "H": 4096.0, "I": 1536.0, "tp": 1.0, "ep": 1.0}
+        t = (physics.roofline("moe", "bf16", dims, spec).time_us + 8.0) * (1.5 + 0.1 * i)
+        moe.append(pd.DataFrame({"device_id": device, "dtype": "bf16", **dims, "latency_us": t}))
+    spread = {"n_repeats": 1}  # the store's repeat columns: one measurement per kernel
+    store = {
+        "gemm": pd.concat(gemm, ignore_index=True).assign(**spread),
+        "moe": pd.concat(moe, ignore_index=True).assign(distribution="balanced", **spread),
+    }
+    for frame in store.values():
+        frame["latency_min_us"] = frame["latency_max_us"] = frame["latency_us"]
+    full = MeasuredTier({"gemm": store["gemm"]}, {d: catalog.get(d) for d in gpus})
+    memo: dict = {}
+    for held in gpus:
+        train = {f: v[v["device_id"] != held] for f, v in store.items()}
+        devices = [d for d in gpus if d != held]
+        shared = fit_transfer(full.without(held), train, devices, 40, memo=memo)
+        fresh = fit_transfer(full.without(held), train, devices, 40)
+        assert shared.settings == fresh.settings and shared.floors == fresh.floors
+        assert shared.relative_error == fresh.relative_error and shared.achievable == fresh.achievable
+        assert shared.meta["inner_scores"] == fresh.meta["inner_scores"]
+    assert memo["curve_tables"]  # the MoE curves were built once and kept
