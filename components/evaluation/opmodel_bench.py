@@ -152,11 +152,24 @@ def unseen_gpu(
         )
     )
     results, calibrated, chosen, full, memo = [], [], {}, None, {}
+    fits: dict[frozenset[str], Any] = {}  # GPUs left out -> spec model ({A, B}: held A inner B, and B A)
+
+    def spec_without(*left_out: str) -> Any:
+        key = frozenset(left_out)
+        if key not in fits:
+            train = {f: r[~r["device_id"].isin(key)] for f, r in rows.items()}
+            fits[key] = spec_tier.fit(
+                train, specs, **({"rounds": rounds} if rounds else {}), params=params, configs=configs
+            )
+            if transfer_pair_rows:  # the engine's spec tier: priors of the families without a booster
+                rest = {
+                    f: v[~v["device_id"].isin(key)] for f, v in store.items() if f not in fits[key].boosters
+                }
+                spec_tier.fit_priors(fits[key], rest, specs)
+        return fits[key]
+
     for held in held_gpus:
-        train = {f: r[r["device_id"] != held] for f, r in rows.items()}
-        model = spec_tier.fit(
-            train, specs, **({"rounds": rounds} if rounds else {}), params=params, configs=configs
-        )
+        model = spec_without(held)
         if transfer_pair_rows:
             from components.evaluation.transfer_bench import held_gpu_scores
 
@@ -167,10 +180,21 @@ def unseen_gpu(
                 stored = {str(d) for v in store.values() for d in v["device_id"].unique() if d in catalog}
                 full = MeasuredTier(every, {d: catalog.get(d) for d in stored})
             scored, transfer_model = held_gpu_scores(
-                store, held, model, test_per_group, transfer_pair_rows, full, memo
+                store,
+                held,
+                model,
+                test_per_group,
+                transfer_pair_rows,
+                full,
+                memo,
+                lambda g, h=held: spec_without(h, g),
             )
             results.extend(scored)
-            chosen[held] = {f: vars(s) for f, s in transfer_model.settings.items()}
+            chosen[held] = {
+                **{f: vars(s) for f, s in transfer_model.settings.items()},
+                "far": {f: v["tier"] for f, v in transfer_model.far.items()},
+                "inconsistent": transfer_model.inconsistent,
+            }
         else:
             results.extend(score_held_gpu(model, store, held, specs[held], test_per_group))
         if calibration_rows:

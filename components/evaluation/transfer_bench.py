@@ -39,9 +39,11 @@ def held_gpu_scores(
     pair_rows: int,
     full: Any = None,
     memo: dict | None = None,
+    spec_without: Any = None,
 ) -> tuple[list[dict[str, Any]], Any]:
     """``full``: the measured tier of every GPU of ``store`` (its ``without(held)`` answers); ``memo``: kept
-    across the held-out GPUs of one store (``transfer_fit.fit_transfer``'s). Per (family,
+    across the held-out GPUs of one store (``transfer_fit.fit_transfer``'s); ``spec_without``: a training GPU
+    -> the spec model fitted without it and ``held`` (the far choice's inner folds). Per (family,
     dtype[, kv]) group of ``held``'s rows: summed APEs of the engine (transfer tier, else
     spec), of the spec tier alone, of the sibling rule (over the rows it answers) and of the roofline; and
     the fitted transfer model."""
@@ -64,7 +66,7 @@ def held_gpu_scores(
     curves = {f: v for f, v in train.items() if f in CURVE_FAMILIES}
     fit_priors(spec_model, {f: v for f, v in train.items() if f not in spec_model.boosters}, specs)
     memo = {} if memo is None else memo
-    model = fit_transfer(measured, train, devices, pair_rows, memo=memo)
+    model = fit_transfer(measured, train, devices, pair_rows, memo=memo, spec_without=spec_without)
     tables = memo.setdefault("curve_tables", {})
     engine = OpEngine(measured, spec_model, transfer=TransferTier(measured, curves, model, tables))
     spec_only = OpEngine(None, spec_model)

@@ -84,6 +84,9 @@ class TransferModel:
     # family|dtype[|kv] -> GPUs whose table of that regime measured another kernel than their relatives'
     # (``transfer_fit.inconsistent_relatives``): no relative there
     inconsistent: dict[str, list[str]] = field(default_factory=dict)
+    # family -> {"tier": transfer | blend | spec, inner scores}: the answer where no relative is of the asked
+    # GPU's generation (``tier_choice``); absent: the transfer tier's
+    far: dict[str, dict[str, Any]] = field(default_factory=dict)
 
     def settings_of(self, family: str) -> TransferSettings:
         return self.settings.get(family, TransferSettings())
@@ -100,6 +103,7 @@ class TransferModel:
             "achievable": self.achievable,
             "meta": self.meta,
             "inconsistent": self.inconsistent,
+            "far": self.far,
         }
         (Path(folder) / TRANSFER_FILE).write_text(json.dumps(data, indent=1, sort_keys=True))
 
@@ -117,6 +121,7 @@ class TransferModel:
             {k: float(v) for k, v in data.get("achievable", {}).items()},
             dict(data.get("meta", {})),
             {k: [str(d) for d in v] for k, v in data.get("inconsistent", {}).items()},
+            dict(data.get("far", {})),
         )
 
 
@@ -295,6 +300,16 @@ class TransferTier:
                 continue
             out.append((device, spec_distance(spec, other, dtype)))
         return sorted(out, key=lambda t: (t[1], t[0]))
+
+    def far_choice(self, family: str, dtype: str, kv_dtype: str | None, spec: Any) -> str:
+        """``transfer`` where a relative of the regime is of the asked GPU's generation, else the family's far
+        choice (``tier_choice``: transfer, blend or spec)."""
+        from components.opmodel.tier_choice import near
+
+        found = self.relatives(family, dtype, kv_dtype, spec)
+        if any(near(spec, self.measured.specs[d]) for d, _ in found):
+            return "transfer"
+        return str(self.model.far.get(family, {}).get("tier", "transfer"))
 
     def _has(self, family: str, device: str, dtype: str, kv_dtype: str | None) -> bool:
         if family in CURVE_FAMILIES:

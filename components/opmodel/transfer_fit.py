@@ -53,6 +53,9 @@ class PairGroup:
     actual: np.ndarray
     carried: list[Carried]
     regime: str = ""  # dtype[|kv dtype]: ``transfer.regime_key`` with the family
+    shape: dict[str, np.ndarray] | None = None  # the rows asked (the far choice's spec answers)
+    dtype: str = ""
+    kv: str | None = None
 
 
 def asked_rows(family: str, frame: pd.DataFrame, per_group: int | None, salt: str = "") -> pd.DataFrame:
@@ -139,7 +142,8 @@ def pair_groups(
                     continue
                 carried = [tier.carried(family, dtype, shape, spec, roof, kv, d, dist) for d, dist in found]
                 actual = part["latency_us"].to_numpy(dtype="float64")
-                out.append(PairGroup(target, family, actual, carried, regime_key("", dtype, kv)))
+                regime = regime_key("", dtype, kv)
+                out.append(PairGroup(target, family, actual, carried, regime, shape, dtype, kv))
     return out
 
 
@@ -281,6 +285,29 @@ def choose_settings(groups: list[PairGroup], train: list[str], family: str) -> t
     return best, scores
 
 
+def far_choice(
+    groups: list[PairGroup], train: list[str], specs: dict[str, Any], model: TransferModel, spec_without: Any
+) -> dict[str, dict[str, Any]]:
+    """``tier_choice.choose_far`` with the transfer tier's inner answers: the family's chosen settings, its
+    correction and relative errors fitted without the GPU answered."""
+    from components.opmodel.tier_choice import choose_far
+
+    fits: dict[tuple[str, str], Any] = {}
+
+    def predict_without(group: PairGroup, held: str) -> np.ndarray:
+        allowed = set(train) - {held}
+        settings = model.settings_of(group.family)
+        key = (group.family, held)
+        if key not in fits:
+            family = [g for g in groups if g.family == group.family]
+            coefficients = None if settings.ridge is None else fit_ridge(family, allowed, settings.ridge)
+            fits[key] = (coefficients, relative_errors(groups, allowed))
+        coefficients, errors = fits[key]
+        return answer(group, allowed, settings, coefficients, errors)
+
+    return choose_far(groups, train, specs, predict_without, spec_without)
+
+
 def achievable_peaks(
     store: dict[str, pd.DataFrame], specs: dict[str, Any], per_group: int = 4000, memo: dict | None = None
 ) -> dict:
@@ -317,11 +344,13 @@ def fit_transfer(
     per_group: int = PAIR_ROWS,
     floors: dict[str, float] | None = None,
     memo: dict | None = None,
+    spec_without: Any = None,
 ) -> TransferModel:
     """The transfer model of the GPUs ``devices`` (the training side): floors, settings chosen by inner
     leave-one-GPU-out, corrections and relative errors over all of them, achievable peaks. ``memo``: kept
     across calls whose GPUs' rows are the same (a leave-one-GPU-out bench's folds): sampled rows and curve
-    tables, so the answers are those of a fresh fit."""
+    tables, so the answers are those of a fresh fit. ``spec_without``: a training GPU -> the spec model
+    fitted without it; given, the far choice is made (``tier_choice.choose_far``)."""
     from components.opmodel.spec import latency_floors
 
     specs = {d: measured.specs[d] for d in devices if d in measured.specs}
@@ -354,6 +383,8 @@ def fit_transfer(
                 model.corrections[family] = coefficients
             else:
                 model.settings[family] = TransferSettings(settings.k, settings.tau, None)
+    if spec_without is not None:
+        model.far = far_choice(groups, train, specs, model, spec_without)
     model.achievable = achievable_peaks(store, specs, memo=memo)
     model.meta = {"devices": train, "pair_rows": per_group, "inner_scores": scores}
     return model
