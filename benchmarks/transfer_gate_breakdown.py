@@ -1,4 +1,4 @@
-"""The gate's ``aiconfigurator-unseen-gpu`` entry at its caps, broken down per (family, GPU, dtype): the engine
+"""The gate's ``aiconfigurator-unseen-gpu`` entry at its caps, per (family, GPU, dtype): the engine
 (transfer tier, else spec), the spec tier alone and the sibling rule, MAPE; and the wall time. The same call
 the gate makes (``opmodel_bench.unseen_gpu`` with ``gate_entry``'s default caps), so before/after figures
 compare.
@@ -38,8 +38,12 @@ def main(store_dir: str, datasets: str, out: str | None = None, gpus: str | None
     seconds = time.perf_counter() - started
     frame = pd.DataFrame(result["groups"])
     table = frame.groupby(["family", "device", "dtype"]).agg(
-        n=("n", "sum"), ape=("sum_ape", "sum"), spec=("sum_spec", "sum"), sib=("sum_sibling", "sum"),
-        n_sib=("n_sibling", "sum"), share=("transfer_share", "mean"),
+        n=("n", "sum"),
+        ape=("sum_ape", "sum"),
+        spec=("sum_spec", "sum"),
+        sib=("sum_sibling", "sum"),
+        n_sib=("n_sibling", "sum"),
+        share=("transfer_share", "mean"),
     )
     table["engine"] = 100 * table.ape / table.n
     table["spec_only"] = 100 * table.spec / table.n
@@ -49,14 +53,27 @@ def main(store_dir: str, datasets: str, out: str | None = None, gpus: str | None
     for level in (["family", "device"], ["family"]):
         agg = table.groupby(level=level)[["n", "ape", "spec", "sib", "n_sib"]].sum()
         agg = pd.DataFrame(
-            {"engine": 100 * agg.ape / agg.n, "spec_only": 100 * agg.spec / agg.n, "sibling": 100 * agg.sib / agg.n_sib}
+            {
+                "engine": 100 * agg.ape / agg.n,
+                "spec_only": 100 * agg.spec / agg.n,
+                "sibling": 100 * agg.sib / agg.n_sib,
+            }
         )
         print(agg.round(1).to_string())
     print(f"seconds {seconds:.1f}")
     print("settings", json.dumps(result.get("transfer_settings")))
     if out:
-        Path(out).write_text(json.dumps({"seconds": seconds, "metrics": result["metrics"], "groups": result["groups"],
-                                         "settings": result.get("transfer_settings")}, indent=1))
+        Path(out).write_text(
+            json.dumps(
+                {
+                    "seconds": seconds,
+                    "metrics": result["metrics"],
+                    "groups": result["groups"],
+                    "settings": result.get("transfer_settings"),
+                },
+                indent=1,
+            )
+        )
 
 
 if __name__ == "__main__":

@@ -397,7 +397,9 @@ class OpEngine:
         duration[where] = value[take]
         tier[where] = "transfer"
         support[where] = text[take]
-        quantiles[0][where], quantiles[1][where] = self.intervals["transfer"]
+        # the family's inner leave-one-GPU-out residual quantiles where learned, else the tier's default
+        learned = self.transfer.model.intervals.get(family)
+        quantiles[0][where], quantiles[1][where] = learned or self.intervals["transfer"]
 
 
 def cap_achievable(duration: np.ndarray, roof: physics.Roofline, achievable: dict[str, float]) -> np.ndarray:

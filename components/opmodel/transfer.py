@@ -87,6 +87,8 @@ class TransferModel:
     # family -> {"tier": transfer | blend | spec, inner scores}: the answer where no relative is of the asked
     # GPU's generation (``tier_choice``); absent: the transfer tier's
     far: dict[str, dict[str, Any]] = field(default_factory=dict)
+    # family -> (low, high) quantiles of log(actual / answer) over the inner leave-one-GPU-out answers
+    intervals: dict[str, list[float]] = field(default_factory=dict)
 
     def settings_of(self, family: str) -> TransferSettings:
         return self.settings.get(family, TransferSettings())
@@ -104,6 +106,7 @@ class TransferModel:
             "meta": self.meta,
             "inconsistent": self.inconsistent,
             "far": self.far,
+            "intervals": self.intervals,
         }
         (Path(folder) / TRANSFER_FILE).write_text(json.dumps(data, indent=1, sort_keys=True))
 
@@ -122,6 +125,7 @@ class TransferModel:
             dict(data.get("meta", {})),
             {k: [str(d) for d in v] for k, v in data.get("inconsistent", {}).items()},
             dict(data.get("far", {})),
+            {k: [float(x) for x in v] for k, v in data.get("intervals", {}).items()},
         )
 
 

@@ -40,6 +40,8 @@ GRID_K: tuple[int, ...] = (1, 2, 3)
 GRID_TAU: tuple[float, ...] = (0.5, 2.0)
 GRID_RIDGE: tuple[float | None, ...] = (None, 0.03, 0.3, 3.0)  # per-row ridge strength; None = plain physics
 INCONSISTENT_LOG = 0.3  # a regime erring this much (log) beyond the pair's best regime: another kernel
+INTERVAL_QUANTILES = (0.05, 0.95)  # the engine's other tiers' interval (``engine.DEFAULT_INTERVALS``)
+INTERVAL_MIN_ROWS = 50  # fewer inner residuals: the engine's default interval stays
 ACHIEVABLE_QUANTILE = 0.99
 ACHIEVABLE_MAX = 0.98  # no answer at 100% of a datasheet peak, whatever a table's L2-resident rows reached
 
@@ -285,13 +287,10 @@ def choose_settings(groups: list[PairGroup], train: list[str], family: str) -> t
     return best, scores
 
 
-def far_choice(
-    groups: list[PairGroup], train: list[str], specs: dict[str, Any], model: TransferModel, spec_without: Any
-) -> dict[str, dict[str, Any]]:
-    """``tier_choice.choose_far`` with the transfer tier's inner answers: the family's chosen settings, its
-    correction and relative errors fitted without the GPU answered."""
-    from components.opmodel.tier_choice import choose_far
-
+def inner_predictor(groups: list[PairGroup], train: list[str], model: TransferModel) -> Any:
+    """``(group, held) -> answer``: the transfer tier's answer of a pair group from the training GPUs but
+    ``held``, with the family's chosen settings and its correction and relative errors fitted without
+    ``held`` (the inner leave-one-GPU-out, as ``choose_settings`` scores it)."""
     fits: dict[tuple[str, str], Any] = {}
 
     def predict_without(group: PairGroup, held: str) -> np.ndarray:
@@ -305,7 +304,41 @@ def far_choice(
         coefficients, errors = fits[key]
         return answer(group, allowed, settings, coefficients, errors)
 
-    return choose_far(groups, train, specs, predict_without, spec_without)
+    return predict_without
+
+
+def inner_intervals(
+    groups: list[PairGroup], predict_without: Any, quantiles: tuple[float, float] = INTERVAL_QUANTILES
+) -> dict[str, list[float]]:
+    """Per family: the (low, high) quantiles of log(actual / answer) of the inner leave-one-GPU-out answers
+    (each training GPU answered from the others): the transfer tier's interval, learned where the default
+    was a guess. Each GPU weighs alike (its residuals resampled to one count), so the GPU with most rows
+    does not set the interval."""
+    residuals: dict[str, dict[str, list[np.ndarray]]] = {}
+    for g in groups:
+        got = predict_without(g, g.target)
+        ok = np.isfinite(got)
+        if ok.any():
+            logs = np.log(g.actual[ok] / got[ok])
+            residuals.setdefault(g.family, {}).setdefault(g.target, []).append(logs)
+    out = {}
+    for family, per_gpu in sorted(residuals.items()):
+        values = [np.sort(np.concatenate(v)) for v in per_gpu.values()]
+        if sum(map(len, values)) < INTERVAL_MIN_ROWS:
+            continue
+        grid = np.linspace(0.0, 1.0, 101)
+        pooled = np.concatenate([np.quantile(v, grid) for v in values])
+        out[family] = [float(np.quantile(pooled, quantiles[0])), float(np.quantile(pooled, quantiles[1]))]
+    return out
+
+
+def far_choice(
+    groups: list[PairGroup], train: list[str], specs: dict[str, Any], model: TransferModel, spec_without: Any
+) -> dict[str, dict[str, Any]]:
+    """``tier_choice.choose_far`` with the transfer tier's inner answers (``inner_predictor``)."""
+    from components.opmodel.tier_choice import choose_far
+
+    return choose_far(groups, train, specs, inner_predictor(groups, train, model), spec_without)
 
 
 def achievable_peaks(
@@ -383,6 +416,7 @@ def fit_transfer(
                 model.corrections[family] = coefficients
             else:
                 model.settings[family] = TransferSettings(settings.k, settings.tau, None)
+    model.intervals = inner_intervals(groups, inner_predictor(groups, train, model))
     if spec_without is not None:
         model.far = far_choice(groups, train, specs, model, spec_without)
     model.achievable = achievable_peaks(store, specs, memo=memo)

@@ -88,7 +88,9 @@ def test_the_engine_answers_a_far_gpu_as_chosen(catalog) -> None:
     asked = catalog.get("l40s")
 
     def raw(choice: str):
-        model = TransferModel(far={"gemm": {"tier": choice}} if choice else {})
+        model = TransferModel(
+            far={"gemm": {"tier": choice}} if choice else {}, intervals={"gemm": [-0.2, 0.1]}
+        )
         engine = OpEngine(measured, spec_model, transfer=TransferTier(measured, None, model))
         return engine.raw_predict("gemm", "bf16", shape, asked)
 
@@ -96,3 +98,26 @@ def test_the_engine_answers_a_far_gpu_as_chosen(catalog) -> None:
     assert (transfer.tier == "transfer").all() and (spec.tier == "spec").all()
     assert (blend.tier == "transfer").all() and all("blended with the spec tier" in s for s in blend.support)
     np.testing.assert_allclose(blend.duration_us, np.sqrt(transfer.duration_us * spec.duration_us))
+    # the transfer tier's interval is the learned one (inner residual quantiles), not the default +-0.3
+    np.testing.assert_allclose(transfer.hi, transfer.duration_us * np.exp(0.1))
+    assert (transfer.lo <= transfer.duration_us * np.exp(-0.2) + 1e-9).all()
+
+
+def test_transfer_intervals_are_the_inner_residual_quantiles(catalog) -> None:
+    from components.opmodel.measured import MeasuredTier
+    from components.opmodel.transfer_fit import fit_transfer, inner_predictor, pair_groups
+
+    store = _store(catalog)
+    specs = {d: catalog.get(d) for d in GPUS}
+    model = fit_transfer(MeasuredTier(store, specs), store, list(GPUS), 40)
+    low, high = model.intervals["gemm"]
+    # the GPUs differ by constant factors 1.2 .. 2.1: answers from slower and from faster relatives
+    assert low < 0.0 < high
+    from components.opmodel.transfer import TransferTier
+
+    tier = TransferTier(MeasuredTier(store, specs), None, model)
+    groups = pair_groups(tier, store, list(GPUS), 40, relatives=set(GPUS))
+    predict = inner_predictor(groups, list(GPUS), model)
+    logs = np.concatenate([np.log(g.actual / predict(g, g.target)) for g in groups])
+    inside = np.mean((logs >= low - 1e-9) & (logs <= high + 1e-9))
+    assert 0.8 <= inside <= 1.0  # a 5-95% interval of the inner residuals (per GPU weighed alike)
