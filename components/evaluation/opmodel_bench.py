@@ -192,7 +192,7 @@ def unseen_gpu(
             results.extend(scored)
             chosen[held] = {
                 **{f: vars(s) for f, s in transfer_model.settings.items()},
-                "far": {f: v["tier"] for f, v in transfer_model.far.items()},
+                "far": transfer_model.far,
                 "inconsistent": transfer_model.inconsistent,
             }
         else:
