@@ -13,6 +13,7 @@ Both report MAPE per family and per GPU beside the training-free roofline. Rows 
 
 from __future__ import annotations
 
+import functools
 import statistics
 import time
 from pathlib import Path
@@ -152,22 +153,10 @@ def unseen_gpu(
         )
     )
     results, calibrated, chosen, full, memo = [], [], {}, None, {}
-    fits: dict[frozenset[str], Any] = {}  # GPUs left out -> spec model ({A, B}: held A inner B, and B A)
+    from components.evaluation.transfer_bench import SpecFits
 
-    def spec_without(*left_out: str) -> Any:
-        key = frozenset(left_out)
-        if key not in fits:
-            train = {f: r[~r["device_id"].isin(key)] for f, r in rows.items()}
-            fits[key] = spec_tier.fit(
-                train, specs, **({"rounds": rounds} if rounds else {}), params=params, configs=configs
-            )
-            if transfer_pair_rows:  # the engine's spec tier: priors of the families without a booster
-                rest = {
-                    f: v[~v["device_id"].isin(key)] for f, v in store.items() if f not in fits[key].boosters
-                }
-                spec_tier.fit_priors(fits[key], rest, specs)
-        return fits[key]
-
+    fit_args = {**({"rounds": rounds} if rounds else {}), "params": params, "configs": configs}
+    spec_without = SpecFits(rows, store if transfer_pair_rows else None, specs, fit_args)
     for held in held_gpus:
         model = spec_without(held)
         if transfer_pair_rows:
@@ -179,15 +168,9 @@ def unseen_gpu(
                 every = {f: v for f, v in store.items() if f in LAYOUTS}
                 stored = {str(d) for v in store.values() for d in v["device_id"].unique() if d in catalog}
                 full = MeasuredTier(every, {d: catalog.get(d) for d in stored})
+            inner = functools.partial(spec_without, held)  # the far choice's inner folds: held and one more
             scored, transfer_model = held_gpu_scores(
-                store,
-                held,
-                model,
-                test_per_group,
-                transfer_pair_rows,
-                full,
-                memo,
-                lambda g, h=held: spec_without(h, g),
+                store, held, model, test_per_group, transfer_pair_rows, full, memo, inner
             )
             results.extend(scored)
             chosen[held] = {
