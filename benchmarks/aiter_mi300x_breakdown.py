@@ -1,7 +1,7 @@
 """The gate's ``aiter-unseen-gpu`` entry at its caps: MI300X's GEMMs per dtype, the spec tier, the engine
 (transfer tier, else spec) with the spec tier on the same rows, and the sibling rule from MI308X.
 
-    KERNELCAST_HOME=... python benchmarks/aiter_mi300x_breakdown.py STORE_DIR DATASETS_DIR
+    PYTHONPATH=. KERNELCAST_HOME=... python benchmarks/aiter_mi300x_breakdown.py STORE_DIR DATASETS_DIR
 """
 
 from __future__ import annotations

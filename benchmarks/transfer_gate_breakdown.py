@@ -3,7 +3,7 @@
 the gate makes (``opmodel_bench.unseen_gpu`` with ``gate_entry``'s default caps), so before/after figures
 compare.
 
-    KERNELCAST_HOME=... python benchmarks/transfer_gate_breakdown.py STORE_DIR DATASETS_DIR [OUT.json] [GPUS]
+    PYTHONPATH=. KERNELCAST_HOME=... python benchmarks/transfer_gate_breakdown.py STORE DATASETS [OUT] [GPUS]
 """
 
 from __future__ import annotations
