@@ -4,7 +4,10 @@ The op engine's spec model is fitted on the measured store without MI300X (AICon
 aiter's MI308X) exactly as ``aiconfigurator-unseen-gpu`` fits it for a held-out GPU, and scores MI300X's GEMMs
 from its spec sheet: aiter's fp8 block-scaled and int8 GEMMs, and its batched bf16/int8 GEMMs (family ``bmm``
 in the store, asked as GEMMs with a batch ``B``). The figures are per dtype (MI300X has no plain bf16 GEMM:
-its bf16 rows are the batched ones).
+its bf16 rows are the batched ones). Beside the spec tier: the engine as it answers a GPU it never measured
+(the transfer tier from MI300X's measured relatives -- MI308X, of its generation, first -- else the spec
+tier; ``transfer_bench.held_gpu_scores``, the transfer model fitted on the other GPUs only), with the spec
+tier on the same rows (``engine_mape`` / ``engine_spec_mape``).
 
 
 
@@ -23,6 +26,7 @@ HELD = "mi300x"
 SIBLING = "mi308x"
 FLOOR_US = 3.0  # the sibling rule's per-kernel latency floor
 SHAPE = ("B", "M", "N", "K")
+PAIR_ROWS = 80  # the transfer fit's rows per (GPU, dtype), as the aiconfigurator-unseen-gpu gate entry
 
 
 def gemm_with_batches(store: dict[str, pd.DataFrame]) -> pd.DataFrame:
@@ -110,6 +114,16 @@ def unseen_mi300x(
     shared = shared_shapes(gemms, HELD, SIBLING)
     for group in score_held_gpu(model, {"gemm": shared}, HELD, held, None):
         per_dtype[group["dtype"]]["shared_mape"] = group["sum_ape"] / group["n"]
+    # the engine (transfer tier, else spec) on MI300X's plain GEMMs (bmm rows have no relative's table)
+    from components.evaluation.transfer_bench import held_gpu_scores
+
+    for group in held_gpu_scores(store, HELD, model, test_per_group, PAIR_ROWS)[0]:
+        if group["family"] == "gemm":
+            entry = per_dtype.setdefault(group["dtype"], {})
+            entry["engine_mape"] = group["sum_ape"] / group["n"]
+            entry["engine_spec_mape"] = group["sum_spec"] / group["n"]
+            entry["engine_n"], entry["transfer_share"] = group["n"], group["transfer_share"]
+            out["metrics"][f"gemm_{group['dtype']}_engine_mape"] = entry["engine_mape"]
     out["per_dtype"] = {"gemm": per_dtype}
     out["groups"] = groups
     out["sibling"] = sibling

@@ -13,6 +13,7 @@ Both report MAPE per family and per GPU beside the training-free roofline. Rows 
 
 from __future__ import annotations
 
+import functools
 import statistics
 import time
 from pathlib import Path
@@ -151,12 +152,13 @@ def unseen_gpu(
             }
         )
     )
-    results, calibrated, chosen, full = [], [], {}, None
+    results, calibrated, chosen, full, memo = [], [], {}, None, {}
+    from components.evaluation.transfer_bench import SpecFits
+
+    fit_args = {**({"rounds": rounds} if rounds else {}), "params": params, "configs": configs}
+    spec_without = SpecFits(rows, store if transfer_pair_rows else None, specs, fit_args)
     for held in held_gpus:
-        train = {f: r[r["device_id"] != held] for f, r in rows.items()}
-        model = spec_tier.fit(
-            train, specs, **({"rounds": rounds} if rounds else {}), params=params, configs=configs
-        )
+        model = spec_without(held)
         if transfer_pair_rows:
             from components.evaluation.transfer_bench import held_gpu_scores
 
@@ -166,11 +168,16 @@ def unseen_gpu(
                 every = {f: v for f, v in store.items() if f in LAYOUTS}
                 stored = {str(d) for v in store.values() for d in v["device_id"].unique() if d in catalog}
                 full = MeasuredTier(every, {d: catalog.get(d) for d in stored})
+            inner = functools.partial(spec_without, held)  # the far choice's inner folds: held and one more
             scored, transfer_model = held_gpu_scores(
-                store, held, model, test_per_group, transfer_pair_rows, full
+                store, held, model, test_per_group, transfer_pair_rows, full, memo, inner
             )
             results.extend(scored)
-            chosen[held] = {f: vars(s) for f, s in transfer_model.settings.items()}
+            chosen[held] = {
+                **{f: vars(s) for f, s in transfer_model.settings.items()},
+                "far": transfer_model.far,
+                "inconsistent": transfer_model.inconsistent,
+            }
         else:
             results.extend(score_held_gpu(model, store, held, specs[held], test_per_group))
         if calibration_rows:

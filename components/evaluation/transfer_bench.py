@@ -21,6 +21,33 @@ SIBLING_FLOOR_US = 3.0  # the issue's rule: roof + 3 us
 ANSWERS: dict[str, str] = {"sum_ape": "", "sum_spec": "spec_", "sum_sibling": "sibling_"}
 
 
+class SpecFits:
+    """Spec models fitted without a set of GPUs, each set once: the held-out GPU's model, and its inner folds'
+    (the far choice: ``{A, B}`` serves held A with inner B and held B with inner A). ``store``: the families
+    without a booster take their priors from it (the engine's spec tier), None for the spec tier alone."""
+
+    def __init__(
+        self, rows: dict[str, pd.DataFrame], store: dict | None, specs: dict, fit_args: dict[str, Any]
+    ) -> None:
+        self.rows, self.store, self.specs, self.fit_args = rows, store, specs, fit_args
+        self.fits: dict[frozenset[str], Any] = {}
+
+    def __call__(self, *left_out: str) -> Any:
+        from components.opmodel import spec as spec_tier
+
+        key = frozenset(left_out)
+        if key not in self.fits:
+            train = {f: r[~r["device_id"].isin(key)] for f, r in self.rows.items()}
+            model = spec_tier.fit(train, self.specs, **self.fit_args)
+            if self.store is not None:
+                rest = {
+                    f: v[~v["device_id"].isin(key)] for f, v in self.store.items() if f not in model.boosters
+                }
+                spec_tier.fit_priors(model, rest, self.specs)
+            self.fits[key] = model
+        return self.fits[key]
+
+
 def sibling_model() -> Any:
     """The issue's rule as a transfer model: the nearest relative, no correction, a 3 us floor everywhere."""
     from components.opmodel.transfer import TransferModel, TransferSettings
@@ -38,8 +65,12 @@ def held_gpu_scores(
     test_per_group: int | None,
     pair_rows: int,
     full: Any = None,
+    memo: dict | None = None,
+    spec_without: Any = None,
 ) -> tuple[list[dict[str, Any]], Any]:
-    """``full``: the measured tier of every GPU of ``store`` (its ``without(held)`` answers). Per (family,
+    """``full``: the measured tier of every GPU of ``store`` (its ``without(held)`` answers); ``memo``: kept
+    across the held-out GPUs of one store (``transfer_fit.fit_transfer``'s); ``spec_without``: a training GPU
+    -> the spec model fitted without it and ``held`` (the far choice's inner folds). Per (family,
     dtype[, kv]) group of ``held``'s rows: summed APEs of the engine (transfer tier, else
     spec), of the spec tier alone, of the sibling rule (over the rows it answers) and of the roofline; and
     the fitted transfer model."""
@@ -61,10 +92,12 @@ def held_gpu_scores(
     measured = full.without(held)
     curves = {f: v for f, v in train.items() if f in CURVE_FAMILIES}
     fit_priors(spec_model, {f: v for f, v in train.items() if f not in spec_model.boosters}, specs)
-    model = fit_transfer(measured, train, devices, pair_rows)
-    engine = OpEngine(measured, spec_model, transfer=TransferTier(measured, curves, model))
+    memo = {} if memo is None else memo
+    model = fit_transfer(measured, train, devices, pair_rows, memo=memo, spec_without=spec_without)
+    tables = memo.setdefault("curve_tables", {})
+    engine = OpEngine(measured, spec_model, transfer=TransferTier(measured, curves, model, tables))
     spec_only = OpEngine(None, spec_model)
-    sibling = TransferTier(measured, curves, sibling_model())
+    sibling = TransferTier(measured, curves, sibling_model(), tables)
     spec = catalog.get(held)
     results = []
     for family in BENCH_FAMILIES:

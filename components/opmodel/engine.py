@@ -371,6 +371,8 @@ class OpEngine:
     ) -> None:
         """Answer, in place, the rows still on the spec tier from the GPU's measured relatives (transfer
         tier)."""
+        from components.opmodel.tier_choice import combine
+
         rows = np.flatnonzero(tier == "spec")
         if self.transfer is None or family not in ("gemm", "attention", "moe") or not len(rows):
             return
@@ -382,12 +384,22 @@ class OpEngine:
         if got is None:
             return
         value, text = got
+        choice = self.transfer.far_choice(family, dtype, kv_dtype, spec)
+        if choice == "spec":  # no relative of its generation, and the spec tier errs less there
+            return
+        if choice == "blend":
+            value = combine(choice, value, duration[rows])
+            text = np.where(
+                text == "", text, text + "; blended with the spec tier (no relative of its generation)"
+            )
         take = np.isfinite(value)
         where = rows[take]
         duration[where] = value[take]
         tier[where] = "transfer"
         support[where] = text[take]
-        quantiles[0][where], quantiles[1][where] = self.intervals["transfer"]
+        # the family's inner leave-one-GPU-out residual quantiles where learned, else the tier's default
+        learned = self.transfer.model.intervals.get(family)
+        quantiles[0][where], quantiles[1][where] = learned or self.intervals["transfer"]
 
 
 def cap_achievable(duration: np.ndarray, roof: physics.Roofline, achievable: dict[str, float]) -> np.ndarray:

@@ -5,7 +5,13 @@ Sources: AIConfigurator's tables (NVIDIA GPUs) and aiter's tuned tables (AMD MI3
 folder. aiter's rows take the same per-family layout (its batched GEMMs are family ``bmm``, keyed by B too);
 a row faster than its roofline on the catalog spec (17 MI308X rows: placeholder times such as ``us = 1.0``
 for a 98304 x 24576 x 1536 GEMM) is physically impossible and stays out of the store (validation
-quarantines it in the canonical tables).
+quarantines it in the canonical tables). Every source's rows are quarantined too (``quarantine``) where no
+kernel can have measured them: an empty kernel (a size below 1: H100's bf16 and fp8_block GEMM tables hold
+882 rows with M = 0, a launch and no work, which the measured tier would return as a GEMM's time), and a
+row faster than its compute roofline (H100's int8_wo table: 70 rows beat the bf16 pipe a weight-only GEMM's
+math runs on). The manifest counts them per family, GPU and reason. Memory-bound rows may beat the DRAM
+roofline (an L2-resident working set: L40S's 96 MB L2 holds many of its small GEMMs), so only aiter's
+placeholder rows are judged on the whole roofline.
 
 ``build_store`` folds every repeat of a kernel (the same shape and dtype measured under several frameworks,
 versions or kernel sources) into its median latency, repeat count and spread
@@ -28,6 +34,7 @@ from components.common.atomic import atomic_write_dir
 
 STORE_FAMILIES: tuple[str, ...] = ("gemm", "attention", "moe", "allreduce", "bmm")
 MANIFEST_NAME = "store.json"
+STORE_VERSION = 2  # 2: impossible rows quarantined (``quarantine``); an older store is rebuilt by training
 AITER_FAMILIES: tuple[str, ...] = ("gemm", "moe", "bmm")
 
 
@@ -66,6 +73,51 @@ def below_roofline(frame: pd.DataFrame, family: str, catalog: object) -> np.ndar
     return bad
 
 
+EMPTY_REASON = "empty kernel: a size below 1"
+COMPUTE_REASON = "faster than its compute roofline"
+
+
+def quarantine(frame: pd.DataFrame, family: str, catalog: object) -> tuple[pd.DataFrame, dict]:
+    """``frame`` without the rows no kernel can have measured, and ``{device: {reason: rows}}`` of those left
+    out: an empty kernel (a required size below 1), or a time below the compute roofline on the catalog
+    spec (GPUs the catalog lacks are judged on the sizes only)."""
+    from components.physics import roofline as physics
+
+    physics_family = "gemm" if family == "bmm" else family
+    required, optional = physics.SHAPE_KEYS[physics_family]
+    present = [k for k in required if k in frame]
+    reason = np.full(len(frame), "", dtype=object)
+    if present:
+        reason[(frame[present].to_numpy(dtype="float64") < 1).any(axis=1)] = EMPTY_REASON
+    keys = ["device_id", "dtype"] + (["kv_dtype"] if "kv_dtype" in frame else [])
+    known = set(getattr(catalog, "ids", lambda: [])())
+    for key, index in frame.groupby(keys, sort=True, observed=True).indices.items():
+        device, dtype = str(key[0]), str(key[1])
+        index = index[reason[index] == ""]
+        if not len(index) or (known and device not in known):
+            continue
+        part = frame.iloc[index]
+        shape = {k: part[k].to_numpy(dtype="float64") for k in (*required, *optional) if k in part}
+        try:
+            roof = physics.roofline(
+                physics_family, dtype, shape, catalog.get(device), str(key[2]) if len(key) > 2 else None
+            )
+        except (physics.PhysicsError, KeyError, ValueError):
+            continue  # a GPU or dtype without physics: judged on its sizes only
+        fast = part["latency_us"].to_numpy(dtype="float64") < roof.compute_us
+        reason[index[fast]] = COMPUTE_REASON
+    bad = reason != ""
+    counts: dict[str, dict[str, int]] = {}
+    for (device, why), n in (
+        pd.Series(1, index=[frame["device_id"].astype(str)[bad], reason[bad]])
+        .groupby(level=[0, 1])
+        .size()
+        .items()
+    ):
+        counts.setdefault(str(device), {})[str(why)] = int(n)
+    return frame[~bad].reset_index(drop=True), counts
+
+
 def aiter_frames(root: Path, families: tuple[str, ...]) -> dict[str, pd.DataFrame]:
     """aiter's measured rows per store family (device_id, dtype, shape, latency_us, kernel_source)."""
     from components.devices.catalog import load_catalog
@@ -88,7 +140,9 @@ def aiter_frames(root: Path, families: tuple[str, ...]) -> dict[str, pd.DataFram
     return out
 
 
-def _measured_frames(datasets_root: Path, families: tuple[str, ...]) -> dict[str, pd.DataFrame]:
+def _measured_frames(
+    datasets_root: Path, families: tuple[str, ...]
+) -> tuple[dict[str, pd.DataFrame], dict[str, dict]]:
     from components.ingest.aiconfigurator import READERS, medians
 
     roots = source_roots(Path(datasets_root))
@@ -100,15 +154,19 @@ def _measured_frames(datasets_root: Path, families: tuple[str, ...]) -> dict[str
     if "aiter" in roots:
         for family, frame in aiter_frames(roots["aiter"], families).items():
             parts.setdefault(family, []).append(frame)
-    out = {}
+    from components.devices.catalog import load_catalog
+
+    catalog = load_catalog(user_dir=None)
+    out, quarantined = {}, {}
     for family, frames in parts.items():
         frames = [f for f in frames if not f.empty]
         if not frames:
             continue
         keys = store_keys(family)
         folded = pd.concat([medians(f, keys) for f in frames], ignore_index=True)
-        out[family] = folded.sort_values(keys, kind="mergesort").reset_index(drop=True)
-    return out
+        kept, quarantined[family] = quarantine(folded, family, catalog)
+        out[family] = kept.sort_values(keys, kind="mergesort").reset_index(drop=True)
+    return out, quarantined
 
 
 def _write_parquet(frame: pd.DataFrame, path: Path) -> None:
@@ -119,16 +177,22 @@ def _write_parquet(frame: pd.DataFrame, path: Path) -> None:
     pq.write_table(table, path, compression="zstd")
 
 
-def save_store(frames: dict[str, pd.DataFrame], out_dir: Path, sources: tuple[str, ...] = ()) -> Path:
-    """Write ``{family: frame}`` as ``<family>.parquet`` + a manifest (row counts, devices, the sources read),
-    atomically."""
+def save_store(
+    frames: dict[str, pd.DataFrame],
+    out_dir: Path,
+    sources: tuple[str, ...] = (),
+    quarantined: dict[str, dict] | None = None,
+) -> Path:
+    """Write ``{family: frame}`` as ``<family>.parquet`` + a manifest (row counts, devices, the sources read,
+    the rows quarantined per family, GPU and reason), atomically."""
 
     def write(tmp: Path) -> None:
         manifest = {}
         for family, frame in sorted(frames.items()):
             _write_parquet(frame, tmp / f"{family}.parquet")
             manifest[family] = {"rows": len(frame), "devices": sorted(map(str, frame["device_id"].unique()))}
-        manifest["sources"] = sorted(sources)
+        manifest["sources"], manifest["version"] = sorted(sources), STORE_VERSION
+        manifest["quarantined"] = {f: q for f, q in sorted((quarantined or {}).items()) if q}
         (tmp / MANIFEST_NAME).write_text(json.dumps(manifest, indent=1, sort_keys=True) + "\n")
 
     atomic_write_dir(Path(out_dir), write)
@@ -140,8 +204,8 @@ def build_store(
 ) -> dict[str, int]:
     """Read the aiconfigurator and aiter tables under ``datasets_root`` (the datasets folder or one source's
     repository root), fold repeats, save the store under ``out_dir``; returns the rows per family."""
-    frames = _measured_frames(Path(datasets_root), families)
-    save_store(frames, Path(out_dir), tuple(source_roots(Path(datasets_root))))
+    frames, quarantined = _measured_frames(Path(datasets_root), families)
+    save_store(frames, Path(out_dir), tuple(source_roots(Path(datasets_root))), quarantined)
     return {family: len(frame) for family, frame in frames.items()}
 
 
@@ -149,6 +213,11 @@ def built_from(folder: Path) -> list[str]:
     """The sources a saved store was built from (a store older than the manifest's list: aiconfigurator)."""
     manifest = json.loads((Path(folder) / MANIFEST_NAME).read_text())
     return list(manifest.get("sources", ["aiconfigurator"]))
+
+
+def store_version(folder: Path) -> int:
+    """The layout version a saved store was built with (1: before the manifest said)."""
+    return int(json.loads((Path(folder) / MANIFEST_NAME).read_text()).get("version", 1))
 
 
 def load_store(folder: Path, families: tuple[str, ...] | None = None) -> dict[str, pd.DataFrame]:

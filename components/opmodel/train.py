@@ -25,14 +25,22 @@ def state_store(settings: Any) -> Path:
 
 def ensure_store(settings: Any, say: Callable[[str], None] = lambda _: None) -> Path | None:
     """The state folder's measured store, built from ``<datasets>/aiconfigurator`` and ``<datasets>/aiter``
-    when missing or built from other sources than the datasets folder now holds; None when neither source
-    exists (the engine then has no measured tier)."""
-    from components.opmodel.store import MANIFEST_NAME, build_store, built_from, source_roots
+    when missing, built from other sources than the datasets folder now holds or by an older layout; None
+    when neither source exists (the engine then has no measured tier)."""
+    from components.opmodel.store import (
+        MANIFEST_NAME,
+        STORE_VERSION,
+        build_store,
+        built_from,
+        source_roots,
+        store_version,
+    )
 
     store = state_store(settings)
     root = Path(settings.datasets_dir)
     present = sorted(name for name in source_roots(root) if (root / name).is_dir())
-    if (store / MANIFEST_NAME).is_file() and built_from(store) == present:
+    manifest = store / MANIFEST_NAME
+    if manifest.is_file() and built_from(store) == present and store_version(store) == STORE_VERSION:
         return store
     if not present:
         return None
@@ -71,17 +79,23 @@ def measured_intervals(engine: Any, store: dict, quantiles: tuple[float, float] 
     return {"measured": (float(np.quantile(r, quantiles[0])), float(np.quantile(r, quantiles[1])))}
 
 
-def fit_transfer_tier(engine: Any, store_dir: Path, say: Callable[[str], None] = lambda _: None) -> Any:
+def fit_transfer_tier(
+    engine: Any, store_dir: Path, say: Callable[[str], None] = lambda _: None, spec_without: Any = None
+) -> Any:
     """The transfer tier over the store's GPUs, its model fitted leave-one-GPU-out over all of them
-    (``transfer_fit.fit_transfer``)."""
+    (``transfer_fit.fit_transfer``; ``spec_without``: a GPU -> the spec model fitted without it, for the
+    answer of a GPU without a relative of its generation, ``tier_choice``)."""
     from components.opmodel.store import load_store
     from components.opmodel.transfer import CURVE_FAMILIES, TransferTier
     from components.opmodel.transfer_fit import TRANSFER_FAMILIES, fit_transfer
 
     started = time.perf_counter()
     frames = load_store(store_dir, TRANSFER_FAMILIES)
-    model = fit_transfer(engine.measured, frames, sorted(engine.measured.specs))
+    model = fit_transfer(engine.measured, frames, sorted(engine.measured.specs), spec_without=spec_without)
     chosen = ", ".join(f"{f}: {vars(s)}" for f, s in sorted(model.settings.items()))
+    chosen += "; without a near relative " + ", ".join(
+        f"{f}: {v['tier']}" for f, v in sorted(model.far.items())
+    )
     say(
         f"op engine: transfer tier over {len(model.meta['devices'])} GPUs ({chosen}) in "
         f"{time.perf_counter() - started:.0f} s; achievable peaks {model.achievable}"
@@ -109,22 +123,25 @@ def train_engine(settings: Any, out_dir: Path, say: Callable[[str], None] = lamb
     }
     model = fit(rows, specs)
     others = load_store(store_dir, PRIOR_ONLY_FAMILIES)
-    fit_priors(
-        model,
-        others,
-        {
-            **specs,
-            **{
-                str(d): catalog.get(str(d))
-                for f in others.values()
-                for d in f["device_id"].unique()
-                if d in catalog
-            },
+    every = {
+        **specs,
+        **{
+            str(d): catalog.get(str(d))
+            for f in others.values()
+            for d in f["device_id"].unique()
+            if d in catalog
         },
-    )
+    }
+    fit_priors(model, others, every)
+
+    def spec_without(held: str) -> Any:
+        """The spec model as trained here, without ``held``'s rows (the far choice's inner folds)."""
+        inner = fit({f: r[r["device_id"] != held] for f, r in rows.items()}, specs)
+        return fit_priors(inner, {f: v[v["device_id"] != held] for f, v in others.items()}, every)
+
     engine = OpEngine.from_store(store_dir, model)
     intervals = measured_intervals(engine, store)
-    transfer = fit_transfer_tier(engine, store_dir, say)
+    transfer = fit_transfer_tier(engine, store_dir, say, spec_without)
     engine = OpEngine(
         engine.measured,
         model,

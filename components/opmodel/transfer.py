@@ -81,6 +81,14 @@ class TransferModel:
     relative_error: dict[str, float] = field(default_factory=dict)  # device -> median |log ratio| as relative
     achievable: dict[str, float] = field(default_factory=dict)  # "dram" | "tensor|bf16" ... -> share of peak
     meta: dict[str, Any] = field(default_factory=dict)
+    # family|dtype[|kv] -> GPUs whose table of that regime measured another kernel than their relatives'
+    # (``transfer_fit.inconsistent_relatives``): no relative there
+    inconsistent: dict[str, list[str]] = field(default_factory=dict)
+    # family -> {"tier": transfer | blend | spec, inner scores}: the answer where no relative is of the asked
+    # GPU's generation (``tier_choice``); absent: the transfer tier's
+    far: dict[str, dict[str, Any]] = field(default_factory=dict)
+    # family -> (low, high) quantiles of log(actual / answer) over the inner leave-one-GPU-out answers
+    intervals: dict[str, list[float]] = field(default_factory=dict)
 
     def settings_of(self, family: str) -> TransferSettings:
         return self.settings.get(family, TransferSettings())
@@ -96,6 +104,9 @@ class TransferModel:
             "relative_error": self.relative_error,
             "achievable": self.achievable,
             "meta": self.meta,
+            "inconsistent": self.inconsistent,
+            "far": self.far,
+            "intervals": self.intervals,
         }
         (Path(folder) / TRANSFER_FILE).write_text(json.dumps(data, indent=1, sort_keys=True))
 
@@ -112,7 +123,15 @@ class TransferModel:
             {k: float(v) for k, v in data.get("relative_error", {}).items()},
             {k: float(v) for k, v in data.get("achievable", {}).items()},
             dict(data.get("meta", {})),
+            {k: [str(d) for d in v] for k, v in data.get("inconsistent", {}).items()},
+            dict(data.get("far", {})),
+            {k: [float(x) for x in v] for k, v in data.get("intervals", {}).items()},
         )
+
+
+def regime_key(family: str, dtype: str, kv: str | None) -> str:
+    """``family|dtype[|kv dtype]``: one regime of measured rows (attention's per KV-cache dtype too)."""
+    return "|".join(x for x in (family, dtype, kv) if x)
 
 
 def _log2_ratio(a: float | None, b: float | None) -> float:
@@ -171,9 +190,9 @@ class CurveTable:
         self.log_c = np.log2(frame[axis].to_numpy(dtype="float64"))
         self.latency = frame["latency_us"].to_numpy(dtype="float64")
         site = _site_labels({k: frame[k].to_numpy() for k in keys})
-        self.sites: dict[str, np.ndarray] = {}
-        for name in pd.unique(site):
-            self.sites[str(name)] = np.flatnonzero(site == name)
+        # each site's row positions, ascending (one grouping pass: a scan per site was quadratic)
+        grouped = pd.Series(np.arange(len(site))).groupby(site, sort=False).indices
+        self.sites: dict[str, np.ndarray] = {str(name): np.sort(idx) for name, idx in grouped.items()}
 
     def resolve(self, shape: dict[str, Any], roof_time_us: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         n = len(roof_time_us)
@@ -205,15 +224,26 @@ class CurveTable:
 
 
 def _site_labels(columns: dict[str, np.ndarray]) -> np.ndarray:
-    """One text key per row of the site columns (sizes as floats: 64 and 64.0 are one size)."""
+    """One text key per row of the site columns (sizes as floats: 64 and 64.0 are one size). The distinct
+    rows are found first and only they are turned into text (a table holds ~60k rows, a few hundred
+    sites)."""
+    frame = pd.DataFrame(
+        {
+            k: np.asarray(v).astype(str) if k in ("distribution",) else np.asarray(v, dtype="float64")
+            for k, v in columns.items()
+        }
+    )
+    codes, uniques = pd.MultiIndex.from_frame(frame).factorize()
     parts = [
-        np.asarray(v).astype(str) if k in ("distribution",) else np.asarray(v, dtype="float64").astype(str)
-        for k, v in columns.items()
+        np.asarray(uniques.get_level_values(i)).astype(str)
+        if k in ("distribution",)
+        else np.asarray(uniques.get_level_values(i), dtype="float64").astype(str)
+        for i, k in enumerate(columns)
     ]
-    out = parts[0].astype(object)
-    for p in parts[1:]:
-        out = out + "|" + p.astype(object)
-    return out
+    labels = parts[0].astype(object)
+    for part in parts[1:]:
+        labels = labels + "|" + part.astype(object)
+    return labels[codes] if len(codes) else np.zeros(0, dtype=object)
 
 
 def _shape_keys(family: str) -> tuple[str, ...]:
@@ -235,7 +265,15 @@ class Carried:
 class TransferTier:
     """Relatives of the store (measured tier + curve tables of the families without a layout) carried over."""
 
-    def __init__(self, measured: Any, curves: dict[str, pd.DataFrame] | None, model: TransferModel | None):
+    def __init__(
+        self,
+        measured: Any,
+        curves: dict[str, pd.DataFrame] | None,
+        model: TransferModel | None,
+        curve_tables: dict[tuple, CurveTable] | None = None,
+    ):
+        """``curve_tables``: shared by tiers whose curves hold the same rows per GPU (a leave-one-GPU-out
+        bench's folds), built once per (family, GPU, dtype)."""
         self.measured = measured  # components.opmodel.measured.MeasuredTier
         self.model = model or TransferModel()
         self.curve_groups: dict[tuple, pd.DataFrame] = {}
@@ -244,7 +282,7 @@ class TransferTier:
                 continue
             for (device, dtype), part in frame.groupby(["device_id", "dtype"], sort=True, observed=True):
                 self.curve_groups[(family, str(device), str(dtype))] = part
-        self._curves: dict[tuple, CurveTable] = {}
+        self._curves: dict[tuple, CurveTable] = {} if curve_tables is None else curve_tables
 
     def relatives(self, family: str, dtype: str, kv_dtype: str | None, spec: Any) -> list[tuple[str, float]]:
         """(device, spec distance) of every store GPU with measured rows of the regime, nearest first; the
@@ -253,9 +291,11 @@ class TransferTier:
 
         specs = self.measured.specs if self.measured is not None else {}
         own = physics_key(spec)
+        kv = (kv_dtype or dtype) if family == "attention" else None
+        apart = set(self.model.inconsistent.get(regime_key(family, dtype, kv), ()))
         out = []
         for device, other in specs.items():
-            if physics_key(other) == own or not self._has(family, device, dtype, kv_dtype):
+            if physics_key(other) == own or device in apart or not self._has(family, device, dtype, kv_dtype):
                 continue
             try:
                 if physics.pipe_for(dtype, other).dtype != dtype:
@@ -264,6 +304,16 @@ class TransferTier:
                 continue
             out.append((device, spec_distance(spec, other, dtype)))
         return sorted(out, key=lambda t: (t[1], t[0]))
+
+    def far_choice(self, family: str, dtype: str, kv_dtype: str | None, spec: Any) -> str:
+        """``transfer`` where a relative of the regime is of the asked GPU's generation, else the family's far
+        choice (``tier_choice``: transfer, blend or spec)."""
+        from components.opmodel.tier_choice import near
+
+        found = self.relatives(family, dtype, kv_dtype, spec)
+        if any(near(spec, self.measured.specs[d]) for d, _ in found):
+            return "transfer"
+        return str(self.model.far.get(family, {}).get("tier", "transfer"))
 
     def _has(self, family: str, device: str, dtype: str, kv_dtype: str | None) -> bool:
         if family in CURVE_FAMILIES:

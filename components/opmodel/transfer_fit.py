@@ -30,6 +30,7 @@ from components.opmodel.transfer import (
     TransferSettings,
     TransferTier,
     blend,
+    regime_key,
 )
 from components.physics import roofline as physics
 
@@ -38,6 +39,9 @@ PAIR_ROWS = 300  # rows per (target GPU, family, dtype[, kv]) in the pairs: the 
 GRID_K: tuple[int, ...] = (1, 2, 3)
 GRID_TAU: tuple[float, ...] = (0.5, 2.0)
 GRID_RIDGE: tuple[float | None, ...] = (None, 0.03, 0.3, 3.0)  # per-row ridge strength; None = plain physics
+INCONSISTENT_LOG = 0.3  # a regime erring this much (log) beyond the pair's best regime: another kernel
+INTERVAL_QUANTILES = (0.05, 0.95)  # the engine's other tiers' interval (``engine.DEFAULT_INTERVALS``)
+INTERVAL_MIN_ROWS = 50  # fewer inner residuals: the engine's default interval stays
 ACHIEVABLE_QUANTILE = 0.99
 ACHIEVABLE_MAX = 0.98  # no answer at 100% of a datasheet peak, whatever a table's L2-resident rows reached
 
@@ -50,6 +54,10 @@ class PairGroup:
     family: str
     actual: np.ndarray
     carried: list[Carried]
+    regime: str = ""  # dtype[|kv dtype]: ``transfer.regime_key`` with the family
+    shape: dict[str, np.ndarray] | None = None  # the rows asked (the far choice's spec answers)
+    dtype: str = ""
+    kv: str | None = None
 
 
 def asked_rows(family: str, frame: pd.DataFrame, per_group: int | None, salt: str = "") -> pd.DataFrame:
@@ -70,6 +78,20 @@ def asked_rows(family: str, frame: pd.DataFrame, per_group: int | None, salt: st
     h = pd.Series(hash_fraction(frame.assign(_salt=salt), [*dims, "_salt"]), index=frame.index)
     rank = h.groupby([frame[k] for k in keys], observed=True).rank(method="first")
     return frame[rank.to_numpy() <= per_group]
+
+
+def device_rows(
+    family: str, frame: pd.DataFrame, device: str, per_group: int | None, salt: str, memo: dict | None
+) -> pd.DataFrame:
+    """``asked_rows`` of one GPU of ``frame``, kept in ``memo`` when given (leave-one-GPU-out benches: each
+    GPU's rows are the same in every fold, and hashing them each time cost a tenth of the bench)."""
+    key = (family, device, per_group, salt)
+    if memo is not None and key in memo:
+        return memo[key]
+    rows = asked_rows(family, frame[frame["device_id"] == device], per_group, salt)
+    if memo is not None:
+        memo[key] = rows
+    return rows
 
 
 def shape_of(family: str, frame: pd.DataFrame) -> dict[str, np.ndarray]:
@@ -93,9 +115,10 @@ def pair_groups(
     targets: list[str],
     per_group: int | None = PAIR_ROWS,
     relatives: set[str] | None = None,
+    memo: dict | None = None,
 ) -> list[PairGroup]:
     """For each target GPU and group of its rows: every relative's carried answer (relatives: store GPUs other
-    than the target, within ``relatives`` when given)."""
+    than the target, within ``relatives`` when given; ``memo``: ``device_rows``')."""
     out = []
     for family in TRANSFER_FAMILIES:
         frame = store.get(family)
@@ -105,7 +128,7 @@ def pair_groups(
             spec = tier.measured.specs.get(target)
             if spec is None:
                 continue
-            rows = asked_rows(family, frame[frame["device_id"] == target], per_group)
+            rows = device_rows(family, frame, target, per_group, "", memo)
             for dtype, kv, part in groups_of(family, rows):
                 shape = shape_of(family, part)
                 numeric = {k: v for k, v in shape.items() if k != "distribution"}
@@ -121,7 +144,49 @@ def pair_groups(
                     continue
                 carried = [tier.carried(family, dtype, shape, spec, roof, kv, d, dist) for d, dist in found]
                 actual = part["latency_us"].to_numpy(dtype="float64")
-                out.append(PairGroup(target, family, actual, carried))
+                regime = regime_key("", dtype, kv)
+                out.append(PairGroup(target, family, actual, carried, regime, shape, dtype, kv))
+    return out
+
+
+def pair_errors(groups: list[PairGroup], allowed: set[str]) -> dict[tuple[str, str, frozenset], float]:
+    """Per (family, regime, GPU pair) inside ``allowed``: the median |log(actual / carried)| of plain physics,
+    both directions pooled."""
+    logs: dict[tuple[str, str, frozenset], list[np.ndarray]] = {}
+    for g in groups:
+        if g.target not in allowed:
+            continue
+        for c in g.carried:
+            ok = np.isfinite(c.duration_us)
+            if c.device in allowed and ok.any():
+                key = (g.family, g.regime, frozenset((g.target, c.device)))
+                logs.setdefault(key, []).append(np.abs(np.log(g.actual[ok] / c.duration_us[ok])))
+    return {k: float(np.median(np.concatenate(v))) for k, v in logs.items()}
+
+
+def inconsistent_relatives(groups: list[PairGroup], allowed: set[str]) -> dict[str, list[str]]:
+    """Per ``family|regime``: the GPUs whose table of the regime measured another kernel than the others'.
+
+    A pair's physics error in the regime where the two GPUs agree best (their bf16 GEMMs: H100 <-> H200 3%
+    median) is what the roofline ratio misses between them; a regime erring ``INCONSISTENT_LOG`` more says one
+    of the two tables is another kernel. A GPU is set apart when it is so against every other GPU of the
+    regime (at least two) while some pair of those others agrees (H100's int8_wo GEMMs, measured by
+    SGLang 0.5.6 where A100, H200 and L40S ran TensorRT-LLM's weight-only plugin: 90% median from H100,
+    13% between A100 and H200)."""
+    errors = pair_errors(groups, allowed)
+    best: dict[tuple[str, frozenset], float] = {}
+    for (family, _, pair), err in errors.items():
+        best[(family, pair)] = min(err, best.get((family, pair), np.inf))
+    excess = {(f, r, pair): err - best[(f, pair)] for (f, r, pair), err in errors.items()}
+    out: dict[str, list[str]] = {}
+    for family, regime in sorted({(f, r) for f, r, _ in excess}):
+        pairs = {pair: e for (f, r, pair), e in excess.items() if (f, r) == (family, regime)}
+        gpus = sorted(set().union(*pairs))
+        for gpu in gpus:
+            mine = [e for pair, e in pairs.items() if gpu in pair]
+            others_agree = any(e <= INCONSISTENT_LOG for pair, e in pairs.items() if gpu not in pair)
+            if len(mine) >= 2 and min(mine) > INCONSISTENT_LOG and others_agree:
+                out.setdefault(regime_key(family, regime, None), []).append(gpu)
     return out
 
 
@@ -222,7 +287,63 @@ def choose_settings(groups: list[PairGroup], train: list[str], family: str) -> t
     return best, scores
 
 
-def achievable_peaks(store: dict[str, pd.DataFrame], specs: dict[str, Any], per_group: int = 4000) -> dict:
+def inner_predictor(groups: list[PairGroup], train: list[str], model: TransferModel) -> Any:
+    """``(group, held) -> answer``: the transfer tier's answer of a pair group from the training GPUs but
+    ``held``, with the family's chosen settings and its correction and relative errors fitted without
+    ``held`` (the inner leave-one-GPU-out, as ``choose_settings`` scores it)."""
+    fits: dict[tuple[str, str], Any] = {}
+
+    def predict_without(group: PairGroup, held: str) -> np.ndarray:
+        allowed = set(train) - {held}
+        settings = model.settings_of(group.family)
+        key = (group.family, held)
+        if key not in fits:
+            family = [g for g in groups if g.family == group.family]
+            coefficients = None if settings.ridge is None else fit_ridge(family, allowed, settings.ridge)
+            fits[key] = (coefficients, relative_errors(groups, allowed))
+        coefficients, errors = fits[key]
+        return answer(group, allowed, settings, coefficients, errors)
+
+    return predict_without
+
+
+def inner_intervals(
+    groups: list[PairGroup], predict_without: Any, quantiles: tuple[float, float] = INTERVAL_QUANTILES
+) -> dict[str, list[float]]:
+    """Per family: the (low, high) quantiles of log(actual / answer) of the inner leave-one-GPU-out answers
+    (each training GPU answered from the others): the transfer tier's interval, learned where the default
+    was a guess. Each GPU weighs alike (its residuals resampled to one count), so the GPU with most rows
+    does not set the interval."""
+    residuals: dict[str, dict[str, list[np.ndarray]]] = {}
+    for g in groups:
+        got = predict_without(g, g.target)
+        ok = np.isfinite(got)
+        if ok.any():
+            logs = np.log(g.actual[ok] / got[ok])
+            residuals.setdefault(g.family, {}).setdefault(g.target, []).append(logs)
+    out = {}
+    for family, per_gpu in sorted(residuals.items()):
+        values = [np.sort(np.concatenate(v)) for v in per_gpu.values()]
+        if sum(map(len, values)) < INTERVAL_MIN_ROWS:
+            continue
+        grid = np.linspace(0.0, 1.0, 101)
+        pooled = np.concatenate([np.quantile(v, grid) for v in values])
+        out[family] = [float(np.quantile(pooled, quantiles[0])), float(np.quantile(pooled, quantiles[1]))]
+    return out
+
+
+def far_choice(
+    groups: list[PairGroup], train: list[str], specs: dict[str, Any], model: TransferModel, spec_without: Any
+) -> dict[str, dict[str, Any]]:
+    """``tier_choice.choose_far`` with the transfer tier's inner answers (``inner_predictor``)."""
+    from components.opmodel.tier_choice import choose_far
+
+    return choose_far(groups, train, specs, inner_predictor(groups, train, model), spec_without)
+
+
+def achievable_peaks(
+    store: dict[str, pd.DataFrame], specs: dict[str, Any], per_group: int = 4000, memo: dict | None = None
+) -> dict:
     """Per pipe ("dram", "<pipe>|<dtype>"): the ACHIEVABLE_QUANTILE of achieved / peak over measured rows
     bound on it (capped at ACHIEVABLE_MAX)."""
     shares: dict[str, list[np.ndarray]] = {}
@@ -230,10 +351,10 @@ def achievable_peaks(store: dict[str, pd.DataFrame], specs: dict[str, Any], per_
         frame = store.get(family)
         if frame is None:
             continue
-        for device, part in frame.groupby("device_id", sort=True, observed=True):
-            if device not in specs:
-                continue
-            for dtype, kv, rows in groups_of(family, asked_rows(family, part, per_group, "peak")):
+        for device in sorted(set(map(str, frame["device_id"].unique())) & set(specs)):
+            for dtype, kv, rows in groups_of(
+                family, device_rows(family, frame, device, per_group, "peak", memo)
+            ):
                 numeric = {k: v for k, v in shape_of(family, rows).items() if k != "distribution"}
                 roof = physics.roofline(family, dtype, numeric, specs[device], kv)
                 latency = rows["latency_us"].to_numpy(dtype="float64")
@@ -255,9 +376,14 @@ def fit_transfer(
     devices: list[str],
     per_group: int = PAIR_ROWS,
     floors: dict[str, float] | None = None,
+    memo: dict | None = None,
+    spec_without: Any = None,
 ) -> TransferModel:
     """The transfer model of the GPUs ``devices`` (the training side): floors, settings chosen by inner
-    leave-one-GPU-out, corrections and relative errors over all of them, achievable peaks."""
+    leave-one-GPU-out, corrections and relative errors over all of them, achievable peaks. ``memo``: kept
+    across calls whose GPUs' rows are the same (a leave-one-GPU-out bench's folds): sampled rows and curve
+    tables, so the answers are those of a fresh fit. ``spec_without``: a training GPU -> the spec model
+    fitted without it; given, the far choice is made (``tier_choice.choose_far``)."""
     from components.opmodel.spec import latency_floors
 
     specs = {d: measured.specs[d] for d in devices if d in measured.specs}
@@ -267,17 +393,18 @@ def fit_transfer(
         for family in TRANSFER_FAMILIES:
             frame = store.get(family)
             if frame is not None:
-                rows = pd.concat(
-                    [
-                        asked_rows(family, p, 3000, "floor")
-                        for _, p in frame.groupby("device_id", observed=True)
-                    ]
-                )
+                devices_here = sorted(set(map(str, frame["device_id"].unique())))
+                rows = pd.concat([device_rows(family, frame, d, 3000, "floor", memo) for d in devices_here])
                 floors.update(latency_floors(family, rows[rows["device_id"].isin(specs)], specs))
     model.floors = floors
-    tier = TransferTier(measured, {f: store[f] for f in CURVE_FAMILIES if f in store}, model)
+    curve_tables = None if memo is None else memo.setdefault("curve_tables", {})
+    tier = TransferTier(measured, {f: store[f] for f in CURVE_FAMILIES if f in store}, model, curve_tables)
     train = sorted(specs)
-    groups = pair_groups(tier, store, train, per_group, relatives=set(train))
+    groups = pair_groups(tier, store, train, per_group, relatives=set(train), memo=memo)
+    model.inconsistent = inconsistent_relatives(groups, set(train))
+    for g in groups:  # a relative set apart in a regime answers nothing there, in the fit as in the engine
+        apart = model.inconsistent.get(regime_key(g.family, g.regime, None), ())
+        g.carried = [c for c in g.carried if c.device not in apart]
     model.relative_error = relative_errors(groups, set(train))
     scores = {}
     for family in TRANSFER_FAMILIES:
@@ -289,6 +416,9 @@ def fit_transfer(
                 model.corrections[family] = coefficients
             else:
                 model.settings[family] = TransferSettings(settings.k, settings.tau, None)
-    model.achievable = achievable_peaks(store, specs)
+    model.intervals = inner_intervals(groups, inner_predictor(groups, train, model))
+    if spec_without is not None:
+        model.far = far_choice(groups, train, specs, model, spec_without)
+    model.achievable = achievable_peaks(store, specs, memo=memo)
     model.meta = {"devices": train, "pair_rows": per_group, "inner_scores": scores}
     return model

@@ -1,0 +1,80 @@
+"""The gate's ``aiconfigurator-unseen-gpu`` entry at its caps, per (family, GPU, dtype): the engine
+(transfer tier, else spec), the spec tier alone and the sibling rule, MAPE; and the wall time. The same call
+the gate makes (``opmodel_bench.unseen_gpu`` with ``gate_entry``'s default caps), so before/after figures
+compare.
+
+    PYTHONPATH=. KERNELCAST_HOME=... python benchmarks/transfer_gate_breakdown.py STORE DATASETS [OUT] [GPUS]
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+import time
+from pathlib import Path
+
+import pandas as pd
+
+
+def main(store_dir: str, datasets: str, out: str | None = None, gpus: str | None = None) -> None:
+    from components.evaluation.opmodel_bench import unseen_gpu
+    from components.ingest.aiconfigurator import GPU_FOLDERS
+    from components.opmodel.store import load_store
+
+    store = load_store(Path(store_dir), ("gemm", "attention", "moe", "bmm"))
+    held = {str(d) for f in store.values() for d in f["device_id"].unique()} & set(GPU_FOLDERS.values())
+    if gpus:
+        held &= set(gpus.split(","))
+    started = time.perf_counter()
+    result = unseen_gpu(
+        store,
+        Path(datasets),
+        gpus=tuple(sorted(held)),
+        train_per_group=600,
+        test_per_group=100,
+        rounds=40,
+        transfer_pair_rows=80,
+    )
+    seconds = time.perf_counter() - started
+    frame = pd.DataFrame(result["groups"])
+    table = frame.groupby(["family", "device", "dtype"]).agg(
+        n=("n", "sum"),
+        ape=("sum_ape", "sum"),
+        spec=("sum_spec", "sum"),
+        sib=("sum_sibling", "sum"),
+        n_sib=("n_sibling", "sum"),
+        share=("transfer_share", "mean"),
+    )
+    table["engine"] = 100 * table.ape / table.n
+    table["spec_only"] = 100 * table.spec / table.n
+    table["sibling"] = 100 * table.sib / table.n_sib
+    pd.set_option("display.width", 200)
+    print(table[["n", "share", "engine", "spec_only", "sibling"]].round(1).to_string())
+    for level in (["family", "device"], ["family"]):
+        agg = table.groupby(level=level)[["n", "ape", "spec", "sib", "n_sib"]].sum()
+        agg = pd.DataFrame(
+            {
+                "engine": 100 * agg.ape / agg.n,
+                "spec_only": 100 * agg.spec / agg.n,
+                "sibling": 100 * agg.sib / agg.n_sib,
+            }
+        )
+        print(agg.round(1).to_string())
+    print(f"seconds {seconds:.1f}")
+    print("settings", json.dumps(result.get("transfer_settings")))
+    if out:
+        Path(out).write_text(
+            json.dumps(
+                {
+                    "seconds": seconds,
+                    "metrics": result["metrics"],
+                    "groups": result["groups"],
+                    "settings": result.get("transfer_settings"),
+                },
+                indent=1,
+            )
+        )
+
+
+if __name__ == "__main__":
+    main(*sys.argv[1:])

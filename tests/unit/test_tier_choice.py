@@ -1,0 +1,123 @@
+"""How far a relative carries: a GPU with a relative of its generation is answered by the transfer tier; one
+without is answered as the inner leave-one-GPU-out over the training GPUs without such a relative chose
+(transfer, blend or spec), with real spec models fitted on synthetic rows following known physics."""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+import pytest
+
+GPUS = ("a100-sxm4-80gb", "h100-sxm", "h200", "l40s")
+
+
+@pytest.fixture(scope="module")
+def catalog():
+    from components.devices.catalog import load_catalog
+
+    return load_catalog()
+
+
+def _store(catalog) -> dict[str, pd.DataFrame]:
+    from components.physics import roofline as physics
+
+    sizes = 2.0 ** np.arange(0, 12)
+    frames = []
+    for i, device in enumerate(GPUS):
+        m, n = np.meshgrid(sizes, (1024.0, 2048.0, 4096.0, 8192.0), indexing="ij")
+        shape = {"M": m.ravel(), "N": n.ravel(), "K": np.full(m.size, 4096.0)}
+        t = (physics.roofline("gemm", "bf16", shape, catalog.get(device)).time_us + 4.0) * (1.2 + 0.3 * i)
+        frames.append(pd.DataFrame({"device_id": device, "dtype": "bf16", **shape, "latency_us": t}))
+    frame = pd.concat(frames, ignore_index=True).assign(n_repeats=1)
+    frame["latency_min_us"] = frame["latency_max_us"] = frame["latency_us"]
+    return {"gemm": frame}
+
+
+def test_near_is_one_vendor_and_architecture_and_combine_blends_geometrically(catalog) -> None:
+    from components.opmodel.tier_choice import combine, near
+
+    assert near(catalog.get("h100-sxm"), catalog.get("h200"))
+    assert not near(catalog.get("l40s"), catalog.get("h100-sxm"))
+    transfer, spec = np.array([4.0, np.nan]), np.array([1.0, 2.0])
+    assert combine("blend", transfer, spec)[0] == pytest.approx(2.0)
+    assert combine("spec", transfer, spec)[0] == 1.0 and np.isnan(combine("spec", transfer, spec)[1])
+    assert combine("transfer", transfer, spec) is transfer
+
+
+def test_the_far_choice_is_made_on_far_training_gpus_and_used_only_without_a_near_relative(catalog) -> None:
+    from components.opmodel import spec as spec_tier
+    from components.opmodel.measured import MeasuredTier
+    from components.opmodel.tier_choice import FAR_CHOICES
+    from components.opmodel.transfer import TransferTier
+    from components.opmodel.transfer_fit import fit_transfer
+
+    store = _store(catalog)
+    specs = {d: catalog.get(d) for d in GPUS}
+    fitted: list[str] = []
+
+    def spec_without(held: str):
+        fitted.append(held)
+        rows = spec_tier.training_rows({"gemm": store["gemm"][store["gemm"]["device_id"] != held]}, None, 500)
+        return spec_tier.fit(rows, {d: s for d, s in specs.items() if d != held}, rounds=5)
+
+    measured = MeasuredTier(store, specs)
+    model = fit_transfer(measured, store, list(GPUS), 40, spec_without=spec_without)
+    # H100 and H200 have each other: only A100 and L40S are far, and only they got an inner spec fit
+    assert sorted(fitted) == ["a100-sxm4-80gb", "l40s"]
+    assert model.far["gemm"]["gpus"] == ["a100-sxm4-80gb", "l40s"]
+    assert model.far["gemm"]["tier"] in FAR_CHOICES
+    assert set(FAR_CHOICES) <= set(model.far["gemm"])
+    tier = TransferTier(measured.without("h200"), None, model)
+    assert tier.far_choice("gemm", "bf16", None, catalog.get("h200")) == "transfer"  # H100 is near
+    tier = TransferTier(measured.without("l40s"), None, model)
+    assert tier.far_choice("gemm", "bf16", None, catalog.get("l40s")) == model.far["gemm"]["tier"]
+
+
+def test_the_engine_answers_a_far_gpu_as_chosen(catalog) -> None:
+    from components.opmodel import spec as spec_tier
+    from components.opmodel.engine import OpEngine
+    from components.opmodel.measured import MeasuredTier
+    from components.opmodel.transfer import TransferModel, TransferTier
+
+    store = _store(catalog)
+    specs = {d: catalog.get(d) for d in GPUS}
+    others = {"gemm": store["gemm"][store["gemm"]["device_id"] != "l40s"]}
+    spec_model = spec_tier.fit(spec_tier.training_rows(others, None, 500), specs, rounds=5)
+    measured = MeasuredTier(store, specs).without("l40s")
+    shape = {"M": np.array([64.0, 512.0]), "N": np.array([4096.0, 4096.0]), "K": np.array([4096.0, 4096.0])}
+    asked = catalog.get("l40s")
+
+    def raw(choice: str):
+        model = TransferModel(
+            far={"gemm": {"tier": choice}} if choice else {}, intervals={"gemm": [-0.2, 0.1]}
+        )
+        engine = OpEngine(measured, spec_model, transfer=TransferTier(measured, None, model))
+        return engine.raw_predict("gemm", "bf16", shape, asked)
+
+    transfer, spec, blend = raw(""), raw("spec"), raw("blend")
+    assert (transfer.tier == "transfer").all() and (spec.tier == "spec").all()
+    assert (blend.tier == "transfer").all() and all("blended with the spec tier" in s for s in blend.support)
+    np.testing.assert_allclose(blend.duration_us, np.sqrt(transfer.duration_us * spec.duration_us))
+    # the transfer tier's interval is the learned one (inner residual quantiles), not the default +-0.3
+    np.testing.assert_allclose(transfer.hi, transfer.duration_us * np.exp(0.1))
+    assert (transfer.lo <= transfer.duration_us * np.exp(-0.2) + 1e-9).all()
+
+
+def test_transfer_intervals_are_the_inner_residual_quantiles(catalog) -> None:
+    from components.opmodel.measured import MeasuredTier
+    from components.opmodel.transfer_fit import fit_transfer, inner_predictor, pair_groups
+
+    store = _store(catalog)
+    specs = {d: catalog.get(d) for d in GPUS}
+    model = fit_transfer(MeasuredTier(store, specs), store, list(GPUS), 40)
+    low, high = model.intervals["gemm"]
+    # the GPUs differ by constant factors 1.2 .. 2.1: answers from slower and from faster relatives
+    assert low < 0.0 < high
+    from components.opmodel.transfer import TransferTier
+
+    tier = TransferTier(MeasuredTier(store, specs), None, model)
+    groups = pair_groups(tier, store, list(GPUS), 40, relatives=set(GPUS))
+    predict = inner_predictor(groups, list(GPUS), model)
+    logs = np.concatenate([np.log(g.actual / predict(g, g.target)) for g in groups])
+    inside = np.mean((logs >= low - 1e-9) & (logs <= high + 1e-9))
+    assert 0.8 <= inside <= 1.0  # a 5-95% interval of the inner residuals (per GPU weighed alike)
