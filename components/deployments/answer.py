@@ -13,6 +13,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import replace
+from pathlib import Path
 from typing import Any
 
 from components.deployments.compose import (
@@ -113,12 +114,16 @@ def _phases_once(deployments: Sequence[Deployment], fn: OpTimeFn) -> list[Any]:
 
 
 def answer_deployments(
-    deployments: Sequence[Deployment], op_time: OpTimeFn | None = None, workload: str = "steady"
+    deployments: Sequence[Deployment],
+    op_time: OpTimeFn | None = None,
+    workload: str = "steady",
+    constants: Path | None = None,
 ) -> list[Answer | DeploymentError]:
     """One answer per deployment (a :class:`DeploymentError` -- e.g. ``DoesNotFit`` -- where there is
-    none); the op times of every deployment on a GPU come from one batch per kind of op."""
+    none); the op times of every deployment on a GPU come from one batch per kind of op. ``constants``:
+    the engines' constants file a model carries (``engines.registry.engine_for``)."""
     fn = op_time if op_time is not None else production_op_time()[0]
-    engines = [engine_for(d.framework, d.gpu) for d in deployments]
+    engines = [engine_for(d.framework, d.gpu, constants=constants) for d in deployments]
     out: list[Answer | DeploymentError | None] = []
     for d, engine in zip(deployments, engines, strict=True):  # memory first: only what fits is composed
         try:

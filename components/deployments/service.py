@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
+from pathlib import Path
 from typing import Any
 
 from components.deployments.answer import answer_deployments
@@ -58,13 +59,16 @@ def predict_deployment(
     params: dict[str, Any],
     op_time: OpTimeFn | None = None,
     allow_paths: bool = True,
+    constants: Path | None = None,
 ) -> list[dict[str, Any]]:
-    """One answer per GPU; a GPU the deployment does not fit on answers with ``refused`` (the reason)."""
+    """One answer per GPU; a GPU the deployment does not fit on answers with ``refused`` (the reason).
+    ``constants``: the engines' constants file a model carries (else the package's)."""
     model = model_shape(config, allow_paths=allow_paths)
     workload = _workload(params)
     deployments = [deployment_from(model, spec, params) for spec in specs]
     out = []
-    for d, a in zip(deployments, answer_deployments(deployments, op_time, workload=workload), strict=True):
+    answers = answer_deployments(deployments, op_time, workload=workload, constants=constants)
+    for d, a in zip(deployments, answers, strict=True):
         if isinstance(a, DoesNotFit):
             out.append({"deployment": {"model": model.name, "gpu": d.gpu.id}, "refused": str(a)})
         elif isinstance(a, DeploymentError):

@@ -10,6 +10,9 @@ from pathlib import Path
 from components.models.base import Predictor
 
 PREDICTOR_FILE = "predictor.json"
+# The serving engines' constants a logged model carries (``components.registry.carried``): deployment
+# answers of this predictor read them from here, not from the installed package.
+DEPLOYMENT_CONSTANTS = Path("deployments") / "constants.json"
 
 # family -> "module:Class" whose ``load(directory)`` classmethod restores a saved predictor.
 # Imported lazily: the tabular and llm families pull in heavy libraries.
@@ -41,7 +44,18 @@ def load_predictor(directory: Path) -> Predictor:
         # a frozen predictor: serving falls back to the state folder's
         with contextlib.suppress(AttributeError, TypeError):
             predictor.opmodel_dir = engine
+    constants = Path(directory) / DEPLOYMENT_CONSTANTS
+    if constants.is_file():  # a model logged with its engines' constants (older ones have none)
+        with contextlib.suppress(AttributeError, TypeError):
+            predictor.deployment_constants = constants
     return predictor
 
 
-__all__ = ["LOADERS", "PREDICTOR_FILE", "Predictor", "load_predictor", "register_loader"]
+__all__ = [
+    "DEPLOYMENT_CONSTANTS",
+    "LOADERS",
+    "PREDICTOR_FILE",
+    "Predictor",
+    "load_predictor",
+    "register_loader",
+]

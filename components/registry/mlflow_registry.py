@@ -108,6 +108,11 @@ def log_predictor(
     if not predictor_dir.is_dir():
         raise FileNotFoundError(f"predictor directory not found: {predictor_dir}")
     resolve_loader(loader)  # fail now, not when serving loads the model
+    from components.platform.config import get_settings
+    from components.registry.carried import carry_components
+
+    # the engines' constants and calibrations go in the artifact: it answers without a state folder
+    carry_components(predictor_dir, get_settings().state_dir)
     if tracking_uri:
         mlflow.set_tracking_uri(tracking_uri)
         mlflow.set_registry_uri(tracking_uri)

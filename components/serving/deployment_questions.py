@@ -13,6 +13,8 @@ in ``breakdown``. A deployment that does not fit answers with no duration and th
 from __future__ import annotations
 
 import json
+from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 DEPLOYMENT_COLUMN = "deployment"
@@ -34,6 +36,39 @@ DEPLOYMENT_FIELDS = (
     "workload",
     "framework",
 )
+
+
+# Said on a deployment answer of a model logged before models carried their engines' constants.
+PREDATES_NOTE = (
+    "this model predates carrying its serving engines' constants: read from the installed kernelcast "
+    "(components/deployments/engines/constants.json)"
+)
+
+
+@dataclass(frozen=True)
+class ModelParts:
+    """What a model's deployment answers are made of: the op times of its op engine (None: the state
+    folder's, ``deployments.ops.production_op_time``) and the engines' constants file it carries (None: the
+    package's, with ``notes`` saying so)."""
+
+    op_time: Any = None
+    constants: Path | None = None
+    notes: tuple[str, ...] = field(default_factory=tuple)
+
+
+def model_parts(predictor: Any) -> ModelParts:
+    """The op engine and the constants ``predictor`` carries (``components.models.load_predictor`` names
+    them); a bare predictor (no op engine, no constants) answers as the state folder and package do."""
+    from components.deployments.ops import engine_op_time, has_data
+    from components.opmodel.loading import engine_for
+
+    engine = engine_for(predictor) if getattr(predictor, "opmodel_dir", None) is not None else None
+    constants = getattr(predictor, "deployment_constants", None)
+    return ModelParts(
+        op_time=engine_op_time(engine) if has_data(engine) else None,
+        constants=Path(constants) if constants is not None else None,
+        notes=(PREDATES_NOTE,) if constants is None and engine is not None else (),
+    )
 
 
 def has_deployments(frame: Any) -> bool:
@@ -58,8 +93,11 @@ def _fields(value: Any, where: str) -> dict[str, Any]:
     return value
 
 
-def answer_deployment_row(index: int, row: dict[str, Any], resolve: Any) -> dict[str, Any]:
-    """One question row with a deployment -> one answer row (QueryError naming the row otherwise)."""
+def answer_deployment_row(
+    index: int, row: dict[str, Any], resolve: Any, parts: ModelParts | None = None
+) -> dict[str, Any]:
+    """One question row with a deployment -> one answer row (QueryError naming the row otherwise), from
+    the model's ``parts`` (:func:`model_parts`) where given."""
     from components.deployments.config import DeploymentError
     from components.serving.disagg import predict_split_deployment
     from components.serving.query import QueryError
@@ -69,7 +107,9 @@ def answer_deployment_row(index: int, row: dict[str, Any], resolve: Any) -> dict
     spec = resolve(row.get("device"), row.get("device_spec"), where)
     params = {k: v for k, v in fields.items() if k != "model"}
     try:
-        result = predict_split_deployment(fields["model"], [spec], params, allow_paths=False, where="")[0]
+        result = predict_split_deployment(
+            fields["model"], [spec], params, allow_paths=False, where="", carried=parts
+        )[0]
     except DeploymentError as exc:
         raise QueryError(f"{where}.{DEPLOYMENT_COLUMN}: {exc}") from None
     out: dict[str, Any] = {
@@ -81,6 +121,8 @@ def answer_deployment_row(index: int, row: dict[str, Any], resolve: Any) -> dict
     }
     if "refused" in result:
         return {**out, "note": result["refused"]}
+    if parts is not None and parts.notes:
+        result["notes"] = [*result["notes"], *parts.notes]
     osl = int(result["deployment"]["osl"])
     (ttft_lo, ttft_hi), (tpot_lo, tpot_hi) = result["interval"]["ttft_ms"], result["interval"]["tpot_ms"]
     steps = max(osl - 1, 0)
@@ -109,7 +151,10 @@ def answer_mixed_frame(predictor: Any, frame: Any, *, model_version: str, allow_
     frame = frame.reset_index(drop=True)
     mask = frame[DEPLOYMENT_COLUMN].notna()
     resolve = _DeviceResolver()
-    answers = [answer_deployment_row(int(i), frame.loc[i].to_dict(), resolve) for i in frame.index[mask]]
+    parts = model_parts(predictor)
+    answers = [
+        answer_deployment_row(int(i), frame.loc[i].to_dict(), resolve, parts) for i in frame.index[mask]
+    ]
     parts = [pd.DataFrame(answers)]
     if (~mask).any():
         ops = frame.loc[~mask].drop(columns=[DEPLOYMENT_COLUMN])

@@ -84,13 +84,23 @@ def split_line(deployment: dict[str, Any]) -> str | None:
 
 
 def predict_split_deployment(
-    config: Any, specs: Sequence[Any], params: dict[str, Any], *, allow_paths: bool = True, where: str = "--"
+    config: Any,
+    specs: Sequence[Any],
+    params: dict[str, Any],
+    *,
+    allow_paths: bool = True,
+    where: str = "--",
+    carried: Any = None,
 ) -> list[dict[str, Any]]:
     """``components.deployments.service.predict_deployment`` with the prefill/decode split taken, checked
-    and stated on each disagg answer."""
+    and stated on each disagg answer; ``carried``: a model's op times and constants
+    (``deployment_questions.ModelParts``), else the state folder's and the package's."""
     from components.deployments.service import predict_deployment
 
     rest, split = take_split(params, where)
-    answers = predict_deployment(config, specs, rest, allow_paths=allow_paths)
+    op_time, constants = (carried.op_time, carried.constants) if carried is not None else (None, None)
+    answers = predict_deployment(
+        config, specs, rest, op_time=op_time, allow_paths=allow_paths, constants=constants
+    )
     state_split(answers, split)
     return answers

@@ -5,6 +5,7 @@ named here."""
 from __future__ import annotations
 
 from importlib import import_module
+from pathlib import Path
 from typing import Any
 
 from components.deployments.config import DeploymentError
@@ -24,10 +25,18 @@ def engine_name(name: Any) -> str:
     return text
 
 
-def engine_for(name: Any = None, spec: Any = None, fitted: bool = True) -> ServingEngine:
+def engine_for(
+    name: Any = None, spec: Any = None, fitted: bool = True, constants: Path | None = None
+) -> ServingEngine:
     """The engine's documented defaults (on GPU ``spec``), with its fitted step cost unless ``fitted`` is
-    False (the bench's folds fit their own)."""
+    False (the bench's folds fit their own); ``constants``: the constants file a model carries (its
+    provenance then names it), else the package's."""
     canon = engine_name(name)
     module = import_module(f"components.deployments.engines.{canon}")
     base: ServingEngine = module.engine(spec)
-    return with_fitted(base) if fitted else base
+    if not fitted:
+        return base
+    if constants is None:
+        return with_fitted(base)
+    engine = with_fitted(base, Path(constants))
+    return engine.with_cost(engine.cost, f"{engine.provenance}; read from {constants}")

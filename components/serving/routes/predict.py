@@ -48,15 +48,20 @@ async def predict(body: PredictRequest, svc: Annotated[Service, Depends(service)
 
 async def deployment_answer(svc: Service, form: DeploymentForm, devices: Any) -> dict[str, Any]:
     from components.deployments.config import DeploymentError
+    from components.serving.deployment_questions import model_parts
     from components.serving.disagg import predict_split_deployment
 
     specs = svc.devices_of(devices)
     svc.check_batch(1, specs)
+    loaded = (
+        svc.holder.model
+    )  # the served model's op engine and engines' constants (none loaded: the package's)
 
     def work() -> list[dict[str, Any]]:
+        carried = model_parts(loaded.predictor) if loaded is not None else None
         try:
             return predict_split_deployment(
-                form.model, specs, form.params(), allow_paths=False, where="deployment."
+                form.model, specs, form.params(), allow_paths=False, where="deployment.", carried=carried
             )
         except DeploymentError as exc:
             raise ApiError(422, "invalid_deployment", str(exc), "deployment") from None

@@ -1,0 +1,156 @@
+"""The registered champion answers every question form from its artifact alone: loaded with
+``mlflow.pyfunc.load_model("models:/<name>@champion")`` in a separate process whose KERNELCAST_HOME is an
+empty folder, it answers an op question with the op engine it carries and a deployment question with the
+serving engines' constants it carries (``components.registry.carried``).
+
+Real parts: a sqlite MLflow store, a tabular predictor trained here on our own H100 measurements
+(profiled-data/), an op engine over a one-row measured store of a known GEMM time (so the measured tier's
+answer is known), a calibration ``kernelcast calibrate`` would have stored in the training state folder.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+from components.platform.config import PROJECT_ROOT
+
+pytestmark = pytest.mark.slow
+NAME = "kernelcast-standalone-test"
+GEMM = {"M": 4096, "N": 1024, "K": 1024}
+MEASURED_US = 250.0  # the store's one GEMM time (above the roofline time of this GEMM on an H100)
+CALIBRATION = {"*": {"log_shift": -0.25, "rows": 12}}  # the GPU-wide level of a calibration file
+
+
+def _op_engine(folder: Path, store: Path) -> None:
+    """A real op engine over a one-row measured store, saved where a trained predictor keeps it."""
+    from components.opmodel.engine import OpEngine
+    from components.opmodel.store import save_store
+
+    gemm = pd.DataFrame(
+        {
+            "device_id": ["h100-sxm"],
+            "dtype": ["fp16"],
+            **{k: [float(v)] for k, v in GEMM.items()},
+            "latency_us": [MEASURED_US],
+            "n_repeats": [3],
+            "latency_min_us": [MEASURED_US],
+            "latency_max_us": [MEASURED_US],
+        }
+    )
+    save_store({"gemm": gemm}, store)
+    OpEngine.from_store(store).save(folder)
+
+
+def _champion(root: Path, uri: str) -> None:
+    """Train, carry, log, register and alias a model in the state folder ``root/home``."""
+    from components.devices import load_catalog
+    from components.features.build import build_feature_table
+    from components.ingest.profiled import ingest
+    from components.ingest.schema import with_measurement_ids
+    from components.models.tabular import TabularPredictor
+    from components.models.tabular_config import TabularConfig
+    from components.opmodel.calibrated import save_calibration
+    from components.registry import mlflow_registry as reg
+
+    output = ingest(PROJECT_ROOT / "profiled-data", load_catalog())
+    measurements = output.measurements
+    if measurements["measurement_id"].isna().any():
+        measurements = with_measurement_ids(measurements)
+    table = build_feature_table(measurements, output.kernels, load_catalog())
+    config = TabularConfig(n_estimators=40, num_leaves=15, min_child_samples=5, min_rows=10)
+    TabularPredictor(config).fit(table).save(root / "model")
+    _op_engine(root / "model" / "opmodel", root / "store")
+    # calibrated in the training state folder before the model is logged: the artifact must carry it
+    save_calibration(root / "home", "a100-sxm4", CALIBRATION)
+    reg.ensure_experiment("standalone", (root / "artifacts").as_uri(), uri)
+    model_uri = reg.log_predictor(
+        root / "model",
+        {},
+        {"family": "tabular"},
+        {"family": "tabular"},
+        experiment="standalone",
+        tracking_uri=uri,
+    )
+    version = reg.register(model_uri, NAME, uri)
+    reg.mlflow_client(uri).set_registered_model_alias(NAME, "champion", version)
+
+
+# Run in a fresh process: only MLflow's store and an EMPTY state folder; prints the answers as JSON.
+SERVICE = textwrap.dedent(
+    """
+    import json, sys
+    import mlflow.pyfunc
+    import pandas as pd
+
+    model = mlflow.pyfunc.load_model("models:/%s@champion")
+    questions = pd.DataFrame([
+        {"device": "H100", "dtype": "fp16", "op": "gemm", "shape": json.dumps(%s)},
+        {"device": "H100", "deployment": json.dumps(
+            {"model": "Llama-3.1-8B", "isl": 1024, "osl": 128, "concurrency": 8, "framework": "sglang"})},
+    ])
+    answers = model.predict(questions)
+    print(json.dumps({"artifacts": model.unwrap_python_model().predictor.deployment_constants.as_posix(),
+                      "answers": json.loads(answers.to_json(orient="records"))}))
+    """
+)
+
+
+def test_the_champion_answers_op_and_deployment_questions_with_no_state_folder(tmp_path: Path) -> None:
+    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    patch = pytest.MonkeyPatch()
+    patch.setenv("KERNELCAST_HOME", str(tmp_path / "home"))
+    patch.setenv("MLFLOW_TRACKING_URI", uri)
+    patch.setenv("MLFLOW_DISABLE_TELEMETRY", "true")
+    try:
+        _champion(tmp_path, uri)
+    finally:
+        patch.undo()
+    manifest = json.loads((tmp_path / "model" / "carried.json").read_text())
+    assert manifest["calibrations"]["calibrated_gpus"] == ["a100-sxm4"]
+    assert manifest["deployment_constants"]["file"] == "deployments/constants.json"
+
+    empty = tmp_path / "service-home"
+    empty.mkdir()
+    env = {
+        **os.environ,
+        "KERNELCAST_HOME": str(empty),
+        "MLFLOW_TRACKING_URI": uri,
+        "MLFLOW_DISABLE_TELEMETRY": "true",
+        "PYTHONPATH": str(PROJECT_ROOT),
+    }
+    script = SERVICE % (NAME, json.dumps(GEMM))
+    done = subprocess.run(
+        [sys.executable, "-c", script], env=env, cwd=tmp_path, capture_output=True, text=True, timeout=600
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    result = json.loads(done.stdout.strip().splitlines()[-1])
+    op, deployment = result["answers"]
+    carried = Path(result["artifacts"])
+
+    # The op question: the measured tier of the op engine inside the artifact, verbatim.
+    assert op["kind"] == "op" and op["device"] == "h100-sxm"
+    assert op["duration_us"] == pytest.approx(MEASURED_US)
+    assert op["duration_us"] >= op["roofline_us"]
+
+    # The deployment question: the engine it names, with constants read from the artifact's copy.
+    assert deployment["kind"] == "deployment" and deployment["device"] == "h100-sxm"
+    assert deployment["ttft_ms"] > 0 and deployment["duration_us"] > deployment["ttft_ms"] * 1e3
+    engine = json.loads(deployment["breakdown"])["deployment"]["engine"]
+    assert engine["name"] == "sglang"
+    assert engine["provenance"].startswith("constants fitted on ")
+    assert engine["provenance"].endswith(f"read from {carried}")
+    assert carried.is_file() and not carried.is_relative_to(
+        PROJECT_ROOT
+    )  # MLflow's download, not the package
+    assert "predates" not in deployment["note"]
+    # the service's state folder holds no model, op engine, store or calibration it could have answered from
+    left = sorted(str(p.relative_to(empty)) for p in empty.rglob("*"))
+    assert not [p for p in left if p.split("/")[0] in ("models", "opmodel", "data", "calibration")], left
