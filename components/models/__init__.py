@@ -13,6 +13,9 @@ PREDICTOR_FILE = "predictor.json"
 # The serving engines' constants a logged model carries (``components.registry.carried``): deployment
 # answers of this predictor read them from here, not from the installed package.
 DEPLOYMENT_CONSTANTS = Path("deployments") / "constants.json"
+# ... and the per-GPU runtime corrections (``components.models.calibration.CALIBRATION_DIR``, the same layout
+# as the state folder's): the predictor's ``corrections_home``.
+CORRECTIONS_DIR = "calibration"
 
 # family -> "module:Class" whose ``load(directory)`` classmethod restores a saved predictor.
 # Imported lazily: the tabular and llm families pull in heavy libraries.
@@ -39,19 +42,23 @@ def load_predictor(directory: Path) -> Predictor:
     module_name, _, class_name = LOADERS[family].partition(":")
     cls = getattr(importlib.import_module(module_name), class_name)
     predictor = cls.load(Path(directory))
-    engine = Path(directory) / "opmodel"
-    if (engine / "engine.json").is_file():  # the op engine trained with it (components/opmodel)
-        # a frozen predictor: serving falls back to the state folder's
-        with contextlib.suppress(AttributeError, TypeError):
-            predictor.opmodel_dir = engine
-    constants = Path(directory) / DEPLOYMENT_CONSTANTS
-    if constants.is_file():  # a model logged with its engines' constants (older ones have none)
-        with contextlib.suppress(AttributeError, TypeError):
-            predictor.deployment_constants = constants
+    folder = Path(directory)
+    carried = {
+        # the op engine trained with it (components/opmodel)
+        "opmodel_dir": (folder / "opmodel", (folder / "opmodel" / "engine.json").is_file()),
+        # what a logged model carries (components.registry.carried; models logged before it have neither)
+        "deployment_constants": (folder / DEPLOYMENT_CONSTANTS, (folder / DEPLOYMENT_CONSTANTS).is_file()),
+        "corrections_home": (folder, (folder / CORRECTIONS_DIR).is_dir()),
+    }
+    for attribute, (value, present) in carried.items():
+        if present:  # a frozen predictor takes none: serving falls back to the state folder's
+            with contextlib.suppress(AttributeError, TypeError):
+                setattr(predictor, attribute, value)
     return predictor
 
 
 __all__ = [
+    "CORRECTIONS_DIR",
     "DEPLOYMENT_CONSTANTS",
     "LOADERS",
     "PREDICTOR_FILE",

@@ -30,6 +30,8 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from components.models import CORRECTIONS_DIR
+
 METHODS: tuple[str, ...] = ("none", "global", "group", "residual")
 DEFAULT_SHRINK = 20.0  # pseudo-rows pulling a family's factor towards the GPU-wide one
 # GPU-independent kernel features the residual tree may split on (when present in the table).
@@ -269,7 +271,8 @@ def _fit_residual(x: np.ndarray, y: np.ndarray, seed: int) -> str:
 
 # ---------------------------------------------------------------------- serving: a stored correction per GPU
 
-CALIBRATION_DIR = "calibration"  # under KERNELCAST_HOME: <device_id>.json per calibrated GPU
+# under KERNELCAST_HOME (and a logged model's folder): <device_id>.json per calibrated GPU
+CALIBRATION_DIR = CORRECTIONS_DIR
 
 
 def correction_path(home: Any, device_id: str) -> Path:

@@ -9,9 +9,12 @@ folder served locally and the registered artifact answer alike:
   (``components.models.load_predictor`` names it on the predictor as ``deployment_constants``);
 - ``opmodel/calibrations.json``: the op engine's per-GPU calibrations, merged with those ``kernelcast
   calibrate`` stored in the state folder before the model was logged (a GPU's state-folder calibration,
-  the newer, replaces the engine's own). A calibration made after the model was logged is not in it: it
-  reaches a champion as a new model version (the next ``kernelcast train``), through the gate like any
-  other change of answers;
+  the newer, replaces the engine's own);
+- ``calibration/<device>.json``: the per-GPU runtime corrections ``kernelcast calibrate`` stored in the state
+  folder before the model was logged (``components.models.calibration``; serving applies them, a service's
+  own state folder's over them);
+- a calibration made after the model was logged is in neither: it reaches a champion as a new model version
+  (the next ``kernelcast train`` logs one carrying it), through the gate like any other change of answers;
 - ``carried.json``: what the two above hold (file, provenance, calibrated GPUs), for a reviewer and a test.
 """
 
@@ -61,8 +64,18 @@ def _carry_calibrations(predictor_dir: Path, state_dir: Path) -> dict[str, Any]:
         "op_engine": True,
         "calibrated_gpus": sorted(merged),
         "from_state_folder": sorted(from_state),
-        "after_logging": AFTER_LOGGING,
     }
+
+
+def _carry_corrections(predictor_dir: Path, state_dir: Path) -> list[str]:
+    """Copy the state folder's per-GPU runtime corrections into the predictor folder; their GPUs."""
+    from components.models import CORRECTIONS_DIR
+
+    folder = Path(state_dir) / CORRECTIONS_DIR
+    files = sorted(folder.glob("*.json")) if folder.is_dir() else []
+    for path in files:
+        atomic_write_text(predictor_dir / CORRECTIONS_DIR / path.name, path.read_text())
+    return [path.stem for path in files]
 
 
 def carry_components(predictor_dir: Path, state_dir: Path, constants: Path | None = None) -> dict[str, Any]:
@@ -73,7 +86,11 @@ def carry_components(predictor_dir: Path, state_dir: Path, constants: Path | Non
     predictor_dir = Path(predictor_dir)
     manifest = {
         "deployment_constants": _carry_constants(predictor_dir, Path(constants or CONSTANTS_FILE)),
-        "calibrations": _carry_calibrations(predictor_dir, Path(state_dir)),
+        "calibrations": {
+            **_carry_calibrations(predictor_dir, Path(state_dir)),
+            "corrected_gpus": _carry_corrections(predictor_dir, Path(state_dir)),
+            "after_logging": AFTER_LOGGING,
+        },
     }
     atomic_write_text(predictor_dir / MANIFEST, json.dumps(manifest, indent=1, sort_keys=True))
     return manifest

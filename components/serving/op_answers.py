@@ -130,10 +130,11 @@ def _predicted(predictor: Any, questions: list[Question], cols: dict[str, Any]) 
 
 
 def _calibrated(
-    predicted: dict[str, np.ndarray], questions: list[Question], cols: dict[str, Any]
+    predicted: dict[str, np.ndarray], questions: list[Question], cols: dict[str, Any], carried: Any = None
 ) -> dict[str, np.ndarray]:
     """``predicted`` with each calibrated GPU's runtime correction applied (``kernelcast calibrate``
-    stores one per GPU under the state folder); GPUs without one are untouched. Why here: a
+    stores one per GPU under the state folder; a logged model carries those made before it, in folder
+    ``carried``: the state folder's, the newer, win); GPUs without one are untouched. Why here: a
     correction fitted on a GPU's own calibration rows is the cheapest accuracy gain on that GPU."""
     import pandas as pd
 
@@ -141,7 +142,8 @@ def _calibrated(
     from components.platform.config import get_settings
 
     asked = {q.device.id for q in questions}
-    corrections = {d: c for d, c in load_corrections(get_settings().state_dir).items() if d in asked}
+    stored = {**(load_corrections(carried) if carried else {}), **load_corrections(get_settings().state_dir)}
+    corrections = {d: c for d, c in stored.items() if d in asked}
     if not corrections or "pred_duration_us" not in predicted:
         return predicted
     from components.serving.featurise import table_of
@@ -221,7 +223,8 @@ def _answer_champion_ops(
         device_index,
         specs,
     )
-    predicted = _calibrated(_predicted(predictor, questions, cols), questions, cols)
+    carried = getattr(predictor, "corrections_home", None)
+    predicted = _calibrated(_predicted(predictor, questions, cols), questions, cols, carried)
     n = len(questions)
 
     def column(name: str) -> np.ndarray:

@@ -11,6 +11,7 @@ answer is known), a calibration ``kernelcast calibrate`` would have stored in th
 from __future__ import annotations
 
 import json
+import math
 import os
 import subprocess
 import sys
@@ -26,7 +27,8 @@ pytestmark = pytest.mark.slow
 NAME = "kernelcast-standalone-test"
 GEMM = {"M": 4096, "N": 1024, "K": 1024}
 MEASURED_US = 250.0  # the store's one GEMM time (above the roofline time of this GEMM on an H100)
-CALIBRATION = {"*": {"log_shift": -0.25, "rows": 12}}  # the GPU-wide level of a calibration file
+CALIBRATION = {"*": {"log_shift": -0.25, "rows": 12}}  # the GPU-wide level of an op-engine calibration
+CORRECTION = 1.5  # a stored runtime correction of the H100: every classic-op runtime x 1.5
 
 
 def _op_engine(folder: Path, store: Path) -> None:
@@ -55,6 +57,7 @@ def _champion(root: Path, uri: str) -> None:
     from components.features.build import build_feature_table
     from components.ingest.profiled import ingest
     from components.ingest.schema import with_measurement_ids
+    from components.models.calibration import Correction, correction_path
     from components.models.tabular import TabularPredictor
     from components.models.tabular_config import TabularConfig
     from components.opmodel.calibrated import save_calibration
@@ -70,6 +73,8 @@ def _champion(root: Path, uri: str) -> None:
     _op_engine(root / "model" / "opmodel", root / "store")
     # calibrated in the training state folder before the model is logged: the artifact must carry it
     save_calibration(root / "home", "a100-sxm4", CALIBRATION)
+    correction = Correction("global", "h100-sxm", 10, global_log=math.log(CORRECTION))
+    correction.save(correction_path(root / "home", "h100-sxm"))
     reg.ensure_experiment("standalone", (root / "artifacts").as_uri(), uri)
     model_uri = reg.log_predictor(
         root / "model",
@@ -95,10 +100,15 @@ SERVICE = textwrap.dedent(
         {"device": "H100", "dtype": "fp16", "op": "gemm", "shape": json.dumps(%s)},
         {"device": "H100", "deployment": json.dumps(
             {"model": "Llama-3.1-8B", "isl": 1024, "osl": 128, "concurrency": 8, "framework": "sglang"})},
+        {"device": "H100", "dtype": "fp32", "op": "add", "shape": json.dumps({"N": 1 << 26})},
     ])
     answers = model.predict(questions)
-    print(json.dumps({"artifacts": model.unwrap_python_model().predictor.deployment_constants.as_posix(),
-                      "answers": json.loads(answers.to_json(orient="records"))}))
+    predictor = model.unwrap_python_model().predictor
+    constants = predictor.deployment_constants.as_posix()
+    del predictor.corrections_home  # the same model without the corrections it carries
+    plain = model.predict(questions.tail(1))
+    print(json.dumps({"artifacts": constants, "answers": json.loads(answers.to_json(orient="records")),
+                      "uncorrected_us": float(plain["duration_us"].iloc[0])}))
     """
 )
 
@@ -115,6 +125,7 @@ def test_the_champion_answers_op_and_deployment_questions_with_no_state_folder(t
         patch.undo()
     manifest = json.loads((tmp_path / "model" / "carried.json").read_text())
     assert manifest["calibrations"]["calibrated_gpus"] == ["a100-sxm4"]
+    assert manifest["calibrations"]["corrected_gpus"] == ["h100-sxm"]
     assert manifest["deployment_constants"]["file"] == "deployments/constants.json"
 
     empty = tmp_path / "service-home"
@@ -132,13 +143,17 @@ def test_the_champion_answers_op_and_deployment_questions_with_no_state_folder(t
     )
     assert done.returncode == 0, done.stderr[-3000:]
     result = json.loads(done.stdout.strip().splitlines()[-1])
-    op, deployment = result["answers"]
+    op, deployment, classic = result["answers"]
     carried = Path(result["artifacts"])
 
     # The op question: the measured tier of the op engine inside the artifact, verbatim.
     assert op["kind"] == "op" and op["device"] == "h100-sxm"
     assert op["duration_us"] == pytest.approx(MEASURED_US)
     assert op["duration_us"] >= op["roofline_us"]
+
+    # A classic op answered by the tabular predictor: the H100 correction the artifact carries applied.
+    assert classic["kind"] == "op" and classic["duration_us"] >= classic["roofline_us"]
+    assert classic["duration_us"] == pytest.approx(CORRECTION * result["uncorrected_us"], rel=1e-6)
 
     # The deployment question: the engine it names, with constants read from the artifact's copy.
     assert deployment["kind"] == "deployment" and deployment["device"] == "h100-sxm"

@@ -23,6 +23,7 @@ def _predictor_with_engine(folder: Path, calibrations: dict) -> Path:
 
 
 def test_carrying_copies_the_constants_and_merges_the_state_folders_calibrations(tmp_path: Path) -> None:
+    from components.models.calibration import Correction, correction_path, load_corrections
     from components.opmodel.calibrated import save_calibration
     from components.registry.carried import MANIFEST, carry_components
 
@@ -34,6 +35,7 @@ def test_carrying_copies_the_constants_and_merges_the_state_folders_calibrations
     newer = {"*": {"log_shift": -0.3, "rows": 9}}
     save_calibration(tmp_path / "home", "a100-sxm4", newer)
     save_calibration(tmp_path / "home", "l40s", newer)
+    Correction("global", "l40s", 7, global_log=0.1).save(correction_path(tmp_path / "home", "l40s"))
 
     manifest = carry_components(folder, tmp_path / "home")
 
@@ -45,6 +47,9 @@ def test_carrying_copies_the_constants_and_merges_the_state_folders_calibrations
     assert merged == {"h100-sxm": own["h100-sxm"], "a100-sxm4": newer, "l40s": newer}
     assert manifest["calibrations"]["from_state_folder"] == ["a100-sxm4", "l40s"]
     assert "not carried" in manifest["calibrations"]["after_logging"]
+    # the runtime corrections, in the state folder's layout inside the model folder
+    assert manifest["calibrations"]["corrected_gpus"] == ["l40s"]
+    assert load_corrections(folder)["l40s"].global_log == pytest.approx(0.1)
     assert json.loads((folder / MANIFEST).read_text()) == manifest
 
 
@@ -54,11 +59,10 @@ def test_a_model_without_an_op_engine_carries_the_constants_and_says_it_has_no_e
 
     RooflinePredictor().save(tmp_path / "model")
     manifest = carry_components(tmp_path / "model", tmp_path / "home")
-    assert manifest["calibrations"] == {
-        "op_engine": False,
-        "calibrated_gpus": [],
-        "note": "no op engine in this model",
-    }
+    assert (
+        manifest["calibrations"]["op_engine"] is False and manifest["calibrations"]["calibrated_gpus"] == []
+    )
+    assert manifest["calibrations"]["corrected_gpus"] == []
     assert (tmp_path / "model" / "deployments" / "constants.json").is_file()
 
 
@@ -94,3 +98,4 @@ def test_model_parts_prefer_the_carried_copy_and_say_when_a_model_predates_it(tm
     new = load_predictor(tmp_path / "old")
     parts = model_parts(new)
     assert parts.constants == tmp_path / "old" / "deployments" / "constants.json" and parts.notes == ()
+    assert not hasattr(new, "corrections_home")  # none stored in that state folder: none carried
