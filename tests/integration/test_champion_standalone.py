@@ -53,39 +53,17 @@ def _op_engine(folder: Path, store: Path) -> None:
 
 def _champion(root: Path, uri: str) -> None:
     """Train, carry, log, register and alias a model in the state folder ``root/home``."""
-    from components.devices import load_catalog
-    from components.features.build import build_feature_table
-    from components.ingest.profiled import ingest
-    from components.ingest.schema import with_measurement_ids
     from components.models.calibration import Correction, correction_path
-    from components.models.tabular import TabularPredictor
-    from components.models.tabular_config import TabularConfig
     from components.opmodel.calibrated import save_calibration
-    from components.registry import mlflow_registry as reg
+    from tests.integration.registered import register_champion, train_small_tabular
 
-    output = ingest(PROJECT_ROOT / "profiled-data", load_catalog())
-    measurements = output.measurements
-    if measurements["measurement_id"].isna().any():
-        measurements = with_measurement_ids(measurements)
-    table = build_feature_table(measurements, output.kernels, load_catalog())
-    config = TabularConfig(n_estimators=40, num_leaves=15, min_child_samples=5, min_rows=10)
-    TabularPredictor(config).fit(table).save(root / "model")
+    train_small_tabular(root / "model", n_estimators=40)
     _op_engine(root / "model" / "opmodel", root / "store")
-    # calibrated in the training state folder before the model is logged: the artifact must carry it
+    # calibrated in the training state folder before the model is logged: the artifact must carry both
     save_calibration(root / "home", "a100-sxm4", CALIBRATION)
     correction = Correction("global", "h100-sxm", 10, global_log=math.log(CORRECTION))
     correction.save(correction_path(root / "home", "h100-sxm"))
-    reg.ensure_experiment("standalone", (root / "artifacts").as_uri(), uri)
-    model_uri = reg.log_predictor(
-        root / "model",
-        {},
-        {"family": "tabular"},
-        {"family": "tabular"},
-        experiment="standalone",
-        tracking_uri=uri,
-    )
-    version = reg.register(model_uri, NAME, uri)
-    reg.mlflow_client(uri).set_registered_model_alias(NAME, "champion", version)
+    register_champion(root / "model", uri, NAME, "standalone", root / "artifacts")
 
 
 # Run in a fresh process: only MLflow's store and an EMPTY state folder; prints the answers as JSON.
@@ -113,16 +91,15 @@ SERVICE = textwrap.dedent(
 )
 
 
-def test_the_champion_answers_op_and_deployment_questions_with_no_state_folder(tmp_path: Path) -> None:
+def test_the_champion_answers_op_and_deployment_questions_with_no_state_folder(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
-    patch = pytest.MonkeyPatch()
-    patch.setenv("KERNELCAST_HOME", str(tmp_path / "home"))
-    patch.setenv("MLFLOW_TRACKING_URI", uri)
-    patch.setenv("MLFLOW_DISABLE_TELEMETRY", "true")
-    try:
+    with monkeypatch.context() as patch:  # the training side's state folder and store
+        for key, value in {"KERNELCAST_HOME": tmp_path / "home", "MLFLOW_TRACKING_URI": uri}.items():
+            patch.setenv(key, str(value))
+        patch.setenv("MLFLOW_DISABLE_TELEMETRY", "true")
         _champion(tmp_path, uri)
-    finally:
-        patch.undo()
     manifest = json.loads((tmp_path / "model" / "carried.json").read_text())
     assert manifest["calibrations"]["calibrated_gpus"] == ["a100-sxm4"]
     assert manifest["calibrations"]["corrected_gpus"] == ["h100-sxm"]

@@ -44,13 +44,7 @@ class Registry:
 @pytest.fixture(scope="module")
 def registry(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Registry]:
     """A sqlite store holding a real tabular model as ``<NAME>@champion`` (version 1)."""
-    from components.devices import load_catalog
-    from components.features.build import build_feature_table
-    from components.ingest.profiled import ingest
-    from components.ingest.schema import with_measurement_ids
-    from components.models.tabular import TabularPredictor
-    from components.models.tabular_config import TabularConfig
-    from components.registry import mlflow_registry as reg
+    from tests.integration.registered import register_champion, train_small_tabular
 
     root = tmp_path_factory.mktemp("serving")
     uri = f"sqlite:///{root / 'mlflow.db'}"
@@ -59,26 +53,8 @@ def registry(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Registry]:
     patch.setenv("MLFLOW_TRACKING_URI", uri)
     patch.setenv("MLFLOW_DISABLE_TELEMETRY", "true")
     try:
-        catalog = load_catalog()
-        output = ingest(PROJECT_ROOT / "profiled-data", catalog)
-        measurements = output.measurements
-        if measurements["measurement_id"].isna().any():
-            measurements = with_measurement_ids(measurements)
-        table = build_feature_table(measurements, output.kernels, catalog)
-        TabularPredictor(TabularConfig(n_estimators=60, num_leaves=15, min_child_samples=5, min_rows=10)).fit(
-            table
-        ).save(root / "tabular")
-        reg.ensure_experiment("serving-test", (root / "artifacts").as_uri(), uri)
-        model_uri = reg.log_predictor(
-            root / "tabular",
-            {},
-            {"family": "tabular"},
-            {"family": "tabular"},
-            experiment="serving-test",
-            tracking_uri=uri,
-        )
-        version = reg.register(model_uri, NAME, uri)
-        reg.mlflow_client(uri).set_registered_model_alias(NAME, "champion", version)
+        train_small_tabular(root / "tabular")
+        model_uri = register_champion(root / "tabular", uri, NAME, "serving-test", root / "artifacts")
         yield Registry(uri, model_uri)
     finally:
         patch.undo()
