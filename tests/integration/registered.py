@@ -6,24 +6,32 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pandas as pd
+
 from components.platform.config import PROJECT_ROOT
 
 
-def train_small_tabular(out: Path, n_estimators: int = 60) -> Path:
-    """A tabular predictor fitted on profiled-data/ (seconds), saved in ``out``."""
+def profiled_feature_table() -> pd.DataFrame:
+    """The feature table of profiled-data/ (our own H100 measurements), built by the real stages."""
     from components.devices import load_catalog
     from components.features.build import build_feature_table
     from components.ingest.profiled import ingest
     from components.ingest.schema import with_measurement_ids
-    from components.models.tabular import TabularPredictor
-    from components.models.tabular_config import TabularConfig
 
     catalog = load_catalog()
     output = ingest(PROJECT_ROOT / "profiled-data", catalog)
     measurements = output.measurements
     if measurements["measurement_id"].isna().any():
         measurements = with_measurement_ids(measurements)
-    table = build_feature_table(measurements, output.kernels, catalog)
+    return build_feature_table(measurements, output.kernels, catalog)
+
+
+def train_small_tabular(out: Path, n_estimators: int = 60, table: pd.DataFrame | None = None) -> Path:
+    """A small tabular predictor fitted on ``table`` (default profiled-data/'s; seconds), saved in ``out``."""
+    from components.models.tabular import TabularPredictor
+    from components.models.tabular_config import TabularConfig
+
+    table = profiled_feature_table() if table is None else table
     config = TabularConfig(n_estimators=n_estimators, num_leaves=15, min_child_samples=5, min_rows=10)
     TabularPredictor(config).fit(table).save(out)
     return out

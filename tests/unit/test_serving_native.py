@@ -10,29 +10,17 @@ import pandas as pd
 import pytest
 
 from components.models.tabular import TabularPredictor
-from components.models.tabular_config import TabularConfig
-from components.platform.config import PROJECT_ROOT
 from components.serving.native import FlatTrees, flatten_folder, load_flat_predictor
 
 
 @pytest.fixture(scope="module")
 def trained(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, pd.DataFrame]:
-    from components.devices import load_catalog
-    from components.features.build import build_feature_table
-    from components.ingest.profiled import ingest
-    from components.ingest.schema import with_measurement_ids
+    from tests.integration.registered import profiled_feature_table, train_small_tabular
 
-    catalog = load_catalog()
-    output = ingest(PROJECT_ROOT / "profiled-data", catalog)
-    measurements = output.measurements
-    if measurements["measurement_id"].isna().any():
-        measurements = with_measurement_ids(measurements)
-    table = build_feature_table(measurements, output.kernels, catalog)
+    table = profiled_feature_table()
     folder = tmp_path_factory.mktemp("model") / "tabular"
     # Small but real: family and dtype enter as categorical features, so categorical splits occur.
-    TabularPredictor(TabularConfig(n_estimators=60, num_leaves=15, min_child_samples=5, min_rows=10)).fit(
-        table
-    ).save(folder)
+    train_small_tabular(folder, table=table)
     return folder, table
 
 
