@@ -98,12 +98,30 @@ class OpEngine:
     def from_store(
         cls, store_dir: Path, spec_model: Any = None, transfer_model: Any = None, **kwargs: Any
     ) -> OpEngine:
-        from components.opmodel.measured import LAYOUTS
-        from components.opmodel.store import load_store
-        from components.opmodel.transfer import CURVE_FAMILIES
+        """An engine over a saved store that reads only the groups its questions ask for: the store is split
+        once per (family, GPU, dtype) under the state folder's cache (``store_cache``); where that cannot be
+        written, the whole store is read as before."""
+        from components.opmodel.measured import LAYOUTS, MeasuredTier
+        from components.opmodel.store_cache import open_split
+        from components.opmodel.transfer import CURVE_FAMILIES, TransferTier
+        from components.platform.config import get_settings
 
-        store = load_store(Path(store_dir), (*LAYOUTS, *CURVE_FAMILIES))
-        return cls.from_frames(store, spec_model, transfer_model, store_dir=Path(store_dir), **kwargs)
+        try:
+            groups, curves, devices = open_split(
+                Path(store_dir),
+                get_settings().cache_dir / "opmodel-split",
+                tuple(LAYOUTS),
+                tuple(CURVE_FAMILIES),
+            )
+        except OSError:  # a read-only state folder: no split to write
+            from components.opmodel.store import load_store
+
+            store = load_store(Path(store_dir), (*LAYOUTS, *CURVE_FAMILIES))
+            return cls.from_frames(store, spec_model, transfer_model, store_dir=Path(store_dir), **kwargs)
+        measured = MeasuredTier.from_groups(groups, _specs_of(devices))
+        transfer = TransferTier(measured, {}, transfer_model)
+        transfer.curve_groups = curves  # the same keys TransferTier groups whole frames by, read lazily
+        return cls(measured, spec_model, transfer=transfer, store_dir=Path(store_dir), **kwargs)
 
     @classmethod
     def from_frames(
@@ -111,13 +129,10 @@ class OpEngine:
     ) -> OpEngine:
         """An engine over in-memory store frames ``{family: frame}`` (the measured tier, and the transfer tier
         over the same GPUs: plain sibling physics when no ``transfer_model`` was learned)."""
-        from components.devices.catalog import load_catalog
         from components.opmodel.measured import LAYOUTS, MeasuredTier
         from components.opmodel.transfer import CURVE_FAMILIES, TransferTier
 
-        catalog = load_catalog()
-        devices = {str(d) for frame in store.values() for d in frame["device_id"].unique()}
-        specs = {d: catalog.get(d) for d in devices if d in catalog}
+        specs = _specs_of({str(d) for frame in store.values() for d in frame["device_id"].unique()})
         measured = MeasuredTier({f: v for f, v in store.items() if f in LAYOUTS}, specs)
         curves = {f: v for f, v in store.items() if f in CURVE_FAMILIES}
         transfer = TransferTier(measured, curves, transfer_model)
@@ -388,6 +403,14 @@ class OpEngine:
         tier[where] = "transfer"
         support[where] = text[take]
         quantiles[0][where], quantiles[1][where] = self.intervals["transfer"]
+
+
+def _specs_of(devices: Any) -> dict[str, Any]:
+    """The catalog specs of the store's GPUs (those the catalog knows)."""
+    from components.devices.catalog import load_catalog
+
+    catalog = load_catalog()
+    return {d: catalog.get(d) for d in devices if d in catalog}
 
 
 def cap_achievable(duration: np.ndarray, roof: physics.Roofline, achievable: dict[str, float]) -> np.ndarray:

@@ -26,6 +26,7 @@ sites' keys. The layouts are chosen on an inner split of each GPU's training sit
 
 from __future__ import annotations
 
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -501,23 +502,36 @@ def physics_key(spec: Any) -> str:
     return json.dumps(spec.model_dump(exclude=set(IDENTITY_FIELDS)), sort_keys=True, default=str)
 
 
+def measured_groups(family: str, frame: pd.DataFrame) -> Iterator[tuple[tuple, pd.DataFrame]]:
+    """``family``'s rows per (family, device, dtype, kv dtype | None): the measured tier's groups."""
+    keys = ["device_id", "dtype"] + (["kv_dtype"] if family == "attention" else [])
+    for key, part in frame.groupby(keys, sort=True, observed=True):
+        key = key if isinstance(key, tuple) else (key,)
+        yield ((family, *key) if family == "attention" else (family, *key, None)), part
+
+
 class MeasuredTier:
     """The measured tables of every GPU in a store, resolved lazily per (family, device, dtype, kv_dtype)."""
 
     def __init__(self, store: dict[str, pd.DataFrame], specs: dict[str, Any]) -> None:
         self.specs = specs  # device_id -> DeviceSpec of the GPU the rows were measured on
-        self.groups: dict[tuple, pd.DataFrame] = {}
-        for family, frame in store.items():
-            if family not in LAYOUTS:
-                continue
-            keys = ["device_id", "dtype"] + (["kv_dtype"] if family == "attention" else [])
-            for key, part in frame.groupby(keys, sort=True, observed=True):
-                key = key if isinstance(key, tuple) else (key,)
-                full = (family, *key) if family == "attention" else (family, *key, None)
-                self.groups[full] = part
+        # (family, device, dtype, kv dtype | None) -> rows; a store_cache.GroupFrames reads each on first use
+        self.groups: Mapping[tuple, pd.DataFrame] = {
+            key: part
+            for family, frame in store.items()
+            if family in LAYOUTS
+            for key, part in measured_groups(family, frame)
+        }
         self._tables: dict[tuple, SiteTable | None] = {}
         # a GPU is its physics, not its name: a spec identical to a measured GPU's gets that GPU's answers
         self.by_physics = {physics_key(spec): device for device, spec in specs.items()}
+
+    @classmethod
+    def from_groups(cls, groups: Mapping[tuple, pd.DataFrame], specs: dict[str, Any]) -> MeasuredTier:
+        """A tier over groups already split (``store_cache.GroupFrames``: each read on first use)."""
+        out = cls({}, specs)
+        out.groups = groups
+        return out
 
     def devices(self) -> set[str]:
         return {key[1] for key in self.groups}
@@ -526,7 +540,9 @@ class MeasuredTier:
         """This tier as if ``device`` had never been measured (its rows and spec gone); the other GPUs' site
         tables are shared, not rebuilt (leave-one-GPU-out benches)."""
         out = MeasuredTier({}, {d: s for d, s in self.specs.items() if d != device})
-        out.groups = {k: v for k, v in self.groups.items() if k[1] != device}
+        keep = [k for k in self.groups if k[1] != device]
+        subset = getattr(self.groups, "subset", None)  # a lazy split: restrict it without reading it
+        out.groups = subset(keep) if subset else {k: self.groups[k] for k in keep}
         out._tables = self._tables  # keyed by device: the held-out GPU's tables are never asked for
         return out
 
