@@ -96,31 +96,35 @@ class OpEngine:
 
     @classmethod
     def from_store(
-        cls, store_dir: Path, spec_model: Any = None, transfer_model: Any = None, **kwargs: Any
+        cls,
+        store_dir: Path,
+        spec_model: Any = None,
+        transfer_model: Any = None,
+        cache_dir: Path | None = None,
+        **kwargs: Any,
     ) -> OpEngine:
-        """An engine over a saved store that reads only the groups its questions ask for: the store is split
-        once per (family, GPU, dtype) under the state folder's cache (``store_cache``); where that cannot be
-        written, the whole store is read as before."""
+        """An engine over a saved store. With ``cache_dir`` (the CLI's and the server's: the state folder's
+        cache) it reads only the groups its questions ask for: the store is split once per (family, GPU,
+        dtype) there (``store_cache``); without one, or where it cannot be written, it reads the whole
+        store."""
         from components.opmodel.measured import LAYOUTS, MeasuredTier
         from components.opmodel.store_cache import open_split
         from components.opmodel.transfer import CURVE_FAMILIES, TransferTier
-        from components.platform.config import get_settings
 
+        families = (tuple(LAYOUTS), tuple(CURVE_FAMILIES))
         try:
-            groups, curves, devices = open_split(
-                Path(store_dir),
-                get_settings().cache_dir / "opmodel-split",
-                tuple(LAYOUTS),
-                tuple(CURVE_FAMILIES),
-            )
-        except OSError:  # a read-only state folder: no split to write
+            split = None if cache_dir is None else open_split(Path(store_dir), Path(cache_dir), *families)
+        except OSError:  # a read-only cache folder: read the whole store
+            split = None
+        if split is None:
             from components.opmodel.store import load_store
 
-            store = load_store(Path(store_dir), (*LAYOUTS, *CURVE_FAMILIES))
+            store = load_store(Path(store_dir), (*families[0], *families[1]))
             return cls.from_frames(store, spec_model, transfer_model, store_dir=Path(store_dir), **kwargs)
+        groups, curves, devices = split
         measured = MeasuredTier.from_groups(groups, _specs_of(devices))
         transfer = TransferTier(measured, {}, transfer_model)
-        transfer.curve_groups = curves  # the same keys TransferTier groups whole frames by, read lazily
+        transfer.curve_groups = curves  # the keys TransferTier groups whole frames by, each read on first use
         return cls(measured, spec_model, transfer=transfer, store_dir=Path(store_dir), **kwargs)
 
     @classmethod
@@ -163,7 +167,8 @@ class OpEngine:
         )
 
     @classmethod
-    def load(cls, folder: Path) -> OpEngine:
+    def load(cls, folder: Path, cache_dir: Path | None = None) -> OpEngine:
+        """The engine saved in ``folder``; ``cache_dir``: where its store may be split (``from_store``)."""
         folder = Path(folder)
         info = json.loads((folder / ENGINE_FILE).read_text())
         spec_model = None
@@ -184,6 +189,7 @@ class OpEngine:
                 folder / "store",
                 spec_model,
                 TransferModel.load(folder),
+                cache_dir,
                 calibrations=calibrations,
                 intervals=intervals,
                 meta=info.get("meta"),
