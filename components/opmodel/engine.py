@@ -411,14 +411,6 @@ class OpEngine:
         quantiles[0][where], quantiles[1][where] = self.intervals["transfer"]
 
 
-def _specs_of(devices: Any) -> dict[str, Any]:
-    """The catalog specs of the store's GPUs (those the catalog knows)."""
-    from components.devices.catalog import load_catalog
-
-    catalog = load_catalog()
-    return {d: catalog.get(d) for d in devices if d in catalog}
-
-
 def cap_achievable(duration: np.ndarray, roof: physics.Roofline, achievable: dict[str, float]) -> np.ndarray:
     """A runtime no shorter than each pipe's work at the achievable share of its peak (learned from measured
     kernels, ``transfer_fit.achievable_peaks``): the pipe's own share, else the highest learned share of any
@@ -428,3 +420,11 @@ def cap_achievable(duration: np.ndarray, roof: physics.Roofline, achievable: dic
     share = achievable.get(pipe, max(compute_shares) if compute_shares else 1.0)
     floor = np.maximum(roof.compute_us / share, roof.memory_us / achievable.get("dram", 1.0))
     return np.where(np.isfinite(duration), np.maximum(duration, floor), duration)
+
+
+def _specs_of(devices: Any) -> dict[str, Any]:
+    """The catalog specs of the store's GPUs (those the catalog knows)."""
+    from components.devices.catalog import load_catalog
+
+    catalog = load_catalog()
+    return {d: catalog.get(d) for d in devices if d in catalog}
