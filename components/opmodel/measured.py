@@ -549,11 +549,18 @@ class MeasuredTier:
     def table(self, family: str, device_id: str, dtype: str, kv_dtype: str | None) -> SiteTable | None:
         key = (family, device_id, dtype, (kv_dtype or dtype) if family == "attention" else None)
         if key not in self._tables:
-            part = self.groups.get(key)
             spec = self.specs.get(device_id)
-            self._tables[key] = (
-                None if part is None or spec is None else SiteTable(family, part, spec, dtype, key[3])
-            )
+            if key not in self.groups or spec is None:
+                self._tables[key] = None
+                return None
+
+            def build() -> SiteTable:
+                return SiteTable(family, self.groups[key], spec, dtype, key[3])
+
+            saved = getattr(self.groups, "table", None)  # a split store keeps its built tables on disk
+            table = saved(key, f"{physics_key(spec)}|{LAYOUTS[family]!r}", build) if saved else build()
+            table.spec = spec  # the catalog's spec object itself (the saved one has the same physics)
+            self._tables[key] = table
         return self._tables[key]
 
     def resolve(

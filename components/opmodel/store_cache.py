@@ -1,25 +1,33 @@
 """The measured store split once into one file per (family, GPU, dtype[, kv dtype]) group, so an engine
-reads only the groups its questions ask for.
+reads only the groups its questions ask for, and the measured tier's tables built from them saved beside.
 
-Why: reading the whole store (1.85M rows) and grouping it for every GPU took 1.6-8 s per CLI process, while
-a question on one GPU needs that GPU's few groups. The first engine over a store writes the split under the
-cache folder (atomically, keyed by the store's files and the pandas/numpy versions: a rebuilt store or a
-new pandas gets a new split); every later process reads the small index and, on first use, one pickled
-frame per group. The groups are those ``MeasuredTier`` (``measured.measured_groups``) and the transfer
-tier's curve tables would build from the whole frames, rows in the same order: answers are unchanged.
+Why: reading the whole store (1.85M rows) and grouping it for every GPU took 1.6-8 s per CLI process, and
+building a GPU's attention table from its rows ~0.25 s, while a question on one GPU needs that GPU's few
+groups (and those of its relatives, for shapes it did not measure). The first engine over a store writes
+the split under the cache folder (atomically, keyed by the store's files and the pandas/numpy versions: a
+rebuilt store or a new pandas gets a new split); every later process reads the small index and, on first
+use, one pickled frame per group, or the group's table where one was saved (keyed by the GPU's physics,
+the layout and the digest of the code that builds tables). The groups are those ``MeasuredTier``
+(``measured.measured_groups``) and the transfer tier's curve tables would build from the whole frames,
+rows in the same order: answers are unchanged. Pickle is safe here: only this module writes the folder.
 """
 
 from __future__ import annotations
 
+import contextlib
+import functools
 import hashlib
 import json
 import pickle
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
+from components.common.atomic import atomic_write_bytes
+
 CACHE_VERSION = 1  # bump when the split's layout changes
 INDEX_NAME = "index.json"
+TABLES_DIR = "tables"  # the measured tier's tables built from the groups, saved on first use
 
 
 def store_digest(store_dir: Path) -> str:
@@ -34,6 +42,21 @@ def store_digest(store_dir: Path) -> str:
     ]
     text = json.dumps([CACHE_VERSION, str(folder), files, pd.__version__, np.__version__])
     return hashlib.sha256(text.encode()).hexdigest()[:20]
+
+
+@functools.cache
+def code_digest() -> str:
+    """A digest of the code a saved table's arrays come from (the measured tier and the physics): a table
+    saved by other code is not reused."""
+    from components.opmodel import measured, site_blend
+    from components.physics import roofline
+
+    physics = Path(roofline.__file__).parent
+    files = sorted({Path(measured.__file__), Path(site_blend.__file__), *physics.glob("*.py")})
+    sha = hashlib.sha256()
+    for path in files:
+        sha.update(path.name.encode() + path.read_bytes())
+    return sha.hexdigest()
 
 
 class GroupFrames(Mapping):
@@ -54,6 +77,20 @@ class GroupFrames(Mapping):
             self._frames[key] = frame
             self.loaded_rows += len(frame)
         return self._frames[key]
+
+    def table(self, key: tuple, tag: str, build: Callable[[], Any]) -> Any:
+        """The measured tier's table of group ``key`` built by ``build``, saved beside the group the first
+        time: ``tag`` (the GPU's physics and the family's layout) and the code that builds tables name it."""
+        digest = hashlib.sha256(f"{tag}|{code_digest()}".encode()).hexdigest()[:20]
+        path = self.folder / TABLES_DIR / f"{Path(self.files[key]).stem}-{digest}.pkl"
+        if path.is_file():
+            with open(path, "rb") as handle:
+                return pickle.load(handle)  # written below into our own cache folder
+        table = build()
+        with contextlib.suppress(OSError):  # a read-only cache: the table is built again next time
+            path.parent.mkdir(exist_ok=True)
+            atomic_write_bytes(path, pickle.dumps(table, protocol=pickle.HIGHEST_PROTOCOL))
+        return table
 
     def __contains__(self, key: object) -> bool:
         return key in self.files
