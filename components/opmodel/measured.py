@@ -28,13 +28,15 @@ from __future__ import annotations
 
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
-import pandas as pd
 
 from components.opmodel import site_blend
 from components.physics import roofline as physics
+
+if TYPE_CHECKING:  # pandas loads where tables are built: a saved table answers without it (store_cache)
+    import pandas as pd
 
 
 @dataclass(frozen=True)
@@ -154,6 +156,7 @@ class SiteTable:
         kv_dtype: str | None,
         layout: Layout | None = None,
     ) -> None:
+        import pandas as pd
         from scipy.spatial import cKDTree
 
         layout = layout or LAYOUTS[family]
@@ -338,6 +341,8 @@ class SiteTable:
                 continue
             if values.dtype.kind == "f" and not np.isfinite(values).all():
                 # the text path's own failure (no integer for NaN/inf), not a silent wrong group
+                import pandas as pd
+
                 frame = pd.DataFrame({k: np.asarray(columns[k]) for k in names})
                 return _categories(frame, names).map(self.cat_codes).to_numpy(dtype="float64")
             parts.append(values.astype("int64"))
@@ -482,6 +487,8 @@ def _scatter(
 def _categories(frame: pd.DataFrame, columns: tuple[str, ...]) -> pd.Series:
     """One text key per row of the categorical columns (numbers as integers: 64 and 64.0 are one count)."""
     if not columns:
+        import pandas as pd
+
         return pd.Series("", index=frame.index)
     parts = [frame[c].astype("int64").astype(str) if c != "phase" else frame[c].astype(str) for c in columns]
     return parts[0].str.cat(parts[1:], sep="|") if len(parts) > 1 else parts[0]

@@ -33,14 +33,13 @@ TABLES_DIR = "tables"  # the measured tier's tables built from the groups, saved
 def store_digest(store_dir: Path) -> str:
     """A key of the store's current files (resolved path, names, sizes, mtimes) and the libraries that pickle
     the split: cheap (no file is read) and different whenever the store is rewritten."""
-    import numpy as np
-    import pandas as pd
+    from importlib.metadata import version  # not pandas itself: a warm question answers without it
 
     folder = Path(store_dir).resolve()
     files = [
         (p.name, p.stat().st_size, p.stat().st_mtime_ns) for p in sorted(folder.iterdir()) if p.is_file()
     ]
-    text = json.dumps([CACHE_VERSION, str(folder), files, pd.__version__, np.__version__])
+    text = json.dumps([CACHE_VERSION, str(folder), files, version("pandas"), version("numpy")])
     return hashlib.sha256(text.encode()).hexdigest()[:20]
 
 
