@@ -4,12 +4,12 @@ reads only the groups its questions ask for, and the measured tier's tables buil
 Why: reading the whole store (1.85M rows) and grouping it for every GPU took 1.6-8 s per CLI process, and
 building a GPU's attention table from its rows ~0.25 s, while a question on one GPU needs that GPU's few
 groups (and those of its relatives, for shapes it did not measure). The first engine over a store writes
-the split under the cache folder (atomically, keyed by the store's files and the pandas/numpy versions: a
-rebuilt store or a new pandas gets a new split); every later process reads the small index and, on first
-use, one pickled frame per group, or the group's table where one was saved (keyed by the GPU's physics,
-the layout and the digest of the code that builds tables). The groups are those ``MeasuredTier``
-(``measured.measured_groups``) and the transfer tier's curve tables would build from the whole frames,
-rows in the same order: answers are unchanged. Pickle is safe here: only this module writes the folder.
+the split under the cache folder (atomically, keyed by the store's files and the versions of the libraries
+that write it: a rebuilt store or a new pandas gets a new split); every later process reads the small
+index and, on first use, one parquet file per group, or the group's table where one was saved (pickled,
+keyed by the GPU's physics, the layout and the digest of the code that builds tables; only this module
+writes the folder). The groups are those ``MeasuredTier`` (``measured.measured_groups``) and the transfer
+tier's curve tables would build from the whole frames, rows in the same order: answers are unchanged.
 """
 
 from __future__ import annotations
@@ -25,21 +25,22 @@ from typing import Any
 
 from components.common.atomic import atomic_write_bytes
 
-CACHE_VERSION = 1  # bump when the split's layout changes
+CACHE_VERSION = 2  # bump when the split's layout changes
+LIBRARIES = ("pandas", "pyarrow", "numpy", "scipy")  # their versions key the split: pickles and parquet
 INDEX_NAME = "index.json"
 TABLES_DIR = "tables"  # the measured tier's tables built from the groups, saved on first use
 
 
 def store_digest(store_dir: Path) -> str:
-    """A key of the store's current files (resolved path, names, sizes, mtimes) and the libraries that pickle
-    the split: cheap (no file is read) and different whenever the store is rewritten."""
+    """A key of the store's current files (resolved path, names, sizes, mtimes) and the libraries that write
+    and pickle the split and its tables: cheap (no file is read), new whenever the store is rewritten."""
     from importlib.metadata import version  # not pandas itself: a warm question answers without it
 
     folder = Path(store_dir).resolve()
     files = [
         (p.name, p.stat().st_size, p.stat().st_mtime_ns) for p in sorted(folder.iterdir()) if p.is_file()
     ]
-    text = json.dumps([CACHE_VERSION, str(folder), files, version("pandas"), version("numpy")])
+    text = json.dumps([CACHE_VERSION, str(folder), files, *map(version, LIBRARIES)])
     return hashlib.sha256(text.encode()).hexdigest()[:20]
 
 
@@ -71,8 +72,9 @@ class GroupFrames(Mapping):
         if key not in self._frames:
             if key not in self.files:
                 raise KeyError(key)
-            with open(self.folder / self.files[key], "rb") as handle:
-                frame = pickle.load(handle)  # written by split_store below into our own cache folder
+            import pandas as pd
+
+            frame = pd.read_parquet(self.folder / self.files[key])
             self._frames[key] = frame
             self.loaded_rows += len(frame)
         return self._frames[key]
@@ -81,14 +83,17 @@ class GroupFrames(Mapping):
         """The measured tier's table of group ``key`` built by ``build``, saved beside the group the first
         time: ``tag`` (the GPU's physics and the family's layout) and the code that builds tables name it."""
         digest = hashlib.sha256(f"{tag}|{code_digest()}".encode()).hexdigest()[:20]
-        path = self.folder / TABLES_DIR / f"{Path(self.files[key]).stem}-{digest}.pkl"
-        if path.is_file():
-            with open(path, "rb") as handle:
-                return pickle.load(handle)  # written below into our own cache folder
+        stem = Path(self.files[key]).stem
+        path = self.folder / TABLES_DIR / f"{stem}-{digest}.pkl"
+        with contextlib.suppress(FileNotFoundError), open(path, "rb") as handle:  # absent: not saved yet
+            return pickle.load(handle)  # written below into our own cache folder
         table = build()
         with contextlib.suppress(OSError):  # a read-only cache: the table is built again next time
             path.parent.mkdir(exist_ok=True)
             atomic_write_bytes(path, pickle.dumps(table, protocol=pickle.HIGHEST_PROTOCOL))
+            for old in path.parent.glob(f"{stem}-*.pkl"):  # the group's tables of other code or physics
+                if old != path:
+                    old.unlink(missing_ok=True)
         return table
 
     def __contains__(self, key: object) -> bool:
@@ -127,9 +132,8 @@ def split_store(store_dir: Path, folder: Path, measured: tuple[str, ...], curves
             kind = "measured" if family in measured else "curves"
             parts = measured_groups(family, frame) if kind == "measured" else curve_groups(family, frame)
             for key, part in parts:
-                name = f"{len(index['measured']) + len(index['curves']):05d}.pkl"
-                with open(tmp / name, "wb") as handle:
-                    pickle.dump(part, handle, protocol=pickle.HIGHEST_PROTOCOL)
+                name = f"{len(index['measured']) + len(index['curves']):05d}.parquet"
+                part.to_parquet(tmp / name, compression="zstd")  # the store's own format: ~1/8 of a pickle
                 index[kind].append([list(key), name, len(part)])
         index["devices"] = sorted(devices)
         (tmp / INDEX_NAME).write_text(json.dumps(index, sort_keys=True))
