@@ -97,3 +97,31 @@ def test_the_split_is_written_once_and_a_rewritten_store_gets_a_new_one(catalog,
     a100 = catalog.get("a100-sxm4-80gb")
     _assert_same(_answers(renewed, a100, shape), _answers(whole, a100, shape))
     assert not np.array_equal(_answers(renewed, a100, shape)[0], _answers(first, a100, shape)[0])
+
+
+def test_a_question_answered_from_saved_tables_loads_no_pandas(catalog, tmp_path: Path) -> None:
+    import json
+    import subprocess
+    import sys
+
+    from components.opmodel.engine import OpEngine
+    from components.platform.config import PROJECT_ROOT
+
+    _store(catalog, tmp_path / "store")
+    shape = {"M": [1, 64, 4096], "N": 3000, "K": 4096}
+    warm = OpEngine.from_store(tmp_path / "store", cache_dir=tmp_path / "cache")
+    expected = warm.predict("gemm", "bf16", shape, catalog.get("h100-sxm")).duration_us.tolist()
+    code = (
+        "import json, sys\nfrom components.devices.catalog import load_catalog\n"
+        "from components.opmodel.engine import OpEngine\n"
+        f"engine = OpEngine.from_store({str(tmp_path / 'store')!r}, cache_dir={str(tmp_path / 'cache')!r})\n"
+        f"times = engine.predict('gemm', 'bf16', {shape!r}, load_catalog().get('h100-sxm'))\n"
+        "print(json.dumps({'pandas': 'pandas' in sys.modules, 'us': times.duration_us.tolist(), "
+        "'rows': engine.measured.groups.loaded_rows}))"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", code], cwd=PROJECT_ROOT, capture_output=True, text=True, timeout=120
+    )
+    assert done.returncode == 0, done.stderr
+    answer = json.loads(done.stdout.strip().splitlines()[-1])
+    assert answer == {"pandas": False, "us": expected, "rows": 0}
