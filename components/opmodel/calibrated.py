@@ -19,12 +19,14 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
-import pandas as pd
 
 from components.common.atomic import atomic_write_text
+
+if TYPE_CHECKING:  # pandas loads in the fitting functions: answering a question needs none of it
+    import pandas as pd
 
 SHRINK = 8.0  # pseudo-rows pulling a regime's shift toward its parent's
 LOCAL_SCALE = 1.5  # octaves: a calibration row this far away corrects with weight 1/e
@@ -183,6 +185,8 @@ def fit_calibration(
     dimensions, latency_us. The spec tier's prediction is the base (measured rows of this GPU are not used).
     What the shifts leave is kept per regime with each row's log shape (``_local``): a question near
     calibration rows gets their residual too (``local_residual``)."""
+    import pandas as pd
+
     from components.opmodel.spec import regime
     from components.physics import roofline as physics
 
@@ -319,6 +323,8 @@ def engine_rows(table: pd.DataFrame) -> pd.DataFrame:
     from components.features.analytical import parse_dims
 
     needed = {"family", "dtype", "duration_us", "shape_json"}
+    import pandas as pd  # here, not at the top: answering a question imports this module, not pandas
+
     if table.empty or not needed <= set(table.columns):
         return pd.DataFrame()
     family = table["family"].astype(str)

@@ -96,14 +96,36 @@ class OpEngine:
 
     @classmethod
     def from_store(
-        cls, store_dir: Path, spec_model: Any = None, transfer_model: Any = None, **kwargs: Any
+        cls,
+        store_dir: Path,
+        spec_model: Any = None,
+        transfer_model: Any = None,
+        cache_dir: Path | None = None,
+        **kwargs: Any,
     ) -> OpEngine:
-        from components.opmodel.measured import LAYOUTS
-        from components.opmodel.store import load_store
-        from components.opmodel.transfer import CURVE_FAMILIES
+        """An engine over a saved store. With ``cache_dir`` (the CLI's and the server's: the state folder's
+        cache) it reads only the groups its questions ask for: the store is split once per (family, GPU,
+        dtype) there (``store_cache``); without one, or where it cannot be written, it reads the whole
+        store."""
+        from components.opmodel.measured import LAYOUTS, MeasuredTier
+        from components.opmodel.store_cache import open_split
+        from components.opmodel.transfer import CURVE_FAMILIES, TransferTier
 
-        store = load_store(Path(store_dir), (*LAYOUTS, *CURVE_FAMILIES))
-        return cls.from_frames(store, spec_model, transfer_model, store_dir=Path(store_dir), **kwargs)
+        families = (tuple(LAYOUTS), tuple(CURVE_FAMILIES))
+        try:
+            split = None if cache_dir is None else open_split(Path(store_dir), Path(cache_dir), *families)
+        except OSError:  # a read-only cache folder: read the whole store
+            split = None
+        if split is None:
+            from components.opmodel.store import load_store
+
+            store = load_store(Path(store_dir), (*families[0], *families[1]))
+            return cls.from_frames(store, spec_model, transfer_model, store_dir=Path(store_dir), **kwargs)
+        groups, curves, devices = split
+        measured = MeasuredTier.from_groups(groups, _specs_of(devices))
+        transfer = TransferTier(measured, {}, transfer_model)
+        transfer.curve_groups = curves  # the keys TransferTier groups whole frames by, each read on first use
+        return cls(measured, spec_model, transfer=transfer, store_dir=Path(store_dir), **kwargs)
 
     @classmethod
     def from_frames(
@@ -111,13 +133,10 @@ class OpEngine:
     ) -> OpEngine:
         """An engine over in-memory store frames ``{family: frame}`` (the measured tier, and the transfer tier
         over the same GPUs: plain sibling physics when no ``transfer_model`` was learned)."""
-        from components.devices.catalog import load_catalog
         from components.opmodel.measured import LAYOUTS, MeasuredTier
         from components.opmodel.transfer import CURVE_FAMILIES, TransferTier
 
-        catalog = load_catalog()
-        devices = {str(d) for frame in store.values() for d in frame["device_id"].unique()}
-        specs = {d: catalog.get(d) for d in devices if d in catalog}
+        specs = _specs_of({str(d) for frame in store.values() for d in frame["device_id"].unique()})
         measured = MeasuredTier({f: v for f, v in store.items() if f in LAYOUTS}, specs)
         curves = {f: v for f, v in store.items() if f in CURVE_FAMILIES}
         transfer = TransferTier(measured, curves, transfer_model)
@@ -148,7 +167,8 @@ class OpEngine:
         )
 
     @classmethod
-    def load(cls, folder: Path) -> OpEngine:
+    def load(cls, folder: Path, cache_dir: Path | None = None) -> OpEngine:
+        """The engine saved in ``folder``; ``cache_dir``: where its store may be split (``from_store``)."""
         folder = Path(folder)
         info = json.loads((folder / ENGINE_FILE).read_text())
         spec_model = None
@@ -169,6 +189,7 @@ class OpEngine:
                 folder / "store",
                 spec_model,
                 TransferModel.load(folder),
+                cache_dir,
                 calibrations=calibrations,
                 intervals=intervals,
                 meta=info.get("meta"),
@@ -411,3 +432,11 @@ def cap_achievable(duration: np.ndarray, roof: physics.Roofline, achievable: dic
     share = achievable.get(pipe, max(compute_shares) if compute_shares else 1.0)
     floor = np.maximum(roof.compute_us / share, roof.memory_us / achievable.get("dram", 1.0))
     return np.where(np.isfinite(duration), np.maximum(duration, floor), duration)
+
+
+def _specs_of(devices: Any) -> dict[str, Any]:
+    """The catalog specs of the store's GPUs (those the catalog knows)."""
+    from components.devices.catalog import load_catalog
+
+    catalog = load_catalog()
+    return {d: catalog.get(d) for d in devices if d in catalog}

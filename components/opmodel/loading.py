@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import Any
 
 ENGINE_DIR = "opmodel"  # inside a predictor folder and under $KERNELCAST_HOME/models
+SPLIT_DIR = "opmodel-split"  # under $KERNELCAST_HOME/cache: the stores split per (family, GPU, dtype)
 _CACHE: dict[str, Any] = {}
 
 
@@ -25,11 +26,12 @@ def engine_for(predictor: Any) -> Any:
     store = settings.data_dir / "opmodel" / "store"
     has_store = (store / "store.json").is_file()
     key = str(folder) if folder is not None else (f"store:{store}" if has_store else "bare")
+    split = settings.cache_dir / SPLIT_DIR  # one GPU's question reads that GPU's groups only (store_cache)
     if key not in _CACHE:
         if folder is not None:
-            _CACHE[key] = OpEngine.load(folder)
+            _CACHE[key] = OpEngine.load(folder, split)
         elif key.startswith("store:"):
-            _CACHE[key] = OpEngine.from_store(store)
+            _CACHE[key] = OpEngine.from_store(store, cache_dir=split)
         else:
             _CACHE[key] = OpEngine()
     calibrations = load_calibrations(settings.state_dir)

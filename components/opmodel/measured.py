@@ -26,14 +26,17 @@ sites' keys. The layouts are chosen on an inner split of each GPU's training sit
 
 from __future__ import annotations
 
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
-import pandas as pd
 
 from components.opmodel import site_blend
 from components.physics import roofline as physics
+
+if TYPE_CHECKING:  # pandas loads where tables are built: a saved table answers without it (store_cache)
+    import pandas as pd
 
 
 @dataclass(frozen=True)
@@ -153,6 +156,7 @@ class SiteTable:
         kv_dtype: str | None,
         layout: Layout | None = None,
     ) -> None:
+        import pandas as pd
         from scipy.spatial import cKDTree
 
         layout = layout or LAYOUTS[family]
@@ -337,6 +341,8 @@ class SiteTable:
                 continue
             if values.dtype.kind == "f" and not np.isfinite(values).all():
                 # the text path's own failure (no integer for NaN/inf), not a silent wrong group
+                import pandas as pd
+
                 frame = pd.DataFrame({k: np.asarray(columns[k]) for k in names})
                 return _categories(frame, names).map(self.cat_codes).to_numpy(dtype="float64")
             parts.append(values.astype("int64"))
@@ -481,6 +487,8 @@ def _scatter(
 def _categories(frame: pd.DataFrame, columns: tuple[str, ...]) -> pd.Series:
     """One text key per row of the categorical columns (numbers as integers: 64 and 64.0 are one count)."""
     if not columns:
+        import pandas as pd
+
         return pd.Series("", index=frame.index)
     parts = [frame[c].astype("int64").astype(str) if c != "phase" else frame[c].astype(str) for c in columns]
     return parts[0].str.cat(parts[1:], sep="|") if len(parts) > 1 else parts[0]
@@ -501,23 +509,36 @@ def physics_key(spec: Any) -> str:
     return json.dumps(spec.model_dump(exclude=set(IDENTITY_FIELDS)), sort_keys=True, default=str)
 
 
+def measured_groups(family: str, frame: pd.DataFrame) -> Iterator[tuple[tuple, pd.DataFrame]]:
+    """``family``'s rows per (family, device, dtype, kv dtype | None): the measured tier's groups."""
+    keys = ["device_id", "dtype"] + (["kv_dtype"] if family == "attention" else [])
+    for key, part in frame.groupby(keys, sort=True, observed=True):
+        key = key if isinstance(key, tuple) else (key,)
+        yield ((family, *key) if family == "attention" else (family, *key, None)), part
+
+
 class MeasuredTier:
     """The measured tables of every GPU in a store, resolved lazily per (family, device, dtype, kv_dtype)."""
 
     def __init__(self, store: dict[str, pd.DataFrame], specs: dict[str, Any]) -> None:
         self.specs = specs  # device_id -> DeviceSpec of the GPU the rows were measured on
-        self.groups: dict[tuple, pd.DataFrame] = {}
-        for family, frame in store.items():
-            if family not in LAYOUTS:
-                continue
-            keys = ["device_id", "dtype"] + (["kv_dtype"] if family == "attention" else [])
-            for key, part in frame.groupby(keys, sort=True, observed=True):
-                key = key if isinstance(key, tuple) else (key,)
-                full = (family, *key) if family == "attention" else (family, *key, None)
-                self.groups[full] = part
+        # (family, device, dtype, kv dtype | None) -> rows; a store_cache.GroupFrames reads each on first use
+        self.groups: Mapping[tuple, pd.DataFrame] = {
+            key: part
+            for family, frame in store.items()
+            if family in LAYOUTS
+            for key, part in measured_groups(family, frame)
+        }
         self._tables: dict[tuple, SiteTable | None] = {}
         # a GPU is its physics, not its name: a spec identical to a measured GPU's gets that GPU's answers
         self.by_physics = {physics_key(spec): device for device, spec in specs.items()}
+
+    @classmethod
+    def from_groups(cls, groups: Mapping[tuple, pd.DataFrame], specs: dict[str, Any]) -> MeasuredTier:
+        """A tier over groups already split (``store_cache.GroupFrames``: each read on first use)."""
+        out = cls({}, specs)
+        out.groups = groups
+        return out
 
     def devices(self) -> set[str]:
         return {key[1] for key in self.groups}
@@ -526,18 +547,27 @@ class MeasuredTier:
         """This tier as if ``device`` had never been measured (its rows and spec gone); the other GPUs' site
         tables are shared, not rebuilt (leave-one-GPU-out benches)."""
         out = MeasuredTier({}, {d: s for d, s in self.specs.items() if d != device})
-        out.groups = {k: v for k, v in self.groups.items() if k[1] != device}
+        keep = [k for k in self.groups if k[1] != device]
+        subset = getattr(self.groups, "subset", None)  # a lazy split: restrict it without reading it
+        out.groups = subset(keep) if subset else {k: self.groups[k] for k in keep}
         out._tables = self._tables  # keyed by device: the held-out GPU's tables are never asked for
         return out
 
     def table(self, family: str, device_id: str, dtype: str, kv_dtype: str | None) -> SiteTable | None:
         key = (family, device_id, dtype, (kv_dtype or dtype) if family == "attention" else None)
         if key not in self._tables:
-            part = self.groups.get(key)
             spec = self.specs.get(device_id)
-            self._tables[key] = (
-                None if part is None or spec is None else SiteTable(family, part, spec, dtype, key[3])
-            )
+            if key not in self.groups or spec is None:
+                self._tables[key] = None
+                return None
+
+            def build() -> SiteTable:
+                return SiteTable(family, self.groups[key], spec, dtype, key[3])
+
+            saved = getattr(self.groups, "table", None)  # a split store keeps its built tables on disk
+            table = saved(key, f"{physics_key(spec)}|{LAYOUTS[family]!r}", build) if saved else build()
+            table.spec = spec  # the catalog's spec object itself (the saved one has the same physics)
+            self._tables[key] = table
         return self._tables[key]
 
     def resolve(

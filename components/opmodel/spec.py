@@ -23,12 +23,14 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
-import pandas as pd
 
 from components.physics import roofline as physics
+
+if TYPE_CHECKING:  # pandas loads in the training functions: answering a question needs none of it
+    import pandas as pd
 
 SPEC_FAMILIES: tuple[str, ...] = ("gemm", "attention")
 DTYPE_CODES: dict[str, int] = {d: i for i, d in enumerate(physics.GEMM_DTYPE_TRAITS)}
@@ -291,6 +293,8 @@ class SpecModel:
 
 def hash_fraction(frame: pd.DataFrame, columns: list[str]) -> np.ndarray:
     """A deterministic number in [0, 1) per row from its key columns (the same row, the same number)."""
+    import pandas as pd
+
     hashed = pd.util.hash_pandas_object(frame[columns], index=False).to_numpy()
     return (hashed % np.uint64(1_000_003)).astype("float64") / 1_000_003.0
 
@@ -301,6 +305,8 @@ def training_rows(
     """Per family: measured rows (device_id, dtype[, kv_dtype], shape, latency_us), at most ``per_group`` per
     (device, dtype[, kv_dtype]) chosen by hash; PipeWeave's FP8 GEMM train file (H20, H800) joins the
     GEMMs."""
+    import pandas as pd
+
     out = {}
     for family in SPEC_FAMILIES:
         frame = store.get(family)
@@ -324,6 +330,8 @@ def training_rows(
 
 def pipeweave_fp8(datasets_root: Path) -> pd.DataFrame | None:
     """PipeWeave's FP8 GEMM *train* file (its test file is a held-out benchmark): H20 and H800 rows."""
+    import pandas as pd
+
     from components.devices.catalog import load_catalog
 
     path = datasets_root / "pipeweave" / "dataset" / "gemm_fp8_train.csv"

@@ -24,9 +24,12 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-import pandas as pd
 
+from components.common.lazy import lazy_module
 from components.physics import roofline as physics
+
+# pandas loads where a table is built from rows: a question answered from saved tables needs none of it
+pd = lazy_module("pandas")
 
 TRANSFER_FILE = "transfer.json"
 DEFAULT_FLOOR_US = 3.0  # the sibling rule (roof + 3 us) where no floor was learned for a regime

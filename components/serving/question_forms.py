@@ -12,11 +12,11 @@ from __future__ import annotations
 import json
 import math
 import re
+import sys
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
+from numbers import Integral
 from typing import Any
-
-import numpy as np
 
 from components.serving.query import (
     DTYPES,
@@ -123,7 +123,7 @@ def _shape(value: Any, where: str) -> dict[str, int]:
 
 
 def _triple(value: Any, where: str, high: int) -> list[int]:
-    if isinstance(value, (int, np.integer)) and not isinstance(value, bool):
+    if isinstance(value, Integral) and not isinstance(value, bool):  # numpy's integers are Integral
         value = [int(value)]
     if not isinstance(value, (list, tuple)) or not 1 <= len(value) <= 3:
         raise QueryError(f"{where}: expected a list of 1 to 3 positive integers, e.g. [256, 1, 1]")
@@ -145,9 +145,9 @@ def _launch(value: Any, where: str) -> dict[str, Any]:
         "grid": _triple(raw["grid"], f"{where}.grid", MAX_GRID),
         "block": _triple(raw["block"], f"{where}.block", MAX_BLOCK_THREADS),
     }
-    if int(np.prod(launch["block"])) > MAX_BLOCK_THREADS:
+    if math.prod(launch["block"]) > MAX_BLOCK_THREADS:
         raise QueryError(
-            f"{where}.block {launch['block']}: {int(np.prod(launch['block']))} threads per block; "
+            f"{where}.block {launch['block']}: {math.prod(launch['block'])} threads per block; "
             f"at most {MAX_BLOCK_THREADS}"
         )
     if not _absent(raw.get("kernel")):
@@ -325,7 +325,9 @@ def _module_question(index: int, where: str, present: dict[str, Any], device: An
     train = present.get("train", False)
     if isinstance(train, str) and train.strip().lower() in ("true", "false", "1", "0"):
         train = train.strip().lower() in ("true", "1")
-    if not isinstance(train, (bool, np.bool_)):
+    # a numpy bool only where numpy is loaded already: a question's checks do not load it (a fast error)
+    numpy = sys.modules.get("numpy")
+    if not (isinstance(train, bool) or (numpy is not None and isinstance(train, numpy.bool_))):
         raise QueryError(f"{where}.train: expected true or false (a module's training step or its forward)")
     return Question(index, "module", device, _dtype(present, where, None), module=module, train=bool(train))
 

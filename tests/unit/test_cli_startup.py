@@ -69,3 +69,12 @@ def test_unknown_device_is_refused_before_numpy_and_pandas(tmp_path) -> None:
         "try:\n    main()\nexcept SystemExit as exc:\n    assert exc.code == 2, exc.code"
     )
     assert _loaded_after(code, str(tmp_path)) == {"heavy": [], "settings": False}
+
+
+def test_a_bad_shape_is_refused_before_numpy_and_pandas(tmp_path) -> None:
+    argv = ["kernelcast", "predict", "--op", "gemm", "--shape", "M=64,N=64,K=-1", "--device", "H100"]
+    code = (
+        f"import sys\nsys.argv = {argv!r}\nfrom kernelcast.cli import main\n"
+        "try:\n    main()\nexcept SystemExit as exc:\n    assert exc.code == 2, exc.code"
+    )
+    assert _loaded_after(code, str(tmp_path))["heavy"] == []

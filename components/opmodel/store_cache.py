@@ -1,0 +1,158 @@
+"""The measured store split once into one file per (family, GPU, dtype[, kv dtype]) group, so an engine
+reads only the groups its questions ask for, and the measured tier's tables built from them saved beside.
+
+Why: reading the whole store (1.85M rows) and grouping it for every GPU took 1.6-8 s per CLI process, and
+building a GPU's attention table from its rows ~0.25 s, while a question on one GPU needs that GPU's few
+groups (and those of its relatives, for shapes it did not measure). The first engine over a store writes
+the split under the cache folder (atomically, keyed by the store's files and the versions of the libraries
+that write it: a rebuilt store or a new pandas gets a new split); every later process reads the small
+index and, on first use, one parquet file per group, or the group's table where one was saved (pickled,
+keyed by the GPU's physics, the layout and the digest of the code that builds tables; only this module
+writes the folder). The groups are those ``MeasuredTier`` (``measured.measured_groups``) and the transfer
+tier's curve tables would build from the whole frames, rows in the same order: answers are unchanged.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import hashlib
+import json
+import pickle
+from collections.abc import Callable, Iterable, Iterator, Mapping
+from pathlib import Path
+from typing import Any
+
+from components.common.atomic import atomic_write_bytes
+
+CACHE_VERSION = 2  # bump when the split's layout changes
+LIBRARIES = ("pandas", "pyarrow", "numpy", "scipy")  # their versions key the split: pickles and parquet
+INDEX_NAME = "index.json"
+TABLES_DIR = "tables"  # the measured tier's tables built from the groups, saved on first use
+
+
+def store_digest(store_dir: Path) -> str:
+    """A key of the store's current files (resolved path, names, sizes, mtimes) and the libraries that write
+    and pickle the split and its tables: cheap (no file is read), new whenever the store is rewritten."""
+    from importlib.metadata import version  # not pandas itself: a warm question answers without it
+
+    folder = Path(store_dir).resolve()
+    files = [
+        (p.name, p.stat().st_size, p.stat().st_mtime_ns) for p in sorted(folder.iterdir()) if p.is_file()
+    ]
+    text = json.dumps([CACHE_VERSION, str(folder), files, *map(version, LIBRARIES)])
+    return hashlib.sha256(text.encode()).hexdigest()[:20]
+
+
+@functools.cache
+def code_digest() -> str:
+    """A digest of the code a saved table's arrays come from (the measured tier and the physics): a table
+    saved by other code is not reused."""
+    from components.opmodel import measured, site_blend
+    from components.physics import roofline
+
+    physics = Path(roofline.__file__).parent
+    files = sorted({Path(measured.__file__), Path(site_blend.__file__), *physics.glob("*.py")})
+    sha = hashlib.sha256()
+    for path in files:
+        sha.update(path.name.encode() + path.read_bytes())
+    return sha.hexdigest()
+
+
+class GroupFrames(Mapping):
+    """``{group key: frame}`` of a split store: keys from its index, each frame read on first use."""
+
+    def __init__(self, folder: Path, files: dict[tuple, str]) -> None:
+        self.folder = Path(folder)
+        self.files = files  # group key -> file name in folder
+        self._frames: dict[tuple, Any] = {}
+        self.loaded_rows = 0  # rows read so far (what a question cost)
+
+    def __getitem__(self, key: tuple) -> Any:
+        if key not in self._frames:
+            if key not in self.files:
+                raise KeyError(key)
+            import pandas as pd
+
+            frame = pd.read_parquet(self.folder / self.files[key])
+            self._frames[key] = frame
+            self.loaded_rows += len(frame)
+        return self._frames[key]
+
+    def table(self, key: tuple, tag: str, build: Callable[[], Any]) -> Any:
+        """The measured tier's table of group ``key`` built by ``build``, saved beside the group the first
+        time: ``tag`` (the GPU's physics and the family's layout) and the code that builds tables name it."""
+        digest = hashlib.sha256(f"{tag}|{code_digest()}".encode()).hexdigest()[:20]
+        stem = Path(self.files[key]).stem
+        path = self.folder / TABLES_DIR / f"{stem}-{digest}.pkl"
+        with contextlib.suppress(FileNotFoundError), open(path, "rb") as handle:  # absent: not saved yet
+            return pickle.load(handle)  # written below into our own cache folder
+        table = build()
+        with contextlib.suppress(OSError):  # a read-only cache: the table is built again next time
+            path.parent.mkdir(exist_ok=True)
+            atomic_write_bytes(path, pickle.dumps(table, protocol=pickle.HIGHEST_PROTOCOL))
+            for old in path.parent.glob(f"{stem}-*.pkl"):  # the group's tables of other code or physics
+                if old != path:
+                    old.unlink(missing_ok=True)
+        return table
+
+    def __contains__(self, key: object) -> bool:
+        return key in self.files
+
+    def __iter__(self) -> Iterator[tuple]:
+        return iter(self.files)
+
+    def __len__(self) -> int:
+        return len(self.files)
+
+    def subset(self, keys: Iterable[tuple]) -> GroupFrames:
+        """The same split restricted to ``keys`` (frames already read are shared)."""
+        out = GroupFrames(self.folder, {k: self.files[k] for k in keys})
+        out._frames = {k: v for k, v in self._frames.items() if k in out.files}
+        return out
+
+
+def curve_groups(family: str, frame: Any) -> Iterator[tuple[tuple, Any]]:
+    """The transfer tier's curve-table groups (``TransferTier.curve_groups``'s keys and parts)."""
+    for (device, dtype), part in frame.groupby(["device_id", "dtype"], sort=True, observed=True):
+        yield (family, str(device), str(dtype)), part
+
+
+def split_store(store_dir: Path, folder: Path, measured: tuple[str, ...], curves: tuple[str, ...]) -> None:
+    """Write the store's groups of the ``measured`` and ``curves`` families into ``folder`` (atomic)."""
+    from components.common.atomic import atomic_write_dir
+    from components.opmodel.measured import measured_groups
+    from components.opmodel.store import load_store
+
+    def write(tmp: Path) -> None:
+        frames = load_store(Path(store_dir), (*measured, *curves))
+        index: dict[str, Any] = {"measured": [], "curves": [], "devices": []}
+        devices = {str(d) for frame in frames.values() for d in frame["device_id"].unique()}
+        for family, frame in sorted(frames.items()):
+            kind = "measured" if family in measured else "curves"
+            parts = measured_groups(family, frame) if kind == "measured" else curve_groups(family, frame)
+            for key, part in parts:
+                name = f"{len(index['measured']) + len(index['curves']):05d}.parquet"
+                part.to_parquet(tmp / name, compression="zstd")  # the store's own format: ~1/8 of a pickle
+                index[kind].append([list(key), name, len(part)])
+        index["devices"] = sorted(devices)
+        (tmp / INDEX_NAME).write_text(json.dumps(index, sort_keys=True))
+
+    atomic_write_dir(Path(folder), write)
+
+
+def open_split(
+    store_dir: Path, cache_root: Path, measured: tuple[str, ...], curves: tuple[str, ...]
+) -> tuple[GroupFrames, GroupFrames, list[str]]:
+    """(measured groups, curve groups, the store's devices) of ``store_dir``, split under ``cache_root``
+    first when no split of the store's current files is there."""
+    tag = "-".join((*measured, "with", *curves))
+    folder = Path(cache_root) / f"{store_digest(store_dir)}-{tag}"
+    if not (folder / INDEX_NAME).is_file():
+        split_store(store_dir, folder, measured, curves)
+    index = json.loads((folder / INDEX_NAME).read_text())
+
+    def frames(kind: str) -> GroupFrames:
+        return GroupFrames(folder, {tuple(key): name for key, name, _ in index[kind]})
+
+    return frames("measured"), frames("curves"), list(index["devices"])
