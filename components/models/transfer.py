@@ -22,30 +22,8 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-# Analytical columns that do not depend on the GPU's rates (only on the kernel and on SM counts).
-KERNEL_COLUMNS: tuple[str, ...] = (
-    "f_flops",
-    "f_tensor_flops",
-    "f_fma_flops",
-    "f_sfu_ops",
-    "f_uses_tensor",
-    "f_precision_bytes",
-    "f_dram_bytes_min",
-    "f_l2_bytes_tiled",
-    "f_arith_intensity",
-    "f_arith_intensity_tiled",
-    "f_tile_m",
-    "f_tile_n",
-    "f_ctas",
-    "f_ctas_measured",
-    "f_threads_per_cta",
-    "f_ctas_per_sm",
-    "f_waves",
-    "f_wave_efficiency",
-    "f_busiest_sm_ctas",
-    "f_sm_imbalance",
-    "f_active_sm_fraction",
-)
+from components.features.analytical import RATE_FREE_COLUMNS
+
 # Device columns that are counts or capacities per SM (never a rate, a clock or a total peak).
 DEVICE_COUNT_COLUMNS: tuple[str, ...] = (
     "dev_fp32_lanes_per_sm",
@@ -156,7 +134,7 @@ def derived_features(frame: pd.DataFrame) -> pd.DataFrame:
 
 def transfer_frame(frame: pd.DataFrame, static_columns: list[str] | None = None) -> pd.DataFrame:
     """Every transferable numeric input of ``frame``: kernel, per-SM device, derived and static columns."""
-    parts = {c: _col(frame, c) for c in (*KERNEL_COLUMNS, *DEVICE_COUNT_COLUMNS)}
+    parts = {c: _col(frame, c) for c in (*RATE_FREE_COLUMNS, *DEVICE_COUNT_COLUMNS)}
     out = pd.DataFrame(parts, index=frame.index)
     out = pd.concat([out, derived_features(frame)], axis=1)
     static = (

@@ -19,7 +19,7 @@ from typing import Any
 
 import numpy as np
 
-from components.features.analytical import label_codes, map_labels
+from components.features.arrays import label_codes, map_labels
 from components.models import transfer as tr
 
 

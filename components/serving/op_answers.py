@@ -18,7 +18,7 @@ LAUNCH_BOUND_US: float = 5.0
 
 
 def _op_dims(questions: list[Question]) -> np.ndarray:
-    from components.features.analytical import DIMS
+    from components.features.dims import DIMS
 
     position = {d: i for i, d in enumerate(DIMS)}
     dims = np.full((len(questions), len(DIMS)), np.nan)
