@@ -21,7 +21,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from components.features.arrays import finite_or, is_in, map_labels, numeric_column
+from components.features.arrays import finite_or, map_labels, numeric_column
 from components.features.demand import family_demand
 from components.features.device_numbers import DEVICE_COLUMNS, MAX_CTAS_PER_SM, device_table
 from components.features.dims import parse_dims, tile_from_names
@@ -122,39 +122,23 @@ class Composed:
 
 
 def tensor_peak_of(family: np.ndarray, dtype: np.ndarray, dv: dict[str, np.ndarray]) -> np.ndarray:
-    """The tensor-pipe peak each row's dtype runs at (NaN: no tensor pipe for it).
+    """The tensor-pipe peak each row's dtype runs at (NaN: no tensor pipe for it: the FMA pipe).
 
-    fp32 GEMMs stay on the FMA pipe (PyTorch allow_tf32=False for matmul) except cuDNN convs, which use
-    TF32 by default where the GPU has it. The quantised GEMM dtypes (components/physics/roofline.GEMM_DTYPES)
-    run on their own pipes, falling back the way physics.FALLBACK does: fp8 block-scaled = fp8; nvfp4 -> fp8
-    -> bf16; W8A8 int8 -> fp16; weight-only int8/int4 de-quantise to bf16 (fp16 where no bf16); an explicit
-    tf32 GEMM on the tf32 tensor pipe."""
-    fp8_or_bf16 = finite_or(dv["tensor_fp8"], dv["tensor_bf16"])
-    return np.select(
-        [
-            dtype == "fp16",
-            dtype == "bf16",
-            is_in(dtype, ["fp8", "fp8_block"]),
-            dtype == "fp64",
-            (dtype == "fp32") & (family == "conv"),
-            dtype == "nvfp4",
-            dtype == "int8",
-            is_in(dtype, ["int8_wo", "int4_wo"]),
-            dtype == "tf32",
-        ],
-        [
-            dv["tensor_fp16"],
-            dv["tensor_bf16"],
-            fp8_or_bf16,
-            dv["tensor_fp64"],
-            dv["tensor_tf32"],
-            finite_or(dv["tensor_fp4"], fp8_or_bf16),
-            finite_or(dv["tensor_int8"], dv["tensor_fp16"]),
-            finite_or(dv["tensor_bf16"], dv["tensor_fp16"]),
-            dv["tensor_tf32"],
-        ],
-        default=np.nan,
-    )
+    The pipe per dtype is the physics' (``dtypes.tensor_precisions``: its own tensor pipe, then its FALLBACK
+    chain's; bf16 without bf16 tensor cores, V100/T4, runs as fp32 FMA). One rule is the features' own: fp32
+    GEMMs stay on the FMA pipe (PyTorch allow_tf32=False for matmul) except cuDNN convs, which use TF32 by
+    default where the GPU has it."""
+    peak = np.full(len(family), np.nan)
+    for name in dtypes.DTYPES:
+        rows = np.asarray(dtype == name)
+        if not rows.any():
+            continue
+        value = np.full(len(family), np.nan)
+        for precision in dtypes.tensor_precisions(name):
+            value = finite_or(value, dv[f"tensor_{precision}"])
+        np.copyto(peak, value, where=rows)
+    conv_tf32 = np.asarray(dtype == "fp32") & np.asarray(family == "conv")
+    return np.where(conv_tf32, dv["tensor_tf32"], peak)
 
 
 def compose_features(
