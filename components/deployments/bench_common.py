@@ -12,6 +12,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from components.common.metrics import mape
 from components.deployments.compose import OVERHEADS, DoesNotFit
 from components.deployments.data import (
     AllReduceTable,
@@ -121,10 +122,6 @@ def _apply(
 
 def _overheads(frame: pd.DataFrame, prefix: str) -> np.ndarray:
     return frame[[f"{prefix}_{name}" for name in OVERHEADS]].to_numpy(float)
-
-
-def _mape(pred: np.ndarray, true: np.ndarray) -> float:
-    return float(np.mean(np.abs(pred - true) / true))
 
 
 def _row(
@@ -272,7 +269,7 @@ def choose_source(
         ]
         for target, truth in targets.items():
             errors[target][source] = float(
-                np.mean([_mape(p[f"{target}_pred_ms"].to_numpy(), p[truth].to_numpy()) for p in preds])
+                np.mean([mape(p[truth].to_numpy(), p[f"{target}_pred_ms"].to_numpy()) for p in preds])
             )
     return {t: min(errors[t], key=errors[t].__getitem__) if errors[t] else ROOFLINE_SOURCE for t in targets}
 
@@ -313,7 +310,7 @@ def _variant_rows(
             )
             for scope, key, g in groups:
                 for target in targets:
-                    value = _mape(g[f"{target}_pred_ms"].to_numpy(), g[f"{_true(split, target)}"].to_numpy())
+                    value = mape(g[f"{_true(split, target)}"].to_numpy(), g[f"{target}_pred_ms"].to_numpy())
                     rows.append(_row(split, family, f"{target}_ms", scope, value, len(g), asked(col, key, g)))
     return rows
 

@@ -12,6 +12,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from components.common.metrics import mape
 from components.deployments.bench_common import (
     FAMILY,
     FAMILY_ROOFLINE,
@@ -24,7 +25,6 @@ from components.deployments.bench_common import (
     _blind,
     _blind_refit,
     _combine,
-    _mape,
     _named,
     _overheads,
     _reason,
@@ -204,10 +204,10 @@ def fit_steady(train: pd.DataFrame, base: FrameworkCost | None = None) -> Framew
     ttft, tpot = train["silicon_ttft_ms"].to_numpy() * 1e3, train["silicon_tpot_ms"].to_numpy() * 1e3
     c_ttft, c_tpot = _relative_lstsq(x_ttft, ttft), _relative_lstsq(x_tpot, tpot)
     base = base or FrameworkCost()
-    mape = {
+    train_mape = {
         **base.train_mape,
-        "steady_ttft": _mape(x_ttft @ c_ttft, ttft),
-        "steady_tpot": _mape(x_tpot @ c_tpot, tpot),
+        "steady_ttft": mape(ttft, x_ttft @ c_ttft),
+        "steady_tpot": mape(tpot, x_tpot @ c_tpot),
     }
     source = (
         f"AIConfigurator silicon runs on {', '.join(sorted(train['device_id'].unique()))} ({len(train)} runs)"
@@ -219,7 +219,7 @@ def fit_steady(train: pd.DataFrame, base: FrameworkCost | None = None) -> Framew
         steady_tpot=tuple(float(c) for c in c_tpot),
         steady_source=source,
         source=base.source,
-        train_mape=mape,
+        train_mape=train_mape,
     )
 
 
@@ -308,7 +308,7 @@ def run_silicon_bench(
                             family,
                             f"{target}_ms",
                             scope,
-                            _mape(g[column].to_numpy(), true),
+                            mape(true, g[column].to_numpy()),
                             len(g),
                             n_asked(scope_col, key, g),
                         )
