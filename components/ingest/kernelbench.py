@@ -29,8 +29,6 @@ import pandas as pd
 from components.ingest.base import AdapterOutput, IngestError, require_dir
 from components.ingest.schema import (
     KERNEL_COLUMNS,
-    MEASUREMENT_COLUMNS,
-    REJECT_COLUMNS,
     canonical_json,
     conform,
     stable_id,
@@ -300,11 +298,11 @@ def ingest(root: Path, catalog) -> AdapterOutput:
     frame = pd.DataFrame(measurements)
     kernel_frame = conform(pd.DataFrame(list(kernels.values())), KERNEL_COLUMNS)
     no_source = int(kernel_frame["source_text"].isna().sum())
-    output = AdapterOutput(
+    return AdapterOutput.conformed(
         SOURCE,
-        conform(frame, MEASUREMENT_COLUMNS),
+        frame,
         kernel_frame,
-        conform(pd.DataFrame(rejects), REJECT_COLUMNS),
+        rejects,
         rows_in,
         notes=[
             f"{len(files)} timing files; provenance notes {'read' if notes else 'absent'}",
@@ -312,5 +310,3 @@ def ingest(root: Path, catalog) -> AdapterOutput:
             "(level4/5/tk, unbundled trees)",
         ],
     )
-    output.check_balance()
-    return output

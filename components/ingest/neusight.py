@@ -40,7 +40,6 @@ from components.ingest.base import AdapterOutput, IngestError, require_dir
 from components.ingest.schema import (
     KERNEL_COLUMNS,
     MEASUREMENT_COLUMNS,
-    REJECT_COLUMNS,
     canonical_json,
     conform,
     stable_id,
@@ -433,11 +432,11 @@ def ingest(root: Path, catalog) -> AdapterOutput:
         rows_in += n
     good = pd.concat(parts, ignore_index=True) if parts else pd.DataFrame()
     measurements, kernels = _canonical(good)
-    output = AdapterOutput(
+    return AdapterOutput.conformed(
         SOURCE,
         measurements,
         kernels,
-        conform(pd.DataFrame(rejects), REJECT_COLUMNS),
+        rejects,
         rows_in,
         notes=[
             "Latency (ms) is torch.cuda.Event timing, mean of the 5 fastest of 25 runs: n_trials=25",
@@ -450,8 +449,6 @@ def ingest(root: Path, catalog) -> AdapterOutput:
             ),
         ],
     )
-    output.check_balance()
-    return output
 
 
 def _canonical(good: pd.DataFrame) -> tuple[pd.DataFrame, pd.DataFrame]:

@@ -42,7 +42,6 @@ from components.ingest.neusight import (
 from components.ingest.schema import (
     KERNEL_COLUMNS,
     MEASUREMENT_COLUMNS,
-    REJECT_COLUMNS,
     canonical_json,
     conform,
     stable_id,
@@ -357,11 +356,11 @@ def ingest(root: Path, catalog) -> AdapterOutput:
         rejects += bad
         rows_in += n
     measurements, kernels = _canonical(pd.concat(parts, ignore_index=True))
-    output = AdapterOutput(
+    return AdapterOutput.conformed(
         SOURCE,
         measurements,
         kernels,
-        conform(pd.DataFrame(rejects), REJECT_COLUMNS),
+        rejects,
         rows_in,
         notes=[
             "gemm_fp8 hardware-spec and pipe-feature columns are features, not measurements: not ingested",
@@ -369,5 +368,3 @@ def ingest(root: Path, catalog) -> AdapterOutput:
             "collectives: duration_us = time_stats mean (ms) x 1000; min/max/median not kept",
         ],
     )
-    output.check_balance()
-    return output

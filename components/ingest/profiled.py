@@ -20,7 +20,6 @@ from components.ingest.base import AdapterOutput, IngestError, require_dir
 from components.ingest.schema import (
     KERNEL_COLUMNS,
     MEASUREMENT_COLUMNS,
-    REJECT_COLUMNS,
     canonical_json,
     conform,
     stable_id,
@@ -319,12 +318,10 @@ def ingest(root: Path, catalog) -> AdapterOutput:
     # Ids filled here too (the runner fills them for every source) so the adapter's output is
     # complete on its own, e.g. for `kernelcast evaluate --source kernelcast --from DIR`.
     measurement_frame = with_measurement_ids(conform(pd.DataFrame(measurements), MEASUREMENT_COLUMNS))
-    output = AdapterOutput(
+    return AdapterOutput.conformed(
         SOURCE,
-        conform(measurement_frame, MEASUREMENT_COLUMNS),
+        measurement_frame,
         kernel_frame,
-        conform(pd.DataFrame(rejects), REJECT_COLUMNS),
+        rejects,
         rows_in,
     )
-    output.check_balance()
-    return output

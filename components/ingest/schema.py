@@ -120,6 +120,8 @@ def stable_id(*parts: object) -> str:
 
 def conform(frame: pd.DataFrame, columns: dict[str, str]) -> pd.DataFrame:
     """Add missing columns as nulls, order them, cast to the schema dtypes; reject unknown columns."""
+    if list(frame.columns) == list(columns) and all(str(frame[c].dtype) == t for c, t in columns.items()):
+        return frame.reset_index(drop=True)  # already conformed (adapters' frames pass here twice)
     unknown = sorted(set(frame.columns) - set(columns))
     if unknown:
         raise ValueError(f"columns not in the canonical schema: {unknown}")

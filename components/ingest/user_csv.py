@@ -40,7 +40,6 @@ from components.ingest.neusight import (
 from components.ingest.schema import (
     KERNEL_COLUMNS,
     MEASUREMENT_COLUMNS,
-    REJECT_COLUMNS,
     canonical_json,
     conform,
     stable_id,
@@ -402,13 +401,11 @@ def ingest(root: Path, catalog: Any) -> AdapterOutput:
         rejects += bad
         rows_in += n
     measurements, kernels = _canonical(pd.concat(parts, ignore_index=True) if parts else pd.DataFrame())
-    output = AdapterOutput(
+    return AdapterOutput.conformed(
         SOURCE,
         measurements,
         kernels,
-        conform(pd.DataFrame(rejects), REJECT_COLUMNS),
+        rejects,
         rows_in,
         notes=[f"files: {', '.join(names)} (run_id = file name; re-ingesting a file replaces its rows)"],
     )
-    output.check_balance()
-    return output
