@@ -226,18 +226,22 @@ def _blind_refit(
     frame: pd.DataFrame,
     engine: Any,
     datasets_dir: Path,
+    runs: pd.DataFrame,
     compose: Callable[[pd.DataFrame, OpTimeFn], pd.DataFrame],
     key: str,
     log: Callable[[str], None],
 ) -> pd.DataFrame:
-    """The unseen-GPU frame with the rows of each GPU that trained the spec model recomposed by the engine
-    refitted without that GPU (``unseen_engine``): its kernel tables inform nothing of its own answers."""
+    """The unseen-GPU frame with the rows of each GPU that trained the spec model recomposed (``compose`` of
+    the asked ``runs``, keyed by ``key``) by the engine refitted without that GPU (``unseen_engine``): its
+    kernel tables inform nothing of its own answers."""
     trained = spec_trained_on(engine)
+    asked = runs.set_index(key)
     parts = [frame[~frame["device_id"].isin(trained)]]
     for held in sorted(trained & set(frame["device_id"])):
         log(f"unseen-GPU variant: spec tier refitted without {held}")
         blind = engine_op_time(unseen_engine(engine, held, datasets_dir), unseen=_EVERY_GPU)
-        parts.append(compose(frame[frame["device_id"] == held], blind))
+        rows = frame.loc[frame["device_id"] == held, key]
+        parts.append(compose(asked.loc[rows].reset_index(), blind))
     return pd.concat(parts, ignore_index=True).sort_values(key).reset_index(drop=True)
 
 

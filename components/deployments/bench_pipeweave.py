@@ -194,12 +194,11 @@ def run_pipeweave_bench(
         {k: compose_pipeweave(runs, catalog, datasets_dir, fn) for k, fn in sources.items()}, "run_id"
     )
     if UNSEEN in frames:
-        asked = runs.set_index("run_id")
 
-        def recompose(part: pd.DataFrame, fn: OpTimeFn) -> pd.DataFrame:
-            return compose_pipeweave(asked.loc[part["run_id"]].reset_index(), catalog, datasets_dir, fn)
+        def recompose(asked: pd.DataFrame, fn: OpTimeFn) -> pd.DataFrame:
+            return compose_pipeweave(asked, catalog, datasets_dir, fn)
 
-        frames[UNSEEN] = _blind_refit(frames[UNSEEN], engine, datasets_dir, recompose, "run_id", log)
+        frames[UNSEEN] = _blind_refit(frames[UNSEEN], engine, datasets_dir, runs, recompose, "run_id", log)
     folds: dict[str, list[pd.DataFrame]] = defaultdict(list)
     chosen: dict[str, str] = {}
     base = frames[ROOFLINE_SOURCE]

@@ -255,12 +255,11 @@ def run_silicon_bench(
         composed_by[k], refused_by[k] = compose_silicon(runs, catalog, datasets_dir, fn, log=log)
     frames = _aligned(composed_by, "id")
     if UNSEEN in frames:
-        asked = runs.set_index("id")
 
-        def recompose(part: pd.DataFrame, fn: OpTimeFn) -> pd.DataFrame:
-            return compose_silicon(asked.loc[part["id"]].reset_index(), catalog, datasets_dir, fn)[0]
+        def recompose(asked: pd.DataFrame, fn: OpTimeFn) -> pd.DataFrame:
+            return compose_silicon(asked, catalog, datasets_dir, fn)[0]
 
-        frames[UNSEEN] = _blind_refit(frames[UNSEEN], engine, datasets_dir, recompose, "id", log)
+        frames[UNSEEN] = _blind_refit(frames[UNSEEN], engine, datasets_dir, runs, recompose, "id", log)
     refused = refused_by[ROOFLINE_SOURCE]
     folds: dict[str, list[pd.DataFrame]] = defaultdict(list)
     chosen: dict[str, str] = {}

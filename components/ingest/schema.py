@@ -57,6 +57,15 @@ MEASUREMENT_COLUMNS: dict[str, str] = {
     "roofline_class": "string",  # bandwidth | compute (against the device's ridge point)
     "roofline_class_published": "string",  # a source's own labelling rule, when it has one
 }
+# The measured metrics a predictor may predict (numeric targets, and an answer's metric fields).
+TARGET_METRICS: tuple[str, ...] = (
+    "duration_us",
+    "achieved_gbps",
+    "gflops",
+    "l1_hit_rate",
+    "l2_hit_rate",
+    "arith_intensity",
+)
 
 KERNEL_COLUMNS: dict[str, str] = {
     "kernel_id": "string",

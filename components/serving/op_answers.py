@@ -9,7 +9,8 @@ from typing import Any
 
 import numpy as np
 
-from components.serving.answer_fields import ANSWER_KEYS, METRICS, _blank, _plain
+from components.models.base import NUMERIC_TARGETS
+from components.serving.answer_fields import ANSWER_KEYS, _blank, _plain
 from components.serving.query import QueryError
 from components.serving.question_forms import Question
 
@@ -252,7 +253,7 @@ def _answer_champion_ops(
         for c in predicted
         if c.startswith("pred_") and c.endswith(("_lo", "_hi")) and c[5:] not in ANSWER_KEYS
     ]
-    metrics = {m: column(f"pred_{m}") for m in (*METRICS, "duration_us_lo", "duration_us_hi")}
+    metrics = {m: column(f"pred_{m}") for m in (*NUMERIC_TARGETS, "duration_us_lo", "duration_us_hi")}
     answers = []
     for row, question in enumerate(questions):
         answer = _blank(question, model_version)
