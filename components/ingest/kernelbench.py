@@ -298,15 +298,8 @@ def ingest(root: Path, catalog) -> AdapterOutput:
     frame = pd.DataFrame(measurements)
     kernel_frame = conform(pd.DataFrame(list(kernels.values())), KERNEL_COLUMNS)
     no_source = int(kernel_frame["source_text"].isna().sum())
-    return AdapterOutput.conformed(
-        SOURCE,
-        frame,
-        kernel_frame,
-        rejects,
-        rows_in,
-        notes=[
-            f"{len(files)} timing files; provenance notes {'read' if notes else 'absent'}",
-            f"{no_source} of {len(kernel_frame)} problems have no bundled source "
-            "(level4/5/tk, unbundled trees)",
-        ],
-    )
+    notes = [
+        f"{len(files)} timing files; provenance notes {'read' if notes else 'absent'}",
+        f"{no_source} of {len(kernel_frame)} problems have no bundled source (level4/5/tk, unbundled trees)",
+    ]
+    return AdapterOutput.conformed(SOURCE, frame, kernel_frame, rejects, rows_in, notes)

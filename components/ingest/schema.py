@@ -57,6 +57,7 @@ MEASUREMENT_COLUMNS: dict[str, str] = {
     "roofline_class": "string",  # bandwidth | compute (against the device's ridge point)
     "roofline_class_published": "string",  # a source's own labelling rule, when it has one
 }
+RAW_LIMIT = 500  # characters of a raw row kept in the rejects table for audit
 # The measured metrics a predictor may predict (numeric targets, and an answer's metric fields).
 TARGET_METRICS: tuple[str, ...] = (
     "duration_us",
