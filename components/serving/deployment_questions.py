@@ -15,25 +15,12 @@ from __future__ import annotations
 import json
 from typing import Any
 
+from components.deployments.service import DEPLOYMENT_PARAMS
+
 DEPLOYMENT_COLUMN = "deployment"
 DEPLOYMENT_VERSION = "deployment-composition"
-DEPLOYMENT_FIELDS = (
-    "model",
-    "isl",
-    "osl",
-    "concurrency",
-    "tp",
-    "pp",
-    "ep",
-    "dp",
-    "dtype",
-    "kv_dtype",
-    "mode",
-    "prefill_gpus",
-    "decode_gpus",
-    "workload",
-    "framework",
-)
+# A disaggregated deployment also says how many GPUs serve prefill and decode.
+DEPLOYMENT_FIELDS = ("model", *DEPLOYMENT_PARAMS, "prefill_gpus", "decode_gpus")
 
 
 def has_deployments(frame: Any) -> bool:

@@ -18,6 +18,19 @@ from components.serving.question_forms import Question
 LAUNCH_BOUND_US: float = 5.0
 
 
+def _featurise_args(questions: list[Question]) -> tuple[Any, ...]:
+    """(family, op, dtype, dims, device index, distinct specs) of op questions: what featurise reads."""
+    specs, device_index = _distinct_specs(questions)
+    return (
+        np.array([q.family for q in questions], dtype=object),
+        np.array([q.op_name for q in questions], dtype=object),
+        np.array([q.dtype for q in questions], dtype=object),
+        _op_dims(questions),
+        device_index,
+        specs,
+    )
+
+
 def _op_dims(questions: list[Question]) -> np.ndarray:
     from components.features.dims import DIMS
 
@@ -54,15 +67,7 @@ def op_table(questions: list[Question], raw: bool = False) -> Any:
     """
     from components.serving.featurise import op_feature_table
 
-    specs, device_index = _distinct_specs(questions)
-    table = op_feature_table(
-        np.array([q.family for q in questions], dtype=object),
-        np.array([q.op_name for q in questions], dtype=object),
-        np.array([q.dtype for q in questions], dtype=object),
-        _op_dims(questions),
-        device_index,
-        specs,
-    )
+    table = op_feature_table(*_featurise_args(questions))
     return _with_raw_query(table, questions) if raw else table
 
 
@@ -214,15 +219,7 @@ def _answer_champion_ops(
     from components.serving.engine_answers import gemm_physics_pass, physics_pass
     from components.serving.featurise import op_feature_columns
 
-    specs, device_index = _distinct_specs(questions)
-    cols = op_feature_columns(
-        np.array([q.family for q in questions], dtype=object),
-        np.array([q.op_name for q in questions], dtype=object),
-        np.array([q.dtype for q in questions], dtype=object),
-        _op_dims(questions),
-        device_index,
-        specs,
-    )
+    cols = op_feature_columns(*_featurise_args(questions))
     predicted = _calibrated(_predicted(predictor, questions, cols), questions, cols)
     n = len(questions)
 
