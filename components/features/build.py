@@ -17,7 +17,7 @@ import numpy as np
 import pandas as pd
 
 from components.features.analytical import analytical_features
-from components.ingest.schema import TARGET_METRICS
+from components.ingest.schema import LAUNCH_COLUMNS, TARGET_METRICS
 
 # What a row is: its ids and the kernel's family, op and dtype (reports keep these beside the targets).
 IDENTITY_COLUMNS: tuple[str, ...] = (
@@ -43,12 +43,7 @@ TARGET_COLUMNS: tuple[str, ...] = (*TARGET_METRICS, "roofline_class")
 # Measurement columns the formulas read (never written to the table as features themselves).
 _INPUT_COLUMNS: tuple[str, ...] = (
     "params_json",
-    "grid_x",
-    "grid_y",
-    "grid_z",
-    "block_x",
-    "block_y",
-    "block_z",
+    *LAUNCH_COLUMNS,
     "flops",
     "dram_bytes",
     "fp32_arith_intensity",

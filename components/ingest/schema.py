@@ -57,6 +57,8 @@ MEASUREMENT_COLUMNS: dict[str, str] = {
     "roofline_class": "string",  # bandwidth | compute (against the device's ridge point)
     "roofline_class_published": "string",  # a source's own labelling rule, when it has one
 }
+# The measured launch geometry of a row (CTAs and threads per CTA, per axis).
+LAUNCH_COLUMNS: tuple[str, ...] = ("grid_x", "grid_y", "grid_z", "block_x", "block_y", "block_z")
 RAW_LIMIT = 500  # characters of a raw row kept in the rejects table for audit
 # The measured metrics a predictor may predict (numeric targets, and an answer's metric fields).
 TARGET_METRICS: tuple[str, ...] = (
