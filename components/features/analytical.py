@@ -28,7 +28,6 @@ from components.features.dims import parse_dims, tile_from_names
 from components.physics import dtypes
 from components.physics.elementwise import ELEMENTWISE_COST
 
-# Output columns (in order), so an all-uncovered frame still has the same schema.
 # Columns that do not depend on the GPU's rates (only on the kernel and on SM counts): what transfers to
 # an unseen GPU (components/models/transfer.py).
 RATE_FREE_COLUMNS: tuple[str, ...] = (
@@ -53,27 +52,6 @@ RATE_FREE_COLUMNS: tuple[str, ...] = (
     "f_busiest_sm_ctas",
     "f_sm_imbalance",
     "f_active_sm_fraction",
-)
-F_COLUMNS: tuple[str, ...] = (
-    *RATE_FREE_COLUMNS,
-    "f_peak_compute_flops",
-    "f_ridge_point",
-    "f_tensor_time_us",
-    "f_fma_time_us",
-    "f_sfu_time_us",
-    "f_dram_time_us",
-    "f_l2_time_us",
-    "f_compute_time_us",
-    "f_tensor_cycles",
-    "f_fma_cycles",
-    "f_sfu_cycles",
-    "f_dram_cycles",
-    "f_l2_cycles",
-    "f_busiest_sm_cycles",
-    "f_roofline_time_us",
-    "f_pipes_time_us",
-    "f_compute_bound",
-    "f_bound",
 )
 M_COLUMNS: tuple[str, ...] = (
     "m_flops",

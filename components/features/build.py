@@ -17,7 +17,7 @@ import numpy as np
 import pandas as pd
 
 from components.features.analytical import analytical_features
-from components.ingest.schema import LAUNCH_COLUMNS, TARGET_METRICS
+from components.ingest.schema import TARGET_METRICS
 
 # What a row is: its ids and the kernel's family, op and dtype (reports keep these beside the targets).
 IDENTITY_COLUMNS: tuple[str, ...] = (
@@ -40,17 +40,6 @@ KEY_COLUMNS: tuple[str, ...] = (
 # feature table alone, without re-joining the canonical tables.
 LABEL_COLUMNS: tuple[str, ...] = ("roofline_class_published",)
 TARGET_COLUMNS: tuple[str, ...] = (*TARGET_METRICS, "roofline_class")
-# Measurement columns the formulas read (never written to the table as features themselves).
-_INPUT_COLUMNS: tuple[str, ...] = (
-    "params_json",
-    *LAUNCH_COLUMNS,
-    "flops",
-    "dram_bytes",
-    "fp32_arith_intensity",
-    "fp64_arith_intensity",
-    "int_arith_intensity",
-    "profiler",
-)
 _KERNEL_COLUMNS: tuple[str, ...] = ("kernel_id", "family", "op", "dtype", "shape_json", "name", "program")
 
 
