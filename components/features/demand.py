@@ -191,9 +191,34 @@ def _gemm_like(x: FamilyInputs) -> tuple[np.ndarray, Demand]:
     )
 
 
+def _direct_demand(
+    fma: np.ndarray,
+    bytes_min: np.ndarray,
+    bytes_l2: np.ndarray,
+    ctas: np.ndarray,
+    threads: np.ndarray,
+    tile: tuple[np.ndarray, np.ndarray],
+) -> Demand:
+    """A direct (Kernel Tuner) fp32 kernel's demand: FMA work only, no tensor or MUFU pipe, the GPU's own
+    CTA-per-SM limits; ``tile`` is its (rows, columns) per CTA."""
+    n = len(fma)
+    return dict(
+        tensor=np.zeros(n),
+        fma=fma,
+        sfu=np.zeros(n),
+        bytes_min=bytes_min,
+        bytes_l2=bytes_l2,
+        ctas=ctas,
+        threads=threads,
+        cap=np.full(n, np.nan),
+        tile_m=tile[0],
+        tile_n=tile[1],
+    )
+
+
 def _kernel_tuner_conv(x: FamilyInputs) -> tuple[np.ndarray, Demand]:
     """Kernel Tuner 2D convolution (benchmark_hub convolution_milo): direct, fp32 FMA, halo per CTA."""
-    col, n = x.col, x.n
+    col = x.col
     mask = (x.family == "conv") & ~np.isfinite(col["cin"]) & np.isfinite(col["filter_w"])
     w, h = finite_or(col["image_w"], 4096.0), finite_or(col["image_h"], 4096.0)
     fw, fh = col["filter_w"], finite_or(col["filter_h"], col["filter_w"])
@@ -202,40 +227,24 @@ def _kernel_tuner_conv(x: FamilyInputs) -> tuple[np.ndarray, Demand]:
     ctas = ceil_div(w, tile_w) * ceil_div(h, tile_h)
     bytes_min = 4.0 * ((w + fw - 1) * (h + fh - 1) + w * h + fw * fh)
     bytes_l2 = 4.0 * (ctas * (tile_w + fw - 1) * (tile_h + fh - 1) + w * h)  # halo re-read per CTA
-    return mask, dict(
-        tensor=np.zeros(n),
-        fma=2.0 * w * h * fw * fh,
-        sfu=np.zeros(n),
-        bytes_min=bytes_min,
-        bytes_l2=bytes_l2,
-        ctas=ctas,
-        threads=finite_or(col["bsx"], 16.0) * finite_or(col["bsy"], 16.0),
-        cap=np.full(n, np.nan),
-        tile_m=tile_h,
-        tile_n=tile_w,
-    )
+    threads = finite_or(col["bsx"], 16.0) * finite_or(col["bsy"], 16.0)
+    return mask, _direct_demand(2.0 * w * h * fw * fh, bytes_min, bytes_l2, ctas, threads, (tile_h, tile_w))
 
 
 def _dedispersion(x: FamilyInputs) -> tuple[np.ndarray, Demand]:
     """Dedispersion (benchmark_hub): per (DM, sample) a sum over channels of uint8 input, fp32 out."""
-    col, n = x.col, x.n
+    col = x.col
     samples, dms = finite_or(col["samples"], 25000.0), finite_or(col["dms"], 2048.0)
     channels = finite_or(col["channels"], DEDISP_CHANNELS)
     bytes_min = channels * (samples + DEDISP_MAX_SHIFT) + 4.0 * samples * dms + 4.0 * dms * channels
     bytes_l2 = samples * dms * channels + 4.0 * samples * dms  # every (dm, sample) reads every channel's byte
     tile_s = finite_or(col["bsx"], 1.0) * finite_or(col["tsx"], 1.0)
     tile_d = finite_or(col["bsy"], 32.0) * finite_or(col["tsy"], 1.0)
-    return x.family == "dedispersion", dict(
-        tensor=np.zeros(n),
-        fma=samples * dms * channels,
-        sfu=np.zeros(n),
-        bytes_min=bytes_min,
-        bytes_l2=bytes_l2,
-        ctas=ceil_div(samples, tile_s) * ceil_div(dms, tile_d),
-        threads=finite_or(col["bsx"], 1.0) * finite_or(col["bsy"], 32.0),
-        cap=np.full(n, np.nan),
-        tile_m=tile_d,
-        tile_n=tile_s,
+    ctas = ceil_div(samples, tile_s) * ceil_div(dms, tile_d)
+    threads = finite_or(col["bsx"], 1.0) * finite_or(col["bsy"], 32.0)
+    fma = samples * dms * channels
+    return x.family == "dedispersion", _direct_demand(
+        fma, bytes_min, bytes_l2, ctas, threads, (tile_d, tile_s)
     )
 
 
