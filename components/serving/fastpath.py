@@ -19,6 +19,7 @@ from typing import Any
 
 import numpy as np
 
+from components.features.analytical import RATE_FREE_COLUMNS
 from components.features.arrays import label_codes, map_labels
 from components.models import transfer as tr
 
@@ -36,7 +37,7 @@ def _get(cols: dict[str, Any], name: str, n: int) -> np.ndarray:
 
 def transfer_columns(cols: dict[str, Any], n: int) -> dict[str, np.ndarray]:
     """``transfer.transfer_frame`` as a dict of arrays (op questions carry no static ``s_*`` columns)."""
-    out = {c: _get(cols, c, n) for c in (*tr.KERNEL_COLUMNS, *tr.DEVICE_COUNT_COLUMNS)}
+    out = {c: _get(cols, c, n) for c in (*RATE_FREE_COLUMNS, *tr.DEVICE_COUNT_COLUMNS)}
     flops, dram, l2_bytes = out["f_flops"], out["f_dram_bytes_min"], out["f_l2_bytes_tiled"]
     sms = _get(cols, "dev_sms", n)
     l2_capacity = _get(cols, "dev_l2_mb", n) * 1e6
