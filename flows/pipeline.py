@@ -367,7 +367,3 @@ def run_pipeline(
             echo(f"Prefect API: {api_url}")
             reports = pipeline_flow(stages, str(project_root), force, push, lock=False)
     return reports
-
-
-def wall_times(reports: list[StageReport]) -> dict[str, Any]:
-    return {r["stage"]: r["seconds"] for r in reports}

@@ -12,6 +12,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from components.common.metrics import mape
 from components.deployments.compose import OVERHEADS, DoesNotFit
 from components.deployments.data import (
     AllReduceTable,
@@ -123,10 +124,6 @@ def _overheads(frame: pd.DataFrame, prefix: str) -> np.ndarray:
     return frame[[f"{prefix}_{name}" for name in OVERHEADS]].to_numpy(float)
 
 
-def _mape(pred: np.ndarray, true: np.ndarray) -> float:
-    return float(np.mean(np.abs(pred - true) / true))
-
-
 def _row(
     split: str,
     family: str,
@@ -229,18 +226,22 @@ def _blind_refit(
     frame: pd.DataFrame,
     engine: Any,
     datasets_dir: Path,
+    runs: pd.DataFrame,
     compose: Callable[[pd.DataFrame, OpTimeFn], pd.DataFrame],
     key: str,
     log: Callable[[str], None],
 ) -> pd.DataFrame:
-    """The unseen-GPU frame with the rows of each GPU that trained the spec model recomposed by the engine
-    refitted without that GPU (``unseen_engine``): its kernel tables inform nothing of its own answers."""
+    """The unseen-GPU frame with the rows of each GPU that trained the spec model recomposed (``compose`` of
+    the asked ``runs``, keyed by ``key``) by the engine refitted without that GPU (``unseen_engine``): its
+    kernel tables inform nothing of its own answers."""
     trained = spec_trained_on(engine)
+    asked = runs.set_index(key)
     parts = [frame[~frame["device_id"].isin(trained)]]
     for held in sorted(trained & set(frame["device_id"])):
         log(f"unseen-GPU variant: spec tier refitted without {held}")
         blind = engine_op_time(unseen_engine(engine, held, datasets_dir), unseen=_EVERY_GPU)
-        parts.append(compose(frame[frame["device_id"] == held], blind))
+        rows = frame.loc[frame["device_id"] == held, key]
+        parts.append(compose(asked.loc[rows].reset_index(), blind))
     return pd.concat(parts, ignore_index=True).sort_values(key).reset_index(drop=True)
 
 
@@ -272,7 +273,7 @@ def choose_source(
         ]
         for target, truth in targets.items():
             errors[target][source] = float(
-                np.mean([_mape(p[f"{target}_pred_ms"].to_numpy(), p[truth].to_numpy()) for p in preds])
+                np.mean([mape(p[truth].to_numpy(), p[f"{target}_pred_ms"].to_numpy()) for p in preds])
             )
     return {t: min(errors[t], key=errors[t].__getitem__) if errors[t] else ROOFLINE_SOURCE for t in targets}
 
@@ -313,7 +314,7 @@ def _variant_rows(
             )
             for scope, key, g in groups:
                 for target in targets:
-                    value = _mape(g[f"{target}_pred_ms"].to_numpy(), g[f"{_true(split, target)}"].to_numpy())
+                    value = mape(g[f"{_true(split, target)}"].to_numpy(), g[f"{target}_pred_ms"].to_numpy())
                     rows.append(_row(split, family, f"{target}_ms", scope, value, len(g), asked(col, key, g)))
     return rows
 

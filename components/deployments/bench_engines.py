@@ -21,6 +21,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from components.common.metrics import mape
 from components.deployments.config import Deployment, DeploymentError
 from components.deployments.engines.base import StepCost
 from components.deployments.engines.registry import engine_for, engine_name
@@ -143,10 +144,6 @@ def fit_cost(
     return relative_l1(x, np.r_[ttft, tpot], np.r_[ttft_scale, tpot], COST_BOUNDS)
 
 
-def _mape(pred: np.ndarray, true: np.ndarray) -> float:
-    return float(np.mean(np.abs(pred - true) / true)) if len(true) else float("nan")
-
-
 def fit_engine(sim: Simulated, mask: np.ndarray) -> tuple[float, np.ndarray, dict[str, float]]:
     """(memory-fraction offset, step-cost vector, train MAPE) of the runs in ``mask``."""
     y1, y2 = sim.runs["ttft_us"].to_numpy()[mask], sim.runs["tpot_us"].to_numpy()[mask]
@@ -154,7 +151,7 @@ def fit_engine(sim: Simulated, mask: np.ndarray) -> tuple[float, np.ndarray, dic
     for off in FRACTION_OFFSETS:
         x1, x2, e1 = sim.ttft_x[off][mask], sim.tpot_x[off][mask], sim.ttft_extra[off][mask]
         coef = fit_cost(x1, x2, y1 - e1, y2, y1)
-        err = {"ttft": _mape(x1 @ coef + e1, y1), "tpot": _mape(x2 @ coef, y2)}
+        err = {"ttft": mape(y1, x1 @ coef + e1), "tpot": mape(y2, x2 @ coef)}
         score = err["ttft"] + err["tpot"]
         if best is None or score < best[0]:
             best = (score, off, coef, err)
@@ -201,8 +198,8 @@ def scores(frame: pd.DataFrame) -> list[dict[str, Any]]:
                     "scope": scope,
                     "key": key if isinstance(key, str) else "/".join(map(str, key)),
                     "n": len(g),
-                    "ttft_mape": _mape(g["ttft_pred_us"].to_numpy(), g["ttft_us"].to_numpy()),
-                    "tpot_mape": _mape(g["tpot_pred_us"].to_numpy(), g["tpot_us"].to_numpy()),
+                    "ttft_mape": mape(g["ttft_us"].to_numpy(), g["ttft_pred_us"].to_numpy()),
+                    "tpot_mape": mape(g["tpot_us"].to_numpy(), g["tpot_pred_us"].to_numpy()),
                 }
             )
     return out
@@ -227,8 +224,8 @@ def production_constants(sim: Simulated, commit: str | None = None) -> dict[str,
                 ),
                 "train_mape": {k: round(v, 4) for k, v in err.items()},
                 "leave_one_gpu_out_mape": {
-                    "ttft": round(_mape(held["ttft_pred_us"].to_numpy(), held["ttft_us"].to_numpy()), 4),
-                    "tpot": round(_mape(held["tpot_pred_us"].to_numpy(), held["tpot_us"].to_numpy()), 4),
+                    "ttft": round(mape(held["ttft_us"].to_numpy(), held["ttft_pred_us"].to_numpy()), 4),
+                    "tpot": round(mape(held["tpot_us"].to_numpy(), held["tpot_pred_us"].to_numpy()), 4),
                 },
                 "date": _dt.date.today().isoformat(),
                 "commit": commit or _commit(),

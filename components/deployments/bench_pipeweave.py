@@ -11,6 +11,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from components.common.metrics import mape
 from components.deployments.bench_common import (
     FAMILY,
     FAMILY_ROOFLINE,
@@ -24,7 +25,6 @@ from components.deployments.bench_common import (
     _blind,
     _blind_refit,
     _combine,
-    _mape,
     _named,
     _overheads,
     _published_mape,
@@ -132,11 +132,11 @@ def fit_pipeweave(train: pd.DataFrame) -> FrameworkCost:
         prefill=pre, decode=dec, source=f"PipeWeave runs on {', '.join(sorted(train['gpu'].unique()))}"
     )
     pred = predict_pipeweave(train, fw)
-    mape = {
-        "prefill": _mape(pred["prefill_pred_ms"].to_numpy(), train["prefill_ms"].to_numpy()),
-        "decode": _mape(pred["decode_pred_ms"].to_numpy(), train["decode_ms"].to_numpy()),
+    train_mape = {
+        "prefill": mape(train["prefill_ms"].to_numpy(), pred["prefill_pred_ms"].to_numpy()),
+        "decode": mape(train["decode_ms"].to_numpy(), pred["decode_pred_ms"].to_numpy()),
     }
-    return FrameworkCost(prefill=pre, decode=dec, source=fw.source, train_mape=mape)
+    return FrameworkCost(prefill=pre, decode=dec, source=fw.source, train_mape=train_mape)
 
 
 def predict_pipeweave(frame: pd.DataFrame, fw: FrameworkCost) -> pd.DataFrame:
@@ -194,12 +194,11 @@ def run_pipeweave_bench(
         {k: compose_pipeweave(runs, catalog, datasets_dir, fn) for k, fn in sources.items()}, "run_id"
     )
     if UNSEEN in frames:
-        asked = runs.set_index("run_id")
 
-        def recompose(part: pd.DataFrame, fn: OpTimeFn) -> pd.DataFrame:
-            return compose_pipeweave(asked.loc[part["run_id"]].reset_index(), catalog, datasets_dir, fn)
+        def recompose(asked: pd.DataFrame, fn: OpTimeFn) -> pd.DataFrame:
+            return compose_pipeweave(asked, catalog, datasets_dir, fn)
 
-        frames[UNSEEN] = _blind_refit(frames[UNSEEN], engine, datasets_dir, recompose, "run_id", log)
+        frames[UNSEEN] = _blind_refit(frames[UNSEEN], engine, datasets_dir, runs, recompose, "run_id", log)
     folds: dict[str, list[pd.DataFrame]] = defaultdict(list)
     chosen: dict[str, str] = {}
     base = frames[ROOFLINE_SOURCE]
@@ -227,8 +226,8 @@ def run_pipeweave_bench(
         )
         for scope, g in groups:
             for target in PW_TARGETS:
-                ours = _mape(g[f"{target}_pred_ms"].to_numpy(), g[f"{target}_ms"].to_numpy())
-                roof = _mape(g[f"{target}_roof_ms"].to_numpy(), g[f"{target}_ms"].to_numpy())
+                ours = mape(g[f"{target}_ms"].to_numpy(), g[f"{target}_pred_ms"].to_numpy())
+                roof = mape(g[f"{target}_ms"].to_numpy(), g[f"{target}_roof_ms"].to_numpy())
                 pub = _published_mape(published, "pipeweave", scope, target)
                 bench.rows.append(
                     _row(
@@ -257,8 +256,8 @@ def run_pipeweave_bench(
         family: [
             g
             for g, sub in p.groupby("gpu")
-            if _mape(sub["total_pred_ms"].to_numpy(), sub["total_ms"].to_numpy())
-            > _mape(sub["total_roof_ms"].to_numpy(), sub["total_ms"].to_numpy())
+            if mape(sub["total_ms"].to_numpy(), sub["total_pred_ms"].to_numpy())
+            > mape(sub["total_ms"].to_numpy(), sub["total_roof_ms"].to_numpy())
         ]
         for family, p in preds.items()
     }

@@ -13,6 +13,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from components.common.metrics import mape
 from components.deployments.bench_common import (
     FAMILY,
     FAMILY_ROOFLINE,
@@ -25,7 +26,6 @@ from components.deployments.bench_common import (
     _blind,
     _blind_refit,
     _combine,
-    _mape,
     _named,
     _overheads,
     _reason,
@@ -242,10 +242,10 @@ def fit_steady(train: pd.DataFrame, base: FrameworkCost | None = None) -> Framew
     ttft, tpot = train["silicon_ttft_ms"].to_numpy() * 1e3, train["silicon_tpot_ms"].to_numpy() * 1e3
     c_ttft, c_tpot = _relative_lstsq(x_ttft, ttft), _relative_lstsq(x_tpot, tpot)
     base = base or FrameworkCost()
-    mape = {
+    train_mape = {
         **base.train_mape,
-        "steady_ttft": _mape(x_ttft @ c_ttft, ttft),
-        "steady_tpot": _mape(x_tpot @ c_tpot, tpot),
+        "steady_ttft": mape(ttft, x_ttft @ c_ttft),
+        "steady_tpot": mape(tpot, x_tpot @ c_tpot),
     }
     source = (
         f"AIConfigurator silicon runs on {', '.join(sorted(train['device_id'].unique()))} ({len(train)} runs)"
@@ -257,7 +257,7 @@ def fit_steady(train: pd.DataFrame, base: FrameworkCost | None = None) -> Framew
         steady_tpot=tuple(float(c) for c in c_tpot),
         steady_source=source,
         source=base.source,
-        train_mape=mape,
+        train_mape=train_mape,
     )
 
 
@@ -293,12 +293,11 @@ def run_silicon_bench(
         composed_by[k], refused_by[k] = compose_silicon(runs, catalog, datasets_dir, fn, log=log)
     frames = _aligned(composed_by, "id")
     if UNSEEN in frames:
-        asked = runs.set_index("id")
 
-        def recompose(part: pd.DataFrame, fn: OpTimeFn) -> pd.DataFrame:
-            return compose_silicon(asked.loc[part["id"]].reset_index(), catalog, datasets_dir, fn)[0]
+        def recompose(asked: pd.DataFrame, fn: OpTimeFn) -> pd.DataFrame:
+            return compose_silicon(asked, catalog, datasets_dir, fn)[0]
 
-        frames[UNSEEN] = _blind_refit(frames[UNSEEN], engine, datasets_dir, recompose, "id", log)
+        frames[UNSEEN] = _blind_refit(frames[UNSEEN], engine, datasets_dir, runs, recompose, "id", log)
     refused = refused_by[ROOFLINE_SOURCE]
     folds: dict[str, list[pd.DataFrame]] = defaultdict(list)
     chosen: dict[str, str] = {}
@@ -346,7 +345,7 @@ def run_silicon_bench(
                             family,
                             f"{target}_ms",
                             scope,
-                            _mape(g[column].to_numpy(), true),
+                            mape(true, g[column].to_numpy()),
                             len(g),
                             n_asked(scope_col, key, g),
                         )

@@ -17,15 +17,32 @@ from components.deployments.ops import OpTimeFn
 
 RANK_KEYS = {"tpot": "tpot_ms", "ttft": "ttft_ms", "cost": "usd_per_mtok"}
 DEFAULT_TPS = (1, 2, 4, 8)
+# A deployment question's fields beyond its model and GPU: ``deployment_from`` reads them, ``workload`` picks
+# the answer (steady serving or a trace). The batch file and the API's deployment column take these.
+DEPLOYMENT_PARAMS: tuple[str, ...] = (
+    "isl",
+    "osl",
+    "concurrency",
+    "tp",
+    "pp",
+    "ep",
+    "dp",
+    "dtype",
+    "kv_dtype",
+    "mode",
+    "workload",
+    "framework",
+)
 
 
 def deployment_from(model: ModelShape, spec: Any, params: dict[str, Any]) -> Deployment:
     """A :class:`Deployment` from plain parameters (isl, osl, concurrency, tp, pp, ep, dtype, kv_dtype,
     mode, framework)."""
-    allowed = {"isl", "osl", "concurrency", "tp", "pp", "ep", "dp", "dtype", "kv_dtype", "mode", "framework"}
-    unknown = sorted(set(params) - allowed - {"workload"})
+    unknown = sorted(set(params) - set(DEPLOYMENT_PARAMS))
     if unknown:
-        raise DeploymentError(f"deployment field {unknown[0]}: unknown; known: {', '.join(sorted(allowed))}")
+        raise DeploymentError(
+            f"deployment field {unknown[0]}: unknown; known: {', '.join(DEPLOYMENT_PARAMS)}"
+        )
     for name in ("isl", "osl"):
         if params.get(name) is None:
             raise DeploymentError(f"{name}: required (input/output tokens per request)")
@@ -168,22 +185,7 @@ def rank_deployments(
     return rows, skipped
 
 
-BATCH_FIELDS = (
-    "llm",
-    "device",
-    "isl",
-    "osl",
-    "concurrency",
-    "tp",
-    "pp",
-    "ep",
-    "dp",
-    "dtype",
-    "kv_dtype",
-    "mode",
-    "workload",
-    "framework",
-)
+BATCH_FIELDS = ("llm", "device", *DEPLOYMENT_PARAMS)
 
 
 def read_deployment_batch(path: Any) -> list[tuple[str, dict[str, Any]]]:

@@ -12,12 +12,14 @@ each target, runs asked, answered and the coverage; every run not answered is li
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-import numpy as np
 import pandas as pd
+
+from components.common.metrics import mape
 
 SERVING_SOURCES = ("pipeweave", "aiconfigurator")
 TARGETS = {"pipeweave": ("prefill_ms", "decode_ms", "total_ms"), "aiconfigurator": ("ttft_ms", "tpot_ms")}
@@ -62,12 +64,10 @@ def _silicon(
     return runs, pred, refused.reindex(columns=["id", "device_id", "reason"])
 
 
-def _mape(pred: pd.Series, true: pd.Series) -> float | None:
-    ok = true.to_numpy(float) > 0
-    if not ok.any():
-        return None
-    p, t = pred.to_numpy(float)[ok], true.to_numpy(float)[ok]
-    return round(float(np.mean(np.abs(p - t) / t)), 4)
+def _rounded_mape(true: pd.Series, pred: pd.Series) -> float | None:
+    """The report's MAPE (4 decimals); None where no row has a positive measured time."""
+    value = mape(true.to_numpy(float), pred.to_numpy(float))
+    return None if math.isnan(value) else round(value, 4)
 
 
 def score_serving_tree(
@@ -88,7 +88,7 @@ def score_serving_tree(
         entry: dict[str, Any] = {"n_asked": asked, "n": len(got), "coverage": round(len(got) / asked, 4)}
         for target in targets:
             entry[f"{target}_mape"] = (
-                _mape(got[f"{target.removesuffix('_ms')}_pred_ms"], got[target]) if len(got) else None
+                _rounded_mape(got[target], got[f"{target.removesuffix('_ms')}_pred_ms"]) if len(got) else None
             )
         reasons = refused[refused["device_id"] == device]["reason"].value_counts()
         entry["not_answered"] = {str(k): int(v) for k, v in reasons.items()}
@@ -96,7 +96,7 @@ def score_serving_tree(
         figures = " ".join(f"{t}={entry[f'{t}_mape']:.1%}" for t in targets if entry[f"{t}_mape"] is not None)
         log(f"serving {device:16s} {len(got)}/{asked} answered {figures}")
     overall = {
-        f"{t}_mape": _mape(pred[f"{t.removesuffix('_ms')}_pred_ms"], pred[t]) if len(pred) else None
+        f"{t}_mape": _rounded_mape(pred[t], pred[f"{t.removesuffix('_ms')}_pred_ms"]) if len(pred) else None
         for t in targets
     }
     return {

@@ -113,45 +113,17 @@ def _gpu_summary(split: str, family: str, per_gpu: dict[str, dict[str, Any]]) ->
     mapes = {d: float(r["mape"]) for d, r in scored.items()}
     worst = max(mapes, key=lambda d: (mapes[d], d))
     n, asked = len(scored), len(per_gpu)
-    rows = [
-        _row(
-            split,
-            family,
-            "median GPU",
-            "duration_us",
-            "mape",
-            statistics.median(mapes.values()),
-            n,
-            None,
-            n_asked=asked,
-            coverage=n / asked,
-        ),
-        _row(
-            split,
-            family,
-            "median GPU",
-            "duration_us",
-            "within_10",
-            statistics.median(float(r["within_10"]) for r in scored.values()),
-            n,
-            None,
-            n_asked=asked,
-            coverage=n / asked,
-        ),
-        _row(
-            split,
-            family,
-            f"worst GPU={worst}",
-            "duration_us",
-            "mape",
-            mapes[worst],
-            int(scored[worst]["n"]),
-            None,
-            n_asked=int(scored[worst]["n_asked"]),
-            coverage=scored[worst]["coverage"],
-        ),
+    median = {
+        "mape": statistics.median(mapes.values()),
+        "within_10": statistics.median(float(r["within_10"]) for r in scored.values()),
+        "n": n,
+        "n_asked": asked,
+        "coverage": n / asked,
+    }
+    return [
+        *_report_rows(split, family, "median GPU", "duration_us", median, ("mape", "within_10")),
+        *_report_rows(split, family, f"worst GPU={worst}", "duration_us", scored[worst], ("mape",)),
     ]
-    return rows
 
 
 def rows_for(
@@ -176,43 +148,15 @@ def rows_for(
                 and "," not in scope
             ):
                 per_gpu[scope.removeprefix("device=")] = report
-            for metric in ("mape", "within_10"):
-                pub = lookup.get((split, scope, target, metric))
-                out.append(
-                    _row(
-                        split,
-                        family,
-                        scope,
-                        target,
-                        metric,
-                        report[metric],
-                        report["n"],
-                        pub,
-                        n_asked=report["n_asked"],
-                        coverage=report["coverage"],
-                    )
-                )
+            out += _report_rows(split, family, scope, target, report, ("mape", "within_10"), lookup)
     if split == "unseen-gpu":
         out += _gpu_summary(split, family, per_gpu)
     if CLASS_TARGET in targets and len(frame):
         report = roofline_report(frame, class_label_column(split))
         if report is not None and report["n"]:
-            for metric in ("accuracy", "balanced_accuracy"):
-                pub = lookup.get((split, "", CLASS_TARGET, metric))
-                out.append(
-                    _row(
-                        split,
-                        family,
-                        "",
-                        CLASS_TARGET,
-                        metric,
-                        report[metric],
-                        report["n"],
-                        pub,
-                        n_asked=report["n_asked"],
-                        coverage=report["coverage"],
-                    )
-                )
+            out += _report_rows(
+                split, family, "", CLASS_TARGET, report, ("accuracy", "balanced_accuracy"), lookup
+            )
     # A published figure we could not score (e.g. the test side lacks that GPU) still gets a row.
     seen = {(r["split"], r["target"], r["metric"]) for r in out}
     for pub in published:
@@ -223,6 +167,34 @@ def rows_for(
                 _row(split, family, scope, pub.target, pub.metric, math.nan, 0, pub, n_asked=0, coverage=None)
             )
     return out
+
+
+def _report_rows(
+    split: str,
+    family: str,
+    scope: str,
+    target: str,
+    report: dict[str, Any],
+    metrics: Sequence[str],
+    lookup: dict[tuple[str, str, str, str], Published] | None = None,
+) -> list[dict[str, Any]]:
+    """One row per metric of a scored ``report`` (its ``n``, ``n_asked``, ``coverage``), each beside the
+    published figure for it in ``lookup`` (None: no published figure applies)."""
+    return [
+        _row(
+            split,
+            family,
+            scope,
+            target,
+            metric,
+            report[metric],
+            report["n"],
+            (lookup or {}).get((split, scope, target, metric)),
+            n_asked=report["n_asked"],
+            coverage=report["coverage"],
+        )
+        for metric in metrics
+    ]
 
 
 def _row(

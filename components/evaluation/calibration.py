@@ -34,7 +34,6 @@ from components.models.calibration import METHODS, fit_correction
 SUITE_SALT = "calibration-suite"
 REFIT = "refit"
 CANDIDATES: tuple[str, ...] = (*METHODS, REFIT)
-DEFAULT_KS: tuple[int, ...] = (0, 25, 100, 400)
 # Simplest first: on a tie the fold keeps the simpler correction.
 _ORDER = {m: i for i, m in enumerate(CANDIDATES)}
 

@@ -19,6 +19,7 @@ import pandas as pd
 
 from components.evaluation.harness import capped_rows, evaluate_predictor, split_folds
 from components.evaluation.splits import Fold, unseen_gpu_devices, unseen_gpu_split
+from components.features.build import IDENTITY_COLUMNS, LABEL_COLUMNS
 from components.models.base import CLASS_TARGET, NUMERIC_TARGETS, Predictor
 
 # A factory fits one family on a train side: (family, train rows, split) -> (predictor, seconds).
@@ -29,18 +30,12 @@ DEFAULT_MIN_GPU_ROWS = 1000  # params.yaml train.bench_min_gpu_rows
 # then has no row of those sources in training: unseen GPU and unseen source; the note says so).
 BENCH_MIN_DEVICES_PER_SOURCE = 1
 # Columns a fold sends back for the report (the feature columns stay where they were computed).
-_REPORT_COLUMNS: tuple[str, ...] = (
-    "measurement_id",
-    "kernel_id",
-    "device_id",
-    "source",
-    "family",
-    "op",
-    "dtype",
-    CLASS_TARGET,
-    "roofline_class_published",
-    *NUMERIC_TARGETS,
-)
+REPORT_COLUMNS: tuple[str, ...] = (*IDENTITY_COLUMNS, CLASS_TARGET, *LABEL_COLUMNS, *NUMERIC_TARGETS)
+
+
+def report_columns(frame: pd.DataFrame) -> list[str]:
+    """The columns of an evaluated fold the report keeps: identity, targets and every ``pred_*``."""
+    return [c for c in frame.columns if c in REPORT_COLUMNS or str(c).startswith("pred_")]
 
 
 @dataclass(frozen=True)
@@ -80,7 +75,7 @@ def run_fold(table: pd.DataFrame, job: FoldJob, factory: Factory) -> FoldOutcome
     )
     report = evaluation.report
     frame = evaluation.frame
-    keep = [c for c in frame.columns if c in _REPORT_COLUMNS or str(c).startswith("pred_")]
+    keep = report_columns(frame)
     timing = {
         "split": job.split,
         "fold": job.fold.name,

@@ -38,7 +38,6 @@ from components.evaluation.splits import Fold, make_split
 from components.ingest.canonical import attach_canonical_columns
 from components.models.base import CLASS_TARGET, NUMERIC_TARGETS, Predictor, class_label_column
 
-REPORT_KEYS: tuple[str, ...] = ("mape", "median_ape", "within_10", "n", "n_asked", "n_predicted", "coverage")
 # Columns the bolet split reads that the feature table does not carry; joined from canonical data.
 SPLIT_COLUMNS: dict[str, tuple[str, ...]] = {
     "measurements": ("upstream_row", "roofline_class_published"),

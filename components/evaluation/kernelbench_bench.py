@@ -29,7 +29,6 @@ FAMILY_MODEL = "programs"  # the program model (roofline-basis op times + learne
 FAMILY_ROOFLINE = "roofline"  # sum of per-op roofline times of the trace
 MIN_HELD_OUT_ROWS = 20  # a GPU with fewer rows in a config is not a fold of that config
 MIN_TRAIN_GPUS = 2  # leave-one-GPU-out needs at least this many other GPUs to learn a config from
-LEVELS: tuple[str, ...] = ("1", "2", "3")
 
 
 @dataclass

@@ -33,7 +33,14 @@ from typing import TYPE_CHECKING, Any
 import pandas as pd
 
 from components.common.sampling import unit_hash_series
-from components.evaluation.folds import Factory, FoldExecutor, FoldJob, FoldOutcome, serial_fold_executor
+from components.evaluation.folds import (
+    Factory,
+    FoldExecutor,
+    FoldJob,
+    FoldOutcome,
+    report_columns,
+    serial_fold_executor,
+)
 from components.evaluation.harness import (
     capped_rows,
     evaluate_frame,
@@ -42,26 +49,12 @@ from components.evaluation.harness import (
     split_folds,
 )
 from components.evaluation.splits import Fold, unseen_gpu_devices, unseen_gpu_split
-from components.models.base import CLASS_TARGET, NUMERIC_TARGETS
 
 if TYPE_CHECKING:
     from components.models.base import Predictor
     from components.registry.gate import EvaluationCaps
 
 REPORT_KIND = "kernelcast-gate-report"
-# Columns an artifact-scored fold keeps for the report (as bench's refit folds do; features stay behind).
-REPORT_COLUMNS: tuple[str, ...] = (
-    "measurement_id",
-    "kernel_id",
-    "device_id",
-    "source",
-    "family",
-    "op",
-    "dtype",
-    CLASS_TARGET,
-    "roofline_class_published",
-    *NUMERIC_TARGETS,
-)
 # Builds a fold executor around a factory: ``functools.partial(folds.ray_fold_executor, start_ray=...)``
 # runs refit folds as Ray tasks; None runs them one after the other in this process.
 ExecutorFactory = Callable[[Factory], FoldExecutor]
@@ -93,7 +86,7 @@ def _score_as_is(predictor: Any, table: pd.DataFrame, job: FoldJob, model: str) 
         canonical_dir=job.canonical_dir,
     )
     frame = evaluation.frame
-    keep = [c for c in frame.columns if c in REPORT_COLUMNS or str(c).startswith("pred_")]
+    keep = report_columns(frame)  # as bench's refit folds keep (features stay behind)
     timing = {
         "split": job.split,
         "fold": job.fold.name,

@@ -17,8 +17,10 @@ import numpy as np
 import pandas as pd
 
 from components.features.analytical import analytical_features
+from components.ingest.schema import TARGET_METRICS
 
-KEY_COLUMNS: tuple[str, ...] = (
+# What a row is: its ids and the kernel's family, op and dtype (reports keep these beside the targets).
+IDENTITY_COLUMNS: tuple[str, ...] = (
     "measurement_id",
     "kernel_id",
     "device_id",
@@ -26,6 +28,9 @@ KEY_COLUMNS: tuple[str, ...] = (
     "family",
     "op",
     "dtype",
+)
+KEY_COLUMNS: tuple[str, ...] = (
+    *IDENTITY_COLUMNS,
     "upstream_file",
     "upstream_row",
     "run_id",
@@ -34,31 +39,7 @@ KEY_COLUMNS: tuple[str, ...] = (
 # Labels a published task scores against (Bolet et al.'s rule), carried so every split runs on the
 # feature table alone, without re-joining the canonical tables.
 LABEL_COLUMNS: tuple[str, ...] = ("roofline_class_published",)
-TARGET_COLUMNS: tuple[str, ...] = (
-    "duration_us",
-    "achieved_gbps",
-    "gflops",
-    "l1_hit_rate",
-    "l2_hit_rate",
-    "arith_intensity",
-    "roofline_class",
-)
-# Measurement columns the formulas read (never written to the table as features themselves).
-_INPUT_COLUMNS: tuple[str, ...] = (
-    "params_json",
-    "grid_x",
-    "grid_y",
-    "grid_z",
-    "block_x",
-    "block_y",
-    "block_z",
-    "flops",
-    "dram_bytes",
-    "fp32_arith_intensity",
-    "fp64_arith_intensity",
-    "int_arith_intensity",
-    "profiler",
-)
+TARGET_COLUMNS: tuple[str, ...] = (*TARGET_METRICS, "roofline_class")
 _KERNEL_COLUMNS: tuple[str, ...] = ("kernel_id", "family", "op", "dtype", "shape_json", "name", "program")
 
 

@@ -20,7 +20,7 @@ WORK_KEYS: tuple[str, ...] = ("flops", "dram_bytes", "fma", "sfu")
 
 def _groups(labels: Any, mask: np.ndarray) -> list[tuple[str, np.ndarray]]:
     """(label, rows) for each distinct label among the ``mask`` rows."""
-    from components.features.analytical import label_codes
+    from components.features.arrays import label_codes
 
     codes, uniques = label_codes(labels)
     return [

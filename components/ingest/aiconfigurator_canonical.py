@@ -40,14 +40,13 @@ import numpy as np
 import pandas as pd
 
 from components.ingest.base import AdapterOutput, IngestError, require_dir
-from components.ingest.schema import KERNEL_COLUMNS, MEASUREMENT_COLUMNS, REJECT_COLUMNS, conform, stable_id
+from components.ingest.schema import MEASUREMENT_COLUMNS, RAW_LIMIT, conform, stable_id
 
 SOURCE = "aiconfigurator"
 DEFAULT_MAX_KERNELS = 24_000
 SAMPLE_SALT = "aiconfigurator-sample-v1"
 # CUDA-graph replays timed with torch.cuda.Event (collector/helper.py benchmark_with_power)
 PROFILER = "cuda_event"
-RAW_LIMIT = 500
 
 # family -> the shape keys of a kernel (physics.SHAPE_KEYS names) and the non-numeric identity keys.
 SHAPES: dict[str, tuple[str, ...]] = {
@@ -491,11 +490,11 @@ def ingest(
         }
     )
     measurements = conform(measurements, MEASUREMENT_COLUMNS)
-    output = AdapterOutput(
+    output = AdapterOutput.conformed(
         SOURCE,
         measurements,
-        conform(kernels, KERNEL_COLUMNS),
-        conform(rejects, REJECT_COLUMNS),
+        kernels,
+        rejects,
         rows_in=len(measurements) + len(rejects),
         devices=specs,
         notes=[
@@ -512,7 +511,6 @@ def ingest(
             *device_notes,
         ],
     )
-    output.check_balance()
     if progress:
         progress(f"{SOURCE}: {len(measurements)} measurements of {len(kernels)} kernels")
     return output

@@ -35,14 +35,13 @@ import numpy as np
 import pandas as pd
 
 from components.ingest.base import AdapterOutput, IngestError, require_dir
-from components.ingest.schema import KERNEL_COLUMNS, MEASUREMENT_COLUMNS, REJECT_COLUMNS, conform, stable_id
+from components.ingest.schema import KERNEL_COLUMNS, MEASUREMENT_COLUMNS, RAW_LIMIT, conform, stable_id
 
 SOURCE = "aiter"
 CONFIGS = "aiter/configs"
 COMMIT = "e4048607a535ace3a2b51ded31b1c8c2d45c0879"
 PROFILER = "aiter_tuner"  # aiter's tuners time every candidate kernel with torch events, keep the fastest
 LEFT_OUT = ("chunk_gdn",)  # table kinds that are no op family here
-RAW_LIMIT = 500
 # Shapes per family (physics.SHAPE_KEYS names); the MoE's tp/ep/distribution are fixed by the tuner's setup.
 SHAPES: dict[str, tuple[str, ...]] = {
     "gemm": ("M", "N", "K"),
@@ -355,11 +354,11 @@ def ingest(root: Path, catalog: Any, progress: Callable[[str], None] | None = No
     )
     n_copies = int(rejected["reason"].str.contains(": copy across ").sum())
     counts = measurements.groupby("device_id").size().to_dict()
-    output = AdapterOutput(
+    output = AdapterOutput.conformed(
         SOURCE,
         measurements,
         kernels,
-        conform(rejects, REJECT_COLUMNS),
+        rejects,
         rows_in=len(measurements) + len(rejects),
         notes=[
             f"us (microseconds upstream) = duration_us: the fastest kernel of aiter's tuning sweep per shape "
@@ -371,7 +370,6 @@ def ingest(root: Path, catalog: Any, progress: Callable[[str], None] | None = No
             f"left out (no op family here): {', '.join(skipped) or 'none'}",
         ],
     )
-    output.check_balance()
     if progress:
         progress(f"{SOURCE}: {len(measurements)} measurements of {len(kernels)} kernels")
     return output

@@ -12,6 +12,8 @@ from pathlib import Path
 
 import pandas as pd
 
+from components.ingest.schema import KERNEL_COLUMNS, MEASUREMENT_COLUMNS, REJECT_COLUMNS, conform
+
 
 class IngestError(Exception):
     """A source cannot be read at all (missing directory, unreadable/truncated file). Names the file."""
@@ -28,6 +30,35 @@ class AdapterOutput:
     # GPUs the source describes itself (e.g. an aiconfigurator spec sheet of a GPU the catalog lacks),
     # validated DeviceSpecs: whoever validates or featurises these rows adds them to its catalog.
     devices: list = field(default_factory=list)
+
+    @classmethod
+    def conformed(
+        cls,
+        source: str,
+        measurements: pd.DataFrame | list[dict],
+        kernels: pd.DataFrame | list[dict],
+        rejects: pd.DataFrame | list[dict],
+        rows_in: int,
+        notes: list[str] | None = None,
+        devices: list | None = None,
+    ) -> AdapterOutput:
+        """An adapter's answer: each table (a frame or a list of row dicts) conformed to its canonical schema,
+        and the balance checked (every input row canonical or rejected)."""
+
+        def table(rows: pd.DataFrame | list[dict], columns: dict[str, str]) -> pd.DataFrame:
+            return conform(rows if isinstance(rows, pd.DataFrame) else pd.DataFrame(rows), columns)
+
+        output = cls(
+            source,
+            table(measurements, MEASUREMENT_COLUMNS),
+            table(kernels, KERNEL_COLUMNS),
+            table(rejects, REJECT_COLUMNS),
+            rows_in,
+            notes=list(notes or []),
+            devices=list(devices or []),
+        )
+        output.check_balance()
+        return output
 
     def check_balance(self) -> None:
         """Nothing is lost: every input row is either canonical or rejected."""

@@ -20,15 +20,9 @@ import math
 import zlib
 from pathlib import Path
 
-import pandas as pd
-
 from components.ingest.base import AdapterOutput, IngestError, require_dir
 from components.ingest.schema import (
-    KERNEL_COLUMNS,
-    MEASUREMENT_COLUMNS,
-    REJECT_COLUMNS,
     canonical_json,
-    conform,
     stable_id,
 )
 
@@ -227,13 +221,11 @@ def ingest(root: Path, catalog) -> AdapterOutput:
         if from_name
         else []
     )
-    output = AdapterOutput(
+    return AdapterOutput.conformed(
         SOURCE,
-        conform(pd.DataFrame(measurements), MEASUREMENT_COLUMNS),
-        conform(pd.DataFrame(list(kernels.values())), KERNEL_COLUMNS),
-        conform(pd.DataFrame(rejects), REJECT_COLUMNS),
+        measurements,
+        list(kernels.values()),
+        rejects,
         rows_in,
         notes=notes,
     )
-    output.check_balance()
-    return output

@@ -26,8 +26,6 @@ from components.ingest.derived import (
 )
 from components.ingest.schema import (
     KERNEL_COLUMNS,
-    MEASUREMENT_COLUMNS,
-    REJECT_COLUMNS,
     canonical_json,
     conform,
     stable_id,
@@ -292,12 +290,10 @@ def ingest(root: Path, catalog) -> AdapterOutput:
         )
         frame["roofline_class"] = _ridge_class(frame, catalog)
         frame = frame.drop(columns=[c for c in frame.columns if c.startswith("_")])
-    output = AdapterOutput(
+    return AdapterOutput.conformed(
         SOURCE,
-        conform(frame, MEASUREMENT_COLUMNS),
+        frame,
         _kernels_table(root, pairs),
-        conform(pd.DataFrame(rejects), REJECT_COLUMNS),
+        rejects,
         rows_in,
     )
-    output.check_balance()
-    return output

@@ -29,8 +29,6 @@ import pandas as pd
 from components.ingest.base import AdapterOutput, IngestError, require_dir
 from components.ingest.schema import (
     KERNEL_COLUMNS,
-    MEASUREMENT_COLUMNS,
-    REJECT_COLUMNS,
     canonical_json,
     conform,
     stable_id,
@@ -300,17 +298,8 @@ def ingest(root: Path, catalog) -> AdapterOutput:
     frame = pd.DataFrame(measurements)
     kernel_frame = conform(pd.DataFrame(list(kernels.values())), KERNEL_COLUMNS)
     no_source = int(kernel_frame["source_text"].isna().sum())
-    output = AdapterOutput(
-        SOURCE,
-        conform(frame, MEASUREMENT_COLUMNS),
-        kernel_frame,
-        conform(pd.DataFrame(rejects), REJECT_COLUMNS),
-        rows_in,
-        notes=[
-            f"{len(files)} timing files; provenance notes {'read' if notes else 'absent'}",
-            f"{no_source} of {len(kernel_frame)} problems have no bundled source "
-            "(level4/5/tk, unbundled trees)",
-        ],
-    )
-    output.check_balance()
-    return output
+    notes = [
+        f"{len(files)} timing files; provenance notes {'read' if notes else 'absent'}",
+        f"{no_source} of {len(kernel_frame)} problems have no bundled source (level4/5/tk, unbundled trees)",
+    ]
+    return AdapterOutput.conformed(SOURCE, frame, kernel_frame, rejects, rows_in, notes)

@@ -28,19 +28,17 @@ per GPU, so it is a measurement parameter, not part of the kernel's identity.
 
 from __future__ import annotations
 
-import csv
-import math
-from collections.abc import Callable, Iterable
+from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
 import pandas as pd
 
+from components.ingest import csv_rows
 from components.ingest.base import AdapterOutput, IngestError, require_dir
 from components.ingest.schema import (
     KERNEL_COLUMNS,
     MEASUREMENT_COLUMNS,
-    REJECT_COLUMNS,
     canonical_json,
     conform,
     stable_id,
@@ -53,7 +51,6 @@ TRAIN_GLOB = "train/collect/*/p2.1.0/*.csv"
 AMD_GLOB = "{side}/collect/*/p*/*.csv"  # per-GPU files of either side; the torch version folder varies
 TEST_FILES: tuple[str, ...] = ("bmm", "elem", "linear", "ln", "softmax", "vec")
 N_TRIALS = 25  # mean of the 5 fastest of 25 timed runs
-RAW_LIMIT = 500  # characters of a raw row kept in rejects for audit
 
 COMMON_COLUMNS: tuple[str, ...] = (
     "OPName",
@@ -98,164 +95,6 @@ FAMILY_OF_OP: dict[str, str] = {
     "ln": "layernorm",
     **{op: "elementwise" for op in ELEMENTWISE_OPS},
 }
-
-
-# ----------------------------------------------------------------------------------------------
-# CSV reading shared by the CSV-based adapters
-# ----------------------------------------------------------------------------------------------
-def read_csv_strings(path: Path, source: str, root: Path | None = None) -> tuple[pd.DataFrame, list[dict]]:
-    """Every cell of ``path`` as a string (index = 0-based data row) plus reject records for bad rows.
-
-    The fast path is pandas' C parser. A row with more fields than the header makes it fail; the
-    file is then re-read with the csv module so that only that row is rejected (with its row
-    number), not the whole file. An empty or undecodable file raises IngestError naming it.
-    """
-    label = path.relative_to(root).as_posix() if root is not None else str(path)
-    try:
-        frame = pd.read_csv(path, dtype=str, keep_default_na=False, na_filter=False, engine="c")
-        return frame, []
-    except pd.errors.EmptyDataError:
-        raise IngestError(f"{source}: {path}: empty file (no header row)") from None
-    except UnicodeDecodeError as exc:
-        raise IngestError(f"{source}: {path}: not UTF-8 text ({exc.reason} at byte {exc.start})") from None
-    except pd.errors.ParserError:
-        pass  # a malformed row somewhere: find it below, row by row
-    return _read_csv_slow(path, source, label)
-
-
-def _read_csv_slow(path: Path, source: str, label: str) -> tuple[pd.DataFrame, list[dict]]:
-    good: list[list[str]] = []
-    index: list[int] = []
-    bad: list[dict] = []
-    try:
-        with path.open(newline="", encoding="utf-8") as handle:
-            reader = csv.reader(handle, strict=True)
-            header = next(reader, None)
-            if not header:
-                raise IngestError(f"{source}: {path}: empty file (no header row)")
-            row = 0
-            for record in reader:
-                if not record:  # blank line: pandas skips these too, so they are not rows
-                    continue
-                if len(record) == len(header):
-                    good.append(record)
-                    index.append(row)
-                else:
-                    bad.append(
-                        reject(
-                            source,
-                            label,
-                            row,
-                            f"expected {len(header)} fields, found {len(record)}",
-                            ",".join(record),
-                        )
-                    )
-                row += 1
-    except csv.Error as exc:
-        # An unterminated quote (typically a truncated file) leaves no way to find the row boundaries.
-        raise IngestError(f"{source}: {path}: unreadable CSV near line {reader.line_num}: {exc}") from None
-    except UnicodeDecodeError as exc:
-        raise IngestError(f"{source}: {path}: not UTF-8 text ({exc.reason} at byte {exc.start})") from None
-    frame = pd.DataFrame(good, columns=header, index=pd.Index(index, dtype="int64"), dtype=str)
-    return frame, bad
-
-
-def reject(source: str, upstream_file: str, row: int, reason: str, raw: str) -> dict:
-    return {
-        "source": source,
-        "upstream_file": upstream_file,
-        "upstream_row": row,
-        "reason": reason,
-        "raw": raw[:RAW_LIMIT],
-    }
-
-
-def raw_rows(frame: pd.DataFrame, mask: np.ndarray) -> list[str]:
-    """The selected rows re-joined as CSV-ish text for the rejects table."""
-    picked = frame.loc[mask]
-    if picked.empty:
-        return []
-    return picked.astype(str).agg(",".join, axis=1).tolist()
-
-
-def apply_checks(
-    frame: pd.DataFrame, checks: list, reason: pd.Series, source: str, label: str, rejects: list[dict]
-) -> np.ndarray:
-    """Give each row the reason of the first check it fails, append those rows to ``rejects``,
-    and return the mask of rejected rows. ``checks`` = [(failed mask, idx -> reason series)]."""
-    for failed, message in checks:
-        fresh = failed.fillna(True).astype(bool) & reason.isna()
-        if fresh.any():
-            reason[fresh] = message(frame.index[fresh])
-    bad = reason.notna().to_numpy()
-    for row, why, raw in zip(frame.index[bad], reason[bad], raw_rows(frame, bad), strict=True):
-        rejects.append(reject(source, label, int(row), str(why), raw))
-    return bad
-
-
-def require_columns(frame: pd.DataFrame, columns: Iterable[str], path: Path, source: str) -> None:
-    missing = [c for c in columns if c not in frame.columns]
-    if missing:
-        raise IngestError(
-            f"{source}: {path}: missing column(s) {', '.join(missing)} (has: {', '.join(frame.columns)})"
-        )
-
-
-def integer_columns(frame: pd.DataFrame, columns: Iterable[str]) -> tuple[pd.DataFrame, pd.Series]:
-    """Columns parsed as integers, and per row the first column that is missing or not an integer."""
-    parsed = pd.DataFrame(index=frame.index)
-    problem = pd.Series(pd.NA, index=frame.index, dtype="object")
-    for column in columns:
-        values = pd.to_numeric(frame[column].str.strip(), errors="coerce")
-        ok = values.notna() & np.isfinite(values) & (values == values.round())
-        problem = problem.where(problem.notna() | ok, column)
-        parsed[column] = values.where(ok).astype("Int64")
-    return parsed, problem
-
-
-def resolve_devices(names: pd.Series, catalog) -> pd.Series:
-    """Catalog id per row (resolving each distinct spelling once); <NA> where the name is unknown."""
-    ids: dict[str, object] = {}
-    for name in names.unique():
-        try:
-            ids[name] = catalog.resolve(name).id
-        except LookupError:
-            ids[name] = pd.NA
-    return names.map(ids).astype("string")
-
-
-def repeat_suffix(frame: pd.DataFrame, keys: list[str]) -> pd.Series:
-    """ "" for the first row of a key, "/rep<k>" for the k-th repeat -- repeated measurements of one
-    configuration in one file stay distinct rows (the measurement key must be unique)."""
-    occurrence = frame.groupby(keys, sort=False, dropna=False).cumcount()
-    return pd.Series(np.where(occurrence > 0, "/rep" + occurrence.astype(str), ""), index=frame.index)
-
-
-def definition_flops(
-    family: pd.Series, op: pd.Series, shape_json: pd.Series, shapes: dict[str, dict]
-) -> pd.Series:
-    """FLOPs by op definition (``components.ingest.derived.op_flops``), one call per distinct kernel."""
-    from components.ingest.derived import op_flops
-
-    keys = family.astype(str) + "\x1f" + op.astype(str) + "\x1f" + shape_json.astype(str)
-    values: dict[str, float] = {}
-    for key in keys.unique():
-        fam, name, shape = key.split("\x1f", 2)
-        try:
-            flops = float(op_flops(fam, name, shapes[shape]))
-        except (KeyError, ValueError):  # a family/op without a formula: unknown, never a guess
-            flops = math.nan
-        values[key] = flops if math.isfinite(flops) and flops > 0 else math.nan
-    return keys.map(values).astype("float64")
-
-
-def gflops_of(flops: pd.Series, duration_us: pd.Series) -> pd.Series:
-    """GFLOP/s from FLOPs and microseconds (``components.ingest.derived.gflops``)."""
-    from components.ingest.derived import gflops
-
-    return pd.Series(
-        gflops(flops.to_numpy("float64"), duration_us.to_numpy("float64")), index=flops.index, dtype="float64"
-    )
 
 
 # ----------------------------------------------------------------------------------------------
@@ -306,17 +145,17 @@ def _read_file(
 ) -> tuple[pd.DataFrame, list[dict], int]:
     """One upstream CSV -> (parsed good rows, reject records, rows in)."""
     label = path.relative_to(root).as_posix()
-    frame, rejects = read_csv_strings(path, SOURCE, root)
+    frame, rejects = csv_rows.read_csv_strings(path, SOURCE, root)
     rows_in = len(frame) + len(rejects)
     spec = _shape_spec(kind)
-    require_columns(frame, [*COMMON_COLUMNS, *spec], path, SOURCE)
+    csv_rows.require_columns(frame, [*COMMON_COLUMNS, *spec], path, SOURCE)
 
     latency = pd.to_numeric(frame["Latency"].str.strip(), errors="coerce")
-    shapes, shape_problem = integer_columns(frame, spec)
-    launch, launch_problem = integer_columns(frame, GRID_COLUMNS)
+    shapes, shape_problem = csv_rows.integer_columns(frame, spec)
+    launch, launch_problem = csv_rows.integer_columns(frame, GRID_COLUMNS)
     op = frame["OPName"].str.strip()
     family = op.map(FAMILY_OF_OP)
-    device_id = resolve_devices(frame["Device"].str.strip(), catalog)
+    device_id = csv_rows.resolve_devices(frame["Device"].str.strip(), catalog)
     large = frame["large"].str.strip().str.lower() if "large" in frame.columns else None
 
     # First failing check wins, so each reject has one clear reason.
@@ -347,7 +186,7 @@ def _read_file(
                 lambda idx: "large is not True/False: " + frame.loc[idx, "large"].map(repr),
             )
         )
-    bad = apply_checks(frame, checks, reason, SOURCE, label, rejects)
+    bad = csv_rows.apply_checks(frame, checks, reason, SOURCE, label, rejects)
 
     keep = ~bad
     good = pd.DataFrame(
@@ -433,30 +272,22 @@ def ingest(root: Path, catalog) -> AdapterOutput:
         rows_in += n
     good = pd.concat(parts, ignore_index=True) if parts else pd.DataFrame()
     measurements, kernels = _canonical(good)
-    output = AdapterOutput(
-        SOURCE,
-        measurements,
-        kernels,
-        conform(pd.DataFrame(rejects), REJECT_COLUMNS),
-        rows_in,
-        notes=[
-            "Latency (ms) is torch.cuda.Event timing, mean of the 5 fastest of 25 runs: n_trials=25",
-            "run_id: train/collect = training files; test/<file> = NeuSight's published test file",
-            "test/vec.csv repeats elem+ln+softmax rows; they stay as separate rows (run_id differs)",
-            *(
-                ["dataset_amd/: AMD collection read (run_id amd/train/collect, amd/test/collect)"]
-                if (root / AMD_DATASET_DIR).is_dir()
-                else []
-            ),
-        ],
-    )
-    output.check_balance()
-    return output
+    notes = [
+        "Latency (ms) is torch.cuda.Event timing, mean of the 5 fastest of 25 runs: n_trials=25",
+        "run_id: train/collect = training files; test/<file> = NeuSight's published test file",
+        "test/vec.csv repeats elem+ln+softmax rows; they stay as separate rows (run_id differs)",
+        *(
+            ["dataset_amd/: AMD collection read (run_id amd/train/collect, amd/test/collect)"]
+            if (root / AMD_DATASET_DIR).is_dir()
+            else []
+        ),
+    ]
+    return AdapterOutput.conformed(SOURCE, measurements, kernels, rejects, rows_in, notes)
 
 
 def _canonical(good: pd.DataFrame) -> tuple[pd.DataFrame, pd.DataFrame]:
     if good.empty:
-        return conform(pd.DataFrame(), MEASUREMENT_COLUMNS), conform(pd.DataFrame(), KERNEL_COLUMNS)
+        return csv_rows.empty_tables()
     shape_json, shapes = _shape_dicts(good)
     good["kernel_id"] = [
         stable_id(SOURCE, f, o, "fp32", s)
@@ -464,25 +295,17 @@ def _canonical(good: pd.DataFrame) -> tuple[pd.DataFrame, pd.DataFrame]:
     ]
     params_json = pd.Series(_params_json(good, shape_json, shapes), index=good.index)
     good["params_json"] = params_json
-    run_id = good["run_id"] + repeat_suffix(good, ["kernel_id", "device_id", "params_json", "run_id"])
-    flops = definition_flops(good["family"], good["op"], shape_json, shapes)
+    run_id = csv_rows.run_ids(good)
+    flops = csv_rows.definition_flops(good["family"], good["op"], shape_json, shapes)
     measurements = pd.DataFrame(
         {
-            "kernel_id": good["kernel_id"],
-            "device_id": good["device_id"],
-            "device_name_raw": good["device_name_raw"],
-            "source": SOURCE,
-            "upstream_file": good["upstream_file"],
-            "upstream_row": good["upstream_row"],
-            "profiler": "cuda_event",
-            "clock_mode": "unknown",
-            "run_id": run_id,
+            **csv_rows.provenance(good, SOURCE, "cuda_event", "unknown", run_id),
             "params_json": params_json,
             **{column: good[column] for column in GRID_COLUMNS.values()},
             "duration_us": good["duration_us"],
             "n_trials": N_TRIALS,
             "flops": flops,
-            "gflops": gflops_of(flops, good["duration_us"]),
+            "gflops": csv_rows.gflops_of(flops, good["duration_us"]),
         }
     )
     return conform(measurements, MEASUREMENT_COLUMNS), _kernel_table(good, shape_json)

@@ -25,24 +25,16 @@ import json
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pandas as pd
 
+from components.ingest import csv_rows
 from components.ingest.base import AdapterOutput, IngestError, require_dir, require_file
-from components.ingest.neusight import (
-    apply_checks,
-    definition_flops,
-    gflops_of,
-    read_csv_strings,
-    repeat_suffix,
-    require_columns,
-    resolve_devices,
-)
 from components.ingest.schema import (
     KERNEL_COLUMNS,
     MEASUREMENT_COLUMNS,
-    REJECT_COLUMNS,
     canonical_json,
     conform,
     stable_id,
@@ -132,20 +124,13 @@ def _tables(root: Path) -> list[Table]:
             )
         gpu = match["gpu"]
         tables.append(
-            Table(
-                path=path,
-                run_id=f"moe_dse/{match['variant']}",
-                family="moe",
-                op_column="weight_type",
-                dtype=MOE_DTYPE,
-                language="triton",
-                duration_column="avg_duration",
-                duration_to_us=1.0,
-                shape_columns=MOE_SHAPE,
+            _moe_table(
+                path,
+                f"moe_dse/{match['variant']}",
+                gpu,
+                _hardware_name(root, gpu),
                 param_columns=MOE_TILE + (("smem_size_KB",) if _has_column(path, "smem_size_KB") else ()),
                 trials_column="sample_count",
-                device=gpu,
-                device_lookup=_hardware_name(root, gpu),
             )
         )
     report_files = sorted(
@@ -157,13 +142,13 @@ def _tables(root: Path) -> list[Table]:
             continue
         run = path.parent.parent.name
         tables.append(
-            _moe_report(
+            _moe_table(
                 path, f"moe_quantile/{run}" + ("/sampled" if match["sampled"] else ""), match["gpu"], None
             )
         )
     for path in sorted((root / "pipetuning_test" / "demo").glob("topk_underperforming_*.csv")):
         gpu = _REPORT.match(path.name)["gpu"]  # type: ignore[index]
-        tables.append(_moe_report(path, "demo", gpu, _hardware_name(root, gpu)))
+        tables.append(_moe_table(path, "demo", gpu, _hardware_name(root, gpu)))
     for path in sorted((dataset / "collective").glob("*/*.csv")):
         op = path.stem
         tables.append(
@@ -186,7 +171,8 @@ def _tables(root: Path) -> list[Table]:
     return tables
 
 
-def _moe_report(path: Path, run_id: str, gpu: str, lookup: str | None) -> Table:
+def _moe_table(path: Path, run_id: str, gpu: str, lookup: str | None, **extra: Any) -> Table:
+    """A Triton fused-MoE table (tile sweep or kernel report): ``extra`` adds the sweep's tile columns."""
     return Table(
         path=path,
         run_id=run_id,
@@ -199,6 +185,7 @@ def _moe_report(path: Path, run_id: str, gpu: str, lookup: str | None) -> Table:
         shape_columns=MOE_SHAPE,
         device=gpu,
         device_lookup=lookup,
+        **extra,
     )
 
 
@@ -228,9 +215,9 @@ def _plain(value: float) -> int | float:
 
 def _read_table(root: Path, table: Table, catalog) -> tuple[pd.DataFrame, list[dict], int]:
     label = table.path.relative_to(root).as_posix()
-    frame, rejects = read_csv_strings(table.path, SOURCE, root)
+    frame, rejects = csv_rows.read_csv_strings(table.path, SOURCE, root)
     rows_in = len(frame) + len(rejects)
-    require_columns(frame, table.columns(), table.path, SOURCE)
+    csv_rows.require_columns(frame, table.columns(), table.path, SOURCE)
 
     duration = pd.to_numeric(frame[table.duration_column].str.strip(), errors="coerce") * table.duration_to_us
     shapes, shape_problem = _numbers(frame, table.shape_columns, integer=True)
@@ -241,10 +228,10 @@ def _read_table(root: Path, table: Table, catalog) -> tuple[pd.DataFrame, list[d
     op = frame[table.op_column].str.strip() if table.op_column else pd.Series(table.op, index=frame.index)
     if table.device_column:
         raw_device = frame[table.device_column].str.strip()
-        device_id = resolve_devices(raw_device, catalog)
+        device_id = csv_rows.resolve_devices(raw_device, catalog)
     else:
         raw_device = pd.Series(table.device, index=frame.index, dtype="object")
-        device_id = resolve_devices(
+        device_id = csv_rows.resolve_devices(
             pd.Series(table.device_lookup or table.device, index=frame.index), catalog
         )
 
@@ -268,7 +255,7 @@ def _read_table(root: Path, table: Table, catalog) -> tuple[pd.DataFrame, list[d
         (op.isna() | (op == ""), lambda idx: pd.Series("empty op name", index=idx)),
         (device_id.isna(), lambda idx: "unknown device " + raw_device[idx].map(lambda s: f"'{s}'")),
     ]
-    bad = apply_checks(frame, checks, reason, SOURCE, label, rejects)
+    bad = csv_rows.apply_checks(frame, checks, reason, SOURCE, label, rejects)
 
     keep = ~bad
     shape_dicts = [
@@ -306,26 +293,18 @@ def _read_table(root: Path, table: Table, catalog) -> tuple[pd.DataFrame, list[d
 
 def _canonical(good: pd.DataFrame) -> tuple[pd.DataFrame, pd.DataFrame]:
     if good.empty:
-        return conform(pd.DataFrame(), MEASUREMENT_COLUMNS), conform(pd.DataFrame(), KERNEL_COLUMNS)
+        return csv_rows.empty_tables()
     good["kernel_id"] = [
         stable_id(SOURCE, f, o, d, s)
         for f, o, d, s in zip(good["family"], good["op"], good["dtype"], good["shape_json"], strict=True)
     ]
     shapes = dict(zip(good["shape_json"], good["shape"], strict=True))
-    flops = definition_flops(good["family"], good["op"], good["shape_json"], shapes)
-    run_id = good["run_id"] + repeat_suffix(good, ["kernel_id", "device_id", "params_json", "run_id"])
+    flops = csv_rows.definition_flops(good["family"], good["op"], good["shape_json"], shapes)
+    run_id = csv_rows.run_ids(good)
     measurements = pd.DataFrame(
         {
-            "kernel_id": good["kernel_id"],
-            "device_id": good["device_id"],
-            "device_name_raw": good["device_name_raw"],
-            "source": SOURCE,
-            "upstream_file": good["upstream_file"],
-            "upstream_row": good["upstream_row"],
-            # Upstream's timing code is not in the snapshot and its docs do not say: no guess.
-            "profiler": "unknown",
-            "clock_mode": "unknown",
-            "run_id": run_id,
+            # Upstream's timing code is not in the snapshot and its docs do not say: no guess (profiler).
+            **csv_rows.provenance(good, SOURCE, "unknown", "unknown", run_id),
             "params_json": good["params_json"],
             "duration_us": good["duration_us"],
             "duration_std_us": good["duration_std_us"],
@@ -333,7 +312,7 @@ def _canonical(good: pd.DataFrame) -> tuple[pd.DataFrame, pd.DataFrame]:
                 np.round(good["n_trials"].to_numpy(dtype="float64")), dtype="Float64"
             ).astype("Int64"),
             "flops": flops,
-            "gflops": gflops_of(flops, good["duration_us"]),
+            "gflops": csv_rows.gflops_of(flops, good["duration_us"]),
         }
     )
     kernels = good[["kernel_id", "family", "op", "dtype", "language", "shape_json"]].drop_duplicates(
@@ -357,17 +336,9 @@ def ingest(root: Path, catalog) -> AdapterOutput:
         rejects += bad
         rows_in += n
     measurements, kernels = _canonical(pd.concat(parts, ignore_index=True))
-    output = AdapterOutput(
-        SOURCE,
-        measurements,
-        kernels,
-        conform(pd.DataFrame(rejects), REJECT_COLUMNS),
-        rows_in,
-        notes=[
-            "gemm_fp8 hardware-spec and pipe-feature columns are features, not measurements: not ingested",
-            "MoE kernel reports: model prediction columns (pred_perf, perf_diff, rel_gap) dropped",
-            "collectives: duration_us = time_stats mean (ms) x 1000; min/max/median not kept",
-        ],
-    )
-    output.check_balance()
-    return output
+    notes = [
+        "gemm_fp8 hardware-spec and pipe-feature columns are features, not measurements: not ingested",
+        "MoE kernel reports: model prediction columns (pred_perf, perf_diff, rel_gap) dropped",
+        "collectives: duration_us = time_stats mean (ms) x 1000; min/max/median not kept",
+    ]
+    return AdapterOutput.conformed(SOURCE, measurements, kernels, rejects, rows_in, notes)

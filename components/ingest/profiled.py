@@ -19,8 +19,8 @@ import pandas as pd
 from components.ingest.base import AdapterOutput, IngestError, require_dir
 from components.ingest.schema import (
     KERNEL_COLUMNS,
+    LAUNCH_COLUMNS,
     MEASUREMENT_COLUMNS,
-    REJECT_COLUMNS,
     canonical_json,
     conform,
     stable_id,
@@ -126,12 +126,7 @@ def _ncu_rows(run: Path, entry: dict, device_id: str, raw_device: str) -> tuple[
                 "clock_mode": entry.get("clock_mode", "locked"),
                 "run_id": entry["run_id"],
                 "params_json": canonical_json({**case.case["shape"], "kernel_position": position}),
-                "grid_x": gx,
-                "grid_y": gy,
-                "grid_z": gz,
-                "block_x": bx,
-                "block_y": by,
-                "block_z": bz,
+                **dict(zip(LAUNCH_COLUMNS, (gx, gy, gz, bx, by, bz), strict=True)),
                 "duration_us": duration_us,
                 "n_trials": 1,
                 "dram_bytes": dram_bytes,
@@ -251,12 +246,7 @@ def _rows_run(run: Path, manifest: dict, catalog) -> tuple[list, list, list, int
                         "kernel_position": row.get("kernel_position"),
                     }
                 ),
-                "grid_x": gx,
-                "grid_y": gy,
-                "grid_z": gz,
-                "block_x": bx,
-                "block_y": by,
-                "block_z": bz,
+                **dict(zip(LAUNCH_COLUMNS, (gx, gy, gz, bx, by, bz), strict=True)),
                 "duration_us": duration_us,
                 "duration_std_us": row.get("duration_std_us"),
                 "n_trials": row["repeats"],
@@ -319,12 +309,10 @@ def ingest(root: Path, catalog) -> AdapterOutput:
     # Ids filled here too (the runner fills them for every source) so the adapter's output is
     # complete on its own, e.g. for `kernelcast evaluate --source kernelcast --from DIR`.
     measurement_frame = with_measurement_ids(conform(pd.DataFrame(measurements), MEASUREMENT_COLUMNS))
-    output = AdapterOutput(
+    return AdapterOutput.conformed(
         SOURCE,
-        conform(measurement_frame, MEASUREMENT_COLUMNS),
+        measurement_frame,
         kernel_frame,
-        conform(pd.DataFrame(rejects), REJECT_COLUMNS),
+        rejects,
         rows_in,
     )
-    output.check_balance()
-    return output

@@ -57,6 +57,18 @@ MEASUREMENT_COLUMNS: dict[str, str] = {
     "roofline_class": "string",  # bandwidth | compute (against the device's ridge point)
     "roofline_class_published": "string",  # a source's own labelling rule, when it has one
 }
+# The measured launch geometry of a row (CTAs and threads per CTA, per axis).
+LAUNCH_COLUMNS: tuple[str, ...] = ("grid_x", "grid_y", "grid_z", "block_x", "block_y", "block_z")
+RAW_LIMIT = 500  # characters of a raw row kept in the rejects table for audit
+# The measured metrics a predictor may predict (numeric targets, and an answer's metric fields).
+TARGET_METRICS: tuple[str, ...] = (
+    "duration_us",
+    "achieved_gbps",
+    "gflops",
+    "l1_hit_rate",
+    "l2_hit_rate",
+    "arith_intensity",
+)
 
 KERNEL_COLUMNS: dict[str, str] = {
     "kernel_id": "string",
@@ -120,6 +132,8 @@ def stable_id(*parts: object) -> str:
 
 def conform(frame: pd.DataFrame, columns: dict[str, str]) -> pd.DataFrame:
     """Add missing columns as nulls, order them, cast to the schema dtypes; reject unknown columns."""
+    if list(frame.columns) == list(columns) and all(str(frame[c].dtype) == t for c, t in columns.items()):
+        return frame.reset_index(drop=True)  # already conformed (adapters' frames pass here twice)
     unknown = sorted(set(frame.columns) - set(columns))
     if unknown:
         raise ValueError(f"columns not in the canonical schema: {unknown}")

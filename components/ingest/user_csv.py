@@ -29,18 +29,11 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from components.ingest import csv_rows
 from components.ingest.base import AdapterOutput, IngestError
-from components.ingest.neusight import (
-    apply_checks,
-    definition_flops,
-    read_csv_strings,
-    repeat_suffix,
-    resolve_devices,
-)
 from components.ingest.schema import (
     KERNEL_COLUMNS,
     MEASUREMENT_COLUMNS,
-    REJECT_COLUMNS,
     canonical_json,
     conform,
     stable_id,
@@ -228,7 +221,7 @@ def _metric_checks(frame: pd.DataFrame, values: dict[str, pd.Series]) -> list:
 def _read_file(path: Path, catalog: Any) -> tuple[pd.DataFrame, list[dict], int]:
     """One CSV -> (good rows with parsed fields, reject records, rows in)."""
     label = path.name
-    frame, rejects = read_csv_strings(path, SOURCE, path.parent)
+    frame, rejects = csv_rows.read_csv_strings(path, SOURCE, path.parent)
     frame.columns = [str(c).strip() for c in frame.columns]
     rows_in = len(frame) + len(rejects)
     duration_column = _check_columns(frame, path)
@@ -248,7 +241,7 @@ def _read_file(path: Path, catalog: Any) -> tuple[pd.DataFrame, list[dict], int]
     dtype = frame["dtype"].map(canonical_row_dtype)
     duration = _numbers(frame, duration_column) * DURATION_SCALE[duration_column]
     metrics = {c: _numbers(frame, c) for c in NUMERIC_OPTIONAL}
-    device_id = resolve_devices(frame["device"].str.strip(), catalog)
+    device_id = csv_rows.resolve_devices(frame["device"].str.strip(), catalog)
     _unknown_devices_error(frame, device_id, catalog, label)
     clock = frame["clock_mode"].str.strip().str.lower() if "clock_mode" in frame.columns else None
 
@@ -283,7 +276,7 @@ def _read_file(path: Path, catalog: Any) -> tuple[pd.DataFrame, list[dict], int]
                 ),
             )
         )
-    bad = apply_checks(frame, checks, reason, SOURCE, label, rejects)
+    bad = csv_rows.apply_checks(frame, checks, reason, SOURCE, label, rejects)
     keep = ~bad
     good = pd.DataFrame(
         {
@@ -312,7 +305,7 @@ def _work_flops(good: pd.DataFrame, shape_json: pd.Series) -> pd.Series:
     """FLOPs by the one op-work definition: physics for its families, derived formulas for the rest."""
     from components.physics.roofline import op_work
 
-    flops = definition_flops(
+    flops = csv_rows.definition_flops(
         good["family"], good["op"], shape_json, dict(zip(shape_json, good["shape"], strict=True))
     )
     for index in good.index[good["family"].isin(list(_PHYSICS_FAMILY))]:
@@ -325,7 +318,7 @@ def _work_flops(good: pd.DataFrame, shape_json: pd.Series) -> pd.Series:
 
 def _canonical(good: pd.DataFrame) -> tuple[pd.DataFrame, pd.DataFrame]:
     if good.empty:
-        return conform(pd.DataFrame(), MEASUREMENT_COLUMNS), conform(pd.DataFrame(), KERNEL_COLUMNS)
+        return csv_rows.empty_tables()
     shape_json = good["shape"].map(canonical_json)
     good = good.assign(
         kernel_id=[
@@ -334,19 +327,13 @@ def _canonical(good: pd.DataFrame) -> tuple[pd.DataFrame, pd.DataFrame]:
         ],
         params_json=shape_json,
     )
-    good["run_id"] = good["upstream_file"] + repeat_suffix(
-        good, ["kernel_id", "device_id", "params_json", "upstream_file"]
-    )
+    good["run_id"] = csv_rows.run_ids(good, "upstream_file")
     flops = _work_flops(good, shape_json)
     seconds_e3 = good["duration_us"] * 1e3  # rate per 1e9: X / (us * 1e3)
     measurements = pd.DataFrame(
         {
-            **{
-                c: good[c]
-                for c in ("kernel_id", "device_id", "device_name_raw", "upstream_file", "upstream_row")
-            },
-            "source": SOURCE,
-            **{c: good[c] for c in ("profiler", "clock_mode", "run_id", "params_json", "duration_us")},
+            **csv_rows.provenance(good, SOURCE, good["profiler"], good["clock_mode"], good["run_id"]),
+            **{c: good[c] for c in ("params_json", "duration_us")},
             "duration_std_us": good["duration_std_us"],
             "n_trials": good["n_trials"].astype("Int64"),
             "dram_bytes": good["dram_bytes"],
@@ -402,13 +389,11 @@ def ingest(root: Path, catalog: Any) -> AdapterOutput:
         rejects += bad
         rows_in += n
     measurements, kernels = _canonical(pd.concat(parts, ignore_index=True) if parts else pd.DataFrame())
-    output = AdapterOutput(
+    return AdapterOutput.conformed(
         SOURCE,
         measurements,
         kernels,
-        conform(pd.DataFrame(rejects), REJECT_COLUMNS),
+        rejects,
         rows_in,
         notes=[f"files: {', '.join(names)} (run_id = file name; re-ingesting a file replaces its rows)"],
     )
-    output.check_balance()
-    return output

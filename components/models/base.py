@@ -12,15 +12,10 @@ from typing import Protocol, runtime_checkable
 
 import pandas as pd
 
+from components.ingest.schema import TARGET_METRICS
+
 # Numeric targets any predictor may produce, named as the canonical measurement columns.
-NUMERIC_TARGETS: tuple[str, ...] = (
-    "duration_us",
-    "achieved_gbps",
-    "gflops",
-    "l1_hit_rate",
-    "l2_hit_rate",
-    "arith_intensity",
-)
+NUMERIC_TARGETS: tuple[str, ...] = TARGET_METRICS
 CLASS_TARGET = "roofline_class"
 
 

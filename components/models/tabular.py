@@ -26,7 +26,7 @@ import numpy as np
 import pandas as pd
 
 from components.common.sampling import subsample, unit_hash
-from components.features.analytical import map_labels
+from components.features.arrays import map_labels
 from components.models import transfer
 from components.models.base import CLASS_TARGET, NUMERIC_TARGETS
 from components.models.tabular_config import TabularConfig

@@ -25,32 +25,9 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from components.features.analytical import label_codes
+from components.features.analytical import RATE_FREE_COLUMNS
+from components.features.arrays import label_codes
 
-# Analytical columns that do not depend on the GPU's rates (only on the kernel and on SM counts).
-KERNEL_COLUMNS: tuple[str, ...] = (
-    "f_flops",
-    "f_tensor_flops",
-    "f_fma_flops",
-    "f_sfu_ops",
-    "f_uses_tensor",
-    "f_precision_bytes",
-    "f_dram_bytes_min",
-    "f_l2_bytes_tiled",
-    "f_arith_intensity",
-    "f_arith_intensity_tiled",
-    "f_tile_m",
-    "f_tile_n",
-    "f_ctas",
-    "f_ctas_measured",
-    "f_threads_per_cta",
-    "f_ctas_per_sm",
-    "f_waves",
-    "f_wave_efficiency",
-    "f_busiest_sm_ctas",
-    "f_sm_imbalance",
-    "f_active_sm_fraction",
-)
 # Device columns that are counts or capacities per SM (never a rate, a clock or a total peak).
 DEVICE_COUNT_COLUMNS: tuple[str, ...] = (
     "dev_fp32_lanes_per_sm",
@@ -185,7 +162,7 @@ def derived_features(cols: Columns) -> dict[str, np.ndarray]:
 def transfer_frame(cols: Columns, static_columns: list[str] | None = None) -> dict[str, np.ndarray]:
     """Every transferable numeric input of ``cols``: kernel, per-SM device, derived and static columns."""
     n = n_rows(cols)
-    out = {c: numeric(cols, c, n) for c in (*KERNEL_COLUMNS, *DEVICE_COUNT_COLUMNS)}
+    out = {c: numeric(cols, c, n) for c in (*RATE_FREE_COLUMNS, *DEVICE_COUNT_COLUMNS)}
     out.update(derived_features(cols))
     static = static_columns if static_columns is not None else sorted(c for c in cols if c.startswith("s_"))
     out.update({c: numeric(cols, c, n) for c in static})

@@ -320,7 +320,7 @@ ENGINE_GEMM_FAMILIES: tuple[str, ...] = ("gemm", "linear", "bmm")
 def engine_rows(table: pd.DataFrame) -> pd.DataFrame:
     """Rows of a profiled feature table the op engine answers (tensor-dtype GEMMs and attention), as the
     calibration reads them: family, dtype, the shape's dimensions, latency_us. Empty when there are none."""
-    from components.features.analytical import parse_dims
+    from components.features.dims import parse_dims
 
     needed = {"family", "dtype", "duration_us", "shape_json"}
     import pandas as pd  # here, not at the top: answering a question imports this module, not pandas

@@ -27,7 +27,6 @@ import numpy as np
 from components.physics import roofline as physics
 
 ENGINE_FILE = "engine.json"
-TIERS: tuple[str, ...] = ("measured", "calibrated", "transfer", "spec")
 # (low, high) quantiles of log(measured / predicted) per tier when no held-out figure was stored (wide on
 # purpose)
 DEFAULT_INTERVALS: dict[str, tuple[float, float]] = {

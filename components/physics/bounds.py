@@ -12,9 +12,6 @@ from typing import Any
 
 import numpy as np
 
-# The roofline classes, by the side of the bound: math, data movement, or neither (fixed costs).
-CLASSES: tuple[str, ...] = ("compute", "bandwidth", "latency")
-
 # bound_pipe -> (roofline class, what it means for the user)
 BOUNDS: dict[str, tuple[str, str]] = {
     "tensor": ("compute", "the tensor (matrix) cores at the dtype's peak"),

@@ -26,6 +26,7 @@ __all__ = [
     "canonical_dtype",
     "element_bytes",
     "precision_of",
+    "tensor_precisions",
     "traced_dtype",
 ]
 
@@ -55,13 +56,19 @@ KV_DTYPES: tuple[str, ...] = ("fp32", "fp16", "bf16", "fp8", "int8", "nvfp4")
 GEMM_ONLY_DTYPES: frozenset[str] = frozenset({"fp8_block", "nvfp4", "int8_wo", "int4_wo"})
 # A dtype whose pipe the GPU lacks runs as the next dtype here (the answer is that dtype's: an emulated kernel
 # is never faster than the native one it falls back to).
+# bf16 -> fp32, not fp16: there is no bf16 tensor-core instruction before sm_80 (Volta's HMMA and Turing's
+# take fp16 only), and a bf16 value cannot be narrowed to fp16 without losing its range, so cuBLAS and
+# PyTorch run a bf16 GEMM on V100/T4 as fp32 FMA (SIMT) math on up-converted inputs: measured on a V100,
+# cuBLAS bf16 reaches ~9.6 TFLOP/s against fp32's 14 and fp16's ~95 (lablup/mlxcel#1654); on a T4, XLA's
+# bf16 matmul runs below its fp32 one (openxla/xla#12429). None of our datasets has a bf16 row on a GPU
+# without bf16 tensor cores (NeuSight is fp32, KernelBench fp32), so the kernels' behaviour settles it.
 FALLBACK: dict[str, str] = {
     "nvfp4": "fp8",
     "fp8": "bf16",
     "fp8_block": "bf16",
     "int8": "fp16",
     "tf32": "fp32",
-    "bf16": "fp16",
+    "bf16": "fp32",
     "fp16": "fp32",
     "int8_wo": "int8_wo_fp16",
     "int4_wo": "int4_wo_fp16",
@@ -175,6 +182,22 @@ def traced_dtype(aten_dtype: str) -> str:
         return _TRACED_WIDTH[aten_dtype]
     name = _ALIASES.get(_key(aten_dtype))
     return name if name is not None else "fp32"
+
+
+def tensor_precisions(dtype: str) -> tuple[str, ...]:
+    """The catalog precisions whose tensor pipe a ``dtype`` GEMM runs on, in the order tried (its own, then
+    along ``FALLBACK``) before it lands on the vector (FMA) pipe: ``nvfp4`` -> fp4, fp8, bf16; ``bf16`` ->
+    bf16 (then fp32 FMA); ``fp32`` -> none. The features' tensor peak reads it; ``physics.pipe_for`` walks
+    the same ``FALLBACK``."""
+    chain: list[str] = []
+    current: str | None = dtype
+    while current in GEMM_DTYPE_TRAITS:
+        _, _, _, precision, tensor = GEMM_DTYPE_TRAITS[current]
+        if tensor is False:  # vector-only math (fp32): the FMA pipe
+            break
+        chain.append(precision)
+        current = FALLBACK.get(current)
+    return tuple(chain)
 
 
 def element_bytes(dtype: object) -> float:

@@ -35,8 +35,6 @@ ENGINE_FAMILIES: tuple[str, ...] = tuple(name for name, f in REGISTRY.items() if
 ENGINE_ONLY_FAMILIES: tuple[str, ...] = tuple(
     name for name, f in REGISTRY.items() if f.engine and not f.tabular
 )
-# Every family name the registry knows, aliases included.
-FAMILY_NAMES: tuple[str, ...] = tuple(_BY_NAME)
 
 
 def family(name: str) -> OpFamily:

@@ -10,11 +10,6 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from components.physics.dtypes import ELEM_BYTES
-
-# Element bytes of the suite's kernel dtypes: the registry's (components/physics), plus int32 indices.
-DTYPE_BYTES: dict[str, int] = {d: int(ELEM_BYTES[d]) for d in ("fp32", "fp16", "bf16", "fp64")} | {"int32": 4}
-
 
 class CudaSourceError(RuntimeError):
     """NVRTC or the driver refused the kernel; the message carries the compiler log or error name."""

@@ -37,26 +37,6 @@ PROFILER_OF_BACKEND: dict[str, str] = {
     "host": "host",
 }
 
-# Metric keys a row may carry (None when the backend does not measure them; never a guess).
-METRIC_KEYS: tuple[str, ...] = (
-    "duration_us",
-    "duration_mean_us",
-    "duration_std_us",
-    "duration_min_us",
-    "duration_max_us",
-    "duration_iqr_us",
-    "dram_read_bytes",
-    "dram_write_bytes",
-    "flops",
-    "flops_fp64",
-    "flops_fp32",
-    "flops_fp16",
-    "flops_tensor",
-    "tensor_ops",
-    "l1_hit_rate",
-    "l2_hit_rate",
-)
-
 
 def row_id(device: str, case_id: str, backend: str, run_id: str, kernel_position: int | None = None) -> str:
     """Stable id of one row: the same measurement in a retried or resumed job gets the same id."""

@@ -13,7 +13,6 @@ from collections.abc import Callable, Collection
 from pathlib import Path
 from typing import Any
 
-import numpy as np
 import pandas as pd
 
 from components.programs.kernelbench_data import KernelBenchData
@@ -133,11 +132,6 @@ def fit_for_predictor(
             f"program model ({basis}): {', '.join(f'{k} {v.n_train} rows' for k, v in model.configs.items())}"
         )
     return written
-
-
-def mape(pred: np.ndarray, true: np.ndarray) -> float:
-    ok = np.isfinite(pred) & np.isfinite(true) & (true > 0)
-    return float(np.mean(np.abs(pred[ok] - true[ok]) / true[ok])) if ok.any() else float("nan")
 
 
 def fit_after_training(

@@ -16,7 +16,8 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from components.programs.ops import KINDS, OpQuestion, ProgramOps
+from components.programs.aten_names import KINDS
+from components.programs.ops import OpQuestion, ProgramOps
 
 # Kinds whose time the program features report separately (shares of the roofline time).
 FEATURE_KINDS: tuple[str, ...] = tuple(k for k in KINDS if k not in ("free", "unmapped"))
@@ -233,7 +234,7 @@ def _with_engine(
 
 
 def _device_columns(device_ids: Sequence[str], catalog: Any) -> pd.DataFrame:
-    from components.features.analytical import device_table
+    from components.features.device_numbers import device_table
 
     table = device_table(device_ids, catalog)
     return pd.DataFrame(

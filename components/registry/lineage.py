@@ -65,13 +65,3 @@ def dataset_version(features_file: Path, project_root: Path) -> str:
     if features_file.parent in _dvc_outs(project_root):
         return dvc_dir_hash(features_file.parent)
     return f"md5:{file_md5(features_file)}"
-
-
-def lineage_tags(*, family: str, git_commit: str, dataset: str, training_run: str) -> dict[str, str]:
-    """The lineage tags a version gets when it is registered (``eval_report`` comes with its evaluation)."""
-    return {
-        "family": family,
-        "git_commit": git_commit,
-        "dataset_version": dataset,
-        "training_run": training_run,
-    }

@@ -20,8 +20,6 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from mlflow.pyfunc import PyFuncModel
-
     from mlflow import MlflowClient
 
 CHAMPION = "champion"
@@ -205,21 +203,6 @@ def version_metrics(name: str, version: str, tracking_uri: str | None = None) ->
         for key, value in model_version.tags.items()
         if key.startswith(METRIC_TAG_PREFIX)
     }
-
-
-def load_model(name: str, alias: str = CHAMPION, tracking_uri: str | None = None) -> PyFuncModel:
-    """The pyfunc model behind ``models:/<name>@<alias>``."""
-    import mlflow.pyfunc
-
-    if tracking_uri:
-        mlflow.set_registry_uri(tracking_uri)
-        mlflow.set_tracking_uri(tracking_uri)
-    return mlflow.pyfunc.load_model(f"models:/{name}@{alias}")
-
-
-def load_champion(name: str, tracking_uri: str | None = None) -> PyFuncModel:
-    """What downstream services serve: ``models:/<name>@champion``."""
-    return load_model(name, CHAMPION, tracking_uri)
 
 
 def load_registered_predictor(uri: str, tracking_uri: str | None = None) -> Any:

@@ -38,14 +38,6 @@ ANSWER_KEYS: tuple[str, ...] = (
     "tier",
     "support",
 )
-METRICS: tuple[str, ...] = (
-    "duration_us",
-    "achieved_gbps",
-    "gflops",
-    "l1_hit_rate",
-    "l2_hit_rate",
-    "arith_intensity",
-)
 
 
 def _blank(question: Question, model_version: str) -> dict[str, Any]:

@@ -54,7 +54,7 @@ DTYPES: tuple[str, ...] = ("fp32", "fp16", "bf16")
 
 def random_op_batch(n: int, specs: list[Any], seed: int = 0) -> dict[str, np.ndarray]:
     """``n`` op questions as arrays: family, op, dtype, dims (n x DIMS) and a device index into ``specs``."""
-    from components.features.analytical import DIMS
+    from components.features.dims import DIMS
 
     rng = np.random.default_rng(seed)
     which = rng.integers(0, len(OPS), n)

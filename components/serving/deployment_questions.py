@@ -17,25 +17,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from components.deployments.service import DEPLOYMENT_PARAMS
+
 DEPLOYMENT_COLUMN = "deployment"
 DEPLOYMENT_VERSION = "deployment-composition"
-DEPLOYMENT_FIELDS = (
-    "model",
-    "isl",
-    "osl",
-    "concurrency",
-    "tp",
-    "pp",
-    "ep",
-    "dp",
-    "dtype",
-    "kv_dtype",
-    "mode",
-    "prefill_gpus",
-    "decode_gpus",
-    "workload",
-    "framework",
-)
+# A disaggregated deployment also says how many GPUs serve prefill and decode.
+DEPLOYMENT_FIELDS = ("model", *DEPLOYMENT_PARAMS, "prefill_gpus", "decode_gpus")
 
 
 # Said on a deployment answer of a model logged before models carried their engines' constants.

@@ -4,11 +4,12 @@ Why not ``components.features.build.build_feature_table``: it parses each questi
 JSON text and looks FLOPs up per distinct kernel in Python -- right for ingested data, ~100x too
 slow for a server answering thousands of questions per request or the >= 1M predictions/s the
 batch path aims at. Here a question is already numbers (a dims matrix in
-``components.features.analytical.DIMS`` order), so the same formulas run as array operations.
+``components.features.dims.DIMS`` order), so the same formulas run as array operations.
 
-The formulas are the analytical model's own: ``_family_demand`` and ``compose_features`` of
-``components.features.analytical`` (the one definition the feature build uses too), called here
-over arrays; only the shape parsing and the FLOPs-by-definition lookup differ (numbers in, not JSON).
+The formulas are the analytical model's own: ``family_demand`` (``components.features.demand``) and
+``compose_features`` (``components.features.analytical``), the one definition the feature build uses too,
+called here over arrays; only the shape parsing and the FLOPs-by-definition lookup differ (numbers in,
+not JSON).
 ``tests/unit/test_serving_questions.py`` checks this table against ``build_feature_table``.
 """
 
@@ -21,6 +22,9 @@ import numpy as np
 import pandas as pd
 
 from components.features import analytical as an
+from components.features.demand import family_demand
+from components.features.device_numbers import DEVICE_COLUMNS, device_table
+from components.features.dims import DIMS
 
 QUERY_SOURCE = "query"
 
@@ -63,10 +67,10 @@ def _device_arrays_uncached(specs: Sequence[Any]) -> tuple[dict[str, np.ndarray]
 
     catalog = Catalog(list(specs))
     ids = [s.id for s in specs]
-    table = an.device_table(ids, catalog).reindex(ids)
+    table = device_table(ids, catalog).reindex(ids)
     # The feature build's own dev_* columns (one definition), by position in ``specs``.
     dev = device_features(pd.Series(ids), catalog).reset_index(drop=True)
-    return {c: table[c].to_numpy("float64") for c in an.DEVICE_COLUMNS}, dev
+    return {c: table[c].to_numpy("float64") for c in DEVICE_COLUMNS}, dev
 
 
 def op_feature_table(
@@ -123,9 +127,9 @@ def op_feature_columns(
     )
     device_index = np.asarray(device_index, dtype="int64")
     dims = np.asarray(dims, dtype="float64")
-    dims_frame = {name: dims[:, j] for j, name in enumerate(an.DIMS)}  # columns as views: no DataFrame
+    dims_frame = {name: dims[:, j] for j, name in enumerate(DIMS)}  # columns as views: no DataFrame
     no_tile = (np.full(n, np.nan), np.full(n, np.nan))
-    dem = an._family_demand(family, op, dtype, dims_frame, no_tile)
+    dem = family_demand(family, op, dtype, dims_frame, no_tile)
     per_device, dev_features = _device_arrays(specs)
     dv = {c: v[device_index] for c, v in per_device.items()}
     # The analytical model's own composition (one definition, components.features.analytical; FLOPs by the

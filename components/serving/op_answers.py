@@ -9,7 +9,8 @@ from typing import Any
 
 import numpy as np
 
-from components.serving.answer_fields import ANSWER_KEYS, METRICS, _blank, _plain
+from components.models.base import NUMERIC_TARGETS
+from components.serving.answer_fields import ANSWER_KEYS, _blank, _plain
 from components.serving.query import QueryError
 from components.serving.question_forms import Question
 
@@ -17,8 +18,21 @@ from components.serving.question_forms import Question
 LAUNCH_BOUND_US: float = 5.0
 
 
+def _featurise_args(questions: list[Question]) -> tuple[Any, ...]:
+    """(family, op, dtype, dims, device index, distinct specs) of op questions: what featurise reads."""
+    specs, device_index = _distinct_specs(questions)
+    return (
+        np.array([q.family for q in questions], dtype=object),
+        np.array([q.op_name for q in questions], dtype=object),
+        np.array([q.dtype for q in questions], dtype=object),
+        _op_dims(questions),
+        device_index,
+        specs,
+    )
+
+
 def _op_dims(questions: list[Question]) -> np.ndarray:
-    from components.features.analytical import DIMS
+    from components.features.dims import DIMS
 
     position = {d: i for i, d in enumerate(DIMS)}
     dims = np.full((len(questions), len(DIMS)), np.nan)
@@ -53,15 +67,7 @@ def op_table(questions: list[Question], raw: bool = False) -> Any:
     """
     from components.serving.featurise import op_feature_table
 
-    specs, device_index = _distinct_specs(questions)
-    table = op_feature_table(
-        np.array([q.family for q in questions], dtype=object),
-        np.array([q.op_name for q in questions], dtype=object),
-        np.array([q.dtype for q in questions], dtype=object),
-        _op_dims(questions),
-        device_index,
-        specs,
-    )
+    table = op_feature_table(*_featurise_args(questions))
     return _with_raw_query(table, questions) if raw else table
 
 
@@ -214,15 +220,7 @@ def _answer_champion_ops(
     from components.serving.engine_answers import gemm_physics_pass, physics_pass
     from components.serving.featurise import op_feature_columns
 
-    specs, device_index = _distinct_specs(questions)
-    cols = op_feature_columns(
-        np.array([q.family for q in questions], dtype=object),
-        np.array([q.op_name for q in questions], dtype=object),
-        np.array([q.dtype for q in questions], dtype=object),
-        _op_dims(questions),
-        device_index,
-        specs,
-    )
+    cols = op_feature_columns(*_featurise_args(questions))
     carried = getattr(predictor, "corrections_home", None)
     predicted = _calibrated(_predicted(predictor, questions, cols), questions, cols, carried)
     n = len(questions)
@@ -254,7 +252,7 @@ def _answer_champion_ops(
         for c in predicted
         if c.startswith("pred_") and c.endswith(("_lo", "_hi")) and c[5:] not in ANSWER_KEYS
     ]
-    metrics = {m: column(f"pred_{m}") for m in (*METRICS, "duration_us_lo", "duration_us_hi")}
+    metrics = {m: column(f"pred_{m}") for m in (*NUMERIC_TARGETS, "duration_us_lo", "duration_us_hi")}
     answers = []
     for row, question in enumerate(questions):
         answer = _blank(question, model_version)

@@ -91,9 +91,8 @@ def _stamp() -> str:
 
 def _provenance(features_file: Path, split: str) -> dict[str, str]:
     from components.platform.config import PROJECT_ROOT
-    from components.registry.lineage import dataset_version
+    from components.registry.lineage import dataset_version, file_md5
     from components.registry.tracking import git_commit
-    from components.training.tabular import file_md5
 
     return {
         "split": split,

@@ -7,7 +7,6 @@ cluster the same tasks go to its workers.
 
 from __future__ import annotations
 
-import hashlib
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -90,14 +89,6 @@ def make_predictor(
         predictor = fit_for_bench(train, split, settings)
         return predictor, time.perf_counter() - started
     raise ValueError(f"unknown model family {family!r}; choose roofline, tabular or llm")
-
-
-def file_md5(path: Path) -> str:
-    digest = hashlib.md5()
-    with Path(path).open("rb") as handle:
-        for block in iter(lambda: handle.read(1 << 20), b""):
-            digest.update(block)
-    return digest.hexdigest()
 
 
 def git_commit(root: Path) -> str:

@@ -20,7 +20,7 @@ NOT_OP_FAMILIES: dict[str, str] = {
 
 
 def _features() -> set[str]:
-    from components.features.analytical import FORMULA_FAMILIES
+    from components.features.demand import FORMULA_FAMILIES
 
     return {name for names in FORMULA_FAMILIES.values() for name in names}
 
@@ -71,7 +71,7 @@ def _programs() -> set[str]:
 
 
 PLACES: dict[str, Callable[[], set[str]]] = {
-    "features (components/features/analytical.FORMULA_FAMILIES)": _features,
+    "features (components/features/demand.FORMULA_FAMILIES)": _features,
     "questions (components/serving/query.FAMILY_OF_OP)": _questions,
     "ingest schema (components/ingest/schema.FAMILIES_OP)": _ingest,
     "op engine tables (components/opmodel/store.STORE_FAMILIES)": _op_engine,

@@ -131,3 +131,39 @@ def test_features_and_measured_rows_count_the_same_flops() -> None:
     features = analytical_features(frame, load_catalog())
     expected = [op_flops(family, op, shape) for family, op, _, shape in rows]
     assert features["f_flops"].tolist() == pytest.approx(expected)
+
+
+@pytest.mark.parametrize("device_id", ["v100-sxm2-16gb", "t4"])
+def test_settled_bf16_without_bf16_tensor_cores_runs_on_the_fp32_fma_pipe(device_id: str) -> None:
+    """No bf16 tensor-core instruction before sm_80: cuBLAS runs a bf16 GEMM on V100/T4 as fp32 FMA math on
+    up-converted inputs (measured slower than its fp32 GEMM), not on the fp16 tensor pipe. The physics
+    (``pipe_for``) and the features (``f_peak_compute_flops``) both answer the fp32 vector peak."""
+    from components.physics.roofline import pipe_for
+
+    catalog = load_catalog()
+    spec = catalog.get(device_id)
+    fp32_vector = spec.peak_flops("fp32", tensor=False)
+    assert not spec.has_pipe("bf16", tensor=True) and spec.has_pipe("fp16", tensor=True)
+    assert dtypes.tensor_precisions("bf16") == ("bf16",)
+    choice = pipe_for("bf16", spec)
+    assert (choice.dtype, choice.tensor, choice.emulated_from) == ("fp32", False, "bf16")
+    assert choice.peak_flops == pytest.approx(fp32_vector)
+    frame = pd.DataFrame(
+        {
+            "device_id": [device_id, device_id, "a100-sxm4-80gb"],
+            "family": "gemm",
+            "op": "gemm",
+            "dtype": ["bf16", "fp16", "bf16"],
+            "shape_json": json.dumps({"M": 4096, "N": 4096, "K": 4096}),
+            "params_json": None,
+        }
+    )
+    features = analytical_features(frame, catalog)
+    bf16, fp16, a100 = (features.iloc[i] for i in range(3))
+    assert bf16["f_uses_tensor"] == 0.0 and bf16["f_peak_compute_flops"] == pytest.approx(fp32_vector)
+    assert fp16["f_uses_tensor"] == 1.0 and fp16["f_peak_compute_flops"] == pytest.approx(
+        spec.peak_flops("fp16", tensor=True)
+    )  # the fp16 tensor pipe stays fp16's own
+    a100_spec = catalog.get("a100-sxm4-80gb")
+    assert a100["f_peak_compute_flops"] == pytest.approx(a100_spec.peak_flops("bf16", tensor=True))
+    assert pipe_for("bf16", a100_spec).peak_flops == pytest.approx(a100["f_peak_compute_flops"])

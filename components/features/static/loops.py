@@ -38,7 +38,6 @@ _CAST_RE = re.compile(
     r"|int64_t|int32_t|uint32_t|uint64_t)\s*\)"
 )
 _SIZEOF = {"char": 1, "short": 2, "int": 4, "float": 4, "double": 8, "long": 8, "half": 2, "size_t": 8}
-_BUILTINS = ("threadIdx", "blockIdx", "blockDim", "gridDim")
 MAX_TRIPS = 1e12  # a bound beyond this is an unparsed expression, not a loop
 
 

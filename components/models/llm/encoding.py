@@ -174,9 +174,9 @@ def without_arguments(signature: str) -> str:
 def launch_parameters(params_json: Any) -> dict[str, Any]:
     """Per-measurement parameters (shapes, tuning configuration, program arguments) from
     ``params_json``; unreadable JSON gives none rather than failing the whole batch."""
-    from components.features.analytical import _loads  # the project's one lenient JSON-object reader
+    from components.features.dims import json_object  # the project's one lenient JSON-object reader
 
-    return {k: v for k, v in _loads(params_json).items() if k not in _NON_LAUNCH_PARAMS}
+    return {k: v for k, v in json_object(params_json).items() if k not in _NON_LAUNCH_PARAMS}
 
 
 def row_prompt(

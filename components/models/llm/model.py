@@ -24,6 +24,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import pandas as pd
 
+from components.ingest.schema import LAUNCH_COLUMNS
 from components.models.base import CLASS_TARGET, NUMERIC_TARGETS
 from components.models.llm.encoding import (
     ANSWER_DIGIT_OFFSETS,
@@ -75,15 +76,7 @@ class LLMPredictor:
     # launch geometry, per-measurement parameters such as NeuSight's B/M/N/K or a Kernel Tuner
     # configuration); the evaluation harness joins them for the rows it scores.
     kernel_columns: tuple[str, ...] = ("source_text", "shape_json", "name")
-    measurement_columns: tuple[str, ...] = (
-        "params_json",
-        "grid_x",
-        "grid_y",
-        "grid_z",
-        "block_x",
-        "block_y",
-        "block_z",
-    )
+    measurement_columns: tuple[str, ...] = ("params_json", *LAUNCH_COLUMNS)
 
     def __init__(self, config: LLMConfig | None = None) -> None:
         self.config = config or LLMConfig()
