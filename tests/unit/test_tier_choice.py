@@ -121,3 +121,52 @@ def test_transfer_intervals_are_the_inner_residual_quantiles(catalog) -> None:
     logs = np.concatenate([np.log(g.actual / predict(g, g.target)) for g in groups])
     inside = np.mean((logs >= low - 1e-9) & (logs <= high + 1e-9))
     assert 0.8 <= inside <= 1.0  # a 5-95% interval of the inner residuals (per GPU weighed alike)
+
+
+def test_attention_far_choice_is_per_phase_and_falls_back_to_the_familys() -> None:
+    from components.opmodel.tier_choice import choice_of, phase_of
+
+    shape = {"S": np.array([1.0, 512.0, 1.0, 64.0]), "KV": np.array([4096.0, 512.0, 128.0, 512.0])}
+    assert list(phase_of("attention", shape, 4)) == ["decode", "prefill", "decode", "chunk"]
+    assert list(phase_of("gemm", {"M": np.ones(2)}, 2)) == ["", ""]
+    far = {"tier": "blend", "phases": {"decode": {"tier": "spec"}}}
+    assert choice_of(far, "decode") == "spec"
+    assert choice_of(far, "prefill") == "blend"  # no far GPU chose it: the family's
+    assert choice_of({}, "decode") == "transfer"
+
+
+def test_the_engine_answers_each_attention_row_by_its_phases_far_choice(catalog) -> None:
+    """A far GPU (L40S: no Ada relative) whose decode far choice is spec and prefill's transfer: the decode
+    rows stay on the spec tier, the prefill rows are carried over."""
+    from components.opmodel.engine import OpEngine
+    from components.opmodel.measured import MeasuredTier, attention_phase
+    from components.opmodel.transfer import TransferModel, TransferTier
+    from components.physics import roofline as physics
+
+    rows = []
+    for device in ("h100-sxm", "l40s"):
+        for s, kv in ((1.0, 1024.0), (1.0, 4096.0), (1024.0, 1024.0), (4096.0, 4096.0)):
+            shape = {"B": np.array([8.0]), "S": np.array([s]), "KV": np.array([kv]), "H": np.array([32.0])}
+            shape.update({"HKV": np.array([8.0]), "D": np.array([128.0])})
+            t = physics.roofline("attention", "bf16", shape, catalog.get(device), "bf16").time_us[0] + 5.0
+            rows.append(
+                {
+                    "device_id": device,
+                    "dtype": "bf16",
+                    "kv_dtype": "bf16",
+                    **{k: v[0] for k, v in shape.items()},
+                    "latency_us": t,
+                }
+            )
+    frame = pd.DataFrame(rows).assign(n_repeats=1)
+    frame["latency_min_us"] = frame["latency_max_us"] = frame["latency_us"]
+    frame["phase"] = attention_phase(frame["S"].to_numpy(), frame["KV"].to_numpy())
+    specs = {d: catalog.get(d) for d in ("h100-sxm", "l40s")}
+    measured = MeasuredTier({"attention": frame}, specs).without("l40s")
+    model = TransferModel(far={"attention": {"tier": "transfer", "phases": {"decode": {"tier": "spec"}}}})
+    engine = OpEngine(measured, None, transfer=TransferTier(measured, None, model))
+    asked = frame[frame["device_id"] == "l40s"]
+    shape = {k: asked[k].to_numpy(dtype="float64") for k in ("B", "S", "KV", "H", "HKV", "D")}
+    got = engine.raw_predict("attention", "bf16", shape, catalog.get("l40s"), "bf16")
+    decode = shape["S"] == 1
+    assert (got.tier[decode] == "spec").all() and (got.tier[~decode] == "transfer").all()
