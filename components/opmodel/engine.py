@@ -404,14 +404,14 @@ class OpEngine:
         if got is None:
             return
         value, text = got
-        # per row (attention: its phase's): no relative of its generation, and the spec tier (or the blend)
-        # errs less there
-        choice = self.transfer.far_choice(family, dtype, kv_dtype, spec, sub)
-        mixed = choice == "blend"
-        value = np.where(mixed, combine("blend", value, duration[rows]), value)
-        note = "; blended with the spec tier (no relative of its generation)"
-        text = np.where(mixed & (text != ""), text + note, text)
-        value = np.where(choice == "spec", np.nan, value)  # the spec tier's answer stays
+        choice = self.transfer.far_choice(family, dtype, kv_dtype, spec)
+        if choice == "spec":  # no relative of its generation, and the spec tier errs less there
+            return
+        if choice == "blend":
+            value = combine(choice, value, duration[rows])
+            text = np.where(
+                text == "", text, text + "; blended with the spec tier (no relative of its generation)"
+            )
         take = np.isfinite(value)
         where = rows[take]
         duration[where] = value[take]

@@ -9,10 +9,6 @@ least by inner leave-one-GPU-out over the training GPUs whose own nearest relati
 (each answered by the transfer tier from the others, and by a spec model fitted without it: ``spec_without``,
 supplied by the caller, who caches the fits). Transfer comes first, then blend, then spec: ties keep the
 earlier one.
-
-The choice is made per phase of the family where its phases differ in what carries (attention: prefill is
-bound on the tensor pipe, decode on DRAM, whose type -- GDDR6 or HBM -- the relatives may not share), and per
-family where a phase has no far training GPU to choose on.
 """
 
 from __future__ import annotations
@@ -40,32 +36,6 @@ def combine(choice: str, transfer: np.ndarray, spec: np.ndarray) -> np.ndarray:
     return transfer
 
 
-def phase_of(family: str, shape: dict[str, Any], n: int) -> np.ndarray:
-    """Per row, the phase the far choice is made for: attention's (``measured.attention_phase``: prefill,
-    decode, chunk); the other families one phase, ``""``."""
-    if family == "attention" and "S" in shape and "KV" in shape:
-        from components.opmodel.measured import attention_phase
-
-        s, kv = (np.broadcast_to(np.asarray(shape[k], dtype="float64"), (n,)) for k in ("S", "KV"))
-        return attention_phase(s, kv)
-    return np.full(n, "", dtype=object)
-
-
-def choice_of(far: dict[str, Any], phase: str) -> str:
-    """The far choice of one phase (``far`` is one family's entry): the phase's own, else the family's."""
-    return str(far.get("phases", {}).get(phase, {}).get("tier", far.get("tier", "transfer")))
-
-
-def _best(apes: dict[str, dict[str, list[np.ndarray]]]) -> dict[str, Any]:
-    """Per-GPU-averaged MAPE of each far choice over ``{gpu: {choice: [ape arrays]}}`` and the best (ties keep
-    the earlier in ``FAR_CHOICES``)."""
-    means = {
-        name: float(np.mean([np.concatenate(v[name]).mean() for v in apes.values()])) for name in FAR_CHOICES
-    }
-    best = min(FAR_CHOICES, key=lambda name: (round(means[name], 9), FAR_CHOICES.index(name)))
-    return {"tier": best, **{k: round(v, 4) for k, v in means.items()}, "gpus": sorted(apes)}
-
-
 def far_targets(groups: list[Any], train: list[str], specs: dict[str, Any]) -> set[str]:
     """The training GPUs whose every relative among the other training GPUs (in any regime they were asked)
     is of another generation."""
@@ -84,14 +54,12 @@ def choose_far(
     predict_without: Any,
     spec_without: Any,
 ) -> dict[str, dict[str, Any]]:
-    """Per family: the far choice and its inner scores (mean per-GPU MAPE over the far training GPUs), and
-    per phase of the family (``phase_of``) its own (``phases``). ``predict_without(group, held)``: the
-    transfer tier's answer of a pair group from the training GPUs but ``held``; ``spec_without(held)``: the
-    spec model fitted without ``held``."""
+    """Per family: the far choice and its inner scores (mean per-GPU MAPE over the far training GPUs).
+    ``predict_without(group, held)``: the transfer tier's answer of a pair group from the training GPUs
+    but ``held``; ``spec_without(held)``: the spec model fitted without ``held``."""
     from components.opmodel.engine import OpEngine
 
-    # family -> phase ("" = every row of the family) -> GPU -> choice -> APE arrays
-    apes: dict[str, dict[str, dict[str, dict[str, list[np.ndarray]]]]] = {}
+    apes: dict[str, dict[str, dict[str, list[np.ndarray]]]] = {}
     for held in sorted(far_targets(groups, train, specs)):
         engine = None
         for g in (g for g in groups if g.target == held and g.shape is not None):
@@ -102,18 +70,15 @@ def choose_far(
             engine = engine or OpEngine(None, spec_without(held))
             shape = {k: v[ok] for k, v in g.shape.items()}
             base = engine.raw_predict(g.family, g.dtype, shape, specs[held], g.kv).duration_us
-            phase = phase_of(g.family, shape, int(ok.sum()))
             for name in FAR_CHOICES:
                 ape = np.abs(combine(name, got[ok], base) - g.actual[ok]) / g.actual[ok]
-                for key in {"", *phase}:
-                    part = ape if key == "" else ape[phase == key]
-                    if len(part):
-                        per = apes.setdefault(g.family, {}).setdefault(key, {}).setdefault(held, {})
-                        per.setdefault(name, []).append(part)
+                apes.setdefault(g.family, {}).setdefault(held, {}).setdefault(name, []).append(ape)
     out = {}
-    for family, per_phase in sorted(apes.items()):
-        out[family] = _best(per_phase[""])
-        phases = {key: _best(v) for key, v in sorted(per_phase.items()) if key}
-        if phases:
-            out[family]["phases"] = phases
+    for family, per_gpu in sorted(apes.items()):
+        means = {
+            name: float(np.mean([np.concatenate(v[name]).mean() for v in per_gpu.values()]))
+            for name in FAR_CHOICES
+        }
+        best = min(FAR_CHOICES, key=lambda name: (round(means[name], 9), FAR_CHOICES.index(name)))
+        out[family] = {"tier": best, **{k: round(v, 4) for k, v in means.items()}, "gpus": sorted(per_gpu)}
     return out

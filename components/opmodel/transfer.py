@@ -57,24 +57,18 @@ HOLD_OCTAVES = 1.0  # a curve's boundary efficiency held this far past its end
 @dataclass(frozen=True)
 class TransferSettings:
     """How one family transfers: relatives blended, similarity temperature, the correction's ridge (None =
-    plain sibling physics), and the reach: a relative joins the blend only within ``reach`` spec distance of
-    the nearest one that answers (None: the k nearest, however far), so a far relative's table (L40S's int8
-    for H200, where A100 is 0.9 nearer) does not dilute a near one's."""
+    plain sibling physics)."""
 
     k: int = 1
     tau: float = 1.0
     ridge: float | None = None
-    reach: float | None = None
 
     @classmethod
     def from_dict(cls, data: dict[str, Any] | None) -> TransferSettings:
         data = data or {}
-        ridge, reach = data.get("ridge"), data.get("reach")
+        ridge = data.get("ridge")
         return cls(
-            int(data.get("k", 1)),
-            float(data.get("tau", 1.0)),
-            None if ridge is None else float(ridge),
-            None if reach is None else float(reach),
+            int(data.get("k", 1)), float(data.get("tau", 1.0)), None if ridge is None else float(ridge)
         )
 
 
@@ -314,23 +308,15 @@ class TransferTier:
             out.append((device, spec_distance(spec, other, dtype)))
         return sorted(out, key=lambda t: (t[1], t[0]))
 
-    def far_choice(
-        self, family: str, dtype: str, kv_dtype: str | None, spec: Any, shape: dict[str, Any] | None = None
-    ) -> Any:
+    def far_choice(self, family: str, dtype: str, kv_dtype: str | None, spec: Any) -> str:
         """``transfer`` where a relative of the regime is of the asked GPU's generation, else the family's far
-        choice (``tier_choice``: transfer, blend or spec); given the ``shape`` asked, one choice per row (its
-        phase's: attention prefill or decode)."""
-        from components.opmodel.tier_choice import choice_of, near, phase_of
+        choice (``tier_choice``: transfer, blend or spec)."""
+        from components.opmodel.tier_choice import near
 
         found = self.relatives(family, dtype, kv_dtype, spec)
-        far = self.model.far.get(family, {})
         if any(near(spec, self.measured.specs[d]) for d, _ in found):
-            far = {}
-        if shape is None:
-            return choice_of(far, "")
-        n = max((np.size(v) for v in shape.values()), default=1)
-        phases = phase_of(family, shape, n)
-        return np.array([choice_of(far, str(p)) for p in phases], dtype=object)
+            return "transfer"
+        return str(self.model.far.get(family, {}).get("tier", "transfer"))
 
     def _has(self, family: str, device: str, dtype: str, kv_dtype: str | None) -> bool:
         if family in CURVE_FAMILIES:
@@ -413,10 +399,9 @@ def blend(
     coefficients: list[float] | None,
     relative_error: dict[str, float],
 ) -> tuple[np.ndarray, np.ndarray]:
-    """Geometric blend per row of the ``settings.k`` nearest relatives that answer it, within
-    ``settings.reach`` of the nearest answering one (weights: similarity ``exp(-distance / tau)`` over the
-    relative's own transfer error), each corrected when a correction was kept. Returns (duration, used: bool
-    matrix relatives x rows)."""
+    """Geometric blend per row of the ``settings.k`` nearest relatives that answer it (weights: similarity
+    ``exp(-distance / tau)`` over the relative's own transfer error), each corrected when a correction was
+    kept. Returns (duration, used: bool matrix relatives x rows)."""
     n = len(carried[0].duration_us)
     logs = np.full((len(carried), n), np.nan)
     for i, c in enumerate(carried):
@@ -427,10 +412,6 @@ def blend(
     answered = np.isfinite(logs)
     rank = np.cumsum(answered, axis=0)
     used = answered & (rank <= settings.k)
-    if settings.reach is not None:  # carried is nearest first: the first answering one is the nearest
-        distance = np.array([c.distance for c in carried])[:, None]
-        nearest = np.where(answered, distance, np.inf).min(axis=0)
-        used &= distance <= nearest + settings.reach + 1e-9
     weights = np.array(
         [np.exp(-c.distance / settings.tau) / (0.05 + relative_error.get(c.device, 0.1)) for c in carried]
     )[:, None]

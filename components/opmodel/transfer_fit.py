@@ -39,8 +39,6 @@ PAIR_ROWS = 300  # rows per (target GPU, family, dtype[, kv]) in the pairs: the 
 GRID_K: tuple[int, ...] = (1, 2, 3)
 GRID_TAU: tuple[float, ...] = (0.5, 2.0)
 GRID_RIDGE: tuple[float | None, ...] = (None, 0.03, 0.3, 3.0)  # per-row ridge strength; None = plain physics
-# spec distance a blended relative may lie beyond the nearest answering one (None: the k nearest): only k > 1
-GRID_REACH: tuple[float | None, ...] = (None, 0.5, 1.5)
 INCONSISTENT_LOG = 0.3  # a regime erring this much (log) beyond the pair's best regime: another kernel
 INTERVAL_QUANTILES = (0.05, 0.95)  # the engine's other tiers' interval (``engine.DEFAULT_INTERVALS``)
 INTERVAL_MIN_ROWS = 50  # fewer inner residuals: the engine's default interval stays
@@ -255,9 +253,7 @@ def choose_settings(groups: list[PairGroup], train: list[str], family: str) -> t
     """Inner leave-one-GPU-out over ``train``: the settings with the lowest mean per-GPU MAPE (plain physics
     of the nearest relative first in the grid, so it wins ties)."""
     grid = [
-        TransferSettings(k, tau, ridge, reach)
-        for ridge, k, tau, reach in itertools.product(GRID_RIDGE, GRID_K, GRID_TAU, GRID_REACH)
-        if k > 1 or reach is None
+        TransferSettings(k, tau, ridge) for ridge, k, tau in itertools.product(GRID_RIDGE, GRID_K, GRID_TAU)
     ]
     fits: dict[tuple[str, float], list[float] | None] = {}
     errors = {g: relative_errors(groups, set(train) - {g}) for g in train}
@@ -285,8 +281,7 @@ def choose_settings(groups: list[PairGroup], train: list[str], family: str) -> t
         if not per_gpu or len(per_gpu) < sum(1 for h in train if any(g.target == h for g in groups)):
             continue
         score = float(np.mean(per_gpu))
-        label = f"k={settings.k},tau={settings.tau},ridge={settings.ridge},reach={settings.reach}"
-        scores[label] = round(score, 4)
+        scores[f"k={settings.k},tau={settings.tau},ridge={settings.ridge}"] = round(score, 4)
         if score < best_score - 1e-9:
             best, best_score = settings, score
     return best, scores
@@ -420,7 +415,7 @@ def fit_transfer(
             if coefficients is not None:
                 model.corrections[family] = coefficients
             else:
-                model.settings[family] = TransferSettings(settings.k, settings.tau, None, settings.reach)
+                model.settings[family] = TransferSettings(settings.k, settings.tau, None)
     model.intervals = inner_intervals(groups, inner_predictor(groups, train, model))
     if spec_without is not None:
         model.far = far_choice(groups, train, specs, model, spec_without)

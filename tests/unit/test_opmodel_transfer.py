@@ -99,7 +99,7 @@ def test_the_correction_is_kept_only_where_it_beats_plain_physics_leave_one_gpu_
     shifted = fit_transfer(MeasuredTier(shifted_store, specs), shifted_store, list(GPUS), 120, floors)
     assert shifted.settings["gemm"].ridge is not None and len(shifted.corrections["gemm"]) > 0
     scores = shifted.meta["inner_scores"]["gemm"]
-    best_plain = min(v for k, v in scores.items() if "ridge=None," in k)
+    best_plain = min(v for k, v in scores.items() if k.endswith("ridge=None"))
     assert min(scores.values()) < best_plain
     # leave one GPU out: the model of three GPUs names only them, and answers the fourth from them
     three = [d for d in GPUS if d != "h200"]
@@ -255,22 +255,3 @@ def test_real_a100_gemms_answered_from_the_h100s_measured_table(catalog, tmp_pat
     roof = np.mean(np.abs(times.roof.time_us - true) / true)
     print(f"A100 bf16 GEMM from the H100: transfer {mape:.3f}, roofline {roof:.3f}")
     assert mape < 0.3 and mape < 0.5 * roof, (mape, roof)
-
-
-def test_the_blend_reaches_only_relatives_near_the_nearest_answering_one() -> None:
-    """k = 2 blends the two nearest; a reach of 0.5 keeps a relative 1.0 farther out, but takes the farther
-    one where the nearer has no answer (it is then the nearest answering)."""
-    from components.opmodel.transfer import Carried, TransferSettings, blend
-
-    def carried(device: str, distance: float, values: list[float]) -> Carried:
-        n = len(values)
-        return Carried(device, distance, np.array(values), np.zeros(n, bool), np.zeros((n, 5)))
-
-    relatives = [carried("near", 1.0, [10.0, np.nan]), carried("far", 2.0, [40.0, 40.0])]
-    both, _ = blend(relatives, TransferSettings(2, 1.0, None), None, {})
-    reached, used = blend(relatives, TransferSettings(2, 1.0, None, 0.5), None, {})
-    assert 10.0 < both[0] < 40.0
-    assert reached[0] == pytest.approx(10.0) and not used[1, 0]
-    assert reached[1] == pytest.approx(40.0) and used[1, 1]
-    assert TransferSettings.from_dict({"k": 2, "reach": 0.5}).reach == 0.5
-    assert TransferSettings.from_dict({"k": 2}).reach is None
