@@ -5,7 +5,7 @@ A relative of the same vendor and architecture (H100 for H200: the same SMs, clo
 bandwidth) carries over by physics (bf16 GEMM: 5% either way). A relative of another generation (A100 or
 H100 for L40S, which has no Ada relative) carries kernel choices the asked GPU may not make: there the
 answer is the transfer tier's, the spec tier's, or their geometric blend, per op family, whichever errs
-least by inner leave-one-GPU-out over the training GPUs whose own nearest relative is of another generation
+least by inner leave-one-GPU-out over the training GPUs' regimes whose every relative is of another generation
 (each answered by the transfer tier from the others, and by a spec model fitted without it: ``spec_without``,
 supplied by the caller, who caches the fits). Transfer comes first, then blend, then spec: ties keep the
 earlier one.
@@ -36,15 +36,17 @@ def combine(choice: str, transfer: np.ndarray, spec: np.ndarray) -> np.ndarray:
     return transfer
 
 
+def far_group(group: Any, train: list[str], specs: dict[str, Any]) -> bool:
+    """A pair group is far when none of its relatives among the other training GPUs is of its GPU's
+    generation: as ``TransferTier.far_choice`` decides per regime (H200's int8 GEMMs have A100 and L40S, no
+    H100: far, though its bf16 ones have H100)."""
+    relatives = {c.device for c in group.carried if c.device in train and c.device != group.target}
+    return bool(relatives) and not any(near(specs[group.target], specs[d]) for d in relatives)
+
+
 def far_targets(groups: list[Any], train: list[str], specs: dict[str, Any]) -> set[str]:
-    """The training GPUs whose every relative among the other training GPUs (in any regime they were asked)
-    is of another generation."""
-    out = set()
-    for held in train:
-        relatives = {c.device for g in groups if g.target == held for c in g.carried if c.device in train}
-        if relatives and not any(near(specs[held], specs[d]) for d in relatives if d != held):
-            out.add(held)
-    return out
+    """The training GPUs with a far pair group (``far_group``)."""
+    return {g.target for g in groups if g.target in train and far_group(g, train, specs)}
 
 
 def choose_far(
@@ -62,7 +64,9 @@ def choose_far(
     apes: dict[str, dict[str, dict[str, list[np.ndarray]]]] = {}
     for held in sorted(far_targets(groups, train, specs)):
         engine = None
-        for g in (g for g in groups if g.target == held and g.shape is not None):
+        for g in (
+            g for g in groups if g.target == held and g.shape is not None and far_group(g, train, specs)
+        ):
             got = predict_without(g, held)
             ok = np.isfinite(got)
             if not ok.any():

@@ -121,3 +121,25 @@ def test_transfer_intervals_are_the_inner_residual_quantiles(catalog) -> None:
     logs = np.concatenate([np.log(g.actual / predict(g, g.target)) for g in groups])
     inside = np.mean((logs >= low - 1e-9) & (logs <= high + 1e-9))
     assert 0.8 <= inside <= 1.0  # a 5-95% interval of the inner residuals (per GPU weighed alike)
+
+
+def test_a_regime_without_a_near_relative_is_far_though_its_gpu_has_one_in_another(catalog) -> None:
+    """H200's int8 GEMMs with A100 and L40S as relatives (no H100 int8 table) are far, its bf16 GEMMs with
+    H100 are not: the inner far choice is scored on the regimes the engine answers by it."""
+    from components.opmodel.tier_choice import far_group, far_targets
+    from components.opmodel.transfer import Carried
+    from components.opmodel.transfer_fit import PairGroup
+
+    specs = {d: catalog.get(d) for d in GPUS}
+    one = np.ones(1)
+
+    def group(regime: str, relatives: tuple[str, ...]) -> PairGroup:
+        carried = [Carried(d, 1.0, one, np.zeros(1, bool), np.zeros((1, 5))) for d in relatives]
+        return PairGroup("h200", "gemm", one, carried, regime)
+
+    bf16, int8 = group("bf16", ("h100-sxm", "a100-sxm4-80gb")), group("int8", ("a100-sxm4-80gb", "l40s"))
+    assert not far_group(bf16, list(GPUS), specs) and far_group(int8, list(GPUS), specs)
+    assert far_targets([bf16, int8], list(GPUS), specs) == {"h200"}
+    assert far_targets([bf16], list(GPUS), specs) == set()
+    # a relative outside the training GPUs does not count: without H100, the bf16 GEMMs are far too
+    assert far_group(bf16, [d for d in GPUS if d != "h100-sxm"], specs)
