@@ -19,6 +19,7 @@ import math
 import re
 from dataclasses import dataclass, field
 
+from components.features.static.enums import enum_constants, enum_types
 from components.features.static.source import code_mask
 from components.features.static.templates import split_args as _split_args
 
@@ -189,6 +190,8 @@ def file_macros(text: str, defines: dict[str, str]) -> dict[str, str]:
     macros = {k: v for k, v in macros.items() if v and "(" not in k}
     for name, value in _CONST_RE.findall(text):
         macros.setdefault(name, value.strip())
+    for name, value in enum_constants(text).items():
+        macros.setdefault(name, value)
     macros.update({k: str(v) for k, v in defines.items()})
     return macros
 
@@ -461,7 +464,9 @@ def host_locals(text: str, macros: dict[str, str], env: dict[str, float] | None 
     """Integer locals of host code in textual order (scopes ignored), those that evaluate (with ``env``:
     values known before the text, e.g. a host helper's parameters)."""
     env = dict(env or {})
-    for m in _LOCAL_RE.finditer(text):
+    types = "|".join(re.escape(t) for t in enum_types(text))  # an enum local holds its enumerator's value
+    pattern = re.compile(_LOCAL_RE.pattern.replace("|auto)", f"|auto{'|' + types if types else ''})"))
+    for m in pattern.finditer(text):
         try:
             env[m.group(1)] = evaluate(m.group(2), dict(env), macros)
         except (Unknown, ValueError, OverflowError, ZeroDivisionError, RecursionError):
