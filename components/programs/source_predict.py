@@ -206,8 +206,8 @@ def predict_source(
     ``predictor`` (the op-level model) is not used for source questions yet: kernels in source
     have no op shape its features need; the answer's ``model_version`` says what answered.
     """
-    from components.models.cuda_estimate import counted_instructions, estimate_kernel, launch_dims
     from components.features.static.uniform import fold_uniform_branches
+    from components.models.cuda_estimate import counted_instructions, estimate_kernel, launch_dims
     from components.programs.source_loops import check_arg_names, check_args
 
     _, launch = _check_inputs(source, language, launch)

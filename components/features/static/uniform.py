@@ -83,7 +83,9 @@ def _statement(text: str, mask: bytearray, pos: int) -> tuple[int, int]:
     return _skip(text, mask, pos), j
 
 
-def _fold_kernel(text: str, name: str, args: dict[str, float], macros: dict[str, str]) -> tuple[str, list[str]]:
+def _fold_kernel(
+    text: str, name: str, args: dict[str, float], macros: dict[str, str]
+) -> tuple[str, list[str]]:
     mask = code_mask(text)
     span = _kernel_span(text, mask, name)
     if span is None:
@@ -105,7 +107,15 @@ def _fold_kernel(text: str, name: str, args: dict[str, float], macros: dict[str,
             continue
         try:
             taken = _truth(ast.parse(_c_to_python(condition).strip(), mode="eval").body, dict(given), macros)
-        except (Unknown, ValueError, SyntaxError, TypeError, OverflowError, ZeroDivisionError, RecursionError):
+        except (
+            Unknown,
+            ValueError,
+            SyntaxError,
+            TypeError,
+            OverflowError,
+            ZeroDivisionError,
+            RecursionError,
+        ):
             continue
         then_start, then_end = _statement(text, mask, close + 1)
         k = _skip(text, mask, then_end + 1)
