@@ -60,6 +60,7 @@ class SourceLoop:
     header: str
     trips: float | None = None
     unknown: list[str] = field(default_factory=list)
+    first: float | None = None  # the loop variable's first value (static.reduction reads it)
 
 
 @dataclass(frozen=True)
@@ -366,7 +367,7 @@ def _count(loop: SourceLoop, kind: str, header: str, env: dict[str, float], macr
     if trips is None or not 0 <= trips <= MAX_TRIPS:
         loop.unknown = [f"loop header {loop.header!r}"]
         return
-    loop.trips = float(trips)
+    loop.trips, loop.first = float(trips), start
 
 
 def _split_semicolons(header: str) -> list[str]:
