@@ -1,4 +1,4 @@
-"""Tree reductions: ``for (s = B / 2; s > 0; s >>= 1) { if (tid < s) sum[tid] += sum[tid + s]; __syncthreads(); }``.
+"""Tree reductions: ``for (s = B / 2; s > 0; s >>= 1) { if (tid < s) a[tid] += a[tid + s]; sync }``.
 
 The loop runs log2(B) times for every thread, but only ``s`` of the block's ``B`` threads pass the
 guard at step ``s``: summed over the steps, the guarded work is (B - 1) / B of one pass per thread,
