@@ -286,22 +286,9 @@ def kernel_loops(text: str, name: str, instance: str | None, known: Known) -> li
         if default:
             macros.setdefault(pname, default)
     env.update(args)
-    body = text[lo + 1 : hi]
-    loops: list[SourceLoop] = []
-    for m in _FOR_RE.finditer(body):
-        pos = lo + 1 + m.start()
-        if not mask[pos] or (m.group(1) == "while" and _ends_do_while(text, mask, pos)):
-            continue
-        paren = lo + 1 + m.end() - 1
-        close = _close(text, mask, paren, "(", ")")
-        end = _statement_end(text, mask, close + 1, hi)
-        parent = next((i for i in range(len(loops) - 1, -1, -1) if loops[i].end >= end), -1)
-        loop = SourceLoop(pos, end, parent, " ".join(text[pos : close + 1].split()))
-        local_env, local_macros = dict(env), dict(macros)
-        _locals(text[lo + 1 : pos], mask, lo + 1, local_env, local_macros)
-        _count(loop, m.group(1), text[paren + 1 : close], local_env, local_macros)
-        loops.append(loop)
-    return loops
+    from components.features.static.device_loops import device_functions, scan_loops
+
+    return scan_loops(text, mask, lo, hi, env, macros, device_functions(text, mask))
 
 
 def _template_names(text: str, mask: bytearray, name: str) -> list[str]:
