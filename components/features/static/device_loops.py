@@ -56,14 +56,15 @@ def device_functions(text: str, mask: bytearray) -> dict[str, tuple[list[str], i
 def scan_loops(
     text: str,
     mask: bytearray,
-    lo: int,
-    hi: int,
+    span: tuple[int, int],
     env: dict[str, float],
     macros: dict[str, str],
     functions: dict[str, tuple[list[str], int, int]],
     depth: int = 0,
 ) -> list[SourceLoop]:
-    """Loops of the body ``text[lo + 1 : hi]`` and of the device functions it calls, in pre-order."""
+    """Loops of the body ``text[lo + 1 : hi]`` (``span`` is its braces) and of the device functions it
+    calls, in pre-order."""
+    lo, hi = span
     calls = (
         re.compile(r"\b(" + "|".join(re.escape(f) for f in functions) + r")\s*\(")
         if functions and depth < MAX_DEPTH
@@ -115,7 +116,7 @@ def _call_loops(
             inner_env[name] = evaluate(expr, dict(env), macros)
         except (Unknown, ValueError, ArithmeticError, RecursionError):
             inner_env.pop(name, None)
-    inner = scan_loops(text, mask, brace, end, inner_env, inner_macros, functions, depth + 1)
+    inner = scan_loops(text, mask, (brace, end), inner_env, inner_macros, functions, depth + 1)
     for lp in inner:
         lp.parent = parent if lp.parent < 0 else lp.parent + offset
         lp.start, lp.end = call.start(), close  # nest the caller's later loops by the call's place

@@ -288,7 +288,7 @@ def kernel_loops(text: str, name: str, instance: str | None, known: Known) -> li
     env.update(args)
     from components.features.static.device_loops import device_functions, scan_loops
 
-    return scan_loops(text, mask, lo, hi, env, macros, device_functions(text, mask))
+    return scan_loops(text, mask, (lo, hi), env, macros, device_functions(text, mask))
 
 
 def _template_names(text: str, mask: bytearray, name: str) -> list[str]:
