@@ -63,3 +63,14 @@ def test_the_filters_flops_follow_the_column_length(tmp_path: Path, monkeypatch:
     long, _ = flops(1001)
     assert "loop trip counts from the source" in note, note
     assert long / short == pytest.approx(10, rel=0.02)  # the FLOPs sit in the two loops of 100 vs 1000 trips
+
+
+def test_a_conditional_bound_evaluates_both_ways():
+    from components.features.static.loops import Known, kernel_loops
+
+    clamped = FILTER.replace(
+        "float previous = *c;", "float previous = *c;\n  const uint horizon = 12 < length ? 12 : length;"
+    ).replace("n < length; n++", "n < horizon; n++")
+    short = kernel_loops(clamped, "filter", None, Known({}, {"height": 5, "passes": 1}, (1, 1, 1), (1, 1, 1)))
+    long = kernel_loops(clamped, "filter", None, Known({}, {"height": 500, "passes": 1}, (1, 1, 1), (1, 1, 1)))
+    assert (short[1].trips, long[1].trips) == (4, 11)  # n from 1 below min(12, length)

@@ -31,7 +31,7 @@ _CONST_RE = re.compile(
 )
 _LOCAL_RE = re.compile(
     r"\b(?:const\s+)?(?:unsigned\s+|signed\s+)?(?:int|long|long\s+long|size_t|short|unsigned|int64_t|int32_t"
-    r"|uint32_t|uint64_t|auto)\s+([A-Za-z_]\w*)\s*=\s*([^;{}]+);"
+    r"|uint32_t|uint64_t|uint|auto)\s+([A-Za-z_]\w*)\s*=\s*([^;{}]+);"
 )
 _UNROLL_RE = re.compile(r"^[ \t]*#[ \t]*pragma[ \t]+unroll\b[^\n]*$", re.M)
 _CAST_RE = re.compile(
@@ -39,6 +39,14 @@ _CAST_RE = re.compile(
     r"|int64_t|int32_t|uint32_t|uint64_t)\s*\)"
 )
 _SIZEOF = {"char": 1, "short": 2, "int": 4, "float": 4, "double": 8, "long": 8, "half": 2, "size_t": 8}
+COMPARE = {
+    ast.Lt: lambda a, b: a < b,
+    ast.LtE: lambda a, b: a <= b,
+    ast.Gt: lambda a, b: a > b,
+    ast.GtE: lambda a, b: a >= b,
+    ast.Eq: lambda a, b: a == b,
+    ast.NotEq: lambda a, b: a != b,
+}
 MAX_TRIPS = 1e12  # a bound beyond this is an unparsed expression, not a loop
 
 
@@ -107,7 +115,12 @@ def _c_to_python(expr: str) -> str:
     expr = re.sub(r"\b(0[xX][0-9a-fA-F]+)[uUlL]+\b", r"\1", expr)
     expr = re.sub(r"\b(?:std\s*::\s*|::)?(min|max)\s*\(", r"\1(", expr)
     expr = re.sub(r"\b(threadIdx|blockIdx|blockDim|gridDim)\s*\.\s*([xyz])\b", r"\1_\2", expr)
-    return expr.replace("&&", " and ").replace("||", " or ").replace("!", " not ").replace(" not =", "!=")
+    expr = expr.replace("&&", " and ").replace("||", " or ").replace("!", " not ").replace(" not =", "!=")
+    if expr.count("?") == 1 and expr.replace("::", "").count(":") == 1:  # one conditional: c ? a : b
+        test, _, rest = expr.partition("?")
+        then, _, other = rest.partition(":")
+        expr = f"({then}) if ({test}) else ({other})"
+    return expr
 
 
 def evaluate(expr: str, env: dict[str, float], macros: dict[str, str] | None = None, depth: int = 0) -> float:
@@ -139,6 +152,11 @@ def _eval(node: ast.AST, env: dict[str, float], macros: dict[str, str], depth: i
         return -v if isinstance(node.op, ast.USub) else (~int(v) if isinstance(node.op, ast.Invert) else v)
     if isinstance(node, ast.BinOp):
         return _binop(node, env, macros, depth)
+    if isinstance(node, ast.IfExp):
+        return _eval(node.body if _eval(node.test, env, macros, depth) else node.orelse, env, macros, depth)
+    if isinstance(node, ast.Compare) and len(node.ops) == 1 and type(node.ops[0]) in COMPARE:
+        a, b = _eval_all([node.left, node.comparators[0]], env, macros, depth)
+        return int(COMPARE[type(node.ops[0])](a, b))
     if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id in ("min", "max"):
         values = _eval_all(node.args, env, macros, depth)
         return min(values) if node.func.id == "min" else max(values)

@@ -15,6 +15,7 @@ import ast
 import re
 
 from components.features.static.loops import (
+    COMPARE,
     Unknown,
     _c_to_python,
     _close,
@@ -28,14 +29,6 @@ from components.features.static.source import code_mask
 _KERNEL_RE = re.compile(r"__global__[^;{}]*?\b([A-Za-z_]\w*)\s*\(", re.S)
 _IF_RE = re.compile(r"\bif\s*\(")
 _NAME_RE = re.compile(r"\b[A-Za-z_]\w*\b")
-_CMP = {
-    ast.Lt: lambda a, b: a < b,
-    ast.LtE: lambda a, b: a <= b,
-    ast.Gt: lambda a, b: a > b,
-    ast.GtE: lambda a, b: a >= b,
-    ast.Eq: lambda a, b: a == b,
-    ast.NotEq: lambda a, b: a != b,
-}
 
 
 def _truth(node: ast.AST, env: dict[str, float], macros: dict[str, str]) -> bool:
@@ -49,7 +42,7 @@ def _truth(node: ast.AST, env: dict[str, float], macros: dict[str, str]) -> bool
         left = _eval(node.left, env, macros, 0)
         for op, right_node in zip(node.ops, node.comparators, strict=True):
             right = _eval(right_node, env, macros, 0)
-            if type(op) not in _CMP or not _CMP[type(op)](left, right):
+            if type(op) not in COMPARE or not COMPARE[type(op)](left, right):
                 return False
             left = right
         return True
@@ -102,7 +95,7 @@ def _fold_kernel(
         paren = m.end() - 1
         close = _close(text, mask, paren, "(", ")")
         condition = text[paren + 1 : close]
-        names = set(_NAME_RE.findall(_c_to_python(condition))) - {"and", "or", "not"}
+        names = set(_NAME_RE.findall(_c_to_python(condition))) - {"and", "or", "not", "if", "else"}
         if not names & given.keys() or not names <= given.keys() | macros.keys():
             continue
         try:
