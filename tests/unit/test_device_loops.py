@@ -71,6 +71,7 @@ def test_a_conditional_bound_evaluates_both_ways():
     clamped = FILTER.replace(
         "float previous = *c;", "float previous = *c;\n  const uint horizon = 12 < length ? 12 : length;"
     ).replace("n < length; n++", "n < horizon; n++")
-    short = kernel_loops(clamped, "filter", None, Known({}, {"height": 5, "passes": 1}, (1, 1, 1), (1, 1, 1)))
-    long = kernel_loops(clamped, "filter", None, Known({}, {"height": 500, "passes": 1}, (1, 1, 1), (1, 1, 1)))
+    one = (1, 1, 1)
+    short = kernel_loops(clamped, "filter", None, Known({}, {"height": 5, "passes": 1}, one, one))
+    long = kernel_loops(clamped, "filter", None, Known({}, {"height": 500, "passes": 1}, one, one))
     assert (short[1].trips, long[1].trips) == (4, 11)  # n from 1 below min(12, length)
