@@ -96,12 +96,15 @@ def check_arg_names(source: str, kernels: list[Any], args: dict[str, float]) -> 
 def count_loops(source: str, kernel: Any, pinned: Any | None, known: Any) -> LoopCount:
     """Per-thread dynamic counts of ``kernel`` from the pinned compile and the source's trips."""
     from components.features.static.loops import kernel_loops, match_nest
+    from components.features.static.reduction import tree_reductions
     from components.models.cuda_estimate import LOOP_TRIPS, counted_instructions, nest_counts
 
     name = kernel.instance or kernel.short_name
     if int(kernel.loops.get("count", 0)) == 0:
         return LoopCount(name, None, [])
     loops = kernel_loops(source, kernel.short_name, kernel.instance, known)
+    if loops is not None:
+        tree_reductions(source, kernel.short_name, loops, known)
     if loops is None:
         return LoopCount(
             name, why=f"kernel body not found in the source: loop bodies assumed {LOOP_TRIPS:g} runs"

@@ -206,6 +206,7 @@ def predict_source(
     ``predictor`` (the op-level model) is not used for source questions yet: kernels in source
     have no op shape its features need; the answer's ``model_version`` says what answered.
     """
+    from components.features.static.uniform import fold_uniform_branches
     from components.models.cuda_estimate import counted_instructions, estimate_kernel, launch_dims
     from components.programs.source_loops import check_arg_names, check_args
 
@@ -218,6 +219,8 @@ def predict_source(
     if not specs:
         raise ProgramError("devices: none given")
     lang = str(language).strip().lower()
+    # the side of a branch on a given argument that no thread takes is not counted (static.uniform)
+    source, folded = fold_uniform_branches(source, args, launch.get("defines") or {})
     reports: dict[tuple[str, str], Any] = {}
     # The class model the predictor carries (a tabular fit with gpuFLOPBench rows), else a saved one.
     classifier = getattr(predictor, "class_model", None) or _class_model()
@@ -226,6 +229,10 @@ def predict_source(
         report, arch_note = _report_for(source, lang, launch, spec, reports)
         if not answers:
             check_arg_names(source, report.kernels, args)
+        if folded:
+            arch_note = "; ".join(
+                n for n in (arch_note, "uniform branches on given arguments: " + ", ".join(folded)) if n
+            )
         if report.arch.startswith("gfx"):
             arch_note = "; ".join(n for n in (arch_note, _occupancy_note(report, block, spec)) if n)
         counts = _loop_counts(source, lang, launch, report, args, grid, block, reports)

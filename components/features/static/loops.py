@@ -19,6 +19,7 @@ import math
 import re
 from dataclasses import dataclass, field
 
+from components.features.static.enums import enum_constants, enum_types
 from components.features.static.source import code_mask
 from components.features.static.templates import split_args as _split_args
 
@@ -30,7 +31,7 @@ _CONST_RE = re.compile(
 )
 _LOCAL_RE = re.compile(
     r"\b(?:const\s+)?(?:unsigned\s+|signed\s+)?(?:int|long|long\s+long|size_t|short|unsigned|int64_t|int32_t"
-    r"|uint32_t|uint64_t|auto)\s+([A-Za-z_]\w*)\s*=\s*([^;{}]+);"
+    r"|uint32_t|uint64_t|uint|auto)\s+([A-Za-z_]\w*)\s*=\s*([^;{}]+);"
 )
 _UNROLL_RE = re.compile(r"^[ \t]*#[ \t]*pragma[ \t]+unroll\b[^\n]*$", re.M)
 _CAST_RE = re.compile(
@@ -38,6 +39,14 @@ _CAST_RE = re.compile(
     r"|int64_t|int32_t|uint32_t|uint64_t)\s*\)"
 )
 _SIZEOF = {"char": 1, "short": 2, "int": 4, "float": 4, "double": 8, "long": 8, "half": 2, "size_t": 8}
+COMPARE = {
+    ast.Lt: lambda a, b: a < b,
+    ast.LtE: lambda a, b: a <= b,
+    ast.Gt: lambda a, b: a > b,
+    ast.GtE: lambda a, b: a >= b,
+    ast.Eq: lambda a, b: a == b,
+    ast.NotEq: lambda a, b: a != b,
+}
 MAX_TRIPS = 1e12  # a bound beyond this is an unparsed expression, not a loop
 
 
@@ -59,6 +68,7 @@ class SourceLoop:
     header: str
     trips: float | None = None
     unknown: list[str] = field(default_factory=list)
+    first: float | None = None  # the loop variable's first value (static.reduction reads it)
 
 
 @dataclass(frozen=True)
@@ -105,7 +115,12 @@ def _c_to_python(expr: str) -> str:
     expr = re.sub(r"\b(0[xX][0-9a-fA-F]+)[uUlL]+\b", r"\1", expr)
     expr = re.sub(r"\b(?:std\s*::\s*|::)?(min|max)\s*\(", r"\1(", expr)
     expr = re.sub(r"\b(threadIdx|blockIdx|blockDim|gridDim)\s*\.\s*([xyz])\b", r"\1_\2", expr)
-    return expr.replace("&&", " and ").replace("||", " or ").replace("!", " not ").replace(" not =", "!=")
+    expr = expr.replace("&&", " and ").replace("||", " or ").replace("!", " not ").replace(" not =", "!=")
+    if expr.count("?") == 1 and expr.replace("::", "").count(":") == 1:  # one conditional: c ? a : b
+        test, _, rest = expr.partition("?")
+        then, _, other = rest.partition(":")
+        expr = f"({then}) if ({test}) else ({other})"
+    return expr
 
 
 def evaluate(expr: str, env: dict[str, float], macros: dict[str, str] | None = None, depth: int = 0) -> float:
@@ -137,6 +152,11 @@ def _eval(node: ast.AST, env: dict[str, float], macros: dict[str, str], depth: i
         return -v if isinstance(node.op, ast.USub) else (~int(v) if isinstance(node.op, ast.Invert) else v)
     if isinstance(node, ast.BinOp):
         return _binop(node, env, macros, depth)
+    if isinstance(node, ast.IfExp):
+        return _eval(node.body if _eval(node.test, env, macros, depth) else node.orelse, env, macros, depth)
+    if isinstance(node, ast.Compare) and len(node.ops) == 1 and type(node.ops[0]) in COMPARE:
+        a, b = _eval_all([node.left, node.comparators[0]], env, macros, depth)
+        return int(COMPARE[type(node.ops[0])](a, b))
     if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id in ("min", "max"):
         values = _eval_all(node.args, env, macros, depth)
         return min(values) if node.func.id == "min" else max(values)
@@ -189,6 +209,8 @@ def file_macros(text: str, defines: dict[str, str]) -> dict[str, str]:
     macros = {k: v for k, v in macros.items() if v and "(" not in k}
     for name, value in _CONST_RE.findall(text):
         macros.setdefault(name, value.strip())
+    for name, value in enum_constants(text).items():
+        macros.setdefault(name, value)
     macros.update({k: str(v) for k, v in defines.items()})
     return macros
 
@@ -282,22 +304,9 @@ def kernel_loops(text: str, name: str, instance: str | None, known: Known) -> li
         if default:
             macros.setdefault(pname, default)
     env.update(args)
-    body = text[lo + 1 : hi]
-    loops: list[SourceLoop] = []
-    for m in _FOR_RE.finditer(body):
-        pos = lo + 1 + m.start()
-        if not mask[pos] or (m.group(1) == "while" and _ends_do_while(text, mask, pos)):
-            continue
-        paren = lo + 1 + m.end() - 1
-        close = _close(text, mask, paren, "(", ")")
-        end = _statement_end(text, mask, close + 1, hi)
-        parent = next((i for i in range(len(loops) - 1, -1, -1) if loops[i].end >= end), -1)
-        loop = SourceLoop(pos, end, parent, " ".join(text[pos : close + 1].split()))
-        local_env, local_macros = dict(env), dict(macros)
-        _locals(text[lo + 1 : pos], mask, lo + 1, local_env, local_macros)
-        _count(loop, m.group(1), text[paren + 1 : close], local_env, local_macros)
-        loops.append(loop)
-    return loops
+    from components.features.static.device_loops import device_functions, scan_loops
+
+    return scan_loops(text, mask, (lo, hi), env, macros, device_functions(text, mask))
 
 
 def _template_names(text: str, mask: bytearray, name: str) -> list[str]:
@@ -363,7 +372,7 @@ def _count(loop: SourceLoop, kind: str, header: str, env: dict[str, float], macr
     if trips is None or not 0 <= trips <= MAX_TRIPS:
         loop.unknown = [f"loop header {loop.header!r}"]
         return
-    loop.trips = float(trips)
+    loop.trips, loop.first = float(trips), start
 
 
 def _split_semicolons(header: str) -> list[str]:
@@ -461,7 +470,9 @@ def host_locals(text: str, macros: dict[str, str], env: dict[str, float] | None 
     """Integer locals of host code in textual order (scopes ignored), those that evaluate (with ``env``:
     values known before the text, e.g. a host helper's parameters)."""
     env = dict(env or {})
-    for m in _LOCAL_RE.finditer(text):
+    types = "|".join(re.escape(t) for t in enum_types(text))  # an enum local holds its enumerator's value
+    pattern = re.compile(_LOCAL_RE.pattern.replace("|auto)", f"|auto{'|' + types if types else ''})"))
+    for m in pattern.finditer(text):
         try:
             env[m.group(1)] = evaluate(m.group(2), dict(env), macros)
         except (Unknown, ValueError, OverflowError, ZeroDivisionError, RecursionError):
