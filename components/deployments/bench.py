@@ -20,53 +20,27 @@ import pandas as pd
 
 from components.deployments.bench_common import (
     FAMILY,
-    FAMILY_ENGINE,
-    FAMILY_ROOF_OPS,
-    FAMILY_ROOFLINE,
-    FAMILY_UNSEEN,
-    SOURCE_FAMILY,
     SPLIT_PIPEWEAVE,
     SPLIT_SILICON,
     SPLITS,
     UNSEEN,
-    Composed,
     ServingBench,
     _combine,
-    _row,
     choose_source,
-    fit_step_cost,
     op_sources,
-    relative_l1,
-    spec_trained_on,
-    summary,
-    unseen_engine,
-    with_allreduce,
 )
 from components.deployments.bench_pipeweave import (
-    PW_TARGETS,
     compose_pipeweave,
     fit_pipeweave,
     predict_pipeweave,
     run_pipeweave_bench,
 )
-from components.deployments.bench_readme import (
-    SERVING_END,
-    SERVING_START,
-    check_serving_target,
-    is_serving_note,
-    serving_markdown,
-    write_readme,
-    write_serving_markdown,
-)
 from components.deployments.bench_silicon import (
-    SI_SCOPES,
     SI_TARGETS,
-    SILICON_DTYPES,
     compose_silicon,
     fit_steady,
     predict_steady,
     run_silicon_bench,
-    silicon_deployments,
 )
 from components.deployments.data import (
     read_pipeweave_runs,
@@ -227,32 +201,3 @@ def gate_entry(split: str, datasets_dir: Path, catalog: Any, engine: Any = None)
         "timings": [],
         "note": None,
     }
-
-
-# names the benches kept at this address (tests, the CLI, the flows, bench_engines import them from here)
-__all__ = [
-    "FAMILY_ENGINE",
-    "FAMILY_ROOFLINE",
-    "FAMILY_ROOF_OPS",
-    "FAMILY_UNSEEN",
-    "PW_TARGETS",
-    "SERVING_END",
-    "SERVING_START",
-    "SILICON_DTYPES",
-    "SI_SCOPES",
-    "SOURCE_FAMILY",
-    "Composed",
-    "_row",
-    "check_serving_target",
-    "fit_step_cost",
-    "is_serving_note",
-    "relative_l1",
-    "serving_markdown",
-    "silicon_deployments",
-    "spec_trained_on",
-    "summary",
-    "unseen_engine",
-    "with_allreduce",
-    "write_readme",
-    "write_serving_markdown",
-]

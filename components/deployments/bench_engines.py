@@ -138,7 +138,7 @@ def fit_cost(
 ) -> np.ndarray:
     """The step cost minimising the summed absolute relative errors of TTFT and TPOT (``ttft``: the
     measured TTFT less the part outside the features, ``ttft_scale`` the measured TTFT)."""
-    from components.deployments.bench import relative_l1
+    from components.deployments.bench_common import relative_l1
 
     x = np.vstack([ttft_x, tpot_x])
     return relative_l1(x, np.r_[ttft, tpot], np.r_[ttft_scale, tpot], COST_BOUNDS)
@@ -264,7 +264,8 @@ def silicon_rows(
 ) -> tuple[list[dict[str, Any]], list[str]]:
     """Bench rows (``bench._row``) of the simulated engines on the silicon runs: TTFT and TPOT MAPE
     overall, per engine, per GPU and per engine x GPU; and a note with the share answered and why not."""
-    from components.deployments.bench import SPLIT_SILICON, _row, silicon_deployments
+    from components.deployments.bench_common import SPLIT_SILICON, _row
+    from components.deployments.bench_silicon import silicon_deployments
 
     sim = simulate_runs(runs, catalog, datasets_dir, op_time, silicon_deployments, log)
     frame, fits = leave_one_gpu_out(sim)
@@ -306,7 +307,9 @@ def main() -> None:  # python -m components.deployments.bench_engines: the simul
     import os
     from collections import Counter
 
-    from components.deployments.bench import bench_engine, op_sources, silicon_deployments
+    from components.deployments.bench import bench_engine
+    from components.deployments.bench_common import op_sources
+    from components.deployments.bench_silicon import silicon_deployments
     from components.deployments.data import read_silicon_runs
     from components.deployments.ops import ENGINE_SOURCE, ROOFLINE_SOURCE
     from components.devices import load_catalog

@@ -28,8 +28,10 @@ def _datasets() -> Path:
 
 
 def fit_engines(datasets: Path, log: Any = print) -> dict[str, Any]:
-    from components.deployments.bench import bench_engine, op_sources, silicon_deployments
+    from components.deployments.bench import bench_engine
+    from components.deployments.bench_common import op_sources
     from components.deployments.bench_engines import production_constants, simulate_runs
+    from components.deployments.bench_silicon import silicon_deployments
     from components.deployments.data import read_silicon_runs
     from components.deployments.ops import ENGINE_SOURCE
     from components.devices import load_catalog

@@ -28,7 +28,8 @@ TARGETS = {"pipeweave": ("prefill_ms", "decode_ms", "total_ms"), "aiconfigurator
 def _pipeweave(
     root: Path, catalog: Any, fw: Any, ops: dict[str, Any]
 ) -> tuple[pd.DataFrame, pd.DataFrame, pd.DataFrame]:
-    from components.deployments.bench import compose_pipeweave, predict_frames
+    from components.deployments.bench import predict_frames
+    from components.deployments.bench_pipeweave import compose_pipeweave
     from components.deployments.data import read_allreduce_tables, read_pipeweave_tree
 
     runs = read_pipeweave_tree(root)
@@ -50,7 +51,8 @@ def _pipeweave(
 def _silicon(
     root: Path, catalog: Any, fw: Any, ops: dict[str, Any]
 ) -> tuple[pd.DataFrame, pd.DataFrame, pd.DataFrame]:
-    from components.deployments.bench import compose_silicon, predict_frames
+    from components.deployments.bench import predict_frames
+    from components.deployments.bench_silicon import compose_silicon
     from components.deployments.data import read_silicon_tree
 
     runs = read_silicon_tree(root)

@@ -22,6 +22,7 @@ from components.common.metrics import mape
 from components.common.sampling import subsample, unit_hash
 from components.models.tabular import TabularPredictor
 from components.models.tabular_config import TabularConfig
+from components.models.transfer import DEVICE_COUNT_COLUMNS
 
 
 @dataclass(frozen=True)
@@ -33,16 +34,8 @@ class Candidate:
 # Inputs that are constant per GPU: with a handful of training GPUs, a tree can use them to memorise
 # each GPU's idiosyncrasies (its host's launch overhead, its clocks under load) -- which may or may
 # not transfer. The protocol decides.
-DEVICE_LEVEL = (
-    "dev_fp32_lanes_per_sm",
-    "dev_l1_smem_per_sm_kb",
-    "dev_max_smem_per_sm_kb",
-    "dev_regs_per_sm",
-    "dev_max_threads_per_sm",
-    "dev_is_amd",
-    "t_base_over_boost_clock",
-    "t_tdp_w_per_peak_tflops",
-)
+# The per-SM counts and capacities, and the two device-level ratios the transfer set derives.
+DEVICE_LEVEL = (*DEVICE_COUNT_COLUMNS, "t_base_over_boost_clock", "t_tdp_w_per_peak_tflops")
 # Per-kernel inputs that still differ per GPU only through its SM count.
 PER_SM = ("t_flops_per_sm", "t_bytes_per_sm", "f_active_sm_fraction", "f_sm_imbalance")
 DEFAULT_CANDIDATES: tuple[Candidate, ...] = (

@@ -30,6 +30,8 @@ from typing import Any
 import mlflow.pyfunc
 import pandas as pd
 
+from components.registry.question_columns import KERNEL_QUESTION_FIELDS
+
 PREDICTOR_ARTIFACT = "predictor"
 # The module whose ``answer_frame(predictor, frame, model_version=, allow_modules=)`` answers question
 # rows and whose ``QueryError`` names a bad one; recorded in each model's config (``answerer``).
@@ -37,18 +39,8 @@ ANSWERER = "components.serving.questions"
 # Rows with a ``deployment`` (an LLM deployment) are answered by the composition through this module (serving
 # floor, named like ANSWERER): ``has_deployments(frame)`` and ``answer_mixed_frame(predictor, frame, ...)``.
 DEPLOYMENT_ANSWERER = "components.serving.deployment_questions"
-QUESTION_COLUMNS: tuple[str, ...] = (
-    "device",
-    "device_spec",
-    "dtype",
-    "op",
-    "shape",
-    "source",
-    "language",
-    "launch",
-    "module",
-    "deployment",
-)  # deployment: serving.deployment_questions
+# deployment: an LLM deployment question (serving.deployment_questions).
+QUESTION_COLUMNS: tuple[str, ...] = (*KERNEL_QUESTION_FIELDS, "deployment")
 # Answer columns and their MLflow types (interfaces.md "The answer").
 ANSWER_COLUMNS: tuple[tuple[str, str], ...] = (
     ("question", "long"),

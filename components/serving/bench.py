@@ -298,7 +298,7 @@ def tree_engine(predictor: Any) -> str | None:
 def flat_tree_rows_per_s(predictor: Any, n: int = 2_000) -> float | None:
     """The numpy flat-tree walk alone (what answers small batches), rows/s on ``n`` rows."""
     from components.devices import load_catalog
-    from components.serving.featurise import op_feature_table
+    from components.serving.featurise import op_feature_columns, table_of
     from components.serving.native import FlatTrees
 
     models = getattr(predictor, "models", {})
@@ -306,8 +306,10 @@ def flat_tree_rows_per_s(predictor: Any, n: int = 2_000) -> float | None:
         return None
     specs = load_catalog().all()
     batch = random_op_batch(n, specs, seed=1)
-    table = op_feature_table(
-        batch["family"], batch["op"], batch["dtype"], batch["dims"], batch["device_index"], specs
+    table = table_of(
+        op_feature_columns(
+            batch["family"], batch["op"], batch["dtype"], batch["dims"], batch["device_index"], specs
+        )
     )
     x = predictor.design_matrix(table)
     t0 = time.perf_counter()

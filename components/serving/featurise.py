@@ -73,25 +73,9 @@ def _device_arrays_uncached(specs: Sequence[Any]) -> tuple[dict[str, np.ndarray]
     return {c: table[c].to_numpy("float64") for c in DEVICE_COLUMNS}, dev
 
 
-def op_feature_table(
-    family: np.ndarray,
-    op: np.ndarray,
-    dtype: np.ndarray,
-    dims: np.ndarray,
-    device_index: np.ndarray,
-    specs: Sequence[Any],
-) -> pd.DataFrame:
-    """The feature table (``f_*``, ``m_*``, ``dev_*``, keys) of op questions, one row per question.
-
-    ``family``/``op``/``dtype``: string arrays (canonical family, op and dtype); ``dims``: float
-    matrix ``len(family) x len(DIMS)`` (NaN = absent); ``device_index``: each row's position in
-    ``specs`` (the distinct DeviceSpecs asked about).
-    """
-    return table_of(op_feature_columns(family, op, dtype, dims, device_index, specs))
-
-
 def table_of(columns: dict[str, Any]) -> pd.DataFrame:
-    """``op_feature_columns``' arrays as the feature-table DataFrame (labels as categoricals)."""
+    """``op_feature_columns``' arrays as the feature-table DataFrame (``f_*``, ``m_*``, ``dev_*``, keys;
+    labels as categoricals), one row per question."""
     n = len(columns["family"])
     data = {k: v for k, v in columns.items() if not k.startswith("_")}
     bound = columns["_bound_code"]

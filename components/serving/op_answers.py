@@ -65,9 +65,9 @@ def op_table(questions: list[Question], raw: bool = False) -> Any:
 
     ``raw`` adds the shape text an llm reads.
     """
-    from components.serving.featurise import op_feature_table
+    from components.serving.featurise import op_feature_columns, table_of
 
-    table = op_feature_table(*_featurise_args(questions))
+    table = table_of(op_feature_columns(*_featurise_args(questions)))
     return _with_raw_query(table, questions) if raw else table
 
 

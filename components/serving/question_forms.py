@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 from numbers import Integral
 from typing import Any
 
+from components.registry.question_columns import KERNEL_QUESTION_FIELDS
 from components.serving.query import (
     DTYPES,
     FAMILY_OF_OP,
@@ -30,18 +31,8 @@ from components.serving.query import (
     whole_number,
 )
 
-QUESTION_COLUMNS: tuple[str, ...] = (
-    "device",
-    "device_spec",
-    "dtype",
-    "op",
-    "shape",
-    "source",
-    "language",
-    "launch",
-    "module",
-    "train",
-)
+# train: a module question asks for its training step (forward + backward + Adam).
+QUESTION_COLUMNS: tuple[str, ...] = (*KERNEL_QUESTION_FIELDS, "train")
 KINDS: tuple[str, ...] = ("op", "source", "module")
 LANGUAGES: tuple[str, ...] = ("cuda", "hip")
 LAUNCH_KEYS: tuple[str, ...] = ("grid", "block", "kernel", "defines", "shared_bytes", "args")

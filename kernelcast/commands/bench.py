@@ -228,7 +228,7 @@ def accuracy_command(
             if splits or not serving_splits:
                 check_markdown_target(markdown)
             if serving_splits:
-                from components.deployments.bench import check_serving_target
+                from components.deployments.bench_readme import check_serving_target
 
                 check_serving_target(markdown)
         except ValueError as exc:
@@ -394,7 +394,7 @@ def accuracy_command(
         typer.echo(f"wrote {json_file}")
     if markdown is not None:
         try:
-            from components.deployments.bench import write_readme
+            from components.deployments.bench_readme import write_readme
             from components.evaluation.opmodel_bench import split_opengine
 
             result, engine_rows, engine_notes = split_opengine(result)
@@ -454,7 +454,7 @@ def markdown_command(
         row.setdefault("n", 0)
     result = BenchResult(rows, [str(n) for n in payload.get("notes", [])], list(payload.get("timings", [])))
     try:
-        from components.deployments.bench import write_readme
+        from components.deployments.bench_readme import write_readme
 
         write_readme(
             out,

@@ -9,14 +9,9 @@ import pandas as pd
 import pytest
 from typer.testing import CliRunner
 
-from components.deployments.bench import (
-    FAMILY,
-    FAMILY_ROOFLINE,
-    compose_pipeweave,
-    fit_pipeweave,
-    run_pipeweave_bench,
-    run_silicon_bench,
-)
+from components.deployments.bench_common import FAMILY, FAMILY_ROOFLINE
+from components.deployments.bench_pipeweave import compose_pipeweave, fit_pipeweave, run_pipeweave_bench
+from components.deployments.bench_silicon import run_silicon_bench
 from components.deployments.compose import BATCH, DoesNotFit, compose_phases, memory_check
 from components.deployments.config import Deployment, DeploymentError, model_shape
 from components.deployments.data import read_allreduce_tables, read_pipeweave_runs, read_silicon_runs

@@ -13,19 +13,16 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from components.deployments.bench import (
+from components.deployments.bench import gate_entry
+from components.deployments.bench_common import (
     FAMILY,
     FAMILY_ENGINE,
     FAMILY_ROOF_OPS,
     FAMILY_UNSEEN,
-    SERVING_END,
-    SERVING_START,
-    compose_pipeweave,
-    gate_entry,
     relative_l1,
-    run_pipeweave_bench,
-    write_readme,
 )
+from components.deployments.bench_pipeweave import compose_pipeweave, run_pipeweave_bench
+from components.deployments.bench_readme import SERVING_END, SERVING_START, write_readme
 from components.deployments.compose import compose_many, compose_phases
 from components.deployments.config import Deployment, model_shape
 from components.deployments.data import read_pipeweave_runs
@@ -203,7 +200,7 @@ def test_readme_serving_block_is_written_and_the_bench_block_left_alone(catalog,
 def test_unseen_engine_drops_the_held_out_gpus_kernels(engine):
     """The unseen-GPU variant's engine: no measured tier, a spec model refitted without the held GPU's rows
     (here only PipeWeave's FP8 GEMM train file is left: H20 and H800), cached per (store, GPU)."""
-    from components.deployments.bench import spec_trained_on, unseen_engine
+    from components.deployments.bench_common import spec_trained_on, unseen_engine
     from components.opmodel.engine import OpEngine
     from components.opmodel.spec import SpecModel
 
