@@ -255,6 +255,8 @@ def _run_stages(
             _inject_fault(stage)
     if pool is not None:
         pool.shutdown()
+    # Callers read the reports in dvc.yaml's order, whichever of two side-by-side stages finished first.
+    reports.sort(key=lambda r: chosen.index(r["stage"]))
     if failure is not None:
         raise failure
 
