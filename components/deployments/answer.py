@@ -100,16 +100,26 @@ def _answer_one(
 def _phases_once(deployments: Sequence[Deployment], fn: OpTimeFn) -> list[Any]:
     """``compose_many`` once per deployment as the op engine sees it: the serving engine does not change a
     phase's kernels, so a rank over three engines times each GPU x TP option once."""
+    per_framework = getattr(fn, "for_framework", None)  # each engine's own kernels (stepmodel)
     index: dict[Deployment, int] = {}
     firsts: list[Deployment] = []
     where = []
     for d in deployments:
-        key = replace(d, framework=DEFAULT_ENGINE)
+        key = d if per_framework else replace(d, framework=DEFAULT_ENGINE)
         if key not in index:
             index[key] = len(firsts)
             firsts.append(d)
         where.append(index[key])
-    phases = compose_many(firsts, fn)
+    if per_framework is None:
+        phases = compose_many(firsts, fn)
+    else:
+        phases = [None] * len(firsts)
+        for name in sorted({d.framework for d in firsts}):
+            members = [i for i, d in enumerate(firsts) if d.framework == name]
+            for i, ph in zip(
+                members, compose_many([firsts[i] for i in members], per_framework(name)), strict=True
+            ):
+                phases[i] = ph
     return [phases[i] for i in where]
 
 

@@ -161,8 +161,25 @@ def _sum(lines: list[OpLine], size: int) -> np.ndarray:
 
 def build_step_models(deployments: Sequence[Deployment], op_time: OpTimeFn | None = None) -> list[StepModel]:
     """One :class:`StepModel` per deployment; equal step keys share one, and each GPU's lines are timed in
-    one batch (``compose.time_ops``: one op-time call per kind of op)."""
+    one batch (``compose.time_ops``: one op-time call per kind of op). An op engine's op times
+    (``ops.engine_op_time``) answer each serving engine's deployments from that engine's own measured
+    kernels (``for_framework``): its step is the kernels it runs, not every framework's pooled."""
     fn = op_time or roofline_op_time
+    per_framework = getattr(fn, "for_framework", None)
+    if per_framework is None:
+        return _build(deployments, fn)
+    out: list[StepModel | None] = [None] * len(deployments)
+    by_name: dict[str, list[int]] = {}
+    for i, d in enumerate(deployments):
+        by_name.setdefault(d.framework, []).append(i)
+    for name, members in by_name.items():
+        models = _build([deployments[i] for i in members], per_framework(name))
+        for i, model in zip(members, models, strict=True):
+            out[i] = model
+    return [m for m in out if m is not None]
+
+
+def _build(deployments: Sequence[Deployment], fn: OpTimeFn) -> list[StepModel]:
     keys: dict[tuple, int] = {}
     firsts: list[Deployment] = []
     for d in deployments:

@@ -147,10 +147,14 @@ def _measured_frames(
 
     roots = source_roots(Path(datasets_root))
     parts: dict[str, list[pd.DataFrame]] = {}
+    by_framework: dict[str, pd.DataFrame] = {}
     if "aiconfigurator" in roots:
         for family in families:
             if family in READERS:
-                parts.setdefault(family, []).append(READERS[family](roots["aiconfigurator"]))
+                raw = READERS[family](roots["aiconfigurator"])
+                parts.setdefault(family, []).append(raw)
+                if not raw.empty:
+                    by_framework[family] = framework_medians(raw, store_keys(family))
     if "aiter" in roots:
         for family, frame in aiter_frames(roots["aiter"], families).items():
             parts.setdefault(family, []).append(frame)
@@ -166,7 +170,30 @@ def _measured_frames(
         folded = pd.concat([medians(f, keys) for f in frames], ignore_index=True)
         kept, quarantined[family] = quarantine(folded, family, catalog)
         out[family] = kept.sort_values(keys, kind="mergesort").reset_index(drop=True)
+    for family, frame in by_framework.items():
+        kept, _ = quarantine(
+            frame, family, catalog
+        )  # the same rows out as the pooled table's (counted there)
+        out[f"{FRAMEWORK_DIR}/{family}"] = kept.reset_index(drop=True)
     return out, quarantined
+
+
+FRAMEWORK_DIR = "by_framework"  # <family>.parquet there: the rows folded per serving framework
+
+
+def framework_medians(raw: pd.DataFrame, keys: list[str]) -> pd.DataFrame:
+    """One row per (serving framework, kernel): the repeats of one framework's versions and kernel sources
+    folded (``medians``), a ``versions`` column naming them. AIConfigurator measured each table under the
+    framework that runs it (vllm / sglang / trtllm folders): an engine's step answers from its own kernels
+    where its framework measured them (``measured.MeasuredTier.for_framework``)."""
+    from components.ingest.aiconfigurator import medians
+
+    out = medians(raw, [*keys, "framework"])
+    versions = raw.groupby([*keys, "framework"], sort=True, observed=True, dropna=False)["version"].agg(
+        lambda v: ",".join(sorted(set(map(str, v))))
+    )
+    out["versions"] = versions.to_numpy()
+    return out.sort_values(["framework", *keys], kind="mergesort").reset_index(drop=True)
 
 
 def _write_parquet(frame: pd.DataFrame, path: Path) -> None:
@@ -189,6 +216,7 @@ def save_store(
     def write(tmp: Path) -> None:
         manifest = {}
         for family, frame in sorted(frames.items()):
+            (tmp / family).parent.mkdir(parents=True, exist_ok=True)
             _write_parquet(frame, tmp / f"{family}.parquet")
             manifest[family] = {"rows": len(frame), "devices": sorted(map(str, frame["device_id"].unique()))}
         manifest["sources"], manifest["version"] = sorted(sources), STORE_VERSION
@@ -207,6 +235,16 @@ def build_store(
     frames, quarantined = _measured_frames(Path(datasets_root), families)
     save_store(frames, Path(out_dir), tuple(source_roots(Path(datasets_root))), quarantined)
     return {family: len(frame) for family, frame in frames.items()}
+
+
+def load_framework_rows(folder: Path, family: str, framework: str) -> pd.DataFrame | None:
+    """``family``'s rows one serving framework measured (``framework_medians``), None where the store has
+    no per-framework table (a store built before it kept them, or a source without frameworks)."""
+    path = Path(folder) / FRAMEWORK_DIR / f"{family}.parquet"
+    if not path.is_file():
+        return None
+    frame = pd.read_parquet(path, filters=[("framework", "==", framework)])
+    return frame.drop(columns=["framework", "versions"])
 
 
 def built_from(folder: Path) -> list[str]:
