@@ -142,12 +142,13 @@ def aiter_frames(root: Path, families: tuple[str, ...]) -> dict[str, pd.DataFram
 
 def _measured_frames(
     datasets_root: Path, families: tuple[str, ...]
-) -> tuple[dict[str, pd.DataFrame], dict[str, dict]]:
+) -> tuple[dict[str, pd.DataFrame], dict[str, dict], dict[str, dict]]:
     from components.ingest.aiconfigurator import READERS, medians
 
     roots = source_roots(Path(datasets_root))
     parts: dict[str, list[pd.DataFrame]] = {}
     by_framework: dict[str, pd.DataFrame] = {}
+    versions: dict[str, dict[str, list[str]]] = {}
     if "aiconfigurator" in roots:
         for family in families:
             if family in READERS:
@@ -155,6 +156,7 @@ def _measured_frames(
                 parts.setdefault(family, []).append(raw)
                 if not raw.empty:
                     by_framework[family] = framework_medians(raw, store_keys(family))
+                    versions[family] = framework_versions(raw)
     if "aiter" in roots:
         for family, frame in aiter_frames(roots["aiter"], families).items():
             parts.setdefault(family, []).append(frame)
@@ -175,7 +177,7 @@ def _measured_frames(
             frame, family, catalog
         )  # the same rows out as the pooled table's (counted there)
         out[f"{FRAMEWORK_DIR}/{family}"] = kept.reset_index(drop=True)
-    return out, quarantined
+    return out, quarantined, versions
 
 
 FRAMEWORK_DIR = "by_framework"  # <family>.parquet there: the rows folded per serving framework
@@ -183,17 +185,21 @@ FRAMEWORK_DIR = "by_framework"  # <family>.parquet there: the rows folded per se
 
 def framework_medians(raw: pd.DataFrame, keys: list[str]) -> pd.DataFrame:
     """One row per (serving framework, kernel): the repeats of one framework's versions and kernel sources
-    folded (``medians``), a ``versions`` column naming them. AIConfigurator measured each table under the
+    folded (``medians``), an ``n_versions`` column counting them. AIConfigurator measured each table under the
     framework that runs it (vllm / sglang / trtllm folders): an engine's step answers from its own kernels
     where its framework measured them (``measured.MeasuredTier.for_framework``)."""
     from components.ingest.aiconfigurator import medians
 
     out = medians(raw, [*keys, "framework"])
-    versions = raw.groupby([*keys, "framework"], sort=True, observed=True, dropna=False)["version"].agg(
-        lambda v: ",".join(sorted(set(map(str, v))))
-    )
-    out["versions"] = versions.to_numpy()
+    grouped = raw.groupby([*keys, "framework"], sort=True, observed=True, dropna=False)
+    out["n_versions"] = grouped["version"].nunique().to_numpy()  # names: ``framework_versions``
     return out.sort_values(["framework", *keys], kind="mergesort").reset_index(drop=True)
+
+
+def framework_versions(raw: pd.DataFrame) -> dict[str, list[str]]:
+    """The versions each framework's rows were measured under (the store manifest names them)."""
+    pairs = raw[["framework", "version"]].astype(str).drop_duplicates()
+    return {str(f): sorted(g["version"]) for f, g in pairs.groupby("framework", sort=True)}
 
 
 def _write_parquet(frame: pd.DataFrame, path: Path) -> None:
@@ -209,6 +215,7 @@ def save_store(
     out_dir: Path,
     sources: tuple[str, ...] = (),
     quarantined: dict[str, dict] | None = None,
+    versions: dict[str, dict] | None = None,
 ) -> Path:
     """Write ``{family: frame}`` as ``<family>.parquet`` + a manifest (row counts, devices, the sources read,
     the rows quarantined per family, GPU and reason), atomically."""
@@ -221,6 +228,8 @@ def save_store(
             manifest[family] = {"rows": len(frame), "devices": sorted(map(str, frame["device_id"].unique()))}
         manifest["sources"], manifest["version"] = sorted(sources), STORE_VERSION
         manifest["quarantined"] = {f: q for f, q in sorted((quarantined or {}).items()) if q}
+        if versions:  # per family, the versions each serving framework's rows were measured under
+            manifest["framework_versions"] = versions
         (tmp / MANIFEST_NAME).write_text(json.dumps(manifest, indent=1, sort_keys=True) + "\n")
 
     atomic_write_dir(Path(out_dir), write)
@@ -232,8 +241,8 @@ def build_store(
 ) -> dict[str, int]:
     """Read the aiconfigurator and aiter tables under ``datasets_root`` (the datasets folder or one source's
     repository root), fold repeats, save the store under ``out_dir``; returns the rows per family."""
-    frames, quarantined = _measured_frames(Path(datasets_root), families)
-    save_store(frames, Path(out_dir), tuple(source_roots(Path(datasets_root))), quarantined)
+    frames, quarantined, versions = _measured_frames(Path(datasets_root), families)
+    save_store(frames, Path(out_dir), tuple(source_roots(Path(datasets_root))), quarantined, versions)
     return {family: len(frame) for family, frame in frames.items()}
 
 
@@ -244,7 +253,7 @@ def load_framework_rows(folder: Path, family: str, framework: str) -> pd.DataFra
     if not path.is_file():
         return None
     frame = pd.read_parquet(path, filters=[("framework", "==", framework)])
-    return frame.drop(columns=["framework", "versions"])
+    return frame.drop(columns=["framework", "n_versions"])
 
 
 def built_from(folder: Path) -> list[str]:
