@@ -52,7 +52,8 @@ def _answer_one(
     cost = engine.cost
     ttft_us, tpot_us = served.times_us(engine)
     batch = max(served.decode.decode_batch, 1.0)
-    decode_us = step.decode_us(round(batch), d.isl + d.osl / 2.0) * cost.decode_scale
+    n = round(batch)
+    decode_us = step.decode_us(n, d.isl + d.osl / 2.0, engine.graph_batch(n)) * cost.decode_scale
     decode_us += cost.base_us + cost.per_seq_us * batch + cost.allreduce_us * step.allreduces
     prefill_alone = one_prefill_us(d, engine, step)
     floors = physics_floors(d, step, batch)

@@ -89,13 +89,15 @@ class StepModel:
         bottom = table[i + 1][j] * (1 - fy) + table[i + 1][j + 1] * fy
         return top * (1 - fx) + bottom * fx
 
-    def decode_us(self, n: int, ctx: float) -> float:
-        """Kernel time of the decode part alone (n sequences at mean context ctx)."""
+    def decode_us(self, n: int, ctx: float, padded: int | None = None) -> float:
+        """Kernel time of the decode part alone (n sequences at mean context ctx); ``padded``: the CUDA-graph
+        batch it runs at (its GEMMs and head run at that size; the dummy slots attend to nothing)."""
         if n <= 0:
             return 0.0
+        m = max(n, padded or n)
         return (
-            self._lin(self._tok, n, self._lin_dec)
-            + self._lin(self._seq, n, self._head)
+            self._lin(self._tok, m, self._lin_dec)
+            + self._lin(self._seq, m, self._head)
             + self._bilinear(self._seq, self._ctx, self._attn_dec, n, ctx)
             + self.pp_hop_us
         )

@@ -77,3 +77,22 @@ def test_a_held_out_gpus_runs_never_choose_its_constants() -> None:
     for column in ("ttft_pred_us", "tpot_pred_us"):
         np.testing.assert_array_equal(base.loc[h200, column], moved.loc[h200, column])
         assert not np.allclose(base.loc[~h200, column], moved.loc[~h200, column])
+
+
+def test_a_decode_batch_runs_at_the_engines_next_captured_cuda_graph_size() -> None:
+    from components.deployments.engines.registry import engine_for
+
+    catalog = load_catalog()
+    h100 = catalog.resolve("h100-sxm")
+    vllm, sglang, trt = (engine_for(name, h100, fitted=False) for name in ("vllm", "sglang", "trtllm"))
+    assert [vllm.graph_batch(n) for n in (1, 3, 33, 250, 257, 512, 513)] == [1, 4, 40, 256, 272, 512, 513]
+    assert [sglang.graph_batch(n) for n in (9, 13, 33, 256, 257)] == [12, 16, 40, 256, 257]
+    assert trt.graph_batch(33) == 33  # enable_padding is off by default
+    d = Deployment(model=model_shape(json.dumps(LLAMA8B)), gpu=h100, isl=1024, osl=128, concurrency=33)
+    step = build_step_models([d], roofline_op_time)[0]
+    alone, padded, forty = (
+        step.decode_us(33, 2048.0),
+        step.decode_us(33, 2048.0, 40),
+        step.decode_us(40, 2048.0),
+    )
+    assert alone < padded < forty  # the GEMMs at 40 rows, the attention of the 33 real sequences only
