@@ -190,15 +190,23 @@ def framework_medians(raw: pd.DataFrame, keys: list[str]) -> pd.DataFrame:
     where its framework measured them (``measured.MeasuredTier.for_framework``)."""
     from components.ingest.aiconfigurator import medians
 
+    raw = raw.assign(framework=framework_name(raw["framework"]))
     out = medians(raw, [*keys, "framework"])
     grouped = raw.groupby([*keys, "framework"], sort=True, observed=True, dropna=False)
     out["n_versions"] = grouped["version"].nunique().to_numpy()  # names: ``framework_versions``
     return out.sort_values(["framework", *keys], kind="mergesort").reset_index(drop=True)
 
 
+def framework_name(names: pd.Series) -> pd.Series:
+    """The serving engine's name as the deployments spell it: the tables write ``VLLM``, ``vLLM``,
+    ``SGLang``, ``TRTLLM`` (``components.deployments.engines``: vllm, sglang, trtllm)."""
+    return names.astype(str).str.lower().str.replace(r"[-_]", "", regex=True).replace("tensorrtllm", "trtllm")
+
+
 def framework_versions(raw: pd.DataFrame) -> dict[str, list[str]]:
     """The versions each framework's rows were measured under (the store manifest names them)."""
-    pairs = raw[["framework", "version"]].astype(str).drop_duplicates()
+    pairs = raw[["framework", "version"]].astype(str).assign(framework=framework_name(raw["framework"]))
+    pairs = pairs.drop_duplicates()
     return {str(f): sorted(g["version"]) for f, g in pairs.groupby("framework", sort=True)}
 
 
@@ -252,7 +260,8 @@ def load_framework_rows(folder: Path, family: str, framework: str) -> pd.DataFra
     path = Path(folder) / FRAMEWORK_DIR / f"{family}.parquet"
     if not path.is_file():
         return None
-    frame = pd.read_parquet(path, filters=[("framework", "==", framework)])
+    name = str(framework_name(pd.Series([framework])).iloc[0])
+    frame = pd.read_parquet(path, filters=[("framework", "==", name)])
     return frame.drop(columns=["framework", "n_versions"])
 
 

@@ -35,7 +35,7 @@ def _raw(catalog) -> pd.DataFrame:
             parts.append(
                 rows.assign(
                     latency_us=rows["latency_us"] * factor,
-                    framework=framework,
+                    framework={"vllm": "VLLM", "trtllm": "TRTLLM"}[framework],  # as the tables spell them
                     version=version,
                     kernel_source=f"{framework}-kernel",
                 )
@@ -60,7 +60,7 @@ def test_the_store_keeps_each_frameworks_repeats_apart_and_names_their_versions(
     raw = _store(catalog, tmp_path / "store")
     vllm = load_framework_rows(tmp_path / "store", "gemm", "vllm")
     trt = load_framework_rows(tmp_path / "store", "gemm", "trtllm")
-    n_kernels = len(raw[raw["framework"] == "trtllm"])  # trtllm measured each kernel once
+    n_kernels = len(raw[raw["framework"] == "TRTLLM"])  # trtllm measured each kernel once
     assert len(trt) == n_kernels and set(trt["device_id"]) == set(GPUS)
     assert set(vllm["device_id"]) == {"h100-sxm"} and (vllm["n_repeats"] == 2).all()  # two versions folded
     pooled = load_store(tmp_path / "store", ("gemm",))["gemm"]
@@ -79,7 +79,7 @@ def test_a_framework_engine_answers_from_its_own_kernels_else_the_pooled_ones(
     raw = _store(catalog, tmp_path / "store")
     cache = tmp_path / "cache" if split else None
     engine = OpEngine.from_store(tmp_path / "store", None, _model(), cache_dir=cache)
-    kernel = raw[(raw["device_id"] == "h100-sxm") & (raw["framework"] == "trtllm")].iloc[[40]]
+    kernel = raw[(raw["device_id"] == "h100-sxm") & (raw["framework"] == "TRTLLM")].iloc[[40]]
     shape = {k: kernel[k].to_numpy(dtype="float64") for k in ("M", "N", "K")}
     h100, h200 = catalog.get("h100-sxm"), catalog.get("h200")
     trt_us = float(kernel["latency_us"].iloc[0])
