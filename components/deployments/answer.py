@@ -102,11 +102,12 @@ def _phases_once(deployments: Sequence[Deployment], fn: OpTimeFn) -> list[Any]:
     """``compose_many`` once per deployment as the op engine sees it: the serving engine does not change a
     phase's kernels, so a rank over three engines times each GPU x TP option once."""
     per_framework = getattr(fn, "for_framework", None)  # each engine's own kernels (stepmodel)
+    own = getattr(fn, "own_kernels", lambda spec: True)
     index: dict[Deployment, int] = {}
     firsts: list[Deployment] = []
     where = []
     for d in deployments:
-        key = d if per_framework else replace(d, framework=DEFAULT_ENGINE)
+        key = d if per_framework and own(d.gpu) else replace(d, framework=DEFAULT_ENGINE)
         if key not in index:
             index[key] = len(firsts)
             firsts.append(d)
@@ -115,11 +116,11 @@ def _phases_once(deployments: Sequence[Deployment], fn: OpTimeFn) -> list[Any]:
         phases = compose_many(firsts, fn)
     else:
         phases = [None] * len(firsts)
-        for name in sorted({d.framework for d in firsts}):
-            members = [i for i, d in enumerate(firsts) if d.framework == name]
-            for i, ph in zip(
-                members, compose_many([firsts[i] for i in members], per_framework(name)), strict=True
-            ):
+        names = [d.framework if own(d.gpu) else "" for d in firsts]  # "": the pooled timing, shared
+        for name in sorted(set(names)):
+            members = [i for i, n in enumerate(names) if n == name]
+            fn_of = per_framework(name) if name else fn
+            for i, ph in zip(members, compose_many([firsts[i] for i in members], fn_of), strict=True):
                 phases[i] = ph
     return [phases[i] for i in where]
 

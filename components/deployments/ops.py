@@ -169,7 +169,16 @@ def engine_op_time(engine: Any, unseen: frozenset[str] = frozenset()) -> OpTimeF
             else op_time
         )
 
+    def own_kernels(spec: Any) -> bool:
+        """Whether ``spec`` is a GPU with measured kernels (its steps differ per framework); the others
+        share one timing of the pooled tables (a whole-catalog rank over three engines times them once)."""
+        from components.opmodel.measured import physics_key
+
+        measured = getattr(engine, "measured", None)
+        return measured is not None and spec.id not in unseen and physics_key(spec) in measured.by_physics
+
     op_time.for_framework = for_framework  # type: ignore[attr-defined]
+    op_time.own_kernels = own_kernels  # type: ignore[attr-defined]
     return op_time
 
 

@@ -170,12 +170,13 @@ def build_step_models(deployments: Sequence[Deployment], op_time: OpTimeFn | Non
     per_framework = getattr(fn, "for_framework", None)
     if per_framework is None:
         return _build(deployments, fn)
+    own = getattr(fn, "own_kernels", lambda spec: True)  # GPUs without measured kernels share one timing
     out: list[StepModel | None] = [None] * len(deployments)
     by_name: dict[str, list[int]] = {}
     for i, d in enumerate(deployments):
-        by_name.setdefault(d.framework, []).append(i)
+        by_name.setdefault(d.framework if own(d.gpu) else "", []).append(i)
     for name, members in by_name.items():
-        models = _build([deployments[i] for i in members], per_framework(name))
+        models = _build([deployments[i] for i in members], per_framework(name) if name else fn)
         for i, model in zip(members, models, strict=True):
             out[i] = model
     return [m for m in out if m is not None]
