@@ -52,7 +52,8 @@ def _answer_one(
     cost = engine.cost
     ttft_us, tpot_us = served.times_us(engine)
     batch = max(served.decode.decode_batch, 1.0)
-    decode_us = step.decode_us(round(batch), d.isl + d.osl / 2.0) * cost.decode_scale
+    n = round(batch)
+    decode_us = step.decode_us(n, d.isl + d.osl / 2.0, engine.graph_batch(n)) * cost.decode_scale
     decode_us += cost.base_us + cost.per_seq_us * batch + cost.allreduce_us * step.allreduces
     prefill_alone = one_prefill_us(d, engine, step)
     floors = physics_floors(d, step, batch)
@@ -100,16 +101,27 @@ def _answer_one(
 def _phases_once(deployments: Sequence[Deployment], fn: OpTimeFn) -> list[Any]:
     """``compose_many`` once per deployment as the op engine sees it: the serving engine does not change a
     phase's kernels, so a rank over three engines times each GPU x TP option once."""
+    per_framework = getattr(fn, "for_framework", None)  # each engine's own kernels (stepmodel)
+    own = getattr(fn, "own_kernels", lambda spec: True)
     index: dict[Deployment, int] = {}
     firsts: list[Deployment] = []
     where = []
     for d in deployments:
-        key = replace(d, framework=DEFAULT_ENGINE)
+        key = d if per_framework and own(d.gpu) else replace(d, framework=DEFAULT_ENGINE)
         if key not in index:
             index[key] = len(firsts)
             firsts.append(d)
         where.append(index[key])
-    phases = compose_many(firsts, fn)
+    if per_framework is None:
+        phases = compose_many(firsts, fn)
+    else:
+        phases = [None] * len(firsts)
+        names = [d.framework if own(d.gpu) else "" for d in firsts]  # "": the pooled timing, shared
+        for name in sorted(set(names)):
+            members = [i for i, n in enumerate(names) if n == name]
+            fn_of = per_framework(name) if name else fn
+            for i, ph in zip(members, compose_many([firsts[i] for i in members], fn_of), strict=True):
+                phases[i] = ph
     return [phases[i] for i in where]
 
 

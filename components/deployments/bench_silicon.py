@@ -79,6 +79,7 @@ def silicon_deployments(
         "weight_dtype": dtype,
         "kv_dtype": kv,
         "mode": str(row["mode"]),
+        "framework": str(row["backend"]),  # the engine whose kernels time its steps (engine_name)
     }
 
     def worker(prefix: str, concurrency: Any) -> Deployment:

@@ -137,6 +137,7 @@ def engine_op_time(engine: Any, unseen: frozenset[str] = frozenset()) -> OpTimeF
     nobody measured.
     """
     from components.opmodel.engine import OpEngine
+    from components.opmodel.framework_tables import tier_label
 
     spec_only = OpEngine(
         None, engine.spec_model, None, engine.intervals, engine.meta, None, engine.fallback_util
@@ -151,10 +152,33 @@ def engine_op_time(engine: Any, unseen: frozenset[str] = frozenset()) -> OpTimeF
             return Timed(roofline_op_time(family, dtype, shape, spec), "roofline")
         fn = blind if spec.id in unseen else seen
         out = fn(family, dtype, shape, spec, kv_dtype=kv_dtype)
-        if hasattr(out, "duration_us"):
-            return Timed(np.asarray(out.duration_us, dtype="float64"), np.asarray(out.tier, dtype=object))
-        return Timed(np.asarray(out, dtype="float64"), "roofline")
+        if not hasattr(out, "duration_us"):
+            return Timed(np.asarray(out, dtype="float64"), "roofline")
+        tier = np.asarray(out.tier, dtype=object)
+        label = None if spec.id in unseen else tier_label(engine, family, dtype, spec, kv_dtype)
+        if label is not None:  # whose kernels: the serving framework's own tables, or every framework's
+            tier = np.where(np.isin(tier, ("measured", "transfer")), tier + f":{label}", tier)
+        return Timed(np.asarray(out.duration_us, dtype="float64"), tier)
 
+    def for_framework(name: str) -> OpTimeFn:
+        """The same op times from ``name``'s own measured kernels where it measured them (each serving
+        engine's step: ``stepmodel.build_step_models``)."""
+        return (
+            engine_op_time(engine.for_framework(name), unseen)
+            if hasattr(engine, "for_framework")
+            else op_time
+        )
+
+    def own_kernels(spec: Any) -> bool:
+        """Whether ``spec`` is a GPU with measured kernels (its steps differ per framework); the others
+        share one timing of the pooled tables (a whole-catalog rank over three engines times them once)."""
+        from components.opmodel.measured import physics_key
+
+        measured = getattr(engine, "measured", None)
+        return measured is not None and spec.id not in unseen and physics_key(spec) in measured.by_physics
+
+    op_time.for_framework = for_framework  # type: ignore[attr-defined]
+    op_time.own_kernels = own_kernels  # type: ignore[attr-defined]
     return op_time
 
 

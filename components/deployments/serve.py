@@ -83,7 +83,9 @@ def simulate_deployment(
         return Served(stats, stats, memory, d.concurrency)
     dd, dstep = decode_worker
     # the prefill worker's clients come back after their decode on the decode worker (kernel-time estimate)
-    think = (dd.osl - 1) * dstep.decode_us(dd.concurrency, dd.isl + dd.osl / 2.0)
+    think = (dd.osl - 1) * dstep.decode_us(
+        dd.concurrency, dd.isl + dd.osl / 2.0, engine.graph_batch(dd.concurrency)
+    )
     pre = simulate(
         step,
         engine,
@@ -115,7 +117,8 @@ def lifetime_us(d: Deployment, engine: ServingEngine, step: StepModel, osl: int 
     """Kernel-time estimate of one request's life at the deployment's concurrency: the span over which a
     steady closed loop's clients are out of phase."""
     out = osl or d.osl
-    return one_prefill_us(d, engine, step) + (out - 1) * step.decode_us(d.concurrency, d.isl + out / 2.0)
+    pad = engine.graph_batch(d.concurrency)
+    return one_prefill_us(d, engine, step) + (out - 1) * step.decode_us(d.concurrency, d.isl + out / 2.0, pad)
 
 
 def physics_floors(d: Deployment, step: StepModel, decode_batch: float) -> dict[str, float]:

@@ -380,12 +380,13 @@ class _Sim:
             k = min(k, max(1, int(room // n)))
         ctx = self._decode_tokens() / n + 1
         if self.future:
-            per = self.step.decode_us(n, ctx) * self.theta[0] + self.theta[2] + self.theta[3] * n
+            pad = self.engine.graph_batch(n)  # decode-only steps replay the captured graph of this size
+            per = self.step.decode_us(n, ctx, pad) * self.theta[0] + self.theta[2] + self.theta[3] * n
             per += self.theta[5] * self.step.allreduces
             k = min(k, max(1, math.ceil((self.future[0][0] - self.t) / max(per, 1e-9))))
         k = max(int(k), 1)
         mid = ctx + (k - 1) / 2.0
-        self._advance(self.step.decode_us(n, mid), 0.0, n, False, k)
+        self._advance(self.step.decode_us(n, mid, self.engine.graph_batch(n)), 0.0, n, False, k)
         self.counter += k
         self.batch_sum += n * k
         self._pop_finished()

@@ -89,13 +89,15 @@ class StepModel:
         bottom = table[i + 1][j] * (1 - fy) + table[i + 1][j + 1] * fy
         return top * (1 - fx) + bottom * fx
 
-    def decode_us(self, n: int, ctx: float) -> float:
-        """Kernel time of the decode part alone (n sequences at mean context ctx)."""
+    def decode_us(self, n: int, ctx: float, padded: int | None = None) -> float:
+        """Kernel time of the decode part alone (n sequences at mean context ctx); ``padded``: the CUDA-graph
+        batch it runs at (its GEMMs and head run at that size; the dummy slots attend to nothing)."""
         if n <= 0:
             return 0.0
+        m = max(n, padded or n)
         return (
-            self._lin(self._tok, n, self._lin_dec)
-            + self._lin(self._seq, n, self._head)
+            self._lin(self._tok, m, self._lin_dec)
+            + self._lin(self._seq, m, self._head)
             + self._bilinear(self._seq, self._ctx, self._attn_dec, n, ctx)
             + self.pp_hop_us
         )
@@ -161,8 +163,26 @@ def _sum(lines: list[OpLine], size: int) -> np.ndarray:
 
 def build_step_models(deployments: Sequence[Deployment], op_time: OpTimeFn | None = None) -> list[StepModel]:
     """One :class:`StepModel` per deployment; equal step keys share one, and each GPU's lines are timed in
-    one batch (``compose.time_ops``: one op-time call per kind of op)."""
+    one batch (``compose.time_ops``: one op-time call per kind of op). An op engine's op times
+    (``ops.engine_op_time``) answer each serving engine's deployments from that engine's own measured
+    kernels (``for_framework``): its step is the kernels it runs, not every framework's pooled."""
     fn = op_time or roofline_op_time
+    per_framework = getattr(fn, "for_framework", None)
+    if per_framework is None:
+        return _build(deployments, fn)
+    own = getattr(fn, "own_kernels", lambda spec: True)  # GPUs without measured kernels share one timing
+    out: list[StepModel | None] = [None] * len(deployments)
+    by_name: dict[str, list[int]] = {}
+    for i, d in enumerate(deployments):
+        by_name.setdefault(d.framework if own(d.gpu) else "", []).append(i)
+    for name, members in by_name.items():
+        models = _build([deployments[i] for i in members], per_framework(name) if name else fn)
+        for i, model in zip(members, models, strict=True):
+            out[i] = model
+    return [m for m in out if m is not None]
+
+
+def _build(deployments: Sequence[Deployment], fn: OpTimeFn) -> list[StepModel]:
     keys: dict[tuple, int] = {}
     firsts: list[Deployment] = []
     for d in deployments:

@@ -551,7 +551,12 @@ class MeasuredTier:
         subset = getattr(self.groups, "subset", None)  # a lazy split: restrict it without reading it
         out.groups = subset(keep) if subset else {k: self.groups[k] for k in keep}
         out._tables = self._tables  # keyed by device: the held-out GPU's tables are never asked for
+        out.framework, out.own_keys = self.framework, self.own_keys
         return out
+
+    # the serving framework whose own tables answer first, and the groups it measured (framework_tables)
+    framework: str | None = None
+    own_keys: frozenset = frozenset()
 
     def table(self, family: str, device_id: str, dtype: str, kv_dtype: str | None) -> SiteTable | None:
         key = (family, device_id, dtype, (kv_dtype or dtype) if family == "attention" else None)

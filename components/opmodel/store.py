@@ -142,15 +142,21 @@ def aiter_frames(root: Path, families: tuple[str, ...]) -> dict[str, pd.DataFram
 
 def _measured_frames(
     datasets_root: Path, families: tuple[str, ...]
-) -> tuple[dict[str, pd.DataFrame], dict[str, dict]]:
+) -> tuple[dict[str, pd.DataFrame], dict[str, dict], dict[str, dict]]:
     from components.ingest.aiconfigurator import READERS, medians
 
     roots = source_roots(Path(datasets_root))
     parts: dict[str, list[pd.DataFrame]] = {}
+    by_framework: dict[str, pd.DataFrame] = {}
+    versions: dict[str, dict[str, list[str]]] = {}
     if "aiconfigurator" in roots:
         for family in families:
             if family in READERS:
-                parts.setdefault(family, []).append(READERS[family](roots["aiconfigurator"]))
+                raw = READERS[family](roots["aiconfigurator"])
+                parts.setdefault(family, []).append(raw)
+                if not raw.empty:
+                    by_framework[family] = framework_medians(raw, store_keys(family))
+                    versions[family] = framework_versions(raw)
     if "aiter" in roots:
         for family, frame in aiter_frames(roots["aiter"], families).items():
             parts.setdefault(family, []).append(frame)
@@ -166,7 +172,42 @@ def _measured_frames(
         folded = pd.concat([medians(f, keys) for f in frames], ignore_index=True)
         kept, quarantined[family] = quarantine(folded, family, catalog)
         out[family] = kept.sort_values(keys, kind="mergesort").reset_index(drop=True)
-    return out, quarantined
+    for family, frame in by_framework.items():
+        kept, _ = quarantine(
+            frame, family, catalog
+        )  # the same rows out as the pooled table's (counted there)
+        out[f"{FRAMEWORK_DIR}/{family}"] = kept.reset_index(drop=True)
+    return out, quarantined, versions
+
+
+FRAMEWORK_DIR = "by_framework"  # <family>.parquet there: the rows folded per serving framework
+
+
+def framework_medians(raw: pd.DataFrame, keys: list[str]) -> pd.DataFrame:
+    """One row per (serving framework, kernel): the repeats of one framework's versions and kernel sources
+    folded (``medians``), an ``n_versions`` column counting them. AIConfigurator measured each table under the
+    framework that runs it (vllm / sglang / trtllm folders): an engine's step answers from its own kernels
+    where its framework measured them (``measured.MeasuredTier.for_framework``)."""
+    from components.ingest.aiconfigurator import medians
+
+    raw = raw.assign(framework=framework_name(raw["framework"]))
+    out = medians(raw, [*keys, "framework"])
+    grouped = raw.groupby([*keys, "framework"], sort=True, observed=True, dropna=False)
+    out["n_versions"] = grouped["version"].nunique().to_numpy()  # names: ``framework_versions``
+    return out.sort_values(["framework", *keys], kind="mergesort").reset_index(drop=True)
+
+
+def framework_name(names: pd.Series) -> pd.Series:
+    """The serving engine's name as the deployments spell it: the tables write ``VLLM``, ``vLLM``,
+    ``SGLang``, ``TRTLLM`` (``components.deployments.engines``: vllm, sglang, trtllm)."""
+    return names.astype(str).str.lower().str.replace(r"[-_]", "", regex=True).replace("tensorrtllm", "trtllm")
+
+
+def framework_versions(raw: pd.DataFrame) -> dict[str, list[str]]:
+    """The versions each framework's rows were measured under (the store manifest names them)."""
+    pairs = raw[["framework", "version"]].astype(str).assign(framework=framework_name(raw["framework"]))
+    pairs = pairs.drop_duplicates()
+    return {str(f): sorted(g["version"]) for f, g in pairs.groupby("framework", sort=True)}
 
 
 def _write_parquet(frame: pd.DataFrame, path: Path) -> None:
@@ -182,6 +223,7 @@ def save_store(
     out_dir: Path,
     sources: tuple[str, ...] = (),
     quarantined: dict[str, dict] | None = None,
+    versions: dict[str, dict] | None = None,
 ) -> Path:
     """Write ``{family: frame}`` as ``<family>.parquet`` + a manifest (row counts, devices, the sources read,
     the rows quarantined per family, GPU and reason), atomically."""
@@ -189,10 +231,13 @@ def save_store(
     def write(tmp: Path) -> None:
         manifest = {}
         for family, frame in sorted(frames.items()):
+            (tmp / family).parent.mkdir(parents=True, exist_ok=True)
             _write_parquet(frame, tmp / f"{family}.parquet")
             manifest[family] = {"rows": len(frame), "devices": sorted(map(str, frame["device_id"].unique()))}
         manifest["sources"], manifest["version"] = sorted(sources), STORE_VERSION
         manifest["quarantined"] = {f: q for f, q in sorted((quarantined or {}).items()) if q}
+        if versions:  # per family, the versions each serving framework's rows were measured under
+            manifest["framework_versions"] = versions
         (tmp / MANIFEST_NAME).write_text(json.dumps(manifest, indent=1, sort_keys=True) + "\n")
 
     atomic_write_dir(Path(out_dir), write)
@@ -204,9 +249,20 @@ def build_store(
 ) -> dict[str, int]:
     """Read the aiconfigurator and aiter tables under ``datasets_root`` (the datasets folder or one source's
     repository root), fold repeats, save the store under ``out_dir``; returns the rows per family."""
-    frames, quarantined = _measured_frames(Path(datasets_root), families)
-    save_store(frames, Path(out_dir), tuple(source_roots(Path(datasets_root))), quarantined)
+    frames, quarantined, versions = _measured_frames(Path(datasets_root), families)
+    save_store(frames, Path(out_dir), tuple(source_roots(Path(datasets_root))), quarantined, versions)
     return {family: len(frame) for family, frame in frames.items()}
+
+
+def load_framework_rows(folder: Path, family: str, framework: str) -> pd.DataFrame | None:
+    """``family``'s rows one serving framework measured (``framework_medians``), None where the store has
+    no per-framework table (a store built before it kept them, or a source without frameworks)."""
+    path = Path(folder) / FRAMEWORK_DIR / f"{family}.parquet"
+    if not path.is_file():
+        return None
+    name = str(framework_name(pd.Series([framework])).iloc[0])
+    frame = pd.read_parquet(path, filters=[("framework", "==", name)])
+    return frame.drop(columns=["framework", "n_versions"])
 
 
 def built_from(folder: Path) -> list[str]:

@@ -43,8 +43,9 @@ def built(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path, dict]:
 
 def test_store_is_hash_deterministic_and_names_its_sources(built) -> None:
     first, second, rows = built
-    names = sorted(p.name for p in first.iterdir())
-    assert names == sorted(p.name for p in second.iterdir())
+    names = sorted(str(p.relative_to(first)) for p in first.rglob("*") if p.is_file())  # by_framework/ too
+    assert names == sorted(str(p.relative_to(second)) for p in second.rglob("*") if p.is_file())
+    assert "by_framework/gemm.parquet" in names
     for name in names:
         assert (first / name).read_bytes() == (second / name).read_bytes(), name
     manifest = json.loads((first / "store.json").read_text())

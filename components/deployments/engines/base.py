@@ -9,6 +9,7 @@ one step) are DATA (``constants.json`` beside this file, with what they were fit
 from __future__ import annotations
 
 import json
+from bisect import bisect_left
 from dataclasses import asdict, dataclass, field, replace
 from functools import lru_cache
 from pathlib import Path
@@ -80,6 +81,9 @@ class ServingEngine:
     block_size: int = 16  # KV-cache page, tokens
     chunked_prefill: bool = True
     cuda_graph_max_batch: int = 512  # decode batches up to this run as captured CUDA graphs
+    # the captured decode batch sizes a decode-only step is padded up to (its GEMMs run at the padded
+    # batch); () = no padding (the batch runs at its own size)
+    graph_sizes: tuple[int, ...] = ()
     policy: str = "decode-first"
     vendors: tuple[str, ...] = ("nvidia", "amd")  # GPU vendors the engine runs on
     cost: StepCost = field(default_factory=StepCost)
@@ -94,6 +98,12 @@ class ServingEngine:
         base, per_gpu = self.reserve_gib
         derived = (memory_gib - base - per_gpu * tp * pp) / memory_gib
         return derived + (self.memory_fraction - DERIVED_FRACTION)
+
+    def graph_batch(self, n: int) -> int:
+        """The batch a decode-only step of ``n`` sequences runs at: the smallest captured CUDA-graph size
+        >= n (the engine pads the rest with dummy slots), ``n`` past the largest or without padding."""
+        i = bisect_left(self.graph_sizes, n)
+        return self.graph_sizes[i] if i < len(self.graph_sizes) else n
 
     def with_cost(self, cost: StepCost, provenance: str = "") -> ServingEngine:
         return replace(self, cost=cost, provenance=provenance or self.provenance)

@@ -12,7 +12,8 @@
   (``--enable-mixed-chunk`` off), the running decodes wait for it.
 - ``--max-running-requests``: derived from the KV pool (here: what the pool holds, capped at 4096).
 - Decode batches up to ``--cuda-graph-max-bs`` replay CUDA graphs (256 with tp < 4, 512 from tp 4 on
-  H100/H200-class GPUs).
+  H100/H200-class GPUs), captured at 1, 2, 4, 8, 12, every 8 from 16 to 256, every 16 from 272
+  (``ServerArgs._generate_cuda_graph_batch_sizes``); a decode batch is padded up to the next captured size.
 - Admission reserves the prompt plus a share of the output (``new_token_ratio``); when decodes run out of
   room SGLang retracts the newest requests back to the queue.
 """
@@ -37,6 +38,12 @@ def _by_memory(gib: float) -> tuple[tuple[float, float], int]:
     return (32.0, 0.0), 16384
 
 
+def capture_sizes(max_bs: int) -> tuple[int, ...]:
+    """SGLang's default CUDA-graph batch sizes up to ``--cuda-graph-max-bs`` (no speculative decoding)."""
+    sizes = [1, 2, 4, 8, 12, *range(16, 257, 8), *range(272, 512, 16), *range(512, max_bs + 1, 32)]
+    return tuple(s for s in sizes if s <= max_bs)
+
+
 def engine(spec: Any = None) -> ServingEngine:
     gib = float(getattr(spec, "memory_gb", 80) or 80) if spec is not None else 80.0
     reserve, chunk = _by_memory(gib)
@@ -50,5 +57,6 @@ def engine(spec: Any = None) -> ServingEngine:
         block_size=1,
         chunked_prefill=True,
         cuda_graph_max_batch=256,
+        graph_sizes=capture_sizes(256),
         policy="prefill-first",
     )

@@ -8,7 +8,8 @@
   whole isl + osl, so nothing is ever evicted; inflight batching puts context and generation requests in
   the same step.
 - NVIDIA GPUs only (CUDA): a deployment on another vendor's GPU is refused.
-- CUDA graphs for generation batches (AIConfigurator's serving configs enable them up to the batch size).
+- CUDA graphs for generation batches (AIConfigurator's serving configs enable them up to the batch size);
+  ``CudaGraphConfig.enable_padding`` is False by default, so a batch runs at its own size (no padding).
 """
 
 from __future__ import annotations
