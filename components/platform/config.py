@@ -30,6 +30,11 @@ DEFAULT_DATASETS_DIR: Path = PROJECT_ROOT.parent / "shared" / "datasets"
 DEFAULT_PARAMS_FILE: Path = PROJECT_ROOT / "params.yaml"
 
 
+# What Ray appends below its temp folder for its longest socket, and the AF_UNIX path limit.
+_RAY_SOCKET_TAIL = len("/session_2026-11-26_16-28-00_440441_1234567/sockets/plasma_store")
+_AF_UNIX_MAX = 107
+
+
 class Settings(BaseSettings):
     """Configuration read from ``KERNELCAST_*`` environment variables (and a ``.env`` file)."""
 
@@ -70,8 +75,16 @@ class Settings(BaseSettings):
 
     @property
     def ray_tmpdir(self) -> Path:
-        # Ray's socket paths must stay short (AF_UNIX limit of 107 bytes), so keep it shallow.
-        return self.state_dir / "ray"
+        """Ray's temp folder: ``<state>/ray``, unless a socket below it would pass the AF_UNIX limit of 107
+        bytes (a deep checkout); then a short folder in the system temp dir, named by the state folder."""
+        local = self.state_dir / "ray"
+        if len(str(local)) + _RAY_SOCKET_TAIL <= _AF_UNIX_MAX:
+            return local
+        import hashlib
+        import tempfile
+
+        digest = hashlib.sha1(str(self.state_dir).encode()).hexdigest()[:12]
+        return Path(tempfile.gettempdir()) / f"kc-ray-{digest}"
 
     @property
     def cache_dir(self) -> Path:

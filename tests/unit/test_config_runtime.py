@@ -128,12 +128,14 @@ def test_settings_derive_every_folder_from_home(tmp_path: Path, monkeypatch: pyt
         settings.data_dir,
         settings.mlflow_dir,
         settings.prefect_home,
-        settings.ray_tmpdir,
         settings.cache_dir,
         settings.models_dir,
         settings.reports_dir,
     ):
         assert folder.parent == (tmp_path / "h").resolve()
+    # Ray's folder too, unless its sockets would pass the AF_UNIX limit there (pytest's tmp_path is deep)
+    ray_socket = f"{settings.ray_tmpdir}/session_2026-11-26_16-28-00_440441_20840/sockets/plasma_store"
+    assert settings.ray_tmpdir.parent == (tmp_path / "h").resolve() or len(ray_socket) <= 107
     assert settings.tracking_uri() == f"sqlite:///{settings.mlflow_dir / 'mlflow.db'}"
 
 
@@ -153,7 +155,7 @@ def test_local_ray_kwargs_pin_one_thread_and_the_state_folder(
     assert env["OMP_NUM_THREADS"] == "1" and env["RAY_USAGE_STATS_ENABLED"] == "0"
     assert env["PREFECT_API_URL"] == "http://127.0.0.1:4200/api"
     assert kwargs["num_cpus"] == 2 and kwargs["include_dashboard"] is False
-    assert kwargs["_temp_dir"] == str(tmp_path.resolve() / "ray")
+    assert kwargs["_temp_dir"] == str(Settings().ray_tmpdir)  # <state>/ray, or a short one (AF_UNIX limit)
     assert kwargs["_system_config"] == {"worker_niceness": 0}  # not Ray's nice 15: starved under load
 
 
@@ -335,3 +337,17 @@ def test_get_settings_follows_the_environment_and_hands_out_independent_copies(m
     assert get_settings().home == tmp_path / "a"  # a caller's change does not leak into the next call
     monkeypatch.setenv("KERNELCAST_HOME", str(tmp_path / "b"))
     assert get_settings().state_dir == tmp_path / "b"  # a changed variable is read anew
+
+
+def test_ray_tmpdir_stays_within_the_socket_path_limit_for_a_deep_state_folder(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # A fresh clone in a deep folder: <state>/ray/session_.../sockets/plasma_store would pass 107 bytes.
+    deep = tmp_path / ("d" * 60) / "fresh-clone-20261126T155544" / ".kernelcast"
+    monkeypatch.setenv("KERNELCAST_HOME", str(deep))
+    tmpdir = Settings().ray_tmpdir
+    socket = f"{tmpdir}/session_2026-11-26_16-28-00_440441_20840/sockets/plasma_store"
+    assert not tmpdir.is_relative_to(deep) and len(socket) <= 107
+    assert Settings().ray_tmpdir == tmpdir  # the same state folder keeps its folder
+    monkeypatch.setenv("KERNELCAST_HOME", "/tmp/kc-h")
+    assert Settings().ray_tmpdir == Path("/tmp/kc-h/ray")  # a shallow one keeps it under the state folder
