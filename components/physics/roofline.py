@@ -171,13 +171,14 @@ def roofline(
     notes = []
     if choice.emulated_from is not None:
         notes.append(
-            f"{spec.name} has no {choice.emulated_from} pipe: answered as {choice.dtype} "
-            "(emulation is never faster than the native kernel it runs as)"
+            f"{spec.name} has no {choice.emulated_from} pipe: emulation, the math at the {choice.dtype} pipe's "
+            f"rate, the memory traffic in {choice.emulated_from}"
         )
-    kv_eff = None
-    if kv_dtype is not None:
-        kv_eff = pipe_for(kv_dtype, spec).dtype if kv_dtype in GEMM_DTYPE_TRAITS else kv_dtype
-    work = op_work(family, choice.dtype, shape, kv_eff, op=op)
+    # The work is the asked dtype's (its FLOPs and its bytes), only the math runs on the fallback pipe: an
+    # emulated kernel reads its operands from memory as stored and widens them in registers (cuBLAS's bf16
+    # GEMM on a V100 reads 2-byte bf16, an fp8 KV cache on an A100 stays 1 byte), so its DRAM traffic is
+    # the asked dtype's while its compute runs at the fallback pipe's rate (never faster than that pipe).
+    work = op_work(family, dtype, shape, kv_dtype, op=op)
     compute_flops = work.flops
     peak_bps = float(spec.dram_gbps) * 1e9
     link, link_note = link_gbps(spec)

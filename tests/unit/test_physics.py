@@ -42,13 +42,51 @@ def test_every_dtype_runs_on_its_own_pipe(catalog, dtype: str, pipe_key: str) ->
     assert choice.peak_flops == pytest.approx(getattr(h100.peak_tflops, pipe_key) * 1e12)
 
 
-def test_emulation_answers_as_the_fallback_dtype_and_says_so(catalog) -> None:
+def test_emulation_runs_on_the_fallback_pipe_and_says_so(catalog) -> None:
     a100 = catalog.resolve("A100")
     shape = {"M": [8, 8192], "N": [8192, 8192], "K": [8192, 8192]}
     fp8 = physics.roofline("gemm", "fp8", shape, a100)
     bf16 = physics.roofline("gemm", "bf16", shape, a100)
     assert fp8.choice.emulated_from == "fp8" and fp8.choice.dtype == "bf16"
-    assert np.all(fp8.time_us >= bf16.time_us) and "no fp8 pipe" in fp8.note
+    np.testing.assert_allclose(fp8.compute_us, bf16.compute_us)  # the bf16 pipe's rate, no faster
+    assert np.all(fp8.time_us >= fp8.compute_us) and "no fp8 pipe" in fp8.note
+    # fp8 operands stay 1 byte in memory: the memory-bound GEMV reads about half the bf16 one's bytes
+    assert fp8.dram_bytes[0] < 0.6 * bf16.dram_bytes[0]
+
+
+@pytest.mark.parametrize("device", ["v100-sxm2-32gb", "t4"])
+def test_bf16_without_bf16_tensor_cores_is_bf16_bytes_at_the_fp32_fma_rate(catalog, device: str) -> None:
+    """The settled disagreement: on a GPU without bf16 tensor cores cuBLAS reads bf16 (2 bytes) from memory
+    and multiplies on the fp32 FMA pipe. The physics roofline counts those bytes, the same minimum the
+    features count (``f_dram_bytes_min``), and the fp32 FMA peak, not the fp16 tensor pipe's."""
+    import json
+
+    import pandas as pd
+
+    from components.features.analytical import analytical_features
+
+    spec = catalog.get(device)
+    shapes = [{"M": 1, "N": 4096, "K": 4096}, {"M": 4096, "N": 4096, "K": 4096}]
+    roof = physics.roofline("gemm", "bf16", {k: [s[k] for s in shapes] for k in "MNK"}, spec)
+    assert roof.choice.dtype == "fp32" and not roof.choice.tensor
+    assert roof.peak_flops == pytest.approx(spec.peak_flops("fp32", tensor=False))
+    assert roof.dram_bytes[0] == pytest.approx(2 * (4096 + 4096 * 4096 + 4096))  # bf16 x, W, y
+    rows = pd.DataFrame(
+        {
+            "device_id": device,
+            "family": "gemm",
+            "op": "gemm",
+            "dtype": "bf16",
+            "shape_json": [json.dumps(s) for s in shapes],
+            "params_json": None,
+        }
+    )
+    features = analytical_features(rows, catalog)
+    np.testing.assert_allclose(features["f_dram_bytes_min"].to_numpy(float), roof.dram_bytes, rtol=1e-9)
+    # memory-bound GEMV: bf16's bytes at DRAM speed, half the fp32 kernel's time
+    fp32 = physics.roofline("gemm", "fp32", {k: [s[k] for s in shapes] for k in "MNK"}, spec)
+    assert roof.time_us[0] == pytest.approx(fp32.time_us[0] / 2, rel=1e-3)
+    assert roof.time_us[1] == pytest.approx(fp32.time_us[1], rel=1e-9)  # compute-bound: fp32 FMA rate
 
 
 def test_attention_pairs_causal_prefill_decode_and_window() -> None:
