@@ -17,7 +17,7 @@ from typing import Any
 
 import pandas as pd
 
-from components.evaluation.harness import capped_rows, evaluate_predictor, split_folds
+from components.evaluation.harness import capped_rows, evaluate_predictor, silent_rows_reasoned, split_folds
 from components.evaluation.splits import Fold, unseen_gpu_devices, unseen_gpu_split
 from components.features.build import IDENTITY_COLUMNS, LABEL_COLUMNS
 from components.models.base import CLASS_TARGET, NUMERIC_TARGETS, Predictor
@@ -88,8 +88,9 @@ def run_fold(table: pd.DataFrame, job: FoldJob, factory: Factory) -> FoldOutcome
     }
     from components.models.cuda_runtime import unpredicted_reasons
 
-    # Test rows measured but left without a runtime, by the reason the predictor stated.
-    timing["unpredicted_duration_us"] = unpredicted_reasons(frame)
+    # Test rows measured but left without a runtime, by reason: the predictor's, else the one
+    # ``silent_rows_reasoned`` names (as ``evaluate`` counts them), never a bare count.
+    timing["unpredicted_duration_us"] = unpredicted_reasons(silent_rows_reasoned(frame))
     return FoldOutcome(frame[keep], tuple(predictor.targets), timing)
 
 

@@ -129,6 +129,41 @@ def _bolet_missing(table: pd.DataFrame) -> str | None:
     return None
 
 
+def silent_rows_reasoned(frame: pd.DataFrame, target: str = "duration_us") -> pd.DataFrame:
+    """``frame`` with a stated reason on every row left without a runtime and without a note: the analytical
+    features it lacks (named), else which (family, dtype) the predictor returned nothing for."""
+    column = f"pred_{target}"
+    if target not in frame.columns:
+        return frame
+    notes = frame["pred_note"] if "pred_note" in frame.columns else pd.Series(pd.NA, index=frame.index)
+    pred = pd.to_numeric(frame[column], errors="coerce") if column in frame.columns else None
+    missing = pd.to_numeric(frame[target], errors="coerce").notna() & notes.isna()
+    missing &= pred.isna() if pred is not None else True
+    if not missing.any():
+        return frame
+    features = [c for c in frame.columns if c.startswith("f_")]
+    lacking = (
+        frame.loc[missing, features].isna().to_numpy() if features else np.zeros((int(missing.sum()), 0))
+    )
+    family = frame.loc[missing, "family"].astype(str) if "family" in frame else pd.Series("op", index=missing)
+    dtype = (
+        frame.loc[missing, "dtype"].fillna("").astype(str) if "dtype" in frame else family.map(lambda _: "")
+    )
+    labels = []
+    for row, (fam, dt) in enumerate(zip(family.to_numpy(), dtype.to_numpy(), strict=True)):
+        gaps = [features[j] for j in np.flatnonzero(lacking[row])[:3]]
+        what = f"{fam} {dt}".strip()
+        labels.append(
+            f"no runtime: features not computable for this {what} row ({', '.join(gaps[:3])})"
+            if gaps
+            else f"no runtime: the model gives none for {what} "
+            "(no feature missing; a family it was not fit on)"
+        )
+    filled = notes.astype("object").copy()
+    filled.loc[missing] = np.array(labels, dtype=object)
+    return frame.assign(pred_note=filled)
+
+
 def evaluation_rows(table: pd.DataFrame, split: str | None) -> pd.DataFrame:
     """The rows to score: the union of the split's test sides, or every row when ``split`` is None."""
     if split is None:

@@ -90,44 +90,6 @@ def _program_rows_noted(frame: pd.DataFrame, programs_scored: bool) -> pd.DataFr
     return frame.assign(pred_note=notes.astype("object").mask(silent, PROGRAM_NOTE))
 
 
-def _silent_rows_reasoned(frame: pd.DataFrame, target: str = "duration_us") -> pd.DataFrame:
-    """``frame`` with a stated reason on every row left without a runtime and without a note: the analytical
-    features it lacks (named), else which (family, dtype) the predictor returned nothing for."""
-    import numpy as np
-    import pandas as pd
-
-    column = f"pred_{target}"
-    if target not in frame.columns:
-        return frame
-    notes = frame["pred_note"] if "pred_note" in frame.columns else pd.Series(pd.NA, index=frame.index)
-    pred = pd.to_numeric(frame[column], errors="coerce") if column in frame.columns else None
-    missing = pd.to_numeric(frame[target], errors="coerce").notna() & notes.isna()
-    missing &= pred.isna() if pred is not None else True
-    if not missing.any():
-        return frame
-    features = [c for c in frame.columns if c.startswith("f_")]
-    lacking = (
-        frame.loc[missing, features].isna().to_numpy() if features else np.zeros((int(missing.sum()), 0))
-    )
-    family = frame.loc[missing, "family"].astype(str) if "family" in frame else pd.Series("op", index=missing)
-    dtype = (
-        frame.loc[missing, "dtype"].fillna("").astype(str) if "dtype" in frame else family.map(lambda _: "")
-    )
-    labels = []
-    for row, (fam, dt) in enumerate(zip(family.to_numpy(), dtype.to_numpy(), strict=True)):
-        gaps = [features[j] for j in np.flatnonzero(lacking[row])[:3]]
-        what = f"{fam} {dt}".strip()
-        labels.append(
-            f"no runtime: features not computable for this {what} row ({', '.join(gaps[:3])})"
-            if gaps
-            else f"no runtime: the model gives none for {what} "
-            "(no feature missing; a family it was not fit on)"
-        )
-    filled = notes.astype("object").copy()
-    filled.loc[missing] = np.array(labels, dtype=object)
-    return frame.assign(pred_note=filled)
-
-
 NOT_A_FOLD = "not scored: its GPU and run config make no leave-one-GPU-out fold (see the notes)"
 NO_DURATION = "no finite duration in the data"
 
@@ -208,6 +170,7 @@ def evaluate_stage(
         evaluation_rows,
         log_evaluation_run,
         read_feature_table,
+        silent_rows_reasoned,
     )
     from components.evaluation.plots import write_plots
     from components.evaluation.source_rows import source_frames, unanswered_by_device
@@ -277,7 +240,7 @@ def evaluate_stage(
         report["programs"] = program_answers(measurements, kernels, settings.cache_dir)
     # Rows scored but left without a runtime, by the reason the predictor stated (as the bench counts them).
     report["unanswered"] = unpredicted_reasons(
-        _silent_rows_reasoned(_program_rows_noted(evaluation.frame, "programs" in report))
+        silent_rows_reasoned(_program_rows_noted(evaluation.frame, "programs" in report))
     )
     if serving is not None:
         report["serving"] = serving

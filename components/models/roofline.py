@@ -4,7 +4,8 @@ It reads the analytical ``f_*`` columns of the feature table. ``mode="classic"``
 roofline time (efficiency 1.0); ``mode="pipes"`` uses the pipe-aware bound (busiest-SM compute,
 L2 tile re-reads). With ``use_measured_counters`` a row without an op formula (whole programs)
 falls back to the ``m_*`` roofline built from its measured FLOP/byte counters -- keep it off for
-the roofline-class-from-source task.
+the roofline-class-from-source task. A whole program left without a time gets the static SASS roofline
+estimate from its source (``components.models.cuda_runtime``) or the reason there is none (``pred_note``).
 """
 
 from __future__ import annotations
@@ -63,6 +64,15 @@ class RooflinePredictor:
             dram = dram.where(~fallback, _col(features, "m_dram_bytes"))
             if "m_bound" in features.columns:
                 bound = bound.where(~fallback, features["m_bound"].astype("string"))
+        notes = pd.Series(pd.NA, index=features.index, dtype="string")
+        if time_us.isna().any():
+            # Whole programs (no op formula): the static SASS roofline estimate, the tabular family's own,
+            # or the stated reason there is none -- from source, so the bolet task keeps its counters unread.
+            from components.models.cuda_runtime import program_runtime
+
+            runtime = program_runtime(features[time_us.isna()])
+            time_us.loc[runtime.index] = runtime["pred_duration_us"].to_numpy(dtype="float64")
+            notes.loc[runtime.index] = runtime["pred_note"].to_numpy()
         seconds = time_us * 1e-6
         out = pd.DataFrame(index=features.index)
         out["pred_duration_us"] = time_us  # efficiency 1.0: the kernel runs at its roofline
@@ -70,6 +80,8 @@ class RooflinePredictor:
         out["pred_gflops"] = flops / seconds / 1e9
         out["pred_arith_intensity"] = flops / dram
         out["pred_roofline_class"] = bound
+        if notes.notna().any():
+            out["pred_note"] = notes
         return out
 
     def save(self, directory: Path) -> None:

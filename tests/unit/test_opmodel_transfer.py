@@ -199,7 +199,7 @@ def test_moe_curve_table_returns_exact_hits_and_interpolates_tokens(catalog) -> 
 
 
 def test_every_silent_unanswered_row_gets_a_reason() -> None:
-    from components.evaluation.stage import _silent_rows_reasoned
+    from components.evaluation.harness import silent_rows_reasoned
     from components.models.cuda_runtime import unpredicted_reasons
 
     frame = pd.DataFrame(
@@ -212,7 +212,7 @@ def test_every_silent_unanswered_row_gets_a_reason() -> None:
             "f_flops": [np.nan, 1.0, 1.0],
         }
     )
-    reasons = unpredicted_reasons(_silent_rows_reasoned(frame))
+    reasons = unpredicted_reasons(silent_rows_reasoned(frame))
     assert "no reason given" not in reasons and sum(reasons.values()) == 2
     assert any("f_flops" in r for r in reasons) and any("softmax fp32" in r for r in reasons)
 

@@ -4,8 +4,9 @@ A small real engine: a measured store built from four of AIConfigurator's tables
 attention; linked in upstream's layout), a spec model fitted on it (few trees), answering every catalog GPU.
 Properties: no impossible answer (rates <= peaks, runtime >= roofline), every dtype on its own pipe, a GPU
 with more of every peak never slower, identical specs identical answers, gemm == linear == bmm(B=1), runtime
-non-decreasing in every size (the engine's monotone envelope), emulation never faster than the pipe it runs on. Every GPU
-but the two measured ones is answered by the transfer tier from them where they measured the regime.
+non-decreasing in every size (the engine's monotone envelope), emulation never faster than the pipe it runs
+on. Every GPU but the two measured ones is answered by the transfer tier from them where they measured the
+regime.
 """
 
 from __future__ import annotations

@@ -65,3 +65,35 @@ def test_unknown_family_and_mode_are_refused(tmp_path) -> None:
         load_predictor(tmp_path / "nothing")
     with pytest.raises(ValueError):
         RooflinePredictor(mode="magic")
+
+
+def test_whole_programs_get_the_static_estimate_or_a_stated_reason() -> None:
+    """A whole-program row has no op formula: the roofline answers it from its SASS (the tabular family's
+    static estimate, from source, so measured counters stay unread) or names why it cannot -- the bolet
+    split's 340 rows were all 'no reason given' before."""
+    from components.models.cuda_runtime import REASON_NO_STATIC, REASON_OPENMP, unpredicted_reasons
+
+    launch = {"grid_x": 256, "grid_y": 1, "grid_z": 1, "block_x": 256, "block_y": 1, "block_z": 1}
+    programs = pd.DataFrame(
+        {
+            "measurement_id": ["p", "q", "r"],
+            "device_id": "rtx-3080",
+            "source": "gpuflopbench",
+            "family": "program",
+            "language": ["cuda", "openmp", "cuda"],
+            "op": "k",
+            "duration_us": [50.0, 60.0, 70.0],
+            "f_roofline_time_us": np.nan,
+            "s_total": [1000.0, np.nan, np.nan],
+            "s_fp32": [400.0, np.nan, np.nan],
+            "s_global_ld": [100.0, np.nan, np.nan],
+            **launch,
+        }
+    )
+    pred = RooflinePredictor(mode="classic", use_measured_counters=False).predict(programs)
+    assert np.isfinite(pred["pred_duration_us"].iloc[0]) and pred["pred_duration_us"].iloc[0] > 0
+    assert pred["pred_note"].iloc[0].startswith("static SASS roofline estimate")
+    assert pred["pred_note"].iloc[1:].tolist() == [REASON_OPENMP, REASON_NO_STATIC]
+    scored = programs.join(pred[["pred_duration_us", "pred_note"]])
+    assert "no reason given" not in unpredicted_reasons(scored)
+    assert "pred_note" not in RooflinePredictor().predict(features()).columns  # op rows: nothing to say
