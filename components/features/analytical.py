@@ -64,6 +64,11 @@ M_COLUMNS: tuple[str, ...] = (
 )
 
 
+# f_bound's labels by code (0, 1, -1: unknown): the serving path keeps codes, the feature table labels.
+BOUND_LABELS = np.array(["bandwidth", "compute", None], dtype=object)
+DEVICE_NOTE = "device not in the catalog or missing peak/bandwidth for this precision"
+
+
 def _notes(family: np.ndarray, op: np.ndarray, covered: np.ndarray) -> np.ndarray:
     """Why a row has no analytical features (None where it has them)."""
     notes = np.full(len(family), None, dtype=object)
@@ -97,6 +102,26 @@ class Composed:
     features: dict[str, np.ndarray]
     covered: np.ndarray
     roofline: np.ndarray
+
+    def masked(self) -> dict[str, np.ndarray]:
+        """The ``f_*`` arrays, NaN on the rows no formula covers."""
+        if self.covered.all():  # the usual case for questions: no masking pass over ~40 columns
+            return {k: np.asarray(v, dtype="float64") for k, v in self.features.items()}
+        return {
+            k: np.where(self.covered, np.asarray(v, dtype="float64"), np.nan)
+            for k, v in self.features.items()
+        }
+
+    def bound_code(self) -> np.ndarray:
+        """``f_bound`` as codes into BOUND_LABELS: 0 bandwidth, 1 compute, -1 unknown (no formula or peak)."""
+        known = self.covered & np.isfinite(self.roofline)
+        return np.where(known, (self.features["f_compute_bound"] > 0).astype(np.int8), -1).astype(np.int8)
+
+    def notes(self, family: Any, op: Any) -> np.ndarray:
+        """``feature_note``: why a row lacks features (None where it has them)."""
+        notes = _notes(family, op, self.covered)
+        notes[self.covered & ~np.isfinite(self.roofline)] = DEVICE_NOTE
+        return notes
 
 
 def tensor_peak_of(family: np.ndarray, dtype: np.ndarray, dv: dict[str, np.ndarray]) -> np.ndarray:
@@ -268,20 +293,10 @@ def analytical_features(frame: pd.DataFrame, catalog: Any) -> pd.DataFrame:
         grid = grid * finite_or(numeric_column(frame, f"grid_{axis}"), 1.0 if axis != "x" else np.nan)
         block = block * finite_or(numeric_column(frame, f"block_{axis}"), 1.0 if axis != "x" else np.nan)
     composed = compose_features(family, dtype, dem, dv, grid=grid, block=block)
-    f, covered, roofline = composed.features, composed.covered, composed.roofline
-    compute_bound = f["f_compute_bound"] > 0
-    result = pd.DataFrame(
-        {k: np.where(covered, np.asarray(v, dtype="float64"), np.nan) for k, v in f.items()}, index=idx
-    )
-    known = covered & np.isfinite(roofline)
-    result["f_bound"] = pd.Series(
-        np.where(known, np.where(compute_bound, "compute", "bandwidth"), None), index=idx, dtype="string"
-    )
+    result = pd.DataFrame(composed.masked(), index=idx)
+    result["f_bound"] = pd.Series(BOUND_LABELS[composed.bound_code()], index=idx, dtype="string")
     result = pd.concat([result, _measured_counter_features(frame, dv)], axis=1)
-    notes = _notes(family, op, covered)
-    uncovered_device = covered & ~np.isfinite(roofline)
-    notes[uncovered_device] = "device not in the catalog or missing peak/bandwidth for this precision"
-    result["feature_note"] = pd.Series(notes, index=idx, dtype="string")
+    result["feature_note"] = pd.Series(composed.notes(family, op), index=idx, dtype="string")
     return result
 
 

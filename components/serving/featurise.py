@@ -6,10 +6,10 @@ slow for a server answering thousands of questions per request or the >= 1M pred
 batch path aims at. Here a question is already numbers (a dims matrix in
 ``components.features.dims.DIMS`` order), so the same formulas run as array operations.
 
-The formulas are the analytical model's own: ``family_demand`` (``components.features.demand``) and
-``compose_features`` (``components.features.analytical``), the one definition the feature build uses too,
-called here over arrays; only the shape parsing and the FLOPs-by-definition lookup differ (numbers in,
-not JSON).
+The formulas and their assembly are the analytical model's own: ``family_demand``
+(``components.features.demand``), ``compose_features`` and its ``Composed`` (masking, bound, notes;
+``components.features.analytical``), what the feature build calls too, here over arrays; only the shape
+parsing differs (numbers in, not JSON).
 ``tests/unit/test_serving_questions.py`` checks this table against ``build_feature_table``.
 """
 
@@ -78,16 +78,9 @@ def table_of(columns: dict[str, Any]) -> pd.DataFrame:
     labels as categoricals), one row per question."""
     n = len(columns["family"])
     data = {k: v for k, v in columns.items() if not k.startswith("_")}
-    bound = columns["_bound_code"]
-    data["f_bound"] = pd.Categorical.from_codes(bound, categories=["bandwidth", "compute"])
-    data["m_bound"] = pd.Categorical.from_codes(np.full(n, -1), categories=["bandwidth", "compute"])
-    data["feature_note"] = pd.Categorical.from_codes(
-        columns["_note_code"],
-        categories=[
-            "no analytical formula for this op and shape",
-            "device missing peak/bandwidth for this precision",
-        ],
-    )
+    data["f_bound"] = pd.Categorical.from_codes(columns["_bound_code"], categories=an.BOUND_LABELS[:2])
+    data["m_bound"] = pd.Categorical.from_codes(np.full(n, -1), categories=an.BOUND_LABELS[:2])
+    data["feature_note"] = pd.Series(columns["_feature_note"], dtype="string")
     return pd.DataFrame(data)
 
 
@@ -101,7 +94,8 @@ def op_feature_columns(
 ) -> dict[str, Any]:
     """The feature table's columns as numpy arrays (no DataFrame): what the fast model path reads.
 
-    Labels are integer codes: ``_bound_code`` (0 bandwidth, 1 compute, -1 unknown) and ``_note_code``.
+    ``_bound_code``: f_bound as codes into ``analytical.BOUND_LABELS``; ``_feature_note``: the feature
+    build's ``feature_note`` (None where the row has features).
     """
     n = len(family)
     # Labels: object arrays of str, or pd.Categorical (a bulk caller's few distinct labels as codes: every
@@ -119,8 +113,6 @@ def op_feature_columns(
     # The analytical model's own composition (one definition, components.features.analytical; FLOPs by the
     # registry's definition, components/physics), for rows without a measured launch or counters.
     composed = an.compose_features(family, dtype, dem, dv)
-    f, covered, roofline = composed.features, composed.covered, composed.roofline
-    compute_bound = f["f_compute_bound"] > 0
     columns: dict[str, Any] = {
         "device_id": np.array([s.id for s in specs], dtype=object)[device_index],
         "source": np.full(n, QUERY_SOURCE, dtype=object),
@@ -128,16 +120,13 @@ def op_feature_columns(
         "op": op,
         "dtype": dtype,
     }
-    if covered.all():  # the usual case: every question has a formula; no masking pass over ~40 columns
-        columns.update({k: np.asarray(v, dtype="float64") for k, v in f.items()})
-    else:
-        columns.update({k: np.where(covered, np.asarray(v, dtype="float64"), np.nan) for k, v in f.items()})
-    known = covered & np.isfinite(roofline)
-    columns["_bound_code"] = np.where(known, compute_bound.astype(np.int8), -1)
+    # The feature build's own assembly (masking, bound, notes: ``Composed``), labels kept as codes.
+    columns.update(composed.masked())
+    columns["_bound_code"] = composed.bound_code()
     for name in an.M_COLUMNS[:-1]:
         columns[name] = np.full(n, np.nan)
     dev = dev_features.to_numpy("float64")[device_index]
     for j, name in enumerate(dev_features.columns):
         columns[name] = dev[:, j]
-    columns["_note_code"] = np.where(~covered, 0, np.where(~np.isfinite(roofline), 1, -1))
+    columns["_feature_note"] = composed.notes(family, op)
     return columns

@@ -9,6 +9,7 @@ from typing import Any
 
 import numpy as np
 
+from components.features.analytical import BOUND_LABELS
 from components.models.base import NUMERIC_TARGETS
 from components.serving.answer_fields import ANSWER_KEYS, _blank, _plain
 from components.serving.query import QueryError
@@ -112,13 +113,6 @@ def bound_pipes(cols: Any, dtypes: np.ndarray, duration_us: np.ndarray, classes:
         launch = (roof < LAUNCH_BOUND_US) & np.isfinite(duration_us) & (roof < 0.5 * duration_us)
     names = np.where(launch, "launch", names)
     return np.where(np.isfinite(roof), names, None)
-
-
-BOUND_LABELS = np.array(["bandwidth", "compute", None], dtype=object)  # by code 0, 1, -1
-NOTE_LABELS = np.array(
-    ["no analytical formula for this op and shape", "device missing peak/bandwidth for this precision", None],
-    dtype=object,
-)
 
 
 def _predicted(predictor: Any, questions: list[Question], cols: dict[str, Any]) -> dict[str, np.ndarray]:
@@ -246,7 +240,7 @@ def _answer_champion_ops(
     duration = np.where(np.isfinite(roof), np.fmax(duration, roof), duration)
     pipes = bound_pipes(cols, cols["dtype"], duration, classes)
     notes, ood = column("pred_note"), column("pred_ood")
-    feature_notes = NOTE_LABELS[cols["_note_code"]]
+    feature_notes = cols["_feature_note"]
     extra = [
         c
         for c in predicted

@@ -129,7 +129,7 @@ def test_categorical_labels_featurise_exactly_as_strings() -> None:
             np.testing.assert_array_equal(np.asarray(got[name]), values, err_msg=name)
         else:
             assert list(np.asarray(got[name], dtype=object)) == list(np.asarray(values, dtype=object)), name
-    assert (got["_note_code"][:50] == 0).all()
+    assert all(str(note).startswith("collective:") for note in got["_feature_note"][:50])
 
 
 def test_the_server_answers_through_the_training_path(trained, monkeypatch: pytest.MonkeyPatch) -> None:
