@@ -12,6 +12,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from components.common.bench_rows import bench_row
 from components.common.metrics import mape
 from components.deployments.compose import OVERHEADS, DoesNotFit
 from components.deployments.data import (
@@ -135,20 +136,9 @@ def _row(
     published: float | None = None,
     by: str | None = None,
 ) -> dict[str, Any]:
-    ok = value is not None and np.isfinite(value)
-    return {
-        "split": split,
-        "family": family,
-        "target": f"{target}[{scope}]" if scope else target,
-        "scope": scope,
-        "metric": "mape",
-        "ours": round(float(value), 4) if ok else None,
-        "n": int(n),
-        "n_asked": int(n_asked),
-        "coverage": round(n / n_asked, 4) if n_asked else None,
-        "published": None if published is None else round(float(published), 4),
-        "published_by": by,
-    }
+    name = f"{target}[{scope}]" if scope else target
+    pub = None if published is None else round(float(published), 4)
+    return bench_row(split, family, name, scope, "mape", value, n, n_asked, published=pub, published_by=by)
 
 
 @dataclass

@@ -28,6 +28,7 @@ from typing import Any
 
 import pandas as pd
 
+from components.common.bench_rows import bench_row
 from components.evaluation.folds import (
     DEFAULT_MIN_GPU_ROWS,
     Factory,
@@ -210,21 +211,19 @@ def _row(
     n_asked: int,
     coverage: float | None,
 ) -> dict[str, Any]:
-    value = None if ours is None or not math.isfinite(float(ours)) else round(float(ours), 4)
-    cov = None if coverage is None or not math.isfinite(float(coverage)) else round(float(coverage), 4)
-    return {
-        "split": split,
-        "family": family,
-        "target": _target_name(target, scope),
-        "scope": scope,
-        "metric": metric,
-        "ours": value,
-        "n": int(n),
-        "n_asked": int(n_asked),
-        "coverage": cov,
-        "published": pub.value if pub else None,
-        "published_by": pub.by if pub else None,
-    }
+    return bench_row(
+        split,
+        family,
+        _target_name(target, scope),
+        scope,
+        metric,
+        ours,
+        n,
+        n_asked,
+        coverage=coverage,
+        published=pub.value if pub else None,
+        published_by=pub.by if pub else None,
+    )
 
 
 def run_accuracy_bench(

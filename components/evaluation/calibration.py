@@ -28,6 +28,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from components.common.bench_rows import bench_row
 from components.common.sampling import unit_hash
 from components.models.calibration import METHODS, fit_correction
 
@@ -294,21 +295,7 @@ class CalibrationBench:
 def _row(
     scope: str, metric: str, value: float, n: int, n_asked: int, family: str = "tabular", **extra: Any
 ) -> dict[str, Any]:
-    ours = None if value is None or not math.isfinite(float(value)) else round(float(value), 4)
-    return {
-        "split": "unseen-gpu",
-        "family": family,
-        "target": f"duration_us[{scope}]",
-        "scope": scope,
-        "metric": metric,
-        "ours": ours,
-        "n": int(n),
-        "n_asked": int(n_asked),
-        "coverage": round(n / n_asked, 4) if n_asked else None,
-        "published": None,
-        "published_by": None,
-        **extra,
-    }
+    return bench_row("unseen-gpu", family, f"duration_us[{scope}]", scope, metric, value, n, n_asked, **extra)
 
 
 def run_calibration_bench(

@@ -24,6 +24,8 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from components.common.bench_rows import bench_row
+
 SPLIT = "kernelbench"
 FAMILY_MODEL = "programs"  # the program model (roofline-basis op times + learned overheads)
 FAMILY_ROOFLINE = "roofline"  # sum of per-op roofline times of the trace
@@ -40,20 +42,7 @@ class KernelBenchBench:
 
 
 def _row(family: str, scope: str, metric: str, value: float | None, n: int, n_asked: int) -> dict[str, Any]:
-    ok = value is not None and np.isfinite(value)
-    return {
-        "split": SPLIT,
-        "family": family,
-        "target": f"duration_us[{scope}]",
-        "scope": scope,
-        "metric": metric,
-        "ours": round(float(value), 4) if ok else None,
-        "n": int(n),
-        "n_asked": int(n_asked),
-        "coverage": round(n / n_asked, 4) if n_asked else None,
-        "published": None,
-        "published_by": None,
-    }
+    return bench_row(SPLIT, family, f"duration_us[{scope}]", scope, metric, value, n, n_asked)
 
 
 def _errors(pred: np.ndarray, true: np.ndarray) -> tuple[float, float]:

@@ -22,6 +22,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from components.common.bench_rows import bench_row
 from components.common.metrics import relative_errors
 from components.platform.config import OPMODEL_SPLITS  # the names live below the registry, which checks them
 
@@ -88,15 +89,7 @@ def score_held_gpu(
     from components.physics import roofline as physics
 
     results = []
-    for family in spec_tier.SPEC_FAMILIES:
-        frame = store.get(family)
-        if frame is None:
-            continue
-        test = spec_tier.training_rows(
-            {family: frame[frame["device_id"] == held]}, None, per_group=test_per_group or 10**9
-        ).get(family)
-        if test is None or test.empty:
-            continue
+    for family, test in _held_rows(store, held, test_per_group):
         for key, part in test.groupby(spec_tier.group_keys(family), sort=True, observed=True):
             kv = key[2] if family == "attention" else None
             shape = _shape(family, part)
@@ -203,6 +196,25 @@ def unseen_gpu(
     return out
 
 
+def _held_rows(
+    store: dict[str, pd.DataFrame], held: str, test_per_group: int | None
+) -> list[tuple[str, pd.DataFrame]]:
+    """(family, rows) of the held-out GPU per spec family, capped per group by hash (``training_rows``)."""
+    from components.opmodel import spec as spec_tier
+
+    out = []
+    for family in spec_tier.SPEC_FAMILIES:
+        frame = store.get(family)
+        if frame is None:
+            continue
+        rows = spec_tier.training_rows(
+            {family: frame[frame["device_id"] == held]}, None, per_group=test_per_group or 10**9
+        ).get(family)
+        if rows is not None and not rows.empty:
+            out.append((family, rows))
+    return out
+
+
 def _calibration_scores(
     model: Any,
     store: dict[str, pd.DataFrame],
@@ -219,16 +231,7 @@ def _calibration_scores(
     from components.opmodel.engine import OpEngine
     from components.physics import roofline as physics
 
-    parts = []
-    for family in spec_tier.SPEC_FAMILIES:
-        frame = store.get(family)
-        if frame is None:
-            continue
-        rows = spec_tier.training_rows(
-            {family: frame[frame["device_id"] == held]}, None, per_group=test_per_group or 10**9
-        ).get(family)
-        if rows is not None and not rows.empty:
-            parts.append(rows.assign(family=family))
+    parts = [rows.assign(family=family) for family, rows in _held_rows(store, held, test_per_group)]
     if not parts:
         return []
     rows = pd.concat(parts, ignore_index=True)
@@ -449,23 +452,9 @@ def bench_rows(split: str, entry: dict[str, Any]) -> list[dict[str, Any]]:
         coverage: float | None = None,
         metric: str = "mape",
     ) -> None:
-        ours = None if value is None else round(float(value), 4)
         asked = round(n / coverage) if coverage else int(n)
-        rows.append(
-            {
-                "split": split,
-                "family": family,
-                "target": f"duration_us[{scope}]",
-                "scope": scope,
-                "metric": metric,
-                "ours": ours,
-                "n": int(n),
-                "n_asked": asked,
-                "coverage": None if coverage is None else round(float(coverage), 4),
-                "published": None,
-                "published_by": None,
-            }
-        )
+        target = f"duration_us[{scope}]"
+        rows.append(bench_row(split, family, target, scope, metric, value, n, asked, coverage=coverage))
 
     for op, gpus in sorted(per_gpu.items()):
         n = sum(g["n"] for g in gpus.values())

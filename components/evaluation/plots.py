@@ -43,19 +43,28 @@ def _pairs(frame: pd.DataFrame, target: str) -> pd.DataFrame:
     ]
 
 
-def _top_devices(pairs: pd.DataFrame) -> list[str]:
-    return pairs["device_id"].value_counts().index[:MAX_DEVICES_PER_PLOT].tolist()
+Drawn = tuple[Any, Any, Any, pd.DataFrame, list[tuple[str, pd.DataFrame]]]
 
 
-def predicted_vs_measured(frame: pd.DataFrame, target: str, path: Path) -> Path | None:
-    """Log-log scatter with the y = x line and +-10% band, one colour per GPU."""
+def _figure(frame: pd.DataFrame, target: str, size: tuple[float, float]) -> Drawn | None:
+    """(plt, figure, axes, every row's pairs, [(device, rows)] of the largest devices) for ``target``; None
+    without rows."""
     pairs = _pairs(frame, target)
     if pairs.empty:
         return None
     plt = _pyplot()
-    fig, ax = plt.subplots(figsize=(6, 6))
-    for device in _top_devices(pairs):
-        rows = pairs[pairs["device_id"] == device]
+    fig, ax = plt.subplots(figsize=size)
+    devices = pairs["device_id"].value_counts().index[:MAX_DEVICES_PER_PLOT]
+    return plt, fig, ax, pairs, [(device, pairs[pairs["device_id"] == device]) for device in devices]
+
+
+def predicted_vs_measured(frame: pd.DataFrame, target: str, path: Path) -> Path | None:
+    """Log-log scatter with the y = x line and +-10% band, one colour per GPU."""
+    drawn = _figure(frame, target, (6, 6))
+    if drawn is None:
+        return None
+    plt, fig, ax, pairs, per_device = drawn
+    for device, rows in per_device:
         ax.scatter(rows["true"], rows["pred"], s=6, alpha=0.5, label=f"{device} ({len(rows)})")
     low, high = float(pairs[["true", "pred"]].min().min()), float(pairs[["true", "pred"]].max().max())
     line = np.geomspace(low, high, 50)
@@ -74,13 +83,11 @@ def predicted_vs_measured(frame: pd.DataFrame, target: str, path: Path) -> Path 
 
 def error_cdf(frame: pd.DataFrame, target: str, path: Path) -> Path | None:
     """Cumulative share of rows under each relative error, one curve per GPU."""
-    pairs = _pairs(frame, target)
-    if pairs.empty:
+    drawn = _figure(frame, target, (6, 4))
+    if drawn is None:
         return None
-    plt = _pyplot()
-    fig, ax = plt.subplots(figsize=(6, 4))
-    for device in _top_devices(pairs):
-        rows = pairs[pairs["device_id"] == device]
+    plt, fig, ax, _, per_device = drawn
+    for device, rows in per_device:
         errors = np.sort(relative_errors(rows["true"], rows["pred"]))
         ax.step(errors, np.arange(1, errors.size + 1) / errors.size, where="post", label=device)
     ax.axvline(0.10, color="grey", ls="--", lw=1)

@@ -23,10 +23,12 @@ import json
 import math
 from typing import Any
 
+from components.common.json_object import json_object
 from components.physics.bounds import busiest_on_side, class_of_bound
 from components.programs.errors import ProgramError
 
 LANGUAGES: tuple[str, ...] = ("cuda", "hip")
+LAUNCH_FIELDS: tuple[str, ...] = ("grid", "block", "kernel", "defines", "shared_bytes", "args")
 COMPILE_TIMEOUT_S = 60.0
 COMPILE_MEMORY_BYTES = 4 << 30
 MAX_SOURCE_CHARS = 1_000_000
@@ -50,18 +52,8 @@ def _check_inputs(source: Any, language: Any, launch: Any) -> tuple[str, dict[st
     lang = str(language or "").strip().lower()
     if lang not in LANGUAGES:
         raise ProgramError(f"language: {language!r}; expected one of {', '.join(LANGUAGES)}")
-    if isinstance(launch, str):
-        try:
-            launch = json.loads(launch)
-        except json.JSONDecodeError as exc:
-            raise ProgramError(f"launch: not valid JSON ({exc.msg})") from None
-    if not isinstance(launch, dict):
-        raise ProgramError('launch: expected an object such as {"grid": [256], "block": [256]}')
-    unknown = sorted(set(launch) - {"grid", "block", "kernel", "defines", "shared_bytes", "args"})
-    if unknown:
-        raise ProgramError(
-            f"launch: unknown field {unknown[0]!r} (known: grid, block, kernel, defines, shared_bytes, args)"
-        )
+    expected = 'expected an object such as {"grid": [256], "block": [256]}'
+    launch = json_object(launch, "launch", ProgramError, LAUNCH_FIELDS, expected)
     defines = launch.get("defines") or {}
     if not isinstance(defines, dict) or not all(isinstance(k, str) and k.isidentifier() for k in defines):
         raise ProgramError('launch defines: expected an object of macro names to values, e.g. {"N": "1024"}')
@@ -69,44 +61,38 @@ def _check_inputs(source: Any, language: Any, launch: Any) -> tuple[str, dict[st
 
 
 def _compile(source: str, arch: str, defines: dict[str, str], kernel: str | None) -> Any:
-    from components.features.static.analyze import NoKernelError, analyze_source
-    from components.features.static.compile import CompileError
+    """The SASS report of CUDA source."""
+    from components.features.static.analyze import analyze_source
 
-    try:
-        return analyze_source(
-            source,
-            arch,
-            kernel,
-            "question.cu",
-            defines={k: str(v) for k, v in defines.items()},
-            timeout_s=COMPILE_TIMEOUT_S,
-            memory_bytes=COMPILE_MEMORY_BYTES,
-        )
-    except NoKernelError as exc:
-        raise ProgramError(f"source: {exc.why}") from None
-    except CompileError as exc:
-        raise ProgramError(f"source: {str(exc).replace('question.cu: ', '', 1)}") from None
-    except LookupError as exc:
-        raise ProgramError(f"launch kernel: {exc.args[0] if exc.args else exc}") from None
+    return _analysed(analyze_source, source, arch, kernel, "question.cu", defines)
 
 
 def _compile_hip(source: str, arch: str, defines: dict[str, str], kernel: str | None, from_cuda: bool) -> Any:
     """The AMDGPU report of HIP source (or of CUDA source through the HIP translation)."""
-    from components.features.static.analyze import NoKernelError
-    from components.features.static.compile import CompileError
-    from components.features.static.hip import HipToolchainMissing, analyze_hip_source
+    from components.features.static.hip import analyze_hip_source
 
     name = "question.cu" if from_cuda else "question.hip"
+    return _analysed(analyze_hip_source, source, arch, kernel, name, defines, from_cuda=from_cuda)
+
+
+def _analysed(
+    analyse: Any, source: str, arch: str, kernel: str | None, name: str, defines: dict[str, str], **extra: Any
+) -> Any:
+    """``analyse``'s report of the question's source, its failures as one ProgramError each."""
+    from components.features.static.analyze import NoKernelError
+    from components.features.static.compile import CompileError
+    from components.features.static.hip import HipToolchainMissing
+
     try:
-        return analyze_hip_source(
+        return analyse(
             source,
             arch,
             kernel,
             name,
             defines={k: str(v) for k, v in defines.items()},
-            from_cuda=from_cuda,
             timeout_s=COMPILE_TIMEOUT_S,
             memory_bytes=COMPILE_MEMORY_BYTES,
+            **extra,
         )
     except HipToolchainMissing as exc:
         raise ProgramError(f"source: {exc}") from None
@@ -118,8 +104,6 @@ def _compile_hip(source: str, arch: str, defines: dict[str, str], kernel: str | 
         raise ProgramError(f"launch kernel: {exc.args[0] if exc.args else exc}") from None
 
 
-# HIP's mask-less warp intrinsics and its old coordinate macros, as CUDA: HIP source on an NVIDIA GPU
-# is CUDA (hipcc compiles it with nvcc there), so NVRTC answers it through this shim.
 HIP_ON_NVIDIA_SHIM = r"""
 #define __shfl(v, ...) __shfl_sync(0xffffffffu, v, __VA_ARGS__)
 #define __shfl_up(v, ...) __shfl_up_sync(0xffffffffu, v, __VA_ARGS__)

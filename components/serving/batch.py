@@ -8,12 +8,12 @@ A row without a device is asked on every ``--device``; errors name the file and 
 from __future__ import annotations
 
 import csv
-import json
 import re
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
+from components.common.json_object import json_object
 from components.serving.query import QueryError
 from components.serving.question_forms import QUESTION_COLUMNS
 
@@ -85,16 +85,7 @@ def read_batch(
 
 
 def _json_row(text: str, allowed: set[str]) -> dict[str, Any]:
-    try:
-        row = json.loads(text)
-    except json.JSONDecodeError as exc:
-        raise QueryError(f"not valid JSON ({exc.msg})") from None
-    if not isinstance(row, dict):
-        raise QueryError("expected a JSON object")
-    unknown = sorted(set(row) - allowed)
-    if unknown:
-        raise QueryError(f"unknown field {unknown[0]!r}; accepted: {', '.join(sorted(allowed))}")
-    return row
+    return json_object(text, "", QueryError, allowed)
 
 
 def answer_rows(
@@ -146,13 +137,7 @@ def parse_launch(text: str) -> dict[str, Any]:
     """``--launch`` as JSON object text, or ``GRID/BLOCK`` such as ``4096/256`` or ``64,64/16,16``."""
     text = text.strip()
     if text.startswith("{"):
-        try:
-            value = json.loads(text)
-        except json.JSONDecodeError as exc:
-            raise QueryError(f"--launch: not valid JSON ({exc.msg})") from None
-        if not isinstance(value, dict):
-            raise QueryError("--launch: expected a JSON object")
-        return value
+        return json_object(text, "--launch", QueryError)
     match = re.fullmatch(r"(\d+(?:,\d+){0,2})/(\d+(?:,\d+){0,2})", text.replace(" ", ""))
     if not match:
         raise QueryError(

@@ -63,18 +63,11 @@ def has_deployments(frame: Any) -> bool:
 
 
 def _fields(value: Any, where: str) -> dict[str, Any]:
+    from components.common.json_object import json_object
     from components.serving.query import QueryError
 
-    if isinstance(value, str):
-        try:
-            value = json.loads(value)
-        except json.JSONDecodeError as exc:
-            raise QueryError(f"{where}: not JSON ({exc.msg} at char {exc.pos})") from None
-    if not isinstance(value, dict):
-        raise QueryError(f"{where}: expected an object with fields {', '.join(DEPLOYMENT_FIELDS)}")
-    unknown = sorted(set(value) - set(DEPLOYMENT_FIELDS))
-    if unknown:
-        raise QueryError(f"{where}: unknown field {unknown[0]!r}; accepted: {', '.join(DEPLOYMENT_FIELDS)}")
+    expected = f"expected an object with fields {', '.join(DEPLOYMENT_FIELDS)}"
+    value = json_object(value, where, QueryError, DEPLOYMENT_FIELDS, expected)
     if "model" not in value:
         raise QueryError(f"{where}.model: required (a bundled model name or an HF config object)")
     return value
