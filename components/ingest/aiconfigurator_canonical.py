@@ -490,27 +490,20 @@ def ingest(
         }
     )
     measurements = conform(measurements, MEASUREMENT_COLUMNS)
-    output = AdapterOutput.conformed(
-        SOURCE,
-        measurements,
-        kernels,
-        rejects,
-        rows_in=len(measurements) + len(rejects),
-        devices=specs,
-        notes=[
-            "latency (ms upstream) x 1000 = duration_us; CUDA-graph replays timed with torch.cuda.Event "
-            "(collector/helper.py): profiler=cuda_event, clock_mode=unknown",
-            f"sample: at most {cap if cap is not None else 'all'} kernels by salted hash of kernel_id, "
-            "shared evenly between (family, op) groups; every GPU and repeat of a chosen kernel kept; "
-            "rows_in counts the sampled rows plus every rejected row (shapes without work, unknown GPUs)",
-            *full_notes,
-            "repeats: one kernel_id per (family, op, dtype, shape) measured under several framework/"
-            "version/kernel_source (run_id); median relative spread (max-min)/median over (kernel, GPU) "
-            f"pairs with 2+ repeats: {noise_floor(measurements):.3f} (different kernel sources are different "
-            f"implementations); within one kernel source: {noise_floor(measurements, True):.3f}",
-            *device_notes,
-        ],
-    )
+    notes = [
+        "latency (ms upstream) x 1000 = duration_us; CUDA-graph replays timed with torch.cuda.Event "
+        "(collector/helper.py): profiler=cuda_event, clock_mode=unknown",
+        f"sample: at most {cap if cap is not None else 'all'} kernels by salted hash of kernel_id, "
+        "shared evenly between (family, op) groups; every GPU and repeat of a chosen kernel kept; "
+        "rows_in counts the sampled rows plus every rejected row (shapes without work, unknown GPUs)",
+        *full_notes,
+        "repeats: one kernel_id per (family, op, dtype, shape) measured under several framework/"
+        "version/kernel_source (run_id); median relative spread (max-min)/median over (kernel, GPU) "
+        f"pairs with 2+ repeats: {noise_floor(measurements):.3f} (different kernel sources are different "
+        f"implementations); within one kernel source: {noise_floor(measurements, True):.3f}",
+        *device_notes,
+    ]
+    output = AdapterOutput.conformed(SOURCE, measurements, kernels, rejects, notes=notes, devices=specs)
     if progress:
         progress(f"{SOURCE}: {len(measurements)} measurements of {len(kernels)} kernels")
     return output

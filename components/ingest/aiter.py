@@ -354,22 +354,16 @@ def ingest(root: Path, catalog: Any, progress: Callable[[str], None] | None = No
     )
     n_copies = int(rejected["reason"].str.contains(": copy across ").sum())
     counts = measurements.groupby("device_id").size().to_dict()
-    output = AdapterOutput.conformed(
-        SOURCE,
-        measurements,
-        kernels,
-        rejects,
-        rows_in=len(measurements) + len(rejects),
-        notes=[
-            f"us (microseconds upstream) = duration_us: the fastest kernel of aiter's tuning sweep per shape "
-            f"(a lower envelope), profiler={PROFILER}, clock_mode=unknown; ROCm/aiter @ {COMMIT[:8]}",
-            f"measurements per GPU: {counts}",
-            f"{n_copies} rows copy a smaller-M row's time (same GPU, dtype, kernel, N/K, us): rejected as "
-            "copies, the smallest-M row kept",
-            f"{len(rejects) - n_copies} rows rejected otherwise (no positive time, unknown GPU or dtype)",
-            f"left out (no op family here): {', '.join(skipped) or 'none'}",
-        ],
-    )
+    notes = [
+        f"us (microseconds upstream) = duration_us: the fastest kernel of aiter's tuning sweep per shape "
+        f"(a lower envelope), profiler={PROFILER}, clock_mode=unknown; ROCm/aiter @ {COMMIT[:8]}",
+        f"measurements per GPU: {counts}",
+        f"{n_copies} rows copy a smaller-M row's time (same GPU, dtype, kernel, N/K, us): rejected as "
+        "copies, the smallest-M row kept",
+        f"{len(rejects) - n_copies} rows rejected otherwise (no positive time, unknown GPU or dtype)",
+        f"left out (no op family here): {', '.join(skipped) or 'none'}",
+    ]
+    output = AdapterOutput.conformed(SOURCE, measurements, kernels, rejects, notes=notes)
     if progress:
         progress(f"{SOURCE}: {len(measurements)} measurements of {len(kernels)} kernels")
     return output

@@ -38,12 +38,13 @@ class AdapterOutput:
         measurements: pd.DataFrame | list[dict],
         kernels: pd.DataFrame | list[dict],
         rejects: pd.DataFrame | list[dict],
-        rows_in: int,
+        rows_in: int | None = None,
         notes: list[str] | None = None,
         devices: list | None = None,
     ) -> AdapterOutput:
         """An adapter's answer: each table (a frame or a list of row dicts) conformed to its canonical schema,
-        and the balance checked (every input row canonical or rejected)."""
+        and the balance checked (every input row canonical or rejected); ``rows_in`` None: the adapter's
+        input rows are exactly its canonical and rejected rows (it counted nothing else)."""
 
         def table(rows: pd.DataFrame | list[dict], columns: dict[str, str]) -> pd.DataFrame:
             return conform(rows if isinstance(rows, pd.DataFrame) else pd.DataFrame(rows), columns)
@@ -53,7 +54,7 @@ class AdapterOutput:
             table(measurements, MEASUREMENT_COLUMNS),
             table(kernels, KERNEL_COLUMNS),
             table(rejects, REJECT_COLUMNS),
-            rows_in,
+            len(measurements) + len(rejects) if rows_in is None else rows_in,
             notes=list(notes or []),
             devices=list(devices or []),
         )

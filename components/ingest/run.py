@@ -254,16 +254,10 @@ def fault_point(name: str) -> None:
 
 
 @dataclass
-class Part:
-    """One source's (or one profiled run's) canonical rows."""
+class Part(AdapterOutput):
+    """One source's (or one profiled run's) canonical rows, stored under ``key``."""
 
-    key: str
-    source: str
-    measurements: pd.DataFrame
-    kernels: pd.DataFrame
-    rejects: pd.DataFrame
-    rows_in: int
-    notes: list[str] = field(default_factory=list)
+    key: str = field(kw_only=True)
 
 
 def _run_of(upstream_file: pd.Series, run_id: pd.Series | None = None) -> pd.Series:
@@ -292,7 +286,7 @@ def split_parts(result: IngestResult) -> list[Part]:
         r = result.rejects[result.rejects["source"] == source]
         notes = list(result.notes.get(source, []))
         if source not in RUN_PARTITIONED:
-            parts.append(Part(source, source, m, k, r, int(result.rows_in[source]), notes))
+            parts.append(Part(source, m, k, r, int(result.rows_in[source]), notes, key=source))
             continue
         m_runs = _run_of(m["upstream_file"], m["run_id"])
         r_runs = _run_of(r["upstream_file"])
@@ -302,11 +296,8 @@ def split_parts(result: IngestResult) -> list[Part]:
         for i, run in enumerate(runs):
             pm, pr = m[(m_runs == run).to_numpy()], r[(r_runs == run).to_numpy()]
             mine = kernel_ids.isin(set(pm["kernel_id"].astype(str))) | (unused if i == 0 else False)
-            parts.append(
-                Part(
-                    part_key(source, run), source, pm, k[mine], pr, len(pm) + len(pr), notes if i == 0 else []
-                )
-            )
+            key = part_key(source, run)
+            parts.append(Part(source, pm, k[mine], pr, len(pm) + len(pr), notes if i == 0 else [], key=key))
     return parts
 
 
@@ -335,13 +326,13 @@ def _read_part(folder: Path) -> Part:
     try:
         meta = json.loads((folder / PART_META).read_text())
         return Part(
-            str(meta["key"]),
             str(meta["source"]),
             conform(pd.read_parquet(folder / "measurements.parquet"), MEASUREMENT_COLUMNS),
             conform(pd.read_parquet(folder / "kernels.parquet"), KERNEL_COLUMNS),
             conform(pd.read_parquet(folder / "rejects.parquet"), REJECT_COLUMNS),
             int(meta["rows_in"]),
             [str(n) for n in meta.get("notes", [])],
+            key=str(meta["key"]),
         )
     except (OSError, KeyError, ValueError) as exc:
         raise IngestError(f"{folder}: unreadable canonical partition ({exc}); re-ingest its source") from None
