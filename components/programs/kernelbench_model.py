@@ -33,20 +33,12 @@ MIN_CONFIG_DEVICES = 2
 def program_table(data: KernelBenchData, catalog: Any, op_predictor: Any = None) -> pd.DataFrame:
     """Rows of ``data.rows`` with program features; ``pred_<kind>`` in the op predictor's basis
     (the roofline's when None), ``roof_sum_us`` the trace roofline."""
-    from components.programs.program_features import op_times, program_features
+    from components.programs.program_features import timed_programs
 
     kernel_ids = sorted(data.traces)
     programs: list[ProgramOps] = [program_ops(data.traces[k].ops) for k in kernel_ids]
     devices = sorted(set(data.rows["device_id"].astype(str)) & set(catalog.ids()))
-    predictor = (
-        op_predictor
-        if op_predictor is not None and getattr(op_predictor, "family", "") != "roofline"
-        else None
-    )
-    from components.programs.engine_ops import op_engine
-
-    times = op_times(programs, devices, catalog, predictor, op_engine(predictor))
-    features = program_features(programs, times, devices, catalog)
+    times, features = timed_programs(programs, devices, catalog, op_predictor)
     features = features.merge(
         kind_sums(times.frame, "pred_us", "pred"), on=["program", "device_id"], how="left"
     )

@@ -125,22 +125,14 @@ def program_frames(
     """(op rows, program rows) for programs x specs; program rows carry ``pred_<kind>`` in the
     program model's basis and ``predicted_us``."""
     from components.devices import load_catalog
-    from components.programs.program_features import op_times, program_features
+    from components.programs.program_features import timed_programs
 
     catalog = load_catalog()
     extra = [s for s in specs if s.id not in catalog.ids()]
     if extra:
         catalog = catalog.with_devices(extra)
     ids = [s.id for s in specs]
-    predictor = (
-        op_predictor
-        if op_predictor is not None and getattr(op_predictor, "family", "") != "roofline"
-        else None
-    )
-    from components.programs.engine_ops import op_engine
-
-    times = op_times(programs, ids, catalog, predictor, op_engine(predictor))
-    frame = program_features(programs, times, ids, catalog)
+    times, frame = timed_programs(programs, ids, catalog, op_predictor)
     basis_column = "pred_us" if matches else "roof_us"
     frame = frame.merge(kind_sums(times.frame, basis_column, "pred"), on=["program", "device_id"], how="left")
     frame = frame.fillna({c: 0.0 for c in frame.columns if c.startswith("pred_") and c != "pred_sum_us"})

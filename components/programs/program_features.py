@@ -304,3 +304,16 @@ def transfer_features(frame: pd.DataFrame) -> pd.DataFrame:
     out["log_dram_gbps"] = np.log(frame["dram_gbps"].clip(lower=1.0))
     out["ridge_flop_per_byte"] = frame["fp32_tflops"] * 1e3 / frame["dram_gbps"].clip(lower=1.0)
     return out.replace([math.inf, -math.inf], np.nan).fillna(0.0)
+
+
+def timed_programs(
+    programs: list[ProgramOps], devices: list[str], catalog: Any, op_predictor: Any
+) -> tuple[Any, pd.DataFrame]:
+    """(op times, program features) of ``programs`` on ``devices``: the ops answered by ``op_predictor``
+    where it is a trained one (a roofline predictor adds nothing to the op engine) and by the op engine."""
+    from components.programs.engine_ops import op_engine
+
+    trained = op_predictor is not None and getattr(op_predictor, "family", "") != "roofline"
+    predictor = op_predictor if trained else None
+    times = op_times(programs, devices, catalog, predictor, op_engine(predictor))
+    return times, program_features(programs, times, devices, catalog)
