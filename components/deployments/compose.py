@@ -124,31 +124,12 @@ def _layer_ops(
     window = m.sliding_window
     full_layers = layers * (1 - m.sliding_layers / m.layers)
     win_layers = layers - full_layers
-    attn = {"B": batch, "H": hq, "HKV": hkv, "D": dh}
-    if full_layers:
-        ops.append(
-            OpLine(
-                phase,
-                "attention",
-                "attention",
-                act,
-                {**attn, "S": q_len, "KV": ctx},
-                full_layers,
-                kv_dtype=d.kv_dtype,
+    attn = {"B": batch, "H": hq, "HKV": hkv, "D": dh, "S": q_len, "KV": ctx}
+    for count, extra in ((full_layers, {}), (win_layers if window else 0, {"W": window})):
+        if count:  # full-context layers, then sliding-window ones
+            ops.append(
+                OpLine(phase, "attention", "attention", act, {**attn, **extra}, count, kv_dtype=d.kv_dtype)
             )
-        )
-    if win_layers and window:
-        ops.append(
-            OpLine(
-                phase,
-                "attention",
-                "attention",
-                act,
-                {**attn, "S": q_len, "KV": ctx, "W": window},
-                win_layers,
-                kv_dtype=d.kv_dtype,
-            )
-        )
     return ops + _mlp_ops(d, phase, tokens, layers)
 
 

@@ -116,19 +116,29 @@ def train_stage(
     table = read_feature_table(inputs.features_file, settings.data_dir / "canonical")
     chosen = pick_fold(split_folds(table, inputs.split), inputs.fold)
     say = progress or (lambda _line: None)
-    if inputs.family == "llm":
-        return _train_llm(inputs, table, chosen, settings, params, say)
-    return _train_classic(inputs, table, chosen, settings, params, say)
+    job = _Job(inputs, table, chosen, settings, params, say)
+    return _train_llm(job) if inputs.family == "llm" else _train_classic(job)
 
 
-def _train_classic(
-    inputs: TrainInputs,
-    table: pd.DataFrame,
-    chosen: Fold,
-    settings: Settings,
-    params: dict[str, Any],
-    say: Callable[[str], None],
-) -> TrainResult:
+@dataclass(frozen=True)
+class _Job:
+    """One training run's inputs: the request, the feature table and its chosen fold, settings, params."""
+
+    inputs: TrainInputs
+    table: pd.DataFrame
+    chosen: Fold
+    settings: Settings
+    params: dict[str, Any]
+    say: Callable[[str], None]
+
+    def unpacked(
+        self,
+    ) -> tuple[TrainInputs, pd.DataFrame, Fold, Settings, dict[str, Any], Callable[[str], None]]:
+        return self.inputs, self.table, self.chosen, self.settings, self.params, self.say
+
+
+def _train_classic(job: _Job) -> TrainResult:
+    inputs, table, chosen, settings, params, say = job.unpacked()
     from components.evaluation.harness import capped_rows, evaluate_predictor, flat_metrics
     from components.evaluation.plots import write_plots
     from components.models.tabular_config import TabularConfig
@@ -237,16 +247,10 @@ def _log_metrics(metrics: dict[str, float]) -> None:
         mlflow.log_metrics(metrics)
 
 
-def _train_llm(
-    inputs: TrainInputs,
-    table: pd.DataFrame,
-    chosen: Fold,
-    settings: Settings,
-    params: dict[str, Any],
-    say: Callable[[str], None],
-) -> TrainResult:
+def _train_llm(job: _Job) -> TrainResult:
     """LoRA fine-tune on the fold's train side (Ray Train), score its test side, and record the
     scores on the training run, so ``promote`` gates the LLM version like any other."""
+    inputs, table, chosen, settings, params, say = job.unpacked()
     import shutil
 
     from components.evaluation.harness import capped_rows, evaluate_predictor, flat_metrics
