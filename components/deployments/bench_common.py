@@ -235,6 +235,23 @@ def _blind_refit(
     return pd.concat(parts, ignore_index=True).sort_values(key).reset_index(drop=True)
 
 
+def source_frames(
+    composed: dict[str, pd.DataFrame],
+    key: str,
+    runs: pd.DataFrame,
+    recompose: Callable[[pd.DataFrame, OpTimeFn], pd.DataFrame],
+    engine: Any,
+    datasets_dir: Path,
+    log: Callable[[str], None],
+) -> dict[str, pd.DataFrame]:
+    """Each op source's composed runs, aligned on ``key``; the unseen-GPU source's rows of the GPUs that
+    trained the spec model recomposed blind to them (``_blind_refit``)."""
+    frames = _aligned(composed, key)
+    if UNSEEN in frames:
+        frames[UNSEEN] = _blind_refit(frames[UNSEEN], engine, datasets_dir, runs, recompose, key, log)
+    return frames
+
+
 def _aligned(frames: dict[str, pd.DataFrame], key: str) -> dict[str, pd.DataFrame]:
     """The runs every source answered, in one order (a source may refuse a run the others answer)."""
     common = set.intersection(*(set(f[key]) for f in frames.values()))

@@ -20,10 +20,8 @@ from components.deployments.bench_common import (
     SPLIT_PIPEWEAVE,
     UNSEEN,
     ServingBench,
-    _aligned,
     _apply,
     _blind,
-    _blind_refit,
     _combine,
     _named,
     _overheads,
@@ -36,6 +34,7 @@ from components.deployments.bench_common import (
     fit_step_cost,
     held_out_fold,
     op_sources,
+    source_frames,
     summary,
     with_allreduce,
 )
@@ -190,15 +189,12 @@ def run_pipeweave_bench(
         run_id=[f"{r.gpu}/tp{r.tp}/{r.model}/{r.workload}/{i}" for i, r in enumerate(runs.itertuples())]
     )
     sources = {ROOFLINE_SOURCE: op_time} if op_time is not None else op_sources(engine, variants)
-    frames = _aligned(
-        {k: compose_pipeweave(runs, catalog, datasets_dir, fn) for k, fn in sources.items()}, "run_id"
-    )
-    if UNSEEN in frames:
 
-        def recompose(asked: pd.DataFrame, fn: OpTimeFn) -> pd.DataFrame:
-            return compose_pipeweave(asked, catalog, datasets_dir, fn)
+    def compose(asked: pd.DataFrame, fn: OpTimeFn) -> pd.DataFrame:
+        return compose_pipeweave(asked, catalog, datasets_dir, fn)
 
-        frames[UNSEEN] = _blind_refit(frames[UNSEEN], engine, datasets_dir, runs, recompose, "run_id", log)
+    composed = {k: compose(runs, fn) for k, fn in sources.items()}
+    frames = source_frames(composed, "run_id", runs, compose, engine, datasets_dir, log)
     folds: dict[str, list[pd.DataFrame]] = defaultdict(list)
     chosen: dict[str, str] = {}
     base = frames[ROOFLINE_SOURCE]

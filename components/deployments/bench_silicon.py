@@ -22,9 +22,7 @@ from components.deployments.bench_common import (
     SPLIT_SILICON,
     UNSEEN,
     ServingBench,
-    _aligned,
     _blind,
-    _blind_refit,
     _combine,
     _named,
     _overheads,
@@ -38,6 +36,7 @@ from components.deployments.bench_common import (
     held_out_fold,
     op_sources,
     relative_l1,
+    source_frames,
     summary,
 )
 from components.deployments.compose import compose_many, memory_check, overhead_counts
@@ -292,13 +291,11 @@ def run_silicon_bench(
     composed_by, refused_by = {}, {}
     for k, fn in sources.items():
         composed_by[k], refused_by[k] = compose_silicon(runs, catalog, datasets_dir, fn, log=log)
-    frames = _aligned(composed_by, "id")
-    if UNSEEN in frames:
 
-        def recompose(asked: pd.DataFrame, fn: OpTimeFn) -> pd.DataFrame:
-            return compose_silicon(asked, catalog, datasets_dir, fn)[0]
+    def recompose(asked: pd.DataFrame, fn: OpTimeFn) -> pd.DataFrame:
+        return compose_silicon(asked, catalog, datasets_dir, fn)[0]
 
-        frames[UNSEEN] = _blind_refit(frames[UNSEEN], engine, datasets_dir, runs, recompose, "id", log)
+    frames = source_frames(composed_by, "id", runs, recompose, engine, datasets_dir, log)
     refused = refused_by[ROOFLINE_SOURCE]
     folds: dict[str, list[pd.DataFrame]] = defaultdict(list)
     chosen: dict[str, str] = {}

@@ -7,6 +7,7 @@ and writes one file; ``write_plots`` writes every plot the frame has data for.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -43,63 +44,68 @@ def _pairs(frame: pd.DataFrame, target: str) -> pd.DataFrame:
     ]
 
 
-Drawn = tuple[Any, Any, Any, pd.DataFrame, list[tuple[str, pd.DataFrame]]]
+PerDevice = list[tuple[str, pd.DataFrame]]
 
 
-def _figure(frame: pd.DataFrame, target: str, size: tuple[float, float]) -> Drawn | None:
-    """(plt, figure, axes, every row's pairs, [(device, rows)] of the largest devices) for ``target``; None
-    without rows."""
+def _device_plot(
+    frame: pd.DataFrame,
+    target: str,
+    path: Path,
+    size: tuple[float, float],
+    draw: Callable[[Any, pd.DataFrame, PerDevice], None],
+) -> Path | None:
+    """One figure of ``target``: ``draw(axes, every row's pairs, [(device, rows)] of the largest devices)``,
+    saved to ``path``; None without rows."""
     pairs = _pairs(frame, target)
     if pairs.empty:
         return None
     plt = _pyplot()
     fig, ax = plt.subplots(figsize=size)
     devices = pairs["device_id"].value_counts().index[:MAX_DEVICES_PER_PLOT]
-    return plt, fig, ax, pairs, [(device, pairs[pairs["device_id"] == device]) for device in devices]
+    draw(ax, pairs, [(device, pairs[pairs["device_id"] == device]) for device in devices])
+    return _save(fig, plt, path)
 
 
 def predicted_vs_measured(frame: pd.DataFrame, target: str, path: Path) -> Path | None:
     """Log-log scatter with the y = x line and +-10% band, one colour per GPU."""
-    drawn = _figure(frame, target, (6, 6))
-    if drawn is None:
-        return None
-    plt, fig, ax, pairs, per_device = drawn
-    for device, rows in per_device:
-        ax.scatter(rows["true"], rows["pred"], s=6, alpha=0.5, label=f"{device} ({len(rows)})")
-    low, high = float(pairs[["true", "pred"]].min().min()), float(pairs[["true", "pred"]].max().max())
-    line = np.geomspace(low, high, 50)
-    ax.plot(line, line, "k-", lw=1)
-    ax.fill_between(line, line * 0.9, line * 1.1, color="grey", alpha=0.2, label="±10%")
-    ax.set(
-        xscale="log",
-        yscale="log",
-        xlabel=f"measured {target}",
-        ylabel=f"predicted {target}",
-        title=f"{target}: predicted vs measured",
-    )
-    ax.legend(fontsize=7, loc="upper left")
-    return _save(fig, plt, path)
+
+    def draw(ax: Any, pairs: pd.DataFrame, per_device: PerDevice) -> None:
+        for device, rows in per_device:
+            ax.scatter(rows["true"], rows["pred"], s=6, alpha=0.5, label=f"{device} ({len(rows)})")
+        low, high = float(pairs[["true", "pred"]].min().min()), float(pairs[["true", "pred"]].max().max())
+        line = np.geomspace(low, high, 50)
+        ax.plot(line, line, "k-", lw=1)
+        ax.fill_between(line, line * 0.9, line * 1.1, color="grey", alpha=0.2, label="±10%")
+        ax.set(
+            xscale="log",
+            yscale="log",
+            xlabel=f"measured {target}",
+            ylabel=f"predicted {target}",
+            title=f"{target}: predicted vs measured",
+        )
+        ax.legend(fontsize=7, loc="upper left")
+
+    return _device_plot(frame, target, path, (6, 6), draw)
 
 
 def error_cdf(frame: pd.DataFrame, target: str, path: Path) -> Path | None:
     """Cumulative share of rows under each relative error, one curve per GPU."""
-    drawn = _figure(frame, target, (6, 4))
-    if drawn is None:
-        return None
-    plt, fig, ax, _, per_device = drawn
-    for device, rows in per_device:
-        errors = np.sort(relative_errors(rows["true"], rows["pred"]))
-        ax.step(errors, np.arange(1, errors.size + 1) / errors.size, where="post", label=device)
-    ax.axvline(0.10, color="grey", ls="--", lw=1)
-    ax.set(
-        xscale="log",
-        xlabel="relative error",
-        ylabel="share of kernels",
-        ylim=(0, 1),
-        title=f"{target}: error CDF per GPU",
-    )
-    ax.legend(fontsize=7, loc="lower right")
-    return _save(fig, plt, path)
+
+    def draw(ax: Any, _pairs: pd.DataFrame, per_device: PerDevice) -> None:
+        for device, rows in per_device:
+            errors = np.sort(relative_errors(rows["true"], rows["pred"]))
+            ax.step(errors, np.arange(1, errors.size + 1) / errors.size, where="post", label=device)
+        ax.axvline(0.10, color="grey", ls="--", lw=1)
+        ax.set(
+            xscale="log",
+            xlabel="relative error",
+            ylabel="share of kernels",
+            ylim=(0, 1),
+            title=f"{target}: error CDF per GPU",
+        )
+        ax.legend(fontsize=7, loc="lower right")
+
+    return _device_plot(frame, target, path, (6, 4), draw)
 
 
 def roofline_chart(frame: pd.DataFrame, path: Path) -> Path | None:
