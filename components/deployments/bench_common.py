@@ -301,6 +301,35 @@ def _combine(preds: dict[str, pd.DataFrame], choice: dict[str, str], osl: bool) 
     return out
 
 
+def leave_one_out(
+    frames: dict[str, pd.DataFrame],
+    column: str,
+    group: str,
+    fit: Callable[..., Any],
+    predict: Callable[[pd.DataFrame, Any], pd.DataFrame],
+    targets: dict[str, str],
+    osl: bool,
+    label: Callable[[str], str] = str,
+) -> tuple[dict[str, list[pd.DataFrame]], dict[str, str]]:
+    """Hold out each ``column`` value (a GPU) in turn: per fold, the op source per target chosen on the
+    training runs (``choose_source`` by inner leave-one-``group``-out), the framework cost fitted on them,
+    the held-out runs predicted. Returns the predicted folds per family and the choice per held-out value."""
+    folds: dict[str, list[pd.DataFrame]] = defaultdict(list)
+    chosen: dict[str, str] = {}
+    base = frames[ROOFLINE_SOURCE]
+    for value in sorted(base[column].unique()):
+        test = base[column] == value
+        if test.all():  # nothing left to train on
+            continue
+        held = held_out_fold(frames, test, fit, predict, folds)
+        choice = choose_source({k: f[~test] for k, f in frames.items()}, group, fit, predict, targets)
+        chosen[value] = ", ".join(f"{label(t)} {choice[t]}" for t in targets)
+        folds[FAMILY].append(_combine(held, choice, osl=osl))
+        if UNSEEN in held:  # the same choice, the held-out GPU's own kernels withheld (same framework fit)
+            folds[FAMILY_UNSEEN].append(_combine(held, _blind(choice), osl=osl))
+    return folds, chosen
+
+
 def _variant_rows(
     split: str,
     preds: dict[str, pd.DataFrame],

@@ -3,7 +3,7 @@ a framework-cost fit on the others; prefill, decode step and total beside the pu
 
 from __future__ import annotations
 
-from collections import Counter, defaultdict
+from collections import Counter
 from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
@@ -15,14 +15,10 @@ from components.common.metrics import mape
 from components.deployments.bench_common import (
     FAMILY,
     FAMILY_ROOFLINE,
-    FAMILY_UNSEEN,
     PW_TARGETS,
     SPLIT_PIPEWEAVE,
-    UNSEEN,
     ServingBench,
     _apply,
-    _blind,
-    _combine,
     _named,
     _overheads,
     _published_mape,
@@ -30,9 +26,8 @@ from components.deployments.bench_common import (
     _row,
     _tier_shares,
     _variant_rows,
-    choose_source,
     fit_step_cost,
-    held_out_fold,
+    leave_one_out,
     op_sources,
     source_frames,
     summary,
@@ -195,23 +190,8 @@ def run_pipeweave_bench(
 
     composed = {k: compose(runs, fn) for k, fn in sources.items()}
     frames = source_frames(composed, "run_id", runs, compose, engine, datasets_dir, log)
-    folds: dict[str, list[pd.DataFrame]] = defaultdict(list)
-    chosen: dict[str, str] = {}
-    base = frames[ROOFLINE_SOURCE]
-    for gpu in sorted(base["gpu"].unique()):
-        test = base["gpu"] == gpu
-        held = held_out_fold(frames, test, fit_pipeweave, predict_pipeweave, folds)
-        choice = choose_source(
-            {k: f[~test] for k, f in frames.items()},
-            "gpu",
-            fit_pipeweave,
-            predict_pipeweave,
-            {"prefill": "prefill_ms", "decode": "decode_ms"},
-        )
-        chosen[gpu] = f"prefill {choice['prefill']}, decode {choice['decode']}"
-        folds[FAMILY].append(_combine(held, choice, osl=True))
-        if UNSEEN in held:  # the same choice, the held-out GPU's own kernels withheld (same framework fit)
-            folds[FAMILY_UNSEEN].append(_combine(held, _blind(choice), osl=True))
+    targets = {"prefill": "prefill_ms", "decode": "decode_ms"}
+    folds, chosen = leave_one_out(frames, "gpu", "gpu", fit_pipeweave, predict_pipeweave, targets, osl=True)
     preds = {family: pd.concat(parts, ignore_index=True) for family, parts in folds.items()}
     pred = preds[FAMILY]
     bench = ServingBench(predictions=pred, variants=preds)

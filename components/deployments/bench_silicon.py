@@ -5,7 +5,6 @@ of a fit on the other; TTFT and TPOT per model, precision, mode and engine (the 
 from __future__ import annotations
 
 import re
-from collections import defaultdict
 from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
@@ -17,13 +16,9 @@ from components.common.metrics import mape
 from components.deployments.bench_common import (
     FAMILY,
     FAMILY_ROOFLINE,
-    FAMILY_UNSEEN,
     SI_TARGETS,
     SPLIT_SILICON,
-    UNSEEN,
     ServingBench,
-    _blind,
-    _combine,
     _named,
     _overheads,
     _reason,
@@ -32,8 +27,7 @@ from components.deployments.bench_common import (
     _tier_shares,
     _unseen_to_zero,
     _variant_rows,
-    choose_source,
-    held_out_fold,
+    leave_one_out,
     op_sources,
     relative_l1,
     source_frames,
@@ -297,25 +291,10 @@ def run_silicon_bench(
 
     frames = source_frames(composed_by, "id", runs, recompose, engine, datasets_dir, log)
     refused = refused_by[ROOFLINE_SOURCE]
-    folds: dict[str, list[pd.DataFrame]] = defaultdict(list)
-    chosen: dict[str, str] = {}
-    base = frames[ROOFLINE_SOURCE]
-    for device in sorted(base["device_id"].unique()):
-        test = base["device_id"] == device
-        if test.all():
-            continue
-        held = held_out_fold(frames, test, fit_steady, predict_steady, folds)
-        choice = choose_source(
-            {k: f[~test] for k, f in frames.items()},
-            "model_path",
-            fit_steady,
-            predict_steady,
-            {t: f"silicon_{t}_ms" for t in SI_TARGETS},
-        )
-        chosen[device] = f"TTFT {choice['ttft']}, TPOT {choice['tpot']}"
-        folds[FAMILY].append(_combine(held, choice, osl=False))
-        if UNSEEN in held:
-            folds[FAMILY_UNSEEN].append(_combine(held, _blind(choice), osl=False))
+    targets = {t: f"silicon_{t}_ms" for t in SI_TARGETS}
+    folds, chosen = leave_one_out(
+        frames, "device_id", "model_path", fit_steady, predict_steady, targets, osl=False, label=str.upper
+    )
     preds = {}
     for family, parts in folds.items():
         frame = pd.concat(parts, ignore_index=True)
