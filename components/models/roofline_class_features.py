@@ -14,6 +14,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from components.common.braces import closing_brace
 from components.features.static.sass import INSTRUCTION_CLASSES
 
 LAUNCH_DIMS: tuple[str, ...] = ("grid_x", "grid_y", "grid_z", "block_x", "block_y", "block_z")
@@ -46,16 +47,8 @@ def _block_after(text: str, start: int, limit: int = 60000) -> str:
     semi = text.find(";", start, start + limit)
     if brace < 0 or (0 <= semi < brace and "for" not in text[start:semi]):
         return text[start : semi + 1 if semi >= 0 else start + 400]
-    depth = 0
-    for j in range(brace, min(len(text), brace + limit)):
-        ch = text[j]
-        if ch == "{":
-            depth += 1
-        elif ch == "}":
-            depth -= 1
-            if depth == 0:
-                return text[start : j + 1]
-    return text[start : start + limit]
+    close = closing_brace(text, brace, stop=brace + limit)
+    return text[start : start + limit] if close is None else text[start : close + 1]
 
 
 def _mangled_function(op: str) -> str | None:

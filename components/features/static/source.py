@@ -17,6 +17,8 @@ import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from components.common.braces import closing_brace
+
 # System headers that NVRTC can compile when the CUDA wheels' headers are on the include path.
 DEVICE_HEADER_PATTERNS: tuple[str, ...] = (
     r"cuda_fp16\.h(pp)?",
@@ -248,18 +250,8 @@ class _Segment:
 
 
 def _matching_brace(text: str, mask: bytearray, open_pos: int) -> int:
-    depth = 0
-    for j in range(open_pos, len(text)):
-        if not mask[j]:
-            continue
-        ch = text[j]
-        if ch == "{":
-            depth += 1
-        elif ch == "}":
-            depth -= 1
-            if depth == 0:
-                return j
-    return len(text) - 1
+    close = closing_brace(text, open_pos, mask)
+    return len(text) - 1 if close is None else close
 
 
 def _function_name(head: str) -> str:

@@ -19,6 +19,8 @@ from __future__ import annotations
 import itertools
 import re
 
+from components.common.braces import closing_brace
+
 _BUILTIN = {
     "float",
     "double",
@@ -114,15 +116,8 @@ def _template_params(text: str) -> list[tuple[str, str, str | None]]:
 
 
 def _matching(text: str, start: int) -> int:
-    depth = 0
-    for j in range(start, len(text)):
-        if text[j] == "{":
-            depth += 1
-        elif text[j] == "}":
-            depth -= 1
-            if depth == 0:
-                return j
-    return len(text)
+    close = closing_brace(text, start)
+    return len(text) if close is None else close
 
 
 def _host_templates(text: str) -> list[tuple[int, int, str, list[tuple[str, str, str | None]], str]]:

@@ -15,6 +15,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol
 
+from components.common.braces import closing_brace
+
 if TYPE_CHECKING:
     from components.devices.catalog import DeviceSpec
 
@@ -65,15 +67,8 @@ def decode_source(raw: bytes | str, kernel: str, strict: bool = False) -> tuple[
 
 def _matching_brace(text: str, open_index: int) -> int:
     """Index just past the brace closing the one at ``open_index`` (end of text if unbalanced)."""
-    depth = 0
-    for i in range(open_index, len(text)):
-        if text[i] == "{":
-            depth += 1
-        elif text[i] == "}":
-            depth -= 1
-            if depth == 0:
-                return i + 1
-    return len(text)
+    close = closing_brace(text, open_index)
+    return len(text) if close is None else close + 1
 
 
 _GLOBAL_RE = re.compile(r"__global__[^;{]*?\b(?P<name>[A-Za-z_]\w*)\s*(?:<[^<>;{]*>)?\s*\(", re.S)
