@@ -54,9 +54,9 @@ ATTENTION_DTYPES: tuple[str, ...] = ("fp32", "fp16", "bf16", "fp8")
 KV_DTYPES: tuple[str, ...] = ("fp32", "fp16", "bf16", "fp8", "int8", "nvfp4")
 # Quantisation formats of weights, not of activations: only GEMM-like ops (and MoE) take them.
 GEMM_ONLY_DTYPES: frozenset[str] = frozenset({"fp8_block", "nvfp4", "int8_wo", "int4_wo"})
-# A dtype whose pipe the GPU lacks runs its math as the next dtype here, at that pipe's rate (an emulated kernel
-# is never faster than the pipe it runs on), while its DRAM bytes stay the asked dtype's: the operands are read
-# as stored and widened in registers (``roofline.roofline``).
+# A dtype whose pipe the GPU lacks runs its math as the next dtype here, at that pipe's rate (an emulated
+# kernel is never faster than the pipe it runs on), while its DRAM bytes stay the asked dtype's: the operands
+# are read as stored and widened in registers (``roofline.roofline``).
 # bf16 -> fp32, not fp16: there is no bf16 tensor-core instruction before sm_80 (Volta's HMMA and Turing's
 # take fp16 only), and a bf16 value cannot be narrowed to fp16 without losing its range, so cuBLAS and
 # PyTorch run a bf16 GEMM on V100/T4 as fp32 FMA (SIMT) math on up-converted inputs: measured on a V100,

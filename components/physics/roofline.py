@@ -171,8 +171,8 @@ def roofline(
     notes = []
     if choice.emulated_from is not None:
         notes.append(
-            f"{spec.name} has no {choice.emulated_from} pipe: emulation, the math at the {choice.dtype} pipe's "
-            f"rate, the memory traffic in {choice.emulated_from}"
+            f"{spec.name} has no {choice.emulated_from} pipe: emulation, the math at the {choice.dtype} "
+            f"pipe's rate, the memory traffic in {choice.emulated_from}"
         )
     # The work is the asked dtype's (its FLOPs and its bytes), only the math runs on the fallback pipe: an
     # emulated kernel reads its operands from memory as stored and widens them in registers (cuBLAS's bf16

@@ -41,7 +41,7 @@ ANSWERER = "components.serving.questions"
 DEPLOYMENT_ANSWERER = "components.serving.deployment_questions"
 # deployment: an LLM deployment question (serving.deployment_questions).
 QUESTION_COLUMNS: tuple[str, ...] = (*KERNEL_QUESTION_FIELDS, "deployment")
-# Answer columns and their MLflow types (interfaces.md "The answer").
+# Answer columns and their MLflow types (docs/answers.md, "Every field of an answer").
 ANSWER_COLUMNS: tuple[tuple[str, str], ...] = (
     ("question", "long"),
     ("device", "string"),
