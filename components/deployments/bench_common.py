@@ -343,16 +343,18 @@ def _variant_rows(
         if family == FAMILY:
             continue
         for col in scope_cols:
-            groups = (
-                [("", None, pred)]
-                if not col
-                else [(f"{_scope_name(col)}={k}", k, g) for k, g in pred.groupby(col)]
-            )
-            for scope, key, g in groups:
+            for scope, key, g in scope_groups(pred, col):
                 for target in targets:
                     value = mape(g[f"{_true(split, target)}"].to_numpy(), g[f"{target}_pred_ms"].to_numpy())
                     rows.append(_row(split, family, f"{target}_ms", scope, value, len(g), asked(col, key, g)))
     return rows
+
+
+def scope_groups(pred: pd.DataFrame, col: str) -> list[tuple[str, Any, pd.DataFrame]]:
+    """(scope, value, rows) of each value of ``col`` (``gpu=H100``); one ("", None, every row) for ``""``."""
+    if not col:
+        return [("", None, pred)]
+    return [(f"{_scope_name(col)}={k}", k, g) for k, g in pred.groupby(col)]
 
 
 def _scope_name(col: str) -> str:

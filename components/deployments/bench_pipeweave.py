@@ -29,6 +29,7 @@ from components.deployments.bench_common import (
     fit_step_cost,
     leave_one_out,
     op_sources,
+    scope_groups,
     source_frames,
     summary,
     with_allreduce,
@@ -136,32 +137,18 @@ def fit_pipeweave(train: pd.DataFrame) -> FrameworkCost:
 def predict_pipeweave(frame: pd.DataFrame, fw: FrameworkCost) -> pd.DataFrame:
     layers = frame["layers"].to_numpy(float)
     out = frame.copy()
-    out["prefill_pred_ms"] = (
-        _apply(
-            fw.prefill,
+    for phase, count in (("prefill", "prefill_tokens"), ("decode", "batch")):  # tokens or sequences per step
+        step_us = _apply(
+            getattr(fw, phase),
             layers,
-            frame["prefill_tokens"].to_numpy(float),
-            frame["prefill_kernels_us"].to_numpy(),
-            _overheads(frame, "prefill"),
+            frame[count].to_numpy(float),
+            frame[f"{phase}_kernels_us"].to_numpy(),
+            _overheads(frame, phase),
         )
-        / 1e3
-    )
-    out["decode_pred_ms"] = (
-        _apply(
-            fw.decode,
-            layers,
-            frame["batch"].to_numpy(float),
-            frame["decode_kernels_us"].to_numpy(),
-            _overheads(frame, "decode"),
-        )
-        / 1e3
-    )
-    # never below the roofline: a negative efficiency correction cannot take a step under its floor
-    out["prefill_pred_ms"] = np.maximum(out["prefill_pred_ms"], frame["prefill_roof_us"] / 1e3)
-    out["decode_pred_ms"] = np.maximum(out["decode_pred_ms"], frame["decode_roof_us"] / 1e3)
+        # never below the roofline: a negative efficiency correction cannot take a step under its floor
+        out[f"{phase}_pred_ms"] = np.maximum(step_us / 1e3, frame[f"{phase}_roof_us"] / 1e3)
+        out[f"{phase}_roof_ms"] = frame[f"{phase}_roof_us"] / 1e3
     out["total_pred_ms"] = out["prefill_pred_ms"] + out["osl"] * out["decode_pred_ms"]
-    out["prefill_roof_ms"] = frame["prefill_roof_us"] / 1e3
-    out["decode_roof_ms"] = frame["decode_roof_us"] / 1e3
     out["total_roof_ms"] = out["prefill_roof_ms"] + out["osl"] * out["decode_roof_ms"]
     return out
 
@@ -197,10 +184,7 @@ def run_pipeweave_bench(
     bench = ServingBench(predictions=pred, variants=preds)
     published = read_published(datasets_dir)
     for scope_col in ("", "gpu", "tp"):
-        groups = (
-            [("", pred)] if not scope_col else [(f"{scope_col}={k}", g) for k, g in pred.groupby(scope_col)]
-        )
-        for scope, g in groups:
+        for scope, _, g in scope_groups(pred, scope_col):
             for target in PW_TARGETS:
                 ours = mape(g[f"{target}_ms"].to_numpy(), g[f"{target}_pred_ms"].to_numpy())
                 roof = mape(g[f"{target}_ms"].to_numpy(), g[f"{target}_roof_ms"].to_numpy())

@@ -23,13 +23,13 @@ from components.deployments.bench_common import (
     _overheads,
     _reason,
     _row,
-    _scope_name,
     _tier_shares,
     _unseen_to_zero,
     _variant_rows,
     leave_one_out,
     op_sources,
     relative_l1,
+    scope_groups,
     source_frames,
     summary,
 )
@@ -307,12 +307,7 @@ def run_silicon_bench(
         return len(asked) if not col else int((asked[col] == key).sum())
 
     for scope_col in SI_SCOPES:
-        groups = (
-            [("", None, pred)]
-            if not scope_col
-            else [(f"{_scope_name(scope_col)}={k}", k, g) for k, g in pred.groupby(scope_col)]
-        )
-        for scope, key, g in groups:
+        for scope, key, g in scope_groups(pred, scope_col):
             for target in SI_TARGETS:
                 true = g[f"silicon_{target}_ms"].to_numpy()
                 for family, column in ((FAMILY, f"{target}_pred_ms"), (FAMILY_ROOFLINE, f"{target}_roof_ms")):

@@ -239,7 +239,6 @@ class SpecModel:
     ) -> tuple[np.ndarray, str]:
         """log(util) per row against the roofline (<= 0), and the support text (regime rows, weight given
         to the prior)."""
-        len(roof.time_us)
         key = regime(family, dtype, spec)
         config = self.configs.get(family, ORIGINAL)
         floor_us = self.floor_of(family, key)
