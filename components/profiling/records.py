@@ -15,8 +15,10 @@ from __future__ import annotations
 
 import json
 import math
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from components.profiling.ncu import kernel_rows, parse_raw_csv
 
@@ -38,13 +40,23 @@ class CaseRecord:
     error: str | None
 
 
-def read_timing(path: Path) -> list[CaseRecord]:
-    records = []
-    for line_no, line in enumerate(path.read_text().splitlines(), start=1):
+def json_lines(path: Path, error: type[Exception]) -> Iterator[tuple[int, Any]]:
+    """(line number, value) of each non-blank line of a JSON-lines file; ``error`` naming the line that is
+    not JSON."""
+    for number, line in enumerate(path.read_text().splitlines(), start=1):
         if not line.strip():
             continue
         try:
-            raw = json.loads(line)
+            value = json.loads(line)
+        except json.JSONDecodeError as exc:
+            raise error(f"{path}: line {number}: not JSON ({exc})") from exc
+        yield number, value
+
+
+def read_timing(path: Path) -> list[CaseRecord]:
+    records = []
+    for line_no, raw in json_lines(path, ProfileDataError):
+        try:
             kernels = tuple(k["name"] for k in raw.get("kernels", []) if not k["name"].startswith("Memset"))
             records.append(
                 CaseRecord(
@@ -59,7 +71,7 @@ def read_timing(path: Path) -> list[CaseRecord]:
                     error=raw.get("error"),
                 )
             )
-        except (json.JSONDecodeError, KeyError, TypeError, ValueError) as exc:
+        except (KeyError, TypeError, ValueError, AttributeError) as exc:
             raise ProfileDataError(f"{path}: line {line_no}: not a runner record ({exc})") from exc
     return records
 
@@ -156,13 +168,7 @@ class RowsError(ProfileDataError):
 
 def read_chunk(path: Path) -> list[dict]:
     rows = []
-    for number, line in enumerate(path.read_text().splitlines(), start=1):
-        if not line.strip():
-            continue
-        try:
-            row = json.loads(line)
-        except json.JSONDecodeError as exc:
-            raise RowsError(f"{path}: line {number}: not JSON ({exc})") from exc
+    for number, row in json_lines(path, RowsError):
         if not isinstance(row, dict) or "row_id" not in row:
             raise RowsError(f"{path}: line {number}: not a profiled row (no row_id)")
         rows.append(row)
