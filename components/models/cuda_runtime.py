@@ -7,7 +7,8 @@ Now each gets either a prediction or a stated reason (``pred_note``):
   efficiency calibrated on the bolet train side (measured/estimated median 1.10 on the RTX 3080;
   90% of kernels within 0.1x..800x: loop trip counts are not in the SASS);
 - otherwise the reason: OpenMP offload kernel (no CUDA source for NVRTC), no static features (the
-  source did not compile; see ``benchmarks/static_coverage.py``), no launch in the data, a
+  source did not compile, see ``benchmarks/static_coverage.py``; or the feature table was built without
+  the static stage), no launch in the data, a
   KernelBench PyTorch module (answered by module questions, ``predict_module``), GPU not in the catalog.
 """
 
@@ -23,6 +24,10 @@ LAUNCH_COLUMNS: tuple[str, ...] = ("grid_x", "grid_y", "grid_z", "block_x", "blo
 REASON_OPENMP = "OpenMP offload kernel: no CUDA source for the static analyser (NVRTC), runtime not predicted"
 REASON_NO_STATIC = (
     "CUDA kernel without static features (its source did not compile or the kernel was not found)"
+)
+REASON_NO_STATIC_TABLE = (
+    "CUDA kernel: this feature table has no static features (build them with `kernelcast features "
+    "static-table` and join them with `kernelcast features build --static`)"
 )
 REASON_NO_LAUNCH = "no launch configuration (grid, block) in the data"
 REASON_MODULE = (
@@ -75,7 +80,8 @@ def program_runtime(features: pd.DataFrame) -> pd.DataFrame:
             continue
         total = pd.to_numeric(row.get("s_total"), errors="coerce")
         if total is None or not np.isfinite(total):
-            out.at[index, "pred_note"] = REASON_NO_STATIC if source == "gpuflopbench" else REASON_OTHER
+            why = REASON_NO_STATIC if "s_total" in rows.columns else REASON_NO_STATIC_TABLE
+            out.at[index, "pred_note"] = why if source == "gpuflopbench" else REASON_OTHER
             continue
         dims = [pd.to_numeric(row.get(c), errors="coerce") for c in LAUNCH_COLUMNS]
         if any(d is None or not np.isfinite(d) or d <= 0 for d in dims):

@@ -71,7 +71,12 @@ def test_whole_programs_get_the_static_estimate_or_a_stated_reason() -> None:
     """A whole-program row has no op formula: the roofline answers it from its SASS (the tabular family's
     static estimate, from source, so measured counters stay unread) or names why it cannot -- the bolet
     split's 340 rows were all 'no reason given' before."""
-    from components.models.cuda_runtime import REASON_NO_STATIC, REASON_OPENMP, unpredicted_reasons
+    from components.models.cuda_runtime import (
+        REASON_NO_STATIC,
+        REASON_NO_STATIC_TABLE,
+        REASON_OPENMP,
+        unpredicted_reasons,
+    )
 
     launch = {"grid_x": 256, "grid_y": 1, "grid_z": 1, "block_x": 256, "block_y": 1, "block_z": 1}
     programs = pd.DataFrame(
@@ -96,4 +101,7 @@ def test_whole_programs_get_the_static_estimate_or_a_stated_reason() -> None:
     assert pred["pred_note"].iloc[1:].tolist() == [REASON_OPENMP, REASON_NO_STATIC]
     scored = programs.join(pred[["pred_duration_us", "pred_note"]])
     assert "no reason given" not in unpredicted_reasons(scored)
+    # a table built without the static stage says so, rather than blaming the kernel's source
+    bare = RooflinePredictor(use_measured_counters=False).predict(programs.drop(columns=["s_total"]))
+    assert bare["pred_note"].iloc[2] == REASON_NO_STATIC_TABLE
     assert "pred_note" not in RooflinePredictor().predict(features()).columns  # op rows: nothing to say
