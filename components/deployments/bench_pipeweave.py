@@ -37,6 +37,7 @@ from components.deployments.bench_common import (
     held_out_fold,
     op_sources,
     summary,
+    tier_matched,
     with_allreduce,
 )
 from components.deployments.compose import compose_many, overhead_counts
@@ -49,6 +50,7 @@ from components.deployments.data import (
 )
 from components.deployments.framework_cost import FrameworkCost
 from components.deployments.ops import (
+    ENGINE_SOURCE,
     ROOFLINE_SOURCE,
     OpTimeFn,
     roofline_op_time,
@@ -111,6 +113,14 @@ def compose_pipeweave(
     ]
     frame = pd.DataFrame(out)
     return frame.drop(columns=["Index"], errors="ignore")
+
+
+def own_kernels(frame: pd.DataFrame, catalog: Any, engine_fn: Any) -> dict[str, bool]:
+    """Per GPU of ``frame``: whether the op engine answers it from its own measured kernels (``engine_fn``:
+    ``ops.engine_op_time``; without one, or for a GPU it has no kernels of, False: relatives or physics)."""
+    judge = getattr(engine_fn, "own_kernels", None)
+    pairs = frame[["gpu", "device_id"]].drop_duplicates("gpu")
+    return {str(g): judge is not None and bool(judge(catalog.resolve(d))) for g, d in pairs.to_numpy()}
 
 
 def fit_pipeweave(train: pd.DataFrame) -> FrameworkCost:
@@ -202,6 +212,7 @@ def run_pipeweave_bench(
     folds: dict[str, list[pd.DataFrame]] = defaultdict(list)
     chosen: dict[str, str] = {}
     base = frames[ROOFLINE_SOURCE]
+    own = own_kernels(base, catalog, sources.get(ENGINE_SOURCE))
     for gpu in sorted(base["gpu"].unique()):
         test = base["gpu"] == gpu
         held = held_out_fold(frames, test, fit_pipeweave, predict_pipeweave, folds)
@@ -211,6 +222,7 @@ def run_pipeweave_bench(
             fit_pipeweave,
             predict_pipeweave,
             {"prefill": "prefill_ms", "decode": "decode_ms"},
+            tier_matched(own, gpu),
         )
         chosen[gpu] = f"prefill {choice['prefill']}, decode {choice['decode']}"
         folds[FAMILY].append(_combine(held, choice, osl=True))
