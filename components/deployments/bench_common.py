@@ -264,11 +264,13 @@ def choose_source(
     fit: Callable[[pd.DataFrame], Any],
     predict: Callable[[pd.DataFrame, Any], pd.DataFrame],
     targets: dict[str, str],
+    scored: set[str] | None = None,
 ) -> dict[str, str]:
     """Per target (``{name: column of the truth}``; e.g. prefill and decode): the op source (roofline, or the
     engine as the product answers) with the lower mean error over an inner leave-one-``group``-out of
     ``frames`` -- which hold a fold's TRAINING runs only. Each phase's framework cost is fitted on its own
-    op times, so each phase may take its own source."""
+    op times, so each phase may take its own source. ``scored``: the groups whose inner folds are scored
+    (each still fitted on every other group; ``tier_matched``); None: every group."""
     errors: dict[str, dict[str, float]] = defaultdict(dict)
     for source in (ROOFLINE_SOURCE, ENGINE_SOURCE):
         frame = frames.get(source)
@@ -277,12 +279,30 @@ def choose_source(
         preds = [
             predict(frame[frame[group] == g], fit(frame[frame[group] != g]))
             for g in sorted(frame[group].unique())
+            if scored is None or g in scored
         ]
+        if not preds:
+            continue
         for target, truth in targets.items():
             errors[target][source] = float(
                 np.mean([mape(p[truth].to_numpy(), p[f"{target}_pred_ms"].to_numpy()) for p in preds])
             )
     return {t: min(errors[t], key=errors[t].__getitem__) if errors[t] else ROOFLINE_SOURCE for t in targets}
+
+
+MIN_SCORED = 2  # inner folds a tier-matched choice needs; with fewer it scores every training GPU
+
+
+def tier_matched(own: dict[str, bool], held: str) -> set[str] | None:
+    """The training GPUs whose inner folds choose the op source for held-out ``held``: those the op engine
+    answers as it answers ``held`` (``own``: GPU -> answered from its own measured kernels, else from its
+    relatives through the transfer tier). Why: an inner fold of a GPU with its own kernels scores the engine
+    at its measured-tier accuracy, which a GPU answered by the transfer tier does not get; choosing on those
+    folds picked the engine for prefill where the transfer tier's answers err most (PipeWeave bench: on
+    nested train-side folds, prefill 15.4% -> 14.7%, total 11.1% -> 10.4%; decode 9.7% -> 10.5%). None
+    (every training GPU) where fewer than ``MIN_SCORED`` match."""
+    same = {g for g, mine in own.items() if g != held and mine == own[held]}
+    return same if len(same) >= MIN_SCORED else None
 
 
 def _blind(choice: dict[str, str]) -> dict[str, str]:
@@ -310,10 +330,13 @@ def leave_one_out(
     targets: dict[str, str],
     osl: bool,
     label: Callable[[str], str] = str,
+    own: dict[str, bool] | None = None,
 ) -> tuple[dict[str, list[pd.DataFrame]], dict[str, str]]:
     """Hold out each ``column`` value (a GPU) in turn: per fold, the op source per target chosen on the
-    training runs (``choose_source`` by inner leave-one-``group``-out), the framework cost fitted on them,
-    the held-out runs predicted. Returns the predicted folds per family and the choice per held-out value."""
+    training runs (``choose_source`` by inner leave-one-``group``-out; with ``own``, GPU -> answered from its
+    own kernels, on the inner folds of the GPUs answered like the held-out one: ``tier_matched``), the
+    framework cost fitted on them, the held-out runs predicted. Returns the predicted folds per family and
+    the choice per held-out value."""
     folds: dict[str, list[pd.DataFrame]] = defaultdict(list)
     chosen: dict[str, str] = {}
     base = frames[ROOFLINE_SOURCE]
@@ -322,7 +345,8 @@ def leave_one_out(
         if test.all():  # nothing left to train on
             continue
         held = held_out_fold(frames, test, fit, predict, folds)
-        choice = choose_source({k: f[~test] for k, f in frames.items()}, group, fit, predict, targets)
+        scored = None if own is None else tier_matched(own, value)
+        choice = choose_source({k: f[~test] for k, f in frames.items()}, group, fit, predict, targets, scored)
         chosen[value] = ", ".join(f"{label(t)} {choice[t]}" for t in targets)
         folds[FAMILY].append(_combine(held, choice, osl=osl))
         if UNSEEN in held:  # the same choice, the held-out GPU's own kernels withheld (same framework fit)

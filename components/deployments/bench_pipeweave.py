@@ -44,6 +44,7 @@ from components.deployments.data import (
 )
 from components.deployments.framework_cost import FrameworkCost
 from components.deployments.ops import (
+    ENGINE_SOURCE,
     ROOFLINE_SOURCE,
     OpTimeFn,
     roofline_op_time,
@@ -106,6 +107,14 @@ def compose_pipeweave(
     ]
     frame = pd.DataFrame(out)
     return frame.drop(columns=["Index"], errors="ignore")
+
+
+def own_kernels(frame: pd.DataFrame, catalog: Any, engine_fn: Any) -> dict[str, bool]:
+    """Per GPU of ``frame``: whether the op engine answers it from its own measured kernels (``engine_fn``:
+    ``ops.engine_op_time``; without one, or for a GPU it has no kernels of, False: relatives or physics)."""
+    judge = getattr(engine_fn, "own_kernels", None)
+    pairs = frame[["gpu", "device_id"]].drop_duplicates("gpu")
+    return {str(g): judge is not None and bool(judge(catalog.resolve(d))) for g, d in pairs.to_numpy()}
 
 
 def fit_pipeweave(train: pd.DataFrame) -> FrameworkCost:
@@ -178,7 +187,10 @@ def run_pipeweave_bench(
     composed = {k: compose(runs, fn) for k, fn in sources.items()}
     frames = source_frames(composed, "run_id", runs, compose, engine, datasets_dir, log)
     targets = {"prefill": "prefill_ms", "decode": "decode_ms"}
-    folds, chosen = leave_one_out(frames, "gpu", "gpu", fit_pipeweave, predict_pipeweave, targets, osl=True)
+    own = own_kernels(frames[ROOFLINE_SOURCE], catalog, sources.get(ENGINE_SOURCE))
+    folds, chosen = leave_one_out(
+        frames, "gpu", "gpu", fit_pipeweave, predict_pipeweave, targets, osl=True, own=own
+    )
     preds = {family: pd.concat(parts, ignore_index=True) for family, parts in folds.items()}
     pred = preds[FAMILY]
     bench = ServingBench(predictions=pred, variants=preds)
