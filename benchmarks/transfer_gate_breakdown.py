@@ -3,7 +3,11 @@
 the gate makes (``opmodel_bench.unseen_gpu`` with ``gate_entry``'s default caps), so before/after figures
 compare.
 
-    PYTHONPATH=. KERNELCAST_HOME=... python benchmarks/transfer_gate_breakdown.py STORE DATASETS [OUT] [GPUS]
+    PYTHONPATH=. KERNELCAST_HOME=... python benchmarks/transfer_gate_breakdown.py \
+        STORE DATASETS [OUT] [GPUS] [ROWS]
+
+ROWS: a parquet of every held-out row with each answer (``transfer_bench.row_detail``), and a finer table per
+phase (attention prefill/decode) and roofline bound.
 """
 
 from __future__ import annotations
@@ -13,10 +17,29 @@ import sys
 import time
 from pathlib import Path
 
+import numpy as np
 import pandas as pd
 
 
-def main(store_dir: str, datasets: str, out: str | None = None, gpus: str | None = None) -> None:
+def phase_table(rows: pd.DataFrame) -> pd.DataFrame:
+    """MAPE % per (family, GPU, dtype, phase, bound) of each answer on the rows where the sibling rule
+    answers (all of them for the engine and spec columns' ``n``)."""
+    rows = rows.assign(
+        phase=np.where(rows["family"] != "attention", "-", np.where(rows["S"] == 1, "decode", "prefill")),
+        dtype=rows["dtype"].astype(str)
+        + np.where(rows["kv_dtype"].notna(), "|" + rows["kv_dtype"].astype(str), ""),
+    )
+    cols = ["engine", "spec", "transfer", "sibling"]
+    for c in cols:
+        rows[c] = 100 * (rows[c] - rows["latency_us"]).abs() / rows["latency_us"]
+    keys = ["family", "device", "dtype", "phase", "bound"]
+    table = rows.groupby(keys).agg(n=("engine", "size"), share=("tier", lambda t: (t == "transfer").mean()))
+    return table.join(rows.groupby(keys)[cols].mean()).round(1)
+
+
+def main(
+    store_dir: str, datasets: str, out: str | None = None, gpus: str | None = None, rows: str | None = None
+) -> None:
     from components.evaluation.opmodel_bench import unseen_gpu
     from components.ingest.aiconfigurator import GPU_FOLDERS
     from components.opmodel.store import load_store
@@ -25,6 +48,7 @@ def main(store_dir: str, datasets: str, out: str | None = None, gpus: str | None
     held = {str(d) for f in store.values() for d in f["device_id"].unique()} & set(GPU_FOLDERS.values())
     if gpus:
         held &= set(gpus.split(","))
+    detail: list | None = [] if rows else None
     started = time.perf_counter()
     result = unseen_gpu(
         store,
@@ -34,6 +58,7 @@ def main(store_dir: str, datasets: str, out: str | None = None, gpus: str | None
         test_per_group=100,
         rounds=40,
         transfer_pair_rows=80,
+        detail=detail,
     )
     seconds = time.perf_counter() - started
     frame = pd.DataFrame(result["groups"])
@@ -61,6 +86,10 @@ def main(store_dir: str, datasets: str, out: str | None = None, gpus: str | None
         )
         print(agg.round(1).to_string())
     print(f"seconds {seconds:.1f}")
+    if rows and detail:
+        every = pd.concat(detail, ignore_index=True)
+        every.to_parquet(rows)
+        print(phase_table(every).to_string())
     print("settings", json.dumps(result.get("transfer_settings")))
     if out:
         Path(out).write_text(

@@ -122,10 +122,12 @@ def unseen_gpu(
     calibration_rows: tuple[int, ...] = (),
     configs: dict[str, Any] | None = None,
     transfer_pair_rows: int | None = None,
+    detail: list | None = None,
 ) -> dict[str, Any]:
     """Leave-one-GPU-out of the spec tier over the store's GPUs (``configs``: per family, default the
     spec tier's chosen ones). With ``transfer_pair_rows``: the engine (transfer tier, else spec) answers the
-    held-out GPU beside the spec tier and the sibling rule, on the same rows (``transfer_bench``)."""
+    held-out GPU beside the spec tier and the sibling rule, on the same rows (``transfer_bench``); ``detail``:
+    their rows with every answer (``transfer_bench.row_detail``)."""
     from components.devices.catalog import load_catalog
     from components.opmodel import spec as spec_tier
 
@@ -163,7 +165,7 @@ def unseen_gpu(
                 full = MeasuredTier(every, {d: catalog.get(d) for d in stored})
             inner = functools.partial(spec_without, held)  # the far choice's inner folds: held and one more
             scored, transfer_model = held_gpu_scores(
-                store, held, model, test_per_group, transfer_pair_rows, full, memo, inner
+                store, held, model, test_per_group, transfer_pair_rows, full, memo, inner, detail
             )
             results.extend(scored)
             chosen[held] = {

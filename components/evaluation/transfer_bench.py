@@ -67,10 +67,12 @@ def held_gpu_scores(
     full: Any = None,
     memo: dict | None = None,
     spec_without: Any = None,
+    detail: list | None = None,
 ) -> tuple[list[dict[str, Any]], Any]:
     """``full``: the measured tier of every GPU of ``store`` (its ``without(held)`` answers); ``memo``: kept
     across the held-out GPUs of one store (``transfer_fit.fit_transfer``'s); ``spec_without``: a training GPU
-    -> the spec model fitted without it and ``held`` (the far choice's inner folds). Per (family,
+    -> the spec model fitted without it and ``held`` (the far choice's inner folds); ``detail``: given, each
+    group's rows with every answer are appended to it (``row_detail``). Per (family,
     dtype[, kv]) group of ``held``'s rows: summed APEs of the engine (transfer tier, else
     spec), of the spec tier alone, of the sibling rule (over the rows it answers) and of the roofline; and
     the fitted transfer model."""
@@ -113,6 +115,11 @@ def held_gpu_scores(
             rule = sibling.resolve(family, got.roof.choice.dtype, shape, spec, got.roof, kv)
             rule_t = rule[0] if rule is not None else np.full(len(true), np.nan)
             ok = np.isfinite(rule_t)
+            if detail is not None:
+                raw = engine.transfer.resolve(family, got.roof.choice.dtype, shape, spec, got.roof, kv)
+                answers = {"engine": got.duration_us, "spec": base, "sibling": rule_t}
+                answers["transfer"] = raw[0] if raw is not None else np.full(len(true), np.nan)
+                detail.append(row_detail(part, held, got, answers).assign(family=family))
             results.append(
                 {
                     "family": family,
@@ -128,6 +135,17 @@ def held_gpu_scores(
                 }
             )
     return results, model
+
+
+def row_detail(part: pd.DataFrame, held: str, got: Any, answers: dict[str, np.ndarray]) -> pd.DataFrame:
+    """One held-out group's rows: the shape, the measured time, each answer (``answers``; ``transfer``: the
+    transfer tier's blend before the far choice, the envelope and the achievable cap), the engine's tier and
+    the roofline's bound (compute or memory)."""
+    out = part.reset_index(drop=True).assign(device=held, tier=got.tier, support=got.support)
+    out["bound"] = np.where(got.roof.compute_us >= got.roof.memory_us, "compute", "memory")
+    for name, values in answers.items():
+        out[name] = values
+    return out
 
 
 def summarise(results: list[dict[str, Any]]) -> dict[str, Any]:
