@@ -8,10 +8,9 @@ cost of one kernel of the library, ``spec.latency_floors``). Why: the shape's ow
 quantisation, split-K, L2 residency) travel with the relative's measurement; only what differs between the two
 GPUs is modelled. A small ridge correction of ``log(t_X / carried)`` on log ratios of the two GPUs' peaks,
 bandwidth, SMs, L2 and clocks and the question's regime features may then shift it (``transfer_fit.py`` fits
-it leave-one-GPU-out and keeps it only where it beats plain physics on the training GPUs). Only the closest
-standing of relatives answering a row is used (those of the asked GPU's generation, else the others:
-``tier_choice.near``); among them the k nearest by spec distance (``spec_distance``) are blended
-geometrically, weighted by similarity and by each relative's own transfer error on the training side.
+it leave-one-GPU-out and keeps it only where it beats plain physics on the training GPUs). The k nearest
+relatives by spec distance (``spec_distance``) are blended geometrically, weighted by similarity and by each
+relative's own transfer error on the training side.
 
 The learned part (settings, floors, corrections, relative errors, achievable peaks) is plain JSON
 (``transfer.json``) beside the engine; without it the tier is plain sibling physics with the store's floors.
@@ -264,7 +263,6 @@ class Carried:
     duration_us: np.ndarray  # NaN where the relative has no answer
     exact: np.ndarray  # the relative measured this very shape
     features: np.ndarray  # correction features per row
-    near: bool = False  # of the asked GPU's generation (``tier_choice.near``)
 
 
 class TransferTier:
@@ -360,7 +358,6 @@ class TransferTier:
     ) -> Carried:
         """Relative ``device``'s answer, times base_X / base_Y (roofline + the regime's latency floor)."""
         from components.opmodel.spec import regime
-        from components.opmodel.tier_choice import near
 
         other = self.measured.specs[device]
         numeric = {k: v for k, v in shape.items() if k in _shape_keys(family)}
@@ -369,8 +366,7 @@ class TransferTier:
         floor_x = self.model.floor_of(regime(family, dtype, spec))
         floor_y = self.model.floor_of(regime(family, dtype, other))
         ratio = (roof_x.time_us + floor_x) / (roof_y.time_us + floor_y)
-        features = correction_features(roof_x, roof_y, spec, other)
-        return Carried(device, distance, t_y * ratio, exact, features, near(spec, other))
+        return Carried(device, distance, t_y * ratio, exact, correction_features(roof_x, roof_y, spec, other))
 
     def resolve(
         self,
@@ -398,29 +394,6 @@ class TransferTier:
 
 
 def blend(
-    carried: list[Carried],
-    settings: TransferSettings,
-    coefficients: list[float] | None,
-    relative_error: dict[str, float],
-) -> tuple[np.ndarray, np.ndarray]:
-    """Per row, the relatives of the asked GPU's generation that answer it (``Carried.near``), else the
-    others, blended (``blend_of``): a same-generation relative's own per-shape quirks are kept, not averaged
-    with another generation's (H200's bf16 GEMMs from H100 alone: 5%). Returns (duration, used: bool matrix
-    relatives x rows)."""
-    n = len(carried[0].duration_us)
-    duration, used = np.full(n, np.nan), np.zeros((len(carried), n), bool)
-    for standing in (True, False):
-        members = [i for i, c in enumerate(carried) if c.near == standing]
-        if not members:
-            continue
-        value, part = blend_of([carried[i] for i in members], settings, coefficients, relative_error)
-        rows = ~np.isfinite(duration) & np.isfinite(value)
-        duration[rows] = value[rows]
-        used[np.ix_(members, np.flatnonzero(rows))] = part[:, rows]
-    return duration, used
-
-
-def blend_of(
     carried: list[Carried],
     settings: TransferSettings,
     coefficients: list[float] | None,

@@ -143,21 +143,3 @@ def test_a_regime_without_a_near_relative_is_far_though_its_gpu_has_one_in_anoth
     assert far_targets([bf16], list(GPUS), specs) == set()
     # a relative outside the training GPUs does not count: without H100, the bf16 GEMMs are far too
     assert far_group(bf16, [d for d in GPUS if d != "h100-sxm"], specs)
-
-
-def test_a_relative_of_the_asked_gpus_generation_answers_alone() -> None:
-    """A row the same-generation relative answers is its carried time alone, whatever k; the other
-    relatives answer the rest (blended)."""
-    from components.opmodel.transfer import Carried, TransferSettings, blend
-
-    exact = np.zeros(2, bool)
-    features = np.ones((2, 5))
-    near_one = Carried("h100-sxm", 2.0, np.array([10.0, np.nan]), exact, features, near=True)
-    other = Carried("a100-sxm4-80gb", 1.0, np.array([40.0, 20.0]), exact, features)
-    far_one = Carried("l40s", 0.5, np.array([80.0, 20.0]), exact, features)
-    correction = [0.1] * 5  # a kept correction shifts every carried answer alike (features all 1: +0.5)
-    duration, used = blend([far_one, near_one, other], TransferSettings(3, 2.0, 0.3), correction, {})
-    assert duration[0] == pytest.approx(10.0 * np.exp(0.5)) and duration[1] == pytest.approx(
-        20.0 * np.exp(0.5)
-    )
-    np.testing.assert_array_equal(used, [[False, True], [True, False], [False, True]])
