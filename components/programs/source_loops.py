@@ -30,6 +30,7 @@ class LoopCount:
     guard: str | None = None
     depth_matched: int = 0  # compiled loops (unswitched or split copies) given their depth's trips
     branches: str | None = None  # lane-guarded branches weighed by their share (static.guards)
+    atomics: list[float] | None = None  # mean rounds of the compiler's atomic retry loops
 
     @property
     def known(self) -> bool:
@@ -39,8 +40,14 @@ class LoopCount:
     def describe(self) -> str:
         if self.why:
             return f"{self.kernel}: {self.why}"
+        retries = (
+            f" (atomic retry loops: {', '.join(f'{r:g}' for r in self.atomics)} rounds per thread from "
+            "the threads sharing each address)"
+            if self.atomics
+            else ""
+        )
         if not self.loops:
-            return f"{self.kernel}: no loops" + self._guard_note()
+            return f"{self.kernel}: no loops" + retries + self._guard_note()
         parts = [
             f"{lp.header} x{lp.trips:g}"
             if lp.trips is not None
@@ -50,7 +57,7 @@ class LoopCount:
         matched = (
             f" ({self.depth_matched} compiled loops matched by nesting depth)" if self.depth_matched else ""
         )
-        return f"{self.kernel}: " + "; ".join(parts) + matched + self._guard_note()
+        return f"{self.kernel}: " + "; ".join(parts) + matched + retries + self._guard_note()
 
     def _guard_note(self) -> str:
         out = f" ({self.active:.1%} of the threads pass {self.guard}: the rest exit)" if self.guard else ""
@@ -113,22 +120,31 @@ def count_loops(source: str, kernel: Any, pinned: Any | None, known: Any) -> Loo
         return LoopCount(
             name, loops=loops, why=f"no loop nest compiled: loop bodies assumed {LOOP_TRIPS:g} runs"
         )
-    if not match_nest(loops, pinned.loop_detail):
-        by_depth = _trips_by_depth(loops, pinned.loop_detail)
+    detail = pinned.loop_detail
+    cas = _cas_trips(source, kernel, known, detail) if not match_nest(loops, detail) else None
+    if cas is not None:  # the compiler's atomic retry loops set aside: the rest is the source's nest
+        detail = [d for d in detail if not d.get("cas")]
+        detail = [{**d, "parent": _renumber(pinned.loop_detail, d.get("parent", -1))} for d in detail]
+    if not match_nest(loops, detail):
+        by_depth = _trips_by_depth(loops, detail)
         if by_depth is None:
             return LoopCount(
                 name,
                 loops=loops,
                 why=(
-                    f"{len(loops)} source loops vs {len(pinned.loop_detail)} compiled ones (device functions "
+                    f"{len(loops)} source loops vs {len(detail)} compiled ones (device functions "
                     f"or loops the compiler removed): loop bodies assumed {LOOP_TRIPS:g} runs"
                 ),
             )
-        dynamic = nest_counts(*counted_instructions(pinned), pinned.loop_detail, by_depth)
-        return LoopCount(name, dynamic, loops, depth_matched=len(pinned.loop_detail))
-    trips = [lp.trips if lp.trips is not None else LOOP_TRIPS for lp in loops]
+        trips, depth_matched = by_depth, len(detail)
+    else:
+        trips, depth_matched = [lp.trips if lp.trips is not None else LOOP_TRIPS for lp in loops], 0
+    if cas is not None:
+        trips = _merge_cas(pinned.loop_detail, trips, cas)
     dynamic = nest_counts(*counted_instructions(pinned), pinned.loop_detail, trips)
-    return LoopCount(name, dynamic, loops)
+    count = LoopCount(name, dynamic, loops, depth_matched=depth_matched)
+    count.atomics = cas
+    return count
 
 
 def count_kernel(
@@ -178,6 +194,32 @@ def _weigh_lane_guards(count: LoopCount, source: str, kernel: Any, stripped: Any
         count.dynamic = per_thread
         conditions = ", ".join(dict.fromkeys(g.condition for g in guards))
         count.branches = f"branches under {conditions}: counted for {share:.2%} of the threads"
+
+
+def _cas_trips(source: str, kernel: Any, known: Any, detail: list[dict]) -> list[float] | None:
+    """Mean rounds of each compiled atomic retry loop (static.atomics); None when there is none."""
+    from components.features.static.atomics import atomic_contention, cas_retries
+
+    loops = sum(1 for d in detail if d.get("cas"))
+    if not loops:
+        return None
+    return cas_retries(atomic_contention(source, kernel.short_name, known), loops)
+
+
+def _renumber(detail: list[dict], parent: int) -> int:
+    """``parent`` (an index into ``detail``) as an index into ``detail`` without its CAS loops: a CAS loop
+    parent is replaced by its own parent."""
+    while 0 <= parent < len(detail) and detail[parent].get("cas"):
+        parent = int(detail[parent].get("parent", -1))
+    if parent < 0:
+        return -1
+    return sum(1 for d in detail[:parent] if not d.get("cas"))
+
+
+def _merge_cas(detail: list[dict], trips: list[float], cas: list[float]) -> list[float]:
+    """Trips of every compiled loop in order: the source's for the others, the retry rounds for CAS loops."""
+    rest, rounds = iter(trips), iter(cas)
+    return [next(rounds) if d.get("cas") else next(rest) for d in detail]
 
 
 def _trips_by_depth(loops: list[Any], detail: list[dict]) -> list[float] | None:

@@ -173,6 +173,8 @@ def analyze_function(fn: dict) -> FunctionSass:
                 (k for k, lp in enumerate(detail) if lp["start"] <= idx <= lp["end"]), key=_span(detail)
             )
             detail[own]["own"][cls] = detail[own]["own"].get(cls, 0) + 1
+            if cls == "atomic" and ".CAS" in ins.get("opcode", "").upper():
+                detail[own]["cas"] = 1  # the compiler's retry loop of an atomic (static.atomics)
             if flop_key:
                 loop_flops[flop_key] += weight
                 detail[own]["own"][flop_key] = detail[own]["own"].get(flop_key, 0) + weight
