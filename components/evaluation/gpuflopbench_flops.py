@@ -8,7 +8,8 @@ bound to the arguments of its first call (``components.features.static.host_env`
 ``atoi(argv[k])`` and friends replaced by the recorded arguments (a deliberately simple host
 reading: scopes and control flow are ignored, so an argument it cannot evaluate stays unknown and
 its loops fall back, as the answer says).
-The profiled FLOPs are ``(spPerf + dpPerf) * xtime``; the figure is the share of kernels whose
+The profiled FLOPs are ``(spPerf + dpPerf) * xtime`` (no half precision: the counted FLOPs compared
+are the answer's FP32 and FP64 ones); the figure is the share of kernels whose
 counted FLOPs are within 2x of them, beside the same share with no arguments given.
 """
 
@@ -158,7 +159,7 @@ def score_flops(root: Path, limit_programs: int = 40) -> dict[str, Any]:
             if answer is None:
                 row[label] = None
                 continue
-            row[label] = answer["gflops"] * answer["duration_us"] * 1e3 if answer["gflops"] else 0.0
+            row[label] = _fp32_fp64_flops(answer)
             row[f"{label}_us"] = answer["duration_us"]
             row[f"{label}_known"] = (
                 "trip counts from the source" in answer["note"] or "no loops" in answer["note"]
@@ -166,6 +167,17 @@ def score_flops(root: Path, limit_programs: int = 40) -> dict[str, Any]:
         row["measured_us"] = float(r["xtime"]) / 1e3
         results.append(row)
     return {"rows": results, **summarise(results)}
+
+
+def _fp32_fp64_flops(answer: dict[str, Any]) -> float:
+    """The answer's counted FP32 + FP64 FLOPs: what Nsight's ``spPerf`` and ``dpPerf`` measure (half-precision
+    work is in neither), from its breakdown's per-precision counts; all its FLOPs when it has none."""
+    import json
+
+    entries = json.loads(answer.get("breakdown") or "[]")
+    if entries and all("flops" in e for e in entries):
+        return float(sum(e["flops"].get("fp32", 0) + e["flops"].get("fp64", 0) for e in entries))
+    return answer["gflops"] * answer["duration_us"] * 1e3 if answer["gflops"] else 0.0
 
 
 def summarise(rows: list[dict[str, Any]]) -> dict[str, Any]:

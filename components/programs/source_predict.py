@@ -404,6 +404,7 @@ def _answer(
             "duration_us": round(e.duration_us, 4),
             "bound": b,
             "roofline_class": class_of_bound(b),
+            **({"flops": {k: round(v) for k, v in e.flops_by_precision.items()}} if e.flops_by_precision else {}),
         }
         for (k, e), b in sorted(zip(estimates, bounds, strict=True), key=lambda p: -p[0][1].duration_us)
     ]

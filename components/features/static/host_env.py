@@ -20,8 +20,10 @@ from components.features.static.source import code_mask
 from components.features.static.templates import split_args
 
 MAX_DEPTH = 4  # helpers calling helpers: beyond this the values stay unknown
-# A function definition's head: name, optional template arguments, the parameter list, then '{'.
-_DEF_RE = re.compile(r"\b([A-Za-z_]\w*)\s*\(([^;{}]*?)\)\s*(?:const\s*)?\{", re.S)
+# A function definition's head: name, the parameter list (parentheses in it balanced, one level deep: a
+# function-pointer parameter), then '{'. Balanced, so that a function-like macro's ``(ans) ans`` can not
+# run on into the next definition's parameters and take its place.
+_DEF_RE = re.compile(r"\b([A-Za-z_]\w*)\s*\(((?:[^;{}()]|\([^;{}()]*\))*?)\)\s*(?:const\s*)?\{", re.S)
 _NOT_FUNCTIONS = frozenset({"if", "for", "while", "switch", "catch", "return", "sizeof", "do"})
 _ERRORS = (Unknown, ValueError, OverflowError, ZeroDivisionError, RecursionError, SyntaxError)
 

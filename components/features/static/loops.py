@@ -287,6 +287,8 @@ def kernel_loops(text: str, name: str, instance: str | None, known: Known) -> li
         return None
     _, _, lo, hi = span
     macros = file_macros(text, defines)
+    for pname in kernel_param_names(text, name):  # a parameter shadows a constant of that name elsewhere
+        macros.pop(pname, None)
     env: dict[str, float] = {f"{b}_{a}": 0 for b in ("threadIdx", "blockIdx") for a in "xyz"}
     env.update({f"blockDim_{a}": v for a, v in zip("xyz", block, strict=True)})
     env.update({f"gridDim_{a}": v for a, v in zip("xyz", grid, strict=True)})
