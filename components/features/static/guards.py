@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
+from typing import Any
 
 from components.features.static.loops import Known, _close, _kernel_span, _thread_indices
 from components.features.static.source import code_mask
@@ -42,13 +43,10 @@ def _depth(text: str, mask: bytearray, lo: int, pos: int) -> int:
     return depth
 
 
-def lane_guards(text: str, name: str, known: Known) -> list[LaneGuard]:
-    """The kernel's top-level lane guards (see the module docstring) with the share of threads each passes."""
-    mask = code_mask(text)
-    span = _kernel_span(text, mask, name)
-    if span is None:
-        return []
-    _, _, lo, hi = span
+def _all_lane_guards(
+    text: str, mask: bytearray, lo: int, hi: int, known: Known
+) -> list[tuple[LaneGuard, int]]:
+    """Every lane guard of the body ``text[lo + 1 : hi]`` at any depth, with its brace depth."""
     body = text[lo + 1 : hi]
     extents: dict[str, float] = {}
     for axis in "xyz":
@@ -61,7 +59,7 @@ def lane_guards(text: str, name: str, known: Known) -> list[LaneGuard]:
         extents[var] = float(known.grid[i] * known.block[i])
     out = []
     for m in _IF_RE.finditer(text, lo + 1, hi):
-        if not mask[m.start()] or _depth(text, mask, lo + 1, m.start()) != 0:
+        if not mask[m.start()]:
             continue
         paren = m.end() - 1
         condition = text[paren + 1 : _close(text, mask, paren, "(", ")")]
@@ -71,8 +69,41 @@ def lane_guards(text: str, name: str, known: Known) -> list[LaneGuard]:
         index = next((s for s in (eq.group(1), eq.group(2).strip()) if s in extents), None)
         if index is None or extents[index] < 2:
             continue
-        out.append(LaneGuard(paren, " ".join(condition.split()), 1.0 / extents[index]))
+        guard = LaneGuard(paren, " ".join(condition.split()), 1.0 / extents[index])
+        out.append((guard, _depth(text, mask, lo + 1, m.start())))
     return out
+
+
+def lane_guards(text: str, name: str, known: Known) -> list[LaneGuard]:
+    """The kernel's top-level lane guards (see the module docstring) with the share of threads each passes."""
+    mask = code_mask(text)
+    span = _kernel_span(text, mask, name)
+    if span is None:
+        return []
+    return [g for g, depth in _all_lane_guards(text, mask, span[2], span[3], known) if depth == 0]
+
+
+def guarded_loops(text: str, name: str, loops: list[Any], known: Known) -> None:
+    """Loops a lane guard holds (``if (threadIdx.x == 0) for (...)``, at any depth; a device function's
+    loops by its call) run for the guard's share of the threads: their trips are scaled by it. A loop
+    whose enclosing loop sits in the same guard is not scaled again (its runs multiply the parent's)."""
+    from components.features.static.uniform import _statement
+
+    mask = code_mask(text)
+    span = _kernel_span(text, mask, name)
+    if span is None or not loops:
+        return
+    branches = []
+    for guard, _ in _all_lane_guards(text, mask, span[2], span[3], known):
+        start, end = _statement(text, mask, _close(text, mask, guard.paren, "(", ")") + 1)
+        branches.append((start, end, guard))
+    for loop in loops:
+        parent = loops[loop.parent].start if 0 <= loop.parent < len(loops) else None
+        for start, end, guard in branches:
+            inside = start <= loop.start <= end
+            if inside and not (parent is not None and start <= parent <= end) and loop.trips is not None:
+                loop.trips *= guard.share
+                loop.header += f" (under {guard.condition}: {guard.share:.2%} of the threads)"
 
 
 def strip_lane_guards(text: str, guards: list[LaneGuard]) -> str:
@@ -83,4 +114,4 @@ def strip_lane_guards(text: str, guards: list[LaneGuard]) -> str:
     return text
 
 
-__all__ = ["LaneGuard", "lane_guards", "strip_lane_guards"]
+__all__ = ["LaneGuard", "guarded_loops", "lane_guards", "strip_lane_guards"]
