@@ -24,6 +24,7 @@ from components.features.static.source import code_mask
 _ALIAS_RE = re.compile(r"\b([A-Za-z_]\w*)\s*=\s*\(?\s*threadIdx\.([xyz])\s*\)?\s*;")
 _IF_RE = re.compile(r"\bif\s*\(")
 _EQ_RE = re.compile(r"^\s*\(?\s*([A-Za-z_][\w.]*)\s*==\s*([^=&|]+?)\s*\)?\s*$")
+_LT_RE = re.compile(r"^\s*\(?\s*([A-Za-z_][\w.]*)\s*(<=?)\s*([^=&|<>?]+?)\s*\)?\s*$")
 
 
 @dataclass(frozen=True)
@@ -43,10 +44,31 @@ def _depth(text: str, mask: bytearray, lo: int, pos: int) -> int:
     return depth
 
 
+def _range_share(
+    text: str, lo: int, at: int, condition: str, extents: dict[str, float], known: Known
+) -> float | None:
+    """Share of the threads that pass ``index < bound`` (``threadIdx.x < n_steps``): bound over the index's
+    extent, the bound evaluated with the question's arguments and the kernel's integer locals above."""
+    from components.features.static.loops import Unknown, evaluate, file_macros, host_locals
+
+    lt = _LT_RE.match(condition)
+    if lt is None or lt.group(1) not in extents:
+        return None
+    macros = file_macros(text, known.defines)
+    env = host_locals(text[lo + 1 : at], macros, dict(known.args))
+    try:
+        bound = evaluate(lt.group(3), env, macros) + (1 if lt.group(2) == "<=" else 0)
+    except (Unknown, ValueError, ArithmeticError, RecursionError):
+        return None
+    share = min(max(bound, 0.0), extents[lt.group(1)]) / extents[lt.group(1)]
+    return share if share < 1.0 else None
+
+
 def _all_lane_guards(
-    text: str, mask: bytearray, lo: int, hi: int, known: Known
+    text: str, mask: bytearray, lo: int, hi: int, known: Known, ranges: bool = False
 ) -> list[tuple[LaneGuard, int]]:
-    """Every lane guard of the body ``text[lo + 1 : hi]`` at any depth, with its brace depth."""
+    """Every lane guard of the body ``text[lo + 1 : hi]`` at any depth, with its brace depth; with
+    ``ranges`` also the thread-index ranges ``index < bound`` whose bound is known."""
     body = text[lo + 1 : hi]
     extents: dict[str, float] = {}
     for axis in "xyz":
@@ -64,12 +86,13 @@ def _all_lane_guards(
         paren = m.end() - 1
         condition = text[paren + 1 : _close(text, mask, paren, "(", ")")]
         eq = _EQ_RE.match(condition)
-        if eq is None:
+        index = next((s for s in (eq.group(1), eq.group(2).strip()) if s in extents), None) if eq else None
+        share = 1.0 / extents[index] if index is not None and extents[index] >= 2 else None
+        if share is None and ranges:
+            share = _range_share(text, lo, m.start(), condition, extents, known)
+        if share is None:
             continue
-        index = next((s for s in (eq.group(1), eq.group(2).strip()) if s in extents), None)
-        if index is None or extents[index] < 2:
-            continue
-        guard = LaneGuard(paren, " ".join(condition.split()), 1.0 / extents[index])
+        guard = LaneGuard(paren, " ".join(condition.split()), share)
         out.append((guard, _depth(text, mask, lo + 1, m.start())))
     return out
 
@@ -84,8 +107,9 @@ def lane_guards(text: str, name: str, known: Known) -> list[LaneGuard]:
 
 
 def guarded_loops(text: str, name: str, loops: list[Any], known: Known) -> None:
-    """Loops a lane guard holds (``if (threadIdx.x == 0) for (...)``, at any depth; a device function's
-    loops by its call) run for the guard's share of the threads: their trips are scaled by it. A loop
+    """Loops a lane guard holds (``if (threadIdx.x == 0) for (...)``, or a range of thread indices
+    ``if (threadIdx.x < n_steps)``, at any depth; a device function's loops by its call) run for the
+    guard's share of the threads: their trips are scaled by it. A loop
     whose enclosing loop sits in the same guard is not scaled again (its runs multiply the parent's)."""
     from components.features.static.uniform import _statement
 
@@ -94,7 +118,7 @@ def guarded_loops(text: str, name: str, loops: list[Any], known: Known) -> None:
     if span is None or not loops:
         return
     branches = []
-    for guard, _ in _all_lane_guards(text, mask, span[2], span[3], known):
+    for guard, _ in _all_lane_guards(text, mask, span[2], span[3], known, ranges=True):
         start, end = _statement(text, mask, _close(text, mask, guard.paren, "(", ")") + 1)
         branches.append((start, end, guard))
     for loop in loops:
