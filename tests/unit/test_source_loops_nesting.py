@@ -82,3 +82,30 @@ def test_a_kernel_parameter_shadows_a_host_constant_of_its_name() -> None:
     assert loops is not None
     assert loops[1].trips is None and loops[1].unknown == ["n"]
     assert isinstance(loops[0], SourceLoop) and loops[0].trips is None and loops[0].unknown == ["reps"]
+
+
+def test_a_while_loop_with_one_counted_step_is_counted_as_its_for_loop() -> None:
+    src = """
+__device__ float blend(int k, float mu, int n) {
+  int nn, kn;
+  float b = 1;
+  nn = n;
+  kn = k;
+  while (nn >= 1) { b *= nn; nn--; if (kn > 1) { b /= kn; kn--; } }
+  return b;
+}
+__global__ void k(float* out, int n, float t) {
+  int q = 1;
+  float sum = 0.f;
+  while (sum < t && q < n) { sum += out[q]; q++; }
+  int r = 0;
+  while (out[r] > 0.f) { r++; r += 2; }
+  out[0] = blend(2, 0.5f, 5) + sum;
+}
+"""
+    loops = kernel_loops(src, "k", None, Known(args={"n": 9}, block=(32, 1, 1)))
+    assert loops is not None
+    # q from 1 below n = 9 (the sum clause only stops it earlier: an upper bound); r changes twice in its
+    # loop: unknown; the device function's nn from n = 5 down to 1
+    assert [lp.trips for lp in loops] == [8.0, None, 5.0]
+    assert loops[1].unknown == ["while-loop condition"]

@@ -88,7 +88,9 @@ def scan_loops(
         close = _close(text, mask, paren, "(", ")")
         end = _statement_end(text, mask, close + 1, hi)
         loop = SourceLoop(pos, end, parent, " ".join(text[pos : close + 1].split()))
-        _count(loop, m.group(1), text[paren + 1 : close], local_env, local_macros)
+        body = _code(text, mask, close + 1, end + 1) if m.group(1) == "while" else ""
+        prefix = _code(text, mask, lo + 1, pos) if m.group(1) == "while" else ""
+        _count(loop, m.group(1), text[paren + 1 : close], local_env, local_macros, body, prefix)
         loops.append(loop)
     return loops
 

@@ -349,11 +349,29 @@ def _locals(prefix: str, mask: bytearray, offset: int, env: dict[str, float], ma
             macros.pop(m.group(1), None)
 
 
-def _count(loop: SourceLoop, kind: str, header: str, env: dict[str, float], macros: dict[str, str]) -> None:
-    """Trip count of a ``for (init; cond; step)``; a ``while`` loop stays unknown."""
+def _count(
+    loop: SourceLoop,
+    kind: str,
+    header: str,
+    env: dict[str, float],
+    macros: dict[str, str],
+    body: str = "",
+    prefix: str = "",
+) -> None:
+    """Trip count of a ``for (init; cond; step)``, or of a ``while (cond)`` whose body steps one
+    variable of the condition once (``while (nn >= 1) { ...; nn--; }``, static.while_loops); other
+    ``while`` loops stay unknown."""
     parts = _split_semicolons(header)
-    if kind != "for" or len(parts) != 3:
-        loop.unknown = ["while-loop condition"] if kind == "while" else ["loop header"]
+    if kind == "while":
+        from components.features.static.while_loops import counted_while
+
+        counted = counted_while(header, body, prefix, env, macros)
+        if counted is None:
+            loop.unknown = ["while-loop condition"]
+            return
+        header, parts = counted, _split_semicolons(counted)
+    if len(parts) != 3:
+        loop.unknown = ["loop header"]
         return
     init, cond, step = (p.strip() for p in parts)
     try:
