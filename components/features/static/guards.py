@@ -49,7 +49,8 @@ def _range_share(
 ) -> float | None:
     """Share of the threads that pass ``index < bound`` (``threadIdx.x < n_steps``): bound over the index's
     extent, the bound evaluated with the question's arguments and the kernel's integer locals above."""
-    from components.features.static.loops import Unknown, evaluate, file_macros, host_locals
+    from components.features.static.host_env import host_locals
+    from components.features.static.loops import Unknown, evaluate, file_macros
 
     lt = _LT_RE.match(condition)
     if lt is None or lt.group(1) not in extents:

@@ -15,7 +15,8 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-from components.features.static.loops import Unknown, _close, evaluate, host_locals
+from components.features.static.enums import enum_types
+from components.features.static.loops import _LOCAL_RE, Unknown, _close, evaluate
 from components.features.static.source import code_mask
 from components.features.static.templates import split_args
 
@@ -66,6 +67,20 @@ def _call_site(text: str, mask: bytearray, fn: HostFunction) -> int | None:
     return None
 
 
+def host_locals(text: str, macros: dict[str, str], env: dict[str, float] | None = None) -> dict[str, float]:
+    """Integer locals of host code in textual order (scopes ignored), those that evaluate (with ``env``:
+    values known before the text, e.g. a host helper's parameters)."""
+    env = dict(env or {})
+    types = "|".join(re.escape(t) for t in enum_types(text))  # an enum local holds its enumerator's value
+    pattern = re.compile(_LOCAL_RE.pattern.replace("|auto)", f"|auto{'|' + types if types else ''})"))
+    for m in pattern.finditer(text):
+        try:
+            env[m.group(1)] = evaluate(m.group(2), dict(env), macros)
+        except (Unknown, ValueError, OverflowError, ZeroDivisionError, RecursionError):
+            env.pop(m.group(1), None)
+    return env
+
+
 def env_at(text: str, pos: int, macros: dict[str, str], depth: int = 0) -> dict[str, float]:
     """Integer values known at ``pos`` of host ``text`` (see the module docstring)."""
     env = host_locals(text[:pos], macros)  # the plain textual reading: locals above the point
@@ -88,4 +103,4 @@ def env_at(text: str, pos: int, macros: dict[str, str], depth: int = 0) -> dict[
     return env
 
 
-__all__ = ["HostFunction", "env_at", "host_functions"]
+__all__ = ["HostFunction", "env_at", "host_functions", "host_locals"]

@@ -19,7 +19,7 @@ import math
 import re
 from dataclasses import dataclass, field
 
-from components.features.static.enums import enum_constants, enum_types
+from components.features.static.enums import enum_constants
 from components.features.static.source import code_mask
 from components.features.static.templates import split_args as _split_args
 
@@ -486,20 +486,6 @@ def _shrink(start: float, stop: float, kind: str, amount: float) -> float | None
     return float(count)
 
 
-def host_locals(text: str, macros: dict[str, str], env: dict[str, float] | None = None) -> dict[str, float]:
-    """Integer locals of host code in textual order (scopes ignored), those that evaluate (with ``env``:
-    values known before the text, e.g. a host helper's parameters)."""
-    env = dict(env or {})
-    types = "|".join(re.escape(t) for t in enum_types(text))  # an enum local holds its enumerator's value
-    pattern = re.compile(_LOCAL_RE.pattern.replace("|auto)", f"|auto{'|' + types if types else ''})"))
-    for m in pattern.finditer(text):
-        try:
-            env[m.group(1)] = evaluate(m.group(2), dict(env), macros)
-        except (Unknown, ValueError, OverflowError, ZeroDivisionError, RecursionError):
-            env.pop(m.group(1), None)
-    return env
-
-
 def kernel_param_names(text: str, name: str) -> list[str]:
     """Every parameter name of kernel ``name`` in order (pointers included)."""
     mask = code_mask(text)
@@ -594,7 +580,6 @@ __all__ = [
     "call_arguments",
     "evaluate",
     "file_macros",
-    "host_locals",
     "kernel_loops",
     "kernel_param_names",
     "kernel_parameters",
