@@ -29,7 +29,7 @@ _LAUNCH_CALL = r"\b{name}\s*(?:<[^;]*?>)?\s*<<<[^;]*?>>>\s*\("
 
 def host_args(text: str, kernel: str, exe_args: list[str]) -> dict[str, float]:
     """Kernel scalar arguments at the first launch site of ``kernel`` that the host makes known."""
-    from components.features.static.host_env import env_at
+    from components.features.static.host_env import env_at, members
     from components.features.static.loops import (
         Unknown,
         call_arguments,
@@ -54,6 +54,8 @@ def host_args(text: str, kernel: str, exe_args: list[str]) -> dict[str, float]:
     scalars, _ = kernel_parameters(text, kernel)
     out: dict[str, float] = {}
     for name, expr in zip(params, given, strict=False):
+        # a struct passed by value: its known fields, as p.k arguments
+        out.update({k.replace("__", ".", 1): v for k, v in members(env, expr, name).items()})
         if name not in scalars:
             continue
         try:

@@ -74,8 +74,8 @@ def check_args(args: Any) -> dict[str, float]:
         )
     out: dict[str, float] = {}
     for name, value in args.items():
-        if not isinstance(name, str) or not name.isidentifier():
-            raise ProgramError(f"launch args: {name!r} is not a kernel argument name")
+        if not isinstance(name, str) or not all(w.isidentifier() for w in name.split(".")):
+            raise ProgramError(f"launch args: {name!r} is not a kernel argument name (NAME or STRUCT.FIELD)")
         if isinstance(value, bool) or not isinstance(value, int | float) or value != value:
             raise ProgramError(f"launch args {name}: {value!r} is not a number")
         out[name] = int(value) if float(value).is_integer() else float(value)
@@ -84,16 +84,18 @@ def check_args(args: Any) -> dict[str, float]:
 
 def check_arg_names(source: str, kernels: list[Any], args: dict[str, float]) -> None:
     """Every given argument names a scalar parameter of at least one analysed kernel."""
-    from components.features.static.loops import kernel_parameters
+    from components.features.static.loops import kernel_param_names, kernel_parameters
 
     if not args:
         return
     known: set[str] = set()
+    whole: set[str] = set()  # every parameter: a struct one takes its fields (p.k)
     for k in kernels:
         scalars, _ = kernel_parameters(source, k.short_name)
         known.update(scalars)
+        whole.update(kernel_param_names(source, k.short_name))
     for name in args:
-        if name not in known:
+        if name not in known and not ("." in name and name.split(".")[0] in whole):
             raise ProgramError(
                 f"launch args: {name!r} is no scalar parameter of the kernel(s) "
                 f"({', '.join(sorted(known)) or 'none has scalar parameters'})"

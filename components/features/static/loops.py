@@ -115,6 +115,11 @@ def _c_to_python(expr: str) -> str:
     expr = re.sub(r"\b(0[xX][0-9a-fA-F]+)[uUlL]+\b", r"\1", expr)
     expr = re.sub(r"\b(?:std\s*::\s*|::)?(min|max)\s*\(", r"\1(", expr)
     expr = re.sub(r"\b(threadIdx|blockIdx|blockDim|gridDim)\s*\.\s*([xyz])\b", r"\1_\2", expr)
+    expr = re.sub(  # a struct member p.k (a.b.c) is one name, p__k
+        r"(?<![\w.])[A-Za-z_]\w*(?:\s*\.\s*[A-Za-z_]\w*)+",
+        lambda m: re.sub(r"\s*\.\s*", "__", m.group(0)),
+        expr,
+    )
     expr = expr.replace("&&", " and ").replace("||", " or ").replace("!", " not ").replace(" not =", "!=")
     if expr.count("?") == 1 and expr.replace("::", "").count(":") == 1:  # one conditional: c ? a : b
         test, _, rest = expr.partition("?")
@@ -146,7 +151,7 @@ def _eval(node: ast.AST, env: dict[str, float], macros: dict[str, str], depth: i
         if node.id in macros and depth < 16:
             env[node.id] = evaluate(macros[node.id], env, macros, depth + 1)
             return env[node.id]
-        raise Unknown([node.id])
+        raise Unknown([node.id.replace("__", ".")])  # a struct member (p__k) as the source names it
     if isinstance(node, ast.UnaryOp) and isinstance(node.op, ast.USub | ast.UAdd | ast.Invert):
         v = _eval(node.operand, env, macros, depth)
         return -v if isinstance(node.op, ast.USub) else (~int(v) if isinstance(node.op, ast.Invert) else v)
@@ -160,7 +165,23 @@ def _eval(node: ast.AST, env: dict[str, float], macros: dict[str, str], depth: i
     if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id in ("min", "max"):
         values = _eval_all(node.args, env, macros, depth)
         return min(values) if node.func.id == "min" else max(values)
+    if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id in _UNARY:
+        (value,) = _eval_all(node.args[:1], env, macros, depth) if len(node.args) == 1 else [None]
+        if value is None:
+            raise ValueError("unsupported call")
+        return _UNARY[node.func.id](value)
     raise ValueError("unsupported expression")
+
+
+# One-argument math and functional casts a size may be computed with: (int)sqrtf(float(kernels_size)).
+_UNARY = {
+    **dict.fromkeys(("sqrt", "sqrtf"), math.sqrt),
+    **dict.fromkeys(("floor", "floorf"), math.floor),
+    **dict.fromkeys(("ceil", "ceilf"), math.ceil),
+    **dict.fromkeys(("log2", "log2f"), math.log2),
+    **dict.fromkeys(("float", "double"), float),
+    **dict.fromkeys(("int", "long", "unsigned", "size_t"), int),
+}
 
 
 def _eval_all(nodes: list[ast.AST], env: dict[str, float], macros: dict[str, str], depth: int) -> list[float]:
@@ -305,7 +326,7 @@ def kernel_loops(text: str, name: str, instance: str | None, known: Known) -> li
     for pname, default in template.items():
         if default:
             macros.setdefault(pname, default)
-    env.update(args)
+    env.update({k.replace(".", "__"): v for k, v in args.items()})  # p.k: a member of struct argument p
     from components.features.static.device_loops import device_functions, scan_loops
 
     return scan_loops(text, mask, (lo, hi), env, macros, device_functions(text, mask))
@@ -496,9 +517,16 @@ def kernel_param_names(text: str, name: str) -> list[str]:
     return [p.split("=")[0].split()[-1].strip("*&") if p.split() else "" for p in _split_args(params)]
 
 
+def _code(text: str, mask: bytearray, lo: int, hi: int) -> str:
+    """``text[lo:hi]`` with comments blanked (a ``-->`` in one would unbalance the argument split)."""
+    return "".join(c if mask[i] else " " for i, c in enumerate(text[lo:hi], lo))
+
+
 def call_arguments(text: str, open_paren: int) -> list[str]:
-    """Top-level argument expressions of the call whose '(' is at ``open_paren``."""
-    return _split_args(text[open_paren + 1 : _close(text, code_mask(text), open_paren, "(", ")")])
+    """Top-level argument expressions of the call whose '(' is at ``open_paren`` (comments blanked: a
+    ``1, // offset_unit,`` would shift every later argument)."""
+    mask = code_mask(text)
+    return _split_args(_code(text, mask, open_paren + 1, _close(text, mask, open_paren, "(", ")")))
 
 
 def thread_guard(text: str, name: str, known: Known) -> tuple[float, str] | None:
