@@ -83,5 +83,5 @@ def test_a_struct_field_argument_counts_the_answer(tmp_path: Path, monkeypatch: 
     f2, f3, f4 = (a["gflops"] * a["duration_us"] for a in sizes)
     # the window's body runs k^2 times beside one-off work: 16 - 9 against 9 - 4 more bodies
     assert (f4 - f3) / (f3 - f2) == pytest.approx(7 / 5, rel=1e-6)
-    with pytest.raises(ProgramError, match="'q.kernel_size' is no scalar parameter"):
+    with pytest.raises(ProgramError, match=r"'q\.kernel_size' is no scalar parameter"):
         answer({"q.kernel_size": 4})
