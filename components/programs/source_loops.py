@@ -157,9 +157,9 @@ def count_kernel(
 ) -> LoopCount:
     """``count_loops``; then the branches few threads take (static.guards: ``stripped`` is the kernel
     compiled without them) weighed by the share of threads that take them; then the share of threads a
-    thread-index guard lets through (static.loops.thread_guard): the per-thread counts are averaged over
+    thread-index guard lets through (static.guards.thread_guard): the per-thread counts are averaged over
     every launched thread."""
-    from components.features.static.loops import thread_guard
+    from components.features.static.guards import thread_guard
     from components.models.cuda_estimate import counted_instructions, dynamic_counts
 
     count = count_loops(source, kernel, pinned, known)

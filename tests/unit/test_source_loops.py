@@ -175,7 +175,7 @@ GUARDED_2D = """__global__ void fill(float* y, int w, int h) {
 
 
 def test_thread_index_guards_give_the_share_of_threads_that_work() -> None:
-    from components.features.static.loops import thread_guard
+    from components.features.static.guards import thread_guard
 
     assert thread_guard(GUARDED, "scale", Known({}, {"n": 1000}, (8, 1, 1), (256, 1, 1))) == (
         1000 / 2048,

@@ -18,7 +18,15 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
-from components.features.static.loops import Known, _close, _kernel_span, _thread_indices
+from components.features.static.loops import (
+    _LOCAL_RE,
+    Known,
+    Unknown,
+    _close,
+    _kernel_span,
+    evaluate,
+    file_macros,
+)
 from components.features.static.source import code_mask
 
 _ALIAS_RE = re.compile(r"\b([A-Za-z_]\w*)\s*=\s*\(?\s*threadIdx\.([xyz])\s*\)?\s*;")
@@ -50,7 +58,6 @@ def _range_share(
     """Share of the threads that pass ``index < bound`` (``threadIdx.x < n_steps``): bound over the index's
     extent, the bound evaluated with the question's arguments and the kernel's integer locals above."""
     from components.features.static.host_env import host_locals
-    from components.features.static.loops import Unknown, evaluate, file_macros
 
     lt = _LT_RE.match(condition)
     if lt is None or lt.group(1) not in extents:
@@ -131,6 +138,69 @@ def guarded_loops(text: str, name: str, loops: list[Any], known: Known) -> None:
                 loop.header += f" (under {guard.condition}: {guard.share:.2%} of the threads)"
 
 
+def thread_guard(text: str, name: str, known: Known) -> tuple[float, str] | None:
+    """(share of threads that do the work, the guard) when the kernel's first top-level ``if`` bounds
+    its thread index -- ``if (i >= n) return;`` or ``if (i < n && j < m) { ...whole body... }`` with
+    ``i = blockIdx.x * blockDim.x + threadIdx.x`` and ``n`` known: the threads past ``n`` exit at once.
+    None when there is no such guard or a bound is unknown."""
+    mask = code_mask(text)
+    span = _kernel_span(text, mask, name)
+    if span is None:
+        return None
+    _, _, lo, hi = span
+    m = next((m for m in re.finditer(r"\bif\s*\(", text[lo:hi]) if mask[lo + m.start()]), None)
+    if m is None or text[lo + 1 : lo + m.start()].count("{") != text[lo + 1 : lo + m.start()].count("}"):
+        return None
+    paren = lo + m.end() - 1
+    close = _close(text, mask, paren, "(", ")")
+    cond, rest = text[paren + 1 : close], text[close + 1 : hi].lstrip()
+    block_at = close + 1 + len(text[close + 1 : hi]) - len(rest)
+    if rest.startswith("return"):
+        clauses, exits = cond.split("||"), True
+    elif rest.startswith("{") and not text[_close(text, mask, block_at, "{", "}") + 1 : hi].strip():
+        clauses, exits = cond.split("&&"), False  # the whole rest of the body inside the if
+    elif not rest.startswith("{") and not text[text.find(";", block_at) + 1 : hi].strip():
+        clauses, exits = cond.split("&&"), False  # if (i < n) y[i] = ...; as the last statement
+    else:
+        return None
+    env: dict[str, float] = {**known.args}
+    macros = file_macros(text, known.defines)
+    dims = _thread_indices(text[lo + 1 : lo + m.start()])
+    share, seen = 1.0, set()
+    for clause in clauses:
+        c = re.match(r"^\s*\(?\s*([A-Za-z_]\w*)\s*(>=|>|<=|<)\s*(.+?)\s*\)?\s*$", clause)
+        if not c or c.group(1) not in dims or dims[c.group(1)] in seen:
+            return None
+        op = c.group(2)
+        if (op in (">=", ">")) != exits:
+            return None
+        try:
+            bound = evaluate(c.group(3), dict(env), macros) + (1 if op in (">", "<=") else 0)
+        except (Unknown, ValueError, OverflowError, ZeroDivisionError):
+            return None
+        axis = dims[c.group(1)]
+        seen.add(axis)
+        i = "xyz".index(axis)
+        share *= min(1.0, max(bound, 0) / (known.grid[i] * known.block[i]))
+    return share, " ".join(text[lo + m.start() : close + 1].split())
+
+
+def _thread_indices(prefix: str) -> dict[str, str]:
+    """Locals that are a global thread index along one axis: ``blockIdx.x * blockDim.x + threadIdx.x``."""
+    out = {}
+    for m in _LOCAL_RE.finditer(prefix):
+        expr = " ".join(m.group(2).split())
+        for axis in "xyz":
+            if re.fullmatch(
+                rf"\(?\s*(blockIdx\.{axis}\s*\*\s*blockDim\.{axis}|blockDim\.{axis}\s*\*\s*blockIdx\.{axis})"
+                rf"\s*\)?\s*\+\s*threadIdx\.{axis}|threadIdx\.{axis}\s*\+\s*\(?\s*(blockIdx\.{axis}\s*\*"
+                rf"\s*blockDim\.{axis}|blockDim\.{axis}\s*\*\s*blockIdx\.{axis})\s*\)?",
+                expr,
+            ):
+                out[m.group(1)] = axis
+    return out
+
+
 def strip_lane_guards(text: str, guards: list[LaneGuard]) -> str:
     """``text`` with every guard's condition made false (``0 && (...)``): the compiler drops the branch."""
     for guard in sorted(guards, key=lambda g: g.paren, reverse=True):
@@ -139,4 +209,4 @@ def strip_lane_guards(text: str, guards: list[LaneGuard]) -> str:
     return text
 
 
-__all__ = ["LaneGuard", "guarded_loops", "lane_guards", "strip_lane_guards"]
+__all__ = ["LaneGuard", "guarded_loops", "lane_guards", "strip_lane_guards", "thread_guard"]
