@@ -5,7 +5,8 @@ source_predict) on the RTX 3080 with its profiled grid and block. Its scalar arg
 the program's own launch site: the call's argument expressions evaluated with the file's macros
 and the host's integer locals in textual order -- through host helpers: a helper's parameters are
 bound to the arguments of its first call (``components.features.static.host_env``) --,
-``atoi(argv[k])`` and friends replaced by the recorded arguments (a deliberately simple host
+``atoi(argv[k])`` and friends replaced by the recorded arguments, and so are ``getopt`` options
+(``components.features.static.host_options``) (a deliberately simple host
 reading: scopes and control flow are ignored, so an argument it cannot evaluate stays unknown and
 its loops fall back, as the answer says).
 The profiled FLOPs are ``(spPerf + dpPerf) * xtime`` (no half precision: the counted FLOPs compared
@@ -30,6 +31,7 @@ _LAUNCH_CALL = r"\b{name}\s*(?:<[^;]*?>)?\s*<<<[^;]*?>>>\s*\("
 def host_args(text: str, kernel: str, exe_args: list[str]) -> dict[str, float]:
     """Kernel scalar arguments at the first launch site of ``kernel`` that the host makes known."""
     from components.features.static.host_env import env_at, members
+    from components.features.static.host_options import apply_getopt
     from components.features.static.loops import (
         Unknown,
         call_arguments,
@@ -43,7 +45,7 @@ def host_args(text: str, kernel: str, exe_args: list[str]) -> dict[str, float]:
         k = int(m.group(1))
         return exe_args[k - 1] if 0 < k <= len(exe_args) else m.group(0)
 
-    host = _ARGV_RE.sub(argv, text)
+    host = apply_getopt(_ARGV_RE.sub(argv, text), exe_args)  # getopt options as recorded, too
     site = re.search(_LAUNCH_CALL.format(name=re.escape(kernel)), host)
     if site is None:
         return {}

@@ -85,3 +85,52 @@ def test_a_struct_field_argument_counts_the_answer(tmp_path: Path, monkeypatch: 
     assert (f4 - f3) / (f3 - f2) == pytest.approx(7 / 5, rel=1e-6)
     with pytest.raises(ProgramError, match=r"'q\.kernel_size' is no scalar parameter"):
         answer({"q.kernel_size": 4})
+
+
+CHAI = """
+struct Params {
+  int groups;
+  int in_size, out_size;
+  Params(int argc, char **argv) {
+    groups = 256;
+    in_size = 3;
+    out_size = in_size * 100;
+    int opt;
+    while ((opt = getopt(argc, argv, "hg:m:n:")) >= 0) {
+      switch (opt) {
+        case 'h': usage(); exit(0); break;
+        case 'g': groups = atoi(optarg); break;
+        case 'm': in_size = atoi(optarg); break;
+        case 'n': out_size = atoi(optarg); break;
+      }
+    }
+  }
+};
+__global__ void blend(float* out, const int n_in, const int n_out) {
+  int i;
+  i = blockDim.x * blockIdx.x + threadIdx.x;
+  if (i >= n_out) return;
+  for (int k = 0; k <= n_in; k++) out[i] += k;
+}
+int main(int argc, char **argv) {
+  const Params p(argc, argv);
+  blend<<<(p.out_size + p.groups - 1) / p.groups, p.groups>>>(0, p.in_size, p.out_size);
+}
+"""
+
+
+def test_getopt_options_and_constructor_defaults_reach_the_launch() -> None:
+    from components.evaluation.gpuflopbench_flops import host_args
+    from components.features.static.host_options import recorded_options
+
+    assert recorded_options("hg:m:n:", ["-m", "5", "-n200", "-h", "file.txt"]) == {"m": "5", "n": "200"}
+    # no options recorded (file names only): the constructor's defaults, out_size computed from in_size
+    assert host_args(CHAI, "blend", ["in.pgm", "out.pgm"]) == {"n_in": 3, "n_out": 300}
+    assert host_args(CHAI, "blend", ["-m", "7", "-n", "50"]) == {"n_in": 7, "n_out": 50}
+
+
+def test_a_thread_index_assigned_after_its_declaration_guards_the_threads() -> None:
+    from components.features.static.guards import thread_guard
+
+    guard = thread_guard(CHAI, "blend", Known(args={"n_out": 300}, grid=(2, 1, 1), block=(256, 1, 1)))
+    assert guard == (300 / 512, "if (i >= n_out)")

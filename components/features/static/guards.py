@@ -186,9 +186,11 @@ def thread_guard(text: str, name: str, known: Known) -> tuple[float, str] | None
 
 
 def _thread_indices(prefix: str) -> dict[str, str]:
-    """Locals that are a global thread index along one axis: ``blockIdx.x * blockDim.x + threadIdx.x``."""
+    """Locals that are a global thread index along one axis: ``blockIdx.x * blockDim.x + threadIdx.x``,
+    declared so or assigned so after a bare declaration (``int i; i = blockDim.x * blockIdx.x + ...;``)."""
     out = {}
-    for m in _LOCAL_RE.finditer(prefix):
+    assigned = re.finditer(r"(?<![\w.>])([A-Za-z_]\w*)\s*=(?!=)\s*([^;{}]+);", prefix)
+    for m in [*_LOCAL_RE.finditer(prefix), *assigned]:
         expr = " ".join(m.group(2).split())
         for axis in "xyz":
             if re.fullmatch(
