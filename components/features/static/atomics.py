@@ -15,15 +15,8 @@ from __future__ import annotations
 
 import re
 
-from components.features.static.loops import (
-    _LOCAL_RE,
-    Known,
-    Unknown,
-    _close,
-    _kernel_span,
-    evaluate,
-    file_macros,
-)
+from components.features.static import loops
+from components.features.static.loops import Known, Unknown, evaluate, file_macros
 from components.features.static.source import code_mask
 from components.features.static.templates import split_args
 
@@ -35,7 +28,7 @@ _MASK_RE = re.compile(r"(?:&|%)\s*\(?\s*([^()&%]+?)\s*\)?\s*$")
 def _thread_names(body: str) -> set[str]:
     """``threadIdx`` and the locals (loop variables included) whose value is computed from it."""
     names = {"threadIdx"}
-    decls = [(m.group(1), m.group(2)) for m in _LOCAL_RE.finditer(body)]
+    decls = [(m.group(1), m.group(2)) for m in loops._LOCAL_RE.finditer(body)]
     decls += [(m.group(1), m.group(2)) for m in _FOR_INIT_RE.finditer(body)]
     changed = True
     while changed:
@@ -64,7 +57,7 @@ def atomic_contention(text: str, name: str, known: Known) -> list[float]:
     """Threads of a block that update each atomic's address at once, per atomic call of kernel ``name`` in
     source order (module docstring); empty when the kernel is not found or calls no atomic."""
     mask = code_mask(text)
-    span = _kernel_span(text, mask, name)
+    span = loops._kernel_span(text, mask, name)
     if span is None:
         return []
     _, _, lo, hi = span
@@ -76,7 +69,7 @@ def atomic_contention(text: str, name: str, known: Known) -> list[float]:
     for m in _ATOMIC_RE.finditer(text, lo + 1, hi):
         if not mask[m.start()]:
             continue
-        args = split_args(text[m.end() : _close(text, mask, m.end() - 1, "(", ")")])
+        args = split_args(text[m.end() : loops._close(text, mask, m.end() - 1, "(", ")")])
         index = _index(args[0]) if args else ""
         if not set(re.findall(r"[A-Za-z_]\w*", index)) & by_thread:
             out.append(threads)  # every thread of the block on one address
