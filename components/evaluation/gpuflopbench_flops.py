@@ -5,10 +5,12 @@ source_predict) on the RTX 3080 with its profiled grid and block. Its scalar arg
 the program's own launch site: the call's argument expressions evaluated with the file's macros
 and the host's integer locals in textual order -- through host helpers: a helper's parameters are
 bound to the arguments of its first call (``components.features.static.host_env``) --,
-``atoi(argv[k])`` and friends replaced by the recorded arguments (a deliberately simple host
+``atoi(argv[k])`` and friends replaced by the recorded arguments, and so are ``getopt`` options
+(``components.features.static.host_options``) (a deliberately simple host
 reading: scopes and control flow are ignored, so an argument it cannot evaluate stays unknown and
 its loops fall back, as the answer says).
-The profiled FLOPs are ``(spPerf + dpPerf) * xtime``; the figure is the share of kernels whose
+The profiled FLOPs are ``(spPerf + dpPerf) * xtime`` (no half precision: the counted FLOPs compared
+are the answer's FP32 and FP64 ones); the figure is the share of kernels whose
 counted FLOPs are within 2x of them, beside the same share with no arguments given.
 """
 
@@ -28,7 +30,8 @@ _LAUNCH_CALL = r"\b{name}\s*(?:<[^;]*?>)?\s*<<<[^;]*?>>>\s*\("
 
 def host_args(text: str, kernel: str, exe_args: list[str]) -> dict[str, float]:
     """Kernel scalar arguments at the first launch site of ``kernel`` that the host makes known."""
-    from components.features.static.host_env import env_at
+    from components.features.static.host_env import env_at, members
+    from components.features.static.host_options import apply_getopt
     from components.features.static.loops import (
         Unknown,
         call_arguments,
@@ -42,7 +45,7 @@ def host_args(text: str, kernel: str, exe_args: list[str]) -> dict[str, float]:
         k = int(m.group(1))
         return exe_args[k - 1] if 0 < k <= len(exe_args) else m.group(0)
 
-    host = _ARGV_RE.sub(argv, text)
+    host = apply_getopt(_ARGV_RE.sub(argv, text), exe_args)  # getopt options as recorded, too
     site = re.search(_LAUNCH_CALL.format(name=re.escape(kernel)), host)
     if site is None:
         return {}
@@ -53,6 +56,8 @@ def host_args(text: str, kernel: str, exe_args: list[str]) -> dict[str, float]:
     scalars, _ = kernel_parameters(text, kernel)
     out: dict[str, float] = {}
     for name, expr in zip(params, given, strict=False):
+        # a struct passed by value: its known fields, as p.k arguments
+        out.update({k.replace("__", ".", 1): v for k, v in members(env, expr, name).items()})
         if name not in scalars:
             continue
         try:
@@ -158,7 +163,7 @@ def score_flops(root: Path, limit_programs: int = 40) -> dict[str, Any]:
             if answer is None:
                 row[label] = None
                 continue
-            row[label] = answer["gflops"] * answer["duration_us"] * 1e3 if answer["gflops"] else 0.0
+            row[label] = _fp32_fp64_flops(answer)
             row[f"{label}_us"] = answer["duration_us"]
             row[f"{label}_known"] = (
                 "trip counts from the source" in answer["note"] or "no loops" in answer["note"]
@@ -166,6 +171,17 @@ def score_flops(root: Path, limit_programs: int = 40) -> dict[str, Any]:
         row["measured_us"] = float(r["xtime"]) / 1e3
         results.append(row)
     return {"rows": results, **summarise(results)}
+
+
+def _fp32_fp64_flops(answer: dict[str, Any]) -> float:
+    """The answer's counted FP32 + FP64 FLOPs: what Nsight's ``spPerf`` and ``dpPerf`` measure (half-precision
+    work is in neither), from its breakdown's per-precision counts; all its FLOPs when it has none."""
+    import json
+
+    entries = json.loads(answer.get("breakdown") or "[]")
+    if entries and all("flops" in e for e in entries):
+        return float(sum(e["flops"].get("fp32", 0) + e["flops"].get("fp64", 0) for e in entries))
+    return answer["gflops"] * answer["duration_us"] * 1e3 if answer["gflops"] else 0.0
 
 
 def summarise(rows: list[dict[str, Any]]) -> dict[str, Any]:

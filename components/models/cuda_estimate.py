@@ -43,6 +43,8 @@ class KernelEstimate:
     roofline_us: float = 0.0
     bound_pipe: str = "launch"
     duration_us: float = 0.0
+    # FLOPs by precision (fp32, fp64, fp16) when the static report counts them as Nsight does
+    flops_by_precision: dict[str, float] = field(default_factory=dict)
 
     @property
     def arith_intensity(self) -> float | None:
@@ -190,6 +192,7 @@ def estimate_kernel(
         max(roofline, LAUNCH_US),
         bound,
         duration,
+        {k.removeprefix("flop_"): threads * dyn[k] for k in FLOP_KEYS if k in dyn},
     )
 
 

@@ -352,6 +352,13 @@ def _interval_note(known: bool) -> str:
     return f"interval: the {INTERVAL_LOW:g}x-{INTERVAL_HIGH:g}x spread measured on 416 compiled kernels"
 
 
+def _precision_flops(estimate: Any) -> dict[str, Any]:
+    """The kernel's counted FLOPs by precision, as a breakdown entry's ``flops`` (none when not counted)."""
+    if not estimate.flops_by_precision:
+        return {}
+    return {"flops": {k: round(v) for k, v in estimate.flops_by_precision.items()}}
+
+
 def _answer(
     estimates: list[tuple[Any, Any]],
     counts: list[Any],
@@ -388,6 +395,7 @@ def _answer(
             "duration_us": round(e.duration_us, 4),
             "bound": b,
             "roofline_class": class_of_bound(b),
+            **_precision_flops(e),
         }
         for (k, e), b in sorted(zip(estimates, bounds, strict=True), key=lambda p: -p[0][1].duration_us)
     ]

@@ -188,7 +188,8 @@ def _kernel_args(items: list[str]) -> dict[str, float]:
             number = float(value)
         except ValueError:
             number = float("nan")
-        if not sep or not name.strip().isidentifier() or number != number:
+        # NAME or STRUCT.FIELD (a member of a struct argument: --arg p.kernel_size=9)
+        if not sep or not all(w.isidentifier() for w in name.strip().split(".")) or number != number:
             raise QueryError(f"--arg {item!r}: expected NAME=NUMBER, e.g. --arg n=4096")
         out[name.strip()] = int(number) if number.is_integer() else number
     return out

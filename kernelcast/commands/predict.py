@@ -205,7 +205,7 @@ def predict_command(
     ] = False,
     arg: Annotated[
         list[str] | None,
-        typer.Option(help="a kernel scalar argument, NAME=NUMBER (repeatable): counts the source's loops"),
+        typer.Option(help="kernel argument NAME=NUMBER or STRUCT.FIELD=NUMBER (repeatable): counts loops"),
     ] = None,
     batch: Annotated[
         Path | None,

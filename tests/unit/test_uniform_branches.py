@@ -51,7 +51,8 @@ def test_branches_on_thread_indices_unknown_or_assigned_arguments_are_left_alone
 
 
 def test_an_enum_argument_set_on_the_host_is_known_through_its_enumerator():
-    from components.features.static.loops import file_macros, host_locals
+    from components.features.static.host_env import host_locals
+    from components.features.static.loops import file_macros
 
     macros = file_macros(ADAM, {})
     assert host_locals(ADAM + "\nmode_t mode = MODE_1;\n", macros)["mode"] == 1

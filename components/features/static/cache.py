@@ -18,7 +18,7 @@ from components.common.atomic import atomic_write_text
 # Bump when extraction, options or parsing change, so cached reports are recomputed.
 # v2: launch sites resolved, guard defaults; v3: loop nest + FLOP counts; v4: slow paths left out of counts;
 # v5: uniform branches on given arguments folded, enumerators as constants, tree reductions
-CACHE_VERSION = "static-v5"
+CACHE_VERSION = "static-v6"
 
 
 def default_cache_dir() -> Path:

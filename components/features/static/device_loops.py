@@ -16,6 +16,7 @@ from components.features.static.loops import (
     SourceLoop,
     Unknown,
     _close,
+    _code,
     _count,
     _ends_do_while,
     _locals,
@@ -26,11 +27,6 @@ from components.features.static.loops import (
 
 MAX_DEPTH = 4
 _DEVICE_RE = re.compile(r"__device__[^;{}()]*?\b([A-Za-z_]\w*)\s*\(", re.S)
-
-
-def _code(text: str, mask: bytearray, lo: int, hi: int) -> str:
-    """``text[lo:hi]`` with comments blanked (a ``-->`` in one would unbalance the argument split)."""
-    return "".join(c if mask[i] else " " for i, c in enumerate(text[lo:hi], lo))
 
 
 def device_functions(text: str, mask: bytearray) -> dict[str, tuple[list[str], int, int]]:
@@ -88,7 +84,9 @@ def scan_loops(
         close = _close(text, mask, paren, "(", ")")
         end = _statement_end(text, mask, close + 1, hi)
         loop = SourceLoop(pos, end, parent, " ".join(text[pos : close + 1].split()))
-        _count(loop, m.group(1), text[paren + 1 : close], local_env, local_macros)
+        body = _code(text, mask, close + 1, end + 1) if m.group(1) == "while" else ""
+        prefix = _code(text, mask, lo + 1, pos) if m.group(1) == "while" else ""
+        _count(loop, m.group(1), text[paren + 1 : close], local_env, local_macros, body, prefix)
         loops.append(loop)
     return loops
 

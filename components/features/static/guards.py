@@ -16,13 +16,23 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
+from typing import Any
 
-from components.features.static.loops import Known, _close, _kernel_span, _thread_indices
+from components.features.static.loops import (
+    _LOCAL_RE,
+    Known,
+    Unknown,
+    _close,
+    _kernel_span,
+    evaluate,
+    file_macros,
+)
 from components.features.static.source import code_mask
 
 _ALIAS_RE = re.compile(r"\b([A-Za-z_]\w*)\s*=\s*\(?\s*threadIdx\.([xyz])\s*\)?\s*;")
 _IF_RE = re.compile(r"\bif\s*\(")
 _EQ_RE = re.compile(r"^\s*\(?\s*([A-Za-z_][\w.]*)\s*==\s*([^=&|]+?)\s*\)?\s*$")
+_LT_RE = re.compile(r"^\s*\(?\s*([A-Za-z_][\w.]*)\s*(<=?)\s*([^=&|<>?]+?)\s*\)?\s*$")
 
 
 @dataclass(frozen=True)
@@ -42,13 +52,31 @@ def _depth(text: str, mask: bytearray, lo: int, pos: int) -> int:
     return depth
 
 
-def lane_guards(text: str, name: str, known: Known) -> list[LaneGuard]:
-    """The kernel's top-level lane guards (see the module docstring) with the share of threads each passes."""
-    mask = code_mask(text)
-    span = _kernel_span(text, mask, name)
-    if span is None:
-        return []
-    _, _, lo, hi = span
+def _range_share(
+    text: str, lo: int, at: int, condition: str, extents: dict[str, float], known: Known
+) -> float | None:
+    """Share of the threads that pass ``index < bound`` (``threadIdx.x < n_steps``): bound over the index's
+    extent, the bound evaluated with the question's arguments and the kernel's integer locals above."""
+    from components.features.static.host_env import host_locals
+
+    lt = _LT_RE.match(condition)
+    if lt is None or lt.group(1) not in extents:
+        return None
+    macros = file_macros(text, known.defines)
+    env = host_locals(text[lo + 1 : at], macros, dict(known.args))
+    try:
+        bound = evaluate(lt.group(3), env, macros) + (1 if lt.group(2) == "<=" else 0)
+    except (Unknown, ValueError, ArithmeticError, RecursionError):
+        return None
+    share = min(max(bound, 0.0), extents[lt.group(1)]) / extents[lt.group(1)]
+    return share if share < 1.0 else None
+
+
+def _all_lane_guards(
+    text: str, mask: bytearray, lo: int, hi: int, known: Known, ranges: bool = False
+) -> list[tuple[LaneGuard, int]]:
+    """Every lane guard of the body ``text[lo + 1 : hi]`` at any depth, with its brace depth; with
+    ``ranges`` also the thread-index ranges ``index < bound`` whose bound is known."""
     body = text[lo + 1 : hi]
     extents: dict[str, float] = {}
     for axis in "xyz":
@@ -61,17 +89,117 @@ def lane_guards(text: str, name: str, known: Known) -> list[LaneGuard]:
         extents[var] = float(known.grid[i] * known.block[i])
     out = []
     for m in _IF_RE.finditer(text, lo + 1, hi):
-        if not mask[m.start()] or _depth(text, mask, lo + 1, m.start()) != 0:
+        if not mask[m.start()]:
             continue
         paren = m.end() - 1
         condition = text[paren + 1 : _close(text, mask, paren, "(", ")")]
         eq = _EQ_RE.match(condition)
-        if eq is None:
+        index = next((s for s in (eq.group(1), eq.group(2).strip()) if s in extents), None) if eq else None
+        share = 1.0 / extents[index] if index is not None and extents[index] >= 2 else None
+        if share is None and ranges:
+            share = _range_share(text, lo, m.start(), condition, extents, known)
+        if share is None:
             continue
-        index = next((s for s in (eq.group(1), eq.group(2).strip()) if s in extents), None)
-        if index is None or extents[index] < 2:
-            continue
-        out.append(LaneGuard(paren, " ".join(condition.split()), 1.0 / extents[index]))
+        guard = LaneGuard(paren, " ".join(condition.split()), share)
+        out.append((guard, _depth(text, mask, lo + 1, m.start())))
+    return out
+
+
+def lane_guards(text: str, name: str, known: Known) -> list[LaneGuard]:
+    """The kernel's top-level lane guards (see the module docstring) with the share of threads each passes."""
+    mask = code_mask(text)
+    span = _kernel_span(text, mask, name)
+    if span is None:
+        return []
+    return [g for g, depth in _all_lane_guards(text, mask, span[2], span[3], known) if depth == 0]
+
+
+def guarded_loops(text: str, name: str, loops: list[Any], known: Known) -> None:
+    """Loops a lane guard holds (``if (threadIdx.x == 0) for (...)``, or a range of thread indices
+    ``if (threadIdx.x < n_steps)``, at any depth; a device function's loops by its call) run for the
+    guard's share of the threads: their trips are scaled by it. A loop
+    whose enclosing loop sits in the same guard is not scaled again (its runs multiply the parent's)."""
+    from components.features.static.uniform import _statement
+
+    mask = code_mask(text)
+    span = _kernel_span(text, mask, name)
+    if span is None or not loops:
+        return
+    branches = []
+    for guard, _ in _all_lane_guards(text, mask, span[2], span[3], known, ranges=True):
+        start, end = _statement(text, mask, _close(text, mask, guard.paren, "(", ")") + 1)
+        branches.append((start, end, guard))
+    for loop in loops:
+        parent = loops[loop.parent].start if 0 <= loop.parent < len(loops) else None
+        for start, end, guard in branches:
+            inside = start <= loop.start <= end
+            if inside and not (parent is not None and start <= parent <= end) and loop.trips is not None:
+                loop.trips *= guard.share
+                loop.header += f" (under {guard.condition}: {guard.share:.2%} of the threads)"
+
+
+def thread_guard(text: str, name: str, known: Known) -> tuple[float, str] | None:
+    """(share of threads that do the work, the guard) when the kernel's first top-level ``if`` bounds
+    its thread index -- ``if (i >= n) return;`` or ``if (i < n && j < m) { ...whole body... }`` with
+    ``i = blockIdx.x * blockDim.x + threadIdx.x`` and ``n`` known: the threads past ``n`` exit at once.
+    None when there is no such guard or a bound is unknown."""
+    mask = code_mask(text)
+    span = _kernel_span(text, mask, name)
+    if span is None:
+        return None
+    _, _, lo, hi = span
+    m = next((m for m in re.finditer(r"\bif\s*\(", text[lo:hi]) if mask[lo + m.start()]), None)
+    if m is None or text[lo + 1 : lo + m.start()].count("{") != text[lo + 1 : lo + m.start()].count("}"):
+        return None
+    paren = lo + m.end() - 1
+    close = _close(text, mask, paren, "(", ")")
+    cond, rest = text[paren + 1 : close], text[close + 1 : hi].lstrip()
+    block_at = close + 1 + len(text[close + 1 : hi]) - len(rest)
+    if rest.startswith("return"):
+        clauses, exits = cond.split("||"), True
+    elif rest.startswith("{") and not text[_close(text, mask, block_at, "{", "}") + 1 : hi].strip():
+        clauses, exits = cond.split("&&"), False  # the whole rest of the body inside the if
+    elif not rest.startswith("{") and not text[text.find(";", block_at) + 1 : hi].strip():
+        clauses, exits = cond.split("&&"), False  # if (i < n) y[i] = ...; as the last statement
+    else:
+        return None
+    env: dict[str, float] = {**known.args}
+    macros = file_macros(text, known.defines)
+    dims = _thread_indices(text[lo + 1 : lo + m.start()])
+    share, seen = 1.0, set()
+    for clause in clauses:
+        c = re.match(r"^\s*\(?\s*([A-Za-z_]\w*)\s*(>=|>|<=|<)\s*(.+?)\s*\)?\s*$", clause)
+        if not c or c.group(1) not in dims or dims[c.group(1)] in seen:
+            return None
+        op = c.group(2)
+        if (op in (">=", ">")) != exits:
+            return None
+        try:
+            bound = evaluate(c.group(3), dict(env), macros) + (1 if op in (">", "<=") else 0)
+        except (Unknown, ValueError, OverflowError, ZeroDivisionError):
+            return None
+        axis = dims[c.group(1)]
+        seen.add(axis)
+        i = "xyz".index(axis)
+        share *= min(1.0, max(bound, 0) / (known.grid[i] * known.block[i]))
+    return share, " ".join(text[lo + m.start() : close + 1].split())
+
+
+def _thread_indices(prefix: str) -> dict[str, str]:
+    """Locals that are a global thread index along one axis: ``blockIdx.x * blockDim.x + threadIdx.x``,
+    declared so or assigned so after a bare declaration (``int i; i = blockDim.x * blockIdx.x + ...;``)."""
+    out = {}
+    assigned = re.finditer(r"(?<![\w.>])([A-Za-z_]\w*)\s*=(?!=)\s*([^;{}]+);", prefix)
+    for m in [*_LOCAL_RE.finditer(prefix), *assigned]:
+        expr = " ".join(m.group(2).split())
+        for axis in "xyz":
+            if re.fullmatch(
+                rf"\(?\s*(blockIdx\.{axis}\s*\*\s*blockDim\.{axis}|blockDim\.{axis}\s*\*\s*blockIdx\.{axis})"
+                rf"\s*\)?\s*\+\s*threadIdx\.{axis}|threadIdx\.{axis}\s*\+\s*\(?\s*(blockIdx\.{axis}\s*\*"
+                rf"\s*blockDim\.{axis}|blockDim\.{axis}\s*\*\s*blockIdx\.{axis})\s*\)?",
+                expr,
+            ):
+                out[m.group(1)] = axis
     return out
 
 
@@ -83,4 +211,4 @@ def strip_lane_guards(text: str, guards: list[LaneGuard]) -> str:
     return text
 
 
-__all__ = ["LaneGuard", "lane_guards", "strip_lane_guards"]
+__all__ = ["LaneGuard", "guarded_loops", "lane_guards", "strip_lane_guards", "thread_guard"]

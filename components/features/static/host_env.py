@@ -15,13 +15,16 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-from components.features.static.loops import Unknown, _close, evaluate, host_locals
+from components.features.static.enums import enum_types
+from components.features.static.loops import _LOCAL_RE, Unknown, _close, _code, evaluate
 from components.features.static.source import code_mask
 from components.features.static.templates import split_args
 
 MAX_DEPTH = 4  # helpers calling helpers: beyond this the values stay unknown
-# A function definition's head: name, optional template arguments, the parameter list, then '{'.
-_DEF_RE = re.compile(r"\b([A-Za-z_]\w*)\s*\(([^;{}]*?)\)\s*(?:const\s*)?\{", re.S)
+# A function definition's head: name, the parameter list (parentheses in it balanced, one level deep: a
+# function-pointer parameter), then '{'. Balanced, so that a function-like macro's ``(ans) ans`` can not
+# run on into the next definition's parameters and take its place.
+_DEF_RE = re.compile(r"\b([A-Za-z_]\w*)\s*\(((?:[^;{}()]|\([^;{}()]*\))*?)\)\s*(?:const\s*)?\{", re.S)
 _NOT_FUNCTIONS = frozenset({"if", "for", "while", "switch", "catch", "return", "sizeof", "do"})
 _ERRORS = (Unknown, ValueError, OverflowError, ZeroDivisionError, RecursionError, SyntaxError)
 
@@ -64,9 +67,44 @@ def _call_site(text: str, mask: bytearray, fn: HostFunction) -> int | None:
     return None
 
 
+def host_locals(
+    text: str,
+    macros: dict[str, str],
+    env: dict[str, float] | None = None,
+    structs: dict[str, list[str]] | None = None,
+) -> dict[str, float]:
+    """Integer locals of host code in textual order (scopes ignored), those that evaluate (with ``env``:
+    values known before the text, e.g. a host helper's parameters), and the fields of plain structs it
+    sets (``p__k`` for ``p.k``; ``structs``, static.host_structs, default: those ``text`` defines)."""
+    from components.features.static.host_structs import struct_events, struct_fields
+
+    env = dict(env or {})
+    types = "|".join(re.escape(t) for t in enum_types(text))  # an enum local holds its enumerator's value
+    pattern = re.compile(_LOCAL_RE.pattern.replace("|auto)", f"|auto{'|' + types if types else ''})"))
+    events = [(m.start(), m.group(1), m.group(2)) for m in pattern.finditer(text)]
+    events += struct_events(text, struct_fields(text) if structs is None else structs)
+    for _, name, expr in sorted(events, key=lambda e: e[0]):
+        try:
+            env[name] = evaluate(expr, dict(env), macros)
+        except (Unknown, ValueError, OverflowError, ZeroDivisionError, RecursionError):
+            env.pop(name, None)
+    return env
+
+
+def members(env: dict[str, float], expr: str, name: str) -> dict[str, float]:
+    """The struct fields ``env`` holds for the variable ``expr``, renamed as fields of ``name``."""
+    expr = expr.strip()
+    if not re.fullmatch(r"[A-Za-z_]\w*", expr):
+        return {}
+    return {f"{name}__{k[len(expr) + 2 :]}": v for k, v in env.items() if k.startswith(expr + "__")}
+
+
 def env_at(text: str, pos: int, macros: dict[str, str], depth: int = 0) -> dict[str, float]:
     """Integer values known at ``pos`` of host ``text`` (see the module docstring)."""
-    env = host_locals(text[:pos], macros)  # the plain textual reading: locals above the point
+    from components.features.static.host_structs import struct_fields
+
+    structs = struct_fields(text)
+    env = host_locals(text[:pos], macros, structs=structs)  # the plain textual reading: locals above
     fn = next((f for f in host_functions(text) if f.body < pos < f.end), None)
     if fn is None or depth >= MAX_DEPTH:
         return env
@@ -75,15 +113,16 @@ def env_at(text: str, pos: int, macros: dict[str, str], depth: int = 0) -> dict[
     if call is not None:
         caller = env_at(text, call, macros, depth + 1)
         close = _close(text, mask, call, "(", ")")
-        for name, expr in zip(fn.params, split_args(text[call + 1 : close]), strict=False):
+        for name, expr in zip(fn.params, split_args(_code(text, mask, call + 1, close)), strict=False):
             if not name:
                 continue
+            env.update(members(caller, expr, name))  # a struct handed over whole: its fields
             try:
                 env[name] = evaluate(expr, dict(caller), macros)
             except _ERRORS:
                 env.pop(name, None)
-    env.update(host_locals(text[fn.body + 1 : pos], macros, dict(env)))
+    env.update(host_locals(text[fn.body + 1 : pos], macros, dict(env), structs))
     return env
 
 
-__all__ = ["HostFunction", "env_at", "host_functions"]
+__all__ = ["HostFunction", "env_at", "host_functions", "host_locals", "members"]

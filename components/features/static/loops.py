@@ -19,7 +19,7 @@ import math
 import re
 from dataclasses import dataclass, field
 
-from components.features.static.enums import enum_constants, enum_types
+from components.features.static.enums import enum_constants
 from components.features.static.source import code_mask
 from components.features.static.templates import split_args as _split_args
 
@@ -115,6 +115,11 @@ def _c_to_python(expr: str) -> str:
     expr = re.sub(r"\b(0[xX][0-9a-fA-F]+)[uUlL]+\b", r"\1", expr)
     expr = re.sub(r"\b(?:std\s*::\s*|::)?(min|max)\s*\(", r"\1(", expr)
     expr = re.sub(r"\b(threadIdx|blockIdx|blockDim|gridDim)\s*\.\s*([xyz])\b", r"\1_\2", expr)
+    expr = re.sub(  # a struct member p.k (a.b.c) is one name, p__k
+        r"(?<![\w.])[A-Za-z_]\w*(?:\s*\.\s*[A-Za-z_]\w*)+",
+        lambda m: re.sub(r"\s*\.\s*", "__", m.group(0)),
+        expr,
+    )
     expr = expr.replace("&&", " and ").replace("||", " or ").replace("!", " not ").replace(" not =", "!=")
     if expr.count("?") == 1 and expr.replace("::", "").count(":") == 1:  # one conditional: c ? a : b
         test, _, rest = expr.partition("?")
@@ -146,7 +151,7 @@ def _eval(node: ast.AST, env: dict[str, float], macros: dict[str, str], depth: i
         if node.id in macros and depth < 16:
             env[node.id] = evaluate(macros[node.id], env, macros, depth + 1)
             return env[node.id]
-        raise Unknown([node.id])
+        raise Unknown([node.id.replace("__", ".")])  # a struct member (p__k) as the source names it
     if isinstance(node, ast.UnaryOp) and isinstance(node.op, ast.USub | ast.UAdd | ast.Invert):
         v = _eval(node.operand, env, macros, depth)
         return -v if isinstance(node.op, ast.USub) else (~int(v) if isinstance(node.op, ast.Invert) else v)
@@ -160,7 +165,23 @@ def _eval(node: ast.AST, env: dict[str, float], macros: dict[str, str], depth: i
     if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id in ("min", "max"):
         values = _eval_all(node.args, env, macros, depth)
         return min(values) if node.func.id == "min" else max(values)
+    if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id in _UNARY:
+        (value,) = _eval_all(node.args[:1], env, macros, depth) if len(node.args) == 1 else [None]
+        if value is None:
+            raise ValueError("unsupported call")
+        return _UNARY[node.func.id](value)
     raise ValueError("unsupported expression")
+
+
+# One-argument math and functional casts a size may be computed with: (int)sqrtf(float(kernels_size)).
+_UNARY = {
+    **dict.fromkeys(("sqrt", "sqrtf"), math.sqrt),
+    **dict.fromkeys(("floor", "floorf"), math.floor),
+    **dict.fromkeys(("ceil", "ceilf"), math.ceil),
+    **dict.fromkeys(("log2", "log2f"), math.log2),
+    **dict.fromkeys(("float", "double"), float),
+    **dict.fromkeys(("int", "long", "unsigned", "size_t"), int),
+}
 
 
 def _eval_all(nodes: list[ast.AST], env: dict[str, float], macros: dict[str, str], depth: int) -> list[float]:
@@ -287,6 +308,8 @@ def kernel_loops(text: str, name: str, instance: str | None, known: Known) -> li
         return None
     _, _, lo, hi = span
     macros = file_macros(text, defines)
+    for pname in kernel_param_names(text, name):  # a parameter shadows a constant of that name elsewhere
+        macros.pop(pname, None)
     env: dict[str, float] = {f"{b}_{a}": 0 for b in ("threadIdx", "blockIdx") for a in "xyz"}
     env.update({f"blockDim_{a}": v for a, v in zip("xyz", block, strict=True)})
     env.update({f"gridDim_{a}": v for a, v in zip("xyz", grid, strict=True)})
@@ -303,7 +326,7 @@ def kernel_loops(text: str, name: str, instance: str | None, known: Known) -> li
     for pname, default in template.items():
         if default:
             macros.setdefault(pname, default)
-    env.update(args)
+    env.update({k.replace(".", "__"): v for k, v in args.items()})  # p.k: a member of struct argument p
     from components.features.static.device_loops import device_functions, scan_loops
 
     return scan_loops(text, mask, (lo, hi), env, macros, device_functions(text, mask))
@@ -347,11 +370,29 @@ def _locals(prefix: str, mask: bytearray, offset: int, env: dict[str, float], ma
             macros.pop(m.group(1), None)
 
 
-def _count(loop: SourceLoop, kind: str, header: str, env: dict[str, float], macros: dict[str, str]) -> None:
-    """Trip count of a ``for (init; cond; step)``; a ``while`` loop stays unknown."""
+def _count(
+    loop: SourceLoop,
+    kind: str,
+    header: str,
+    env: dict[str, float],
+    macros: dict[str, str],
+    body: str = "",
+    prefix: str = "",
+) -> None:
+    """Trip count of a ``for (init; cond; step)``, or of a ``while (cond)`` whose body steps one
+    variable of the condition once (``while (nn >= 1) { ...; nn--; }``, static.while_loops); other
+    ``while`` loops stay unknown."""
     parts = _split_semicolons(header)
-    if kind != "for" or len(parts) != 3:
-        loop.unknown = ["while-loop condition"] if kind == "while" else ["loop header"]
+    if kind == "while":
+        from components.features.static.while_loops import counted_while
+
+        counted = counted_while(header, body, prefix, env, macros)
+        if counted is None:
+            loop.unknown = ["while-loop condition"]
+            return
+        header, parts = counted, _split_semicolons(counted)
+    if len(parts) != 3:
+        loop.unknown = ["loop header"]
         return
     init, cond, step = (p.strip() for p in parts)
     try:
@@ -466,20 +507,6 @@ def _shrink(start: float, stop: float, kind: str, amount: float) -> float | None
     return float(count)
 
 
-def host_locals(text: str, macros: dict[str, str], env: dict[str, float] | None = None) -> dict[str, float]:
-    """Integer locals of host code in textual order (scopes ignored), those that evaluate (with ``env``:
-    values known before the text, e.g. a host helper's parameters)."""
-    env = dict(env or {})
-    types = "|".join(re.escape(t) for t in enum_types(text))  # an enum local holds its enumerator's value
-    pattern = re.compile(_LOCAL_RE.pattern.replace("|auto)", f"|auto{'|' + types if types else ''})"))
-    for m in pattern.finditer(text):
-        try:
-            env[m.group(1)] = evaluate(m.group(2), dict(env), macros)
-        except (Unknown, ValueError, OverflowError, ZeroDivisionError, RecursionError):
-            env.pop(m.group(1), None)
-    return env
-
-
 def kernel_param_names(text: str, name: str) -> list[str]:
     """Every parameter name of kernel ``name`` in order (pointers included)."""
     mask = code_mask(text)
@@ -490,72 +517,16 @@ def kernel_param_names(text: str, name: str) -> list[str]:
     return [p.split("=")[0].split()[-1].strip("*&") if p.split() else "" for p in _split_args(params)]
 
 
+def _code(text: str, mask: bytearray, lo: int, hi: int) -> str:
+    """``text[lo:hi]`` with comments blanked (a ``-->`` in one would unbalance the argument split)."""
+    return "".join(c if mask[i] else " " for i, c in enumerate(text[lo:hi], lo))
+
+
 def call_arguments(text: str, open_paren: int) -> list[str]:
-    """Top-level argument expressions of the call whose '(' is at ``open_paren``."""
-    return _split_args(text[open_paren + 1 : _close(text, code_mask(text), open_paren, "(", ")")])
-
-
-def thread_guard(text: str, name: str, known: Known) -> tuple[float, str] | None:
-    """(share of threads that do the work, the guard) when the kernel's first top-level ``if`` bounds
-    its thread index -- ``if (i >= n) return;`` or ``if (i < n && j < m) { ...whole body... }`` with
-    ``i = blockIdx.x * blockDim.x + threadIdx.x`` and ``n`` known: the threads past ``n`` exit at once.
-    None when there is no such guard or a bound is unknown."""
+    """Top-level argument expressions of the call whose '(' is at ``open_paren`` (comments blanked: a
+    ``1, // offset_unit,`` would shift every later argument)."""
     mask = code_mask(text)
-    span = _kernel_span(text, mask, name)
-    if span is None:
-        return None
-    _, _, lo, hi = span
-    m = next((m for m in re.finditer(r"\bif\s*\(", text[lo:hi]) if mask[lo + m.start()]), None)
-    if m is None or text[lo + 1 : lo + m.start()].count("{") != text[lo + 1 : lo + m.start()].count("}"):
-        return None
-    paren = lo + m.end() - 1
-    close = _close(text, mask, paren, "(", ")")
-    cond, rest = text[paren + 1 : close], text[close + 1 : hi].lstrip()
-    block_at = close + 1 + len(text[close + 1 : hi]) - len(rest)
-    if rest.startswith("return"):
-        clauses, exits = cond.split("||"), True
-    elif rest.startswith("{") and not text[_close(text, mask, block_at, "{", "}") + 1 : hi].strip():
-        clauses, exits = cond.split("&&"), False  # the whole rest of the body inside the if
-    elif not rest.startswith("{") and not text[text.find(";", block_at) + 1 : hi].strip():
-        clauses, exits = cond.split("&&"), False  # if (i < n) y[i] = ...; as the last statement
-    else:
-        return None
-    env: dict[str, float] = {**known.args}
-    macros = file_macros(text, known.defines)
-    dims = _thread_indices(text[lo + 1 : lo + m.start()])
-    share, seen = 1.0, set()
-    for clause in clauses:
-        c = re.match(r"^\s*\(?\s*([A-Za-z_]\w*)\s*(>=|>|<=|<)\s*(.+?)\s*\)?\s*$", clause)
-        if not c or c.group(1) not in dims or dims[c.group(1)] in seen:
-            return None
-        op = c.group(2)
-        if (op in (">=", ">")) != exits:
-            return None
-        try:
-            bound = evaluate(c.group(3), dict(env), macros) + (1 if op in (">", "<=") else 0)
-        except (Unknown, ValueError, OverflowError, ZeroDivisionError):
-            return None
-        axis = dims[c.group(1)]
-        seen.add(axis)
-        i = "xyz".index(axis)
-        share *= min(1.0, max(bound, 0) / (known.grid[i] * known.block[i]))
-    return share, " ".join(text[lo + m.start() : close + 1].split())
-
-
-def _thread_indices(prefix: str) -> dict[str, str]:
-    """Locals that are a global thread index along one axis: ``blockIdx.x * blockDim.x + threadIdx.x``."""
-    out = {}
-    for m in _LOCAL_RE.finditer(prefix):
-        expr = " ".join(m.group(2).split())
-        for axis in "xyz":
-            if re.fullmatch(
-                rf"\(?\s*(blockIdx\.{axis}\s*\*\s*blockDim\.{axis}|blockDim\.{axis}\s*\*\s*blockIdx\.{axis})"
-                rf"\s*\)?\s*\+\s*threadIdx\.{axis}|threadIdx\.{axis}\s*\+\s*\(?\s*(blockIdx\.{axis}\s*\*"
-                rf"\s*blockDim\.{axis}|blockDim\.{axis}\s*\*\s*blockIdx\.{axis})\s*\)?",
-                expr,
-            ):
-                out[m.group(1)] = axis
-    return out
+    return _split_args(_code(text, mask, open_paren + 1, _close(text, mask, open_paren, "(", ")")))
 
 
 def match_nest(loops: list[SourceLoop], detail: list[dict]) -> bool:
@@ -574,11 +545,9 @@ __all__ = [
     "call_arguments",
     "evaluate",
     "file_macros",
-    "host_locals",
     "kernel_loops",
     "kernel_param_names",
     "kernel_parameters",
     "match_nest",
     "pin_loops",
-    "thread_guard",
 ]

@@ -75,6 +75,9 @@ FLOP_WEIGHTS: dict[str, tuple[str, int]] = {
     **dict.fromkeys(("HFMA2", "HFMA2_32I"), ("flop_fp16", 4)),
 }
 FLOP_KEYS: tuple[str, ...] = ("flop_fp32", "flop_fp64", "flop_fp16")
+# Longest compiler-made atomic retry loop, in instructions: load, the operation, CAS, compare, branch (a
+# double atomicAdd on shared memory is 6); a longer loop around a CAS is the program's own loop.
+CAS_LOOP_MAX = 16
 
 
 def classify_opcode(opcode: str, operands: str = "") -> str | None:
@@ -173,9 +176,15 @@ def analyze_function(fn: dict) -> FunctionSass:
                 (k for k, lp in enumerate(detail) if lp["start"] <= idx <= lp["end"]), key=_span(detail)
             )
             detail[own]["own"][cls] = detail[own]["own"].get(cls, 0) + 1
+            if cls == "atomic" and ".CAS" in ins.get("opcode", "").upper():
+                detail[own]["cas"] = 1  # maybe the compiler's retry loop of an atomic (static.atomics)
             if flop_key:
                 loop_flops[flop_key] += weight
                 detail[own]["own"][flop_key] = detail[own]["own"].get(flop_key, 0) + weight
+    for k, lp in enumerate(detail):  # a retry loop is a few instructions around the CAS, nothing nested
+        nested = any(other["parent"] == k for other in detail)
+        if lp.pop("cas", 0) and not nested and lp["end"] - lp["start"] < CAS_LOOP_MAX:
+            lp["cas"] = 1
     return FunctionSass(
         fn.get("function-name", "?"), counts, in_loop, loops, total, detail, flops, loop_flops
     )
