@@ -11,7 +11,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -140,6 +140,16 @@ def config_name(params: dict[str, Any]) -> str:
     return backend if backend != "inductor" else f"inductor-{params.get('compile_mode') or 'default'}"
 
 
+def module_texts(kernel_ids: Iterable[str], kernels: pd.DataFrame) -> dict[str, str]:
+    """kernel id -> its bundled module source, for ids that have one (``kernels`` indexed by kernel_id)."""
+    texts = {}
+    for kid in kernel_ids:
+        text = kernels["source_text"].get(kid) if "source_text" in kernels.columns else None
+        if isinstance(text, str) and text.strip():
+            texts[kid] = text
+    return texts
+
+
 def load_kernelbench(
     measurements: pd.DataFrame,
     kernels: pd.DataFrame,
@@ -168,11 +178,7 @@ def load_kernelbench(
         level=("level", "first"),
         problem_set=("problem_set", "first"),
     )
-    texts = {}
-    for kid in grouped["kernel_id"].unique():
-        text = k["source_text"].get(kid) if "source_text" in k.columns else None
-        if isinstance(text, str) and text.strip():
-            texts[kid] = text
+    texts = module_texts(grouped["kernel_id"].unique(), k)
     traces = cached_traces(texts, cache_dir, log=log)
     grouped["program"] = grouped["kernel_id"].map(
         lambda kid: k["program"].get(kid) if "program" in k else None

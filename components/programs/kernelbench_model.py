@@ -136,20 +136,10 @@ def fit_after_training(
     """The train stage's hook: fit the program models on the KernelBench rows of the fold's train
     side (canonical tables under ``settings.data_dir``). A missing table or KernelBench source is
     said and skipped -- module questions then answer with the roofline-basis or untrained model."""
-    canonical = Path(settings.data_dir) / "canonical"
-    paths = [canonical / "measurements.parquet", canonical / "kernels.parquet"]
-    if not all(p.is_file() for p in paths) or "measurement_id" not in train_side.columns:
-        log(f"program model: skipped (no canonical tables in {canonical})")
+    tables = _train_side_tables(train_side, settings, log)
+    if tables is None:
         return []
-    ids = set(train_side.loc[train_side["source"] == "kernelbench", "measurement_id"].astype(str))
-    if not ids:
-        log("program model: skipped (no KernelBench rows on the train side)")
-        return []
-    measurements = pd.read_parquet(
-        paths[0], columns=["measurement_id", "kernel_id", "device_id", "source", "params_json", "duration_us"]
-    )
-    kernels = pd.read_parquet(paths[1], columns=["kernel_id", "source", "program", "source_text"])
-    kernels = kernels[kernels["source"] == "kernelbench"]
+    measurements, kernels, ids = tables
     try:
         return fit_for_predictor(
             predictor, measurements, kernels, settings, train_ids=ids, predictor_dir=predictor_dir, log=log
@@ -157,3 +147,43 @@ def fit_after_training(
     except ValueError as exc:  # e.g. no eager timings on this side: say so, the op model stands
         log(f"program model: not fitted ({exc})")
         return []
+
+
+def _train_side_tables(
+    train_side: pd.DataFrame, settings: Any, log: Callable[[str], None]
+) -> tuple[pd.DataFrame, pd.DataFrame, set[str]] | None:
+    """(canonical measurements, KernelBench kernels, the train side's KernelBench measurement ids), or None
+    (said) when there are none."""
+    canonical = Path(settings.data_dir) / "canonical"
+    paths = [canonical / "measurements.parquet", canonical / "kernels.parquet"]
+    if not all(p.is_file() for p in paths) or "measurement_id" not in train_side.columns:
+        log(f"program model: skipped (no canonical tables in {canonical})")
+        return None
+    ids = set(train_side.loc[train_side["source"] == "kernelbench", "measurement_id"].astype(str))
+    if not ids:
+        log("program model: skipped (no KernelBench rows on the train side)")
+        return None
+    measurements = pd.read_parquet(
+        paths[0], columns=["measurement_id", "kernel_id", "device_id", "source", "params_json", "duration_us"]
+    )
+    kernels = pd.read_parquet(paths[1], columns=["kernel_id", "source", "program", "source_text"])
+    return measurements, kernels[kernels["source"] == "kernelbench"], ids
+
+
+def trace_train_side(
+    train_side: pd.DataFrame, settings: Any, log: Callable[[str], None] = lambda _: None
+) -> None:
+    """Trace into the cache the KernelBench modules :func:`fit_after_training` will read (those of the train
+    side's rows), so that it finds them cached: the train stage does this while the op engine, which the
+    program model waits for, fits in a process of its own. The fit's answers are the same either way."""
+    from components.programs.kernelbench_data import cached_traces, module_texts
+
+    tables = _train_side_tables(train_side, settings, lambda _: None)
+    if tables is None:
+        return
+    measurements, kernels, ids = tables
+    rows = measurements[(measurements["source"] == "kernelbench") & measurements["measurement_id"].isin(ids)]
+    texts = module_texts(
+        rows["kernel_id"].unique(), kernels.drop_duplicates("kernel_id").set_index("kernel_id")
+    )
+    cached_traces(texts, settings.cache_dir, log=log)

@@ -94,3 +94,29 @@ def carry_components(predictor_dir: Path, state_dir: Path, constants: Path | Non
     }
     atomic_write_text(predictor_dir / MANIFEST, json.dumps(manifest, indent=1, sort_keys=True))
     return manifest
+
+
+def version_tags(predictor_dir: Path) -> dict[str, str]:
+    """The manifest of ``predictor_dir`` (written by :func:`carry_components` when it was logged) as registry
+    model-version tags, ``carried.*``: what a reviewer sees on ``models:/kernelcast@champion`` in the UI
+    without opening the artifact; nothing when there is no manifest."""
+    path = Path(predictor_dir) / MANIFEST
+    if not path.is_file():
+        return {}
+    manifest = json.loads(path.read_text())
+    constants = manifest.get("deployment_constants", {})
+    calibrations = manifest.get("calibrations", {})
+
+    def listed(values: Any) -> str:
+        return ",".join(values) if values else "none"
+
+    tags = {
+        "carried.deployment_constants": str(constants.get("file") or constants.get("note") or "none"),
+        "carried.deployment_engines": listed(constants.get("engines")),
+        "carried.op_engine": str(bool(calibrations.get("op_engine"))).lower(),
+        "carried.calibrated_gpus": listed(calibrations.get("calibrated_gpus")),
+        "carried.corrected_gpus": listed(calibrations.get("corrected_gpus")),
+    }
+    for engine, fitted_on in sorted((constants.get("fitted_on") or {}).items()):
+        tags[f"carried.fitted_on.{engine}"] = str(fitted_on)
+    return tags

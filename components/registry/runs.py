@@ -71,6 +71,7 @@ def log_training_run(
 
     import mlflow
     from components.registry import mlflow_registry as reg
+    from components.registry.carried import version_tags
 
     mlflow.set_tracking_uri(tracking_uri)
     mlflow.set_registry_uri(tracking_uri)
@@ -96,6 +97,7 @@ def log_training_run(
                     "family": family,
                     "training_run": run.info.run_id,
                     **{k: tags[k] for k in VERSION_TAGS if k in tags},
+                    **version_tags(predictor_dir),  # what the version carries besides its predictor
                 },
                 tracking_uri,
             )

@@ -9,13 +9,16 @@ fine-tune with Ray Train; the scores land on the run Ray Train opened).
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
+    from concurrent.futures import Future
+
     import pandas as pd
 
     from components.evaluation.splits import Fold
@@ -165,13 +168,19 @@ def _train_classic(job: _Job) -> TrainResult:
     }
     stamp = _stamp()
     out_dir = Path(inputs.out_dir or settings.models_dir / f"{family}-{split}-{stamp}")
+    # Modern op questions (tensor GEMMs, attention, MoE, all-reduce): the op engine, saved in out_dir/opmodel
+    # so the registered champion carries it (components/opmodel). It reads neither the feature table nor the
+    # predictor, so it fits in a process of its own beside the tabular fit and the test side's scoring.
     # The run is open while the models fit (the UI shows it running); each component nests under it.
-    with stage_run(
-        "train",
-        settings,
-        params=run_params,
-        tags={**_provenance(inputs.features_file, split), "family": family, "kind": "train"},
-        run_name=f"train-{family}-{split}",
+    with (
+        _engine_beside(settings, out_dir / "opmodel") as engine_job,
+        stage_run(
+            "train",
+            settings,
+            params=run_params,
+            tags={**_provenance(inputs.features_file, split), "family": family, "kind": "train"},
+            run_name=f"train-{family}-{split}",
+        ),
     ):
         log_dataset(inputs.features_file, "training", name="features")
         say(f"training {family} ({config.model}) on {chosen.name}: {len(chosen.train)} train rows")
@@ -181,24 +190,22 @@ def _train_classic(job: _Job) -> TrainResult:
             )
             _log_metrics({"train_seconds": seconds, "n_train": float(len(predictor.trained_on))})
         predictor.save(out_dir)
-        # Modern op questions (tensor GEMMs, attention, MoE, all-reduce): the op engine, saved in
-        # out_dir/opmodel so the registered champion carries it (components/opmodel).
-        from components.opmodel.train import train_engine
+        rows = capped_rows(chosen.test, table, inputs.max_test_rows)
+        evaluation = evaluate_predictor(predictor, table, split, model=str(out_dir), rows=rows)
+        from components.programs.kernelbench_model import fit_after_training, trace_train_side
 
+        trace_train_side(table.loc[chosen.train], settings, say)  # while the op engine fits
         with component_run("op-engine"):
-            engine_dir = train_engine(settings, out_dir / "opmodel", say)
+            engine_dir, engine_seconds = _finish_engine(engine_job, say)
+            _log_metrics({"fit_seconds": engine_seconds})
             log_op_engine(engine_dir)
         # Whole-program questions: the program model on this predictor's op times (the op engine's,
         # trained just above, for GEMMs and attention: the basis module answers use), fitted on the
         # train side's KernelBench timings, saved in out_dir and models/programs/ (components/programs).
-        from components.programs.kernelbench_model import fit_after_training
-
         with component_run("program-model"):
             log_program_model(fit_after_training(predictor, table.loc[chosen.train], settings, out_dir, say))
         with component_run("deployment-engine"):
             log_deployment_constants(engine_dir is not None)
-        rows = capped_rows(chosen.test, table, inputs.max_test_rows)
-        evaluation = evaluate_predictor(predictor, table, split, model=str(out_dir), rows=rows)
         plots = write_plots(evaluation.frame, settings.reports_dir / f"train-{family}-{split}-{stamp}")
         metrics = {
             **flat_metrics(evaluation.report),
@@ -238,6 +245,44 @@ def _train_classic(job: _Job) -> TrainResult:
         n_test_available=len(chosen.test),
         max_test_rows=inputs.max_test_rows,
     )
+
+
+def _fit_engine(settings: Settings, out_dir: Path) -> tuple[Path | None, list[str], float]:
+    """(engine folder or None, its progress lines, seconds): ``train_engine`` in the side process."""
+    import time
+
+    from components.opmodel.train import train_engine
+
+    lines: list[str] = []
+    started = time.perf_counter()
+    engine_dir = train_engine(settings, out_dir, lines.append)
+    return engine_dir, lines, time.perf_counter() - started
+
+
+@contextmanager
+def _engine_beside(settings: Settings, out_dir: Path) -> Iterator[Future]:
+    """The op engine's fit, running in a spawned process (its CPU-bound Python holds the GIL) while the block
+    runs; stopped if the block fails (nothing waits minutes for a fit whose training run failed)."""
+    import multiprocessing
+    from concurrent.futures import ProcessPoolExecutor
+
+    pool = ProcessPoolExecutor(max_workers=1, mp_context=multiprocessing.get_context("spawn"))
+    try:
+        yield pool.submit(_fit_engine, settings, out_dir)
+    except BaseException:
+        for process in list((getattr(pool, "_processes", None) or {}).values()):
+            process.terminate()
+        pool.shutdown(wait=False, cancel_futures=True)
+        raise
+    pool.shutdown()
+
+
+def _finish_engine(job: Future, say: Callable[[str], None]) -> tuple[Path | None, float]:
+    """Wait for the op engine's fit; its progress lines are said now (the fit's errors raise here)."""
+    engine_dir, lines, seconds = job.result()
+    for line in lines:
+        say(line)
+    return engine_dir, seconds
 
 
 def _log_metrics(metrics: dict[str, float]) -> None:

@@ -99,3 +99,36 @@ def test_model_parts_prefer_the_carried_copy_and_say_when_a_model_predates_it(tm
     parts = model_parts(new)
     assert parts.constants == tmp_path / "old" / "deployments" / "constants.json" and parts.notes == ()
     assert not hasattr(new, "corrections_home")  # none stored in that state folder: none carried
+
+
+def test_a_registered_version_shows_what_it_carries_as_tags(tmp_path: Path, monkeypatch) -> None:
+    """A real sqlite MLflow registry: the version's ``carried.*`` tags say what its artifact carries."""
+    from components.opmodel.calibrated import save_calibration
+    from components.registry.runs import experiment_id, log_training_run
+    from mlflow import MlflowClient
+
+    monkeypatch.setenv("KERNELCAST_HOME", str(tmp_path / "home"))
+    save_calibration(tmp_path / "home", "l40s", {"*": {"log_shift": -0.3, "rows": 9}})
+    folder = _predictor_with_engine(tmp_path / "model", {"h100-sxm": {"*": {"log_shift": 0.1, "rows": 5}}})
+    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    run = log_training_run(
+        folder,
+        tracking_uri=uri,
+        experiment=experiment_id("carried-test", uri, str(tmp_path / "artifacts")),
+        registered_model="kernelcast-carried-test",
+        params={},
+        metrics={},
+        tags={"split": "unseen-kernel"},
+        artifacts=[],
+        register=True,
+        family="roofline",
+    )
+    tags = MlflowClient(uri).get_model_version("kernelcast-carried-test", run.version).tags
+    engines = sorted(json.loads(CONSTANTS_FILE.read_text())["engines"])
+    assert tags["carried.deployment_constants"] == "deployments/constants.json"
+    assert tags["carried.deployment_engines"] == ",".join(engines)
+    assert tags["carried.op_engine"] == "true"
+    assert tags["carried.calibrated_gpus"] == "h100-sxm,l40s"  # the engine's own and the state folder's
+    assert tags["carried.corrected_gpus"] == "none"
+    assert {f"carried.fitted_on.{e}" for e in engines} <= set(tags)
+    assert tags["split"] == "unseen-kernel"

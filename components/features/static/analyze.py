@@ -158,6 +158,10 @@ def _build_report(
     cubin: bytes, log: str, lowered: dict[str, str], name: str, arch: str, source_id: str
 ) -> list[KernelStatic]:
     resources = parse_ptxas_log(log)
+    if not any(res.entry for res in resources.values()):
+        # Only entry functions become kernels below: a cubin without one (a host-only file, device helpers)
+        # yields none whatever its SASS, so nvdisasm (~0.4 s CPU of start-up per call) is not run for it.
+        return []
     instance_of = {v: k for k, v in lowered.items()}
     kernels: list[KernelStatic] = []
     for fn in run_nvdisasm(cubin, nvdisasm_path()):

@@ -199,22 +199,34 @@ def compile_to_cubin(
     timeout_s: float = DEFAULT_TIMEOUT_S,
     memory_bytes: int = DEFAULT_MEMORY_BYTES,
 ) -> CompileResult:
-    """Compile ``source`` with NVRTC in a limited child process; raise CompileError on failure."""
-    request = json.dumps(
-        {"source": source, "name": name, "options": options, "name_expressions": name_expressions or []}
-    )
+    """Compile ``source`` with NVRTC in a limited child process; raise CompileError on failure.
+
+    Inside ``compile_server.compile_servers()`` (the static stage's sweep) the child is a long-lived one per
+    thread; a compile that crashes it is redone in a fresh child, so the outcome is the fresh child's."""
+    request = {"source": source, "name": name, "options": options, "name_expressions": name_expressions or []}
+    from components.features.static.compile_server import served_compile
+
+    reply = served_compile(request, timeout_s, memory_bytes)
+    if reply is None:
+        reply = _fresh_child(request, timeout_s, memory_bytes)
+    if not reply["ok"]:
+        raise CompileError(name, reply["log"])
+    return CompileResult(base64.b64decode(reply["cubin"]), reply["log"], reply["lowered"], options)
+
+
+def _fresh_child(request: dict[str, Any], timeout_s: float, memory_bytes: int) -> dict[str, Any]:
+    """One compile in a child Python of its own: its reply, or CompileError for a timeout or crash."""
+    name = request["name"]
     try:
         proc = subprocess.run(
             [sys.executable, "-I", str(Path(__file__).resolve())],
-            input=request.encode(),
+            input=json.dumps(request).encode(),
             capture_output=True,
             timeout=timeout_s,
             preexec_fn=lambda: _limit_child(memory_bytes, int(timeout_s) + 1),
         )
     except subprocess.TimeoutExpired as exc:
-        raise CompileError(
-            name, f"NVRTC did not finish within {timeout_s:g} s", "time limit exceeded"
-        ) from exc
+        raise timeout_error(name, timeout_s) from exc
     if proc.returncode != 0 or not proc.stdout:
         stderr = proc.stderr.decode(errors="replace")[-4000:]
         reason = (
@@ -223,17 +235,17 @@ def compile_to_cubin(
             else f"compiler process failed (exit {proc.returncode})"
         )
         raise CompileError(name, stderr or reason, reason)
-    reply = json.loads(proc.stdout)
-    if not reply["ok"]:
-        raise CompileError(name, reply["log"])
-    return CompileResult(base64.b64decode(reply["cubin"]), reply["log"], reply["lowered"], options)
+    return json.loads(proc.stdout)
 
 
-def _worker() -> None:
-    """Child side: one NVRTC compilation, JSON in on stdin, JSON out on stdout."""
+def timeout_error(name: str, timeout_s: float) -> CompileError:
+    return CompileError(name, f"NVRTC did not finish within {timeout_s:g} s", "time limit exceeded")
+
+
+def _compile_request(req: dict[str, Any]) -> dict[str, Any]:
+    """Child side: one NVRTC compilation of a request, its JSON-able reply."""
     from cuda.bindings import nvrtc
 
-    req = json.loads(sys.stdin.buffer.read())
     _, prog = nvrtc.nvrtcCreateProgram(req["source"].encode(), req["name"].encode(), 0, [], [])
     for expr in req["name_expressions"]:
         nvrtc.nvrtcAddNameExpression(prog, expr.encode())
@@ -243,7 +255,7 @@ def _worker() -> None:
     log_buf = b" " * size
     nvrtc.nvrtcGetProgramLog(prog, log_buf)
     log = log_buf.rstrip(b"\x00 ").decode(errors="replace")
-    reply: dict[str, object] = {
+    reply: dict[str, Any] = {
         "ok": status == nvrtc.nvrtcResult.NVRTC_SUCCESS,
         "log": log,
         "cubin": "",
@@ -261,8 +273,29 @@ def _worker() -> None:
                 lowered[expr] = low.decode() if isinstance(low, bytes) else str(low)
         reply["lowered"] = lowered
     nvrtc.nvrtcDestroyProgram(prog)
-    sys.stdout.write(json.dumps(reply))
+    return reply
+
+
+def _worker() -> None:
+    """Child side: one NVRTC compilation, JSON in on stdin, JSON out on stdout."""
+    req = json.loads(sys.stdin.buffer.read())
+    sys.stdout.write(json.dumps(_compile_request(req)))
+
+
+def _serve() -> None:
+    """Long-lived child side (``--serve``): one JSON request per stdin line, one JSON reply line each, until
+    stdin closes. Each compile gets ``cpu_s`` more seconds of CPU than the process has used so far."""
+    import math
+    import resource
+
+    for line in sys.stdin.buffer:
+        req = json.loads(line)
+        usage = resource.getrusage(resource.RUSAGE_SELF)
+        limit = math.ceil(usage.ru_utime + usage.ru_stime) + int(req.pop("cpu_s"))
+        resource.setrlimit(resource.RLIMIT_CPU, (limit, resource.RLIM_INFINITY))
+        sys.stdout.write(json.dumps(_compile_request(req)) + "\n")
+        sys.stdout.flush()
 
 
 if __name__ == "__main__":
-    _worker()
+    _serve() if "--serve" in sys.argv else _worker()

@@ -41,8 +41,11 @@ def build_static_table(
     root = datasets_dir / "gpuflopbench" / "src"
     programs = sorted(p for p in cuda["program"].unique() if (root / p).is_dir())
     coverage: Counter[str] = Counter(kernels_total=len(cuda), programs=len(programs))
-    # Each compile is its own sandboxed subprocess; threads only wait on them.
-    with ThreadPoolExecutor(max_workers=workers) as pool:
+    from components.features.static.compile_server import compile_servers
+
+    # Each compile runs in a sandboxed subprocess (a long-lived one per thread for this sweep); threads only
+    # wait on them.
+    with compile_servers(), ThreadPoolExecutor(max_workers=workers) as pool:
         results = list(pool.map(lambda p: _program_reports(root / p, arch), programs))
     reports = [r for rs, _ in results for r in rs]
     for _, failures in results:

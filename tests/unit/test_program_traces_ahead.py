@@ -1,0 +1,47 @@
+"""The train stage traces the train side's KernelBench modules ahead (while the op engine fits in its own
+process): the program model's data then finds every one of them cached, and nothing of the test side is
+traced. Real sandboxed traces of real KernelBench modules."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from types import SimpleNamespace
+
+import pytest
+
+from tests.unit.test_programs_predict import KERNELBENCH, _tiny_kernelbench
+
+
+@pytest.mark.skipif(not KERNELBENCH.is_dir(), reason="shared KernelBench data not present")
+def test_traced_ahead_modules_are_the_ones_the_fit_reads(tmp_path: Path) -> None:
+    import pandas as pd
+
+    from components.programs import kernelbench_data
+    from components.programs.kernelbench_model import trace_train_side
+
+    measurements, kernels = _tiny_kernelbench(problems=4)
+    # The adapter leaves ids to the ingest merge; the canonical table has them.
+    measurements = measurements.assign(measurement_id=[f"m{i}" for i in range(len(measurements))])
+    canonical = tmp_path / "data" / "canonical"
+    canonical.mkdir(parents=True)
+    measurements.to_parquet(canonical / "measurements.parquet", index=False)
+    kernels.to_parquet(canonical / "kernels.parquet", index=False)
+    settings = SimpleNamespace(data_dir=tmp_path / "data", cache_dir=tmp_path / "cache")
+    held = sorted(kernels["kernel_id"])[-1]  # one module only on the test side
+    train_side = measurements[measurements["kernel_id"] != held].assign(source="kernelbench")
+    lines: list[str] = []
+    trace_train_side(train_side, settings, lines.append)
+    assert lines and lines[0].startswith(f"tracing {kernels['kernel_id'].nunique() - 1} KernelBench modules")
+
+    def refuse(*_args: object, **_kwargs: object) -> None:
+        raise AssertionError("the fit traced a module the train stage had not traced ahead")
+
+    original = kernelbench_data.trace_many
+    kernelbench_data.trace_many = refuse
+    try:
+        data = kernelbench_data.load_kernelbench(train_side, kernels, settings.cache_dir)
+    finally:
+        kernelbench_data.trace_many = original
+    assert set(data.traces) == set(train_side["kernel_id"]) and held not in data.traces
+    cache = pd.read_parquet(kernelbench_data.cache_path(settings.cache_dir))
+    assert len(cache) == train_side["kernel_id"].nunique()
