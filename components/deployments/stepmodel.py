@@ -61,6 +61,7 @@ class StepModel:
 
     def __post_init__(self) -> None:
         self._memo: dict[tuple, float] = {}
+        self._decode_memo: dict[tuple[int, int | None], tuple[float, int, float]] = {}
         # plain lists: the simulation interpolates scalars millions of times (numpy per call is slower)
         self._tok, self._seq, self._ctx = self.tokens.tolist(), self.seqs.tolist(), self.ctx.tolist()
         self._lin_dec, self._lin_pre, self._head = (
@@ -94,13 +95,24 @@ class StepModel:
         batch it runs at (its GEMMs and head run at that size; the dummy slots attend to nothing)."""
         if n <= 0:
             return 0.0
-        m = max(n, padded or n)
-        return (
-            self._lin(self._tok, m, self._lin_dec)
-            + self._lin(self._seq, m, self._head)
-            + self._bilinear(self._seq, self._ctx, self._attn_dec, n, ctx)
-            + self.pp_hop_us
-        )
+        found = self._decode_memo.get((n, padded))
+        if found is None:  # what depends on the batch alone: the GEMMs and head, the batch's grid cell
+            m = max(n, padded or n)
+            gx = self._seq
+            x = min(max(n, gx[0]), gx[-1])
+            i = min(max(bisect_right(gx, x) - 1, 0), len(gx) - 2)
+            fx = (x - gx[i]) / (gx[i + 1] - gx[i])
+            rest = self._lin(self._tok, m, self._lin_dec) + self._lin(self._seq, m, self._head)
+            found = self._decode_memo[(n, padded)] = (rest, i, fx)
+        rest, i, fx = found
+        # the decode attention: ``_bilinear`` with the batch's cell found once (the same arithmetic)
+        gy, table = self._ctx, self._attn_dec
+        y = min(max(ctx, gy[0]), gy[-1])
+        j = min(max(bisect_right(gy, y) - 1, 0), len(gy) - 2)
+        fy = (y - gy[j]) / (gy[j + 1] - gy[j])
+        top = table[i][j] * (1 - fy) + table[i][j + 1] * fy
+        bottom = table[i + 1][j] * (1 - fy) + table[i + 1][j + 1] * fy
+        return rest + (top * (1 - fx) + bottom * fx) + self.pp_hop_us
 
     def step_us(self, n: int, ctx: float, chunks: Sequence[tuple[float, float]], finishing: int) -> float:
         """Kernel time of a step: n decodes at mean context ctx, prefill chunks (tokens, end context), and
