@@ -19,6 +19,7 @@ from components.deployments.serve import kv_capacity, simulate_deployment
 from components.deployments.simulate import BATCH, Workload, simulate, theta
 from components.deployments.stepmodel import build_step_models
 from components.devices import load_catalog
+from components.platform.config import DEFAULT_DATASETS_DIR
 from tests.unit.test_deployments import LLAMA8B
 
 MOE = {
@@ -177,6 +178,37 @@ def test_disaggregated_runs_split_the_clients_over_workers_or_say_why_not():
     assert disagg_concurrency(no_batch) == (18, 32)
     with pytest.raises(DeploymentError, match="decode_num_workers: not recorded"):
         disagg_concurrency({**row, "decode_num_workers": float("nan"), "prefill_num_workers": None})
+
+
+def test_a_run_recording_no_moe_sizes_shards_the_experts_over_its_gpus(catalog):
+    """moe_tp_size = moe_ep_size = 0 (not recorded; two vLLM runs of Qwen3-235B): the engine's default, the
+    experts over every GPU of the worker (tp x attention DP), no expert parallelism; a recorded size that
+    does not cover the GPUs is still refused."""
+    from components.deployments.bench_silicon import silicon_deployments
+
+    row = {
+        "id": "qwen3_235b_h100_sxm_vllm_disagg_4000x1000_c_1",
+        "model_path": "Qwen/Qwen3-235B-A22B-FP8",
+        "device_id": "h100-sxm",
+        "isl": 4000,
+        "osl": 1000,
+        "mode": "disagg",
+        "backend": "vllm",
+        "gemm_quant_mode": "fp8",
+        "precision": "fp8",
+        "prefill_num_workers": 1.0,
+        "decode_num_workers": 3.0,
+        "decode_batch_size": 24.0,
+        **{f"prefill_{k}": v for k, v in (("tp_size", 1.0), ("attention_dp_size", 4.0))},
+        **{f"decode_{k}": v for k, v in (("tp_size", 4.0), ("attention_dp_size", 1.0))},
+        **{f"{side}_moe_{k}_size": 0.0 for side in ("prefill", "decode") for k in ("tp", "ep")},
+    }
+    pre, dec = silicon_deployments(row, catalog, DEFAULT_DATASETS_DIR)
+    assert (pre.tp, pre.dp, pre.ep) == (1, 4, 1) and (dec.tp, dec.dp, dec.ep) == (4, 1, 1)
+    with pytest.raises(DeploymentError, match="moe_tp_size x moe_ep_size 2"):
+        silicon_deployments(
+            {**row, "prefill_moe_tp_size": 2.0, "prefill_moe_ep_size": 1.0}, catalog, DEFAULT_DATASETS_DIR
+        )
 
 
 def test_a_prefill_worker_whose_clients_decode_elsewhere_queues_less(catalog):
