@@ -14,9 +14,11 @@ above its speed-of-light floor (``compose.time_ops``), so a step never beats the
 
 from __future__ import annotations
 
+import weakref
 from bisect import bisect_right
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
@@ -173,12 +175,40 @@ def _sum(lines: list[OpLine], size: int) -> np.ndarray:
     return total
 
 
+# Step models kept per op-time function across calls (a server's or notebook's next rank or question on the
+# same GPUs: the grids do not depend on the workload), at most KEEP of them per function.
+_KEPT: weakref.WeakKeyDictionary[Any, dict[tuple, tuple[Any, StepModel]]] = weakref.WeakKeyDictionary()
+KEEP = 1024
+
+
 def build_step_models(deployments: Sequence[Deployment], op_time: OpTimeFn | None = None) -> list[StepModel]:
     """One :class:`StepModel` per deployment; equal step keys share one, and each GPU's lines are timed in
     one batch (``compose.time_ops``: one op-time call per kind of op). An op engine's op times
     (``ops.engine_op_time``) answer each serving engine's deployments from that engine's own measured
-    kernels (``for_framework``): its step is the kernels it runs, not every framework's pooled."""
+    kernels (``for_framework``): its step is the kernels it runs, not every framework's pooled. Models
+    built before with the same op-time function are reused (``_KEPT``)."""
     fn = op_time or roofline_op_time
+    own = getattr(fn, "own_kernels", lambda spec: True) if hasattr(fn, "for_framework") else None
+    try:
+        kept = _KEPT.setdefault(fn, {})
+    except TypeError:  # not weak-referenceable: nothing kept
+        kept = {}
+
+    def key(d: Deployment) -> tuple:
+        return (d.framework if own is not None and own(d.gpu) else "", step_key(d))
+
+    missing = [d for d in deployments if key(d) not in kept]
+    if len(kept) + len(missing) > KEEP:
+        kept.clear()
+        missing = list(deployments)
+    if missing:
+        # the entry holds the GPU spec: the id(spec) in its key is not reused while it is kept
+        for d, model in zip(missing, _build_models(missing, fn), strict=True):
+            kept[key(d)] = (d.gpu, model)
+    return [kept[key(d)][1] for d in deployments]
+
+
+def _build_models(deployments: Sequence[Deployment], fn: OpTimeFn) -> list[StepModel]:
     per_framework = getattr(fn, "for_framework", None)
     if per_framework is None:
         return _build(deployments, fn)

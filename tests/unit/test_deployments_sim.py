@@ -267,3 +267,23 @@ def test_an_engine_is_refused_on_a_gpu_it_does_not_run_on(catalog):
     with pytest.raises(DeploymentError, match=r"trtllm: runs on nvidia GPUs, not on mi300x \(amd\)"):
         kv_capacity(d, engine_for("trtllm", d.gpu, fitted=False))
     assert kv_capacity(d, engine_for("vllm", d.gpu, fitted=False))[0] > 0
+
+
+def test_step_models_are_kept_across_calls_per_op_time_function(catalog):
+    """A second question on the same GPUs (another workload) reuses the step grids; another op-time
+    function, GPU or TP builds its own."""
+
+    def op_time(*args, **kwargs):  # the roofline, as a function of its own
+        return roofline_op_time(*args, **kwargs)
+
+    a = _deploy(catalog, "h100-sxm", isl=1024, osl=128, concurrency=8, tp=2)
+    b = _deploy(catalog, "h100-sxm", isl=4096, osl=16, concurrency=64, tp=2)
+    first = build_step_models([a], op_time)[0]
+    again, other_tp, other_gpu = build_step_models(
+        [b, _deploy(catalog, "h100-sxm", isl=8, osl=8, tp=4), _deploy(catalog, "h200", isl=8, osl=8, tp=2)],
+        op_time,
+    )
+    assert again is first and other_tp is not first and other_gpu is not first
+    fresh = build_step_models([a], roofline_op_time)[0]
+    assert fresh is not first
+    np.testing.assert_array_equal(fresh.attn_pre, first.attn_pre)
