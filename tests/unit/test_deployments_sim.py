@@ -283,7 +283,9 @@ def test_step_models_are_kept_across_calls_per_op_time_function(catalog):
         [b, _deploy(catalog, "h100-sxm", isl=8, osl=8, tp=4), _deploy(catalog, "h200", isl=8, osl=8, tp=2)],
         op_time,
     )
-    assert again is first and other_tp is not first and other_gpu is not first
+    assert again.attn_pre is first.attn_pre and other_tp.attn_pre is not first.attn_pre
+    assert other_gpu.attn_pre is not first.attn_pre
+    assert again is not first and not again._memo  # its memos start empty: no answer depends on history
     fresh = build_step_models([a], roofline_op_time)[0]
     assert fresh is not first
     np.testing.assert_array_equal(fresh.attn_pre, first.attn_pre)
