@@ -502,22 +502,11 @@ def _shape_of(family: str, frame: pd.DataFrame) -> dict[str, np.ndarray]:
 IDENTITY_FIELDS: frozenset[str] = frozenset({"id", "name", "aliases", "source", "notes"})
 
 
-_PHYSICS_KEYS: dict[int, tuple[Any, str]] = {}  # id(spec) -> (spec, key): specs are frozen, asked often
-
-
 def physics_key(spec: Any) -> str:
     """Everything of a spec but its names and provenance: specs with one key are one GPU to the physics."""
     import json
 
-    found = _PHYSICS_KEYS.get(id(spec))
-    if found is not None and found[0] is spec:
-        return found[1]
-    key = json.dumps(spec.model_dump(exclude=set(IDENTITY_FIELDS)), sort_keys=True, default=str)
-    if dict(getattr(spec, "model_config", {})).get("frozen"):
-        if len(_PHYSICS_KEYS) >= 4096:
-            _PHYSICS_KEYS.clear()
-        _PHYSICS_KEYS[id(spec)] = (spec, key)  # the entry holds the spec: its id is not reused meanwhile
-    return key
+    return json.dumps(spec.model_dump(exclude=set(IDENTITY_FIELDS)), sort_keys=True, default=str)
 
 
 def measured_groups(family: str, frame: pd.DataFrame) -> Iterator[tuple[tuple, pd.DataFrame]]:

@@ -354,21 +354,16 @@ class TransferTier:
         if found is None:
             if len(self._answers) >= MAX_REMEMBERED:
                 self._answers.clear()
-            found = self._relative_answer(family, device, dtype, shape, roof, kv)
+            found = self._relative_answer((family, device, dtype, kv), shape, roof)
             for array in found:
                 array.setflags(write=False)
             self._answers[key] = found
         return found
 
     def _relative_answer(
-        self,
-        family: str,
-        device: str,
-        dtype: str,
-        shape: dict[str, Any],
-        roof: physics.Roofline,
-        kv: str | None,
+        self, question: tuple[str, str, str, str | None], shape: dict[str, Any], roof: physics.Roofline
     ) -> tuple[np.ndarray, np.ndarray]:
+        family, device, dtype, kv = question
         spec = self.measured.specs[device]
         if family in CURVE_FAMILIES:
             key = (family, device, dtype)

@@ -267,7 +267,7 @@ def test_a_relative_answers_each_question_once_for_every_gpu_that_asks_it(catalo
     inner = tier._relative_answer
 
     def counting(*args, **kwargs):
-        asked.append(args[1])
+        asked.append(args[0][1])
         return inner(*args, **kwargs)
 
     tier._relative_answer = counting
