@@ -24,9 +24,9 @@ from typing import Any
 
 QUESTIONS: list[tuple[str, dict[str, Any]]] = [
     ("Llama-3.1-70B", {"isl": 2048, "osl": 256, "concurrency": 32}),
-    ("Llama-3.1-70B", {"isl": 8192, "osl": 1024, "concurrency": 64, "dtype": "fp8"}),
+    ("Llama-3.1-70B", {"isl": 8192, "osl": 256, "concurrency": 8, "dtype": "fp8"}),
     ("Llama-3.1-8B", {"isl": 1024, "osl": 512, "concurrency": 16, "workload": "batch"}),
-    ("Qwen/Qwen3-30B-A3B", {"isl": 4096, "osl": 128, "concurrency": 128}),
+    ("Qwen/Qwen3-30B-A3B", {"isl": 4096, "osl": 128, "concurrency": 16}),
 ]
 
 
