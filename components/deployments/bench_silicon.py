@@ -80,7 +80,12 @@ def silicon_deployments(
         pp = _num(row.get(f"{prefix}pp_size"))
         ep = _num(row.get(f"{prefix}moe_ep_size")) if model.is_moe else 1
         tp = _num(row.get(f"{prefix}tp_size"))
-        moe_world = _num(row.get(f"{prefix}moe_tp_size")) * ep if model.is_moe else tp * dp
+        moe_tp = _num(row.get(f"{prefix}moe_tp_size"))
+        moe_world = moe_tp * ep if model.is_moe else tp * dp
+        if model.is_moe and moe_tp == 0 and ep == 0:
+            # neither recorded (0): the engine's default, the experts sharded over every GPU of the worker
+            # (vLLM without --enable-expert-parallel flattens its MoE TP across the attention DP ranks)
+            moe_world, ep = tp * dp, 1
         if dp == 1 and moe_world > tp and moe_world % tp == 0:
             dp = moe_world // tp  # e.g. tp 1 with moe_tp 2: the attention runs data-parallel over the 2 GPUs
         if moe_world != tp * dp:

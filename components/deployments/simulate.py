@@ -33,6 +33,7 @@ from components.deployments.stepmodel import StepModel
 
 CLOSED, BATCH, RATE = "closed", "batch", "rate"
 N_FEATURES = 6  # decode kernels, prefill kernels, steps, sequences in steps, steps with prefill, all-reduces
+ZERO = (0.0,) * N_FEATURES
 CLIENT_DELAY_US = 2000.0  # mean client round trip between a response and the next request (jittered)
 SGLANG_NEW_TOKEN_RATIO = 0.7  # SGLang reserves this share of each running request's remaining output
 
@@ -116,14 +117,19 @@ class RequestStats:
 
 
 class _Sim:
-    """One run of the scheduler (see the module docstring)."""
+    """One run of the scheduler (see the module docstring). Plain Python floats, tuples and lists in the
+    loop (a whole-catalog rank runs hundreds of thousands of steps: numpy per step was most of its time);
+    per-request state in lists indexed by request id."""
 
     def __init__(self, step: StepModel, engine: ServingEngine, kv_tokens: float, w: Workload) -> None:
         self.step, self.engine, self.w = step, engine, w
         self.theta = theta(engine.cost)
+        self.th = tuple(float(x) for x in self.theta)
+        self.policy = engine.policy
+        self.budget = engine.max_num_batched_tokens
         self.kv_cap = float(kv_tokens)
         self.t = 0.0
-        self.f = np.zeros(N_FEATURES)
+        self.f = ZERO  # the step features so far (N_FEATURES floats)
         self.counter = 0  # decode steps so far
         self.steps = 0
         self.batch_sum = 0.0
@@ -131,27 +137,30 @@ class _Sim:
         self.waiting: deque[int] = deque()
         self.prefilling: list[int] = []
         self.decoding: list[tuple[int, int, int]] = []  # heap of (finish counter, rid, version)
-        self.version: dict[int, int] = {}
-        self.done_prompt: dict[int, int] = {}  # prefill tokens done (current admission)
-        self.prompt: dict[int, int] = {}  # tokens to prefill (isl; + generated after a preemption)
-        self.generated: dict[int, int] = {}  # output tokens emitted before the current admission
-        self.base: dict[int, int] = {}  # decoders: context - counter
-        self.order: dict[int, int] = {}  # admission order (newest preempted first)
+        n_all = w.warmups() + w.measured()
+        self.version = [0] * n_all  # admissions into decode so far (heap entries of older ones are stale)
+        self.done_prompt = [0] * n_all  # prefill tokens done (current admission)
+        self.prompt = [0] * n_all  # tokens to prefill (isl; + generated after a preemption)
+        self.generated = [0] * n_all  # output tokens emitted before the current admission
+        self.base = [0] * n_all  # decoders: context - counter
+        self.order = [0] * n_all  # admission order (newest preempted first)
         self.n_dec = 0
         self.sum_base = 0
         self.sum_finish = 0
         self.prefill_tokens = 0  # KV tokens held by requests still prefilling
         self.admitted = 0
-        n_all = w.warmups() + w.measured()
-        self.arr_t, self.arr_f = np.zeros(n_all), np.zeros((n_all, N_FEATURES))
-        self.first_t, self.first_f = np.full(n_all, np.nan), np.zeros((n_all, N_FEATURES))
-        self.fin_t, self.fin_f = np.full(n_all, np.nan), np.zeros((n_all, N_FEATURES))
+        nan = math.nan
+        self.arr_t, self.arr_f = [0.0] * n_all, [ZERO] * n_all
+        self.first_t, self.first_f = [nan] * n_all, [ZERO] * n_all
+        self.fin_t, self.fin_f = [nan] * n_all, [ZERO] * n_all
         self.issued = 0
         self.n_all = n_all
         self.finished = 0
         self.future: list[tuple[float, int]] = []  # heap of (time sent, rid) not yet at the scheduler
-        self.arr_extra = np.zeros(n_all)
-        self.rng = np.random.default_rng(w.seed)
+        self.arr_extra = [0.0] * n_all
+        # the clients' jitter draws, in the order they are used (one generator stream, drawn at once)
+        self.jitter = np.random.default_rng(w.seed).random(n_all).tolist()
+        self.pads: dict[int, int] = {}
 
     # ------------------------------------------------------------------ arrivals and KV accounting
     def _issue(self, when: float) -> None:
@@ -184,7 +193,7 @@ class _Sim:
         finish in the same step do not come back in lockstep)."""
         self.finished += 1
         if self.w.kind == CLOSED and self.issued < self.n_all:
-            jitter = self.w.client_delay_us * 2.0 * float(self.rng.random())
+            jitter = self.w.client_delay_us * 2.0 * self.jitter[self.finished - 1]
             self._issue(self.t + self.w.think_us + jitter)
 
     def _decode_tokens(self) -> float:
@@ -192,7 +201,7 @@ class _Sim:
 
     def _used(self) -> float:
         """KV tokens held (or reserved, per policy) by running requests."""
-        policy = self.engine.policy
+        policy = self.policy
         if policy == "no-evict":  # the whole isl + osl of every running request is reserved
             return float(len(self.prefilling) + self.n_dec) * (self.w.isl + self.w.osl)
         used = self.prefill_tokens + self._decode_tokens()
@@ -205,22 +214,35 @@ class _Sim:
         running = len(self.prefilling) + self.n_dec
         if running >= self.engine.max_num_seqs:
             return False
-        need = {
-            "no-evict": self.w.isl + self.w.osl,
-            "prefill-first": self.prompt[rid] + SGLANG_NEW_TOKEN_RATIO * (self.w.osl - self.generated[rid]),
-        }.get(self.engine.policy, min(self.prompt[rid], self.engine.max_num_batched_tokens))
+        policy = self.policy
+        if policy == "no-evict":
+            need: float = self.w.isl + self.w.osl
+        elif policy == "prefill-first":
+            need = self.prompt[rid] + SGLANG_NEW_TOKEN_RATIO * (self.w.osl - self.generated[rid])
+        else:
+            need = min(self.prompt[rid], self.budget)
         return self._used() + need <= self.kv_cap
+
+    def _graph(self, n: int) -> int:
+        found = self.pads.get(n)
+        if found is None:
+            found = self.pads[n] = self.engine.graph_batch(n)
+        return found
 
     # ------------------------------------------------------------------ steps
     def _advance(self, kernel_dec: float, kernel_pre: float, seqs: int, prefill: bool, k: int) -> None:
-        feats = np.array([kernel_dec, kernel_pre, 1.0, seqs, float(prefill), self.step.allreduces]) * k
-        self.f = self.f + feats
-        self.t += float(feats @ self.theta)
+        d, p, one, s = kernel_dec * k, kernel_pre * k, 1.0 * k, seqs * k
+        pre, ar = float(prefill) * k, self.step.allreduces * k
+        f, th = self.f, self.th
+        self.f = (f[0] + d, f[1] + p, f[2] + one, f[3] + s, f[4] + pre, f[5] + ar)
+        self.t += d * th[0] + p * th[1] + one * th[2] + s * th[3] + pre * th[4] + ar * th[5]
         self.steps += k
 
     def _chunks(self, budget: int) -> list[tuple[int, int]]:
         """(rid, tokens) prefill chunks of this step within ``budget``, admitting waiting requests."""
-        out = []
+        out: list[tuple[int, int]] = []
+        if not (self.prefilling or self.waiting):
+            return out
         chunked = self.engine.chunked_prefill
         for rid in self.prefilling:
             if budget <= 0:
@@ -248,15 +270,15 @@ class _Sim:
         """vLLM: free the newest running requests' KV until ``need`` more tokens fit (recompute later)."""
         while self._used() + need > self.kv_cap and (self.n_dec + len(self.prefilling)) > 1:
             victims = [(self.order[r], r) for r in self.prefilling] + [
-                (self.order[r], r) for _, r, v in self.decoding if self.version.get(r) == v
+                (self.order[r], r) for _, r, v in self.decoding if self.version[r] == v
             ]
             _, rid = max(victims)
             if rid in self.prefilling:
                 self.prefilling.remove(rid)
                 self.prefill_tokens -= self.done_prompt[rid]
             else:
-                finish = next(f for f, r, v in self.decoding if r == rid and self.version.get(r) == v)
-                self.version[rid] = self.version.get(rid, 0) + 1
+                finish = next(f for f, r, v in self.decoding if r == rid and self.version[r] == v)
+                self.version[rid] += 1
                 self.n_dec -= 1
                 self.sum_base -= self.base[rid]
                 self.sum_finish -= finish
@@ -286,8 +308,7 @@ class _Sim:
 
     def _enter_decode(self, rid: int, ctx: int, left: int) -> None:
         finish = self.counter + left
-        v = self.version.get(rid, 0)
-        self.version[rid] = v
+        v = self.version[rid]
         heapq.heappush(self.decoding, (finish, rid, v))
         self.base[rid] = ctx - self.counter
         self.sum_base += self.base[rid]
@@ -297,7 +318,7 @@ class _Sim:
     def _pop_finished(self) -> None:
         while self.decoding and self.decoding[0][0] <= self.counter:
             finish, rid, v = heapq.heappop(self.decoding)
-            if self.version.get(rid) != v:
+            if self.version[rid] != v:
                 continue
             self.version[rid] = v + 1
             self.n_dec -= 1
@@ -309,11 +330,11 @@ class _Sim:
 
     def _clean(self) -> None:
         """Drop heap entries of preempted or finished admissions."""
-        while self.decoding and self.version.get(self.decoding[0][1]) != self.decoding[0][2]:
+        while self.decoding and self.version[self.decoding[0][1]] != self.decoding[0][2]:
             heapq.heappop(self.decoding)
 
     def _decode_step(self, with_prefill: bool) -> bool:
-        return self.n_dec > 0 and not (with_prefill and self.engine.policy == "prefill-first")
+        return self.n_dec > 0 and not (with_prefill and self.policy == "prefill-first")
 
     def run(self) -> RequestStats:
         self._start()
@@ -322,18 +343,19 @@ class _Sim:
             guard += 1
             if guard > 10_000_000:
                 raise RuntimeError("simulation did not converge")
-            self._arrivals()
+            if (self.future and self.future[0][0] <= self.t) or self.w.prefilled:
+                self._arrivals()
             if not (self.prefilling or self.n_dec or self.waiting):
                 if not self.future:
                     break
                 self.t = max(self.t, self.future[0][0])  # idle: the next request starts a step on arrival
                 continue
-            if self.engine.policy == "decode-first" and self.n_dec:
+            if self.policy == "decode-first" and self.n_dec:
                 self._preempt_for(self.n_dec)
-            budget = self.engine.max_num_batched_tokens
+            budget = self.budget
             # vLLM counts the decodes in the step's budget; SGLang runs prefill apart; TensorRT-LLM's
             # max_num_tokens bounds the context tokens (a whole prompt enters beside the generations)
-            shared = self.engine.policy == "decode-first"
+            shared = self.policy == "decode-first"
             chunks = self._chunks(budget - (self.n_dec if shared else 0))
             decoding = self._decode_step(bool(chunks))
             if not chunks and not decoding:
@@ -354,7 +376,8 @@ class _Sim:
                 self.counter += 1
                 self.batch_sum += n
             self._finish_prefills(chunks)
-            self._pop_finished()
+            if self.decoding and self.decoding[0][0] <= self.counter:
+                self._pop_finished()
         return self._stats()
 
     def _arrivals(self) -> None:
@@ -375,36 +398,45 @@ class _Sim:
         self._clean()
         n = self.n_dec
         k = self.decoding[0][0] - self.counter
-        if self.engine.policy == "decode-first":
+        if self.policy == "decode-first":
             room = self.kv_cap - self._used()
             k = min(k, max(1, int(room // n)))
         ctx = self._decode_tokens() / n + 1
+        pad = self._graph(n)  # decode-only steps replay the captured graph of this size
         if self.future:
-            pad = self.engine.graph_batch(n)  # decode-only steps replay the captured graph of this size
-            per = self.step.decode_us(n, ctx, pad) * self.theta[0] + self.theta[2] + self.theta[3] * n
-            per += self.theta[5] * self.step.allreduces
+            th = self.th
+            per = self.step.decode_us(n, ctx, pad) * th[0] + th[2] + th[3] * n
+            per += th[5] * self.step.allreduces
             k = min(k, max(1, math.ceil((self.future[0][0] - self.t) / max(per, 1e-9))))
         k = max(int(k), 1)
         mid = ctx + (k - 1) / 2.0
-        self._advance(self.step.decode_us(n, mid, self.engine.graph_batch(n)), 0.0, n, False, k)
+        self._advance(self.step.decode_us(n, mid, pad), 0.0, n, False, k)
         self.counter += k
         self.batch_sum += n * k
-        self._pop_finished()
+        if self.decoding[0][0] <= self.counter:
+            self._pop_finished()
 
     def _stats(self) -> RequestStats:
         w = self.w
-        keep = np.arange(w.warmups(), self.n_all)
+        keep = slice(w.warmups(), self.n_all)
         notes = []
         if self.preemptions:
             notes.append(f"{self.preemptions} preemptions (KV cache full: requests recomputed)")
+
+        def times(values: list[float]) -> np.ndarray:
+            return np.asarray(values[keep], dtype="float64")
+
+        def rows(values: list[tuple[float, ...]]) -> np.ndarray:
+            return np.asarray(values[keep], dtype="float64").reshape(-1, N_FEATURES)
+
         return RequestStats(
-            self.arr_t[keep],
-            self.arr_extra[keep],
-            self.first_t[keep],
-            self.fin_t[keep],
-            self.arr_f[keep],
-            self.first_f[keep],
-            self.fin_f[keep],
+            times(self.arr_t),
+            times(self.arr_extra),
+            times(self.first_t),
+            times(self.fin_t),
+            rows(self.arr_f),
+            rows(self.first_f),
+            rows(self.fin_f),
             osl=w.osl,
             steps=self.steps,
             decode_batch=self.batch_sum / max(self.counter, 1),

@@ -14,9 +14,11 @@ above its speed-of-light floor (``compose.time_ops``), so a step never beats the
 
 from __future__ import annotations
 
+import weakref
 from bisect import bisect_right
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
+from typing import Any
 
 import numpy as np
 
@@ -61,6 +63,7 @@ class StepModel:
 
     def __post_init__(self) -> None:
         self._memo: dict[tuple, float] = {}
+        self._decode_memo: dict[tuple[int, int | None], tuple[float, int, float]] = {}
         # plain lists: the simulation interpolates scalars millions of times (numpy per call is slower)
         self._tok, self._seq, self._ctx = self.tokens.tolist(), self.seqs.tolist(), self.ctx.tolist()
         self._lin_dec, self._lin_pre, self._head = (
@@ -94,13 +97,24 @@ class StepModel:
         batch it runs at (its GEMMs and head run at that size; the dummy slots attend to nothing)."""
         if n <= 0:
             return 0.0
-        m = max(n, padded or n)
-        return (
-            self._lin(self._tok, m, self._lin_dec)
-            + self._lin(self._seq, m, self._head)
-            + self._bilinear(self._seq, self._ctx, self._attn_dec, n, ctx)
-            + self.pp_hop_us
-        )
+        found = self._decode_memo.get((n, padded))
+        if found is None:  # what depends on the batch alone: the GEMMs and head, the batch's grid cell
+            m = max(n, padded or n)
+            gx = self._seq
+            x = min(max(n, gx[0]), gx[-1])
+            i = min(max(bisect_right(gx, x) - 1, 0), len(gx) - 2)
+            fx = (x - gx[i]) / (gx[i + 1] - gx[i])
+            rest = self._lin(self._tok, m, self._lin_dec) + self._lin(self._seq, m, self._head)
+            found = self._decode_memo[(n, padded)] = (rest, i, fx)
+        rest, i, fx = found
+        # the decode attention: ``_bilinear`` with the batch's cell found once (the same arithmetic)
+        gy, table = self._ctx, self._attn_dec
+        y = min(max(ctx, gy[0]), gy[-1])
+        j = min(max(bisect_right(gy, y) - 1, 0), len(gy) - 2)
+        fy = (y - gy[j]) / (gy[j + 1] - gy[j])
+        top = table[i][j] * (1 - fy) + table[i][j + 1] * fy
+        bottom = table[i + 1][j] * (1 - fy) + table[i + 1][j + 1] * fy
+        return rest + (top * (1 - fx) + bottom * fx) + self.pp_hop_us
 
     def step_us(self, n: int, ctx: float, chunks: Sequence[tuple[float, float]], finishing: int) -> float:
         """Kernel time of a step: n decodes at mean context ctx, prefill chunks (tokens, end context), and
@@ -161,12 +175,47 @@ def _sum(lines: list[OpLine], size: int) -> np.ndarray:
     return total
 
 
+# Step models kept per op-time function across calls (a server's or notebook's next rank or question on the
+# same GPUs: the grids do not depend on the workload), at most KEEP of them per function.
+_KEPT: weakref.WeakKeyDictionary[Any, dict[tuple, tuple[Any, StepModel]]] = weakref.WeakKeyDictionary()
+KEEP = 1024
+
+
 def build_step_models(deployments: Sequence[Deployment], op_time: OpTimeFn | None = None) -> list[StepModel]:
     """One :class:`StepModel` per deployment; equal step keys share one, and each GPU's lines are timed in
     one batch (``compose.time_ops``: one op-time call per kind of op). An op engine's op times
     (``ops.engine_op_time``) answer each serving engine's deployments from that engine's own measured
-    kernels (``for_framework``): its step is the kernels it runs, not every framework's pooled."""
+    kernels (``for_framework``): its step is the kernels it runs, not every framework's pooled. Models
+    built before with the same op-time function are reused (``_KEPT``)."""
     fn = op_time or roofline_op_time
+    own = getattr(fn, "own_kernels", lambda spec: True) if hasattr(fn, "for_framework") else None
+    try:
+        kept = _KEPT.setdefault(fn, {})
+    except TypeError:  # not weak-referenceable: nothing kept
+        kept = {}
+
+    def key(d: Deployment) -> tuple:
+        return (d.framework if own is not None and own(d.gpu) else "", step_key(d))
+
+    missing = [d for d in deployments if key(d) not in kept]
+    if len(kept) + len(missing) > KEEP:
+        kept.clear()
+        missing = list(deployments)
+    built = {}
+    if missing:
+        # the entry holds the GPU spec: the id(spec) in its key is not reused while it is kept
+        for d, model in zip(missing, _build_models(missing, fn), strict=True):
+            kept[key(d)] = (d.gpu, model)
+            built[key(d)] = model
+    # a kept model starts this call with empty memos (``step_us`` rounds its key's context): an answer
+    # never depends on what was asked before
+    for d in deployments:
+        if key(d) not in built:
+            built[key(d)] = replace(kept[key(d)][1])
+    return [built[key(d)] for d in deployments]
+
+
+def _build_models(deployments: Sequence[Deployment], fn: OpTimeFn) -> list[StepModel]:
     per_framework = getattr(fn, "for_framework", None)
     if per_framework is None:
         return _build(deployments, fn)

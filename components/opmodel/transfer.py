@@ -52,6 +52,17 @@ CURVE_FAMILIES: dict[str, tuple[tuple[str, ...], str]] = {
 }
 MOE_DEFAULT_DISTRIBUTION = "balanced"
 HOLD_OCTAVES = 1.0  # a curve's boundary efficiency held this far past its end
+MAX_REMEMBERED = 4096  # relative answers a tier keeps (``TransferTier.relative_answer``) before forgetting
+
+
+def _shape_key(shape: dict[str, Any]) -> tuple:
+    """A question's shape as a dictionary key: each column's values (numbers by their bytes)."""
+    out = []
+    for name in sorted(shape):
+        values = np.asarray(shape[name])
+        part = tuple(values.tolist()) if values.dtype == object else (values.dtype.str, values.tobytes())
+        out.append((name, values.shape, part))
+    return tuple(out)
 
 
 @dataclass(frozen=True)
@@ -286,6 +297,9 @@ class TransferTier:
             for (device, dtype), part in frame.groupby(["device_id", "dtype"], sort=True, observed=True):
                 self.curve_groups[(family, str(device), str(dtype))] = part
         self._curves: dict[tuple, CurveTable] = {} if curve_tables is None else curve_tables
+        # a relative's answers per question: every GPU it is a relative of asks it the same shapes (a
+        # whole-catalog rank asks ~90 GPUs the same step grids of one model)
+        self._answers: dict[tuple, tuple[np.ndarray, np.ndarray]] = {}
 
     def relatives(self, family: str, dtype: str, kv_dtype: str | None, spec: Any) -> list[tuple[str, float]]:
         """(device, spec distance) of every store GPU with measured rows of the regime, nearest first; the
@@ -334,16 +348,32 @@ class TransferTier:
         kv: str | None,
     ) -> tuple[np.ndarray, np.ndarray]:
         """The relative's own answer at the shape (its measured tier): durations (NaN = none) and exact
-        hits."""
+        hits (read-only: remembered per question, ``_answers``)."""
+        key = (family, device, dtype, kv, _shape_key(shape))
+        found = self._answers.get(key)
+        if found is None:
+            if len(self._answers) >= MAX_REMEMBERED:
+                self._answers.clear()
+            found = self._relative_answer((family, device, dtype, kv), shape, roof)
+            for array in found:
+                array.setflags(write=False)
+            self._answers[key] = found
+        return found
+
+    def _relative_answer(
+        self, question: tuple[str, str, str, str | None], shape: dict[str, Any], roof: physics.Roofline
+    ) -> tuple[np.ndarray, np.ndarray]:
+        family, device, dtype, kv = question
         spec = self.measured.specs[device]
         if family in CURVE_FAMILIES:
             key = (family, device, dtype)
             if key not in self._curves:
                 self._curves[key] = CurveTable(family, self.curve_groups[key], spec, dtype)
-            return self._curves[key].resolve(shape, roof.time_us)
+            duration, exact = self._curves[key].resolve(shape, roof.time_us)
+            return np.array(duration, dtype="float64"), np.array(exact, dtype=bool)
         table = self.measured.table(family, device, dtype, kv if family == "attention" else None)
         resolved = table.resolve(shape, roof.time_us)
-        return resolved.duration_us, resolved.exact
+        return np.array(resolved.duration_us, dtype="float64"), np.array(resolved.exact, dtype=bool)
 
     def carried(
         self,

@@ -19,6 +19,7 @@ from components.deployments.serve import kv_capacity, simulate_deployment
 from components.deployments.simulate import BATCH, Workload, simulate, theta
 from components.deployments.stepmodel import build_step_models
 from components.devices import load_catalog
+from components.platform.config import DEFAULT_DATASETS_DIR
 from tests.unit.test_deployments import LLAMA8B
 
 MOE = {
@@ -179,6 +180,37 @@ def test_disaggregated_runs_split_the_clients_over_workers_or_say_why_not():
         disagg_concurrency({**row, "decode_num_workers": float("nan"), "prefill_num_workers": None})
 
 
+def test_a_run_recording_no_moe_sizes_shards_the_experts_over_its_gpus(catalog):
+    """moe_tp_size = moe_ep_size = 0 (not recorded; two vLLM runs of Qwen3-235B): the engine's default, the
+    experts over every GPU of the worker (tp x attention DP), no expert parallelism; a recorded size that
+    does not cover the GPUs is still refused."""
+    from components.deployments.bench_silicon import silicon_deployments
+
+    row = {
+        "id": "qwen3_235b_h100_sxm_vllm_disagg_4000x1000_c_1",
+        "model_path": "Qwen/Qwen3-235B-A22B-FP8",
+        "device_id": "h100-sxm",
+        "isl": 4000,
+        "osl": 1000,
+        "mode": "disagg",
+        "backend": "vllm",
+        "gemm_quant_mode": "fp8",
+        "precision": "fp8",
+        "prefill_num_workers": 1.0,
+        "decode_num_workers": 3.0,
+        "decode_batch_size": 24.0,
+        **{f"prefill_{k}": v for k, v in (("tp_size", 1.0), ("attention_dp_size", 4.0))},
+        **{f"decode_{k}": v for k, v in (("tp_size", 4.0), ("attention_dp_size", 1.0))},
+        **{f"{side}_moe_{k}_size": 0.0 for side in ("prefill", "decode") for k in ("tp", "ep")},
+    }
+    pre, dec = silicon_deployments(row, catalog, DEFAULT_DATASETS_DIR)
+    assert (pre.tp, pre.dp, pre.ep) == (1, 4, 1) and (dec.tp, dec.dp, dec.ep) == (4, 1, 1)
+    with pytest.raises(DeploymentError, match="moe_tp_size x moe_ep_size 2"):
+        silicon_deployments(
+            {**row, "prefill_moe_tp_size": 2.0, "prefill_moe_ep_size": 1.0}, catalog, DEFAULT_DATASETS_DIR
+        )
+
+
 def test_a_prefill_worker_whose_clients_decode_elsewhere_queues_less(catalog):
     """The disaggregated prefill worker's clients come back after their decode (``think_us``): at the same
     client count its requests meet fewer others than back-to-back prompts do."""
@@ -235,3 +267,25 @@ def test_an_engine_is_refused_on_a_gpu_it_does_not_run_on(catalog):
     with pytest.raises(DeploymentError, match=r"trtllm: runs on nvidia GPUs, not on mi300x \(amd\)"):
         kv_capacity(d, engine_for("trtllm", d.gpu, fitted=False))
     assert kv_capacity(d, engine_for("vllm", d.gpu, fitted=False))[0] > 0
+
+
+def test_step_models_are_kept_across_calls_per_op_time_function(catalog):
+    """A second question on the same GPUs (another workload) reuses the step grids; another op-time
+    function, GPU or TP builds its own."""
+
+    def op_time(*args, **kwargs):  # the roofline, as a function of its own
+        return roofline_op_time(*args, **kwargs)
+
+    a = _deploy(catalog, "h100-sxm", isl=1024, osl=128, concurrency=8, tp=2)
+    b = _deploy(catalog, "h100-sxm", isl=4096, osl=16, concurrency=64, tp=2)
+    first = build_step_models([a], op_time)[0]
+    again, other_tp, other_gpu = build_step_models(
+        [b, _deploy(catalog, "h100-sxm", isl=8, osl=8, tp=4), _deploy(catalog, "h200", isl=8, osl=8, tp=2)],
+        op_time,
+    )
+    assert again.attn_pre is first.attn_pre and other_tp.attn_pre is not first.attn_pre
+    assert other_gpu.attn_pre is not first.attn_pre
+    assert again is not first and not again._memo  # its memos start empty: no answer depends on history
+    fresh = build_step_models([a], roofline_op_time)[0]
+    assert fresh is not first
+    np.testing.assert_array_equal(fresh.attn_pre, first.attn_pre)

@@ -255,3 +255,34 @@ def test_real_a100_gemms_answered_from_the_h100s_measured_table(catalog, tmp_pat
     roof = np.mean(np.abs(times.roof.time_us - true) / true)
     print(f"A100 bf16 GEMM from the H100: transfer {mape:.3f}, roofline {roof:.3f}")
     assert mape < 0.3 and mape < 0.5 * roof, (mape, roof)
+
+
+def test_a_relative_answers_each_question_once_for_every_gpu_that_asks_it(catalog) -> None:
+    from components.opmodel.engine import OpEngine
+
+    gemm = synthetic_gemm(catalog)
+    engine = OpEngine.from_frames({"gemm": gemm[gemm["device_id"] == "h100-sxm"]}, None, _model())
+    asked = []
+    tier = engine.transfer
+    inner = tier._relative_answer
+
+    def counting(*args, **kwargs):
+        asked.append(args[0][1])
+        return inner(*args, **kwargs)
+
+    tier._relative_answer = counting
+    shape = {"M": SIZES, "N": np.full(len(SIZES), 4096.0), "K": np.full(len(SIZES), 2048.0)}
+    first = {"h200": engine.predict("gemm", "bf16", shape, catalog.get("h200")).duration_us}
+    questions = len(asked)  # the shape and the monotone envelope's lattice, each asked of the H100
+    assert questions >= 1 and set(asked) == {"h100-sxm"}
+    first["l40s"] = engine.predict("gemm", "bf16", shape, catalog.get("l40s")).duration_us
+    assert len(asked) == questions  # the second GPU's questions reused the relative's answers
+    again = engine.predict("gemm", "bf16", shape, catalog.get("h200")).duration_us
+    np.testing.assert_array_equal(again, first["h200"])
+    assert first["h200"].tolist() != first["l40s"].tolist()  # carried by each GPU's own roofline ratio
+    other = {**shape, "K": shape["K"] * 2}
+    engine.predict("gemm", "bf16", other, catalog.get("h200"))
+    assert len(asked) > questions  # another shape is another question
+    duration, _ = tier.relative_answer("gemm", "h100-sxm", "bf16", shape, None, None)
+    with pytest.raises(ValueError):
+        duration[0] = 0.0  # remembered answers are read-only: no caller changes another's
