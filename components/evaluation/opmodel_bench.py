@@ -94,7 +94,8 @@ def score_held_gpu(
             kv = key[2] if family == "attention" else None
             shape = _shape(family, part)
             roof = physics.roofline(family, key[1], shape, spec, kv)
-            log_util, _ = model.predict_log_util(family, roof.choice.dtype, shape, spec, roof, kv)
+            group = spec_tier.SpecRows(family, roof.choice.dtype, shape, spec, roof, kv)
+            log_util, _ = model.predict_log_util(group)
             pred = physics.clamp(roof.time_us / np.exp(log_util), roof)
             true = part["latency_us"].to_numpy(dtype="float64")
             results.append(

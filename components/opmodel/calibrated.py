@@ -187,7 +187,7 @@ def fit_calibration(
     calibration rows gets their residual too (``local_residual``)."""
     import pandas as pd
 
-    from components.opmodel.spec import regime
+    from components.opmodel.spec import SpecRows, regime
     from components.physics import roofline as physics
 
     xs, ys, regimes, coords, feats, families = [], [], [], [], [], []
@@ -202,7 +202,7 @@ def fit_calibration(
             if k in part and part[k].notna().all()
         }
         roof = physics.roofline(family, dtype, shape, spec, kv_dtype)
-        log_util, _ = engine.spec_log_util(family, roof.choice.dtype, shape, spec, roof, kv_dtype)
+        log_util, _ = engine.spec_log_util(SpecRows(family, roof.choice.dtype, shape, spec, roof, kv_dtype))
         measured = np.clip(roof.time_us / part["latency_us"].to_numpy(dtype="float64"), 1e-4, 1.0)
         xs.append(np.log2(np.maximum(roof.time_us, 1e-3)))
         ys.append(np.log(measured) - log_util)

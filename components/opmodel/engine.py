@@ -20,11 +20,14 @@ import json
 import shutil
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from components.physics import roofline as physics
+
+if TYPE_CHECKING:
+    from components.opmodel.spec import SpecRows
 
 ENGINE_FILE = "engine.json"
 # (low, high) quantiles of log(measured / predicted) per tier when no held-out figure was stored (wide on
@@ -251,24 +254,16 @@ class OpEngine:
 
     # ---------------------------------------------------------------------------------------- answering
 
-    def spec_log_util(
-        self,
-        family: str,
-        dtype: str,
-        shape: dict[str, np.ndarray],
-        spec: Any,
-        roof: physics.Roofline,
-        kv_dtype: str | None = None,
-    ) -> tuple[np.ndarray, str]:
+    def spec_log_util(self, group: SpecRows) -> tuple[np.ndarray, str]:
         """The spec tier's log efficiency per row and its support text."""
-        n = len(roof.time_us)
+        n, family = len(group.roof.time_us), group.family
         model = self.spec_model
         if model is not None and family in model.boosters:
-            return model.predict_log_util(family, dtype, shape, spec, roof, kv_dtype)
+            return model.predict_log_util(group)
         if model is not None:
             from components.opmodel.spec import regime
 
-            key = regime(family, dtype, spec)
+            key = regime(family, group.dtype, group.spec)
             if key in model.priors or family in model.priors:
                 return (
                     np.full(n, model.priors.get(key, model.priors.get(family))),
@@ -332,7 +327,9 @@ class OpEngine:
             for k, v in shape.items()
             if k not in LABELS
         }
-        log_util, spec_support = self.spec_log_util(family, eff_dtype, arrays, spec, roof, kv_dtype)
+        from components.opmodel.spec import SpecRows
+
+        log_util, spec_support = self.spec_log_util(SpecRows(family, eff_dtype, arrays, spec, roof, kv_dtype))
         tier = np.full(n, "spec", dtype=object)
         support = np.full(n, spec_support, dtype=object)
         q = self.intervals["spec"]

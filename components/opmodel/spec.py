@@ -132,19 +132,23 @@ def regime(family: str, dtype: str, spec: Any) -> str:
     return f"{family}|{choice.pipe}|{choice.dtype}"
 
 
-def features(
-    family: str,
-    dtype: str,
-    shape: dict[str, np.ndarray],
-    spec: Any,
-    roof: physics.Roofline,
-    kv_dtype: str | None = None,
-    config: SpecConfig = ORIGINAL,
-    floor_us: float = 0.0,
-) -> np.ndarray:
+@dataclass(frozen=True)
+class SpecRows:
+    """Rows of one (family, dtype, GPU) as the spec tier reads them: the question and its roofline."""
+
+    family: str
+    dtype: str
+    shape: dict[str, np.ndarray]  # dimension name -> one value per row
+    spec: Any  # the GPU's spec sheet
+    roof: physics.Roofline
+    kv_dtype: str | None = None
+
+
+def features(group: SpecRows, config: SpecConfig = ORIGINAL, floor_us: float = 0.0) -> np.ndarray:
     """The transferable feature matrix of rows of one (family, dtype, GPU)."""
+    spec, roof = group.spec, group.roof
     n = len(roof.time_us)
-    d = {k: np.broadcast_to(np.asarray(v, dtype="float64"), (n,)) for k, v in shape.items()}
+    d = {k: np.broadcast_to(np.asarray(v, dtype="float64"), (n,)) for k, v in group.shape.items()}
     sms = float(spec.sms)
     ridge = roof.peak_flops / roof.peak_bps
     with np.errstate(divide="ignore", invalid="ignore"):
@@ -168,7 +172,7 @@ def features(
         l2_bytes = float(getattr(spec, "l2_mb", None) or 0.0) * 1e6
         fits = np.log2(np.maximum(roof.dram_bytes, 1.0) / l2_bytes) if l2_bytes > 0 else np.full(n, 8.0)
         common.append(fits)
-    if family == "gemm":
+    if group.family == "gemm":
         b = d.get("B", np.ones(n))
         m, nn, k = d["M"], d["N"], d["K"]
         tiles = b * np.ceil(m / TILE) * np.ceil(nn / TILE)
@@ -180,7 +184,7 @@ def features(
         w = d.get("W", np.zeros(n))
         ctas = b * h * np.ceil(s / TILE)  # FlashAttention: one CTA per (batch, head, 128 query rows)
         waves = ctas / sms
-        kv_code = float(DTYPE_CODES.get(kv_dtype or dtype, -1))
+        kv_code = float(DTYPE_CODES.get(group.kv_dtype or group.dtype, -1))
         own = [
             np.log2(b),
             np.log2(s),
@@ -228,18 +232,11 @@ class SpecModel:
     def floor_of(self, family: str, key: str) -> float:
         return float(self.floors.get(key, self.floors.get(family, 0.0)))
 
-    def predict_log_util(
-        self,
-        family: str,
-        dtype: str,
-        shape: dict[str, np.ndarray],
-        spec: Any,
-        roof: physics.Roofline,
-        kv_dtype: str | None = None,
-    ) -> tuple[np.ndarray, str]:
+    def predict_log_util(self, group: SpecRows) -> tuple[np.ndarray, str]:
         """log(util) per row against the roofline (<= 0), and the support text (regime rows, weight given
         to the prior)."""
-        key = regime(family, dtype, spec)
+        family, roof = group.family, group.roof
+        key = regime(family, group.dtype, group.spec)
         config = self.configs.get(family, ORIGINAL)
         floor_us = self.floor_of(family, key)
         to_roof = np.log(roof.time_us / np.maximum(base_time(roof, config, floor_us), 1e-12))
@@ -250,7 +247,7 @@ class SpecModel:
         if booster is None or rows == 0:
             value = np.clip(to_roof + config.hedge * prior, MIN_LOG_UTIL, 0.0)
             return value, f"spec prior of {key} ({rows} training rows: no learned model)"
-        x = features(family, dtype, shape, spec, roof, kv_dtype, config, floor_us)
+        x = features(group, config, floor_us)
         learned = booster.predict(x, num_threads=1)
         value = config.hedge * (weight * learned + (1.0 - weight) * prior)
         note = f"spec model ({rows:,} training rows of {key}"
@@ -357,22 +354,23 @@ def group_keys(family: str) -> list[str]:
 
 
 def _groups(family: str, frame: pd.DataFrame, specs: dict[str, Any]):
-    """(device, dtype, kv dtype, spec, shape, roofline, rows) per (device, dtype[, kv]) group of ``frame``."""
+    """(device, its spec-tier rows, the frame's rows) per (device, dtype[, kv]) group of ``frame``."""
     keys = (*physics.SHAPE_KEYS[family][0], *physics.SHAPE_KEYS[family][1])
     for key, part in frame.groupby(group_keys(family), sort=True, observed=True):
         device, dtype = key[0], key[1]
         kv = key[2] if family == "attention" else None
         spec = specs[device]
         shape = {k: part[k].to_numpy(dtype="float64") for k in keys if k in part}
-        yield device, dtype, kv, spec, shape, physics.roofline(family, dtype, shape, spec, kv), part
+        roof = physics.roofline(family, dtype, shape, spec, kv)
+        yield device, SpecRows(family, dtype, shape, spec, roof, kv), part
 
 
 def latency_floors(family: str, frame: pd.DataFrame, specs: dict[str, Any]) -> dict[str, float]:
     """Per regime (and for the family): the median over the measured GPUs of each GPU's fastest kernels of
     that regime (its FLOOR_QUANTILE latency) -- the fixed cost of one kernel of that library."""
     per: dict[str, dict[str, list[float]]] = {}
-    for device, dtype, _, spec, _, _, part in _groups(family, frame, specs):
-        key = regime(family, dtype, spec)
+    for device, group, part in _groups(family, frame, specs):
+        key = regime(family, group.dtype, group.spec)
         per.setdefault(key, {}).setdefault(device, []).extend(part["latency_us"].tolist())
     out, everything = {}, []
     for key, devices in per.items():
@@ -395,12 +393,12 @@ def design(
     floors = floors or {}
     xs, ys, regimes = [], [], []
     index = []
-    for _, dtype, kv, spec, shape, roof, part in _groups(family, frame, specs):
-        key = regime(family, dtype, spec)
+    for _, group, part in _groups(family, frame, specs):
+        key = regime(family, group.dtype, group.spec)
         floor_us = float(floors.get(key, floors.get(family, 0.0)))
-        base = base_time(roof, config, floor_us)
+        base = base_time(group.roof, config, floor_us)
         util = np.clip(base / part["latency_us"].to_numpy(dtype="float64"), 1e-4, np.exp(MAX_LOG_UTIL))
-        xs.append(features(family, dtype, shape, spec, roof, kv, config, floor_us))
+        xs.append(features(group, config, floor_us))
         ys.append(np.log(util))
         regimes.append(np.full(len(part), key, dtype=object))
         index.append(part.index.to_numpy())

@@ -182,6 +182,7 @@ def engine_tier_rates(n: int = 200_000, seed: int = 0) -> dict[str, Any]:
     replaces (``OpEngine.spec_log_util``) on the same rows and rooflines, and ``OpEngine.predict`` whole."""
     from components.devices import load_catalog
     from components.opmodel.loading import engine_for
+    from components.opmodel.spec import SpecRows
     from components.physics import roofline as physics
 
     engine = engine_for(object())
@@ -205,7 +206,7 @@ def engine_tier_rates(n: int = 200_000, seed: int = 0) -> dict[str, Any]:
         c0 = time.thread_time()
         resolved = measured.resolve("gemm", "bf16", shape, spec, roof.time_us)
         c1 = time.thread_time()
-        engine.spec_log_util("gemm", "bf16", shape, spec, roof)
+        engine.spec_log_util(SpecRows("gemm", "bf16", shape, spec, roof))
         c2 = time.thread_time()
         engine.predict("gemm", "bf16", shape, spec)
         c3 = time.thread_time()

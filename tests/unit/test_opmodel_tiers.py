@@ -170,8 +170,8 @@ def test_spec_config_round_trips_floors_the_base_and_is_monotone_in_the_peaks(bu
     times = {}
     for gpu in (h100, faster):
         roof = physics.roofline("gemm", "bf16", shape, gpu)
-        log_util, _ = model.predict_log_util("gemm", "bf16", shape, gpu, roof)
-        loaded, _ = again.predict_log_util("gemm", "bf16", shape, gpu, roof)
+        log_util, _ = model.predict_log_util(spec_tier.SpecRows("gemm", "bf16", shape, gpu, roof))
+        loaded, _ = again.predict_log_util(spec_tier.SpecRows("gemm", "bf16", shape, gpu, roof))
         np.testing.assert_allclose(loaded, log_util, rtol=1e-12)
         assert np.all(log_util <= 0.0)  # runtime = roofline / util >= roofline
         times[gpu.id] = roof.time_us / np.exp(log_util)
@@ -179,7 +179,7 @@ def test_spec_config_round_trips_floors_the_base_and_is_monotone_in_the_peaks(bu
     # the floor is what small kernels cost: the answer for a tiny GEMM is near it, not near the roofline
     tiny = {"M": np.array([1.0]), "N": np.array([128.0]), "K": np.array([128.0])}
     roof = physics.roofline("gemm", "bf16", tiny, h100)
-    log_util, _ = model.predict_log_util("gemm", "bf16", tiny, h100, roof)
+    log_util, _ = model.predict_log_util(spec_tier.SpecRows("gemm", "bf16", tiny, h100, roof))
     assert roof.time_us[0] / np.exp(log_util[0]) > 0.5 * floor > 10 * roof.time_us[0]
 
 

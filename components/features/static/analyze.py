@@ -28,7 +28,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from components.features.static.cache import cache_key, cache_load, cache_store, default_cache_dir
+from components.features.static.cache import cache_key, cache_load, cache_store
 from components.features.static.compile import (
     DEFAULT_MEMORY_BYTES,
     DEFAULT_TIMEOUT_S,
@@ -41,6 +41,7 @@ from components.features.static.compile import (
     nvdisasm_path,
 )
 from components.features.static.names import short_kernel_name
+from components.features.static.options import AnalyzeOptions
 from components.features.static.sass import (
     analyze_function,
     parse_ptxas_log,
@@ -200,42 +201,37 @@ def analyze_source(
     kernel: str | None = None,
     name: str = "<string>",
     include_dirs: Iterable[Path | str] = (),
-    *,
-    path: Path | None = None,
-    source_id: str | None = None,
-    defines: Mapping[str, str] | None = None,
-    timeout_s: float = DEFAULT_TIMEOUT_S,
-    memory_bytes: int = DEFAULT_MEMORY_BYTES,
-    use_cache: bool = True,
-    cache_dir: Path | None = None,
+    **options: Any,
 ) -> StaticReport:
     """Compile a CUDA program (host code is stripped, see static.source) and analyse its kernels.
 
-    Results are cached under ``cache_dir`` (default ``<KERNELCAST_HOME>/cache/static``) unless
-    ``use_cache`` is false.
+    ``options`` are the keyword fields of :class:`~components.features.static.options.AnalyzeOptions`
+    (path, source_id, defines, timeout_s, memory_bytes, use_cache, cache_dir). Results are cached under
+    ``cache_dir`` (default ``<KERNELCAST_HOME>/cache/static``) unless ``use_cache`` is false.
 
     ``kernel`` keeps only kernels whose short name, instance or mangled name equals it (a
     LookupError lists the available ones). Raises CompileError with the NVRTC log on failure.
     """
+    opts = AnalyzeOptions.of(options, DEFAULT_TIMEOUT_S, DEFAULT_MEMORY_BYTES)
     requested = check_arch(arch)
     arch, arch_note = compile_arch(requested)
     incs = tuple(Path(p) for p in include_dirs)
-    prepared = prepare_source(source, path, incs, dict(defines or {}))
+    prepared = prepare_source(source, opts.path, incs, dict(opts.defines or {}))
     if (
         kernel is not None
         and "<" in kernel
         and re.sub(r"\s+", "", kernel) not in {re.sub(r"\s+", "", e) for e in prepared.name_expressions}
     ):  # a template instance asked by name (k<float, 256>) is instantiated even if no launch site names it
         prepared.name_expressions = [*prepared.name_expressions, kernel]
-    defines = {**prepared.default_defines, **dict(defines or {})}
-    options = build_options(arch, cuda_include_dirs() + [p.resolve() for p in incs], defines)
-    sid = source_id or (Path(name).stem if name != "<string>" else "<string>")
-    key = cache_key(prepared.text, prepared.name_expressions, options, name)
-    folder = (Path(cache_dir) if cache_dir is not None else default_cache_dir()) if use_cache else None
+    defines = {**prepared.default_defines, **dict(opts.defines or {})}
+    flags = build_options(arch, cuda_include_dirs() + [p.resolve() for p in incs], defines)
+    sid = opts.source_id or (Path(name).stem if name != "<string>" else "<string>")
+    key = cache_key(prepared.text, prepared.name_expressions, flags, name)
+    folder = opts.cache_folder()
     payload = cache_load(folder, key) if folder is not None else None
     cached = payload is not None
     if payload is None:
-        payload = _compile_and_analyze(prepared, name, arch, sid, options, timeout_s, memory_bytes)
+        payload = _compile_and_analyze(prepared, name, arch, sid, flags, opts.timeout_s, opts.memory_bytes)
         if folder is not None and not payload.get("transient"):
             cache_store(folder, key, payload)
     if "error" in payload:

@@ -37,6 +37,7 @@ from typing import Any
 
 from components.features.static.compile import CompileError
 from components.features.static.hip_translate import cuda_to_hip, cuda_to_hip_whole, hip_source_text
+from components.features.static.options import AnalyzeOptions
 
 DEFAULT_TIMEOUT_S = 120.0
 DEFAULT_MEMORY_BYTES = 4 << 30
@@ -322,35 +323,30 @@ def analyze_hip_source(
     name: str = "<string>",
     include_dirs: Iterable[Path | str] = (),
     *,
-    path: Path | None = None,
-    source_id: str | None = None,
-    defines: Mapping[str, str] | None = None,
     from_cuda: bool = False,
-    timeout_s: float = DEFAULT_TIMEOUT_S,
-    memory_bytes: int = DEFAULT_MEMORY_BYTES,
-    use_cache: bool = True,
-    cache_dir: Path | None = None,
+    **options: Any,
 ) -> Any:
     """Compile HIP source (or, with ``from_cuda``, CUDA source through :func:`cuda_to_hip`) for an AMD
     ISA and analyse its kernels: a ``static.StaticReport`` whose ``arch`` is the ISA compiled for.
+    ``options`` are those of the CUDA analyser (:class:`~components.features.static.options.AnalyzeOptions`).
 
     Raises HipToolchainMissing (no compiler), CompileError (the compiler's log; reason 'no HIP
     translation' for CUDA that cannot be translated), NoKernelError, LookupError (``kernel`` absent).
     """
+    opts = AnalyzeOptions.of(options, DEFAULT_TIMEOUT_S, DEFAULT_MEMORY_BYTES)
+    path = opts.path
     requested = check_amd_arch(arch)
     chosen, arch_note = hip_compile_arch(requested)
     incs = [Path(p).resolve() for p in include_dirs] + ([path.parent.resolve()] if path else [])
-    given = {k: str(v) for k, v in dict(defines or {}).items()}
+    given = {k: str(v) for k, v in dict(opts.defines or {}).items()}
     if from_cuda:
         text, defaults = cuda_to_hip(source, path, tuple(incs), given)
         all_defines = {**defaults, **given}
     else:
         text, all_defines = hip_source_text(source), given
-    options = build_hip_options(chosen, incs, all_defines)
-    sid = source_id or (Path(name).stem.split(".")[0] if name != "<string>" else "<string>")
-    payload, cached = _compiled(
-        text, name, chosen, sid, options, timeout_s, memory_bytes, cache_dir, use_cache
-    )
+    flags = build_hip_options(chosen, incs, all_defines)
+    sid = opts.source_id or (Path(name).stem.split(".")[0] if name != "<string>" else "<string>")
+    payload, cached = _compiled(text, name, chosen, sid, flags, opts)
     if from_cuda and payload.get("error", {}).get("reason") == "compilation failed":
         # The extracted device code did not compile: try the whole program, host code and all.
         try:
@@ -358,9 +354,7 @@ def analyze_hip_source(
         except CompileError:
             whole = None
         if whole is not None:
-            second, again = _compiled(
-                whole, name, chosen, sid, options, timeout_s, memory_bytes, cache_dir, use_cache
-            )
+            second, again = _compiled(whole, name, chosen, sid, flags, opts)
             if "error" not in second:
                 payload, cached = second, again
     return _report(payload, cached, name, sid, requested, arch_note, all_defines, kernel)
@@ -371,24 +365,21 @@ def _compiled(
     name: str,
     chosen: str,
     sid: str,
-    options: list[str],
-    timeout_s: float,
-    memory_bytes: int,
-    cache_dir: Path | None,
-    use_cache: bool,
+    flags: list[str],
+    opts: AnalyzeOptions,
 ) -> tuple[dict[str, Any], bool]:
     """(payload: {'report'} or {'error'}, from the cache?) of one compile, cached unless transient."""
     from components.features.static.analyze import StaticReport
-    from components.features.static.cache import cache_load, cache_store, default_cache_dir
+    from components.features.static.cache import cache_load, cache_store
 
-    folder = (Path(cache_dir) if cache_dir is not None else default_cache_dir()) if use_cache else None
-    key = _cache_key(text, options, name)
+    folder = opts.cache_folder()
+    key = _cache_key(text, flags, name)
     payload = cache_load(folder, key) if folder is not None else None
     cached = payload is not None
     if payload is None:
         started = time.perf_counter()
         try:
-            asm = compile_to_asm(text, name, options, timeout_s, memory_bytes)
+            asm = compile_to_asm(text, name, flags, opts.timeout_s, opts.memory_bytes)
             kernels = report_from_asm(asm, name, chosen, sid)
             report = StaticReport(
                 name=name,
