@@ -161,6 +161,28 @@ def op_sources(engine: Any, unseen: bool = True) -> dict[str, Any]:
     return sources
 
 
+def _silent(_: str) -> None:
+    return None
+
+
+@dataclass(frozen=True)
+class BenchInputs:
+    """What a serving bench entry reads besides the datasets and the catalog (the keyword arguments of
+    ``run_pipeweave_bench`` and ``run_silicon_bench``): a fixed op-time function (else the op sources of
+    ``engine``), a log, the runs (else the source's own), and whether to score the unseen-GPU variant."""
+
+    op_time: OpTimeFn | None = None
+    log: Callable[[str], None] = _silent
+    runs: pd.DataFrame | None = None
+    engine: Any = None
+    variants: bool = True
+
+    def sources(self) -> dict[str, Any]:
+        if self.op_time is not None:
+            return {ROOFLINE_SOURCE: self.op_time}
+        return op_sources(self.engine, self.variants)
+
+
 class _Every(frozenset):
     """Every GPU id (``engine_op_time``'s ``unseen``): the spec tier answers for all."""
 

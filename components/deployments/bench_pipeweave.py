@@ -4,7 +4,7 @@ a framework-cost fit on the others; prefill, decode step and total beside the pu
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -17,6 +17,7 @@ from components.deployments.bench_common import (
     FAMILY_ROOFLINE,
     PW_TARGETS,
     SPLIT_PIPEWEAVE,
+    BenchInputs,
     ServingBench,
     _apply,
     _named,
@@ -28,7 +29,6 @@ from components.deployments.bench_common import (
     _variant_rows,
     fit_step_cost,
     leave_one_out,
-    op_sources,
     scope_groups,
     source_frames,
     summary,
@@ -162,24 +162,18 @@ def predict_pipeweave(frame: pd.DataFrame, fw: FrameworkCost) -> pd.DataFrame:
     return out
 
 
-def run_pipeweave_bench(
-    datasets_dir: Path,
-    catalog: Any,
-    op_time: OpTimeFn | None = None,
-    log: Callable[[str], None] = lambda _: None,
-    runs: pd.DataFrame | None = None,
-    engine: Any = None,
-    variants: bool = True,
-) -> ServingBench:
+def run_pipeweave_bench(datasets_dir: Path, catalog: Any, **inputs: Any) -> ServingBench:
     """Leave one GPU out: per fold, choose the op source (roofline or engine) by an inner leave-one-GPU-out
     on the training GPUs, fit the framework cost on the training GPUs with those op times, score the
     held-out GPU's runs. Also scored per fold: each source on its own, and the engine blind to the held-out
     GPU's kernels (spec tier) with the framework cost fitted on the engine's training-side times."""
-    runs = read_pipeweave_runs(datasets_dir) if runs is None else runs
+    given = BenchInputs(**inputs)
+    log, engine = given.log, given.engine
+    runs = read_pipeweave_runs(datasets_dir) if given.runs is None else given.runs
     runs = runs.assign(
         run_id=[f"{r.gpu}/tp{r.tp}/{r.model}/{r.workload}/{i}" for i, r in enumerate(runs.itertuples())]
     )
-    sources = {ROOFLINE_SOURCE: op_time} if op_time is not None else op_sources(engine, variants)
+    sources = given.sources()
 
     def compose(asked: pd.DataFrame, fn: OpTimeFn) -> pd.DataFrame:
         return compose_pipeweave(asked, catalog, datasets_dir, fn)

@@ -18,6 +18,7 @@ from components.deployments.bench_common import (
     FAMILY_ROOFLINE,
     SI_TARGETS,
     SPLIT_SILICON,
+    BenchInputs,
     ServingBench,
     _named,
     _overheads,
@@ -27,7 +28,6 @@ from components.deployments.bench_common import (
     _unseen_to_zero,
     _variant_rows,
     leave_one_out,
-    op_sources,
     relative_l1,
     scope_groups,
     source_frames,
@@ -273,20 +273,14 @@ def predict_steady(frame: pd.DataFrame, fw: FrameworkCost) -> pd.DataFrame:
 SI_SCOPES = ("", "device_id", "model_path", "precision", "mode", "backend")
 
 
-def run_silicon_bench(
-    datasets_dir: Path,
-    catalog: Any,
-    op_time: OpTimeFn | None = None,
-    log: Callable[[str], None] = lambda _: None,
-    runs: pd.DataFrame | None = None,
-    engine: Any = None,
-    variants: bool = True,
-) -> ServingBench:
+def run_silicon_bench(datasets_dir: Path, catalog: Any, **inputs: Any) -> ServingBench:
     """H100 and H200 each held out of a fit on the other; TTFT/TPOT MAPE per GPU, model, precision, mode.
     The op source is chosen per fold by an inner leave-one-model-out on the training GPU's runs (one
     training GPU: no inner leave-one-GPU-out)."""
-    runs = read_silicon_runs(datasets_dir) if runs is None else runs
-    sources = {ROOFLINE_SOURCE: op_time} if op_time is not None else op_sources(engine, variants)
+    given = BenchInputs(**inputs)
+    op_time, log, engine = given.op_time, given.log, given.engine
+    runs = read_silicon_runs(datasets_dir) if given.runs is None else given.runs
+    sources = given.sources()
     composed_by, refused_by = {}, {}
     for k, fn in sources.items():
         composed_by[k], refused_by[k] = compose_silicon(runs, catalog, datasets_dir, fn, log=log)
@@ -328,7 +322,7 @@ def run_silicon_bench(
                         )
                     )
     bench.rows += _variant_rows(SPLIT_SILICON, preds, SI_TARGETS, ("", "device_id", "mode"), n_asked)
-    if variants:  # the simulated engines (bench_engines) on the same op times; the gate (no variants) not
+    if given.variants:  # the simulated engines (bench_engines) on the same op times, not in the gate
         from components.deployments.bench_engines import silicon_rows
 
         fn = op_time if op_time is not None else sources.get(ENGINE_SOURCE, sources[ROOFLINE_SOURCE])

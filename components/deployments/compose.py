@@ -110,7 +110,7 @@ def _layer_ops(
     h, dh = m.hidden, m.head_dim
     act = "bf16"
     if m.is_mla:
-        ops = _mla_ops(d, phase, tokens, batch, q_len, ctx, layers)
+        ops = _mla_ops(d, phase, (tokens, batch, q_len, ctx, layers))
         return ops + _mlp_ops(d, phase, tokens, layers)
     ops = [
         OpLine(phase, "norm", "rmsnorm", act, {"B": tokens, "H": h}, 2 * layers),
@@ -133,15 +133,11 @@ def _layer_ops(
     return ops + _mlp_ops(d, phase, tokens, layers)
 
 
-def _mla_ops(
-    d: Deployment,
-    phase: str,
-    tokens: float,
-    batch: float,
-    q_len: np.ndarray | float,
-    ctx: np.ndarray | float,
-    layers: float,
-) -> list[OpLine]:
+# what one layer is asked for: tokens, batch (sequences), q_len, ctx (context attended to), layers
+LayerSizes = tuple[float, float, "np.ndarray | float", "np.ndarray | float", float]
+
+
+def _mla_ops(d: Deployment, phase: str, sizes: LayerSizes) -> list[OpLine]:
     """Multi-head latent attention of one layer on one GPU (DeepSeek-V3's layout).
 
     Projections: hidden -> q latent (q_lora_rank) -> per-head queries (nope + rope); hidden -> KV latent
@@ -151,6 +147,7 @@ def _mla_ops(
     cached latent (one KV "head" of kv_lora_rank + rope, V being the latent itself), and the output is
     mapped back out of the latent per head before the O projection.
     """
+    tokens, batch, q_len, ctx, layers = sizes
     m, tp, wd, act = d.model, d.tp, gemm_dtype(d), "bf16"
     hq, h = m.heads // tp, m.hidden
     nope, rope, vd, lat = m.qk_nope_head_dim, m.qk_rope_head_dim, m.v_head_dim, m.kv_lora_rank
