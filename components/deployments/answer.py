@@ -79,13 +79,10 @@ def _answer_one(
     notes.append(f"engine {engine.name}: {engine.policy} scheduling, {engine.provenance}")
     one, dec = lines
     tiers = line_tiers(one.one + dec.decode)
-    return Answer(
-        ttft_ms=round(ttft_us / 1e3, 4),
-        tpot_ms=round(tpot_us / 1e3, 4),
-        e2e_ms=round(e2e_us / 1e3, 3),
-        tokens_per_s=round(tokens_per_s, 2),
-        prefill_ms=round(prefill_alone / 1e3, 4),
-        decode_step_ms=round(decode_us / 1e3, 4),
+    times = dict(ttft=ttft_us, tpot=tpot_us, e2e=e2e_us, prefill=prefill_alone, decode_step=decode_us)
+    return Answer.from_us(
+        times,
+        tokens_per_s,
         breakdown={"prefill": _breakdown(one.one), "decode": _breakdown(dec.decode)},
         memory=served.memory,
         interval={

@@ -73,6 +73,20 @@ class Answer:
     def to_json(self) -> dict[str, Any]:
         return asdict(self)
 
+    @classmethod
+    def from_us(cls, times_us: dict[str, float], tokens_per_s: float, **parts: Any) -> Answer:
+        """An answer from its times in microseconds (``ttft``, ``tpot``, ``e2e``, ``prefill``,
+        ``decode_step``), rounded once here so every engine reports them alike; ``parts``: the rest."""
+        return cls(
+            ttft_ms=round(times_us["ttft"] / 1e3, 4),
+            tpot_ms=round(times_us["tpot"] / 1e3, 4),
+            e2e_ms=round(times_us["e2e"] / 1e3, 3),
+            tokens_per_s=round(tokens_per_s, 2),
+            prefill_ms=round(times_us["prefill"] / 1e3, 4),
+            decode_step_ms=round(times_us["decode_step"] / 1e3, 4),
+            **parts,
+        )
+
 
 # Weight dtypes a GPU without their pipe serves weight-only (W8A16 Marlin-style kernels in vLLM, SGLang and
 # TensorRT-LLM): the weights stay 1 byte in memory and are read as such; the math runs in 16-bit.

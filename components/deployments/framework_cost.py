@@ -183,13 +183,10 @@ def answer(
     }
     tiers = line_tiers(pre.prefill + dec.decode)
     notes.append(f"framework cost: {fw.source}")
-    return Answer(
-        ttft_ms=round(ttft_us / 1e3, 4),
-        tpot_ms=round(tpot_us / 1e3, 4),
-        e2e_ms=round(e2e_us / 1e3, 3),
-        tokens_per_s=round(tokens_per_s, 2),
-        prefill_ms=round(prefill_us / 1e3, 4),
-        decode_step_ms=round(step_us / 1e3, 4),
+    times = {"ttft": ttft_us, "tpot": tpot_us, "e2e": e2e_us, "prefill": prefill_us, "decode_step": step_us}
+    return Answer.from_us(
+        times,
+        tokens_per_s,
         breakdown={"prefill": _breakdown(pre.prefill), "decode": _breakdown(dec.decode)},
         memory=memory,
         interval=interval,
