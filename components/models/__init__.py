@@ -41,8 +41,11 @@ def load_predictor(directory: Path) -> Predictor:
         raise ValueError(f"{path}: unknown predictor family {family!r}; known: {sorted(LOADERS)}")
     module_name, _, class_name = LOADERS[family].partition(":")
     cls = getattr(importlib.import_module(module_name), class_name)
-    predictor = cls.load(Path(directory))
-    folder = Path(directory)
+    return with_carried(cls.load(Path(directory)), Path(directory))
+
+
+def with_carried(predictor: Predictor, folder: Path) -> Predictor:
+    """``predictor`` (loaded from ``folder`` by any loader) naming what ``folder`` carries beside it."""
     carried = {
         # the op engine trained with it (components/opmodel)
         "opmodel_dir": (folder / "opmodel", (folder / "opmodel" / "engine.json").is_file()),
@@ -65,4 +68,5 @@ __all__ = [
     "Predictor",
     "load_predictor",
     "register_loader",
+    "with_carried",
 ]

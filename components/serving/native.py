@@ -315,4 +315,7 @@ def load_flat_predictor(folder: Path) -> Any | None:
         except ImportError:
             return None  # a model this code cannot fully load natively: the ordinary loader decides
         predictor.class_model = RooflineClassModel.load(folder / "roofline_class")
-    return predictor
+    from components.models import with_carried
+
+    # the op engine, runtime corrections and deployment constants a logged model carries, as load_predictor
+    return with_carried(predictor, folder)

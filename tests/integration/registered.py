@@ -4,6 +4,7 @@ aliased ``champion`` in a real MLflow store."""
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from pathlib import Path
 
 import pandas as pd
@@ -49,3 +50,59 @@ def register_champion(folder: Path, uri: str, name: str, experiment: str, artifa
     version = reg.register(model_uri, name, uri)
     reg.mlflow_client(uri).set_registered_model_alias(name, "champion", version)
     return model_uri
+
+
+# A champion that carries every component it answers with (components.registry.carried): the op engine
+# over a one-row measured store of a known GEMM time (so the measured tier's answer is known), an op-engine
+# calibration and a runtime correction ``kernelcast calibrate`` would have stored in the training state
+# folder, and the serving engines' constants.
+CARRYING_GEMM = {"M": 4096, "N": 1024, "K": 1024}
+CARRYING_MEASURED_US = 250.0  # the store's one GEMM time (above the roofline time of this GEMM on an H100)
+CARRYING_CALIBRATION = {"*": {"log_shift": -0.25, "rows": 12}}  # an op-engine calibration's GPU-wide level
+CARRYING_CORRECTION = 1.5  # a stored runtime correction of the H100: every classic-op runtime x 1.5
+
+
+@dataclass(frozen=True)
+class CarryingChampion:
+    """``models:/<name>@champion`` in the sqlite store ``uri``; its model folder is ``root/model``."""
+
+    name: str
+    uri: str
+    root: Path
+
+
+def _one_row_op_engine(folder: Path, store: Path) -> None:
+    """A real op engine over a one-row measured store, saved where a trained predictor keeps it."""
+    from components.opmodel.engine import OpEngine
+    from components.opmodel.store import save_store
+
+    gemm = pd.DataFrame(
+        {
+            "device_id": ["h100-sxm"],
+            "dtype": ["fp16"],
+            **{k: [float(v)] for k, v in CARRYING_GEMM.items()},
+            "latency_us": [CARRYING_MEASURED_US],
+            "n_repeats": [3],
+            "latency_min_us": [CARRYING_MEASURED_US],
+            "latency_max_us": [CARRYING_MEASURED_US],
+        }
+    )
+    save_store({"gemm": gemm}, store)
+    OpEngine.from_store(store).save(folder)
+
+
+def register_carrying_champion(root: Path, uri: str, name: str) -> None:
+    """Train, carry, log, register and alias ``name@champion`` with the training state folder ``root/home``
+    (the caller points KERNELCAST_HOME and MLFLOW_TRACKING_URI there); the model folder is ``root/model``."""
+    import math
+
+    from components.models.calibration import Correction, correction_path
+    from components.opmodel.calibrated import save_calibration
+
+    train_small_tabular(root / "model", n_estimators=40)
+    _one_row_op_engine(root / "model" / "opmodel", root / "store")
+    # calibrated in the training state folder before the model is logged: the artifact must carry both
+    save_calibration(root / "home", "a100-sxm4", CARRYING_CALIBRATION)
+    correction = Correction("global", "h100-sxm", 10, global_log=math.log(CARRYING_CORRECTION))
+    correction.save(correction_path(root / "home", "h100-sxm"))
+    register_champion(root / "model", uri, name, "standalone", root / "artifacts")

@@ -11,59 +11,21 @@ answer is known), a calibration ``kernelcast calibrate`` would have stored in th
 from __future__ import annotations
 
 import json
-import math
 import os
 import subprocess
 import sys
 import textwrap
 from pathlib import Path
 
-import pandas as pd
 import pytest
 
 from components.platform.config import PROJECT_ROOT
+from tests.integration.registered import CARRYING_CORRECTION as CORRECTION
+from tests.integration.registered import CARRYING_GEMM as GEMM
+from tests.integration.registered import CARRYING_MEASURED_US as MEASURED_US
+from tests.integration.registered import CarryingChampion
 
 pytestmark = pytest.mark.slow
-NAME = "kernelcast-standalone-test"
-GEMM = {"M": 4096, "N": 1024, "K": 1024}
-MEASURED_US = 250.0  # the store's one GEMM time (above the roofline time of this GEMM on an H100)
-CALIBRATION = {"*": {"log_shift": -0.25, "rows": 12}}  # the GPU-wide level of an op-engine calibration
-CORRECTION = 1.5  # a stored runtime correction of the H100: every classic-op runtime x 1.5
-
-
-def _op_engine(folder: Path, store: Path) -> None:
-    """A real op engine over a one-row measured store, saved where a trained predictor keeps it."""
-    from components.opmodel.engine import OpEngine
-    from components.opmodel.store import save_store
-
-    gemm = pd.DataFrame(
-        {
-            "device_id": ["h100-sxm"],
-            "dtype": ["fp16"],
-            **{k: [float(v)] for k, v in GEMM.items()},
-            "latency_us": [MEASURED_US],
-            "n_repeats": [3],
-            "latency_min_us": [MEASURED_US],
-            "latency_max_us": [MEASURED_US],
-        }
-    )
-    save_store({"gemm": gemm}, store)
-    OpEngine.from_store(store).save(folder)
-
-
-def _champion(root: Path, uri: str) -> None:
-    """Train, carry, log, register and alias a model in the state folder ``root/home``."""
-    from components.models.calibration import Correction, correction_path
-    from components.opmodel.calibrated import save_calibration
-    from tests.integration.registered import register_champion, train_small_tabular
-
-    train_small_tabular(root / "model", n_estimators=40)
-    _op_engine(root / "model" / "opmodel", root / "store")
-    # calibrated in the training state folder before the model is logged: the artifact must carry both
-    save_calibration(root / "home", "a100-sxm4", CALIBRATION)
-    correction = Correction("global", "h100-sxm", 10, global_log=math.log(CORRECTION))
-    correction.save(correction_path(root / "home", "h100-sxm"))
-    register_champion(root / "model", uri, NAME, "standalone", root / "artifacts")
 
 
 # Run in a fresh process: only MLflow's store and an EMPTY state folder; prints the answers as JSON.
@@ -92,15 +54,10 @@ SERVICE = textwrap.dedent(
 
 
 def test_the_champion_answers_op_and_deployment_questions_with_no_state_folder(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    tmp_path: Path, carrying_champion: CarryingChampion
 ) -> None:
-    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
-    with monkeypatch.context() as patch:  # the training side's state folder and store
-        for key, value in {"KERNELCAST_HOME": tmp_path / "home", "MLFLOW_TRACKING_URI": uri}.items():
-            patch.setenv(key, str(value))
-        patch.setenv("MLFLOW_DISABLE_TELEMETRY", "true")
-        _champion(tmp_path, uri)
-    manifest = json.loads((tmp_path / "model" / "carried.json").read_text())
+    uri = carrying_champion.uri
+    manifest = json.loads((carrying_champion.root / "model" / "carried.json").read_text())
     assert manifest["calibrations"]["calibrated_gpus"] == ["a100-sxm4"]
     assert manifest["calibrations"]["corrected_gpus"] == ["h100-sxm"]
     assert manifest["deployment_constants"]["file"] == "deployments/constants.json"
@@ -114,7 +71,7 @@ def test_the_champion_answers_op_and_deployment_questions_with_no_state_folder(
         "MLFLOW_DISABLE_TELEMETRY": "true",
         "PYTHONPATH": str(PROJECT_ROOT),
     }
-    script = SERVICE % (NAME, json.dumps(GEMM))
+    script = SERVICE % (carrying_champion.name, json.dumps(GEMM))
     done = subprocess.run(
         [sys.executable, "-c", script], env=env, cwd=tmp_path, capture_output=True, text=True, timeout=600
     )

@@ -154,3 +154,31 @@ def test_the_server_answers_through_the_training_path(trained, monkeypatch: pyte
     answers = answer_questions(predictor, parse_questions([question]), model_version="test")
     assert len(calls) == 1
     assert answers[0]["duration_us"] == pytest.approx(float(calls[0]["pred_duration_us"][0]), rel=1e-12)
+
+
+def test_the_flat_load_names_what_the_folder_carries_as_the_ordinary_load_does(
+    trained, tmp_path: Path
+) -> None:
+    """A registered champion's op engine, runtime corrections and deployment constants
+    (``components.registry.carried``) reach the server's flat load too, not only ``load_predictor``."""
+    from components.models import load_predictor
+    from components.models.calibration import Correction, correction_path
+    from components.opmodel.engine import OpEngine
+    from components.registry.carried import carry_components
+
+    folder, _ = trained
+    copy = tmp_path / "copy"
+    shutil.copytree(folder, copy)
+    OpEngine().save(copy / "opmodel")
+    Correction("global", "h100-sxm", 10, global_log=0.1).save(correction_path(tmp_path / "home", "h100-sxm"))
+    carry_components(copy, tmp_path / "home")
+    flatten_folder(copy)
+    flat, ordinary = load_flat_predictor(copy), load_predictor(copy)
+    assert flat is not None
+    expected = {
+        "opmodel_dir": copy / "opmodel",
+        "deployment_constants": copy / "deployments" / "constants.json",
+        "corrections_home": copy,
+    }
+    for attribute, path in expected.items():
+        assert getattr(flat, attribute) == getattr(ordinary, attribute) == path, attribute
