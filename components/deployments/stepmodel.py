@@ -74,23 +74,26 @@ class StepModel:
         self._attn_dec, self._attn_pre = self.attn_dec.tolist(), self.attn_pre.tolist()
 
     @staticmethod
-    def _lin(grid: list[float], x: float, values: list[float]) -> float:
+    def _cell(grid: list[float], x: float) -> tuple[int, float]:
+        """The grid interval holding ``x`` (clamped to the grid) and x's fraction of the way across it."""
         x = min(max(x, grid[0]), grid[-1])
         i = min(max(bisect_right(grid, x) - 1, 0), len(grid) - 2)
-        f = (x - grid[i]) / (grid[i + 1] - grid[i])
+        return i, (x - grid[i]) / (grid[i + 1] - grid[i])
+
+    @staticmethod
+    def _lin(grid: list[float], x: float, values: list[float]) -> float:
+        i, f = StepModel._cell(grid, x)
         return values[i] * (1 - f) + values[i + 1] * f
 
     @staticmethod
-    def _bilinear(gx: list[float], gy: list[float], table: list[list[float]], x: float, y: float) -> float:
-        x = min(max(x, gx[0]), gx[-1])
-        y = min(max(y, gy[0]), gy[-1])
-        i = min(max(bisect_right(gx, x) - 1, 0), len(gx) - 2)
-        j = min(max(bisect_right(gy, y) - 1, 0), len(gy) - 2)
-        fx = (x - gx[i]) / (gx[i + 1] - gx[i])
-        fy = (y - gy[j]) / (gy[j + 1] - gy[j])
+    def _blend(table: list[list[float]], i: int, fx: float, j: int, fy: float) -> float:
         top = table[i][j] * (1 - fy) + table[i][j + 1] * fy
         bottom = table[i + 1][j] * (1 - fy) + table[i + 1][j + 1] * fy
         return top * (1 - fx) + bottom * fx
+
+    @staticmethod
+    def _bilinear(gx: list[float], gy: list[float], table: list[list[float]], x: float, y: float) -> float:
+        return StepModel._blend(table, *StepModel._cell(gx, x), *StepModel._cell(gy, y))
 
     def decode_us(self, n: int, ctx: float, padded: int | None = None) -> float:
         """Kernel time of the decode part alone (n sequences at mean context ctx); ``padded``: the CUDA-graph
@@ -100,21 +103,11 @@ class StepModel:
         found = self._decode_memo.get((n, padded))
         if found is None:  # what depends on the batch alone: the GEMMs and head, the batch's grid cell
             m = max(n, padded or n)
-            gx = self._seq
-            x = min(max(n, gx[0]), gx[-1])
-            i = min(max(bisect_right(gx, x) - 1, 0), len(gx) - 2)
-            fx = (x - gx[i]) / (gx[i + 1] - gx[i])
             rest = self._lin(self._tok, m, self._lin_dec) + self._lin(self._seq, m, self._head)
-            found = self._decode_memo[(n, padded)] = (rest, i, fx)
+            found = self._decode_memo[(n, padded)] = (rest, *self._cell(self._seq, n))
         rest, i, fx = found
-        # the decode attention: ``_bilinear`` with the batch's cell found once (the same arithmetic)
-        gy, table = self._ctx, self._attn_dec
-        y = min(max(ctx, gy[0]), gy[-1])
-        j = min(max(bisect_right(gy, y) - 1, 0), len(gy) - 2)
-        fy = (y - gy[j]) / (gy[j + 1] - gy[j])
-        top = table[i][j] * (1 - fy) + table[i][j + 1] * fy
-        bottom = table[i + 1][j] * (1 - fy) + table[i + 1][j + 1] * fy
-        return rest + (top * (1 - fx) + bottom * fx) + self.pp_hop_us
+        # the decode attention: ``_bilinear`` with the batch's cell found once
+        return rest + self._blend(self._attn_dec, i, fx, *self._cell(self._ctx, ctx)) + self.pp_hop_us
 
     def step_us(self, n: int, ctx: float, chunks: Sequence[tuple[float, float]], finishing: int) -> float:
         """Kernel time of a step: n decodes at mean context ctx, prefill chunks (tokens, end context), and
