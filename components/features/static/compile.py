@@ -183,11 +183,14 @@ def build_options(arch: str, include_dirs: list[Path], defines: dict[str, str] |
     return opts
 
 
-def _limit_child(memory_bytes: int, cpu_s: int) -> None:
+def limit_child(memory_bytes: int, cpu_s: int | None = None) -> None:
+    """A compiler child's limits: its address space, no core file, and its CPU seconds where given (a
+    long-lived child sets its CPU limit per compile instead)."""
     import resource
 
     resource.setrlimit(resource.RLIMIT_AS, (memory_bytes, memory_bytes))
-    resource.setrlimit(resource.RLIMIT_CPU, (cpu_s, cpu_s + 5))
+    if cpu_s is not None:
+        resource.setrlimit(resource.RLIMIT_CPU, (cpu_s, cpu_s + 5))
     resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
 
 
@@ -223,7 +226,7 @@ def _fresh_child(request: dict[str, Any], timeout_s: float, memory_bytes: int) -
             input=json.dumps(request).encode(),
             capture_output=True,
             timeout=timeout_s,
-            preexec_fn=lambda: _limit_child(memory_bytes, int(timeout_s) + 1),
+            preexec_fn=lambda: limit_child(memory_bytes, int(timeout_s) + 1),
         )
     except subprocess.TimeoutExpired as exc:
         raise timeout_error(name, timeout_s) from exc

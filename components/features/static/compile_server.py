@@ -30,24 +30,19 @@ _LOCAL = threading.local()  # this thread's servers, by memory limit
 _ALL: list[CompileServer] = []  # every server started, to close at the end of the session
 
 
-def _limit_memory(memory_bytes: int) -> None:
-    import resource
-
-    resource.setrlimit(resource.RLIMIT_AS, (memory_bytes, memory_bytes))
-    resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
-
-
 class CompileServer:
     """One ``compile.py --serve`` child: requests in, replies out, one line each."""
 
     def __init__(self, memory_bytes: int) -> None:
+        from components.features.static.compile import limit_child
+
         script = Path(__file__).resolve().with_name("compile.py")
         self.proc = subprocess.Popen(
             [sys.executable, "-I", str(script), "--serve"],
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
             stderr=subprocess.DEVNULL,
-            preexec_fn=lambda: _limit_memory(memory_bytes),
+            preexec_fn=lambda: limit_child(memory_bytes),
         )
 
     def alive(self) -> bool:

@@ -221,7 +221,7 @@ def compile_to_asm(
     memory_bytes: int = DEFAULT_MEMORY_BYTES,
 ) -> str:
     """Compile ``source`` with clang in a limited child process; the assembler text, or CompileError."""
-    from components.features.static.compile import _limit_child
+    from components.features.static.compile import limit_child
 
     chain = hip_toolchain()
     with tempfile.TemporaryDirectory(prefix="kc-hip-") as tmp:
@@ -233,7 +233,7 @@ def compile_to_asm(
                 capture_output=True,
                 timeout=timeout_s,
                 cwd=tmp,
-                preexec_fn=lambda: _limit_child(memory_bytes, int(timeout_s) + 1),
+                preexec_fn=lambda: limit_child(memory_bytes, int(timeout_s) + 1),
             )
         except subprocess.TimeoutExpired as exc:
             raise CompileError(

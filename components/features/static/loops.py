@@ -19,6 +19,7 @@ import math
 import re
 from dataclasses import dataclass, field
 
+from components.common.braces import closing_brace
 from components.features.static.enums import enum_constants
 from components.features.static.source import code_mask
 from components.features.static.templates import split_args as _split_args
@@ -262,17 +263,9 @@ def _kernel_span(text: str, mask: bytearray, name: str) -> tuple[int, int, int, 
 
 
 def _close(text: str, mask: bytearray, pos: int, opening: str, closing: str) -> int:
-    depth = 0
-    for j in range(pos, len(text)):
-        if not mask[j]:
-            continue
-        if text[j] == opening:
-            depth += 1
-        elif text[j] == closing:
-            depth -= 1
-            if depth == 0:
-                return j
-    return len(text) - 1
+    """The closing character of the pair opened at ``pos`` (the last index when it is never closed)."""
+    close = closing_brace(text, pos, mask, pair=opening + closing)
+    return len(text) - 1 if close is None else close
 
 
 def kernel_parameters(text: str, name: str) -> tuple[list[str], dict[str, str]]:
