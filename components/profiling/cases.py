@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from components.profiling.suites import DTYPES, OpCase
+from components.profiling.suites import DTYPES, SUPPORTED_DTYPES, OpCase
 
 SUITES_DIR: Path = Path(__file__).resolve().parent / "suites"
 KINDS: tuple[str, ...] = ("ops", "source", "triton", "kernelbench", "active")
@@ -123,9 +123,9 @@ def op_cases(data: dict[str, Any]) -> list[Case]:
             dtypes = grid.get("dtypes") or list(DTYPES)
         except (KeyError, TypeError):
             raise SuiteError(f"{label}: needs 'family' and 'op' (or 'ops')") from None
-        bad = [d for d in dtypes if d not in DTYPES]
+        bad = [d for d in dtypes if d not in SUPPORTED_DTYPES]
         if bad:
-            raise SuiteError(f"{label}: dtype {bad[0]!r} not one of {', '.join(DTYPES)}")
+            raise SuiteError(f"{label}: dtype {bad[0]!r} not one of {', '.join(SUPPORTED_DTYPES)}")
         for dtype, op, shape in itertools.product(dtypes, ops, _shapes(grid, label)):
             case = op_case(family, op, dtype, shape)
             cases.setdefault(case.case_id, case)

@@ -87,7 +87,7 @@ def _arguments(args: list[dict[str, Any]]) -> tuple[list[Any], list[Any]]:
             types.append(ctypes.c_float)
         else:
             raise CudaSourceError(f"args[{index}]: give buffer, int or float")
-    return keep, [tuple(values), tuple(types)]
+    return keep, (tuple(values), tuple(types))  # cuda-bindings 13 takes a tuple of (values, ctypes types)
 
 
 def build_source(spec: dict[str, Any]) -> Callable[[], None]:

@@ -12,14 +12,17 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from typing import Any
 
-DTYPES = ("fp32", "fp16", "bf16")
+DTYPES = ("fp32", "fp16", "bf16")  # a grid without ``dtypes`` runs in each of these
+# fp8 (e4m3, per-tensor scales, bf16 out: ``torch._scaled_mm``) only where a grid names it: GEMMs alone.
+SUPPORTED_DTYPES = (*DTYPES, "fp8")
 
 
 @dataclass(frozen=True)
 class OpCase:
-    family: str  # gemm | bmm | linear | elementwise | softmax | layernorm | rmsnorm
+    family: str  # gemm | bmm | linear | elementwise | softmax | layernorm | rmsnorm | attention
     op: str  # matmul | bmm | linear | add | mul | gelu | relu | tanh | softmax | layer_norm | rmsnorm
-    dtype: str  # fp32 | fp16 | bf16
+    #          | attention
+    dtype: str  # fp32 | fp16 | bf16 | fp8 (GEMM)
     shape: tuple[tuple[str, int], ...]  # ordered (name, size) pairs, e.g. (("M", 4096), ...)
 
     @property
@@ -41,9 +44,13 @@ def build(case: OpCase, device: str) -> Callable[[], Any]:
     """Allocate the operands once and return the call to time (no allocation inside it)."""
     import torch
 
-    dtype = {"fp32": torch.float32, "fp16": torch.float16, "bf16": torch.bfloat16}[case.dtype]
     s = case.shape_dict
+    if case.dtype == "fp8":
+        return _fp8_gemm(case, device)
+    dtype = {"fp32": torch.float32, "fp16": torch.float16, "bf16": torch.bfloat16}[case.dtype]
     make = lambda *shape: torch.randn(*shape, device=device, dtype=dtype)  # noqa: E731
+    if case.family == "attention":
+        return _attention(case, make)
     if case.family == "gemm":
         a, b = make(s["M"], s["K"]), make(s["K"], s["N"])
         return lambda: torch.matmul(a, b)
@@ -72,3 +79,36 @@ def build(case: OpCase, device: str) -> Callable[[], Any]:
         weight, bias = make(s["H"]), make(s["H"])
         return lambda: torch.nn.functional.layer_norm(x, (s["H"],), weight, bias)
     raise ValueError(f"case {case.case_id}: unknown family {case.family!r}")
+
+
+def _fp8_gemm(case: OpCase, device: str) -> Callable[[], Any]:
+    """An fp8 (e4m3) GEMM with per-tensor scales and a bf16 result, as serving engines run fp8 weights;
+    the second operand column-major, as cuBLASLt's fp8 kernels require."""
+    import torch
+
+    if case.family != "gemm":
+        raise ValueError(f"case {case.case_id}: fp8 is profiled for GEMMs only")
+    s = case.shape_dict
+    a = torch.randn(s["M"], s["K"], device=device).to(torch.float8_e4m3fn)
+    b = torch.randn(s["N"], s["K"], device=device).to(torch.float8_e4m3fn).t()
+    one = torch.ones((), device=device, dtype=torch.float32)
+    return lambda: torch._scaled_mm(a, b, scale_a=one, scale_b=one, out_dtype=torch.bfloat16)
+
+
+def _attention(case: OpCase, make: Callable[..., Any]) -> Callable[[], Any]:
+    """Fused attention (``scaled_dot_product_attention``: flash kernels where the dtype has them) over
+    B sequences of H query heads and HKV KV heads of dim D: a prefill (S = KV, causal) or a decode step
+    (S = 1, every key). S = KV keeps PyTorch's top-left causal mask equal to a serving engine's
+    bottom-right one, so the physics' default (causal = 1) counts the same pairs."""
+    import torch
+
+    s = case.shape_dict
+    if s["S"] not in (1, s["KV"]):
+        raise ValueError(f"case {case.case_id}: attention is profiled as prefill (S = KV) or decode (S = 1)")
+    if s["H"] % s["HKV"]:
+        raise ValueError(f"case {case.case_id}: H={s['H']} is not a multiple of HKV={s['HKV']}")
+    q = make(s["B"], s["H"], s["S"], s["D"])
+    k, v = make(s["B"], s["HKV"], s["KV"], s["D"]), make(s["B"], s["HKV"], s["KV"], s["D"])
+    causal, grouped = s["S"] > 1, s["H"] != s["HKV"]
+    sdpa = torch.nn.functional.scaled_dot_product_attention
+    return lambda: sdpa(q, k, v, is_causal=causal, enable_gqa=grouped)

@@ -250,3 +250,44 @@ def test_events_backend_rows_with_a_mocked_gpu(monkeypatch: pytest.MonkeyPatch) 
         )
         assert row["backend"] == "events" and row["clock_mode"] == "boost" and row["l2_flush"] is True
         assert (row["warmup"], row["repeats"], row["device_name"]) == (2, 4, "Mock GPU")
+
+
+def test_llm_suite_attention_and_fp8_cases_run_on_the_host() -> None:
+    """The llm suite's two new kinds of case, built on the CPU with real torch at small sizes: fused attention
+    (prefill S = KV causal, decode S = 1, grouped heads) and an fp8 e4m3 GEMM with a bf16 result."""
+    pytest.importorskip("torch")
+    from components.profiling.suites import OpCase, build
+
+    cases = load_cases("llm")
+    assert {(c.spec["family"], c.spec["dtype"]) for c in cases} >= {("attention", "bf16"), ("gemm", "fp8")}
+    assert all(
+        c.spec["shape"]["S"] in (1, c.spec["shape"]["KV"]) for c in cases if c.spec["family"] == "attention"
+    )
+
+    def shape(**dims: int) -> tuple[tuple[str, int], ...]:
+        return tuple(dims.items())
+
+    prefill = build(
+        OpCase("attention", "attention", "bf16", shape(B=1, S=64, KV=64, H=8, HKV=2, D=32)), "cpu"
+    )
+    assert tuple(prefill().shape) == (1, 8, 64, 32)
+    decode = build(OpCase("attention", "attention", "fp16", shape(B=2, S=1, KV=64, H=4, HKV=4, D=32)), "cpu")
+    assert tuple(decode().shape) == (2, 4, 1, 32)
+    fp8 = build(OpCase("gemm", "matmul", "fp8", shape(M=16, N=32, K=64)), "cpu")()
+    assert tuple(fp8.shape) == (16, 32) and str(fp8.dtype) == "torch.bfloat16"
+    with pytest.raises(ValueError, match=r"prefill \(S = KV\) or decode \(S = 1\)"):
+        build(OpCase("attention", "attention", "bf16", shape(B=1, S=8, KV=64, H=4, HKV=4, D=32)), "cpu")
+    with pytest.raises(ValueError, match="fp8 is profiled for GEMMs only"):
+        build(OpCase("softmax", "softmax", "fp8", shape(B=4, H=8)), "cpu")
+
+
+def test_cuda_source_arguments_are_the_tuple_cuda_bindings_takes() -> None:
+    """cuda-bindings 13's cuLaunchKernel takes kernelParams as a tuple (values, ctypes types); a list was
+    refused on the H200 (every source case failed with 'kernelParams is not a valid type')."""
+    import ctypes
+
+    from components.profiling.kernels_cuda import _arguments
+
+    keep, params = _arguments([{"int": 7}, {"float": 2.0}])
+    assert keep == [] and params == ((7, 2.0), (ctypes.c_int, ctypes.c_float))
+    assert isinstance(params, tuple)
