@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from components.platform.config import PROJECT_ROOT
+from tests.conftest import H100_RUN
 
 
 def profiled_feature_table() -> pd.DataFrame:
@@ -20,7 +20,7 @@ def profiled_feature_table() -> pd.DataFrame:
     from components.ingest.schema import with_measurement_ids
 
     catalog = load_catalog()
-    output = ingest(PROJECT_ROOT / "profiled-data", catalog)
+    output = ingest(H100_RUN, catalog)
     measurements = output.measurements
     if measurements["measurement_id"].isna().any():
         measurements = with_measurement_ids(measurements)

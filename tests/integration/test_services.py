@@ -21,6 +21,7 @@ import pandas as pd
 import pytest
 
 from components.platform.config import Settings
+from tests.conftest import H100_RUN
 
 pytestmark = pytest.mark.slow
 
@@ -127,7 +128,9 @@ def _project_copy(root: Path) -> Path:
     repo.mkdir(parents=True)
     for name in _PROJECT_FILES:
         source = PROJECT_ROOT / name
-        if source.is_dir():
+        if name == "profiled-data":  # the first H100 run alone: the tests' small real subset
+            shutil.copytree(H100_RUN, repo / name / H100_RUN.name)
+        elif source.is_dir():
             shutil.copytree(source, repo / name, ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
         else:
             shutil.copy2(source, repo / name)

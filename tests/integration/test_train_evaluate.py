@@ -12,7 +12,8 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from kernelcast.settings import PROJECT_ROOT, Settings
+from kernelcast.settings import Settings
+from tests.conftest import H100_RUN
 from tests.integration.cli import train_and_register
 
 pytestmark = pytest.mark.slow
@@ -86,7 +87,7 @@ def test_train_register_then_evaluate_by_registry_uri(
             "--source",
             "kernelcast",
             "--from",
-            str(PROJECT_ROOT / "profiled-data"),
+            str(H100_RUN),
             "--out",
             str(fresh),
         ],

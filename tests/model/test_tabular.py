@@ -18,6 +18,7 @@ from components.models.roofline import RooflinePredictor
 from components.models.tabular import TabularPredictor, select_feature_columns, subsample_rows
 from components.models.tabular_config import TabularConfig
 from kernelcast.settings import PROJECT_ROOT
+from tests.conftest import H100_RUN
 
 SMALL = dict(n_estimators=150, num_leaves=15, min_child_samples=10)
 
@@ -30,7 +31,7 @@ def table() -> pd.DataFrame:
     from components.ingest.schema import with_measurement_ids
 
     catalog = load_catalog()
-    output = ingest(PROJECT_ROOT / "profiled-data", catalog)
+    output = ingest(H100_RUN, catalog)
     measurements = output.measurements
     if measurements["measurement_id"].isna().any():  # older profiled adapter left the ids empty
         measurements = with_measurement_ids(measurements)

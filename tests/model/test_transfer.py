@@ -14,7 +14,7 @@ import pytest
 
 from components.models.tabular import TabularPredictor
 from components.models.tabular_config import TabularConfig
-from components.platform.config import PROJECT_ROOT
+from tests.conftest import H100_RUN
 
 SMALL = dict(n_estimators=120, num_leaves=15, min_child_samples=10)
 # (op, shape, dtype) queries spanning launch-bound to compute-bound, tensor and FMA pipes.
@@ -40,7 +40,7 @@ def train_table(catalog) -> pd.DataFrame:
     from components.ingest.profiled import ingest
     from components.ingest.schema import with_measurement_ids
 
-    output = ingest(PROJECT_ROOT / "profiled-data", catalog)
+    output = ingest(H100_RUN, catalog)
     measurements = output.measurements
     if measurements["measurement_id"].isna().any():
         measurements = with_measurement_ids(measurements)

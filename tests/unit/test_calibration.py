@@ -28,6 +28,7 @@ from components.evaluation.calibration import (
 )
 from components.models.calibration import CalibrationError, Correction, fit_correction
 from kernelcast.settings import DEFAULT_DATASETS_DIR
+from tests.conftest import H100_RUN
 
 PIPEWEAVE = DEFAULT_DATASETS_DIR / "pipeweave"
 pytestmark = pytest.mark.skipif(not PIPEWEAVE.is_dir(), reason="public datasets bundle not present")
@@ -182,7 +183,7 @@ def test_calibrate_stores_a_correction_the_predictor_side_applies(tmp_path: Path
     from kernelcast.settings import PROJECT_ROOT
 
     params = load_params(PROJECT_ROOT / "params.yaml")
-    run = PROJECT_ROOT / "profiled-data"
+    run = H100_RUN
     result = calibrate_stage(
         "NVIDIA H100 80GB HBM3", run, RooflinePredictor(), tmp_path, params, method="group"
     )

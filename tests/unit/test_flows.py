@@ -1,6 +1,6 @@
 """Every flow's tasks through ``task.fn()``: the stage functions on a small real input, no Prefect server.
 
-The input is our own H100 measurements (``profiled-data/``, 662 rows) and one gpuFLOPBench CUDA
+The input is our first H100 run (``profiled-data/h100-sxm-2026-11-22``, 662 rows) and one gpuFLOPBench CUDA
 program; each stage's output feeds the next (ingest -> validate -> static -> features -> train ->
 evaluate -> promote), on a throw-away KERNELCAST_HOME with a sqlite MLflow store. No Ray: the
 tabular fit runs in-process (``use_ray=False``) and the feature table in one chunk. The run through
@@ -9,6 +9,7 @@ the real Prefect engine (and Ray) is in ``tests/integration/test_services.py``.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -18,6 +19,7 @@ import pandas as pd
 import pytest
 
 from components.platform.config import PROJECT_ROOT, Settings, load_params
+from tests.conftest import H100_RUN
 
 DATASETS = PROJECT_ROOT.parent / "shared" / "datasets"
 
@@ -57,7 +59,7 @@ def ingested(chain: Chain):
     from flows.ingest_validate import ingest_inputs, ingest_task
 
     inputs = ingest_inputs(chain.settings, ["kernelcast"])
-    return ingest_task.fn(inputs)
+    return ingest_task.fn(dataclasses.replace(inputs, from_location=str(H100_RUN)))
 
 
 @pytest.fixture(scope="module")
@@ -202,7 +204,7 @@ def test_evaluate_task_ingests_a_source_through_the_stage_functions(chain: Chain
         model=str(trained.predictor_dir),
         out_file=chain.root / "eval" / "fresh.json",
         source="profiled",
-        from_dir=PROJECT_ROOT / "profiled-data",
+        from_dir=H100_RUN,
         log=False,
     )
     result = evaluate_task.fn(inputs, chain.settings, chain.params)

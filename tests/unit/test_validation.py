@@ -16,7 +16,7 @@ import pandas as pd
 import pytest
 
 from components.ingest.schema import MEASUREMENT_COLUMNS, with_measurement_ids
-from kernelcast.settings import PROJECT_ROOT
+from tests.conftest import H100_RUN
 
 PARAMS: dict = {
     "validate": {
@@ -40,7 +40,7 @@ def _catalog():
 def _excerpt() -> tuple[pd.DataFrame, pd.DataFrame]:
     from components.ingest import profiled
 
-    out = profiled.ingest(PROJECT_ROOT / "profiled-data", _catalog())
+    out = profiled.ingest(H100_RUN, _catalog())
     measurements = out.measurements
     if measurements["measurement_id"].isna().all():  # ids are filled by the ingest driver, not the adapter
         measurements = with_measurement_ids(measurements)
