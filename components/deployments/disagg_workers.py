@@ -59,7 +59,9 @@ def fewest_decode_workers(dec: Deployment, total: int) -> tuple[int, int]:
     return total, 1  # one client per worker; memory_check already refused a worker that holds none
 
 
-def match_prefill_workers(prefill_rate: float, prefill_gpus: int, decode_rate: float, decode_gpus: int) -> int:
+def match_prefill_workers(
+    prefill_rate: float, prefill_gpus: int, decode_rate: float, decode_gpus: int
+) -> int:
     """AIConfigurator's ``_match_workers`` objective at a fixed decode side (rates in requests per second
     of all the decode workers together, one prefill worker; GPUs of the decode side, one prefill worker):
     the prefill worker count with the most rate-matched throughput per GPU."""
@@ -78,7 +80,9 @@ def total_clients(row: Mapping[str, Any]) -> int:
 
     found = re.search(r"_c(\d+)_", str(row.get("id", "")))
     if not found:
-        raise DeploymentError("concurrency: a disaggregated run with no worker counts and no _c<C>_ in its id")
+        raise DeploymentError(
+            "concurrency: a disaggregated run with no worker counts and no _c<C>_ in its id"
+        )
     return int(found.group(1))
 
 
@@ -95,7 +99,7 @@ def with_derived_workers(
     todo = [i for i, row in zip(out.index, out.to_dict("records"), strict=True) if needs_workers(row)]
     if not todo:
         return out
-    plans: list[tuple[Any, int, int, Deployment, Deployment]] = []
+    plans: list[tuple[Any, int, Deployment, Deployment]] = []
     for i in todo:
         row = out.loc[i].to_dict()
         try:
@@ -105,9 +109,9 @@ def with_derived_workers(
             workers, batch = fewest_decode_workers(dec, total)
         except (DeploymentError, LookupError):
             continue  # silicon_deployments refuses the run again, naming why
-        plans.append((i, total, workers, pre.with_(concurrency=1), dec.with_(concurrency=batch)))
-    phases = compose_many([d for p in plans for d in (p[3], p[4])], op_time)
-    for k, (i, total, workers, pre, dec) in enumerate(plans):
+        plans.append((i, workers, pre.with_(concurrency=1), dec.with_(concurrency=batch)))
+    phases = compose_many([d for p in plans for d in (p[2], p[3])], op_time)
+    for k, (i, workers, pre, dec) in enumerate(plans):
         one_us, step_us = phases[2 * k].prefill_one_us, phases[2 * k + 1].decode_kernels_us
         prefill_rate = pre.dp * 1e6 / one_us  # requests per second, one prefill worker
         batch = dec.concurrency * dec.dp
