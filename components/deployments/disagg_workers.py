@@ -9,7 +9,8 @@ batch under-saturation) -- and it keeps the pair with the most throughput per GP
 A closed-loop run of total concurrency C fixes what the decode side holds (C = batch x attention DP x y),
 so here, per run:
 
-- y: the fewest decode workers whose KV cache holds their share of C (``memory_check``): decode
+- y: the fewest decode workers whose KV cache holds their share of C (the engine's memory fraction,
+  ``serve.kv_capacity``): decode
   throughput per GPU grows with the batch, so the per-GPU optimum packs each decode worker full;
 - x: AIConfigurator's objective over 1..``MAX_PREFILL_WORKERS`` at that y, with P from one request's
   prefill and D from the decode step at the worker's batch (kernel times of the given op source).
@@ -29,7 +30,6 @@ import pandas as pd
 
 from components.deployments.compose import compose_many
 from components.deployments.config import Deployment, DeploymentError
-from components.deployments.memory import memory_check
 from components.deployments.ops import OpTimeFn
 
 # AIConfigurator's rate-matching degradation factors (sdk ``set_rate_matching_degradation_factors``
@@ -50,13 +50,18 @@ def needs_workers(row: Mapping[str, Any]) -> bool:
 
 
 def fewest_decode_workers(dec: Deployment, total: int) -> tuple[int, int]:
-    """(decode workers, clients per attention-DP rank): the fewest workers whose KV cache holds every
-    client of ``total``, each worker's share at once."""
+    """(decode workers, clients per attention-DP rank): the fewest workers whose KV cache -- what the
+    serving engine's memory fraction leaves, as the simulator sizes it (``serve.kv_capacity``) -- holds
+    every client of ``total``, each worker's share at once."""
+    from components.deployments.engines.registry import engine_for
+    from components.deployments.serve import kv_capacity
+
+    engine = engine_for(dec.framework, dec.gpu, fitted=False)
     for workers in range(1, total + 1):
         batch = math.ceil(total / (workers * dec.dp))
-        if memory_check(dec.with_(concurrency=batch))["concurrent_requests"] >= batch:
+        if kv_capacity(dec.with_(concurrency=batch), engine)[1]["concurrent_requests"] >= batch:
             return workers, batch
-    return total, 1  # one client per worker; memory_check already refused a worker that holds none
+    return total, 1  # one client per worker; kv_capacity already refused a worker that holds none
 
 
 def match_prefill_workers(

@@ -19,7 +19,8 @@ from components.deployments.disagg_workers import (
     match_prefill_workers,
     with_derived_workers,
 )
-from components.deployments.memory import memory_check
+from components.deployments.engines.registry import engine_for
+from components.deployments.serve import kv_capacity
 from components.devices import load_catalog
 from components.platform.config import DEFAULT_DATASETS_DIR
 
@@ -79,10 +80,11 @@ def test_decode_workers_are_the_fewest_whose_kv_cache_holds_the_clients(catalog)
     )
     workers, batch = fewest_decode_workers(dec, 3584)
     assert batch == math.ceil(3584 / workers)
-    assert memory_check(dec.with_(concurrency=batch))["concurrent_requests"] >= batch
+    engine = engine_for(dec.framework, dec.gpu, fitted=False)
+    assert kv_capacity(dec.with_(concurrency=batch), engine)[1]["concurrent_requests"] >= batch
     assert workers > 1  # 3584 clients' 2k-token MLA caches do not fit one 8 x H200 worker
     fewer = math.ceil(3584 / (workers - 1))
-    assert memory_check(dec.with_(concurrency=fewer))["concurrent_requests"] < fewer
+    assert kv_capacity(dec.with_(concurrency=fewer), engine)[1]["concurrent_requests"] < fewer
 
 
 def test_runs_without_worker_counts_get_them_derived_and_stated(catalog):
