@@ -266,7 +266,9 @@ def silicon_rows(
     overall, per engine, per GPU and per engine x GPU; and a note with the share answered and why not."""
     from components.deployments.bench_common import SPLIT_SILICON, _row
     from components.deployments.bench_silicon import silicon_deployments
+    from components.deployments.disagg_workers import derived_note, with_derived_workers
 
+    runs = with_derived_workers(runs, catalog, datasets_dir, op_time)
     sim = simulate_runs(runs, catalog, datasets_dir, op_time, silicon_deployments, log)
     frame, fits = leave_one_gpu_out(sim)
     asked = runs.assign(engine=runs["backend"].map(engine_name))
@@ -294,13 +296,14 @@ def silicon_rows(
         + f"); {PUBLISHED_AIC_TTFT}; not answered: "
         + "; ".join(f"{n} x {r}" for r, n in reasons.items())
     )
+    stated = derived_note(runs[runs["id"].isin(frame["id"])])
     for s in scores(frame):
         if s["scope"] in ("all", "engine x gpu"):
             log(
                 f"{SPLIT_SILICON} {FAMILY_SIM} {s['key'] or 'all':24s} TTFT {s['ttft_mape']:.1%} "
                 f"TPOT {s['tpot_mape']:.1%} n={s['n']}"
             )
-    return rows, [note]
+    return rows, [note] + ([f"{SPLIT_SILICON} {FAMILY_SIM}: {stated}"] if stated else [])
 
 
 def main() -> None:  # python -m components.deployments.bench_engines: the simulated engines' scores alone
@@ -311,6 +314,7 @@ def main() -> None:  # python -m components.deployments.bench_engines: the simul
     from components.deployments.bench_common import op_sources
     from components.deployments.bench_silicon import silicon_deployments
     from components.deployments.data import read_silicon_runs
+    from components.deployments.disagg_workers import with_derived_workers
     from components.deployments.ops import ENGINE_SOURCE, ROOFLINE_SOURCE
     from components.devices import load_catalog
     from components.platform.config import DEFAULT_DATASETS_DIR
@@ -319,6 +323,7 @@ def main() -> None:  # python -m components.deployments.bench_engines: the simul
     runs = read_silicon_runs(datasets)
     sources = op_sources(bench_engine(), False)
     fn = sources.get(ENGINE_SOURCE, sources[ROOFLINE_SOURCE])
+    runs = with_derived_workers(runs, load_catalog(), datasets, fn)
     sim = simulate_runs(runs, load_catalog(), datasets, fn, silicon_deployments, print)
     frame, fits = leave_one_gpu_out(sim)
     print(f"answered {len(frame)} of {len(runs)} runs ({len(frame) / len(runs):.1%})")

@@ -38,6 +38,7 @@ from components.deployments.config import Deployment, DeploymentError, model_sha
 from components.deployments.data import (
     read_silicon_runs,
 )
+from components.deployments.disagg_workers import derived_note, with_derived_workers
 from components.deployments.framework_cost import FrameworkCost, steady_features
 from components.deployments.ops import (
     ENGINE_SOURCE,
@@ -117,9 +118,10 @@ def disagg_concurrency(row: Mapping[str, Any]) -> tuple[int, int]:
     worker and DP rank (C = decode_batch_size x decode_attention_dp_size x decode_num_workers on every run
     that has all four); C itself is the ``_c<C>_`` of the run id.
 
-    Runs that record no worker count (248 DeepSeek-R1 runs of 2026-03/04) are refused: read as one prefill
-    and one decode worker they are not what was measured (on H100 at C = 9, ISL 8192, TTFT 4.6 s where one
-    prefill worker takes under 0.3 s; simulated that way their TTFT erred 10x)."""
+    Runs that record no worker count (248 DeepSeek-R1 runs of 2026-03/04) get them derived before this
+    (``disagg_workers.with_derived_workers``: AIConfigurator's rate matching); read as one prefill and one
+    decode worker they are not what was measured (on H100 at C = 9, ISL 8192, TTFT 4.6 s where one prefill
+    worker takes under 0.3 s). A run whose counts were neither recorded nor derived is refused here."""
     found = re.search(r"_c(\d+)_", str(row.get("id", "")))
     dec_dp = _finite(row.get("decode_attention_dp_size")) or 1.0
     pre_dp = _finite(row.get("prefill_attention_dp_size")) or 1.0
@@ -154,6 +156,7 @@ def compose_silicon(
     """Kernel times per answerable run, and (id, reason) of the runs without an answer. Each distinct
     (prefill worker, decode worker) pair is composed once; all of a GPU's in one batch per kind of op."""
     fn = op_time or roofline_op_time
+    runs = with_derived_workers(runs, catalog, datasets_dir, fn)
     keys: dict[tuple, int] = {}
     pairs: list[tuple[Deployment, Deployment]] = []
     kept: list[tuple[dict[str, Any], int]] = []
@@ -330,6 +333,8 @@ def run_silicon_bench(datasets_dir: Path, catalog: Any, **inputs: Any) -> Servin
         bench.rows += sim_rows
         bench.notes += sim_notes
     reasons = refused["reason"].value_counts() if not refused.empty else pd.Series(dtype=int)
+    if derived_note(pred):
+        bench.notes.append(f"{SPLIT_SILICON}: {derived_note(pred)}")
     bench.notes.append(
         f"{SPLIT_SILICON}: {len(pred)} of {len(runs)} runs answered (each GPU held out of a fit on the "
         "other; "

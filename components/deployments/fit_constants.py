@@ -33,11 +33,13 @@ def fit_engines(datasets: Path, log: Any = print) -> dict[str, Any]:
     from components.deployments.bench_engines import production_constants, simulate_runs
     from components.deployments.bench_silicon import silicon_deployments
     from components.deployments.data import read_silicon_runs
+    from components.deployments.disagg_workers import with_derived_workers
     from components.deployments.ops import ENGINE_SOURCE
     from components.devices import load_catalog
 
     fn = op_sources(bench_engine(), False)[ENGINE_SOURCE]
-    sim = simulate_runs(read_silicon_runs(datasets), load_catalog(), datasets, fn, silicon_deployments, log)
+    runs = with_derived_workers(read_silicon_runs(datasets), load_catalog(), datasets, fn)
+    sim = simulate_runs(runs, load_catalog(), datasets, fn, silicon_deployments, log)
     return production_constants(sim)
 
 
