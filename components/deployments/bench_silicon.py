@@ -239,7 +239,11 @@ def _relative_lstsq(x: np.ndarray, y: np.ndarray) -> np.ndarray:
 
 def fit_steady(train: pd.DataFrame, base: FrameworkCost | None = None) -> FrameworkCost:
     """The steady-serving TTFT/TPOT regressions fitted on ``train``'s silicon runs (least absolute
-    relative error)."""
+    relative error). Runs whose worker counts were derived (``workers_derived``) are answered with the
+    constants but do not fit them: a constant is learned from what was recorded, not from our guess of it."""
+    recorded = ~train["workers_derived"].fillna(False).astype(bool) if "workers_derived" in train else None
+    if recorded is not None and recorded.any():
+        train = train[recorded]
     x_ttft, x_tpot = _steady_design(train)
     ttft, tpot = train["silicon_ttft_ms"].to_numpy() * 1e3, train["silicon_tpot_ms"].to_numpy() * 1e3
     c_ttft, c_tpot = _relative_lstsq(x_ttft, ttft), _relative_lstsq(x_tpot, tpot)
