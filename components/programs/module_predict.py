@@ -221,14 +221,16 @@ def _answer(
     scale = ops["kind"].map(config.op_scale).astype("float64") if len(ops) else 1.0
     scale = np.where(l2 > 0, config.op_scale(L2_WARM) * l2, scale)
     roof_total = ops["roof_us"] * ops["count"] * np.where(l2 > 0, l2, 1.0)
-    ops = ops.assign(total_us=basis_us * scale * ops["count"], roof_total=roof_total)
+    pipe = np.where(l2 > 0, "l2", ops["pipe"].astype(str)) if len(ops) else ops["pipe"]
+    ops = ops.assign(total_us=basis_us * scale * ops["count"], roof_total=roof_total, pipe=pipe)
     roof = float(ops["roof_total"].sum())
     ops_time = float(ops["total_us"].sum())
     # Kinds the program model has no term for (unknown aten ops, estimated by bytes moved) add on top.
     # (an unknown op that fits in the L2 is in the model's L2 term)
     outside = (~ops["kind"].isin(list(FEATURE_KINDS)) & (l2 <= 0)) if len(ops) else pd.Series(dtype=bool)
     duration = float(row["predicted_us"]) + float(ops.loc[outside, "total_us"].sum())
-    moved = float((ops["bytes_moved"] * ops["count"]).sum())
+    # DRAM traffic: an op that runs from the L2 reads what its producer left there
+    moved = float((ops["bytes_moved"] * ops["count"] * (l2 <= 0)).sum())
     launch_dominated = ops_time < 0.5 * duration
     pipe_time = ops.groupby("pipe")["roof_total"].sum() if len(ops) else pd.Series(dtype=float)
     bound_pipe = "launch" if launch_dominated or pipe_time.empty else str(pipe_time.idxmax())
