@@ -24,7 +24,7 @@ from components.physics.bounds import class_of_bound
 from components.programs.errors import ProgramError
 from components.programs.ops import ProgramOps, display_name, program_ops
 from components.programs.overheads import ProgramModel, kind_sums
-from components.programs.program_features import FEATURE_KINDS
+from components.programs.program_features import FEATURE_KINDS, L2_WARM
 
 PROGRAMS_DIR = "programs"  # under KERNELCAST_HOME/models: one program model per op-predictor basis
 ROOFLINE_BASIS = "roofline"
@@ -209,20 +209,28 @@ def _answer(
     op_predictor: Any,
     name: str,
 ) -> dict[str, Any]:
-    roof = float(row["roof_sum_us"])
     # Each op's GPU time in the program: its time in the program model's basis (the op predictor's
     # answer, or the roofline when the model is the roofline-basis one) times the model's factor for
-    # its kind (>= 1). These sum to the model's ops time, and the total is that plus the learned time
-    # between the ops (>= 0): one model, never below its ops' GPU time nor the roofline.
+    # its kind (>= 1); an op that runs from the L2 (``l2_ratio`` > 0) at its L2 time times the L2 term's
+    # factor. These sum to the model's ops time, and the total is that plus the learned time between the
+    # ops (>= 0): one model, never below its ops' GPU time nor the roofline (memory-bound ops that fit in
+    # the L2 at the L2's bandwidth).
     config = model.config()
     basis_us = ops["pred_us"] if matches else ops["roof_us"]
+    l2 = ops["l2_ratio"].to_numpy("float64") if "l2_ratio" in ops.columns else np.zeros(len(ops))
     scale = ops["kind"].map(config.op_scale).astype("float64") if len(ops) else 1.0
-    ops = ops.assign(total_us=basis_us * scale * ops["count"], roof_total=ops["roof_us"] * ops["count"])
+    scale = np.where(l2 > 0, config.op_scale(L2_WARM) * l2, scale)
+    roof_total = ops["roof_us"] * ops["count"] * np.where(l2 > 0, l2, 1.0)
+    pipe = np.where(l2 > 0, "l2", ops["pipe"].astype(str)) if len(ops) else ops["pipe"]
+    ops = ops.assign(total_us=basis_us * scale * ops["count"], roof_total=roof_total, pipe=pipe)
+    roof = float(ops["roof_total"].sum())
     ops_time = float(ops["total_us"].sum())
     # Kinds the program model has no term for (unknown aten ops, estimated by bytes moved) add on top.
-    outside = ~ops["kind"].isin(list(FEATURE_KINDS)) if len(ops) else pd.Series(dtype=bool)
+    # (an unknown op that fits in the L2 is in the model's L2 term)
+    outside = (~ops["kind"].isin(list(FEATURE_KINDS)) & (l2 <= 0)) if len(ops) else pd.Series(dtype=bool)
     duration = float(row["predicted_us"]) + float(ops.loc[outside, "total_us"].sum())
-    moved = float((ops["bytes_moved"] * ops["count"]).sum())
+    # DRAM traffic: an op that runs from the L2 reads what its producer left there
+    moved = float((ops["bytes_moved"] * ops["count"] * (l2 <= 0)).sum())
     launch_dominated = ops_time < 0.5 * duration
     pipe_time = ops.groupby("pipe")["roof_total"].sum() if len(ops) else pd.Series(dtype=float)
     bound_pipe = "launch" if launch_dominated or pipe_time.empty else str(pipe_time.idxmax())

@@ -33,7 +33,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from components.programs.program_features import FEATURE_KINDS, transfer_features
+from components.programs.program_features import FEATURE_KINDS, L2_WARM, transfer_features
 
 MODEL_FILE = "program_model.json"
 FORMAT_VERSION = 1
@@ -66,7 +66,8 @@ CPU_GROUPS: dict[str, tuple[str, ...]] = {
     "norm": ("norm", "batchnorm"),
     "rnn": ("rnn",),
 }
-PARAM_TERMS: tuple[str, ...] = (*FEATURE_KINDS, "lowpar")  # time sums with a learned weight each
+OP_TERMS: tuple[str, ...] = (*FEATURE_KINDS, L2_WARM)  # the ops' GPU time: basis times, each scaled
+PARAM_TERMS: tuple[str, ...] = (*OP_TERMS, "lowpar")  # time sums with a learned weight each
 RESIDUAL_EXCLUDE: tuple[str, ...] = ("clock_ghz",)  # a per-GPU constant: lets trees memorise training GPUs
 
 
@@ -100,7 +101,7 @@ class ConfigModel:
     def ops(self, frame: pd.DataFrame, basis: str) -> np.ndarray:
         """The ops' GPU time: the basis times per kind scaled by ``op_scale``."""
         total = np.zeros(len(frame))
-        for kind in FEATURE_KINDS:
+        for kind in OP_TERMS:
             column = f"{basis}_{kind}"
             if column in frame.columns:
                 total = total + frame[column].to_numpy("float64") * self.op_scale(kind)
@@ -205,14 +206,18 @@ class ProgramModel:
 
 
 def kind_sums(op_frame: pd.DataFrame, value: str, prefix: str) -> pd.DataFrame:
-    """Per (program, device): summed ``count * value`` per op kind, as ``<prefix>_<kind>`` columns,
-    and ``<prefix>_lowpar``: the extra time of kernels too small to occupy every SM
-    (``time * (1/active_fraction - 1)``; its weight is learned like an efficiency)."""
+    """Per (program, device): summed ``count * value`` per op kind, as ``<prefix>_<kind>`` columns --
+    ops that run from the L2 (``l2_ratio`` > 0, ``program_features.l2_warm``) at their L2 time in
+    ``<prefix>_l2warm`` instead of their kind's --, and ``<prefix>_lowpar``: the extra time of kernels
+    too small to occupy every SM (``time * (1/active_fraction - 1)``; its weight is learned like an
+    efficiency)."""
     f = op_frame.assign(_t=op_frame[value] * op_frame["count"])
-    table = f.pivot_table(
+    ratio = f["l2_ratio"] if "l2_ratio" in f.columns else pd.Series(0.0, index=f.index)
+    warm = f.assign(kind=L2_WARM, _t=f["_t"] * ratio)[ratio > 0]
+    table = pd.concat([f[ratio <= 0], warm]).pivot_table(
         index=["program", "device_id"], columns="kind", values="_t", aggfunc="sum", fill_value=0.0
     )
-    table = table.reindex(columns=list(FEATURE_KINDS), fill_value=0.0)
+    table = table.reindex(columns=list(OP_TERMS), fill_value=0.0)
     active = f["active"] if "active" in f.columns else pd.Series(1.0, index=f.index)
     lowpar = f.assign(_l=f["_t"] * (1.0 / active - 1.0)).groupby(["program", "device_id"])["_l"].sum()
     table["lowpar"] = lowpar.reindex(table.index).fillna(0.0)

@@ -21,6 +21,8 @@ from components.programs.ops import OpQuestion, ProgramOps
 
 # Kinds whose time the program features report separately (shares of the roofline time).
 FEATURE_KINDS: tuple[str, ...] = tuple(k for k in KINDS if k not in ("free", "unmapped"))
+# The program-level term of memory-bound ops whose traffic fits in the GPU's L2 (``l2_ratio``).
+L2_WARM = "l2warm"
 # Analytical per-pipe times -> the pipe name an op's roofline time is spent on.
 PIPE_COLUMNS: dict[str, str] = {
     "f_tensor_time_us": "tensor",
@@ -176,6 +178,7 @@ def op_times(
     per_kernel["tier"] = per_kernel["pred_source"]
     if engine is not None:
         per_kernel = _with_engine(per_kernel, programs, links, device_ids, catalog, engine)
+    per_kernel = per_kernel.merge(_l2_numbers(device_ids, catalog), on="device_id", how="left")
     link_frame = pd.DataFrame(links, columns=["program", "question", "kernel_id"])
     q_info = pd.DataFrame(
         [
@@ -198,7 +201,34 @@ def op_times(
             columns=["program", "question", "aten", "kind", "family", "op", "dtype", "bytes_moved", "count"]
         )
     frame = link_frame.merge(q_info, on=["program", "question"]).merge(per_kernel, on="kernel_id", how="left")
-    return OpTimes(frame)
+    return OpTimes(l2_warm(frame))
+
+
+def _l2_numbers(device_ids: Sequence[str], catalog: Any) -> pd.DataFrame:
+    """Per device: L2 capacity (bytes) and DRAM / L2 bandwidth (the features' numbers)."""
+    from components.features.device_numbers import device_table
+
+    table = device_table(device_ids, catalog)
+    size = [float(getattr(catalog.get(d), "l2_mb", None) or 0.0) * 1e6 for d in table.index]
+    return pd.DataFrame(
+        {
+            "device_id": table.index,
+            "l2_bytes": size,
+            "dram_over_l2": (table["dram_Bps"] / table["l2_Bps"]).clip(upper=1.0).fillna(1.0).to_numpy(),
+        }
+    )
+
+
+def l2_warm(frame: pd.DataFrame) -> pd.DataFrame:
+    """``l2_ratio`` per op row: inside a program, a memory-bound op whose tensors (read + written) fit in
+    the L2 finds them there -- its producer just wrote them -- so its traffic streams at L2 bandwidth: its
+    time is the DRAM-basis time times DRAM/L2 bandwidth (the L2 roofline). 0 for every other op (compute-
+    bound, or larger than the L2: its basis time stands)."""
+    fits = frame["bytes_moved"].to_numpy("float64") <= frame["l2_bytes"].fillna(0.0).to_numpy("float64")
+    memory = frame["bound"].astype(str).to_numpy() != "compute"
+    ratio = frame["dram_over_l2"].fillna(1.0).to_numpy("float64")
+    warm = np.where(fits & memory, ratio, 0.0)
+    return frame.assign(l2_ratio=warm).drop(columns=["l2_bytes", "dram_over_l2"])
 
 
 def _with_engine(

@@ -126,3 +126,32 @@ def test_program_model_learns_launch_and_framework_overheads_from_data():
     assert abs(model.launch_us - 5.0) < 1.0
     pred = ProgramModel("roofline", {"eager": model}).predict(frame)
     assert np.mean(np.abs(pred - true) / true) < 0.05
+
+
+def test_memory_bound_ops_that_fit_in_l2_run_at_the_l2_roofline_inside_a_program():
+    from components.programs.overheads import kind_sums
+    from components.programs.program_features import L2_WARM, l2_warm
+
+    # one device: 40 MB L2, L2 twice as fast as DRAM; three ops of 10 us each (DRAM basis)
+    ops = pd.DataFrame(
+        {
+            "program": [0, 0, 0],
+            "device_id": ["gpu", "gpu", "gpu"],
+            "kind": ["elementwise", "elementwise", "gemm"],
+            "bytes_moved": [8e6, 400e6, 8e6],  # fits / larger than the L2 / fits but compute-bound
+            "bound": ["bandwidth", "bandwidth", "compute"],
+            "count": [2, 1, 1],
+            "roof_us": [10.0, 10.0, 10.0],
+            "l2_bytes": [40e6] * 3,
+            "dram_over_l2": [0.5] * 3,
+        }
+    )
+    frame = l2_warm(ops)
+    assert frame["l2_ratio"].tolist() == [0.5, 0.0, 0.0]
+    sums = kind_sums(frame, "roof_us", "pred").iloc[0]
+    assert sums[f"pred_{L2_WARM}"] == 2 * 10.0 * 0.5  # its L2 time, out of its kind's
+    assert sums["pred_elementwise"] == 10.0
+    assert sums["pred_gemm"] == 10.0
+    # the program model never answers an L2-resident op below its L2 time (eff <= 1 for the term)
+    model = ProgramModel.untrained().config()
+    assert model.ops(pd.DataFrame([sums]), "pred")[0] >= 10.0 + 10.0 + 10.0 - 1e-9
