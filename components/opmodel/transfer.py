@@ -285,10 +285,14 @@ class TransferTier:
         curves: dict[str, pd.DataFrame] | None,
         model: TransferModel | None,
         curve_tables: dict[tuple, CurveTable] | None = None,
+        hold: bool = True,
     ):
         """``curve_tables``: shared by tiers whose curves hold the same rows per GPU (a leave-one-GPU-out
-        bench's folds), built once per (family, GPU, dtype)."""
+        bench's folds), built once per (family, GPU, dtype). ``hold``: a relative answers past its reach with
+        its efficiency held (``reach``); off, it answers only near its own kernels (the fit's pairs: settings
+        and corrections are learned where relatives measured; the issue's sibling rule)."""
         self.measured = measured  # components.opmodel.measured.MeasuredTier
+        self.hold = hold
         self.model = model or TransferModel()
         self.curve_groups: dict[tuple, pd.DataFrame] = {}
         for family, frame in (curves or {}).items():
@@ -373,7 +377,16 @@ class TransferTier:
             return np.array(duration, dtype="float64"), np.array(exact, dtype=bool)
         table = self.measured.table(family, device, dtype, kv if family == "attention" else None)
         resolved = table.resolve(shape, roof.time_us)
-        return np.array(resolved.duration_us, dtype="float64"), np.array(resolved.exact, dtype=bool)
+        duration = np.array(resolved.duration_us, dtype="float64")
+        past = np.flatnonzero(~np.isfinite(duration))
+        if len(past) and self.hold:  # past its reach: efficiency held from its measured extent (``reach``)
+            from components.opmodel.reach import held_answer
+            from components.opmodel.spec import regime
+
+            part = {k: np.broadcast_to(np.asarray(v), (len(duration),))[past] for k, v in shape.items()}
+            floor = self.model.floor_of(regime(family, dtype, spec))
+            duration[past] = held_answer(table, part, roof.time_us[past], floor)
+        return duration, np.array(resolved.exact, dtype=bool)
 
     def carried(
         self,
