@@ -283,7 +283,7 @@ def test_a_relative_answers_each_question_once_for_every_gpu_that_asks_it(catalo
     other = {**shape, "K": shape["K"] * 2}
     engine.predict("gemm", "bf16", other, catalog.get("h200"))
     assert len(asked) > questions  # another shape is another question
-    duration, _ = tier.relative_answer("gemm", "h100-sxm", "bf16", shape, None, None)
+    duration, _, _ = tier.relative_answer("gemm", "h100-sxm", "bf16", shape, None, None)
     with pytest.raises(ValueError):
         duration[0] = 0.0  # remembered answers are read-only: no caller changes another's
 
@@ -308,6 +308,7 @@ def test_a_relative_answers_past_its_reach_with_its_efficiency_held(catalog) -> 
     times = engine.predict("gemm", "bf16", shape, h200)
     truth = (physics.roofline("gemm", "bf16", shape, h200).time_us + FLOOR_US) / 0.8
     assert (times.tier == "transfer").all(), times.tier
+    assert all("h100-sxm (held past its measured range)" in s for s in times.support)
     np.testing.assert_allclose(times.duration_us, truth, rtol=1e-9)
     strict = TransferTier(engine.measured, {}, engine.transfer.model, hold=False)
     roof = physics.roofline("gemm", "bf16", shape, h200)
