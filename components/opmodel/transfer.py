@@ -274,6 +274,7 @@ class Carried:
     duration_us: np.ndarray  # NaN where the relative has no answer
     exact: np.ndarray  # the relative measured this very shape
     features: np.ndarray  # correction features per row
+    held: np.ndarray | None = None  # past the relative's reach: its efficiency held (``reach``)
 
 
 class TransferTier:
@@ -285,10 +286,14 @@ class TransferTier:
         curves: dict[str, pd.DataFrame] | None,
         model: TransferModel | None,
         curve_tables: dict[tuple, CurveTable] | None = None,
+        hold: bool = True,
     ):
         """``curve_tables``: shared by tiers whose curves hold the same rows per GPU (a leave-one-GPU-out
-        bench's folds), built once per (family, GPU, dtype)."""
+        bench's folds), built once per (family, GPU, dtype). ``hold``: a relative answers past its reach with
+        its efficiency held (``reach``); off, it answers only near its own kernels (the fit's pairs: settings
+        and corrections are learned where relatives measured; the issue's sibling rule)."""
         self.measured = measured  # components.opmodel.measured.MeasuredTier
+        self.hold = hold
         self.model = model or TransferModel()
         self.curve_groups: dict[tuple, pd.DataFrame] = {}
         for family, frame in (curves or {}).items():
@@ -346,9 +351,9 @@ class TransferTier:
         shape: dict[str, Any],
         roof: physics.Roofline,
         kv: str | None,
-    ) -> tuple[np.ndarray, np.ndarray]:
-        """The relative's own answer at the shape (its measured tier): durations (NaN = none) and exact
-        hits (read-only: remembered per question, ``_answers``)."""
+    ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """The relative's own answer at the shape (its measured tier): durations (NaN = none), exact hits and
+        answers held past its reach (read-only: remembered per question, ``_answers``)."""
         key = (family, device, dtype, kv, _shape_key(shape))
         found = self._answers.get(key)
         if found is None:
@@ -362,7 +367,7 @@ class TransferTier:
 
     def _relative_answer(
         self, question: tuple[str, str, str, str | None], shape: dict[str, Any], roof: physics.Roofline
-    ) -> tuple[np.ndarray, np.ndarray]:
+    ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         family, device, dtype, kv = question
         spec = self.measured.specs[device]
         if family in CURVE_FAMILIES:
@@ -370,10 +375,25 @@ class TransferTier:
             if key not in self._curves:
                 self._curves[key] = CurveTable(family, self.curve_groups[key], spec, dtype)
             duration, exact = self._curves[key].resolve(shape, roof.time_us)
-            return np.array(duration, dtype="float64"), np.array(exact, dtype=bool)
+            return (
+                np.array(duration, dtype="float64"),
+                np.array(exact, dtype=bool),
+                np.zeros(len(exact), bool),
+            )
         table = self.measured.table(family, device, dtype, kv if family == "attention" else None)
         resolved = table.resolve(shape, roof.time_us)
-        return np.array(resolved.duration_us, dtype="float64"), np.array(resolved.exact, dtype=bool)
+        duration = np.array(resolved.duration_us, dtype="float64")
+        past = np.flatnonzero(~np.isfinite(duration))
+        if len(past) and self.hold:  # past its reach: efficiency held from its measured extent (``reach``)
+            from components.opmodel.reach import held_answer
+            from components.opmodel.spec import regime
+
+            part = {k: np.broadcast_to(np.asarray(v), (len(duration),))[past] for k, v in shape.items()}
+            floor = self.model.floor_of(regime(family, dtype, spec))
+            duration[past] = held_answer(table, part, roof.time_us[past], floor)
+        held = np.zeros(len(duration), bool)
+        held[past] = self.hold & np.isfinite(duration[past])
+        return duration, np.array(resolved.exact, dtype=bool), held
 
     def carried(
         self,
@@ -392,11 +412,12 @@ class TransferTier:
         other = self.measured.specs[device]
         numeric = {k: v for k, v in shape.items() if k in _shape_keys(family)}
         roof_y = physics.roofline(family, dtype, numeric, other, kv)
-        t_y, exact = self.relative_answer(family, device, dtype, shape, roof_y, kv)
+        t_y, exact, held = self.relative_answer(family, device, dtype, shape, roof_y, kv)
         floor_x = self.model.floor_of(regime(family, dtype, spec))
         floor_y = self.model.floor_of(regime(family, dtype, other))
         ratio = (roof_x.time_us + floor_x) / (roof_y.time_us + floor_y)
-        return Carried(device, distance, t_y * ratio, exact, correction_features(roof_x, roof_y, spec, other))
+        features = correction_features(roof_x, roof_y, spec, other)
+        return Carried(device, distance, t_y * ratio, exact, features, held)
 
     def resolve(
         self,
@@ -459,5 +480,7 @@ def support_text(carried: list[Carried], used: np.ndarray, settings: TransferSet
     parts = np.full(n, "", dtype=object)
     for i, c in enumerate(carried):
         label = np.where(c.exact, f"{c.device} (measured)", f"{c.device} (interpolated)")
+        if c.held is not None:
+            label = np.where(c.held, f"{c.device} (held past its measured range)", label)
         parts = np.where(used[i], np.where(parts == "", label, parts + ", " + label), parts)
     return np.where(parts == "", "", "carried over from " + parts + how).astype(object)

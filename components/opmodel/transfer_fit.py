@@ -398,7 +398,9 @@ def fit_transfer(
                 floors.update(latency_floors(family, rows[rows["device_id"].isin(specs)], specs))
     model.floors = floors
     curve_tables = None if memo is None else memo.setdefault("curve_tables", {})
-    tier = TransferTier(measured, {f: store[f] for f in CURVE_FAMILIES if f in store}, model, curve_tables)
+    curves = {f: store[f] for f in CURVE_FAMILIES if f in store}
+    # pairs where a relative measured near the row: what is learned is how a measurement carries over
+    tier = TransferTier(measured, curves, model, curve_tables, hold=False)
     train = sorted(specs)
     groups = pair_groups(tier, store, train, per_group, relatives=set(train), memo=memo)
     model.inconsistent = inconsistent_relatives(groups, set(train))

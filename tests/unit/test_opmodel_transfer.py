@@ -283,6 +283,33 @@ def test_a_relative_answers_each_question_once_for_every_gpu_that_asks_it(catalo
     other = {**shape, "K": shape["K"] * 2}
     engine.predict("gemm", "bf16", other, catalog.get("h200"))
     assert len(asked) > questions  # another shape is another question
-    duration, _ = tier.relative_answer("gemm", "h100-sxm", "bf16", shape, None, None)
+    duration, _, _ = tier.relative_answer("gemm", "h100-sxm", "bf16", shape, None, None)
     with pytest.raises(ValueError):
         duration[0] = 0.0  # remembered answers are read-only: no caller changes another's
+
+
+def test_a_relative_answers_past_its_reach_with_its_efficiency_held(catalog) -> None:
+    """The H100's synthetic table covers M 1..4096, N and K 1024..8192; questions far past it (M = 2^17, N =
+    K = 8 or 2^17) are answered by the transfer tier from the H100's table at the nearest measured extent,
+    efficiency against roofline + floor held: on physics-exact rows that is the asked GPU's truth. Without
+    holding, the tier has no answer there (the spec tier's lattice points pulled the envelope)."""
+    from components.opmodel.engine import OpEngine
+    from components.opmodel.transfer import TransferTier
+    from components.physics import roofline as physics
+
+    gemm = synthetic_gemm(catalog)
+    engine = OpEngine.from_frames({"gemm": gemm[gemm["device_id"] == "h100-sxm"]}, None, _model())
+    shape = {
+        "M": np.array([2.0**17, 2.0**17, 1.0, 64.0, 2.0**15]),
+        "N": np.array([8.0, 2.0**17, 8.0, 2.0**17, 4096.0]),
+        "K": np.array([8.0, 2.0**17, 2.0**17, 8.0, 2048.0]),
+    }
+    h200 = catalog.get("h200")
+    times = engine.predict("gemm", "bf16", shape, h200)
+    truth = (physics.roofline("gemm", "bf16", shape, h200).time_us + FLOOR_US) / 0.8
+    assert (times.tier == "transfer").all(), times.tier
+    assert all("h100-sxm (held past its measured range)" in s for s in times.support)
+    np.testing.assert_allclose(times.duration_us, truth, rtol=1e-9)
+    strict = TransferTier(engine.measured, {}, engine.transfer.model, hold=False)
+    roof = physics.roofline("gemm", "bf16", shape, h200)
+    assert np.isnan(strict.resolve("gemm", "bf16", shape, h200, roof)[0]).all()
