@@ -17,7 +17,7 @@ RUN = PROJECT_ROOT / "profiled-data" / "h100-sxm-2026-11-22"
 
 
 def test_committed_h100_run_ingests_completely() -> None:
-    out = ingest(RUN.parent, load_catalog())
+    out = ingest(RUN, load_catalog())  # the H100 run alone (profiled-data/ holds later runs too)
     m = out.measurements
     assert out.rows_in == len(m) + len(out.rejects)
     assert set(m["device_id"]) == {"h100-sxm"}
@@ -60,3 +60,19 @@ def test_truncated_timing_file_names_file_and_line(tmp_path: Path) -> None:
 def test_missing_root_is_a_clear_error(tmp_path: Path) -> None:
     with pytest.raises(IngestError, match="not found"):
         ingest(tmp_path / "nope", load_catalog())
+
+
+def test_committed_h200_runs_ingest_and_the_base_clock_repeat_stays_out() -> None:
+    """The H200 runs of 2026-11-26 (profiled-data/PROVENANCE.md): every row ingests as an H200 row, the llm
+    suite's attention and fp8 GEMM rows among them; the repeat that ran at base clock (a killed ncu left the
+    clocks locked) sits one folder deeper and is not read."""
+    out = ingest(RUN.parent, load_catalog())
+    m = out.measurements
+    h200 = m[m["run_id"].str.startswith("h200-20261126")]
+    assert len(h200) == 1240 and set(h200["device_id"]) == {"h200"}
+    assert not m["run_id"].str.contains("ops-run2|kernelbench-level1|source").any()
+    kernels = out.kernels.set_index("kernel_id").loc[h200["kernel_id"]]
+    assert {("attention", "bf16"), ("gemm", "fp8")} <= set(
+        zip(kernels["family"], kernels["dtype"], strict=True)
+    )
+    assert set(h200["clock_mode"]) == {"boost", "locked"}  # CUDA events at boost, Nsight Compute locked
