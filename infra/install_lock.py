@@ -74,22 +74,10 @@ def install_uv(python: str, venv: Path) -> Path | None:
     """``UV_PIN`` into ``venv/uv-tool``; None where pip cannot install it (no wheel for this platform)."""
     target = venv / "uv-tool"
     uv = target / "bin" / "uv"
-    if uv.is_file():
-        return uv
-    done = subprocess.run(
-        [
-            python,
-            "-m",
-            "pip",
-            "install",
-            "-q",
-            "--disable-pip-version-check",
-            "--target",
-            str(target),
-            UV_PIN,
-        ],
-        check=False,
-    )
+    if uv.is_file() and (target / f"{UV_PIN.replace('==', '-')}.dist-info").is_dir():
+        return uv  # this pin is there already (a reinstall after the lock changed)
+    pip = [python, "-m", "pip", "install", "-q", "--disable-pip-version-check", "--upgrade"]
+    done = subprocess.run([*pip, "--target", str(target), UV_PIN], check=False)
     return uv if done.returncode == 0 and uv.is_file() else None
 
 
