@@ -6,7 +6,8 @@ measured store, then compare the outputs (docs/pipeline-time.md)::
 
     KERNELCAST_HOME=A python benchmarks/openmp_wait_stage_parts.py engine OUT_A
     KERNELCAST_HOME=B python benchmarks/openmp_wait_stage_parts.py engine OUT_B --spinning
-    diff <(cd OUT_A && find . -type f | sort | xargs sha256sum) <(cd OUT_B && find . -type f | sort | xargs sha256sum)
+    for d in OUT_A OUT_B; do (cd $d && find . -type f | sort | xargs sha256sum) > $d.sums; done
+    diff OUT_A.sums OUT_B.sums
 
 ``aic OUT.json`` writes the gate entry without its ``seconds``, for ``cmp``.
 """
