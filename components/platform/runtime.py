@@ -36,10 +36,17 @@ TELEMETRY_OFF: dict[str, str] = {
     "TOKENIZERS_PARALLELISM": "false",
 }
 
+# OpenMP threads that wait at a barrier sleep instead of spinning. libgomp spins by default, and the pipeline
+# always runs a multi-threaded LightGBM fit beside other CPU-bound work on 2 cores (the op engine's spec fits
+# beside the tabular fit in train, beside the candidate's splits in evaluate): the same spec fit took 24.1 s
+# CPU spinning and 2.9 s passive at load 12, the same booster bit for bit (docs/pipeline-time.md). Read when
+# a process loads its OpenMP runtime: set before any heavy import, inherited by children, given to Ray.
+OPENMP_ENV: dict[str, str] = {"OMP_WAIT_POLICY": "PASSIVE"}
+
 
 def configure_environment(settings: Settings) -> None:
-    """Point every embedded service at the state folder and switch telemetry off."""
-    for key, value in TELEMETRY_OFF.items():
+    """Point every embedded service at the state folder, switch telemetry off, keep OpenMP from spinning."""
+    for key, value in {**TELEMETRY_OFF, **OPENMP_ENV}.items():
         os.environ.setdefault(key, value)
     for folder in (
         settings.state_dir,
@@ -104,7 +111,12 @@ def ray_init_kwargs(settings: Settings, prefect_api_url: str | None = None) -> d
             f"Ray workers at {settings.ray_address} cannot reach the loopback Prefect API {api_url}; "
             "set KERNELCAST_PREFECT_API_URL to a server they can reach"
         )
-    env_vars = {**TELEMETRY_OFF, "OMP_NUM_THREADS": "1", "PREFECT_LOGGING_TO_API_ENABLED": "false"}
+    env_vars = {
+        **TELEMETRY_OFF,
+        **OPENMP_ENV,
+        "OMP_NUM_THREADS": "1",
+        "PREFECT_LOGGING_TO_API_ENABLED": "false",
+    }
     if api_url:
         env_vars["PREFECT_API_URL"] = api_url
     kwargs: dict[str, Any] = {"runtime_env": {"env_vars": env_vars}}
@@ -237,6 +249,7 @@ def run_stopping_with_us(
 
 
 __all__ = [
+    "OPENMP_ENV",
     "TELEMETRY_OFF",
     "Terminated",
     "configure_environment",
