@@ -81,20 +81,30 @@ def install_uv(python: str, venv: Path) -> Path | None:
     return uv if done.returncode == 0 and uv.is_file() else None
 
 
+def pip_install(python: str, steps: list[list[str]]) -> None:
+    for step in steps:
+        subprocess.run(
+            [python, "-m", "pip", "install", "-q", "--disable-pip-version-check", *step], check=True
+        )
+
+
 def main(venv: Path) -> int:
     python = str(venv / "bin" / "python")
     steps = [["-r", LOCK], ["--no-deps", "--no-build-isolation", "-e", "."], ["--no-deps", *EXTRA]]
     uv = install_uv(python, venv)
     if uv is None:
         print(f"note: {UV_PIN} could not be installed; installing the lock with pip", file=sys.stderr)
-        for step in steps:
-            subprocess.run(
-                [python, "-m", "pip", "install", "-q", "--disable-pip-version-check", *step], check=True
-            )
+        pip_install(python, steps)
         return 0
     env = uv_environment(pip_settings(python))
-    for step in steps:
-        subprocess.run([str(uv), "pip", "install", "-q", "--python", python, *step], env=env, check=True)
+    try:
+        for step in steps:
+            subprocess.run([str(uv), "pip", "install", "-q", "--python", python, *step], env=env, check=True)
+    except subprocess.CalledProcessError as exc:
+        # a machine whose package sources uv cannot read as pip does (a proxy, a trusted host): pip installs
+        # the same pinned lock, only slower; a package uv already put there is kept when it matches the pin
+        print(f"note: uv stopped ({exc}); installing the lock with pip", file=sys.stderr)
+        pip_install(python, steps)
     return 0
 
 
