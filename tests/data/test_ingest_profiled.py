@@ -69,8 +69,8 @@ def test_committed_h200_runs_ingest_and_the_base_clock_repeat_stays_out() -> Non
     out = ingest(RUN.parent, load_catalog())
     m = out.measurements
     h200 = m[m["run_id"].str.startswith("h200-20261126")]
-    assert len(h200) == 1240 and set(h200["device_id"]) == {"h200"}
-    assert not m["run_id"].str.contains("ops-run2|kernelbench-level1|source").any()
+    assert len(h200) == 2108 and set(h200["device_id"]) == {"h200"}
+    assert not m["run_id"].str.contains("ops-run2|kernelbench-level1|baseclock").any()
     kernels = out.kernels.set_index("kernel_id").loc[h200["kernel_id"]]
     assert {("attention", "bf16"), ("gemm", "fp8")} <= set(
         zip(kernels["family"], kernels["dtype"], strict=True)
