@@ -4,7 +4,6 @@ of a fit on the other; TTFT and TPOT per model, precision, mode and engine (the 
 
 from __future__ import annotations
 
-import re
 from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
@@ -38,7 +37,7 @@ from components.deployments.config import Deployment, DeploymentError, model_sha
 from components.deployments.data import (
     read_silicon_runs,
 )
-from components.deployments.disagg_workers import derived_note, with_derived_workers
+from components.deployments.disagg_workers import derived_note, id_concurrency, with_derived_workers
 from components.deployments.framework_cost import FrameworkCost, steady_features
 from components.deployments.ops import (
     ENGINE_SOURCE,
@@ -122,7 +121,7 @@ def disagg_concurrency(row: Mapping[str, Any]) -> tuple[int, int]:
     (``disagg_workers.with_derived_workers``: AIConfigurator's rate matching); read as one prefill and one
     decode worker they are not what was measured (on H100 at C = 9, ISL 8192, TTFT 4.6 s where one prefill
     worker takes under 0.3 s). A run whose counts were neither recorded nor derived is refused here."""
-    found = re.search(r"_c(\d+)_", str(row.get("id", "")))
+    found = id_concurrency(row)
     dec_dp = _finite(row.get("decode_attention_dp_size")) or 1.0
     pre_dp = _finite(row.get("prefill_attention_dp_size")) or 1.0
     dec_workers = _finite(row.get("decode_num_workers"))
@@ -133,8 +132,8 @@ def disagg_concurrency(row: Mapping[str, Any]) -> tuple[int, int]:
             "concurrency does not say how many workers shared it)"
         )
     batch = _finite(row.get("decode_batch_size"))
-    if found:
-        total = float(found.group(1))
+    if found is not None:
+        total = float(found)
     elif batch is not None:
         total = batch * dec_dp * dec_workers
     else:

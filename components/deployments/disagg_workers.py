@@ -79,16 +79,22 @@ def match_prefill_workers(
     return best_x
 
 
-def total_clients(row: Mapping[str, Any]) -> int:
-    """The run's whole-system concurrency: the ``_c<C>_`` of its id."""
+def id_concurrency(row: Mapping[str, Any]) -> int | None:
+    """The run's whole-system concurrency as its id records it (``_c<C>_``), or None."""
     import re
 
     found = re.search(r"_c(\d+)_", str(row.get("id", "")))
-    if not found:
+    return int(found.group(1)) if found else None
+
+
+def total_clients(row: Mapping[str, Any]) -> int:
+    """The run's whole-system concurrency: the ``_c<C>_`` of its id."""
+    total = id_concurrency(row)
+    if total is None:
         raise DeploymentError(
             "concurrency: a disaggregated run with no worker counts and no _c<C>_ in its id"
         )
-    return int(found.group(1))
+    return total
 
 
 def with_derived_workers(
@@ -146,6 +152,7 @@ def derived_note(runs: pd.DataFrame) -> str:
 __all__ = [
     "derived_note",
     "fewest_decode_workers",
+    "id_concurrency",
     "match_prefill_workers",
     "needs_workers",
     "total_clients",
