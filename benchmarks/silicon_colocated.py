@@ -56,10 +56,10 @@ def _setup() -> tuple[Path, object, object, pd.DataFrame]:
 
 def simulate_all() -> None:
     ds, catalog, fn, runs = _setup()
-    if os.environ.get("SC_DEFAULTS") == "1":  # experiment: the engines' own defaults, not AIC's settings
+    if "SC_SETTINGS" in os.environ:  # experiment: only these settings candidates (defaults, aiconfigurator)
         import components.deployments.bench_engines as be
 
-        be.AS_BENCHMARKED = False
+        be.SETTINGS = tuple(os.environ["SC_SETTINGS"].split(","))
     if "SC_PARTS" in os.environ:  # experiment: only these of AIConfigurator's settings
         import components.deployments.bench_engines as be
 
@@ -129,12 +129,12 @@ def summary() -> None:
         for device in sorted(frame["device_id"].unique()):
             train = ((frame["engine"] == name) & (frame["device_id"] == device)).to_numpy()
             test = ((frame["engine"] == name) & (frame["device_id"] != device)).to_numpy()
-            _, coef, err = fit_engine(sim, train)
+            off, coef, err = fit_engine(sim, train)
             y1, y2 = frame["ttft_us"].to_numpy()[test], frame["tpot_us"].to_numpy()[test]
-            p1 = sim.ttft_x[0.0][test] @ coef + sim.ttft_extra[0.0][test]
-            p2 = sim.tpot_x[0.0][test] @ coef
+            p1 = sim.ttft_x[off][test] @ coef + sim.ttft_extra[off][test]
+            p2 = sim.tpot_x[off][test] @ coef
             print(
-                f"{name:7s} train {device:9s} n={train.sum():4d} "
+                f"{name:7s} train {device:9s} ({off[1]:14s}) n={train.sum():4d} "
                 f"TTFT {err['ttft']:.1%} TPOT {err['tpot']:.1%}"
                 f" | other GPU n={test.sum():4d} TTFT {mape(y1, p1):.1%} TPOT {mape(y2, p2):.1%}"
             )
@@ -145,14 +145,13 @@ def report() -> None:
     frame = _bucket(sim.runs)
     pd.set_option("display.width", 200)
     pd.set_option("display.max_rows", 80)
-    off = 0.0
     for name in sorted(frame["engine"].unique()):
         for device in sorted(frame["device_id"].unique()):
             train = ((frame["engine"] == name) & (frame["device_id"] == device)).to_numpy()
             test = ((frame["engine"] == name) & (frame["device_id"] != device)).to_numpy()
             if not train.any():
                 continue
-            _, coef, err = fit_engine(sim, train)
+            off, coef, err = fit_engine(sim, train)
             g = frame[train].copy()
             g["ttft_pred_us"] = sim.ttft_x[off][train] @ coef + sim.ttft_extra[off][train]
             g["tpot_pred_us"] = sim.tpot_x[off][train] @ coef
@@ -163,7 +162,8 @@ def report() -> None:
                 p2 = sim.tpot_x[off][test] @ coef
                 held = f"; held-out other GPU TTFT {mape(y1, p1):.1%} TPOT {mape(y2, p2):.1%}"
             print(
-                f"\n=== {name} trained on {device}: n={len(g)} train TTFT {err['ttft']:.1%} "
+                f"\n=== {name} trained on {device} ({off[1]} settings): n={len(g)} "
+                f"train TTFT {err['ttft']:.1%} "
                 f"TPOT {err['tpot']:.1%}{held}"
             )
             print("cost", np.round(coef, 3).tolist())
@@ -183,10 +183,10 @@ def timeline(ids: list[str]) -> None:
         row = runs[runs["id"] == rid].iloc[0].to_dict()
         name = engine_name(row["backend"])
         train = ((frame["engine"] == name) & (frame["device_id"] == row["device_id"])).to_numpy()
-        _, coef, _ = fit_engine(sim, train)
+        off, coef, _ = fit_engine(sim, train)
         d, _ = silicon_deployments(row, catalog, ds)
         eng = engine_for(name, d.gpu, fitted=False).with_cost(StepCost.from_vector(coef))
-        if os.environ.get("SC_DEFAULTS") != "1":
+        if off[1] == "aiconfigurator":
             eng = as_benchmarked(eng, d.isl, d.concurrency, version=row.get("backend_version"))
         step = build_step_models([d], fn)[0]
         kv, _ = kv_capacity(d, eng)
