@@ -45,10 +45,14 @@ BENCH_PER_CLIENT = (6, 1)
 # The engine settings an aggregated run is simulated under, a candidate each, chosen per engine on each
 # fold's training GPU like the memory fraction: the engine's own defaults, or those AIConfigurator's
 # benchmark deployed its runs with (``engines.aic_benchmark``: batch limit C, token budget C + ISL + 1500,
-# CUDA graphs at 1..C, SGLang's mixed chunk from 0.5.6). Disaggregated runs: the defaults under both.
+# CUDA graphs at 1..C). Disaggregated runs: the defaults under both.
 DEFAULTS, BENCHMARKED = "defaults", "aiconfigurator"
 SETTINGS = (DEFAULTS, BENCHMARKED)
 BENCHMARKED_PARTS = PARTS
+# What a run's recorded engine version says under either candidate: SGLang's mixed chunk, which
+# AIConfigurator's templates pass from SGLang 0.5.6 on (``aic_benchmark.MIXED_CHUNK_FROM``) -- read off the
+# template per version, not a choice
+RECORDED_PARTS = ("mixed",)
 
 
 def candidates() -> list[tuple[float, str]]:
@@ -118,10 +122,9 @@ def simulate_runs(
                     rows[off, setting] = rows[off, DEFAULTS]
                     continue
                 eng = base.with_settings(memory_fraction=base.memory_fraction + off)
-                if setting == BENCHMARKED:
-                    eng = as_benchmarked(
-                        eng, pre.isl, pre.concurrency, BENCHMARKED_PARTS, row.get("backend_version")
-                    )
+                if row["mode"] == "agg":
+                    parts = BENCHMARKED_PARTS if setting == BENCHMARKED else RECORDED_PARTS
+                    eng = as_benchmarked(eng, pre.isl, pre.concurrency, parts, row.get("backend_version"))
                 worker = None if row["mode"] != "disagg" else (dec, steps[2 * i + 1])
                 served: Served = simulate_deployment(
                     pre, eng, steps[2 * i], decode_worker=worker, per_client=BENCH_PER_CLIENT
