@@ -173,6 +173,7 @@ def report() -> None:
 
 def timeline(ids: list[str]) -> None:
     """Per run: the simulated timeline under the training fold's cost (fit on the same GPU's runs)."""
+    import components.deployments.bench_engines as be
     from components.deployments.engines.base import StepCost
     from components.deployments.simulate import Workload, _Sim
 
@@ -186,8 +187,9 @@ def timeline(ids: list[str]) -> None:
         off, coef, _ = fit_engine(sim, train)
         d, _ = silicon_deployments(row, catalog, ds)
         eng = engine_for(name, d.gpu, fitted=False).with_cost(StepCost.from_vector(coef))
-        if off[1] == "aiconfigurator":
-            eng = as_benchmarked(eng, d.isl, d.concurrency, version=row.get("backend_version"))
+        plain = eng
+        parts = be.BENCHMARKED_PARTS if off[1] == be.BENCHMARKED else be.RECORDED_PARTS
+        eng = as_benchmarked(eng, d.isl, d.concurrency, parts, row.get("backend_version"))
         step = build_step_models([d], fn)[0]
         kv, _ = kv_capacity(d, eng)
         measured, warm = BENCH_PER_CLIENT
@@ -196,6 +198,7 @@ def timeline(ids: list[str]) -> None:
         stats = _Sim(step, eng, kv, w).run()
         m = stats.metrics()
         wave = _Sim(step, eng, kv, Workload(d.isl, d.osl, d.concurrency, **kw)).run().metrics()
+        alone = _Sim(step, plain, kv, w).run().metrics()
         print(
             f"\n{rid}: C={d.concurrency} isl={d.isl} osl={d.osl} tp={d.tp} kv={kv:.0f} tokens "
             f"(C x (isl+osl) = {d.concurrency * (d.isl + d.osl)})"
@@ -210,6 +213,14 @@ def timeline(ids: list[str]) -> None:
             f"  simulated TTFT {m['ttft_ms']:.1f} ms (+ front end {front / 1e3:.1f} ms) "
             f"TPOT {m['tpot_ms']:.2f} ms; mean decode batch {stats.decode_batch:.1f}; "
             f"preemptions {stats.preemptions}"
+        )
+        print(
+            f"  the engine's defaults instead ({plain.policy}, mixed chunk {plain.mixed_chunk}, budget "
+            f"{plain.max_num_batched_tokens}): TTFT {alone['ttft_ms']:.1f} ms TPOT {alone['tpot_ms']:.2f} ms"
+        )
+        print(
+            f"  simulated with {eng.policy}, mixed chunk {eng.mixed_chunk}, "
+            f"budget {eng.max_num_batched_tokens}"
         )
         print(
             f"  clients started at once (waves): TTFT {wave['ttft_ms']:.1f} ms TPOT {wave['tpot_ms']:.2f} ms"
