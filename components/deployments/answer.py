@@ -127,10 +127,12 @@ def answer_deployments(
     op_time: OpTimeFn | None = None,
     workload: str = "steady",
     constants: Path | None = None,
+    per_client: tuple[int, int] | None = None,
 ) -> list[Answer | DeploymentError]:
     """One answer per deployment (a :class:`DeploymentError` -- e.g. ``DoesNotFit`` -- where there is
     none); the op times of every deployment on a GPU come from one batch per kind of op. ``constants``:
-    the engines' constants file a model carries (``engines.registry.engine_for``)."""
+    the engines' constants file a model carries (``engines.registry.engine_for``); ``per_client``:
+    (measured, warm-up) requests per client of a steady workload (default aiperf's 20 and 2)."""
     fn = op_time if op_time is not None else production_op_time()[0]
     engines = [engine_for(d.framework, d.gpu, constants=constants) for d in deployments]
     out: list[Answer | DeploymentError | None] = []
@@ -148,7 +150,7 @@ def answer_deployments(
     for i, step, ph in zip(fits, steps, phases, strict=True):
         d, engine = deployments[i], engines[i]
         try:
-            served = simulate_deployment(d, engine, step, kind)
+            served = simulate_deployment(d, engine, step, kind, per_client=per_client)
         except DeploymentError as exc:
             out[i] = exc
             continue

@@ -328,3 +328,20 @@ def test_sglangs_mixed_chunk_runs_the_decodes_in_prefill_steps(catalog):
     apart = simulate(step, base, kv, w)
     mixed = simulate(step, base.with_settings(mixed_chunk=True), kv, w)
     assert mixed.steps < apart.steps  # a prompt entering beside decodes saves their separate step
+
+
+def test_a_rank_simulates_fewer_requests_per_client_and_agrees_with_predict(catalog):
+    """A rank simulates 6 + 1 requests per client (``service.RANK_PER_CLIENT``), a question aiperf's 20 + 2:
+    the closed loop's steady state repeats, so the two agree within a few percent on every engine (TPOT 2-3%
+    lower: the final drain is a larger share of fewer requests)."""
+    from components.deployments.service import RANK_PER_CLIENT, rank_deployments
+
+    assert RANK_PER_CLIENT == (6, 1)
+    spec = catalog.resolve("h100-sxm")
+    params = {"isl": 2048, "osl": 128, "concurrency": 16, "framework": "all"}
+    ranked, _ = rank_deployments(json.dumps(LLAMA8B), [spec], params, {}, tps=[1], op_time=roofline_op_time)
+    for row in ranked:
+        d = _deploy(catalog, "h100-sxm", isl=2048, osl=128, concurrency=16, framework=row["engine"])
+        (asked,) = answer_deployments([d], roofline_op_time)
+        assert row["tpot_ms"] == pytest.approx(asked.tpot_ms, rel=0.05)
+        assert row["ttft_ms"] == pytest.approx(asked.ttft_ms, rel=0.05)
