@@ -161,9 +161,10 @@ def rank_deployments(
                     skipped += 1
                     continue
                 formed.append((d, price))
-    # every option composed at once: one op-engine call per kind of op and GPU (answer.answer_deployments)
+    # every option composed at once: one op-engine call per kind of op and GPU (answer.answer_deployments);
+    # the rows show no per-op breakdown, so none is composed
     answers = answer_deployments(
-        [d for d, _ in formed], op_time, workload=workload, per_client=RANK_PER_CLIENT
+        [d for d, _ in formed], op_time, workload=workload, per_client=RANK_PER_CLIENT, detail=False
     )
     for (d, price), a in zip(formed, answers, strict=True):
         if isinstance(a, DeploymentError):
