@@ -77,13 +77,18 @@ def _answer_one(
         )
     notes += served.prefill.notes
     notes.append(f"engine {engine.name}: {engine.policy} scheduling, {engine.provenance}")
-    one, dec = lines
-    tiers = line_tiers(one.one + dec.decode)
+    if lines is None:  # a rank's option: no per-op breakdown asked (the times above do not use it)
+        breakdown: dict[str, Any] = {}
+        tiers: dict[str, str] = {}
+    else:
+        one, dec = lines
+        tiers = line_tiers(one.one + dec.decode)
+        breakdown = {"prefill": _breakdown(one.one), "decode": _breakdown(dec.decode)}
     times = dict(ttft=ttft_us, tpot=tpot_us, e2e=e2e_us, prefill=prefill_alone, decode_step=decode_us)
     return Answer.from_us(
         times,
         tokens_per_s,
-        breakdown={"prefill": _breakdown(one.one), "decode": _breakdown(dec.decode)},
+        breakdown=breakdown,
         memory=served.memory,
         interval={
             "ttft_ms": _interval(ttft_us / 1e3, engine.errors[0], prefill_alone / 1e3),
@@ -127,10 +132,15 @@ def answer_deployments(
     op_time: OpTimeFn | None = None,
     workload: str = "steady",
     constants: Path | None = None,
+    per_client: tuple[int, int] | None = None,
+    detail: bool = True,
 ) -> list[Answer | DeploymentError]:
     """One answer per deployment (a :class:`DeploymentError` -- e.g. ``DoesNotFit`` -- where there is
     none); the op times of every deployment on a GPU come from one batch per kind of op. ``constants``:
-    the engines' constants file a model carries (``engines.registry.engine_for``)."""
+    the engines' constants file a model carries (``engines.registry.engine_for``); ``per_client``:
+    (measured, warm-up) requests per client of a steady workload (default aiperf's 20 and 2); ``detail``
+    False: no per-op breakdown or op tiers (a rank's rows show neither; composing them was a third of a
+    warm whole-catalog rank)."""
     fn = op_time if op_time is not None else production_op_time()[0]
     engines = [engine_for(d.framework, d.gpu, constants=constants) for d in deployments]
     out: list[Answer | DeploymentError | None] = []
@@ -143,17 +153,17 @@ def answer_deployments(
     fits = [i for i, a in enumerate(out) if a is None]
     chosen = [deployments[i] for i in fits]
     steps = build_step_models(chosen, fn)  # one grid per step key: engines share their GPU's
-    phases = _phases_once(chosen, fn)
+    phases = _phases_once(chosen, fn) if detail else [None] * len(chosen)
     kind = SIM_BATCH if workload == BATCH else CLOSED
     for i, step, ph in zip(fits, steps, phases, strict=True):
         d, engine = deployments[i], engines[i]
         try:
-            served = simulate_deployment(d, engine, step, kind)
+            served = simulate_deployment(d, engine, step, kind, per_client=per_client)
         except DeploymentError as exc:
             out[i] = exc
             continue
         except ValueError as exc:  # one request's prompt does not fit the KV cache
             out[i] = DeploymentError(f"{d.model.name} on {d.gpu.id}: {exc}")
             continue
-        out[i] = _answer_one(d, engine, step, served, (ph, ph), workload)
+        out[i] = _answer_one(d, engine, step, served, None if ph is None else (ph, ph), workload)
     return [a for a in out if a is not None]

@@ -23,6 +23,7 @@ import pandas as pd
 
 from components.common.metrics import mape
 from components.deployments.config import Deployment, DeploymentError
+from components.deployments.engines.aic_benchmark import PARTS, as_benchmarked
 from components.deployments.engines.base import StepCost
 from components.deployments.engines.registry import engine_for, engine_name
 from components.deployments.ops import OpTimeFn
@@ -41,17 +42,33 @@ SIM_COST = StepCost(base_us=2000.0, allreduce_us=10.0)
 # Requests per client the bench simulates (measured, warm-up): fewer than aiperf's 20 and 2 -- the closed
 # loop's steady state repeats, so 6 per client average it within noise at a quarter of the time.
 BENCH_PER_CLIENT = (6, 1)
+# The engine settings an aggregated run is simulated under, a candidate each, chosen per engine on each
+# fold's training GPU like the memory fraction: the engine's own defaults, or those AIConfigurator's
+# benchmark deployed its runs with (``engines.aic_benchmark``: batch limit C, token budget C + ISL + 1500,
+# CUDA graphs at 1..C). Disaggregated runs: the defaults under both.
+DEFAULTS, BENCHMARKED = "defaults", "aiconfigurator"
+SETTINGS = (DEFAULTS, BENCHMARKED)
+BENCHMARKED_PARTS = PARTS
+# What a run's recorded engine version says under either candidate: SGLang's mixed chunk, which
+# AIConfigurator's templates pass from SGLang 0.5.6 on (``aic_benchmark.MIXED_CHUNK_FROM``) -- read off the
+# template per version, not a choice
+RECORDED_PARTS = ("mixed",)
+
+
+def candidates() -> list[tuple[float, str]]:
+    """(memory-fraction offset, settings) pairs each run is simulated under."""
+    return [(off, setting) for off in FRACTION_OFFSETS for setting in SETTINGS]
 
 
 @dataclass
 class Simulated:
-    """Per run: id, engine, GPU, measured TTFT/TPOT (us), and per memory-fraction offset the TTFT and TPOT
-    feature rows (n x 5 each); runs without an answer with their reason."""
+    """Per run: id, engine, GPU, measured TTFT/TPOT (us), and per candidate (memory-fraction offset,
+    settings) the TTFT and TPOT feature rows (n x 8 each); runs without an answer with their reason."""
 
     runs: pd.DataFrame
-    ttft_x: dict[float, np.ndarray] = field(default_factory=dict)
-    ttft_extra: dict[float, np.ndarray] = field(default_factory=dict)
-    tpot_x: dict[float, np.ndarray] = field(default_factory=dict)
+    ttft_x: dict[tuple[float, str], np.ndarray] = field(default_factory=dict)
+    ttft_extra: dict[tuple[float, str], np.ndarray] = field(default_factory=dict)
+    tpot_x: dict[tuple[float, str], np.ndarray] = field(default_factory=dict)
     refused: list[dict[str, Any]] = field(default_factory=list)
 
 
@@ -84,34 +101,42 @@ def simulate_runs(
     to_pair: Callable[..., tuple[Deployment, Deployment]],
     log: Callable[[str], None] = lambda _: None,
 ) -> Simulated:
-    """Every run simulated under each candidate memory fraction of its engine (default step cost)."""
+    """Every run simulated under each candidate (memory fraction, settings) of its engine (default step
+    cost); a disaggregated run once, its features shared by the settings candidates."""
     kept, pairs, refused = _pairs(runs, catalog, datasets_dir, to_pair)
     flat = [d for pair in pairs for d in pair]
     steps = build_step_models(flat, op_time)
     out_rows: list[dict[str, Any]] = []
-    ttft_x: dict[float, list] = {o: [] for o in FRACTION_OFFSETS}
-    tpot_x: dict[float, list] = {o: [] for o in FRACTION_OFFSETS}
-    extra: dict[float, list] = {o: [] for o in FRACTION_OFFSETS}
+    keys = candidates()
+    ttft_x: dict[tuple[float, str], list] = {k: [] for k in keys}
+    tpot_x: dict[tuple[float, str], list] = {k: [] for k in keys}
+    extra: dict[tuple[float, str], list] = {k: [] for k in keys}
     for i, row in enumerate(kept):
         pre, dec = pairs[i]
         name = engine_name(row["backend"])
         base = engine_for(name, pre.gpu, fitted=False).with_cost(SIM_COST)
-        rows: dict[float, tuple[np.ndarray, float, np.ndarray]] = {}
+        rows: dict[tuple[float, str], tuple[np.ndarray, float, np.ndarray]] = {}
         try:
-            for off in FRACTION_OFFSETS:
+            for off, setting in keys:
+                if setting != DEFAULTS and row["mode"] != "agg":
+                    rows[off, setting] = rows[off, DEFAULTS]
+                    continue
                 eng = base.with_settings(memory_fraction=base.memory_fraction + off)
+                if row["mode"] == "agg":
+                    parts = BENCHMARKED_PARTS if setting == BENCHMARKED else RECORDED_PARTS
+                    eng = as_benchmarked(eng, pre.isl, pre.concurrency, parts, row.get("backend_version"))
                 worker = None if row["mode"] != "disagg" else (dec, steps[2 * i + 1])
                 served: Served = simulate_deployment(
                     pre, eng, steps[2 * i], decode_worker=worker, per_client=BENCH_PER_CLIENT
                 )
-                rows[off] = served.features()
+                rows[off, setting] = served.features()
         except (DeploymentError, ValueError) as exc:
             refused.append({"id": row["id"], "backend": row["backend"], "reason": _reason(exc)})
             continue
-        for off, (a, e, b) in rows.items():
-            ttft_x[off].append(a)
-            extra[off].append(e)
-            tpot_x[off].append(b)
+        for key, (a, e, b) in rows.items():
+            ttft_x[key].append(a)
+            extra[key].append(e)
+            tpot_x[key].append(b)
         out_rows.append(
             {
                 "id": row["id"],
@@ -126,9 +151,9 @@ def simulate_runs(
     log(f"simulated {len(out_rows)} runs, {len(refused)} without an answer")
     return Simulated(
         pd.DataFrame(out_rows),
-        {o: np.asarray(v).reshape(-1, N_COST) for o, v in ttft_x.items()},
-        {o: np.asarray(v, dtype="float64") for o, v in extra.items()},
-        {o: np.asarray(v).reshape(-1, N_COST) for o, v in tpot_x.items()},
+        {k: np.asarray(v).reshape(-1, N_COST) for k, v in ttft_x.items()},
+        {k: np.asarray(v, dtype="float64") for k, v in extra.items()},
+        {k: np.asarray(v).reshape(-1, N_COST) for k, v in tpot_x.items()},
         refused,
     )
 
@@ -144,11 +169,12 @@ def fit_cost(
     return relative_l1(x, np.r_[ttft, tpot], np.r_[ttft_scale, tpot], COST_BOUNDS)
 
 
-def fit_engine(sim: Simulated, mask: np.ndarray) -> tuple[float, np.ndarray, dict[str, float]]:
-    """(memory-fraction offset, step-cost vector, train MAPE) of the runs in ``mask``."""
+def fit_engine(sim: Simulated, mask: np.ndarray) -> tuple[tuple[float, str], np.ndarray, dict[str, float]]:
+    """((memory-fraction offset, settings) chosen, step-cost vector, train MAPE) of the runs in ``mask``:
+    the candidate whose fitted cost errs least on them (TTFT + TPOT MAPE)."""
     y1, y2 = sim.runs["ttft_us"].to_numpy()[mask], sim.runs["tpot_us"].to_numpy()[mask]
     best = None
-    for off in FRACTION_OFFSETS:
+    for off in sim.ttft_x:
         x1, x2, e1 = sim.ttft_x[off][mask], sim.tpot_x[off][mask], sim.ttft_extra[off][mask]
         coef = fit_cost(x1, x2, y1 - e1, y2, y1)
         err = {"ttft": mape(y1, x1 @ coef + e1), "tpot": mape(y2, x2 @ coef)}
@@ -175,7 +201,8 @@ def leave_one_gpu_out(sim: Simulated) -> tuple[pd.DataFrame, dict[str, Any]]:
             frame.loc[test, "ttft_pred_us"] = sim.ttft_x[off][test] @ coef + sim.ttft_extra[off][test]
             frame.loc[test, "tpot_pred_us"] = sim.tpot_x[off][test] @ coef
             fits[f"{name} ({device} held out)"] = {
-                "fraction_offset": off,
+                "fraction_offset": off[0],
+                "settings": off[1],
                 "cost": coef.tolist(),
                 "train": err,
             }
@@ -216,12 +243,13 @@ def production_constants(sim: Simulated, commit: str | None = None) -> dict[str,
         held = frame[mask]
         out[name] = {
             "cost": dict(zip(StepCost.__dataclass_fields__, (round(float(c), 6) for c in coef), strict=True)),
-            "memory_fraction_offset": off,
+            "memory_fraction_offset": off[0],
             "provenance": {
                 "fitted_on": (
                     f"AIConfigurator silicon runs, {name}, "
                     f"{', '.join(sorted(sim.runs.loc[mask, 'device_id'].unique()))} ({int(mask.sum())} runs)"
                 ),
+                "runs_simulated_with": f"{off[1]} engine settings (aggregated runs)",
                 "train_mape": {k: round(v, 4) for k, v in err.items()},
                 "leave_one_gpu_out_mape": {
                     "ttft": round(mape(held["ttft_us"].to_numpy(), held["ttft_pred_us"].to_numpy()), 4),
@@ -292,7 +320,9 @@ def silicon_rows(
     note = (
         f"{SPLIT_SILICON} {FAMILY_SIM}: {len(frame)} of {len(runs)} runs answered by simulating their engine "
         "(constants per engine fitted on the other GPU's runs; "
-        + "; ".join(f"{k}: offset {v['fraction_offset']:+g}" for k, v in fits.items())
+        + "; ".join(
+            f"{k}: offset {v['fraction_offset']:+g}, {v['settings']} settings" for k, v in fits.items()
+        )
         + f"); {PUBLISHED_AIC_TTFT}; not answered: "
         + "; ".join(f"{n} x {r}" for r, n in reasons.items())
     )

@@ -17,6 +17,10 @@ from components.deployments.ops import OpTimeFn
 
 RANK_KEYS = {"tpot": "tpot_ms", "ttft": "ttft_ms", "cost": "usd_per_mtok"}
 DEFAULT_TPS = (1, 2, 4, 8)
+# Requests per client a rank simulates per option (measured, warm-up): the bench's 6 + 1, not aiperf's
+# 20 + 2 -- the closed loop's steady state repeats, so the mean settles within a few requests per client and
+# a whole-catalog rank runs a third of the scheduler steps (``predict --llm`` keeps aiperf's counts)
+RANK_PER_CLIENT = (6, 1)
 # A deployment question's fields beyond its model and GPU: ``deployment_from`` reads them, ``workload`` picks
 # the answer (steady serving or a trace). The batch file and the API's deployment column take these.
 DEPLOYMENT_PARAMS: tuple[str, ...] = (
@@ -157,8 +161,11 @@ def rank_deployments(
                     skipped += 1
                     continue
                 formed.append((d, price))
-    # every option composed at once: one op-engine call per kind of op and GPU (answer.answer_deployments)
-    answers = answer_deployments([d for d, _ in formed], op_time, workload=workload)
+    # every option composed at once: one op-engine call per kind of op and GPU (answer.answer_deployments);
+    # the rows show no per-op breakdown, so none is composed
+    answers = answer_deployments(
+        [d for d, _ in formed], op_time, workload=workload, per_client=RANK_PER_CLIENT, detail=False
+    )
     for (d, price), a in zip(formed, answers, strict=True):
         if isinstance(a, DeploymentError):
             skipped += 1

@@ -126,6 +126,7 @@ class _Sim:
         self.theta = theta(engine.cost)
         self.th = tuple(float(x) for x in self.theta)
         self.policy = engine.policy
+        self.mixed = engine.mixed_chunk and engine.policy == "prefill-first"
         self.budget = engine.max_num_batched_tokens
         self.kv_cap = float(kv_tokens)
         self.t = 0.0
@@ -334,7 +335,7 @@ class _Sim:
             heapq.heappop(self.decoding)
 
     def _decode_step(self, with_prefill: bool) -> bool:
-        return self.n_dec > 0 and not (with_prefill and self.policy == "prefill-first")
+        return self.n_dec > 0 and not (with_prefill and self.policy == "prefill-first" and not self.mixed)
 
     def run(self) -> RequestStats:
         self._start()
@@ -353,9 +354,10 @@ class _Sim:
             if self.policy == "decode-first" and self.n_dec:
                 self._preempt_for(self.n_dec)
             budget = self.budget
-            # vLLM counts the decodes in the step's budget; SGLang runs prefill apart; TensorRT-LLM's
-            # max_num_tokens bounds the context tokens (a whole prompt enters beside the generations)
-            shared = self.policy == "decode-first"
+            # vLLM (and SGLang's mixed chunk) count the decodes in the step's budget; SGLang otherwise runs
+            # prefill apart; TensorRT-LLM's max_num_tokens bounds the context tokens (a whole prompt enters
+            # beside the generations)
+            shared = self.policy == "decode-first" or self.mixed
             chunks = self._chunks(budget - (self.n_dec if shared else 0))
             decoding = self._decode_step(bool(chunks))
             if not chunks and not decoding:

@@ -16,7 +16,7 @@ from components.deployments.engines.base import POLICIES, StepCost
 from components.deployments.engines.registry import ENGINES, engine_for
 from components.deployments.ops import roofline_op_time
 from components.deployments.serve import kv_capacity, simulate_deployment
-from components.deployments.simulate import BATCH, Workload, simulate, theta
+from components.deployments.simulate import BATCH, RATE, Workload, simulate, theta
 from components.deployments.stepmodel import build_step_models
 from components.devices import load_catalog
 from components.platform.config import DEFAULT_DATASETS_DIR
@@ -289,3 +289,59 @@ def test_step_models_are_kept_across_calls_per_op_time_function(catalog):
     fresh = build_step_models([a], roofline_op_time)[0]
     assert fresh is not first
     np.testing.assert_array_equal(fresh.attn_pre, first.attn_pre)
+
+
+def test_a_benchmarked_run_is_simulated_with_aiconfigurators_settings(catalog):
+    """AIConfigurator's benchmark deploys an aggregated worker with max_batch_size C, a token budget of
+    C + ISL + 1500, CUDA graphs at every size 1..C (no padding) and SGLang's mixed chunk from 0.5.6 on
+    (``engines.aic_benchmark``); a user's question keeps the engine defaults."""
+    from components.deployments.engines.aic_benchmark import PARTS, as_benchmarked
+
+    spec = catalog.resolve("h100-sxm")
+    for name in ENGINES:
+        base = engine_for(name, spec, fitted=False)
+        eng = as_benchmarked(base, isl=1024, concurrency=33, version="0.5.9")
+        assert eng.max_num_seqs == 33 and eng.graph_batch(33) == 33 and eng.graph_batch(17) == 17
+        assert "AIConfigurator benchmark rules" in eng.provenance
+        if name == "sglang":
+            assert eng.mixed_chunk and eng.max_num_batched_tokens == 1024 + 1500
+        else:
+            assert eng.max_num_batched_tokens == 33 + 1024 + 1500
+    assert engine_for("vllm", spec, fitted=False).graph_batch(33) == 40  # the default pads
+    trt = engine_for("trtllm", spec)
+    assert as_benchmarked(trt, 1024, 8).memory_fraction == trt.memory_fraction  # "kv" not applied by default
+    assert as_benchmarked(trt, 1024, 8, (*PARTS, "kv")).memory_fraction == pytest.approx(0.8)
+    # SGLang 0.5.1's template never passed --enable-mixed-chunk; an unknown version keeps the default
+    for version in ("0.5.1.post1", "glm5-hopper"):
+        assert not as_benchmarked(engine_for("sglang", spec), 1024, 8, version=version).mixed_chunk
+
+
+def test_sglangs_mixed_chunk_runs_the_decodes_in_prefill_steps(catalog):
+    """Without mixed chunk a step with prefill work runs no decode (SGLang's default: the running requests
+    wait); with it the decodes ride along, so the same requests need fewer steps (arrivals at a fixed rate
+    keep prompts entering while others decode)."""
+    d = _deploy(catalog, "h100-sxm", isl=4096, osl=64, concurrency=1, framework="sglang")
+    step = build_step_models([d], roofline_op_time)[0]
+    base = engine_for("sglang", d.gpu, fitted=False)
+    kv, _ = kv_capacity(d, base)
+    w = Workload(d.isl, d.osl, kind=RATE, requests=32, rate=8.0)
+    apart = simulate(step, base, kv, w)
+    mixed = simulate(step, base.with_settings(mixed_chunk=True), kv, w)
+    assert mixed.steps < apart.steps  # a prompt entering beside decodes saves their separate step
+
+
+def test_a_rank_simulates_fewer_requests_per_client_and_agrees_with_predict(catalog):
+    """A rank simulates 6 + 1 requests per client (``service.RANK_PER_CLIENT``), a question aiperf's 20 + 2:
+    the closed loop's steady state repeats, so the two agree within a few percent on every engine (TPOT 2-3%
+    lower: the final drain is a larger share of fewer requests)."""
+    from components.deployments.service import RANK_PER_CLIENT, rank_deployments
+
+    assert RANK_PER_CLIENT == (6, 1)
+    spec = catalog.resolve("h100-sxm")
+    params = {"isl": 2048, "osl": 128, "concurrency": 16, "framework": "all"}
+    ranked, _ = rank_deployments(json.dumps(LLAMA8B), [spec], params, {}, tps=[1], op_time=roofline_op_time)
+    for row in ranked:
+        d = _deploy(catalog, "h100-sxm", isl=2048, osl=128, concurrency=16, framework=row["engine"])
+        (asked,) = answer_deployments([d], roofline_op_time)
+        assert row["tpot_ms"] == pytest.approx(asked.tpot_ms, rel=0.05)
+        assert row["ttft_ms"] == pytest.approx(asked.ttft_ms, rel=0.05)

@@ -85,6 +85,9 @@ class ServingEngine:
     # batch); () = no padding (the batch runs at its own size)
     graph_sizes: tuple[int, ...] = ()
     policy: str = "decode-first"
+    # "prefill-first" only: a step with prefill work also runs the running decodes, which count against its
+    # token budget (SGLang's ``--enable-mixed-chunk``); off, the decodes wait for the prefill step
+    mixed_chunk: bool = False
     vendors: tuple[str, ...] = ("nvidia", "amd")  # GPU vendors the engine runs on
     cost: StepCost = field(default_factory=StepCost)
     provenance: str = "defaults only (no fitted constants)"
