@@ -103,6 +103,9 @@ class TransferModel:
     far: dict[str, dict[str, Any]] = field(default_factory=dict)
     # family -> (low, high) quantiles of log(actual / answer) over the inner leave-one-GPU-out answers
     intervals: dict[str, list[float]] = field(default_factory=dict)
+    # family -> {"tier": ..., inner scores}: the answer where the nearest relatives of the asked GPU's line
+    # are of another generation (``tier_choice.kin``: Hopper for Blackwell); absent: the far choice
+    kin: dict[str, dict[str, Any]] = field(default_factory=dict)
 
     def settings_of(self, family: str) -> TransferSettings:
         return self.settings.get(family, TransferSettings())
@@ -121,6 +124,7 @@ class TransferModel:
             "inconsistent": self.inconsistent,
             "far": self.far,
             "intervals": self.intervals,
+            "kin": self.kin,
         }
         (Path(folder) / TRANSFER_FILE).write_text(json.dumps(data, indent=1, sort_keys=True))
 
@@ -140,6 +144,7 @@ class TransferModel:
             {k: [str(d) for d in v] for k, v in data.get("inconsistent", {}).items()},
             dict(data.get("far", {})),
             {k: [float(x) for x in v] for k, v in data.get("intervals", {}).items()},
+            dict(data.get("kin", {})),
         )
 
 
@@ -328,14 +333,19 @@ class TransferTier:
         return sorted(out, key=lambda t: (t[1], t[0]))
 
     def far_choice(self, family: str, dtype: str, kv_dtype: str | None, spec: Any) -> str:
-        """``transfer`` where a relative of the regime is of the asked GPU's generation, else the family's far
-        choice (``tier_choice``: transfer, blend or spec)."""
-        from components.opmodel.tier_choice import near
+        """``transfer`` where a relative of the regime is of the asked GPU's generation, else the family's kin
+        choice where one is of its line (``tier_choice.standing``), else its far choice (transfer, blend or
+        spec)."""
+        from components.opmodel.tier_choice import standing
 
         found = self.relatives(family, dtype, kv_dtype, spec)
-        if any(near(spec, self.measured.specs[d]) for d, _ in found):
+        where = standing(spec, [self.measured.specs[d] for d, _ in found])
+        if where == "near":
             return "transfer"
-        return str(self.model.far.get(family, {}).get("tier", "transfer"))
+        far = str(self.model.far.get(family, {}).get("tier", "transfer"))
+        if where == "kin":
+            return str(self.model.kin.get(family, {}).get("tier", far))
+        return far
 
     def _has(self, family: str, device: str, dtype: str, kv_dtype: str | None) -> bool:
         if family in CURVE_FAMILIES:

@@ -53,17 +53,20 @@ def test_the_far_choice_is_made_on_far_training_gpus_and_used_only_without_a_nea
 
     store = _store(catalog)
     specs = {d: catalog.get(d) for d in GPUS}
-    fitted: list[str] = []
+    fitted: list[tuple[str, ...]] = []
 
-    def spec_without(held: str):
+    def spec_without(*held: str):
         fitted.append(held)
-        rows = spec_tier.training_rows({"gemm": store["gemm"][store["gemm"]["device_id"] != held]}, None, 500)
-        return spec_tier.fit(rows, {d: s for d, s in specs.items() if d != held}, rounds=5)
+        rows = spec_tier.training_rows(
+            {"gemm": store["gemm"][~store["gemm"]["device_id"].isin(held)]}, None, 500
+        )
+        return spec_tier.fit(rows, {d: s for d, s in specs.items() if d not in held}, rounds=5)
 
     measured = MeasuredTier(store, specs)
     model = fit_transfer(measured, store, list(GPUS), 40, spec_without=spec_without)
-    # H100 and H200 have each other: only A100 and L40S are far, and only they got an inner spec fit
-    assert sorted(fitted) == ["a100-sxm4-80gb", "l40s"]
+    # H100 and H200 have each other: only A100 and L40S are far, and only they got an inner spec fit alone
+    # (the kin cases leave H100 and H200 out together)
+    assert sorted(h[0] for h in fitted if len(h) == 1) == ["a100-sxm4-80gb", "l40s"]
     assert model.far["gemm"]["gpus"] == ["a100-sxm4-80gb", "l40s"]
     assert model.far["gemm"]["tier"] in FAR_CHOICES
     assert set(FAR_CHOICES) <= set(model.far["gemm"])
@@ -143,3 +146,64 @@ def test_a_regime_without_a_near_relative_is_far_though_its_gpu_has_one_in_anoth
     assert far_targets([bf16], list(GPUS), specs) == set()
     # a relative outside the training GPUs does not count: without H100, the bf16 GEMMs are far too
     assert far_group(bf16, [d for d in GPUS if d != "h100-sxm"], specs)
+
+
+def test_a_generation_jump_within_one_line_is_kin_and_another_class_is_far(catalog) -> None:
+    """Blackwell from Hopper and MI355X from MI300X are kin (one vendor, HBM both, another architecture);
+    L40S (GDDR6) from the HBM GPUs and the Intel B60 from anything are far; H200 from H100 near."""
+    from components.opmodel.tier_choice import kin, memory_class, standing
+
+    get = catalog.get
+    assert memory_class(get("b200")) == "hbm" and memory_class(get("l40s")) == "gddr"
+    assert kin(get("b200"), get("h200")) and kin(get("mi355x"), get("mi300x"))
+    assert not kin(get("h200"), get("h100-sxm")) and not kin(get("l40s"), get("h100-sxm"))
+    assert not kin(get("mi300x"), get("h100-sxm"))
+    assert standing(get("h200"), [get("h100-sxm"), get("l40s")]) == "near"
+    assert standing(get("b200"), [get("h200"), get("l40s")]) == "kin"
+    assert standing(get("l40s"), [get("a100-sxm4-80gb"), get("h100-sxm")]) == "far"
+    assert standing(get("arc-pro-b60"), [get("l40s"), get("mi300x")]) == "far"
+
+
+def test_the_kin_choice_is_made_on_generation_jumps_and_answers_only_kin_gpus(catalog) -> None:
+    """The kin cases: A100 (relatives Hopper), H100 with H200 left out and H200 with H100 left out (relative
+    A100), each with a spec model fitted without the GPUs left out; L40S is no kin case. The engine then
+    answers B200 (kin) by the kin choice and L40S (far) by the far choice."""
+    from components.opmodel import spec as spec_tier
+    from components.opmodel.measured import MeasuredTier
+    from components.opmodel.tier_choice import FAR_CHOICES
+    from components.opmodel.transfer import TransferTier
+    from components.opmodel.transfer_fit import fit_transfer
+
+    store = _store(catalog)
+    specs = {d: catalog.get(d) for d in GPUS}
+    fitted: list[frozenset[str]] = []
+
+    def spec_without(*held: str):
+        fitted.append(frozenset(held))
+        rows = spec_tier.training_rows(
+            {"gemm": store["gemm"][~store["gemm"]["device_id"].isin(held)]}, None, 500
+        )
+        return spec_tier.fit(rows, {d: s for d, s in specs.items() if d not in held}, rounds=5)
+
+    measured = MeasuredTier(store, specs)
+    model = fit_transfer(measured, store, list(GPUS), 40, spec_without=spec_without)
+    assert model.kin["gemm"]["gpus"] == ["a100-sxm4-80gb", "h100-sxm without h200", "h200 without h100-sxm"]
+    assert frozenset({"h100-sxm", "h200"}) in fitted and model.kin["gemm"]["tier"] in FAR_CHOICES
+    assert set(model.kin["gemm"]["per_gpu"]) == set(model.kin["gemm"]["gpus"])
+    assert model.far["gemm"]["gpus"] == ["a100-sxm4-80gb", "l40s"]  # the far choice as before
+    from components.opmodel.transfer import TransferModel
+
+    loaded = TransferModel(far={"gemm": {"tier": "spec"}}, kin={"gemm": {"tier": "blend"}})
+    tier = TransferTier(measured.without("l40s"), None, loaded)
+    assert tier.far_choice("gemm", "bf16", None, catalog.get("b200")) == "blend"
+    assert tier.far_choice("gemm", "bf16", None, catalog.get("l40s")) == "spec"
+    assert tier.far_choice("gemm", "bf16", None, catalog.get("h100-pcie")) == "transfer"
+    no_kin = TransferTier(measured.without("l40s"), None, TransferModel(far={"gemm": {"tier": "spec"}}))
+    assert no_kin.far_choice("gemm", "bf16", None, catalog.get("b200")) == "spec"  # no kin evidence: far
+
+
+def test_the_kin_choice_survives_save_and_load(tmp_path) -> None:
+    from components.opmodel.transfer import TransferModel
+
+    TransferModel(kin={"attention": {"tier": "transfer", "blend": 0.2}}).save(tmp_path)
+    assert TransferModel.load(tmp_path).kin == {"attention": {"tier": "transfer", "blend": 0.2}}
