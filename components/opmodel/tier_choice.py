@@ -15,8 +15,13 @@ from the others, and by a spec model fitted without it: ``spec_without``, suppli
 the fits). The far choice is made on every training regime without a near relative (kin ones included, as
 before kin was told apart); the kin choice on the kin cases alone: training regimes whose relatives are kin,
 and training regimes with a near relative answered as if their generation were unseen (H100 with H200 left
-out of the relatives and of the spec model: only A100 remains of its line). Without kin cases the kin
-standing takes the far choice. Transfer comes first, then blend, then spec: ties keep the earlier one.
+out of the relatives and of the spec model: only A100 remains of its line), where the transfer tier may also
+carry from the line's relatives alone (``|kin``). The kin choice is kept only where it beats the pooled far
+choice on kin cases it was not made on (``nested``); else, and without kin cases, the kin standing takes the
+far choice. Transfer comes first, then blend, then spec: ties keep the earlier one.
+
+Measured on the aiconfigurator and aiter tables (docs/transfer-tier.md, branch transfer7): the kin choice
+made apart lost to the pooled far choice in every family, so the trained engines keep the far choice.
 """
 
 from __future__ import annotations
@@ -27,6 +32,9 @@ from typing import Any
 import numpy as np
 
 FAR_CHOICES: tuple[str, ...] = ("transfer", "blend", "spec")
+# the kin standing may also carry from its line's relatives alone ("|kin": A100 from H100 and H200, without
+# L40S beside them in the blend)
+KIN_CHOICES: tuple[str, ...] = (*FAR_CHOICES, "transfer|kin", "blend|kin")
 
 
 def near(x: Any, y: Any) -> bool:
@@ -57,7 +65,9 @@ def standing(asked: Any, relatives: list[Any]) -> str:
 
 
 def combine(choice: str, transfer: np.ndarray, spec: np.ndarray) -> np.ndarray:
-    """The answer of a far regime under ``choice`` (NaN where the transfer tier has none)."""
+    """The answer of a far regime under ``choice`` (NaN where the transfer tier has none; a ``|kin`` scope
+    is the caller's: ``transfer`` is then the answer of the kin relatives)."""
+    choice = choice.partition("|")[0]
     if choice == "spec":
         return np.where(np.isfinite(transfer), spec, np.nan)
     if choice == "blend":
@@ -105,12 +115,16 @@ def label(left_out: tuple[str, ...]) -> str:
 
 
 def choose(
-    cases: list[tuple[Any, tuple[str, ...]]], specs: dict[str, Any], predict_without: Any, spec_without: Any
+    cases: list[tuple[Any, tuple[str, ...]]],
+    specs: dict[str, Any],
+    predict_without: Any,
+    spec_without: Any,
+    options: tuple[str, ...] = FAR_CHOICES,
 ) -> dict[str, dict[str, Any]]:
-    """Per family over ``cases`` ((group, left out: the target first)): the choice and its inner scores (mean
-    per-case MAPE; ``per_gpu``: each case's). ``predict_without(group, *left_out)``: the transfer tier's
-    answer from the training GPUs but ``left_out``; ``spec_without(*left_out)``: the spec model fitted
-    without them."""
+    """Per family over ``cases`` ((group, left out: the target first)): the best of ``options`` and the
+    inner scores (mean per-case MAPE; ``per_gpu``: each case's). ``predict_without(group, *left_out,
+    only=None)``: the transfer tier's answer from the training GPUs but ``left_out`` (``only``: the relatives
+    that may answer); ``spec_without(*left_out)``: the spec model fitted without them."""
     from components.opmodel.engine import OpEngine
 
     apes: dict[str, dict[str, dict[str, list[np.ndarray]]]] = {}
@@ -121,28 +135,66 @@ def choose(
             ok = np.isfinite(got)
             if not ok.any():
                 continue
+            answers = {"": got[ok]}
+            if any(o.endswith("|kin") for o in options):
+                line = {c.device for c in g.carried if kin(specs[g.target], specs[c.device])}
+                own = predict_without(g, *left_out, only=line)[ok]
+                answers["kin"] = np.where(np.isfinite(own), own, got[ok])
             engine = engine or OpEngine(None, spec_without(*left_out))
             shape = {k: v[ok] for k, v in g.shape.items()}
             base = engine.raw_predict(g.family, g.dtype, shape, specs[g.target], g.kv).duration_us
             per_case = apes.setdefault(g.family, {}).setdefault(label(left_out), {})
-            for name in FAR_CHOICES:
-                ape = np.abs(combine(name, got[ok], base) - g.actual[ok]) / g.actual[ok]
+            for name in options:
+                carried = answers[name.partition("|")[2]]
+                ape = np.abs(combine(name, carried, base) - g.actual[ok]) / g.actual[ok]
                 per_case.setdefault(name, []).append(ape)
     out = {}
     for family, per_gpu in sorted(apes.items()):
         scores = {
-            case: {name: float(np.concatenate(v[name]).mean()) for name in FAR_CHOICES}
+            case: {name: float(np.concatenate(v[name]).mean()) for name in options}
             for case, v in per_gpu.items()
         }
-        means = {name: float(np.mean([s[name] for s in scores.values()])) for name in FAR_CHOICES}
-        best = min(FAR_CHOICES, key=lambda name: (round(means[name], 9), FAR_CHOICES.index(name)))
+        means = {name: float(np.mean([s[name] for s in scores.values()])) for name in options}
         out[family] = {
-            "tier": best,
+            "tier": best_of(means, options),
             **{k: round(v, 4) for k, v in means.items()},
             "gpus": sorted(per_gpu),
             "per_gpu": {c: {k: round(v, 4) for k, v in s.items()} for c, s in sorted(scores.items())},
         }
     return out
+
+
+def best_of(means: dict[str, float], options: tuple[str, ...]) -> str:
+    """The option of the lowest score; ties keep the earlier one."""
+    return min(options, key=lambda name: (round(means[name], 9), options.index(name)))
+
+
+def _mean_over(per_case: dict[str, dict[str, float]], options: tuple[str, ...]) -> dict[str, float]:
+    return {o: float(np.mean([s[o] for s in per_case.values()])) for o in options}
+
+
+def nested(kin_family: dict[str, Any], far_family: dict[str, Any] | None) -> tuple[float, float] | None:
+    """Whether a separate kin choice beats the pooled far choice, judged on the kin cases it was not made on:
+    each kin case in turn is left out, the kin choice made on the other kin cases and the far choice on the
+    far cases of other GPUs; (mean score of the kin choices, of the far choices) on the left-out cases. None
+    with fewer than two kin cases."""
+    cases = kin_family["per_gpu"]
+    if len(cases) < 2:
+        return None
+    far_cases = (far_family or {}).get("per_gpu", {})
+    kin_scores, far_scores = [], []
+    for case, scores in cases.items():
+        others = {c: s for c, s in cases.items() if c != case}
+        target = case.split(" without ")[0]
+        rest = {c: s for c, s in far_cases.items() if c != target}
+        pooled = (
+            best_of(_mean_over(rest, FAR_CHOICES), FAR_CHOICES)
+            if rest
+            else (far_family or {}).get("tier", "transfer")
+        )
+        kin_scores.append(scores[best_of(_mean_over(others, KIN_CHOICES), KIN_CHOICES)])
+        far_scores.append(scores[pooled])
+    return float(np.mean(kin_scores)), float(np.mean(far_scores))
 
 
 def choose_far(
@@ -167,7 +219,20 @@ def choose_kin(
     specs: dict[str, Any],
     predict_without: Any,
     spec_without: Any,
+    far: dict[str, dict[str, Any]] | None = None,
 ) -> dict[str, dict[str, Any]]:
-    """Per family: the kin choice and its inner scores over the kin cases (``kin_cases``); a family without
-    any is absent (its kin standing takes the far choice)."""
-    return choose(kin_cases(groups, train, specs), specs, predict_without, spec_without)
+    """Per family: the kin choice over the kin cases (``kin_cases``), among ``KIN_CHOICES``, kept only where
+    it beats the pooled far choice by the nested leave-one-case-out (``nested``: ``separate`` true); else the
+    family's far choice (``separate`` false). A family without kin cases is absent (its kin standing takes
+    the far choice)."""
+    far = far or {}
+    out = choose(kin_cases(groups, train, specs), specs, predict_without, spec_without, KIN_CHOICES)
+    for family, entry in out.items():
+        scores = nested(entry, far.get(family))
+        separate = scores is not None and scores[0] < scores[1] - 1e-9
+        entry["own_choice"] = entry["tier"]
+        entry["separate"] = separate
+        entry["nested"] = None if scores is None else {"kin": round(scores[0], 4), "far": round(scores[1], 4)}
+        if not separate:
+            entry["tier"] = far.get(family, {}).get("tier", "transfer")
+    return out

@@ -335,7 +335,7 @@ class TransferTier:
     def far_choice(self, family: str, dtype: str, kv_dtype: str | None, spec: Any) -> str:
         """``transfer`` where a relative of the regime is of the asked GPU's generation, else the family's kin
         choice where one is of its line (``tier_choice.standing``), else its far choice (transfer, blend or
-        spec)."""
+        spec; a kin choice may add ``|kin``: carried from the line's relatives alone)."""
         from components.opmodel.tier_choice import standing
 
         found = self.relatives(family, dtype, kv_dtype, spec)
@@ -437,13 +437,19 @@ class TransferTier:
         spec: Any,
         roof: physics.Roofline,
         kv_dtype: str | None = None,
+        kin_only: bool = False,
     ) -> tuple[np.ndarray, np.ndarray] | None:
         """Per row: the blended transfer runtime (NaN where no relative answers) and the support text; None
-        when the GPU has no relative in the regime."""
+        when the GPU has no relative in the regime. ``kin_only``: only relatives of the GPU's line answer
+        (``tier_choice.kin``)."""
+        from components.opmodel.tier_choice import kin
+
         if self.measured is None:
             return None
         kv = (kv_dtype or dtype) if family == "attention" else None
         found = self.relatives(family, dtype, kv, spec)
+        if kin_only:
+            found = [(d, dist) for d, dist in found if kin(spec, self.measured.specs[d])]
         if not found:
             return None
         settings = self.model.settings_of(family)

@@ -294,7 +294,8 @@ def inner_predictor(groups: list[PairGroup], train: list[str], model: TransferMo
     leave-one-GPU-out, as ``choose_settings`` scores it)."""
     fits: dict[tuple[str, frozenset[str]], Any] = {}
 
-    def predict_without(group: PairGroup, *held: str) -> np.ndarray:
+    def predict_without(group: PairGroup, *held: str, only: set[str] | None = None) -> np.ndarray:
+        """``only``: the relatives that may answer (the fits stay those without ``held``)."""
         allowed = set(train) - set(held)
         settings = model.settings_of(group.family)
         key = (group.family, frozenset(held))
@@ -303,7 +304,7 @@ def inner_predictor(groups: list[PairGroup], train: list[str], model: TransferMo
             coefficients = None if settings.ridge is None else fit_ridge(family, allowed, settings.ridge)
             fits[key] = (coefficients, relative_errors(groups, allowed))
         coefficients, errors = fits[key]
-        return answer(group, allowed, settings, coefficients, errors)
+        return answer(group, allowed if only is None else allowed & only, settings, coefficients, errors)
 
     return predict_without
 
@@ -349,10 +350,8 @@ def far_choice(
             fits[key] = spec_without(*held)
         return fits[key]
 
-    return (
-        choose_far(groups, train, specs, predict_without, spec_once),
-        choose_kin(groups, train, specs, predict_without, spec_once),
-    )
+    far = choose_far(groups, train, specs, predict_without, spec_once)
+    return far, choose_kin(groups, train, specs, predict_without, spec_once, far)
 
 
 def achievable_peaks(

@@ -170,7 +170,7 @@ def test_the_kin_choice_is_made_on_generation_jumps_and_answers_only_kin_gpus(ca
     answers B200 (kin) by the kin choice and L40S (far) by the far choice."""
     from components.opmodel import spec as spec_tier
     from components.opmodel.measured import MeasuredTier
-    from components.opmodel.tier_choice import FAR_CHOICES
+    from components.opmodel.tier_choice import KIN_CHOICES
     from components.opmodel.transfer import TransferTier
     from components.opmodel.transfer_fit import fit_transfer
 
@@ -188,8 +188,12 @@ def test_the_kin_choice_is_made_on_generation_jumps_and_answers_only_kin_gpus(ca
     measured = MeasuredTier(store, specs)
     model = fit_transfer(measured, store, list(GPUS), 40, spec_without=spec_without)
     assert model.kin["gemm"]["gpus"] == ["a100-sxm4-80gb", "h100-sxm without h200", "h200 without h100-sxm"]
-    assert frozenset({"h100-sxm", "h200"}) in fitted and model.kin["gemm"]["tier"] in FAR_CHOICES
-    assert set(model.kin["gemm"]["per_gpu"]) == set(model.kin["gemm"]["gpus"])
+    kin_gemm = model.kin["gemm"]
+    assert frozenset({"h100-sxm", "h200"}) in fitted and kin_gemm["own_choice"] in KIN_CHOICES
+    assert set(kin_gemm["per_gpu"]) == set(kin_gemm["gpus"]) and set(KIN_CHOICES) <= set(kin_gemm)
+    # kept apart only where the nested leave-one-case-out says it beats the far choice
+    assert kin_gemm["separate"] == (kin_gemm["nested"]["kin"] < kin_gemm["nested"]["far"])
+    assert kin_gemm["tier"] == (kin_gemm["own_choice"] if kin_gemm["separate"] else model.far["gemm"]["tier"])
     assert model.far["gemm"]["gpus"] == ["a100-sxm4-80gb", "l40s"]  # the far choice as before
     from components.opmodel.transfer import TransferModel
 
@@ -207,3 +211,43 @@ def test_the_kin_choice_survives_save_and_load(tmp_path) -> None:
 
     TransferModel(kin={"attention": {"tier": "transfer", "blend": 0.2}}).save(tmp_path)
     assert TransferModel.load(tmp_path).kin == {"attention": {"tier": "transfer", "blend": 0.2}}
+
+
+def test_a_kin_choice_is_kept_apart_only_where_it_wins_on_kin_cases_it_was_not_made_on() -> None:
+    """Three kin cases that all prefer transfer over the far cases' spec: kept apart; the same kin cases
+    with one that alone prefers transfer: the nested choice made without it picks spec, and loses."""
+    from components.opmodel.tier_choice import KIN_CHOICES, nested
+
+    def case(transfer: float, spec: float) -> dict[str, float]:
+        return {
+            o: (transfer if o.startswith("transfer") else spec if o == "spec" else 1.0) for o in KIN_CHOICES
+        }
+
+    far = {"tier": "spec", "per_gpu": {"l40s": {"transfer": 0.9, "blend": 0.6, "spec": 0.4}}}
+    agree = {"per_gpu": {"a": case(0.2, 0.3), "b": case(0.25, 0.3), "c": case(0.2, 0.35)}}
+    kin_score, far_score = nested(agree, far)
+    assert kin_score == pytest.approx((0.2 + 0.25 + 0.2) / 3) and far_score == pytest.approx(0.95 / 3)
+    lone = {"per_gpu": {"a": case(0.2, 0.5), "b": case(0.6, 0.3), "c": case(0.7, 0.3)}}
+    kin_score, far_score = nested(lone, far)
+    assert kin_score > far_score  # the kin choice made on b, c (spec) for a, on a+c / a+b for b, c
+    assert nested({"per_gpu": {"a": case(0.2, 0.5)}}, far) is None  # one kin case: nothing to judge on
+
+
+def test_a_kin_choice_of_the_line_alone_leaves_other_relatives_out_of_the_blend(catalog) -> None:
+    """``transfer|kin``: B200 carried from Hopper and A100 only, not from L40S beside them (k = 4)."""
+    from components.opmodel.engine import OpEngine
+    from components.opmodel.measured import MeasuredTier
+    from components.opmodel.transfer import TransferModel, TransferSettings, TransferTier
+
+    store = _store(catalog)
+    measured = MeasuredTier(store, {d: catalog.get(d) for d in GPUS})
+    shape = {"M": np.array([64.0, 512.0]), "N": np.array([4096.0, 4096.0]), "K": np.array([4096.0, 4096.0])}
+
+    def raw(tier: str):
+        model = TransferModel(settings={"gemm": TransferSettings(k=4)}, kin={"gemm": {"tier": tier}})
+        engine = OpEngine(measured, None, transfer=TransferTier(measured, None, model))
+        return engine.raw_predict("gemm", "bf16", shape, catalog.get("b200"))
+
+    every, line = raw("transfer"), raw("transfer|kin")
+    assert all("l40s" in s for s in every.support) and not any("l40s" in s for s in line.support)
+    assert (line.tier == "transfer").all() and not np.allclose(line.duration_us, every.duration_us)
