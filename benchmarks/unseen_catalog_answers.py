@@ -2,9 +2,10 @@
 store (at the gate's caps), its far and kin choices with their inner leave-one-GPU-out scores per case (the
 train side), then per unseen GPU a grid of GEMMs (bf16/fp8/fp8_block, M 1..8192, N = K 4096/8192), attention
 (prefill and decode) and MoE (Mixtral's layer): the engine's tier and relatives, the share of the dtype's
-datasheet peak and of DRAM bandwidth reached, the sibling rule's answer beside it, with the kin choice (this
-branch: ``kin``) and without it (``main``: every GPU without a relative of its generation answered by the
-far choice). Support texts are cut at 160 characters, so the relatives column shows the first few.
+datasheet peak and of DRAM bandwidth reached, and the sibling rule's answer beside it (support texts cut
+at 160 characters: the relatives column shows the first few; ``blend``: the transfer tier blended with the
+spec tier). The kin record (``tier_choice.choose_kin``: a generation jump within one line answered apart
+from the far cases, with its nested test) is measured here, not applied by the engine.
 Physics checks: no share of a peak above the learned achievable one, runtime non-decreasing along M / KV / T.
 
     PYTHONPATH=. KERNELCAST_HOME=... python benchmarks/unseen_catalog_answers.py STORE DATASETS OUT.json
@@ -15,7 +16,6 @@ from __future__ import annotations
 import json
 import sys
 import time
-from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -104,44 +104,35 @@ def main(store_dir: str, datasets: str, out: str) -> None:
     specs = {d: catalog.get(d) for d in devices}
     fits = SpecFits(rows, store, specs, {"rounds": 40, "params": None, "configs": None})
     measured = MeasuredTier({f: v for f, v in store.items() if f in LAYOUTS}, specs)
-    model = fit_transfer(measured, store, devices, 80, spec_without=fits)
+    model = fit_transfer(measured, store, devices, 80, spec_without=fits, kin=True)
     print("far", json.dumps(model.far, indent=1))
     print("kin", json.dumps(model.kin, indent=1))
     curves = {f: v for f, v in store.items() if f in CURVE_FAMILIES}
     tables: dict = {}
-    spec_model = fits()
-    engines = {
-        "kin": OpEngine(measured, spec_model, transfer=TransferTier(measured, curves, model, tables)),
-        "main": OpEngine(
-            measured, spec_model, transfer=TransferTier(measured, curves, replace(model, kin={}), tables)
-        ),
-    }
+    engine = OpEngine(measured, fits(), transfer=TransferTier(measured, curves, model, tables))
     sibling = TransferTier(measured, curves, sibling_model(), tables, hold=False)
-    result = {"far": model.far, "kin": model.kin, "achievable": model.achievable, "answers": {}}
+    every = []
+    for gpu in GPUS:
+        every.extend(answer_rows(engine, sibling, gpu, catalog.get(gpu), model.achievable))
+    result = {"far": model.far, "kin": model.kin, "achievable": model.achievable, "answers": every}
+    frame = pd.DataFrame([r for r in every if "error" not in r])
+    frame["relatives"] = frame["support"].str.extract(r"carried over from ([^;]*?) by")[0].fillna("-")
+    frame["tier"] = frame["tier"].where(~frame["support"].str.contains("blended with the spec"), "blend")
+    frame["vs_sibling"] = frame["us"] / frame["sibling_us"]
+    summary = frame.groupby(["gpu", "family", "dtype"], sort=False).agg(
+        tier=("tier", lambda t: ",".join(sorted(set(t)))),
+        relatives=("relatives", lambda r: r.iloc[len(r) // 2][:60]),
+        peak_max=("peak_share", "max"),
+        dram_max=("dram_share", "max"),
+        vs_sib_median=("vs_sibling", "median"),
+        over=("over_achievable", "sum"),
+        falls=("falls_along_axis", "max"),
+    )
     pd.set_option("display.width", 220)
-    for name, engine in engines.items():
-        every = []
-        for gpu in GPUS:
-            every.extend(answer_rows(engine, sibling, gpu, catalog.get(gpu), model.achievable))
-        result["answers"][name] = every
-        frame = pd.DataFrame([r for r in every if "error" not in r])
-        frame["relatives"] = frame["support"].str.extract(r"carried over from ([^;]*?) by")[0].fillna("-")
-        frame["tier"] = frame["tier"].where(~frame["support"].str.contains("blended with the spec"), "blend")
-        frame["vs_sibling"] = frame["us"] / frame["sibling_us"]
-        summary = frame.groupby(["gpu", "family", "dtype"], sort=False).agg(
-            tier=("tier", lambda t: ",".join(sorted(set(t)))),
-            relatives=("relatives", lambda r: r.iloc[len(r) // 2][:60]),
-            peak_max=("peak_share", "max"),
-            dram_max=("dram_share", "max"),
-            vs_sib_median=("vs_sibling", "median"),
-            over=("over_achievable", "sum"),
-            falls=("falls_along_axis", "max"),
-        )
-        print(f"== {name}")
-        print(summary.round(3).to_string())
-        errors = [r for r in every if "error" in r]
-        if errors:
-            print("errors", errors)
+    print(summary.round(3).to_string())
+    errors = [r for r in every if "error" in r]
+    if errors:
+        print("errors", errors)
     result["seconds"] = time.perf_counter() - started
     Path(out).write_text(json.dumps(result, indent=1, default=str))
     print(f"seconds {result['seconds']:.0f}")

@@ -172,7 +172,6 @@ def unseen_gpu(
             chosen[held] = {
                 **{f: vars(s) for f, s in transfer_model.settings.items()},
                 "far": transfer_model.far,
-                "kin": transfer_model.kin,
                 "inconsistent": transfer_model.inconsistent,
             }
         else:

@@ -435,21 +435,15 @@ class OpEngine:
             return
         sub = {k: v[rows] for k, v in arrays.items()}
         roof = physics.roofline(family, dtype, sub, spec, kv_dtype)
-        sub_shape = {**sub, **{k: v[rows] for k, v in labels.items()}}
-        got = self.transfer.resolve(family, dtype, sub_shape, spec, roof, kv_dtype)
+        got = self.transfer.resolve(
+            family, dtype, {**sub, **{k: v[rows] for k, v in labels.items()}}, spec, roof, kv_dtype
+        )
         if got is None:
             return
         value, text = got
-        choice, _, scope = self.transfer.far_choice(family, dtype, kv_dtype, spec).partition("|")
+        choice = self.transfer.far_choice(family, dtype, kv_dtype, spec)
         if choice == "spec":  # no relative of its generation, and the spec tier errs less there
             return
-        if scope == "kin":  # carried from its line's relatives alone where they answer
-            own = self.transfer.resolve(family, dtype, sub_shape, spec, roof, kv_dtype, kin_only=True)
-            if own is not None:
-                value, text = (
-                    np.where(np.isfinite(own[0]), own[0], value),
-                    np.where(own[1] != "", own[1], text),
-                )
         if choice == "blend":
             value = combine(choice, value, duration[rows])
             text = np.where(

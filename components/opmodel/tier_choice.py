@@ -16,12 +16,17 @@ the fits). The far choice is made on every training regime without a near relati
 before kin was told apart); the kin choice on the kin cases alone: training regimes whose relatives are kin,
 and training regimes with a near relative answered as if their generation were unseen (H100 with H200 left
 out of the relatives and of the spec model: only A100 remains of its line), where the transfer tier may also
-carry from the line's relatives alone (``|kin``). The kin choice is kept only where it beats the pooled far
-choice on kin cases it was not made on (``nested``); else, and without kin cases, the kin standing takes the
-far choice. Transfer comes first, then blend, then spec: ties keep the earlier one.
+carry from the line's relatives alone (``|kin``), and ``nested`` says whether that choice beats the pooled
+far choice on kin cases it was not made on. Transfer comes first, then blend, then spec: ties keep the
+earlier one.
 
-Measured on the aiconfigurator and aiter tables (docs/transfer-tier.md, branch transfer7): the kin choice
-made apart lost to the pooled far choice in every family, so the trained engines keep the far choice.
+The engine answers kin GPUs by the far choice: measured on the aiconfigurator and aiter tables
+(docs/transfer-tier.md, branch transfer7), carrying a generation jump like a near relative lost to the
+pooled far choice in GEMM and attention on the training GPUs, and a kin choice made apart lost in GEMM and
+MoE, won attention by 0.8 points on the full training set but not in every fold, and where a fold's nested
+test adopted it (H200's GEMMs) the held-out GPU regressed. ``choose_kin`` stays as the measurement
+(``fit_transfer(kin=True)``, ``benchmarks/unseen_catalog_answers.py``) for when a measured pair of adjacent
+HBM generations (Hopper and Blackwell) arrives.
 """
 
 from __future__ import annotations

@@ -96,9 +96,6 @@ def fit_transfer_tier(
     chosen += "; without a near relative " + ", ".join(
         f"{f}: {v['tier']}" for f, v in sorted(model.far.items())
     )
-    chosen += "; of another generation of its line " + ", ".join(
-        f"{f}: {v['tier']}" for f, v in sorted(model.kin.items())
-    )
     say(
         f"op engine: transfer tier over {len(model.meta['devices'])} GPUs ({chosen}) in "
         f"{time.perf_counter() - started:.0f} s; achievable peaks {model.achievable}"

@@ -103,8 +103,10 @@ class TransferModel:
     far: dict[str, dict[str, Any]] = field(default_factory=dict)
     # family -> (low, high) quantiles of log(actual / answer) over the inner leave-one-GPU-out answers
     intervals: dict[str, list[float]] = field(default_factory=dict)
-    # family -> {"tier": ..., inner scores}: the answer where the nearest relatives of the asked GPU's line
-    # are of another generation (``tier_choice.kin``: Hopper for Blackwell); absent: the far choice
+    # family -> the kin choice and its inner and nested scores (``tier_choice.choose_kin``; fitted on request,
+    # ``fit_transfer(kin=True)``): a record of whether a generation jump within one line (Hopper for
+    # Blackwell) would be better answered apart from the far cases. The engine does not apply it: measured
+    # on the training GPUs, it did not win (docs/transfer-tier.md, branch transfer7)
     kin: dict[str, dict[str, Any]] = field(default_factory=dict)
 
     def settings_of(self, family: str) -> TransferSettings:
@@ -333,19 +335,16 @@ class TransferTier:
         return sorted(out, key=lambda t: (t[1], t[0]))
 
     def far_choice(self, family: str, dtype: str, kv_dtype: str | None, spec: Any) -> str:
-        """``transfer`` where a relative of the regime is of the asked GPU's generation, else the family's kin
-        choice where one is of its line (``tier_choice.standing``), else its far choice (transfer, blend or
-        spec; a kin choice may add ``|kin``: carried from the line's relatives alone)."""
-        from components.opmodel.tier_choice import standing
+        """``transfer`` where a relative of the regime is of the asked GPU's generation, else the family's far
+        choice (``tier_choice``: transfer, blend or spec). A relative of another generation of the GPU's line
+        (``tier_choice.kin``: Hopper for Blackwell) is far too: a choice of its own did not win on the
+        training GPUs (``TransferModel.kin``)."""
+        from components.opmodel.tier_choice import near
 
         found = self.relatives(family, dtype, kv_dtype, spec)
-        where = standing(spec, [self.measured.specs[d] for d, _ in found])
-        if where == "near":
+        if any(near(spec, self.measured.specs[d]) for d, _ in found):
             return "transfer"
-        far = str(self.model.far.get(family, {}).get("tier", "transfer"))
-        if where == "kin":
-            return str(self.model.kin.get(family, {}).get("tier", far))
-        return far
+        return str(self.model.far.get(family, {}).get("tier", "transfer"))
 
     def _has(self, family: str, device: str, dtype: str, kv_dtype: str | None) -> bool:
         if family in CURVE_FAMILIES:
@@ -437,19 +436,13 @@ class TransferTier:
         spec: Any,
         roof: physics.Roofline,
         kv_dtype: str | None = None,
-        kin_only: bool = False,
     ) -> tuple[np.ndarray, np.ndarray] | None:
         """Per row: the blended transfer runtime (NaN where no relative answers) and the support text; None
-        when the GPU has no relative in the regime. ``kin_only``: only relatives of the GPU's line answer
-        (``tier_choice.kin``)."""
-        from components.opmodel.tier_choice import kin
-
+        when the GPU has no relative in the regime."""
         if self.measured is None:
             return None
         kv = (kv_dtype or dtype) if family == "attention" else None
         found = self.relatives(family, dtype, kv, spec)
-        if kin_only:
-            found = [(d, dist) for d, dist in found if kin(spec, self.measured.specs[d])]
         if not found:
             return None
         settings = self.model.settings_of(family)

@@ -335,10 +335,15 @@ def inner_intervals(
 
 
 def far_choice(
-    groups: list[PairGroup], train: list[str], specs: dict[str, Any], model: TransferModel, spec_without: Any
+    groups: list[PairGroup],
+    train: list[str],
+    specs: dict[str, Any],
+    model: TransferModel,
+    spec_without: Any,
+    kin: bool = False,
 ) -> tuple[dict[str, dict[str, Any]], dict[str, dict[str, Any]]]:
-    """``tier_choice.choose_far`` and ``choose_kin`` with the transfer tier's inner answers
-    (``inner_predictor``)."""
+    """``tier_choice.choose_far`` (and with ``kin``, ``choose_kin``: a record, not applied) with the transfer
+    tier's inner answers (``inner_predictor``)."""
     from components.opmodel.tier_choice import choose_far, choose_kin
 
     predict_without = inner_predictor(groups, train, model)
@@ -351,7 +356,7 @@ def far_choice(
         return fits[key]
 
     far = choose_far(groups, train, specs, predict_without, spec_once)
-    return far, choose_kin(groups, train, specs, predict_without, spec_once, far)
+    return far, (choose_kin(groups, train, specs, predict_without, spec_once, far) if kin else {})
 
 
 def achievable_peaks(
@@ -391,12 +396,14 @@ def fit_transfer(
     floors: dict[str, float] | None = None,
     memo: dict | None = None,
     spec_without: Any = None,
+    kin: bool = False,
 ) -> TransferModel:
     """The transfer model of the GPUs ``devices`` (the training side): floors, settings chosen by inner
     leave-one-GPU-out, corrections and relative errors over all of them, achievable peaks. ``memo``: kept
     across calls whose GPUs' rows are the same (a leave-one-GPU-out bench's folds): sampled rows and curve
     tables, so the answers are those of a fresh fit. ``spec_without``: training GPUs -> the spec model
-    fitted without them; given, the far and kin choices are made (``tier_choice``)."""
+    fitted without them; given, the far choice is made (``tier_choice.choose_far``), and with ``kin`` the
+    kin choice is measured and recorded (``TransferModel.kin``)."""
     from components.opmodel.spec import latency_floors
 
     specs = {d: measured.specs[d] for d in devices if d in measured.specs}
@@ -433,7 +440,7 @@ def fit_transfer(
                 model.settings[family] = TransferSettings(settings.k, settings.tau, None)
     model.intervals = inner_intervals(groups, inner_predictor(groups, train, model))
     if spec_without is not None:
-        model.far, model.kin = far_choice(groups, train, specs, model, spec_without)
+        model.far, model.kin = far_choice(groups, train, specs, model, spec_without, kin)
     model.achievable = achievable_peaks(store, specs, memo=memo)
     model.meta = {"devices": train, "pair_rows": per_group, "inner_scores": scores}
     return model
