@@ -9,15 +9,15 @@ kernel choices the asked GPU may not make. Two standings are told apart there:
   one line (A100 for H100, Hopper for Blackwell, MI300X for MI355X);
 - **far**: everything else (A100 or H100 for L40S, a GDDR part; NVIDIA GPUs for an AMD or Intel one).
 
-In either, the answer is the transfer tier's, the spec tier's, or their geometric blend, per op family,
-whichever errs least by inner leave-one-GPU-out over the training GPUs (each answered by the transfer tier
-from the others, and by a spec model fitted without it: ``spec_without``, supplied by the caller, who caches
-the fits). The far choice is made on every training regime without a near relative (kin ones included, as
-before kin was told apart); the kin choice on the kin cases alone: training regimes whose relatives are kin,
-and training regimes with a near relative answered as if their generation were unseen (H100 with H200 left
-out of the relatives and of the spec model: only A100 remains of its line), where the transfer tier may also
-carry from the line's relatives alone (``|kin``), and ``nested`` says whether that choice beats the pooled
-far choice on kin cases it was not made on. Transfer comes first, then blend, then spec: ties keep the
+For either, the choice is the transfer tier's answer, the spec tier's, or their geometric blend, per op
+family, whichever errs least by inner leave-one-GPU-out over the training GPUs (each answered by the transfer
+tier from the others, and by a spec model fitted without it: ``spec_without``, supplied by the caller, who
+caches the fits). The far choice is made on every training regime without a near relative (kin ones included,
+as before kin was told apart); the kin choice on the kin cases alone: training regimes whose relatives are
+kin, and training regimes with a near relative answered as if their generation were unseen (H100 with H200
+left out of the relatives and of the spec model: only A100 remains of its line), where the transfer tier may
+also carry from the line's relatives alone (``|kin``), and ``nested`` says whether that choice beats the
+pooled far choice on kin cases it was not made on. Transfer comes first, then blend, then spec: ties keep the
 earlier one.
 
 The engine answers kin GPUs by the far choice: measured on the aiconfigurator and aiter tables
