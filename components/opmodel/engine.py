@@ -291,15 +291,21 @@ class OpEngine:
         if family in ("linear", "bmm"):
             family = "gemm"
         times = self.raw_predict(family, dtype, shape, spec, kv_dtype)
-        if not self.monotone or family not in AXES or any(k in LABELS for k in shape):
+        if not self.monotone or family not in AXES:
             return times
-        key = (dtype, kv_dtype, spec.id, physics_key(spec))
-
-        def answer(lattice: dict[str, np.ndarray]) -> np.ndarray:
-            return self.raw_predict(family, dtype, lattice, spec, kv_dtype).duration_us
-
         block = family == "gemm" and times.roof.choice.dtype in BLOCK_SCALED
-        enveloped = self.envelope.apply(family, shape, times.duration_us, key, answer, block)
+        n = len(times.duration_us)
+        sizes = {k: np.broadcast_to(np.asarray(v), (n,)) for k, v in shape.items() if k not in LABELS}
+        enveloped = np.array(times.duration_us, dtype="float64")
+        # one lattice per label (MoE's routing distribution: each its own kernels' token sweep)
+        for label, rows in label_groups({k: v for k, v in shape.items() if k in LABELS}, n):
+            key = (dtype, kv_dtype, spec.id, physics_key(spec), *sorted(label.items()))
+
+            def answer(lattice: dict[str, np.ndarray], label: dict = label) -> np.ndarray:
+                return self.raw_predict(family, dtype, {**lattice, **label}, spec, kv_dtype).duration_us
+
+            part = {k: v[rows] for k, v in sizes.items()}
+            enveloped[rows] = self.envelope.apply(family, part, enveloped[rows], key, answer, block)
         enveloped = np.where(times.tier == "measured", times.duration_us, enveloped)
         enveloped = physics.clamp(enveloped, times.roof)
         times.hi = np.fmax(times.hi, enveloped)
@@ -457,6 +463,24 @@ class OpEngine:
         # the family's inner leave-one-GPU-out residual quantiles where learned, else the tier's default
         learned = self.transfer.model.intervals.get(family)
         quantiles[0][where], quantiles[1][where] = learned or self.intervals["transfer"]
+
+
+def label_groups(labels: dict[str, Any], n: int) -> list[tuple[dict[str, Any], np.ndarray]]:
+    """(label values, rows) per distinct combination of the label columns (one group of every row when
+    there are none)."""
+    if not labels:
+        return [({}, np.arange(n))]
+    names = sorted(labels)
+    text = np.broadcast_to(np.asarray(labels[names[0]], dtype=object), (n,)).astype(str)
+    for name in names[1:]:
+        text = np.char.add(
+            np.char.add(text, "\x1f"), np.broadcast_to(np.asarray(labels[name]), (n,)).astype(str)
+        )
+    keys, inverse = np.unique(text, return_inverse=True)
+    return [
+        (dict(zip(names, k.split("\x1f"), strict=True)), np.flatnonzero(inverse == i))
+        for i, k in enumerate(keys)
+    ]
 
 
 def cap_achievable(duration: np.ndarray, roof: physics.Roofline, achievable: dict[str, float]) -> np.ndarray:

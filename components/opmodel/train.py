@@ -134,10 +134,10 @@ def train_engine(settings: Any, out_dir: Path, say: Callable[[str], None] = lamb
     }
     fit_priors(model, others, every)
 
-    def spec_without(held: str) -> Any:
-        """The spec model as trained here, without ``held``'s rows (the far choice's inner folds)."""
-        inner = fit({f: r[r["device_id"] != held] for f, r in rows.items()}, specs)
-        return fit_priors(inner, {f: v[v["device_id"] != held] for f, v in others.items()}, every)
+    def spec_without(*held: str) -> Any:
+        """The spec model as trained here, without ``held``'s rows (the far and kin choices' inner folds)."""
+        inner = fit({f: r[~r["device_id"].isin(held)] for f, r in rows.items()}, specs)
+        return fit_priors(inner, {f: v[~v["device_id"].isin(held)] for f, v in others.items()}, every)
 
     engine = OpEngine.from_store(store_dir, model)
     intervals = measured_intervals(engine, store)

@@ -103,6 +103,11 @@ class TransferModel:
     far: dict[str, dict[str, Any]] = field(default_factory=dict)
     # family -> (low, high) quantiles of log(actual / answer) over the inner leave-one-GPU-out answers
     intervals: dict[str, list[float]] = field(default_factory=dict)
+    # family -> the kin choice and its inner and nested scores (``tier_choice.choose_kin``; fitted on request,
+    # ``fit_transfer(kin=True)``): a record of whether a generation jump within one line (Hopper for
+    # Blackwell) would be better answered apart from the far cases. The engine does not apply it: measured
+    # on the training GPUs, it did not win (docs/transfer-tier.md, branch transfer7)
+    kin: dict[str, dict[str, Any]] = field(default_factory=dict)
 
     def settings_of(self, family: str) -> TransferSettings:
         return self.settings.get(family, TransferSettings())
@@ -121,6 +126,7 @@ class TransferModel:
             "inconsistent": self.inconsistent,
             "far": self.far,
             "intervals": self.intervals,
+            "kin": self.kin,
         }
         (Path(folder) / TRANSFER_FILE).write_text(json.dumps(data, indent=1, sort_keys=True))
 
@@ -140,6 +146,7 @@ class TransferModel:
             {k: [str(d) for d in v] for k, v in data.get("inconsistent", {}).items()},
             dict(data.get("far", {})),
             {k: [float(x) for x in v] for k, v in data.get("intervals", {}).items()},
+            dict(data.get("kin", {})),
         )
 
 
@@ -329,7 +336,9 @@ class TransferTier:
 
     def far_choice(self, family: str, dtype: str, kv_dtype: str | None, spec: Any) -> str:
         """``transfer`` where a relative of the regime is of the asked GPU's generation, else the family's far
-        choice (``tier_choice``: transfer, blend or spec)."""
+        choice (``tier_choice``: transfer, blend or spec). A relative of another generation of the GPU's line
+        (``tier_choice.kin``: Hopper for Blackwell) is far too: a choice of its own did not win on the
+        training GPUs (``TransferModel.kin``)."""
         from components.opmodel.tier_choice import near
 
         found = self.relatives(family, dtype, kv_dtype, spec)

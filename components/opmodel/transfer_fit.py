@@ -288,21 +288,23 @@ def choose_settings(groups: list[PairGroup], train: list[str], family: str) -> t
 
 
 def inner_predictor(groups: list[PairGroup], train: list[str], model: TransferModel) -> Any:
-    """``(group, held) -> answer``: the transfer tier's answer of a pair group from the training GPUs but
-    ``held``, with the family's chosen settings and its correction and relative errors fitted without
-    ``held`` (the inner leave-one-GPU-out, as ``choose_settings`` scores it)."""
-    fits: dict[tuple[str, str], Any] = {}
+    """``(group, *held) -> answer``: the transfer tier's answer of a pair group from the training GPUs but
+    ``held`` (the target, and for a kin case its generation's other GPUs: ``tier_choice.kin_cases``), with
+    the family's chosen settings and its correction and relative errors fitted without ``held`` (the inner
+    leave-one-GPU-out, as ``choose_settings`` scores it)."""
+    fits: dict[tuple[str, frozenset[str]], Any] = {}
 
-    def predict_without(group: PairGroup, held: str) -> np.ndarray:
-        allowed = set(train) - {held}
+    def predict_without(group: PairGroup, *held: str, only: set[str] | None = None) -> np.ndarray:
+        """``only``: the relatives that may answer (the fits stay those without ``held``)."""
+        allowed = set(train) - set(held)
         settings = model.settings_of(group.family)
-        key = (group.family, held)
+        key = (group.family, frozenset(held))
         if key not in fits:
             family = [g for g in groups if g.family == group.family]
             coefficients = None if settings.ridge is None else fit_ridge(family, allowed, settings.ridge)
             fits[key] = (coefficients, relative_errors(groups, allowed))
         coefficients, errors = fits[key]
-        return answer(group, allowed, settings, coefficients, errors)
+        return answer(group, allowed if only is None else allowed & only, settings, coefficients, errors)
 
     return predict_without
 
@@ -333,12 +335,28 @@ def inner_intervals(
 
 
 def far_choice(
-    groups: list[PairGroup], train: list[str], specs: dict[str, Any], model: TransferModel, spec_without: Any
-) -> dict[str, dict[str, Any]]:
-    """``tier_choice.choose_far`` with the transfer tier's inner answers (``inner_predictor``)."""
-    from components.opmodel.tier_choice import choose_far
+    groups: list[PairGroup],
+    train: list[str],
+    specs: dict[str, Any],
+    model: TransferModel,
+    spec_without: Any,
+    kin: bool = False,
+) -> tuple[dict[str, dict[str, Any]], dict[str, dict[str, Any]]]:
+    """``tier_choice.choose_far`` (and with ``kin``, ``choose_kin``: a record, not applied) with the transfer
+    tier's inner answers (``inner_predictor``)."""
+    from components.opmodel.tier_choice import choose_far, choose_kin
 
-    return choose_far(groups, train, specs, inner_predictor(groups, train, model), spec_without)
+    predict_without = inner_predictor(groups, train, model)
+    fits: dict[frozenset[str], Any] = {}
+
+    def spec_once(*held: str) -> Any:  # A100's far and kin cases share its fold's spec fit
+        key = frozenset(held)
+        if key not in fits:
+            fits[key] = spec_without(*held)
+        return fits[key]
+
+    far = choose_far(groups, train, specs, predict_without, spec_once)
+    return far, (choose_kin(groups, train, specs, predict_without, spec_once, far) if kin else {})
 
 
 def achievable_peaks(
@@ -378,12 +396,14 @@ def fit_transfer(
     floors: dict[str, float] | None = None,
     memo: dict | None = None,
     spec_without: Any = None,
+    kin: bool = False,
 ) -> TransferModel:
     """The transfer model of the GPUs ``devices`` (the training side): floors, settings chosen by inner
     leave-one-GPU-out, corrections and relative errors over all of them, achievable peaks. ``memo``: kept
     across calls whose GPUs' rows are the same (a leave-one-GPU-out bench's folds): sampled rows and curve
-    tables, so the answers are those of a fresh fit. ``spec_without``: a training GPU -> the spec model
-    fitted without it; given, the far choice is made (``tier_choice.choose_far``)."""
+    tables, so the answers are those of a fresh fit. ``spec_without``: training GPUs -> the spec model
+    fitted without them; given, the far choice is made (``tier_choice.choose_far``), and with ``kin`` the
+    kin choice is measured and recorded (``TransferModel.kin``)."""
     from components.opmodel.spec import latency_floors
 
     specs = {d: measured.specs[d] for d in devices if d in measured.specs}
@@ -420,7 +440,7 @@ def fit_transfer(
                 model.settings[family] = TransferSettings(settings.k, settings.tau, None)
     model.intervals = inner_intervals(groups, inner_predictor(groups, train, model))
     if spec_without is not None:
-        model.far = far_choice(groups, train, specs, model, spec_without)
+        model.far, model.kin = far_choice(groups, train, specs, model, spec_without, kin)
     model.achievable = achievable_peaks(store, specs, memo=memo)
     model.meta = {"devices": train, "pair_rows": per_group, "inner_scores": scores}
     return model

@@ -39,9 +39,9 @@ def store(tmp_path_factory: pytest.TempPathFactory):
 
 
 def _brute_force(table, distinct: np.ndarray) -> set[tuple[int, int]]:
-    """Every site of the question's category within the gate; where a question site of the batch has more
-    than NEAREST_KEPT + 4 per axis, only its NEAREST_KEPT nearest and the two nearest on each side along each
-    axis's line -- ranked by (distance, site), one question site at a time."""
+    """Every site of the question's category within the gate; where the question site has more than
+    NEAREST_KEPT + 4 per axis of them, only its NEAREST_KEPT nearest and the two nearest on each side along
+    each axis's line -- ranked by (distance, site), one question site at a time."""
     from components.opmodel.measured import NEAREST_KEPT
 
     gate, axes = table.layout.gate, distinct.shape[1] - 1
@@ -52,10 +52,9 @@ def _brute_force(table, distinct: np.ndarray) -> set[tuple[int, int]]:
         dist = np.sqrt((offset**2).sum(axis=1))
         inside = dist <= gate
         balls.append((sites[inside], offset[inside], dist[inside]))
-    many = max(len(ball[0]) for ball in balls) > NEAREST_KEPT + 4 * axes
     kept = set()
     for q, (sites, offset, dist) in enumerate(balls):
-        if not many:
+        if len(sites) <= NEAREST_KEPT + 4 * axes:  # per question site: no answer depends on the batch
             kept |= {(q, int(s)) for s in sites}
             continue
         kept |= {(q, int(s)) for s in sites[np.lexsort((sites, dist))[:NEAREST_KEPT]]}
@@ -83,7 +82,8 @@ def _distinct(table, shape: dict) -> np.ndarray:
 
 def _check(table, family: str, dtype: str, shape: dict, spec, kv_dtype=None):
     """The search keeps the brute-force sites (whole batch and one-question batches), in (question, site)
-    order with the exact distances; returns the batch's answers."""
+    order with the exact distances, and a question alone is answered as in the batch; returns the batch's
+    answers."""
     from components.physics import roofline as physics
 
     n = len(next(iter(shape.values())))
@@ -94,7 +94,12 @@ def _check(table, family: str, dtype: str, shape: dict, spec, kv_dtype=None):
         assert (np.diff(site_q * len(table.site_coords) + site) > 0).all()
         offset = table.site_coords[site] - distinct[site_q, 1:]
         np.testing.assert_array_equal(dist, np.sqrt((offset**2).sum(axis=1)))
-    return table.resolve(shape, physics.roofline(family, dtype, shape, spec, kv_dtype).time_us)
+    got = table.resolve(shape, physics.roofline(family, dtype, shape, spec, kv_dtype).time_us)
+    for i in (0, n // 2):  # a question's answer is its own, whatever else the batch asked
+        one = {k: np.asarray(v)[i : i + 1] for k, v in shape.items()}
+        alone = table.resolve(one, physics.roofline(family, dtype, one, spec, kv_dtype).time_us)
+        np.testing.assert_array_equal(alone.duration_us, got.duration_us[i : i + 1])
+    return got
 
 
 @needs_tables

@@ -313,3 +313,41 @@ def test_a_relative_answers_past_its_reach_with_its_efficiency_held(catalog) -> 
     strict = TransferTier(engine.measured, {}, engine.transfer.model, hold=False)
     roof = physics.roofline("gemm", "bf16", shape, h200)
     assert np.isnan(strict.resolve("gemm", "bf16", shape, h200, roof)[0]).all()
+
+
+def test_moe_answers_with_a_routing_distribution_are_non_decreasing_in_tokens(catalog) -> None:
+    """H100's measured MoE sweep dips (T = 16 faster than T = 4, another kernel won); B200, answered from it,
+    asked with the routing distribution (a label column), gets a runtime non-decreasing in T, per
+    distribution: each label keeps its own lattice."""
+    from components.opmodel.engine import OpEngine
+    from components.physics import roofline as physics
+
+    spec = catalog.get("h100-sxm")
+    tokens = 2.0 ** np.arange(0, 11, 2)
+    dims = {"E": 8.0, "topk": 2.0, "H": 4096.0, "I": 14336.0}
+    roof = physics.roofline("moe", "bf16", {"T": tokens, **dims}, spec).time_us
+    dip = np.array([1.0, 1.3, 0.9, 1.2, 1.2, 1.2])  # T = 16 below T = 4
+    frames = [
+        pd.DataFrame({"T": tokens, **dims, "tp": 1.0, "ep": 1.0}).assign(
+            device_id="h100-sxm", dtype="bf16", distribution=name, latency_us=(roof + 200.0) * dip * slow
+        )
+        for name, slow in (("balanced", 1.0), ("power_law_1.2", 1.5))
+    ]
+    engine = OpEngine.from_frames({"moe": pd.concat(frames, ignore_index=True)}, None)
+    n = len(tokens)
+    ask = {"T": tokens, **{k: np.full(n, v) for k, v in dims.items()}, "tp": np.ones(n), "ep": np.ones(n)}
+    ask["distribution"] = np.array(["balanced"] * 3 + ["power_law_1.2"] * 3, dtype=object)
+    ask = {
+        k: np.concatenate([v, v]) if k != "distribution" else np.concatenate([v, v[::-1]])
+        for k, v in ask.items()
+    }
+    got = engine.predict("moe", "bf16", ask, catalog.get("b200"))
+    assert (got.tier == "transfer").all()
+    for name in ("balanced", "power_law_1.2"):
+        rows = np.flatnonzero(ask["distribution"] == name)
+        order = rows[np.argsort(ask["T"][rows], kind="stable")]
+        assert (np.diff(got.duration_us[order]) >= -1e-9).all(), name
+    balanced = ask["distribution"] == "balanced"
+    assert (
+        got.duration_us[balanced & (ask["T"] == 1024.0)] < got.duration_us[~balanced & (ask["T"] == 1024.0)]
+    )
