@@ -33,12 +33,14 @@ def fit_engines(datasets: Path, log: Any = print) -> dict[str, Any]:
     from components.deployments.bench_engines import production_constants, simulate_runs
     from components.deployments.bench_silicon import silicon_deployments
     from components.deployments.data import read_silicon_runs
-    from components.deployments.disagg_workers import with_derived_workers
     from components.deployments.ops import ENGINE_SOURCE
     from components.devices import load_catalog
 
     fn = op_sources(bench_engine(), False)[ENGINE_SOURCE]
-    runs = with_derived_workers(read_silicon_runs(datasets), load_catalog(), datasets, fn)
+    # Fitted on the runs whose worker counts were recorded: a constant is learned from what was measured,
+    # not from our own derivation of the disaggregated runs' workers (those runs are refused here, as the
+    # steady fit of bench_silicon leaves them out of its training side).
+    runs = read_silicon_runs(datasets)
     sim = simulate_runs(runs, load_catalog(), datasets, fn, silicon_deployments, log)
     return production_constants(sim)
 
