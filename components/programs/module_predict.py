@@ -199,6 +199,19 @@ def _training_notes(answer: dict[str, Any], trace: Any, spec: Any) -> None:
         answer["ood"] = True
 
 
+def answer_ops(ops: pd.DataFrame, model: ProgramModel, matches: bool) -> pd.DataFrame:
+    """One device's op rows with each op's GPU time in the program (``total_us``, all its calls), its
+    roofline (``roof_total``: the L2 roofline for an op that runs from the L2) and pipe (``l2`` there)."""
+    config = model.config()
+    basis_us = ops["pred_us"] if matches else ops["roof_us"]
+    l2 = ops["l2_ratio"].to_numpy("float64") if "l2_ratio" in ops.columns else np.zeros(len(ops))
+    scale = ops["kind"].map(config.op_scale).astype("float64") if len(ops) else 1.0
+    scale = np.where(l2 > 0, config.op_scale(L2_WARM) * l2, scale)
+    roof_total = ops["roof_us"] * ops["count"] * np.where(l2 > 0, l2, 1.0)
+    pipe = np.where(l2 > 0, "l2", ops["pipe"].astype(str)) if len(ops) else ops["pipe"]
+    return ops.assign(total_us=basis_us * scale * ops["count"], roof_total=roof_total, pipe=pipe)
+
+
 def _answer(
     program: ProgramOps,
     spec: Any,
@@ -215,14 +228,8 @@ def _answer(
     # factor. These sum to the model's ops time, and the total is that plus the learned time between the
     # ops (>= 0): one model, never below its ops' GPU time nor the roofline (memory-bound ops that fit in
     # the L2 at the L2's bandwidth).
-    config = model.config()
-    basis_us = ops["pred_us"] if matches else ops["roof_us"]
+    ops = answer_ops(ops, model, matches)
     l2 = ops["l2_ratio"].to_numpy("float64") if "l2_ratio" in ops.columns else np.zeros(len(ops))
-    scale = ops["kind"].map(config.op_scale).astype("float64") if len(ops) else 1.0
-    scale = np.where(l2 > 0, config.op_scale(L2_WARM) * l2, scale)
-    roof_total = ops["roof_us"] * ops["count"] * np.where(l2 > 0, l2, 1.0)
-    pipe = np.where(l2 > 0, "l2", ops["pipe"].astype(str)) if len(ops) else ops["pipe"]
-    ops = ops.assign(total_us=basis_us * scale * ops["count"], roof_total=roof_total, pipe=pipe)
     roof = float(ops["roof_total"].sum())
     ops_time = float(ops["total_us"].sum())
     # Kinds the program model has no term for (unknown aten ops, estimated by bytes moved) add on top.
