@@ -162,7 +162,7 @@ def family_of(row: Any) -> str | None:
 
 
 def model_rows(
-    name: str, predictor: Any, gpus: list[str], catalog: Any, measured: pd.DataFrame
+    name: str, predictor: Any, gpus: list[str], catalog: Any, measured: pd.DataFrame, basis: str = "auto"
 ) -> list[dict[str, Any]]:
     from components.programs.module_predict import answer_ops, program_frames, resolve_program_model
     from components.programs.ops import program_ops
@@ -171,6 +171,14 @@ def model_rows(
     trace = trace_module(module_text(name))
     program = program_ops(trace.ops)
     model, matches = resolve_program_model(predictor)
+    if basis != "auto":  # the program model of one basis, whichever resolve_program_model would pick
+        from components.platform.config import get_settings
+        from components.programs.module_predict import ROOFLINE_BASIS, basis_id, program_model_path
+        from components.programs.overheads import ProgramModel
+
+        fitted = ROOFLINE_BASIS if basis == "roofline" else basis_id(predictor)
+        model = ProgramModel.load(program_model_path(get_settings().models_dir, fitted))
+        matches = basis != "roofline"
     specs = [catalog.get(g) for g in gpus]
     times, frame = program_frames([program], specs, predictor, model, matches)
     out = []
@@ -220,13 +228,16 @@ def main() -> None:
     parser.add_argument("--gpus", default=",".join(GPUS))
     parser.add_argument("--models", default=",".join(MODELS))
     parser.add_argument("--csv", type=Path, default=None)
+    parser.add_argument(
+        "--basis", choices=("auto", "predictor", "roofline"), default="auto", help="program model basis"
+    )
     ns = parser.parse_args()
     catalog = load_catalog()
     predictor = load_model(ns.model).predictor
     measured = measured_rows()
     rows = []
     for name in ns.models.split(","):
-        rows += model_rows(name, predictor, ns.gpus.split(","), catalog, measured)
+        rows += model_rows(name, predictor, ns.gpus.split(","), catalog, measured, ns.basis)
     table = pd.DataFrame(rows)
     table["pred/roof"] = table["pred_ms"] / table["roof_ms"]
     cols = ["gpu", "model", "pred_ms", "ops_ms", "roof_ms", "pred/roof"]

@@ -59,18 +59,22 @@ def fit_program_model(
     interval: bool = False,
     log: Callable[[str], None] = lambda _: None,
 ) -> ProgramModel:
-    """One model per config with at least ``min_rows`` rows on MIN_CONFIG_DEVICES GPUs."""
+    """One model per config with at least ``min_rows`` rows on MIN_CONFIG_DEVICES GPUs. In the roofline
+    basis a factor per op kind is learned; in an op predictor's basis the ops' answers stand
+    (``fit_config``'s ``scale_ops``)."""
+    from components.programs.module_predict import ROOFLINE_BASIS
+
+    scale_ops = basis == ROOFLINE_BASIS
     configs: dict[str, ConfigModel] = {}
     for config, rows in table.groupby("config", sort=True):
         if len(rows) < min_rows or rows["device_id"].nunique() < MIN_CONFIG_DEVICES:
             log(f"program model: {config} skipped ({len(rows)} rows on {rows['device_id'].nunique()} GPUs)")
             continue
-        model = fit_config(
-            rows.reset_index(drop=True), rows["duration_us"].to_numpy("float64"), residual=residual
-        )
+        target = rows["duration_us"].to_numpy("float64")
+        model = fit_config(rows.reset_index(drop=True), target, residual=residual, scale_ops=scale_ops)
         if interval and config == "eager":  # the answers module questions get (predict_module: eager)
             model.q_log = gpu_grouped_q_log(
-                rows.reset_index(drop=True), rows["duration_us"].to_numpy("float64"), residual=residual
+                rows.reset_index(drop=True), target, residual=residual, scale_ops=scale_ops
             )
         configs[str(config)] = model
     if "eager" not in configs:
