@@ -266,9 +266,10 @@ def _answer(
             "times): each op its roofline time scaled by its kind's learned factor"
         )
     uses_roofline = int((ops["pred_source"] == "roofline").sum()) if "pred_source" in ops else 0
-    if op_predictor is not None and getattr(op_predictor, "family", "") != "roofline" and uses_roofline:
+    if uses_roofline:
         notes.append(
-            f"{uses_roofline} of {len(ops)} distinct ops outside the op model's scope: roofline time"
+            f"{uses_roofline} of {len(ops)} distinct ops outside the op engine's families (GEMM, bmm, "
+            "attention): roofline time x their kind's factor learned on KernelBench programs"
         )
     if "tier" in ops.columns and len(ops):
         tiers = ops.groupby("tier")["total_us"].sum().sort_values(ascending=False)

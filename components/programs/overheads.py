@@ -1,13 +1,12 @@
 """Program-level model: a whole module's wall-clock time as its ops' GPU time plus what runs between them.
 
     ops_us = sum over op kinds k of  S_k / eff_k            (eff_k <= 1: an op never runs faster
-                                                             than its basis time; eff_k = 1 in an op
-                                                             predictor's basis: its answers stand)
+                                                             than its basis time; eff_k = 1 for the
+                                                             kinds the op engine answers: they stand)
     gpu_us = ops_us + w_lowpar * L + n_kernels * launch_us  (launch gaps, under-filled GPUs)
              + rnn_steps * step_us                  (an RNN's time steps run one after another)
     cpu_us = n_aten * framework_us                          (eager PyTorch dispatch, per aten call)
-    time   = ops_us + max(smoothmax(gpu_us, cpu_us) * r(x) - ops_us, 0)   (roofline basis)
-    time   = ops_us + max(smoothmax(gpu_us, cpu_us) - ops_us, 0) * r(x)   (an op predictor's basis)
+    time   = ops_us + max(smoothmax(gpu_us, cpu_us) * r(x) - ops_us, 0)
 
 ``S_k`` is the summed op time of kind k from the basis (the op-level predictor's answers, or the
 roofline), ``L`` the extra time of kernels too small to fill the GPU, ``launch_us`` the per-kernel
@@ -88,10 +87,10 @@ class ConfigModel:
     # and cuBLAS calls choose algorithms and build descriptors on the host on every call.
     cpu_log: dict[str, float] = field(default_factory=dict)
     step_us: float = 0.0  # one sequential RNN time step (x directions), scaled with the host like launches
-    # True (the roofline basis): a learned factor per op kind, and the residual corrects the whole total (the
-    # roofline is no op's answer: every part of the total is learned). False (an op predictor's basis): each
-    # op's answer is its time in the program, and the residual corrects only the time between the ops.
-    scale_ops: bool = True
+    # Op kinds whose basis time is the op's answer from the op engine (GEMM, bmm, attention: each from its
+    # tier): no factor is learned for them, the answer stands. Every other kind's basis is its roofline,
+    # which no op reaches: a factor per kind is learned.
+    stands: list[str] = field(default_factory=list)
     # 90% interval half-width in log space, from GPU-grouped cross-validation on the training GPUs
     # (residuals on GPUs the fold did not see); None when too few GPUs.
     q_log: float | None = None
@@ -147,18 +146,12 @@ class ConfigModel:
         ops = self.ops(frame, basis)
         base = self.base(frame, basis)
         booster = self.booster()
-        ratio = np.ones(len(frame))
         if booster is not None:
             x = transfer_features(frame).reindex(columns=self.features, fill_value=0.0).to_numpy("float64")
-            ratio = np.clip(booster.predict(x), RATIO_CLIP[0], RATIO_CLIP[1])
-        if not self.scale_ops:
-            # Op answers' basis: the correction scales only the time between the ops. Scaling the total
-            # would rescale the ops' answers with it (a 200 ms transformer answered 15% slower than its
-            # ops on an A100: a second model overruling the ops' answers).
-            return ops + np.maximum(base - ops, 0.0) * ratio
+            base = base * np.clip(booster.predict(x), RATIO_CLIP[0], RATIO_CLIP[1])
         # the time between the ops (launch gaps, host time not hidden): what the corrected model adds to
         # the ops' GPU time, never negative -- the correction cannot make an op faster than its time
-        return ops + np.maximum(base * ratio - ops, 0.0)
+        return ops + np.maximum(base - ops, 0.0)
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -168,7 +161,7 @@ class ConfigModel:
             "host_beta": self.host_beta,
             "cpu_log": self.cpu_log,
             "step_us": self.step_us,
-            "scale_ops": self.scale_ops,
+            "stands": self.stands,
             "q_log": self.q_log,
             "residual": self.residual,
             "features": self.features,
@@ -309,16 +302,15 @@ def fit_config(
     *,
     residual: bool = True,
     seed: int = 17,
-    scale_ops: bool = True,
+    stands: Sequence[str] = (),
 ) -> ConfigModel:
     """Fit one config's model on program rows (``pred_<kind>``, ``n_kernels``, ``n_aten`` + features).
-    ``scale_ops``: learn a factor per op kind from the basis time to the op's time in the program (the
-    roofline basis needs one: no op runs at its roofline); False for a basis of op answers (the op engine's,
-    the op model's): each op's answer is its time, and only what runs between the ops is learned."""
+    A factor per op kind is learned from its basis time to its time in the program (no op runs at its
+    roofline), except for the kinds in ``stands``: their basis times are the op engine's answers."""
     keep = np.isfinite(target) & (target > 0)
     frame, target = frame.loc[keep].reset_index(drop=True), target[keep]
-    model = _fit_parametric(frame, target, PARAM_TERMS if scale_ops else ("lowpar",))
-    model.scale_ops = scale_ops
+    model = _fit_parametric(frame, target, tuple(k for k in PARAM_TERMS if k not in stands))
+    model.stands = sorted(stands)
     model.n_train = len(frame)
     model.devices = sorted(frame["device_id"].astype(str).unique()) if "device_id" in frame else []
     gpus = int((frame["device_id"].value_counts() >= MIN_GPU_ROWS).sum()) if "device_id" in frame else 0
@@ -326,18 +318,12 @@ def fit_config(
         import lightgbm as lgb
 
         x = transfer_features(frame).drop(columns=list(RESIDUAL_EXCLUDE), errors="ignore")
-        # The residual is a multiplicative ratio, fitted with LightGBM's MAPE objective (the relative error
-        # the evaluation scores): of the parametric total in the roofline basis, of the time between the
-        # ops (the measured total less the ops' answers, over the model's) in an op predictor's basis.
-        base = np.maximum(model.base(frame, "pred"), 1e-6)
-        y, weight = target / base, None
-        if not scale_ops:  # the ratio of the time between the ops, weighted by its share of the total
-            ops = model.ops(frame, "pred")
-            between = np.maximum(base - ops, 1e-6)
-            y = np.clip((target - ops) / between, RATIO_CLIP[0], RATIO_CLIP[1])
-            weight = np.clip(between / target, 1e-3, 1.0)
+        # The residual is a multiplicative ratio of the parametric total fitted with LightGBM's MAPE
+        # objective (the relative error the evaluation scores); predict() keeps only what it adds on top
+        # of the ops' GPU time.
+        y = target / np.maximum(model.base(frame, "pred"), 1e-6)
         reg = lgb.LGBMRegressor(**{**RESIDUAL_PARAMS, "objective": "mape"}, random_state=seed)
-        reg.fit(x.to_numpy("float64"), y, sample_weight=weight)
+        reg.fit(x.to_numpy("float64"), y)
         model.residual = reg.booster_.model_to_string()
         model.features = list(x.columns)
     return model
@@ -348,7 +334,7 @@ INTERVAL_QUANTILE = 0.9
 
 
 def gpu_grouped_q_log(
-    frame: pd.DataFrame, target: np.ndarray, *, residual: bool = True, scale_ops: bool = True
+    frame: pd.DataFrame, target: np.ndarray, *, residual: bool = True, stands: Sequence[str] = ()
 ) -> float | None:
     """The 90% quantile of |log(predicted / measured)| on GPUs held out of the fit (GPUs split into
     INTERVAL_FOLDS groups): the interval a new GPU's answer gets."""
@@ -362,7 +348,7 @@ def gpu_grouped_q_log(
         held = set(devices[fold::INTERVAL_FOLDS])
         test = frame["device_id"].astype(str).isin(held).to_numpy()
         model = fit_config(
-            frame.loc[~test].reset_index(drop=True), target[~test], residual=residual, scale_ops=scale_ops
+            frame.loc[~test].reset_index(drop=True), target[~test], residual=residual, stands=stands
         )
         pred = model.predict(frame.loc[test].reset_index(drop=True), "pred")
         scores.append(np.abs(np.log(np.maximum(pred, 1e-9) / target[test])))
