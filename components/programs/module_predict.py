@@ -96,7 +96,8 @@ def resolve_program_model(op_predictor: Any, models_dir: Path | None = None) -> 
                 continue  # a stale or foreign file: fall through to the next basis
     if found:
         return found[0]
-    return ProgramModel.untrained(), basis == ROOFLINE_BASIS
+    # untrained: no factor on any kind, so the ops' times (the engine's answers, else rooflines) stand
+    return ProgramModel.untrained(), True
 
 
 def _check_dtype(dtype: str | None) -> str | None:
