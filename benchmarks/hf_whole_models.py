@@ -8,6 +8,8 @@ the predictor for each GPU, and prints per (GPU, model):
 
 - ``pred_ms``: the answer's total; ``ops_ms``: its ops' GPU time; ``roof_ms``: the sum of its ops'
   roofline times (the floor any answer must respect);
+- ``pred/gemm_measured``: the total over the same total with every GEMM at its measured rows' median rate
+  (a proxy of the GEMMs' share of the bias, where the GPU has rows);
 - per family (``gemm``: mm/addmm/linear; ``bmm``; ``attention``; ``norm``; ``softmax``): the share of the
   peak the answer's ops reach (FLOP/s over the dtype's peak for GEMMs, bytes/s over DRAM for the
   rest, time-weighted), beside the median of the GPU's **measured** rows (NeuSight's FP32 ``linear``,
@@ -195,6 +197,7 @@ def model_rows(
         }
         fams = [family_of(r) for r in ops.itertuples()]
         ops = ops.assign(fam=fams)
+        swapped = 0.0  # the answer with every GEMM at its measured rows' median rate instead of its own
         for fam in FAMILIES:
             part = ops[ops["fam"] == fam]
             if part.empty:
@@ -211,10 +214,13 @@ def model_rows(
                 if rate is not None:
                     rates.append(rate / (fp32 if compute else dram))
                     weights.append(float(r.total_us))
+                    if fam == "gemm":
+                        swapped += float(r.flops) * float(r.count) / rate - float(r.total_us) * 1e-6
             if rates:
                 order = np.argsort(rates)
                 cum = np.cumsum(np.asarray(weights)[order])
                 row[f"{fam}_meas"] = float(np.asarray(rates)[order][np.searchsorted(cum, cum[-1] / 2)])
+        row["pred/gemm_measured"] = total / (total + swapped * 1e6)
         out.append(row)
     return out
 
@@ -240,12 +246,15 @@ def main() -> None:
         rows += model_rows(name, predictor, ns.gpus.split(","), catalog, measured, ns.basis)
     table = pd.DataFrame(rows)
     table["pred/roof"] = table["pred_ms"] / table["roof_ms"]
-    cols = ["gpu", "model", "pred_ms", "ops_ms", "roof_ms", "pred/roof"]
+    cols = ["gpu", "model", "pred_ms", "ops_ms", "roof_ms", "pred/roof", "pred/gemm_measured"]
     cols += [c for f in FAMILIES for c in (f"{f}_pred", f"{f}_meas") if c in table.columns]
     with pd.option_context("display.width", 200, "display.max_columns", 30):
         print(table[cols].round(3).to_string(index=False))
     print("\n*_pred: share of peak the answer's ops reach (FP32 GEMM pipe: gemm/bmm/attention; DRAM else)")
     print("*_meas: the GPU's measured NeuSight rows within 2x per dimension (median, time-weighted)")
+    print("pred/gemm_measured: the total over the total with each GEMM at its measured rows' median rate")
+    summary = table.groupby("gpu")[["pred/roof", "pred/gemm_measured"]].median().round(3)
+    print("\nmedian over the models per GPU:\n" + summary.to_string())
     if ns.csv is not None:
         from components.common.atomic import atomic_write_text
 
