@@ -6,6 +6,8 @@ that level's rows of the other GPUs.
 
 Usage (from the repository root):
   KERNELCAST_HOME=.kernelcast python benchmarks/kernelbench_level.py --level 3 [--cache DIR] [--csv FILE]
+      [--model DIR]   (a trained predictor folder: the program model in its basis -- the op engine's
+                       answers for GEMM/bmm/attention, as module answers use -- instead of the roofline's)
 """
 
 from __future__ import annotations
@@ -28,7 +30,13 @@ def main() -> None:
     parser.add_argument("--level", default="3")
     parser.add_argument("--cache", type=Path, default=Path(".kernelcast") / "kbcache")
     parser.add_argument("--csv", type=Path, default=None)
+    parser.add_argument("--model", default=None, help="predictor folder or models:/ reference")
     ns = parser.parse_args()
+    predictor = None
+    if ns.model:
+        from components.serving.models import load_model
+
+        predictor = load_model(ns.model).predictor
     out = ingest(ns.root, load_catalog())
     kernels = out.kernels
     chosen = (
@@ -40,6 +48,7 @@ def main() -> None:
         ns.cache,
         configs=["eager"],
         kernel_ids=sorted(set(kernels.loc[chosen, "kernel_id"])),
+        op_predictor=predictor,
     )
     for row in bench.rows:
         if row["metric"] == "mape":

@@ -69,17 +69,22 @@ def run_kernelbench_bench(
     kernel_ids: list[str] | None = None,
     min_held_out_rows: int = MIN_HELD_OUT_ROWS,
     min_train_rows: int = 50,
+    op_predictor: Any = None,
     log: Callable[[str], None] = lambda _: None,
 ) -> KernelBenchBench:
-    """Leave-one-GPU-out per (config, GPU), scored per level; see the module docstring."""
+    """Leave-one-GPU-out per (config, GPU), scored per level; see the module docstring. ``op_predictor``:
+    fit the program model in its basis (the op engine's answers for the families it covers, which stand, as
+    a module answer uses them) instead of the roofline basis."""
     from components.devices import load_catalog
+    from components.programs.engine_ops import engine_kinds
     from components.programs.kernelbench_data import load_kernelbench
     from components.programs.kernelbench_model import fit_program_model, program_table
 
     result = KernelBenchBench()
     data = load_kernelbench(measurements, kernels, cache_dir, log=log, kernel_ids=kernel_ids)
     catalog = load_catalog()
-    table = program_table(data, catalog)
+    table = program_table(data, catalog, op_predictor)
+    stands = engine_kinds(op_predictor)
     result.reasons = data.reasons
     asked = pd.concat(
         [
@@ -115,7 +120,9 @@ def run_kernelbench_bench(
                     f"GPU(s) with {min_held_out_rows}+ rows to learn from (needs {MIN_TRAIN_GPUS})"
                 )
                 continue
-            model = fit_program_model(train.assign(config="eager"), "roofline", min_rows=min_train_rows)
+            model = fit_program_model(
+                train.assign(config="eager"), "roofline", min_rows=min_train_rows, stands=stands
+            )
             test = rows[rows["device_id"] == device].reset_index(drop=True)
             scored.append(
                 test.assign(pred_model=model.predict(test), pred_roofline=test["roof_sum_us"].to_numpy())

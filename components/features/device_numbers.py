@@ -57,6 +57,7 @@ DEVICE_COLUMNS: tuple[str, ...] = (
     "tensor_bf16",
     "tensor_fp8",
     "tensor_tf32",
+    "tensor_fp32",  # AMD CDNA's FP32 matrix cores (NaN on NVIDIA: no FP32 tensor pipe)
     "tensor_fp64",
     "tensor_int8",
     "tensor_fp4",
@@ -93,6 +94,7 @@ def device_table(device_ids: Iterable[str], catalog: Any) -> pd.DataFrame:
             _peak(spec, "bf16", True),
             _peak(spec, "fp8", True),
             _peak(spec, "tf32", True),
+            _peak(spec, "fp32", True),
             _peak(spec, "fp64", True),
             _peak(spec, "int8", True),
             _peak(spec, "fp4", True),

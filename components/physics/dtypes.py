@@ -36,7 +36,11 @@ __all__ = [
 # 0.5 byte and de-quantised on the fly, the math in bf16.
 GEMM_DTYPE_TRAITS: dict[str, tuple[float, float, float, str, bool | None]] = {
     "fp64": (8.0, 8.0, 8.0, "fp64", None),
-    "fp32": (4.0, 4.0, 4.0, "fp32", False),
+    # None: AMD CDNA's matrix cores run full-precision FP32 (v_mfma_f32_*f32; rocBLAS/hipBLASLt SGEMM use
+    # them: NeuSight's MI100 linear rows reach 34.5 TFLOP/s, 77% of them above the 23.1 TFLOP/s vector
+    # peak); NVIDIA has no FP32 tensor pipe (TF32 is another precision, off by default for PyTorch's
+    # matmul), so its catalog entries have no ``fp32_tensor`` and fp32 GEMMs stay on the FMA pipe.
+    "fp32": (4.0, 4.0, 4.0, "fp32", None),
     "tf32": (4.0, 4.0, 4.0, "tf32", True),
     "fp16": (2.0, 2.0, 2.0, "fp16", None),
     "bf16": (2.0, 2.0, 2.0, "bf16", None),
@@ -188,13 +192,15 @@ def traced_dtype(aten_dtype: str) -> str:
 def tensor_precisions(dtype: str) -> tuple[str, ...]:
     """The catalog precisions whose tensor pipe a ``dtype`` GEMM runs on, in the order tried (its own, then
     along ``FALLBACK``) before it lands on the vector (FMA) pipe: ``nvfp4`` -> fp4, fp8, bf16; ``bf16`` ->
-    bf16 (then fp32 FMA); ``fp32`` -> none. The features' tensor peak reads it; ``physics.pipe_for`` walks
-    the same ``FALLBACK``."""
+    bf16 (then fp32 FMA); ``fp32`` -> fp32 (AMD's FP32 matrix cores; NVIDIA has none: the FMA pipe). The
+    features' tensor peak reads it; ``physics.pipe_for`` walks the same ``FALLBACK``."""
     chain: list[str] = []
     current: str | None = dtype
     while current in GEMM_DTYPE_TRAITS:
         _, _, _, precision, tensor = GEMM_DTYPE_TRAITS[current]
-        if tensor is False:  # vector-only math (fp32): the FMA pipe
+        # vector-only math, or another dtype falling back to fp32 math (fp64 without an fp64 pipe, bf16
+        # without bf16 tensor cores): the FMA pipe
+        if tensor is False or (precision == "fp32" and current != dtype):
             break
         chain.append(precision)
         current = FALLBACK.get(current)

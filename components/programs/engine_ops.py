@@ -26,6 +26,9 @@ ENGINE_DIMS: dict[str, tuple[str, dict[str, str]]] = {
     ),
 }
 ENGINE_TIERS: tuple[str, ...] = ("measured", "calibrated", "transfer", "spec")
+# The program-model op kinds of those families (``ops``: linear -> gemm): inside a program their ops are
+# the engine's answers, which stand (the program model learns no factor for them).
+ENGINE_KINDS: tuple[str, ...] = ("gemm", "bmm", "attention")
 
 
 def op_engine(predictor: Any) -> Any:
@@ -36,6 +39,12 @@ def op_engine(predictor: Any) -> Any:
     from components.opmodel.loading import engine_for
 
     return engine_for(predictor)
+
+
+def engine_kinds(predictor: Any) -> tuple[str, ...]:
+    """The op kinds the op engine beside ``predictor`` answers inside a program (none: no engine with data,
+    the roofline basis)."""
+    return ENGINE_KINDS if engine_answers(op_engine(predictor)) else ()
 
 
 def engine_answers(engine: Any) -> bool:

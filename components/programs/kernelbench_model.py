@@ -57,20 +57,21 @@ def fit_program_model(
     residual: bool = True,
     min_rows: int = MIN_CONFIG_ROWS,
     interval: bool = False,
+    stands: Collection[str] = (),
     log: Callable[[str], None] = lambda _: None,
 ) -> ProgramModel:
-    """One model per config with at least ``min_rows`` rows on MIN_CONFIG_DEVICES GPUs."""
+    """One model per config with at least ``min_rows`` rows on MIN_CONFIG_DEVICES GPUs; ``stands``: the op
+    kinds whose basis times are the op engine's answers (no factor learned for them)."""
     configs: dict[str, ConfigModel] = {}
     for config, rows in table.groupby("config", sort=True):
         if len(rows) < min_rows or rows["device_id"].nunique() < MIN_CONFIG_DEVICES:
             log(f"program model: {config} skipped ({len(rows)} rows on {rows['device_id'].nunique()} GPUs)")
             continue
-        model = fit_config(
-            rows.reset_index(drop=True), rows["duration_us"].to_numpy("float64"), residual=residual
-        )
+        target = rows["duration_us"].to_numpy("float64")
+        model = fit_config(rows.reset_index(drop=True), target, residual=residual, stands=stands)
         if interval and config == "eager":  # the answers module questions get (predict_module: eager)
             model.q_log = gpu_grouped_q_log(
-                rows.reset_index(drop=True), rows["duration_us"].to_numpy("float64"), residual=residual
+                rows.reset_index(drop=True), target, residual=residual, stands=stands
             )
         configs[str(config)] = model
     if "eager" not in configs:
@@ -92,6 +93,7 @@ def fit_for_predictor(
     measurement ids are in ``train_ids`` (the fold's train side; all when None); save both under
     ``models/programs/`` and the predictor's own one in ``predictor_dir``. Returns the files written."""
     from components.devices import load_catalog
+    from components.programs.engine_ops import engine_kinds
     from components.programs.kernelbench_data import load_kernelbench
     from components.programs.module_predict import ROOFLINE_BASIS, basis_id, program_model_path
 
@@ -116,7 +118,7 @@ def fit_for_predictor(
         bases.append((basis_id(reloaded), predictor))
     for basis, op_predictor in bases:
         table = program_table(data, catalog, op_predictor)
-        model = fit_program_model(table, basis, interval=True, log=log)
+        model = fit_program_model(table, basis, interval=True, stands=engine_kinds(op_predictor), log=log)
         written.append(model.save(program_model_path(settings.models_dir, basis)))
         if predictor_dir is not None and op_predictor is predictor:
             written.append(model.save(Path(predictor_dir) / MODEL_FILE))

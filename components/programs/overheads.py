@@ -1,11 +1,12 @@
 """Program-level model: a whole module's wall-clock time as its ops' GPU time plus what runs between them.
 
     ops_us = sum over op kinds k of  S_k / eff_k            (eff_k <= 1: an op never runs faster
-                                                             than its basis time)
+                                                             than its basis time; eff_k = 1 for the
+                                                             kinds the op engine answers: they stand)
     gpu_us = ops_us + w_lowpar * L + n_kernels * launch_us  (launch gaps, under-filled GPUs)
              + rnn_steps * step_us                  (an RNN's time steps run one after another)
     cpu_us = n_aten * framework_us                          (eager PyTorch dispatch, per aten call)
-    time   = ops_us + (smoothmax(gpu_us, cpu_us) - ops_us) * r(x)
+    time   = ops_us + max(smoothmax(gpu_us, cpu_us) * r(x) - ops_us, 0)
 
 ``S_k`` is the summed op time of kind k from the basis (the op-level predictor's answers, or the
 roofline), ``L`` the extra time of kernels too small to fill the GPU, ``launch_us`` the per-kernel
@@ -68,6 +69,7 @@ CPU_GROUPS: dict[str, tuple[str, ...]] = {
 }
 OP_TERMS: tuple[str, ...] = (*FEATURE_KINDS, L2_WARM)  # the ops' GPU time: basis times, each scaled
 PARAM_TERMS: tuple[str, ...] = (*OP_TERMS, "lowpar")  # time sums with a learned weight each
+RATIO_CLIP: tuple[float, float] = (0.05, 50.0)  # the residual's range of factors on the between-ops time
 RESIDUAL_EXCLUDE: tuple[str, ...] = ("clock_ghz",)  # a per-GPU constant: lets trees memorise training GPUs
 
 
@@ -85,6 +87,10 @@ class ConfigModel:
     # and cuBLAS calls choose algorithms and build descriptors on the host on every call.
     cpu_log: dict[str, float] = field(default_factory=dict)
     step_us: float = 0.0  # one sequential RNN time step (x directions), scaled with the host like launches
+    # Op kinds whose basis time is the op's answer from the op engine (GEMM, bmm, attention: each from its
+    # tier): no factor is learned for them, the answer stands. Every other kind's basis is its roofline,
+    # which no op reaches: a factor per kind is learned.
+    stands: list[str] = field(default_factory=list)
     # 90% interval half-width in log space, from GPU-grouped cross-validation on the training GPUs
     # (residuals on GPUs the fold did not see); None when too few GPUs.
     q_log: float | None = None
@@ -142,7 +148,7 @@ class ConfigModel:
         booster = self.booster()
         if booster is not None:
             x = transfer_features(frame).reindex(columns=self.features, fill_value=0.0).to_numpy("float64")
-            base = base * np.clip(booster.predict(x), 0.05, 50.0)
+            base = base * np.clip(booster.predict(x), RATIO_CLIP[0], RATIO_CLIP[1])
         # the time between the ops (launch gaps, host time not hidden): what the corrected model adds to
         # the ops' GPU time, never negative -- the correction cannot make an op faster than its time
         return ops + np.maximum(base - ops, 0.0)
@@ -155,6 +161,7 @@ class ConfigModel:
             "host_beta": self.host_beta,
             "cpu_log": self.cpu_log,
             "step_us": self.step_us,
+            "stands": self.stands,
             "q_log": self.q_log,
             "residual": self.residual,
             "features": self.features,
@@ -290,12 +297,20 @@ def _fit_parametric(frame: pd.DataFrame, target: np.ndarray, kinds: Sequence[str
 
 
 def fit_config(
-    frame: pd.DataFrame, target: np.ndarray, *, residual: bool = True, seed: int = 17
+    frame: pd.DataFrame,
+    target: np.ndarray,
+    *,
+    residual: bool = True,
+    seed: int = 17,
+    stands: Sequence[str] = (),
 ) -> ConfigModel:
-    """Fit one config's model on program rows (``pred_<kind>``, ``n_kernels``, ``n_aten`` + features)."""
+    """Fit one config's model on program rows (``pred_<kind>``, ``n_kernels``, ``n_aten`` + features).
+    A factor per op kind is learned from its basis time to its time in the program (no op runs at its
+    roofline), except for the kinds in ``stands``: their basis times are the op engine's answers."""
     keep = np.isfinite(target) & (target > 0)
     frame, target = frame.loc[keep].reset_index(drop=True), target[keep]
-    model = _fit_parametric(frame, target, PARAM_TERMS)
+    model = _fit_parametric(frame, target, tuple(k for k in PARAM_TERMS if k not in stands))
+    model.stands = sorted(stands)
     model.n_train = len(frame)
     model.devices = sorted(frame["device_id"].astype(str).unique()) if "device_id" in frame else []
     gpus = int((frame["device_id"].value_counts() >= MIN_GPU_ROWS).sum()) if "device_id" in frame else 0
@@ -318,7 +333,9 @@ INTERVAL_FOLDS = 3
 INTERVAL_QUANTILE = 0.9
 
 
-def gpu_grouped_q_log(frame: pd.DataFrame, target: np.ndarray, *, residual: bool = True) -> float | None:
+def gpu_grouped_q_log(
+    frame: pd.DataFrame, target: np.ndarray, *, residual: bool = True, stands: Sequence[str] = ()
+) -> float | None:
     """The 90% quantile of |log(predicted / measured)| on GPUs held out of the fit (GPUs split into
     INTERVAL_FOLDS groups): the interval a new GPU's answer gets."""
     keep = np.isfinite(target) & (target > 0)
@@ -330,7 +347,9 @@ def gpu_grouped_q_log(frame: pd.DataFrame, target: np.ndarray, *, residual: bool
     for fold in range(INTERVAL_FOLDS):
         held = set(devices[fold::INTERVAL_FOLDS])
         test = frame["device_id"].astype(str).isin(held).to_numpy()
-        model = fit_config(frame.loc[~test].reset_index(drop=True), target[~test], residual=residual)
+        model = fit_config(
+            frame.loc[~test].reset_index(drop=True), target[~test], residual=residual, stands=stands
+        )
         pred = model.predict(frame.loc[test].reset_index(drop=True), "pred")
         scores.append(np.abs(np.log(np.maximum(pred, 1e-9) / target[test])))
     values = np.concatenate(scores)
