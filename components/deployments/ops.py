@@ -28,7 +28,14 @@ EFFICIENCY: dict[str, tuple[float, float]] = {
     "allreduce": (1.0, 1.0),
     "elementwise": (0.5, 0.75),
     "rmsnorm": (0.5, 0.75),
+    # Gated DeltaNet (FLA's Triton kernels): the chunked rule's small C x C products and the fp32 recurrent
+    # state keep it well below a GEMM's share of peak (docs/serving.md compares it with AIConfigurator's
+    # measured gdn tables).
+    "gdn": (0.35, 0.6),
 }
+# Families the op engine holds no tables for in a composed step: the fixed-efficiency roofline answers them
+# (tier ``roofline``), whatever op-time function the composition runs on.
+PHYSICS_ONLY_FAMILIES = ("gdn",)
 # No launch cost and no all-reduce start-up latency here: both are parameters of the framework-cost fit
 # (per kernel launched, per all-reduce and per all-reduce x GPU; ``compose.overhead_counts``), learned on
 # each fold's training runs only -- never constants chosen by looking at a benchmark.
@@ -112,6 +119,8 @@ def with_small_ops(engine: Callable[..., Any]) -> OpTimeFn:
     ) -> Any:
         if family in SMALL_OP_FAMILIES:
             return roofline_op_time(family, dtype, shape, spec)
+        if family in PHYSICS_ONLY_FAMILIES:
+            return roofline_op_time(family, dtype, shape, spec, kv_dtype=kv_dtype)
         if family == "attention":
             return engine(family, dtype, shape, spec, kv_dtype=kv_dtype)
         return engine(family, dtype, shape, spec)
