@@ -33,8 +33,9 @@ EFFICIENCY: dict[str, tuple[float, float]] = {
     # measured gdn tables).
     "gdn": (0.35, 0.6),
 }
-# Families the op engine holds no tables for in a composed step: the fixed-efficiency roofline answers them
-# (tier ``roofline``), whatever op-time function the composition runs on.
+# Families the op engine holds no tables for: with an op engine, the GPU's measured tables where the
+# datasets have them (``gdn_tables``), else -- and in the roofline composition -- the fixed-efficiency
+# roofline (tier ``roofline``).
 PHYSICS_ONLY_FAMILIES = ("gdn",)
 # No launch cost and no all-reduce start-up latency here: both are parameters of the framework-cost fit
 # (per kernel launched, per all-reduce and per all-reduce x GPU; ``compose.overhead_counts``), learned on
@@ -133,7 +134,27 @@ def with_small_ops(engine: Callable[..., Any]) -> OpTimeFn:
 ROOFLINE_SOURCE, ENGINE_SOURCE = "roofline", "engine"  # which op times a framework cost was fitted on
 
 
-def engine_op_time(engine: Any, unseen: frozenset[str] = frozenset()) -> OpTimeFn:
+def _gdn_time(
+    family: str, dtype: str, shape: Mapping[str, Any], spec: Any, kv_dtype: str | None, framework: str | None
+) -> Timed:
+    """The GDN op from AIConfigurator's measured kernels of this GPU (``gdn_tables``; the serving
+    framework's own where measured), the fixed-efficiency roofline where they do not reach."""
+    from components.deployments.config import _datasets_dir
+    from components.deployments.gdn_tables import gdn_measured
+
+    roof = roofline_op_time(family, dtype, shape, spec, kv_dtype=kv_dtype)
+    found = gdn_measured(spec, framework, shape, _datasets_dir())
+    if found is None:
+        return Timed(roof, "roofline")
+    measured, source = found
+    hit = np.isfinite(measured)
+    label = f"measured:gdn {source}"
+    return Timed(np.where(hit, measured, roof), np.where(hit, label, "roofline").astype(object))
+
+
+def engine_op_time(
+    engine: Any, unseen: frozenset[str] = frozenset(), framework: str | None = None
+) -> OpTimeFn:
     """The op engine (``components.opmodel.engine.OpEngine``) as the composition's op-time function.
 
     GEMM, attention and MoE go to ``engine.predict`` (its tier per row: measured where the GPU's kernel
@@ -159,6 +180,8 @@ def engine_op_time(engine: Any, unseen: frozenset[str] = frozenset()) -> OpTimeF
     ) -> Any:
         if family == "allreduce":
             return Timed(roofline_op_time(family, dtype, shape, spec), "roofline")
+        if family in PHYSICS_ONLY_FAMILIES and spec.id not in unseen:
+            return _gdn_time(family, dtype, shape, spec, kv_dtype, framework)
         fn = blind if spec.id in unseen else seen
         out = fn(family, dtype, shape, spec, kv_dtype=kv_dtype)
         if not hasattr(out, "duration_us"):
@@ -173,7 +196,7 @@ def engine_op_time(engine: Any, unseen: frozenset[str] = frozenset()) -> OpTimeF
         """The same op times from ``name``'s own measured kernels where it measured them (each serving
         engine's step: ``stepmodel.build_step_models``)."""
         return (
-            engine_op_time(engine.for_framework(name), unseen)
+            engine_op_time(engine.for_framework(name), unseen, name)
             if hasattr(engine, "for_framework")
             else op_time
         )
