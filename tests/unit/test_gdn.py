@@ -149,3 +149,35 @@ def test_bundled_qwen35_is_composed_with_its_gdn_layers():
     assert (shape.layers, shape.linear_layers, shape.attention_layers) == (48, 36, 12)
     assert shape.attn_output_gate and shape.is_moe
     assert 100e9 < shape.parameters < 130e9  # Qwen3.5-122B-A10B
+
+
+@needs_data
+def test_measured_gdn_tier_reads_the_gpus_table_and_leaves_the_rest_to_the_roofline():
+    from components.deployments.gdn_tables import gdn_measured, gdn_table
+
+    gpu = load_catalog().resolve("h200")
+    table, source = gdn_table(str(DEFAULT_DATASETS_DIR), "h200", "vllm")
+    assert source.startswith("vllm ")  # the framework's own table where it has a complete one
+    heads = {"HK": 8.0, "HV": 32.0, "DK": 128.0, "DV": 128.0, "K": 4.0}  # Qwen3.5-122B at TP 2
+    point = table[(table.phase == "generation") & (table.batch_size == 16) & (table.num_v_heads == 32)]
+    point = point[(point.num_k_heads == 8) & (point.seq_len == 1)]
+    # decode at a measured batch: the table's conv + rule; a batch between two points: between them;
+    # heads the table lacks and a batch beyond it: NaN (the roofline answers)
+    times, _ = gdn_measured(gpu, "vllm", {**heads, "B": [16.0, 24.0, 1e5], "S": 1.0}, DEFAULT_DATASETS_DIR)
+    assert times[0] == pytest.approx(float(point.latency.iloc[0]))
+    assert np.isnan(times[2])
+    at32, _ = gdn_measured(gpu, "vllm", {**heads, "B": 32.0, "S": 1.0}, DEFAULT_DATASETS_DIR)
+    assert min(times[0], at32[0]) <= times[1] <= max(times[0], at32[0])
+    lacking, _ = gdn_measured(gpu, "vllm", {**heads, "HV": 40.0, "B": 16.0, "S": 1.0}, DEFAULT_DATASETS_DIR)
+    assert np.isnan(lacking).all()
+    # a prefill chunk grows with its tokens
+    chunks, _ = gdn_measured(
+        gpu, "vllm", {**heads, "B": 1.0, "S": [256.0, 1024.0, 4096.0]}, DEFAULT_DATASETS_DIR
+    )
+    assert np.all(np.diff(chunks) > 0)
+    assert (
+        gdn_measured(
+            load_catalog().resolve("a10g"), None, {**heads, "B": 1.0, "S": 1.0}, DEFAULT_DATASETS_DIR
+        )
+        is None
+    )
