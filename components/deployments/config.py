@@ -71,7 +71,7 @@ class ModelShape:
     # value heads and head dims, the conv kernel, and the recurrent state's dtype (``mamba_ssm_dtype``).
     linear_layers: int = 0
     linear_key_heads: int = 0
-    linear_value_heads: int = 0
+    linear_value_heads: int = 0  # a multiple of the key heads (each key head serves HV / HK value heads)
     linear_key_dim: int = 0
     linear_value_dim: int = 0
     linear_conv_kernel: int = 0

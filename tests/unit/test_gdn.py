@@ -181,3 +181,18 @@ def test_measured_gdn_tier_reads_the_gpus_table_and_leaves_the_rest_to_the_roofl
         )
         is None
     )
+
+
+def test_tpot_floor_reads_the_gdn_states_of_the_decode_batch():
+    from components.deployments.serve import physics_floors
+    from components.deployments.stepmodel import build_step_models
+
+    gpu = load_catalog().resolve("h200")
+    d = Deployment(model=model_shape(HYBRID), gpu=gpu, isl=1024, osl=64, concurrency=64)
+    step = build_step_models([d])[0]
+    floor = physics_floors(d, step, 64.0)["tpot"]
+    dram = float(gpu.dram_gbps) * 1e9
+    states = 64 * state_bytes_per_request(d)
+    assert floor * 1e-6 * dram >= states > 0  # the 64 requests' fixed states at least
+    # decode steps of the step model carry the GDN op: a batch of 64 costs more than a batch of 1
+    assert step.decode_us(64, 1056.0) > step.decode_us(1, 1056.0)
