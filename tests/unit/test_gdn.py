@@ -196,3 +196,12 @@ def test_tpot_floor_reads_the_gdn_states_of_the_decode_batch():
     assert floor * 1e-6 * dram >= states > 0  # the 64 requests' fixed states at least
     # decode steps of the step model carry the GDN op: a batch of 64 costs more than a batch of 1
     assert step.decode_us(64, 1056.0) > step.decode_us(1, 1056.0)
+
+
+@needs_data
+def test_models_list_shows_every_bundled_qwen35_and_qwen36_modelled():
+    from components.deployments.model_list import bundled_models
+
+    hybrids = [m for m in bundled_models() if "Qwen3.5" in m["name"] or "Qwen3.6" in m["name"]]
+    assert len(hybrids) >= 8
+    assert all(m["modelled"] for m in hybrids), [m["reason"] for m in hybrids if not m["modelled"]]
