@@ -5,7 +5,8 @@ speed-of-light time and the fixed-efficiency roofline that answers where no tabl
 
 Prints per GPU, framework table and phase: the median measured / speed-of-light ratio (all rows, and rows
 whose speed of light is above 20 us, out of the launch-latency regime) and the median relative error of
-the roofline answer.
+the roofline answer; then the transfer tier's error on the H200 with its own tables withheld: the H100's
+table of the same framework, scaled by the speed-of-light ratio (what a GPU without a table gets).
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
+from components.deployments.gdn_tables import gdn_table, measured_gdn_us
 from components.deployments.ops import roofline_op_time, sol_time
 from components.devices import load_catalog
 from components.ingest.aiconfigurator import GPU_FOLDERS, systems_dir
@@ -58,5 +60,40 @@ def main() -> None:
             )
 
 
+def transfer_check() -> None:
+    catalog = load_catalog()
+    h100, h200 = catalog.resolve("h100-sxm"), catalog.resolve("h200")
+    for framework in ("vllm", "sglang"):
+        mine, source = gdn_table(str(DEFAULT_DATASETS_DIR), "h200", framework)
+        ref, ref_source = gdn_table(str(DEFAULT_DATASETS_DIR), "h100-sxm", framework)
+        shape = {
+            "B": mine.batch_size.to_numpy(float),
+            "S": mine.seq_len.to_numpy(float),
+            "HK": mine.num_k_heads.to_numpy(float),
+            "HV": mine.num_v_heads.to_numpy(float),
+            "DK": mine.head_k_dim.to_numpy(float),
+            "DV": mine.head_v_dim.to_numpy(float),
+            "K": mine.d_conv.to_numpy(float),
+        }
+        scale = sol_time("gdn", "bf16", shape, h200, "fp32") / sol_time("gdn", "bf16", shape, h100, "fp32")
+        pred = measured_gdn_us(ref, shape) * scale
+        roofline = np.maximum(
+            roofline_op_time("gdn", "bf16", shape, h200, "fp32"), sol_time("gdn", "bf16", shape, h200, "fp32")
+        )
+        truth = mine.latency.to_numpy()
+        for phase in ("context", "generation"):
+            # prefill: one sequence's chunk (what a serving step's GDN op asks; B > 1 is B times it)
+            one = (mine.batch_size == 1).to_numpy() if phase == "context" else True
+            m = (mine.phase == phase).to_numpy() & np.isfinite(pred) & one
+            err = np.median(np.abs(pred[m] - truth[m]) / truth[m])
+            roof = np.median(np.abs(roofline[m] - truth[m]) / truth[m])
+            print(
+                f"h200 {source} {phase} from h100 {ref_source} n={m.sum()} "
+                f"transfer median |error| {err:.0%}, "
+                f"the roofline's on the same rows {roof:.0%}"
+            )
+
+
 if __name__ == "__main__":
     main()
+    transfer_check()

@@ -7,7 +7,8 @@ rule. A serving step's GDN op is their sum. We take, per GPU and framework, the 
 holds both kernels of both phases (older ones time the conv alone), and interpolate log-log: decode in the
 batch, a prefill chunk of one sequence in its tokens (B sequences' chunks: B times one, the varlen kernel
 runs them in one launch, so this is an upper estimate). Outside the measured range, or for heads the
-table lacks, the row is NaN and the roofline answers it.
+table lacks, the row is NaN and the roofline answers it. An NVIDIA GPU without a table borrows the nearest
+measured one's (``REFERENCE_GPUS``), scaled by the two GPUs' speed-of-light ratio (``ops``: transfer tier).
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ import numpy as np
 import pandas as pd
 
 PHASES = {"context": "prefill", "generation": "decode"}
+REFERENCE_GPUS = ("h200", "h100-sxm")  # complete tables, newest architecture first
 KEYS = ["num_k_heads", "num_v_heads", "head_k_dim", "head_v_dim", "d_conv"]
 
 
@@ -101,3 +103,19 @@ def gdn_measured(
         return None
     table, source = found
     return measured_gdn_us(table, shape), source
+
+
+def gdn_reference(
+    spec: Any, framework: str | None, shape: Mapping[str, Any], datasets_dir: Path
+) -> tuple[np.ndarray, str, str] | None:
+    """(times on the reference GPU, its id, "framework version") of the first ``REFERENCE_GPUS`` table that
+    is not ``spec``'s own, for an NVIDIA GPU without one; None for another vendor (its kernels differ)."""
+    if str(getattr(spec, "vendor", "nvidia")) != "nvidia":
+        return None
+    for ref in REFERENCE_GPUS:
+        if ref == str(spec.id):
+            continue
+        found = gdn_table(str(datasets_dir), ref, framework)
+        if found is not None:
+            return measured_gdn_us(found[0], shape), ref, found[1]
+    return None

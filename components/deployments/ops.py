@@ -134,22 +134,32 @@ def with_small_ops(engine: Callable[..., Any]) -> OpTimeFn:
 ROOFLINE_SOURCE, ENGINE_SOURCE = "roofline", "engine"  # which op times a framework cost was fitted on
 
 
-def _gdn_time(
+def gdn_op_time(
     family: str, dtype: str, shape: Mapping[str, Any], spec: Any, kv_dtype: str | None, framework: str | None
 ) -> Timed:
     """The GDN op from AIConfigurator's measured kernels of this GPU (``gdn_tables``; the serving
-    framework's own where measured), the fixed-efficiency roofline where they do not reach."""
+    framework's own where measured); on an NVIDIA GPU without a table, a measured GPU's times scaled by the
+    speed-of-light ratio (transfer); the fixed-efficiency roofline where neither reaches."""
     from components.deployments.config import _datasets_dir
-    from components.deployments.gdn_tables import gdn_measured
+    from components.deployments.gdn_tables import gdn_measured, gdn_reference
 
     roof = roofline_op_time(family, dtype, shape, spec, kv_dtype=kv_dtype)
     found = gdn_measured(spec, framework, shape, _datasets_dir())
-    if found is None:
-        return Timed(roof, "roofline")
-    measured, source = found
-    hit = np.isfinite(measured)
-    label = f"measured:gdn {source}"
-    return Timed(np.where(hit, measured, roof), np.where(hit, label, "roofline").astype(object))
+    if found is not None:
+        times, label = found[0], f"measured:gdn {found[1]}"
+    else:
+        ref = gdn_reference(spec, framework, shape, _datasets_dir())
+        if ref is None:
+            return Timed(roof, "roofline")
+        from components.devices import load_catalog
+
+        ref_spec = load_catalog().resolve(ref[1])
+        scale = sol_time(family, dtype, shape, spec, kv_dtype) / sol_time(
+            family, dtype, shape, ref_spec, kv_dtype
+        )
+        times, label = ref[0] * scale, f"transfer:gdn {ref[1]} {ref[2]}"
+    hit = np.isfinite(times)
+    return Timed(np.where(hit, times, roof), np.where(hit, label, "roofline").astype(object))
 
 
 def engine_op_time(
@@ -181,7 +191,7 @@ def engine_op_time(
         if family == "allreduce":
             return Timed(roofline_op_time(family, dtype, shape, spec), "roofline")
         if family in PHYSICS_ONLY_FAMILIES and spec.id not in unseen:
-            return _gdn_time(family, dtype, shape, spec, kv_dtype, framework)
+            return gdn_op_time(family, dtype, shape, spec, kv_dtype, framework)
         fn = blind if spec.id in unseen else seen
         out = fn(family, dtype, shape, spec, kv_dtype=kv_dtype)
         if not hasattr(out, "duration_us"):
