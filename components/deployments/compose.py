@@ -126,18 +126,29 @@ def _layer_ops(
     if m.is_mla:
         ops = _mla_ops(d, phase, (tokens, batch, q_len, ctx, layers))
         return ops + _mlp_ops(d, phase, tokens, layers)
+    # a hybrid model's GDN layers (``_gdn_ops``) take their share of the layers; attention the rest
+    attn_layers = layers * m.attention_layers / m.layers
+    gate = hq * dh if m.attn_output_gate else 0
     ops = [
         OpLine(phase, "norm", "rmsnorm", act, {"B": tokens, "H": h}, 2 * layers),
-        OpLine(phase, "gemm", "gemm", wd, {"M": tokens, "N": (hq + 2 * hkv) * dh, "K": h}, layers),
-        OpLine(phase, "rotary", "elementwise", act, {"N": tokens * (hq + hkv) * dh, "op": "mul"}, layers),
-        OpLine(phase, "gemm", "gemm", wd, {"M": tokens, "N": h, "K": hq * dh}, layers),
+        OpLine(
+            phase, "gemm", "gemm", wd, {"M": tokens, "N": (hq + 2 * hkv) * dh + gate, "K": h}, attn_layers
+        ),
+        OpLine(
+            phase, "rotary", "elementwise", act, {"N": tokens * (hq + hkv) * dh, "op": "mul"}, attn_layers
+        ),
+        OpLine(phase, "gemm", "gemm", wd, {"M": tokens, "N": h, "K": hq * dh}, attn_layers),
         OpLine(phase, "residual", "elementwise", act, {"N": tokens * h, "op": "add"}, 2 * layers),
     ]
+    if gate:  # sigmoid(gate) x the attention output
+        ops.append(OpLine(phase, "gate", "elementwise", act, {"N": tokens * gate, "op": "mul"}, attn_layers))
     if m.qk_norm:
-        ops.append(OpLine(phase, "norm", "rmsnorm", act, {"B": tokens * (hq + hkv), "H": dh}, layers))
+        ops.append(OpLine(phase, "norm", "rmsnorm", act, {"B": tokens * (hq + hkv), "H": dh}, attn_layers))
+    if m.linear_layers:
+        ops += _gdn_ops(d, phase, (tokens, batch, q_len, ctx, layers - attn_layers))
     window = m.sliding_window
-    full_layers = layers * (1 - m.sliding_layers / m.layers)
-    win_layers = layers - full_layers
+    full_layers = attn_layers * (1 - m.sliding_layers / m.attention_layers)
+    win_layers = attn_layers - full_layers
     attn = {"B": batch, "H": hq, "HKV": hkv, "D": dh, "S": q_len, "KV": ctx}
     for count, extra in ((full_layers, {}), (win_layers if window else 0, {"W": window})):
         if count:  # full-context layers, then sliding-window ones
@@ -149,6 +160,32 @@ def _layer_ops(
 
 # what one layer is asked for: tokens, batch (sequences), q_len, ctx (context attended to), layers
 LayerSizes = tuple[float, float, "np.ndarray | float", "np.ndarray | float", float]
+
+
+def _gdn_ops(d: Deployment, phase: str, sizes: LayerSizes) -> list[OpLine]:
+    """The Gated DeltaNet mixer of ``layers`` linear-attention layers on one GPU (vLLM's and SGLang's
+    Qwen3-Next/3.5 layout): in_proj (q, k, v, z) and the a/b gate projection as GEMMs, the conv1d + gated
+    delta rule as one ``gdn`` op (a prefill chunk per sequence, or one recurrent decode step), the gated
+    RMSNorm (norm x SiLU(z)) and out_proj. Its per-request state is fixed-size (``memory``)."""
+    tokens, batch, q_len, _ctx, layers = sizes
+    m, tp, wd, act = d.model, d.tp, gemm_dtype(d), "bf16"
+    dims = m.linear_dims(tp)
+    k, v = dims["HK"] * dims["DK"], dims["HV"] * dims["DV"]
+    gdn = {"B": batch, "S": q_len, **dims}
+    return [
+        OpLine(
+            phase,
+            "gemm",
+            "gemm",
+            wd,
+            {"M": tokens, "N": 2 * k + 2 * v + 2 * dims["HV"], "K": m.hidden},
+            layers,
+        ),
+        OpLine(phase, "linear_attention", "gdn", act, gdn, layers, kv_dtype=m.state_dtype),
+        OpLine(phase, "norm", "rmsnorm", act, {"B": tokens * dims["HV"], "H": dims["DV"]}, layers),
+        OpLine(phase, "gate", "elementwise", act, {"N": tokens * v, "op": "silu_and_mul"}, layers),
+        OpLine(phase, "gemm", "gemm", wd, {"M": tokens, "N": m.hidden, "K": v}, layers),
+    ]
 
 
 def _mla_ops(d: Deployment, phase: str, sizes: LayerSizes) -> list[OpLine]:
@@ -291,7 +328,7 @@ def _call(
 ) -> tuple[np.ndarray, np.ndarray]:
     """One batch of same-kind ops: times (microseconds) and the tier of each row (``measured``, ``spec``...
     from an op engine; ``roofline`` from the fixed-efficiency roofline)."""
-    if family == "attention" and _takes_kv(op_time):
+    if family in KV_FAMILIES and _takes_kv(op_time):
         out = op_time(family, dtype, shape, spec, kv_dtype=kv_dtype)
     else:
         out = op_time(family, dtype, shape, spec)
@@ -316,6 +353,13 @@ def _takes_kv(fn: OpTimeFn) -> bool:
         return False
 
 
+KV_FAMILIES = ("attention", "gdn")
+# Op kinds timed per sequence (batch, tokens per sequence, context), not per step token: attention and the
+# GDN mixer (``stepmodel`` tabulates them over sequences and contexts).
+SEQUENCE_KINDS = (
+    "attention",
+    "linear_attention",
+)  # ops that read a per-request cache: its dtype goes to the op-time function
 # A dimension one line of a group lacks takes its neutral value (physics: W=0 is no window).
 NEUTRAL = {"B": 1.0, "W": 0.0, "tp": 1.0, "ep": 1.0}
 

@@ -66,6 +66,16 @@ class ModelShape:
     qk_rope_head_dim: int = 0
     qk_nope_head_dim: int = 0
     v_head_dim: int = 0
+    attn_output_gate: bool = False  # Qwen3.5/3.6: q_proj also emits a sigmoid gate on the attention output
+    # Gated DeltaNet layers (``layer_types`` "linear_attention", Qwen3-Next/3.5/3.6): how many, their key and
+    # value heads and head dims, the conv kernel, and the recurrent state's dtype (``mamba_ssm_dtype``).
+    linear_layers: int = 0
+    linear_key_heads: int = 0
+    linear_value_heads: int = 0  # a multiple of the key heads (each key head serves HV / HK value heads)
+    linear_key_dim: int = 0
+    linear_value_dim: int = 0
+    linear_conv_kernel: int = 0
+    state_dtype: str = "bf16"
     notes: tuple[str, ...] = ()  # what resolving the model's name assumed (find_bundled)
 
     @property
@@ -87,9 +97,31 @@ class ModelShape:
     def moe_layers(self) -> int:
         return self.layers - self.dense_layers if self.is_moe else 0
 
+    @property
+    def attention_layers(self) -> int:
+        """Layers with softmax attention and a KV cache (the rest are GDN layers with a fixed state)."""
+        return self.layers - self.linear_layers
+
+    def linear_dims(self, tp: int) -> dict[str, float]:
+        """One GPU's share of a GDN layer, as ``components.physics.gdn`` names its dimensions."""
+        return {
+            "HK": self.linear_key_heads / tp,
+            "HV": self.linear_value_heads / tp,
+            "DK": float(self.linear_key_dim),
+            "DV": float(self.linear_value_dim),
+            "K": float(self.linear_conv_kernel),
+        }
+
+    def _linear_parameters(self) -> float:
+        """One GDN layer's weights: in_proj (q, k, v, z) and the a/b gate projection, the conv1d, out_proj."""
+        k, v = self.linear_key_heads * self.linear_key_dim, self.linear_value_heads * self.linear_value_dim
+        in_proj = self.hidden * (2 * k + 2 * v + 2 * self.linear_value_heads)
+        return float(in_proj + (2 * k + v) * self.linear_conv_kernel + v * self.hidden)
+
     def parameter_counts(self) -> dict[str, float]:
         """Weight elements by role (the whole model, before sharding)."""
-        attn = self.hidden * self.head_dim * (2 * self.heads + 2 * self.kv_heads)
+        gate = self.heads if self.attn_output_gate else 0
+        attn = self.hidden * self.head_dim * (2 * self.heads + 2 * self.kv_heads + gate)
         if self.is_mla:
             qk = self.qk_nope_head_dim + self.qk_rope_head_dim
             q = (
@@ -106,7 +138,8 @@ class ModelShape:
         dense_count = self.layers - self.moe_layers
         embed = self.vocab * self.hidden * (1 if self.tied_embeddings else 2)
         return {
-            "attention": float(attn * self.layers),
+            "attention": float(attn * self.attention_layers),
+            "linear_attention": self._linear_parameters() * self.linear_layers,
             "dense_mlp": float(dense_mlp * dense_count),
             "experts": float(expert * self.experts * self.moe_layers),
             "shared_experts": float(expert * self.shared_experts * self.moe_layers),
@@ -259,7 +292,7 @@ def _check_decoder(cfg: dict[str, Any]) -> None:
         if cfg.get(name) not in (None, 0, False, ""):
             raise DeploymentError(f"model config field {name}: {reason}")
     layer_types = cfg.get("layer_types") or []
-    odd = sorted({str(t) for t in layer_types} - {"full_attention", "sliding_attention"})
+    odd = sorted({str(t) for t in layer_types} - {"full_attention", "sliding_attention", "linear_attention"})
     if odd:
         raise DeploymentError(f"model config field layer_types: {', '.join(odd)} layers are not modelled")
 
@@ -305,6 +338,7 @@ def model_shape(
     dense_layers = min(_int(cfg, "first_k_dense_replace", default=0), layers) if experts else 0
     window = cfg.get("sliding_window")
     layer_types = cfg.get("layer_types") or []
+    linear = _linear_attention(cfg, layers, layer_types)
     use_window = bool(window) and cfg.get("use_sliding_window", True) is not False
     sliding_layers = 0
     if use_window:
@@ -327,9 +361,54 @@ def model_shape(
         sliding_layers=sliding_layers,
         tied_embeddings=bool(cfg.get("tie_word_embeddings", False)),
         qk_norm=bool(cfg.get("use_qk_norm")) or "qwen3" in str(cfg.get("model_type", "")),
+        attn_output_gate=bool(cfg.get("attn_output_gate", False)),
         notes=(raw["_kernelcast_note"],) if raw.get("_kernelcast_note") else (),
         **mla,
+        **linear,
     )
+
+
+def _linear_attention(cfg: dict[str, Any], layers: int, layer_types: list) -> dict[str, Any]:
+    """The GDN fields of a hybrid config: ``layer_types`` "linear_attention" layers (or, without the list,
+    all but every ``full_attention_interval``-th layer when the config has ``linear_num_value_heads``)."""
+    if layer_types:
+        if len(layer_types) != layers:
+            raise DeploymentError(
+                f"model config field layer_types: {len(layer_types)} entries for num_hidden_layers {layers}"
+            )
+        count = sum(t == "linear_attention" for t in layer_types)
+    elif cfg.get("linear_num_value_heads") is not None and cfg.get("full_attention_interval"):
+        count = layers - layers // _int(cfg, "full_attention_interval")
+    else:
+        count = 0
+    if not count:
+        return {}
+    if count == layers:
+        raise DeploymentError("model config field layer_types: no full_attention layer (not a hybrid model)")
+    state = str(cfg.get("mamba_ssm_dtype") or cfg.get("dtype") or cfg.get("torch_dtype") or "bf16")
+    fields = {
+        "linear_layers": count,
+        "linear_key_heads": _int(cfg, "linear_num_key_heads"),
+        "linear_value_heads": _int(cfg, "linear_num_value_heads"),
+        "linear_key_dim": _int(cfg, "linear_key_head_dim"),
+        "linear_value_dim": _int(cfg, "linear_value_head_dim"),
+        "linear_conv_kernel": _int(cfg, "linear_conv_kernel_dim"),
+        "state_dtype": store_dtype(state, "model config field mamba_ssm_dtype"),
+    }
+    for name in (
+        "linear_num_key_heads",
+        "linear_num_value_heads",
+        "linear_key_head_dim",
+        "linear_value_head_dim",
+    ):
+        if not _int(cfg, name):
+            raise DeploymentError(f"model config field {name}: must be > 0 for linear_attention layers")
+    if fields["linear_value_heads"] % fields["linear_key_heads"]:
+        raise DeploymentError(
+            f"model config field linear_num_value_heads: {fields['linear_value_heads']} is not a multiple "
+            f"of linear_num_key_heads {fields['linear_key_heads']}"
+        )
+    return fields
 
 
 @dataclass(frozen=True)
@@ -378,6 +457,10 @@ class Deployment:
             raise DeploymentError(
                 f"tp {self.tp}: neither divides nor is a multiple of num_key_value_heads "
                 f"{m.kv_heads} of {m.name}"
+            )
+        if m.linear_layers and m.linear_key_heads % self.tp:
+            raise DeploymentError(
+                f"tp {self.tp}: does not divide linear_num_key_heads {m.linear_key_heads} of {m.name}"
             )
         if self.pp > m.layers:
             raise DeploymentError(f"pp {self.pp}: more pipeline stages than num_hidden_layers {m.layers}")

@@ -29,9 +29,24 @@ def _kv_bytes_per_request(d: Deployment) -> float:
     layers keep only the window."""
     m = d.model
     seq = d.isl + d.osl
-    full = m.layers - m.sliding_layers
+    full = m.attention_layers - m.sliding_layers
     tokens = full * seq + m.sliding_layers * min(seq, m.sliding_window or seq)
-    return tokens * m.kv_elements_per_token_layer(d.tp) * STORE_BYTES[d.kv_dtype] / d.pp
+    kv = tokens * m.kv_elements_per_token_layer(d.tp) * STORE_BYTES[d.kv_dtype] / d.pp
+    return kv + state_bytes_per_request(d)
+
+
+def state_bytes_per_request(d: Deployment) -> float:
+    """The fixed-size state one request keeps on one GPU in its GDN layers, whatever its context: the
+    recurrent state (``mamba_ssm_dtype``) and the conv state (16-bit) of each linear-attention layer."""
+    m = d.model
+    if not m.linear_layers:
+        return 0.0
+    from components.physics.gdn import state_elements
+
+    dims = m.linear_dims(d.tp)
+    recurrent, conv = state_elements(dims["HK"], dims["HV"], dims["DK"], dims["DV"], dims["K"])
+    per_layer = recurrent * STORE_BYTES[m.state_dtype] + conv * ACT_BYTES
+    return float(m.linear_layers * per_layer / d.pp)
 
 
 # How a serving engine sizes its KV cache from its memory fraction f (``engines.base.ServingEngine``):
@@ -112,8 +127,10 @@ def weight_bytes_per_gpu(d: Deployment) -> float:
 
 
 def kv_bytes_per_token(d: Deployment) -> float:
-    """KV-cache bytes one token of context holds on one GPU (all layers of its pipeline stage)."""
-    return d.model.layers * d.model.kv_elements_per_token_layer(d.tp) * STORE_BYTES[d.kv_dtype] / d.pp
+    """KV-cache bytes one token of context holds on one GPU (all attention layers of its pipeline stage;
+    GDN layers keep a fixed state instead: ``state_bytes_per_request``)."""
+    m = d.model
+    return m.attention_layers * m.kv_elements_per_token_layer(d.tp) * STORE_BYTES[d.kv_dtype] / d.pp
 
 
 def memory_notes(d: Deployment, memory: dict[str, float]) -> list[str]:

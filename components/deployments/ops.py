@@ -28,7 +28,15 @@ EFFICIENCY: dict[str, tuple[float, float]] = {
     "allreduce": (1.0, 1.0),
     "elementwise": (0.5, 0.75),
     "rmsnorm": (0.5, 0.75),
+    # Gated DeltaNet (Triton/FlashInfer kernels): measured / speed of light on the H100's vLLM 0.24 gdn
+    # table (out of the launch regime) is ~3.8 for a prefill chunk, ~1.17 for a decode step; the H200's
+    # tables check it (benchmarks/gdn_tables_vs_roofline.py, docs/serving.md)
+    "gdn": (0.25, 0.85),
 }
+# Families the op engine holds no tables for: with an op engine, the GPU's measured tables where the
+# datasets have them (``gdn_tables``), else -- and in the roofline composition -- the fixed-efficiency
+# roofline (tier ``roofline``).
+PHYSICS_ONLY_FAMILIES = ("gdn",)
 # No launch cost and no all-reduce start-up latency here: both are parameters of the framework-cost fit
 # (per kernel launched, per all-reduce and per all-reduce x GPU; ``compose.overhead_counts``), learned on
 # each fold's training runs only -- never constants chosen by looking at a benchmark.
@@ -112,6 +120,8 @@ def with_small_ops(engine: Callable[..., Any]) -> OpTimeFn:
     ) -> Any:
         if family in SMALL_OP_FAMILIES:
             return roofline_op_time(family, dtype, shape, spec)
+        if family in PHYSICS_ONLY_FAMILIES:
+            return roofline_op_time(family, dtype, shape, spec, kv_dtype=kv_dtype)
         if family == "attention":
             return engine(family, dtype, shape, spec, kv_dtype=kv_dtype)
         return engine(family, dtype, shape, spec)
@@ -124,7 +134,37 @@ def with_small_ops(engine: Callable[..., Any]) -> OpTimeFn:
 ROOFLINE_SOURCE, ENGINE_SOURCE = "roofline", "engine"  # which op times a framework cost was fitted on
 
 
-def engine_op_time(engine: Any, unseen: frozenset[str] = frozenset()) -> OpTimeFn:
+def gdn_op_time(
+    family: str, dtype: str, shape: Mapping[str, Any], spec: Any, kv_dtype: str | None, framework: str | None
+) -> Timed:
+    """The GDN op from AIConfigurator's measured kernels of this GPU (``gdn_tables``; the serving
+    framework's own where measured); on an NVIDIA GPU without a table, a measured GPU's times scaled by the
+    speed-of-light ratio (transfer); the fixed-efficiency roofline where neither reaches."""
+    from components.deployments.config import _datasets_dir
+    from components.deployments.gdn_tables import gdn_measured, gdn_reference
+
+    roof = roofline_op_time(family, dtype, shape, spec, kv_dtype=kv_dtype)
+    found = gdn_measured(spec, framework, shape, _datasets_dir())
+    if found is not None:
+        times, label = found[0], f"measured:gdn {found[1]}"
+    else:
+        ref = gdn_reference(spec, framework, shape, _datasets_dir())
+        if ref is None:
+            return Timed(roof, "roofline")
+        from components.devices import load_catalog
+
+        ref_spec = load_catalog().resolve(ref[1])
+        scale = sol_time(family, dtype, shape, spec, kv_dtype) / sol_time(
+            family, dtype, shape, ref_spec, kv_dtype
+        )
+        times, label = ref[0] * scale, f"transfer:gdn {ref[1]} {ref[2]}"
+    hit = np.isfinite(times)
+    return Timed(np.where(hit, times, roof), np.where(hit, label, "roofline").astype(object))
+
+
+def engine_op_time(
+    engine: Any, unseen: frozenset[str] = frozenset(), framework: str | None = None
+) -> OpTimeFn:
     """The op engine (``components.opmodel.engine.OpEngine``) as the composition's op-time function.
 
     GEMM, attention and MoE go to ``engine.predict`` (its tier per row: measured where the GPU's kernel
@@ -150,6 +190,8 @@ def engine_op_time(engine: Any, unseen: frozenset[str] = frozenset()) -> OpTimeF
     ) -> Any:
         if family == "allreduce":
             return Timed(roofline_op_time(family, dtype, shape, spec), "roofline")
+        if family in PHYSICS_ONLY_FAMILIES and spec.id not in unseen:
+            return gdn_op_time(family, dtype, shape, spec, kv_dtype, framework)
         fn = blind if spec.id in unseen else seen
         out = fn(family, dtype, shape, spec, kv_dtype=kv_dtype)
         if not hasattr(out, "duration_us"):
@@ -164,7 +206,7 @@ def engine_op_time(engine: Any, unseen: frozenset[str] = frozenset()) -> OpTimeF
         """The same op times from ``name``'s own measured kernels where it measured them (each serving
         engine's step: ``stepmodel.build_step_models``)."""
         return (
-            engine_op_time(engine.for_framework(name), unseen)
+            engine_op_time(engine.for_framework(name), unseen, name)
             if hasattr(engine, "for_framework")
             else op_time
         )

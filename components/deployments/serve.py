@@ -15,6 +15,7 @@ import numpy as np
 from components.deployments.compose import kv_bytes_per_token, memory_check, weight_bytes_per_gpu
 from components.deployments.config import Deployment, DeploymentError
 from components.deployments.engines.base import ServingEngine
+from components.deployments.memory import state_bytes_per_request
 from components.deployments.simulate import BATCH, CLOSED, RequestStats, Workload, simulate
 from components.deployments.stepmodel import StepModel
 
@@ -127,7 +128,8 @@ def physics_floors(d: Deployment, step: StepModel, decode_batch: float) -> dict[
     steps of at most the engine's budget, alone on the GPUs (its kernels are at or above their roofline)."""
     dram = float(d.gpu.dram_gbps) * 1e9
     ctx = d.isl + d.osl / 2.0
-    touched = weight_bytes_per_gpu(d) + max(decode_batch, 1.0) * ctx * kv_bytes_per_token(d)
+    per_request = ctx * kv_bytes_per_token(d) + state_bytes_per_request(d)  # every GDN state is read once
+    touched = weight_bytes_per_gpu(d) + max(decode_batch, 1.0) * per_request
     return {"tpot": touched / dram * 1e6}
 
 

@@ -22,7 +22,7 @@ from typing import Any
 
 import numpy as np
 
-from components.deployments.compose import OpLine, _head_ops, _layer_ops, time_ops
+from components.deployments.compose import SEQUENCE_KINDS, OpLine, _head_ops, _layer_ops, time_ops
 from components.deployments.config import Deployment
 from components.deployments.ops import OpTimeFn, roofline_op_time
 
@@ -134,11 +134,11 @@ class StepModel:
 
 
 def _attention(lines: list[OpLine]) -> list[OpLine]:
-    return [x for x in lines if x.kind == "attention"]
+    return [x for x in lines if x.kind in SEQUENCE_KINDS]
 
 
 def _rest(lines: list[OpLine]) -> list[OpLine]:
-    return [x for x in lines if x.kind != "attention"]
+    return [x for x in lines if x.kind not in SEQUENCE_KINDS]
 
 
 def _grid_lines(d: Deployment) -> dict[str, list[OpLine]]:

@@ -95,6 +95,11 @@ EXEMPT: dict[tuple[str, str], str] = {
     ("deployments", "conv"): "no convolution in a decoder LLM",
     ("programs", "moe"): "a fused MoE is a custom kernel: no aten op to trace",
     ("programs", "allreduce"): "programs are traced in one process: no collectives",
+    ("features", "gdn"): "no measured GDN rows in the feature table: deployments compose it from physics",
+    ("questions", "gdn"): "no --op gdn yet: the GDN layer is asked through a deployment (--llm)",
+    ("ingest", "gdn"): "AIConfigurator's gdn_perf tables are not ingested yet (docs/serving.md)",
+    ("op engine", "gdn"): "no GDN table in the measured store: deployments answer it by its roofline",
+    ("programs", "gdn"): "a fused Triton kernel (FLA): no aten op to trace",
 }
 
 

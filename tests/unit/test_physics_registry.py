@@ -30,6 +30,7 @@ def test_every_family_and_alias_resolves_and_costs_a_small_shape() -> None:
         "layernorm": {"B": 4, "H": 100},
         "rmsnorm": {"B": 4, "H": 100},
         "conv": {"B": 1, "cin": 3, "cout": 8, "ksize": 3, "insize": 32},
+        "gdn": {"B": 2, "S": 16, "HK": 2, "HV": 4, "DK": 8, "DV": 8},
     }
     assert set(shapes) == set(registry.REGISTRY)
     for name, fam in registry.REGISTRY.items():

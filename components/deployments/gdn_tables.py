@@ -1,0 +1,121 @@
+"""The measured tier of the GDN op: AIConfigurator's Gated DeltaNet kernel tables, read in place.
+
+``systems/data/<gpu>/linear_attention/<framework>/<version>/gdn_perf.parquet`` times each kernel of a GDN
+layer on one GPU (its per-GPU key/value heads, i.e. after TP): a prefill (``context``) runs the causal
+conv1d and the chunked gated delta rule, a decode step (``generation``) the conv update and the recurrent
+rule. A serving step's GDN op is their sum. We take, per GPU and framework, the newest version whose table
+holds both kernels of both phases (older ones time the conv alone), and interpolate log-log: decode in the
+batch, a prefill chunk of one sequence in its tokens (B sequences' chunks: B times one, the varlen kernel
+runs them in one launch, so this is an upper estimate). Outside the measured range, or for heads the
+table lacks, the row is NaN and the roofline answers it. An NVIDIA GPU without a table borrows the nearest
+measured one's (``REFERENCE_GPUS``), scaled by the two GPUs' speed-of-light ratio (``ops``: transfer tier).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from functools import lru_cache
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+PHASES = {"context": "prefill", "generation": "decode"}
+REFERENCE_GPUS = ("h200", "h100-sxm")  # complete tables, newest architecture first
+KEYS = ["num_k_heads", "num_v_heads", "head_k_dim", "head_v_dim", "d_conv"]
+
+
+def _complete(frame: pd.DataFrame) -> bool:
+    """Both phases with two kernels each (a rule and a conv), not the conv alone."""
+    kernels = frame.groupby("phase")["kernel_source"].nunique()
+    return all(kernels.get(p, 0) >= 2 for p in PHASES)
+
+
+def _version_key(version: str) -> tuple:
+    return tuple(int(p) if p.isdigit() else -1 for p in version.replace("rc", ".").split("."))
+
+
+@lru_cache(maxsize=16)
+def gdn_table(datasets_dir: str, device_id: str, framework: str | None) -> tuple[pd.DataFrame, str] | None:
+    """(per-op times in microseconds by phase, batch, tokens and heads; "framework version") of the newest
+    complete table of ``device_id`` -- ``framework``'s own where it has one, else any framework's."""
+    from components.ingest.aiconfigurator import table_files
+
+    files = [
+        f
+        for f in table_files(Path(datasets_dir) / "aiconfigurator", "linear_attention", "gdn")
+        if f.device_id == device_id
+    ]
+    own = [f for f in files if f.framework == framework]
+    for f in sorted(own or files, key=lambda f: (f.framework != framework, _version_key(f.version)))[::-1]:
+        frame = pd.read_parquet(f.path)
+        if not _complete(frame):
+            continue
+        summed = (
+            frame.groupby(["phase", "batch_size", "seq_len", *KEYS])["latency"].sum().mul(1e3).reset_index()
+        )
+        return summed, f"{f.framework} {f.version}"
+    return None
+
+
+def _interp_log(x: np.ndarray, xs: np.ndarray, ys: np.ndarray) -> np.ndarray:
+    """Log-log interpolation inside [xs.min(), xs.max()], NaN outside."""
+    order = np.argsort(xs)
+    xs, ys = xs[order], ys[order]
+    out = np.exp(np.interp(np.log(x), np.log(xs), np.log(ys)))
+    return np.where((x >= xs[0]) & (x <= xs[-1]), out, np.nan)
+
+
+def measured_gdn_us(table: pd.DataFrame, shape: Mapping[str, Any]) -> np.ndarray:
+    """Measured time (microseconds) of each row of a ``gdn`` shape (physics.gdn's dimensions), NaN where the
+    table does not cover it."""
+    dims = {
+        k: np.atleast_1d(np.asarray(shape[k], dtype="float64")) for k in ("B", "S", "HK", "HV", "DK", "DV")
+    }
+    n = max(len(v) for v in dims.values())
+    d = {k: np.broadcast_to(v, (n,)) for k, v in dims.items()}
+    kernel = np.broadcast_to(np.atleast_1d(np.asarray(shape.get("K", 4.0), dtype="float64")), (n,))
+    out = np.full(n, np.nan)
+    for key, group in table.groupby(["phase", *KEYS]):
+        phase, hk, hv, dk, dv, conv = key
+        heads = (d["HK"] == hk) & (d["HV"] == hv) & (d["DK"] == dk) & (d["DV"] == dv) & (kernel == conv)
+        if phase == "generation":
+            rows = heads & (d["S"] == 1)
+            one = group[group.seq_len == 1]
+            if rows.any() and len(one) > 1:
+                out[rows] = _interp_log(d["B"][rows], one.batch_size.to_numpy(float), one.latency.to_numpy())
+        else:
+            rows = heads & (d["S"] > 1)
+            one = group[group.batch_size == 1]
+            if rows.any() and len(one) > 1:
+                per_seq = _interp_log(d["S"][rows], one.seq_len.to_numpy(float), one.latency.to_numpy())
+                out[rows] = d["B"][rows] * per_seq
+    return out
+
+
+def gdn_measured(
+    spec: Any, framework: str | None, shape: Mapping[str, Any], datasets_dir: Path
+) -> tuple[np.ndarray, str] | None:
+    """(times with NaN where unmeasured, "framework version") for ``spec``, or None without a table."""
+    found = gdn_table(str(datasets_dir), str(spec.id), framework)
+    if found is None:
+        return None
+    table, source = found
+    return measured_gdn_us(table, shape), source
+
+
+def gdn_reference(
+    spec: Any, framework: str | None, shape: Mapping[str, Any], datasets_dir: Path
+) -> tuple[np.ndarray, str, str] | None:
+    """(times on the reference GPU, its id, "framework version") of the first ``REFERENCE_GPUS`` table that
+    is not ``spec``'s own, for an NVIDIA GPU without one; None for another vendor (its kernels differ)."""
+    if str(getattr(spec, "vendor", "nvidia")) != "nvidia":
+        return None
+    for ref in REFERENCE_GPUS:
+        if ref == str(spec.id):
+            continue
+        found = gdn_table(str(datasets_dir), ref, framework)
+        if found is not None:
+            return measured_gdn_us(found[0], shape), ref, found[1]
+    return None
