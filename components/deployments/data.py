@@ -123,7 +123,33 @@ def read_silicon_tree(root: Path) -> pd.DataFrame:
     """The silicon runs of an AIConfigurator tree (``root/aic-core/.../systems/silicon_sample.csv``)."""
     frame = pd.read_csv(Path(root).joinpath(*SILICON_CSV.parts[1:]))
     frame["device_id"] = frame["system"].map(SILICON_GPUS).fillna(frame["system"])
-    return frame
+    return with_squared_parallel_read(frame)
+
+
+def with_squared_parallel_read(frame: pd.DataFrame) -> pd.DataFrame:
+    """The 86 H200 rows whose MoE split was recorded as ``moe_tp_size = moe_ep_size = N`` with ``tp_size``
+    (or ``attention_dp_size``) ``N^2`` -- DeepSeek-R1/V3 and gpt-oss-120b under TensorRT-LLM, Qwen3.5-397B
+    under SGLang -- read as the N-GPU runs their ids name (``..._tp8_ep8_922``: tp 8, ep 8). Why: the engines
+    require ``moe_tp x moe_ep = tp x attention_dp`` = the GPUs of the group, so N x N over N^2 GPUs would
+    be 64 GPUs for a ``tp8`` id; where the id names no TP (``cfg181``), 9 of its 15 rows measure
+    byte-identical TTFT and TPOT to 8-GPU rows of the same model and workload. Read as tp N (or attention
+    DP N), MoE EP N, MoE TP 1, with ``parallel_read`` saying so; the measurements are untouched."""
+    out = frame.copy()
+    out["parallel_read"] = ""
+    if not {"moe_tp_size", "moe_ep_size", "tp_size", "attention_dp_size"} <= set(out.columns):
+        return out
+    n = out["moe_ep_size"].fillna(1)
+    tp, dp = out["tp_size"].fillna(1), out["attention_dp_size"].fillna(1)
+    named = out["id"].astype(str).str.extract(r"_tp(\d+)_")[0].astype(float)
+    squared = (n > 1) & (out["moe_tp_size"] == n) & (tp * dp == n * n) & (named.isna() | (named == n))
+    for column, recorded in (("tp_size", tp), ("attention_dp_size", dp)):
+        hit = squared & (recorded == n * n)
+        out.loc[hit, column] = n[hit]
+    out.loc[squared, "moe_tp_size"] = 1.0
+    out.loc[squared, "parallel_read"] = (
+        "recorded tp x attention_dp = moe_tp x moe_ep = N^2: read as N GPUs (tp or attention DP N, MoE EP N)"
+    )
+    return out
 
 
 class AllReduceTable:

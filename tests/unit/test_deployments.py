@@ -507,3 +507,25 @@ def test_evaluate_scores_the_serving_runs_of_an_upstream_tree(tmp_path, monkeypa
     assert "sparse (indexer) attention" in " ".join(reasons.values())
     assert "alien-run" in reasons and "zz9" in reasons["alien-run"]
     assert "not answered" in result.output and "serving runs: 6/9 answered" in result.output
+
+
+def test_silicon_runs_recorded_with_a_squared_moe_split_read_as_the_gpus_their_ids_name():
+    """tp_size 64 with moe_tp = moe_ep = 8 (a ``..._tp8_ep8_`` run) is 8 GPUs, not 64; a real 4-GPU run with
+    MoE TP 2 x EP 2 whose id says tp4 is left as recorded."""
+    from components.deployments.data import with_squared_parallel_read
+
+    frame = pd.DataFrame(
+        {
+            "id": ["m_agg_c8_tp8_ep8_1", "m_agg_c8_cfg181", "m_agg_c8_tp8_ep8_2", "m_agg_c8_tp4_ep2_3"],
+            "tp_size": [64.0, 64.0, 1.0, 4.0],
+            "attention_dp_size": [1.0, 1.0, 64.0, 1.0],
+            "moe_tp_size": [8.0, 8.0, 8.0, 2.0],
+            "moe_ep_size": [8.0, 8.0, 8.0, 2.0],
+        }
+    )
+    out = with_squared_parallel_read(frame)
+    assert out["tp_size"].tolist() == [8.0, 8.0, 1.0, 4.0]
+    assert out["attention_dp_size"].tolist() == [1.0, 1.0, 8.0, 1.0]
+    assert out["moe_tp_size"].tolist() == [1.0, 1.0, 1.0, 2.0]
+    assert (out["parallel_read"] != "").tolist() == [True, True, True, False]
+    assert frame["tp_size"].tolist() == [64.0, 64.0, 1.0, 4.0]  # the caller's frame untouched
