@@ -1,6 +1,6 @@
 """The static stage reads its sources (gpuFLOPBench kernels, benchmark_hub configurations) from the datasets
-with the ingest adapters, so it runs beside ingest: the tables it reads are those sources' rows
-of the canonical tables -- same kernel ids, same columns, same order -- whichever other sources the ingest merges."""
+with the ingest adapters, so it runs beside ingest: the tables it reads are those sources' rows of the
+canonical tables -- same kernel ids, columns and order -- whichever other sources the ingest merges."""
 
 from __future__ import annotations
 
