@@ -207,7 +207,7 @@ def _run_stages(
     reports: list[StageReport],
 ) -> None:
     """Run ``chosen`` as the graph allows: each stage starts once the stages it reads from are done, so
-    independent ones (validate beside static) run side by side as Prefect task runs. A failure starts
+    independent ones (static beside ingest) run side by side as Prefect task runs. A failure starts
     nothing more; the stages already running finish (their outputs are whole, DVC records them), then
     the first failure is raised."""
     from concurrent.futures import Future, ThreadPoolExecutor

@@ -218,19 +218,26 @@ def _say(progress: Callable[[str], None], split: str, entry: dict[str, Any]) -> 
 
 
 class _SideEntries:
-    """Gate entries computed in one spawned process while the caller scores the other splits. A process,
-    not a thread: the op engine's refits are CPU-bound Python. With no such split nothing is started."""
+    """Gate entries computed in one spawned process while the caller scores the other splits: the op engine's
+    splits, then the serving splits (they read only the candidate's op engine, loaded there from its folder).
+    A process, not a thread: the op engine's refits are CPU-bound Python. With no such split none starts."""
 
-    def __init__(self, splits: list[str], canonical_dir: Path | None) -> None:
+    def __init__(
+        self, splits: list[str], canonical_dir: Path | None, serving: list[str] = (), predictor: Any = None
+    ) -> None:
         import multiprocessing
         from concurrent.futures import ProcessPoolExecutor
 
         self._pool = (
             ProcessPoolExecutor(max_workers=1, mp_context=multiprocessing.get_context("spawn"))
-            if splits
+            if splits or serving
             else None
         )
+        engine = (getattr(predictor, "family", None), getattr(predictor, "opmodel_dir", None))
         self._futures = {s: self._pool.submit(_opmodel_entry, s, canonical_dir) for s in splits if self._pool}
+        self._futures |= {
+            s: self._pool.submit(_serving_side_entry, s, *engine) for s in serving if self._pool
+        }
 
     def results(self) -> dict[str, dict[str, Any]]:
         """Each split's entry, waiting for those still running; a crashed worker is that split's error."""
@@ -281,6 +288,14 @@ def _serving_entry(split: str, predictor: Predictor) -> dict[str, Any]:
         return gate_entry(split, Path(get_settings().datasets_dir), load_catalog(), bench_engine(predictor))
     except Exception as exc:
         return _error_entry(exc, "refit")
+
+
+def _serving_side_entry(split: str, family: str | None, opmodel_dir: Any) -> dict[str, Any]:
+    """A serving split in the side process: the candidate's op engine is all it reads of the candidate (its
+    family and engine folder, as ``opmodel.loading.engine_for`` picks the engine), so no predictor is sent."""
+    from types import SimpleNamespace
+
+    return _serving_entry(split, SimpleNamespace(family=family, opmodel_dir=opmodel_dir))
 
 
 def _candidate_entry(
@@ -345,11 +360,14 @@ def gate_report(
     entries: dict[str, Any] = {}
     from components.evaluation.opmodel_bench import OPMODEL_SPLITS
 
-    # The op engine's splits read neither the candidate nor the feature table: they run in a process of
-    # their own beside the candidate's splits (the longest gate entry no longer waits for the others).
-    side = _SideEntries([s for s in splits if s in OPMODEL_SPLITS], canonical_dir)
+    # The op engine's splits read neither the candidate nor the feature table, the serving splits only its op
+    # engine: they run in a process of their own beside the candidate's other splits.
+    from components.platform.config import SERVING_SPLITS
+
+    serving = [s for s in splits if s in SERVING_SPLITS]
+    side = _SideEntries([s for s in splits if s in OPMODEL_SPLITS], canonical_dir, serving, predictor)
     try:
-        for split in (s for s in splits if s not in OPMODEL_SPLITS):  # the op engine's run in `side`
+        for split in (s for s in splits if s not in OPMODEL_SPLITS and s not in serving):  # the rest: `side`
             entries[split] = _candidate_entry(
                 predictor,
                 table,

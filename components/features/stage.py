@@ -23,12 +23,20 @@ if TYPE_CHECKING:
 # --------------------------------------------------------------------------- static
 
 
+# The sources whose kernels the static stage compiles: gpuFLOPBench's CUDA programs and benchmark_hub's HIP
+# tuning configurations.
+STATIC_SOURCES: tuple[str, ...] = ("gpuflopbench", "benchmark_hub")
+
+
 @dataclass(frozen=True)
 class StaticInputs:
-    kernels_file: Path
+    # kernels.parquet (measurements.parquet beside it: the HIP configurations); None: read the STATIC_SOURCES
+    # among ``sources`` from ``datasets_dir`` with their ingest adapters, so the stage needs no ingest
+    kernels_file: Path | None
     out_file: Path
     datasets_dir: Path  # where the kernels' CUDA sources live
     arch: str = "sm_90"
+    sources: tuple[str, ...] = STATIC_SOURCES
 
 
 @dataclass(frozen=True)
@@ -43,13 +51,9 @@ def static_stage(inputs: StaticInputs) -> StaticResult:
     """Compile every shipped CUDA kernel (NVRTC + nvdisasm, cached) and write its s_* features."""
     from components.features.static.table import build_static_table
 
-    if not Path(inputs.kernels_file).is_file():
-        raise FileNotFoundError(
-            f"kernels table not found: {inputs.kernels_file} -- run `kernelcast ingest` first"
-        )
-    kernels = pd.read_parquet(inputs.kernels_file)
+    kernels, measurements = _static_tables(inputs)
     table, coverage = build_static_table(kernels, inputs.datasets_dir, inputs.arch)
-    hip_rows, hip_coverage = _hip_config_rows(kernels, Path(inputs.kernels_file).parent, inputs.datasets_dir)
+    hip_rows, hip_coverage = _hip_config_rows(kernels, measurements, inputs.datasets_dir)
     coverage["hip"] = hip_coverage
     if not hip_rows.empty:
         table = pd.concat([table, hip_rows], ignore_index=True)
@@ -57,26 +61,50 @@ def static_stage(inputs: StaticInputs) -> StaticResult:
     return StaticResult(Path(inputs.out_file), len(table), table.shape[1] - 1, coverage)
 
 
+def _static_tables(inputs: StaticInputs) -> tuple[pd.DataFrame, Any]:
+    """(kernels, measurements file or frame, or None): from ``kernels_file`` and the measurements beside it,
+    or -- ``kernels_file`` None -- the static sources read from the datasets by the ingest adapters and merged
+    as ingest merges them, so their kernel ids and row order are the canonical tables' (the stage then runs
+    beside ingest: it reads no ingest output)."""
+    if inputs.kernels_file is None:
+        from components.ingest.registry import default_root
+        from components.ingest.schema import KERNEL_COLUMNS, conform
+        from components.ingest.stage import ingest_tables
+
+        chosen = [s for s in STATIC_SOURCES if s in inputs.sources]
+        if not chosen:
+            return conform(pd.DataFrame(), KERNEL_COLUMNS), None
+        result = ingest_tables(chosen, {s: default_root(s, inputs.datasets_dir) for s in chosen})
+        return result.kernels, result.measurements
+    if not Path(inputs.kernels_file).is_file():
+        raise FileNotFoundError(
+            f"kernels table not found: {inputs.kernels_file} -- run `kernelcast ingest` first"
+        )
+    return pd.read_parquet(inputs.kernels_file), Path(inputs.kernels_file).parent / "measurements.parquet"
+
+
 def _hip_config_rows(
-    kernels: pd.DataFrame, canonical_dir: Path, datasets_dir: Path
+    kernels: pd.DataFrame, measurements: Any, datasets_dir: Path
 ) -> tuple[pd.DataFrame, dict]:
     """benchmark_hub's HIP tuning configurations (a hash-chosen sample, static.hip_table), or nothing
-    -- with the reason in the coverage -- where no HIP compiler is installed."""
+    -- with the reason in the coverage -- where no HIP compiler is installed. ``measurements``: a frame, the
+    measurements.parquet beside the kernels table, or None (no benchmark_hub source)."""
     from components.features.static.hip import hip_available
     from components.features.static.hip_table import HIP_CONFIG_SHARE, build_hip_config_table
 
-    measurements_file = canonical_dir / "measurements.parquet"
     if not hip_available():
         return pd.DataFrame(), {"skipped": "no HIP compiler (apt-get install hipcc rocm-device-libs)"}
-    if not measurements_file.is_file():
-        return pd.DataFrame(), {"skipped": f"no {measurements_file} beside the kernels table"}
+    columns = ["kernel_id", "params_json", "device_id", "source"]
+    if isinstance(measurements, Path):
+        if not measurements.is_file():
+            return pd.DataFrame(), {"skipped": f"no {measurements} beside the kernels table"}
+        measurements = pd.read_parquet(measurements, columns=columns)
+    elif measurements is None:
+        measurements = pd.DataFrame(columns=columns)
     from components.devices import load_catalog
 
-    measurements = pd.read_parquet(
-        measurements_file, columns=["kernel_id", "params_json", "device_id", "source"]
-    )
     return build_hip_config_table(
-        measurements, kernels, load_catalog(), datasets_dir, HIP_CONFIG_SHARE, workers=2
+        measurements[columns], kernels, load_catalog(), datasets_dir, HIP_CONFIG_SHARE, workers=2
     )
 
 

@@ -106,8 +106,8 @@ def select_stages(dvc_yaml: Path, from_stage: str | None = None, only: list[str]
 
 def ready_stages(chosen: list[str], graph: dict[str, Stage], done: set[str], started: set[str]) -> list[str]:
     """The stages of ``chosen`` (graph order) that can start now: not started, and every upstream stage that
-    this run also runs is done. Independent stages (validate and static both read only ingest's tables)
-    are ready together, so the flow runs them side by side."""
+    this run also runs is done. Independent stages (ingest and static, which reads the datasets, not ingest's
+    tables) are ready together, so the flow runs them side by side."""
     wanted = set(chosen)
     return [
         name

@@ -172,8 +172,12 @@ def _train_classic(job: _Job) -> TrainResult:
     # so the registered champion carries it (components/opmodel). It reads neither the feature table nor the
     # predictor, so it fits in a process of its own beside the tabular fit and the test side's scoring.
     # The run is open while the models fit (the UI shows it running); each component nests under it.
+    # The KernelBench modules of the train side are traced into the trace cache in a process of their own too
+    # (the traces are sandboxed children; it waits on them), so the program model finds them cached.
+    sides = table.loc[chosen.train, ["source", "measurement_id"]]
     with (
-        _engine_beside(settings, out_dir / "opmodel") as engine_job,
+        _beside(_fit_engine, settings, out_dir / "opmodel") as engine_job,
+        _beside(_trace_side, sides[sides["source"] == "kernelbench"], settings) as traces_job,
         stage_run(
             "train",
             settings,
@@ -192,9 +196,10 @@ def _train_classic(job: _Job) -> TrainResult:
         predictor.save(out_dir)
         rows = capped_rows(chosen.test, table, inputs.max_test_rows)
         evaluation = evaluate_predictor(predictor, table, split, model=str(out_dir), rows=rows)
-        from components.programs.kernelbench_model import fit_after_training, trace_train_side
+        from components.programs.kernelbench_model import fit_after_training
 
-        trace_train_side(table.loc[chosen.train], settings, say)  # while the op engine fits
+        for line in traces_job.result():  # traced beside the fits and the scoring
+            say(line)
         with component_run("op-engine"):
             engine_dir, engine_seconds = _finish_engine(engine_job, say)
             _log_metrics({"fit_seconds": engine_seconds})
@@ -259,16 +264,25 @@ def _fit_engine(settings: Settings, out_dir: Path) -> tuple[Path | None, list[st
     return engine_dir, lines, time.perf_counter() - started
 
 
+def _trace_side(train_rows: pd.DataFrame, settings: Settings) -> list[str]:
+    """The train side's KernelBench modules traced into the trace cache (``trace_train_side``); its lines."""
+    from components.programs.kernelbench_model import trace_train_side
+
+    lines: list[str] = []
+    trace_train_side(train_rows, settings, lines.append)
+    return lines
+
+
 @contextmanager
-def _engine_beside(settings: Settings, out_dir: Path) -> Iterator[Future]:
-    """The op engine's fit, running in a spawned process (its CPU-bound Python holds the GIL) while the block
-    runs; stopped if the block fails (nothing waits minutes for a fit whose training run failed)."""
+def _beside(function: Callable[..., Any], *args: Any) -> Iterator[Future]:
+    """``function(*args)`` in a spawned process (CPU-bound Python holds the GIL) while the block runs; stopped
+    if the block fails (nothing waits minutes for work whose training run failed)."""
     import multiprocessing
     from concurrent.futures import ProcessPoolExecutor
 
     pool = ProcessPoolExecutor(max_workers=1, mp_context=multiprocessing.get_context("spawn"))
     try:
-        yield pool.submit(_fit_engine, settings, out_dir)
+        yield pool.submit(function, *args)
     except BaseException:
         for process in list((getattr(pool, "_processes", None) or {}).values()):
             process.terminate()

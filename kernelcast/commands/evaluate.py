@@ -9,11 +9,15 @@ directory ingested on the fly through the ingest, validate and features stages.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 
 from kernelcast.commands._common import UserError, clean_errors, prepared_settings
+
+if TYPE_CHECKING:
+    from components.evaluation.report import ExecutorFactory
+    from components.platform.config import Settings
 
 
 @clean_errors
@@ -97,7 +101,9 @@ def evaluate_command(
 
     settings = prepared_settings()
     try:
-        result = evaluate_stage(inputs, settings, load_params(settings.params_file))
+        result = evaluate_stage(
+            inputs, settings, load_params(settings.params_file), _gate_folds(settings, gate)
+        )
     except IngestError as exc:  # --from names a folder that is not the source's upstream layout
         raise UserError(str(exc)) from None
     report = result.report
@@ -163,6 +169,19 @@ def _print_programs(programs: dict) -> None:
 
 def _pct(value: float | None) -> str:
     return "n/a" if value is None else f"{100 * value:.1f}%"
+
+
+def _gate_folds(settings: Settings, gate: bool) -> ExecutorFactory | None:
+    """The gate's refit folds of one split (unseen-gpu's held-out GPUs) as Ray tasks side by side, not one
+    after the other (each fold is a single-threaded fit: one core each); Ray starts only for such a split."""
+    if not gate:
+        return None
+    from functools import partial
+
+    from components.evaluation.folds import ray_fold_executor
+    from components.platform.runtime import ensure_ray
+
+    return partial(ray_fold_executor, start_ray=lambda: ensure_ray(settings))
 
 
 def _print_gate(report: dict, out: Path) -> None:

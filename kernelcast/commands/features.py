@@ -82,6 +82,15 @@ def static_table_command(
     kernels_file: Annotated[
         Path | None, typer.Option("--kernels", help="kernels.parquet (default: data_dir/canonical)")
     ] = None,
+    from_datasets: Annotated[
+        bool,
+        typer.Option(
+            "--from-datasets",
+            help="read gpuFLOPBench's kernels and benchmark_hub's configurations (those of params.yaml "
+            "ingest.sources) from datasets_dir with the ingest adapters instead of a kernels table: needs no "
+            "ingest, so the pipeline runs it beside ingest",
+        ),
+    ] = False,
     out_file: Annotated[
         Path | None, typer.Option("--out", help="default: data_dir/features/static.parquet")
     ] = None,
@@ -90,14 +99,25 @@ def static_table_command(
     """Static features of every shipped CUDA kernel (NVRTC + nvdisasm, cached), keyed by kernel_id."""
     import json
 
-    from components.features.stage import StaticInputs, static_stage
+    from components.features.stage import STATIC_SOURCES, StaticInputs, static_stage
+    from kernelcast.commands._common import UserError
 
     settings = prepared_settings()
+    if from_datasets and kernels_file is not None:
+        raise UserError("--from-datasets reads the sources themselves: give it or --kernels, not both")
+    sources = STATIC_SOURCES
+    if from_datasets and settings.params_file.is_file():
+        from components.platform.config import ingest_sources, load_params
+
+        sources = tuple(ingest_sources(load_params(settings.params_file)) or STATIC_SOURCES)
     inputs = StaticInputs(
-        kernels_file=kernels_file or settings.data_dir / "canonical" / "kernels.parquet",
+        kernels_file=None
+        if from_datasets
+        else kernels_file or settings.data_dir / "canonical" / "kernels.parquet",
         out_file=out_file or settings.data_dir / "features" / "static.parquet",
         datasets_dir=settings.datasets_dir,
         arch=arch,
+        sources=sources,
     )
     result = static_stage(inputs)
     typer.echo(json.dumps(result.coverage, indent=1, sort_keys=True))

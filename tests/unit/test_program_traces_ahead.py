@@ -1,6 +1,6 @@
-"""The train stage traces the train side's KernelBench modules ahead (while the op engine fits in its own
-process): the program model's data then finds every one of them cached, and nothing of the test side is
-traced. Real sandboxed traces of real KernelBench modules."""
+"""The train stage traces the train side's KernelBench modules ahead (in a spawned process, while the op
+engine fits in another): the program model's data then finds every one of them cached, and nothing of the test
+side is traced. Real sandboxed traces of real KernelBench modules."""
 
 from __future__ import annotations
 
@@ -17,7 +17,7 @@ def test_traced_ahead_modules_are_the_ones_the_fit_reads(tmp_path: Path) -> None
     import pandas as pd
 
     from components.programs import kernelbench_data
-    from components.programs.kernelbench_model import trace_train_side
+    from components.training.stage import _beside, _trace_side
 
     measurements, kernels = _tiny_kernelbench(problems=4)
     # The adapter leaves ids to the ingest merge; the canonical table has them.
@@ -29,8 +29,9 @@ def test_traced_ahead_modules_are_the_ones_the_fit_reads(tmp_path: Path) -> None
     settings = SimpleNamespace(data_dir=tmp_path / "data", cache_dir=tmp_path / "cache")
     held = sorted(kernels["kernel_id"])[-1]  # one module only on the test side
     train_side = measurements[measurements["kernel_id"] != held].assign(source="kernelbench")
-    lines: list[str] = []
-    trace_train_side(train_side, settings, lines.append)
+    # as the train stage runs it: in a spawned process beside the fits (its lines come back with the result)
+    with _beside(_trace_side, train_side, settings) as job:
+        lines = job.result()
     assert lines and lines[0].startswith(f"tracing {kernels['kernel_id'].nunique() - 1} KernelBench modules")
 
     def refuse(*_args: object, **_kwargs: object) -> None:
@@ -45,3 +46,18 @@ def test_traced_ahead_modules_are_the_ones_the_fit_reads(tmp_path: Path) -> None
     assert set(data.traces) == set(train_side["kernel_id"]) and held not in data.traces
     cache = pd.read_parquet(kernelbench_data.cache_path(settings.cache_dir))
     assert len(cache) == train_side["kernel_id"].nunique()
+
+
+def test_work_beside_runs_in_another_process_and_stops_when_the_block_fails() -> None:
+    import os
+    import time
+
+    from components.training.stage import _beside
+
+    with _beside(os.getpid) as job:
+        assert job.result() != os.getpid()
+    started = time.monotonic()
+    with pytest.raises(RuntimeError, match="the training failed"), _beside(time.sleep, 60) as job:
+        time.sleep(1)  # the child is running its 60 s
+        raise RuntimeError("the training failed")
+    assert time.monotonic() - started < 30, "the block's failure waited for the work beside it"
