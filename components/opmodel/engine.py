@@ -103,6 +103,7 @@ class OpEngine:
         spec_model: Any = None,
         transfer_model: Any = None,
         cache_dir: Path | None = None,
+        measured_only: bool = True,
         **kwargs: Any,
     ) -> OpEngine:
         """An engine over a saved store. With ``cache_dir`` (the CLI's and the server's: the state folder's
@@ -115,13 +116,17 @@ class OpEngine:
 
         families = (tuple(LAYOUTS), tuple(CURVE_FAMILIES))
         try:
-            split = None if cache_dir is None else open_split(Path(store_dir), Path(cache_dir), *families)
+            split = (
+                None
+                if cache_dir is None or not measured_only
+                else open_split(Path(store_dir), Path(cache_dir), *families)
+            )
         except OSError:  # a read-only cache folder: read the whole store
             split = None
         if split is None:
             from components.opmodel.store import load_store
 
-            store = load_store(Path(store_dir), (*families[0], *families[1]))
+            store = load_store(Path(store_dir), (*families[0], *families[1]), measured_only)
             return cls.from_frames(store, spec_model, transfer_model, store_dir=Path(store_dir), **kwargs)
         groups, curves, devices = split
         measured = MeasuredTier.from_groups(groups, _specs_of(devices))

@@ -25,7 +25,7 @@ from typing import Any
 
 from components.common.atomic import atomic_write_bytes
 
-CACHE_VERSION = 2  # bump when the split's layout changes
+CACHE_VERSION = 3  # bump when the split's layout changes (3: NeuSight's rows in the measured groups)
 LIBRARIES = ("pandas", "pyarrow", "numpy", "scipy")  # their versions key the split: pickles and parquet
 INDEX_NAME = "index.json"
 TABLES_DIR = "tables"  # the measured tier's tables built from the groups, saved on first use
@@ -125,7 +125,7 @@ def split_store(store_dir: Path, folder: Path, measured: tuple[str, ...], curves
     from components.opmodel.store import load_store
 
     def write(tmp: Path) -> None:
-        frames = load_store(Path(store_dir), (*measured, *curves))
+        frames = load_store(Path(store_dir), (*measured, *curves), measured_only=True)  # NeuSight's rows too
         index: dict[str, Any] = {"measured": [], "curves": [], "devices": []}
         devices = {str(d) for frame in frames.values() for d in frame["device_id"].unique()}
         for family, frame in sorted(frames.items()):
