@@ -257,6 +257,12 @@ def save_store(
             (tmp / family).parent.mkdir(parents=True, exist_ok=True)
             _write_parquet(frame, tmp / f"{family}.parquet")
             manifest[family] = {"rows": len(frame), "devices": sorted(map(str, frame["device_id"].unique()))}
+        manifest["measured_only_groups"] = sorted(
+            [family.split("/", 1)[1], str(device), str(dtype)]
+            for family, frame in frames.items()
+            if family.startswith(f"{MEASURED_ONLY_DIR}/")
+            for device, dtype in frame[["device_id", "dtype"]].drop_duplicates().itertuples(index=False)
+        )
         manifest["sources"], manifest["version"] = sorted(sources), STORE_VERSION
         manifest["quarantined"] = {f: q for f, q in sorted((quarantined or {}).items()) if q}
         if versions:  # per family, the versions each serving framework's rows were measured under

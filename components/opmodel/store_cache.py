@@ -31,6 +31,14 @@ INDEX_NAME = "index.json"
 TABLES_DIR = "tables"  # the measured tier's tables built from the groups, saved on first use
 
 
+def measured_only_groups(store_dir: Path) -> frozenset[tuple]:
+    """The measured tier's (family, device, dtype, None) groups of the store's measured-only rows (NeuSight's,
+    ``store.MEASURED_ONLY_DIR``): no other GPU is answered from them (``TransferTier.not_relatives``). Read
+    here, from the manifest, because ``store`` imports pandas and a cached question must not."""
+    manifest = json.loads((Path(store_dir) / "store.json").read_text())  # store.MANIFEST_NAME
+    return frozenset((f, d, t, None) for f, d, t in manifest.get("measured_only_groups", []))
+
+
 def store_digest(store_dir: Path) -> str:
     """A key of the store's current files (resolved path, names, sizes, mtimes) and the libraries that write
     and pickle the split and its tables: cheap (no file is read), new whenever the store is rewritten."""

@@ -142,13 +142,14 @@ def train_engine(settings: Any, out_dir: Path, say: Callable[[str], None] = lamb
 
     engine = OpEngine.from_store(store_dir, model)
     intervals = measured_intervals(engine, store)
-    # the transfer tier's model fitted as before NeuSight's rows joined (they are the measured tier's only);
-    # at question time its measured tier holds them: NeuSight's GPUs are relatives for FP32 questions
+    # the transfer tier's model fitted without NeuSight's rows; they answer their own GPU only (the
+    # measured tier), never another GPU as a relative: not validated for that, MI210 FP32 GEMMs got 2x slower
     fitted = fit_transfer_tier(
         OpEngine.from_store(store_dir, model, measured_only=False), store_dir, say, spec_without
     )
     transfer = TransferTier(engine.measured, None, fitted.model)
     transfer.curve_groups = fitted.curve_groups  # the MoE curves (no measured-only rows among them)
+    transfer.not_relatives = engine.transfer.not_relatives
     engine = OpEngine(
         engine.measured,
         model,

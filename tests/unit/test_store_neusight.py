@@ -85,17 +85,25 @@ def test_test_files_never_enter_and_the_gate_readers_do_not_see_the_rows(built: 
     assert "gemm" not in load_store(built, ("gemm",))
 
 
-def test_engine_answers_the_training_gpu_from_its_rows_and_not_the_held_out_one(built: Path) -> None:
+@pytest.mark.parametrize("cached", [False, True])
+def test_engine_answers_the_training_gpu_from_its_rows_and_not_the_held_out_one(
+    built: Path, cached: bool, tmp_path: Path
+) -> None:
     from components.devices.catalog import load_catalog
     from components.opmodel.engine import OpEngine
 
     catalog = load_catalog()
-    engine = OpEngine.from_store(built)
+    engine = OpEngine.from_store(built, cache_dir=tmp_path if cached else None)  # the CLI's path: cached
     shape = {"M": np.array([2048.0]), "N": np.array([4096.0]), "K": np.array([1024.0])}
     v100 = engine.predict("linear", "fp32", shape, catalog.get("v100-pcie-32gb"))
     assert v100.tier.tolist() == ["measured"] and v100.duration_us == pytest.approx([2100.0])
-    h100 = engine.predict("linear", "fp32", shape, catalog.get(catalog.resolve(H100).id))
+    h100_spec = catalog.get(catalog.resolve(H100).id)
+    h100 = engine.predict("linear", "fp32", shape, h100_spec)
     assert h100.tier.tolist() != ["measured"]
+    # nor is any other GPU answered from NeuSight's rows as a relative (the transfer model never saw them)
+    assert engine.transfer.relatives("gemm", "fp32", None, h100_spec) == []
+    engine.transfer.not_relatives = frozenset()
+    assert [d for d, _ in engine.transfer.relatives("gemm", "fp32", None, h100_spec)] == ["v100-pcie-32gb"]
 
 
 @pytest.mark.skipif(not (DATASETS / "neusight").is_dir(), reason="NeuSight's files not present")
