@@ -141,3 +141,33 @@ def test_no_row_of_the_neusight_split_test_side_is_in_the_store(tmp_path: Path) 
     assert not test_keys & keys
     assert not {k[0] for k in test_keys} & set(stored["device_id"])  # no held-out GPU in the store at all
     assert keys <= linear_keys(fold.train)  # every stored row is one of the split's training rows
+
+
+AIC_TABLE = "aic-core/src/aiconfigurator_core/systems/data/h100_sxm/gemm/vllm/0.24.0/gemm_perf.parquet"
+
+
+@pytest.mark.skipif(not (DATASETS / "aiconfigurator" / AIC_TABLE).is_file(), reason="AIConfigurator absent")
+def test_trained_engine_carries_the_rows_for_their_own_gpu_only(tmp_path: Path) -> None:
+    """``train_engine`` on one AIConfigurator table + the NeuSight layout: the saved engine answers the V100
+    from its row, the transfer tier takes no NeuSight GPU as a relative, the spec model saw no FP32 row."""
+    from types import SimpleNamespace
+
+    from components.devices.catalog import load_catalog
+    from components.opmodel.engine import OpEngine
+    from components.opmodel.train import train_engine
+
+    root = _neusight_repo(tmp_path / "datasets")
+    (root / "aiconfigurator" / AIC_TABLE).parent.mkdir(parents=True)
+    (root / "aiconfigurator" / AIC_TABLE).symlink_to(DATASETS / "aiconfigurator" / AIC_TABLE)
+    settings = SimpleNamespace(datasets_dir=root, data_dir=tmp_path / "data", models_dir=tmp_path / "models")
+    out = train_engine(settings, tmp_path / "predictor" / "opmodel")
+    assert (out / "store" / "measured_only" / "gemm.parquet").is_file()
+    engine = OpEngine.load(out, tmp_path / "cache")
+    assert engine.meta["devices"] == ["h100-sxm"]  # the spec model's GPUs: no NeuSight one
+    catalog = load_catalog()
+    shape = {"M": np.array([2048.0]), "N": np.array([4096.0]), "K": np.array([1024.0])}
+    v100 = engine.predict("linear", "fp32", shape, catalog.get("v100-pcie-32gb"))
+    assert v100.tier.tolist() == ["measured"] and v100.duration_us == pytest.approx([2100.0])
+    h100 = catalog.get("h100-sxm")
+    assert engine.transfer.relatives("gemm", "fp32", None, h100) == []
+    assert engine.predict("linear", "fp32", shape, h100).tier.tolist() != ["measured"]
