@@ -124,6 +124,23 @@ def _files(root: Path) -> list[tuple[Path, str, str]]:
     return files + _amd_files(root)
 
 
+TRAINING_RUN_IDS: tuple[str, ...] = ("train/collect", "amd/train/collect")  # NeuSight's training side
+
+
+def training_rows(root: Path, catalog, kinds: tuple[str, ...]) -> tuple[pd.DataFrame, list[dict]]:
+    """(parsed rows, reject records) of NeuSight's *training* files of the op ``kinds`` (folder names:
+    ``linear``, ``bmm``) only: what the op engine's measured store may hold. The published test files
+    (``test/*.csv``) are the ``neusight`` split's test side and are never read here."""
+    root = require_dir(Path(root), SOURCE)
+    parts, rejects = [], []
+    for path, kind, run_id in _files(root):
+        if run_id in TRAINING_RUN_IDS and kind in kinds:
+            good, bad, _ = _read_file(root, path, kind, run_id, catalog)
+            parts.append(good)
+            rejects += bad
+    return (pd.concat(parts, ignore_index=True) if parts else pd.DataFrame()), rejects
+
+
 def _amd_files(root: Path) -> list[tuple[Path, str, str]]:
     """(path, kind, run_id) of the AMD collection's per-GPU files; [] when the folder is absent."""
     amd = root / AMD_DATASET_DIR

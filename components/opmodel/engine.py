@@ -103,6 +103,7 @@ class OpEngine:
         spec_model: Any = None,
         transfer_model: Any = None,
         cache_dir: Path | None = None,
+        measured_only: bool = True,
         **kwargs: Any,
     ) -> OpEngine:
         """An engine over a saved store. With ``cache_dir`` (the CLI's and the server's: the state folder's
@@ -115,19 +116,29 @@ class OpEngine:
 
         families = (tuple(LAYOUTS), tuple(CURVE_FAMILIES))
         try:
-            split = None if cache_dir is None else open_split(Path(store_dir), Path(cache_dir), *families)
+            split = (
+                None
+                if cache_dir is None or not measured_only
+                else open_split(Path(store_dir), Path(cache_dir), *families)
+            )
         except OSError:  # a read-only cache folder: read the whole store
             split = None
         if split is None:
             from components.opmodel.store import load_store
 
-            store = load_store(Path(store_dir), (*families[0], *families[1]))
-            return cls.from_frames(store, spec_model, transfer_model, store_dir=Path(store_dir), **kwargs)
-        groups, curves, devices = split
-        measured = MeasuredTier.from_groups(groups, _specs_of(devices))
-        transfer = TransferTier(measured, {}, transfer_model)
-        transfer.curve_groups = curves  # the keys TransferTier groups whole frames by, each read on first use
-        return cls(measured, spec_model, transfer=transfer, store_dir=Path(store_dir), **kwargs)
+            store = load_store(Path(store_dir), (*families[0], *families[1]), measured_only)
+            engine = cls.from_frames(store, spec_model, transfer_model, store_dir=Path(store_dir), **kwargs)
+        else:
+            groups, curves, devices = split
+            measured = MeasuredTier.from_groups(groups, _specs_of(devices))
+            transfer = TransferTier(measured, {}, transfer_model)
+            transfer.curve_groups = curves  # the keys TransferTier groups whole frames by, read on first use
+            engine = cls(measured, spec_model, transfer=transfer, store_dir=Path(store_dir), **kwargs)
+        if measured_only and engine.transfer is not None:  # NeuSight's rows answer their own GPU only
+            from components.opmodel.store_cache import measured_only_groups
+
+            engine.transfer.not_relatives = measured_only_groups(Path(store_dir))
+        return engine
 
     @classmethod
     def from_frames(
@@ -240,6 +251,7 @@ class OpEngine:
         if self.transfer is not None:
             transfer = TransferTier(measured, None, self.transfer.model)
             transfer.curve_groups = framework_curves(self.transfer.curve_groups, frames)
+            transfer.not_relatives = self.transfer.not_relatives
         return OpEngine(
             measured,
             self.spec_model,

@@ -34,7 +34,8 @@ from components.common.atomic import atomic_write_dir
 
 STORE_FAMILIES: tuple[str, ...] = ("gemm", "attention", "moe", "allreduce", "bmm")
 MANIFEST_NAME = "store.json"
-STORE_VERSION = 2  # 2: impossible rows quarantined (``quarantine``); an older store is rebuilt by training
+STORE_VERSION = 3  # 2: impossible rows quarantined (``quarantine``); 3: NeuSight's rows (MEASURED_ONLY_DIR)
+MEASURED_ONLY_DIR = "measured_only"  # <family>.parquet there: rows only the measured tier answers from
 AITER_FAMILIES: tuple[str, ...] = ("gemm", "moe", "bmm")
 
 
@@ -49,11 +50,14 @@ def source_roots(datasets_root: Path) -> dict[str, Path]:
     """Where each store source lives under ``datasets_root``: the datasets folder (``aiconfigurator/``,
     ``aiter/``), or one source's repository root."""
     from components.ingest.aiter import CONFIGS, table_files
+    from components.ingest.neusight import DATASET_DIR
 
     root = Path(datasets_root)
     out = {name: root / name for name in ("aiconfigurator", "aiter") if (root / name).is_dir()}
     if "aiter" in out and not table_files(out["aiter"]):
         del out["aiter"]  # a folder without tuned tables (a project copy's empty stand-in) adds no rows
+    if (root / "neusight" / DATASET_DIR).is_dir():
+        out["neusight"] = root / "neusight"
     if not out:
         out["aiter" if (root / CONFIGS).is_dir() else "aiconfigurator"] = root
     return out
@@ -164,6 +168,20 @@ def _measured_frames(
 
     catalog = load_catalog(user_dir=None)
     out, quarantined = {}, {}
+    if "neusight" in roots:  # kept apart: the measured tier's rows only (``store_neusight``)
+        from components.opmodel.store_neusight import neusight_frames
+
+        neusight, rejected = neusight_frames(roots["neusight"], catalog)
+        for family, frame in neusight.items():
+            keys = store_keys(family)
+            kept, quarantined[f"{MEASURED_ONLY_DIR}/{family}"] = quarantine(
+                medians(frame, keys), family, catalog
+            )
+            out[f"{MEASURED_ONLY_DIR}/{family}"] = kept.sort_values(keys, kind="mergesort").reset_index(
+                drop=True
+            )
+        if rejected:
+            quarantined[f"{MEASURED_ONLY_DIR}/unreadable"] = rejected
     for family, frames in parts.items():
         frames = [f for f in frames if not f.empty]
         if not frames:
@@ -239,6 +257,12 @@ def save_store(
             (tmp / family).parent.mkdir(parents=True, exist_ok=True)
             _write_parquet(frame, tmp / f"{family}.parquet")
             manifest[family] = {"rows": len(frame), "devices": sorted(map(str, frame["device_id"].unique()))}
+        manifest["measured_only_groups"] = sorted(
+            [family.split("/", 1)[1], str(device), str(dtype)]
+            for family, frame in frames.items()
+            if family.startswith(f"{MEASURED_ONLY_DIR}/")
+            for device, dtype in frame[["device_id", "dtype"]].drop_duplicates().itertuples(index=False)
+        )
         manifest["sources"], manifest["version"] = sorted(sources), STORE_VERSION
         manifest["quarantined"] = {f: q for f, q in sorted((quarantined or {}).items()) if q}
         if versions:  # per family, the versions each serving framework's rows were measured under
@@ -281,14 +305,20 @@ def store_version(folder: Path) -> int:
     return int(json.loads((Path(folder) / MANIFEST_NAME).read_text()).get("version", 1))
 
 
-def load_store(folder: Path, families: tuple[str, ...] | None = None) -> dict[str, pd.DataFrame]:
-    """``{family: frame}`` of a saved store (the families present, or those asked that are present)."""
+def load_store(
+    folder: Path, families: tuple[str, ...] | None = None, measured_only: bool = False
+) -> dict[str, pd.DataFrame]:
+    """``{family: frame}`` of a saved store (the families present, or those asked that are present).
+    ``measured_only``: with the rows only the measured tier answers from (NeuSight's) appended; the spec
+    model, the transfer fit and the op engine's gate splits read the store without them."""
     folder = Path(folder)
     if not (folder / MANIFEST_NAME).is_file():
         raise FileNotFoundError(f"measured store {folder}: no {MANIFEST_NAME} (build it with build_store)")
     out = {}
     for family in families or STORE_FAMILIES:
-        path = folder / f"{family}.parquet"
-        if path.is_file():
-            out[family] = pd.read_parquet(path)
+        parts = [folder / f"{family}.parquet"]
+        parts += [folder / MEASURED_ONLY_DIR / f"{family}.parquet"] if measured_only else []
+        frames = [pd.read_parquet(p) for p in parts if p.is_file()]
+        if frames:
+            out[family] = frames[0] if len(frames) == 1 else pd.concat(frames, ignore_index=True)
     return out

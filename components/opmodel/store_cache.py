@@ -25,10 +25,18 @@ from typing import Any
 
 from components.common.atomic import atomic_write_bytes
 
-CACHE_VERSION = 2  # bump when the split's layout changes
+CACHE_VERSION = 3  # bump when the split's layout changes (3: NeuSight's rows in the measured groups)
 LIBRARIES = ("pandas", "pyarrow", "numpy", "scipy")  # their versions key the split: pickles and parquet
 INDEX_NAME = "index.json"
 TABLES_DIR = "tables"  # the measured tier's tables built from the groups, saved on first use
+
+
+def measured_only_groups(store_dir: Path) -> frozenset[tuple]:
+    """The measured tier's (family, device, dtype, None) groups of the store's measured-only rows (NeuSight's,
+    ``store.MEASURED_ONLY_DIR``): no other GPU is answered from them (``TransferTier.not_relatives``). Read
+    here, from the manifest, because ``store`` imports pandas and a cached question must not."""
+    manifest = json.loads((Path(store_dir) / "store.json").read_text())  # store.MANIFEST_NAME
+    return frozenset((f, d, t, None) for f, d, t in manifest.get("measured_only_groups", []))
 
 
 def store_digest(store_dir: Path) -> str:
@@ -125,7 +133,7 @@ def split_store(store_dir: Path, folder: Path, measured: tuple[str, ...], curves
     from components.opmodel.store import load_store
 
     def write(tmp: Path) -> None:
-        frames = load_store(Path(store_dir), (*measured, *curves))
+        frames = load_store(Path(store_dir), (*measured, *curves), measured_only=True)  # NeuSight's rows too
         index: dict[str, Any] = {"measured": [], "curves": [], "devices": []}
         devices = {str(d) for frame in frames.values() for d in frame["device_id"].unique()}
         for family, frame in sorted(frames.items()):

@@ -109,7 +109,8 @@ def train_engine(settings: Any, out_dir: Path, say: Callable[[str], None] = lamb
     from components.devices.catalog import load_catalog
     from components.opmodel.engine import OpEngine
     from components.opmodel.spec import PRIOR_ONLY_FAMILIES, fit, fit_priors, training_rows
-    from components.opmodel.store import load_store
+    from components.opmodel.store import MEASURED_ONLY_DIR, load_store
+    from components.opmodel.transfer import TransferTier
 
     store_dir = ensure_store(settings, say)
     if store_dir is None:
@@ -141,7 +142,14 @@ def train_engine(settings: Any, out_dir: Path, say: Callable[[str], None] = lamb
 
     engine = OpEngine.from_store(store_dir, model)
     intervals = measured_intervals(engine, store)
-    transfer = fit_transfer_tier(engine, store_dir, say, spec_without)
+    # the transfer tier's model fitted without NeuSight's rows; they answer their own GPU only (the
+    # measured tier), never another GPU as a relative: not validated for that, MI210 FP32 GEMMs got 2x slower
+    fitted = fit_transfer_tier(
+        OpEngine.from_store(store_dir, model, measured_only=False), store_dir, say, spec_without
+    )
+    transfer = TransferTier(engine.measured, None, fitted.model)
+    transfer.curve_groups = fitted.curve_groups  # the MoE curves (no measured-only rows among them)
+    transfer.not_relatives = engine.transfer.not_relatives
     engine = OpEngine(
         engine.measured,
         model,
@@ -155,6 +163,8 @@ def train_engine(settings: Any, out_dir: Path, say: Callable[[str], None] = lamb
         for name in ("store.json", *(f"{f}.parquet" for f in STORE_FAMILIES_IN_ENGINE)):
             if (store_dir / name).is_file():
                 shutil.copy2(store_dir / name, tmp / "store" / name)
+        if (store_dir / MEASURED_ONLY_DIR).is_dir():  # NeuSight's rows: the measured tier's only
+            shutil.copytree(store_dir / MEASURED_ONLY_DIR, tmp / "store" / MEASURED_ONLY_DIR)
         engine.save(tmp)
 
     atomic_write_dir(Path(out_dir), write)

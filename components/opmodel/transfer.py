@@ -309,6 +309,9 @@ class TransferTier:
             for (device, dtype), part in frame.groupby(["device_id", "dtype"], sort=True, observed=True):
                 self.curve_groups[(family, str(device), str(dtype))] = part
         self._curves: dict[tuple, CurveTable] = {} if curve_tables is None else curve_tables
+        # measured groups no other GPU is answered from: the store's measured-only rows (NeuSight's, which
+        # the model was fitted without), as (family, device, dtype, kv dtype | None)
+        self.not_relatives: frozenset[tuple] = frozenset()
         # a relative's answers per question: every GPU it is a relative of asks it the same shapes (a
         # whole-catalog rank asks ~90 GPUs the same step grids of one model)
         self._answers: dict[tuple, tuple[np.ndarray, np.ndarray]] = {}
@@ -350,7 +353,8 @@ class TransferTier:
         if family in CURVE_FAMILIES:
             return (family, device, dtype) in self.curve_groups
         kv = (kv_dtype or dtype) if family == "attention" else None
-        return (family, device, dtype, kv) in self.measured.groups
+        key = (family, device, dtype, kv)
+        return key in self.measured.groups and key not in self.not_relatives
 
     def relative_answer(
         self,
