@@ -77,6 +77,7 @@ class ModelShape:
     linear_conv_kernel: int = 0
     state_dtype: str = "bf16"
     notes: tuple[str, ...] = ()  # what resolving the model's name assumed (find_bundled)
+    checkpoint_dtype: str = "-"  # the weights' dtype the checkpoint ships (config_dtype): the default asked
 
     @property
     def is_moe(self) -> bool:
@@ -246,7 +247,35 @@ def load_config_dict(
         raise DeploymentError(f"model config {path}: unreadable ({exc})") from None
     if not isinstance(data, dict):
         raise DeploymentError(f"model config {path}: not a JSON object")
+    data = {**data, "_kernelcast_dtype": config_dtype(data, path)}
     return _config_name(path), {**data, "_kernelcast_note": note} if note else data
+
+
+def config_dtype(data: dict[str, Any], path: Path | None = None) -> str:
+    """The dtype of the weights a config ships: its quantisation (in the config, or the modelopt
+    ``*_hf_quant_config.json`` beside it), else its ``torch_dtype``; ``-`` when it names none."""
+    text = data.get("text_config") if isinstance(data.get("text_config"), dict) else {}
+    quant = data.get("quantization_config") or text.get("quantization_config") or {}
+    sidecar = path and path.with_name(path.name.removesuffix("_config.json") + "_hf_quant_config.json")
+    if not quant and sidecar and sidecar.is_file():
+        quant = json.loads(sidecar.read_text()).get("quantization", {})
+    algo = str(quant.get("quant_algo") or "").lower()
+    method = str(quant.get("quant_method") or "").lower()
+    if algo == "mixed_precision":
+        return "mixed (nvfp4 + fp8)"
+    if algo in ("nvfp4", "fp8"):
+        return algo
+    if method == "fp8":
+        return "fp8_block" if quant.get("weight_block_size") else "fp8"
+    if method:
+        return method  # mxfp4, compressed-tensors: named as the config names them
+    stored = str(
+        data.get("torch_dtype") or data.get("dtype") or text.get("torch_dtype") or text.get("dtype") or ""
+    ).lower()
+    try:
+        return canonical_dtype(stored)
+    except PhysicsError:
+        return stored or "-"
 
 
 def _int(cfg: dict[str, Any], *names: str, default: int | None = None) -> int:
@@ -363,6 +392,7 @@ def model_shape(
         qk_norm=bool(cfg.get("use_qk_norm")) or "qwen3" in str(cfg.get("model_type", "")),
         attn_output_gate=bool(cfg.get("attn_output_gate", False)),
         notes=(raw["_kernelcast_note"],) if raw.get("_kernelcast_note") else (),
+        checkpoint_dtype=str(raw.get("_kernelcast_dtype") or config_dtype(raw)),
         **mla,
         **linear,
     )

@@ -7,36 +7,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from components.deployments.config import DeploymentError, bundled_configs, model_shape
-from components.physics.base import PhysicsError
-from components.physics.dtypes import canonical_dtype
-
-
-def config_dtype(data: dict[str, Any], path: Path) -> str:
-    """The dtype of the weights a config ships: its quantisation (in the config, or the modelopt
-    ``*_hf_quant_config.json`` beside it), else its ``torch_dtype``; ``-`` when it names none."""
-    text = data.get("text_config") if isinstance(data.get("text_config"), dict) else {}
-    quant = data.get("quantization_config") or text.get("quantization_config") or {}
-    sidecar = path.with_name(path.name.removesuffix("_config.json") + "_hf_quant_config.json")
-    if not quant and sidecar.is_file():
-        quant = json.loads(sidecar.read_text()).get("quantization", {})
-    algo = str(quant.get("quant_algo") or "").lower()
-    method = str(quant.get("quant_method") or "").lower()
-    if algo == "mixed_precision":
-        return "mixed (nvfp4 + fp8)"
-    if algo in ("nvfp4", "fp8"):
-        return algo
-    if method == "fp8":
-        return "fp8_block" if quant.get("weight_block_size") else "fp8"
-    if method:
-        return method  # mxfp4, compressed-tensors: named as the config names them
-    stored = str(
-        data.get("torch_dtype") or data.get("dtype") or text.get("torch_dtype") or text.get("dtype") or ""
-    ).lower()
-    try:
-        return canonical_dtype(stored)
-    except PhysicsError:
-        return stored or "-"
+from components.deployments.config import DeploymentError, bundled_configs, config_dtype, model_shape
 
 
 def bundled_models(datasets_dir: Path | None = None) -> list[dict[str, Any]]:

@@ -39,6 +39,23 @@ DEPLOYMENT_PARAMS: tuple[str, ...] = (
 )
 
 
+# Checkpoint dtypes a deployment is answered in when no dtype is asked; any other (bf16, fp16, fp32, mxfp4,
+# compressed-tensors) is answered with bf16 weights, as an engine loads a 16-bit checkpoint.
+AS_SHIPPED = {"fp8": "fp8", "fp8_block": "fp8_block", "nvfp4": "nvfp4", "mixed (nvfp4 + fp8)": "nvfp4"}
+
+
+def default_weight_dtype(model: ModelShape) -> tuple[str, str | None]:
+    """The weights' dtype when the question names none, and the note that says why: the checkpoint's own
+    quantisation (an ``-FP8`` or ``-NVFP4`` checkpoint is served as it ships), else bf16."""
+    shipped = model.checkpoint_dtype
+    if shipped in AS_SHIPPED:
+        asked = AS_SHIPPED[shipped]
+        return asked, f"weights {asked}: the checkpoint ships {shipped} (--dtype to ask otherwise)"
+    if shipped not in ("-", "bf16", "fp16", "fp32"):
+        return "bf16", f"the checkpoint ships {shipped} weights, not modelled as such: bf16 asked (--dtype)"
+    return "bf16", None
+
+
 def deployment_from(model: ModelShape, spec: Any, params: dict[str, Any]) -> Deployment:
     """A :class:`Deployment` from plain parameters (isl, osl, concurrency, tp, pp, ep, dtype, kv_dtype,
     mode, framework)."""
@@ -56,10 +73,12 @@ def deployment_from(model: ModelShape, spec: Any, params: dict[str, Any]) -> Dep
         if isinstance(value, float) and value.is_integer():
             value = int(value)
         ints[name] = value
+    dtype, why = (str(params["dtype"]), None) if params.get("dtype") else default_weight_dtype(model)
     return Deployment(
         model=model,
         gpu=spec,
-        weight_dtype=str(params.get("dtype") or "bf16"),
+        notes=(why,) if why else (),
+        weight_dtype=dtype,
         kv_dtype=params.get("kv_dtype"),
         mode=str(params.get("mode") or "agg"),
         framework=str(params.get("framework") or "vllm"),

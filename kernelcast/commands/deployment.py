@@ -41,7 +41,7 @@ def llm_params(
         "pp": pp,
         "ep": ep,
         "dp": dp,
-        "dtype": dtype or "bf16",
+        "dtype": dtype,  # None: the checkpoint's own (service.default_weight_dtype)
         "kv_dtype": kv_dtype,
         "mode": mode,
         "workload": workload,

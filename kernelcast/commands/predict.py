@@ -188,7 +188,12 @@ def predict_command(
         typer.Option(help="GPU name/alias, a spec file (.yaml/.json), or 'all' (repeatable)"),
     ] = None,
     dtype: Annotated[
-        str | None, typer.Option(help=dtype_help("op default fp32; --llm: the weights', default bf16"))
+        str | None,
+        typer.Option(
+            help=dtype_help(
+                "op default fp32; --llm: the weights', default the checkpoint's fp8/nvfp4, else bf16"
+            )
+        ),
     ] = None,
     launch: Annotated[
         str | None, typer.Option(help="a source's launch: GRID/BLOCK (4096/256, 64,64/16,16) or JSON")

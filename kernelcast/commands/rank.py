@@ -53,7 +53,10 @@ def rank_command(
         str | None, typer.Option(help="op: gemm, linear, bmm, add, gelu, softmax, layernorm, ...")
     ] = None,
     shape: Annotated[str | None, typer.Option(help="sizes, e.g. M=4096,N=4096,K=4096")] = None,
-    dtype: Annotated[str | None, typer.Option(help=dtype_help("op default fp32; --llm default bf16"))] = None,
+    dtype: Annotated[
+        str | None,
+        typer.Option(help=dtype_help("op default fp32; --llm: the checkpoint's fp8/nvfp4, else bf16")),
+    ] = None,
     launch: Annotated[
         str | None, typer.Option(help="a source's launch: GRID/BLOCK (4096/256) or JSON")
     ] = None,

@@ -529,3 +529,23 @@ def test_silicon_runs_recorded_with_a_squared_moe_split_read_as_the_gpus_their_i
     assert out["moe_tp_size"].tolist() == [1.0, 1.0, 1.0, 2.0]
     assert (out["parallel_read"] != "").tolist() == [True, True, True, False]
     assert frame["tp_size"].tolist() == [64.0, 64.0, 1.0, 4.0]  # the caller's frame untouched
+
+
+def test_a_deployment_without_a_dtype_is_served_as_its_checkpoint_ships():
+    """DeepSeek-V3 ships fp8 block-scaled weights (671 B parameters fit on 8 x H200 only so); a bf16
+    checkpoint stays bf16; an asked dtype wins; mxfp4, which the composition does not model, is answered as
+    bf16 and says so."""
+    from components.deployments.service import deployment_from
+
+    h200 = load_catalog().get("h200")
+    asked = {"isl": 1024, "osl": 256}
+    ds = deployment_from(model_shape("deepseek-ai/DeepSeek-V3"), h200, asked)
+    assert ds.weight_dtype == "fp8_block" and any("ships fp8_block" in n for n in ds.notes)
+    assert (
+        deployment_from(model_shape("deepseek-ai/DeepSeek-V3"), h200, {**asked, "dtype": "bf16"}).weight_dtype
+        == "bf16"
+    )
+    llama = deployment_from(model_shape("Llama-3.1-8B"), h200, asked)
+    assert llama.weight_dtype == "bf16" and not any("checkpoint" in n for n in llama.notes)
+    oss = deployment_from(model_shape("openai/gpt-oss-120b"), h200, asked)
+    assert oss.weight_dtype == "bf16" and any("ships mxfp4" in n for n in oss.notes)
