@@ -123,6 +123,8 @@ def _layer_ops(
     hkv = max(1, m.kv_heads // tp)
     h, dh = m.hidden, m.head_dim
     act = "bf16"
+    if m.is_dsa:
+        return _dsa_ops(d, phase, (tokens, batch, q_len, ctx, layers)) + _mlp_ops(d, phase, tokens, layers)
     if m.is_mla:
         ops = _mla_ops(d, phase, (tokens, batch, q_len, ctx, layers))
         return ops + _mlp_ops(d, phase, tokens, layers)
@@ -185,6 +187,21 @@ def _gdn_ops(d: Deployment, phase: str, sizes: LayerSizes) -> list[OpLine]:
         OpLine(phase, "norm", "rmsnorm", act, {"B": tokens * dims["HV"], "H": dims["DV"]}, layers),
         OpLine(phase, "gate", "elementwise", act, {"N": tokens * v, "op": "silu_and_mul"}, layers),
         OpLine(phase, "gemm", "gemm", wd, {"M": tokens, "N": m.hidden, "K": v}, layers),
+    ]
+
+
+def _dsa_ops(d: Deployment, phase: str, sizes: LayerSizes) -> list[OpLine]:
+    """DeepSeek Sparse Attention of one layer on one GPU (DeepSeek-V3.2, GLM-5): the norms and residual
+    adds around it, and the attention module -- projections, lightning indexer, top-k and sparse MLA -- as
+    one ``dsa`` op, the unit AIConfigurator times (``dsa_tables``); timed per sequence and context like
+    attention (a prefill chunk of one sequence, or a decode batch at its context)."""
+    tokens, batch, q_len, ctx, layers = sizes
+    m, act = d.model, "bf16"
+    module = {"B": batch, "S": q_len, "KV": ctx, **m.dsa_dims(d.tp)}
+    return [
+        OpLine(phase, "norm", "rmsnorm", act, {"B": tokens, "H": m.hidden}, 2 * layers),
+        OpLine(phase, "residual", "elementwise", act, {"N": tokens * m.hidden, "op": "add"}, 2 * layers),
+        OpLine(phase, "attention", "dsa", gemm_dtype(d), module, layers, kv_dtype=d.kv_dtype),
     ]
 
 
@@ -353,7 +370,7 @@ def _takes_kv(fn: OpTimeFn) -> bool:
         return False
 
 
-KV_FAMILIES = ("attention", "gdn")
+KV_FAMILIES = ("attention", "gdn", "dsa")
 # Op kinds timed per sequence (batch, tokens per sequence, context), not per step token: attention and the
 # GDN mixer (``stepmodel`` tabulates them over sequences and contexts).
 SEQUENCE_KINDS = (

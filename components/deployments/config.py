@@ -66,6 +66,11 @@ class ModelShape:
     qk_rope_head_dim: int = 0
     qk_nope_head_dim: int = 0
     v_head_dim: int = 0
+    # DeepSeek Sparse Attention (DeepSeek-V3.2, GLM-5): MLA whose queries attend to the index_topk keys a
+    # lightning indexer of index_heads x index_head_dim picks (0 = dense attention)
+    index_heads: int = 0
+    index_head_dim: int = 0
+    index_topk: int = 0
     attn_output_gate: bool = False  # Qwen3.5/3.6: q_proj also emits a sigmoid gate on the attention output
     # Gated DeltaNet layers (``layer_types`` "linear_attention", Qwen3-Next/3.5/3.6): how many, their key and
     # value heads and head dims, the conv kernel, and the recurrent state's dtype (``mamba_ssm_dtype``).
@@ -93,6 +98,25 @@ class ModelShape:
         if self.is_mla:
             return float(self.kv_lora_rank + self.qk_rope_head_dim)
         return float(2 * max(1, self.kv_heads // tp) * self.head_dim)
+
+    @property
+    def is_dsa(self) -> bool:
+        return self.is_mla and self.index_topk > 0
+
+    def dsa_dims(self, tp: int) -> dict[str, float]:
+        """One GPU's DSA attention module, as ``components.physics.dsa`` names its dimensions."""
+        return {
+            "H": self.heads / tp,
+            "HID": float(self.hidden),
+            "QL": float(self.q_lora_rank),
+            "KL": float(self.kv_lora_rank),
+            "DR": float(self.qk_rope_head_dim),
+            "DN": float(self.qk_nope_head_dim),
+            "DV": float(self.v_head_dim),
+            "IH": float(self.index_heads),
+            "ID": float(self.index_head_dim),
+            "TOPK": float(self.index_topk),
+        }
 
     @property
     def moe_layers(self) -> int:
@@ -134,6 +158,9 @@ class ModelShape:
                 self.kv_lora_rank + self.qk_rope_head_dim
             ) + self.kv_lora_rank * self.heads * (self.qk_nope_head_dim + self.v_head_dim)
             attn = q + kv + self.heads * self.v_head_dim * self.hidden
+            # the lightning indexer: wq_b (from the q latent), wk and its per-head weights
+            attn += self.index_heads * self.index_head_dim * self.q_lora_rank
+            attn += self.hidden * (self.index_head_dim + self.index_heads)
         dense_mlp = 3 * self.hidden * self.intermediate
         expert = 3 * self.hidden * self.moe_intermediate
         dense_count = self.layers - self.moe_layers
@@ -294,7 +321,6 @@ def _int(cfg: dict[str, Any], *names: str, default: int | None = None) -> int:
 UNMODELLED_FIELDS: dict[str, str] = {
     "hybrid_override_pattern": "hybrid Mamba/attention layers are not modelled",
     "linear_attn_config": "linear attention layers are not modelled",
-    "index_topk": "sparse (indexer) attention is not modelled",
 }
 
 
@@ -352,7 +378,13 @@ def model_shape(
             "v_head_dim": _int(cfg, "v_head_dim"),
         }
         head_dim = mla["qk_nope_head_dim"] + mla["qk_rope_head_dim"]
+        mla.update(_sparse_attention(cfg))
         kv_heads = heads  # every query head has its own K/V, decompressed from the shared latent
+    if _int(cfg, "index_topk", default=0) and not mla:
+        raise DeploymentError(
+            "model config field index_topk: sparse (indexer) attention layers without kv_lora_rank (MLA) "
+            "are not modelled"
+        )
     vocab = _int(cfg, "vocab_size")
     experts = _int(cfg, "num_experts", "num_local_experts", "n_routed_experts", default=0)
     topk = _int(cfg, "num_experts_per_tok", "experts_per_token", "moe_topk", default=0) if experts else 0
@@ -396,6 +428,27 @@ def model_shape(
         **mla,
         **linear,
     )
+
+
+def _sparse_attention(cfg: dict[str, Any]) -> dict[str, int]:
+    """The DSA indexer fields of an MLA config with ``index_topk`` (DeepSeek-V3.2, GLM-5); {} without."""
+    if not _int(cfg, "index_topk", default=0):
+        return {}
+    fields = {
+        "index_heads": _int(cfg, "index_n_heads"),
+        "index_head_dim": _int(cfg, "index_head_dim"),
+        "index_topk": _int(cfg, "index_topk"),
+    }
+    shared = sorted({str(t) for t in cfg.get("indexer_types") or []} - {"full"})
+    if shared:  # GLM-5.2: most layers reuse another layer's top-k (the skip-indexer module)
+        raise DeploymentError(
+            f"model config field indexer_types: {', '.join(shared)} indexer layers (reusing another "
+            "layer's top-k) are not modelled"
+        )
+    for name, key in (("index_n_heads", "index_heads"), ("index_head_dim", "index_head_dim")):
+        if not fields[key]:
+            raise DeploymentError(f"model config field {name}: must be > 0 for sparse (indexer) attention")
+    return fields
 
 
 def _linear_attention(cfg: dict[str, Any], layers: int, layer_types: list) -> dict[str, Any]:

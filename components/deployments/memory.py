@@ -31,8 +31,19 @@ def _kv_bytes_per_request(d: Deployment) -> float:
     seq = d.isl + d.osl
     full = m.attention_layers - m.sliding_layers
     tokens = full * seq + m.sliding_layers * min(seq, m.sliding_window or seq)
-    kv = tokens * m.kv_elements_per_token_layer(d.tp) * STORE_BYTES[d.kv_dtype] / d.pp
-    return kv + state_bytes_per_request(d)
+    return tokens * _token_bytes_per_layer(d) / d.pp + state_bytes_per_request(d)
+
+
+def _token_bytes_per_layer(d: Deployment) -> float:
+    """Cache bytes one token keeps in one attention layer on one GPU: its K/V (or MLA latent) at the KV
+    dtype, and with sparse attention the indexer's key (fp8 with its scales: ``physics.dsa``)."""
+    m = d.model
+    kv = m.kv_elements_per_token_layer(d.tp) * STORE_BYTES[d.kv_dtype]
+    if m.is_dsa:
+        from components.physics.dsa import index_key_bytes
+
+        kv += float(index_key_bytes(m.index_head_dim))
+    return kv
 
 
 def state_bytes_per_request(d: Deployment) -> float:
@@ -130,7 +141,7 @@ def kv_bytes_per_token(d: Deployment) -> float:
     """KV-cache bytes one token of context holds on one GPU (all attention layers of its pipeline stage;
     GDN layers keep a fixed state instead: ``state_bytes_per_request``)."""
     m = d.model
-    return m.attention_layers * m.kv_elements_per_token_layer(d.tp) * STORE_BYTES[d.kv_dtype] / d.pp
+    return m.attention_layers * _token_bytes_per_layer(d) / d.pp
 
 
 def memory_notes(d: Deployment, memory: dict[str, float]) -> list[str]:

@@ -32,11 +32,13 @@ EFFICIENCY: dict[str, tuple[float, float]] = {
     # table (out of the launch regime) is ~3.8 for a prefill chunk, ~1.17 for a decode step; the H200's
     # tables check it (benchmarks/gdn_tables_vs_roofline.py, docs/serving.md)
     "gdn": (0.25, 0.85),
+    # DSA attention module (projections, indexer, top-k, FlashMLA sparse: a dozen kernels per layer)
+    "dsa": (0.3, 0.6),
 }
 # Families the op engine holds no tables for: with an op engine, the GPU's measured tables where the
 # datasets have them (``gdn_tables``), else -- and in the roofline composition -- the fixed-efficiency
 # roofline (tier ``roofline``).
-PHYSICS_ONLY_FAMILIES = ("gdn",)
+PHYSICS_ONLY_FAMILIES = ("gdn", "dsa")
 # No launch cost and no all-reduce start-up latency here: both are parameters of the framework-cost fit
 # (per kernel launched, per all-reduce and per all-reduce x GPU; ``compose.overhead_counts``), learned on
 # each fold's training runs only -- never constants chosen by looking at a benchmark.
@@ -134,21 +136,33 @@ def with_small_ops(engine: Callable[..., Any]) -> OpTimeFn:
 ROOFLINE_SOURCE, ENGINE_SOURCE = "roofline", "engine"  # which op times a framework cost was fitted on
 
 
-def gdn_op_time(
-    family: str, dtype: str, shape: Mapping[str, Any], spec: Any, kv_dtype: str | None, framework: str | None
-) -> Timed:
-    """The GDN op from AIConfigurator's measured kernels of this GPU (``gdn_tables``; the serving
-    framework's own where measured); on an NVIDIA GPU without a table, a measured GPU's times scaled by the
-    speed-of-light ratio (transfer); the fixed-efficiency roofline where neither reaches."""
-    from components.deployments.config import _datasets_dir
+def _table_readers(family: str) -> tuple[Callable[..., Any], Callable[..., Any]]:
+    """(own GPU's measured times, a reference GPU's) of a family read from AIConfigurator's tables."""
+    if family == "dsa":
+        from components.deployments.dsa_tables import dsa_measured, dsa_reference
+
+        return dsa_measured, dsa_reference
     from components.deployments.gdn_tables import gdn_measured, gdn_reference
 
+    return gdn_measured, gdn_reference
+
+
+def table_op_time(
+    family: str, dtype: str, shape: Mapping[str, Any], spec: Any, kv_dtype: str | None, framework: str | None
+) -> Timed:
+    """A GDN or DSA op from AIConfigurator's measured kernels of this GPU (``gdn_tables``, ``dsa_tables``;
+    the serving framework's own where measured); on an NVIDIA GPU without a table, a measured GPU's times
+    scaled by the speed-of-light ratio (transfer); the fixed-efficiency roofline where neither reaches."""
+    from components.deployments.config import _datasets_dir
+
+    measured, reference = _table_readers(family)
+    args = (dtype, kv_dtype) if family == "dsa" else ()
     roof = roofline_op_time(family, dtype, shape, spec, kv_dtype=kv_dtype)
-    found = gdn_measured(spec, framework, shape, _datasets_dir())
+    found = measured(spec, framework, shape, _datasets_dir(), *args)
     if found is not None:
-        times, label = found[0], f"measured:gdn {found[1]}"
+        times, label = found[0], f"measured:{family} {found[1]}"
     else:
-        ref = gdn_reference(spec, framework, shape, _datasets_dir())
+        ref = reference(spec, framework, shape, _datasets_dir(), *args)
         if ref is None:
             return Timed(roof, "roofline")
         from components.devices import load_catalog
@@ -157,7 +171,7 @@ def gdn_op_time(
         scale = sol_time(family, dtype, shape, spec, kv_dtype) / sol_time(
             family, dtype, shape, ref_spec, kv_dtype
         )
-        times, label = ref[0] * scale, f"transfer:gdn {ref[1]} {ref[2]}"
+        times, label = ref[0] * scale, f"transfer:{family} {ref[1]} {ref[2]}"
     hit = np.isfinite(times)
     return Timed(np.where(hit, times, roof), np.where(hit, label, "roofline").astype(object))
 
@@ -191,7 +205,7 @@ def engine_op_time(
         if family == "allreduce":
             return Timed(roofline_op_time(family, dtype, shape, spec), "roofline")
         if family in PHYSICS_ONLY_FAMILIES and spec.id not in unseen:
-            return gdn_op_time(family, dtype, shape, spec, kv_dtype, framework)
+            return table_op_time(family, dtype, shape, spec, kv_dtype, framework)
         fn = blind if spec.id in unseen else seen
         out = fn(family, dtype, shape, spec, kv_dtype=kv_dtype)
         if not hasattr(out, "duration_us"):

@@ -100,6 +100,14 @@ EXEMPT: dict[tuple[str, str], str] = {
     ("ingest", "gdn"): "AIConfigurator's gdn_perf tables are not ingested yet (docs/serving.md)",
     ("op engine", "gdn"): "no GDN table in the measured store: deployments answer it by its roofline",
     ("programs", "gdn"): "a fused Triton kernel (FLA): no aten op to trace",
+    (
+        "features",
+        "dsa",
+    ): "no measured DSA rows in the feature table: deployments read AIConfigurator's tables",
+    ("questions", "dsa"): "no --op dsa: the DSA attention module is asked through a deployment (--llm)",
+    ("ingest", "dsa"): "AIConfigurator's dsa module tables are read in place by deployments (dsa_tables)",
+    ("op engine", "dsa"): "no DSA table in the measured store: deployments read AIConfigurator's in place",
+    ("programs", "dsa"): "fused FlashMLA / DeepGEMM kernels: no aten op to trace",
 }
 
 
