@@ -108,17 +108,19 @@ def _along(xs: np.ndarray, ys: np.ndarray, x: float) -> float:
 
 def _interp_curves(curves: Curves, x_out: float, x_in: float) -> float:
     """Log-log interpolation in ``inner`` within each curve, then across ``outer``; NaN outside. A curve
-    measured to a shorter context than ``x_in`` (large decode batches stop at 4k) is carried on by the
-    growth the nearest curve that reaches ``x_in`` shows from that curve's last context on."""
+    whose contexts stop short of ``x_in`` (large decode batches stop at 4k; a prefill chunk of 2k tokens is
+    measured after a prefix only) is carried on by the growth the nearest curve that reaches ``x_in`` shows
+    from that curve's edge on."""
     x = x_in + 1.0
     points = []
     for value, xs, ys in curves:
         y = _along(xs, ys, x)
-        if not np.isfinite(y) and x > xs[-1]:
-            reach = [c for c in curves if c[1][0] <= xs[-1] and c[1][-1] >= x]
+        edge = float(xs[-1]) if x > xs[-1] else float(xs[0])
+        if not np.isfinite(y):
+            reach = [c for c in curves if c[1][0] <= min(x, edge) and c[1][-1] >= max(x, edge)]
             if reach:
                 _, rx, ry = min(reach, key=lambda c: abs(np.log(c[0] / value)))
-                y = float(ys[-1]) * _along(rx, ry, x) / _along(rx, ry, float(xs[-1]))
+                y = float(ys[xs == edge][0]) * _along(rx, ry, x) / _along(rx, ry, edge)
         if np.isfinite(y):
             points.append((value, y))
     if not points:

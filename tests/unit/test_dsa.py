@@ -1,0 +1,157 @@
+"""DeepSeek Sparse Attention (DeepSeek-V3.2, GLM-5): the physics op's work, the config's indexer fields and
+their errors, the composed steps, the indexer cache in memory, and the op's tiers from AIConfigurator's
+measured module tables (bundled configs and tables read in place)."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+
+from components.deployments.compose import compose_phases, step_ops, time_ops
+from components.deployments.config import Deployment, DeploymentError, model_shape
+from components.deployments.memory import kv_bytes_per_token
+from components.deployments.ops import roofline_op_time, sol_time, table_op_time
+from components.devices import load_catalog
+from components.physics.dsa import causal_keys
+from components.physics.registry import op_work
+from components.platform.config import DEFAULT_DATASETS_DIR
+
+AIC = DEFAULT_DATASETS_DIR / "aiconfigurator" / "aic-core" / "src" / "aiconfigurator_core"
+needs_data = pytest.mark.skipif(not (AIC / "model_configs").is_dir(), reason="AIConfigurator data absent")
+# GLM-5's module on one GPU of TP 8
+MODULE = {"H": 8, "HID": 6144, "QL": 2048, "KL": 512, "DR": 64, "DN": 192, "DV": 256, "IH": 32, "ID": 128}
+MODULE["TOPK"] = 2048
+SMALL_DSA = {
+    "architectures": ["DeepseekV32ForCausalLM"],
+    "num_hidden_layers": 4,
+    "hidden_size": 1024,
+    "num_attention_heads": 16,
+    "intermediate_size": 4096,
+    "vocab_size": 32000,
+    "kv_lora_rank": 128,
+    "q_lora_rank": 256,
+    "qk_rope_head_dim": 32,
+    "qk_nope_head_dim": 64,
+    "v_head_dim": 64,
+    "index_n_heads": 8,
+    "index_head_dim": 64,
+    "index_topk": 256,
+}
+
+
+def _work(**dims):
+    return op_work("dsa", "fp8_block", {**MODULE, **dims}, kv_dtype="fp8")
+
+
+def test_causal_keys_match_a_direct_sum():
+    for s, kv, cap in ((1, 1, 4), (5, 5, 3), (7, 20, 9), (64, 64, np.inf), (3, 100, 2048)):
+        direct = sum(min(cap, j) for j in range(kv - s + 1, kv + 1))
+        assert causal_keys(np.array([s]), np.array([kv]), cap)[0] == pytest.approx(direct)
+
+
+@pytest.mark.parametrize("axis", ["B", "S", "KV"])
+def test_dsa_work_grows_with_batch_chunk_and_context(axis):
+    base = {"B": 2.0, "S": 256.0, "KV": 4096.0}
+    values = np.array([256.0, 1024.0, 4096.0]) if axis == "S" else np.array([1.0, 4.0, 16.0]) * base[axis]
+    work = _work(**{**base, axis: values})
+    assert np.all(np.diff(work.flops) > 0) and np.all(np.diff(work.dram_bytes) > 0)
+
+
+def test_decode_reads_topk_latent_rows_and_every_indexer_key():
+    """Past the top-k a longer context adds only indexer work: its keys' bytes and their scores."""
+    short, long = _work(B=1.0, S=1.0, KV=4096.0), _work(B=1.0, S=1.0, KV=8192.0)
+    index_key = 128 + 4  # fp8 key and its fp32 scale
+    assert long.dram_bytes[0] - short.dram_bytes[0] == pytest.approx(4096 * index_key)
+    assert long.flops[0] - short.flops[0] == pytest.approx(2 * 4096 * 32 * 128)
+
+
+def test_config_reads_the_indexer_and_sizes_its_cache():
+    m = model_shape(json.dumps(SMALL_DSA))
+    assert m.is_dsa and (m.index_heads, m.index_head_dim, m.index_topk) == (8, 64, 256)
+    dense = model_shape(json.dumps({k: v for k, v in SMALL_DSA.items() if not k.startswith("index")}))
+    assert not dense.is_dsa
+    gpu = load_catalog().resolve("h100-sxm")
+    d, d_dense = (Deployment(model=x, gpu=gpu, isl=512, osl=64, kv_dtype="bf16") for x in (m, dense))
+    assert kv_bytes_per_token(d) - kv_bytes_per_token(d_dense) == pytest.approx(4 * (64 + 4))
+    assert m.parameters - dense.parameters == pytest.approx(4 * (8 * 64 * 256 + 1024 * (64 + 8)))
+
+
+@pytest.mark.parametrize(
+    ("change", "field"),
+    [
+        ({"index_n_heads": 0}, "index_n_heads: must be > 0"),
+        ({"index_head_dim": None}, "index_head_dim: missing"),
+        ({"index_topk": -1}, "index_topk: -1 is not a non-negative integer"),
+        ({"kv_lora_rank": 0}, "index_topk: sparse .* without kv_lora_rank"),
+        ({"indexer_types": ["full", "shared", "full", "shared"]}, "indexer_types: shared indexer layers"),
+    ],
+)
+def test_dsa_config_errors_name_the_field(change, field):
+    config = {k: v for k, v in {**SMALL_DSA, **change}.items() if v is not None}
+    with pytest.raises(DeploymentError, match=field) as info:
+        model_shape(config)
+    assert "\n" not in str(info.value)
+
+
+def test_dsa_steps_have_one_module_per_layer_at_or_above_their_floor():
+    gpu = load_catalog().resolve("mi300x")  # no table on this vendor: the roofline answers
+    d = Deployment(model=model_shape(json.dumps(SMALL_DSA)), gpu=gpu, isl=1024, osl=64, concurrency=4)
+    lines = step_ops(d, "decode", 4, 1.0, 1056.0)
+    dsa = [x for x in lines if x.family == "dsa"]
+    assert len(dsa) == 1 and dsa[0].count == 4 and dsa[0].kind == "attention" and dsa[0].kv_dtype == "bf16"
+    assert not [x for x in lines if x.family == "attention"]
+    phases = compose_phases(d)
+    for part in (phases.prefill, phases.decode):
+        for line in part:
+            assert line.time_us >= line.floor_us > 0 or line.count == 0
+
+
+@needs_data
+def test_bundled_glm5_is_a_dsa_model_and_glm52_is_refused_by_its_layer_kind():
+    m = model_shape("zai-org/GLM-5-FP8")
+    assert m.is_dsa and m.dsa_dims(8) == {**MODULE, "H": 8.0}
+    assert m.parameters == pytest.approx(744e9, rel=0.01)
+    with pytest.raises(DeploymentError, match="indexer_types: shared indexer layers"):
+        model_shape("zai-org/GLM-5.2")
+
+
+@needs_data
+def test_dsa_tiers_measured_transferred_and_roofline():
+    catalog = load_catalog()
+    shape = {"B": [1.0, 16.0], "S": 1.0, "KV": [2048.0, 8192.0], **MODULE}
+    tiers = {}
+    for gpu in ("h200", "b200", "mi300x"):
+        out = table_op_time("dsa", "fp8_block", shape, catalog.resolve(gpu), "fp8", "sglang")
+        tiers[gpu] = str(np.asarray(out.tier, dtype=object).ravel()[0])
+        assert np.all(np.isfinite(out.duration_us)) and np.all(out.duration_us > 0)
+    assert tiers["h200"] == "measured:dsa sglang 0.5.14"
+    assert tiers["b200"].startswith("transfer:dsa h200 sglang")
+    assert tiers["mi300x"] == "roofline"
+
+
+@needs_data
+@pytest.mark.parametrize("phase", ["decode", "prefill"])
+def test_measured_dsa_is_monotone_in_sequence_length_and_never_below_the_floor(phase):
+    """Along the context of a decode batch, or the tokens of a prefill chunk, the measured module time
+    does not fall, and what time_ops keeps is at or above the speed of light."""
+    from components.deployments.compose import OpLine
+
+    spec = load_catalog().resolve("h200")
+    lengths = np.array([1024.0, 2048.0, 3072.0, 4096.0, 6144.0, 8192.0])
+    if phase == "decode":
+        shape = {"B": 8.0, "S": 1.0, "KV": lengths, **MODULE}
+    else:
+        shape = {"B": 1.0, "S": lengths, "KV": lengths, **MODULE}
+    out = table_op_time("dsa", "fp8_block", shape, spec, "fp8", "sglang")
+    assert set(np.asarray(out.tier).ravel()) == {"measured:dsa sglang 0.5.14"}
+    assert np.all(np.diff(out.duration_us) >= -0.02 * out.duration_us[:-1])  # within the tables' noise
+    line = OpLine(phase, "attention", "dsa", "fp8_block", shape, 1.0, kv_dtype="fp8")
+
+    def op_time(family, dtype, shape, spec, kv_dtype=None):
+        return table_op_time(family, dtype, shape, spec, kv_dtype, "sglang")
+
+    time_ops([line], spec, op_time)
+    assert np.all(line.each_us >= sol_time("dsa", "fp8_block", shape, spec, "fp8") - 1e-9)
+    assert np.all(roofline_op_time("dsa", "fp8_block", shape, spec, "fp8") > 0)
