@@ -320,7 +320,9 @@ def _int(cfg: dict[str, Any], *names: str, default: int | None = None) -> int:
 # Fields that mark an attention/mixer the composition does not model (the reason names the field).
 UNMODELLED_FIELDS: dict[str, str] = {
     "hybrid_override_pattern": "hybrid Mamba/attention layers are not modelled",
-    "linear_attn_config": "linear attention layers are not modelled",
+    "layers_block_type": "hybrid Mamba/attention layers are not modelled",
+    "linear_attn_config": "Kimi Delta Attention (linear attention) layers are not modelled",
+    "compress_ratios": "compressed sparse attention layers (DeepSeek-V4's CSA/HCA) are not modelled",
 }
 
 
@@ -347,7 +349,19 @@ def _check_decoder(cfg: dict[str, Any]) -> None:
         if cfg.get(name) not in (None, 0, False, ""):
             raise DeploymentError(f"model config field {name}: {reason}")
     layer_types = cfg.get("layer_types") or []
-    odd = sorted({str(t) for t in layer_types} - {"full_attention", "sliding_attention", "linear_attention"})
+    for name, local in (
+        ("global_head_dim", "head_dim"),
+        ("num_global_key_value_heads", "num_key_value_heads"),
+    ):
+        if cfg.get(name) not in (None, cfg.get(local)):
+            raise DeploymentError(
+                f"model config field {name}: global attention layers with another shape than the sliding "
+                f"ones ({name} {cfg.get(name)} vs {local} {cfg.get(local)}, Gemma 4) are not modelled"
+            )
+    known = {"full_attention", "sliding_attention", "linear_attention"}
+    if cfg.get("index_topk"):  # GLM-5.2 names its sparse (indexer) MLA layers
+        known.add("deepseek_sparse_attention")
+    odd = sorted({str(t) for t in layer_types} - known)
     if odd:
         raise DeploymentError(f"model config field layer_types: {', '.join(odd)} layers are not modelled")
 

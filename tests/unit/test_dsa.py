@@ -155,3 +155,22 @@ def test_measured_dsa_is_monotone_in_sequence_length_and_never_below_the_floor(p
     time_ops([line], spec, op_time)
     assert np.all(line.each_us >= sol_time("dsa", "fp8_block", shape, spec, "fp8") - 1e-9)
     assert np.all(roofline_op_time("dsa", "fp8_block", shape, spec, "fp8") > 0)
+
+
+@needs_data
+@pytest.mark.parametrize(
+    ("model", "reason"),
+    [
+        ("google/gemma-4-26B-A4B", "global_head_dim: global attention layers with another shape"),
+        ("nvidia/Gemma-4-31B-IT-NVFP4", "global_head_dim: global attention layers with another shape"),
+        ("deepseek-ai/DeepSeek-V4-Flash", "compress_ratios: compressed sparse attention layers"),
+        ("moonshotai/Kimi-K3", "linear_attn_config: Kimi Delta Attention"),
+        ("nvidia/GLM-5.2-NVFP4", "indexer_types: shared indexer layers"),
+    ],
+)
+def test_refusals_name_the_layer_kind_not_modelled(model, reason):
+    """A model with a layer kind the composition lacks is refused by that kind, not by a field that
+    happens to be missing (Gemma 4's MoE names its top-k top_k_experts)."""
+    with pytest.raises(DeploymentError, match=reason) as info:
+        model_shape(model)
+    assert "not modelled" in str(info.value) and "missing" not in str(info.value)
