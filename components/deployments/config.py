@@ -15,27 +15,19 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
+from components.deployments.config_layers import (
+    DeploymentError,
+    int_field,
+    linear_attention,
+    sparse_attention,
+    store_dtype,
+)
 from components.physics.base import PhysicsError
-from components.physics.dtypes import STORE_BYTES, canonical_dtype
+from components.physics.dtypes import canonical_dtype
 
 PIPEWEAVE_CONFIGS = Path("pipeweave/config")
 AIC_CONFIGS = Path("aiconfigurator/aic-core/src/aiconfigurator_core/model_configs")
 MODES = ("agg", "disagg")
-
-
-class DeploymentError(ValueError):
-    """A deployment question we cannot answer: one line naming the input and what is wrong."""
-
-
-def store_dtype(text: str, what: str) -> str:
-    """A weight / KV dtype's canonical spelling (``components.physics.dtypes``) that a deployment stores."""
-    try:
-        name = canonical_dtype(text)
-    except PhysicsError:
-        name = None
-    if name not in STORE_BYTES:
-        raise DeploymentError(f"{what} {text!r}: unknown dtype; choose from {', '.join(STORE_BYTES)}")
-    return name
 
 
 @dataclass(frozen=True)
@@ -305,18 +297,6 @@ def config_dtype(data: dict[str, Any], path: Path | None = None) -> str:
         return stored or "-"
 
 
-def _int(cfg: dict[str, Any], *names: str, default: int | None = None) -> int:
-    for name in names:
-        value = cfg.get(name)
-        if value is not None:
-            if isinstance(value, bool) or not isinstance(value, (int, float)) or value < 0:
-                raise DeploymentError(f"model config field {name}: {value!r} is not a non-negative integer")
-            return int(value)
-    if default is None:
-        raise DeploymentError(f"model config field {names[0]}: missing (a decoder LLM config has it)")
-    return default
-
-
 # Fields that mark an attention/mixer the composition does not model (the reason names the field).
 UNMODELLED_FIELDS: dict[str, str] = {
     "hybrid_override_pattern": "hybrid Mamba/attention layers are not modelled",
@@ -373,47 +353,47 @@ def model_shape(
     name, raw = load_config_dict(ref, datasets_dir, allow_paths)
     cfg = _text_part(raw)
     _check_decoder(cfg)
-    layers = _int(cfg, "num_hidden_layers", "n_layer", "num_layers")
-    hidden = _int(cfg, "hidden_size", "n_embd", "d_model")
-    heads = _int(cfg, "num_attention_heads", "n_head")
+    layers = int_field(cfg, "num_hidden_layers", "n_layer", "num_layers")
+    hidden = int_field(cfg, "hidden_size", "n_embd", "d_model")
+    heads = int_field(cfg, "num_attention_heads", "n_head")
     if layers == 0 or hidden == 0 or heads == 0:
         raise DeploymentError(
             "model config field num_hidden_layers/hidden_size/num_attention_heads: must be > 0"
         )
-    kv_heads = _int(cfg, "num_key_value_heads", "num_kv_heads", default=heads) or heads
-    head_dim = _int(cfg, "head_dim", default=hidden // heads) or hidden // heads
+    kv_heads = int_field(cfg, "num_key_value_heads", "num_kv_heads", default=heads) or heads
+    head_dim = int_field(cfg, "head_dim", default=hidden // heads) or hidden // heads
     mla = {}
-    if _int(cfg, "kv_lora_rank", default=0):
+    if int_field(cfg, "kv_lora_rank", default=0):
         mla = {
-            "kv_lora_rank": _int(cfg, "kv_lora_rank"),
-            "q_lora_rank": _int(cfg, "q_lora_rank", default=0),
-            "qk_rope_head_dim": _int(cfg, "qk_rope_head_dim"),
-            "qk_nope_head_dim": _int(cfg, "qk_nope_head_dim"),
-            "v_head_dim": _int(cfg, "v_head_dim"),
+            "kv_lora_rank": int_field(cfg, "kv_lora_rank"),
+            "q_lora_rank": int_field(cfg, "q_lora_rank", default=0),
+            "qk_rope_head_dim": int_field(cfg, "qk_rope_head_dim"),
+            "qk_nope_head_dim": int_field(cfg, "qk_nope_head_dim"),
+            "v_head_dim": int_field(cfg, "v_head_dim"),
         }
         head_dim = mla["qk_nope_head_dim"] + mla["qk_rope_head_dim"]
-        mla.update(_sparse_attention(cfg))
+        mla.update(sparse_attention(cfg))
         kv_heads = heads  # every query head has its own K/V, decompressed from the shared latent
-    if _int(cfg, "index_topk", default=0) and not mla:
+    if int_field(cfg, "index_topk", default=0) and not mla:
         raise DeploymentError(
             "model config field index_topk: sparse (indexer) attention layers without kv_lora_rank (MLA) "
             "are not modelled"
         )
-    vocab = _int(cfg, "vocab_size")
-    experts = _int(cfg, "num_experts", "num_local_experts", "n_routed_experts", default=0)
-    topk = _int(cfg, "num_experts_per_tok", "experts_per_token", "moe_topk", default=0) if experts else 0
-    intermediate = _int(cfg, "intermediate_size", "ffn_dim", "n_inner", default=4 * hidden)
-    moe_inter = _int(cfg, "moe_intermediate_size", default=intermediate) if experts else 0
+    vocab = int_field(cfg, "vocab_size")
+    experts = int_field(cfg, "num_experts", "num_local_experts", "n_routed_experts", default=0)
+    topk = int_field(cfg, "num_experts_per_tok", "experts_per_token", "moe_topk", default=0) if experts else 0
+    intermediate = int_field(cfg, "intermediate_size", "ffn_dim", "n_inner", default=4 * hidden)
+    moe_inter = int_field(cfg, "moe_intermediate_size", default=intermediate) if experts else 0
     if experts and topk == 0:
         raise DeploymentError("model config field num_experts_per_tok: missing for an MoE model")
-    shared = _int(cfg, "n_shared_experts", "num_shared_experts", default=0) if experts else 0
-    shared_width = _int(cfg, "shared_expert_intermediate_size", "shared_intermediate_size", default=0)
+    shared = int_field(cfg, "n_shared_experts", "num_shared_experts", default=0) if experts else 0
+    shared_width = int_field(cfg, "shared_expert_intermediate_size", "shared_intermediate_size", default=0)
     if experts and shared == 0 and shared_width:
         shared = max(1, round(shared_width / max(moe_inter, 1)))
-    dense_layers = min(_int(cfg, "first_k_dense_replace", default=0), layers) if experts else 0
+    dense_layers = min(int_field(cfg, "first_k_dense_replace", default=0), layers) if experts else 0
     window = cfg.get("sliding_window")
     layer_types = cfg.get("layer_types") or []
-    linear = _linear_attention(cfg, layers, layer_types)
+    linear = linear_attention(cfg, layers, layer_types)
     use_window = bool(window) and cfg.get("use_sliding_window", True) is not False
     sliding_layers = 0
     if use_window:
@@ -442,70 +422,6 @@ def model_shape(
         **mla,
         **linear,
     )
-
-
-def _sparse_attention(cfg: dict[str, Any]) -> dict[str, int]:
-    """The DSA indexer fields of an MLA config with ``index_topk`` (DeepSeek-V3.2, GLM-5); {} without."""
-    if not _int(cfg, "index_topk", default=0):
-        return {}
-    fields = {
-        "index_heads": _int(cfg, "index_n_heads"),
-        "index_head_dim": _int(cfg, "index_head_dim"),
-        "index_topk": _int(cfg, "index_topk"),
-    }
-    shared = sorted({str(t) for t in cfg.get("indexer_types") or []} - {"full"})
-    if shared:  # GLM-5.2: most layers reuse another layer's top-k (the skip-indexer module)
-        raise DeploymentError(
-            f"model config field indexer_types: {', '.join(shared)} indexer layers (reusing another "
-            "layer's top-k) are not modelled"
-        )
-    for name, key in (("index_n_heads", "index_heads"), ("index_head_dim", "index_head_dim")):
-        if not fields[key]:
-            raise DeploymentError(f"model config field {name}: must be > 0 for sparse (indexer) attention")
-    return fields
-
-
-def _linear_attention(cfg: dict[str, Any], layers: int, layer_types: list) -> dict[str, Any]:
-    """The GDN fields of a hybrid config: ``layer_types`` "linear_attention" layers (or, without the list,
-    all but every ``full_attention_interval``-th layer when the config has ``linear_num_value_heads``)."""
-    if layer_types:
-        if len(layer_types) != layers:
-            raise DeploymentError(
-                f"model config field layer_types: {len(layer_types)} entries for num_hidden_layers {layers}"
-            )
-        count = sum(t == "linear_attention" for t in layer_types)
-    elif cfg.get("linear_num_value_heads") is not None and cfg.get("full_attention_interval"):
-        count = layers - layers // _int(cfg, "full_attention_interval")
-    else:
-        count = 0
-    if not count:
-        return {}
-    if count == layers:
-        raise DeploymentError("model config field layer_types: no full_attention layer (not a hybrid model)")
-    state = str(cfg.get("mamba_ssm_dtype") or cfg.get("dtype") or cfg.get("torch_dtype") or "bf16")
-    fields = {
-        "linear_layers": count,
-        "linear_key_heads": _int(cfg, "linear_num_key_heads"),
-        "linear_value_heads": _int(cfg, "linear_num_value_heads"),
-        "linear_key_dim": _int(cfg, "linear_key_head_dim"),
-        "linear_value_dim": _int(cfg, "linear_value_head_dim"),
-        "linear_conv_kernel": _int(cfg, "linear_conv_kernel_dim"),
-        "state_dtype": store_dtype(state, "model config field mamba_ssm_dtype"),
-    }
-    for name in (
-        "linear_num_key_heads",
-        "linear_num_value_heads",
-        "linear_key_head_dim",
-        "linear_value_head_dim",
-    ):
-        if not _int(cfg, name):
-            raise DeploymentError(f"model config field {name}: must be > 0 for linear_attention layers")
-    if fields["linear_value_heads"] % fields["linear_key_heads"]:
-        raise DeploymentError(
-            f"model config field linear_num_value_heads: {fields['linear_value_heads']} is not a multiple "
-            f"of linear_num_key_heads {fields['linear_key_heads']}"
-        )
-    return fields
 
 
 @dataclass(frozen=True)

@@ -5,7 +5,8 @@ from __future__ import annotations
 
 import math
 
-from components.deployments.config import STORE_BYTES, Deployment, DeploymentError
+from components.deployments.config import Deployment, DeploymentError
+from components.physics.dtypes import STORE_BYTES
 
 # Usable fraction of each GPU's memory: vLLM's gpu_memory_utilization default (SGLang/TensorRT-LLM reserve
 # about as much for the CUDA context, workspaces and fragmentation).
