@@ -34,11 +34,13 @@ EFFICIENCY: dict[str, tuple[float, float]] = {
     "gdn": (0.25, 0.85),
     # DSA attention module (projections, indexer, top-k, FlashMLA sparse: a dozen kernels per layer)
     "dsa": (0.3, 0.6),
+    # Mamba2's conv1d + SSD scan (Triton kernels, the same family of kernels as GDN's)
+    "mamba2": (0.25, 0.85),
 }
 # Families the op engine holds no tables for: with an op engine, the GPU's measured tables where the
 # datasets have them (``gdn_tables``), else -- and in the roofline composition -- the fixed-efficiency
 # roofline (tier ``roofline``).
-PHYSICS_ONLY_FAMILIES = ("gdn", "dsa")
+PHYSICS_ONLY_FAMILIES = ("gdn", "dsa", "mamba2")
 # No launch cost and no all-reduce start-up latency here: both are parameters of the framework-cost fit
 # (per kernel launched, per all-reduce and per all-reduce x GPU; ``compose.overhead_counts``), learned on
 # each fold's training runs only -- never constants chosen by looking at a benchmark.
@@ -136,27 +138,45 @@ def with_small_ops(engine: Callable[..., Any]) -> OpTimeFn:
 ROOFLINE_SOURCE, ENGINE_SOURCE = "roofline", "engine"  # which op times a framework cost was fitted on
 
 
-def _table_readers(family: str) -> tuple[Callable[..., Any], Callable[..., Any]]:
-    """(own GPU's measured times, a reference GPU's) of a family read from AIConfigurator's tables."""
+def _table_readers(family: str) -> tuple[Callable[..., Any], Callable[..., Any], tuple[Any, ...]]:
+    """(own GPU's measured times, a reference GPU's, their extra arguments) of a family read from
+    AIConfigurator's tables."""
     if family == "dsa":
         from components.deployments.dsa_tables import dsa_measured, dsa_reference
 
-        return dsa_measured, dsa_reference
+        return dsa_measured, dsa_reference, ()
     from components.deployments.gdn_tables import gdn_measured, gdn_reference
 
-    return gdn_measured, gdn_reference
+    return gdn_measured, gdn_reference, (family,)
+
+
+# The part of an op its table does not time, answered by its roofline beside the measured part: the
+# Mamba2 tables time the causal conv1d kernels alone, the SSD scan is not measured.
+UNMEASURED_PART = {"mamba2": "scan"}
+
+
+def _unmeasured_us(family: str, dtype: str, shape: Mapping[str, Any], spec: Any, kv_dtype: str | None):
+    part = UNMEASURED_PART.get(family)
+    if part is None:
+        return 0.0
+    from components.physics.roofline import roofline
+
+    roof = roofline(family, dtype, shape, spec, kv_dtype=kv_dtype, op=part)
+    eff_c, eff_m = EFFICIENCY[family]
+    return np.maximum(roof.compute_us / eff_c, roof.memory_us / eff_m)
 
 
 def table_op_time(
     family: str, dtype: str, shape: Mapping[str, Any], spec: Any, kv_dtype: str | None, framework: str | None
 ) -> Timed:
-    """A GDN or DSA op from AIConfigurator's measured kernels of this GPU (``gdn_tables``, ``dsa_tables``;
-    the serving framework's own where measured); on an NVIDIA GPU without a table, a measured GPU's times
-    scaled by the speed-of-light ratio (transfer); the fixed-efficiency roofline where neither reaches."""
+    """A GDN, Mamba2 or DSA op from AIConfigurator's measured kernels of this GPU (``gdn_tables``,
+    ``dsa_tables``; the serving framework's own where measured, a part the table lacks at its roofline:
+    ``UNMEASURED_PART``); on an NVIDIA GPU without a table, a measured GPU's times scaled by the
+    speed-of-light ratio (transfer); the fixed-efficiency roofline where neither reaches."""
     from components.deployments.config import _datasets_dir
 
-    measured, reference = _table_readers(family)
-    args = (dtype, kv_dtype) if family == "dsa" else ()
+    measured, reference, extra = _table_readers(family)
+    args = (dtype, kv_dtype) if family == "dsa" else extra
     roof = roofline_op_time(family, dtype, shape, spec, kv_dtype=kv_dtype)
     found = measured(spec, framework, shape, _datasets_dir(), *args)
     if found is not None:
@@ -172,6 +192,9 @@ def table_op_time(
             family, dtype, shape, ref_spec, kv_dtype
         )
         times, label = ref[0] * scale, f"transfer:{family} {ref[1]} {ref[2]}"
+    if family in UNMEASURED_PART:
+        times = times + _unmeasured_us(family, dtype, shape, spec, kv_dtype)
+        label = f"{label} + roofline {UNMEASURED_PART[family]}"
     hit = np.isfinite(times)
     return Timed(np.where(hit, times, roof), np.where(hit, label, "roofline").astype(object))
 

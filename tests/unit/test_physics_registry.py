@@ -46,6 +46,7 @@ def test_every_family_and_alias_resolves_and_costs_a_small_shape() -> None:
             "ID": 8,
             "TOPK": 4,
         },
+        "mamba2": {"B": 2, "S": 16, "H": 4, "P": 8, "G": 1, "N": 8},
     }
     assert set(shapes) == set(registry.REGISTRY)
     for name, fam in registry.REGISTRY.items():
