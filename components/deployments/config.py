@@ -17,6 +17,7 @@ from typing import Any
 
 from components.deployments.config_layers import (
     DeploymentError,
+    block_layout,
     int_field,
     linear_attention,
     sparse_attention,
@@ -73,6 +74,21 @@ class ModelShape:
     linear_value_dim: int = 0
     linear_conv_kernel: int = 0
     state_dtype: str = "bf16"
+    # Mamba2 hybrids (Nemotron-H, Nemotron-3): every layer is ONE block -- a Mamba2 mixer, attention, an
+    # MLP or an MoE (hybrid_override_pattern / layers_block_type: config_layers.block_layout); all 0 for
+    # the usual layers of attention + MLP
+    mamba_layers: int = 0
+    attention_blocks: int = 0
+    mlp_blocks: int = 0
+    moe_blocks: int = 0
+    mamba_heads: int = 0
+    mamba_head_dim: int = 0
+    mamba_groups: int = 0
+    mamba_state: int = 0
+    mamba_conv_kernel: int = 0
+    mamba_chunk: int = 0
+    gated_mlp: bool = True  # False: relu2 MLPs and experts (up, relu^2, down: two projections, not three)
+    moe_latent: int = 0  # latent MoE: routed experts run on a moe_latent_size projection of the hidden state
     notes: tuple[str, ...] = ()  # what resolving the model's name assumed (find_bundled)
     checkpoint_dtype: str = "-"  # the weights' dtype the checkpoint ships (config_dtype): the default asked
 
@@ -111,13 +127,41 @@ class ModelShape:
         }
 
     @property
+    def block_layout(self) -> bool:
+        """Each layer one block (Mamba2 hybrids), not attention + MLP."""
+        return self.mamba_layers + self.attention_blocks + self.mlp_blocks + self.moe_blocks > 0
+
+    @property
     def moe_layers(self) -> int:
+        if self.block_layout:
+            return self.moe_blocks
         return self.layers - self.dense_layers if self.is_moe else 0
 
     @property
     def attention_layers(self) -> int:
-        """Layers with softmax attention and a KV cache (the rest are GDN layers with a fixed state)."""
-        return self.layers - self.linear_layers
+        """Layers with softmax attention and a KV cache (the rest are GDN or Mamba2 layers, each with a
+        fixed state)."""
+        return self.attention_blocks if self.block_layout else self.layers - self.linear_layers
+
+    def mamba_dims(self, tp: int) -> dict[str, float]:
+        """One GPU's share of a Mamba2 block, as ``components.physics.mamba2`` names its dimensions."""
+        return {
+            "H": self.mamba_heads / tp,
+            "P": float(self.mamba_head_dim),
+            "G": self.mamba_groups / tp,
+            "N": float(self.mamba_state),
+            "K": float(self.mamba_conv_kernel),
+            "C": float(self.mamba_chunk),
+        }
+
+    def _mamba_parameters(self) -> float:
+        """One Mamba2 block's weights: in_proj (z, x, B, C, dt), the conv1d, A / D / dt bias, the gated norm,
+        out_proj."""
+        inner, bc = self.mamba_heads * self.mamba_head_dim, 2 * self.mamba_groups * self.mamba_state
+        in_proj = self.hidden * (2 * inner + bc + self.mamba_heads)
+        return float(
+            in_proj + (inner + bc) * self.mamba_conv_kernel + 3 * self.mamba_heads + inner * (1 + self.hidden)
+        )
 
     def linear_dims(self, tp: int) -> dict[str, float]:
         """One GPU's share of a GDN layer, as ``components.physics.gdn`` names its dimensions."""
@@ -153,17 +197,21 @@ class ModelShape:
             # the lightning indexer: wq_b (from the q latent), wk and its per-head weights
             attn += self.index_heads * self.index_head_dim * self.q_lora_rank
             attn += self.hidden * (self.index_head_dim + self.index_heads)
-        dense_mlp = 3 * self.hidden * self.intermediate
-        expert = 3 * self.hidden * self.moe_intermediate
-        dense_count = self.layers - self.moe_layers
+        projections = 3 if self.gated_mlp else 2
+        dense_mlp = projections * self.hidden * self.intermediate
+        expert = projections * (self.moe_latent or self.hidden) * self.moe_intermediate
+        shared = projections * self.hidden * self.moe_intermediate
+        dense_count = self.mlp_blocks if self.block_layout else self.layers - self.moe_layers
         embed = self.vocab * self.hidden * (1 if self.tied_embeddings else 2)
         return {
             "attention": float(attn * self.attention_layers),
             "linear_attention": self._linear_parameters() * self.linear_layers,
+            "mamba": self._mamba_parameters() * self.mamba_layers,
             "dense_mlp": float(dense_mlp * dense_count),
             "experts": float(expert * self.experts * self.moe_layers),
-            "shared_experts": float(expert * self.shared_experts * self.moe_layers),
-            "router": float(self.hidden * self.experts * self.moe_layers),
+            "shared_experts": float(shared * self.shared_experts * self.moe_layers),
+            # the router, and a latent MoE's projections into and out of the latent
+            "router": float(self.hidden * (self.experts + 2 * self.moe_latent) * self.moe_layers),
             "embeddings": float(embed),
         }
 
@@ -299,8 +347,6 @@ def config_dtype(data: dict[str, Any], path: Path | None = None) -> str:
 
 # Fields that mark an attention/mixer the composition does not model (the reason names the field).
 UNMODELLED_FIELDS: dict[str, str] = {
-    "hybrid_override_pattern": "hybrid Mamba/attention layers are not modelled",
-    "layers_block_type": "hybrid Mamba/attention layers are not modelled",
     "linear_attn_config": "Kimi Delta Attention (linear attention) layers are not modelled",
     "compress_ratios": "compressed sparse attention layers (DeepSeek-V4's CSA/HCA) are not modelled",
 }
@@ -353,7 +399,8 @@ def model_shape(
     name, raw = load_config_dict(ref, datasets_dir, allow_paths)
     cfg = _text_part(raw)
     _check_decoder(cfg)
-    layers = int_field(cfg, "num_hidden_layers", "n_layer", "num_layers")
+    blocks = block_layout(cfg)
+    layers = blocks.pop("layers", None) or int_field(cfg, "num_hidden_layers", "n_layer", "num_layers")
     hidden = int_field(cfg, "hidden_size", "n_embd", "d_model")
     heads = int_field(cfg, "num_attention_heads", "n_head")
     if layers == 0 or hidden == 0 or heads == 0:
@@ -361,7 +408,7 @@ def model_shape(
             "model config field num_hidden_layers/hidden_size/num_attention_heads: must be > 0"
         )
     kv_heads = int_field(cfg, "num_key_value_heads", "num_kv_heads", default=heads) or heads
-    head_dim = int_field(cfg, "head_dim", default=hidden // heads) or hidden // heads
+    head_dim = int_field(cfg, "head_dim", "attention_head_dim", default=hidden // heads) or hidden // heads
     mla = {}
     if int_field(cfg, "kv_lora_rank", default=0):
         mla = {
@@ -387,13 +434,21 @@ def model_shape(
     if experts and topk == 0:
         raise DeploymentError("model config field num_experts_per_tok: missing for an MoE model")
     shared = int_field(cfg, "n_shared_experts", "num_shared_experts", default=0) if experts else 0
-    shared_width = int_field(cfg, "shared_expert_intermediate_size", "shared_intermediate_size", default=0)
-    if experts and shared == 0 and shared_width:
+    shared_width = int_field(
+        cfg,
+        "shared_expert_intermediate_size",
+        "shared_intermediate_size",
+        "moe_shared_expert_intermediate_size",
+        default=0,
+    )
+    if experts and shared_width:  # the width, where given, counts (Nemotron-3: one shared expert of 2 I)
         shared = max(1, round(shared_width / max(moe_inter, 1)))
     dense_layers = min(int_field(cfg, "first_k_dense_replace", default=0), layers) if experts else 0
     window = cfg.get("sliding_window")
     layer_types = cfg.get("layer_types") or []
     linear = linear_attention(cfg, layers, layer_types)
+    if linear and blocks:
+        raise DeploymentError("model config field layer_types: linear_attention layers in a Mamba2 hybrid")
     use_window = bool(window) and cfg.get("use_sliding_window", True) is not False
     sliding_layers = 0
     if use_window:
@@ -421,6 +476,7 @@ def model_shape(
         checkpoint_dtype=str(raw.get("_kernelcast_dtype") or config_dtype(raw)),
         **mla,
         **linear,
+        **blocks,
     )
 
 
@@ -471,6 +527,9 @@ class Deployment:
                 f"tp {self.tp}: neither divides nor is a multiple of num_key_value_heads "
                 f"{m.kv_heads} of {m.name}"
             )
+        for name, count in (("mamba_num_heads", m.mamba_heads), ("n_groups", m.mamba_groups)):
+            if m.mamba_layers and count % self.tp:
+                raise DeploymentError(f"tp {self.tp}: does not divide {name} {count} of {m.name}")
         if m.linear_layers and m.linear_key_heads % self.tp:
             raise DeploymentError(
                 f"tp {self.tp}: does not divide linear_num_key_heads {m.linear_key_heads} of {m.name}"

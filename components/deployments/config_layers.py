@@ -5,6 +5,7 @@ indexer, Mamba2 blocks -- each with one clear error per bad field (``config.mode
 
 from __future__ import annotations
 
+from collections import Counter
 from typing import Any
 
 from components.physics.base import PhysicsError
@@ -99,4 +100,73 @@ def linear_attention(cfg: dict[str, Any], layers: int, layer_types: list) -> dic
             f"model config field linear_num_value_heads: {fields['linear_value_heads']} is not a multiple "
             f"of linear_num_key_heads {fields['linear_key_heads']}"
         )
+    return fields
+
+
+# hybrid_override_pattern's letters -> layers_block_type's names (Nemotron-H / Nemotron-3 block kinds)
+BLOCK_KINDS = {"M": "mamba", "*": "attention", "-": "mlp", "E": "moe"}
+
+
+def _block_kinds(cfg: dict[str, Any]) -> tuple[str, list[str]] | None:
+    """(field, each layer's block kind) of a Mamba2 hybrid config, None for attention + MLP layers."""
+    pattern, listed = cfg.get("hybrid_override_pattern"), cfg.get("layers_block_type")
+    if pattern is not None:
+        if not isinstance(pattern, str) or not pattern:
+            raise DeploymentError(
+                "model config field hybrid_override_pattern: not a string of M * - E blocks"
+            )
+        return "hybrid_override_pattern", [BLOCK_KINDS.get(c, repr(c)) for c in pattern]
+    if listed is not None:
+        if not isinstance(listed, list) or not listed:
+            raise DeploymentError("model config field layers_block_type: not a list of block kinds")
+        return "layers_block_type", [str(k) for k in listed]
+    return None
+
+
+def block_layout(cfg: dict[str, Any]) -> dict[str, Any]:
+    """The block counts and Mamba2 fields of a hybrid whose every layer is one block (Nemotron-H,
+    Nemotron-3: ``hybrid_override_pattern`` M * - E, or ``layers_block_type``); {} otherwise."""
+    found = _block_kinds(cfg)
+    if found is None:
+        return {}
+    field, kinds = found
+    odd = sorted(set(kinds) - set(BLOCK_KINDS.values()))
+    if odd:
+        raise DeploymentError(f"model config field {field}: {', '.join(odd)} blocks are not modelled")
+    layers = int_field(cfg, "num_hidden_layers", default=len(kinds))
+    if layers != len(kinds):
+        raise DeploymentError(
+            f"model config field {field}: {len(kinds)} blocks for num_hidden_layers {layers}"
+        )
+    count = Counter(kinds)
+    fields: dict[str, Any] = {
+        "layers": layers,
+        "mamba_layers": count["mamba"],
+        "attention_blocks": count["attention"],
+        "mlp_blocks": count["mlp"],
+        "moe_blocks": count["moe"],
+        "gated_mlp": str(cfg.get("mlp_hidden_act") or cfg.get("hidden_act") or "silu") != "relu2",
+        "moe_latent": int_field(cfg, "moe_latent_size", default=0),
+    }
+    if not count["mamba"]:
+        return fields
+    mamba = {
+        "mamba_heads": ("mamba_num_heads",),
+        "mamba_head_dim": ("mamba_head_dim",),
+        "mamba_groups": ("n_groups",),
+        "mamba_state": ("ssm_state_size", "state_size"),
+        "mamba_conv_kernel": ("conv_kernel", "d_conv"),
+    }
+    for key, names in mamba.items():
+        fields[key] = int_field(cfg, *names)
+        if not fields[key]:
+            raise DeploymentError(f"model config field {names[0]}: must be > 0 for Mamba2 blocks")
+    fields["mamba_chunk"] = int_field(cfg, "chunk_size", default=256) or 256
+    if fields["mamba_heads"] % fields["mamba_groups"]:
+        raise DeploymentError(
+            f"model config field n_groups: {fields['mamba_groups']} does not divide mamba_num_heads "
+            f"{fields['mamba_heads']}"
+        )
+    state = cfg.get("mamba_ssm_cache_dtype") or cfg.get("dtype") or cfg.get("torch_dtype") or "bf16"
+    fields["state_dtype"] = store_dtype(str(state), "model config field mamba_ssm_cache_dtype")
     return fields

@@ -48,17 +48,24 @@ def _token_bytes_per_layer(d: Deployment) -> float:
 
 
 def state_bytes_per_request(d: Deployment) -> float:
-    """The fixed-size state one request keeps on one GPU in its GDN layers, whatever its context: the
-    recurrent state (``mamba_ssm_dtype``) and the conv state (16-bit) of each linear-attention layer."""
+    """The fixed-size state one request keeps on one GPU in its GDN and Mamba2 layers, whatever its
+    context: the recurrent / SSM state (``mamba_ssm_dtype``, ``mamba_ssm_cache_dtype``) and the conv state
+    (16-bit) of each such layer."""
     m = d.model
-    if not m.linear_layers:
-        return 0.0
-    from components.physics.gdn import state_elements
+    total = 0.0
+    if m.linear_layers:
+        from components.physics.gdn import state_elements
 
-    dims = m.linear_dims(d.tp)
-    recurrent, conv = state_elements(dims["HK"], dims["HV"], dims["DK"], dims["DV"], dims["K"])
-    per_layer = recurrent * STORE_BYTES[m.state_dtype] + conv * ACT_BYTES
-    return float(m.linear_layers * per_layer / d.pp)
+        dims = m.linear_dims(d.tp)
+        recurrent, conv = state_elements(dims["HK"], dims["HV"], dims["DK"], dims["DV"], dims["K"])
+        total += m.linear_layers * (recurrent * STORE_BYTES[m.state_dtype] + conv * ACT_BYTES)
+    if m.mamba_layers:
+        from components.physics.mamba2 import state_elements as mamba_state
+
+        dims = m.mamba_dims(d.tp)
+        ssm, conv = mamba_state(dims["H"], dims["P"], dims["G"], dims["N"], dims["K"])
+        total += m.mamba_layers * (ssm * STORE_BYTES[m.state_dtype] + conv * ACT_BYTES)
+    return float(total / d.pp)
 
 
 # How a serving engine sizes its KV cache from its memory fraction f (``engines.base.ServingEngine``):
