@@ -446,9 +446,9 @@ def model_shape(
     dense_layers = min(int_field(cfg, "first_k_dense_replace", default=0), layers) if experts else 0
     window = cfg.get("sliding_window")
     layer_types = cfg.get("layer_types") or []
-    linear = linear_attention(cfg, layers, layer_types)
-    if linear and blocks:
+    if blocks and "linear_attention" in layer_types:
         raise DeploymentError("model config field layer_types: linear_attention layers in a Mamba2 hybrid")
+    linear = linear_attention(cfg, layers, layer_types)
     use_window = bool(window) and cfg.get("use_sliding_window", True) is not False
     sliding_layers = 0
     if use_window:
