@@ -27,13 +27,12 @@ import numpy as np
 import pandas as pd
 
 from components.deployments.gdn_tables import _interp_log, _version_key
+from components.physics.dsa import SIGNATURE  # a module's shape (heads aside)
 
 PHASES = {"context": "dsa_context_module", "generation": "dsa_generation_module"}
-REFERENCE_GPUS = ("h200", "h100-sxm")  # measured GPUs, newest architecture first
 # a deployment's GEMM / KV dtype -> the tables' spelling (fp8 per-tensor projections run as 1-byte GEMMs too)
 GEMM_TYPES = {"fp8_block": "fp8_block", "fp8": "fp8_block", "bf16": "bfloat16"}
 KV_TYPES = {"fp8": "fp8", "bf16": "bfloat16"}
-SIGNATURE = ("HID", "QL", "KL", "DR", "DN", "DV", "IH", "ID", "TOPK")  # a module's shape (heads aside)
 
 
 def module_signature(model: Any) -> tuple[float, ...]:
@@ -183,20 +182,4 @@ def dsa_measured(
         times = measured_dsa_us(rows, shape, dtype, kv)
         if np.isfinite(times).any():
             return times, f"{fw} {version}"
-    return None
-
-
-def dsa_reference(
-    spec: Any, framework: str | None, shape: Mapping[str, Any], datasets_dir: Path, dtype: str, kv: str
-) -> tuple[np.ndarray, str, str] | None:
-    """(times on the reference GPU, its id, "framework version") of the first ``REFERENCE_GPUS`` table that
-    is not ``spec``'s own, for an NVIDIA GPU without one; None for another vendor (its kernels differ)."""
-    if str(getattr(spec, "vendor", "nvidia")) != "nvidia":
-        return None
-    for ref in REFERENCE_GPUS:
-        if ref == str(spec.id):
-            continue
-        found = dsa_measured(type("Ref", (), {"id": ref})(), framework, shape, datasets_dir, dtype, kv)
-        if found is not None:
-            return found[0], ref, found[1]
     return None

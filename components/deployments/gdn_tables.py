@@ -9,7 +9,7 @@ holds both kernels of both phases (older ones time the conv alone), and interpol
 batch, a prefill chunk of one sequence in its tokens (B sequences' chunks: B times one, the varlen kernel
 runs them in one launch, so this is an upper estimate). Outside the measured range, or for heads the
 table lacks, the row is NaN and the roofline answers it. An NVIDIA GPU without a table borrows the nearest
-measured one's (``REFERENCE_GPUS``), scaled by the two GPUs' speed-of-light ratio (``ops``: transfer tier).
+measured one's (``ops.REFERENCE_GPUS``), scaled by the two GPUs' speed-of-light ratio (transfer tier).
 
 ``mamba2_perf.parquet`` (TensorRT-LLM) is read the same way, keyed by the Mamba2 block's heads, head dim,
 groups, state size and conv width; it times the causal conv1d kernels alone (``causal_conv1d_fn`` for a
@@ -28,7 +28,6 @@ import numpy as np
 import pandas as pd
 
 PHASES = {"context": "prefill", "generation": "decode"}
-REFERENCE_GPUS = ("h200", "h100-sxm")  # complete tables, newest architecture first
 # family -> (table name, its key columns and the op dimensions they hold, kernels a phase needs: GDN's
 # rule and conv -- older GDN tables time the conv alone --; Mamba2's conv, the one kernel measured)
 TABLES: dict[str, tuple[str, tuple[tuple[str, str], ...], int]] = {
@@ -137,19 +136,3 @@ def gdn_measured(
         return None
     table, source = found
     return measured_gdn_us(table, shape, family), source
-
-
-def gdn_reference(
-    spec: Any, framework: str | None, shape: Mapping[str, Any], datasets_dir: Path, family: str = "gdn"
-) -> tuple[np.ndarray, str, str] | None:
-    """(times on the reference GPU, its id, "framework version") of the first ``REFERENCE_GPUS`` table that
-    is not ``spec``'s own, for an NVIDIA GPU without one; None for another vendor (its kernels differ)."""
-    if str(getattr(spec, "vendor", "nvidia")) != "nvidia":
-        return None
-    for ref in REFERENCE_GPUS:
-        if ref == str(spec.id):
-            continue
-        found = gdn_table(str(datasets_dir), ref, framework, family)
-        if found is not None:
-            return measured_gdn_us(found[0], shape, family), ref, found[1]
-    return None

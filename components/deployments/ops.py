@@ -138,16 +138,40 @@ def with_small_ops(engine: Callable[..., Any]) -> OpTimeFn:
 ROOFLINE_SOURCE, ENGINE_SOURCE = "roofline", "engine"  # which op times a framework cost was fitted on
 
 
-def _table_readers(family: str) -> tuple[Callable[..., Any], Callable[..., Any], tuple[Any, ...]]:
-    """(own GPU's measured times, a reference GPU's, their extra arguments) of a family read from
-    AIConfigurator's tables."""
+REFERENCE_GPUS = ("h200", "h100-sxm")  # GPUs with complete tables, newest architecture first
+
+
+def _table_reader(family: str) -> Callable[..., Any]:
+    """A GPU's measured times of a family read from AIConfigurator's tables (None without a table)."""
     if family == "dsa":
-        from components.deployments.dsa_tables import dsa_measured, dsa_reference
+        from components.deployments.dsa_tables import dsa_measured
 
-        return dsa_measured, dsa_reference, ()
-    from components.deployments.gdn_tables import gdn_measured, gdn_reference
+        return dsa_measured
+    from components.deployments.gdn_tables import gdn_measured
 
-    return gdn_measured, gdn_reference, (family,)
+    return gdn_measured
+
+
+def _reference(
+    read: Callable[..., Any], spec: Any, framework: str | None, shape: Mapping[str, Any], args: tuple
+) -> tuple[np.ndarray, str, str] | None:
+    """(times on the reference GPU, its id, "framework version") of the first ``REFERENCE_GPUS`` table that
+    is not ``spec``'s own, for an NVIDIA GPU without one; None for another vendor (its kernels differ)."""
+    from types import SimpleNamespace
+
+    from components.deployments.config import _datasets_dir
+
+    if str(getattr(spec, "vendor", "nvidia")) != "nvidia":
+        return None
+    for ref in REFERENCE_GPUS:
+        found = (
+            None
+            if ref == str(spec.id)
+            else read(SimpleNamespace(id=ref), framework, shape, _datasets_dir(), *args)
+        )
+        if found is not None:
+            return found[0], ref, found[1]
+    return None
 
 
 # The part of an op its table does not time, answered by its roofline beside the measured part: the
@@ -175,14 +199,14 @@ def table_op_time(
     speed-of-light ratio (transfer); the fixed-efficiency roofline where neither reaches."""
     from components.deployments.config import _datasets_dir
 
-    measured, reference, extra = _table_readers(family)
-    args = (dtype, kv_dtype) if family == "dsa" else extra
+    read = _table_reader(family)
+    args = (dtype, kv_dtype) if family == "dsa" else (family,)
     roof = roofline_op_time(family, dtype, shape, spec, kv_dtype=kv_dtype)
-    found = measured(spec, framework, shape, _datasets_dir(), *args)
+    found = read(spec, framework, shape, _datasets_dir(), *args)
     if found is not None:
         times, label = found[0], f"measured:{family} {found[1]}"
     else:
-        ref = reference(spec, framework, shape, _datasets_dir(), *args)
+        ref = _reference(read, spec, framework, shape, args)
         if ref is None:
             return Timed(roof, "roofline")
         from components.devices import load_catalog

@@ -27,7 +27,20 @@ import numpy as np
 from components.physics.base import Dims, OpFamily, Work
 from components.physics.dtypes import GEMM_DTYPE_TRAITS, gemm_bytes
 
-ACT_BYTES = 2.0  # hidden states in and out in 16-bit
+ACT_BYTES = 2.0
+# the module's dimensions beside the heads, and the config fields that give them
+SIGNATURE = ("HID", "QL", "KL", "DR", "DN", "DV", "IH", "ID", "TOPK")
+CONFIG_FIELDS = (
+    "hidden_size",
+    "q_lora_rank",
+    "kv_lora_rank",
+    "qk_rope_head_dim",
+    "qk_nope_head_dim",
+    "v_head_dim",
+    "index_n_heads",
+    "index_head_dim",
+    "index_topk",
+)  # hidden states in and out in 16-bit
 
 
 def index_key_bytes(head_dim: np.ndarray | float) -> np.ndarray:
@@ -84,25 +97,13 @@ def work(dtype: str, d: Dims, op: str | None = None, kv_dtype: str | None = None
 
 FAMILY = OpFamily(
     name="dsa",
-    required=("B", "S", "KV", "H", "HID", "QL", "KL", "DR", "DN", "DV", "IH", "ID", "TOPK"),
+    required=("B", "S", "KV", "H", *SIGNATURE),
     optional=(),
     work=work,
     aliases=("sparse_attention", "dsa_module"),
-    dim_aliases={
-        "B": ("b", "batch", "batch_size"),
-        "S": ("s", "seq", "isl"),
-        "KV": ("kv", "ctx", "context"),
-        "H": ("num_heads", "h"),
-        "HID": ("hidden_size", "hidden"),
-        "QL": ("q_lora_rank",),
-        "KL": ("kv_lora_rank",),
-        "DR": ("qk_rope_head_dim",),
-        "DN": ("qk_nope_head_dim",),
-        "DV": ("v_head_dim",),
-        "IH": ("index_n_heads",),
-        "ID": ("index_head_dim",),
-        "TOPK": ("index_topk",),
-    },
+    # the config fields that name each dimension (no data source spells them otherwise)
+    dim_aliases={"B": ("batch_size",), "S": ("isl",), "KV": ("context",), "H": ("num_heads",)}
+    | {dim: (name,) for dim, name in zip(SIGNATURE, CONFIG_FIELDS, strict=True)},
     engine=False,  # no DSA table in the op engine's store: deployments read AIConfigurator's (dsa_tables)
     tabular=False,
 )

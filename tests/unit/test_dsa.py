@@ -9,10 +9,9 @@ import json
 import numpy as np
 import pytest
 
-from components.deployments.compose import compose_phases, step_ops, time_ops
+from components.deployments.compose import compose_phases, step_ops
 from components.deployments.config import Deployment, DeploymentError, model_shape
 from components.deployments.memory import kv_bytes_per_token
-from components.deployments.ops import roofline_op_time, sol_time, table_op_time
 from components.devices import load_catalog
 from components.physics.dsa import causal_keys
 from components.physics.registry import op_work
@@ -115,46 +114,6 @@ def test_bundled_glm5_is_a_dsa_model_and_glm52_is_refused_by_its_layer_kind():
     assert m.parameters == pytest.approx(744e9, rel=0.01)
     with pytest.raises(DeploymentError, match="indexer_types: shared indexer layers"):
         model_shape("zai-org/GLM-5.2")
-
-
-@needs_data
-def test_dsa_tiers_measured_transferred_and_roofline():
-    catalog = load_catalog()
-    shape = {"B": [1.0, 16.0], "S": 1.0, "KV": [2048.0, 8192.0], **MODULE}
-    tiers = {}
-    for gpu in ("h200", "b200", "mi300x"):
-        out = table_op_time("dsa", "fp8_block", shape, catalog.resolve(gpu), "fp8", "sglang")
-        tiers[gpu] = str(np.asarray(out.tier, dtype=object).ravel()[0])
-        assert np.all(np.isfinite(out.duration_us)) and np.all(out.duration_us > 0)
-    assert tiers["h200"] == "measured:dsa sglang 0.5.14"
-    assert tiers["b200"].startswith("transfer:dsa h200 sglang")
-    assert tiers["mi300x"] == "roofline"
-
-
-@needs_data
-@pytest.mark.parametrize("phase", ["decode", "prefill"])
-def test_measured_dsa_is_monotone_in_sequence_length_and_never_below_the_floor(phase):
-    """Along the context of a decode batch, or the tokens of a prefill chunk, the measured module time
-    does not fall, and what time_ops keeps is at or above the speed of light."""
-    from components.deployments.compose import OpLine
-
-    spec = load_catalog().resolve("h200")
-    lengths = np.array([1024.0, 2048.0, 3072.0, 4096.0, 6144.0, 8192.0])
-    if phase == "decode":
-        shape = {"B": 8.0, "S": 1.0, "KV": lengths, **MODULE}
-    else:
-        shape = {"B": 1.0, "S": lengths, "KV": lengths, **MODULE}
-    out = table_op_time("dsa", "fp8_block", shape, spec, "fp8", "sglang")
-    assert set(np.asarray(out.tier).ravel()) == {"measured:dsa sglang 0.5.14"}
-    assert np.all(np.diff(out.duration_us) >= -0.02 * out.duration_us[:-1])  # within the tables' noise
-    line = OpLine(phase, "attention", "dsa", "fp8_block", shape, 1.0, kv_dtype="fp8")
-
-    def op_time(family, dtype, shape, spec, kv_dtype=None):
-        return table_op_time(family, dtype, shape, spec, kv_dtype, "sglang")
-
-    time_ops([line], spec, op_time)
-    assert np.all(line.each_us >= sol_time("dsa", "fp8_block", shape, spec, "fp8") - 1e-9)
-    assert np.all(roofline_op_time("dsa", "fp8_block", shape, spec, "fp8") > 0)
 
 
 @needs_data

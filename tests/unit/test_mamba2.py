@@ -9,10 +9,9 @@ import json
 import numpy as np
 import pytest
 
-from components.deployments.compose import OpLine, compose_phases, step_ops, time_ops
+from components.deployments.compose import compose_phases, step_ops
 from components.deployments.config import Deployment, DeploymentError, model_shape
 from components.deployments.memory import kv_bytes_per_token, memory_check, state_bytes_per_request
-from components.deployments.ops import sol_time, table_op_time
 from components.devices import load_catalog
 from components.physics.registry import op_work
 from components.platform.config import DEFAULT_DATASETS_DIR
@@ -157,38 +156,6 @@ def test_bundled_nemotron_hybrids_parse_to_their_size(model, billions):
         and m.attention_layers > 0
         and m.parameters == pytest.approx(billions * 1e9, rel=0.02)
     )
-
-
-@needs_data
-def test_mamba2_tiers_measured_conv_transferred_and_roofline():
-    catalog = load_catalog()
-    shape = {"B": [1.0, 16.0], "S": 1.0, **BLOCK}
-    tiers = {}
-    for gpu in ("h200", "b200", "mi300x"):
-        out = table_op_time("mamba2", "bf16", shape, catalog.resolve(gpu), "fp32", "vllm")
-        tiers[gpu] = str(np.asarray(out.tier, dtype=object).ravel()[0])
-        assert np.all(np.isfinite(out.duration_us)) and np.all(out.duration_us > 0)
-    assert tiers["h200"] == "measured:mamba2 trtllm 1.3.0rc20 + roofline scan"
-    assert tiers["b200"].startswith("transfer:mamba2 h200 trtllm")
-    assert tiers["mi300x"] == "roofline"
-
-
-@needs_data
-@pytest.mark.parametrize("phase", ["decode", "prefill"])
-def test_measured_mamba2_is_monotone_in_sequence_length_and_never_below_the_floor(phase):
-    spec = load_catalog().resolve("h200")
-    lengths = np.array([16.0, 64.0, 256.0, 1024.0, 4096.0, 16384.0])  # decode batch to 1024 (the table's)
-    shape = {"B": lengths[:4], "S": 1.0, **BLOCK} if phase == "decode" else {"B": 1.0, "S": lengths, **BLOCK}
-    out = table_op_time("mamba2", "bf16", shape, spec, "fp32", "trtllm")
-    assert all(str(t).startswith("measured:mamba2") for t in np.asarray(out.tier).ravel())
-    assert np.all(np.diff(out.duration_us) > 0)
-    line = OpLine(phase, "linear_attention", "mamba2", "bf16", shape, 1.0, kv_dtype="fp32")
-
-    def op_time(family, dtype, shape, spec, kv_dtype=None):
-        return table_op_time(family, dtype, shape, spec, kv_dtype, "trtllm")
-
-    time_ops([line], spec, op_time)
-    assert np.all(line.each_us >= sol_time("mamba2", "bf16", shape, spec, "fp32") - 1e-9)
 
 
 @needs_data
