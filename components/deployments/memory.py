@@ -37,14 +37,15 @@ def _kv_bytes_per_request(d: Deployment) -> float:
 
 def _token_bytes_per_layer(d: Deployment) -> float:
     """Cache bytes one token keeps in one attention layer on one GPU: its K/V (or MLA latent) at the KV
-    dtype, and with sparse attention the indexer's key (fp8 with its scales: ``physics.dsa``)."""
+    dtype, or with sparse attention the latent row as the sparse kernels store it and the indexer's key
+    (``physics.dsa``)."""
     m = d.model
-    kv = m.kv_elements_per_token_layer(d.tp) * STORE_BYTES[d.kv_dtype]
     if m.is_dsa:
-        from components.physics.dsa import index_key_bytes
+        from components.physics.dsa import index_key_bytes, latent_row_bytes
 
-        kv += float(index_key_bytes(m.index_head_dim))
-    return kv
+        row = latent_row_bytes(m.kv_lora_rank, m.qk_rope_head_dim, STORE_BYTES[d.kv_dtype])
+        return float(row + index_key_bytes(m.index_head_dim))
+    return m.kv_elements_per_token_layer(d.tp) * STORE_BYTES[d.kv_dtype]
 
 
 def state_bytes_per_request(d: Deployment) -> float:

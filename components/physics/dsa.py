@@ -15,8 +15,8 @@ Work per module call (FMA = 2 FLOPs):
 - sparse MLA: each new token attends to min(TOPK, its context) latent rows, QK over KL + DR and PV over
   KL (the absorbed MQA form the sparse kernels run).
 Minimum bytes: the weights (at ``dtype``) once; the hidden state in and out (16-bit); per sequence the
-latent rows the chunk touches (min(KV, S TOPK) rows of KL + DR at ``kv_dtype``) and every indexer key (KV
-rows of ID, 1 byte: the indexer cache is fp8 in every engine) read once, the S new rows of both written.
+latent rows the chunk touches (min(KV, S TOPK) rows: ``latent_row_bytes``) and every indexer key (KV
+rows: ``index_key_bytes``) read once, the S new rows of both written.
 The one definition of S, KV and TOPK below makes prefill and decode one continuous formula in S.
 """
 
@@ -49,6 +49,16 @@ def index_key_bytes(head_dim: np.ndarray | float) -> np.ndarray:
     return np.asarray(head_dim, dtype="float64") + 4.0 * np.ceil(
         np.asarray(head_dim, dtype="float64") / 128.0
     )
+
+
+def latent_row_bytes(kl: np.ndarray | float, dr: np.ndarray | float, kv_bytes: float) -> np.ndarray:
+    """Bytes of one cached latent row: KL + DR at the KV dtype, or -- an 8-bit cache -- FlashMLA's fp8 layout
+    the sparse kernels read (vLLM's and SGLang's ``fp8_ds_mla``): the KL latent in fp8 with an fp32 scale
+    per 128, the DR rotary key kept in 16-bit (656 bytes for DeepSeek-V3.2 and GLM-5)."""
+    kl, dr = np.asarray(kl, dtype="float64"), np.asarray(dr, dtype="float64")
+    if kv_bytes == 1.0:
+        return kl + 4.0 * np.ceil(kl / 128.0) + 2.0 * dr
+    return (kl + dr) * kv_bytes
 
 
 def causal_keys(s: np.ndarray, kv: np.ndarray, cap: np.ndarray | float = np.inf) -> np.ndarray:
@@ -88,9 +98,9 @@ def work(dtype: str, d: Dims, op: str | None = None, kv_dtype: str | None = None
     sparse = 2.0 * attended * h * (2.0 * kl + dr)
     flops = projections + indexer + sparse
     rows = np.minimum(kv, s * topk)
-    key = index_key_bytes(idim)
-    cache = b * (rows * (kl + dr) * kv_e + kv * key)
-    new_rows = tokens * ((kl + dr) * kv_e + key)
+    key, row = index_key_bytes(idim), latent_row_bytes(kl, dr, kv_e)
+    cache = b * (rows * row + kv * key)
+    new_rows = tokens * (row + key)
     nbytes = weights * e + tokens * 2.0 * d["HID"] * ACT_BYTES + cache + new_rows
     return Work(flops, nbytes, np.zeros_like(flops))
 

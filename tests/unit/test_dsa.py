@@ -13,7 +13,7 @@ from components.deployments.compose import compose_phases, step_ops
 from components.deployments.config import Deployment, DeploymentError, model_shape
 from components.deployments.memory import kv_bytes_per_token
 from components.devices import load_catalog
-from components.physics.dsa import causal_keys
+from components.physics.dsa import causal_keys, latent_row_bytes
 from components.physics.registry import op_work
 from components.platform.config import DEFAULT_DATASETS_DIR
 
@@ -56,6 +56,11 @@ def test_dsa_work_grows_with_batch_chunk_and_context(axis):
     values = np.array([256.0, 1024.0, 4096.0]) if axis == "S" else np.array([1.0, 4.0, 16.0]) * base[axis]
     work = _work(**{**base, axis: values})
     assert np.all(np.diff(work.flops) > 0) and np.all(np.diff(work.dram_bytes) > 0)
+
+
+def test_an_fp8_latent_row_is_flashmlas_656_bytes():
+    """512 fp8 latent values, 4 fp32 scales, 64 bf16 rotary values (vLLM / SGLang ``fp8_ds_mla``)."""
+    assert latent_row_bytes(512, 64, 1.0) == 656 and latent_row_bytes(512, 64, 2.0) == 1152
 
 
 def test_decode_reads_topk_latent_rows_and_every_indexer_key():
