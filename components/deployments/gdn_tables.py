@@ -48,6 +48,8 @@ TABLES: dict[str, tuple[str, tuple[tuple[str, str], ...], int]] = {
         1,
     ),
 }
+# Mamba2's conv1d runs over its channels (H P + 2 G N) whatever the heads: its rows keyed by them
+CONV_KEYS = (("conv_channels", "CH"), ("d_conv", "K"))
 KEYS = [column for column, _ in TABLES["gdn"][1]]
 
 
@@ -102,7 +104,7 @@ def _interp_log(x: np.ndarray, xs: np.ndarray, ys: np.ndarray) -> np.ndarray:
 def measured_gdn_us(table: pd.DataFrame, shape: Mapping[str, Any], family: str = "gdn") -> np.ndarray:
     """Measured time (microseconds) of each row of a ``gdn`` (or ``mamba2``) shape (physics' dimensions),
     NaN where the table does not cover it."""
-    keys = TABLES[family][1]
+    keys = CONV_KEYS if family == "conv" else TABLES[family][1]
     dims = {
         k: np.atleast_1d(np.asarray(shape[k] if k != "K" else shape.get("K", 4.0), dtype="float64"))
         for k in ("B", "S", *(dim for _, dim in keys))
@@ -127,6 +129,30 @@ def measured_gdn_us(table: pd.DataFrame, shape: Mapping[str, Any], family: str =
     return out
 
 
+def measured_conv_us(table: pd.DataFrame, shape: Mapping[str, Any]) -> np.ndarray:
+    """Measured time (microseconds) of a ``mamba2`` shape's causal conv1d: at each measured channel count
+    (any model's rows: a TP share of one model is another's whole), log-log in the batch or the chunk's
+    tokens, then log-log across the channel counts; NaN outside them."""
+    frame = table.assign(conv_channels=table.nheads * table.head_dim + 2.0 * table.n_groups * table.d_state)
+    keys = ["phase", "batch_size", "seq_len", "conv_channels", "d_conv"]
+    frame = frame.groupby(keys)["latency"].median().reset_index()
+    dims = {k: np.atleast_1d(np.asarray(shape[k], dtype="float64")) for k in ("H", "P", "G", "N")}
+    channels = dims["H"] * dims["P"] + 2.0 * dims["G"] * dims["N"]
+    counts = np.sort(frame["conv_channels"].unique().astype(float))
+    at = np.array([measured_gdn_us(frame, {**shape, "CH": c}, "conv") for c in counts]).reshape(
+        len(counts), -1
+    )
+    channels = np.broadcast_to(channels, (at.shape[1],))
+    out = np.full(at.shape[1], np.nan)
+    for i in range(at.shape[1]):
+        hit = np.isfinite(at[:, i])
+        if hit.sum() == 1:
+            out[i] = at[hit, i][0] if counts[hit][0] == channels[i] else np.nan
+        elif hit.any():
+            out[i] = _interp_log(channels[i : i + 1], counts[hit], at[hit, i])[0]
+    return out
+
+
 def gdn_measured(
     spec: Any, framework: str | None, shape: Mapping[str, Any], datasets_dir: Path, family: str = "gdn"
 ) -> tuple[np.ndarray, str] | None:
@@ -135,4 +161,6 @@ def gdn_measured(
     if found is None:
         return None
     table, source = found
+    if family == "mamba2":
+        return measured_conv_us(table, shape), source
     return measured_gdn_us(table, shape, family), source

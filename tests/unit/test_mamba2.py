@@ -165,3 +165,22 @@ def test_models_list_shows_every_bundled_nemotron_hybrid_modelled():
     hybrids = [m for m in bundled_models() if "Nemotron-H" in m["name"] or "Nemotron-3" in m["name"]]
     assert len(hybrids) >= 9
     assert all(m["modelled"] for m in hybrids), [m["reason"] for m in hybrids if not m["modelled"]]
+
+
+@needs_data
+def test_a_tp_share_of_the_conv_is_read_at_its_channel_count():
+    """The conv1d runs over H P + 2 G N channels: Nano at TP 2 (3,072 channels) sits between the tables'
+    1,536 (a 1k generic block) and 6,144 (Nano whole), and at TP 4 it is the 1,536 rows themselves."""
+    from components.deployments.gdn_tables import gdn_measured
+
+    gpu = load_catalog().resolve("h200")
+    m = model_shape(NANO)
+    shape = {"B": [1.0, 64.0], "S": 1.0}
+    times = {
+        tp: gdn_measured(gpu, "trtllm", {**shape, **m.mamba_dims(tp)}, DEFAULT_DATASETS_DIR, "mamba2")[0]
+        for tp in (1, 2, 4)
+    }
+    assert np.all(np.isfinite(times[2])) and np.all(times[4] <= times[2]) and np.all(times[2] <= times[1])
+    generic_1k = {"H": 16, "P": 64, "G": 4, "N": 64, "K": 4}
+    same, _ = gdn_measured(gpu, "trtllm", {**shape, **generic_1k}, DEFAULT_DATASETS_DIR, "mamba2")
+    np.testing.assert_allclose(times[4], same)
