@@ -218,7 +218,7 @@ def table_op_time(
         times, label = ref[0] * scale, f"transfer:{family} {ref[1]} {ref[2]}"
     if family in UNMEASURED_PART:
         times = times + _unmeasured_us(family, dtype, shape, spec, kv_dtype)
-        label = f"{label} + roofline {UNMEASURED_PART[family]}"
+        label = f"{label} ({UNMEASURED_PART[family]}: roofline)"  # no "+": it joins tiers
     hit = np.isfinite(times)
     return Timed(np.where(hit, times, roof), np.where(hit, label, "roofline").astype(object))
 

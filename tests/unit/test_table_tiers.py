@@ -22,7 +22,7 @@ MAMBA2 = {"H": 64, "P": 64, "G": 8, "N": 128, "K": 4, "C": 128}
 # family -> (weight dtype, state / KV dtype, framework asked, its block, the measured tier's label)
 CASES = {
     "dsa": ("fp8_block", "fp8", "sglang", DSA, "measured:dsa sglang 0.5.14"),
-    "mamba2": ("bf16", "fp32", "vllm", MAMBA2, "measured:mamba2 trtllm 1.3.0rc20 + roofline scan"),
+    "mamba2": ("bf16", "fp32", "vllm", MAMBA2, "measured:mamba2 trtllm 1.3.0rc20 (scan: roofline)"),
 }
 
 
