@@ -46,16 +46,17 @@ def gdn_ops(d: Deployment, phase: str, sizes: LayerSizes) -> list[OpLine]:
 
 def dsa_ops(d: Deployment, phase: str, sizes: LayerSizes) -> list[OpLine]:
     """DeepSeek Sparse Attention of one layer on one GPU (DeepSeek-V3.2, GLM-5): the norms and residual
-    adds around it, and the attention module -- projections, lightning indexer, top-k and sparse MLA -- as
-    one ``dsa`` op, the unit AIConfigurator times (``dsa_tables``); timed per sequence and context like
-    attention (a prefill chunk of one sequence, or a decode batch at its context)."""
+    adds around it, and the attention module AIConfigurator times (``dsa_tables``) as the ``dsa`` op in two
+    parts: its projections (``proj``: per token -- a step runs them once for all its tokens) and its
+    indexer + top-k + sparse MLA (``attn``: per sequence and context, like attention)."""
     tokens, batch, q_len, ctx, layers = sizes
-    m, act = d.model, "bf16"
+    m, act, wd = d.model, "bf16", gemm_dtype(d)
     module = {"B": batch, "S": q_len, "KV": ctx, **m.dsa_dims(d.tp)}
     return [
         OpLine(phase, "norm", "rmsnorm", act, {"B": tokens, "H": m.hidden}, 2 * layers),
         OpLine(phase, "residual", "elementwise", act, {"N": tokens * m.hidden, "op": "add"}, 2 * layers),
-        OpLine(phase, "attention", "dsa", gemm_dtype(d), module, layers, kv_dtype=d.kv_dtype),
+        OpLine(phase, "attention_proj", "dsa", wd, {**module, "op": "proj"}, layers, kv_dtype=d.kv_dtype),
+        OpLine(phase, "attention", "dsa", wd, {**module, "op": "attn"}, layers, kv_dtype=d.kv_dtype),
     ]
 
 

@@ -138,8 +138,45 @@ def _kernel_rows(rows: pd.DataFrame, kv_len: float, topk: float) -> pd.DataFrame
     return rows[rows["kernel_source"].isin(pick)]
 
 
+def _projection_curve(context: pd.DataFrame) -> tuple[np.ndarray, np.ndarray]:
+    """(tokens, microseconds) of the module's projections in a prefill: at each token count (batch x
+    chunk, no cached prefix) the fastest measured module -- the one whose attention is smallest."""
+    fresh = context[context["step"] == 0]
+    env = fresh.assign(tokens=fresh["batch_size"] * fresh["isl"]).groupby("tokens")["latency"].min()
+    return env.index.to_numpy(float), env.to_numpy(float)
+
+
+def _module_us(groups: dict, memo: dict, key: tuple, b: float, s: float, ctx: float, topk: float) -> float:
+    """One row's whole-module time (milliseconds): a decode batch at its context, or b chunks of s tokens
+    after ctx - s cached ones (b times one)."""
+    dense = ctx <= topk
+    if (*key, dense) not in memo:
+        group = _kernel_rows(groups[key], ctx, topk)
+        if key[2] == "generation":
+            memo[(*key, dense)] = _curves(group, "batch_size", "step")
+        else:  # one sequence's chunk after a cached prefix
+            memo[(*key, dense)] = _curves(group[group["batch_size"] == 1], "isl", "step")
+    if key[2] == "generation":
+        return _interp_curves(memo[(*key, dense)], b, ctx)
+    return b * _interp_curves(memo[(*key, dense)], s, ctx - s)
+
+
+def _projection_us(groups: dict, memo: dict, key: tuple, b: float, s: float) -> float:
+    """The module's per-token part (milliseconds): a decode batch at the shortest context, or a prefill's
+    b x s tokens on the projection curve."""
+    if key[2] == "generation":
+        return _module_us(groups, memo, key, b, 1.0, 1.0, np.inf)
+    if ("proj", *key) not in memo:
+        memo[("proj", *key)] = _projection_curve(groups[key])
+    xs, ys = memo[("proj", *key)]
+    return _along(xs, ys, b * s) if len(xs) else np.nan
+
+
 def measured_dsa_us(rows: pd.DataFrame, shape: Mapping[str, Any], dtype: str, kv_dtype: str) -> np.ndarray:
-    """Measured time (microseconds) of each row of a ``dsa`` shape, NaN where the tables do not cover it."""
+    """Measured time (microseconds) of each row of a ``dsa`` shape, NaN where the tables do not cover it.
+    Its ``op`` part: ``proj`` the per-token part (``_projection_us``), ``attn`` the whole module less it
+    (never below 0: ``time_ops`` lifts it to its speed of light), default the whole module."""
+    part = str(shape.get("op") or "both")
     names = ("B", "S", "KV", "H", *SIGNATURE)
     dims = {k: np.atleast_1d(np.asarray(shape[k], dtype="float64")) for k in names}
     n = max(len(v) for v in dims.values())
@@ -150,25 +187,25 @@ def measured_dsa_us(rows: pd.DataFrame, shape: Mapping[str, Any], dtype: str, kv
         return out
     rows = rows[(rows["gemm_type"] == gemm) & (rows["kv_cache_dtype"] == kv)]
     groups = {(sig, float(h), ph): g for (sig, h, ph), g in rows.groupby(["signature", "num_heads", "phase"])}
-    memo: dict[tuple, Curves] = {}
+    memo: dict[tuple, Any] = {}
     for i in range(n):
         signature = tuple(float(d[k][i]) for k in SIGNATURE)
         b, s, ctx = float(d["B"][i]), float(d["S"][i]), float(max(d["KV"][i], d["S"][i]))
-        phase = "generation" if s == 1 else "context"
-        key = (signature, float(d["H"][i]), phase)
+        key = (signature, float(d["H"][i]), "generation" if s == 1 else "context")
         if key not in groups:
             continue
-        dense = ctx <= float(d["TOPK"][i])
-        if (*key, dense) not in memo:
-            group = _kernel_rows(groups[key], ctx, float(d["TOPK"][i]))
-            if phase == "generation":
-                memo[(*key, dense)] = _curves(group, "batch_size", "step")
-            else:  # one sequence's chunk after a cached prefix
-                memo[(*key, dense)] = _curves(group[group["batch_size"] == 1], "isl", "step")
-        if phase == "generation":
-            out[i] = _interp_curves(memo[(*key, dense)], b, ctx)
-        else:  # b sequences' chunks of s tokens after ctx - s cached ones: b times one
-            out[i] = b * _interp_curves(memo[(*key, dense)], s, ctx - s)
+        if part == "proj":  # all the step's tokens at once
+            out[i] = _projection_us(groups, memo, key, b, s)
+            continue
+        whole = _module_us(groups, memo, key, b, s, ctx, float(d["TOPK"][i]))
+        if part == "attn":  # a decode batch's module less its projections; each chunk's less its own
+            own = (
+                _projection_us(groups, memo, key, b, s)
+                if s == 1
+                else b * _projection_us(groups, memo, key, 1, s)
+            )
+            whole = max(whole - own, 0.0)
+        out[i] = whole
     return out * 1e3
 
 

@@ -88,7 +88,8 @@ def _sol_parts(
         return compute, nbytes / (float(spec.dram_gbps) * 1e9) * 1e6, np.zeros_like(compute)
     from components.physics.roofline import roofline
 
-    roof = roofline(family, dtype, shape, spec, kv_dtype=kv_dtype)
+    op = shape.get("op")  # a family's variant (dsa: proj / attn)
+    roof = roofline(family, dtype, shape, spec, kv_dtype=kv_dtype, op=None if op is None else str(op))
     return roof.compute_us, roof.memory_us, roof.link_us
 
 

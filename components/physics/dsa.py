@@ -17,14 +17,17 @@ Work per module call (FMA = 2 FLOPs):
 Minimum bytes: the weights (at ``dtype``) once; the hidden state in and out (16-bit); per sequence the
 latent rows the chunk touches (min(KV, S TOPK) rows: ``latent_row_bytes``) and every indexer key (KV
 rows: ``index_key_bytes``) read once, the S new rows of both written.
-The one definition of S, KV and TOPK below makes prefill and decode one continuous formula in S.
+The one definition of S, KV and TOPK below makes prefill and decode one continuous formula in S. Variants
+(``op``): ``proj`` (the projections: per token, whatever the context) and ``attn`` (indexer + sparse MLA:
+per sequence and context), default both -- a serving step runs the projections of all its tokens at once
+and the attention per sequence.
 """
 
 from __future__ import annotations
 
 import numpy as np
 
-from components.physics.base import Dims, OpFamily, Work
+from components.physics.base import Dims, OpFamily, PhysicsError, Work
 from components.physics.dtypes import GEMM_DTYPE_TRAITS, gemm_bytes
 
 ACT_BYTES = 2.0
@@ -84,7 +87,13 @@ def weight_elements(d: Dims) -> np.ndarray:
     return q + kv + absorb + out + indexer
 
 
+PARTS = ("both", "proj", "attn")
+
+
 def work(dtype: str, d: Dims, op: str | None = None, kv_dtype: str | None = None) -> Work:
+    part = str(op or "both")
+    if part not in PARTS:
+        raise PhysicsError(f"dsa op {op!r}: choose {', '.join(PARTS)}")
     e = gemm_bytes(dtype)[0]
     kv_name = kv_dtype or dtype
     kv_e = gemm_bytes(kv_name)[0] if kv_name in GEMM_DTYPE_TRAITS else e
@@ -92,16 +101,16 @@ def work(dtype: str, d: Dims, op: str | None = None, kv_dtype: str | None = None
     h, kl, dr, ih, idim, topk = d["H"], d["KL"], d["DR"], d["IH"], d["ID"], d["TOPK"]
     tokens = b * s
     weights = weight_elements(d)
-    projections = 2.0 * tokens * weights
+    proj_flops = 2.0 * tokens * weights
+    proj_bytes = weights * e + tokens * 2.0 * d["HID"] * ACT_BYTES
     indexer = 2.0 * b * causal_keys(s, kv) * ih * idim
     attended = b * causal_keys(s, kv, topk)
-    sparse = 2.0 * attended * h * (2.0 * kl + dr)
-    flops = projections + indexer + sparse
+    attn_flops = indexer + 2.0 * attended * h * (2.0 * kl + dr)
     rows = np.minimum(kv, s * topk)
     key, row = index_key_bytes(idim), latent_row_bytes(kl, dr, kv_e)
-    cache = b * (rows * row + kv * key)
-    new_rows = tokens * (row + key)
-    nbytes = weights * e + tokens * 2.0 * d["HID"] * ACT_BYTES + cache + new_rows
+    attn_bytes = b * (rows * row + kv * key) + tokens * (row + key)
+    flops = {"proj": proj_flops, "attn": attn_flops}.get(part, proj_flops + attn_flops)
+    nbytes = {"proj": proj_bytes, "attn": attn_bytes}.get(part, proj_bytes + attn_bytes)
     return Work(flops, nbytes, np.zeros_like(flops))
 
 

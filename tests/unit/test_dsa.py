@@ -40,8 +40,8 @@ SMALL_DSA = {
 }
 
 
-def _work(**dims):
-    return op_work("dsa", "fp8_block", {**MODULE, **dims}, kv_dtype="fp8")
+def _work(op=None, **dims):
+    return op_work("dsa", "fp8_block", {**MODULE, **dims}, kv_dtype="fp8", op=op)
 
 
 def test_causal_keys_match_a_direct_sum():
@@ -61,6 +61,14 @@ def test_dsa_work_grows_with_batch_chunk_and_context(axis):
 def test_an_fp8_latent_row_is_flashmlas_656_bytes():
     """512 fp8 latent values, 4 fp32 scales, 64 bf16 rotary values (vLLM / SGLang ``fp8_ds_mla``)."""
     assert latent_row_bytes(512, 64, 1.0) == 656 and latent_row_bytes(512, 64, 2.0) == 1152
+
+
+def test_the_module_is_its_projections_and_its_attention():
+    both, proj, attn = (_work(op=op, B=2.0, S=512.0, KV=4096.0) for op in (None, "proj", "attn"))
+    assert both.flops[0] == pytest.approx(proj.flops[0] + attn.flops[0])
+    assert both.dram_bytes[0] == pytest.approx(proj.dram_bytes[0] + attn.dram_bytes[0])
+    longer = _work(op="proj", B=2.0, S=512.0, KV=65536.0)  # projections do not read the context
+    assert longer.flops[0] == proj.flops[0] and longer.dram_bytes[0] == proj.dram_bytes[0]
 
 
 def test_decode_reads_topk_latent_rows_and_every_indexer_key():
@@ -99,12 +107,15 @@ def test_dsa_config_errors_name_the_field(change, field):
     assert "\n" not in str(info.value)
 
 
-def test_dsa_steps_have_one_module_per_layer_at_or_above_their_floor():
+def test_dsa_steps_have_one_module_per_layer_in_two_parts_at_or_above_their_floor():
     gpu = load_catalog().resolve("mi300x")  # no table on this vendor: the roofline answers
     d = Deployment(model=model_shape(json.dumps(SMALL_DSA)), gpu=gpu, isl=1024, osl=64, concurrency=4)
     lines = step_ops(d, "decode", 4, 1.0, 1056.0)
-    dsa = [x for x in lines if x.family == "dsa"]
-    assert len(dsa) == 1 and dsa[0].count == 4 and dsa[0].kind == "attention" and dsa[0].kv_dtype == "bf16"
+    dsa = {x.shape["op"]: x for x in lines if x.family == "dsa"}  # the module: per token, per sequence
+    assert sorted(dsa) == ["attn", "proj"] and all(
+        x.count == 4 and x.kv_dtype == "bf16" for x in dsa.values()
+    )
+    assert dsa["attn"].kind == "attention" and dsa["proj"].kind == "attention_proj"
     assert not [x for x in lines if x.family == "attention"]
     phases = compose_phases(d)
     for part in (phases.prefill, phases.decode):

@@ -65,3 +65,17 @@ def test_measured_times_are_monotone_in_sequence_length_and_never_below_the_floo
 
     time_ops([line], spec, op_time)
     assert np.all(line.each_us >= sol_time(family, dtype, shape, spec, state) - 1e-9)
+
+
+def test_a_prefill_step_runs_the_dsa_projections_once_for_all_its_chunks():
+    """Eight 1k chunks in one step: the module's per-token part at 8k tokens once (SGLang's measured
+    batch-8 module is ~0.9 ms, as one 1k chunk's), not eight times; each chunk adds its attention."""
+    dtype, state, framework, block, _ = CASES["dsa"]
+    spec = load_catalog().resolve("h200")
+    chunk = {"B": 1.0, "S": 1024.0, "KV": 1024.0, **block}
+    parts = {
+        op: table_op_time("dsa", dtype, {**chunk, "B": b, "op": op}, spec, state, framework).duration_us[0]
+        for op, b in (("proj", 8.0), ("attn", 1.0), (None, 1.0))
+    }
+    step = parts["proj"] + 8 * parts["attn"]
+    assert parts[None] < step < 2 * parts[None]  # vs 8 x one chunk's whole module before
