@@ -349,6 +349,8 @@ def config_dtype(data: dict[str, Any], path: Path | None = None) -> str:
 UNMODELLED_FIELDS: dict[str, str] = {
     "linear_attn_config": "Kimi Delta Attention (linear attention) layers are not modelled",
     "compress_ratios": "compressed sparse attention layers (DeepSeek-V4's CSA/HCA) are not modelled",
+    "block_configs": "layers of their own shape each (DeciLM / Llama-Nemotron NAS: attention skipped or "
+    "linear, FFN widths per layer) are not modelled",
 }
 
 

@@ -141,6 +141,7 @@ def test_bundled_glm5_is_a_dsa_model_and_glm52_is_refused_by_its_layer_kind():
         ("deepseek-ai/DeepSeek-V4-Flash", "compress_ratios: compressed sparse attention layers"),
         ("moonshotai/Kimi-K3", "linear_attn_config: Kimi Delta Attention"),
         ("nvidia/GLM-5.2-NVFP4", "indexer_types: shared indexer layers"),
+        ("nvidia/Llama-3_3-Nemotron-Super-49B-v1", "block_configs: layers of their own shape each"),
     ],
 )
 def test_refusals_name_the_layer_kind_not_modelled(model, reason):
