@@ -118,19 +118,40 @@ def _layer_ops(
 ) -> list[OpLine]:
     """One layer's ops on one GPU for ``tokens`` tokens (``batch`` sequences of ``q_len`` attending to
     ``ctx``)."""
-    m, tp, wd = d.model, d.tp, gemm_dtype(d)
-    hq = m.heads // tp
-    hkv = max(1, m.kv_heads // tp)
-    h, dh = m.hidden, m.head_dim
-    act = "bf16"
+    # the mixers beside softmax attention and MLA live in compose_mixers (imported here: it builds on this
+    # module's lines)
+    from components.deployments.compose_mixers import block_ops, dsa_ops, gdn_ops
+
+    m = d.model
+    if m.is_dsa:
+        return dsa_ops(d, phase, (tokens, batch, q_len, ctx, layers)) + _mlp_ops(d, phase, tokens, layers)
+    if m.block_layout:  # Mamba2 hybrids: one block per layer
+        return block_ops(d, phase, (tokens, batch, q_len, ctx, layers))
     if m.is_mla:
         ops = _mla_ops(d, phase, (tokens, batch, q_len, ctx, layers))
         return ops + _mlp_ops(d, phase, tokens, layers)
-    # a hybrid model's GDN layers (``_gdn_ops``) take their share of the layers; attention the rest
+    act = "bf16"
+    ops = [
+        OpLine(phase, "norm", "rmsnorm", act, {"B": tokens, "H": m.hidden}, 2 * layers),
+        OpLine(phase, "residual", "elementwise", act, {"N": tokens * m.hidden, "op": "add"}, 2 * layers),
+    ]
+    # a hybrid model's GDN layers (``gdn_ops``) take their share of the layers; attention the rest
     attn_layers = layers * m.attention_layers / m.layers
+    ops += _attention_ops(d, phase, (tokens, batch, q_len, ctx, attn_layers))
+    if m.linear_layers:
+        ops += gdn_ops(d, phase, (tokens, batch, q_len, ctx, layers - attn_layers))
+    return ops + _mlp_ops(d, phase, tokens, layers)
+
+
+def _attention_ops(d: Deployment, phase: str, sizes: LayerSizes) -> list[OpLine]:
+    """``layers`` softmax-attention mixers on one GPU: the QKV GEMM (with Qwen3.5's output gate), rotary,
+    (QK-norm), attention -- full-context layers, then sliding-window ones -- and the O GEMM."""
+    tokens, batch, q_len, ctx, attn_layers = sizes
+    m, tp, wd, act = d.model, d.tp, gemm_dtype(d), "bf16"
+    hq, hkv = m.heads // tp, max(1, m.kv_heads // tp)
+    h, dh = m.hidden, m.head_dim
     gate = hq * dh if m.attn_output_gate else 0
     ops = [
-        OpLine(phase, "norm", "rmsnorm", act, {"B": tokens, "H": h}, 2 * layers),
         OpLine(
             phase, "gemm", "gemm", wd, {"M": tokens, "N": (hq + 2 * hkv) * dh + gate, "K": h}, attn_layers
         ),
@@ -138,16 +159,13 @@ def _layer_ops(
             phase, "rotary", "elementwise", act, {"N": tokens * (hq + hkv) * dh, "op": "mul"}, attn_layers
         ),
         OpLine(phase, "gemm", "gemm", wd, {"M": tokens, "N": h, "K": hq * dh}, attn_layers),
-        OpLine(phase, "residual", "elementwise", act, {"N": tokens * h, "op": "add"}, 2 * layers),
     ]
     if gate:  # sigmoid(gate) x the attention output
         ops.append(OpLine(phase, "gate", "elementwise", act, {"N": tokens * gate, "op": "mul"}, attn_layers))
     if m.qk_norm:
         ops.append(OpLine(phase, "norm", "rmsnorm", act, {"B": tokens * (hq + hkv), "H": dh}, attn_layers))
-    if m.linear_layers:
-        ops += _gdn_ops(d, phase, (tokens, batch, q_len, ctx, layers - attn_layers))
     window = m.sliding_window
-    full_layers = attn_layers * (1 - m.sliding_layers / m.attention_layers)
+    full_layers = attn_layers * (1 - m.sliding_layers / max(m.attention_layers, 1))
     win_layers = attn_layers - full_layers
     attn = {"B": batch, "H": hq, "HKV": hkv, "D": dh, "S": q_len, "KV": ctx}
     for count, extra in ((full_layers, {}), (win_layers if window else 0, {"W": window})):
@@ -155,37 +173,11 @@ def _layer_ops(
             ops.append(
                 OpLine(phase, "attention", "attention", act, {**attn, **extra}, count, kv_dtype=d.kv_dtype)
             )
-    return ops + _mlp_ops(d, phase, tokens, layers)
+    return ops
 
 
 # what one layer is asked for: tokens, batch (sequences), q_len, ctx (context attended to), layers
 LayerSizes = tuple[float, float, "np.ndarray | float", "np.ndarray | float", float]
-
-
-def _gdn_ops(d: Deployment, phase: str, sizes: LayerSizes) -> list[OpLine]:
-    """The Gated DeltaNet mixer of ``layers`` linear-attention layers on one GPU (vLLM's and SGLang's
-    Qwen3-Next/3.5 layout): in_proj (q, k, v, z) and the a/b gate projection as GEMMs, the conv1d + gated
-    delta rule as one ``gdn`` op (a prefill chunk per sequence, or one recurrent decode step), the gated
-    RMSNorm (norm x SiLU(z)) and out_proj. Its per-request state is fixed-size (``memory``)."""
-    tokens, batch, q_len, _ctx, layers = sizes
-    m, tp, wd, act = d.model, d.tp, gemm_dtype(d), "bf16"
-    dims = m.linear_dims(tp)
-    k, v = dims["HK"] * dims["DK"], dims["HV"] * dims["DV"]
-    gdn = {"B": batch, "S": q_len, **dims}
-    return [
-        OpLine(
-            phase,
-            "gemm",
-            "gemm",
-            wd,
-            {"M": tokens, "N": 2 * k + 2 * v + 2 * dims["HV"], "K": m.hidden},
-            layers,
-        ),
-        OpLine(phase, "linear_attention", "gdn", act, gdn, layers, kv_dtype=m.state_dtype),
-        OpLine(phase, "norm", "rmsnorm", act, {"B": tokens * dims["HV"], "H": dims["DV"]}, layers),
-        OpLine(phase, "gate", "elementwise", act, {"N": tokens * v, "op": "silu_and_mul"}, layers),
-        OpLine(phase, "gemm", "gemm", wd, {"M": tokens, "N": m.hidden, "K": v}, layers),
-    ]
 
 
 def _mla_ops(d: Deployment, phase: str, sizes: LayerSizes) -> list[OpLine]:
@@ -239,27 +231,42 @@ def _mla_ops(d: Deployment, phase: str, sizes: LayerSizes) -> list[OpLine]:
 
 
 def _gated_mlp(
-    phase: str, tokens: Any, inter: int, hidden: int, weight_dtype: str, act: str, count: float
+    phase: str,
+    tokens: Any,
+    inter: int,
+    hidden: int,
+    weight_dtype: str,
+    act: str,
+    count: float,
+    gated: bool = True,
 ) -> list[OpLine]:
-    """A gated MLP (dense, or a MoE layer's shared experts): up+gate GEMM, SiLU x mul, down GEMM."""
+    """A gated MLP (dense, or a MoE layer's shared experts): up+gate GEMM, SiLU x mul, down GEMM; not
+    ``gated`` (Nemotron's relu2): up GEMM, relu^2, down GEMM."""
+    up, op = (2 * inter, "silu_and_mul") if gated else (inter, "relu")
     return [
-        OpLine(phase, "gemm", "gemm", weight_dtype, {"M": tokens, "N": 2 * inter, "K": hidden}, count),
-        OpLine(phase, "activation", "elementwise", act, {"N": tokens * inter, "op": "silu_and_mul"}, count),
+        OpLine(phase, "gemm", "gemm", weight_dtype, {"M": tokens, "N": up, "K": hidden}, count),
+        OpLine(phase, "activation", "elementwise", act, {"N": tokens * inter, "op": op}, count),
         OpLine(phase, "gemm", "gemm", weight_dtype, {"M": tokens, "N": hidden, "K": inter}, count),
     ]
 
 
-def _mlp_ops(d: Deployment, phase: str, tokens: float, layers: float) -> list[OpLine]:
-    """The dense MLP or MoE block of one layer, and the layer's TP all-reduces."""
+def _mlp_ops(
+    d: Deployment, phase: str, tokens: float, layers: float, blocks: tuple[float, float] | None = None
+) -> list[OpLine]:
+    """The dense MLP or MoE block of one layer, and the layer's TP all-reduces; ``blocks``: (dense, MoE)
+    counts of a block layout (Mamba2 hybrids), whose all-reduces ``compose_blocks`` adds."""
     m, tp, wd, act, h = d.model, d.tp, gemm_dtype(d), "bf16", d.model.hidden
     ops: list[OpLine] = []
     dense_layers = layers * (1 - m.moe_layers / m.layers)
-    moe_layers = layers - dense_layers
+    dense_layers, moe_layers = blocks or (dense_layers, layers - dense_layers)
     if dense_layers:
-        ops += _gated_mlp(phase, tokens, m.intermediate // tp, h, wd, act, dense_layers)
+        ops += _gated_mlp(phase, tokens, m.intermediate // tp, h, wd, act, dense_layers, m.gated_mlp)
     if moe_layers:
         moe_tp = max(1, tp * d.dp // d.ep)
         routed = tokens * d.dp  # with attention DP, a GPU's experts serve every rank's tokens
+        width = m.moe_latent or h  # a latent MoE's experts run on its latent projection
+        # relu2 experts have two projections: as a gated one of 2/3 the width (the same FLOPs and weights)
+        inter = m.moe_intermediate if m.gated_mlp else m.moe_intermediate * 2.0 / 3.0
         ops += [
             OpLine(phase, "moe", "gemm", act, {"M": tokens, "N": m.experts, "K": h}, moe_layers),
             OpLine(
@@ -271,28 +278,35 @@ def _mlp_ops(d: Deployment, phase: str, tokens: float, layers: float) -> list[Op
                     "T": routed,
                     "E": m.experts,
                     "topk": m.topk,
-                    "H": h,
-                    "I": m.moe_intermediate,
+                    "H": width,
+                    "I": inter,
                     "tp": moe_tp,
                     "ep": d.ep,
                 },
                 moe_layers,
             ),
         ]
+        if m.moe_latent:  # into and out of the latent
+            ops += [
+                OpLine(phase, "moe", "gemm", wd, {"M": tokens, "N": width, "K": h}, moe_layers),
+                OpLine(phase, "moe", "gemm", wd, {"M": tokens, "N": h, "K": width}, moe_layers),
+            ]
         if m.shared_experts:
             inter = m.shared_experts * m.moe_intermediate // tp
-            ops += _gated_mlp(phase, tokens, inter, h, wd, act, moe_layers)
+            ops += _gated_mlp(phase, tokens, inter, h, wd, act, moe_layers, m.gated_mlp)
         if d.ep > 1:
             # expert parallelism: each GPU dispatches its share of the tokens to the experts' GPUs and
             # combines their outputs (two all-to-alls of tokens/ep x topk hidden vectors, the (ep-1)/ep
             # leaving the GPU). As an all-reduce-family line of half that message per all-to-all: a ring
             # all-reduce sends 2(n-1)/n of its message, an all-to-all (n-1)/n.
-            a2a = routed / d.ep * min(m.topk, d.ep) * h * ACT_BYTES
+            a2a = routed / d.ep * min(m.topk, d.ep) * width * ACT_BYTES
             ops.append(
                 OpLine(
                     phase, "alltoall", "allreduce", act, {"bytes": a2a / 2.0, "gpus": d.ep}, 2 * moe_layers
                 )
             )
+    if blocks is not None:
+        return ops
     if tp > 1:
         ops.append(
             OpLine(
@@ -353,7 +367,7 @@ def _takes_kv(fn: OpTimeFn) -> bool:
         return False
 
 
-KV_FAMILIES = ("attention", "gdn")
+KV_FAMILIES = ("attention", "gdn", "dsa", "mamba2")
 # Op kinds timed per sequence (batch, tokens per sequence, context), not per step token: attention and the
 # GDN mixer (``stepmodel`` tabulates them over sequences and contexts).
 SEQUENCE_KINDS = (

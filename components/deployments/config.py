@@ -15,27 +15,20 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
+from components.deployments.config_layers import (
+    DeploymentError,
+    block_layout,
+    int_field,
+    linear_attention,
+    sparse_attention,
+    store_dtype,
+)
 from components.physics.base import PhysicsError
-from components.physics.dtypes import STORE_BYTES, canonical_dtype
+from components.physics.dtypes import canonical_dtype
 
 PIPEWEAVE_CONFIGS = Path("pipeweave/config")
 AIC_CONFIGS = Path("aiconfigurator/aic-core/src/aiconfigurator_core/model_configs")
 MODES = ("agg", "disagg")
-
-
-class DeploymentError(ValueError):
-    """A deployment question we cannot answer: one line naming the input and what is wrong."""
-
-
-def store_dtype(text: str, what: str) -> str:
-    """A weight / KV dtype's canonical spelling (``components.physics.dtypes``) that a deployment stores."""
-    try:
-        name = canonical_dtype(text)
-    except PhysicsError:
-        name = None
-    if name not in STORE_BYTES:
-        raise DeploymentError(f"{what} {text!r}: unknown dtype; choose from {', '.join(STORE_BYTES)}")
-    return name
 
 
 @dataclass(frozen=True)
@@ -66,6 +59,11 @@ class ModelShape:
     qk_rope_head_dim: int = 0
     qk_nope_head_dim: int = 0
     v_head_dim: int = 0
+    # DeepSeek Sparse Attention (DeepSeek-V3.2, GLM-5): MLA whose queries attend to the index_topk keys a
+    # lightning indexer of index_heads x index_head_dim picks (0 = dense attention)
+    index_heads: int = 0
+    index_head_dim: int = 0
+    index_topk: int = 0
     attn_output_gate: bool = False  # Qwen3.5/3.6: q_proj also emits a sigmoid gate on the attention output
     # Gated DeltaNet layers (``layer_types`` "linear_attention", Qwen3-Next/3.5/3.6): how many, their key and
     # value heads and head dims, the conv kernel, and the recurrent state's dtype (``mamba_ssm_dtype``).
@@ -76,6 +74,21 @@ class ModelShape:
     linear_value_dim: int = 0
     linear_conv_kernel: int = 0
     state_dtype: str = "bf16"
+    # Mamba2 hybrids (Nemotron-H, Nemotron-3): every layer is ONE block -- a Mamba2 mixer, attention, an
+    # MLP or an MoE (hybrid_override_pattern / layers_block_type: config_layers.block_layout); all 0 for
+    # the usual layers of attention + MLP
+    mamba_layers: int = 0
+    attention_blocks: int = 0
+    mlp_blocks: int = 0
+    moe_blocks: int = 0
+    mamba_heads: int = 0
+    mamba_head_dim: int = 0
+    mamba_groups: int = 0
+    mamba_state: int = 0
+    mamba_conv_kernel: int = 0
+    mamba_chunk: int = 0
+    gated_mlp: bool = True  # False: relu2 MLPs and experts (up, relu^2, down: two projections, not three)
+    moe_latent: int = 0  # latent MoE: routed experts run on a moe_latent_size projection of the hidden state
     notes: tuple[str, ...] = ()  # what resolving the model's name assumed (find_bundled)
     checkpoint_dtype: str = "-"  # the weights' dtype the checkpoint ships (config_dtype): the default asked
 
@@ -95,13 +108,60 @@ class ModelShape:
         return float(2 * max(1, self.kv_heads // tp) * self.head_dim)
 
     @property
+    def is_dsa(self) -> bool:
+        return self.is_mla and self.index_topk > 0
+
+    def dsa_dims(self, tp: int) -> dict[str, float]:
+        """One GPU's DSA attention module, as ``components.physics.dsa`` names its dimensions."""
+        return {
+            "H": self.heads / tp,
+            "HID": float(self.hidden),
+            "QL": float(self.q_lora_rank),
+            "KL": float(self.kv_lora_rank),
+            "DR": float(self.qk_rope_head_dim),
+            "DN": float(self.qk_nope_head_dim),
+            "DV": float(self.v_head_dim),
+            "IH": float(self.index_heads),
+            "ID": float(self.index_head_dim),
+            "TOPK": float(self.index_topk),
+        }
+
+    @property
+    def block_layout(self) -> bool:
+        """Each layer one block (Mamba2 hybrids), not attention + MLP."""
+        return self.mamba_layers + self.attention_blocks + self.mlp_blocks + self.moe_blocks > 0
+
+    @property
     def moe_layers(self) -> int:
+        if self.block_layout:
+            return self.moe_blocks
         return self.layers - self.dense_layers if self.is_moe else 0
 
     @property
     def attention_layers(self) -> int:
-        """Layers with softmax attention and a KV cache (the rest are GDN layers with a fixed state)."""
-        return self.layers - self.linear_layers
+        """Layers with softmax attention and a KV cache (the rest are GDN or Mamba2 layers, each with a
+        fixed state)."""
+        return self.attention_blocks if self.block_layout else self.layers - self.linear_layers
+
+    def mamba_dims(self, tp: int) -> dict[str, float]:
+        """One GPU's share of a Mamba2 block, as ``components.physics.mamba2`` names its dimensions."""
+        return {
+            "H": self.mamba_heads / tp,
+            "P": float(self.mamba_head_dim),
+            "G": self.mamba_groups / tp,
+            "N": float(self.mamba_state),
+            "K": float(self.mamba_conv_kernel),
+            "C": float(self.mamba_chunk),
+        }
+
+    def _mamba_parameters(self) -> float:
+        """One Mamba2 block's weights: in_proj (z, x, B, C, dt), the conv1d, A / D / dt bias, the gated norm,
+        out_proj."""
+        inner, bc = self.mamba_heads * self.mamba_head_dim, 2 * self.mamba_groups * self.mamba_state
+        in_proj = self.hidden * (2 * inner + bc + self.mamba_heads)
+        return float(
+            in_proj + (inner + bc) * self.mamba_conv_kernel + 3 * self.mamba_heads + inner * (1 + self.hidden)
+        )
 
     def linear_dims(self, tp: int) -> dict[str, float]:
         """One GPU's share of a GDN layer, as ``components.physics.gdn`` names its dimensions."""
@@ -134,17 +194,24 @@ class ModelShape:
                 self.kv_lora_rank + self.qk_rope_head_dim
             ) + self.kv_lora_rank * self.heads * (self.qk_nope_head_dim + self.v_head_dim)
             attn = q + kv + self.heads * self.v_head_dim * self.hidden
-        dense_mlp = 3 * self.hidden * self.intermediate
-        expert = 3 * self.hidden * self.moe_intermediate
-        dense_count = self.layers - self.moe_layers
+            # the lightning indexer: wq_b (from the q latent), wk and its per-head weights
+            attn += self.index_heads * self.index_head_dim * self.q_lora_rank
+            attn += self.hidden * (self.index_head_dim + self.index_heads)
+        projections = 3 if self.gated_mlp else 2
+        dense_mlp = projections * self.hidden * self.intermediate
+        expert = projections * (self.moe_latent or self.hidden) * self.moe_intermediate
+        shared = projections * self.hidden * self.moe_intermediate
+        dense_count = self.mlp_blocks if self.block_layout else self.layers - self.moe_layers
         embed = self.vocab * self.hidden * (1 if self.tied_embeddings else 2)
         return {
             "attention": float(attn * self.attention_layers),
             "linear_attention": self._linear_parameters() * self.linear_layers,
+            "mamba": self._mamba_parameters() * self.mamba_layers,
             "dense_mlp": float(dense_mlp * dense_count),
             "experts": float(expert * self.experts * self.moe_layers),
-            "shared_experts": float(expert * self.shared_experts * self.moe_layers),
-            "router": float(self.hidden * self.experts * self.moe_layers),
+            "shared_experts": float(shared * self.shared_experts * self.moe_layers),
+            # the router, and a latent MoE's projections into and out of the latent
+            "router": float(self.hidden * (self.experts + 2 * self.moe_latent) * self.moe_layers),
             "embeddings": float(embed),
         }
 
@@ -278,23 +345,12 @@ def config_dtype(data: dict[str, Any], path: Path | None = None) -> str:
         return stored or "-"
 
 
-def _int(cfg: dict[str, Any], *names: str, default: int | None = None) -> int:
-    for name in names:
-        value = cfg.get(name)
-        if value is not None:
-            if isinstance(value, bool) or not isinstance(value, (int, float)) or value < 0:
-                raise DeploymentError(f"model config field {name}: {value!r} is not a non-negative integer")
-            return int(value)
-    if default is None:
-        raise DeploymentError(f"model config field {names[0]}: missing (a decoder LLM config has it)")
-    return default
-
-
 # Fields that mark an attention/mixer the composition does not model (the reason names the field).
 UNMODELLED_FIELDS: dict[str, str] = {
-    "hybrid_override_pattern": "hybrid Mamba/attention layers are not modelled",
-    "linear_attn_config": "linear attention layers are not modelled",
-    "index_topk": "sparse (indexer) attention is not modelled",
+    "linear_attn_config": "Kimi Delta Attention (linear attention) layers are not modelled",
+    "compress_ratios": "compressed sparse attention layers (DeepSeek-V4's CSA/HCA) are not modelled",
+    "block_configs": "layers of their own shape each (DeciLM / Llama-Nemotron NAS: attention skipped or "
+    "linear, FFN widths per layer) are not modelled",
 }
 
 
@@ -321,7 +377,19 @@ def _check_decoder(cfg: dict[str, Any]) -> None:
         if cfg.get(name) not in (None, 0, False, ""):
             raise DeploymentError(f"model config field {name}: {reason}")
     layer_types = cfg.get("layer_types") or []
-    odd = sorted({str(t) for t in layer_types} - {"full_attention", "sliding_attention", "linear_attention"})
+    for name, local in (
+        ("global_head_dim", "head_dim"),
+        ("num_global_key_value_heads", "num_key_value_heads"),
+    ):
+        if cfg.get(name) not in (None, cfg.get(local)):
+            raise DeploymentError(
+                f"model config field {name}: global attention layers with another shape than the sliding "
+                f"ones ({name} {cfg.get(name)} vs {local} {cfg.get(local)}, Gemma 4) are not modelled"
+            )
+    known = {"full_attention", "sliding_attention", "linear_attention"}
+    if cfg.get("index_topk"):  # GLM-5.2 names its sparse (indexer) MLA layers
+        known.add("deepseek_sparse_attention")
+    odd = sorted({str(t) for t in layer_types} - known)
     if odd:
         raise DeploymentError(f"model config field layer_types: {', '.join(odd)} layers are not modelled")
 
@@ -333,41 +401,56 @@ def model_shape(
     name, raw = load_config_dict(ref, datasets_dir, allow_paths)
     cfg = _text_part(raw)
     _check_decoder(cfg)
-    layers = _int(cfg, "num_hidden_layers", "n_layer", "num_layers")
-    hidden = _int(cfg, "hidden_size", "n_embd", "d_model")
-    heads = _int(cfg, "num_attention_heads", "n_head")
+    blocks = block_layout(cfg)
+    layers = blocks.pop("layers", None) or int_field(cfg, "num_hidden_layers", "n_layer", "num_layers")
+    hidden = int_field(cfg, "hidden_size", "n_embd", "d_model")
+    heads = int_field(cfg, "num_attention_heads", "n_head")
     if layers == 0 or hidden == 0 or heads == 0:
         raise DeploymentError(
             "model config field num_hidden_layers/hidden_size/num_attention_heads: must be > 0"
         )
-    kv_heads = _int(cfg, "num_key_value_heads", "num_kv_heads", default=heads) or heads
-    head_dim = _int(cfg, "head_dim", default=hidden // heads) or hidden // heads
+    kv_heads = int_field(cfg, "num_key_value_heads", "num_kv_heads", default=heads) or heads
+    head_dim = int_field(cfg, "head_dim", "attention_head_dim", default=hidden // heads) or hidden // heads
     mla = {}
-    if _int(cfg, "kv_lora_rank", default=0):
+    if int_field(cfg, "kv_lora_rank", default=0):
         mla = {
-            "kv_lora_rank": _int(cfg, "kv_lora_rank"),
-            "q_lora_rank": _int(cfg, "q_lora_rank", default=0),
-            "qk_rope_head_dim": _int(cfg, "qk_rope_head_dim"),
-            "qk_nope_head_dim": _int(cfg, "qk_nope_head_dim"),
-            "v_head_dim": _int(cfg, "v_head_dim"),
+            "kv_lora_rank": int_field(cfg, "kv_lora_rank"),
+            "q_lora_rank": int_field(cfg, "q_lora_rank", default=0),
+            "qk_rope_head_dim": int_field(cfg, "qk_rope_head_dim"),
+            "qk_nope_head_dim": int_field(cfg, "qk_nope_head_dim"),
+            "v_head_dim": int_field(cfg, "v_head_dim"),
         }
         head_dim = mla["qk_nope_head_dim"] + mla["qk_rope_head_dim"]
+        mla.update(sparse_attention(cfg))
         kv_heads = heads  # every query head has its own K/V, decompressed from the shared latent
-    vocab = _int(cfg, "vocab_size")
-    experts = _int(cfg, "num_experts", "num_local_experts", "n_routed_experts", default=0)
-    topk = _int(cfg, "num_experts_per_tok", "experts_per_token", "moe_topk", default=0) if experts else 0
-    intermediate = _int(cfg, "intermediate_size", "ffn_dim", "n_inner", default=4 * hidden)
-    moe_inter = _int(cfg, "moe_intermediate_size", default=intermediate) if experts else 0
+    if int_field(cfg, "index_topk", default=0) and not mla:
+        raise DeploymentError(
+            "model config field index_topk: sparse (indexer) attention layers without kv_lora_rank (MLA) "
+            "are not modelled"
+        )
+    vocab = int_field(cfg, "vocab_size")
+    experts = int_field(cfg, "num_experts", "num_local_experts", "n_routed_experts", default=0)
+    topk = int_field(cfg, "num_experts_per_tok", "experts_per_token", "moe_topk", default=0) if experts else 0
+    intermediate = int_field(cfg, "intermediate_size", "ffn_dim", "n_inner", default=4 * hidden)
+    moe_inter = int_field(cfg, "moe_intermediate_size", default=intermediate) if experts else 0
     if experts and topk == 0:
         raise DeploymentError("model config field num_experts_per_tok: missing for an MoE model")
-    shared = _int(cfg, "n_shared_experts", "num_shared_experts", default=0) if experts else 0
-    shared_width = _int(cfg, "shared_expert_intermediate_size", "shared_intermediate_size", default=0)
-    if experts and shared == 0 and shared_width:
+    shared = int_field(cfg, "n_shared_experts", "num_shared_experts", default=0) if experts else 0
+    shared_width = int_field(
+        cfg,
+        "shared_expert_intermediate_size",
+        "shared_intermediate_size",
+        "moe_shared_expert_intermediate_size",
+        default=0,
+    )
+    if experts and shared_width:  # the width, where given, counts (Nemotron-3: one shared expert of 2 I)
         shared = max(1, round(shared_width / max(moe_inter, 1)))
-    dense_layers = min(_int(cfg, "first_k_dense_replace", default=0), layers) if experts else 0
+    dense_layers = min(int_field(cfg, "first_k_dense_replace", default=0), layers) if experts else 0
     window = cfg.get("sliding_window")
     layer_types = cfg.get("layer_types") or []
-    linear = _linear_attention(cfg, layers, layer_types)
+    if blocks and "linear_attention" in layer_types:
+        raise DeploymentError("model config field layer_types: linear_attention layers in a Mamba2 hybrid")
+    linear = linear_attention(cfg, layers, layer_types)
     use_window = bool(window) and cfg.get("use_sliding_window", True) is not False
     sliding_layers = 0
     if use_window:
@@ -395,50 +478,8 @@ def model_shape(
         checkpoint_dtype=str(raw.get("_kernelcast_dtype") or config_dtype(raw)),
         **mla,
         **linear,
+        **blocks,
     )
-
-
-def _linear_attention(cfg: dict[str, Any], layers: int, layer_types: list) -> dict[str, Any]:
-    """The GDN fields of a hybrid config: ``layer_types`` "linear_attention" layers (or, without the list,
-    all but every ``full_attention_interval``-th layer when the config has ``linear_num_value_heads``)."""
-    if layer_types:
-        if len(layer_types) != layers:
-            raise DeploymentError(
-                f"model config field layer_types: {len(layer_types)} entries for num_hidden_layers {layers}"
-            )
-        count = sum(t == "linear_attention" for t in layer_types)
-    elif cfg.get("linear_num_value_heads") is not None and cfg.get("full_attention_interval"):
-        count = layers - layers // _int(cfg, "full_attention_interval")
-    else:
-        count = 0
-    if not count:
-        return {}
-    if count == layers:
-        raise DeploymentError("model config field layer_types: no full_attention layer (not a hybrid model)")
-    state = str(cfg.get("mamba_ssm_dtype") or cfg.get("dtype") or cfg.get("torch_dtype") or "bf16")
-    fields = {
-        "linear_layers": count,
-        "linear_key_heads": _int(cfg, "linear_num_key_heads"),
-        "linear_value_heads": _int(cfg, "linear_num_value_heads"),
-        "linear_key_dim": _int(cfg, "linear_key_head_dim"),
-        "linear_value_dim": _int(cfg, "linear_value_head_dim"),
-        "linear_conv_kernel": _int(cfg, "linear_conv_kernel_dim"),
-        "state_dtype": store_dtype(state, "model config field mamba_ssm_dtype"),
-    }
-    for name in (
-        "linear_num_key_heads",
-        "linear_num_value_heads",
-        "linear_key_head_dim",
-        "linear_value_head_dim",
-    ):
-        if not _int(cfg, name):
-            raise DeploymentError(f"model config field {name}: must be > 0 for linear_attention layers")
-    if fields["linear_value_heads"] % fields["linear_key_heads"]:
-        raise DeploymentError(
-            f"model config field linear_num_value_heads: {fields['linear_value_heads']} is not a multiple "
-            f"of linear_num_key_heads {fields['linear_key_heads']}"
-        )
-    return fields
 
 
 @dataclass(frozen=True)
@@ -488,6 +529,9 @@ class Deployment:
                 f"tp {self.tp}: neither divides nor is a multiple of num_key_value_heads "
                 f"{m.kv_heads} of {m.name}"
             )
+        for name, count in (("mamba_num_heads", m.mamba_heads), ("n_groups", m.mamba_groups)):
+            if m.mamba_layers and count % self.tp:
+                raise DeploymentError(f"tp {self.tp}: does not divide {name} {count} of {m.name}")
         if m.linear_layers and m.linear_key_heads % self.tp:
             raise DeploymentError(
                 f"tp {self.tp}: does not divide linear_num_key_heads {m.linear_key_heads} of {m.name}"

@@ -5,7 +5,8 @@ from __future__ import annotations
 
 import math
 
-from components.deployments.config import STORE_BYTES, Deployment, DeploymentError
+from components.deployments.config import Deployment, DeploymentError
+from components.physics.dtypes import STORE_BYTES
 
 # Usable fraction of each GPU's memory: vLLM's gpu_memory_utilization default (SGLang/TensorRT-LLM reserve
 # about as much for the CUDA context, workspaces and fragmentation).
@@ -31,22 +32,41 @@ def _kv_bytes_per_request(d: Deployment) -> float:
     seq = d.isl + d.osl
     full = m.attention_layers - m.sliding_layers
     tokens = full * seq + m.sliding_layers * min(seq, m.sliding_window or seq)
-    kv = tokens * m.kv_elements_per_token_layer(d.tp) * STORE_BYTES[d.kv_dtype] / d.pp
-    return kv + state_bytes_per_request(d)
+    return tokens * _token_bytes_per_layer(d) / d.pp + state_bytes_per_request(d)
+
+
+def _token_bytes_per_layer(d: Deployment) -> float:
+    """Cache bytes one token keeps in one attention layer on one GPU: its K/V (or MLA latent) at the KV
+    dtype, or with sparse attention the latent row as the sparse kernels store it and the indexer's key
+    (``physics.dsa``)."""
+    m = d.model
+    if m.is_dsa:
+        from components.physics.dsa import index_key_bytes, latent_row_bytes
+
+        row = latent_row_bytes(m.kv_lora_rank, m.qk_rope_head_dim, STORE_BYTES[d.kv_dtype])
+        return float(row + index_key_bytes(m.index_head_dim))
+    return m.kv_elements_per_token_layer(d.tp) * STORE_BYTES[d.kv_dtype]
 
 
 def state_bytes_per_request(d: Deployment) -> float:
-    """The fixed-size state one request keeps on one GPU in its GDN layers, whatever its context: the
-    recurrent state (``mamba_ssm_dtype``) and the conv state (16-bit) of each linear-attention layer."""
+    """The fixed-size state one request keeps on one GPU in its GDN and Mamba2 layers, whatever its
+    context: the recurrent / SSM state (``mamba_ssm_dtype``, ``mamba_ssm_cache_dtype``) and the conv state
+    (16-bit) of each such layer."""
     m = d.model
-    if not m.linear_layers:
-        return 0.0
-    from components.physics.gdn import state_elements
+    total = 0.0
+    if m.linear_layers:
+        from components.physics.gdn import state_elements
 
-    dims = m.linear_dims(d.tp)
-    recurrent, conv = state_elements(dims["HK"], dims["HV"], dims["DK"], dims["DV"], dims["K"])
-    per_layer = recurrent * STORE_BYTES[m.state_dtype] + conv * ACT_BYTES
-    return float(m.linear_layers * per_layer / d.pp)
+        dims = m.linear_dims(d.tp)
+        recurrent, conv = state_elements(dims["HK"], dims["HV"], dims["DK"], dims["DV"], dims["K"])
+        total += m.linear_layers * (recurrent * STORE_BYTES[m.state_dtype] + conv * ACT_BYTES)
+    if m.mamba_layers:
+        from components.physics.mamba2 import state_elements as mamba_state
+
+        dims = m.mamba_dims(d.tp)
+        ssm, conv = mamba_state(dims["H"], dims["P"], dims["G"], dims["N"], dims["K"])
+        total += m.mamba_layers * (ssm * STORE_BYTES[m.state_dtype] + conv * ACT_BYTES)
+    return float(total / d.pp)
 
 
 # How a serving engine sizes its KV cache from its memory fraction f (``engines.base.ServingEngine``):
@@ -130,7 +150,7 @@ def kv_bytes_per_token(d: Deployment) -> float:
     """KV-cache bytes one token of context holds on one GPU (all attention layers of its pipeline stage;
     GDN layers keep a fixed state instead: ``state_bytes_per_request``)."""
     m = d.model
-    return m.attention_layers * m.kv_elements_per_token_layer(d.tp) * STORE_BYTES[d.kv_dtype] / d.pp
+    return m.attention_layers * _token_bytes_per_layer(d) / d.pp
 
 
 def memory_notes(d: Deployment, memory: dict[str, float]) -> list[str]:

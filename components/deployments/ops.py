@@ -32,11 +32,15 @@ EFFICIENCY: dict[str, tuple[float, float]] = {
     # table (out of the launch regime) is ~3.8 for a prefill chunk, ~1.17 for a decode step; the H200's
     # tables check it (benchmarks/gdn_tables_vs_roofline.py, docs/serving.md)
     "gdn": (0.25, 0.85),
+    # DSA attention module (projections, indexer, top-k, FlashMLA sparse: a dozen kernels per layer)
+    "dsa": (0.3, 0.6),
+    # Mamba2's conv1d + SSD scan (Triton kernels, the same family of kernels as GDN's)
+    "mamba2": (0.25, 0.85),
 }
 # Families the op engine holds no tables for: with an op engine, the GPU's measured tables where the
 # datasets have them (``gdn_tables``), else -- and in the roofline composition -- the fixed-efficiency
 # roofline (tier ``roofline``).
-PHYSICS_ONLY_FAMILIES = ("gdn",)
+PHYSICS_ONLY_FAMILIES = ("gdn", "dsa", "mamba2")
 # No launch cost and no all-reduce start-up latency here: both are parameters of the framework-cost fit
 # (per kernel launched, per all-reduce and per all-reduce x GPU; ``compose.overhead_counts``), learned on
 # each fold's training runs only -- never constants chosen by looking at a benchmark.
@@ -84,7 +88,8 @@ def _sol_parts(
         return compute, nbytes / (float(spec.dram_gbps) * 1e9) * 1e6, np.zeros_like(compute)
     from components.physics.roofline import roofline
 
-    roof = roofline(family, dtype, shape, spec, kv_dtype=kv_dtype)
+    op = shape.get("op")  # a family's variant (dsa: proj / attn)
+    roof = roofline(family, dtype, shape, spec, kv_dtype=kv_dtype, op=None if op is None else str(op))
     return roof.compute_us, roof.memory_us, roof.link_us
 
 
@@ -134,21 +139,75 @@ def with_small_ops(engine: Callable[..., Any]) -> OpTimeFn:
 ROOFLINE_SOURCE, ENGINE_SOURCE = "roofline", "engine"  # which op times a framework cost was fitted on
 
 
-def gdn_op_time(
+REFERENCE_GPUS = ("h200", "h100-sxm")  # GPUs with complete tables, newest architecture first
+
+
+def _table_reader(family: str) -> Callable[..., Any]:
+    """A GPU's measured times of a family read from AIConfigurator's tables (None without a table)."""
+    if family == "dsa":
+        from components.deployments.dsa_tables import dsa_measured
+
+        return dsa_measured
+    from components.deployments.gdn_tables import gdn_measured
+
+    return gdn_measured
+
+
+def _reference(
+    read: Callable[..., Any], spec: Any, framework: str | None, shape: Mapping[str, Any], args: tuple
+) -> tuple[np.ndarray, str, str] | None:
+    """(times on the reference GPU, its id, "framework version") of the first ``REFERENCE_GPUS`` table that
+    is not ``spec``'s own, for an NVIDIA GPU without one; None for another vendor (its kernels differ)."""
+    from types import SimpleNamespace
+
+    from components.deployments.config import _datasets_dir
+
+    if str(getattr(spec, "vendor", "nvidia")) != "nvidia":
+        return None
+    for ref in REFERENCE_GPUS:
+        found = (
+            None
+            if ref == str(spec.id)
+            else read(SimpleNamespace(id=ref), framework, shape, _datasets_dir(), *args)
+        )
+        if found is not None:
+            return found[0], ref, found[1]
+    return None
+
+
+# The part of an op its table does not time, answered by its roofline beside the measured part: the
+# Mamba2 tables time the causal conv1d kernels alone, the SSD scan is not measured.
+UNMEASURED_PART = {"mamba2": "scan"}
+
+
+def _unmeasured_us(family: str, dtype: str, shape: Mapping[str, Any], spec: Any, kv_dtype: str | None):
+    part = UNMEASURED_PART.get(family)
+    if part is None:
+        return 0.0
+    from components.physics.roofline import roofline
+
+    roof = roofline(family, dtype, shape, spec, kv_dtype=kv_dtype, op=part)
+    eff_c, eff_m = EFFICIENCY[family]
+    return np.maximum(roof.compute_us / eff_c, roof.memory_us / eff_m)
+
+
+def table_op_time(
     family: str, dtype: str, shape: Mapping[str, Any], spec: Any, kv_dtype: str | None, framework: str | None
 ) -> Timed:
-    """The GDN op from AIConfigurator's measured kernels of this GPU (``gdn_tables``; the serving
-    framework's own where measured); on an NVIDIA GPU without a table, a measured GPU's times scaled by the
+    """A GDN, Mamba2 or DSA op from AIConfigurator's measured kernels of this GPU (``gdn_tables``,
+    ``dsa_tables``; the serving framework's own where measured, a part the table lacks at its roofline:
+    ``UNMEASURED_PART``); on an NVIDIA GPU without a table, a measured GPU's times scaled by the
     speed-of-light ratio (transfer); the fixed-efficiency roofline where neither reaches."""
     from components.deployments.config import _datasets_dir
-    from components.deployments.gdn_tables import gdn_measured, gdn_reference
 
+    read = _table_reader(family)
+    args = (dtype, kv_dtype) if family == "dsa" else (family,)
     roof = roofline_op_time(family, dtype, shape, spec, kv_dtype=kv_dtype)
-    found = gdn_measured(spec, framework, shape, _datasets_dir())
+    found = read(spec, framework, shape, _datasets_dir(), *args)
     if found is not None:
-        times, label = found[0], f"measured:gdn {found[1]}"
+        times, label = found[0], f"measured:{family} {found[1]}"
     else:
-        ref = gdn_reference(spec, framework, shape, _datasets_dir())
+        ref = _reference(read, spec, framework, shape, args)
         if ref is None:
             return Timed(roof, "roofline")
         from components.devices import load_catalog
@@ -157,7 +216,10 @@ def gdn_op_time(
         scale = sol_time(family, dtype, shape, spec, kv_dtype) / sol_time(
             family, dtype, shape, ref_spec, kv_dtype
         )
-        times, label = ref[0] * scale, f"transfer:gdn {ref[1]} {ref[2]}"
+        times, label = ref[0] * scale, f"transfer:{family} {ref[1]} {ref[2]}"
+    if family in UNMEASURED_PART:
+        times = times + _unmeasured_us(family, dtype, shape, spec, kv_dtype)
+        label = f"{label} ({UNMEASURED_PART[family]}: roofline)"  # no "+": it joins tiers
     hit = np.isfinite(times)
     return Timed(np.where(hit, times, roof), np.where(hit, label, "roofline").astype(object))
 
@@ -191,7 +253,7 @@ def engine_op_time(
         if family == "allreduce":
             return Timed(roofline_op_time(family, dtype, shape, spec), "roofline")
         if family in PHYSICS_ONLY_FAMILIES and spec.id not in unseen:
-            return gdn_op_time(family, dtype, shape, spec, kv_dtype, framework)
+            return table_op_time(family, dtype, shape, spec, kv_dtype, framework)
         fn = blind if spec.id in unseen else seen
         out = fn(family, dtype, shape, spec, kv_dtype=kv_dtype)
         if not hasattr(out, "duration_us"):

@@ -11,7 +11,19 @@ from typing import Any
 
 import numpy as np
 
-from components.physics import allreduce, attention, conv, elementwise, gdn, gemm, moe, norm, softmax
+from components.physics import (
+    allreduce,
+    attention,
+    conv,
+    dsa,
+    elementwise,
+    gdn,
+    gemm,
+    mamba2,
+    moe,
+    norm,
+    softmax,
+)
 from components.physics.base import OpFamily, PhysicsError, Work, dims_of
 
 REGISTRY: dict[str, OpFamily] = {
@@ -27,6 +39,8 @@ REGISTRY: dict[str, OpFamily] = {
         norm.RMSNORM_FAMILY,
         conv.FAMILY,
         gdn.FAMILY,
+        dsa.FAMILY,
+        mamba2.FAMILY,
     )
 }
 _BY_NAME: dict[str, OpFamily] = {name: f for f in REGISTRY.values() for name in f.names}

@@ -192,8 +192,7 @@ def test_mla_composition_deepseek_v3(catalog):
     assert any(x.shape.get("B") == 128 // 8 for x in ph.decode if x.family == "gemm")  # absorbed BMMs
     a = answer(d)
     assert 0 < a.tpot_ms < a.ttft_ms * 10 and a.breakdown["decode"]["moe"]["share"] > 0.3
-    with pytest.raises(DeploymentError, match="index_topk"):
-        model_shape("zhipuai/GLM-5")
+    assert model_shape("zhipuai/GLM-5").is_dsa  # sparse (indexer) MLA: composed (test_dsa.py)
 
 
 @needs_data
@@ -254,12 +253,13 @@ def test_silicon_bench_counts_unanswered_runs(catalog):
     runs = read_silicon_runs(DATA)
     llama = runs[runs["model_path"].str.contains("Llama-3.1-8B") & (runs["mode"] == "agg")]
     subset = llama.groupby("device_id").head(15)
-    sparse = runs[runs["model_path"] == "zhipuai/GLM-5"].head(2)
+    # GLM-5's runs relabelled as GLM-5.2, whose shared-indexer layers are not modelled
+    sparse = runs[runs["model_path"] == "zhipuai/GLM-5"].head(2).assign(model_path="zai-org/GLM-5.2")
     bench = run_silicon_bench(DATA, catalog, runs=pd.concat([subset, sparse]))
     total = {r["target"]: r for r in bench.rows if r["family"] == FAMILY and r["scope"] == ""}
     assert total["ttft_ms"]["n"] == 30 and total["ttft_ms"]["n_asked"] == 32
     assert np.isfinite(total["tpot_ms"]["ours"])
-    assert any("2 x model config field index_topk" in n for n in bench.notes)
+    assert any("2 x model config field indexer_types" in n for n in bench.notes)
 
 
 @needs_data
@@ -465,14 +465,14 @@ def test_registered_pyfunc_answers_the_deployment_form():
 @needs_data
 def test_evaluate_scores_the_serving_runs_of_an_upstream_tree(tmp_path, monkeypatch):
     """`kernelcast evaluate --source aiconfigurator --from DIR` scores the tree's silicon runs per device;
-    a run without an answer (sparse indexer attention, a GPU outside the catalog) is listed with its
+    a run without an answer (shared-indexer layers, a GPU outside the catalog) is listed with its
     reason."""
     from components.deployments.config import AIC_CONFIGS
     from components.deployments.data import SILICON_CSV
 
     runs = read_silicon_runs(DATA)
     llama = runs[runs["model_path"] == "meta-llama/Llama-3.1-8B-Instruct"].head(6)
-    sparse = runs[runs["model_path"] == "zhipuai/GLM-5"].head(2)
+    sparse = runs[runs["model_path"] == "zhipuai/GLM-5"].head(2).assign(model_path="zai-org/GLM-5.2")
     alien = llama.head(1).assign(system="zz9_sxm", id="alien-run")
     subset = pd.concat([llama, sparse, alien]).drop(columns=["device_id"])
     csv = tmp_path.joinpath(*SILICON_CSV.parts[1:])
@@ -504,7 +504,7 @@ def test_evaluate_scores_the_serving_runs_of_an_upstream_tree(tmp_path, monkeypa
     )
     assert 0 < entry["ttft_ms_mape"] < 5 and 0 < entry["tpot_ms_mape"] < 5
     reasons = {row["id"]: row["reason"] for row in serving["unanswered"]}
-    assert "sparse (indexer) attention" in " ".join(reasons.values())
+    assert "indexer layers (reusing another layer's top-k) are not modelled" in " ".join(reasons.values())
     assert "alien-run" in reasons and "zz9" in reasons["alien-run"]
     assert "not answered" in result.output and "serving runs: 6/9 answered" in result.output
 

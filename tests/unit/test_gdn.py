@@ -209,14 +209,14 @@ def test_models_list_shows_every_bundled_qwen35_and_qwen36_modelled():
 
 @needs_data
 def test_gdn_tiers_measured_on_its_gpu_transferred_to_another_nvidia_gpu_roofline_elsewhere():
-    from components.deployments.ops import gdn_op_time, sol_time
+    from components.deployments.ops import sol_time, table_op_time
 
     catalog = load_catalog()
     shape = {"B": [1.0, 8.0], "S": 1.0, "HK": 8.0, "HV": 32.0, "DK": 128.0, "DV": 128.0, "K": 4.0}
     tiers = {}
     for gpu in ("h200", "b200", "mi300x"):
         spec = catalog.resolve(gpu)
-        out = gdn_op_time("gdn", "bf16", shape, spec, "fp32", "vllm")
+        out = table_op_time("gdn", "bf16", shape, spec, "fp32", "vllm")
         tiers[gpu] = str(np.asarray(out.tier, dtype=object).ravel()[0])
         assert np.all(out.duration_us > 0)
         # time_ops lifts any row to its floor; the op times themselves are finite

@@ -100,6 +100,19 @@ EXEMPT: dict[tuple[str, str], str] = {
     ("ingest", "gdn"): "AIConfigurator's gdn_perf tables are not ingested yet (docs/serving.md)",
     ("op engine", "gdn"): "no GDN table in the measured store: deployments answer it by its roofline",
     ("programs", "gdn"): "a fused Triton kernel (FLA): no aten op to trace",
+    (
+        "features",
+        "dsa",
+    ): "no measured DSA rows in the feature table: deployments read AIConfigurator's tables",
+    ("questions", "dsa"): "no --op dsa: the DSA attention module is asked through a deployment (--llm)",
+    ("ingest", "dsa"): "AIConfigurator's dsa module tables are read in place by deployments (dsa_tables)",
+    ("op engine", "dsa"): "no DSA table in the measured store: deployments read AIConfigurator's in place",
+    ("programs", "dsa"): "fused FlashMLA / DeepGEMM kernels: no aten op to trace",
+    ("features", "mamba2"): "no measured Mamba2 rows in the feature table: deployments read AIConfigurator's",
+    ("questions", "mamba2"): "no --op mamba2: the Mamba2 block is asked through a deployment (--llm)",
+    ("ingest", "mamba2"): "AIConfigurator's mamba2 conv tables are read in place by deployments (gdn_tables)",
+    ("op engine", "mamba2"): "no Mamba2 table in the measured store: deployments read AIConfigurator's",
+    ("programs", "mamba2"): "fused Triton / CUDA kernels (causal_conv1d, SSD): no aten op to trace",
 }
 
 

@@ -31,6 +31,22 @@ def test_every_family_and_alias_resolves_and_costs_a_small_shape() -> None:
         "rmsnorm": {"B": 4, "H": 100},
         "conv": {"B": 1, "cin": 3, "cout": 8, "ksize": 3, "insize": 32},
         "gdn": {"B": 2, "S": 16, "HK": 2, "HV": 4, "DK": 8, "DV": 8},
+        "dsa": {
+            "B": 1,
+            "S": 8,
+            "KV": 8,
+            "H": 2,
+            "HID": 64,
+            "QL": 16,
+            "KL": 16,
+            "DR": 4,
+            "DN": 8,
+            "DV": 8,
+            "IH": 2,
+            "ID": 8,
+            "TOPK": 4,
+        },
+        "mamba2": {"B": 2, "S": 16, "H": 4, "P": 8, "G": 1, "N": 8},
     }
     assert set(shapes) == set(registry.REGISTRY)
     for name, fam in registry.REGISTRY.items():
