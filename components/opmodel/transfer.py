@@ -108,12 +108,23 @@ class TransferModel:
     # Blackwell) would be better answered apart from the far cases. The engine does not apply it: measured
     # on the training GPUs, it did not win (docs/transfer-tier.md, branch transfer7)
     kin: dict[str, dict[str, Any]] = field(default_factory=dict)
+    # the clock (MHz) the floors are stated at: a kernel's fixed cost is a count of cycles (launch, prologue,
+    # epilogue, the tail wave's sync), so a GPU's floor is ``floors[key] * floor_clock_mhz / its boost clock``
+    # (the fastest kernels of a regime: A100 bf16 decode attention 12.7 us, H100 8.3, L40S 7.0 at 1410,
+    # 1980, 2520 MHz). None: the floors are one time in us on every GPU (a transfer.json written before)
+    floor_clock_mhz: float | None = None
 
     def settings_of(self, family: str) -> TransferSettings:
         return self.settings.get(family, TransferSettings())
 
-    def floor_of(self, key: str) -> float:
-        return float(self.floors.get(key, self.floors.get(key.split("|")[0], DEFAULT_FLOOR_US)))
+    def floor_of(self, key: str, spec: Any = None) -> float:
+        """The regime's latency floor in us on the GPU ``spec`` (at its boost clock when the floors are
+        stated at a clock; ``spec`` None or without a clock: as stated)."""
+        floor = float(self.floors.get(key, self.floors.get(key.split("|")[0], DEFAULT_FLOOR_US)))
+        clock = getattr(spec, "boost_clock_mhz", None)
+        if self.floor_clock_mhz and clock:
+            floor *= self.floor_clock_mhz / float(clock)
+        return floor
 
     def save(self, folder: Path) -> None:
         data = {
@@ -127,6 +138,7 @@ class TransferModel:
             "far": self.far,
             "intervals": self.intervals,
             "kin": self.kin,
+            "floor_clock_mhz": self.floor_clock_mhz,
         }
         (Path(folder) / TRANSFER_FILE).write_text(json.dumps(data, indent=1, sort_keys=True))
 
@@ -147,6 +159,7 @@ class TransferModel:
             dict(data.get("far", {})),
             {k: [float(x) for x in v] for k, v in data.get("intervals", {}).items()},
             dict(data.get("kin", {})),
+            None if data.get("floor_clock_mhz") is None else float(data["floor_clock_mhz"]),
         )
 
 
@@ -402,7 +415,7 @@ class TransferTier:
             from components.opmodel.spec import regime
 
             part = {k: np.broadcast_to(np.asarray(v), (len(duration),))[past] for k, v in shape.items()}
-            floor = self.model.floor_of(regime(family, dtype, spec))
+            floor = self.model.floor_of(regime(family, dtype, spec), spec)
             duration[past] = held_answer(table, part, roof.time_us[past], floor)
         held = np.zeros(len(duration), bool)
         held[past] = self.hold & np.isfinite(duration[past])
@@ -426,8 +439,8 @@ class TransferTier:
         numeric = {k: v for k, v in shape.items() if k in _shape_keys(family)}
         roof_y = physics.roofline(family, dtype, numeric, other, kv)
         t_y, exact, held = self.relative_answer(family, device, dtype, shape, roof_y, kv)
-        floor_x = self.model.floor_of(regime(family, dtype, spec))
-        floor_y = self.model.floor_of(regime(family, dtype, other))
+        floor_x = self.model.floor_of(regime(family, dtype, spec), spec)
+        floor_y = self.model.floor_of(regime(family, dtype, other), other)
         ratio = (roof_x.time_us + floor_x) / (roof_y.time_us + floor_y)
         features = correction_features(roof_x, roof_y, spec, other)
         return Carried(device, distance, t_y * ratio, exact, features, held)

@@ -388,6 +388,23 @@ def achievable_peaks(
     return out
 
 
+def reference_clock(specs: dict[str, Any]) -> float | None:
+    """The median boost clock (MHz) of the GPUs with one: the clock the learned floors are stated at."""
+    clocks = [float(s.boost_clock_mhz) for s in specs.values() if getattr(s, "boost_clock_mhz", None)]
+    return float(np.median(clocks)) if clocks else None
+
+
+def at_clock(rows: pd.DataFrame, specs: dict[str, Any], clock_mhz: float | None) -> pd.DataFrame:
+    """``rows`` with each GPU's latencies restated at ``clock_mhz`` (times its boost clock / that): a
+    kernel's fixed cost is a count of cycles, so floors learned from GPUs of several clocks are one figure
+    (``TransferModel.floor_clock_mhz``). A GPU without a clock is left as measured."""
+    if not clock_mhz or rows.empty:
+        return rows
+    scale = {d: float(s.boost_clock_mhz) / clock_mhz for d, s in specs.items() if s.boost_clock_mhz}
+    factor = rows["device_id"].astype(str).map(scale).fillna(1.0).to_numpy(dtype="float64")
+    return rows.assign(latency_us=rows["latency_us"].to_numpy(dtype="float64") * factor)
+
+
 def fit_transfer(
     measured: Any,
     store: dict[str, pd.DataFrame],
@@ -409,13 +426,15 @@ def fit_transfer(
     specs = {d: measured.specs[d] for d in devices if d in measured.specs}
     model = TransferModel()
     if floors is None:
+        model.floor_clock_mhz = reference_clock(specs)
         floors = {}
         for family in TRANSFER_FAMILIES:
             frame = store.get(family)
             if frame is not None:
                 devices_here = sorted(set(map(str, frame["device_id"].unique())))
                 rows = pd.concat([device_rows(family, frame, d, 3000, "floor", memo) for d in devices_here])
-                floors.update(latency_floors(family, rows[rows["device_id"].isin(specs)], specs))
+                rows = at_clock(rows[rows["device_id"].isin(specs)], specs, model.floor_clock_mhz)
+                floors.update(latency_floors(family, rows, specs))
     model.floors = floors
     curve_tables = None if memo is None else memo.setdefault("curve_tables", {})
     curves = {f: store[f] for f in CURVE_FAMILIES if f in store}
