@@ -68,19 +68,28 @@ def _shape_key(shape: dict[str, Any]) -> tuple:
 @dataclass(frozen=True)
 class TransferSettings:
     """How one family transfers: relatives blended, similarity temperature, the correction's ridge (None =
-    plain sibling physics)."""
+    plain sibling physics), and ``near``: where a relative of the asked GPU's generation answers a row, it
+    answers alone (the ``k`` nearest of them; a far relative's other kernels no longer dilute it), the ``k``
+    nearest of all elsewhere."""
 
     k: int = 1
     tau: float = 1.0
     ridge: float | None = None
+    near: bool = False
 
     @classmethod
     def from_dict(cls, data: dict[str, Any] | None) -> TransferSettings:
         data = data or {}
         ridge = data.get("ridge")
         return cls(
-            int(data.get("k", 1)), float(data.get("tau", 1.0)), None if ridge is None else float(ridge)
+            int(data.get("k", 1)),
+            float(data.get("tau", 1.0)),
+            None if ridge is None else float(ridge),
+            bool(data.get("near", False)),
         )
+
+
+NEAR_PLAIN = TransferSettings(k=1, near=True)  # a relative of the asked GPU's generation alone, plain physics
 
 
 @dataclass
@@ -113,9 +122,22 @@ class TransferModel:
     # (the fastest kernels of a regime: A100 bf16 decode attention 12.7 us, H100 8.3, L40S 7.0 at 1410,
     # 1980, 2520 MHz). None: the floors are one time in us on every GPU (a transfer.json written before)
     floor_clock_mhz: float | None = None
+    # family -> the settings where a relative of the asked GPU's generation answers the regime (H100 for
+    # H200), chosen on the inner answers of that standing only (``transfer_fit.choose_settings``); absent:
+    # that relative alone by plain physics (the issue's sibling rule, no evidence to do otherwise). The far
+    # standing's are ``settings``: one choice for both let a blend that helps far GPUs (k = 3) dilute a near
+    # relative's answer with other generations' kernels
+    near_settings: dict[str, TransferSettings] = field(default_factory=dict)
 
-    def settings_of(self, family: str) -> TransferSettings:
+    def settings_of(self, family: str, near: bool = False) -> TransferSettings:
+        """The family's settings for the asked GPU's standing in the regime (``near``: a relative of its
+        generation answers)."""
+        if near:
+            return self.near_settings.get(family, NEAR_PLAIN)
         return self.settings.get(family, TransferSettings())
+
+    def corrections_of(self, family: str, near: bool = False) -> list[float] | None:
+        return self.corrections.get(f"{family}|near" if near else family)
 
     def floor_of(self, key: str, spec: Any = None) -> float:
         """The regime's latency floor in us on the GPU ``spec`` (at its boost clock when the floors are
@@ -139,6 +161,7 @@ class TransferModel:
             "intervals": self.intervals,
             "kin": self.kin,
             "floor_clock_mhz": self.floor_clock_mhz,
+            "near_settings": {f: asdict(s) for f, s in self.near_settings.items()},
         }
         (Path(folder) / TRANSFER_FILE).write_text(json.dumps(data, indent=1, sort_keys=True))
 
@@ -160,6 +183,7 @@ class TransferModel:
             {k: [float(x) for x in v] for k, v in data.get("intervals", {}).items()},
             dict(data.get("kin", {})),
             None if data.get("floor_clock_mhz") is None else float(data["floor_clock_mhz"]),
+            {f: TransferSettings.from_dict(s) for f, s in data.get("near_settings", {}).items()},
         )
 
 
@@ -295,6 +319,7 @@ class Carried:
     exact: np.ndarray  # the relative measured this very shape
     features: np.ndarray  # correction features per row
     held: np.ndarray | None = None  # past the relative's reach: its efficiency held (``reach``)
+    near: bool = False  # of the asked GPU's generation (``tier_choice.near``)
 
 
 class TransferTier:
@@ -434,6 +459,7 @@ class TransferTier:
     ) -> Carried:
         """Relative ``device``'s answer, times base_X / base_Y (roofline + the regime's latency floor)."""
         from components.opmodel.spec import regime
+        from components.opmodel.tier_choice import near
 
         other = self.measured.specs[device]
         numeric = {k: v for k, v in shape.items() if k in _shape_keys(family)}
@@ -443,7 +469,7 @@ class TransferTier:
         floor_y = self.model.floor_of(regime(family, dtype, other), other)
         ratio = (roof_x.time_us + floor_x) / (roof_y.time_us + floor_y)
         features = correction_features(roof_x, roof_y, spec, other)
-        return Carried(device, distance, t_y * ratio, exact, features, held)
+        return Carried(device, distance, t_y * ratio, exact, features, held, near(spec, other))
 
     def resolve(
         self,
@@ -462,10 +488,11 @@ class TransferTier:
         found = self.relatives(family, dtype, kv, spec)
         if not found:
             return None
-        settings = self.model.settings_of(family)
         carried = [self.carried(family, dtype, shape, spec, roof, kv, d, dist) for d, dist in found]
+        own = any(c.near for c in carried)
+        settings = self.model.settings_of(family, own)
         duration, used = blend(
-            carried, settings, self.model.corrections.get(family), self.model.relative_error
+            carried, settings, self.model.corrections_of(family, own), self.model.relative_error
         )
         return duration, support_text(carried, used, settings)
 
@@ -487,6 +514,9 @@ def blend(
             value = value + c.features @ np.asarray(coefficients)
         logs[i] = value
     answered = np.isfinite(logs)
+    if settings.near:  # rows a relative of the asked GPU's generation answers: those relatives alone
+        own = answered & np.array([c.near for c in carried], dtype=bool)[:, None]
+        answered = np.where(own.any(axis=0), own, answered)
     rank = np.cumsum(answered, axis=0)
     used = answered & (rank <= settings.k)
     weights = np.array(
