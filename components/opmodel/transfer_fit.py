@@ -267,8 +267,10 @@ def choose_settings(
     """Inner leave-one-GPU-out over ``train``, per standing: the settings with the lowest mean per-GPU MAPE
     over the inner answers whose GPU has no relative of its generation (far), and apart over those that have
     one (near: H200 from H100 with A100 beside it). Plain physics of the nearest relative first in the grid,
-    so it wins ties. Near settings are None where no inner answer is of that standing (the model's default,
-    the near relative alone by plain physics, stands)."""
+    so it wins ties. Near settings are plain physics (no correction: a near pair's peaks, SMs and L2 agree,
+    H100 and H200 but for DRAM, so a correction chosen there extrapolates where they do not, MI300X from
+    MI308X's 80 CUs: MI300X fp8_block 28.6 -> 36.6%), None where no inner answer is of that standing (the
+    model's default, the near relative alone, stands)."""
     grid = [
         TransferSettings(k, tau, ridge, own)
         for own, ridge, k, tau in itertools.product(GRID_NEAR, GRID_RIDGE, GRID_K, GRID_TAU)
@@ -296,20 +298,22 @@ def choose_settings(
                 return answer(g, a, s, c, e) if has_near(g, a) == near else None
 
             for standing in per_gpu:
+                if standing == "near" and settings.ridge is not None:
+                    continue  # near pairs share the spec ratios the correction reads: none to learn there
                 mape = gpu_mape(groups, held, family, predict, standing == "near")
                 if mape is not None:
                     per_gpu[standing].append(mape)
         for standing, values in per_gpu.items():
-            # every GPU plain physics scores (the grid's first: a correction needs no fit) must be scored: a
-            # setting without a correction for some GPU is not compared on fewer. (The count was of the GPUs
-            # with a group of any family, so a family some GPU lacks -- attention, which no AMD GPU measured --
-            # had no setting scored and always took the default.)
+            # every GPU plain physics scores (the grid's first: it needs no fit) must be scored: a setting
+            # without a correction for some GPU is not compared on fewer. (The count was of the GPUs with a
+            # group of any family, so a family some GPU lacks -- attention, which no AMD GPU measured -- had
+            # no setting scored and always took the default.)
             expected.setdefault(standing, len(values))
             if not values or len(values) < expected[standing]:
                 continue
             score = float(np.mean(values))
-            near = ",near" if settings.near else ""
-            scores[standing][f"k={settings.k},tau={settings.tau},ridge={settings.ridge}{near}"] = round(score, 4)
+            name = f"k={settings.k},tau={settings.tau},ridge={settings.ridge}" + (",near" * settings.near)
+            scores[standing][name] = round(score, 4)
             if score < best[standing][1] - 1e-9:
                 best[standing] = (settings, score)
     return best["far"][0] or TransferSettings(), best["near"][0], scores

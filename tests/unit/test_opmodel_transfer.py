@@ -421,3 +421,23 @@ def test_settings_are_chosen_for_a_family_some_training_gpu_lacks() -> None:
         settings, near, scores = choose_settings(groups, list(GPUS[:3]), family)
         assert scores["far"] and min(scores["far"].values()) < 1e-9 and settings.k == 1
         assert near is None and not scores["near"]  # no inner answer had a relative of its generation
+
+
+def test_a_gpu_with_a_relative_of_its_generation_takes_the_near_settings(catalog, tmp_path) -> None:
+    """The far settings (here a blend of two) answer L40S; H200, with H100 measured, is answered by H100
+    alone (no near settings learned: plain physics of the near relative), and the settings round-trip."""
+    from components.opmodel.engine import OpEngine
+    from components.opmodel.transfer import NEAR_PLAIN, TransferModel, TransferSettings
+
+    gemm = synthetic_gemm(catalog, gpus=("h100-sxm", "a100-sxm4-80gb"))
+    model = TransferModel(settings={"gemm": TransferSettings(2, 2.0, None)}, floors={"gemm": FLOOR_US})
+    engine = OpEngine.from_frames({"gemm": gemm}, None, model, monotone=False)
+    shape = {"M": np.array([64.0]), "N": np.array([4096.0]), "K": np.array([4096.0])}
+    far = engine.predict("gemm", "bf16", shape, catalog.get("l40s")).support[0]
+    near = engine.predict("gemm", "bf16", shape, catalog.get("h200")).support[0]
+    assert "h100-sxm" in far and "a100-sxm4-80gb" in far
+    assert near == "carried over from h100-sxm (measured) by roofline ratio"
+    assert model.settings_of("gemm", near=True) == NEAR_PLAIN
+    model.near_settings = {"gemm": TransferSettings(1, 0.5, 0.3, True)}
+    model.save(tmp_path)
+    assert TransferModel.load(tmp_path).near_settings == model.near_settings
