@@ -171,6 +171,7 @@ def unseen_gpu(
             results.extend(scored)
             chosen[held] = {
                 **{f: vars(s) for f, s in transfer_model.settings.items()},
+                "near": {f: vars(s) for f, s in transfer_model.near_settings.items()},
                 "far": transfer_model.far,
                 "inconsistent": transfer_model.inconsistent,
             }

@@ -54,6 +54,7 @@ def sibling_model() -> Any:
 
     plain = TransferSettings(k=1, tau=1.0, ridge=None)
     model = TransferModel(settings={f: plain for f in BENCH_FAMILIES})
+    model.near_settings = dict(model.settings)  # the most similar GPU, whatever its standing
     model.floors = {f: SIBLING_FLOOR_US for f in BENCH_FAMILIES}
     return model
 

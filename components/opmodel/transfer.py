@@ -68,19 +68,28 @@ def _shape_key(shape: dict[str, Any]) -> tuple:
 @dataclass(frozen=True)
 class TransferSettings:
     """How one family transfers: relatives blended, similarity temperature, the correction's ridge (None =
-    plain sibling physics)."""
+    plain sibling physics), and ``near``: where a relative of the asked GPU's generation answers a row, it
+    answers alone (the ``k`` nearest of them; a far relative's other kernels no longer dilute it), the ``k``
+    nearest of all elsewhere."""
 
     k: int = 1
     tau: float = 1.0
     ridge: float | None = None
+    near: bool = False
 
     @classmethod
     def from_dict(cls, data: dict[str, Any] | None) -> TransferSettings:
         data = data or {}
         ridge = data.get("ridge")
         return cls(
-            int(data.get("k", 1)), float(data.get("tau", 1.0)), None if ridge is None else float(ridge)
+            int(data.get("k", 1)),
+            float(data.get("tau", 1.0)),
+            None if ridge is None else float(ridge),
+            bool(data.get("near", False)),
         )
+
+
+NEAR_PLAIN = TransferSettings(k=1, near=True)  # a relative of the asked GPU's generation alone, plain physics
 
 
 @dataclass
@@ -108,12 +117,36 @@ class TransferModel:
     # Blackwell) would be better answered apart from the far cases. The engine does not apply it: measured
     # on the training GPUs, it did not win (docs/transfer-tier.md, branch transfer7)
     kin: dict[str, dict[str, Any]] = field(default_factory=dict)
+    # the clock (MHz) the floors are stated at: a kernel's fixed cost is a count of cycles (launch, prologue,
+    # epilogue, the tail wave's sync), so a GPU's floor is ``floors[key] * floor_clock_mhz / its boost clock``
+    # (the fastest kernels of a regime: A100 bf16 decode attention 12.7 us, H100 8.3, L40S 7.0 at 1410,
+    # 1980, 2520 MHz). None: the floors are one time in us on every GPU (a transfer.json written before)
+    floor_clock_mhz: float | None = None
+    # family -> the settings where a relative of the asked GPU's generation answers the regime (H100 for
+    # H200), chosen on the inner answers of that standing only (``transfer_fit.choose_settings``); absent:
+    # that relative alone by plain physics (the issue's sibling rule, no evidence to do otherwise). The far
+    # standing's are ``settings``: one choice for both let a blend that helps far GPUs (k = 3) dilute a near
+    # relative's answer with other generations' kernels
+    near_settings: dict[str, TransferSettings] = field(default_factory=dict)
 
-    def settings_of(self, family: str) -> TransferSettings:
+    def settings_of(self, family: str, near: bool = False) -> TransferSettings:
+        """The family's settings for the asked GPU's standing in the regime (``near``: a relative of its
+        generation answers)."""
+        if near:
+            return self.near_settings.get(family, NEAR_PLAIN)
         return self.settings.get(family, TransferSettings())
 
-    def floor_of(self, key: str) -> float:
-        return float(self.floors.get(key, self.floors.get(key.split("|")[0], DEFAULT_FLOOR_US)))
+    def corrections_of(self, family: str, near: bool = False) -> list[float] | None:
+        return self.corrections.get(f"{family}|near" if near else family)
+
+    def floor_of(self, key: str, spec: Any = None) -> float:
+        """The regime's latency floor in us on the GPU ``spec`` (at its boost clock when the floors are
+        stated at a clock; ``spec`` None or without a clock: as stated)."""
+        floor = float(self.floors.get(key, self.floors.get(key.split("|")[0], DEFAULT_FLOOR_US)))
+        clock = getattr(spec, "boost_clock_mhz", None)
+        if self.floor_clock_mhz and clock:
+            floor *= self.floor_clock_mhz / float(clock)
+        return floor
 
     def save(self, folder: Path) -> None:
         data = {
@@ -127,6 +160,8 @@ class TransferModel:
             "far": self.far,
             "intervals": self.intervals,
             "kin": self.kin,
+            "floor_clock_mhz": self.floor_clock_mhz,
+            "near_settings": {f: asdict(s) for f, s in self.near_settings.items()},
         }
         (Path(folder) / TRANSFER_FILE).write_text(json.dumps(data, indent=1, sort_keys=True))
 
@@ -147,6 +182,8 @@ class TransferModel:
             dict(data.get("far", {})),
             {k: [float(x) for x in v] for k, v in data.get("intervals", {}).items()},
             dict(data.get("kin", {})),
+            None if data.get("floor_clock_mhz") is None else float(data["floor_clock_mhz"]),
+            {f: TransferSettings.from_dict(s) for f, s in data.get("near_settings", {}).items()},
         )
 
 
@@ -282,6 +319,7 @@ class Carried:
     exact: np.ndarray  # the relative measured this very shape
     features: np.ndarray  # correction features per row
     held: np.ndarray | None = None  # past the relative's reach: its efficiency held (``reach``)
+    near: bool = False  # of the asked GPU's generation (``tier_choice.near``)
 
 
 class TransferTier:
@@ -402,7 +440,7 @@ class TransferTier:
             from components.opmodel.spec import regime
 
             part = {k: np.broadcast_to(np.asarray(v), (len(duration),))[past] for k, v in shape.items()}
-            floor = self.model.floor_of(regime(family, dtype, spec))
+            floor = self.model.floor_of(regime(family, dtype, spec), spec)
             duration[past] = held_answer(table, part, roof.time_us[past], floor)
         held = np.zeros(len(duration), bool)
         held[past] = self.hold & np.isfinite(duration[past])
@@ -421,16 +459,17 @@ class TransferTier:
     ) -> Carried:
         """Relative ``device``'s answer, times base_X / base_Y (roofline + the regime's latency floor)."""
         from components.opmodel.spec import regime
+        from components.opmodel.tier_choice import near
 
         other = self.measured.specs[device]
         numeric = {k: v for k, v in shape.items() if k in _shape_keys(family)}
         roof_y = physics.roofline(family, dtype, numeric, other, kv)
         t_y, exact, held = self.relative_answer(family, device, dtype, shape, roof_y, kv)
-        floor_x = self.model.floor_of(regime(family, dtype, spec))
-        floor_y = self.model.floor_of(regime(family, dtype, other))
+        floor_x = self.model.floor_of(regime(family, dtype, spec), spec)
+        floor_y = self.model.floor_of(regime(family, dtype, other), other)
         ratio = (roof_x.time_us + floor_x) / (roof_y.time_us + floor_y)
         features = correction_features(roof_x, roof_y, spec, other)
-        return Carried(device, distance, t_y * ratio, exact, features, held)
+        return Carried(device, distance, t_y * ratio, exact, features, held, near(spec, other))
 
     def resolve(
         self,
@@ -449,10 +488,11 @@ class TransferTier:
         found = self.relatives(family, dtype, kv, spec)
         if not found:
             return None
-        settings = self.model.settings_of(family)
         carried = [self.carried(family, dtype, shape, spec, roof, kv, d, dist) for d, dist in found]
+        own = any(c.near for c in carried)
+        settings = self.model.settings_of(family, own)
         duration, used = blend(
-            carried, settings, self.model.corrections.get(family), self.model.relative_error
+            carried, settings, self.model.corrections_of(family, own), self.model.relative_error
         )
         return duration, support_text(carried, used, settings)
 
@@ -474,6 +514,9 @@ def blend(
             value = value + c.features @ np.asarray(coefficients)
         logs[i] = value
     answered = np.isfinite(logs)
+    if settings.near:  # rows a relative of the asked GPU's generation answers: those relatives alone
+        own = answered & np.array([c.near for c in carried], dtype=bool)[:, None]
+        answered = np.where(own.any(axis=0), own, answered)
     rank = np.cumsum(answered, axis=0)
     used = answered & (rank <= settings.k)
     weights = np.array(

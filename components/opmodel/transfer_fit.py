@@ -39,6 +39,7 @@ PAIR_ROWS = 300  # rows per (target GPU, family, dtype[, kv]) in the pairs: the 
 GRID_K: tuple[int, ...] = (1, 2, 3)
 GRID_TAU: tuple[float, ...] = (0.5, 2.0)
 GRID_RIDGE: tuple[float | None, ...] = (None, 0.03, 0.3, 3.0)  # per-row ridge strength; None = plain physics
+GRID_NEAR: tuple[bool, ...] = (False, True)  # a relative of the asked GPU's generation answers alone
 INCONSISTENT_LOG = 0.3  # a regime erring this much (log) beyond the pair's best regime: another kernel
 INTERVAL_QUANTILES = (0.05, 0.95)  # the engine's other tiers' interval (``engine.DEFAULT_INTERVALS``)
 INTERVAL_MIN_ROWS = 50  # fewer inner residuals: the engine's default interval stays
@@ -238,29 +239,50 @@ def answer(
     return blend(carried, settings, coefficients, errors)[0]
 
 
-def gpu_mape(groups: list[PairGroup], target: str, family: str, predict: Any) -> float | None:
+def has_near(group: PairGroup, allowed: set[str]) -> bool:
+    """The group's GPU has a relative of its generation among ``allowed`` (its standing: near)."""
+    return any(c.near and c.device in allowed and c.device != group.target for c in group.carried)
+
+
+def gpu_mape(
+    groups: list[PairGroup], target: str, family: str, predict: Any, near: bool | None = None
+) -> float | None:
+    """MAPE of ``predict`` over ``target``'s groups of ``family`` (``near``: only those of that standing,
+    ``predict``'s allowed relatives deciding it)."""
     apes = []
     for g in groups:
         if g.target == target and g.family == family:
-            got = predict(g)
+            got = predict(g, near)
+            if got is None:
+                continue
             ok = np.isfinite(got)
             apes.append(np.abs(got[ok] - g.actual[ok]) / g.actual[ok])
     total = np.concatenate(apes) if apes else np.zeros(0)
     return float(total.mean()) if len(total) else None
 
 
-def choose_settings(groups: list[PairGroup], train: list[str], family: str) -> tuple[TransferSettings, dict]:
-    """Inner leave-one-GPU-out over ``train``: the settings with the lowest mean per-GPU MAPE (plain physics
-    of the nearest relative first in the grid, so it wins ties)."""
+def choose_settings(
+    groups: list[PairGroup], train: list[str], family: str
+) -> tuple[TransferSettings, TransferSettings | None, dict]:
+    """Inner leave-one-GPU-out over ``train``, per standing: the settings with the lowest mean per-GPU MAPE
+    over the inner answers whose GPU has no relative of its generation (far), and apart over those that have
+    one (near: H200 from H100 with A100 beside it). Plain physics of the nearest relative first in the grid,
+    so it wins ties. Near settings are plain physics (no correction: a near pair's peaks, SMs and L2 agree,
+    H100 and H200 but for DRAM, so a correction chosen there extrapolates where they do not, MI300X from
+    MI308X's 80 CUs: MI300X fp8_block 28.6 -> 36.6%), None where no inner answer is of that standing (the
+    model's default, the near relative alone, stands)."""
     grid = [
-        TransferSettings(k, tau, ridge) for ridge, k, tau in itertools.product(GRID_RIDGE, GRID_K, GRID_TAU)
+        TransferSettings(k, tau, ridge, own)
+        for own, ridge, k, tau in itertools.product(GRID_NEAR, GRID_RIDGE, GRID_K, GRID_TAU)
     ]
     fits: dict[tuple[str, float], list[float] | None] = {}
     errors = {g: relative_errors(groups, set(train) - {g}) for g in train}
-    scores: dict[str, float] = {}
-    best, best_score = TransferSettings(), np.inf
+    scores: dict[str, dict[str, float]] = {"far": {}, "near": {}}
+    best: dict[str, tuple[TransferSettings | None, float]] = {"far": (TransferSettings(), np.inf)}
+    best["near"] = (None, np.inf)
+    expected: dict[str, int] = {}
     for settings in grid:
-        per_gpu = []
+        per_gpu: dict[str, list[float]] = {"far": [], "near": []}
         for held in train:
             allowed = set(train) - {held}
             coefficients = None
@@ -272,19 +294,29 @@ def choose_settings(groups: list[PairGroup], train: list[str], family: str) -> t
                 if coefficients is None:
                     continue
 
-            def predict(g, a=allowed, s=settings, c=coefficients, e=errors[held]):
-                return answer(g, a, s, c, e)
+            def predict(g, near, a=allowed, s=settings, c=coefficients, e=errors[held]):
+                return answer(g, a, s, c, e) if has_near(g, a) == near else None
 
-            mape = gpu_mape(groups, held, family, predict)
-            if mape is not None:
-                per_gpu.append(mape)
-        if not per_gpu or len(per_gpu) < sum(1 for h in train if any(g.target == h for g in groups)):
-            continue
-        score = float(np.mean(per_gpu))
-        scores[f"k={settings.k},tau={settings.tau},ridge={settings.ridge}"] = round(score, 4)
-        if score < best_score - 1e-9:
-            best, best_score = settings, score
-    return best, scores
+            for standing in per_gpu:
+                if standing == "near" and settings.ridge is not None:
+                    continue  # near pairs share the spec ratios the correction reads: none to learn there
+                mape = gpu_mape(groups, held, family, predict, standing == "near")
+                if mape is not None:
+                    per_gpu[standing].append(mape)
+        for standing, values in per_gpu.items():
+            # every GPU plain physics scores (the grid's first: it needs no fit) must be scored: a setting
+            # without a correction for some GPU is not compared on fewer. (The count was of the GPUs with a
+            # group of any family, so a family some GPU lacks -- attention, which no AMD GPU measured -- had
+            # no setting scored and always took the default.)
+            expected.setdefault(standing, len(values))
+            if not values or len(values) < expected[standing]:
+                continue
+            score = float(np.mean(values))
+            name = f"k={settings.k},tau={settings.tau},ridge={settings.ridge}" + (",near" * settings.near)
+            scores[standing][name] = round(score, 4)
+            if score < best[standing][1] - 1e-9:
+                best[standing] = (settings, score)
+    return best["far"][0] or TransferSettings(), best["near"][0], scores
 
 
 def inner_predictor(groups: list[PairGroup], train: list[str], model: TransferModel) -> Any:
@@ -297,8 +329,9 @@ def inner_predictor(groups: list[PairGroup], train: list[str], model: TransferMo
     def predict_without(group: PairGroup, *held: str, only: set[str] | None = None) -> np.ndarray:
         """``only``: the relatives that may answer (the fits stay those without ``held``)."""
         allowed = set(train) - set(held)
-        settings = model.settings_of(group.family)
-        key = (group.family, frozenset(held))
+        near = has_near(group, allowed)
+        settings = model.settings_of(group.family, near)
+        key = (group.family, frozenset(held), near)
         if key not in fits:
             family = [g for g in groups if g.family == group.family]
             coefficients = None if settings.ridge is None else fit_ridge(family, allowed, settings.ridge)
@@ -388,6 +421,23 @@ def achievable_peaks(
     return out
 
 
+def reference_clock(specs: dict[str, Any]) -> float | None:
+    """The median boost clock (MHz) of the GPUs with one: the clock the learned floors are stated at."""
+    clocks = [float(s.boost_clock_mhz) for s in specs.values() if getattr(s, "boost_clock_mhz", None)]
+    return float(np.median(clocks)) if clocks else None
+
+
+def at_clock(rows: pd.DataFrame, specs: dict[str, Any], clock_mhz: float | None) -> pd.DataFrame:
+    """``rows`` with each GPU's latencies restated at ``clock_mhz`` (times its boost clock / that): a
+    kernel's fixed cost is a count of cycles, so floors learned from GPUs of several clocks are one figure
+    (``TransferModel.floor_clock_mhz``). A GPU without a clock is left as measured."""
+    if not clock_mhz or rows.empty:
+        return rows
+    scale = {d: float(s.boost_clock_mhz) / clock_mhz for d, s in specs.items() if s.boost_clock_mhz}
+    factor = rows["device_id"].astype(str).map(scale).fillna(1.0).to_numpy(dtype="float64")
+    return rows.assign(latency_us=rows["latency_us"].to_numpy(dtype="float64") * factor)
+
+
 def fit_transfer(
     measured: Any,
     store: dict[str, pd.DataFrame],
@@ -409,13 +459,15 @@ def fit_transfer(
     specs = {d: measured.specs[d] for d in devices if d in measured.specs}
     model = TransferModel()
     if floors is None:
+        model.floor_clock_mhz = reference_clock(specs)
         floors = {}
         for family in TRANSFER_FAMILIES:
             frame = store.get(family)
             if frame is not None:
                 devices_here = sorted(set(map(str, frame["device_id"].unique())))
                 rows = pd.concat([device_rows(family, frame, d, 3000, "floor", memo) for d in devices_here])
-                floors.update(latency_floors(family, rows[rows["device_id"].isin(specs)], specs))
+                rows = at_clock(rows[rows["device_id"].isin(specs)], specs, model.floor_clock_mhz)
+                floors.update(latency_floors(family, rows, specs))
     model.floors = floors
     curve_tables = None if memo is None else memo.setdefault("curve_tables", {})
     curves = {f: store[f] for f in CURVE_FAMILIES if f in store}
@@ -430,14 +482,18 @@ def fit_transfer(
     model.relative_error = relative_errors(groups, set(train))
     scores = {}
     for family in TRANSFER_FAMILIES:
-        settings, scores[family] = choose_settings(groups, train, family)
-        model.settings[family] = settings
-        if settings.ridge is not None:
-            coefficients = fit_ridge([g for g in groups if g.family == family], set(train), settings.ridge)
-            if coefficients is not None:
-                model.corrections[family] = coefficients
-            else:
-                model.settings[family] = TransferSettings(settings.k, settings.tau, None)
+        settings, near_settings, scores[family] = choose_settings(groups, train, family)
+        chosen = {family: settings, **({f"{family}|near": near_settings} if near_settings else {})}
+        for key, value in chosen.items():
+            if value.ridge is not None:
+                coefficients = fit_ridge([g for g in groups if g.family == family], set(train), value.ridge)
+                if coefficients is not None:
+                    model.corrections[key] = coefficients
+                else:
+                    chosen[key] = TransferSettings(value.k, value.tau, None, value.near)
+        model.settings[family] = chosen[family]
+        if near_settings:
+            model.near_settings[family] = chosen[f"{family}|near"]
     model.intervals = inner_intervals(groups, inner_predictor(groups, train, model))
     if spec_without is not None:
         model.far, model.kin = far_choice(groups, train, specs, model, spec_without, kin)

@@ -17,6 +17,7 @@ GPUS = ("a100-sxm4-80gb", "h100-sxm", "h200", "l40s")
 FLOOR_US = 5.0
 SIZES = 2.0 ** np.arange(0, 13)
 SITES = (1024.0, 2048.0, 4096.0, 8192.0)
+H100_CLOCK_MHZ = 1980.0
 
 
 @pytest.fixture(scope="module")
@@ -26,10 +27,10 @@ def catalog():
     return load_catalog()
 
 
-def synthetic_gemm(catalog, gamma: float = 0.0, gpus=GPUS) -> pd.DataFrame:
+def synthetic_gemm(catalog, gamma: float = 0.0, gpus=GPUS, cycles: bool = False) -> pd.DataFrame:
     """bf16 GEMM rows per GPU: ``(roofline + FLOOR_US) / 0.8``, times the bound pipe's peak (bf16 tensor or
     DRAM) over H100's to the power ``gamma`` (a spec-dependent efficiency shift the plain roofline ratio
-    cannot carry)."""
+    cannot carry); ``cycles``: the floor is FLOOR_US at H100's clock, a count of cycles on every GPU."""
     from components.physics import roofline as physics
 
     m, n, k = np.meshgrid(SIZES, SITES, SITES, indexing="ij")
@@ -41,7 +42,8 @@ def synthetic_gemm(catalog, gamma: float = 0.0, gpus=GPUS) -> pd.DataFrame:
         compute = roof.compute_us >= roof.memory_us
         bound = np.where(compute, np.log(roof.peak_flops / 989e12), np.log(roof.peak_bps / 3.35e12))
         shift = np.exp(gamma * bound)
-        latency = (roof.time_us + FLOOR_US) / 0.8 * shift
+        floor = FLOOR_US * (H100_CLOCK_MHZ / spec.boost_clock_mhz if cycles else 1.0)
+        latency = (roof.time_us + floor) / 0.8 * shift
         frames.append(
             pd.DataFrame(
                 {
@@ -83,6 +85,33 @@ def test_a_relative_carried_over_by_the_roofline_ratio_reproduces_the_gpu(catalo
     assert (bare.tier == "spec").all()
 
 
+def test_a_floor_of_cycles_carries_over_at_each_gpus_clock(catalog, tmp_path) -> None:
+    """A kernel's fixed cost is cycles: stated at H100's clock, A100 (1410 MHz) pays it 1.4x longer and the
+    carried answer is exact; a floor of one time in us on both GPUs (before) is not. Learned floors are
+    stated at the training GPUs' median clock and round-trip with it."""
+    from components.opmodel.engine import OpEngine
+    from components.opmodel.measured import MeasuredTier
+    from components.opmodel.transfer import TransferModel
+    from components.opmodel.transfer_fit import fit_transfer
+
+    gemm = synthetic_gemm(catalog, cycles=True)
+    a100 = gemm[gemm["device_id"] == "a100-sxm4-80gb"]
+    shape = {k: a100[k].to_numpy() for k in ("M", "N", "K")}
+    relative = {"gemm": gemm[gemm["device_id"] == "h100-sxm"]}
+    answers = {}
+    for clock in (H100_CLOCK_MHZ, None):
+        engine = OpEngine.from_frames(relative, None, _model(floor_clock_mhz=clock), monotone=False)
+        answers[clock] = engine.predict("gemm", "bf16", shape, catalog.get("a100-sxm4-80gb")).duration_us
+    truth = a100["latency_us"].to_numpy()
+    np.testing.assert_allclose(answers[H100_CLOCK_MHZ], truth, rtol=1e-9)
+    assert np.abs(answers[None] / truth - 1).max() > 0.1  # the tiny GEMMs: the floor is most of the time
+    specs = {d: catalog.get(d) for d in GPUS}
+    learned = fit_transfer(MeasuredTier({"gemm": gemm}, specs), {"gemm": gemm}, list(GPUS), per_group=120)
+    assert learned.floor_clock_mhz == float(np.median([specs[d].boost_clock_mhz for d in GPUS]))
+    learned.save(tmp_path)
+    assert TransferModel.load(tmp_path).floor_clock_mhz == learned.floor_clock_mhz
+
+
 def test_the_correction_is_kept_only_where_it_beats_plain_physics_leave_one_gpu_out(catalog) -> None:
     from components.opmodel.measured import MeasuredTier
     from components.opmodel.transfer_fit import fit_transfer
@@ -92,13 +121,14 @@ def test_the_correction_is_kept_only_where_it_beats_plain_physics_leave_one_gpu_
     floors = {"gemm": FLOOR_US}  # the synthetic physics' own floor: plain carry-over is then exact
     plain = fit_transfer(MeasuredTier(plain_store, specs), plain_store, list(GPUS), 120, floors)
     assert plain.settings["gemm"].ridge is None and "gemm" not in plain.corrections
-    assert plain.meta["devices"] == sorted(GPUS) and max(plain.meta["inner_scores"]["gemm"].values()) < 1e-9
+    assert plain.meta["devices"] == sorted(GPUS)
+    assert max(plain.meta["inner_scores"]["gemm"]["far"].values()) < 1e-9
     learned = fit_transfer(MeasuredTier(plain_store, specs), plain_store, list(GPUS), per_group=120)
     assert learned.floors["gemm|tensor|bf16"] > 0
     shifted_store = {"gemm": synthetic_gemm(catalog, gamma=0.5)}
     shifted = fit_transfer(MeasuredTier(shifted_store, specs), shifted_store, list(GPUS), 120, floors)
     assert shifted.settings["gemm"].ridge is not None and len(shifted.corrections["gemm"]) > 0
-    scores = shifted.meta["inner_scores"]["gemm"]
+    scores = shifted.meta["inner_scores"]["gemm"]["far"]
     best_plain = min(v for k, v in scores.items() if k.endswith("ridge=None"))
     assert min(scores.values()) < best_plain
     # leave one GPU out: the model of three GPUs names only them, and answers the fourth from them
@@ -351,3 +381,63 @@ def test_moe_answers_with_a_routing_distribution_are_non_decreasing_in_tokens(ca
     assert (
         got.duration_us[balanced & (ask["T"] == 1024.0)] < got.duration_us[~balanced & (ask["T"] == 1024.0)]
     )
+
+
+def _carried(device: str, distance: float, duration: np.ndarray, near: bool):
+    from components.opmodel.transfer import Carried
+
+    n = len(duration)
+    return Carried(device, distance, duration, np.zeros(n, bool), np.zeros((n, 5)), None, near)
+
+
+def test_near_relatives_answer_alone_where_they_answer_and_the_k_nearest_elsewhere() -> None:
+    from components.opmodel.transfer import TransferSettings, blend
+
+    truth = np.array([10.0, 20.0, 30.0])
+    own = _carried("h100-sxm", 0.8, np.array([10.0, 20.0, np.nan]), near=True)
+    other = _carried("a100-sxm4-80gb", 2.6, truth * 2.0, near=False)
+    mixed, _ = blend([own, other], TransferSettings(k=2, tau=2.0), None, {})
+    alone, used = blend([own, other], TransferSettings(k=2, tau=2.0, near=True), None, {})
+    assert (mixed[:2] > truth[:2] * 1.1).all()  # the far relative's other kernels dilute the blend
+    np.testing.assert_allclose(alone, [10.0, 20.0, 60.0])  # the last row: only the far one answers
+    assert used.tolist() == [[True, True, False], [False, False, True]]
+
+
+def test_settings_are_chosen_for_a_family_some_training_gpu_lacks() -> None:
+    """Attention measured on two of three GPUs (no AMD GPU measured it): its settings are still chosen by the
+    inner leave-one-GPU-out (the count of GPUs to score was that of every family's, so none was)."""
+    from components.opmodel.transfer_fit import PairGroup, choose_settings
+
+    truth = np.array([10.0, 20.0, 40.0])
+    groups = []
+    for family, targets in (("gemm", GPUS[:3]), ("attention", GPUS[1:3])):
+        for target in targets:
+            carried = [
+                _carried(d, 0.5 + i, truth * (1.0 + 0.5 * i), near=False)
+                for i, d in enumerate(x for x in targets if x != target)
+            ]
+            groups.append(PairGroup(target, family, truth, carried, "bf16"))
+    for family in ("gemm", "attention"):
+        settings, near, scores = choose_settings(groups, list(GPUS[:3]), family)
+        assert scores["far"] and min(scores["far"].values()) < 1e-9 and settings.k == 1
+        assert near is None and not scores["near"]  # no inner answer had a relative of its generation
+
+
+def test_a_gpu_with_a_relative_of_its_generation_takes_the_near_settings(catalog, tmp_path) -> None:
+    """The far settings (here a blend of two) answer L40S; H200, with H100 measured, is answered by H100
+    alone (no near settings learned: plain physics of the near relative), and the settings round-trip."""
+    from components.opmodel.engine import OpEngine
+    from components.opmodel.transfer import NEAR_PLAIN, TransferModel, TransferSettings
+
+    gemm = synthetic_gemm(catalog, gpus=("h100-sxm", "a100-sxm4-80gb"))
+    model = TransferModel(settings={"gemm": TransferSettings(2, 2.0, None)}, floors={"gemm": FLOOR_US})
+    engine = OpEngine.from_frames({"gemm": gemm}, None, model, monotone=False)
+    shape = {"M": np.array([64.0]), "N": np.array([4096.0]), "K": np.array([4096.0])}
+    far = engine.predict("gemm", "bf16", shape, catalog.get("l40s")).support[0]
+    near = engine.predict("gemm", "bf16", shape, catalog.get("h200")).support[0]
+    assert "h100-sxm" in far and "a100-sxm4-80gb" in far
+    assert near == "carried over from h100-sxm (measured) by roofline ratio"
+    assert model.settings_of("gemm", near=True) == NEAR_PLAIN
+    model.near_settings = {"gemm": TransferSettings(1, 0.5, 0.3, True)}
+    model.save(tmp_path)
+    assert TransferModel.load(tmp_path).near_settings == model.near_settings
