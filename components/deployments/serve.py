@@ -133,6 +133,18 @@ def physics_floors(d: Deployment, step: StepModel, decode_batch: float) -> dict[
     return {"tpot": touched / dram * 1e6}
 
 
+def decode_floor_row(
+    d: Deployment, engine: ServingEngine, step: StepModel, decode_batch: float
+) -> np.ndarray:
+    """The decode step an answer's TPOT never goes below, as a row over ``StepCost.vector`` (its time is
+    ``row @ cost``): the kernels of the mean decode batch at its mean context (padded to the engine's CUDA
+    graph), the step's base, per-sequence and all-reduce costs."""
+    batch = max(decode_batch, 1.0)
+    n = round(batch)
+    kernels = step.decode_us(n, d.isl + d.osl / 2.0, engine.graph_batch(n))
+    return np.array([kernels, 0.0, 1.0, batch, 0.0, float(step.allreduces), 0.0, 0.0])
+
+
 def one_prefill_us(d: Deployment, engine: ServingEngine, step: StepModel) -> float:
     """Kernel time of one request's prefill alone, in chunks of the engine's budget."""
     left, done, total = d.isl, 0, 0.0
@@ -148,6 +160,7 @@ __all__ = [
     "BATCH",
     "CLOSED",
     "Served",
+    "decode_floor_row",
     "kv_capacity",
     "one_prefill_us",
     "physics_floors",
