@@ -27,7 +27,13 @@ from components.deployments.engines.aic_benchmark import PARTS, as_benchmarked
 from components.deployments.engines.base import StepCost
 from components.deployments.engines.registry import engine_for, engine_name
 from components.deployments.ops import OpTimeFn
-from components.deployments.serve import Served, simulate_deployment
+from components.deployments.serve import (
+    Served,
+    decode_floor_row,
+    one_prefill_us,
+    physics_floors,
+    simulate_deployment,
+)
 from components.deployments.stepmodel import build_step_models
 
 # Candidate memory fractions below the engine's documented default: none. A fraction fitted below it on one
@@ -63,13 +69,30 @@ def candidates() -> list[tuple[float, str]]:
 @dataclass
 class Simulated:
     """Per run: id, engine, GPU, measured TTFT/TPOT (us), and per candidate (memory-fraction offset,
-    settings) the TTFT and TPOT feature rows (n x 8 each); runs without an answer with their reason."""
+    settings) the TTFT and TPOT feature rows (n x 8 each); runs without an answer with their reason.
+    ``floors`` per candidate: the physics every answer keeps (as ``answer._answer_one``): (decode-step rows
+    n x 8, TPOT floor us, TTFT floor us); none given, none applied."""
 
     runs: pd.DataFrame
     ttft_x: dict[tuple[float, str], np.ndarray] = field(default_factory=dict)
     ttft_extra: dict[tuple[float, str], np.ndarray] = field(default_factory=dict)
     tpot_x: dict[tuple[float, str], np.ndarray] = field(default_factory=dict)
     refused: list[dict[str, Any]] = field(default_factory=list)
+    floors: dict[tuple[float, str], tuple[np.ndarray, np.ndarray, np.ndarray]] = field(default_factory=dict)
+
+    def predict(
+        self, key: tuple[float, str], mask: np.ndarray, coef: np.ndarray
+    ) -> tuple[np.ndarray, np.ndarray]:
+        """(TTFT, TPOT) us of the runs in ``mask`` under candidate ``key`` and step cost ``coef``, never
+        below the physics floors: TPOT >= the decode step and reading the weights and KV cache at DRAM
+        bandwidth, TTFT >= one request's prefill alone."""
+        ttft = self.ttft_x[key][mask] @ coef + self.ttft_extra[key][mask]
+        tpot = self.tpot_x[key][mask] @ coef
+        if key in self.floors:
+            step_x, tpot_floor, ttft_floor = self.floors[key]
+            tpot = np.maximum.reduce([tpot, step_x[mask] @ coef, tpot_floor[mask]])
+            ttft = np.maximum(ttft, ttft_floor[mask])
+        return ttft, tpot
 
 
 def _pairs(
@@ -111,15 +134,17 @@ def simulate_runs(
     ttft_x: dict[tuple[float, str], list] = {k: [] for k in keys}
     tpot_x: dict[tuple[float, str], list] = {k: [] for k in keys}
     extra: dict[tuple[float, str], list] = {k: [] for k in keys}
+    floors: dict[tuple[float, str], list] = {k: [] for k in keys}
     for i, row in enumerate(kept):
         pre, dec = pairs[i]
         name = engine_name(row["backend"])
         base = engine_for(name, pre.gpu, fitted=False).with_cost(SIM_COST)
         rows: dict[tuple[float, str], tuple[np.ndarray, float, np.ndarray]] = {}
+        bounds: dict[tuple[float, str], tuple[np.ndarray, float, float]] = {}
         try:
             for off, setting in keys:
                 if setting != DEFAULTS and row["mode"] != "agg":
-                    rows[off, setting] = rows[off, DEFAULTS]
+                    rows[off, setting], bounds[off, setting] = rows[off, DEFAULTS], bounds[off, DEFAULTS]
                     continue
                 eng = base.with_settings(memory_fraction=base.memory_fraction + off)
                 if row["mode"] == "agg":
@@ -130,6 +155,13 @@ def simulate_runs(
                     pre, eng, steps[2 * i], decode_worker=worker, per_client=BENCH_PER_CLIENT
                 )
                 rows[off, setting] = served.features()
+                dd, dstep = worker or (pre, steps[2 * i])
+                batch = served.decode.decode_batch
+                bounds[off, setting] = (
+                    decode_floor_row(dd, eng, dstep, batch),
+                    physics_floors(dd, dstep, batch)["tpot"],
+                    one_prefill_us(pre, eng, steps[2 * i]),
+                )
         except (DeploymentError, ValueError) as exc:
             refused.append({"id": row["id"], "backend": row["backend"], "reason": _reason(exc)})
             continue
@@ -137,6 +169,7 @@ def simulate_runs(
             ttft_x[key].append(a)
             extra[key].append(e)
             tpot_x[key].append(b)
+            floors[key].append(bounds[key])
         out_rows.append(
             {
                 "id": row["id"],
@@ -155,6 +188,14 @@ def simulate_runs(
         {k: np.asarray(v, dtype="float64") for k, v in extra.items()},
         {k: np.asarray(v).reshape(-1, N_COST) for k, v in tpot_x.items()},
         refused,
+        {
+            k: (
+                np.asarray([f[0] for f in v]).reshape(-1, N_COST),
+                np.asarray([f[1] for f in v], dtype="float64"),
+                np.asarray([f[2] for f in v], dtype="float64"),
+            )
+            for k, v in floors.items()
+        },
     )
 
 
@@ -198,8 +239,7 @@ def leave_one_gpu_out(sim: Simulated) -> tuple[pd.DataFrame, dict[str, Any]]:
             if not test.any() or not train.any():
                 continue
             off, coef, err = fit_engine(sim, train)
-            frame.loc[test, "ttft_pred_us"] = sim.ttft_x[off][test] @ coef + sim.ttft_extra[off][test]
-            frame.loc[test, "tpot_pred_us"] = sim.tpot_x[off][test] @ coef
+            frame.loc[test, "ttft_pred_us"], frame.loc[test, "tpot_pred_us"] = sim.predict(off, test, coef)
             fits[f"{name} ({device} held out)"] = {
                 "fraction_offset": off[0],
                 "settings": off[1],
@@ -279,61 +319,49 @@ def write_constants(path: Path, engines: Mapping[str, Any], framework: Mapping[s
     atomic_write_text(Path(path), json.dumps(body, indent=1, sort_keys=True) + "\n")
 
 
-FAMILY_SIM = "deployment:engine-sim"  # the simulated engines, constants fitted leave-one-GPU-out
 PUBLISHED_AIC_TTFT = "AIConfigurator's own estimator errs 30-50% on TTFT on such runs (issue 35)"
 
 
-def silicon_rows(
+def silicon_predictions(
     runs: pd.DataFrame,
     catalog: Any,
     datasets_dir: Path,
     op_time: OpTimeFn | None,
     log: Callable[[str], None] = lambda _: None,
-) -> tuple[list[dict[str, Any]], list[str]]:
-    """Bench rows (``bench._row``) of the simulated engines on the silicon runs: TTFT and TPOT MAPE
-    overall, per engine, per GPU and per engine x GPU; and a note with the share answered and why not."""
-    from components.deployments.bench_common import SPLIT_SILICON, _row
+) -> tuple[pd.DataFrame, list[str]]:
+    """The simulated engines' held-out answers to the silicon runs (each GPU's from constants fitted on the
+    other GPU's runs, physics floors kept): the answered runs with ``engine``, ``ttft_pred_ms`` and
+    ``tpot_pred_ms``; and notes (the share answered and why not, the candidates each fold chose)."""
+    from components.deployments.bench_common import SPLIT_SILICON
     from components.deployments.bench_silicon import silicon_deployments
     from components.deployments.disagg_workers import derived_note, with_derived_workers
 
     runs = with_derived_workers(runs, catalog, datasets_dir, op_time)
     sim = simulate_runs(runs, catalog, datasets_dir, op_time, silicon_deployments, log)
     frame, fits = leave_one_gpu_out(sim)
-    asked = runs.assign(engine=runs["backend"].map(engine_name))
-    rows = []
-    for s in scores(frame):
-        if s["scope"] == "all":
-            scope, n_asked = "", len(asked)
-        elif s["scope"] == "engine":
-            scope, n_asked = f"engine={s['key']}", int((asked["engine"] == s["key"]).sum())
-        elif s["scope"] == "gpu":
-            scope, n_asked = f"device={s['key']}", int((asked["device_id"] == s["key"]).sum())
-        else:
-            name, device = s["key"].split("/")
-            scope = f"engine={name},device={device}"
-            n_asked = int(((asked["engine"] == name) & (asked["device_id"] == device)).sum())
-        for target in ("ttft", "tpot"):
-            rows.append(
-                _row(SPLIT_SILICON, FAMILY_SIM, f"{target}_ms", scope, s[f"{target}_mape"], s["n"], n_asked)
-            )
+    held = frame.dropna(subset=["ttft_pred_us", "tpot_pred_us"]).set_index("id")  # engines on both GPUs
+    answered = runs[runs["id"].isin(held.index)].copy()
+    answered["engine"] = answered["backend"].map(engine_name)
+    for target in ("ttft", "tpot"):
+        answered[f"{target}_pred_ms"] = held.loc[answered["id"], f"{target}_pred_us"].to_numpy() / 1e3
     reasons = pd.Series([r["reason"] for r in sim.refused]).value_counts()
     note = (
-        f"{SPLIT_SILICON} {FAMILY_SIM}: {len(frame)} of {len(runs)} runs answered by simulating their engine "
-        "(constants per engine fitted on the other GPU's runs; "
+        f"{SPLIT_SILICON}: {len(held)} of {len(runs)} runs answered by simulating their engine as "
+        "`predict --llm` does (constants per engine fitted on the other GPU's runs; "
         + "; ".join(
             f"{k}: offset {v['fraction_offset']:+g}, {v['settings']} settings" for k, v in fits.items()
         )
         + f"); {PUBLISHED_AIC_TTFT}; not answered: "
         + "; ".join(f"{n} x {r}" for r, n in reasons.items())
     )
-    stated = derived_note(runs[runs["id"].isin(frame["id"])])
+    stated = derived_note(answered)
     for s in scores(frame):
         if s["scope"] in ("all", "engine x gpu"):
             log(
-                f"{SPLIT_SILICON} {FAMILY_SIM} {s['key'] or 'all':24s} TTFT {s['ttft_mape']:.1%} "
+                f"{SPLIT_SILICON} simulated {s['key'] or 'all':24s} TTFT {s['ttft_mape']:.1%} "
                 f"TPOT {s['tpot_mape']:.1%} n={s['n']}"
             )
-    return rows, [note] + ([f"{SPLIT_SILICON} {FAMILY_SIM}: {stated}"] if stated else [])
+    return answered.reset_index(drop=True), [note] + ([f"{SPLIT_SILICON}: {stated}"] if stated else [])
 
 
 def main() -> None:  # python -m components.deployments.bench_engines: the simulated engines' scores alone
