@@ -319,6 +319,7 @@ def write_constants(path: Path, engines: Mapping[str, Any], framework: Mapping[s
     atomic_write_text(Path(path), json.dumps(body, indent=1, sort_keys=True) + "\n")
 
 
+FAMILY_SIM = "deployment:engine-sim"  # the simulated engines, constants fitted leave-one-GPU-out
 PUBLISHED_AIC_TTFT = "AIConfigurator's own estimator errs 30-50% on TTFT on such runs (issue 35)"
 
 
@@ -346,8 +347,8 @@ def silicon_predictions(
         answered[f"{target}_pred_ms"] = held.loc[answered["id"], f"{target}_pred_us"].to_numpy() / 1e3
     reasons = pd.Series([r["reason"] for r in sim.refused]).value_counts()
     note = (
-        f"{SPLIT_SILICON}: {len(held)} of {len(runs)} runs answered by simulating their engine as "
-        "`predict --llm` does (constants per engine fitted on the other GPU's runs; "
+        f"{SPLIT_SILICON} {FAMILY_SIM}: {len(held)} of {len(runs)} runs answered by simulating their "
+        "engine as `predict --llm` does (constants per engine fitted on the other GPU's runs; "
         + "; ".join(
             f"{k}: offset {v['fraction_offset']:+g}, {v['settings']} settings" for k, v in fits.items()
         )
@@ -358,10 +359,12 @@ def silicon_predictions(
     for s in scores(frame):
         if s["scope"] in ("all", "engine x gpu"):
             log(
-                f"{SPLIT_SILICON} simulated {s['key'] or 'all':24s} TTFT {s['ttft_mape']:.1%} "
+                f"{SPLIT_SILICON} {FAMILY_SIM} {s['key'] or 'all':24s} TTFT {s['ttft_mape']:.1%} "
                 f"TPOT {s['tpot_mape']:.1%} n={s['n']}"
             )
-    return answered.reset_index(drop=True), [note] + ([f"{SPLIT_SILICON}: {stated}"] if stated else [])
+    return answered.reset_index(drop=True), [note] + (
+        [f"{SPLIT_SILICON} {FAMILY_SIM}: {stated}"] if stated else []
+    )
 
 
 def main() -> None:  # python -m components.deployments.bench_engines: the simulated engines' scores alone

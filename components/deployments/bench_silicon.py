@@ -309,6 +309,8 @@ def run_silicon_bench(datasets_dir: Path, catalog: Any, **inputs: Any) -> Servin
     bench = ServingBench(predictions=pred, variants=preds)
 
     def n_asked(col: str, key: Any, g: pd.DataFrame) -> int:
+        if col == "backend_device":
+            return int((asked["backend"].astype(str) + "/" + asked["device_id"].astype(str) == key).sum())
         return len(asked) if not col else int((asked[col] == key).sum())
 
     for scope_col in SI_SCOPES:
@@ -328,12 +330,17 @@ def run_silicon_bench(datasets_dir: Path, catalog: Any, **inputs: Any) -> Servin
                         )
                     )
     bench.rows += _variant_rows(SPLIT_SILICON, preds, SI_TARGETS, ("", "device_id", "mode"), n_asked)
-    if given.variants:  # the simulated engines (bench_engines) on the same op times, not in the gate
-        from components.deployments.bench_engines import silicon_rows
+    if given.variants:  # the simulated engines (what `predict --llm` answers) on the same op times
+        from components.deployments.bench_engines import FAMILY_SIM, silicon_predictions
 
         fn = op_time if op_time is not None else sources.get(ENGINE_SOURCE, sources[ROOFLINE_SOURCE])
-        sim_rows, sim_notes = silicon_rows(runs, catalog, datasets_dir, fn, log)
-        bench.rows += sim_rows
+        simulated, sim_notes = silicon_predictions(runs, catalog, datasets_dir, fn, log)
+        frame = simulated.assign(
+            precision=simulated["precision"].fillna("bf16"),
+            backend_device=simulated["backend"].astype(str) + "/" + simulated["device_id"].astype(str),
+        )
+        scopes = ("", "device_id", "backend", "backend_device", "mode", "model_path")
+        bench.rows += _variant_rows(SPLIT_SILICON, {FAMILY_SIM: frame}, SI_TARGETS, scopes, n_asked)
         bench.notes += sim_notes
     reasons = refused["reason"].value_counts() if not refused.empty else pd.Series(dtype=int)
     if derived_note(pred):
