@@ -260,6 +260,17 @@ def test_silicon_bench_counts_unanswered_runs(catalog):
     assert total["ttft_ms"]["n"] == 30 and total["ttft_ms"]["n_asked"] == 32
     assert np.isfinite(total["tpot_ms"]["ours"])
     assert any("2 x model config field index_topk" in n for n in bench.notes)
+    # the gate's family is what `predict --llm` answers (the simulated engines), the composition beside it
+    assert any(
+        n.startswith("llm-serving-silicon deployment: 30 of 32 runs answered by simulating")
+        for n in bench.notes
+    )
+    steady = {
+        r["target"]: r
+        for r in bench.rows
+        if r["family"] == "deployment:steady-composition" and not r["scope"]
+    }
+    assert steady["tpot_ms"]["ours"] != total["tpot_ms"]["ours"]
 
 
 @needs_data
