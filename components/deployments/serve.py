@@ -13,11 +13,12 @@ from dataclasses import dataclass
 import numpy as np
 
 from components.deployments.compose import kv_bytes_per_token, memory_check
-from components.deployments.config import STORE_BYTES, Deployment, DeploymentError
+from components.deployments.config import Deployment, DeploymentError
 from components.deployments.engines.base import ServingEngine
 from components.deployments.memory import EMBED_BYTES, state_bytes_per_request
 from components.deployments.simulate import BATCH, CLOSED, RequestStats, Workload, simulate
 from components.deployments.stepmodel import StepModel
+from components.physics.dtypes import STORE_BYTES
 
 
 @dataclass
