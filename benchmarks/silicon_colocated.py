@@ -51,6 +51,10 @@ def _setup() -> tuple[Path, object, object, pd.DataFrame]:
     fn = sources.get(ENGINE_SOURCE, sources[ROOFLINE_SOURCE])
     print("op source:", ENGINE_SOURCE if ENGINE_SOURCE in sources else ROOFLINE_SOURCE)
     runs = read_silicon_runs(ds)
+    if os.environ.get("SC_ALL"):  # every run, the disaggregated ones too (their workers derived where needed)
+        from components.deployments.disagg_workers import with_derived_workers
+
+        return ds, catalog, fn, with_derived_workers(runs, catalog, ds, fn).reset_index(drop=True)
     return ds, catalog, fn, runs[runs["mode"] == "agg"].reset_index(drop=True)
 
 
@@ -131,12 +135,48 @@ def summary() -> None:
             test = ((frame["engine"] == name) & (frame["device_id"] != device)).to_numpy()
             off, coef, err = fit_engine(sim, train)
             y1, y2 = frame["ttft_us"].to_numpy()[test], frame["tpot_us"].to_numpy()[test]
-            p1 = sim.ttft_x[off][test] @ coef + sim.ttft_extra[off][test]
-            p2 = sim.tpot_x[off][test] @ coef
+            p1, p2 = sim.predict(off, test, coef)
             print(
                 f"{name:7s} train {device:9s} ({off[1]:14s}) n={train.sum():4d} "
                 f"TTFT {err['ttft']:.1%} TPOT {err['tpot']:.1%}"
                 f" | other GPU n={test.sum():4d} TTFT {mape(y1, p1):.1%} TPOT {mape(y2, p2):.1%}"
+            )
+
+
+def mass() -> None:
+    """Where the error mass is on the TRAINING side: every engine x GPU fitted on its own runs, the runs'
+    absolute relative errors summed per engine, GPU, model and concurrency (share of all runs' mass)."""
+    sim = pickle.loads(_cache().read_bytes())
+    frame = _bucket(sim.runs)
+    parts = []
+    for name in sorted(frame["engine"].unique()):
+        for device in sorted(frame["device_id"].unique()):
+            train = ((frame["engine"] == name) & (frame["device_id"] == device)).to_numpy()
+            if train.any():
+                off, coef, _ = fit_engine(sim, train)
+                g = frame[train].copy()
+                g["ttft_pred_us"], g["tpot_pred_us"] = sim.predict(off, train, coef)
+                parts.append(g)
+    g = pd.concat(parts)
+    g["ttft_err"] = np.abs(g["ttft_pred_us"] / g["ttft_us"] - 1)
+    g["tpot_err"] = np.abs(g["tpot_pred_us"] / g["tpot_us"] - 1)
+    print(f"train side, n={len(g)}: TTFT {g['ttft_err'].mean():.1%} TPOT {g['tpot_err'].mean():.1%}")
+    pd.set_option("display.width", 200)
+    pd.set_option("display.max_rows", 60)
+    for by in (
+        ["engine", "device_id"],
+        ["engine", "device_id", "model"],
+        ["engine", "device_id", "model", "c_bin"],
+    ):
+        t = g.groupby(by).agg(n=("id", "size"), ttft=("ttft_err", "sum"), tpot=("tpot_err", "sum"))
+        t["ttft_share"], t["tpot_share"] = t["ttft"] / g["ttft_err"].sum(), t["tpot"] / g["tpot_err"].sum()
+        t["ttft_mape"], t["tpot_mape"] = t["ttft"] / t["n"], t["tpot"] / t["n"]
+        for col in ("ttft", "tpot"):
+            print(
+                t.sort_values(col, ascending=False)
+                .head(15)[["n", "ttft_share", "tpot_share", "ttft_mape", "tpot_mape"]]
+                .round(3)
+                .to_string()
             )
 
 
@@ -153,13 +193,11 @@ def report() -> None:
                 continue
             off, coef, err = fit_engine(sim, train)
             g = frame[train].copy()
-            g["ttft_pred_us"] = sim.ttft_x[off][train] @ coef + sim.ttft_extra[off][train]
-            g["tpot_pred_us"] = sim.tpot_x[off][train] @ coef
+            g["ttft_pred_us"], g["tpot_pred_us"] = sim.predict(off, train, coef)
             held = ""
             if test.any():
                 y1, y2 = frame["ttft_us"].to_numpy()[test], frame["tpot_us"].to_numpy()[test]
-                p1 = sim.ttft_x[off][test] @ coef + sim.ttft_extra[off][test]
-                p2 = sim.tpot_x[off][test] @ coef
+                p1, p2 = sim.predict(off, test, coef)
                 held = f"; held-out other GPU TTFT {mape(y1, p1):.1%} TPOT {mape(y2, p2):.1%}"
             print(
                 f"\n=== {name} trained on {device} ({off[1]} settings): n={len(g)} "
@@ -229,6 +267,9 @@ def timeline(ids: list[str]) -> None:
 
 if __name__ == "__main__":
     cmd = sys.argv[1] if len(sys.argv) > 1 else "report"
-    {"simulate": lambda: simulate_all(), "report": lambda: report(), "summary": lambda: summary()}.get(
-        cmd, lambda: timeline(sys.argv[2:])
-    )()
+    {
+        "simulate": lambda: simulate_all(),
+        "report": lambda: report(),
+        "summary": lambda: summary(),
+        "mass": lambda: mass(),
+    }.get(cmd, lambda: timeline(sys.argv[2:]))()

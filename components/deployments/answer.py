@@ -16,6 +16,8 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+
 from components.deployments.compose import (
     BATCH,
     Answer,
@@ -31,6 +33,7 @@ from components.deployments.engines.registry import DEFAULT_ENGINE, engine_for
 from components.deployments.ops import OpTimeFn, link_gbps, production_op_time
 from components.deployments.serve import (
     Served,
+    decode_floor_row,
     kv_capacity,
     one_prefill_us,
     physics_floors,
@@ -52,9 +55,7 @@ def _answer_one(
     cost = engine.cost
     ttft_us, tpot_us = served.times_us(engine)
     batch = max(served.decode.decode_batch, 1.0)
-    n = round(batch)
-    decode_us = step.decode_us(n, d.isl + d.osl / 2.0, engine.graph_batch(n)) * cost.decode_scale
-    decode_us += cost.base_us + cost.per_seq_us * batch + cost.allreduce_us * step.allreduces
+    decode_us = float(decode_floor_row(d, engine, step, batch) @ np.asarray(cost.vector()))
     prefill_alone = one_prefill_us(d, engine, step)
     floors = physics_floors(d, step, batch)
     tpot_us = max(tpot_us, decode_us, floors["tpot"])

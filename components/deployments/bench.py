@@ -6,8 +6,9 @@ Splits:
   per TP, beside PipeWeave's, NeuSight's, Habitat's and the roofline's published rows and beside our own
   roofline composition (sum of speed-of-light op times, no framework cost).
 - ``llm-serving-silicon``: AIConfigurator's steady-serving runs on H100 and H200, each held out of a
-  fit on the other; TTFT and TPOT MAPE per model, precision and mode; every run answered or its reason
-  counted.
+  fit on the other; TTFT and TPOT MAPE per model, precision, mode and engine of what ``predict --llm``
+  answers (each run's serving engine simulated, ``bench_engines``), the steady composition beside it;
+  every run answered or its reason counted.
 """
 
 from __future__ import annotations
@@ -168,7 +169,8 @@ GATE_METRICS = {
 
 def gate_entry(split: str, datasets_dir: Path, catalog: Any, engine: Any = None) -> dict[str, Any]:
     """One gate-report entry (status ok + metrics) for a serving split: the bench as above, without the
-    per-source variants (the composition the product answers with only). Metrics: ``<target>_mape``,
+    per-source variants (PipeWeave: the composition; silicon: the simulated engines, as ``predict --llm``
+    answers, and the steady composition beside it). Metrics: ``<target>_mape``,
     ``worst_gpu_<target>_mape`` and ``coverage``."""
     import time
 

@@ -27,7 +27,13 @@ from components.deployments.engines.aic_benchmark import PARTS, as_benchmarked
 from components.deployments.engines.base import StepCost
 from components.deployments.engines.registry import engine_for, engine_name
 from components.deployments.ops import OpTimeFn
-from components.deployments.serve import Served, simulate_deployment
+from components.deployments.serve import (
+    Served,
+    decode_floor_row,
+    one_prefill_us,
+    physics_floors,
+    simulate_deployment,
+)
 from components.deployments.stepmodel import build_step_models
 
 # Candidate memory fractions below the engine's documented default: none. A fraction fitted below it on one
@@ -63,13 +69,30 @@ def candidates() -> list[tuple[float, str]]:
 @dataclass
 class Simulated:
     """Per run: id, engine, GPU, measured TTFT/TPOT (us), and per candidate (memory-fraction offset,
-    settings) the TTFT and TPOT feature rows (n x 8 each); runs without an answer with their reason."""
+    settings) the TTFT and TPOT feature rows (n x 8 each); runs without an answer with their reason.
+    ``floors`` per candidate: the physics every answer keeps (as ``answer._answer_one``): (decode-step rows
+    n x 8, TPOT floor us, TTFT floor us); none given, none applied."""
 
     runs: pd.DataFrame
     ttft_x: dict[tuple[float, str], np.ndarray] = field(default_factory=dict)
     ttft_extra: dict[tuple[float, str], np.ndarray] = field(default_factory=dict)
     tpot_x: dict[tuple[float, str], np.ndarray] = field(default_factory=dict)
     refused: list[dict[str, Any]] = field(default_factory=list)
+    floors: dict[tuple[float, str], tuple[np.ndarray, np.ndarray, np.ndarray]] = field(default_factory=dict)
+
+    def predict(
+        self, key: tuple[float, str], mask: np.ndarray, coef: np.ndarray
+    ) -> tuple[np.ndarray, np.ndarray]:
+        """(TTFT, TPOT) us of the runs in ``mask`` under candidate ``key`` and step cost ``coef``, never
+        below the physics floors: TPOT >= the decode step and reading the weights and KV cache at DRAM
+        bandwidth, TTFT >= one request's prefill alone."""
+        ttft = self.ttft_x[key][mask] @ coef + self.ttft_extra[key][mask]
+        tpot = self.tpot_x[key][mask] @ coef
+        if key in self.floors:
+            step_x, tpot_floor, ttft_floor = self.floors[key]
+            tpot = np.maximum.reduce([tpot, step_x[mask] @ coef, tpot_floor[mask]])
+            ttft = np.maximum(ttft, ttft_floor[mask])
+        return ttft, tpot
 
 
 def _pairs(
@@ -111,15 +134,17 @@ def simulate_runs(
     ttft_x: dict[tuple[float, str], list] = {k: [] for k in keys}
     tpot_x: dict[tuple[float, str], list] = {k: [] for k in keys}
     extra: dict[tuple[float, str], list] = {k: [] for k in keys}
+    floors: dict[tuple[float, str], list] = {k: [] for k in keys}
     for i, row in enumerate(kept):
         pre, dec = pairs[i]
         name = engine_name(row["backend"])
         base = engine_for(name, pre.gpu, fitted=False).with_cost(SIM_COST)
         rows: dict[tuple[float, str], tuple[np.ndarray, float, np.ndarray]] = {}
+        bounds: dict[tuple[float, str], tuple[np.ndarray, float, float]] = {}
         try:
             for off, setting in keys:
                 if setting != DEFAULTS and row["mode"] != "agg":
-                    rows[off, setting] = rows[off, DEFAULTS]
+                    rows[off, setting], bounds[off, setting] = rows[off, DEFAULTS], bounds[off, DEFAULTS]
                     continue
                 eng = base.with_settings(memory_fraction=base.memory_fraction + off)
                 if row["mode"] == "agg":
@@ -130,6 +155,13 @@ def simulate_runs(
                     pre, eng, steps[2 * i], decode_worker=worker, per_client=BENCH_PER_CLIENT
                 )
                 rows[off, setting] = served.features()
+                dd, dstep = worker or (pre, steps[2 * i])
+                batch = served.decode.decode_batch
+                bounds[off, setting] = (
+                    decode_floor_row(dd, eng, dstep, batch),
+                    physics_floors(dd, dstep, batch)["tpot"],
+                    one_prefill_us(pre, eng, steps[2 * i]),
+                )
         except (DeploymentError, ValueError) as exc:
             refused.append({"id": row["id"], "backend": row["backend"], "reason": _reason(exc)})
             continue
@@ -137,6 +169,7 @@ def simulate_runs(
             ttft_x[key].append(a)
             extra[key].append(e)
             tpot_x[key].append(b)
+            floors[key].append(bounds[key])
         out_rows.append(
             {
                 "id": row["id"],
@@ -155,6 +188,14 @@ def simulate_runs(
         {k: np.asarray(v, dtype="float64") for k, v in extra.items()},
         {k: np.asarray(v).reshape(-1, N_COST) for k, v in tpot_x.items()},
         refused,
+        {
+            k: (
+                np.asarray([f[0] for f in v]).reshape(-1, N_COST),
+                np.asarray([f[1] for f in v], dtype="float64"),
+                np.asarray([f[2] for f in v], dtype="float64"),
+            )
+            for k, v in floors.items()
+        },
     )
 
 
@@ -185,21 +226,61 @@ def fit_engine(sim: Simulated, mask: np.ndarray) -> tuple[tuple[float, str], np.
     return best[1], best[2], best[3]
 
 
+FRONT = slice(6, 8)  # StepCost's request_us, per_client_us: the server front end's, on TTFT only
+
+
+def fit_front(sim: Simulated, key: tuple[float, str], coef: np.ndarray, mask: np.ndarray) -> np.ndarray:
+    """``coef`` with its front-end terms refitted on the runs in ``mask`` (one engine's): their TTFT less
+    what the steps under ``coef`` explain, least absolute relative error, each term >= 0."""
+    from components.deployments.bench_common import relative_l1
+
+    x1, e1 = sim.ttft_x[key][mask], sim.ttft_extra[key][mask]
+    y1 = sim.runs["ttft_us"].to_numpy()[mask]
+    steps = x1[:, : FRONT.start] @ coef[: FRONT.start] + e1
+    out = np.array(coef, dtype="float64")
+    out[FRONT] = relative_l1(x1[:, FRONT], y1 - steps, y1, COST_BOUNDS[FRONT])
+    return out
+
+
+def fit_engines(sim: Simulated, mask: np.ndarray) -> dict[str, tuple[tuple[float, str], np.ndarray, dict]]:
+    """Per engine with runs in ``mask``: (candidate, step cost, train MAPE). The step cost's kernel scales
+    and per-step terms are fitted on EVERY engine's runs in ``mask`` (shared: each engine's own kernels are
+    already in the op times; per engine, the few models a GPU's runs hold overfit them), the front end's
+    TTFT terms on the engine's own runs (its HTTP server, tokenizer and event loop); an engine without runs
+    in ``mask`` takes the shared fit's front end (train MAPE empty). Chosen on the training
+    side: an inner leave-one-model-out on each training GPU erred TTFT 47.8% / TPOT 28.5% with this, 54.5% /
+    33.6% with every term per engine, 51.5% / 28.5% with every term shared (docs/engines.md)."""
+    key, shared, _ = fit_engine(sim, mask)
+    engines = sim.runs["engine"].to_numpy()
+    y1, y2 = sim.runs["ttft_us"].to_numpy(), sim.runs["tpot_us"].to_numpy()
+    out: dict[str, tuple[tuple[float, str], np.ndarray, dict]] = {}
+    for name in sorted(set(engines)):
+        mine = mask & (engines == name)
+        if not mine.any():
+            out[name] = (key, shared, {})
+            continue
+        coef = fit_front(sim, key, shared, mine)
+        ttft, tpot = sim.predict(key, mine, coef)
+        out[name] = (key, coef, {"ttft": mape(y1[mine], ttft), "tpot": mape(y2[mine], tpot)})
+    return out
+
+
 def leave_one_gpu_out(sim: Simulated) -> tuple[pd.DataFrame, dict[str, Any]]:
-    """Held-out predictions of every run: per engine, each GPU predicted by the fit on the others."""
+    """Held-out predictions of every run: each GPU's runs predicted by the fit on the other GPUs' runs
+    (``fit_engines``)."""
     frame = sim.runs.copy()
     frame["ttft_pred_us"] = np.nan
     frame["tpot_pred_us"] = np.nan
     fits: dict[str, Any] = {}
-    for name in sorted(frame["engine"].unique()):
-        for device in sorted(frame["device_id"].unique()):
+    for device in sorted(frame["device_id"].unique()):
+        train = (frame["device_id"] != device).to_numpy()
+        if not train.any():
+            continue
+        for name, (off, coef, err) in fit_engines(sim, train).items():
             test = ((frame["engine"] == name) & (frame["device_id"] == device)).to_numpy()
-            train = ((frame["engine"] == name) & (frame["device_id"] != device)).to_numpy()
-            if not test.any() or not train.any():
+            if not test.any():
                 continue
-            off, coef, err = fit_engine(sim, train)
-            frame.loc[test, "ttft_pred_us"] = sim.ttft_x[off][test] @ coef + sim.ttft_extra[off][test]
-            frame.loc[test, "tpot_pred_us"] = sim.tpot_x[off][test] @ coef
+            frame.loc[test, "ttft_pred_us"], frame.loc[test, "tpot_pred_us"] = sim.predict(off, test, coef)
             fits[f"{name} ({device} held out)"] = {
                 "fraction_offset": off[0],
                 "settings": off[1],
@@ -237,9 +318,9 @@ def production_constants(sim: Simulated, commit: str | None = None) -> dict[str,
     (what they were fitted on, the leave-one-GPU-out errors of the same procedure, date, commit)."""
     frame, _ = leave_one_gpu_out(sim)
     out: dict[str, Any] = {}
-    for name in sorted(sim.runs["engine"].unique()):
+    every = np.ones(len(sim.runs), dtype=bool)
+    for name, (off, coef, err) in fit_engines(sim, every).items():
         mask = (sim.runs["engine"] == name).to_numpy()
-        off, coef, err = fit_engine(sim, mask)
         held = frame[mask]
         out[name] = {
             "cost": dict(zip(StepCost.__dataclass_fields__, (round(float(c), 6) for c in coef), strict=True)),
@@ -247,7 +328,8 @@ def production_constants(sim: Simulated, commit: str | None = None) -> dict[str,
             "provenance": {
                 "fitted_on": (
                     f"AIConfigurator silicon runs, {name}, "
-                    f"{', '.join(sorted(sim.runs.loc[mask, 'device_id'].unique()))} ({int(mask.sum())} runs)"
+                    f"{', '.join(sorted(sim.runs.loc[mask, 'device_id'].unique()))} ({int(mask.sum())} runs; "
+                    f"kernel scales and per-step costs shared with the other engines, {len(sim.runs)} runs)"
                 ),
                 "runs_simulated_with": f"{off[1]} engine settings (aggregated runs)",
                 "train_mape": {k: round(v, 4) for k, v in err.items()},
@@ -279,61 +361,52 @@ def write_constants(path: Path, engines: Mapping[str, Any], framework: Mapping[s
     atomic_write_text(Path(path), json.dumps(body, indent=1, sort_keys=True) + "\n")
 
 
-FAMILY_SIM = "deployment:engine-sim"  # the simulated engines, constants fitted leave-one-GPU-out
+FAMILY_SIM = "deployment"  # the gate's family: the simulated engines, constants fitted leave-one-GPU-out
 PUBLISHED_AIC_TTFT = "AIConfigurator's own estimator errs 30-50% on TTFT on such runs (issue 35)"
 
 
-def silicon_rows(
+def silicon_predictions(
     runs: pd.DataFrame,
     catalog: Any,
     datasets_dir: Path,
     op_time: OpTimeFn | None,
     log: Callable[[str], None] = lambda _: None,
-) -> tuple[list[dict[str, Any]], list[str]]:
-    """Bench rows (``bench._row``) of the simulated engines on the silicon runs: TTFT and TPOT MAPE
-    overall, per engine, per GPU and per engine x GPU; and a note with the share answered and why not."""
-    from components.deployments.bench_common import SPLIT_SILICON, _row
+) -> tuple[pd.DataFrame, list[str]]:
+    """The simulated engines' held-out answers to the silicon runs (each GPU's from constants fitted on the
+    other GPU's runs, physics floors kept): the answered runs with ``engine``, ``ttft_pred_ms`` and
+    ``tpot_pred_ms``; and notes (the share answered and why not, the candidates each fold chose)."""
+    from components.deployments.bench_common import SPLIT_SILICON
     from components.deployments.bench_silicon import silicon_deployments
     from components.deployments.disagg_workers import derived_note, with_derived_workers
 
     runs = with_derived_workers(runs, catalog, datasets_dir, op_time)
     sim = simulate_runs(runs, catalog, datasets_dir, op_time, silicon_deployments, log)
     frame, fits = leave_one_gpu_out(sim)
-    asked = runs.assign(engine=runs["backend"].map(engine_name))
-    rows = []
-    for s in scores(frame):
-        if s["scope"] == "all":
-            scope, n_asked = "", len(asked)
-        elif s["scope"] == "engine":
-            scope, n_asked = f"engine={s['key']}", int((asked["engine"] == s["key"]).sum())
-        elif s["scope"] == "gpu":
-            scope, n_asked = f"device={s['key']}", int((asked["device_id"] == s["key"]).sum())
-        else:
-            name, device = s["key"].split("/")
-            scope = f"engine={name},device={device}"
-            n_asked = int(((asked["engine"] == name) & (asked["device_id"] == device)).sum())
-        for target in ("ttft", "tpot"):
-            rows.append(
-                _row(SPLIT_SILICON, FAMILY_SIM, f"{target}_ms", scope, s[f"{target}_mape"], s["n"], n_asked)
-            )
+    held = frame.dropna(subset=["ttft_pred_us", "tpot_pred_us"]).set_index("id")  # engines on both GPUs
+    answered = runs[runs["id"].isin(held.index)].copy()
+    answered["engine"] = answered["backend"].map(engine_name)
+    for target in ("ttft", "tpot"):
+        answered[f"{target}_pred_ms"] = held.loc[answered["id"], f"{target}_pred_us"].to_numpy() / 1e3
     reasons = pd.Series([r["reason"] for r in sim.refused]).value_counts()
     note = (
-        f"{SPLIT_SILICON} {FAMILY_SIM}: {len(frame)} of {len(runs)} runs answered by simulating their engine "
-        "(constants per engine fitted on the other GPU's runs; "
+        f"{SPLIT_SILICON} {FAMILY_SIM}: {len(held)} of {len(runs)} runs answered by simulating their "
+        "engine as `predict --llm` does (constants per engine fitted on the other GPU's runs; "
         + "; ".join(
             f"{k}: offset {v['fraction_offset']:+g}, {v['settings']} settings" for k, v in fits.items()
         )
         + f"); {PUBLISHED_AIC_TTFT}; not answered: "
         + "; ".join(f"{n} x {r}" for r, n in reasons.items())
     )
-    stated = derived_note(runs[runs["id"].isin(frame["id"])])
+    stated = derived_note(answered)
     for s in scores(frame):
         if s["scope"] in ("all", "engine x gpu"):
             log(
                 f"{SPLIT_SILICON} {FAMILY_SIM} {s['key'] or 'all':24s} TTFT {s['ttft_mape']:.1%} "
                 f"TPOT {s['tpot_mape']:.1%} n={s['n']}"
             )
-    return rows, [note] + ([f"{SPLIT_SILICON} {FAMILY_SIM}: {stated}"] if stated else [])
+    return answered.reset_index(drop=True), [note] + (
+        [f"{SPLIT_SILICON} {FAMILY_SIM}: {stated}"] if stated else []
+    )
 
 
 def main() -> None:  # python -m components.deployments.bench_engines: the simulated engines' scores alone

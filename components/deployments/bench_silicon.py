@@ -37,7 +37,7 @@ from components.deployments.config import Deployment, DeploymentError, model_sha
 from components.deployments.data import (
     read_silicon_runs,
 )
-from components.deployments.disagg_workers import derived_note, id_concurrency, with_derived_workers
+from components.deployments.disagg_workers import id_concurrency, with_derived_workers
 from components.deployments.framework_cost import FrameworkCost, steady_features
 from components.deployments.ops import (
     ENGINE_SOURCE,
@@ -276,13 +276,27 @@ def predict_steady(frame: pd.DataFrame, fw: FrameworkCost) -> pd.DataFrame:
     return out
 
 
-SI_SCOPES = ("", "device_id", "model_path", "precision", "mode", "backend")
+SI_SCOPES = ("", "device_id", "model_path", "precision", "mode", "backend", "backend_device")
+FAMILY_STEADY = "deployment:steady-composition"  # the composition + fitted steady regressions
+
+
+def _scoped(frame: pd.DataFrame) -> pd.DataFrame:
+    """``frame`` with the scope columns: precision (bf16 where none), engine x GPU."""
+    return frame.assign(
+        precision=frame["precision"].fillna("bf16"),
+        backend_device=frame["backend"].astype(str) + "/" + frame["device_id"].astype(str),
+    )
 
 
 def run_silicon_bench(datasets_dir: Path, catalog: Any, **inputs: Any) -> ServingBench:
-    """H100 and H200 each held out of a fit on the other; TTFT/TPOT MAPE per GPU, model, precision, mode.
-    The op source is chosen per fold by an inner leave-one-model-out on the training GPU's runs (one
-    training GPU: no inner leave-one-GPU-out)."""
+    """H100 and H200 each held out of a fit on the other; TTFT/TPOT MAPE per GPU, model, precision, mode,
+    engine and engine x GPU. The gate's family (``deployment``) is what ``predict --llm`` answers: each
+    run's serving engine simulated (``bench_engines.silicon_predictions``: step cost and settings fitted on
+    the training GPU's runs, physics floors kept). The composition with the fitted steady regressions
+    (``compose_silicon`` + ``fit_steady``; its op source chosen per fold by an inner leave-one-model-out on
+    the training GPU's runs) is scored beside it (``deployment:steady-composition``) with its roofline."""
+    from components.deployments.bench_engines import silicon_predictions
+
     given = BenchInputs(**inputs)
     op_time, log, engine = given.op_time, given.log, given.engine
     runs = read_silicon_runs(datasets_dir) if given.runs is None else given.runs
@@ -302,46 +316,34 @@ def run_silicon_bench(datasets_dir: Path, catalog: Any, **inputs: Any) -> Servin
     )
     preds = {}
     for family, parts in folds.items():
-        frame = pd.concat(parts, ignore_index=True)
-        preds[family] = frame.assign(precision=frame["precision"].fillna("bf16"))
-    pred = preds[FAMILY]
-    asked = runs.assign(precision=runs["precision"].fillna("bf16"))
+        preds[FAMILY_STEADY if family == FAMILY else family] = _scoped(pd.concat(parts, ignore_index=True))
+    fn = op_time if op_time is not None else sources.get(ENGINE_SOURCE, sources[ROOFLINE_SOURCE])
+    simulated, sim_notes = silicon_predictions(runs, catalog, datasets_dir, fn, log)
+    pred = _scoped(simulated)
+    asked = _scoped(runs)
     bench = ServingBench(predictions=pred, variants=preds)
 
     def n_asked(col: str, key: Any, g: pd.DataFrame) -> int:
         return len(asked) if not col else int((asked[col] == key).sum())
 
-    for scope_col in SI_SCOPES:
-        for scope, key, g in scope_groups(pred, scope_col):
-            for target in SI_TARGETS:
-                true = g[f"silicon_{target}_ms"].to_numpy()
-                for family, column in ((FAMILY, f"{target}_pred_ms"), (FAMILY_ROOFLINE, f"{target}_roof_ms")):
-                    bench.rows.append(
-                        _row(
-                            SPLIT_SILICON,
-                            family,
-                            f"{target}_ms",
-                            scope,
-                            mape(true, g[column].to_numpy()),
-                            len(g),
-                            n_asked(scope_col, key, g),
-                        )
-                    )
-    bench.rows += _variant_rows(SPLIT_SILICON, preds, SI_TARGETS, ("", "device_id", "mode"), n_asked)
-    if given.variants:  # the simulated engines (bench_engines) on the same op times, not in the gate
-        from components.deployments.bench_engines import silicon_rows
-
-        fn = op_time if op_time is not None else sources.get(ENGINE_SOURCE, sources[ROOFLINE_SOURCE])
-        sim_rows, sim_notes = silicon_rows(runs, catalog, datasets_dir, fn, log)
-        bench.rows += sim_rows
-        bench.notes += sim_notes
+    for family, frame, column in (
+        (FAMILY, pred, "{}_pred_ms"),
+        (FAMILY_ROOFLINE, preds[FAMILY_STEADY], "{}_roof_ms"),
+    ):
+        for scope_col in SI_SCOPES:
+            for scope, key, g in scope_groups(frame, scope_col):
+                for target in SI_TARGETS:
+                    value = mape(g[f"silicon_{target}_ms"].to_numpy(), g[column.format(target)].to_numpy())
+                    n = n_asked(scope_col, key, g)
+                    bench.rows.append(_row(SPLIT_SILICON, family, f"{target}_ms", scope, value, len(g), n))
+    scopes = ("", "device_id", "mode", "backend")
+    bench.rows += _variant_rows(SPLIT_SILICON, preds, SI_TARGETS, scopes, n_asked)
+    bench.notes += sim_notes
     reasons = refused["reason"].value_counts() if not refused.empty else pd.Series(dtype=int)
-    if derived_note(pred):
-        bench.notes.append(f"{SPLIT_SILICON}: {derived_note(pred)}")
+    steady = preds[FAMILY_STEADY]
     bench.notes.append(
-        f"{SPLIT_SILICON}: {len(pred)} of {len(runs)} runs answered (each GPU held out of a fit on the "
-        "other; "
-        "op source chosen by leave-one-model-out on the training GPU: "
+        f"{SPLIT_SILICON} {FAMILY_STEADY}: {len(steady)} of {len(runs)} runs answered (each GPU held out of "
+        "a fit on the other; op source chosen by leave-one-model-out on the training GPU: "
         + ", ".join(f"{d} held out: {c}" for d, c in sorted(chosen.items()))
         + "); not answered: "
         + "; ".join(f"{n} x {r}" for r, n in reasons.items())

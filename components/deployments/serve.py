@@ -12,12 +12,13 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from components.deployments.compose import kv_bytes_per_token, memory_check, weight_bytes_per_gpu
+from components.deployments.compose import kv_bytes_per_token, memory_check
 from components.deployments.config import Deployment, DeploymentError
 from components.deployments.engines.base import ServingEngine
-from components.deployments.memory import state_bytes_per_request
+from components.deployments.memory import EMBED_BYTES, state_bytes_per_request
 from components.deployments.simulate import BATCH, CLOSED, RequestStats, Workload, simulate
 from components.deployments.stepmodel import StepModel
+from components.physics.dtypes import STORE_BYTES
 
 
 @dataclass
@@ -122,15 +123,52 @@ def lifetime_us(d: Deployment, engine: ServingEngine, step: StepModel, osl: int 
     return one_prefill_us(d, engine, step) + (out - 1) * step.decode_us(d.concurrency, d.isl + out / 2.0, pad)
 
 
+def decode_weight_bytes_per_gpu(d: Deployment) -> float:
+    """Weight bytes one GPU reads at the least in a decode step: every dense layer's weights and the LM
+    head (the input embedding table is gathered, a row per token, not read whole), and of the routed experts
+    the ``topk / experts`` share of its own expert bytes -- each token picks ``topk`` experts per MoE layer,
+    so a step touches ``topk`` of them at the least, and however they are placed (sliced over the GPUs, or
+    whole experts on ``ep`` of them) the busiest GPU reads at least that share of what it holds."""
+    m = d.model
+    counts = m.parameter_counts()
+    width = STORE_BYTES[d.weight_dtype]
+    touched = min(1.0, m.topk / m.experts) if m.experts else 1.0
+    experts = counts["experts"] * width / d.gpus * touched
+    dense = sum(v for k, v in counts.items() if k not in ("embeddings", "experts"))
+    return (dense * width + m.vocab * m.hidden * EMBED_BYTES) / (d.tp * d.pp) + experts
+
+
+def kv_tokens_read(d: Deployment, context: float) -> float:
+    """Tokens of KV cache per attention layer a decode step reads for one request at ``context``: a
+    sliding-window layer reads at most its window."""
+    m = d.model
+    layers = max(m.attention_layers, 1)
+    sliding = min(m.sliding_layers, layers) if m.sliding_window else 0
+    capped = min(context, float(m.sliding_window or context))
+    return (context * (layers - sliding) + capped * sliding) / layers
+
+
 def physics_floors(d: Deployment, step: StepModel, decode_batch: float) -> dict[str, float]:
-    """Microseconds no answer goes below: ``tpot`` reads every weight byte of a GPU and the KV cache of the
-    decode batch at its mean context at the GPU's DRAM bandwidth; ``prefill`` is one request's prompt in
-    steps of at most the engine's budget, alone on the GPUs (its kernels are at or above their roofline)."""
+    """Microseconds no answer goes below: ``tpot`` reads the weights a decode step must touch
+    (``decode_weight_bytes_per_gpu``) and the KV cache of the decode batch at its mean context (a
+    sliding-window layer's window at most) at the GPU's DRAM bandwidth."""
     dram = float(d.gpu.dram_gbps) * 1e9
-    ctx = d.isl + d.osl / 2.0
+    ctx = kv_tokens_read(d, d.isl + d.osl / 2.0)
     per_request = ctx * kv_bytes_per_token(d) + state_bytes_per_request(d)  # every GDN state is read once
-    touched = weight_bytes_per_gpu(d) + max(decode_batch, 1.0) * per_request
+    touched = decode_weight_bytes_per_gpu(d) + max(decode_batch, 1.0) * per_request
     return {"tpot": touched / dram * 1e6}
+
+
+def decode_floor_row(
+    d: Deployment, engine: ServingEngine, step: StepModel, decode_batch: float
+) -> np.ndarray:
+    """The decode step an answer's TPOT never goes below, as a row over ``StepCost.vector`` (its time is
+    ``row @ cost``): the kernels of the mean decode batch at its mean context (padded to the engine's CUDA
+    graph), the step's base, per-sequence and all-reduce costs."""
+    batch = max(decode_batch, 1.0)
+    n = round(batch)
+    kernels = step.decode_us(n, d.isl + d.osl / 2.0, engine.graph_batch(n))
+    return np.array([kernels, 0.0, 1.0, batch, 0.0, float(step.allreduces), 0.0, 0.0])
 
 
 def one_prefill_us(d: Deployment, engine: ServingEngine, step: StepModel) -> float:
@@ -148,6 +186,7 @@ __all__ = [
     "BATCH",
     "CLOSED",
     "Served",
+    "decode_floor_row",
     "kv_capacity",
     "one_prefill_us",
     "physics_floors",

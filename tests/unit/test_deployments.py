@@ -258,6 +258,17 @@ def test_silicon_bench_counts_unanswered_runs(catalog):
     bench = run_silicon_bench(DATA, catalog, runs=pd.concat([subset, sparse]))
     total = {r["target"]: r for r in bench.rows if r["family"] == FAMILY and r["scope"] == ""}
     assert total["ttft_ms"]["n"] == 30 and total["ttft_ms"]["n_asked"] == 32
+    # the gate's family is what `predict --llm` answers (the simulated engines), the composition beside it
+    assert any(
+        n.startswith("llm-serving-silicon deployment: 30 of 32 runs answered by simulating")
+        for n in bench.notes
+    )
+    steady = {
+        r["target"]: r
+        for r in bench.rows
+        if r["family"] == "deployment:steady-composition" and not r["scope"]
+    }
+    assert steady["tpot_ms"]["ours"] != total["tpot_ms"]["ours"]
     assert np.isfinite(total["tpot_ms"]["ours"])
     assert any("2 x model config field indexer_types" in n for n in bench.notes)
 

@@ -99,3 +99,27 @@ def test_a_decode_batch_runs_at_the_engines_next_captured_cuda_graph_size() -> N
         step.decode_us(40, 2048.0),
     )
     assert alone < padded < forty  # the GEMMs at 40 rows, the attention of the 33 real sequences only
+
+
+def test_the_engines_share_the_step_cost_and_keep_their_own_front_end() -> None:
+    """The kernel scales and per-step terms are fitted on every engine's training runs, the front end's TTFT
+    terms (request_us, per_client_us) on each engine's own; an engine absent from the training GPU takes the
+    shared fit whole."""
+    from components.deployments.bench_engines import FRONT, fit_engine, fit_engines
+
+    sim = _simulated(0)
+    sim.runs["engine"] = ["vllm", "sglang"] * (len(sim.runs) // 2)
+    sglang = (sim.runs["engine"] == "sglang").to_numpy()
+    key = next(iter(sim.ttft_x))
+    slow = sim.ttft_x[key][:, FRONT] @ np.array([5e4, 0.0])  # sglang's front end: 50 ms more per request
+    sim.runs.loc[sglang, "ttft_us"] = sim.runs.loc[sglang, "ttft_us"].to_numpy() + slow[sglang]
+    h100 = (sim.runs["device_id"] == "h100-sxm").to_numpy()
+    fits = fit_engines(sim, h100)
+    (_, vllm, _), (_, sg, _) = fits["vllm"], fits["sglang"]
+    np.testing.assert_array_equal(vllm[: FRONT.start], sg[: FRONT.start])
+    assert not np.allclose(vllm[FRONT], sg[FRONT])
+    only_vllm = h100 & ~sglang
+    alone = fit_engines(sim, only_vllm)
+    _, shared, _ = fit_engine(sim, only_vllm)
+    assert alone["sglang"][2] == {}
+    np.testing.assert_array_equal(alone["sglang"][1], shared)

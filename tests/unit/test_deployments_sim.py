@@ -112,11 +112,14 @@ def test_batch_ttft_grows_with_the_batch_and_each_engine_schedules_its_way(catal
 
 @pytest.mark.parametrize("gpu", ["l4", "h100-sxm", "a100-sxm4-80gb"])
 def test_physics_on_every_answer(catalog, gpu):
-    """TPOT never below reading the weights at the DRAM bandwidth, nor below the decode step; TTFT never
-    below one request's prefill; the interval contains both (the L4 case: 16 GB at 300 GB/s = 53.5 ms)."""
+    """TPOT never below reading the weights a decode step touches at the DRAM bandwidth, nor below the
+    decode step; TTFT never below one request's prefill; the interval contains both (the L4 case: 15 GB
+    -- all but the input embedding table, gathered a row per token -- at 300 GB/s = 50 ms)."""
+    from components.deployments.serve import decode_weight_bytes_per_gpu
+
     d = _deploy(catalog, gpu, isl=1024, osl=256, concurrency=4)
     (a,) = answer_deployments([d], roofline_op_time)
-    weights_ms = weight_bytes_per_gpu(d) / (float(d.gpu.dram_gbps) * 1e9) * 1e3
+    weights_ms = decode_weight_bytes_per_gpu(d) / (float(d.gpu.dram_gbps) * 1e9) * 1e3
     assert a.tpot_ms >= weights_ms
     assert a.tpot_ms >= a.decode_step_ms
     assert a.ttft_ms >= a.prefill_ms
@@ -345,3 +348,26 @@ def test_a_rank_simulates_fewer_requests_per_client_and_agrees_with_predict(cata
         (asked,) = answer_deployments([d], roofline_op_time)
         assert row["tpot_ms"] == pytest.approx(asked.tpot_ms, rel=0.05)
         assert row["ttft_ms"] == pytest.approx(asked.ttft_ms, rel=0.05)
+
+
+def test_the_tpot_floor_counts_what_a_decode_step_must_read(catalog):
+    """A decode step reads every dense weight and the LM head (not the input embedding table, gathered a row
+    per token) and at least topk of the routed experts (Mixtral: 2 of 8); a sliding-window layer reads its
+    window at most. The old floor (every weight byte) stood above 298 of 1,854 measured silicon runs."""
+    from dataclasses import replace
+
+    from components.deployments.serve import decode_weight_bytes_per_gpu, kv_tokens_read, physics_floors
+
+    d = _deploy(catalog, "h100-sxm", config=MOE, isl=1024, osl=256, concurrency=1)
+    m = d.model
+    table = m.vocab * m.hidden * 2.0  # bf16 input embedding table
+    unread_experts = m.parameter_counts()["experts"] * 2.0 * (1 - m.topk / m.experts)
+    assert decode_weight_bytes_per_gpu(d) == pytest.approx(weight_bytes_per_gpu(d) - table - unread_experts)
+    dense = _deploy(catalog, "h100-sxm", isl=1024, osl=256, concurrency=1)
+    dense_table = dense.model.vocab * dense.model.hidden * 2.0
+    assert decode_weight_bytes_per_gpu(dense) == pytest.approx(weight_bytes_per_gpu(dense) - dense_table)
+    (a,) = answer_deployments([d], roofline_op_time)
+    assert a.tpot_ms * 1e3 >= physics_floors(d, None, 1.0)["tpot"] - 0.1  # the answer rounds to 0.1 us
+    windowed = replace(d, model=replace(m, sliding_window=128, sliding_layers=m.layers // 2))
+    assert kv_tokens_read(windowed, 4096.0) == pytest.approx((4096.0 + 128.0) / 2)
+    assert kv_tokens_read(d, 4096.0) == 4096.0
