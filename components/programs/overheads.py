@@ -36,7 +36,13 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from components.programs.program_features import FEATURE_KINDS, L2_WARM, transfer_features
+from components.programs.program_features import (
+    FEATURE_KINDS,
+    FP32_SHARED,
+    L2_WARM,
+    op_terms,
+    transfer_features,
+)
 
 MODEL_FILE = "program_model.json"
 FORMAT_VERSION = 1
@@ -69,7 +75,7 @@ CPU_GROUPS: dict[str, tuple[str, ...]] = {
     "norm": ("norm", "batchnorm"),
     "rnn": ("rnn",),
 }
-OP_TERMS: tuple[str, ...] = (*FEATURE_KINDS, L2_WARM)  # the ops' GPU time: basis times, each scaled
+OP_TERMS: tuple[str, ...] = (*FEATURE_KINDS, L2_WARM, FP32_SHARED)  # the ops' GPU time: basis times, scaled
 PARAM_TERMS: tuple[str, ...] = (*OP_TERMS, "lowpar")  # time sums with a learned weight each
 RATIO_CLIP: tuple[float, float] = (0.05, 50.0)  # the residual's range of factors on the between-ops time
 RESIDUAL_EXCLUDE: tuple[str, ...] = ("clock_ghz",)  # a per-GPU constant: lets trees memorise training GPUs
@@ -221,10 +227,11 @@ class ProgramModel:
 def kind_sums(op_frame: pd.DataFrame, value: str, prefix: str) -> pd.DataFrame:
     """Per (program, device): summed ``count * value`` per op kind, as ``<prefix>_<kind>`` columns --
     ops that run from the L2 (``l2_ratio`` > 0, ``program_features.l2_warm``) at their L2 time in
-    ``<prefix>_l2warm`` instead of their kind's --, and ``<prefix>_lowpar``: the extra time of kernels
+    ``<prefix>_l2warm`` instead of their kind's, FP32 GEMMs on GPUs whose FP32 lanes share INT32's
+    datapath in ``<prefix>_gemm_fp32_shared`` (``program_features.op_terms``) --, and ``<prefix>_lowpar``: the extra time of kernels
     too small to occupy every SM (``time * (1/active_fraction - 1)``; its weight is learned like an
     efficiency)."""
-    f = op_frame.assign(_t=op_frame[value] * op_frame["count"])
+    f = op_frame.assign(_t=op_frame[value] * op_frame["count"], kind=op_terms(op_frame))
     ratio = f["l2_ratio"] if "l2_ratio" in f.columns else pd.Series(0.0, index=f.index)
     warm = f.assign(kind=L2_WARM, _t=f["_t"] * ratio)[ratio > 0]
     table = pd.concat([f[ratio <= 0], warm]).pivot_table(
