@@ -228,9 +228,9 @@ def kind_sums(op_frame: pd.DataFrame, value: str, prefix: str) -> pd.DataFrame:
     """Per (program, device): summed ``count * value`` per op kind, as ``<prefix>_<kind>`` columns --
     ops that run from the L2 (``l2_ratio`` > 0, ``program_features.l2_warm``) at their L2 time in
     ``<prefix>_l2warm`` instead of their kind's, FP32 GEMMs on GPUs whose FP32 lanes share INT32's
-    datapath in ``<prefix>_gemm_fp32_shared`` (``program_features.op_terms``) --, and ``<prefix>_lowpar``: the extra time of kernels
-    too small to occupy every SM (``time * (1/active_fraction - 1)``; its weight is learned like an
-    efficiency)."""
+    datapath in ``<prefix>_gemm_fp32_shared`` (``program_features.op_terms``) --, and
+    ``<prefix>_lowpar``: the extra time of kernels too small to occupy every SM
+    (``time * (1/active_fraction - 1)``; its weight is learned like an efficiency)."""
     f = op_frame.assign(_t=op_frame[value] * op_frame["count"], kind=op_terms(op_frame))
     ratio = f["l2_ratio"] if "l2_ratio" in f.columns else pd.Series(0.0, index=f.index)
     warm = f.assign(kind=L2_WARM, _t=f["_t"] * ratio)[ratio > 0]
