@@ -283,6 +283,14 @@ class DeviceSpec(BaseModel):
             return False
         return True
 
+    @property
+    def fp32_lanes_shared_with_int32(self) -> bool:
+        """True where half the FP32 lanes the FP32 peak counts share their datapath with INT32 (NVIDIA
+        GA10x, Orin and AD10x: compute capability 8.6/8.7/8.9): a kernel's integer work (an SGEMM's
+        addressing and loop counters) takes issue slots from FP32 there, so its FP32 rate stays further
+        below that peak than on a GPU whose FP32 lanes are dedicated (GA100, Hopper)."""
+        return self.vendor == "nvidia" and self.compute_capability in ("8.6", "8.7", "8.9")
+
     def ridge_point(self, precision: str = "fp32", tensor: bool | None = False) -> float:
         """Arithmetic intensity (FLOP per DRAM byte) where the roofline turns compute-bound."""
         return self.peak_flops(precision, tensor) / self.dram_bytes_per_s

@@ -24,7 +24,7 @@ from components.physics.bounds import class_of_bound
 from components.programs.errors import ProgramError
 from components.programs.ops import ProgramOps, display_name, program_ops
 from components.programs.overheads import ProgramModel, kind_sums
-from components.programs.program_features import FEATURE_KINDS, L2_WARM
+from components.programs.program_features import FEATURE_KINDS, L2_WARM, op_terms
 
 PROGRAMS_DIR = "programs"  # under KERNELCAST_HOME/models: one program model per op-predictor basis
 ROOFLINE_BASIS = "roofline"
@@ -202,7 +202,7 @@ def answer_ops(ops: pd.DataFrame, model: ProgramModel, matches: bool) -> pd.Data
     config = model.config()
     basis_us = ops["pred_us"] if matches else ops["roof_us"]
     l2 = ops["l2_ratio"].to_numpy("float64") if "l2_ratio" in ops.columns else np.zeros(len(ops))
-    scale = ops["kind"].map(config.op_scale).astype("float64") if len(ops) else 1.0
+    scale = pd.Series(op_terms(ops)).map(config.op_scale).to_numpy("float64") if len(ops) else 1.0
     scale = np.where(l2 > 0, config.op_scale(L2_WARM) * l2, scale)
     roof_total = ops["roof_us"] * ops["count"] * np.where(l2 > 0, l2, 1.0)
     pipe = np.where(l2 > 0, "l2", ops["pipe"].astype(str)) if len(ops) else ops["pipe"]

@@ -4,18 +4,20 @@
                                                              than its basis time; eff_k = 1 for the
                                                              kinds the op engine answers: they stand)
     gpu_us = ops_us + w_lowpar * L + n_kernels * launch_us  (launch gaps, under-filled GPUs)
-             + rnn_steps * step_us                  (an RNN's time steps run one after another)
+             + max(rnn_steps * step_us - S_rnn, 0)  (an RNN's time steps run one after another:
+                                                     the latency its op time does not already cover)
     cpu_us = n_aten * framework_us                          (eager PyTorch dispatch, per aten call)
     time   = ops_us + max(smoothmax(gpu_us, cpu_us) * r(x) - ops_us, 0)
 
-``S_k`` is the summed op time of kind k from the basis (the op-level predictor's answers, or the
-roofline), ``L`` the extra time of kernels too small to fill the GPU, ``launch_us`` the per-kernel
-gap, ``step_us`` the latency of one sequential RNN time step (cuDNN LSTM/GRU layers are latency-bound:
-their time barely moves with the GPU's FLOP rate, so a roofline-scaled efficiency is 3x too slow on a T4
-and 3x too fast on an H100), ``framework_us`` the CPU cost of one aten call -- GPU and CPU overlap,
+``S_k`` is the summed op time of kind k from the basis (the op-level predictor's answers, or the roofline),
+``L`` the extra time of kernels too small to fill the GPU, ``launch_us`` the per-kernel gap, ``step_us`` the
+latency of one sequential RNN time step (cuDNN LSTM/GRU layers are latency-bound: their time barely moves
+with the GPU's FLOP rate, so a roofline-scaled efficiency is 3x too slow on a T4 and 3x too fast on an H100;
+measured, 5.5-14 us a step on every KernelBench GPU, T4 included, whose FP32 roofline is 3 us a step: no
+factor is learned on ``S_rnn``), ``framework_us`` the CPU cost of one aten call -- GPU and CPU overlap,
 hence the smooth maximum (``p``). ``r`` is a small gradient-boosted correction of the time *between* the
-ops, on transferable program features (time shares per kind, kernel counts, logs of times; never a device
-id or a raw peak). One total, never below the ops' GPU time by construction: the breakdown's op times (the
+ops, on transferable program features (time shares per kind, kernel counts, logs of times; never a device id
+or a raw peak). One total, never below the ops' GPU time by construction: the breakdown's op times (the
 basis scaled by ``eff_k``) sum to ``ops_us`` and everything learned on top of them is non-negative.
 
 Fitted on KernelBench timings of training GPUs only, one model per run config (eager, and each
@@ -34,7 +36,13 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from components.programs.program_features import FEATURE_KINDS, L2_WARM, transfer_features
+from components.programs.program_features import (
+    FEATURE_KINDS,
+    FP32_SHARED,
+    L2_WARM,
+    op_terms,
+    transfer_features,
+)
 
 MODEL_FILE = "program_model.json"
 FORMAT_VERSION = 1
@@ -67,7 +75,7 @@ CPU_GROUPS: dict[str, tuple[str, ...]] = {
     "norm": ("norm", "batchnorm"),
     "rnn": ("rnn",),
 }
-OP_TERMS: tuple[str, ...] = (*FEATURE_KINDS, L2_WARM)  # the ops' GPU time: basis times, each scaled
+OP_TERMS: tuple[str, ...] = (*FEATURE_KINDS, L2_WARM, FP32_SHARED)  # the ops' GPU time: basis times, scaled
 PARAM_TERMS: tuple[str, ...] = (*OP_TERMS, "lowpar")  # time sums with a learned weight each
 RATIO_CLIP: tuple[float, float] = (0.05, 50.0)  # the residual's range of factors on the between-ops time
 RESIDUAL_EXCLUDE: tuple[str, ...] = ("clock_ghz",)  # a per-GPU constant: lets trees memorise training GPUs
@@ -125,7 +133,11 @@ class ConfigModel:
             )
         gpu = gpu + frame["n_kernels"].to_numpy("float64") * self.launch_us * host
         if self.step_us and "rnn_steps" in frame.columns:
-            gpu = gpu + frame["rnn_steps"].to_numpy("float64") * self.step_us * host
+            # a step's latency and its share of the RNN op's time overlap: only the latency beyond the op's
+            # own time is added (a slow-FP32 GPU's RNN is its op time, a fast one's its step latency)
+            steps = frame["rnn_steps"].to_numpy("float64") * self.step_us * host
+            rnn = frame["pred_rnn"].to_numpy("float64") * self.op_scale("rnn") if "pred_rnn" in frame else 0.0
+            gpu = gpu + np.maximum(steps - rnn, 0.0)
         calls = frame["n_aten"].to_numpy("float64").copy()
         for group, log_mult in self.cpu_log.items():
             n = sum(
@@ -215,10 +227,11 @@ class ProgramModel:
 def kind_sums(op_frame: pd.DataFrame, value: str, prefix: str) -> pd.DataFrame:
     """Per (program, device): summed ``count * value`` per op kind, as ``<prefix>_<kind>`` columns --
     ops that run from the L2 (``l2_ratio`` > 0, ``program_features.l2_warm``) at their L2 time in
-    ``<prefix>_l2warm`` instead of their kind's --, and ``<prefix>_lowpar``: the extra time of kernels
-    too small to occupy every SM (``time * (1/active_fraction - 1)``; its weight is learned like an
-    efficiency)."""
-    f = op_frame.assign(_t=op_frame[value] * op_frame["count"])
+    ``<prefix>_l2warm`` instead of their kind's, FP32 GEMMs on GPUs whose FP32 lanes share INT32's
+    datapath in ``<prefix>_gemm_fp32_shared`` (``program_features.op_terms``) --, and
+    ``<prefix>_lowpar``: the extra time of kernels too small to occupy every SM
+    (``time * (1/active_fraction - 1)``; its weight is learned like an efficiency)."""
+    f = op_frame.assign(_t=op_frame[value] * op_frame["count"], kind=op_terms(op_frame))
     ratio = f["l2_ratio"] if "l2_ratio" in f.columns else pd.Series(0.0, index=f.index)
     warm = f.assign(kind=L2_WARM, _t=f["_t"] * ratio)[ratio > 0]
     table = pd.concat([f[ratio <= 0], warm]).pivot_table(
@@ -236,14 +249,20 @@ def _fit_parametric(frame: pd.DataFrame, target: np.ndarray, kinds: Sequence[str
     cost, its host scaling and the per-group extra CPU cost."""
     from scipy.optimize import least_squares
 
-    active = [k for k in kinds if f"pred_{k}" in frame.columns and (frame[f"pred_{k}"] > 0).sum() >= 5]
+    steps = "rnn_steps" in frame.columns and int((frame["rnn_steps"] > 0).sum()) >= 5
+    # With a step latency the RNN's time is the larger of its steps' latency and its op time; no factor is
+    # learned on its op time (its roofline), which the latency hides on every GPU but the slowest at FP32.
+    active = [
+        k
+        for k in kinds
+        if f"pred_{k}" in frame.columns and (frame[f"pred_{k}"] > 0).sum() >= 5 and not (steps and k == "rnn")
+    ]
     groups = [
         g
         for g, ks in CPU_GROUPS.items()
         if sum((frame[f"n_{k}"] > 0).sum() for k in ks if f"n_{k}" in frame.columns) >= 5
     ]
     n_k, n_g = len(active), len(groups)
-    steps = "rnn_steps" in frame.columns and int((frame["rnn_steps"] > 0).sum()) >= 5
     n_s = int(steps)
 
     def unpack(theta: np.ndarray) -> ConfigModel:

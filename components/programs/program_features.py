@@ -23,6 +23,12 @@ from components.programs.ops import OpQuestion, ProgramOps
 FEATURE_KINDS: tuple[str, ...] = tuple(k for k in KINDS if k not in ("free", "unmapped"))
 # The program-level term of memory-bound ops whose traffic fits in the GPU's L2 (``l2_ratio``).
 L2_WARM = "l2warm"
+# The program-level term of FP32 GEMMs (mm/addmm/bmm) on GPUs whose FP32 lanes share INT32's datapath
+# (``DeviceSpec.fp32_lanes_shared_with_int32``): the op engine answers them at the share of the FP32 peak
+# GPUs with dedicated FP32 lanes reach (0.74 on KernelBench's level-1 FP32 GEMMs), where L4, A10, L40S,
+# A6000 and A10G reach 0.43-0.61 of it; a factor is learned for the term on the other such GPUs' programs.
+FP32_SHARED = "gemm_fp32_shared"
+FP32_SHARED_KINDS: tuple[str, ...] = ("gemm", "bmm")
 # Analytical per-pipe times -> the pipe name an op's roofline time is spent on.
 PIPE_COLUMNS: dict[str, str] = {
     "f_tensor_time_us": "tensor",
@@ -205,7 +211,8 @@ def op_times(
 
 
 def _l2_numbers(device_ids: Sequence[str], catalog: Any) -> pd.DataFrame:
-    """Per device: L2 capacity (bytes) and DRAM / L2 bandwidth (the features' numbers)."""
+    """Per device: L2 capacity (bytes), DRAM / L2 bandwidth (the features' numbers) and whether its FP32
+    lanes share INT32's datapath (``fp32_shared``)."""
     from components.features.device_numbers import device_table
 
     table = device_table(device_ids, catalog)
@@ -215,8 +222,24 @@ def _l2_numbers(device_ids: Sequence[str], catalog: Any) -> pd.DataFrame:
             "device_id": table.index,
             "l2_bytes": size,
             "dram_over_l2": (table["dram_Bps"] / table["l2_Bps"]).clip(upper=1.0).fillna(1.0).to_numpy(),
+            "fp32_shared": [bool(catalog.get(d).fp32_lanes_shared_with_int32) for d in table.index],
         }
     )
+
+
+def op_terms(frame: pd.DataFrame) -> np.ndarray:
+    """The program-model term each op row's time counts in: its kind, but ``FP32_SHARED`` for an FP32
+    GEMM/bmm on a GPU whose FP32 lanes share INT32's datapath (the L2 term, where ``l2_ratio`` > 0, is
+    the caller's: it comes first)."""
+    kind = frame["kind"].astype(object).to_numpy()
+    if "fp32_shared" not in frame.columns:
+        return kind
+    shared = (
+        frame["fp32_shared"].fillna(False).astype(bool).to_numpy()
+        & frame["kind"].isin(FP32_SHARED_KINDS).to_numpy()
+        & (frame["dtype"].astype(str) == "fp32").to_numpy()
+    )
+    return np.where(shared, FP32_SHARED, kind)
 
 
 def l2_warm(frame: pd.DataFrame) -> pd.DataFrame:

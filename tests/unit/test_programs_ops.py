@@ -229,3 +229,67 @@ def test_a_module_answer_uses_its_op_predictors_program_model_whatever_the_roofl
     model, matches = resolve_program_model(Predictor(), tmp_path)
     assert (model.basis, matches) == (basis, True)
     assert model.config().stands == ["gemm"]  # saved and loaded
+
+
+def test_an_rnns_step_latency_and_its_op_time_overlap_and_its_roofline_learns_no_factor():
+    """Issue 36: KernelBench's LSTMs/GRUs take 5.5-14 us a time step on every GPU (T4 included, whose FP32
+    roofline is 3 us a step); summing the steps' latency and a factor on the RNN's roofline answered a T4
+    LSTM 1.6-1.9x too slow. The RNN's time is the larger of the two, and its roofline keeps factor 1."""
+    frame, true = _small_programs(240, seed=2)
+    rng = np.random.default_rng(3)
+    rnn = rng.random(len(frame)) < 0.3
+    frame["rnn_steps"] = np.where(rnn, rng.choice([1024.0, 3072.0], len(frame)), 0.0)
+    # a latency-bound RNN on most GPUs; one GPU slow enough that the op time shows
+    frame["pred_rnn"] = np.where(
+        rnn, frame["rnn_steps"] * np.where(frame["device_id"] == "c", 12.0, 1.0), 0.0
+    )
+    true = true + np.maximum(8.0 * frame["rnn_steps"], frame["pred_rnn"]).to_numpy()
+    model = fit_config(frame, true, residual=False)
+    assert "rnn" not in model.log_eff and model.op_scale("rnn") == 1.0
+    assert 6.0 < model.step_us < 10.0
+    pred = model.predict(frame, "pred")
+    slow = (frame["device_id"] == "c").to_numpy() & rnn
+    assert np.median(np.abs(pred[slow] / true[slow] - 1.0)) < 0.15
+    # an RNN whose op time exceeds its steps' latency adds no latency on top of it
+    row = frame[slow].iloc[[0]].assign(n_kernels=0.0, n_aten=0.0, pred_gemm=0.0)
+    assert model.base(row, "pred")[0] < float(row["pred_rnn"].iloc[0]) * 1.01
+
+
+def test_fp32_gemms_on_gpus_whose_fp32_lanes_share_int32s_datapath_learn_their_own_factor():
+    """Issue 36: KernelBench's level-1 FP32 GEMMs reach 0.74-0.78 of the FP32 peak on A100/H100 and 0.43-0.61
+    on L4, A10, L40S, A6000, A10G (compute capability 8.6/8.9: half the FP32 lanes share INT32's datapath),
+    where the op engine answers 0.74 everywhere. Inside a program those GEMMs count in their own term, which
+    learns a factor, while the engine's other answers stand."""
+    from components.devices import load_catalog
+    from components.programs.overheads import kind_sums
+    from components.programs.program_features import FP32_SHARED, op_terms
+
+    catalog = load_catalog()
+    assert [catalog.get(d).fp32_lanes_shared_with_int32 for d in ("l4", "rtx-a6000", "l40s")] == [True] * 3
+    assert not any(
+        catalog.get(d).fp32_lanes_shared_with_int32 for d in ("a100-sxm4-40gb", "h100-sxm", "mi100")
+    )
+    ops = pd.DataFrame(
+        {
+            "program": [0, 0, 0, 0],
+            "device_id": ["l4", "l4", "l4", "h100-sxm"],
+            "kind": ["gemm", "gemm", "elementwise", "gemm"],
+            "dtype": ["fp32", "fp16", "fp32", "fp32"],
+            "fp32_shared": [True, True, True, False],
+            "count": [2, 1, 1, 1],
+            "pred_us": [10.0, 10.0, 10.0, 10.0],
+        }
+    )
+    assert op_terms(ops).tolist() == [FP32_SHARED, "gemm", "elementwise", "gemm"]
+    sums = kind_sums(ops, "pred_us", "pred").set_index("device_id")
+    assert sums.loc["l4", f"pred_{FP32_SHARED}"] == 20.0 and sums.loc["l4", "pred_gemm"] == 10.0
+    assert sums.loc["h100-sxm", f"pred_{FP32_SHARED}"] == 0.0
+    # programs: the shared-datapath GPU's FP32 GEMMs run 1.6x their engine answer, the other GPUs' at it
+    frame, true = _small_programs(240, seed=4)
+    shared = (frame["device_id"] == "c").to_numpy()
+    frame[f"pred_{FP32_SHARED}"] = np.where(shared, frame["pred_gemm"], 0.0)
+    frame["pred_gemm"] = np.where(shared, 0.0, frame["pred_gemm"])
+    true = true + np.where(shared, 0.6 * frame[f"pred_{FP32_SHARED}"], 0.0)
+    model = fit_config(frame, true, residual=False, stands=("gemm", "bmm", "attention"))
+    assert model.op_scale("gemm") == 1.0
+    assert 1.4 < model.op_scale(FP32_SHARED) < 1.8
