@@ -89,7 +89,6 @@ def main() -> None:
     stage._hip_config_rows = timed("HIP sweep (clang)", stage._hip_config_rows)
     settings = get_settings()
     inputs = stage.StaticInputs(kernels_file=None, out_file=args.out, datasets_dir=settings.datasets_dir)
-    started, (own, children) = time.perf_counter(), _cpu()
     result = timed("whole stage", stage.static_stage)(inputs)
     print(f"{result.kernels} kernels x {result.features} features -> {result.out_file}")
     for name, p in phases.items():
@@ -98,9 +97,8 @@ def main() -> None:
             f"children {p['cpu_children']:6.1f} s"
         )
     for tool, calls in sorted(TOOLS.items()):
-        print(
-            f"  {tool:14s} {len(calls):4d} calls  CPU {sum(calls):6.1f} s  mean {sum(calls) / len(calls):.3f} s"
-        )
+        mean = sum(calls) / len(calls)
+        print(f"  {tool:14s} {len(calls):4d} calls  CPU {sum(calls):6.1f} s  mean {mean:.3f} s")
     print(json.dumps({"phases": phases, "tools": {t: [len(c), sum(c)] for t, c in TOOLS.items()}}))
 
 

@@ -23,7 +23,10 @@ __global__ void divide(float* a, const float* b, int n) {
     "globals.cu": """
 __device__ int counter;
 __device__ float table[4] = {1.f, 2.f, 3.f, 4.f};
-__global__ void bump(float* a, float d) { atomicAdd(&counter, 1); a[threadIdx.x] = table[threadIdx.x & 3] / d; }
+__global__ void bump(float* a, float d) {
+  atomicAdd(&counter, 1);
+  a[threadIdx.x] = table[threadIdx.x & 3] / d;
+}
 """,
     "globals2.cu": """
 __device__ int hits[32];

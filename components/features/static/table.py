@@ -42,7 +42,6 @@ def build_static_table(
     programs = sorted(p for p in cuda["program"].unique() if (root / p).is_dir())
     coverage: Counter[str] = Counter(kernels_total=len(cuda), programs=len(programs))
     from components.features.static.compile_server import compile_servers
-
     from components.features.static.prefetch import two_passes
 
     # Each compile runs in a sandboxed subprocess (a long-lived one per thread for this sweep); threads only
