@@ -6,7 +6,11 @@ sweep (clang, c++filt) -- and every compiler subprocess wrapped in GNU time to c
 and CPU per phase and per tool (calls, CPU, mean). Run with a fresh ``KERNELCAST_HOME`` (a cold compile cache,
 as a fresh clone has)::
 
-    KERNELCAST_HOME=$(mktemp -d) python benchmarks/static_phase_profile.py OUT.parquet [--step N]
+    KERNELCAST_HOME=$(mktemp -d) PYTHONPATH=. python benchmarks/static_phase_profile.py OUT.parquet [--step N]
+
+(``PYTHONPATH=.``: this checkout's code, not the venv's.) ``--save-cubins DIR`` keeps the cubins
+the sweep disassembled (``benchmarks/static_nvdisasm_batches.py DIR`` compares one call per cubin with the
+batches).
 
 ``--step N`` keeps every N-th gpuFLOPBench program (and every N-th HIP configuration) for a quick look.
 """
@@ -50,6 +54,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("out", type=Path)
     parser.add_argument("--step", type=int, default=1)
+    parser.add_argument("--save-cubins", type=Path, help="write every cubin the sweep disassembles here")
     args = parser.parse_args()
     from components.features import stage
     from components.features.static import hip_table, table
@@ -84,6 +89,18 @@ def main() -> None:
             return real_hip(measurements.iloc[:: args.step], *a, **kw)
 
         table.build_static_table, hip_table.build_hip_config_table = sub_build, sub_hip
+    if args.save_cubins:
+        from components.features.static import elf_batch
+
+        args.save_cubins.mkdir(parents=True, exist_ok=True)
+        real_many = elf_batch.disassemble_many
+
+        def saving(cubins, *a, **kw):  # type: ignore[no-untyped-def]
+            for n, cubin in enumerate(cubins):
+                (args.save_cubins / f"{n:04d}.cubin").write_bytes(cubin)
+            return real_many(cubins, *a, **kw)
+
+        elf_batch.disassemble_many = saving
     stage._static_tables = timed("read sources", stage._static_tables)
     table.build_static_table = timed("CUDA sweep (NVRTC + nvdisasm)", table.build_static_table)
     stage._hip_config_rows = timed("HIP sweep (clang)", stage._hip_config_rows)
