@@ -9,12 +9,11 @@ Kept from each cubin: every section but its string and symbol tables (merged), i
 ``.nv.callgraph`` and ``.debug_frame`` (not read to disassemble); symbol indices are renumbered in the symbol
 table, the relocations and the ``.nv.info`` attributes that name a symbol (the global ``.nv.info`` of all
 cubins becomes one). nvdisasm renames a repeated symbol, so a batch never holds two cubins with a function
-section (named by its function) or a global symbol of the same name, nor cubins of different
-architectures; a local
-symbol that repeats (the compiler's ``$__internal_0_$..._slowpath`` helpers) is renamed in the ELF and its
-name restored in the operands. A cubin whose ``.nv.info`` holds an attribute not known here, or a batch that
-nvdisasm rejects, is disassembled on its own. Equality with one call per cubin:
-``tests/unit/test_static_nvdisasm_batch.py``.
+section (named by its function) or a global symbol of the same name, nor cubins of different architectures;
+a local symbol that repeats (the compiler's ``$__internal_0_$..._slowpath`` helpers) is renamed in the ELF
+and its name restored in the operands. A cubin whose ``.nv.info`` holds an attribute not known here, or a
+batch that nvdisasm rejects, is disassembled on its own. Equality with one call per cubin:
+``tests/unit/test_static_nvdisasm_batch.py``, ``benchmarks/static_nvdisasm_batches.py``.
 """
 
 from __future__ import annotations
