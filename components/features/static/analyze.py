@@ -42,11 +42,8 @@ from components.features.static.compile import (
 )
 from components.features.static.names import short_kernel_name
 from components.features.static.options import AnalyzeOptions
-from components.features.static.sass import (
-    analyze_function,
-    parse_ptxas_log,
-    run_nvdisasm,
-)
+from components.features.static.prefetch import collecting, sass_functions
+from components.features.static.sass import analyze_function, parse_ptxas_log
 from components.features.static.source import prepare_source
 
 
@@ -165,7 +162,7 @@ def _build_report(
         return []
     instance_of = {v: k for k, v in lowered.items()}
     kernels: list[KernelStatic] = []
-    for fn in run_nvdisasm(cubin, nvdisasm_path()):
+    for fn in sass_functions(cubin, nvdisasm_path()):
         symbol = fn.get("function-name", "")
         res = resources.get(symbol)
         if res is None or not res.entry:
@@ -232,7 +229,7 @@ def analyze_source(
     cached = payload is not None
     if payload is None:
         payload = _compile_and_analyze(prepared, name, arch, sid, flags, opts.timeout_s, opts.memory_bytes)
-        if folder is not None and not payload.get("transient"):
+        if folder is not None and not payload.get("transient") and not collecting():
             cache_store(folder, key, payload)
     if "error" in payload:
         err = payload["error"]

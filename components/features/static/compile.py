@@ -207,11 +207,15 @@ def compile_to_cubin(
     Inside ``compile_server.compile_servers()`` (the static stage's sweep) the child is a long-lived one per
     thread; a compile that crashes it is redone in a fresh child, so the outcome is the fresh child's."""
     request = {"source": source, "name": name, "options": options, "name_expressions": name_expressions or []}
+    from components.features.static import prefetch
     from components.features.static.compile_server import served_compile
 
-    reply = served_compile(request, timeout_s, memory_bytes)
+    reply = prefetch.remembered_reply(request)  # the static sweep's second pass (static.prefetch)
     if reply is None:
-        reply = _fresh_child(request, timeout_s, memory_bytes)
+        reply = served_compile(request, timeout_s, memory_bytes) or _fresh_child(
+            request, timeout_s, memory_bytes
+        )
+        prefetch.remember_reply(request, reply)
     if not reply["ok"]:
         raise CompileError(name, reply["log"])
     return CompileResult(base64.b64decode(reply["cubin"]), reply["log"], reply["lowered"], options)

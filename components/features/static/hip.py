@@ -222,19 +222,30 @@ def compile_to_asm(
 ) -> str:
     """Compile ``source`` with clang in a limited child process; the assembler text, or CompileError."""
     from components.features.static.compile import limit_child
+    from components.features.static.hip_pch import pch_args
 
     chain = hip_toolchain()
     with tempfile.TemporaryDirectory(prefix="kc-hip-") as tmp:
         src, out = Path(tmp) / "kernel.hip", Path(tmp) / "kernel.s"
         src.write_text(source)
-        try:
-            proc = subprocess.run(
-                [chain["clang"], *options, str(src), "-o", str(out)],
+
+        def run(extra: list[str]) -> subprocess.CompletedProcess:
+            out.unlink(missing_ok=True)
+            return subprocess.run(
+                [chain["clang"], *options, *extra, str(src), "-o", str(out)],
                 capture_output=True,
                 timeout=timeout_s,
                 cwd=tmp,
                 preexec_fn=lambda: limit_child(memory_bytes, int(timeout_s) + 1),
             )
+
+        try:
+            # the runtime header precompiled inside the static stage's sweep (static.hip_pch); a compile that
+            # fails with it is done again without, so a failure is the plain compile's
+            extra = pch_args(chain["clang"], options, source, timeout_s)
+            proc = run(extra)
+            if extra and (proc.returncode != 0 or not out.is_file()):
+                proc = run([])
         except subprocess.TimeoutExpired as exc:
             raise CompileError(
                 name, f"clang did not finish within {timeout_s:g} s", "time limit exceeded"

@@ -184,7 +184,9 @@ def build_hip_config_table(
         except CompileError as exc:
             return job, exc
 
-    with ThreadPoolExecutor(max_workers=workers) as pool:
+    from components.features.static.hip_pch import header_pch
+
+    with header_pch(), ThreadPoolExecutor(max_workers=workers) as pool:  # the runtime header parsed once
         reports = dict(pool.map(run, jobs))
     out = []
     for kernel_id, params, device, program in rows[

@@ -42,11 +42,15 @@ def build_static_table(
     programs = sorted(p for p in cuda["program"].unique() if (root / p).is_dir())
     coverage: Counter[str] = Counter(kernels_total=len(cuda), programs=len(programs))
     from components.features.static.compile_server import compile_servers
+    from components.features.static.prefetch import two_passes
 
     # Each compile runs in a sandboxed subprocess (a long-lived one per thread for this sweep); threads only
-    # wait on them.
+    # wait on them. Two passes: compiles, then every cubin's nvdisasm in a few batched calls, then the
+    # reports (static.prefetch).
     with compile_servers(), ThreadPoolExecutor(max_workers=workers) as pool:
-        results = list(pool.map(lambda p: _program_reports(root / p, arch), programs))
+        results = two_passes(
+            lambda: list(pool.map(lambda p: _program_reports(root / p, arch), programs)), workers
+        )
     reports = [r for rs, _ in results for r in rs]
     for _, failures in results:
         coverage.update(f"file_failed:{reason}" for reason in failures)
