@@ -27,6 +27,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from components.common.flat_trees import NPZ_SUFFIX, FlatTrees
 from components.physics import roofline as physics
 
 if TYPE_CHECKING:  # pandas loads in the training functions: answering a question needs none of it
@@ -223,7 +224,8 @@ class SpecModel:
     """One booster per family + the priors (median log efficiency per regime and per family), each family's
     configuration and the per-regime latency floors its base time adds."""
 
-    boosters: dict[str, Any] = field(default_factory=dict)  # family -> lightgbm.Booster
+    # family -> lightgbm.Booster (fitted here) or FlatTrees (loaded: no LightGBM import for a question)
+    boosters: dict[str, Any] = field(default_factory=dict)
     priors: dict[str, float] = field(default_factory=dict)  # regime or family -> median log util
     rows: dict[str, int] = field(default_factory=dict)  # regime -> training rows
     configs: dict[str, SpecConfig] = field(default_factory=dict)  # family -> how its booster sees a kernel
@@ -248,7 +250,7 @@ class SpecModel:
             value = np.clip(to_roof + config.hedge * prior, MIN_LOG_UTIL, 0.0)
             return value, f"spec prior of {key} ({rows} training rows: no learned model)"
         x = features(group, config, floor_us)
-        learned = booster.predict(x, num_threads=1)
+        learned = booster.predict(x) if isinstance(booster, FlatTrees) else booster.predict(x, num_threads=1)
         value = config.hedge * (weight * learned + (1.0 - weight) * prior)
         note = f"spec model ({rows:,} training rows of {key}"
         note += f"; shrunk {1.0 - weight:.0%} toward its prior)" if weight < 0.95 else ")"
@@ -257,7 +259,13 @@ class SpecModel:
     def save(self, folder: Path) -> None:
         folder.mkdir(parents=True, exist_ok=True)
         for family, booster in self.boosters.items():
-            (folder / f"spec_{family}.txt").write_text(booster.model_to_string())
+            text = folder / f"spec_{family}.txt"
+            if isinstance(booster, FlatTrees):  # loaded flat: its model text is the file it came from
+                text.write_text(Path(booster.booster_file).read_text())
+                booster.save(text.with_suffix(NPZ_SUFFIX))
+            else:  # the flat copy beside the text, so a question's load needs no LightGBM
+                text.write_text(booster.model_to_string())
+                FlatTrees.from_dump(booster.dump_model()).save(text.with_suffix(NPZ_SUFFIX))
         meta = {
             "priors": self.priors,
             "rows": self.rows,
@@ -269,12 +277,20 @@ class SpecModel:
 
     @classmethod
     def load(cls, folder: Path) -> SpecModel:
-        import lightgbm as lgb
-
+        """The saved model; its boosters as flat trees when every ``.npz`` copy is there (a question's few
+        rows walk them without importing LightGBM; bulk batches still go to LightGBM), else LightGBM's."""
         meta = json.loads((folder / "spec.json").read_text())
-        boosters = {
-            f: lgb.Booster(model_str=(folder / f"spec_{f}.txt").read_text()) for f in meta["families"]
-        }
+        texts = {f: folder / f"spec_{f}.txt" for f in meta["families"]}
+        if all(p.with_suffix(NPZ_SUFFIX).is_file() for p in texts.values()):
+            boosters: dict[str, Any] = {
+                f: FlatTrees.load(p.with_suffix(NPZ_SUFFIX)) for f, p in texts.items()
+            }
+            for flat in boosters.values():
+                flat.threads = 1
+        else:
+            import lightgbm as lgb
+
+            boosters = {f: lgb.Booster(model_str=p.read_text()) for f, p in texts.items()}
         return cls(
             boosters,
             {k: float(v) for k, v in meta["priors"].items()},

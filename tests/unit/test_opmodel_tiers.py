@@ -6,12 +6,15 @@ save/load round-trips.
 
 from __future__ import annotations
 
+import subprocess
+import sys
 from pathlib import Path
 
 import numpy as np
 import pytest
 
-DATASETS = Path(__file__).resolve().parents[2].parent / "shared" / "datasets"
+ROOT = Path(__file__).resolve().parents[2]
+DATASETS = ROOT.parent / "shared" / "datasets"
 AIC = DATASETS / "aiconfigurator"
 DATA = "aic-core/src/aiconfigurator_core/systems/data"
 TABLE = "h100_sxm/gemm/vllm/0.24.0/gemm_perf.parquet"
@@ -144,6 +147,7 @@ def test_spec_config_round_trips_floors_the_base_and_is_monotone_in_the_peaks(bu
     """A spec model with the latency floor, the L2 feature, no GPU-naming features, a hedge and the monotone
     constraint: saved and loaded it answers alike; never below the roofline; a GPU with every peak doubled
     is never slower (the constraint's promise)."""
+    from components.common.flat_trees import FlatTrees
     from components.devices.catalog import load_catalog
     from components.opmodel import spec as spec_tier
     from components.physics import roofline as physics
@@ -157,6 +161,16 @@ def test_spec_config_round_trips_floors_the_base_and_is_monotone_in_the_peaks(bu
     model.save(tmp_path)
     again = spec_tier.SpecModel.load(tmp_path)
     assert again.configs["gemm"] == config and again.floors == model.floors
+    # loaded as flat trees (a question's load imports no LightGBM: scikit-learn and scipy come with it)
+    assert all(isinstance(b, FlatTrees) for b in again.boosters.values())
+    probe = (
+        "import sys; from pathlib import Path; from components.opmodel.spec import SpecModel; "
+        f"SpecModel.load(Path({str(tmp_path)!r})); print('lightgbm' in sys.modules)"
+    )
+    imported = subprocess.run(
+        [sys.executable, "-c", probe], capture_output=True, text=True, check=True, cwd=ROOT
+    ).stdout.strip()
+    assert imported == "False"
     test = gemm.iloc[3::11]
     shape = {k: test[k].to_numpy(dtype="float64") for k in ("M", "N", "K")}
     peaks = {k: (v * 2.0 if v is not None else None) for k, v in h100.peak_tflops.model_dump().items()}
