@@ -157,7 +157,8 @@ def power_capped(frame: pd.DataFrame, watts_per_tflops: Mapping[str, float]) -> 
     slowdown = (frame["peak_tflops"] * energy / frame["tdp_w"]).fillna(1.0).clip(lower=1.0)
     capped = slowdown * frame["prefill_tensor_roof_us"]
     out = frame.copy()
-    out["prefill_kernels_us"] = frame["prefill_kernels_us"] + np.maximum(capped - frame["prefill_tensor_us"], 0)
+    tensor = np.where(energy.notna(), capped, frame["prefill_tensor_us"])
+    out["prefill_kernels_us"] = frame["prefill_kernels_us"] - frame["prefill_tensor_us"] + tensor
     out["power_slowdown"] = slowdown.to_numpy()
     return out
 
