@@ -124,11 +124,13 @@ def own_kernels(frame: pd.DataFrame, catalog: Any, engine_fn: Any) -> dict[str, 
 # ---------------------------------------------------------------- board power -------------------------
 # A GPU whose board power cannot feed its tensor cores at the boost clock runs its compute-bound kernels at
 # the clock its power cap allows: the L40 and the RTX 6000 Ada (142 Ada SMs, 300 W) reach in PipeWeave's
-# prefills about the tensor rate of the L20 (92 SMs, 275 W), a third and a half of their datasheet peaks,
-# while the H20 (78 quarter-rate Hopper SMs at 400 W) runs at its peak. The energy of a tensor FLOP is a
-# property of the SM design (compute capability): learned per design as the lowest watts per sustained
-# TFLOP/s any training GPU of that design showed, it caps a GPU's compute rate at tdp / that energy. A
-# design no training GPU shares has no cap (only its datasheet peak).
+# prefills about the tensor rate of the L20 (92 SMs, 275 W), about half and a third of their datasheet
+# peaks, while the H20 (78 quarter-rate Hopper SMs at 400 W) runs near its peak. The energy of a tensor
+# FLOP is a property of the SM design (compute capability): learned per design as the lowest watts per
+# sustained TFLOP/s any training GPU of that design showed, it sets a GPU's tensor rate at
+# min(peak, tdp / that energy), and its prefill's tensor ops are answered at that rate's speed of light
+# (the framework fit's efficiency term corrects all GPUs alike). A design no training GPU shares keeps
+# the op source's own tensor-op times (A100 and the RTX PRO 6000 S in PipeWeave's set).
 
 
 TENSOR_KINDS = ("gemm", "attention", "moe")  # the ops a prefill runs on the tensor cores
@@ -151,8 +153,9 @@ def tensor_energy(train: pd.DataFrame) -> dict[str, float]:
 
 
 def power_capped(frame: pd.DataFrame, watts_per_tflops: Mapping[str, float]) -> pd.DataFrame:
-    """``frame`` with each prefill's tensor ops at least their speed-of-light time at the power-capped
-    tensor rate (``min(peak, tdp / watts per TFLOP/s)`` of its SM design; uncapped without one)."""
+    """``frame`` with each prefill's tensor ops at their speed-of-light time at the power-capped tensor rate
+    (``min(peak, tdp / watts per TFLOP/s)`` of its SM design); a run whose design has no learned energy
+    keeps its op source's tensor-op times."""
     energy = frame["sm_design"].map(dict(watts_per_tflops)).astype(float)
     slowdown = (frame["peak_tflops"] * energy / frame["tdp_w"]).fillna(1.0).clip(lower=1.0)
     capped = slowdown * frame["prefill_tensor_roof_us"]
