@@ -139,7 +139,14 @@ TENSOR_KINDS = ("gemm", "attention", "moe")  # the ops a prefill runs on the ten
 def _power_columns(d: Deployment) -> dict[str, Any]:
     """What the power cap needs of a run: its GPU's SM design, board power and dense tensor peak."""
     peak = getattr(d.gpu.peak_tflops, f"{d.weight_dtype}_tensor", None) or d.gpu.peak_tflops.bf16_tensor
-    return {"sm_design": str(d.gpu.compute_capability), "tdp_w": d.gpu.tdp_w, "peak_tflops": peak}
+    sm_clocks = d.gpu.sms * d.gpu.boost_clock_mhz * 1e-3  # SM x GHz: bytes per SM-clock -> GB/s
+    return {
+        "sm_design": str(d.gpu.compute_capability),
+        "tdp_w": d.gpu.tdp_w,
+        "peak_tflops": peak,
+        "dram_gbps": d.gpu.dram_gbps,
+        "sm_clocks": sm_clocks,
+    }
 
 
 def tensor_energy(train: pd.DataFrame) -> dict[str, float]:
@@ -150,6 +157,26 @@ def tensor_energy(train: pd.DataFrame) -> dict[str, float]:
     sustained = rows["peak_tflops"] * rows["prefill_tensor_roof_us"] / (rows["prefill_ms"] * 1e3)
     watts = rows["tdp_w"] / sustained
     return {str(k): float(v) for k, v in watts.groupby(rows["sm_design"]).min().items()}
+
+
+def sm_bytes_per_clock(train: pd.DataFrame) -> dict[str, float]:
+    """Per SM design: the most DRAM bytes per SM per clock any training GPU of that design streamed in a
+    decode step (its step's speed-of-light bytes over its measured step). A GPU with few SMs for its DRAM
+    (the H20: 78 SMs for 4 TB/s) cannot keep its DRAM busy: its SMs' loads in flight bound the rate."""
+    rows = train.dropna(subset=["dram_gbps", "sm_clocks"])
+    achieved = rows["dram_gbps"] * rows["decode_roof_us"] / (rows["decode_ms"] * 1e3) / rows["sm_clocks"]
+    return {str(k): float(v) for k, v in achieved.groupby(rows["sm_design"]).max().items()}
+
+
+def sm_fed(frame: pd.DataFrame, bytes_per_clock: Mapping[str, float]) -> pd.DataFrame:
+    """``frame`` with each decode step at least its speed-of-light time at the DRAM rate its SMs can issue
+    (``min(dram, SMs x clock x bytes per SM-clock)`` of its SM design; unbounded without one)."""
+    issue = frame["sm_design"].map(dict(bytes_per_clock)).astype(float) * frame["sm_clocks"]
+    slowdown = (frame["dram_gbps"] / issue).fillna(1.0).clip(lower=1.0)
+    out = frame.copy()
+    out["decode_kernels_us"] = np.maximum(frame["decode_kernels_us"], slowdown * frame["decode_roof_us"])
+    out["sm_feed_slowdown"] = slowdown.to_numpy()
+    return out
 
 
 def power_capped(frame: pd.DataFrame, watts_per_tflops: Mapping[str, float]) -> pd.DataFrame:
@@ -171,12 +198,24 @@ class PipeweaveCost(FrameworkCost):
     """The framework cost of a fold and the tensor energy per SM design learned on its training GPUs."""
 
     watts_per_tflops: dict[str, float] = field(default_factory=dict)
+    bytes_per_sm_clock: dict[str, float] = field(default_factory=dict)
+
+
+def _physics_of(frame: pd.DataFrame, fw: FrameworkCost) -> pd.DataFrame:
+    """``frame`` under the fold's learned power cap and SM feed rate (as it was, for a plain cost)."""
+    watts = getattr(fw, "watts_per_tflops", None)
+    feed = getattr(fw, "bytes_per_sm_clock", None)
+    if watts and "sm_design" in frame:
+        frame = power_capped(frame, watts)
+    if feed and "sm_design" in frame:
+        frame = sm_fed(frame, feed)
+    return frame
 
 
 def fit_pipeweave(train: pd.DataFrame) -> PipeweaveCost:
     watts = tensor_energy(train) if "sm_design" in train else {}
-    if watts:
-        train = power_capped(train, watts)
+    feed = sm_bytes_per_clock(train) if "sm_design" in train else {}
+    train = _physics_of(train, PipeweaveCost(watts_per_tflops=watts, bytes_per_sm_clock=feed))
     pre = fit_step_cost(
         train["prefill_ms"].to_numpy() * 1e3,
         train["prefill_kernels_us"].to_numpy(),
@@ -196,6 +235,7 @@ def fit_pipeweave(train: pd.DataFrame) -> PipeweaveCost:
         decode=dec,
         source=f"PipeWeave runs on {', '.join(sorted(train['gpu'].unique()))}",
         watts_per_tflops=watts,
+        bytes_per_sm_clock=feed,
     )
     pred = predict_pipeweave(train, fw)
     train_mape = {
@@ -203,14 +243,17 @@ def fit_pipeweave(train: pd.DataFrame) -> PipeweaveCost:
         "decode": mape(train["decode_ms"].to_numpy(), pred["decode_pred_ms"].to_numpy()),
     }
     return PipeweaveCost(
-        prefill=pre, decode=dec, source=fw.source, train_mape=train_mape, watts_per_tflops=watts
+        prefill=pre,
+        decode=dec,
+        source=fw.source,
+        train_mape=train_mape,
+        watts_per_tflops=watts,
+        bytes_per_sm_clock=feed,
     )
 
 
 def predict_pipeweave(frame: pd.DataFrame, fw: FrameworkCost) -> pd.DataFrame:
-    watts = getattr(fw, "watts_per_tflops", None)
-    if watts and "sm_design" in frame:
-        frame = power_capped(frame, watts)
+    frame = _physics_of(frame, fw)
     layers = frame["layers"].to_numpy(float)
     out = frame.copy()
     for phase, count in (("prefill", "prefill_tokens"), ("decode", "batch")):  # tokens or sequences per step
