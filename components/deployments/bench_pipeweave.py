@@ -159,20 +159,21 @@ def tensor_energy(train: pd.DataFrame) -> dict[str, float]:
     return {str(k): float(v) for k, v in watts.groupby(rows["sm_design"]).min().items()}
 
 
-def sm_bytes_per_clock(train: pd.DataFrame) -> dict[str, float]:
-    """Per SM design: the most DRAM bytes per SM per clock any training GPU of that design streamed in a
-    decode step (its step's speed-of-light bytes over its measured step). A GPU with few SMs for its DRAM
-    (the H20: 78 SMs for 4 TB/s) cannot keep its DRAM busy: its SMs' loads in flight bound the rate."""
+def sm_bytes_per_clock(train: pd.DataFrame) -> float:
+    """The most DRAM bytes per SM per clock any training GPU streamed in a decode step (its step's
+    speed-of-light bytes over its measured step): a lower bound of what one SM can keep in flight. A GPU
+    with few SMs for its DRAM (the H20: 78 SMs for 4 TB/s) cannot keep its DRAM busy. One figure for every
+    design: the largest seen, so that the bound binds only on a GPU starved of SMs (a design's own maximum
+    would understate the SMs of a design whose GPUs all have SMs to spare, as GDDR cards do). 0: none."""
     rows = train.dropna(subset=["dram_gbps", "sm_clocks"])
     achieved = rows["dram_gbps"] * rows["decode_roof_us"] / (rows["decode_ms"] * 1e3) / rows["sm_clocks"]
-    return {str(k): float(v) for k, v in achieved.groupby(rows["sm_design"]).max().items()}
+    return float(achieved.max()) if len(achieved) else 0.0
 
 
-def sm_fed(frame: pd.DataFrame, bytes_per_clock: Mapping[str, float]) -> pd.DataFrame:
+def sm_fed(frame: pd.DataFrame, bytes_per_clock: float) -> pd.DataFrame:
     """``frame`` with each decode step at least its speed-of-light time at the DRAM rate its SMs can issue
-    (``min(dram, SMs x clock x bytes per SM-clock)`` of its SM design; unbounded without one)."""
-    issue = frame["sm_design"].map(dict(bytes_per_clock)).astype(float) * frame["sm_clocks"]
-    slowdown = (frame["dram_gbps"] / issue).fillna(1.0).clip(lower=1.0)
+    (``min(dram, SMs x clock x bytes per SM-clock)``)."""
+    slowdown = (frame["dram_gbps"] / (bytes_per_clock * frame["sm_clocks"])).fillna(1.0).clip(lower=1.0)
     out = frame.copy()
     out["decode_kernels_us"] = np.maximum(frame["decode_kernels_us"], slowdown * frame["decode_roof_us"])
     out["sm_feed_slowdown"] = slowdown.to_numpy()
@@ -198,7 +199,7 @@ class PipeweaveCost(FrameworkCost):
     """The framework cost of a fold and the tensor energy per SM design learned on its training GPUs."""
 
     watts_per_tflops: dict[str, float] = field(default_factory=dict)
-    bytes_per_sm_clock: dict[str, float] = field(default_factory=dict)
+    bytes_per_sm_clock: float = 0.0
 
 
 def _physics_of(frame: pd.DataFrame, fw: FrameworkCost) -> pd.DataFrame:
@@ -214,7 +215,7 @@ def _physics_of(frame: pd.DataFrame, fw: FrameworkCost) -> pd.DataFrame:
 
 def fit_pipeweave(train: pd.DataFrame) -> PipeweaveCost:
     watts = tensor_energy(train) if "sm_design" in train else {}
-    feed = sm_bytes_per_clock(train) if "sm_design" in train else {}
+    feed = sm_bytes_per_clock(train) if "sm_design" in train else 0.0
     train = _physics_of(train, PipeweaveCost(watts_per_tflops=watts, bytes_per_sm_clock=feed))
     pre = fit_step_cost(
         train["prefill_ms"].to_numpy() * 1e3,
