@@ -15,6 +15,8 @@ from components.deployments.bench_pipeweave import (
     fit_pipeweave,
     power_capped,
     run_pipeweave_bench,
+    sm_bytes_per_clock,
+    sm_fed,
     tensor_energy,
 )
 from components.deployments.bench_silicon import run_silicon_bench
@@ -253,6 +255,9 @@ def test_power_cap_learned_on_training_gpus_of_the_same_sm_design(catalog):
     # never below the tensor ops' speed of light at the datasheet peak
     assert (capped["prefill_kernels_us"] >= composed["prefill_tensor_roof_us"]).all()
     assert fit_pipeweave(train).watts_per_tflops == watts
+    # the decode's SM feed bound: the 78-SM, 4 TB/s H20 cannot keep its DRAM busy; a GDDR card can
+    fed = sm_fed(composed, sm_bytes_per_clock(train)).groupby("gpu")["sm_feed_slowdown"].min()
+    assert fed["H20"] > 1.5 and fed["L40"] == fed["L20"] == fed["RTX_6000_Ada"] == 1.0
 
 
 @needs_data
