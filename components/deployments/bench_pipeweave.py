@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Mapping
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -95,9 +96,12 @@ def compose_pipeweave(
             **run._asdict(),
             "layers": d.model.layers,
             "prefill_tokens": run.batch * run.isl,
+            **_power_columns(d),
             "prefill_kernels_us": ph.prefill_kernels_us,
             "decode_kernels_us": ph.decode_kernels_us,
             "prefill_roof_us": sum(x.floor_us for x in ph.prefill),
+            "prefill_tensor_us": sum(x.time_us for x in ph.prefill if x.kind in TENSOR_KINDS),
+            "prefill_tensor_roof_us": sum(x.floor_us for x in ph.prefill if x.kind in TENSOR_KINDS),
             "decode_roof_us": sum(x.floor_us for x in ph.decode),
             **_named("prefill", overhead_counts(ph.prefill)),
             **_named("decode", overhead_counts(ph.decode)),
@@ -117,7 +121,102 @@ def own_kernels(frame: pd.DataFrame, catalog: Any, engine_fn: Any) -> dict[str, 
     return {str(g): judge is not None and bool(judge(catalog.resolve(d))) for g, d in pairs.to_numpy()}
 
 
-def fit_pipeweave(train: pd.DataFrame) -> FrameworkCost:
+# ---------------------------------------------------------------- board power -------------------------
+# A GPU whose board power cannot feed its tensor cores at the boost clock runs its compute-bound kernels at
+# the clock its power cap allows: the L40 and the RTX 6000 Ada (142 Ada SMs, 300 W) reach in PipeWeave's
+# prefills about the tensor rate of the L20 (92 SMs, 275 W), about half and a third of their datasheet
+# peaks, while the H20 (78 quarter-rate Hopper SMs at 400 W) runs near its peak. The energy of a tensor
+# FLOP is a property of the SM design (compute capability): learned per design as the lowest watts per
+# sustained TFLOP/s any training GPU of that design showed, it sets a GPU's tensor rate at
+# min(peak, tdp / that energy), and its prefill's tensor ops are answered at that rate's speed of light
+# (the framework fit's efficiency term corrects all GPUs alike). A design no training GPU shares keeps
+# the op source's own tensor-op times (A100 and the RTX PRO 6000 S in PipeWeave's set).
+
+
+TENSOR_KINDS = ("gemm", "attention", "moe")  # the ops a prefill runs on the tensor cores
+
+
+def _power_columns(d: Deployment) -> dict[str, Any]:
+    """What the power cap needs of a run: its GPU's SM design, board power and dense tensor peak."""
+    peak = getattr(d.gpu.peak_tflops, f"{d.weight_dtype}_tensor", None) or d.gpu.peak_tflops.bf16_tensor
+    sm_clocks = d.gpu.sms * d.gpu.boost_clock_mhz * 1e-3  # SM x GHz: bytes per SM-clock -> GB/s
+    return {
+        "sm_design": str(d.gpu.compute_capability),
+        "tdp_w": d.gpu.tdp_w,
+        "peak_tflops": peak,
+        "dram_gbps": d.gpu.dram_gbps,
+        "sm_clocks": sm_clocks,
+    }
+
+
+def tensor_energy(train: pd.DataFrame) -> dict[str, float]:
+    """Per SM design: the lowest watts per sustained tensor TFLOP/s among the training runs' GPUs (a run's
+    sustained rate: its datasheet peak x its prefill's tensor ops' speed-of-light time / its measured
+    prefill, a lower bound of the rate its tensor cores ran at)."""
+    rows = train.dropna(subset=["tdp_w", "peak_tflops"])
+    sustained = rows["peak_tflops"] * rows["prefill_tensor_roof_us"] / (rows["prefill_ms"] * 1e3)
+    watts = rows["tdp_w"] / sustained
+    return {str(k): float(v) for k, v in watts.groupby(rows["sm_design"]).min().items()}
+
+
+def sm_bytes_per_clock(train: pd.DataFrame) -> float:
+    """The most DRAM bytes per SM per clock any training GPU streamed in a decode step (its step's
+    speed-of-light bytes over its measured step): a lower bound of what one SM can keep in flight. A GPU
+    with few SMs for its DRAM (the H20: 78 SMs for 4 TB/s) cannot keep its DRAM busy. One figure for every
+    design: the largest seen, so that the bound binds only on a GPU starved of SMs (a design's own maximum
+    would understate the SMs of a design whose GPUs all have SMs to spare, as GDDR cards do). 0: none."""
+    rows = train.dropna(subset=["dram_gbps", "sm_clocks"])
+    achieved = rows["dram_gbps"] * rows["decode_roof_us"] / (rows["decode_ms"] * 1e3) / rows["sm_clocks"]
+    return float(achieved.max()) if len(achieved) else 0.0
+
+
+def sm_fed(frame: pd.DataFrame, bytes_per_clock: float) -> pd.DataFrame:
+    """``frame`` with each decode step at least its speed-of-light time at the DRAM rate its SMs can issue
+    (``min(dram, SMs x clock x bytes per SM-clock)``)."""
+    slowdown = (frame["dram_gbps"] / (bytes_per_clock * frame["sm_clocks"])).fillna(1.0).clip(lower=1.0)
+    out = frame.copy()
+    out["decode_kernels_us"] = np.maximum(frame["decode_kernels_us"], slowdown * frame["decode_roof_us"])
+    out["sm_feed_slowdown"] = slowdown.to_numpy()
+    return out
+
+
+def power_capped(frame: pd.DataFrame, watts_per_tflops: Mapping[str, float]) -> pd.DataFrame:
+    """``frame`` with each prefill's tensor ops at their speed-of-light time at the power-capped tensor rate
+    (``min(peak, tdp / watts per TFLOP/s)`` of its SM design); a run whose design has no learned energy
+    keeps its op source's tensor-op times."""
+    energy = frame["sm_design"].map(dict(watts_per_tflops)).astype(float)
+    slowdown = (frame["peak_tflops"] * energy / frame["tdp_w"]).fillna(1.0).clip(lower=1.0)
+    capped = slowdown * frame["prefill_tensor_roof_us"]
+    out = frame.copy()
+    tensor = np.where(energy.notna(), capped, frame["prefill_tensor_us"])
+    out["prefill_kernels_us"] = frame["prefill_kernels_us"] - frame["prefill_tensor_us"] + tensor
+    out["power_slowdown"] = slowdown.to_numpy()
+    return out
+
+
+@dataclass(frozen=True)
+class PipeweaveCost(FrameworkCost):
+    """The framework cost of a fold and the tensor energy per SM design learned on its training GPUs."""
+
+    watts_per_tflops: dict[str, float] = field(default_factory=dict)
+    bytes_per_sm_clock: float = 0.0
+
+
+def _physics_of(frame: pd.DataFrame, fw: FrameworkCost) -> pd.DataFrame:
+    """``frame`` under the fold's learned power cap and SM feed rate (as it was, for a plain cost)."""
+    watts = getattr(fw, "watts_per_tflops", None)
+    feed = getattr(fw, "bytes_per_sm_clock", None)
+    if watts and "sm_design" in frame:
+        frame = power_capped(frame, watts)
+    if feed and "sm_design" in frame:
+        frame = sm_fed(frame, feed)
+    return frame
+
+
+def fit_pipeweave(train: pd.DataFrame) -> PipeweaveCost:
+    watts = tensor_energy(train) if "sm_design" in train else {}
+    feed = sm_bytes_per_clock(train) if "sm_design" in train else 0.0
+    train = _physics_of(train, PipeweaveCost(watts_per_tflops=watts, bytes_per_sm_clock=feed))
     pre = fit_step_cost(
         train["prefill_ms"].to_numpy() * 1e3,
         train["prefill_kernels_us"].to_numpy(),
@@ -132,18 +231,30 @@ def fit_pipeweave(train: pd.DataFrame) -> FrameworkCost:
         train["batch"].to_numpy(float),
         _overheads(train, "decode"),
     )
-    fw = FrameworkCost(
-        prefill=pre, decode=dec, source=f"PipeWeave runs on {', '.join(sorted(train['gpu'].unique()))}"
+    fw = PipeweaveCost(
+        prefill=pre,
+        decode=dec,
+        source=f"PipeWeave runs on {', '.join(sorted(train['gpu'].unique()))}",
+        watts_per_tflops=watts,
+        bytes_per_sm_clock=feed,
     )
     pred = predict_pipeweave(train, fw)
     train_mape = {
         "prefill": mape(train["prefill_ms"].to_numpy(), pred["prefill_pred_ms"].to_numpy()),
         "decode": mape(train["decode_ms"].to_numpy(), pred["decode_pred_ms"].to_numpy()),
     }
-    return FrameworkCost(prefill=pre, decode=dec, source=fw.source, train_mape=train_mape)
+    return PipeweaveCost(
+        prefill=pre,
+        decode=dec,
+        source=fw.source,
+        train_mape=train_mape,
+        watts_per_tflops=watts,
+        bytes_per_sm_clock=feed,
+    )
 
 
 def predict_pipeweave(frame: pd.DataFrame, fw: FrameworkCost) -> pd.DataFrame:
+    frame = _physics_of(frame, fw)
     layers = frame["layers"].to_numpy(float)
     out = frame.copy()
     for phase, count in (("prefill", "prefill_tokens"), ("decode", "batch")):  # tokens or sequences per step

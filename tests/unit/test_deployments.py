@@ -10,7 +10,15 @@ import pytest
 from typer.testing import CliRunner
 
 from components.deployments.bench_common import FAMILY, FAMILY_ROOFLINE
-from components.deployments.bench_pipeweave import compose_pipeweave, fit_pipeweave, run_pipeweave_bench
+from components.deployments.bench_pipeweave import (
+    compose_pipeweave,
+    fit_pipeweave,
+    power_capped,
+    run_pipeweave_bench,
+    sm_bytes_per_clock,
+    sm_fed,
+    tensor_energy,
+)
 from components.deployments.bench_silicon import run_silicon_bench
 from components.deployments.compose import BATCH, DoesNotFit, compose_phases, memory_check
 from components.deployments.config import Deployment, DeploymentError, model_shape
@@ -225,6 +233,31 @@ def test_framework_fit_never_sees_the_held_out_gpu(catalog):
     without = fit_pipeweave(composed[composed["gpu"] != "H100"])
     assert "H100" not in without.source.split(", ") and "A100" in without.source
     assert all(c >= 0 for c in without.prefill[:3]) and all(c >= 0 for c in without.decode[:3])
+
+
+@needs_data
+def test_power_cap_learned_on_training_gpus_of_the_same_sm_design(catalog):
+    """The L40 held out: its tensor energy comes from the other Ada GPUs (L20, RTX 6000 Ada) only; it slows
+    the 300 W L40 below its datasheet peak, never the H20 (whose Hopper energy the 700 W H100 sets), and a
+    design with no training GPU (A100's 8.0 here) keeps its op source's tensor-op times."""
+    runs = read_pipeweave_runs(DATA)
+    composed = compose_pipeweave(
+        runs[runs["gpu"].isin(["L20", "RTX_6000_Ada", "L40", "H20", "H100", "A100"])], catalog, DATA
+    )
+    train = composed[~composed["gpu"].isin(["L40", "A100"])]
+    watts = tensor_energy(train)
+    assert set(watts) == {"8.9", "9.0"}  # Ada and Hopper from their training GPUs; no 8.0
+    capped = power_capped(composed, watts)
+    by_gpu = capped.groupby("gpu")["power_slowdown"].min()
+    assert by_gpu["L40"] > 1.2 and by_gpu["H20"] == 1.0 and by_gpu["A100"] == 1.0
+    a100 = composed["gpu"] == "A100"
+    assert np.allclose(capped.loc[a100, "prefill_kernels_us"], composed.loc[a100, "prefill_kernels_us"])
+    # never below the tensor ops' speed of light at the datasheet peak
+    assert (capped["prefill_kernels_us"] >= composed["prefill_tensor_roof_us"]).all()
+    assert fit_pipeweave(train).watts_per_tflops == watts
+    # the decode's SM feed bound: the 78-SM, 4 TB/s H20 cannot keep its DRAM busy; a GDDR card can
+    fed = sm_fed(composed, sm_bytes_per_clock(train)).groupby("gpu")["sm_feed_slowdown"].min()
+    assert fed["H20"] > 1.5 and fed["L40"] == fed["L20"] == fed["RTX_6000_Ada"] == 1.0
 
 
 @needs_data
