@@ -480,7 +480,9 @@ def bench_rows(split: str, entry: dict[str, Any]) -> list[dict[str, Any]]:
             if "sibling_mape" in d:  # on the shapes the held GPU and its sibling both measured
                 shared = f"op={op},dtype={dtype},shared shapes"
                 add(shared, SIBLING_FAMILY, d["sibling_mape"], d["sibling_n"])
-                add(shared, ENGINE_FAMILY, d.get("shared_mape"), d["sibling_n"])
+                add(shared, SPEC_FAMILY, d.get("shared_mape"), d["sibling_n"])  # the spec tier's
+                if "engine_shared_mape" in d:  # the engine on the plain GEMMs of those shapes
+                    add(shared, ENGINE_FAMILY, d["engine_shared_mape"], d["engine_shared_n"])
             for other, g in sorted(d.get("siblings", {}).items()):
                 add(f"op={op},dtype={dtype},from {other}", SIBLING_FAMILY, g["mape"], g["n"])
         for family, key in ((SPEC_FAMILY, "per_gpu_spec"), (SIBLING_FAMILY, "per_gpu_sibling")):

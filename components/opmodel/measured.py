@@ -93,8 +93,9 @@ class Resolved:
 
 
 def attention_phase(s: np.ndarray, kv: np.ndarray) -> np.ndarray:
-    """prefill (S == KV), decode (S == 1) or chunk (anything else: no measured layout)."""
-    return np.where(s == 1, "decode", np.where(s == kv, "prefill", "chunk")).astype(object)
+    """prefill (S == KV), decode (S == 1) or chunk (no measured layout); S = KV = 1 is prefill, as measured
+    (context tables), for tables and questions alike (filed as decode, an exact hit found no site: NaN)."""
+    return np.where(s == kv, "prefill", np.where(s == 1, "decode", "chunk")).astype(object)
 
 
 BLOCK_SCALED = {"fp8_block": 128}  # dtype -> scale block edge: N or K off the block grid runs another kernel
@@ -112,7 +113,8 @@ def _with_curve(family: str, frame: pd.DataFrame, dtype: str = "") -> pd.DataFra
         )
         frame = frame.assign(block_aligned=aligned.astype("int64"))
     if family == "attention":
-        frame = frame.assign(curve=np.where(frame["phase"].to_numpy() == "decode", frame["KV"], frame["S"]))
+        phase = attention_phase(frame["S"].to_numpy(), frame["KV"].to_numpy())
+        frame = frame.assign(phase=phase, curve=np.where(phase == "decode", frame["KV"], frame["S"]))
         frame = frame.assign(W=frame.get("W", 0))
     return frame
 
@@ -165,10 +167,7 @@ class SiteTable:
         dims = [*layout.site_axes, layout.curve_axis]
         positive = np.all(frame[dims].to_numpy(dtype="float64") >= 1, axis=1)
         if family == "attention":
-            positive &= frame["phase"].isin(["prefill", "decode"]).to_numpy()
-            positive &= (
-                (frame["phase"] == "prefill") & (frame["S"] == frame["KV"]) | (frame["phase"] == "decode")
-            ).to_numpy()
+            positive &= frame["phase"].to_numpy() != "chunk"  # the phase is attention_phase's
         frame = frame[positive]
         roof = physics.roofline(family, dtype, _shape_of(family, frame), spec, kv_dtype)
         latency = frame["latency_us"].to_numpy(dtype="float64")

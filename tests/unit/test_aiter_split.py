@@ -85,6 +85,11 @@ def test_mi300x_is_held_out_and_scored_per_dtype(store_dir: Path) -> None:
     for dtype, part in shared.groupby("dtype"):
         assert per[dtype]["sibling_n"] == len(part)
         assert 0 < per[dtype]["sibling_mape"] < 5 and 0 < per[dtype]["shared_mape"] < 5
+        # the engine on the same shapes (plain GEMMs: the batched ones have no relative's table)
+        plain = int((part["B"] == 1).sum())
+        assert per[dtype].get("engine_shared_n", 0) == plain and (
+            not plain or per[dtype]["engine_shared_mape"] > 0
+        )
     for entry in per.values():
         assert 0 < entry["mape"] < 5 and 0 < entry["roofline_mape"] < 1
     # the rule from the NVIDIA GPU: on the shapes both measured (DeepSeek-V3's fp8 block-scaled GEMMs)
@@ -115,3 +120,5 @@ def test_gate_entry_and_bench_rows_carry_the_sibling_baseline(store_dir: Path) -
     assert (ROOFLINE_FAMILY, "op=gemm,dtype=bf16") in rows
     sibling = rows[(SIBLING_FAMILY, "op=gemm,dtype=fp8_block,shared shapes")]
     assert sibling["ours"] == round(per["fp8_block"]["sibling_mape"], 4) and sibling["n"] > 0
+    engine = rows[(ENGINE_FAMILY, "op=gemm,dtype=fp8_block,shared shapes")]
+    assert engine["ours"] == round(per["fp8_block"]["engine_shared_mape"], 4)

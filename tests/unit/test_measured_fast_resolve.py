@@ -196,3 +196,24 @@ def test_equally_distant_sites_rank_by_site_order_whatever_the_row_order() -> No
     expected = ask_roof / np.exp(np.log(util).mean())
     assert got.neighbours[0] == 2
     np.testing.assert_allclose(got.duration_us, expected, rtol=1e-12)
+
+
+@needs_tables
+def test_one_token_attention_rows_are_exact_hits_not_nan(store) -> None:
+    """S = KV = 1 is a prefill row of the context tables; asked verbatim it must come back verbatim (it was
+    filed as decode on the question side only: no site, NaN, and the transfer tier had nothing to carry)."""
+    from components.devices.catalog import load_catalog
+    from components.opmodel.measured import SiteTable
+    from components.physics import roofline as physics
+
+    h100 = load_catalog().get("h100-sxm")
+    attention = store["attention"]
+    one = attention[(attention["S"] == 1) & (attention["KV"] == 1)]
+    assert len(one) > 0
+    for (dtype, kv), part in attention.groupby(["dtype", "kv_dtype"], sort=True):
+        asked = one[(one["dtype"] == dtype) & (one["kv_dtype"] == kv)]
+        shape = {k: asked[k].to_numpy(dtype="float64") for k in ("B", "S", "KV", "H", "HKV", "D", "W")}
+        roof = physics.roofline("attention", dtype, shape, h100, kv).time_us
+        got = SiteTable("attention", part, h100, dtype, kv).resolve(shape, roof)
+        assert got.exact.all(), (dtype, kv)
+        np.testing.assert_allclose(got.duration_us, asked["latency_us"].to_numpy(), rtol=1e-12)

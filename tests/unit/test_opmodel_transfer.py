@@ -207,6 +207,23 @@ def test_the_envelope_is_monotone_on_the_lattice_and_leaves_a_monotone_answer_as
     assert np.any(np.diff(wiggly({"M": sizes, "N": 64.0, "K": 256.0})) < 0)  # the raw answer was not
 
 
+def test_the_one_token_prefill_kernel_bounds_no_decode_in_the_envelope() -> None:
+    """S = KV = 1 runs the context kernel (slow, launch-bound); a decode (S = 1, KV >= 2) that is faster is
+    left as answered, and the one-token row itself sits on the prefill lattice."""
+    from components.opmodel.envelope import Envelope
+
+    def answer(shape):  # decodes at 8 us, the one-token prefill kernel at 16 us, prefills growing with KV
+        s, kv = (np.asarray(shape[a], dtype="float64") for a in ("S", "KV"))
+        return np.where((s == 1) & (kv > 1), 8.0, np.where(kv == 1, 16.0, 16.0 + kv * 1e-3))
+
+    kv = np.array([1.0, 2.0, 4.0, 64.0, 1.0])
+    s = np.array([1.0, 1.0, 1.0, 1.0, 1.0])
+    shape = {"B": np.ones(5), "S": s, "KV": kv, "H": np.full(5, 8.0), "HKV": np.full(5, 8.0)}
+    shape |= {"D": np.full(5, 128.0), "W": np.zeros(5)}
+    got = Envelope().apply("attention", shape, answer(shape), ("key",), answer)
+    np.testing.assert_allclose(got, answer(shape))
+
+
 def test_moe_curve_table_returns_exact_hits_and_interpolates_tokens(catalog) -> None:
     from components.opmodel.transfer import CurveTable
     from components.physics import roofline as physics
