@@ -177,7 +177,10 @@ def test_runtime_never_decreases_with_size(engine, catalog) -> None:
                     engine.predict("gemm", dtype, shape, spec), f"{spec.id} gemm {dtype} {axis}"
                 )
         for axis in ("B", "KV"):
-            shape = {"B": 4.0, "S": 1.0, "KV": 2048.0, "H": 32.0, "HKV": 8.0, "D": 128.0, axis: SIZES}
+            # a decode attends to a past (KV >= 2); S = KV = 1 is the one-token prefill, another kernel (the
+            # context tables measure it, slower than short decodes), as the measured tier files it
+            sizes = np.maximum(SIZES, 2.0) if axis == "KV" else SIZES
+            shape = {"B": 4.0, "S": 1.0, "KV": 2048.0, "H": 32.0, "HKV": 8.0, "D": 128.0, axis: sizes}
             _assert_non_decreasing(
                 engine.predict("attention", "bf16", shape, spec), f"{spec.id} decode {axis}"
             )
