@@ -19,6 +19,7 @@ from components.deployments.data import (
     AllReduceTable,
 )
 from components.deployments.framework_cost import FrameworkCost
+from components.deployments.op_limits import limited, limits_of
 from components.deployments.ops import (
     ENGINE_SOURCE,
     ROOFLINE_SOURCE,
@@ -28,6 +29,7 @@ from components.deployments.ops import (
     has_data,
     roofline_op_time,
 )
+from components.physics.limits import GpuLimits
 
 SPLIT_PIPEWEAVE = "llm-serving-pipeweave"
 SPLIT_SILICON = "llm-serving-silicon"
@@ -48,7 +50,7 @@ def with_allreduce(base: OpTimeFn, tables: Mapping[str, AllReduceTable]) -> OpTi
         return base(family, dtype, shape, spec, **kw) if kw else base(family, dtype, shape, spec)
 
     op_time.__signature__ = None  # type: ignore[attr-defined]
-    return op_time
+    return limited(op_time, limits_of(base) or GpuLimits())  # base's reachable rates bound these too
 
 
 @dataclass

@@ -11,13 +11,11 @@ from typer.testing import CliRunner
 
 from components.deployments.bench_common import FAMILY, FAMILY_ROOFLINE
 from components.deployments.bench_pipeweave import (
+    bounded,
     compose_pipeweave,
+    fit_limits,
     fit_pipeweave,
-    power_capped,
     run_pipeweave_bench,
-    sm_bytes_per_clock,
-    sm_fed,
-    tensor_energy,
 )
 from components.deployments.bench_silicon import run_silicon_bench
 from components.deployments.compose import BATCH, DoesNotFit, compose_phases, memory_check
@@ -245,19 +243,50 @@ def test_power_cap_learned_on_training_gpus_of_the_same_sm_design(catalog):
         runs[runs["gpu"].isin(["L20", "RTX_6000_Ada", "L40", "H20", "H100", "A100"])], catalog, DATA
     )
     train = composed[~composed["gpu"].isin(["L40", "A100"])]
-    watts = tensor_energy(train)
-    assert set(watts) == {"8.9", "9.0"}  # Ada and Hopper from their training GPUs; no 8.0
-    capped = power_capped(composed, watts)
+    limits = fit_limits(train)
+    assert set(limits.watts_per_tflops) == {"8.9", "9.0"}  # Ada and Hopper from their training GPUs; no 8.0
+    capped = bounded(composed, limits)
     by_gpu = capped.groupby("gpu")["power_slowdown"].min()
     assert by_gpu["L40"] > 1.2 and by_gpu["H20"] == 1.0 and by_gpu["A100"] == 1.0
     a100 = composed["gpu"] == "A100"
     assert np.allclose(capped.loc[a100, "prefill_kernels_us"], composed.loc[a100, "prefill_kernels_us"])
-    # never below the tensor ops' speed of light at the datasheet peak
-    assert (capped["prefill_kernels_us"] >= composed["prefill_tensor_roof_us"]).all()
-    assert fit_pipeweave(train).watts_per_tflops == watts
-    # the decode's SM feed bound: the 78-SM, 4 TB/s H20 cannot keep its DRAM busy; a GDDR card can
-    fed = sm_fed(composed, sm_bytes_per_clock(train)).groupby("gpu")["sm_feed_slowdown"].min()
+    l40 = composed["gpu"] == "L40"
+    assert (capped.loc[l40, "prefill_kernels_us"] > 1.05 * composed.loc[l40, "prefill_kernels_us"]).all()
+    # a bound only lengthens: never below the op times, so never below the speed of light
+    assert (capped["prefill_kernels_us"] >= composed["prefill_kernels_us"] - 1e-9).all()
+    assert (capped["decode_kernels_us"] >= composed["decode_roof_us"]).all()
+    assert fit_pipeweave(train).limits == limits
+    # the SM feed bound: the 78-SM, 4 TB/s H20 cannot keep its DRAM busy; a GDDR card can
+    fed = capped.groupby("gpu")["sm_feed_slowdown"].min()
     assert fed["H20"] > 1.5 and fed["L40"] == fed["L20"] == fed["RTX_6000_Ada"] == 1.0
+
+
+@needs_data
+def test_reachable_rates_bound_the_product_op_times_as_the_bench_does(catalog):
+    """One place: an op-time function carrying the limits (what ``predict --llm`` composes with) gives the
+    very step times the bench's fold re-bounds, and a deployment answer states the limit where it binds."""
+    from components.deployments.answer import answer_deployments
+    from components.deployments.op_limits import limited
+    from components.deployments.ops import roofline_op_time
+
+    runs = read_pipeweave_runs(DATA)
+    runs = runs[runs["gpu"].isin(["L20", "RTX_6000_Ada", "L40", "H20", "H100"])]
+    composed = compose_pipeweave(runs, catalog, DATA)
+    limits = fit_limits(composed[composed["gpu"] != "L40"])
+    product = compose_pipeweave(runs, catalog, DATA, limited(roofline_op_time, limits))
+    folded = bounded(composed, limits)
+    for phase in ("prefill", "decode"):
+        assert np.allclose(product[f"{phase}_kernels_us"], folded[f"{phase}_kernels_us"], rtol=1e-9)
+    l40 = Deployment(
+        model=model_shape("Qwen2.5-14B", DATA), gpu=catalog.resolve("l40"), isl=1024, osl=64, concurrency=8
+    )
+    plain, capped = (
+        answer_deployments([l40], fn, workload=BATCH)[0]
+        for fn in (roofline_op_time, limited(roofline_op_time, limits))
+    )
+    assert capped.ttft_ms > plain.ttft_ms
+    assert any(n.startswith("power cap: NVIDIA L40") for n in capped.notes)
+    assert not any(n.startswith("power cap") for n in plain.notes)
 
 
 @needs_data
