@@ -1,0 +1,59 @@
+"""The GPU's reachable rates (``physics.limits``): the power-capped tensor rate and the SM-fed DRAM rate only
+lengthen unmeasured op times, keep them non-decreasing in sizes, and leave measured kernels as measured."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from components.deployments.ops import roofline_op_time, sol_split
+from components.devices import load_catalog
+from components.physics.limits import GpuLimits, sm_bytes_per_clock, tensor_energy
+
+
+@pytest.fixture(scope="module")
+def catalog():
+    return load_catalog()
+
+
+def test_energy_is_the_lowest_per_design_and_feed_the_most_streamed() -> None:
+    watts = tensor_energy(
+        np.array(["8.9", "8.9", "9.0"]),
+        np.array([300.0, 275.0, 700.0]),
+        np.array([181.0, 119.5, 989.0]),
+        np.array([50.0, 80.0, 60.0]),  # tensor work at the datasheet peak (us)
+        np.array([100.0, 100.0, 100.0]),  # the measured step (us)
+    )
+    # 300 W / (181 x 0.5) = 3.31; 275 W / (119.5 x 0.8) = 2.88: the lower of the design's two
+    assert watts == pytest.approx({"8.9": 275.0 / (119.5 * 0.8), "9.0": 700.0 / (989.0 * 0.6)})
+    feed = sm_bytes_per_clock(
+        np.array([4000.0, 864.0]), np.array([144.0, 350.0]), np.array([50.0, 90.0]), 100.0
+    )
+    assert feed == pytest.approx(4000.0 * 0.5 / 144.0)
+
+
+def test_bound_lengthens_unmeasured_ops_only_and_stays_monotone(catalog) -> None:
+    l40, h20, a100 = (catalog.resolve(g) for g in ("l40", "h20", "a100-sxm4-80gb"))
+    limits = GpuLimits({"8.9": 2.9, "9.0": 1.1}, 12.0, "test")
+    assert limits.tensor_slowdown(l40) == pytest.approx(181.0 * 2.9 / 300.0, rel=0.05)
+    assert limits.tensor_slowdown(a100) == 1.0  # no energy for its design: not capped
+    assert limits.dram_slowdown(h20) > 1.5 and limits.dram_slowdown(l40) == 1.0
+    sizes = np.geomspace(16, 16384, 12)
+    shape = {"M": sizes, "N": np.full(12, 5120.0), "K": np.full(12, 5120.0)}
+    for spec in (l40, h20, a100):
+        plain = roofline_op_time("gemm", "bf16", shape, spec)
+        floor, tensor_us, memory_us = sol_split("gemm", "bf16", shape, spec)
+        bounded = limits.bound(plain, tensor_us, memory_us, spec)
+        assert (bounded >= plain).all() and (bounded >= floor).all()  # never below the roofline
+        assert (np.diff(bounded) >= 0).all()  # non-decreasing in M
+        flops = 2 * sizes * 5120.0 * 5120.0
+        assert (flops / (bounded * 1e-6) <= spec.peak_tflops.bf16_tensor * 1e12 * (1 + 1e-9)).all()
+        measured = np.ones(12, bool)
+        assert np.array_equal(limits.bound(plain, tensor_us, memory_us, spec, measured), plain)
+    plain = roofline_op_time("gemm", "bf16", shape, l40)
+    _, tensor_us, memory_us = sol_split("gemm", "bf16", shape, l40)
+    assert limits.bound(plain, tensor_us, memory_us, l40)[-1] > plain[-1]  # the L40 is power-bound at scale
+    assert any(n.startswith("power cap") for n in limits.notes(l40))
+    assert not any(n.startswith("power cap") for n in limits.notes(a100))
+    assert any(n.startswith("SM feed") for n in limits.notes(h20))
+    assert GpuLimits.from_json(limits.to_json()) == limits and not GpuLimits()
