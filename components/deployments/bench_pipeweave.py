@@ -128,6 +128,7 @@ def own_kernels(frame: pd.DataFrame, catalog: Any, engine_fn: Any) -> dict[str, 
 # every deployment answer (``op_limits.line_times``, what ``compose.time_ops`` applies); each fold learns them
 # on its training GPUs only and re-bounds the composed op lines with them.
 
+
 def _spec_columns(d: Deployment) -> dict[str, Any]:
     """What the limits read of a run's GPU: its SM design, board power, bf16 tensor peak, SMs x clock."""
     return {

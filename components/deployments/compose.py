@@ -410,13 +410,15 @@ def time_ops(lines: list[OpLine], spec: Any, op_time: OpTimeFn) -> float:
         if op is not None:
             stacked["op"] = op
         times, tiers = _call(op_time, family, dtype, kv_dtype, stacked, spec)
-        floors, tensor_us, memory_us = sol_split(family, dtype, stacked, spec, kv_dtype)
+        floors, tensor_us, memory_us, rest = sol_split(family, dtype, stacked, spec, kv_dtype)
         times = np.maximum(times, floors)
         measured = np.char.startswith(tiers.astype(str), "measured")  # what the GPU itself reached
+        rest = np.where(tiers == "roofline", rest, np.nan)  # the fixed-efficiency roofline's rows
         bounds = np.cumsum([0, *sizes])
         for j, i in enumerate(members):
             part, n = slice(bounds[j], bounds[j + 1]), lines[i].count
-            lines[i].parts = (times[part] * n, tensor_us[part] * n, memory_us[part] * n, measured[part])
+            scaled = (times, tensor_us, memory_us, rest)
+            lines[i].parts = (*(a[part] * n for a in scaled), measured[part])
             lines[i].each_us = line_times(lines[i].parts, spec, limits)
             lines[i].time_us = float(np.mean(lines[i].each_us))
             lines[i].floor_us = float(np.mean(floors[part])) * n

@@ -46,10 +46,11 @@ def limits_of(fn: Any) -> GpuLimits | None:
 
 def line_times(parts: tuple[np.ndarray, ...], spec: Any, limits: GpuLimits | None) -> np.ndarray:
     """One op line's times per element (count included) from its ``parts`` (op-tier times at or above the
-    speed of light, the tensor-pipe and DRAM parts of that floor, which rows the GPU's own measured kernels
-    answered), bounded by ``limits`` where given."""
-    times, tensor_us, memory_us, measured = parts
-    return times if not limits else limits.bound(times, tensor_us, memory_us, spec, measured)
+    speed of light, the tensor-pipe and DRAM parts of that floor, the fixed-efficiency roofline's time
+    without its compute on the rows it answered -- NaN elsewhere --, which rows the GPU's own measured
+    kernels answered), bounded by ``limits`` where given."""
+    times, tensor_us, memory_us, rest, measured = parts
+    return times if not limits else limits.bound(times, tensor_us, memory_us, spec, measured, rest)
 
 
 def production_limits(constants: Path | None = None) -> GpuLimits:

@@ -62,14 +62,20 @@ class GpuLimits:
     def tensor_slowdown(self, spec: Any) -> float:
         """Datasheet tensor rate / power-capped rate (>= 1; 1 where the design or the board power is
         unknown)."""
+        share = self.tensor_share(spec)
+        return 1.0 if share is None else 1.0 / share
+
+    def tensor_share(self, spec: Any) -> float | None:
+        """The share of its datasheet tensor rate ``spec`` reaches under its power cap (<= 1); None where its
+        design has no learned energy or the catalog lacks its board power."""
         energy, tdp, peak = (
             self.watts_per_tflops.get(_design(spec)),
             getattr(spec, "tdp_w", None),
             _bf16_peak(spec),
         )
         if not energy or not tdp or not peak:
-            return 1.0
-        return max(1.0, peak * float(energy) / float(tdp))
+            return None
+        return min(1.0, float(tdp) / (peak * float(energy)))
 
     def dram_slowdown(self, spec: Any) -> float:
         """Datasheet DRAM rate / the rate its SMs can issue (>= 1)."""
@@ -85,16 +91,27 @@ class GpuLimits:
         memory_us: np.ndarray,
         spec: Any,
         measured: np.ndarray | bool = False,
+        rest_us: np.ndarray | None = None,
     ) -> np.ndarray:
         """``times_us`` no shorter than their tensor-pipe work (``tensor_us``: speed of light at the datasheet
         peak; 0 for work off the tensor pipes) at the power-capped rate and their DRAM bytes (``memory_us``)
-        at the SM-fed rate; ``measured`` rows (the GPU's own measured kernels) as they are."""
+        at the SM-fed rate; ``measured`` rows (the GPU's own measured kernels) as they are.
+
+        ``rest_us``: where a row's time is the fixed-efficiency roofline's (NaN elsewhere), that time without
+        its tensor work (its DRAM and link times at their efficiencies). On a GPU whose design has a learned
+        energy its tensor work then runs at the power-capped rate in place of the fixed efficiency: a large
+        GEMM's shortfall on an H100 is its clock under the power cap, which the 400 W H20 does not hit."""
+        tensor = np.asarray(tensor_us, "float64")
         floor = np.maximum(
-            np.asarray(tensor_us, "float64") * self.tensor_slowdown(spec),
-            np.asarray(memory_us, "float64") * self.dram_slowdown(spec),
+            tensor * self.tensor_slowdown(spec), np.asarray(memory_us, "float64") * self.dram_slowdown(spec)
         )
         times = np.asarray(times_us, dtype="float64")
-        return np.where(measured, times, np.maximum(times, floor))
+        out = np.where(measured, times, np.maximum(times, floor))
+        if rest_us is None or self.tensor_share(spec) is None:
+            return out
+        rest = np.asarray(rest_us, dtype="float64")
+        swap = np.isfinite(rest) & (tensor > 0) & ~np.asarray(measured, bool)
+        return np.where(swap, np.maximum(np.where(swap, rest, 0.0), floor), out)
 
     def notes(self, spec: Any) -> list[str]:
         """One line per limit that binds on ``spec`` (what its answers state)."""

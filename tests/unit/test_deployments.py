@@ -252,9 +252,12 @@ def test_power_cap_learned_on_training_gpus_of_the_same_sm_design(catalog):
     assert np.allclose(capped.loc[a100, "prefill_kernels_us"], composed.loc[a100, "prefill_kernels_us"])
     l40 = composed["gpu"] == "L40"
     assert (capped.loc[l40, "prefill_kernels_us"] > 1.05 * composed.loc[l40, "prefill_kernels_us"]).all()
-    # a bound only lengthens: never below the op times, so never below the speed of light
-    assert (capped["prefill_kernels_us"] >= composed["prefill_kernels_us"] - 1e-9).all()
-    assert (capped["decode_kernels_us"] >= composed["decode_roof_us"]).all()
+    # the roofline's fixed tensor efficiency gives way to the reachable rate: the unthrottled H20 runs its
+    # GEMMs faster than the fixed 70% says, never below the speed of light
+    h20 = composed["gpu"] == "H20"
+    assert (capped.loc[h20, "prefill_kernels_us"] < 0.9 * composed.loc[h20, "prefill_kernels_us"]).all()
+    for phase in ("prefill", "decode"):
+        assert (capped[f"{phase}_kernels_us"] >= composed[f"{phase}_roof_us"]).all()
     assert fit_pipeweave(train).limits == limits
     # the SM feed bound: the 78-SM, 4 TB/s H20 cannot keep its DRAM busy; a GDDR card can
     fed = capped.groupby("gpu")["sm_feed_slowdown"].min()

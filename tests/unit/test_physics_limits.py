@@ -42,16 +42,22 @@ def test_bound_lengthens_unmeasured_ops_only_and_stays_monotone(catalog) -> None
     shape = {"M": sizes, "N": np.full(12, 5120.0), "K": np.full(12, 5120.0)}
     for spec in (l40, h20, a100):
         plain = roofline_op_time("gemm", "bf16", shape, spec)
-        floor, tensor_us, memory_us = sol_split("gemm", "bf16", shape, spec)
+        floor, tensor_us, memory_us, _ = sol_split("gemm", "bf16", shape, spec)
         bounded = limits.bound(plain, tensor_us, memory_us, spec)
         assert (bounded >= plain).all() and (bounded >= floor).all()  # never below the roofline
         assert (np.diff(bounded) >= 0).all()  # non-decreasing in M
         flops = 2 * sizes * 5120.0 * 5120.0
         assert (flops / (bounded * 1e-6) <= spec.peak_tflops.bf16_tensor * 1e12 * (1 + 1e-9)).all()
+        # the roofline's own rows: tensor work at the reachable rate in place of the fixed efficiency
+        swapped = limits.bound(
+            plain, tensor_us, memory_us, spec, False, sol_split("gemm", "bf16", shape, spec)[3]
+        )
+        assert (swapped >= floor).all() and (np.diff(swapped) >= 0).all()
+        assert (flops / (swapped * 1e-6) <= spec.peak_tflops.bf16_tensor * 1e12 * (1 + 1e-9)).all()
         measured = np.ones(12, bool)
         assert np.array_equal(limits.bound(plain, tensor_us, memory_us, spec, measured), plain)
     plain = roofline_op_time("gemm", "bf16", shape, l40)
-    _, tensor_us, memory_us = sol_split("gemm", "bf16", shape, l40)
+    _, tensor_us, memory_us, _ = sol_split("gemm", "bf16", shape, l40)
     assert limits.bound(plain, tensor_us, memory_us, l40)[-1] > plain[-1]  # the L40 is power-bound at scale
     assert any(n.startswith("power cap") for n in limits.notes(l40))
     assert not any(n.startswith("power cap") for n in limits.notes(a100))
