@@ -265,34 +265,6 @@ def test_power_cap_learned_on_training_gpus_of_the_same_sm_design(catalog):
 
 
 @needs_data
-def test_reachable_rates_bound_the_product_op_times_as_the_bench_does(catalog):
-    """One place: an op-time function carrying the limits (what ``predict --llm`` composes with) gives the
-    very step times the bench's fold re-bounds, and a deployment answer states the limit where it binds."""
-    from components.deployments.answer import answer_deployments
-    from components.deployments.op_limits import limited
-    from components.deployments.ops import roofline_op_time
-
-    runs = read_pipeweave_runs(DATA)
-    runs = runs[runs["gpu"].isin(["L20", "RTX_6000_Ada", "L40", "H20", "H100"])]
-    composed = compose_pipeweave(runs, catalog, DATA)
-    limits = fit_limits(composed[composed["gpu"] != "L40"])
-    product = compose_pipeweave(runs, catalog, DATA, limited(roofline_op_time, limits))
-    folded = bounded(composed, limits)
-    for phase in ("prefill", "decode"):
-        assert np.allclose(product[f"{phase}_kernels_us"], folded[f"{phase}_kernels_us"], rtol=1e-9)
-    l40 = Deployment(
-        model=model_shape("Qwen2.5-14B", DATA), gpu=catalog.resolve("l40"), isl=1024, osl=64, concurrency=8
-    )
-    plain, capped = (
-        answer_deployments([l40], fn, workload=BATCH)[0]
-        for fn in (roofline_op_time, limited(roofline_op_time, limits))
-    )
-    assert capped.ttft_ms > plain.ttft_ms
-    assert any(n.startswith("power cap: NVIDIA L40") for n in capped.notes)
-    assert not any(n.startswith("power cap") for n in plain.notes)
-
-
-@needs_data
 def test_launch_and_allreduce_latency_are_fitted_not_constants(catalog):
     """The op times carry no launch or all-reduce start-up constant; the fit learns them on its train runs
     (per kernel launched, per physics all-reduce, per all-reduce x GPU), never below zero."""

@@ -6,9 +6,18 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from components.deployments.answer import answer_deployments
+from components.deployments.bench_pipeweave import bounded, compose_pipeweave, fit_limits
+from components.deployments.compose import BATCH
+from components.deployments.config import Deployment, model_shape
+from components.deployments.data import read_pipeweave_runs
+from components.deployments.op_limits import limited
 from components.deployments.ops import roofline_op_time, sol_split
 from components.devices import load_catalog
 from components.physics.limits import GpuLimits, sm_bytes_per_clock, tensor_energy
+from components.platform.config import DEFAULT_DATASETS_DIR
+
+DATA = DEFAULT_DATASETS_DIR
 
 
 @pytest.fixture(scope="module")
@@ -63,3 +72,27 @@ def test_bound_lengthens_unmeasured_ops_only_and_stays_monotone(catalog) -> None
     assert not any(n.startswith("power cap") for n in limits.notes(a100))
     assert any(n.startswith("SM feed") for n in limits.notes(h20))
     assert GpuLimits.from_json(limits.to_json()) == limits and not GpuLimits()
+
+
+@pytest.mark.skipif(not (DATA / "pipeweave" / "config").is_dir(), reason="public datasets not present")
+def test_reachable_rates_bound_the_product_op_times_as_the_bench_does(catalog):
+    """One place: an op-time function carrying the limits (what ``predict --llm`` composes with) gives the
+    very step times the bench's fold re-bounds, and a deployment answer states the limit where it binds."""
+    runs = read_pipeweave_runs(DATA)
+    runs = runs[runs["gpu"].isin(["L20", "RTX_6000_Ada", "L40", "H20", "H100"])]
+    composed = compose_pipeweave(runs, catalog, DATA)
+    limits = fit_limits(composed[composed["gpu"] != "L40"])
+    product = compose_pipeweave(runs, catalog, DATA, limited(roofline_op_time, limits))
+    folded = bounded(composed, limits)
+    for phase in ("prefill", "decode"):
+        assert np.allclose(product[f"{phase}_kernels_us"], folded[f"{phase}_kernels_us"], rtol=1e-9)
+    l40 = Deployment(
+        model=model_shape("Qwen2.5-14B", DATA), gpu=catalog.resolve("l40"), isl=1024, osl=64, concurrency=8
+    )
+    plain, capped = (
+        answer_deployments([l40], fn, workload=BATCH)[0]
+        for fn in (roofline_op_time, limited(roofline_op_time, limits))
+    )
+    assert capped.ttft_ms > plain.ttft_ms
+    assert any(n.startswith("power cap: NVIDIA L40") for n in capped.notes)
+    assert not any(n.startswith("power cap") for n in plain.notes)
