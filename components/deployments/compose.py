@@ -413,7 +413,7 @@ def time_ops(lines: list[OpLine], spec: Any, op_time: OpTimeFn) -> float:
         floors, tensor_us, memory_us, rest = sol_split(family, dtype, stacked, spec, kv_dtype)
         times = np.maximum(times, floors)
         measured = np.char.startswith(tiers.astype(str), "measured")  # what the GPU itself reached
-        rest = np.where(tiers == "roofline", rest, np.nan)  # the fixed-efficiency roofline's rows
+        rest = np.where(measured, np.nan, rest)  # unmeasured rows: tensor work at the reachable rate
         bounds = np.cumsum([0, *sizes])
         for j, i in enumerate(members):
             part, n = slice(bounds[j], bounds[j + 1]), lines[i].count

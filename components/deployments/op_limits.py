@@ -46,9 +46,9 @@ def limits_of(fn: Any) -> GpuLimits | None:
 
 def line_times(parts: tuple[np.ndarray, ...], spec: Any, limits: GpuLimits | None) -> np.ndarray:
     """One op line's times per element (count included) from its ``parts`` (op-tier times at or above the
-    speed of light, the tensor-pipe and DRAM parts of that floor, the fixed-efficiency roofline's time
-    without its compute on the rows it answered -- NaN elsewhere --, which rows the GPU's own measured
-    kernels answered), bounded by ``limits`` where given."""
+    speed of light, the tensor-pipe and DRAM parts of that floor, the op's time without its compute on the
+    rows no kernel of the GPU measured -- NaN elsewhere --, which rows the GPU's own measured kernels
+    answered), bounded by ``limits`` where given (``physics.limits.GpuLimits.bound``)."""
     times, tensor_us, memory_us, rest, measured = parts
     return times if not limits else limits.bound(times, tensor_us, memory_us, spec, measured, rest)
 

@@ -122,8 +122,9 @@ def sol_split(
     family: str, dtype: str, shape: Mapping[str, Any], spec: Any, kv_dtype: str | None = None
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
     """(speed-of-light floor, its tensor-pipe part, its DRAM part, :func:`roofline_op_time` without the
-    compute) in microseconds at the datasheet peaks: what ``physics.limits.GpuLimits.bound`` scales to the
-    GPU's reachable rates (tensor part 0 for work off the tensor pipes)."""
+    compute: DRAM and link times at the fixed efficiencies) in microseconds at the datasheet peaks: what
+    ``physics.limits.GpuLimits.bound`` scales to the GPU's reachable rates (tensor part 0 for work off the
+    tensor pipes)."""
     compute, memory, link, on_tensor = _sol_parts(family, dtype, shape, spec, kv_dtype, tensor=True)
     floor = np.maximum.reduce([compute, memory, link])
     rest = np.maximum(memory / EFFICIENCY.get(family, (0.5, 0.7))[1], link)

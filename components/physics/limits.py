@@ -97,10 +97,12 @@ class GpuLimits:
         peak; 0 for work off the tensor pipes) at the power-capped rate and their DRAM bytes (``memory_us``)
         at the SM-fed rate; ``measured`` rows (the GPU's own measured kernels) as they are.
 
-        ``rest_us``: where a row's time is the fixed-efficiency roofline's (NaN elsewhere), that time without
-        its tensor work (its DRAM and link times at their efficiencies). On a GPU whose design has a learned
-        energy its tensor work then runs at the power-capped rate in place of the fixed efficiency: a large
-        GEMM's shortfall on an H100 is its clock under the power cap, which the 400 W H20 does not hit."""
+        ``rest_us``: on the rows no kernel of the GPU measured (NaN elsewhere), the op's time without its
+        tensor work (its DRAM and link times at the roofline's fixed efficiencies). On a GPU whose design has
+        a learned energy their tensor work then runs at the power-capped rate in place of the efficiency the
+        op tier assumed (the roofline's fixed 70%, or a relative's carried by the ratio of datasheet peaks): a
+        large GEMM's shortfall on an H100 is its clock under the power cap, which the 400 W H20 does not hit
+        (the transfer tier carried the H200's times to the H20 26-33% too slow)."""
         tensor = np.asarray(tensor_us, "float64")
         floor = np.maximum(
             tensor * self.tensor_slowdown(spec), np.asarray(memory_us, "float64") * self.dram_slowdown(spec)
