@@ -99,10 +99,12 @@ class GpuLimits:
 
         ``rest_us``: on the rows no kernel of the GPU measured (NaN elsewhere), the op's time without its
         tensor work (its DRAM and link times at the roofline's fixed efficiencies). On a GPU whose design has
-        a learned energy their tensor work then runs at the power-capped rate in place of the efficiency the
-        op tier assumed (the roofline's fixed 70%, or a relative's carried by the ratio of datasheet peaks): a
-        large GEMM's shortfall on an H100 is its clock under the power cap, which the 400 W H20 does not hit
-        (the transfer tier carried the H200's times to the H20 26-33% too slow)."""
+        a learned energy such a row is then no slower than that or its tensor work at the power-capped rate,
+        whichever is longer (and, as every row, no faster than the reachable rates): the power cap replaces
+        the compute efficiency the op tier assumed (the roofline's fixed 70%, or a relative's carried by the
+        ratio of datasheet peaks) -- a large GEMM's shortfall on an H100 is its clock under the power cap,
+        which the 400 W H20 does not hit (the transfer tier carried the H200's prefill to the H20 26-33% too
+        slow). Every term is a size-monotone time, and min / max keep that."""
         tensor = np.asarray(tensor_us, "float64")
         floor = np.maximum(
             tensor * self.tensor_slowdown(spec), np.asarray(memory_us, "float64") * self.dram_slowdown(spec)
@@ -113,7 +115,7 @@ class GpuLimits:
             return out
         rest = np.asarray(rest_us, dtype="float64")
         swap = np.isfinite(rest) & (tensor > 0) & ~np.asarray(measured, bool)
-        return np.where(swap, np.maximum(np.where(swap, rest, 0.0), floor), out)
+        return np.where(swap, np.maximum(floor, np.minimum(times, np.where(swap, rest, 0.0))), out)
 
     def notes(self, spec: Any) -> list[str]:
         """One line per limit that binds on ``spec`` (what its answers state)."""
@@ -125,7 +127,7 @@ class GpuLimits:
                 f"power cap: {name}'s tensor cores reach {1 / tensor:.0%} of their datasheet rate at "
                 f"{spec.tdp_w:g} W ({self.watts_per_tflops[_design(spec)]:.2f} W per sustained TFLOP/s, "
                 f"the lowest of its SM design {_design(spec)} in {self.source or 'the measured steps'}); its "
-                "unmeasured tensor ops are answered at no more than that rate"
+                "unmeasured compute-bound ops are answered at that rate"
             )
         if dram > 1.0:
             out.append(
