@@ -279,7 +279,7 @@ def run_pipeweave_bench(datasets_dir: Path, catalog: Any, **inputs: Any) -> Serv
     targets = {"prefill": "prefill_ms", "decode": "decode_ms"}
     own = own_kernels(frames[ROOFLINE_SOURCE], catalog, sources.get(ENGINE_SOURCE))
     folds, chosen = leave_one_out(
-        frames, "gpu", "gpu", fit_pipeweave, predict_pipeweave, targets, osl=True, own=own
+        frames, "gpu", "gpu", fit_pipeweave, predict_pipeweave, targets, osl=True, own=own, blend=True
     )
     preds = {family: pd.concat(parts, ignore_index=True) for family, parts in folds.items()}
     pred = preds[FAMILY]
