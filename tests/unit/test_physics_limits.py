@@ -96,3 +96,24 @@ def test_reachable_rates_bound_the_product_op_times_as_the_bench_does(catalog):
     assert capped.ttft_ms > plain.ttft_ms
     assert any(n.startswith("power cap: NVIDIA L40") for n in capped.notes)
     assert not any(n.startswith("power cap") for n in plain.notes)
+
+
+def test_production_op_times_carry_the_limits_kept_as_data(tmp_path, monkeypatch) -> None:
+    """``predict --llm`` / ``rank --llm`` compose with the limits ``engines/constants.json`` holds (learned on
+    every PipeWeave run by ``fit_constants --limits``); a model's own constants file carries its own."""
+    import json
+
+    from components.deployments import ops
+    from components.deployments.engines.base import CONSTANTS_FILE
+    from components.deployments.op_limits import LIMITS_KEY, limits_of, production_limits
+
+    kept = production_limits()
+    assert kept.watts_per_tflops and kept.bytes_per_sm_clock > 0 and "PipeWeave runs on" in kept.source
+    monkeypatch.setenv("KERNELCAST_HOME", str(tmp_path / "home"))
+    monkeypatch.setattr(ops, "_PRODUCTION", {})
+    assert limits_of(ops.production_op_time()[0]) == kept
+    data = json.loads(CONSTANTS_FILE.read_text())
+    data["framework"][LIMITS_KEY] = {"watts_per_tflops": {"8.9": 9.0}, "bytes_per_sm_clock": 0.0}
+    own = tmp_path / "constants.json"
+    own.write_text(json.dumps(data))
+    assert production_limits(own) == GpuLimits({"8.9": 9.0}, 0.0, "")
