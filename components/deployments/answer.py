@@ -30,6 +30,7 @@ from components.deployments.compose import (
 from components.deployments.config import Deployment, DeploymentError
 from components.deployments.engines.base import ServingEngine
 from components.deployments.engines.registry import DEFAULT_ENGINE, engine_for
+from components.deployments.op_limits import limit_notes
 from components.deployments.ops import OpTimeFn, link_gbps, production_op_time
 from components.deployments.serve import (
     Served,
@@ -50,7 +51,13 @@ def _interval(value: float, spread: float, floor: float) -> list[float]:
 
 
 def _answer_one(
-    d: Deployment, engine: ServingEngine, step: StepModel, served: Served, lines: Any, workload: str
+    d: Deployment,
+    engine: ServingEngine,
+    step: StepModel,
+    served: Served,
+    lines: Any,
+    workload: str,
+    limits: list[str] = (),  # type: ignore[assignment]
 ) -> Answer:
     cost = engine.cost
     ttft_us, tpot_us = served.times_us(engine)
@@ -65,7 +72,7 @@ def _answer_one(
         tokens_per_s = d.concurrency * d.dp * d.osl / (e2e_us / 1e6) / d.gpus
     else:
         tokens_per_s = d.concurrency * d.dp / (tpot_us / 1e6) / d.gpus
-    notes = list(d.notes) + _pipe_notes(d)
+    notes = list(d.notes) + _pipe_notes(d) + list(limits)
     if d.tp > 1:
         note = link_gbps(d.gpu)[1]
         if note:
@@ -166,5 +173,6 @@ def answer_deployments(
         except ValueError as exc:  # one request's prompt does not fit the KV cache
             out[i] = DeploymentError(f"{d.model.name} on {d.gpu.id}: {exc}")
             continue
-        out[i] = _answer_one(d, engine, step, served, None if ph is None else (ph, ph), workload)
+        lines = None if ph is None else (ph, ph)
+        out[i] = _answer_one(d, engine, step, served, lines, workload, limit_notes(fn, d.gpu))
     return [a for a in out if a is not None]

@@ -19,6 +19,7 @@ from components.deployments.data import (
     AllReduceTable,
 )
 from components.deployments.framework_cost import FrameworkCost
+from components.deployments.op_limits import limited, limits_of
 from components.deployments.ops import (
     ENGINE_SOURCE,
     ROOFLINE_SOURCE,
@@ -28,6 +29,7 @@ from components.deployments.ops import (
     has_data,
     roofline_op_time,
 )
+from components.physics.limits import GpuLimits
 
 SPLIT_PIPEWEAVE = "llm-serving-pipeweave"
 SPLIT_SILICON = "llm-serving-silicon"
@@ -48,7 +50,7 @@ def with_allreduce(base: OpTimeFn, tables: Mapping[str, AllReduceTable]) -> OpTi
         return base(family, dtype, shape, spec, **kw) if kw else base(family, dtype, shape, spec)
 
     op_time.__signature__ = None  # type: ignore[attr-defined]
-    return op_time
+    return limited(op_time, limits_of(base) or GpuLimits())  # base's reachable rates bound these too
 
 
 @dataclass
@@ -287,13 +289,17 @@ def choose_source(
     predict: Callable[[pd.DataFrame, Any], pd.DataFrame],
     targets: dict[str, str],
     scored: set[str] | None = None,
+    blend: bool = False,
 ) -> dict[str, str]:
     """Per target (``{name: column of the truth}``; e.g. prefill and decode): the op source (roofline, or the
     engine as the product answers) with the lower mean error over an inner leave-one-``group``-out of
     ``frames`` -- which hold a fold's TRAINING runs only. Each phase's framework cost is fitted on its own
     op times, so each phase may take its own source. ``scored``: the groups whose inner folds are scored
-    (each still fitted on every other group; ``tier_matched``); None: every group."""
+    (each still fitted on every other group; ``tier_matched``); None: every group. ``blend``: the mean of
+    the two sources' predictions (each on its own fit) is a third candidate, scored on the same inner folds
+    (frames are aligned row by row)."""
     errors: dict[str, dict[str, float]] = defaultdict(dict)
+    inner: dict[str, list[pd.DataFrame]] = {}
     for source in (ROOFLINE_SOURCE, ENGINE_SOURCE):
         frame = frames.get(source)
         if frame is None or frame[group].nunique() < 2:
@@ -303,8 +309,14 @@ def choose_source(
             for g in sorted(frame[group].unique())
             if scored is None or g in scored
         ]
-        if not preds:
-            continue
+        if preds:
+            inner[source] = preds
+    if blend and len(inner) == 2:
+        inner[BLEND] = [
+            _combine({ROOFLINE_SOURCE: r, ENGINE_SOURCE: e}, dict.fromkeys(targets, BLEND), osl=False)
+            for r, e in zip(inner[ROOFLINE_SOURCE], inner[ENGINE_SOURCE], strict=True)
+        ]
+    for source, preds in inner.items():
         for target, truth in targets.items():
             errors[target][source] = float(
                 np.mean([mape(p[truth].to_numpy(), p[f"{target}_pred_ms"].to_numpy()) for p in preds])
@@ -327,16 +339,28 @@ def tier_matched(own: dict[str, bool], held: str) -> set[str] | None:
     return same if len(same) >= MIN_SCORED else None
 
 
+BLEND, BLEND_UNSEEN = "blend", "blend-unseen"  # the mean of the roofline's and the engine's predictions
+_BLENDED = {BLEND: ENGINE_SOURCE, BLEND_UNSEEN: UNSEEN}  # each blend's engine-side source
+
+
 def _blind(choice: dict[str, str]) -> dict[str, str]:
-    return {t: UNSEEN if source == ENGINE_SOURCE else source for t, source in choice.items()}
+    blind = {ENGINE_SOURCE: UNSEEN, BLEND: BLEND_UNSEEN}
+    return {t: blind.get(source, source) for t, source in choice.items()}
+
+
+def _predicted(preds: dict[str, pd.DataFrame], source: str, column: str) -> np.ndarray:
+    """``column`` of ``source``'s predictions; a blend's is the mean of the roofline's and its engine's."""
+    if source in _BLENDED:
+        return (preds[ROOFLINE_SOURCE][column].to_numpy() + preds[_BLENDED[source]][column].to_numpy()) / 2
+    return preds[source][column].to_numpy()
 
 
 def _combine(preds: dict[str, pd.DataFrame], choice: dict[str, str], osl: bool) -> pd.DataFrame:
     """One frame whose ``<target>_pred_ms`` come each from its chosen source (frames are aligned)."""
     first = next(iter(choice.values()))
-    out = preds[first].copy()
+    out = preds[ROOFLINE_SOURCE if first in _BLENDED else first].copy()
     for target, source in choice.items():
-        out[f"{target}_pred_ms"] = preds[source][f"{target}_pred_ms"].to_numpy()
+        out[f"{target}_pred_ms"] = _predicted(preds, source, f"{target}_pred_ms")
         out[f"{target}_source"] = source
     if osl:
         out["total_pred_ms"] = out["prefill_pred_ms"] + out["osl"] * out["decode_pred_ms"]
@@ -353,6 +377,7 @@ def leave_one_out(
     osl: bool,
     label: Callable[[str], str] = str,
     own: dict[str, bool] | None = None,
+    blend: bool = False,
 ) -> tuple[dict[str, list[pd.DataFrame]], dict[str, str]]:
     """Hold out each ``column`` value (a GPU) in turn: per fold, the op source per target chosen on the
     training runs (``choose_source`` by inner leave-one-``group``-out; with ``own``, GPU -> answered from its
@@ -368,7 +393,8 @@ def leave_one_out(
             continue
         held = held_out_fold(frames, test, fit, predict, folds)
         scored = None if own is None else tier_matched(own, value)
-        choice = choose_source({k: f[~test] for k, f in frames.items()}, group, fit, predict, targets, scored)
+        train = {k: f[~test] for k, f in frames.items()}
+        choice = choose_source(train, group, fit, predict, targets, scored, blend)
         chosen[value] = ", ".join(f"{label(t)} {choice[t]}" for t in targets)
         folds[FAMILY].append(_combine(held, choice, osl=osl))
         if UNSEEN in held:  # the same choice, the held-out GPU's own kernels withheld (same framework fit)

@@ -44,12 +44,14 @@ from components.deployments.data import (
     read_published,
 )
 from components.deployments.framework_cost import FrameworkCost
+from components.deployments.op_limits import line_times
 from components.deployments.ops import (
     ENGINE_SOURCE,
     ROOFLINE_SOURCE,
     OpTimeFn,
     roofline_op_time,
 )
+from components.physics.limits import GpuLimits, sm_bytes_per_clock, sm_clocks, tensor_energy
 
 # ---------------------------------------------------------------- PipeWeave ----------------------------
 
@@ -96,12 +98,12 @@ def compose_pipeweave(
             **run._asdict(),
             "layers": d.model.layers,
             "prefill_tokens": run.batch * run.isl,
-            **_power_columns(d),
+            **_spec_columns(d),
+            **_line_columns("prefill", ph.prefill),
+            **_line_columns("decode", ph.decode),
             "prefill_kernels_us": ph.prefill_kernels_us,
             "decode_kernels_us": ph.decode_kernels_us,
             "prefill_roof_us": sum(x.floor_us for x in ph.prefill),
-            "prefill_tensor_us": sum(x.time_us for x in ph.prefill if x.kind in TENSOR_KINDS),
-            "prefill_tensor_roof_us": sum(x.floor_us for x in ph.prefill if x.kind in TENSOR_KINDS),
             "decode_roof_us": sum(x.floor_us for x in ph.decode),
             **_named("prefill", overhead_counts(ph.prefill)),
             **_named("decode", overhead_counts(ph.decode)),
@@ -121,102 +123,87 @@ def own_kernels(frame: pd.DataFrame, catalog: Any, engine_fn: Any) -> dict[str, 
     return {str(g): judge is not None and bool(judge(catalog.resolve(d))) for g, d in pairs.to_numpy()}
 
 
-# ---------------------------------------------------------------- board power -------------------------
-# A GPU whose board power cannot feed its tensor cores at the boost clock runs its compute-bound kernels at
-# the clock its power cap allows: the L40 and the RTX 6000 Ada (142 Ada SMs, 300 W) reach in PipeWeave's
-# prefills about the tensor rate of the L20 (92 SMs, 275 W), about half and a third of their datasheet
-# peaks, while the H20 (78 quarter-rate Hopper SMs at 400 W) runs near its peak. The energy of a tensor
-# FLOP is a property of the SM design (compute capability): learned per design as the lowest watts per
-# sustained TFLOP/s any training GPU of that design showed, it sets a GPU's tensor rate at
-# min(peak, tdp / that energy), and its prefill's tensor ops are answered at that rate's speed of light
-# (the framework fit's efficiency term corrects all GPUs alike). A design no training GPU shares keeps
-# the op source's own tensor-op times (A100 and the RTX PRO 6000 S in PipeWeave's set).
+# ---------------------------------------------------------------- reachable rates ---------------------
+# The GPU's power-capped tensor rate and SM-fed DRAM rate (``physics.limits``) bound the op times as in
+# every deployment answer (``op_limits.line_times``, what ``compose.time_ops`` applies); each fold learns them
+# on its training GPUs only and re-bounds the composed op lines with them.
 
 
-TENSOR_KINDS = ("gemm", "attention", "moe")  # the ops a prefill runs on the tensor cores
-
-
-def _power_columns(d: Deployment) -> dict[str, Any]:
-    """What the power cap needs of a run: its GPU's SM design, board power and dense tensor peak."""
-    peak = getattr(d.gpu.peak_tflops, f"{d.weight_dtype}_tensor", None) or d.gpu.peak_tflops.bf16_tensor
-    sm_clocks = d.gpu.sms * d.gpu.boost_clock_mhz * 1e-3  # SM x GHz: bytes per SM-clock -> GB/s
+def _spec_columns(d: Deployment) -> dict[str, Any]:
+    """What the limits read of a run's GPU: its SM design, board power, bf16 tensor peak, SMs x clock."""
     return {
+        "spec": d.gpu,
         "sm_design": str(d.gpu.compute_capability),
         "tdp_w": d.gpu.tdp_w,
-        "peak_tflops": peak,
+        "peak_tflops": d.gpu.peak_tflops.bf16_tensor,
         "dram_gbps": d.gpu.dram_gbps,
-        "sm_clocks": sm_clocks,
+        "sm_clocks": sm_clocks(d.gpu),
     }
 
 
-def tensor_energy(train: pd.DataFrame) -> dict[str, float]:
-    """Per SM design: the lowest watts per sustained tensor TFLOP/s among the training runs' GPUs (a run's
-    sustained rate: its datasheet peak x its prefill's tensor ops' speed-of-light time / its measured
-    prefill, a lower bound of the rate its tensor cores ran at)."""
+def _line_columns(phase: str, lines: list[Any]) -> dict[str, Any]:
+    """A phase's op lines (their bounding parts) and the speed-of-light parts the limits are learned from."""
+    parts = [x.parts for x in lines if x.parts is not None]
+    return {
+        f"{phase}_lines": parts,
+        f"{phase}_tensor_sol_us": sum(float(np.mean(p[1])) for p in parts),
+        f"{phase}_memory_sol_us": sum(float(np.mean(p[2])) for p in parts),
+    }
+
+
+def fit_limits(train: pd.DataFrame) -> GpuLimits:
+    """The reachable rates learned on ``train``'s measured steps: watts per sustained tensor TFLOP/s per SM
+    design from the prefills, DRAM bytes per SM-clock from the decode steps (``physics.limits``)."""
     rows = train.dropna(subset=["tdp_w", "peak_tflops"])
-    sustained = rows["peak_tflops"] * rows["prefill_tensor_roof_us"] / (rows["prefill_ms"] * 1e3)
-    watts = rows["tdp_w"] / sustained
-    return {str(k): float(v) for k, v in watts.groupby(rows["sm_design"]).min().items()}
+    watts = tensor_energy(
+        rows["sm_design"].to_numpy(),
+        rows["tdp_w"].to_numpy(float),
+        rows["peak_tflops"].to_numpy(float),
+        rows["prefill_tensor_sol_us"].to_numpy(float),
+        rows["prefill_ms"].to_numpy(float) * 1e3,
+    )
+    fed = train.dropna(subset=["dram_gbps", "sm_clocks"])
+    feed = sm_bytes_per_clock(
+        fed["dram_gbps"].to_numpy(float),
+        fed["sm_clocks"].to_numpy(float),
+        fed["decode_memory_sol_us"].to_numpy(float),
+        fed["decode_ms"].to_numpy(float) * 1e3,
+    )
+    return GpuLimits(watts, feed, f"PipeWeave runs on {', '.join(sorted(train['gpu'].unique()))}")
 
 
-def sm_bytes_per_clock(train: pd.DataFrame) -> float:
-    """The most DRAM bytes per SM per clock any training GPU streamed in a decode step (its step's
-    speed-of-light bytes over its measured step): a lower bound of what one SM can keep in flight. A GPU
-    with few SMs for its DRAM (the H20: 78 SMs for 4 TB/s) cannot keep its DRAM busy. One figure for every
-    design: the largest seen, so that the bound binds only on a GPU starved of SMs (a design's own maximum
-    would understate the SMs of a design whose GPUs all have SMs to spare, as GDDR cards do). 0: none."""
-    rows = train.dropna(subset=["dram_gbps", "sm_clocks"])
-    achieved = rows["dram_gbps"] * rows["decode_roof_us"] / (rows["decode_ms"] * 1e3) / rows["sm_clocks"]
-    return float(achieved.max()) if len(achieved) else 0.0
-
-
-def sm_fed(frame: pd.DataFrame, bytes_per_clock: float) -> pd.DataFrame:
-    """``frame`` with each decode step at least its speed-of-light time at the DRAM rate its SMs can issue
-    (``min(dram, SMs x clock x bytes per SM-clock)``)."""
-    slowdown = (frame["dram_gbps"] / (bytes_per_clock * frame["sm_clocks"])).fillna(1.0).clip(lower=1.0)
+def bounded(frame: pd.DataFrame, limits: GpuLimits) -> pd.DataFrame:
+    """``frame`` with each step's kernel time re-summed from its op lines bounded by ``limits``, and the
+    slowdowns they set on each run's GPU (``power_slowdown``, ``sm_feed_slowdown``)."""
+    if "prefill_lines" not in frame:
+        return frame
     out = frame.copy()
-    out["decode_kernels_us"] = np.maximum(frame["decode_kernels_us"], slowdown * frame["decode_roof_us"])
-    out["sm_feed_slowdown"] = slowdown.to_numpy()
-    return out
-
-
-def power_capped(frame: pd.DataFrame, watts_per_tflops: Mapping[str, float]) -> pd.DataFrame:
-    """``frame`` with each prefill's tensor ops at their speed-of-light time at the power-capped tensor rate
-    (``min(peak, tdp / watts per TFLOP/s)`` of its SM design); a run whose design has no learned energy
-    keeps its op source's tensor-op times."""
-    energy = frame["sm_design"].map(dict(watts_per_tflops)).astype(float)
-    slowdown = (frame["peak_tflops"] * energy / frame["tdp_w"]).fillna(1.0).clip(lower=1.0)
-    capped = slowdown * frame["prefill_tensor_roof_us"]
-    out = frame.copy()
-    tensor = np.where(energy.notna(), capped, frame["prefill_tensor_us"])
-    out["prefill_kernels_us"] = frame["prefill_kernels_us"] - frame["prefill_tensor_us"] + tensor
-    out["power_slowdown"] = slowdown.to_numpy()
+    for phase in ("prefill", "decode"):
+        out[f"{phase}_kernels_us"] = [
+            sum(float(np.mean(line_times(p, spec, limits))) for p in lines)
+            for lines, spec in zip(frame[f"{phase}_lines"], frame["spec"], strict=True)
+        ]
+    out["power_slowdown"] = [limits.tensor_slowdown(spec) for spec in frame["spec"]]
+    out["sm_feed_slowdown"] = [limits.dram_slowdown(spec) for spec in frame["spec"]]
     return out
 
 
 @dataclass(frozen=True)
 class PipeweaveCost(FrameworkCost):
-    """The framework cost of a fold and the tensor energy per SM design learned on its training GPUs."""
+    """The framework cost of a fold and the reachable rates learned on its training GPUs."""
 
-    watts_per_tflops: dict[str, float] = field(default_factory=dict)
-    bytes_per_sm_clock: float = 0.0
+    limits: GpuLimits = field(default_factory=GpuLimits)
 
 
 def _physics_of(frame: pd.DataFrame, fw: FrameworkCost) -> pd.DataFrame:
-    """``frame`` under the fold's learned power cap and SM feed rate (as it was, for a plain cost)."""
-    watts = getattr(fw, "watts_per_tflops", None)
-    feed = getattr(fw, "bytes_per_sm_clock", None)
-    if watts and "sm_design" in frame:
-        frame = power_capped(frame, watts)
-    if feed and "sm_design" in frame:
-        frame = sm_fed(frame, feed)
-    return frame
+    """``frame`` under the fold's learned reachable rates (as it was, for a plain cost)."""
+    limits = getattr(fw, "limits", None)
+    return bounded(frame, limits) if limits else frame
 
 
 def fit_pipeweave(train: pd.DataFrame) -> PipeweaveCost:
-    watts = tensor_energy(train) if "sm_design" in train else {}
-    feed = sm_bytes_per_clock(train) if "sm_design" in train else 0.0
-    train = _physics_of(train, PipeweaveCost(watts_per_tflops=watts, bytes_per_sm_clock=feed))
+    limits = fit_limits(train) if "sm_design" in train else GpuLimits()
+    train = _physics_of(train, PipeweaveCost(limits=limits))
     pre = fit_step_cost(
         train["prefill_ms"].to_numpy() * 1e3,
         train["prefill_kernels_us"].to_numpy(),
@@ -235,8 +222,7 @@ def fit_pipeweave(train: pd.DataFrame) -> PipeweaveCost:
         prefill=pre,
         decode=dec,
         source=f"PipeWeave runs on {', '.join(sorted(train['gpu'].unique()))}",
-        watts_per_tflops=watts,
-        bytes_per_sm_clock=feed,
+        limits=limits,
     )
     pred = predict_pipeweave(train, fw)
     train_mape = {
@@ -248,8 +234,7 @@ def fit_pipeweave(train: pd.DataFrame) -> PipeweaveCost:
         decode=dec,
         source=fw.source,
         train_mape=train_mape,
-        watts_per_tflops=watts,
-        bytes_per_sm_clock=feed,
+        limits=limits,
     )
 
 
@@ -294,7 +279,7 @@ def run_pipeweave_bench(datasets_dir: Path, catalog: Any, **inputs: Any) -> Serv
     targets = {"prefill": "prefill_ms", "decode": "decode_ms"}
     own = own_kernels(frames[ROOFLINE_SOURCE], catalog, sources.get(ENGINE_SOURCE))
     folds, chosen = leave_one_out(
-        frames, "gpu", "gpu", fit_pipeweave, predict_pipeweave, targets, osl=True, own=own
+        frames, "gpu", "gpu", fit_pipeweave, predict_pipeweave, targets, osl=True, own=own, blend=True
     )
     preds = {family: pd.concat(parts, ignore_index=True) for family, parts in folds.items()}
     pred = preds[FAMILY]

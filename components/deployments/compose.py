@@ -25,10 +25,11 @@ from components.deployments.memory import kv_bytes_per_token as kv_bytes_per_tok
 from components.deployments.memory import memory_check as memory_check
 from components.deployments.memory import memory_notes as memory_notes
 from components.deployments.memory import weight_bytes_per_gpu as weight_bytes_per_gpu
+from components.deployments.op_limits import limits_of, line_times
 from components.deployments.ops import (
     OpTimeFn,
     roofline_op_time,
-    sol_time,
+    sol_split,
 )
 
 DECODE_POINTS = 8  # contexts at which decode attention is evaluated (midpoints of equal step ranges)
@@ -53,6 +54,7 @@ class OpLine:
     floor_us: float = 0.0  # speed-of-light, count included
     tier: str = "roofline"
     each_us: Any = None  # per element of the shape arrays, count included (the step model's grids)
+    parts: Any = None  # what each_us is bounded from (``op_limits.line_times``), count included
 
 
 @dataclass
@@ -386,6 +388,7 @@ def time_ops(lines: list[OpLine], spec: Any, op_time: OpTimeFn) -> float:
     stacked shape arrays: a deployment is ~40 ops, a rank over the catalog thousands of them.
     """
     groups: dict[tuple, list[int]] = defaultdict(list)
+    limits = limits_of(op_time)  # the GPU's reachable rates the op times are bounded by (``op_limits``)
     for i, line in enumerate(lines):
         groups[(line.family, line.dtype, line.kv_dtype, line.shape.get("op"))].append(i)
     for (family, dtype, kv_dtype, op), members in groups.items():
@@ -407,14 +410,18 @@ def time_ops(lines: list[OpLine], spec: Any, op_time: OpTimeFn) -> float:
         if op is not None:
             stacked["op"] = op
         times, tiers = _call(op_time, family, dtype, kv_dtype, stacked, spec)
-        floors = sol_time(family, dtype, stacked, spec, kv_dtype)
+        floors, tensor_us, memory_us, rest = sol_split(family, dtype, stacked, spec, kv_dtype)
         times = np.maximum(times, floors)
+        measured = np.char.startswith(tiers.astype(str), "measured")  # what the GPU itself reached
+        rest = np.where(measured, np.nan, rest)  # unmeasured rows: tensor work at the reachable rate
         bounds = np.cumsum([0, *sizes])
         for j, i in enumerate(members):
-            part = slice(bounds[j], bounds[j + 1])
-            lines[i].each_us = times[part] * lines[i].count
-            lines[i].time_us = float(np.mean(times[part])) * lines[i].count
-            lines[i].floor_us = float(np.mean(floors[part])) * lines[i].count
+            part, n = slice(bounds[j], bounds[j + 1]), lines[i].count
+            scaled = (times, tensor_us, memory_us, rest)
+            lines[i].parts = (*(a[part] * n for a in scaled), measured[part])
+            lines[i].each_us = line_times(lines[i].parts, spec, limits)
+            lines[i].time_us = float(np.mean(lines[i].each_us))
+            lines[i].floor_us = float(np.mean(floors[part])) * n
             lines[i].tier = _line_tier(tiers[part])
     return sum(line.time_us for line in lines)
 

@@ -26,6 +26,7 @@ from components.deployments.compose import (
     overhead_counts,
 )
 from components.deployments.config import Deployment, DeploymentError
+from components.deployments.op_limits import limit_notes, limited, limits_of
 from components.deployments.ops import (
     ENGINE_SOURCE,
     ROOFLINE_SOURCE,
@@ -34,6 +35,7 @@ from components.deployments.ops import (
     production_op_time,
     roofline_op_time,
 )
+from components.physics.limits import GpuLimits
 
 
 @dataclass(frozen=True)
@@ -84,12 +86,10 @@ def resolve_ops(
     if op_time is not None:
         return framework or default_framework(), {ROOFLINE_SOURCE: op_time, ENGINE_SOURCE: op_time}
     fn, source = production_op_time()
+    roof = limited(roofline_op_time, limits_of(fn) or GpuLimits())  # the same reachable rates
     if source == ENGINE_SOURCE:
-        return framework or default_framework(), {ROOFLINE_SOURCE: roofline_op_time, ENGINE_SOURCE: fn}
-    return framework or default_framework(engine=False), {
-        ROOFLINE_SOURCE: roofline_op_time,
-        ENGINE_SOURCE: roofline_op_time,
-    }
+        return framework or default_framework(), {ROOFLINE_SOURCE: roof, ENGINE_SOURCE: fn}
+    return framework or default_framework(engine=False), {ROOFLINE_SOURCE: roof, ENGINE_SOURCE: roof}
 
 
 PARTS = ("prefill", "decode", "steady_ttft", "steady_tpot")
@@ -139,9 +139,9 @@ def answer(
     (:func:`answer_many`).
     """
     memory = memory_check(d)
+    fw, ops_used = resolve_ops(framework, op_time)
     if phases is None:
-        fw, ops = resolve_ops(framework, op_time)
-        phases = {s: compose_phases(d, ops[s], isl_mean) for s in {fw.source_of(p) for p in PARTS}}
+        phases = {s: compose_phases(d, ops_used[s], isl_mean) for s in {fw.source_of(p) for p in PARTS}}
     else:
         fw = framework or default_framework()
     pre, dec = phases[fw.source_of("prefill")], phases[fw.source_of("decode")]
@@ -156,6 +156,7 @@ def answer(
     prefill_us = max(prefill_us, Phases.floor_us(pre.prefill))
     step_us = max(step_us, Phases.floor_us(dec.decode))
     notes = list(d.notes)
+    notes += limit_notes(ops_used[fw.source_of("prefill")], d.gpu)  # the reachable rates where they bind
     notes += memory_notes(d, memory)
     notes += _pipe_notes(d)
     if d.tp > 1:

@@ -79,18 +79,23 @@ def small_op_work(family: str, shape: Mapping[str, Any]) -> tuple[np.ndarray, np
 
 
 def _sol_parts(
-    family: str, dtype: str, shape: Mapping[str, Any], spec: Any, kv_dtype: str | None
-) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """(compute, memory, link) speed-of-light microseconds: physics.roofline, or the small-op formulas."""
+    family: str, dtype: str, shape: Mapping[str, Any], spec: Any, kv_dtype: str | None, tensor: bool = False
+) -> tuple[np.ndarray, ...]:
+    """(compute, memory, link) speed-of-light microseconds: physics.roofline, or the small-op formulas;
+    with ``tensor``, also whether the compute runs on a tensor pipe (what a power cap slows)."""
     if family in ("elementwise", "rmsnorm"):
         flops, nbytes = small_op_work(family, shape)
         compute = flops / (float(spec.peak_tflops.fp32) * 1e12) * 1e6
-        return compute, nbytes / (float(spec.dram_gbps) * 1e9) * 1e6, np.zeros_like(compute)
+        parts = (compute, nbytes / (float(spec.dram_gbps) * 1e9) * 1e6, np.zeros_like(compute))
+        return (*parts, False) if tensor else parts
+    from components.physics.registry import family as family_of
     from components.physics.roofline import roofline
 
     op = shape.get("op")  # a family's variant (dsa: proj / attn)
     roof = roofline(family, dtype, shape, spec, kv_dtype=kv_dtype, op=None if op is None else str(op))
-    return roof.compute_us, roof.memory_us, roof.link_us
+    parts = (roof.compute_us, roof.memory_us, roof.link_us)
+    on_tensor = family_of(family).pipe == "tensor" and roof.choice.tensor
+    return (*parts, on_tensor) if tensor else parts
 
 
 def roofline_op_time(
@@ -111,6 +116,19 @@ def sol_time(
 ) -> np.ndarray:
     """The launch-free speed-of-light time: the floor no prediction goes below (microseconds)."""
     return np.maximum.reduce(_sol_parts(family, dtype, shape, spec, kv_dtype))
+
+
+def sol_split(
+    family: str, dtype: str, shape: Mapping[str, Any], spec: Any, kv_dtype: str | None = None
+) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """(speed-of-light floor, its tensor-pipe part, its DRAM part, :func:`roofline_op_time` without the
+    compute: DRAM and link times at the fixed efficiencies) in microseconds at the datasheet peaks: what
+    ``physics.limits.GpuLimits.bound`` scales to the GPU's reachable rates (tensor part 0 for work off the
+    tensor pipes)."""
+    compute, memory, link, on_tensor = _sol_parts(family, dtype, shape, spec, kv_dtype, tensor=True)
+    floor = np.maximum.reduce([compute, memory, link])
+    rest = np.maximum(memory / EFFICIENCY.get(family, (0.5, 0.7))[1], link)
+    return floor, (compute if on_tensor else np.zeros_like(compute)), memory, rest
 
 
 SMALL_OP_FAMILIES = ("elementwise", "rmsnorm")
@@ -297,17 +315,20 @@ _PRODUCTION: dict[str, tuple[OpTimeFn, str]] = {}
 def production_op_time() -> tuple[OpTimeFn, str]:
     """(op-time function, source) for production answers: the op engine the state folder holds (the
     champion's, ``components.opmodel.loading.engine_for``), or the fixed-efficiency roofline where there is
-    none -- each with the framework cost fitted on the same op times (``framework_cost``)."""
+    none -- each with the framework cost fitted on the same op times (``framework_cost``), and each
+    bounded by the GPU's reachable rates learned on measured steps (``op_limits.production_limits``)."""
     from components.platform.config import get_settings
 
     key = str(get_settings().models_dir)
     if key not in _PRODUCTION:
+        from components.deployments.op_limits import limited, production_limits
         from components.opmodel.loading import engine_for
 
         engine = engine_for(None)
-        _PRODUCTION[key] = (
+        fn, source = (
             (engine_op_time(engine), ENGINE_SOURCE)
             if has_data(engine)
             else (roofline_op_time, ROOFLINE_SOURCE)
         )
+        _PRODUCTION[key] = (limited(fn, production_limits()), source)
     return _PRODUCTION[key]

@@ -11,13 +11,11 @@ from typer.testing import CliRunner
 
 from components.deployments.bench_common import FAMILY, FAMILY_ROOFLINE
 from components.deployments.bench_pipeweave import (
+    bounded,
     compose_pipeweave,
+    fit_limits,
     fit_pipeweave,
-    power_capped,
     run_pipeweave_bench,
-    sm_bytes_per_clock,
-    sm_fed,
-    tensor_energy,
 )
 from components.deployments.bench_silicon import run_silicon_bench
 from components.deployments.compose import BATCH, DoesNotFit, compose_phases, memory_check
@@ -245,18 +243,24 @@ def test_power_cap_learned_on_training_gpus_of_the_same_sm_design(catalog):
         runs[runs["gpu"].isin(["L20", "RTX_6000_Ada", "L40", "H20", "H100", "A100"])], catalog, DATA
     )
     train = composed[~composed["gpu"].isin(["L40", "A100"])]
-    watts = tensor_energy(train)
-    assert set(watts) == {"8.9", "9.0"}  # Ada and Hopper from their training GPUs; no 8.0
-    capped = power_capped(composed, watts)
+    limits = fit_limits(train)
+    assert set(limits.watts_per_tflops) == {"8.9", "9.0"}  # Ada and Hopper from their training GPUs; no 8.0
+    capped = bounded(composed, limits)
     by_gpu = capped.groupby("gpu")["power_slowdown"].min()
     assert by_gpu["L40"] > 1.2 and by_gpu["H20"] == 1.0 and by_gpu["A100"] == 1.0
     a100 = composed["gpu"] == "A100"
     assert np.allclose(capped.loc[a100, "prefill_kernels_us"], composed.loc[a100, "prefill_kernels_us"])
-    # never below the tensor ops' speed of light at the datasheet peak
-    assert (capped["prefill_kernels_us"] >= composed["prefill_tensor_roof_us"]).all()
-    assert fit_pipeweave(train).watts_per_tflops == watts
-    # the decode's SM feed bound: the 78-SM, 4 TB/s H20 cannot keep its DRAM busy; a GDDR card can
-    fed = sm_fed(composed, sm_bytes_per_clock(train)).groupby("gpu")["sm_feed_slowdown"].min()
+    l40 = composed["gpu"] == "L40"
+    assert (capped.loc[l40, "prefill_kernels_us"] > 1.05 * composed.loc[l40, "prefill_kernels_us"]).all()
+    # the roofline's fixed tensor efficiency gives way to the reachable rate: the unthrottled H20 runs its
+    # GEMMs faster than the fixed 70% says, never below the speed of light
+    h20 = composed["gpu"] == "H20"
+    assert (capped.loc[h20, "prefill_kernels_us"] < 0.9 * composed.loc[h20, "prefill_kernels_us"]).all()
+    for phase in ("prefill", "decode"):
+        assert (capped[f"{phase}_kernels_us"] >= composed[f"{phase}_roof_us"]).all()
+    assert fit_pipeweave(train).limits == limits
+    # the SM feed bound: the 78-SM, 4 TB/s H20 cannot keep its DRAM busy; a GDDR card can
+    fed = capped.groupby("gpu")["sm_feed_slowdown"].min()
     assert fed["H20"] > 1.5 and fed["L40"] == fed["L20"] == fed["RTX_6000_Ada"] == 1.0
 
 
