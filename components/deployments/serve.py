@@ -177,11 +177,11 @@ def decode_floor_row(
 ) -> np.ndarray:
     """The decode step an answer's TPOT never goes below, as a row over ``StepCost.vector`` (its time is
     ``row @ cost``): the kernels of the mean decode batch at its mean context (padded to the engine's CUDA
-    graph), the step's base, per-sequence and all-reduce costs."""
+    graph), the step's base, per-sequence, all-reduce and per-layer costs."""
     batch = max(decode_batch, 1.0)
     n = round(batch)
     kernels = step.decode_us(n, d.isl + d.osl / 2.0, engine.graph_batch(n))
-    return np.array([kernels, 0.0, 1.0, batch, 0.0, float(step.allreduces), 0.0, 0.0])
+    return np.array([kernels, 0.0, 1.0, batch, 0.0, float(step.allreduces), float(step.layers), 0.0, 0.0])
 
 
 def one_prefill_us(d: Deployment, engine: ServingEngine, step: StepModel) -> float:

@@ -32,7 +32,8 @@ from components.deployments.engines.base import ServingEngine, StepCost
 from components.deployments.stepmodel import StepModel
 
 CLOSED, BATCH, RATE = "closed", "batch", "rate"
-N_FEATURES = 6  # decode kernels, prefill kernels, steps, sequences in steps, steps with prefill, all-reduces
+# decode kernels, prefill kernels, steps, sequences in steps, steps with prefill, all-reduces, layers run
+N_FEATURES = 7
 ZERO = (0.0,) * N_FEATURES
 CLIENT_DELAY_US = 2000.0  # mean client round trip between a response and the next request (jittered)
 SGLANG_NEW_TOKEN_RATIO = 0.7  # SGLang reserves this share of each running request's remaining output
@@ -236,10 +237,10 @@ class _Sim:
     # ------------------------------------------------------------------ steps
     def _advance(self, kernel_dec: float, kernel_pre: float, seqs: int, prefill: bool, k: int) -> None:
         d, p, one, s = kernel_dec * k, kernel_pre * k, 1.0 * k, seqs * k
-        pre, ar = float(prefill) * k, self.step.allreduces * k
+        pre, ar, lay = float(prefill) * k, self.step.allreduces * k, self.step.layers * k
         f, th = self.f, self.th
-        self.f = (f[0] + d, f[1] + p, f[2] + one, f[3] + s, f[4] + pre, f[5] + ar)
-        self.t += d * th[0] + p * th[1] + one * th[2] + s * th[3] + pre * th[4] + ar * th[5]
+        self.f = (f[0] + d, f[1] + p, f[2] + one, f[3] + s, f[4] + pre, f[5] + ar, f[6] + lay)
+        self.t += d * th[0] + p * th[1] + one * th[2] + s * th[3] + pre * th[4] + ar * th[5] + lay * th[6]
         self.steps += k
 
     def _chunks(self, budget: int) -> list[tuple[int, int]]:
@@ -417,7 +418,7 @@ class _Sim:
         if self.future:
             th = self.th
             per = self.step.decode_us(rank, ctx, pad) * th[0] + th[2] + th[3] * rank
-            per += th[5] * self.step.allreduces
+            per += th[5] * self.step.allreduces + th[6] * self.step.layers
             k = min(k, max(1, math.ceil((self.future[0][0] - self.t) / max(per, 1e-9))))
         k = max(int(k), 1)
         mid = ctx + (k - 1) / 2.0

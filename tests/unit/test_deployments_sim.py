@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import time
+from dataclasses import replace
 
 import numpy as np
 import pytest
@@ -88,13 +89,19 @@ def test_times_are_linear_in_the_step_cost(catalog):
     theta equals its step features times theta (closed loop)."""
     d = _deploy(catalog, "h100-sxm", tp=2, isl=2048, osl=64, concurrency=16)
     step = build_step_models([d], roofline_op_time)[0]
-    cost = StepCost(decode_scale=1.3, prefill_scale=0.9, base_us=800.0, per_seq_us=4.0, allreduce_us=7.0)
+    cost = StepCost(1.3, 0.9, base_us=800.0, per_seq_us=4.0, allreduce_us=7.0, per_layer_us=40.0)
     engine = engine_for("vllm", d.gpu, fitted=False).with_cost(cost)
     kv, _ = kv_capacity(d, engine)
     stats = simulate(step, engine, kv, Workload(d.isl, d.osl, d.concurrency))
     th = theta(cost)
     np.testing.assert_allclose(stats.finish_us, stats.f_finish @ th, rtol=1e-9)
     np.testing.assert_allclose(stats.first_us, stats.f_first @ th, rtol=1e-9)
+    # every step runs the model's layers once: the per-layer cost adds layers x steps to the timeline
+    assert stats.f_finish[-1, 6] == pytest.approx(stats.f_finish[-1, 2] * d.model.layers)
+    slower = simulate(
+        step, engine.with_cost(replace(cost, per_layer_us=80.0)), kv, Workload(d.isl, d.osl, d.concurrency)
+    )
+    assert slower.finish_us[-1] > stats.finish_us[-1] + 40.0 * d.model.layers * (d.osl - 1)
 
 
 def test_batch_ttft_grows_with_the_batch_and_each_engine_schedules_its_way(catalog):
@@ -167,8 +174,6 @@ def test_attention_dp_ranks_share_one_queue_and_step_together(catalog):
     """An attention-DP worker is simulated whole: its dp x C clients in one queue, each step as long as its
     busiest rank's. A prompt prefilled on one rank stalls every rank's decodes, so a rank's TPOT carries the
     other ranks' prefills (simulated alone, a rank saw only its own: 13% lower TPOT here)."""
-    from dataclasses import replace
-
     wide = _deploy(catalog, "h200", MOE, isl=4096, osl=64, concurrency=4, tp=1, ep=8, dp=8)
     (step,) = build_step_models([wide], roofline_op_time)
     assert step.dp == 8
