@@ -40,7 +40,7 @@ from components.deployments.stepmodel import build_step_models
 # GPU's runs emptied the KV cache of runs that measurably ran on the other (Qwen3-235B FP8 on two H200s).
 FRACTION_OFFSETS = (0.0,)
 # Bounds of the step cost: the op engine's kernels within a factor (0.5-3) of the engine's; costs >= 0.
-COST_BOUNDS = [(0.5, 3.0), (0.5, 3.0), *[(0.0, None)] * 6]
+COST_BOUNDS = [(0.5, 3.0), (0.5, 3.0), *[(0.0, None)] * 7]
 N_COST = len(COST_BOUNDS)
 # The step cost the fitting simulations run at (only the jitter of arrivals against step boundaries
 # depends on it): a typical engine's, not fitted on any run.
@@ -226,7 +226,9 @@ def fit_engine(sim: Simulated, mask: np.ndarray) -> tuple[tuple[float, str], np.
     return best[1], best[2], best[3]
 
 
-FRONT = slice(6, 8)  # StepCost's request_us, per_client_us: the server front end's, on TTFT only
+FRONT = slice(
+    N_COST - 2, N_COST
+)  # StepCost's request_us, per_client_us: the server front end's, on TTFT only
 
 
 def fit_front(sim: Simulated, key: tuple[float, str], coef: np.ndarray, mask: np.ndarray) -> np.ndarray:

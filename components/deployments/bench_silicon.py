@@ -75,7 +75,8 @@ def silicon_deployments(
         "framework": str(row["backend"]),  # the engine whose kernels time its steps (engine_name)
     }
 
-    def worker(prefix: str, concurrency: Any) -> Deployment:
+    def worker(prefix: str, concurrency: Any, clients: int | None = None) -> Deployment:
+        """``concurrency`` per DP rank, or ``clients`` over the whole worker (split over its DP ranks)."""
         dp = _num(row.get(f"{prefix}attention_dp_size"))
         pp = _num(row.get(f"{prefix}pp_size"))
         ep = _num(row.get(f"{prefix}moe_ep_size")) if model.is_moe else 1
@@ -92,12 +93,19 @@ def silicon_deployments(
             raise DeploymentError(
                 f"moe_tp_size x moe_ep_size {moe_world}: not the tp_size x attention_dp_size {tp * dp} GPUs"
             )
-        return Deployment(**common, concurrency=_num(concurrency), tp=tp, pp=pp, ep=max(ep, 1), dp=dp)
+        # the recorded DP ranks share the clients (a DP read off the MoE group above is not in the record)
+        ranks = _num(row.get(f"{prefix}attention_dp_size"))
+        per_rank = _num(concurrency) if clients is None else max(round(clients / ranks), 1)
+        return Deployment(**common, concurrency=per_rank, tp=tp, pp=pp, ep=max(ep, 1), dp=dp)
 
     if row["mode"] == "disagg":
         pre_c, dec_c = disagg_concurrency(row)
         return worker("prefill_", pre_c), worker("decode_", dec_c)
-    agg = worker("", row.get("batch_size"))
+    # aiperf's concurrency as the run's id records it (``_c<C>_``): the clients of the whole worker, which
+    # its attention-DP ranks share. ``batch_size`` equals C / DP on 1,573 of the 1,585 aggregated runs that
+    # name C; on the other 12 it is C / 64 (DeepSeek-R1 with attention DP 8, 2026-04-06 rows) or C / TP
+    # (gpt-oss-120b on H100): read as the clients, those runs were simulated with 1/4 to 1/8 of them
+    agg = worker("", row.get("batch_size"), id_concurrency(row))
     return agg, agg
 
 

@@ -70,19 +70,18 @@ def simulate_deployment(
 ) -> Served:
     """The deployment's requests through the engine (``kind``: closed loop, batch); with a decode worker,
     ``d`` is the prefill worker (osl 1) and the decode worker receives prefilled requests. ``per_client``:
-    (measured, warm-up) requests per client (default aiperf's 20 and 2)."""
-    if per_client is not None:
-        measured, warm = per_client
-        kw = {"requests": measured * d.concurrency, "warmup": warm * d.concurrency}
-    else:
-        kw = {}
+    (measured, warm-up) requests per client (default aiperf's 20 and 2). An attention-DP worker (``d.dp``
+    ranks of ``d.concurrency`` clients each) is simulated whole: its ranks share one queue and step together
+    (``StepModel.rank_step_us``), each with its own KV cache."""
+    kw = _requests(per_client, d)
     kv, memory = kv_capacity(d, engine)
     if decode_worker is None:
         stagger = lifetime_us(d, engine, step)
+        clients = d.concurrency * d.dp
         stats = simulate(
-            step, engine, kv, Workload(d.isl, d.osl, d.concurrency, kind, stagger_us=stagger, **kw)
+            step, engine, kv * d.dp, Workload(d.isl, d.osl, clients, kind, stagger_us=stagger, **kw)
         )
-        return Served(stats, stats, memory, d.concurrency)
+        return Served(stats, stats, memory, clients)
     dd, dstep = decode_worker
     # the prefill worker's clients come back after their decode on the decode worker (kernel-time estimate)
     think = (dd.osl - 1) * dstep.decode_us(
@@ -91,11 +90,11 @@ def simulate_deployment(
     pre = simulate(
         step,
         engine,
-        kv,
+        kv * d.dp,
         Workload(
             d.isl,
             1,
-            d.concurrency,
+            d.concurrency * d.dp,
             kind,
             stagger_us=lifetime_us(d, engine, step, 1) + think,
             think_us=think,
@@ -104,15 +103,29 @@ def simulate_deployment(
     )
     dkv, dmem = kv_capacity(dd, engine)
     span = lifetime_us(dd, engine, dstep)
-    if per_client is not None:
-        kw = {"requests": per_client[0] * dd.concurrency, "warmup": per_client[1] * dd.concurrency}
     dec = simulate(
         dstep,
         engine,
-        dkv,
-        Workload(dd.isl, dd.osl, dd.concurrency, kind, prefilled=True, stagger_us=span, **kw),
+        dkv * dd.dp,
+        Workload(
+            dd.isl,
+            dd.osl,
+            dd.concurrency * dd.dp,
+            kind,
+            prefilled=True,
+            stagger_us=span,
+            **_requests(per_client, dd),
+        ),
     )
-    return Served(pre, dec, dmem, d.concurrency)
+    return Served(pre, dec, dmem, d.concurrency * d.dp)
+
+
+def _requests(per_client: tuple[int, int] | None, d: Deployment) -> dict[str, int]:
+    """Workload request counts for ``per_client`` (measured, warm-up) per client of the worker's ranks."""
+    if per_client is None:
+        return {}
+    clients = d.concurrency * d.dp
+    return {"requests": per_client[0] * clients, "warmup": per_client[1] * clients}
 
 
 def lifetime_us(d: Deployment, engine: ServingEngine, step: StepModel, osl: int | None = None) -> float:
@@ -164,11 +177,11 @@ def decode_floor_row(
 ) -> np.ndarray:
     """The decode step an answer's TPOT never goes below, as a row over ``StepCost.vector`` (its time is
     ``row @ cost``): the kernels of the mean decode batch at its mean context (padded to the engine's CUDA
-    graph), the step's base, per-sequence and all-reduce costs."""
+    graph), the step's base, per-sequence, all-reduce and per-layer costs."""
     batch = max(decode_batch, 1.0)
     n = round(batch)
     kernels = step.decode_us(n, d.isl + d.osl / 2.0, engine.graph_batch(n))
-    return np.array([kernels, 0.0, 1.0, batch, 0.0, float(step.allreduces), 0.0, 0.0])
+    return np.array([kernels, 0.0, 1.0, batch, 0.0, float(step.allreduces), float(step.layers), 0.0, 0.0])
 
 
 def one_prefill_us(d: Deployment, engine: ServingEngine, step: StepModel) -> float:

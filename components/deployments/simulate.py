@@ -32,7 +32,8 @@ from components.deployments.engines.base import ServingEngine, StepCost
 from components.deployments.stepmodel import StepModel
 
 CLOSED, BATCH, RATE = "closed", "batch", "rate"
-N_FEATURES = 6  # decode kernels, prefill kernels, steps, sequences in steps, steps with prefill, all-reduces
+# decode kernels, prefill kernels, steps, sequences in steps, steps with prefill, all-reduces, layers run
+N_FEATURES = 7
 ZERO = (0.0,) * N_FEATURES
 CLIENT_DELAY_US = 2000.0  # mean client round trip between a response and the next request (jittered)
 SGLANG_NEW_TOKEN_RATIO = 0.7  # SGLang reserves this share of each running request's remaining output
@@ -88,7 +89,7 @@ class RequestStats:
     f_finish: np.ndarray
     osl: int
     steps: int
-    decode_batch: float  # mean decode batch over decode steps
+    decode_batch: float  # mean decode batch over decode steps (of one attention-DP rank)
     kv_capacity_tokens: float
     preemptions: int = 0
     notes: list[str] = field(default_factory=list)
@@ -127,7 +128,10 @@ class _Sim:
         self.th = tuple(float(x) for x in self.theta)
         self.policy = engine.policy
         self.mixed = engine.mixed_chunk and engine.policy == "prefill-first"
-        self.budget = engine.max_num_batched_tokens
+        # attention DP: the worker's ranks share the queue, each with the engine's budget and batch limit
+        self.dp = max(int(getattr(step, "dp", 1)), 1)
+        self.budget = engine.max_num_batched_tokens * self.dp
+        self.max_seqs = engine.max_num_seqs * self.dp
         self.kv_cap = float(kv_tokens)
         self.t = 0.0
         self.f = ZERO  # the step features so far (N_FEATURES floats)
@@ -213,7 +217,7 @@ class _Sim:
 
     def _admissible(self, rid: int) -> bool:
         running = len(self.prefilling) + self.n_dec
-        if running >= self.engine.max_num_seqs:
+        if running >= self.max_seqs:
             return False
         policy = self.policy
         if policy == "no-evict":
@@ -233,10 +237,10 @@ class _Sim:
     # ------------------------------------------------------------------ steps
     def _advance(self, kernel_dec: float, kernel_pre: float, seqs: int, prefill: bool, k: int) -> None:
         d, p, one, s = kernel_dec * k, kernel_pre * k, 1.0 * k, seqs * k
-        pre, ar = float(prefill) * k, self.step.allreduces * k
+        pre, ar, lay = float(prefill) * k, self.step.allreduces * k, self.step.layers * k
         f, th = self.f, self.th
-        self.f = (f[0] + d, f[1] + p, f[2] + one, f[3] + s, f[4] + pre, f[5] + ar)
-        self.t += d * th[0] + p * th[1] + one * th[2] + s * th[3] + pre * th[4] + ar * th[5]
+        self.f = (f[0] + d, f[1] + p, f[2] + one, f[3] + s, f[4] + pre, f[5] + ar, f[6] + lay)
+        self.t += d * th[0] + p * th[1] + one * th[2] + s * th[3] + pre * th[4] + ar * th[5] + lay * th[6]
         self.steps += k
 
     def _chunks(self, budget: int) -> list[tuple[int, int]]:
@@ -370,13 +374,18 @@ class _Sim:
             n = self.n_dec if decoding else 0
             ctx = self._decode_tokens() / self.n_dec + 1 if n else 0.0
             pairs = [(float(take), float(self.done_prompt[rid] + take)) for rid, take in chunks]
-            ending = sum(1 for rid, take in chunks if self.done_prompt[rid] + take >= self.prompt[rid])
-            total = self.step.step_us(n, ctx, pairs, ending)
-            dec = self.step.decode_us(n, ctx) if n else 0.0
-            self._advance(min(dec, total), max(total - dec, 0.0), n + ending, True, 1)
+            ends = [self.done_prompt[rid] + take >= self.prompt[rid] for rid, take in chunks]
+            if self.dp == 1:
+                ending = sum(ends)
+                total = self.step.step_us(n, ctx, pairs, ending)
+                dec = self.step.decode_us(n, ctx) if n else 0.0
+                seqs = n + ending
+            else:
+                total, dec, seqs = self.step.rank_step_us(n, ctx, pairs, ends)
+            self._advance(min(dec, total), max(total - dec, 0.0), seqs, True, 1)
             if n:
                 self.counter += 1
-                self.batch_sum += n
+                self.batch_sum += n / self.dp
             self._finish_prefills(chunks)
             if self.decoding and self.decoding[0][0] <= self.counter:
                 self._pop_finished()
@@ -404,17 +413,18 @@ class _Sim:
             room = self.kv_cap - self._used()
             k = min(k, max(1, int(room // n)))
         ctx = self._decode_tokens() / n + 1
-        pad = self._graph(n)  # decode-only steps replay the captured graph of this size
+        rank = -(-n // self.dp)  # the decodes of the busiest attention-DP rank
+        pad = self._graph(rank)  # decode-only steps replay the captured graph of this size
         if self.future:
             th = self.th
-            per = self.step.decode_us(n, ctx, pad) * th[0] + th[2] + th[3] * n
-            per += th[5] * self.step.allreduces
+            per = self.step.decode_us(rank, ctx, pad) * th[0] + th[2] + th[3] * rank
+            per += th[5] * self.step.allreduces + th[6] * self.step.layers
             k = min(k, max(1, math.ceil((self.future[0][0] - self.t) / max(per, 1e-9))))
         k = max(int(k), 1)
         mid = ctx + (k - 1) / 2.0
-        self._advance(self.step.decode_us(n, mid, pad), 0.0, n, False, k)
+        self._advance(self.step.decode_us(rank, mid, pad), 0.0, rank, False, k)
         self.counter += k
-        self.batch_sum += n * k
+        self.batch_sum += n / self.dp * k
         if self.decoding[0][0] <= self.counter:
             self._pop_finished()
 

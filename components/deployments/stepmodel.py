@@ -60,6 +60,9 @@ class StepModel:
     pp_hop_us: float = 0.0
     layers: int = 1
     allreduces: float = 0.0  # TP all-reduces per step (their start-up latency is an engine constant)
+    # attention-DP ranks: each runs the attention of its own requests, and every rank steps together (the
+    # MoE layers exchange their tokens), so a step lasts as long as its busiest rank's (``rank_step_us``)
+    dp: int = 1
 
     def __post_init__(self) -> None:
         self._memo: dict[tuple, float] = {}
@@ -119,6 +122,26 @@ class StepModel:
         if found is None:
             found = self._memo[key] = self._mixed_us(n, ctx, chunks, finishing)
         return found
+
+    def rank_step_us(
+        self, n: int, ctx: float, chunks: Sequence[tuple[float, float]], ending: Sequence[bool]
+    ) -> tuple[float, float, int]:
+        """(step, decode part, sequences of the busiest rank) of a step of the whole attention-DP worker:
+        ``n`` decodes spread evenly over the ranks, the prefill chunks dealt to them in turn (``ending``:
+        which chunks end their prompt). With one rank: ``step_us`` and ``decode_us`` as they are."""
+        ranks = max(self.dp, 1)
+        per = -(-n // ranks) if n else 0
+        dec = self.decode_us(per, ctx) if per else 0.0
+        if not chunks:
+            return dec, dec, per
+        worst, seqs = dec, per
+        for r in range(min(ranks, len(chunks))):
+            mine = list(chunks[r::ranks])
+            ends = sum(ending[r::ranks])
+            total = self.step_us(per, ctx, mine, ends)
+            if total > worst:
+                worst, seqs = total, per + ends
+        return worst, dec, seqs
 
     def _mixed_us(self, n: int, ctx: float, chunks: Sequence[tuple[float, float]], finishing: int) -> float:
         total = n + sum(p for p, _ in chunks)
@@ -256,6 +279,7 @@ def _build(deployments: Sequence[Deployment], fn: OpTimeFn) -> list[StepModel]:
                 pp_hop_us=(d.pp - 1) * 5.0,
                 layers=d.model.layers,
                 allreduces=2.0 * d.model.layers if d.tp > 1 else 0.0,
+                dp=max(int(d.dp), 1),
             )
         )
     return [models[keys[step_key(d)]] for d in deployments]

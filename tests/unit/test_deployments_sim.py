@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import time
+from dataclasses import replace
 
 import numpy as np
 import pytest
@@ -88,13 +89,19 @@ def test_times_are_linear_in_the_step_cost(catalog):
     theta equals its step features times theta (closed loop)."""
     d = _deploy(catalog, "h100-sxm", tp=2, isl=2048, osl=64, concurrency=16)
     step = build_step_models([d], roofline_op_time)[0]
-    cost = StepCost(decode_scale=1.3, prefill_scale=0.9, base_us=800.0, per_seq_us=4.0, allreduce_us=7.0)
+    cost = StepCost(1.3, 0.9, base_us=800.0, per_seq_us=4.0, allreduce_us=7.0, per_layer_us=40.0)
     engine = engine_for("vllm", d.gpu, fitted=False).with_cost(cost)
     kv, _ = kv_capacity(d, engine)
     stats = simulate(step, engine, kv, Workload(d.isl, d.osl, d.concurrency))
     th = theta(cost)
     np.testing.assert_allclose(stats.finish_us, stats.f_finish @ th, rtol=1e-9)
     np.testing.assert_allclose(stats.first_us, stats.f_first @ th, rtol=1e-9)
+    # every step runs the model's layers once: the per-layer cost adds layers x steps to the timeline
+    assert stats.f_finish[-1, 6] == pytest.approx(stats.f_finish[-1, 2] * d.model.layers)
+    slower = simulate(
+        step, engine.with_cost(replace(cost, per_layer_us=80.0)), kv, Workload(d.isl, d.osl, d.concurrency)
+    )
+    assert slower.finish_us[-1] > stats.finish_us[-1] + 40.0 * d.model.layers * (d.osl - 1)
 
 
 def test_batch_ttft_grows_with_the_batch_and_each_engine_schedules_its_way(catalog):
@@ -161,6 +168,58 @@ def test_attention_data_parallelism_spreads_the_experts_and_serves_every_rank(ca
     assert a_wide.memory["weights_gb"] < a_one.memory["weights_gb"]
     with pytest.raises(DeploymentError, match="dp 2: attention data parallelism is modelled for MoE"):
         _deploy(catalog, "h200", isl=8, osl=8, dp=2)
+
+
+def test_attention_dp_ranks_share_one_queue_and_step_together(catalog):
+    """An attention-DP worker is simulated whole: its dp x C clients in one queue, each step as long as its
+    busiest rank's. A prompt prefilled on one rank stalls every rank's decodes, so a rank's TPOT carries the
+    other ranks' prefills (simulated alone, a rank saw only its own: 13% lower TPOT here)."""
+    wide = _deploy(catalog, "h200", MOE, isl=4096, osl=64, concurrency=4, tp=1, ep=8, dp=8)
+    (step,) = build_step_models([wide], roofline_op_time)
+    assert step.dp == 8
+    engine = engine_for("trtllm", wide.gpu, fitted=False).with_cost(StepCost(base_us=100.0))
+    served = simulate_deployment(wide, engine, step, per_client=(3, 1))
+    assert served.clients == 32 and len(served.decode.first_us) == 3 * 32
+    assert served.decode.decode_batch <= 4.0 + 1e-9  # per rank
+    kv, _ = kv_capacity(wide, engine)  # one rank alone (as before): its own 4 clients, its own prefills
+    alone = simulate(replace(step, dp=1), engine, kv, Workload(4096, 64, 4, requests=12, warmup=4))
+    tpot = served.times_us(engine)[1]
+    th = theta(engine.cost)
+    tpot1 = float(alone.features()[2] @ th)
+    assert tpot > 1.1 * tpot1
+    # one rank's step: decodes spread over the ranks, chunks dealt to them in turn; the busiest rank's time
+    total, dec, _ = step.rank_step_us(16, 2048.0, [(4096.0, 4096.0)] * 2, [True, True])
+    assert dec == step.decode_us(2, 2048.0) and total == step.step_us(2, 2048.0, [(4096.0, 4096.0)], 1)
+
+
+def test_an_aggregated_run_serves_the_clients_its_id_names():
+    """aiperf's concurrency is the run id's ``_c<C>_``, shared by the recorded attention-DP ranks (a row
+    whose batch_size records C / 64 is simulated with C / dp clients per rank, not batch_size)."""
+    from pathlib import Path
+
+    from components.deployments.bench_silicon import silicon_deployments
+
+    row = {
+        "id": "dsr1_h200_trtllm_fp8_agg_8192x1024_c64_cfg183",
+        "model_path": "deepseek-ai/DeepSeek-V3",
+        "device_id": "h200",
+        "backend": "trtllm",
+        "mode": "agg",
+        "isl": 8192,
+        "osl": 1024,
+        "gemm_quant_mode": "fp8_block",
+        "precision": "fp8",
+        "batch_size": 1.0,
+        "tp_size": 1.0,
+        "pp_size": 1.0,
+        "attention_dp_size": 8.0,
+        "moe_tp_size": 1.0,
+        "moe_ep_size": 8.0,
+    }
+    agg, _ = silicon_deployments(row, load_catalog(), Path(DEFAULT_DATASETS_DIR))
+    assert (agg.concurrency, agg.dp) == (8, 8)
+    no_id = silicon_deployments({**row, "id": "x"}, load_catalog(), Path(DEFAULT_DATASETS_DIR))[0]
+    assert no_id.concurrency == 1
 
 
 def test_disaggregated_runs_split_the_clients_over_workers_or_say_why_not():

@@ -35,7 +35,10 @@ class StepCost:
     """A step's time: ``decode_scale`` x its decode kernels + ``prefill_scale`` x its prefill kernels (the
     engine's kernels vs the op engine's: 1 = as the op engine answers) + ``base_us`` + ``per_seq_us`` x
     sequences in the step + ``prefill_us`` when the step carries prefill work + ``allreduce_us`` per TP
-    all-reduce of the step (the collective's start-up latency, beyond its bytes on the link; microseconds).
+    all-reduce of the step (the collective's start-up latency, beyond its bytes on the link) +
+    ``per_layer_us`` per model layer the step runs (the small kernels between a layer's timed ops: norms,
+    rotary, activation, residual adds, KV-cache writes -- at small decode batches the measured TPOT exceeds
+    the op times by about as much per layer at every TP size; microseconds).
     A request's TTFT adds the server front end's ``request_us`` + ``per_client_us`` x concurrent clients
     (HTTP, tokenisation and the event loop serving the other clients' streams)."""
 
@@ -45,6 +48,7 @@ class StepCost:
     per_seq_us: float = 0.0
     prefill_us: float = 0.0
     allreduce_us: float = 0.0
+    per_layer_us: float = 0.0
     request_us: float = 0.0
     per_client_us: float = 0.0
 
@@ -57,6 +61,7 @@ class StepCost:
             self.per_seq_us,
             self.prefill_us,
             self.allreduce_us,
+            self.per_layer_us,
             self.request_us,
             self.per_client_us,
         )
