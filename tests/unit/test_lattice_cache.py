@@ -1,0 +1,89 @@
+"""The monotone envelope's lattices saved across processes (``components/opmodel/lattice_cache.py``): an
+engine trained on one real AIConfigurator table answers the same, to the last bit, through lattices it built,
+through lattices another engine saved, and with no saved lattice at all; a changed calibration or serving
+framework names other files."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+DATASETS = Path(__file__).resolve().parents[2].parent / "shared" / "datasets"
+AIC_TABLE = "aic-core/src/aiconfigurator_core/systems/data/h100_sxm/gemm/vllm/0.24.0/gemm_perf.parquet"
+# (GPU, dtype, shape): the measured GPU and an unmeasured one, a dtype it did not measure, a batched product
+QUESTIONS = [
+    (
+        "h100-sxm",
+        "bf16",
+        {"M": np.array([64.0, 100.0, 3000.0]), "N": 4096.0, "K": np.array([4096.0, 512.0, 9000.0])},
+    ),
+    ("h200", "bf16", {"M": np.array([64.0, 7.0]), "N": np.array([4096.0, 12288.0]), "K": 4096.0}),
+    ("h100-sxm", "fp8", {"M": 256.0, "N": 1024.0, "K": 2048.0}),
+    ("b200", "bf16", {"B": 4.0, "M": 512.0, "N": 512.0, "K": 128.0}),
+]
+
+pytestmark = pytest.mark.skipif(
+    not (DATASETS / "aiconfigurator" / AIC_TABLE).is_file(), reason="AIConfigurator's table not present"
+)
+
+
+@pytest.fixture(scope="module")
+def trained(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    from types import SimpleNamespace
+
+    from components.opmodel.train import train_engine
+
+    root = tmp_path_factory.mktemp("lattices")
+    table = root / "datasets" / "aiconfigurator" / AIC_TABLE
+    table.parent.mkdir(parents=True)
+    table.symlink_to(DATASETS / "aiconfigurator" / AIC_TABLE)
+    settings = SimpleNamespace(
+        datasets_dir=root / "datasets", data_dir=root / "data", models_dir=root / "models"
+    )
+    return train_engine(settings, root / "predictor" / "opmodel")
+
+
+def _answers(engine) -> list[np.ndarray]:
+    from components.devices.catalog import load_catalog
+
+    catalog = load_catalog()
+    return [
+        engine.predict("gemm", dtype, shape, catalog.get(gpu)).duration_us for gpu, dtype, shape in QUESTIONS
+    ]
+
+
+def test_saved_lattices_answer_exactly_as_lattices_built_afresh(
+    trained: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from components.opmodel import envelope
+    from components.opmodel.engine import OpEngine
+    from components.opmodel.lattice_cache import LATTICES_DIR
+
+    afresh = _answers(OpEngine.load(trained))  # no cache folder: every lattice built in memory
+    first = OpEngine.load(trained, tmp_path)
+    assert first.envelope.files is not None
+    built = _answers(first)
+    saved = sorted((tmp_path / LATTICES_DIR).glob("*.npy"))
+    assert len(saved) == len(QUESTIONS)  # one lattice per (GPU, dtype, batch count)
+
+    def no_build(values: np.ndarray) -> np.ndarray:
+        raise AssertionError("a saved lattice was built again")
+
+    monkeypatch.setattr(envelope, "running_max", no_build)  # a second process reads every lattice from disk
+    read = _answers(OpEngine.load(trained, tmp_path))
+    for fresh, one, two in zip(afresh, built, read, strict=True):
+        assert np.array_equal(fresh, one) and np.array_equal(fresh, two)
+    assert sorted((tmp_path / LATTICES_DIR).glob("*.npy")) == saved
+
+
+def test_a_calibration_or_a_framework_names_other_lattices(trained: Path, tmp_path: Path) -> None:
+    from components.opmodel.engine import OpEngine
+
+    engine = OpEngine.load(trained, tmp_path)
+    assert engine.with_calibrations({}).envelope.files.digest == engine.envelope.files.digest
+    calibrated = engine.with_calibrations({"h200": {"gemm|bf16": {"log_shift": 0.1, "rows": 5}}})
+    served = engine.with_calibrations({})
+    served.framework = "sglang"  # what for_framework sets on the engine it builds from that framework's rows
+    assert len({e.envelope.files.digest for e in (engine, calibrated, served)}) == 3
