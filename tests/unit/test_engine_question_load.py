@@ -1,7 +1,9 @@
-"""The monotone envelope's lattices saved across processes (``components/opmodel/lattice_cache.py``): an
-engine trained on one real AIConfigurator table answers the same, to the last bit, through lattices it built,
-through lattices another engine saved, and with no saved lattice at all; a changed calibration or serving
-framework names other files."""
+"""What a CLI question loads, made cheap without changing an answer, on an engine trained on one real
+AIConfigurator table: the monotone envelope's lattices saved across processes
+(``components/opmodel/lattice_cache.py``) answer the same, to the last bit, through lattices the engine built,
+lattices another engine saved, and no saved lattice at all, and a changed calibration or serving framework
+names other files; the measured tier's site search (``components/opmodel/site_search.py``) answers the same by
+distance matrix and by k-d tree."""
 
 from __future__ import annotations
 
@@ -87,3 +89,33 @@ def test_a_calibration_or_a_framework_names_other_lattices(trained: Path, tmp_pa
     served = engine.with_calibrations({})
     served.framework = "sglang"  # what for_framework sets on the engine it builds from that framework's rows
     assert len({e.envelope.files.digest for e in (engine, calibrated, served)}) == 3
+
+
+def test_the_site_search_answers_alike_by_distance_matrix_and_by_tree(
+    trained: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Every size of the envelope's GEMM lattice on the measured GPU (exact hits, its own sweeps, bracketed
+    and blended sites, and sizes past the gate) and on an unmeasured one (answered from it as a relative)."""
+    from components.devices.catalog import load_catalog
+    from components.opmodel import site_search
+    from components.opmodel.engine import OpEngine
+    from components.opmodel.envelope import RANGE
+
+    catalog = load_catalog()
+    grids = np.meshgrid(*[2.0 ** np.arange(RANGE[a][0], RANGE[a][1] + 1) for a in "MNK"], indexing="ij")
+    shape = {a: g.ravel() * 1.5 ** (g.ravel() > 8) for a, g in zip("MNK", grids, strict=True)}  # off-grid too
+
+    def answers() -> list[tuple]:
+        engine = OpEngine.load(trained)  # tables built afresh: no saved search inside
+        out = []
+        for gpu in ("h100-sxm", "h200"):
+            times = engine.raw_predict("gemm", "bf16", shape, catalog.get(gpu))
+            out.append((times.duration_us, times.tier.tolist(), times.support.tolist()))
+        return out
+
+    matrix = answers()
+    assert "measured" in matrix[0][1] and "transfer" in matrix[1][1]  # both tiers that search were asked
+    monkeypatch.setattr(site_search, "BRUTE_PAIRS", 0)  # every search by the tree
+    tree = answers()
+    for (d1, t1, s1), (d2, t2, s2) in zip(matrix, tree, strict=True):
+        assert np.array_equal(d1, d2) and t1 == t2 and s1 == s2
