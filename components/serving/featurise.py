@@ -19,12 +19,14 @@ from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
-import pandas as pd
 
+from components.common.lazy import lazy_module
 from components.features import analytical as an
 from components.features.demand import family_demand
 from components.features.device_numbers import DEVICE_COLUMNS, device_table
 from components.features.dims import DIMS
+
+pd = lazy_module("pandas")  # tables only: a single question's arrays load no pandas
 
 QUERY_SOURCE = "query"
 
