@@ -12,6 +12,7 @@ import numpy as np
 from components.common.lazy import lazy_module
 
 pd = lazy_module("pandas")  # tables and bulk labels only: a single question's arrays need no pandas
+SMALL_LABELS = 32  # label arrays this short (a few questions) are coded without pandas, as factorize would
 
 
 def is_categorical(labels: Any) -> bool:
@@ -39,7 +40,12 @@ def label_codes(labels: Any) -> tuple[np.ndarray, np.ndarray]:
         if (codes < 0).any():  # missing values: one more label at the end, as factorize would give
             return np.where(codes < 0, len(categories), codes), np.append(categories, None)
         return codes, categories
-    codes, uniques = pd.factorize(np.asarray(labels, dtype=object), use_na_sentinel=False)
+    values = np.asarray(labels, dtype=object)
+    if len(values) <= SMALL_LABELS and all(type(v) is str for v in values):  # a question's few: no pandas
+        first: dict[str, int] = {}
+        codes = np.array([first.setdefault(v, len(first)) for v in values], dtype=np.int64)
+        return codes, np.array(list(first), dtype=object)
+    codes, uniques = pd.factorize(values, use_na_sentinel=False)
     return codes, np.asarray(uniques, dtype=object)
 
 

@@ -119,3 +119,25 @@ def test_the_site_search_answers_alike_by_distance_matrix_and_by_tree(
     tree = answers()
     for (d1, t1, s1), (d2, t2, s2) in zip(matrix, tree, strict=True):
         assert np.array_equal(d1, d2) and t1 == t2 and s1 == s2
+
+
+@pytest.mark.parametrize(
+    "labels",
+    [
+        ["gelu", "add", "gelu", "silu", "add"],
+        ["gemm"],
+        [],
+        ["b", "a", None, "b", float("nan")],  # missing labels: pandas' own coding
+        [f"op{i % 7}" for i in range(100)],  # past the few a question has: pandas
+    ],
+)
+def test_a_question_codes_its_labels_as_pandas_factorize_does(labels: list) -> None:
+    import pandas as pd
+
+    from components.features.arrays import is_categorical, label_codes
+
+    codes, uniques = label_codes(np.array(labels, dtype=object))
+    want_codes, want_uniques = pd.factorize(np.array(labels, dtype=object), use_na_sentinel=False)
+    assert codes.dtype == want_codes.dtype and np.array_equal(codes, want_codes)
+    assert uniques.dtype == object and list(map(str, uniques)) == list(map(str, want_uniques))
+    assert is_categorical(pd.Categorical(labels)) and not is_categorical(np.array(labels, dtype=object))
