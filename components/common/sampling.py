@@ -12,7 +12,10 @@ import hashlib
 from collections.abc import Iterable
 
 import numpy as np
-import pandas as pd
+
+from components.common.lazy import lazy_module
+
+pd = lazy_module("pandas")  # tables only: a single question's arrays load no pandas
 
 SEP = "\x1f"
 

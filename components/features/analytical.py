@@ -19,14 +19,16 @@ from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
-import pandas as pd
 
+from components.common.lazy import lazy_module
 from components.features.arrays import finite_or, map_labels, numeric_column
 from components.features.demand import family_demand
 from components.features.device_numbers import DEVICE_COLUMNS, MAX_CTAS_PER_SM, device_table
 from components.features.dims import parse_dims, tile_from_names
 from components.physics import dtypes
 from components.physics.elementwise import ELEMENTWISE_COST
+
+pd = lazy_module("pandas")  # the feature table's functions only: an op question uses BOUND_LABELS alone
 
 # Columns that do not depend on the GPU's rates (only on the kernel and on SM counts): what transfers to
 # an unseen GPU (components/models/transfer.py).

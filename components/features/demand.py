@@ -11,12 +11,14 @@ from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
-import pandas as pd
 
+from components.common.lazy import lazy_module
 from components.features.arrays import ceil_div, finite_or, is_in, map_labels, starts_with
 from components.features.op_work import registry_work
 from components.physics import dtypes, moe
 from components.physics.base import Work
+
+pd = lazy_module("pandas")  # tables only: a single question's arrays load no pandas
 
 # Tiling assumptions when the shape does not give them.
 GEMM_TILE: tuple[float, float] = (128.0, 128.0)  # cuBLAS/CUTLASS's most common output tile

@@ -7,7 +7,9 @@ import math
 from collections.abc import Iterable
 from typing import Any
 
-import pandas as pd
+from components.common.lazy import lazy_module
+
+pd = lazy_module("pandas")  # tables only: a single question's arrays load no pandas
 
 # Occupancy limits come from the catalog per GPU (max_ctas_per_sm: 32 on Pascal-Volta, Ampere
 # GA100 and Hopper, 16 on Turing and GA10x, 24 on Ada; AMD 16 workgroups per CU; resident threads

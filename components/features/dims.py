@@ -12,7 +12,10 @@ import re
 from typing import Any
 
 import numpy as np
-import pandas as pd
+
+from components.common.lazy import lazy_module
+
+pd = lazy_module("pandas")  # tables only: a single question's arrays load no pandas
 
 # Canonical dimension -> accepted spellings (lower-case) in shape_json / params_json.
 DIM_ALIASES: dict[str, tuple[str, ...]] = {

@@ -15,7 +15,9 @@ import hashlib
 import json
 from typing import Any
 
-import pandas as pd
+from components.common.lazy import lazy_module
+
+pd = lazy_module("pandas")  # frames only: a question reads the column lists alone
 
 # Column -> pandas dtype. Order is the on-disk order.
 MEASUREMENT_COLUMNS: dict[str, str] = {

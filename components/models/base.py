@@ -8,15 +8,16 @@ features + device catalog specs) to predictions named ``pred_<target>`` and, for
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Protocol, runtime_checkable
-
-import pandas as pd
+from typing import TYPE_CHECKING, Protocol, runtime_checkable
 
 from components.ingest.schema import TARGET_METRICS
 
 # Numeric targets any predictor may produce, named as the canonical measurement columns.
 NUMERIC_TARGETS: tuple[str, ...] = TARGET_METRICS
 CLASS_TARGET = "roofline_class"
+
+if TYPE_CHECKING:  # annotations only: a question that loads a predictor need not load pandas
+    import pandas as pd
 
 
 def class_label_column(split: str | None) -> str:

@@ -28,9 +28,11 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-import pandas as pd
 
+from components.common.lazy import lazy_module
 from components.models import CORRECTIONS_DIR
+
+pd = lazy_module("pandas")  # tables only: a single question's arrays load no pandas
 
 METHODS: tuple[str, ...] = ("none", "global", "group", "residual")
 DEFAULT_SHRINK = 20.0  # pseudo-rows pulling a family's factor towards the GPU-wide one

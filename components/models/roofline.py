@@ -15,7 +15,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
-import pandas as pd
+
+from components.common.lazy import lazy_module
+
+pd = lazy_module("pandas")  # tables only: a single question's arrays load no pandas
 
 PREDICTOR_FILE = "predictor.json"
 MODES: tuple[str, ...] = ("classic", "pipes")

@@ -26,8 +26,8 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-import pandas as pd
 
+from components.common.lazy import lazy_module
 from components.common.metrics import balanced_accuracy
 from components.models.roofline_class_features import (
     LAUNCH_DIMS,
@@ -35,6 +35,8 @@ from components.models.roofline_class_features import (
     kernel_text,
     strip_comments,
 )
+
+pd = lazy_module("pandas")  # tables only: a single question's arrays load no pandas
 
 PROTOCOL = (
     "Learner and inputs chosen among CANDIDATES (logistic regression or small LightGBM, with or without the "

@@ -12,10 +12,12 @@ import re
 from typing import Any
 
 import numpy as np
-import pandas as pd
 
 from components.common.braces import closing_brace
+from components.common.lazy import lazy_module
 from components.features.static.sass import INSTRUCTION_CLASSES
+
+pd = lazy_module("pandas")  # tables only: a single question's arrays load no pandas
 
 LAUNCH_DIMS: tuple[str, ...] = ("grid_x", "grid_y", "grid_z", "block_x", "block_y", "block_z")
 

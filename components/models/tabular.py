@@ -23,14 +23,16 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-import pandas as pd
 
+from components.common.lazy import lazy_module
 from components.common.sampling import subsample, unit_hash
 from components.features.arrays import map_labels
 from components.models import transfer
 from components.models.base import CLASS_TARGET, NUMERIC_TARGETS
 from components.models.tabular_config import TabularConfig
 from components.models.tabular_fit import TargetJob, fit_job, predict_raw
+
+pd = lazy_module("pandas")  # tables only: a single question's arrays load no pandas
 
 # Internal target of the transfer model: measured DRAM traffic over the analytical minimum bytes.
 TRAFFIC_TARGET = "traffic_ratio"

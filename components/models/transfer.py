@@ -23,10 +23,12 @@ from collections.abc import Mapping
 from typing import Any
 
 import numpy as np
-import pandas as pd
 
+from components.common.lazy import lazy_module
 from components.features.analytical import RATE_FREE_COLUMNS
 from components.features.arrays import label_codes
+
+pd = lazy_module("pandas")  # tables only: a single question's arrays load no pandas
 
 # Device columns that are counts or capacities per SM (never a rate, a clock or a total peak).
 DEVICE_COUNT_COLUMNS: tuple[str, ...] = (

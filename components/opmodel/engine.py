@@ -80,6 +80,8 @@ class OpEngine:
         fallback_util: float = FALLBACK_UTIL,
         transfer: Any = None,
         monotone: bool = True,
+        lattices: Path | None = None,
+        origin: Path | None = None,
     ) -> None:
         self.measured = measured  # components.opmodel.measured.MeasuredTier | None
         self.spec_model = spec_model  # components.opmodel.spec.SpecModel | None
@@ -90,9 +92,17 @@ class OpEngine:
         self.fallback_util = fallback_util  # 1.0: the training-free roofline itself
         self.transfer = transfer  # components.opmodel.transfer.TransferTier | None
         self.monotone = monotone  # answers under the monotone envelope (envelope.py)
+        self.lattices = lattices  # where the envelope's lattices are saved across processes (None: not)
+        self.origin = origin  # the engine folder it was loaded from (None: built in memory)
+        self.framework: str | None = None  # the serving framework whose measured rows it reads (None: pooled)
         from components.opmodel.envelope import Envelope
 
-        self.envelope = Envelope()
+        files = None
+        if lattices is not None:
+            from components.opmodel.lattice_cache import LatticeFiles, engine_identity
+
+            files = LatticeFiles(Path(lattices), lambda: engine_identity(self, origin))
+        self.envelope = Envelope(files)
 
     # ---------------------------------------------------------------------------------------- persistence
 
@@ -133,7 +143,14 @@ class OpEngine:
             measured = MeasuredTier.from_groups(groups, _specs_of(devices))
             transfer = TransferTier(measured, {}, transfer_model)
             transfer.curve_groups = curves  # the keys TransferTier groups whole frames by, read on first use
-            engine = cls(measured, spec_model, transfer=transfer, store_dir=Path(store_dir), **kwargs)
+            engine = cls(
+                measured,
+                spec_model,
+                transfer=transfer,
+                store_dir=Path(store_dir),
+                lattices=Path(cache_dir) if cache_dir is not None else None,  # saved beside the split
+                **kwargs,
+            )
         if measured_only and engine.transfer is not None:  # NeuSight's rows answer their own GPU only
             from components.opmodel.store_cache import measured_only_groups
 
@@ -206,8 +223,11 @@ class OpEngine:
                 calibrations=calibrations,
                 intervals=intervals,
                 meta=info.get("meta"),
+                origin=folder,
             )
-        return cls(None, spec_model, calibrations, intervals, info.get("meta"))
+        return cls(
+            None, spec_model, calibrations, intervals, info.get("meta"), lattices=cache_dir, origin=folder
+        )
 
     def with_calibrations(self, calibrations: dict) -> OpEngine:
         """The same engine with more GPUs' calibrations (a GPU's newer calibration replaces its older one)."""
@@ -221,6 +241,8 @@ class OpEngine:
             self.fallback_util,
             self.transfer,
             self.monotone,
+            self.lattices,
+            self.origin,
         )
 
     def for_framework(self, framework: str) -> OpEngine:
@@ -252,7 +274,7 @@ class OpEngine:
             transfer = TransferTier(measured, None, self.transfer.model)
             transfer.curve_groups = framework_curves(self.transfer.curve_groups, frames)
             transfer.not_relatives = self.transfer.not_relatives
-        return OpEngine(
+        engine = OpEngine(
             measured,
             self.spec_model,
             self.calibrations,
@@ -262,7 +284,11 @@ class OpEngine:
             self.fallback_util,
             transfer,
             self.monotone,
+            self.lattices,
+            self.origin,
         )
+        engine.framework = framework  # its lattices are its own (lattice_cache.engine_identity)
+        return engine
 
     # ---------------------------------------------------------------------------------------- answering
 

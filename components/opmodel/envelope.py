@@ -10,7 +10,8 @@ upper and lower envelope, so non-decreasing itself, equal to ``f`` wherever ``f`
 halfway (in log) between lifting a dip and lowering the bump before it -- closer to the measured truth, which
 has the same dips, than either alone. On the lattice (every power-of-two shape inside the range) this is
 monotone by construction; between lattice points wherever ``f`` is monotone inside the cell. The lattice of a
-(GPU, dtype, held dimensions) is computed once and cached: a few thousand answers of the engine, array work.
+(GPU, dtype, held dimensions) is computed once and cached: a few thousand answers of the engine, array work;
+an engine loaded from a folder also saves it to disk, so a later process reads it (``lattice_cache.py``).
 Block-scaled GEMMs (fp8_block) keep their lattice on the scale-block grid (N, K >= 128): a shape off the grid
 runs another, far slower kernel, and is left as answered.
 """
@@ -18,11 +19,14 @@ runs another, far slower kernel, and is left as answered.
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from components.opmodel.measured import attention_phase
+
+if TYPE_CHECKING:
+    from components.opmodel.lattice_cache import LatticeFiles
 
 # family -> the size axes the envelope makes monotone (attention: the KV length; S follows it in prefill)
 AXES: dict[str, tuple[str, ...]] = {"gemm": ("B", "M", "N", "K"), "attention": ("B", "KV"), "moe": ("T",)}
@@ -71,10 +75,12 @@ def running_min(values: np.ndarray) -> np.ndarray:
 
 
 class Envelope:
-    """Cached lattices per (key, held dimensions); ``apply`` lifts answers onto the envelope."""
+    """Cached lattices per (key, held dimensions); ``apply`` lifts answers onto the envelope. ``files``: where
+    lattices are saved across processes (None: in memory only)."""
 
-    def __init__(self) -> None:
+    def __init__(self, files: LatticeFiles | None = None) -> None:
         self.cache: dict[tuple, tuple[np.ndarray, np.ndarray]] = {}
+        self.files = files
 
     def apply(
         self,
@@ -138,6 +144,10 @@ class Envelope:
             tuple(group.tolist()),
         )
         cached = self.cache.get(cache_key)
+        if cached is None and self.files is not None:
+            cached = self.files.read(cache_key)
+            if cached is not None:
+                self._remember(cache_key, cached)
         if cached is not None:
             return cached
         grids = np.meshgrid(*[2.0 ** np.arange(ranges[a][0], ranges[a][1] + 1) for a in axes], indexing="ij")
@@ -157,10 +167,15 @@ class Envelope:
             first[axes.index("KV")] = 0
             raw[tuple(first)] = np.nan
         lattices = (running_max(raw), running_min(raw))
+        if self.files is not None:
+            self.files.write(cache_key, *lattices)
+        self._remember(cache_key, lattices)
+        return lattices
+
+    def _remember(self, cache_key: tuple, lattices: tuple[np.ndarray, np.ndarray]) -> None:
         if len(self.cache) >= CACHE_LIMIT:
             self.cache.pop(next(iter(self.cache)))
         self.cache[cache_key] = lattices
-        return lattices
 
 
 def _finite(values: np.ndarray) -> np.ndarray:

@@ -16,7 +16,7 @@ interpolated quantity is the efficiency ``util = roofline time / measured time``
   engine falls through to the calibrated or spec tier.
 
 Everything is array work over (questions x candidate sites): the sites within the gate of each distinct
-question site come from one ``scipy.spatial.cKDTree`` search; where a batch holds a question site with many
+question site come from one search (``site_search.SiteIndex``); where a batch holds a question site with many
 of them, only those that can matter are kept (the NEAREST_KEPT nearest and the two nearest on each side
 along each site axis's line). Equally distant sites rank by site order (sites sorted by category, then
 coordinates): the lower site is kept and blended first. Curve lookups are one ``np.searchsorted`` over all
@@ -33,6 +33,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from components.opmodel import site_blend
+from components.opmodel.site_search import SiteIndex
 from components.physics import roofline as physics
 
 if TYPE_CHECKING:  # pandas loads where tables are built: a saved table answers without it (store_cache)
@@ -159,7 +160,6 @@ class SiteTable:
         layout: Layout | None = None,
     ) -> None:
         import pandas as pd
-        from scipy.spatial import cKDTree
 
         layout = layout or LAYOUTS[family]
         self.family, self.layout, self.spec, self.dtype, self.kv_dtype = family, layout, spec, dtype, kv_dtype
@@ -180,7 +180,7 @@ class SiteTable:
         site_cat = sites["_cat"].map(self.cat_codes).to_numpy().astype("int64")
         self.site_coords = np.log2(sites[list(layout.site_axes)].to_numpy(dtype="float64"))
         # one tree over every category: the category, spread far apart, is one more coordinate
-        self.tree = cKDTree(np.column_stack([site_cat * SITE_KEY_STRIDE, self.site_coords]))
+        self.tree = SiteIndex(np.column_stack([site_cat * SITE_KEY_STRIDE, self.site_coords]))
         self.site_cat = site_cat
         self._axis_lines: dict[int, tuple] = {}  # sites along each axis's lines, built on first use
         site_index = (
@@ -236,8 +236,8 @@ class SiteTable:
         points = np.column_stack([distinct[:, 0] * SITE_KEY_STRIDE, distinct[:, 1:]])
         threshold = NEAREST_KEPT + 4 * (distinct.shape[1] - 1)
         # counts within the gate bounded by the tree; exact only where the bounds straddle the threshold
-        many = self.tree.query_ball_point(points, gate - SEARCH_SLACK, return_length=True) > threshold
-        maybe = self.tree.query_ball_point(points, gate + SEARCH_SLACK, return_length=True) > threshold
+        many = self.tree.count_within(points, gate - SEARCH_SLACK) > threshold
+        maybe = self.tree.count_within(points, gate + SEARCH_SLACK) > threshold
         unsure = np.flatnonzero(maybe & ~many)
         if len(unsure):
             counts = np.bincount(self.within_gate(distinct[unsure])[0], minlength=len(unsure))
@@ -257,13 +257,9 @@ class SiteTable:
 
     def within_gate(self, distinct: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """Flat (question, site, distance), ordered by question then site, of every site within the gate."""
-        from scipy.spatial import cKDTree
-
         points = np.column_stack([distinct[:, 0] * SITE_KEY_STRIDE, distinct[:, 1:]])
-        pairs = cKDTree(points).sparse_distance_matrix(
-            self.tree, self.layout.gate + SEARCH_SLACK, output_type="ndarray"
-        )
-        flat = np.sort(pairs["i"].astype("int64") * len(self.site_coords) + pairs["j"])
+        q, j = self.tree.pairs_within(points, self.layout.gate + SEARCH_SLACK)
+        flat = np.sort(q * len(self.site_coords) + j)
         site_q, site = flat // len(self.site_coords), flat % len(self.site_coords)
         dist = _distance(self.site_coords[site], distinct[site_q, 1:])
         inside = dist <= self.layout.gate
@@ -275,8 +271,7 @@ class SiteTable:
         those question sites are ranked over their whole ball."""
         n_sites, gate = len(self.site_coords), self.layout.gate
         k = min(NEAREST_KEPT + NEAREST_SPARE, n_sites)
-        _, found = self.tree.query(points, k=k, distance_upper_bound=gate + SEARCH_SLACK)
-        found = found.reshape(len(points), k)
+        found = self.tree.nearest(points, k, gate + SEARCH_SLACK)
         safe = np.minimum(found, n_sites - 1)
         dist = np.where(found < n_sites, _distance(self.site_coords[safe], distinct[:, None, 1:]), np.inf)
         dist = np.where(dist <= gate, dist, np.inf)

@@ -56,11 +56,12 @@ def store_digest(store_dir: Path) -> str:
 def code_digest() -> str:
     """A digest of the code a saved table's arrays come from (the measured tier and the physics): a table
     saved by other code is not reused."""
-    from components.opmodel import measured, site_blend
+    from components.opmodel import measured, site_blend, site_search
     from components.physics import roofline
 
     physics = Path(roofline.__file__).parent
-    files = sorted({Path(measured.__file__), Path(site_blend.__file__), *physics.glob("*.py")})
+    code = (measured, site_blend, site_search)
+    files = sorted({*(Path(m.__file__) for m in code), *physics.glob("*.py")})
     sha = hashlib.sha256()
     for path in files:
         sha.update(path.name.encode() + path.read_bytes())

@@ -19,12 +19,15 @@ from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
-import pandas as pd
 
+from components.common.lazy import lazy_module
 from components.features import analytical as an
+from components.features.arrays import is_categorical
 from components.features.demand import family_demand
 from components.features.device_numbers import DEVICE_COLUMNS, device_table
 from components.features.dims import DIMS
+
+pd = lazy_module("pandas")  # tables only: a single question's arrays load no pandas
 
 QUERY_SOURCE = "query"
 
@@ -100,9 +103,7 @@ def op_feature_columns(
     n = len(family)
     # Labels: object arrays of str, or pd.Categorical (a bulk caller's few distinct labels as codes: every
     # comparison below is then on small integers, ~30x cheaper than on Python strings).
-    family, op, dtype = (
-        a if isinstance(a, pd.Categorical) else np.asarray(a, dtype=object) for a in (family, op, dtype)
-    )
+    family, op, dtype = (a if is_categorical(a) else np.asarray(a, dtype=object) for a in (family, op, dtype))
     device_index = np.asarray(device_index, dtype="int64")
     dims = np.asarray(dims, dtype="float64")
     dims_frame = {name: dims[:, j] for j, name in enumerate(DIMS)}  # columns as views: no DataFrame

@@ -1,0 +1,118 @@
+"""The monotone envelope's lattices (``envelope.py``) saved once, so a later process reads them instead of
+answering the whole lattice again.
+
+Why: a lattice is a few thousand answers of the engine (a GEMM's 18**3 sizes: ~0.4 s of a ~1.5 s CLI
+question), and it is the same for every question of a (GPU, dtype, family, held dimensions) answered by the
+same engine. Saved under the state's cache (``$KERNELCAST_HOME/cache/opmodel-split/lattices/``), one ``.npy``
+per lattice, float64 as computed, so an answer read through a saved lattice is the answer built afresh,
+to the last bit. A file is named by the lattice's key and a digest of everything the engine's raw answers
+come from: the engine folder's files and the measured store's (names, sizes, mtimes), the calibrations it
+answers with, the serving framework whose rows it reads, and the code and device catalog that compute the
+answers; anything else changed, the name changes and the lattice is built again.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import hashlib
+import io
+import json
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from components.common.atomic import atomic_write_bytes
+
+LATTICES_DIR = "lattices"  # under the engine's split cache folder (loading.SPLIT_DIR)
+FORMAT_VERSION = 1  # bump when what a file holds changes
+
+
+@functools.cache
+def code_digest() -> str:
+    """A digest of the code and data the engine's raw answers come from: the op engine, the physics, the
+    flat-tree walker and the device catalog (the transfer tier's relatives are catalog GPUs)."""
+    root = Path(__file__).resolve().parents[1]
+    files = sorted(
+        [
+            *(root / "opmodel").glob("*.py"),
+            *(root / "physics").glob("*.py"),
+            *(root / "devices").iterdir(),
+            root / "common" / "flat_trees.py",
+        ]
+    )
+    sha = hashlib.sha256()
+    for path in files:
+        if path.is_file():
+            sha.update(path.name.encode() + path.read_bytes())
+    return sha.hexdigest()
+
+
+def folder_files(folder: Path | None) -> list[Any]:
+    """(name, size, mtime) of a folder's files: cheap, and new whenever a file is rewritten."""
+    if folder is None or not Path(folder).is_dir():
+        return []
+    return [
+        (p.name, p.stat().st_size, p.stat().st_mtime_ns)
+        for p in sorted(Path(folder).iterdir())
+        if p.is_file()
+    ]
+
+
+@dataclass
+class LatticeFiles:
+    """Where an engine's lattices are saved, and what names them (``identity``: the engine's sources, asked
+    for when the first lattice is: a question without an envelope pays nothing)."""
+
+    folder: Path
+    identity: Callable[[], dict[str, Any]]
+
+    @functools.cached_property
+    def digest(self) -> str:
+        from importlib.metadata import version
+
+        text = json.dumps(
+            [FORMAT_VERSION, code_digest(), version("numpy"), self.identity()], sort_keys=True, default=str
+        )
+        return hashlib.sha256(text.encode()).hexdigest()
+
+    def path(self, key: tuple) -> Path:
+        """The file of lattice ``key`` (``Envelope._lattice``'s cache key: floats and strings, whose repr is
+        exact)."""
+        name = hashlib.sha256(f"{self.digest}|{key!r}".encode()).hexdigest()[:32]
+        return Path(self.folder) / LATTICES_DIR / f"{name}.npy"
+
+    def read(self, key: tuple) -> tuple[np.ndarray, np.ndarray] | None:
+        """(upper, lower) saved for ``key``, or None where none is (or it cannot be read)."""
+        try:
+            both = np.load(self.path(key), allow_pickle=False)
+        except (OSError, ValueError):  # not saved yet, or a file cut short by a full disk
+            return None
+        return both[0], both[1]
+
+    def write(self, key: tuple, upper: np.ndarray, lower: np.ndarray) -> None:
+        """Save (upper, lower) for ``key``, atomically; a read-only cache only costs the next process the
+        build."""
+        buffer = io.BytesIO()
+        np.save(buffer, np.stack([upper, lower]), allow_pickle=False)
+        with contextlib.suppress(OSError):
+            atomic_write_bytes(self.path(key), buffer.getvalue())
+
+
+def engine_identity(engine: Any, origin: Path | None) -> dict[str, Any]:
+    """What an engine's raw answers come from, as ``LatticeFiles.identity``: ``origin`` (the engine folder
+    it was loaded from, if any), its store, its calibrations, fallback and serving framework."""
+    from components.opmodel.store_cache import store_digest
+
+    store = engine.store_dir
+    return {
+        "origin": str(Path(origin).resolve()) if origin is not None else None,
+        "origin_files": folder_files(origin),
+        "store": store_digest(Path(store)) if store is not None and Path(store).is_dir() else None,
+        "calibrations": engine.calibrations,
+        "fallback_util": engine.fallback_util,
+        "framework": getattr(engine, "framework", None),
+    }

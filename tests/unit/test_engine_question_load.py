@@ -1,0 +1,143 @@
+"""What a CLI question loads, made cheap without changing an answer, on an engine trained on one real
+AIConfigurator table: the monotone envelope's lattices saved across processes
+(``components/opmodel/lattice_cache.py``) answer the same, to the last bit, through lattices the engine built,
+lattices another engine saved, and no saved lattice at all, and a changed calibration or serving framework
+names other files; the measured tier's site search (``components/opmodel/site_search.py``) answers the same by
+distance matrix and by k-d tree."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+DATASETS = Path(__file__).resolve().parents[2].parent / "shared" / "datasets"
+AIC_TABLE = "aic-core/src/aiconfigurator_core/systems/data/h100_sxm/gemm/vllm/0.24.0/gemm_perf.parquet"
+# (GPU, dtype, shape): the measured GPU and an unmeasured one, a dtype it did not measure, a batched product
+QUESTIONS = [
+    (
+        "h100-sxm",
+        "bf16",
+        {"M": np.array([64.0, 100.0, 3000.0]), "N": 4096.0, "K": np.array([4096.0, 512.0, 9000.0])},
+    ),
+    ("h200", "bf16", {"M": np.array([64.0, 7.0]), "N": np.array([4096.0, 12288.0]), "K": 4096.0}),
+    ("h100-sxm", "fp8", {"M": 256.0, "N": 1024.0, "K": 2048.0}),
+    ("b200", "bf16", {"B": 4.0, "M": 512.0, "N": 512.0, "K": 128.0}),
+]
+
+pytestmark = pytest.mark.skipif(
+    not (DATASETS / "aiconfigurator" / AIC_TABLE).is_file(), reason="AIConfigurator's table not present"
+)
+
+
+@pytest.fixture(scope="module")
+def trained(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    from types import SimpleNamespace
+
+    from components.opmodel.train import train_engine
+
+    root = tmp_path_factory.mktemp("lattices")
+    table = root / "datasets" / "aiconfigurator" / AIC_TABLE
+    table.parent.mkdir(parents=True)
+    table.symlink_to(DATASETS / "aiconfigurator" / AIC_TABLE)
+    settings = SimpleNamespace(
+        datasets_dir=root / "datasets", data_dir=root / "data", models_dir=root / "models"
+    )
+    return train_engine(settings, root / "predictor" / "opmodel")
+
+
+def _answers(engine) -> list[np.ndarray]:
+    from components.devices.catalog import load_catalog
+
+    catalog = load_catalog()
+    return [
+        engine.predict("gemm", dtype, shape, catalog.get(gpu)).duration_us for gpu, dtype, shape in QUESTIONS
+    ]
+
+
+def test_saved_lattices_answer_exactly_as_lattices_built_afresh(
+    trained: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from components.opmodel import envelope
+    from components.opmodel.engine import OpEngine
+    from components.opmodel.lattice_cache import LATTICES_DIR
+
+    afresh = _answers(OpEngine.load(trained))  # no cache folder: every lattice built in memory
+    first = OpEngine.load(trained, tmp_path)
+    assert first.envelope.files is not None
+    built = _answers(first)
+    saved = sorted((tmp_path / LATTICES_DIR).glob("*.npy"))
+    assert len(saved) == len(QUESTIONS)  # one lattice per (GPU, dtype, batch count)
+
+    def no_build(values: np.ndarray) -> np.ndarray:
+        raise AssertionError("a saved lattice was built again")
+
+    monkeypatch.setattr(envelope, "running_max", no_build)  # a second process reads every lattice from disk
+    read = _answers(OpEngine.load(trained, tmp_path))
+    for fresh, one, two in zip(afresh, built, read, strict=True):
+        assert np.array_equal(fresh, one) and np.array_equal(fresh, two)
+    assert sorted((tmp_path / LATTICES_DIR).glob("*.npy")) == saved
+
+
+def test_a_calibration_or_a_framework_names_other_lattices(trained: Path, tmp_path: Path) -> None:
+    from components.opmodel.engine import OpEngine
+
+    engine = OpEngine.load(trained, tmp_path)
+    assert engine.with_calibrations({}).envelope.files.digest == engine.envelope.files.digest
+    calibrated = engine.with_calibrations({"h200": {"gemm|bf16": {"log_shift": 0.1, "rows": 5}}})
+    served = engine.with_calibrations({})
+    served.framework = "sglang"  # what for_framework sets on the engine it builds from that framework's rows
+    assert len({e.envelope.files.digest for e in (engine, calibrated, served)}) == 3
+
+
+def test_the_site_search_answers_alike_by_distance_matrix_and_by_tree(
+    trained: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Every size of the envelope's GEMM lattice on the measured GPU (exact hits, its own sweeps, bracketed
+    and blended sites, and sizes past the gate) and on an unmeasured one (answered from it as a relative)."""
+    from components.devices.catalog import load_catalog
+    from components.opmodel import site_search
+    from components.opmodel.engine import OpEngine
+    from components.opmodel.envelope import RANGE
+
+    catalog = load_catalog()
+    grids = np.meshgrid(*[2.0 ** np.arange(RANGE[a][0], RANGE[a][1] + 1) for a in "MNK"], indexing="ij")
+    shape = {a: g.ravel() * 1.5 ** (g.ravel() > 8) for a, g in zip("MNK", grids, strict=True)}  # off-grid too
+
+    def answers() -> list[tuple]:
+        engine = OpEngine.load(trained)  # tables built afresh: no saved search inside
+        out = []
+        for gpu in ("h100-sxm", "h200"):
+            times = engine.raw_predict("gemm", "bf16", shape, catalog.get(gpu))
+            out.append((times.duration_us, times.tier.tolist(), times.support.tolist()))
+        return out
+
+    matrix = answers()
+    assert "measured" in matrix[0][1] and "transfer" in matrix[1][1]  # both tiers that search were asked
+    monkeypatch.setattr(site_search, "BRUTE_PAIRS", 0)  # every search by the tree
+    tree = answers()
+    for (d1, t1, s1), (d2, t2, s2) in zip(matrix, tree, strict=True):
+        assert np.array_equal(d1, d2) and t1 == t2 and s1 == s2
+
+
+@pytest.mark.parametrize(
+    "labels",
+    [
+        ["gelu", "add", "gelu", "silu", "add"],
+        ["gemm"],
+        [],
+        ["b", "a", None, "b", float("nan")],  # missing labels: pandas' own coding
+        [f"op{i % 7}" for i in range(100)],  # past the few a question has: pandas
+    ],
+)
+def test_a_question_codes_its_labels_as_pandas_factorize_does(labels: list) -> None:
+    import pandas as pd
+
+    from components.features.arrays import is_categorical, label_codes
+
+    codes, uniques = label_codes(np.array(labels, dtype=object))
+    want_codes, want_uniques = pd.factorize(np.array(labels, dtype=object), use_na_sentinel=False)
+    assert codes.dtype == want_codes.dtype and np.array_equal(codes, want_codes)
+    assert uniques.dtype == object and list(map(str, uniques)) == list(map(str, want_uniques))
+    assert is_categorical(pd.Categorical(labels)) and not is_categorical(np.array(labels, dtype=object))
