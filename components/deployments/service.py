@@ -145,12 +145,14 @@ def rank_deployments(
     tps: Sequence[int] | None = None,
     op_time: OpTimeFn | None = None,
     allow_paths: bool = True,
+    constants: Path | None = None,
 ) -> tuple[list[dict[str, Any]], int]:
     """Every GPU x TP (x serving engine: ``params["framework"]`` one, a comma list or ``all``) option that
     fits, best first by TPOT, TTFT or cost per million output tokens.
 
     Returns (ranking, options that did not fit or could not be formed). Cost needs a price for the GPU:
-    options without one rank after those with one.
+    options without one rank after those with one. ``op_time``/``constants``: a model's (else the state
+    folder's and the package's).
     """
     if by not in RANK_KEYS:
         raise DeploymentError(f"--by {by!r}: choose {', '.join(RANK_KEYS)}")
@@ -183,7 +185,12 @@ def rank_deployments(
     # every option composed at once: one op-engine call per kind of op and GPU (answer.answer_deployments);
     # the rows show no per-op breakdown, so none is composed
     answers = answer_deployments(
-        [d for d, _ in formed], op_time, workload=workload, per_client=RANK_PER_CLIENT, detail=False
+        [d for d, _ in formed],
+        op_time,
+        workload=workload,
+        constants=constants,
+        per_client=RANK_PER_CLIENT,
+        detail=False,
     )
     for (d, price), a in zip(formed, answers, strict=True):
         if isinstance(a, DeploymentError):
@@ -259,7 +266,10 @@ def read_deployment_batch(path: Any) -> list[tuple[str, dict[str, Any]]]:
 
 
 def predict_batch(
-    rows: list[tuple[str, dict[str, Any]]], resolve: Any, op_time: OpTimeFn | None = None
+    rows: list[tuple[str, dict[str, Any]]],
+    resolve: Any,
+    op_time: OpTimeFn | None = None,
+    constants: Path | None = None,
 ) -> list[dict[str, Any]]:
     """Answer every row of :func:`read_deployment_batch`; an error names the row (``file:line``)."""
     answers = []
@@ -267,7 +277,7 @@ def predict_batch(
         params = {k: v for k, v in row.items() if k not in ("llm", "device")}
         try:
             spec = resolve(str(row["device"]))
-            result = predict_deployment(str(row["llm"]), [spec], params, op_time)[0]
+            result = predict_deployment(str(row["llm"]), [spec], params, op_time, constants=constants)[0]
         except (DeploymentError, LookupError, ValueError) as exc:
             raise DeploymentError(f"{origin}: {exc}") from None
         answers.append({"row": origin, **result})

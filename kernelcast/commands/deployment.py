@@ -59,13 +59,32 @@ def _specs(device: list[str] | None, default_all: bool) -> list[Any]:
     return resolve_devices(list(device) if device else "all", "--device", allow_files=True)
 
 
-def predict_llm(config: str, device: list[str] | None, params: dict[str, Any], as_json: bool) -> None:
+def carried_parts(model: str, default_model: str) -> Any:
+    """What ``--model`` answers deployments with: the op engine and engine constants it carries
+    (``deployment_questions.model_parts``), so the champion answers with no state folder beside it. The
+    default champion not there yet (no pipeline run): None, the state folder's and the package's."""
+    from components.serving.deployment_questions import model_parts
+    from components.serving.models import load_model
+    from components.serving.query import QueryError
+
+    try:
+        loaded = load_model(model)
+    except QueryError as exc:
+        if model == default_model:
+            return None
+        raise UserError(str(exc)) from None
+    return model_parts(loaded.predictor)
+
+
+def predict_llm(
+    config: str, device: list[str] | None, params: dict[str, Any], as_json: bool, carried: Any = None
+) -> None:
     from components.deployments.config import DeploymentError
     from components.serving.disagg import predict_split_deployment
 
     specs = _specs(device, default_all=False)
     try:
-        answers = predict_split_deployment(config, specs, params)
+        answers = predict_split_deployment(config, specs, params, carried=carried)
     except DeploymentError as exc:
         raise UserError(str(exc)) from None
     if as_json:
@@ -90,14 +109,19 @@ def is_deployment_batch(path: Path) -> bool:
     return "llm" in [c.strip() for c in first.split(",")]
 
 
-def predict_llm_batch(path: Path, as_json: bool) -> None:
+def predict_llm_batch(path: Path, as_json: bool, carried: Any = None) -> None:
     from components.deployments.config import DeploymentError
     from components.deployments.service import predict_batch, read_deployment_batch
     from components.devices import load_catalog
 
     catalog = load_catalog()
     try:
-        answers = predict_batch(read_deployment_batch(path), catalog.resolve)
+        answers = predict_batch(
+            read_deployment_batch(path),
+            catalog.resolve,
+            carried.op_time if carried is not None else None,
+            carried.constants if carried is not None else None,
+        )
     except DeploymentError as exc:
         raise UserError(str(exc)) from None
     if as_json:
@@ -168,6 +192,7 @@ def rank_llm(
     tps: list[int] | None,
     top: int,
     as_json: bool,
+    carried: Any = None,
 ) -> None:
     from components.deployments.config import DeploymentError
     from components.deployments.service import rank_deployments
@@ -176,7 +201,16 @@ def rank_llm(
     specs = _specs(device, default_all=True)
     priced = prices_for(prices, specs)  # the kernel rank's rule: unknown or unasked GPUs named, not priced
     try:
-        ranking, skipped = rank_deployments(config, specs, params, priced.table, by=by, tps=tps or None)
+        ranking, skipped = rank_deployments(
+            config,
+            specs,
+            params,
+            priced.table,
+            by=by,
+            tps=tps or None,
+            op_time=carried.op_time if carried is not None else None,
+            constants=carried.constants if carried is not None else None,
+        )
     except DeploymentError as exc:
         raise UserError(str(exc)) from None
     shown = ranking[:top] if top else ranking

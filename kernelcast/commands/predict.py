@@ -257,13 +257,13 @@ def predict_command(
         resolve_devices(list(device), "--device", allow_files=True)
     prepared_settings()
     if batch is not None and llm is None:
-        from kernelcast.commands.deployment import is_deployment_batch, predict_llm_batch
+        from kernelcast.commands.deployment import carried_parts, is_deployment_batch, predict_llm_batch
 
         if is_deployment_batch(batch):  # rows with an `llm` column: deployments, not kernels
-            predict_llm_batch(batch, as_json)
+            predict_llm_batch(batch, as_json, carried_parts(model, DEFAULT_MODEL))
             return
     if llm is not None:
-        from kernelcast.commands.deployment import llm_params, predict_llm
+        from kernelcast.commands.deployment import carried_parts, llm_params, predict_llm
 
         if file or op or shape or batch or launch or kernel or define or arg or train:
             raise UserError("--llm is a question of its own: drop FILE/--op/--shape/--batch/--launch")
@@ -287,6 +287,7 @@ def predict_command(
                 dp,
             ),
             as_json,
+            carried_parts(model, DEFAULT_MODEL),
         )
         return
     if prefill_gpus is not None or decode_gpus is not None:

@@ -101,14 +101,16 @@ def rank_command(
     with --llm, GPU x TP deployments that fit, by TPOT, TTFT or cost per million tokens."""
     prepared_settings()
     if llm is not None:
-        from kernelcast.commands.deployment import llm_params, rank_llm
+        from kernelcast.commands.deployment import carried_parts, llm_params, rank_llm
 
         if file or op or shape or batch:
             raise UserError("--llm is a question of its own: drop FILE/--op/--shape/--batch")
         params = llm_params(
             isl, osl, concurrency, 1, 1, 1, dtype, kv_dtype, mode, workload, framework=framework
         )
-        rank_llm(llm, device, params, read_prices(price or [], prices), by, tp, top, as_json)
+        prices_read = read_prices(price or [], prices)
+        carried = carried_parts(model, DEFAULT_MODEL)
+        rank_llm(llm, device, params, prices_read, by, tp, top, as_json, carried)
         return
     from components.serving.batch import restate
     from components.serving.models import load_model

@@ -103,3 +103,54 @@ def test_the_champion_answers_op_and_deployment_questions_with_no_state_folder(
     # the service's state folder holds no model, op engine, store or calibration it could have answered from
     left = sorted(str(p.relative_to(empty)) for p in empty.rglob("*"))
     assert not [p for p in left if p.split("/")[0] in ("models", "opmodel", "data", "calibration")], left
+
+
+def test_the_cli_answers_a_deployment_with_the_champions_own_engine_and_constants(
+    tmp_path: Path, carrying_champion: CarryingChampion
+) -> None:
+    """`kernelcast predict --llm` and `rank --llm` read what `--model` carries, not the state folder's or
+    the package's (they ignored `--model` before): the engine's constants come from MLflow's download."""
+    empty = tmp_path / "cli-home"
+    empty.mkdir()
+    env = {
+        **os.environ,
+        "KERNELCAST_HOME": str(empty),
+        "MLFLOW_TRACKING_URI": carrying_champion.uri,
+        "MLFLOW_DISABLE_TELEMETRY": "true",
+        "PYTHONPATH": str(PROJECT_ROOT),
+    }
+    model = f"models:/{carrying_champion.name}@champion"
+    question = ["--llm", "Llama-3.1-8B", "--isl", "1024", "--osl", "128", "--framework", "sglang", "--json"]
+
+    def cli(*args: str) -> dict:
+        done = subprocess.run(
+            [sys.executable, "-m", "kernelcast.cli", *args, *question, "--model", model],
+            env=env,
+            cwd=tmp_path,
+            capture_output=True,
+            text=True,
+            timeout=600,
+        )
+        assert done.returncode == 0, done.stderr[-3000:]
+        return json.loads(done.stdout)
+
+    answer = cli("predict", "--device", "H100")["deployments"][0]
+    provenance = answer["deployment"]["engine"]["provenance"]
+    downloaded = Path(provenance.rsplit("read from ", 1)[1])
+    assert downloaded.is_relative_to(empty / "serving") and downloaded.is_file()
+    assert not [n for n in answer["notes"] if "predates" in n]
+
+    ranking = cli("rank", "--device", "H100", "--device", "A100")["ranking"]
+    assert {r["device"].split("-")[0] for r in ranking} == {"h100", "a100"}
+    h100_tp1 = next(r for r in ranking if r["device"] == "h100-sxm" and r["tp"] == 1)
+    assert h100_tp1["tpot_ms"] == pytest.approx(answer["tpot_ms"], rel=0.05)  # one model behind both
+
+    refused = subprocess.run(
+        [sys.executable, "-m", "kernelcast.cli", "predict", "--device", "H100", *question, "--model", "nope"],
+        env=env,
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert refused.returncode == 2 and "'nope'" in refused.stderr and "Traceback" not in refused.stderr
