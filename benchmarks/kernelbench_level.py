@@ -8,6 +8,8 @@ Usage (from the repository root):
   KERNELCAST_HOME=.kernelcast python benchmarks/kernelbench_level.py --level 3 [--cache DIR] [--csv FILE]
       [--model DIR]   (a trained predictor folder: the program model in its basis -- the op engine's
                        answers for GEMM/bmm/attention, as module answers use -- instead of the roofline's)
+      [--mass N]      (also rank the level's error mass by GPU, by term -- op GPU time vs time between the
+                       ops -- and by program, the top N programs; components.evaluation.kernelbench_mass)
 """
 
 from __future__ import annotations
@@ -31,6 +33,7 @@ def main() -> None:
     parser.add_argument("--cache", type=Path, default=Path(".kernelcast") / "kbcache")
     parser.add_argument("--csv", type=Path, default=None)
     parser.add_argument("--model", default=None, help="predictor folder or models:/ reference")
+    parser.add_argument("--mass", type=int, default=0, help="rank the error mass; show the top N programs")
     ns = parser.parse_args()
     predictor = None
     if ns.model:
@@ -54,6 +57,12 @@ def main() -> None:
         if row["metric"] == "mape":
             print(row["family"], row["scope"], row["ours"], row["n"], row["n_asked"])
     print("\n".join(bench.notes))
+    if ns.mass and bench.predictions is not None:
+        from components.evaluation.kernelbench_mass import error_mass, mass_lines, scored_rows
+
+        names = kernels.drop_duplicates("kernel_id").set_index("kernel_id")["name"]  # problem + its tree
+        rows = scored_rows(bench.predictions, ns.level, names.astype(str))
+        print("\n".join(mass_lines(error_mass(rows), top=ns.mass)))
     if ns.csv is not None and bench.predictions is not None:
         from components.common.atomic import atomic_write_text
 

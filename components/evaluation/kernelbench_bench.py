@@ -125,7 +125,11 @@ def run_kernelbench_bench(
             )
             test = rows[rows["device_id"] == device].reset_index(drop=True)
             scored.append(
-                test.assign(pred_model=model.predict(test), pred_roofline=test["roof_sum_us"].to_numpy())
+                test.assign(
+                    pred_model=model.predict(test),
+                    pred_ops=model.config().ops(test, "pred"),  # the ops' GPU time inside pred_model
+                    pred_roofline=test["roof_sum_us"].to_numpy(),
+                )
             )
             log(
                 f"{SPLIT} {config} held out {device}: trained on {len(train)} rows "
@@ -142,6 +146,7 @@ def run_kernelbench_bench(
             "level",
             "duration_us",
             "pred_model",
+            "pred_ops",
             "pred_roofline",
             "n_kernels",
         ]

@@ -142,6 +142,9 @@ def test_kernelbench_bench_scores_every_held_out_gpu_beside_the_trace_roofline(t
     reasons = bench.reasons[bench.reasons["device_id"].isin(held)]
     assert len(bench.predictions) + len(reasons) == timed
     assert (level1["n"] <= level1["n_asked"]).all()
+    # The ops' GPU time inside each answer (what the error-mass tables split on): never above the answer.
+    scored = bench.predictions
+    assert (scored["pred_ops"] > 0).all() and (scored["pred_ops"] <= scored["pred_model"] * (1 + 1e-9)).all()
     assert bench.notes and "with a stated reason" in bench.notes[0] and "in scope (traced)" in bench.notes[0]
     # The traces are cached by content: a second run traces nothing.
     cached = kernelbench_data.cache_path(tmp_path / "cache")
