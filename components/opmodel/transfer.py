@@ -51,6 +51,7 @@ CURVE_FAMILIES: dict[str, tuple[tuple[str, ...], str]] = {
     "moe": (("E", "topk", "H", "I", "tp", "ep", "distribution"), "T"),
 }
 MOE_DEFAULT_DISTRIBUTION = "balanced"
+SAME_SPEC_TOLERANCE = 0.01  # two spec figures this close are one (``identical_pipe``)
 HOLD_OCTAVES = 1.0  # a curve's boundary efficiency held this far past its end
 MAX_REMEMBERED = 4096  # relative answers a tier keeps (``TransferTier.relative_answer``) before forgetting
 
@@ -210,6 +211,30 @@ def spec_distance(x: Any, y: Any, dtype: str) -> float:
     return float(d)
 
 
+def _same(a: float | None, b: float | None) -> bool:
+    return bool(a and b and abs(float(a) / float(b) - 1.0) <= SAME_SPEC_TOLERANCE)
+
+
+def identical_pipe(x: Any, y: Any, roof_x: physics.Roofline, roof_y: physics.Roofline) -> np.ndarray:
+    """Per row: the relative ``y`` runs the row on the very pipe ``x`` does, so its measured time carries over
+    by the roofline ratio alone (1 where the bound pipe is the same): one vendor and architecture (one kernel
+    library), the same SMs and clock (the same waves and tile quantisation), the row bound on the same side
+    on both GPUs, and that side's peak the same (the dtype's pipe for compute-bound rows; DRAM bandwidth and
+    L2 for memory-bound ones). H200 from H100: the compute-bound rows, not the memory-bound ones (4.8 vs
+    3.35 TB/s). Why apart: a blend chosen for relatives of another configuration (MI300X from MI308X, 80 of
+    304 CUs) diluted what an identical pipe measured with other generations' kernels."""
+    from components.opmodel.tier_choice import near
+
+    n = len(roof_x.time_us)
+    if not (near(x, y) and _same(x.sms, y.sms) and _same(x.boost_clock_mhz, y.boost_clock_mhz)):
+        return np.zeros(n, bool)
+    compute_x = roof_x.compute_us >= roof_x.memory_us
+    compute_y = roof_y.compute_us >= roof_y.memory_us
+    pipe = _same(roof_x.peak_flops, roof_y.peak_flops)
+    memory = _same(roof_x.peak_bps, roof_y.peak_bps) and _same(x.l2_mb, y.l2_mb)
+    return (compute_x == compute_y) & np.where(compute_x, pipe, memory)
+
+
 def correction_features(roof_x: physics.Roofline, roof_y: physics.Roofline, x: Any, y: Any) -> np.ndarray:
     """Per row: the log ratio of the two GPUs' peaks on the side the row is bound on (the pipe's for
     compute-bound rows, DRAM's for memory-bound ones), of SMs and (memory-bound rows) of L2 size at half
@@ -320,6 +345,7 @@ class Carried:
     features: np.ndarray  # correction features per row
     held: np.ndarray | None = None  # past the relative's reach: its efficiency held (``reach``)
     near: bool = False  # of the asked GPU's generation (``tier_choice.near``)
+    identical: np.ndarray | None = None  # per row: the same bound pipe as the asked GPU (``identical_pipe``)
 
 
 class TransferTier:
@@ -469,7 +495,8 @@ class TransferTier:
         floor_y = self.model.floor_of(regime(family, dtype, other), other)
         ratio = (roof_x.time_us + floor_x) / (roof_y.time_us + floor_y)
         features = correction_features(roof_x, roof_y, spec, other)
-        return Carried(device, distance, t_y * ratio, exact, features, held, near(spec, other))
+        same = identical_pipe(spec, other, roof_x, roof_y)
+        return Carried(device, distance, t_y * ratio, exact, features, held, near(spec, other), same)
 
     def resolve(
         self,
@@ -514,6 +541,15 @@ def blend(
             value = value + c.features @ np.asarray(coefficients)
         logs[i] = value
     answered = np.isfinite(logs)
+    # rows a relative answers on the asked GPU's very pipe: those relatives alone, plain physics (the issue's
+    # sibling rule; nothing differs between the two GPUs there for a correction or another relative to add)
+    same = answered & np.array(
+        [c.identical if c.identical is not None else np.zeros(n, bool) for c in carried]
+    )
+    for i, c in enumerate(carried):
+        if settings.ridge is not None and coefficients and same[i].any():
+            logs[i, same[i]] = np.log(c.duration_us[same[i]])
+    answered = np.where(same.any(axis=0), same, answered)
     if settings.near:  # rows a relative of the asked GPU's generation answers: those relatives alone
         own = answered & np.array([c.near for c in carried], dtype=bool)[:, None]
         answered = np.where(own.any(axis=0), own, answered)
@@ -533,6 +569,9 @@ def support_text(carried: list[Carried], used: np.ndarray, settings: TransferSet
     """'carried over from H100 (measured), H200 (interpolated) by roofline ratio' per row."""
     n = used.shape[1]
     how = " by roofline ratio" + ("" if settings.ridge is None else ", corrected for the spec differences")
+    same = [c.identical if c.identical is not None else np.zeros(n, bool) for c in carried]
+    plain = (used & np.array(same, dtype=bool)).any(axis=0)  # the same pipe answers alone, uncorrected
+    how = np.where(plain, " by roofline ratio", how).astype(object)
     parts = np.full(n, "", dtype=object)
     for i, c in enumerate(carried):
         label = np.where(c.exact, f"{c.device} (measured)", f"{c.device} (interpolated)")

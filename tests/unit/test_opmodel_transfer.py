@@ -458,3 +458,41 @@ def test_a_gpu_with_a_relative_of_its_generation_takes_the_near_settings(catalog
     model.near_settings = {"gemm": TransferSettings(1, 0.5, 0.3, True)}
     model.save(tmp_path)
     assert TransferModel.load(tmp_path).near_settings == model.near_settings
+
+
+def test_a_relative_on_the_very_pipe_answers_its_rows_alone_whatever_the_blend(catalog) -> None:
+    """H200 asked, H100 (the same SMs, clock and tensor peaks; less DRAM bandwidth) and A100 measured, the
+    near settings a blend of three (as chosen on MI300X <-> MI308X, 80 of 304 CUs, in H200's fold): the
+    compute-bound row is H100's measured time carried by the roofline ratio alone (1 there); the memory-bound
+    row, where the two GPUs' DRAM differ, is still the blend. Before, the compute row was diluted by A100's
+    other kernels."""
+    from components.opmodel.engine import OpEngine
+    from components.opmodel.transfer import TransferModel, TransferSettings, identical_pipe
+    from components.physics import roofline as physics
+
+    gemm = synthetic_gemm(catalog, gamma=0.5, gpus=("h100-sxm", "a100-sxm4-80gb"))
+    blend3 = TransferSettings(3, 2.0, None)
+    model = TransferModel(
+        settings={"gemm": blend3}, near_settings={"gemm": blend3}, floors={"gemm": FLOOR_US}
+    )
+    engine = OpEngine.from_frames({"gemm": gemm}, None, model, monotone=False)
+    shape = {"M": np.array([4096.0, 1.0]), "N": np.array([8192.0, 8192.0]), "K": np.array([8192.0, 8192.0])}
+    h100, h200 = catalog.get("h100-sxm"), catalog.get("h200")
+    got = engine.predict("gemm", "bf16", shape, h200)
+    roof_x, roof_y = (physics.roofline("gemm", "bf16", shape, s) for s in (h200, h100))
+    assert identical_pipe(h200, h100, roof_x, roof_y).tolist() == [True, False]
+    measured = gemm[(gemm.device_id == "h100-sxm") & (gemm.M == 4096) & (gemm.N == 8192) & (gemm.K == 8192)]
+    np.testing.assert_allclose(got.duration_us[0], measured["latency_us"].iloc[0], rtol=1e-9)
+    assert got.support[0] == "carried over from h100-sxm (measured) by roofline ratio"
+    assert "a100-sxm4-80gb" in got.support[1]
+    # a copy with twice every peak is no longer on the same pipe: it is blended, and never slower
+    faster = h200.model_copy(
+        update={
+            "id": "h200-x2",
+            "dram_gbps": h200.dram_gbps * 2,
+            "peak_tflops": h200.peak_tflops.model_copy(
+                update={k: v * 2 for k, v in h200.peak_tflops.model_dump().items() if v is not None}
+            ),
+        }
+    )
+    assert (engine.predict("gemm", "bf16", shape, faster).duration_us <= got.duration_us).all()
