@@ -216,23 +216,18 @@ def _same(a: float | None, b: float | None) -> bool:
 
 
 def identical_pipe(x: Any, y: Any, roof_x: physics.Roofline, roof_y: physics.Roofline) -> np.ndarray:
-    """Per row: the relative ``y`` runs the row on the very pipe ``x`` does, so its measured time carries over
-    by the roofline ratio alone (1 where the bound pipe is the same): one vendor and architecture (one kernel
-    library), the same SMs and clock (the same waves and tile quantisation), the row bound on the same side
-    on both GPUs, and that side's peak the same (the dtype's pipe for compute-bound rows; DRAM bandwidth and
-    L2 for memory-bound ones). H200 from H100: the compute-bound rows, not the memory-bound ones (4.8 vs
-    3.35 TB/s). Why apart: a blend chosen for relatives of another configuration (MI300X from MI308X, 80 of
-    304 CUs) diluted what an identical pipe measured with other generations' kernels."""
+    """Per row: the relative ``y`` is ``x``'s twin for the row's dtype -- one vendor and architecture (one
+    kernel library), the same SMs, clock and L2 (the same waves, tile quantisation and fixed costs) and the
+    same peak on the dtype's pipe -- so only DRAM may differ (H200 from H100: 4.8 vs 3.35 TB/s). A twin's
+    time beyond its roofline is carried unchanged (``carried``); a twin answers its rows alone. Why apart: a
+    blend chosen for relatives of another configuration (MI300X from MI308X, 80 of 304 CUs) diluted what a
+    twin measured with other generations' kernels."""
     from components.opmodel.tier_choice import near
 
     n = len(roof_x.time_us)
-    if not (near(x, y) and _same(x.sms, y.sms) and _same(x.boost_clock_mhz, y.boost_clock_mhz)):
-        return np.zeros(n, bool)
-    compute_x = roof_x.compute_us >= roof_x.memory_us
-    compute_y = roof_y.compute_us >= roof_y.memory_us
-    pipe = _same(roof_x.peak_flops, roof_y.peak_flops)
-    memory = _same(roof_x.peak_bps, roof_y.peak_bps) and _same(x.l2_mb, y.l2_mb)
-    return (compute_x == compute_y) & np.where(compute_x, pipe, memory)
+    same = near(x, y) and _same(x.sms, y.sms) and _same(x.boost_clock_mhz, y.boost_clock_mhz)
+    same = same and _same(x.l2_mb, y.l2_mb) and _same(roof_x.peak_flops, roof_y.peak_flops)
+    return np.full(n, bool(same))
 
 
 def correction_features(roof_x: physics.Roofline, roof_y: physics.Roofline, x: Any, y: Any) -> np.ndarray:
@@ -358,6 +353,7 @@ class TransferTier:
         model: TransferModel | None,
         curve_tables: dict[tuple, CurveTable] | None = None,
         hold: bool = True,
+        twins: bool = True,
     ):
         """``curve_tables``: shared by tiers whose curves hold the same rows per GPU (a leave-one-GPU-out
         bench's folds), built once per (family, GPU, dtype). ``hold``: a relative answers past its reach with
@@ -365,6 +361,7 @@ class TransferTier:
         and corrections are learned where relatives measured; the issue's sibling rule)."""
         self.measured = measured  # components.opmodel.measured.MeasuredTier
         self.hold = hold
+        self.twins = twins  # off: a twin is carried by the ratio like any relative (the issue's sibling rule)
         self.model = model or TransferModel()
         self.curve_groups: dict[tuple, pd.DataFrame] = {}
         for family, frame in (curves or {}).items():
@@ -495,8 +492,16 @@ class TransferTier:
         floor_y = self.model.floor_of(regime(family, dtype, other), other)
         ratio = (roof_x.time_us + floor_x) / (roof_y.time_us + floor_y)
         features = correction_features(roof_x, roof_y, spec, other)
-        same = identical_pipe(spec, other, roof_x, roof_y)
-        return Carried(device, distance, t_y * ratio, exact, features, held, near(spec, other), same)
+        same = identical_pipe(spec, other, roof_x, roof_y) & self.twins
+        duration = t_y * ratio
+        # a twin: only the roofline time differs (DRAM), its time beyond the roofline (fixed costs, waves,
+        # the kernel's own inefficiency) is the same kernel's on the same SMs: carried as is. On H100 <-> H200
+        # memory-bound GEMMs this errs less than the ratio with the floor (bf16 7.3 -> 5.0%, fp8 10.1 -> 7.3%
+        # from H200; 6.4 -> 5.5, 9.2 -> 8.1 from H100). A row faster than its roofline (L2-resident) keeps
+        # the ratio
+        beyond = same & (t_y >= roof_y.time_us)
+        duration = np.where(beyond, t_y + roof_x.time_us - roof_y.time_us, duration)
+        return Carried(device, distance, duration, exact, features, held, near(spec, other), same)
 
     def resolve(
         self,
@@ -570,8 +575,8 @@ def support_text(carried: list[Carried], used: np.ndarray, settings: TransferSet
     n = used.shape[1]
     how = " by roofline ratio" + ("" if settings.ridge is None else ", corrected for the spec differences")
     same = [c.identical if c.identical is not None else np.zeros(n, bool) for c in carried]
-    plain = (used & np.array(same, dtype=bool)).any(axis=0)  # the same pipe answers alone, uncorrected
-    how = np.where(plain, " by roofline ratio", how).astype(object)
+    twin = (used & np.array(same, dtype=bool)).any(axis=0)  # a twin answers alone, uncorrected
+    how = np.where(twin, " (a twin: its time beyond the roofline kept)", how).astype(object)
     parts = np.full(n, "", dtype=object)
     for i, c in enumerate(carried):
         label = np.where(c.exact, f"{c.device} (measured)", f"{c.device} (interpolated)")

@@ -201,7 +201,9 @@ def fit_ridge(groups: list[PairGroup], allowed: set[str], strength: float) -> li
         for c in g.carried:
             if c.device not in allowed:
                 continue
-            ok = np.isfinite(c.duration_us)
+            # a twin's rows are never corrected (``transfer.blend``): nothing of them to learn from
+            twin = c.identical if c.identical is not None else False
+            ok = np.isfinite(c.duration_us) & ~twin
             xs.append(c.features[ok])
             ys.append(np.log(g.actual[ok] / c.duration_us[ok]))
     if not xs or sum(len(y) for y in ys) < 20:
