@@ -214,14 +214,15 @@ def fit_ridge(groups: list[PairGroup], allowed: set[str], strength: float) -> li
 
 
 def relative_errors(groups: list[PairGroup], allowed: set[str]) -> dict[str, float]:
-    """Per relative: median |log(actual / carried)| over the other allowed GPUs it answers (plain physics)."""
+    """Per relative: median |log(actual / carried)| over the other allowed GPUs it answers (plain physics),
+    but its twins: the error weighs a relative in a blend, and a twin answers alone, never blended."""
     logs: dict[str, list[np.ndarray]] = {}
     for g in groups:
         if g.target not in allowed:
             continue
         for c in g.carried:
             if c.device in allowed:
-                ok = np.isfinite(c.duration_us)
+                ok = np.isfinite(c.duration_us) & ~(c.identical if c.identical is not None else False)
                 logs.setdefault(c.device, []).append(np.abs(np.log(g.actual[ok] / c.duration_us[ok])))
     return {d: float(np.median(np.concatenate(v))) for d, v in logs.items() if sum(map(len, v))}
 
