@@ -340,7 +340,13 @@ class Carried:
     features: np.ndarray  # correction features per row
     held: np.ndarray | None = None  # past the relative's reach: its efficiency held (``reach``)
     near: bool = False  # of the asked GPU's generation (``tier_choice.near``)
-    identical: np.ndarray | None = None  # per row: the same bound pipe as the asked GPU (``identical_pipe``)
+    identical: np.ndarray | None = None  # per row: a twin of the asked GPU (``identical_pipe``)
+    # the answer carried by the roofline ratio (a twin's ``duration_us`` keeps its time beyond the roofline
+    # instead): the fit's statistics of how a ratio carry errs (relative errors, consistency, the correction)
+    ratio_us: np.ndarray | None = None
+
+    def by_ratio(self) -> np.ndarray:
+        return self.duration_us if self.ratio_us is None else self.ratio_us
 
 
 class TransferTier:
@@ -493,7 +499,7 @@ class TransferTier:
         ratio = (roof_x.time_us + floor_x) / (roof_y.time_us + floor_y)
         features = correction_features(roof_x, roof_y, spec, other)
         same = identical_pipe(spec, other, roof_x, roof_y) & self.twins
-        duration = t_y * ratio
+        duration = by_ratio = t_y * ratio
         # a twin: only the roofline time differs (DRAM), its time beyond the roofline (fixed costs, waves,
         # the kernel's own inefficiency) is the same kernel's on the same SMs: carried as is. On H100 <-> H200
         # memory-bound GEMMs this errs less than the ratio with the floor (bf16 7.3 -> 5.0%, fp8 10.1 -> 7.3%
@@ -501,7 +507,7 @@ class TransferTier:
         # the ratio
         beyond = same & (t_y >= roof_y.time_us)
         duration = np.where(beyond, t_y + roof_x.time_us - roof_y.time_us, duration)
-        return Carried(device, distance, duration, exact, features, held, near(spec, other), same)
+        return Carried(device, distance, duration, exact, features, held, near(spec, other), same, by_ratio)
 
     def resolve(
         self,
