@@ -37,6 +37,37 @@ def phase_table(rows: pd.DataFrame) -> pd.DataFrame:
     return table.join(rows.groupby(keys)[cols].mean()).round(1)
 
 
+def answered_by(support: pd.Series) -> pd.Series:
+    """Which relatives answered a row, and how: each relative with its measured tier (measured,
+    interpolated, held), ``+ spec`` where the far choice blended the spec tier in, ``spec`` for the spec
+    tier."""
+    text = support.astype(str)
+    relatives = text.str.extract(r"carried over from (.*?) by roofline", expand=False)
+    short = relatives.str.replace(r"\((measured|interpolated|held)[^)]*\)", r"(\1)", regex=True)
+    blended = np.where(text.str.contains("blended with the spec tier"), " + spec", "")
+    return pd.Series(np.where(relatives.notna(), short + blended, "spec"), index=support.index)
+
+
+def source_tables(rows: pd.DataFrame) -> list[pd.DataFrame]:
+    """GEMM MAPE % per (GPU, dtype, bound, relatives that answered) and per (GPU, dtype, M range): where
+    the mechanism loses what a relative measured (a far relative or the spec tier blended in,
+    interpolation)."""
+    gemm = rows[rows["family"] == "gemm"].copy()
+    gemm["M range"] = pd.cut(
+        gemm["M"], [0, 16, 128, 1024, 8192, np.inf], labels=["<=16", "<=128", "<=1k", "<=8k", ">8k"]
+    )
+    gemm["answered by"] = answered_by(gemm["support"])
+    cols = ["engine", "spec", "transfer", "sibling"]
+    for c in cols:
+        gemm[c] = 100 * (gemm[c] - gemm["latency_us"]).abs() / gemm["latency_us"]
+    keys = ["device", "dtype", "bound", "answered by"]
+    out = []
+    for level in (keys, ["device", "dtype", "M range"]):
+        table = gemm.groupby(level, observed=True)[cols].mean().round(1)
+        out.append(table.join(gemm.groupby(level, observed=True).size().rename("n")))
+    return out
+
+
 def main(
     store_dir: str, datasets: str, out: str | None = None, gpus: str | None = None, rows: str | None = None
 ) -> None:
@@ -90,6 +121,8 @@ def main(
         every = pd.concat(detail, ignore_index=True)
         every.to_parquet(rows)
         print(phase_table(every).to_string())
+        for table in source_tables(every):
+            print(table.to_string())
     print("settings", json.dumps(result.get("transfer_settings")))
     if out:
         Path(out).write_text(

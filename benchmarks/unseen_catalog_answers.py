@@ -110,7 +110,7 @@ def main(store_dir: str, datasets: str, out: str) -> None:
     curves = {f: v for f, v in store.items() if f in CURVE_FAMILIES}
     tables: dict = {}
     engine = OpEngine(measured, fits(), transfer=TransferTier(measured, curves, model, tables))
-    sibling = TransferTier(measured, curves, sibling_model(), tables, hold=False)
+    sibling = TransferTier(measured, curves, sibling_model(), tables, hold=False, twins=False)
     every = []
     for gpu in GPUS:
         every.extend(answer_rows(engine, sibling, gpu, catalog.get(gpu), model.achievable))

@@ -100,9 +100,8 @@ def held_gpu_scores(
     tables = memo.setdefault("curve_tables", {})
     engine = OpEngine(measured, spec_model, transfer=TransferTier(measured, curves, model, tables))
     spec_only = OpEngine(None, spec_model)
-    sibling = TransferTier(
-        measured, curves, sibling_model(), tables, hold=False
-    )  # the rule as the issue has it
+    # the rule as the issue has it: the ratio for every relative, a twin's too
+    sibling = TransferTier(measured, curves, sibling_model(), tables, hold=False, twins=False)
     spec = catalog.get(held)
     results = []
     for family in BENCH_FAMILIES:

@@ -51,6 +51,7 @@ CURVE_FAMILIES: dict[str, tuple[tuple[str, ...], str]] = {
     "moe": (("E", "topk", "H", "I", "tp", "ep", "distribution"), "T"),
 }
 MOE_DEFAULT_DISTRIBUTION = "balanced"
+SAME_SPEC_TOLERANCE = 0.01  # two spec figures this close are one (``identical_pipe``)
 HOLD_OCTAVES = 1.0  # a curve's boundary efficiency held this far past its end
 MAX_REMEMBERED = 4096  # relative answers a tier keeps (``TransferTier.relative_answer``) before forgetting
 
@@ -210,6 +211,25 @@ def spec_distance(x: Any, y: Any, dtype: str) -> float:
     return float(d)
 
 
+def _same(a: float | None, b: float | None) -> bool:
+    return bool(a and b and abs(float(a) / float(b) - 1.0) <= SAME_SPEC_TOLERANCE)
+
+
+def identical_pipe(x: Any, y: Any, roof_x: physics.Roofline, roof_y: physics.Roofline) -> np.ndarray:
+    """Per row: the relative ``y`` is ``x``'s twin for the row's dtype -- one vendor and architecture (one
+    kernel library), the same SMs, clock and L2 (the same waves, tile quantisation and fixed costs) and the
+    same peak on the dtype's pipe -- so only DRAM may differ (H200 from H100: 4.8 vs 3.35 TB/s). A twin's
+    time beyond its roofline is carried unchanged (``carried``); a twin answers its rows alone. Why apart: a
+    blend chosen for relatives of another configuration (MI300X from MI308X, 80 of 304 CUs) diluted what a
+    twin measured with other generations' kernels."""
+    from components.opmodel.tier_choice import near
+
+    n = len(roof_x.time_us)
+    same = near(x, y) and _same(x.sms, y.sms) and _same(x.boost_clock_mhz, y.boost_clock_mhz)
+    same = same and _same(x.l2_mb, y.l2_mb) and _same(roof_x.peak_flops, roof_y.peak_flops)
+    return np.full(n, bool(same))
+
+
 def correction_features(roof_x: physics.Roofline, roof_y: physics.Roofline, x: Any, y: Any) -> np.ndarray:
     """Per row: the log ratio of the two GPUs' peaks on the side the row is bound on (the pipe's for
     compute-bound rows, DRAM's for memory-bound ones), of SMs and (memory-bound rows) of L2 size at half
@@ -320,6 +340,13 @@ class Carried:
     features: np.ndarray  # correction features per row
     held: np.ndarray | None = None  # past the relative's reach: its efficiency held (``reach``)
     near: bool = False  # of the asked GPU's generation (``tier_choice.near``)
+    identical: np.ndarray | None = None  # per row: a twin of the asked GPU (``identical_pipe``)
+    # the answer carried by the roofline ratio (a twin's ``duration_us`` keeps its time beyond the roofline
+    # instead): the fit's statistics of how a ratio carry errs (relative errors, consistency, the correction)
+    ratio_us: np.ndarray | None = None
+
+    def by_ratio(self) -> np.ndarray:
+        return self.duration_us if self.ratio_us is None else self.ratio_us
 
 
 class TransferTier:
@@ -332,6 +359,7 @@ class TransferTier:
         model: TransferModel | None,
         curve_tables: dict[tuple, CurveTable] | None = None,
         hold: bool = True,
+        twins: bool = True,
     ):
         """``curve_tables``: shared by tiers whose curves hold the same rows per GPU (a leave-one-GPU-out
         bench's folds), built once per (family, GPU, dtype). ``hold``: a relative answers past its reach with
@@ -339,6 +367,7 @@ class TransferTier:
         and corrections are learned where relatives measured; the issue's sibling rule)."""
         self.measured = measured  # components.opmodel.measured.MeasuredTier
         self.hold = hold
+        self.twins = twins  # off: a twin is carried by the ratio like any relative (the issue's sibling rule)
         self.model = model or TransferModel()
         self.curve_groups: dict[tuple, pd.DataFrame] = {}
         for family, frame in (curves or {}).items():
@@ -469,7 +498,16 @@ class TransferTier:
         floor_y = self.model.floor_of(regime(family, dtype, other), other)
         ratio = (roof_x.time_us + floor_x) / (roof_y.time_us + floor_y)
         features = correction_features(roof_x, roof_y, spec, other)
-        return Carried(device, distance, t_y * ratio, exact, features, held, near(spec, other))
+        same = identical_pipe(spec, other, roof_x, roof_y) & self.twins
+        duration = by_ratio = t_y * ratio
+        # a twin: only the roofline time differs (DRAM), its time beyond the roofline (fixed costs, waves,
+        # the kernel's own inefficiency) is the same kernel's on the same SMs: carried as is. On H100 <-> H200
+        # memory-bound GEMMs this errs less than the ratio with the floor (bf16 7.3 -> 5.0%, fp8 10.1 -> 7.3%
+        # from H200; 6.4 -> 5.5, 9.2 -> 8.1 from H100). A row faster than its roofline (L2-resident) keeps
+        # the ratio
+        beyond = same & (t_y >= roof_y.time_us)
+        duration = np.where(beyond, t_y + roof_x.time_us - roof_y.time_us, duration)
+        return Carried(device, distance, duration, exact, features, held, near(spec, other), same, by_ratio)
 
     def resolve(
         self,
@@ -514,6 +552,15 @@ def blend(
             value = value + c.features @ np.asarray(coefficients)
         logs[i] = value
     answered = np.isfinite(logs)
+    # rows a relative answers on the asked GPU's very pipe: those relatives alone, plain physics (the issue's
+    # sibling rule; nothing differs between the two GPUs there for a correction or another relative to add)
+    same = answered & np.array(
+        [c.identical if c.identical is not None else np.zeros(n, bool) for c in carried]
+    )
+    for i, c in enumerate(carried):
+        if settings.ridge is not None and coefficients and same[i].any():
+            logs[i, same[i]] = np.log(c.duration_us[same[i]])
+    answered = np.where(same.any(axis=0), same, answered)
     if settings.near:  # rows a relative of the asked GPU's generation answers: those relatives alone
         own = answered & np.array([c.near for c in carried], dtype=bool)[:, None]
         answered = np.where(own.any(axis=0), own, answered)
@@ -533,6 +580,9 @@ def support_text(carried: list[Carried], used: np.ndarray, settings: TransferSet
     """'carried over from H100 (measured), H200 (interpolated) by roofline ratio' per row."""
     n = used.shape[1]
     how = " by roofline ratio" + ("" if settings.ridge is None else ", corrected for the spec differences")
+    same = [c.identical if c.identical is not None else np.zeros(n, bool) for c in carried]
+    twin = (used & np.array(same, dtype=bool)).any(axis=0)  # a twin answers alone, uncorrected
+    how = np.where(twin, " (a twin: its time beyond the roofline kept)", how).astype(object)
     parts = np.full(n, "", dtype=object)
     for i, c in enumerate(carried):
         label = np.where(c.exact, f"{c.device} (measured)", f"{c.device} (interpolated)")

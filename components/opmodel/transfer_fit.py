@@ -158,10 +158,11 @@ def pair_errors(groups: list[PairGroup], allowed: set[str]) -> dict[tuple[str, s
         if g.target not in allowed:
             continue
         for c in g.carried:
-            ok = np.isfinite(c.duration_us)
+            carried = c.by_ratio()
+            ok = np.isfinite(carried)
             if c.device in allowed and ok.any():
                 key = (g.family, g.regime, frozenset((g.target, c.device)))
-                logs.setdefault(key, []).append(np.abs(np.log(g.actual[ok] / c.duration_us[ok])))
+                logs.setdefault(key, []).append(np.abs(np.log(g.actual[ok] / carried[ok])))
     return {k: float(np.median(np.concatenate(v))) for k, v in logs.items()}
 
 
@@ -201,9 +202,10 @@ def fit_ridge(groups: list[PairGroup], allowed: set[str], strength: float) -> li
         for c in g.carried:
             if c.device not in allowed:
                 continue
-            ok = np.isfinite(c.duration_us)
+            carried = c.by_ratio()  # what the correction corrects (a twin is never corrected)
+            ok = np.isfinite(carried)
             xs.append(c.features[ok])
-            ys.append(np.log(g.actual[ok] / c.duration_us[ok]))
+            ys.append(np.log(g.actual[ok] / carried[ok]))
     if not xs or sum(len(y) for y in ys) < 20:
         return None
     x, y = np.vstack(xs), np.concatenate(ys)
@@ -212,15 +214,17 @@ def fit_ridge(groups: list[PairGroup], allowed: set[str], strength: float) -> li
 
 
 def relative_errors(groups: list[PairGroup], allowed: set[str]) -> dict[str, float]:
-    """Per relative: median |log(actual / carried)| over the other allowed GPUs it answers (plain physics)."""
+    """Per relative: median |log(actual / carried)| over the other allowed GPUs it answers (plain physics:
+    the roofline ratio, as a blend carries it; a twin answers alone)."""
     logs: dict[str, list[np.ndarray]] = {}
     for g in groups:
         if g.target not in allowed:
             continue
         for c in g.carried:
             if c.device in allowed:
-                ok = np.isfinite(c.duration_us)
-                logs.setdefault(c.device, []).append(np.abs(np.log(g.actual[ok] / c.duration_us[ok])))
+                carried = c.by_ratio()
+                ok = np.isfinite(carried)
+                logs.setdefault(c.device, []).append(np.abs(np.log(g.actual[ok] / carried[ok])))
     return {d: float(np.median(np.concatenate(v))) for d, v in logs.items() if sum(map(len, v))}
 
 

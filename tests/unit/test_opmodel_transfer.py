@@ -71,13 +71,14 @@ def _model(**kwargs):
 def test_a_relative_carried_over_by_the_roofline_ratio_reproduces_the_gpu(catalog) -> None:
     from components.opmodel.engine import OpEngine
 
+    # A100 for H200: not its twin (H100 is, and carries its time beyond the roofline instead: the next tests)
     gemm = synthetic_gemm(catalog)
-    engine = OpEngine.from_frames({"gemm": gemm[gemm["device_id"] == "h100-sxm"]}, None, _model())
+    engine = OpEngine.from_frames({"gemm": gemm[gemm["device_id"] == "a100-sxm4-80gb"]}, None, _model())
     h200 = gemm[gemm["device_id"] == "h200"]
     shape = {k: h200[k].to_numpy() for k in ("M", "N", "K")}
     times = engine.predict("gemm", "bf16", shape, catalog.get("h200"))
     assert (times.tier == "transfer").all()
-    assert all(s == "carried over from h100-sxm (measured) by roofline ratio" for s in times.support)
+    assert all(s == "carried over from a100-sxm4-80gb (measured) by roofline ratio" for s in times.support)
     np.testing.assert_allclose(times.duration_us, h200["latency_us"].to_numpy(), rtol=1e-9)
     assert all(u == "the GPU" for u in times.unseen)
     # the spec tier (here the bare fallback) would have answered otherwise
@@ -351,7 +352,7 @@ def test_a_relative_answers_past_its_reach_with_its_efficiency_held(catalog) -> 
         "N": np.array([8.0, 2.0**17, 8.0, 2.0**17, 4096.0]),
         "K": np.array([8.0, 2.0**17, 2.0**17, 8.0, 2048.0]),
     }
-    h200 = catalog.get("h200")
+    h200 = catalog.get("a100-sxm4-80gb")  # not H100's twin: carried by the ratio, exact in this world
     times = engine.predict("gemm", "bf16", shape, h200)
     truth = (physics.roofline("gemm", "bf16", shape, h200).time_us + FLOOR_US) / 0.8
     assert (times.tier == "transfer").all(), times.tier
@@ -453,8 +454,50 @@ def test_a_gpu_with_a_relative_of_its_generation_takes_the_near_settings(catalog
     far = engine.predict("gemm", "bf16", shape, catalog.get("l40s")).support[0]
     near = engine.predict("gemm", "bf16", shape, catalog.get("h200")).support[0]
     assert "h100-sxm" in far and "a100-sxm4-80gb" in far
-    assert near == "carried over from h100-sxm (measured) by roofline ratio"
+    assert near == "carried over from h100-sxm (measured) (a twin: its time beyond the roofline kept)"
     assert model.settings_of("gemm", near=True) == NEAR_PLAIN
     model.near_settings = {"gemm": TransferSettings(1, 0.5, 0.3, True)}
     model.save(tmp_path)
     assert TransferModel.load(tmp_path).near_settings == model.near_settings
+
+
+def test_a_twin_answers_alone_with_its_time_beyond_the_roofline_carried(catalog) -> None:
+    """H200 asked, H100 (its twin: the same SMs, clock, L2 and tensor peaks; less DRAM bandwidth) and A100
+    measured, the near settings a blend of three (as chosen on MI300X <-> MI308X, 80 of 304 CUs, in H200's
+    fold): every row is H100's alone, its measured time with the roofline's difference (0 on the
+    compute-bound row, the DRAM time saved on the memory-bound one). Before, both rows were diluted by A100's
+    other kernels."""
+    from components.opmodel.engine import OpEngine
+    from components.opmodel.transfer import TransferModel, TransferSettings, identical_pipe
+    from components.physics import roofline as physics
+
+    gemm = synthetic_gemm(catalog, gamma=0.5, gpus=("h100-sxm", "a100-sxm4-80gb"))
+    blend3 = TransferSettings(3, 2.0, None)
+    model = TransferModel(
+        settings={"gemm": blend3}, near_settings={"gemm": blend3}, floors={"gemm": FLOOR_US}
+    )
+    engine = OpEngine.from_frames({"gemm": gemm}, None, model, monotone=False)
+    shape = {"M": np.array([4096.0, 1.0]), "N": np.array([8192.0, 8192.0]), "K": np.array([8192.0, 8192.0])}
+    h100, h200, a100 = catalog.get("h100-sxm"), catalog.get("h200"), catalog.get("a100-sxm4-80gb")
+    got = engine.predict("gemm", "bf16", shape, h200)
+    roof_x, roof_y = (physics.roofline("gemm", "bf16", shape, s) for s in (h200, h100))
+    assert identical_pipe(h200, h100, roof_x, roof_y).all()
+    assert not identical_pipe(h200, a100, roof_x, physics.roofline("gemm", "bf16", shape, a100)).any()
+    site = gemm[(gemm.device_id == "h100-sxm") & (gemm.N == 8192) & (gemm.K == 8192)].set_index("M")
+    measured = site.loc[[4096.0, 1.0], "latency_us"].to_numpy()
+    np.testing.assert_allclose(got.duration_us, measured + roof_x.time_us - roof_y.time_us, rtol=1e-9)
+    assert roof_x.time_us[0] == roof_y.time_us[0] and roof_x.time_us[1] < roof_y.time_us[1]
+    twin = "carried over from h100-sxm (measured) (a twin: its time beyond the roofline kept)"
+    assert (got.support == twin).all()
+    # a copy with twice every peak is no one's twin: it is blended, and never slower
+    faster = h200.model_copy(
+        update={
+            "id": "h200-x2",
+            "dram_gbps": h200.dram_gbps * 2,
+            "peak_tflops": h200.peak_tflops.model_copy(
+                update={k: v * 2 for k, v in h200.peak_tflops.model_dump().items() if v is not None}
+            ),
+        }
+    )
+    doubled = engine.predict("gemm", "bf16", shape, faster)
+    assert (doubled.duration_us <= got.duration_us).all() and "a100-sxm4-80gb" in doubled.support[0]
