@@ -330,5 +330,28 @@ def production_op_time() -> tuple[OpTimeFn, str]:
             if has_data(engine)
             else (roofline_op_time, ROOFLINE_SOURCE)
         )
-        _PRODUCTION[key] = (limited(fn, production_limits()), source)
+        out = limited(fn, production_limits())
+        if fn is not roofline_op_time:  # its grids come from the op engine: kept on disk between processes
+            out = _with_step_cache(out, get_settings())
+        _PRODUCTION[key] = (out, source)
     return _PRODUCTION[key]
+
+
+def _with_step_cache(fn: OpTimeFn, settings: Any) -> OpTimeFn:
+    """``fn`` carrying where its step models are kept on disk and the tag of the state they come from
+    (``step_cache``: the champion's op engine, the measured store, calibrations, the engines' constants)."""
+    from pathlib import Path
+
+    from components.deployments.engines.base import CONSTANTS_FILE
+    from components.deployments.step_cache import CACHE_DIR, state_tag
+    from components.opmodel.calibrated import calibration_dir
+    from components.opmodel.loading import ENGINE_DIR
+
+    inputs = [
+        settings.models_dir / ENGINE_DIR,
+        settings.data_dir / "opmodel" / "store" / "store.json",
+        calibration_dir(settings.state_dir),
+        Path(CONSTANTS_FILE),
+    ]
+    fn.step_cache = (settings.cache_dir / CACHE_DIR, state_tag(inputs))  # type: ignore[attr-defined]
+    return fn

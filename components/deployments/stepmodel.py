@@ -220,7 +220,7 @@ def build_step_models(deployments: Sequence[Deployment], op_time: OpTimeFn | Non
     built = {}
     if missing:
         # the entry holds the GPU spec: the id(spec) in its key is not reused while it is kept
-        for d, model in zip(missing, _build_models(missing, fn), strict=True):
+        for d, model in zip(missing, _from_disk_or_built(missing, fn, key), strict=True):
             kept[key(d)] = (d.gpu, model)
             built[key(d)] = model
     # a kept model starts this call with empty memos (``step_us`` rounds its key's context): an answer
@@ -229,6 +229,27 @@ def build_step_models(deployments: Sequence[Deployment], op_time: OpTimeFn | Non
         if key(d) not in built:
             built[key(d)] = replace(kept[key(d)][1])
     return [built[key(d)] for d in deployments]
+
+
+def _from_disk_or_built(deployments: Sequence[Deployment], fn: OpTimeFn, key: Any) -> list[StepModel]:
+    """The step models of ``deployments``: those the disk cache holds (``fn.step_cache``: folder and state
+    tag, production's op times only -- ``step_cache``), the others built and stored there."""
+    where = getattr(fn, "step_cache", None)
+    if where is None:
+        return _build_models(deployments, fn)
+    from components.deployments import step_cache
+
+    folder, tag = where
+    names = [step_cache.model_name(tag, key(d)[0], d) for d in deployments]
+    found = {name: step_cache.load(folder, name, StepModel) for name in set(names)}
+    out = [found[name] for name in names]
+    todo = [i for i, m in enumerate(out) if m is None]
+    if todo:
+        for i, model in zip(todo, _build_models([deployments[i] for i in todo], fn), strict=True):
+            out[i] = model
+        for name, model in {names[i]: out[i] for i in todo}.items():  # equal keys: one file
+            step_cache.store(folder, name, model)
+    return [m for m in out if m is not None]
 
 
 def _build_models(deployments: Sequence[Deployment], fn: OpTimeFn) -> list[StepModel]:
