@@ -106,3 +106,26 @@ def test_a_broken_file_is_rebuilt(catalog, tmp_path):
     (again,) = build_step_models([d], _cached_roofline(tmp_path))
     _same(built, again)
     assert step_cache.load(tmp_path, path.name, StepModel) is not None  # stored anew
+
+
+def test_the_prefill_grid_times_every_point_a_chunk_reads(catalog):
+    """Only the readable prefill-attention points are timed (``stepmodel.READ_PRE``): every chunk of p
+    tokens ending at a context kv >= p answers exactly as from the dense grid."""
+    from components.deployments.compose import _layer_ops, time_ops
+    from components.deployments.stepmodel import CTX, READ_PRE, TOKENS, _attention, _sum
+
+    assert 0 < READ_PRE.sum() < READ_PRE.size
+    d = _deployments(catalog)[0]
+    (thin,) = build_step_models([d], roofline_op_time)
+    p2, k2 = (a.ravel() for a in np.meshgrid(np.asarray(TOKENS), np.asarray(CTX), indexing="ij"))
+    lines = _attention(_layer_ops(d, "prefill", p2, 1.0, np.minimum(p2, k2), k2, d.model.layers))
+    time_ops(lines, d.gpu, roofline_op_time)
+    dense = replace(thin, attn_pre=_sum(lines, p2.size).reshape(len(TOKENS), len(CTX)))
+    assert not np.array_equal(dense.attn_pre, thin.attn_pre)  # the unread points differ
+    rng = np.random.default_rng(0)
+    for _ in range(2000):
+        kv = float(np.exp(rng.uniform(0.0, np.log(2**20))))
+        p = float(min(np.exp(rng.uniform(0.0, np.log(kv))), 70000.0))
+        n = int(rng.integers(0, 64))
+        chunks = [(p, kv)]
+        assert thin._mixed_us(n, 1000.0, chunks, 1) == dense._mixed_us(n, 1000.0, chunks, 1), (p, kv)
