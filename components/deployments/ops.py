@@ -330,5 +330,32 @@ def production_op_time() -> tuple[OpTimeFn, str]:
             if has_data(engine)
             else (roofline_op_time, ROOFLINE_SOURCE)
         )
-        _PRODUCTION[key] = (limited(fn, production_limits()), source)
+        out = limited(fn, production_limits())
+        if fn is not roofline_op_time:  # its grids come from the op engine: kept on disk between processes
+            out = with_step_cache(out)
+        _PRODUCTION[key] = (out, source)
     return _PRODUCTION[key]
+
+
+def with_step_cache(fn: OpTimeFn, engine_dir: Any = None, constants: Any = None) -> OpTimeFn:
+    """``fn`` (an op engine's op times, :func:`engine_op_time` under ``op_limits.limited``) carrying where
+    its step models are kept on disk between processes and the tag of the state they come from
+    (``step_cache``): the op engine's folder (``engine_dir``, default the state folder's champion), the
+    measured store, the calibrations, the engines' constants file (``constants``, default the package's)."""
+    from pathlib import Path
+
+    from components.deployments.engines.base import CONSTANTS_FILE
+    from components.deployments.step_cache import CACHE_DIR, state_tag
+    from components.opmodel.calibrated import calibration_dir
+    from components.opmodel.loading import ENGINE_DIR
+    from components.platform.config import get_settings
+
+    settings = get_settings()
+    inputs = [
+        Path(engine_dir) if engine_dir is not None else settings.models_dir / ENGINE_DIR,
+        settings.data_dir / "opmodel" / "store" / "store.json",
+        calibration_dir(settings.state_dir),
+        Path(constants) if constants is not None else Path(CONSTANTS_FILE),
+    ]
+    fn.step_cache = (settings.cache_dir / CACHE_DIR, state_tag(inputs))  # type: ignore[attr-defined]
+    return fn

@@ -40,6 +40,23 @@ SEQS = _geometric(8192, 2.0)  # decode batch
 CTX = _geometric(2**19, 2.0)  # context lengths
 
 
+def _read_prefill_points() -> np.ndarray:
+    """Which (chunk tokens, end context) points of the prefill-attention grid an interpolation can read: a
+    chunk ends at a context holding it (``kv >= p``: the simulation's chunks end at the prompt done so far
+    plus the chunk), so a cell (i, j) is read only where TOKENS[i] <= CTX[j + 1], and only its four corners
+    are. The others (a third of the grid, chunks far longer than their context) are never timed."""
+    tok, ctx = np.asarray(TOKENS), np.asarray(CTX)
+    cells = tok[:-1, None] <= ctx[None, 1:]
+    out = np.zeros((len(tok), len(ctx)), dtype=bool)
+    for di in (0, 1):
+        for dj in (0, 1):
+            out[di : di + len(tok) - 1, dj : dj + len(ctx) - 1] |= cells
+    return out
+
+
+READ_PRE = _read_prefill_points()
+
+
 def step_key(d: Deployment) -> tuple:
     """What a step's kernel time depends on (not the workload: isl, osl, concurrency)."""
     return (d.model, d.gpu.id, id(d.gpu), d.weight_dtype, d.kv_dtype, d.tp, d.pp, d.ep, d.dp)
@@ -171,7 +188,7 @@ def _grid_lines(d: Deployment) -> dict[str, list[OpLine]]:
     tok = np.asarray(TOKENS)
     seq = np.asarray(SEQS)
     n2, c2 = (a.ravel() for a in np.meshgrid(seq, np.asarray(CTX), indexing="ij"))
-    p2, k2 = (a.ravel() for a in np.meshgrid(tok, np.asarray(CTX), indexing="ij"))
+    p2, k2 = (a[READ_PRE] for a in np.meshgrid(tok, np.asarray(CTX), indexing="ij"))
     out = {
         "linear_dec": _rest(_layer_ops(d, "decode", tok, tok, 1.0, tok, layers)),
         "head": _head_ops(d, "decode", seq),
@@ -189,6 +206,15 @@ def _sum(lines: list[OpLine], size: int) -> np.ndarray:
     for line in lines:
         total = total + np.broadcast_to(np.asarray(line.each_us, dtype="float64"), (size,))
     return total
+
+
+def _prefill_table(read: np.ndarray) -> np.ndarray:
+    """The (tokens, context) prefill-attention table from its readable points (``READ_PRE``); each point
+    no interpolation reads holds its row's first readable value (finite, never used)."""
+    table = np.zeros(READ_PRE.shape)
+    table[READ_PRE] = read
+    first = table[np.arange(len(table)), READ_PRE.argmax(axis=1)]
+    return np.where(READ_PRE, table, first[:, None])
 
 
 # Step models kept per op-time function across calls (a server's or notebook's next rank or question on the
@@ -220,7 +246,7 @@ def build_step_models(deployments: Sequence[Deployment], op_time: OpTimeFn | Non
     built = {}
     if missing:
         # the entry holds the GPU spec: the id(spec) in its key is not reused while it is kept
-        for d, model in zip(missing, _build_models(missing, fn), strict=True):
+        for d, model in zip(missing, _from_disk_or_built(missing, fn, key), strict=True):
             kept[key(d)] = (d.gpu, model)
             built[key(d)] = model
     # a kept model starts this call with empty memos (``step_us`` rounds its key's context): an answer
@@ -229,6 +255,27 @@ def build_step_models(deployments: Sequence[Deployment], op_time: OpTimeFn | Non
         if key(d) not in built:
             built[key(d)] = replace(kept[key(d)][1])
     return [built[key(d)] for d in deployments]
+
+
+def _from_disk_or_built(deployments: Sequence[Deployment], fn: OpTimeFn, key: Any) -> list[StepModel]:
+    """The step models of ``deployments``: those the disk cache holds (``fn.step_cache``: folder and state
+    tag, production's op times only -- ``step_cache``), the others built and stored there."""
+    where = getattr(fn, "step_cache", None)
+    if where is None:
+        return _build_models(deployments, fn)
+    from components.deployments import step_cache
+
+    folder, tag = where
+    names = [step_cache.model_name(tag, key(d)[0], d) for d in deployments]
+    found = {name: step_cache.load(folder, name, StepModel) for name in set(names)}
+    out = [found[name] for name in names]
+    todo = [i for i, m in enumerate(out) if m is None]
+    if todo:
+        for i, model in zip(todo, _build_models([deployments[i] for i in todo], fn), strict=True):
+            out[i] = model
+        for name, model in {names[i]: out[i] for i in todo}.items():  # equal keys: one file
+            step_cache.store(folder, name, model)
+    return [m for m in out if m is not None]
 
 
 def _build_models(deployments: Sequence[Deployment], fn: OpTimeFn) -> list[StepModel]:
@@ -275,7 +322,7 @@ def _build(deployments: Sequence[Deployment], fn: OpTimeFn) -> list[StepModel]:
                 seqs=np.asarray(SEQS),
                 ctx=np.asarray(CTX),
                 attn_dec=_sum(g["attn_dec"], ns * nc).reshape(ns, nc),
-                attn_pre=_sum(g["attn_pre"], nt * nc).reshape(nt, nc),
+                attn_pre=_prefill_table(_sum(g["attn_pre"], int(READ_PRE.sum()))),
                 pp_hop_us=(d.pp - 1) * 5.0,
                 layers=d.model.layers,
                 allreduces=2.0 * d.model.layers if d.tp > 1 else 0.0,
