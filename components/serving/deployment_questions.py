@@ -47,14 +47,18 @@ def model_parts(predictor: Any) -> ModelParts:
     """The op engine and the constants ``predictor`` carries (``components.models.load_predictor`` names
     them); a bare predictor (no op engine, no constants) answers as the state folder and package do."""
     from components.deployments.op_limits import limited, production_limits
-    from components.deployments.ops import engine_op_time, has_data
+    from components.deployments.ops import engine_op_time, has_data, with_step_cache
     from components.opmodel.loading import engine_for
 
     engine = engine_for(predictor) if getattr(predictor, "opmodel_dir", None) is not None else None
     constants = getattr(predictor, "deployment_constants", None)
     path = Path(constants) if constants is not None else None
     return ModelParts(
-        op_time=limited(engine_op_time(engine), production_limits(path)) if has_data(engine) else None,
+        op_time=with_step_cache(
+            limited(engine_op_time(engine), production_limits(path)), predictor.opmodel_dir, path
+        )
+        if has_data(engine)
+        else None,
         constants=Path(constants) if constants is not None else None,
         notes=(PREDATES_NOTE,) if constants is None and engine is not None else (),
     )
