@@ -130,7 +130,7 @@ def program_frames(
         catalog = catalog.with_devices(extra)
     ids = [s.id for s in specs]
     times, frame = timed_programs(programs, ids, catalog, op_predictor)
-    basis_column = "pred_us" if matches else "roof_us"
+    basis_column = "pred_us" if matches else "basis_roof_us"
     frame = frame.merge(kind_sums(times.frame, basis_column, "pred"), on=["program", "device_id"], how="left")
     frame = frame.fillna({c: 0.0 for c in frame.columns if c.startswith("pred_") and c != "pred_sum_us"})
     frame["predicted_us"] = model.predict(frame)
@@ -200,7 +200,7 @@ def answer_ops(ops: pd.DataFrame, model: ProgramModel, matches: bool) -> pd.Data
     """One device's op rows with each op's GPU time in the program (``total_us``, all its calls), its
     roofline (``roof_total``: the L2 roofline for an op that runs from the L2) and pipe (``l2`` there)."""
     config = model.config()
-    basis_us = ops["pred_us"] if matches else ops["roof_us"]
+    basis_us = ops["pred_us"] if matches else ops["basis_roof_us"]
     l2 = ops["l2_ratio"].to_numpy("float64") if "l2_ratio" in ops.columns else np.zeros(len(ops))
     scale = pd.Series(op_terms(ops)).map(config.op_scale).to_numpy("float64") if len(ops) else 1.0
     scale = np.where(l2 > 0, config.op_scale(L2_WARM) * l2, scale)

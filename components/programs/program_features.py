@@ -107,6 +107,7 @@ def op_times(
                     "language": "op",
                     "shape_json": shape_json,
                     "dtype": question.dtype,
+                    "kind": question.kind,
                 }
     kernel_frame = conform(
         pd.DataFrame(
@@ -182,6 +183,7 @@ def op_times(
         }
     )
     per_kernel["tier"] = per_kernel["pred_source"]
+    per_kernel = _grouped_on_cuda_cores(per_kernel, kernels, device_ids, catalog)
     if engine is not None:
         per_kernel = _with_engine(per_kernel, programs, links, device_ids, catalog, engine)
     per_kernel = per_kernel.merge(_l2_numbers(device_ids, catalog), on="device_id", how="left")
@@ -208,6 +210,35 @@ def op_times(
         )
     frame = link_frame.merge(q_info, on=["program", "question"]).merge(per_kernel, on="kernel_id", how="left")
     return OpTimes(l2_warm(frame))
+
+
+def _grouped_on_cuda_cores(
+    per_kernel: pd.DataFrame, kernels: dict[str, dict[str, Any]], device_ids: Sequence[str], catalog: Any
+) -> pd.DataFrame:
+    """``per_kernel`` with FP32 grouped/depthwise convolutions timed on the FMA pipe (``cuda_core_us``).
+
+    The roofline puts every FP32 convolution on the TF32 tensor pipe (cuDNN's default), but cuDNN runs
+    grouped and depthwise convolutions -- a few channels per group, no GEMM deep enough for an MMA tile --
+    on CUDA-core kernels: their compute floor is the FP32 FMA peak, 2x (L4) to 8x (A100) slower than TF32.
+    ``pred_us`` (the basis the program model scales) is raised to that floor, ``basis_roof_us`` is the
+    roofline on that pipe (the basis of a roofline-basis program model) and the op counts as compute-bound
+    there; ``roof_us`` stays the speed of light, which the answer is never below either way."""
+    from components.features.device_numbers import device_table
+
+    grouped = {k for k, v in kernels.items() if v["kind"] == "conv_grouped" and v["dtype"] == "fp32"}
+    rows = per_kernel["kernel_id"].isin(grouped).to_numpy()
+    fma = device_table(device_ids, catalog)["fma_fp32"]
+    peak = per_kernel["device_id"].map(fma).to_numpy("float64")
+    with np.errstate(divide="ignore", invalid="ignore"):
+        floor = np.where(rows & (peak > 0), per_kernel["flops"].to_numpy("float64") / peak * 1e6, 0.0)
+    floor = np.nan_to_num(floor, nan=0.0)
+    lifted = floor > per_kernel["pred_us"].to_numpy("float64")
+    return per_kernel.assign(
+        basis_roof_us=np.maximum(per_kernel["roof_us"].to_numpy("float64"), floor),
+        pred_us=np.where(lifted, floor, per_kernel["pred_us"]),
+        bound=np.where(lifted, "compute", per_kernel["bound"]),
+        pipe=np.where(lifted, "fp32", per_kernel["pipe"]),
+    )
 
 
 def _l2_numbers(device_ids: Sequence[str], catalog: Any) -> pd.DataFrame:
