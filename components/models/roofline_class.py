@@ -95,6 +95,13 @@ def knn_inputs(
     if not texts:
         return np.full((len(query), 4), np.nan)
     sims = (vectorizer.transform(query) @ vectorizer.transform(texts).T).toarray()
+    return knn_from_similarities(sims, query_programs, labels, programs)
+
+
+def knn_from_similarities(
+    sims: np.ndarray, query_programs: list[str], labels: np.ndarray, programs: list[str]
+) -> np.ndarray:
+    """``knn_inputs`` from the (query x training kernel) code similarities."""
     same = np.asarray(query_programs, dtype=object)[:, None] == np.asarray(programs, dtype=object)[None, :]
     sims[same] = -1.0
     k = min(KNN_K, sims.shape[1])
@@ -124,6 +131,9 @@ class RooflineClassModel:
     # The saved booster's text, built into a Booster on first use: loading a predictor for op
     # questions (which never reach this model) must not pay LightGBM's ~1 s import.
     _booster_text: str | None = None
+    # The folder whose numpy TF-IDF and flat trees (roofline_class_native) answer questions, when complete.
+    _native_dir: Path | None = None
+    _native: dict[str, Any] = field(default_factory=dict)
 
     def _lgbm(self) -> Any:
         if self.booster is None and self._booster_text:
@@ -132,11 +142,34 @@ class RooflineClassModel:
             self.booster = lgb.Booster(model_str=self._booster_text)
         return self.booster
 
+    def _native_part(self, name: str) -> Any:
+        """The saved numpy TF-IDF (``tfidf``) or flat trees (``trees``), read on first use."""
+        if name not in self._native:
+            from components.models import roofline_class_native as native
+
+            assert self._native_dir is not None
+            if name == "tfidf":
+                self._native[name] = native.NumpyTfidf.load(self._native_dir / native.TFIDF_FILE)
+            else:
+                from components.common.flat_trees import FlatTrees
+
+                self._native[name] = FlatTrees.load(self._native_dir / native.TREES_FILE)
+        return self._native[name]
+
     def _matrix(
         self, features: pd.DataFrame, texts: list[str] | None, programs: list[str] | None
     ) -> np.ndarray:
         frame = features.copy()
-        if self.params.knn:
+        if self.params.knn and self._native_dir is not None and self.texts:
+            extra = knn_from_similarities(
+                self._native_part("tfidf").similarities(texts or [""] * len(frame)),
+                programs or [""] * len(frame),
+                np.asarray(self.labels),
+                self.programs,
+            )
+            for i, name in enumerate(KNN_COLUMNS):
+                frame[name] = extra[:, i]
+        elif self.params.knn:
             if self._vectorizer is None:
                 self._vectorizer = _vectorizer().fit(self.texts)
             extra = knn_inputs(
@@ -166,7 +199,7 @@ class RooflineClassModel:
         self.columns = [c for c in features.columns if features[c].nunique(dropna=True) >= 2]
         if self.params.knn:
             self.columns += list(KNN_COLUMNS)
-        self._vectorizer = None
+        self._vectorizer, self._native_dir, self._native = None, None, {}
         x = self._matrix(features, texts, programs)
         if self.params.learner == "lgbm":
             self.booster = _fit_lgbm(x, y, self.params)
@@ -179,6 +212,8 @@ class RooflineClassModel:
     ) -> np.ndarray:
         x = self._matrix(features, texts, programs)
         if self.params.learner == "lgbm":
+            if self.booster is None and self._native_dir is not None:
+                return np.asarray(self._native_part("trees").predict(x), dtype="float64")
             return np.asarray(self._lgbm().predict(x), dtype="float64")
         lin = {k: np.asarray(v, dtype="float64") for k, v in self.linear.items()}
         x = np.where(np.isnan(x), lin["median"], x)
@@ -229,6 +264,9 @@ class RooflineClassModel:
             "programs": self.programs,
         }
         atomic_write_text(directory / MODEL_FILE, json.dumps(spec))
+        from components.models.roofline_class_native import save_native
+
+        save_native(self, directory)  # what a question needs without scikit-learn or LightGBM
 
     @classmethod
     def load(cls, directory: Path) -> RooflineClassModel:
@@ -244,6 +282,10 @@ class RooflineClassModel:
             dict(spec.get("cv", {})),
         )
         model._booster_text = spec.get("booster") or None
+        from components.models.roofline_class_native import native_complete
+
+        if native_complete(model, directory):
+            model._native_dir = Path(directory)
         return model
 
 
