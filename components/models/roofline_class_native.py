@@ -1,4 +1,4 @@
-"""The roofline-class model's question-time parts with numpy only: its TF-IDF and its booster, saved at train time.
+"""The roofline-class model's question-time parts in numpy only: its TF-IDF and booster, saved at train time.
 
 Why: a ``.cu`` question asks the class model for one kernel. Refitting its TF-IDF vectorizer on the 4k
 training kernels (scikit-learn's import plus the fit) and building its LightGBM booster cost about 2 CPU-s,
