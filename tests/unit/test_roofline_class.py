@@ -137,3 +137,15 @@ def test_saved_numpy_parts_answer_as_the_fitted_model_and_old_folders_still_load
     assert old._native_dir is None
     np.testing.assert_allclose(old.proba(features, texts, questions), reference, rtol=0, atol=1e-12)
     assert native.save_native(old, tmp_path / "m") and native.native_complete(old, tmp_path / "m")
+
+
+def test_feature_rows_without_pandas_are_the_frame_and_answer_alike(kernels: pd.DataFrame) -> None:
+    frame = rcf.class_feature_frame(kernels)
+    rows = rcf.class_feature_rows(kernels.to_dict("records"))
+    again = pd.DataFrame(rows, index=kernels.index, dtype="float64").reindex(columns=frame.columns)
+    pd.testing.assert_frame_equal(frame, again)
+    texts, progs = rc.kernel_texts(kernels)
+    model = rc.RooflineClassModel(params=rc.ClassParams("logreg", knn=True)).fit(
+        frame, kernels["roofline_class_published"], texts, progs
+    )
+    np.testing.assert_array_equal(model.proba(rows, texts, progs), model.proba(frame, texts, progs))
