@@ -149,3 +149,25 @@ def test_feature_rows_without_pandas_are_the_frame_and_answer_alike(kernels: pd.
         frame, kernels["roofline_class_published"], texts, progs
     )
     np.testing.assert_array_equal(model.proba(rows, texts, progs), model.proba(frame, texts, progs))
+
+
+def test_registry_copy_of_an_old_folder_gets_the_numpy_parts(kernels: pd.DataFrame, tmp_path: Path) -> None:
+    import json
+
+    from components.models import roofline_class_native as native
+    from components.serving.native import flatten_folder
+
+    texts, progs = rc.kernel_texts(kernels)
+    model = rc.RooflineClassModel(params=rc.ClassParams("lgbm", knn=True)).fit(
+        rcf.class_feature_frame(kernels), kernels["roofline_class_published"], texts, progs
+    )
+    folder = tmp_path / "predictor"
+    model.save(folder / "roofline_class")
+    for name in (native.TFIDF_FILE, native.TREES_FILE):  # as saved before this change
+        (folder / "roofline_class" / name).unlink()
+    # a tabular predictor whose trees are not LightGBM's: only the class model's parts are written
+    (folder / "predictor.json").write_text(json.dumps({"family": "tabular", "config": {"model": "ridge"}}))
+    written = flatten_folder(folder)
+    assert {p.name for p in written} == {native.TFIDF_FILE, native.TREES_FILE}
+    assert rc.RooflineClassModel.load(folder / "roofline_class")._native_dir == folder / "roofline_class"
+    assert flatten_folder(folder) == []  # complete: nothing rewritten
