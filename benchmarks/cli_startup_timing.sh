@@ -3,11 +3,13 @@
 # picks others: a .cu source, an elementwise op), alternating two source trees over the same $KERNELCAST_HOME,
 # so both see the same load.
 #   benchmarks/cli_startup_timing.sh OLD_TREE NEW_TREE PREDICTOR_DIR [ROUNDS]
-# PREDICTOR_DIR: a trained predictor folder (flattened, as a registry copy is: components.serving.native);
+# PREDICTOR_DIR: a trained predictor folder (flattened, as a registry copy is: components.serving.native)
+# or a models:/ reference;
 # the GEMM question is answered by the op engine beside it. Set KERNELCAST_HOME (with a built measured store)
 # and KERNELCAST_DATASETS_DIR (the datasets folder, for the bundled LLM configs) first. OLD_HOME / NEW_HOME:
 # a state folder per tree (default both $KERNELCAST_HOME), where the two trees' caches would evict each other's
 # (the measured tier's saved tables are named by the code that builds them; one is kept per group).
+# Give OLD_HOME / NEW_HOME as absolute paths: each question runs from inside its tree.
 set -u
 OLD=$1 NEW=$2 MODEL=$3 ROUNDS=${4:-3}
 PY=${PYTHON:-python}

@@ -95,6 +95,13 @@ def knn_inputs(
     if not texts:
         return np.full((len(query), 4), np.nan)
     sims = (vectorizer.transform(query) @ vectorizer.transform(texts).T).toarray()
+    return knn_from_similarities(sims, query_programs, labels, programs)
+
+
+def knn_from_similarities(
+    sims: np.ndarray, query_programs: list[str], labels: np.ndarray, programs: list[str]
+) -> np.ndarray:
+    """``knn_inputs`` from the (query x training kernel) code similarities."""
     same = np.asarray(query_programs, dtype=object)[:, None] == np.asarray(programs, dtype=object)[None, :]
     sims[same] = -1.0
     k = min(KNN_K, sims.shape[1])
@@ -106,6 +113,14 @@ def knn_inputs(
 
 
 KNN_COLUMNS = ("k_nn1_label", "k_nn1_sim", "k_nn_label", "k_nn_sim")
+
+
+def _column_reader(features: pd.DataFrame | list[dict]) -> tuple[int, Any]:
+    """(rows, column name -> float64 array, NaN where absent) of a feature frame or a list of row dicts."""
+    if isinstance(features, list):
+        return len(features), lambda c: np.asarray([r.get(c, np.nan) for r in features], dtype="float64")
+    n = len(features)
+    return n, lambda c: features[c].to_numpy("float64") if c in features.columns else np.full(n, np.nan)
 
 
 @dataclass
@@ -124,6 +139,9 @@ class RooflineClassModel:
     # The saved booster's text, built into a Booster on first use: loading a predictor for op
     # questions (which never reach this model) must not pay LightGBM's ~1 s import.
     _booster_text: str | None = None
+    # The folder whose numpy TF-IDF and flat trees (roofline_class_native) answer questions, when complete.
+    _native_dir: Path | None = None
+    _native: dict[str, Any] = field(default_factory=dict)
 
     def _lgbm(self) -> Any:
         if self.booster is None and self._booster_text:
@@ -132,29 +150,48 @@ class RooflineClassModel:
             self.booster = lgb.Booster(model_str=self._booster_text)
         return self.booster
 
+    def _native_part(self, name: str) -> Any:
+        """The saved numpy TF-IDF (``tfidf``) or flat trees (``trees``), read on first use."""
+        if name not in self._native:
+            from components.models import roofline_class_native as native
+
+            assert self._native_dir is not None
+            if name == "tfidf":
+                self._native[name] = native.NumpyTfidf.load(self._native_dir / native.TFIDF_FILE)
+            else:
+                from components.common.flat_trees import FlatTrees
+
+                self._native[name] = FlatTrees.load(self._native_dir / native.TREES_FILE)
+        return self._native[name]
+
     def _matrix(
-        self, features: pd.DataFrame, texts: list[str] | None, programs: list[str] | None
+        self, features: pd.DataFrame | list[dict], texts: list[str] | None, programs: list[str] | None
     ) -> np.ndarray:
-        frame = features.copy()
+        """The model's input matrix from a feature frame, or from ``class_feature_rows`` (no pandas)."""
+        n, column = _column_reader(features)
+        extra: dict[str, np.ndarray] = {}
         if self.params.knn:
-            if self._vectorizer is None:
-                self._vectorizer = _vectorizer().fit(self.texts)
-            extra = knn_inputs(
-                texts or [""] * len(frame),
-                programs or [""] * len(frame),
-                self.texts,
-                np.asarray(self.labels),
-                self.programs,
-                self._vectorizer,
-            )
-            for i, name in enumerate(KNN_COLUMNS):
-                frame[name] = extra[:, i]
+            query, query_programs = texts or [""] * n, programs or [""] * n
+            if self._native_dir is not None and self.texts:
+                sims = self._native_part("tfidf").similarities(query)
+                knn = knn_from_similarities(sims, query_programs, np.asarray(self.labels), self.programs)
+            else:
+                if self._vectorizer is None:
+                    self._vectorizer = _vectorizer().fit(self.texts)
+                knn = knn_inputs(
+                    query,
+                    query_programs,
+                    self.texts,
+                    np.asarray(self.labels),
+                    self.programs,
+                    self._vectorizer,
+                )
+            extra = {name: knn[:, i] for i, name in enumerate(KNN_COLUMNS)}
         return _squash(
             np.column_stack(
-                [
-                    frame[c].to_numpy("float64") if c in frame.columns else np.full(len(frame), np.nan)
-                    for c in self.columns
-                ]
+                [extra[c] if c in extra else column(c) for c in self.columns]
+                if self.columns
+                else np.empty((n, 0))
             )
         )
 
@@ -166,7 +203,7 @@ class RooflineClassModel:
         self.columns = [c for c in features.columns if features[c].nunique(dropna=True) >= 2]
         if self.params.knn:
             self.columns += list(KNN_COLUMNS)
-        self._vectorizer = None
+        self._vectorizer, self._native_dir, self._native = None, None, {}
         x = self._matrix(features, texts, programs)
         if self.params.learner == "lgbm":
             self.booster = _fit_lgbm(x, y, self.params)
@@ -175,10 +212,15 @@ class RooflineClassModel:
         return self
 
     def proba(
-        self, features: pd.DataFrame, texts: list[str] | None = None, programs: list[str] | None = None
+        self,
+        features: pd.DataFrame | list[dict],
+        texts: list[str] | None = None,
+        programs: list[str] | None = None,
     ) -> np.ndarray:
         x = self._matrix(features, texts, programs)
         if self.params.learner == "lgbm":
+            if self.booster is None and self._native_dir is not None:
+                return np.asarray(self._native_part("trees").predict(x), dtype="float64")
             return np.asarray(self._lgbm().predict(x), dtype="float64")
         lin = {k: np.asarray(v, dtype="float64") for k, v in self.linear.items()}
         x = np.where(np.isnan(x), lin["median"], x)
@@ -202,16 +244,17 @@ class RooflineClassModel:
     ) -> str:
         """Class of one compiled kernel (a KernelStatic) under a launch on a GPU (source questions)."""
         from components.devices.catalog import device_feature_vector
-        from components.features.static.frames import static_feature_frame
+        from components.features.static.frames import static_feature_rows
+        from components.models.roofline_class_features import class_feature_rows
 
         report = type("R", (), {"kernels": [kernel], "source_id": "q", "arch": ""})()
-        row = static_feature_frame([report]).iloc[0].to_dict()
+        row = static_feature_rows([report])[0]
         row.update(device_feature_vector(spec))
         row.update(dict(zip(LAUNCH_DIMS, [*grid, *block], strict=True)))
         row.update({"source_text": source, "language": language, "op": kernel.short_name, "kernel_id": "q"})
-        frame = pd.DataFrame([row])
-        texts, _ = kernel_texts(frame)
-        return str(self.predict(class_feature_frame(frame), texts, ["<question>"]).iloc[0])
+        text, _ = _kernel_text_of(row)
+        proba = self.proba(class_feature_rows([row]), [text], ["<question>"])
+        return LABELS[1] if proba[0] >= 0.5 else LABELS[0]
 
     def save(self, directory: Path) -> None:
         from components.common.atomic import atomic_write_text
@@ -229,6 +272,9 @@ class RooflineClassModel:
             "programs": self.programs,
         }
         atomic_write_text(directory / MODEL_FILE, json.dumps(spec))
+        from components.models.roofline_class_native import save_native
+
+        save_native(self, directory)  # what a question needs without scikit-learn or LightGBM
 
     @classmethod
     def load(cls, directory: Path) -> RooflineClassModel:
@@ -244,6 +290,10 @@ class RooflineClassModel:
             dict(spec.get("cv", {})),
         )
         model._booster_text = spec.get("booster") or None
+        from components.models.roofline_class_native import native_complete
+
+        if native_complete(model, directory):
+            model._native_dir = Path(directory)
         return model
 
 
@@ -362,13 +412,15 @@ def select_params(
 
 def kernel_texts(frame: pd.DataFrame) -> tuple[list[str], list[str]]:
     """(kernel code for the kNN memory, program) per row; the kernel's name where no code is found."""
-    texts, programs = [], []
-    for row in frame.itertuples(index=False):
-        row_d = row._asdict()
-        code = kernel_text(row_d.get("source_text"), row_d.get("language"), row_d.get("op"))
-        texts.append(strip_comments(code)[:MAX_TEXT_CHARS] if code else str(row_d.get("op") or ""))
-        programs.append(str(row_d.get("program") or row_d.get("kernel_id") or ""))
-    return texts, programs
+    pairs = [_kernel_text_of(row._asdict()) for row in frame.itertuples(index=False)]
+    return [t for t, _ in pairs], [p for _, p in pairs]
+
+
+def _kernel_text_of(row: dict[str, Any]) -> tuple[str, str]:
+    """``kernel_texts`` of one row given as a dict."""
+    code = kernel_text(row.get("source_text"), row.get("language"), row.get("op"))
+    text = strip_comments(code)[:MAX_TEXT_CHARS] if code else str(row.get("op") or "")
+    return text, str(row.get("program") or row.get("kernel_id") or "")
 
 
 def fit_class_model(train: pd.DataFrame, label_column: str, *, select: bool = True) -> RooflineClassModel:

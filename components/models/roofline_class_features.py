@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import math
 import re
+from collections.abc import Iterable, Mapping
 from typing import Any
 
 import numpy as np
@@ -27,6 +28,15 @@ _MATH = re.compile(
     r"sincosf?)\s*\("
 )
 _FILE_MARK = re.compile(r"^// ==== file: (.*)$", re.M)
+
+
+def _number(value: Any) -> Any:
+    """``pd.to_numeric(value, errors="coerce")`` of one value; plain numbers and None without pandas."""
+    if value is None:
+        return np.float64(np.nan)
+    if isinstance(value, (int, float, np.number)):
+        return value  # what to_numeric returns for them
+    return pd.to_numeric(value, errors="coerce")
 
 
 # ---------------------------------------------------------------------- kernel text
@@ -319,7 +329,7 @@ def args_features(args: Any) -> dict[str, float]:
 
 
 def launch_features(row: pd.Series | dict) -> dict[str, float]:
-    dims = {k: pd.to_numeric(row.get(k), errors="coerce") for k in LAUNCH_DIMS}
+    dims = {k: _number(row.get(k)) for k in LAUNCH_DIMS}
     if any(v is None or (isinstance(v, float) and math.isnan(v)) for v in dims.values()):
         return {}
     blocks = float(dims["grid_x"] * dims["grid_y"] * dims["grid_z"])
@@ -337,13 +347,13 @@ _S_CLASSES = tuple(c for c in INSTRUCTION_CLASSES if c != "other")  # the SASS c
 
 def sass_features(row: pd.Series | dict, loop_trips: float = 8.0) -> dict[str, float]:
     """Ratios from the s_* columns: instruction mix and per-thread intensities (loops x loop_trips)."""
-    total = pd.to_numeric(row.get("s_total"), errors="coerce")
+    total = _number(row.get("s_total"))
     if total is None or not np.isfinite(total) or total <= 0:
         return {}
     dyn = {}
     for c in _S_CLASSES:
-        n = float(pd.to_numeric(row.get(f"s_{c}"), errors="coerce") or 0.0)
-        loop = float(pd.to_numeric(row.get(f"s_loop_{c}"), errors="coerce") or 0.0)
+        n = float(_number(row.get(f"s_{c}")) or 0.0)
+        loop = float(_number(row.get(f"s_loop_{c}")) or 0.0)
         dyn[c] = n - loop + loop_trips * loop
     mem = (
         dyn["global_ld"]
@@ -367,14 +377,11 @@ def sass_features(row: pd.Series | dict, loop_trips: float = 8.0) -> dict[str, f
             "x_int_ai": dyn["int"] / bytes_,
             "x_sfu_per_mem": dyn["sfu"] / max(mem, 1.0),
             "x_dyn_total": math.log10(max(dyn_total, 1.0)),
-            "x_loops": float(pd.to_numeric(row.get("s_loops"), errors="coerce") or 0.0),
-            "x_loop_depth": float(pd.to_numeric(row.get("s_loop_depth"), errors="coerce") or 0.0),
-            "x_loop_share": float(pd.to_numeric(row.get("s_loop_total"), errors="coerce") or 0.0)
-            / float(total),
-            "x_registers": float(pd.to_numeric(row.get("s_registers"), errors="coerce") or 0.0),
-            "x_shared_bytes": math.log10(
-                1 + float(pd.to_numeric(row.get("s_shared_bytes"), errors="coerce") or 0.0)
-            ),
+            "x_loops": float(_number(row.get("s_loops")) or 0.0),
+            "x_loop_depth": float(_number(row.get("s_loop_depth")) or 0.0),
+            "x_loop_share": float(_number(row.get("s_loop_total")) or 0.0) / float(total),
+            "x_registers": float(_number(row.get("s_registers")) or 0.0),
+            "x_shared_bytes": math.log10(1 + float(_number(row.get("s_shared_bytes")) or 0.0)),
             "x_mem_per_thread": math.log10(max(mem, 1.0)),
         }
     )
@@ -384,9 +391,9 @@ def sass_features(row: pd.Series | dict, loop_trips: float = 8.0) -> dict[str, f
 def device_features(row: pd.Series | dict, feats: dict[str, float]) -> dict[str, float]:
     """The estimates against this GPU's ridge points and L2 (what 'bound' means on it)."""
     out: dict[str, float] = {}
-    ridge32 = pd.to_numeric(row.get("dev_ridge_fp32"), errors="coerce")
-    ridge64 = pd.to_numeric(row.get("dev_ridge_fp64"), errors="coerce")
-    l2 = pd.to_numeric(row.get("dev_l2_mb"), errors="coerce")
+    ridge32 = _number(row.get("dev_ridge_fp32"))
+    ridge64 = _number(row.get("dev_ridge_fp64"))
+    l2 = _number(row.get("dev_l2_mb"))
     if ridge32 and np.isfinite(ridge32) and "x_sp_ai" in feats:
         out["d_sp_vs_ridge"] = math.log10(max(feats["x_sp_ai"], 1e-6) / ridge32)
         out["d_int_vs_ridge"] = math.log10(max(feats["x_int_ai"], 1e-6) / (ridge32 / 2))
@@ -404,9 +411,16 @@ def device_features(row: pd.Series | dict, feats: dict[str, float]) -> dict[str,
 
 def class_feature_frame(frame: pd.DataFrame) -> pd.DataFrame:
     """One row of class-model inputs per input row (same index); NaN where an input is absent."""
+    rows = class_feature_rows(row for _, row in frame.iterrows())
+    return pd.DataFrame(rows, index=frame.index, dtype="float64")
+
+
+def class_feature_rows(inputs: Iterable[Mapping[str, Any]]) -> list[dict[str, float]]:
+    """``class_feature_frame``'s rows as dicts (a key absent where its input is): a question's one row
+    needs no pandas."""
     rows = []
     texts: dict[tuple[str, str], dict[str, float]] = {}
-    for _, row in frame.iterrows():
+    for row in inputs:
         key = (str(row.get("kernel_id")), str(row.get("op")))
         if key not in texts:
             ktext = kernel_text(row.get("source_text"), row.get("language"), row.get("op"))
@@ -424,4 +438,4 @@ def class_feature_frame(frame: pd.DataFrame) -> pd.DataFrame:
         feats.update(sass_features(row))
         feats.update(device_features(row, feats))
         rows.append(feats)
-    return pd.DataFrame(rows, index=frame.index, dtype="float64")
+    return rows

@@ -7,6 +7,7 @@ into the JSON-able Python ones an answer carries.
 from __future__ import annotations
 
 import math
+import sys
 from typing import Any
 
 import numpy as np
@@ -56,13 +57,10 @@ def _plain(value: Any) -> Any:
     """numpy/pandas scalars -> Python; NaN/NA -> None."""
     if value is None:
         return None
-    try:
-        import pandas as pd
-
-        if value is pd.NA:
-            return None
-    except ImportError:  # pragma: no cover
-        pass
+    # pd.NA exists only once pandas is loaded: a question that never loaded it does not import it here.
+    pandas = sys.modules.get("pandas")
+    if pandas is not None and value is pandas.NA:
+        return None
     if isinstance(value, (np.bool_, bool)):
         return bool(value)
     if isinstance(value, (np.integer, np.floating, float, int)):

@@ -71,15 +71,30 @@ def flatten_folder(folder: Path) -> list[Path]:
     """Write ``model_<target>.npz`` beside each LightGBM ``model_<target>.txt`` of a tabular predictor."""
     folder = Path(folder)
     spec = json.loads((folder / "predictor.json").read_text())
+    written = _native_class_model(folder) if spec.get("family") == "tabular" else []
     if spec.get("family") != "tabular" or spec.get("config", {}).get("model") != "lgbm":
-        return []
+        return written
     from components.serving import tree_compile
 
-    written = []
     for name in spec["model_files"].values():
         written.append(flat_trees.flatten_booster(folder / name))
         tree_compile.start_background_compile(folder / name)  # once per model, into the state folder
     return written
+
+
+def _native_class_model(folder: Path) -> list[Path]:
+    """The numpy TF-IDF and flat trees of the roofline-class model saved beside the trees, when a folder
+    saved before they existed lacks them (``components.models.roofline_class_native``)."""
+    directory = folder / "roofline_class"
+    try:
+        from components.models.roofline_class import MODEL_FILE, RooflineClassModel
+        from components.models.roofline_class_native import native_complete, save_native
+    except ImportError:
+        return []
+    if not (directory / MODEL_FILE).is_file():
+        return []
+    model = RooflineClassModel.load(directory)
+    return [] if native_complete(model, directory) else save_native(model, directory)
 
 
 def load_compiled(predictor: Any) -> bool:

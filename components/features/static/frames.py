@@ -43,6 +43,14 @@ def static_feature_frame(
     """
     import pandas as pd
 
+    return pd.DataFrame(static_feature_rows(reports, launches))
+
+
+def static_feature_rows(
+    reports: Iterable[StaticReport],
+    launches: Mapping[str, tuple[tuple[int, ...], tuple[int, ...]]] | None = None,
+) -> list[dict[str, Any]]:
+    """``static_feature_frame``'s rows as dicts (a question's few kernels need no pandas)."""
     rows: list[dict[str, Any]] = []
     for report in reports:
         for k in report.kernels:
@@ -74,7 +82,7 @@ def static_feature_frame(
                 grid, block = launches[key]
                 row.update(launch_features(k, grid, block))
             rows.append(row)
-    return pd.DataFrame(rows)
+    return rows
 
 
-__all__ = ["launch_features", "static_feature_frame"]
+__all__ = ["launch_features", "static_feature_frame", "static_feature_rows"]
