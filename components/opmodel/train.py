@@ -103,13 +103,34 @@ def fit_transfer_tier(
     return TransferTier(engine.measured, {f: v for f, v in frames.items() if f in CURVE_FAMILIES}, model)
 
 
+def copy_engine_store(store_dir: Path, dest: Path) -> None:
+    """The store tables a saved engine answers from, copied into ``dest``: the manifest, the pooled tables
+    of its families, NeuSight's measured-only rows and the per-framework tables (``by_framework/``). Without
+    the last, ``OpEngine.for_framework`` finds no framework's rows in the saved engine and every serving
+    engine's step is timed from the pooled kernels (an engine loaded from a predictor folder or
+    ``models/opmodel``: the bench's and the product's)."""
+    from components.opmodel.store import FRAMEWORK_DIR, MEASURED_ONLY_DIR
+
+    dest.mkdir(parents=True, exist_ok=True)
+    for name in (
+        "store.json",
+        *(f"{f}.parquet" for f in STORE_FAMILIES_IN_ENGINE),
+        *(f"{FRAMEWORK_DIR}/{f}.parquet" for f in STORE_FAMILIES_IN_ENGINE),
+    ):
+        if (store_dir / name).is_file():
+            (dest / name).parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(store_dir / name, dest / name)
+    if (store_dir / MEASURED_ONLY_DIR).is_dir():  # NeuSight's rows: the measured tier's only
+        shutil.copytree(store_dir / MEASURED_ONLY_DIR, dest / MEASURED_ONLY_DIR)
+
+
 def train_engine(settings: Any, out_dir: Path, say: Callable[[str], None] = lambda _: None) -> Path | None:
     """Fit and save the engine into ``out_dir`` and ``$KERNELCAST_HOME/models/opmodel``; None without data."""
     from components.common.atomic import atomic_write_dir
     from components.devices.catalog import load_catalog
     from components.opmodel.engine import OpEngine
     from components.opmodel.spec import PRIOR_ONLY_FAMILIES, fit, fit_priors, training_rows
-    from components.opmodel.store import MEASURED_ONLY_DIR, load_store
+    from components.opmodel.store import load_store
     from components.opmodel.transfer import TransferTier
 
     store_dir = ensure_store(settings, say)
@@ -159,12 +180,7 @@ def train_engine(settings: Any, out_dir: Path, say: Callable[[str], None] = lamb
     )
 
     def write(tmp: Path) -> None:
-        (tmp / "store").mkdir(parents=True, exist_ok=True)
-        for name in ("store.json", *(f"{f}.parquet" for f in STORE_FAMILIES_IN_ENGINE)):
-            if (store_dir / name).is_file():
-                shutil.copy2(store_dir / name, tmp / "store" / name)
-        if (store_dir / MEASURED_ONLY_DIR).is_dir():  # NeuSight's rows: the measured tier's only
-            shutil.copytree(store_dir / MEASURED_ONLY_DIR, tmp / "store" / MEASURED_ONLY_DIR)
+        copy_engine_store(store_dir, tmp / "store")
         engine.save(tmp)
 
     atomic_write_dir(Path(out_dir), write)

@@ -112,3 +112,20 @@ def test_a_gpu_held_out_of_the_tier_stays_out_under_every_framework(catalog, tmp
     shape = {"M": np.array([64.0]), "N": np.array([4096.0]), "K": np.array([4096.0])}
     held = engine.for_framework("vllm").measured.without("h100-sxm")
     assert held.resolve("gemm", "bf16", shape, catalog.get("h100-sxm"), np.array([1.0])) is None
+
+
+def test_a_saved_engines_store_keeps_each_frameworks_kernels(catalog, tmp_path) -> None:
+    """The engine the pipeline saves (a predictor folder, ``models/opmodel``) answers from a copy of the
+    store: without its per-framework tables every serving engine was timed from the pooled kernels."""
+    from components.deployments.ops import engine_op_time
+    from components.opmodel.engine import OpEngine
+    from components.opmodel.train import copy_engine_store
+
+    raw = _store(catalog, tmp_path / "store")
+    copy_engine_store(tmp_path / "store", tmp_path / "saved" / "store")
+    engine = OpEngine.from_store(tmp_path / "saved" / "store", None, _model())
+    kernel = raw[(raw["device_id"] == "h100-sxm") & (raw["framework"] == "TRTLLM")].iloc[[40]]
+    shape = {k: kernel[k].to_numpy(dtype="float64") for k in ("M", "N", "K")}
+    answer = engine_op_time(engine).for_framework("trtllm")("gemm", "bf16", shape, catalog.get("h100-sxm"))
+    assert list(answer.tier) == ["measured:trtllm"]
+    assert answer.duration_us[0] == pytest.approx(float(kernel["latency_us"].iloc[0]))
