@@ -1,15 +1,16 @@
-"""Board power in the transfer tier: a GPU whose board power cannot feed its tensor array at the boost clock runs
-its compute-bound kernels at the clock its power cap allows.
+"""Board power in the transfer tier: a GPU whose board power cannot feed its tensor array at the boost
+clock runs its compute-bound kernels at the clock its power cap allows.
 
-MI300X (304 CDNA3 CUs, 750 W) reaches at most 40% of its fp8 peak in aiter's tuned block-scaled GEMMs where MI308X,
-the same die with 80 CUs, reaches 55% (and 70% in plain fp8): carried over from MI308X by the roofline ratio alone,
-MI300X's large GEMMs come out 1.4x too fast. Tensor work costs energy per FLOP; a board that cannot pay for
-``peak x energy`` watts runs ``peak x energy / tdp`` times slower than its datasheet peak on compute-bound work.
-``energy`` (W per dense 8-bit tensor TFLOP/s, one figure for every GPU: the same process generation on both
-vendors' parts here) is chosen by inner leave-one-GPU-out over the training GPUs (``choose_energy``): each is
-answered from its nearest other training GPU by plain physics with the cap on both sides, and the figure with
-the lowest mean per-GPU error wins; no cap wins ties. The PipeWeave serving bench learns its own per-design
-figure from prefills (``deployments/bench_pipeweave.py``).
+MI300X (304 CDNA3 CUs, 750 W) reaches at most 40% of its fp8 peak in aiter's tuned block-scaled GEMMs where
+MI308X, the same die with 80 CUs, reaches 55% (70% in plain fp8): carried over from MI308X by the roofline
+ratio alone, MI300X's large GEMMs come out 1.4x too fast. Tensor work costs energy per FLOP; a board that
+cannot pay ``peak x energy`` watts runs ``peak x energy / tdp`` times slower than its datasheet peak on
+compute-bound work. ``energy`` (W per dense 8-bit tensor TFLOP/s, one figure for every GPU) is chosen by
+inner leave-one-GPU-out over the training GPUs (``choose_energy``): each is answered from its nearest other
+training GPU by plain physics with the cap on both sides, and the figure with the lowest mean per-GPU error
+wins; no cap wins ties. Without a capped GPU among the training GPUs nothing shows a cap, and none is
+applied. The PipeWeave serving bench learns its own per-design figure from prefills
+(``deployments/bench_pipeweave.py``).
 """
 
 from __future__ import annotations
@@ -33,8 +34,8 @@ def tensor_peak_tflops(spec: Any) -> float:
 
 
 def slowdown(spec: Any, energy: float | None) -> float:
-    """How much slower than its datasheet peak the GPU's tensor work runs under its board power (>= 1; 1 without
-    a learned energy or a board power)."""
+    """How much slower than its datasheet peak the GPU's tensor work runs under its board power (>= 1; 1
+    without a learned energy or a board power)."""
     tdp = getattr(spec, "tdp_w", None)
     if not energy or not tdp:
         return 1.0

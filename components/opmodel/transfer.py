@@ -129,8 +129,9 @@ class TransferModel:
     # standing's are ``settings``: one choice for both let a blend that helps far GPUs (k = 3) dilute a near
     # relative's answer with other generations' kernels
     near_settings: dict[str, TransferSettings] = field(default_factory=dict)
-    # W per dense 8-bit tensor TFLOP/s (``power``): a GPU whose board power cannot feed its tensor array runs
-    # compute-bound work ``peak x energy / tdp`` times slower, in the carried ratio on both sides; None: no cap
+    # W per dense 8-bit tensor TFLOP/s (``power``): a GPU whose board power cannot feed its tensor array
+    # runs compute-bound work ``peak x energy / tdp`` times slower, in the carried ratio on both sides;
+    # None: no cap
     tensor_energy: float | None = None
 
     def settings_of(self, family: str, near: bool = False) -> TransferSettings:
@@ -463,8 +464,8 @@ class TransferTier:
         device: str,
         distance: float,
     ) -> Carried:
-        """Relative ``device``'s answer, times base_X / base_Y (roofline, its compute part under the board's power
-        cap, + the regime's latency floor)."""
+        """Relative ``device``'s answer, times base_X / base_Y (roofline, its compute part under the board's
+        power cap, + the regime's latency floor)."""
         from components.opmodel.spec import regime
         from components.opmodel.tier_choice import near
 
