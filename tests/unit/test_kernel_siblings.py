@@ -52,3 +52,14 @@ def test_apply_replaces_only_carried_rows_and_never_beats_the_roofline(tmp_path)
     assert out[0] == pytest.approx(max(7.0 * 1.0 / 5.0, 0.5))
     assert out[1] == 30.0
     assert KernelSiblings.load(tmp_path / "none") is None
+
+
+def test_a_far_gpu_of_the_generation_carries_nothing():
+    # H20 is Hopper too, but a quarter-rate part (spec distance ~5 from H800): its GEMMs carry at 31-49%
+    train = pd.DataFrame(
+        {"kernel_id": ["k4"], "device_id": ["h20"], "family": ["gemm"], "duration_us": [50.0]}
+    )
+    siblings = KernelSiblings.fit(train, np.array([10.0]))
+    asked = pd.DataFrame({"kernel_id": ["k4"], "device_id": ["h800"], "family": ["gemm"]})
+    carried, _ = siblings.carry(asked, np.array([2.0]))
+    assert np.isnan(carried[0])
