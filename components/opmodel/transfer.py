@@ -26,7 +26,6 @@ from typing import Any
 import numpy as np
 
 from components.common.lazy import lazy_module
-from components.opmodel import power
 from components.physics import roofline as physics
 
 # pandas loads where a table is built from rows: a question answered from saved tables needs none of it
@@ -129,10 +128,6 @@ class TransferModel:
     # standing's are ``settings``: one choice for both let a blend that helps far GPUs (k = 3) dilute a near
     # relative's answer with other generations' kernels
     near_settings: dict[str, TransferSettings] = field(default_factory=dict)
-    # W per dense 8-bit tensor TFLOP/s (``power``): a GPU whose board power cannot feed its tensor array
-    # runs compute-bound work ``peak x energy / tdp`` times slower, in the carried ratio on both sides;
-    # None: no cap
-    tensor_energy: float | None = None
 
     def settings_of(self, family: str, near: bool = False) -> TransferSettings:
         """The family's settings for the asked GPU's standing in the regime (``near``: a relative of its
@@ -167,7 +162,6 @@ class TransferModel:
             "kin": self.kin,
             "floor_clock_mhz": self.floor_clock_mhz,
             "near_settings": {f: asdict(s) for f, s in self.near_settings.items()},
-            "tensor_energy": self.tensor_energy,
         }
         (Path(folder) / TRANSFER_FILE).write_text(json.dumps(data, indent=1, sort_keys=True))
 
@@ -190,7 +184,6 @@ class TransferModel:
             dict(data.get("kin", {})),
             None if data.get("floor_clock_mhz") is None else float(data["floor_clock_mhz"]),
             {f: TransferSettings.from_dict(s) for f, s in data.get("near_settings", {}).items()},
-            None if data.get("tensor_energy") is None else float(data["tensor_energy"]),
         )
 
 
@@ -464,8 +457,7 @@ class TransferTier:
         device: str,
         distance: float,
     ) -> Carried:
-        """Relative ``device``'s answer, times base_X / base_Y (roofline, its compute part under the board's
-        power cap, + the regime's latency floor)."""
+        """Relative ``device``'s answer, times base_X / base_Y (roofline + the regime's latency floor)."""
         from components.opmodel.spec import regime
         from components.opmodel.tier_choice import near
 
@@ -475,9 +467,7 @@ class TransferTier:
         t_y, exact, held = self.relative_answer(family, device, dtype, shape, roof_y, kv)
         floor_x = self.model.floor_of(regime(family, dtype, spec), spec)
         floor_y = self.model.floor_of(regime(family, dtype, other), other)
-        energy = self.model.tensor_energy
-        base_x = power.capped_us(roof_x, power.slowdown(spec, energy)) + floor_x
-        ratio = base_x / (power.capped_us(roof_y, power.slowdown(other, energy)) + floor_y)
+        ratio = (roof_x.time_us + floor_x) / (roof_y.time_us + floor_y)
         features = correction_features(roof_x, roof_y, spec, other)
         return Carried(device, distance, t_y * ratio, exact, features, held, near(spec, other))
 

@@ -23,7 +23,6 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from components.opmodel import power
 from components.opmodel.transfer import (
     CURVE_FAMILIES,
     Carried,
@@ -480,9 +479,6 @@ def fit_transfer(
     for g in groups:  # a relative set apart in a regime answers nothing there, in the fit as in the engine
         apart = model.inconsistent.get(regime_key(g.family, g.regime, None), ())
         g.carried = [c for c in g.carried if c.device not in apart]
-    # the board power cap, chosen first: the other settings are chosen on answers carried under it
-    model.tensor_energy, energy_scores = power.choose_energy(groups, train, specs, model)
-    power.apply_energy(groups, specs, model)
     model.relative_error = relative_errors(groups, set(train))
     scores = {}
     for family in TRANSFER_FAMILIES:
@@ -502,10 +498,5 @@ def fit_transfer(
     if spec_without is not None:
         model.far, model.kin = far_choice(groups, train, specs, model, spec_without, kin)
     model.achievable = achievable_peaks(store, specs, memo=memo)
-    model.meta = {
-        "devices": train,
-        "pair_rows": per_group,
-        "inner_scores": scores,
-        "energy_scores": energy_scores,
-    }
+    model.meta = {"devices": train, "pair_rows": per_group, "inner_scores": scores}
     return model
