@@ -116,9 +116,6 @@ class TabularPredictor:
     ood: dict[str, dict[str, list[float]]] = field(default_factory=dict)  # family -> input -> [lo, hi]
     # Roofline class of whole-program (gpuFLOPBench) rows from source: components.models.roofline_class.
     class_model: Any = None
-    # the transfer model's kernels measured per GPU, carried to a GPU of their generation it never saw
-    # (``kernel_siblings``); None: the learned surface answers every row
-    siblings: Any = None
     _trained_on: frozenset[str] = field(default_factory=frozenset)
 
     @property
@@ -179,11 +176,6 @@ class TabularPredictor:
         in_cal = self._calibration_mask(train)
         if self.transfer and self.config.launch_floor:
             self.floors = transfer.launch_floors(train, _numeric(train, "duration_us"))
-        if self.transfer:  # every training row, not the subsample: a kernel is carried as measured
-            from components.models.kernel_siblings import KernelSiblings
-
-            scope = self._in_scope(features)
-            self.siblings = KernelSiblings.fit(scope, self._runtime_base(scope))
         jobs = self._jobs(train, in_cal)
         if not jobs:
             raise ValueError(
@@ -326,10 +318,6 @@ class TabularPredictor:
         out: dict[str, np.ndarray] = {}
         if "duration_us" in self.models:
             runtime = self._runtime_from_raw(features, predict_raw(self.models["duration_us"], x, False))
-            from components.models.kernel_siblings import apply
-
-            floor = transfer.floor_of(features, self.floors)
-            runtime, _ = apply(self.siblings, features, runtime, self._runtime_base(features), floor)
             out["pred_duration_us"] = runtime
             flops, bytes_min = _numeric(features, "f_flops"), _numeric(features, "f_dram_bytes_min")
             # One runtime, one FLOP count, one byte count: rates and intensity cannot contradict it.
