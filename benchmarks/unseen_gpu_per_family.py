@@ -1,6 +1,6 @@
 """The gate's ``unseen-gpu`` split at its caps (the same folds, refit and scoring as ``evaluate --gate``),
-with each held-out GPU's runtime MAPE per op family and the share of rows a kernel sibling answered
-(``models/kernel_siblings.py``). Run it from main's checkout too for a before/after on the same table.
+with each held-out GPU's runtime MAPE per op family. Run it from main's checkout too for a before/after on
+the same table.
 
     PYTHONPATH=. KERNELCAST_HOME=... python benchmarks/unseen_gpu_per_family.py FEATURES CANONICAL [GPU ...]
 
