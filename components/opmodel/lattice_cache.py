@@ -26,6 +26,7 @@ from typing import Any
 import numpy as np
 
 from components.common.atomic import atomic_write_bytes
+from components.common.source_digest import files_digest
 
 LATTICES_DIR = "lattices"  # under the engine's split cache folder (loading.SPLIT_DIR)
 FORMAT_VERSION = 1  # bump when what a file holds changes
@@ -44,11 +45,7 @@ def code_digest() -> str:
             root / "common" / "flat_trees.py",
         ]
     )
-    sha = hashlib.sha256()
-    for path in files:
-        if path.is_file():
-            sha.update(path.name.encode() + path.read_bytes())
-    return sha.hexdigest()
+    return files_digest(files)
 
 
 def folder_files(folder: Path | None) -> list[Any]:

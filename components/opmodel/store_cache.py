@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from components.common.atomic import atomic_write_bytes
+from components.common.source_digest import files_digest
 
 CACHE_VERSION = 3  # bump when the split's layout changes (3: NeuSight's rows in the measured groups)
 LIBRARIES = ("pandas", "pyarrow", "numpy", "scipy")  # their versions key the split: pickles and parquet
@@ -62,10 +63,7 @@ def code_digest() -> str:
     physics = Path(roofline.__file__).parent
     code = (measured, site_blend, site_search)
     files = sorted({*(Path(m.__file__) for m in code), *physics.glob("*.py")})
-    sha = hashlib.sha256()
-    for path in files:
-        sha.update(path.name.encode() + path.read_bytes())
-    return sha.hexdigest()
+    return files_digest(files)
 
 
 class GroupFrames(Mapping):

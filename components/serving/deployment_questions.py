@@ -59,7 +59,7 @@ def model_parts(predictor: Any) -> ModelParts:
         )
         if has_data(engine)
         else None,
-        constants=Path(constants) if constants is not None else None,
+        constants=path,
         notes=(PREDATES_NOTE,) if constants is None and engine is not None else (),
     )
 
