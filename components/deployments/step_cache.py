@@ -20,6 +20,7 @@ from typing import Any
 import numpy as np
 
 CACHE_DIR = "stepmodels"  # under $KERNELCAST_HOME/cache
+BUDGET_BYTES = 256 << 20  # ~30,000 models of ~8 KB: many champions' whole-catalog ranks (cache_budget.py)
 _CODE_PACKAGES = ("components/deployments", "components/opmodel", "components/physics", "components/common")
 
 
@@ -105,7 +106,10 @@ def store(folder: Path, name: str, model: Any) -> None:
         with tmp.open("wb") as handle:
             np.save(handle, flat, allow_pickle=False)
 
+    from components.common.cache_budget import trim_files
+
     try:
         atomic_write(folder / name, write)
     except OSError:
         return
+    trim_files(folder, BUDGET_BYTES)

@@ -30,6 +30,7 @@ from components.common.source_digest import files_digest
 
 LATTICES_DIR = "lattices"  # under the engine's split cache folder (loading.SPLIT_DIR)
 FORMAT_VERSION = 1  # bump when what a file holds changes
+BUDGET_BYTES = 512 << 20  # the saved lattices of many engines (old ones are trimmed: cache_budget.py)
 
 
 @functools.cache
@@ -95,8 +96,11 @@ class LatticeFiles:
         build."""
         buffer = io.BytesIO()
         np.save(buffer, np.stack([upper, lower]), allow_pickle=False)
+        from components.common.cache_budget import trim_files
+
         with contextlib.suppress(OSError):
             atomic_write_bytes(self.path(key), buffer.getvalue())
+            trim_files(Path(self.folder) / LATTICES_DIR, BUDGET_BYTES)
 
 
 def engine_identity(engine: Any, origin: Path | None) -> dict[str, Any]:

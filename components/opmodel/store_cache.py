@@ -29,6 +29,7 @@ from components.common.source_digest import files_digest
 CACHE_VERSION = 3  # bump when the split's layout changes (3: NeuSight's rows in the measured groups)
 LIBRARIES = ("pandas", "pyarrow", "numpy", "scipy")  # their versions key the split: pickles and parquet
 INDEX_NAME = "index.json"
+KEEP_SPLITS = 4  # stores split per cache (the state's, a pulled champion's, ...): older ones are removed
 TABLES_DIR = "tables"  # the measured tier's tables built from the groups, saved on first use
 
 
@@ -156,7 +157,10 @@ def open_split(
     tag = "-".join((*measured, "with", *curves))
     folder = Path(cache_root) / f"{store_digest(store_dir)}-{tag}"
     if not (folder / INDEX_NAME).is_file():
+        from components.common.cache_budget import trim_folders
+
         split_store(store_dir, folder, measured, curves)
+        trim_folders(Path(cache_root), f"-{tag}", keep=KEEP_SPLITS)  # older stores' splits are not read again
     index = json.loads((folder / INDEX_NAME).read_text())
 
     def frames(kind: str) -> GroupFrames:
