@@ -47,12 +47,16 @@ def model_parts(predictor: Any) -> ModelParts:
     """The op engine and the constants ``predictor`` carries (``components.models.load_predictor`` names
     them); a bare predictor (no op engine, no constants) answers as the state folder and package do."""
     from components.deployments.op_limits import limited, production_limits
-    from components.deployments.ops import engine_op_time, has_data, with_step_cache
+    from components.deployments.ops import engine_op_time, has_data, roofline_op_time, with_step_cache
     from components.opmodel.loading import engine_for
 
-    engine = engine_for(predictor) if getattr(predictor, "opmodel_dir", None) is not None else None
     constants = getattr(predictor, "deployment_constants", None)
     path = Path(constants) if constants is not None else None
+    carried = getattr(predictor, "opmodel_dir", None)
+    if getattr(predictor, "family", None) == "roofline" and carried is None:  # `--model roofline`: its op
+        # times are the training-free roofline's, never the state folder's champion engine
+        return ModelParts(op_time=limited(roofline_op_time, production_limits(path)), constants=path)
+    engine = engine_for(predictor) if carried is not None else None
     return ModelParts(
         op_time=with_step_cache(
             limited(engine_op_time(engine), production_limits(path)), predictor.opmodel_dir, path

@@ -132,3 +132,22 @@ def test_a_registered_version_shows_what_it_carries_as_tags(tmp_path: Path, monk
     assert tags["carried.corrected_gpus"] == "none"
     assert {f"carried.fitted_on.{e}" for e in engines} <= set(tags)
     assert tags["split"] == "unseen-kernel"
+
+
+def test_model_roofline_answers_deployments_with_the_roofline_not_the_state_folders_engine() -> None:
+    """``--model roofline`` carries no op engine: its deployment op times are the training-free roofline's
+    (None would hand the question to the state folder's champion engine)."""
+    import numpy as np
+
+    from components.deployments.ops import roofline_op_time
+    from components.devices import load_catalog
+    from components.serving.deployment_questions import model_parts
+    from components.serving.models import load_model
+
+    parts = model_parts(load_model("roofline").predictor)
+    assert parts.op_time is not None
+    spec = load_catalog().get("h100-sxm")
+    shape = {"m": np.array([64.0, 4096.0]), "n": np.array([8192.0, 8192.0]), "k": np.array([8192.0, 8192.0])}
+    np.testing.assert_array_equal(
+        parts.op_time("gemm", "bf16", shape, spec), roofline_op_time("gemm", "bf16", shape, spec)
+    )
