@@ -93,6 +93,43 @@ def _jsonable(value: Any) -> Any:
         return None
 
 
+# What the trace shows of the host side of an eager forward, counted between aten calls and carried on
+# the next recorded one: ``mods`` nn.Module calls (each a Python __call__ with its hooks check), ``fns``
+# torch API calls made from Python (torch.*, F.*, Tensor methods and operators: each parses its arguments
+# in Python/C++ before the dispatcher). Eager PyTorch's time between kernels is this work on the CPU.
+HOST_KEYS = ("mods", "fns")
+
+
+def _host_counting(recorder: Any) -> Any:
+    """A context that counts ``HOST_KEYS`` into ``recorder.host`` while the forward runs."""
+    import contextlib
+
+    import torch
+    from torch.overrides import TorchFunctionMode
+
+    class CountCalls(TorchFunctionMode):
+        def __torch_function__(self, func, types, args=(), kwargs=None):
+            if not recorder.paused:
+                recorder.host["fns"] += 1
+            return func(*args, **(kwargs or {}))
+
+    def count_module(_module: Any, _inputs: Any) -> None:
+        if not recorder.paused:
+            recorder.host["mods"] += 1
+
+    @contextlib.contextmanager
+    def counting() -> Any:
+        handle = torch.nn.modules.module.register_module_forward_pre_hook(count_module)
+        try:
+            with CountCalls():
+                yield
+        finally:
+            handle.remove()
+            recorder.flush_host()
+
+    return counting()
+
+
 def _recorder():
     import torch
     from torch.utils._python_dispatch import TorchDispatchMode
@@ -113,6 +150,8 @@ def _recorder():
             super().__init__()
             self.ops: list[dict[str, Any]] = []
             self.paused = 0
+            # Python-level work since the last recorded call (HOST_KEYS), carried on the next one
+            self.host = dict.fromkeys(HOST_KEYS, 0)
 
         def __torch_dispatch__(self, func, types, args=(), kwargs=None):
             kwargs = kwargs or {}
@@ -137,9 +176,18 @@ def _recorder():
                     "outputs": describe(out),
                     "scalars": scalars,
                     "kwargs": {k: _jsonable(v) for k, v in kwargs.items() if not isinstance(v, torch.Tensor)},
+                    **{k: v for k, v in self.host.items() if v},
                 }
             )
+            self.host = dict.fromkeys(HOST_KEYS, 0)
             return out
+
+        def flush_host(self) -> None:
+            """Python-level work after the last aten call goes on that call (none is lost)."""
+            if self.ops:
+                for key, value in self.host.items():
+                    self.ops[-1][key] = self.ops[-1].get(key, 0) + value
+            self.host = dict.fromkeys(HOST_KEYS, 0)
 
     return Recorder
 
@@ -401,10 +449,10 @@ def _trace_fake(
             rnn_module._VF = _RecordedVF(original, recorder)
             try:
                 if train:
-                    with recorder:
+                    with recorder, _host_counting(recorder):
                         output = model(*list(inputs or []))
                 else:
-                    with torch.no_grad(), recorder:
+                    with torch.no_grad(), recorder, _host_counting(recorder):
                         model(*list(inputs or []))
             finally:
                 rnn_module._VF = original
