@@ -93,10 +93,8 @@ def _jsonable(value: Any) -> Any:
         return None
 
 
-# What the trace shows of the host side of an eager forward, counted between aten calls and carried on
-# the next recorded one: ``mods`` nn.Module calls (each a Python __call__ with its hooks check), ``fns``
-# torch API calls made from Python (torch.*, F.*, Tensor methods and operators: each parses its arguments
-# in Python/C++ before the dispatcher). Eager PyTorch's time between kernels is this work on the CPU.
+# The host side of an eager forward, counted between aten calls and carried on the next recorded one (what
+# runs after the last goes on the last): ``mods`` nn.Module calls, ``fns`` torch API calls from Python.
 HOST_KEYS = ("mods", "fns")
 
 
@@ -109,13 +107,11 @@ def _host_counting(recorder: Any) -> Any:
 
     class CountCalls(TorchFunctionMode):
         def __torch_function__(self, func, types, args=(), kwargs=None):
-            if not recorder.paused:
-                recorder.host["fns"] += 1
+            recorder.host["fns"] += not recorder.paused
             return func(*args, **(kwargs or {}))
 
     def count_module(_module: Any, _inputs: Any) -> None:
-        if not recorder.paused:
-            recorder.host["mods"] += 1
+        recorder.host["mods"] += not recorder.paused
 
     @contextlib.contextmanager
     def counting() -> Any:
@@ -125,7 +121,10 @@ def _host_counting(recorder: Any) -> Any:
                 yield
         finally:
             handle.remove()
-            recorder.flush_host()
+            for key, value in recorder.host.items():
+                if recorder.ops and value:
+                    recorder.ops[-1][key] = recorder.ops[-1].get(key, 0) + value
+            recorder.host = dict.fromkeys(HOST_KEYS, 0)
 
     return counting()
 
@@ -150,7 +149,6 @@ def _recorder():
             super().__init__()
             self.ops: list[dict[str, Any]] = []
             self.paused = 0
-            # Python-level work since the last recorded call (HOST_KEYS), carried on the next one
             self.host = dict.fromkeys(HOST_KEYS, 0)
 
         def __torch_dispatch__(self, func, types, args=(), kwargs=None):
@@ -181,13 +179,6 @@ def _recorder():
             )
             self.host = dict.fromkeys(HOST_KEYS, 0)
             return out
-
-        def flush_host(self) -> None:
-            """Python-level work after the last aten call goes on that call (none is lost)."""
-            if self.ops:
-                for key, value in self.host.items():
-                    self.ops[-1][key] = self.ops[-1].get(key, 0) + value
-            self.host = dict.fromkeys(HOST_KEYS, 0)
 
     return Recorder
 
