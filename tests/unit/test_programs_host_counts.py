@@ -6,10 +6,10 @@ from __future__ import annotations
 from pathlib import Path
 
 import numpy as np
-import pandas as pd
 
 from components.programs.ops import program_ops
 from components.programs.overheads import HOST_COUNTS, ConfigModel, ProgramModel, fit_config
+from tests.unit.test_programs_ops import _small_programs  # KernelBench-like rows, GEMM time + counts
 
 MODULE = """
 import torch
@@ -71,21 +71,8 @@ def test_program_ops_sums_the_host_counts_and_older_traces_count_zero():
 
 
 def test_the_program_model_learns_the_host_cost_of_the_timed_call_and_never_goes_below_the_ops():
-    rng = np.random.default_rng(1)
-    n = 300
-    frame = pd.DataFrame(
-        {
-            "device_id": rng.choice(["a", "b", "c"], n),
-            "n_kernels": rng.integers(1, 60, n),
-            "dtype": "fp32",
-            "clock_ghz": 1.5,
-            "n_forwards": 1.0,
-        }
-    )
-    frame["n_aten"] = frame["n_kernels"] * 2
-    frame["pred_gemm"] = rng.uniform(1, 3000, n)
-    for column in ("roof_sum_us", "pred_sum_us", "pipes_sum_us", "compute_roof_us"):
-        frame[column] = frame["pred_gemm"]
+    frame, _ = _small_programs(300, seed=1)  # GEMM rows on 3 GPUs; their own truth is replaced below
+    frame["n_forwards"] = 1.0
     # Truth: GEMMs at their basis time, 4 us per kernel on the GPU; on the host 3 us per aten call and
     # 40 us for the timed call itself (event records, the top-level call, the wait for the first kernel).
     gpu = frame["pred_gemm"] + 4.0 * frame["n_kernels"]
