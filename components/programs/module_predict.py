@@ -253,7 +253,10 @@ def _answer(
         for r in top.itertuples()
     ]
     flops = _program_flops(ops)
-    notes = [f"{program.n_kernels} kernels from {program.n_aten} aten calls"]
+    notes = [
+        f"{program.n_kernels} kernels from {program.n_aten} aten calls; on the host "
+        f"{program.n_modules} nn.Module calls, {program.n_pycalls} torch calls from Python"
+    ]
     if program.unmapped:
         names = ", ".join(f"{k} x{v}" for k, v in program.unmapped.most_common(5))
         notes.append(

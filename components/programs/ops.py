@@ -310,13 +310,20 @@ class ProgramOps:
     unmapped: Counter = field(default_factory=Counter)  # aten name -> calls sent as bytes-moved fallbacks
     dtype: str = "fp32"  # the program's dominant floating dtype (by kernel count)
     rnn_steps: float = 0.0  # time steps the RNN layers run one after another (x directions)
+    # the host side the tracer saw (trace_worker.HOST_KEYS; 0 for traces recorded before it counted them)
+    n_modules: int = 0  # nn.Module calls
+    n_pycalls: int = 0  # torch API calls made from Python
 
 
 def program_ops(ops: list[dict[str, Any]]) -> ProgramOps:
     """Map and merge every recorded call of one trace."""
     merged: dict[tuple[Any, ...], int] = {}
     first: dict[tuple[Any, ...], OpQuestion] = {}
-    result = ProgramOps(n_aten=len(ops))
+    result = ProgramOps(
+        n_aten=len(ops),
+        n_modules=sum(int(op.get("mods", 0)) for op in ops),
+        n_pycalls=sum(int(op.get("fns", 0)) for op in ops),
+    )
     dtypes: Counter = Counter()
     for op in ops:
         question = map_op(op)

@@ -362,6 +362,9 @@ def program_features(
     base["n_aten"] = [programs[p].n_aten for p in base["program"]]
     base["n_unmapped"] = [sum(programs[p].unmapped.values()) for p in base["program"]]
     base["rnn_steps"] = [programs[p].rnn_steps for p in base["program"]]
+    base["n_modules"] = [programs[p].n_modules for p in base["program"]]
+    base["n_pycalls"] = [programs[p].n_pycalls for p in base["program"]]
+    base["n_forwards"] = 1.0  # one timed call of the module per answer (a forward, or a training step)
     base["dtype"] = [programs[p].dtype for p in base["program"]]
     base = base.merge(_device_columns(device_ids, catalog), on="device_id", how="left")
     return base

@@ -32,7 +32,7 @@ DEFAULT_MEMORY_BYTES = 6 * 1024**3  # address space: torch's own mappings need ~
 STARTUP_S = 60.0  # importing torch on a loaded 2-core machine
 WATCHDOG_GRACE_S = 10.0  # beyond the child's own alarm, for code stuck outside the interpreter
 MAX_MODULE_BYTES = 1_000_000
-TRACER_VERSION = "2"  # bump when the recorded fields change: cached traces are keyed by it
+TRACER_VERSION = "3"  # bump when the recorded fields change: cached traces are keyed by it
 
 
 @dataclass(frozen=True)

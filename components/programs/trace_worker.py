@@ -93,6 +93,42 @@ def _jsonable(value: Any) -> Any:
         return None
 
 
+# The host side of an eager forward, counted between aten calls and carried on the next recorded one (what
+# runs after the last goes on the last): ``mods`` nn.Module calls, ``fns`` torch API calls from Python.
+HOST_KEYS = ("mods", "fns")
+
+
+def _host_counting(recorder: Any) -> Any:
+    """A context that counts ``HOST_KEYS`` into ``recorder.host`` while the forward runs."""
+    import contextlib
+
+    import torch
+    from torch.overrides import TorchFunctionMode
+
+    class CountCalls(TorchFunctionMode):
+        def __torch_function__(self, func, types, args=(), kwargs=None):
+            recorder.host["fns"] += not recorder.paused
+            return func(*args, **(kwargs or {}))
+
+    def count_module(_module: Any, _inputs: Any) -> None:
+        recorder.host["mods"] += not recorder.paused
+
+    @contextlib.contextmanager
+    def counting() -> Any:
+        handle = torch.nn.modules.module.register_module_forward_pre_hook(count_module)
+        try:
+            with CountCalls():
+                yield
+        finally:
+            handle.remove()
+            for key, value in recorder.host.items():
+                if recorder.ops and value:
+                    recorder.ops[-1][key] = recorder.ops[-1].get(key, 0) + value
+            recorder.host = dict.fromkeys(HOST_KEYS, 0)
+
+    return counting()
+
+
 def _recorder():
     import torch
     from torch.utils._python_dispatch import TorchDispatchMode
@@ -113,6 +149,7 @@ def _recorder():
             super().__init__()
             self.ops: list[dict[str, Any]] = []
             self.paused = 0
+            self.host = dict.fromkeys(HOST_KEYS, 0)
 
         def __torch_dispatch__(self, func, types, args=(), kwargs=None):
             kwargs = kwargs or {}
@@ -137,8 +174,10 @@ def _recorder():
                     "outputs": describe(out),
                     "scalars": scalars,
                     "kwargs": {k: _jsonable(v) for k, v in kwargs.items() if not isinstance(v, torch.Tensor)},
+                    **{k: v for k, v in self.host.items() if v},
                 }
             )
+            self.host = dict.fromkeys(HOST_KEYS, 0)
             return out
 
     return Recorder
@@ -401,10 +440,10 @@ def _trace_fake(
             rnn_module._VF = _RecordedVF(original, recorder)
             try:
                 if train:
-                    with recorder:
+                    with recorder, _host_counting(recorder):
                         output = model(*list(inputs or []))
                 else:
-                    with torch.no_grad(), recorder:
+                    with torch.no_grad(), recorder, _host_counting(recorder):
                         model(*list(inputs or []))
             finally:
                 rnn_module._VF = original
