@@ -149,7 +149,7 @@ def score_flops(root: Path, limit_programs: int = 40) -> dict[str, Any]:
         row: dict[str, Any] = {"program": r["targetName"], "kernel": kernel, "profiled_flops": profiled}
         instance = _instance(r["Kernel Name"])
         for label, args in (("args", host_args(text, kernel, r["exeArgs"].split())), ("no_args", {})):
-            answer = None
+            answer, error = None, None
             # the profiled template instance (bilateralFilter<3>) when the source instantiates it, else
             # every kernel of that name
             for name in dict.fromkeys(n for n in (instance, kernel) if n):
@@ -158,13 +158,16 @@ def score_flops(root: Path, limit_programs: int = 40) -> dict[str, Any]:
                         text, "cuda", {**launch, "kernel": name, "args": args}, None, [spec], None
                     )
                     break
-                except (ProgramError, ValueError):
+                except (ProgramError, ValueError) as exc:
+                    error = str(exc)
                     continue
             if answer is None:
                 row[label] = None
+                row[f"{label}_error"] = error  # why it did not compile or analyse (the failures by reason)
                 continue
             row[label] = _fp32_fp64_flops(answer)
             row[f"{label}_us"] = answer["duration_us"]
+            row[f"{label}_note"] = answer["note"]
             row[f"{label}_known"] = (
                 "trip counts from the source" in answer["note"] or "no loops" in answer["note"]
             )

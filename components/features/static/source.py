@@ -37,6 +37,22 @@ DEVICE_HEADER_PATTERNS: tuple[str, ...] = (
     r"curand_mtgp32_kernel\.h",
 )
 _DEVICE_HEADER_RE = re.compile("^(" + "|".join(DEVICE_HEADER_PATTERNS) + ")$")
+# Umbrella headers NVRTC refuses (cub.cuh: "#error ... not supported when compiling with NVRTC") -> the
+# device-side headers they gather, which NVRTC compiles (kernels use the block- and warp-level parts).
+UMBRELLA_HEADERS: dict[str, tuple[str, ...]] = {
+    "cub/cub.cuh": tuple(
+        f"cub/{h}.cuh"
+        for h in (
+            "block/block_reduce",
+            "block/block_scan",
+            "block/block_load",
+            "block/block_store",
+            "block/block_radix_sort",
+            "warp/warp_reduce",
+            "warp/warp_scan",
+        )
+    ),
+}
 
 # Stand-in for the C headers kernels lean on. Guarded so a later real definition still wins.
 # std::numeric_limits in device code: <limits> is a host header NVRTC lacks; libcu++ has the same template.
@@ -180,10 +196,14 @@ def inline_includes(
                     body = candidate.read_text(errors="replace")
                     inner = inline_includes(body, candidate.parent, include_dirs, prepared, seen)
                     return f"/* kc: begin {name} */\n{inner}\n/* kc: end {name} */"
+            if name in UMBRELLA_HEADERS:
+                return "\n".join(f"#include <{h}>" for h in UMBRELLA_HEADERS[name])
             if is_device_header(name):  # e.g. #include "cuda_fp16.h"
                 return f"#include <{name}>"
             prepared.missing_includes.append(name)
             return f"/* kc: missing include {name} */"
+        if name in UMBRELLA_HEADERS:
+            return "\n".join(f"#include <{h}>" for h in UMBRELLA_HEADERS[name])
         if is_device_header(name):
             return match.group(0)
         prepared.dropped_includes.append(name)
