@@ -46,6 +46,8 @@ def host_args(text: str, kernel: str, exe_args: list[str]) -> dict[str, float]:
         return exe_args[k - 1] if 0 < k <= len(exe_args) else m.group(0)
 
     host = apply_getopt(_ARGV_RE.sub(argv, text), exe_args)  # getopt options as recorded, too
+    # the recorded command line's argument count: ``if (argc == 3) { n = atoi(argv[1]); }`` is taken
+    host = re.sub(r"\bargc\b", str(len(exe_args) + 1), host)
     site = re.search(_LAUNCH_CALL.format(name=re.escape(kernel)), host)
     if site is None:
         return {}

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import re
 
+from components.common.braces import closing_brace
 from components.features.static.source import code_mask
 from components.features.static.templates import split_args
 
@@ -84,30 +85,31 @@ def assignment_events(text: str) -> list[tuple[int, str, str]]:
 
 
 def _on_every_path(text: str, mask: bytearray, pos: int) -> bool:
-    """True when the statement at ``pos`` runs on the way to the end of ``text`` (the launch site): no block
-    holding it closes before the end (an ``if (...) { c = ...; }`` or another function's body), and it is
+    """True when the statement at ``pos`` runs on the way to the end of ``text`` (the launch site): each block
+    holding it that closes before the end (an ``if (...) { c = ...; }``, another function's body) is an
+    ``if`` whose condition holds (``if (argc == 3)`` with the recorded command line's count), and it is
     not the lone body of an ``if``/``else``/loop (``if (n < 256) n = 256;``). An assignment inside a
     control statement's parentheses (``if ((n = atoi(argv[1])) <= 0)``, a ``for`` initialiser) runs."""
-    depth = 0
-    for j in range(pos, len(text)):
-        if mask[j] and text[j] in "{}":
-            depth += 1 if text[j] == "{" else -1
-            if depth < 0:
-                return False
-    depth, j = 0, pos - 1
+    if not all(_taken(text, mask, b) for b in _open_blocks(text, mask, pos)):
+        return False
+    depth, j, start = 0, pos - 1, -1
     while j >= 0:
         c = text[j]
         if mask[j]:
             if c == ")":
                 depth += 1
             elif c == "(":
-                if depth == 0:
-                    return True  # inside a header's or a call's parentheses: it runs with them
+                if depth == 0:  # inside a header's or a call's parentheses: it runs with them, except
+                    # a for-loop's step, which runs after the first pass (the one this reading follows)
+                    step = re.search(r"\bfor\s*$", text[max(0, j - 8) : j]) and text[j:pos].count(";") >= 2
+                    return not step
                 depth -= 1
-            elif c in ";{}" and depth == 0:
+            elif c == ";" and depth == 0 and start < 0:
+                start = j  # the statement's start, unless a header's '(' is further back
+            elif c in "{}" and depth == 0:
                 break
         j -= 1
-    statement = text[j + 1 : pos].strip()
+    statement = text[max(start, j) + 1 : pos].strip()
     return not re.match(r"(?:else\b|(?:if|for|while|switch)\s*\(|case\b|default\b)", statement)
 
 
@@ -116,6 +118,46 @@ def _after_type(text: str, pos: int) -> bool:
     word before it a type name (or a pointer's ``*``)."""
     before = text[max(0, pos - 80) : pos].rstrip()
     return bool(re.search(rf"(?:\b{_INT}|\bauto)$", before)) or before.endswith(("*", "&"))
+
+
+def _open_blocks(text: str, mask: bytearray, pos: int) -> list[int]:
+    """The '{' of every block that holds ``pos``, innermost first."""
+    out, depth = [], 0
+    for j in range(pos - 1, -1, -1):
+        if mask[j] and text[j] == "}":
+            depth += 1
+        elif mask[j] and text[j] == "{":
+            if depth == 0:
+                out.append(j)
+            else:
+                depth -= 1
+    return out
+
+
+def _taken(text: str, mask: bytearray, brace: int) -> bool:
+    """True when the block opened at ``brace`` is still open at the end of ``text``, or is the body of an
+    ``if`` whose condition evaluates true (literals and macros only: the command line's values are
+    literals by then)."""
+    from components.features.static.loops import Unknown, _close, evaluate
+
+    if closing_brace(text, brace, mask) is None:
+        return True
+    j = brace - 1
+    while j >= 0 and text[j].isspace():
+        j -= 1
+    if j < 0 or text[j] != ")":
+        return False
+    depth = 0
+    for k in range(j, -1, -1):
+        depth += (text[k] == ")") - (text[k] == "(")
+        if depth == 0:
+            break
+    if not re.search(r"\bif\s*$", text[max(0, k - 8) : k]) or _close(text, mask, k, "(", ")") != j:
+        return False
+    try:
+        return bool(evaluate(text[k + 1 : j], {}, {}))
+    except (Unknown, ValueError, ArithmeticError, RecursionError):
+        return False
 
 
 def array_events(text: str) -> list[tuple[int, str, str]]:
