@@ -130,3 +130,23 @@ __global__ void kern(int length, int paths, int c) {}
 """
     # the braceless if's body and the option loop's and the last chunk's blocks are not on every path
     assert host_args(text, "kern", ["100"]) == {"length": 100, "paths": 32768, "c": 4096}
+
+
+def test_a_block_under_the_recorded_argc_is_taken_and_a_for_loops_step_is_not_read():
+    from components.evaluation.gpuflopbench_flops import host_args
+
+    text = """
+int main(int argc, char* argv[]) {
+  int n = 1000;
+  if (argc == 3) {
+    n = atoi(argv[1]);
+  }
+  if (argc == 5) { n = 7; }
+  for (int width = 3; width < 10; width += 2) {
+    conv<<<grid, block>>>(n, width);
+  }
+}
+__global__ void conv(int n, int width) {}
+"""
+    assert host_args(text, "conv", ["4096", "10"]) == {"n": 4096, "width": 3}  # the first pass's width
+    assert host_args(text, "conv", ["4096"]) == {"n": 1000, "width": 3}  # argc == 2: the default stays
