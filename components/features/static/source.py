@@ -57,6 +57,13 @@ UMBRELLA_HEADERS: dict[str, tuple[str, ...]] = {
 # Stand-in for the C headers kernels lean on. Guarded so a later real definition still wins.
 # std::numeric_limits in device code: <limits> is a host header NVRTC lacks; libcu++ has the same template.
 LIMITS_SHIM = "#include <cuda/std/limits>\nnamespace std { using cuda::std::numeric_limits; }\n"
+# The warp shuffles without a mask (removed in CUDA 9 for Volta and later; NVRTC no longer declares them),
+# as their full-warp _sync forms: what programs written for them (bm3d's __shfl_down) mean.
+LEGACY_SHUFFLE_SHIM = "".join(
+    f"#ifndef {n}\n#define {n}(v, ...) {n}_sync(0xffffffffu, v, __VA_ARGS__)\n#endif\n"
+    for n in ("__shfl", "__shfl_up", "__shfl_down", "__shfl_xor")
+)
+_LEGACY_SHUFFLE_RE = re.compile(r"\b__shfl(?:_up|_down|_xor)?\s*\(")
 PRELUDE = r"""
 /* kernelcast static-analysis prelude: replaces host-only system headers */
 typedef signed char int8_t; typedef unsigned char uint8_t;
@@ -319,7 +326,9 @@ def _split_top_level(text: str, mask: bytearray, start: int, end: int, out: list
             if (
                 re.match(r"^(inline\s+)?namespace\b[^=]*$", stripped)
                 or re.match(r'^extern\s+"C"\s*$', stripped)
-                or (stripped.startswith("extern") and '"C' in head[:40] + text[seg_start:i])
+                # an extern "C" block: the head is the word alone once the "C" literal is masked (an
+                # ``extern "C" void run(...) {`` is a host function, not a block: bm3d's launchers)
+                or (stripped == "extern" and '"C' in text[seg_start:i])
             ):
                 out.append(_Segment(seg_start, i + 1, "open", head))
                 _split_top_level(text, mask, i + 1, close, out)
@@ -487,5 +496,8 @@ def prepare_source(
         prepared.name_expressions = resolve_launches(inlined, device)
     except (RecursionError, ValueError, IndexError):  # a launch site too odd to rewrite: take it verbatim
         prepared.name_expressions = template_launches(inlined, device)
-    prepared.text = PRELUDE + (LIMITS_SHIM if "numeric_limits" in device else "") + "#line 1\n" + device
+    shims = (LIMITS_SHIM if "numeric_limits" in device else "") + (
+        LEGACY_SHUFFLE_SHIM if _LEGACY_SHUFFLE_RE.search(device) else ""
+    )
+    prepared.text = PRELUDE + shims + "#line 1\n" + device
     return prepared
