@@ -64,6 +64,13 @@ LEGACY_SHUFFLE_SHIM = "".join(
     for n in ("__shfl", "__shfl_up", "__shfl_down", "__shfl_xor")
 )
 _LEGACY_SHUFFLE_RE = re.compile(r"\b__shfl(?:_up|_down|_xor)?\s*\(")
+# std::uint8_t and friends (<cstdint>, a host header NVRTC lacks): the prelude's typedefs in namespace std.
+STD_INT_SHIM = (
+    "namespace std { "
+    + " ".join(f"using ::{t};" for t in ("int8_t", "uint8_t", "int16_t", "uint16_t", "int32_t", "uint32_t"))
+    + " using ::int64_t; using ::uint64_t; }\n"
+)
+_STD_INT_RE = re.compile(r"\bstd\s*::\s*u?int(?:8|16|32|64)_t\b")
 PRELUDE = r"""
 /* kernelcast static-analysis prelude: replaces host-only system headers */
 typedef signed char int8_t; typedef unsigned char uint8_t;
@@ -496,8 +503,10 @@ def prepare_source(
         prepared.name_expressions = resolve_launches(inlined, device)
     except (RecursionError, ValueError, IndexError):  # a launch site too odd to rewrite: take it verbatim
         prepared.name_expressions = template_launches(inlined, device)
-    shims = (LIMITS_SHIM if "numeric_limits" in device else "") + (
-        LEGACY_SHUFFLE_SHIM if _LEGACY_SHUFFLE_RE.search(device) else ""
+    shims = (
+        (LIMITS_SHIM if "numeric_limits" in device else "")
+        + (LEGACY_SHUFFLE_SHIM if _LEGACY_SHUFFLE_RE.search(device) else "")
+        + (STD_INT_SHIM if _STD_INT_RE.search(device) else "")
     )
     prepared.text = PRELUDE + shims + "#line 1\n" + device
     return prepared
