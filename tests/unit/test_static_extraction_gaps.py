@@ -47,6 +47,9 @@ def test_shims_only_when_the_device_code_needs_them():
     assert LEGACY_SHUFFLE_SHIM in text and STD_INT_SHIM in text
     plain = prepare_source("__global__ void k(float* x) { x[0] = 1.0f; }").text
     assert LEGACY_SHUFFLE_SHIM not in plain and STD_INT_SHIM not in plain
+    own = "__device__ float4 __shfl_down(const float4 v, unsigned d) { return v; }\n"
+    own += "__global__ void k(float4* x) { x[0] = __shfl_down(x[1], 1); }\n"
+    assert LEGACY_SHUFFLE_SHIM not in prepare_source(own).text  # the program's own overload stands
 
 
 def test_the_source_compiles_with_nvrtc_and_its_kernel_is_analysed():

@@ -64,6 +64,15 @@ LEGACY_SHUFFLE_SHIM = "".join(
     for n in ("__shfl", "__shfl_up", "__shfl_down", "__shfl_xor")
 )
 _LEGACY_SHUFFLE_RE = re.compile(r"\b__shfl(?:_up|_down|_xor)?\s*\(")
+# a program's own overload (dpid: float4 __shfl_down(const float4 var, ...)): then no shim
+_OWN_SHUFFLE_RE = re.compile(r"\b(?!return\b)[A-Za-z_]\w*[\s*&]+__shfl(?:_up|_down|_xor)?\s*\(")
+
+
+def _legacy_shuffles(device: str) -> bool:
+    """The device code calls the mask-less shuffles and defines none of its own."""
+    return bool(_LEGACY_SHUFFLE_RE.search(device)) and not _OWN_SHUFFLE_RE.search(device)
+
+
 # std::uint8_t and friends (<cstdint>, a host header NVRTC lacks): the prelude's typedefs in namespace std.
 STD_INT_SHIM = (
     "namespace std { "
@@ -505,7 +514,7 @@ def prepare_source(
         prepared.name_expressions = template_launches(inlined, device)
     shims = (
         (LIMITS_SHIM if "numeric_limits" in device else "")
-        + (LEGACY_SHUFFLE_SHIM if _LEGACY_SHUFFLE_RE.search(device) else "")
+        + (LEGACY_SHUFFLE_SHIM if _legacy_shuffles(device) else "")
         + (STD_INT_SHIM if _STD_INT_RE.search(device) else "")
     )
     prepared.text = PRELUDE + shims + "#line 1\n" + device
