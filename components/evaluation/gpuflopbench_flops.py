@@ -25,6 +25,7 @@ from typing import Any
 _ARGV_RE = re.compile(
     r"\b(?:std\s*::\s*)?(?:atoi|atol|atoll|atof|stoi|stol|stoul|strtol|strtoul)\s*\(\s*argv\s*\[\s*(\d+)\s*\][^)]*\)"
 )
+_STRCMP_RE = re.compile(r'\bstrcmp\s*\(\s*argv\s*\[\s*(\d+)\s*\]\s*,\s*"([^"\\]*)"\s*\)')
 _LAUNCH_CALL = r"\b{name}\s*(?:<[^;]*?>)?\s*<<<[^;]*?>>>\s*\("
 
 
@@ -45,7 +46,12 @@ def host_args(text: str, kernel: str, exe_args: list[str]) -> dict[str, float]:
         k = int(m.group(1))
         return exe_args[k - 1] if 0 < k <= len(exe_args) else m.group(0)
 
-    host = apply_getopt(_ARGV_RE.sub(argv, text), exe_args)  # getopt options as recorded, too
+    def compare(m: re.Match[str]) -> str:  # strcmp(argv[1], "r") on the recorded argument: 0 when equal
+        k = int(m.group(1))
+        return str(int(exe_args[k - 1] != m.group(2))) if 0 < k <= len(exe_args) else m.group(0)
+
+    host = _STRCMP_RE.sub(compare, _ARGV_RE.sub(argv, text))
+    host = apply_getopt(host, exe_args)  # getopt options as recorded, too
     # the recorded command line's argument count: ``if (argc == 3) { n = atoi(argv[1]); }`` is taken
     host = re.sub(r"\bargc\b", str(len(exe_args) + 1), host)
     site = re.search(_LAUNCH_CALL.format(name=re.escape(kernel)), host)

@@ -150,3 +150,22 @@ __global__ void conv(int n, int width) {}
 """
     assert host_args(text, "conv", ["4096", "10"]) == {"n": 4096, "width": 3}  # the first pass's width
     assert host_args(text, "conv", ["4096"]) == {"n": 1000, "width": 3}  # argc == 2: the default stays
+
+
+def test_strcmp_on_a_recorded_argument_picks_the_branch():
+    from components.evaluation.gpuflopbench_flops import host_args
+
+    text = """
+int main(int argc, char** argv) {
+  int n = 0;
+  if (strcmp(argv[1], "r") == 0) {
+    n = 1 << 20;
+  } else {
+    n = read_count(argv[1]);
+  }
+  sortk<<<grid, block>>>(n);
+}
+__global__ void sortk(int n) {}
+"""
+    assert host_args(text, "sortk", ["r"]) == {"n": 1 << 20}
+    assert host_args(text, "sortk", ["data.txt"]) == {}  # the else runs: a count read from a file, unknown

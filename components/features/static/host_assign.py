@@ -135,29 +135,53 @@ def _open_blocks(text: str, mask: bytearray, pos: int) -> list[int]:
 
 
 def _taken(text: str, mask: bytearray, brace: int) -> bool:
-    """True when the block opened at ``brace`` is still open at the end of ``text``, or is the body of an
-    ``if`` whose condition evaluates true (literals and macros only: the command line's values are
-    literals by then)."""
-    from components.features.static.loops import Unknown, _close, evaluate
-
+    """True when the block opened at ``brace`` is still open at the end of ``text``, is the body of an
+    ``if`` whose condition evaluates true, or the ``else`` of one whose condition evaluates false
+    (literals and macros only: the command line's values are literals by then)."""
     if closing_brace(text, brace, mask) is None:
         return True
+    head = text[:brace].rstrip()
+    if re.search(r"\belse$", head):  # else { ... }: the if's block closes just before it
+        close = len(head[:-4].rstrip()) - 1
+        if close < 0 or text[close] != "}":
+            return False
+        opening = _opening(text, mask, close)
+        condition = None if opening is None else _if_condition(text, mask, opening)
+        return condition is False
+    return _if_condition(text, mask, brace) is True
+
+
+def _opening(text: str, mask: bytearray, close: int) -> int | None:
+    depth = 0
+    for k in range(close, -1, -1):
+        if mask[k]:
+            depth += (text[k] == "}") - (text[k] == "{")
+            if depth == 0:
+                return k
+    return None
+
+
+def _if_condition(text: str, mask: bytearray, brace: int) -> bool | None:
+    """The value of the condition of the ``if (...)`` whose block opens at ``brace``; None when it is no
+    ``if`` block or its condition does not evaluate."""
+    from components.features.static.loops import Unknown, _close, evaluate
+
     j = brace - 1
     while j >= 0 and text[j].isspace():
         j -= 1
     if j < 0 or text[j] != ")":
-        return False
+        return None
     depth = 0
     for k in range(j, -1, -1):
         depth += (text[k] == ")") - (text[k] == "(")
         if depth == 0:
             break
     if not re.search(r"\bif\s*$", text[max(0, k - 8) : k]) or _close(text, mask, k, "(", ")") != j:
-        return False
+        return None
     try:
         return bool(evaluate(text[k + 1 : j], {}, {}))
     except (Unknown, ValueError, ArithmeticError, RecursionError):
-        return False
+        return None
 
 
 def array_events(text: str) -> list[tuple[int, str, str]]:
