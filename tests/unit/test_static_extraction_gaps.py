@@ -60,3 +60,20 @@ def test_the_source_compiles_with_nvrtc_and_its_kernel_is_analysed():
     cub += "if (!threadIdx.x) x[0] = s; }\n"
     report = analyze_source(SOURCE + cub, name="t.cu", use_cache=False)
     assert sorted(k.short_name for k in report.kernels) == ["k", "r"]
+
+
+def test_host_prototypes_pull_no_host_type_in_and_unused_aliases_go():
+    from components.features.static.analyze import analyze_source
+    from components.features.static.source import prepare_source
+
+    source = """
+struct Option { std::string inputFile; int threshold; };
+void checkOption(int argc, char **argv, Option &option);
+typedef high_resolution_clock myclock;
+typedef float real;
+__global__ void k(real* x, int n) { x[threadIdx.x] = n; }
+"""
+    text = prepare_source(source).text
+    assert "std::string" not in text and "checkOption" not in text and "myclock" not in text
+    assert "typedef float real;" in text  # an alias the kernel names stays
+    assert [kern.short_name for kern in analyze_source(source, name="t.cu", use_cache=False).kernels] == ["k"]

@@ -159,6 +159,14 @@ _HOST_ONLY = re.compile(
     r"|\b(?:malloc|free|fopen|fprintf|printf_s|exit|s?rand|strlen|sprintf|atoi|atof|strcmp|strcpy"
     r"|strncpy|perror|gettimeofday|memcpy|memset)\s*\("
 )
+# typedef ... NAME;  /  using NAME = ...;  (not a typedef of a function pointer, whose name is in parentheses)
+_TYPEDEF_RE = re.compile(
+    r"^\s*typedef\b[^;()]*?\b([A-Za-z_]\w*)\s*;\s*$|^\s*using\s+([A-Za-z_]\w*)\s*=[^;]*;\s*$"
+)
+# a host function prototype: a name, its parameters, ';' -- no __device__/__global__, no initialiser
+_HOST_PROTOTYPE_RE = re.compile(
+    r"^(?![^(]*__(?:device|global|host)__)[^=(;]*\b[A-Za-z_]\w*\s*\([^;]*\)\s*(?:const\s*)?;\s*$"
+)
 _KEYWORDS_NOT_NAMES = {
     "if",
     "for",
@@ -413,10 +421,23 @@ def extract_device_code(text: str, prepared: PreparedSource) -> str:
             r"\bstd\s*::|\b(FILE|cudaStream_t|cudaEvent_t|cublasHandle_t)\b", head
         ):
             keep[idx] = False  # host-only globals and prototypes that NVRTC cannot parse
+        elif seg.kind == "decl" and (alias := _TYPEDEF_RE.match(head)):
+            # a type alias is kept when kept code names it (epistasis: typedef high_resolution_clock myclock)
+            keep[idx] = False
+            candidates[idx] = alias.group(1) or alias.group(2)
+    # host prototypes (void f(Option &o);) name types but use nothing: they pull no type in, and go when
+    # a type they name stays out (deredundancy's Option holds std::string)
+    prototypes = {
+        k for k, s in enumerate(segments) if keep[k] and s.kind == "decl" and _HOST_PROTOTYPE_RE.match(s.head)
+    }
     # Pull in unannotated helpers referenced by kept code (fixpoint over the call graph).
     used = (
         set().union(
-            *(_identifiers(_code_only(text, mask, s.start, s.end)) for k, s in enumerate(segments) if keep[k])
+            *(
+                _identifiers(_code_only(text, mask, s.start, s.end))
+                for k, s in enumerate(segments)
+                if keep[k] and k not in prototypes
+            )
         )
         if segments
         else set()
@@ -430,6 +451,10 @@ def extract_device_code(text: str, prepared: PreparedSource) -> str:
                 used |= _identifiers(_code_only(text, mask, segments[idx].start, segments[idx].end))
                 del candidates[idx]
                 changed = True
+    left_out = set(candidates.values())
+    for k in prototypes:
+        if _identifiers(segments[k].head) & left_out:
+            keep[k] = False
     prepared.dropped_functions = sorted(
         {segments[k].name for k in range(len(segments)) if not keep[k] and segments[k].kind == "func"}
     )
