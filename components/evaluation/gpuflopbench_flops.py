@@ -25,6 +25,7 @@ from typing import Any
 _ARGV_RE = re.compile(
     r"\b(?:std\s*::\s*)?(?:atoi|atol|atoll|atof|stoi|stol|stoul|strtol|strtoul)\s*\(\s*argv\s*\[\s*(\d+)\s*\][^)]*\)"
 )
+_STRCMP_RE = re.compile(r'\bstrcmp\s*\(\s*argv\s*\[\s*(\d+)\s*\]\s*,\s*"([^"\\]*)"\s*\)')
 _LAUNCH_CALL = r"\b{name}\s*(?:<[^;]*?>)?\s*<<<[^;]*?>>>\s*\("
 
 
@@ -45,7 +46,14 @@ def host_args(text: str, kernel: str, exe_args: list[str]) -> dict[str, float]:
         k = int(m.group(1))
         return exe_args[k - 1] if 0 < k <= len(exe_args) else m.group(0)
 
-    host = apply_getopt(_ARGV_RE.sub(argv, text), exe_args)  # getopt options as recorded, too
+    def compare(m: re.Match[str]) -> str:  # strcmp(argv[1], "r") on the recorded argument: 0 when equal
+        k = int(m.group(1))
+        return str(int(exe_args[k - 1] != m.group(2))) if 0 < k <= len(exe_args) else m.group(0)
+
+    host = _STRCMP_RE.sub(compare, _ARGV_RE.sub(argv, text))
+    host = apply_getopt(host, exe_args)  # getopt options as recorded, too
+    # the recorded command line's argument count: ``if (argc == 3) { n = atoi(argv[1]); }`` is taken
+    host = re.sub(r"\bargc\b", str(len(exe_args) + 1), host)
     site = re.search(_LAUNCH_CALL.format(name=re.escape(kernel)), host)
     if site is None:
         return {}
@@ -149,7 +157,7 @@ def score_flops(root: Path, limit_programs: int = 40) -> dict[str, Any]:
         row: dict[str, Any] = {"program": r["targetName"], "kernel": kernel, "profiled_flops": profiled}
         instance = _instance(r["Kernel Name"])
         for label, args in (("args", host_args(text, kernel, r["exeArgs"].split())), ("no_args", {})):
-            answer = None
+            answer, error = None, None
             # the profiled template instance (bilateralFilter<3>) when the source instantiates it, else
             # every kernel of that name
             for name in dict.fromkeys(n for n in (instance, kernel) if n):
@@ -158,13 +166,16 @@ def score_flops(root: Path, limit_programs: int = 40) -> dict[str, Any]:
                         text, "cuda", {**launch, "kernel": name, "args": args}, None, [spec], None
                     )
                     break
-                except (ProgramError, ValueError):
+                except (ProgramError, ValueError) as exc:
+                    error = str(exc)
                     continue
             if answer is None:
                 row[label] = None
+                row[f"{label}_error"] = error  # why it did not compile or analyse (the failures by reason)
                 continue
             row[label] = _fp32_fp64_flops(answer)
             row[f"{label}_us"] = answer["duration_us"]
+            row[f"{label}_note"] = answer["note"]
             row[f"{label}_known"] = (
                 "trip counts from the source" in answer["note"] or "no loops" in answer["note"]
             )

@@ -184,6 +184,10 @@ def test_thread_index_guards_give_the_share_of_threads_that_work() -> None:
     assert thread_guard(GUARDED, "scale", Known({}, {}, (8, 1, 1), (256, 1, 1))) is None  # n not given
     share, _ = thread_guard(GUARDED_2D, "fill", Known({}, {"w": 100, "h": 10}, (8, 4, 1), (16, 16, 1)))
     assert share == pytest.approx((100 / 128) * (10 / 64))
+    # lower bounds too, and an axis bounded on both sides (gpuFLOPBench frechet's 1-based indices)
+    both = GUARDED_2D.replace("if (idx < w && idy < h)", "if (idy >= 1 && idy <= h && idx >= 1 && idx <= w)")
+    share, _ = thread_guard(both, "fill", Known({}, {"w": 4, "h": 4}, (1, 1, 1), (16, 16, 1)))
+    assert share == pytest.approx((4 / 16) * (4 / 16))
 
 
 def test_guarded_threads_do_no_work(h100: object, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

@@ -166,22 +166,27 @@ def thread_guard(text: str, name: str, known: Known) -> tuple[float, str] | None
     env: dict[str, float] = {**known.args}
     macros = file_macros(text, known.defines)
     dims = _thread_indices(text[lo + 1 : lo + m.start()])
-    share, seen = 1.0, set()
+    # per axis, the passing indices [low, high): upper bounds (i < n) and lower ones (i >= 1) both
+    # (gpuFLOPBench frechet: if (j >= 1 && j <= n_2 && i >= 1 && i <= n_1))
+    ranges: dict[str, list[float]] = {}
     for clause in clauses:
         c = re.match(r"^\s*\(?\s*([A-Za-z_]\w*)\s*(>=|>|<=|<)\s*(.+?)\s*\)?\s*$", clause)
-        if not c or c.group(1) not in dims or dims[c.group(1)] in seen:
+        if not c or c.group(1) not in dims:
             return None
         op = c.group(2)
-        if (op in (">=", ">")) != exits:
-            return None
         try:
             bound = evaluate(c.group(3), dict(env), macros) + (1 if op in (">", "<=") else 0)
         except (Unknown, ValueError, OverflowError, ZeroDivisionError):
             return None
         axis = dims[c.group(1)]
-        seen.add(axis)
         i = "xyz".index(axis)
-        share *= min(1.0, max(bound, 0) / (known.grid[i] * known.block[i]))
+        low_high = ranges.setdefault(axis, [0.0, float(known.grid[i] * known.block[i])])
+        upper = (op in (">=", ">")) == exits  # passing threads lie below the bound
+        low_high[1 if upper else 0] = min(low_high[1], bound) if upper else max(low_high[0], bound)
+    share = 1.0
+    for axis, (low, high) in ranges.items():
+        i = "xyz".index(axis)
+        share *= min(1.0, max(high - low, 0) / (known.grid[i] * known.block[i]))
     return share, " ".join(text[lo + m.start() : close + 1].split())
 
 

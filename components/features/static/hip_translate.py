@@ -87,11 +87,12 @@ def cuda_to_hip(
     Host code is dropped as for NVRTC (static.source); template kernels launched in host code are
     instantiated by taking their address (``name<args>``), which makes clang emit them.
     """
-    from components.features.static.source import PRELUDE, prepare_source
+    from components.features.static.source import LEGACY_SHUFFLE_SHIM, PRELUDE, STD_INT_SHIM, prepare_source
 
     name = str(path) if path else "question.cu"
     prepared = prepare_source(source, path, include_dirs, dict(defines or {}))
-    text = prepared.text.removeprefix(PRELUDE)
+    # NVRTC's stand-ins are not HIP's: it has the mask-less shuffles and <cstdint> itself
+    text = prepared.text.removeprefix(PRELUDE).replace(LEGACY_SHUFFLE_SHIM, "").replace(STD_INT_SHIM, "")
     why = untranslatable_reason(text)
     if why:
         raise CompileError(name, why, "no HIP translation")

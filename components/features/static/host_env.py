@@ -72,17 +72,24 @@ def host_locals(
     macros: dict[str, str],
     env: dict[str, float] | None = None,
     structs: dict[str, list[str]] | None = None,
+    assignments: bool = False,
 ) -> dict[str, float]:
     """Integer locals of host code in textual order (scopes ignored), those that evaluate (with ``env``:
     values known before the text, e.g. a host helper's parameters), and the fields of plain structs it
-    sets (``p__k`` for ``p.k``; ``structs``, static.host_structs, default: those ``text`` defines)."""
+    sets (``p__k`` for ``p.k``; ``structs``, static.host_structs, default: those ``text`` defines). With
+    ``assignments``, also plain assignments to declared integers and constant arrays' elements
+    (static.host_assign)."""
+    from components.features.static.host_assign import array_events, assignment_events
     from components.features.static.host_structs import struct_events, struct_fields
 
     env = dict(env or {})
     types = "|".join(re.escape(t) for t in enum_types(text))  # an enum local holds its enumerator's value
     pattern = re.compile(_LOCAL_RE.pattern.replace("|auto)", f"|auto{'|' + types if types else ''})"))
-    events = [(m.start(), m.group(1), m.group(2)) for m in pattern.finditer(text)]
+    # int a = 1, b = 2;  a's initialiser is its first expression (b's is an assignment event)
+    events = [(m.start(), m.group(1), (split_args(m.group(2)) or [""])[0]) for m in pattern.finditer(text)]
     events += struct_events(text, struct_fields(text) if structs is None else structs)
+    if assignments:
+        events += assignment_events(text) + array_events(text)
     for _, name, expr in sorted(events, key=lambda e: e[0]):
         try:
             env[name] = evaluate(expr, dict(env), macros)
@@ -104,7 +111,9 @@ def env_at(text: str, pos: int, macros: dict[str, str], depth: int = 0) -> dict[
     from components.features.static.host_structs import struct_fields
 
     structs = struct_fields(text)
-    env = host_locals(text[:pos], macros, structs=structs)  # the plain textual reading: locals above
+    env = host_locals(
+        text[:pos], macros, structs=structs, assignments=True
+    )  # the plain textual reading: locals above
     fn = next((f for f in host_functions(text) if f.body < pos < f.end), None)
     if fn is None or depth >= MAX_DEPTH:
         return env
@@ -121,7 +130,7 @@ def env_at(text: str, pos: int, macros: dict[str, str], depth: int = 0) -> dict[
                 env[name] = evaluate(expr, dict(caller), macros)
             except _ERRORS:
                 env.pop(name, None)
-    env.update(host_locals(text[fn.body + 1 : pos], macros, dict(env), structs))
+    env.update(host_locals(text[fn.body + 1 : pos], macros, dict(env), structs, assignments=True))
     return env
 
 

@@ -20,6 +20,7 @@ import re
 from dataclasses import dataclass, field
 
 from components.common.braces import closing_brace
+from components.features.static.c_expr import conditionals, expand_calls, function_macros
 from components.features.static.enums import enum_constants
 from components.features.static.source import code_mask
 from components.features.static.templates import split_args as _split_args
@@ -107,6 +108,7 @@ def _ends_do_while(text: str, mask: bytearray, pos: int) -> bool:
 
 
 def _c_to_python(expr: str) -> str:
+    expr = " ".join(expr.replace("\\\n", " ").split())  # a statement over several lines is one expression
     expr = re.sub(r"static_cast\s*<[^<>]*>", "", expr)
     expr = re.sub(
         r"\bsizeof\s*\(\s*(\w+)\s*\)", lambda m: str(_SIZEOF.get(m.group(1), f"sizeof_{m.group(1)}")), expr
@@ -122,18 +124,14 @@ def _c_to_python(expr: str) -> str:
         expr,
     )
     expr = expr.replace("&&", " and ").replace("||", " or ").replace("!", " not ").replace(" not =", "!=")
-    if expr.count("?") == 1 and expr.replace("::", "").count(":") == 1:  # one conditional: c ? a : b
-        test, _, rest = expr.partition("?")
-        then, _, other = rest.partition(":")
-        expr = f"({then}) if ({test}) else ({other})"
-    return expr
+    return conditionals(expr)  # c ? a : b, nested and inside parentheses too
 
 
 def evaluate(expr: str, env: dict[str, float], macros: dict[str, str] | None = None, depth: int = 0) -> float:
     """Value of a C integer expression under ``env`` (macros expanded on demand); Unknown if it
     names a value not known, ValueError if it is not an expression this evaluator reads."""
     try:
-        tree = ast.parse(_c_to_python(expr).strip(), mode="eval")
+        tree = ast.parse(_c_to_python(expand_calls(expr, macros or {})).strip(), mode="eval")
     except SyntaxError:
         raise ValueError(f"cannot read {expr!r}") from None
     return _eval(tree.body, env, macros or {}, depth)
@@ -153,6 +151,8 @@ def _eval(node: ast.AST, env: dict[str, float], macros: dict[str, str], depth: i
             env[node.id] = evaluate(macros[node.id], env, macros, depth + 1)
             return env[node.id]
         raise Unknown([node.id.replace("__", ".")])  # a struct member (p__k) as the source names it
+    if isinstance(node, ast.Subscript) and isinstance(node.value, ast.Name):
+        return _element(node, env, macros, depth)
     if isinstance(node, ast.UnaryOp) and isinstance(node.op, ast.USub | ast.UAdd | ast.Invert):
         v = _eval(node.operand, env, macros, depth)
         return -v if isinstance(node.op, ast.USub) else (~int(v) if isinstance(node.op, ast.Invert) else v)
@@ -172,6 +172,19 @@ def _eval(node: ast.AST, env: dict[str, float], macros: dict[str, str], depth: i
             raise ValueError("unsupported call")
         return _UNARY[node.func.id](value)
     raise ValueError("unsupported expression")
+
+
+def _element(node: ast.Subscript, env: dict[str, float], macros: dict[str, str], depth: int) -> float:
+    """``a[i]`` of a constant array whose elements ``env`` holds as ``a[0]``, ``a[1]`` ... (the host's braced
+    initialisers, static.host_assign); an array the question does not know is no expression read here."""
+    name = node.value.id  # type: ignore[attr-defined]
+    if not any(k.startswith(name + "[") for k in env):
+        raise ValueError(f"array {name} not known")
+    (index,) = _eval_all([node.slice], env, macros, depth)
+    key = f"{name}[{int(index)}]"
+    if key not in env:
+        raise Unknown([key])
+    return env[key]
 
 
 # One-argument math and functional casts a size may be computed with: (int)sqrtf(float(kernels_size)).
@@ -227,8 +240,12 @@ def _binop(node: ast.BinOp, env: dict[str, float], macros: dict[str, str], depth
 def file_macros(text: str, defines: dict[str, str]) -> dict[str, str]:
     """Object-like ``#define`` macros of the source, then file-scope integer constants; the user's
     ``--define`` values win (the source's ``#ifndef N`` defaults yield to them)."""
-    macros = {name: value.split("//")[0].strip() for name, value in _DEFINE_RE.findall(text)}
+    macros = {  # a value's trailing comment (// or /* */) is no part of it
+        name: re.sub(r"/\*.*?(\*/|$)", " ", value.split("//")[0]).strip()
+        for name, value in _DEFINE_RE.findall(text)
+    }
     macros = {k: v for k, v in macros.items() if v and "(" not in k}
+    macros.update(function_macros(text))  # MIN(a,b) -> its body (static.c_expr)
     for name, value in _CONST_RE.findall(text):
         macros.setdefault(name, value.strip())
     for name, value in enum_constants(text).items():

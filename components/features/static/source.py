@@ -37,10 +37,49 @@ DEVICE_HEADER_PATTERNS: tuple[str, ...] = (
     r"curand_mtgp32_kernel\.h",
 )
 _DEVICE_HEADER_RE = re.compile("^(" + "|".join(DEVICE_HEADER_PATTERNS) + ")$")
+# Umbrella headers NVRTC refuses (cub.cuh: "#error ... not supported when compiling with NVRTC") -> the
+# device-side headers they gather, which NVRTC compiles (kernels use the block- and warp-level parts).
+UMBRELLA_HEADERS: dict[str, tuple[str, ...]] = {
+    "cub/cub.cuh": tuple(
+        f"cub/{h}.cuh"
+        for h in (
+            "block/block_reduce",
+            "block/block_scan",
+            "block/block_load",
+            "block/block_store",
+            "block/block_radix_sort",
+            "warp/warp_reduce",
+            "warp/warp_scan",
+        )
+    ),
+}
 
 # Stand-in for the C headers kernels lean on. Guarded so a later real definition still wins.
 # std::numeric_limits in device code: <limits> is a host header NVRTC lacks; libcu++ has the same template.
 LIMITS_SHIM = "#include <cuda/std/limits>\nnamespace std { using cuda::std::numeric_limits; }\n"
+# The warp shuffles without a mask (removed in CUDA 9 for Volta and later; NVRTC no longer declares them),
+# as their full-warp _sync forms: what programs written for them (bm3d's __shfl_down) mean.
+LEGACY_SHUFFLE_SHIM = "".join(
+    f"#ifndef {n}\n#define {n}(v, ...) {n}_sync(0xffffffffu, v, __VA_ARGS__)\n#endif\n"
+    for n in ("__shfl", "__shfl_up", "__shfl_down", "__shfl_xor")
+)
+_LEGACY_SHUFFLE_RE = re.compile(r"\b__shfl(?:_up|_down|_xor)?\s*\(")
+# a program's own overload (dpid: float4 __shfl_down(const float4 var, ...)): then no shim
+_OWN_SHUFFLE_RE = re.compile(r"\b(?!return\b)[A-Za-z_]\w*[\s*&]+__shfl(?:_up|_down|_xor)?\s*\(")
+
+
+def _legacy_shuffles(device: str) -> bool:
+    """The device code calls the mask-less shuffles and defines none of its own."""
+    return bool(_LEGACY_SHUFFLE_RE.search(device)) and not _OWN_SHUFFLE_RE.search(device)
+
+
+# std::uint8_t and friends (<cstdint>, a host header NVRTC lacks): the prelude's typedefs in namespace std.
+STD_INT_SHIM = (
+    "namespace std { "
+    + " ".join(f"using ::{t};" for t in ("int8_t", "uint8_t", "int16_t", "uint16_t", "int32_t", "uint32_t"))
+    + " using ::int64_t; using ::uint64_t; }\n"
+)
+_STD_INT_RE = re.compile(r"\bstd\s*::\s*u?int(?:8|16|32|64)_t\b")
 PRELUDE = r"""
 /* kernelcast static-analysis prelude: replaces host-only system headers */
 typedef signed char int8_t; typedef unsigned char uint8_t;
@@ -120,6 +159,14 @@ _HOST_ONLY = re.compile(
     r"|\b(?:malloc|free|fopen|fprintf|printf_s|exit|s?rand|strlen|sprintf|atoi|atof|strcmp|strcpy"
     r"|strncpy|perror|gettimeofday|memcpy|memset)\s*\("
 )
+# typedef ... NAME;  /  using NAME = ...;  (not a typedef of a function pointer, whose name is in parentheses)
+_TYPEDEF_RE = re.compile(
+    r"^\s*typedef\b[^;()]*?\b([A-Za-z_]\w*)\s*;\s*$|^\s*using\s+([A-Za-z_]\w*)\s*=[^;]*;\s*$"
+)
+# a host function prototype: a name, its parameters, ';' -- no __device__/__global__, no initialiser
+_HOST_PROTOTYPE_RE = re.compile(
+    r"^(?![^(]*__(?:device|global|host)__)[^=(;]*\b[A-Za-z_]\w*\s*\([^;]*\)\s*(?:const\s*)?;\s*$"
+)
 _KEYWORDS_NOT_NAMES = {
     "if",
     "for",
@@ -180,10 +227,14 @@ def inline_includes(
                     body = candidate.read_text(errors="replace")
                     inner = inline_includes(body, candidate.parent, include_dirs, prepared, seen)
                     return f"/* kc: begin {name} */\n{inner}\n/* kc: end {name} */"
+            if name in UMBRELLA_HEADERS:
+                return "\n".join(f"#include <{h}>" for h in UMBRELLA_HEADERS[name])
             if is_device_header(name):  # e.g. #include "cuda_fp16.h"
                 return f"#include <{name}>"
             prepared.missing_includes.append(name)
             return f"/* kc: missing include {name} */"
+        if name in UMBRELLA_HEADERS:
+            return "\n".join(f"#include <{h}>" for h in UMBRELLA_HEADERS[name])
         if is_device_header(name):
             return match.group(0)
         prepared.dropped_includes.append(name)
@@ -299,7 +350,9 @@ def _split_top_level(text: str, mask: bytearray, start: int, end: int, out: list
             if (
                 re.match(r"^(inline\s+)?namespace\b[^=]*$", stripped)
                 or re.match(r'^extern\s+"C"\s*$', stripped)
-                or (stripped.startswith("extern") and '"C' in head[:40] + text[seg_start:i])
+                # an extern "C" block: the head is the word alone once the "C" literal is masked (an
+                # ``extern "C" void run(...) {`` is a host function, not a block: bm3d's launchers)
+                or (stripped == "extern" and '"C' in text[seg_start:i])
             ):
                 out.append(_Segment(seg_start, i + 1, "open", head))
                 _split_top_level(text, mask, i + 1, close, out)
@@ -368,10 +421,23 @@ def extract_device_code(text: str, prepared: PreparedSource) -> str:
             r"\bstd\s*::|\b(FILE|cudaStream_t|cudaEvent_t|cublasHandle_t)\b", head
         ):
             keep[idx] = False  # host-only globals and prototypes that NVRTC cannot parse
+        elif seg.kind == "decl" and (alias := _TYPEDEF_RE.match(head)):
+            # a type alias is kept when kept code names it (epistasis: typedef high_resolution_clock myclock)
+            keep[idx] = False
+            candidates[idx] = alias.group(1) or alias.group(2)
+    # host prototypes (void f(Option &o);) name types but use nothing: they pull no type in, and go when
+    # a type they name stays out (deredundancy's Option holds std::string)
+    prototypes = {
+        k for k, s in enumerate(segments) if keep[k] and s.kind == "decl" and _HOST_PROTOTYPE_RE.match(s.head)
+    }
     # Pull in unannotated helpers referenced by kept code (fixpoint over the call graph).
     used = (
         set().union(
-            *(_identifiers(_code_only(text, mask, s.start, s.end)) for k, s in enumerate(segments) if keep[k])
+            *(
+                _identifiers(_code_only(text, mask, s.start, s.end))
+                for k, s in enumerate(segments)
+                if keep[k] and k not in prototypes
+            )
         )
         if segments
         else set()
@@ -385,6 +451,10 @@ def extract_device_code(text: str, prepared: PreparedSource) -> str:
                 used |= _identifiers(_code_only(text, mask, segments[idx].start, segments[idx].end))
                 del candidates[idx]
                 changed = True
+    left_out = set(candidates.values())
+    for k in prototypes:
+        if _identifiers(segments[k].head) & left_out:
+            keep[k] = False
     prepared.dropped_functions = sorted(
         {segments[k].name for k in range(len(segments)) if not keep[k] and segments[k].kind == "func"}
     )
@@ -467,5 +537,10 @@ def prepare_source(
         prepared.name_expressions = resolve_launches(inlined, device)
     except (RecursionError, ValueError, IndexError):  # a launch site too odd to rewrite: take it verbatim
         prepared.name_expressions = template_launches(inlined, device)
-    prepared.text = PRELUDE + (LIMITS_SHIM if "numeric_limits" in device else "") + "#line 1\n" + device
+    shims = (
+        (LIMITS_SHIM if "numeric_limits" in device else "")
+        + (LEGACY_SHUFFLE_SHIM if _legacy_shuffles(device) else "")
+        + (STD_INT_SHIM if _STD_INT_RE.search(device) else "")
+    )
+    prepared.text = PRELUDE + shims + "#line 1\n" + device
     return prepared
