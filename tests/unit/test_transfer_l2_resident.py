@@ -35,19 +35,8 @@ def resident_gemm(catalog, capacity: float | None) -> pd.DataFrame:
     for device in GPUS:
         roof = physics.roofline("gemm", "bf16", shape, catalog.get(device))
         latency = (effective_us(roof, catalog.get(device), capacity) + FLOOR_US) / 0.8
-        frames.append(
-            pd.DataFrame(
-                {
-                    "device_id": device,
-                    "dtype": "bf16",
-                    **shape,
-                    "latency_us": latency,
-                    "n_repeats": 1,
-                    "latency_min_us": latency,
-                    "latency_max_us": latency,
-                }
-            )
-        )
+        repeats = {"n_repeats": 1, "latency_min_us": latency, "latency_max_us": latency, "dtype": "bf16"}
+        frames.append(pd.DataFrame(shape).assign(device_id=device, latency_us=latency, **repeats))
     return pd.concat(frames, ignore_index=True)
 
 
