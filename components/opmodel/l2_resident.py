@@ -58,14 +58,28 @@ def l2_bandwidth_bps(spec: Any) -> float | None:
     return float(sms) * float(clock) * 1e6 * rate if rate else None
 
 
+def reads_l2(spec: Any) -> bool:
+    """The GPU's L2 is known to outrun its DRAM (its size and bandwidth known, the bandwidth above the
+    DRAM's). An estimate at or below the DRAM's says the estimate is wrong for that part (B200 from the
+    workstation Blackwell parts' bytes per clock: 4.4 TB/s beside 8 TB/s of HBM3e), not that its L2 is
+    slow."""
+    l2_bps, dram = l2_bandwidth_bps(spec), getattr(spec, "dram_gbps", None)
+    return bool(l2_bps and getattr(spec, "l2_mb", None) and dram and l2_bps > float(dram) * 1e9)
+
+
+def pair_capacity(capacity: float | None, specs: tuple[Any, Any]) -> float | None:
+    """The capacity a carry between two GPUs reads: the L2 on both sides or on neither (a GPU whose L2 is not
+    known to outrun its DRAM carries as before, by the DRAM on both sides, whatever its relative's L2)."""
+    return capacity if capacity and all(reads_l2(s) for s in specs) else None
+
+
 def effective_us(roof: physics.Roofline, spec: Any, capacity: float | None) -> np.ndarray:
     """The roofline time with its memory side served from the L2 for the share of the working set the L2 holds
     (``capacity`` x its size); the roofline time itself without a capacity, an L2 size or an L2 bandwidth."""
-    l2_bps = l2_bandwidth_bps(spec) if capacity else None
-    l2_mb = getattr(spec, "l2_mb", None)
-    if not l2_bps or not l2_mb or not roof.peak_bps or l2_bps <= roof.peak_bps:
+    if not capacity or not reads_l2(spec) or not roof.peak_bps:
         return roof.time_us
-    held = capacity * float(l2_mb) * 1e6
+    l2_bps = float(l2_bandwidth_bps(spec))
+    held = capacity * float(spec.l2_mb) * 1e6
     work = np.maximum(np.asarray(roof.dram_bytes, dtype="float64"), 1.0)
     share = np.minimum(1.0, held / work)
     memory = work * (share / l2_bps + (1.0 - share) / roof.peak_bps) * 1e6
@@ -86,7 +100,8 @@ def carry_times(
     from components.opmodel.transfer import identical_pipe
 
     (roof_x, roof_y), (spec, other) = roofs, specs
-    eff_x, eff_y = effective_us(roof_x, spec, l2_capacity), effective_us(roof_y, other, l2_capacity)
+    capacity = pair_capacity(l2_capacity, specs)
+    eff_x, eff_y = effective_us(roof_x, spec, capacity), effective_us(roof_y, other, capacity)
     by_ratio = t_y * (eff_x + floors[0]) / (eff_y + floors[1])
     same = identical_pipe(spec, other, roof_x, roof_y) & twins
     # a twin: only the roofline time differs (DRAM), its time beyond the roofline (fixed costs, waves,
@@ -103,7 +118,8 @@ def choose_capacity(
 ) -> tuple[float | None, dict[str, float]]:
     """The usable L2 share with the lowest mean per-GPU MAPE when each training GPU is answered from its
     nearest other training GPU by plain physics (the roofline ratio with the floors) with the L2 on both
-    sides, and the scores (``"none"`` and each figure of ``CAPACITY_GRID``). None wins ties."""
+    sides (``pair_capacity``), and the scores (``"none"`` and each figure of ``CAPACITY_GRID``). None wins
+    ties."""
     from components.opmodel.spec import regime
 
     allowed = set(train)
@@ -123,7 +139,8 @@ def choose_capacity(
     for capacity in (None, *CAPACITY_GRID):
         per_gpu: dict[str, list[np.ndarray]] = {}
         for target, actual, own, roofs, floors, pair in pieces:
-            base = [effective_us(r, s, capacity) + f for r, s, f in zip(roofs, pair, floors, strict=True)]
+            both = pair_capacity(capacity, pair)
+            base = [effective_us(r, s, both) + f for r, s, f in zip(roofs, pair, floors, strict=True)]
             ape = np.abs(own * base[0] / base[1] / actual - 1.0)
             per_gpu.setdefault(target, []).append(ape[np.isfinite(ape)])
         means = [float(np.mean(np.concatenate(v))) for v in per_gpu.values() if sum(map(len, v))]

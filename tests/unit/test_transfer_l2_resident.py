@@ -63,6 +63,25 @@ def test_a_working_set_the_l2_holds_is_read_at_the_l2_bandwidth(catalog) -> None
     np.testing.assert_array_equal(effective_us(roof_amd, mi308x, 1.0), roof_amd.time_us)
 
 
+def test_a_carry_reads_the_l2_on_both_gpus_or_on_neither(catalog) -> None:
+    """B200 (no published L2 bandwidth; Blackwell's published parts' bytes per clock give less than its
+    DRAM) from H100 (its L2 known): carried by the DRAM on both sides, as without the L2; L40S from H100 by
+    the L2 on both."""
+    from components.opmodel.l2_resident import carry_times, pair_capacity, reads_l2
+    from components.physics import roofline as physics
+
+    h100, b200, l40s = catalog.get("h100-sxm"), catalog.get("b200"), catalog.get("l40s")
+    assert reads_l2(h100) and reads_l2(l40s) and not reads_l2(b200)
+    assert pair_capacity(0.5, (b200, h100)) is None and pair_capacity(0.5, (l40s, h100)) == 0.5
+    shape = {"M": np.array([1.0, 16.0]), "N": np.array([4096.0, 4096.0]), "K": np.array([4096.0, 4096.0])}
+    t_y = np.array([20.0, 25.0])
+    for asked, moved in ((b200, False), (l40s, True)):
+        roofs = tuple(physics.roofline("gemm", "bf16", shape, s) for s in (asked, h100))
+        with_l2 = carry_times(t_y, roofs, (asked, h100), (3.0, 3.0), 0.5)[0]
+        without = carry_times(t_y, roofs, (asked, h100), (3.0, 3.0), None)[0]
+        assert (not np.allclose(with_l2, without)) == moved
+
+
 def test_the_usable_l2_share_is_chosen_on_training_gpus_and_carries_l40s_from_h100(catalog, tmp_path) -> None:
     from components.opmodel.measured import MeasuredTier
     from components.opmodel.transfer import TransferModel, TransferSettings, TransferTier
