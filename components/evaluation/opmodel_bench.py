@@ -174,6 +174,8 @@ def unseen_gpu(
                 "near": {f: vars(s) for f, s in transfer_model.near_settings.items()},
                 "far": transfer_model.far,
                 "inconsistent": transfer_model.inconsistent,
+                "l2_capacity": transfer_model.l2_capacity,
+                "l2_scores": transfer_model.meta.get("l2_scores"),
             }
         else:
             results.extend(score_held_gpu(model, store, held, specs[held], test_per_group))

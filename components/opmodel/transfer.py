@@ -26,6 +26,7 @@ from typing import Any
 import numpy as np
 
 from components.common.lazy import lazy_module
+from components.opmodel import l2_resident
 from components.physics import roofline as physics
 
 # pandas loads where a table is built from rows: a question answered from saved tables needs none of it
@@ -129,6 +130,9 @@ class TransferModel:
     # standing's are ``settings``: one choice for both let a blend that helps far GPUs (k = 3) dilute a near
     # relative's answer with other generations' kernels
     near_settings: dict[str, TransferSettings] = field(default_factory=dict)
+    # the usable share of the L2 for a kernel's working set (``l2_resident``): the carried ratio reads the
+    # memory side at the L2's bandwidth for the bytes the L2 holds, on both GPUs; None: DRAM only
+    l2_capacity: float | None = None
 
     def settings_of(self, family: str, near: bool = False) -> TransferSettings:
         """The family's settings for the asked GPU's standing in the regime (``near``: a relative of its
@@ -163,6 +167,7 @@ class TransferModel:
             "kin": self.kin,
             "floor_clock_mhz": self.floor_clock_mhz,
             "near_settings": {f: asdict(s) for f, s in self.near_settings.items()},
+            "l2_capacity": self.l2_capacity,
         }
         (Path(folder) / TRANSFER_FILE).write_text(json.dumps(data, indent=1, sort_keys=True))
 
@@ -185,6 +190,7 @@ class TransferModel:
             dict(data.get("kin", {})),
             None if data.get("floor_clock_mhz") is None else float(data["floor_clock_mhz"]),
             {f: TransferSettings.from_dict(s) for f, s in data.get("near_settings", {}).items()},
+            None if data.get("l2_capacity") is None else float(data["l2_capacity"]),
         )
 
 
@@ -344,6 +350,7 @@ class Carried:
     # the answer carried by the roofline ratio (a twin's ``duration_us`` keeps its time beyond the roofline
     # instead): the fit's statistics of how a ratio carry errs (relative errors, consistency, the correction)
     ratio_us: np.ndarray | None = None
+    own_us: np.ndarray | None = None  # the relative's own answer before the carry (the fit re-carries it)
 
     def by_ratio(self) -> np.ndarray:
         return self.duration_us if self.ratio_us is None else self.ratio_us
@@ -494,20 +501,17 @@ class TransferTier:
         numeric = {k: v for k, v in shape.items() if k in _shape_keys(family)}
         roof_y = physics.roofline(family, dtype, numeric, other, kv)
         t_y, exact, held = self.relative_answer(family, device, dtype, shape, roof_y, kv)
-        floor_x = self.model.floor_of(regime(family, dtype, spec), spec)
-        floor_y = self.model.floor_of(regime(family, dtype, other), other)
-        ratio = (roof_x.time_us + floor_x) / (roof_y.time_us + floor_y)
+        floors = (
+            self.model.floor_of(regime(family, dtype, spec), spec),
+            self.model.floor_of(regime(family, dtype, other), other),
+        )
         features = correction_features(roof_x, roof_y, spec, other)
-        same = identical_pipe(spec, other, roof_x, roof_y) & self.twins
-        duration = by_ratio = t_y * ratio
-        # a twin: only the roofline time differs (DRAM), its time beyond the roofline (fixed costs, waves,
-        # the kernel's own inefficiency) is the same kernel's on the same SMs: carried as is. On H100 <-> H200
-        # memory-bound GEMMs this errs less than the ratio with the floor (bf16 7.3 -> 5.0%, fp8 10.1 -> 7.3%
-        # from H200; 6.4 -> 5.5, 9.2 -> 8.1 from H100). A row faster than its roofline (L2-resident) keeps
-        # the ratio
-        beyond = same & (t_y >= roof_y.time_us)
-        duration = np.where(beyond, t_y + roof_x.time_us - roof_y.time_us, duration)
-        return Carried(device, distance, duration, exact, features, held, near(spec, other), same, by_ratio)
+        duration, by_ratio, same = l2_resident.carry_times(
+            t_y, (roof_x, roof_y), (spec, other), floors, self.model.l2_capacity, self.twins
+        )
+        return Carried(
+            device, distance, duration, exact, features, held, near(spec, other), same, by_ratio, t_y
+        )
 
     def resolve(
         self,

@@ -23,6 +23,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from components.opmodel.l2_resident import carry_times, choose_capacity
 from components.opmodel.transfer import (
     CURVE_FAMILIES,
     Carried,
@@ -483,6 +484,9 @@ def fit_transfer(
     for g in groups:  # a relative set apart in a regime answers nothing there, in the fit as in the engine
         apart = model.inconsistent.get(regime_key(g.family, g.regime, None), ())
         g.carried = [c for c in g.carried if c.device not in apart]
+    # the L2's usable share, chosen first: the other settings are chosen on answers carried with it
+    model.l2_capacity, l2_scores = choose_capacity(groups, train, specs, model)
+    recarry(groups, specs, model)
     model.relative_error = relative_errors(groups, set(train))
     scores = {}
     for family in TRANSFER_FAMILIES:
@@ -502,5 +506,30 @@ def fit_transfer(
     if spec_without is not None:
         model.far, model.kin = far_choice(groups, train, specs, model, spec_without, kin)
     model.achievable = achievable_peaks(store, specs, memo=memo)
-    model.meta = {"devices": train, "pair_rows": per_group, "inner_scores": scores}
+    model.meta = {"devices": train, "pair_rows": per_group, "inner_scores": scores, "l2_scores": l2_scores}
     return model
+
+
+def recarry(groups: list[PairGroup], specs: dict[str, Any], model: TransferModel) -> None:
+    """Every carried answer of ``groups`` (carried with the DRAM alone) carried again with the model's L2
+    capacity (in place; nothing to do without one)."""
+    from components.opmodel.spec import regime
+
+    if not model.l2_capacity:
+        return
+    for g in groups:
+        if g.shape is None:
+            continue
+        numeric = {k: v for k, v in g.shape.items() if k != "distribution"}
+        x = specs[g.target]
+        roof_x = physics.roofline(g.family, g.dtype, numeric, x, g.kv)
+        floor_x = model.floor_of(regime(g.family, g.dtype, x), x)
+        for c in g.carried:
+            y = specs.get(c.device)
+            if y is None or c.own_us is None:
+                continue
+            roof_y = physics.roofline(g.family, g.dtype, numeric, y, g.kv)
+            floors = (floor_x, model.floor_of(regime(g.family, g.dtype, y), y))
+            c.duration_us, c.ratio_us, _ = carry_times(
+                c.own_us, (roof_x, roof_y), (x, y), floors, model.l2_capacity
+            )
