@@ -15,9 +15,9 @@ counts the whole process (imports and the engine's build included).
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
+import sys
 import threading
 import time
 from pathlib import Path
@@ -90,15 +90,9 @@ def compare(ours: Path, report: Path) -> None:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("what", choices=("run", "compare"))
-    parser.add_argument("first", type=Path)
-    parser.add_argument("second", type=Path)
-    args = parser.parse_args()
-    if args.what == "run":
-        run(args.first, args.second)
-    else:
-        compare(args.first, args.second)
+    if len(sys.argv) != 4 or sys.argv[1] not in ("run", "compare"):
+        sys.exit(__doc__)
+    (run if sys.argv[1] == "run" else compare)(Path(sys.argv[2]), Path(sys.argv[3]))
 
 
 if __name__ == "__main__":
