@@ -7,6 +7,7 @@ one and the serving splits in another, side by side. Usage, from the project roo
 state folder holding the measured store and ``KERNELCAST_DATASETS_DIR`` the datasets::
 
     PYTHONPATH=. python benchmarks/gate_side_processes.py run PREDICTOR_DIR OUT.json
+    PYTHONPATH=. python benchmarks/gate_side_processes.py one PREDICTOR_DIR OUT.json  (before: one process)
     python benchmarks/gate_side_processes.py compare OUT.json GATE_REPORT.json
 
 The CPU of each side process is read from ``/proc`` while it runs (every second, its last reading), so it
@@ -37,15 +38,15 @@ def _cpu(pid: int) -> float | None:
 def _watch(side, seen: dict[int, float], stop: threading.Event) -> None:
     while not stop.is_set():
         for index, pool in enumerate(side._pools):
-            for pid in list(getattr(pool, "_processes", {}) or {}):
+            for pid in list(getattr(pool, "_processes", None) or {}):
                 cpu = _cpu(pid)
                 if cpu is not None:
                     seen[index] = cpu
         stop.wait(1.0)
 
 
-def run(predictor_dir: Path, out: Path) -> None:
-    from components.evaluation.report import _SideEntries
+def run(predictor_dir: Path, out: Path, one: bool = False) -> None:
+    from components.evaluation import report
     from components.models import load_predictor
     from components.platform.config import OPMODEL_SPLITS, SERVING_SPLITS, get_settings, load_params
     from components.platform.runtime import configure_environment
@@ -56,8 +57,11 @@ def run(predictor_dir: Path, out: Path) -> None:
     splits = read_policy(load_params(settings.params_file)).splits
     predictor = load_predictor(predictor_dir)
     canonical = settings.data_dir / "canonical"
+    if one:  # the side entries before: every one in turn in a single spawned process
+        pool = report._spawned_pool()
+        report._spawned_pool = lambda: pool
     started = time.perf_counter()
-    side = _SideEntries(
+    side = report._SideEntries(
         [s for s in splits if s in OPMODEL_SPLITS],
         canonical,
         [s for s in splits if s in SERVING_SPLITS],
@@ -90,9 +94,13 @@ def compare(ours: Path, report: Path) -> None:
 
 
 def main() -> None:
-    if len(sys.argv) != 4 or sys.argv[1] not in ("run", "compare"):
+    if len(sys.argv) != 4 or sys.argv[1] not in ("run", "one", "compare"):
         sys.exit(__doc__)
-    (run if sys.argv[1] == "run" else compare)(Path(sys.argv[2]), Path(sys.argv[3]))
+    first, second = Path(sys.argv[2]), Path(sys.argv[3])
+    if sys.argv[1] == "compare":
+        compare(first, second)
+    else:
+        run(first, second, one=sys.argv[1] == "one")
 
 
 if __name__ == "__main__":
