@@ -218,25 +218,25 @@ def _say(progress: Callable[[str], None], split: str, entry: dict[str, Any]) -> 
 
 
 class _SideEntries:
-    """Gate entries computed in one spawned process while the caller scores the other splits: the op engine's
-    splits, then the serving splits (they read only the candidate's op engine, loaded there from its folder).
-    A process, not a thread: the op engine's refits are CPU-bound Python. With no such split none starts."""
+    """Gate entries computed in spawned processes while the caller scores the other splits: the op engine's
+    splits in one, the serving splits (they read only the candidate's op engine, loaded there from its folder)
+    in another. Processes, not threads: both are CPU-bound Python. Two, not one: each chain is ~2 minutes of a
+    core on its own, so in one process the two chains ran one after the other and ended the stage with a core
+    idle (docs/pipeline-time.md). A group with no split starts no process."""
 
     def __init__(
         self, splits: list[str], canonical_dir: Path | None, serving: list[str] = (), predictor: Any = None
     ) -> None:
-        import multiprocessing
-        from concurrent.futures import ProcessPoolExecutor
-
-        self._pool = (
-            ProcessPoolExecutor(max_workers=1, mp_context=multiprocessing.get_context("spawn"))
-            if splits or serving
-            else None
-        )
         engine = (getattr(predictor, "family", None), getattr(predictor, "opmodel_dir", None))
-        self._futures = {s: self._pool.submit(_opmodel_entry, s, canonical_dir) for s in splits if self._pool}
-        self._futures |= {
-            s: self._pool.submit(_serving_side_entry, s, *engine) for s in serving if self._pool
+        groups = [
+            [(s, _opmodel_entry, (s, canonical_dir)) for s in splits],
+            [(s, _serving_side_entry, (s, *engine)) for s in serving],
+        ]
+        self._pools = [_spawned_pool() for group in groups if group]
+        self._futures = {
+            split: pool.submit(function, *args)
+            for pool, group in zip(self._pools, (g for g in groups if g), strict=True)
+            for split, function, args in group
         }
 
     def results(self) -> dict[str, dict[str, Any]]:
@@ -249,16 +249,24 @@ class _SideEntries:
                 Exception
             ) as exc:  # the worker died (e.g. out of memory): the split is an error, not a crash
                 out[split] = _error_entry(exc, "refit")
-        if self._pool is not None:
-            self._pool.shutdown()
+        for pool in self._pools:
+            pool.shutdown()
         return out
 
     def abandon(self) -> None:
-        """The caller failed: stop the side process now rather than wait for its entries."""
-        if self._pool is not None:
-            for process in list(getattr(self._pool, "_processes", {}).values()):
+        """The caller failed: stop the side processes now rather than wait for their entries."""
+        for pool in self._pools:
+            for process in list(getattr(pool, "_processes", {}).values()):
                 process.terminate()
-            self._pool.shutdown(wait=False, cancel_futures=True)
+            pool.shutdown(wait=False, cancel_futures=True)
+
+
+def _spawned_pool() -> Any:
+    """One spawned worker process (a fresh interpreter: no fork of the caller's threads and Ray state)."""
+    import multiprocessing
+    from concurrent.futures import ProcessPoolExecutor
+
+    return ProcessPoolExecutor(max_workers=1, mp_context=multiprocessing.get_context("spawn"))
 
 
 def _opmodel_entry(split: str, canonical_dir: Path | None) -> dict[str, Any]:
@@ -361,7 +369,7 @@ def gate_report(
     from components.evaluation.opmodel_bench import OPMODEL_SPLITS
 
     # The op engine's splits read neither the candidate nor the feature table, the serving splits only its op
-    # engine: they run in a process of their own beside the candidate's other splits.
+    # engine: they run in processes of their own (one per kind) beside the candidate's other splits.
     from components.platform.config import SERVING_SPLITS
 
     serving = [s for s in splits if s in SERVING_SPLITS]

@@ -88,9 +88,10 @@ def fit_for_predictor(
     train_ids: Collection[str] | None = None,
     predictor_dir: Path | None = None,
     log: Callable[[str], None] = lambda _: None,
+    roofline: bool = True,
 ) -> list[Path]:
-    """Fit the program model for ``predictor`` (and the roofline basis) on the KernelBench rows whose
-    measurement ids are in ``train_ids`` (the fold's train side; all when None); save both under
+    """Fit the program model for ``predictor`` (and, with ``roofline``, the roofline basis) on the KernelBench
+    rows whose measurement ids are in ``train_ids`` (the fold's train side; all when None); save both under
     ``models/programs/`` and the predictor's own one in ``predictor_dir``. Returns the files written."""
     from components.devices import load_catalog
     from components.programs.engine_ops import engine_kinds
@@ -106,7 +107,7 @@ def fit_for_predictor(
     data = load_kernelbench(rows, kernels, settings.cache_dir, log=log)
     catalog = load_catalog()
     written: list[Path] = []
-    bases = [(ROOFLINE_BASIS, None)]
+    bases: list[tuple[str, Any]] = [(ROOFLINE_BASIS, None)] if roofline else []
     if predictor is not None and basis_id(predictor) != ROOFLINE_BASIS:
         # The id of the predictor as it will be loaded (from its folder: MLflow copy, serving flat
         # trees), which is what a module question sees.
@@ -132,19 +133,29 @@ def fit_after_training(
     predictor: Any,
     train_side: pd.DataFrame,
     settings: Any,
-    predictor_dir: Path,
+    predictor_dir: Path | None,
     log: Callable[[str], None] = lambda _: None,
+    roofline: bool = True,
 ) -> list[Path]:
     """The train stage's hook: fit the program models on the KernelBench rows of the fold's train
     side (canonical tables under ``settings.data_dir``). A missing table or KernelBench source is
-    said and skipped -- module questions then answer with the roofline-basis or untrained model."""
+    said and skipped -- module questions then answer with the roofline-basis or untrained model.
+    ``roofline=False``: the predictor's basis only (the stage fits the roofline basis beside it,
+    :func:`fit_roofline_basis`); ``predictor=None``: the roofline basis only."""
     tables = _train_side_tables(train_side, settings, log)
     if tables is None:
         return []
     measurements, kernels, ids = tables
     try:
         return fit_for_predictor(
-            predictor, measurements, kernels, settings, train_ids=ids, predictor_dir=predictor_dir, log=log
+            predictor,
+            measurements,
+            kernels,
+            settings,
+            train_ids=ids,
+            predictor_dir=predictor_dir,
+            log=log,
+            roofline=roofline,
         )
     except ValueError as exc:  # e.g. no eager timings on this side: say so, the op model stands
         log(f"program model: not fitted ({exc})")
@@ -189,3 +200,11 @@ def trace_train_side(
         rows["kernel_id"].unique(), kernels.drop_duplicates("kernel_id").set_index("kernel_id")
     )
     cached_traces(texts, settings.cache_dir, log=log)
+
+
+def fit_roofline_basis(
+    train_side: pd.DataFrame, settings: Any, log: Callable[[str], None] = lambda _: None
+) -> list[Path]:
+    """The roofline basis's program model of :func:`fit_after_training` alone (it reads no predictor): the
+    train stage fits it in the traces' process, once they are cached, beside the predictor's basis."""
+    return fit_after_training(None, train_side, settings, None, log)

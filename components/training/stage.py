@@ -173,11 +173,17 @@ def _train_classic(job: _Job) -> TrainResult:
     # predictor, so it fits in a process of its own beside the tabular fit and the test side's scoring.
     # The run is open while the models fit (the UI shows it running); each component nests under it.
     # The KernelBench modules of the train side are traced into the trace cache in a process of their own too
-    # (the traces are sandboxed children; it waits on them), so the program model finds them cached.
+    # (the traces are sandboxed children; it waits on them), so the program model finds them cached; that
+    # process then fits the program model's roofline basis (it reads no predictor) while this one fits the
+    # predictor's basis: at the stage's end, where one core idled.
     sides = table.loc[chosen.train, ["source", "measurement_id"]]
+    kernelbench = sides[sides["source"] == "kernelbench"]
     with (
         _beside(_fit_engine, settings, out_dir / "opmodel") as engine_job,
-        _beside(_trace_side, sides[sides["source"] == "kernelbench"], settings) as traces_job,
+        _beside_in_turn((_trace_side, kernelbench, settings), (_roofline_side, kernelbench, settings)) as (
+            traces_job,
+            roofline_job,
+        ),
         stage_run(
             "train",
             settings,
@@ -208,7 +214,13 @@ def _train_classic(job: _Job) -> TrainResult:
         # trained just above, for GEMMs and attention: the basis module answers use), fitted on the
         # train side's KernelBench timings, saved in out_dir and models/programs/ (components/programs).
         with component_run("program-model"):
-            log_program_model(fit_after_training(predictor, table.loc[chosen.train], settings, out_dir, say))
+            fitted = fit_after_training(
+                predictor, table.loc[chosen.train], settings, out_dir, say, roofline=False
+            )
+            roofline_paths, lines = roofline_job.result()
+            for line in lines:
+                say(line)
+            log_program_model([*roofline_paths, *fitted])
         with component_run("deployment-engine"):
             log_deployment_constants(engine_dir is not None)
         plots = write_plots(evaluation.frame, settings.reports_dir / f"train-{family}-{split}-{stamp}")
@@ -273,16 +285,33 @@ def _trace_side(train_rows: pd.DataFrame, settings: Settings) -> list[str]:
     return lines
 
 
+def _roofline_side(train_rows: pd.DataFrame, settings: Settings) -> tuple[list[Path], list[str]]:
+    """The program model's roofline basis (``fit_roofline_basis``) on the traces cached just before: its files
+    and lines."""
+    from components.programs.kernelbench_model import fit_roofline_basis
+
+    lines: list[str] = []
+    return fit_roofline_basis(train_rows, settings, lines.append), lines
+
+
 @contextmanager
 def _beside(function: Callable[..., Any], *args: Any) -> Iterator[Future]:
     """``function(*args)`` in a spawned process (CPU-bound Python holds the GIL) while the block runs; stopped
     if the block fails (nothing waits minutes for work whose training run failed)."""
+    with _beside_in_turn((function, *args)) as (job,):
+        yield job
+
+
+@contextmanager
+def _beside_in_turn(*calls: tuple[Any, ...]) -> Iterator[tuple[Future, ...]]:
+    """Each ``(function, *args)`` of ``calls`` in turn in one spawned process, as ``_beside`` runs one: a
+    later call may read what an earlier one left (a cache); each has its own future."""
     import multiprocessing
     from concurrent.futures import ProcessPoolExecutor
 
     pool = ProcessPoolExecutor(max_workers=1, mp_context=multiprocessing.get_context("spawn"))
     try:
-        yield pool.submit(function, *args)
+        yield tuple(pool.submit(call[0], *call[1:]) for call in calls)
     except BaseException:
         for process in list((getattr(pool, "_processes", None) or {}).values()):
             process.terminate()

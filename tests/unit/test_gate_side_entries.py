@@ -81,3 +81,28 @@ def test_serving_splits_run_in_the_side_process_on_the_candidates_engine(
         "aiconfigurator-unseen-shape",
         "llm-serving-pipeweave",
     ]
+
+
+def test_op_engine_and_serving_splits_run_in_two_side_processes(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The two side chains (op engine's splits, serving splits) each get a spawned process of their own, so
+    neither waits for the other; each entry is the one the side process computed alone before."""
+    from components.evaluation.report import _opmodel_entry, _SideEntries
+
+    empty = tmp_path / "datasets"
+    empty.mkdir()
+    monkeypatch.setenv("KERNELCAST_DATASETS_DIR", str(empty))
+    monkeypatch.setenv("KERNELCAST_HOME", str(tmp_path / "home"))
+    side = _SideEntries(
+        ["aiconfigurator-unseen-shape"], None, ["llm-serving-pipeweave"], ScaledPredictor(set())
+    )
+    workers = [pid for pool in side._pools for pid in pool._processes]
+    entries = side.results()
+    assert len(workers) == 2 and len(set(workers)) == 2 and os.getpid() not in workers
+    assert list(entries) == ["aiconfigurator-unseen-shape", "llm-serving-pipeweave"]
+    assert entries["aiconfigurator-unseen-shape"] == _opmodel_entry("aiconfigurator-unseen-shape", None)
+    assert entries["llm-serving-pipeweave"]["status"] == "error", entries  # no serving runs in the folder
+    only = _SideEntries(["aiconfigurator-unseen-shape"], None)
+    assert len(only._pools) == 1  # no serving split: no second process
+    only.results()

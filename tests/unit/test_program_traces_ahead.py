@@ -61,3 +61,19 @@ def test_work_beside_runs_in_another_process_and_stops_when_the_block_fails() ->
         time.sleep(1)  # the child is running its 60 s
         raise RuntimeError("the training failed")
     assert time.monotonic() - started < 30, "the block's failure waited for the work beside it"
+
+
+def test_calls_in_turn_share_one_process_and_a_later_one_reads_what_an_earlier_left(tmp_path: Path) -> None:
+    """The traces' process fits the roofline basis after tracing: the calls run in order in one spawned
+    process, each with its own future."""
+    import os
+
+    from components.training.stage import _beside_in_turn
+
+    marker = tmp_path / "traced"
+    with _beside_in_turn(
+        (marker.write_text, "cached"), (marker.read_text,), (os.getpid,), (os.getpid,)
+    ) as jobs:
+        written, read, first, second = (job.result() for job in jobs)
+    assert written == len("cached") and read == "cached"
+    assert first == second != os.getpid()
