@@ -22,6 +22,7 @@ simulation per run (``RequestStats.features``).
 from __future__ import annotations
 
 import heapq
+import itertools
 import math
 import struct
 from collections import deque
@@ -36,9 +37,6 @@ CLOSED, BATCH, RATE = "closed", "batch", "rate"
 # decode kernels, prefill kernels, steps, sequences in steps, steps with prefill, all-reduces, layers run
 N_FEATURES = 7
 ZERO = (0.0,) * N_FEATURES
-# one request's feature row as bytes: the rows become an array in one copy (numpy reads a list of tuples
-# element by element, which was a tenth of a simulation's time)
-_ROW = struct.Struct(f"{N_FEATURES}d")
 # distinct (batch, context, padding) decode times a simulation keeps (a whole-catalog rank's are bounded)
 DECODE_MEMO = 1 << 16
 CLIENT_DELAY_US = 2000.0  # mean client round trip between a response and the next request (jittered)
@@ -477,8 +475,11 @@ class _Sim:
             return np.asarray(values[keep], dtype="float64")
 
         def rows(values: list[tuple[float, ...]]) -> np.ndarray:
-            packed = bytearray(b"".join([_ROW.pack(*row) for row in values[keep]]))
-            return np.frombuffer(packed, dtype="float64").reshape(-1, N_FEATURES)
+            # packed as bytes in one call and read in one copy: numpy reads a list of tuples element by
+            # element (a tenth of a simulation's time)
+            kept = values[keep]
+            packed = struct.pack(f"{N_FEATURES * len(kept)}d", *itertools.chain.from_iterable(kept))
+            return np.frombuffer(bytearray(packed), dtype="float64").reshape(-1, N_FEATURES)
 
         return RequestStats(
             times(self.arr_t),
