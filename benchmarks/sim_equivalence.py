@@ -64,9 +64,11 @@ def capture(out: Path, source: str, every: int) -> None:
     calls: list[tuple[Any, ...]] = []
     real = serve.simulate
 
-    def recording(step: Any, engine: Any, kv: float, workload: Any) -> Any:
-        calls.append((step, engine, kv, workload))
-        return real(step, engine, kv, workload)
+    def recording(step: Any, engine: Any, kv: float, workload: Any, memo: Any = None) -> Any:
+        calls.append((step, engine, kv, workload))  # every call, those the bench's memo answers too
+        return (
+            real(step, engine, kv, workload, memo) if memo is not None else real(step, engine, kv, workload)
+        )
 
     serve.simulate = recording
     try:
