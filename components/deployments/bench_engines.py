@@ -34,6 +34,7 @@ from components.deployments.serve import (
     physics_floors,
     simulate_deployment,
 )
+from components.deployments.simulate import Simulations
 from components.deployments.stepmodel import build_step_models
 
 # Candidate memory fractions below the engine's documented default: none. A fraction fitted below it on one
@@ -131,6 +132,7 @@ def simulate_runs(
     steps = build_step_models(flat, op_time)
     out_rows: list[dict[str, Any]] = []
     keys = candidates()
+    memo: Simulations = {}  # runs that repeat a deployment, workload and engine settings: simulated once
     ttft_x: dict[tuple[float, str], list] = {k: [] for k in keys}
     tpot_x: dict[tuple[float, str], list] = {k: [] for k in keys}
     extra: dict[tuple[float, str], list] = {k: [] for k in keys}
@@ -152,7 +154,7 @@ def simulate_runs(
                     eng = as_benchmarked(eng, pre.isl, pre.concurrency, parts, row.get("backend_version"))
                 worker = None if row["mode"] != "disagg" else (dec, steps[2 * i + 1])
                 served: Served = simulate_deployment(
-                    pre, eng, steps[2 * i], decode_worker=worker, per_client=BENCH_PER_CLIENT
+                    pre, eng, steps[2 * i], decode_worker=worker, per_client=BENCH_PER_CLIENT, memo=memo
                 )
                 rows[off, setting] = served.features()
                 dd, dstep = worker or (pre, steps[2 * i])

@@ -380,6 +380,23 @@ SEQUENCE_KINDS = (
 NEUTRAL = {"B": 1.0, "W": 0.0, "tp": 1.0, "ep": 1.0}
 
 
+def _spread(values: np.ndarray | None, key: str, n: int) -> np.ndarray:
+    """One line's ``key`` over its ``n`` elements (absent: the neutral value). A whole-size array as it is:
+    ``np.broadcast_to``'s call costs more than the bench's thousands of lines' copies."""
+    if values is None:
+        values = np.asarray([NEUTRAL.get(key, 0.0)])
+    return values if values.shape == (n,) else np.broadcast_to(values, (n,))
+
+
+def _mean(values: np.ndarray) -> Any:
+    """``np.mean`` of a float array as it computes it (the sum reduced, divided by the count), without its
+    wrapper's dispatch (a few microseconds a call, on every line of every step grid)."""
+    values = np.asarray(values)
+    if values.dtype != np.float64 or not values.size:  # other types (as numpy sums them), empty: np.mean
+        return np.mean(values)
+    return np.add.reduce(values, axis=None) / values.size
+
+
 def time_ops(lines: list[OpLine], spec: Any, op_time: OpTimeFn) -> float:
     """Fill each line's per-step time and floor (mean over decode context points); return the step's
     kernel time.
@@ -399,12 +416,7 @@ def time_ops(lines: list[OpLine], spec: Any, op_time: OpTimeFn) -> float:
         sizes = [max(len(a) for a in shape.values()) for shape in arrays]
         keys = sorted({k for shape in arrays for k in shape})
         stacked: dict[str, Any] = {
-            k: np.concatenate(
-                [
-                    np.broadcast_to(shape.get(k, np.asarray([NEUTRAL.get(k, 0.0)])), (n,))
-                    for shape, n in zip(arrays, sizes, strict=True)
-                ]
-            )
+            k: np.concatenate([_spread(shape.get(k), k, n) for shape, n in zip(arrays, sizes, strict=True)])
             for k in keys
         }
         if op is not None:
@@ -420,8 +432,8 @@ def time_ops(lines: list[OpLine], spec: Any, op_time: OpTimeFn) -> float:
             scaled = (times, tensor_us, memory_us, rest)
             lines[i].parts = (*(a[part] * n for a in scaled), measured[part])
             lines[i].each_us = line_times(lines[i].parts, spec, limits)
-            lines[i].time_us = float(np.mean(lines[i].each_us))
-            lines[i].floor_us = float(np.mean(floors[part])) * n
+            lines[i].time_us = float(_mean(lines[i].each_us))
+            lines[i].floor_us = float(_mean(floors[part])) * n
             lines[i].tier = _line_tier(tiers[part])
     return sum(line.time_us for line in lines)
 

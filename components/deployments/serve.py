@@ -16,7 +16,7 @@ from components.deployments.compose import kv_bytes_per_token, memory_check
 from components.deployments.config import Deployment, DeploymentError
 from components.deployments.engines.base import ServingEngine
 from components.deployments.memory import EMBED_BYTES, state_bytes_per_request
-from components.deployments.simulate import BATCH, CLOSED, RequestStats, Workload, simulate
+from components.deployments.simulate import BATCH, CLOSED, RequestStats, Simulations, Workload, simulate
 from components.deployments.stepmodel import StepModel
 from components.physics.dtypes import STORE_BYTES
 
@@ -67,19 +67,21 @@ def simulate_deployment(
     kind: str = CLOSED,
     decode_worker: tuple[Deployment, StepModel] | None = None,
     per_client: tuple[int, int] | None = None,
+    memo: Simulations | None = None,
 ) -> Served:
     """The deployment's requests through the engine (``kind``: closed loop, batch); with a decode worker,
     ``d`` is the prefill worker (osl 1) and the decode worker receives prefilled requests. ``per_client``:
     (measured, warm-up) requests per client (default aiperf's 20 and 2). An attention-DP worker (``d.dp``
     ranks of ``d.concurrency`` clients each) is simulated whole: its ranks share one queue and step together
-    (``StepModel.rank_step_us``), each with its own KV cache."""
+    (``StepModel.rank_step_us``), each with its own KV cache. ``memo``: simulations to reuse
+    (``simulate``)."""
     kw = _requests(per_client, d)
     kv, memory = kv_capacity(d, engine)
     if decode_worker is None:
         stagger = lifetime_us(d, engine, step)
         clients = d.concurrency * d.dp
         stats = simulate(
-            step, engine, kv * d.dp, Workload(d.isl, d.osl, clients, kind, stagger_us=stagger, **kw)
+            step, engine, kv * d.dp, Workload(d.isl, d.osl, clients, kind, stagger_us=stagger, **kw), memo
         )
         return Served(stats, stats, memory, clients)
     dd, dstep = decode_worker
@@ -100,6 +102,7 @@ def simulate_deployment(
             think_us=think,
             **kw,
         ),
+        memo,
     )
     dkv, dmem = kv_capacity(dd, engine)
     span = lifetime_us(dd, engine, dstep)
@@ -116,6 +119,7 @@ def simulate_deployment(
             stagger_us=span,
             **_requests(per_client, dd),
         ),
+        memo,
     )
     return Served(pre, dec, dmem, d.concurrency * d.dp)
 
