@@ -76,9 +76,7 @@ def simulate_deployment(
     kw = _requests(per_client, d)
     kv, memory = kv_capacity(d, engine)
     if decode_worker is None:
-        # aiperf starts its clients at once; an engine that keeps them in waves keeps that start, any other
-        # spreads them over a request's life (the out-of-phase steady state its warm-up reaches)
-        stagger = 0.0 if engine.keeps_waves else lifetime_us(d, engine, step)
+        stagger = lifetime_us(d, engine, step)
         clients = d.concurrency * d.dp
         stats = simulate(
             step, engine, kv * d.dp, Workload(d.isl, d.osl, clients, kind, stagger_us=stagger, **kw)

@@ -379,9 +379,6 @@ def test_a_benchmarked_run_is_simulated_with_aiconfigurators_settings(catalog):
     assert not as_benchmarked(sglang, 1024, 8, version="0.5.1.post1").mixed_chunk
     for version in ("glm5-hopper", None, "0.5.8"):
         assert as_benchmarked(sglang, 1024, 8, version=version).mixed_chunk
-    # --max-prefill-tokens (ISL + 1500) binds before the chunk size: whole prompts only; past it, chunks
-    assert not as_benchmarked(sglang, 1024, 8).chunked_prefill
-    assert as_benchmarked(sglang, 7000, 8).chunked_prefill
 
 
 def test_sglangs_mixed_chunk_runs_the_decodes_in_prefill_steps(catalog):
@@ -436,20 +433,3 @@ def test_the_tpot_floor_counts_what_a_decode_step_must_read(catalog):
     windowed = replace(d, model=replace(m, sliding_window=128, sliding_layers=m.layers // 2))
     assert kv_tokens_read(windowed, 4096.0) == pytest.approx((4096.0 + 128.0) / 2)
     assert kv_tokens_read(d, 4096.0) == 4096.0
-
-
-def test_sglang_without_mixed_chunk_keeps_the_clients_in_waves(catalog):
-    """SGLang's prefill steps run no decodes (mixed chunk off): aiperf's clients, started at once, finish
-    together and queue behind the wave's prefills again, so TTFT is several prefills (SGLang 0.5.1's
-    Qwen3-32B runs on H100: 7-16x one prefill); with mixed chunk each request decodes as its prefill ends
-    and the clients drift apart (TTFT about one step), as vLLM's."""
-    d = _deploy(catalog, "h100-sxm", isl=1024, osl=256, concurrency=16)
-    step = build_step_models([d], roofline_op_time)[0]
-    sglang = engine_for("sglang", d.gpu, fitted=False).with_settings(max_num_batched_tokens=2524)
-    mixed = sglang.with_settings(mixed_chunk=True)
-    assert sglang.keeps_waves and not mixed.keeps_waves
-    assert not engine_for("vllm", d.gpu).keeps_waves and not engine_for("trtllm", d.gpu).keeps_waves
-    one = build_step_models([d], roofline_op_time)[0].step_us(0, 0.0, [(1024.0, 1024.0)], 1)
-    waves = simulate_deployment(d, sglang, step, per_client=(4, 1)).prefill.metrics()["ttft_ms"] * 1e3
-    apart = simulate_deployment(d, mixed, step, per_client=(4, 1)).prefill.metrics()["ttft_ms"] * 1e3
-    assert waves > 4 * one and apart < 2 * one

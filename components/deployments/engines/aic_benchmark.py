@@ -74,11 +74,8 @@ def as_benchmarked(
     if "batch" in parts:
         settings.update(max_num_seqs=c, graph_sizes=tuple(range(1, c + 1)), cuda_graph_max_batch=c)
     if "budget" in parts and engine.name == "sglang":
-        # max-prefill-tokens bounds a prefill batch within the default chunked-prefill size; where it binds,
-        # a prompt joins the batch only whole (``PrefillAdder.add_one_req``: one that does not fit the rest
-        # waits for the next batch), where the chunk size binds the last prompt is cut to fill it
+        # max-prefill-tokens bounds a prefill batch within the default chunked-prefill size
         settings["max_num_batched_tokens"] = min(isl + EXTRA_TOKENS, engine.max_num_batched_tokens)
-        settings["chunked_prefill"] = isl + EXTRA_TOKENS >= engine.max_num_batched_tokens
     elif "budget" in parts:
         settings["max_num_batched_tokens"] = c + isl + EXTRA_TOKENS
     found = _version(version)

@@ -99,17 +99,6 @@ class ServingEngine:
     # leave-one-GPU-out MAPE of (TTFT, TPOT) of the fitted constants: the half-width of an answer's interval
     errors: tuple[float, float] = (0.5, 0.5)
 
-    @property
-    def keeps_waves(self) -> bool:
-        """Whether clients started together stay together: a step with prefill work runs no decodes
-        (``prefill-first`` without mixed chunk, SGLang's scheduler when ``--enable-mixed-chunk`` is off), so
-        every request of a wave starts decoding in the step after the wave's last prefill and, with the same
-        output length, finishes in the same step as the others -- their clients come back together and the
-        next wave queues behind its own prefills again. An engine whose prefill steps also run the decodes
-        (vLLM, TensorRT-LLM, SGLang's mixed chunk) starts each request's decode as its own prefill ends,
-        so the wave spreads over its prefill steps and the clients drift out of phase."""
-        return self.policy == "prefill-first" and not self.mixed_chunk
-
     def kv_fraction(self, memory_gib: float, tp: int, pp: int) -> float:
         """The memory fraction on one deployment (``reserve_gib``: what the engine keeps out of it)."""
         if self.reserve_gib is None:
