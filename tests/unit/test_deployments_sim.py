@@ -373,9 +373,12 @@ def test_a_benchmarked_run_is_simulated_with_aiconfigurators_settings(catalog):
     trt = engine_for("trtllm", spec)
     assert as_benchmarked(trt, 1024, 8).memory_fraction == trt.memory_fraction  # "kv" not applied by default
     assert as_benchmarked(trt, 1024, 8, (*PARTS, "kv")).memory_fraction == pytest.approx(0.8)
-    # SGLang 0.5.1's template never passed --enable-mixed-chunk; an unknown version keeps the default
-    for version in ("0.5.1.post1", "glm5-hopper"):
-        assert not as_benchmarked(engine_for("sglang", spec), 1024, 8, version=version).mixed_chunk
+    # SGLang 0.5.1's template never passed --enable-mixed-chunk; a version without a template of its own
+    # (a named build, none recorded) is rendered by the default template, which passes it
+    sglang = engine_for("sglang", spec)
+    assert not as_benchmarked(sglang, 1024, 8, version="0.5.1.post1").mixed_chunk
+    for version in ("glm5-hopper", None, "0.5.8"):
+        assert as_benchmarked(sglang, 1024, 8, version=version).mixed_chunk
 
 
 def test_sglangs_mixed_chunk_runs_the_decodes_in_prefill_steps(catalog):

@@ -16,7 +16,8 @@ length ISL:
   ``--chunked-prefill-size``) and ``enable_mixed_chunk`` for agg (prefill steps carry the running decodes) --
   emitted as a flag only from the SGLang 0.5.6 template on (``sglang/cli_args.0.5.6.post2.j2`` tests the
   mapped key ``enable-mixed-chunk``; ``cli_args.0.5.1.post1.j2`` tests ``enable-mix-chunk``, a key the
-  mapping never sets, so the 0.5.1 runs served without it);
+  mapping never sets, so the 0.5.1 runs served without it); a version with no template of its own (0.5.8,
+  0.5.9, a named build) is rendered by the default ``cli_args.j2``, which passes it;
 - CUDA graphs captured at every batch size 1..C (``cuda_graph_batch_sizes = range(1, C + 1)``), so a decode
   batch runs at its own size (no padding);
 - TensorRT-LLM: ``enable_chunked_prefill`` false and ``kv_cache_config.free_gpu_memory_fraction`` 0.80 (the
@@ -78,8 +79,11 @@ def as_benchmarked(
     elif "budget" in parts:
         settings["max_num_batched_tokens"] = c + isl + EXTRA_TOKENS
     found = _version(version)
-    if "mixed" in parts and engine.name == "sglang" and found is not None:
-        settings["mixed_chunk"] = found >= MIXED_CHUNK_FROM
+    if "mixed" in parts and engine.name == "sglang":
+        # a version without a template of its own (a named build such as ``glm5-hopper``, none recorded) is
+        # rendered by the default ``cli_args.j2`` (``rendering/engine.py``: ``cli_args.<version>.j2`` else
+        # the default), which passes the flag, as the 0.5.6 template does
+        settings["mixed_chunk"] = found is None or found >= MIXED_CHUNK_FROM
     if "kv" in parts and engine.name == "trtllm":
         settings["memory_fraction"] = TRTLLM_KV_FRACTION
     out = engine.with_settings(**settings)
