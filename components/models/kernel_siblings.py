@@ -11,8 +11,8 @@ surface smooths away -- the issue's sibling-physics rule at kernel level.
 
 Whether it does is measured per op family and **standing** (``near``: a sibling of the asked GPU's
 generation, same vendor and architecture; ``far``: only other generations measured the kernel), on the
-training side only: the GPUs the fit's calibration slice holds out whole (``TabularPredictor._calibration_mask``)
-are answered by the auxiliary surface fitted without them and by their siblings among the other training
+training side only: the GPUs the fit's calibration slice holds out whole
+(``TabularPredictor._calibration_mask``) are answered by the auxiliary surface fitted without them and by their siblings among the other training
 GPUs; a (family, standing) carries only where the siblings' mean per-GPU error is below the surface's on the
 same rows. Why per family: the same rule that carries FP32 convs across generations at 15-25% carries
 AIConfigurator's attention rows between H100 and H200 at over 100% (a kernel id there pools several
@@ -75,8 +75,9 @@ class KernelSiblings:
             return out
         catalog = load_catalog()
         asked = pd.DataFrame({k: features[k].astype(str).to_numpy() for k in KEYS})
-        dtype = features["dtype"].astype(str).to_numpy() if "dtype" in features.columns else np.full(n, "fp16")
-        asked["dtype"], asked["base_x"], asked["row"] = dtype, np.asarray(base_us, dtype="float64"), np.arange(n)
+        has_dtype = "dtype" in features.columns
+        asked["dtype"] = features["dtype"].astype(str).to_numpy() if has_dtype else np.full(n, "fp16")
+        asked["base_x"], asked["row"] = np.asarray(base_us, dtype="float64"), np.arange(n)
         seen = set(zip(self.table["device_id"], self.table["family"], strict=True))
         measured = set(self.table["device_id"])
         for (device, kind), rows in asked.groupby(["device_id", "dtype"], sort=True):
@@ -189,8 +190,8 @@ def choose(
         per = per[per["n"] >= MIN_EVIDENCE_ROWS].reset_index()
         for family, group in per.groupby("family", sort=True):
             evidence[f"{family}/{standing}"] = {
-                d: [int(n), round(float(s), 4), round(float(u), 4)]
-                for d, n, s, u in zip(group["device"], group["n"], group["sibling"], group["surface"], strict=True)
+                str(r.device): [int(r.n), round(float(r.sibling), 4), round(float(r.surface), 4)]
+                for r in group.itertuples()
             }
             if group["sibling"].mean() < group["surface"].mean():
                 chosen.setdefault(str(family), []).append(standing)

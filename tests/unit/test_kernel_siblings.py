@@ -11,7 +11,8 @@ from components.models.kernel_siblings import KernelSiblings, apply, choose, hel
 
 
 def _rows(records: list[tuple[str, str, str, float]]) -> pd.DataFrame:
-    return pd.DataFrame(records, columns=["kernel_id", "device_id", "family", "duration_us"]).assign(dtype="fp32")
+    columns = ["kernel_id", "device_id", "family", "duration_us"]
+    return pd.DataFrame(records, columns=columns).assign(dtype="fp32")
 
 
 def _train() -> tuple[pd.DataFrame, np.ndarray]:
