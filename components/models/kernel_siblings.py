@@ -12,8 +12,8 @@ surface smooths away -- the issue's sibling-physics rule at kernel level.
 Whether it does is measured per op family and **standing** (``near``: a sibling of the asked GPU's
 generation, same vendor and architecture; ``far``: only other generations measured the kernel), on the
 training side only: the GPUs the fit's calibration slice holds out whole
-(``TabularPredictor._calibration_mask``) are answered by the auxiliary surface fitted without them and by their siblings among the other training
-GPUs; a (family, standing) carries only where the siblings' mean per-GPU error is below the surface's on the
+(``TabularPredictor._calibration_mask``) are answered by the auxiliary surface fitted without them and by
+their siblings among the other training GPUs; a (family, standing) carries only where the siblings' mean per-GPU error is below the surface's on the
 same rows. Why per family: the same rule that carries FP32 convs across generations at 15-25% carries
 AIConfigurator's attention rows between H100 and H200 at over 100% (a kernel id there pools several
 frameworks' kernels), so one switch for every family made four held-out GPUs worse.
