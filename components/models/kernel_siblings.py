@@ -13,10 +13,10 @@ Whether it does is measured per op family and **standing** (``near``: a sibling 
 generation, same vendor and architecture; ``far``: only other generations measured the kernel), on the
 training side only: the GPUs the fit's calibration slice holds out whole
 (``TabularPredictor._calibration_mask``) are answered by the auxiliary surface fitted without them and by
-their siblings among the other training GPUs; a (family, standing) carries only where the siblings' mean per-GPU error is below the surface's on the
-same rows. Why per family: the same rule that carries FP32 convs across generations at 15-25% carries
-AIConfigurator's attention rows between H100 and H200 at over 100% (a kernel id there pools several
-frameworks' kernels), so one switch for every family made four held-out GPUs worse.
+their siblings among the other training GPUs; a (family, standing) carries only where the siblings' mean
+per-GPU error is below the surface's on the same rows. Why per family: the rule that carries NeuSight's FP32
+convs across generations at 15-25% carried AIConfigurator's attention rows between H100 and H200 at over
+100% (branch aiter11: one switch for every family made four held-out GPUs worse).
 
 A row is carried only when its GPU has no training row of its family (a GPU the model saw keeps the model's
 answer); the nearest sibling (spec distance for the row's dtype) that measured the kernel answers.
