@@ -161,14 +161,18 @@ def choose(
 ) -> KernelSiblings:
     """``siblings`` with the (family, standing) pairs to carry, chosen on the held-out GPUs' rows ``cal``
     (answered by the auxiliary ``surface`` fitted without them, and by their siblings among the training
-    rows of the other GPUs, ``scope`` minus ``held``): a pair carries where, over the held-out GPUs that
-    have evidence of it, the siblings' mean per-GPU MAPE is below the surface's on the same rows."""
+    rows of the other GPUs, ``scope`` minus ``held``): a far pair carries where, over the held-out GPUs
+    that have evidence of it, the siblings' mean per-GPU MAPE is below the surface's on the same rows; a
+    near pair carries unless that evidence shows it worse (as the op engine's transfer tier lets a relative
+    of the generation answer alone where no training GPU shows the near standing: no held-out GPU has a
+    sibling of its generation in NeuSight's families once A100-80GB is held out)."""
     keep = ~scope["device_id"].astype(str).isin(held).to_numpy()
     inner = KernelSiblings.fit(scope.loc[keep], np.asarray(scope_base)[keep])
     mine = cal["device_id"].astype(str).isin(held).to_numpy()
     true = pd.to_numeric(cal["duration_us"], errors="coerce").to_numpy(dtype="float64")
     evidence: dict[str, Any] = {}
-    chosen: dict[str, list[str]] = {}
+    families = sorted(set(siblings.table["family"]))
+    chosen: dict[str, list[str]] = {f: ["near"] for f in families}  # by default, and where evidence agrees
     if inner is None or not mine.any():
         return KernelSiblings(siblings.table, chosen, evidence)
     rows = cal.loc[mine].reset_index(drop=True)
@@ -193,9 +197,12 @@ def choose(
                 str(r.device): [int(r.n), round(float(r.sibling), 4), round(float(r.surface), 4)]
                 for r in group.itertuples()
             }
-            if group["sibling"].mean() < group["surface"].mean():
-                chosen.setdefault(str(family), []).append(standing)
-    return KernelSiblings(siblings.table, chosen, evidence)
+            better = group["sibling"].mean() < group["surface"].mean()
+            if standing == "near" and not better:
+                chosen[str(family)].remove("near")
+            elif standing == "far" and better:
+                chosen.setdefault(str(family), []).append("far")
+    return KernelSiblings(siblings.table, {f: c for f, c in chosen.items() if c}, evidence)
 
 
 def fit_for_tabular(

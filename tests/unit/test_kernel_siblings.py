@@ -65,6 +65,7 @@ def test_the_choice_is_made_per_family_on_the_held_out_gpus_against_the_surface(
     for k in range(12):
         records += [(f"c{k}", "v100-pcie-32gb", "conv", 100.0), (f"c{k}", "t4", "conv", 300.0)]
         records += [(f"a{k}", "v100-pcie-32gb", "attention", 10.0), (f"a{k}", "t4", "attention", 30.0)]
+        records += [(f"a{k}", "p4", "attention", 10.0)]  # Pascal, as P100: a near sibling
     held_rows = [(f"c{k}", "p100-pcie-16gb", "conv", 150.0) for k in range(12)]
     held_rows += [(f"a{k}", "p100-pcie-16gb", "attention", 60.0) for k in range(12)]
     scope = _rows(records + held_rows)
@@ -76,6 +77,9 @@ def test_the_choice_is_made_per_family_on_the_held_out_gpus_against_the_surface(
     surface = np.where(cal["family"] == "conv", 210.0, 57.0)
     siblings = KernelSiblings.fit(scope, base)
     out = choose(siblings, scope, base, cal, np.ones(len(cal)), surface, ["p100-pcie-16gb"])
-    assert out.chosen == {"conv": ["far"]}
+    # conv: near by default (no Pascal GPU measured it), far by the evidence; attention: neither, the near
+    # sibling (P4) erring 83% where the surface errs 5%
+    assert out.chosen == {"conv": ["near", "far"]}
+    assert out.evidence["attention/near"]["p100-pcie-16gb"][1:] == [pytest.approx(0.8333, abs=1e-4), 0.05]
     assert out.evidence["conv/far"]["p100-pcie-16gb"][0] == 12
     assert "attention/far" in out.evidence and "conv/near" not in out.evidence
