@@ -15,6 +15,8 @@ Rows a family's formulas do not cover keep NaN ``f_`` values and a ``feature_not
 
 from __future__ import annotations
 
+import json
+import re
 from dataclasses import dataclass
 from typing import Any
 
@@ -126,13 +128,17 @@ class Composed:
         return notes
 
 
-def tensor_peak_of(family: np.ndarray, dtype: np.ndarray, dv: dict[str, np.ndarray]) -> np.ndarray:
+def tensor_peak_of(
+    family: np.ndarray, dtype: np.ndarray, dv: dict[str, np.ndarray], fma_kernel: np.ndarray | None = None
+) -> np.ndarray:
     """The tensor-pipe peak each row's dtype runs at (NaN: no tensor pipe for it: the FMA pipe).
 
     The pipe per dtype is the physics' (``dtypes.tensor_precisions``: its own tensor pipe, then its FALLBACK
     chain's; bf16 without bf16 tensor cores, V100/T4, runs as fp32 FMA). One rule is the features' own: fp32
     GEMMs stay on the FMA pipe (PyTorch allow_tf32=False for matmul) except cuDNN convs, which use TF32 by
-    default where the GPU has it."""
+    default where the GPU has it -- unless the row's measured kernel was an FP32 FMA one (``fma_kernel``,
+    from its recorded name: ``simt_kernels``), as every one of NeuSight's 4,787 A100-80GB convs was
+    (``ampere_sgemm_128x128_nn``, ``cudnn_infer_ampere_scudnn_winograd_*``, ``implicit_convolve_sgemm``)."""
     peak = np.full(len(family), np.nan)
     for name in dtypes.DTYPES:
         rows = np.asarray(dtype == name)
@@ -143,7 +149,30 @@ def tensor_peak_of(family: np.ndarray, dtype: np.ndarray, dv: dict[str, np.ndarr
             value = finite_or(value, dv[f"tensor_{precision}"])
         np.copyto(peak, value, where=rows)
     conv_tf32 = np.asarray(dtype == "fp32") & np.asarray(family == "conv")
+    if fma_kernel is not None:
+        conv_tf32 = conv_tf32 & ~np.asarray(fma_kernel, dtype=bool)
     return np.where(conv_tf32, dv["tensor_tf32"], peak)
+
+
+# FP32 FMA (SIMT) kernels of cuBLAS/cuDNN by name, and the tensor-core ones that may share a word with them
+SIMT_KERNEL = re.compile(r"sgemm|scudnn|gcgemm|winograd|convolve", re.IGNORECASE)
+TENSOR_KERNEL = re.compile(r"tf32|xmma|1688|16816|tensorop|hmma", re.IGNORECASE)
+
+
+def simt_kernels(params_json: pd.Series) -> np.ndarray:
+    """Per row: its measured kernel (``kernel_name`` in ``params_json``, as NeuSight's rows record it) is an
+    FP32 FMA kernel, so its math ran on the FMA pipe whatever the GPU's TF32 tensor cores could do."""
+
+    def simt(text: Any) -> bool:
+        if not isinstance(text, str) or "kernel_name" not in text:
+            return False
+        try:
+            name = str(json.loads(text).get("kernel_name") or "")
+        except (ValueError, AttributeError):
+            return False
+        return bool(SIMT_KERNEL.search(name)) and not TENSOR_KERNEL.search(name)
+
+    return np.fromiter((simt(t) for t in params_json), dtype=bool, count=len(params_json))
 
 
 def compose_features(
@@ -155,6 +184,7 @@ def compose_features(
     definition_flops: np.ndarray | None = None,
     grid: np.ndarray | None = None,
     block: np.ndarray | None = None,
+    fma_kernel: np.ndarray | None = None,
 ) -> Composed:
     """The ``f_*`` features from the per-family demand (``family_demand``) and the device numbers (``dv``,
     one array per ``DEVICE_COLUMNS`` entry, row-aligned): pipes, tiles and waves, times, roofline.
@@ -163,10 +193,10 @@ def compose_features(
     serving (``components.serving.featurise``) both call it. ``definition_flops``: FLOPs by the op's
     definition where known (NaN/<= 0 elsewhere: the pipes' FLOPs; default: the registry's, ``dem["flops"]``);
     ``grid``/``block``: the measured launch (CTAs, threads per CTA; NaN or None where not measured: the tile
-    estimate)."""
+    estimate); ``fma_kernel``: rows whose measured kernel ran on the FMA pipe (``simt_kernels``)."""
     n = len(family)
     e = map_labels(dtype, dtypes.ELEM_BYTES, 4.0)
-    tensor_peak = tensor_peak_of(family, dtype, dv)
+    tensor_peak = tensor_peak_of(family, dtype, dv, fma_kernel)
     # fp16/bf16 elementwise math runs in fp32
     fma_peak = np.where(dtype == "fp64", dv["fma_fp64"], dv["fma_fp32"])
     uses_tensor = dem["tensor_capable"] & np.isfinite(tensor_peak)
@@ -294,7 +324,9 @@ def analytical_features(frame: pd.DataFrame, catalog: Any) -> pd.DataFrame:
     for axis in "xyz":  # the measured launch, where the row has one
         grid = grid * finite_or(numeric_column(frame, f"grid_{axis}"), 1.0 if axis != "x" else np.nan)
         block = block * finite_or(numeric_column(frame, f"block_{axis}"), 1.0 if axis != "x" else np.nan)
-    composed = compose_features(family, dtype, dem, dv, grid=grid, block=block)
+    fma_kernel = np.zeros(n, dtype=bool)  # only a conv's pipe follows its kernel (``tensor_peak_of``)
+    fma_kernel[family == "conv"] = simt_kernels(params_json[family == "conv"])
+    composed = compose_features(family, dtype, dem, dv, grid=grid, block=block, fma_kernel=fma_kernel)
     result = pd.DataFrame(composed.masked(), index=idx)
     result["f_bound"] = pd.Series(BOUND_LABELS[composed.bound_code()], index=idx, dtype="string")
     result = pd.concat([result, _measured_counter_features(frame, dv)], axis=1)

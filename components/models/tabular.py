@@ -118,6 +118,9 @@ class TabularPredictor:
     ood: dict[str, dict[str, list[float]]] = field(default_factory=dict)  # family -> input -> [lo, hi]
     # Roofline class of whole-program (gpuFLOPBench) rows from source: components.models.roofline_class.
     class_model: Any = None
+    # kernels other GPUs measured, carried where the training side chose (``kernel_siblings``); None: the
+    # learned surface answers every row
+    siblings: Any = None
     _trained_on: frozenset[str] = field(default_factory=frozenset)
 
     @property
@@ -190,6 +193,9 @@ class TabularPredictor:
         self.models = models
         if self.transfer:
             self._calibrate_transfer(train, in_cal, auxiliary)
+            from components.models.kernel_siblings import fit_for_tabular as fit_siblings
+
+            self.siblings = fit_siblings(self, self._in_scope(features), train, in_cal, auxiliary)
         else:
             self._calibrate(train.loc[in_cal])
         self._trained_on = frozenset(train["measurement_id"].astype(str))
@@ -320,6 +326,10 @@ class TabularPredictor:
         out: dict[str, np.ndarray] = {}
         if "duration_us" in self.models:
             runtime = self._runtime_from_raw(features, predict_raw(self.models["duration_us"], x, False))
+            from components.models.kernel_siblings import apply
+
+            floor = transfer.floor_of(features, self.floors)
+            runtime, _ = apply(self.siblings, features, runtime, self._runtime_base(features), floor)
             out["pred_duration_us"] = runtime
             flops, bytes_min = _numeric(features, "f_flops"), _numeric(features, "f_dram_bytes_min")
             # One runtime, one FLOP count, one byte count: rates and intensity cannot contradict it.

@@ -48,6 +48,8 @@ def save(predictor: Any, directory: Path) -> None:
     }
     if predictor.class_model is not None:
         predictor.class_model.save(directory / "roofline_class")
+    if predictor.siblings is not None:
+        predictor.siblings.save(directory)
     (directory / PREDICTOR_FILE).write_text(json.dumps(spec, indent=2, sort_keys=True) + "\n")
 
 
@@ -86,4 +88,7 @@ def load(cls: Any, directory: Path) -> Any:
         from components.models.roofline_class import RooflineClassModel
 
         predictor.class_model = RooflineClassModel.load(directory / "roofline_class")
+    from components.models.kernel_siblings import KernelSiblings
+
+    predictor.siblings = KernelSiblings.load(directory)
     return predictor

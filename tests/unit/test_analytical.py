@@ -391,3 +391,23 @@ def test_real_catalog_h100_roofline_and_a100_waves() -> None:
     )
     assert table["dev_sms"].tolist() == [h100.sms, h100.sms, 108]
     assert set(device_feature_vector(h100)) <= set(table.columns)
+
+
+def test_a_conv_whose_measured_kernel_was_fp32_fma_runs_on_the_fma_pipe() -> None:
+    # NeuSight recorded each conv's kernel: on its A100-80GB every one was an FP32 FMA (SIMT) kernel, so
+    # the TF32 tensor peak cuDNN could have used would put the roofline 8x below what ran
+    shape = {"B": 8, "Input_Channel": 64, "Output_Channel": 64, "Kernel_Szie": 3, "Input_Size": 56}
+    shape |= {"Stride": 1, "Padding": 1}
+    names = ["ampere_sgemm_128x128_nn", "cudnn_infer_ampere_scudnn_winograd_128x128_ldg1_ldg4_relu_tile148t"]
+    names += ["sm80_xmma_fprop_implicit_gemm_tf32f32_tf32f32_f32_nhwckrsc_nchw", ""]
+    frame = rows(
+        *(
+            {"family": "conv", "op": "conv", "device_id": "a100-pcie-40gb", "shape": shape}
+            | {"params_json": json.dumps({"kernel_name": name} if name else {})}
+            for name in names
+        )
+    )
+    f = analytical_features(frame, CATALOG)
+    assert f["f_uses_tensor"].tolist() == [0.0, 0.0, 1.0, 1.0]  # a TF32 kernel, or none recorded: TF32
+    assert f["f_roofline_time_us"].iloc[0] > 4 * f["f_roofline_time_us"].iloc[2]
+    assert f["f_flops"].nunique() == 1  # one op's work whatever pipe ran it
