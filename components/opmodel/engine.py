@@ -354,7 +354,10 @@ class OpEngine:
     def raw_predict(
         self, family: str, dtype: str, shape: dict[str, Any], spec: Any, kv_dtype: str | None = None
     ) -> OpTimes:
-        """The tiers' answers before the monotone envelope."""
+        """The tiers' answers before the monotone envelope. The spec tier is asked only for the rows no
+        measured kernel or relative answers (or that a blend needs): on a whole-catalog rank the transfer
+        tier answers nearly every row, and walking the spec model's trees for them was a third of its op
+        times (each row's answer is its own: the same with or without the others)."""
         if family in ("linear", "bmm"):
             family = "gemm"
         roof = physics.roofline(
@@ -371,79 +374,45 @@ class OpEngine:
             for k, v in shape.items()
             if k not in LABELS
         }
-        from components.opmodel.spec import SpecRows
-
-        log_util, spec_support = self.spec_log_util(SpecRows(family, eff_dtype, arrays, spec, roof, kv_dtype))
+        duration = np.full(n, np.nan)
         tier = np.full(n, "spec", dtype=object)
-        support = np.full(n, spec_support, dtype=object)
-        q = self.intervals["spec"]
-        q_lo, q_hi = np.full(n, q[0]), np.full(n, q[1])
-        from components.opmodel.calibrated import (
-            apply_shift,
-            correction_features,
-            local_coords,
-            local_residual,
-            ridge_correction,
-            shift_for,
-        )
-        from components.opmodel.spec import regime
-
-        calibration = self.calibrations.get(spec.id, {})
-        key = regime(family, eff_dtype, spec)
-        if family == "attention" and kv_dtype is not None and kv_dtype != eff_dtype:
-            key = f"{key}|kv={kv_dtype}"
-        shift = shift_for(calibration, key)
-        if shift is not None:
-            spec_only = log_util
-            log_util = apply_shift(log_util, roof.time_us, shift)
-            ridge = (calibration.get("_ridge") or {}).get(family)
-            if ridge:
-                log_util = log_util + ridge_correction(
-                    ridge, correction_features(family, arrays, roof, spec, spec_only)
-                )
-            log_util = log_util + local_residual(calibration, key, local_coords(family, arrays, n))
-            tier[:] = "calibrated"
-            support[:] = f"{spec_support}; shifted by {int(shift['rows'])} profiled rows of this GPU"
-            q = self.intervals["calibrated"]
-            q_lo[:], q_hi[:] = q
-        duration = roof.time_us / np.exp(np.clip(log_util, None, 0.0))
+        support = np.full(n, None, dtype=object)
+        q_lo, q_hi = np.full(n, np.nan), np.full(n, np.nan)
         resolved = None
         if self.measured is not None and family in ("gemm", "attention"):
             resolved = self.measured.resolve(
                 family, eff_dtype, arrays, spec, roof.time_us, kv_dtype if family == "attention" else None
             )
-            if resolved is not None:
-                hit = np.isfinite(resolved.duration_us)
-                duration = np.where(hit, resolved.duration_us, duration)
-                tier[hit] = "measured"
-                exact = resolved.exact
-                support[exact] = np.array(
-                    [
-                        f"measured kernel (median of its repeats; spread {s:.1%})"
-                        if np.isfinite(s)
-                        else "measured kernel"
-                        for s in resolved.spread[exact]
-                    ],
-                    dtype=object,
-                )
-                near = hit & ~exact
-                pairs = zip(resolved.neighbours[near], resolved.distance[near], strict=False)
-                support[near] = np.array(
-                    [
-                        f"interpolated from {k} measured site{'s' if k > 1 else ''} of "
-                        f"this GPU ({dist:.2g} octaves away)"
-                        if dist > 0
-                        else "interpolated along a measured sweep of this GPU"
-                        for k, dist in pairs
-                    ],
-                    dtype=object,
-                )
-                for mask, name in ((exact, "exact"), (near, "measured")):
-                    q_lo[mask], q_hi[mask] = self.intervals[name]
-        exact_hit = np.zeros(n, bool) if resolved is None else resolved.exact
-        self._transfer_rows(
-            family, eff_dtype, arrays, labels, spec, kv_dtype, tier, duration, support, (q_lo, q_hi)
+        hit = np.zeros(n, bool) if resolved is None else np.isfinite(resolved.duration_us)
+        if resolved is not None:
+            self._measured_rows(resolved, hit, duration, tier, support, (q_lo, q_hi))
+        free = np.flatnonzero(~hit)  # rows the calibrated (else the spec, then the transfer) tier answers
+        calibrated = self._shift(family, eff_dtype, spec, kv_dtype)[2] is not None
+        moved = (
+            None
+            if calibrated
+            else self._transfer_rows(family, eff_dtype, arrays, labels, spec, kv_dtype, free)
         )
+        need = ~hit
+        if moved is not None and moved[2] == "transfer":
+            need[free[np.isfinite(moved[0])]] = False
+        if need.any():
+            rows = np.flatnonzero(need)
+            spec_us, name, text, q = self._spec_rows(family, eff_dtype, arrays, spec, roof, kv_dtype, rows)
+            duration[rows], tier[rows], support[rows] = spec_us, name, text
+            q_lo[rows], q_hi[rows] = q
+        if moved is not None:
+            from components.opmodel.tier_choice import combine
+
+            value, text, choice = moved
+            value = combine(choice, value, duration[free]) if choice == "blend" else value
+            take = np.isfinite(value)
+            where = free[take]
+            duration[where], tier[where], support[where] = value[take], "transfer", text[take]
+            # the family's inner leave-one-GPU-out residual quantiles where learned, else the tier's default
+            learned = self.transfer.model.intervals.get(family)
+            q_lo[where], q_hi[where] = learned or self.intervals["transfer"]
+        exact_hit = np.zeros(n, bool) if resolved is None else resolved.exact
         duration = physics.clamp(duration, roof)
         if self.transfer is not None and self.transfer.model.achievable:
             capped = cap_achievable(duration, roof, self.transfer.model.achievable)
@@ -457,6 +426,93 @@ class OpEngine:
         unseen = unseen_of(tier, resolved is not None, has_relatives)
         return OpTimes(duration, lo, hi, tier, support, roof.bound_pipe, note, roof, unseen)
 
+    def _measured_rows(
+        self,
+        resolved: Any,
+        hit: np.ndarray,
+        duration: np.ndarray,
+        tier: np.ndarray,
+        support: np.ndarray,
+        quantiles: tuple[np.ndarray, np.ndarray],
+    ) -> None:
+        """Fill, in place, the rows the GPU's own measured kernels answer (``hit``)."""
+        duration[hit] = resolved.duration_us[hit]
+        tier[hit] = "measured"
+        exact = resolved.exact
+        support[exact] = np.array(
+            [
+                f"measured kernel (median of its repeats; spread {s:.1%})"
+                if np.isfinite(s)
+                else "measured kernel"
+                for s in resolved.spread[exact]
+            ],
+            dtype=object,
+        )
+        near = hit & ~exact
+        pairs = zip(resolved.neighbours[near], resolved.distance[near], strict=False)
+        support[near] = np.array(
+            [
+                f"interpolated from {k} measured site{'s' if k > 1 else ''} of "
+                f"this GPU ({dist:.2g} octaves away)"
+                if dist > 0
+                else "interpolated along a measured sweep of this GPU"
+                for k, dist in pairs
+            ],
+            dtype=object,
+        )
+        for mask, name in ((exact, "exact"), (near, "measured")):
+            quantiles[0][mask], quantiles[1][mask] = self.intervals[name]
+
+    def _shift(self, family: str, dtype: str, spec: Any, kv_dtype: str | None) -> tuple[dict, str, Any]:
+        """(the GPU's calibration, the regime key, its shift of the regime: None where not calibrated)."""
+        from components.opmodel.calibrated import shift_for
+        from components.opmodel.spec import regime
+
+        calibration = self.calibrations.get(spec.id, {})
+        key = regime(family, dtype, spec)
+        if family == "attention" and kv_dtype is not None and kv_dtype != dtype:
+            key = f"{key}|kv={kv_dtype}"
+        return calibration, key, shift_for(calibration, key)
+
+    def _spec_rows(
+        self,
+        family: str,
+        dtype: str,
+        arrays: dict[str, np.ndarray],
+        spec: Any,
+        roof: physics.Roofline,
+        kv_dtype: str | None,
+        rows: np.ndarray,
+    ) -> tuple[np.ndarray, str, str, tuple[float, float]]:
+        """The spec tier's runtimes of ``rows``, shifted by the GPU's calibration of the regime where it has
+        one: (runtimes, tier, support text, interval quantiles)."""
+        from components.opmodel.calibrated import (
+            apply_shift,
+            correction_features,
+            local_coords,
+            local_residual,
+            ridge_correction,
+        )
+        from components.opmodel.spec import SpecRows
+
+        sub = {k: v[rows] for k, v in arrays.items()}
+        part = roof_rows(roof, rows)
+        log_util, text = self.spec_log_util(SpecRows(family, dtype, sub, spec, part, kv_dtype))
+        calibration, key, shift = self._shift(family, dtype, spec, kv_dtype)
+        name, q = "spec", self.intervals["spec"]
+        if shift is not None:
+            spec_only = log_util
+            log_util = apply_shift(log_util, part.time_us, shift)
+            ridge = (calibration.get("_ridge") or {}).get(family)
+            if ridge:
+                log_util = log_util + ridge_correction(
+                    ridge, correction_features(family, sub, part, spec, spec_only)
+                )
+            log_util = log_util + local_residual(calibration, key, local_coords(family, sub, len(rows)))
+            name, q = "calibrated", self.intervals["calibrated"]
+            text = f"{text}; shifted by {int(shift['rows'])} profiled rows of this GPU"
+        return part.time_us / np.exp(np.clip(log_util, None, 0.0)), name, text, q
+
     def _transfer_rows(
         self,
         family: str,
@@ -465,42 +521,29 @@ class OpEngine:
         labels: dict[str, np.ndarray],
         spec: Any,
         kv_dtype: str | None,
-        tier: np.ndarray,
-        duration: np.ndarray,
-        support: np.ndarray,
-        quantiles: tuple[np.ndarray, np.ndarray],
-    ) -> None:
-        """Answer, in place, the rows still on the spec tier from the GPU's measured relatives (transfer
-        tier)."""
-        from components.opmodel.tier_choice import combine
-
-        rows = np.flatnonzero(tier == "spec")
+        rows: np.ndarray,
+    ) -> tuple[np.ndarray, np.ndarray, str] | None:
+        """The transfer tier's answers of ``rows`` from the GPU's measured relatives: (runtimes, NaN where no
+        relative answers; support text; the far choice, ``transfer`` or ``blend`` with the spec tier), None
+        where it does not answer them."""
         if self.transfer is None or family not in ("gemm", "attention", "moe") or not len(rows):
-            return
+            return None
         sub = {k: v[rows] for k, v in arrays.items()}
         roof = physics.roofline(family, dtype, sub, spec, kv_dtype)
         got = self.transfer.resolve(
             family, dtype, {**sub, **{k: v[rows] for k, v in labels.items()}}, spec, roof, kv_dtype
         )
         if got is None:
-            return
+            return None
         value, text = got
         choice = self.transfer.far_choice(family, dtype, kv_dtype, spec)
         if choice == "spec":  # no relative of its generation, and the spec tier errs less there
-            return
+            return None
         if choice == "blend":
-            value = combine(choice, value, duration[rows])
             text = np.where(
                 text == "", text, text + "; blended with the spec tier (no relative of its generation)"
             )
-        take = np.isfinite(value)
-        where = rows[take]
-        duration[where] = value[take]
-        tier[where] = "transfer"
-        support[where] = text[take]
-        # the family's inner leave-one-GPU-out residual quantiles where learned, else the tier's default
-        learned = self.transfer.model.intervals.get(family)
-        quantiles[0][where], quantiles[1][where] = learned or self.intervals["transfer"]
+        return value, text, choice
 
 
 def label_groups(labels: dict[str, Any], n: int) -> list[tuple[dict[str, Any], np.ndarray]]:
@@ -530,6 +573,19 @@ def cap_achievable(duration: np.ndarray, roof: physics.Roofline, achievable: dic
     share = achievable.get(pipe, max(compute_shares) if compute_shares else 1.0)
     floor = np.maximum(roof.compute_us / share, roof.memory_us / achievable.get("dram", 1.0))
     return np.where(np.isfinite(duration), np.maximum(duration, floor), duration)
+
+
+def roof_rows(roof: physics.Roofline, rows: np.ndarray) -> physics.Roofline:
+    """The roofline of ``rows`` of a batch (its per-row arrays taken, its GPU's peaks and pipe kept)."""
+    from dataclasses import fields, replace
+
+    n = len(roof.time_us)
+    taken = {
+        f.name: value[rows]
+        for f in fields(roof)
+        if isinstance(value := getattr(roof, f.name), np.ndarray) and value.shape[:1] == (n,)
+    }
+    return replace(roof, **taken)
 
 
 def _specs_of(devices: Any) -> dict[str, Any]:

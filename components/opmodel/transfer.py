@@ -27,6 +27,7 @@ import numpy as np
 
 from components.common.lazy import lazy_module
 from components.opmodel import l2_resident
+from components.opmodel.row_memo import RowMemo, shape_key
 from components.physics import roofline as physics
 
 # pandas loads where a table is built from rows: a question answered from saved tables needs none of it
@@ -55,16 +56,6 @@ MOE_DEFAULT_DISTRIBUTION = "balanced"
 SAME_SPEC_TOLERANCE = 0.01  # two spec figures this close are one (``identical_pipe``)
 HOLD_OCTAVES = 1.0  # a curve's boundary efficiency held this far past its end
 MAX_REMEMBERED = 4096  # relative answers a tier keeps (``TransferTier.relative_answer``) before forgetting
-
-
-def _shape_key(shape: dict[str, Any]) -> tuple:
-    """A question's shape as a dictionary key: each column's values (numbers by their bytes)."""
-    out = []
-    for name in sorted(shape):
-        values = np.asarray(shape[name])
-        part = tuple(values.tolist()) if values.dtype == object else (values.dtype.str, values.tobytes())
-        out.append((name, values.shape, part))
-    return tuple(out)
 
 
 @dataclass(frozen=True)
@@ -386,9 +377,10 @@ class TransferTier:
         # measured groups no other GPU is answered from: the store's measured-only rows (NeuSight's, which
         # the model was fitted without), as (family, device, dtype, kv dtype | None)
         self.not_relatives: frozenset[tuple] = frozenset()
-        # a relative's answers per question: every GPU it is a relative of asks it the same shapes (a
-        # whole-catalog rank asks ~90 GPUs the same step grids of one model)
+        # a relative's answers per question and per row (``row_memo``): every GPU it is a relative of asks it
+        # the same shapes (a whole-catalog rank asks ~90 GPUs the step grids of one model, in other batches)
         self._answers: dict[tuple, tuple[np.ndarray, np.ndarray]] = {}
+        self._rows = RowMemo()
 
     def relatives(self, family: str, dtype: str, kv_dtype: str | None, spec: Any) -> list[tuple[str, float]]:
         """(device, spec distance) of every store GPU with measured rows of the regime, nearest first; the
@@ -441,19 +433,25 @@ class TransferTier:
     ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """The relative's own answer at the shape (its measured tier): durations (NaN = none), exact hits and
         answers held past its reach (read-only: remembered per question, ``_answers``)."""
-        key = (family, device, dtype, kv, _shape_key(shape))
+        key = (family, device, dtype, kv, shape_key(shape))
         found = self._answers.get(key)
         if found is None:
             if len(self._answers) >= MAX_REMEMBERED:
                 self._answers.clear()
-            found = self._relative_answer((family, device, dtype, kv), shape, roof)
+            question = (family, device, dtype, kv)
+            found = self._rows.answer(
+                question,
+                shape,
+                len(roof.time_us),
+                lambda part, rows: self._relative_answer(question, part, roof.time_us[rows]),
+            ) or self._relative_answer(question, shape, roof.time_us)
             for array in found:
                 array.setflags(write=False)
             self._answers[key] = found
         return found
 
     def _relative_answer(
-        self, question: tuple[str, str, str, str | None], shape: dict[str, Any], roof: physics.Roofline
+        self, question: tuple[str, str, str, str | None], shape: dict[str, Any], roof_us: np.ndarray
     ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         family, device, dtype, kv = question
         spec = self.measured.specs[device]
@@ -461,14 +459,14 @@ class TransferTier:
             key = (family, device, dtype)
             if key not in self._curves:
                 self._curves[key] = CurveTable(family, self.curve_groups[key], spec, dtype)
-            duration, exact = self._curves[key].resolve(shape, roof.time_us)
+            duration, exact = self._curves[key].resolve(shape, roof_us)
             return (
                 np.array(duration, dtype="float64"),
                 np.array(exact, dtype=bool),
                 np.zeros(len(exact), bool),
             )
         table = self.measured.table(family, device, dtype, kv if family == "attention" else None)
-        resolved = table.resolve(shape, roof.time_us)
+        resolved = table.resolve(shape, roof_us)
         duration = np.array(resolved.duration_us, dtype="float64")
         past = np.flatnonzero(~np.isfinite(duration))
         if len(past) and self.hold:  # past its reach: efficiency held from its measured extent (``reach``)
@@ -477,7 +475,7 @@ class TransferTier:
 
             part = {k: np.broadcast_to(np.asarray(v), (len(duration),))[past] for k, v in shape.items()}
             floor = self.model.floor_of(regime(family, dtype, spec), spec)
-            duration[past] = held_answer(table, part, roof.time_us[past], floor)
+            duration[past] = held_answer(table, part, roof_us[past], floor)
         held = np.zeros(len(duration), bool)
         held[past] = self.hold & np.isfinite(duration[past])
         return duration, np.array(resolved.exact, dtype=bool), held

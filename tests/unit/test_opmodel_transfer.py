@@ -328,9 +328,9 @@ def test_a_relative_answers_each_question_once_for_every_gpu_that_asks_it(catalo
     again = engine.predict("gemm", "bf16", shape, catalog.get("h200")).duration_us
     np.testing.assert_array_equal(again, first["h200"])
     assert first["h200"].tolist() != first["l40s"].tolist()  # carried by each GPU's own roofline ratio
-    other = {**shape, "K": shape["K"] * 2}
+    other = {**shape, "K": shape["K"] * 1.5}  # off the envelope's power-of-two lattice: rows not asked before
     engine.predict("gemm", "bf16", other, catalog.get("h200"))
-    assert len(asked) > questions  # another shape is another question
+    assert len(asked) > questions  # another shape is another question (its rows: row_memo)
     duration, _, _ = tier.relative_answer("gemm", "h100-sxm", "bf16", shape, None, None)
     with pytest.raises(ValueError):
         duration[0] = 0.0  # remembered answers are read-only: no caller changes another's
