@@ -481,11 +481,15 @@ def program_rows(frame: pd.DataFrame) -> pd.Series:
 
 
 MIN_TRAIN_KERNELS = 40
+# Set in a train frame's attrs by a caller that knows no row the fit will be asked is a program row (an
+# evaluation fold whose test side holds none): the class model would answer nothing, so it is not fitted.
+NO_PROGRAMS_ASKED = "no_program_rows_asked"
 
 
 def fit_for_tabular(train: pd.DataFrame, label_column: str) -> RooflineClassModel | None:
-    """The class model for program rows of a tabular fit, or None when the train side has too few."""
-    if label_column not in train.columns:
+    """The class model for program rows of a tabular fit, or None when the train side has too few (or
+    the caller marked that no program row will be asked: ``NO_PROGRAMS_ASKED``)."""
+    if label_column not in train.columns or train.attrs.get(NO_PROGRAMS_ASKED):
         return None
     rows = train[program_rows(train) & train[label_column].notna()]
     rows.attrs = dict(train.attrs)

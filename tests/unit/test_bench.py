@@ -212,6 +212,36 @@ def test_parallel_fold_executor_is_used_for_the_families_that_fit() -> None:
     assert parallel.rows == serial.rows
 
 
+def test_a_fold_whose_test_side_holds_no_program_fits_no_class_model() -> None:
+    """Only the fold holding out rtx-3080 (gpuFLOPBench's programs) is asked a program row; every other
+    fold's train side is marked so the tabular fit skips its roofline-class model (it would answer
+    nothing there), and the class model itself honours the mark."""
+    from components.evaluation.folds import FoldJob, run_fold, select_folds
+    from components.models.roofline_class import NO_PROGRAMS_ASKED, fit_for_tabular
+
+    table = feature_table()
+    marked: dict[str, bool] = {}
+
+    def factory(family: str, train: pd.DataFrame, split: str):
+        marked[str(sorted(set(table["device_id"]) - set(train["device_id"])))] = bool(
+            train.attrs.get(NO_PROGRAMS_ASKED)
+        )
+        return DeviceErrorPredictor(train, {}), 0.0
+
+    folds = select_folds(table, "unseen-gpu", 1000)
+    for fold in folds:
+        run_fold(table, FoldJob("unseen-gpu", "stub", fold), factory)
+    assert marked == {
+        "['a100-pcie-40gb']": True,
+        "['h100-pcie']": True,
+        "['h100-sxm5']": True,
+        "['rtx-3080']": False,
+    }
+    programs = table[table["source"] == "gpuflopbench"].copy()
+    programs.attrs[NO_PROGRAMS_ASKED] = True
+    assert fit_for_tabular(programs, "roofline_class") is None
+
+
 # ---------------------------------------------------------------------- coverage
 
 
