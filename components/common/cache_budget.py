@@ -14,7 +14,6 @@ import contextlib
 import shutil
 from pathlib import Path
 
-MiB = 1 << 20
 _TRIMMED: set[tuple[str, str]] = set()  # (folder, pattern) already trimmed by this process
 
 
