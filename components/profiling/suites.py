@@ -13,16 +13,17 @@ from dataclasses import asdict, dataclass
 from typing import Any
 
 DTYPES = ("fp32", "fp16", "bf16")  # a grid without ``dtypes`` runs in each of these
-# fp8 (e4m3, per-tensor scales, bf16 out: ``torch._scaled_mm``) only where a grid names it: GEMMs alone.
-SUPPORTED_DTYPES = (*DTYPES, "fp8")
+# fp8 (e4m3, per-tensor scales, bf16 out: ``torch._scaled_mm``) and int8 (``torch._int_mm``: int8 operands,
+# int32 out) only where a grid names them: GEMMs alone.
+SUPPORTED_DTYPES = (*DTYPES, "fp8", "int8")
 
 
 @dataclass(frozen=True)
 class OpCase:
-    family: str  # gemm | bmm | linear | elementwise | softmax | layernorm | rmsnorm | attention
+    family: str  # gemm | bmm | linear | elementwise | softmax | layernorm | rmsnorm | attention | conv
     op: str  # matmul | bmm | linear | add | mul | gelu | relu | tanh | softmax | layer_norm | rmsnorm
-    #          | attention
-    dtype: str  # fp32 | fp16 | bf16 | fp8 (GEMM)
+    #          | attention | conv2d
+    dtype: str  # fp32 | fp16 | bf16 | fp8, int8 (GEMM)
     shape: tuple[tuple[str, int], ...]  # ordered (name, size) pairs, e.g. (("M", 4096), ...)
 
     @property
@@ -47,6 +48,8 @@ def build(case: OpCase, device: str) -> Callable[[], Any]:
     s = case.shape_dict
     if case.dtype == "fp8":
         return _fp8_gemm(case, device)
+    if case.dtype == "int8":
+        return _int8_gemm(case, device)
     dtype = {"fp32": torch.float32, "fp16": torch.float16, "bf16": torch.bfloat16}[case.dtype]
     make = lambda *shape: torch.randn(*shape, device=device, dtype=dtype)  # noqa: E731
     if case.family == "attention":
@@ -74,6 +77,8 @@ def build(case: OpCase, device: str) -> Callable[[], Any]:
     if case.family == "softmax":
         x = make(s["B"], s["H"])
         return lambda: torch.softmax(x, dim=-1)
+    if case.family == "conv":
+        return _conv2d(case, make)
     if case.family == "layernorm":
         x = make(s["B"], s["H"])
         weight, bias = make(s["H"]), make(s["H"])
@@ -93,6 +98,32 @@ def _fp8_gemm(case: OpCase, device: str) -> Callable[[], Any]:
     b = torch.randn(s["N"], s["K"], device=device).to(torch.float8_e4m3fn).t()
     one = torch.ones((), device=device, dtype=torch.float32)
     return lambda: torch._scaled_mm(a, b, scale_a=one, scale_b=one, out_dtype=torch.bfloat16)
+
+
+def _int8_gemm(case: OpCase, device: str) -> Callable[[], Any]:
+    """An int8 GEMM on the int8 tensor pipe (``torch._int_mm``: int8 operands, int32 result; cuBLASLt wants
+    M > 16 and K, N multiples of 8). The result is 4 bytes an element where the physics' W8A8 row writes 2:
+    a difference of M*N*2 bytes, a few per cent of the minimum bytes only where M is small and N*K is not."""
+    import torch
+
+    if case.family != "gemm":
+        raise ValueError(f"case {case.case_id}: int8 is profiled for GEMMs only")
+    s = case.shape_dict
+    a = torch.randint(-8, 8, (s["M"], s["K"]), device=device, dtype=torch.int8)
+    b = torch.randint(-8, 8, (s["N"], s["K"]), device=device, dtype=torch.int8).t()
+    return lambda: torch._int_mm(a, b)
+
+
+def _conv2d(case: OpCase, make: Callable[..., Any]) -> Callable[[], Any]:
+    """A square 2-D convolution as NeuSight's rows spell it (B images of insize^2 pixels and cin channels,
+    cout filters of ksize^2, stride, pad), through cuDNN with PyTorch's defaults (TF32 for fp32 convs)."""
+    import torch
+
+    s = case.shape_dict
+    x = make(s.get("B", 1), s["cin"], s["insize"], s["insize"])
+    w = make(s["cout"], s["cin"], s["ksize"], s["ksize"])
+    stride, pad = s.get("stride", 1), s.get("pad", 0)
+    return lambda: torch.nn.functional.conv2d(x, w, stride=stride, padding=pad)
 
 
 def _attention(case: OpCase, make: Callable[..., Any]) -> Callable[[], Any]:
