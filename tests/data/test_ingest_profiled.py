@@ -76,3 +76,20 @@ def test_committed_h200_runs_ingest_and_the_base_clock_repeat_stays_out() -> Non
         zip(kernels["family"], kernels["dtype"], strict=True)
     )
     assert set(h200["clock_mode"]) == {"boost", "locked"}  # CUDA events at boost, Nsight Compute locked
+
+
+def test_committed_h200_wide_sweep_ingests_every_family_and_dtype_it_measured() -> None:
+    """The H200 runs of 2026-11-27 (profiled-data/PROVENANCE.md): the wide sweep's 5,199 op rows, with the
+    families and dtypes the first runs lacked (cuDNN convolutions, int8 GEMMs), and 120 KernelBench programs."""
+    out = ingest(RUN.parent, load_catalog())
+    m = out.measurements
+    h200 = m[m["run_id"].str.startswith("h200-20261127")]
+    assert h200.groupby("run_id").size().to_dict() == {
+        "h200-20261127-wide": 5199,
+        "h200-20261127-kernelbench-l2": 96,
+        "h200-20261127-kernelbench-l1": 24,
+    }
+    assert set(h200["device_id"]) == {"h200"} and set(h200["clock_mode"]) == {"boost"}
+    kernels = out.kernels.set_index("kernel_id").loc[h200["kernel_id"]]
+    pairs = set(zip(kernels["family"], kernels["dtype"], strict=True))
+    assert {("conv", "fp32"), ("conv", "bf16"), ("gemm", "int8"), ("gemm", "fp8"), ("attention", "fp16")} <= pairs

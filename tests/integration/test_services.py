@@ -45,11 +45,12 @@ def test_ingest_validate_flow_runs_on_ray_and_is_recorded_by_the_server(
         ["kernelcast"], str(canonical), str(validated), str(tmp_path / "summary.json")
     )
 
-    # every run in profiled-data/: the first H100 run (662 rows) and the H200 runs of 2026-11-26 (2,108)
-    assert report["ingest"]["rows_in"] == {"kernelcast": 2770} and report["ingest"]["rows"] == 2770
+    # every run in profiled-data/: the first H100 run (662 rows), the H200 runs of 2026-11-26 (2,108) and of
+    # 2026-11-27 (5,319: the wide sweep and KernelBench levels 1-2)
+    assert report["ingest"]["rows_in"] == {"kernelcast": 8089} and report["ingest"]["rows"] == 8089
     summary = report["validate"]
-    assert summary["rows_in"] == 2770 == summary["rows_valid"] + summary["rows_quarantined"]
-    assert len(pd.read_parquet(canonical / "measurements.parquet")) == 2770
+    assert summary["rows_in"] == 8089 == summary["rows_valid"] + summary["rows_quarantined"]
+    assert len(pd.read_parquet(canonical / "measurements.parquet")) == 8089
     assert len(pd.read_parquet(validated / "measurements.parquet")) == summary["rows_valid"]
     pid = summary["worker_pid"]  # the validation ran as a Ray job, not in this process
     assert pid != os.getpid() and Path(f"/proc/{pid}/cmdline").read_bytes().startswith(b"ray::"), pid
