@@ -58,7 +58,11 @@ DIM_ALIASES: dict[str, tuple[str, ...]] = {
     "W": ("w", "window", "sliding_window"),
     "causal": ("causal", "is_causal"),
 }
-_ALIAS_TO_DIM: dict[str, str] = {alias: dim for dim, aliases in DIM_ALIASES.items() for alias in aliases}
+# Every canonical name is a spelling of itself (as in ``components.physics.base.dims_of``): the profiler's
+# conv cases say ``insize``, NeuSight's ``Input_Size``.
+_ALIAS_TO_DIM: dict[str, str] = {dim.lower(): dim for dim in DIM_ALIASES} | {
+    alias: dim for dim, aliases in DIM_ALIASES.items() for alias in aliases
+}
 DIMS: tuple[str, ...] = tuple(DIM_ALIASES)
 _TILE_IN_NAME = re.compile(r"_(\d+)x(\d+)_")
 

@@ -80,7 +80,8 @@ def test_committed_h200_runs_ingest_and_the_base_clock_repeat_stays_out() -> Non
 
 def test_committed_h200_wide_sweep_ingests_every_family_and_dtype_it_measured() -> None:
     """The H200 runs of 2026-11-27 (profiled-data/PROVENANCE.md): the wide sweep's 5,199 op rows, with the
-    families and dtypes the first runs lacked (cuDNN convolutions, int8 GEMMs), and 120 KernelBench programs."""
+    families and dtypes the first runs lacked (cuDNN convolutions, int8 GEMMs), and 120 KernelBench
+    programs."""
     out = ingest(RUN.parent, load_catalog())
     m = out.measurements
     h200 = m[m["run_id"].str.startswith("h200-20261127")]
@@ -92,4 +93,10 @@ def test_committed_h200_wide_sweep_ingests_every_family_and_dtype_it_measured() 
     assert set(h200["device_id"]) == {"h200"} and set(h200["clock_mode"]) == {"boost"}
     kernels = out.kernels.set_index("kernel_id").loc[h200["kernel_id"]]
     pairs = set(zip(kernels["family"], kernels["dtype"], strict=True))
-    assert {("conv", "fp32"), ("conv", "bf16"), ("gemm", "int8"), ("gemm", "fp8"), ("attention", "fp16")} <= pairs
+    assert {
+        ("conv", "fp32"),
+        ("conv", "bf16"),
+        ("gemm", "int8"),
+        ("gemm", "fp8"),
+        ("attention", "fp16"),
+    } <= pairs

@@ -184,3 +184,19 @@ def test_a_query_from_no_known_source_gets_a_bare_launch_floor() -> None:
     np.testing.assert_allclose(
         floor_of(query, floors), [floors["pipeweave|gemm"], floors["neusight|elementwise"]]
     )
+
+
+def test_a_family_a_known_source_never_timed_gets_that_sources_floor() -> None:
+    """The fixed cost follows how a source times (our CUDA events: 3-9 us), not the family: a family the
+    source has no floor of (our first conv rows) takes the source's lowest floor, not another harness's."""
+    from components.models.transfer import UNKNOWN_SOURCE_FLOOR, floor_of
+
+    floors = {"kernelcast|gemm": 4.5, "kernelcast|elementwise": 3.2, "neusight|conv": 100.0}
+    floors |= {"pipeweave|gemm": 2.4, "pipeweave|moe": 0.0, UNKNOWN_SOURCE_FLOOR: 2.4}
+    query = pd.DataFrame(
+        {
+            "source": ["kernelcast", "kernelcast", "neusight", "query", "pipeweave"],
+            "family": ["conv", "gemm", "softmax", "conv", "attention"],
+        }
+    )
+    np.testing.assert_allclose(floor_of(query, floors), [3.2, 4.5, 100.0, 2.4, 2.4])

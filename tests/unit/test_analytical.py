@@ -411,3 +411,28 @@ def test_a_conv_whose_measured_kernel_was_fp32_fma_runs_on_the_fma_pipe() -> Non
     assert f["f_uses_tensor"].tolist() == [0.0, 0.0, 1.0, 1.0]  # a TF32 kernel, or none recorded: TF32
     assert f["f_roofline_time_us"].iloc[0] > 4 * f["f_roofline_time_us"].iloc[2]
     assert f["f_flops"].nunique() == 1  # one op's work whatever pipe ran it
+
+
+def test_a_conv_spelled_as_the_profiler_writes_it_has_the_same_work_as_neusights() -> None:
+    # kernelcast's own conv cases (components/profiling/suites.py) name the dims canonically (cin, cout,
+    # ksize, insize); NeuSight spells them Input_Channel .. Input_Size. One conv, one work, either spelling.
+    profiled = {"B": 4, "cin": 64, "cout": 128, "ksize": 3, "insize": 56, "stride": 1, "pad": 1}
+    neusight = {"B": 4, "Input_Channel": 64, "Output_Channel": 128, "Kernel_Szie": 3, "Input_Size": 56}
+    neusight |= {"Stride": 1, "Padding": 1}
+    frame = rows(
+        *(
+            {"family": "conv", "op": "conv2d", "device_id": "h100-sxm", "shape": s}
+            for s in (profiled, neusight)
+        )
+    )
+    f = analytical_features(frame, CATALOG)
+    assert np.isfinite(f["f_flops"]).all() and np.isfinite(f["f_roofline_time_us"]).all()
+    assert f["f_flops"].iloc[0] == f["f_flops"].iloc[1] == 2 * (4 * 56 * 56) * 128 * (64 * 9)
+    assert f["f_dram_bytes_min"].iloc[0] == f["f_dram_bytes_min"].iloc[1]
+
+
+def test_every_canonical_dim_name_parses_as_itself() -> None:
+    from components.features.dims import DIMS
+
+    dims = parse_dims(pd.Series([json.dumps({d: i + 1 for i, d in enumerate(DIMS)})]), pd.Series([None]))
+    assert dims.iloc[0].tolist() == [float(i + 1) for i in range(len(DIMS))]
