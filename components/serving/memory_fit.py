@@ -50,6 +50,18 @@ def op_tensors(family: str, op_name: str, shape: dict[str, int]) -> list[tuple[s
             ("W", [local, 3, g["H"], max(1, g["I"] // g.get("tp", 1))]),
             ("out", [g["T"], g["H"]]),
         ]
+    if family == "conv":
+        import numpy as np
+
+        from components.physics.conv import out_size
+
+        side = int(out_size({k: np.array([float(v)]) for k, v in g.items()})[0])
+        n = g.get("B", 1)
+        return [
+            ("x", [n, g["cin"], g["insize"], g["insize"]]),
+            ("w", [g["cout"], g["cin"], g["ksize"], g["ksize"]]),
+            ("y", [n, g["cout"], side, side]),
+        ]
     if family == "allreduce":
         return []  # a message in bytes, not elements: never near a GPU's memory within the bounds
     dims = [g["N"]] if "N" in g else [g.get("B", 1), g["H"]]

@@ -50,6 +50,9 @@ FAMILY_OF_OP: dict[str, tuple[str, str]] = {
     "moe": ("moe", "moe"),
     "allreduce": ("allreduce", "allreduce"),
     "all_reduce": ("allreduce", "allreduce"),
+    # 2-D convolution (NeuSight's and our profiled cuDNN rows; the tabular champion answers it).
+    "conv2d": ("conv", "conv2d"),
+    "conv": ("conv", "conv2d"),
 }
 # dtypes an op question may name, and those only GEMM-like ops (and MoE) take: components/physics/dtypes.py.
 # fp8_block: fp8 with per-block scales (DeepSeek-style); nvfp4: 4-bit floats with fp8 block scales;
@@ -61,6 +64,7 @@ MAX_DIM: int = 2**36  # one dimension (an all-reduce message in bytes, a flatten
 MAX_TENSOR_ELEMENTS: float = 2.0**36  # 64 Gi elements in one operand
 MAX_FLOPS: float = 1e18  # ~17 minutes of a 1 PFLOP/s tensor pipe for ONE kernel
 MAX_BYTES: float = 2.0**40  # 1 TiB of operands + result; the largest GPU holds 288 GB
+ZERO_ALLOWED: frozenset[tuple[str, str]] = frozenset({("conv", "pad")})  # (family, dimension) that may be 0
 
 
 # Per family: the sets of dimensions a query may give (any one set, complete, and nothing else),
@@ -85,6 +89,13 @@ SHAPE_DIMS: dict[str, tuple[tuple[str, ...], ...]] = {
     ),
     # message bytes per GPU, GPUs in the group
     "allreduce": (("bytes", "gpus"),),
+    # input channels, filters, square filter side, square image side (+ batch, stride, zero padding)
+    "conv": (
+        ("cin", "cout", "ksize", "insize"),
+        ("B", "cin", "cout", "ksize", "insize"),
+        ("B", "cin", "cout", "ksize", "insize", "stride", "pad"),
+        ("cin", "cout", "ksize", "insize", "stride", "pad"),
+    ),
 }
 
 
@@ -144,16 +155,20 @@ def _largest_tensor(family: str, shape: dict[str, int]) -> float:
         return max(g["T"] * g["H"], g["E"] * g["H"] * g["I"])
     if family == "allreduce":
         return g["bytes"]
+    if family == "conv":
+        return max(b * max(g["cin"], g["cout"]) * g["insize"] ** 2, g["cout"] * g["cin"] * g["ksize"] ** 2)
     return g["N"] if "N" in g else b * g["H"]
 
 
 def check_bounds(op: str, shape: dict[str, int], dtype: str, field: str = "shape") -> None:
     """A QueryError when a size is not an integer in [1, MAX_DIM] or the work exceeds MAX_FLOPS/MAX_BYTES."""
+    family, op_name = FAMILY_OF_OP[op]
     for name, value in shape.items():
         if isinstance(value, bool) or not isinstance(value, int):
             raise QueryError(f"{field}.{name} = {value!r}: a size must be a whole number")
-        whole_number(value, f"{field}.{name}", 1, MAX_DIM, "size")
-    family, op_name = FAMILY_OF_OP[op]
+        # a convolution's zero padding may be 0 (PyTorch's default); every other dimension counts something
+        smallest = 0 if (family, name) in ZERO_ALLOWED else 1
+        whole_number(value, f"{field}.{name}", smallest, MAX_DIM, "size")
     if dtype in GEMM_ONLY_DTYPES and family not in ("gemm", "linear", "bmm", "moe"):
         raise QueryError(
             f"{field.rsplit('.', 1)[0]}.dtype {dtype}: a weight quantisation format, "
@@ -199,6 +214,11 @@ def _check_family_shape(family: str, shape: dict[str, int], field: str) -> None:
             raise QueryError(f"{field}: E = {shape['E']} experts must divide over ep = {shape['ep']} GPUs")
         if shape["I"] % shape.get("tp", 1):
             raise QueryError(f"{field}: I = {shape['I']} must divide over tp = {shape['tp']} GPUs")
+    elif family == "conv" and shape["ksize"] > shape["insize"] + 2 * shape.get("pad", 0):
+        raise QueryError(
+            f"{field}: ksize = {shape['ksize']} exceeds the padded image side insize + 2*pad = "
+            f"{shape['insize'] + 2 * shape.get('pad', 0)}: the convolution has no output"
+        )
     elif family == "allreduce" and shape["gpus"] < 2:
         raise QueryError(f"{field}.gpus = {shape['gpus']}: an all-reduce needs at least 2 GPUs")
 
@@ -240,7 +260,8 @@ def shape_from_text(text: str, where: str) -> dict[str, int]:
         name, sep, value = (part.strip() for part in item.partition("="))
         if not sep or not name.replace("_", "a").isalnum() or not value:
             raise QueryError(f"{where} item {item!r}: expected NAME=VALUE items such as M=4096,N=4096,K=4096")
-        shape[name] = whole_number(value, f"{where}.{name}", 1, MAX_DIM, "size")
+        # 0 passes here (a convolution's padding); check_bounds holds every other dimension to >= 1
+        shape[name] = whole_number(value, f"{where}.{name}", 0, MAX_DIM, "size")
     if not shape:
         raise QueryError(f"{where}: empty; e.g. M=4096,N=4096,K=4096")
     return shape

@@ -110,7 +110,8 @@ def _shape(value: Any, where: str) -> dict[str, int]:
     raw = _object(value, where)
     if not raw:
         raise QueryError(f'{where}: empty; e.g. {{"M": 4096, "N": 4096, "K": 4096}}')
-    return {str(k): _int(v, f"{where}.{k}", 1, MAX_DIM, "size") for k, v in raw.items()}
+    # 0 passes here (a convolution's padding); check_bounds holds every other dimension to >= 1
+    return {str(k): _int(v, f"{where}.{k}", 0, MAX_DIM, "size") for k, v in raw.items()}
 
 
 def _triple(value: Any, where: str, high: int) -> list[int]:

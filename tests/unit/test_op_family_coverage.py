@@ -84,7 +84,6 @@ EXEMPT: dict[tuple[str, str], str] = {
         "features",
         "allreduce",
     ): "an interconnect op: the op engine's link physics answers it, no features",
-    ("questions", "conv"): "no --op for convolutions yet: NeuSight rows and traced programs only",
     ("op engine", "elementwise"): "small ops: the tabular champion / the roofline, no measured kernel tables",
     ("op engine", "softmax"): "small ops: the tabular champion / the roofline, no measured kernel tables",
     ("op engine", "layernorm"): "small ops: the tabular champion / the roofline, no measured kernel tables",

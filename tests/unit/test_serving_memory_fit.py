@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+
 import pytest
 
 from components.serving.query import QueryError
@@ -83,3 +85,27 @@ def test_rank_leaves_out_the_gpus_a_workload_does_not_fit_and_says_so(tmp_path, 
     )
     assert result.exit_code == 0, result.output
     assert "note: not ranked, the workload does not fit their memory: t4" in result.output, result.output
+
+
+def test_a_convolution_is_a_question_with_its_own_dimensions_and_physics() -> None:
+    """--op conv2d (NeuSight's dimensions; padding may be 0, as PyTorch's default): answered at or above its
+    roofline, the output side from the one conv definition; a filter larger than the padded image, a zero
+    channel count and a batch of images larger than the GPU are refused by name."""
+    from components.physics.registry import op_work
+
+    conv = {"B": 8, "cin": 64, "cout": 64, "ksize": 3, "insize": 56, "stride": 1, "pad": 0}
+    questions = parse_questions([{"op": "conv2d", "shape": conv, "dtype": "fp16", "device": "H100"}])
+    (answer,) = answer_questions(_roofline(), questions, model_version="roofline")
+    work = op_work("conv", "fp16", {k: [float(v)] for k, v in conv.items()})
+    assert answer["gflops"] == pytest.approx(work.flops[0] / answer["duration_us"] / 1e3, rel=1e-6)
+    assert work.flops[0] == 2 * 8 * 64 * 54 * 54 * 64 * 9  # a 3x3 filter without padding: 56 -> 54
+
+    refused = [
+        ({**conv, "ksize": 61}, "ksize = 61 exceeds the padded image side"),
+        ({**conv, "cin": 0}, "cin: 0 is below the smallest size accepted (1)"),
+        ({**conv, "B": 64, "insize": 2048}, "does not fit the NVIDIA L4's memory: x[64x64x2048x2048] 32 GiB"),
+    ]
+    for shape, fragment in refused:
+        with pytest.raises(QueryError, match=re.escape(fragment)):
+            questions = parse_questions([{"op": "conv2d", "shape": shape, "dtype": "fp16", "device": "L4"}])
+            answer_questions(_roofline(), questions, model_version="roofline")
