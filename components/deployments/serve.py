@@ -68,13 +68,14 @@ def simulate_deployment(
     decode_worker: tuple[Deployment, StepModel] | None = None,
     per_client: tuple[int, int] | None = None,
     memo: Simulations | None = None,
+    decode_engine: ServingEngine | None = None,
 ) -> Served:
     """The deployment's requests through the engine (``kind``: closed loop, batch); with a decode worker,
     ``d`` is the prefill worker (osl 1) and the decode worker receives prefilled requests. ``per_client``:
     (measured, warm-up) requests per client (default aiperf's 20 and 2). An attention-DP worker (``d.dp``
     ranks of ``d.concurrency`` clients each) is simulated whole: its ranks share one queue and step together
     (``StepModel.rank_step_us``), each with its own KV cache. ``memo``: simulations to reuse
-    (``simulate``)."""
+    (``simulate``); ``decode_engine``: the decode worker's settings when they differ from ``engine``'s."""
     kw = _requests(per_client, d)
     kv, memory = kv_capacity(d, engine)
     if decode_worker is None:
@@ -85,10 +86,27 @@ def simulate_deployment(
         )
         return Served(stats, stats, memory, clients)
     dd, dstep = decode_worker
-    # the prefill worker's clients come back after their decode on the decode worker (kernel-time estimate)
-    think = (dd.osl - 1) * dstep.decode_us(
-        dd.concurrency, dd.isl + dd.osl / 2.0, engine.graph_batch(dd.concurrency)
+    deng = decode_engine or engine
+    dkv, dmem = kv_capacity(dd, deng)
+    span = lifetime_us(dd, deng, dstep)
+    dec = simulate(
+        dstep,
+        deng,
+        dkv * dd.dp,
+        Workload(
+            dd.isl,
+            dd.osl,
+            dd.concurrency * dd.dp,
+            kind,
+            prefilled=True,
+            stagger_us=span,
+            **_requests(per_client, dd),
+        ),
+        memo,
     )
+    # the prefill worker's clients come back after their request's time on the decode worker, as the
+    # decode worker's simulation at the same step cost has it
+    think = decode_worker_us(dec)
     pre = simulate(
         step,
         engine,
@@ -104,24 +122,14 @@ def simulate_deployment(
         ),
         memo,
     )
-    dkv, dmem = kv_capacity(dd, engine)
-    span = lifetime_us(dd, engine, dstep)
-    dec = simulate(
-        dstep,
-        engine,
-        dkv * dd.dp,
-        Workload(
-            dd.isl,
-            dd.osl,
-            dd.concurrency * dd.dp,
-            kind,
-            prefilled=True,
-            stagger_us=span,
-            **_requests(per_client, dd),
-        ),
-        memo,
-    )
     return Served(pre, dec, dmem, d.concurrency * d.dp)
+
+
+def decode_worker_us(dec: RequestStats) -> float:
+    """Mean time a request spends on a disaggregated decode worker (its arrival there, prefilled, to its
+    last token), from that worker's simulation: what a prefill worker's client spends away between its
+    first token and its next request."""
+    return float(np.mean(dec.finish_us - dec.arrival_us))
 
 
 def _requests(per_client: tuple[int, int] | None, d: Deployment) -> dict[str, int]:

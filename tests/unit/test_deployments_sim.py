@@ -433,3 +433,39 @@ def test_the_tpot_floor_counts_what_a_decode_step_must_read(catalog):
     windowed = replace(d, model=replace(m, sliding_window=128, sliding_layers=m.layers // 2))
     assert kv_tokens_read(windowed, 4096.0) == pytest.approx((4096.0 + 128.0) / 2)
     assert kv_tokens_read(d, 4096.0) == 4096.0
+
+
+def test_a_prefill_workers_clients_are_away_as_long_as_the_decode_worker_keeps_them(catalog):
+    """Disaggregated: a client comes back to the prefill worker after its request's time on the decode
+    worker as that worker's simulation has it (``serve.decode_worker_us``), so a slower decode step keeps the
+    clients away longer and the prefill worker queues less."""
+    pre = _deploy(catalog, "h100-sxm", isl=4096, osl=64, concurrency=32, mode="disagg")
+    dec = _deploy(catalog, "h100-sxm", isl=4096, osl=64, concurrency=32, mode="disagg")
+    steps = build_step_models([pre, dec], roofline_op_time)
+    engine = engine_for("vllm", pre.gpu, fitted=False).with_cost(StepCost(base_us=1000.0))
+    ttft = []
+    for base in (1000.0, 100000.0):
+        served = simulate_deployment(
+            pre,
+            engine,
+            steps[0],
+            decode_worker=(dec, steps[1]),
+            decode_engine=engine.with_cost(StepCost(base_us=base)),
+        )
+        ttft.append(served.prefill.metrics()["ttft_ms"])
+        assert served.decode.metrics()["tpot_ms"] * 1e3 >= base
+    assert ttft[1] < ttft[0]
+
+
+def test_aiconfigurators_disaggregated_workers_follow_its_rules(catalog):
+    """A prefill worker one prompt of ISL (+ 1500 headroom) per rank and step unless the run records its
+    batch; a decode worker its batch, with a graph captured at every size up to it (no padding)."""
+    from components.deployments.engines.aic_benchmark import as_disaggregated
+
+    spec = catalog.resolve("h200")
+    pre, dec = as_disaggregated(engine_for("trtllm", spec, fitted=False), 8192, 24)
+    assert (pre.max_num_seqs, pre.max_num_batched_tokens) == (1, 8192 + 1500)
+    assert dec.max_num_seqs == 24 and [dec.graph_batch(n) for n in (5, 17, 24)] == [5, 17, 24]
+    assert as_disaggregated(engine_for("vllm", spec, fitted=False), 1024, 8, 4)[0].max_num_seqs == 4
+    sglang = engine_for("sglang", spec, fitted=False)
+    assert as_disaggregated(sglang, 65536, 8)[0].max_num_batched_tokens == sglang.max_num_batched_tokens

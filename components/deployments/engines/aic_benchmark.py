@@ -23,6 +23,11 @@ length ISL:
 - TensorRT-LLM: ``enable_chunked_prefill`` false and ``kv_cache_config.free_gpu_memory_fraction`` 0.80 (the
   template's default; the engine's own is 0.9; not applied, see ``PARTS``).
 
+A disaggregated run's workers (the same rule files, ``prefill`` and ``decode`` lines): a prefill worker
+``max_batch_size`` = the run's prefill batch size, else 1 (per attention-DP rank), ``max_num_tokens`` = ISL +
+1500 (SGLang ``--max-prefill-tokens``); a decode worker ``max_batch_size`` = its batch (default 128),
+``max_num_tokens`` = that batch, CUDA graphs at 1..batch (``as_disaggregated``).
+
 Only the bench's simulation of those runs uses this (the run's deployment is an input, like its TP size);
 a user's deployment question is answered with the engine's own defaults (``engines/<name>.py``).
 """
@@ -88,3 +93,23 @@ def as_benchmarked(
         settings["memory_fraction"] = TRTLLM_KV_FRACTION
     out = engine.with_settings(**settings)
     return out.with_cost(out.cost, f"{out.provenance}; settings: {SOURCE}")
+
+
+DISAGG_PREFILL_BATCH = 1  # the rules' prefill ``max_batch_size`` when none is given
+
+
+def as_disaggregated(
+    engine: ServingEngine, isl: int, decode_batch: int, prefill_batch: int | None = None
+) -> tuple[ServingEngine, ServingEngine]:
+    """(prefill worker, decode worker) engines as AIConfigurator's benchmark rules deploy a disaggregated
+    run (module docstring): the prefill worker one prompt of ``isl`` tokens per rank and step (its
+    ``prefill_batch`` when the run records one), the decode worker ``decode_batch`` sequences per rank
+    with a graph captured at each size."""
+    batch = max(int(prefill_batch or DISAGG_PREFILL_BATCH), 1)
+    budget = isl + EXTRA_TOKENS
+    if engine.name == "sglang":  # max-prefill-tokens bounds a prefill batch within the chunk size
+        budget = min(budget, engine.max_num_batched_tokens)
+    pre = engine.with_settings(max_num_seqs=batch, max_num_batched_tokens=budget)
+    b = max(int(decode_batch), 1)
+    dec = engine.with_settings(max_num_seqs=b, graph_sizes=tuple(range(1, b + 1)), cuda_graph_max_batch=b)
+    return pre, dec
