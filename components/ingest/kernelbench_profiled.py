@@ -42,19 +42,12 @@ def profiled_kernelbench(root: Path, catalog: Any) -> pd.DataFrame:
     KernelBench adapter's layout: eager, problem set v0.1+, and the bytes the harness flushed before each
     timed call (``l2_flush_bytes``, 0 without a flush). A device the catalog does not know is an error
     naming the run."""
+    from components.ingest.profiled import run_folders
     from components.profiling.launch import L2_FLUSH_BYTES
     from components.profiling.records import quarantined_ids, read_rows
 
-    root = Path(root)
-    runs = (
-        [root]
-        if (root / "manifest.json").is_file()
-        else sorted(p.parent for p in root.glob("*/manifest.json"))
-    )
-    if not runs:
-        raise IngestError(f"no profiled run folders (a manifest.json each) under {root}")
     rows = []
-    for run in runs:
+    for run in run_folders(root):
         quarantined = quarantined_ids(run)
         for row in read_rows(run):
             problem = problem_of(row.get("case") or {})
