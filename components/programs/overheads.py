@@ -6,7 +6,7 @@
     gpu_us = ops_us + w_lowpar * L + n_kernels * launch_us  (launch gaps, under-filled GPUs)
              + max(rnn_steps * step_us - S_rnn, 0)  (an RNN's time steps run one after another:
                                                      the latency its op time does not already cover)
-    cpu_us = n_aten * framework_us - head                   (eager PyTorch dispatch, per aten call; head:
+    cpu_us = max(n_aten * framework_us - head, 0)           (eager PyTorch dispatch, per aten call; head:
                                                              host time a timing harness let pass before
                                                              its first event -- kernelcast's L2 flush)
     time   = ops_us + max(smoothmax(gpu_us, cpu_us) * r(x) - ops_us, 0)
