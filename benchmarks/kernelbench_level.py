@@ -8,6 +8,8 @@ Usage (from the repository root):
   KERNELCAST_HOME=.kernelcast python benchmarks/kernelbench_level.py --level 3 [--cache DIR] [--csv FILE]
       [--model DIR]   (a trained predictor folder: the program model in its basis -- the op engine's
                        answers for GEMM/bmm/attention, as module answers use -- instead of the roofline's)
+      [--profiled DIR] (add the KernelBench problems kernelcast timed itself, e.g. profiled-data: the H200's
+                       runs, as one more GPU; components.ingest.kernelbench_profiled)
       [--mass N]      (also rank the level's error mass by GPU, by term -- op GPU time vs time between the
                        ops -- and by program, the top N programs; components.evaluation.kernelbench_mass)
 """
@@ -33,6 +35,7 @@ def main() -> None:
     parser.add_argument("--cache", type=Path, default=Path(".kernelcast") / "kbcache")
     parser.add_argument("--csv", type=Path, default=None)
     parser.add_argument("--model", default=None, help="predictor folder or models:/ reference")
+    parser.add_argument("--profiled", type=Path, default=None, help="profiled run folders to add")
     parser.add_argument("--mass", type=int, default=0, help="rank the error mass; show the top N programs")
     ns = parser.parse_args()
     predictor = None
@@ -42,11 +45,20 @@ def main() -> None:
         predictor = load_model(ns.model).predictor
     out = ingest(ns.root, load_catalog())
     kernels = out.kernels
+    measurements = out.measurements
+    if ns.profiled is not None:
+        import pandas as pd
+
+        from components.ingest.kernelbench_profiled import profiled_kernelbench
+
+        profiled = profiled_kernelbench(ns.profiled, load_catalog())
+        print(f"profiled: {len(profiled)} KernelBench timings on {sorted(profiled['device_id'].unique())}")
+        measurements = pd.concat([measurements, profiled], ignore_index=True)
     chosen = (
         kernels["program"].astype(str).str.startswith(f"level{ns.level}/") & kernels["source_text"].notna()
     )
     bench = run_kernelbench_bench(
-        out.measurements,
+        measurements,
         kernels,
         ns.cache,
         configs=["eager"],

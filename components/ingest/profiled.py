@@ -264,13 +264,10 @@ def _rows_run(run: Path, manifest: dict, catalog) -> tuple[list, list, list, int
     return measurements, kernels, rejects, len(rows)
 
 
-def ingest(root: Path, catalog) -> AdapterOutput:
-    require_dir(root, SOURCE)
-    measurements: list = []
-    kernels: list = []
-    rejects: list = []
-    rows_in = 0
-    # ``root`` is a folder of runs, or one run folder itself.
+def run_folders(root: Path) -> list[Path]:
+    """The run folders of ``root``: a folder of runs (each with a manifest.json), or one run folder itself;
+    an IngestError when it holds none."""
+    root = Path(root)
     runs = (
         [root]
         if (root / "manifest.json").is_file()
@@ -278,7 +275,16 @@ def ingest(root: Path, catalog) -> AdapterOutput:
     )
     if not runs:
         raise IngestError(f"{SOURCE}: no run folders with a manifest.json under {root}")
-    for run in runs:
+    return runs
+
+
+def ingest(root: Path, catalog) -> AdapterOutput:
+    require_dir(root, SOURCE)
+    measurements: list = []
+    kernels: list = []
+    rejects: list = []
+    rows_in = 0
+    for run in run_folders(root):
         try:
             manifest = json.loads((run / "manifest.json").read_text())
         except json.JSONDecodeError as exc:

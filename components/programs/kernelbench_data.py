@@ -124,7 +124,8 @@ class KernelBenchData:
 
     rows: (
         pd.DataFrame
-    )  # kernel_id, device_id, level, mode, config, duration_us, n_files, program, problem_set
+    )  # kernel_id, device_id, level, mode, config, duration_us, n_files, program, problem_set,
+    # flush_bytes (the L2 flush before each timed call, mean over the files: kernelcast's own harness)
     traces: dict[str, TraceResult]  # kernel_id -> trace
     reasons: pd.DataFrame  # kernel_id, device_id, config, reason: rows with no prediction and why
 
@@ -171,12 +172,14 @@ def load_kernelbench(
     m["config"] = params.map(config_name)
     m["level"] = params.map(lambda p: str(p.get("level", "")).removeprefix("level"))
     m["problem_set"] = params.map(lambda p: p.get("problem_set"))
+    m["l2_flush_bytes"] = params.map(lambda p: float(p.get("l2_flush_bytes") or 0))  # kernelcast's harness
     m = m[np.isfinite(pd.to_numeric(m["duration_us"], errors="coerce"))]
     grouped = m.groupby(["kernel_id", "device_id", "config"], as_index=False).agg(
         duration_us=("duration_us", "mean"),
         n_files=("duration_us", "size"),
         level=("level", "first"),
         problem_set=("problem_set", "first"),
+        flush_bytes=("l2_flush_bytes", "mean"),  # bytes flushed before each timed call, over the files
     )
     texts = module_texts(grouped["kernel_id"].unique(), k)
     traces = cached_traces(texts, cache_dir, log=log)
