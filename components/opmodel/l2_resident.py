@@ -73,17 +73,24 @@ def pair_capacity(capacity: float | None, specs: tuple[Any, Any]) -> float | Non
     return capacity if capacity and all(reads_l2(s) for s in specs) else None
 
 
-def effective_us(roof: physics.Roofline, spec: Any, capacity: float | None) -> np.ndarray:
+def effective_us(
+    roof: physics.Roofline, spec: Any, capacity: float | None, overlap: float | None = None
+) -> np.ndarray:
     """The roofline time with its memory side served from the L2 for the share of the working set the L2 holds
-    (``capacity`` x its size); the roofline time itself without a capacity, an L2 size or an L2 bandwidth."""
+    (``capacity`` x its size); the roofline time itself without a capacity, an L2 size or an L2 bandwidth.
+    ``overlap``: the compute and memory sides joined by ``pipe_overlap.joined`` (not their maximum)."""
+    from components.opmodel.pipe_overlap import joined
+
     if not capacity or not reads_l2(spec) or not roof.peak_bps:
-        return roof.time_us
+        if overlap is None:
+            return roof.time_us
+        return np.maximum(joined(roof.compute_us, roof.memory_us, overlap), roof.link_us)
     l2_bps = float(l2_bandwidth_bps(spec))
     held = capacity * float(spec.l2_mb) * 1e6
     work = np.maximum(np.asarray(roof.dram_bytes, dtype="float64"), 1.0)
     share = np.minimum(1.0, held / work)
     memory = work * (share / l2_bps + (1.0 - share) / roof.peak_bps) * 1e6
-    return np.maximum.reduce([roof.compute_us, memory, roof.link_us])
+    return np.maximum(joined(roof.compute_us, memory, overlap), roof.link_us)
 
 
 def carry_times(
@@ -93,15 +100,17 @@ def carry_times(
     floors: tuple[float, float],
     l2_capacity: float | None,
     twins: bool = True,
+    overlap: float | None = None,
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """The relative's time ``t_y`` carried to the asked GPU: (answer, the roofline-ratio answer, twin per
     row). ``t_X = t_Y * base_X / base_Y``, ``base`` the roofline time (its memory side served from the L2
-    for the working set it holds: ``effective_us``, with a learned capacity) + the regime's floor."""
+    for the working set it holds: ``effective_us``, with a learned capacity; its two sides joined with the
+    family's learned ``overlap``) + the regime's floor."""
     from components.opmodel.transfer import identical_pipe
 
     (roof_x, roof_y), (spec, other) = roofs, specs
     capacity = pair_capacity(l2_capacity, specs)
-    eff_x, eff_y = effective_us(roof_x, spec, capacity), effective_us(roof_y, other, capacity)
+    eff_x, eff_y = (effective_us(r, s, capacity, overlap) for r, s in ((roof_x, spec), (roof_y, other)))
     by_ratio = t_y * (eff_x + floors[0]) / (eff_y + floors[1])
     same = identical_pipe(spec, other, roof_x, roof_y) & twins
     # a twin: only the roofline time differs (DRAM), its time beyond the roofline (fixed costs, waves,

@@ -124,6 +124,8 @@ class TransferModel:
     # the usable share of the L2 for a kernel's working set (``l2_resident``): the carried ratio reads the
     # memory side at the L2's bandwidth for the bytes the L2 holds, on both GPUs; None: DRAM only
     l2_capacity: float | None = None
+    # family -> p joining the compute and memory sides of its carried ratio (``pipe_overlap``); absent: max
+    overlap: dict[str, float] = field(default_factory=dict)
 
     def settings_of(self, family: str, near: bool = False) -> TransferSettings:
         """The family's settings for the asked GPU's standing in the regime (``near``: a relative of its
@@ -159,6 +161,7 @@ class TransferModel:
             "floor_clock_mhz": self.floor_clock_mhz,
             "near_settings": {f: asdict(s) for f, s in self.near_settings.items()},
             "l2_capacity": self.l2_capacity,
+            "overlap": self.overlap,
         }
         (Path(folder) / TRANSFER_FILE).write_text(json.dumps(data, indent=1, sort_keys=True))
 
@@ -182,6 +185,7 @@ class TransferModel:
             None if data.get("floor_clock_mhz") is None else float(data["floor_clock_mhz"]),
             {f: TransferSettings.from_dict(s) for f, s in data.get("near_settings", {}).items()},
             None if data.get("l2_capacity") is None else float(data["l2_capacity"]),
+            {f: float(p) for f, p in data.get("overlap", {}).items()},
         )
 
 
@@ -504,8 +508,9 @@ class TransferTier:
             self.model.floor_of(regime(family, dtype, other), other),
         )
         features = correction_features(roof_x, roof_y, spec, other)
+        carry = (self.model.l2_capacity, self.twins, self.model.overlap.get(family))
         duration, by_ratio, same = l2_resident.carry_times(
-            t_y, (roof_x, roof_y), (spec, other), floors, self.model.l2_capacity, self.twins
+            t_y, (roof_x, roof_y), (spec, other), floors, *carry
         )
         return Carried(
             device, distance, duration, exact, features, held, near(spec, other), same, by_ratio, t_y
