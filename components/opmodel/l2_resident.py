@@ -129,21 +129,7 @@ def choose_capacity(
     nearest other training GPU by plain physics (the roofline ratio with the floors) with the L2 on both
     sides (``pair_capacity``), and the scores (``"none"`` and each figure of ``CAPACITY_GRID``). None wins
     ties."""
-    from components.opmodel.spec import regime
-
-    allowed = set(train)
-    pieces = []  # (target, actual, relative's own time, roofs, floors, specs)
-    for g in groups:
-        if g.target not in allowed or g.shape is None:
-            continue
-        near = next((c for c in g.carried if c.device in allowed), None)
-        if near is None or near.own_us is None or not np.isfinite(near.own_us).any():
-            continue
-        numeric = {k: v for k, v in g.shape.items() if k != "distribution"}
-        pair = (specs[g.target], specs[near.device])
-        roofs = tuple(physics.roofline(g.family, g.dtype, numeric, s, g.kv) for s in pair)
-        floors = tuple(model.floor_of(regime(g.family, g.dtype, s), s) for s in pair)
-        pieces.append((g.target, g.actual, near.own_us, roofs, floors, pair))
+    pieces = nearest_pieces(groups, train, specs, model)
     scores: dict[str, float] = {}
     for capacity in (None, *CAPACITY_GRID):
         per_gpu: dict[str, list[np.ndarray]] = {}
@@ -156,3 +142,27 @@ def choose_capacity(
         scores["none" if capacity is None else f"{capacity:g}"] = float(np.mean(means)) if means else np.nan
     best = min(scores, key=lambda k: (round(scores[k], 9), k != "none"))
     return (None if best == "none" else float(best)), {k: round(v, 4) for k, v in scores.items()}
+
+
+def nearest_pieces(
+    groups: list, train: list[str], specs: dict[str, Any], model: Any, family: str | None = None
+) -> list[tuple]:
+    """Each training GPU's pair groups (of ``family``, else all) with its nearest other training GPU that
+    answers: (target, actual, that relative's own time, the two roofs, the two floors, the two specs), what
+    a plain-physics carry between them needs (``choose_capacity``, ``pipe_overlap.choose_overlap``)."""
+    from components.opmodel.spec import regime
+
+    allowed = set(train)
+    pieces = []
+    for g in groups:
+        if g.target not in allowed or g.shape is None or (family and g.family != family):
+            continue
+        near = next((c for c in g.carried if c.device in allowed), None)
+        if near is None or near.own_us is None or not np.isfinite(near.own_us).any():
+            continue
+        numeric = {k: v for k, v in g.shape.items() if k != "distribution"}
+        pair = (specs[g.target], specs[near.device])
+        roofs = tuple(physics.roofline(g.family, g.dtype, numeric, s, g.kv) for s in pair)
+        floors = tuple(model.floor_of(regime(g.family, g.dtype, s), s) for s in pair)
+        pieces.append((g.target, g.actual, near.own_us, roofs, floors, pair))
+    return pieces

@@ -20,8 +20,6 @@ from typing import Any
 
 import numpy as np
 
-from components.physics import roofline as physics
-
 OVERLAP_FAMILIES: tuple[str, ...] = ("moe",)  # the families whose carried ratio may join the two sides
 OVERLAP_GRID: tuple[float, ...] = (4.0, 2.0, 1.0)  # p of the p-norm; None (the maximum) is tried first
 
@@ -47,25 +45,12 @@ def choose_overlap(
     answered from its nearest other training GPU by plain physics (the ratio of the two bases, the model's
     L2 capacity and floors), and the scores (``"max"`` and each figure of ``OVERLAP_GRID``). The maximum
     wins ties; a family without pairs keeps it."""
-    from components.opmodel.l2_resident import effective_us, pair_capacity
-    from components.opmodel.spec import regime
+    from components.opmodel.l2_resident import effective_us, nearest_pieces, pair_capacity
 
-    allowed = set(train)
     chosen: dict[str, float] = {}
     every: dict[str, dict[str, float]] = {}
     for family in OVERLAP_FAMILIES:
-        pieces = []  # (target, actual, relative's own time, roofs, floors, specs)
-        for g in groups:
-            if g.family != family or g.target not in allowed or g.shape is None:
-                continue
-            near = next((c for c in g.carried if c.device in allowed), None)
-            if near is None or near.own_us is None or not np.isfinite(near.own_us).any():
-                continue
-            numeric = {k: v for k, v in g.shape.items() if k != "distribution"}
-            pair = (specs[g.target], specs[near.device])
-            roofs = tuple(physics.roofline(g.family, g.dtype, numeric, s, g.kv) for s in pair)
-            floors = tuple(model.floor_of(regime(g.family, g.dtype, s), s) for s in pair)
-            pieces.append((g.target, g.actual, near.own_us, roofs, floors, pair))
+        pieces = nearest_pieces(groups, train, specs, model, family)
         if not pieces:
             continue
         scores: dict[str, float] = {}
