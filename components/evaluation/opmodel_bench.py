@@ -176,6 +176,8 @@ def unseen_gpu(
                 "inconsistent": transfer_model.inconsistent,
                 "l2_capacity": transfer_model.l2_capacity,
                 "l2_scores": transfer_model.meta.get("l2_scores"),
+                "overlap": transfer_model.overlap,
+                "overlap_scores": transfer_model.meta.get("overlap_scores"),
             }
         else:
             results.extend(score_held_gpu(model, store, held, specs[held], test_per_group))

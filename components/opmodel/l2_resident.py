@@ -73,17 +73,24 @@ def pair_capacity(capacity: float | None, specs: tuple[Any, Any]) -> float | Non
     return capacity if capacity and all(reads_l2(s) for s in specs) else None
 
 
-def effective_us(roof: physics.Roofline, spec: Any, capacity: float | None) -> np.ndarray:
+def effective_us(
+    roof: physics.Roofline, spec: Any, capacity: float | None, overlap: float | None = None
+) -> np.ndarray:
     """The roofline time with its memory side served from the L2 for the share of the working set the L2 holds
-    (``capacity`` x its size); the roofline time itself without a capacity, an L2 size or an L2 bandwidth."""
+    (``capacity`` x its size); the roofline time itself without a capacity, an L2 size or an L2 bandwidth.
+    ``overlap``: the compute and memory sides joined by ``pipe_overlap.joined`` (not their maximum)."""
+    from components.opmodel.pipe_overlap import joined
+
     if not capacity or not reads_l2(spec) or not roof.peak_bps:
-        return roof.time_us
+        if overlap is None:
+            return roof.time_us
+        return np.maximum(joined(roof.compute_us, roof.memory_us, overlap), roof.link_us)
     l2_bps = float(l2_bandwidth_bps(spec))
     held = capacity * float(spec.l2_mb) * 1e6
     work = np.maximum(np.asarray(roof.dram_bytes, dtype="float64"), 1.0)
     share = np.minimum(1.0, held / work)
     memory = work * (share / l2_bps + (1.0 - share) / roof.peak_bps) * 1e6
-    return np.maximum.reduce([roof.compute_us, memory, roof.link_us])
+    return np.maximum(joined(roof.compute_us, memory, overlap), roof.link_us)
 
 
 def carry_times(
@@ -93,15 +100,17 @@ def carry_times(
     floors: tuple[float, float],
     l2_capacity: float | None,
     twins: bool = True,
+    overlap: float | None = None,
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """The relative's time ``t_y`` carried to the asked GPU: (answer, the roofline-ratio answer, twin per
     row). ``t_X = t_Y * base_X / base_Y``, ``base`` the roofline time (its memory side served from the L2
-    for the working set it holds: ``effective_us``, with a learned capacity) + the regime's floor."""
+    for the working set it holds: ``effective_us``, with a learned capacity; its two sides joined with the
+    family's learned ``overlap``) + the regime's floor."""
     from components.opmodel.transfer import identical_pipe
 
     (roof_x, roof_y), (spec, other) = roofs, specs
     capacity = pair_capacity(l2_capacity, specs)
-    eff_x, eff_y = effective_us(roof_x, spec, capacity), effective_us(roof_y, other, capacity)
+    eff_x, eff_y = (effective_us(r, s, capacity, overlap) for r, s in ((roof_x, spec), (roof_y, other)))
     by_ratio = t_y * (eff_x + floors[0]) / (eff_y + floors[1])
     same = identical_pipe(spec, other, roof_x, roof_y) & twins
     # a twin: only the roofline time differs (DRAM), its time beyond the roofline (fixed costs, waves,
@@ -120,21 +129,7 @@ def choose_capacity(
     nearest other training GPU by plain physics (the roofline ratio with the floors) with the L2 on both
     sides (``pair_capacity``), and the scores (``"none"`` and each figure of ``CAPACITY_GRID``). None wins
     ties."""
-    from components.opmodel.spec import regime
-
-    allowed = set(train)
-    pieces = []  # (target, actual, relative's own time, roofs, floors, specs)
-    for g in groups:
-        if g.target not in allowed or g.shape is None:
-            continue
-        near = next((c for c in g.carried if c.device in allowed), None)
-        if near is None or near.own_us is None or not np.isfinite(near.own_us).any():
-            continue
-        numeric = {k: v for k, v in g.shape.items() if k != "distribution"}
-        pair = (specs[g.target], specs[near.device])
-        roofs = tuple(physics.roofline(g.family, g.dtype, numeric, s, g.kv) for s in pair)
-        floors = tuple(model.floor_of(regime(g.family, g.dtype, s), s) for s in pair)
-        pieces.append((g.target, g.actual, near.own_us, roofs, floors, pair))
+    pieces = nearest_pieces(groups, train, specs, model)
     scores: dict[str, float] = {}
     for capacity in (None, *CAPACITY_GRID):
         per_gpu: dict[str, list[np.ndarray]] = {}
@@ -147,3 +142,27 @@ def choose_capacity(
         scores["none" if capacity is None else f"{capacity:g}"] = float(np.mean(means)) if means else np.nan
     best = min(scores, key=lambda k: (round(scores[k], 9), k != "none"))
     return (None if best == "none" else float(best)), {k: round(v, 4) for k, v in scores.items()}
+
+
+def nearest_pieces(
+    groups: list, train: list[str], specs: dict[str, Any], model: Any, family: str | None = None
+) -> list[tuple]:
+    """Each training GPU's pair groups (of ``family``, else all) with its nearest other training GPU that
+    answers: (target, actual, that relative's own time, the two roofs, the two floors, the two specs), what
+    a plain-physics carry between them needs (``choose_capacity``, ``pipe_overlap.choose_overlap``)."""
+    from components.opmodel.spec import regime
+
+    allowed = set(train)
+    pieces = []
+    for g in groups:
+        if g.target not in allowed or g.shape is None or (family and g.family != family):
+            continue
+        near = next((c for c in g.carried if c.device in allowed), None)
+        if near is None or near.own_us is None or not np.isfinite(near.own_us).any():
+            continue
+        numeric = {k: v for k, v in g.shape.items() if k != "distribution"}
+        pair = (specs[g.target], specs[near.device])
+        roofs = tuple(physics.roofline(g.family, g.dtype, numeric, s, g.kv) for s in pair)
+        floors = tuple(model.floor_of(regime(g.family, g.dtype, s), s) for s in pair)
+        pieces.append((g.target, g.actual, near.own_us, roofs, floors, pair))
+    return pieces

@@ -27,6 +27,7 @@ import numpy as np
 
 from components.common.lazy import lazy_module
 from components.opmodel import l2_resident
+from components.opmodel.curve_table import CURVE_FAMILIES, CurveTable, shape_keys
 from components.opmodel.row_memo import RowMemo, shape_key
 from components.physics import roofline as physics
 
@@ -48,13 +49,7 @@ DISTANCE_WEIGHTS: dict[str, float] = {
     "clock": 0.5,
     "l2": 0.25,
 }
-CURVE_FAMILIES: dict[str, tuple[tuple[str, ...], str]] = {
-    # families without a measured-tier layout: (site keys matched exactly, curve axis interpolated in log)
-    "moe": (("E", "topk", "H", "I", "tp", "ep", "distribution"), "T"),
-}
-MOE_DEFAULT_DISTRIBUTION = "balanced"
 SAME_SPEC_TOLERANCE = 0.01  # two spec figures this close are one (``identical_pipe``)
-HOLD_OCTAVES = 1.0  # a curve's boundary efficiency held this far past its end
 MAX_REMEMBERED = 4096  # relative answers a tier keeps (``TransferTier.relative_answer``) before forgetting
 
 
@@ -124,6 +119,8 @@ class TransferModel:
     # the usable share of the L2 for a kernel's working set (``l2_resident``): the carried ratio reads the
     # memory side at the L2's bandwidth for the bytes the L2 holds, on both GPUs; None: DRAM only
     l2_capacity: float | None = None
+    # family -> p joining the compute and memory sides of its carried ratio (``pipe_overlap``); absent: max
+    overlap: dict[str, float] = field(default_factory=dict)
 
     def settings_of(self, family: str, near: bool = False) -> TransferSettings:
         """The family's settings for the asked GPU's standing in the regime (``near``: a relative of its
@@ -159,6 +156,7 @@ class TransferModel:
             "floor_clock_mhz": self.floor_clock_mhz,
             "near_settings": {f: asdict(s) for f, s in self.near_settings.items()},
             "l2_capacity": self.l2_capacity,
+            "overlap": self.overlap,
         }
         (Path(folder) / TRANSFER_FILE).write_text(json.dumps(data, indent=1, sort_keys=True))
 
@@ -182,6 +180,7 @@ class TransferModel:
             None if data.get("floor_clock_mhz") is None else float(data["floor_clock_mhz"]),
             {f: TransferSettings.from_dict(s) for f, s in data.get("near_settings", {}).items()},
             None if data.get("l2_capacity") is None else float(data["l2_capacity"]),
+            {f: float(p) for f, p in data.get("overlap", {}).items()},
         )
 
 
@@ -247,83 +246,6 @@ def correction_features(roof_x: physics.Roofline, roof_y: physics.Roofline, x: A
         bound * size,
     ]
     return np.column_stack(columns)
-
-
-class CurveTable:
-    """Measured rows of a family without a measured-tier layout (MoE): sites matched exactly, the curve axis
-    interpolated in log efficiency against log size, held past an end for ``HOLD_OCTAVES``."""
-
-    def __init__(self, family: str, frame: pd.DataFrame, spec: Any, dtype: str) -> None:
-        keys, axis = CURVE_FAMILIES[family]
-        self.family, self.keys, self.axis = family, keys, axis
-        frame = frame[(frame[axis] >= 1)].sort_values([*keys, axis])
-        shape = {k: frame[k].to_numpy(dtype="float64") for k in _shape_keys(family) if k in frame}
-        roof = physics.roofline(family, dtype, shape, spec)
-        self.log_util = np.log(
-            np.clip(roof.time_us / frame["latency_us"].to_numpy(dtype="float64"), 1e-6, 1.0)
-        )
-        self.log_c = np.log2(frame[axis].to_numpy(dtype="float64"))
-        self.latency = frame["latency_us"].to_numpy(dtype="float64")
-        site = _site_labels({k: frame[k].to_numpy() for k in keys})
-        # each site's row positions, ascending (one grouping pass: a scan per site was quadratic)
-        grouped = pd.Series(np.arange(len(site))).groupby(site, sort=False).indices
-        self.sites: dict[str, np.ndarray] = {str(name): np.sort(idx) for name, idx in grouped.items()}
-
-    def resolve(self, shape: dict[str, Any], roof_time_us: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        n = len(roof_time_us)
-        out, exact = np.full(n, np.nan), np.zeros(n, bool)
-        defaults = {"tp": 1.0, "ep": 1.0, "distribution": MOE_DEFAULT_DISTRIBUTION}
-        columns = {
-            k: np.broadcast_to(np.asarray(shape.get(k, defaults.get(k))), (n,))
-            for k in self.keys
-            if k in shape or k in defaults
-        }
-        if len(columns) < len(self.keys):
-            return out, exact
-        q_site = _site_labels(columns)
-        q_c = np.log2(np.maximum(np.broadcast_to(np.asarray(shape[self.axis], dtype="float64"), (n,)), 1e-9))
-        for name in pd.unique(q_site):
-            rows = np.flatnonzero(q_site == name)
-            idx = self.sites.get(str(name))
-            if idx is None:
-                continue
-            c, u = self.log_c[idx], self.log_util[idx]
-            inside = (q_c[rows] >= c[0] - HOLD_OCTAVES) & (q_c[rows] <= c[-1] + HOLD_OCTAVES)
-            util = np.exp(np.interp(q_c[rows], c, u))
-            out[rows] = np.where(inside, roof_time_us[rows] / util, np.nan)
-            pos = np.clip(np.searchsorted(c, q_c[rows]), 0, len(c) - 1)
-            hit = np.abs(c[pos] - q_c[rows]) < 1e-9
-            out[rows[hit]] = self.latency[idx][pos[hit]]
-            exact[rows[hit]] = True
-        return out, exact
-
-
-def _site_labels(columns: dict[str, np.ndarray]) -> np.ndarray:
-    """One text key per row of the site columns (sizes as floats: 64 and 64.0 are one size). The distinct
-    rows are found first and only they are turned into text (a table holds ~60k rows, a few hundred
-    sites)."""
-    frame = pd.DataFrame(
-        {
-            k: np.asarray(v).astype(str) if k in ("distribution",) else np.asarray(v, dtype="float64")
-            for k, v in columns.items()
-        }
-    )
-    codes, uniques = pd.MultiIndex.from_frame(frame).factorize()
-    parts = [
-        np.asarray(uniques.get_level_values(i)).astype(str)
-        if k in ("distribution",)
-        else np.asarray(uniques.get_level_values(i), dtype="float64").astype(str)
-        for i, k in enumerate(columns)
-    ]
-    labels = parts[0].astype(object)
-    for part in parts[1:]:
-        labels = labels + "|" + part.astype(object)
-    return labels[codes] if len(codes) else np.zeros(0, dtype=object)
-
-
-def _shape_keys(family: str) -> tuple[str, ...]:
-    required, optional = physics.SHAPE_KEYS[family]
-    return (*required, *optional)
 
 
 @dataclass
@@ -459,11 +381,12 @@ class TransferTier:
             key = (family, device, dtype)
             if key not in self._curves:
                 self._curves[key] = CurveTable(family, self.curve_groups[key], spec, dtype)
-            duration, exact = self._curves[key].resolve(shape, roof_us)
+            # past its sites (``hold``): the nearest site's efficiency, held like a GEMM's past its reach
+            duration, exact, held = self._curves[key].resolve(shape, roof_us, nearest=self.hold)
             return (
                 np.array(duration, dtype="float64"),
                 np.array(exact, dtype=bool),
-                np.zeros(len(exact), bool),
+                np.array(held, dtype=bool),
             )
         table = self.measured.table(family, device, dtype, kv if family == "attention" else None)
         resolved = table.resolve(shape, roof_us)
@@ -496,7 +419,7 @@ class TransferTier:
         from components.opmodel.tier_choice import near
 
         other = self.measured.specs[device]
-        numeric = {k: v for k, v in shape.items() if k in _shape_keys(family)}
+        numeric = {k: v for k, v in shape.items() if k in shape_keys(family)}
         roof_y = physics.roofline(family, dtype, numeric, other, kv)
         t_y, exact, held = self.relative_answer(family, device, dtype, shape, roof_y, kv)
         floors = (
@@ -504,8 +427,9 @@ class TransferTier:
             self.model.floor_of(regime(family, dtype, other), other),
         )
         features = correction_features(roof_x, roof_y, spec, other)
+        carry = (self.model.l2_capacity, self.twins, self.model.overlap.get(family))
         duration, by_ratio, same = l2_resident.carry_times(
-            t_y, (roof_x, roof_y), (spec, other), floors, self.model.l2_capacity, self.twins
+            t_y, (roof_x, roof_y), (spec, other), floors, *carry
         )
         return Carried(
             device, distance, duration, exact, features, held, near(spec, other), same, by_ratio, t_y

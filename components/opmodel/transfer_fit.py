@@ -24,6 +24,7 @@ import numpy as np
 import pandas as pd
 
 from components.opmodel.l2_resident import carry_times, choose_capacity
+from components.opmodel.pipe_overlap import choose_overlap
 from components.opmodel.transfer import (
     CURVE_FAMILIES,
     Carried,
@@ -486,6 +487,7 @@ def fit_transfer(
         g.carried = [c for c in g.carried if c.device not in apart]
     # the L2's usable share, chosen first: the other settings are chosen on answers carried with it
     model.l2_capacity, l2_scores = choose_capacity(groups, train, specs, model)
+    model.overlap, overlap_scores = choose_overlap(groups, train, specs, model)  # carried with the L2
     recarry(groups, specs, model)
     model.relative_error = relative_errors(groups, set(train))
     scores = {}
@@ -507,15 +509,16 @@ def fit_transfer(
         model.far, model.kin = far_choice(groups, train, specs, model, spec_without, kin)
     model.achievable = achievable_peaks(store, specs, memo=memo)
     model.meta = {"devices": train, "pair_rows": per_group, "inner_scores": scores, "l2_scores": l2_scores}
+    model.meta["overlap_scores"] = overlap_scores
     return model
 
 
 def recarry(groups: list[PairGroup], specs: dict[str, Any], model: TransferModel) -> None:
     """Every carried answer of ``groups`` (carried with the DRAM alone) carried again with the model's L2
-    capacity (in place; nothing to do without one)."""
+    capacity and its families' overlap (in place; nothing to do without either)."""
     from components.opmodel.spec import regime
 
-    if not model.l2_capacity:
+    if not model.l2_capacity and not model.overlap:
         return
     for g in groups:
         if g.shape is None:
@@ -531,5 +534,11 @@ def recarry(groups: list[PairGroup], specs: dict[str, Any], model: TransferModel
             roof_y = physics.roofline(g.family, g.dtype, numeric, y, g.kv)
             floors = (floor_x, model.floor_of(regime(g.family, g.dtype, y), y))
             c.duration_us, c.ratio_us, _ = carry_times(
-                c.own_us, (roof_x, roof_y), (x, y), floors, model.l2_capacity
+                c.own_us,
+                (roof_x, roof_y),
+                (x, y),
+                floors,
+                model.l2_capacity,
+                True,
+                model.overlap.get(g.family),
             )

@@ -239,11 +239,19 @@ def test_moe_curve_table_returns_exact_hits_and_interpolates_tokens(catalog) -> 
     table = CurveTable("moe", frame, spec, "bf16")
     ask = {"T": np.array([4.0, 8.0, 4096.0]), **dims}
     roof = physics.roofline("moe", "bf16", ask, spec)
-    got, exact = table.resolve(ask, roof.time_us)
-    assert exact.tolist() == [True, False, False] and got[0] == measured[1]
+    got, exact, near = table.resolve(ask, roof.time_us)
+    assert exact.tolist() == [True, False, False] and got[0] == measured[1] and not near.any()
     assert 1.4 < got[1] / roof.time_us[1] < 1.5 and np.isnan(got[2])  # 6 octaves past the curve: none
-    other = table.resolve({**ask, "distribution": "power_law_1.2"}, roof.time_us)[0]
-    assert np.isnan(other).all()  # another routing distribution is another site
+    other = table.resolve({**ask, "distribution": "power_law_1.2"}, roof.time_us, nearest=True)[0]
+    assert np.isnan(other).all()  # another routing distribution is another site, never a nearest one
+    # another model (E = 128, top-4, H = 2048): no site matches; the nearest one's efficiency at the same
+    # routed tokens per expert (T * topk / E: 4 tokens here are 1 token of the measured site, 1.6x)
+    moved = {"T": np.array([4.0, 16.0]), "E": 128.0, "topk": 4.0, "H": 2048.0, "I": 1536.0}
+    roof_moved = physics.roofline("moe", "bf16", moved, spec)
+    assert np.isnan(table.resolve(moved, roof_moved.time_us)[0]).all()  # exact sites only by default
+    got, exact, near = table.resolve(moved, roof_moved.time_us, nearest=True)
+    assert near.all() and not exact.any()
+    np.testing.assert_allclose(got / roof_moved.time_us, [1.6, 1.5])
 
 
 def test_every_silent_unanswered_row_gets_a_reason() -> None:
