@@ -4,9 +4,10 @@ Per row: **measured** (the GPU's own measured kernels near the question, ``measu
 (the spec tier shifted by K profiled rows of the GPU, ``calibrated.py``) > **transfer** (the GPU's measured
 relatives' answers carried over by physics, ``transfer.py``) > **spec** (the efficiency learned across every
 measured GPU, ``spec.py``). Each tier gives an efficiency ``util = roofline time / runtime``; the runtime is
-``roofline / util``, clamped at the warm-L2 roofline (``physics.clamp``, ``l2_resident.warm_roof``) and, but
-for a measured kernel returned verbatim, at the achievable share of each pipe's peak learned from measured
-kernels (``cap_achievable``). The interval is each tier's held-out residual quantiles (log ratio).
+``roofline / util``, clamped at the roofline (``physics.clamp``) and, but for a measured kernel returned
+verbatim, at the achievable share of each pipe's peak learned from measured kernels (``cap_achievable``), so
+no rate derived from it reaches a datasheet peak. The interval is each tier's held-out residual quantiles
+(log ratio measured/predicted), stored with the engine.
 
 A folder holds the engine: ``store/`` (the measured store), ``spec.json`` + ``spec_<family>.txt`` (the spec
 model), ``calibrations.json`` (per GPU, per regime), ``transfer.json`` (the transfer tier) and ``engine.json``
@@ -23,7 +24,6 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from components.opmodel.l2_resident import warm_roof
 from components.physics import roofline as physics
 
 if TYPE_CHECKING:
@@ -349,7 +349,6 @@ class OpEngine:
         times.hi = np.fmax(times.hi, enveloped)
         times.lo = np.fmin(times.lo, enveloped)
         times.duration_us = enveloped
-        times.bound_pipe = physics.bound_of(enveloped, times.roof)
         return times
 
     def raw_predict(
@@ -364,7 +363,6 @@ class OpEngine:
         roof = physics.roofline(
             family, dtype, {k: v for k, v in shape.items() if k not in LABELS}, spec, kv_dtype
         )
-        roof = warm_roof(roof, spec)  # the floor: the working set the L2 holds read at its bandwidth
         n = len(roof.time_us)
         eff_dtype = roof.choice.dtype
         # categorical columns (MoE's routing distribution) reach only the tiers that match them exactly
@@ -426,8 +424,7 @@ class OpEngine:
             self.transfer.relatives(family, eff_dtype, kv_dtype, spec)
         )
         unseen = unseen_of(tier, resolved is not None, has_relatives)
-        bound = physics.bound_of(duration, roof)
-        return OpTimes(duration, lo, hi, tier, support, bound, note, roof, unseen)
+        return OpTimes(duration, lo, hi, tier, support, roof.bound_pipe, note, roof, unseen)
 
     def _measured_rows(
         self,
@@ -570,11 +567,11 @@ def label_groups(labels: dict[str, Any], n: int) -> list[tuple[dict[str, Any], n
 def cap_achievable(duration: np.ndarray, roof: physics.Roofline, achievable: dict[str, float]) -> np.ndarray:
     """A runtime no shorter than each pipe's work at the achievable share of its peak (learned from measured
     kernels, ``transfer_fit.achievable_peaks``): the pipe's own share, else the highest learned share of any
-    compute pipe; DRAM's share for the warm-L2 memory side."""
+    compute pipe; DRAM's share for the bytes."""
     compute_shares = [v for k, v in achievable.items() if k != "dram"]
     pipe = f"{roof.choice.pipe}|{roof.choice.dtype}"
     share = achievable.get(pipe, max(compute_shares) if compute_shares else 1.0)
-    floor = np.maximum(roof.compute_us / share, roof.warm_memory_us / achievable.get("dram", 1.0))
+    floor = np.maximum(roof.compute_us / share, roof.memory_us / achievable.get("dram", 1.0))
     return np.where(np.isfinite(duration), np.maximum(duration, floor), duration)
 
 

@@ -14,8 +14,9 @@ it when it fits, the L2's worth otherwise), the rest from DRAM; ``memory = bytes
 the bytes per clock per SM of its architecture's published parts (Ada's L40 and L20 for L40S), else of all
 published parts. ``capacity`` (the usable share of the L2) is one figure for every GPU, chosen by inner
 leave-one-GPU-out over the training GPUs (``choose_capacity``); none (DRAM only, as before) wins ties.
-The engine's floor is the warm-L2 roofline with the whole L2 (``warm_roof``, ``components.physics.l2``): an
-answer may beat the DRAM roofline by what the L2 holds, never the warm one.
+The engine's floor is still the DRAM roofline (``physics.clamp``); ``warm_roof`` sets the warm-L2 one
+(``components.physics.l2``) on a roofline, not yet read by the engine (docs/transfer-l2.md, branch
+transfer13: measured, it let L40S's carried GEMMs through too fast).
 """
 
 from __future__ import annotations

@@ -7,8 +7,8 @@ clamped at the DRAM roofline cannot say so. The warm roofline is the bound such 
 share ``h = min(1, capacity x L2 bytes / bytes)`` of the working set at the L2's bandwidth, the rest at the
 DRAM's, and the compute and link sides unchanged. It is never above the DRAM roofline (an L2 bandwidth at or
 below the DRAM's, or none known, gives the DRAM roofline itself). One definition, read by the transfer tier's
-carry (with a learned usable share, ``components.opmodel.l2_resident``) and by the engine's clamp (the whole
-L2: a lower bound).
+carry (with a learned usable share, ``components.opmodel.l2_resident``) and by ``clamp`` where a roofline
+carries it (the whole L2: a lower bound; the engine does not set it yet, docs/transfer-l2.md).
 
 The L2 bandwidth comes from the caller (the catalog's published figure, else its estimate from SMs x clock:
 ``components.opmodel.l2_resident.l2_bandwidth_bps``); physics sits below the catalog.

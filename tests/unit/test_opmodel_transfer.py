@@ -168,11 +168,7 @@ def test_no_answer_above_the_achievable_share_of_a_peak(catalog) -> None:
     times = engine.predict("gemm", "bf16", shape, catalog.get("h200"))
     rates = physics.derive(times.duration_us, times.roof)
     assert np.all(rates["gflops"] * 1e9 <= 0.7 * times.roof.peak_flops * (1 + 1e-9))
-    # the bytes at 80% of the warm-L2 memory side (H200's 50 MB L2 holds part of each 128 MB weight)
-    assert np.all(times.duration_us >= times.roof.warm_memory_us / 0.8 * (1 - 1e-9))
-    over_dram = rates["achieved_gbps"] * 1e9 > times.roof.peak_bps * (1 + 1e-9)  # only from the L2
-    assert over_dram.any() and np.all(rates["bound_pipe"][over_dram] == "l2")
-    assert np.all(times.bound_pipe[over_dram] == "l2")
+    assert np.all(rates["achieved_gbps"] * 1e9 <= 0.8 * times.roof.peak_bps * (1 + 1e-9))
 
 
 def test_unseen_names_the_shape_the_gpu_or_the_dtype(catalog) -> None:

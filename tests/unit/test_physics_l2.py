@@ -1,11 +1,10 @@
-"""The warm-L2 roofline (``components/physics/l2.py``) and the engine's floor that reads it: a working set the
-L2 holds is read at the L2's bandwidth; never above the DRAM roofline, non-decreasing in the bytes; an engine
-answer may beat the DRAM roofline by what the L2 holds (then its bound is ``l2``), never the warm one."""
+"""The warm-L2 roofline (``components/physics/l2.py``): a working set the L2 holds is read at the L2's
+bandwidth; never above the DRAM roofline, non-decreasing in the bytes; a runtime clamped at it may beat the
+DRAM roofline by what the L2 holds (then its bound is ``l2``), never the warm one."""
 
 from __future__ import annotations
 
 import numpy as np
-import pandas as pd
 import pytest
 
 
@@ -58,33 +57,3 @@ def test_the_clamp_reads_the_warm_roofline_and_names_the_l2(catalog) -> None:
     # a GPU whose L2 is not known to outrun its DRAM keeps the DRAM roofline as its floor
     amd = physics.roofline("gemm", "bf16", shape, mi308x)
     np.testing.assert_array_equal(warm_roof(amd, mi308x).floor_us, amd.time_us)
-
-
-def test_an_l2_resident_relative_carries_below_the_dram_roofline(catalog) -> None:
-    """H100's bf16 GEMM times follow the warm-L2 physics of its own L2; L40S (its only relative: transfer
-    tier) is answered below its DRAM roofline where its 96 MB L2 holds the weights, never below the warm
-    roofline, and at the DRAM roofline's side where the weights are far larger than the L2."""
-    from components.opmodel.engine import OpEngine
-    from components.opmodel.l2_resident import effective_us
-    from components.opmodel.transfer import TransferModel, TransferSettings
-    from components.physics import roofline as physics
-
-    sizes = 2.0 ** np.arange(0, 8)
-    m, n, k = np.meshgrid(sizes, (2048.0, 4096.0, 8192.0, 32768.0), (2048.0, 4096.0, 8192.0), indexing="ij")
-    shape = {"M": m.ravel(), "N": n.ravel(), "K": k.ravel()}
-    h100 = catalog.get("h100-sxm")
-    latency = effective_us(physics.roofline("gemm", "bf16", shape, h100), h100, 1.0) / 0.9 + 4.0
-    rows = pd.DataFrame(shape).assign(
-        device_id="h100-sxm", dtype="bf16", latency_us=latency, n_repeats=1, latency_min_us=latency
-    )
-    rows["latency_max_us"] = latency
-    carry = TransferModel(settings={"gemm": TransferSettings()}, floors={"gemm": 4.0}, l2_capacity=1.0)
-    engine = OpEngine.from_frames({"gemm": rows}, None, carry)
-    l40s = catalog.get("l40s")
-    times = engine.predict("gemm", "bf16", shape, l40s)
-    assert (times.tier == "transfer").all()
-    assert np.all(times.duration_us >= times.roof.floor_us * (1 - 1e-12))
-    faster = times.duration_us < times.roof.time_us
-    assert faster.any() and np.all(times.bound_pipe[faster] == "l2")
-    big = shape["N"] * shape["K"] * 2 > 10 * l40s.l2_mb * 1e6
-    assert not faster[big].any()
