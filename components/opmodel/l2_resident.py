@@ -14,7 +14,9 @@ it when it fits, the L2's worth otherwise), the rest from DRAM; ``memory = bytes
 the bytes per clock per SM of its architecture's published parts (Ada's L40 and L20 for L40S), else of all
 published parts. ``capacity`` (the usable share of the L2) is one figure for every GPU, chosen by inner
 leave-one-GPU-out over the training GPUs (``choose_capacity``); none (DRAM only, as before) wins ties.
-The engine's physics is unchanged: an answer stays at or above the DRAM roofline (``physics.clamp``).
+The engine's floor is still the DRAM roofline (``physics.clamp``); ``warm_roof`` sets the warm-L2 one
+(``components.physics.l2``) on a roofline, not yet read by the engine (docs/transfer-l2.md, branch
+transfer13: measured, it let L40S's carried GEMMs through too fast).
 """
 
 from __future__ import annotations
@@ -25,6 +27,7 @@ from typing import Any
 import numpy as np
 
 from components.physics import roofline as physics
+from components.physics.l2 import warm_memory_us, with_l2
 
 CAPACITY_GRID: tuple[float, ...] = (0.25, 0.5, 1.0)  # usable share of the L2 for a kernel's working set
 
@@ -77,20 +80,26 @@ def effective_us(
     roof: physics.Roofline, spec: Any, capacity: float | None, overlap: float | None = None
 ) -> np.ndarray:
     """The roofline time with its memory side served from the L2 for the share of the working set the L2 holds
-    (``capacity`` x its size); the roofline time itself without a capacity, an L2 size or an L2 bandwidth.
-    ``overlap``: the compute and memory sides joined by ``pipe_overlap.joined`` (not their maximum)."""
+    (``capacity`` x its size: ``components.physics.l2``); the roofline time itself without a capacity, an L2
+    size or an L2 bandwidth. ``overlap``: the compute and memory sides joined by ``pipe_overlap.joined`` (not
+    their maximum)."""
     from components.opmodel.pipe_overlap import joined
 
     if not capacity or not reads_l2(spec) or not roof.peak_bps:
         if overlap is None:
             return roof.time_us
         return np.maximum(joined(roof.compute_us, roof.memory_us, overlap), roof.link_us)
-    l2_bps = float(l2_bandwidth_bps(spec))
     held = capacity * float(spec.l2_mb) * 1e6
-    work = np.maximum(np.asarray(roof.dram_bytes, dtype="float64"), 1.0)
-    share = np.minimum(1.0, held / work)
-    memory = work * (share / l2_bps + (1.0 - share) / roof.peak_bps) * 1e6
+    memory = warm_memory_us(roof.dram_bytes, roof.peak_bps, held, l2_bandwidth_bps(spec))
     return np.maximum(joined(roof.compute_us, memory, overlap), roof.link_us)
+
+
+def warm_roof(roof: physics.Roofline, spec: Any) -> physics.Roofline:
+    """``roof`` with the warm-L2 roofline as its floor (the whole L2 at its bandwidth: no answer beats it)
+    where the GPU's L2 is known to outrun its DRAM (``reads_l2``); ``roof`` itself elsewhere."""
+    if not reads_l2(spec):
+        return roof
+    return with_l2(roof, float(spec.l2_mb) * 1e6, l2_bandwidth_bps(spec))
 
 
 def carry_times(

@@ -47,6 +47,7 @@ __all__ = [
     "Roofline",
     "Work",
     "attention_pairs",
+    "bound_of",
     "clamp",
     "derive",
     "link_gbps",
@@ -107,6 +108,24 @@ class Roofline:
     link_bps: float
     choice: PipeChoice
     note: str | None
+    # the memory time of the warm-L2 roofline (``components.physics.l2``: the working set the L2 holds read
+    # at its bandwidth), set by the engine (``with_l2``) where the GPU's L2 is known to outrun its DRAM;
+    # None: the DRAM roofline is the floor
+    l2_memory_us: np.ndarray | None = None
+
+    @property
+    def warm_memory_us(self) -> np.ndarray:
+        """The memory side no answer may beat: the warm-L2 one where set, else the DRAM one."""
+        if self.l2_memory_us is None:
+            return self.memory_us
+        return np.minimum(self.l2_memory_us, self.memory_us)
+
+    @property
+    def floor_us(self) -> np.ndarray:
+        """The time no answer may beat: the warm-L2 roofline where set, else the DRAM roofline."""
+        if self.l2_memory_us is None:
+            return self.time_us
+        return np.maximum.reduce([self.compute_us, self.warm_memory_us, self.link_us])
 
 
 def _pipe_peak(spec: Any, precision: str, tensor: bool | None) -> tuple[float, bool] | None:
@@ -222,9 +241,18 @@ def roofline(
 
 
 def clamp(duration_us: np.ndarray, roof: Roofline) -> np.ndarray:
-    """A runtime never below the roofline time (NaN stays NaN: no answer is not an answer at the roofline)."""
+    """A runtime never below the roofline time (``roof.floor_us``: the warm-L2 roofline where the engine set
+    it, else the DRAM one; NaN stays NaN: no answer is not an answer at the roofline)."""
     duration = np.asarray(duration_us, dtype="float64")
-    return np.where(np.isfinite(duration), np.maximum(duration, roof.time_us), np.nan)
+    return np.where(np.isfinite(duration), np.maximum(duration, roof.floor_us), np.nan)
+
+
+def bound_of(duration_us: np.ndarray, roof: Roofline) -> np.ndarray:
+    """Each row's bound pipe given its runtime: ``l2`` where a memory-bound answer beats the DRAM roofline
+    (only the warm-L2 roofline allows it: its working set read from the L2), else the roofline's own."""
+    duration = np.asarray(duration_us, dtype="float64")
+    faster = np.isfinite(duration) & (duration < roof.time_us) & (roof.bound_pipe == "dram")
+    return np.where(faster, "l2", roof.bound_pipe).astype(object)
 
 
 def derive(duration_us: np.ndarray, roof: Roofline) -> dict[str, np.ndarray]:
@@ -238,7 +266,8 @@ def derive(duration_us: np.ndarray, roof: Roofline) -> dict[str, np.ndarray]:
         gbps = roof.dram_bytes / seconds / 1e9
         link = roof.link_bytes / seconds / 1e9
         intensity = np.where(roof.dram_bytes > 0, roof.flops / roof.dram_bytes, np.nan)
-    classes = classes_of_bounds(roof.bound_pipe)  # the side of the bound pipe (components.physics.bounds)
+    bound = bound_of(duration, roof)
+    classes = classes_of_bounds(bound)  # the side of the bound pipe (components.physics.bounds)
     return {
         "duration_us": duration,
         "gflops": gflops,
@@ -246,5 +275,5 @@ def derive(duration_us: np.ndarray, roof: Roofline) -> dict[str, np.ndarray]:
         "link_gbps": link,
         "arith_intensity": intensity,
         "roofline_class": classes,
-        "bound_pipe": roof.bound_pipe,
+        "bound_pipe": bound,
     }
