@@ -26,7 +26,7 @@ from typing import Any
 from components.common.atomic import atomic_write_bytes
 from components.common.source_digest import files_digest
 
-CACHE_VERSION = 3  # bump when the split's layout changes (3: NeuSight's rows in the measured groups)
+CACHE_VERSION = 4  # bump when the split's layout changes (3: NeuSight's rows; 4: per-framework groups)
 LIBRARIES = ("pandas", "pyarrow", "numpy", "scipy")  # their versions key the split: pickles and parquet
 INDEX_NAME = "index.json"
 KEEP_SPLITS = 4  # stores split per cache (the state's, a pulled champion's, ...): older ones are removed
@@ -136,17 +136,77 @@ def split_store(store_dir: Path, folder: Path, measured: tuple[str, ...], curves
         frames = load_store(Path(store_dir), (*measured, *curves), measured_only=True)  # NeuSight's rows too
         index: dict[str, Any] = {"measured": [], "curves": [], "devices": []}
         devices = {str(d) for frame in frames.values() for d in frame["device_id"].unique()}
-        for family, frame in sorted(frames.items()):
+        written = [0]
+
+        def put(family: str, frame: Any, into: dict[str, Any]) -> None:
             kind = "measured" if family in measured else "curves"
             parts = measured_groups(family, frame) if kind == "measured" else curve_groups(family, frame)
             for key, part in parts:
-                name = f"{len(index['measured']) + len(index['curves']):05d}.parquet"
+                name = f"{written[0]:05d}.parquet"
+                written[0] += 1
                 part.to_parquet(tmp / name, compression="zstd")  # the store's own format: ~1/8 of a pickle
-                index[kind].append([list(key), name, len(part)])
+                into[kind].append([list(key), name, len(part)])
+
+        for family, frame in sorted(frames.items()):
+            put(family, frame, index)
         index["devices"] = sorted(devices)
+        index[FRAMEWORKS] = _framework_index(Path(store_dir), (*measured, *curves), put)
         (tmp / INDEX_NAME).write_text(json.dumps(index, sort_keys=True))
 
     atomic_write_dir(Path(folder), write)
+
+
+def framework_key(framework: str) -> str:
+    """How the store's per-framework tables spell ``framework``: ``store.framework_name`` of one name
+    (``VLLM``, ``SGLang``, ``TensorRT-LLM`` -> vllm, sglang, trtllm), without pandas (a warm question
+    reads the split's index and imports none)."""
+    import re
+
+    name = re.sub(r"[-_]", "", str(framework).lower())
+    return "trtllm" if name == "tensorrtllm" else name
+
+
+FRAMEWORKS = "frameworks"  # the index's per-serving-framework groups (None: the store keeps none)
+
+
+def _framework_index(
+    store_dir: Path, families: tuple[str, ...], put: Callable[[str, Any, dict[str, Any]], None]
+) -> dict[str, Any] | None:
+    """Each serving framework's groups, as ``OpEngine.for_framework`` forms them from the rows that
+    framework measured (``store.load_framework_rows``, the same rows in the same order), written by ``put``;
+    None where the store keeps no per-framework rows of these families."""
+    import pandas as pd
+
+    from components.opmodel.store import FRAMEWORK_DIR, load_framework_rows
+
+    present = [f for f in families if (Path(store_dir) / FRAMEWORK_DIR / f"{f}.parquet").is_file()]
+    if not present:
+        return None
+    out: dict[str, Any] = {}
+    for family in present:
+        names = pd.read_parquet(Path(store_dir) / FRAMEWORK_DIR / f"{family}.parquet", columns=["framework"])
+        for name in sorted({str(n) for n in names["framework"].unique()}):
+            rows = load_framework_rows(Path(store_dir), family, name)
+            if rows is not None and len(rows):
+                put(family, rows, out.setdefault(name, {"measured": [], "curves": []}))
+    return out
+
+
+def framework_split(groups: Any, framework: str) -> tuple[GroupFrames, GroupFrames] | None:
+    """(measured groups, curve groups) ``framework`` measured, from the split ``groups`` was read from
+    (each read on first use, its tables saved beside); None where ``groups`` is not a split's or the store
+    keeps no per-framework rows (then ``OpEngine.for_framework`` is the engine itself)."""
+    if not isinstance(groups, GroupFrames) or not (groups.folder / INDEX_NAME).is_file():
+        return None
+    index = json.loads((groups.folder / INDEX_NAME).read_text())
+    if index.get(FRAMEWORKS) is None:
+        return None
+    own = index[FRAMEWORKS].get(framework_key(framework), {"measured": [], "curves": []})
+
+    def frames(kind: str) -> GroupFrames:
+        return GroupFrames(groups.folder, {tuple(key): name for key, name, _ in own[kind]})
+
+    return frames("measured"), frames("curves")
 
 
 def open_split(
