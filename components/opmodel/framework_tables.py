@@ -133,7 +133,9 @@ def framework_engine(engine: Any, framework: str) -> Any:
     if engine.measured is None or engine.store_dir is None:
         return engine
     transfer = engine.transfer
-    split = framework_split(engine.measured.groups, framework)
+    split = framework_split(
+        engine.measured.groups, Path(engine.store_dir), framework, tuple(LAYOUTS), tuple(CURVE_FAMILIES)
+    )
     if split is not None:
         curves = FirstOf(split[1], transfer.curve_groups) if transfer is not None else None
         return _with_tiers(engine, framework, framework_tier_of(engine.measured, framework, split[0]), curves)

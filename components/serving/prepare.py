@@ -2,9 +2,10 @@
 
 A question through ``models:/<name>@champion`` reads the version's local copy under the state folder
 (``models.local_copy``: fetched from the registry, its boosters flattened) and its op engine's measured
-store split per group (``opmodel.store_cache``, per serving framework too). Without this, the first
-question on a fresh state made all three: about 10 of its 13 CPU seconds (importing MLflow, LightGBM and
-scikit-learn, and reading the whole store), where a later question takes 1-3. ``promote`` (and
+store split per group (``opmodel.store_cache``), and per serving framework (``framework_split``).
+Without this, the first question on a fresh state made them: about 10 of its 13 CPU seconds (importing
+MLflow, LightGBM and scikit-learn, and reading the whole store), where a later question takes 1-3;
+and each process read the serving frameworks' rows whole again. ``promote`` (and
 ``--rollback``) prepare the champion they set, so the pipeline's state answers its first question warm.
 Nothing here changes an answer: the same files would be made by that first question.
 """
@@ -34,6 +35,10 @@ def prepare_version(name: str, version: str, tracking_uri: str | None = None) ->
     predictor = load_version(f"models:/{name}/{version}", tracking_uri).predictor
     if getattr(predictor, "opmodel_dir", None) is None:
         return Prepared(folder, None)
+    from components.deployments.engines.registry import ENGINES
+
     engine = engine_for(predictor)
+    for name in ENGINES:  # each serving engine's own kernels, split beside the pooled groups
+        engine.for_framework(name)
     measured = getattr(engine, "measured", None)
     return Prepared(folder, measured is not None and hasattr(measured.groups, "files"))
