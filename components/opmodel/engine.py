@@ -251,44 +251,10 @@ class OpEngine:
         the store keeps no per-framework rows (a store built before it kept them)."""
         cache = self.__dict__.setdefault("_frameworks", {})
         if framework not in cache:
-            cache[framework] = self._framework_engine(framework)
+            from components.opmodel.framework_tables import framework_engine
+
+            cache[framework] = framework_engine(self, framework)
         return cache[framework]
-
-    def _framework_engine(self, framework: str) -> OpEngine:
-        from components.opmodel.framework_tables import framework_curves, framework_tier
-        from components.opmodel.measured import LAYOUTS
-        from components.opmodel.store import load_framework_rows
-        from components.opmodel.transfer import CURVE_FAMILIES, TransferTier
-
-        if self.measured is None or self.store_dir is None:
-            return self
-        tables = {
-            f: load_framework_rows(Path(self.store_dir), f, framework) for f in (*LAYOUTS, *CURVE_FAMILIES)
-        }
-        if all(rows is None for rows in tables.values()):
-            return self
-        frames = {f: rows for f, rows in tables.items() if rows is not None and len(rows)}  # none: all pooled
-        measured = framework_tier(self.measured, framework, frames)
-        transfer = None
-        if self.transfer is not None:
-            transfer = TransferTier(measured, None, self.transfer.model)
-            transfer.curve_groups = framework_curves(self.transfer.curve_groups, frames)
-            transfer.not_relatives = self.transfer.not_relatives
-        engine = OpEngine(
-            measured,
-            self.spec_model,
-            self.calibrations,
-            self.intervals,
-            self.meta,
-            self.store_dir,
-            self.fallback_util,
-            transfer,
-            self.monotone,
-            self.lattices,
-            self.origin,
-        )
-        engine.framework = framework  # its lattices are its own (lattice_cache.engine_identity)
-        return engine
 
     # ---------------------------------------------------------------------------------------- answering
 

@@ -41,12 +41,24 @@ class FirstOf(Mapping):
         return sum(1 for _ in self)
 
     def subset(self, keys: Any) -> FirstOf:
-        """The same groups restricted to ``keys`` (``MeasuredTier.without``)."""
+        """The same groups restricted to ``keys`` (``MeasuredTier.without``; a lazy split stays unread)."""
         keys = list(keys)
-        rest_keys = [k for k in keys if k in self.rest and k not in self.first]
-        subset = getattr(self.rest, "subset", None)
-        rest = subset(rest_keys) if subset else {k: self.rest[k] for k in rest_keys}
-        return FirstOf({k: self.first[k] for k in keys if k in self.first}, rest)
+        return FirstOf(
+            _subset(self.first, [k for k in keys if k in self.first]),
+            _subset(self.rest, [k for k in keys if k in self.rest and k not in self.first]),
+        )
+
+    def table(self, key: tuple, tag: str, build: Any) -> Any:
+        """Group ``key``'s measured-tier table: saved beside its split where the mapping holding it is one
+        (``store_cache.GroupFrames.table``), else built."""
+        holder = self.first if key in self.first else self.rest
+        saved = getattr(holder, "table", None)
+        return saved(key, tag, build) if saved else build()
+
+
+def _subset(groups: Mapping[tuple, Any], keys: list[tuple]) -> Mapping[tuple, Any]:
+    subset = getattr(groups, "subset", None)
+    return subset(keys) if subset else {k: groups[k] for k in keys}
 
 
 def framework_tier(tier: MeasuredTier, framework: str, frames: Mapping[str, Any]) -> MeasuredTier:
@@ -58,6 +70,12 @@ def framework_tier(tier: MeasuredTier, framework: str, frames: Mapping[str, Any]
         if family in LAYOUTS
         for key, part in measured_groups(family, frame)
     }
+    return framework_tier_of(tier, framework, own)
+
+
+def framework_tier_of(tier: MeasuredTier, framework: str, own: Mapping[tuple, Any]) -> MeasuredTier:
+    """``tier`` answering for ``framework`` from its groups ``own`` (``{group key: rows}``, or a split's
+    ``store_cache.framework_split``, read on first use) first, else from ``tier``'s pooled groups."""
     out = MeasuredTier({}, tier.specs)
     out.groups = FirstOf(own, tier.groups)
     out._tables = {k: v for k, v in tier._tables.items() if k not in own}  # pooled tables are shared
@@ -99,3 +117,60 @@ def tier_label(engine: Any, family: str, dtype: str, spec: Any, kv_dtype: str | 
     curves = getattr(getattr(engine, "transfer", None), "curve_groups", None)
     own = getattr(curves, "first", {})
     return framework if any(k[0] == family and k[2] == dtype for k in own) else POOLED
+
+
+def framework_engine(engine: Any, framework: str) -> Any:
+    """``engine`` (an ``OpEngine``) answering for ``framework`` (``OpEngine.for_framework``): its groups from
+    the split store where the engine reads one (``store_cache.framework_split``: only the groups asked are
+    read, their tables saved beside), else from the store's per-framework rows read whole; ``engine``
+    itself where the store keeps no per-framework rows."""
+    from pathlib import Path
+
+    from components.opmodel.store import load_framework_rows
+    from components.opmodel.store_cache import framework_split
+    from components.opmodel.transfer import CURVE_FAMILIES
+
+    if engine.measured is None or engine.store_dir is None:
+        return engine
+    transfer = engine.transfer
+    split = framework_split(
+        engine.measured.groups, Path(engine.store_dir), framework, tuple(LAYOUTS), tuple(CURVE_FAMILIES)
+    )
+    if split is not None:
+        curves = FirstOf(split[1], transfer.curve_groups) if transfer is not None else None
+        return _with_tiers(engine, framework, framework_tier_of(engine.measured, framework, split[0]), curves)
+    tables = {
+        f: load_framework_rows(Path(engine.store_dir), f, framework) for f in (*LAYOUTS, *CURVE_FAMILIES)
+    }
+    if all(rows is None for rows in tables.values()):
+        return engine
+    frames = {f: rows for f, rows in tables.items() if rows is not None and len(rows)}  # none: all pooled
+    curves = framework_curves(transfer.curve_groups, frames) if transfer is not None else None
+    return _with_tiers(engine, framework, framework_tier(engine.measured, framework, frames), curves)
+
+
+def _with_tiers(engine: Any, framework: str, measured: MeasuredTier, curves: Any) -> Any:
+    """``engine`` with ``framework``'s measured tier and transfer curves, its lattices its own
+    (``lattice_cache.engine_identity`` names the framework)."""
+    from components.opmodel.transfer import TransferTier
+
+    transfer = None
+    if engine.transfer is not None:
+        transfer = TransferTier(measured, None, engine.transfer.model)
+        transfer.curve_groups = curves
+        transfer.not_relatives = engine.transfer.not_relatives
+    out = type(engine)(
+        measured,
+        engine.spec_model,
+        engine.calibrations,
+        engine.intervals,
+        engine.meta,
+        engine.store_dir,
+        engine.fallback_util,
+        transfer,
+        engine.monotone,
+        engine.lattices,
+        engine.origin,
+    )
+    out.framework = framework
+    return out

@@ -31,6 +31,7 @@ import numpy as np
 import pandas as pd
 
 from components.common.atomic import atomic_write_dir
+from components.opmodel.store_cache import framework_key
 
 STORE_FAMILIES: tuple[str, ...] = ("gemm", "attention", "moe", "allreduce", "bmm")
 MANIFEST_NAME = "store.json"
@@ -289,8 +290,7 @@ def load_framework_rows(folder: Path, family: str, framework: str) -> pd.DataFra
     path = Path(folder) / FRAMEWORK_DIR / f"{family}.parquet"
     if not path.is_file():
         return None
-    name = str(framework_name(pd.Series([framework])).iloc[0])
-    frame = pd.read_parquet(path, filters=[("framework", "==", name)])
+    frame = pd.read_parquet(path, filters=[("framework", "==", framework_key(framework))])
     return frame.drop(columns=["framework", "n_versions"])
 
 

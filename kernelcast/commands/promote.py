@@ -70,6 +70,7 @@ def promote_command(
     result = promote_stage(inputs, policy)
     if result.rolled_back:
         typer.echo(f"{result.model_name}: champion -> v{result.champion} ({result.reason})")
+        _prepare(result.model_name, result.champion, inputs.tracking_uri)
         return
     for rule in result.rules:
         typer.echo(f"  {rule.line()}")
@@ -86,8 +87,27 @@ def promote_command(
     typer.echo(
         f"{result.model_name} v{result.version}: {status} ({result.reason}); {_champion(result.champion)}"
     )
+    if result.promoted:
+        _prepare(result.model_name, result.champion, inputs.tracking_uri)
     if not result.promoted and not allow_challenger:
         raise typer.Exit(code=1)
+
+
+def _prepare(name: str, version: str | None, tracking_uri: str) -> None:
+    """Make the new champion's local copy and split store (``serving.prepare``), so the first question
+    answers warm; a failure leaves the promotion standing and says why (that question makes them)."""
+    from components.serving.prepare import prepare_version
+    from components.serving.query import QueryError
+
+    if version is None:
+        return
+    try:
+        prepared = prepare_version(name, version, tracking_uri)
+    except (QueryError, OSError) as exc:
+        typer.echo(f"{name} v{version}: local copy not prepared ({exc}); the first question makes it")
+        return
+    split = "" if prepared.split is None else ("; op engine store split" if prepared.split else "")
+    typer.echo(f"{name} v{version}: ready to answer from {prepared.folder}{split}")
 
 
 def _champion(version: str | None) -> str:

@@ -169,6 +169,11 @@ def test_fail_pass_dry_run_and_rollback_through_the_cli(store: Store) -> None:
     )
     assert code == 0, out
     assert "PASS  unseen-kernel/runtime_mape <= 0.35: 0.25" in out and f"v{v1}: champion" in out
+    # the new champion's local copy is made now (serving.prepare), where its first question reads it
+    from components.serving.models import local_copy
+
+    copy = local_copy(name, v1, store.uri)
+    assert f"{name} v{v1}: ready to answer from {copy}" in out and (copy / "predictor.json").is_file()
 
     # Fails a threshold: stays challenger, the decision and the failing rule are on the version.
     code, out = _promote(
@@ -213,7 +218,7 @@ def test_fail_pass_dry_run_and_rollback_through_the_cli(store: Store) -> None:
     assert code == 1 and f"FAIL  unseen-kernel/runtime_mape <= champion v{v3}'s 0.15 + 0.02: 0.2" in out
 
     code, out = _promote("--model-name", name, "--rollback")
-    assert code == 0 and f"champion -> v{v1}" in out
+    assert code == 0 and f"champion -> v{v1}" in out and f"{name} v{v1}: ready to answer from" in out
     assert reg.alias_version(name, reg.CHAMPION, store.uri) == v1
     assert (
         reg.mlflow_client(store.uri).get_model_version(name, v3).tags["kc.promotion"]

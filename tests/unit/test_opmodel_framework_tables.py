@@ -129,3 +129,33 @@ def test_a_saved_engines_store_keeps_each_frameworks_kernels(catalog, tmp_path) 
     answer = engine_op_time(engine).for_framework("trtllm")("gemm", "bf16", shape, catalog.get("h100-sxm"))
     assert list(answer.tier) == ["measured:trtllm"]
     assert answer.duration_us[0] == pytest.approx(float(kernel["latency_us"].iloc[0]))
+
+
+def test_a_split_store_keeps_each_frameworks_groups_and_answers_as_the_whole_rows(catalog, tmp_path) -> None:
+    """With a split store (the CLI's and the server's engine) a framework's groups are read from the split,
+    one group when asked, its table saved beside it (a later process reads no rows), and every answer is the
+    one the engine gives from the per-framework rows read whole, to the bit; a GPU held out stays out."""
+    from components.opmodel.engine import OpEngine
+    from components.opmodel.store_cache import GroupFrames
+
+    raw = _store(catalog, tmp_path / "store")
+    whole = OpEngine.from_store(tmp_path / "store", None, _model())
+    rows = raw[raw["framework"] == "TRTLLM"]
+    shape = {k: rows[k].to_numpy(dtype="float64")[::7] * 1.3 for k in ("M", "N", "K")}  # off the sites too
+    for round_ in ("builds tables", "reads saved tables"):
+        split = OpEngine.from_store(tmp_path / "store", None, _model(), cache_dir=tmp_path / "cache")
+        for name in (*SLOWER, "sglang"):
+            engine = split.for_framework(name)
+            own = engine.measured.groups.first
+            assert isinstance(own, GroupFrames) and engine.measured.framework == name
+            for gpu in GPUS:
+                a = engine.predict("gemm", "bf16", shape, catalog.get(gpu))
+                b = whole.for_framework(name).predict("gemm", "bf16", shape, catalog.get(gpu))
+                assert np.array_equal(a.duration_us, b.duration_us) and list(a.tier) == list(b.tier)
+            expected = {"vllm": {"h100-sxm"}, "trtllm": set(GPUS), "sglang": set()}[name]
+            assert {k[1] for k in own} == expected
+            if round_ == "reads saved tables":
+                assert own.loaded_rows == 0
+        fresh = OpEngine.from_store(tmp_path / "store", None, _model(), cache_dir=tmp_path / "cache")
+        held = fresh.for_framework("vllm").measured.without("h100-sxm")
+        assert held.table("gemm", "h100-sxm", "bf16", None) is None and held.devices() == {"h200"}
