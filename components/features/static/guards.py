@@ -27,6 +27,7 @@ from components.features.static.loops import (
     evaluate,
     file_macros,
 )
+from components.features.static.selectors import case_shares
 from components.features.static.source import code_mask
 
 _ALIAS_RE = re.compile(r"\b([A-Za-z_]\w*)\s*=\s*\(?\s*threadIdx\.([xyz])\s*\)?\s*;")
@@ -76,8 +77,10 @@ def _all_lane_guards(
     text: str, mask: bytearray, lo: int, hi: int, known: Known, ranges: bool = False
 ) -> list[tuple[LaneGuard, int]]:
     """Every lane guard of the body ``text[lo + 1 : hi]`` at any depth, with its brace depth; with
-    ``ranges`` also the thread-index ranges ``index < bound`` whose bound is known."""
+    ``ranges`` also the thread-index ranges ``index < bound`` whose bound is known and the case
+    selectors (``static.selectors``)."""
     body = text[lo + 1 : hi]
+    cases = case_shares(text, mask, lo, hi) if ranges else {}
     extents: dict[str, float] = {}
     for axis in "xyz":
         i = "xyz".index(axis)
@@ -98,6 +101,8 @@ def _all_lane_guards(
         share = 1.0 / extents[index] if index is not None and extents[index] >= 2 else None
         if share is None and ranges:
             share = _range_share(text, lo, m.start(), condition, extents, known)
+        if share is None and eq is not None:
+            share = cases.get(eq.group(1))
         if share is None:
             continue
         guard = LaneGuard(paren, " ".join(condition.split()), share)

@@ -80,6 +80,7 @@ def host_locals(
     ``assignments``, also plain assignments to declared integers and constant arrays' elements
     (static.host_assign)."""
     from components.features.static.host_assign import array_events, assignment_events
+    from components.features.static.host_loops import loop_exit_events
     from components.features.static.host_structs import struct_events, struct_fields
 
     env = dict(env or {})
@@ -89,7 +90,7 @@ def host_locals(
     events = [(m.start(), m.group(1), (split_args(m.group(2)) or [""])[0]) for m in pattern.finditer(text)]
     events += struct_events(text, struct_fields(text) if structs is None else structs)
     if assignments:
-        events += assignment_events(text) + array_events(text)
+        events += assignment_events(text) + array_events(text) + loop_exit_events(text)
     for _, name, expr in sorted(events, key=lambda e: e[0]):
         try:
             env[name] = evaluate(expr, dict(env), macros)
