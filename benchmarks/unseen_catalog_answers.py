@@ -48,6 +48,8 @@ def questions() -> list[tuple[str, str, str | None, dict[str, np.ndarray], str]]
 
 
 def answer_rows(engine, sibling, gpu, spec, achievable) -> list[dict]:
+    from components.opmodel.achievable import share_of
+
     rows = []
     for family, dtype, kv, shape, _axis in questions():  # each grid varies along _axis only
         try:
@@ -61,7 +63,7 @@ def answer_rows(engine, sibling, gpu, spec, achievable) -> list[dict]:
         t = got.duration_us
         falls = int(np.sum(np.diff(t) < -1e-9 * t[:-1]))
         pipe = f"{roof.choice.pipe}|{roof.choice.dtype}"
-        cap = achievable.get(pipe, max(v for k, v in achievable.items() if k != "dram"))
+        cap = share_of(achievable, getattr(spec, "architecture", None), family, pipe)[0]
         for i in range(len(t)):
             phase = "decode" if family == "attention" and shape["S"][i] == 1 else "prefill"
             rows.append(

@@ -5,7 +5,7 @@ Per row: **measured** (the GPU's own measured kernels near the question, ``measu
 relatives' answers carried over by physics, ``transfer.py``) > **spec** (the efficiency learned across every
 measured GPU, ``spec.py``). Each tier gives an efficiency ``util = roofline time / runtime``; the runtime is
 ``roofline / util``, clamped at the roofline (``physics.clamp``) and, but for a measured kernel returned
-verbatim, at the achievable share of each pipe's peak learned from measured kernels (``cap_achievable``), so
+verbatim, at the achievable share of each pipe's peak learned from measured kernels (``achievable.py``), so
 no rate derived from it reaches a datasheet peak. The interval is each tier's held-out residual quantiles
 (log ratio measured/predicted), stored with the engine.
 
@@ -380,12 +380,18 @@ class OpEngine:
             q_lo[where], q_hi[where] = learned or self.intervals["transfer"]
         exact_hit = np.zeros(n, bool) if resolved is None else resolved.exact
         duration = physics.clamp(duration, roof)
+        text = roof.note
         if self.transfer is not None and self.transfer.model.achievable:
-            capped = cap_achievable(duration, roof, self.transfer.model.achievable)
+            from components.opmodel.achievable import cap_achievable
+
+            architecture = getattr(spec, "architecture", None)
+            learned = self.transfer.model.achievable
+            capped, peak = cap_achievable(duration, roof, learned, architecture, family)
             duration = np.where(exact_hit, duration, capped)
+            text = f"{text}; {peak}" if text else peak
+        note = np.full(n, text, dtype=object)
         lo = physics.clamp(duration * np.exp(q_lo), roof)
         hi = np.maximum(duration * np.exp(q_hi), duration)
-        note = np.full(n, roof.note, dtype=object)
         has_relatives = self.transfer is not None and bool(
             self.transfer.relatives(family, eff_dtype, kv_dtype, spec)
         )
@@ -528,17 +534,6 @@ def label_groups(labels: dict[str, Any], n: int) -> list[tuple[dict[str, Any], n
         (dict(zip(names, k.split("\x1f"), strict=True)), np.flatnonzero(inverse == i))
         for i, k in enumerate(keys)
     ]
-
-
-def cap_achievable(duration: np.ndarray, roof: physics.Roofline, achievable: dict[str, float]) -> np.ndarray:
-    """A runtime no shorter than each pipe's work at the achievable share of its peak (learned from measured
-    kernels, ``transfer_fit.achievable_peaks``): the pipe's own share, else the highest learned share of any
-    compute pipe; DRAM's share for the bytes."""
-    compute_shares = [v for k, v in achievable.items() if k != "dram"]
-    pipe = f"{roof.choice.pipe}|{roof.choice.dtype}"
-    share = achievable.get(pipe, max(compute_shares) if compute_shares else 1.0)
-    floor = np.maximum(roof.compute_us / share, roof.memory_us / achievable.get("dram", 1.0))
-    return np.where(np.isfinite(duration), np.maximum(duration, floor), duration)
 
 
 def roof_rows(roof: physics.Roofline, rows: np.ndarray) -> physics.Roofline:

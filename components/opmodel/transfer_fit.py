@@ -11,7 +11,7 @@ and every other training GPU Y's answer there carried over by physics (``Transfe
   physics (no correction, the nearest relative) wins ties, so a correction is kept only where it helps;
 - each relative's own transfer error (median |log ratio| when it answers the other training GPUs) weighs it in
   the blend;
-- the achievable share of each pipe's peak: a high quantile of achieved / peak over the measured rows.
+- the achievable share of each pipe's peak, pooled and per architecture (``achievable.py``).
 """
 
 from __future__ import annotations
@@ -45,8 +45,6 @@ GRID_NEAR: tuple[bool, ...] = (False, True)  # a relative of the asked GPU's gen
 INCONSISTENT_LOG = 0.3  # a regime erring this much (log) beyond the pair's best regime: another kernel
 INTERVAL_QUANTILES = (0.05, 0.95)  # the engine's other tiers' interval (``engine.DEFAULT_INTERVALS``)
 INTERVAL_MIN_ROWS = 50  # fewer inner residuals: the engine's default interval stays
-ACHIEVABLE_QUANTILE = 0.99
-ACHIEVABLE_MAX = 0.98  # no answer at 100% of a datasheet peak, whatever a table's L2-resident rows reached
 
 
 @dataclass
@@ -398,35 +396,6 @@ def far_choice(
     return far, (choose_kin(groups, train, specs, predict_without, spec_once, far) if kin else {})
 
 
-def achievable_peaks(
-    store: dict[str, pd.DataFrame], specs: dict[str, Any], per_group: int = 4000, memo: dict | None = None
-) -> dict:
-    """Per pipe ("dram", "<pipe>|<dtype>"): the ACHIEVABLE_QUANTILE of achieved / peak over measured rows
-    bound on it (capped at ACHIEVABLE_MAX)."""
-    shares: dict[str, list[np.ndarray]] = {}
-    for family in TRANSFER_FAMILIES:
-        frame = store.get(family)
-        if frame is None:
-            continue
-        for device in sorted(set(map(str, frame["device_id"].unique())) & set(specs)):
-            for dtype, kv, rows in groups_of(
-                family, device_rows(family, frame, device, per_group, "peak", memo)
-            ):
-                numeric = {k: v for k, v in shape_of(family, rows).items() if k != "distribution"}
-                roof = physics.roofline(family, dtype, numeric, specs[device], kv)
-                latency = rows["latency_us"].to_numpy(dtype="float64")
-                compute = roof.compute_us >= roof.memory_us
-                pipe = f"{roof.choice.pipe}|{roof.choice.dtype}"
-                shares.setdefault(pipe, []).append(roof.compute_us[compute] / latency[compute])
-                shares.setdefault("dram", []).append(roof.memory_us[~compute] / latency[~compute])
-    out = {}
-    for key, values in shares.items():
-        v = np.concatenate(values)
-        if len(v) >= 50:
-            out[key] = float(min(np.quantile(v, ACHIEVABLE_QUANTILE), ACHIEVABLE_MAX))
-    return out
-
-
 def reference_clock(specs: dict[str, Any]) -> float | None:
     """The median boost clock (MHz) of the GPUs with one: the clock the learned floors are stated at."""
     clocks = [float(s.boost_clock_mhz) for s in specs.values() if getattr(s, "boost_clock_mhz", None)]
@@ -460,6 +429,7 @@ def fit_transfer(
     tables, so the answers are those of a fresh fit. ``spec_without``: training GPUs -> the spec model
     fitted without them; given, the far choice is made (``tier_choice.choose_far``), and with ``kin`` the
     kin choice is measured and recorded (``TransferModel.kin``)."""
+    from components.opmodel.achievable import achievable_peaks
     from components.opmodel.spec import latency_floors
 
     specs = {d: measured.specs[d] for d in devices if d in measured.specs}
@@ -507,7 +477,7 @@ def fit_transfer(
     model.intervals = inner_intervals(groups, inner_predictor(groups, train, model))
     if spec_without is not None:
         model.far, model.kin = far_choice(groups, train, specs, model, spec_without, kin)
-    model.achievable = achievable_peaks(store, specs, memo=memo)
+    model.achievable = achievable_peaks(store, specs, memo=memo)  # per pipe and per (architecture, pipe)
     model.meta = {"devices": train, "pair_rows": per_group, "inner_scores": scores, "l2_scores": l2_scores}
     model.meta["overlap_scores"] = overlap_scores
     return model
