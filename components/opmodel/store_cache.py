@@ -22,6 +22,7 @@ import contextlib
 import functools
 import hashlib
 import json
+import os
 import pickle
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from pathlib import Path
@@ -74,9 +75,12 @@ def code_digest() -> str:
 class GroupFrames(Mapping):
     """``{group key: frame}`` of a split store: keys from its index, each frame read on first use."""
 
-    def __init__(self, folder: Path, files: dict[tuple, str]) -> None:
+    def __init__(
+        self, folder: Path, files: dict[tuple, str], rebuild: Callable[[], None] | None = None
+    ) -> None:
         self.folder = Path(folder)
         self.files = files  # group key -> file name in folder
+        self.rebuild = rebuild  # writes the split again (the same files) where it vanished
         self._frames: dict[tuple, Any] = {}
         self.loaded_rows = 0  # rows read so far (what a question cost)
 
@@ -84,12 +88,23 @@ class GroupFrames(Mapping):
         if key not in self._frames:
             if key not in self.files:
                 raise KeyError(key)
-            import pandas as pd
-
-            frame = pd.read_parquet(self.folder / self.files[key])
+            frame = self._read(self.files[key])
             self._frames[key] = frame
             self.loaded_rows += len(frame)
         return self._frames[key]
+
+    def _read(self, name: str) -> Any:
+        """One group's frame. A split another process's cache trim removed (``cache_budget.trim_folders``:
+        a bench's fold stores are split too) is written again from its store, then read."""
+        import pandas as pd
+
+        try:
+            return pd.read_parquet(self.folder / name)
+        except FileNotFoundError:
+            if self.rebuild is None:
+                raise
+            self.rebuild()
+            return pd.read_parquet(self.folder / name)
 
     def table(self, key: tuple, tag: str, build: Callable[[], Any]) -> Any:
         """The measured tier's table of group ``key`` built by ``build``, saved beside the group the first
@@ -119,7 +134,7 @@ class GroupFrames(Mapping):
 
     def subset(self, keys: Iterable[tuple]) -> GroupFrames:
         """The same split restricted to ``keys`` (frames already read are shared)."""
-        out = GroupFrames(self.folder, {k: self.files[k] for k in keys})
+        out = GroupFrames(self.folder, {k: self.files[k] for k in keys}, self.rebuild)
         out._frames = {k: v for k, v in self._frames.items() if k in out.files}
         return out
 
@@ -143,8 +158,15 @@ def _write_groups(folder: Path, family: str, frame: Any, measured: bool, index: 
         index[kind].append([list(key), name, len(part)])
 
 
-def split_store(store_dir: Path, folder: Path, measured: tuple[str, ...], curves: tuple[str, ...]) -> None:
-    """Write the store's groups of the ``measured`` and ``curves`` families into ``folder`` (atomic)."""
+def split_store(
+    store_dir: Path,
+    folder: Path,
+    measured: tuple[str, ...],
+    curves: tuple[str, ...],
+    replace_existing: bool = True,
+) -> None:
+    """Write the store's groups of the ``measured`` and ``curves`` families into ``folder`` (atomic; with
+    ``replace_existing=False`` a split another writer finished first is kept)."""
     from components.common.atomic import atomic_write_dir
     from components.opmodel.store import load_store
 
@@ -157,7 +179,7 @@ def split_store(store_dir: Path, folder: Path, measured: tuple[str, ...], curves
         index["devices"] = sorted(devices)
         (tmp / INDEX_NAME).write_text(json.dumps(index, sort_keys=True))
 
-    atomic_write_dir(Path(folder), write)
+    atomic_write_dir(Path(folder), write, replace_existing=replace_existing)
 
 
 def framework_key(framework: str) -> str:
@@ -189,22 +211,29 @@ def framework_split(
     if not isinstance(groups, GroupFrames) or not families:
         return None
     folder = groups.folder / f"{FRAMEWORK_PREFIX}{framework_key(framework)}"
-    if not (folder / INDEX_NAME).is_file():
-        from components.common.atomic import atomic_write_dir
+
+    def write(tmp: Path) -> None:
         from components.opmodel.store import load_framework_rows
 
-        def write(tmp: Path) -> None:
-            index: dict[str, Any] = {"measured": [], "curves": []}
-            for family in families:
-                rows = load_framework_rows(Path(store_dir), family, framework)
-                if rows is not None and len(rows):
-                    _write_groups(tmp, family, rows, family in measured, index)
-            (tmp / INDEX_NAME).write_text(json.dumps(index, sort_keys=True))
+        index: dict[str, Any] = {"measured": [], "curves": []}
+        for family in families:
+            rows = load_framework_rows(Path(store_dir), family, framework)
+            if rows is not None and len(rows):
+                _write_groups(tmp, family, rows, family in measured, index)
+        (tmp / INDEX_NAME).write_text(json.dumps(index, sort_keys=True))
 
-        atomic_write_dir(folder, write)
+    def rebuild() -> None:  # the subfolder vanished with its split (another process's trim): again
+        from components.common.atomic import atomic_write_dir
+
+        atomic_write_dir(folder, write, replace_existing=False)
+
+    if not (folder / INDEX_NAME).is_file():
+        rebuild()
     index = json.loads((folder / INDEX_NAME).read_text())
+
     return tuple(
-        GroupFrames(folder, {tuple(k): name for k, name, _ in index[kind]}) for kind in ("measured", "curves")
+        GroupFrames(folder, {tuple(k): name for k, name, _ in index[kind]}, rebuild)
+        for kind in ("measured", "curves")
     )  # type: ignore[return-value]
 
 
@@ -221,8 +250,13 @@ def open_split(
         split_store(store_dir, folder, measured, curves)
         trim_folders(Path(cache_root), f"-{tag}", keep=KEEP_SPLITS)  # older stores' splits are not read again
     index = json.loads((folder / INDEX_NAME).read_text())
+    with contextlib.suppress(OSError):  # marks the split as in use: the trim keeps the newest
+        os.utime(folder)
+
+    def rebuild() -> None:
+        split_store(store_dir, folder, measured, curves, replace_existing=False)
 
     def frames(kind: str) -> GroupFrames:
-        return GroupFrames(folder, {tuple(key): name for key, name, _ in index[kind]})
+        return GroupFrames(folder, {tuple(key): name for key, name, _ in index[kind]}, rebuild)
 
     return frames("measured"), frames("curves"), list(index["devices"])

@@ -132,3 +132,25 @@ def test_a_question_answered_from_saved_tables_loads_no_pandas(catalog, tmp_path
     assert done.returncode == 0, done.stderr
     answer = json.loads(done.stdout.strip().splitlines()[-1])
     assert answer == {"pandas": False, "us": expected, "rows": 0}
+
+
+def test_a_split_removed_under_its_reader_is_written_again(catalog, tmp_path: Path) -> None:
+    """Another process's cache trim (``cache_budget.trim_folders``: a bench splits each fold's store) may
+    remove a split a reader still reads group by group: the next group it reads writes the split again from
+    its store (the same files), the same rows as before the loss."""
+    import shutil
+
+    from components.opmodel.store_cache import open_split
+
+    _store(catalog, tmp_path / "store")
+    cache = tmp_path / "cache"
+    measured, _, _ = open_split(tmp_path / "store", cache, ("gemm",), ())
+    first, *rest = list(measured)
+    expected = {key: measured[key].copy() for key in rest}
+    measured = open_split(tmp_path / "store", cache, ("gemm",), ())[0]
+    assert len(measured[first]) > 0  # one group read, the others not yet
+    (folder,) = _split_folders(cache)
+    shutil.rmtree(cache / folder)
+    for key in rest:
+        pd.testing.assert_frame_equal(measured[key], expected[key])
+    assert (cache / folder / "index.json").is_file()
