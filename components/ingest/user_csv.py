@@ -39,6 +39,7 @@ from components.ingest.schema import (
     stable_id,
     with_measurement_ids,
 )
+from components.physics.shape_rules import ZERO_DIMS
 
 SOURCE = "csv"
 REQUIRED: tuple[str, ...] = ("op", "shape", "dtype", "device")
@@ -69,6 +70,8 @@ OPS: dict[str, tuple[str, str]] = {
     "moe": ("moe", "moe"),
     "allreduce": ("allreduce", "allreduce"),
     "all_reduce": ("allreduce", "allreduce"),
+    "conv2d": ("conv", "conv2d"),
+    "conv": ("conv", "conv2d"),
     **{op: ("elementwise", op) for op in (*_ELEMENTWISE, "sqrt", "rsqrt", "neg", "abs", "copy")},
 }
 # The physics family whose shape keys (required, optional) a canonical family takes.
@@ -79,6 +82,7 @@ _PHYSICS_FAMILY: dict[str, str] = {
     "attention": "attention",
     "moe": "moe",
     "allreduce": "allreduce",
+    "conv": "conv",
 }
 # The other families: the dimension sets their FLOP formulas read (numel, or rows x columns).
 _ROW_SHAPES: dict[str, tuple[frozenset[str], ...]] = {
@@ -95,7 +99,8 @@ def parse_shape(text: str) -> dict[str, int] | str:
     for item in filter(None, (part.strip() for part in str(text).split(","))):
         name, sep, value = item.partition("=")
         value = value.strip()
-        if not sep or not name.strip() or not value.isdigit() or int(value) <= 0:
+        smallest = 0 if name.strip() in ZERO_DIMS else 1  # a convolution's padding may be 0
+        if not sep or not name.strip() or not value.isdigit() or int(value) < smallest:
             return f"shape item {item!r}: expected NAME=positive integer, e.g. M=4096"
         if name.strip() in shape:
             return f"shape names {name.strip()} twice"
@@ -109,7 +114,13 @@ def shape_problem(family: str, shape: dict[str, int]) -> str | None:
 
     given = set(shape)
     if family in _PHYSICS_FAMILY:
-        required, optional = SHAPE_KEYS[_PHYSICS_FAMILY[family]]
+        from components.physics.registry import family as physics_family
+
+        name = _PHYSICS_FAMILY[family]
+        required, optional = SHAPE_KEYS.get(name) or (
+            physics_family(name).required,
+            physics_family(name).optional,
+        )
         missing = [d for d in required if d not in given]
         unknown = sorted(given - set(required) - set(optional))
         if missing or unknown:

@@ -64,7 +64,6 @@ MAX_DIM: int = 2**36  # one dimension (an all-reduce message in bytes, a flatten
 MAX_TENSOR_ELEMENTS: float = 2.0**36  # 64 Gi elements in one operand
 MAX_FLOPS: float = 1e18  # ~17 minutes of a 1 PFLOP/s tensor pipe for ONE kernel
 MAX_BYTES: float = 2.0**40  # 1 TiB of operands + result; the largest GPU holds 288 GB
-ZERO_ALLOWED: frozenset[tuple[str, str]] = frozenset({("conv", "pad")})  # (family, dimension) that may be 0
 
 
 # Per family: the sets of dimensions a query may give (any one set, complete, and nothing else),
@@ -162,6 +161,8 @@ def _largest_tensor(family: str, shape: dict[str, int]) -> float:
 
 def check_bounds(op: str, shape: dict[str, int], dtype: str, field: str = "shape") -> None:
     """A QueryError when a size is not an integer in [1, MAX_DIM] or the work exceeds MAX_FLOPS/MAX_BYTES."""
+    from components.physics.shape_rules import ZERO_ALLOWED
+
     family, op_name = FAMILY_OF_OP[op]
     for name, value in shape.items():
         if isinstance(value, bool) or not isinstance(value, int):
@@ -255,13 +256,16 @@ def whole_number(value: Any, where: str, low: int, high: int, what: str = "value
 def shape_from_text(text: str, where: str) -> dict[str, int]:
     """``M=4096,N=4096,K=4096`` -> {"M": 4096, ...}: the one text form of a shape (``--shape``, a CSV cell,
     a JSONL or HTTP string); each size checked by :func:`whole_number`."""
+    from components.physics.shape_rules import ZERO_DIMS
+
     shape: dict[str, int] = {}
     for item in filter(None, (part.strip() for part in text.split(","))):
         name, sep, value = (part.strip() for part in item.partition("="))
         if not sep or not name.replace("_", "a").isalnum() or not value:
             raise QueryError(f"{where} item {item!r}: expected NAME=VALUE items such as M=4096,N=4096,K=4096")
-        # 0 passes here (a convolution's padding); check_bounds holds every other dimension to >= 1
-        shape[name] = whole_number(value, f"{where}.{name}", 0, MAX_DIM, "size")
+        # a convolution's padding may be 0 (check_bounds says for which family); every other size is >= 1
+        smallest = 0 if name in ZERO_DIMS else 1
+        shape[name] = whole_number(value, f"{where}.{name}", smallest, MAX_DIM, "size")
     if not shape:
         raise QueryError(f"{where}: empty; e.g. M=4096,N=4096,K=4096")
     return shape

@@ -103,6 +103,7 @@ def _int(value: Any, where: str, low: int, high: int, what: str = "value") -> in
 def _shape(value: Any, where: str) -> dict[str, int]:
     """A dict of sizes, its JSON object text, or the CLI's ``M=4096,N=4096,K=4096``: one shape syntax
     whatever carried it (``--shape``, a CSV cell, a JSONL line, an HTTP request)."""
+    from components.physics.shape_rules import ZERO_DIMS
     from components.serving.query import MAX_DIM
 
     if isinstance(value, str) and not value.strip().startswith("{"):
@@ -110,8 +111,10 @@ def _shape(value: Any, where: str) -> dict[str, int]:
     raw = _object(value, where)
     if not raw:
         raise QueryError(f'{where}: empty; e.g. {{"M": 4096, "N": 4096, "K": 4096}}')
-    # 0 passes here (a convolution's padding); check_bounds holds every other dimension to >= 1
-    return {str(k): _int(v, f"{where}.{k}", 0, MAX_DIM, "size") for k, v in raw.items()}
+    # a convolution's padding may be 0 (check_bounds says for which family); every other size is >= 1
+    return {
+        str(k): _int(v, f"{where}.{k}", 0 if k in ZERO_DIMS else 1, MAX_DIM, "size") for k, v in raw.items()
+    }
 
 
 def _triple(value: Any, where: str, high: int) -> list[int]:
