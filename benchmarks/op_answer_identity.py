@@ -8,7 +8,8 @@ question").
 ``sample``: up to 40 measured rows per (family, source) of the state's canonical tables
 (``$KERNELCAST_HOME/data/canonical``) of the families the learned tier answered before the one op path:
 elementwise, softmax, layer/RMS norm, conv, and GEMM/linear/bmm in fp32/fp64. ``compare``: how many answers
-are identical in every field but ``tier``, the tier changes, and the MAPE of each side per family.
+are identical in every answer field (``ANSWER_KEYS``) but ``tier``, the tier changes, and the MAPE of each
+side per family.
 """
 
 from __future__ import annotations
@@ -32,24 +33,6 @@ CONV_DIMS = {
     "Padding": "pad",
     "Batch_Size": "B",
 }
-FIELDS = (
-    "duration_us",
-    "duration_us_lo",
-    "duration_us_hi",
-    "gflops",
-    "achieved_gbps",
-    "arith_intensity",
-    "roofline_class",
-    "bound_pipe",
-    "roofline_us",
-    "headroom",
-    "ood",
-    "unseen",
-    "note",
-    "l1_hit_rate",
-    "l2_hit_rate",
-    "support",
-)
 
 
 def sample(folder: Path) -> None:
@@ -95,6 +78,9 @@ def sample(folder: Path) -> None:
 
 
 def compare(folder: Path, before: Path, after: Path) -> None:
+    from components.serving.answer_fields import ANSWER_KEYS
+
+    fields = [k for k in ANSWER_KEYS if k != "tier"]
     truth = pd.read_csv(folder / "truth.csv")
     old = json.loads(before.read_text())["predictions"]
     new = json.loads(after.read_text())["predictions"]
@@ -105,7 +91,7 @@ def compare(folder: Path, before: Path, after: Path) -> None:
         after=[a["duration_us"] for a in new],
         tier_before=[a["tier"] for a in old],
         tier_after=[a["tier"] for a in new],
-        same=[all(a.get(k) == b.get(k) for k in FIELDS) for a, b in zip(old, new, strict=True)],
+        same=[all(a.get(k) == b.get(k) for k in fields) for a, b in zip(old, new, strict=True)],
     )
     print(f"identical in every field but tier: {int(frame['same'].sum())} of {len(frame)}")
     print(frame.groupby(["tier_before", "tier_after"]).size().to_string())
