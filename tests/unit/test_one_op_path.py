@@ -5,6 +5,8 @@ prediction, unchanged) for the rest."""
 
 from __future__ import annotations
 
+import json
+
 import numpy as np
 import pandas as pd
 import pytest
@@ -13,7 +15,7 @@ from components.opmodel.routing import LEARNED_TIER, TIERS, data_tiers_answer
 from components.physics.registry import REGISTRY
 from components.serving.query import FAMILY_OF_OP
 from components.serving.question_forms import parse_questions
-from components.serving.questions import answer_questions
+from components.serving.questions import answer_frame, answer_questions
 
 # One shape per family a question may name (a family askable without a shape here fails the first test).
 SHAPES: dict[str, dict[str, int]] = {
@@ -134,6 +136,24 @@ def test_measured_kernels_answer_on_their_gpu_the_learned_tier_elsewhere(engine)
     for answer in answers[2:]:  # no measured kernel of the GPU and dtype near the shape
         assert answer["tier"] == LEARNED_TIER
         assert answer["duration_us"] == pytest.approx(LEARNED_FACTOR * answer["roofline_us"])
+
+
+def test_the_registered_models_frame_takes_the_same_path(engine) -> None:
+    """The pyfunc's answerer (``answer_frame``: question columns in, answer columns out): the same tiers."""
+    kernel = _measured_fp32_gemms().iloc[7]
+    exact = json.dumps({d: int(kernel[d]) for d in ("M", "N", "K")})
+    frame = pd.DataFrame(
+        {
+            "device": ["T4", "H100", "H100"],
+            "op": ["gemm", "softmax", "gemm"],
+            "shape": [exact, json.dumps(SHAPES["softmax"]), json.dumps(SHAPES["gemm"])],
+            "dtype": ["fp32", "fp16", "bf16"],
+        }
+    )
+    out = answer_frame(_Champion(), frame, model_version="test")
+    assert out["tier"].tolist()[:2] == ["measured", LEARNED_TIER]
+    assert out["tier"].iloc[2] in TIERS and out["tier"].iloc[2] != LEARNED_TIER
+    assert out["duration_us"].iloc[0] == pytest.approx(float(kernel["latency_us"]), rel=1e-12)
 
 
 def test_data_tiers_answer_the_tensor_families_only() -> None:
