@@ -42,6 +42,14 @@ def data_tiers_answer(family: str | None, dtype: str | None) -> bool:
     return fam.engine and fam.name == "gemm" and dtype not in VECTOR_GEMM_DTYPES
 
 
+def may_be_measured(family: str) -> bool:
+    """Whether the measured tier keeps kernels of ``family`` at all (a layout of its sites): the other
+    learned-tier families need no engine loaded."""
+    from components.opmodel.measured import LAYOUTS
+
+    return family_of(family).name in LAYOUTS
+
+
 def measured_answers(
     engine: Any, family: str, dtype: str, shape: dict[str, np.ndarray], spec: Any
 ) -> Any | None:

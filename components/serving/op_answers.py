@@ -194,12 +194,15 @@ def _answer_ops(predictor: Any, questions: list[Question], model_version: str) -
         answer_with_engine,
         data_tiers_answer,
         engine_for,
+        may_be_measured,
     )
 
-    engine = engine_for(predictor)
     data = [i for i, q in enumerate(questions) if data_tiers_answer(q.family, q.dtype)]
     chosen = set(data)
     learned = [i for i in range(len(questions)) if i not in chosen]
+    # an elementwise/norm/softmax/conv-only batch loads no engine: no measured tier keeps those families
+    wanted = data or any(may_be_measured(questions[i].family) for i in learned)
+    engine = engine_for(predictor) if wanted else None
     answers: list[dict[str, Any]] = [{} for _ in questions]
     if learned:
         rest = [questions[i] for i in learned]
