@@ -351,7 +351,7 @@ class OpEngine:
             )
         hit = np.zeros(n, bool) if resolved is None else np.isfinite(resolved.duration_us)
         if resolved is not None:
-            self._measured_rows(resolved, hit, duration, tier, support, (q_lo, q_hi))
+            self.fill_measured(resolved, hit, duration, tier, support, (q_lo, q_hi))
         free = np.flatnonzero(~hit)  # rows the calibrated (else the spec, then the transfer) tier answers
         calibrated = self._shift(family, eff_dtype, spec, kv_dtype)[2] is not None
         moved = (
@@ -398,7 +398,7 @@ class OpEngine:
         unseen = unseen_of(tier, resolved is not None, has_relatives)
         return OpTimes(duration, lo, hi, tier, support, roof.bound_pipe, note, roof, unseen)
 
-    def _measured_rows(
+    def fill_measured(
         self,
         resolved: Any,
         hit: np.ndarray,

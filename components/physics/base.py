@@ -53,8 +53,10 @@ class OpFamily:
     aliases: tuple[str, ...] = ()
     # canonical dimension -> spellings the data uses (lower-case: NeuSight, PipeWeave, traced programs).
     dim_aliases: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
-    engine: bool = False  # the op engine (measured > calibrated > transfer > spec tiers) answers it
-    tabular: bool = True  # a question of it goes to the tabular champion (False: to the op engine only)
+    engine: bool = False  # the op engine's data tiers (measured > calibrated > transfer > spec) answer it
+    # the engine's learned tier (the tabular champion) answers its rows no measured kernel does (False: the
+    # data tiers answer every row; components/opmodel/routing.py)
+    tabular: bool = True
     pipe: str = "tensor"  # where its FLOPs run: the dtype's GEMM pipe, the fp32 "vector" pipe, or the "link"
 
     @property

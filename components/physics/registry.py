@@ -44,12 +44,9 @@ REGISTRY: dict[str, OpFamily] = {
     )
 }
 _BY_NAME: dict[str, OpFamily] = {name: f for f in REGISTRY.values() for name in f.names}
-# Families the op engine answers (its measured > calibrated > transfer > spec tiers).
+# Families the op engine's data tiers answer (measured > calibrated > transfer > spec); which tier answers
+# each question of every family: components/opmodel/routing.py.
 ENGINE_FAMILIES: tuple[str, ...] = tuple(name for name, f in REGISTRY.items() if f.engine)
-# ... of which a question goes to the op engine only (the tabular champion does not answer them).
-ENGINE_ONLY_FAMILIES: tuple[str, ...] = tuple(
-    name for name, f in REGISTRY.items() if f.engine and not f.tabular
-)
 
 
 def family(name: str) -> OpFamily:

@@ -3,9 +3,12 @@
 The engine answers GEMMs (``linear``: mm/addmm; ``bmm``) and attention from its tiers -- **measured** (the
 GPU's own kernels near the shape), **calibrated**, **transfer** (the GPU's measured relatives carried over
 by physics) and **spec** (the efficiency learned across every measured GPU). Every other kind (convolutions,
-elementwise, norms, ...) keeps the tabular op predictor's answer. Each op row says which tier answered it
-(``tier``): an engine tier, ``op model`` (the tabular predictor) or ``roofline`` (nothing answered: the
-speed of light). One engine answers a whole batch per (family, dtype, GPU), with array work.
+elementwise, norms, ...) keeps the tabular op predictor's answer: the engine's **learned** tier
+(``components.opmodel.routing``). Each op row says which tier answered it (``tier``): an engine tier,
+``learned`` or ``roofline`` (nothing answered: the speed of light). One engine answers a whole batch per
+(family, dtype, GPU), with array work. Unlike an op question, a program's FP32/FP64 GEMMs fall back on the
+data tiers (not the learned tier) where no measured kernel is near: the tabular model is outside its training
+range on KernelBench's sizes (docs/programs.md).
 """
 
 from __future__ import annotations

@@ -16,6 +16,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from components.opmodel.routing import LEARNED_TIER
 from components.programs.aten_names import KINDS
 from components.programs.ops import OpQuestion, ProgramOps
 
@@ -182,7 +183,10 @@ def op_times(
             .to_numpy("float64"),
         }
     )
-    per_kernel["tier"] = per_kernel["pred_source"]
+    # the op model's answer is the op engine's learned tier (components.opmodel.routing), as in `predict`
+    per_kernel["tier"] = np.where(
+        per_kernel["pred_source"] == "op model", LEARNED_TIER, per_kernel["pred_source"]
+    ).astype(object)
     per_kernel = _grouped_on_cuda_cores(per_kernel, kernels, device_ids, catalog)
     if engine is not None:
         per_kernel = _with_engine(per_kernel, programs, links, device_ids, catalog, engine)

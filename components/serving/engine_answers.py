@@ -1,11 +1,14 @@
-"""Op questions of the modern families answered by the op engine, and the one physics pass every op answer
-takes.
+"""Op questions answered by the one op engine, and the one physics pass every op answer takes.
 
-Which questions: GEMMs (``gemm``, ``linear``, ``bmm``: one product, one answer) in the tensor dtypes (tf32,
-fp16, bf16, fp8, fp8_block, nvfp4, int8, weight-only int8/int4) and every ``attention``, ``moe`` and
-``allreduce`` question. Which engine: the one saved in the champion's predictor folder (``opmodel/``), else
-the state folder's (``$KERNELCAST_HOME/models/opmodel``), else one built from the state folder's measured
-store (``$KERNELCAST_HOME/data/opmodel/store``), else a bare engine (roofline at a fixed efficiency, said so).
+Every op question goes to the op engine; the engine picks the tier per row (``components.opmodel.routing``):
+tensor-dtype GEMMs (``gemm``, ``linear``, ``bmm``: one product, one answer), ``attention``, ``moe`` and
+``allreduce`` from its data tiers (measured > calibrated > transfer > spec: ``answer_with_engine``); FP32/FP64
+GEMMs, elementwise, softmax, norms and convolutions from its measured tier where the GPU's own kernels are
+near (``answer_measured``), else from the learned tier (the tabular champion's prediction,
+``components.serving.op_answers``). Which engine: the one saved in the champion's predictor folder
+(``opmodel/``), else the state folder's (``$KERNELCAST_HOME/models/opmodel``), else one built from the state
+folder's measured store (``$KERNELCAST_HOME/data/opmodel/store``), else a bare engine (roofline at a fixed
+efficiency, said so).
 
 The physics pass (``physics_pass``): whatever answered, the runtime is at least the roofline time; GFLOP/s,
 GB/s and intensity are derived from that one runtime (never above a peak); the roofline class is the side of
@@ -19,17 +22,12 @@ from typing import Any
 import numpy as np
 
 from components.opmodel.loading import engine_for  # noqa: F401  (the engine a predictor answers with)
-from components.physics.registry import ENGINE_ONLY_FAMILIES
+from components.opmodel.routing import (  # noqa: F401  (which rows the data tiers answer, which may be measured)
+    data_tiers_answer,
+    may_be_measured,
+)
 
-VECTOR_GEMM_DTYPES: tuple[str, ...] = ("fp32", "fp64")  # GEMMs on the vector pipes stay with the champion
 GEMM_NAMES: tuple[str, ...] = ("gemm", "linear", "bmm")
-
-
-def uses_engine(family: str | None, dtype: str | None) -> bool:
-    """True for the questions the op engine answers."""
-    if family in ENGINE_ONLY_FAMILIES:
-        return True
-    return family in GEMM_NAMES and dtype not in VECTOR_GEMM_DTYPES
 
 
 def engine_shape(family: str, shape: dict[str, int]) -> tuple[str, dict[str, float]]:
@@ -44,6 +42,28 @@ def engine_shape(family: str, shape: dict[str, int]) -> tuple[str, dict[str, flo
 
 def answer_with_engine(engine: Any, questions: list[Any]) -> list[dict[str, Any]]:
     """Per question (same order): duration_us, lo/hi, tier, support, bound_pipe, roofline_us, rates, note."""
+
+    def times_of(family: str, dtype: str, arrays: dict, spec: Any, kv: str | None) -> Any:
+        return engine.predict(family, dtype, arrays, spec, kv_dtype=kv)
+
+    return _answers(times_of, questions)
+
+
+def answer_measured(engine: Any, questions: list[Any]) -> list[dict[str, Any] | None]:
+    """Per question of a learned-tier family (same order): the engine's measured-tier answer where the GPU's
+    own kernels are near the shape (``routing.measured_answers``), else None (the learned tier answers)."""
+    from components.opmodel.routing import measured_answers
+
+    def times_of(family: str, dtype: str, arrays: dict, spec: Any, kv: str | None) -> Any:
+        return measured_answers(engine, family, dtype, arrays, spec)
+
+    return [a if a.get("duration_us") is not None else None for a in _answers(times_of, questions)]
+
+
+def _answers(times_of: Any, questions: list[Any]) -> list[dict[str, Any]]:
+    """``times_of(family, dtype, shape arrays, spec, kv_dtype)`` -> ``OpTimes`` (or None: no answer) asked
+    once per (family, dtype, kv dtype, GPU, dimensions) group; one answer dict per question ({} or
+    ``{"note": ...}`` where none)."""
     from components.physics import roofline as physics
 
     groups: dict[tuple, list[int]] = {}
@@ -58,13 +78,17 @@ def answer_with_engine(engine: Any, questions: list[Any]) -> list[dict[str, Any]
         spec = questions[rows[0]].device
         arrays = {k: np.array([shapes[r][k] for r in rows], dtype="float64") for k in keys}
         try:
-            times = engine.predict(family, dtype, arrays, spec, kv_dtype=kv)
+            times = times_of(family, dtype, arrays, spec, kv)
         except physics.PhysicsError as exc:
             for r in rows:
                 out[r] = {"note": str(exc)}
             continue
+        if times is None:
+            continue
         rates = physics.derive(times.duration_us, times.roof)
         for i, r in enumerate(rows):
+            if not np.isfinite(times.duration_us[i]):
+                continue
             out[r] = {
                 "duration_us": float(times.duration_us[i]),
                 "duration_us_lo": float(times.lo[i]),
@@ -93,7 +117,7 @@ def _finite(value: Any) -> float | None:
 
 
 def gemm_physics_pass(answers: list[dict[str, Any]], questions: list[Any]) -> None:
-    """Champion-answered GEMMs (fp32/fp64): clamp at ``physics.roofline``, rates derived from the runtime."""
+    """Learned-tier GEMMs (fp32/fp64): clamp at ``physics.roofline``, rates derived from the runtime."""
     from components.physics import roofline as physics
 
     for answer, q in zip(answers, questions, strict=True):

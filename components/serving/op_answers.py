@@ -1,6 +1,7 @@
-"""Op questions answered in one vectorised batch: the feature columns (``components.serving.featurise``),
-the champion's (or the op engine's) prediction, each calibrated GPU's correction, the bound pipe, and
-one physics pass over every answer (``components.serving.engine_answers``).
+"""Op questions answered in one vectorised batch by the one op engine: its data tiers, its measured tier,
+or its learned tier -- the feature columns (``components.serving.featurise``), the champion's prediction,
+each calibrated GPU's correction, the bound pipe -- and one physics pass over every answer
+(``components.serving.engine_answers``).
 """
 
 from __future__ import annotations
@@ -11,6 +12,7 @@ import numpy as np
 
 from components.features.analytical import BOUND_LABELS
 from components.models.base import NUMERIC_TARGETS
+from components.opmodel.routing import LEARNED_TIER
 from components.serving.answer_fields import ANSWER_KEYS, _blank, _plain
 from components.serving.query import QueryError
 from components.serving.question_forms import Question
@@ -183,32 +185,47 @@ def _calibrated(
 
 
 def _answer_ops(predictor: Any, questions: list[Question], model_version: str) -> list[dict[str, Any]]:
-    """Modern families (tensor-dtype GEMMs, attention, MoE, all-reduce) by the op engine, the rest by the
-    champion; every answer through one physics pass (``components.serving.engine_answers``)."""
-    from components.serving.engine_answers import answer_with_engine, engine_for, uses_engine
+    """Every op question by the one op engine, which picks the tier per row (``components.opmodel.routing``):
+    its data tiers for tensor-dtype GEMMs, attention, MoE and all-reduce; for the other families its measured
+    tier where the GPU's own kernels are near, else the learned tier (the champion's prediction). Every
+    answer through one physics pass (``components.serving.engine_answers``)."""
+    from components.serving.engine_answers import (
+        answer_measured,
+        answer_with_engine,
+        data_tiers_answer,
+        engine_for,
+        may_be_measured,
+    )
 
-    modern = [i for i, q in enumerate(questions) if uses_engine(q.family, q.dtype)]
-    if not modern:
-        return _answer_champion_ops(predictor, questions, model_version)
-    answers: list[dict[str, Any] | None] = [None] * len(questions)
-    chosen = set(modern)
-    rest = [q for i, q in enumerate(questions) if i not in chosen]
-    for i, answer in zip(
-        (i for i in range(len(questions)) if i not in chosen),
-        _answer_champion_ops(predictor, rest, model_version) if rest else [],
-        strict=True,
-    ):
-        answers[i] = answer
-    engine_rows = [questions[i] for i in modern]
-    for i, fields in zip(modern, answer_with_engine(engine_for(predictor), engine_rows), strict=True):
-        answer = _blank(questions[i], model_version)
-        answer.update(fields)
-        answer["note"] = answer.get("note") or questions[i].device.unsupported_reason(questions[i].dtype)
-        answers[i] = answer
-    return [a for a in answers if a is not None]
+    data = [i for i, q in enumerate(questions) if data_tiers_answer(q.family, q.dtype)]
+    chosen = set(data)
+    learned = [i for i in range(len(questions)) if i not in chosen]
+    # an elementwise/norm/softmax/conv-only batch loads no engine: no measured tier keeps those families
+    wanted = data or any(may_be_measured(questions[i].family) for i in learned)
+    engine = engine_for(predictor) if wanted else None
+    answers: list[dict[str, Any]] = [{} for _ in questions]
+    if learned:
+        rest = [questions[i] for i in learned]
+        measured = answer_measured(engine, rest)
+        for i, answer, fields in zip(
+            learned, _answer_learned_ops(predictor, rest, model_version), measured, strict=True
+        ):
+            answers[i] = answer if fields is None else _engine_answer(questions[i], fields, model_version)
+    if data:
+        engine_rows = [questions[i] for i in data]
+        for i, fields in zip(data, answer_with_engine(engine, engine_rows), strict=True):
+            answers[i] = _engine_answer(questions[i], fields, model_version)
+    return answers
 
 
-def _answer_champion_ops(
+def _engine_answer(question: Question, fields: dict[str, Any], model_version: str) -> dict[str, Any]:
+    answer = _blank(question, model_version)
+    answer.update(fields)
+    answer["note"] = answer.get("note") or question.device.unsupported_reason(question.dtype)
+    return answer
+
+
+def _answer_learned_ops(
     predictor: Any, questions: list[Question], model_version: str
 ) -> list[dict[str, Any]]:
     from components.serving.engine_answers import gemm_physics_pass, physics_pass
@@ -264,7 +281,7 @@ def _answer_champion_ops(
             _plain(notes[row]) or feature_notes[row] or question.device.unsupported_reason(question.dtype)
         )
         calibrated = "runtime calibrated" in str(answer["note"] or "")
-        answer["tier"] = "calibrated" if calibrated else "spec"
+        answer["tier"] = "calibrated" if calibrated else LEARNED_TIER
         with_calibration = " with this GPU's calibration" if calibrated else ""
         answer["support"] = f"the champion model ({model_version}){with_calibration}"
         answers.append(answer)
