@@ -391,7 +391,10 @@ class TransferTier:
         table = self.measured.table(family, device, dtype, kv if family == "attention" else None)
         resolved = table.resolve(shape, roof_us)
         duration = np.array(resolved.duration_us, dtype="float64")
-        past = np.flatnonzero(~np.isfinite(duration))
+        windowed = np.zeros(len(duration), bool)
+        if self.hold:  # a window it never measured: its full kernel, carried by the roofline ratio
+            windowed = self._windowless(question, table, shape, roof_us, duration)
+        past = np.flatnonzero(~np.isfinite(duration) & ~windowed)
         if len(past) and self.hold:  # past its reach: efficiency held from its measured extent (``reach``)
             from components.opmodel.reach import held_answer
             from components.opmodel.spec import regime
@@ -399,9 +402,36 @@ class TransferTier:
             part = {k: np.broadcast_to(np.asarray(v), (len(duration),))[past] for k, v in shape.items()}
             floor = self.model.floor_of(regime(family, dtype, spec), spec)
             duration[past] = held_answer(table, part, roof_us[past], floor)
-        held = np.zeros(len(duration), bool)
+        held = windowed & np.isfinite(duration)
         held[past] = self.hold & np.isfinite(duration[past])
-        return duration, np.array(resolved.exact, dtype=bool), held
+        return duration, np.array(resolved.exact, dtype=bool) & ~windowed, held
+
+    def _windowless(
+        self,
+        question: tuple[str, str, str, str | None],
+        table: Any,
+        shape: dict[str, Any],
+        roof_us: np.ndarray,
+        duration: np.ndarray,
+    ) -> np.ndarray:
+        """Attention rows whose sliding window the relative never measured (``reach.windowless``), answered
+        in ``duration`` (in place) from its full kernel at the keys the window reads, times ``base(shape) /
+        base(restated)`` (roofline + floor on the relative); the rows so answered."""
+        from components.opmodel.reach import windowless
+        from components.opmodel.spec import regime
+
+        rows, restated = windowless(table, shape, len(roof_us))
+        if not rows.any():
+            return rows
+        family, device, dtype, kv = question
+        spec = self.measured.specs[device]
+        part = {k: np.asarray(v)[rows] for k, v in restated.items()}
+        numeric = {k: v for k, v in part.items() if k in shape_keys(family)}
+        roof_c = physics.roofline(family, dtype, numeric, spec, kv).time_us
+        at_c, _, _ = self._relative_answer(question, part, roof_c)
+        floor = self.model.floor_of(regime(family, dtype, spec), spec)
+        duration[rows] = at_c * (roof_us[rows] + floor) / (roof_c + floor)
+        return rows
 
     def carried(
         self,

@@ -509,3 +509,47 @@ def test_a_twin_answers_alone_with_its_time_beyond_the_roofline_carried(catalog)
     )
     doubled = engine.predict("gemm", "bf16", shape, faster)
     assert (doubled.duration_us <= got.duration_us).all() and "a100-sxm4-80gb" in doubled.support[0]
+
+
+def synthetic_attention(catalog, device: str, window: float) -> pd.DataFrame:
+    """bf16 decode and prefill rows of one GPU at one sliding window (0: none), ``(roofline + 3 us) / 0.8``:
+    B 1..64, H = 32, HKV = 8, D = 128, KV (decode) and S = KV (prefill) 64..16384."""
+    from components.physics import roofline as physics
+
+    b, kv = (a.ravel() for a in np.meshgrid(2.0 ** np.arange(0, 7), 2.0 ** np.arange(6, 15), indexing="ij"))
+    frames = []
+    for s in (np.ones_like(kv), kv):
+        shape = {"B": b, "S": s, "KV": kv, "H": 32.0, "HKV": 8.0, "D": 128.0, "W": window}
+        roof = physics.roofline("attention", "bf16", shape, catalog.get(device), "bf16")
+        latency = (roof.time_us + 3.0) / 0.8
+        rows = {k: np.broadcast_to(v, b.shape) for k, v in shape.items()}
+        kinds = {"device_id": device, "dtype": "bf16", "kv_dtype": "bf16"}
+        frames.append(pd.DataFrame({**kinds, **rows, "latency_us": latency}))
+    out = pd.concat(frames, ignore_index=True)
+    return out.assign(n_repeats=1, latency_min_us=out["latency_us"], latency_max_us=out["latency_us"])
+
+
+def test_a_window_the_relative_never_measured_is_its_full_kernel_at_the_keys_read(catalog) -> None:
+    """H100 measured full attention only; A100 is asked decodes and prefills under a 1024-token window, within
+    it and past it. Its answer is H100's full kernel at the keys the window reads (a decode's KV cut to W),
+    carried back by the roofline ratio: exact in this world, where every kernel runs at 0.8 of roofline +
+    floor. A decode past its window is not the full kernel at the full KV (that would be ~4x slower at KV =
+    4096); the strict tier (``hold=False``: the fit's pairs, the sibling rule) still has no answer."""
+    from components.opmodel.engine import OpEngine
+    from components.opmodel.transfer import TransferModel, TransferTier
+    from components.physics import roofline as physics
+
+    model = TransferModel(settings={}, floors={"attention": 3.0})
+    engine = OpEngine.from_frames({"attention": synthetic_attention(catalog, "h100-sxm", 0.0)}, None, model)
+    a100 = catalog.get("a100-sxm4-80gb")
+    kv = np.array([256.0, 1024.0, 4096.0, 16384.0, 512.0, 4096.0])
+    s = np.array([1.0, 1.0, 1.0, 1.0, 512.0, 4096.0])
+    shape = {"B": np.full(6, 8.0), "S": s, "KV": kv, "H": 32.0, "HKV": 8.0, "D": 128.0, "W": 1024.0}
+    roof = physics.roofline("attention", "bf16", shape, a100, "bf16")
+    duration, support = engine.transfer.resolve("attention", "bf16", shape, a100, roof, "bf16")
+    np.testing.assert_allclose(duration, (roof.time_us + 3.0) / 0.8, rtol=1e-6)
+    assert all("held past its measured range" in text for text in support)
+    full = physics.roofline("attention", "bf16", {**shape, "W": 0.0}, a100, "bf16").time_us
+    assert duration[2] < 0.5 * (full[2] + 3.0) / 0.8  # past the window: not the full KV's time
+    strict = TransferTier(engine.measured, {}, model, hold=False)
+    assert np.isnan(strict.resolve("attention", "bf16", shape, a100, roof, "bf16")[0]).all()
