@@ -24,6 +24,7 @@ Usage (from the repository root):
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from pathlib import Path
 from typing import Any
@@ -33,7 +34,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 import numpy as np
 import pandas as pd
 
-NEUSIGHT = Path(__file__).resolve().parents[2] / "shared" / "datasets" / "neusight" / "scripts" / "asplos"
+DATASETS = Path(
+    os.environ.get("KERNELCAST_DATASETS_DIR", Path(__file__).resolve().parents[2] / "shared" / "datasets")
+)
+NEUSIGHT = DATASETS / "neusight" / "scripts" / "asplos"
 GPUS = ("v100-pcie-32gb", "p100-pcie-16gb", "a100-pcie-40gb", "h100-sxm", "mi100", "mi210")
 # NeuSight device strings -> catalog ids (the GPUs of the whole-model table that NeuSight measured)
 NEUSIGHT_DEVICES = {

@@ -6,9 +6,13 @@ by physics) and **spec** (the efficiency learned across every measured GPU). Eve
 elementwise, norms, ...) keeps the tabular op predictor's answer: the engine's **learned** tier
 (``components.opmodel.routing``). Each op row says which tier answered it (``tier``): an engine tier,
 ``learned`` or ``roofline`` (nothing answered: the speed of light). One engine answers a whole batch per
-(family, dtype, GPU), with array work. Unlike an op question, a program's FP32/FP64 GEMMs fall back on the
-data tiers (not the learned tier) where no measured kernel is near: the tabular model is outside its training
-range on KernelBench's sizes (docs/programs.md).
+(family, dtype, GPU), with array work.
+
+Which tier answers a program's GEMM is the one routing's (``routing.data_tiers_answer``), as for an op
+question: tensor-dtype GEMMs from the data tiers (``OpEngine.predict``); FP32/FP64 GEMMs from the measured
+tier where the GPU's own kernels are near (``routing.measured_answers``, the function ``predict`` asks),
+else from ``FP32_FALLBACK``: the data tiers (an op question takes the learned tier there; inside a program
+the tabular model is outside its training range on KernelBench's sizes, docs/programs.md "programs14").
 """
 
 from __future__ import annotations
@@ -32,6 +36,9 @@ ENGINE_TIERS: tuple[str, ...] = ("measured", "calibrated", "transfer", "spec")
 # The program-model op kinds of those families (``ops``: linear -> gemm): inside a program their ops are
 # the engine's answers, which stand (the program model learns no factor for them).
 ENGINE_KINDS: tuple[str, ...] = ("gemm", "bmm", "attention")
+# what answers a program's FP32/FP64 GEMM no measured kernel of the GPU is near: "data" (the engine's data
+# tiers) or "learned" (the tabular champion, as an op question): chosen on KernelBench's LOGO training sides
+FP32_FALLBACK: str = "data"
 
 
 def op_engine(predictor: Any) -> Any:
@@ -90,16 +97,56 @@ def engine_times(
         for device in device_ids:
             if device not in catalog.ids():
                 continue
-            times = engine.predict(engine_family, str(dtype), shape, catalog.get(device))
+            duration, tier, support = routed_times(
+                engine, engine_family, str(dtype), shape, catalog.get(device)
+            )
             parts.append(
                 pd.DataFrame(
                     {
                         "kernel_id": rows["kernel_id"].to_numpy(),
                         "device_id": device,
-                        "engine_us": np.asarray(times.duration_us, dtype="float64"),
-                        "tier": np.asarray(times.tier, dtype=object),
-                        "support": np.asarray(times.support, dtype=object),
+                        "engine_us": np.asarray(duration, dtype="float64"),
+                        "tier": np.asarray(tier, dtype=object),
+                        "support": np.asarray(support, dtype=object),
                     }
                 )
             )
     return pd.concat(parts, ignore_index=True) if parts else pd.DataFrame(columns=columns)
+
+
+def routed_times(
+    engine: Any, family: str, dtype: str, shape: dict[str, np.ndarray], spec: Any
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(runtime us, tier, support) of one (family, dtype, GPU) batch by the one routing: the data tiers
+    where they answer (``routing.data_tiers_answer``); else the measured tier where the GPU's own kernels
+    are near (exactly ``predict``'s answer) and ``FP32_FALLBACK`` elsewhere ("data": the data tiers'
+    answer; "learned": NaN, so the op predictor's answer stands)."""
+    from components.opmodel.routing import data_tiers_answer, measured_answers
+
+    if data_tiers_answer(family, dtype):
+        times = engine.predict(family, dtype, shape, spec)
+        return times.duration_us, times.tier, times.support
+    n = len(next(iter(shape.values())))
+    measured = measured_answers(engine, family, dtype, shape, spec)
+    if FP32_FALLBACK == "learned":
+        duration = np.full(n, np.nan)
+        tier, support = np.full(n, None, dtype=object), np.full(n, None, dtype=object)
+    else:
+        times = engine.predict(family, dtype, shape, spec)
+        duration, tier, support = times.duration_us, times.tier, times.support
+    if measured is None:
+        return duration, tier, support
+    hit = np.isfinite(measured.duration_us)
+    return (
+        np.where(hit, measured.duration_us, duration),
+        np.where(hit, measured.tier, tier),
+        np.where(hit, measured.support, support),
+    )
+
+
+def learned_gemm(family: str, dtype: str) -> bool:
+    """Whether a program op of (family, dtype) is a GEMM the one routing gives the learned tier where no
+    measured kernel is near (FP32/FP64 ``linear``/``bmm``)."""
+    from components.opmodel.routing import data_tiers_answer
+
+    return family in ("linear", "bmm") and not data_tiers_answer(family, dtype)

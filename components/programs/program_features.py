@@ -74,12 +74,14 @@ def op_times(
     catalog: Any,
     op_predictor: Any | None = None,
     engine: Any | None = None,
+    learned_only: bool = False,
 ) -> OpTimes:
     """Roofline and (when ``op_predictor`` is given) predicted time of every op of every program on
     every device. With ``engine`` (the op engine, ``components.opmodel``), the families it covers (GEMM,
     bmm, attention) take its answer instead (``programs.engine_ops``). ``pred_us`` falls back to the
     roofline time where nothing answers; ``pred_source`` says who answered (op engine, op model,
-    roofline) and ``tier`` the engine's tier (else the same as ``pred_source``)."""
+    roofline) and ``tier`` the engine's tier (else the same as ``pred_source``). ``learned_only``: the op
+    predictor answers only the GEMMs the one routing gives the learned tier (``engine_ops.learned_gemm``)."""
     from components.features.build import build_feature_table
     from components.ingest.schema import (
         KERNEL_COLUMNS,
@@ -156,6 +158,12 @@ def op_times(
         if "pred_duration_us" in out.columns:
             pred = pd.to_numeric(out["pred_duration_us"], errors="coerce").to_numpy("float64")
     has_pred = np.isfinite(pred) & (pred > 0)
+    if learned_only and len(table):
+        from components.programs.engine_ops import learned_gemm
+
+        wanted = {k: learned_gemm(str(v["family"]), str(v["dtype"])) for k, v in kernels.items()}
+        has_pred &= table["kernel_id"].map(wanted).fillna(False).to_numpy(bool)
+        pred = np.fmax(pred, roof)
     pipe_times = (
         np.column_stack(
             [pd.to_numeric(table[c], errors="coerce").fillna(0.0).to_numpy("float64") for c in PIPE_COLUMNS]
@@ -405,9 +413,16 @@ def timed_programs(
     program model learns a factor per kind for those). The tabular op predictor does not answer inside a
     program: on KernelBench, GPU-held-out (3 folds), its answers put the program model's level-3 median
     error at 38% where roofline times with a factor per kind give 22%, and so do the engine's answers for
-    the engine's families with those factors for the rest."""
-    from components.programs.engine_ops import op_engine
+    the engine's families with those factors for the rest. The GEMMs take the one routing
+    (``engine_ops.routed_times``); with ``engine_ops.FP32_FALLBACK == "learned"`` the tabular predictor
+    answers the FP32/FP64 GEMMs no measured kernel is near, as an op question's (docs/programs.md
+    "programs14": not adopted)."""
+    from components.programs import engine_ops
 
     trained = op_predictor is not None and getattr(op_predictor, "family", "") != "roofline"
-    times = op_times(programs, devices, catalog, None, op_engine(op_predictor if trained else None))
+    engine = engine_ops.op_engine(op_predictor if trained else None)
+    learned = trained and engine is not None and engine_ops.FP32_FALLBACK == "learned"
+    times = op_times(
+        programs, devices, catalog, op_predictor if learned else None, engine, learned_only=learned
+    )
     return times, program_features(programs, times, devices, catalog)
