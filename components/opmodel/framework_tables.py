@@ -156,7 +156,11 @@ def _with_tiers(engine: Any, framework: str, measured: MeasuredTier, curves: Any
 
     transfer = None
     if engine.transfer is not None:
-        transfer = TransferTier(measured, None, engine.transfer.model)
+        # a framework's curves answer the sites it measured, not another model's site: the nearest-site
+        # hold was chosen on the pooled tables (every framework's median); from one framework's few sites it
+        # carried vLLM's fp8 MoE kernels of another model (0.03-0.13 of the roofline) to gpt-oss-120b,
+        # 5-10x the spec prior (docs/engines.md "silicon11")
+        transfer = TransferTier(measured, None, engine.transfer.model, nearest=False)
         transfer.curve_groups = curves
         transfer.not_relatives = engine.transfer.not_relatives
     out = type(engine)(

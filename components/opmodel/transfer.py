@@ -280,13 +280,17 @@ class TransferTier:
         curve_tables: dict[tuple, CurveTable] | None = None,
         hold: bool = True,
         twins: bool = True,
+        nearest: bool = True,
     ):
         """``curve_tables``: shared by tiers whose curves hold the same rows per GPU (a leave-one-GPU-out
         bench's folds), built once per (family, GPU, dtype). ``hold``: a relative answers past its reach with
         its efficiency held (``reach``); off, it answers only near its own kernels (the fit's pairs: settings
-        and corrections are learned where relatives measured; the issue's sibling rule)."""
+        and corrections are learned where relatives measured; the issue's sibling rule). ``nearest`` (with
+        ``hold``): a curve family's relative answers a site it never measured from its nearest site
+        (``CurveTable.resolve``); off for one serving framework's own tables (``framework_tables``)."""
         self.measured = measured  # components.opmodel.measured.MeasuredTier
         self.hold = hold
+        self.nearest = nearest
         self.twins = twins  # off: a twin is carried by the ratio like any relative (the issue's sibling rule)
         self.model = model or TransferModel()
         self.curve_groups: dict[tuple, pd.DataFrame] = {}
@@ -382,7 +386,8 @@ class TransferTier:
             if key not in self._curves:
                 self._curves[key] = CurveTable(family, self.curve_groups[key], spec, dtype)
             # past its sites (``hold``): the nearest site's efficiency, held like a GEMM's past its reach
-            duration, exact, held = self._curves[key].resolve(shape, roof_us, nearest=self.hold)
+            nearest = self.hold and self.nearest
+            duration, exact, held = self._curves[key].resolve(shape, roof_us, nearest=nearest)
             return (
                 np.array(duration, dtype="float64"),
                 np.array(exact, dtype=bool),

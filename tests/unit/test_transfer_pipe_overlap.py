@@ -97,3 +97,33 @@ def _measured(specs: dict, devices: list[str]):
     from components.opmodel.measured import MeasuredTier
 
     return MeasuredTier({}, {d: specs[d] for d in devices})
+
+
+def test_a_serving_frameworks_tier_reads_no_nearest_site_where_the_pooled_tier_does(catalog) -> None:
+    """The nearest-site hold (chosen on the pooled tables) answers the pooled tier's unmeasured sites; a
+    serving framework's tier (``framework_tables._with_tiers``) answers the sites its relatives measured
+    only, so an unmeasured model falls through to the next tier, as before the hold."""
+    from components.opmodel.engine import OpEngine
+    from components.opmodel.framework_tables import _with_tiers
+    from components.opmodel.transfer import TransferModel, TransferSettings, TransferTier
+    from components.physics import roofline as physics
+
+    specs = {d: catalog.get(d) for d in GPUS}
+    h100 = {"moe": moe_rows(catalog, None, ("h100-sxm",))}
+    carry = TransferModel(settings={"moe": TransferSettings()}, floors={"moe": FLOOR_US})
+    pooled = TransferTier(_measured(specs, ["h100-sxm"]), h100, carry)
+    engine = OpEngine(_measured(specs, ["h100-sxm"]), None, transfer=pooled)
+    served = _with_tiers(engine, "vllm", engine.measured, pooled.curve_groups).transfer
+    assert pooled.nearest and not served.nearest
+    h200 = specs["h200"]
+    measured_site = {"T": TOKENS[:4], "E": 64.0, "topk": 6.0, "H": 2048.0, "I": 1408.0}
+    other_model = {"T": TOKENS[:4], "E": 128.0, "topk": 4.0, "H": 2880.0, "I": 2880.0}
+    for shape in (measured_site, other_model):
+        roof = physics.roofline("moe", "bf16", shape, h200)
+        from_pooled, _ = pooled.resolve("moe", "bf16", shape, h200, roof)
+        from_served, _ = served.resolve("moe", "bf16", shape, h200, roof)
+        assert np.isfinite(from_pooled).all()
+        if shape is measured_site:  # a site the relative measured: both tiers carry the same answer
+            np.testing.assert_allclose(from_served, from_pooled)
+        else:  # another model's site: the pooled tier holds the nearest one, the framework's answers none
+            assert np.isnan(from_served).all()
