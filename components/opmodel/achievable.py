@@ -44,7 +44,7 @@ def achievable_peaks(
     """Per pipe (``"dram"``, ``"<pipe>|<dtype>"``) over every GPU of ``specs`` and op family, and per
     ``"<architecture>:<family>:<pipe>|<dtype>"`` over that architecture's GPUs' kernels of that family: the
     ACHIEVABLE_QUANTILE of achieved / peak over the measured rows bound on it (capped at ACHIEVABLE_MAX)."""
-    from components.opmodel.transfer_fit import TRANSFER_FAMILIES, device_rows, groups_of, shape_of
+    from components.opmodel.transfer_fit import TRANSFER_FAMILIES
 
     shares: dict[str, list[np.ndarray]] = {}  # key -> achieved / peak
     for family in TRANSFER_FAMILIES:
@@ -52,25 +52,43 @@ def achievable_peaks(
         if frame is None:
             continue
         for device in sorted(set(map(str, frame["device_id"].unique())) & set(specs)):
-            architecture = getattr(specs[device], "architecture", None)
-            for dtype, kv, rows in groups_of(
-                family, device_rows(family, frame, device, per_group, "peak", memo)
-            ):
-                numeric = {k: v for k, v in shape_of(family, rows).items() if k != "distribution"}
-                roof = physics.roofline(family, dtype, numeric, specs[device], kv)
-                latency = rows["latency_us"].to_numpy(dtype="float64")
-                compute = roof.compute_us >= roof.memory_us
-                pipe = f"{roof.choice.pipe}|{roof.choice.dtype}"
-                achieved = roof.compute_us[compute] / latency[compute]
-                shares.setdefault(pipe, []).append(achieved)
-                if architecture:
-                    shares.setdefault(arch_key(architecture, family, pipe), []).append(achieved)
-                shares.setdefault("dram", []).append(roof.memory_us[~compute] / latency[~compute])
+            for key, achieved in _device_shares(family, frame, device, specs[device], per_group, memo):
+                shares.setdefault(key, []).append(achieved)
     out: dict[str, float] = {}
     for key, values in shares.items():
         v = np.concatenate(values)
         if len(v) >= MIN_ROWS:
             out[key] = float(min(np.quantile(v, ACHIEVABLE_QUANTILE), ACHIEVABLE_MAX))
+    return out
+
+
+def _device_shares(
+    family: str, frame: pd.DataFrame, device: str, spec: Any, per_group: int, memo: dict | None
+) -> list[tuple[str, np.ndarray]]:
+    """(key, achieved / peak) of one GPU's measured rows of ``family``, in ``achievable_peaks``' order: kept
+    in ``memo`` when given (a leave-one-GPU-out bench's folds: a GPU's rows, and so its shares, are the same
+    in every fold that trains on it)."""
+    from components.opmodel.transfer_fit import device_rows, groups_of, shape_of
+
+    key = (family, device, per_group)
+    kept = None if memo is None else memo.setdefault("peak_shares", {})
+    if kept is not None and key in kept:
+        return kept[key]
+    architecture = getattr(spec, "architecture", None)
+    out: list[tuple[str, np.ndarray]] = []
+    for dtype, kv, rows in groups_of(family, device_rows(family, frame, device, per_group, "peak", memo)):
+        numeric = {k: v for k, v in shape_of(family, rows).items() if k != "distribution"}
+        roof = physics.roofline(family, dtype, numeric, spec, kv)
+        latency = rows["latency_us"].to_numpy(dtype="float64")
+        compute = roof.compute_us >= roof.memory_us
+        pipe = f"{roof.choice.pipe}|{roof.choice.dtype}"
+        achieved = roof.compute_us[compute] / latency[compute]
+        out.append((pipe, achieved))
+        if architecture:
+            out.append((arch_key(architecture, family, pipe), achieved))
+        out.append(("dram", roof.memory_us[~compute] / latency[~compute]))
+    if kept is not None:
+        kept[key] = out
     return out
 
 

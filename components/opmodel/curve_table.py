@@ -61,7 +61,8 @@ class CurveTable:
         self.site_octaves = np.column_stack(
             [np.log2(frame[k].to_numpy(dtype="float64")[first]) for k in self.sizes]
         )
-        self.site_tags = ["|".join(str(frame[k].iloc[i]) for k in keys if k in LABELS) for i in first]
+        tags = [frame[k].to_numpy() for k in keys if k in LABELS]  # one column read, not a row read per site
+        self.site_tags = ["|".join(str(tag[i]) for tag in tags) for i in first]
 
     def resolve(
         self, shape: dict[str, Any], roof_time_us: np.ndarray, nearest: bool = False
@@ -122,7 +123,11 @@ class CurveTable:
 def _site_labels(columns: dict[str, np.ndarray]) -> np.ndarray:
     """One text key per row of the site columns (sizes as floats: 64 and 64.0 are one size). The distinct
     rows are found first and only they are turned into text (a table holds ~60k rows, a few hundred
-    sites)."""
+    sites); a question's few rows are turned into text directly (``_row_labels``: the same keys)."""
+    n = len(next(iter(columns.values()), ()))
+    direct = _row_labels(columns) if 0 < n <= DIRECT_ROWS else None
+    if direct is not None:
+        return direct
     frame = pd.DataFrame(
         {
             k: np.asarray(v).astype(str) if k in ("distribution",) else np.asarray(v, dtype="float64")
@@ -140,3 +145,25 @@ def _site_labels(columns: dict[str, np.ndarray]) -> np.ndarray:
     for part in parts[1:]:
         labels = labels + "|" + part.astype(object)
     return labels[codes] if len(codes) else np.zeros(0, dtype=object)
+
+
+DIRECT_ROWS = 4096  # at most this many rows: labelled row by row (factorizing them cost ~50x more)
+
+
+def _row_labels(columns: dict[str, np.ndarray]) -> np.ndarray | None:
+    """``_site_labels``' keys made row by row, without finding the distinct rows first (a lattice's or a
+    group's few rows: pandas' factorizing of a handful of rows cost more than the rest of the question);
+    None where a size is NaN or -0.0, which factorizing maps to another row's key."""
+    parts = []
+    for k, v in columns.items():
+        if k in ("distribution",):
+            parts.append(np.asarray(v).astype(str).astype(object))
+            continue
+        x = np.asarray(v, dtype="float64")
+        if np.isnan(x).any() or (np.signbit(x) & (x == 0)).any():
+            return None
+        parts.append(x.astype(str).astype(object))
+    labels = parts[0]
+    for part in parts[1:]:
+        labels = labels + "|" + part
+    return labels

@@ -308,6 +308,16 @@ class TransferTier:
         self._answers: dict[tuple, tuple[np.ndarray, np.ndarray]] = {}
         self._rows = RowMemo()
 
+    def share_answers(self, memo: dict) -> None:
+        """Keep the relatives' answers in ``memo`` (a leave-one-GPU-out bench's, across its folds), for a tier
+        that does not hold (``hold`` off): its relative answers read only the relative's own rows, which are
+        the same in every fold whose held-out GPU is not that relative (``MeasuredTier.without`` shares the
+        site tables; ``curve_tables`` the curves), so a fold answers what an earlier one asked once."""
+        if self.hold:
+            raise ValueError("a tier that holds answers past a relative's reach with the model's floors")
+        self._answers = memo.setdefault("answers", {})
+        self._rows = memo.setdefault("rows", RowMemo())
+
     def relatives(self, family: str, dtype: str, kv_dtype: str | None, spec: Any) -> list[tuple[str, float]]:
         """(device, spec distance) of every store GPU with measured rows of the regime, nearest first; the
         asked GPU itself (by physics) excluded."""

@@ -449,6 +449,8 @@ def fit_transfer(
     curves = {f: store[f] for f in CURVE_FAMILIES if f in store}
     # pairs where a relative measured near the row: what is learned is how a measurement carries over
     tier = TransferTier(measured, curves, model, curve_tables, hold=False)
+    if memo is not None:  # the pairs' relative answers read no model: a later fold reuses an earlier one's
+        tier.share_answers(memo.setdefault("pair_answers", {}))
     train = sorted(specs)
     groups = pair_groups(tier, store, train, per_group, relatives=set(train), memo=memo)
     model.inconsistent = inconsistent_relatives(groups, set(train))

@@ -254,6 +254,34 @@ def test_moe_curve_table_returns_exact_hits_and_interpolates_tokens(catalog) -> 
     np.testing.assert_allclose(got / roof_moved.time_us, [1.6, 1.5])
 
 
+def test_a_questions_few_rows_get_the_site_keys_the_factorized_table_gives(monkeypatch) -> None:
+    """``curve_table._site_labels`` labels a few rows one by one (a lattice's batch) and a table's rows
+    by their distinct sites: the same key for the same row either way, a question's broadcast scalars and
+    integer sizes included; a NaN or -0.0 size takes the factorized path (its own mapping)."""
+    from components.opmodel import curve_table
+
+    rng = np.random.default_rng(7)
+    n = 40
+    cases = [
+        {
+            "E": rng.choice([8.0, 64.0, 128.0], n),
+            "topk": rng.choice([1, 2, 8], n),
+            "H": np.broadcast_to(np.asarray(4096.0), (n,)),
+            "I": rng.choice([1536.0, 14336.0, 1e20], n),
+            "tp": np.ones(n),
+            "ep": rng.choice([1.0, 8.0], n),
+            "distribution": np.broadcast_to(np.asarray("balanced"), (n,)),
+        },
+        {"E": np.array([64.0, np.nan, 64.0]), "distribution": np.array(["a", "b", "a"], dtype=object)},
+        {"E": np.array([-0.0, 0.0, 3.0]), "distribution": np.array(["a", "a", "power_law_1.2"])},
+    ]
+    direct = [curve_table._site_labels(c).tolist() for c in cases]
+    assert curve_table._row_labels(cases[0]) is not None and len(set(direct[0])) > 1
+    assert curve_table._row_labels(cases[1]) is None and curve_table._row_labels(cases[2]) is None
+    monkeypatch.setattr(curve_table, "DIRECT_ROWS", 0)  # every batch factorized, as a whole table is
+    assert [curve_table._site_labels(c).tolist() for c in cases] == direct
+
+
 def test_every_silent_unanswered_row_gets_a_reason() -> None:
     from components.evaluation.harness import silent_rows_reasoned
     from components.models.cuda_runtime import unpredicted_reasons

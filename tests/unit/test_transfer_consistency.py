@@ -68,8 +68,9 @@ def test_a_set_apart_gpu_is_no_relative_of_the_regime_in_the_engine(tmp_path) ->
 
 
 def test_a_memo_shared_across_folds_fits_what_fresh_fits_do() -> None:
-    """The leave-one-GPU-out bench keeps sampled rows and curve tables across its folds: every fold's model
-    must be the one a fresh fit gives (synthetic bf16 GEMMs and MoE curves following known physics)."""
+    """The leave-one-GPU-out bench keeps sampled rows, curve tables, the pairs' relative answers and each
+    GPU's achievable shares across its folds: every fold's model must be the one a fresh fit gives
+    (synthetic bf16 GEMMs and MoE curves following known physics)."""
     import pandas as pd
 
     from components.devices.catalog import load_catalog
@@ -99,6 +100,7 @@ def test_a_memo_shared_across_folds_fits_what_fresh_fits_do() -> None:
         frame["latency_min_us"] = frame["latency_max_us"] = frame["latency_us"]
     full = MeasuredTier({"gemm": store["gemm"]}, {d: catalog.get(d) for d in gpus})
     memo: dict = {}
+    kept = []  # the pairs' relative answers the memo holds after each fold
     for held in gpus:
         train = {f: v[v["device_id"] != held] for f, v in store.items()}
         devices = [d for d in gpus if d != held]
@@ -107,4 +109,11 @@ def test_a_memo_shared_across_folds_fits_what_fresh_fits_do() -> None:
         assert shared.settings == fresh.settings and shared.floors == fresh.floors
         assert shared.relative_error == fresh.relative_error and shared.achievable == fresh.achievable
         assert shared.meta["inner_scores"] == fresh.meta["inner_scores"]
+        assert shared.meta["l2_scores"] == fresh.meta["l2_scores"] and shared.overlap == fresh.overlap
+        assert shared.meta["overlap_scores"] == fresh.meta["overlap_scores"]
+        assert shared.corrections == fresh.corrections and shared.intervals == fresh.intervals
+        kept.append(len(memo["pair_answers"]["answers"]))
     assert memo["curve_tables"]  # the MoE curves were built once and kept
+    # every pair of the last fold (its three GPUs) was asked in an earlier fold: none answered again
+    assert 0 < kept[0] < kept[-2] == kept[-1]
+    assert memo["peak_shares"]  # each GPU's achievable shares, once
