@@ -41,7 +41,7 @@ def small_llm_params(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
 
 
 def test_train_llm_registers_evaluates_and_goes_through_the_gate(
-    llm_settings: Settings, features_file: Path, small_llm_params: Path, small_op_engine: Path, tmp_path: Path
+    llm_settings: Settings, features_file: Path, small_llm_params: Path, tmp_path: Path
 ) -> None:
     from kernelcast.cli import app
     from mlflow import MlflowClient
