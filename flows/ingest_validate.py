@@ -27,9 +27,13 @@ def ingest_task(inputs: IngestInputs) -> IngestStageResult:
 
 
 def ingest_inputs(
-    settings: Settings, sources: list[str] | None = None, out_dir: str | None = None
+    settings: Settings,
+    sources: list[str] | None = None,
+    out_dir: str | None = None,
+    from_location: str | None = None,
 ) -> IngestInputs:
-    """Inputs for ``sources`` (default: params.yaml ``ingest.sources``, else every source)."""
+    """Inputs for ``sources`` (default: params.yaml ``ingest.sources``, else every source), read from
+    ``from_location`` when given (one source: ``kernelcast ingest --from``)."""
     from components.ingest.registry import SOURCES
     from components.platform.config import ingest_sources, load_params
 
@@ -39,6 +43,7 @@ def ingest_inputs(
         out_dir=Path(out_dir) if out_dir else settings.data_dir / "canonical",
         datasets_dir=settings.datasets_dir,
         cache_dir=settings.cache_dir,
+        from_location=from_location,
     )
 
 
@@ -48,14 +53,15 @@ def ingest_validate_flow(
     canonical_dir: str | None = None,
     validated_dir: str | None = None,
     summary_path: str | None = None,
+    from_location: str | None = None,
 ) -> dict[str, Any]:
-    """Ingest ``sources`` into ``canonical_dir``, then validate into ``validated_dir`` (defaults
-    under data_dir). Returns ``{"ingest": {...}, "validate": summary}``; a failed validation is
-    reported (``passed`` false), not raised."""
+    """Ingest ``sources`` (from ``from_location`` when given: one source) into ``canonical_dir``, then
+    validate into ``validated_dir`` (defaults under data_dir). Returns ``{"ingest": {...}, "validate":
+    summary}``; a failed validation is reported (``passed`` false), not raised."""
     from flows.validate import validate_task
 
     settings = get_settings()
-    inputs = ingest_inputs(settings, sources, canonical_dir)
+    inputs = ingest_inputs(settings, sources, canonical_dir, from_location)
     ingested = ingest_task(inputs)
     summary = validate_task(
         str(ingested.out_dir),

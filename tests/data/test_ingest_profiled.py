@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from components.devices import load_catalog
-from components.ingest.base import IngestError
+from components.ingest.base import AdapterOutput, IngestError
 from components.ingest.profiled import ingest
 from kernelcast.settings import PROJECT_ROOT
 
@@ -62,11 +62,25 @@ def test_missing_root_is_a_clear_error(tmp_path: Path) -> None:
         ingest(tmp_path / "nope", load_catalog())
 
 
-def test_committed_h200_runs_ingest_and_the_base_clock_repeat_stays_out() -> None:
+@pytest.fixture(scope="module")
+def every_run() -> AdapterOutput:
+    """The whole profiled-data/ folder, ingested once for the tests below (its every run)."""
+    return ingest(RUN.parent, load_catalog())
+
+
+def test_every_committed_run_ingests_with_no_reject(every_run: AdapterOutput) -> None:
+    """profiled-data/'s row count, in one place: the first H100 run (662 rows), the H200 runs of
+    2026-11-26 (2,108) and of 2026-11-27 (5,319: the wide sweep and KernelBench levels 1-2). The Ray
+    ingest-validate flow (tests/integration/test_services.py) runs on the H100 run alone."""
+    assert every_run.rows_in == 8089 == len(every_run.measurements) and len(every_run.rejects) == 0
+    assert every_run.measurements["measurement_id"].is_unique
+
+
+def test_committed_h200_runs_ingest_and_the_base_clock_repeat_stays_out(every_run: AdapterOutput) -> None:
     """The H200 runs of 2026-11-26 (profiled-data/PROVENANCE.md): every row ingests as an H200 row, the llm
     suite's attention and fp8 GEMM rows among them; the repeat that ran at base clock (a killed ncu left the
     clocks locked) sits one folder deeper and is not read."""
-    out = ingest(RUN.parent, load_catalog())
+    out = every_run
     m = out.measurements
     h200 = m[m["run_id"].str.startswith("h200-20261126")]
     assert len(h200) == 2108 and set(h200["device_id"]) == {"h200"}
@@ -78,11 +92,13 @@ def test_committed_h200_runs_ingest_and_the_base_clock_repeat_stays_out() -> Non
     assert set(h200["clock_mode"]) == {"boost", "locked"}  # CUDA events at boost, Nsight Compute locked
 
 
-def test_committed_h200_wide_sweep_ingests_every_family_and_dtype_it_measured() -> None:
+def test_committed_h200_wide_sweep_ingests_every_family_and_dtype_it_measured(
+    every_run: AdapterOutput,
+) -> None:
     """The H200 runs of 2026-11-27 (profiled-data/PROVENANCE.md): the wide sweep's 5,199 op rows, with the
     families and dtypes the first runs lacked (cuDNN convolutions, int8 GEMMs), and 120 KernelBench
     programs."""
-    out = ingest(RUN.parent, load_catalog())
+    out = every_run
     m = out.measurements
     h200 = m[m["run_id"].str.startswith("h200-20261127")]
     assert h200.groupby("run_id").size().to_dict() == {

@@ -164,7 +164,11 @@ def get_init_inputs():
 
 
 def test_train_evaluate_promote_against_a_server_then_a_downstream_process_predicts(
-    mlflow_server: str, features_file: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    mlflow_server: str,
+    features_file: Path,
+    small_op_engine: Path,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     from kernelcast.cli import app
     from mlflow import MlflowClient

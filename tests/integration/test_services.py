@@ -33,7 +33,9 @@ def test_ingest_validate_flow_runs_on_ray_and_is_recorded_by_the_server(
     local_ray: None, kc_settings: Settings, prefect_harness: str, tmp_path: Path
 ) -> None:
     """Our ingest-validate flow through the real engine: its tasks run in Ray workers (RayTaskRunner),
-    write the canonical and validated tables, and the session server records every run."""
+    write the canonical and validated tables, and the session server records every run. On the tests'
+    small real subset (``H100_RUN``, 662 rows): the whole profiled-data/ folder's count is
+    tests/data/test_ingest_profiled.py's, in-process."""
     from prefect import get_client
     from prefect.client.schemas.filters import FlowFilter, FlowFilterName
 
@@ -42,15 +44,14 @@ def test_ingest_validate_flow_runs_on_ray_and_is_recorded_by_the_server(
 
     canonical, validated = tmp_path / "canonical", tmp_path / "validated"
     report = ingest_validate_flow.with_options(task_runner=ray_task_runner(kc_settings))(
-        ["kernelcast"], str(canonical), str(validated), str(tmp_path / "summary.json")
+        ["kernelcast"], str(canonical), str(validated), str(tmp_path / "summary.json"), str(H100_RUN)
     )
 
-    # every run in profiled-data/: the first H100 run (662 rows), the H200 runs of 2026-11-26 (2,108) and of
-    # 2026-11-27 (5,319: the wide sweep and KernelBench levels 1-2)
-    assert report["ingest"]["rows_in"] == {"kernelcast": 8089} and report["ingest"]["rows"] == 8089
+    # the first H100 run alone: 2 x 195 CUDA-event cases + 272 Nsight Compute kernels
+    assert report["ingest"]["rows_in"] == {"kernelcast": 662} and report["ingest"]["rows"] == 662
     summary = report["validate"]
-    assert summary["rows_in"] == 8089 == summary["rows_valid"] + summary["rows_quarantined"]
-    assert len(pd.read_parquet(canonical / "measurements.parquet")) == 8089
+    assert summary["rows_in"] == 662 == summary["rows_valid"] + summary["rows_quarantined"]
+    assert len(pd.read_parquet(canonical / "measurements.parquet")) == 662
     assert len(pd.read_parquet(validated / "measurements.parquet")) == summary["rows_valid"]
     pid = summary["worker_pid"]  # the validation ran as a Ray job, not in this process
     assert pid != os.getpid() and Path(f"/proc/{pid}/cmdline").read_bytes().startswith(b"ray::"), pid

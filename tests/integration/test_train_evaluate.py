@@ -1,7 +1,8 @@
 """train -> MLflow run + registered version -> evaluate models:/kernelcast/<version>, on real services.
 
 Local Ray (fits as Ray tasks) and a local sqlite MLflow under a throw-away KERNELCAST_HOME; the
-data are our own H100 measurements in ``profiled-data/`` turned into a feature table.
+data are our own H100 measurements in ``profiled-data/`` turned into a feature table, and the op engine
+fits on one real AIConfigurator table (``small_op_engine``).
 """
 
 from __future__ import annotations
@@ -20,7 +21,7 @@ pytestmark = pytest.mark.slow
 
 
 def test_train_register_then_evaluate_by_registry_uri(
-    kc_settings: Settings, features_file: Path, tmp_path: Path
+    kc_settings: Settings, features_file: Path, small_op_engine: Path, tmp_path: Path
 ) -> None:
     from kernelcast.cli import app
     from mlflow import MlflowClient
@@ -29,6 +30,9 @@ def test_train_register_then_evaluate_by_registry_uri(
     _, version = train_and_register(
         runner, ["--family", "tabular", "--split", "unseen-kernel"], tmp_path / "predictor"
     )
+
+    # the op engine fitted beside the predictor (on the small real subset) and saved with it
+    assert (tmp_path / "predictor" / "opmodel").is_dir()
 
     client = MlflowClient(tracking_uri=kc_settings.tracking_uri())
     model_version = client.get_model_version("kernelcast", version)

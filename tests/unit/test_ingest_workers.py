@@ -1,6 +1,7 @@
 """Adapters side by side: ``ingest_sources`` in two spawned processes writes the same tables as in one
-(real adapters on real folders: the bundled H100 run folders and a team CSV), and the worker count follows
-KERNELCAST_INGEST_WORKERS, capped by the number of sources; a bad value is one clear error."""
+(real adapters on real folders: our first H100 run, ``H100_RUN``, the tests' small real subset, and a team
+CSV), and the worker count follows KERNELCAST_INGEST_WORKERS, capped by the number of sources; a bad value
+is one clear error."""
 
 from __future__ import annotations
 
@@ -8,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from kernelcast.settings import PROJECT_ROOT
+from tests.conftest import H100_RUN
 
 CSV = """op,shape,dtype,device,duration_us
 gemm,"M=4096,N=4096,K=4096",bf16,H100,190.5
@@ -22,7 +23,7 @@ def test_two_processes_write_the_same_tables_as_one(tmp_path: Path, monkeypatch:
 
     team = tmp_path / "team.csv"
     team.write_text(CSV)
-    roots = {"kernelcast": PROJECT_ROOT / "profiled-data", "csv": team}
+    roots = {"kernelcast": H100_RUN, "csv": team}
     catalog = load_catalog()
     results = {}
     for workers in ("1", "2"):
@@ -31,7 +32,7 @@ def test_two_processes_write_the_same_tables_as_one(tmp_path: Path, monkeypatch:
         results[workers] = ingest_sources(["kernelcast", "csv"], roots, catalog, progress=said.append)
         assert len(said) == 2 and ("2 processes" in said[0]) == (workers == "2"), said
     one, two = results["1"], results["2"]
-    assert len(one.measurements) > 2 and set(one.measurements["source"]) >= {"csv"}
+    assert len(one.measurements) == 662 + 2 and set(one.measurements["source"]) == {"kernelcast", "csv"}
     for table in ("measurements", "kernels", "rejects"):
         assert getattr(one, table).equals(getattr(two, table)), table
     assert one.rows_in == two.rows_in
