@@ -19,7 +19,7 @@ runs another, far slower kernel, and is left as answered.
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import numpy as np
 
@@ -116,50 +116,63 @@ class Envelope:
         below = tuple(np.column_stack([lattice_index(columns[a], *ranges[a]) for a in axes]).T)
         above = tuple(np.column_stack([lattice_index(columns[a], *ranges[a], up=True) for a in axes]).T)
         out = duration.copy()
-        for group in np.unique(held[eligible], axis=0) if eligible.any() else []:
+        groups = list(np.unique(held[eligible], axis=0)) if eligible.any() else []
+        lattices = self._lattices(family, axes, ranges, held_names, groups, key, answer)
+        for group, (upper, lower) in zip(groups, lattices, strict=True):
             rows = np.flatnonzero(eligible & np.all(held == group, axis=1))
-            upper, lower = self._lattice(family, axes, ranges, held_names, group, key, answer)
             hi = np.fmax(duration[rows], _finite(upper[tuple(i[rows] for i in below)]))
             lo = np.fmin(duration[rows], _finite(lower[tuple(i[rows] for i in above)]))
             out[rows] = np.sqrt(hi * lo)
         return out
 
-    def _lattice(
+    def _lattices(
         self,
         family: str,
         axes: list[str],
         ranges: dict[str, tuple[int, int]],
         held_names: list[str],
-        group: np.ndarray,
+        groups: list[np.ndarray],
         key: tuple,
         answer: Callable[[dict[str, np.ndarray]], np.ndarray],
-    ) -> tuple[np.ndarray, np.ndarray]:
-        """(running max from below, running min from above) of the raw answers on the group's lattice."""
-        cache_key = (
-            key,
-            family,
-            tuple(axes),
-            tuple(ranges.items()),
-            tuple(held_names),
-            tuple(group.tolist()),
-        )
+    ) -> list[tuple[np.ndarray, np.ndarray]]:
+        """(running max from below, running min from above) of the raw answers on each group's lattice. The
+        lattices in neither the memory nor the files are answered in one ``answer`` call over all their
+        points (a 70B model's attention: 8 lattices of 231 points per GPU, each call's fixed cost paid once;
+        the engine answers each row on its own, so the lattices are those answered one by one, to the bit)."""
+        cache_keys = [
+            (key, family, tuple(axes), tuple(ranges.items()), tuple(held_names), tuple(g.tolist()))
+            for g in groups
+        ]
+        found = [self._cached(cache_key) for cache_key in cache_keys]
+        missing = [i for i, lattice in enumerate(found) if lattice is None]
+        if missing:
+            shapes = [lattice_points(family, axes, ranges, held_names, groups[i]) for i in missing]
+            columns = {name: np.concatenate([shape[name] for shape in shapes]) for name in shapes[0]}
+            raw_all = np.asarray(answer(columns), dtype="float64")
+            grid = tuple(ranges[a][1] - ranges[a][0] + 1 for a in axes)
+            for i, raw in zip(missing, np.split(raw_all, len(missing)), strict=True):
+                found[i] = self._finish(family, axes, held_names, groups[i], raw.reshape(grid), cache_keys[i])
+        return [lattice for lattice in found if lattice is not None]
+
+    def _cached(self, cache_key: tuple) -> tuple[np.ndarray, np.ndarray] | None:
+        """A lattice kept in memory, or saved by an earlier process (None: to be answered)."""
         cached = self.cache.get(cache_key)
         if cached is None and self.files is not None:
             cached = self.files.read(cache_key)
             if cached is not None:
                 self._remember(cache_key, cached)
-        if cached is not None:
-            return cached
-        grids = np.meshgrid(*[2.0 ** np.arange(ranges[a][0], ranges[a][1] + 1) for a in axes], indexing="ij")
-        shape: dict[str, Any] = {a: g.ravel() for a, g in zip(axes, grids, strict=True)}
-        for name, value in zip(held_names, group, strict=True):
-            if name not in ("_decode", "_B"):
-                shape[name] = np.full(grids[0].size, value)
-            elif name == "_B":
-                shape["B"] = np.full(grids[0].size, value)
-        if family == "attention":
-            shape["S"] = np.ones(grids[0].size) if group[held_names.index("_decode")] else shape["KV"]
-        raw = np.asarray(answer(shape), dtype="float64").reshape(grids[0].shape)
+        return cached
+
+    def _finish(
+        self,
+        family: str,
+        axes: list[str],
+        held_names: list[str],
+        group: np.ndarray,
+        raw: np.ndarray,
+        cache_key: tuple,
+    ) -> tuple[np.ndarray, np.ndarray]:
+        """A group's lattice of raw answers made monotone, kept in memory and saved."""
         if family == "attention" and group[held_names.index("_decode")]:
             # the lattice's KV = 1 (S = 1) is the one-token prefill kernel, not a decode: it bounds no decode
             # (its 16 us on H100 lifted every decode of the group: H100 bf16 decode 9.7 -> 19.9%)
@@ -180,3 +193,20 @@ class Envelope:
 
 def _finite(values: np.ndarray) -> np.ndarray:
     return np.where(np.isfinite(values), values, np.nan)
+
+
+def lattice_points(
+    family: str, axes: list[str], ranges: dict[str, tuple[int, int]], held_names: list[str], group: np.ndarray
+) -> dict[str, np.ndarray]:
+    """The lattice points of one group (every power of two of each axis, the held dimensions fixed) as the
+    engine's question columns, in ``np.meshgrid(..., indexing="ij")`` order."""
+    grids = np.meshgrid(*[2.0 ** np.arange(ranges[a][0], ranges[a][1] + 1) for a in axes], indexing="ij")
+    shape: dict[str, np.ndarray] = {a: g.ravel() for a, g in zip(axes, grids, strict=True)}
+    for name, value in zip(held_names, group, strict=True):
+        if name not in ("_decode", "_B"):
+            shape[name] = np.full(grids[0].size, value)
+        elif name == "_B":
+            shape["B"] = np.full(grids[0].size, value)
+    if family == "attention":
+        shape["S"] = np.ones(grids[0].size) if group[held_names.index("_decode")] else shape["KV"]
+    return shape

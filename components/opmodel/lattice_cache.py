@@ -78,7 +78,7 @@ class LatticeFiles:
         return hashlib.sha256(text.encode()).hexdigest()
 
     def path(self, key: tuple) -> Path:
-        """The file of lattice ``key`` (``Envelope._lattice``'s cache key: floats and strings, whose repr is
+        """The file of lattice ``key`` (``Envelope._lattices``'s cache key: floats and strings, whose repr is
         exact)."""
         name = hashlib.sha256(f"{self.digest}|{key!r}".encode()).hexdigest()[:32]
         return Path(self.folder) / LATTICES_DIR / f"{name}.npy"

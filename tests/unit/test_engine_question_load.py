@@ -80,6 +80,39 @@ def test_saved_lattices_answer_exactly_as_lattices_built_afresh(
     assert sorted((tmp_path / LATTICES_DIR).glob("*.npy")) == saved
 
 
+def test_a_questions_lattices_answered_at_once_are_those_answered_one_by_one(trained: Path) -> None:
+    """Several batch counts' GEMM lattices of one question are asked of the real engine in one call
+    (``Envelope._lattices``); each is, to the bit, the lattice of its batch count asked alone. (The question's
+    own rows may differ from rows asked one at a time in the last bit: that is not the envelope's doing.)"""
+    from components.devices.catalog import load_catalog
+    from components.opmodel import envelope
+    from components.opmodel.engine import OpEngine
+
+    shape = {"B": np.array([1.0, 2.0, 4.0, 8.0]), "M": np.array([512.0, 64.0, 3000.0, 96.0])}
+    shape |= {"N": 1024.0, "K": 4096.0}
+    for gpu in ("h100-sxm", "h200"):  # measured here, transferred there
+        spec = load_catalog().get(gpu)
+        engine = OpEngine.load(trained)
+        asked: list[int] = []
+        raw = engine.raw_predict
+
+        def counted(*args, raw=raw, asked=asked, **kwargs):
+            asked.append(1)
+            return raw(*args, **kwargs)
+
+        engine.raw_predict = counted
+        engine.predict("gemm", "bf16", shape, spec)
+        assert len(asked) == 2  # the question, then its four lattices at once
+        assert len(engine.envelope.cache) == 4
+        for key, (upper, lower) in engine.envelope.cache.items():
+            _, family, axes, ranges, held, group = key
+            points = envelope.lattice_points(family, list(axes), dict(ranges), list(held), np.array(group))
+            alone = OpEngine.load(trained).raw_predict(family, "bf16", points, spec).duration_us
+            alone = alone.reshape(upper.shape)
+            assert np.array_equal(envelope.running_max(alone), upper), (gpu, group)
+            assert np.array_equal(envelope.running_min(alone), lower), (gpu, group)
+
+
 def test_a_calibration_or_a_framework_names_other_lattices(trained: Path, tmp_path: Path) -> None:
     from components.opmodel.engine import OpEngine
 

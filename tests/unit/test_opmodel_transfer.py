@@ -225,6 +225,42 @@ def test_the_one_token_prefill_kernel_bounds_no_decode_in_the_envelope() -> None
     np.testing.assert_allclose(got, answer(shape))
 
 
+def test_the_envelope_answers_every_missing_lattice_of_a_question_in_one_call() -> None:
+    """A question over several held groups (a model's TP sizes: heads per GPU; decode and prefill) asks the
+    engine once for all their lattices, and each lattice is the one its group alone would have built."""
+    from components.opmodel.envelope import Envelope
+
+    calls: list[int] = []
+
+    def answer(shape):  # row by row: heads, phase and context each change the answer
+        calls.append(len(shape["KV"]))
+        s, kv, h = (np.asarray(shape[a], dtype="float64") for a in ("S", "KV", "H"))
+        return 3.0 + h * (0.5 + 0.1 * np.sin(kv)) * np.where(s == 1, 1.0, 0.02 * kv) + 0.3 * np.cos(3 * kv)
+
+    heads = np.array([64.0, 32.0, 16.0, 8.0, 64.0, 16.0])
+    kv = np.array([300.0, 2048.0, 4096.0, 16.0, 900.0, 777.0])
+    s = np.array([1.0, 1.0, 2048.0, 16.0, 1.0, 777.0])  # decodes and prefills
+    shape = {"B": np.ones(6), "S": s, "KV": kv, "H": heads, "HKV": heads / 8, "D": np.full(6, 128.0)}
+    together = Envelope().apply("attention", shape, answer(shape), ("key",), answer)
+    # the question, then its four groups' lattices of 11 x 21 points at once (two decodes share one group,
+    # a chunk (S < KV, prefill) has none)
+    assert calls == [6, 4 * 11 * 21]
+    alone = np.array(
+        [
+            Envelope().apply(
+                "attention",
+                {k: v[[i]] for k, v in shape.items()},
+                answer({k: v[[i]] for k, v in shape.items()}),
+                ("key",),
+                answer,
+            )[0]
+            for i in range(6)
+        ]
+    )
+    assert np.array_equal(together, alone)
+    assert not np.array_equal(together, answer(shape))  # the envelope moved some answers: the check bites
+
+
 def test_moe_curve_table_returns_exact_hits_and_interpolates_tokens(catalog) -> None:
     from components.opmodel.transfer import CurveTable
     from components.physics import roofline as physics
