@@ -9,7 +9,7 @@ Usage (from the repository root):
       [--model DIR]   (a trained predictor folder: the program model in its basis -- the op engine's
                        answers for GEMM/bmm/attention, as module answers use -- instead of the roofline's)
       [--profiled DIR] (add the KernelBench problems kernelcast timed itself, e.g. profiled-data: the H200's
-                       runs, as one more GPU; components.ingest.kernelbench_profiled)
+                       runs, as one more GPU; components.ingest.kernelbench_profiled, as the train stage)
       [--mass N]      (also rank the level's error mass by GPU, by term -- op GPU time vs time between the
                        ops -- and by program, the top N programs; components.evaluation.kernelbench_mass)
 """
@@ -49,9 +49,9 @@ def main() -> None:
     if ns.profiled is not None:
         import pandas as pd
 
-        from components.ingest.kernelbench_profiled import profiled_kernelbench
+        from components.ingest.profiled import kernelbench_runs
 
-        profiled = profiled_kernelbench(ns.profiled, load_catalog())
+        profiled = kernelbench_runs(ns.profiled, load_catalog())
         print(f"profiled: {len(profiled)} KernelBench timings on {sorted(profiled['device_id'].unique())}")
         measurements = pd.concat([measurements, profiled], ignore_index=True)
     chosen = (

@@ -33,7 +33,7 @@ def main() -> None:
     from components.models import load_predictor
     from components.platform.config import get_settings
     from components.platform.runtime import configure_environment
-    from components.programs.kernelbench_model import fit_after_training
+    from components.programs.kernelbench_model import TIMING_SOURCES, fit_after_training
     from components.training.stage import _beside_in_turn, _roofline_side, pick_fold
 
     settings = get_settings()
@@ -51,7 +51,7 @@ def main() -> None:
     if args.mode == "one":
         written = fit_after_training(predictor, train, settings, predictor_dir, print)
     else:
-        kernelbench = train.loc[train["source"] == "kernelbench", ["source", "measurement_id"]]
+        kernelbench = train.loc[train["source"].isin(TIMING_SOURCES), ["source", "measurement_id"]]
         with _beside_in_turn((_roofline_side, kernelbench, settings)) as (roofline_job,):
             fitted = fit_after_training(predictor, train, settings, predictor_dir, print, roofline=False)
             main_cpu = time.process_time() - cpu

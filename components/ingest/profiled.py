@@ -17,6 +17,7 @@ from pathlib import Path
 import pandas as pd
 
 from components.ingest.base import AdapterOutput, IngestError, require_dir
+from components.ingest.kernelbench_profiled import FLUSH_KEY, kernelbench_timings
 from components.ingest.schema import (
     KERNEL_COLUMNS,
     LAUNCH_COLUMNS,
@@ -170,6 +171,18 @@ def _row_kernel(case: dict, row: dict) -> dict[str, object]:
     }
 
 
+def program_flush(case: dict, row: dict) -> dict[str, int]:
+    """``{"l2_flush_bytes": N}`` for a whole program's CUDA-event timing: the bytes the events backend zeroed
+    before each timed call (``profiling.launch.L2_FLUSH_BYTES``; 0 without a flush), which give the host a
+    head start on the forward (the program model subtracts it, ``programs.overheads.HEAD_START``); ``{}``
+    for any other row."""
+    if case.get("kind") != "program" or row.get("backend") != "events":
+        return {}
+    from components.profiling.launch import L2_FLUSH_BYTES
+
+    return {FLUSH_KEY: L2_FLUSH_BYTES if row.get("l2_flush") else 0}
+
+
 def _dims(value: object) -> tuple[int | None, int | None, int | None]:
     if isinstance(value, str):
         return _grid(value)
@@ -244,6 +257,7 @@ def _rows_run(run: Path, manifest: dict, catalog) -> tuple[list, list, list, int
                         **(case.get("shape") or {}),
                         "case": case["case_id"],
                         "kernel_position": row.get("kernel_position"),
+                        **program_flush(case, row),
                     }
                 ),
                 **dict(zip(LAUNCH_COLUMNS, (gx, gy, gz, bx, by, bz), strict=True)),
@@ -322,3 +336,16 @@ def ingest(root: Path, catalog) -> AdapterOutput:
         rejects,
         rows_in,
     )
+
+
+def kernelbench_runs(root: Path, catalog) -> pd.DataFrame:
+    """The KernelBench timings (``kernelbench_profiled.kernelbench_timings``) of the run folders directly
+    under ``root`` (or ``root`` itself when it is one run), read by this adapter (failed and quarantined rows
+    left out). A device the catalog does not know is an error naming the run."""
+    out = ingest(root, catalog)
+    unknown = out.rejects[out.rejects["reason"].astype(str).str.endswith("is not in the catalog")]
+    if len(unknown):
+        first = unknown.iloc[0]
+        raise IngestError(f"{Path(root) / str(first['upstream_file'])}: {first['reason']}")
+    rows, _ = kernelbench_timings(out.measurements, out.kernels)
+    return rows

@@ -19,6 +19,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from components.ingest.kernelbench_profiled import FLUSH_KEY
 from components.programs.trace import DEFAULT_MEMORY_BYTES, TRACER_VERSION, ModuleJob, TraceResult, trace_many
 
 SOURCE = "kernelbench"
@@ -172,7 +173,7 @@ def load_kernelbench(
     m["config"] = params.map(config_name)
     m["level"] = params.map(lambda p: str(p.get("level", "")).removeprefix("level"))
     m["problem_set"] = params.map(lambda p: p.get("problem_set"))
-    m["l2_flush_bytes"] = params.map(lambda p: float(p.get("l2_flush_bytes") or 0))  # kernelcast's harness
+    m["l2_flush_bytes"] = params.map(lambda p: float(p.get(FLUSH_KEY) or 0))  # kernelcast's harness
     m = m[np.isfinite(pd.to_numeric(m["duration_us"], errors="coerce"))]
     grouped = m.groupby(["kernel_id", "device_id", "config"], as_index=False).agg(
         duration_us=("duration_us", "mean"),

@@ -16,7 +16,8 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from components.programs.kernelbench_data import KernelBenchData
+from components.ingest.kernelbench_profiled import PROFILED
+from components.programs.kernelbench_data import SOURCE, KernelBenchData
 from components.programs.ops import ProgramOps, program_ops
 from components.programs.overheads import (
     HEAD_START,
@@ -28,6 +29,9 @@ from components.programs.overheads import (
     kind_sums,
 )
 
+# The canonical sources whose rows time KernelBench problems: KernelBench's own files, and kernelcast's
+# runs of the bundled problems (components.ingest.kernelbench_profiled).
+TIMING_SOURCES = (SOURCE, PROFILED)
 MIN_CONFIG_ROWS = 100  # a run config with fewer timed rows (or on one GPU only) gets no model
 MIN_CONFIG_DEVICES = 2
 
@@ -179,22 +183,48 @@ def fit_after_training(
 def _train_side_tables(
     train_side: pd.DataFrame, settings: Any, log: Callable[[str], None]
 ) -> tuple[pd.DataFrame, pd.DataFrame, set[str]] | None:
-    """(canonical measurements, KernelBench kernels, the train side's KernelBench measurement ids), or None
-    (said) when there are none."""
+    """(KernelBench timings, KernelBench kernels, their train-side measurement ids), or None (said) when there
+    are none. The timings are the canonical ``kernelbench`` rows and the KernelBench problems kernelcast timed
+    itself (``ingest.kernelbench_profiled.kernelbench_timings``: the problem's kernel id, the harness's flush
+    in the params). A profiled timing joins when its own row is on the train side and its problem is too (a
+    held-out problem is held out on every GPU)."""
+    from components.ingest.kernelbench_profiled import kernelbench_timings
+
     canonical = Path(settings.data_dir) / "canonical"
     paths = [canonical / "measurements.parquet", canonical / "kernels.parquet"]
     if not all(p.is_file() for p in paths) or "measurement_id" not in train_side.columns:
         log(f"program model: skipped (no canonical tables in {canonical})")
         return None
-    ids = set(train_side.loc[train_side["source"] == "kernelbench", "measurement_id"].astype(str))
+    sides = train_side[train_side["source"].isin(TIMING_SOURCES)]
+    ids = set(sides.loc[sides["source"] == SOURCE, "measurement_id"].astype(str))
     if not ids:
         log("program model: skipped (no KernelBench rows on the train side)")
         return None
-    measurements = pd.read_parquet(
-        paths[0], columns=["measurement_id", "kernel_id", "device_id", "source", "params_json", "duration_us"]
+    read = ["measurement_id", "kernel_id", "device_id", "source", "profiler", "params_json", "duration_us"]
+    measurements = pd.read_parquet(paths[0], columns=read, filters=[("source", "in", list(TIMING_SOURCES))])
+    kernels = pd.read_parquet(
+        paths[1],
+        columns=["kernel_id", "source", "family", "program", "source_text"],
+        filters=[("source", "in", list(TIMING_SOURCES))],
     )
-    kernels = pd.read_parquet(paths[1], columns=["kernel_id", "source", "program", "source_text"])
-    return measurements, kernels[kernels["source"] == "kernelbench"], ids
+    own = measurements[measurements["source"] == SOURCE]
+    profiled, unrecorded = kernelbench_timings(measurements, kernels)
+    if unrecorded:
+        log(
+            f"program model: {unrecorded} profiled KernelBench timings without their flush recorded: left out"
+        )
+    train_problems = set(own.loc[own["measurement_id"].isin(ids), "kernel_id"])
+    joins = profiled["measurement_id"].isin(set(sides["measurement_id"].astype(str))) & profiled[
+        "kernel_id"
+    ].isin(train_problems)
+    devices = sorted(profiled.loc[joins, "device_id"].astype(str).unique())
+    log(
+        f"program model: {int(joins.sum())} of {len(profiled)} profiled KernelBench timings on the train "
+        f"side ({', '.join(devices) or 'none'})"
+    )
+    columns = own.columns.drop("profiler")
+    timings = pd.concat([own[columns], profiled[columns]], ignore_index=True)
+    return timings, kernels[kernels["source"] == SOURCE], ids | set(profiled.loc[joins, "measurement_id"])
 
 
 def trace_train_side(

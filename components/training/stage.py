@@ -176,8 +176,10 @@ def _train_classic(job: _Job) -> TrainResult:
     # (the traces are sandboxed children; it waits on them), so the program model finds them cached; that
     # process then fits the program model's roofline basis (it reads no predictor) while this one fits the
     # predictor's basis: at the stage's end, where one core idled.
+    from components.programs.kernelbench_model import TIMING_SOURCES
+
     sides = table.loc[chosen.train, ["source", "measurement_id"]]
-    kernelbench = sides[sides["source"] == "kernelbench"]
+    kernelbench = sides[sides["source"].isin(TIMING_SOURCES)]  # KernelBench's files and kernelcast's runs
     with (
         _beside(_fit_engine, settings, out_dir / "opmodel") as engine_job,
         _beside_in_turn((_trace_side, kernelbench, settings), (_roofline_side, kernelbench, settings)) as (
