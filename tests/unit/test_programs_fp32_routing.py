@@ -10,7 +10,10 @@ import pandas as pd
 import pytest
 
 # FP32 GEMM kernels of the T4 on a grid, each at 40% of its roofline speed (one op path's test data)
-from tests.unit.test_one_op_path import MEASURED_GPU, _measured_fp32_gemms
+from tests.unit import test_one_op_path
+from tests.unit.test_one_op_path import MEASURED_GPU
+
+engine = test_one_op_path.engine  # the one op path's fixture: an engine of those kernels answers
 
 
 class _Champion:
@@ -24,16 +27,6 @@ class _Champion:
     def predict(self, table: pd.DataFrame) -> pd.DataFrame:  # the feature-table contract a program uses
         roof = pd.to_numeric(table["f_roofline_time_us"], errors="coerce").to_numpy("float64")
         return pd.DataFrame({"pred_duration_us": 2.0 * roof})
-
-
-@pytest.fixture()
-def engine(tmp_path, monkeypatch):
-    from components.opmodel.engine import OpEngine
-
-    monkeypatch.setenv("KERNELCAST_HOME", str(tmp_path))  # no stored calibration reaches the answers
-    built = OpEngine.from_frames({"gemm": _measured_fp32_gemms()})
-    monkeypatch.setattr("components.serving.engine_answers.engine_for", lambda predictor: built)
-    return built
 
 
 def _addmm(m: int, n: int, k: int):
