@@ -16,6 +16,9 @@ DEPLOYMENT_CONSTANTS = Path("deployments") / "constants.json"
 # ... and the per-GPU runtime corrections (``components.models.calibration.CALIBRATION_DIR``, the same layout
 # as the state folder's): the predictor's ``corrections_home``.
 CORRECTIONS_DIR = "calibration"
+# ... and the program model fitted on this predictor's op answers (``components.programs.overheads``): a
+# module question answered by this predictor reads it from here before the state folder's models/programs/.
+PROGRAM_MODEL_FILE = "program_model.json"
 
 # family -> "module:Class" whose ``load(directory)`` classmethod restores a saved predictor.
 # Imported lazily: the tabular and llm families pull in heavy libraries.
@@ -52,6 +55,8 @@ def with_carried(predictor: Predictor, folder: Path) -> Predictor:
         # what a logged model carries (components.registry.carried; models logged before it have neither)
         "deployment_constants": (folder / DEPLOYMENT_CONSTANTS, (folder / DEPLOYMENT_CONSTANTS).is_file()),
         "corrections_home": (folder, (folder / CORRECTIONS_DIR).is_dir()),
+        # the program model fitted on its op answers (components/programs/module_predict.py reads it)
+        "program_model_file": (folder / PROGRAM_MODEL_FILE, (folder / PROGRAM_MODEL_FILE).is_file()),
     }
     for attribute, (value, present) in carried.items():
         if present:  # a frozen predictor takes none: serving falls back to the state folder's
@@ -65,6 +70,7 @@ __all__ = [
     "DEPLOYMENT_CONSTANTS",
     "LOADERS",
     "PREDICTOR_FILE",
+    "PROGRAM_MODEL_FILE",
     "Predictor",
     "load_predictor",
     "register_loader",

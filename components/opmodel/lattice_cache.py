@@ -107,10 +107,11 @@ def engine_identity(engine: Any, origin: Path | None) -> dict[str, Any]:
     """What an engine's raw answers come from, as ``LatticeFiles.identity``: ``origin`` (the engine folder
     it was loaded from, if any), its store, its calibrations, fallback and serving framework."""
     from components.opmodel.store_cache import store_digest
+    from components.platform.config import state_key
 
     store = engine.store_dir
     return {
-        "origin": str(Path(origin).resolve()) if origin is not None else None,
+        "origin": state_key(Path(origin)) if origin is not None else None,
         "origin_files": folder_files(origin),
         "store": store_digest(Path(store)) if store is not None and Path(store).is_dir() else None,
         "calibrations": engine.calibrations,

@@ -47,15 +47,17 @@ def measured_only_groups(store_dir: Path) -> frozenset[tuple]:
 
 
 def store_digest(store_dir: Path) -> str:
-    """A key of the store's current files (resolved path, names, sizes, mtimes) and the libraries that write
-    and pickle the split and its tables: cheap (no file is read), new whenever the store is rewritten."""
+    """A key of the store's current files (path in the state, names, sizes, mtimes) and the libraries that
+    write and pickle the split and its tables: cheap (no file is read), new when the store is rewritten."""
     from importlib.metadata import version  # not pandas itself: a warm question answers without it
+
+    from components.platform.config import state_key
 
     folder = Path(store_dir).resolve()
     files = [
         (p.name, p.stat().st_size, p.stat().st_mtime_ns) for p in sorted(folder.iterdir()) if p.is_file()
     ]
-    text = json.dumps([CACHE_VERSION, str(folder), files, *map(version, LIBRARIES)])
+    text = json.dumps([CACHE_VERSION, state_key(folder), files, *map(version, LIBRARIES)])
     return hashlib.sha256(text.encode()).hexdigest()[:20]
 
 

@@ -119,6 +119,17 @@ class Settings(BaseSettings):
 _SETTINGS_BY_ENV: dict[tuple[tuple[str, str], ...], Settings] = {}
 
 
+def state_key(path: Path) -> str:
+    """A cache key naming ``path``: ``$KERNELCAST_HOME/<relative path>`` inside the state folder, so a
+    state copied or moved elsewhere keeps its caches (the champion's local copy, the store's split, the
+    envelope's lattices); the resolved absolute path outside it."""
+    resolved = Path(path).resolve()
+    home = get_settings().state_dir
+    if resolved.is_relative_to(home):
+        return f"$KERNELCAST_HOME/{resolved.relative_to(home).as_posix()}"
+    return str(resolved)
+
+
 def get_settings() -> Settings:
     """Settings from the current environment: a fresh copy each call (callers may change it), built once per
     distinct set of ``KERNELCAST_*`` variables -- the server asks per question, and pydantic-settings reading

@@ -73,8 +73,10 @@ def program_model_path(models_dir: Path, basis: str) -> Path:
 def resolve_program_model(op_predictor: Any, models_dir: Path | None = None) -> tuple[ProgramModel, bool]:
     """The program model for this op predictor and whether it is in its basis (``False``: the
     roofline-basis model, or the untrained defaults, answers the total and the op predictor only
-    gives the breakdown). Looks at a model attached to the predictor, then
-    ``models/programs/<basis>.json``, then ``models/programs/roofline.json``: the op predictor's own
+    gives the breakdown). Looks at a model attached to the predictor, then the one its folder carries
+    (``program_model_file``, set by ``components.models.with_carried``: ``--model DIR``, a champion's
+    registry copy) when fitted in its basis, then ``models/programs/<basis>.json``, then
+    ``models/programs/roofline.json``: the op predictor's own
     model answers whenever it exists, so the answer is its ops' answers plus the time between them
     (a roofline-basis model rescales every op of a kind by one factor learned on KernelBench's small
     programs: 0.61 of the FP32 peak for every GEMM, where a V100's measured GEMMs reach 0.85)."""
@@ -86,16 +88,17 @@ def resolve_program_model(op_predictor: Any, models_dir: Path | None = None) -> 
 
         models_dir = get_settings().models_dir
     basis = basis_id(op_predictor)
-    found: list[tuple[ProgramModel, bool]] = []
-    for candidate in dict.fromkeys((basis, ROOFLINE_BASIS)):
-        path = program_model_path(models_dir, candidate)
+    carried = getattr(op_predictor, "program_model_file", None)
+    candidates: list[tuple[Path, str]] = [(Path(carried), basis)] if carried else []
+    candidates += [(program_model_path(models_dir, c), c) for c in dict.fromkeys((basis, ROOFLINE_BASIS))]
+    for path, candidate in candidates:
         if path.is_file():
             try:
-                found.append((ProgramModel.load(path), candidate == basis))
+                model = ProgramModel.load(path)
             except (ValueError, KeyError, TypeError, json.JSONDecodeError):
                 continue  # a stale or foreign file: fall through to the next basis
-    if found:
-        return found[0]
+            if model.basis == candidate:  # a folder's file fitted on another predictor's answers: next
+                return model, candidate == basis
     # untrained: no factor on any kind, so the ops' times (the engine's answers, else rooflines) stand
     return ProgramModel.untrained(), True
 

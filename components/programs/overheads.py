@@ -38,6 +38,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from components.models import PROGRAM_MODEL_FILE
 from components.programs.program_features import (
     FEATURE_KINDS,
     FP32_SHARED,
@@ -46,7 +47,7 @@ from components.programs.program_features import (
     transfer_features,
 )
 
-MODEL_FILE = "program_model.json"
+MODEL_FILE = PROGRAM_MODEL_FILE  # in a predictor's folder, beside its predictor.json
 FORMAT_VERSION = 1
 SMOOTH_P = 4.0
 # Without a fitted model (a fresh install before the first train): per-kernel and per-call costs

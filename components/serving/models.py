@@ -150,9 +150,13 @@ def _fetch_version(name: str, version: str, target: Path, tracking_uri: str) -> 
 
 def local_copy(name: str, version: str, tracking_uri: str | None = None) -> Path:
     """The predictor folder of ``name`` version ``version`` under KERNELCAST_HOME (fetched once)."""
+    from components.platform.config import state_key
+
     uri = tracking_uri or _tracking_uri()
     safe = re.sub(r"[^A-Za-z0-9_.-]", "_", f"{name}")
-    store = re.sub(r"[^A-Za-z0-9_.-]", "_", urlparse(uri).path or uri)[-48:]
+    db = _sqlite_path(uri)  # the embedded store: named by its place in the state, which may move
+    where = state_key(db) if db is not None else urlparse(uri).path or uri
+    store = re.sub(r"[^A-Za-z0-9_.-]", "_", where)[-48:]
     target = _home() / "serving" / "models" / store / safe / str(version)
     if not (target / "predictor.json").is_file():
         _fetch_version(name, str(version), target, uri)

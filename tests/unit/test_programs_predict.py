@@ -236,3 +236,51 @@ def test_program_model_total_is_its_ops_plus_non_negative_time_between_them():
     total = model.predict(frame, "pred")
     assert (total >= ops).all()
     assert total[1] >= 400 * 6.0 - 1e-6  # host-bound: 400 calls x 6 us of dispatch, not hidden
+
+
+def test_a_predictor_folder_answers_a_program_with_the_program_model_it_carries(
+    tmp_path: Path, empty_home: Path
+):
+    """``--model DIR``: every part of the answer from DIR, the program model included (the state's
+    models/programs/ is empty here: before, the answer said "no learned program model yet")."""
+    from components.devices import load_catalog
+    from components.models import PROGRAM_MODEL_FILE, load_predictor
+    from components.models.roofline import RooflinePredictor
+    from components.programs.module_predict import basis_id, predict_module
+    from components.programs.overheads import ConfigModel, ProgramModel
+
+    folder = tmp_path / "predictor"
+    RooflinePredictor().save(folder)
+    launch_us = 1000.0  # far above any default: the answer shows whose launch cost it used
+    carried = ProgramModel(basis_id(RooflinePredictor()), {"eager": ConfigModel({}, launch_us, 6.0)})
+    carried.save(folder / PROGRAM_MODEL_FILE)
+    module = tmp_path / "conv_block.py"
+    module.write_text(MODULE)
+    h100 = load_catalog().resolve("H100")
+    (answer,) = predict_module(str(module), None, [h100], load_predictor(folder))
+    assert "no learned program model" not in answer["note"]
+    n_kernels = int(answer["note"].split(" kernels from")[0])
+    assert answer["duration_us"] >= n_kernels * launch_us
+    (plain,) = predict_module(str(module), None, [h100], RooflinePredictor())  # no folder: as before
+    assert "no learned program model" in plain["note"] and plain["duration_us"] < n_kernels * launch_us
+
+
+def test_a_folders_program_model_fitted_on_another_predictor_falls_back_to_the_states(tmp_path: Path):
+    from components.programs.module_predict import basis_id, program_model_path, resolve_program_model
+    from components.programs.overheads import ConfigModel, ProgramModel
+
+    class Predictor:
+        family = "tabular"
+        config = ("fitted", "state")
+
+    predictor = Predictor()
+    basis = basis_id(predictor)
+    stale = tmp_path / "folder" / "program_model.json"
+    ProgramModel("tabular-000000000000", {"eager": ConfigModel({}, 7.0, 6.0)}).save(stale)
+    ProgramModel(basis, {"eager": ConfigModel({}, 5.0, 6.0)}).save(program_model_path(tmp_path, basis))
+    predictor.program_model_file = stale
+    model, matches = resolve_program_model(predictor, tmp_path)
+    assert (model.basis, matches, model.config().launch_us) == (basis, True, 5.0)
+    ProgramModel(basis, {"eager": ConfigModel({}, 9.0, 6.0)}).save(stale)  # its own: it wins
+    model, matches = resolve_program_model(predictor, tmp_path)
+    assert (model.basis, matches, model.config().launch_us) == (basis, True, 9.0)
