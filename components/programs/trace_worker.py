@@ -22,6 +22,8 @@ import time
 import traceback
 from typing import Any, Self
 
+from components.programs.trace_fake_ops import out_of_memory, real_weights_memory
+
 MAX_OPS = 200_000  # a module launching more kernels than this is refused (a runaway loop)
 
 
@@ -134,6 +136,8 @@ def _recorder():
     from torch.utils._python_dispatch import TorchDispatchMode
     from torch.utils._pytree import tree_flatten
 
+    from components.programs.trace_fake_ops import grouped_mm_any_dtype
+
     def describe(values: Any) -> list[list[Any]]:
         flat, _ = tree_flatten(values)
         return [
@@ -153,7 +157,7 @@ def _recorder():
 
         def __torch_dispatch__(self, func, types, args=(), kwargs=None):
             kwargs = kwargs or {}
-            out = func(*args, **kwargs)
+            out = grouped_mm_any_dtype(func, args, kwargs)
             if self.paused:
                 return out
             if len(self.ops) >= MAX_OPS:
@@ -224,6 +228,8 @@ def trace_one(job: dict[str, Any], recorder_cls: Any) -> dict[str, Any]:
     except RuntimeError as exc:
         if not any(marker in str(exc) for marker in RETRY_WITH_REAL_WEIGHTS):
             raise
+        fake_error = str(exc).splitlines()[0][:300]
+    with real_weights_memory(fake_error):
         return _trace(code, filename, recorder_cls, real_weights=True, train=train)
 
 
@@ -558,8 +564,9 @@ def main() -> int:
             result.update(
                 ok=False, reason="timeout", error=f"did not finish within {per_module:g} s (time limit)"
             )
-        except MemoryError:
-            result.update(ok=False, reason="memory", error="ran out of memory (the tracer's memory limit)")
+        except MemoryError as exc:
+            why = str(exc) or "ran out of memory"
+            result.update(ok=False, reason="memory", error=f"{why} (the tracer's memory limit)")
         except SyntaxError as exc:
             result.update(ok=False, reason="syntax", error=f"syntax error at line {exc.lineno}: {exc.msg}")
         except NetworkRefused as exc:
@@ -573,7 +580,7 @@ def main() -> int:
                 result.update(
                     ok=False, reason="network", error="network access is disabled while tracing a module"
                 )
-            elif isinstance(cause, MemoryError) or "bad_alloc" in text or "out of memory" in text.lower():
+            elif isinstance(cause, MemoryError) or out_of_memory(text):
                 result.update(
                     ok=False, reason="memory", error="ran out of memory (the tracer's memory limit)"
                 )

@@ -178,3 +178,42 @@ def test_a_module_cast_during_forward_traces_with_its_cast_kernels():
     names = [op["aten"] for op in result.ops if not op.get("view")]
     assert any("addmm" in n for n in names), names
     assert any("_to_copy" in n for n in names), names  # the casts are kernels too
+
+
+# An MoE's experts as one grouped GEMM (what Hugging Face's default experts_implementation="grouped_mm"
+# runs): 96 tokens split over 3 experts of 128 -> 64. The fake kernel accepts only BF16, so an FP32 MoE
+# (Mixtral, Qwen3-MoE, DeepSeek-V3 built in FP32) failed with "Expected inputs of BF16 type".
+GROUPED = """
+import torch
+import torch.nn as nn
+
+class Model(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.w = nn.Parameter(torch.randn(3, 128, 64, dtype=DTYPE))
+    def forward(self, x):
+        offs = torch.tensor([32, 64, 96], dtype=torch.int32)
+        return torch._grouped_mm(x, self.w, offs=offs)
+
+def get_inputs():
+    return [torch.randn(96, K, dtype=DTYPE)]
+
+def get_init_inputs():
+    return []
+"""
+
+
+def test_an_fp32_grouped_gemm_traces_in_its_own_dtype_and_a_bad_one_still_names_its_error():
+    jobs = [
+        ModuleJob(f"{dtype}-{k}", text=GROUPED.replace("DTYPE", f"torch.{dtype}").replace("K", str(k)))
+        for dtype, k in (("float32", 128), ("bfloat16", 128), ("float32", 100))
+    ]
+    fp32, bf16, mismatched = trace_many(jobs, per_module_s=30.0)
+    for result, dtype in ((fp32, "float32"), (bf16, "bfloat16")):
+        assert result.ok, result.error
+        op = next(op for op in result.ops if op["aten"] == "_grouped_mm")
+        assert op["inputs"][0][:2] == [[96, 128], dtype]
+        assert op["outputs"][0][:2] == [[96, 64], dtype]
+        assert not any(op["aten"] == "_to_copy" for op in result.ops)  # the BF16 inference is not recorded
+    assert not mismatched.ok and mismatched.reason == "error"  # 100 != 128: the meta kernel's own check
+    assert "contraction dimension" in (mismatched.error or ""), mismatched.error
