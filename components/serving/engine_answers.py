@@ -22,10 +22,6 @@ from typing import Any
 import numpy as np
 
 from components.opmodel.loading import engine_for  # noqa: F401  (the engine a predictor answers with)
-from components.opmodel.routing import (  # noqa: F401  (which rows the data tiers answer, which may be measured)
-    data_tiers_answer,
-    may_be_measured,
-)
 
 GEMM_NAMES: tuple[str, ...] = ("gemm", "linear", "bmm")
 

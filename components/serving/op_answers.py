@@ -189,13 +189,8 @@ def _answer_ops(predictor: Any, questions: list[Question], model_version: str) -
     its data tiers for tensor-dtype GEMMs, attention, MoE and all-reduce; for the other families its measured
     tier where the GPU's own kernels are near, else the learned tier (the champion's prediction). Every
     answer through one physics pass (``components.serving.engine_answers``)."""
-    from components.serving.engine_answers import (
-        answer_measured,
-        answer_with_engine,
-        data_tiers_answer,
-        engine_for,
-        may_be_measured,
-    )
+    from components.opmodel.routing import data_tiers_answer, may_be_measured
+    from components.serving.engine_answers import answer_measured, answer_with_engine, engine_for
 
     data = [i for i, q in enumerate(questions) if data_tiers_answer(q.family, q.dtype)]
     chosen = set(data)
