@@ -39,30 +39,38 @@ def simulate(out: Path) -> None:
     out.write_bytes(pickle.dumps(sim))
 
 
+def inner_lomo(sim: be.Simulated) -> dict[str, tuple[float, float]]:
+    """Per GPU: (TTFT, TPOT) MAPE of each model's runs predicted by the fit on the GPU's other models."""
+    runs = sim.runs
+    out = {}
+    for dev in sorted(runs["device_id"].unique()):
+        pred, meas = ([], []), ([], [])
+        for model in sorted(runs.loc[runs["device_id"] == dev, "model_path"].unique()):
+            train = ((runs["device_id"] == dev) & (runs["model_path"] != model)).to_numpy()
+            for engine, (key, coef, _) in be.fit_engines(sim, train).items():
+                test = (
+                    (runs["device_id"] == dev) & (runs["model_path"] == model) & (runs["engine"] == engine)
+                ).to_numpy()
+                if test.any():
+                    for i, (p, col) in enumerate(
+                        zip(sim.predict(key, test, coef), ("ttft_us", "tpot_us"), strict=True)
+                    ):
+                        pred[i].extend(p)
+                        meas[i].extend(runs.loc[test, col])
+        out[dev] = (
+            mape(np.asarray(meas[0]), np.asarray(pred[0])),
+            mape(np.asarray(meas[1]), np.asarray(pred[1])),
+        )
+    return out
+
+
 def score(path: Path) -> None:
     sim = pickle.loads(path.read_bytes())
-    runs = sim.runs
     full = list(be.COST_BOUNDS)
     without = [*full[:PER_LAYER], (0.0, 0.0), *full[PER_LAYER + 1 :]]
     for name, bounds in (("with per_layer_us", full), ("without", without)):
         be.COST_BOUNDS[:] = bounds
-        for dev in sorted(runs["device_id"].unique()):
-            pred, meas = ([], []), ([], [])
-            for model in sorted(runs.loc[runs["device_id"] == dev, "model_path"].unique()):
-                train = ((runs["device_id"] == dev) & (runs["model_path"] != model)).to_numpy()
-                for engine, (key, coef, _) in be.fit_engines(sim, train).items():
-                    test = (
-                        (runs["device_id"] == dev)
-                        & (runs["model_path"] == model)
-                        & (runs["engine"] == engine)
-                    ).to_numpy()
-                    if test.any():
-                        for i, (p, col) in enumerate(
-                            zip(sim.predict(key, test, coef), ("ttft_us", "tpot_us"), strict=True)
-                        ):
-                            pred[i].extend(p)
-                            meas[i].extend(runs.loc[test, col])
-            ttft, tpot = (mape(np.asarray(meas[i]), np.asarray(pred[i])) for i in (0, 1))
+        for dev, (ttft, tpot) in inner_lomo(sim).items():
             print(f"{name:18s} {dev}: inner leave-one-model-out TTFT {ttft:.1%} TPOT {tpot:.1%}")
     be.COST_BOUNDS[:] = full
 

@@ -9,9 +9,11 @@ batch under-saturation) -- and it keeps the pair with the most throughput per GP
 A closed-loop run of total concurrency C fixes what the decode side holds (C = batch x attention DP x y),
 so here, per run:
 
-- y: the fewest decode workers whose KV cache holds their share of C (the engine's memory fraction,
-  ``serve.kv_capacity``): decode
-  throughput per GPU grows with the batch, so the per-GPU optimum packs each decode worker full;
+- y and the decode batch: the largest power-of-two batch per attention-DP rank, at most 64, that splits C
+  over whole workers (``power_of_two_decode_workers``: what the recorded runs deployed -- it reproduces the
+  recorded decode split of 29 of the 36 disaggregated runs that record one, packing each worker's KV cache
+  full 8); where none does, the fewest decode workers whose KV cache holds their share of C
+  (``fewest_decode_workers``, the engine's memory fraction as ``serve.kv_capacity`` sizes it);
 - x: AIConfigurator's objective over 1..``MAX_PREFILL_WORKERS`` at that y, with P from one request's
   prefill and D from the decode step at the worker's batch (kernel times of the given op source).
 
@@ -22,7 +24,7 @@ answer says the counts were derived (``workers_derived``) and what they are.
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -37,6 +39,12 @@ from components.deployments.ops import OpTimeFn
 PREFILL_DEGRADATION = 0.9
 DECODE_DEGRADATION = 0.92
 MAX_PREFILL_WORKERS = 32  # AIConfigurator's MAX_PREFILL_WORKERS: the most prefill workers it considers
+MAX_DECODE_WORKERS = 32  # AIConfigurator's max_decode_worker default: the most decode workers it considers
+# The decode batch per attention-DP rank the recorded disaggregated runs deployed (the 36 with worker counts
+# and a ``_c<C>_`` id in silicon_sample.csv, an input like their TP size): a power of two from 4 to 64 on
+# every H200 run (64 the largest), 2 / 3 / 10 / 20 / 77 on the H100 ones; AIConfigurator's benchmark runs
+# C = decode workers x batch x attention DP (``benchmark/*.rule``: ``estimated_concurrency``).
+DECODE_BATCH_MAX = 64
 WORKER_COLUMNS = ("prefill_num_workers", "decode_num_workers")
 
 
@@ -62,6 +70,29 @@ def fewest_decode_workers(dec: Deployment, total: int) -> tuple[int, int]:
         if kv_capacity(dec.with_(concurrency=batch), engine)[1]["concurrent_requests"] >= batch:
             return workers, batch
     return total, 1  # one client per worker; kv_capacity already refused a worker that holds none
+
+
+def power_of_two_decode_workers(dec: Deployment, total: int) -> tuple[int, int]:
+    """(decode workers, clients per attention-DP rank) as AIConfigurator's benchmarked disaggregated runs
+    are sized: the largest power-of-two batch per rank, at most ``DECODE_BATCH_MAX``, that splits ``total``
+    evenly over whole workers (C = workers x batch x DP). Where none does within ``MAX_DECODE_WORKERS``
+    workers, or the engine's KV cache does not hold that batch, the fewest workers that hold the clients
+    (``fewest_decode_workers``). On the 36 recorded disaggregated runs this reproduces the recorded (decode
+    workers) of 29 (packing each worker's KV cache full: 8; ``benchmarks/silicon_disagg_split.py agree``)."""
+    from components.deployments.engines.registry import engine_for
+    from components.deployments.serve import kv_capacity
+
+    dp = max(int(dec.dp), 1)
+    if total % dp == 0:
+        per_rank, batch = total // dp, 1
+        while batch * 2 <= DECODE_BATCH_MAX and per_rank % (batch * 2) == 0:
+            batch *= 2
+        workers = per_rank // batch
+        engine = engine_for(dec.framework, dec.gpu, fitted=False)
+        fits = kv_capacity(dec.with_(concurrency=batch), engine)[1]["concurrent_requests"] >= batch
+        if workers <= MAX_DECODE_WORKERS and fits:
+            return workers, batch
+    return fewest_decode_workers(dec, total)
 
 
 def match_prefill_workers(
@@ -98,10 +129,15 @@ def total_clients(row: Mapping[str, Any]) -> int:
 
 
 def with_derived_workers(
-    runs: pd.DataFrame, catalog: Any, datasets_dir: Path, op_time: OpTimeFn | None = None
+    runs: pd.DataFrame,
+    catalog: Any,
+    datasets_dir: Path,
+    op_time: OpTimeFn | None = None,
+    decode_rule: Callable[[Deployment, int], tuple[int, int]] | None = None,
 ) -> pd.DataFrame:
-    """``runs`` with the worker counts of every disaggregated run that records none derived by rate
-    matching (module docstring) and ``workers_derived`` True on those rows; a run whose workers cannot be
+    """``runs`` with the worker counts of every disaggregated run that records none derived (module
+    docstring: the decode split by ``decode_rule``, default ``power_of_two_decode_workers``; the prefill
+    workers by rate matching) and ``workers_derived`` True on those rows; a run whose workers cannot be
     derived keeps its blanks (and is refused later, with its reason)."""
     from components.deployments.bench_silicon import silicon_deployments
 
@@ -117,7 +153,7 @@ def with_derived_workers(
             total = total_clients(row)
             one = {**row, "prefill_num_workers": 1.0, "decode_num_workers": 1.0, "decode_batch_size": None}
             pre, dec = silicon_deployments(one, catalog, datasets_dir)
-            workers, batch = fewest_decode_workers(dec, total)
+            workers, batch = (decode_rule or power_of_two_decode_workers)(dec, total)
         except (DeploymentError, LookupError):
             continue  # silicon_deployments refuses the run again, naming why
         plans.append((i, workers, pre.with_(concurrency=1), dec.with_(concurrency=batch)))
@@ -142,8 +178,9 @@ def derived_note(runs: pd.DataFrame) -> str:
     splits = got.groupby(["prefill_num_workers", "decode_num_workers"]).size().sort_values(ascending=False)
     shown = ", ".join(f"{int(p)}P{int(d)}D x {n}" for (p, d), n in splits.head(8).items())
     return (
-        f"{len(got)} disaggregated runs record no worker counts: derived by AIConfigurator's rate matching "
-        f"(fewest decode workers holding the clients' KV cache; prefill workers maximising "
+        f"{len(got)} disaggregated runs record no worker counts: derived (the largest power-of-two decode "
+        f"batch per rank up to {DECODE_BATCH_MAX} splitting the clients over whole decode workers, else the "
+        f"fewest holding their KV cache; prefill workers by AIConfigurator's rate matching, maximising "
         f"min({PREFILL_DEGRADATION} x prefill, {DECODE_DEGRADATION} x decode) throughput per GPU): "
         f"{shown}{' ...' if len(splits) > 8 else ''}"
     )
@@ -155,6 +192,7 @@ __all__ = [
     "id_concurrency",
     "match_prefill_workers",
     "needs_workers",
+    "power_of_two_decode_workers",
     "total_clients",
     "with_derived_workers",
 ]

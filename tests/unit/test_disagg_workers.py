@@ -11,12 +11,15 @@ import pytest
 from components.deployments.bench_silicon import disagg_concurrency, silicon_deployments
 from components.deployments.config import DeploymentError
 from components.deployments.disagg_workers import (
+    DECODE_BATCH_MAX,
     DECODE_DEGRADATION,
+    MAX_DECODE_WORKERS,
     MAX_PREFILL_WORKERS,
     PREFILL_DEGRADATION,
     derived_note,
     fewest_decode_workers,
     match_prefill_workers,
+    power_of_two_decode_workers,
     with_derived_workers,
 )
 from components.deployments.engines.registry import engine_for
@@ -112,3 +115,44 @@ def test_runs_without_worker_counts_get_them_derived_and_stated(catalog):
     note = derived_note(out)
     assert note.startswith("1 disaggregated runs record no worker counts: derived")
     assert f"{int(derived['prefill_num_workers'])}P{int(derived['decode_num_workers'])}D x 1" in note
+
+
+def _decode(catalog, **decode):
+    row = {**R1_RUN, "prefill_num_workers": 1.0, "decode_num_workers": 1.0, **decode}
+    return silicon_deployments(row, catalog, DEFAULT_DATASETS_DIR)[1]
+
+
+def test_decode_split_is_the_recorded_runs_power_of_two_batch(catalog):
+    """The decode split a run that records none gets is the one the recorded runs of the same deployment
+    show (silicon_sample.csv: TensorRT-LLM DeepSeek-V3 on H200, decode TP 8 -- C = 576 as 9 workers x 64,
+    36 as 9 x 4, 28 as 7 x 4; attention DP 8 -- 3584 as 7 x 64 x 8, 1152 as 9 x 16 x 8), not one worker
+    packed to its KV capacity (576 clients on one worker: what the memory rule alone derives)."""
+    tp8 = _decode(catalog)
+    assert power_of_two_decode_workers(tp8, 576) == (9, 64)
+    assert power_of_two_decode_workers(tp8, 36) == (9, 4)
+    assert power_of_two_decode_workers(tp8, 28) == (7, 4)
+    dp8 = _decode(catalog, decode_tp_size=1.0, decode_attention_dp_size=8.0)
+    assert power_of_two_decode_workers(dp8, 3584) == (7, 64)
+    assert power_of_two_decode_workers(dp8, 1152) == (9, 16)
+    assert fewest_decode_workers(tp8, 576)[0] < 9  # the memory rule packs the same clients on fewer
+
+
+def test_decode_split_falls_back_to_the_fewest_workers_holding_the_clients(catalog):
+    """No power-of-two batch within the limits (more than AIConfigurator's 32 decode workers, or clients
+    that attention DP does not split evenly): the fewest workers whose KV cache holds the clients."""
+    tp8 = _decode(catalog)
+    assert MAX_DECODE_WORKERS < 37 // 1  # a prime: only batch 1, 37 workers
+    assert power_of_two_decode_workers(tp8, 37) == fewest_decode_workers(tp8, 37)
+    assert 3584 // DECODE_BATCH_MAX > MAX_DECODE_WORKERS  # 56 workers of 64 at decode TP 8
+    assert power_of_two_decode_workers(tp8, 3584) == fewest_decode_workers(tp8, 3584)
+    dp8 = _decode(catalog, decode_tp_size=1.0, decode_attention_dp_size=8.0)
+    assert power_of_two_decode_workers(dp8, 100) == fewest_decode_workers(dp8, 100)
+
+
+def test_a_recorded_run_blanked_gets_its_recorded_decode_split_back(catalog):
+    """A recorded run (TensorRT-LLM DeepSeek-V3 H200, 1024/1024, C = 576: 1 prefill, 9 decode workers of
+    batch 64) with its counts blanked is derived as recorded; the memory rule derived one decode worker."""
+    blank = {**R1_RUN, "id": "dsr1_h200_trtllm_fp8_disagg_1024x1024_c576_cfg303"}
+    out = with_derived_workers(pd.DataFrame([blank]), catalog, DEFAULT_DATASETS_DIR).iloc[0].to_dict()
+    assert out["workers_derived"] and out["decode_num_workers"] == 9.0
+    assert disagg_concurrency(out)[1] == 64
