@@ -10,18 +10,7 @@ import pytest
 from components.physics.moe import experts_touched
 from components.physics.registry import op_work
 from components.programs.ops import map_op, program_ops
-
-
-def _op(aten, inputs, outputs, scalars=None):
-    return {
-        "aten": aten,
-        "overload": "default",
-        "view": False,
-        "inputs": [[s, d, True] for s, d in inputs],
-        "outputs": [[s, d, True] for s, d in outputs],
-        "scalars": scalars or [],
-        "kwargs": {},
-    }
+from tests.unit.test_programs_ops import _op
 
 
 def _router(tokens: int, experts: int, k: int) -> dict:
