@@ -59,6 +59,12 @@ FREE_OPS: frozenset[str] = frozenset(
 )
 GEMM_OPS: frozenset[str] = frozenset({"mm", "addmm", "_addmm_activation", "linear"})
 BMM_OPS: frozenset[str] = frozenset({"bmm", "baddbmm"})
+# A grouped GEMM: each group (an MoE's expert) multiplies its own rows by its own weights; ``offs`` ends
+# each group's rows (Hugging Face's default ``experts_implementation="grouped_mm"``).
+GROUPED_GEMM_OPS: frozenset[str] = frozenset({"_grouped_mm"})
+# The router's choice of experts (``topk(logits, k)``): tells the grouped GEMM after it how many tokens
+# its routed rows came from, so the experts they touch follow the MoE family's work definition.
+ROUTER_OPS: frozenset[str] = frozenset({"topk"})
 CONV_OPS: frozenset[str] = frozenset(
     {"convolution", "_convolution", "conv2d", "conv1d", "conv3d", "mkldnn_convolution", "cudnn_convolution"}
 )
@@ -142,6 +148,8 @@ REDUCTION_OPS: frozenset[str] = frozenset(
         "mode",
         "kthvalue",
         "count_nonzero",
+        "histc",  # an MoE router's tokens per expert: one pass over the routed ids
+        "bincount",
         "dist",
         "cosine_similarity",
         "_cdist_forward",
@@ -300,6 +308,7 @@ ELEMENTWISE_MAP: dict[str, str] = {
     "lerp": "add",
     "fmod": "div",
     "remainder": "div",
+    "floor_divide": "div",
     "square": "mul",
     "hardshrink": "relu",
     "softshrink": "relu",

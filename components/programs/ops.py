@@ -1,8 +1,8 @@
 """Map traced aten calls to op-level questions the op models answer.
 
-Each recorded aten call becomes one ``OpQuestion``: its kind (gemm, bmm, conv, elementwise,
-reduction, softmax, norm, pooling, attention, copy, rnn; ``free`` for views and metadata calls
-that launch no kernel), the canonical ``family``/``op``/shape the feature builder
+Each recorded aten call becomes one ``OpQuestion``: its kind (gemm, bmm -- an MoE's grouped GEMM
+too --, conv, elementwise, reduction, softmax, norm, pooling, attention, copy, rnn; ``free`` for views
+and metadata calls that launch no kernel), the canonical ``family``/``op``/shape the feature builder
 (``components.features.analytical``) computes FLOPs, bytes and roofline times from, and its dtype.
 
 Where no op formula fits (reductions, pooling, grouped convolutions, scans, anything unknown) the
@@ -20,6 +20,7 @@ from typing import Any
 
 from components.physics.dtypes import element_bytes, traced_dtype
 from components.physics.elementwise import ELEMENTWISE_COST
+from components.physics.moe import experts_touched
 from components.programs.aten_names import (
     ATTENTION_OPS,
     BMM_OPS,
@@ -29,10 +30,12 @@ from components.programs.aten_names import (
     ELEMENTWISE_MAP,
     FREE_OPS,
     GEMM_OPS,
+    GROUPED_GEMM_OPS,
     NORM_OPS,
     POOL_PREFIXES,
     REDUCTION_OPS,
     RNN_OPS,
+    ROUTER_OPS,
     SCAN_OPS,
     SOFTMAX_OPS,
 )
@@ -177,6 +180,61 @@ def _gemm(op: dict[str, Any], dtype: str, moved: float) -> OpQuestion:
     return _bytes_moved(aten, "gemm", dtype, moved, mapped=False)
 
 
+@dataclass(frozen=True)
+class Route:
+    """What the last traced router chose: ``tokens`` tokens, each sent to ``topk`` of ``experts``."""
+
+    tokens: float
+    experts: float
+    topk: float
+
+
+def router_route(op: dict[str, Any]) -> Route | None:
+    """The route a ``topk(logits [tokens, experts], k)`` call chooses (None for another shape)."""
+    logits = op["inputs"][0][0] if op.get("inputs") else []
+    k = _scalar(op, 1, None)
+    if len(logits) < 2 or not isinstance(k, (int, float)) or k < 1:
+        return None
+    experts = float(logits[-1])
+    return Route(tokens=_numel(logits) / max(experts, 1.0), experts=experts, topk=float(k))
+
+
+def _grouped_gemm(op: dict[str, Any], dtype: str, moved: float, route: Route | None) -> OpQuestion:
+    """A grouped GEMM as the batched GEMM of the groups its rows touch, with the grouped GEMM's own work.
+
+    ``_grouped_mm(A [R, K], B [G, K, N], offs)``: R routed rows, each through its group's K x N weights
+    (an MoE expert's projection; its backward's ``A^T [K, R] x dY [R, N] -> [G, K, N]`` likewise). On fake
+    tensors the split of rows over groups is unknown, so it is the MoE family's (``physics/moe.py``): rows
+    spread uniformly, the groups touched the expected distinct experts ``experts_touched`` of the router
+    traced just before (R = tokens x topk over its G experts), else of R independent picks. As B = touched
+    groups of M = R / B rows, ``2*B*M*N*K`` is the grouped GEMM's FLOPs and ``B*(M*K + M*N) + B*K*N`` its
+    bytes (the rows in and out once, each touched group's weights once), so the engine's GEMM tiers answer
+    it and its roofline is its own."""
+    inputs = [i[0] for i in op.get("inputs") or []]
+    out = op["outputs"][0][0] if op.get("outputs") else []
+    aten = op["aten"]
+    if len(inputs) < 2 or len(inputs[0]) != 2:
+        return _bytes_moved(aten, "bmm", dtype, moved, mapped=False)
+    a, b = inputs[0], inputs[1]
+    if len(b) == 3 and len(out) == 2:  # rows x experts' weights: [R, K] x [G, K, N] -> [R, N]
+        groups, rows, m_dim, n, k = float(b[0]), float(a[0]), None, float(b[2]), float(a[1])
+    elif len(b) == 2 and len(out) == 3:  # a weight gradient: [K, R] x [R, N] -> [G, K, N]
+        groups, rows, m_dim, n, k = float(out[0]), float(a[1]), float(a[0]), float(b[1]), None
+    else:
+        return _bytes_moved(aten, "bmm", dtype, moved, mapped=False)
+    if route is not None and route.experts == groups and abs(route.tokens * route.topk - rows) < 0.5:
+        touched = float(experts_touched(route.tokens, route.experts, route.topk))
+    else:
+        touched = float(experts_touched(rows, groups, 1.0))
+    touched = min(max(round(touched, 4), 1.0), rows)  # 4 decimals: 128, not 127.99999999999943
+    per_group = rows / touched
+    if k is None:  # the weight gradient: each group's K x N from its rows (the GEMM's depth)
+        shape = _shape(B=touched, M=m_dim, N=n, K=per_group)
+    else:
+        shape = _shape(B=touched, M=per_group, N=n, K=k)
+    return OpQuestion(aten, "bmm", "bmm", "bmm", shape, dtype, moved)
+
+
 def _is_causal(op: dict[str, Any]) -> bool:
     value = (op.get("kwargs") or {}).get("is_causal")
     if value is None and op["aten"] in CAUSAL_ARG:
@@ -264,8 +322,9 @@ def _rnn(op: dict[str, Any], dtype: str, moved: float) -> OpQuestion:
     return _bytes_moved(op["aten"], "rnn", dtype, moved, mapped=False)
 
 
-def map_op(op: dict[str, Any]) -> OpQuestion:
-    """The op-level question for one recorded aten call (see the module docstring)."""
+def map_op(op: dict[str, Any], route: Route | None = None) -> OpQuestion:
+    """The op-level question for one recorded aten call (see the module docstring); ``route``: the
+    router traced before it (``router_route``), which a grouped GEMM's experts follow."""
     aten = str(op["aten"])
     name = aten.rstrip("_") if aten.endswith("_") and not aten.startswith("_") else aten
     entries = list(op.get("inputs") or []) + list(op.get("outputs") or [])
@@ -275,6 +334,8 @@ def map_op(op: dict[str, Any]) -> OpQuestion:
         return OpQuestion(aten, "free", None, None, (), dtype, 0.0)
     if aten in GEMM_OPS or aten in BMM_OPS:
         return _gemm(op, dtype, moved)
+    if aten in GROUPED_GEMM_OPS:
+        return _grouped_gemm(op, dtype, moved, route)
     if aten in CONV_OPS:
         return _conv(op, dtype, moved)
     if aten in ATTENTION_OPS:
@@ -325,8 +386,11 @@ def program_ops(ops: list[dict[str, Any]]) -> ProgramOps:
         n_pycalls=sum(int(op.get("fns", 0)) for op in ops),
     )
     dtypes: Counter = Counter()
+    route: Route | None = None
     for op in ops:
-        question = map_op(op)
+        if op.get("aten") in ROUTER_OPS:
+            route = router_route(op) or route
+        question = map_op(op, route)
         if question.kind == "free":
             continue
         result.n_kernels += 1
