@@ -178,6 +178,8 @@ def unseen_gpu(
                 "l2_scores": transfer_model.meta.get("l2_scores"),
                 "overlap": transfer_model.overlap,
                 "overlap_scores": transfer_model.meta.get("overlap_scores"),
+                "elasticity": transfer_model.elasticity,
+                "elasticity_scores": transfer_model.meta.get("elasticity_scores"),
             }
         else:
             results.extend(score_held_gpu(model, store, held, specs[held], test_per_group))

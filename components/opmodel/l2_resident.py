@@ -110,14 +110,18 @@ def carry_times(
     l2_capacity: float | None,
     twins: bool = True,
     overlap: float | None = None,
+    elasticity: float | None = None,
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """The relative's time ``t_y`` carried to the asked GPU: (answer, the roofline-ratio answer, twin per
     row). ``t_X = t_Y * base_X / base_Y``, ``base`` the roofline time (its memory side served from the L2
     for the working set it holds: ``effective_us``, with a learned capacity; its two sides joined with the
-    family's learned ``overlap``) + the regime's floor."""
+    family's learned ``overlap``; the asked GPU's compute side restated by the regime's learned
+    ``elasticity``: ``pipe_elasticity``) + the regime's floor."""
+    from components.opmodel.pipe_elasticity import restated
     from components.opmodel.transfer import identical_pipe
 
     (roof_x, roof_y), (spec, other) = roofs, specs
+    roof_x = restated(roof_x, roof_y, elasticity)
     capacity = pair_capacity(l2_capacity, specs)
     eff_x, eff_y = (effective_us(r, s, capacity, overlap) for r, s in ((roof_x, spec), (roof_y, other)))
     by_ratio = t_y * (eff_x + floors[0]) / (eff_y + floors[1])

@@ -24,6 +24,7 @@ import numpy as np
 import pandas as pd
 
 from components.opmodel.l2_resident import carry_times, choose_capacity
+from components.opmodel.pipe_elasticity import choose_elasticity
 from components.opmodel.pipe_overlap import choose_overlap
 from components.opmodel.transfer import (
     CURVE_FAMILIES,
@@ -460,6 +461,7 @@ def fit_transfer(
     # the L2's usable share, chosen first: the other settings are chosen on answers carried with it
     model.l2_capacity, l2_scores = choose_capacity(groups, train, specs, model)
     model.overlap, overlap_scores = choose_overlap(groups, train, specs, model)  # carried with the L2
+    model.elasticity, elasticity_scores = choose_elasticity(groups, train, specs, model)  # and the overlap
     recarry(groups, specs, model)
     model.relative_error = relative_errors(groups, set(train))
     scores = {}
@@ -482,15 +484,16 @@ def fit_transfer(
     model.achievable = achievable_peaks(store, specs, memo=memo)  # per pipe and per (architecture, pipe)
     model.meta = {"devices": train, "pair_rows": per_group, "inner_scores": scores, "l2_scores": l2_scores}
     model.meta["overlap_scores"] = overlap_scores
+    model.meta["elasticity_scores"] = elasticity_scores
     return model
 
 
 def recarry(groups: list[PairGroup], specs: dict[str, Any], model: TransferModel) -> None:
     """Every carried answer of ``groups`` (carried with the DRAM alone) carried again with the model's L2
-    capacity and its families' overlap (in place; nothing to do without either)."""
+    capacity, its families' overlap and its regimes' elasticity (in place; nothing to do without any)."""
     from components.opmodel.spec import regime
 
-    if not model.l2_capacity and not model.overlap:
+    if not model.l2_capacity and not model.overlap and not model.elasticity:
         return
     for g in groups:
         if g.shape is None:
@@ -513,4 +516,5 @@ def recarry(groups: list[PairGroup], specs: dict[str, Any], model: TransferModel
                 model.l2_capacity,
                 True,
                 model.overlap.get(g.family),
+                model.elasticity.get(regime_key(g.family, g.dtype, None)),
             )
