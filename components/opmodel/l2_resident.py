@@ -110,15 +110,11 @@ def carry_times(
     l2_capacity: float | None,
     twins: bool = True,
     overlap: float | None = None,
-    beyond: bool = False,
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """The relative's time ``t_y`` carried to the asked GPU: (answer, the answer as a relative that is not
-    a twin carries it, twin per row). ``t_X = t_Y * base_X / base_Y``, ``base`` the roofline time (its
-    memory side served from the L2 for the working set it holds: ``effective_us``, with a learned capacity;
-    its two sides joined with the family's learned ``overlap``) + the regime's floor. ``beyond``: rows
-    memory-bound on the relative carry their time beyond its roofline at the clock ratio instead
-    (``beyond_carry``). The second value is what the fit's statistics and its correction read."""
-    from components.opmodel.beyond_carry import beyond_at_clock, clock_ratio
+    """The relative's time ``t_y`` carried to the asked GPU: (answer, the roofline-ratio answer, twin per
+    row). ``t_X = t_Y * base_X / base_Y``, ``base`` the roofline time (its memory side served from the L2
+    for the working set it holds: ``effective_us``, with a learned capacity; its two sides joined with the
+    family's learned ``overlap``) + the regime's floor."""
     from components.opmodel.transfer import identical_pipe
 
     (roof_x, roof_y), (spec, other) = roofs, specs
@@ -131,12 +127,8 @@ def carry_times(
     # memory-bound GEMMs this errs less than the ratio with the floor (bf16 7.3 -> 5.0%, fp8 10.1 -> 7.3%
     # from H200; 6.4 -> 5.5, 9.2 -> 8.1 from H100). A row faster than its roofline (L2-resident) keeps
     # the ratio
-    kept = same & (t_y >= eff_y)
-    carried = by_ratio
-    if beyond:
-        bound = roof_y.memory_us > roof_y.compute_us
-        carried = beyond_at_clock(t_y, by_ratio, (eff_x, eff_y), bound, clock_ratio(spec, other))
-    return np.where(kept, t_y + eff_x - eff_y, carried), carried, same
+    beyond = same & (t_y >= eff_y)
+    return np.where(beyond, t_y + eff_x - eff_y, by_ratio), by_ratio, same
 
 
 def choose_capacity(

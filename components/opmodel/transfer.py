@@ -121,9 +121,6 @@ class TransferModel:
     l2_capacity: float | None = None
     # family -> p joining the compute and memory sides of its carried ratio (``pipe_overlap``); absent: max
     overlap: dict[str, float] = field(default_factory=dict)
-    # the families whose memory-bound rows carry the time beyond the roofline at the clock ratio
-    # (``beyond_carry``); absent: the roofline ratio
-    beyond: list[str] = field(default_factory=list)
 
     def settings_of(self, family: str, near: bool = False) -> TransferSettings:
         """The family's settings for the asked GPU's standing in the regime (``near``: a relative of its
@@ -160,7 +157,6 @@ class TransferModel:
             "near_settings": {f: asdict(s) for f, s in self.near_settings.items()},
             "l2_capacity": self.l2_capacity,
             "overlap": self.overlap,
-            "beyond": self.beyond,
         }
         (Path(folder) / TRANSFER_FILE).write_text(json.dumps(data, indent=1, sort_keys=True))
 
@@ -185,7 +181,6 @@ class TransferModel:
             {f: TransferSettings.from_dict(s) for f, s in data.get("near_settings", {}).items()},
             None if data.get("l2_capacity") is None else float(data["l2_capacity"]),
             {f: float(p) for f, p in data.get("overlap", {}).items()},
-            [str(f) for f in data.get("beyond", [])],
         )
 
 
@@ -477,12 +472,7 @@ class TransferTier:
             self.model.floor_of(regime(family, dtype, other), other),
         )
         features = correction_features(roof_x, roof_y, spec, other)
-        carry = (
-            self.model.l2_capacity,
-            self.twins,
-            self.model.overlap.get(family),
-            family in self.model.beyond,
-        )
+        carry = (self.model.l2_capacity, self.twins, self.model.overlap.get(family))
         duration, by_ratio, same = l2_resident.carry_times(
             t_y, (roof_x, roof_y), (spec, other), floors, *carry
         )

@@ -23,7 +23,6 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from components.opmodel.beyond_carry import choose_beyond
 from components.opmodel.l2_resident import carry_times, choose_capacity
 from components.opmodel.pipe_overlap import choose_overlap
 from components.opmodel.transfer import (
@@ -461,7 +460,6 @@ def fit_transfer(
     # the L2's usable share, chosen first: the other settings are chosen on answers carried with it
     model.l2_capacity, l2_scores = choose_capacity(groups, train, specs, model)
     model.overlap, overlap_scores = choose_overlap(groups, train, specs, model)  # carried with the L2
-    model.beyond, beyond_scores = choose_beyond(groups, train, specs, model)  # with the L2 and overlap
     recarry(groups, specs, model)
     model.relative_error = relative_errors(groups, set(train))
     scores = {}
@@ -484,7 +482,6 @@ def fit_transfer(
     model.achievable = achievable_peaks(store, specs, memo=memo)  # per pipe and per (architecture, pipe)
     model.meta = {"devices": train, "pair_rows": per_group, "inner_scores": scores, "l2_scores": l2_scores}
     model.meta["overlap_scores"] = overlap_scores
-    model.meta["beyond_scores"] = beyond_scores
     return model
 
 
@@ -493,7 +490,7 @@ def recarry(groups: list[PairGroup], specs: dict[str, Any], model: TransferModel
     capacity and its families' overlap (in place; nothing to do without either)."""
     from components.opmodel.spec import regime
 
-    if not model.l2_capacity and not model.overlap and not model.beyond:
+    if not model.l2_capacity and not model.overlap:
         return
     for g in groups:
         if g.shape is None:
@@ -516,5 +513,4 @@ def recarry(groups: list[PairGroup], specs: dict[str, Any], model: TransferModel
                 model.l2_capacity,
                 True,
                 model.overlap.get(g.family),
-                g.family in model.beyond,
             )
