@@ -11,7 +11,8 @@ Usage (from the repository root):
       [--profiled DIR] (add the KernelBench problems kernelcast timed itself, e.g. profiled-data: the H200's
                        runs, as one more GPU; components.ingest.kernelbench_profiled, as the train stage)
       [--mass N]      (also rank the level's error mass by GPU, by term -- op GPU time vs time between the
-                       ops -- and by program, the top N programs; components.evaluation.kernelbench_mass)
+                       ops --, by module class (and class x GPU) and by program, the top N programs;
+                       components.evaluation.kernelbench_mass)
 """
 
 from __future__ import annotations

@@ -5,11 +5,14 @@ program model's answer and ``pred_ops``, the ops' GPU time inside that answer). 
 relative error is its error *mass*; the tables say which GPUs, which programs and which term of the answer
 carry it. The term is the one the answer is mostly made of: ``between ops`` (launch gaps and host dispatch:
 the ops' GPU time is under half the answer) or ``op GPU time``. A GPU's MAPE is its mass over its rows, so
-the GPU table also gives the per-GPU figure the bench reports.
+the GPU table also gives the per-GPU figure the bench reports. Programs also fall into module classes
+(``MODULE_CLASSES``, by name: cuDNN RNNs, RNN cells, MLPs, CNNs, mobile CNNs, attention, ...), tabled alone
+and as the median answer/measured per class and GPU (too fast below 1, too slow above).
 """
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 
 import numpy as np
@@ -18,6 +21,18 @@ import pandas as pd
 BETWEEN_OPS = "between ops"  # the answer is mostly time between the ops (host dispatch, launch gaps)
 OP_TIME = "op GPU time"  # the answer is mostly its ops' GPU time
 OPS_SHARE_SPLIT = 0.5  # ops' GPU time under this share of the answer: the row is host/launch-bound
+# A program's module class, from its name (first match): KernelBench level 3's kinds of whole model.
+MODULE_CLASSES: tuple[tuple[str, str], ...] = (
+    ("rnn (cuDNN LSTM/GRU)", r"LSTM|LTSM|GRU"),
+    ("rnn cell", r"VanillaRNN"),
+    ("attention", r"Transformer|Attention|MiniGPT|MinGPT|Swin"),
+    ("mlp", r"_MLP|ShallowWide|DeepNarrow"),
+    ("mobile cnn", r"MobileNet|EfficientNet|ShuffleNet|RegNet|SqueezeNet"),
+    ("cnn", r"ResNet|VGG|DenseNet|AlexNet|LeNet|GoogleNet|UNet"),
+    ("netvlad", r"NetVlad"),
+    ("mamba", r"Mamba"),
+)
+OTHER_CLASS = "other"
 REQUIRED = ("kernel_id", "device_id", "level", "duration_us", "pred_model", "pred_ops")
 
 
@@ -26,6 +41,16 @@ class ErrorMass:
     by_gpu: pd.DataFrame  # device_id: n, mape, mass_share, median_signed, between_ops_mass_share
     by_program: pd.DataFrame  # program: n_gpus, mape, mass_share, median_signed, ops_share
     by_term: pd.DataFrame  # term: n, mape, mass_share, median_signed
+    by_class: pd.DataFrame  # module class: n, mape, mass_share, median_signed, ops_share
+    class_by_gpu: pd.DataFrame  # module class x device_id: median predicted / measured
+
+
+def module_class(program: str) -> str:
+    """The module class of a program name (``MODULE_CLASSES``), ``other`` when none matches."""
+    for name, pattern in MODULE_CLASSES:
+        if re.search(pattern, program):
+            return name
+    return OTHER_CLASS
 
 
 def scored_rows(predictions: pd.DataFrame, level: str, programs: pd.Series | None = None) -> pd.DataFrame:
@@ -73,7 +98,12 @@ def error_mass(rows: pd.DataFrame) -> ErrorMass:
     by_program = _table(rows, "program", total).rename(columns={"n": "n_gpus"})
     by_program["ops_share"] = rows.groupby("program")["ops_share"].median()
     by_term = _table(rows, "term", total)
-    return ErrorMass(*(t.sort_values("mass_share", ascending=False) for t in (by_gpu, by_program, by_term)))
+    classes = rows.assign(module_class=rows["program"].map(module_class), ratio=rows["signed"] + 1.0)
+    by_class = _table(classes, "module_class", total)
+    by_class["ops_share"] = classes.groupby("module_class")["ops_share"].median()
+    ranked = (t.sort_values("mass_share", ascending=False) for t in (by_gpu, by_program, by_term, by_class))
+    grid = classes.pivot_table(index="module_class", columns="device_id", values="ratio", aggfunc="median")
+    return ErrorMass(*ranked, grid)
 
 
 def mass_lines(mass: ErrorMass, top: int = 15) -> list[str]:
@@ -82,8 +112,10 @@ def mass_lines(mass: ErrorMass, top: int = 15) -> list[str]:
     for title, table in (
         ("by GPU", mass.by_gpu),
         ("by term", mass.by_term),
+        ("by module class", mass.by_class),
+        ("median predicted / measured, module class x GPU:", mass.class_by_gpu),
         (f"by program (top {top})", mass.by_program.head(top)),
     ):
-        lines.append(f"error mass {title}:")
+        lines.append(title if title.endswith(":") else f"error mass {title}:")
         lines += table.round(3).to_string().splitlines()
     return lines

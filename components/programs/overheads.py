@@ -5,7 +5,8 @@
                                                              kinds the op engine answers: they stand)
     gpu_us = ops_us + w_lowpar * L + n_kernels * launch_us  (launch gaps, under-filled GPUs)
              + max(rnn_steps * step_us - S_rnn, 0)  (an RNN's time steps run one after another:
-                                                     the latency its op time does not already cover)
+                                                     the latency its op time does not already cover;
+                                                     not scaled with the host proxy)
     cpu_us = max(n_aten * framework_us - head, 0)           (eager PyTorch dispatch, per aten call; head:
                                                              host time a timing harness let pass before
                                                              its first event -- kernelcast's L2 flush)
@@ -16,11 +17,14 @@
 latency of one sequential RNN time step (cuDNN LSTM/GRU layers are latency-bound: their time barely moves
 with the GPU's FLOP rate, so a roofline-scaled efficiency is 3x too slow on a T4 and 3x too fast on an H100;
 measured, 5.5-14 us a step on every KernelBench GPU, T4 included, whose FP32 roofline is 3 us a step: no
-factor is learned on ``S_rnn``), ``framework_us`` the CPU cost of one aten call -- GPU and CPU overlap,
-hence the smooth maximum (``p``). ``r`` is a small gradient-boosted correction of the time *between* the
-ops, on transferable program features (time shares per kind, kernel counts, logs of times; never a device id
-or a raw peak). One total, never below the ops' GPU time by construction: the breakdown's op times (the
-basis scaled by ``eff_k``) sum to ``ops_us`` and everything learned on top of them is non-negative.
+factor is learned on ``S_rnn``; nor does the step follow the host proxy below: the measured step runs
+5.5-20.7 us with no trend in DRAM bandwidth -- H200 14.5, T4 9.8 -- so scaling it as launches are scaled
+made the fast-DRAM GPUs' RNNs too fast), ``framework_us`` the CPU cost of one aten call -- GPU and CPU
+overlap, hence the smooth maximum (``p``). ``r`` is a small gradient-boosted correction of the time
+*between* the ops, on transferable program features (time shares per kind, kernel counts, logs of times;
+never a device id or a raw peak). One total, never below the ops' GPU time by construction: the
+breakdown's op times (the basis scaled by ``eff_k``) sum to ``ops_us`` and everything learned on top of
+them is non-negative.
 
 Fitted on KernelBench timings of training GPUs only, one model per run config (eager, and each
 torch.compile mode as a separate target). Saved as one JSON file (LightGBM residuals as text).
@@ -109,7 +113,10 @@ class ConfigModel:
     # Extra CPU cost per call of some kinds, as log multipliers of framework_us: cuDNN convolutions
     # and cuBLAS calls choose algorithms and build descriptors on the host on every call.
     cpu_log: dict[str, float] = field(default_factory=dict)
-    step_us: float = 0.0  # one sequential RNN time step (x directions), scaled with the host like launches
+    step_us: float = 0.0  # one sequential RNN time step (x directions)
+    # whether ``step_us`` is scaled with the host proxy like launches: True only for a model saved before
+    # the step stood alone (its step_us was fitted that way); every fit sets False (see the docstring)
+    step_host: bool = True
     # Host time on top of the per-aten-call cost, per count of HOST_COUNTS (count column -> us); empty when
     # not learned (a model fitted before these counts existed)
     call_us: dict[str, float] = field(default_factory=dict)
@@ -153,7 +160,7 @@ class ConfigModel:
         if self.step_us and "rnn_steps" in frame.columns:
             # a step's latency and its share of the RNN op's time overlap: only the latency beyond the op's
             # own time is added (a slow-FP32 GPU's RNN is its op time, a fast one's its step latency)
-            steps = frame["rnn_steps"].to_numpy("float64") * self.step_us * host
+            steps = frame["rnn_steps"].to_numpy("float64") * self.step_us * (host if self.step_host else 1.0)
             rnn = frame["pred_rnn"].to_numpy("float64") * self.op_scale("rnn") if "pred_rnn" in frame else 0.0
             gpu = gpu + np.maximum(steps - rnn, 0.0)
         calls = frame["n_aten"].to_numpy("float64").copy()
@@ -197,6 +204,7 @@ class ConfigModel:
             "host_beta": self.host_beta,
             "cpu_log": self.cpu_log,
             "step_us": self.step_us,
+            "step_host": self.step_host,
             "call_us": self.call_us,
             "stands": self.stands,
             "q_log": self.q_log,
@@ -306,6 +314,7 @@ def _fit_parametric(frame: pd.DataFrame, target: np.ndarray, kinds: Sequence[str
             float(beta),
             cpu_log,
             step,
+            step_host=False,
             call_us={c: float(math.exp(v)) for c, v in costs},
         )
 

@@ -10,6 +10,7 @@ from components.evaluation.kernelbench_mass import (
     OP_TIME,
     error_mass,
     mass_lines,
+    module_class,
     scored_rows,
 )
 
@@ -59,3 +60,19 @@ def test_rows_that_are_not_the_bench_scored_rows_are_refused_by_name() -> None:
         scored_rows(_predictions().drop(columns="pred_ops"), "3")
     with pytest.raises(ValueError, match="no scored rows"):
         error_mass(scored_rows(_predictions(), "1"))
+
+
+def test_programs_fall_into_module_classes_whose_tables_add_up() -> None:
+    names = pd.Series({"mlp": "level3/1_MLP@v0.0", "resnet": "level3/10_ResNet101@v0.1+"})
+    mass = error_mass(scored_rows(_predictions(), "3", names))
+    assert mass.by_class.index.tolist() == ["mlp", "cnn"]  # ranked by their share of the mass
+    assert mass.by_class.loc["mlp", "mass_share"] == pytest.approx(1.5 / 1.6)
+    assert mass.class_by_gpu.loc["mlp", "a"] == pytest.approx(2.0)  # too slow on a, too fast on b
+    assert mass.class_by_gpu.loc["mlp", "b"] == pytest.approx(0.5)
+    assert [module_class(n) for n in ("level3/39_GRU@v0.0", "35_LTSM", "33_VanillaRNN", "Foo")] == [
+        "rnn (cuDNN LSTM/GRU)",
+        "rnn (cuDNN LSTM/GRU)",
+        "rnn cell",
+        "other",
+    ]
+    assert "module class x GPU" in "\n".join(mass_lines(mass))
