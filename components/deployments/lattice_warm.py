@@ -53,16 +53,19 @@ def warm_gemm_lattices(
     return asked
 
 
-def warm_site_tables(engines: Iterable[Any], dtypes: Sequence[str] = WARM_DTYPES) -> int:
-    """Build (and save, on a split store: ``store_cache.GroupFrames.table``) the measured tier's GEMM and
-    attention site tables of ``dtypes`` in each engine's store (``OpEngine.measured``); how many."""
+def warm_site_tables(
+    engines: Iterable[Any], families: Sequence[str] = ("attention",), dtypes: Sequence[str] = WARM_DTYPES
+) -> int:
+    """Build (and save, on a split store: ``store_cache.GroupFrames.table``) the measured tier's site tables
+    of ``families`` and ``dtypes`` in each engine's store (``OpEngine.measured``); how many. The GEMM
+    tables a rank reads are built by the GEMM lattices' own questions (``warm_gemm_lattices``)."""
     built = 0
     for engine in engines:
         measured = getattr(engine, "measured", None)
         if measured is None:
             continue
         for family, device, dtype, kv_dtype in list(measured.groups):
-            if family in ("gemm", "attention") and dtype in dtypes:
+            if family in families and dtype in dtypes:
                 measured.table(family, device, dtype, kv_dtype)
                 built += 1
     return built

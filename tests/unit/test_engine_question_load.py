@@ -225,7 +225,7 @@ def test_a_warmed_state_answers_from_the_lattices_a_question_builds(
     afresh = _ask(on_demand, "bf16")
 
     warmed = OpEngine.load(trained, tmp_path / "warmed")
-    assert warm_site_tables([warmed]) >= 1  # the measured H100's GEMM tables
+    assert warm_site_tables([warmed], ("gemm",)) >= 1  # the measured H100's GEMM tables (its only family)
     asked = warm_gemm_lattices(engine_op_time(warmed), specs, ("bf16",))
     fns = sum(len(gemm_lattice_fns(engine_op_time(warmed), spec)) for spec in specs)
     assert fns >= len(WARM_GPUS) + 2  # the measured H100: one per serving engine
