@@ -7,6 +7,9 @@ Without this, the first question on a fresh state made them: about 10 of its 13 
 MLflow, LightGBM and scikit-learn, and reading the whole store), where a later question takes 1-3;
 and each process read the serving frameworks' rows whole again. ``promote`` (and
 ``--rollback``) prepare the champion they set, so the pipeline's state answers its first question warm.
+It also saves what every deployment question reads whatever the model: the GEMM lattices of each catalog
+GPU and serving engine and the measured attention site tables (``deployments.lattice_warm``: about 6 of
+a first whole-catalog ``rank --llm``'s 25 CPU-s).
 Nothing here changes an answer: the same files would be made by that first question.
 """
 
@@ -14,14 +17,17 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 
 @dataclass(frozen=True)
 class Prepared:
-    """The local copy made ready, and whether its op engine's store was split (None: no op engine)."""
+    """The local copy made ready, whether its op engine's store was split (None: no op engine), and how
+    many GEMM lattices were made or found for the first question (``warm_lattices``)."""
 
     folder: Path
     split: bool | None
+    lattices: int = 0
 
 
 def prepare_version(name: str, version: str, tracking_uri: str | None = None) -> Prepared:
@@ -41,4 +47,20 @@ def prepare_version(name: str, version: str, tracking_uri: str | None = None) ->
     for name in ENGINES:  # each serving engine's own kernels, split beside the pooled groups
         engine.for_framework(name)
     measured = getattr(engine, "measured", None)
-    return Prepared(folder, measured is not None and hasattr(measured.groups, "files"))
+    lattices = warm_lattices(engine)
+    return Prepared(folder, measured is not None and hasattr(measured.groups, "files"), lattices)
+
+
+def warm_lattices(engine: Any) -> int:
+    """The GEMM lattices of every catalog GPU and serving engine and the measured attention tables, saved
+    for the first question (``deployments.lattice_warm``); the number of lattices made or found (0: an
+    engine that saves none)."""
+    if getattr(engine, "lattices", None) is None:
+        return 0
+    from components.deployments.engines.registry import ENGINES
+    from components.deployments.lattice_warm import warm_gemm_lattices, warm_site_tables
+    from components.deployments.ops import engine_op_time
+    from components.devices import load_catalog
+
+    warm_site_tables([engine, *(engine.for_framework(name) for name in sorted(ENGINES))])
+    return warm_gemm_lattices(engine_op_time(engine), load_catalog().all())

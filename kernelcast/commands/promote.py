@@ -107,6 +107,8 @@ def _prepare(name: str, version: str | None, tracking_uri: str) -> None:
         typer.echo(f"{name} v{version}: local copy not prepared ({exc}); the first question makes it")
         return
     split = "" if prepared.split is None else ("; op engine store split" if prepared.split else "")
+    if prepared.lattices:
+        split += f"; {prepared.lattices} GEMM lattices saved"
     typer.echo(f"{name} v{version}: ready to answer from {prepared.folder}{split}")
 
 

@@ -3,16 +3,19 @@ AIConfigurator table: the monotone envelope's lattices saved across processes
 (``components/opmodel/lattice_cache.py``) answer the same, to the last bit, through lattices the engine built,
 lattices another engine saved, and no saved lattice at all, and a changed calibration or serving framework
 names other files; the measured tier's site search (``components/opmodel/site_search.py``) answers the same by
-distance matrix and by k-d tree."""
+distance matrix and by k-d tree; the GEMM lattices and site tables promotion makes for the first question
+(``components/deployments/lattice_warm.py``) are the ones that question builds on demand, and are read."""
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import numpy as np
 import pytest
 
-DATASETS = Path(__file__).resolve().parents[2].parent / "shared" / "datasets"
+_SHARED = Path(__file__).resolve().parents[2].parent / "shared" / "datasets"
+DATASETS = Path(os.environ.get("KERNELCAST_DATASETS_DIR", _SHARED))
 AIC_TABLE = "aic-core/src/aiconfigurator_core/systems/data/h100_sxm/gemm/vllm/0.24.0/gemm_perf.parquet"
 # (GPU, dtype, shape): the measured GPU and an unmeasured one, a dtype it did not measure, a batched product
 QUESTIONS = [
@@ -174,3 +177,84 @@ def test_a_question_codes_its_labels_as_pandas_factorize_does(labels: list) -> N
     assert codes.dtype == want_codes.dtype and np.array_equal(codes, want_codes)
     assert uniques.dtype == object and list(map(str, uniques)) == list(map(str, want_uniques))
     assert is_categorical(pd.Categorical(labels)) and not is_categorical(np.array(labels, dtype=object))
+
+
+# the GEMM lattices and site tables promotion makes (``deployments/lattice_warm.py``): a 70B step model's
+# linear lines at TP 4 (QKV, O, up-gate, down) and the LM head over a few token counts, on the measured GPU
+# (one lattice per serving engine) and a transferred one
+WARM_GPUS = ("h100-sxm", "h200")
+TOKENS = np.array([1.0, 7.0, 64.0, 512.0, 2048.0, 8192.0])
+LINES = [(2560.0, 8192.0), (8192.0, 2048.0), (14336.0, 8192.0), (8192.0, 7168.0), (32064.0, 8192.0)]
+
+
+def _question() -> dict[str, np.ndarray]:
+    m = np.repeat(TOKENS, len(LINES))
+    n, k = (np.tile([line[i] for line in LINES], len(TOKENS)) for i in (0, 1))
+    return {"M": m, "N": n, "K": k}
+
+
+def _ask(engine, dtype: str) -> list[tuple[np.ndarray, dict]]:
+    """The question on every GPU through each op-time function a step model would use there: the
+    answers, and the lattices each function's engine holds afterwards."""
+    from components.deployments.lattice_warm import gemm_lattice_fns
+    from components.deployments.ops import engine_op_time
+    from components.devices.catalog import load_catalog
+
+    op_time, out = engine_op_time(engine), []
+    for gpu in WARM_GPUS:
+        spec = load_catalog().get(gpu)
+        for fn in gemm_lattice_fns(op_time, spec):
+            out.append(np.asarray(fn("gemm", dtype, _question(), spec).duration_us))
+    return out
+
+
+def test_a_warmed_state_answers_from_the_lattices_a_question_builds(
+    trained: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """What promotion saves is, to the bit, what the question builds on demand, and a later engine on the
+    same cache reads every lattice and site table instead of building one."""
+    from components.deployments.lattice_warm import gemm_lattice_fns, warm_gemm_lattices, warm_site_tables
+    from components.deployments.ops import engine_op_time
+    from components.devices.catalog import load_catalog
+    from components.opmodel import envelope, measured
+    from components.opmodel.engine import OpEngine
+    from components.opmodel.lattice_cache import LATTICES_DIR
+
+    specs = [load_catalog().get(gpu) for gpu in WARM_GPUS]
+    on_demand = OpEngine.load(trained, tmp_path / "on-demand")  # no warming: the question builds them
+    afresh = _ask(on_demand, "bf16")
+
+    warmed = OpEngine.load(trained, tmp_path / "warmed")
+    assert warm_site_tables([warmed], ("gemm",)) >= 1  # the measured H100's GEMM tables (its only family)
+    asked = warm_gemm_lattices(engine_op_time(warmed), specs, ("bf16",))
+    fns = sum(len(gemm_lattice_fns(engine_op_time(warmed), spec)) for spec in specs)
+    assert fns >= len(WARM_GPUS) + 2  # the measured H100: one per serving engine
+    assert asked == fns
+    files = sorted((tmp_path / "warmed" / LATTICES_DIR).glob("*.npy"))
+    # every lattice the warming saved is, to the bit, the one the question built on demand
+    built = sorted((tmp_path / "on-demand" / LATTICES_DIR).glob("*.npy"))
+    assert [f.name for f in files] == [f.name for f in built]
+    for one, two in zip(files, built, strict=True):
+        assert np.array_equal(np.load(one), np.load(two), equal_nan=True), one.name
+
+    def no_build(*args: object, **kwargs: object) -> None:
+        raise AssertionError("built again: the warmed state should have been read")
+
+    monkeypatch.setattr(envelope, "running_max", no_build)  # every lattice read from disk
+    monkeypatch.setattr(measured.SiteTable, "__init__", no_build)  # every site table read from disk
+    later = OpEngine.load(trained, tmp_path / "warmed")  # the first question's process
+    for fresh, read in zip(afresh, _ask(later, "bf16"), strict=True):
+        assert np.array_equal(fresh, read)
+    assert sorted((tmp_path / "warmed" / LATTICES_DIR).glob("*.npy")) == files
+
+
+def test_a_gpu_without_its_own_kernels_reads_the_pooled_lattice_only(trained: Path) -> None:
+    from components.deployments.engines.registry import ENGINES
+    from components.deployments.lattice_warm import gemm_lattice_fns
+    from components.deployments.ops import engine_op_time
+    from components.devices.catalog import load_catalog
+    from components.opmodel.engine import OpEngine
+
+    op_time = engine_op_time(OpEngine.load(trained))
+    assert gemm_lattice_fns(op_time, load_catalog().get("h200")) == [op_time]
+    assert len(gemm_lattice_fns(op_time, load_catalog().get("h100-sxm"))) == len(ENGINES)
