@@ -34,3 +34,31 @@ def test_passive_waiting_fits_the_same_booster() -> None:
     spinning, passive = _fit(None), _fit(OPENMP_ENV["OMP_WAIT_POLICY"])
     assert "Tree=39" in passive  # 40 trees were fitted
     assert passive == spinning
+
+
+SVD = """
+import numpy as np
+from scipy.linalg import svd
+rng = np.random.default_rng(11)
+j = rng.normal(size=(3000, 28))  # the program model's least-squares Jacobian's size: OpenBLAS uses 2 threads
+u, s, vt = svd(j, full_matrices=False)
+print(np.concatenate([u.ravel(), s, vt.ravel(), (j.T @ j).ravel()]).tobytes().hex())
+"""
+
+
+def _blas(timeout: str | None) -> str:
+    env = {k: v for k, v in os.environ.items() if k != "OPENBLAS_THREAD_TIMEOUT"}
+    env["OPENBLAS_NUM_THREADS"] = "2"  # the two threads whose waiting differs, whatever the test machine has
+    if timeout:
+        env["OPENBLAS_THREAD_TIMEOUT"] = timeout
+    done = subprocess.run([sys.executable, "-c", SVD], env=env, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    return done.stdout
+
+
+def test_openblas_threads_that_sleep_at_once_compute_the_same_bits() -> None:
+    from components.platform.runtime import OPENMP_ENV
+
+    spinning, sleeping = _blas(None), _blas(OPENMP_ENV["OPENBLAS_THREAD_TIMEOUT"])
+    assert len(sleeping) > 100_000  # the arrays were printed
+    assert sleeping == spinning
