@@ -19,13 +19,18 @@ print(booster.model_to_string())
 """
 
 
-def _fit(policy: str | None) -> str:
-    env = {k: v for k, v in os.environ.items() if k != "OMP_WAIT_POLICY"}
-    if policy:
-        env["OMP_WAIT_POLICY"] = policy
-    done = subprocess.run([sys.executable, "-c", FIT], env=env, capture_output=True, text=True, timeout=120)
+def _run(code: str, variable: str, value: str | None, **extra: str) -> str:
+    """stdout of ``code`` in a fresh process with ``variable`` set to ``value`` (unset: None)."""
+    env = {k: v for k, v in os.environ.items() if k != variable} | extra
+    if value:
+        env[variable] = value
+    done = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr
     return done.stdout
+
+
+def _fit(policy: str | None) -> str:
+    return _run(FIT, "OMP_WAIT_POLICY", policy)
 
 
 def test_passive_waiting_fits_the_same_booster() -> None:
@@ -47,13 +52,8 @@ print(np.concatenate([u.ravel(), s, vt.ravel(), (j.T @ j).ravel()]).tobytes().he
 
 
 def _blas(timeout: str | None) -> str:
-    env = {k: v for k, v in os.environ.items() if k != "OPENBLAS_THREAD_TIMEOUT"}
-    env["OPENBLAS_NUM_THREADS"] = "2"  # the two threads whose waiting differs, whatever the test machine has
-    if timeout:
-        env["OPENBLAS_THREAD_TIMEOUT"] = timeout
-    done = subprocess.run([sys.executable, "-c", SVD], env=env, capture_output=True, text=True, timeout=120)
-    assert done.returncode == 0, done.stderr
-    return done.stdout
+    # two threads (whose waiting differs) whatever the test machine has
+    return _run(SVD, "OPENBLAS_THREAD_TIMEOUT", timeout, OPENBLAS_NUM_THREADS="2")
 
 
 def test_openblas_threads_that_sleep_at_once_compute_the_same_bits() -> None:
