@@ -115,6 +115,21 @@ def knn_from_similarities(
 KNN_COLUMNS = ("k_nn1_label", "k_nn1_sim", "k_nn_label", "k_nn_sim")
 
 
+def knn_key(
+    query: list[str], query_programs: list[str], texts: list[str], labels: list[int], programs: list[str]
+) -> str:
+    """A digest of everything ``knn_inputs`` reads (the TF-IDF is fitted on ``texts``): the memo's key."""
+    import hashlib
+
+    digest = hashlib.sha256()
+    for part in (query, query_programs, texts, programs):
+        digest.update(f"{len(part)}\x1e".encode())
+        for item in part:
+            digest.update(item.encode("utf-8", "surrogatepass") + b"\x1f")
+    digest.update(np.asarray(labels, dtype="int64").tobytes())
+    return digest.hexdigest()
+
+
 def _column_reader(features: pd.DataFrame | list[dict]) -> tuple[int, Any]:
     """(rows, column name -> float64 array, NaN where absent) of a feature frame or a list of row dicts."""
     if isinstance(features, list):
@@ -142,6 +157,9 @@ class RooflineClassModel:
     # The folder whose numpy TF-IDF and flat trees (roofline_class_native) answer questions, when complete.
     _native_dir: Path | None = None
     _native: dict[str, Any] = field(default_factory=dict)
+    # kNN inputs already computed, keyed by the content they come from (``knn_key``): the cross-validation's
+    # candidates share one per fold (the kNN inputs read the fold's texts, labels and programs, no parameter)
+    _knn_memo: dict[str, np.ndarray] | None = None
 
     def _lgbm(self) -> Any:
         if self.booster is None and self._booster_text:
@@ -176,16 +194,7 @@ class RooflineClassModel:
                 sims = self._native_part("tfidf").similarities(query)
                 knn = knn_from_similarities(sims, query_programs, np.asarray(self.labels), self.programs)
             else:
-                if self._vectorizer is None:
-                    self._vectorizer = _vectorizer().fit(self.texts)
-                knn = knn_inputs(
-                    query,
-                    query_programs,
-                    self.texts,
-                    np.asarray(self.labels),
-                    self.programs,
-                    self._vectorizer,
-                )
+                knn = self._fitted_knn(query, query_programs)
             extra = {name: knn[:, i] for i, name in enumerate(KNN_COLUMNS)}
         return _squash(
             np.column_stack(
@@ -194,6 +203,21 @@ class RooflineClassModel:
                 else np.empty((n, 0))
             )
         )
+
+    def _fitted_knn(self, query: list[str], query_programs: list[str]) -> np.ndarray:
+        """``knn_inputs`` of ``query`` against this model's kNN memory (its TF-IDF fitted on first use), read
+        from ``_knn_memo`` where the same content was computed before."""
+        key = knn_key(query, query_programs, self.texts, self.labels, self.programs)
+        if self._knn_memo is not None and key in self._knn_memo:
+            return self._knn_memo[key].copy()
+        if self._vectorizer is None:
+            self._vectorizer = _vectorizer().fit(self.texts)
+        knn = knn_inputs(
+            query, query_programs, self.texts, np.asarray(self.labels), self.programs, self._vectorizer
+        )
+        if self._knn_memo is not None:
+            self._knn_memo[key] = knn.copy()
+        return knn
 
     def fit(
         self, features: pd.DataFrame, labels: pd.Series, texts: list[str], programs: list[str]
@@ -359,6 +383,7 @@ def cross_validate(
     params: ClassParams,
     folds: int = CV_FOLDS,
     repeats: int = CV_REPEATS,
+    knn_memo: dict[str, np.ndarray] | None = None,
 ) -> float:
     """Mean balanced accuracy of repeated GroupKFold by program on the given (train-side) rows.
 
@@ -377,7 +402,7 @@ def cross_validate(
         groups = unit_hash(pd.Series(progs), f"roofline-class-cv-{repeat}")
         pred = np.zeros(len(y), dtype="int64")
         for train_idx, test_idx in GroupKFold(n_splits=folds).split(progs, y, np.asarray(groups)):
-            model = RooflineClassModel(params=params).fit(
+            model = RooflineClassModel(params=params, _knn_memo=knn_memo).fit(
                 features.iloc[train_idx],
                 labels.iloc[train_idx],
                 [texts[i] for i in train_idx],
@@ -399,7 +424,11 @@ def select_params(
     candidates: tuple[ClassParams, ...] = CANDIDATES,
 ) -> tuple[ClassParams, dict[str, Any]]:
     """The candidate with the best cross-validated balanced accuracy on the train side (PROTOCOL)."""
-    results = [(cross_validate(features, labels, programs, texts, p), i, p) for i, p in enumerate(candidates)]
+    memo: dict[str, np.ndarray] = {}  # one fold's kNN inputs serve every candidate that reads them
+    results = [
+        (cross_validate(features, labels, programs, texts, p, knn_memo=memo), i, p)
+        for i, p in enumerate(candidates)
+    ]
     results.sort(key=lambda r: (-round(r[0], 3), r[1]))  # ties: the simpler (earlier) candidate
     best_score, _, best = results[0]
     record = {

@@ -41,7 +41,11 @@ TELEMETRY_OFF: dict[str, str] = {
 # beside the tabular fit in train, beside the candidate's splits in evaluate): the same spec fit took 24.1 s
 # CPU spinning and 2.9 s passive at load 12, the same booster bit for bit (docs/pipeline-time.md). Read when
 # a process loads its OpenMP runtime: set before any heavy import, inherited by children, given to Ray.
-OPENMP_ENV: dict[str, str] = {"OMP_WAIT_POLICY": "PASSIVE"}
+# OpenBLAS (numpy's and scipy's BLAS/LAPACK, 2 threads here) has its own pool: after each call its threads
+# spin 2**28 cycles (~0.1 s) before they sleep; OPENBLAS_THREAD_TIMEOUT=4 (2**4 cycles, its minimum) lets them
+# sleep at once. The same thread count and split of the work, so the same results bit for bit: a 2,773 x 28
+# SVD (the program model's least squares) took 88-127 ms CPU spinning at load 30, 11 ms with it.
+OPENMP_ENV: dict[str, str] = {"OMP_WAIT_POLICY": "PASSIVE", "OPENBLAS_THREAD_TIMEOUT": "4"}
 
 
 def configure_environment(settings: Settings) -> None:

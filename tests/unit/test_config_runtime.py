@@ -154,6 +154,7 @@ def test_local_ray_kwargs_pin_one_thread_and_the_state_folder(
     env = kwargs["runtime_env"]["env_vars"]
     assert env["OMP_NUM_THREADS"] == "1" and env["RAY_USAGE_STATS_ENABLED"] == "0"
     assert env["OMP_WAIT_POLICY"] == "PASSIVE"  # workers' OpenMP sleeps at barriers, never spins
+    assert env["OPENBLAS_THREAD_TIMEOUT"] == "4"  # and OpenBLAS's threads sleep right after a call
     assert env["PREFECT_API_URL"] == "http://127.0.0.1:4200/api"
     assert kwargs["num_cpus"] == 2 and kwargs["include_dashboard"] is False
     assert kwargs["_temp_dir"] == str(Settings().ray_tmpdir)  # <state>/ray, or a short one (AF_UNIX limit)
@@ -184,8 +185,10 @@ def test_configure_environment_creates_the_state_folders(
     for key in ("RAY_TMPDIR", "PREFECT_HOME", "RAY_AUTH_MODE", "DO_NOT_TRACK", "MLFLOW_TRACKING_URI"):
         monkeypatch.delenv(key, raising=False)
     monkeypatch.delenv("OMP_WAIT_POLICY", raising=False)
+    monkeypatch.delenv("OPENBLAS_THREAD_TIMEOUT", raising=False)
     settings = Settings()
     configure_environment(settings)
+    assert os.environ["OPENBLAS_THREAD_TIMEOUT"] == "4"
     assert settings.ray_tmpdir.is_dir() and settings.prefect_home.is_dir()
     assert os.environ["RAY_TMPDIR"] == str(settings.ray_tmpdir) and os.environ["RAY_AUTH_MODE"] == "disabled"
     assert os.environ["DO_NOT_TRACK"] == "1"
