@@ -58,13 +58,31 @@ def host_functions(text: str) -> list[HostFunction]:
 
 
 def _call_site(text: str, mask: bytearray, fn: HostFunction) -> int | None:
-    """The '(' of the first call of ``fn`` outside its own definition (template arguments allowed)."""
+    """The '(' of the first call of ``fn`` outside its own definition (template arguments allowed).
+    A declaration is no call: ``long reference(const int repeat, ...);`` (a type word before the name)."""
     pattern = re.compile(r"(?<![\w.>])" + re.escape(fn.name) + r"\s*(?:<[^;(){}]*?>)?\s*\(")
     for m in pattern.finditer(text):
-        if not mask[m.start()] or fn.head <= m.start() <= fn.end:
+        if not mask[m.start()] or fn.head <= m.start() <= fn.end or _declared(text, mask, m.start()):
             continue
         return m.end() - 1
     return None
+
+
+def _declared(text: str, mask: bytearray, at: int) -> bool:
+    """Whether the name at ``at`` is declared there, not called: a type word (``long f(``), or a type
+    word and ``*``/``&`` (``float *f(``), right before it, comments skipped."""
+    lo = max(0, at - 200)
+    before = "".join(c if mask[lo + i] else " " for i, c in enumerate(text[lo:at]))
+    m = re.search(r"(?:^|[^\w\s])?\s*\b([A-Za-z_]\w*)\s*[*&]*\s*$", before)
+    if m is None or m.group(1) in _CALL_WORDS:
+        return False
+    if not before.rstrip().endswith(("*", "&")):
+        return True
+    # `a * f(x)` is a product; `float *f(` a declaration: a type word leads the statement
+    return re.search(r"(?:^|[;{}])\s*(?:const\s+)?[A-Za-z_][\w:<>]*\s*[*&]+\s*$", before) is not None
+
+
+_CALL_WORDS = frozenset({"return", "else", "case", "do", "throw", "co_return", "new", "delete", "goto"})
 
 
 def host_locals(
