@@ -138,3 +138,24 @@ int main() { test<float>(5); }
     assert REGISTER_SHIM not in prepare_source("__global__ void k(float *x) { x[0] = 1; }").text
     report = analyze_source(source, name="t.cu", use_cache=False)
     assert [k.instance for k in report.kernels] == ["add<float>"]
+
+
+def test_host_declarations_nvrtc_refuses_are_dropped_and_device_errors_stand() -> None:
+    import pytest
+
+    from components.features.static.analyze import analyze_source
+    from components.features.static.compile import CompileError
+    from components.features.static.prune import prune_failing
+
+    host_class = """
+using namespace std;
+class Report { public: void print(string title, ostream &out); int rows; };
+__global__ void twice(float *x) { x[threadIdx.x] *= 2.0f; }
+"""
+    report = analyze_source(host_class, name="t.cu", use_cache=False)
+    assert [k.short_name for k in report.kernels] == ["twice"]
+    broken = "__global__ void twice(float *x) { x[threadIdx.x] = not_declared(x); }\n"
+    with pytest.raises(CompileError, match="not_declared"):
+        analyze_source(broken, name="t.cu", use_cache=False)
+    prepared = "prelude\n#line 1\n" + broken
+    assert prune_failing(prepared, 't.cu(1): error: identifier "not_declared" is undefined') is None
