@@ -159,3 +159,21 @@ __global__ void twice(float *x) { x[threadIdx.x] *= 2.0f; }
         analyze_source(broken, name="t.cu", use_cache=False)
     prepared = "prelude\n#line 1\n" + broken
     assert prune_failing(prepared, 't.cu(1): error: identifier "not_declared" is undefined') is None
+
+
+def test_a_local_handed_over_by_address_is_unknown_after_the_call() -> None:
+    from components.evaluation.gpuflopbench_flops import host_args
+
+    text = """
+__global__ void fan1(float *m, int size, int t) { for (int i = 0; i < size; i++) m[i] += t; }
+void ForwardSub(float *m, int size) {
+  for (int t = 0; t < size - 1; t++) fan1<<<16, 256>>>(m, size, t);
+}
+int main(int argc, char *argv[]) {
+  int size = -1;
+  if (parseCommandline(argc, argv, &size)) { return 0; }
+  ForwardSub(m, size);
+}
+"""
+    assert "size" not in host_args(text, "fan1", ["-s", "4096"])  # not the -1 the parser overwrote
+    assert host_args(text.replace("&size", "&other"), "fan1", ["-s", "4096"])["size"] == -1

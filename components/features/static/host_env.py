@@ -97,7 +97,7 @@ def host_locals(
     sets (``p__k`` for ``p.k``; ``structs``, static.host_structs, default: those ``text`` defines). With
     ``assignments``, also plain assignments to declared integers and constant arrays' elements
     (static.host_assign)."""
-    from components.features.static.host_assign import array_events, assignment_events
+    from components.features.static.host_assign import address_events, array_events, assignment_events
     from components.features.static.host_loops import loop_exit_events
     from components.features.static.host_structs import struct_events, struct_fields
 
@@ -108,7 +108,7 @@ def host_locals(
     events = [(m.start(), m.group(1), (split_args(m.group(2)) or [""])[0]) for m in pattern.finditer(text)]
     events += struct_events(text, struct_fields(text) if structs is None else structs)
     if assignments:
-        events += assignment_events(text) + array_events(text) + loop_exit_events(text)
+        events += assignment_events(text) + array_events(text) + loop_exit_events(text) + address_events(text)
     for _, name, expr in sorted(events, key=lambda e: e[0]):
         try:
             env[name] = evaluate(expr, dict(env), macros)
