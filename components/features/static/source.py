@@ -171,11 +171,12 @@ _TYPEDEF_RE = re.compile(
 _HOST_PROTOTYPE_RE = re.compile(
     r"^(?![^(]*__(?:device|global|host)__)[^=(;]*\b[A-Za-z_]\w*\s*\([^;]*\)\s*(?:const\s*)?;\s*$"
 )
-# a global variable with a braced initialiser and no device storage class: device code cannot read it (a
-# `const`/`constexpr` one it can, as a constant, so those stay)
+# a static or struct-typed global with a braced initialiser and no device storage class: device code cannot
+# read it (a `const`/`constexpr` one it can, as a constant, so those stay; a plain `float4 g = {...}` the
+# splitter may meet inside a body it did not take for a function is left alone)
 _HOST_GLOBAL_RE = re.compile(
     r"^(?!.*\b(?:__device__|__constant__|__managed__|__shared__|const|constexpr|typedef|using|enum)\b)"
-    r"[^(){}]*\b[A-Za-z_]\w*\s*(?:\[[^\]]*\]\s*)*=\s*$",
+    r"(?=.*\b(?:static|struct)\b)[^(){}]*\b[A-Za-z_]\w*\s*(?:\[[^\]]*\]\s*)*=\s*$",
     re.S,
 )
 _KEYWORDS_NOT_NAMES = {
