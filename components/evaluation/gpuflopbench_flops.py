@@ -5,8 +5,10 @@ source_predict) on the RTX 3080 with its profiled grid and block. Its scalar arg
 the program's own launch site: the call's argument expressions evaluated with the file's macros
 and the host's integer locals in textual order -- through host helpers: a helper's parameters are
 bound to the arguments of its first call (``components.features.static.host_env``) --,
-``atoi(argv[k])`` and friends replaced by the recorded arguments, and so are ``getopt`` options
-(``components.features.static.host_options``) (a deliberately simple host
+``atoi(argv[k])`` and friends replaced by the recorded arguments (``sscanf(argv[k], "%d", &n)`` as an
+assignment), and so are ``getopt``/``getopt_long`` options (``components.features.static.host_options``);
+when the kernel's file has no ``main``, the program's file that has one is read after it (``main_file_text``:
+``main.cpp`` calling the helper in ``kernels.cu`` that launches the kernel) (a deliberately simple host
 reading: scopes and control flow are ignored, so an argument it cannot evaluate stays unknown and
 its loops fall back, as the answer says).
 The profiled FLOPs are ``(spPerf + dpPerf) * xtime`` (no half precision: the counted FLOPs compared
@@ -25,12 +27,20 @@ from typing import Any
 _ARGV_RE = re.compile(
     r"\b(?:std\s*::\s*)?(?:atoi|atol|atoll|atof|stoi|stol|stoul|strtol|strtoul)\s*\(\s*argv\s*\[\s*(\d+)\s*\][^)]*\)"
 )
+# sscanf(argv[k], "%d", &n): an assignment of the recorded argument, where it stands
+_SSCANF_RE = re.compile(
+    r'\bsscanf\s*\(\s*argv\s*\[\s*(\d+)\s*\]\s*,\s*"%l?[dfgiu]"\s*,\s*&\s*([A-Za-z_]\w*)\s*\)'
+)
 _STRCMP_RE = re.compile(r'\bstrcmp\s*\(\s*argv\s*\[\s*(\d+)\s*\]\s*,\s*"([^"\\]*)"\s*\)')
+_MAIN_RE = re.compile(r"\bint\s+main\s*\(")
+_HOST_SUFFIXES = (".cu", ".cpp", ".cc", ".cxx", ".c")
 _LAUNCH_CALL = r"\b{name}\s*(?:<[^;]*?>)?\s*<<<[^;]*?>>>\s*\("
 
 
-def host_args(text: str, kernel: str, exe_args: list[str]) -> dict[str, float]:
-    """Kernel scalar arguments at the first launch site of ``kernel`` that the host makes known."""
+def host_args(text: str, kernel: str, exe_args: list[str], main_text: str = "") -> dict[str, float]:
+    """Kernel scalar arguments at the first launch site of ``kernel`` that the host makes known.
+    ``main_text``: the program's ``main`` when another file holds it (it calls the helper that
+    launches the kernel); read after ``text``, for the host values only."""
     from components.features.static.host_env import env_at, members
     from components.features.static.host_options import apply_getopt
     from components.features.static.loops import (
@@ -50,7 +60,12 @@ def host_args(text: str, kernel: str, exe_args: list[str]) -> dict[str, float]:
         k = int(m.group(1))
         return str(int(exe_args[k - 1] != m.group(2))) if 0 < k <= len(exe_args) else m.group(0)
 
-    host = _STRCMP_RE.sub(compare, _ARGV_RE.sub(argv, text))
+    def scan(m: re.Match[str]) -> str:
+        k = int(m.group(1))
+        return f"({m.group(2)} = {exe_args[k - 1]})" if 0 < k <= len(exe_args) else m.group(0)
+
+    host = f"{text}\n{main_text}" if main_text else text
+    host = _STRCMP_RE.sub(compare, _ARGV_RE.sub(argv, _SSCANF_RE.sub(scan, host)))
     host = apply_getopt(host, exe_args)  # getopt options as recorded, too
     # the recorded command line's argument count: ``if (argc == 3) { n = atoi(argv[1]); }`` is taken
     host = re.sub(r"\bargc\b", str(len(exe_args) + 1), host)
@@ -104,6 +119,27 @@ def kernel_file_text(root: Path, program: str, kernel: str) -> str | None:
     return None
 
 
+def main_file_text(root: Path, program: str, text: str) -> str:
+    """The program's file that defines ``main`` (its quoted includes inlined) when the kernel's
+    translation unit ``text`` does not: there the recorded arguments are read and handed to the host
+    helper that launches the kernel (``main.cpp`` -> ``mv_dense_parallel(...)`` in ``kernels.cu``).
+    Empty when ``text`` has its own ``main`` or no file has one."""
+    from components.features.static.source import PreparedSource, code_mask, inline_includes
+
+    def has_main(t: str) -> bool:
+        mask = code_mask(t)
+        return any(mask[m.start()] for m in _MAIN_RE.finditer(t))
+
+    folder = root / "src" / program
+    if has_main(text) or not folder.is_dir():
+        return ""
+    for path in sorted(p for p in folder.rglob("*") if p.suffix in _HOST_SUFFIXES and p.is_file()):
+        body = path.read_text(errors="replace")
+        if has_main(body):
+            return inline_includes(body, path.parent, (folder,), PreparedSource(text=""), {path.resolve()})
+    return ""
+
+
 def _instance(demangled: str) -> str | None:
     """``bilateralFilter<3>`` from ``void bilateralFilter<3>(const float *, ...)``; None without
     template arguments."""
@@ -115,8 +151,9 @@ def _dims(text: str) -> list[int]:
     return [int(v) for v in re.findall(r"\d+", text)][:3]
 
 
-def _rows(root: Path, limit: int) -> list[dict[str, str]]:
-    """First profiled row of each CUDA kernel with recorded arguments, programs in name order."""
+def _rows(root: Path, limit: int, skip: int = 0) -> list[dict[str, str]]:
+    """First profiled row of each CUDA kernel with recorded arguments, programs in name order: the
+    programs past the first ``skip`` up to the ``limit``-th (both count programs, sources or not)."""
     with (root / "cuda-profiling" / "profiling-data.csv").open(newline="") as fh:
         rows = [
             r
@@ -135,19 +172,21 @@ def _rows(root: Path, limit: int) -> list[dict[str, str]]:
                 break
             programs.append(r["targetName"])
         seen.add(key)
-        out.append(r)
+        if len(programs) > skip:
+            out.append(r)
     return out
 
 
-def score_flops(root: Path, limit_programs: int = 40) -> dict[str, Any]:
-    """Counted vs profiled FLOPs (and runtime) of the first ``limit_programs`` CUDA programs."""
+def score_flops(root: Path, limit_programs: int = 40, skip_programs: int = 0) -> dict[str, Any]:
+    """Counted vs profiled FLOPs (and runtime) of the first ``limit_programs`` CUDA programs, less the
+    first ``skip_programs`` of them."""
     from components.devices import load_catalog
     from components.programs.errors import ProgramError
     from components.programs.source_predict import predict_source
 
     spec = load_catalog().resolve("RTX 3080")
     results: list[dict[str, Any]] = []
-    for r in _rows(root, limit_programs):
+    for r in _rows(root, limit_programs, skip_programs):
         profiled = (float(r["spPerf"] or 0) + float(r["dpPerf"] or 0)) * float(r["xtime"]) * 1e-9
         kernel = re.split(r"[<(]", r["kernelName"])[0].strip()
         text = kernel_file_text(root, r["targetName"], kernel)
@@ -156,7 +195,8 @@ def score_flops(root: Path, limit_programs: int = 40) -> dict[str, Any]:
         launch = {"grid": _dims(r["Grid Size"]), "block": _dims(r["Block Size"]), "kernel": kernel}
         row: dict[str, Any] = {"program": r["targetName"], "kernel": kernel, "profiled_flops": profiled}
         instance = _instance(r["Kernel Name"])
-        for label, args in (("args", host_args(text, kernel, r["exeArgs"].split())), ("no_args", {})):
+        given = host_args(text, kernel, r["exeArgs"].split(), main_file_text(root, r["targetName"], text))
+        for label, args in (("args", given), ("no_args", {})):
             answer, error = None, None
             # the profiled template instance (bilateralFilter<3>) when the source instantiates it, else
             # every kernel of that name

@@ -226,6 +226,8 @@ def analyze_source(
     key = cache_key(prepared.text, prepared.name_expressions, flags, name)
     folder = opts.cache_folder()
     payload = cache_load(folder, key) if folder is not None else None
+    if payload is not None and "error" in payload and payload["error"].get("pruned") != PRUNE_VERSION:
+        payload = None
     cached = payload is not None
     if payload is None:
         payload = _compile_and_analyze(prepared, name, arch, sid, flags, opts.timeout_s, opts.memory_bytes)
@@ -287,31 +289,57 @@ def _compiles(
     return True
 
 
+PRUNE_VERSION = 1  # a cached failure from before host declarations were pruned (static.prune) is retried
+
+
+def _compile_pruned(
+    text: str, name: str, options: list[str], exprs: list[str], timeout_s: float, memory_bytes: int
+) -> tuple[Any, str]:
+    """Compile ``text``; when NVRTC refuses host declarations the extraction kept, compile again without
+    them (static.prune), a few times at most. The result and the text compiled; the first error when
+    pruning does not help."""
+    from components.features.static.prune import MAX_PRUNES, prune_failing
+
+    first: CompileError | None = None
+    for _ in range(MAX_PRUNES + 1):
+        try:
+            return compile_to_cubin(text, name, options, exprs, timeout_s, memory_bytes), text
+        except CompileError as exc:
+            first = first or exc
+            smaller = prune_failing(text, exc.log) if exc.reason == "compilation failed" else None
+            if smaller is None or smaller == text:
+                raise first from None
+            text = smaller
+    assert first is not None
+    raise first
+
+
 def _compile_and_analyze(
     prepared: Any, name: str, arch: str, sid: str, options: list[str], timeout_s: float, memory_bytes: int
 ) -> dict[str, Any]:
     started = time.perf_counter()
     exprs = list(prepared.name_expressions)
+    text = prepared.text
     try:
         try:
-            result = compile_to_cubin(prepared.text, name, options, exprs, timeout_s, memory_bytes)
+            result, text = _compile_pruned(text, name, options, exprs, timeout_s, memory_bytes)
         except CompileError as first:
             if not exprs or first.reason != "compilation failed":
                 raise
             # One harvested instantiation may not compile (a type the file lacks): keep those that
             # do, each tried alone (a few compiles, only on this path), and the plain kernels.
-            result = compile_to_cubin(prepared.text, name, options, [], timeout_s, memory_bytes)
+            result, text = _compile_pruned(text, name, options, [], timeout_s, memory_bytes)
             exprs = [
                 e
                 for e in exprs[:MAX_SINGLE_TRIES]
-                if _compiles(prepared.text, name, options, e, timeout_s, memory_bytes)
+                if _compiles(text, name, options, e, timeout_s, memory_bytes)
             ]
             if exprs:
-                result = compile_to_cubin(prepared.text, name, options, exprs, timeout_s, memory_bytes)
+                result = compile_to_cubin(text, name, options, exprs, timeout_s, memory_bytes)
     except CompileError as exc:
         # Time/memory-limit failures may be load-dependent: do not cache them.
         return {
-            "error": {"name": exc.name, "log": exc.log, "reason": exc.reason},
+            "error": {"name": exc.name, "log": exc.log, "reason": exc.reason, "pruned": PRUNE_VERSION},
             "transient": exc.reason != "compilation failed",
         }
     kernels = _build_report(result.cubin, result.log, result.lowered_names, name, arch, sid)

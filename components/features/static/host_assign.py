@@ -84,6 +84,24 @@ def assignment_events(text: str) -> list[tuple[int, str, str]]:
     return events
 
 
+# a local handed to a call by address: `parseCommandline(argc, argv, &size)`, `cudaMemcpy(&n, ...)`
+_ADDRESS_RE = re.compile(r"[(,]\s*&\s*([A-Za-z_]\w*)\s*(?=[,)])")
+UNKNOWN = "__kc_unknown__"  # an expression no reading evaluates: the variable's value is unknown from there
+
+
+def address_events(text: str) -> list[tuple[int, str, str]]:
+    """(position, name, ``UNKNOWN``) of each declared integer passed to a call by address: the callee may
+    write it, and the textual reading does not follow it there, so its value is unknown after the call
+    (never the initialiser's, which the program overwrote: gaussian's ``int size = -1;``)."""
+    declared = declared_integers(text)
+    mask = code_mask(text)
+    return [
+        (m.start(), m.group(1), UNKNOWN)
+        for m in _ADDRESS_RE.finditer(text)
+        if m.group(1) in declared and mask[m.start()]
+    ]
+
+
 def _on_every_path(text: str, mask: bytearray, pos: int) -> bool:
     """True when the statement at ``pos`` runs on the way to the end of ``text`` (the launch site): each block
     holding it that closes before the end (an ``if (...) { c = ...; }``, another function's body) is an
@@ -196,4 +214,4 @@ def array_events(text: str) -> list[tuple[int, str, str]]:
     return events
 
 
-__all__ = ["array_events", "assignment_events", "declared_integers"]
+__all__ = ["UNKNOWN", "address_events", "array_events", "assignment_events", "declared_integers"]

@@ -58,13 +58,31 @@ def host_functions(text: str) -> list[HostFunction]:
 
 
 def _call_site(text: str, mask: bytearray, fn: HostFunction) -> int | None:
-    """The '(' of the first call of ``fn`` outside its own definition (template arguments allowed)."""
+    """The '(' of the first call of ``fn`` outside its own definition (template arguments allowed).
+    A declaration is no call: ``long reference(const int repeat, ...);`` (a type word before the name)."""
     pattern = re.compile(r"(?<![\w.>])" + re.escape(fn.name) + r"\s*(?:<[^;(){}]*?>)?\s*\(")
     for m in pattern.finditer(text):
-        if not mask[m.start()] or fn.head <= m.start() <= fn.end:
+        if not mask[m.start()] or fn.head <= m.start() <= fn.end or _declared(text, mask, m.start()):
             continue
         return m.end() - 1
     return None
+
+
+def _declared(text: str, mask: bytearray, at: int) -> bool:
+    """Whether the name at ``at`` is declared there, not called: a type word (``long f(``), or a type
+    word and ``*``/``&`` (``float *f(``), right before it, comments skipped."""
+    lo = max(0, at - 200)
+    before = "".join(c if mask[lo + i] else " " for i, c in enumerate(text[lo:at]))
+    m = re.search(r"(?:^|[^\w\s])?\s*\b([A-Za-z_]\w*)\s*[*&]*\s*$", before)
+    if m is None or m.group(1) in _CALL_WORDS:
+        return False
+    if not before.rstrip().endswith(("*", "&")):
+        return True
+    # `a * f(x)` is a product; `float *f(` a declaration: a type word leads the statement
+    return re.search(r"(?:^|[;{}])\s*(?:const\s+)?[A-Za-z_][\w:<>]*\s*[*&]+\s*$", before) is not None
+
+
+_CALL_WORDS = frozenset({"return", "else", "case", "do", "throw", "co_return", "new", "delete", "goto"})
 
 
 def host_locals(
@@ -79,7 +97,7 @@ def host_locals(
     sets (``p__k`` for ``p.k``; ``structs``, static.host_structs, default: those ``text`` defines). With
     ``assignments``, also plain assignments to declared integers and constant arrays' elements
     (static.host_assign)."""
-    from components.features.static.host_assign import array_events, assignment_events
+    from components.features.static.host_assign import address_events, array_events, assignment_events
     from components.features.static.host_loops import loop_exit_events
     from components.features.static.host_structs import struct_events, struct_fields
 
@@ -90,7 +108,7 @@ def host_locals(
     events = [(m.start(), m.group(1), (split_args(m.group(2)) or [""])[0]) for m in pattern.finditer(text)]
     events += struct_events(text, struct_fields(text) if structs is None else structs)
     if assignments:
-        events += assignment_events(text) + array_events(text) + loop_exit_events(text)
+        events += assignment_events(text) + array_events(text) + loop_exit_events(text) + address_events(text)
     for _, name, expr in sorted(events, key=lambda e: e[0]):
         try:
             env[name] = evaluate(expr, dict(env), macros)

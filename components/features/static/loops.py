@@ -254,6 +254,13 @@ def file_macros(text: str, defines: dict[str, str]) -> dict[str, str]:
     return macros
 
 
+# a kernel's template head, and what may stand between it and ``__global__``
+# (``template <class T, int B> __launch_bounds__(B) __global__ void k(...)``)
+_TEMPLATE_HEAD_RE = re.compile(
+    r"template\s*<([^{};]*)>\s*(?:(?:__launch_bounds__\s*\([^()]*\)|static|inline|__forceinline__)\s*)*$"
+)
+
+
 def _kernel_span(text: str, mask: bytearray, name: str) -> tuple[int, int, int, int] | None:
     """(start of the definition head, '(' of the parameters, '{', '}') of ``__global__ ... name(``."""
     for m in re.finditer(r"__global__", text):
@@ -299,7 +306,7 @@ def kernel_parameters(text: str, name: str) -> tuple[list[str], dict[str, str]]:
         if p and "*" not in p and "&" not in p and "[" not in p and len(p.split("=")[0].split()) >= 2
     ]
     before = text[max(0, head_start - 400) : head_start]
-    tmpl = re.search(r"template\s*<([^{};]*)>\s*$", before)
+    tmpl = _TEMPLATE_HEAD_RE.search(before)
     numeric: dict[str, str] = {}
     for p in _split_args(tmpl.group(1)) if tmpl else []:
         words = p.split("=")[0].split()
@@ -346,7 +353,7 @@ def _template_names(text: str, mask: bytearray, name: str) -> list[str]:
     span = _kernel_span(text, mask, name)
     if span is None:
         return []
-    tmpl = re.search(r"template\s*<([^{};]*)>\s*$", text[max(0, span[0] - 400) : span[0]])
+    tmpl = _TEMPLATE_HEAD_RE.search(text[max(0, span[0] - 400) : span[0]])
     return [p.split("=")[0].split()[-1] for p in _split_args(tmpl.group(1)) if p.split()] if tmpl else []
 
 

@@ -80,6 +80,10 @@ STD_INT_SHIM = (
     + " using ::int64_t; using ::uint64_t; }\n"
 )
 _STD_INT_RE = re.compile(r"\bstd\s*::\s*u?int(?:8|16|32|64)_t\b")
+# `register T s = ...;`: a storage class C++17 (NVRTC's dialect) refuses; nvcc only warns. It means nothing
+# to the device compiler, so it is defined away (a keyword: no identifier can share the name).
+REGISTER_SHIM = "#define register\n"
+_REGISTER_RE = re.compile(r"\bregister\s+[A-Za-z_]")
 PRELUDE = r"""
 /* kernelcast static-analysis prelude: replaces host-only system headers */
 typedef signed char int8_t; typedef unsigned char uint8_t;
@@ -166,6 +170,14 @@ _TYPEDEF_RE = re.compile(
 # a host function prototype: a name, its parameters, ';' -- no __device__/__global__, no initialiser
 _HOST_PROTOTYPE_RE = re.compile(
     r"^(?![^(]*__(?:device|global|host)__)[^=(;]*\b[A-Za-z_]\w*\s*\([^;]*\)\s*(?:const\s*)?;\s*$"
+)
+# a static or struct-typed global with a braced initialiser and no device storage class: device code cannot
+# read it (a `const`/`constexpr` one it can, as a constant, so those stay; a plain `float4 g = {...}` the
+# splitter may meet inside a body it did not take for a function is left alone)
+_HOST_GLOBAL_RE = re.compile(
+    r"^(?!.*\b(?:__device__|__constant__|__managed__|__shared__|const|constexpr|typedef|using|enum)\b)"
+    r"(?=.*\b(?:static|struct)\b)[^(){}]*\b[A-Za-z_]\w*\s*(?:\[[^\]]*\]\s*)*=\s*$",
+    re.S,
 )
 _KEYWORDS_NOT_NAMES = {
     "if",
@@ -417,6 +429,8 @@ def extract_device_code(text: str, prepared: PreparedSource) -> str:
             keep[idx] = False
             if type_name:
                 candidates[idx] = type_name.group(1)
+        elif seg.kind == "type" and _HOST_GLOBAL_RE.match(head):
+            keep[idx] = False  # a host global, braced (getopt's `static struct option opts[] = {...};`)
         elif seg.kind == "decl" and re.search(
             r"\bstd\s*::|\b(FILE|cudaStream_t|cudaEvent_t|cublasHandle_t)\b", head
         ):
@@ -541,6 +555,7 @@ def prepare_source(
         (LIMITS_SHIM if "numeric_limits" in device else "")
         + (LEGACY_SHUFFLE_SHIM if _legacy_shuffles(device) else "")
         + (STD_INT_SHIM if _STD_INT_RE.search(device) else "")
+        + (REGISTER_SHIM if _REGISTER_RE.search(device) else "")
     )
     prepared.text = PRELUDE + shims + "#line 1\n" + device
     return prepared
