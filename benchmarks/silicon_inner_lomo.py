@@ -15,6 +15,7 @@ import sys
 from pathlib import Path
 
 import numpy as np
+import pandas as pd
 
 import components.deployments.bench_engines as be
 from components.common.metrics import mape
@@ -39,12 +40,13 @@ def simulate(out: Path) -> None:
     out.write_bytes(pickle.dumps(sim))
 
 
-def inner_lomo(sim: be.Simulated) -> dict[str, tuple[float, float]]:
-    """Per GPU: (TTFT, TPOT) MAPE of each model's runs predicted by the fit on the GPU's other models."""
-    runs = sim.runs
-    out = {}
+def inner_lomo_predictions(sim: be.Simulated) -> pd.DataFrame:
+    """Every run's (TTFT, TPOT) predicted by the fit on its GPU's other models (its engine's constants),
+    beside the measured: columns ttft_pred_us, tpot_pred_us on a copy of ``sim.runs``."""
+    runs = sim.runs.copy()
+    runs["ttft_pred_us"] = np.nan
+    runs["tpot_pred_us"] = np.nan
     for dev in sorted(runs["device_id"].unique()):
-        pred, meas = ([], []), ([], [])
         for model in sorted(runs.loc[runs["device_id"] == dev, "model_path"].unique()):
             train = ((runs["device_id"] == dev) & (runs["model_path"] != model)).to_numpy()
             for engine, (key, coef, _) in be.fit_engines(sim, train).items():
@@ -52,14 +54,20 @@ def inner_lomo(sim: be.Simulated) -> dict[str, tuple[float, float]]:
                     (runs["device_id"] == dev) & (runs["model_path"] == model) & (runs["engine"] == engine)
                 ).to_numpy()
                 if test.any():
-                    for i, (p, col) in enumerate(
-                        zip(sim.predict(key, test, coef), ("ttft_us", "tpot_us"), strict=True)
-                    ):
-                        pred[i].extend(p)
-                        meas[i].extend(runs.loc[test, col])
-        out[dev] = (
-            mape(np.asarray(meas[0]), np.asarray(pred[0])),
-            mape(np.asarray(meas[1]), np.asarray(pred[1])),
+                    ttft, tpot = sim.predict(key, test, coef)
+                    runs.loc[test, "ttft_pred_us"], runs.loc[test, "tpot_pred_us"] = ttft, tpot
+    return runs
+
+
+def inner_lomo(sim: be.Simulated, frame: pd.DataFrame | None = None) -> dict[str, tuple[float, float]]:
+    """Per GPU: (TTFT, TPOT) MAPE of each model's runs predicted by the fit on the GPU's other models
+    (``frame``: ``inner_lomo_predictions``' rows to score, default all of them)."""
+    runs = inner_lomo_predictions(sim) if frame is None else frame
+    out = {}
+    for dev, mine in runs.dropna(subset=["ttft_pred_us"]).groupby("device_id"):
+        out[str(dev)] = (
+            mape(mine["ttft_us"].to_numpy(), mine["ttft_pred_us"].to_numpy()),
+            mape(mine["tpot_us"].to_numpy(), mine["tpot_pred_us"].to_numpy()),
         )
     return out
 
