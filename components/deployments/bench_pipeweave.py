@@ -153,7 +153,8 @@ def _line_columns(phase: str, lines: list[Any]) -> dict[str, Any]:
 
 def fit_limits(train: pd.DataFrame) -> GpuLimits:
     """The reachable rates learned on ``train``'s measured steps: watts per sustained tensor TFLOP/s per SM
-    design from the prefills, DRAM bytes per SM-clock from the decode steps (``physics.limits``)."""
+    design from the prefills, DRAM bytes per SM-clock from the decode steps for the designs they cover
+    (``physics.limits``)."""
     rows = train.dropna(subset=["tdp_w", "peak_tflops"])
     watts = tensor_energy(
         rows["sm_design"].to_numpy(),
@@ -164,6 +165,7 @@ def fit_limits(train: pd.DataFrame) -> GpuLimits:
     )
     fed = train.dropna(subset=["dram_gbps", "sm_clocks"])
     feed = sm_bytes_per_clock(
+        fed["sm_design"].to_numpy(),
         fed["dram_gbps"].to_numpy(float),
         fed["sm_clocks"].to_numpy(float),
         fed["decode_memory_sol_us"].to_numpy(float),

@@ -12,9 +12,16 @@ Two limits no op tier sees on a GPU it has no kernels of, both learned from meas
   slows every dtype alike). A design nobody measured is not capped.
 - **SM feed (DRAM).** A GPU with few SMs for its DRAM cannot keep its DRAM busy: the H20 streams 4 TB/s with
   78 SMs and its decode steps take 2.1x their bandwidth floor where the H100's take 1.4x. Learned as the most
-  DRAM bytes per SM per clock any measured GPU streamed in a decode step (:func:`sm_bytes_per_clock`: one
-  figure for every design, so it binds only on SM-starved GPUs), it sets the reachable DRAM rate
-  ``min(dram, SMs x clock x that figure)``.
+  DRAM bytes per SM per clock any measured GPU streamed in a decode step (:func:`sm_bytes_per_clock`), it sets
+  the reachable DRAM rate ``min(dram, SMs x clock x that figure)`` -- on the SM designs (compute
+  capabilities) the measured steps cover only. What an SM keeps in flight per memory latency (Little's law)
+  is a property of its SM and memory design, and a whole-step figure is only a lower bound of it, so an
+  older design's figure says nothing of a newer one's: a design nobody measured is not capped (a Blackwell
+  B200 needs 27.5 bytes per SM per clock for its 8 TB/s; the Hopper figure held it at 3.5 TB/s).
+  The figure is pooled over the measured designs rather than learned per design: per design, a design's
+  whole-step maximum holds its own GPUs at their own whole-step rate, and the maximum over the design's best
+  share of its DRAM rate (an issue rate without the step's non-DRAM time) lets the composition lose the
+  starved GPUs' non-DRAM time; both scored worse on the PipeWeave serving bench (``docs/serving-gate.md``).
 
 :meth:`GpuLimits.bound` raises an op's time to its work at those reachable rates; a measured kernel of the GPU
 is left as measured (it is what the GPU reached). Rates derived from a bounded time stay below the datasheet
@@ -49,15 +56,15 @@ def sm_clocks(spec: Any) -> float | None:
 
 @dataclass(frozen=True)
 class GpuLimits:
-    """Learned reachable rates: watts per sustained bf16 tensor TFLOP/s per SM design, DRAM bytes per SM-clock
-    (0: no SM-feed limit), and what they were learned on."""
+    """Learned reachable rates per SM design: watts per sustained bf16 tensor TFLOP/s and DRAM bytes per
+    SM-clock (a design without either is not limited by it), and what they were learned on."""
 
     watts_per_tflops: Mapping[str, float] = field(default_factory=dict)
-    bytes_per_sm_clock: float = 0.0
+    bytes_per_sm_clock: Mapping[str, float] = field(default_factory=dict)
     source: str = ""
 
     def __bool__(self) -> bool:
-        return bool(self.watts_per_tflops) or self.bytes_per_sm_clock > 0
+        return bool(self.watts_per_tflops) or bool(self.bytes_per_sm_clock)
 
     def tensor_slowdown(self, spec: Any) -> float:
         """Datasheet tensor rate / power-capped rate (>= 1; 1 where the design or the board power is
@@ -78,11 +85,12 @@ class GpuLimits:
         return min(1.0, float(tdp) / (peak * float(energy)))
 
     def dram_slowdown(self, spec: Any) -> float:
-        """Datasheet DRAM rate / the rate its SMs can issue (>= 1)."""
-        clocks = sm_clocks(spec)
-        if self.bytes_per_sm_clock <= 0 or not clocks:
+        """Datasheet DRAM rate / the rate its SMs can issue (>= 1; 1 where its design has no learned feed or
+        the catalog lacks its SMs or clock)."""
+        feed, clocks = self.bytes_per_sm_clock.get(_design(spec)), sm_clocks(spec)
+        if not feed or not clocks:
             return 1.0
-        return max(1.0, float(spec.dram_gbps) / (self.bytes_per_sm_clock * clocks))
+        return max(1.0, float(spec.dram_gbps) / (float(feed) * clocks))
 
     def bound(
         self,
@@ -132,17 +140,17 @@ class GpuLimits:
         if dram > 1.0:
             out.append(
                 f"SM feed: {name}'s {spec.sms} SMs issue at most {float(spec.dram_gbps) / dram:.0f} GB/s "
-                f"of its {float(spec.dram_gbps):g} GB/s DRAM ({self.bytes_per_sm_clock:.1f} bytes per SM per "
-                "clock, "
-                f"the most any GPU streamed in {self.source or 'the measured steps'}); its unmeasured ops "
-                "are answered at no more than that rate"
+                f"of its {float(spec.dram_gbps):g} GB/s DRAM "
+                f"({self.bytes_per_sm_clock[_design(spec)]:.1f} bytes per SM per clock, the most any GPU "
+                f"streamed in {self.source or 'the measured steps'}, which cover its SM design "
+                f"{_design(spec)}); its unmeasured ops are answered at no more than that rate"
             )
         return out
 
     def to_json(self) -> dict[str, Any]:
         return {
             "watts_per_tflops": {k: round(float(v), 6) for k, v in sorted(self.watts_per_tflops.items())},
-            "bytes_per_sm_clock": round(float(self.bytes_per_sm_clock), 6),
+            "bytes_per_sm_clock": {k: round(float(v), 6) for k, v in sorted(self.bytes_per_sm_clock.items())},
             "source": self.source,
         }
 
@@ -150,8 +158,31 @@ class GpuLimits:
     def from_json(cls, data: Mapping[str, Any] | None) -> GpuLimits:
         if not data:
             return cls()
-        watts = {str(k): float(v) for k, v in (data.get("watts_per_tflops") or {}).items()}
-        return cls(watts, float(data.get("bytes_per_sm_clock", 0.0)), str(data.get("source", "")))
+        watts = _per_design(data, "watts_per_tflops")
+        feed = data.get("bytes_per_sm_clock") or {}
+        if isinstance(feed, int | float):
+            # constants written when the feed was one figure for every design (a promoted model's own file):
+            # it holds the designs the same measured steps covered, those with an energy
+            feed = dict.fromkeys(watts, feed)
+        return cls(
+            watts,
+            _per_design({"bytes_per_sm_clock": feed}, "bytes_per_sm_clock"),
+            str(data.get("source", "")),
+        )
+
+
+def _per_design(data: Mapping[str, Any], key: str) -> dict[str, float]:
+    """``data[key]`` as figures per SM design (compute capability); anything else is refused by name."""
+    value = data.get(key) or {}
+    if not isinstance(value, Mapping):
+        raise ValueError(
+            f"gpu_limits.{key}: expected figures per SM design (compute capability), got {value!r}; "
+            "refit them with `python -m components.deployments.fit_constants --limits`"
+        )
+    try:
+        return {str(k): float(v) for k, v in value.items()}
+    except (TypeError, ValueError) as exc:
+        raise ValueError(f"gpu_limits.{key}: a figure per SM design is not a number: {value!r}") from exc
 
 
 def tensor_energy(
@@ -176,12 +207,21 @@ def tensor_energy(
 
 
 def sm_bytes_per_clock(
-    dram_gbps: np.ndarray, clocks: np.ndarray, memory_sol_us: np.ndarray, step_us: np.ndarray
-) -> float:
+    designs: np.ndarray,
+    dram_gbps: np.ndarray,
+    clocks: np.ndarray,
+    memory_sol_us: np.ndarray,
+    step_us: np.ndarray,
+) -> dict[str, float]:
     """The most DRAM bytes per SM per clock streamed in measured steps (a step's bytes at the datasheet rate
-    take ``memory_sol_us``; ``clocks``: SMs x GHz): a lower bound of what one SM keeps in flight. 0: none."""
-    achieved = (
+    take ``memory_sol_us``; ``clocks``: SMs x GHz; a lower bound of what one SM keeps in flight), for each SM
+    design (``designs``, per step) the steps cover: a design no step measured gets no figure (not capped)."""
+    design = np.asarray(designs).astype(str)
+    per_clock = (
         np.asarray(dram_gbps, "float64") * np.asarray(memory_sol_us, "float64") / np.asarray(step_us)
     ) / np.asarray(clocks, "float64")
-    achieved = achieved[np.isfinite(achieved)]
-    return float(achieved.max()) if achieved.size else 0.0
+    seen = np.isfinite(per_clock) & (per_clock > 0) & (design != "")
+    if not seen.any():
+        return {}
+    most = float(per_clock[seen].max())
+    return {str(d): most for d in np.unique(design[seen])}
