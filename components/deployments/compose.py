@@ -93,14 +93,18 @@ class Answer:
 # Weight dtypes a GPU without their pipe serves weight-only (W8A16 Marlin-style kernels in vLLM, SGLang and
 # TensorRT-LLM): the weights stay 1 byte in memory and are read as such; the math runs in 16-bit.
 WEIGHT_ONLY_FALLBACK = {"fp8": "int8_wo", "fp8_block": "int8_wo"}
+# the routed experts of a 4-bit float checkpoint where the GPU has no fp4 pipe: 4-bit weights, 16-bit math
+# (the engines' w4a16 MXFP4 MoE kernels on Hopper, measured at gpt-oss's site as ``int4_wo``)
+EXPERTS_WEIGHT_ONLY_FALLBACK = {**WEIGHT_ONLY_FALLBACK, "nvfp4": "int4_wo"}
 
 
-def gemm_dtype(d: Deployment) -> str:
-    """The dtype the deployment's weight GEMMs run as on its GPU: the weight dtype, or its weight-only form
-    where the GPU lacks the pipe (fp8 on an A100 reads 1-byte weights, not 2)."""
+def gemm_dtype(d: Deployment, experts: bool = False) -> str:
+    """The dtype the deployment's weight GEMMs (``experts``: its routed experts) run as on its GPU: the
+    weight dtype, or its weight-only form where the GPU lacks the pipe (fp8 on an A100 reads 1-byte weights,
+    not 2)."""
     from components.physics.roofline import PhysicsError, pipe_for
 
-    fallback = WEIGHT_ONLY_FALLBACK.get(d.weight_dtype)
+    fallback = (EXPERTS_WEIGHT_ONLY_FALLBACK if experts else WEIGHT_ONLY_FALLBACK).get(d.weight_dtype)
     if fallback is None:
         return d.weight_dtype
     try:
@@ -275,7 +279,7 @@ def _mlp_ops(
                 phase,
                 "moe",
                 "moe",
-                wd,
+                gemm_dtype(d, experts=True),
                 {
                     "T": routed,
                     "E": m.experts,

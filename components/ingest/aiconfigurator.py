@@ -46,6 +46,9 @@ DTYPE_NAMES: dict[str, str] = {
     "float32": "fp32",
     "fp32": "fp32",
 }
+# the MoE tables' spellings beside those: gpt-oss's MXFP4 experts as the engines run them on GPUs without an
+# fp4 pipe (4-bit weights, 16-bit math: int4_wo's physics), the only table that measured gpt-oss's site
+MOE_DTYPE_NAMES: dict[str, str] = {**DTYPE_NAMES, "w4a16_mxfp4": "int4_wo"}
 ELEMENT_BYTES: dict[str, float] = {"bf16": 2.0, "fp16": 2.0, "fp32": 4.0, "fp8": 1.0, "int8": 1.0}
 PROVENANCE: tuple[str, ...] = ("framework", "version", "kernel_source")
 # Where each row came from (kept when present, for the canonical adapter's measurements): the upstream path of
@@ -111,8 +114,8 @@ def _read(files: Iterable[TableFile], columns: tuple[str, ...]) -> pd.DataFrame:
     return pd.concat(frames, ignore_index=True)
 
 
-def _dtypes(raw: pd.Series) -> tuple[pd.Series, int]:
-    mapped = raw.astype(str).str.lower().map(DTYPE_NAMES)
+def _dtypes(raw: pd.Series, names: dict[str, str] = DTYPE_NAMES) -> tuple[pd.Series, int]:
+    mapped = raw.astype(str).str.lower().map(names)
     return mapped, int(mapped.isna().sum())
 
 
@@ -234,7 +237,7 @@ def read_moe(root: Path) -> pd.DataFrame:
             "latency",
         ),
     )
-    dtype, dropped = _dtypes(raw["moe_dtype"])
+    dtype, dropped = _dtypes(raw["moe_dtype"], MOE_DTYPE_NAMES)
     raw = raw.assign(
         dtype=dtype,
         T=raw["num_tokens"],
