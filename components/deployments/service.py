@@ -39,9 +39,19 @@ DEPLOYMENT_PARAMS: tuple[str, ...] = (
 )
 
 
-# Checkpoint dtypes a deployment is answered in when no dtype is asked; any other (bf16, fp16, fp32, mxfp4,
-# compressed-tensors) is answered with bf16 weights, as an engine loads a 16-bit checkpoint.
-AS_SHIPPED = {"fp8": "fp8", "fp8_block": "fp8_block", "nvfp4": "nvfp4", "mixed (nvfp4 + fp8)": "nvfp4"}
+# Checkpoint dtypes a deployment is answered in when no dtype is asked; any other (bf16, fp16, fp32,
+# compressed-tensors) is answered with bf16 weights, as an engine loads a 16-bit checkpoint. An mxfp4
+# checkpoint (gpt-oss: 4-bit float experts, a scale per 32 weights) is answered as nvfp4, the 4-bit float
+# form the engines' runs of it record (AIConfigurator's gpt-oss rows: gemm and moe quant nvfp4); on a GPU
+# without an fp4 pipe its experts run weight-only from the measured MXFP4 kernels (``compose.gemm_dtype``).
+# Served as bf16 it needed 4 H100s for weights that ship in 61 GB.
+AS_SHIPPED = {
+    "fp8": "fp8",
+    "fp8_block": "fp8_block",
+    "nvfp4": "nvfp4",
+    "mixed (nvfp4 + fp8)": "nvfp4",
+    "mxfp4": "nvfp4",
+}
 
 
 def default_weight_dtype(model: ModelShape) -> tuple[str, str | None]:

@@ -582,8 +582,8 @@ def test_silicon_runs_recorded_with_a_squared_moe_split_read_as_the_gpus_their_i
 
 def test_a_deployment_without_a_dtype_is_served_as_its_checkpoint_ships():
     """DeepSeek-V3 ships fp8 block-scaled weights (671 B parameters fit on 8 x H200 only so); a bf16
-    checkpoint stays bf16; an asked dtype wins; mxfp4, which the composition does not model, is answered as
-    bf16 and says so."""
+    checkpoint stays bf16; an asked dtype wins; mxfp4 (gpt-oss) is answered as the 4-bit float nvfp4 its
+    engines' runs record, and says so (as bf16 its 120B weights needed four H100s)."""
     from components.deployments.service import deployment_from
 
     h200 = load_catalog().get("h200")
@@ -597,4 +597,4 @@ def test_a_deployment_without_a_dtype_is_served_as_its_checkpoint_ships():
     llama = deployment_from(model_shape("Llama-3.1-8B"), h200, asked)
     assert llama.weight_dtype == "bf16" and not any("checkpoint" in n for n in llama.notes)
     oss = deployment_from(model_shape("openai/gpt-oss-120b"), h200, asked)
-    assert oss.weight_dtype == "bf16" and any("ships mxfp4" in n for n in oss.notes)
+    assert oss.weight_dtype == "nvfp4" and any("ships mxfp4" in n for n in oss.notes)
