@@ -31,7 +31,7 @@ DEPLOYMENTS: tuple[tuple[str, str, dict], ...] = (
     ("R1 tp8 ep8 c32", "deepseek-ai/DeepSeek-R1", {"tp": 8, "ep": 8, "concurrency": 32}),
     ("gpt-oss-120b tp8 c32", "openai/gpt-oss-120b", {"tp": 8, "concurrency": 32}),
     (
-        "R1 tp8 ep8 c32 disagg",
+        "R1 1P1D tp8 ep8 c32",
         "deepseek-ai/DeepSeek-R1",
         {"tp": 8, "ep": 8, "concurrency": 32, "mode": "disagg"},
     ),
@@ -69,6 +69,32 @@ def run_coverage(per_group: int | None, systems: list[str], roofline: bool) -> N
         print(by_engine.to_string())
 
 
+def _disaggregated(model: str, specs: list, params: dict, fn) -> list[dict]:
+    """One prefill and one decode worker of the same parallelism (``predict --llm`` takes no worker fields
+    and answers ``mode disagg`` as aggregated): simulated as the silicon bench simulates a disaggregated
+    run (``serve.simulate_deployment`` with a decode worker), the engine's fitted constants, no floors."""
+    from components.deployments.config import DeploymentError, model_shape
+    from components.deployments.engines.registry import engine_for
+    from components.deployments.serve import simulate_deployment
+    from components.deployments.service import deployment_from
+    from components.deployments.stepmodel import build_step_models
+
+    shape = model_shape(model)
+    out = []
+    for spec in specs:
+        d = deployment_from(shape, spec, params)
+        engine = engine_for(d.framework, spec)
+        try:
+            pre, dec = build_step_models([d, d], fn)
+            served = simulate_deployment(d, engine, pre, decode_worker=(d, dec))
+        except (DeploymentError, ValueError) as exc:
+            out.append({"refused": str(exc)})
+            continue
+        ttft, tpot = served.times_us(engine)
+        out.append({"ttft_ms": ttft / 1e3, "tpot_ms": tpot / 1e3})
+    return out
+
+
 def run_physics(roofline: bool) -> None:
     from components.deployments.service import predict_deployment
     from components.devices import load_catalog
@@ -82,7 +108,8 @@ def run_physics(roofline: bool) -> None:
         for engine in ENGINES:
             params = {"isl": 1024, "osl": 128, "framework": engine, **fields}
             try:
-                answers = predict_deployment(model, specs, params, op_time=fn)
+                disagg = params.get("mode") == "disagg"
+                answers = (_disaggregated if disagg else predict_deployment)(model, specs, params, fn)
             except Exception as exc:  # a refusal is a row of the table
                 rows.append(
                     {"deployment": label, "engine": engine, "gpu": "all", "answer": f"refused: {exc}"}
