@@ -17,7 +17,7 @@ import pandas as pd
 from components.deployments.gdn_tables import gdn_table, measured_gdn_us
 from components.deployments.ops import roofline_op_time, sol_time
 from components.devices import load_catalog
-from components.ingest.aiconfigurator import GPU_FOLDERS, systems_dir
+from components.ingest.aiconfigurator import systems_dir
 from components.platform.config import DEFAULT_DATASETS_DIR
 
 TABLES = [
@@ -36,7 +36,7 @@ def main() -> None:
         df = pd.read_parquet(root / gpu / "linear_attention" / table / "gdn_perf.parquet")
         g = df.groupby(KEYS).agg(ms=("latency", "sum"), n=("latency", "size")).reset_index()
         g = g[g.n == 2]  # both kernels of the phase
-        spec = catalog.resolve(GPU_FOLDERS[gpu])
+        spec = catalog.resolve(gpu)
         cols = {
             "B": "batch_size",
             "S": "seq_len",

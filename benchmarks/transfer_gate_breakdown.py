@@ -71,12 +71,12 @@ def source_tables(rows: pd.DataFrame) -> list[pd.DataFrame]:
 def main(
     store_dir: str, datasets: str, out: str | None = None, gpus: str | None = None, rows: str | None = None
 ) -> None:
+    from components.devices.aiconfigurator_sheet import aiconfigurator_device_ids
     from components.evaluation.opmodel_bench import unseen_gpu
-    from components.ingest.aiconfigurator import GPU_FOLDERS
     from components.opmodel.store import load_store
 
     store = load_store(Path(store_dir), ("gemm", "attention", "moe", "bmm"))
-    held = {str(d) for f in store.values() for d in f["device_id"].unique()} & set(GPU_FOLDERS.values())
+    held = {str(d) for f in store.values() for d in f["device_id"].unique()} & aiconfigurator_device_ids()
     if gpus:
         held &= set(gpus.split(","))
     detail: list | None = [] if rows else None

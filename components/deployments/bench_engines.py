@@ -283,14 +283,16 @@ def fit_engines(sim: Simulated, mask: np.ndarray) -> dict[str, tuple[tuple[float
 
 
 def leave_one_gpu_out(sim: Simulated) -> tuple[pd.DataFrame, dict[str, Any]]:
-    """Held-out predictions of every run: each GPU's runs predicted by the fit on the other GPUs' runs
-    (``fit_engines``)."""
+    """Held-out predictions of every run: each GPU's runs predicted by the fit on the other GPUs' measured
+    runs (``fit_engines``; a run without a measurement -- a system asked about, not measured -- is answered,
+    never fitted on)."""
     frame = sim.runs.copy()
     frame["ttft_pred_us"] = np.nan
     frame["tpot_pred_us"] = np.nan
     fits: dict[str, Any] = {}
+    measured = np.isfinite(frame["ttft_us"].to_numpy(float)) & np.isfinite(frame["tpot_us"].to_numpy(float))
     for device in sorted(frame["device_id"].unique()):
-        train = (frame["device_id"] != device).to_numpy()
+        train = (frame["device_id"] != device).to_numpy() & measured
         if not train.any():
             continue
         for name, (off, coef, err) in fit_engines(sim, train).items():
@@ -309,7 +311,7 @@ def leave_one_gpu_out(sim: Simulated) -> tuple[pd.DataFrame, dict[str, Any]]:
 
 def scores(frame: pd.DataFrame) -> list[dict[str, Any]]:
     """MAPE of TTFT and TPOT overall, per engine, per GPU and per engine x GPU."""
-    done = frame.dropna(subset=["ttft_pred_us"])
+    done = frame.dropna(subset=["ttft_pred_us", "ttft_us", "tpot_us"])  # measured runs only
     out = []
     for scope, groups in (
         ("all", [("", done)]),
@@ -382,6 +384,35 @@ FAMILY_SIM = "deployment"  # the gate's family: the simulated engines, constants
 PUBLISHED_AIC_TTFT = "AIConfigurator's own estimator errs 30-50% on TTFT on such runs (issue 35)"
 
 
+def silicon_answers(
+    runs: pd.DataFrame,
+    catalog: Any,
+    datasets_dir: Path,
+    op_time: OpTimeFn | None,
+    log: Callable[[str], None] = lambda _: None,
+) -> tuple[pd.DataFrame, pd.DataFrame, pd.DataFrame, dict[str, Any]]:
+    """(answered runs with ``engine``, ``ttft_pred_ms``, ``tpot_pred_ms``; refused runs: id, backend,
+    reason; the simulated frame; each fold's fit) of the silicon runs: every run's engine simulated, each
+    GPU's runs answered by constants fitted on the other GPUs' measured runs."""
+    from components.deployments.bench_silicon import silicon_deployments
+    from components.deployments.disagg_workers import with_derived_workers
+
+    runs = with_derived_workers(runs, catalog, datasets_dir, op_time)
+    sim = simulate_runs(runs, catalog, datasets_dir, op_time, silicon_deployments, log)
+    frame, fits = leave_one_gpu_out(sim)
+    held = frame.dropna(subset=["ttft_pred_us", "tpot_pred_us"]).set_index("id")  # engines on both GPUs
+    answered = runs[runs["id"].isin(held.index)].copy()
+    answered["engine"] = answered["backend"].map(engine_name)
+    for target in ("ttft", "tpot"):
+        answered[f"{target}_pred_ms"] = held.loc[answered["id"], f"{target}_pred_us"].to_numpy() / 1e3
+    refused = pd.DataFrame(sim.refused, columns=["id", "backend", "reason"])
+    unfitted = runs[~runs["id"].isin(held.index) & ~runs["id"].isin(refused["id"])]
+    if len(unfitted):  # simulated, but no measured run of its engine on another GPU to fit constants on
+        extra = unfitted[["id", "backend"]].assign(reason="no measured run of its engine on another GPU")
+        refused = pd.concat([refused, extra], ignore_index=True)
+    return answered, refused, frame, fits
+
+
 def silicon_predictions(
     runs: pd.DataFrame,
     catalog: Any,
@@ -393,20 +424,12 @@ def silicon_predictions(
     other GPU's runs, physics floors kept): the answered runs with ``engine``, ``ttft_pred_ms`` and
     ``tpot_pred_ms``; and notes (the share answered and why not, the candidates each fold chose)."""
     from components.deployments.bench_common import SPLIT_SILICON
-    from components.deployments.bench_silicon import silicon_deployments
-    from components.deployments.disagg_workers import derived_note, with_derived_workers
+    from components.deployments.disagg_workers import derived_note
 
-    runs = with_derived_workers(runs, catalog, datasets_dir, op_time)
-    sim = simulate_runs(runs, catalog, datasets_dir, op_time, silicon_deployments, log)
-    frame, fits = leave_one_gpu_out(sim)
-    held = frame.dropna(subset=["ttft_pred_us", "tpot_pred_us"]).set_index("id")  # engines on both GPUs
-    answered = runs[runs["id"].isin(held.index)].copy()
-    answered["engine"] = answered["backend"].map(engine_name)
-    for target in ("ttft", "tpot"):
-        answered[f"{target}_pred_ms"] = held.loc[answered["id"], f"{target}_pred_us"].to_numpy() / 1e3
-    reasons = pd.Series([r["reason"] for r in sim.refused]).value_counts()
+    answered, refused, frame, fits = silicon_answers(runs, catalog, datasets_dir, op_time, log)
+    reasons = refused["reason"].value_counts() if len(refused) else pd.Series(dtype=int)
     note = (
-        f"{SPLIT_SILICON} {FAMILY_SIM}: {len(held)} of {len(runs)} runs answered by simulating their "
+        f"{SPLIT_SILICON} {FAMILY_SIM}: {len(answered)} of {len(runs)} runs answered by simulating their "
         "engine as `predict --llm` does (constants per engine fitted on the other GPU's runs; "
         + "; ".join(
             f"{k}: offset {v['fraction_offset']:+g}, {v['settings']} settings" for k, v in fits.items()

@@ -303,12 +303,17 @@ def _mlp_ops(
         if d.ep > 1:
             # expert parallelism: each GPU dispatches its share of the tokens to the experts' GPUs and
             # combines their outputs (two all-to-alls of tokens/ep x topk hidden vectors, the (ep-1)/ep
-            # leaving the GPU). As an all-reduce-family line of half that message per all-to-all: a ring
-            # all-reduce sends 2(n-1)/n of its message, an all-to-all (n-1)/n.
+            # leaving the GPU): the all-reduce family's all-to-all variant, over the network for the share
+            # bound for GPUs outside this GPU's link domain (physics.collectives)
             a2a = routed / d.ep * min(m.topk, d.ep) * width * ACT_BYTES
             ops.append(
                 OpLine(
-                    phase, "alltoall", "allreduce", act, {"bytes": a2a / 2.0, "gpus": d.ep}, 2 * moe_layers
+                    phase,
+                    "alltoall",
+                    "allreduce",
+                    act,
+                    {"bytes": a2a, "gpus": d.ep, "op": "alltoall"},
+                    2 * moe_layers,
                 )
             )
     if blocks is not None:

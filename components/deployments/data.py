@@ -3,7 +3,8 @@
 - PipeWeave (``pipeweave/e2e/real/e2e_[tpN_]<GPU>.jsonl``): offline batches (all requests start together),
   one row per repeat: batch, mean input tokens, output tokens, prefill latency (s), median decode step (s),
   total (s). The ``*_comparison.csv`` beside them hold PipeWeave/NeuSight/Habitat/roofline predictions.
-- AIConfigurator silicon (``systems/silicon_sample.csv``): steady serving on H100/H200; TTFT, TPOT (ms).
+- AIConfigurator silicon (``systems/silicon_sample.csv``): steady serving (H100/H200 in our copy; any
+  AIConfigurator system name maps to its catalog GPU); TTFT, TPOT (ms).
 - PipeWeave's collective tables (``pipeweave/dataset/collective/<GPU>/all_reduce.csv``): measured NCCL
   all-reduce times by message size and group size, used as the measured tier of the all-reduce op.
 """
@@ -41,7 +42,6 @@ PIPEWEAVE_MODELS: dict[str, str] = {
     "Qwen3-32B": "Qwen3-32B",
     "Llama-3.1-70B": "Llama-3.1-70B",
 }
-SILICON_GPUS: dict[str, str] = {"h100_sxm": "h100-sxm", "h200_sxm": "h200"}
 PUBLISHED_METHODS = ("pipeweave", "neusight", "habitat", "roofline")
 
 
@@ -122,8 +122,18 @@ def read_silicon_runs(datasets_dir: Path) -> pd.DataFrame:
 def read_silicon_tree(root: Path) -> pd.DataFrame:
     """The silicon runs of an AIConfigurator tree (``root/aic-core/.../systems/silicon_sample.csv``)."""
     frame = pd.read_csv(Path(root).joinpath(*SILICON_CSV.parts[1:]))
-    frame["device_id"] = frame["system"].map(SILICON_GPUS).fillna(frame["system"])
+    frame["device_id"] = silicon_device_ids(frame["system"])
     return with_squared_parallel_read(frame)
+
+
+def silicon_device_ids(systems: pd.Series) -> pd.Series:
+    """Catalog ids of AIConfigurator ``system`` names (``devices.aiconfigurator_device_id``: every system
+    AIConfigurator names, through the catalog's spellings); an unknown name kept as written, so its runs are
+    refused naming it."""
+    from components.devices.aiconfigurator_sheet import aiconfigurator_device_id
+
+    names = {name: aiconfigurator_device_id(str(name)) or str(name) for name in systems.dropna().unique()}
+    return systems.map(names).fillna(systems)
 
 
 def with_squared_parallel_read(frame: pd.DataFrame) -> pd.DataFrame:

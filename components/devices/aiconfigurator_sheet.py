@@ -129,6 +129,8 @@ def sheet_figures(sheet: Mapping[str, Any]) -> dict[str, Any]:
             out["architecture"] = SM_ARCHITECTURES[sm]
     if _positive(node.get("intra_node_bw")):
         out["link_gbps"] = float(node["intra_node_bw"]) / 1e9
+    if _positive(node.get("inter_node_bw")):  # bytes/s per GPU per direction (CX7 NDR 400 Gb/s: 50e9)
+        out["network_gbps"] = float(node["inter_node_bw"]) / 1e9
     return out
 
 
@@ -278,6 +280,7 @@ _COMPARED: dict[str, str] = {
     "memory_gb": "memory_gb",
     "tdp_w": "tdp_w",
     "link_gbps": "link_gbps",
+    "network_gbps": "network_gbps",
     "compute_capability": "compute_capability",
 }
 
@@ -308,3 +311,36 @@ def compare_with_catalog(path: Path, spec: DeviceSpec, rel_tol: float = 0.01) ->
                 f"({(float(sheet) / float(ours) - 1) * 100:+.1f}%)"
             )
     return lines
+
+
+# AIConfigurator's system names: its ``systems/<name>.yaml`` sheets and data folders, ``silicon_sample.csv``'s
+# ``system`` column and its collector's ``--gpu`` (the names its README and design notes use: b200_sxm, gb200,
+# b300, gb300; the ``_sxm`` spellings of the rack parts too). Each reaches its catalog GPU through the
+# catalog's own spellings (``Catalog.resolve``): the CLI, the bench readers and the server accept them alike.
+AICONFIGURATOR_SYSTEMS: tuple[str, ...] = (
+    "a100_sxm",
+    "h100_sxm",
+    "h200_sxm",
+    "l40s",
+    "b200_sxm",
+    "b300_sxm",
+    "gb200_sxm",
+    "gb300_sxm",
+    "gb200",
+    "gb300",
+    "rtx_pro_6000_server",
+    "b60",
+)
+
+
+def aiconfigurator_device_id(system: str, catalog: Catalog | None = None) -> str | None:
+    """The catalog id of AIConfigurator system ``system`` (``h200_sxm`` -> ``h200``, ``gb300_sxm`` ->
+    ``gb300``); None where the catalog has no such GPU (the caller keeps the name and refuses with it)."""
+    catalog = catalog or load_catalog(user_dir=None)
+    return catalog.resolve(system).id if system in catalog else None
+
+
+def aiconfigurator_device_ids(catalog: Catalog | None = None) -> frozenset[str]:
+    """The catalog ids of every known AIConfigurator system."""
+    found = (aiconfigurator_device_id(name, catalog) for name in AICONFIGURATOR_SYSTEMS)
+    return frozenset(d for d in found if d is not None)

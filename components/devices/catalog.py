@@ -172,6 +172,12 @@ class DeviceSpec(BaseModel):
     # GPU-to-GPU bandwidth per direction in GB/s (NVLink / Infinity Fabric) where the part has such a link;
     # absent = PCIe only (components/physics/roofline.py assumes the architecture's PCIe generation).
     link_gbps: float | None = Field(default=None, gt=0)
+    # GPUs one GPU-to-GPU link domain holds as the system is built (HGX board 8, GB200/GB300 NVL72 rack 72)
+    # and the scale-out network per GPU per direction in GB/s (ConnectX-7 400 Gb/s: 50): a collective over
+    # more GPUs than the domain crosses the network (components/physics/collectives.py). Absent: an 8-GPU
+    # node and 50 GB/s, assumed and said so.
+    nvlink_domain_gpus: int | None = Field(default=None, gt=0)
+    network_gbps: float | None = Field(default=None, gt=0)
     peak_tflops: PeakTflops
     source: str = Field(min_length=1)
     notes: str | None = None

@@ -394,11 +394,11 @@ def gate_entry(
             rounds=caps.get("rounds", 60),
         )
     elif split == "aiconfigurator-unseen-gpu":
-        from components.ingest.aiconfigurator import GPU_FOLDERS
+        from components.devices.aiconfigurator_sheet import aiconfigurator_device_ids
 
         store = load_store(store_dir, ("gemm", "attention", "moe", "bmm"))
         # AIConfigurator's GPUs are held out in turn (aiter's MI300X has its own split; AMD rows train)
-        held = {str(d) for f in store.values() for d in f["device_id"].unique()} & set(GPU_FOLDERS.values())
+        held = {str(d) for f in store.values() for d in f["device_id"].unique()} & aiconfigurator_device_ids()
         result = unseen_gpu(
             store,
             datasets_root,

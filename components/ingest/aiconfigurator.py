@@ -20,13 +20,6 @@ import numpy as np
 import pandas as pd
 
 SYSTEMS_DIR = "aic-core/src/aiconfigurator_core/systems"
-# upstream GPU folder -> catalog id (components/devices/catalog.yaml)
-GPU_FOLDERS: dict[str, str] = {
-    "a100_sxm": "a100-sxm4-80gb",
-    "h100_sxm": "h100-sxm",
-    "h200_sxm": "h200",
-    "l40s": "l40s",
-}
 # upstream dtype spellings -> kernelcast's (components/physics/roofline.GEMM_DTYPES);
 # others are dropped, counted
 DTYPE_NAMES: dict[str, str] = {
@@ -69,6 +62,13 @@ class TableFile:
     path: Path
 
 
+def folder_device_id(gpu_folder: str) -> str | None:
+    """The catalog id of an upstream GPU folder (``devices.aiconfigurator_device_id``), None if unknown."""
+    from components.devices.aiconfigurator_sheet import aiconfigurator_device_id
+
+    return aiconfigurator_device_id(gpu_folder)
+
+
 def systems_dir(root: Path) -> Path:
     """``root`` is the repository root (``<datasets>/aiconfigurator``) or already its ``systems`` folder."""
     root = Path(root)
@@ -81,7 +81,7 @@ def table_files(root: Path, op: str, table: str) -> list[TableFile]:
     files = []
     for path in sorted(data.glob(f"*/{op}/*/*/{table}_perf.parquet")):
         gpu, _, framework, version = path.relative_to(data).parts[:4]
-        files.append(TableFile(gpu, GPU_FOLDERS.get(gpu), op, framework, version, table, path))
+        files.append(TableFile(gpu, folder_device_id(gpu), op, framework, version, table, path))
     return files
 
 

@@ -19,8 +19,9 @@ from typing import Any
 import numpy as np
 
 from components.physics.attention import attention_pairs
-from components.physics.base import PhysicsError, Work
+from components.physics.base import PhysicsError, Work, dims_of
 from components.physics.bounds import classes_of_bounds
+from components.physics.collectives import domain_note, domain_of, link_rate_gbps
 from components.physics.dtypes import (
     ATTENTION_DTYPES,
     FALLBACK,
@@ -202,10 +203,16 @@ def roofline(
     peak_bps = float(spec.dram_gbps) * 1e9
     link, link_note = link_gbps(spec)
     link_bps = link * 1e9
+    rate_bps: Any = link_bps  # per row: below the link where a group crosses the network
     if pipe == "vector":
         peak_flops = spec.peak_flops("fp64" if choice.dtype == "fp64" else "fp32", tensor=False)
         compute_flops = work.flops if work.fma is None else work.fma
     elif pipe == "link":
+        # a group larger than the GPU's link domain sends part of its bytes over the network
+        gpus = dims_of(family_of(family), shape)["gpus"]
+        rate_bps = link_rate_gbps(spec, link, gpus, "alltoall" if op == "alltoall" else "allreduce") * 1e9
+        if bool(np.any(np.asarray(gpus) > domain_of(spec)[0])) and domain_note(spec):
+            notes.append(str(domain_note(spec)))
         # the reduction's adds run on the vector pipe, whatever the tensor peak
         vector = _pipe_peak(
             spec, choice.precision if choice.precision in ("fp32", "fp16", "bf16") else "fp32", False
@@ -217,7 +224,7 @@ def roofline(
         peak_flops = choice.peak_flops
     compute = compute_flops / peak_flops * 1e6
     memory = work.dram_bytes / peak_bps * 1e6
-    link_us = work.link_bytes / link_bps * 1e6
+    link_us = work.link_bytes / rate_bps * 1e6
     time = np.maximum(np.maximum(compute, memory), link_us)
     compute_pipe = "fp32" if pipe in ("vector", "link") else choice.pipe
     bound = np.where(

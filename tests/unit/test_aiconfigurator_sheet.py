@@ -77,10 +77,13 @@ def test_sheets_agree_with_the_catalog_except_known_differences(catalog) -> None
         for line in compare_with_catalog(SYSTEMS / f"{stem}.yaml", catalog.get(cid))
     ]
     # L40S: the sheet gives the memory nvidia-smi reports (46068 MiB), the catalog the marketed 48 GB; its
-    # link is PCIe 4.0 x16 (32 GB/s), which the catalog leaves out for PCIe-only parts (physics assumes so).
+    # link is PCIe 4.0 x16 (32 GB/s), which the catalog leaves out for PCIe-only parts (physics assumes so);
+    # its network is the server's NIC, not the card's (the sheet assumes a 400 Gb/s ConnectX-7 per GPU, the
+    # catalog gives none for a PCIe card and physics.collectives assumes the same 50 GB/s).
     assert differences == [
         "l40s: memory_gb: sheet 44.99 vs catalog 48 (-6.3%)",
         "l40s: link_gbps: sheet 32 vs catalog None",
+        "l40s: network_gbps: sheet 50 vs catalog None",
     ]
 
 
