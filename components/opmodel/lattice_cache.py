@@ -6,9 +6,10 @@ question), and it is the same for every question of a (GPU, dtype, family, held 
 same engine. Saved under the state's cache (``$KERNELCAST_HOME/cache/opmodel-split/lattices/``), one ``.npy``
 per lattice, float64 as computed, so an answer read through a saved lattice is the answer built afresh,
 to the last bit. A file is named by the lattice's key and a digest of everything the engine's raw answers
-come from: the engine folder's files and the measured store's (names, sizes, mtimes), the calibrations it
-answers with, the serving framework whose rows it reads, and the code and device catalog that compute the
-answers; anything else changed, the name changes and the lattice is built again.
+come from: the contents of the engine folder's files and of the measured store's (wherever the folder is:
+a copy shares them), the calibrations it answers with, the serving framework whose rows it reads, and the
+code and device catalog that compute the answers; anything else changed, the name changes and the lattice
+is built again.
 """
 
 from __future__ import annotations
@@ -47,17 +48,6 @@ def code_digest() -> str:
         ]
     )
     return files_digest(files)
-
-
-def folder_files(folder: Path | None) -> list[Any]:
-    """(name, size, mtime) of a folder's files: cheap, and new whenever a file is rewritten."""
-    if folder is None or not Path(folder).is_dir():
-        return []
-    return [
-        (p.name, p.stat().st_size, p.stat().st_mtime_ns)
-        for p in sorted(Path(folder).iterdir())
-        if p.is_file()
-    ]
 
 
 @dataclass
@@ -104,15 +94,19 @@ class LatticeFiles:
 
 
 def engine_identity(engine: Any, origin: Path | None) -> dict[str, Any]:
-    """What an engine's raw answers come from, as ``LatticeFiles.identity``: ``origin`` (the engine folder
-    it was loaded from, if any), its store, its calibrations, fallback and serving framework."""
-    from components.opmodel.store_cache import store_digest
-    from components.platform.config import state_key
+    """What an engine's raw answers come from, as ``LatticeFiles.identity``: the contents of ``origin`` (the
+    engine folder it was loaded from, if any) and of its store, its calibrations, fallback and serving
+    framework. Contents, not places: the candidate's engine folder (evaluate) and the champion's local copy
+    of it (register) answer alike, so they share their lattices."""
+    from components.common.source_digest import folder_content_digest
+    from components.opmodel.store_cache import DIGESTS_DIR, store_digest
+    from components.platform.config import get_settings
 
     store = engine.store_dir
+    has_origin = origin is not None and Path(origin).is_dir()
+    memo = get_settings().cache_dir / DIGESTS_DIR
     return {
-        "origin": state_key(Path(origin)) if origin is not None else None,
-        "origin_files": folder_files(origin),
+        "origin": folder_content_digest(Path(origin), memo) if has_origin else None,
         "store": store_digest(Path(store)) if store is not None and Path(store).is_dir() else None,
         "calibrations": engine.calibrations,
         "fallback_util": engine.fallback_util,

@@ -3,13 +3,13 @@ reads only the groups its questions ask for, and the measured tier's tables buil
 
 Why: reading the whole store (1.85M rows) and grouping it for every GPU took 1.6-8 s per CLI process, and
 building a GPU's attention table from its rows ~0.25 s, while a question on one GPU needs that GPU's few
-groups (and those of its relatives, for shapes it did not measure). The first engine over a store writes
-the split under the cache folder (atomically, keyed by the store's files and the versions of the libraries
-that write it: a rebuilt store or a new pandas gets a new split); every later process reads the small
-index and, on first use, one parquet file per group, or the group's table where one was saved (pickled,
-keyed by the GPU's physics, the layout and the digest of the code that builds tables; only this module
-writes the folder). The groups are those ``MeasuredTier`` (``measured.measured_groups``) and the transfer
-tier's curve tables would build from the whole frames, rows in the same order: answers are unchanged.
+groups (and those of its relatives, for shapes it did not measure). The first engine over a store writes the
+split under the cache folder (atomically, keyed by the store's contents and the versions of the libraries that
+write it: a rebuilt store or a new pandas gets a new split, a copy of the store the same); every later process
+reads the small index and, on first use, one parquet file per group, or the group's table where one was saved
+(pickled, keyed by the GPU's physics, the layout and the digest of the code that builds tables; only this
+module writes the folder). The groups are those ``MeasuredTier`` (``measured.measured_groups``) and the
+transfer tier's curve tables would build from the whole frames, rows in the same order: answers are unchanged.
 Each serving framework's own rows (``store.load_framework_rows``) are split the same way, into a subfolder
 of the split, by the first engine that answers for that framework (``framework_split``): before, every
 process read them whole and built their tables again (4.3-4.7 CPU-s for three frameworks' GEMM and
@@ -29,13 +29,14 @@ from pathlib import Path
 from typing import Any
 
 from components.common.atomic import atomic_write_bytes
-from components.common.source_digest import files_digest
+from components.common.source_digest import files_digest, folder_content_digest
 
 CACHE_VERSION = 3  # bump when the split's layout changes (3: NeuSight's rows in the measured groups)
 LIBRARIES = ("pandas", "pyarrow", "numpy", "scipy")  # their versions key the split: pickles and parquet
 INDEX_NAME = "index.json"
 KEEP_SPLITS = 4  # stores split per cache (the state's, a pulled champion's, ...): older ones are removed
 TABLES_DIR = "tables"  # the measured tier's tables built from the groups, saved on first use
+DIGESTS_DIR = "content-digests"  # under $KERNELCAST_HOME/cache: folders' content digests by stat key
 
 
 def measured_only_groups(store_dir: Path) -> frozenset[tuple]:
@@ -47,17 +48,19 @@ def measured_only_groups(store_dir: Path) -> frozenset[tuple]:
 
 
 def store_digest(store_dir: Path) -> str:
-    """A key of the store's current files (path in the state, names, sizes, mtimes) and the libraries that
-    write and pickle the split and its tables: cheap (no file is read), new when the store is rewritten."""
+    """A key of the store's files (their contents, every subfolder's too) and the libraries that write and
+    pickle the split and its tables: new when the store is rewritten, and the same for every copy of it --
+    train's state store, the candidate's folder evaluate reads, the champion's local copy register makes
+    -- so they share one split (before, keyed by the path, each of the three wrote its own: ~11 CPU-s in
+    register). The contents' digest is remembered by the files' stat key (``folder_content_digest``), so
+    a later question reads no store file for it."""
     from importlib.metadata import version  # not pandas itself: a warm question answers without it
 
-    from components.platform.config import state_key
+    from components.platform.config import get_settings
 
-    folder = Path(store_dir).resolve()
-    files = [
-        (p.name, p.stat().st_size, p.stat().st_mtime_ns) for p in sorted(folder.iterdir()) if p.is_file()
-    ]
-    text = json.dumps([CACHE_VERSION, state_key(folder), files, *map(version, LIBRARIES)])
+    memo = get_settings().cache_dir / DIGESTS_DIR
+    content = folder_content_digest(Path(store_dir), memo, recursive=True)
+    text = json.dumps([CACHE_VERSION, content, *map(version, LIBRARIES)])
     return hashlib.sha256(text.encode()).hexdigest()[:20]
 
 

@@ -83,6 +83,38 @@ def test_saved_lattices_answer_exactly_as_lattices_built_afresh(
     assert sorted((tmp_path / LATTICES_DIR).glob("*.npy")) == saved
 
 
+def test_a_copy_of_the_engine_folder_elsewhere_reads_the_lattices_the_original_saved(
+    trained: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The lattices are named by what the engine folder and its store hold, not where they are: the
+    champion's local copy (register) reads those the candidate's folder saved (evaluate), and a copy whose
+    engine differs in one byte names other files."""
+    import shutil
+
+    from components.opmodel import envelope
+    from components.opmodel.engine import ENGINE_FILE, OpEngine
+
+    monkeypatch.setenv("KERNELCAST_HOME", str(tmp_path / "state"))
+    cache = tmp_path / "cache"
+    original = _answers(OpEngine.load(trained, cache))
+    copy = tmp_path / "serving" / "models" / "1" / "opmodel"
+    shutil.copytree(trained, copy, copy_function=shutil.copy)  # another path, new mtimes
+
+    def no_build(values: np.ndarray) -> np.ndarray:
+        raise AssertionError("a saved lattice was built again")
+
+    with monkeypatch.context() as patched:
+        patched.setattr(envelope, "running_max", no_build)
+        copied = OpEngine.load(copy, cache)
+        read = _answers(copied)
+    assert copied.envelope.files.digest == OpEngine.load(trained, cache).envelope.files.digest
+    for one, two in zip(original, read, strict=True):
+        assert np.array_equal(one, two)
+    engine_file = copy / ENGINE_FILE
+    engine_file.write_bytes(engine_file.read_bytes() + b" ")  # other bytes: other lattices
+    assert OpEngine.load(copy, cache).envelope.files.digest != copied.envelope.files.digest
+
+
 def test_a_questions_lattices_answered_at_once_are_those_answered_one_by_one(trained: Path) -> None:
     """Several batch counts' GEMM lattices of one question are asked of the real engine in one call
     (``Envelope._lattices``); each is, to the bit, the lattice of its batch count asked alone. (The question's
