@@ -58,9 +58,16 @@ def warm_lattices(engine: Any) -> int:
     if getattr(engine, "lattices", None) is None:
         return 0
     from components.deployments.engines.registry import ENGINES
-    from components.deployments.lattice_warm import warm_gemm_lattices, warm_site_tables
+    from components.deployments.lattice_warm import (
+        catalog_models,
+        warm_attention_lattices,
+        warm_gemm_lattices,
+        warm_site_tables,
+    )
     from components.deployments.ops import engine_op_time
     from components.devices import load_catalog
 
     warm_site_tables([engine, *(engine.for_framework(name) for name in sorted(ENGINES))])
-    return warm_gemm_lattices(engine_op_time(engine), load_catalog().all())
+    op_time, specs = engine_op_time(engine), load_catalog().all()
+    made = warm_gemm_lattices(op_time, specs)
+    return made + warm_attention_lattices(op_time, specs, catalog_models())
