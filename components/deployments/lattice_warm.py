@@ -8,9 +8,11 @@ depend on the champion and the device catalog only, so ``serving/prepare.py`` ma
 is promoted, through the same op-time function a question uses (``ops.engine_op_time``: each serving
 engine's own kernels on a GPU that has them, the pooled tables elsewhere), and the first question reads
 the saved files (``opmodel/lattice_cache.py``). A lattice is the engine's raw answers on fixed points, so
-the saved one is the one the question would have built, to the bit. Attention and MoE lattices hold the
-model's heads or experts and are still made by the question that needs them; the measured tier's attention
-site tables (per GPU, dtype and KV dtype, model-independent) are built and saved here too
+the saved one is the one the question would have built, to the bit. An attention lattice holds the heads
+per GPU, KV heads, head dim and window of a line, not the model: ``warm_attention_lattices`` makes those of
+every option a rank of each bundled model forms (346 were about 6 of the 70B rank's ~21 CPU-s). MoE
+lattices hold the experts and are still made by the question that needs them; the measured tier's
+attention site tables (per GPU, dtype and KV dtype, model-independent) are built and saved here too
 (``warm_site_tables``: 16 of them were about 1.5 CPU-s of that first rank).
 """
 
