@@ -33,11 +33,8 @@ def gemm_lattice_fns(op_time: Callable[..., Any], spec: Any) -> list[Callable[..
     each serving engine's own where ``spec`` has measured kernels, else the pooled ``op_time`` alone."""
     from components.deployments.engines.registry import ENGINES
 
-    per_framework = getattr(op_time, "for_framework", None)
-    own = getattr(op_time, "own_kernels", lambda spec: True)
-    if per_framework is None or not own(spec):
-        return [op_time]
-    return [per_framework(name) for name in sorted(ENGINES)]
+    names = sorted({step_fn_name(op_time, spec, name) for name in ENGINES})
+    return [_named_fn(op_time, name) for name in names]
 
 
 def warm_gemm_lattices(
@@ -78,6 +75,11 @@ def step_fn_name(op_time: Callable[..., Any], spec: Any, framework: str) -> str:
     that serving engine's own where ``spec`` has measured kernels, else the pooled ones ("")."""
     own = getattr(op_time, "own_kernels", lambda spec: True)
     return framework if hasattr(op_time, "for_framework") and own(spec) else ""
+
+
+def _named_fn(op_time: Callable[..., Any], name: str) -> Callable[..., Any]:
+    """The function ``step_fn_name`` names: a serving engine's own, or the pooled ``op_time`` ("")."""
+    return op_time.for_framework(name) if name else op_time  # type: ignore[attr-defined]
 
 
 def attention_lines(d: Any) -> list[Any]:
@@ -141,8 +143,7 @@ def warm_attention_lattices(op_time: Callable[..., Any], specs: Iterable[Any], m
                     batch.setdefault(_line_signature(line), line)
         for (name, _), distinct in batches.items():
             if distinct:
-                fn = op_time.for_framework(name) if name else op_time  # type: ignore[attr-defined]
-                time_ops(list(distinct.values()), spec, fn)
+                time_ops(list(distinct.values()), spec, _named_fn(op_time, name))
                 asked += 1
     return asked
 
