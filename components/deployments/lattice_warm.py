@@ -8,9 +8,11 @@ depend on the champion and the device catalog only, so ``serving/prepare.py`` ma
 is promoted, through the same op-time function a question uses (``ops.engine_op_time``: each serving
 engine's own kernels on a GPU that has them, the pooled tables elsewhere), and the first question reads
 the saved files (``opmodel/lattice_cache.py``). A lattice is the engine's raw answers on fixed points, so
-the saved one is the one the question would have built, to the bit. Attention and MoE lattices hold the
-model's heads or experts and are still made by the question that needs them; the measured tier's attention
-site tables (per GPU, dtype and KV dtype, model-independent) are built and saved here too
+the saved one is the one the question would have built, to the bit. An attention lattice holds the heads
+per GPU, KV heads, head dim and window of a line, not the model: ``warm_attention_lattices`` makes those of
+every option a rank of each bundled model forms (346 were about 6 of the 70B rank's ~21 CPU-s). MoE
+lattices hold the experts and are still made by the question that needs them; the measured tier's
+attention site tables (per GPU, dtype and KV dtype, model-independent) are built and saved here too
 (``warm_site_tables``: 16 of them were about 1.5 CPU-s of that first rank).
 """
 
@@ -31,11 +33,8 @@ def gemm_lattice_fns(op_time: Callable[..., Any], spec: Any) -> list[Callable[..
     each serving engine's own where ``spec`` has measured kernels, else the pooled ``op_time`` alone."""
     from components.deployments.engines.registry import ENGINES
 
-    per_framework = getattr(op_time, "for_framework", None)
-    own = getattr(op_time, "own_kernels", lambda spec: True)
-    if per_framework is None or not own(spec):
-        return [op_time]
-    return [per_framework(name) for name in sorted(ENGINES)]
+    names = sorted({step_fn_name(op_time, spec, name) for name in ENGINES})
+    return [_named_fn(op_time, name) for name in names]
 
 
 def warm_gemm_lattices(
@@ -69,3 +68,111 @@ def warm_site_tables(
                 measured.table(family, device, dtype, kv_dtype)
                 built += 1
     return built
+
+
+def step_fn_name(op_time: Callable[..., Any], spec: Any, framework: str) -> str:
+    """Whose op times a step model of ``framework`` on ``spec`` is timed through (``stepmodel``'s choice):
+    that serving engine's own where ``spec`` has measured kernels, else the pooled ones ("")."""
+    own = getattr(op_time, "own_kernels", lambda spec: True)
+    return framework if hasattr(op_time, "for_framework") and own(spec) else ""
+
+
+def _named_fn(op_time: Callable[..., Any], name: str) -> Callable[..., Any]:
+    """The function ``step_fn_name`` names: a serving engine's own, or the pooled ``op_time`` ("")."""
+    return op_time.for_framework(name) if name else op_time  # type: ignore[attr-defined]
+
+
+def attention_lines(d: Any) -> list[Any]:
+    """One decode row and one prefill row of each attention line of ``d``'s step grids: the same lines
+    (heads per GPU, KV heads, head dim, window, dtypes) as ``stepmodel._grid_lines``'s, so the envelope
+    groups they fall in, both phases', are the grid's."""
+    from components.deployments.compose import SEQUENCE_KINDS, _layer_ops
+    from components.opmodel.envelope import AXES
+
+    layers = d.model.layers
+    lines = _layer_ops(d, "decode", 1.0, 1.0, 1.0, 2.0, layers) + _layer_ops(
+        d, "prefill", 1.0, 1.0, 1.0, 1.0, layers
+    )
+    return [x for x in lines if x.kind in SEQUENCE_KINDS and x.family in AXES]
+
+
+def fitting_deployments(model: Any, spec: Any, frameworks: Sequence[str]) -> list[Any]:
+    """Every option a ``rank --llm`` of ``model`` forms on ``spec`` (TP sizes that divide its heads, each
+    serving engine, the checkpoint's dtypes) whose weights leave room for one one-token request: a superset
+    of what any workload's rank composes there."""
+    from components.deployments.config import DeploymentError
+    from components.deployments.engines.registry import engine_for
+    from components.deployments.serve import kv_capacity
+    from components.deployments.service import DEFAULT_TPS, deployment_from
+
+    out = []
+    for tp in (t for t in DEFAULT_TPS if model.heads % t == 0):
+        for framework in frameworks:
+            params = {"isl": 1, "osl": 1, "concurrency": 1, "tp": tp, "framework": framework}
+            try:
+                d = deployment_from(model, spec, params)
+                kv_capacity(d, engine_for(framework, spec))
+            except DeploymentError:
+                continue
+            out.append(d)
+    return out
+
+
+def warm_attention_lattices(op_time: Callable[..., Any], specs: Iterable[Any], models: Iterable[Any]) -> int:
+    """Ask ``op_time`` one decode and one prefill row of each attention line of every option a rank of each
+    model forms on each GPU, which makes and saves each (heads, KV heads, head dim, window, phase) lattice
+    the rank's step grids read (an engine with lattice files: ``OpEngine.lattices``). One call per GPU,
+    op-time function and *columns*: the envelope holds the dimensions a call's lines have (a model with
+    windowed layers holds W = 0 on its others), so models whose lines have the same columns share a call
+    (their lattices are the ones each model's own rank builds) and the others get their own. Lines asked
+    before are not asked again (most of the catalog's dense LLMs share their heads per GPU). The number of
+    calls."""
+    from components.deployments.compose import time_ops
+    from components.deployments.engines.registry import ENGINES
+
+    models, asked = list(models), 0
+    for spec in specs:
+        batches: dict[tuple, dict[tuple, Any]] = {}  # (function, columns) -> distinct lines
+        for model in models:
+            per_fn: dict[str, list[Any]] = {}
+            for d in fitting_deployments(model, spec, sorted(ENGINES)):
+                per_fn.setdefault(step_fn_name(op_time, spec, d.framework), []).extend(attention_lines(d))
+            for name, lines in per_fn.items():
+                batch = batches.setdefault((name, _columns(lines)), {})
+                for line in lines:
+                    batch.setdefault(_line_signature(line), line)
+        for (name, _), distinct in batches.items():
+            if distinct:
+                time_ops(list(distinct.values()), spec, _named_fn(op_time, name))
+                asked += 1
+    return asked
+
+
+def _columns(lines: Sequence[Any]) -> frozenset:
+    """Per (family, dtypes) of a model's lines, the union of their columns (``compose.time_ops`` stacks them:
+    a column one line lacks takes its neutral value)."""
+    union: dict[tuple, set[str]] = {}
+    for line in lines:
+        union.setdefault((line.family, line.dtype, line.kv_dtype, line.shape.get("op")), set()).update(
+            line.shape
+        )
+    return frozenset((key, frozenset(names)) for key, names in union.items())
+
+
+def _line_signature(line: Any) -> tuple:
+    """An attention line at the warming's fixed points, whole: its family, dtypes and shape."""
+    shape = tuple(sorted((k, str(v)) for k, v in line.shape.items()))
+    return (line.family, line.dtype, line.kv_dtype, shape)
+
+
+def catalog_models(datasets_dir: Any = None) -> list[Any]:
+    """The shapes of the bundled model configs ``--llm`` takes by name that the composition models."""
+    from components.deployments.config import DeploymentError, bundled_configs, model_shape
+
+    out = []
+    for _, path in sorted(bundled_configs(datasets_dir).items()):
+        try:
+            out.append(model_shape(str(path)))
+        except DeploymentError:
+            continue
+    return out

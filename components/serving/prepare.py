@@ -9,7 +9,8 @@ and each process read the serving frameworks' rows whole again. ``promote`` (and
 ``--rollback``) prepare the champion they set, so the pipeline's state answers its first question warm.
 It also saves what every deployment question reads whatever the model: the GEMM lattices of each catalog
 GPU and serving engine and the measured attention site tables (``deployments.lattice_warm``: about 6 of
-a first whole-catalog ``rank --llm``'s 25 CPU-s).
+a first whole-catalog ``rank --llm``'s 25 CPU-s), and the attention lattices of every bundled model's
+options (another ~7 of a first 70B rank's ~21).
 Nothing here changes an answer: the same files would be made by that first question.
 """
 
@@ -22,12 +23,14 @@ from typing import Any
 
 @dataclass(frozen=True)
 class Prepared:
-    """The local copy made ready, whether its op engine's store was split (None: no op engine), and how
-    many GEMM lattices were made or found for the first question (``warm_lattices``)."""
+    """The local copy made ready, whether its op engine's store was split (None: no op engine), how many
+    GEMM lattices were made or found for the first question and of how many bundled models the attention
+    lattices (``warm_lattices``)."""
 
     folder: Path
     split: bool | None
     lattices: int = 0
+    attention_models: int = 0
 
 
 def prepare_version(name: str, version: str, tracking_uri: str | None = None) -> Prepared:
@@ -47,20 +50,28 @@ def prepare_version(name: str, version: str, tracking_uri: str | None = None) ->
     for name in ENGINES:  # each serving engine's own kernels, split beside the pooled groups
         engine.for_framework(name)
     measured = getattr(engine, "measured", None)
-    lattices = warm_lattices(engine)
-    return Prepared(folder, measured is not None and hasattr(measured.groups, "files"), lattices)
+    lattices, models = warm_lattices(engine)
+    return Prepared(folder, measured is not None and hasattr(measured.groups, "files"), lattices, models)
 
 
-def warm_lattices(engine: Any) -> int:
-    """The GEMM lattices of every catalog GPU and serving engine and the measured attention tables, saved
-    for the first question (``deployments.lattice_warm``); the number of lattices made or found (0: an
-    engine that saves none)."""
+def warm_lattices(engine: Any) -> tuple[int, int]:
+    """The GEMM lattices of every catalog GPU and serving engine, the measured attention tables and the
+    bundled models' attention lattices, saved for the first question (``deployments.lattice_warm``); the
+    number of GEMM lattices made or found and of models warmed (0, 0: an engine that saves none)."""
     if getattr(engine, "lattices", None) is None:
-        return 0
+        return 0, 0
     from components.deployments.engines.registry import ENGINES
-    from components.deployments.lattice_warm import warm_gemm_lattices, warm_site_tables
+    from components.deployments.lattice_warm import (
+        catalog_models,
+        warm_attention_lattices,
+        warm_gemm_lattices,
+        warm_site_tables,
+    )
     from components.deployments.ops import engine_op_time
     from components.devices import load_catalog
 
     warm_site_tables([engine, *(engine.for_framework(name) for name in sorted(ENGINES))])
-    return warm_gemm_lattices(engine_op_time(engine), load_catalog().all())
+    op_time, specs = engine_op_time(engine), load_catalog().all()
+    made, models = warm_gemm_lattices(op_time, specs), catalog_models()
+    warm_attention_lattices(op_time, specs, models)
+    return made, len(models)

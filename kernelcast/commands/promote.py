@@ -109,6 +109,8 @@ def _prepare(name: str, version: str | None, tracking_uri: str) -> None:
     split = "" if prepared.split is None else ("; op engine store split" if prepared.split else "")
     if prepared.lattices:
         split += f"; {prepared.lattices} GEMM lattices saved"
+    if prepared.attention_models:
+        split += f"; the attention lattices of {prepared.attention_models} bundled models"
     typer.echo(f"{name} v{version}: ready to answer from {prepared.folder}{split}")
 
 

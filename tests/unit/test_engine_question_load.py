@@ -290,3 +290,71 @@ def test_a_gpu_without_its_own_kernels_reads_the_pooled_lattice_only(trained: Pa
     op_time = engine_op_time(OpEngine.load(trained))
     assert gemm_lattice_fns(op_time, load_catalog().get("h200")) == [op_time]
     assert len(gemm_lattice_fns(op_time, load_catalog().get("h100-sxm"))) == len(ENGINES)
+
+
+# the attention lattices promotion makes for the catalog's LLMs (``lattice_warm.warm_attention_lattices``):
+# two dense models whose heads per GPU differ, on the measured GPU (one function per serving engine) and a
+# transferred one
+ATTENTION_MODELS = ("Llama-3.1-70B", "Qwen3-8B")
+
+
+def _step_models(engine) -> list:
+    """Every option a rank of each model forms on ``WARM_GPUS``, its step models built as a rank builds
+    them (one model per call: its lines decide the envelope's held dimensions)."""
+    from components.deployments.config import model_shape
+    from components.deployments.engines.registry import ENGINES
+    from components.deployments.lattice_warm import fitting_deployments
+    from components.deployments.ops import engine_op_time
+    from components.deployments.stepmodel import _build_models
+    from components.devices.catalog import load_catalog
+
+    op_time, out = engine_op_time(engine), []
+    for name in ATTENTION_MODELS:
+        model = model_shape(name, DATASETS)
+        options = [
+            d
+            for gpu in WARM_GPUS
+            for d in fitting_deployments(model, load_catalog().get(gpu), sorted(ENGINES))
+        ]
+        out.extend(_build_models(options, op_time))
+    return out
+
+
+def test_warmed_attention_lattices_are_those_a_rank_builds(
+    trained: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The attention lattices promotion saves for the catalog's models are, file for file and to the bit,
+    the ones a rank builds on demand; a later engine builds the same step models reading them, building
+    no lattice."""
+    from components.deployments.config import model_shape
+    from components.deployments.lattice_warm import warm_attention_lattices, warm_gemm_lattices
+    from components.deployments.ops import engine_op_time
+    from components.devices.catalog import load_catalog
+    from components.opmodel import envelope
+    from components.opmodel.engine import OpEngine
+    from components.opmodel.lattice_cache import LATTICES_DIR
+
+    specs = [load_catalog().get(gpu) for gpu in WARM_GPUS]
+    afresh = _step_models(OpEngine.load(trained, tmp_path / "on-demand"))
+    built = {f.name: f for f in (tmp_path / "on-demand" / LATTICES_DIR).glob("*.npy")}
+
+    warmed = OpEngine.load(trained, tmp_path / "warmed")
+    op_time = engine_op_time(warmed)
+    gemm = warm_gemm_lattices(op_time, specs, ("bf16",))
+    models = [model_shape(name, DATASETS) for name in ATTENTION_MODELS]
+    # both models' lines (the same columns) in one call per GPU and function, as many as the GEMMs'
+    assert warm_attention_lattices(op_time, specs, models) == gemm
+    saved = {f.name: f for f in (tmp_path / "warmed" / LATTICES_DIR).glob("*.npy")}
+    assert set(built) <= set(saved)
+    for name, path in built.items():
+        assert np.array_equal(np.load(path), np.load(saved[name]), equal_nan=True), name
+
+    def no_build(*args: object, **kwargs: object) -> None:
+        raise AssertionError("built again: the warmed state should have been read")
+
+    monkeypatch.setattr(envelope, "running_max", no_build)  # every lattice read from disk
+    later = _step_models(OpEngine.load(trained, tmp_path / "warmed"))
+    assert len(later) == len(afresh) > 0
+    for fresh, read in zip(afresh, later, strict=True):
+        for part in ("linear_dec", "linear_pre", "head", "attn_dec", "attn_pre"):
+            assert np.array_equal(getattr(fresh, part), getattr(read, part)), part
