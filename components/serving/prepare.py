@@ -9,8 +9,8 @@ and each process read the serving frameworks' rows whole again. ``promote`` (and
 ``--rollback``) prepare the champion they set, so the pipeline's state answers its first question warm.
 It also saves what every deployment question reads whatever the model: the GEMM lattices of each catalog
 GPU and serving engine and the measured attention site tables (``deployments.lattice_warm``: about 6 of
-a first whole-catalog ``rank --llm``'s 25 CPU-s), and the attention lattices of every bundled model's
-options (another ~7 of a first 70B rank's ~21).
+a first whole-catalog ``rank --llm``'s 25 CPU-s) and, with ``--warm-models``, the attention lattices of
+every bundled model's options (another ~5-7 of a first 70B rank's ~21, for ~80 CPU-s at promotion).
 Nothing here changes an answer: the same files would be made by that first question.
 """
 
@@ -33,7 +33,9 @@ class Prepared:
     attention_models: int = 0
 
 
-def prepare_version(name: str, version: str, tracking_uri: str | None = None) -> Prepared:
+def prepare_version(
+    name: str, version: str, tracking_uri: str | None = None, warm_models: bool = False
+) -> Prepared:
     """Fetch version ``version`` of ``name`` into the state folder as a question would (once) and open its
     op engine, which splits the engine's store into the state's cache. Raises ``QueryError`` (a version
     that cannot be fetched or loaded) or ``OSError`` (the state folder cannot be written)."""
@@ -50,14 +52,16 @@ def prepare_version(name: str, version: str, tracking_uri: str | None = None) ->
     for name in ENGINES:  # each serving engine's own kernels, split beside the pooled groups
         engine.for_framework(name)
     measured = getattr(engine, "measured", None)
-    lattices, models = warm_lattices(engine)
+    lattices, models = warm_lattices(engine, warm_models)
     return Prepared(folder, measured is not None and hasattr(measured.groups, "files"), lattices, models)
 
 
-def warm_lattices(engine: Any) -> tuple[int, int]:
-    """The GEMM lattices of every catalog GPU and serving engine, the measured attention tables and the
-    bundled models' attention lattices, saved for the first question (``deployments.lattice_warm``); the
-    number of GEMM lattices made or found and of models warmed (0, 0: an engine that saves none)."""
+def warm_lattices(engine: Any, warm_models: bool = False) -> tuple[int, int]:
+    """The GEMM lattices of every catalog GPU and serving engine, the measured attention tables and, with
+    ``warm_models``, the bundled models' attention lattices, saved for the first question
+    (``deployments.lattice_warm``); the number of GEMM lattices made or found and of models warmed (0, 0: an
+    engine that saves none). The models' lattices are opt-in (``kernelcast promote --warm-models``): ~80
+    CPU-s once against ~5 CPU-s off each model's first rank, more than the pipeline's promotion should pay."""
     if getattr(engine, "lattices", None) is None:
         return 0, 0
     from components.deployments.engines.registry import ENGINES
@@ -72,6 +76,9 @@ def warm_lattices(engine: Any) -> tuple[int, int]:
 
     warm_site_tables([engine, *(engine.for_framework(name) for name in sorted(ENGINES))])
     op_time, specs = engine_op_time(engine), load_catalog().all()
-    made, models = warm_gemm_lattices(op_time, specs), catalog_models()
+    made = warm_gemm_lattices(op_time, specs)
+    if not warm_models:
+        return made, 0
+    models = catalog_models()
     warm_attention_lattices(op_time, specs, models)
     return made, len(models)

@@ -41,6 +41,16 @@ def promote_command(
         bool, typer.Option("--allow-challenger", help="exit 0 when the version stays challenger (pipelines)")
     ] = False,
     report: Annotated[Path | None, typer.Option("--report", help="write the decision as JSON")] = None,
+    warm_models: Annotated[
+        bool,
+        typer.Option(
+            "--warm-models",
+            help=(
+                "also save every bundled model's attention lattices (~80 CPU-s once; a first `rank --llm` "
+                "of a model then costs ~5 CPU-s less)"
+            ),
+        ),
+    ] = False,
 ) -> None:
     """Judge VERSION on its gate evaluation report (params.yaml `register:`: thresholds per split and
     target, no guarded metric worse than the champion's by more than the tolerance), print each
@@ -70,7 +80,7 @@ def promote_command(
     result = promote_stage(inputs, policy)
     if result.rolled_back:
         typer.echo(f"{result.model_name}: champion -> v{result.champion} ({result.reason})")
-        _prepare(result.model_name, result.champion, inputs.tracking_uri)
+        _prepare(result.model_name, result.champion, inputs.tracking_uri, warm_models)
         return
     for rule in result.rules:
         typer.echo(f"  {rule.line()}")
@@ -88,21 +98,22 @@ def promote_command(
         f"{result.model_name} v{result.version}: {status} ({result.reason}); {_champion(result.champion)}"
     )
     if result.promoted:
-        _prepare(result.model_name, result.champion, inputs.tracking_uri)
+        _prepare(result.model_name, result.champion, inputs.tracking_uri, warm_models)
     if not result.promoted and not allow_challenger:
         raise typer.Exit(code=1)
 
 
-def _prepare(name: str, version: str | None, tracking_uri: str) -> None:
+def _prepare(name: str, version: str | None, tracking_uri: str, warm_models: bool = False) -> None:
     """Make the new champion's local copy and split store (``serving.prepare``), so the first question
-    answers warm; a failure leaves the promotion standing and says why (that question makes them)."""
+    answers warm (``warm_models``: the bundled models' attention lattices too); a failure leaves the
+    promotion standing and says why (that question makes them)."""
     from components.serving.prepare import prepare_version
     from components.serving.query import QueryError
 
     if version is None:
         return
     try:
-        prepared = prepare_version(name, version, tracking_uri)
+        prepared = prepare_version(name, version, tracking_uri, warm_models=warm_models)
     except (QueryError, OSError) as exc:
         typer.echo(f"{name} v{version}: local copy not prepared ({exc}); the first question makes it")
         return
