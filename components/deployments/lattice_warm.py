@@ -103,10 +103,10 @@ def fitting_deployments(model: Any, spec: Any, frameworks: Sequence[str]) -> lis
     from components.deployments.config import DeploymentError
     from components.deployments.engines.registry import engine_for
     from components.deployments.serve import kv_capacity
-    from components.deployments.service import DEFAULT_TPS, deployment_from
+    from components.deployments.service import deployment_from, rank_tps
 
     out = []
-    for tp in (t for t in DEFAULT_TPS if model.heads % t == 0):
+    for tp in rank_tps(model):
         for framework in frameworks:
             params = {"isl": 1, "osl": 1, "concurrency": 1, "tp": tp, "framework": framework}
             try:

@@ -17,6 +17,14 @@ from components.deployments.ops import OpTimeFn
 
 RANK_KEYS = {"tpot": "tpot_ms", "ttft": "ttft_ms", "cost": "usd_per_mtok"}
 DEFAULT_TPS = (1, 2, 4, 8)
+
+
+def rank_tps(model: ModelShape, tps: Sequence[int] | None = None) -> list[int]:
+    """The TP sizes a rank forms for ``model``: those of ``tps`` (default ``DEFAULT_TPS``) that divide its
+    heads."""
+    return [tp for tp in (tps or DEFAULT_TPS) if model.heads % tp == 0]
+
+
 # Requests per client a rank simulates per option (measured, warm-up): the bench's 6 + 1, not aiperf's
 # 20 + 2 -- the closed loop's steady state repeats, so the mean settles within a few requests per client and
 # a whole-catalog rank runs a third of the scheduler steps (``predict --llm`` keeps aiperf's counts)
@@ -171,7 +179,7 @@ def rank_deployments(
     model = model_shape(config, allow_paths=allow_paths)
     workload = _workload(params)
     price_of = {str(k).lower(): float(v) for k, v in prices.items()}
-    options = [tp for tp in (tps or DEFAULT_TPS) if model.heads % tp == 0]
+    options = rank_tps(model, tps)
     frameworks = rank_frameworks(params.get("framework"))
     rows, skipped = [], 0
     formed: list[tuple[Deployment, float | None]] = []

@@ -62,13 +62,6 @@ class TableFile:
     path: Path
 
 
-def folder_device_id(gpu_folder: str) -> str | None:
-    """The catalog id of an upstream GPU folder (``devices.aiconfigurator_device_id``), None if unknown."""
-    from components.devices.aiconfigurator_sheet import aiconfigurator_device_id
-
-    return aiconfigurator_device_id(gpu_folder)
-
-
 def systems_dir(root: Path) -> Path:
     """``root`` is the repository root (``<datasets>/aiconfigurator``) or already its ``systems`` folder."""
     root = Path(root)
@@ -77,11 +70,13 @@ def systems_dir(root: Path) -> Path:
 
 def table_files(root: Path, op: str, table: str) -> list[TableFile]:
     """Every ``<table>_perf.parquet`` of ``op`` under the tree, sorted (deterministic order)."""
+    from components.devices.aiconfigurator_sheet import aiconfigurator_device_id
+
     data = systems_dir(root) / "data"
     files = []
     for path in sorted(data.glob(f"*/{op}/*/*/{table}_perf.parquet")):
         gpu, _, framework, version = path.relative_to(data).parts[:4]
-        files.append(TableFile(gpu, folder_device_id(gpu), op, framework, version, table, path))
+        files.append(TableFile(gpu, aiconfigurator_device_id(gpu), op, framework, version, table, path))
     return files
 
 

@@ -38,14 +38,11 @@ def domain_of(spec: Any) -> tuple[int, float]:
 
 def domain_note(spec: Any) -> str | None:
     """What was assumed about ``spec``'s domain and network (None when the catalog gives both)."""
-    missing = [
-        f"{name} {value:g}"
-        for name, value in (
-            ("an NVLink domain of", DEFAULT_DOMAIN_GPUS),
-            ("a network of GB/s per GPU", DEFAULT_NETWORK_GBPS),
-        )
-        if not getattr(spec, "nvlink_domain_gpus" if "domain" in name else "network_gbps", None)
-    ]
+    defaults = (
+        ("nvlink_domain_gpus", "an NVLink domain of", DEFAULT_DOMAIN_GPUS),
+        ("network_gbps", "a network of GB/s per GPU", DEFAULT_NETWORK_GBPS),
+    )
+    missing = [f"{text} {value:g}" for field, text, value in defaults if not getattr(spec, field, None)]
     return f"{getattr(spec, 'name', spec)}: {' and '.join(missing)} assumed" if missing else None
 
 

@@ -211,8 +211,8 @@ def roofline(
         # a group larger than the GPU's link domain sends part of its bytes over the network
         gpus = dims_of(family_of(family), shape)["gpus"]
         rate_bps = link_rate_gbps(spec, link, gpus, "alltoall" if op == "alltoall" else "allreduce") * 1e9
-        if bool(np.any(np.asarray(gpus) > domain_of(spec)[0])) and domain_note(spec):
-            notes.append(str(domain_note(spec)))
+        if bool(np.any(np.asarray(gpus) > domain_of(spec)[0])) and (assumed := domain_note(spec)):
+            notes.append(assumed)
         # the reduction's adds run on the vector pipe, whatever the tensor peak
         vector = _pipe_peak(
             spec, choice.precision if choice.precision in ("fp32", "fp16", "bf16") else "fp32", False
